@@ -1,0 +1,70 @@
+/* CPU feature detection (cpuid through the compiler builtins) with a QCAL_ISA cap. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/cpu.h"
+#include "qcal_config.h"
+#if QCAL_HAVE_OPENMP
+#include <omp.h>
+#endif
+
+static atomic_int cached_isa = -1;
+
+static qcal_isa detect(void)
+{
+    qcal_isa best = QCAL_ISA_C;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        best = QCAL_ISA_AVX2;
+    if (best == QCAL_ISA_AVX2 && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl"))
+        best = QCAL_ISA_AVX512;
+#endif
+    const char *env = getenv("QCAL_ISA");
+    if (env) {
+        qcal_isa cap = best;
+        if (!strcmp(env, "c"))
+            cap = QCAL_ISA_C;
+        else if (!strcmp(env, "avx2"))
+            cap = QCAL_ISA_AVX2;
+        else if (!strcmp(env, "avx512"))
+            cap = QCAL_ISA_AVX512;
+        if (cap < best)
+            best = cap;
+    }
+    return best;
+}
+
+qcal_isa qcal_cpu_isa(void)
+{
+    int v = atomic_load_explicit(&cached_isa, memory_order_acquire);
+    if (v < 0) {
+        v = (int)detect();
+        atomic_store_explicit(&cached_isa, v, memory_order_release);
+    }
+    return (qcal_isa)v;
+}
+
+void qcal_cpu_reset(void)
+{
+    atomic_store(&cached_isa, -1);
+}
+
+int qcal_threads_for(int64_t n)
+{
+#if QCAL_HAVE_OPENMP
+    if (n < QCAL_OMP_MIN_ELEMENTS)
+        return 1;
+    int t = omp_get_max_threads();
+    int64_t cap = n / (QCAL_OMP_MIN_ELEMENTS / 2);
+    if (cap < t)
+        t = (int)cap;
+    return t < 1 ? 1 : t;
+#else
+    (void)n;
+    return 1;
+#endif
+}

@@ -1,0 +1,58 @@
+/* qcal: shared definitions for every public header (export macro, status codes). */
+#ifndef QCAL_COMMON_H
+#define QCAL_COMMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(QCAL_BUILDING_LIBRARY) && defined(__GNUC__)
+#define QCAL_API __attribute__((visibility("default")))
+#else
+#define QCAL_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Every public function returns a qcal_status. QCAL_OK is 0; positive values are
+ * successes that carry a note the caller may act on; negative values are failures
+ * (outputs untouched, a detailed message in qcal_last_error()). */
+typedef enum qcal_status {
+    QCAL_OK = 0,
+    QCAL_NO_DATA = 1,              /* observer saw no finite value: qparams are scale 1, zero-point 0 */
+    QCAL_ERR_INVALID_ARG = -1,     /* an argument or option is impossible (NULL, out of range, ...) */
+    QCAL_ERR_NO_MEMORY = -2,       /* an allocation failed */
+    QCAL_ERR_IO = -3,              /* a file could not be opened, read, written or renamed */
+    QCAL_ERR_FORMAT = -4,          /* a file or buffer is malformed or truncated */
+    QCAL_ERR_UNSUPPORTED = -5,     /* well-formed but not supported (dtype, byte order, ...) */
+    QCAL_ERR_NONFINITE = -6,       /* NaN/Inf seen while the policy says it is an error */
+    QCAL_ERR_MISMATCH = -7,        /* shapes, kinds or configs do not agree */
+    QCAL_ERR_OVERFLOW = -8,        /* a size computation would overflow */
+    QCAL_ERR_BACKEND = -9,         /* oneDNN reported a failure */
+    QCAL_ERR_STATE = -10,          /* the object is not in a state that allows the call */
+    QCAL_ERR_NOT_FOUND = -11,      /* a named item (tensor, layer, file) does not exist */
+    QCAL_ERR_EMPTY = -12,          /* a tensor has zero elements where data is required */
+} qcal_status;
+
+/* Short fixed name of a status ("ok", "invalid argument", ...); never NULL. */
+QCAL_API const char *qcal_status_str(qcal_status status);
+
+/* Detailed message of the last failure on the calling thread ("" if none). Valid until
+ * the next failing qcal call on this thread. */
+QCAL_API const char *qcal_last_error(void);
+
+/* Clears the calling thread's last error message. */
+QCAL_API void qcal_clear_error(void);
+
+/* Version string of the library ("0.1.0"). */
+QCAL_API const char *qcal_version(void);
+
+/* Frees memory that a qcal function allocated and handed to the caller (NULL is fine). */
+QCAL_API void qcal_free(void *ptr);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,138 @@
+/* qcal observers: one object API for every range-collecting observer.
+ *
+ *   qcal_observer_config cfg;
+ *   qcal_observer_config_default(&cfg, QCAL_OBSERVER_HISTOGRAM);
+ *   qcal_observer *obs = NULL;
+ *   qcal_observer_create(&cfg, &obs);
+ *   for each batch: qcal_observer_update(obs, &batch);
+ *   qcal_observer_qparams(obs, 1, &scale, &zero_point, NULL, &n);
+ *   qcal_observer_destroy(&obs);
+ *
+ * Each kind documents its algorithm in its own header (qcal/observers/<kind>.h).
+ * Non-finite values (NaN, +-Inf) are never folded into a range: by default they are
+ * skipped and counted (qcal_observer_nonfinite); with QCAL_NONFINITE_ERROR an update that
+ * contains one fails with QCAL_ERR_NONFINITE and leaves the observer unchanged.
+ * An observer is not thread-safe; use one per thread and qcal_observer_merge, or a
+ * calibration session (qcal/calib.h), which serialises access. */
+#ifndef QCAL_OBSERVER_H
+#define QCAL_OBSERVER_H
+
+#include "qcal/common.h"
+#include "qcal/qparams.h"
+#include "qcal/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum qcal_observer_kind {
+    QCAL_OBSERVER_MINMAX = 0,                          /* "minmax" */
+    QCAL_OBSERVER_MOVING_AVERAGE_MINMAX = 1,           /* "moving_average_minmax" */
+    QCAL_OBSERVER_PER_CHANNEL_MINMAX = 2,              /* "per_channel_minmax" */
+    QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX = 3, /* "moving_average_per_channel_minmax" */
+    QCAL_OBSERVER_HISTOGRAM = 4,                       /* "histogram" (L2 search, PyTorch) */
+    QCAL_OBSERVER_PERCENTILE = 5,                      /* "percentile" */
+    QCAL_OBSERVER_ENTROPY = 6,                         /* "entropy" (KL, TensorRT) */
+    QCAL_OBSERVER_MSE = 7,                             /* "mse" */
+    QCAL_OBSERVER_KIND_COUNT = 8
+} qcal_observer_kind;
+
+typedef enum qcal_nonfinite_policy {
+    QCAL_NONFINITE_SKIP = 0,    /* skip NaN/Inf and count them (default) */
+    QCAL_NONFINITE_ERROR = 1,   /* fail the update with QCAL_ERR_NONFINITE */
+} qcal_nonfinite_policy;
+
+typedef enum qcal_percentile_mode {
+    QCAL_PERCENTILE_ABS = 0,        /* clip symmetric at the percentile of |x| (default) */
+    QCAL_PERCENTILE_TWO_TAILS = 1,  /* clip min at (100-p) and max at p percentiles of x */
+} qcal_percentile_mode;
+
+typedef struct qcal_observer_config {
+    qcal_observer_kind kind;
+    qcal_qconfig q;                 /* dtype/qscheme/range; default as PyTorch's observer of that kind
+                                     * (quint8 per_tensor_affine; per-channel kinds per_channel_affine) */
+    int32_t axis;                   /* per-channel kinds: channel axis, default 0; negative counts from the end */
+    float averaging_constant;       /* moving-average kinds: default 0.01, must be in (0, 1] */
+    int32_t bins;                   /* histogram family: default 2048, must be >= 1
+                                     * (entropy needs bins > entropy_levels) */
+    int32_t upsample_rate;          /* histogram: default 128 (PyTorch's), used only by merge/regrow */
+    double percentile;              /* percentile: default 99.99, in (0, 100] */
+    qcal_percentile_mode percentile_mode; /* percentile: default QCAL_PERCENTILE_ABS */
+    int32_t entropy_levels;         /* entropy: quantized levels the KL search merges into, default 128 */
+    qcal_nonfinite_policy nonfinite;/* default QCAL_NONFINITE_SKIP */
+} qcal_observer_config;
+
+typedef struct qcal_observer qcal_observer;
+
+/* Name of a kind ("minmax", ...), or "unknown". */
+QCAL_API const char *qcal_observer_kind_name(qcal_observer_kind kind);
+
+/* Parses a kind name as printed by qcal_observer_kind_name. */
+QCAL_API qcal_status qcal_observer_kind_parse(const char *name, qcal_observer_kind *out);
+
+/* Fills *cfg with the defaults of the given kind (documented on each field above). */
+QCAL_API void qcal_observer_config_default(qcal_observer_config *cfg, qcal_observer_kind kind);
+
+/* Checks a config without creating anything; the message names the bad field and value. */
+QCAL_API qcal_status qcal_observer_config_validate(const qcal_observer_config *cfg);
+
+/* Creates an observer; *out owned by the caller, release with qcal_observer_destroy. */
+QCAL_API qcal_status qcal_observer_create(const qcal_observer_config *cfg, qcal_observer **out);
+
+/* Destroys *obs (NULL or *obs == NULL is fine) and sets *obs to NULL. */
+QCAL_API void qcal_observer_destroy(qcal_observer **obs);
+
+/* The config the observer was created with (never NULL for a valid observer). */
+QCAL_API const qcal_observer_config *qcal_observer_get_config(const qcal_observer *obs);
+
+/* Feeds one batch. x is read only, never kept. An empty tensor is QCAL_ERR_EMPTY and changes
+ * nothing. Per-channel kinds need ndim > axis and the same channel count on every batch. */
+QCAL_API qcal_status qcal_observer_update(qcal_observer *obs, const qcal_tensor *x);
+
+/* Number of channels (1 for per-tensor kinds; 0 for a per-channel observer that saw nothing). */
+QCAL_API qcal_status qcal_observer_channels(const qcal_observer *obs, int64_t *n);
+
+/* Running min/max as the observer keeps them (moving averages for the moving-average kinds;
+ * the histogram's covered range for histogram kinds). cap = capacity of min_val/max_val;
+ * *n gets the channel count. No data: +inf/-inf and QCAL_NO_DATA. */
+QCAL_API qcal_status qcal_observer_data_range(const qcal_observer *obs, int64_t cap,
+                                              float *min_val, float *max_val, int64_t *n);
+
+/* The range qparams are computed from: data_range for min/max kinds, the searched clipping
+ * range for histogram/percentile/entropy/mse. Same conventions as data_range. */
+QCAL_API qcal_status qcal_observer_qrange(qcal_observer *obs, int64_t cap,
+                                          float *min_val, float *max_val, int64_t *n);
+
+/* qcal_observer_qrange followed by qcal_qparams_compute with the observer's qconfig.
+ * zero_point_float is used only by QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS. No data:
+ * scale 1, zero-point 0 (one element, as PyTorch) and QCAL_NO_DATA. */
+QCAL_API qcal_status qcal_observer_qparams(qcal_observer *obs, int64_t cap, float *scale,
+                                           int32_t *zero_point, float *zero_point_float,
+                                           int64_t *n);
+
+/* Forgets all data (and the non-finite count); the config stays. */
+QCAL_API qcal_status qcal_observer_reset(qcal_observer *obs);
+
+/* Folds src into dst as if dst had also seen src's batches. Same kind and config required
+ * (QCAL_ERR_MISMATCH otherwise). Exact for the min/max kinds (moving averages: exact when
+ * either side is empty, otherwise documented in the kind's header); histogram kinds:
+ * documented in their headers. */
+QCAL_API qcal_status qcal_observer_merge(qcal_observer *dst, const qcal_observer *src);
+
+/* Number of non-finite values skipped so far (since create or reset). */
+QCAL_API qcal_status qcal_observer_nonfinite(const qcal_observer *obs, uint64_t *count);
+
+/* Number of update calls that changed the observer (batches seen) since create or reset. */
+QCAL_API qcal_status qcal_observer_batches(const qcal_observer *obs, uint64_t *count);
+
+/* Serialises config and state into a new buffer (*buf, *len; free with qcal_free): a
+ * versioned little-endian binary blob, so training and calibration can resume. */
+QCAL_API qcal_status qcal_observer_save(const qcal_observer *obs, void **buf, size_t *len);
+
+/* Creates an observer from a qcal_observer_save blob; malformed blobs are QCAL_ERR_FORMAT. */
+QCAL_API qcal_status qcal_observer_load(const void *buf, size_t len, qcal_observer **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

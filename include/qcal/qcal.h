@@ -1,0 +1,11 @@
+/* qcal: static-quantization calibration toolkit. Umbrella header: includes every public
+ * header. See each header for its functions. */
+#ifndef QCAL_QCAL_H
+#define QCAL_QCAL_H
+
+#include "qcal/common.h"
+#include "qcal/tensor.h"
+#include "qcal/qparams.h"
+#include "qcal/observer.h"
+
+#endif

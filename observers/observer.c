@@ -1,0 +1,444 @@
+/* The generic observer object: config defaults and validation, dispatch to the kind's
+ * ops table, non-finite accounting, merge checks and the save/load framing. */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "observers/observer_impl.h"
+
+static const char *const kind_names[QCAL_OBSERVER_KIND_COUNT] = {
+    "minmax", "moving_average_minmax", "per_channel_minmax",
+    "moving_average_per_channel_minmax", "histogram", "percentile", "entropy", "mse",
+};
+
+static const qcal_observer_ops *ops_for(qcal_observer_kind kind)
+{
+    switch (kind) {
+    case QCAL_OBSERVER_MINMAX: return &qcal_observer_minmax_ops;
+    case QCAL_OBSERVER_MOVING_AVERAGE_MINMAX: return &qcal_observer_moving_average_minmax_ops;
+    case QCAL_OBSERVER_PER_CHANNEL_MINMAX: return &qcal_observer_per_channel_minmax_ops;
+    case QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX:
+        return &qcal_observer_moving_average_per_channel_minmax_ops;
+    case QCAL_OBSERVER_HISTOGRAM: return &qcal_observer_histogram_ops;
+    case QCAL_OBSERVER_PERCENTILE: return &qcal_observer_percentile_ops;
+    case QCAL_OBSERVER_ENTROPY: return &qcal_observer_entropy_ops;
+    case QCAL_OBSERVER_MSE: return &qcal_observer_mse_ops;
+    case QCAL_OBSERVER_KIND_COUNT: break;
+    }
+    return NULL;
+}
+
+static bool kind_is_per_channel(qcal_observer_kind kind)
+{
+    return kind == QCAL_OBSERVER_PER_CHANNEL_MINMAX ||
+           kind == QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX;
+}
+
+static bool kind_is_histogram(qcal_observer_kind kind)
+{
+    return kind == QCAL_OBSERVER_HISTOGRAM || kind == QCAL_OBSERVER_PERCENTILE ||
+           kind == QCAL_OBSERVER_ENTROPY || kind == QCAL_OBSERVER_MSE;
+}
+
+void qcal_range_set_empty(float *mn, float *mx, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        mn[i] = INFINITY;
+        mx[i] = -INFINITY;
+    }
+}
+
+const char *qcal_observer_kind_name(qcal_observer_kind kind)
+{
+    if ((unsigned)kind >= QCAL_OBSERVER_KIND_COUNT)
+        return "unknown";
+    return kind_names[kind];
+}
+
+qcal_status qcal_observer_kind_parse(const char *name, qcal_observer_kind *out)
+{
+    if (!name || !out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "observer name or output is NULL");
+    for (int k = 0; k < QCAL_OBSERVER_KIND_COUNT; k++) {
+        if (!strcmp(name, kind_names[k])) {
+            *out = (qcal_observer_kind)k;
+            return QCAL_OK;
+        }
+    }
+    return qcal_error(QCAL_ERR_INVALID_ARG,
+                      "unknown observer '%s' (expected minmax, moving_average_minmax, "
+                      "per_channel_minmax, moving_average_per_channel_minmax, histogram, "
+                      "percentile, entropy or mse)", name);
+}
+
+void qcal_observer_config_default(qcal_observer_config *cfg, qcal_observer_kind kind)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->kind = kind;
+    qcal_qconfig_default(&cfg->q);
+    if (kind_is_per_channel(kind))
+        cfg->q.qscheme = QCAL_PER_CHANNEL_AFFINE;
+    cfg->axis = 0;
+    cfg->averaging_constant = 0.01f;
+    cfg->bins = 2048;
+    cfg->upsample_rate = 128;
+    cfg->percentile = 99.99;
+    cfg->percentile_mode = QCAL_PERCENTILE_ABS;
+    cfg->entropy_levels = 128;
+    cfg->nonfinite = QCAL_NONFINITE_SKIP;
+}
+
+qcal_status qcal_observer_config_validate(const qcal_observer_config *cfg)
+{
+    if (!cfg)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "observer config is NULL");
+    if ((unsigned)cfg->kind >= QCAL_OBSERVER_KIND_COUNT)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "unknown observer kind %d", (int)cfg->kind);
+    int64_t qmin, qmax;
+    qcal_status st = qcal_qconfig_range(&cfg->q, &qmin, &qmax);
+    if (st != QCAL_OK)
+        return st;
+    bool pc_scheme = qcal_qscheme_is_per_channel(cfg->q.qscheme);
+    if (kind_is_per_channel(cfg->kind) && !pc_scheme)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "observer %s needs a per-channel qscheme, not %s",
+                          kind_names[cfg->kind], qcal_qscheme_name(cfg->q.qscheme));
+    if (!kind_is_per_channel(cfg->kind) && pc_scheme)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "observer %s needs a per-tensor qscheme, not %s",
+                          kind_names[cfg->kind], qcal_qscheme_name(cfg->q.qscheme));
+    if (cfg->axis < -QCAL_MAX_DIMS || cfg->axis >= QCAL_MAX_DIMS)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "axis %d is out of range [-%d, %d]",
+                          (int)cfg->axis, QCAL_MAX_DIMS, QCAL_MAX_DIMS - 1);
+    if (cfg->kind == QCAL_OBSERVER_MOVING_AVERAGE_MINMAX ||
+        cfg->kind == QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX) {
+        float c = cfg->averaging_constant;
+        if (!(c > 0.0f && c <= 1.0f))
+            return qcal_error(QCAL_ERR_INVALID_ARG,
+                              "averaging constant %g is outside (0, 1]", (double)c);
+    }
+    if (kind_is_histogram(cfg->kind)) {
+        if (cfg->bins < 1 || cfg->bins > (1 << 24))
+            return qcal_error(QCAL_ERR_INVALID_ARG, "bins %d is outside [1, 16777216]",
+                              (int)cfg->bins);
+        if (cfg->kind == QCAL_OBSERVER_HISTOGRAM &&
+            (cfg->upsample_rate < 1 || cfg->upsample_rate > 4096))
+            return qcal_error(QCAL_ERR_INVALID_ARG, "upsample rate %d is outside [1, 4096]",
+                              (int)cfg->upsample_rate);
+        if (cfg->kind == QCAL_OBSERVER_PERCENTILE &&
+            !(cfg->percentile > 0.0 && cfg->percentile <= 100.0))
+            return qcal_error(QCAL_ERR_INVALID_ARG, "percentile %g is outside (0, 100]",
+                              cfg->percentile);
+        if (cfg->kind == QCAL_OBSERVER_PERCENTILE &&
+            (unsigned)cfg->percentile_mode > QCAL_PERCENTILE_TWO_TAILS)
+            return qcal_error(QCAL_ERR_INVALID_ARG, "unknown percentile mode %d",
+                              (int)cfg->percentile_mode);
+        if (cfg->kind == QCAL_OBSERVER_ENTROPY &&
+            (cfg->entropy_levels < 2 || cfg->entropy_levels >= cfg->bins))
+            return qcal_error(QCAL_ERR_INVALID_ARG,
+                              "entropy levels %d must be in [2, bins=%d)",
+                              (int)cfg->entropy_levels, (int)cfg->bins);
+    }
+    if ((unsigned)cfg->nonfinite > QCAL_NONFINITE_ERROR)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "unknown non-finite policy %d",
+                          (int)cfg->nonfinite);
+    return QCAL_OK;
+}
+
+qcal_status qcal_observer_create(const qcal_observer_config *cfg, qcal_observer **out)
+{
+    if (!out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "observer output is NULL");
+    qcal_status st = qcal_observer_config_validate(cfg);
+    if (st != QCAL_OK)
+        return st;
+    const qcal_observer_ops *ops = ops_for(cfg->kind);
+    qcal_observer *obs = qcal_calloc(1, sizeof *obs);
+    if (!obs)
+        return QCAL_ERR_NO_MEMORY;
+    obs->cfg = *cfg;
+    obs->ops = ops;
+    st = ops->init(obs);
+    if (st != QCAL_OK)
+        goto fail;
+    *out = obs;
+    return QCAL_OK;
+fail:
+    qcal_observer_destroy(&obs);
+    return st;
+}
+
+void qcal_observer_destroy(qcal_observer **obs)
+{
+    if (!obs || !*obs)
+        return;
+    if ((*obs)->ops && (*obs)->ops->fini)
+        (*obs)->ops->fini(*obs);
+    free(*obs);
+    *obs = NULL;
+}
+
+const qcal_observer_config *qcal_observer_get_config(const qcal_observer *obs)
+{
+    return obs ? &obs->cfg : NULL;
+}
+
+qcal_status qcal_observer_update(qcal_observer *obs, const qcal_tensor *x)
+{
+    if (!obs || !x)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "observer or tensor is NULL");
+    int64_t n;
+    qcal_status st = qcal_tensor_numel(x, &n);
+    if (st != QCAL_OK)
+        return st;
+    if (n == 0)
+        return qcal_error(QCAL_ERR_EMPTY, "cannot observe an empty tensor");
+    if (!x->data)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "tensor data is NULL");
+    uint64_t nonfinite = 0;
+    st = obs->ops->update(obs, x, n, &nonfinite);
+    if (st < 0)
+        return st;
+    obs->nonfinite += nonfinite;
+    obs->batches++;
+    return QCAL_OK;
+}
+
+qcal_status qcal_observer_channels(const qcal_observer *obs, int64_t *n)
+{
+    if (!obs || !n)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "observer or output is NULL");
+    return obs->ops->channels(obs, n);
+}
+
+qcal_status qcal_observer_data_range(const qcal_observer *obs, int64_t cap, float *min_val,
+                                     float *max_val, int64_t *n)
+{
+    if (!obs || !min_val || !max_val || !n || cap < 1)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "observer, outputs or capacity invalid");
+    return obs->ops->data_range(obs, cap, min_val, max_val, n);
+}
+
+qcal_status qcal_observer_qrange(qcal_observer *obs, int64_t cap, float *min_val,
+                                 float *max_val, int64_t *n)
+{
+    if (!obs || !min_val || !max_val || !n || cap < 1)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "observer, outputs or capacity invalid");
+    return obs->ops->qrange(obs, cap, min_val, max_val, n);
+}
+
+qcal_status qcal_observer_qparams(qcal_observer *obs, int64_t cap, float *scale,
+                                  int32_t *zero_point, float *zero_point_float, int64_t *n)
+{
+    if (!obs || !scale || !n || cap < 1)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "observer, outputs or capacity invalid");
+    bool float_zp = obs->cfg.q.qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS;
+    if ((float_zp && !zero_point_float) || (!float_zp && !zero_point))
+        return qcal_error(QCAL_ERR_INVALID_ARG, "zero-point output for %s is NULL",
+                          qcal_qscheme_name(obs->cfg.q.qscheme));
+    int64_t ch;
+    qcal_status st = obs->ops->channels(obs, &ch);
+    if (st != QCAL_OK)
+        return st;
+    if (ch < 1)
+        ch = 1;
+    if (ch > cap)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "output capacity %lld < %lld channels",
+                          (long long)cap, (long long)ch);
+    float *mn = qcal_malloc((size_t)ch * sizeof *mn);
+    float *mx = qcal_malloc((size_t)ch * sizeof *mx);
+    if (!mn || !mx) {
+        free(mn);
+        free(mx);
+        return QCAL_ERR_NO_MEMORY;
+    }
+    int64_t got = 0;
+    st = obs->ops->qrange(obs, ch, mn, mx, &got);
+    if (st == QCAL_NO_DATA) {
+        /* As PyTorch: an observer without data yields one (1.0, 0) pair. */
+        scale[0] = 1.0f;
+        if (zero_point)
+            zero_point[0] = 0;
+        if (zero_point_float)
+            zero_point_float[0] = 0.0f;
+        *n = 1;
+    } else if (st == QCAL_OK) {
+        st = qcal_qparams_compute(&obs->cfg.q, got, mn, mx, scale, zero_point,
+                                  zero_point_float);
+        if (st >= 0)
+            *n = got;
+    }
+    free(mn);
+    free(mx);
+    return st;
+}
+
+qcal_status qcal_observer_reset(qcal_observer *obs)
+{
+    if (!obs)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "observer is NULL");
+    obs->ops->reset(obs);
+    obs->nonfinite = 0;
+    obs->batches = 0;
+    return QCAL_OK;
+}
+
+static bool config_equal(const qcal_observer_config *a, const qcal_observer_config *b)
+{
+    return a->kind == b->kind && a->q.dtype == b->q.dtype && a->q.qscheme == b->q.qscheme &&
+           a->q.reduce_range == b->q.reduce_range && a->q.custom_range == b->q.custom_range &&
+           (!a->q.custom_range ||
+            (a->q.quant_min == b->q.quant_min && a->q.quant_max == b->q.quant_max)) &&
+           a->q.eps == b->q.eps && a->axis == b->axis &&
+           a->averaging_constant == b->averaging_constant && a->bins == b->bins &&
+           a->upsample_rate == b->upsample_rate && a->percentile == b->percentile &&
+           a->percentile_mode == b->percentile_mode && a->entropy_levels == b->entropy_levels &&
+           a->nonfinite == b->nonfinite;
+}
+
+qcal_status qcal_observer_merge(qcal_observer *dst, const qcal_observer *src)
+{
+    if (!dst || !src)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "observer is NULL");
+    if (dst == src)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "cannot merge an observer into itself");
+    if (!config_equal(&dst->cfg, &src->cfg))
+        return qcal_error(QCAL_ERR_MISMATCH,
+                          "cannot merge observer %s into %s: kinds or configs differ",
+                          kind_names[src->cfg.kind], kind_names[dst->cfg.kind]);
+    qcal_status st = dst->ops->merge(dst, src);
+    if (st < 0)
+        return st;
+    dst->nonfinite += src->nonfinite;
+    dst->batches += src->batches;
+    return QCAL_OK;
+}
+
+qcal_status qcal_observer_nonfinite(const qcal_observer *obs, uint64_t *count)
+{
+    if (!obs || !count)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "observer or output is NULL");
+    *count = obs->nonfinite;
+    return QCAL_OK;
+}
+
+qcal_status qcal_observer_batches(const qcal_observer *obs, uint64_t *count)
+{
+    if (!obs || !count)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "observer or output is NULL");
+    *count = obs->batches;
+    return QCAL_OK;
+}
+
+/* Blob: "QCOB" u32 version, config fields, nonfinite u64, batches u64, kind state. */
+#define OBS_MAGIC 0x424f4351u /* "QCOB" little-endian */
+#define OBS_VERSION 1u
+
+static void save_config(qcal_buf *b, const qcal_observer_config *c)
+{
+    qcal_buf_u32(b, (uint32_t)c->kind);
+    qcal_buf_u32(b, (uint32_t)c->q.dtype);
+    qcal_buf_u32(b, (uint32_t)c->q.qscheme);
+    qcal_buf_u32(b, c->q.reduce_range);
+    qcal_buf_u32(b, c->q.custom_range);
+    qcal_buf_u64(b, (uint64_t)c->q.quant_min);
+    qcal_buf_u64(b, (uint64_t)c->q.quant_max);
+    qcal_buf_f32(b, c->q.eps);
+    qcal_buf_u32(b, (uint32_t)c->axis);
+    qcal_buf_f32(b, c->averaging_constant);
+    qcal_buf_u32(b, (uint32_t)c->bins);
+    qcal_buf_u32(b, (uint32_t)c->upsample_rate);
+    qcal_buf_f64(b, c->percentile);
+    qcal_buf_u32(b, (uint32_t)c->percentile_mode);
+    qcal_buf_u32(b, (uint32_t)c->entropy_levels);
+    qcal_buf_u32(b, (uint32_t)c->nonfinite);
+}
+
+static bool load_config(qcal_cursor *cur, qcal_observer_config *c)
+{
+    uint32_t u[8];
+    uint64_t qmin, qmax;
+    bool ok = qcal_cur_u32(cur, &u[0]) && qcal_cur_u32(cur, &u[1]) && qcal_cur_u32(cur, &u[2]) &&
+              qcal_cur_u32(cur, &u[3]) && qcal_cur_u32(cur, &u[4]) && qcal_cur_u64(cur, &qmin) &&
+              qcal_cur_u64(cur, &qmax) && qcal_cur_f32(cur, &c->q.eps);
+    if (!ok)
+        return false;
+    c->kind = (qcal_observer_kind)u[0];
+    c->q.dtype = (qcal_dtype)u[1];
+    c->q.qscheme = (qcal_qscheme)u[2];
+    c->q.reduce_range = u[3] != 0;
+    c->q.custom_range = u[4] != 0;
+    c->q.quant_min = (int64_t)qmin;
+    c->q.quant_max = (int64_t)qmax;
+    ok = qcal_cur_u32(cur, &u[0]) && qcal_cur_f32(cur, &c->averaging_constant) &&
+         qcal_cur_u32(cur, &u[1]) && qcal_cur_u32(cur, &u[2]) &&
+         qcal_cur_f64(cur, &c->percentile) && qcal_cur_u32(cur, &u[3]) &&
+         qcal_cur_u32(cur, &u[4]) && qcal_cur_u32(cur, &u[5]);
+    if (!ok)
+        return false;
+    c->axis = (int32_t)u[0];
+    c->bins = (int32_t)u[1];
+    c->upsample_rate = (int32_t)u[2];
+    c->percentile_mode = (qcal_percentile_mode)u[3];
+    c->entropy_levels = (int32_t)u[4];
+    c->nonfinite = (qcal_nonfinite_policy)u[5];
+    return true;
+}
+
+qcal_status qcal_observer_save(const qcal_observer *obs, void **buf, size_t *len)
+{
+    if (!obs || !buf || !len)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "observer or outputs are NULL");
+    qcal_buf b = { 0 };
+    qcal_buf_u32(&b, OBS_MAGIC);
+    qcal_buf_u32(&b, OBS_VERSION);
+    save_config(&b, &obs->cfg);
+    qcal_buf_u64(&b, obs->nonfinite);
+    qcal_buf_u64(&b, obs->batches);
+    obs->ops->save(obs, &b);
+    if (b.failed) {
+        qcal_buf_free(&b);
+        return qcal_error(QCAL_ERR_NO_MEMORY, "cannot allocate the observer state buffer");
+    }
+    *buf = b.data;
+    *len = b.len;
+    return QCAL_OK;
+}
+
+qcal_status qcal_observer_load(const void *buf, size_t len, qcal_observer **out)
+{
+    if (!buf || !out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "buffer or output is NULL");
+    qcal_cursor cur = { .p = buf, .left = len };
+    uint32_t magic, version;
+    if (!qcal_cur_u32(&cur, &magic) || magic != OBS_MAGIC)
+        return qcal_error(QCAL_ERR_FORMAT, "not a qcal observer state (bad magic)");
+    if (!qcal_cur_u32(&cur, &version) || version != OBS_VERSION)
+        return qcal_error(QCAL_ERR_UNSUPPORTED, "observer state version %u is not supported",
+                          (unsigned)version);
+    qcal_observer_config cfg;
+    qcal_observer_config_default(&cfg, QCAL_OBSERVER_MINMAX);
+    if (!load_config(&cur, &cfg))
+        return qcal_error(QCAL_ERR_FORMAT, "observer state is truncated in its config");
+    qcal_observer *obs = NULL;
+    qcal_status st = qcal_observer_create(&cfg, &obs);
+    if (st != QCAL_OK)
+        return st == QCAL_ERR_NO_MEMORY ? st
+                                        : qcal_error(QCAL_ERR_FORMAT,
+                                                     "observer state has an invalid config: %s",
+                                                     qcal_last_error());
+    if (!qcal_cur_u64(&cur, &obs->nonfinite) || !qcal_cur_u64(&cur, &obs->batches)) {
+        st = qcal_error(QCAL_ERR_FORMAT, "observer state is truncated");
+        goto fail;
+    }
+    st = obs->ops->load(obs, &cur);
+    if (st != QCAL_OK)
+        goto fail;
+    if (cur.left != 0) {
+        st = qcal_error(QCAL_ERR_FORMAT, "observer state has %zu trailing bytes", cur.left);
+        goto fail;
+    }
+    *out = obs;
+    return QCAL_OK;
+fail:
+    qcal_observer_destroy(&obs);
+    return st;
+}

@@ -1,0 +1,54 @@
+#!/bin/sh
+# qcal's one entry point for set-up, the demo and the tests on Debian 12 (run as root, or
+# with the packages below already installed).
+#   ./run.sh demo [ARGS...]   install what is missing, build, run the end-to-end demo
+#   ./run.sh test             install what is missing, build, run the whole test suite
+#   ./run.sh build            install what is missing and build only
+set -eu
+cd "$(dirname "$0")"
+
+PACKAGES="meson ninja-build pkg-config gcc libc6-dev libdnnl-dev libcmocka-dev zlib1g-dev dataset-fashion-mnist python3-numpy"
+
+install_missing() {
+    missing=""
+    for p in $PACKAGES; do
+        if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+            missing="$missing $p"
+        fi
+    done
+    if [ -n "$missing" ]; then
+        echo "run.sh: installing$missing" >&2
+        if [ "$(id -u)" != 0 ]; then
+            echo "run.sh: missing packages:$missing (run as root, or install them)" >&2
+            exit 1
+        fi
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+    fi
+}
+
+build() {
+    install_missing
+    if [ ! -f build/build.ninja ]; then
+        meson setup build --buildtype=release >/dev/null
+    fi
+    meson compile -C build >/dev/null
+}
+
+cmd="${1:-}"
+[ $# -gt 0 ] && shift
+case "$cmd" in
+    build) build ;;
+    demo)
+        build
+        exec ./build/tools/qcal observe --observer histogram examples/data/fmnist_test_batch.npy "$@"
+        ;;
+    test)
+        build
+        exec meson test -C build --print-errorlogs "$@"
+        ;;
+    *)
+        echo "usage: ./run.sh demo|test|build" >&2
+        exit 2
+        ;;
+esac
