@@ -1,0 +1,251 @@
+/* qcal fake quantization: quantize-dequantize with straight-through gradients for
+ * quantization-aware training (QAT) in C training loops, with the arithmetic of PyTorch
+ * 1.13's ATen CPU kernels (fake_quantize_per_{tensor,channel}_affine_cachemask,
+ * _fake_quantize_learnable_per_{tensor,channel}_affine), and the FakeQuantize object.
+ *
+ * Rounding contract (forward, bit-identical to PyTorch 1.13 for every finite input whose
+ * x / scale is below 2^63 in magnitude):
+ *   inv_scale = 1.0f / scale                         (float)
+ *   q         = (float)zero_point + nearbyintf(x * inv_scale)   (float add, round half to even)
+ *   mask      = quant_min <= q <= quant_max          (false for NaN)
+ *   y         = (clamp(q, quant_min, quant_max) - zero_point) * scale   (float)
+ * Non-finite and huge inputs (documented PyTorch 1.13 defect): 1.13 casts q to int64,
+ * which turns NaN, +-Inf and |q| >= 2^63 into INT64_MIN, so +Inf and huge positive values
+ * come out as quant_min. qcal clamps in float instead (as later PyTorch does):
+ *   NaN  -> (quant_min - zero_point) * scale, mask 0   (same as PyTorch 1.13)
+ *   -Inf -> (quant_min - zero_point) * scale, mask 0   (same as PyTorch 1.13)
+ *   +Inf, x/scale >= 2^63 -> (quant_max - zero_point) * scale, mask 0  (1.13 gives quant_min)
+ * Backward (straight-through estimator): grad_x = mask ? grad_y : 0.
+ *
+ * Buffers: the caller owns every array; the library keeps none of them. Where documented,
+ * dst may equal src (in place). Large tensors use OpenMP (results do not depend on the
+ * thread count); AVX2 / AVX-512 kernels are chosen at run time (QCAL_ISA caps them). */
+#ifndef QCAL_FAKEQUANT_H
+#define QCAL_FAKEQUANT_H
+
+#include "qcal/common.h"
+#include "qcal/observer.h"
+#include "qcal/qparams.h"
+#include "qcal/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Largest |quant_min|, |quant_max| the kernels accept (integers stay exact in float). */
+#define QCAL_FAKEQUANT_QRANGE_LIMIT (1 << 24)
+
+/* ---------------------------------------------------------------------------------------
+ * Fixed-qparams kernels (FakeQuantize / fake_quantize_per_*_affine).
+ * Arguments checked on every call: quant_min <= quant_max, both within
+ * +-QCAL_FAKEQUANT_QRANGE_LIMIT; every scale > 0 and finite; every zero_point in
+ * [quant_min, quant_max]. Failures leave every output untouched. */
+
+/* Per-tensor forward over n elements of src into dst (dst == src allowed). mask (n bytes,
+ * may be NULL) gets 1 where the unclamped q was inside [quant_min, quant_max], else 0. */
+QCAL_API qcal_status qcal_fakequant_per_tensor(const float *src, int64_t n, float scale,
+                                               int32_t zero_point, int64_t quant_min,
+                                               int64_t quant_max, float *dst, uint8_t *mask);
+
+/* Straight-through backward: grad_x[i] = mask[i] ? grad_y[i] : 0 (grad_x == grad_y allowed).
+ * Works for per-tensor, per-channel and learnable forwards alike. */
+QCAL_API qcal_status qcal_fakequant_backward(const float *grad_y, const uint8_t *mask,
+                                             int64_t n, float *grad_x);
+
+/* Fused per-tensor forward + backward in one pass (no mask array): dst = fake-quant(src),
+ * grad_x = straight-through(grad_y). dst == src and grad_x == grad_y allowed. */
+QCAL_API qcal_status qcal_fakequant_per_tensor_fused(const float *src, const float *grad_y,
+                                                     int64_t n, float scale,
+                                                     int32_t zero_point, int64_t quant_min,
+                                                     int64_t quant_max, float *dst,
+                                                     float *grad_x);
+
+/* Per-channel forward: src (shape from src->shape, data src->data), channel axis `axis`
+ * (negative counts from the end), scale/zero_point hold one value per channel
+ * (shape[axis] of them). dst has numel elements (dst == src->data allowed); mask as above. */
+QCAL_API qcal_status qcal_fakequant_per_channel(const qcal_tensor *src, int32_t axis,
+                                                const float *scale, const int32_t *zero_point,
+                                                int64_t quant_min, int64_t quant_max,
+                                                float *dst, uint8_t *mask);
+
+/* Fused per-channel forward + backward (grad_y/grad_x have numel elements; in place allowed). */
+QCAL_API qcal_status qcal_fakequant_per_channel_fused(const qcal_tensor *src,
+                                                      const float *grad_y, int32_t axis,
+                                                      const float *scale,
+                                                      const int32_t *zero_point,
+                                                      int64_t quant_min, int64_t quant_max,
+                                                      float *dst, float *grad_x);
+
+/* ---------------------------------------------------------------------------------------
+ * Learnable qparams (LSQ; torch._fake_quantize_learnable_per_{tensor,channel}_affine).
+ * zero_point is a float parameter: the forward rounds it half to even and clamps it to
+ * [quant_min, quant_max] (as PyTorch). PyTorch 1.13's per-tensor *backward* instead uses
+ * trunc(clamp(zero_point + 0.5)) (a defect: different from the forward for .5 ties and
+ * negative zero-points); qcal uses the forward's rounding in both directions.
+ * Gradients (per element, float, as ATen; q = nearbyintf(zp + x * inv_scale)):
+ *   q < quant_min: d_scale = grad_y * (quant_min - zp) * g, d_zp = -grad_y * scale * g
+ *   q > quant_max: d_scale = grad_y * (quant_max - zp) * g, d_zp = -grad_y * scale * g
+ *   otherwise:     d_scale = grad_y * (y - x) * inv_scale * g, d_zp = 0
+ * with g = grad_factor; grad_x = grad_y inside, 0 outside. grad_scale/grad_zero_point are
+ * the sums over elements (per channel: over all but the channel axis), accumulated in
+ * double over fixed blocks combined in a fixed order: identical for any thread count.
+ * The scale must be > 0 and finite (QCAL_ERR_INVALID_ARG otherwise); the FakeQuantize
+ * object clamps learned scales to >= eps before use, as PyTorch's _LearnableFakeQuantize. */
+
+/* LSQ grad_factor as _LearnableFakeQuantize(use_grad_scaling=True):
+ * 1 / sqrt(numel * quant_max), computed in double. numel >= 1 and quant_max >= 1. */
+QCAL_API qcal_status qcal_fakequant_grad_factor(int64_t numel, int64_t quant_max,
+                                                double *out);
+
+/* Learnable per-tensor forward: rounds/clamps zero_point, then qcal_fakequant_per_tensor. */
+QCAL_API qcal_status qcal_fakequant_learnable_per_tensor(const float *src, int64_t n,
+                                                         float scale, float zero_point,
+                                                         int64_t quant_min,
+                                                         int64_t quant_max, float *dst,
+                                                         uint8_t *mask);
+
+/* Learnable per-tensor backward: grad_x (n, may be NULL; grad_x == grad_y allowed),
+ * *grad_scale and *grad_zero_point get the sums (overwritten, not accumulated). */
+QCAL_API qcal_status qcal_fakequant_learnable_per_tensor_backward(
+    const float *src, const float *grad_y, int64_t n, float scale, float zero_point,
+    int64_t quant_min, int64_t quant_max, float grad_factor, float *grad_x,
+    float *grad_scale, float *grad_zero_point);
+
+/* Learnable per-channel forward (zero_point: one float per channel). */
+QCAL_API qcal_status qcal_fakequant_learnable_per_channel(const qcal_tensor *src,
+                                                          int32_t axis, const float *scale,
+                                                          const float *zero_point,
+                                                          int64_t quant_min,
+                                                          int64_t quant_max, float *dst,
+                                                          uint8_t *mask);
+
+/* Learnable per-channel backward: grad_scale/grad_zero_point get one sum per channel. */
+QCAL_API qcal_status qcal_fakequant_learnable_per_channel_backward(
+    const qcal_tensor *src, const float *grad_y, int32_t axis, const float *scale,
+    const float *zero_point, int64_t quant_min, int64_t quant_max, float grad_factor,
+    float *grad_x, float *grad_scale, float *grad_zero_point);
+
+/* ---------------------------------------------------------------------------------------
+ * The FakeQuantize object (torch.ao.quantization.FakeQuantize, and _LearnableFakeQuantize
+ * in learnable mode): forward(x) updates the observer (when enabled), recomputes the
+ * qparams from it, fake-quantizes (when enabled) and records the mask; backward(grad)
+ * applies the mask (and in learnable mode accumulates grad_scale / grad_zero_point).
+ *
+ *   qcal_fake_quantize_config cfg;
+ *   qcal_fake_quantize_config_default(&cfg, QCAL_FQ_WEIGHT_PER_CHANNEL);
+ *   qcal_fake_quantize *fq = NULL;
+ *   qcal_fake_quantize_create(&cfg, &fq);
+ *   per step: qcal_fake_quantize_forward(fq, &w, w_fq);  ... qcal_fake_quantize_backward(fq, g, gw, n);
+ *   qcal_fake_quantize_destroy(&fq);
+ *
+ * Not thread-safe: one object per quantized tensor, used by one thread at a time. */
+
+typedef enum qcal_fq_preset {
+    /* PyTorch's default QAT activation fake-quant (get_default_qat_qconfig('x86'/'fbgemm')):
+     * moving-average MinMax, quint8, per_tensor_affine, reduce_range (effective [0, 127]),
+     * averaging constant 0.01. */
+    QCAL_FQ_ACTIVATION = 0,
+    /* default_per_channel_weight_fake_quant: moving-average per-channel MinMax, qint8
+     * [-128, 127], per_channel_symmetric, axis 0, averaging constant 0.01. */
+    QCAL_FQ_WEIGHT_PER_CHANNEL = 1,
+    /* default_weight_fake_quant: moving-average MinMax, qint8 [-128, 127],
+     * per_tensor_symmetric, averaging constant 0.01. */
+    QCAL_FQ_WEIGHT_PER_TENSOR = 2,
+    /* Activation preset without reduce_range (qnnpack / onednn): quint8 [0, 255]. */
+    QCAL_FQ_ACTIVATION_FULL_RANGE = 3,
+} qcal_fq_preset;
+
+typedef struct qcal_fake_quantize_config {
+    qcal_observer_config observer;  /* default: the preset's observer (see qcal_fq_preset);
+                                     * any per-tensor or per-channel kind works */
+    bool learnable;                 /* default false; true: LSQ (_LearnableFakeQuantize) */
+    bool use_grad_scaling;          /* learnable: default false; true: grad_factor =
+                                     * 1/sqrt(numel * quant_max) */
+    float init_scale;               /* learnable: initial scale, default 1.0 */
+    float init_zero_point;          /* learnable: initial zero-point, default 0.0 */
+    int64_t channels;               /* learnable per-channel: parameter count; default 0 =
+                                     * taken from the first forward's shape[axis] */
+    int64_t freeze_after;           /* default 0 = never; N > 0: after N forward steps the
+                                     * observer is disabled and the qparams stay fixed */
+} qcal_fake_quantize_config;
+
+typedef struct qcal_fake_quantize qcal_fake_quantize;
+
+/* Fills *cfg with the preset's defaults (documented on each field above). */
+QCAL_API void qcal_fake_quantize_config_default(qcal_fake_quantize_config *cfg,
+                                                qcal_fq_preset preset);
+
+/* Creates a FakeQuantize object (observer and fake-quant enabled, step 0); *out owned by
+ * the caller, release with qcal_fake_quantize_destroy. */
+QCAL_API qcal_status qcal_fake_quantize_create(const qcal_fake_quantize_config *cfg,
+                                               qcal_fake_quantize **out);
+
+/* Destroys *fq (NULL or *fq == NULL is fine) and sets *fq to NULL. */
+QCAL_API void qcal_fake_quantize_destroy(qcal_fake_quantize **fq);
+
+/* One training step's forward: observe x (if the observer is enabled and not frozen), take
+ * the qparams, fake-quantize into y (numel floats; y == x->data allowed) if fake-quant is
+ * enabled, else copy. Records the mask (and, learnable, a copy of x) for backward. Counts
+ * the step; freezes when freeze_after is reached. On failure nothing changes. */
+QCAL_API qcal_status qcal_fake_quantize_forward(qcal_fake_quantize *fq, const qcal_tensor *x,
+                                                float *y);
+
+/* Backward of the last forward: n must equal its numel (QCAL_ERR_STATE without a forward,
+ * QCAL_ERR_MISMATCH on another n). grad_x = mask ? grad_y : 0 (grad_y if fake-quant was
+ * disabled); grad_x == grad_y allowed. Learnable: also adds to grad_scale/grad_zero_point. */
+QCAL_API qcal_status qcal_fake_quantize_backward(qcal_fake_quantize *fq, const float *grad_y,
+                                                 int64_t n, float *grad_x);
+
+/* Switches (PyTorch's enable_observer / enable_fake_quant). */
+QCAL_API qcal_status qcal_fake_quantize_enable_observer(qcal_fake_quantize *fq, bool enabled);
+QCAL_API qcal_status qcal_fake_quantize_enable_fake_quant(qcal_fake_quantize *fq, bool enabled);
+
+/* Freezes now: observer disabled for good, qparams fixed at their current values. */
+QCAL_API qcal_status qcal_fake_quantize_freeze(qcal_fake_quantize *fq);
+
+/* Current switches, frozen flag and forward step count (any output may be NULL). */
+QCAL_API qcal_status qcal_fake_quantize_status(const qcal_fake_quantize *fq,
+                                               bool *observer_enabled,
+                                               bool *fake_quant_enabled, bool *frozen,
+                                               int64_t *steps);
+
+/* The qparams the last forward used (scale 1, zero-point 0 before any forward); for the
+ * learnable mode the rounded, clamped zero-points. cap = capacity, *n = channel count. */
+QCAL_API qcal_status qcal_fake_quantize_qparams(const qcal_fake_quantize *fq, int64_t cap,
+                                                float *scale, int32_t *zero_point,
+                                                int64_t *n);
+
+/* Learnable mode: pointers to the object's parameters and their gradients (n values each,
+ * owned by the object, valid until the next forward/load/destroy). The optimiser updates
+ * *scale / *zero_point in place; the next forward clamps scales to >= eps. Gradients
+ * accumulate over backward calls until qcal_fake_quantize_zero_grad. QCAL_ERR_STATE if
+ * not learnable or not yet sized (per-channel before the first forward). */
+QCAL_API qcal_status qcal_fake_quantize_params(qcal_fake_quantize *fq, float **scale,
+                                               float **zero_point, float **grad_scale,
+                                               float **grad_zero_point, int64_t *n);
+
+/* Learnable mode: sets grad_scale / grad_zero_point to 0. */
+QCAL_API qcal_status qcal_fake_quantize_zero_grad(qcal_fake_quantize *fq);
+
+/* The observer inside (owned by the object; read-only use). */
+QCAL_API qcal_status qcal_fake_quantize_observer(const qcal_fake_quantize *fq,
+                                                 const qcal_observer **obs);
+
+/* Serialises config, switches, step, qparams, learnable parameters and the observer state
+ * (qcal_observer_save) into a new versioned little-endian buffer (free with qcal_free). */
+QCAL_API qcal_status qcal_fake_quantize_save(const qcal_fake_quantize *fq, void **buf,
+                                             size_t *len);
+
+/* Creates an object from a qcal_fake_quantize_save blob; malformed is QCAL_ERR_FORMAT. */
+QCAL_API qcal_status qcal_fake_quantize_load(const void *buf, size_t len,
+                                             qcal_fake_quantize **out);
+
+/* The same as files (written atomically: temporary then rename). */
+QCAL_API qcal_status qcal_fake_quantize_save_file(const qcal_fake_quantize *fq,
+                                                  const char *path);
+QCAL_API qcal_status qcal_fake_quantize_load_file(const char *path, qcal_fake_quantize **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
