@@ -7,5 +7,6 @@
 #include "qcal/tensor.h"
 #include "qcal/qparams.h"
 #include "qcal/observer.h"
+#include "qcal/fakequant.h"
 
 #endif
