@@ -1,0 +1,96 @@
+/* qcal safetensors: a validating, memory-mapped reader (F32, F16, BF16, F64 converted to
+ * float32 per tensor or per chunk, so files larger than memory stream) and an atomic
+ * writer for float32 tensors.
+ *
+ * Format (huggingface/safetensors): 8-byte little-endian header length N, N bytes of JSON
+ * header {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
+ * "__metadata__": {"k": "v"}}, then the data section; offsets are relative to it.
+ * Open validates everything before any data is read: N < 100 MiB and within the file; the
+ * header is strict JSON (io/json.c) whose members are exactly dtype/shape/data_offsets;
+ * names unique and non-empty; shape products do not overflow; end - begin equals
+ * numel * dtype size; tensors tile the data section without overlap or hole, and the
+ * section ends at the last tensor (the rules of the reference implementation).
+ * A dtype the format knows but qcal cannot convert (I64, U8, BOOL, ...) is listed with
+ * its name, and reading it is QCAL_ERR_UNSUPPORTED; an unknown dtype string fails open. */
+#ifndef QCAL_SAFETENSORS_H
+#define QCAL_SAFETENSORS_H
+
+#include "qcal/common.h"
+#include "qcal/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum qcal_st_dtype {
+    QCAL_ST_F32 = 0,
+    QCAL_ST_F16 = 1,
+    QCAL_ST_BF16 = 2,
+    QCAL_ST_F64 = 3,
+    QCAL_ST_OTHER = 4,   /* a valid safetensors dtype qcal does not convert (see dtype_name) */
+} qcal_st_dtype;
+
+typedef struct qcal_st_info {
+    const char *name;          /* tensor name, owned by the reader (valid until close) */
+    qcal_st_dtype dtype;
+    const char *dtype_name;    /* as in the file: "F32", "I64", ... (owned by the reader) */
+    int32_t ndim;              /* 0..QCAL_MAX_DIMS */
+    int64_t shape[QCAL_MAX_DIMS];
+    int64_t numel;             /* product of shape (1 for a scalar) */
+    int64_t nbytes;            /* bytes in the file */
+    int64_t offset;            /* absolute file offset of the first byte */
+} qcal_st_info;
+
+typedef struct qcal_safetensors qcal_safetensors;
+
+/* Opens and validates path (memory-mapped read only). *out owned by the caller; release
+ * with qcal_safetensors_close. Malformed files are QCAL_ERR_FORMAT with the reason. */
+QCAL_API qcal_status qcal_safetensors_open(const char *path, qcal_safetensors **out);
+
+/* Unmaps and frees *st (NULL or *st NULL is fine) and sets *st to NULL. */
+QCAL_API void qcal_safetensors_close(qcal_safetensors **st);
+
+/* Number of tensors (excluding __metadata__). */
+QCAL_API qcal_status qcal_safetensors_count(const qcal_safetensors *st, int64_t *n);
+
+/* Describes tensor i (0 <= i < count); tensors are numbered in data-offset order. */
+QCAL_API qcal_status qcal_safetensors_info(const qcal_safetensors *st, int64_t i,
+                                           qcal_st_info *info);
+
+/* Index of the tensor called name, or QCAL_ERR_NOT_FOUND. */
+QCAL_API qcal_status qcal_safetensors_find(const qcal_safetensors *st, const char *name,
+                                           int64_t *i);
+
+/* Value of a __metadata__ entry (owned by the reader) or QCAL_ERR_NOT_FOUND. */
+QCAL_API qcal_status qcal_safetensors_metadata(const qcal_safetensors *st, const char *key,
+                                               const char **value);
+
+/* Converts elements [start, start + count) of tensor i (flattened, C order) to float32
+ * into dst[0..count). F16/BF16 convert exactly (NaN payloads kept quiet); F64 rounds to
+ * nearest. Reading a chunk touches only its pages: stream a big tensor chunk by chunk. */
+QCAL_API qcal_status qcal_safetensors_read_f32(const qcal_safetensors *st, int64_t i,
+                                               int64_t start, int64_t count, float *dst);
+
+/* Zero-copy access to a F32 tensor's bytes in the mapping (valid until close; possibly
+ * unaligned for float: read with memcpy or unaligned loads). Other dtypes:
+ * QCAL_ERR_UNSUPPORTED. */
+QCAL_API qcal_status qcal_safetensors_raw(const qcal_safetensors *st, int64_t i,
+                                          const void **bytes);
+
+/* Tells the kernel that tensor i's pages will not be needed again (streaming readers call
+ * it after each tensor so page cache can be reclaimed). Always succeeds on a valid index. */
+QCAL_API qcal_status qcal_safetensors_release(const qcal_safetensors *st, int64_t i);
+
+/* Writes n float32 tensors to path atomically (temporary file, then rename), in the given
+ * order, names unique and non-empty. Header keys appear in that order, padded with spaces
+ * to a multiple of 8 bytes. metadata: NULL, or n_meta key/value string pairs
+ * (meta[2k] = key, meta[2k+1] = value) stored under "__metadata__". */
+QCAL_API qcal_status qcal_safetensors_write_f32(const char *path, int64_t n,
+                                                const char *const *names,
+                                                const qcal_tensor *tensors,
+                                                int64_t n_meta, const char *const *meta);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
