@@ -1,0 +1,564 @@
+/* Fake-quant forward / straight-through backward kernels, per tensor and per channel, with
+ * the arithmetic of PyTorch 1.13's ATen CPU kernels (QuantizedOpKernels.cpp,
+ * fake_quantize_tensor_cachemask_kernel and fake_quant_per_channel_cachemask_cpu):
+ *
+ *   inv_scale = 1.0f / scale;                        float division
+ *   q = zero_point + nearbyint(x * inv_scale);       ATen: int64 + float -> the add is in
+ *                                                    float; round half to even (nearbyintf
+ *                                                    under the default rounding mode)
+ *   mask = quant_min <= q && q <= quant_max;          false for NaN
+ *   y = (clamp(q, quant_min, quant_max) - zero_point) * scale
+ *
+ * ATen computes y in double ((double)(int64) * (double)scale, rounded to float on store);
+ * with |q - zero_point| <= 2^25 that product is exact in double, so one float multiply
+ * gives the same bits. ATen casts q to int64 before clamping: NaN, +-Inf and |q| >= 2^63
+ * become INT64_MIN and come out as quant_min (so +Inf -> quant_min, a PyTorch 1.13 defect,
+ * fixed in later PyTorch by clamping in float). qcal clamps in float: NaN -> quant_min,
+ * -Inf -> quant_min, +Inf / huge -> quant_max; the mask is 0 for all of them, as in 1.13.
+ *
+ * Backward: ATen returns dY * mask (mask promoted to 0.0f / 1.0f), so a masked-out negative
+ * gradient becomes -0.0f and a NaN gradient stays NaN; qcal multiplies the same way.
+ *
+ * SIMD: AVX2 and AVX-512 versions do the same float operations in the same order
+ * (vroundps / vrndscaleps with round-to-nearest-even; max(q, qmin) returns qmin for NaN as
+ * the C reference's comparisons do), so every ISA gives identical bits. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fakequant/fakequant_impl.h"
+#include "qcal_config.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define QCAL_FQ_X86 1
+#else
+#define QCAL_FQ_X86 0
+#endif
+
+/* Elements per OpenMP work item: large enough to amortise scheduling, small enough to
+ * balance two cores on a 16M tensor. */
+#define FQ_BLOCK 65536
+
+/* ----------------------------------------------------------------------------------- */
+/* C references */
+
+static inline float fq_q(float x, const qcal_fq_run *p)
+{
+    return p->zp + nearbyintf(x * p->inv_scale);
+}
+
+static inline float fq_clamp(float q, const qcal_fq_run *p)
+{
+    float c = q >= p->qmin ? q : p->qmin;   /* NaN -> qmin */
+    return c <= p->qmax ? c : p->qmax;
+}
+
+void qcal_f32_fakequant__c(const float *src, int64_t n, const qcal_fq_run *p, float *dst,
+                           uint8_t *mask)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float q = fq_q(src[i], p);
+        uint8_t m = (uint8_t)(q >= p->qmin && q <= p->qmax);
+        dst[i] = (fq_clamp(q, p) - p->zp) * p->scale;
+        if (mask)
+            mask[i] = m;
+    }
+}
+
+void qcal_f32_fakequant_fused__c(const float *src, const float *gy, int64_t n,
+                                 const qcal_fq_run *p, float *dst, float *gx)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float q = fq_q(src[i], p);
+        float m = (q >= p->qmin && q <= p->qmax) ? 1.0f : 0.0f;
+        dst[i] = (fq_clamp(q, p) - p->zp) * p->scale;
+        gx[i] = gy[i] * m;
+    }
+}
+
+void qcal_f32_fakequant_backward__c(const float *gy, const uint8_t *mask, int64_t n,
+                                    float *gx)
+{
+    for (int64_t i = 0; i < n; i++)
+        gx[i] = gy[i] * (mask[i] ? 1.0f : 0.0f);
+}
+
+/* ----------------------------------------------------------------------------------- */
+/* AVX2 */
+
+#if QCAL_FQ_X86
+#define AVX2_TARGET __attribute__((target("avx2,fma")))
+
+/* Eight 0/-1 int32 lanes -> eight 0/1 bytes (low 64 bits of the result). */
+AVX2_TARGET static inline __m128i avx2_mask_bytes(__m256 m0, __m256 m1)
+{
+    __m256i a = _mm256_srli_epi32(_mm256_castps_si256(m0), 31);
+    __m256i b = _mm256_srli_epi32(_mm256_castps_si256(m1), 31);
+    __m128i a16 = _mm_packus_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    __m128i b16 = _mm_packus_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+    return _mm_packus_epi16(a16, b16);
+}
+
+AVX2_TARGET static inline __m256 avx2_fq(__m256 x, __m256 inv, __m256 zp, __m256 qmin,
+                                         __m256 qmax, __m256 scale, __m256 *mask)
+{
+    __m256 q = _mm256_add_ps(zp, _mm256_round_ps(_mm256_mul_ps(x, inv),
+                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    *mask = _mm256_and_ps(_mm256_cmp_ps(q, qmin, _CMP_GE_OQ), _mm256_cmp_ps(q, qmax, _CMP_LE_OQ));
+    __m256 c = _mm256_min_ps(_mm256_max_ps(q, qmin), qmax);   /* max(NaN, qmin) = qmin */
+    return _mm256_mul_ps(_mm256_sub_ps(c, zp), scale);
+}
+
+AVX2_TARGET void qcal_f32_fakequant__avx2(const float *src, int64_t n, const qcal_fq_run *p,
+                                          float *dst, uint8_t *mask)
+{
+    const __m256 inv = _mm256_set1_ps(p->inv_scale), zp = _mm256_set1_ps(p->zp);
+    const __m256 qmin = _mm256_set1_ps(p->qmin), qmax = _mm256_set1_ps(p->qmax);
+    const __m256 scale = _mm256_set1_ps(p->scale);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 m0, m1;
+        __m256 y0 = avx2_fq(_mm256_loadu_ps(src + i), inv, zp, qmin, qmax, scale, &m0);
+        __m256 y1 = avx2_fq(_mm256_loadu_ps(src + i + 8), inv, zp, qmin, qmax, scale, &m1);
+        _mm256_storeu_ps(dst + i, y0);
+        _mm256_storeu_ps(dst + i + 8, y1);
+        if (mask)
+            _mm_storeu_si128((__m128i *)(mask + i), avx2_mask_bytes(m0, m1));
+    }
+    if (i < n)
+        qcal_f32_fakequant__c(src + i, n - i, p, dst + i, mask ? mask + i : NULL);
+}
+
+AVX2_TARGET void qcal_f32_fakequant_fused__avx2(const float *src, const float *gy, int64_t n,
+                                                const qcal_fq_run *p, float *dst, float *gx)
+{
+    const __m256 inv = _mm256_set1_ps(p->inv_scale), zp = _mm256_set1_ps(p->zp);
+    const __m256 qmin = _mm256_set1_ps(p->qmin), qmax = _mm256_set1_ps(p->qmax);
+    const __m256 scale = _mm256_set1_ps(p->scale), one = _mm256_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 m;
+        __m256 y = avx2_fq(_mm256_loadu_ps(src + i), inv, zp, qmin, qmax, scale, &m);
+        __m256 g = _mm256_mul_ps(_mm256_loadu_ps(gy + i), _mm256_and_ps(m, one));
+        _mm256_storeu_ps(dst + i, y);
+        _mm256_storeu_ps(gx + i, g);
+    }
+    if (i < n)
+        qcal_f32_fakequant_fused__c(src + i, gy + i, n - i, p, dst + i, gx + i);
+}
+
+AVX2_TARGET void qcal_f32_fakequant_backward__avx2(const float *gy, const uint8_t *mask,
+                                                   int64_t n, float *gx)
+{
+    const __m256 one = _mm256_set1_ps(1.0f);
+    const __m256i zero = _mm256_setzero_si256();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(mask + i)));
+        __m256 keep = _mm256_castsi256_ps(
+            _mm256_xor_si256(_mm256_cmpeq_epi32(m, zero), _mm256_set1_epi32(-1)));
+        _mm256_storeu_ps(gx + i, _mm256_mul_ps(_mm256_loadu_ps(gy + i), _mm256_and_ps(keep, one)));
+    }
+    if (i < n)
+        qcal_f32_fakequant_backward__c(gy + i, mask + i, n - i, gx + i);
+}
+
+/* ----------------------------------------------------------------------------------- */
+/* AVX-512 */
+
+#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+
+AVX512_TARGET static inline __m512 avx512_fq(__m512 x, __m512 inv, __m512 zp, __m512 qmin,
+                                             __m512 qmax, __m512 scale, __mmask16 *mask)
+{
+    __m512 q = _mm512_add_ps(zp, _mm512_roundscale_ps(_mm512_mul_ps(x, inv),
+                                                      _MM_FROUND_TO_NEAREST_INT |
+                                                          _MM_FROUND_NO_EXC));
+    *mask = _mm512_cmp_ps_mask(q, qmin, _CMP_GE_OQ) & _mm512_cmp_ps_mask(q, qmax, _CMP_LE_OQ);
+    __m512 c = _mm512_min_ps(_mm512_max_ps(q, qmin), qmax);
+    return _mm512_mul_ps(_mm512_sub_ps(c, zp), scale);
+}
+
+AVX512_TARGET void qcal_f32_fakequant__avx512(const float *src, int64_t n,
+                                              const qcal_fq_run *p, float *dst,
+                                              uint8_t *mask)
+{
+    const __m512 inv = _mm512_set1_ps(p->inv_scale), zp = _mm512_set1_ps(p->zp);
+    const __m512 qmin = _mm512_set1_ps(p->qmin), qmax = _mm512_set1_ps(p->qmax);
+    const __m512 scale = _mm512_set1_ps(p->scale);
+    const __m128i ones = _mm_set1_epi8(1);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __mmask16 m;
+        __m512 y = avx512_fq(_mm512_loadu_ps(src + i), inv, zp, qmin, qmax, scale, &m);
+        _mm512_storeu_ps(dst + i, y);
+        if (mask)
+            _mm_storeu_si128((__m128i *)(mask + i), _mm_maskz_mov_epi8(m, ones));
+    }
+    if (i < n) {
+        __mmask16 t = (__mmask16)((1u << (n - i)) - 1u), m;
+        __m512 y = avx512_fq(_mm512_maskz_loadu_ps(t, src + i), inv, zp, qmin, qmax, scale, &m);
+        _mm512_mask_storeu_ps(dst + i, t, y);
+        if (mask)
+            _mm_mask_storeu_epi8(mask + i, t, _mm_maskz_mov_epi8(m, ones));
+    }
+}
+
+AVX512_TARGET void qcal_f32_fakequant_fused__avx512(const float *src, const float *gy,
+                                                    int64_t n, const qcal_fq_run *p,
+                                                    float *dst, float *gx)
+{
+    const __m512 inv = _mm512_set1_ps(p->inv_scale), zp = _mm512_set1_ps(p->zp);
+    const __m512 qmin = _mm512_set1_ps(p->qmin), qmax = _mm512_set1_ps(p->qmax);
+    const __m512 scale = _mm512_set1_ps(p->scale), one = _mm512_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __mmask16 m;
+        __m512 y = avx512_fq(_mm512_loadu_ps(src + i), inv, zp, qmin, qmax, scale, &m);
+        __m512 g = _mm512_mul_ps(_mm512_loadu_ps(gy + i), _mm512_maskz_mov_ps(m, one));
+        _mm512_storeu_ps(dst + i, y);
+        _mm512_storeu_ps(gx + i, g);
+    }
+    if (i < n) {
+        __mmask16 t = (__mmask16)((1u << (n - i)) - 1u), m;
+        __m512 y = avx512_fq(_mm512_maskz_loadu_ps(t, src + i), inv, zp, qmin, qmax, scale, &m);
+        __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(t, gy + i), _mm512_maskz_mov_ps(m, one));
+        _mm512_mask_storeu_ps(dst + i, t, y);
+        _mm512_mask_storeu_ps(gx + i, t, g);
+    }
+}
+
+AVX512_TARGET void qcal_f32_fakequant_backward__avx512(const float *gy, const uint8_t *mask,
+                                                       int64_t n, float *gx)
+{
+    const __m512 one = _mm512_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m128i mb = _mm_loadu_si128((const __m128i *)(mask + i));
+        __mmask16 m = _mm_test_epi8_mask(mb, mb);
+        _mm512_storeu_ps(gx + i, _mm512_mul_ps(_mm512_loadu_ps(gy + i), _mm512_maskz_mov_ps(m, one)));
+    }
+    if (i < n) {
+        __mmask16 t = (__mmask16)((1u << (n - i)) - 1u);
+        __m128i mb = _mm_maskz_loadu_epi8(t, mask + i);
+        __mmask16 m = _mm_test_epi8_mask(mb, mb);
+        __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(t, gy + i), _mm512_maskz_mov_ps(m, one));
+        _mm512_mask_storeu_ps(gx + i, t, g);
+    }
+}
+#else
+void qcal_f32_fakequant__avx2(const float *src, int64_t n, const qcal_fq_run *p, float *dst,
+                              uint8_t *mask)
+{
+    qcal_f32_fakequant__c(src, n, p, dst, mask);
+}
+void qcal_f32_fakequant__avx512(const float *src, int64_t n, const qcal_fq_run *p,
+                                float *dst, uint8_t *mask)
+{
+    qcal_f32_fakequant__c(src, n, p, dst, mask);
+}
+void qcal_f32_fakequant_fused__avx2(const float *src, const float *gy, int64_t n,
+                                    const qcal_fq_run *p, float *dst, float *gx)
+{
+    qcal_f32_fakequant_fused__c(src, gy, n, p, dst, gx);
+}
+void qcal_f32_fakequant_fused__avx512(const float *src, const float *gy, int64_t n,
+                                      const qcal_fq_run *p, float *dst, float *gx)
+{
+    qcal_f32_fakequant_fused__c(src, gy, n, p, dst, gx);
+}
+void qcal_f32_fakequant_backward__avx2(const float *gy, const uint8_t *mask, int64_t n,
+                                       float *gx)
+{
+    qcal_f32_fakequant_backward__c(gy, mask, n, gx);
+}
+void qcal_f32_fakequant_backward__avx512(const float *gy, const uint8_t *mask, int64_t n,
+                                         float *gx)
+{
+    qcal_f32_fakequant_backward__c(gy, mask, n, gx);
+}
+#endif
+
+/* ----------------------------------------------------------------------------------- */
+/* Dispatch table, chosen per call from qcal_cpu_isa() (cached; QCAL_ISA caps it). */
+
+typedef struct fq_kernels {
+    void (*fwd)(const float *, int64_t, const qcal_fq_run *, float *, uint8_t *);
+    void (*fused)(const float *, const float *, int64_t, const qcal_fq_run *, float *, float *);
+    void (*bwd)(const float *, const uint8_t *, int64_t, float *);
+} fq_kernels;
+
+static const fq_kernels fq_table[3] = {
+    { qcal_f32_fakequant__c, qcal_f32_fakequant_fused__c, qcal_f32_fakequant_backward__c },
+    { qcal_f32_fakequant__avx2, qcal_f32_fakequant_fused__avx2,
+      qcal_f32_fakequant_backward__avx2 },
+    { qcal_f32_fakequant__avx512, qcal_f32_fakequant_fused__avx512,
+      qcal_f32_fakequant_backward__avx512 },
+};
+
+static const fq_kernels *fq_kernels_get(void)
+{
+    return &fq_table[qcal_cpu_isa()];
+}
+
+/* ----------------------------------------------------------------------------------- */
+/* Shared checks */
+
+qcal_status qcal_fq_check_range(int64_t quant_min, int64_t quant_max)
+{
+    const int64_t lim = QCAL_FAKEQUANT_QRANGE_LIMIT;
+    if (quant_min > quant_max)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "quant_min %lld is greater than quant_max %lld",
+                          (long long)quant_min, (long long)quant_max);
+    if (quant_min < -lim || quant_max > lim)
+        return qcal_error(QCAL_ERR_UNSUPPORTED,
+                          "quantization range [%lld, %lld] exceeds [-%lld, %lld] (integers "
+                          "must stay exact in float)",
+                          (long long)quant_min, (long long)quant_max, (long long)lim,
+                          (long long)lim);
+    return QCAL_OK;
+}
+
+qcal_status qcal_fq_check_qparams(float scale, int64_t zero_point, int64_t quant_min,
+                                  int64_t quant_max, int64_t channel)
+{
+    char where[48] = "";
+    if (channel >= 0)
+        snprintf(where, sizeof where, " (channel %lld)", (long long)channel);
+    if (!(scale > 0.0f && isfinite(scale)))
+        return qcal_error(QCAL_ERR_INVALID_ARG, "scale %g%s must be > 0 and finite",
+                          (double)scale, where);
+    if (zero_point < quant_min || zero_point > quant_max)
+        return qcal_error(QCAL_ERR_INVALID_ARG,
+                          "zero_point %lld%s is outside [quant_min %lld, quant_max %lld]",
+                          (long long)zero_point, where, (long long)quant_min,
+                          (long long)quant_max);
+    return QCAL_OK;
+}
+
+void qcal_fq_run_init(qcal_fq_run *r, float scale, int64_t zero_point, int64_t quant_min,
+                      int64_t quant_max)
+{
+    r->scale = scale;
+    r->inv_scale = 1.0f / scale;
+    r->zp = (float)zero_point;
+    r->qmin = (float)quant_min;
+    r->qmax = (float)quant_max;
+}
+
+qcal_status qcal_fq_split(const qcal_tensor *t, int32_t axis, int64_t *outer,
+                          int64_t *channels, int64_t *inner)
+{
+    if (!t)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "tensor is NULL");
+    int64_t n;
+    qcal_status st = qcal_tensor_numel(t, &n);
+    if (st != QCAL_OK)
+        return st;
+    if (n == 0)
+        return qcal_error(QCAL_ERR_EMPTY, "cannot fake-quantize an empty tensor");
+    if (!t->data)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "tensor data is NULL");
+    if (t->ndim < 1)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "per-channel fake-quant needs ndim >= 1, got 0");
+    int32_t ax;
+    st = qcal_tensor_axis(t, axis, &ax);
+    if (st != QCAL_OK)
+        return st;
+    int64_t o = 1, in = 1;
+    for (int32_t d = 0; d < ax; d++)
+        o *= t->shape[d];   /* cannot overflow: the full product was checked */
+    for (int32_t d = ax + 1; d < t->ndim; d++)
+        in *= t->shape[d];
+    *outer = o;
+    *channels = t->shape[ax];
+    *inner = in;
+    return QCAL_OK;
+}
+
+static qcal_status check_n(int64_t n, const void *a, const void *b)
+{
+    if (n < 0)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "element count %lld is negative", (long long)n);
+    if (n == 0)
+        return qcal_error(QCAL_ERR_EMPTY, "cannot fake-quantize an empty tensor");
+    if (!a || !b)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "input or output buffer is NULL");
+    return QCAL_OK;
+}
+
+/* ----------------------------------------------------------------------------------- */
+/* Per tensor */
+
+qcal_status qcal_fakequant_per_tensor(const float *src, int64_t n, float scale,
+                                      int32_t zero_point, int64_t quant_min, int64_t quant_max,
+                                      float *dst, uint8_t *mask)
+{
+    qcal_status st = check_n(n, src, dst);
+    if (st == QCAL_OK)
+        st = qcal_fq_check_range(quant_min, quant_max);
+    if (st == QCAL_OK)
+        st = qcal_fq_check_qparams(scale, zero_point, quant_min, quant_max, -1);
+    if (st != QCAL_OK)
+        return st;
+    qcal_fq_run p;
+    qcal_fq_run_init(&p, scale, zero_point, quant_min, quant_max);
+    const fq_kernels *k = fq_kernels_get();
+    int nt = qcal_threads_for(n);
+    int64_t nblk = (n + FQ_BLOCK - 1) / FQ_BLOCK;
+#if QCAL_HAVE_OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+    for (int64_t b = 0; b < nblk; b++) {
+        int64_t i = b * FQ_BLOCK, m = n - i < FQ_BLOCK ? n - i : FQ_BLOCK;
+        k->fwd(src + i, m, &p, dst + i, mask ? mask + i : NULL);
+    }
+    (void)nt;
+    return QCAL_OK;
+}
+
+qcal_status qcal_fakequant_backward(const float *grad_y, const uint8_t *mask, int64_t n,
+                                    float *grad_x)
+{
+    qcal_status st = check_n(n, grad_y, grad_x);
+    if (st != QCAL_OK)
+        return st;
+    if (!mask)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "mask is NULL");
+    const fq_kernels *k = fq_kernels_get();
+    int nt = qcal_threads_for(n);
+    int64_t nblk = (n + FQ_BLOCK - 1) / FQ_BLOCK;
+#if QCAL_HAVE_OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+    for (int64_t b = 0; b < nblk; b++) {
+        int64_t i = b * FQ_BLOCK, m = n - i < FQ_BLOCK ? n - i : FQ_BLOCK;
+        k->bwd(grad_y + i, mask + i, m, grad_x + i);
+    }
+    (void)nt;
+    return QCAL_OK;
+}
+
+qcal_status qcal_fakequant_per_tensor_fused(const float *src, const float *grad_y, int64_t n,
+                                            float scale, int32_t zero_point, int64_t quant_min,
+                                            int64_t quant_max, float *dst, float *grad_x)
+{
+    qcal_status st = check_n(n, src, dst);
+    if (st == QCAL_OK && (!grad_y || !grad_x))
+        st = qcal_error(QCAL_ERR_INVALID_ARG, "gradient buffer is NULL");
+    if (st == QCAL_OK)
+        st = qcal_fq_check_range(quant_min, quant_max);
+    if (st == QCAL_OK)
+        st = qcal_fq_check_qparams(scale, zero_point, quant_min, quant_max, -1);
+    if (st != QCAL_OK)
+        return st;
+    qcal_fq_run p;
+    qcal_fq_run_init(&p, scale, zero_point, quant_min, quant_max);
+    const fq_kernels *k = fq_kernels_get();
+    int nt = qcal_threads_for(n);
+    int64_t nblk = (n + FQ_BLOCK - 1) / FQ_BLOCK;
+#if QCAL_HAVE_OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+    for (int64_t b = 0; b < nblk; b++) {
+        int64_t i = b * FQ_BLOCK, m = n - i < FQ_BLOCK ? n - i : FQ_BLOCK;
+        k->fused(src + i, grad_y + i, m, &p, dst + i, grad_x + i);
+    }
+    (void)nt;
+    return QCAL_OK;
+}
+
+/* ----------------------------------------------------------------------------------- */
+/* Per channel: src is (outer, C, inner) around the axis; each (row, block) work item is one
+ * contiguous run with one channel's parameters. */
+
+static qcal_status per_channel_prepare(const qcal_tensor *src, int32_t axis,
+                                       const float *scale, const int32_t *zero_point,
+                                       int64_t quant_min, int64_t quant_max, int64_t *outer,
+                                       int64_t *ch, int64_t *inner, qcal_fq_run **runs)
+{
+    qcal_status st = qcal_fq_split(src, axis, outer, ch, inner);
+    if (st != QCAL_OK)
+        return st;
+    if (!scale || !zero_point)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "per-channel scale or zero_point is NULL");
+    st = qcal_fq_check_range(quant_min, quant_max);
+    if (st != QCAL_OK)
+        return st;
+    for (int64_t c = 0; c < *ch; c++) {
+        st = qcal_fq_check_qparams(scale[c], zero_point[c], quant_min, quant_max, c);
+        if (st != QCAL_OK)
+            return st;
+    }
+    qcal_fq_run *r = qcal_malloc((size_t)*ch * sizeof *r);
+    if (!r)
+        return QCAL_ERR_NO_MEMORY;
+    for (int64_t c = 0; c < *ch; c++)
+        qcal_fq_run_init(&r[c], scale[c], zero_point[c], quant_min, quant_max);
+    *runs = r;
+    return QCAL_OK;
+}
+
+qcal_status qcal_fakequant_per_channel(const qcal_tensor *src, int32_t axis, const float *scale,
+                                       const int32_t *zero_point, int64_t quant_min,
+                                       int64_t quant_max, float *dst, uint8_t *mask)
+{
+    if (!dst)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "output buffer is NULL");
+    int64_t outer, ch, inner;
+    qcal_fq_run *runs = NULL;
+    qcal_status st = per_channel_prepare(src, axis, scale, zero_point, quant_min, quant_max,
+                                         &outer, &ch, &inner, &runs);
+    if (st != QCAL_OK)
+        return st;
+    const fq_kernels *k = fq_kernels_get();
+    const float *x = src->data;
+    int64_t rows = outer * ch, bpr = (inner + FQ_BLOCK - 1) / FQ_BLOCK;
+    int64_t items = rows * bpr;
+    int nt = qcal_threads_for(rows * inner);
+#if QCAL_HAVE_OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+    for (int64_t it = 0; it < items; it++) {
+        int64_t r = it / bpr, b = it % bpr;
+        int64_t off = r * inner + b * FQ_BLOCK;
+        int64_t m = inner - b * FQ_BLOCK < FQ_BLOCK ? inner - b * FQ_BLOCK : FQ_BLOCK;
+        k->fwd(x + off, m, &runs[r % ch], dst + off, mask ? mask + off : NULL);
+    }
+    (void)nt;
+    free(runs);
+    return QCAL_OK;
+}
+
+qcal_status qcal_fakequant_per_channel_fused(const qcal_tensor *src, const float *grad_y,
+                                             int32_t axis, const float *scale,
+                                             const int32_t *zero_point, int64_t quant_min,
+                                             int64_t quant_max, float *dst, float *grad_x)
+{
+    if (!dst || !grad_y || !grad_x)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "output or gradient buffer is NULL");
+    int64_t outer, ch, inner;
+    qcal_fq_run *runs = NULL;
+    qcal_status st = per_channel_prepare(src, axis, scale, zero_point, quant_min, quant_max,
+                                         &outer, &ch, &inner, &runs);
+    if (st != QCAL_OK)
+        return st;
+    const fq_kernels *k = fq_kernels_get();
+    const float *x = src->data;
+    int64_t rows = outer * ch, bpr = (inner + FQ_BLOCK - 1) / FQ_BLOCK;
+    int64_t items = rows * bpr;
+    int nt = qcal_threads_for(rows * inner);
+#if QCAL_HAVE_OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+    for (int64_t it = 0; it < items; it++) {
+        int64_t r = it / bpr, b = it % bpr;
+        int64_t off = r * inner + b * FQ_BLOCK;
+        int64_t m = inner - b * FQ_BLOCK < FQ_BLOCK ? inner - b * FQ_BLOCK : FQ_BLOCK;
+        k->fused(x + off, grad_y + off, m, &runs[r % ch], dst + off, grad_x + off);
+    }
+    (void)nt;
+    free(runs);
+    return QCAL_OK;
+}
