@@ -1,0 +1,584 @@
+/* Calibration session: one observer per (fqn, role), found through a hash map, fed by any
+ * number of threads in a deterministic per-entry step order (contract in qcal/calib.h).
+ *
+ * Locking: a reader/writer lock guards the map (lookups share it, inserting a new entry
+ * takes it exclusively); each entry has its own mutex guarding its observer, its step
+ * bookkeeping and its pending queue. A thread never holds two entry mutexes, and takes an
+ * entry mutex only while holding the map lock shared (or not at all), so there is no lock
+ * order to violate. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "calib/calib_internal.h"
+
+/* A batch that arrived before its turn (data == NULL: an order-free observer already
+ * applied it; the record only keeps the step bookkeeping). */
+typedef struct pending {
+    int64_t step;
+    qcal_tensor t;     /* view of data */
+    float *data;       /* owned copy, NULL for a record */
+    uint64_t bytes;
+} pending;
+
+typedef struct entry {
+    char *fqn;
+    qcal_role role;
+    uint64_t hash;
+    pthread_mutex_t mu;
+    bool mu_ready;
+    qcal_observer *obs;
+    bool order_free;     /* min/max kinds: updates commute exactly */
+    int64_t next_step;   /* every step below it was applied (or skipped by a flush) */
+    int64_t auto_step;   /* next QCAL_STEP_AUTO number */
+    pending *pend;       /* sorted by step, all > next_step */
+    size_t npend, cappend;
+    uint64_t elements;   /* elements of the applied batches */
+} entry;
+
+struct qcal_session {
+    qcal_calib_rules *rules;    /* private copy (NULL: defaults only) */
+    uint64_t max_pending_bytes;
+    uint64_t pending_bytes;     /* atomic */
+    pthread_rwlock_t lock;
+    bool lock_ready;
+    entry **slots;              /* open addressing, power-of-two capacity */
+    size_t nslots;
+    entry **list;               /* insertion order */
+    size_t n, caplist;
+};
+
+void qcal_session_options_default(qcal_session_options *opt)
+{
+    if (!opt)
+        return;
+    opt->rules = NULL;
+    opt->max_pending_bytes = (uint64_t)1 << 30;
+}
+
+static uint64_t hash_name(const char *s, qcal_role role)
+{
+    /* FNV-1a over the bytes, then the role; a final mix spreads the low bits. */
+    uint64_t h = 1469598103934665603ull;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    h = (h ^ (uint64_t)(role + 1)) * 1099511628211ull;
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 32;
+    return h;
+}
+
+static void entry_drop_pending(qcal_session *s, entry *e)
+{
+    for (size_t i = 0; i < e->npend; i++) {
+        free(e->pend[i].data);
+        __atomic_fetch_sub(&s->pending_bytes, e->pend[i].bytes, __ATOMIC_RELAXED);
+    }
+    e->npend = 0;
+}
+
+static void entry_free(qcal_session *s, entry *e)
+{
+    if (!e)
+        return;
+    entry_drop_pending(s, e);
+    free(e->pend);
+    qcal_observer_destroy(&e->obs);
+    if (e->mu_ready)
+        pthread_mutex_destroy(&e->mu);
+    free(e->fqn);
+    free(e);
+}
+
+qcal_status qcal_session_create(const qcal_session_options *opt, qcal_session **out)
+{
+    if (!out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "session output is NULL");
+    qcal_session_options o;
+    qcal_session_options_default(&o);
+    if (opt)
+        o = *opt;
+    qcal_status st;
+    qcal_session *s = qcal_calloc(1, sizeof *s);
+    if (!s)
+        return QCAL_ERR_NO_MEMORY;
+    s->max_pending_bytes = o.max_pending_bytes;
+    if (pthread_rwlock_init(&s->lock, NULL) != 0) {
+        st = qcal_error(QCAL_ERR_NO_MEMORY, "cannot create the session lock");
+        goto fail;
+    }
+    s->lock_ready = true;
+    st = o.rules ? qcal_calib_rules_clone(o.rules, &s->rules) : QCAL_OK;
+    if (st != QCAL_OK)
+        goto fail;
+    s->nslots = 64;
+    s->slots = qcal_calloc(s->nslots, sizeof *s->slots);
+    if (!s->slots) {
+        st = QCAL_ERR_NO_MEMORY;
+        goto fail;
+    }
+    *out = s;
+    return QCAL_OK;
+fail:
+    qcal_session_destroy(&s);
+    return st;
+}
+
+void qcal_session_destroy(qcal_session **sp)
+{
+    if (!sp || !*sp)
+        return;
+    qcal_session *s = *sp;
+    for (size_t i = 0; i < s->n; i++)
+        entry_free(s, s->list[i]);
+    free(s->list);
+    free(s->slots);
+    qcal_calib_rules_destroy(&s->rules);
+    if (s->lock_ready)
+        pthread_rwlock_destroy(&s->lock);
+    free(s);
+    *sp = NULL;
+}
+
+/* Caller holds the map lock (shared or exclusive). */
+static entry *find_locked(const qcal_session *s, const char *fqn, qcal_role role, uint64_t h)
+{
+    size_t mask = s->nslots - 1;
+    for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
+        entry *e = s->slots[i];
+        if (!e)
+            return NULL;
+        if (e->hash == h && e->role == role && !strcmp(e->fqn, fqn))
+            return e;
+    }
+}
+
+/* Caller holds the map lock exclusively; e is not in the map yet. */
+static qcal_status insert_locked(qcal_session *s, entry *e)
+{
+    if (s->n == s->caplist) {
+        size_t cap = s->caplist ? s->caplist * 2 : 32;
+        entry **l = realloc(s->list, cap * sizeof *l);
+        if (!l)
+            return qcal_error(QCAL_ERR_NO_MEMORY, "cannot grow the session to %zu entries", cap);
+        s->list = l;
+        s->caplist = cap;
+    }
+    if ((s->n + 1) * 2 > s->nslots) {
+        size_t ns = s->nslots * 2;
+        entry **slots = qcal_calloc(ns, sizeof *slots);
+        if (!slots)
+            return QCAL_ERR_NO_MEMORY;
+        for (size_t i = 0; i < s->n; i++) {
+            size_t j = (size_t)s->list[i]->hash & (ns - 1);
+            while (slots[j])
+                j = (j + 1) & (ns - 1);
+            slots[j] = s->list[i];
+        }
+        free(s->slots);
+        s->slots = slots;
+        s->nslots = ns;
+    }
+    size_t j = (size_t)e->hash & (s->nslots - 1);
+    while (s->slots[j])
+        j = (j + 1) & (s->nslots - 1);
+    s->slots[j] = e;
+    s->list[s->n++] = e;
+    return QCAL_OK;
+}
+
+static qcal_status new_entry(const qcal_session *s, const char *fqn, qcal_role role, uint64_t h,
+                             entry **out)
+{
+    qcal_observer_config cfg;
+    qcal_status st = qcal_calib_rules_match(s->rules, fqn, role, &cfg, NULL);
+    if (st != QCAL_OK)
+        return st;
+    entry *e = qcal_calloc(1, sizeof *e);
+    if (!e)
+        return QCAL_ERR_NO_MEMORY;
+    size_t len = strlen(fqn);
+    e->fqn = qcal_malloc(len + 1);
+    if (!e->fqn) {
+        st = QCAL_ERR_NO_MEMORY;
+        goto fail;
+    }
+    memcpy(e->fqn, fqn, len + 1);
+    e->role = role;
+    e->hash = h;
+    if (pthread_mutex_init(&e->mu, NULL) != 0) {
+        st = qcal_error(QCAL_ERR_NO_MEMORY, "cannot create a lock for '%s'", fqn);
+        goto fail;
+    }
+    e->mu_ready = true;
+    st = qcal_observer_create(&cfg, &e->obs);
+    if (st != QCAL_OK) {
+        st = qcal_calib_wrap_error(st, "%s '%s'", qcal_role_name(role), fqn);
+        goto fail;
+    }
+    e->order_free = cfg.kind == QCAL_OBSERVER_MINMAX ||
+                    cfg.kind == QCAL_OBSERVER_PER_CHANNEL_MINMAX;
+    *out = e;
+    return QCAL_OK;
+fail:
+    entry_free((qcal_session *)s, e);
+    return st;
+}
+
+/* Applies x to the entry's observer (entry mutex held). */
+static qcal_status apply(entry *e, int64_t step, const qcal_tensor *x)
+{
+    qcal_status st = qcal_observer_update(e->obs, x);
+    if (st < 0)
+        return qcal_calib_wrap_error(st, "%s '%s' step %lld", qcal_role_name(e->role), e->fqn,
+                                     (long long)step);
+    int64_t n = 0;
+    qcal_tensor_numel(x, &n);
+    e->elements += (uint64_t)n;
+    return QCAL_OK;
+}
+
+/* Applies consecutive queued steps starting at next_step (entry mutex held). Returns the
+ * first failure; a failing batch is consumed (dropped) like an immediate one. */
+static qcal_status drain(qcal_session *s, entry *e)
+{
+    qcal_status first = QCAL_OK;
+    size_t k = 0;
+    while (k < e->npend && e->pend[k].step == e->next_step) {
+        pending *p = &e->pend[k];
+        if (p->data) {
+            qcal_status st = apply(e, p->step, &p->t);
+            if (st < 0 && first == QCAL_OK)
+                first = st;
+            free(p->data);
+            __atomic_fetch_sub(&s->pending_bytes, p->bytes, __ATOMIC_RELAXED);
+        }
+        e->next_step++;
+        k++;
+    }
+    if (k) {
+        memmove(e->pend, e->pend + k, (e->npend - k) * sizeof *e->pend);
+        e->npend -= k;
+    }
+    return first;
+}
+
+/* Index where step goes in the sorted queue; *dup if already there. */
+static size_t pend_pos(const entry *e, int64_t step, bool *dup)
+{
+    size_t lo = 0, hi = e->npend;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (e->pend[mid].step < step)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *dup = lo < e->npend && e->pend[lo].step == step;
+    return lo;
+}
+
+static qcal_status enqueue(qcal_session *s, entry *e, int64_t step, const qcal_tensor *x,
+                           int64_t numel, size_t pos)
+{
+    if (e->npend == e->cappend) {
+        size_t cap = e->cappend ? e->cappend * 2 : 8;
+        pending *p = realloc(e->pend, cap * sizeof *p);
+        if (!p)
+            return qcal_error(QCAL_ERR_NO_MEMORY, "cannot queue step %lld of '%s'",
+                              (long long)step, e->fqn);
+        e->pend = p;
+        e->cappend = cap;
+    }
+    pending rec = { .step = step };
+    if (!e->order_free) {
+        uint64_t bytes = (uint64_t)numel * sizeof(float);
+        uint64_t now = __atomic_add_fetch(&s->pending_bytes, bytes, __ATOMIC_RELAXED);
+        if (now > s->max_pending_bytes) {
+            __atomic_fetch_sub(&s->pending_bytes, bytes, __ATOMIC_RELAXED);
+            return qcal_error(QCAL_ERR_NO_MEMORY,
+                              "%s '%s' step %lld arrived before step %lld: queueing its %llu "
+                              "bytes would exceed max_pending_bytes %llu",
+                              qcal_role_name(e->role), e->fqn, (long long)step,
+                              (long long)e->next_step, (unsigned long long)bytes,
+                              (unsigned long long)s->max_pending_bytes);
+        }
+        rec.data = malloc((size_t)bytes ? (size_t)bytes : 1);
+        if (!rec.data) {
+            __atomic_fetch_sub(&s->pending_bytes, bytes, __ATOMIC_RELAXED);
+            return qcal_error(QCAL_ERR_NO_MEMORY, "cannot copy step %lld of '%s' (%llu bytes)",
+                              (long long)step, e->fqn, (unsigned long long)bytes);
+        }
+        memcpy(rec.data, x->data, (size_t)bytes);
+        rec.t = *x;
+        rec.t.data = rec.data;
+        rec.bytes = bytes;
+    }
+    memmove(e->pend + pos + 1, e->pend + pos, (e->npend - pos) * sizeof *e->pend);
+    e->pend[pos] = rec;
+    e->npend++;
+    return QCAL_OK;
+}
+
+/* Finds or creates the entry; returns with the map lock held shared. */
+static qcal_status lookup(qcal_session *s, const char *fqn, qcal_role role, entry **out)
+{
+    uint64_t h = hash_name(fqn, role);
+    pthread_rwlock_rdlock(&s->lock);
+    entry *e = find_locked(s, fqn, role, h);
+    if (e) {
+        *out = e;
+        return QCAL_OK;
+    }
+    pthread_rwlock_unlock(&s->lock);
+    pthread_rwlock_wrlock(&s->lock);
+    qcal_status st = QCAL_OK;
+    e = find_locked(s, fqn, role, h);
+    if (!e) {
+        st = new_entry(s, fqn, role, h, &e);
+        if (st == QCAL_OK) {
+            st = insert_locked(s, e);
+            if (st != QCAL_OK)
+                entry_free(s, e);
+        }
+    }
+    pthread_rwlock_unlock(&s->lock);
+    if (st != QCAL_OK)
+        return st;
+    /* Entries are never removed, so e stays valid; take the lock shared for the caller. */
+    pthread_rwlock_rdlock(&s->lock);
+    *out = e;
+    return QCAL_OK;
+}
+
+qcal_status qcal_session_observe(qcal_session *s, const char *fqn, qcal_role role,
+                                 int64_t step, const qcal_tensor *x)
+{
+    if (!s || !fqn || !x)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "session, fqn or tensor is NULL");
+    if ((unsigned)role >= QCAL_ROLE_COUNT)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "unknown role %d for '%s'", (int)role, fqn);
+    if (!*fqn)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "tensor name is empty");
+    if (step < 0 && step != QCAL_STEP_AUTO)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "step %lld of '%s' is negative",
+                          (long long)step, fqn);
+    int64_t numel;
+    qcal_status st = qcal_tensor_numel(x, &numel);
+    if (st != QCAL_OK)
+        return st;
+    if (numel == 0)
+        return qcal_error(QCAL_ERR_EMPTY, "%s '%s': cannot observe an empty tensor",
+                          qcal_role_name(role), fqn);
+    if (!x->data)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "%s '%s': tensor data is NULL",
+                          qcal_role_name(role), fqn);
+    entry *e;
+    st = lookup(s, fqn, role, &e);
+    if (st != QCAL_OK)
+        return st;
+    pthread_mutex_lock(&e->mu);
+    if (step == QCAL_STEP_AUTO) {
+        step = e->auto_step > e->next_step ? e->auto_step : e->next_step;
+        if (e->npend && e->pend[e->npend - 1].step >= step)
+            step = e->pend[e->npend - 1].step + 1;
+    }
+    bool dup = false;
+    size_t pos = pend_pos(e, step, &dup);
+    bool rejected = step < e->next_step || dup;
+    if (rejected) {
+        st = qcal_error(QCAL_ERR_INVALID_ARG,
+                        "%s '%s': step %lld was already observed (steps are per tensor and "
+                        "each may be fed once; the next expected is %lld)",
+                        qcal_role_name(role), fqn, (long long)step, (long long)e->next_step);
+    } else if (step == e->next_step) {
+        st = apply(e, step, x);
+        e->next_step++;
+        qcal_status st2 = drain(s, e);
+        if (st == QCAL_OK)
+            st = st2;
+    } else if (e->order_free) {
+        st = apply(e, step, x);
+        qcal_status st2 = enqueue(s, e, step, x, numel, pos);
+        if (st == QCAL_OK)
+            st = st2;
+    } else {
+        st = enqueue(s, e, step, x, numel, pos);
+    }
+    if (!rejected && step >= e->auto_step)
+        e->auto_step = step + 1;
+    pthread_mutex_unlock(&e->mu);
+    pthread_rwlock_unlock(&s->lock);
+    return st;
+}
+
+/* Applies everything queued in step order (entry mutex held). */
+static qcal_status flush_entry(qcal_session *s, entry *e)
+{
+    qcal_status first = QCAL_OK;
+    while (e->npend) {
+        e->next_step = e->pend[0].step;
+        qcal_status st = drain(s, e);
+        if (st < 0 && first == QCAL_OK)
+            first = st;
+    }
+    return first;
+}
+
+qcal_status qcal_session_flush(qcal_session *s)
+{
+    if (!s)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "session is NULL");
+    qcal_status first = QCAL_OK;
+    pthread_rwlock_rdlock(&s->lock);
+    for (size_t i = 0; i < s->n; i++) {
+        entry *e = s->list[i];
+        pthread_mutex_lock(&e->mu);
+        qcal_status st = flush_entry(s, e);
+        pthread_mutex_unlock(&e->mu);
+        if (st < 0 && first == QCAL_OK)
+            first = st;
+    }
+    pthread_rwlock_unlock(&s->lock);
+    return first;
+}
+
+qcal_status qcal_session_count(qcal_session *s, int64_t *n)
+{
+    if (!s || !n)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "session or output is NULL");
+    pthread_rwlock_rdlock(&s->lock);
+    *n = (int64_t)s->n;
+    pthread_rwlock_unlock(&s->lock);
+    return QCAL_OK;
+}
+
+qcal_status qcal_session_stats(qcal_session *s, const char *fqn, qcal_role role,
+                               uint64_t *batches, uint64_t *elements, uint64_t *nonfinite,
+                               uint64_t *pending_out)
+{
+    if (!s || !fqn)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "session or fqn is NULL");
+    if ((unsigned)role >= QCAL_ROLE_COUNT)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "unknown role %d", (int)role);
+    pthread_rwlock_rdlock(&s->lock);
+    entry *e = find_locked(s, fqn, role, hash_name(fqn, role));
+    if (!e) {
+        pthread_rwlock_unlock(&s->lock);
+        return qcal_error(QCAL_ERR_NOT_FOUND, "no %s named '%s' in the session",
+                          qcal_role_name(role), fqn);
+    }
+    pthread_mutex_lock(&e->mu);
+    uint64_t b = 0, nf = 0, np = 0;
+    qcal_observer_batches(e->obs, &b);
+    qcal_observer_nonfinite(e->obs, &nf);
+    for (size_t i = 0; i < e->npend; i++)
+        np += e->pend[i].data != NULL;
+    if (batches)
+        *batches = b;
+    if (elements)
+        *elements = e->elements;
+    if (nonfinite)
+        *nonfinite = nf;
+    if (pending_out)
+        *pending_out = np;
+    pthread_mutex_unlock(&e->mu);
+    pthread_rwlock_unlock(&s->lock);
+    return QCAL_OK;
+}
+
+/* Snapshot of one entry into a table entry (entry mutex held). */
+static qcal_status snapshot(entry *e, qcal_calib_entry *out)
+{
+    const qcal_observer_config *cfg = qcal_observer_get_config(e->obs);
+    int64_t ch = 0;
+    qcal_status st = qcal_observer_channels(e->obs, &ch);
+    if (st != QCAL_OK)
+        return st;
+    if (ch < 1)
+        ch = 1;
+    memset(out, 0, sizeof *out);
+    st = qcal_calib_entry_alloc(out, e->fqn, ch);
+    if (st != QCAL_OK)
+        return st;
+    float *mn = (float *)out->min_val, *mx = (float *)out->max_val;
+    float *scale = (float *)out->scale, *zpf = (float *)out->zero_point_float;
+    int32_t *zp = (int32_t *)out->zero_point;
+    int64_t got = 0;
+    st = qcal_observer_qrange(e->obs, ch, mn, mx, &got);
+    if (st == QCAL_NO_DATA) {
+        out->no_data = true;
+        out->channels = 1;
+        mn[0] = INFINITY;
+        mx[0] = -INFINITY;
+        scale[0] = 1.0f;
+        zp[0] = 0;
+        zpf[0] = 0.0f;
+        st = QCAL_OK;
+    } else if (st == QCAL_OK) {
+        /* Channel by channel (the formula is element-wise), so that a channel that saw no
+         * finite value gets scale 1, zero-point 0 as an empty observer does, instead of
+         * failing the whole table. */
+        out->channels = got;
+        bool any = false;
+        for (int64_t c = 0; c < got && st >= 0; c++) {
+            st = qcal_qparams_compute(&cfg->q, 1, mn + c, mx + c, scale + c, zp + c, zpf + c);
+            any |= st == QCAL_OK;
+        }
+        if (st >= 0) {
+            out->no_data = !any;
+            st = QCAL_OK;
+        }
+    }
+    if (st != QCAL_OK) {
+        st = qcal_calib_wrap_error(st, "%s '%s'", qcal_role_name(e->role), e->fqn);
+        qcal_calib_entry_free(out);
+        return st;
+    }
+    out->role = e->role;
+    out->observer = cfg->kind;
+    out->dtype = cfg->q.dtype;
+    out->qscheme = cfg->q.qscheme;
+    out->axis = qcal_qscheme_is_per_channel(cfg->q.qscheme) ? cfg->axis : 0;
+    int64_t qmin = 0, qmax = 0;
+    qcal_qconfig_range(&cfg->q, &qmin, &qmax);
+    out->quant_min = qmin;
+    out->quant_max = qmax;
+    qcal_observer_batches(e->obs, &out->batches);
+    qcal_observer_nonfinite(e->obs, &out->nonfinite);
+    out->elements = e->elements;
+    return QCAL_OK;
+}
+
+qcal_status qcal_session_table(qcal_session *s, qcal_calib_table **out)
+{
+    if (!s || !out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "session or table output is NULL");
+    qcal_calib_table *t = NULL;
+    qcal_status st = qcal_calib_table_new(&t);
+    if (st != QCAL_OK)
+        return st;
+    pthread_rwlock_rdlock(&s->lock);
+    for (size_t i = 0; i < s->n && st == QCAL_OK; i++) {
+        entry *e = s->list[i];
+        qcal_calib_entry ce;
+        pthread_mutex_lock(&e->mu);
+        st = flush_entry(s, e);
+        if (st == QCAL_OK)
+            st = snapshot(e, &ce);
+        pthread_mutex_unlock(&e->mu);
+        if (st == QCAL_OK)
+            st = qcal_calib_table_push(t, &ce);
+    }
+    pthread_rwlock_unlock(&s->lock);
+    if (st == QCAL_OK)
+        st = qcal_calib_table_sort(t);
+    if (st != QCAL_OK) {
+        qcal_calib_table_destroy(&t);
+        return st;
+    }
+    *out = t;
+    return QCAL_OK;
+}

@@ -1,0 +1,664 @@
+/* The calibration table: entries, lookup, and the native JSON format (writer and the
+ * validating reader). Other export formats are in calib/table_formats.c.
+ *
+ * Native JSON (schema version 1):
+ *   {"format": "qcal-calibration-table", "version": 1, "entries": [
+ *     {"fqn": "conv1", "role": "activation", "observer": "histogram", "dtype": "quint8",
+ *      "qscheme": "per_tensor_affine", "axis": 0, "quant_min": 0, "quant_max": 255,
+ *      "channels": 1, "batches": 8, "elements": 8000, "nonfinite": 0, "no_data": false,
+ *      "min": [-1.5], "max": [2.25], "scale": [0.0147058824], "zero_point": [102],
+ *      "zero_point_float": [0]}, ...]}
+ * float32 values are written with the fewest digits ("%.1g".."%.9g") that read back as the
+ * same float32, so the table round-trips bit for bit. A range bound that is not finite
+ * (+inf/-inf of a channel without data) is written as the string "inf" / "-inf". */
+#include <errno.h>
+#include <stdarg.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "calib/calib_internal.h"
+#include "io/json.h"
+
+#define TABLE_FORMAT_NAME "qcal-calibration-table"
+#define TABLE_VERSION 1
+
+qcal_status qcal_calib_table_new(qcal_calib_table **out)
+{
+    qcal_calib_table *t = qcal_calloc(1, sizeof *t);
+    if (!t)
+        return QCAL_ERR_NO_MEMORY;
+    *out = t;
+    return QCAL_OK;
+}
+
+qcal_status qcal_calib_entry_alloc(qcal_calib_entry *e, const char *fqn, int64_t channels)
+{
+    memset(e, 0, sizeof *e);
+    if (channels < 1 || channels > ((int64_t)1 << 40))
+        return qcal_error(QCAL_ERR_INVALID_ARG, "entry '%s' has %lld channels", fqn,
+                          (long long)channels);
+    size_t n = (size_t)channels, fbytes, ibytes;
+    if (!qcal_mul_size(n, 4 * sizeof(float), &fbytes) ||
+        !qcal_mul_size(n, sizeof(int32_t), &ibytes))
+        return qcal_error(QCAL_ERR_OVERFLOW, "entry '%s': %lld channels overflow", fqn,
+                          (long long)channels);
+    size_t len = strlen(fqn);
+    char *name = qcal_malloc(len + 1);
+    float *f = qcal_calloc(1, fbytes);
+    int32_t *z = qcal_calloc(1, ibytes);
+    if (!name || !f || !z) {
+        free(name);
+        free(f);
+        free(z);
+        return QCAL_ERR_NO_MEMORY;
+    }
+    memcpy(name, fqn, len + 1);
+    e->fqn = name;
+    e->channels = channels;
+    e->min_val = f;
+    e->max_val = f + n;
+    e->scale = f + 2 * n;
+    e->zero_point_float = f + 3 * n;
+    e->zero_point = z;
+    return QCAL_OK;
+}
+
+void qcal_calib_entry_free(qcal_calib_entry *e)
+{
+    free((void *)e->fqn);
+    free((void *)e->min_val);
+    free((void *)e->zero_point);
+    memset(e, 0, sizeof *e);
+}
+
+qcal_status qcal_calib_table_push(qcal_calib_table *t, qcal_calib_entry *e)
+{
+    if (t->n == t->cap) {
+        int64_t cap = t->cap ? t->cap * 2 : 16;
+        qcal_calib_entry *ne = realloc(t->e, (size_t)cap * sizeof *ne);
+        if (!ne) {
+            qcal_calib_entry_free(e);
+            return qcal_error(QCAL_ERR_NO_MEMORY, "cannot grow the table to %lld entries",
+                              (long long)cap);
+        }
+        t->e = ne;
+        t->cap = cap;
+    }
+    t->e[t->n++] = *e;
+    memset(e, 0, sizeof *e);
+    return QCAL_OK;
+}
+
+static int entry_cmp(const void *a, const void *b)
+{
+    const qcal_calib_entry *x = a, *y = b;
+    int c = strcmp(x->fqn, y->fqn);
+    if (c)
+        return c;
+    return (int)x->role - (int)y->role;
+}
+
+qcal_status qcal_calib_table_sort(qcal_calib_table *t)
+{
+    if (t->n > 1)
+        qsort(t->e, (size_t)t->n, sizeof *t->e, entry_cmp);
+    for (int64_t i = 1; i < t->n; i++) {
+        if (!entry_cmp(&t->e[i - 1], &t->e[i]))
+            return qcal_error(QCAL_ERR_FORMAT, "table has two %s entries named '%s'",
+                              qcal_role_name(t->e[i].role), t->e[i].fqn);
+    }
+    return QCAL_OK;
+}
+
+void qcal_calib_table_destroy(qcal_calib_table **t)
+{
+    if (!t || !*t)
+        return;
+    for (int64_t i = 0; i < (*t)->n; i++)
+        qcal_calib_entry_free(&(*t)->e[i]);
+    free((*t)->e);
+    free(*t);
+    *t = NULL;
+}
+
+qcal_status qcal_calib_table_count(const qcal_calib_table *t, int64_t *n)
+{
+    if (!t || !n)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "table or output is NULL");
+    *n = t->n;
+    return QCAL_OK;
+}
+
+qcal_status qcal_calib_table_entry(const qcal_calib_table *t, int64_t i,
+                                   const qcal_calib_entry **out)
+{
+    if (!t || !out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "table or output is NULL");
+    if (i < 0 || i >= t->n)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "entry index %lld is outside [0, %lld)",
+                          (long long)i, (long long)t->n);
+    *out = &t->e[i];
+    return QCAL_OK;
+}
+
+qcal_status qcal_calib_table_find(const qcal_calib_table *t, const char *fqn, qcal_role role,
+                                  const qcal_calib_entry **out)
+{
+    if (!t || !fqn || !out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "table, fqn or output is NULL");
+    qcal_calib_entry key = { .fqn = fqn, .role = role };
+    const qcal_calib_entry *e =
+        t->n ? bsearch(&key, t->e, (size_t)t->n, sizeof *t->e, entry_cmp) : NULL;
+    if (!e)
+        return qcal_error(QCAL_ERR_NOT_FOUND, "no %s named '%s' in the table",
+                          qcal_role_name(role), fqn);
+    *out = e;
+    return QCAL_OK;
+}
+
+qcal_status qcal_calib_entry_amax(const qcal_calib_entry *e, int64_t c, float *amax)
+{
+    if (!e || !amax)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "entry or output is NULL");
+    if (c < 0 || c >= e->channels)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "channel %lld is outside [0, %lld) of '%s'",
+                          (long long)c, (long long)e->channels, e->fqn);
+    float lo = e->min_val[c], hi = e->max_val[c];
+    if (!(lo <= hi)) {  /* no data (+inf, -inf) */
+        *amax = 0.0f;
+        return QCAL_OK;
+    }
+    *amax = fmaxf(fabsf(lo), fabsf(hi));
+    return QCAL_OK;
+}
+
+void qcal_calib_fmt_f32(char *dst, size_t cap, float v)
+{
+    /* Readers may parse with strtof or through a double (strtod, as the JSON DOM does):
+     * demand both round trips. 17 digits always satisfy both, since a float32 is exactly
+     * a double and 17 digits round-trip any double. */
+    for (int p = 1; p <= 17; p++) {
+        snprintf(dst, cap, "%.*g", p, (double)v);
+        if (strtof(dst, NULL) == v && (float)strtod(dst, NULL) == v)
+            return;
+    }
+}
+
+qcal_status qcal_calib_wrap_error(qcal_status st, const char *fmt, ...)
+{
+    char prefix[512], detail[1024];
+    snprintf(detail, sizeof detail, "%s", qcal_last_error());
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    return qcal_error(st, "%s: %s", prefix, detail);
+}
+
+/* ---- JSON writer ---- */
+
+static void put(qcal_buf *b, const char *s)
+{
+    qcal_buf_append(b, s, strlen(s));
+}
+
+static void put_str(qcal_buf *b, const char *s)
+{
+    put(b, "\"");
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        char esc[8];
+        if (*p == '"' || *p == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)*p;
+            esc[2] = '\0';
+            put(b, esc);
+        } else if (*p < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", *p);
+            put(b, esc);
+        } else {
+            qcal_buf_append(b, p, 1);
+        }
+    }
+    put(b, "\"");
+}
+
+static void put_f32(qcal_buf *b, float v)
+{
+    char tmp[40];
+    if (isnan(v))
+        put(b, "\"nan\"");
+    else if (isinf(v))
+        put(b, v > 0 ? "\"inf\"" : "\"-inf\"");
+    else {
+        qcal_calib_fmt_f32(tmp, sizeof tmp, v);
+        put(b, tmp);
+    }
+}
+
+static void put_u64(qcal_buf *b, uint64_t v)
+{
+    char tmp[32];
+    snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v);
+    put(b, tmp);
+}
+
+static void put_i64(qcal_buf *b, int64_t v)
+{
+    char tmp[32];
+    snprintf(tmp, sizeof tmp, "%lld", (long long)v);
+    put(b, tmp);
+}
+
+static void put_f32_array(qcal_buf *b, const float *v, int64_t n)
+{
+    put(b, "[");
+    for (int64_t i = 0; i < n; i++) {
+        if (i)
+            put(b, ", ");
+        put_f32(b, v[i]);
+    }
+    put(b, "]");
+}
+
+qcal_status qcal_calib_table_json(const qcal_calib_table *t, qcal_buf *b);
+
+qcal_status qcal_calib_table_json(const qcal_calib_table *t, qcal_buf *b)
+{
+    put(b, "{\n  \"format\": \"" TABLE_FORMAT_NAME "\",\n  \"version\": ");
+    put_i64(b, TABLE_VERSION);
+    put(b, ",\n  \"entries\": [");
+    for (int64_t i = 0; i < t->n; i++) {
+        const qcal_calib_entry *e = &t->e[i];
+        put(b, i ? ",\n    {" : "\n    {");
+        put(b, "\"fqn\": ");
+        put_str(b, e->fqn);
+        put(b, ", \"role\": ");
+        put_str(b, qcal_role_name(e->role));
+        put(b, ", \"observer\": ");
+        put_str(b, qcal_observer_kind_name(e->observer));
+        put(b, ", \"dtype\": ");
+        put_str(b, qcal_dtype_name(e->dtype));
+        put(b, ", \"qscheme\": ");
+        put_str(b, qcal_qscheme_name(e->qscheme));
+        put(b, ",\n     \"axis\": ");
+        put_i64(b, e->axis);
+        put(b, ", \"quant_min\": ");
+        put_i64(b, e->quant_min);
+        put(b, ", \"quant_max\": ");
+        put_i64(b, e->quant_max);
+        put(b, ", \"channels\": ");
+        put_i64(b, e->channels);
+        put(b, ", \"batches\": ");
+        put_u64(b, e->batches);
+        put(b, ", \"elements\": ");
+        put_u64(b, e->elements);
+        put(b, ", \"nonfinite\": ");
+        put_u64(b, e->nonfinite);
+        put(b, e->no_data ? ", \"no_data\": true" : ", \"no_data\": false");
+        put(b, ",\n     \"min\": ");
+        put_f32_array(b, e->min_val, e->channels);
+        put(b, ",\n     \"max\": ");
+        put_f32_array(b, e->max_val, e->channels);
+        put(b, ",\n     \"scale\": ");
+        put_f32_array(b, e->scale, e->channels);
+        put(b, ",\n     \"zero_point\": [");
+        for (int64_t c = 0; c < e->channels; c++) {
+            if (c)
+                put(b, ", ");
+            put_i64(b, e->zero_point[c]);
+        }
+        put(b, "],\n     \"zero_point_float\": ");
+        put_f32_array(b, e->zero_point_float, e->channels);
+        put(b, "}");
+    }
+    put(b, t->n ? "\n  ]\n}\n" : "]\n}\n");
+    return b->failed ? qcal_error(QCAL_ERR_NO_MEMORY, "cannot allocate the JSON table text")
+                     : QCAL_OK;
+}
+
+/* ---- JSON reader ---- */
+
+typedef struct reader {
+    const char *fqn;   /* current entry, for messages */
+    int64_t index;
+} reader;
+
+static qcal_status bad(const reader *r, const char *field, const char *what)
+{
+    if (r->fqn)
+        return qcal_error(QCAL_ERR_FORMAT, "calibration table entry %lld ('%s'): field '%s' %s",
+                          (long long)r->index, r->fqn, field, what);
+    return qcal_error(QCAL_ERR_FORMAT, "calibration table entry %lld: field '%s' %s",
+                      (long long)r->index, field, what);
+}
+
+static qcal_status get_str(const reader *r, const qcal_json *o, const char *key,
+                           const char **out)
+{
+    const qcal_json *v = qcal_json_get(o, key);
+    if (!v)
+        return bad(r, key, "is missing");
+    if (v->type != QCAL_JSON_STRING)
+        return bad(r, key, "must be a string");
+    *out = v->str;
+    return QCAL_OK;
+}
+
+static qcal_status get_int(const reader *r, const qcal_json *o, const char *key, int64_t lo,
+                           int64_t hi, int64_t *out)
+{
+    const qcal_json *v = qcal_json_get(o, key);
+    if (!v)
+        return bad(r, key, "is missing");
+    if (v->type != QCAL_JSON_NUMBER || !v->is_int)
+        return bad(r, key, "must be an integer");
+    if (v->i64 < lo || v->i64 > hi) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "%lld is outside [%lld, %lld]", (long long)v->i64,
+                 (long long)lo, (long long)hi);
+        return bad(r, key, msg);
+    }
+    *out = v->i64;
+    return QCAL_OK;
+}
+
+/* A float32 from a number (must be exactly representable after rounding: any finite
+ * number within float range) or one of the strings "inf", "-inf", "nan". */
+static bool json_f32(const qcal_json *v, float *out)
+{
+    if (v->type == QCAL_JSON_NUMBER) {
+        if (!isfinite(v->number) || fabs(v->number) > 3.4028234663852886e38)
+            return false;
+        *out = v->is_int ? (float)v->i64 : (float)v->number;
+        /* The writer (qcal_calib_fmt_f32) checked that its decimal survives this
+         * strtod-then-float path exactly. */
+        return true;
+    }
+    if (v->type == QCAL_JSON_STRING) {
+        if (!strcmp(v->str, "inf"))
+            *out = INFINITY;
+        else if (!strcmp(v->str, "-inf"))
+            *out = -INFINITY;
+        else if (!strcmp(v->str, "nan"))
+            *out = NAN;
+        else
+            return false;
+        return true;
+    }
+    return false;
+}
+
+static qcal_status get_f32_array(const reader *r, const qcal_json *o, const char *key,
+                                 int64_t n, float *dst)
+{
+    const qcal_json *v = qcal_json_get(o, key);
+    if (!v)
+        return bad(r, key, "is missing");
+    if (v->type != QCAL_JSON_ARRAY)
+        return bad(r, key, "must be an array");
+    if ((int64_t)v->n != n) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "has %zu values for %lld channels", v->n, (long long)n);
+        return bad(r, key, msg);
+    }
+    for (size_t i = 0; i < v->n; i++) {
+        if (!json_f32(&v->items[i], &dst[i])) {
+            char msg[96];
+            snprintf(msg, sizeof msg, "value %zu is not a float32 number or \"inf\"/\"-inf\"", i);
+            return bad(r, key, msg);
+        }
+    }
+    return QCAL_OK;
+}
+
+/* Parses and validates one entry object into e. */
+static qcal_status read_entry(reader *r, const qcal_json *o, qcal_calib_entry *e)
+{
+    if (o->type != QCAL_JSON_OBJECT)
+        return qcal_error(QCAL_ERR_FORMAT, "calibration table entry %lld is not an object",
+                          (long long)r->index);
+    const char *fqn = NULL, *s = NULL;
+    int64_t v, ch;
+    qcal_status st = get_str(r, o, "fqn", &fqn);
+    if (st != QCAL_OK)
+        return st;
+    if (!*fqn)
+        return bad(r, "fqn", "is empty");
+    r->fqn = fqn;
+    if ((st = get_int(r, o, "channels", 1, (int64_t)1 << 32, &ch)) != QCAL_OK)
+        return st;
+    qcal_calib_entry x;
+    if ((st = qcal_calib_entry_alloc(&x, fqn, ch)) != QCAL_OK)
+        return st;
+    float *mn = (float *)x.min_val, *mx = (float *)x.max_val, *sc = (float *)x.scale;
+    float *zpf = (float *)x.zero_point_float;
+    int32_t *zp = (int32_t *)x.zero_point;
+    qcal_observer_config cfg;
+    qcal_observer_config_default(&cfg, QCAL_OBSERVER_MINMAX);
+#define TRY(expr) do { if ((st = (expr)) != QCAL_OK) goto fail; } while (0)
+    TRY(get_str(r, o, "role", &s));
+    if (qcal_role_parse(s, &x.role) != QCAL_OK) {
+        st = bad(r, "role", "must be \"activation\" or \"weight\"");
+        goto fail;
+    }
+    TRY(get_str(r, o, "observer", &s));
+    if (qcal_observer_kind_parse(s, &x.observer) != QCAL_OK) {
+        st = bad(r, "observer", "is not an observer kind");
+        goto fail;
+    }
+    TRY(get_str(r, o, "dtype", &s));
+    if (qcal_dtype_parse(s, &x.dtype) != QCAL_OK) {
+        st = bad(r, "dtype", "is not quint8, qint8 or qint32");
+        goto fail;
+    }
+    TRY(get_str(r, o, "qscheme", &s));
+    if (qcal_qscheme_parse(s, &x.qscheme) != QCAL_OK) {
+        st = bad(r, "qscheme", "is not a qscheme name");
+        goto fail;
+    }
+    TRY(get_int(r, o, "axis", -QCAL_MAX_DIMS, QCAL_MAX_DIMS - 1, &v));
+    x.axis = (int32_t)v;
+    TRY(get_int(r, o, "quant_min", INT32_MIN, INT32_MAX, &x.quant_min));
+    TRY(get_int(r, o, "quant_max", INT32_MIN, INT32_MAX, &x.quant_max));
+    if (x.quant_min > x.quant_max) {
+        st = bad(r, "quant_min", "is greater than quant_max");
+        goto fail;
+    }
+    TRY(get_int(r, o, "batches", 0, INT64_MAX, &v));
+    x.batches = (uint64_t)v;
+    TRY(get_int(r, o, "elements", 0, INT64_MAX, &v));
+    x.elements = (uint64_t)v;
+    TRY(get_int(r, o, "nonfinite", 0, INT64_MAX, &v));
+    x.nonfinite = (uint64_t)v;
+    const qcal_json *nd = qcal_json_get(o, "no_data");
+    if (!nd || (nd->type != QCAL_JSON_TRUE && nd->type != QCAL_JSON_FALSE)) {
+        st = bad(r, "no_data", nd ? "must be true or false" : "is missing");
+        goto fail;
+    }
+    x.no_data = nd->type == QCAL_JSON_TRUE;
+    if (!qcal_qscheme_is_per_channel(x.qscheme) && ch != 1) {
+        st = bad(r, "channels", "must be 1 for a per-tensor qscheme");
+        goto fail;
+    }
+    TRY(get_f32_array(r, o, "min", ch, mn));
+    TRY(get_f32_array(r, o, "max", ch, mx));
+    TRY(get_f32_array(r, o, "scale", ch, sc));
+    TRY(get_f32_array(r, o, "zero_point_float", ch, zpf));
+    const qcal_json *za = qcal_json_get(o, "zero_point");
+    if (!za || za->type != QCAL_JSON_ARRAY || (int64_t)za->n != ch) {
+        st = bad(r, "zero_point", "must be an array with one integer per channel");
+        goto fail;
+    }
+    for (int64_t c = 0; c < ch; c++) {
+        const qcal_json *z = &za->items[c];
+        if (z->type != QCAL_JSON_NUMBER || !z->is_int || z->i64 < INT32_MIN ||
+            z->i64 > INT32_MAX) {
+            st = bad(r, "zero_point", "holds a value that is not a 32-bit integer");
+            goto fail;
+        }
+        zp[c] = (int32_t)z->i64;
+    }
+    /* Rebuild the qparams from the range with the entry's config and demand the stored
+     * ones: a table either says one consistent thing or is rejected. */
+    cfg.kind = x.observer;
+    cfg.q.dtype = x.dtype;
+    cfg.q.qscheme = x.qscheme;
+    int64_t qmin, qmax;
+    if (qcal_qconfig_range(&cfg.q, &qmin, &qmax) != QCAL_OK || qmin != x.quant_min ||
+        qmax != x.quant_max) {
+        /* Not the dtype's default range: a custom or reduced range. */
+        cfg.q.custom_range = true;
+        cfg.q.quant_min = x.quant_min;
+        cfg.q.quant_max = x.quant_max;
+    }
+    bool any = false;
+    for (int64_t c = 0; c < ch; c++) {
+        char msg[256];
+        if (isnan(mn[c]) || isnan(mx[c]) || (mn[c] > mx[c] && !(mn[c] == INFINITY &&
+                                                               mx[c] == -INFINITY))) {
+            snprintf(msg, sizeof msg, "channel %lld: range [%g, %g] is not a range",
+                     (long long)c, (double)mn[c], (double)mx[c]);
+            st = bad(r, "min", msg);
+            goto fail;
+        }
+        if (!(sc[c] > 0.0f && isfinite(sc[c]))) {
+            snprintf(msg, sizeof msg, "channel %lld: scale %g is not positive and finite",
+                     (long long)c, (double)sc[c]);
+            st = bad(r, "scale", msg);
+            goto fail;
+        }
+        float rs = 0.0f, rzf = 0.0f;
+        int32_t rz = 0;
+        qcal_status qs = qcal_qparams_compute(&cfg.q, 1, &mn[c], &mx[c], &rs, &rz, &rzf);
+        if (qs < 0) {
+            snprintf(msg, sizeof msg, "channel %lld: %s", (long long)c, qcal_last_error());
+            st = bad(r, "min", msg);
+            goto fail;
+        }
+        any |= qs == QCAL_OK;
+        bool fz = x.qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS;
+        if (rs != sc[c] || (!fz && rz != zp[c]) || (fz && rzf != zpf[c])) {
+            snprintf(msg, sizeof msg,
+                     "channel %lld: scale %.9g / zero-point %d do not match %.9g / %d rebuilt "
+                     "from [%.9g, %.9g]", (long long)c, (double)sc[c],
+                     fz ? (int)zpf[c] : (int)zp[c], (double)rs, fz ? (int)rzf : (int)rz,
+                     (double)mn[c], (double)mx[c]);
+            st = bad(r, "scale", msg);
+            goto fail;
+        }
+    }
+    if (x.no_data == any) {
+        st = bad(r, "no_data", x.no_data ? "is true but the range holds data"
+                                         : "is false but no channel has a range");
+        goto fail;
+    }
+#undef TRY
+    *e = x;
+    return QCAL_OK;
+fail:
+    qcal_calib_entry_free(&x);
+    return st;
+}
+
+qcal_status qcal_calib_table_parse_json(const char *text, size_t len, qcal_calib_table **out)
+{
+    if ((!text && len) || !out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "table text or output is NULL");
+    qcal_json *doc = NULL;
+    qcal_status st = qcal_json_parse(text ? text : "", len, NULL, &doc);
+    if (st != QCAL_OK)
+        return st;
+    qcal_calib_table *t = NULL;
+    reader r = { 0 };
+    const qcal_json *f = qcal_json_get(doc, "format");
+    const qcal_json *ver = qcal_json_get(doc, "version");
+    const qcal_json *ents = qcal_json_get(doc, "entries");
+    if (doc->type != QCAL_JSON_OBJECT || !f || f->type != QCAL_JSON_STRING ||
+        strcmp(f->str, TABLE_FORMAT_NAME)) {
+        st = qcal_error(QCAL_ERR_FORMAT, "not a qcal calibration table (no \"format\": \""
+                        TABLE_FORMAT_NAME "\")");
+        goto done;
+    }
+    if (!ver || ver->type != QCAL_JSON_NUMBER || !ver->is_int) {
+        st = qcal_error(QCAL_ERR_FORMAT, "calibration table has no integer \"version\"");
+        goto done;
+    }
+    if (ver->i64 != TABLE_VERSION) {
+        st = qcal_error(QCAL_ERR_UNSUPPORTED, "calibration table version %lld is not supported "
+                        "(this qcal reads version %d)", (long long)ver->i64, TABLE_VERSION);
+        goto done;
+    }
+    if (!ents || ents->type != QCAL_JSON_ARRAY) {
+        st = qcal_error(QCAL_ERR_FORMAT, "calibration table has no \"entries\" array");
+        goto done;
+    }
+    if ((st = qcal_calib_table_new(&t)) != QCAL_OK)
+        goto done;
+    for (size_t i = 0; i < ents->n; i++) {
+        qcal_calib_entry e;
+        r.index = (int64_t)i;
+        r.fqn = NULL;
+        if ((st = read_entry(&r, &ents->items[i], &e)) != QCAL_OK)
+            goto done;
+        if ((st = qcal_calib_table_push(t, &e)) != QCAL_OK)
+            goto done;
+    }
+    st = qcal_calib_table_sort(t);
+done:
+    qcal_json_free(&doc);
+    if (st != QCAL_OK) {
+        qcal_calib_table_destroy(&t);
+        return st;
+    }
+    *out = t;
+    return QCAL_OK;
+}
+
+/* Tables are text of a few MB at most; refuse anything past the JSON parser's bound. */
+#define MAX_TABLE_FILE ((size_t)100 << 20)
+
+qcal_status qcal_calib_table_read_json(const char *path, qcal_calib_table **out)
+{
+    if (!path || !out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "table path or output is NULL");
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return qcal_error(errno == ENOENT ? QCAL_ERR_NOT_FOUND : QCAL_ERR_IO,
+                          "cannot open calibration table '%s': %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    qcal_status st = QCAL_OK;
+    for (;;) {
+        if (len == cap) {
+            if (cap >= MAX_TABLE_FILE) {
+                st = qcal_error(QCAL_ERR_FORMAT, "calibration table '%s' is larger than %zu "
+                                "bytes", path, MAX_TABLE_FILE);
+                break;
+            }
+            cap = cap ? cap * 2 : 65536;
+            char *nb = realloc(buf, cap);
+            if (!nb) {
+                st = qcal_error(QCAL_ERR_NO_MEMORY, "cannot read '%s'", path);
+                break;
+            }
+            buf = nb;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) {
+            if (ferror(f))
+                st = qcal_error(QCAL_ERR_IO, "cannot read calibration table '%s'", path);
+            break;
+        }
+    }
+    fclose(f);
+    if (st == QCAL_OK) {
+        st = qcal_calib_table_parse_json(buf, len, out);
+        if (st < 0)
+            st = qcal_calib_wrap_error(st, "%s", path);
+    }
+    free(buf);
+    return st;
+}
