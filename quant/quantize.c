@@ -1,0 +1,499 @@
+/* Quantize / dequantize, bit-identical to PyTorch 1.13 on x86 (ATen's quantize_val /
+ * dequantize_val; the Debian build has no fbgemm, and its arithmetic is the same):
+ *
+ *   inv_scale = 1.0f / scale                        (float32)
+ *   q = clamp(zero_point + nearbyintf(x * inv_scale), qmin, qmax)
+ *   x' = (float)(q - zero_point) * scale            (float32)
+ *
+ * Rounding contract: round half to even through nearbyintf / cvtps2dq under the default
+ * rounding mode. We clamp x * inv_scale to [qmin - zp, qmax - zp] in float *before*
+ * rounding: the bounds are integers, so round(clamp(v)) == clamp(round(v)), and nothing
+ * ever converts an out-of-range float. PyTorch instead converts zp + round(v) to int64
+ * (undefined for NaN, +-Inf and |v| >= 2^63; x86 gives INT64_MIN, i.e. qmin) and adds zp in
+ * float (for qint32 a zero-point beyond 2^24 loses bits). qcal saturates +Inf / huge values
+ * to qmax, -Inf to qmin, maps NaN to the zero-point and adds the zero-point exactly; on
+ * every other input the result is PyTorch's, bit for bit (tests/test_quantize.c). */
+#include <math.h>
+#include <string.h>
+
+#include "core/cpu.h"
+#include "core/internal.h"
+#include "qcal/quantize.h"
+#include "qcal_config.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define QCAL_X86 1
+#else
+#define QCAL_X86 0
+#endif
+
+/* Element kernels (internal; tests reach them through the static library). */
+void qcal_f32_quantize_u8__c(const float *x, int64_t n, float inv, int32_t zp, uint8_t *dst);
+void qcal_f32_quantize_i8__c(const float *x, int64_t n, float inv, int32_t zp, int8_t *dst);
+void qcal_f32_quantize_i32__c(const float *x, int64_t n, float inv, int32_t zp, int32_t *dst);
+#if QCAL_X86
+void qcal_f32_quantize_u8__avx2(const float *x, int64_t n, float inv, int32_t zp, uint8_t *dst);
+void qcal_f32_quantize_i8__avx2(const float *x, int64_t n, float inv, int32_t zp, int8_t *dst);
+void qcal_f32_quantize_u8__avx512(const float *x, int64_t n, float inv, int32_t zp,
+                                  uint8_t *dst);
+void qcal_f32_quantize_i8__avx512(const float *x, int64_t n, float inv, int32_t zp,
+                                  int8_t *dst);
+#endif
+
+size_t qcal_dtype_size(qcal_dtype dtype)
+{
+    switch (dtype) {
+    case QCAL_QUINT8:
+    case QCAL_QINT8: return 1;
+    case QCAL_QINT32: return 4;
+    }
+    return 0;
+}
+
+/* ---- scalar reference ------------------------------------------------------------ */
+
+static inline int32_t quant_one8(float x, float inv, float lo, float hi, int32_t zp)
+{
+    float v = x * inv;
+    if (v != v)
+        return zp;            /* NaN -> zero-point */
+    v = v < lo ? lo : v;
+    v = v > hi ? hi : v;
+    return (int32_t)nearbyintf(v) + zp;
+}
+
+void qcal_f32_quantize_u8__c(const float *x, int64_t n, float inv, int32_t zp, uint8_t *dst)
+{
+    const float lo = (float)(0 - zp), hi = (float)(255 - zp);
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = (uint8_t)quant_one8(x[i], inv, lo, hi, zp);
+}
+
+void qcal_f32_quantize_i8__c(const float *x, int64_t n, float inv, int32_t zp, int8_t *dst)
+{
+    const float lo = (float)(-128 - zp), hi = (float)(127 - zp);
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = (int8_t)quant_one8(x[i], inv, lo, hi, zp);
+}
+
+/* qint32: bounds INT32_MIN - zp, INT32_MAX - zp are exact in double; the clamped value is
+ * rounded in double (same as nearbyintf on the float) and the zero-point added exactly.
+ * qint32 tensors are biases (small), so there is no SIMD version. */
+void qcal_f32_quantize_i32__c(const float *x, int64_t n, float inv, int32_t zp, int32_t *dst)
+{
+    const double lo = (double)INT32_MIN - zp, hi = (double)INT32_MAX - zp;
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i] * inv;
+        if (v != v) {
+            dst[i] = zp;
+            continue;
+        }
+        double d = v;
+        d = d < lo ? lo : d;
+        d = d > hi ? hi : d;
+        dst[i] = (int32_t)((int64_t)nearbyint(d) + zp);
+    }
+}
+
+/* ---- AVX2 ---------------------------------------------------------------------- */
+#if QCAL_X86
+#define AVX2_TARGET __attribute__((target("avx2,fma")))
+#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+
+/* 8 floats -> 8 int32 offsets from zp: clamp(x*inv) with NaN lanes zeroed, rounded
+ * half-even by cvtps2dq (MXCSR default). */
+AVX2_TARGET static inline __m256i q8_avx2(const float *x, __m256 inv, __m256 lo, __m256 hi)
+{
+    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x), inv);
+    __m256 ord = _mm256_cmp_ps(v, v, _CMP_ORD_Q);
+    __m256 c = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+    return _mm256_cvtps_epi32(_mm256_and_ps(c, ord));
+}
+
+AVX2_TARGET static inline __m256i q32x8_avx2(const float *x, __m256 inv, __m256 lo, __m256 hi,
+                                              __m256i z, bool is_unsigned)
+{
+    __m256i a = _mm256_add_epi32(q8_avx2(x, inv, lo, hi), z);
+    __m256i b = _mm256_add_epi32(q8_avx2(x + 8, inv, lo, hi), z);
+    __m256i c = _mm256_add_epi32(q8_avx2(x + 16, inv, lo, hi), z);
+    __m256i d = _mm256_add_epi32(q8_avx2(x + 24, inv, lo, hi), z);
+    __m256i ab = _mm256_packs_epi32(a, b);   /* in range already: no saturation occurs */
+    __m256i cd = _mm256_packs_epi32(c, d);
+    __m256i r = is_unsigned ? _mm256_packus_epi16(ab, cd) : _mm256_packs_epi16(ab, cd);
+    return _mm256_permutevar8x32_epi32(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+AVX2_TARGET void qcal_f32_quantize_u8__avx2(const float *x, int64_t n, float inv, int32_t zp,
+                                            uint8_t *dst)
+{
+    const __m256 vinv = _mm256_set1_ps(inv), lo = _mm256_set1_ps((float)(0 - zp)),
+                 hi = _mm256_set1_ps((float)(255 - zp));
+    const __m256i z = _mm256_set1_epi32(zp);
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        _mm256_storeu_si256((__m256i *)(dst + i), q32x8_avx2(x + i, vinv, lo, hi, z, true));
+    qcal_f32_quantize_u8__c(x + i, n - i, inv, zp, dst + i);
+}
+
+AVX2_TARGET void qcal_f32_quantize_i8__avx2(const float *x, int64_t n, float inv, int32_t zp,
+                                            int8_t *dst)
+{
+    const __m256 vinv = _mm256_set1_ps(inv), lo = _mm256_set1_ps((float)(-128 - zp)),
+                 hi = _mm256_set1_ps((float)(127 - zp));
+    const __m256i z = _mm256_set1_epi32(zp);
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        _mm256_storeu_si256((__m256i *)(dst + i), q32x8_avx2(x + i, vinv, lo, hi, z, false));
+    qcal_f32_quantize_i8__c(x + i, n - i, inv, zp, dst + i);
+}
+
+/* ---- AVX-512 ------------------------------------------------------------------- */
+AVX512_TARGET static inline __m512i q16_avx512(const float *x, __m512 inv, __m512 lo,
+                                                __m512 hi, __m512i z)
+{
+    __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x), inv);
+    __mmask16 ord = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
+    __m512 c = _mm512_maskz_mov_ps(ord, _mm512_min_ps(_mm512_max_ps(v, lo), hi));
+    return _mm512_add_epi32(_mm512_cvtps_epi32(c), z);
+}
+
+AVX512_TARGET void qcal_f32_quantize_u8__avx512(const float *x, int64_t n, float inv,
+                                                int32_t zp, uint8_t *dst)
+{
+    const __m512 vinv = _mm512_set1_ps(inv), lo = _mm512_set1_ps((float)(0 - zp)),
+                 hi = _mm512_set1_ps((float)(255 - zp));
+    const __m512i z = _mm512_set1_epi32(zp);
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m128i a = _mm512_cvtepi32_epi8(q16_avx512(x + i, vinv, lo, hi, z));
+        __m128i b = _mm512_cvtepi32_epi8(q16_avx512(x + i + 16, vinv, lo, hi, z));
+        __m128i c = _mm512_cvtepi32_epi8(q16_avx512(x + i + 32, vinv, lo, hi, z));
+        __m128i d = _mm512_cvtepi32_epi8(q16_avx512(x + i + 48, vinv, lo, hi, z));
+        __m512i r = _mm512_inserti64x2(_mm512_castsi128_si512(a), b, 1);
+        r = _mm512_inserti64x2(r, c, 2);
+        r = _mm512_inserti64x2(r, d, 3);
+        _mm512_storeu_si512((void *)(dst + i), r);
+    }
+    for (; i + 16 <= n; i += 16)
+        _mm_storeu_si128((__m128i *)(dst + i),
+                         _mm512_cvtepi32_epi8(q16_avx512(x + i, vinv, lo, hi, z)));
+    qcal_f32_quantize_u8__c(x + i, n - i, inv, zp, dst + i);
+}
+
+AVX512_TARGET void qcal_f32_quantize_i8__avx512(const float *x, int64_t n, float inv,
+                                                int32_t zp, int8_t *dst)
+{
+    /* Same bytes as the unsigned path: vpmovdb truncates, values are in range. */
+    const __m512 vinv = _mm512_set1_ps(inv), lo = _mm512_set1_ps((float)(-128 - zp)),
+                 hi = _mm512_set1_ps((float)(127 - zp));
+    const __m512i z = _mm512_set1_epi32(zp);
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m128i a = _mm512_cvtepi32_epi8(q16_avx512(x + i, vinv, lo, hi, z));
+        __m128i b = _mm512_cvtepi32_epi8(q16_avx512(x + i + 16, vinv, lo, hi, z));
+        __m128i c = _mm512_cvtepi32_epi8(q16_avx512(x + i + 32, vinv, lo, hi, z));
+        __m128i d = _mm512_cvtepi32_epi8(q16_avx512(x + i + 48, vinv, lo, hi, z));
+        __m512i r = _mm512_inserti64x2(_mm512_castsi128_si512(a), b, 1);
+        r = _mm512_inserti64x2(r, c, 2);
+        r = _mm512_inserti64x2(r, d, 3);
+        _mm512_storeu_si512((void *)(dst + i), r);
+    }
+    for (; i + 16 <= n; i += 16)
+        _mm_storeu_si128((__m128i *)(dst + i),
+                         _mm512_cvtepi32_epi8(q16_avx512(x + i, vinv, lo, hi, z)));
+    qcal_f32_quantize_i8__c(x + i, n - i, inv, zp, dst + i);
+}
+#endif
+
+/* ---- dispatch ------------------------------------------------------------------ */
+
+typedef void (*quant_fn)(const float *, int64_t, float, int32_t, void *);
+
+static void q_u8_c(const float *x, int64_t n, float inv, int32_t zp, void *d)
+{
+    qcal_f32_quantize_u8__c(x, n, inv, zp, d);
+}
+static void q_i8_c(const float *x, int64_t n, float inv, int32_t zp, void *d)
+{
+    qcal_f32_quantize_i8__c(x, n, inv, zp, d);
+}
+static void q_i32_c(const float *x, int64_t n, float inv, int32_t zp, void *d)
+{
+    qcal_f32_quantize_i32__c(x, n, inv, zp, d);
+}
+#if QCAL_X86
+static void q_u8_avx2(const float *x, int64_t n, float inv, int32_t zp, void *d)
+{
+    qcal_f32_quantize_u8__avx2(x, n, inv, zp, d);
+}
+static void q_i8_avx2(const float *x, int64_t n, float inv, int32_t zp, void *d)
+{
+    qcal_f32_quantize_i8__avx2(x, n, inv, zp, d);
+}
+static void q_u8_avx512(const float *x, int64_t n, float inv, int32_t zp, void *d)
+{
+    qcal_f32_quantize_u8__avx512(x, n, inv, zp, d);
+}
+static void q_i8_avx512(const float *x, int64_t n, float inv, int32_t zp, void *d)
+{
+    qcal_f32_quantize_i8__avx512(x, n, inv, zp, d);
+}
+#endif
+
+static quant_fn pick_quant(qcal_dtype dtype)
+{
+    qcal_isa isa = qcal_cpu_isa();
+    (void)isa;
+    switch (dtype) {
+    case QCAL_QUINT8:
+#if QCAL_X86
+        if (isa >= QCAL_ISA_AVX512)
+            return q_u8_avx512;
+        if (isa >= QCAL_ISA_AVX2)
+            return q_u8_avx2;
+#endif
+        return q_u8_c;
+    case QCAL_QINT8:
+#if QCAL_X86
+        if (isa >= QCAL_ISA_AVX512)
+            return q_i8_avx512;
+        if (isa >= QCAL_ISA_AVX2)
+            return q_i8_avx2;
+#endif
+        return q_i8_c;
+    case QCAL_QINT32: return q_i32_c;
+    }
+    return NULL;
+}
+
+static void dtype_limits(qcal_dtype dtype, int64_t *lo, int64_t *hi)
+{
+    switch (dtype) {
+    case QCAL_QUINT8: *lo = 0; *hi = 255; return;
+    case QCAL_QINT8: *lo = -128; *hi = 127; return;
+    case QCAL_QINT32: *lo = INT32_MIN; *hi = INT32_MAX; return;
+    }
+    *lo = 0;
+    *hi = -1;
+}
+
+static qcal_status check_qparam(qcal_dtype dtype, int64_t ch, float scale, int32_t zp)
+{
+    if (!(scale > 0.0f && isfinite(scale)))
+        return qcal_error(QCAL_ERR_INVALID_ARG,
+                          "scale %g (channel %lld) must be > 0 and finite", (double)scale,
+                          (long long)ch);
+    int64_t lo, hi;
+    dtype_limits(dtype, &lo, &hi);
+    if (zp < lo || zp > hi)
+        return qcal_error(QCAL_ERR_INVALID_ARG,
+                          "zero-point %d (channel %lld) is outside %s's [%lld, %lld]",
+                          (int)zp, (long long)ch, qcal_dtype_name(dtype), (long long)lo,
+                          (long long)hi);
+    return QCAL_OK;
+}
+
+static qcal_status check_dtype(qcal_dtype dtype)
+{
+    if (qcal_dtype_size(dtype) == 0)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "unknown dtype %d", (int)dtype);
+    return QCAL_OK;
+}
+
+/* Runs f over n elements in blocks, in parallel above the threading threshold
+ * (elementwise: the result does not depend on the thread count). */
+static void run_quant(quant_fn f, const float *x, int64_t n, float inv, int32_t zp,
+                      uint8_t *dst, size_t esz)
+{
+    int nt = qcal_threads_for(n);
+    if (nt <= 1) {
+        f(x, n, inv, zp, dst);
+        return;
+    }
+    const int64_t block = 1 << 16;
+    int64_t nblocks = (n + block - 1) / block;
+#if QCAL_HAVE_OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static)
+#endif
+    for (int64_t b = 0; b < nblocks; b++) {
+        int64_t s = b * block, len = n - s < block ? n - s : block;
+        f(x + s, len, inv, zp, dst + (size_t)s * esz);
+    }
+}
+
+qcal_status qcal_quantize_per_tensor(const qcal_tensor *src, float scale, int32_t zero_point,
+                                     qcal_dtype dtype, void *dst)
+{
+    if (!src || !dst)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "quantize: source or destination is NULL");
+    qcal_status st = check_dtype(dtype);
+    if (st != QCAL_OK)
+        return st;
+    if ((st = check_qparam(dtype, 0, scale, zero_point)) != QCAL_OK)
+        return st;
+    int64_t n;
+    if ((st = qcal_tensor_numel(src, &n)) != QCAL_OK)
+        return st;
+    if (n > 0 && !src->data)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "quantize: tensor data is NULL");
+    const float inv = 1.0f / scale;
+    run_quant(pick_quant(dtype), src->data, n, inv, zero_point, dst, qcal_dtype_size(dtype));
+    return QCAL_OK;
+}
+
+/* shape split around axis: outer * C * inner. */
+static qcal_status split_axis(const qcal_tensor *t, int32_t axis, int64_t channels,
+                              int64_t *outer, int64_t *inner)
+{
+    int64_t n;
+    qcal_status st = qcal_tensor_numel(t, &n);
+    if (st != QCAL_OK)
+        return st;
+    int32_t a;
+    if ((st = qcal_tensor_axis(t, axis, &a)) != QCAL_OK)
+        return st;
+    if (t->shape[a] != channels)
+        return qcal_error(QCAL_ERR_MISMATCH,
+                          "%lld scales/zero-points given but axis %d has %lld channels",
+                          (long long)channels, (int)axis, (long long)t->shape[a]);
+    int64_t o = 1, in = 1;
+    for (int32_t i = 0; i < a; i++)
+        o *= t->shape[i];          /* cannot overflow: numel succeeded */
+    for (int32_t i = a + 1; i < t->ndim; i++)
+        in *= t->shape[i];
+    *outer = o;
+    *inner = in;
+    return QCAL_OK;
+}
+
+static qcal_status check_channels(qcal_dtype dtype, int64_t channels, const float *scales,
+                                  const int32_t *zps)
+{
+    qcal_status st = check_dtype(dtype);
+    if (st != QCAL_OK)
+        return st;
+    if (!scales || !zps)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "scales or zero-points are NULL");
+    for (int64_t c = 0; c < channels; c++)
+        if ((st = check_qparam(dtype, c, scales[c], zps[c])) != QCAL_OK)
+            return st;
+    return QCAL_OK;
+}
+
+qcal_status qcal_quantize_per_channel(const qcal_tensor *src, int32_t axis, int64_t channels,
+                                      const float *scales, const int32_t *zero_points,
+                                      qcal_dtype dtype, void *dst)
+{
+    if (!src || !dst)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "quantize: source or destination is NULL");
+    int64_t outer = 0, inner = 0;
+    qcal_status st = split_axis(src, axis, channels, &outer, &inner);
+    if (st != QCAL_OK)
+        return st;
+    if ((st = check_channels(dtype, channels, scales, zero_points)) != QCAL_OK)
+        return st;
+    int64_t rows = outer * channels;
+    if (rows * inner > 0 && !src->data)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "quantize: tensor data is NULL");
+    quant_fn f = pick_quant(dtype);
+    size_t esz = qcal_dtype_size(dtype);
+    uint8_t *d = dst;
+    int nt = qcal_threads_for(rows * inner);
+    (void)nt;
+    /* src is (outer, C, inner); each (o, c) row of inner elements uses channel c. Per
+     * channel inv_scale = 1.0f / scale[c], as ATen's quantize_val. */
+#if QCAL_HAVE_OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#endif
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t c = r % channels;
+        f(src->data + r * inner, inner, 1.0f / scales[c], zero_points[c], d + (size_t)(r * inner) * esz);
+    }
+    return QCAL_OK;
+}
+
+/* ---- dequantize (elementwise, C; the compiler vectorises these loops) ------------- */
+
+static void deq_block(const void *src, qcal_dtype dtype, int64_t off, int64_t n, float scale,
+                      int32_t zp, float *dst)
+{
+    switch (dtype) {
+    case QCAL_QUINT8: {
+        const uint8_t *q = (const uint8_t *)src + off;
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = (float)((int32_t)q[i] - zp) * scale;
+        break;
+    }
+    case QCAL_QINT8: {
+        const int8_t *q = (const int8_t *)src + off;
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = (float)((int32_t)q[i] - zp) * scale;
+        break;
+    }
+    case QCAL_QINT32: {
+        /* The difference in int64: PyTorch's int32 subtraction can overflow. */
+        const int32_t *q = (const int32_t *)src + off;
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = (float)((int64_t)q[i] - zp) * scale;
+        break;
+    }
+    }
+}
+
+qcal_status qcal_dequantize_per_tensor(const void *src, qcal_dtype dtype, float scale,
+                                       int32_t zero_point, qcal_tensor *dst)
+{
+    if (!src || !dst)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "dequantize: source or destination is NULL");
+    qcal_status st = check_dtype(dtype);
+    if (st != QCAL_OK)
+        return st;
+    if ((st = check_qparam(dtype, 0, scale, zero_point)) != QCAL_OK)
+        return st;
+    int64_t n;
+    if ((st = qcal_tensor_numel(dst, &n)) != QCAL_OK)
+        return st;
+    if (n > 0 && !dst->data)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "dequantize: tensor data is NULL");
+    int nt = qcal_threads_for(n);
+    (void)nt;
+    const int64_t block = 1 << 16;
+    int64_t nblocks = (n + block - 1) / block;
+#if QCAL_HAVE_OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#endif
+    for (int64_t b = 0; b < nblocks; b++) {
+        int64_t s = b * block, len = n - s < block ? n - s : block;
+        deq_block(src, dtype, s, len, scale, zero_point, dst->data + s);
+    }
+    return QCAL_OK;
+}
+
+qcal_status qcal_dequantize_per_channel(const void *src, qcal_dtype dtype, int32_t axis,
+                                        int64_t channels, const float *scales,
+                                        const int32_t *zero_points, qcal_tensor *dst)
+{
+    if (!src || !dst)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "dequantize: source or destination is NULL");
+    int64_t outer = 0, inner = 0;
+    qcal_status st = split_axis(dst, axis, channels, &outer, &inner);
+    if (st != QCAL_OK)
+        return st;
+    if ((st = check_channels(dtype, channels, scales, zero_points)) != QCAL_OK)
+        return st;
+    int64_t rows = outer * channels;
+    if (rows * inner > 0 && !dst->data)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "dequantize: tensor data is NULL");
+    int nt = qcal_threads_for(rows * inner);
+    (void)nt;
+#if QCAL_HAVE_OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#endif
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t c = r % channels;
+        deq_block(src, dtype, r * inner, inner, scales[c], zero_points[c],
+                  dst->data + r * inner);
+    }
+    return QCAL_OK;
+}
