@@ -1,5 +1,9 @@
-/* Shared declarations of the qcal CLI: the subcommand entry points and the helpers
- * every subcommand uses to report errors with the documented exit codes. */
+/* Shared declarations of the qcal CLI: exit codes and the subcommand entry points.
+ *
+ * Adding a subcommand: write tools/cmd_<name>.c with `int cmd_<name>(int argc, char **argv)`
+ * (argv[0] is the subcommand name; handle --help), declare it below (one line) and add one
+ * line to the command table in tools/qcal.c. Use the helpers of tools/cli_common.h for
+ * option parsing, numbers, .npy input/output and the one-line error report. */
 #ifndef QCAL_TOOLS_CLI_H
 #define QCAL_TOOLS_CLI_H
 
@@ -20,6 +24,9 @@ typedef struct qcal_cmd {
     int (*run)(int argc, char **argv);   /* argv[0] is the subcommand name */
 } qcal_cmd;
 
+/* Subcommand entry points: one line per subcommand (tools/cmd_<name>.c). */
 int cmd_observe(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+int cmd_dequantize(int argc, char **argv);
 
 #endif

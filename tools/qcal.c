@@ -1,4 +1,72 @@
-/* TEMPORARY skeleton: the CLI helper replaces this file. */
+/* qcal: one binary, one subcommand per tools/cmd_<name>.c. Adding a subcommand is one line
+ * in the table below (plus its declaration in tools/cli.h). */
 #include <stdio.h>
-#include "tools/cli.h"
-int main(int argc, char **argv) { (void)argc; (void)argv; puts(qcal_version()); return 0; }
+#include <string.h>
+
+#include "tools/cli_common.h"
+
+static const qcal_cmd commands[] = {
+    { "observe", "feed .npy batches to an observer, print its range and qparams (JSON)", cmd_observe },
+    { "quantize", "quantize a float .npy with given scale/zero-point (per tensor or channel)", cmd_quantize },
+    { "dequantize", "dequantize a uint8/int8/int32 .npy back to float32", cmd_dequantize },
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: qcal [--help | --version] SUBCOMMAND [OPTIONS] [ARGS]\n"
+            "\n"
+            "Static-quantization calibration toolkit (PyTorch 1.13 torch.ao.quantization\n"
+            "arithmetic). 'qcal SUBCOMMAND --help' documents each subcommand.\n"
+            "\n"
+            "subcommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-18s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f,
+            "\n"
+            "options: long options take '--name VALUE' or '--name=VALUE'; numbers are strict\n"
+            "(no trailing characters, no nan/inf, range-checked).\n"
+            "\n"
+            "exit codes:\n"
+            "  0  success\n"
+            "  1  the operation failed (bad data, numerical policy such as --strict, no data)\n"
+            "  2  usage error: unknown option, missing value, impossible value\n"
+            "  3  an input file is missing, unreadable or malformed\n"
+            "  4  an output file could not be written (an existing file is left intact)\n"
+            "Errors are reported as one line on stderr: 'qcal: SUBCOMMAND: MESSAGE'.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "qcal: no subcommand given (see 'qcal --help')\n");
+        return QCAL_EXIT_USAGE;
+    }
+    const char *name = argv[1];
+    if (!strcmp(name, "--help") || !strcmp(name, "-h") || !strcmp(name, "help")) {
+        if (argc > 2 && !strcmp(name, "help")) {
+            /* "qcal help SUBCOMMAND" is "qcal SUBCOMMAND --help". */
+            char help_flag[] = "--help";
+            char *sub[] = { argv[2], help_flag, NULL };
+            for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+                if (!strcmp(argv[2], commands[i].name))
+                    return commands[i].run(2, sub);
+            fprintf(stderr, "qcal: unknown subcommand '%s' (see 'qcal --help')\n", argv[2]);
+            return QCAL_EXIT_USAGE;
+        }
+        usage(stdout);
+        return QCAL_EXIT_OK;
+    }
+    if (!strcmp(name, "--version") || !strcmp(name, "-V")) {
+        printf("qcal %s\n", qcal_version());
+        return QCAL_EXIT_OK;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(name, commands[i].name))
+            return commands[i].run(argc - 1, argv + 1);
+    if (name[0] == '-')
+        fprintf(stderr, "qcal: unknown option '%s' (see 'qcal --help')\n", name);
+    else
+        fprintf(stderr, "qcal: unknown subcommand '%s' (see 'qcal --help')\n", name);
+    return QCAL_EXIT_USAGE;
+}

@@ -1,0 +1,163 @@
+/* Helpers shared by every qcal subcommand: option parsing, strict numbers, the observer
+ * options, .npy input/output with the documented exit codes, the one-line error report
+ * and small JSON printers.
+ *
+ * A subcommand's loop:
+ *
+ *   enum { OPT_HELP = 1, OPT_OUT };
+ *   static const cli_opt opts[] = {
+ *       { "help", 'h', false, OPT_HELP }, { "output", 'o', true, OPT_OUT },
+ *       CLI_OBSERVER_OPTS, { 0 } };
+ *   cli_parser p; cli_parser_init(&p, argc, argv);
+ *   const char *val; int id;
+ *   while ((id = cli_next(&p, opts, &val)) != CLI_END) {
+ *       if (id == CLI_ERROR) return QCAL_EXIT_USAGE;        // already reported
+ *       if (id == CLI_POSITIONAL) { add val; continue; }
+ *       if (cli_observer_opt(&obs_args, id, val)) continue;
+ *       ...
+ *   }
+ *
+ * Errors are reported as exactly one line on stderr: "qcal: <subcommand>: <message>". */
+#ifndef QCAL_TOOLS_CLI_COMMON_H
+#define QCAL_TOOLS_CLI_COMMON_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "qcal/npy.h"
+#include "qcal/qcal.h"
+#include "tools/cli.h"
+
+#if defined(__GNUC__)
+#define CLI_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define CLI_PRINTF(a, b)
+#endif
+
+/* One long option "--name" (also "--name=value"), optional short alias "-c". */
+typedef struct cli_opt {
+    const char *name;    /* without the dashes; NULL ends a table */
+    char short_name;     /* 0: none */
+    bool has_value;      /* true: takes one value ("--name V" or "--name=V") */
+    int id;              /* > 0, returned by cli_next; ids >= CLI_OBS_BASE are reserved */
+} cli_opt;
+
+/* cli_next results besides option ids. */
+enum { CLI_END = 0, CLI_POSITIONAL = -1, CLI_ERROR = -2 };
+
+typedef struct cli_parser {
+    const char *cmd;     /* subcommand name, for messages */
+    int argc;
+    char **argv;
+    int i;               /* next argv index */
+    bool positional_only;/* seen "--" */
+} cli_parser;
+
+/* Starts parsing argv[1..] of a subcommand (argv[0] is its name). */
+void cli_parser_init(cli_parser *p, int argc, char **argv);
+
+/* Next option id (value in *value, NULL for flags), CLI_POSITIONAL (argument in *value),
+ * CLI_END, or CLI_ERROR after reporting an unknown option, a missing value or a value given
+ * to a flag. "-" alone is positional; "--" ends options. */
+int cli_next(cli_parser *p, const cli_opt *opts, const char **value);
+
+/* Reports "qcal: <cmd>: <message>" (one line; newlines in the message become spaces) and
+ * returns code. */
+int cli_fail(const char *cmd, int code, const char *fmt, ...) CLI_PRINTF(3, 4);
+
+/* Reports qcal_last_error() (or the status name if it is empty) and returns code. */
+int cli_fail_status(const char *cmd, int code, qcal_status st);
+
+/* Strict numbers: the whole string must parse; no NaN/Inf; range checked. On failure a
+ * usage error naming the option is reported and QCAL_EXIT_USAGE returned; else 0. */
+int cli_parse_i64(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi,
+                  int64_t *out);
+int cli_parse_f64(const char *cmd, const char *opt, const char *s, double *out);
+/* As cli_parse_f64, and the value must be a finite float32 (no overflow to inf). */
+int cli_parse_f32(const char *cmd, const char *opt, const char *s, float *out);
+
+/* ---- Observer options (shared by observe and calibrate) ---- */
+
+enum {
+    CLI_OBS_BASE = 1000,
+    CLI_OBS_OBSERVER = CLI_OBS_BASE, CLI_OBS_DTYPE, CLI_OBS_QSCHEME, CLI_OBS_AXIS,
+    CLI_OBS_REDUCE_RANGE, CLI_OBS_QUANT_MIN, CLI_OBS_QUANT_MAX, CLI_OBS_EPS,
+    CLI_OBS_AVERAGING_CONSTANT, CLI_OBS_BINS, CLI_OBS_UPSAMPLE_RATE, CLI_OBS_PERCENTILE,
+    CLI_OBS_PERCENTILE_MODE, CLI_OBS_ENTROPY_LEVELS, CLI_OBS_STRICT,
+    CLI_OBS_END
+};
+
+/* Rows to put in a subcommand's option table. */
+#define CLI_OBSERVER_OPTS                                                                     \
+    { "observer", 0, true, CLI_OBS_OBSERVER }, { "dtype", 0, true, CLI_OBS_DTYPE },          \
+    { "qscheme", 0, true, CLI_OBS_QSCHEME }, { "axis", 0, true, CLI_OBS_AXIS },              \
+    { "reduce-range", 0, false, CLI_OBS_REDUCE_RANGE },                                       \
+    { "quant-min", 0, true, CLI_OBS_QUANT_MIN }, { "quant-max", 0, true, CLI_OBS_QUANT_MAX }, \
+    { "eps", 0, true, CLI_OBS_EPS },                                                          \
+    { "averaging-constant", 0, true, CLI_OBS_AVERAGING_CONSTANT },                            \
+    { "bins", 0, true, CLI_OBS_BINS }, { "upsample-rate", 0, true, CLI_OBS_UPSAMPLE_RATE },  \
+    { "percentile", 0, true, CLI_OBS_PERCENTILE },                                            \
+    { "percentile-mode", 0, true, CLI_OBS_PERCENTILE_MODE },                                  \
+    { "entropy-levels", 0, true, CLI_OBS_ENTROPY_LEVELS },                                    \
+    { "strict", 0, false, CLI_OBS_STRICT }
+
+/* Help text for the rows above (each line indented by two spaces, ends with a newline). */
+#define CLI_OBSERVER_HELP                                                                     \
+    "  --observer KIND          minmax (default), moving_average_minmax, per_channel_minmax,\n" \
+    "                           moving_average_per_channel_minmax, histogram, percentile,\n"    \
+    "                           entropy, mse\n"                                                  \
+    "  --dtype D                quint8 (default), qint8, qint32\n"                               \
+    "  --qscheme S              per_tensor_affine (default; per-channel kinds:\n"               \
+    "                           per_channel_affine), per_tensor_symmetric,\n"                   \
+    "                           per_channel_symmetric, per_channel_affine_float_qparams\n"      \
+    "  --axis N                 channel axis of per-channel kinds (default 0; <0 from the end)\n" \
+    "  --reduce-range           halve the quantized range as PyTorch's reduce_range\n"          \
+    "  --quant-min A --quant-max B  custom quantized range (both, A <= B)\n"                     \
+    "  --eps E                  smallest scale (default FLT_EPSILON)\n"                          \
+    "  --averaging-constant C   moving-average kinds, in (0, 1] (default 0.01)\n"               \
+    "  --bins N                 histogram kinds (default 2048)\n"                                \
+    "  --upsample-rate N        histogram (default 128)\n"                                       \
+    "  --percentile P           percentile kind, in (0, 100] (default 99.99)\n"                  \
+    "  --percentile-mode M      abs (default) or two-tails\n"                                    \
+    "  --entropy-levels N       entropy kind (default 128)\n"                                    \
+    "  --strict                 NaN/Inf in the data is an error (default: skipped, counted)\n"
+
+/* Raw values of the observer options, collected in any order; parsed by
+ * cli_observer_config once the command line is complete. Zero-initialise. */
+typedef struct cli_observer_args {
+    const char *value[CLI_OBS_END - CLI_OBS_BASE];   /* NULL: not given; "" for flags */
+} cli_observer_args;
+
+/* If id is an observer option, stores val and returns true. */
+bool cli_observer_opt(cli_observer_args *a, int id, const char *val);
+
+/* Builds and validates *cfg from the collected options (kind default_kind when --observer
+ * is absent). Returns 0, or reports a usage error and returns QCAL_EXIT_USAGE. */
+int cli_observer_config(const char *cmd, const cli_observer_args *a,
+                        qcal_observer_kind default_kind, qcal_observer_config *cfg);
+
+/* ---- .npy input/output ---- */
+
+/* Reads path as float32 (float64/float16 converted). Reports and returns QCAL_EXIT_INPUT
+ * on failure, else 0. */
+int cli_read_f32(const char *cmd, const char *path, qcal_npy_array *arr);
+
+/* Reads path with its own dtype. Reports and returns QCAL_EXIT_INPUT on failure. */
+int cli_read_npy(const char *cmd, const char *path, qcal_npy_array *arr);
+
+/* Writes an .npy atomically. Reports and returns QCAL_EXIT_OUTPUT on failure. */
+int cli_write_npy(const char *cmd, const char *path, qcal_npy_dtype dtype, int32_t ndim,
+                  const int64_t *shape, const void *data);
+
+/* ---- JSON printing ---- */
+
+/* A JSON string literal with the needed escapes. */
+void cli_json_str(FILE *f, const char *s);
+/* A float with "%.9g" (round-trips float32); NaN/Inf print as null. */
+void cli_json_f32(FILE *f, float v);
+/* Arrays "[a, b, ...]". */
+void cli_json_f32_array(FILE *f, const float *v, int64_t n);
+void cli_json_i32_array(FILE *f, const int32_t *v, int64_t n);
+
+#endif
