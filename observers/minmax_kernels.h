@@ -42,4 +42,50 @@ void qcal_f32_minmax_cols__avx2(const float *x, int64_t rows, int64_t width, flo
 void qcal_f32_minmax_cols__avx512(const float *x, int64_t rows, int64_t width, float *cmn,
                                   float *cmx, uint64_t *nonfinite);
 
+
+/* ---- Shared by the four min/max observer kinds (observers/<kind>.c) ---------------- */
+#include "core/internal.h"
+#include "qcal/observer.h"
+
+/* One batch of a per-tensor min/max observer: min/max of the finite values of x (numel n),
+ * non-finite count into *nonfinite; QCAL_ERR_NONFINITE (message with the count) when the
+ * observer's policy is QCAL_NONFINITE_ERROR and the batch has any. */
+qcal_status qcal_minmax_batch(const qcal_observer *obs, const qcal_tensor *x, int64_t n,
+                              float *mn, float *mx, uint64_t *nonfinite);
+
+/* One batch of a per-channel observer along obs->cfg.axis: allocates *mn / *mx (channels
+ * entries, free() them) with each channel's finite min/max ((+inf, -inf) for a channel
+ * without finite values). expect_channels > 0 demands that channel count
+ * (QCAL_ERR_MISMATCH otherwise). Nothing is allocated on failure. */
+qcal_status qcal_minmax_channels_batch(const qcal_observer *obs, const qcal_tensor *x,
+                                       int64_t expect_channels, float **mn, float **mx,
+                                       int64_t *channels, uint64_t *nonfinite);
+
+/* One moving-average step avg + c * (now - avg) in float32 as PyTorch (finite always). */
+float qcal_minmax_ema(float avg, float now, float c);
+
+/* Validates a stored range pair: (+inf, -inf) or finite with min <= max. */
+bool qcal_minmax_pair_valid(float mn, float mx);
+
+/* Per-channel state shared by the two per-channel kinds. */
+typedef struct qcal_pc_state {
+    int64_t channels;   /* 0 until the first batch */
+    float *mn, *mx;     /* channels entries each */
+} qcal_pc_state;
+
+qcal_status qcal_pc_state_init(qcal_observer *obs);
+void qcal_pc_state_fini(qcal_observer *obs);
+void qcal_pc_state_reset(qcal_observer *obs);
+qcal_status qcal_pc_state_channels(const qcal_observer *obs, int64_t *n);
+qcal_status qcal_pc_state_range(const qcal_observer *obs, int64_t cap, float *mn, float *mx,
+                                int64_t *n);
+qcal_status qcal_pc_state_qrange(qcal_observer *obs, int64_t cap, float *mn, float *mx,
+                                 int64_t *n);
+void qcal_pc_state_save(const qcal_observer *obs, qcal_buf *b);
+qcal_status qcal_pc_state_load(qcal_observer *obs, qcal_cursor *c);
+/* Gives the state its first channel arrays (takes ownership of mn/mx). */
+void qcal_pc_state_adopt(qcal_observer *obs, float *mn, float *mx, int64_t channels);
+/* Copies src's arrays into an empty dst. */
+qcal_status qcal_pc_state_copy(qcal_observer *dst, const qcal_observer *src);
+
 #endif

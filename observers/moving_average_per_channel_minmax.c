@@ -1,0 +1,78 @@
+/* moving_average_per_channel_minmax observer: per-channel exponential moving average of
+ * each batch's finite min/max along cfg.axis, as PyTorch 1.13's
+ * MovingAveragePerChannelMinMaxObserver in float32:
+ *   first batch:  min_val[c] = min(x[c])
+ *   later:        min_val[c] = min_val[c] + c_avg * (min(x[c]) - min_val[c])
+ * Channel count fixed by the first batch (QCAL_ERR_MISMATCH otherwise). A channel with no
+ * finite value in a batch does not move; a channel that has never seen a finite value is
+ * initialised by its first finite batch (PyTorch would compute inf + c*(x - inf) = NaN).
+ * Merge: per channel, exact when either side has no data; otherwise dst keeps its average
+ * and src's average is applied as one more batch. */
+#include <math.h>
+
+#include "observers/minmax_kernels.h"
+#include "observers/observer_impl.h"
+
+static void mapc_apply(qcal_pc_state *s, const float *l, const float *h, float c)
+{
+    for (int64_t k = 0; k < s->channels; k++) {
+        if (l[k] == INFINITY)
+            continue;                        /* channel without finite values */
+        if (s->mn[k] == INFINITY && s->mx[k] == -INFINITY) {
+            s->mn[k] = l[k];
+            s->mx[k] = h[k];
+            continue;
+        }
+        s->mn[k] = qcal_minmax_ema(s->mn[k], l[k], c);
+        s->mx[k] = qcal_minmax_ema(s->mx[k], h[k], c);
+    }
+}
+
+static qcal_status mapc_update(qcal_observer *obs, const qcal_tensor *x, int64_t numel,
+                               uint64_t *nonfinite)
+{
+    (void)numel;
+    qcal_pc_state *s = obs->impl;
+    float *l = NULL, *h = NULL;
+    int64_t ch = 0;
+    qcal_status st = qcal_minmax_channels_batch(obs, x, s->channels, &l, &h, &ch, nonfinite);
+    if (st != QCAL_OK)
+        return st;
+    if (s->channels == 0) {
+        qcal_pc_state_adopt(obs, l, h, ch);
+        return QCAL_OK;
+    }
+    mapc_apply(s, l, h, obs->cfg.averaging_constant);
+    free(l);
+    free(h);
+    return QCAL_OK;
+}
+
+static qcal_status mapc_merge(qcal_observer *dst, const qcal_observer *src)
+{
+    qcal_pc_state *d = dst->impl;
+    const qcal_pc_state *s = src->impl;
+    if (s->channels == 0)
+        return QCAL_OK;
+    if (d->channels == 0)
+        return qcal_pc_state_copy(dst, src);
+    if (d->channels != s->channels)
+        return qcal_error(QCAL_ERR_MISMATCH, "cannot merge %lld channels into %lld",
+                          (long long)s->channels, (long long)d->channels);
+    mapc_apply(d, s->mn, s->mx, dst->cfg.averaging_constant);
+    return QCAL_OK;
+}
+
+const qcal_observer_ops qcal_observer_moving_average_per_channel_minmax_ops = {
+    .kind = QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX,
+    .init = qcal_pc_state_init,
+    .fini = qcal_pc_state_fini,
+    .update = mapc_update,
+    .channels = qcal_pc_state_channels,
+    .data_range = qcal_pc_state_range,
+    .qrange = qcal_pc_state_qrange,
+    .reset = qcal_pc_state_reset,
+    .merge = mapc_merge,
+    .save = qcal_pc_state_save,
+    .load = qcal_pc_state_load,
+};
