@@ -28,5 +28,6 @@ typedef struct qcal_cmd {
 int cmd_observe(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_dequantize(int argc, char **argv);
+int cmd_calibrate(int argc, char **argv);
 
 #endif

@@ -9,6 +9,7 @@ static const qcal_cmd commands[] = {
     { "observe", "feed .npy batches to an observer, print its range and qparams (JSON)", cmd_observe },
     { "quantize", "quantize a float .npy with given scale/zero-point (per tensor or channel)", cmd_quantize },
     { "dequantize", "dequantize a uint8/int8/int32 .npy back to float32", cmd_dequantize },
+    { "calibrate", "calibrate an activation-dump directory into a table (JSON, TensorRT, ONNX Runtime, ncnn)", cmd_calibrate },
 };
 
 static void usage(FILE *f)
