@@ -1,0 +1,676 @@
+/* Histogram family internals: the binning kernels (C reference, AVX2, AVX-512), the
+ * growable histogram shared by histogram/percentile/entropy/mse, and their common observer
+ * ops. Arithmetic contract of a bin index: see histogram_kernels.h. */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define QCAL_HIST_X86 1
+#else
+#define QCAL_HIST_X86 0
+#endif
+
+#include "core/cpu.h"
+#include "observers/histogram_kernels.h"
+#include "observers/minmax_kernels.h"
+#include "qcal_config.h"
+#if QCAL_HAVE_OPENMP
+#include <omp.h>
+#endif
+
+/* Bin indices must be computed op by op (no fused multiply-add) to match torch.histc. */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+/* Per-copy uint32 counters are flushed into the uint64 counts at least this often. */
+#define FLUSH_ELEMS ((int64_t)1 << 30)
+#define NCOPIES 4
+
+/* ---- bin index ---------------------------------------------------------------------- */
+
+/* True when (v - lo) * bins / (hi - lo) cannot overflow in float for v in [lo, hi]. */
+static bool float_path_ok(float lo, float hi, int32_t bins)
+{
+    float r = hi - lo;
+    return isfinite(r) && r > 0.0f && isfinite(r * (float)bins);
+}
+
+static inline int32_t bin_float(float v, float lo, float r, float fb, int32_t bins)
+{
+    /* ATen histc (LINEAR_INTERPOLATION): pos = (int64)((elt - left) * nbins / (right - left)),
+     * all float; pos == nbins goes to the last bin. */
+    int64_t i = (int64_t)((v - lo) * fb / r);
+    return i >= bins ? bins - 1 : (int32_t)i;
+}
+
+static inline int32_t bin_double(float v, float lo, float hi, int32_t bins)
+{
+    double t = ((double)v - (double)lo) * (double)bins / ((double)hi - (double)lo);
+    int64_t i = (int64_t)t;
+    if (i < 0)
+        i = 0;
+    return i >= bins ? bins - 1 : (int32_t)i;
+}
+
+int32_t qcal_hist_bin_of(float v, float lo, float hi, int32_t bins)
+{
+    if (!(hi > lo))
+        return 0;
+    if (v <= lo)
+        return 0;
+    if (v >= hi)
+        return bins - 1;
+    if (float_path_ok(lo, hi, bins))
+        return bin_float(v, lo, hi - lo, (float)bins, bins);
+    return bin_double(v, lo, hi, bins);
+}
+
+static void flush_sub(uint32_t *sub, int32_t bins, uint64_t *counts)
+{
+    size_t stride = (size_t)bins + 1;
+    for (int32_t b = 0; b < bins; b++) {
+        uint64_t s = 0;
+        for (int c = 0; c < NCOPIES; c++) {
+            s += sub[c * stride + (size_t)b];
+            sub[c * stride + (size_t)b] = 0;
+        }
+        counts[b] += s;
+    }
+    for (int c = 0; c < NCOPIES; c++)
+        sub[c * stride + (size_t)bins] = 0;   /* the "outside" slot */
+}
+
+void qcal_f32_histc__c(const float *x, int64_t n, float lo, float hi, int32_t bins,
+                       bool absval, uint64_t *counts, uint32_t *sub)
+{
+    bool fast = float_path_ok(lo, hi, bins);
+    float r = hi - lo, fb = (float)bins;
+    size_t stride = (size_t)bins + 1;
+    int64_t since = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float v = absval ? fabsf(x[i]) : x[i];
+        /* NaN fails both comparisons, as in ATen's `!(elt >= left && elt <= right)`. */
+        int32_t b = bins;
+        if (v >= lo && v <= hi)
+            b = fast ? bin_float(v, lo, r, fb, bins) : bin_double(v, lo, hi, bins);
+        sub[(size_t)(i & (NCOPIES - 1)) * stride + (size_t)b]++;
+        if (++since == FLUSH_ELEMS) {
+            flush_sub(sub, bins, counts);
+            since = 0;
+        }
+    }
+    flush_sub(sub, bins, counts);
+}
+
+#if QCAL_HIST_X86
+__attribute__((target("avx2,fma")))
+void qcal_f32_histc__avx2(const float *x, int64_t n, float lo, float hi, int32_t bins,
+                          bool absval, uint64_t *counts, uint32_t *sub)
+{
+    if (!float_path_ok(lo, hi, bins)) {
+        qcal_f32_histc__c(x, n, lo, hi, bins, absval, counts, sub);
+        return;
+    }
+    const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+    const __m256 vr = _mm256_set1_ps(hi - lo), vb = _mm256_set1_ps((float)bins);
+    const __m256 vabs = _mm256_castsi256_ps(_mm256_set1_epi32(absval ? 0x7fffffff : -1));
+    const __m256i vlast = _mm256_set1_epi32(bins - 1), vout = _mm256_set1_epi32(bins);
+    size_t stride = (size_t)bins + 1;
+    uint32_t *s0 = sub, *s1 = sub + stride, *s2 = sub + 2 * stride, *s3 = sub + 3 * stride;
+    int64_t i = 0, since = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_and_ps(_mm256_loadu_ps(x + i), vabs);
+        __m256 in = _mm256_and_ps(_mm256_cmp_ps(v, vlo, _CMP_GE_OQ),
+                                  _mm256_cmp_ps(v, vhi, _CMP_LE_OQ));
+        /* Same three correctly rounded float ops as bin_float, then truncation. */
+        __m256 t = _mm256_div_ps(_mm256_mul_ps(_mm256_sub_ps(v, vlo), vb), vr);
+        __m256i idx = _mm256_min_epi32(_mm256_cvttps_epi32(t), vlast);
+        idx = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(vout),
+                                                   _mm256_castsi256_ps(idx), in));
+        uint32_t k[8];
+        _mm256_storeu_si256((__m256i *)k, idx);
+        s0[k[0]]++; s1[k[1]]++; s2[k[2]]++; s3[k[3]]++;
+        s0[k[4]]++; s1[k[5]]++; s2[k[6]]++; s3[k[7]]++;
+        since += 8;
+        if (since >= FLUSH_ELEMS) {
+            flush_sub(sub, bins, counts);
+            since = 0;
+        }
+    }
+    flush_sub(sub, bins, counts);
+    if (i < n)
+        qcal_f32_histc__c(x + i, n - i, lo, hi, bins, absval, counts, sub);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+void qcal_f32_histc__avx512(const float *x, int64_t n, float lo, float hi, int32_t bins,
+                            bool absval, uint64_t *counts, uint32_t *sub)
+{
+    if (!float_path_ok(lo, hi, bins)) {
+        qcal_f32_histc__c(x, n, lo, hi, bins, absval, counts, sub);
+        return;
+    }
+    const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    const __m512 vr = _mm512_set1_ps(hi - lo), vb = _mm512_set1_ps((float)bins);
+    const __m512i vabs = _mm512_set1_epi32(absval ? 0x7fffffff : -1);
+    const __m512i vlast = _mm512_set1_epi32(bins - 1), vout = _mm512_set1_epi32(bins);
+    size_t stride = (size_t)bins + 1;
+    uint32_t *s0 = sub, *s1 = sub + stride, *s2 = sub + 2 * stride, *s3 = sub + 3 * stride;
+    int64_t i = 0, since = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_castsi512_ps(
+            _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(x + i)), vabs));
+        __mmask16 in = _mm512_cmp_ps_mask(v, vlo, _CMP_GE_OQ) &
+                       _mm512_cmp_ps_mask(v, vhi, _CMP_LE_OQ);
+        __m512 t = _mm512_div_ps(_mm512_mul_ps(_mm512_sub_ps(v, vlo), vb), vr);
+        __m512i idx = _mm512_min_epi32(_mm512_cvttps_epi32(t), vlast);
+        idx = _mm512_mask_blend_epi32(in, vout, idx);
+        uint32_t k[16];
+        _mm512_storeu_si512((void *)k, idx);
+        s0[k[0]]++; s1[k[1]]++; s2[k[2]]++; s3[k[3]]++;
+        s0[k[4]]++; s1[k[5]]++; s2[k[6]]++; s3[k[7]]++;
+        s0[k[8]]++; s1[k[9]]++; s2[k[10]]++; s3[k[11]]++;
+        s0[k[12]]++; s1[k[13]]++; s2[k[14]]++; s3[k[15]]++;
+        since += 16;
+        if (since >= FLUSH_ELEMS) {
+            flush_sub(sub, bins, counts);
+            since = 0;
+        }
+    }
+    flush_sub(sub, bins, counts);
+    if (i < n)
+        qcal_f32_histc__c(x + i, n - i, lo, hi, bins, absval, counts, sub);
+}
+#else
+void qcal_f32_histc__avx2(const float *x, int64_t n, float lo, float hi, int32_t bins,
+                          bool absval, uint64_t *counts, uint32_t *sub)
+{
+    qcal_f32_histc__c(x, n, lo, hi, bins, absval, counts, sub);
+}
+void qcal_f32_histc__avx512(const float *x, int64_t n, float lo, float hi, int32_t bins,
+                            bool absval, uint64_t *counts, uint32_t *sub)
+{
+    qcal_f32_histc__c(x, n, lo, hi, bins, absval, counts, sub);
+}
+#endif
+
+typedef void (*histc_fn)(const float *, int64_t, float, float, int32_t, bool, uint64_t *,
+                         uint32_t *);
+
+static histc_fn histc_kernel(void)
+{
+    switch (qcal_cpu_isa()) {
+    case QCAL_ISA_AVX512: return qcal_f32_histc__avx512;
+    case QCAL_ISA_AVX2: return qcal_f32_histc__avx2;
+    case QCAL_ISA_C: break;
+    }
+    return qcal_f32_histc__c;
+}
+
+qcal_status qcal_f32_histc(const float *x, int64_t n, float lo, float hi, int32_t bins,
+                           bool absval, uint64_t *counts)
+{
+    histc_fn fn = histc_kernel();
+    int threads = qcal_threads_for(n);
+    /* Scratch per thread: uint64 partial counts (as 2 x uint32) + NCOPIES uint32 copies
+     * of bins + 1 slots (the last one takes values outside [lo, hi]). bins <= 2^24. */
+    size_t per_thread = 2 * (size_t)bins + (size_t)NCOPIES * ((size_t)bins + 1), total;
+    if (!qcal_mul_size(per_thread, (size_t)threads, &total))
+        return qcal_error(QCAL_ERR_OVERFLOW, "histogram scratch for %d bins overflows",
+                          (int)bins);
+    uint32_t *scratch = qcal_calloc(total, sizeof(uint32_t));
+    if (!scratch)
+        return QCAL_ERR_NO_MEMORY;
+    if (threads <= 1) {
+        uint64_t *part = (uint64_t *)scratch;
+        fn(x, n, lo, hi, bins, absval, part, scratch + 2 * (size_t)bins);
+        for (int32_t b = 0; b < bins; b++)
+            counts[b] += part[b];
+    } else {
+#if QCAL_HAVE_OPENMP
+        int64_t chunk = (n + threads - 1) / threads;
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+        for (int t = 0; t < threads; t++) {
+            int64_t s = (int64_t)t * chunk, e = s + chunk < n ? s + chunk : n;
+            uint32_t *my = scratch + (size_t)t * per_thread;
+            if (s < e)
+                fn(x + s, e - s, lo, hi, bins, absval, (uint64_t *)my, my + 2 * (size_t)bins);
+        }
+        /* Integer partials: the fixed combining order is for form's sake, any order is exact. */
+        for (int t = 0; t < threads; t++) {
+            const uint64_t *part = (const uint64_t *)(scratch + (size_t)t * per_thread);
+            for (int32_t b = 0; b < bins; b++)
+                counts[b] += part[b];
+        }
+#endif
+    }
+    free(scratch);
+    return QCAL_OK;
+}
+
+/* ---- growable histogram --------------------------------------------------------------- */
+
+qcal_status qcal_hist_init(qcal_hist *h, int32_t bins, bool absval)
+{
+    memset(h, 0, sizeof *h);
+    h->bins = bins;
+    h->absval = absval;
+    h->counts = qcal_calloc((size_t)bins, sizeof *h->counts);
+    if (!h->counts)
+        return QCAL_ERR_NO_MEMORY;
+    qcal_hist_clear(h);
+    return QCAL_OK;
+}
+
+void qcal_hist_free(qcal_hist *h)
+{
+    if (!h)
+        return;
+    free(h->counts);
+    h->counts = NULL;
+}
+
+void qcal_hist_clear(qcal_hist *h)
+{
+    h->lo = h->dmin = INFINITY;
+    h->hi = h->dmax = -INFINITY;
+    h->total = 0;
+    if (h->counts)
+        memset(h->counts, 0, (size_t)h->bins * sizeof *h->counts);
+}
+
+bool qcal_hist_empty(const qcal_hist *h)
+{
+    return h->total == 0;
+}
+
+void qcal_hist_rebin(const uint64_t *counts, int32_t bins, double lo, double hi,
+                     uint64_t *dst_counts, int32_t dst_bins, double dlo, double dhi)
+{
+    uint64_t total = 0;
+    for (int32_t i = 0; i < bins; i++)
+        total += counts[i];
+    double w = (hi - lo) / bins, dw = (dhi - dlo) / dst_bins;
+    int32_t i = 0;          /* source bin containing the current edge */
+    uint64_t below = 0;     /* counts of source bins < i */
+    uint64_t prev = 0;      /* rounded cumulative mass at the previous destination edge */
+    for (int32_t j = 1; j <= dst_bins; j++) {
+        uint64_t cum;
+        if (j == dst_bins) {
+            cum = total;
+        } else {
+            double e = dlo + dw * j;
+            double u = (e - lo) / w;
+            if (!(u > 0.0)) {
+                cum = 0;
+            } else if (u >= bins) {
+                cum = total;
+            } else {
+                int32_t iu = (int32_t)u;
+                while (i < iu) {
+                    below += counts[i];
+                    i++;
+                }
+                double f = below + (u - iu) * (double)counts[iu];
+                cum = (uint64_t)floor(f + 0.5);
+                if (cum < below)
+                    cum = below;
+                if (cum > below + counts[iu])
+                    cum = below + counts[iu];
+            }
+        }
+        if (cum < prev)
+            cum = prev;
+        dst_counts[j - 1] += cum - prev;
+        prev = cum;
+    }
+}
+
+/* New grid for covering [a, b] from h's grid; see histogram_kernels.h. Returns true for an
+ * exact index map (old bin i -> m + (i >> k)); false for the linear re-bin fallback. */
+static bool grow_grid(const qcal_hist *h, float a, float b, float *nlo, float *nhi,
+                      int *kout, int64_t *mout)
+{
+    int32_t B = h->bins;
+    double lo = h->lo, hi = h->hi;
+    double w = (hi - lo) / B;
+    for (int k = 1; k <= 62 && w > 0.0 && isfinite(w); k++) {
+        double W = ldexp(w, k);
+        double blocks = a < h->lo ? ceil((lo - (double)a) / W) : 0.0;
+        for (int extra = 0; extra < 2; extra++) {
+            double mb = blocks + extra;
+            int64_t last_old = (int64_t)(B - 1) >> (k > 31 ? 31 : k);
+            if (mb + (double)last_old > (double)(B - 1))
+                break;
+            double dlo = lo - mb * W, dhi = dlo + (double)B * W;
+            float flo = (float)dlo, fhi = (float)dhi;
+            if (!isfinite(flo) || !isfinite(fhi))
+                goto fallback;
+            if (flo <= a && fhi >= b && flo <= h->lo && fhi >= h->hi && flo < fhi) {
+                *nlo = flo;
+                *nhi = fhi;
+                *kout = k;
+                *mout = (int64_t)mb;
+                return true;
+            }
+        }
+    }
+fallback:
+    *nlo = a < h->lo ? a : h->lo;
+    *nhi = b > h->hi ? b : h->hi;
+    return false;
+}
+
+/* Target grid covering h's grid and [a, b] (h non-empty); fills a fresh counts array with
+ * h's counts mapped onto it. */
+static qcal_status regrid(const qcal_hist *h, float a, float b, float *nlo, float *nhi,
+                          uint64_t **out)
+{
+    uint64_t *nc = qcal_calloc((size_t)h->bins, sizeof *nc);
+    if (!nc)
+        return QCAL_ERR_NO_MEMORY;
+    if (h->lo == h->hi) {
+        /* Degenerate: a point mass at lo. */
+        *nlo = a < h->lo ? a : h->lo;
+        *nhi = b > h->hi ? b : h->hi;
+        nc[qcal_hist_bin_of(h->lo, *nlo, *nhi, h->bins)] += h->total;
+    } else {
+        int k = 0;
+        int64_t m = 0;
+        if (grow_grid(h, a, b, nlo, nhi, &k, &m)) {
+            for (int32_t i = 0; i < h->bins; i++)
+                nc[m + ((int64_t)i >> k)] += h->counts[i];
+        } else {
+            qcal_hist_rebin(h->counts, h->bins, h->lo, h->hi, nc, h->bins, *nlo, *nhi);
+        }
+    }
+    *out = nc;
+    return QCAL_OK;
+}
+
+qcal_status qcal_hist_update(qcal_hist *h, const float *x, int64_t n,
+                             qcal_nonfinite_policy policy, uint64_t *nonfinite)
+{
+    float mn, mx;
+    uint64_t nf = 0;
+    qcal_f32_minmax(x, n, &mn, &mx, &nf);
+    *nonfinite = nf;
+    if (nf > 0 && policy == QCAL_NONFINITE_ERROR)
+        return qcal_error(QCAL_ERR_NONFINITE,
+                          "batch of %lld values holds %llu NaN/Inf (non-finite policy: error)",
+                          (long long)n, (unsigned long long)nf);
+    uint64_t finite = (uint64_t)n - nf;
+    if (finite == 0)
+        return QCAL_OK;
+    float a = mn, b = mx;
+    if (h->absval) {
+        a = 0.0f;
+        b = fmaxf(-mn, mx);
+    }
+    float nlo, nhi;
+    uint64_t *nc = NULL;
+    qcal_status st;
+    if (qcal_hist_empty(h)) {
+        nlo = a;
+        nhi = b;
+    } else if (a >= h->lo && b <= h->hi) {
+        nlo = h->lo;
+        nhi = h->hi;
+    } else {
+        st = regrid(h, a, b, &nlo, &nhi, &nc);
+        if (st != QCAL_OK)
+            return st;
+    }
+    uint64_t *dst = nc ? nc : h->counts;
+    if (nlo == nhi) {
+        dst[0] += finite;
+    } else {
+        st = qcal_f32_histc(x, n, nlo, nhi, h->bins, h->absval, dst);
+        if (st != QCAL_OK) {
+            free(nc);
+            return st;
+        }
+    }
+    if (nc) {
+        free(h->counts);
+        h->counts = nc;
+    }
+    h->lo = nlo;
+    h->hi = nhi;
+    h->dmin = fminf(h->dmin, mn);
+    h->dmax = fmaxf(h->dmax, mx);
+    h->total += finite;
+    return QCAL_OK;
+}
+
+qcal_status qcal_hist_merge(qcal_hist *dst, const qcal_hist *src)
+{
+    if (qcal_hist_empty(src))
+        return QCAL_OK;
+    if (qcal_hist_empty(dst)) {
+        memcpy(dst->counts, src->counts, (size_t)src->bins * sizeof *src->counts);
+        dst->lo = src->lo;
+        dst->hi = src->hi;
+        dst->dmin = src->dmin;
+        dst->dmax = src->dmax;
+        dst->total = src->total;
+        return QCAL_OK;
+    }
+    float a = src->lo, b = src->hi, nlo = dst->lo, nhi = dst->hi;
+    uint64_t *nc = NULL;
+    if (!(a >= dst->lo && b <= dst->hi)) {
+        qcal_status st = regrid(dst, a, b, &nlo, &nhi, &nc);
+        if (st != QCAL_OK)
+            return st;
+    }
+    uint64_t *out = nc ? nc : dst->counts;
+    int32_t B = src->bins;
+    if (src->lo == src->hi || nlo == nhi) {
+        out[qcal_hist_bin_of(src->lo, nlo, nhi, B)] += src->total;
+    } else {
+        /* Exact when src's bins nest in the target's: width ratio 2^j and an offset of a
+         * whole number of src bins (checked in double, where these quantities are exact). */
+        double ws = ((double)src->hi - src->lo) / B, W = ((double)nhi - nlo) / B;
+        double r = W / ws, q = ((double)src->lo - nlo) / ws;
+        int e;
+        bool exact = frexp(r, &e) == 0.5 && e >= 1 && e <= 31 && q == floor(q) && q >= 0 &&
+                     ws * r == W && (double)nlo + q * ws == (double)src->lo;
+        if (exact) {
+            int64_t ri = (int64_t)r, qi = (int64_t)q;
+            for (int32_t i = 0; i < B; i++) {
+                int64_t t = (qi + i) / ri;
+                out[t < B ? t : B - 1] += src->counts[i];
+            }
+        } else {
+            qcal_hist_rebin(src->counts, B, src->lo, src->hi, out, B, nlo, nhi);
+        }
+    }
+    if (nc) {
+        free(dst->counts);
+        dst->counts = nc;
+    }
+    dst->lo = nlo;
+    dst->hi = nhi;
+    dst->dmin = fminf(dst->dmin, src->dmin);
+    dst->dmax = fmaxf(dst->dmax, src->dmax);
+    dst->total += src->total;
+    return QCAL_OK;
+}
+
+/* State: u32 bins, u32 absval, f32 lo, hi, dmin, dmax, u64 total, u64 counts[bins]. */
+void qcal_hist_save(const qcal_hist *h, qcal_buf *b)
+{
+    qcal_buf_u32(b, (uint32_t)h->bins);
+    qcal_buf_u32(b, h->absval ? 1u : 0u);
+    qcal_buf_f32(b, h->lo);
+    qcal_buf_f32(b, h->hi);
+    qcal_buf_f32(b, h->dmin);
+    qcal_buf_f32(b, h->dmax);
+    qcal_buf_u64(b, h->total);
+    for (int32_t i = 0; i < h->bins; i++)
+        qcal_buf_u64(b, h->counts[i]);
+}
+
+qcal_status qcal_hist_load(qcal_hist *h, qcal_cursor *c)
+{
+    uint32_t bins, absval;
+    float lo, hi, dmin, dmax;
+    uint64_t total;
+    if (!qcal_cur_u32(c, &bins) || !qcal_cur_u32(c, &absval) || !qcal_cur_f32(c, &lo) ||
+        !qcal_cur_f32(c, &hi) || !qcal_cur_f32(c, &dmin) || !qcal_cur_f32(c, &dmax) ||
+        !qcal_cur_u64(c, &total))
+        return qcal_error(QCAL_ERR_FORMAT, "histogram state is truncated");
+    if (bins != (uint32_t)h->bins || absval != (h->absval ? 1u : 0u))
+        return qcal_error(QCAL_ERR_FORMAT,
+                          "histogram state has %u bins (abs %u), config says %d (abs %d)",
+                          (unsigned)bins, (unsigned)absval, (int)h->bins, (int)h->absval);
+    size_t bytes = (size_t)bins * 8;
+    if (c->left < bytes)
+        return qcal_error(QCAL_ERR_FORMAT, "histogram state is truncated in its %u counts",
+                          (unsigned)bins);
+    uint64_t *nc = qcal_malloc(bytes);
+    if (!nc)
+        return QCAL_ERR_NO_MEMORY;
+    uint64_t sum = 0;
+    bool overflow = false, deg_ok = true;
+    for (uint32_t i = 0; i < bins; i++) {
+        qcal_cur_u64(c, &nc[i]);
+        overflow |= __builtin_add_overflow(sum, nc[i], &sum);
+        if (i > 0 && nc[i] != 0)
+            deg_ok = false;
+    }
+    qcal_status st = QCAL_OK;
+    if (overflow || sum != total) {
+        st = qcal_error(QCAL_ERR_FORMAT, "histogram counts sum to %llu, state says %llu",
+                        (unsigned long long)sum, (unsigned long long)total);
+    } else if (total == 0) {
+        if (!(lo == INFINITY && hi == -INFINITY && dmin == INFINITY && dmax == -INFINITY))
+            st = qcal_error(QCAL_ERR_FORMAT, "empty histogram state has range [%g, %g]",
+                            (double)lo, (double)hi);
+    } else if (!(isfinite(lo) && isfinite(hi) && isfinite(dmin) && isfinite(dmax) &&
+                 lo <= hi && dmin <= dmax && (absval || (lo <= dmin && dmax <= hi)) &&
+                 (!absval || (lo == 0.0f && fmaxf(-dmin, dmax) <= hi)))) {
+        st = qcal_error(QCAL_ERR_FORMAT,
+                        "histogram state grid [%g, %g] / data [%g, %g] is inconsistent",
+                        (double)lo, (double)hi, (double)dmin, (double)dmax);
+    } else if (lo == hi && !deg_ok) {
+        st = qcal_error(QCAL_ERR_FORMAT, "zero-width histogram state has counts past bin 0");
+    }
+    if (st != QCAL_OK) {
+        free(nc);
+        return st;
+    }
+    free(h->counts);
+    h->counts = nc;
+    h->lo = lo;
+    h->hi = hi;
+    h->dmin = dmin;
+    h->dmax = dmax;
+    h->total = total;
+    return QCAL_OK;
+}
+
+/* ---- shared observer ops ------------------------------------------------------------- */
+
+static bool kind_uses_abs(const qcal_observer_config *cfg)
+{
+    switch (cfg->kind) {
+    case QCAL_OBSERVER_ENTROPY:
+    case QCAL_OBSERVER_MSE:
+        return true;
+    case QCAL_OBSERVER_PERCENTILE:
+        return cfg->percentile_mode == QCAL_PERCENTILE_ABS;
+    default:
+        return false;
+    }
+}
+
+qcal_hist *qcal_histobs_hist(const qcal_observer *obs)
+{
+    return (qcal_hist *)obs->impl;
+}
+
+qcal_status qcal_histobs_init(qcal_observer *obs)
+{
+    qcal_hist *h = qcal_calloc(1, sizeof *h);
+    if (!h)
+        return QCAL_ERR_NO_MEMORY;
+    obs->impl = h;
+    return qcal_hist_init(h, obs->cfg.bins, kind_uses_abs(&obs->cfg));
+}
+
+void qcal_histobs_fini(qcal_observer *obs)
+{
+    qcal_hist *h = obs->impl;
+    if (h) {
+        qcal_hist_free(h);
+        free(h);
+        obs->impl = NULL;
+    }
+}
+
+qcal_status qcal_histobs_update(qcal_observer *obs, const qcal_tensor *x, int64_t numel,
+                                uint64_t *nonfinite)
+{
+    return qcal_hist_update(obs->impl, x->data, numel, obs->cfg.nonfinite, nonfinite);
+}
+
+qcal_status qcal_histobs_channels(const qcal_observer *obs, int64_t *n)
+{
+    (void)obs;
+    *n = 1;
+    return QCAL_OK;
+}
+
+qcal_status qcal_histobs_data_range(const qcal_observer *obs, int64_t cap, float *mn,
+                                    float *mx, int64_t *n)
+{
+    (void)cap;
+    const qcal_hist *h = obs->impl;
+    *n = 1;
+    if (qcal_hist_empty(h)) {
+        qcal_range_set_empty(mn, mx, 1);
+        return QCAL_NO_DATA;
+    }
+    if (h->absval) {
+        mn[0] = h->dmin < 0.0f ? -h->hi : 0.0f;
+        mx[0] = h->hi;
+    } else {
+        mn[0] = h->lo;
+        mx[0] = h->hi;
+    }
+    return QCAL_OK;
+}
+
+void qcal_histobs_reset(qcal_observer *obs)
+{
+    qcal_hist_clear(obs->impl);
+}
+
+qcal_status qcal_histobs_merge(qcal_observer *dst, const qcal_observer *src)
+{
+    return qcal_hist_merge(dst->impl, src->impl);
+}
+
+void qcal_histobs_save(const qcal_observer *obs, qcal_buf *b)
+{
+    qcal_hist_save(obs->impl, b);
+}
+
+qcal_status qcal_histobs_load(qcal_observer *obs, qcal_cursor *c)
+{
+    return qcal_hist_load(obs->impl, c);
+}
+
+void qcal_histobs_clip_range(const qcal_observer *obs, double t, float *mn, float *mx)
+{
+    const qcal_hist *h = obs->impl;
+    float ft = (float)t;
+    if (!(ft <= FLT_MAX))
+        ft = FLT_MAX;
+    *mx = ft;
+    *mn = h->dmin < 0.0f ? -ft : 0.0f;
+}

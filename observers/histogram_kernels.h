@@ -1,0 +1,119 @@
+/* Internal to the histogram observer family (histogram, percentile, entropy, mse): the
+ * binning kernels, the growable histogram every kind keeps, and the range choosers the
+ * kinds and their tests call directly. Not installed.
+ *
+ * Grid: `bins` equal bins over [lo, hi]; a value v in [lo, hi] goes to bin
+ *   i = (int64)((v - lo) * (float)bins / (hi - lo))   (float32, truncation), i == bins -> bins-1
+ * which is ATen's histc CPU kernel (LINEAR_INTERPOLATION, no local search) with float edges.
+ * When that float arithmetic would overflow (hi - lo or (v - lo) * bins not finite, i.e. a
+ * range wider than ~FLT_MAX / bins) the same formula runs in double instead. */
+#ifndef QCAL_OBSERVERS_HISTOGRAM_KERNELS_H
+#define QCAL_OBSERVERS_HISTOGRAM_KERNELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "observers/observer_impl.h"
+
+/* ---- binning kernels ---------------------------------------------------------------- */
+
+/* Adds the histogram of x[0..n) (of |x| if absval) over [lo, hi] (lo < hi, both finite) into
+ * counts[0..bins). Values outside [lo, hi] and NaN are not counted. Uses OpenMP above
+ * qcal_threads_for(n); integer counts, so the result never depends on the thread count.
+ * QCAL_ERR_NO_MEMORY if scratch cannot be allocated (counts then untouched). */
+qcal_status qcal_f32_histc(const float *x, int64_t n, float lo, float hi, int32_t bins,
+                           bool absval, uint64_t *counts);
+/* Single-thread kernels behind qcal_f32_histc (exposed for the SIMD-vs-C tests). sub is
+ * scratch of 4 * (bins + 1) uint32 (zeroed on entry, left zeroed on return). */
+void qcal_f32_histc__c(const float *x, int64_t n, float lo, float hi, int32_t bins,
+                       bool absval, uint64_t *counts, uint32_t *sub);
+void qcal_f32_histc__avx2(const float *x, int64_t n, float lo, float hi, int32_t bins,
+                          bool absval, uint64_t *counts, uint32_t *sub);
+void qcal_f32_histc__avx512(const float *x, int64_t n, float lo, float hi, int32_t bins,
+                            bool absval, uint64_t *counts, uint32_t *sub);
+
+/* Bin of one value v in [lo, hi] with the arithmetic above (lo <= hi; lo == hi -> 0). */
+int32_t qcal_hist_bin_of(float v, float lo, float hi, int32_t bins);
+
+/* ---- growable histogram --------------------------------------------------------------
+ * No data: lo = +inf, hi = -inf, total 0. Degenerate: lo == hi (every value seen so far was
+ * that one value; all counts in bin 0). Otherwise lo < hi with the grid above.
+ * Growth (a batch outside [lo, hi]): the new grid keeps lo as an edge and multiplies the bin
+ * width by the smallest power of two 2^k that, with the lower edge moved down by a whole
+ * number of new bins, covers the batch: old bin i becomes new bin m + (i >> k), exactly.
+ * For |x| grids lo stays 0, so hi only doubles. If the new edges cannot be represented
+ * finitely in float32 (ranges near FLT_MAX) the grid becomes [min, max] of everything seen
+ * and old counts are spread linearly (qcal_hist_rebin). */
+typedef struct qcal_hist {
+    int32_t bins;
+    bool absval;        /* grid over |x| with lo fixed at 0 */
+    float lo, hi;       /* grid edges */
+    float dmin, dmax;   /* min / max of the finite values seen (signed, also for absval) */
+    uint64_t total;     /* sum of counts */
+    uint64_t *counts;   /* [bins] */
+} qcal_hist;
+
+qcal_status qcal_hist_init(qcal_hist *h, int32_t bins, bool absval);
+void qcal_hist_free(qcal_hist *h);
+void qcal_hist_clear(qcal_hist *h);
+bool qcal_hist_empty(const qcal_hist *h);
+/* Adds a batch (see observer_impl.h update contract: counts non-finite values into
+ * *nonfinite; strict policy -> QCAL_ERR_NONFINITE with h unchanged). */
+qcal_status qcal_hist_update(qcal_hist *h, const float *x, int64_t n,
+                             qcal_nonfinite_policy policy, uint64_t *nonfinite);
+/* dst += src (same bins and absval). Exact when src's grid lies on dst's grown lattice
+ * (same origin, power-of-two width ratio) or src is degenerate; otherwise src's counts
+ * are spread linearly over the merged bins, preserving the total. */
+qcal_status qcal_hist_merge(qcal_hist *dst, const qcal_hist *src);
+/* Re-bins counts on [lo, hi] into dst_counts on [dlo, dhi] (the latter covering the former)
+ * assuming uniform density inside each source bin; rounded cumulative counts, so the
+ * total is preserved exactly. */
+void qcal_hist_rebin(const uint64_t *counts, int32_t bins, double lo, double hi,
+                     uint64_t *dst_counts, int32_t dst_bins, double dlo, double dhi);
+void qcal_hist_save(const qcal_hist *h, qcal_buf *b);
+qcal_status qcal_hist_load(qcal_hist *h, qcal_cursor *c);
+
+/* ---- range choosers (each in its kind's file) ----------------------------------------- */
+
+/* PyTorch 1.13 HistogramObserver._non_linear_param_search on a float32 histogram over
+ * [min_val, max_val] (min_val < max_val), reproducing its float32/float64 arithmetic and
+ * torch.sum's summation order (AVX2 build); dst_nbins = 2^bits of the dtype. */
+qcal_status qcal_hist_l2_search(const float *hist, int32_t bins, float min_val,
+                                float max_val, double dst_nbins, float *new_min,
+                                float *new_max);
+/* torch.sum of a contiguous float32 vector as ATen 1.13's cascade_sum computes it with
+ * 8-lane vectors (CPU capability AVX2). */
+float qcal_torch_sum_f32(const float *x, int64_t n);
+
+/* Value below which a fraction q in (0, 1] of the mass lies, on a grid [lo, hi]; linear
+ * interpolation inside the bin that crosses q (uniform density). total > 0. */
+double qcal_hist_quantile(const uint64_t *counts, int32_t bins, double lo, double hi,
+                          double q);
+/* KL search (entropy.c): best candidate bin count i in [levels, bins]; threshold = i * w. */
+int32_t qcal_hist_entropy_search(const uint64_t *counts, int32_t bins, int32_t levels,
+                                 double *best_kl);
+/* MSE search (mse.c): best candidate bin i in [min(128, bins-1), bins); amax = centre of bin
+ * i = (i + 0.5) * w, nlev = positive quantized levels (127 signed, 255 unsigned 8-bit). */
+int32_t qcal_hist_mse_search(const uint64_t *counts, int32_t bins, double hi, int64_t nlev,
+                             double *best_mse);
+
+/* Shared observer ops of the four kinds (only qrange differs). */
+qcal_status qcal_histobs_init(qcal_observer *obs);
+void qcal_histobs_fini(qcal_observer *obs);
+qcal_status qcal_histobs_update(qcal_observer *obs, const qcal_tensor *x, int64_t numel,
+                                uint64_t *nonfinite);
+qcal_status qcal_histobs_channels(const qcal_observer *obs, int64_t *n);
+qcal_status qcal_histobs_data_range(const qcal_observer *obs, int64_t cap, float *mn,
+                                    float *mx, int64_t *n);
+void qcal_histobs_reset(qcal_observer *obs);
+qcal_status qcal_histobs_merge(qcal_observer *dst, const qcal_observer *src);
+void qcal_histobs_save(const qcal_observer *obs, qcal_buf *b);
+qcal_status qcal_histobs_load(qcal_observer *obs, qcal_cursor *c);
+/* The histogram of an observer of one of the four kinds. */
+qcal_hist *qcal_histobs_hist(const qcal_observer *obs);
+
+/* Clip range from a threshold t >= 0 on |x|: [0, t] if no negative value was seen, else
+ * [-t, t] (t capped at FLT_MAX). qcal_qparams_compute then applies the qscheme. */
+void qcal_histobs_clip_range(const qcal_observer *obs, double t, float *mn, float *mx);
+
+#endif
