@@ -1,0 +1,854 @@
+/* unit.onednn_int8: the int8 runtime (qcal/int8.h) against a fake-quant float simulation of
+ * the same layers, the input quantization kernels (C vs AVX2 vs AVX-512), and error paths. */
+#include <float.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/cpu.h"
+#include "qcal/int8.h"
+#include "qcal/quantize.h"
+#include "qcal/tensor.h"
+#include "qcal_config.h"
+#include "quant/onednn_quantize.h"
+
+/* ------------------------------------------------------------------ helpers */
+
+static uint64_t rng_state;
+
+static void rng_seed(uint64_t s)
+{
+    rng_state = s * 0x9E3779B97F4A7C15ull + 1;
+}
+
+static uint32_t rng_u32(void)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng_state >> 33);
+}
+
+static float rng_uniform(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)(rng_u32() & 0xffffff) / (float)0x1000000;
+}
+
+static float *rand_array(int64_t n, float lo, float hi)
+{
+    float *a = malloc((size_t)n * sizeof *a);
+    assert_non_null(a);
+    for (int64_t i = 0; i < n; i++)
+        a[i] = rng_uniform(lo, hi);
+    return a;
+}
+
+/* The rounding contract of qcal/quantize.h (PyTorch's quantize_per_tensor). */
+static int32_t ref_quant(float x, float scale, int32_t zp, int32_t qmin, int32_t qmax)
+{
+    float v = x * (1.0f / scale);
+    if (v != v)
+        return zp;
+    float q = (float)zp + nearbyintf(v);
+    q = q < (float)qmin ? (float)qmin : q;
+    q = q > (float)qmax ? (float)qmax : q;
+    return (int32_t)q;
+}
+
+/* PyTorch MinMaxObserver(quint8, per_tensor_affine) qparams for [mn, mx]. */
+static void ref_qparams_u8(float mn, float mx, float *scale, int32_t *zp)
+{
+    float min_neg = mn < 0.0f ? mn : 0.0f, max_pos = mx > 0.0f ? mx : 0.0f;
+    float s = (max_pos - min_neg) / 255.0f;
+    s = s > FLT_EPSILON ? s : FLT_EPSILON;
+    int32_t z = 0 - (int32_t)nearbyintf(min_neg / s);
+    z = z < 0 ? 0 : (z > 255 ? 255 : z);
+    *scale = s;
+    *zp = z;
+}
+
+/* Per-channel symmetric qint8 weight fake-quant: wd gets the dequantized weights. */
+static void ref_weights(const float *w, int64_t oc, int64_t k, float *ws, float *wd)
+{
+    for (int64_t o = 0; o < oc; o++) {
+        float mn = 0.0f, mx = 0.0f;
+        for (int64_t j = 0; j < k; j++) {
+            mn = fminf(mn, w[o * k + j]);
+            mx = fmaxf(mx, w[o * k + j]);
+        }
+        float s = fmaxf(-mn, mx) / 127.5f;
+        s = s > FLT_EPSILON ? s : FLT_EPSILON;
+        ws[o] = s;
+        for (int64_t j = 0; j < k; j++)
+            wd[o * k + j] = (float)ref_quant(w[o * k + j], s, 0, -128, 127) * s;
+    }
+}
+
+/* Fake-quant of an activation tensor in place (quint8). */
+static void ref_fq(float *x, int64_t n, float s, int32_t zp)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)(ref_quant(x[i], s, zp, 0, 255) - zp) * s;
+}
+
+/* Float conv2d, NCHW, double accumulation: y [n, oc, oh, ow]. */
+static void ref_conv(const float *x, int64_t n, int64_t c, int64_t h, int64_t w, const float *wd,
+                     const float *bias, int64_t oc, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
+                     int64_t ph, int64_t pw, bool relu, float *y, int64_t *poh, int64_t *pow_)
+{
+    int64_t oh = (h + 2 * ph - kh) / sh + 1, ow = (w + 2 * pw - kw) / sw + 1;
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t o = 0; o < oc; o++)
+            for (int64_t i = 0; i < oh; i++)
+                for (int64_t j = 0; j < ow; j++) {
+                    double acc = bias ? bias[o] : 0.0;
+                    for (int64_t ci = 0; ci < c; ci++)
+                        for (int64_t u = 0; u < kh; u++)
+                            for (int64_t v = 0; v < kw; v++) {
+                                int64_t yy = i * sh - ph + u, xx = j * sw - pw + v;
+                                if (yy < 0 || yy >= h || xx < 0 || xx >= w)
+                                    continue;
+                                acc += (double)x[((b * c + ci) * h + yy) * w + xx] *
+                                       (double)wd[((o * c + ci) * kh + u) * kw + v];
+                            }
+                    float r = (float)acc;
+                    y[((b * oc + o) * oh + i) * ow + j] = relu && r < 0.0f ? 0.0f : r;
+                }
+    *poh = oh;
+    *pow_ = ow;
+}
+
+static void ref_linear(const float *x, int64_t n, int64_t k, const float *wd, const float *bias,
+                       int64_t oc, bool relu, float *y)
+{
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t o = 0; o < oc; o++) {
+            double acc = bias ? bias[o] : 0.0;
+            for (int64_t j = 0; j < k; j++)
+                acc += (double)x[b * k + j] * (double)wd[o * k + j];
+            float r = (float)acc;
+            y[b * oc + o] = relu && r < 0.0f ? 0.0f : r;
+        }
+}
+
+static void ref_maxpool(const float *x, int64_t n, int64_t c, int64_t h, int64_t w, int64_t k,
+                        int64_t s, int64_t p, float *y, int64_t *poh, int64_t *pow_)
+{
+    int64_t oh = (h + 2 * p - k) / s + 1, ow = (w + 2 * p - k) / s + 1;
+    for (int64_t b = 0; b < n * c; b++)
+        for (int64_t i = 0; i < oh; i++)
+            for (int64_t j = 0; j < ow; j++) {
+                float m = -INFINITY;
+                for (int64_t u = 0; u < k; u++)
+                    for (int64_t v = 0; v < k; v++) {
+                        int64_t yy = i * s - p + u, xx = j * s - p + v;
+                        if (yy >= 0 && yy < h && xx >= 0 && xx < w)
+                            m = fmaxf(m, x[(b * h + yy) * w + xx]);
+                    }
+                y[(b * oh + i) * ow + j] = m;
+            }
+    *poh = oh;
+    *pow_ = ow;
+}
+
+static void minmax(const float *x, int64_t n, float *mn, float *mx)
+{
+    *mn = INFINITY;
+    *mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        *mn = fminf(*mn, x[i]);
+        *mx = fmaxf(*mx, x[i]);
+    }
+}
+
+/* Compares u8 codes to the reference quantized with (s, zp): asserts >= 99.9 % within one
+ * step and none beyond max_steps; prints the worst element. Returns the fraction exact. */
+static double compare_codes(const char *what, const uint8_t *got, const float *ref_real,
+                            int64_t n, float s, int32_t zp, int max_steps)
+{
+    int64_t within1 = 0, exact = 0, worst_i = 0;
+    int worst = -1;
+    for (int64_t i = 0; i < n; i++) {
+        int32_t r = ref_quant(ref_real[i], s, zp, 0, 255);
+        int d = abs((int)got[i] - r);
+        within1 += d <= 1;
+        exact += d == 0;
+        if (d > worst) {
+            worst = d;
+            worst_i = i;
+        }
+    }
+    double frac = (double)within1 / (double)n;
+    if (frac < 0.999 || worst > max_steps)
+        print_error("%s: %lld / %lld within one step (%.5f); worst element %lld: got %d, "
+                    "reference %d (real %.6g)\n", what, (long long)within1, (long long)n, frac,
+                    (long long)worst_i, got[worst_i],
+                    ref_quant(ref_real[worst_i], s, zp, 0, 255), (double)ref_real[worst_i]);
+    assert_true(frac >= 0.999);
+    assert_true(worst <= max_steps);
+    return (double)exact / (double)n;
+}
+
+/* ------------------------------------------------------------------ layer tests */
+
+typedef struct conv_case {
+    int64_t n, c, h, w, oc, kh, kw, sh, sw, ph, pw;
+    bool relu, bias;
+    float in_lo, in_hi;
+    uint64_t seed;
+} conv_case;
+
+static void run_conv_case(const conv_case *cc)
+{
+    rng_seed(cc->seed);
+    int64_t in_n = cc->n * cc->c * cc->h * cc->w, k = cc->c * cc->kh * cc->kw;
+    float *x = rand_array(in_n, cc->in_lo, cc->in_hi);
+    float *w = rand_array(cc->oc * k, -0.5f, 0.5f);
+    float *b = rand_array(cc->oc, -0.3f, 0.3f);
+    float in_s;
+    int32_t in_zp;
+    ref_qparams_u8(cc->in_lo, cc->in_hi, &in_s, &in_zp);
+
+    /* fake-quant simulation */
+    float *xd = malloc((size_t)in_n * sizeof *xd);
+    float *ws = malloc((size_t)cc->oc * sizeof *ws), *wd = malloc((size_t)(cc->oc * k) * sizeof *wd);
+    memcpy(xd, x, (size_t)in_n * sizeof *xd);
+    ref_fq(xd, in_n, in_s, in_zp);
+    ref_weights(w, cc->oc, k, ws, wd);
+    int64_t oh = (cc->h + 2 * cc->ph - cc->kh) / cc->sh + 1;
+    int64_t ow = (cc->w + 2 * cc->pw - cc->kw) / cc->sw + 1;
+    int64_t out_n = cc->n * cc->oc * oh * ow;
+    float *y = malloc((size_t)out_n * sizeof *y);
+    ref_conv(xd, cc->n, cc->c, cc->h, cc->w, wd, cc->bias ? b : NULL, cc->oc, cc->kh, cc->kw,
+             cc->sh, cc->sw, cc->ph, cc->pw, cc->relu, y, &oh, &ow);
+    float mn, mx, out_s;
+    int32_t out_zp;
+    minmax(y, out_n, &mn, &mx);
+    ref_qparams_u8(mn, mx, &out_s, &out_zp);
+
+    /* int8 net */
+    qcal_int8_net *net = NULL;
+    const int64_t shape[3] = {cc->c, cc->h, cc->w};
+    assert_int_equal(qcal_int8_net_create(NULL, 3, shape, in_s, in_zp, &net), QCAL_OK);
+    qcal_int8_conv2d_params p;
+    qcal_int8_conv2d_params_default(&p);
+    p.out_channels = cc->oc;
+    p.kernel_h = cc->kh;
+    p.kernel_w = cc->kw;
+    p.stride_h = cc->sh;
+    p.stride_w = cc->sw;
+    p.pad_h = cc->ph;
+    p.pad_w = cc->pw;
+    p.weight = w;
+    p.bias = cc->bias ? b : NULL;
+    p.relu = cc->relu;
+    p.out_scale = out_s;
+    p.out_zero_point = out_zp;
+    assert_int_equal(qcal_int8_net_add_conv2d(net, &p), QCAL_OK);
+    int32_t ndim;
+    int64_t oshape[3];
+    assert_int_equal(qcal_int8_net_output_shape(net, &ndim, oshape), QCAL_OK);
+    assert_int_equal(ndim, 3);
+    assert_int_equal(oshape[0], cc->oc);
+    assert_int_equal(oshape[1], oh);
+    assert_int_equal(oshape[2], ow);
+    /* weight scales: bit-identical to PyTorch's per-channel symmetric formula */
+    float *got_ws = malloc((size_t)cc->oc * sizeof *got_ws);
+    int64_t nws = 0;
+    assert_int_equal(qcal_int8_net_weight_scales(net, 0, cc->oc, got_ws, &nws), QCAL_OK);
+    assert_int_equal(nws, cc->oc);
+    assert_memory_equal(got_ws, ws, (size_t)cc->oc * sizeof *ws);
+
+    uint8_t *q = malloc((size_t)out_n);
+    assert_int_equal(qcal_int8_net_forward_u8(net, cc->n, x, q), QCAL_OK);
+    char what[160];
+    snprintf(what, sizeof what, "conv n%lld c%lld %lldx%lld oc%lld k%lldx%lld s%lldx%lld p%lldx%lld "
+             "relu%d zp_in %d zp_out %d", (long long)cc->n, (long long)cc->c, (long long)cc->h,
+             (long long)cc->w, (long long)cc->oc, (long long)cc->kh, (long long)cc->kw,
+             (long long)cc->sh, (long long)cc->sw, (long long)cc->ph, (long long)cc->pw,
+             cc->relu, in_zp, out_zp);
+    double exact = compare_codes(what, q, y, out_n, out_s, out_zp, 1);
+    assert_true(exact > 0.95);   /* differences are rare rounding ties, not systematic */
+
+    /* f32 path of forward: dequantized codes */
+    float *yd = malloc((size_t)out_n * sizeof *yd);
+    assert_int_equal(qcal_int8_net_forward(net, cc->n, x, yd), QCAL_OK);
+    for (int64_t i = 0; i < out_n; i++)
+        assert_true(yd[i] == (float)((int32_t)q[i] - out_zp) * out_s);
+    const char *impl = NULL;
+    assert_int_equal(qcal_int8_net_impl(net, 0, &impl), QCAL_OK);
+    assert_non_null(impl);
+    qcal_int8_net_destroy(&net);
+    assert_null(net);
+    free(x); free(w); free(b); free(xd); free(ws); free(wd); free(y); free(q); free(yd);
+    free(got_ws);
+}
+
+static void test_conv_relu_zp(void **state)
+{
+    (void)state;
+    conv_case cc = {3, 3, 11, 9, 5, 3, 3, 2, 1, 1, 0, true, true, -2.0f, 1.5f, 1};
+    run_conv_case(&cc);
+}
+
+static void test_conv_no_relu_odd(void **state)
+{
+    (void)state;
+    conv_case cc = {2, 17, 13, 10, 19, 5, 3, 1, 2, 2, 1, false, true, -0.7f, 3.0f, 2};
+    run_conv_case(&cc);
+    conv_case cc2 = {1, 6, 7, 7, 3, 1, 1, 1, 1, 0, 0, false, false, 0.5f, 4.0f, 3};
+    run_conv_case(&cc2);
+}
+
+static void test_conv_first_layer(void **state)
+{
+    (void)state;
+    /* As the demo's conv1: one input channel, normalised input (zp != 0). */
+    conv_case cc = {8, 1, 28, 28, 32, 3, 3, 1, 1, 1, 1, true, true, -0.81f, 2.02f, 4};
+    run_conv_case(&cc);
+}
+
+static void test_maxpool_exact(void **state)
+{
+    (void)state;
+    const int64_t n = 3, c = 5, h = 7, w = 9;
+    struct { int64_t k, s, p; } cases[] = {{2, 2, 0}, {3, 2, 1}, {3, 1, 0}};
+    rng_seed(10);
+    float *x = rand_array(n * c * h * w, -1.0f, 2.0f);
+    float s;
+    int32_t zp;
+    ref_qparams_u8(-1.0f, 2.0f, &s, &zp);
+    float *xd = malloc((size_t)(n * c * h * w) * sizeof *xd);
+    memcpy(xd, x, (size_t)(n * c * h * w) * sizeof *xd);
+    ref_fq(xd, n * c * h * w, s, zp);
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        qcal_int8_net *net = NULL;
+        const int64_t shape[3] = {c, h, w};
+        assert_int_equal(qcal_int8_net_create(NULL, 3, shape, s, zp, &net), QCAL_OK);
+        qcal_int8_pool2d_params p;
+        qcal_int8_pool2d_params_default(&p);
+        p.kernel_h = p.kernel_w = cases[t].k;
+        p.stride_h = p.stride_w = cases[t].s;
+        p.pad_h = p.pad_w = cases[t].p;
+        assert_int_equal(qcal_int8_net_add_maxpool2d(net, &p), QCAL_OK);
+        int64_t oh, ow;
+        float *y = malloc((size_t)(n * c * h * w) * sizeof *y);
+        ref_maxpool(xd, n, c, h, w, cases[t].k, cases[t].s, cases[t].p, y, &oh, &ow);
+        uint8_t *q = malloc((size_t)(n * c * oh * ow));
+        assert_int_equal(qcal_int8_net_forward_u8(net, n, x, q), QCAL_OK);
+        for (int64_t i = 0; i < n * c * oh * ow; i++) {
+            int32_t r = ref_quant(y[i], s, zp, 0, 255);
+            if (q[i] != r)
+                print_error("maxpool k%lld s%lld p%lld element %lld: got %d, reference %d\n",
+                            (long long)cases[t].k, (long long)cases[t].s, (long long)cases[t].p,
+                            (long long)i, q[i], r);
+            assert_int_equal(q[i], r);
+        }
+        qcal_int8_net_destroy(&net);
+        free(y);
+        free(q);
+    }
+    free(x);
+    free(xd);
+}
+
+static void test_linear_u8_and_f32(void **state)
+{
+    (void)state;
+    const int64_t n = 40, k = 37, oc = 13;
+    rng_seed(20);
+    float *x = rand_array(n * k, -1.5f, 2.5f);
+    float *w = rand_array(oc * k, -0.4f, 0.4f), *b = rand_array(oc, -1.0f, 1.0f);
+    float in_s;
+    int32_t in_zp;
+    ref_qparams_u8(-1.5f, 2.5f, &in_s, &in_zp);
+    float *xd = malloc((size_t)(n * k) * sizeof *xd), *ws = malloc((size_t)oc * sizeof *ws);
+    float *wd = malloc((size_t)(oc * k) * sizeof *wd), *y = malloc((size_t)(n * oc) * sizeof *y);
+    memcpy(xd, x, (size_t)(n * k) * sizeof *xd);
+    ref_fq(xd, n * k, in_s, in_zp);
+    ref_weights(w, oc, k, ws, wd);
+    for (int relu = 0; relu <= 1; relu++) {
+        ref_linear(xd, n, k, wd, b, oc, relu, y);
+        float mn, mx, out_s;
+        int32_t out_zp;
+        minmax(y, n * oc, &mn, &mx);
+        ref_qparams_u8(mn, mx, &out_s, &out_zp);
+        qcal_int8_net *net = NULL;
+        const int64_t shape[1] = {k};
+        assert_int_equal(qcal_int8_net_create(NULL, 1, shape, in_s, in_zp, &net), QCAL_OK);
+        qcal_int8_linear_params p;
+        qcal_int8_linear_params_default(&p);
+        p.out_features = oc;
+        p.weight = w;
+        p.bias = b;
+        p.relu = relu;
+        p.out_scale = out_s;
+        p.out_zero_point = out_zp;
+        assert_int_equal(qcal_int8_net_add_linear(net, &p), QCAL_OK);
+        uint8_t *q = malloc((size_t)(n * oc));
+        assert_int_equal(qcal_int8_net_forward_u8(net, n, x, q), QCAL_OK);
+        compare_codes(relu ? "linear relu" : "linear", q, y, n * oc, out_s, out_zp, 1);
+        qcal_int8_net_destroy(&net);
+        free(q);
+    }
+    /* f32 output (logits): error bound = bias rounding (half an accumulator unit in_s*w_s)
+     * plus float rounding of the scale product and the sum. */
+    ref_linear(xd, n, k, wd, b, oc, false, y);
+    qcal_int8_net *net = NULL;
+    const int64_t shape[1] = {k};
+    assert_int_equal(qcal_int8_net_create(NULL, 1, shape, in_s, in_zp, &net), QCAL_OK);
+    qcal_int8_linear_params p;
+    qcal_int8_linear_params_default(&p);
+    p.out_features = oc;
+    p.weight = w;
+    p.bias = b;
+    p.out_type = QCAL_INT8_OUT_F32;
+    assert_int_equal(qcal_int8_net_add_linear(net, &p), QCAL_OK);
+    float *logits = malloc((size_t)(n * oc) * sizeof *logits);
+    assert_int_equal(qcal_int8_net_forward(net, n, x, logits), QCAL_OK);
+    double worst = 0.0;
+    int64_t worst_i = 0;
+    for (int64_t i = 0; i < n * oc; i++) {
+        int64_t o = i % oc;
+        double mag = 0.0;
+        for (int64_t j = 0; j < k; j++)
+            mag += fabs((double)xd[(i / oc) * k + j] * wd[o * k + j]);
+        double bound = 0.5 * (double)in_s * ws[o] + 4e-7 * (mag + fabs(b[o]));
+        double r = fabs((double)logits[i] - y[i]) / bound;
+        if (r > worst) {
+            worst = r;
+            worst_i = i;
+        }
+    }
+    if (worst > 1.0)
+        print_error("linear f32: worst element %lld: got %.9g, reference %.9g (%.3g x bound)\n",
+                    (long long)worst_i, (double)logits[worst_i], (double)y[worst_i], worst);
+    assert_true(worst <= 1.0);
+    uint8_t dummy[4];
+    assert_int_equal(qcal_int8_net_forward_u8(net, 1, x, dummy), QCAL_ERR_STATE);
+    qcal_int8_net_destroy(&net);
+    free(x); free(w); free(b); free(xd); free(ws); free(wd); free(y); free(logits);
+}
+
+/* ------------------------------------------------------------------ CNN stack */
+
+typedef struct cnn_ref {
+    float *w1, *b1, *w2, *b2, *w3, *b3, *w4, *b4;
+    float s[5];      /* input, conv1, conv2, fc1 output scales */
+    int32_t zp[5];
+} cnn_ref;
+
+enum { C1 = 8, C2 = 12, F1 = 32, F2 = 10, HW = 16 };
+
+/* Fake-quant simulation of conv-relu-pool-conv-relu-pool-fc-relu-fc on x [n,1,HW,HW].
+ * calibrate: fill ref->s / zp from the float ranges (each layer's output fake-quantized with
+ * the freshly computed qparams, as a calibrated model). out_u8 gets fc1's real outputs,
+ * logits the fc2 output. */
+static void cnn_sim(cnn_ref *r, const float *x, int64_t n, bool calibrate, float *fc1_out,
+                    float *logits)
+{
+    int64_t hw = HW, oh, ow;
+    float mn, mx;
+    int64_t in_n = n * hw * hw;
+    float *a0 = malloc((size_t)in_n * sizeof *a0);
+    memcpy(a0, x, (size_t)in_n * sizeof *a0);
+    if (calibrate) {
+        minmax(a0, in_n, &mn, &mx);
+        ref_qparams_u8(mn, mx, &r->s[0], &r->zp[0]);
+    }
+    ref_fq(a0, in_n, r->s[0], r->zp[0]);
+    float *ws = malloc(4096 * sizeof *ws), *wd = malloc((size_t)(F1 * C2 * 16) * sizeof *wd);
+    float *a1 = malloc((size_t)(n * C1 * hw * hw) * sizeof *a1);
+    ref_weights(r->w1, C1, 9, ws, wd);
+    ref_conv(a0, n, 1, hw, hw, wd, r->b1, C1, 3, 3, 1, 1, 1, 1, true, a1, &oh, &ow);
+    if (calibrate) {
+        minmax(a1, n * C1 * oh * ow, &mn, &mx);
+        ref_qparams_u8(mn, mx, &r->s[1], &r->zp[1]);
+    }
+    ref_fq(a1, n * C1 * oh * ow, r->s[1], r->zp[1]);
+    float *p1 = malloc((size_t)(n * C1 * 64) * sizeof *p1);
+    ref_maxpool(a1, n, C1, hw, hw, 2, 2, 0, p1, &oh, &ow);
+    float *a2 = malloc((size_t)(n * C2 * 64) * sizeof *a2);
+    ref_weights(r->w2, C2, C1 * 9, ws, wd);
+    ref_conv(p1, n, C1, 8, 8, wd, r->b2, C2, 3, 3, 1, 1, 1, 1, true, a2, &oh, &ow);
+    if (calibrate) {
+        minmax(a2, n * C2 * 64, &mn, &mx);
+        ref_qparams_u8(mn, mx, &r->s[2], &r->zp[2]);
+    }
+    ref_fq(a2, n * C2 * 64, r->s[2], r->zp[2]);
+    float *p2 = malloc((size_t)(n * C2 * 16) * sizeof *p2);
+    ref_maxpool(a2, n, C2, 8, 8, 2, 2, 0, p2, &oh, &ow);
+    ref_weights(r->w3, F1, C2 * 16, ws, wd);
+    ref_linear(p2, n, C2 * 16, wd, r->b3, F1, true, fc1_out);   /* NCHW flatten */
+    if (calibrate) {
+        minmax(fc1_out, n * F1, &mn, &mx);
+        ref_qparams_u8(mn, mx, &r->s[3], &r->zp[3]);
+    }
+    float *a3 = malloc((size_t)(n * F1) * sizeof *a3);
+    memcpy(a3, fc1_out, (size_t)(n * F1) * sizeof *a3);
+    ref_fq(a3, n * F1, r->s[3], r->zp[3]);
+    ref_weights(r->w4, F2, F1, ws, wd);
+    ref_linear(a3, n, F1, wd, r->b4, F2, false, logits);
+    free(a0); free(a1); free(a2); free(a3); free(p1); free(p2); free(ws); free(wd);
+}
+
+static qcal_int8_net *cnn_build(const cnn_ref *r, bool logits_out, int64_t chunk)
+{
+    qcal_int8_net_options opt;
+    qcal_int8_net_options_default(&opt);
+    opt.batch_chunk = chunk;
+    qcal_int8_net *net = NULL;
+    const int64_t shape[3] = {1, HW, HW};
+    assert_int_equal(qcal_int8_net_create(&opt, 3, shape, r->s[0], r->zp[0], &net), QCAL_OK);
+    qcal_int8_conv2d_params c;
+    qcal_int8_conv2d_params_default(&c);
+    c.kernel_h = c.kernel_w = 3;
+    c.pad_h = c.pad_w = 1;
+    c.relu = true;
+    c.out_channels = C1;
+    c.weight = r->w1;
+    c.bias = r->b1;
+    c.out_scale = r->s[1];
+    c.out_zero_point = r->zp[1];
+    assert_int_equal(qcal_int8_net_add_conv2d(net, &c), QCAL_OK);
+    qcal_int8_pool2d_params pp;
+    qcal_int8_pool2d_params_default(&pp);
+    assert_int_equal(qcal_int8_net_add_maxpool2d(net, &pp), QCAL_OK);
+    c.out_channels = C2;
+    c.weight = r->w2;
+    c.bias = r->b2;
+    c.out_scale = r->s[2];
+    c.out_zero_point = r->zp[2];
+    assert_int_equal(qcal_int8_net_add_conv2d(net, &c), QCAL_OK);
+    assert_int_equal(qcal_int8_net_add_maxpool2d(net, &pp), QCAL_OK);
+    qcal_int8_linear_params l;
+    qcal_int8_linear_params_default(&l);
+    l.out_features = F1;
+    l.weight = r->w3;
+    l.bias = r->b3;
+    l.relu = true;
+    l.out_scale = r->s[3];
+    l.out_zero_point = r->zp[3];
+    assert_int_equal(qcal_int8_net_add_linear(net, &l), QCAL_OK);
+    if (logits_out) {
+        qcal_int8_linear_params_default(&l);
+        l.out_features = F2;
+        l.weight = r->w4;
+        l.bias = r->b4;
+        l.out_type = QCAL_INT8_OUT_F32;
+        assert_int_equal(qcal_int8_net_add_linear(net, &l), QCAL_OK);
+        /* nothing may follow an f32 layer */
+        assert_int_equal(qcal_int8_net_add_linear(net, &l), QCAL_ERR_STATE);
+    }
+    int32_t nl;
+    assert_int_equal(qcal_int8_net_layers(net, &nl), QCAL_OK);
+    assert_int_equal(nl, logits_out ? 6 : 5);
+    return net;
+}
+
+static void test_cnn_stack(void **state)
+{
+    (void)state;
+    const int64_t n = 96;
+    rng_seed(30);
+    cnn_ref r;
+    r.w1 = rand_array(C1 * 9, -0.6f, 0.6f);
+    r.b1 = rand_array(C1, -0.2f, 0.2f);
+    r.w2 = rand_array(C2 * C1 * 9, -0.2f, 0.2f);
+    r.b2 = rand_array(C2, -0.2f, 0.2f);
+    r.w3 = rand_array(F1 * C2 * 16, -0.1f, 0.1f);
+    r.b3 = rand_array(F1, -0.2f, 0.2f);
+    r.w4 = rand_array(F2 * F1, -0.3f, 0.3f);
+    r.b4 = rand_array(F2, -0.2f, 0.2f);
+    float *x = rand_array(n * HW * HW, -0.81f, 2.02f);
+    float *fc1 = malloc((size_t)(n * F1) * sizeof *fc1), *lg = malloc((size_t)(n * F2) * sizeof *lg);
+    cnn_sim(&r, x, n, true, fc1, lg);
+
+    /* u8 output of fc1 after the whole int8 stack; chunk 7 exercises chunking + tail */
+    qcal_int8_net *net = cnn_build(&r, false, 7);
+    uint8_t *q = malloc((size_t)(n * F1));
+    assert_int_equal(qcal_int8_net_forward_u8(net, n, x, q), QCAL_OK);
+    compare_codes("cnn stack fc1", q, fc1, n * F1, r.s[3], r.zp[3], 2);
+    /* chunking does not change a single bit */
+    qcal_int8_net *net2 = cnn_build(&r, false, 1000);
+    uint8_t *q2 = malloc((size_t)(n * F1));
+    assert_int_equal(qcal_int8_net_forward_u8(net2, n, x, q2), QCAL_OK);
+    assert_memory_equal(q, q2, (size_t)(n * F1));
+    qcal_int8_net_destroy(&net);
+    qcal_int8_net_destroy(&net2);
+
+    /* f32 logits: each differs from the simulation by at most what one fc1 step on every
+     * input of fc2 could move it (sum |w_dq| * s_fc1), plus the bias rounding. */
+    net = cnn_build(&r, true, 32);
+    float *got = malloc((size_t)(n * F2) * sizeof *got);
+    assert_int_equal(qcal_int8_net_forward(net, n, x, got), QCAL_OK);
+    float ws[F2], wd[F2 * F1];
+    ref_weights(r.w4, F2, F1, ws, wd);
+    int64_t argmax_same = 0, worst_i = 0;
+    double worst = 0.0;
+    for (int64_t b = 0; b < n; b++) {
+        int64_t ag = 0, ar = 0;
+        for (int64_t o = 0; o < F2; o++) {
+            double l1 = 0.0;
+            for (int64_t j = 0; j < F1; j++)
+                l1 += fabs(wd[o * F1 + j]);
+            double bound = l1 * r.s[3] + 0.5 * (double)r.s[3] * ws[o] + 1e-5;
+            double d = fabs((double)got[b * F2 + o] - lg[b * F2 + o]) / bound;
+            if (d > worst) {
+                worst = d;
+                worst_i = b * F2 + o;
+            }
+            ag = got[b * F2 + o] > got[b * F2 + ag] ? o : ag;
+            ar = lg[b * F2 + o] > lg[b * F2 + ar] ? o : ar;
+        }
+        argmax_same += ag == ar;
+    }
+    if (worst > 1.0)
+        print_error("cnn logits: worst element %lld: got %.7g, reference %.7g (%.3g x bound)\n",
+                    (long long)worst_i, (double)got[worst_i], (double)lg[worst_i], worst);
+    assert_true(worst <= 1.0);
+    assert_true(argmax_same >= n - 2);
+    for (int32_t i = 0; i < 6; i++) {
+        const char *impl = NULL;
+        assert_int_equal(qcal_int8_net_impl(net, i, &impl), QCAL_OK);
+        assert_true(strlen(impl) > 0);
+    }
+    qcal_int8_net_destroy(&net);
+    free(r.w1); free(r.b1); free(r.w2); free(r.b2); free(r.w3); free(r.b3); free(r.w4);
+    free(r.b4); free(x); free(fc1); free(lg); free(q); free(q2); free(got);
+}
+
+/* ------------------------------------------------------------------ input quantization */
+
+static void test_quantize_kernels(void **state)
+{
+    (void)state;
+    static const int64_t sizes[] = {0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 200, 1031};
+    qcal_f32_quantize_u8_count_fn fns[3] = {qcal_f32_quantize_u8_count__c,
+                                            qcal_f32_quantize_u8_count__avx2,
+                                            qcal_f32_quantize_u8_count__avx512};
+    qcal_isa isa = qcal_cpu_isa();
+    rng_seed(40);
+    float *x = malloc(1100 * sizeof *x);
+    uint8_t *ref = malloc(1100 + 16), *got = malloc(1100 + 16);
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        int64_t n = sizes[si];
+        int64_t nf_ref = 0;
+        for (int64_t i = 0; i < n; i++) {
+            x[i] = rng_uniform(-3.0f, 3.0f);
+            switch (rng_u32() % 16) {
+            case 0: x[i] = NAN; break;
+            case 1: x[i] = INFINITY; break;
+            case 2: x[i] = -INFINITY; break;
+            case 3: x[i] = 1e30f; break;
+            case 4: x[i] = (float)((int)(rng_u32() % 40) - 20) * 0.5f * 0.02f; break; /* ties */
+            default: break;
+            }
+            nf_ref += !isfinite(x[i]);
+            ref[i] = (uint8_t)ref_quant(x[i], 0.02f, 117, 0, 255);
+        }
+        for (int f = 0; f < 3; f++) {
+            if ((f == 1 && isa < QCAL_ISA_AVX2) || (f == 2 && isa < QCAL_ISA_AVX512))
+                continue;
+            memset(got, 0xA5, (size_t)n + 16);
+            int64_t nf = fns[f](x, n, 1.0f / 0.02f, 117, got);
+            assert_int_equal(nf, nf_ref);
+            for (int64_t i = 0; i < n; i++) {
+                if (got[i] != ref[i])
+                    print_error("kernel %d size %lld element %lld (x = %g): got %d, reference %d\n",
+                                f, (long long)n, (long long)i, (double)x[i], got[i], ref[i]);
+                assert_int_equal(got[i], ref[i]);
+            }
+            for (int64_t i = n; i < n + 16; i++)
+                assert_int_equal(got[i], 0xA5);   /* canary */
+        }
+    }
+    /* NaN -> zero-point, counted by the net; +-Inf saturate */
+    qcal_int8_net *net = NULL;
+    const int64_t shape[1] = {4};
+    assert_int_equal(qcal_int8_net_create(NULL, 1, shape, 0.5f, 10, &net), QCAL_OK);
+    const float in[4] = {NAN, INFINITY, -INFINITY, 1.0f};
+    uint8_t q[4];
+    assert_int_equal(qcal_int8_net_forward_u8(net, 1, in, q), QCAL_OK);
+    assert_int_equal(q[0], 10);
+    assert_int_equal(q[1], 255);
+    assert_int_equal(q[2], 0);
+    assert_int_equal(q[3], 12);
+    uint64_t nf = 0;
+    assert_int_equal(qcal_int8_net_nonfinite(net, &nf), QCAL_OK);
+    assert_int_equal(nf, 3);
+    qcal_int8_net_destroy(&net);
+    free(x);
+    free(ref);
+    free(got);
+}
+
+/* ------------------------------------------------------------------ error paths */
+
+static void expect_err(qcal_status got, qcal_status want, const char *needle)
+{
+    if (got != want)
+        print_error("expected status %d, got %d (%s)\n", want, got, qcal_last_error());
+    assert_int_equal(got, want);
+    const char *msg = qcal_last_error();
+    if (!strstr(msg, needle))
+        print_error("message '%s' does not contain '%s'\n", msg, needle);
+    assert_non_null(strstr(msg, needle));
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    qcal_int8_net *net = NULL;
+    const int64_t shape[3] = {2, 5, 5};
+    expect_err(qcal_int8_net_create(NULL, 3, shape, 0.0f, 0, &net), QCAL_ERR_INVALID_ARG, "scale 0");
+    expect_err(qcal_int8_net_create(NULL, 3, shape, -1.0f, 0, &net), QCAL_ERR_INVALID_ARG, "scale -1");
+    expect_err(qcal_int8_net_create(NULL, 3, shape, NAN, 0, &net), QCAL_ERR_INVALID_ARG, "nan");
+    expect_err(qcal_int8_net_create(NULL, 3, shape, INFINITY, 0, &net), QCAL_ERR_INVALID_ARG, "inf");
+    expect_err(qcal_int8_net_create(NULL, 3, shape, 1e-45f, 0, &net), QCAL_ERR_INVALID_ARG, "inverse");
+    expect_err(qcal_int8_net_create(NULL, 3, shape, 0.1f, 256, &net), QCAL_ERR_INVALID_ARG, "256");
+    expect_err(qcal_int8_net_create(NULL, 2, shape, 0.1f, 0, &net), QCAL_ERR_INVALID_ARG, "ndim 2");
+    expect_err(qcal_int8_net_create(NULL, 3, NULL, 0.1f, 0, &net), QCAL_ERR_INVALID_ARG, "NULL");
+    expect_err(qcal_int8_net_create(NULL, 3, shape, 0.1f, 0, NULL), QCAL_ERR_INVALID_ARG, "NULL");
+    const int64_t bad_shape[3] = {2, 0, 5};
+    expect_err(qcal_int8_net_create(NULL, 3, bad_shape, 0.1f, 0, &net), QCAL_ERR_INVALID_ARG, "= 0");
+    qcal_int8_net_options opt;
+    qcal_int8_net_options_default(&opt);
+    opt.batch_chunk = 0;
+    expect_err(qcal_int8_net_create(&opt, 3, shape, 0.1f, 0, &net), QCAL_ERR_INVALID_ARG, "batch_chunk 0");
+    assert_null(net);
+    qcal_int8_net_destroy(&net);   /* NULL is fine */
+    qcal_int8_net_destroy(NULL);
+
+    assert_int_equal(qcal_int8_net_create(NULL, 3, shape, 0.1f, 3, &net), QCAL_OK);
+    float w[4 * 2 * 3 * 3];
+    for (int i = 0; i < 72; i++)
+        w[i] = (float)(i % 7) * 0.1f - 0.3f;
+    qcal_int8_conv2d_params c;
+    qcal_int8_conv2d_params_default(&c);
+    c.out_channels = 4;
+    c.kernel_h = c.kernel_w = 3;
+    c.weight = w;
+    c.out_scale = 0.05f;
+    expect_err(qcal_int8_net_add_conv2d(NULL, &c), QCAL_ERR_INVALID_ARG, "net is NULL");
+    expect_err(qcal_int8_net_add_conv2d(net, NULL), QCAL_ERR_INVALID_ARG, "NULL");
+    c.weight = NULL;
+    expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_INVALID_ARG, "weight is NULL");
+    c.weight = w;
+    c.out_scale = NAN;
+    expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_INVALID_ARG, "out_scale nan");
+    c.out_scale = -0.5f;
+    expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_INVALID_ARG, "out_scale -0.5");
+    c.out_scale = 0.05f;
+    c.out_zero_point = -1;
+    expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_INVALID_ARG, "-1");
+    c.out_zero_point = 0;
+    float wsc[4] = {0.01f, 0.0f, 0.01f, 0.01f};
+    c.weight_scale = wsc;
+    expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_INVALID_ARG, "weight_scale[1] = 0");
+    wsc[1] = INFINITY;
+    expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_INVALID_ARG, "weight_scale[1] = inf");
+    c.weight_scale = NULL;
+    c.kernel_h = 9;
+    expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_MISMATCH, "9x3");
+    c.kernel_h = 3;
+    c.stride_w = 0;
+    expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_INVALID_ARG, "stride 1x0");
+    c.stride_w = 1;
+    w[5] = NAN;
+    expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_NONFINITE, "weight[0][5]");
+    w[5] = 0.1f;
+    float bias[4] = {0.0f, 1e30f, 0.0f, 0.0f};
+    c.bias = bias;
+    expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_INVALID_ARG, "beyond int32");
+    bias[1] = NAN;
+    expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_NONFINITE, "bias[1]");
+    c.bias = NULL;
+    int32_t nl = -1;
+    assert_int_equal(qcal_int8_net_layers(net, &nl), QCAL_OK);
+    assert_int_equal(nl, 0);   /* failed adds leave the net unchanged */
+    assert_int_equal(qcal_int8_net_add_conv2d(net, &c), QCAL_OK);
+
+    /* pool params */
+    qcal_int8_pool2d_params pp;
+    qcal_int8_pool2d_params_default(&pp);
+    pp.pad_h = 2;
+    expect_err(qcal_int8_net_add_maxpool2d(net, &pp), QCAL_ERR_INVALID_ARG, "padding 2x0");
+    pp.pad_h = 0;
+    pp.kernel_h = pp.kernel_w = 4;
+    expect_err(qcal_int8_net_add_maxpool2d(net, &pp), QCAL_ERR_MISMATCH, "3x3");
+
+    /* forward errors */
+    float src[2 * 25 * 2];
+    for (int i = 0; i < 100; i++)
+        src[i] = (float)i * 0.01f;
+    float dst[4 * 3 * 3 * 2];
+    const char *impl;
+    expect_err(qcal_int8_net_impl(net, 0, &impl), QCAL_ERR_STATE, "no forward");
+    expect_err(qcal_int8_net_forward(net, 0, src, dst), QCAL_ERR_EMPTY, "n = 0");
+    expect_err(qcal_int8_net_forward(net, -3, src, dst), QCAL_ERR_INVALID_ARG, "n = -3");
+    expect_err(qcal_int8_net_forward(net, 1, NULL, dst), QCAL_ERR_INVALID_ARG, "src is NULL");
+    expect_err(qcal_int8_net_forward(net, 1, src, NULL), QCAL_ERR_INVALID_ARG, "dst is NULL");
+    assert_int_equal(qcal_int8_net_forward(net, 2, src, dst), QCAL_OK);
+    expect_err(qcal_int8_net_impl(net, 1, &impl), QCAL_ERR_INVALID_ARG, "layer 1");
+    float scales[4];
+    int64_t nsc;
+    expect_err(qcal_int8_net_weight_scales(net, 0, 3, scales, &nsc), QCAL_ERR_INVALID_ARG, "capacity 3");
+
+    /* linear after conv: wrong weight count is the caller's contract; conv after linear */
+    qcal_int8_linear_params lp;
+    qcal_int8_linear_params_default(&lp);
+    float lw[5 * 36];
+    for (int i = 0; i < 180; i++)
+        lw[i] = (float)(i % 11) * 0.01f - 0.05f;
+    lp.out_features = 5;
+    lp.weight = lw;
+    lp.out_type = QCAL_INT8_OUT_U8;
+    lp.out_scale = INFINITY;
+    expect_err(qcal_int8_net_add_linear(net, &lp), QCAL_ERR_INVALID_ARG, "out_scale inf");
+    lp.out_scale = 0.1f;
+    lp.out_type = (qcal_int8_out_type)7;
+    expect_err(qcal_int8_net_add_linear(net, &lp), QCAL_ERR_INVALID_ARG, "out_type 7");
+    lp.out_type = QCAL_INT8_OUT_U8;
+    assert_int_equal(qcal_int8_net_add_linear(net, &lp), QCAL_OK);
+    expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_MISMATCH, "flat");
+    expect_err(qcal_int8_net_add_maxpool2d(net, &pp), QCAL_ERR_MISMATCH, "flat");
+    qcal_int8_net_destroy(&net);
+
+    /* nonfinite_error: fails and leaves dst untouched */
+    qcal_int8_net_options_default(&opt);
+    opt.nonfinite_error = true;
+    const int64_t fshape[1] = {4};
+    assert_int_equal(qcal_int8_net_create(&opt, 1, fshape, 0.1f, 0, &net), QCAL_OK);
+    const float bad[8] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, INFINITY, 0.7f, 0.8f};
+    uint8_t out[8];
+    memset(out, 0x5A, sizeof out);
+    expect_err(qcal_int8_net_forward_u8(net, 2, bad, out), QCAL_ERR_NONFINITE, "element 5");
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(out[i], 0x5A);
+    qcal_int8_net_destroy(&net);
+}
+
+int main(void)
+{
+#if !QCAL_HAVE_DNNL
+    printf("# qcal built without oneDNN: int8 runtime not available\n");
+    return 77;
+#endif
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_quantize_kernels),
+        cmocka_unit_test(test_conv_relu_zp),
+        cmocka_unit_test(test_conv_no_relu_odd),
+        cmocka_unit_test(test_conv_first_layer),
+        cmocka_unit_test(test_maxpool_exact),
+        cmocka_unit_test(test_linear_u8_and_f32),
+        cmocka_unit_test(test_cnn_stack),
+        cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests_name("onednn_int8", tests, NULL, NULL);
+}
