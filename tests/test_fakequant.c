@@ -1,0 +1,578 @@
+/* unit.fakequant: fake-quant kernels against PyTorch 1.13 reference vectors
+ * (tests/data/fakequant/kernels.bin from tests/ref/gen_fakequant.py), SIMD against the C
+ * reference, thread-count independence, in-place use and argument checks. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/cpu.h"
+#include "fakequant/fakequant_impl.h"
+#include "qcal/fakequant.h"
+#include "qcal_config.h"
+#if QCAL_HAVE_OPENMP
+#include <omp.h>
+#endif
+
+/* ---- reference file ---- */
+
+typedef struct ref_case {
+    char name[64];
+    uint32_t kind;
+    int32_t axis;
+    int64_t qmin, qmax;
+    float grad_factor;
+    qcal_tensor t;      /* shape; data = x */
+    int64_t numel, nch;
+    float *x, *scale, *zp, *y, *gy, *gx, *gs, *gz;
+    uint8_t *mask;
+} ref_case;
+
+typedef struct ref_file {
+    uint8_t *buf;
+    size_t len;
+    ref_case cases[64];
+    int ncases;
+} ref_file;
+
+static const uint8_t *take(const uint8_t **p, const uint8_t *end, size_t n)
+{
+    assert_true((size_t)(end - *p) >= n);
+    const uint8_t *r = *p;
+    *p += n;
+    return r;
+}
+
+static uint32_t rd_u32(const uint8_t **p, const uint8_t *end)
+{
+    uint32_t v;
+    memcpy(&v, take(p, end, 4), 4);
+    return v;
+}
+
+static int64_t rd_i64(const uint8_t **p, const uint8_t *end)
+{
+    int64_t v;
+    memcpy(&v, take(p, end, 8), 8);
+    return v;
+}
+
+static float *rd_f32s(const uint8_t **p, const uint8_t *end, int64_t n)
+{
+    /* The buffer is malloc-aligned and every array is a multiple of 4 bytes after the
+     * 4-byte-aligned header fields, except after mask bytes: copy to be safe. */
+    float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    assert_non_null(v);
+    memcpy(v, take(p, end, (size_t)n * 4), (size_t)n * 4);
+    return v;
+}
+
+static void load_refs(ref_file *rf)
+{
+    const char *dir = getenv("QCAL_TEST_DATA");
+    assert_non_null(dir);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/fakequant/kernels.bin", dir);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    rf->buf = malloc((size_t)len);
+    assert_non_null(rf->buf);
+    assert_int_equal(fread(rf->buf, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    rf->len = (size_t)len;
+    const uint8_t *p = rf->buf, *end = rf->buf + len;
+    assert_memory_equal(take(&p, end, 4), "QFQK", 4);
+    assert_int_equal(rd_u32(&p, end), 1);
+    rf->ncases = (int)rd_u32(&p, end);
+    assert_true(rf->ncases > 0 && rf->ncases <= 64);
+    for (int c = 0; c < rf->ncases; c++) {
+        ref_case *r = &rf->cases[c];
+        uint32_t nl = rd_u32(&p, end);
+        assert_true(nl < sizeof r->name);
+        memcpy(r->name, take(&p, end, nl), nl);
+        r->name[nl] = 0;
+        r->kind = rd_u32(&p, end);
+        r->axis = (int32_t)rd_u32(&p, end);
+        r->qmin = rd_i64(&p, end);
+        r->qmax = rd_i64(&p, end);
+        memcpy(&r->grad_factor, take(&p, end, 4), 4);
+        uint32_t ndim = rd_u32(&p, end);
+        assert_true(ndim <= QCAL_MAX_DIMS);
+        int64_t shape[QCAL_MAX_DIMS];
+        for (uint32_t d = 0; d < ndim; d++)
+            shape[d] = rd_i64(&p, end);
+        r->nch = rd_u32(&p, end);
+        assert_int_equal(qcal_tensor_init(&r->t, (float *)rf->buf, (int32_t)ndim, shape), QCAL_OK);
+        assert_int_equal(qcal_tensor_numel(&r->t, &r->numel), QCAL_OK);
+        r->x = rd_f32s(&p, end, r->numel);
+        r->t.data = r->x;
+        r->scale = rd_f32s(&p, end, r->nch);
+        r->zp = rd_f32s(&p, end, r->nch);
+        r->y = rd_f32s(&p, end, r->numel);
+        r->mask = malloc((size_t)r->numel);
+        memcpy(r->mask, take(&p, end, (size_t)r->numel), (size_t)r->numel);
+        r->gy = rd_f32s(&p, end, r->numel);
+        r->gx = rd_f32s(&p, end, r->numel);
+        r->gs = rd_f32s(&p, end, r->nch);
+        r->gz = rd_f32s(&p, end, r->nch);
+    }
+    assert_true(p == end);
+}
+
+static void free_refs(ref_file *rf)
+{
+    for (int c = 0; c < rf->ncases; c++) {
+        ref_case *r = &rf->cases[c];
+        free(r->x); free(r->scale); free(r->zp); free(r->y); free(r->mask);
+        free(r->gy); free(r->gx); free(r->gs); free(r->gz);
+    }
+    free(rf->buf);
+}
+
+static int setup(void **state)
+{
+    ref_file *rf = calloc(1, sizeof *rf);
+    load_refs(rf);
+    *state = rf;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    free_refs(*state);
+    free(*state);
+    return 0;
+}
+
+/* ---- helpers ---- */
+
+static void set_isa(const char *isa)
+{
+    setenv("QCAL_ISA", isa, 1);
+    qcal_cpu_reset();
+}
+
+static const char *const isas[] = { "c", "avx2", "avx512" };
+
+static uint32_t bits(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    return u;
+}
+
+/* Bit-exact comparison; prints the first differing element and fails. */
+static void expect_bits(const char *what, const char *name, const float *got, const float *want,
+                        int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (bits(got[i]) != bits(want[i])) {
+            print_error("%s %s: element %lld differs: got %.9g (0x%08x), want %.9g (0x%08x)\n",
+                        name, what, (long long)i, (double)got[i], bits(got[i]),
+                        (double)want[i], bits(want[i]));
+            fail();
+        }
+    }
+}
+
+static void expect_mask(const char *name, const uint8_t *got, const uint8_t *want, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (got[i] != want[i]) {
+            print_error("%s mask: element %lld got %u want %u\n", name, (long long)i, got[i],
+                        want[i]);
+            fail();
+        }
+    }
+}
+
+/* Relative comparison with the worst element reported: |a-b| <= rtol * max(|b|, floor). */
+static void expect_close(const char *what, const char *name, const float *got,
+                         const float *want, int64_t n, double rtol, double floor)
+{
+    double worst = 0.0;
+    int64_t wi = -1;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - (double)want[i]);
+        double tol = rtol * fmax(fabs((double)want[i]), floor);
+        if (d / tol > worst) {
+            worst = d / tol;
+            wi = i;
+        }
+    }
+    if (worst > 1.0) {
+        print_error("%s %s: worst element %lld got %.9g want %.9g (%.3g x tolerance)\n", name,
+                    what, (long long)wi, (double)got[wi], (double)want[wi], worst);
+        fail();
+    }
+}
+
+/* PyTorch 1.13 defect: +Inf and x/scale >= 2^63 come out as quant_min; qcal gives
+ * quant_max (documented in qcal/fakequant.h). Patches the expected output. */
+static void patch_expected(const ref_case *r, int64_t i, float scale, float zp, float *want)
+{
+    float t = r->x[i] * (1.0f / scale);
+    if (t >= 9.2233720368547758e18f) {
+        float torch_val = ((float)r->qmin - zp) * scale;
+        assert_true(bits(r->y[i]) == bits(torch_val));   /* PyTorch really says quant_min */
+        *want = ((float)r->qmax - zp) * scale;
+    }
+}
+
+static int64_t channel_of(const ref_case *r, int64_t i)
+{
+    int32_t ax;
+    assert_int_equal(qcal_tensor_axis(&r->t, r->axis, &ax), QCAL_OK);
+    int64_t inner = 1;
+    for (int32_t d = ax + 1; d < r->t.ndim; d++)
+        inner *= r->t.shape[d];
+    return (i / inner) % r->t.shape[ax];
+}
+
+/* ---- golden tests ---- */
+
+static void golden_fixed(const ref_case *r, const char *isa)
+{
+    int64_t n = r->numel;
+    float *y = malloc((size_t)n * 4), *want = malloc((size_t)n * 4), *gx = malloc((size_t)n * 4);
+    float *y2 = malloc((size_t)n * 4), *gx2 = malloc((size_t)n * 4);
+    uint8_t *m = malloc((size_t)n);
+    int32_t *zpi = malloc((size_t)r->nch * sizeof *zpi);
+    for (int64_t c = 0; c < r->nch; c++)
+        zpi[c] = (int32_t)r->zp[c];
+    memcpy(want, r->y, (size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t c = r->kind == 0 ? 0 : channel_of(r, i);
+        patch_expected(r, i, r->scale[c], r->zp[c], &want[i]);
+    }
+    char name[96];
+    snprintf(name, sizeof name, "%s [%s]", r->name, isa);
+    qcal_status st;
+    if (r->kind == 0) {
+        st = qcal_fakequant_per_tensor(r->x, n, r->scale[0], zpi[0], r->qmin, r->qmax, y, m);
+        assert_int_equal(st, QCAL_OK);
+        st = qcal_fakequant_per_tensor_fused(r->x, r->gy, n, r->scale[0], zpi[0], r->qmin,
+                                             r->qmax, y2, gx2);
+    } else {
+        st = qcal_fakequant_per_channel(&r->t, r->axis, r->scale, zpi, r->qmin, r->qmax, y, m);
+        assert_int_equal(st, QCAL_OK);
+        st = qcal_fakequant_per_channel_fused(&r->t, r->gy, r->axis, r->scale, zpi, r->qmin,
+                                              r->qmax, y2, gx2);
+    }
+    assert_int_equal(st, QCAL_OK);
+    expect_bits("forward", name, y, want, n);
+    expect_mask(name, m, r->mask, n);
+    assert_int_equal(qcal_fakequant_backward(r->gy, m, n, gx), QCAL_OK);
+    expect_bits("backward", name, gx, r->gx, n);
+    expect_bits("fused forward", name, y2, want, n);
+    expect_bits("fused backward", name, gx2, r->gx, n);
+    free(y); free(want); free(gx); free(y2); free(gx2); free(m); free(zpi);
+}
+
+static void golden_learnable(const ref_case *r, const char *isa)
+{
+    int64_t n = r->numel;
+    float *y = malloc((size_t)n * 4), *gx = malloc((size_t)n * 4);
+    float *gs = malloc((size_t)r->nch * 4), *gz = malloc((size_t)r->nch * 4);
+    char name[96];
+    snprintf(name, sizeof name, "%s [%s]", r->name, isa);
+    if (r->kind == 2) {
+        assert_int_equal(qcal_fakequant_learnable_per_tensor(r->x, n, r->scale[0], r->zp[0],
+                                                             r->qmin, r->qmax, y, NULL),
+                         QCAL_OK);
+        assert_int_equal(qcal_fakequant_learnable_per_tensor_backward(
+                             r->x, r->gy, n, r->scale[0], r->zp[0], r->qmin, r->qmax,
+                             r->grad_factor, gx, gs, gz),
+                         QCAL_OK);
+    } else {
+        assert_int_equal(qcal_fakequant_learnable_per_channel(&r->t, r->axis, r->scale, r->zp,
+                                                              r->qmin, r->qmax, y, NULL),
+                         QCAL_OK);
+        assert_int_equal(qcal_fakequant_learnable_per_channel_backward(
+                             &r->t, r->gy, r->axis, r->scale, r->zp, r->qmin, r->qmax,
+                             r->grad_factor, gx, gs, gz),
+                         QCAL_OK);
+        if (r->nch == 1) {
+            /* One channel: the per-tensor backward must agree (negative zero-points: the
+             * per-channel op is PyTorch's correctly rounded reference). */
+            float gs1, gz1;
+            assert_int_equal(qcal_fakequant_learnable_per_tensor_backward(
+                                 r->x, r->gy, n, r->scale[0], r->zp[0], r->qmin, r->qmax,
+                                 r->grad_factor, gx, &gs1, &gz1),
+                             QCAL_OK);
+            expect_close("per-tensor grad_scale", name, &gs1, r->gs, 1, 1e-5, 1e-3);
+            expect_close("per-tensor grad_zero_point", name, &gz1, r->gz, 1, 1e-5, 1e-3);
+        }
+    }
+    expect_bits("learnable forward", name, y, r->y, n);
+    expect_bits("learnable grad_x", name, gx, r->gx, n);
+    /* Sums: PyTorch sums in float; qcal in double. Relative 1e-5 of the larger of the value
+     * and 1e-3 x the sum of |terms| scale (grad sums can cancel to ~0). */
+    expect_close("grad_scale", name, gs, r->gs, r->nch, 1e-5, 1e-2);
+    expect_close("grad_zero_point", name, gz, r->gz, r->nch, 1e-5, 1e-2);
+    free(y); free(gx); free(gs); free(gz);
+}
+
+static void test_golden(void **state)
+{
+    ref_file *rf = *state;
+    int fixed = 0, learnable = 0;
+    for (int k = 0; k < 3; k++) {
+        set_isa(isas[k]);
+        for (int c = 0; c < rf->ncases; c++) {
+            const ref_case *r = &rf->cases[c];
+            if (r->kind <= 1) {
+                golden_fixed(r, isas[k]);
+                fixed++;
+            } else {
+                golden_learnable(r, isas[k]);
+                learnable++;
+            }
+        }
+    }
+    unsetenv("QCAL_ISA");
+    qcal_cpu_reset();
+    assert_true(fixed >= 3 * 20);
+    assert_true(learnable >= 3 * 10);
+}
+
+/* ---- SIMD vs C on random data with canaries ---- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+static float rndf(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)(rnd() & 0xffffff) / 16777216.0f;
+}
+
+static void fill_hostile(float *x, int64_t n, float scale)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t k = rnd() % 16;
+        if (k == 0)
+            x[i] = ((float)(int)(rnd() % 600) - 300.0f + 0.5f) * scale;   /* exact ties */
+        else if (k == 1)
+            x[i] = (rnd() & 1) ? NAN : ((rnd() & 1) ? INFINITY : -INFINITY);
+        else if (k == 2)
+            x[i] = (rnd() & 1) ? 1e30f : -0.0f;
+        else
+            x[i] = rndf(-5.0f, 5.0f);
+    }
+}
+
+#define CANARY 0x5au
+
+static void test_simd_vs_c(void **state)
+{
+    (void)state;
+    const int64_t sizes[] = { 1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 1000, 4099 };
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        int64_t n = sizes[si];
+        float *x = malloc((size_t)n * 4), *gy = malloc((size_t)n * 4);
+        fill_hostile(x, n, 0.037f);
+        for (int64_t i = 0; i < n; i++)
+            gy[i] = rndf(-2.0f, 2.0f);
+        float *yr[3], *gr[3], *gb[3];
+        uint8_t *mr[3];
+        qcal_fq_run p;
+        qcal_fq_run_init(&p, 0.037f, 7, -8, 120);
+        for (int k = 0; k < 3; k++) {
+            yr[k] = malloc((size_t)(n + 16) * 4);
+            gr[k] = malloc((size_t)(n + 16) * 4);
+            gb[k] = malloc((size_t)(n + 16) * 4);
+            mr[k] = malloc((size_t)n + 16);
+            memset(yr[k], CANARY, (size_t)(n + 16) * 4);
+            memset(gr[k], CANARY, (size_t)(n + 16) * 4);
+            memset(gb[k], CANARY, (size_t)(n + 16) * 4);
+            memset(mr[k], CANARY, (size_t)n + 16);
+        }
+        qcal_f32_fakequant__c(x, n, &p, yr[0], mr[0]);
+        qcal_f32_fakequant_backward__c(gy, mr[0], n, gb[0]);
+        float *y2 = malloc((size_t)n * 4);
+        qcal_f32_fakequant_fused__c(x, gy, n, &p, y2, gr[0]);
+        expect_bits("fused vs forward (c)", "simd", y2, yr[0], n);
+        free(y2);
+        int have = (int)qcal_cpu_isa();
+        for (int k = 1; k <= 2 && k <= have; k++) {
+            if (k == 1) {
+                qcal_f32_fakequant__avx2(x, n, &p, yr[k], mr[k]);
+                qcal_f32_fakequant_backward__avx2(gy, mr[k], n, gb[k]);
+                float *yy = malloc((size_t)n * 4);
+                qcal_f32_fakequant_fused__avx2(x, gy, n, &p, yy, gr[k]);
+                expect_bits("fused avx2", "simd", yy, yr[0], n);
+                free(yy);
+            } else {
+                qcal_f32_fakequant__avx512(x, n, &p, yr[k], mr[k]);
+                qcal_f32_fakequant_backward__avx512(gy, mr[k], n, gb[k]);
+                float *yy = malloc((size_t)n * 4);
+                qcal_f32_fakequant_fused__avx512(x, gy, n, &p, yy, gr[k]);
+                expect_bits("fused avx512", "simd", yy, yr[0], n);
+                free(yy);
+            }
+            expect_bits("forward", isas[k], yr[k], yr[0], n);
+            expect_mask(isas[k], mr[k], mr[0], n);
+            expect_bits("backward", isas[k], gb[k], gb[0], n);
+            expect_bits("fused grad", isas[k], gr[k], gr[0], n);
+            for (int j = 0; j < 16; j++) {   /* nothing written past n */
+                assert_int_equal(mr[k][n + j], CANARY);
+                assert_int_equal(bits(yr[k][n + j]), 0x5a5a5a5au);
+                assert_int_equal(bits(gr[k][n + j]), 0x5a5a5a5au);
+                assert_int_equal(bits(gb[k][n + j]), 0x5a5a5a5au);
+            }
+        }
+        /* Hostile values: NaN and -Inf -> quant_min, +Inf and 1e30 -> quant_max, mask 0. */
+        for (int64_t i = 0; i < n; i++) {
+            if (isnan(x[i]) || isinf(x[i]) || x[i] == 1e30f) {
+                float want = ((x[i] > 0.0f) ? 120.0f - 7.0f : -8.0f - 7.0f) * 0.037f;
+                assert_int_equal(bits(yr[0][i]), bits(want));
+                assert_int_equal(mr[0][i], 0);
+            }
+        }
+        for (int k = 0; k < 3; k++) {
+            free(yr[k]); free(gr[k]); free(gb[k]); free(mr[k]);
+        }
+        free(x);
+        free(gy);
+    }
+}
+
+/* ---- threads, in place ---- */
+
+static void test_threads_and_in_place(void **state)
+{
+    (void)state;
+    const int64_t n = (1 << 20) + 13;
+    float *x = malloc((size_t)n * 4), *gy = malloc((size_t)n * 4);
+    float *y1 = malloc((size_t)n * 4), *y2 = malloc((size_t)n * 4);
+    float *g1 = malloc((size_t)n * 4), *g2 = malloc((size_t)n * 4);
+    uint8_t *m1 = malloc((size_t)n), *m2 = malloc((size_t)n);
+    fill_hostile(x, n, 0.02f);
+    for (int64_t i = 0; i < n; i++)
+        gy[i] = rndf(-1.0f, 1.0f);
+    float s1, z1, s2, z2;
+    int64_t shape[2] = { 1024, n / 1024 };
+    qcal_tensor t;
+    assert_int_equal(qcal_tensor_init(&t, x, 2, shape), QCAL_OK);
+    float pcs[1024], pcz[1024], pgs1[1024], pgz1[1024], pgs2[1024], pgz2[1024];
+    for (int c = 0; c < 1024; c++) {
+        pcs[c] = rndf(0.01f, 0.05f);
+        pcz[c] = rndf(-20.0f, 20.0f);
+    }
+    for (int th = 1; th <= 2; th++) {
+#if QCAL_HAVE_OPENMP
+        omp_set_num_threads(th);
+#endif
+        float *y = th == 1 ? y1 : y2, *g = th == 1 ? g1 : g2;
+        uint8_t *m = th == 1 ? m1 : m2;
+        assert_int_equal(qcal_fakequant_per_tensor(x, n, 0.02f, 3, -128, 127, y, m), QCAL_OK);
+        assert_int_equal(qcal_fakequant_backward(gy, m, n, g), QCAL_OK);
+        assert_int_equal(qcal_fakequant_learnable_per_tensor_backward(
+                             x, gy, n, 0.02f, 3.0f, -128, 127, 0.001f, NULL,
+                             th == 1 ? &s1 : &s2, th == 1 ? &z1 : &z2),
+                         QCAL_OK);
+        assert_int_equal(qcal_fakequant_learnable_per_channel_backward(
+                             &t, gy, 0, pcs, pcz, -128, 127, 1.0f, NULL,
+                             th == 1 ? pgs1 : pgs2, th == 1 ? pgz1 : pgz2),
+                         QCAL_OK);
+    }
+    expect_bits("2 threads forward", "threads", y2, y1, n);
+    expect_mask("threads", m2, m1, n);
+    expect_bits("2 threads backward", "threads", g2, g1, n);
+    assert_int_equal(bits(s1), bits(s2));
+    assert_int_equal(bits(z1), bits(z2));
+    expect_bits("2 threads pc grad_scale", "threads", pgs2, pgs1, 1024);
+    expect_bits("2 threads pc grad_zp", "threads", pgz2, pgz1, 1024);
+    /* In place: dst == src, grad_x == grad_y. */
+    float *xi = malloc((size_t)n * 4), *gi = malloc((size_t)n * 4);
+    memcpy(xi, x, (size_t)n * 4);
+    memcpy(gi, gy, (size_t)n * 4);
+    assert_int_equal(qcal_fakequant_per_tensor_fused(xi, gi, n, 0.02f, 3, -128, 127, xi, gi),
+                     QCAL_OK);
+    expect_bits("in-place fused forward", "in place", xi, y1, n);
+    expect_bits("in-place fused backward", "in place", gi, g1, n);
+    memcpy(gi, gy, (size_t)n * 4);
+    assert_int_equal(qcal_fakequant_backward(gi, m1, n, gi), QCAL_OK);
+    expect_bits("in-place backward", "in place", gi, g1, n);
+    free(xi); free(gi); free(x); free(gy); free(y1); free(y2); free(g1); free(g2);
+    free(m1); free(m2);
+}
+
+/* ---- argument checks: clear errors, outputs untouched ---- */
+
+static void test_bad_args(void **state)
+{
+    (void)state;
+    float x[4] = { 0.1f, 0.2f, 0.3f, 0.4f }, y[4] = { 9, 9, 9, 9 };
+    uint8_t m[4] = { 7, 7, 7, 7 };
+    const float bad_scales[] = { 0.0f, -1.0f, NAN, INFINITY };
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(qcal_fakequant_per_tensor(x, 4, bad_scales[i], 0, 0, 255, y, m),
+                         QCAL_ERR_INVALID_ARG);
+        assert_non_null(strstr(qcal_last_error(), "scale"));
+    }
+    assert_int_equal(qcal_fakequant_per_tensor(x, 4, 0.1f, 300, 0, 255, y, m),
+                     QCAL_ERR_INVALID_ARG);
+    assert_non_null(strstr(qcal_last_error(), "300"));
+    assert_int_equal(qcal_fakequant_per_tensor(x, 4, 0.1f, 0, 10, 5, y, m), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_fakequant_per_tensor(x, 4, 0.1f, 0, 0, (1 << 24) + 1, y, m),
+                     QCAL_ERR_UNSUPPORTED);
+    assert_int_equal(qcal_fakequant_per_tensor(x, 0, 0.1f, 0, 0, 255, y, m), QCAL_ERR_EMPTY);
+    assert_int_equal(qcal_fakequant_per_tensor(NULL, 4, 0.1f, 0, 0, 255, y, m),
+                     QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_fakequant_backward(x, NULL, 4, y), QCAL_ERR_INVALID_ARG);
+    int64_t shape[2] = { 2, 2 };
+    qcal_tensor t;
+    assert_int_equal(qcal_tensor_init(&t, x, 2, shape), QCAL_OK);
+    float sc[2] = { 0.1f, -0.1f };
+    int32_t zp[2] = { 0, 0 };
+    assert_int_equal(qcal_fakequant_per_channel(&t, 1, sc, zp, 0, 255, y, m),
+                     QCAL_ERR_INVALID_ARG);
+    assert_non_null(strstr(qcal_last_error(), "channel 1"));
+    sc[1] = 0.1f;
+    assert_int_equal(qcal_fakequant_per_channel(&t, 2, sc, zp, 0, 255, y, m),
+                     QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_fakequant_per_channel(&t, -3, sc, zp, 0, 255, y, m),
+                     QCAL_ERR_INVALID_ARG);
+    /* Learnable: a scale that went negative (or 0) is rejected by the kernels. */
+    float gs = 5.0f, gz = 5.0f;
+    assert_int_equal(qcal_fakequant_learnable_per_tensor_backward(x, x, 4, -0.01f, 0.0f, 0, 255,
+                                                                  1.0f, y, &gs, &gz),
+                     QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_fakequant_learnable_per_tensor(x, 4, 0.1f, NAN, 0, 255, y, m),
+                     QCAL_ERR_INVALID_ARG);
+    for (int i = 0; i < 4; i++) {
+        assert_true(y[i] == 9.0f);
+        assert_int_equal(m[i], 7);
+    }
+    assert_true(gs == 5.0f && gz == 5.0f);
+    double g;
+    assert_int_equal(qcal_fakequant_grad_factor(100, 255, &g), QCAL_OK);
+    assert_true(g == 1.0 / sqrt(25500.0));
+    assert_int_equal(qcal_fakequant_grad_factor(0, 255, &g), QCAL_ERR_INVALID_ARG);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_golden),
+        cmocka_unit_test(test_simd_vs_c),
+        cmocka_unit_test(test_threads_and_in_place),
+        cmocka_unit_test(test_bad_args),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
