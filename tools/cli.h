@@ -29,5 +29,7 @@ int cmd_observe(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_dequantize(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
+int cmd_stats(int argc, char **argv);
+int cmd_compare_weights(int argc, char **argv);
 
 #endif

@@ -1,0 +1,386 @@
+/* qcal compare-weights: quantize-dequantize every float tensor of a .safetensors file (or
+ * .npy files) with an observer's qparams and report SQNR / L2 / cosine per tensor, plus a
+ * grouped summary and the layers to keep in float. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qcal/numeric.h"
+#include "qcal/safetensors.h"
+#include "tools/cli_common.h"
+
+static const char help[] =
+    "usage: qcal compare-weights [options] FILE.safetensors|FILE.npy ...\n"
+    "\n"
+    "For each float tensor: observer -> qparams -> quantize -> dequantize, then compare with\n"
+    "the float tensor. Default: per-channel symmetric qint8 on axis 0 for tensors with >= 2\n"
+    "dimensions, per-tensor symmetric qint8 for 1-D tensors (PyTorch's default weight qconfig).\n"
+    "  --observer KIND   minmax, per_channel_minmax (default), histogram, percentile, ...\n"
+    "                    (a per-tensor KIND quantizes every tensor per tensor)\n"
+    "  --dtype D         qint8 (default) or quint8\n"
+    "  --qscheme S       per_channel_symmetric (default), per_channel_affine,\n"
+    "                    per_tensor_symmetric, per_tensor_affine\n"
+    "  --format F        table (default), csv or json\n"
+    "  --min-sqnr DB     list tensors with SQNR below DB dB as 'keep in float'\n"
+    "  -h, --help        this help\n"
+    "Columns: sqnr = 20 log10(|x| / |x - q|) in dB (torch.ao.ns.fx.utils.compute_sqnr; inf\n"
+    "when lossless), l2 = |x - q| / |x| (normalized L2 error), cosine similarity, max_abs_err,\n"
+    "scale_min/scale_max over channels. JSON: {\"tensors\": [...], \"groups\": [...],\n"
+    "\"keep_float\": [...]}.\n";
+
+enum { OPT_HELP = 1, OPT_OBSERVER, OPT_DTYPE, OPT_QSCHEME, OPT_FORMAT, OPT_MIN_SQNR };
+static const cli_opt opts[] = {
+    { "help", 'h', false, OPT_HELP },
+    { "observer", 0, true, OPT_OBSERVER },
+    { "dtype", 0, true, OPT_DTYPE },
+    { "qscheme", 0, true, OPT_QSCHEME },
+    { "format", 0, true, OPT_FORMAT },
+    { "min-sqnr", 0, true, OPT_MIN_SQNR },
+    { 0 },
+};
+
+enum { FMT_TABLE, FMT_CSV, FMT_JSON };
+
+typedef struct run {
+    qcal_weights_options wo;
+    qcal_weight_result *res;
+    int64_t n, cap;
+    qcal_summary *sum;
+} run;
+
+static bool ends_with(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+static int compare_one(run *r, const char *name, const qcal_tensor *t)
+{
+    if (r->n == r->cap) {
+        int64_t nc = r->cap ? r->cap * 2 : 64;
+        qcal_weight_result *nr = realloc(r->res, (size_t)nc * sizeof *nr);
+        if (!nr)
+            return cli_fail("compare-weights", QCAL_EXIT_FAILURE, "out of memory");
+        r->res = nr;
+        r->cap = nc;
+    }
+    qcal_status s = qcal_weights_compare_tensor(&r->wo, name, t, &r->res[r->n]);
+    if (s == QCAL_ERR_EMPTY) {
+        fprintf(stderr, "qcal: compare-weights: skipping '%s' (no elements)\n", name);
+        return 0;
+    }
+    if (s != QCAL_OK)
+        return cli_fail_status("compare-weights", QCAL_EXIT_FAILURE, s);
+    qcal_weight_result *w = &r->res[r->n++];
+    qcal_summary_item it;
+    memset(&it, 0, sizeof it);
+    it.name = name;
+    it.ndim = w->ndim;
+    memcpy(it.shape, w->shape, sizeof it.shape);
+    it.max = w->stats.max;
+    it.absmax = w->stats.absmax;
+    it.std = w->std;
+    it.sqnr_db = w->m.sqnr_db;
+    s = qcal_summary_add(r->sum, &it);
+    return s == QCAL_OK ? 0 : cli_fail_status("compare-weights", QCAL_EXIT_FAILURE, s);
+}
+
+static int do_safetensors(run *r, const char *path)
+{
+    qcal_safetensors *st = NULL;
+    qcal_status s = qcal_safetensors_open(path, &st);
+    if (s != QCAL_OK)
+        return cli_fail_status("compare-weights", QCAL_EXIT_INPUT, s);
+    int64_t n = 0;
+    qcal_safetensors_count(st, &n);
+    int rc = 0;
+    for (int64_t i = 0; i < n && !rc; i++) {
+        qcal_st_info info;
+        qcal_safetensors_info(st, i, &info);
+        if (info.dtype == QCAL_ST_OTHER) {
+            fprintf(stderr, "qcal: compare-weights: skipping '%s' (dtype %s)\n", info.name,
+                    info.dtype_name);
+            continue;
+        }
+        /* one tensor at a time: F32 aligned tensors are used in place (mapped pages), others
+         * converted into a buffer of that tensor only */
+        const void *raw = NULL;
+        float *buf = NULL;
+        float *data;
+        if (info.dtype == QCAL_ST_F32 && qcal_safetensors_raw(st, i, &raw) == QCAL_OK &&
+            (uintptr_t)raw % sizeof(float) == 0) {
+            data = (float *)(uintptr_t)raw;
+        } else {
+            buf = malloc((size_t)(info.numel ? info.numel : 1) * sizeof(float));
+            if (!buf) {
+                rc = cli_fail("compare-weights", QCAL_EXIT_FAILURE, "out of memory for '%s'", info.name);
+                break;
+            }
+            s = qcal_safetensors_read_f32(st, i, 0, info.numel, buf);
+            if (s != QCAL_OK) {
+                free(buf);
+                rc = cli_fail_status("compare-weights", QCAL_EXIT_INPUT, s);
+                break;
+            }
+            data = buf;
+        }
+        qcal_tensor t;
+        s = qcal_tensor_init(&t, data, info.ndim, info.shape);
+        if (s == QCAL_OK)
+            rc = compare_one(r, info.name, &t);
+        else
+            rc = cli_fail_status("compare-weights", QCAL_EXIT_INPUT, s);
+        free(buf);
+        qcal_safetensors_release(st, i);
+    }
+    qcal_safetensors_close(&st);
+    return rc;
+}
+
+static int do_npy(run *r, const char *path)
+{
+    qcal_npy_array a;
+    int rc = cli_read_f32("compare-weights", path, &a);
+    if (rc)
+        return rc;
+    const char *base = strrchr(path, '/');
+    char name[1024];
+    snprintf(name, sizeof name, "%s", base ? base + 1 : path);
+    if (ends_with(name, ".npy"))
+        name[strlen(name) - 4] = '\0';
+    qcal_tensor t;
+    qcal_status s = qcal_npy_as_tensor(&a, &t);
+    rc = s == QCAL_OK ? compare_one(r, name, &t) : cli_fail_status("compare-weights", QCAL_EXIT_INPUT, s);
+    qcal_npy_array_free(&a);
+    return rc;
+}
+
+static void shape_str(char *b, size_t cap, int32_t ndim, const int64_t *shape)
+{
+    size_t k = 0;
+    snprintf(b, cap, "scalar");
+    for (int32_t d = 0; d < ndim && k < cap; d++)
+        k += (size_t)snprintf(b + k, cap - k, d ? "x%lld" : "%lld", (long long)shape[d]);
+}
+
+/* JSON number: non-finite values as null (sqnr inf when lossless is reported as null). */
+static void jnum(double v)
+{
+    if (isfinite(v))
+        printf("%.9g", v);
+    else
+        printf("null");
+}
+
+static void print_json(run *r)
+{
+    printf("{\"tensors\": [");
+    for (int64_t i = 0; i < r->n; i++) {
+        qcal_weight_result *w = &r->res[i];
+        printf("%s\n  {\"name\": ", i ? "," : "");
+        cli_json_str(stdout, w->name);
+        printf(", \"shape\": [");
+        for (int32_t d = 0; d < w->ndim; d++)
+            printf("%s%lld", d ? ", " : "", (long long)w->shape[d]);
+        printf("], \"qscheme\": \"%s\", \"sqnr\": ", qcal_qscheme_name(w->qscheme));
+        if (isinf(w->m.sqnr_db) && w->m.sqnr_db > 0)
+            printf("\"inf\"");
+        else
+            jnum(w->m.sqnr_db);
+        printf(", \"l2\": ");
+        jnum(w->m.l2);
+        printf(", \"cosine\": ");
+        jnum(w->m.cosine);
+        printf(", \"max_abs_err\": ");
+        jnum(w->m.max_abs_err);
+        printf(", \"scale_min\": ");
+        jnum(w->scale_min);
+        printf(", \"scale_max\": ");
+        jnum(w->scale_max);
+        printf(", \"min\": ");
+        jnum(w->stats.min);
+        printf(", \"max\": ");
+        jnum(w->stats.max);
+        printf(", \"std\": ");
+        jnum(w->std);
+        printf("}");
+    }
+    printf("\n], \"groups\": [");
+    int64_t ng = 0;
+    qcal_summary_group_count(r->sum, &ng);
+    for (int64_t g = 0; g < ng; g++) {
+        qcal_summary_group gr;
+        if (qcal_summary_get_group(r->sum, g, &gr) != QCAL_OK)
+            continue;
+        printf("%s\n  {\"pattern\": ", g ? "," : "");
+        cli_json_str(stdout, gr.pattern);
+        printf(", \"count\": %lld, \"shape\": [", (long long)gr.count);
+        for (int32_t d = 0; d < gr.ndim; d++)
+            printf("%s%lld", d ? ", " : "", (long long)gr.shape[d]);
+        printf("], \"max_of_max\": ");
+        jnum(gr.max_of_max);
+        printf(", \"mean_of_std\": ");
+        jnum(gr.mean_of_std);
+        printf(", \"worst_sqnr\": ");
+        jnum(gr.worst_sqnr_db);
+        printf(", \"outliers\": [");
+        for (int64_t o = 0; o < gr.n_outliers; o++) {
+            const char *nm;
+            if (qcal_summary_outlier(r->sum, g, o, &nm) == QCAL_OK) {
+                printf("%s", o ? ", " : "");
+                cli_json_str(stdout, nm);
+            }
+        }
+        printf("]}");
+    }
+    printf("\n], \"keep_float\": [");
+    int64_t nk = 0;
+    qcal_summary_keep_float(r->sum, 0, NULL, &nk);
+    const char **names = calloc((size_t)(nk ? nk : 1), sizeof *names);
+    if (names) {
+        qcal_summary_keep_float(r->sum, nk, names, &nk);
+        for (int64_t k = 0; k < nk; k++) {
+            printf("%s", k ? ", " : "");
+            cli_json_str(stdout, names[k]);
+        }
+        free(names);
+    }
+    printf("]}\n");
+}
+
+static void print_table(run *r, bool csv)
+{
+    if (csv)
+        printf("name,shape,min,max,std,scale_min,scale_max,sqnr,l2,cosine,max_abs_err\n");
+    else
+        printf("%-40s %-16s %11s %11s %11s %11s %11s %9s %11s %11s\n", "tensor", "shape", "min",
+               "max", "std", "scale_min", "scale_max", "sqnr_dB", "l2", "cosine");
+    for (int64_t i = 0; i < r->n; i++) {
+        qcal_weight_result *w = &r->res[i];
+        char shp[128];
+        shape_str(shp, sizeof shp, w->ndim, w->shape);
+        if (csv)
+            printf("%s,%s,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g\n", w->name, shp,
+                   (double)w->stats.min, (double)w->stats.max, w->std, (double)w->scale_min,
+                   (double)w->scale_max, w->m.sqnr_db, w->m.l2, w->m.cosine, w->m.max_abs_err);
+        else
+            printf("%-40s %-16s %11.4g %11.4g %11.4g %11.4g %11.4g %9.3f %11.4g %11.8f\n", w->name,
+                   shp, (double)w->stats.min, (double)w->stats.max, w->std, (double)w->scale_min,
+                   (double)w->scale_max, w->m.sqnr_db, w->m.l2, w->m.cosine);
+    }
+    if (csv)
+        return;
+    int64_t ng = 0;
+    qcal_summary_group_count(r->sum, &ng);
+    printf("\n%-40s %6s %-16s %11s %11s %9s  %s\n", "group", "count", "typical shape", "max(max)",
+           "mean(std)", "worst_dB", "outliers (absmax > 4 x group median)");
+    for (int64_t g = 0; g < ng; g++) {
+        qcal_summary_group gr;
+        if (qcal_summary_get_group(r->sum, g, &gr) != QCAL_OK)
+            continue;
+        char shp[128];
+        shape_str(shp, sizeof shp, gr.ndim, gr.shape);
+        printf("%-40s %6lld %-16s %11.4g %11.4g %9.3f ", gr.pattern, (long long)gr.count, shp,
+               (double)gr.max_of_max, gr.mean_of_std, gr.worst_sqnr_db);
+        for (int64_t o = 0; o < gr.n_outliers; o++) {
+            const char *nm;
+            if (qcal_summary_outlier(r->sum, g, o, &nm) == QCAL_OK)
+                printf("%s%s", o ? ", " : " ", nm);
+        }
+        printf("\n");
+    }
+    int64_t nk = 0;
+    qcal_summary_keep_float(r->sum, 0, NULL, &nk);
+    if (nk) {
+        const char **names = calloc((size_t)nk, sizeof *names);
+        if (names) {
+            qcal_summary_keep_float(r->sum, nk, names, &nk);
+            printf("\nkeep in float (sqnr below threshold):");
+            for (int64_t k = 0; k < nk; k++)
+                printf(" %s", names[k]);
+            printf("\n");
+            free(names);
+        }
+    }
+}
+
+int cmd_compare_weights(int argc, char **argv)
+{
+    const char *cmd = "compare-weights";
+    cli_parser p;
+    cli_parser_init(&p, argc, argv);
+    run r;
+    memset(&r, 0, sizeof r);
+    qcal_weights_options_default(&r.wo);
+    qcal_summary_options so;
+    qcal_summary_options_default(&so);
+    bool qscheme_given = false;
+    int fmt = FMT_TABLE, id, nf = 0, rc = 0;
+    const char *val;
+    const char **files = calloc((size_t)argc + 1, sizeof *files);
+    if (!files)
+        return cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
+    while ((id = cli_next(&p, opts, &val)) != CLI_END) {
+        if (id == CLI_ERROR) {
+            free(files);
+            return QCAL_EXIT_USAGE;
+        }
+        if (id == CLI_POSITIONAL) {
+            files[nf++] = val;
+        } else if (id == OPT_HELP) {
+            fputs(help, stdout);
+            free(files);
+            return QCAL_EXIT_OK;
+        } else if (id == OPT_OBSERVER) {
+            if (qcal_observer_kind_parse(val, &r.wo.observer) != QCAL_OK)
+                rc = cli_fail(cmd, QCAL_EXIT_USAGE, "unknown --observer '%s'", val);
+        } else if (id == OPT_DTYPE) {
+            if (qcal_dtype_parse(val, &r.wo.dtype) != QCAL_OK || r.wo.dtype == QCAL_QINT32)
+                rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--dtype '%s' must be qint8 or quint8", val);
+        } else if (id == OPT_QSCHEME) {
+            qscheme_given = true;
+            if (qcal_qscheme_parse(val, &r.wo.qscheme) != QCAL_OK ||
+                r.wo.qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS)
+                rc = cli_fail(cmd, QCAL_EXIT_USAGE, "unsupported --qscheme '%s'", val);
+        } else if (id == OPT_FORMAT) {
+            if (!strcmp(val, "table"))
+                fmt = FMT_TABLE;
+            else if (!strcmp(val, "csv"))
+                fmt = FMT_CSV;
+            else if (!strcmp(val, "json"))
+                fmt = FMT_JSON;
+            else
+                rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--format '%s' must be table, csv or json", val);
+        } else if (id == OPT_MIN_SQNR) {
+            rc = cli_parse_f64(cmd, "--min-sqnr", val, &so.min_sqnr);
+        }
+        if (rc) {
+            free(files);
+            return rc;
+        }
+    }
+    if (nf == 0) {
+        free(files);
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "no input file (see qcal compare-weights --help)");
+    }
+    /* a per-tensor observer kind with the default (per-channel) scheme: per-tensor symmetric */
+    if (!qscheme_given && r.wo.observer != QCAL_OBSERVER_PER_CHANNEL_MINMAX &&
+        r.wo.observer != QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX)
+        r.wo.qscheme = QCAL_PER_TENSOR_SYMMETRIC;
+    qcal_status s = qcal_summary_create(&so, &r.sum);
+    if (s != QCAL_OK)
+        rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, s);
+    for (int i = 0; i < nf && !rc; i++)
+        rc = ends_with(files[i], ".npy") ? do_npy(&r, files[i]) : do_safetensors(&r, files[i]);
+    if (!rc) {
+        if (fmt == FMT_JSON)
+            print_json(&r);
+        else
+            print_table(&r, fmt == FMT_CSV);
+    }
+    qcal_summary_destroy(&r.sum);
+    free(r.res);
+    free(files);
+    return rc;
+}

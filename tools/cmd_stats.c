@@ -1,0 +1,221 @@
+/* qcal stats: one statistics record per tensor of .safetensors / .npy files (PyTorch's
+ * log_parameter_info equivalent), streamed chunk by chunk, optional CSV and summary. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qcal/numeric.h"
+#include "qcal/safetensors.h"
+#include "tools/cli_common.h"
+
+static const char help[] =
+    "usage: qcal stats [--csv PATH] [--summary] FILE.safetensors|FILE.npy ...\n"
+    "\n"
+    "Prints one line per tensor (t=param, c=<counter>, fqn, op, extra=<shape>, min, max,\n"
+    "absmax, avg, std; nonfinite=N when NaN/Inf were skipped). Safetensors files are\n"
+    "memory-mapped and streamed in chunks of 1 Mi elements, so files larger than memory\n"
+    "work; F32, F16, BF16 and F64 tensors are read, other dtypes are skipped with a note\n"
+    "on stderr. A .npy file is one tensor named after the file.\n"
+    "  --csv PATH   also write the records as CSV (atomically)\n"
+    "  --summary    after the records, one line per group (numeric path components\n"
+    "               collapse: blocks.0.w, blocks.1.w -> blocks.*.w) with outliers\n"
+    "  -h, --help   this help\n";
+
+enum { OPT_HELP = 1, OPT_CSV, OPT_SUMMARY };
+static const cli_opt opts[] = {
+    { "help", 'h', false, OPT_HELP },
+    { "csv", 0, true, OPT_CSV },
+    { "summary", 0, false, OPT_SUMMARY },
+    { 0 },
+};
+
+#define STATS_CHUNK (1 << 20)
+
+static bool ends_with(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+static int add_summary(qcal_summary *sum, const char *name, int32_t ndim, const int64_t *shape,
+                       const qcal_stats *s)
+{
+    if (!sum)
+        return 0;
+    qcal_summary_item it;
+    memset(&it, 0, sizeof it);
+    it.name = name;
+    it.ndim = ndim;
+    for (int32_t d = 0; d < ndim; d++)
+        it.shape[d] = shape[d];
+    it.max = s->max;
+    it.absmax = s->absmax;
+    qcal_stats_std(s, &it.std);
+    it.sqnr_db = NAN;
+    qcal_status st = qcal_summary_add(sum, &it);
+    return st == QCAL_OK ? 0 : cli_fail_status("stats", QCAL_EXIT_FAILURE, st);
+}
+
+static int do_safetensors(const char *path, qcal_logger *lg, qcal_summary *sum, float *buf)
+{
+    qcal_safetensors *st = NULL;
+    qcal_status s = qcal_safetensors_open(path, &st);
+    if (s != QCAL_OK)
+        return cli_fail_status("stats", QCAL_EXIT_INPUT, s);
+    int64_t n = 0;
+    qcal_safetensors_count(st, &n);
+    int rc = 0;
+    for (int64_t i = 0; i < n && !rc; i++) {
+        qcal_st_info info;
+        qcal_safetensors_info(st, i, &info);
+        if (info.dtype == QCAL_ST_OTHER) {
+            fprintf(stderr, "qcal: stats: skipping '%s' (dtype %s)\n", info.name, info.dtype_name);
+            continue;
+        }
+        qcal_stats stats;
+        qcal_stats_init(&stats);
+        const void *raw = NULL;
+        bool direct = info.dtype == QCAL_ST_F32 && qcal_safetensors_raw(st, i, &raw) == QCAL_OK &&
+                      ((uintptr_t)raw % sizeof(float)) == 0;
+        for (int64_t off = 0; off < info.numel; off += STATS_CHUNK) {
+            int64_t m = info.numel - off < STATS_CHUNK ? info.numel - off : STATS_CHUNK;
+            const float *src = direct ? (const float *)raw + off : buf;
+            if (!direct) {
+                s = qcal_safetensors_read_f32(st, i, off, m, buf);
+                if (s != QCAL_OK)
+                    break;
+            }
+            s = qcal_stats_update(&stats, src, m);
+            if (s != QCAL_OK)
+                break;
+        }
+        qcal_safetensors_release(st, i);
+        if (s == QCAL_OK)
+            s = qcal_logger_log_stats(lg, QCAL_LOG_PARAM, info.name, "", NULL, info.ndim,
+                                      info.shape, &stats);
+        if (s != QCAL_OK)
+            rc = cli_fail_status("stats", QCAL_EXIT_FAILURE, s);
+        else
+            rc = add_summary(sum, info.name, info.ndim, info.shape, &stats);
+    }
+    qcal_safetensors_close(&st);
+    return rc;
+}
+
+static int do_npy(const char *path, qcal_logger *lg, qcal_summary *sum)
+{
+    qcal_npy_array a;
+    int rc = cli_read_f32("stats", path, &a);
+    if (rc)
+        return rc;
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    char name[1024];
+    snprintf(name, sizeof name, "%s", base);
+    if (ends_with(name, ".npy"))
+        name[strlen(name) - 4] = '\0';
+    qcal_stats stats;
+    qcal_stats_init(&stats);
+    qcal_status s = qcal_stats_update(&stats, a.data, a.numel);
+    if (s == QCAL_OK)
+        s = qcal_logger_log_stats(lg, QCAL_LOG_PARAM, name, "", NULL, a.ndim, a.shape, &stats);
+    if (s != QCAL_OK)
+        rc = cli_fail_status("stats", QCAL_EXIT_FAILURE, s);
+    else
+        rc = add_summary(sum, name, a.ndim, a.shape, &stats);
+    qcal_npy_array_free(&a);
+    return rc;
+}
+
+static void print_summary(qcal_summary *sum)
+{
+    int64_t ng = 0;
+    qcal_summary_group_count(sum, &ng);
+    printf("\n%-40s %6s %-20s %12s %12s %s\n", "group", "count", "typical shape", "max(max)",
+           "mean(std)", "outliers (absmax > 4 x group median)");
+    for (int64_t g = 0; g < ng; g++) {
+        qcal_summary_group gr;
+        if (qcal_summary_get_group(sum, g, &gr) != QCAL_OK)
+            continue;
+        char shp[128] = "scalar";
+        size_t k = 0;
+        for (int32_t d = 0; d < gr.ndim && k < sizeof shp; d++)
+            k += (size_t)snprintf(shp + k, sizeof shp - k, d ? "x%lld" : "%lld", (long long)gr.shape[d]);
+        printf("%-40s %6lld %-20s %12.6g %12.6g", gr.pattern, (long long)gr.count, shp,
+               (double)gr.max_of_max, gr.mean_of_std);
+        for (int64_t o = 0; o < gr.n_outliers; o++) {
+            const char *nm;
+            if (qcal_summary_outlier(sum, g, o, &nm) == QCAL_OK)
+                printf("%s%s", o ? ", " : " ", nm);
+        }
+        printf("\n");
+    }
+}
+
+int cmd_stats(int argc, char **argv)
+{
+    cli_parser p;
+    cli_parser_init(&p, argc, argv);
+    const char *val, *csv = NULL;
+    bool summary = false;
+    const char **files = calloc((size_t)argc + 1, sizeof *files);
+    int nf = 0, id;
+    if (!files)
+        return cli_fail("stats", QCAL_EXIT_FAILURE, "out of memory");
+    while ((id = cli_next(&p, opts, &val)) != CLI_END) {
+        if (id == CLI_ERROR) {
+            free(files);
+            return QCAL_EXIT_USAGE;
+        }
+        if (id == CLI_POSITIONAL)
+            files[nf++] = val;
+        else if (id == OPT_HELP) {
+            fputs(help, stdout);
+            free(files);
+            return QCAL_EXIT_OK;
+        } else if (id == OPT_CSV)
+            csv = val;
+        else if (id == OPT_SUMMARY)
+            summary = true;
+    }
+    if (nf == 0) {
+        free(files);
+        return cli_fail("stats", QCAL_EXIT_USAGE, "no input file (see qcal stats --help)");
+    }
+    qcal_logger_options lo;
+    qcal_logger_options_default(&lo);
+    lo.stream = stdout;
+    lo.csv_path = csv;
+    qcal_logger *lg = NULL;
+    qcal_summary *sum = NULL;
+    float *buf = malloc(STATS_CHUNK * sizeof(float));
+    int rc = 0;
+    qcal_status s = qcal_logger_create(&lo, &lg);
+    if (s != QCAL_OK)
+        rc = cli_fail_status("stats", QCAL_EXIT_OUTPUT, s);
+    if (!rc && summary) {
+        qcal_summary_options so;
+        qcal_summary_options_default(&so);
+        s = qcal_summary_create(&so, &sum);
+        if (s != QCAL_OK)
+            rc = cli_fail_status("stats", QCAL_EXIT_FAILURE, s);
+    }
+    if (!rc && !buf)
+        rc = cli_fail("stats", QCAL_EXIT_FAILURE, "out of memory");
+    for (int i = 0; i < nf && !rc; i++)
+        rc = ends_with(files[i], ".npy") ? do_npy(files[i], lg, sum)
+                                         : do_safetensors(files[i], lg, sum, buf);
+    if (!rc) {
+        s = qcal_logger_finish(lg);
+        if (s != QCAL_OK)
+            rc = cli_fail_status("stats", QCAL_EXIT_OUTPUT, s);
+    }
+    if (!rc && sum)
+        print_summary(sum);
+    qcal_logger_destroy(&lg);
+    qcal_summary_destroy(&sum);
+    free(buf);
+    free(files);
+    return rc;
+}
