@@ -263,7 +263,7 @@ static bool apply_key(qcal_observer_config *cfg, const char *key, const char *va
             return false;
         }
         cfg->q.custom_range = true;
-        if (key[6] == 'i') {
+        if (!strcmp(key, "quant_min")) {
             cfg->q.quant_min = i;
             *have_qrange |= 1;
         } else {
