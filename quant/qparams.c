@@ -158,6 +158,13 @@ qcal_status qcal_qconfig_range(const qcal_qconfig *cfg, int64_t *quant_min, int6
         qmin = INT32_MIN;
         qmax = INT32_MAX;
     }
+    /* PyTorch's MinMaxObserver / PerChannelMinMaxObserver raise NotImplementedError for
+     * this combination (the zero-point 128 would lie outside [0, 127]). */
+    if (cfg->reduce_range && cfg->dtype == QCAL_QUINT8 &&
+        (cfg->qscheme == QCAL_PER_TENSOR_SYMMETRIC || cfg->qscheme == QCAL_PER_CHANNEL_SYMMETRIC))
+        return qcal_error(QCAL_ERR_UNSUPPORTED,
+                          "reduce_range is not supported with %s for quint8 (as PyTorch)",
+                          qscheme_names[cfg->qscheme]);
     *quant_min = qmin;
     *quant_max = qmax;
     return QCAL_OK;
@@ -207,8 +214,7 @@ static qcal_status one_pair(const qcal_qconfig *cfg, int64_t qmin, int64_t qmax,
         s = m / (float)((double)(qmax - qmin) / 2.0);
         s = fmaxf(s, eps);
         if (cfg->dtype == QCAL_QUINT8)
-            /* PyTorch: 128, or the rounded-down midpoint of a custom range (after
-             * reduce_range); kept even when reduce_range puts 128 above quant_max. */
+            /* PyTorch: 128, or the rounded-down midpoint of a custom range. */
             z = cfg->custom_range ? floor_half(qmin + qmax) : 128;
         break;
     }
@@ -223,9 +229,10 @@ static qcal_status one_pair(const qcal_qconfig *cfg, int64_t qmin, int64_t qmax,
         s = span_div(max_pos, min_neg, width);
         s = fmaxf(s, eps);
         /* torch.round is round-half-even; PyTorch then converts to int32, which
-         * overflows for qint32 when min_neg / scale rounds to -2^32 (all-negative data):
-         * x86 yields INT32_MIN and zero-point 0. qcal keeps the exact int64 value and
-         * clamps, giving quant_max (the correct zero-point for an all-negative range). */
+         * overflows for qint32 whenever min_neg / scale < -2^31 (|min| well above max
+         * with scale > eps, e.g. [-3e30, 1e30]): x86 yields INT32_MIN and the zero-point
+         * wraps to 0. qcal keeps the exact int64 value and clamps (tests/test_qparams.c
+         * checks both numbers on PyTorch's own cases). */
         double r = (double)nearbyintf(min_neg / s);
         z = qmin - (int64_t)r;
         if (z < qmin)

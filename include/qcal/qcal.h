@@ -7,6 +7,7 @@
 #include "qcal/tensor.h"
 #include "qcal/qparams.h"
 #include "qcal/observer.h"
+#include "qcal/quantize.h"
 #include "qcal/fakequant.h"
 
 #endif
