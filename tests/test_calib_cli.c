@@ -1,0 +1,290 @@
+/* `qcal calibrate` end to end: the dump directory of tests/data/calib calibrated with the
+ * min/max observers equals PyTorch's table (every float bit for bit, worst element printed
+ * on failure), each export format equals its golden file, rules apply, and bad inputs end
+ * with one clear error line and the documented exit code. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "qcal/calib.h"
+
+static char tmpdir[64];
+static char out_path[256], err_path[256];
+
+static const char *data(const char *name)
+{
+    static char buf[8][4096];
+    static int i;
+    const char *dir = getenv("QCAL_TEST_DATA");
+    char *b = buf[i++ & 7];
+    snprintf(b, 4096, "%s/calib/%s", dir ? dir : "tests/data", name);
+    return b;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/qcal_calib_cli_XXXXXX");
+    if (!mkdtemp(tmpdir))
+        return -1;
+    snprintf(out_path, sizeof out_path, "%s/stdout", tmpdir);
+    snprintf(err_path, sizeof err_path, "%s/stderr", tmpdir);
+    return getenv("QCAL_BIN") ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    if (fread(b, 1, (size_t)n, f) != (size_t)n)
+        n = 0;
+    b[n] = '\0';
+    fclose(f);
+    return b;
+}
+
+/* Runs `qcal calibrate ARGS` (shell words), returns the exit code. */
+static int run(const char *fmt, ...)
+{
+    char args[2048], cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "'%s' calibrate %s >'%s' 2>'%s'", getenv("QCAL_BIN"), args,
+             out_path, err_path);
+    int rc = system(cmd);
+    assert_true(WIFEXITED(rc));
+    return WEXITSTATUS(rc);
+}
+
+/* stderr holds exactly one line containing want. */
+static void assert_one_error_line(const char *want)
+{
+    char *e = slurp(err_path);
+    assert_non_null(e);
+    size_t n = strlen(e);
+    if (n == 0 || e[n - 1] != '\n' || strchr(e, '\n') != e + n - 1 || !strstr(e, want) ||
+        strncmp(e, "qcal: calibrate: ", 17))
+        fail_msg("stderr is not one 'qcal: calibrate: ...%s...' line: [%s]", want, e);
+    free(e);
+}
+
+static qcal_calib_table *read_table(const char *path)
+{
+    qcal_calib_table *t = NULL;
+    if (qcal_calib_table_read_json(path, &t) != QCAL_OK)
+        fail_msg("%s", qcal_last_error());
+    return t;
+}
+
+/* Every float of every entry bit-equal; on failure the worst element and its index. */
+static void assert_tables_equal(const qcal_calib_table *got, const qcal_calib_table *want)
+{
+    int64_t n, m;
+    qcal_calib_table_count(got, &n);
+    qcal_calib_table_count(want, &m);
+    assert_int_equal(n, m);
+    double worst = 0.0;
+    char where[512] = "";
+    for (int64_t i = 0; i < n; i++) {
+        const qcal_calib_entry *a, *b;
+        qcal_calib_table_entry(got, i, &a);
+        qcal_calib_table_entry(want, i, &b);
+        assert_string_equal(a->fqn, b->fqn);
+        assert_int_equal(a->role, b->role);
+        assert_int_equal(a->observer, b->observer);
+        assert_int_equal(a->channels, b->channels);
+        assert_int_equal(a->batches, b->batches);
+        assert_int_equal(a->elements, b->elements);
+        assert_int_equal(a->nonfinite, b->nonfinite);
+        for (int64_t c = 0; c < a->channels; c++) {
+            const float *ga[3] = { a->min_val, a->max_val, a->scale };
+            const float *wa[3] = { b->min_val, b->max_val, b->scale };
+            static const char *const nm[3] = { "min", "max", "scale" };
+            for (int k = 0; k < 3; k++) {
+                double d = fabs((double)ga[k][c] - (double)wa[k][c]);
+                if (ga[k][c] != wa[k][c] && d >= worst) {
+                    worst = d > 0 ? d : INFINITY;
+                    snprintf(where, sizeof where, "%s %s[%lld]: got %.9g, PyTorch %.9g",
+                             a->fqn, nm[k], (long long)c, (double)ga[k][c], (double)wa[k][c]);
+                }
+            }
+            if (a->zero_point[c] != b->zero_point[c] && worst == 0.0)
+                snprintf(where, sizeof where, "%s zero_point[%lld]: got %d, PyTorch %d", a->fqn,
+                         (long long)c, a->zero_point[c], b->zero_point[c]);
+        }
+    }
+    if (where[0])
+        fail_msg("table differs from PyTorch; worst: %s", where);
+}
+
+static void check_against(const char *observer, const char *expected)
+{
+    char table[256];
+    snprintf(table, sizeof table, "%s/%s.json", tmpdir, observer);
+    assert_int_equal(run("'%s' -o '%s' --observer %s", data("dump"), table, observer), 0);
+    char *o = slurp(out_path);
+    assert_non_null(strstr(o, "2 activations, 2 weights from 6 files; 2 non-finite"));
+    free(o);
+    qcal_calib_table *got = read_table(table), *want = read_table(data(expected));
+    assert_tables_equal(got, want);
+    qcal_calib_table_destroy(&got);
+    qcal_calib_table_destroy(&want);
+}
+
+static void test_minmax_equals_pytorch(void **state)
+{
+    (void)state;
+    check_against("minmax", "expected_minmax.json");
+}
+
+static void test_moving_average_equals_pytorch(void **state)
+{
+    (void)state;
+    check_against("moving_average_minmax", "expected_ma.json");
+}
+
+static void test_formats_golden(void **state)
+{
+    (void)state;
+    static const char *const fmts[] = { "tensorrt", "onnxruntime", "ncnn" };
+    for (int i = 0; i < 3; i++) {
+        char table[256], golden[64];
+        snprintf(table, sizeof table, "%s/out.%s", tmpdir, fmts[i]);
+        snprintf(golden, sizeof golden, "minmax.%s", fmts[i]);
+        assert_int_equal(run("'%s' -o '%s' --observer minmax --format %s", data("dump"), table,
+                             fmts[i]), 0);
+        char *got = slurp(table), *want = slurp(data(golden));
+        assert_non_null(got);
+        assert_non_null(want);
+        if (strcmp(got, want))
+            fail_msg("%s differs from %s:\n%s\n---\n%s", table, golden, got, want);
+        free(got);
+        free(want);
+    }
+}
+
+static void test_rules_and_default(void **state)
+{
+    (void)state;
+    char table[256];
+    snprintf(table, sizeof table, "%s/rules.json", tmpdir);
+    assert_int_equal(run("'%s' -o '%s' --rules '%s'", data("dump"), table,
+                         data("rules_sample.txt")), 0);
+    qcal_calib_table *t = read_table(table);
+    const qcal_calib_entry *e;
+    assert_int_equal(qcal_calib_table_find(t, "fc", QCAL_ROLE_ACTIVATION, &e), QCAL_OK);
+    assert_int_equal(e->observer, QCAL_OBSERVER_MOVING_AVERAGE_MINMAX);
+    assert_int_equal(qcal_calib_table_find(t, "conv1", QCAL_ROLE_ACTIVATION, &e), QCAL_OK);
+    assert_int_equal(e->observer, QCAL_OBSERVER_MINMAX);
+    assert_int_equal(qcal_calib_table_find(t, "fc.weight", QCAL_ROLE_WEIGHT, &e), QCAL_OK);
+    assert_int_equal(e->observer, QCAL_OBSERVER_PER_CHANNEL_MINMAX);
+    assert_int_equal(e->channels, 5);
+    qcal_calib_table_destroy(&t);
+    /* Same run twice: byte-identical output. */
+    char again[256];
+    snprintf(again, sizeof again, "%s/rules2.json", tmpdir);
+    assert_int_equal(run("'%s' -o '%s' --rules '%s'", data("dump"), again,
+                         data("rules_sample.txt")), 0);
+    char *a = slurp(table), *b = slurp(again);
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+}
+
+static void write_file(const char *path, const void *buf, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(buf, 1, n, f), n);
+    fclose(f);
+}
+
+static void test_bad_inputs(void **state)
+{
+    (void)state;
+    char p[256], q[256];
+    snprintf(q, sizeof q, "%s/t.json", tmpdir);
+    /* Missing directory. */
+    assert_int_equal(run("'%s/nope' -o '%s'", tmpdir, q), 3);
+    assert_one_error_line("nope");
+    /* Empty directory. */
+    snprintf(p, sizeof p, "%s/empty", tmpdir);
+    assert_int_equal(mkdir(p, 0755), 0);
+    assert_int_equal(run("'%s' -o '%s'", p, q), 3);
+    assert_one_error_line("no dump");
+    /* A malformed .npy is named. */
+    snprintf(p, sizeof p, "%s/bad", tmpdir);
+    assert_int_equal(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/bad/layer.npy", tmpdir);
+    write_file(p, "\x93NUMPY\x01\x00garbage", 15);
+    snprintf(p, sizeof p, "%s/bad", tmpdir);
+    assert_int_equal(run("'%s' -o '%s' --observer minmax", p, q), 3);
+    assert_one_error_line("layer.npy");
+    /* Unwritable output directory: a missing one, and a regular file as the parent. */
+    assert_int_equal(run("'%s' -o '%s/missing/t.json'", data("dump"), tmpdir), 4);
+    assert_one_error_line("missing/t.json");
+    assert_int_equal(run("'%s' -o '%s/x.json'", data("dump"), err_path), 4);
+    assert_one_error_line("x.json");
+    /* Usage errors. */
+    assert_int_equal(run("'%s' -o '%s' --format csv", data("dump"), q), 2);
+    assert_one_error_line("csv");
+    assert_int_equal(run("'%s'", data("dump")), 2);
+    assert_one_error_line("-o");
+    snprintf(p, sizeof p, "%s/bad.rules", tmpdir);
+    write_file(p, "x activation minmax\ny weight minmax dtype=int3\n", 46);
+    assert_int_equal(run("'%s' -o '%s' --rules '%s'", data("dump"), q, p), 2);
+    assert_one_error_line("line 2");
+    /* Shape change between batches of one tensor names the file. */
+    snprintf(p, sizeof p, "%s/shape", tmpdir);
+    assert_int_equal(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/shape/l.weight", tmpdir);
+    assert_int_equal(mkdir(p, 0755), 0);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s/shape/l.weight/0.npy' && cp '%s' "
+             "'%s/shape/l.weight/1.npy'", data("dump/conv1.weight.npy"), tmpdir,
+             data("dump/fc.weight.npy"), tmpdir);
+    assert_int_equal(system(cmd), 0);
+    snprintf(p, sizeof p, "%s/shape", tmpdir);
+    assert_int_equal(run("'%s' -o '%s'", p, q), 3);
+    assert_one_error_line("1.npy");
+    /* No output was left behind by any failure. */
+    struct stat sb;
+    assert_int_equal(stat(q, &sb), -1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_minmax_equals_pytorch),
+        cmocka_unit_test(test_moving_average_equals_pytorch),
+        cmocka_unit_test(test_formats_golden),
+        cmocka_unit_test(test_rules_and_default),
+        cmocka_unit_test(test_bad_inputs),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
