@@ -31,5 +31,6 @@ int cmd_dequantize(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 int cmd_stats(int argc, char **argv);
 int cmd_compare_weights(int argc, char **argv);
+int cmd_fakequant(int argc, char **argv);
 
 #endif

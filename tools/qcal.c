@@ -12,6 +12,7 @@ static const qcal_cmd commands[] = {
     { "calibrate", "calibrate an activation-dump directory into a table (JSON, TensorRT, ONNX Runtime, ncnn)", cmd_calibrate },
     { "stats", "one statistics line per tensor of .safetensors/.npy files (CSV, summary)", cmd_stats },
     { "compare-weights", "quantize-dequantize weights, report SQNR/L2/cosine per tensor and group", cmd_compare_weights },
+    { "fakequant", "fake-quantize a float .npy (forward, straight-through / LSQ backward)", cmd_fakequant },
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,327 @@
+/* qcal fakequant: quantize-dequantize a float .npy with given qparams (per tensor or per
+ * channel), optionally run the straight-through backward on a gradient .npy, and with
+ * --learnable print the LSQ gradients of scale and zero-point (qcal/fakequant.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qcal/fakequant.h"
+#include "tools/cli_common.h"
+
+static const char help[] =
+    "usage: qcal fakequant --scale S --zero-point Z [--quant-min A --quant-max B] IN.npy\n"
+    "                      -o OUT.npy [--grad G.npy --grad-out GX.npy] [--learnable]\n"
+    "       qcal fakequant --axis N --scales S.npy --zero-points Z.npy ... (per channel)\n"
+    "\n"
+    "Fake-quantizes IN (float32/float64/float16, converted to float32) exactly as PyTorch\n"
+    "1.13's fake_quantize_per_tensor_affine / fake_quantize_per_channel_affine:\n"
+    "y = (clamp(zp + round_half_even(x * (1/scale)), A, B) - zp) * scale. With --grad, also\n"
+    "writes the straight-through gradient (G where the unclamped value was inside [A, B],\n"
+    "else 0). With --learnable the zero-points may be fractional (rounded half to even, as\n"
+    "_fake_quantize_learnable_*), the backward is LSQ's and a JSON object with grad_scale\n"
+    "and grad_zero_point (arrays, one value per channel) is printed on stdout.\n"
+    "\n"
+    "options:\n"
+    "  --scale S            per-tensor scale (finite, > 0)\n"
+    "  --zero-point Z       per-tensor zero-point in [A, B] (default 0)\n"
+    "  --quant-min A        smallest quantized value (default 0)\n"
+    "  --quant-max B        largest quantized value (default 255)\n"
+    "  --axis N             per-channel: channel axis (<0 counts from the end)\n"
+    "  --scales S.npy       per-channel: 1-D float array, one scale per channel\n"
+    "  --zero-points Z.npy  per-channel: 1-D integer (or, --learnable, float) array\n"
+    "  --grad G.npy         upstream gradient, same shape as IN\n"
+    "  --grad-out GX.npy    gradient with respect to IN (needs --grad)\n"
+    "  --learnable          LSQ backward; prints grad_scale / grad_zero_point (needs --grad)\n"
+    "  --grad-factor F      LSQ gradient factor (default 1; e.g. 1/sqrt(numel * B))\n"
+    "  -o, --output OUT     fake-quantized output .npy (written atomically)\n"
+    "  -h, --help           this help\n";
+
+enum { OPT_HELP = 1, OPT_SCALE, OPT_ZERO_POINT, OPT_QMIN, OPT_QMAX, OPT_AXIS, OPT_SCALES,
+       OPT_ZERO_POINTS, OPT_GRAD, OPT_GRAD_OUT, OPT_LEARNABLE, OPT_GRAD_FACTOR, OPT_OUTPUT };
+
+static const cli_opt opts[] = {
+    { "help", 'h', false, OPT_HELP },
+    { "scale", 0, true, OPT_SCALE },
+    { "zero-point", 0, true, OPT_ZERO_POINT },
+    { "quant-min", 0, true, OPT_QMIN },
+    { "quant-max", 0, true, OPT_QMAX },
+    { "axis", 0, true, OPT_AXIS },
+    { "scales", 0, true, OPT_SCALES },
+    { "zero-points", 0, true, OPT_ZERO_POINTS },
+    { "grad", 0, true, OPT_GRAD },
+    { "grad-out", 0, true, OPT_GRAD_OUT },
+    { "learnable", 0, false, OPT_LEARNABLE },
+    { "grad-factor", 0, true, OPT_GRAD_FACTOR },
+    { "output", 'o', true, OPT_OUTPUT },
+    { 0 },
+};
+
+typedef struct fargs {
+    const char *in, *out, *scales_path, *zps_path, *grad, *grad_out;
+    bool have_scale, have_axis, learnable;
+    float scale, grad_factor;
+    double zero_point;
+    int64_t qmin, qmax;
+    int32_t axis;
+} fargs;
+
+static int parse(int argc, char **argv, fargs *a)
+{
+    cli_parser p;
+    cli_parser_init(&p, argc, argv);
+    const char *cmd = p.cmd, *val;
+    int id, rc;
+    int64_t v;
+    memset(a, 0, sizeof *a);
+    a->qmin = 0;
+    a->qmax = 255;
+    a->grad_factor = 1.0f;
+    bool have_zp = false;
+    while ((id = cli_next(&p, opts, &val)) != CLI_END) {
+        switch (id) {
+        case CLI_ERROR:
+            return QCAL_EXIT_USAGE;
+        case OPT_HELP:
+            fputs(help, stdout);
+            return -1;
+        case CLI_POSITIONAL:
+            if (a->in)
+                return cli_fail(cmd, QCAL_EXIT_USAGE, "more than one input file ('%s', '%s')",
+                                a->in, val);
+            a->in = val;
+            break;
+        case OPT_SCALE:
+            if ((rc = cli_parse_f32(cmd, "--scale", val, &a->scale)))
+                return rc;
+            a->have_scale = true;
+            break;
+        case OPT_ZERO_POINT:
+            if ((rc = cli_parse_f64(cmd, "--zero-point", val, &a->zero_point)))
+                return rc;
+            have_zp = true;
+            break;
+        case OPT_QMIN:
+            if ((rc = cli_parse_i64(cmd, "--quant-min", val, -QCAL_FAKEQUANT_QRANGE_LIMIT,
+                                    QCAL_FAKEQUANT_QRANGE_LIMIT, &a->qmin)))
+                return rc;
+            break;
+        case OPT_QMAX:
+            if ((rc = cli_parse_i64(cmd, "--quant-max", val, -QCAL_FAKEQUANT_QRANGE_LIMIT,
+                                    QCAL_FAKEQUANT_QRANGE_LIMIT, &a->qmax)))
+                return rc;
+            break;
+        case OPT_AXIS:
+            if ((rc = cli_parse_i64(cmd, "--axis", val, -QCAL_MAX_DIMS, QCAL_MAX_DIMS - 1, &v)))
+                return rc;
+            a->axis = (int32_t)v;
+            a->have_axis = true;
+            break;
+        case OPT_SCALES: a->scales_path = val; break;
+        case OPT_ZERO_POINTS: a->zps_path = val; break;
+        case OPT_GRAD: a->grad = val; break;
+        case OPT_GRAD_OUT: a->grad_out = val; break;
+        case OPT_LEARNABLE: a->learnable = true; break;
+        case OPT_GRAD_FACTOR:
+            if ((rc = cli_parse_f32(cmd, "--grad-factor", val, &a->grad_factor)))
+                return rc;
+            break;
+        case OPT_OUTPUT: a->out = val; break;
+        default: break;
+        }
+    }
+    bool per_channel = a->have_axis || a->scales_path || a->zps_path;
+    if (per_channel && (a->have_scale || have_zp))
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--scale/--zero-point (per tensor) and "
+                        "--axis/--scales/--zero-points (per channel) exclude each other");
+    if (per_channel && !(a->have_axis && a->scales_path && a->zps_path))
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "per-channel mode needs --axis, --scales and "
+                        "--zero-points");
+    if (!per_channel && !a->have_scale)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "missing --scale (or --axis/--scales/--zero-points)");
+    if (a->qmin > a->qmax)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--quant-min %lld is greater than --quant-max %lld",
+                        (long long)a->qmin, (long long)a->qmax);
+    if (!per_channel && !a->learnable &&
+        (a->zero_point != floor(a->zero_point) || a->zero_point < (double)a->qmin ||
+         a->zero_point > (double)a->qmax))
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--zero-point %g must be an integer in [%lld, %lld]",
+                        a->zero_point, (long long)a->qmin, (long long)a->qmax);
+    if (a->grad_out && !a->grad)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--grad-out needs --grad G.npy");
+    if (a->learnable && !a->grad)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--learnable needs --grad G.npy");
+    if (!a->in)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "no input file (see 'qcal %s --help')", cmd);
+    if (!a->out)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "no output file (-o OUT.npy)");
+    return 0;
+}
+
+/* Reads a 1-D zero-point array of ch values (any integer or float dtype) as float. */
+static int read_zero_points(const char *cmd, const fargs *a, int64_t ch, float *zp)
+{
+    qcal_npy_array za;
+    int rc = cli_read_npy(cmd, a->zps_path, &za);
+    if (rc)
+        return rc;
+    if (za.ndim != 1 || za.numel != ch) {
+        rc = cli_fail(cmd, QCAL_EXIT_INPUT, "'%s': expected a 1-D array of %lld zero-points, got "
+                      "%d dimensions and %lld elements", a->zps_path, (long long)ch,
+                      (int)za.ndim, (long long)za.numel);
+        qcal_npy_array_free(&za);
+        return rc;
+    }
+    for (int64_t i = 0; i < ch && !rc; i++) {
+        double z;
+        switch (za.dtype) {
+        case QCAL_NPY_U8: z = ((const uint8_t *)za.data)[i]; break;
+        case QCAL_NPY_I8: z = ((const int8_t *)za.data)[i]; break;
+        case QCAL_NPY_I32: z = ((const int32_t *)za.data)[i]; break;
+        case QCAL_NPY_I64: z = (double)((const int64_t *)za.data)[i]; break;
+        case QCAL_NPY_F64: z = ((const double *)za.data)[i]; break;
+        case QCAL_NPY_F32: z = ((const float *)za.data)[i]; break;
+        default:
+            rc = cli_fail(cmd, QCAL_EXIT_INPUT, "'%s': zero-points of dtype %s are not "
+                          "supported", a->zps_path, qcal_npy_dtype_name(za.dtype));
+            z = 0.0;
+            break;
+        }
+        if (rc)
+            break;
+        if (!isfinite(z) || (!a->learnable && (z != floor(z) || z < (double)a->qmin ||
+                                               z > (double)a->qmax)))
+            rc = cli_fail(cmd, QCAL_EXIT_INPUT, "'%s': zero-point %g of channel %lld must be "
+                          "%s in [%lld, %lld]", a->zps_path, z, (long long)i,
+                          a->learnable ? "finite" : "an integer", (long long)a->qmin,
+                          (long long)a->qmax);
+        zp[i] = (float)z;
+    }
+    qcal_npy_array_free(&za);
+    return rc;
+}
+
+int cmd_fakequant(int argc, char **argv)
+{
+    const char *cmd = argc > 0 ? argv[0] : "fakequant";
+    fargs a;
+    int rc = parse(argc, argv, &a);
+    if (rc)
+        return rc < 0 ? QCAL_EXIT_OK : rc;
+    qcal_npy_array x = { 0 }, g = { 0 }, sa = { 0 };
+    float *y = NULL, *gx = NULL, *zp = NULL, *gs = NULL, *gz = NULL;
+    int32_t *zpi = NULL;
+    if ((rc = cli_read_f32(cmd, a.in, &x)))
+        goto done;
+    if (x.numel == 0) {
+        rc = cli_fail(cmd, QCAL_EXIT_INPUT, "'%s' is empty", a.in);
+        goto done;
+    }
+    qcal_tensor t;
+    if (qcal_npy_as_tensor(&x, &t) != QCAL_OK) {
+        rc = cli_fail_status(cmd, QCAL_EXIT_INPUT, QCAL_ERR_FORMAT);
+        goto done;
+    }
+    if (a.grad) {
+        if ((rc = cli_read_f32(cmd, a.grad, &g)))
+            goto done;
+        bool same = g.ndim == x.ndim;
+        for (int32_t d = 0; same && d < x.ndim; d++)
+            same = g.shape[d] == x.shape[d];
+        if (!same) {
+            rc = cli_fail(cmd, QCAL_EXIT_INPUT, "'%s' has %lld elements in %d dimensions; the "
+                          "gradient must have the shape of '%s'", a.grad, (long long)g.numel,
+                          (int)g.ndim, a.in);
+            goto done;
+        }
+    }
+    bool per_channel = a.have_axis;
+    int64_t ch = 1;
+    if (per_channel) {
+        if (a.axis >= x.ndim || a.axis < -x.ndim) {
+            rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--axis %d is out of range for '%s' with %d "
+                          "dimensions", (int)a.axis, a.in, (int)x.ndim);
+            goto done;
+        }
+        ch = x.shape[a.axis < 0 ? a.axis + x.ndim : a.axis];
+        if ((rc = cli_read_f32(cmd, a.scales_path, &sa)))
+            goto done;
+        if (sa.ndim != 1 || sa.numel != ch) {
+            rc = cli_fail(cmd, QCAL_EXIT_INPUT, "'%s': expected a 1-D array of %lld scales, got "
+                          "%d dimensions and %lld elements", a.scales_path, (long long)ch,
+                          (int)sa.ndim, (long long)sa.numel);
+            goto done;
+        }
+    }
+    size_t fsz = (size_t)x.numel * sizeof(float);
+    y = malloc(fsz);
+    gx = malloc(fsz);
+    zp = malloc((size_t)ch * sizeof *zp);
+    zpi = malloc((size_t)ch * sizeof *zpi);
+    gs = malloc((size_t)ch * sizeof *gs);
+    gz = malloc((size_t)ch * sizeof *gz);
+    if (!y || !gx || !zp || !zpi || !gs || !gz) {
+        rc = cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory for %lld elements",
+                      (long long)x.numel);
+        goto done;
+    }
+    const float *scales = per_channel ? (const float *)sa.data : &a.scale;
+    if (per_channel) {
+        if ((rc = read_zero_points(cmd, &a, ch, zp)))
+            goto done;
+    } else {
+        zp[0] = (float)a.zero_point;
+    }
+    for (int64_t c = 0; c < ch; c++)
+        zpi[c] = (int32_t)zp[c];
+    qcal_status st;
+    const float *gyp = (const float *)g.data;
+    if (a.learnable) {
+        if (per_channel) {
+            st = qcal_fakequant_learnable_per_channel(&t, a.axis, scales, zp, a.qmin, a.qmax, y,
+                                                      NULL);
+            if (st == QCAL_OK)
+                st = qcal_fakequant_learnable_per_channel_backward(
+                    &t, gyp, a.axis, scales, zp, a.qmin, a.qmax, a.grad_factor, gx, gs, gz);
+        } else {
+            st = qcal_fakequant_learnable_per_tensor(t.data, x.numel, a.scale, zp[0], a.qmin,
+                                                     a.qmax, y, NULL);
+            if (st == QCAL_OK)
+                st = qcal_fakequant_learnable_per_tensor_backward(
+                    t.data, gyp, x.numel, a.scale, zp[0], a.qmin, a.qmax, a.grad_factor, gx, gs,
+                    gz);
+        }
+    } else if (a.grad) {
+        st = per_channel ? qcal_fakequant_per_channel_fused(&t, gyp, a.axis, scales, zpi, a.qmin,
+                                                            a.qmax, y, gx)
+                         : qcal_fakequant_per_tensor_fused(t.data, gyp, x.numel, a.scale, zpi[0],
+                                                           a.qmin, a.qmax, y, gx);
+    } else {
+        st = per_channel ? qcal_fakequant_per_channel(&t, a.axis, scales, zpi, a.qmin, a.qmax, y,
+                                                      NULL)
+                         : qcal_fakequant_per_tensor(t.data, x.numel, a.scale, zpi[0], a.qmin,
+                                                     a.qmax, y, NULL);
+    }
+    if (st != QCAL_OK) {
+        rc = cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_USAGE,
+                             st);
+        goto done;
+    }
+    if ((rc = cli_write_npy(cmd, a.out, QCAL_NPY_F32, x.ndim, x.shape, y)))
+        goto done;
+    if (a.grad_out && (rc = cli_write_npy(cmd, a.grad_out, QCAL_NPY_F32, x.ndim, x.shape, gx)))
+        goto done;
+    if (a.learnable) {
+        fputs("{\"grad_scale\": ", stdout);
+        cli_json_f32_array(stdout, gs, ch);
+        fputs(", \"grad_zero_point\": ", stdout);
+        cli_json_f32_array(stdout, gz, ch);
+        fputs("}\n", stdout);
+    }
+    rc = QCAL_EXIT_OK;
+done:
+    qcal_npy_array_free(&x);
+    qcal_npy_array_free(&g);
+    qcal_npy_array_free(&sa);
+    free(y); free(gx); free(zp); free(zpi); free(gs); free(gz);
+    return rc;
+}
