@@ -432,7 +432,8 @@ static void deq_block(const void *src, qcal_dtype dtype, int64_t off, int64_t n,
         break;
     }
     case QCAL_QINT32: {
-        /* The difference in int64: PyTorch's int32 subtraction can overflow. */
+        /* The difference in int64: PyTorch subtracts in int32, which wraps for q near
+         * INT32_MIN/MAX (e.g. q = INT32_MIN, zp = 3 dequantizes to +2^31 * scale there). */
         const int32_t *q = (const int32_t *)src + off;
         for (int64_t i = 0; i < n; i++)
             dst[i] = (float)((int64_t)q[i] - zp) * scale;

@@ -1,0 +1,199 @@
+/* unit.core: status names and last-error messages, tensor numel/axis/overflow checks,
+ * atomic output files and CPU dispatch / thread-count rules. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "core/atomic_file.h"
+#include "core/cpu.h"
+#include "core/internal.h"
+#include "qcal/qcal.h"
+#include "qcal_config.h"
+
+static void test_status(void **state)
+{
+    (void)state;
+    const qcal_status all[] = {
+        QCAL_OK, QCAL_NO_DATA, QCAL_ERR_INVALID_ARG, QCAL_ERR_NO_MEMORY, QCAL_ERR_IO,
+        QCAL_ERR_FORMAT, QCAL_ERR_UNSUPPORTED, QCAL_ERR_NONFINITE, QCAL_ERR_MISMATCH,
+        QCAL_ERR_OVERFLOW, QCAL_ERR_BACKEND, QCAL_ERR_STATE, QCAL_ERR_NOT_FOUND, QCAL_ERR_EMPTY,
+    };
+    size_t n = sizeof all / sizeof all[0];
+    for (size_t i = 0; i < n; i++) {
+        const char *s = qcal_status_str(all[i]);
+        assert_non_null(s);
+        assert_string_not_equal(s, "unknown status");
+        for (size_t j = 0; j < i; j++)
+            assert_string_not_equal(s, qcal_status_str(all[j]));
+    }
+    assert_string_equal(qcal_status_str(QCAL_OK), "ok");
+    assert_string_equal(qcal_status_str((qcal_status)-99), "unknown status");
+    assert_int_equal(qcal_error(QCAL_ERR_IO, "cannot open '%s': %d", "x.bin", 42), QCAL_ERR_IO);
+    assert_string_equal(qcal_last_error(), "cannot open 'x.bin': 42");
+    qcal_clear_error();
+    assert_string_equal(qcal_last_error(), "");
+    assert_string_equal(qcal_version(), QCAL_VERSION);
+    qcal_free(NULL);
+}
+
+static void test_tensor(void **state)
+{
+    (void)state;
+    float d[6];
+    qcal_tensor t;
+    const int64_t s23[2] = { 2, 3 };
+    assert_int_equal(qcal_tensor_init(&t, d, 2, s23), QCAL_OK);
+    int64_t n = 0;
+    assert_int_equal(qcal_tensor_numel(&t, &n), QCAL_OK);
+    assert_int_equal(n, 6);
+    assert_int_equal(qcal_tensor_init(&t, d, 0, NULL), QCAL_OK);    /* scalar */
+    assert_int_equal(qcal_tensor_numel(&t, &n), QCAL_OK);
+    assert_int_equal(n, 1);
+    const int64_t neg[2] = { 2, -1 };
+    assert_int_equal(qcal_tensor_init(&t, d, 2, neg), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_tensor_init(&t, d, 9, s23), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_tensor_init(&t, NULL, 2, s23), QCAL_ERR_INVALID_ARG);
+    const int64_t zero[2] = { 0, 5 };
+    assert_int_equal(qcal_tensor_init(&t, NULL, 2, zero), QCAL_OK);  /* empty: NULL is fine */
+    assert_int_equal(qcal_tensor_numel(&t, &n), QCAL_OK);
+    assert_int_equal(n, 0);
+    /* Overflow: 2^32 * 2^32 elements, and counts whose byte size would not fit. */
+    const int64_t huge[2] = { INT64_C(1) << 32, INT64_C(1) << 32 };
+    assert_int_equal(qcal_tensor_init(&t, d, 2, huge), QCAL_ERR_OVERFLOW);
+    assert_non_null(strstr(qcal_last_error(), "overflow"));
+    const int64_t big[1] = { INT64_C(1) << 62 };
+    assert_int_equal(qcal_tensor_init(&t, d, 1, big), QCAL_ERR_OVERFLOW);
+    /* 2^31+ elements are fine (int64 indices everywhere). */
+    const int64_t over31[2] = { 3, INT64_C(1) << 30 };
+    assert_int_equal(qcal_tensor_init(&t, d, 2, over31), QCAL_OK);
+    assert_int_equal(qcal_tensor_numel(&t, &n), QCAL_OK);
+    assert_true(n == 3 * (INT64_C(1) << 30));
+    int64_t m;
+    assert_false(qcal_mul_i64(INT64_MAX / 2 + 1, 2, &m));
+    assert_true(qcal_mul_i64(INT64_C(1) << 31, 4, &m) && m == INT64_C(1) << 33);
+    assert_false(qcal_add_i64(INT64_MAX, 1, &m));
+    size_t sz;
+    assert_false(qcal_mul_size(SIZE_MAX, 2, &sz));
+    /* Axis resolution. */
+    const int64_t s4[4] = { 2, 3, 4, 5 };
+    assert_int_equal(qcal_tensor_init(&t, d, 4, s4), QCAL_OK);
+    int32_t a = -9;
+    assert_int_equal(qcal_tensor_axis(&t, -1, &a), QCAL_OK);
+    assert_int_equal(a, 3);
+    assert_int_equal(qcal_tensor_axis(&t, -4, &a), QCAL_OK);
+    assert_int_equal(a, 0);
+    assert_int_equal(qcal_tensor_axis(&t, 1, &a), QCAL_OK);
+    assert_int_equal(a, 1);
+    a = 77;
+    assert_int_equal(qcal_tensor_axis(&t, 4, &a), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_tensor_axis(&t, -5, &a), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(a, 77);
+    assert_non_null(strstr(qcal_last_error(), "axis -5"));
+}
+
+static void read_file(const char *path, char *buf, size_t cap)
+{
+    FILE *fp = fopen(path, "r");
+    assert_non_null(fp);
+    size_t n = fread(buf, 1, cap - 1, fp);
+    buf[n] = '\0';
+    fclose(fp);
+}
+
+static int count_entries(const char *dir)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "ls -A '%s' | wc -l", dir);
+    FILE *p = popen(cmd, "r");
+    int n = -1;
+    if (p) {
+        if (fscanf(p, "%d", &n) != 1)
+            n = -1;
+        pclose(p);
+    }
+    return n;
+}
+
+static void test_atomic_file(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/qcal_core_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[512];
+    snprintf(path, sizeof path, "%s/out.txt", dir);
+    qcal_atomic_file f;
+    assert_int_equal(qcal_atomic_open(&f, path), QCAL_OK);
+    fputs("first\n", f.fp);
+    assert_int_equal(access(path, F_OK), -1);       /* nothing visible before commit */
+    assert_int_equal(qcal_atomic_commit(&f), QCAL_OK);
+    char buf[64];
+    read_file(path, buf, sizeof buf);
+    assert_string_equal(buf, "first\n");
+    /* An aborted rewrite leaves the old file and no temporary. */
+    assert_int_equal(qcal_atomic_open(&f, path), QCAL_OK);
+    fputs("second\n", f.fp);
+    qcal_atomic_abort(&f);
+    read_file(path, buf, sizeof buf);
+    assert_string_equal(buf, "first\n");
+    assert_int_equal(count_entries(dir), 1);
+    /* A committed rewrite replaces it. */
+    assert_int_equal(qcal_atomic_open(&f, path), QCAL_OK);
+    fputs("third\n", f.fp);
+    assert_int_equal(qcal_atomic_commit(&f), QCAL_OK);
+    read_file(path, buf, sizeof buf);
+    assert_string_equal(buf, "third\n");
+    assert_int_equal(count_entries(dir), 1);
+    /* A missing directory is an I/O error with the path in the message. */
+    char bad[600];
+    snprintf(bad, sizeof bad, "%s/no/such/dir/x.txt", dir);
+    assert_int_equal(qcal_atomic_open(&f, bad), QCAL_ERR_IO);
+    assert_non_null(strstr(qcal_last_error(), "no/such/dir"));
+    qcal_atomic_abort(&f);   /* safe on the zeroed struct */
+    unlink(path);
+    rmdir(dir);
+}
+
+static void test_cpu(void **state)
+{
+    (void)state;
+    unsetenv("QCAL_ISA");
+    qcal_cpu_reset();
+    qcal_isa best = qcal_cpu_isa();
+    assert_true(best >= QCAL_ISA_C && best <= QCAL_ISA_AVX512);
+    setenv("QCAL_ISA", "c", 1);
+    qcal_cpu_reset();
+    assert_int_equal(qcal_cpu_isa(), QCAL_ISA_C);
+    setenv("QCAL_ISA", "avx2", 1);
+    qcal_cpu_reset();
+    assert_int_equal(qcal_cpu_isa(), best < QCAL_ISA_AVX2 ? best : QCAL_ISA_AVX2);
+    setenv("QCAL_ISA", "avx512", 1);   /* a cap never raises above what the CPU has */
+    qcal_cpu_reset();
+    assert_int_equal(qcal_cpu_isa(), best);
+    setenv("QCAL_ISA", "bogus", 1);
+    qcal_cpu_reset();
+    assert_int_equal(qcal_cpu_isa(), best);
+    unsetenv("QCAL_ISA");
+    qcal_cpu_reset();
+    assert_int_equal(qcal_cpu_isa(), best);
+    assert_int_equal(qcal_threads_for(0), 1);
+    assert_int_equal(qcal_threads_for(QCAL_OMP_MIN_ELEMENTS - 1), 1);
+    assert_true(qcal_threads_for(INT64_C(1) << 30) >= 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_status),
+        cmocka_unit_test(test_tensor),
+        cmocka_unit_test(test_atomic_file),
+        cmocka_unit_test(test_cpu),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

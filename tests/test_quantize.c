@@ -1,0 +1,379 @@
+/* unit.quantize: quantize/dequantize against PyTorch 1.13 (int_repr and dequantize, exact),
+ * SIMD kernels vs the C reference with canaries, NaN/Inf/huge policy, argument errors. */
+#include <float.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "core/cpu.h"
+#include "qcal/qcal.h"
+
+void qcal_f32_quantize_u8__c(const float *x, int64_t n, float inv, int32_t zp, uint8_t *dst);
+void qcal_f32_quantize_i8__c(const float *x, int64_t n, float inv, int32_t zp, int8_t *dst);
+void qcal_f32_quantize_u8__avx2(const float *x, int64_t n, float inv, int32_t zp, uint8_t *dst);
+void qcal_f32_quantize_i8__avx2(const float *x, int64_t n, float inv, int32_t zp, int8_t *dst);
+void qcal_f32_quantize_u8__avx512(const float *x, int64_t n, float inv, int32_t zp,
+                                  uint8_t *dst);
+void qcal_f32_quantize_i8__avx512(const float *x, int64_t n, float inv, int32_t zp,
+                                  int8_t *dst);
+
+static void set_isa(const char *isa)
+{
+    if (isa)
+        setenv("QCAL_ISA", isa, 1);
+    else
+        unsetenv("QCAL_ISA");
+    qcal_cpu_reset();
+}
+
+static uint32_t bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static int32_t load_q(const void *buf, qcal_dtype dt, int64_t i)
+{
+    switch (dt) {
+    case QCAL_QUINT8: return ((const uint8_t *)buf)[i];
+    case QCAL_QINT8: return ((const int8_t *)buf)[i];
+    case QCAL_QINT32: return ((const int32_t *)buf)[i];
+    }
+    return 0;
+}
+
+/* qcal's documented value where PyTorch's arithmetic is undefined or inexact: x*inv
+ * non-finite or |x*inv| >= 2^62 (PyTorch: qmin through an overflowing cast), or a
+ * zero-point sum not representable in float (qint32 only). */
+static int32_t exact_q(float x, float scale, int32_t zp, qcal_dtype dt)
+{
+    int64_t lo = dt == QCAL_QUINT8 ? 0 : dt == QCAL_QINT8 ? -128 : INT32_MIN;
+    int64_t hi = dt == QCAL_QUINT8 ? 255 : dt == QCAL_QINT8 ? 127 : INT32_MAX;
+    float v = x * (1.0f / scale);
+    if (isnan(v))
+        return zp;
+    if (v > 4e18f)
+        return (int32_t)hi;
+    if (v < -4e18f)
+        return (int32_t)lo;
+    int64_t q = (int64_t)nearbyintf(v) + zp;
+    return (int32_t)(q < lo ? lo : q > hi ? hi : q);
+}
+
+static void test_golden(void **state)
+{
+    (void)state;
+    const char *dir = getenv("QCAL_TEST_DATA");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/minmax/quantize.bin", dir ? dir : "tests/data");
+    FILE *fp = fopen(path, "rb");
+    assert_non_null(fp);
+    char magic[4];
+    uint32_t ncases;
+    assert_int_equal(fread(magic, 1, 4, fp), 4);
+    assert_memory_equal(magic, "QCQZ", 4);
+    assert_int_equal(fread(&ncases, 4, 1, fp), 1);
+    assert_true(ncases >= 20);
+    const char *isas[3] = { "c", "avx2", NULL };
+    int64_t total = 0, divergent = 0;
+    for (uint32_t cs = 0; cs < ncases; cs++) {
+        uint32_t h[3];
+        assert_int_equal(fread(h, 4, 3, fp), 3);
+        qcal_dtype dt = (qcal_dtype)h[0];
+        int per_channel = (int)h[1];
+        int32_t ndim = (int32_t)h[2];
+        int64_t shape[QCAL_MAX_DIMS];
+        int32_t axis;
+        int64_t nch, n;
+        assert_int_equal(fread(shape, 8, (size_t)ndim, fp), (size_t)ndim);
+        assert_int_equal(fread(&axis, 4, 1, fp), 1);
+        assert_int_equal(fread(&nch, 8, 1, fp), 1);
+        float *sc = malloc((size_t)nch * 4);
+        int32_t *zp = malloc((size_t)nch * 4);
+        assert_int_equal(fread(sc, 4, (size_t)nch, fp), (size_t)nch);
+        assert_int_equal(fread(zp, 4, (size_t)nch, fp), (size_t)nch);
+        assert_int_equal(fread(&n, 8, 1, fp), 1);
+        float *x = malloc((size_t)n * 4), *deq = malloc((size_t)n * 4), *mine = malloc((size_t)n * 4);
+        int32_t *q = malloc((size_t)n * 4);
+        assert_int_equal(fread(x, 4, (size_t)n, fp), (size_t)n);
+        assert_int_equal(fread(q, 4, (size_t)n, fp), (size_t)n);
+        assert_int_equal(fread(deq, 4, (size_t)n, fp), (size_t)n);
+        qcal_tensor t;
+        assert_int_equal(qcal_tensor_init(&t, x, ndim, shape), QCAL_OK);
+        void *out = malloc((size_t)n * 4 + 64);
+        int64_t inner = 1;
+        int32_t ax = axis < 0 ? axis + ndim : axis;
+        for (int32_t k = ax + 1; k < ndim; k++)
+            inner *= shape[k];
+        for (int ii = 0; ii < 3; ii++) {
+            set_isa(isas[ii]);
+            qcal_status st = per_channel
+                ? qcal_quantize_per_channel(&t, axis, nch, sc, zp, dt, out)
+                : qcal_quantize_per_tensor(&t, sc[0], zp[0], dt, out);
+            assert_int_equal(st, QCAL_OK);
+            int64_t worst = -1;
+            for (int64_t i = 0; i < n; i++) {
+                int64_t c = per_channel ? (i / inner) % nch : 0;
+                int32_t got = load_q(out, dt, i), want = q[i];
+                if (got != want) {
+                    /* Only the documented divergences are allowed. */
+                    int32_t ex = exact_q(x[i], sc[c], zp[c], dt);
+                    bool pt_undefined = !(fabsf(x[i] * (1.0f / sc[c])) < 4e18f);
+                    bool pt_float_add = dt == QCAL_QINT32 &&
+                        (double)((float)zp[c] + nearbyintf(x[i] * (1.0f / sc[c]))) !=
+                        (double)zp[c] + (double)nearbyintf(x[i] * (1.0f / sc[c]));
+                    if (got == ex && (pt_undefined || pt_float_add)) {
+                        if (ii == 0)
+                            divergent++;
+                        continue;
+                    }
+                    worst = i;
+                    break;
+                }
+            }
+            if (worst >= 0)
+                fail_msg("case %u (%s, %s, isa %s): element %lld x=%.9g scale=%.9g zp=%d: "
+                         "got %d, PyTorch %d", cs, qcal_dtype_name(dt),
+                         per_channel ? "per-channel" : "per-tensor", isas[ii] ? isas[ii] : "best",
+                         (long long)worst, (double)x[worst],
+                         (double)sc[per_channel ? (worst / inner) % nch : 0],
+                         per_channel ? zp[(worst / inner) % nch] : zp[0], load_q(out, dt, worst),
+                         q[worst]);
+        }
+        /* Dequantize PyTorch's integers: bit-identical floats. */
+        void *qin = malloc((size_t)n * 4);
+        for (int64_t i = 0; i < n; i++) {
+            if (dt == QCAL_QUINT8)
+                ((uint8_t *)qin)[i] = (uint8_t)q[i];
+            else if (dt == QCAL_QINT8)
+                ((int8_t *)qin)[i] = (int8_t)q[i];
+            else
+                ((int32_t *)qin)[i] = q[i];
+        }
+        qcal_tensor d;
+        assert_int_equal(qcal_tensor_init(&d, mine, ndim, shape), QCAL_OK);
+        assert_int_equal(per_channel
+                             ? qcal_dequantize_per_channel(qin, dt, axis, nch, sc, zp, &d)
+                             : qcal_dequantize_per_tensor(qin, dt, sc[0], zp[0], &d),
+                         QCAL_OK);
+        for (int64_t i = 0; i < n; i++) {
+            int64_t c = per_channel ? (i / inner) % nch : 0;
+            int64_t diff = (int64_t)q[i] - zp[c];
+            if (dt == QCAL_QINT32 && (diff < INT32_MIN || diff > INT32_MAX)) {
+                /* PyTorch subtracts in int32 and wraps; qcal is exact. */
+                assert_true(bits(mine[i]) == bits((float)diff * sc[c]));
+                divergent++;
+                continue;
+            }
+            if (bits(mine[i]) != bits(deq[i]))
+                fail_msg("case %u dequantize element %lld (q=%d): %.9g != PyTorch %.9g", cs,
+                         (long long)i, q[i], (double)mine[i], (double)deq[i]);
+        }
+        total += n;
+        free(qin);
+        free(out);
+        free(sc);
+        free(zp);
+        free(x);
+        free(deq);
+        free(mine);
+        free(q);
+    }
+    set_isa(NULL);
+    fclose(fp);
+    print_message("quantize golden: %u cases, %lld elements; %lld documented divergences "
+                  "(PyTorch undefined casts of huge/non-finite values, qint32 float zero-point "
+                  "sums, qint32 int32-wrapping dequantize)\n", ncases, (long long)total, (long long)divergent);
+    assert_true(divergent > 0);
+}
+
+static uint64_t rs = 1;
+static uint32_t rnd(void)
+{
+    rs = rs * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (uint32_t)(rs >> 33);
+}
+
+static void test_simd_vs_c(void **state)
+{
+    (void)state;
+    typedef void (*u8_fn)(const float *, int64_t, float, int32_t, uint8_t *);
+    typedef void (*i8_fn)(const float *, int64_t, float, int32_t, int8_t *);
+    u8_fn u8[2] = { qcal_f32_quantize_u8__avx2, qcal_f32_quantize_u8__avx512 };
+    i8_fn i8[2] = { qcal_f32_quantize_i8__avx2, qcal_f32_quantize_i8__avx512 };
+    enum { MAXN = 4000 };
+    float *x = malloc(MAXN * 4);
+    uint8_t *a = malloc(MAXN + 64), *b = malloc(MAXN + 64);
+    const float scales[] = { 0.1f, 1.0f / 3.0f, 0.5f, 1e-3f };
+    const int32_t zps[] = { 0, 3, 128, 255, -128, 127, -5 };
+    for (int v = 0; v < 2; v++) {
+        if ((int)qcal_cpu_isa() < v + 1)
+            continue;
+        for (int64_t n = 0; n <= MAXN; n = n < 67 ? n + 1 : n * 2 + 3) {
+            for (int64_t i = 0; i < n; i++) {
+                uint32_t r = rnd();
+                x[i] = ((float)(r % 20001) - 10000.0f) / 64.0f;     /* many exact ties */
+                if (r % 29 == 0)
+                    x[i] = (r & 64) ? NAN : (r & 128) ? INFINITY : -INFINITY;
+                if (r % 31 == 0)
+                    x[i] = (r & 256) ? 3e38f : -3e38f;
+            }
+            for (size_t s = 0; s < 4; s++) {
+                for (size_t z = 0; z < 7; z++) {
+                    float inv = 1.0f / scales[s];
+                    memset(a, 0xA5, MAXN + 64);
+                    memset(b, 0xA5, MAXN + 64);
+                    if (zps[z] >= 0) {
+                        qcal_f32_quantize_u8__c(x, n, inv, zps[z], a + 16);
+                        u8[v](x, n, inv, zps[z], b + 16);
+                        assert_memory_equal(a, b, MAXN + 64);
+                    }
+                    if (zps[z] <= 127) {
+                        qcal_f32_quantize_i8__c(x, n, inv, zps[z], (int8_t *)a + 16);
+                        i8[v](x, n, inv, zps[z], (int8_t *)b + 16);
+                        if (memcmp(a, b, MAXN + 64) != 0) {
+                            for (int64_t i = 0; i < n + 32; i++)
+                                if (a[i] != b[i])
+                                    fail_msg("i8 v%d n=%lld zp=%d byte %lld x=%g: %d != %d", v,
+                                             (long long)n, zps[z], (long long)i - 16,
+                                             (double)(i >= 16 && i - 16 < n ? x[i - 16] : 0),
+                                             (int8_t)b[i], (int8_t)a[i]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    free(x);
+    free(a);
+    free(b);
+}
+
+static void test_policy(void **state)
+{
+    (void)state;
+    float x[8] = { NAN, INFINITY, -INFINITY, 3e38f, -3e38f, 2.5f, 3.5f, -2.5f };
+    const int64_t n = 8;
+    qcal_tensor t;
+    assert_int_equal(qcal_tensor_init(&t, x, 1, &n), QCAL_OK);
+    const char *isas[3] = { "c", "avx2", NULL };
+    for (int ii = 0; ii < 3; ii++) {
+        set_isa(isas[ii]);
+        uint8_t u[8];
+        assert_int_equal(qcal_quantize_per_tensor(&t, 1.0f, 10, QCAL_QUINT8, u), QCAL_OK);
+        const uint8_t eu[8] = { 10, 255, 0, 255, 0, 12, 14, 8 };   /* ties to even */
+        assert_memory_equal(u, eu, 8);
+        int8_t s[8];
+        assert_int_equal(qcal_quantize_per_tensor(&t, 1.0f, -3, QCAL_QINT8, s), QCAL_OK);
+        const int8_t es[8] = { -3, 127, -128, 127, -128, -1, 1, -5 };
+        assert_memory_equal(s, es, 8);
+        int32_t w[8];
+        assert_int_equal(qcal_quantize_per_tensor(&t, 1.0f, -7, QCAL_QINT32, w), QCAL_OK);
+        const int32_t ew[8] = { -7, INT32_MAX, INT32_MIN, INT32_MAX, INT32_MIN, -5, -3, -9 };
+        assert_memory_equal(w, ew, sizeof ew);
+        /* qint32 zero-point added exactly (PyTorch adds it in float). */
+        float big = 16777216.0f;
+        const int64_t one = 1;
+        qcal_tensor tb;
+        assert_int_equal(qcal_tensor_init(&tb, &big, 1, &one), QCAL_OK);
+        assert_int_equal(qcal_quantize_per_tensor(&tb, 1.0f, 1, QCAL_QINT32, w), QCAL_OK);
+        assert_int_equal(w[0], 16777217);
+    }
+    set_isa(NULL);
+    /* Large, threaded: same bytes as the C reference. */
+    int64_t big_n = (1 << 21) + 5;
+    float *y = malloc((size_t)big_n * 4);
+    for (int64_t i = 0; i < big_n; i++)
+        y[i] = ((float)(rnd() % 100001) - 50000.0f) / 128.0f;
+    qcal_tensor ty;
+    assert_int_equal(qcal_tensor_init(&ty, y, 1, &big_n), QCAL_OK);
+    uint8_t *q1 = malloc((size_t)big_n), *q2 = malloc((size_t)big_n);
+    set_isa("c");
+    assert_int_equal(qcal_quantize_per_tensor(&ty, 0.37f, 77, QCAL_QUINT8, q1), QCAL_OK);
+    set_isa(NULL);
+    assert_int_equal(qcal_quantize_per_tensor(&ty, 0.37f, 77, QCAL_QUINT8, q2), QCAL_OK);
+    assert_memory_equal(q1, q2, (size_t)big_n);
+    float *d = malloc((size_t)big_n * 4);
+    qcal_tensor td;
+    assert_int_equal(qcal_tensor_init(&td, d, 1, &big_n), QCAL_OK);
+    assert_int_equal(qcal_dequantize_per_tensor(q2, QCAL_QUINT8, 0.37f, 77, &td), QCAL_OK);
+    for (int64_t i = 0; i < big_n; i += 9973)
+        assert_true(d[i] == (float)((int)q2[i] - 77) * 0.37f);
+    free(y);
+    free(q1);
+    free(q2);
+    free(d);
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    float x[6] = { 1, 2, 3, 4, 5, 6 };
+    const int64_t shape[2] = { 2, 3 };
+    qcal_tensor t;
+    assert_int_equal(qcal_tensor_init(&t, x, 2, shape), QCAL_OK);
+    uint8_t out[6] = { 9, 9, 9, 9, 9, 9 };
+    const uint8_t untouched[6] = { 9, 9, 9, 9, 9, 9 };
+    const float bad_scales[] = { 0.0f, -1.0f, NAN, INFINITY };
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(qcal_quantize_per_tensor(&t, bad_scales[i], 0, QCAL_QUINT8, out),
+                         QCAL_ERR_INVALID_ARG);
+        assert_non_null(strstr(qcal_last_error(), "scale"));
+    }
+    assert_int_equal(qcal_quantize_per_tensor(&t, 1.0f, 256, QCAL_QUINT8, out),
+                     QCAL_ERR_INVALID_ARG);
+    assert_non_null(strstr(qcal_last_error(), "256"));
+    assert_int_equal(qcal_quantize_per_tensor(&t, 1.0f, -129, QCAL_QINT8, out),
+                     QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_quantize_per_tensor(&t, 1.0f, 0, (qcal_dtype)5, out),
+                     QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_quantize_per_tensor(NULL, 1.0f, 0, QCAL_QUINT8, out),
+                     QCAL_ERR_INVALID_ARG);
+    float sc[3] = { 1, 1, 0 };
+    int32_t zp[3] = { 0, 0, 0 };
+    assert_int_equal(qcal_quantize_per_channel(&t, 1, 3, sc, zp, QCAL_QUINT8, out),
+                     QCAL_ERR_INVALID_ARG);
+    assert_non_null(strstr(qcal_last_error(), "channel 2"));
+    sc[2] = 1;
+    assert_int_equal(qcal_quantize_per_channel(&t, 0, 3, sc, zp, QCAL_QUINT8, out),
+                     QCAL_ERR_MISMATCH);
+    assert_int_equal(qcal_quantize_per_channel(&t, 2, 3, sc, zp, QCAL_QUINT8, out),
+                     QCAL_ERR_INVALID_ARG);
+    assert_memory_equal(out, untouched, 6);
+    assert_int_equal(qcal_quantize_per_channel(&t, -1, 3, sc, zp, QCAL_QUINT8, out), QCAL_OK);
+    const uint8_t want[6] = { 1, 2, 3, 4, 5, 6 };
+    assert_memory_equal(out, want, 6);
+    float back[6];
+    qcal_tensor tb;
+    assert_int_equal(qcal_tensor_init(&tb, back, 2, shape), QCAL_OK);
+    assert_int_equal(qcal_dequantize_per_tensor(out, QCAL_QUINT8, -1.0f, 0, &tb),
+                     QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_dequantize_per_channel(out, QCAL_QUINT8, 0, 3, sc, zp, &tb),
+                     QCAL_ERR_MISMATCH);
+    assert_int_equal(qcal_dtype_size(QCAL_QUINT8), 1);
+    assert_int_equal(qcal_dtype_size(QCAL_QINT8), 1);
+    assert_int_equal(qcal_dtype_size(QCAL_QINT32), 4);
+    assert_int_equal(qcal_dtype_size((qcal_dtype)9), 0);
+    /* Empty tensors quantize to nothing. */
+    const int64_t zero = 0;
+    qcal_tensor te;
+    assert_int_equal(qcal_tensor_init(&te, NULL, 1, &zero), QCAL_OK);
+    assert_int_equal(qcal_quantize_per_tensor(&te, 1.0f, 0, QCAL_QUINT8, out), QCAL_OK);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_golden),
+        cmocka_unit_test(test_simd_vs_c),
+        cmocka_unit_test(test_policy),
+        cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
