@@ -1,16 +1,23 @@
 /* The "entropy" observer: TensorRT-style KL-divergence threshold search over a histogram
  * of |x|. Variant (documented in include/qcal/observers/histogram.h):
  *   for each candidate i in [levels, bins]:
- *     P = bins[0..i-1], the mass of bins[i..] added to P[i-1];
- *     bin j < i belongs to level (j * levels) / i (integer division);
- *     Q = P merged per level and spread evenly back over that level's non-zero bins of P;
- *     KL_i = sum_{j: P_j > 0} (P_j / S) * (log P_j - log(levelsum / nonzero))  (S = total)
+ *     P = bins[0..i-1] with the mass of bins[i..] (outliers) added to P[i-1];
+ *     Q = the unclipped bins[0..i-1] merged into levels (bin j -> level (j * levels) / i,
+ *         integer division) and spread evenly back over each level's non-zero bins;
+ *     p = P / total, q = Q / (total - outliers);
+ *     KL_i = sum_{j: P_j > 0} p_j * (log p_j - log q_j), +inf if some q_j = 0 < p_j;
  *   threshold = i * bin width for the first i with the smallest KL_i.
- * All in double, summed in ascending j; log() is the C library's. */
+ * Building Q from the unclipped bins is what penalises clipping (TensorRT, MXNet); a Q
+ * built from P would make KL = 0 at i = levels. All in double, summed in ascending j;
+ * log() is the C library's. Cost: O(i + levels) per candidate. */
 #include <math.h>
 #include <string.h>
 
 #include "observers/histogram_kernels.h"
+
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
 
 int32_t qcal_hist_entropy_search(const uint64_t *counts, int32_t bins, int32_t levels,
                                  double *best_kl)
@@ -18,46 +25,47 @@ int32_t qcal_hist_entropy_search(const uint64_t *counts, int32_t bins, int32_t l
     uint64_t total = 0;
     for (int32_t j = 0; j < bins; j++)
         total += counts[j];
-    double *logp = qcal_malloc(((size_t)bins + 2 * (size_t)levels) * sizeof(double));
+    double *lp = qcal_malloc(((size_t)bins + (size_t)levels) * sizeof(double));
     uint64_t *lsum = qcal_malloc((size_t)levels * 2 * sizeof(uint64_t));
-    if (!logp || !lsum || total == 0 || levels > bins) {
-        free(logp);
+    if (!lp || !lsum || total == 0 || levels > bins || levels < 1) {
+        free(lp);
         free(lsum);
         if (best_kl)
             *best_kl = 0.0;
         return bins;
     }
-    double *logq = logp + bins;
+    double *lq = lp + bins;
     uint64_t *nz = lsum + levels;
+    const double S = (double)total;
     for (int32_t j = 0; j < bins; j++)
-        logp[j] = counts[j] ? log((double)counts[j]) : 0.0;
-    /* outliers[i] = sum of counts[i..bins) as we walk i downwards is simpler upwards: */
-    uint64_t outl = 0;
+        lp[j] = counts[j] ? log((double)counts[j] / S) : 0.0;
+    uint64_t outl = 0;   /* sum of counts[i..bins) for the current candidate i */
     for (int32_t j = levels; j < bins; j++)
         outl += counts[j];
-    const double S = (double)total;
     int32_t best = bins;
     double best_v = INFINITY;
     for (int32_t i = levels; i <= bins; i++) {
-        /* outl = sum counts[i..bins) */
-        uint64_t plast = counts[i - 1] + outl;
-        memset(lsum, 0, (size_t)levels * 2 * sizeof(uint64_t));
-        for (int32_t j = 0; j < i; j++) {
-            uint64_t p = j == i - 1 ? plast : counts[j];
-            int64_t l = ((int64_t)j * levels) / i;
-            lsum[l] += p;
-            nz[l] += p > 0;
-        }
-        for (int32_t l = 0; l < levels; l++)
-            logq[l] = nz[l] ? log((double)lsum[l] / (double)nz[l]) : 0.0;
-        double kl = 0.0;
-        for (int32_t j = 0; j < i; j++) {
-            uint64_t p = j == i - 1 ? plast : counts[j];
-            if (p == 0)
-                continue;
-            double lp = j == i - 1 ? log((double)p) : logp[j];
-            int64_t l = ((int64_t)j * levels) / i;
-            kl += ((double)p / S) * (lp - logq[l]);
+        double kl = INFINITY;
+        uint64_t sq = total - outl;
+        if (sq > 0 && !(counts[i - 1] == 0 && outl > 0)) {
+            memset(lsum, 0, (size_t)levels * 2 * sizeof(uint64_t));
+            for (int32_t j = 0; j < i; j++) {
+                int64_t l = ((int64_t)j * levels) / i;
+                lsum[l] += counts[j];
+                nz[l] += counts[j] > 0;
+            }
+            const double SQ = (double)sq;
+            for (int32_t l = 0; l < levels; l++)
+                lq[l] = nz[l] ? log(((double)lsum[l] / (double)nz[l]) / SQ) : 0.0;
+            kl = 0.0;
+            for (int32_t j = 0; j < i; j++) {
+                uint64_t p = j == i - 1 ? counts[j] + outl : counts[j];
+                if (p == 0)
+                    continue;
+                double lpj = j == i - 1 ? log((double)p / S) : lp[j];
+                int64_t l = ((int64_t)j * levels) / i;
+                kl += ((double)p / S) * (lpj - lq[l]);
+            }
         }
         if (kl < best_v) {
             best_v = kl;
@@ -66,7 +74,7 @@ int32_t qcal_hist_entropy_search(const uint64_t *counts, int32_t bins, int32_t l
         if (i < bins)
             outl -= counts[i];
     }
-    free(logp);
+    free(lp);
     free(lsum);
     if (best_kl)
         *best_kl = best_v;

@@ -200,6 +200,19 @@ qcal_status qcal_hist_l2_search(const float *hist, int32_t bins, float min_val,
                           "L2 search needs bins >= 1 and a finite range, got %d bins over "
                           "[%g, %g], %g destination bins",
                           (int)bins, (double)min_val, (double)max_val, dst_nbins);
+    if (!isfinite(max_val - min_val)) {
+        /* A range wider than FLT_MAX overflows PyTorch's float32 bin width (its search then
+         * returns NaN). Scaling by 2^-2 is exact and scales every float op of the search
+         * exactly, so the answer is the one the same arithmetic gives without overflow. */
+        float a, b;
+        qcal_status st = qcal_hist_l2_search(hist, bins, min_val * 0.25f, max_val * 0.25f,
+                                             dst_nbins, &a, &b);
+        if (st == QCAL_OK) {
+            *new_min = a * 4.0f;
+            *new_max = b * 4.0f;
+        }
+        return st;
+    }
     float *csum = qcal_malloc((size_t)bins * 2 * sizeof(float));
     if (!csum)
         return QCAL_ERR_NO_MEMORY;

@@ -31,28 +31,29 @@
 
 /* ---- bin index ---------------------------------------------------------------------- */
 
-/* True when (v - lo) * bins / (hi - lo) cannot overflow in float for v in [lo, hi]. */
+/* True when (v - lo) / (hi - lo) * bins cannot overflow in float for v in [lo, hi]. */
 static bool float_path_ok(float lo, float hi, int32_t bins)
 {
+    (void)bins;
     float r = hi - lo;
-    return isfinite(r) && r > 0.0f && isfinite(r * (float)bins);
+    return isfinite(r) && r > 0.0f;
 }
 
-static inline int32_t bin_float(float v, float lo, float r, float fb, int32_t bins)
+/* Raw index in [0, bins]; bins means "on the top edge" (counted into the last bin). */
+static inline int32_t bin_float_raw(float v, float lo, float r, float fb)
 {
-    /* ATen histc (LINEAR_INTERPOLATION): pos = (int64)((elt - left) * nbins / (right - left)),
-     * all float; pos == nbins goes to the last bin. */
-    int64_t i = (int64_t)((v - lo) * fb / r);
-    return i >= bins ? bins - 1 : (int32_t)i;
+    /* ATen 1.13 histc on CPU (verified against torch.histc on values next to every edge):
+     * pos = (int64)((elt - left) / (right - left) * nbins), each op in float. */
+    return (int32_t)(int64_t)((v - lo) / r * fb);
 }
 
-static inline int32_t bin_double(float v, float lo, float hi, int32_t bins)
+static inline int32_t bin_double_raw(float v, float lo, float hi, int32_t bins)
 {
-    double t = ((double)v - (double)lo) * (double)bins / ((double)hi - (double)lo);
+    double t = ((double)v - (double)lo) / ((double)hi - (double)lo) * (double)bins;
     int64_t i = (int64_t)t;
     if (i < 0)
         i = 0;
-    return i >= bins ? bins - 1 : (int32_t)i;
+    return i > bins ? bins : (int32_t)i;
 }
 
 int32_t qcal_hist_bin_of(float v, float lo, float hi, int32_t bins)
@@ -63,71 +64,77 @@ int32_t qcal_hist_bin_of(float v, float lo, float hi, int32_t bins)
         return 0;
     if (v >= hi)
         return bins - 1;
-    if (float_path_ok(lo, hi, bins))
-        return bin_float(v, lo, hi - lo, (float)bins, bins);
-    return bin_double(v, lo, hi, bins);
+    int32_t i = float_path_ok(lo, hi, bins) ? bin_float_raw(v, lo, hi - lo, (float)bins)
+                                            : bin_double_raw(v, lo, hi, bins);
+    return i >= bins ? bins - 1 : i;
 }
 
-static void flush_sub(uint32_t *sub, int32_t bins, uint64_t *counts)
+/* Sub-histogram copies have bins + 2 slots: the bins, "on the top edge", "outside". */
+static void flush_sub(uint32_t *sub, int32_t bins, uint64_t *counts, uint64_t *top)
 {
-    size_t stride = (size_t)bins + 1;
-    for (int32_t b = 0; b < bins; b++) {
+    size_t stride = (size_t)bins + 2;
+    for (int32_t b = 0; b <= bins; b++) {
         uint64_t s = 0;
         for (int c = 0; c < NCOPIES; c++) {
             s += sub[c * stride + (size_t)b];
             sub[c * stride + (size_t)b] = 0;
         }
-        counts[b] += s;
+        if (b < bins) {
+            counts[b] += s;
+        } else {
+            counts[bins - 1] += s;   /* the top edge belongs to the last bin */
+            *top += s;
+        }
     }
     for (int c = 0; c < NCOPIES; c++)
-        sub[c * stride + (size_t)bins] = 0;   /* the "outside" slot */
+        sub[c * stride + (size_t)bins + 1] = 0;
 }
 
 void qcal_f32_histc__c(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                       bool absval, uint64_t *counts, uint32_t *sub)
+                       bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub)
 {
     bool fast = float_path_ok(lo, hi, bins);
     float r = hi - lo, fb = (float)bins;
-    size_t stride = (size_t)bins + 1;
+    size_t stride = (size_t)bins + 2;
     int64_t since = 0;
     for (int64_t i = 0; i < n; i++) {
         float v = absval ? fabsf(x[i]) : x[i];
         /* NaN fails both comparisons, as in ATen's `!(elt >= left && elt <= right)`. */
-        int32_t b = bins;
+        int32_t b = bins + 1;
         if (v >= lo && v <= hi)
-            b = fast ? bin_float(v, lo, r, fb, bins) : bin_double(v, lo, hi, bins);
+            b = fast ? bin_float_raw(v, lo, r, fb) : bin_double_raw(v, lo, hi, bins);
         sub[(size_t)(i & (NCOPIES - 1)) * stride + (size_t)b]++;
         if (++since == FLUSH_ELEMS) {
-            flush_sub(sub, bins, counts);
+            flush_sub(sub, bins, counts, top);
             since = 0;
         }
     }
-    flush_sub(sub, bins, counts);
+    flush_sub(sub, bins, counts, top);
 }
 
 #if QCAL_HIST_X86
 __attribute__((target("avx2,fma")))
 void qcal_f32_histc__avx2(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                          bool absval, uint64_t *counts, uint32_t *sub)
+                          bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub)
 {
     if (!float_path_ok(lo, hi, bins)) {
-        qcal_f32_histc__c(x, n, lo, hi, bins, absval, counts, sub);
+        qcal_f32_histc__c(x, n, lo, hi, bins, absval, counts, top, sub);
         return;
     }
     const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
     const __m256 vr = _mm256_set1_ps(hi - lo), vb = _mm256_set1_ps((float)bins);
     const __m256 vabs = _mm256_castsi256_ps(_mm256_set1_epi32(absval ? 0x7fffffff : -1));
-    const __m256i vlast = _mm256_set1_epi32(bins - 1), vout = _mm256_set1_epi32(bins);
-    size_t stride = (size_t)bins + 1;
+    const __m256i vout = _mm256_set1_epi32(bins + 1);
+    size_t stride = (size_t)bins + 2;
     uint32_t *s0 = sub, *s1 = sub + stride, *s2 = sub + 2 * stride, *s3 = sub + 3 * stride;
     int64_t i = 0, since = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 v = _mm256_and_ps(_mm256_loadu_ps(x + i), vabs);
         __m256 in = _mm256_and_ps(_mm256_cmp_ps(v, vlo, _CMP_GE_OQ),
                                   _mm256_cmp_ps(v, vhi, _CMP_LE_OQ));
-        /* Same three correctly rounded float ops as bin_float, then truncation. */
-        __m256 t = _mm256_div_ps(_mm256_mul_ps(_mm256_sub_ps(v, vlo), vb), vr);
-        __m256i idx = _mm256_min_epi32(_mm256_cvttps_epi32(t), vlast);
+        /* Same three correctly rounded float ops as bin_float_raw, then truncation. */
+        __m256 t = _mm256_mul_ps(_mm256_div_ps(_mm256_sub_ps(v, vlo), vr), vb);
+        __m256i idx = _mm256_cvttps_epi32(t);
         idx = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(vout),
                                                    _mm256_castsi256_ps(idx), in));
         uint32_t k[8];
@@ -136,28 +143,28 @@ void qcal_f32_histc__avx2(const float *x, int64_t n, float lo, float hi, int32_t
         s0[k[4]]++; s1[k[5]]++; s2[k[6]]++; s3[k[7]]++;
         since += 8;
         if (since >= FLUSH_ELEMS) {
-            flush_sub(sub, bins, counts);
+            flush_sub(sub, bins, counts, top);
             since = 0;
         }
     }
-    flush_sub(sub, bins, counts);
+    flush_sub(sub, bins, counts, top);
     if (i < n)
-        qcal_f32_histc__c(x + i, n - i, lo, hi, bins, absval, counts, sub);
+        qcal_f32_histc__c(x + i, n - i, lo, hi, bins, absval, counts, top, sub);
 }
 
 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
 void qcal_f32_histc__avx512(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                            bool absval, uint64_t *counts, uint32_t *sub)
+                            bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub)
 {
     if (!float_path_ok(lo, hi, bins)) {
-        qcal_f32_histc__c(x, n, lo, hi, bins, absval, counts, sub);
+        qcal_f32_histc__c(x, n, lo, hi, bins, absval, counts, top, sub);
         return;
     }
     const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
     const __m512 vr = _mm512_set1_ps(hi - lo), vb = _mm512_set1_ps((float)bins);
     const __m512i vabs = _mm512_set1_epi32(absval ? 0x7fffffff : -1);
-    const __m512i vlast = _mm512_set1_epi32(bins - 1), vout = _mm512_set1_epi32(bins);
-    size_t stride = (size_t)bins + 1;
+    const __m512i vout = _mm512_set1_epi32(bins + 1);
+    size_t stride = (size_t)bins + 2;
     uint32_t *s0 = sub, *s1 = sub + stride, *s2 = sub + 2 * stride, *s3 = sub + 3 * stride;
     int64_t i = 0, since = 0;
     for (; i + 16 <= n; i += 16) {
@@ -165,8 +172,8 @@ void qcal_f32_histc__avx512(const float *x, int64_t n, float lo, float hi, int32
             _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(x + i)), vabs));
         __mmask16 in = _mm512_cmp_ps_mask(v, vlo, _CMP_GE_OQ) &
                        _mm512_cmp_ps_mask(v, vhi, _CMP_LE_OQ);
-        __m512 t = _mm512_div_ps(_mm512_mul_ps(_mm512_sub_ps(v, vlo), vb), vr);
-        __m512i idx = _mm512_min_epi32(_mm512_cvttps_epi32(t), vlast);
+        __m512 t = _mm512_mul_ps(_mm512_div_ps(_mm512_sub_ps(v, vlo), vr), vb);
+        __m512i idx = _mm512_cvttps_epi32(t);
         idx = _mm512_mask_blend_epi32(in, vout, idx);
         uint32_t k[16];
         _mm512_storeu_si512((void *)k, idx);
@@ -176,29 +183,29 @@ void qcal_f32_histc__avx512(const float *x, int64_t n, float lo, float hi, int32
         s0[k[12]]++; s1[k[13]]++; s2[k[14]]++; s3[k[15]]++;
         since += 16;
         if (since >= FLUSH_ELEMS) {
-            flush_sub(sub, bins, counts);
+            flush_sub(sub, bins, counts, top);
             since = 0;
         }
     }
-    flush_sub(sub, bins, counts);
+    flush_sub(sub, bins, counts, top);
     if (i < n)
-        qcal_f32_histc__c(x + i, n - i, lo, hi, bins, absval, counts, sub);
+        qcal_f32_histc__c(x + i, n - i, lo, hi, bins, absval, counts, top, sub);
 }
 #else
 void qcal_f32_histc__avx2(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                          bool absval, uint64_t *counts, uint32_t *sub)
+                          bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub)
 {
-    qcal_f32_histc__c(x, n, lo, hi, bins, absval, counts, sub);
+    qcal_f32_histc__c(x, n, lo, hi, bins, absval, counts, top, sub);
 }
 void qcal_f32_histc__avx512(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                            bool absval, uint64_t *counts, uint32_t *sub)
+                            bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub)
 {
-    qcal_f32_histc__c(x, n, lo, hi, bins, absval, counts, sub);
+    qcal_f32_histc__c(x, n, lo, hi, bins, absval, counts, top, sub);
 }
 #endif
 
 typedef void (*histc_fn)(const float *, int64_t, float, float, int32_t, bool, uint64_t *,
-                         uint32_t *);
+                         uint64_t *, uint32_t *);
 
 static histc_fn histc_kernel(void)
 {
@@ -211,13 +218,13 @@ static histc_fn histc_kernel(void)
 }
 
 qcal_status qcal_f32_histc(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                           bool absval, uint64_t *counts)
+                           bool absval, uint64_t *counts, uint64_t *top)
 {
     histc_fn fn = histc_kernel();
     int threads = qcal_threads_for(n);
-    /* Scratch per thread: uint64 partial counts (as 2 x uint32) + NCOPIES uint32 copies
-     * of bins + 1 slots (the last one takes values outside [lo, hi]). bins <= 2^24. */
-    size_t per_thread = 2 * (size_t)bins + (size_t)NCOPIES * ((size_t)bins + 1), total;
+    /* Scratch per thread: uint64 partial counts + top (as 2 x uint32 each) + NCOPIES uint32
+     * copies of bins + 2 slots. bins <= 2^24. */
+    size_t per_thread = 2 * ((size_t)bins + 1) + (size_t)NCOPIES * ((size_t)bins + 2), total;
     if (!qcal_mul_size(per_thread, (size_t)threads, &total))
         return qcal_error(QCAL_ERR_OVERFLOW, "histogram scratch for %d bins overflows",
                           (int)bins);
@@ -226,9 +233,10 @@ qcal_status qcal_f32_histc(const float *x, int64_t n, float lo, float hi, int32_
         return QCAL_ERR_NO_MEMORY;
     if (threads <= 1) {
         uint64_t *part = (uint64_t *)scratch;
-        fn(x, n, lo, hi, bins, absval, part, scratch + 2 * (size_t)bins);
+        fn(x, n, lo, hi, bins, absval, part, part + bins, scratch + 2 * ((size_t)bins + 1));
         for (int32_t b = 0; b < bins; b++)
             counts[b] += part[b];
+        *top += part[bins];
     } else {
 #if QCAL_HAVE_OPENMP
         int64_t chunk = (n + threads - 1) / threads;
@@ -236,14 +244,17 @@ qcal_status qcal_f32_histc(const float *x, int64_t n, float lo, float hi, int32_
         for (int t = 0; t < threads; t++) {
             int64_t s = (int64_t)t * chunk, e = s + chunk < n ? s + chunk : n;
             uint32_t *my = scratch + (size_t)t * per_thread;
+            uint64_t *part = (uint64_t *)my;
             if (s < e)
-                fn(x + s, e - s, lo, hi, bins, absval, (uint64_t *)my, my + 2 * (size_t)bins);
+                fn(x + s, e - s, lo, hi, bins, absval, part, part + bins,
+                   my + 2 * ((size_t)bins + 1));
         }
         /* Integer partials: the fixed combining order is for form's sake, any order is exact. */
         for (int t = 0; t < threads; t++) {
             const uint64_t *part = (const uint64_t *)(scratch + (size_t)t * per_thread);
             for (int32_t b = 0; b < bins; b++)
                 counts[b] += part[b];
+            *top += part[bins];
         }
 #endif
     }
@@ -278,6 +289,7 @@ void qcal_hist_clear(qcal_hist *h)
     h->lo = h->dmin = INFINITY;
     h->hi = h->dmax = -INFINITY;
     h->total = 0;
+    h->top = 0;
     if (h->counts)
         memset(h->counts, 0, (size_t)h->bins * sizeof *h->counts);
 }
@@ -380,12 +392,18 @@ static qcal_status regrid(const qcal_hist *h, float a, float b, float *nlo, floa
     } else {
         int k = 0;
         int64_t m = 0;
+        int32_t B = h->bins;
         if (grow_grid(h, a, b, nlo, nhi, &k, &m)) {
-            for (int32_t i = 0; i < h->bins; i++)
+            for (int32_t i = 0; i < B; i++)
                 nc[m + ((int64_t)i >> k)] += h->counts[i];
+            nc[m + ((int64_t)(B - 1) >> k)] -= h->top;
         } else {
-            qcal_hist_rebin(h->counts, h->bins, h->lo, h->hi, nc, h->bins, *nlo, *nhi);
+            h->counts[B - 1] -= h->top;   /* restored below */
+            qcal_hist_rebin(h->counts, B, h->lo, h->hi, nc, B, *nlo, *nhi);
+            h->counts[B - 1] += h->top;
         }
+        /* Values on the old top edge go where hi falls in the new grid. */
+        nc[qcal_hist_bin_of(h->hi, *nlo, *nhi, B)] += h->top;
     }
     *out = nc;
     return QCAL_OK;
@@ -425,15 +443,22 @@ qcal_status qcal_hist_update(qcal_hist *h, const float *x, int64_t n,
             return st;
     }
     uint64_t *dst = nc ? nc : h->counts;
+    uint64_t top = 0;
     if (nlo == nhi) {
         dst[0] += finite;
     } else {
-        st = qcal_f32_histc(x, n, nlo, nhi, h->bins, h->absval, dst);
+        st = qcal_f32_histc(x, n, nlo, nhi, h->bins, h->absval, dst, &top);
         if (st != QCAL_OK) {
             free(nc);
             return st;
         }
     }
+    if (nlo == nhi)
+        h->top = 0;
+    else if (nc || h->lo == h->hi)
+        h->top = top;      /* the old top edge is now inside the grid */
+    else
+        h->top += top;
     if (nc) {
         free(h->counts);
         h->counts = nc;
@@ -444,6 +469,15 @@ qcal_status qcal_hist_update(qcal_hist *h, const float *x, int64_t n,
     h->dmax = fmaxf(h->dmax, mx);
     h->total += finite;
     return QCAL_OK;
+}
+
+static void src_rebin_without_top(const qcal_hist *src, uint64_t *out, float nlo, float nhi)
+{
+    /* Linear spreading of every bin but the top-edge values, which the caller places. */
+    uint64_t last = src->counts[src->bins - 1];
+    ((qcal_hist *)src)->counts[src->bins - 1] = last - src->top;
+    qcal_hist_rebin(src->counts, src->bins, src->lo, src->hi, out, src->bins, nlo, nhi);
+    ((qcal_hist *)src)->counts[src->bins - 1] = last;
 }
 
 qcal_status qcal_hist_merge(qcal_hist *dst, const qcal_hist *src)
@@ -457,6 +491,7 @@ qcal_status qcal_hist_merge(qcal_hist *dst, const qcal_hist *src)
         dst->dmin = src->dmin;
         dst->dmax = src->dmax;
         dst->total = src->total;
+        dst->top = src->top;
         return QCAL_OK;
     }
     float a = src->lo, b = src->hi, nlo = dst->lo, nhi = dst->hi;
@@ -468,6 +503,7 @@ qcal_status qcal_hist_merge(qcal_hist *dst, const qcal_hist *src)
     }
     uint64_t *out = nc ? nc : dst->counts;
     int32_t B = src->bins;
+    uint64_t new_top = (nhi == dst->hi && dst->lo != dst->hi) ? dst->top : 0;
     if (src->lo == src->hi || nlo == nhi) {
         out[qcal_hist_bin_of(src->lo, nlo, nhi, B)] += src->total;
     } else {
@@ -482,12 +518,17 @@ qcal_status qcal_hist_merge(qcal_hist *dst, const qcal_hist *src)
             int64_t ri = (int64_t)r, qi = (int64_t)q;
             for (int32_t i = 0; i < B; i++) {
                 int64_t t = (qi + i) / ri;
-                out[t < B ? t : B - 1] += src->counts[i];
+                uint64_t c = src->counts[i] - (i == B - 1 ? src->top : 0);
+                out[t < B ? t : B - 1] += c;
             }
         } else {
-            qcal_hist_rebin(src->counts, B, src->lo, src->hi, out, B, nlo, nhi);
+            src_rebin_without_top(src, out, nlo, nhi);
         }
+        out[qcal_hist_bin_of(src->hi, nlo, nhi, B)] += src->top;
+        if (src->hi == nhi)
+            new_top += src->top;
     }
+    dst->top = new_top;
     if (nc) {
         free(dst->counts);
         dst->counts = nc;
@@ -500,7 +541,8 @@ qcal_status qcal_hist_merge(qcal_hist *dst, const qcal_hist *src)
     return QCAL_OK;
 }
 
-/* State: u32 bins, u32 absval, f32 lo, hi, dmin, dmax, u64 total, u64 counts[bins]. */
+/* State: u32 bins, u32 absval, f32 lo, hi, dmin, dmax, u64 total, u64 top,
+ * u64 counts[bins]. */
 void qcal_hist_save(const qcal_hist *h, qcal_buf *b)
 {
     qcal_buf_u32(b, (uint32_t)h->bins);
@@ -510,6 +552,7 @@ void qcal_hist_save(const qcal_hist *h, qcal_buf *b)
     qcal_buf_f32(b, h->dmin);
     qcal_buf_f32(b, h->dmax);
     qcal_buf_u64(b, h->total);
+    qcal_buf_u64(b, h->top);
     for (int32_t i = 0; i < h->bins; i++)
         qcal_buf_u64(b, h->counts[i]);
 }
@@ -518,10 +561,10 @@ qcal_status qcal_hist_load(qcal_hist *h, qcal_cursor *c)
 {
     uint32_t bins, absval;
     float lo, hi, dmin, dmax;
-    uint64_t total;
+    uint64_t total, top;
     if (!qcal_cur_u32(c, &bins) || !qcal_cur_u32(c, &absval) || !qcal_cur_f32(c, &lo) ||
         !qcal_cur_f32(c, &hi) || !qcal_cur_f32(c, &dmin) || !qcal_cur_f32(c, &dmax) ||
-        !qcal_cur_u64(c, &total))
+        !qcal_cur_u64(c, &total) || !qcal_cur_u64(c, &top))
         return qcal_error(QCAL_ERR_FORMAT, "histogram state is truncated");
     if (bins != (uint32_t)h->bins || absval != (h->absval ? 1u : 0u))
         return qcal_error(QCAL_ERR_FORMAT,
@@ -556,6 +599,9 @@ qcal_status qcal_hist_load(qcal_hist *h, qcal_cursor *c)
         st = qcal_error(QCAL_ERR_FORMAT,
                         "histogram state grid [%g, %g] / data [%g, %g] is inconsistent",
                         (double)lo, (double)hi, (double)dmin, (double)dmax);
+    } else if (top > nc[bins - 1] || (lo == hi && top != 0)) {
+        st = qcal_error(QCAL_ERR_FORMAT, "histogram state has %llu top-edge values, last bin %llu",
+                        (unsigned long long)top, (unsigned long long)nc[bins - 1]);
     } else if (lo == hi && !deg_ok) {
         st = qcal_error(QCAL_ERR_FORMAT, "zero-width histogram state has counts past bin 0");
     }
@@ -570,6 +616,7 @@ qcal_status qcal_hist_load(qcal_hist *h, qcal_cursor *c)
     h->dmin = dmin;
     h->dmax = dmax;
     h->total = total;
+    h->top = top;
     return QCAL_OK;
 }
 

@@ -3,10 +3,9 @@
  * kinds and their tests call directly. Not installed.
  *
  * Grid: `bins` equal bins over [lo, hi]; a value v in [lo, hi] goes to bin
- *   i = (int64)((v - lo) * (float)bins / (hi - lo))   (float32, truncation), i == bins -> bins-1
+ *   i = (int64)((v - lo) / (hi - lo) * (float)bins)   (float32, truncation), i == bins -> bins-1
  * which is ATen's histc CPU kernel (LINEAR_INTERPOLATION, no local search) with float edges.
- * When that float arithmetic would overflow (hi - lo or (v - lo) * bins not finite, i.e. a
- * range wider than ~FLT_MAX / bins) the same formula runs in double instead. */
+ * When hi - lo overflows float (a range wider than FLT_MAX) the same formula runs in double. */
 #ifndef QCAL_OBSERVERS_HISTOGRAM_KERNELS_H
 #define QCAL_OBSERVERS_HISTOGRAM_KERNELS_H
 
@@ -18,19 +17,21 @@
 /* ---- binning kernels ---------------------------------------------------------------- */
 
 /* Adds the histogram of x[0..n) (of |x| if absval) over [lo, hi] (lo < hi, both finite) into
- * counts[0..bins). Values outside [lo, hi] and NaN are not counted. Uses OpenMP above
+ * counts[0..bins); *top += how many of them sit on the top edge (index == bins before the
+ * last-bin rule; they are also in counts[bins-1]). Values outside [lo, hi] and NaN are not
+ * counted. Uses OpenMP above
  * qcal_threads_for(n); integer counts, so the result never depends on the thread count.
  * QCAL_ERR_NO_MEMORY if scratch cannot be allocated (counts then untouched). */
 qcal_status qcal_f32_histc(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                           bool absval, uint64_t *counts);
+                           bool absval, uint64_t *counts, uint64_t *top);
 /* Single-thread kernels behind qcal_f32_histc (exposed for the SIMD-vs-C tests). sub is
- * scratch of 4 * (bins + 1) uint32 (zeroed on entry, left zeroed on return). */
+ * scratch of 4 * (bins + 2) uint32 (zeroed on entry, left zeroed on return). */
 void qcal_f32_histc__c(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                       bool absval, uint64_t *counts, uint32_t *sub);
+                       bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub);
 void qcal_f32_histc__avx2(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                          bool absval, uint64_t *counts, uint32_t *sub);
+                          bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub);
 void qcal_f32_histc__avx512(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                            bool absval, uint64_t *counts, uint32_t *sub);
+                            bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub);
 
 /* Bin of one value v in [lo, hi] with the arithmetic above (lo <= hi; lo == hi -> 0). */
 int32_t qcal_hist_bin_of(float v, float lo, float hi, int32_t bins);
@@ -50,6 +51,8 @@ typedef struct qcal_hist {
     float lo, hi;       /* grid edges */
     float dmin, dmax;   /* min / max of the finite values seen (signed, also for absval) */
     uint64_t total;     /* sum of counts */
+    uint64_t top;       /* values exactly on the top edge hi (part of counts[bins-1]); on
+                         * growth they move to hi's bin of the new grid, keeping it exact */
     uint64_t *counts;   /* [bins] */
 } qcal_hist;
 
