@@ -9,5 +9,11 @@
 #include "qcal/observer.h"
 #include "qcal/quantize.h"
 #include "qcal/fakequant.h"
+#include "qcal/npy.h"
+#include "qcal/safetensors.h"
+#include "qcal/idx.h"
+#include "qcal/numeric.h"
+#include "qcal/calib.h"
+#include "qcal/int8.h"
 
 #endif
