@@ -1,0 +1,286 @@
+/* unit.observers_calibrators: percentile, entropy (KL) and mse observers against the
+ * independent Python implementations of the documented variants (tests/ref/gen_histogram.py
+ * -> tests/data/histogram/calib.bin), and their clip-range conventions. */
+#include <float.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "observers/histogram_kernels.h"
+#include "qcal/qcal.h"
+
+/* ---- reference container (see gen_histogram.py) ---- */
+typedef struct ref_arr {
+    char name[64];
+    char kind;
+    uint64_t count;
+    void *data;
+} ref_arr;
+typedef struct ref_file {
+    ref_arr a[256];
+    int n;
+} ref_file;
+
+static ref_file *ref_load(const char *file)
+{
+    const char *dir = getenv("QCAL_TEST_DATA");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/histogram/%s", dir ? dir : "tests/data", file);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fail_msg("cannot open %s", path);
+    ref_file *r = calloc(1, sizeof *r);
+    uint32_t len;
+    while (fread(&len, 4, 1, f) == 1) {
+        assert_true(r->n < 256 && len < 64);
+        ref_arr *a = &r->a[r->n++];
+        assert_int_equal(fread(a->name, 1, len, f), len);
+        a->name[len] = 0;
+        assert_int_equal(fread(&a->kind, 1, 1, f), 1);
+        assert_int_equal(fread(&a->count, 8, 1, f), 1);
+        size_t es = a->kind == 'f' ? 4 : 8;
+        a->data = malloc(a->count * es + 1);
+        assert_int_equal(fread(a->data, es, a->count, f), a->count);
+    }
+    fclose(f);
+    return r;
+}
+
+static void ref_free(ref_file *r)
+{
+    for (int i = 0; i < r->n; i++)
+        free(r->a[i].data);
+    free(r);
+}
+
+static const ref_arr *ref_get(const ref_file *r, const char *fmt, ...)
+{
+    char name[64];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    for (int i = 0; i < r->n; i++)
+        if (!strcmp(r->a[i].name, name))
+            return &r->a[i];
+    fail_msg("reference array %s missing", name);
+    return NULL;
+}
+
+
+static void check_close(double got, double want, double rel, const char *what, int k)
+{
+    if (!(fabs(got - want) <= rel * fabs(want) + 1e-300))
+        fail_msg("%s, histogram %d: got %.17g, Python reference %.17g", what, k, got, want);
+}
+
+static void test_entropy_vs_python(void **state)
+{
+    (void)state;
+    ref_file *r = ref_load("calib.bin");
+    int n = (int)((int64_t *)ref_get(r, "nabs")->data)[0];
+    for (int k = 0; k < n; k++) {
+        const ref_arr *c = ref_get(r, "h%d/counts", k);
+        const double *e = ref_get(r, "h%d/entropy", k)->data;
+        double kl;
+        int32_t i = qcal_hist_entropy_search(c->data, (int32_t)c->count, 128, &kl);
+        if (i != (int32_t)e[0])
+            fail_msg("entropy histogram %d: qcal picks %d bins (KL %.17g), Python %d (KL %.17g)",
+                     k, (int)i, kl, (int)e[0], e[1]);
+        check_close(kl, e[1], 1e-12, "entropy KL", k);
+    }
+    ref_free(r);
+}
+
+static void test_mse_vs_python(void **state)
+{
+    (void)state;
+    ref_file *r = ref_load("calib.bin");
+    int n = (int)((int64_t *)ref_get(r, "nabs")->data)[0];
+    for (int k = 0; k < n; k++) {
+        const ref_arr *c = ref_get(r, "h%d/counts", k);
+        const double *meta = ref_get(r, "h%d/meta", k)->data;
+        for (int v = 0; v < 2; v++) {
+            int64_t nlev = v ? 255 : 127;
+            const double *m = ref_get(r, "h%d/mse%d", k, (int)nlev)->data;
+            double mse;
+            int32_t i = qcal_hist_mse_search(c->data, (int32_t)c->count, meta[1], nlev, &mse);
+            if (i != (int32_t)m[0])
+                fail_msg("mse histogram %d nlev %d: qcal picks bin %d (%.17g), Python %d (%.17g)",
+                         k, (int)nlev, (int)i, mse, (int)m[0], m[1]);
+            check_close(mse, m[1], 1e-12, "mse", k);
+        }
+    }
+    ref_free(r);
+}
+
+static void test_percentile_vs_python(void **state)
+{
+    (void)state;
+    ref_file *r = ref_load("calib.bin");
+    int n = (int)((int64_t *)ref_get(r, "nabs")->data)[0];
+    int ns = (int)((int64_t *)ref_get(r, "nsigned")->data)[0];
+    const ref_arr *pc = ref_get(r, "pcts");
+    for (int k = 0; k < n; k++) {
+        const ref_arr *c = ref_get(r, "h%d/counts", k);
+        const double *meta = ref_get(r, "h%d/meta", k)->data;
+        const double *pv = ref_get(r, "h%d/pct", k)->data;
+        for (uint64_t j = 0; j < pc->count; j++) {
+            double t = qcal_hist_quantile(c->data, (int32_t)c->count, 0.0, meta[1],
+                                          pv[2 * j] / 100.0);
+            check_close(t, pv[2 * j + 1], 1e-14, "abs percentile", k);
+            assert_true(t >= 0.0 && t <= meta[1]);
+        }
+    }
+    for (int k = 0; k < ns; k++) {
+        const ref_arr *c = ref_get(r, "s%d/counts", k);
+        const double *meta = ref_get(r, "s%d/meta", k)->data;
+        const double *pv = ref_get(r, "s%d/pct2", k)->data;
+        for (uint64_t j = 0; j < pc->count; j++) {
+            double p = pv[3 * j] / 100.0;
+            double a = qcal_hist_quantile(c->data, (int32_t)c->count, meta[1], meta[2], 1.0 - p);
+            double b = qcal_hist_quantile(c->data, (int32_t)c->count, meta[1], meta[2], p);
+            check_close(a, pv[3 * j + 1], 1e-14, "two-tail lower percentile", k);
+            check_close(b, pv[3 * j + 2], 1e-14, "two-tail upper percentile", k);
+        }
+    }
+    ref_free(r);
+}
+
+/* ---- observer-level behaviour ---- */
+static uint64_t rs = 12345;
+static float rnd_normal(void)
+{
+    double u[2];
+    for (int i = 0; i < 2; i++) {
+        rs ^= rs << 13;
+        rs ^= rs >> 7;
+        rs ^= rs << 17;
+        u[i] = ((rs >> 11) + 0.5) / 9007199254740992.0;
+    }
+    return (float)(sqrt(-2.0 * log(u[0])) * cos(6.283185307179586 * u[1]));
+}
+
+static qcal_observer *obs_of(qcal_observer_kind kind, qcal_percentile_mode mode, double p)
+{
+    qcal_observer_config cfg;
+    qcal_observer_config_default(&cfg, kind);
+    cfg.percentile_mode = mode;
+    cfg.percentile = p;
+    qcal_observer *o = NULL;
+    assert_int_equal(qcal_observer_create(&cfg, &o), QCAL_OK);
+    return o;
+}
+
+static void feed(qcal_observer *o, float *x, int64_t n)
+{
+    qcal_tensor t;
+    assert_int_equal(qcal_tensor_init(&t, x, 1, &n), QCAL_OK);
+    assert_int_equal(qcal_observer_update(o, &t), QCAL_OK);
+}
+
+static void test_clip_ranges(void **state)
+{
+    (void)state;
+    enum { N = 200000 };
+    float *x = malloc(N * sizeof *x), *relu = malloc(N * sizeof *relu);
+    for (int i = 0; i < N; i++) {
+        x[i] = rnd_normal();
+        relu[i] = fmaxf(x[i], 0.0f);
+    }
+    qcal_observer_kind kinds[3] = { QCAL_OBSERVER_PERCENTILE, QCAL_OBSERVER_ENTROPY,
+                                    QCAL_OBSERVER_MSE };
+    for (int k = 0; k < 3; k++) {
+        qcal_observer *o = obs_of(kinds[k], QCAL_PERCENTILE_ABS, 99.99);
+        feed(o, x, N);
+        float a, b, dmn, dmx;
+        int64_t n;
+        assert_int_equal(qcal_observer_qrange(o, 1, &a, &b, &n), QCAL_OK);
+        assert_int_equal(qcal_observer_data_range(o, 1, &dmn, &dmx, &n), QCAL_OK);
+        /* Signed data: symmetric [-t, t], t inside the |x| range and a real clip. */
+        assert_true(a == -b);
+        assert_true(b > 1.0f && b < dmx);
+        qcal_observer_destroy(&o);
+        /* ReLU data: [0, t]. */
+        o = obs_of(kinds[k], QCAL_PERCENTILE_ABS, 99.99);
+        feed(o, relu, N);
+        float ra, rb;
+        assert_int_equal(qcal_observer_qrange(o, 1, &ra, &rb, &n), QCAL_OK);
+        assert_true(ra == 0.0f && rb > 1.0f);
+        float s;
+        int32_t z;
+        assert_int_equal(qcal_observer_qparams(o, 1, &s, &z, NULL, &n), QCAL_OK);
+        assert_int_equal(z, 0);
+        assert_true(s > 0 && isfinite(s));
+        qcal_observer_destroy(&o);
+    }
+    /* Percentile of |x| of a standard normal: 99.99% -> ~3.89; two tails 99% -> ~+-2.33. */
+    qcal_observer *o = obs_of(QCAL_OBSERVER_PERCENTILE, QCAL_PERCENTILE_ABS, 99.99);
+    feed(o, x, N);
+    float a, b;
+    int64_t n;
+    qcal_observer_qrange(o, 1, &a, &b, &n);
+    assert_true(fabsf(b - 3.89f) < 0.15f);
+    qcal_observer_destroy(&o);
+    o = obs_of(QCAL_OBSERVER_PERCENTILE, QCAL_PERCENTILE_TWO_TAILS, 99.0);
+    feed(o, x, N);
+    qcal_observer_qrange(o, 1, &a, &b, &n);
+    assert_true(fabsf(a + 2.326f) < 0.05f && fabsf(b - 2.326f) < 0.05f);
+    qcal_observer_destroy(&o);
+    free(x);
+    free(relu);
+}
+
+static void test_observer_matches_search(void **state)
+{
+    (void)state;
+    /* The observer's qrange is the search on its own histogram. */
+    enum { N = 50000 };
+    float *x = malloc(N * sizeof *x);
+    for (int i = 0; i < N; i++)
+        x[i] = rnd_normal() * 0.5f;
+    qcal_observer *o = obs_of(QCAL_OBSERVER_ENTROPY, QCAL_PERCENTILE_ABS, 99.99);
+    feed(o, x, N);
+    const qcal_hist *h = qcal_histobs_hist(o);
+    int32_t i = qcal_hist_entropy_search(h->counts, h->bins, 128, NULL);
+    float a, b;
+    int64_t n;
+    qcal_observer_qrange(o, 1, &a, &b, &n);
+    assert_true(b == (float)((double)i * ((double)h->hi / h->bins)));
+    qcal_observer_destroy(&o);
+    o = obs_of(QCAL_OBSERVER_MSE, QCAL_PERCENTILE_ABS, 99.99);
+    feed(o, x, N);
+    h = qcal_histobs_hist(o);
+    i = qcal_hist_mse_search(h->counts, h->bins, h->hi, 127, NULL);
+    qcal_observer_qrange(o, 1, &a, &b, &n);
+    assert_true(b == (float)(((double)i + 0.5) * ((double)h->hi / h->bins)));
+    qcal_observer_destroy(&o);
+    /* Invalid configs are refused with a message naming the field. */
+    qcal_observer_config cfg;
+    qcal_observer_config_default(&cfg, QCAL_OBSERVER_ENTROPY);
+    cfg.entropy_levels = 4096;
+    assert_int_equal(qcal_observer_create(&cfg, &o), QCAL_ERR_INVALID_ARG);
+    assert_non_null(strstr(qcal_last_error(), "entropy levels"));
+    qcal_observer_config_default(&cfg, QCAL_OBSERVER_PERCENTILE);
+    cfg.percentile = 0.0;
+    assert_int_equal(qcal_observer_create(&cfg, &o), QCAL_ERR_INVALID_ARG);
+    free(x);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_entropy_vs_python),
+        cmocka_unit_test(test_mse_vs_python),
+        cmocka_unit_test(test_percentile_vs_python),
+        cmocka_unit_test(test_clip_ranges),
+        cmocka_unit_test(test_observer_matches_search),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
