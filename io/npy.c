@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "core/atomic_file.h"
@@ -328,23 +329,33 @@ static qcal_status check_data_size(const npy_header *hd, uint64_t have, const ch
     return QCAL_OK;
 }
 
-/* 64-byte aligned buffer for nbytes (NULL when nbytes == 0; *ok false on failure). */
+/* 64-byte aligned buffer for nbytes (NULL when nbytes == 0; *ok false on failure).
+ * Large buffers are 2 MiB aligned and advised as transparent huge pages (as numpy does):
+ * faulting in fresh 4 KiB pages dominated a 256 MiB read (~200 ms vs ~60 ms measured). */
+#define NPY_HUGE_MIN (4u << 20)
+#define NPY_HUGE_ALIGN (2u << 20)
 static void *alloc_data(size_t nbytes, bool *ok)
 {
     *ok = true;
     if (nbytes == 0)
         return NULL;
-    size_t rounded = (nbytes + NPY_ALIGN - 1) / NPY_ALIGN * NPY_ALIGN;
+    size_t align = nbytes >= NPY_HUGE_MIN ? NPY_HUGE_ALIGN : NPY_ALIGN;
+    size_t rounded = (nbytes + align - 1) / align * align;
     if (rounded < nbytes) {
         *ok = false;
         qcal_error(QCAL_ERR_NO_MEMORY, "cannot allocate %zu bytes", nbytes);
         return NULL;
     }
-    void *p = aligned_alloc(NPY_ALIGN, rounded);
+    void *p = aligned_alloc(align, rounded);
     if (!p) {
         *ok = false;
         qcal_error(QCAL_ERR_NO_MEMORY, "cannot allocate %zu bytes for the array data", nbytes);
+        return NULL;
     }
+#ifdef MADV_HUGEPAGE
+    if (align == NPY_HUGE_ALIGN)
+        (void)madvise(p, rounded, MADV_HUGEPAGE); /* a hint; failure is harmless */
+#endif
     return p;
 }
 
