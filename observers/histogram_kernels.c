@@ -28,6 +28,8 @@
 /* Per-copy uint32 counters are flushed into the uint64 counts at least this often. */
 #define FLUSH_ELEMS ((int64_t)1 << 30)
 #define NCOPIES 4
+/* Elements whose bin indices the SIMD kernels compute before scattering them. */
+#define HBLOCK 1024
 
 /* ---- bin index ---------------------------------------------------------------------- */
 
@@ -127,21 +129,31 @@ void qcal_f32_histc__avx2(const float *x, int64_t n, float lo, float hi, int32_t
     const __m256i vout = _mm256_set1_epi32(bins + 1);
     size_t stride = (size_t)bins + 2;
     uint32_t *s0 = sub, *s1 = sub + stride, *s2 = sub + 2 * stride, *s3 = sub + 3 * stride;
+    /* Indices for a block go to a buffer first, then a scalar loop scatters them into the
+     * copies: no store-to-load forwarding between vector stores and scalar loads. */
+    uint32_t k[HBLOCK];
     int64_t i = 0, since = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_and_ps(_mm256_loadu_ps(x + i), vabs);
-        __m256 in = _mm256_and_ps(_mm256_cmp_ps(v, vlo, _CMP_GE_OQ),
-                                  _mm256_cmp_ps(v, vhi, _CMP_LE_OQ));
-        /* Same three correctly rounded float ops as bin_float_raw, then truncation. */
-        __m256 t = _mm256_mul_ps(_mm256_div_ps(_mm256_sub_ps(v, vlo), vr), vb);
-        __m256i idx = _mm256_cvttps_epi32(t);
-        idx = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(vout),
-                                                   _mm256_castsi256_ps(idx), in));
-        uint32_t k[8];
-        _mm256_storeu_si256((__m256i *)k, idx);
-        s0[k[0]]++; s1[k[1]]++; s2[k[2]]++; s3[k[3]]++;
-        s0[k[4]]++; s1[k[5]]++; s2[k[6]]++; s3[k[7]]++;
-        since += 8;
+    while (i + 8 <= n) {
+        int64_t m = n - i < HBLOCK ? (n - i) & ~(int64_t)7 : HBLOCK;
+        for (int64_t j = 0; j < m; j += 8) {
+            __m256 v = _mm256_and_ps(_mm256_loadu_ps(x + i + j), vabs);
+            __m256 in = _mm256_and_ps(_mm256_cmp_ps(v, vlo, _CMP_GE_OQ),
+                                      _mm256_cmp_ps(v, vhi, _CMP_LE_OQ));
+            /* Same three correctly rounded float ops as bin_float_raw, then truncation. */
+            __m256 t = _mm256_mul_ps(_mm256_div_ps(_mm256_sub_ps(v, vlo), vr), vb);
+            __m256i idx = _mm256_cvttps_epi32(t);
+            idx = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(vout),
+                                                       _mm256_castsi256_ps(idx), in));
+            _mm256_storeu_si256((__m256i *)(k + j), idx);
+        }
+        for (int64_t j = 0; j < m; j += 4) {
+            s0[k[j]]++;
+            s1[k[j + 1]]++;
+            s2[k[j + 2]]++;
+            s3[k[j + 3]]++;
+        }
+        i += m;
+        since += m;
         if (since >= FLUSH_ELEMS) {
             flush_sub(sub, bins, counts, top);
             since = 0;
@@ -166,22 +178,27 @@ void qcal_f32_histc__avx512(const float *x, int64_t n, float lo, float hi, int32
     const __m512i vout = _mm512_set1_epi32(bins + 1);
     size_t stride = (size_t)bins + 2;
     uint32_t *s0 = sub, *s1 = sub + stride, *s2 = sub + 2 * stride, *s3 = sub + 3 * stride;
+    uint32_t k[HBLOCK];
     int64_t i = 0, since = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 v = _mm512_castsi512_ps(
-            _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(x + i)), vabs));
-        __mmask16 in = _mm512_cmp_ps_mask(v, vlo, _CMP_GE_OQ) &
-                       _mm512_cmp_ps_mask(v, vhi, _CMP_LE_OQ);
-        __m512 t = _mm512_mul_ps(_mm512_div_ps(_mm512_sub_ps(v, vlo), vr), vb);
-        __m512i idx = _mm512_cvttps_epi32(t);
-        idx = _mm512_mask_blend_epi32(in, vout, idx);
-        uint32_t k[16];
-        _mm512_storeu_si512((void *)k, idx);
-        s0[k[0]]++; s1[k[1]]++; s2[k[2]]++; s3[k[3]]++;
-        s0[k[4]]++; s1[k[5]]++; s2[k[6]]++; s3[k[7]]++;
-        s0[k[8]]++; s1[k[9]]++; s2[k[10]]++; s3[k[11]]++;
-        s0[k[12]]++; s1[k[13]]++; s2[k[14]]++; s3[k[15]]++;
-        since += 16;
+    while (i + 16 <= n) {
+        int64_t m = n - i < HBLOCK ? (n - i) & ~(int64_t)15 : HBLOCK;
+        for (int64_t j = 0; j < m; j += 16) {
+            __m512 v = _mm512_castsi512_ps(
+                _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(x + i + j)), vabs));
+            __mmask16 in = _mm512_cmp_ps_mask(v, vlo, _CMP_GE_OQ) &
+                           _mm512_cmp_ps_mask(v, vhi, _CMP_LE_OQ);
+            __m512 t = _mm512_mul_ps(_mm512_div_ps(_mm512_sub_ps(v, vlo), vr), vb);
+            __m512i idx = _mm512_mask_blend_epi32(in, vout, _mm512_cvttps_epi32(t));
+            _mm512_storeu_si512((void *)(k + j), idx);
+        }
+        for (int64_t j = 0; j < m; j += 4) {
+            s0[k[j]]++;
+            s1[k[j + 1]]++;
+            s2[k[j + 2]]++;
+            s3[k[j + 3]]++;
+        }
+        i += m;
+        since += m;
         if (since >= FLUSH_ELEMS) {
             flush_sub(sub, bins, counts, top);
             since = 0;
