@@ -1,0 +1,81 @@
+/* qcal histogram observer family: "histogram" (L2 search, PyTorch), "percentile", "entropy"
+ * (KL, TensorRT) and "mse" (NVIDIA). All four are used through the object API of
+ * qcal/observer.h (qcal_observer_create with kind QCAL_OBSERVER_HISTOGRAM, _PERCENTILE,
+ * _ENTROPY or _MSE); this header documents what they compute. It declares nothing else.
+ *
+ * COLLECTION (all four)
+ *   Config: bins (default 2048), nonfinite (default skip-and-count). Each update makes one
+ *   min/max pass and one binning pass (AVX2/AVX-512 with a C reference, OpenMP above
+ *   qcal_threads_for; integer counts, so results never depend on ISA or thread count).
+ *   NaN/Inf are never binned: skipped and counted, or QCAL_ERR_NONFINITE with the observer
+ *   unchanged under QCAL_NONFINITE_ERROR. Counts are exact uint64 (PyTorch keeps float32).
+ *   - histogram, percentile two-tails: signed grid [lo, hi]; entropy, mse, percentile abs:
+ *     grid over |x| on [0, hi].
+ *   - First batch: [lo, hi] = [min, max] of the batch (|x|: [0, max|x|]); bin index as
+ *     torch.histc's CPU kernel with float bounds: (int64)((x - lo) / (hi - lo) * bins) in
+ *     float32, x == hi in the last bin - verified against torch.histc next to every edge.
+ *     PyTorch 1.13's HistogramObserver truncates min/max with int() before histc (a
+ *     defect fixed in later PyTorch); qcal does not.
+ *   - Later batches inside [lo, hi] are binned on the same grid. A batch outside grows the
+ *     grid: the bin width is multiplied by the smallest power of two 2^k such that, with lo
+ *     moved down by a whole number of new bins, the grid covers the batch; old bin i goes to
+ *     new bin m + (i >> k), exactly, and values that sat exactly on the old top edge move to
+ *     hi's bin in the new grid. For |x| grids hi simply doubles, and the result equals
+ *     binning all data at once on the final grid, bit for bit. New edges are computed in
+ *     double and rounded to float (signed grids: a value within rounding of an edge may
+ *     sit one bin off compared with binning everything at once). If the new edges are not
+ *     finite in float (ranges near FLT_MAX) the grid becomes [min, max] of everything and
+ *     old counts are spread linearly (total preserved).
+ *     PyTorch instead resamples the old histogram approximately (_combine_histograms,
+ *     upsample_rate): density assumed uniform in each bin, result dependent on batch order.
+ *     qcal's growth depends on the first batch's range (the lattice origin) but never
+ *     resamples; upsample_rate is accepted for compatibility and unused.
+ *   - A constant batch gives a zero-width grid (lo == hi, all counts in bin 0); a later
+ *     wider batch places that point mass in its exact bin.
+ *   - merge(dst, src): dst grows as for a batch covering src's grid, then src's counts are
+ *     added: exactly when src's bins nest in the new grid (same lattice: width ratio 2^j,
+ *     offset a whole number of src bins; always the case for |x| grids whose first amax
+ *     differ by a power of two) or src has zero width; otherwise each src bin's count is
+ *     spread linearly over the merged bins it overlaps (rounded cumulative counts: the
+ *     total is exact, each count moves by less than one merged bin).
+ *   - save/load: grid, data min/max, total, top-edge count and every count.
+ *   - data_range: the grid ([lo, hi]; |x| grids: [-hi, hi], or [0, hi] if no value < 0).
+ *
+ * RANGE CHOICE (qcal_observer_qrange; qcal_observer_qparams then applies the qscheme)
+ *   histogram: PyTorch 1.13 HistogramObserver._non_linear_param_search on the counts as
+ *     float32 over [lo, hi] with dst_nbins = 2^bits of the dtype (256, or 2^32 for qint32),
+ *     reproducing its float32/float64 arithmetic, torch.cumsum (double accumulation) and
+ *     torch.sum's cascade order (8-lane AVX2 build): the same histogram, min and max give
+ *     PyTorch's new_min/new_max bit for bit (tested on 12 PyTorch histograms). Deviation: a
+ *     range wider than FLT_MAX is searched at 1/4 scale (exact) where PyTorch returns NaN.
+ *     Zero-width grid: (lo, lo), as PyTorch.
+ *   percentile (percentile default 99.99 as NVIDIA pytorch-quantization; ONNX Runtime uses
+ *     99.999): abs mode (default) clips at the p-th percentile t of |x|; two-tails mode
+ *     (signed histogram) at the (100-p)-th and p-th percentiles of x (p < 50 uses the
+ *     median for both). Inside the bin where the cumulative count reaches q * total the
+ *     value is interpolated linearly (uniform density in the bin). NVIDIA returns the
+ *     lower edge of that bin; ONNX Runtime the upper edge.
+ *   entropy (entropy_levels default 128, needs bins > levels): TensorRT's KL search on the
+ *     |x| histogram. For each candidate i in [levels, bins]: P = bins[0..i-1] with the mass
+ *     beyond added to P[i-1]; Q = the unclipped bins[0..i-1] merged into `levels` levels
+ *     (bin j -> level j*levels/i, integer division) and spread evenly over each level's
+ *     non-zero bins; p = P/total, q = Q/(total - outliers); KL = sum p_j log(p_j/q_j)
+ *     (infinite if q_j = 0 < p_j); threshold t = i * bin width for the first (smallest)
+ *     i of minimal KL. Differs from ncnn (threshold (i+0.5)*w, Q from P), ONNX Runtime
+ *     (signed histogram), NVIDIA (bins[0] = bins[1] hack, last argmin, linspace level map).
+ *     Like TensorRT, a large spike at 0 (ReLU) dominates the KL and can pick a small t.
+ *   mse: NVIDIA HistogramCalibrator style on the |x| histogram: candidates amax = centre of
+ *     bin i, i in [min(128, bins-1), bins); error = sum_j count_j (deq(c_j) - c_j)^2 over
+ *     bin centres c_j with deq(c) = min(nearbyint(c/s), L) * s, s = amax / L, L = 255 for
+ *     non-negative data with per_tensor_affine, else (quant_max - quant_min) / 2 (127);
+ *     first minimal mean error wins; t = (i + 0.5) * bin width.
+ *   Clip ranges from t (percentile abs, entropy, mse): [0, t] if no negative value was seen,
+ *   else [-t, t]. qcal_qparams_compute then applies the qscheme (symmetric: max(|min|,max)).
+ *   No data: QCAL_NO_DATA, qparams (1, 0). All-zero data: (0, 0), finite scale.
+ */
+#ifndef QCAL_OBSERVERS_HISTOGRAM_H
+#define QCAL_OBSERVERS_HISTOGRAM_H
+
+#include "qcal/observer.h"
+
+#endif
