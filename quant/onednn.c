@@ -125,6 +125,7 @@ typedef struct plan {
     dnnl_memory_t *act;          /* [nlayers + 1]: act[0] is the quantized input */
     dnnl_primitive_t *prim;      /* [nlayers] */
     dnnl_memory_t *wown;         /* [nlayers] plan-owned weights if the layout differs */
+    dnnl_memory_t *alias;        /* [nlayers] 2-D (N, H*W*C) view of a linear layer's NHWC src */
     char (*impl)[64];            /* [nlayers] implementation names */
     dnnl_memory_t out_plain;     /* NCHW copy of the last activation when its layout differs */
     dnnl_primitive_t out_reorder;
@@ -242,6 +243,8 @@ static void plan_destroy(plan *p)
             dnnl_primitive_destroy(p->prim[i]);
         if (p->wown && p->wown[i])
             dnnl_memory_destroy(p->wown[i]);
+        if (p->alias && p->alias[i])
+            dnnl_memory_destroy(p->alias[i]);
     }
     if (p->act)
         for (int32_t i = 0; i <= p->nlayers; i++)
@@ -250,6 +253,7 @@ static void plan_destroy(plan *p)
     free(p->act);
     free(p->prim);
     free(p->wown);
+    free(p->alias);
     free(p->impl);
     free(p);
 }
@@ -513,6 +517,26 @@ static qcal_status quantize_weights(qcal_int8_net *net, layer *l, const char *fn
     return QCAL_OK;
 }
 
+/* A linear layer after a (C, H, W) activation reads the NHWC buffer as (N, H*W*C); its
+ * weights, given in PyTorch's NCHW flatten order (c, h, w), are permuted to (h, w, c) so the
+ * product is the same as torch.flatten + Linear. */
+static qcal_status permute_chw_to_hwc(layer *l)
+{
+    const int64_t c = l->in.c, hw = l->in.h * l->in.w, k = c * hw;
+    int8_t *row = qcal_malloc((size_t)k);
+    if (!row)
+        return QCAL_ERR_NO_MEMORY;
+    for (int64_t o = 0; o < l->oc; o++) {
+        int8_t *w = l->wq + o * k;
+        for (int64_t ci = 0; ci < c; ci++)
+            for (int64_t p = 0; p < hw; p++)
+                row[p * c + ci] = w[ci * hw + p];
+        memcpy(w, row, (size_t)k);
+    }
+    free(row);
+    return QCAL_OK;
+}
+
 /* Creates l->wplain_md and l->bmem after the quantities are known. */
 static qcal_status layer_memories(qcal_int8_net *net, layer *l, const char *what)
 {
@@ -520,11 +544,8 @@ static qcal_status layer_memories(qcal_int8_net *net, layer *l, const char *what
     if (l->kind == LAYER_CONV) {
         dnnl_dims_t d = {l->oc, l->in.c, l->kh, l->kw};
         DNNL_TRY(dnnl_memory_desc_init_by_tag, (&l->wplain_md, 4, d, dnnl_s8, dnnl_oihw));
-    } else if (l->in.ndim == 3) {
-        dnnl_dims_t d = {l->oc, l->in.c, l->in.h, l->in.w};
-        DNNL_TRY(dnnl_memory_desc_init_by_tag, (&l->wplain_md, 4, d, dnnl_s8, dnnl_oihw));
     } else {
-        dnnl_dims_t d = {l->oc, l->in.c};
+        dnnl_dims_t d = {l->oc, shape_numel(&l->in)};
         DNNL_TRY(dnnl_memory_desc_init_by_tag, (&l->wplain_md, 2, d, dnnl_s8, dnnl_oi));
     }
     if (l->bias) {
@@ -667,6 +688,8 @@ qcal_status qcal_int8_net_add_linear(qcal_int8_net *net, const qcal_int8_linear_
     l->out_zp = p->out_type == QCAL_INT8_OUT_U8 ? p->out_zero_point : 0;
     l->oc = p->out_features;
     rc = quantize_weights(net, l, fn, shape_numel(&net->cur), p->weight, p->weight_scale, p->bias);
+    if (rc == QCAL_OK && l->in.ndim == 3 && !layout_is_plain(&l->in))
+        rc = permute_chw_to_hwc(l);
     if (rc == QCAL_OK)
         rc = layer_memories(net, l, "linear weights/bias");
     if (rc != QCAL_OK) {
@@ -839,7 +862,12 @@ static qcal_status build_layer(qcal_int8_net *net, plan *pl, int32_t i, int64_t 
     dnnl_primitive_desc_t pd = NULL;
     dnnl_memory_t wplain = NULL;
 
-    act_md(&src_md, batch, &l->in, dnnl_u8, &st);
+    if (l->kind == LAYER_LINEAR) {
+        act_shape flat = {1, shape_numel(&l->in), 1, 1};
+        act_md(&src_md, batch, &flat, dnnl_u8, &st);
+    } else {
+        act_md(&src_md, batch, &l->in, dnnl_u8, &st);
+    }
     if (st == dnnl_success)
         act_md(&dst_md, batch, &l->out, l->out_type == QCAL_INT8_OUT_F32 ? dnnl_f32 : dnnl_u8, &st);
     if (st != dnnl_success)
@@ -904,6 +932,12 @@ static qcal_status build_layer(qcal_int8_net *net, plan *pl, int32_t i, int64_t 
     snprintf(pl->impl[i], sizeof pl->impl[i], "%s", impl ? impl : "?");
     DNNL_TRY(dnnl_primitive_create, (&pl->prim[i], pd));
     DNNL_TRY(dnnl_memory_create, (&pl->act[i + 1], &dst_md, net->engine, DNNL_MEMORY_ALLOCATE));
+    if (l->kind == LAYER_LINEAR && l->in.ndim == 3) {
+        /* The NHWC activation read as (N, H*W*C): same bytes, 2-D view. */
+        void *h = NULL;
+        DNNL_TRY(dnnl_memory_get_data_handle, (pl->act[i], &h));
+        DNNL_TRY(dnnl_memory_create, (&pl->alias[i], &src_md, net->engine, h));
+    }
 fail:
     if (wplain)
         dnnl_memory_destroy(wplain);
@@ -931,7 +965,8 @@ static qcal_status build_plan(qcal_int8_net *net, int64_t batch, plan **out)
     pl->prim = qcal_calloc((size_t)nl + 1, sizeof *pl->prim);
     pl->wown = qcal_calloc((size_t)nl + 1, sizeof *pl->wown);
     pl->impl = qcal_calloc((size_t)nl + 1, sizeof *pl->impl);
-    if (!pl->act || !pl->prim || !pl->wown || !pl->impl) {
+    pl->alias = qcal_calloc((size_t)nl + 1, sizeof *pl->alias);
+    if (!pl->act || !pl->prim || !pl->wown || !pl->impl || !pl->alias) {
         rc = QCAL_ERR_NO_MEMORY;
         goto fail;
     }
@@ -1050,7 +1085,7 @@ static qcal_status run_chunk(qcal_int8_net *net, plan *pl, const float *src, int
         const layer *l = &net->layers[i];
         dnnl_exec_arg_t args[4];
         int n = 0;
-        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, pl->act[i]};
+        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, pl->alias[i] ? pl->alias[i] : pl->act[i]};
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, pl->act[i + 1]};
         if (l->kind != LAYER_POOL) {
             args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, pl->wown[i] ? pl->wown[i] : l->wmem};
