@@ -100,6 +100,16 @@ qcal_status qcal_weights_compare_tensor(const qcal_weights_options *opt, const c
     int64_t channels = per_channel ? w->shape[0] : 1;
     qcal_weight_result r;
     memset(&r, 0, sizeof r);
+    /* statistics first: a tensor without any finite value cannot be quantized */
+    qcal_stats_init(&r.stats);
+    st = qcal_stats_update(&r.stats, w->data, numel);
+    if (st != QCAL_OK)
+        goto done;
+    if (r.stats.count == 0) {
+        st = qcal_error(QCAL_ERR_NONFINITE, "weight '%s' has no finite value (%llu NaN/Inf)",
+                        name, (unsigned long long)r.stats.nonfinite);
+        goto done;
+    }
     st = qcal_observer_create(&cfg, &obs);
     if (st != QCAL_OK)
         goto done;
@@ -116,10 +126,10 @@ qcal_status qcal_weights_compare_tensor(const qcal_weights_options *opt, const c
     }
     int64_t got = 0;
     st = qcal_observer_qparams(obs, channels, scales, zps, NULL, &got);
-    if (st == QCAL_NO_DATA) {
-        st = qcal_error(QCAL_ERR_NONFINITE, "weight '%s' has no finite value", name);
-        goto done;
-    }
+    /* QCAL_NO_DATA here: some channel had no finite value (the tensor has some, checked
+     * above); that channel got scale 1, zero-point 0 and contributes no compared pair */
+    if (st == QCAL_NO_DATA)
+        st = QCAL_OK;
     if (st != QCAL_OK)
         goto done;
     if (got != channels) {
@@ -135,17 +145,16 @@ qcal_status qcal_weights_compare_tensor(const qcal_weights_options *opt, const c
     r.scale_min = INFINITY;
     r.scale_max = -INFINITY;
     for (int64_t c = 0; c < channels; c++) {
+        int64_t before = acc.count;
         st = qdq_accumulate(w->data + c * inner, inner, scales[c], zps[c], opt->dtype, qbuf, dq, &acc);
         if (st != QCAL_OK)
             goto done;
+        if (acc.count == before)
+            continue;   /* channel without finite values: its placeholder scale is no range */
         r.scale_min = fminf(r.scale_min, scales[c]);
         r.scale_max = fmaxf(r.scale_max, scales[c]);
     }
     st = qcal_metric_acc_result(&acc, &r.m);
-    if (st != QCAL_OK)
-        goto done;
-    qcal_stats_init(&r.stats);
-    st = qcal_stats_update(&r.stats, w->data, numel);
     if (st != QCAL_OK)
         goto done;
     qcal_stats_std(&r.stats, &r.std);

@@ -101,11 +101,17 @@ static qcal_status emit(qcal_logger *lg, qcal_log_record *rec, const qcal_tensor
 {
     FILE *f = lg->opt.stream;
     const qcal_stats *s = &rec->stats;
+    /* Empty-record policy: a record without finite values (empty tensor, or every value
+     * NaN/Inf) has no min/max/mean: the line prints "n=0" and the statistic keys with empty
+     * values, the CSV leaves those fields empty, so inf/-inf never pass for numbers. */
     if (f) {
-        fprintf(f, "t=%s, c=%" PRId64 ", fqn='%s', op='%s', extra='%s', min=%.6g, max=%.6g, "
-                "absmax=%.6g, avg=%.6g, std=%.6g",
-                rec->t == QCAL_LOG_ACT ? "act" : "param", rec->c, rec->fqn, rec->op, rec->extra,
-                (double)s->min, (double)s->max, (double)s->absmax, s->mean, rec->std);
+        fprintf(f, "t=%s, c=%" PRId64 ", fqn='%s', op='%s', extra='%s', ",
+                rec->t == QCAL_LOG_ACT ? "act" : "param", rec->c, rec->fqn, rec->op, rec->extra);
+        if (s->count > 0)
+            fprintf(f, "min=%.6g, max=%.6g, absmax=%.6g, avg=%.6g, std=%.6g", (double)s->min,
+                    (double)s->max, (double)s->absmax, s->mean, rec->std);
+        else
+            fputs("n=0, min=, max=, absmax=, avg=, std=", f);
         if (s->nonfinite)
             fprintf(f, ", nonfinite=%" PRIu64, s->nonfinite);
         fputc('\n', f);
@@ -120,8 +126,12 @@ static qcal_status emit(qcal_logger *lg, qcal_log_record *rec, const qcal_tensor
         csv_field(c, rec->op);
         fputc(',', c);
         csv_field(c, rec->extra);
-        fprintf(c, ",%s,%" PRId64 ",%" PRIu64 ",%.9g,%.9g,%.9g,%.17g,%.17g\n", shp, s->count,
-                s->nonfinite, (double)s->min, (double)s->max, (double)s->absmax, s->mean, rec->std);
+        fprintf(c, ",%s,%" PRId64 ",%" PRIu64, shp, s->count, s->nonfinite);
+        if (s->count > 0)
+            fprintf(c, ",%.9g,%.9g,%.9g,%.17g,%.17g\n", (double)s->min, (double)s->max,
+                    (double)s->absmax, s->mean, rec->std);
+        else
+            fputs(",,,,,\n", c);
     }
     if (lg->npy_dir && x) {
         char path[4096];
@@ -186,9 +196,10 @@ qcal_status qcal_logger_log_stats(qcal_logger *lg, qcal_log_kind t, const char *
         return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_logger_log_stats: stats is NULL");
     rec.stats = *stats;
     qcal_stats_std(stats, &rec.std);
+    /* c advances even if a sink fails part-way: the record may already be in another
+     * sink, and a c value is never reused */
     st = emit(lg, &rec, NULL);
-    if (st == QCAL_OK)
-        lg->c++;
+    lg->c++;
     return st;
 }
 
@@ -215,8 +226,7 @@ qcal_status qcal_logger_log(qcal_logger *lg, qcal_log_kind t, const char *fqn, c
         return st;
     qcal_stats_std(&rec.stats, &rec.std);
     st = emit(lg, &rec, x);
-    if (st == QCAL_OK)
-        lg->c++;
+    lg->c++;
     return st;
 }
 

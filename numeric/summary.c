@@ -214,6 +214,12 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* A member carries statistics unless its max is non-finite (count 0: max = -inf). */
+static bool has_stats(const qcal_summary_item *it)
+{
+    return isfinite(it->max);
+}
+
 /* Median absmax of group g, and its outliers into s->outl (count returned). */
 static qcal_status analyse(qcal_summary *s, int64_t g, double *median, int64_t *n_out)
 {
@@ -225,15 +231,20 @@ static qcal_status analyse(qcal_summary *s, int64_t g, double *median, int64_t *
         free(o);
         return QCAL_ERR_NO_MEMORY;
     }
+    /* only members with statistics (finite max) take part */
+    int64_t nv = 0;
     for (int64_t i = 0; i < gr->n; i++)
-        v[i] = s->m[gr->idx[i]].it.absmax;
-    qsort(v, (size_t)gr->n, sizeof *v, cmp_double);
-    double med = gr->n % 2 ? v[gr->n / 2] : 0.5 * (v[gr->n / 2 - 1] + v[gr->n / 2]);
+        if (has_stats(&s->m[gr->idx[i]].it))
+            v[nv++] = s->m[gr->idx[i]].it.absmax;
+    qsort(v, (size_t)nv, sizeof *v, cmp_double);
+    double med = nv == 0 ? NAN : nv % 2 ? v[nv / 2] : 0.5 * (v[nv / 2 - 1] + v[nv / 2]);
     int64_t k = 0;
-    if (gr->n >= 3) {
-        for (int64_t i = 0; i < gr->n; i++)
-            if (s->m[gr->idx[i]].it.absmax > s->opt.outlier_factor * med)
+    if (nv >= 3) {
+        for (int64_t i = 0; i < gr->n; i++) {
+            const qcal_summary_item *it = &s->m[gr->idx[i]].it;
+            if (has_stats(it) && it->absmax > s->opt.outlier_factor * med)
                 o[k++] = gr->idx[i];
+        }
     }
     free(v);
     free(s->outl);
@@ -259,9 +270,13 @@ qcal_status qcal_summary_get_group(qcal_summary *s, int64_t g, qcal_summary_grou
     int64_t best = -1, best_count = 0;
     for (int64_t i = 0; i < gr->n; i++) {
         const qcal_summary_item *it = &s->m[gr->idx[i]].it;
-        if (it->max > r.max_of_max)
-            r.max_of_max = it->max;
-        sum_std += it->std;
+        if (has_stats(it)) {
+            if (it->max > r.max_of_max)
+                r.max_of_max = it->max;
+            sum_std += it->std;
+        } else {
+            r.n_empty++;
+        }
         if (!isnan(it->sqnr_db) && (isnan(r.worst_sqnr_db) || it->sqnr_db < r.worst_sqnr_db)) {
             r.worst_sqnr_db = it->sqnr_db;
             r.worst_member = it->name;
@@ -278,7 +293,10 @@ qcal_status qcal_summary_get_group(qcal_summary *s, int64_t g, qcal_summary_grou
             best = i;
         }
     }
-    r.mean_of_std = gr->n ? sum_std / (double)gr->n : 0;
+    int64_t with = gr->n - r.n_empty;
+    r.mean_of_std = with ? sum_std / (double)with : NAN;
+    if (!with)
+        r.max_of_max = NAN;
     if (best >= 0) {
         const qcal_summary_item *it = &s->m[gr->idx[best]].it;
         r.ndim = it->ndim;

@@ -1,5 +1,5 @@
-/* Tests of numeric/summary.c (grouping, outlier rule, keep-float list) and numeric/logger.c
- * (line format, CSV round trip, callback, counter). */
+/* unit.numeric_summary: numeric/summary.c (grouping, outlier rule, members without finite
+ * values, keep-float list). The logger's tests are in test_numeric_logger.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "qcal/numeric.h"
 
@@ -101,92 +100,58 @@ static void test_grouping(void **state)
     assert_int_equal(qcal_summary_create(&o, &s), QCAL_ERR_INVALID_ARG);
 }
 
-static int cb_calls;
-static qcal_status cb(const qcal_log_record *rec, const qcal_tensor *x, void *user)
-{
-    (void)user;
-    assert_non_null(x);
-    assert_int_equal(rec->c, cb_calls);
-    cb_calls++;
-    return QCAL_OK;
-}
-
-static void test_logger(void **state)
+/* Members without finite values (max = -inf, as qcal_stats with count 0) are counted in
+ * n_empty but left out of max_of_max, mean_of_std, the median and the outliers. */
+static void test_empty_members(void **state)
 {
     (void)state;
-    char csv[] = "/tmp/qcal_test_log_XXXXXX";
-    int fd = mkstemp(csv);
-    assert_true(fd >= 0);
-    close(fd);
-    char *line = NULL;
-    size_t len = 0;
-    FILE *mem = open_memstream(&line, &len);
-    qcal_logger_options o;
-    qcal_logger_options_default(&o);
-    o.stream = mem;
-    o.csv_path = csv;
-    o.callback = cb;
-    qcal_logger *lg = NULL;
-    assert_int_equal(qcal_logger_create(&o, &lg), QCAL_OK);
-    float a[6] = {1, 2, 3, 4, 5, 6};
-    int64_t sh[2] = {2, 3};
-    qcal_tensor t;
-    qcal_tensor_init(&t, a, 2, sh);
-    assert_int_equal(qcal_logger_log(lg, QCAL_LOG_PARAM, "fc1.weight", NULL, NULL, &t), QCAL_OK);
-    assert_int_equal(qcal_logger_log_linear(lg, "fc1", NULL, 2, 3, 128, &t), QCAL_OK);
-    float b[2] = {NAN, 1.5f};
-    int64_t sb = 2;
-    qcal_tensor_init(&t, b, 1, &sb);
-    assert_int_equal(qcal_logger_log(lg, QCAL_LOG_ACT, "a,\"b\"", "relu", NULL, &t), QCAL_OK);
-    int64_t c;
-    qcal_logger_count(lg, &c);
-    assert_int_equal(c, 3);
-    assert_int_equal(cb_calls, 3);
-    assert_int_equal(qcal_logger_finish(lg), QCAL_OK);
-    assert_int_equal(qcal_logger_log(lg, QCAL_LOG_ACT, "x", NULL, NULL, &t), QCAL_ERR_STATE);
-    qcal_logger_destroy(&lg);
-    fclose(mem);
-    const char *want =
-        "t=param, c=0, fqn='fc1.weight', op='', extra='2x3', min=1, max=6, absmax=6, avg=3.5, std=1.87083\n"
-        "t=act, c=1, fqn='fc1', op='linear', extra='MKN=2|3|128', min=1, max=6, absmax=6, avg=3.5, std=1.87083\n"
-        "t=act, c=2, fqn='a,\"b\"', op='relu', extra='2', min=1.5, max=1.5, absmax=1.5, avg=1.5, std=0, nonfinite=1\n";
-    if (strcmp(line, want)) {
-        print_error("logger output:\n%s\nwant:\n%s\n", line, want);
-        fail();
-    }
-    free(line);
-    /* CSV round trip */
-    FILE *f = fopen(csv, "r");
-    assert_non_null(f);
-    char row[1024];
-    assert_non_null(fgets(row, sizeof row, f));
-    assert_string_equal(row, "t,c,fqn,op,extra,shape,count,nonfinite,min,max,absmax,mean,std\n");
-    assert_non_null(fgets(row, sizeof row, f));
-    char t0[16], fqn[64], shape[32];
-    long long cc, cnt;
-    unsigned long long nf;
-    float mn, mx, am;
-    double mean, sd;
-    assert_int_equal(sscanf(row, "%15[^,],%lld,%63[^,],,2x3,%31[^,],%lld,%llu,%g,%g,%g,%lf,%lf", t0, &cc,
-                            fqn, shape, &cnt, &nf, &mn, &mx, &am, &mean, &sd), 11);
-    assert_string_equal(t0, "param");
-    assert_string_equal(fqn, "fc1.weight");
-    assert_int_equal(cnt, 6);
-    assert_true(mn == 1 && mx == 6 && am == 6 && mean == 3.5);
-    assert_true(sd == sqrt(17.5 / 5));
-    assert_non_null(fgets(row, sizeof row, f));
-    assert_non_null(strstr(row, "MKN=2|3|128"));
-    assert_non_null(fgets(row, sizeof row, f));
-    assert_non_null(strstr(row, "act,2,\"a,\"\"b\"\"\",relu,2,2,1,1,1.5,1.5,1.5,1.5,0"));
-    fclose(f);
-    unlink(csv);
+    qcal_summary_options o;
+    qcal_summary_options_default(&o);
+    qcal_summary *s = NULL;
+    assert_int_equal(qcal_summary_create(&o, &s), QCAL_OK);
+    qcal_stats empty;
+    qcal_stats_init(&empty);
+    qcal_summary_item it;
+    memset(&it, 0, sizeof it);
+    it.name = "layers.0.w";
+    it.ndim = 1;
+    it.shape[0] = 0;
+    it.max = empty.max;
+    it.absmax = empty.absmax;
+    it.std = 0;
+    it.sqnr_db = NAN;
+    assert_int_equal(qcal_summary_add(s, &it), QCAL_OK);
+    qcal_summary_group g;
+    assert_int_equal(qcal_summary_get_group(s, 0, &g), QCAL_OK);
+    assert_int_equal(g.count, 1);
+    assert_int_equal(g.n_empty, 1);
+    assert_true(isnan(g.max_of_max) && isnan(g.mean_of_std) && isnan(g.median_absmax));
+    assert_int_equal(g.n_outliers, 0);
+    /* three members with statistics and one without: median over the three (1, 2, 9):
+     * 2, outlier 9 > 4 x 2; the empty member's std 0 does not pull mean_of_std down */
+    add(s, "layers.1.w", 1.0f, 40);
+    add(s, "layers.2.w", 2.0f, 40);
+    add(s, "layers.3.w", 9.0f, 40);
+    assert_int_equal(qcal_summary_get_group(s, 0, &g), QCAL_OK);
+    assert_int_equal(g.count, 4);
+    assert_int_equal(g.n_empty, 1);
+    assert_true(g.max_of_max == 9.0f);
+    assert_true(g.median_absmax == 2.0);
+    assert_true(fabs(g.mean_of_std - (0.5 + 1.0 + 4.5) / 3) < 1e-12);
+    assert_int_equal(g.n_outliers, 1);
+    const char *nm;
+    assert_int_equal(qcal_summary_outlier(s, 0, 0, &nm), QCAL_OK);
+    assert_string_equal(nm, "layers.3.w");
+    /* typical shape: (8, 4) appears 3 times, (0) once */
+    assert_int_equal(g.ndim, 2);
+    qcal_summary_destroy(&s);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grouping),
-        cmocka_unit_test(test_logger),
+        cmocka_unit_test(test_empty_members),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,8 +26,10 @@ static const char help[] =
     "  -h, --help        this help\n"
     "Columns: sqnr = 20 log10(|x| / |x - q|) in dB (torch.ao.ns.fx.utils.compute_sqnr; inf\n"
     "when lossless), l2 = |x - q| / |x| (normalized L2 error), cosine similarity, max_abs_err,\n"
-    "scale_min/scale_max over channels. JSON: {\"tensors\": [...], \"groups\": [...],\n"
-    "\"keep_float\": [...]}.\n";
+    "scale_min/scale_max over channels. NaN/Inf are skipped and counted (flags column); a\n"
+    "tensor with no finite value is reported, flagged and not compared; the run goes on.\n"
+    "JSON: {\"tensors\": [...], \"groups\": [...], \"keep_float\": [...],\n"
+    "\"not_compared\": [...], \"nonfinite_values\": N}; sqnr +inf is the string \"inf\".\n";
 
 enum { OPT_HELP = 1, OPT_OBSERVER, OPT_DTYPE, OPT_QSCHEME, OPT_FORMAT, OPT_MIN_SQNR };
 static const cli_opt opts[] = {
@@ -42,10 +44,20 @@ static const cli_opt opts[] = {
 
 enum { FMT_TABLE, FMT_CSV, FMT_JSON };
 
+/* One reported tensor. compared false: the tensor had no finite value (flagged, counted,
+ * not quantized): only name, shape and stats (count 0, nonfinite N) are meaningful. */
+typedef struct row {
+    qcal_weight_result w;
+    bool compared;
+} row;
+
 typedef struct run {
     qcal_weights_options wo;
-    qcal_weight_result *res;
+    row *res;
     int64_t n, cap;
+    int64_t n_uncompared;        /* tensors without any finite value */
+    int64_t n_with_nonfinite;    /* compared tensors in which NaN/Inf were skipped */
+    uint64_t nonfinite_values;   /* NaN/Inf values over all tensors */
     qcal_summary *sum;
 } run;
 
@@ -59,29 +71,56 @@ static int compare_one(run *r, const char *name, const qcal_tensor *t)
 {
     if (r->n == r->cap) {
         int64_t nc = r->cap ? r->cap * 2 : 64;
-        qcal_weight_result *nr = realloc(r->res, (size_t)nc * sizeof *nr);
+        row *nr = realloc(r->res, (size_t)nc * sizeof *nr);
         if (!nr)
             return cli_fail("compare-weights", QCAL_EXIT_FAILURE, "out of memory");
         r->res = nr;
         r->cap = nc;
     }
-    qcal_status s = qcal_weights_compare_tensor(&r->wo, name, t, &r->res[r->n]);
+    row *w = &r->res[r->n];
+    memset(w, 0, sizeof *w);
+    qcal_status s = qcal_weights_compare_tensor(&r->wo, name, t, &w->w);
     if (s == QCAL_ERR_EMPTY) {
         fprintf(stderr, "qcal: compare-weights: skipping '%s' (no elements)\n", name);
         return 0;
     }
-    if (s != QCAL_OK)
+    if (s == QCAL_ERR_NONFINITE) {
+        /* no finite value at all: report the tensor flagged and go on with the others */
+        int64_t numel = 0;
+        qcal_tensor_numel(t, &numel);
+        qcal_stats_init(&w->w.stats);
+        s = qcal_stats_update(&w->w.stats, t->data, numel);
+        if (s != QCAL_OK)
+            return cli_fail_status("compare-weights", QCAL_EXIT_FAILURE, s);
+        snprintf(w->w.name, sizeof w->w.name, "%s", name);
+        w->w.ndim = t->ndim;
+        memcpy(w->w.shape, t->shape, sizeof w->w.shape);
+        w->w.std = NAN;
+        w->w.scale_min = w->w.scale_max = NAN;
+        w->w.m.sqnr_db = w->w.m.l2 = w->w.m.cosine = w->w.m.max_abs_err = NAN;
+        w->w.m.nonfinite = (uint64_t)numel;
+        w->compared = false;
+        r->n_uncompared++;
+        fprintf(stderr, "qcal: compare-weights: '%s' has no finite value (%llu NaN/Inf): "
+                "reported, not compared\n", name, (unsigned long long)w->w.stats.nonfinite);
+    } else if (s != QCAL_OK) {
         return cli_fail_status("compare-weights", QCAL_EXIT_FAILURE, s);
-    qcal_weight_result *w = &r->res[r->n++];
+    } else {
+        w->compared = true;
+        if (w->w.stats.nonfinite)
+            r->n_with_nonfinite++;
+    }
+    r->nonfinite_values += w->w.stats.nonfinite;
+    r->n++;
     qcal_summary_item it;
     memset(&it, 0, sizeof it);
     it.name = name;
-    it.ndim = w->ndim;
-    memcpy(it.shape, w->shape, sizeof it.shape);
-    it.max = w->stats.max;
-    it.absmax = w->stats.absmax;
-    it.std = w->std;
-    it.sqnr_db = w->m.sqnr_db;
+    it.ndim = w->w.ndim;
+    memcpy(it.shape, w->w.shape, sizeof it.shape);
+    it.max = w->w.stats.max;   /* -inf when no finite value: the summary leaves it out */
+    it.absmax = w->w.stats.absmax;
+    it.std = w->w.std;
+    it.sqnr_db = w->w.m.sqnr_db;
     s = qcal_summary_add(r->sum, &it);
     return s == QCAL_OK ? 0 : cli_fail_status("compare-weights", QCAL_EXIT_FAILURE, s);
 }
@@ -164,7 +203,7 @@ static void shape_str(char *b, size_t cap, int32_t ndim, const int64_t *shape)
         k += (size_t)snprintf(b + k, cap - k, d ? "x%lld" : "%lld", (long long)shape[d]);
 }
 
-/* JSON number: non-finite values as null (sqnr inf when lossless is reported as null). */
+/* JSON number: non-finite values as null. */
 static void jnum(double v)
 {
     if (isfinite(v))
@@ -173,19 +212,58 @@ static void jnum(double v)
         printf("null");
 }
 
+/* CSV field: quoted when it holds a comma, quote or newline (RFC 4180). */
+static void csv_str(const char *s)
+{
+    if (!strpbrk(s, ",\"\n\r")) {
+        fputs(s, stdout);
+        return;
+    }
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"')
+            putchar('"');
+        putchar(*s);
+    }
+    putchar('"');
+}
+
+/* CSV number: empty field when not available (NaN), "inf"/"-inf" for infinities. */
+static void cnum(double v)
+{
+    if (!isnan(v))
+        printf("%.9g", v);
+}
+
+/* Table number in a field of width w: "-" when not available. */
+static void tnum(int w, const char *fmt, double v)
+{
+    if (isnan(v))
+        printf(" %*s", w, "-");
+    else
+        printf(fmt, w, v);
+}
+
 static void print_json(run *r)
 {
     printf("{\"tensors\": [");
     for (int64_t i = 0; i < r->n; i++) {
-        qcal_weight_result *w = &r->res[i];
+        const row *rw = &r->res[i];
+        const qcal_weight_result *w = &rw->w;
         printf("%s\n  {\"name\": ", i ? "," : "");
         cli_json_str(stdout, w->name);
         printf(", \"shape\": [");
         for (int32_t d = 0; d < w->ndim; d++)
             printf("%s%lld", d ? ", " : "", (long long)w->shape[d]);
-        printf("], \"qscheme\": \"%s\", \"sqnr\": ", qcal_qscheme_name(w->qscheme));
-        if (isinf(w->m.sqnr_db) && w->m.sqnr_db > 0)
-            printf("\"inf\"");
+        printf("], \"compared\": %s, \"qscheme\": ", rw->compared ? "true" : "false");
+        if (rw->compared)
+            printf("\"%s\"", qcal_qscheme_name(w->qscheme));
+        else
+            printf("null");
+        /* sqnr: +inf (lossless) is the string "inf"; JSON has no infinity */
+        printf(", \"sqnr\": ");
+        if (isinf(w->m.sqnr_db))
+            printf(w->m.sqnr_db > 0 ? "\"inf\"" : "\"-inf\"");
         else
             jnum(w->m.sqnr_db);
         printf(", \"l2\": ");
@@ -198,12 +276,14 @@ static void print_json(run *r)
         jnum(w->scale_min);
         printf(", \"scale_max\": ");
         jnum(w->scale_max);
-        printf(", \"min\": ");
-        jnum(w->stats.min);
+        bool st = w->stats.count > 0;
+        printf(", \"count\": %lld, \"nonfinite\": %llu, \"min\": ", (long long)w->stats.count,
+               (unsigned long long)w->stats.nonfinite);
+        jnum(st ? w->stats.min : NAN);
         printf(", \"max\": ");
-        jnum(w->stats.max);
+        jnum(st ? w->stats.max : NAN);
         printf(", \"std\": ");
-        jnum(w->std);
+        jnum(st ? w->std : NAN);
         printf("}");
     }
     printf("\n], \"groups\": [");
@@ -215,7 +295,8 @@ static void print_json(run *r)
             continue;
         printf("%s\n  {\"pattern\": ", g ? "," : "");
         cli_json_str(stdout, gr.pattern);
-        printf(", \"count\": %lld, \"shape\": [", (long long)gr.count);
+        printf(", \"count\": %lld, \"no_finite\": %lld, \"shape\": [", (long long)gr.count,
+               (long long)gr.n_empty);
         for (int32_t d = 0; d < gr.ndim; d++)
             printf("%s%lld", d ? ", " : "", (long long)gr.shape[d]);
         printf("], \"max_of_max\": ");
@@ -223,7 +304,10 @@ static void print_json(run *r)
         printf(", \"mean_of_std\": ");
         jnum(gr.mean_of_std);
         printf(", \"worst_sqnr\": ");
-        jnum(gr.worst_sqnr_db);
+        if (isinf(gr.worst_sqnr_db))
+            printf(gr.worst_sqnr_db > 0 ? "\"inf\"" : "\"-inf\"");
+        else
+            jnum(gr.worst_sqnr_db);
         printf(", \"outliers\": [");
         for (int64_t o = 0; o < gr.n_outliers; o++) {
             const char *nm;
@@ -246,28 +330,59 @@ static void print_json(run *r)
         }
         free(names);
     }
-    printf("]}\n");
+    printf("], \"not_compared\": [");
+    for (int64_t i = 0, k = 0; i < r->n; i++) {
+        if (r->res[i].compared)
+            continue;
+        printf("%s", k++ ? ", " : "");
+        cli_json_str(stdout, r->res[i].w.name);
+    }
+    printf("], \"nonfinite_values\": %llu}\n", (unsigned long long)r->nonfinite_values);
 }
 
 static void print_table(run *r, bool csv)
 {
     if (csv)
-        printf("name,shape,min,max,std,scale_min,scale_max,sqnr,l2,cosine,max_abs_err\n");
+        printf("name,shape,min,max,std,scale_min,scale_max,sqnr,l2,cosine,max_abs_err,"
+               "nonfinite,compared\n");
     else
-        printf("%-40s %-16s %11s %11s %11s %11s %11s %9s %11s %11s\n", "tensor", "shape", "min",
-               "max", "std", "scale_min", "scale_max", "sqnr_dB", "l2", "cosine");
+        printf("%-40s %-16s %11s %11s %11s %11s %11s %9s %11s %11s  %s\n", "tensor", "shape",
+               "min", "max", "std", "scale_min", "scale_max", "sqnr_dB", "l2", "cosine", "flags");
     for (int64_t i = 0; i < r->n; i++) {
-        qcal_weight_result *w = &r->res[i];
+        const row *rw = &r->res[i];
+        const qcal_weight_result *w = &rw->w;
         char shp[128];
         shape_str(shp, sizeof shp, w->ndim, w->shape);
-        if (csv)
-            printf("%s,%s,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g\n", w->name, shp,
-                   (double)w->stats.min, (double)w->stats.max, w->std, (double)w->scale_min,
-                   (double)w->scale_max, w->m.sqnr_db, w->m.l2, w->m.cosine, w->m.max_abs_err);
-        else
-            printf("%-40s %-16s %11.4g %11.4g %11.4g %11.4g %11.4g %9.3f %11.4g %11.8f\n", w->name,
-                   shp, (double)w->stats.min, (double)w->stats.max, w->std, (double)w->scale_min,
-                   (double)w->scale_max, w->m.sqnr_db, w->m.l2, w->m.cosine);
+        bool st = w->stats.count > 0;
+        double mn = st ? w->stats.min : NAN, mx = st ? w->stats.max : NAN;
+        double sd = st ? w->std : NAN;
+        if (csv) {
+            csv_str(w->name);
+            printf(",%s,", shp);
+            double v[] = {mn, mx, sd, w->scale_min, w->scale_max, w->m.sqnr_db, w->m.l2,
+                          w->m.cosine, w->m.max_abs_err};
+            for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
+                cnum(v[k]);
+                putchar(',');
+            }
+            printf("%llu,%d\n", (unsigned long long)w->stats.nonfinite, rw->compared ? 1 : 0);
+            continue;
+        }
+        printf("%-40s %-16s", w->name, shp);
+        tnum(11, " %*.4g", mn);
+        tnum(11, " %*.4g", mx);
+        tnum(11, " %*.4g", sd);
+        tnum(11, " %*.4g", w->scale_min);
+        tnum(11, " %*.4g", w->scale_max);
+        tnum(9, " %*.3f", w->m.sqnr_db);
+        tnum(11, " %*.4g", w->m.l2);
+        tnum(11, " %*.8f", w->m.cosine);
+        if (!rw->compared)
+            printf("  NO FINITE VALUE (%llu NaN/Inf), not compared",
+                   (unsigned long long)w->stats.nonfinite);
+        else if (w->stats.nonfinite)
+            printf("  nonfinite=%llu", (unsigned long long)w->stats.nonfinite);
+        printf("\n");
     }
     if (csv)
         return;
@@ -281,8 +396,11 @@ static void print_table(run *r, bool csv)
             continue;
         char shp[128];
         shape_str(shp, sizeof shp, gr.ndim, gr.shape);
-        printf("%-40s %6lld %-16s %11.4g %11.4g %9.3f ", gr.pattern, (long long)gr.count, shp,
-               (double)gr.max_of_max, gr.mean_of_std, gr.worst_sqnr_db);
+        printf("%-40s %6lld %-16s", gr.pattern, (long long)gr.count, shp);
+        tnum(11, " %*.4g", gr.max_of_max);
+        tnum(11, " %*.4g", gr.mean_of_std);
+        tnum(9, " %*.3f", gr.worst_sqnr_db);
+        printf(" ");
         for (int64_t o = 0; o < gr.n_outliers; o++) {
             const char *nm;
             if (qcal_summary_outlier(r->sum, g, o, &nm) == QCAL_OK)
@@ -290,6 +408,10 @@ static void print_table(run *r, bool csv)
         }
         printf("\n");
     }
+    printf("\n%lld tensors: %lld compared, %lld with no finite value (not compared); "
+           "%lld compared tensors had NaN/Inf skipped; %llu NaN/Inf values in all\n",
+           (long long)r->n, (long long)(r->n - r->n_uncompared), (long long)r->n_uncompared,
+           (long long)r->n_with_nonfinite, (unsigned long long)r->nonfinite_values);
     int64_t nk = 0;
     qcal_summary_keep_float(r->sum, 0, NULL, &nk);
     if (nk) {

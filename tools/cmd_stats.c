@@ -13,7 +13,8 @@ static const char help[] =
     "usage: qcal stats [--csv PATH] [--summary] FILE.safetensors|FILE.npy ...\n"
     "\n"
     "Prints one line per tensor (t=param, c=<counter>, fqn, op, extra=<shape>, min, max,\n"
-    "absmax, avg, std; nonfinite=N when NaN/Inf were skipped). Safetensors files are\n"
+    "absmax, avg, std; nonfinite=N when NaN/Inf were skipped; a tensor without finite\n"
+    "values prints n=0 and empty statistics). Safetensors files are\n"
     "memory-mapped and streamed in chunks of 1 Mi elements, so files larger than memory\n"
     "work; F32, F16, BF16 and F64 tensors are read, other dtypes are skipped with a note\n"
     "on stderr. A .npy file is one tensor named after the file.\n"
@@ -142,8 +143,14 @@ static void print_summary(qcal_summary *sum)
         size_t k = 0;
         for (int32_t d = 0; d < gr.ndim && k < sizeof shp; d++)
             k += (size_t)snprintf(shp + k, sizeof shp - k, d ? "x%lld" : "%lld", (long long)gr.shape[d]);
-        printf("%-40s %6lld %-20s %12.6g %12.6g", gr.pattern, (long long)gr.count, shp,
-               (double)gr.max_of_max, gr.mean_of_std);
+        /* a group whose members have no finite value has no statistics: "-" */
+        printf("%-40s %6lld %-20s", gr.pattern, (long long)gr.count, shp);
+        if (isnan(gr.max_of_max))
+            printf(" %12s %12s", "-", "-");
+        else
+            printf(" %12.6g %12.6g", (double)gr.max_of_max, gr.mean_of_std);
+        if (gr.n_empty)
+            printf(" (%lld without finite values)", (long long)gr.n_empty);
         for (int64_t o = 0; o < gr.n_outliers; o++) {
             const char *nm;
             if (qcal_summary_outlier(sum, g, o, &nm) == QCAL_OK)

@@ -125,11 +125,15 @@ typedef struct qcal_logger_options {
     FILE *stream;            /* default NULL: no line output; e.g. stdout: one compact line per
                               * record: t=act, c=7, fqn='fc1', op='linear',
                               * extra='MKN=64|3136|128', min=.., max=3.33, absmax=..,
-                              * avg=0.0012, std=1.0 (%.6g; ", nonfinite=N" when N > 0) */
+                              * avg=0.0012, std=1.0 (%.6g; ", nonfinite=N" when N > 0).
+                              * A record with no finite value (empty tensor, all NaN/Inf)
+                              * prints "n=0, min=, max=, absmax=, avg=, std=" instead of
+                              * the numbers (never inf/-inf as if they were statistics) */
     const char *csv_path;    /* default NULL: no CSV; else written atomically by
                               * qcal_logger_finish. Header:
                               * t,c,fqn,op,extra,shape,count,nonfinite,min,max,absmax,mean,std
-                              * (floats %.9g, doubles %.17g: exact round trip) */
+                              * (floats %.9g, doubles %.17g: exact round trip; with
+                              * count 0 the five statistic fields are empty) */
     const char *npy_dir;     /* default NULL: no dumps; else one float32 .npy per tensor record:
                               * <dir>/<c, 6 digits>_<fqn with [^A-Za-z0-9._-] -> '_'>.npy
                               * (the directory must exist) */
@@ -149,7 +153,8 @@ QCAL_API qcal_status qcal_logger_create(const qcal_logger_options *opt, qcal_log
 QCAL_API void qcal_logger_destroy(qcal_logger **lg);
 
 /* Computes the statistics of x and emits one record. fqn/op may be NULL. extra NULL:
- * the shape ("64x3136"; "scalar" for 0-d). Empty tensors are logged with count 0. */
+ * the shape ("64x3136"; "scalar" for 0-d). Empty tensors are logged with count 0. The
+ * counter advances even if a sink fails part-way, so c values are never reused. */
 QCAL_API qcal_status qcal_logger_log(qcal_logger *lg, qcal_log_kind t, const char *fqn,
                                      const char *op, const char *extra, const qcal_tensor *x);
 
@@ -178,8 +183,10 @@ typedef struct qcal_summary_options {
                                  * path components of digits only become '*'
                                  * ("blocks.0.attn.q" -> "blocks.*.attn.q") */
     int32_t n_globs;            /* default 0 */
-    double outlier_factor;      /* default 4.0: in a group of >= 3 members, a member is an
-                                 * outlier when absmax > factor * median absmax of the group */
+    double outlier_factor;      /* default 4.0: in a group with >= 3 members that have
+                                 * statistics, a member is an outlier when absmax > factor *
+                                 * median absmax of those members (median: middle value, or
+                                 * mean of the two middle values for an even count) */
     double min_sqnr;            /* default NAN (off): members with sqnr < min_sqnr dB are
                                  * listed by qcal_summary_keep_float */
 } qcal_summary_options;
@@ -188,7 +195,10 @@ typedef struct qcal_summary_item {
     const char *name;           /* copied */
     int32_t ndim;
     int64_t shape[QCAL_MAX_DIMS];
-    float max;                  /* statistics of the member */
+    float max;                  /* statistics of the member; a non-finite max (the -inf of
+                                 * qcal_stats with count 0) marks a member without finite
+                                 * values: counted in count and n_empty, left out of
+                                 * max_of_max, mean_of_std, the median and the outliers */
     float absmax;
     double std;
     double sqnr_db;             /* NAN when the member has no comparison */
@@ -205,6 +215,8 @@ typedef struct qcal_summary_group {
     const char *worst_member;   /* member with the worst sqnr (NULL if none) */
     double median_absmax;
     int64_t n_outliers;         /* see qcal_summary_outlier */
+    int64_t n_empty;            /* members without finite values (see qcal_summary_item.max);
+                                 * if all are, max_of_max, mean_of_std, median_absmax: NAN */
 } qcal_summary_group;
 
 typedef struct qcal_summary qcal_summary;
@@ -268,8 +280,10 @@ typedef struct qcal_weight_result {
 QCAL_API void qcal_weights_options_default(qcal_weights_options *opt);
 
 /* Quantize-dequantizes one float tensor w with opt and fills *out (name copied). The
- * tensor is read twice (observer, then quantize-dequantize in chunks); nothing is kept.
- * Empty tensors: QCAL_ERR_EMPTY. */
+ * tensor is read in passes (statistics, observer, quantize-dequantize in chunks); nothing
+ * is kept. NaN/Inf are skipped and counted (stats.nonfinite, m.nonfinite); a channel with
+ * no finite value is left out of the scale range. Empty tensors: QCAL_ERR_EMPTY; no finite
+ * value at all: QCAL_ERR_NONFINITE (qcal compare-weights reports such a tensor, flagged). */
 QCAL_API qcal_status qcal_weights_compare_tensor(const qcal_weights_options *opt,
                                                  const char *name, const qcal_tensor *w,
                                                  qcal_weight_result *out);
