@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/atomic_file.h"
@@ -28,6 +29,17 @@ qcal_status qcal_atomic_open(qcal_atomic_file *f, const char *path)
         f->tmp_path = NULL;
         qcal_atomic_abort(f);
         return qcal_error(QCAL_ERR_IO, "cannot create output '%s': %s", path, strerror(e));
+    }
+    /* mkstemp creates the file 0600; give the output the mode a plain fopen would
+     * (0666 minus the umask), so replacing a file does not silently restrict it. */
+    mode_t mask = umask(0);
+    umask(mask);
+    if (fchmod(fd, 0666 & ~mask) != 0) {
+        int e = errno;
+        close(fd);
+        qcal_atomic_abort(f);
+        return qcal_error(QCAL_ERR_IO, "cannot set the mode of output '%s': %s", path,
+                          strerror(e));
     }
     f->fp = fdopen(fd, "wb");
     if (!f->fp) {
