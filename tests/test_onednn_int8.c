@@ -14,6 +14,7 @@
 
 #include "core/cpu.h"
 #include "qcal/int8.h"
+#include "qcal/npy.h"
 #include "qcal/quantize.h"
 #include "qcal/tensor.h"
 #include "qcal_config.h"
@@ -688,6 +689,148 @@ static void test_quantize_kernels(void **state)
     free(got);
 }
 
+/* ------------------------------------------------------------------ PyTorch golden */
+
+static qcal_npy_array load_npy(const char *name)
+{
+    const char *dir = getenv("QCAL_TEST_DATA");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/onednn_int8/%s.npy", dir ? dir : "tests/data", name);
+    qcal_npy_array a;
+    qcal_status st = qcal_npy_read(path, &a);
+    if (st != QCAL_OK)
+        print_error("%s: %s\n", path, qcal_last_error());
+    assert_int_equal(st, QCAL_OK);
+    return a;
+}
+
+/* Compares u8 codes with PyTorch's: returns the fraction within one step, prints the worst. */
+static double compare_golden(const char *what, const uint8_t *got, const uint8_t *want, int64_t n,
+                             double *exact_frac)
+{
+    int64_t within1 = 0, exact = 0, worst_i = 0;
+    int worst = -1;
+    for (int64_t i = 0; i < n; i++) {
+        int d = abs((int)got[i] - (int)want[i]);
+        within1 += d <= 1;
+        exact += d == 0;
+        if (d > worst) {
+            worst = d;
+            worst_i = i;
+        }
+    }
+    double frac = (double)within1 / (double)n;
+    *exact_frac = (double)exact / (double)n;
+    print_message("# %s vs PyTorch (onednn engine): %.4f exact, %.4f within one step, worst %d "
+                  "(element %lld: got %d, PyTorch %d)\n", what, *exact_frac, frac, worst,
+                  (long long)worst_i, got[worst_i], want[worst_i]);
+    return frac;
+}
+
+static void test_pytorch_golden(void **state)
+{
+    (void)state;
+    qcal_npy_array x = load_npy("x"), qp = load_npy("qparams");
+    qcal_npy_array w[4], b[4], ws[4];
+    for (int i = 0; i < 4; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "w%d", i + 1);
+        w[i] = load_npy(name);
+        snprintf(name, sizeof name, "b%d", i + 1);
+        b[i] = load_npy(name);
+        snprintf(name, sizeof name, "wscale%d", i + 1);
+        ws[i] = load_npy(name);
+    }
+    qcal_npy_array g1 = load_npy("q_conv1"), g3 = load_npy("q_fc1"), g4 = load_npy("q_fc2");
+    const float *q = qp.data;
+    const int64_t n = x.shape[0];
+    assert_int_equal(x.dtype, QCAL_NPY_F32);
+    assert_int_equal(g1.dtype, QCAL_NPY_U8);
+
+    for (int depth = 1; depth <= 3; depth++) {
+        qcal_int8_net *net = NULL;
+        const int64_t shape[3] = {1, 28, 28};
+        assert_int_equal(qcal_int8_net_create(NULL, 3, shape, q[0], (int32_t)q[1], &net), QCAL_OK);
+        qcal_int8_conv2d_params c;
+        qcal_int8_conv2d_params_default(&c);
+        c.kernel_h = c.kernel_w = 3;
+        c.pad_h = c.pad_w = 1;
+        c.relu = true;
+        c.out_channels = w[0].shape[0];
+        c.weight = w[0].data;
+        c.bias = b[0].data;
+        c.out_scale = q[2];
+        c.out_zero_point = (int32_t)q[3];
+        assert_int_equal(qcal_int8_net_add_conv2d(net, &c), QCAL_OK);
+        const qcal_npy_array *g = &g1;
+        if (depth >= 2) {
+            qcal_int8_pool2d_params pp;
+            qcal_int8_pool2d_params_default(&pp);
+            assert_int_equal(qcal_int8_net_add_maxpool2d(net, &pp), QCAL_OK);
+            c.out_channels = w[1].shape[0];
+            c.weight = w[1].data;
+            c.bias = b[1].data;
+            c.out_scale = q[4];
+            c.out_zero_point = (int32_t)q[5];
+            assert_int_equal(qcal_int8_net_add_conv2d(net, &c), QCAL_OK);
+            assert_int_equal(qcal_int8_net_add_maxpool2d(net, &pp), QCAL_OK);
+            qcal_int8_linear_params l;
+            qcal_int8_linear_params_default(&l);
+            l.out_features = w[2].shape[0];
+            l.weight = w[2].data;
+            l.bias = b[2].data;
+            l.relu = true;
+            l.out_scale = q[6];
+            l.out_zero_point = (int32_t)q[7];
+            assert_int_equal(qcal_int8_net_add_linear(net, &l), QCAL_OK);
+            g = &g3;
+            if (depth == 3) {
+                qcal_int8_linear_params_default(&l);
+                l.out_features = w[3].shape[0];
+                l.weight = w[3].data;
+                l.bias = b[3].data;
+                l.out_scale = q[8];
+                l.out_zero_point = (int32_t)q[9];
+                assert_int_equal(qcal_int8_net_add_linear(net, &l), QCAL_OK);
+                g = &g4;
+            }
+        }
+        /* weight scales bit-identical to PyTorch's PerChannelMinMaxObserver */
+        int32_t nl;
+        assert_int_equal(qcal_int8_net_layers(net, &nl), QCAL_OK);
+        for (int32_t li = 0, wi = 0; li < nl; li++) {
+            float sc[128];
+            int64_t cnt;
+            if (qcal_int8_net_weight_scales(net, li, 128, sc, &cnt) != QCAL_OK)
+                continue;   /* max-pool */
+            assert_int_equal(cnt, ws[wi].numel);
+            assert_memory_equal(sc, ws[wi].data, (size_t)cnt * sizeof(float));
+            wi++;
+        }
+        uint8_t *got = malloc((size_t)g->numel);
+        assert_int_equal(qcal_int8_net_forward_u8(net, n, x.data, got), QCAL_OK);
+        double exact;
+        const char *names[] = {"", "conv1", "conv1..fc1", "conv1..fc2"};
+        double frac = compare_golden(names[depth], got, g->data, g->numel, &exact);
+        /* one layer: the same arithmetic as PyTorch's onednn engine, off by one only on
+         * rounding ties of the scale products; deeper: those flips propagate a little. */
+        assert_true(frac >= 0.999);
+        assert_true(exact >= (depth == 1 ? 0.995 : 0.97));
+        free(got);
+        qcal_int8_net_destroy(&net);
+    }
+    qcal_npy_array_free(&x);
+    qcal_npy_array_free(&qp);
+    qcal_npy_array_free(&g1);
+    qcal_npy_array_free(&g3);
+    qcal_npy_array_free(&g4);
+    for (int i = 0; i < 4; i++) {
+        qcal_npy_array_free(&w[i]);
+        qcal_npy_array_free(&b[i]);
+        qcal_npy_array_free(&ws[i]);
+    }
+}
+
 /* ------------------------------------------------------------------ error paths */
 
 static void expect_err(qcal_status got, qcal_status want, const char *needle)
@@ -848,6 +991,7 @@ int main(void)
         cmocka_unit_test(test_maxpool_exact),
         cmocka_unit_test(test_linear_u8_and_f32),
         cmocka_unit_test(test_cnn_stack),
+        cmocka_unit_test(test_pytorch_golden),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests_name("onednn_int8", tests, NULL, NULL);
