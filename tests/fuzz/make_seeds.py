@@ -1,0 +1,127 @@
+#!/usr/bin/python3
+"""Writes the hand-made part of the libFuzzer seed corpora in tests/fuzz/corpus/<target>/.
+
+Run from the repository root: /usr/bin/python3 tests/fuzz/make_seeds.py
+(Plain Python; the .npy seeds are copies of tests/data/npy files, made by .ci/run's author
+once with cp, and the calibration-table seeds copies of tests/data/calib/*.json.)
+Seeds are small on purpose: libFuzzer mutates them, so each one shows a structure
+(every dtype, metadata, gzip, each rules key, each subcommand), not a volume of data."""
+import gzip
+import json
+import os
+import struct
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+
+
+def put(target, name, data):
+    d = os.path.join(ROOT, target)
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+# ---- safetensors ----
+def safetensors(tensors, metadata=None, pad=True):
+    header, blobs, off = {}, [], 0
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, payload in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + len(payload)]}
+        blobs.append(payload)
+        off += len(payload)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    if pad:
+        h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + b"".join(blobs)
+
+
+f32 = struct.pack("<4f", 1.0, -2.5, 3.25, float("inf"))
+f16 = struct.pack("<3H", 0x3C00, 0x7E00, 0x0001)        # 1.0, NaN, smallest subnormal
+bf16 = struct.pack("<2H", 0x3F80, 0xFF80)              # 1.0, -inf
+f64 = struct.pack("<2d", 1e300, -1e-300)
+i64 = struct.pack("<q", -7)
+put("fuzz_safetensors", "mixed.safetensors",
+    safetensors([("a", "F32", [2, 2], f32), ("b.weight", "F16", [3], f16),
+                 ("c", "BF16", [2, 1], bf16), ("d", "F64", [2], f64), ("e", "I64", [], i64)],
+                metadata={"format": "pt"}))
+put("fuzz_safetensors", "empty_tensor.safetensors", safetensors([("z", "F32", [0, 4], b"")]))
+put("fuzz_safetensors", "scalar.safetensors", safetensors([("s", "F32", [], f32[:4])]))
+put("fuzz_safetensors", "no_tensors.safetensors", safetensors([], metadata={}))
+put("fuzz_safetensors", "unpadded.safetensors",
+    safetensors([("x", "F32", [4], f32)], pad=False))
+put("fuzz_safetensors", "big_shape.safetensors",
+    safetensors([("x", "F32", [4294967296, 4294967296], b"")]))
+
+# ---- IDX ----
+def idx(dims, payload, type_code=0x08):
+    hdr = struct.pack(">I", (type_code << 8) | len(dims)) + b"".join(struct.pack(">I", d) for d in dims)
+    return hdr + payload
+
+
+labels = idx([5], bytes([0, 1, 2, 9, 3]))
+images = idx([2, 3, 3], bytes(range(18)))
+put("fuzz_idx", "labels.idx1", labels)
+put("fuzz_idx", "images.idx3", images)
+put("fuzz_idx", "labels.idx1.gz", gzip.compress(labels, mtime=0))
+put("fuzz_idx", "images.idx3.gz", gzip.compress(images, mtime=0))
+put("fuzz_idx", "four_dims.idx4", idx([1, 2, 1, 2], bytes(4)))
+put("fuzz_idx", "float_type.idx1", idx([2], struct.pack(">2f", 1.0, 2.0), type_code=0x0D))
+put("fuzz_idx", "empty.idx1", idx([0], b""))
+put("fuzz_idx", "two_members.gz", gzip.compress(labels[:6], mtime=0) + gzip.compress(labels[6:], mtime=0))
+
+# ---- rules ----
+put("fuzz_rules", "sample.txt",
+    "# qcal calibration rules\n"
+    "*.weight    weight      per_channel_minmax dtype=qint8 qscheme=per_channel_symmetric\n"
+    "fc*         activation  moving_average_minmax averaging_constant=0.01\n"
+    "\"conv 1*\"   any         minmax dtype=qint8 qscheme=per_tensor_symmetric  # quoted glob\n"
+    "*           activation  minmax\n")
+put("fuzz_rules", "all_keys.txt",
+    "layer[0-9].* activation histogram bins=256 upsample_rate=16 reduce_range=true eps=1e-6 nonfinite=skip\n"
+    "p* any percentile percentile=99.9 percentile_mode=two_tails quant_min=0 quant_max=127\n"
+    "e? weight entropy entropy_levels=64 bins=512 nonfinite=error\n"
+    "m\\* activation mse dtype=qint32\n"
+    "w weight moving_average_per_channel_minmax axis=-1 averaging_constant=1 "
+    "qscheme=per_channel_affine_float_qparams\n")
+put("fuzz_rules", "crlf_no_newline.txt", "a activation minmax\r\nb weight per_channel_minmax axis=1")
+put("fuzz_rules", "empty.txt", "")
+
+# ---- CLI arguments: mode byte (even = option layer, odd = whole CLI), NUL-separated args ----
+def args(mode, *a):
+    return bytes([mode]) + b"\0".join(x.encode() for x in a)
+
+
+put("fuzz_cli_args", "opts_observer", args(0, "--observer", "histogram", "--bins=64", "--quant-min",
+                                           "0", "--quant-max", "15", "x.npy", "--", "-y"))
+put("fuzz_cli_args", "opts_numbers", args(0, "--scale", "1e-3", "--zero-point=-5", "-f", "0x1p-3",
+                                          "--eps", "1e-9", "--percentile", "99.99", "-x"))
+put("fuzz_cli_args", "opts_errors", args(0, "--axis", "-1", "--qscheme", "per_channel_symmetric",
+                                         "--reduce-range", "--strict", "--dtype", "qint32", "-o"))
+# Whole-CLI seeds use the fixtures fuzz_cli_args.c creates in its private directory:
+# x.npy (float32), q.npy (uint8), w.safetensors, d/ (a dump), r.txt (rules).
+put("fuzz_cli_args", "cli_help", args(1, "--help"))
+put("fuzz_cli_args", "cli_version", args(1, "--version"))
+put("fuzz_cli_args", "cli_observe", args(1, "observe", "--observer", "entropy", "x.npy", "x.npy"))
+put("fuzz_cli_args", "cli_observe_pc", args(1, "observe", "--observer", "per_channel_minmax",
+                                            "--axis", "-1", "--strict", "x.npy"))
+put("fuzz_cli_args", "cli_quantize", args(1, "quantize", "--scale", "0.1", "--zero-point", "3",
+                                          "--dtype", "quint8", "x.npy", "-o", "out.npy"))
+put("fuzz_cli_args", "cli_quantize_pc", args(1, "quantize", "--axis", "1", "--scales", "0.1,0.2,0.3",
+                                             "--zero-points", "0,1,2", "--dtype", "qint8", "x.npy",
+                                             "-o", "out.npy"))
+put("fuzz_cli_args", "cli_dequantize", args(1, "dequantize", "--scale", "0.5", "--zero-point", "128",
+                                            "q.npy", "--output=o.npy"))
+put("fuzz_cli_args", "cli_calibrate", args(1, "calibrate", "d", "--rules", "r.txt", "--format",
+                                           "tensorrt", "-o", "t.cache"))
+put("fuzz_cli_args", "cli_calibrate_json", args(1, "calibrate", "--observer", "histogram", "d",
+                                                "-o", "t.json"))
+put("fuzz_cli_args", "cli_stats", args(1, "stats", "--summary", "--csv", "s.csv", "w.safetensors",
+                                       "x.npy"))
+put("fuzz_cli_args", "cli_compare", args(1, "compare-weights", "w.safetensors", "--min-sqnr", "30",
+                                         "--format", "json"))
+put("fuzz_cli_args", "cli_fakequant", args(1, "fakequant", "--scale", "0.5", "--zero-point", "2",
+                                           "--grad", "x.npy", "--learnable", "x.npy", "-o", "y.npy"))
+put("fuzz_cli_args", "cli_help_sub", args(1, "help", "calibrate"))
