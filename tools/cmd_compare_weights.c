@@ -408,8 +408,8 @@ static void print_table(run *r, bool csv)
         }
         printf("\n");
     }
-    printf("\n%lld tensors: %lld compared, %lld with no finite value (not compared); "
-           "%lld compared tensors had NaN/Inf skipped; %llu NaN/Inf values in all\n",
+    printf("\n%lld tensors: %lld compared, %lld with no finite value (not compared), "
+           "%lld with NaN/Inf skipped; %llu NaN/Inf values in all\n",
            (long long)r->n, (long long)(r->n - r->n_uncompared), (long long)r->n_uncompared,
            (long long)r->n_with_nonfinite, (unsigned long long)r->nonfinite_values);
     int64_t nk = 0;
