@@ -1,0 +1,196 @@
+/* STREAM-like read / copy bandwidth probe (see bandwidth.h). */
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bandwidth.h"
+#include "qcal_config.h"
+#if QCAL_HAVE_OPENMP
+#include <omp.h>
+#endif
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Portable reference: 8 independent accumulators so the compiler can vectorise. */
+static double sum_c(const float *x, int64_t n)
+{
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            acc[k] += x[i + k];
+    double s = 0;
+    for (int k = 0; k < 8; k++)
+        s += acc[k];
+    for (; i < n; i++)
+        s += x[i];
+    return s;
+}
+
+__attribute__((target("avx2,fma"))) static double sum_avx2(const float *x, int64_t n)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
+        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(x + i + 8));
+        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(x + i + 16));
+        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(x + i + 24));
+    }
+    float t[8];
+    _mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    double s = 0;
+    for (int k = 0; k < 8; k++)
+        s += t[k];
+    for (; i < n; i++)
+        s += x[i];
+    return s;
+}
+
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))) static double
+sum_avx512(const float *x, int64_t n)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        a0 = _mm512_add_ps(a0, _mm512_loadu_ps(x + i));
+        a1 = _mm512_add_ps(a1, _mm512_loadu_ps(x + i + 16));
+        a2 = _mm512_add_ps(a2, _mm512_loadu_ps(x + i + 32));
+        a3 = _mm512_add_ps(a3, _mm512_loadu_ps(x + i + 48));
+    }
+    double s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+    for (; i < n; i++)
+        s += x[i];
+    return s;
+}
+
+__attribute__((target("avx2,fma"))) static void copy_avx2(float *dst, const float *src, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256 a = _mm256_loadu_ps(src + i), b = _mm256_loadu_ps(src + i + 8);
+        __m256 c = _mm256_loadu_ps(src + i + 16), d = _mm256_loadu_ps(src + i + 24);
+        _mm256_storeu_ps(dst + i, a);
+        _mm256_storeu_ps(dst + i + 8, b);
+        _mm256_storeu_ps(dst + i + 16, c);
+        _mm256_storeu_ps(dst + i + 24, d);
+    }
+    for (; i < n; i++)
+        dst[i] = src[i];
+}
+
+static void copy_c(float *dst, const float *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = src[i];
+}
+
+typedef struct {
+    double (*sum)(const float *, int64_t);
+    void (*copy)(float *, const float *, int64_t);
+} probe_fns;
+
+static probe_fns pick(void)
+{
+    probe_fns f = {sum_c, copy_c};
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2")) {
+        f.sum = sum_avx2;
+        f.copy = copy_avx2;
+    }
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+        f.sum = sum_avx512;
+    return f;
+}
+
+/* Runs kind 0 (sum), 1 (vector copy) or 2 (memcpy) over n floats with t threads. */
+static double run_once(const probe_fns *f, int kind, float *dst, const float *src, int64_t n,
+                       int t, double *sink)
+{
+    double partial[64] = {0};
+    if (t > 64)
+        t = 64;
+    double t0 = now_s();
+#if QCAL_HAVE_OPENMP
+#pragma omp parallel num_threads(t)
+#endif
+    {
+#if QCAL_HAVE_OPENMP
+        int id = omp_get_thread_num(), nt = omp_get_num_threads();
+#else
+        int id = 0, nt = 1;
+#endif
+        int64_t lo = n * id / nt, hi = n * (id + 1) / nt;
+        lo &= ~(int64_t)15;
+        if (id == nt - 1)
+            hi = n;
+        else
+            hi &= ~(int64_t)15;
+        if (kind == 0)
+            partial[id] = f->sum(src + lo, hi - lo);
+        else if (kind == 1)
+            f->copy(dst + lo, src + lo, hi - lo);
+        else
+            memcpy(dst + lo, src + lo, (size_t)(hi - lo) * sizeof(float));
+    }
+    double el = now_s() - t0;
+    for (int i = 0; i < t; i++)
+        *sink += partial[i];
+    return el;
+}
+
+int bench_bandwidth_measure(int threads, int64_t bytes, int reps, bench_bandwidth *out)
+{
+    if (reps < 1)
+        reps = 1;
+    if (reps > 64)
+        reps = 64;
+    int64_t n = bytes / (int64_t)sizeof(float);
+    float *src = aligned_alloc(4096, (size_t)n * sizeof(float));
+    float *dst = aligned_alloc(4096, (size_t)n * sizeof(float));
+    if (!src || !dst) {
+        free(src);
+        free(dst);
+        return -1;
+    }
+    /* Touch every page with the thread layout used later (first touch). */
+#if QCAL_HAVE_OPENMP
+#pragma omp parallel for num_threads(threads) schedule(static)
+#endif
+    for (int64_t i = 0; i < n; i++) {
+        src[i] = (float)(i & 1023) * 0.001f;
+        dst[i] = 0.0f;
+    }
+    probe_fns f = pick();
+    double sink = 0, times[64], med[3];
+    for (int kind = 0; kind < 3; kind++) {
+        run_once(&f, kind, dst, src, n, threads, &sink);
+        for (int r = 0; r < reps; r++)
+            times[r] = run_once(&f, kind, dst, src, n, threads, &sink);
+        qsort(times, (size_t)reps, sizeof(double), cmp_d);
+        med[kind] = times[reps / 2];
+    }
+    double b = (double)n * sizeof(float);
+    out->read_gbps = b / med[0] * 1e-9;
+    out->copy_store_gbps = 2 * b / med[1] * 1e-9;
+    out->copy_memcpy_gbps = 2 * b / med[2] * 1e-9;
+    out->copy_gbps = out->copy_store_gbps > out->copy_memcpy_gbps ? out->copy_store_gbps
+                                                                  : out->copy_memcpy_gbps;
+    out->checksum = sink + (double)dst[n / 3];
+    free(src);
+    free(dst);
+    return 0;
+}

@@ -1,0 +1,26 @@
+/* STREAM-like memory bandwidth probe for the benchmarks (not part of libqcal).
+ *
+ * read:  a vectorised sum over a buffer of at least 256 MiB, each thread summing its own
+ *        contiguous part; bytes = bytes read.
+ * copy:  dst = src over 256 MiB each, each thread its part, with plain (cached) vector
+ *        stores and with glibc memcpy (non-temporal stores for large blocks); the faster
+ *        of the two counts. bytes = bytes read + bytes written (2 x the buffer).
+ * Both report the median of `reps` timed runs after one warm-up, in GB/s (1e9 bytes/s). */
+#ifndef QCAL_BENCH_BANDWIDTH_H
+#define QCAL_BENCH_BANDWIDTH_H
+
+#include <stdint.h>
+
+typedef struct bench_bandwidth {
+    double read_gbps;        /* median read bandwidth */
+    double copy_gbps;        /* median copy bandwidth (read + write bytes), best method */
+    double copy_store_gbps;  /* copy with cached vector stores */
+    double copy_memcpy_gbps; /* copy with memcpy */
+    double checksum;         /* sum of the read pass (kept so it is not optimised away) */
+} bench_bandwidth;
+
+/* Measures read and copy bandwidth with `threads` threads (OpenMP; 1 without it) over
+ * buffers of `bytes` bytes (>= 256 MiB recommended). Returns 0, or -1 if out of memory. */
+int bench_bandwidth_measure(int threads, int64_t bytes, int reps, bench_bandwidth *out);
+
+#endif

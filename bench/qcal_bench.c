@@ -1,0 +1,1145 @@
+/* qcal_bench: qcal's kernels side by side with PyTorch 1.13 and the memory-bandwidth limit.
+ *
+ * Usage: qcal_bench [--threads 1,2] [--json bench-results.json] [--torch "CMD"]
+ *                   [--no-scaling] [--only NAME[,NAME...]] [--quick]
+ *   --torch CMD  command that runs bench/torch_ref.py (e.g. "/usr/bin/python3 bench/torch_ref.py");
+ *                it is run once per thread count with "--threads T OP=ELEMENTS ..." and prints
+ *                one JSON object per op. Without it the torch columns are null.
+ *   --quick      fewer repetitions and a smaller bandwidth probe (smoke runs, meson benchmark).
+ *
+ * For each thread count: the STREAM-like probe (bandwidth.c) measures read and copy
+ * bandwidth, PyTorch (if asked) times the same operations on the same sizes with the same
+ * thread count, then every qcal row is verified, warmed up and timed (median of repeats,
+ * min and max kept; CLOCK_MONOTONIC). Each row's outputs are hashed after a canonical run;
+ * the hashes of different thread counts must be equal (results bit-identical), which the
+ * bench checks and reports. A scaling table (1K..64M elements) follows.
+ * Writes the rows as JSON (see bench/run and docs/performance.md) and prints Markdown.
+ * Exit status: 0, or 1 if a verification or the bit-identity check failed. */
+#include <ctype.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bandwidth.h"
+#include "qcal/qcal.h"
+#include "qcal_config.h"
+#if QCAL_HAVE_OPENMP
+#include <omp.h>
+#endif
+#if BENCH_HAVE_CNN
+#include "cnn.h"
+#endif
+
+#define M16 (16ll << 20)
+#define M1 (1ll << 20)
+#define MAXT 4
+
+/* ---- utilities ------------------------------------------------------------------------ */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static uint64_t rng_next(void)
+{
+    uint64_t x = rng_state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return rng_state = x;
+}
+
+/* Standard normal (Box-Muller on 24-bit uniforms), fixed seed. */
+static void fill_randn(float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 2) {
+        double u1 = ((double)(rng_next() >> 40) + 0.5) / 16777216.0;
+        double u2 = (double)(rng_next() >> 40) / 16777216.0;
+        double r = sqrt(-2.0 * log(u1));
+        x[i] = (float)(r * cos(6.283185307179586 * u2));
+        if (i + 1 < n)
+            x[i + 1] = (float)(r * sin(6.283185307179586 * u2));
+    }
+}
+
+static void *xalloc(size_t bytes)
+{
+    void *p = aligned_alloc(4096, (bytes + 4095) & ~(size_t)4095);
+    if (!p) {
+        fprintf(stderr, "qcal_bench: out of memory (%zu bytes)\n", bytes);
+        exit(2);
+    }
+    memset(p, 0, bytes);
+    return p;
+}
+
+static int g_quick;
+static int g_failed;
+
+#define CHECK(call)                                                                      \
+    do {                                                                                 \
+        qcal_status st_ = (call);                                                        \
+        if (st_ < 0) {                                                                   \
+            fprintf(stderr, "qcal_bench: %s failed: %s (%s)\n", #call,                   \
+                    qcal_status_str(st_), qcal_last_error());                            \
+            exit(2);                                                                     \
+        }                                                                                \
+    } while (0)
+
+static void set_threads(int t)
+{
+#if QCAL_HAVE_OPENMP
+    omp_set_num_threads(t);
+#else
+    (void)t;
+#endif
+}
+
+/* ---- timing ------------------------------------------------------------------------------ */
+
+typedef struct timing {
+    double med, min, max; /* seconds per call */
+    int reps;
+} timing;
+
+typedef void (*op_fn)(void *ctx);
+
+/* Warm-up, then repeated samples; each sample runs `inner` calls so that it lasts at least
+ * ~2 ms (small tensors); samples until ~budget seconds or max_reps. Median/min/max per call. */
+static timing measure(op_fn fn, void *ctx, double budget)
+{
+    double t0 = now_s();
+    fn(ctx);
+    double first = now_s() - t0;
+    int inner = 1;
+    if (first < 2e-3) {
+        t0 = now_s();
+        fn(ctx);
+        double t1 = now_s() - t0;
+        inner = (int)(2e-3 / (t1 > 1e-8 ? t1 : 1e-8)) + 1;
+        if (inner > 100000)
+            inner = 100000;
+    } else if (first < 0.3) {
+        fn(ctx); /* second warm-up for anything that is not very slow */
+    }
+    double per = first > 1e-9 ? first : 1e-9;
+    int reps = (int)(budget / (per * inner));
+    int min_reps = g_quick ? 3 : 7, max_reps = g_quick ? 9 : 41;
+    if (reps < min_reps)
+        reps = min_reps;
+    if (reps > max_reps)
+        reps = max_reps;
+    double s[64];
+    for (int r = 0; r < reps; r++) {
+        t0 = now_s();
+        for (int k = 0; k < inner; k++)
+            fn(ctx);
+        s[r] = (now_s() - t0) / inner;
+    }
+    qsort(s, (size_t)reps, sizeof(double), cmp_d);
+    timing t = {s[reps / 2], s[0], s[reps - 1], reps};
+    return t;
+}
+
+/* ---- benchmark state ------------------------------------------------------------------- */
+
+typedef struct bench {
+    float *x;        /* 64M randn floats (16M rows use the first 16M) */
+    float *y;        /* 64M output floats */
+    float *g, *gx;   /* 16M gradient in/out */
+    uint8_t *q;      /* 16M quantized bytes */
+    float *hb;       /* 8 x 1M histogram batches, batch b scaled by (1 + b) */
+    qcal_tensor t16, tw, tact, thb[8];
+    /* qparams from the data (per tensor quint8 affine; per channel qint8 symmetric axis 0) */
+    float scale;
+    int32_t zp;
+    float *scw;
+    int32_t *zpw;
+    qcal_observer *obs[8];       /* one of every kind, used by the rows */
+    qcal_observer *hist_full[4]; /* histogram family filled with the 8 batches */
+    qcal_logger *logger;
+    qcal_stats last_stats;
+    /* per-op current selection */
+    int kind;            /* observer kind for observer rows */
+    const qcal_tensor *in;
+    float res[8192 * 2];
+    int64_t res_n;       /* floats of res used by the digest */
+    const void *out;     /* output buffer digested */
+    size_t out_bytes;
+    int canonical;       /* 1: the run whose outputs are hashed */
+    int64_t scaling_n;
+#if BENCH_HAVE_CNN
+    cnn_model *model;
+    cnn_ctx *cctx;
+    uint8_t *images;
+    int cnn_batches, cnn_batch;
+    qcal_calib_rules *rules;
+    qcal_session *session;
+    int cnn_step;
+    uint64_t cnn_hash;
+#endif
+} bench;
+
+static void range_res(bench *b, qcal_observer *o)
+{
+    int64_t n = 0;
+    qcal_observer_data_range(o, 4096, b->res, b->res + 4096, &n);
+    b->res_n = 8192;
+    b->out = NULL;
+    b->out_bytes = 0;
+}
+
+/* minmax / moving-average / per-channel rows: one update of b->in. Moving averages are not
+ * reset (steady state, as a training loop); the canonical run resets and updates twice. */
+static void op_observe(void *p)
+{
+    bench *b = p;
+    qcal_observer *o = b->obs[b->kind];
+    bool ma = b->kind == QCAL_OBSERVER_MOVING_AVERAGE_MINMAX ||
+              b->kind == QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX;
+    if (!ma || b->canonical)
+        CHECK(qcal_observer_reset(o));
+    CHECK(qcal_observer_update(o, b->in));
+    if (ma && b->canonical)
+        CHECK(qcal_observer_update(o, b->in));
+    if (b->canonical)
+        range_res(b, o);
+}
+
+static void op_hist_update(void *p)
+{
+    bench *b = p;
+    qcal_observer *o = b->obs[QCAL_OBSERVER_HISTOGRAM];
+    CHECK(qcal_observer_reset(o));
+    for (int i = 0; i < 8; i++)
+        CHECK(qcal_observer_update(o, &b->thb[i]));
+    if (b->canonical) {
+        void *blob = NULL;
+        size_t len = 0;
+        CHECK(qcal_observer_save(o, &blob, &len));
+        b->res[0] = (float)(fnv(0xcbf29ce484222325ull, blob, len) >> 40);
+        b->res_n = 1;
+        qcal_free(blob);
+        b->out = NULL;
+        b->out_bytes = 0;
+    }
+}
+
+static void op_hist_qparams(void *p)
+{
+    bench *b = p;
+    float s = 0, mn = 0, mx = 0;
+    int32_t zp = 0;
+    int64_t n = 0;
+    qcal_observer *o = b->hist_full[b->kind - QCAL_OBSERVER_HISTOGRAM];
+    CHECK(qcal_observer_qrange(o, 1, &mn, &mx, &n));
+    CHECK(qcal_observer_qparams(o, 1, &s, &zp, NULL, &n));
+    b->res[0] = mn;
+    b->res[1] = mx;
+    b->res[2] = s;
+    b->res[3] = (float)zp;
+    b->res_n = 4;
+    b->out = NULL;
+    b->out_bytes = 0;
+}
+
+static void op_quantize_pt(void *p)
+{
+    bench *b = p;
+    CHECK(qcal_quantize_per_tensor(&b->t16, b->scale, b->zp, QCAL_QUINT8, b->q));
+    b->out = b->q;
+    b->out_bytes = (size_t)M16;
+    b->res_n = 0;
+}
+
+static void op_dequantize_pt(void *p)
+{
+    bench *b = p;
+    qcal_tensor t = b->t16;
+    t.data = b->y;
+    CHECK(qcal_dequantize_per_tensor(b->q, QCAL_QUINT8, b->scale, b->zp, &t));
+    b->out = b->y;
+    b->out_bytes = (size_t)M16 * 4;
+    b->res_n = 0;
+}
+
+static void op_quantize_pc(void *p)
+{
+    bench *b = p;
+    CHECK(qcal_quantize_per_channel(&b->tw, 0, 4096, b->scw, b->zpw, QCAL_QINT8, b->q));
+    b->out = b->q;
+    b->out_bytes = (size_t)M16;
+    b->res_n = 0;
+}
+
+static void op_dequantize_pc(void *p)
+{
+    bench *b = p;
+    qcal_tensor t = b->tw;
+    t.data = b->y;
+    CHECK(qcal_dequantize_per_channel(b->q, QCAL_QINT8, 0, 4096, b->scw, b->zpw, &t));
+    b->out = b->y;
+    b->out_bytes = (size_t)M16 * 4;
+    b->res_n = 0;
+}
+
+static void op_fq_fwd(void *p)
+{
+    bench *b = p;
+    CHECK(qcal_fakequant_per_tensor(b->x, M16, b->scale, b->zp, 0, 255, b->y, NULL));
+    b->out = b->y;
+    b->out_bytes = (size_t)M16 * 4;
+    b->res_n = 0;
+}
+
+static void op_fq_pc_fwd(void *p)
+{
+    bench *b = p;
+    CHECK(qcal_fakequant_per_channel(&b->tw, 0, b->scw, b->zpw, -128, 127, b->y, NULL));
+    b->out = b->y;
+    b->out_bytes = (size_t)M16 * 4;
+    b->res_n = 0;
+}
+
+static void op_fq_fused(void *p)
+{
+    bench *b = p;
+    CHECK(qcal_fakequant_per_tensor_fused(b->x, b->g, M16, b->scale, b->zp, 0, 255, b->y,
+                                          b->gx));
+    b->out = b->gx;
+    b->out_bytes = (size_t)M16 * 4;
+    b->res[0] = b->y[12345];
+    b->res_n = 1;
+}
+
+static void op_fq_learnable_bwd(void *p)
+{
+    bench *b = p;
+    float gs = 0, gz = 0;
+    CHECK(qcal_fakequant_learnable_per_tensor_backward(b->x, b->g, M16, b->scale,
+                                                       (float)b->zp + 0.3f, 0, 255, 1.0f,
+                                                       b->gx, &gs, &gz));
+    b->out = b->gx;
+    b->out_bytes = (size_t)M16 * 4;
+    b->res[0] = gs;
+    b->res[1] = gz;
+    b->res_n = 2;
+}
+
+static qcal_status log_cb(const qcal_log_record *rec, const qcal_tensor *x, void *user)
+{
+    (void)x;
+    ((bench *)user)->last_stats = rec->stats;
+    return QCAL_OK;
+}
+
+static void op_stats_logger(void *p)
+{
+    bench *b = p;
+    CHECK(qcal_logger_log(b->logger, QCAL_LOG_ACT, "features.act", "relu", NULL, &b->t16));
+    memcpy(b->res, &b->last_stats, sizeof b->last_stats);
+    b->res_n = (int64_t)(sizeof b->last_stats / sizeof(float));
+    b->out = NULL;
+    b->out_bytes = 0;
+}
+
+#if BENCH_HAVE_CNN
+static qcal_status cnn_act_hook(void *user, cnn_act *act)
+{
+    bench *b = user;
+    qcal_tensor t;
+    qcal_status st = qcal_tensor_init(&t, act->data, act->ndim, act->shape);
+    if (st < 0)
+        return st;
+    return qcal_session_observe(b->session, cnn_tap_name(act->tap), QCAL_ROLE_ACTIVATION,
+                                b->cnn_step, &t);
+}
+
+static qcal_status cnn_weight_hook(void *user, cnn_weight *w)
+{
+    bench *b = user;
+    qcal_tensor t;
+    qcal_status st = qcal_tensor_init(&t, (float *)w->src, w->ndim, w->shape);
+    if (st < 0)
+        return st;
+    w->used = false;
+    return qcal_session_observe(b->session, cnn_layer_name(w->layer), QCAL_ROLE_WEIGHT,
+                                b->cnn_step, &t);
+}
+
+/* N batches of the float forward, without observers. */
+static void op_cnn_plain(void *p)
+{
+    bench *b = p;
+    const float *logits = NULL;
+    for (int i = 0; i < b->cnn_batches; i++)
+        CHECK(cnn_forward(b->cctx, b->model, b->images + (int64_t)i * b->cnn_batch * 784,
+                          b->cnn_batch, NULL, &logits));
+    b->res[0] = logits[0];
+    b->res_n = 1;
+    b->out = NULL;
+    b->out_bytes = 0;
+}
+
+/* The same forward with a calibration session of min/max observers on every activation
+ * tap (per-tensor minmax) and weight (per-channel minmax), then the table. */
+static void op_cnn_calib(void *p)
+{
+    bench *b = p;
+    qcal_session_options opt;
+    qcal_session_options_default(&opt);
+    opt.rules = b->rules;
+    CHECK(qcal_session_create(&opt, &b->session));
+    cnn_hooks hooks = {cnn_act_hook, NULL, cnn_weight_hook, NULL, b};
+    const float *logits = NULL;
+    for (int i = 0; i < b->cnn_batches; i++) {
+        b->cnn_step = i;
+        CHECK(cnn_forward(b->cctx, b->model, b->images + (int64_t)i * b->cnn_batch * 784,
+                          b->cnn_batch, &hooks, &logits));
+    }
+    qcal_calib_table *table = NULL;
+    CHECK(qcal_session_table(b->session, &table));
+    if (b->canonical) {
+        int64_t n = 0;
+        uint64_t h = 0xcbf29ce484222325ull;
+        CHECK(qcal_calib_table_count(table, &n));
+        for (int64_t i = 0; i < n; i++) {
+            const qcal_calib_entry *e = NULL;
+            CHECK(qcal_calib_table_entry(table, i, &e));
+            h = fnv(h, e->scale, (size_t)e->channels * sizeof(float));
+            h = fnv(h, e->zero_point, (size_t)e->channels * sizeof(int32_t));
+        }
+        b->cnn_hash = h;
+    }
+    qcal_calib_table_destroy(&table);
+    qcal_session_destroy(&b->session);
+    b->res_n = 0;
+    b->out = NULL;
+    b->out_bytes = 0;
+}
+#endif
+
+/* ---- rows ------------------------------------------------------------------------------ */
+
+enum { LIM_NONE, LIM_READ, LIM_COPY };
+
+typedef struct row_def {
+    const char *name;      /* JSON name, also the torch_ref.py op name */
+    const char *label;     /* table label */
+    int64_t elements;
+    double bytes_per_el;   /* traffic per element (0: not bandwidth-bound, no GB/s) */
+    int limit;             /* LIM_* */
+    double min_fraction;   /* target fraction of the limit (0: none) */
+    double min_ratio;      /* target speed-up over PyTorch (0: only "not slower") */
+    int torch;             /* PyTorch has this operation */
+    op_fn fn;
+    int kind;              /* observer kind for op_observe / op_hist_qparams */
+    int input;             /* 0: x[16M], 1: [4096,4096], 2: [32,256,32,32] */
+} row_def;
+
+static const row_def ROWS[] = {
+    {"minmax", "MinMax observer 16M", M16, 4, LIM_READ, 0.85, 0, 1, op_observe,
+     QCAL_OBSERVER_MINMAX, 0},
+    {"moving_average_minmax", "MovingAverageMinMax 16M", M16, 4, LIM_READ, 0.85, 0, 1,
+     op_observe, QCAL_OBSERVER_MOVING_AVERAGE_MINMAX, 0},
+    {"per_channel_minmax_4096x4096_axis0", "PerChannelMinMax [4096,4096] axis 0", M16, 4,
+     LIM_READ, 0, 10, 1, op_observe, QCAL_OBSERVER_PER_CHANNEL_MINMAX, 1},
+    {"per_channel_minmax_32x256x32x32_axis1", "PerChannelMinMax [32,256,32,32] axis 1",
+     8 * M1, 4, LIM_READ, 0, 10, 1, op_observe, QCAL_OBSERVER_PER_CHANNEL_MINMAX, 2},
+    {"ma_per_channel_minmax_4096x4096_axis0", "MovingAvgPerChannelMinMax [4096,4096] axis 0",
+     M16, 4, LIM_READ, 0, 10, 1, op_observe, QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX,
+     1},
+    {"ma_per_channel_minmax_32x256x32x32_axis1",
+     "MovingAvgPerChannelMinMax [32,256,32,32] axis 1", 8 * M1, 4, LIM_READ, 0, 10, 1,
+     op_observe, QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX, 2},
+    {"histogram_update", "Histogram update 8 x 1M, growing range", 8 * M1, 4, LIM_READ, 0, 10,
+     1, op_hist_update, QCAL_OBSERVER_HISTOGRAM, 0},
+    {"histogram_qparams", "Histogram qparams (L2 search, 2048 bins)", 2048, 0, LIM_NONE, 0, 1,
+     1, op_hist_qparams, QCAL_OBSERVER_HISTOGRAM, 0},
+    {"percentile_qparams", "Percentile qparams (2048 bins)", 2048, 0, LIM_NONE, 0, 0, 0,
+     op_hist_qparams, QCAL_OBSERVER_PERCENTILE, 0},
+    {"entropy_qparams", "Entropy (KL) qparams (2048 bins)", 2048, 0, LIM_NONE, 0, 0, 0,
+     op_hist_qparams, QCAL_OBSERVER_ENTROPY, 0},
+    {"mse_qparams", "MSE qparams (2048 bins)", 2048, 0, LIM_NONE, 0, 0, 0, op_hist_qparams,
+     QCAL_OBSERVER_MSE, 0},
+    {"quantize_per_tensor", "quantize per tensor quint8 16M", M16, 5, LIM_COPY, 0.5, 0, 1,
+     op_quantize_pt, 0, 0},
+    {"dequantize_per_tensor", "dequantize per tensor quint8 16M", M16, 5, LIM_COPY, 0, 0, 1,
+     op_dequantize_pt, 0, 0},
+    {"quantize_per_channel", "quantize per channel qint8 [4096,4096] axis 0", M16, 5, LIM_COPY,
+     0.5, 0, 1, op_quantize_pc, 0, 1},
+    {"dequantize_per_channel", "dequantize per channel qint8 [4096,4096] axis 0", M16, 5,
+     LIM_COPY, 0, 0, 1, op_dequantize_pc, 0, 1},
+    {"fakequant_forward", "fake-quant forward per tensor 16M", M16, 8, LIM_COPY, 0.5, 0, 1,
+     op_fq_fwd, 0, 0},
+    {"fakequant_per_channel_forward", "fake-quant forward per channel [4096,4096] axis 0", M16,
+     8, LIM_COPY, 0.5, 0, 1, op_fq_pc_fwd, 0, 1},
+    {"fakequant_forward_backward", "fake-quant forward+backward 16M", M16, 16, LIM_COPY, 0, 20,
+     1, op_fq_fused, 0, 0},
+    {"learnable_backward", "learnable fake-quant backward 16M", M16, 12, LIM_COPY, 0, 0, 1,
+     op_fq_learnable_bwd, 0, 0},
+    {"stats_logger", "statistics logger pass 16M", M16, 4, LIM_READ, 0, 0, 1, op_stats_logger,
+     0, 0},
+#if BENCH_HAVE_CNN
+    {"calibration_demo_cnn", "calibration of the demo CNN (minmax session)", 0, 0, LIM_NONE, 0,
+     0, 0, op_cnn_calib, 0, 0},
+#endif
+};
+#define NROWS ((int)(sizeof ROWS / sizeof ROWS[0]))
+
+typedef struct row_result {
+    int threads;
+    timing q;
+    double gbps, limit, fraction;
+    int have_torch;
+    timing t;
+    double ratio;     /* torch_s / qcal_s */
+    char target[96];
+    int pass;         /* 1, 0, -1 = not evaluable */
+    uint64_t hash;
+    int identical;    /* 1, 0, -1 = not checked */
+    char note[160];
+} row_result;
+
+/* ---- PyTorch ---------------------------------------------------------------------------- */
+
+typedef struct torch_res {
+    int ok;
+    timing t;
+} torch_res;
+
+static double json_num(const char *line, const char *key)
+{
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *p = strstr(line, k);
+    if (!p)
+        return NAN;
+    p += strlen(k);
+    while (*p == ' ')
+        p++;
+    if (!strncmp(p, "null", 4))
+        return NAN;
+    return strtod(p, NULL);
+}
+
+/* Runs the torch command for every row with the thread count; fills res[row]. */
+static void run_torch(const char *cmd, int threads, const int *selected, torch_res *res)
+{
+    size_t cap = strlen(cmd) + 64 + (size_t)NROWS * 96;
+    char *full = malloc(cap);
+    if (!full)
+        return;
+    int len = snprintf(full, cap, "%s --threads %d", cmd, threads);
+    int any = 0;
+    for (int r = 0; r < NROWS; r++)
+        if (selected[r] && ROWS[r].torch) {
+            len += snprintf(full + len, cap - (size_t)len, " %s=%lld", ROWS[r].name,
+                            (long long)ROWS[r].elements);
+            any = 1;
+        }
+    if (g_quick)
+        len += snprintf(full + len, cap - (size_t)len, " --quick");
+    if (!any) {
+        free(full);
+        return;
+    }
+    fprintf(stderr, "qcal_bench: PyTorch, %d thread(s)...\n", threads);
+    FILE *f = popen(full, "r");
+    free(full);
+    if (!f) {
+        fprintf(stderr, "qcal_bench: cannot run the torch command\n");
+        return;
+    }
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        const char *op = strstr(line, "\"op\":");
+        if (!op)
+            continue;
+        op = strchr(op + 5, '"');
+        if (!op)
+            continue;
+        op++;
+        for (int r = 0; r < NROWS; r++) {
+            size_t n = strlen(ROWS[r].name);
+            if (!strncmp(op, ROWS[r].name, n) && op[n] == '"') {
+                double med = json_num(line, "median_s");
+                if (isfinite(med) && med > 0) {
+                    res[r].ok = 1;
+                    res[r].t.med = med;
+                    res[r].t.min = json_num(line, "min_s");
+                    res[r].t.max = json_num(line, "max_s");
+                    res[r].t.reps = (int)json_num(line, "reps");
+                } else {
+                    fprintf(stderr, "qcal_bench: torch %s: %s", ROWS[r].name, line);
+                }
+            }
+        }
+    }
+    int rc = pclose(f);
+    if (rc != 0)
+        fprintf(stderr, "qcal_bench: the torch command exited with status %d\n", rc);
+}
+
+/* ---- setup and verification ----------------------------------------------------------- */
+
+static void setup(bench *b)
+{
+    b->x = xalloc((size_t)(64ll << 20) * 4);
+    b->y = xalloc((size_t)(64ll << 20) * 4);
+    b->g = xalloc((size_t)M16 * 4);
+    b->gx = xalloc((size_t)M16 * 4);
+    b->q = xalloc((size_t)M16);
+    b->hb = xalloc((size_t)8 * M1 * 4);
+    fill_randn(b->x, 64ll << 20);
+    fill_randn(b->g, M16);
+    for (int i = 0; i < 8; i++) /* growing range: batch i is N(0, 1) * (1 + i) */
+        for (int64_t j = 0; j < M1; j++)
+            b->hb[i * M1 + j] = b->x[(int64_t)i * M1 + j] * (float)(1 + i);
+    int64_t s16[1] = {M16}, sw[2] = {4096, 4096}, sa[4] = {32, 256, 32, 32}, s1[1] = {M1};
+    CHECK(qcal_tensor_init(&b->t16, b->x, 1, s16));
+    CHECK(qcal_tensor_init(&b->tw, b->x, 2, sw));
+    CHECK(qcal_tensor_init(&b->tact, b->x, 4, sa));
+    for (int i = 0; i < 8; i++)
+        CHECK(qcal_tensor_init(&b->thb[i], b->hb + i * M1, 1, s1));
+    for (int k = 0; k < 8; k++) {
+        qcal_observer_config cfg;
+        qcal_observer_config_default(&cfg, (qcal_observer_kind)k);
+        if (k == QCAL_OBSERVER_PER_CHANNEL_MINMAX ||
+            k == QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX) {
+            cfg.q.dtype = QCAL_QINT8;
+            cfg.q.qscheme = QCAL_PER_CHANNEL_SYMMETRIC;
+        }
+        CHECK(qcal_observer_create(&cfg, &b->obs[k]));
+        if (k >= QCAL_OBSERVER_HISTOGRAM) {
+            CHECK(qcal_observer_create(&cfg, &b->hist_full[k - QCAL_OBSERVER_HISTOGRAM]));
+            for (int i = 0; i < 8; i++)
+                CHECK(qcal_observer_update(b->hist_full[k - QCAL_OBSERVER_HISTOGRAM],
+                                           &b->thb[i]));
+        }
+    }
+    /* qparams for the quantize rows: per tensor from MinMax (quint8 affine), per channel from
+     * PerChannelMinMax (qint8 symmetric, axis 0) - the observer -> qparams -> quantize path. */
+    int64_t n = 0;
+    CHECK(qcal_observer_update(b->obs[QCAL_OBSERVER_MINMAX], &b->t16));
+    CHECK(qcal_observer_qparams(b->obs[QCAL_OBSERVER_MINMAX], 1, &b->scale, &b->zp, NULL, &n));
+    b->scw = xalloc(4096 * sizeof(float));
+    b->zpw = xalloc(4096 * sizeof(int32_t));
+    CHECK(qcal_observer_update(b->obs[QCAL_OBSERVER_PER_CHANNEL_MINMAX], &b->tw));
+    CHECK(qcal_observer_qparams(b->obs[QCAL_OBSERVER_PER_CHANNEL_MINMAX], 4096, b->scw, b->zpw,
+                                NULL, &n));
+    qcal_logger_options lo;
+    qcal_logger_options_default(&lo);
+    lo.callback = log_cb;
+    lo.user = b;
+    CHECK(qcal_logger_create(&lo, &b->logger));
+#if BENCH_HAVE_CNN
+    b->cnn_batch = 256;
+    b->cnn_batches = g_quick ? 4 : 16;
+    CHECK(cnn_model_create(1, &b->model));
+    CHECK(cnn_ctx_create(b->cnn_batch, &b->cctx));
+    int64_t nimg = (int64_t)b->cnn_batch * b->cnn_batches * 784;
+    b->images = xalloc((size_t)nimg);
+    for (int64_t i = 0; i < nimg; i++)
+        b->images[i] = (uint8_t)(rng_next() >> 56);
+    qcal_observer_config ac, wc;
+    qcal_observer_config_default(&ac, QCAL_OBSERVER_MINMAX);
+    qcal_observer_config_default(&wc, QCAL_OBSERVER_PER_CHANNEL_MINMAX);
+    wc.q.dtype = QCAL_QINT8;
+    wc.q.qscheme = QCAL_PER_CHANNEL_SYMMETRIC;
+    CHECK(qcal_calib_rules_create(&b->rules));
+    CHECK(qcal_calib_rules_add(b->rules, "*", false, QCAL_ROLE_ACTIVATION, &ac));
+    CHECK(qcal_calib_rules_add(b->rules, "*", false, QCAL_ROLE_WEIGHT, &wc));
+#endif
+}
+
+static void teardown(bench *b)
+{
+    for (int k = 0; k < 8; k++)
+        qcal_observer_destroy(&b->obs[k]);
+    for (int k = 0; k < 4; k++)
+        qcal_observer_destroy(&b->hist_full[k]);
+    qcal_logger_destroy(&b->logger);
+#if BENCH_HAVE_CNN
+    cnn_model_destroy(&b->model);
+    cnn_ctx_destroy(&b->cctx);
+    qcal_calib_rules_destroy(&b->rules);
+    free(b->images);
+#endif
+    free(b->x);
+    free(b->y);
+    free(b->g);
+    free(b->gx);
+    free(b->q);
+    free(b->hb);
+    free(b->scw);
+    free(b->zpw);
+}
+
+static void verify_fail(const char *what, int64_t i, double got, double want)
+{
+    fprintf(stderr, "qcal_bench: VERIFY FAILED %s: element %lld is %.9g, expected %.9g\n", what,
+            (long long)i, got, want);
+    g_failed = 1;
+}
+
+/* Verify, then time: each row's canonical output is checked against a plain scalar loop
+ * (min/max, quantize/dequantize, fake-quant arithmetic of the public contracts). */
+static void verify_row(bench *b, int r)
+{
+    const row_def *d = &ROWS[r];
+    const float *x = b->x;
+    if (d->fn == op_observe && d->kind == QCAL_OBSERVER_MINMAX) {
+        float mn = INFINITY, mx = -INFINITY;
+        for (int64_t i = 0; i < M16; i++) {
+            mn = fminf(mn, x[i]);
+            mx = fmaxf(mx, x[i]);
+        }
+        if (b->res[0] != mn)
+            verify_fail("minmax min", 0, b->res[0], mn);
+        if (b->res[4096] != mx)
+            verify_fail("minmax max", 0, b->res[4096], mx);
+    } else if (d->fn == op_observe && d->kind == QCAL_OBSERVER_PER_CHANNEL_MINMAX &&
+               d->input == 1) {
+        for (int64_t c = 0; c < 4096; c += 511) {
+            float mn = INFINITY, mx = -INFINITY;
+            for (int64_t j = 0; j < 4096; j++) {
+                mn = fminf(mn, x[c * 4096 + j]);
+                mx = fmaxf(mx, x[c * 4096 + j]);
+            }
+            if (b->res[c] != mn || b->res[4096 + c] != mx)
+                verify_fail("per-channel minmax", c, b->res[c], mn);
+        }
+    } else if (d->fn == op_observe && d->kind == QCAL_OBSERVER_PER_CHANNEL_MINMAX) {
+        for (int64_t c = 0; c < 256; c += 37) {
+            float mn = INFINITY, mx = -INFINITY;
+            for (int64_t o = 0; o < 32; o++)
+                for (int64_t j = 0; j < 1024; j++) {
+                    float v = x[(o * 256 + c) * 1024 + j];
+                    mn = fminf(mn, v);
+                    mx = fmaxf(mx, v);
+                }
+            if (b->res[c] != mn || b->res[4096 + c] != mx)
+                verify_fail("per-channel minmax axis 1", c, b->res[c], mn);
+        }
+    } else if (d->fn == op_quantize_pt || d->fn == op_fq_fwd) {
+        float inv = 1.0f / b->scale;
+        for (int64_t i = 0; i < M16; i++) {
+            float q = nearbyintf(x[i] * inv) + (float)b->zp;
+            q = fminf(fmaxf(q, 0.0f), 255.0f);
+            if (d->fn == op_quantize_pt && b->q[i] != (uint8_t)q) {
+                verify_fail("quantize_per_tensor", i, b->q[i], q);
+                break;
+            }
+            float y = (q - (float)b->zp) * b->scale;
+            if (d->fn == op_fq_fwd && b->y[i] != y) {
+                verify_fail("fakequant_forward", i, b->y[i], y);
+                break;
+            }
+        }
+    } else if (d->fn == op_dequantize_pt) {
+        for (int64_t i = 0; i < M16; i += 7) {
+            float y = (float)((int32_t)b->q[i] - b->zp) * b->scale;
+            if (b->y[i] != y) {
+                verify_fail("dequantize_per_tensor", i, b->y[i], y);
+                break;
+            }
+        }
+    } else if (d->fn == op_quantize_pc) {
+        for (int64_t i = 0; i < M16; i += 3) {
+            int64_t c = i / 4096;
+            float q = nearbyintf(x[i] * (1.0f / b->scw[c])) + (float)b->zpw[c];
+            q = fminf(fmaxf(q, -128.0f), 127.0f);
+            if ((int8_t)b->q[i] != (int8_t)q) {
+                verify_fail("quantize_per_channel", i, (int8_t)b->q[i], q);
+                break;
+            }
+        }
+    } else if (d->fn == op_fq_fused) {
+        float inv = 1.0f / b->scale;
+        for (int64_t i = 0; i < M16; i += 5) {
+            float q = (float)b->zp + nearbyintf(x[i] * inv);
+            float gx = (q >= 0.0f && q <= 255.0f) ? b->g[i] : 0.0f;
+            if (b->gx[i] != gx) {
+                verify_fail("fakequant fused grad", i, b->gx[i], gx);
+                break;
+            }
+        }
+    } else if (d->fn == op_stats_logger) {
+        if (b->last_stats.count != M16)
+            verify_fail("stats count", 0, (double)b->last_stats.count, (double)M16);
+    }
+}
+
+/* ---- main table ------------------------------------------------------------------------ */
+
+static void fmt_time(char *buf, size_t cap, double s)
+{
+    if (!(s >= 0))
+        snprintf(buf, cap, "-");
+    else if (s < 1e-3)
+        snprintf(buf, cap, "%.1f us", s * 1e6);
+    else if (s < 1)
+        snprintf(buf, cap, "%.2f ms", s * 1e3);
+    else
+        snprintf(buf, cap, "%.3f s", s);
+}
+
+static void evaluate(const row_def *d, row_result *rr, const bench_bandwidth *bw)
+{
+    rr->gbps = d->bytes_per_el > 0 ? (double)d->elements * d->bytes_per_el / rr->q.med * 1e-9
+                                   : NAN;
+    rr->limit = d->limit == LIM_READ ? bw->read_gbps : d->limit == LIM_COPY ? bw->copy_gbps : NAN;
+    rr->fraction = rr->gbps / rr->limit;
+    rr->ratio = rr->have_torch ? rr->t.med / rr->q.med : NAN;
+    char *t = rr->target;
+    t[0] = 0;
+    int pass = -1;
+    if (d->min_fraction > 0) {
+        snprintf(t + strlen(t), 96 - strlen(t), ">= %.0f%% %s bw", d->min_fraction * 100,
+                 d->limit == LIM_READ ? "read" : "copy");
+        pass = rr->fraction >= d->min_fraction;
+    }
+    if (d->torch) {
+        double need = d->min_ratio > 1 ? d->min_ratio : 1;
+        if (d->fn == op_hist_qparams)
+            snprintf(t + strlen(t), 96 - strlen(t), "%s<= torch time", t[0] ? "; " : "");
+        else
+            snprintf(t + strlen(t), 96 - strlen(t), "%s>= %gx torch", t[0] ? "; " : "", need);
+        if (rr->have_torch) {
+            int ok = rr->ratio >= need;
+            pass = pass == -1 ? ok : (pass && ok);
+        }
+    }
+    rr->pass = pass;
+}
+
+static void print_table(const int *selected, row_result (*res)[MAXT], int nt)
+{
+    printf("\n| operation | threads | elements | qcal median (min - max) | qcal GB/s | limit GB/s "
+           "| of limit | PyTorch median | vs PyTorch | target | pass | 1t = 2t bits |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int r = 0; r < NROWS; r++) {
+        if (!selected[r])
+            continue;
+        const row_def *d = &ROWS[r];
+        for (int ti = 0; ti < nt; ti++) {
+            row_result *rr = &res[r][ti];
+            char a[32], b1[32], c[32], tt[32];
+            fmt_time(a, sizeof a, rr->q.med);
+            fmt_time(b1, sizeof b1, rr->q.min);
+            fmt_time(c, sizeof c, rr->q.max);
+            fmt_time(tt, sizeof tt, rr->have_torch ? rr->t.med : -1);
+            char gb[24] = "-", lim[24] = "-", fr[24] = "-", ratio[24] = "-";
+            if (isfinite(rr->gbps))
+                snprintf(gb, sizeof gb, "%.1f", rr->gbps);
+            if (isfinite(rr->limit))
+                snprintf(lim, sizeof lim, "%.1f", rr->limit);
+            if (isfinite(rr->fraction))
+                snprintf(fr, sizeof fr, "%.0f%%", rr->fraction * 100);
+            if (rr->have_torch)
+                snprintf(ratio, sizeof ratio, "%.1fx", rr->ratio);
+            printf("| %s%s%s | %d | %lld | %s (%s - %s) | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+                   d->label, rr->note[0] ? ": " : "", rr->note, rr->threads,
+                   (long long)d->elements, a, b1, c, gb, lim, fr, tt, ratio,
+                   rr->target[0] ? rr->target : "-",
+                   rr->pass < 0 ? "-" : rr->pass ? "pass" : "**FAIL**",
+                   rr->identical < 0 ? "-" : rr->identical ? "yes" : "**NO**");
+        }
+    }
+}
+
+static void json_num_out(FILE *f, const char *key, double v, int last)
+{
+    if (isfinite(v))
+        fprintf(f, "\"%s\": %.6g%s", key, v, last ? "" : ", ");
+    else
+        fprintf(f, "\"%s\": null%s", key, last ? "" : ", ");
+}
+
+static int write_json(const char *path, const int *selected, row_result (*res)[MAXT], int nt,
+                      const bench_bandwidth *bw, const int *threads)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        perror(tmp);
+        return -1;
+    }
+    fprintf(f, "[\n");
+    int first = 1;
+    for (int r = 0; r < NROWS; r++) {
+        if (!selected[r])
+            continue;
+        for (int ti = 0; ti < nt; ti++) {
+            row_result *rr = &res[r][ti];
+            fprintf(f, "%s  {\"name\": \"%s\", \"threads\": %d, \"elements\": %lld, ",
+                    first ? "" : ",\n", ROWS[r].name, rr->threads,
+                    (long long)ROWS[r].elements);
+            first = 0;
+            json_num_out(f, "qcal_s", rr->q.med, 0);
+            json_num_out(f, "qcal_min_s", rr->q.min, 0);
+            json_num_out(f, "qcal_max_s", rr->q.max, 0);
+            json_num_out(f, "qcal_gbps", rr->gbps, 0);
+            json_num_out(f, "limit_gbps", rr->limit, 0);
+            json_num_out(f, "limit_fraction", rr->fraction, 0);
+            json_num_out(f, "torch_s", rr->have_torch ? rr->t.med : NAN, 0);
+            json_num_out(f, "torch_ratio", rr->have_torch ? rr->ratio : NAN, 0);
+            fprintf(f, "\"target\": %s%s%s, ", rr->target[0] ? "\"" : "",
+                    rr->target[0] ? rr->target : "null", rr->target[0] ? "\"" : "");
+            fprintf(f, "\"pass\": %s, ", rr->pass < 0 ? "null" : rr->pass ? "true" : "false");
+            fprintf(f, "\"bit_identical\": %s, ",
+                    rr->identical < 0 ? "null" : rr->identical ? "true" : "false");
+            const bench_bandwidth *b = &bw[ti];
+            fprintf(f, "\"read_gbps\": %.6g, \"copy_gbps\": %.6g, \"note\": \"%s\"}",
+                    b->read_gbps, b->copy_gbps, rr->note);
+        }
+    }
+    fprintf(f, "\n]\n");
+    (void)threads;
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+        perror(path);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- scaling table --------------------------------------------------------------------- */
+
+typedef struct scale_ctx {
+    bench *b;
+    qcal_tensor t;
+    int op; /* 0 minmax, 1 histogram update (range fixed), 2 fake-quant forward */
+} scale_ctx;
+
+static void op_scale(void *p)
+{
+    scale_ctx *s = p;
+    bench *b = s->b;
+    if (s->op == 0) {
+        CHECK(qcal_observer_reset(b->obs[QCAL_OBSERVER_MINMAX]));
+        CHECK(qcal_observer_update(b->obs[QCAL_OBSERVER_MINMAX], &s->t));
+    } else if (s->op == 1) {
+        CHECK(qcal_observer_update(b->obs[QCAL_OBSERVER_HISTOGRAM], &s->t));
+    } else {
+        CHECK(qcal_fakequant_per_tensor(s->t.data, s->t.shape[0], b->scale, b->zp, 0, 255,
+                                        b->y, NULL));
+    }
+}
+
+static void scaling(bench *b, const int *threads, int nt)
+{
+    static const char *names[3] = {"minmax", "histogram update", "fake-quant forward"};
+    static const double bpe[3] = {4, 4, 8};
+    printf("\n### Scaling: time per call vs tensor size (median)\n\n");
+    printf("| op | elements |");
+    for (int ti = 0; ti < nt; ti++)
+        printf(" %d thread%s | GB/s |", threads[ti], threads[ti] > 1 ? "s" : "");
+    if (nt >= 2)
+        printf(" speed-up %dt/%dt |", threads[nt - 1], threads[0]);
+    printf("\n|---|---|");
+    for (int ti = 0; ti < nt; ti++)
+        printf("---|---|");
+    printf(nt >= 2 ? "---|\n" : "\n");
+    for (int op = 0; op < 3; op++) {
+        for (int64_t n = 1024; n <= (64ll << 20); n *= 4) {
+            if (g_quick && n > (16ll << 20))
+                break;
+            scale_ctx s = {b, {0}, op};
+            CHECK(qcal_tensor_init(&s.t, b->x, 1, &n));
+            double med[MAXT];
+            printf("| %s | %lld |", names[op], (long long)n);
+            for (int ti = 0; ti < nt; ti++) {
+                set_threads(threads[ti]);
+                if (op == 1) {
+                    CHECK(qcal_observer_reset(b->obs[QCAL_OBSERVER_HISTOGRAM]));
+                    CHECK(qcal_observer_update(b->obs[QCAL_OBSERVER_HISTOGRAM], &s.t));
+                }
+                timing t = measure(op_scale, &s, g_quick ? 0.05 : 0.15);
+                med[ti] = t.med;
+                char a[32];
+                fmt_time(a, sizeof a, t.med);
+                printf(" %s | %.1f |", a, (double)n * bpe[op] / t.med * 1e-9);
+            }
+            if (nt >= 2)
+                printf(" %.2fx |", med[0] / med[nt - 1]);
+            printf("\n");
+            fflush(stdout);
+        }
+    }
+}
+
+/* ---- main ------------------------------------------------------------------------------ */
+
+int main(int argc, char **argv)
+{
+    const char *json = "bench-results.json", *torch_cmd = NULL, *only = NULL;
+    int threads[MAXT] = {1, 2}, nt = 2, do_scaling = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json") && i + 1 < argc)
+            json = argv[++i];
+        else if (!strcmp(argv[i], "--torch") && i + 1 < argc)
+            torch_cmd = argv[++i];
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            only = argv[++i];
+        else if (!strcmp(argv[i], "--no-scaling"))
+            do_scaling = 0;
+        else if (!strcmp(argv[i], "--quick"))
+            g_quick = 1;
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+            nt = 0;
+            for (char *p = argv[++i]; *p && nt < MAXT;) {
+                int t = (int)strtol(p, &p, 10);
+                if (t < 1 || t > 64) {
+                    fprintf(stderr, "qcal_bench: bad thread count in --threads\n");
+                    return 2;
+                }
+                threads[nt++] = t;
+                while (*p == ',')
+                    p++;
+            }
+            if (nt == 0)
+                return 2;
+        } else {
+            fprintf(stderr,
+                    "usage: qcal_bench [--threads 1,2] [--json FILE] [--torch CMD] "
+                    "[--only NAME,...] [--no-scaling] [--quick]\n");
+            return 2;
+        }
+    }
+    int selected[NROWS];
+    for (int r = 0; r < NROWS; r++) {
+        selected[r] = 1;
+        if (only) {
+            const char *p = strstr(only, ROWS[r].name);
+            size_t n = strlen(ROWS[r].name);
+            selected[r] = p && (p == only || p[-1] == ',') && (p[n] == 0 || p[n] == ',');
+        }
+    }
+#if !QCAL_HAVE_OPENMP
+    fprintf(stderr, "qcal_bench: built without OpenMP: every thread count runs 1 thread\n");
+#endif
+    bench *b = calloc(1, sizeof *b);
+    if (!b)
+        return 2;
+    fprintf(stderr, "qcal_bench: preparing data...\n");
+    setup(b);
+    static row_result res[sizeof ROWS / sizeof ROWS[0]][MAXT];
+    bench_bandwidth bw[MAXT];
+    const char *isa_env = getenv("QCAL_ISA");
+    printf("## qcal benchmark (ISA cap %s, OpenMP %s)\n\n", isa_env ? isa_env : "none",
+           QCAL_HAVE_OPENMP ? "on" : "off");
+    for (int ti = 0; ti < nt; ti++) {
+        int t = threads[ti];
+        set_threads(t);
+        if (bench_bandwidth_measure(t, g_quick ? (64ll << 20) : (256ll << 20), g_quick ? 3 : 7,
+                                    &bw[ti]) != 0) {
+            fprintf(stderr, "qcal_bench: out of memory for the bandwidth probe\n");
+            return 2;
+        }
+        printf("Bandwidth probe, %d thread(s): read %.1f GB/s, copy %.1f GB/s (cached stores "
+               "%.1f, memcpy %.1f; read + write bytes)\n",
+               t, bw[ti].read_gbps, bw[ti].copy_gbps, bw[ti].copy_store_gbps,
+               bw[ti].copy_memcpy_gbps);
+        fflush(stdout);
+        torch_res tr[sizeof ROWS / sizeof ROWS[0]];
+        memset(tr, 0, sizeof tr);
+        if (torch_cmd)
+            run_torch(torch_cmd, t, selected, tr);
+        set_threads(t);
+        for (int r = 0; r < NROWS; r++) {
+            if (!selected[r])
+                continue;
+            const row_def *d = &ROWS[r];
+            row_result *rr = &res[r][ti];
+            rr->threads = t;
+            b->kind = d->kind;
+            b->in = d->input == 0 ? &b->t16 : d->input == 1 ? &b->tw : &b->tact;
+            fprintf(stderr, "qcal_bench: %s, %d thread(s)\n", d->name, t);
+            /* verify (canonical run), then time */
+            b->canonical = 1;
+            memset(b->res, 0, sizeof b->res);
+            b->res_n = 0;
+            b->out = NULL;
+            d->fn(b);
+            verify_row(b, r);
+            uint64_t h = fnv(0xcbf29ce484222325ull, b->res, (size_t)b->res_n * sizeof(float));
+            if (b->out)
+                h = fnv(h, b->out, b->out_bytes);
+            rr->hash = h;
+            b->canonical = 0;
+#if BENCH_HAVE_CNN
+            if (d->fn == op_cnn_calib) {
+                rr->hash = b->cnn_hash;
+                timing plain = measure(op_cnn_plain, b, g_quick ? 0.3 : 1.5);
+                rr->q = measure(op_cnn_calib, b, g_quick ? 0.3 : 1.5);
+                snprintf(rr->note, sizeof rr->note,
+                         "%d x %d images, float forward %.2f ms, observer overhead %.1f%%",
+                         b->cnn_batches, b->cnn_batch, plain.med * 1e3,
+                         (rr->q.med / plain.med - 1) * 100);
+            } else
+#endif
+                rr->q = measure(d->fn, b, g_quick ? 0.2 : 0.8);
+            rr->have_torch = tr[r].ok;
+            rr->t = tr[r].t;
+            evaluate(d, rr, &bw[ti]);
+            rr->identical = -1;
+            if (ti > 0) {
+                rr->identical = rr->hash == res[r][0].hash;
+                res[r][0].identical = rr->identical & (res[r][0].identical != 0);
+#if BENCH_HAVE_CNN
+                /* the CNN's own sgemm may round differently with other thread counts
+                 * (cnn.c), so the calibration table is not compared across threads */
+                if (d->fn == op_cnn_calib)
+                    rr->identical = res[r][0].identical = -1;
+#endif
+                if (rr->identical == 0) {
+                    fprintf(stderr, "qcal_bench: %s: results differ between %d and %d threads\n",
+                            d->name, threads[0], t);
+                    g_failed = 1;
+                }
+            }
+        }
+    }
+#if !BENCH_HAVE_CNN
+    printf("\n(calibration of the demo CNN: not built - examples/cnn is not available)\n");
+#endif
+    print_table(selected, res, nt);
+    fflush(stdout);
+    if (write_json(json, selected, res, nt, bw, threads) == 0)
+        fprintf(stderr, "qcal_bench: wrote %s\n", json);
+    else
+        g_failed = 1;
+    if (do_scaling)
+        scaling(b, threads, nt);
+    teardown(b);
+    free(b);
+    if (g_failed)
+        fprintf(stderr, "qcal_bench: FAILED (verification or bit-identity, see above)\n");
+    return g_failed ? 1 : 0;
+}
