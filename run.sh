@@ -4,6 +4,8 @@
 #   ./run.sh demo [ARGS...]   install what is missing, build, run the end-to-end demo
 #   ./run.sh test             install what is missing, build, run the whole test suite
 #   ./run.sh build            install what is missing and build only
+#   ./run.sh sanitize         ASan+UBSan build + whole suite, TSan stress, valgrind CLI (.ci/run)
+#   ./run.sh fuzz             libFuzzer targets, 60 s each (QCAL_FUZZ_SECONDS; .ci/run)
 set -eu
 cd "$(dirname "$0")"
 
@@ -47,8 +49,10 @@ case "$cmd" in
         build
         exec meson test -C build --print-errorlogs "$@"
         ;;
+    sanitize) exec .ci/run sanitize tsan valgrind ;;
+    fuzz) exec .ci/run fuzz ;;
     *)
-        echo "usage: ./run.sh demo|test|build" >&2
+        echo "usage: ./run.sh demo|test|build|sanitize|fuzz" >&2
         exit 2
         ;;
 esac
