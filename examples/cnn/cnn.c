@@ -538,7 +538,8 @@ static void bias_relu(float *y, const float *bias, int64_t M, int64_t C, bool re
 }
 
 /* 2x2 stride-2 max pool on [B,H,W,C] (H, W even) -> [B,H/2,W/2,C]; idx gets the window
- * position (0..3, first maximum, like PyTorch) of each output. */
+ * position (0..3, first maximum, like PyTorch) of each output, or 4 when the maximum is
+ * not > 0: the input is a ReLU output, so then no gradient flows back at all. */
 static void maxpool2(const float *src, float *dst, uint8_t *idx, int64_t B, int64_t H, int64_t W, int64_t C)
 {
     int64_t OH = H / 2, OW = W / 2;
@@ -559,14 +560,14 @@ static void maxpool2(const float *src, float *dst, uint8_t *idx, int64_t B, int6
                     if (s10[ch] > m) { m = s10[ch]; k = 2; }
                     if (s11[ch] > m) { m = s11[ch]; k = 3; }
                     d[ch] = m;
-                    id[ch] = k;
+                    id[ch] = m > 0.0f ? k : 4;
                 }
             }
 }
 
-/* Backward of maxpool2 followed by the ReLU mask of its input (act > 0): writes every
- * element of dsrc [B,H,W,C]. */
-static void maxpool2_relu_backward(const float *dout, const uint8_t *idx, const float *act, float *dsrc,
+/* Backward of ReLU + maxpool2: writes every element of dsrc [B,H,W,C]: the gradient at
+ * the recorded window position, 0 elsewhere (and everywhere when idx is 4). */
+static void maxpool2_relu_backward(const float *dout, const uint8_t *idx, float *dsrc,
                                    int64_t B, int64_t H, int64_t W, int64_t C)
 {
     int64_t OH = H / 2, OW = W / 2;
@@ -576,15 +577,18 @@ static void maxpool2_relu_backward(const float *dout, const uint8_t *idx, const 
     for (int64_t b = 0; b < B; b++)
         for (int64_t y = 0; y < OH; y++)
             for (int64_t x = 0; x < OW; x++) {
-                int64_t base = ((b * H + 2 * y) * W + 2 * x) * C;
-                const int64_t off[4] = {0, C, W * C, W * C + C};
+                float *d00 = dsrc + ((b * H + 2 * y) * W + 2 * x) * C;
+                float *d01 = d00 + C, *d10 = d00 + W * C, *d11 = d10 + C;
                 const float *g = dout + ((b * OH + y) * OW + x) * C;
                 const uint8_t *id = idx + ((b * OH + y) * OW + x) * C;
-                for (int k = 0; k < 4; k++)
-                    for (int64_t ch = 0; ch < C; ch++) {
-                        int64_t e = base + off[k] + ch;
-                        dsrc[e] = (id[ch] == k && act[e] > 0.0f) ? g[ch] : 0.0f;
-                    }
+                for (int64_t ch = 0; ch < C; ch++) {
+                    float v = g[ch];
+                    int k = id[ch];
+                    d00[ch] = k == 0 ? v : 0.0f;
+                    d01[ch] = k == 1 ? v : 0.0f;
+                    d10[ch] = k == 2 ? v : 0.0f;
+                    d11[ch] = k == 3 ? v : 0.0f;
+                }
             }
 }
 
@@ -679,6 +683,9 @@ static qcal_status forward(cnn_ctx *c, const cnn_model *m, const uint8_t *images
     qcal_status st = prepare_weights(c, m, hooks, training);
     if (st != QCAL_OK)
         return st;
+#if QCAL_HAVE_OPENMP
+#pragma omp parallel for schedule(static) if (B >= 64)
+#endif
     for (int64_t i = 0; i < B * 784; i++)
         c->x0[i] = c->lut[images[i]];
     if ((st = run_tap(c, hooks, CNN_TAP_CONV1_IN, c->x0, B, training)) != QCAL_OK)
@@ -774,7 +781,7 @@ static qcal_status backward(cnn_ctx *c, const uint8_t *labels, int64_t B, float 
     if ((st = tap_backward(c, CNN_TAP_FC1_IN, c->dp2, B * 3136)) != QCAL_OK)
         return st;
     /* pool2 + ReLU, conv2 */
-    maxpool2_relu_backward(c->dp2, c->i2, c->a2, c->da2, B, 14, 14, 64);
+    maxpool2_relu_backward(c->dp2, c->i2, c->da2, B, 14, 14, 64);
     if ((st = sgemm('T', 'N', 64, 288, B * 196, 1.0f, c->da2, 64, c->col2, 288, 0.0f, c->gwi[1], 288)) != QCAL_OK)
         return st;
     colsum(c, c->da2, B * 196, 64, c->grad[CNN_CONV2_B]);
@@ -784,7 +791,7 @@ static qcal_status backward(cnn_ctx *c, const uint8_t *labels, int64_t B, float 
     if ((st = tap_backward(c, CNN_TAP_CONV2_IN, c->dp1, B * 196 * 32)) != QCAL_OK)
         return st;
     /* pool1 + ReLU, conv1 (no gradient for the input) */
-    maxpool2_relu_backward(c->dp1, c->i1, c->a1, c->da1, B, 28, 28, 32);
+    maxpool2_relu_backward(c->dp1, c->i1, c->da1, B, 28, 28, 32);
     if ((st = sgemm('T', 'N', 32, 9, B * 784, 1.0f, c->da1, 32, c->col1, 9, 0.0f, c->gwi[0], 9)) != QCAL_OK)
         return st;
     colsum(c, c->da1, B * 784, 32, c->grad[CNN_CONV1_B]);
@@ -824,24 +831,40 @@ static void adam_step(cnn_ctx *c, cnn_model *m, float lr)
     }
 }
 
-qcal_status cnn_train_step(cnn_ctx *c, cnn_model *m, const uint8_t *images, const uint8_t *labels, int n,
-                           const cnn_hooks *hooks, float lr, float *loss)
+qcal_status cnn_compute_grad(cnn_ctx *c, const cnn_model *m, const uint8_t *images, const uint8_t *labels,
+                             int n, const cnn_hooks *hooks, float *loss)
 {
     if (!c || !m || !images || !labels || !loss)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_train_step: NULL argument");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_compute_grad: NULL argument");
     if (n < 1 || n > c->max_batch)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_train_step: batch %d not in 1..%d", n, c->max_batch);
-    if (!(lr >= 0.0f) || !isfinite(lr))
-        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_train_step: learning rate %g", (double)lr);
+        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_compute_grad: batch %d not in 1..%d", n, c->max_batch);
     for (int i = 0; i < n; i++)
         if (labels[i] >= CNN_CLASSES)
-            return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_train_step: label %d of the batch is %u", i, labels[i]);
+            return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_compute_grad: label %d of the batch is %u", i, labels[i]);
     c->hooks = hooks;
     qcal_status st = forward(c, m, images, n, hooks, true);
     if (st != QCAL_OK)
         return st;
     float l = 0.0f;
     if ((st = backward(c, labels, n, &l)) != QCAL_OK)
+        return st;
+    *loss = l;
+    return QCAL_OK;
+}
+
+const float *cnn_ctx_grad(const cnn_ctx *c, int i)
+{
+    return c && i >= 0 && i < CNN_NPARAMS ? c->grad[i] : NULL;
+}
+
+qcal_status cnn_train_step(cnn_ctx *c, cnn_model *m, const uint8_t *images, const uint8_t *labels, int n,
+                           const cnn_hooks *hooks, float lr, float *loss)
+{
+    if (!(lr >= 0.0f) || !isfinite(lr))
+        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_train_step: learning rate %g", (double)lr);
+    float l = 0.0f;
+    qcal_status st = cnn_compute_grad(c, m, images, labels, n, hooks, &l);
+    if (st != QCAL_OK)
         return st;
     if (!isfinite(l))
         return qcal_error(QCAL_ERR_NONFINITE, "cnn_train_step: loss is %g (diverged); parameters not updated",

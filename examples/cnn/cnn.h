@@ -149,6 +149,13 @@ qcal_status cnn_forward(cnn_ctx *ctx, const cnn_model *m, const uint8_t *images,
 qcal_status cnn_train_step(cnn_ctx *ctx, cnn_model *m, const uint8_t *images, const uint8_t *labels,
                            int n, const cnn_hooks *hooks, float lr, float *loss);
 
+/* Forward + cross-entropy + backward without an optimiser step: the gradients (PyTorch
+ * layout) are then readable through cnn_ctx_grad (used by gradient checks). */
+qcal_status cnn_compute_grad(cnn_ctx *ctx, const cnn_model *m, const uint8_t *images, const uint8_t *labels,
+                             int n, const cnn_hooks *hooks, float *loss);
+/* Gradient of parameter i from the last cnn_compute_grad / cnn_train_step (owned by ctx). */
+const float *cnn_ctx_grad(const cnn_ctx *ctx, int i);
+
 /* Progress callback: phase ("train", "eval", ...), done/total items, a running metric. */
 typedef void (*cnn_progress_fn)(void *user, const char *phase, int64_t done, int64_t total, double metric);
 

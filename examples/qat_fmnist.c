@@ -1,0 +1,130 @@
+/* Quantization-aware training example on Fashion-MNIST (Debian package
+ * dataset-fashion-mnist): trains the demo CNN in float (or loads it from the cache or
+ * --weights), then prints float accuracy, post-training fake-quant accuracy and QAT accuracy
+ * on the 10,000 test images.
+ *
+ *   qat_fmnist [--weights FILE] [--epochs N] [--batch N] [--lr X] [--seed N]
+ *              [--calib-batches N] [--qat-steps N] [--qat-lr X] [--qat-freeze N]
+ *              [--train-images N] [--data DIR]
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qat.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: qat_fmnist [options]\n"
+            "  --weights FILE       float model (.safetensors, PyTorch names) instead of the cache\n"
+            "  --epochs N           float training epochs (default 3)\n"
+            "  --batch N            float training batch (default 128)\n"
+            "  --lr X               float Adam learning rate (default 0.002, x0.3 per epoch)\n"
+            "  --seed N             initialisation and shuffling seed (default 1)\n"
+            "  --train-images N     train on the first N images only (default: all)\n"
+            "  --calib-batches N    post-training calibration batches (default 32)\n"
+            "  --qat-steps N        QAT fine-tuning steps (default 400)\n"
+            "  --qat-lr X           QAT Adam learning rate (default 1e-4)\n"
+            "  --qat-freeze N       freeze observers after N QAT steps (default 300)\n"
+            "  --data DIR           dataset directory (default $QCAL_FMNIST_DIR or\n"
+            "                       /usr/share/datasets/fashion-mnist)\n");
+}
+
+static int parse_num(const char *opt, const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "qat_fmnist: %s '%s' is not a number in [%g, %g]\n", opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    cnn_qat_opts o = cnn_qat_opts_default();
+    const char *dir = cnn_data_dir();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "qat_fmnist: unknown option or missing value: %s\n", a);
+            usage(stderr);
+            return 2;
+        }
+        const char *v = argv[++i];
+        double x = 0;
+        int bad = 0;
+        if (!strcmp(a, "--weights"))
+            o.weights = v;
+        else if (!strcmp(a, "--data"))
+            dir = v;
+        else if (!strcmp(a, "--epochs"))
+            bad = parse_num(a, v, 1, 1000, &x), o.float_opts.epochs = (int)x;
+        else if (!strcmp(a, "--batch"))
+            bad = parse_num(a, v, 1, 4096, &x), o.float_opts.batch = (int)x;
+        else if (!strcmp(a, "--lr"))
+            bad = parse_num(a, v, 1e-8, 1, &x), o.float_opts.lr = (float)x;
+        else if (!strcmp(a, "--seed"))
+            bad = parse_num(a, v, 0, 1e15, &x), o.float_opts.seed = (uint64_t)x;
+        else if (!strcmp(a, "--train-images"))
+            bad = parse_num(a, v, 0, 1e9, &x), o.float_opts.max_images = (int64_t)x;
+        else if (!strcmp(a, "--calib-batches"))
+            bad = parse_num(a, v, 1, 1e6, &x), o.calib_batches = (int)x;
+        else if (!strcmp(a, "--qat-steps"))
+            bad = parse_num(a, v, 0, 1e7, &x), o.qat_steps = (int)x;
+        else if (!strcmp(a, "--qat-lr"))
+            bad = parse_num(a, v, 0, 1, &x), o.qat_lr = (float)x;
+        else if (!strcmp(a, "--qat-freeze"))
+            bad = parse_num(a, v, 0, 1e7, &x), o.qat_freeze_step = (int)x;
+        else {
+            fprintf(stderr, "qat_fmnist: unknown option %s\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (bad)
+            return 2;
+    }
+
+    cnn_data train = {0}, test = {0};
+    cnn_ctx *ctx = NULL;
+    cnn_qat_result r;
+    int maxb = o.float_opts.batch > o.qat_batch ? o.float_opts.batch : o.qat_batch;
+    qcal_status st = cnn_data_load(dir, "train", &train);
+    if (st == QCAL_OK)
+        st = cnn_data_load(dir, "t10k", &test);
+    if (st == QCAL_OK)
+        st = cnn_ctx_create(maxb < 500 ? 500 : maxb, &ctx);
+    if (st == QCAL_OK)
+        st = cnn_qat_run(ctx, &train, &test, &o, cnn_progress_stderr, NULL, &r);
+    if (st != QCAL_OK) {
+        fprintf(stderr, "qat_fmnist: %s: %s\n", qcal_status_str(st), qcal_last_error());
+        cnn_ctx_destroy(&ctx);
+        cnn_data_free(&train);
+        cnn_data_free(&test);
+        return 1;
+    }
+    if (r.float_trained)
+        printf("float training: %.1f s (%d epochs, batch %d)\n", r.float_train_s, o.float_opts.epochs,
+               o.float_opts.batch);
+    else
+        printf("float model: %s\n", o.weights ? o.weights : "loaded from cache");
+    printf("float accuracy:          %6.2f%%  (%lld test images, f32 eval %.2f s)\n", r.float_acc,
+           (long long)r.test_images, r.eval_float_s);
+    printf("post-training fake-quant: %6.2f%%  (agreement with float %.2f%%, calibration %d batches)\n",
+           r.ptq_acc, r.ptq_agree, o.calib_batches);
+    printf("QAT accuracy:            %6.2f%%  (agreement with float %.2f%%, %d steps in %.1f s)\n", r.qat_acc,
+           r.qat_agree, o.qat_steps, r.qat_train_s);
+    cnn_ctx_destroy(&ctx);
+    cnn_data_free(&train);
+    cnn_data_free(&test);
+    return 0;
+}
