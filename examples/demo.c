@@ -1,0 +1,1242 @@
+/* qcal-demo: qcal's main job end to end on Fashion-MNIST (Debian package
+ * dataset-fashion-mnist).
+ *
+ *   1. the float CNN of examples/cnn (trained, loaded from the cache, or --weights);
+ *   2. calibration on --calib-images training images with each observer kind through a
+ *      calibration session (activation taps: the inputs of conv1/conv2/fc1/fc2, quint8
+ *      per_tensor_affine; weights per-channel symmetric qint8);
+ *   3. conversion to an int8 oneDNN net with the calibrated qparams, evaluated on the test set;
+ *   4. one table per observer (top-1, delta, agreement, calibration time, worst layer SQNR in
+ *      shadow mode) and the numeric-suite per-layer table of the best observer;
+ *   5. QAT fine-tuning from the float model with fake-quant, converted to int8 and evaluated;
+ *   6. calibration tables in every format, the stats log CSV and (--json) a JSON summary.
+ *
+ * Every time printed is measured by this run. Targets (REFERENCE: PyTorch 1.13 FX PTQ, onednn
+ * backend) are printed OK or MISSED. Errors end the program with one line on stderr and exit
+ * status 1 (2 for bad usage). See docs/demo.md. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cnn.h"
+#include "qat.h"
+#include "core/atomic_file.h"
+#include "core/internal.h"
+#include "qcal/calib.h"
+#include "qcal/fakequant.h"
+#include "qcal/int8.h"
+#include "qcal/numeric.h"
+#include "qcal/observer.h"
+
+/* PyTorch 1.13 FX PTQ on this model (REFERENCE / the issue): int8 eval of 10,000 images. */
+#define PYTORCH_INT8_EVAL_S 0.17
+#define CALIB_BATCH 100        /* calibration batch: 1000 images = 10 steps */
+#define SHADOW_BATCH 250
+
+enum { NSEG = 4 };   /* conv1(+relu+pool), conv2(+relu+pool), fc1(+relu), fc2 */
+
+static const char *const seg_op[NSEG] = {"conv2d", "conv2d", "linear", "linear"};
+/* Per-sample element count at each tap: conv1..fc2 inputs, then the logits. */
+static const int64_t tap_numel[CNN_NTAPS] = {784, 6272, 3136, 128, 10};
+
+/* ---- Options ------------------------------------------------------------------------- */
+
+typedef struct demo_opts {
+    const char *weights;          /* NULL: cache or train */
+    const char *data_dir;
+    const char *out_dir;          /* "qcal-demo-out" */
+    const char *json_path;        /* NULL: no JSON */
+    int64_t calib_images;         /* 1000 */
+    int64_t test_images;          /* 0 = all */
+    int64_t sqnr_images;          /* 1000: test images used for the shadow-mode SQNR */
+    bool qat;                     /* true */
+    int qat_steps;                /* cnn_qat_opts_default */
+    int qat_freeze;
+    float qat_lr;
+    bool input_same;              /* false: the model input (conv1's input) uses minmax */
+    cnn_train_opts train;         /* cnn_train_opts_default */
+    int n_kinds;
+    qcal_observer_kind kinds[QCAL_OBSERVER_KIND_COUNT];
+} demo_opts;
+
+static const qcal_observer_kind default_kinds[] = {
+    QCAL_OBSERVER_MINMAX, QCAL_OBSERVER_MOVING_AVERAGE_MINMAX, QCAL_OBSERVER_HISTOGRAM,
+    QCAL_OBSERVER_PERCENTILE, QCAL_OBSERVER_ENTROPY, QCAL_OBSERVER_MSE,
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: qcal-demo [options]\n"
+            "  --weights FILE         float model (.safetensors, PyTorch names) instead of the\n"
+            "                         cached / freshly trained one\n"
+            "  --calib-images N       training images used for calibration (default 1000)\n"
+            "  --observers a,b,...    observer kinds to compare (default minmax,\n"
+            "                         moving_average_minmax,histogram,percentile,entropy,mse)\n"
+            "  --input-observer K     observer of the model input (conv1's input): minmax\n"
+            "                         (default; the range is fixed by the normalisation) or same\n"
+            "                         (the observer under comparison, as PyTorch FX does)\n"
+            "  --no-qat               skip quantization-aware training\n"
+            "  --qat-steps N          QAT steps (default 400), --qat-freeze N (default 300),\n"
+            "                         --qat-lr X (default 1e-4)\n"
+            "  --json PATH            also write a JSON summary\n"
+            "  --out DIR              output directory (default qcal-demo-out)\n"
+            "  --data DIR             dataset directory (default $QCAL_FMNIST_DIR or\n"
+            "                         /usr/share/datasets/fashion-mnist)\n"
+            "  --test-images N        evaluate on the first N test images (default all)\n"
+            "  --sqnr-images N        test images for the shadow-mode SQNR (default 1000)\n"
+            "  --train-images N       train the float model on the first N images (default all)\n"
+            "  --epochs N             float training epochs (default 3)\n");
+}
+
+/* One error line on stderr (newlines in the message flattened), exit status code. */
+static int die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int die(int code, const char *fmt, ...)
+{
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    for (char *p = msg; *p; p++)
+        if (*p == '\n' || *p == '\r')
+            *p = ' ';
+    fflush(stdout);
+    fprintf(stderr, "qcal-demo: error: %s\n", msg);
+    return code;
+}
+
+static int parse_i64(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return die(2, "%s '%s' is not an integer in [%lld, %lld]", opt, s, (long long)lo, (long long)hi);
+    *out = v;
+    return 0;
+}
+
+static int parse_kinds(const char *s, demo_opts *o)
+{
+    o->n_kinds = 0;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        qcal_observer_kind k;
+        if (qcal_observer_kind_parse(tok, &k) != QCAL_OK)
+            return die(2, "--observers: unknown observer '%s' (minmax, moving_average_minmax, histogram, "
+                       "percentile, entropy, mse)", tok);
+        if (k == QCAL_OBSERVER_PER_CHANNEL_MINMAX || k == QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX)
+            return die(2, "--observers: '%s' is a per-channel observer; activations are quantized per "
+                       "tensor (weights always use per_channel_minmax)", tok);
+        for (int i = 0; i < o->n_kinds; i++)
+            if (o->kinds[i] == k)
+                return die(2, "--observers: '%s' listed twice", tok);
+        if (o->n_kinds >= QCAL_OBSERVER_KIND_COUNT)
+            return die(2, "--observers: too many observers");
+        o->kinds[o->n_kinds++] = k;
+    }
+    if (o->n_kinds == 0)
+        return die(2, "--observers: empty list");
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, demo_opts *o)
+{
+    cnn_qat_opts q = cnn_qat_opts_default();
+    memset(o, 0, sizeof *o);
+    o->data_dir = cnn_data_dir();
+    o->out_dir = "qcal-demo-out";
+    o->calib_images = 1000;
+    o->sqnr_images = 1000;
+    o->qat = true;
+    o->qat_steps = q.qat_steps;
+    o->qat_freeze = q.qat_freeze_step;
+    o->qat_lr = q.qat_lr;
+    o->train = cnn_train_opts_default();
+    o->n_kinds = (int)(sizeof default_kinds / sizeof default_kinds[0]);
+    memcpy(o->kinds, default_kinds, sizeof default_kinds);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 1;
+        }
+        if (!strcmp(a, "--no-qat")) {
+            o->qat = false;
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0)
+            return die(2, "unexpected argument '%s' (see --help)", a);
+        if (i + 1 >= argc)
+            return die(2, "option %s needs a value (see --help)", a);
+        const char *v = argv[++i];
+        int64_t x = 0;
+        int bad = 0;
+        if (!strcmp(a, "--weights"))
+            o->weights = v;
+        else if (!strcmp(a, "--data"))
+            o->data_dir = v;
+        else if (!strcmp(a, "--out"))
+            o->out_dir = v;
+        else if (!strcmp(a, "--json"))
+            o->json_path = v;
+        else if (!strcmp(a, "--input-observer")) {
+            if (!strcmp(v, "same"))
+                o->input_same = true;
+            else if (!strcmp(v, "minmax"))
+                o->input_same = false;
+            else
+                bad = die(2, "--input-observer '%s': expected minmax or same", v);
+        } else if (!strcmp(a, "--observers"))
+            bad = parse_kinds(v, o);
+        else if (!strcmp(a, "--calib-images"))
+            bad = parse_i64(a, v, 1, 60000, &o->calib_images);
+        else if (!strcmp(a, "--test-images"))
+            bad = parse_i64(a, v, 1, 10000, &o->test_images);
+        else if (!strcmp(a, "--sqnr-images"))
+            bad = parse_i64(a, v, 1, 10000, &o->sqnr_images);
+        else if (!strcmp(a, "--train-images"))
+            bad = parse_i64(a, v, 1, 60000, &o->train.max_images);
+        else if (!strcmp(a, "--epochs"))
+            bad = parse_i64(a, v, 1, 100, &x), o->train.epochs = (int)x;
+        else if (!strcmp(a, "--qat-steps"))
+            bad = parse_i64(a, v, 1, 1000000, &x), o->qat_steps = (int)x;
+        else if (!strcmp(a, "--qat-freeze"))
+            bad = parse_i64(a, v, 0, 1000000, &x), o->qat_freeze = (int)x;
+        else if (!strcmp(a, "--qat-lr")) {
+            char *end;
+            double d = strtod(v, &end);
+            if (end == v || *end || !(d > 0 && d <= 1))
+                bad = die(2, "--qat-lr '%s' is not a number in (0, 1]", v);
+            o->qat_lr = (float)d;
+        } else
+            bad = die(2, "unknown option %s (see --help)", a);
+        if (bad)
+            return bad;
+    }
+    return 0;
+}
+
+/* ---- Small helpers ------------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median3(double *t)
+{
+    qsort(t, 3, sizeof *t, cmp_double);
+    return t[1];
+}
+
+static int argmax10(const float *z)
+{
+    int best = 0;
+    for (int k = 1; k < CNN_CLASSES; k++)
+        if (z[k] > z[best])   /* first maximum on ties, as cnn_evaluate */
+            best = k;
+    return best;
+}
+
+/* [B, H, W, C] -> [B, C, H, W] */
+static void nhwc_to_nchw(const float *src, float *dst, int64_t B, int64_t H, int64_t W, int64_t C)
+{
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t w = 0; w < W; w++)
+                for (int64_t c = 0; c < C; c++)
+                    dst[((b * C + c) * H + h) * W + w] = src[((b * H + h) * W + w) * C + c];
+}
+
+static int mkdir_one(const char *dir)
+{
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return die(1, "cannot create output directory '%s': %s", dir, strerror(errno));
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return die(1, "output path '%s' exists and is not a directory", dir);
+    return 0;
+}
+
+/* Creates dir (and its parents) and checks that a file can be written in it. */
+static int prepare_out_dir(const char *dir)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s", dir) >= (int)sizeof tmp)
+        return die(2, "--out path is too long");
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+                return die(1, "cannot create output directory '%s': %s", tmp, strerror(errno));
+            *p = '/';
+        }
+    if (mkdir_one(tmp))
+        return 1;
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/.qcal-demo-probe", dir);
+    FILE *f = fopen(probe, "w");
+    if (!f)
+        return die(1, "output directory '%s' is not writable: %s", dir, strerror(errno));
+    fclose(f);
+    unlink(probe);
+    return 0;
+}
+
+static int check_dataset(const char *dir)
+{
+    static const char *const files[] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                                        "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
+    for (int i = 0; i < 4; i++) {
+        char p[4200];
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        if (access(p, R_OK) != 0)
+            return die(1, "Fashion-MNIST not found: cannot read '%s' (%s); install the Debian package "
+                       "dataset-fashion-mnist (apt-get install dataset-fashion-mnist), or point --data / "
+                       "QCAL_FMNIST_DIR at a directory holding the four *-ubyte.gz files", p, strerror(errno));
+    }
+    return 0;
+}
+
+#define TRY(call)                                                                              \
+    do {                                                                                       \
+        qcal_status st_ = (call);                                                              \
+        if (st_ < 0) {                                                                         \
+            rc = die(1, "%s: %s", qcal_status_str(st_), qcal_last_error());                   \
+            goto done;                                                                         \
+        }                                                                                      \
+    } while (0)
+
+/* ---- Quantization parameters of the model -------------------------------------------- */
+
+/* Activation qparams at the four layer inputs and per-channel weight scales. */
+typedef struct model_qparams {
+    float act_scale[NSEG];
+    int32_t act_zp[NSEG];
+    float act_min[NSEG], act_max[NSEG];   /* range the qparams come from (report) */
+    float *wscale[NSEG];                  /* [out channels] each */
+} model_qparams;
+
+static void qparams_free(model_qparams *q)
+{
+    for (int l = 0; l < NSEG; l++) {
+        free(q->wscale[l]);
+        q->wscale[l] = NULL;
+    }
+}
+
+static qcal_status qparams_alloc(model_qparams *q)
+{
+    for (int l = 0; l < NSEG; l++) {
+        int64_t shape[4];
+        cnn_param_shape(2 * l, shape);
+        q->wscale[l] = qcal_malloc((size_t)shape[0] * sizeof(float));
+        if (!q->wscale[l]) {
+            qparams_free(q);
+            return QCAL_ERR_NO_MEMORY;
+        }
+    }
+    return QCAL_OK;
+}
+
+static qcal_status qparams_from_table(const qcal_calib_table *t, model_qparams *q)
+{
+    qcal_status st = qparams_alloc(q);
+    for (int l = 0; l < NSEG && st == QCAL_OK; l++) {
+        const qcal_calib_entry *e = NULL;
+        char wname[64];
+        if ((st = qcal_calib_table_find(t, cnn_layer_name(l), QCAL_ROLE_ACTIVATION, &e)) != QCAL_OK)
+            break;
+        q->act_scale[l] = e->scale[0];
+        q->act_zp[l] = e->zero_point[0];
+        q->act_min[l] = e->min_val[0];
+        q->act_max[l] = e->max_val[0];
+        snprintf(wname, sizeof wname, "%s.weight", cnn_layer_name(l));
+        if ((st = qcal_calib_table_find(t, wname, QCAL_ROLE_WEIGHT, &e)) != QCAL_OK)
+            break;
+        int64_t shape[4];
+        cnn_param_shape(2 * l, shape);
+        if (e->channels != shape[0]) {
+            st = qcal_error(QCAL_ERR_MISMATCH, "table entry %s has %lld channels, the layer %lld", wname,
+                            (long long)e->channels, (long long)shape[0]);
+            break;
+        }
+        memcpy(q->wscale[l], e->scale, (size_t)shape[0] * sizeof(float));
+    }
+    if (st != QCAL_OK)
+        qparams_free(q);
+    return st;
+}
+
+/* ---- int8 nets ----------------------------------------------------------------------- */
+
+/* Builds the int8 net of segments first..last (0 conv1+ReLU+pool, 1 conv2+ReLU+pool,
+ * 2 fc1+ReLU, 3 fc2 with f32 logits). Segment s reads tap s (quantized with its qparams) and
+ * writes u8 codes with tap s+1's qparams (the next layer's input). The input layout is
+ * PyTorch's: (1,28,28), (32,14,14), (64,7,7) (fc1 flattens NCHW) or (128). */
+static qcal_status build_net(const cnn_model *m, const model_qparams *q, int first, int last, qcal_int8_net **out)
+{
+    static const int32_t in_nd[NSEG] = {3, 3, 3, 1};
+    static const int64_t in_shape[NSEG][3] = {{1, 28, 28}, {32, 14, 14}, {64, 7, 7}, {128, 0, 0}};
+    qcal_int8_net *net = NULL;
+    qcal_status st = qcal_int8_net_create(NULL, in_nd[first], in_shape[first], q->act_scale[first],
+                                          q->act_zp[first], &net);
+    for (int s = first; s <= last && st == QCAL_OK; s++) {
+        bool f32_out = s == NSEG - 1;
+        if (s < 2) {
+            qcal_int8_conv2d_params c;
+            qcal_int8_conv2d_params_default(&c);
+            c.out_channels = s == 0 ? 32 : 64;
+            c.kernel_h = c.kernel_w = 3;
+            c.pad_h = c.pad_w = 1;
+            c.weight = m->param[2 * s];
+            c.weight_scale = q->wscale[s];
+            c.bias = m->param[2 * s + 1];
+            c.relu = true;
+            c.out_scale = q->act_scale[s + 1];
+            c.out_zero_point = q->act_zp[s + 1];
+            st = qcal_int8_net_add_conv2d(net, &c);
+            qcal_int8_pool2d_params p;
+            qcal_int8_pool2d_params_default(&p);
+            if (st == QCAL_OK)
+                st = qcal_int8_net_add_maxpool2d(net, &p);
+        } else {
+            qcal_int8_linear_params l;
+            qcal_int8_linear_params_default(&l);
+            l.out_features = s == 2 ? 128 : 10;
+            l.weight = m->param[2 * s];
+            l.weight_scale = q->wscale[s];
+            l.bias = m->param[2 * s + 1];
+            l.relu = !f32_out;
+            if (f32_out) {
+                l.out_type = QCAL_INT8_OUT_F32;
+            } else {
+                l.out_scale = q->act_scale[s + 1];
+                l.out_zero_point = q->act_zp[s + 1];
+            }
+            st = qcal_int8_net_add_linear(net, &l);
+        }
+    }
+    if (st != QCAL_OK) {
+        qcal_int8_net_destroy(&net);
+        return st;
+    }
+    *out = net;
+    return QCAL_OK;
+}
+
+typedef struct eval_result {
+    double top1, agree;      /* percent */
+    double eval_s;           /* median of 3 timed passes over the test set */
+    int64_t n;
+} eval_result;
+
+/* Evaluates the full int8 net on x [n,784] (normalised images): first pass with progress
+ * (also builds oneDNN's primitives), then three timed passes. */
+static qcal_status eval_int8(qcal_int8_net *net, const float *x, const uint8_t *labels, const uint8_t *fpred,
+                             int64_t n, const char *phase, float *logits, eval_result *r)
+{
+    int64_t right = 0, same = 0;
+    const int64_t chunk = 1000;
+    for (int64_t i0 = 0; i0 < n; i0 += chunk) {
+        int64_t bn = n - i0 < chunk ? n - i0 : chunk;
+        qcal_status st = qcal_int8_net_forward(net, bn, x + i0 * 784, logits + i0 * CNN_CLASSES);
+        if (st != QCAL_OK)
+            return st;
+        for (int64_t i = i0; i < i0 + bn; i++) {
+            int p = argmax10(logits + i * CNN_CLASSES);
+            right += p == labels[i];
+            same += p == fpred[i];
+        }
+        cnn_progress_stderr(NULL, phase, i0 + bn, n, 100.0 * (double)right / (double)(i0 + bn));
+    }
+    double t[3];
+    for (int k = 0; k < 3; k++) {
+        double t0 = cnn_now();
+        qcal_status st = qcal_int8_net_forward(net, n, x, logits);
+        t[k] = cnn_now() - t0;
+        if (st != QCAL_OK)
+            return st;
+    }
+    /* the timed passes must give the same predictions as the first */
+    int64_t right2 = 0;
+    for (int64_t i = 0; i < n; i++)
+        right2 += argmax10(logits + i * CNN_CLASSES) == labels[i];
+    if (right2 != right)
+        return qcal_error(QCAL_ERR_STATE, "int8 forward is not repeatable: %lld then %lld correct",
+                          (long long)right, (long long)right2);
+    r->top1 = 100.0 * (double)right / (double)n;
+    r->agree = 100.0 * (double)same / (double)n;
+    r->eval_s = median3(t);
+    r->n = n;
+    return QCAL_OK;
+}
+
+/* ---- Float taps kept for the shadow-mode comparison ------------------------------------ */
+
+/* Float activations of the first s images of the test set at each tap, in PyTorch's layout
+ * (NCHW; fc1's input in NCHW flatten order) so the int8 segments can read them. */
+typedef struct float_taps {
+    int64_t n;                  /* images kept */
+    float *tap[CNN_NTAPS];      /* [n, tap_numel] */
+    float *x;                   /* all evaluated test images, [n_test, 784] */
+    int64_t n_x;
+    int64_t i0;                 /* first image of the current batch */
+    float *scratch;             /* [batch, 6272] for the layout change */
+} float_taps;
+
+static qcal_status capture_hook(void *user, cnn_act *a)
+{
+    float_taps *ft = user;
+    int64_t B = a->shape[0];
+    if (a->tap == CNN_TAP_CONV1_IN)
+        memcpy(ft->x + ft->i0 * 784, a->data, (size_t)(B * 784) * sizeof(float));
+    if (ft->i0 >= ft->n)
+        return QCAL_OK;
+    int64_t keep = ft->n - ft->i0 < B ? ft->n - ft->i0 : B;
+    float *dst = ft->tap[a->tap] + ft->i0 * tap_numel[a->tap];
+    switch (a->tap) {
+    case CNN_TAP_CONV2_IN:   /* [B,14,14,32] */
+        nhwc_to_nchw(a->data, dst, keep, 14, 14, 32);
+        break;
+    case CNN_TAP_FC1_IN:     /* [B,3136] in (h,w,c) order */
+        nhwc_to_nchw(a->data, dst, keep, 7, 7, 64);
+        break;
+    default:
+        memcpy(dst, a->data, (size_t)(keep * tap_numel[a->tap]) * sizeof(float));
+        break;
+    }
+    return QCAL_OK;
+}
+
+/* Shadow mode: each int8 segment is fed the float input of its layer; its (dequantized)
+ * output is compared with the float layer's output (the next tap). */
+static qcal_status shadow_compare(const cnn_model *m, const model_qparams *q, const float_taps *ft,
+                                  qcal_act_compare **out)
+{
+    qcal_act_compare *ac = NULL;
+    qcal_int8_net *net = NULL;
+    float *y = qcal_malloc((size_t)(SHADOW_BATCH * 6272) * sizeof(float));
+    qcal_status st = y ? qcal_act_compare_create(QCAL_ACT_SHADOW, &ac) : QCAL_ERR_NO_MEMORY;
+    for (int s = 0; s < NSEG && st == QCAL_OK; s++) {
+        if ((st = build_net(m, q, s, s, &net)) != QCAL_OK)
+            break;
+        int64_t nin = tap_numel[s], nout = tap_numel[s + 1];
+        for (int64_t i0 = 0; i0 < ft->n && st == QCAL_OK; i0 += SHADOW_BATCH) {
+            int64_t bn = ft->n - i0 < SHADOW_BATCH ? ft->n - i0 : SHADOW_BATCH;
+            if ((st = qcal_int8_net_forward(net, bn, ft->tap[s] + i0 * nin, y)) != QCAL_OK)
+                break;
+            qcal_tensor tf, tq;
+            const int64_t shape[2] = {bn, nout};
+            qcal_tensor_init(&tf, ft->tap[s + 1] + i0 * nout, 2, shape);
+            qcal_tensor_init(&tq, y, 2, shape);
+            st = qcal_act_compare_add(ac, cnn_layer_name(s), &tf, &tq);
+        }
+        qcal_int8_net_destroy(&net);
+    }
+    free(y);
+    if (st != QCAL_OK) {
+        qcal_act_compare_destroy(&ac);
+        return st;
+    }
+    *out = ac;
+    return QCAL_OK;
+}
+
+static qcal_status worst_sqnr(const qcal_act_compare *ac, double *worst, int *worst_layer)
+{
+    *worst = INFINITY;
+    *worst_layer = -1;
+    for (int64_t i = 0; i < NSEG; i++) {
+        const char *fqn;
+        int64_t steps;
+        qcal_metrics mt;
+        qcal_stats fs;
+        qcal_status st = qcal_act_compare_get(ac, i, &fqn, &steps, &mt, &fs);
+        if (st != QCAL_OK)
+            return st;
+        if (*worst_layer < 0 || mt.sqnr_db < *worst) {
+            *worst = mt.sqnr_db;
+            *worst_layer = (int)i;
+        }
+    }
+    return QCAL_OK;
+}
+
+/* ---- Calibration ----------------------------------------------------------------------- */
+
+typedef struct calib_ctx {
+    qcal_session *s;
+    int64_t step;
+    double hook_s;      /* time spent in the observers */
+} calib_ctx;
+
+static qcal_status calib_hook(void *user, cnn_act *a)
+{
+    calib_ctx *c = user;
+    if (a->tap == CNN_TAP_LOGITS)
+        return QCAL_OK;
+    double t0 = cnn_now();
+    qcal_tensor t;
+    qcal_status st = qcal_tensor_init(&t, a->data, a->ndim, a->shape);
+    if (st == QCAL_OK)
+        st = qcal_session_observe(c->s, cnn_tap_name(a->tap), QCAL_ROLE_ACTIVATION, c->step, &t);
+    c->hook_s += cnn_now() - t0;
+    return st;
+}
+
+typedef struct observer_result {
+    qcal_observer_kind kind;
+    eval_result ev;
+    double calib_s;          /* forward passes + observers + qparams (table) */
+    double hook_s;           /* observers alone */
+    double fwd_s;            /* the forward passes of the calibration loop, observers excluded */
+    double worst_sqnr_db;
+    int worst_layer;
+    model_qparams q;
+    qcal_calib_table *table;
+    qcal_act_compare *shadow;
+} observer_result;
+
+/* Calibrates the float model on the first n training images with activation observer kind. */
+static qcal_status calibrate(cnn_ctx *ctx, const cnn_model *m, const cnn_data *train, int64_t n,
+                             qcal_observer_kind kind, bool input_same, observer_result *r)
+{
+    qcal_calib_rules *rules = NULL;
+    qcal_session *s = NULL;
+    qcal_observer_config acfg, icfg, wcfg;
+    qcal_observer_config_default(&acfg, kind);   /* quint8 per_tensor_affine */
+    qcal_observer_config_default(&icfg, QCAL_OBSERVER_MINMAX);
+    qcal_status st = qcal_role_default_config(QCAL_ROLE_WEIGHT, &wcfg);
+    wcfg.q.dtype = QCAL_QINT8;
+    wcfg.q.qscheme = QCAL_PER_CHANNEL_SYMMETRIC;
+    wcfg.axis = 0;
+    if (st == QCAL_OK)
+        st = qcal_calib_rules_create(&rules);
+    /* The model input is the normalised image, (p/255 - 0.2860)/0.3530 for 256 pixel values:
+     * its minmax qparams give every pixel value its own code. Clipping observers gain nothing
+     * there and the |x|-histogram ones clip it symmetrically; entropy (KL) even picks the
+     * background value 0.81 as threshold and clips every brighter pixel (conv1 SQNR ~9 dB,
+     * -1.6 points). So by default the input uses minmax; --input-observer same shows it. */
+    if (st == QCAL_OK && !input_same)
+        st = qcal_calib_rules_add(rules, "conv1", false, QCAL_ROLE_ACTIVATION, &icfg);
+    if (st == QCAL_OK)
+        st = qcal_calib_rules_add(rules, "*", false, QCAL_ROLE_ACTIVATION, &acfg);
+    if (st == QCAL_OK)
+        st = qcal_calib_rules_add(rules, "*.weight", false, QCAL_ROLE_WEIGHT, &wcfg);
+    qcal_session_options so;
+    qcal_session_options_default(&so);
+    so.rules = rules;
+    if (st == QCAL_OK)
+        st = qcal_session_create(&so, &s);
+    double t0 = cnn_now();
+    for (int l = 0; l < NSEG && st == QCAL_OK; l++) {
+        qcal_tensor w;
+        int64_t shape[4];
+        int nd = cnn_param_shape(2 * l, shape);
+        char name[64];
+        snprintf(name, sizeof name, "%s.weight", cnn_layer_name(l));
+        if ((st = qcal_tensor_init(&w, m->param[2 * l], nd, shape)) == QCAL_OK)
+            st = qcal_session_observe(s, name, QCAL_ROLE_WEIGHT, 0, &w);
+    }
+    calib_ctx cc = {.s = s};
+    cnn_hooks hooks = {.act = calib_hook, .user = &cc};
+    double tl = cnn_now();
+    for (int64_t i0 = 0; i0 < n && st == QCAL_OK; i0 += CALIB_BATCH, cc.step++) {
+        int bn = (int)(n - i0 < CALIB_BATCH ? n - i0 : CALIB_BATCH);
+        const float *z;
+        st = cnn_forward(ctx, m, train->images + i0 * 784, bn, &hooks, &z);
+    }
+    r->fwd_s = cnn_now() - tl - cc.hook_s;
+    if (st == QCAL_OK)
+        st = qcal_session_table(s, &r->table);
+    r->calib_s = cnn_now() - t0;
+    r->hook_s = cc.hook_s;
+    if (st == QCAL_OK)
+        st = qparams_from_table(r->table, &r->q);
+    qcal_session_destroy(&s);
+    qcal_calib_rules_destroy(&rules);
+    return st;
+}
+
+/* Median time of three plain float forward passes over the first n training images. */
+static qcal_status time_float_forward(cnn_ctx *ctx, const cnn_model *m, const cnn_data *train, int64_t n,
+                                      double *out)
+{
+    double t[3];
+    for (int k = 0; k < 3; k++) {
+        double t0 = cnn_now();
+        for (int64_t i0 = 0; i0 < n; i0 += CALIB_BATCH) {
+            int bn = (int)(n - i0 < CALIB_BATCH ? n - i0 : CALIB_BATCH);
+            const float *z;
+            qcal_status st = cnn_forward(ctx, m, train->images + i0 * 784, bn, NULL, &z);
+            if (st != QCAL_OK)
+                return st;
+        }
+        t[k] = cnn_now() - t0;
+    }
+    *out = median3(t);
+    return QCAL_OK;
+}
+
+/* ---- Stats log ------------------------------------------------------------------------- */
+
+typedef struct log_ctx {
+    qcal_logger *lg;
+} log_ctx;
+
+static qcal_status log_hook(void *user, cnn_act *a)
+{
+    log_ctx *c = user;
+    if (a->tap == CNN_TAP_LOGITS)
+        return QCAL_OK;
+    qcal_tensor t;
+    qcal_status st = qcal_tensor_init(&t, a->data, a->ndim, a->shape);
+    if (st != QCAL_OK)
+        return st;
+    if (a->tap >= CNN_TAP_FC1_IN)
+        return qcal_logger_log_linear(c->lg, cnn_tap_name(a->tap), "linear", a->shape[0], a->shape[1],
+                                      a->tap == CNN_TAP_FC1_IN ? 128 : 10, &t);
+    return qcal_logger_log(c->lg, QCAL_LOG_ACT, cnn_tap_name(a->tap), "conv2d", NULL, &t);
+}
+
+/* quant_logger-style records: every weight, then every layer input per calibration batch. */
+static qcal_status write_stats_log(cnn_ctx *ctx, const cnn_model *m, const cnn_data *train, int64_t n,
+                                   const char *path)
+{
+    qcal_logger_options lo;
+    qcal_logger_options_default(&lo);
+    lo.csv_path = path;
+    log_ctx lc = {0};
+    qcal_status st = qcal_logger_create(&lo, &lc.lg);
+    for (int p = 0; p < CNN_NPARAMS && st == QCAL_OK; p++) {
+        qcal_tensor t;
+        int64_t shape[4];
+        int nd = cnn_param_shape(p, shape);
+        if ((st = qcal_tensor_init(&t, m->param[p], nd, shape)) == QCAL_OK)
+            st = qcal_logger_log(lc.lg, QCAL_LOG_PARAM, cnn_param_name(p), seg_op[p / 2], NULL, &t);
+    }
+    cnn_hooks hooks = {.act = log_hook, .user = &lc};
+    for (int64_t i0 = 0; i0 < n && st == QCAL_OK; i0 += CALIB_BATCH) {
+        int bn = (int)(n - i0 < CALIB_BATCH ? n - i0 : CALIB_BATCH);
+        const float *z;
+        st = cnn_forward(ctx, m, train->images + i0 * 784, bn, &hooks, &z);
+    }
+    if (st == QCAL_OK)
+        st = qcal_logger_finish(lc.lg);
+    qcal_logger_destroy(&lc.lg);
+    return st;
+}
+
+/* ---- QAT ------------------------------------------------------------------------------- */
+
+/* Fake-quant at the four layer inputs (quint8 full range [0, 255], the onednn backend's
+ * activation qconfig, so the result converts to the same int8 net) and on every weight
+ * (per-channel symmetric qint8). The logits stay float: the int8 net's fc2 outputs f32. */
+typedef struct qat_set {
+    qcal_fake_quantize *act[NSEG];
+    qcal_fake_quantize *w[NSEG];
+} qat_set;
+
+static qcal_status qat_act(void *user, cnn_act *a)
+{
+    qat_set *q = user;
+    if ((int)a->tap >= NSEG)
+        return QCAL_OK;
+    qcal_tensor t;
+    qcal_status st = qcal_tensor_init(&t, a->data, a->ndim, a->shape);
+    return st == QCAL_OK ? qcal_fake_quantize_forward(q->act[a->tap], &t, a->data) : st;
+}
+
+static qcal_status qat_act_backward(void *user, cnn_tap tap, float *grad, int64_t numel)
+{
+    qat_set *q = user;
+    if ((int)tap >= NSEG)
+        return QCAL_OK;
+    return qcal_fake_quantize_backward(q->act[tap], grad, numel, grad);
+}
+
+static qcal_status qat_weight(void *user, cnn_weight *w)
+{
+    qat_set *q = user;
+    qcal_tensor t;
+    /* read-only view: the FakeQuantize writes dst, never src */
+    qcal_status st = qcal_tensor_init(&t, (float *)(uintptr_t)w->src, w->ndim, w->shape);
+    if (st == QCAL_OK && (st = qcal_fake_quantize_forward(q->w[w->layer], &t, w->dst)) == QCAL_OK)
+        w->used = true;
+    return st;
+}
+
+static qcal_status qat_weight_backward(void *user, cnn_layer layer, float *grad, int64_t numel)
+{
+    qat_set *q = user;
+    return qcal_fake_quantize_backward(q->w[layer], grad, numel, grad);
+}
+
+static void qat_set_free(qat_set *q)
+{
+    for (int l = 0; l < NSEG; l++) {
+        qcal_fake_quantize_destroy(&q->act[l]);
+        qcal_fake_quantize_destroy(&q->w[l]);
+    }
+}
+
+static uint64_t mix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Fine-tunes a copy of the float model with fake-quant (the schedule of examples/cnn/qat.c:
+ * random batches of 128, Adam from zero state, observers frozen after `freeze` steps), then
+ * takes the frozen qparams for the int8 net. *qm and q are owned by the caller. */
+static qcal_status run_qat(cnn_ctx *ctx, const cnn_model *fm, const cnn_data *train, const demo_opts *o,
+                           cnn_model **qm_out, model_qparams *q)
+{
+    qat_set set;
+    memset(&set, 0, sizeof set);
+    cnn_model *qm = NULL;
+    const int batch = 128;
+    uint8_t *bx = qcal_malloc((size_t)batch * 784), *by = qcal_malloc((size_t)batch);
+    qcal_status st = bx && by ? cnn_model_create(0, &qm) : QCAL_ERR_NO_MEMORY;
+    if (st == QCAL_OK)
+        cnn_model_copy(qm, fm);
+    qcal_fake_quantize_config acfg, wcfg;
+    qcal_fake_quantize_config_default(&acfg, QCAL_FQ_ACTIVATION_FULL_RANGE);
+    qcal_fake_quantize_config_default(&wcfg, QCAL_FQ_WEIGHT_PER_CHANNEL);
+    for (int l = 0; l < NSEG && st == QCAL_OK; l++) {
+        st = qcal_fake_quantize_create(&acfg, &set.act[l]);
+        if (st == QCAL_OK)
+            st = qcal_fake_quantize_create(&wcfg, &set.w[l]);
+    }
+    cnn_hooks hooks = {.act = qat_act, .act_backward = qat_act_backward, .weight = qat_weight,
+                       .weight_backward = qat_weight_backward, .user = &set};
+    if (st == QCAL_OK)
+        cnn_ctx_reset_optimizer(ctx);
+    uint64_t seed = 7;
+    double run_loss = 0.0;
+    for (int step = 0; st == QCAL_OK && step < o->qat_steps; step++) {
+        if (step == o->qat_freeze)
+            for (int l = 0; l < NSEG && st == QCAL_OK; l++)
+                if ((st = qcal_fake_quantize_freeze(set.act[l])) == QCAL_OK)
+                    st = qcal_fake_quantize_freeze(set.w[l]);
+        for (int i = 0; i < batch; i++) {
+            int64_t k = (int64_t)(mix64(&seed) % (uint64_t)train->n);
+            memcpy(bx + (size_t)i * 784, train->images + k * 784, 784);
+            by[i] = train->labels[k];
+        }
+        float loss = 0.0f;
+        if (st == QCAL_OK)
+            st = cnn_train_step(ctx, qm, bx, by, batch, &hooks, o->qat_lr, &loss);
+        run_loss = step == 0 ? loss : 0.98 * run_loss + 0.02 * loss;
+        if (st == QCAL_OK)
+            cnn_progress_stderr(NULL, "qat", step + 1, o->qat_steps, run_loss);
+    }
+    /* Frozen qparams: the int8 net quantizes the final weights with the weight fake-quants'
+     * scales, exactly as the last training steps fake-quantized them. */
+    for (int l = 0; l < NSEG && st == QCAL_OK; l++)
+        if ((st = qcal_fake_quantize_freeze(set.act[l])) == QCAL_OK)
+            st = qcal_fake_quantize_freeze(set.w[l]);
+    if (st == QCAL_OK)
+        st = qparams_alloc(q);
+    for (int l = 0; l < NSEG && st == QCAL_OK; l++) {
+        int64_t n = 0, shape[4];
+        cnn_param_shape(2 * l, shape);
+        if ((st = qcal_fake_quantize_qparams(set.act[l], 1, &q->act_scale[l], &q->act_zp[l], &n)) != QCAL_OK)
+            break;
+        int32_t *zp = qcal_malloc((size_t)shape[0] * sizeof(int32_t));
+        if (!zp) {
+            st = QCAL_ERR_NO_MEMORY;
+            break;
+        }
+        st = qcal_fake_quantize_qparams(set.w[l], shape[0], q->wscale[l], zp, &n);
+        free(zp);
+        if (st == QCAL_OK && n != shape[0])
+            st = qcal_error(QCAL_ERR_MISMATCH, "QAT weight fake-quant of %s has %lld channels, expected %lld",
+                            cnn_layer_name(l), (long long)n, (long long)shape[0]);
+        q->act_min[l] = NAN;
+        q->act_max[l] = NAN;
+    }
+    qat_set_free(&set);
+    free(bx);
+    free(by);
+    if (st != QCAL_OK) {
+        qparams_free(q);
+        cnn_model_destroy(&qm);
+        return st;
+    }
+    *qm_out = qm;
+    return QCAL_OK;
+}
+
+/* ---- Outputs --------------------------------------------------------------------------- */
+
+static qcal_status write_tables(const qcal_calib_table *t, qcal_observer_kind kind, const char *out_dir)
+{
+    char dir[4200], path[4400];
+    snprintf(dir, sizeof dir, "%s/%s", out_dir, qcal_observer_kind_name(kind));
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return qcal_error(QCAL_ERR_IO, "cannot create directory '%s': %s", dir, strerror(errno));
+    qcal_table_export_options eo;
+    qcal_table_export_options_default(&eo);
+    /* TensorRT checks that the header's algorithm matches the calibrator that reads the cache:
+     * entropy is EntropyCalibration2, every other kind is written as MinMaxCalibration. */
+    eo.trt_algorithm = kind == QCAL_OBSERVER_ENTROPY ? "EntropyCalibration2" : "MinMaxCalibration";
+    static const struct { qcal_table_format f; const char *name; } files[] = {
+        {QCAL_TABLE_JSON, "calib.json"},
+        {QCAL_TABLE_TENSORRT, "calibration_trt.cache"},
+        {QCAL_TABLE_ONNXRUNTIME, "calibration.cache"},
+        {QCAL_TABLE_NCNN, "model.table"},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i].name);
+        qcal_status st = qcal_calib_table_write(t, files[i].f, &eo, path);
+        if (st != QCAL_OK)
+            return st;
+    }
+    return QCAL_OK;
+}
+
+/* Per-layer numeric-suite rows of one observer: weight SQNR (per-channel symmetric qint8)
+ * and activation SQNR in shadow mode. */
+typedef struct layer_row {
+    qcal_weight_result w;
+    qcal_metrics act;
+    qcal_stats act_float;
+} layer_row;
+
+static qcal_status layer_rows(const cnn_model *m, const qcal_act_compare *ac, layer_row rows[NSEG])
+{
+    qcal_weights_options wo;
+    qcal_weights_options_default(&wo);   /* per_channel_minmax, qint8, per_channel_symmetric */
+    for (int l = 0; l < NSEG; l++) {
+        qcal_tensor t;
+        int64_t shape[4];
+        int nd = cnn_param_shape(2 * l, shape);
+        char name[64];
+        snprintf(name, sizeof name, "%s.weight", cnn_layer_name(l));
+        qcal_status st = qcal_tensor_init(&t, m->param[2 * l], nd, shape);
+        if (st == QCAL_OK)
+            st = qcal_weights_compare_tensor(&wo, name, &t, &rows[l].w);
+        const char *fqn;
+        int64_t steps;
+        if (st == QCAL_OK)
+            st = qcal_act_compare_get(ac, l, &fqn, &steps, &rows[l].act, &rows[l].act_float);
+        if (st != QCAL_OK)
+            return st;
+    }
+    return QCAL_OK;
+}
+
+static qcal_status write_numeric_csv(const char *path, const layer_row rows[NSEG])
+{
+    qcal_atomic_file f;
+    qcal_status st = qcal_atomic_open(&f, path);
+    if (st != QCAL_OK)
+        return st;
+    fprintf(f.fp, "layer,weight_sqnr_db,weight_cosine,weight_max_abs_err,act_sqnr_db,act_cosine,"
+                  "act_max_abs_err,act_float_absmax,act_pairs\n");
+    for (int l = 0; l < NSEG; l++)
+        fprintf(f.fp, "%s,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%lld\n", cnn_layer_name(l), rows[l].w.m.sqnr_db,
+                rows[l].w.m.cosine, rows[l].w.m.max_abs_err, rows[l].act.sqnr_db, rows[l].act.cosine,
+                rows[l].act.max_abs_err, (double)rows[l].act_float.absmax, (long long)rows[l].act.count);
+    return qcal_atomic_commit(&f);
+}
+
+/* JSON numbers: finite values only (inf/nan become null). */
+static void json_num(FILE *f, double v, int digits)
+{
+    if (isfinite(v))
+        fprintf(f, "%.*f", digits, v);
+    else
+        fputs("null", f);
+}
+
+/* ---- main ------------------------------------------------------------------------------ */
+
+static const char *mark(bool ok) { return ok ? "OK" : "MISSED"; }
+
+static bool is_minmax_kind(qcal_observer_kind k)
+{
+    return k == QCAL_OBSERVER_MINMAX || k == QCAL_OBSERVER_MOVING_AVERAGE_MINMAX;
+}
+
+int main(int argc, char **argv)
+{
+    demo_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    if (check_dataset(o.data_dir) || prepare_out_dir(o.out_dir))
+        return 1;
+
+    double t_start = cnn_now();
+    cnn_data train = {0}, test = {0};
+    cnn_ctx *ctx = NULL;
+    cnn_model *fm = NULL, *qm = NULL;
+    float_taps ft = {0};
+    uint8_t *fpred = NULL;
+    float *logits = NULL;
+    observer_result res[QCAL_OBSERVER_KIND_COUNT];
+    memset(res, 0, sizeof res);
+    model_qparams qat_q;
+    memset(&qat_q, 0, sizeof qat_q);
+    eval_result qat_ev = {0};
+    qcal_int8_net *net = NULL;
+    bool trained = false;
+    double train_s = 0, float_eval_s = 0, fwd_calib_s = 0, qat_s = 0;
+    int64_t right = 0;
+
+    TRY(cnn_data_load(o.data_dir, "train", &train));
+    TRY(cnn_data_load(o.data_dir, "t10k", &test));
+    if (o.test_images > 0 && o.test_images < test.n)
+        test.n = o.test_images;
+    int64_t n_calib = o.calib_images < train.n ? o.calib_images : train.n;
+    TRY(cnn_ctx_create(256, &ctx));
+
+    /* 1. Float model. */
+    double t0 = cnn_now();
+    if (o.weights) {
+        TRY(cnn_model_load(o.weights, &fm));
+    } else {
+        TRY(cnn_load_or_train(ctx, &train, &o.train, cnn_progress_stderr, NULL, &fm, &trained));
+    }
+    train_s = cnn_now() - t0;
+    if (o.weights)
+        printf("float model: %s (loaded in %.2f s)\n", o.weights, train_s);
+    else if (trained)
+        printf("float model: trained in %.1f s (%d epochs on %lld images), cached\n", train_s, o.train.epochs,
+               (long long)(o.train.max_images > 0 ? o.train.max_images : train.n));
+    else
+        printf("float model: loaded from the cache in %.2f s\n", train_s);
+
+    /* Float evaluation; keeps the normalised test images and, for the first sqnr_images,
+     * every tap (the shadow-mode references). */
+    ft.n = o.sqnr_images < test.n ? o.sqnr_images : test.n;
+    ft.n_x = test.n;
+    ft.x = qcal_malloc((size_t)(test.n * 784) * sizeof(float));
+    for (int t = 0; t < CNN_NTAPS; t++)
+        ft.tap[t] = qcal_malloc((size_t)(ft.n * tap_numel[t]) * sizeof(float));
+    fpred = qcal_malloc((size_t)test.n);
+    logits = qcal_malloc((size_t)(test.n * CNN_CLASSES) * sizeof(float));
+    if (!ft.x || !ft.tap[CNN_NTAPS - 1] || !ft.tap[0] || !ft.tap[1] || !ft.tap[2] || !ft.tap[3] || !fpred ||
+        !logits)
+        TRY(QCAL_ERR_NO_MEMORY);
+    {
+        cnn_hooks cap = {.act = capture_hook, .user = &ft};
+        for (int64_t i0 = 0; i0 < test.n; i0 += 250) {
+            int bn = (int)(test.n - i0 < 250 ? test.n - i0 : 250);
+            const float *z;
+            ft.i0 = i0;
+            TRY(cnn_forward(ctx, fm, test.images + i0 * 784, bn, &cap, &z));
+            for (int i = 0; i < bn; i++) {
+                fpred[i0 + i] = (uint8_t)argmax10(z + i * CNN_CLASSES);
+                right += fpred[i0 + i] == test.labels[i0 + i];
+            }
+            cnn_progress_stderr(NULL, "f32 eval", i0 + bn, test.n, 100.0 * (double)right / (double)(i0 + bn));
+        }
+        /* timed: plain f32 evaluation of the test set (median of 3) */
+        double t[3];
+        for (int k = 0; k < 3; k++) {
+            double ts = cnn_now();
+            int64_t r2 = 0;
+            TRY(cnn_evaluate(ctx, fm, &test, NULL, &r2, NULL, NULL, NULL));
+            t[k] = cnn_now() - ts;
+            if (r2 != right)
+                TRY(qcal_error(QCAL_ERR_STATE, "f32 evaluation not repeatable: %lld then %lld correct",
+                               (long long)right, (long long)r2));
+        }
+        float_eval_s = median3(t);
+    }
+    double float_top1 = 100.0 * (double)right / (double)test.n;
+    printf("float top-1: %.2f%% on %lld test images (f32 evaluation %.3f s)\n\n", float_top1, (long long)test.n,
+           float_eval_s);
+    TRY(time_float_forward(ctx, fm, &train, n_calib, &fwd_calib_s));
+
+    /* 2-3. Calibrate with each observer, convert, evaluate in int8, shadow-mode SQNR. */
+    for (int k = 0; k < o.n_kinds; k++) {
+        observer_result *r = &res[k];
+        r->kind = o.kinds[k];
+        char phase[64];
+        snprintf(phase, sizeof phase, "int8 %s", qcal_observer_kind_name(r->kind));
+        TRY(calibrate(ctx, fm, &train, n_calib, r->kind, o.input_same, r));
+        TRY(build_net(fm, &r->q, 0, NSEG - 1, &net));
+        TRY(eval_int8(net, ft.x, test.labels, fpred, test.n, phase, logits, &r->ev));
+        qcal_int8_net_destroy(&net);
+        TRY(shadow_compare(fm, &r->q, &ft, &r->shadow));
+        TRY(worst_sqnr(r->shadow, &r->worst_sqnr_db, &r->worst_layer));
+        TRY(write_tables(r->table, r->kind, o.out_dir));
+    }
+
+    /* 4. The table. */
+    printf("Post-training static quantization: int8 on oneDNN, %lld calibration images (batches of %d), "
+           "weights per-channel symmetric qint8, activations quint8 per-tensor affine; model input: %s\n",
+           (long long)n_calib, CALIB_BATCH, o.input_same ? "the observer of the row" : "minmax (every row)");
+    printf("%-22s | %10s | %8s | %9s | %9s | %13s | %s\n", "observer", "int8 top-1", "delta", "agreement",
+           "calib (s)", "worst SQNR dB", "int8 eval (s)");
+    printf("%-22s-+-%10s-+-%8s-+-%9s-+-%9s-+-%13s-+-%s\n", "----------------------", "----------", "--------",
+           "---------", "---------", "-------------", "-------------");
+    int best = 0;
+    for (int k = 0; k < o.n_kinds; k++) {
+        observer_result *r = &res[k];
+        char ws[32];
+        snprintf(ws, sizeof ws, "%.2f (%s)", r->worst_sqnr_db, cnn_layer_name(r->worst_layer));
+        printf("%-22s | %9.2f%% | %+8.2f | %8.2f%% | %9.3f | %13s | %.3f\n", qcal_observer_kind_name(r->kind),
+               r->ev.top1, r->ev.top1 - float_top1, r->ev.agree, r->calib_s, ws, r->ev.eval_s);
+        if (r->ev.top1 > res[best].ev.top1 || (r->ev.top1 == res[best].ev.top1 && r->ev.agree > res[best].ev.agree))
+            best = k;
+    }
+    printf("(float top-1 %.2f%%; agreement = test images where the int8 top-1 equals the float top-1; "
+           "worst SQNR over conv1/conv2/fc1/fc2 in shadow mode on %lld test images)\n\n", float_top1,
+           (long long)ft.n);
+
+    layer_row rows[NSEG];
+    TRY(layer_rows(fm, res[best].shadow, rows));
+    printf("Numeric suite, best observer %s (weights: per-channel symmetric qint8; activations: shadow mode, "
+           "each int8 layer fed the float input)\n", qcal_observer_kind_name(res[best].kind));
+    printf("%-6s | %9s | %9s | %11s | %9s | %9s | %11s | %s\n", "layer", "w SQNR dB", "w cosine", "w max err",
+           "a SQNR dB", "a cosine", "a max err", "act scale / zp (range)");
+    for (int l = 0; l < NSEG; l++) {
+        const model_qparams *q = &res[best].q;
+        printf("%-6s | %9.2f | %9.6f | %11.3g | %9.2f | %9.6f | %11.3g | %.6g / %d ([%.4g, %.4g])\n",
+               cnn_layer_name(l), rows[l].w.m.sqnr_db, rows[l].w.m.cosine, rows[l].w.m.max_abs_err,
+               rows[l].act.sqnr_db, rows[l].act.cosine, rows[l].act.max_abs_err, (double)q->act_scale[l],
+               q->act_zp[l], (double)q->act_min[l], (double)q->act_max[l]);
+    }
+    printf("(activation row = the layer with its ReLU and pool, output requantized with the next layer's "
+           "input qparams; fc2 outputs f32 logits)\n\n");
+
+    /* 5. QAT. */
+    if (o.qat) {
+        t0 = cnn_now();
+        TRY(run_qat(ctx, fm, &train, &o, &qm, &qat_q));
+        qat_s = cnn_now() - t0;
+        TRY(build_net(qm, &qat_q, 0, NSEG - 1, &net));
+        TRY(eval_int8(net, ft.x, test.labels, fpred, test.n, "int8 qat", logits, &qat_ev));
+        qcal_int8_net_destroy(&net);
+        printf("QAT (%d steps of 128 images, lr %g, observers frozen after %d steps, %.1f s): int8 top-1 %.2f%% "
+               "(%+.2f vs float, %+.2f vs best post-training %s), agreement %.2f%%\n\n", o.qat_steps,
+               (double)o.qat_lr, o.qat_freeze, qat_s, qat_ev.top1, qat_ev.top1 - float_top1,
+               qat_ev.top1 - res[best].ev.top1, qcal_observer_kind_name(res[best].kind), qat_ev.agree);
+    }
+
+    /* 6. Outputs. */
+    char path[4400];
+    snprintf(path, sizeof path, "%s/stats.csv", o.out_dir);
+    TRY(write_stats_log(ctx, fm, &train, n_calib, path));
+    snprintf(path, sizeof path, "%s/numeric_%s.csv", o.out_dir, qcal_observer_kind_name(res[best].kind));
+    TRY(write_numeric_csv(path, rows));
+    double total_s = cnn_now() - t_start;
+
+    /* Targets. */
+    double max_int8_s = 0, max_overhead = 0;
+    bool acc_ok = true;
+    printf("Targets (PyTorch 1.13 FX PTQ, onednn backend, same model: -0.02..-0.06 points, 99.3-99.5%% "
+           "agreement, %.2f s int8 evaluation):\n", PYTORCH_INT8_EVAL_S);
+    printf("  float top-1 >= 90%%: %.2f%%  %s\n", float_top1, mark(float_top1 >= 90.0));
+    for (int k = 0; k < o.n_kinds; k++) {
+        observer_result *r = &res[k];
+        bool ok = r->ev.top1 >= float_top1 - 0.1 && r->ev.agree >= 99.3;
+        acc_ok = acc_ok && ok;
+        printf("  %-22s within 0.1 points of float and >= 99.3%% agreement: %+.2f, %.2f%%  %s\n",
+               qcal_observer_kind_name(r->kind), r->ev.top1 - float_top1, r->ev.agree, mark(ok));
+        if (r->ev.eval_s > max_int8_s)
+            max_int8_s = r->ev.eval_s;
+        if (is_minmax_kind(r->kind) && 100.0 * r->hook_s / r->fwd_s > max_overhead)
+            max_overhead = 100.0 * r->hook_s / r->fwd_s;
+    }
+    if (o.qat)
+        printf("  QAT >= best post-training: %.2f%% vs %.2f%%  %s\n", qat_ev.top1, res[best].ev.top1,
+               mark(qat_ev.top1 >= res[best].ev.top1));
+    printf("  int8 evaluation <= %.2f s (PyTorch) and faster than f32 (%.3f s): slowest %.3f s on %lld images  "
+           "%s\n", PYTORCH_INT8_EVAL_S, float_eval_s, max_int8_s, (long long)test.n,
+           mark(max_int8_s <= PYTORCH_INT8_EVAL_S * (double)test.n / 10000.0 && max_int8_s < float_eval_s));
+    bool any_mm = false;
+    for (int k = 0; k < o.n_kinds; k++)
+        any_mm = any_mm || is_minmax_kind(res[k].kind);
+    if (any_mm)
+        printf("  min/max observers add <= 10%% to the float forward (time in the observers / forward time "
+               "in the same calibration loop; plain forward %.3f s for %lld images): %.1f%%  %s\n",
+               fwd_calib_s, (long long)n_calib, max_overhead, mark(max_overhead <= 10.0));
+    double limit = trained ? 180.0 : 60.0;
+    printf("  whole demo <= %.0f s (%s): %.1f s  %s\n", limit, trained ? "cold start, model trained" :
+           "model loaded", total_s, mark(total_s <= limit));
+
+    if (o.json_path) {
+        qcal_atomic_file f;
+        TRY(qcal_atomic_open(&f, o.json_path));
+        fprintf(f.fp, "{\n  \"float_top1\": ");
+        json_num(f.fp, float_top1, 2);
+        fprintf(f.fp, ",\n  \"test_images\": %lld,\n  \"calib_images\": %lld,\n  \"best_observer\": \"%s\",\n"
+                      "  \"observers\": {\n", (long long)test.n, (long long)n_calib,
+                qcal_observer_kind_name(res[best].kind));
+        for (int k = 0; k < o.n_kinds; k++) {
+            observer_result *r = &res[k];
+            fprintf(f.fp, "    \"%s\": {\"top1\": ", qcal_observer_kind_name(r->kind));
+            json_num(f.fp, r->ev.top1, 2);
+            fprintf(f.fp, ", \"agree\": ");
+            json_num(f.fp, r->ev.agree, 2);
+            fprintf(f.fp, ", \"calib_s\": ");
+            json_num(f.fp, r->calib_s, 4);
+            fprintf(f.fp, ", \"worst_sqnr_db\": ");
+            json_num(f.fp, r->worst_sqnr_db, 3);
+            fprintf(f.fp, ", \"worst_layer\": \"%s\", \"int8_eval_s\": ", cnn_layer_name(r->worst_layer));
+            json_num(f.fp, r->ev.eval_s, 4);
+            fprintf(f.fp, ", \"observer_overhead_pct\": ");
+            json_num(f.fp, 100.0 * r->hook_s / r->fwd_s, 2);
+            fprintf(f.fp, "}%s\n", k + 1 < o.n_kinds ? "," : "");
+        }
+        fprintf(f.fp, "  },\n  \"qat_top1\": ");
+        json_num(f.fp, o.qat ? qat_ev.top1 : NAN, 2);
+        fprintf(f.fp, ",\n  \"qat_agree\": ");
+        json_num(f.fp, o.qat ? qat_ev.agree : NAN, 2);
+        fprintf(f.fp, ",\n  \"timings\": {\"float_model_s\": ");
+        json_num(f.fp, train_s, 3);
+        fprintf(f.fp, ", \"float_trained\": %s, \"float_eval_s\": ", trained ? "true" : "false");
+        json_num(f.fp, float_eval_s, 4);
+        fprintf(f.fp, ", \"float_forward_calib_s\": ");
+        json_num(f.fp, fwd_calib_s, 4);
+        fprintf(f.fp, ", \"qat_s\": ");
+        json_num(f.fp, o.qat ? qat_s : NAN, 3);
+        fprintf(f.fp, ", \"total_s\": ");
+        json_num(f.fp, total_s, 3);
+        fprintf(f.fp, "},\n  \"output_dir\": \"%s\"\n}\n", o.out_dir);
+        TRY(qcal_atomic_commit(&f));
+    }
+    printf("\nOutputs in %s/: <observer>/{calib.json, calibration_trt.cache, calibration.cache, model.table}, "
+           "stats.csv, numeric_%s.csv%s%s\n", o.out_dir, qcal_observer_kind_name(res[best].kind),
+           o.json_path ? "; JSON summary: " : "", o.json_path ? o.json_path : "");
+    (void)acc_ok;
+
+done:
+    qcal_int8_net_destroy(&net);
+    for (int k = 0; k < QCAL_OBSERVER_KIND_COUNT; k++) {
+        qparams_free(&res[k].q);
+        qcal_calib_table_destroy(&res[k].table);
+        qcal_act_compare_destroy(&res[k].shadow);
+    }
+    qparams_free(&qat_q);
+    for (int t = 0; t < CNN_NTAPS; t++)
+        free(ft.tap[t]);
+    free(ft.x);
+    free(fpred);
+    free(logits);
+    cnn_model_destroy(&fm);
+    cnn_model_destroy(&qm);
+    cnn_ctx_destroy(&ctx);
+    cnn_data_free(&train);
+    cnn_data_free(&test);
+    return rc;
+}
