@@ -43,7 +43,9 @@ case "$cmd" in
     build) build ;;
     demo)
         build
-        exec ./build/tools/qcal observe --observer histogram examples/data/fmnist_test_batch.npy "$@"
+        # Fashion-MNIST CNN: float model (trained once, then cached), calibration with every
+        # observer, int8 on oneDNN, QAT; see docs/demo.md for the options.
+        exec ./build/examples/qcal-demo "$@"
         ;;
     test)
         build
