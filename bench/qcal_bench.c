@@ -513,6 +513,7 @@ static const row_def ROWS[] = {
 
 typedef struct row_result {
     int threads;
+    int64_t elements;
     timing q;
     double gbps, limit, fraction;
     int have_torch;
@@ -811,7 +812,7 @@ static void fmt_time(char *buf, size_t cap, double s)
 
 static void evaluate(const row_def *d, row_result *rr, const bench_bandwidth *bw)
 {
-    rr->gbps = d->bytes_per_el > 0 ? (double)d->elements * d->bytes_per_el / rr->q.med * 1e-9
+    rr->gbps = d->bytes_per_el > 0 ? (double)rr->elements * d->bytes_per_el / rr->q.med * 1e-9
                                    : NAN;
     rr->limit = d->limit == LIM_READ ? bw->read_gbps : d->limit == LIM_COPY ? bw->copy_gbps : NAN;
     rr->fraction = rr->gbps / rr->limit;
@@ -865,7 +866,7 @@ static void print_table(const int *selected, row_result (*res)[MAXT], int nt)
                 snprintf(ratio, sizeof ratio, "%.1fx", rr->ratio);
             printf("| %s%s%s | %d | %lld | %s (%s - %s) | %s | %s | %s | %s | %s | %s | %s | %s |\n",
                    d->label, rr->note[0] ? ": " : "", rr->note, rr->threads,
-                   (long long)d->elements, a, b1, c, gb, lim, fr, tt, ratio,
+                   (long long)rr->elements, a, b1, c, gb, lim, fr, tt, ratio,
                    rr->target[0] ? rr->target : "-",
                    rr->pass < 0 ? "-" : rr->pass ? "pass" : "**FAIL**",
                    rr->identical < 0 ? "-" : rr->identical ? "yes" : "**NO**");
@@ -900,7 +901,7 @@ static int write_json(const char *path, const int *selected, row_result (*res)[M
             row_result *rr = &res[r][ti];
             fprintf(f, "%s  {\"name\": \"%s\", \"threads\": %d, \"elements\": %lld, ",
                     first ? "" : ",\n", ROWS[r].name, rr->threads,
-                    (long long)ROWS[r].elements);
+                    (long long)rr->elements);
             first = 0;
             json_num_out(f, "qcal_s", rr->q.med, 0);
             json_num_out(f, "qcal_min_s", rr->q.min, 0);
@@ -1078,6 +1079,7 @@ int main(int argc, char **argv)
             const row_def *d = &ROWS[r];
             row_result *rr = &res[r][ti];
             rr->threads = t;
+            rr->elements = d->elements;
             b->kind = d->kind;
             b->in = d->input == 0 ? &b->t16 : d->input == 1 ? &b->tw : &b->tact;
             fprintf(stderr, "qcal_bench: %s, %d thread(s)\n", d->name, t);
@@ -1096,6 +1098,7 @@ int main(int argc, char **argv)
 #if BENCH_HAVE_CNN
             if (d->fn == op_cnn_calib) {
                 rr->hash = b->cnn_hash;
+                rr->elements = (int64_t)b->cnn_batches * b->cnn_batch;
                 timing plain = measure(op_cnn_plain, b, g_quick ? 0.3 : 1.5);
                 rr->q = measure(op_cnn_calib, b, g_quick ? 0.3 : 1.5);
                 snprintf(rr->note, sizeof rr->note,

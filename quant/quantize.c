@@ -40,6 +40,18 @@ void qcal_f32_quantize_u8__avx512(const float *x, int64_t n, float inv, int32_t 
 void qcal_f32_quantize_i8__avx512(const float *x, int64_t n, float inv, int32_t zp,
                                   int8_t *dst);
 #endif
+/* Per-position parameters (short channel rows): 8-bit output for quint8 and qint8 alike
+ * (lo/hi carry the dtype's range; the byte of q is the same for both types). */
+void qcal_f32_quantize_prow8__c(const float *x, int64_t n, const float *inv, const float *lo,
+                                const float *hi, const int32_t *zp, uint8_t *dst);
+#if QCAL_X86
+void qcal_f32_quantize_prow8__avx2(const float *x, int64_t n, const float *inv,
+                                   const float *lo, const float *hi, const int32_t *zp,
+                                   uint8_t *dst);
+void qcal_f32_quantize_prow8__avx512(const float *x, int64_t n, const float *inv,
+                                     const float *lo, const float *hi, const int32_t *zp,
+                                     uint8_t *dst);
+#endif
 
 size_t qcal_dtype_size(qcal_dtype dtype)
 {
@@ -96,6 +108,16 @@ void qcal_f32_quantize_i32__c(const float *x, int64_t n, float inv, int32_t zp, 
     }
 }
 
+/* Same arithmetic as quant_one8 with parameters per position (lo[i] = qmin - zp[i],
+ * hi[i] = qmax - zp[i] as floats): used for per-channel quantize when a channel's run of
+ * contiguous elements (inner) is short, e.g. channels on the last axis. */
+void qcal_f32_quantize_prow8__c(const float *x, int64_t n, const float *inv, const float *lo,
+                                const float *hi, const int32_t *zp, uint8_t *dst)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = (uint8_t)quant_one8(x[i], inv[i], lo[i], hi[i], zp[i]);
+}
+
 /* ---- AVX2 ---------------------------------------------------------------------- */
 #if QCAL_X86
 #define AVX2_TARGET __attribute__((target("avx2,fma")))
@@ -146,6 +168,32 @@ AVX2_TARGET void qcal_f32_quantize_i8__avx2(const float *x, int64_t n, float inv
     for (; i + 32 <= n; i += 32)
         _mm256_storeu_si256((__m256i *)(dst + i), q32x8_avx2(x + i, vinv, lo, hi, z, false));
     qcal_f32_quantize_i8__c(x + i, n - i, inv, zp, dst + i);
+}
+
+/* Per-position parameters: 8 lanes at a time, the low byte of each int32 kept (values are
+ * in [qmin, qmax] of an 8-bit type, so the byte is the u8 or i8 result). */
+AVX2_TARGET void qcal_f32_quantize_prow8__avx2(const float *x, int64_t n, const float *inv,
+                                               const float *lo, const float *hi,
+                                               const int32_t *zp, uint8_t *dst)
+{
+    const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                          -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1,
+                                          -1, -1, -1, -1);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(inv + i));
+        __m256 ord = _mm256_cmp_ps(v, v, _CMP_ORD_Q);
+        __m256 c = _mm256_min_ps(_mm256_max_ps(v, _mm256_loadu_ps(lo + i)),
+                                 _mm256_loadu_ps(hi + i));
+        __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_and_ps(c, ord)),
+                                     _mm256_loadu_si256((const __m256i *)(zp + i)));
+        __m256i b = _mm256_shuffle_epi8(q, pick);
+        uint32_t w0 = (uint32_t)_mm256_extract_epi32(b, 0),
+                 w1 = (uint32_t)_mm256_extract_epi32(b, 4);
+        memcpy(dst + i, &w0, 4);
+        memcpy(dst + i + 4, &w1, 4);
+    }
+    qcal_f32_quantize_prow8__c(x + i, n - i, inv + i, lo + i, hi + i, zp + i, dst + i);
 }
 
 /* ---- AVX-512 ------------------------------------------------------------------- */
@@ -204,9 +252,41 @@ AVX512_TARGET void qcal_f32_quantize_i8__avx512(const float *x, int64_t n, float
                          _mm512_cvtepi32_epi8(q16_avx512(x + i, vinv, lo, hi, z)));
     qcal_f32_quantize_i8__c(x + i, n - i, inv, zp, dst + i);
 }
+
+AVX512_TARGET void qcal_f32_quantize_prow8__avx512(const float *x, int64_t n, const float *inv,
+                                                   const float *lo, const float *hi,
+                                                   const int32_t *zp, uint8_t *dst)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(inv + i));
+        __mmask16 ord = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
+        __m512 c = _mm512_maskz_mov_ps(
+            ord, _mm512_min_ps(_mm512_max_ps(v, _mm512_loadu_ps(lo + i)),
+                               _mm512_loadu_ps(hi + i)));
+        __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(c), _mm512_loadu_si512(zp + i));
+        _mm_storeu_si128((__m128i *)(dst + i), _mm512_cvtepi32_epi8(q));
+    }
+    qcal_f32_quantize_prow8__c(x + i, n - i, inv + i, lo + i, hi + i, zp + i, dst + i);
+}
 #endif
 
 /* ---- dispatch ------------------------------------------------------------------ */
+
+typedef void (*prow_fn)(const float *, int64_t, const float *, const float *, const float *,
+                        const int32_t *, uint8_t *);
+
+static prow_fn pick_prow(void)
+{
+#if QCAL_X86
+    qcal_isa isa = qcal_cpu_isa();
+    if (isa >= QCAL_ISA_AVX512)
+        return qcal_f32_quantize_prow8__avx512;
+    if (isa >= QCAL_ISA_AVX2)
+        return qcal_f32_quantize_prow8__avx2;
+#endif
+    return qcal_f32_quantize_prow8__c;
+}
 
 typedef void (*quant_fn)(const float *, int64_t, float, int32_t, void *);
 
@@ -381,6 +461,57 @@ static qcal_status check_channels(qcal_dtype dtype, int64_t channels, const floa
     return QCAL_OK;
 }
 
+/* Per-channel quantize when each channel's contiguous run (inner) is short: the
+ * parameters are expanded once over one slab of W = channels * inner positions and every
+ * slab (outer index) runs a per-position kernel, instead of one kernel call per `inner`
+ * elements. Same arithmetic per element (inv = 1.0f / scale[c]). Returns false (nothing
+ * written) if the parameter rows cannot be allocated or W is very large. */
+static bool quant_short_rows(const float *x, int64_t outer, int64_t channels, int64_t inner,
+                             const float *scales, const int32_t *zps, qcal_dtype dtype,
+                             uint8_t *dst, int nt)
+{
+    int64_t w = channels * inner;
+    if (w > ((int64_t)1 << 22))
+        return false;
+    /* Short slabs are grouped: the parameter rows repeat `rep` times (>= ~1024 positions)
+     * so one kernel call covers rep slabs. */
+    int64_t rep = w >= 1024 ? 1 : (1024 + w - 1) / w;
+    if (rep > outer)
+        rep = outer;
+    int64_t pw = rep * w;
+    float *p = qcal_malloc((size_t)pw * 3 * sizeof(float));
+    int32_t *z = qcal_malloc((size_t)pw * sizeof(int32_t));
+    if (!p || !z) {
+        free(p);
+        free(z);
+        return false;
+    }
+    int64_t qlo, qhi;
+    dtype_limits(dtype, &qlo, &qhi);
+    float *inv = p, *lo = p + pw, *hi = p + 2 * pw;
+    for (int64_t k = 0; k < pw; k++) {
+        int64_t c = (k % w) / inner;
+        inv[k] = 1.0f / scales[c];
+        lo[k] = (float)(qlo - zps[c]);
+        hi[k] = (float)(qhi - zps[c]);
+        z[k] = zps[c];
+    }
+    prow_fn f = pick_prow();
+    (void)nt;
+    /* x is (outer, W); groups of rep slabs are independent. */
+    int64_t groups = (outer + rep - 1) / rep;
+#if QCAL_HAVE_OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#endif
+    for (int64_t g = 0; g < groups; g++) {
+        int64_t o = g * rep, cnt = outer - o < rep ? outer - o : rep;
+        f(x + o * w, cnt * w, inv, lo, hi, z, dst + o * w);
+    }
+    free(p);
+    free(z);
+    return true;
+}
+
 qcal_status qcal_quantize_per_channel(const qcal_tensor *src, int32_t axis, int64_t channels,
                                       const float *scales, const int32_t *zero_points,
                                       qcal_dtype dtype, void *dst)
@@ -401,6 +532,10 @@ qcal_status qcal_quantize_per_channel(const qcal_tensor *src, int32_t axis, int6
     uint8_t *d = dst;
     int nt = qcal_threads_for(rows * inner);
     (void)nt;
+    if (inner < 16 && dtype != QCAL_QINT32 && quant_short_rows(src->data, outer, channels,
+                                                               inner, scales, zero_points,
+                                                               dtype, d, nt))
+        return QCAL_OK;
     /* src is (outer, C, inner); each (o, c) row of inner elements uses channel c. Per
      * channel inv_scale = 1.0f / scale[c], as ATen's quantize_val. */
 #if QCAL_HAVE_OPENMP
@@ -471,6 +606,64 @@ qcal_status qcal_dequantize_per_tensor(const void *src, qcal_dtype dtype, float 
     return QCAL_OK;
 }
 
+/* Dequantize of one slab with per-position scale/zero-point rows (short channel runs);
+ * same arithmetic as deq_block. */
+static void deq_prow(const void *src, qcal_dtype dtype, int64_t off, int64_t w,
+                     const float *sc, const int32_t *zp, float *dst)
+{
+    switch (dtype) {
+    case QCAL_QUINT8: {
+        const uint8_t *q = (const uint8_t *)src + off;
+        for (int64_t i = 0; i < w; i++)
+            dst[i] = (float)((int32_t)q[i] - zp[i]) * sc[i];
+        break;
+    }
+    case QCAL_QINT8: {
+        const int8_t *q = (const int8_t *)src + off;
+        for (int64_t i = 0; i < w; i++)
+            dst[i] = (float)((int32_t)q[i] - zp[i]) * sc[i];
+        break;
+    }
+    case QCAL_QINT32: {
+        const int32_t *q = (const int32_t *)src + off;
+        for (int64_t i = 0; i < w; i++)
+            dst[i] = (float)((int64_t)q[i] - zp[i]) * sc[i];
+        break;
+    }
+    }
+}
+
+/* Per-channel dequantize with short channel runs (see quant_short_rows). */
+static bool deq_short_rows(const void *src, qcal_dtype dtype, int64_t outer, int64_t channels,
+                           int64_t inner, const float *scales, const int32_t *zps, float *dst,
+                           int nt)
+{
+    int64_t w = channels * inner;
+    if (w > ((int64_t)1 << 22))
+        return false;
+    float *sc = qcal_malloc((size_t)w * sizeof(float));
+    int32_t *z = qcal_malloc((size_t)w * sizeof(int32_t));
+    if (!sc || !z) {
+        free(sc);
+        free(z);
+        return false;
+    }
+    for (int64_t c = 0; c < channels; c++)
+        for (int64_t i = 0; i < inner; i++) {
+            sc[c * inner + i] = scales[c];
+            z[c * inner + i] = zps[c];
+        }
+    (void)nt;
+#if QCAL_HAVE_OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#endif
+    for (int64_t o = 0; o < outer; o++)
+        deq_prow(src, dtype, o * w, w, sc, z, dst + o * w);
+    free(sc);
+    free(z);
+    return true;
+}
+
 qcal_status qcal_dequantize_per_channel(const void *src, qcal_dtype dtype, int32_t axis,
                                         int64_t channels, const float *scales,
                                         const int32_t *zero_points, qcal_tensor *dst)
@@ -488,6 +681,9 @@ qcal_status qcal_dequantize_per_channel(const void *src, qcal_dtype dtype, int32
         return qcal_error(QCAL_ERR_INVALID_ARG, "dequantize: tensor data is NULL");
     int nt = qcal_threads_for(rows * inner);
     (void)nt;
+    if (inner < 16 && deq_short_rows(src, dtype, outer, channels, inner, scales, zero_points,
+                                     dst->data, nt))
+        return QCAL_OK;
 #if QCAL_HAVE_OPENMP
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
 #endif

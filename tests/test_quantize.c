@@ -255,6 +255,125 @@ static void test_simd_vs_c(void **state)
     free(b);
 }
 
+void qcal_f32_quantize_prow8__c(const float *x, int64_t n, const float *inv, const float *lo,
+                                const float *hi, const int32_t *zp, uint8_t *dst);
+void qcal_f32_quantize_prow8__avx2(const float *x, int64_t n, const float *inv,
+                                   const float *lo, const float *hi, const int32_t *zp,
+                                   uint8_t *dst);
+void qcal_f32_quantize_prow8__avx512(const float *x, int64_t n, const float *inv,
+                                     const float *lo, const float *hi, const int32_t *zp,
+                                     uint8_t *dst);
+
+/* Per-position kernels (per-channel quantize with short channel runs): SIMD == C on ties,
+ * NaN/Inf and huge values, quint8 and qint8 ranges, canary bytes around the output. */
+static void test_prow_simd_vs_c(void **state)
+{
+    (void)state;
+    typedef void (*pf)(const float *, int64_t, const float *, const float *, const float *,
+                       const int32_t *, uint8_t *);
+    pf simd[2] = { qcal_f32_quantize_prow8__avx2, qcal_f32_quantize_prow8__avx512 };
+    enum { MAXN = 300 };
+    float x[MAXN], inv[MAXN], lo[MAXN], hi[MAXN];
+    int32_t zp[MAXN];
+    uint8_t a[MAXN + 32], b[MAXN + 32];
+    int checked = 0;
+    for (int v = 0; v < 2; v++) {
+        if ((int)qcal_cpu_isa() < v + 1)
+            continue;
+        for (int dt = 0; dt < 2; dt++) {
+            int32_t qmin = dt ? -128 : 0, qmax = dt ? 127 : 255;
+            for (int64_t n = 0; n <= MAXN; n = n < 40 ? n + 1 : n + 37) {
+                for (int64_t i = 0; i < n; i++) {
+                    uint32_t r = rnd();
+                    x[i] = ((float)(r % 20001) - 10000.0f) / 64.0f;
+                    if (r % 23 == 0)
+                        x[i] = (r & 64) ? NAN : (r & 128) ? INFINITY : -INFINITY;
+                    if (r % 29 == 0)
+                        x[i] = (r & 256) ? 3e38f : -3e38f;
+                    float sc = (r & 1) ? 0.5f : 1.0f / (float)(1 + rnd() % 7);
+                    zp[i] = qmin + (int32_t)(rnd() % (uint32_t)(qmax - qmin + 1));
+                    inv[i] = 1.0f / sc;
+                    lo[i] = (float)(qmin - zp[i]);
+                    hi[i] = (float)(qmax - zp[i]);
+                }
+                memset(a, 0x5A, sizeof a);
+                memset(b, 0x5A, sizeof b);
+                qcal_f32_quantize_prow8__c(x, n, inv, lo, hi, zp, a + 16);
+                simd[v](x, n, inv, lo, hi, zp, b + 16);
+                for (int64_t i = 0; i < n + 32; i++)
+                    if (a[i] != b[i])
+                        fail_msg("prow v%d dt%d n=%lld byte %lld (x=%g): simd %d != c %d", v, dt,
+                                 (long long)n, (long long)i - 16,
+                                 (double)(i >= 16 && i - 16 < n ? x[i - 16] : 0), b[i], a[i]);
+                checked++;
+            }
+        }
+    }
+    (void)checked;
+}
+
+/* Per-channel quantize/dequantize along the last axis and a short middle axis (the
+ * per-position path) equal the per-element formula, for every ISA. */
+static void test_per_channel_short_rows(void **state)
+{
+    (void)state;
+    const int64_t shapes[3][3] = { { 37, 5, 3 }, { 64, 3, 1 }, { 3, 40, 1 } };
+    const char *isas[3] = { "c", "avx2", NULL };
+    for (int sh = 0; sh < 3; sh++) {
+        for (int axis = 1; axis <= 2; axis++) {
+            int64_t shape[3] = { shapes[sh][0], shapes[sh][1], shapes[sh][2] };
+            if (axis == 2)
+                shape[2] = shapes[sh][1];
+            int64_t n = shape[0] * shape[1] * shape[2], nch = shape[axis];
+            int64_t inner = axis == 1 ? shape[2] : 1;
+            float *x = malloc((size_t)n * 4), *y = malloc((size_t)n * 4);
+            float *sc = malloc((size_t)nch * 4);
+            int32_t *zp = malloc((size_t)nch * 4);
+            uint8_t *q = malloc((size_t)n);
+            for (int64_t i = 0; i < n; i++)
+                x[i] = ((float)(rnd() % 4001) - 2000.0f) / 32.0f;
+            x[n / 2] = NAN;
+            x[n / 3] = INFINITY;
+            for (int64_t c = 0; c < nch; c++) {
+                sc[c] = 0.05f + 0.01f * (float)c;
+                zp[c] = (int32_t)(rnd() % 256) - 128;
+            }
+            qcal_tensor t;
+            assert_int_equal(qcal_tensor_init(&t, x, 3, shape), QCAL_OK);
+            for (int ii = 0; ii < 3; ii++) {
+                set_isa(isas[ii]);
+                assert_int_equal(qcal_quantize_per_channel(&t, axis, nch, sc, zp, QCAL_QINT8, q),
+                                 QCAL_OK);
+                for (int64_t i = 0; i < n; i++) {
+                    int64_t c = (i / inner) % nch;
+                    int32_t want = exact_q(x[i], sc[c], zp[c], QCAL_QINT8);
+                    if ((int8_t)q[i] != want)
+                        fail_msg("shape %d axis %d isa %s element %lld (x=%g): %d != %d", sh,
+                                 axis, isas[ii] ? isas[ii] : "best", (long long)i,
+                                 (double)x[i], (int8_t)q[i], want);
+                }
+                qcal_tensor d = t;
+                d.data = y;
+                assert_int_equal(qcal_dequantize_per_channel(q, QCAL_QINT8, axis, nch, sc, zp,
+                                                             &d), QCAL_OK);
+                for (int64_t i = 0; i < n; i++) {
+                    int64_t c = (i / inner) % nch;
+                    float want = (float)((int32_t)(int8_t)q[i] - zp[c]) * sc[c];
+                    if (y[i] != want)
+                        fail_msg("dequantize shape %d axis %d element %lld: %g != %g", sh, axis,
+                                 (long long)i, (double)y[i], (double)want);
+                }
+            }
+            set_isa(NULL);
+            free(x);
+            free(y);
+            free(sc);
+            free(zp);
+            free(q);
+        }
+    }
+}
+
 static void test_policy(void **state)
 {
     (void)state;
@@ -372,6 +491,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden),
         cmocka_unit_test(test_simd_vs_c),
+        cmocka_unit_test(test_prow_simd_vs_c),
+        cmocka_unit_test(test_per_channel_short_rows),
         cmocka_unit_test(test_policy),
         cmocka_unit_test(test_errors),
     };
