@@ -8,7 +8,8 @@
  * the demo's ((p/255 - 0.2860) / 0.3530). Verify, then time: the activation qparams are
  * calibrated on 64 images with a plain-C float forward, the int8 logits of those images are
  * checked against it (argmax agreement, relative error), then the 10,000-image forward is
- * timed for several chunk sizes: warm-up, median of 7 (CLOCK_MONOTONIC).
+ * timed for several chunk sizes, threading over whole chunks (default) and inside oneDNN's
+ * primitives: warm-up, median of 7 (CLOCK_MONOTONIC).
  * Reference: PyTorch 1.13 FX int8 (onednn backend) takes 0.17 s for the 10,000 test images
  * on this 2-core AVX-512 VNNI machine. Threads: OMP_NUM_THREADS (oneDNN's OpenMP runtime).
  * Usage: bench_int8_cnn [n_images (10000)] */
@@ -164,10 +165,13 @@ int main(int argc, char **argv)
 
     static const int64_t chunks[] = {64, 128, 256, 512, 1024};
     printf("int8 CNN on %lld random 28x28 images (qcal_int8_net, oneDNN)\n", (long long)n);
-    for (size_t ci = 0; ci < sizeof chunks / sizeof chunks[0]; ci++) {
+    for (size_t run = 0; run < 2 * sizeof chunks / sizeof chunks[0]; run++) {
+        const size_t ci = run % (sizeof chunks / sizeof chunks[0]);
+        const bool par = run < sizeof chunks / sizeof chunks[0];
         qcal_int8_net_options opt;
         qcal_int8_net_options_default(&opt);
         opt.batch_chunk = chunks[ci];
+        opt.chunk_parallel = par;
         qcal_int8_net *net = NULL;
         const int64_t shape[3] = {1, 28, 28};
         CHECK(qcal_int8_net_create(&opt, 3, shape, s[0], z[0], &net));
@@ -213,7 +217,7 @@ int main(int argc, char **argv)
                     agree, N_CAL, rel);
             return 1;
         }
-        if (ci == 0) {
+        if (run == 0) {
             printf("verify: int8 vs f32 logits on %d images: argmax agree %d/%d, rel. L2 error %.4f\n",
                    N_CAL, agree, N_CAL, rel);
             for (int32_t i = 0; i < 6; i++) {
@@ -235,8 +239,9 @@ int main(int argc, char **argv)
         double sum = 0.0;
         for (int64_t i = 0; i < n * F2; i++)
             sum += logits[i];
-        printf("chunk %5lld: median %.4f s (min %.4f)  %.0f images/s  %.2f GB/s of f32 input  "
-               "[checksum %.6g]\n", (long long)chunks[ci], t[REPS / 2], t[0],
+        printf("%s chunk %5lld: median %.4f s (min %.4f)  %.0f images/s  %.2f GB/s of f32 input  "
+               "[checksum %.6g]\n", par ? "threads over chunks   " : "threads in primitives ",
+               (long long)chunks[ci], t[REPS / 2], t[0],
                (double)n / t[REPS / 2], (double)n * 784 * 4 / t[REPS / 2] / 1e9, sum);
         qcal_int8_net_destroy(&net);
     }

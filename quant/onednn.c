@@ -36,6 +36,9 @@
 #include "qcal/int8.h"
 #include "qcal_config.h"
 #include "quant/onednn_quantize.h"
+#if QCAL_HAVE_OPENMP
+#include <omp.h>
+#endif
 
 void qcal_int8_net_options_default(qcal_int8_net_options *opt)
 {
@@ -46,6 +49,7 @@ void qcal_int8_net_options_default(qcal_int8_net_options *opt)
     opt->cache_entries = 4;
     opt->nonfinite_error = false;
     opt->bias_f32 = false;
+    opt->chunk_parallel = true;
 }
 
 void qcal_int8_conv2d_params_default(qcal_int8_conv2d_params *p)
@@ -78,6 +82,8 @@ void qcal_int8_pool2d_params_default(qcal_int8_pool2d_params *p)
 #include <oneapi/dnnl/dnnl.h>
 
 /* ---------------------------------------------------------------- structures */
+
+#define QCAL_INT8_MAX_SLOTS 64   /* threads of a chunk-parallel forward */
 
 typedef enum layer_kind { LAYER_CONV = 0, LAYER_POOL = 1, LAYER_LINEAR = 2 } layer_kind;
 
@@ -118,6 +124,8 @@ typedef struct layer {
 
 typedef struct plan {
     int64_t batch;
+    int32_t slot;                /* thread slot (chunk-parallel forward), 0 otherwise */
+    dnnl_stream_t stream;        /* own stream: slots execute concurrently */
     uint64_t stamp;              /* last use (LRU) */
     int32_t nlayers;
     dnnl_memory_t in_nchw;       /* u8 NCHW input staging (C > 1 only) */
@@ -126,6 +134,8 @@ typedef struct plan {
     dnnl_primitive_t *prim;      /* [nlayers] */
     dnnl_memory_t *wown;         /* [nlayers] plan-owned weights if the layout differs */
     dnnl_memory_t *alias;        /* [nlayers] 2-D (N, H*W*C) view of a linear layer's NHWC src */
+    dnnl_memory_t *scratch;      /* [nlayers] user scratchpads (primitives may be shared by the
+                                  * primitive cache across slots; their scratchpads are not) */
     char (*impl)[64];            /* [nlayers] implementation names */
     dnnl_memory_t out_plain;     /* NCHW copy of the last activation when its layout differs */
     dnnl_primitive_t out_reorder;
@@ -145,7 +155,8 @@ struct qcal_int8_net {
     layer *layers;
     int32_t nlayers, cap;
     plan **plans;
-    int32_t nplans;
+    int32_t nplans, plan_cap;    /* plan_cap = cache_entries * max_slots + 1 */
+    int32_t max_slots;           /* threads a chunk-parallel forward may use */
     uint64_t clock;
     uint64_t nonfinite;
     int32_t last_plan;           /* index of the plan used by the last forward, -1 none */
@@ -245,6 +256,8 @@ static void plan_destroy(plan *p)
             dnnl_memory_destroy(p->wown[i]);
         if (p->alias && p->alias[i])
             dnnl_memory_destroy(p->alias[i]);
+        if (p->scratch && p->scratch[i])
+            dnnl_memory_destroy(p->scratch[i]);
     }
     if (p->act)
         for (int32_t i = 0; i <= p->nlayers; i++)
@@ -254,7 +267,10 @@ static void plan_destroy(plan *p)
     free(p->prim);
     free(p->wown);
     free(p->alias);
+    free(p->scratch);
     free(p->impl);
+    if (p->stream)
+        dnnl_stream_destroy(p->stream);
     free(p);
 }
 
@@ -348,7 +364,14 @@ qcal_status qcal_int8_net_create(const qcal_int8_net_options *opt, int32_t ndim,
     net->cur_scale = in_scale;
     net->cur_zp = in_zero_point;
     net->last_plan = -1;
-    net->plans = qcal_calloc((size_t)o.cache_entries, sizeof *net->plans);
+    net->max_slots = 1;
+#if QCAL_HAVE_OPENMP
+    net->max_slots = omp_get_max_threads();
+#endif
+    net->max_slots = net->max_slots < 1 ? 1 : net->max_slots;
+    net->max_slots = net->max_slots > QCAL_INT8_MAX_SLOTS ? QCAL_INT8_MAX_SLOTS : net->max_slots;
+    net->plan_cap = o.cache_entries * net->max_slots + 1;
+    net->plans = qcal_calloc((size_t)net->plan_cap, sizeof *net->plans);
     if (!net->plans) {
         rc = QCAL_ERR_NO_MEMORY;
         goto fail;
@@ -824,6 +847,7 @@ static qcal_status layer_attr(const layer *l, dnnl_primitive_attr_t *out, const 
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     DNNL_TRY(dnnl_primitive_attr_create, (&attr));
+    DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode, (attr, dnnl_scratchpad_mode_user));
     /* mask bit 1: one scale per index of dimension 1 (channels) of dst (n, c[, h, w]). */
     DNNL_TRY(dnnl_primitive_attr_set_output_scales, (attr, l->oc, 1 << 1, l->oscale));
     if (l->kind == LAYER_CONV && l->in_zp != 0)
@@ -880,7 +904,9 @@ static qcal_status build_layer(qcal_int8_net *net, plan *pl, int32_t i, int64_t 
         DNNL_TRY(dnnl_pooling_v2_forward_desc_init, (&d, dnnl_forward_inference, dnnl_pooling_max,
                                                      &src_md, &dst_md, strides, kernel, dil,
                                                      pad, pad));
-        DNNL_TRY(dnnl_primitive_desc_create, (&pd, &d, NULL, net->engine, NULL));
+        DNNL_TRY(dnnl_primitive_attr_create, (&attr));
+        DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode, (attr, dnnl_scratchpad_mode_user));
+        DNNL_TRY(dnnl_primitive_desc_create, (&pd, &d, attr, net->engine, NULL));
     } else {
         rc = layer_attr(l, &attr, what);
         if (rc != QCAL_OK)
@@ -932,6 +958,11 @@ static qcal_status build_layer(qcal_int8_net *net, plan *pl, int32_t i, int64_t 
     snprintf(pl->impl[i], sizeof pl->impl[i], "%s", impl ? impl : "?");
     DNNL_TRY(dnnl_primitive_create, (&pl->prim[i], pd));
     DNNL_TRY(dnnl_memory_create, (&pl->act[i + 1], &dst_md, net->engine, DNNL_MEMORY_ALLOCATE));
+    {
+        const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+        if (smd && dnnl_memory_desc_get_size(smd) > 0)
+            DNNL_TRY(dnnl_memory_create, (&pl->scratch[i], smd, net->engine, DNNL_MEMORY_ALLOCATE));
+    }
     if (l->kind == LAYER_LINEAR && l->in.ndim == 3) {
         /* The NHWC activation read as (N, H*W*C): same bytes, 2-D view. */
         void *h = NULL;
@@ -966,10 +997,12 @@ static qcal_status build_plan(qcal_int8_net *net, int64_t batch, plan **out)
     pl->wown = qcal_calloc((size_t)nl + 1, sizeof *pl->wown);
     pl->impl = qcal_calloc((size_t)nl + 1, sizeof *pl->impl);
     pl->alias = qcal_calloc((size_t)nl + 1, sizeof *pl->alias);
-    if (!pl->act || !pl->prim || !pl->wown || !pl->impl || !pl->alias) {
+    pl->scratch = qcal_calloc((size_t)nl + 1, sizeof *pl->scratch);
+    if (!pl->act || !pl->prim || !pl->wown || !pl->impl || !pl->alias || !pl->scratch) {
         rc = QCAL_ERR_NO_MEMORY;
         goto fail;
     }
+    DNNL_TRY(dnnl_stream_create, (&pl->stream, net->engine, dnnl_stream_default_flags));
     dnnl_memory_desc_t in_md;
     act_md(&in_md, batch, &net->in, dnnl_u8, &st);
     if (st != dnnl_success) {
@@ -1014,43 +1047,54 @@ fail:
     return rc;
 }
 
-/* Returns the cached plan index for batch, building it (and evicting the LRU one) if needed. */
-static qcal_status get_plan(qcal_int8_net *net, int64_t batch, int32_t *index)
+/* Index of the cached plan for (batch, slot), or -1. */
+static int32_t find_plan(const qcal_int8_net *net, int64_t batch, int32_t slot)
 {
     for (int32_t i = 0; i < net->nplans; i++)
-        if (net->plans[i]->batch == batch) {
-            net->plans[i]->stamp = ++net->clock;
-            *index = i;
-            return QCAL_OK;
-        }
+        if (net->plans[i]->batch == batch && net->plans[i]->slot == slot)
+            return i;
+    return -1;
+}
+
+/* Returns the cached plan index for (batch, slot), building it (and evicting the least
+ * recently used one when the cache is full) if needed. */
+static qcal_status get_plan(qcal_int8_net *net, int64_t batch, int32_t slot, int32_t *index)
+{
+    int32_t i = find_plan(net, batch, slot);
+    if (i >= 0) {
+        net->plans[i]->stamp = ++net->clock;
+        *index = i;
+        return QCAL_OK;
+    }
     plan *pl = NULL;
     qcal_status rc = build_plan(net, batch, &pl);
     if (rc != QCAL_OK)
         return rc;
-    int32_t slot = net->nplans;
-    if (net->nplans == net->opt.cache_entries) {
-        slot = 0;
-        for (int32_t i = 1; i < net->nplans; i++)
-            if (net->plans[i]->stamp < net->plans[slot]->stamp)
-                slot = i;
-        plan_destroy(net->plans[slot]);
-        if (net->last_plan == slot)
+    pl->slot = slot;
+    int32_t at = net->nplans;
+    if (net->nplans == net->plan_cap) {
+        at = 0;
+        for (int32_t j = 1; j < net->nplans; j++)
+            if (net->plans[j]->stamp < net->plans[at]->stamp)
+                at = j;
+        plan_destroy(net->plans[at]);
+        if (net->last_plan == at)
             net->last_plan = -1;
     } else {
         net->nplans++;
     }
-    net->plans[slot] = pl;
+    net->plans[at] = pl;
     pl->stamp = ++net->clock;
-    *index = slot;
+    *index = at;
     return QCAL_OK;
 }
 
 /* ---------------------------------------------------------------- forward */
 
-static qcal_status exec(qcal_int8_net *net, dnnl_primitive_t prim, int nargs,
+static qcal_status exec(const plan *pl, dnnl_primitive_t prim, int nargs,
                         const dnnl_exec_arg_t *args, const char *what)
 {
-    dnnl_status_t st = dnnl_primitive_execute(prim, net->stream, nargs, args);
+    dnnl_status_t st = dnnl_primitive_execute(prim, pl->stream, nargs, args);
     if (st != dnnl_success)
         return backend_error("dnnl_primitive_execute", st, what);
     return QCAL_OK;
@@ -1064,10 +1108,16 @@ static qcal_status get_ptr(dnnl_memory_t m, void **ptr, const char *what)
     return QCAL_OK;
 }
 
-/* Runs one chunk of b samples through plan pl; *out gets the plain (NCHW-ordered) last
- * activation buffer (u8 or f32 as the last layer says). */
-static qcal_status run_chunk(qcal_int8_net *net, plan *pl, const float *src, int64_t b,
-                             void **out)
+static bool last_is_f32(const qcal_int8_net *net)
+{
+    return net->nlayers > 0 && net->layers[net->nlayers - 1].out_type == QCAL_INT8_OUT_F32;
+}
+
+/* Runs b samples (src, caller's NCHW f32) through plan pl and writes the output rows to dst
+ * (u8 codes, f32 output, or dequantized codes). Touches only pl's buffers and stream, so
+ * different plans run concurrently. *nonfinite gets the count of non-finite inputs. */
+static qcal_status run_chunk(const qcal_int8_net *net, const plan *pl, const float *src,
+                             int64_t b, void *dst, bool u8, uint64_t *nonfinite)
 {
     qcal_status rc;
     const int64_t in_numel = shape_numel(&net->in) * b;
@@ -1075,15 +1125,15 @@ static qcal_status run_chunk(qcal_int8_net *net, plan *pl, const float *src, int
     rc = get_ptr(pl->in_nchw ? pl->in_nchw : pl->act[0], &qbuf, "the input buffer");
     if (rc != QCAL_OK)
         return rc;
-    net->nonfinite += (uint64_t)qcal_f32_quantize_u8_count(src, in_numel, net->in_inv, net->in_zp, qbuf);
+    *nonfinite = (uint64_t)qcal_f32_quantize_u8_count(src, in_numel, net->in_inv, net->in_zp, qbuf);
     if (pl->in_reorder) {
         dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, pl->in_nchw}, {DNNL_ARG_TO, pl->act[0]}};
-        if ((rc = exec(net, pl->in_reorder, 2, args, "the input reorder")) != QCAL_OK)
+        if ((rc = exec(pl, pl->in_reorder, 2, args, "the input reorder")) != QCAL_OK)
             return rc;
     }
     for (int32_t i = 0; i < pl->nlayers; i++) {
         const layer *l = &net->layers[i];
-        dnnl_exec_arg_t args[4];
+        dnnl_exec_arg_t args[5];
         int n = 0;
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, pl->alias[i] ? pl->alias[i] : pl->act[i]};
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, pl->act[i + 1]};
@@ -1092,25 +1142,39 @@ static qcal_status run_chunk(qcal_int8_net *net, plan *pl, const float *src, int
             if (l->bmem)
                 args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, l->bmem};
         }
-        if ((rc = exec(net, pl->prim[i], n, args, pl->impl[i])) != QCAL_OK)
+        if (pl->scratch[i])
+            args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, pl->scratch[i]};
+        if ((rc = exec(pl, pl->prim[i], n, args, pl->impl[i])) != QCAL_OK)
             return rc;
     }
     dnnl_memory_t last = pl->act[pl->nlayers];
     if (pl->out_reorder) {
         dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, last}, {DNNL_ARG_TO, pl->out_plain}};
-        if ((rc = exec(net, pl->out_reorder, 2, args, "the output reorder")) != QCAL_OK)
+        if ((rc = exec(pl, pl->out_reorder, 2, args, "the output reorder")) != QCAL_OK)
             return rc;
         last = pl->out_plain;
     }
-    dnnl_status_t st = dnnl_stream_wait(net->stream);
+    dnnl_status_t st = dnnl_stream_wait(pl->stream);
     if (st != dnnl_success)
         return backend_error("dnnl_stream_wait", st, "the forward pass");
-    return get_ptr(last, out, "the output buffer");
-}
-
-static bool last_is_f32(const qcal_int8_net *net)
-{
-    return net->nlayers > 0 && net->layers[net->nlayers - 1].out_type == QCAL_INT8_OUT_F32;
+    void *out = NULL;
+    if ((rc = get_ptr(last, &out, "the output buffer")) != QCAL_OK)
+        return rc;
+    const int64_t cnt = b * shape_numel(&net->cur);
+    if (u8) {
+        memcpy(dst, out, (size_t)cnt);
+    } else if (last_is_f32(net)) {
+        memcpy(dst, out, (size_t)cnt * sizeof(float));
+    } else {
+        /* Dequantize as PyTorch: (float)(q - zp) * scale. */
+        const uint8_t *q = out;
+        float *d = dst;
+        const float s = net->cur_scale;
+        const int32_t zp = net->cur_zp;
+        for (int64_t j = 0; j < cnt; j++)
+            d[j] = (float)((int32_t)q[j] - zp) * s;
+    }
+    return QCAL_OK;
 }
 
 static qcal_status forward(qcal_int8_net *net, int64_t n, const float *src, void *dst, bool u8,
@@ -1131,6 +1195,7 @@ static qcal_status forward(qcal_int8_net *net, int64_t n, const float *src, void
         !qcal_mul_i64(tot, 4, &tot))
         return qcal_error(QCAL_ERR_OVERFLOW, "%s: %lld samples overflow the buffer sizes", fn,
                           (long long)n);
+    const size_t out_elem = u8 ? 1 : sizeof(float);
     const int64_t chunk = net->opt.batch_chunk;
     if (net->opt.nonfinite_error) {
         /* Scan first so dst stays untouched on failure. */
@@ -1139,44 +1204,93 @@ static qcal_status forward(qcal_int8_net *net, int64_t n, const float *src, void
                 return qcal_error(QCAL_ERR_NONFINITE, "%s: input element %lld (sample %lld) is "
                                   "%g", fn, (long long)i, (long long)(i / in_per), (double)src[i]);
     }
-    /* Build every plan needed before writing anything. */
-    int32_t idx_full = -1, idx_tail = -1;
-    qcal_status rc = get_plan(net, n < chunk ? n : chunk, &idx_full);
-    if (rc != QCAL_OK)
+    const int64_t nfull = n / chunk, tail = n % chunk;
+    int32_t slots = 1;
+#if QCAL_HAVE_OPENMP
+    if (net->opt.chunk_parallel && nfull >= 2) {
+        slots = omp_get_max_threads();
+        slots = slots > net->max_slots ? net->max_slots : slots;
+        slots = (int64_t)slots > nfull ? (int32_t)nfull : slots;
+        slots = slots < 1 ? 1 : slots;
+    }
+#endif
+    /* Build every plan needed before writing anything (the cache holds them all). */
+    qcal_status rc;
+    int32_t idx;
+    for (int32_t t = 0; t < slots && nfull > 0; t++)
+        if ((rc = get_plan(net, chunk, t, &idx)) != QCAL_OK)
+            return rc;
+    if (tail > 0 && (rc = get_plan(net, tail, 0, &idx)) != QCAL_OK)
         return rc;
-    if (n > chunk && n % chunk) {
-        rc = get_plan(net, n % chunk, &idx_tail);
-        if (rc != QCAL_OK)
-            return rc;
-        /* The tail plan may have evicted the full one (cache_entries == 1): rebuilt below. */
-    }
-    const bool f32_last = last_is_f32(net);
-    for (int64_t off = 0; off < n; off += chunk) {
-        int64_t b = n - off < chunk ? n - off : chunk;
-        int32_t idx;
-        if ((rc = get_plan(net, b, &idx)) != QCAL_OK)
-            return rc;
-        net->last_plan = idx;
-        void *out = NULL;
-        rc = run_chunk(net, net->plans[idx], src + off * in_per, b, &out);
-        if (rc != QCAL_OK)
-            return rc;
-        const int64_t cnt = b * out_per;
-        if (u8) {
-            memcpy((uint8_t *)dst + off * out_per, out, (size_t)cnt);
-        } else if (f32_last) {
-            memcpy((float *)dst + off * out_per, out, (size_t)cnt * sizeof(float));
-        } else {
-            /* Dequantize as PyTorch: (float)(q - zp) * scale. */
-            const uint8_t *q = out;
-            float *d = (float *)dst + off * out_per;
-            const float s = net->cur_scale;
-            const int32_t zp = net->cur_zp;
-            for (int64_t j = 0; j < cnt; j++)
-                d[j] = (float)((int32_t)q[j] - zp) * s;
+    if (nfull > 0) {
+        const plan *pls[QCAL_INT8_MAX_SLOTS];
+        for (int32_t t = 0; t < slots; t++) {
+            int32_t i = find_plan(net, chunk, t);
+            if (i < 0)
+                return qcal_error(QCAL_ERR_STATE, "%s: plan cache too small", fn);
+            pls[t] = net->plans[i];
+            net->last_plan = t == 0 ? i : net->last_plan;
         }
+        qcal_status *st = qcal_calloc((size_t)nfull, sizeof *st);
+        uint64_t *nf = qcal_calloc((size_t)nfull, sizeof *nf);
+        if (!st || !nf) {
+            free(st);
+            free(nf);
+            return QCAL_ERR_NO_MEMORY;
+        }
+        if (slots > 1) {
+            /* Whole chunks on separate threads; oneDNN runs single-threaded inside an OpenMP
+             * parallel region. Each chunk's result does not depend on which thread ran it
+             * (int32 accumulation is exact, the rest is elementwise). */
+#if QCAL_HAVE_OPENMP
+#pragma omp parallel num_threads(slots)
+            {
+                const plan *pl = pls[omp_get_thread_num()];
+#pragma omp for schedule(static)
+                for (int64_t c = 0; c < nfull; c++)
+                    st[c] = run_chunk(net, pl, src + c * chunk * in_per, chunk,
+                                      (char *)dst + (size_t)(c * chunk * out_per) * out_elem, u8,
+                                      &nf[c]);
+            }
+#endif
+        } else {
+            for (int64_t c = 0; c < nfull; c++) {
+                st[c] = run_chunk(net, pls[0], src + c * chunk * in_per, chunk,
+                                  (char *)dst + (size_t)(c * chunk * out_per) * out_elem, u8,
+                                  &nf[c]);
+                if (st[c] != QCAL_OK) {
+                    qcal_status bad = st[c];
+                    free(st);
+                    free(nf);
+                    return bad;   /* message recorded on this thread */
+                }
+            }
+        }
+        rc = QCAL_OK;
+        for (int64_t c = 0; c < nfull; c++) {
+            net->nonfinite += nf[c];
+            if (st[c] != QCAL_OK && rc == QCAL_OK)
+                rc = qcal_error(st[c], "%s: chunk %lld (samples %lld..%lld) failed on a worker "
+                                "thread: %s", fn, (long long)c, (long long)(c * chunk),
+                                (long long)((c + 1) * chunk - 1), qcal_status_str(st[c]));
+        }
+        free(st);
+        free(nf);
+        if (rc != QCAL_OK)
+            return rc;
     }
-    (void)idx_tail;
+    if (tail > 0) {
+        int32_t i = find_plan(net, tail, 0);
+        if (i < 0)
+            return qcal_error(QCAL_ERR_STATE, "%s: plan cache too small", fn);
+        net->last_plan = i;
+        uint64_t nf = 0;
+        rc = run_chunk(net, net->plans[i], src + nfull * chunk * in_per, tail,
+                       (char *)dst + (size_t)(nfull * chunk * out_per) * out_elem, u8, &nf);
+        net->nonfinite += nf;
+        if (rc != QCAL_OK)
+            return rc;
+    }
     return QCAL_OK;
 }
 

@@ -498,11 +498,12 @@ static void cnn_sim(cnn_ref *r, const float *x, int64_t n, bool calibrate, float
     free(a0); free(a1); free(a2); free(a3); free(p1); free(p2); free(ws); free(wd);
 }
 
-static qcal_int8_net *cnn_build(const cnn_ref *r, bool logits_out, int64_t chunk)
+static qcal_int8_net *cnn_build(const cnn_ref *r, bool logits_out, int64_t chunk, bool par)
 {
     qcal_int8_net_options opt;
     qcal_int8_net_options_default(&opt);
     opt.batch_chunk = chunk;
+    opt.chunk_parallel = par;
     qcal_int8_net *net = NULL;
     const int64_t shape[3] = {1, HW, HW};
     assert_int_equal(qcal_int8_net_create(&opt, 3, shape, r->s[0], r->zp[0], &net), QCAL_OK);
@@ -571,13 +572,19 @@ static void test_cnn_stack(void **state)
     cnn_sim(&r, x, n, true, fc1, lg);
 
     /* u8 output of fc1 after the whole int8 stack; chunk 7 exercises chunking + tail */
-    qcal_int8_net *net = cnn_build(&r, false, 7);
+    qcal_int8_net *net = cnn_build(&r, false, 7, true);
     uint8_t *q = malloc((size_t)(n * F1));
     assert_int_equal(qcal_int8_net_forward_u8(net, n, x, q), QCAL_OK);
     compare_codes("cnn stack fc1", q, fc1, n * F1, r.s[3], r.zp[3], 2);
     /* chunking does not change a single bit */
-    qcal_int8_net *net2 = cnn_build(&r, false, 1000);
+    qcal_int8_net *net2 = cnn_build(&r, false, 1000, true);
     uint8_t *q2 = malloc((size_t)(n * F1));
+    assert_int_equal(qcal_int8_net_forward_u8(net2, n, x, q2), QCAL_OK);
+    assert_memory_equal(q, q2, (size_t)(n * F1));
+    /* nor does threading over chunks vs inside oneDNN's primitives */
+    qcal_int8_net_destroy(&net2);
+    net2 = cnn_build(&r, false, 7, false);
+    memset(q2, 0, (size_t)(n * F1));
     assert_int_equal(qcal_int8_net_forward_u8(net2, n, x, q2), QCAL_OK);
     assert_memory_equal(q, q2, (size_t)(n * F1));
     qcal_int8_net_destroy(&net);
@@ -585,7 +592,7 @@ static void test_cnn_stack(void **state)
 
     /* f32 logits: each differs from the simulation by at most what one fc1 step on every
      * input of fc2 could move it (sum |w_dq| * s_fc1), plus the bias rounding. */
-    net = cnn_build(&r, true, 32);
+    net = cnn_build(&r, true, 32, true);
     float *got = malloc((size_t)(n * F2) * sizeof *got);
     assert_int_equal(qcal_int8_net_forward(net, n, x, got), QCAL_OK);
     float ws[F2], wd[F2 * F1];

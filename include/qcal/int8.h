@@ -35,8 +35,9 @@
  * Tensors cross the API in PyTorch's layout: input [N, C, H, W] f32, output [N, C, H, W]
  * or [N, F]; a linear layer after a convolution flattens in NCHW order as torch.flatten.
  * Inside, activations are u8 NHWC and weights are reordered once into oneDNN's blocked
- * (VNNI) layout. A net is not thread-safe (forward keeps cached primitives and buffers);
- * oneDNN threads each primitive itself (its OpenMP runtime: OMP_NUM_THREADS applies).
+ * (VNNI) layout. A net is not thread-safe (forward keeps cached primitives and buffers).
+ * Threads: OpenMP (OMP_NUM_THREADS), over whole chunks or inside oneDNN's primitives (its
+ * OpenMP runtime), see chunk_parallel.
  * Without oneDNN (built with -Donednn=disabled) every function returns
  * QCAL_ERR_UNSUPPORTED. On CPUs without AVX-512 VNNI / AVX-VNNI, oneDNN's u8 x s8 kernels
  * (vpmaddubsw) may saturate 16-bit pair sums for large weights; PyTorch avoids it with
@@ -67,6 +68,9 @@ typedef struct qcal_int8_net_options {
                               * forward fails with QCAL_ERR_NONFINITE, dst untouched */
     bool bias_f32;           /* default false: bias rounded to int32 accumulator units
                               * (PyTorch onednn); true: f32 bias / (in_scale * w_scale) */
+    bool chunk_parallel;     /* default true: with OpenMP and >= 2 full chunks, forward runs
+                              * whole chunks on separate threads (oneDNN single-threaded
+                              * inside); false: oneDNN threads each primitive. Same results. */
 } qcal_int8_net_options;
 
 typedef struct qcal_int8_conv2d_params {
