@@ -27,9 +27,10 @@
 
 /* Per-copy uint32 counters are flushed into the uint64 counts at least this often. */
 #define FLUSH_ELEMS ((int64_t)1 << 30)
+/* Sub-histogram copies, incremented round robin: consecutive equal bins do not wait on each
+ * other's increments. (Measured: 4 copies as fast as 1 on spread data and 2.4x faster on a
+ * single hot bin; 8 or 16 were slower.) */
 #define NCOPIES 4
-/* Elements whose bin indices the SIMD kernels compute before scattering them. */
-#define HBLOCK 1024
 
 /* ---- bin index ---------------------------------------------------------------------- */
 
@@ -114,99 +115,292 @@ void qcal_f32_histc__c(const float *x, int64_t n, float lo, float hi, int32_t bi
     flush_sub(sub, bins, counts, top);
 }
 
-#if QCAL_HIST_X86
-__attribute__((target("avx2,fma")))
-void qcal_f32_histc__avx2(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                          bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub)
+static inline bool finite_f(float v)
 {
-    if (!float_path_ok(lo, hi, bins)) {
-        qcal_f32_histc__c(x, n, lo, hi, bins, absval, counts, top, sub);
-        return;
-    }
-    const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
-    const __m256 vr = _mm256_set1_ps(hi - lo), vb = _mm256_set1_ps((float)bins);
-    const __m256 vabs = _mm256_castsi256_ps(_mm256_set1_epi32(absval ? 0x7fffffff : -1));
-    const __m256i vout = _mm256_set1_epi32(bins + 1);
-    size_t stride = (size_t)bins + 2;
-    uint32_t *s0 = sub, *s1 = sub + stride, *s2 = sub + 2 * stride, *s3 = sub + 3 * stride;
-    /* Indices for a block go to a buffer first, then a scalar loop scatters them into the
-     * copies: no store-to-load forwarding between vector stores and scalar loads. */
-    uint32_t k[HBLOCK];
-    int64_t i = 0, since = 0;
-    while (i + 8 <= n) {
-        int64_t m = n - i < HBLOCK ? (n - i) & ~(int64_t)7 : HBLOCK;
-        for (int64_t j = 0; j < m; j += 8) {
-            __m256 v = _mm256_and_ps(_mm256_loadu_ps(x + i + j), vabs);
-            __m256 in = _mm256_and_ps(_mm256_cmp_ps(v, vlo, _CMP_GE_OQ),
-                                      _mm256_cmp_ps(v, vhi, _CMP_LE_OQ));
-            /* Same three correctly rounded float ops as bin_float_raw, then truncation. */
-            __m256 t = _mm256_mul_ps(_mm256_div_ps(_mm256_sub_ps(v, vlo), vr), vb);
-            __m256i idx = _mm256_cvttps_epi32(t);
-            idx = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(vout),
-                                                       _mm256_castsi256_ps(idx), in));
-            _mm256_storeu_si256((__m256i *)(k + j), idx);
-        }
-        for (int64_t j = 0; j < m; j += 4) {
-            s0[k[j]]++;
-            s1[k[j + 1]]++;
-            s2[k[j + 2]]++;
-            s3[k[j + 3]]++;
-        }
-        i += m;
-        since += m;
-        if (since >= FLUSH_ELEMS) {
-            flush_sub(sub, bins, counts, top);
-            since = 0;
-        }
-    }
-    flush_sub(sub, bins, counts, top);
-    if (i < n)
-        qcal_f32_histc__c(x + i, n - i, lo, hi, bins, absval, counts, top, sub);
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    return (u & 0x7f800000u) != 0x7f800000u;
 }
 
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
-void qcal_f32_histc__avx512(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                            bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub)
+bool qcal_f32_histc_inside__c(const float *x, int64_t n, float lo, float hi, int32_t bins,
+                              bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub,
+                              float *mn, float *mx, uint64_t *nonfinite)
 {
-    if (!float_path_ok(lo, hi, bins)) {
-        qcal_f32_histc__c(x, n, lo, hi, bins, absval, counts, top, sub);
-        return;
+    /* Reference: a min/max pass (same comparisons as qcal_f32_minmax__c), then binning. */
+    float l = INFINITY, h = -INFINITY;
+    uint64_t bad = 0;
+    bool inside = true;
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        if (!finite_f(v)) {
+            bad++;
+            continue;
+        }
+        l = v < l ? v : l;
+        h = v > h ? v : h;
+        float a = absval ? fabsf(v) : v;
+        inside &= a >= lo && a <= hi;
     }
+    *mn = l;
+    *mx = h;
+    *nonfinite = bad;
+    if (inside)
+        qcal_f32_histc__c(x, n, lo, hi, bins, absval, counts, top, sub);
+    return inside;
+}
+
+#if QCAL_HIST_X86
+/* SIMD binning, software-pipelined: the bin indices of chunk c (CH elements) are computed
+ * with vector ops and stored into a ring of 4 chunk buffers while the scalar loop increments
+ * the counters of chunk c - 2. The scalar loads then never wait on a vector store still in
+ * flight (store-to-load forwarding from a wide store stalls), and the index arithmetic
+ * overlaps the increments, which are the bottleneck (about one per cycle). Measured on the
+ * dev box (1M floats, 2048 bins, AVX-512): 10.3 GB/s block-buffered -> 12.3 GB/s pipelined;
+ * CH = 64 beat 16, 32, 128 and 256. Fused ("inside") kernels also track min/max and the
+ * non-finite count in the same pass, and give up binning at the first block of CHECK
+ * chunks holding a finite value outside the grid (the caller then grows the grid). */
+#define CH 64
+#define CHECK 64
+
+#define T_AVX2 __attribute__((target("avx2,fma")))
+#define T_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+
+static inline void scatter_chunk(const uint32_t *k, uint32_t *s0, uint32_t *s1, uint32_t *s2,
+                                 uint32_t *s3)
+{
+    for (int j = 0; j < CH; j += 4) {
+        s0[k[j]]++;
+        s1[k[j + 1]]++;
+        s2[k[j + 2]]++;
+        s3[k[j + 3]]++;
+    }
+}
+
+/* Chunks [0, nch) of x. Plain mode: bins all of them, returns nch. Fused mode: also
+ * min/max/non-finite into *mn, *mx, *bad; returns the number of chunks whose min/max were
+ * taken, which is < nch only if *outside was set (binning abandoned; counts then partial). */
+__attribute__((always_inline)) T_AVX512 static inline int64_t
+chunks_avx512(const float *x, int64_t nch, float lo, float hi, int32_t bins, bool absval,
+              bool fused, uint64_t *counts, uint64_t *top, uint32_t *sub, float *mn,
+              float *mx, uint64_t *bad, bool *outside)
+{
     const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
     const __m512 vr = _mm512_set1_ps(hi - lo), vb = _mm512_set1_ps((float)bins);
     const __m512i vabs = _mm512_set1_epi32(absval ? 0x7fffffff : -1);
     const __m512i vout = _mm512_set1_epi32(bins + 1);
+    __m512 vmn = _mm512_set1_ps(INFINITY), vmx = _mm512_set1_ps(-INFINITY);
+    __mmask16 out = 0;
+    uint64_t nbad = 0;
     size_t stride = (size_t)bins + 2;
     uint32_t *s0 = sub, *s1 = sub + stride, *s2 = sub + 2 * stride, *s3 = sub + 3 * stride;
-    uint32_t k[HBLOCK];
-    int64_t i = 0, since = 0;
-    while (i + 16 <= n) {
-        int64_t m = n - i < HBLOCK ? (n - i) & ~(int64_t)15 : HBLOCK;
-        for (int64_t j = 0; j < m; j += 16) {
-            __m512 v = _mm512_castsi512_ps(
-                _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(x + i + j)), vabs));
-            __mmask16 in = _mm512_cmp_ps_mask(v, vlo, _CMP_GE_OQ) &
-                           _mm512_cmp_ps_mask(v, vhi, _CMP_LE_OQ);
-            __m512 t = _mm512_mul_ps(_mm512_div_ps(_mm512_sub_ps(v, vlo), vr), vb);
-            __m512i idx = _mm512_mask_blend_epi32(in, vout, _mm512_cvttps_epi32(t));
-            _mm512_storeu_si512((void *)(k + j), idx);
+    uint32_t k[4 * CH] __attribute__((aligned(64)));
+    int64_t since = 0, c = 0, done = nch;
+    for (c = 0; c < nch + 2; c++) {
+        if (c < nch) {
+            const float *p = x + c * CH;
+            uint32_t *kb = k + (c & 3) * CH;
+            for (int j = 0; j < CH; j += 16) {
+                __m512 raw = _mm512_loadu_ps(p + j);
+                __m512 v = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(raw), vabs));
+                __mmask16 in = _mm512_cmp_ps_mask(v, vlo, _CMP_GE_OQ) &
+                               _mm512_cmp_ps_mask(v, vhi, _CMP_LE_OQ);
+                if (fused) {
+                    /* fpclass 0x99: QNaN, +Inf, -Inf, SNaN. */
+                    __mmask16 fin = (__mmask16)~_mm512_fpclass_ps_mask(raw, 0x99);
+                    vmn = _mm512_mask_min_ps(vmn, fin, vmn, raw);
+                    vmx = _mm512_mask_max_ps(vmx, fin, vmx, raw);
+                    nbad += (uint64_t)__builtin_popcount(0xffffu & ~(unsigned)fin);
+                    out |= (__mmask16)(fin & ~in);
+                }
+                /* Same three correctly rounded float ops as bin_float_raw, then truncation. */
+                __m512 t = _mm512_mul_ps(_mm512_div_ps(_mm512_sub_ps(v, vlo), vr), vb);
+                __m512i idx = _mm512_mask_blend_epi32(in, vout, _mm512_cvttps_epi32(t));
+                _mm512_store_si512((void *)(kb + j), idx);
+            }
         }
-        for (int64_t j = 0; j < m; j += 4) {
-            s0[k[j]]++;
-            s1[k[j + 1]]++;
-            s2[k[j + 2]]++;
-            s3[k[j + 3]]++;
-        }
-        i += m;
-        since += m;
+        if (c >= 2)
+            scatter_chunk(k + ((c - 2) & 3) * CH, s0, s1, s2, s3);
+        since += CH;
         if (since >= FLUSH_ELEMS) {
             flush_sub(sub, bins, counts, top);
             since = 0;
         }
+        if (fused && out && c < nch && (c % CHECK == CHECK - 1 || c == nch - 1)) {
+            done = c + 1;
+            break;
+        }
     }
     flush_sub(sub, bins, counts, top);
-    if (i < n)
-        qcal_f32_histc__c(x + i, n - i, lo, hi, bins, absval, counts, top, sub);
+    if (fused) {
+        *mn = _mm512_reduce_min_ps(vmn);
+        *mx = _mm512_reduce_max_ps(vmx);
+        *bad = nbad;
+        *outside = out != 0;
+    }
+    return done;
+}
+
+__attribute__((always_inline)) T_AVX2 static inline int64_t
+chunks_avx2(const float *x, int64_t nch, float lo, float hi, int32_t bins, bool absval,
+            bool fused, uint64_t *counts, uint64_t *top, uint32_t *sub, float *mn, float *mx,
+            uint64_t *bad, bool *outside)
+{
+    const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+    const __m256 vr = _mm256_set1_ps(hi - lo), vb = _mm256_set1_ps((float)bins);
+    const __m256 vabs = _mm256_castsi256_ps(_mm256_set1_epi32(absval ? 0x7fffffff : -1));
+    const __m256i vout = _mm256_set1_epi32(bins + 1);
+    const __m256i vexp = _mm256_set1_epi32(0x7f800000);
+    const __m256 pinf = _mm256_set1_ps(INFINITY), ninf = _mm256_set1_ps(-INFINITY);
+    __m256 vmn = pinf, vmx = ninf, out = _mm256_setzero_ps();
+    uint64_t nbad = 0;
+    size_t stride = (size_t)bins + 2;
+    uint32_t *s0 = sub, *s1 = sub + stride, *s2 = sub + 2 * stride, *s3 = sub + 3 * stride;
+    uint32_t k[4 * CH] __attribute__((aligned(32)));
+    int64_t since = 0, c = 0, done = nch;
+    for (c = 0; c < nch + 2; c++) {
+        if (c < nch) {
+            const float *p = x + c * CH;
+            uint32_t *kb = k + (c & 3) * CH;
+            for (int j = 0; j < CH; j += 8) {
+                __m256 raw = _mm256_loadu_ps(p + j);
+                __m256 v = _mm256_and_ps(raw, vabs);
+                __m256 in = _mm256_and_ps(_mm256_cmp_ps(v, vlo, _CMP_GE_OQ),
+                                          _mm256_cmp_ps(v, vhi, _CMP_LE_OQ));
+                if (fused) {
+                    __m256i e = _mm256_and_si256(_mm256_castps_si256(raw), vexp);
+                    __m256 nonfin = _mm256_castsi256_ps(_mm256_cmpeq_epi32(e, vexp));
+                    vmn = _mm256_min_ps(vmn, _mm256_blendv_ps(raw, pinf, nonfin));
+                    vmx = _mm256_max_ps(vmx, _mm256_blendv_ps(raw, ninf, nonfin));
+                    nbad += (uint64_t)__builtin_popcount((unsigned)_mm256_movemask_ps(nonfin));
+                    out = _mm256_or_ps(out, _mm256_andnot_ps(_mm256_or_ps(in, nonfin),
+                                                             _mm256_castsi256_ps(vexp)));
+                }
+                __m256 t = _mm256_mul_ps(_mm256_div_ps(_mm256_sub_ps(v, vlo), vr), vb);
+                __m256i idx = _mm256_cvttps_epi32(t);
+                idx = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(vout),
+                                                           _mm256_castsi256_ps(idx), in));
+                _mm256_store_si256((__m256i *)(kb + j), idx);
+            }
+        }
+        if (c >= 2)
+            scatter_chunk(k + ((c - 2) & 3) * CH, s0, s1, s2, s3);
+        since += CH;
+        if (since >= FLUSH_ELEMS) {
+            flush_sub(sub, bins, counts, top);
+            since = 0;
+        }
+        if (fused && c < nch && (c % CHECK == CHECK - 1 || c == nch - 1) &&
+            !_mm256_testz_si256(_mm256_castps_si256(out), _mm256_castps_si256(out))) {
+            done = c + 1;
+            break;
+        }
+    }
+    flush_sub(sub, bins, counts, top);
+    if (fused) {
+        float l[8], h[8];
+        _mm256_storeu_ps(l, vmn);
+        _mm256_storeu_ps(h, vmx);
+        float a = l[0], b = h[0];
+        for (int i = 1; i < 8; i++) {
+            a = l[i] < a ? l[i] : a;
+            b = h[i] > b ? h[i] : b;
+        }
+        *mn = a;
+        *mx = b;
+        *bad = nbad;
+        *outside = !_mm256_testz_si256(_mm256_castps_si256(out), _mm256_castps_si256(out));
+    }
+    return done;
+}
+
+T_AVX2 void qcal_f32_histc__avx2(const float *x, int64_t n, float lo, float hi, int32_t bins,
+                                 bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub)
+{
+    if (!float_path_ok(lo, hi, bins)) {
+        qcal_f32_histc__c(x, n, lo, hi, bins, absval, counts, top, sub);
+        return;
+    }
+    int64_t nch = n / CH;
+    chunks_avx2(x, nch, lo, hi, bins, absval, false, counts, top, sub, NULL, NULL, NULL, NULL);
+    if (nch * CH < n)
+        qcal_f32_histc__c(x + nch * CH, n - nch * CH, lo, hi, bins, absval, counts, top, sub);
+}
+
+T_AVX512 void qcal_f32_histc__avx512(const float *x, int64_t n, float lo, float hi,
+                                     int32_t bins, bool absval, uint64_t *counts,
+                                     uint64_t *top, uint32_t *sub)
+{
+    if (!float_path_ok(lo, hi, bins)) {
+        qcal_f32_histc__c(x, n, lo, hi, bins, absval, counts, top, sub);
+        return;
+    }
+    int64_t nch = n / CH;
+    chunks_avx512(x, nch, lo, hi, bins, absval, false, counts, top, sub, NULL, NULL, NULL,
+                  NULL);
+    if (nch * CH < n)
+        qcal_f32_histc__c(x + nch * CH, n - nch * CH, lo, hi, bins, absval, counts, top, sub);
+}
+
+/* Fused SIMD pass over whole chunks, the C reference on the tail; after an abandoned
+ * binning the rest only needs min/max (mm). */
+typedef void (*minmax_fn)(const float *, int64_t, float *, float *, uint64_t *);
+
+static bool inside_finish(const float *x, int64_t n, int64_t nch, int64_t done, bool outside,
+                          float lo, float hi, int32_t bins, bool absval, uint64_t *counts,
+                          uint64_t *top, uint32_t *sub, float *mn, float *mx,
+                          uint64_t *nonfinite, minmax_fn mm)
+{
+    float l = *mn, h = *mx, tl, th;
+    uint64_t bad = *nonfinite, tb;
+    bool inside = !outside;
+    if (done < nch) {
+        mm(x + done * CH, n - done * CH, &tl, &th, &tb);
+    } else if (nch * CH < n) {
+        inside &= qcal_f32_histc_inside__c(x + nch * CH, n - nch * CH, lo, hi, bins, absval,
+                                           counts, top, sub, &tl, &th, &tb);
+    } else {
+        tl = INFINITY, th = -INFINITY, tb = 0;
+    }
+    *mn = tl < l ? tl : l;
+    *mx = th > h ? th : h;
+    *nonfinite = bad + tb;
+    return inside;
+}
+
+T_AVX2 bool qcal_f32_histc_inside__avx2(const float *x, int64_t n, float lo, float hi,
+                                        int32_t bins, bool absval, uint64_t *counts,
+                                        uint64_t *top, uint32_t *sub, float *mn, float *mx,
+                                        uint64_t *nonfinite)
+{
+    if (!float_path_ok(lo, hi, bins))
+        return qcal_f32_histc_inside__c(x, n, lo, hi, bins, absval, counts, top, sub, mn, mx,
+                                        nonfinite);
+    int64_t nch = n / CH;
+    bool outside = false;
+    *mn = INFINITY, *mx = -INFINITY, *nonfinite = 0;
+    int64_t done = nch ? chunks_avx2(x, nch, lo, hi, bins, absval, true, counts, top, sub, mn,
+                                     mx, nonfinite, &outside)
+                       : 0;
+    return inside_finish(x, n, nch, done, outside, lo, hi, bins, absval, counts, top, sub, mn,
+                         mx, nonfinite, qcal_f32_minmax__avx2);
+}
+
+T_AVX512 bool qcal_f32_histc_inside__avx512(const float *x, int64_t n, float lo, float hi,
+                                            int32_t bins, bool absval, uint64_t *counts,
+                                            uint64_t *top, uint32_t *sub, float *mn,
+                                            float *mx, uint64_t *nonfinite)
+{
+    if (!float_path_ok(lo, hi, bins))
+        return qcal_f32_histc_inside__c(x, n, lo, hi, bins, absval, counts, top, sub, mn, mx,
+                                        nonfinite);
+    int64_t nch = n / CH;
+    bool outside = false;
+    *mn = INFINITY, *mx = -INFINITY, *nonfinite = 0;
+    int64_t done = nch ? chunks_avx512(x, nch, lo, hi, bins, absval, true, counts, top, sub,
+                                       mn, mx, nonfinite, &outside)
+                       : 0;
+    return inside_finish(x, n, nch, done, outside, lo, hi, bins, absval, counts, top, sub, mn,
+                         mx, nonfinite, qcal_f32_minmax__avx512);
 }
 #else
 void qcal_f32_histc__avx2(const float *x, int64_t n, float lo, float hi, int32_t bins,
@@ -219,10 +413,26 @@ void qcal_f32_histc__avx512(const float *x, int64_t n, float lo, float hi, int32
 {
     qcal_f32_histc__c(x, n, lo, hi, bins, absval, counts, top, sub);
 }
+bool qcal_f32_histc_inside__avx2(const float *x, int64_t n, float lo, float hi, int32_t bins,
+                                 bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub,
+                                 float *mn, float *mx, uint64_t *nonfinite)
+{
+    return qcal_f32_histc_inside__c(x, n, lo, hi, bins, absval, counts, top, sub, mn, mx,
+                                    nonfinite);
+}
+bool qcal_f32_histc_inside__avx512(const float *x, int64_t n, float lo, float hi,
+                                   int32_t bins, bool absval, uint64_t *counts, uint64_t *top,
+                                   uint32_t *sub, float *mn, float *mx, uint64_t *nonfinite)
+{
+    return qcal_f32_histc_inside__c(x, n, lo, hi, bins, absval, counts, top, sub, mn, mx,
+                                    nonfinite);
+}
 #endif
 
 typedef void (*histc_fn)(const float *, int64_t, float, float, int32_t, bool, uint64_t *,
                          uint64_t *, uint32_t *);
+typedef bool (*inside_fn)(const float *, int64_t, float, float, int32_t, bool, uint64_t *,
+                          uint64_t *, uint32_t *, float *, float *, uint64_t *);
 
 static histc_fn histc_kernel(void)
 {
@@ -234,48 +444,122 @@ static histc_fn histc_kernel(void)
     return qcal_f32_histc__c;
 }
 
+static inside_fn inside_kernel(void)
+{
+    switch (qcal_cpu_isa()) {
+    case QCAL_ISA_AVX512: return qcal_f32_histc_inside__avx512;
+    case QCAL_ISA_AVX2: return qcal_f32_histc_inside__avx2;
+    case QCAL_ISA_C: break;
+    }
+    return qcal_f32_histc_inside__c;
+}
+
+/* Per-thread scratch: partial counts (bins) + top as uint64 (2 x uint32 words each), then
+ * NCOPIES uint32 copies of bins + 2 slots. */
+static size_t scratch_words(int32_t bins)
+{
+    return 2 * ((size_t)bins + 1) + (size_t)NCOPIES * ((size_t)bins + 2);
+}
+
+static qcal_status scratch_alloc(int32_t bins, int threads, uint32_t **out)
+{
+    size_t total;
+    if (!qcal_mul_size(scratch_words(bins), (size_t)threads, &total))
+        return qcal_error(QCAL_ERR_OVERFLOW,
+                          "histogram scratch for %d bins x %d threads overflows", (int)bins,
+                          threads);
+    *out = qcal_calloc(total, sizeof(uint32_t));
+    return *out ? QCAL_OK : QCAL_ERR_NO_MEMORY;
+}
+
+/* Thread t of `threads` covers [t*n/threads, (t+1)*n/threads). */
+static inline int64_t part_start(int64_t n, int t, int threads)
+{
+    return (int64_t)((__int128)n * t / threads);
+}
+
 qcal_status qcal_f32_histc(const float *x, int64_t n, float lo, float hi, int32_t bins,
                            bool absval, uint64_t *counts, uint64_t *top)
 {
     histc_fn fn = histc_kernel();
     int threads = qcal_threads_for(n);
-    /* Scratch per thread: uint64 partial counts + top (as 2 x uint32 each) + NCOPIES uint32
-     * copies of bins + 2 slots. bins <= 2^24. */
-    size_t per_thread = 2 * ((size_t)bins + 1) + (size_t)NCOPIES * ((size_t)bins + 2), total;
-    if (!qcal_mul_size(per_thread, (size_t)threads, &total))
-        return qcal_error(QCAL_ERR_OVERFLOW, "histogram scratch for %d bins overflows",
-                          (int)bins);
-    uint32_t *scratch = qcal_calloc(total, sizeof(uint32_t));
-    if (!scratch)
-        return QCAL_ERR_NO_MEMORY;
-    if (threads <= 1) {
-        uint64_t *part = (uint64_t *)scratch;
-        fn(x, n, lo, hi, bins, absval, part, part + bins, scratch + 2 * ((size_t)bins + 1));
+    size_t per = scratch_words(bins);
+    uint32_t *scratch = NULL;
+    qcal_status st = scratch_alloc(bins, threads, &scratch);
+    if (st != QCAL_OK)
+        return st;
+#if QCAL_HAVE_OPENMP
+#pragma omp parallel for num_threads(threads) schedule(static, 1) if (threads > 1)
+#endif
+    for (int t = 0; t < threads; t++) {
+        int64_t s = part_start(n, t, threads), e = part_start(n, t + 1, threads);
+        uint32_t *my = scratch + (size_t)t * per;
+        uint64_t *part = (uint64_t *)my;
+        fn(x + s, e - s, lo, hi, bins, absval, part, part + bins, my + 2 * ((size_t)bins + 1));
+    }
+    /* Integer partials: the fixed combining order is for form's sake, any order is exact. */
+    for (int t = 0; t < threads; t++) {
+        const uint64_t *part = (const uint64_t *)(scratch + (size_t)t * per);
         for (int32_t b = 0; b < bins; b++)
             counts[b] += part[b];
         *top += part[bins];
-    } else {
+    }
+    free(scratch);
+    return QCAL_OK;
+}
+
+qcal_status qcal_f32_histc_inside(const float *x, int64_t n, float lo, float hi, int32_t bins,
+                                  bool absval, bool reject_nonfinite, uint64_t *counts,
+                                  uint64_t *top, float *mn, float *mx, uint64_t *nonfinite,
+                                  bool *binned)
+{
+    enum { MAXT = 64 };
+    inside_fn fn = inside_kernel();
+    int threads = qcal_threads_for(n);
+    if (threads > MAXT)
+        threads = MAXT;
+    size_t per = scratch_words(bins);
+    uint32_t *scratch = NULL;
+    qcal_status st = scratch_alloc(bins, threads, &scratch);
+    if (st != QCAL_OK)
+        return st;
+    float pl[MAXT], ph[MAXT];
+    uint64_t pb[MAXT];
+    bool pin[MAXT];
 #if QCAL_HAVE_OPENMP
-        int64_t chunk = (n + threads - 1) / threads;
-#pragma omp parallel for num_threads(threads) schedule(static, 1)
+#pragma omp parallel for num_threads(threads) schedule(static, 1) if (threads > 1)
+#endif
+    for (int t = 0; t < threads; t++) {
+        int64_t s = part_start(n, t, threads), e = part_start(n, t + 1, threads);
+        uint32_t *my = scratch + (size_t)t * per;
+        uint64_t *part = (uint64_t *)my;
+        pin[t] = fn(x + s, e - s, lo, hi, bins, absval, part, part + bins,
+                    my + 2 * ((size_t)bins + 1), &pl[t], &ph[t], &pb[t]);
+    }
+    float l = INFINITY, h = -INFINITY;
+    uint64_t bad = 0;
+    bool inside = true;
+    for (int t = 0; t < threads; t++) {
+        l = pl[t] < l ? pl[t] : l;
+        h = ph[t] > h ? ph[t] : h;
+        bad += pb[t];
+        inside &= pin[t];
+    }
+    if (reject_nonfinite && bad > 0)
+        inside = false;
+    if (inside) {
         for (int t = 0; t < threads; t++) {
-            int64_t s = (int64_t)t * chunk, e = s + chunk < n ? s + chunk : n;
-            uint32_t *my = scratch + (size_t)t * per_thread;
-            uint64_t *part = (uint64_t *)my;
-            if (s < e)
-                fn(x + s, e - s, lo, hi, bins, absval, part, part + bins,
-                   my + 2 * ((size_t)bins + 1));
-        }
-        /* Integer partials: the fixed combining order is for form's sake, any order is exact. */
-        for (int t = 0; t < threads; t++) {
-            const uint64_t *part = (const uint64_t *)(scratch + (size_t)t * per_thread);
+            const uint64_t *part = (const uint64_t *)(scratch + (size_t)t * per);
             for (int32_t b = 0; b < bins; b++)
                 counts[b] += part[b];
             *top += part[bins];
         }
-#endif
     }
     free(scratch);
+    *mn = l;
+    *mx = h;
+    *nonfinite = bad;
+    *binned = inside;
     return QCAL_OK;
 }
 
@@ -431,7 +715,29 @@ qcal_status qcal_hist_update(qcal_hist *h, const float *x, int64_t n,
 {
     float mn, mx;
     uint64_t nf = 0;
-    qcal_f32_minmax(x, n, &mn, &mx, &nf);
+    qcal_status st;
+    if (!qcal_hist_empty(h) && h->lo < h->hi) {
+        /* Most batches after the first fit the grid: one fused pass (min/max + binning).
+         * When one does not, that pass stops binning at the first block holding a value
+         * outside and finishes the min/max; the batch is then binned on the grown grid. */
+        bool binned = false;
+        uint64_t top = 0;
+        st = qcal_f32_histc_inside(x, n, h->lo, h->hi, h->bins, h->absval,
+                                   policy == QCAL_NONFINITE_ERROR, h->counts, &top, &mn, &mx,
+                                   &nf, &binned);
+        if (st != QCAL_OK)
+            return st;
+        if (binned) {
+            *nonfinite = nf;
+            h->top += top;
+            h->dmin = fminf(h->dmin, mn);
+            h->dmax = fmaxf(h->dmax, mx);
+            h->total += (uint64_t)n - nf;
+            return QCAL_OK;
+        }
+    } else {
+        qcal_f32_minmax(x, n, &mn, &mx, &nf);
+    }
     *nonfinite = nf;
     if (nf > 0 && policy == QCAL_NONFINITE_ERROR)
         return qcal_error(QCAL_ERR_NONFINITE,
@@ -447,7 +753,6 @@ qcal_status qcal_hist_update(qcal_hist *h, const float *x, int64_t n,
     }
     float nlo, nhi;
     uint64_t *nc = NULL;
-    qcal_status st;
     if (qcal_hist_empty(h)) {
         nlo = a;
         nhi = b;

@@ -33,6 +33,30 @@ void qcal_f32_histc__avx2(const float *x, int64_t n, float lo, float hi, int32_t
 void qcal_f32_histc__avx512(const float *x, int64_t n, float lo, float hi, int32_t bins,
                             bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub);
 
+/* One pass over x[0..n) for a batch that probably fits the grid: min / max of its finite
+ * values into *mn / *mx ((+inf, -inf) if none) and their count of non-finite ones into
+ * *nonfinite (as qcal_f32_minmax), and, if every finite value (|x| if absval) lies in
+ * [lo, hi] (and, with reject_nonfinite, none is NaN/Inf), its histogram added into counts
+ * and *top as qcal_f32_histc would, with *binned = true. Otherwise *binned = false and
+ * counts / top are untouched (binning stops early; the min/max still cover all of x).
+ * lo < hi; a grid whose width overflows float takes the C path. OpenMP above
+ * qcal_threads_for(n); results independent of ISA and thread count. */
+qcal_status qcal_f32_histc_inside(const float *x, int64_t n, float lo, float hi, int32_t bins,
+                                  bool absval, bool reject_nonfinite, uint64_t *counts,
+                                  uint64_t *top, float *mn, float *mx, uint64_t *nonfinite,
+                                  bool *binned);
+/* Single-thread kernels behind it (sub as above). Return *binned; on false counts / top hold
+ * an unspecified partial histogram (callers pass scratch). */
+bool qcal_f32_histc_inside__c(const float *x, int64_t n, float lo, float hi, int32_t bins,
+                              bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub,
+                              float *mn, float *mx, uint64_t *nonfinite);
+bool qcal_f32_histc_inside__avx2(const float *x, int64_t n, float lo, float hi, int32_t bins,
+                                 bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub,
+                                 float *mn, float *mx, uint64_t *nonfinite);
+bool qcal_f32_histc_inside__avx512(const float *x, int64_t n, float lo, float hi,
+                                   int32_t bins, bool absval, uint64_t *counts, uint64_t *top,
+                                   uint32_t *sub, float *mn, float *mx, uint64_t *nonfinite);
+
 /* Bin of one value v in [lo, hi] with the arithmetic above (lo <= hi; lo == hi -> 0). */
 int32_t qcal_hist_bin_of(float v, float lo, float hi, int32_t bins);
 
