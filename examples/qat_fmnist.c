@@ -25,9 +25,9 @@ static void usage(FILE *f)
             "  --seed N             initialisation and shuffling seed (default 1)\n"
             "  --train-images N     train on the first N images only (default: all)\n"
             "  --calib-batches N    post-training calibration batches (default 32)\n"
-            "  --qat-steps N        QAT fine-tuning steps (default 400)\n"
-            "  --qat-lr X           QAT Adam learning rate (default 1e-4)\n"
-            "  --qat-freeze N       freeze observers after N QAT steps (default 300)\n"
+            "  --qat-steps N        QAT fine-tuning steps (default 469, one epoch)\n"
+            "  --qat-lr X           initial QAT Adam learning rate, cosine to 0 (default 2e-4)\n"
+            "  --qat-freeze N       freeze observers after N QAT steps (default 350)\n"
             "  --data DIR           dataset directory (default $QCAL_FMNIST_DIR or\n"
             "                       /usr/share/datasets/fashion-mnist)\n");
 }

@@ -1,4 +1,5 @@
 /* QAT for the demo CNN with qcal_fake_quantize objects; see qat.h. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,10 +129,10 @@ cnn_qat_opts cnn_qat_opts_default(void)
         .float_opts = cnn_train_opts_default(),
         .weights = NULL,
         .calib_batches = 32,
-        .qat_steps = 400,
+        .qat_steps = 469,
         .qat_batch = 128,
-        .qat_lr = 1e-4f,
-        .qat_freeze_step = 300,
+        .qat_lr = 2e-4f,
+        .qat_freeze_step = 350,
         .qat_seed = 7,
     };
     return o;
@@ -209,8 +210,9 @@ qcal_status cnn_qat_run(cnn_ctx *ctx, const cnn_data *train, const cnn_data *tes
     }
 
     /* 3. QAT: a copy of the float weights, fresh FakeQuantize objects (observer and
-     * fake-quant on, as prepare_qat), Adam from zero state at qat_lr; observers frozen
-     * after qat_freeze_step steps. */
+     * fake-quant on, as prepare_qat), Adam from zero state, learning rate qat_lr decayed
+     * to 0 on a cosine; observers frozen after qat_freeze_step steps. Batches are drawn
+     * with replacement from the training set by a generator seeded with qat_seed. */
     t0 = cnn_now();
     if (st == QCAL_OK && (st = cnn_model_create(0, &qm)) == QCAL_OK) {
         cnn_model_copy(qm, fm);
@@ -228,9 +230,11 @@ qcal_status cnn_qat_run(cnn_ctx *ctx, const cnn_data *train, const cnn_data *tes
             memcpy(bx + (size_t)i * CNN_IMAGE_PIXELS, train->images + k * CNN_IMAGE_PIXELS, CNN_IMAGE_PIXELS);
             by[i] = train->labels[k];
         }
+        /* Cosine decay from qat_lr to 0 over the QAT steps. */
+        float lr = (float)(0.5 * (double)o->qat_lr * (1.0 + cos(3.14159265358979323846 * step / o->qat_steps)));
         float loss = 0.0f;
         if (st == QCAL_OK)
-            st = cnn_train_step(ctx, qm, bx, by, o->qat_batch, &qat->hooks, o->qat_lr, &loss);
+            st = cnn_train_step(ctx, qm, bx, by, o->qat_batch, &qat->hooks, lr, &loss);
         run_loss = step == 0 ? loss : 0.98 * run_loss + 0.02 * loss;
         if (progress && st == QCAL_OK)
             progress(pu, "qat", step + 1, o->qat_steps, run_loss);

@@ -31,10 +31,11 @@ typedef struct cnn_qat_opts {
                                    .safetensors file */
     int calib_batches;          /* 32: training batches (of float_opts.batch images) that
                                    calibrate the post-training observers */
-    int qat_steps;              /* 400: QAT fine-tuning steps from the float weights */
+    int qat_steps;              /* 469 (one epoch of batch 128): QAT fine-tuning steps from
+                                   the float weights */
     int qat_batch;              /* 128 */
-    float qat_lr;               /* 1e-4: Adam learning rate during QAT */
-    int qat_freeze_step;        /* 300: observers frozen after this many QAT steps */
+    float qat_lr;               /* 2e-4: initial Adam learning rate of QAT, cosine-decayed to 0 */
+    int qat_freeze_step;        /* 350: observers frozen after this many QAT steps */
     uint64_t qat_seed;          /* 7: QAT batch order */
 } cnn_qat_opts;
 

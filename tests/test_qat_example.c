@@ -1,0 +1,354 @@
+/* unit.qat_example: the demo CNN (examples/cnn) and the QAT example's pipeline.
+ *  - initialisation bit-identical to tests/ref/gen_cnn.py's re-implementation;
+ *  - forward logits, loss and every gradient against PyTorch 1.13 on 8 test images;
+ *  - safetensors save/load round trip, and clear errors for missing/misshapen tensors;
+ *  - training steps bit-identical from run to run (same thread count);
+ *  - the QAT example's run with its default schedule (float training in a fresh cache
+ *    directory, post-training fake-quant, QAT): QAT accuracy >= post-training-quantized
+ *    accuracy and within 1 point of float, all on the 10,000 test images. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cnn.h"
+#include "qat.h"
+#include "qcal/safetensors.h"
+
+static cnn_data g_test;
+static bool g_have_data;
+
+static int setup(void **state)
+{
+    (void)state;
+    g_have_data = cnn_data_load(cnn_data_dir(), "t10k", &g_test) == QCAL_OK;
+    if (!g_have_data)
+        fprintf(stderr, "Fashion-MNIST not available: %s\n", qcal_last_error());
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    cnn_data_free(&g_test);
+    return 0;
+}
+
+static qcal_safetensors *open_ref(void)
+{
+    const char *d = getenv("QCAL_TEST_DATA");
+    assert_non_null(d);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/cnn/cnn_ref.safetensors", d);
+    qcal_safetensors *st = NULL;
+    if (qcal_safetensors_open(path, &st) != QCAL_OK)
+        fail_msg("cannot open %s: %s", path, qcal_last_error());
+    return st;
+}
+
+/* Reads reference tensor name (numel floats) into a new buffer. */
+static float *ref_tensor(qcal_safetensors *st, const char *name, int64_t *numel)
+{
+    int64_t i;
+    qcal_st_info info;
+    if (qcal_safetensors_find(st, name, &i) != QCAL_OK)
+        fail_msg("reference tensor %s missing", name);
+    assert_int_equal(qcal_safetensors_info(st, i, &info), QCAL_OK);
+    float *v = malloc((size_t)info.numel * sizeof(float));
+    assert_non_null(v);
+    assert_int_equal(qcal_safetensors_read_f32(st, i, 0, info.numel, v), QCAL_OK);
+    *numel = info.numel;
+    return v;
+}
+
+/* |got - want| <= atol + rtol * max|want| for every element; prints the worst one. */
+static void compare(const char *what, const float *got, int64_t got_stride, const float *want, int64_t n,
+                    double rtol, double atol)
+{
+    double maxref = 0.0, worst = -1.0;
+    int64_t wi = 0;
+    for (int64_t i = 0; i < n; i++)
+        maxref = fmax(maxref, fabs((double)want[i]));
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i * got_stride] - (double)want[i]);
+        if (!(e <= worst) || isnan(e)) {
+            worst = isnan(e) ? INFINITY : e;
+            wi = i;
+        }
+    }
+    double tol = atol + rtol * maxref;
+    if (!(worst <= tol))
+        fail_msg("%s: worst element %lld: got %.9g, PyTorch %.9g (|diff| %.3g > tol %.3g, max|ref| %.3g)", what,
+                 (long long)wi, (double)got[wi * got_stride], (double)want[wi], worst, tol, maxref);
+}
+
+static void test_init_matches_reference(void **state)
+{
+    (void)state;
+    qcal_safetensors *st = open_ref();
+    cnn_model *m = NULL;
+    assert_int_equal(cnn_model_create(5, &m), QCAL_OK);
+    for (int p = 0; p < CNN_NPARAMS; p++) {
+        char name[96];
+        int64_t n;
+        snprintf(name, sizeof name, "init.%s.first16", cnn_param_name(p));
+        float *want = ref_tensor(st, name, &n);
+        assert_int_equal(n, 16);
+        for (int i = 0; i < 16; i++)
+            if (memcmp(&m->param[p][i], &want[i], sizeof(float)) != 0)
+                fail_msg("%s[%d] = %.9g, reference %.9g (must be bit-identical)", cnn_param_name(p), i,
+                         (double)m->param[p][i], (double)want[i]);
+        free(want);
+        /* every value inside the kaiming-uniform bound */
+        int64_t fan_in = cnn_param_numel(p & ~1) / (p < 2 ? 32 : p < 4 ? 64 : p < 6 ? 128 : 10);
+        float bound = 1.0f / sqrtf((float)fan_in);
+        for (int64_t i = 0; i < cnn_param_numel(p); i++)
+            assert_true(fabsf(m->param[p][i]) <= bound);
+    }
+    /* Same seed, same model; another seed, another model. */
+    cnn_model *m2 = NULL, *m3 = NULL;
+    assert_int_equal(cnn_model_create(5, &m2), QCAL_OK);
+    assert_int_equal(cnn_model_create(6, &m3), QCAL_OK);
+    for (int p = 0; p < CNN_NPARAMS; p++) {
+        assert_memory_equal(m->param[p], m2->param[p], (size_t)cnn_param_numel(p) * sizeof(float));
+        assert_memory_not_equal(m->param[p], m3->param[p], (size_t)cnn_param_numel(p) * sizeof(float));
+    }
+    cnn_model_destroy(&m);
+    cnn_model_destroy(&m2);
+    cnn_model_destroy(&m3);
+    assert_null(m);
+    cnn_model_destroy(NULL);
+    qcal_safetensors_close(&st);
+}
+
+static void test_forward_backward_matches_pytorch(void **state)
+{
+    (void)state;
+    if (!g_have_data)
+        skip();
+    qcal_safetensors *st = open_ref();
+    cnn_model *m = NULL;
+    cnn_ctx *ctx = NULL;
+    assert_int_equal(cnn_model_create(5, &m), QCAL_OK);
+    assert_int_equal(cnn_ctx_create(16, &ctx), QCAL_OK);
+    int64_t n;
+    /* Inference forward. */
+    const float *z = NULL;
+    assert_int_equal(cnn_forward(ctx, m, g_test.images, 8, NULL, &z), QCAL_OK);
+    float *want = ref_tensor(st, "logits", &n);
+    assert_int_equal(n, 80);
+    compare("logits", z, 1, want, 80, 1e-5, 1e-6);
+    free(want);
+    /* Loss and gradients. */
+    float loss = 0.0f;
+    assert_int_equal(cnn_compute_grad(ctx, m, g_test.images, g_test.labels, 8, NULL, &loss), QCAL_OK);
+    want = ref_tensor(st, "loss", &n);
+    if (fabsf(loss - want[0]) > 1e-5f)
+        fail_msg("loss %.9g, PyTorch %.9g", (double)loss, (double)want[0]);
+    free(want);
+    for (int p = 0; p < CNN_NPARAMS; p++) {
+        char name[96];
+        const float *g = cnn_ctx_grad(ctx, p);
+        assert_non_null(g);
+        if (p == CNN_FC1_W) {
+            want = ref_tensor(st, "grad.fc1.weight.every61", &n);
+            assert_int_equal(n, (cnn_param_numel(p) + 60) / 61);
+            compare("grad fc1.weight (every 61st)", g, 61, want, n, 1e-4, 1e-8);
+        } else {
+            snprintf(name, sizeof name, "grad.%s", cnn_param_name(p));
+            want = ref_tensor(st, name, &n);
+            assert_int_equal(n, cnn_param_numel(p));
+            compare(name, g, 1, want, n, 1e-4, 1e-8);
+        }
+        free(want);
+    }
+    assert_null(cnn_ctx_grad(ctx, CNN_NPARAMS));
+    /* Argument checks leave nothing half-done. */
+    assert_int_equal(cnn_forward(ctx, m, g_test.images, 17, NULL, &z), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(cnn_forward(ctx, m, g_test.images, 0, NULL, &z), QCAL_ERR_INVALID_ARG);
+    uint8_t badlab[2] = {3, 10};
+    assert_int_equal(cnn_train_step(ctx, m, g_test.images, badlab, 2, NULL, 1e-3f, &loss), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(cnn_train_step(ctx, m, g_test.images, g_test.labels, 2, NULL, NAN, &loss),
+                     QCAL_ERR_INVALID_ARG);
+    cnn_ctx_destroy(&ctx);
+    assert_null(ctx);
+    cnn_model_destroy(&m);
+    qcal_safetensors_close(&st);
+}
+
+static void test_save_load(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/qcal_test_cnn_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[256], bad[256];
+    snprintf(path, sizeof path, "%s/m.safetensors", dir);
+    snprintf(bad, sizeof bad, "%s/bad.safetensors", dir);
+    cnn_model *m = NULL, *l = NULL;
+    assert_int_equal(cnn_model_create(3, &m), QCAL_OK);
+    assert_int_equal(cnn_model_save(m, path), QCAL_OK);
+    assert_int_equal(cnn_model_load(path, &l), QCAL_OK);
+    for (int p = 0; p < CNN_NPARAMS; p++)
+        assert_memory_equal(m->param[p], l->param[p], (size_t)cnn_param_numel(p) * sizeof(float));
+    cnn_model_destroy(&l);
+
+    /* PyTorch names and layouts in the file. */
+    qcal_safetensors *st = NULL;
+    assert_int_equal(qcal_safetensors_open(path, &st), QCAL_OK);
+    int64_t i;
+    qcal_st_info info;
+    assert_int_equal(qcal_safetensors_find(st, "conv2.weight", &i), QCAL_OK);
+    assert_int_equal(qcal_safetensors_info(st, i, &info), QCAL_OK);
+    assert_int_equal(info.ndim, 4);
+    assert_int_equal(info.shape[0], 64);
+    assert_int_equal(info.shape[1], 32);
+    assert_int_equal(info.shape[3], 3);
+    qcal_safetensors_close(&st);
+
+    /* Misshapen tensor: fc2.weight [128, 10] instead of [10, 128]. */
+    const char *names[CNN_NPARAMS];
+    qcal_tensor t[CNN_NPARAMS];
+    for (int p = 0; p < CNN_NPARAMS; p++) {
+        int64_t shape[4];
+        int nd = cnn_param_shape(p, shape);
+        if (p == CNN_FC2_W) {
+            shape[0] = 128;
+            shape[1] = 10;
+        }
+        names[p] = cnn_param_name(p);
+        assert_int_equal(qcal_tensor_init(&t[p], m->param[p], nd, shape), QCAL_OK);
+    }
+    assert_int_equal(qcal_safetensors_write_f32(bad, CNN_NPARAMS, names, t, 0, NULL), QCAL_OK);
+    l = (cnn_model *)(uintptr_t)1;
+    assert_int_equal(cnn_model_load(bad, &l), QCAL_ERR_MISMATCH);
+    assert_ptr_equal(l, (cnn_model *)(uintptr_t)1);
+    assert_non_null(strstr(qcal_last_error(), "fc2.weight"));
+    assert_non_null(strstr(qcal_last_error(), "[128, 10]"));
+    /* Missing tensor: no fc2.bias. */
+    assert_int_equal(qcal_tensor_init(&t[CNN_FC2_W], m->param[CNN_FC2_W], 2, (const int64_t[]){10, 128}), QCAL_OK);
+    assert_int_equal(qcal_safetensors_write_f32(bad, CNN_NPARAMS - 1, names, t, 0, NULL), QCAL_OK);
+    assert_int_equal(cnn_model_load(bad, &l), QCAL_ERR_MISMATCH);
+    assert_non_null(strstr(qcal_last_error(), "fc2.bias"));
+    /* Non-finite weight. */
+    m->param[CNN_CONV1_B][3] = NAN;
+    assert_int_equal(cnn_model_save(m, bad), QCAL_OK);
+    assert_int_equal(cnn_model_load(bad, &l), QCAL_ERR_NONFINITE);
+    /* Not a file. */
+    assert_true(cnn_model_load(dir, &l) < 0);
+    unlink(path);
+    unlink(bad);
+    rmdir(dir);
+    cnn_model_destroy(&m);
+}
+
+static void test_training_is_deterministic(void **state)
+{
+    (void)state;
+    if (!g_have_data)
+        skip();
+    cnn_model *a = NULL, *b = NULL;
+    cnn_ctx *ctx = NULL;
+    assert_int_equal(cnn_ctx_create(64, &ctx), QCAL_OK);
+    float la[3], lb[3];
+    for (int r = 0; r < 2; r++) {
+        cnn_model **m = r ? &b : &a;
+        assert_int_equal(cnn_model_create(11, m), QCAL_OK);
+        cnn_ctx_reset_optimizer(ctx);
+        for (int s = 0; s < 3; s++)
+            assert_int_equal(cnn_train_step(ctx, *m, g_test.images + s * 64 * 784, g_test.labels + s * 64, 64,
+                                             NULL, 1e-3f, r ? &lb[s] : &la[s]), QCAL_OK);
+    }
+    for (int p = 0; p < CNN_NPARAMS; p++)
+        assert_memory_equal(a->param[p], b->param[p], (size_t)cnn_param_numel(p) * sizeof(float));
+    assert_memory_equal(la, lb, sizeof la);
+    /* And training changed the model: the loss on the first batch went down. */
+    cnn_model *fresh = NULL;
+    assert_int_equal(cnn_model_create(11, &fresh), QCAL_OK);
+    float l0, l1;
+    assert_int_equal(cnn_compute_grad(ctx, fresh, g_test.images, g_test.labels, 64, NULL, &l0), QCAL_OK);
+    assert_int_equal(cnn_compute_grad(ctx, a, g_test.images, g_test.labels, 64, NULL, &l1), QCAL_OK);
+    if (!(l1 < l0))
+        fail_msg("loss after 3 Adam steps %.6f, before %.6f", (double)l1, (double)l0);
+    cnn_model_destroy(&a);
+    cnn_model_destroy(&b);
+    cnn_model_destroy(&fresh);
+    cnn_ctx_destroy(&ctx);
+}
+
+/* The QAT example's default run, float model trained here in a fresh cache directory. */
+static void test_qat_example_accuracies(void **state)
+{
+    (void)state;
+    if (!g_have_data)
+        skip();
+    cnn_data train = {0};
+    assert_int_equal(cnn_data_load(cnn_data_dir(), "train", &train), QCAL_OK);
+    assert_int_equal(train.n, 60000);
+    assert_int_equal(g_test.n, 10000);
+    char dir[] = "/tmp/qcal_test_cache_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    setenv("XDG_CACHE_HOME", dir, 1);
+    cnn_qat_opts o = cnn_qat_opts_default();
+    cnn_ctx *ctx = NULL;
+    assert_int_equal(cnn_ctx_create(500, &ctx), QCAL_OK);
+    cnn_qat_result r;
+    qcal_status st = cnn_qat_run(ctx, &train, &g_test, &o, NULL, NULL, &r);
+    if (st != QCAL_OK)
+        fail_msg("cnn_qat_run: %s", qcal_last_error());
+    fprintf(stderr,
+            "float %.2f%% (trained in %.1f s), post-training fake-quant %.2f%% (agree %.2f%%), QAT %.2f%% "
+            "(agree %.2f%%, %.1f s)\n",
+            r.float_acc, r.float_train_s, r.ptq_acc, r.ptq_agree, r.qat_acc, r.qat_agree, r.qat_train_s);
+    assert_true(r.float_trained);
+    assert_int_equal(r.test_images, 10000);
+    /* The float model learned (>= 90% is the demo's target with this schedule). */
+    if (!(r.float_acc >= 90.0))
+        fail_msg("float accuracy %.2f%% < 90%%", r.float_acc);
+    if (!(r.qat_acc >= r.ptq_acc))
+        fail_msg("QAT accuracy %.2f%% below post-training fake-quant %.2f%%", r.qat_acc, r.ptq_acc);
+    if (!(fabs(r.qat_acc - r.float_acc) <= 1.0))
+        fail_msg("QAT accuracy %.2f%% not within 1 point of float %.2f%%", r.qat_acc, r.float_acc);
+    /* Fake-quant changed some predictions but not many. */
+    assert_true(r.ptq_agree > 95.0 && r.ptq_agree < 100.0);
+
+    /* A second run loads the cached float model at once and gets the same float accuracy. */
+    cnn_model *m = NULL;
+    bool trained = true;
+    double t0 = cnn_now();
+    assert_int_equal(cnn_load_or_train(ctx, &train, &o.float_opts, NULL, NULL, &m, &trained), QCAL_OK);
+    assert_false(trained);
+    assert_true(cnn_now() - t0 < 5.0);
+    int64_t right = 0;
+    assert_int_equal(cnn_evaluate(ctx, m, &g_test, NULL, &right, NULL, NULL, NULL), QCAL_OK);
+    assert_true(fabs(100.0 * (double)right / 10000.0 - r.float_acc) < 1e-9);
+    cnn_model_destroy(&m);
+    char path[4096];
+    assert_int_equal(cnn_cache_path(&o.float_opts, path, sizeof path), QCAL_OK);
+    assert_int_equal(strncmp(path, dir, strlen(dir)), 0);
+    unlink(path);
+    char sub[4200];
+    snprintf(sub, sizeof sub, "%s/qcal", dir);
+    rmdir(sub);
+    rmdir(dir);
+    cnn_ctx_destroy(&ctx);
+    cnn_data_free(&train);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_init_matches_reference),
+        cmocka_unit_test(test_forward_backward_matches_pytorch),
+        cmocka_unit_test(test_save_load),
+        cmocka_unit_test(test_training_is_deterministic),
+        cmocka_unit_test(test_qat_example_accuracies),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
