@@ -663,6 +663,30 @@ static bool grow_grid(const qcal_hist *h, float a, float b, float *nlo, float *n
             if (!isfinite(flo) || !isfinite(fhi))
                 goto fallback;
             if (flo <= a && fhi >= b && flo <= h->lo && fhi >= h->hi && flo < fhi) {
+                /* The new grid has spare bins; signed grids share them out in proportion
+                 * to how far the batch went past the data seen so far on each side (all to
+                 * the top when only the top grows, as for ReLU data; half each side for
+                 * data growing symmetrically). |x| grids keep lo = 0. Placing them all above
+                 * (the smallest m) made symmetric growth double the width on every batch
+                 * that reached a little below lo: for 8 batches of N(0, 1 + b/2) the grid
+                 * ended as [-21, 1232] for data in [-21, 21] (3% of the bins used). */
+                double top = (double)b > hi ? (double)b : hi;
+                double up = (double)b > h->dmax ? (double)b - h->dmax : 0.0;
+                double down = (double)a < h->dmin ? (double)h->dmin - a : 0.0;
+                double mb_max = floor((lo + (double)B * W - top) / W);
+                if (mb_max > (double)(B - 1 - last_old))
+                    mb_max = (double)(B - 1 - last_old);
+                if (!h->absval && down > 0.0 && mb_max > mb) {
+                    double mc = mb + floor((mb_max - mb) * (down / (down + up)) + 0.5);
+                    double clo = lo - mc * W, chi = clo + (double)B * W;
+                    float cflo = (float)clo, cfhi = (float)chi;
+                    if (isfinite(cflo) && isfinite(cfhi) && cflo <= a && cfhi >= b &&
+                        cflo <= h->lo && cfhi >= h->hi && cflo < cfhi) {
+                        mb = mc;
+                        flo = cflo;
+                        fhi = cfhi;
+                    }
+                }
                 *nlo = flo;
                 *nhi = fhi;
                 *kout = k;

