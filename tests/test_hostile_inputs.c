@@ -47,6 +47,9 @@ static void row(const char *area, const char *name, const char *expected, const 
     char line[2048];
     snprintf(line, sizeof line, "| %.64s | %.200s | %.64s | %.1000s%s |\n", area, name, expected, outcome,
              ok ? "" : " **MISMATCH**");
+    for (char *c = line; *c; c++)   /* keep the table valid UTF-8: bytes >= 0x80 from inputs */
+        if ((unsigned char)*c >= 0x80)
+            *c = '?';
     print_message("%s", line);
     if (table_out)
         fputs(line, table_out);

@@ -27,19 +27,27 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 enum { MAX_ARGS = 64 };
 static char workdir[256];
+static void make_pristine(void);
+static void remove_dirs(void);
 static int home_fd = -1;   /* the fuzzer's own working directory (corpus paths are relative) */
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
+    /* tmpfs when there is one: every output qcal writes is fsync'ed. */
     const char *tmp = getenv("TMPDIR");
-    snprintf(workdir, sizeof workdir, "%s/qcal-fuzz-cli-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    struct stat sb;
+    if (!tmp || !*tmp)
+        tmp = stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode) ? "/dev/shm" : "/tmp";
+    snprintf(workdir, sizeof workdir, "%s/qcal-fuzz-cli-XXXXXX", tmp);
     home_fd = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (!mkdtemp(workdir) || home_fd < 0) {
         perror("fuzz_cli_args: cannot create a private directory");
         exit(1);
     }
+    make_pristine();
+    atexit(remove_dirs);
     return 0;
 }
 
@@ -67,28 +75,63 @@ static void clean_dir(const char *dir)
  *   x.npy  float32 [2, 3] with a NaN       q.npy   uint8 [2, 3]
  *   w.safetensors  {"fc.weight": [2, 3], "b": [3]}
  *   d/     a calibration dump: d/conv1.npy [2, 3], d/fc.weight.npy [2, 3]
- *   r.txt  a rules file; t.json is made by no one (an output name). */
-static void make_fixtures(void)
+ *   r.txt  a rules file.
+ * They are written once into a pristine directory (atomic writes fsync, which is slow) and
+ * hard-linked into the working directory before each run; qcal replaces outputs by rename,
+ * so a run cannot change the pristine copies. */
+static char pristine[300];
+
+static void make_pristine(void)
 {
+    snprintf(pristine, sizeof pristine, "%s.fixtures", workdir);
+    FUZZ_CHECK(mkdir(pristine, 0700) == 0);
+    char p[400];
     float x[6] = { -1.5f, 0.25f, 3.0f, __builtin_nanf(""), 7.5f, -0.125f };
     uint8_t q[6] = { 0, 1, 128, 255, 7, 9 };
-    const int64_t shape[2] = { 2, 3 };
-    FUZZ_CHECK(qcal_npy_write("x.npy", QCAL_NPY_F32, 2, shape, x) == QCAL_OK);
-    FUZZ_CHECK(qcal_npy_write("q.npy", QCAL_NPY_U8, 2, shape, q) == QCAL_OK);
-    FUZZ_CHECK(mkdir("d", 0700) == 0);
-    FUZZ_CHECK(qcal_npy_write("d/conv1.npy", QCAL_NPY_F32, 2, shape, x + 0) == QCAL_OK);
     float w[6] = { 0.5f, -0.25f, 0.125f, 1.0f, -2.0f, 0.0f };
-    FUZZ_CHECK(qcal_npy_write("d/fc.weight.npy", QCAL_NPY_F32, 2, shape, w) == QCAL_OK);
+    const int64_t shape[2] = { 2, 3 };
+    snprintf(p, sizeof p, "%s/x.npy", pristine);
+    FUZZ_CHECK(qcal_npy_write(p, QCAL_NPY_F32, 2, shape, x) == QCAL_OK);
+    snprintf(p, sizeof p, "%s/q.npy", pristine);
+    FUZZ_CHECK(qcal_npy_write(p, QCAL_NPY_U8, 2, shape, q) == QCAL_OK);
+    snprintf(p, sizeof p, "%s/conv1.npy", pristine);
+    FUZZ_CHECK(qcal_npy_write(p, QCAL_NPY_F32, 2, shape, x) == QCAL_OK);
+    snprintf(p, sizeof p, "%s/fc.weight.npy", pristine);
+    FUZZ_CHECK(qcal_npy_write(p, QCAL_NPY_F32, 2, shape, w) == QCAL_OK);
     qcal_tensor t[2];
     FUZZ_CHECK(qcal_tensor_init(&t[0], w, 2, shape) == QCAL_OK);
     FUZZ_CHECK(qcal_tensor_init(&t[1], w, 1, shape + 1) == QCAL_OK);
     const char *names[2] = { "fc.weight", "b" };
-    FUZZ_CHECK(qcal_safetensors_write_f32("w.safetensors", 2, names, t, 0, NULL) == QCAL_OK);
-    FILE *f = fopen("r.txt", "w");
+    snprintf(p, sizeof p, "%s/w.safetensors", pristine);
+    FUZZ_CHECK(qcal_safetensors_write_f32(p, 2, names, t, 0, NULL) == QCAL_OK);
+    snprintf(p, sizeof p, "%s/r.txt", pristine);
+    FILE *f = fopen(p, "w");
     FUZZ_CHECK(f != NULL);
     fputs("*.weight weight per_channel_minmax dtype=qint8 qscheme=per_channel_symmetric\n"
           "* activation histogram bins=64\n", f);
     fclose(f);
+}
+
+/* At exit: the private and the pristine directories go away. */
+static void remove_dirs(void)
+{
+    clean_dir(workdir);
+    rmdir(workdir);
+    clean_dir(pristine);
+    rmdir(pristine);
+}
+
+static void make_fixtures(void)
+{
+    static const char *const files[][2] = {
+        { "x.npy", "x.npy" }, { "q.npy", "q.npy" }, { "w.safetensors", "w.safetensors" },
+        { "r.txt", "r.txt" }, { "conv1.npy", "d/conv1.npy" }, { "fc.weight.npy", "d/fc.weight.npy" } };
+    FUZZ_CHECK(mkdir("d", 0700) == 0);
+    char src[400];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(src, sizeof src, "%s/%s", pristine, files[i][0]);
+        FUZZ_CHECK(link(src, files[i][1]) == 0);
+    }
 }
 
 static void run_option_layer(int argc, char **argv)
