@@ -175,9 +175,13 @@ int32_t qcal_hist_entropy_search(const uint64_t *counts, int32_t bins, int32_t l
             }
             a = b;
         }
-        /* P[i-1] > 0 here (else the candidate was infinite); lq is its level's. */
-        double p = (double)(counts[i - 1] + outl) / S;
-        kl += p * (log(p) - lq);
+        /* P[i-1] (lq is its level's); zero only without outliers and then skipped, as
+         * every P_j = 0 term. */
+        uint64_t last = counts[i - 1] + outl;
+        if (last > 0) {
+            double p = (double)last / S;
+            kl += p * (log(p) - lq);
+        }
         kls[c] = kl;
     }
     int32_t best = bins;

@@ -153,6 +153,146 @@ static void test_percentile_vs_python(void **state)
     ref_free(r);
 }
 
+/* ---- fast searches against their direct O(bins^2) definitions ---- */
+
+/* KL search evaluated term by term (the definition in observers/entropy.c). */
+static int32_t direct_entropy(const uint64_t *counts, int32_t bins, int32_t levels, double *best)
+{
+    uint64_t total = 0;
+    for (int32_t j = 0; j < bins; j++)
+        total += counts[j];
+    const double S = (double)total;
+    uint64_t *lsum = calloc((size_t)levels, 8), *nz = calloc((size_t)levels, 8);
+    int32_t bi = bins;
+    double bv = INFINITY;
+    for (int32_t i = levels; i <= bins; i++) {
+        uint64_t outl = 0;
+        for (int32_t j = i; j < bins; j++)
+            outl += counts[j];
+        uint64_t sq = total - outl;
+        double kl = INFINITY;
+        if (sq > 0 && !(counts[i - 1] == 0 && outl > 0)) {
+            memset(lsum, 0, (size_t)levels * 8);
+            memset(nz, 0, (size_t)levels * 8);
+            for (int32_t j = 0; j < i; j++) {
+                lsum[(int64_t)j * levels / i] += counts[j];
+                nz[(int64_t)j * levels / i] += counts[j] > 0;
+            }
+            kl = 0.0;
+            for (int32_t j = 0; j < i; j++) {
+                uint64_t P = counts[j] + (j == i - 1 ? outl : 0);
+                if (!P)
+                    continue;
+                int64_t l = (int64_t)j * levels / i;
+                double q = ((double)lsum[l] / (double)nz[l]) / (double)sq;
+                double p = (double)P / S;
+                kl += p * (log(p) - log(q));
+            }
+        }
+        if (kl < bv) {
+            bv = kl;
+            bi = i;
+        }
+    }
+    free(lsum);
+    free(nz);
+    *best = bv;
+    return bi;
+}
+
+/* MSE search evaluated bin by bin in double (the definition in observers/mse.c). */
+static int32_t direct_mse(const uint64_t *counts, int32_t bins, double hi, int64_t nlev,
+                          double *best)
+{
+    double w = hi / bins;
+    int32_t bi = bins - 1;
+    double bv = INFINITY;
+    for (int32_t i = bins - 1 < 128 ? bins - 1 : 128; i < bins; i++) {
+        double s = (((double)i + 0.5) * w) / (double)nlev, err = 0.0;
+        for (int32_t j = 0; j < bins; j++) {
+            double c = ((double)j + 0.5) * w;
+            double q = fmin(nearbyint(c / s), (double)nlev);
+            err += (q * s - c) * (q * s - c) * (double)counts[j];
+        }
+        if (err / bins < bv) {
+            bv = err / bins;
+            bi = i;
+        }
+    }
+    *best = bv;
+    return bi;
+}
+
+static uint64_t hs = 777;
+static uint64_t hrand(void)
+{
+    hs ^= hs << 13;
+    hs ^= hs >> 7;
+    hs ^= hs << 17;
+    return hs;
+}
+
+/* Synthetic |x| histograms: smooth tails, spikes, sparse runs of equal counts (KL exactly
+ * 0 for many candidates: the first must win), huge counts (128-bit sums), few bins. */
+static void make_hist(int kind, int32_t bins, uint64_t *c)
+{
+    memset(c, 0, (size_t)bins * 8);
+    for (int32_t j = 0; j < bins; j++) {
+        double t = (j + 0.5) / bins;
+        switch (kind) {
+        case 0: c[j] = (uint64_t)(1e6 * exp(-t * t * 40.0)) + hrand() % 50; break;
+        case 1: c[j] = (uint64_t)(3e5 * exp(-t * 25.0)) + (j == 0 ? 5000000 : 0); break;
+        case 2: c[j] = j % 7 == 0 && j < bins / 2 ? 1000 : 0; break;
+        case 3: c[j] = j % 5 == 0 ? 4 + hrand() % 3 : 0; break;
+        case 4: c[j] = ((uint64_t)1 << 40) / (1 + (uint64_t)j) + hrand() % 1000; break;
+        case 5: c[j] = hrand() % 3 == 0 ? hrand() % 20 : 0; break;
+        }
+    }
+    if (kind == 2)
+        c[bins - 1] = 1;   /* one far outlier */
+}
+
+static void test_searches_vs_direct(void **state)
+{
+    (void)state;
+    const int32_t binss[] = { 2048, 1000, 300, 129, 128 };
+    uint64_t *c = malloc(2048 * 8);
+    for (unsigned b = 0; b < sizeof binss / sizeof *binss; b++) {
+        for (int kind = 0; kind < 6; kind++) {
+            int32_t bins = binss[b];
+            make_hist(kind, bins, c);
+            double kf, kd;
+            int32_t ef = qcal_hist_entropy_search(c, bins, 128, &kf);
+            int32_t ed = direct_entropy(c, bins, 128, &kd);
+            if (ef != ed || !(kf == kd || fabs(kf - kd) <= 1e-12 * fabs(kd)))
+                fail_msg("entropy kind %d bins %d: fast picks %d (KL %.17g), direct %d (%.17g)",
+                         kind, (int)bins, (int)ef, kf, (int)ed, kd);
+            if (kd == 0.0)
+                assert_true(kf == 0.0);   /* exact zero, not rounding noise */
+            const int64_t nlevs[] = { 127, 255, 7, 1 };
+            for (int v = 0; v < 4; v++) {
+                double mf, md;
+                int32_t mi = qcal_hist_mse_search(c, bins, 3.25, nlevs[v], &mf);
+                int32_t di = direct_mse(c, bins, 3.25, nlevs[v], &md);
+                if (mi != di || !(fabs(mf - md) <= 1e-12 * fabs(md)))
+                    fail_msg("mse kind %d bins %d nlev %d: fast picks %d (%.17g), direct %d "
+                             "(%.17g)", kind, (int)bins, (int)nlevs[v], (int)mi, mf, (int)di,
+                             md);
+            }
+        }
+    }
+    /* Few bins and many levels take the direct fallback: same answers. */
+    for (int32_t bins = 1; bins <= 3; bins++) {
+        for (int32_t j = 0; j < bins; j++)
+            c[j] = 10 + (uint64_t)j;
+        double mf, md;
+        assert_int_equal(qcal_hist_mse_search(c, bins, 1.0, 127, &mf),
+                         direct_mse(c, bins, 1.0, 127, &md));
+        assert_true(fabs(mf - md) <= 1e-12 * md);
+    }
+    free(c);
+}
+
 /* ---- observer-level behaviour ---- */
 static uint64_t rs = 12345;
 static float rnd_normal(void)
@@ -279,6 +419,7 @@ int main(void)
         cmocka_unit_test(test_entropy_vs_python),
         cmocka_unit_test(test_mse_vs_python),
         cmocka_unit_test(test_percentile_vs_python),
+        cmocka_unit_test(test_searches_vs_direct),
         cmocka_unit_test(test_clip_ranges),
         cmocka_unit_test(test_observer_matches_search),
     };

@@ -14,6 +14,7 @@
 
 #include "core/cpu.h"
 #include "observers/histogram_kernels.h"
+#include "observers/minmax_kernels.h"
 #include "qcal/qcal.h"
 #include "qcal_config.h"
 #if QCAL_HAVE_OPENMP
@@ -294,6 +295,145 @@ static void test_histc_simd_vs_c(void **state)
     free(b);
 }
 
+/* ---- fused min/max + binning (qcal_f32_histc_inside) ---- */
+typedef bool (*inside_k)(const float *, int64_t, float, float, int32_t, bool, uint64_t *,
+                         uint64_t *, uint32_t *, float *, float *, uint64_t *);
+
+/* One single-thread fused kernel against the C references of its two halves: min/max and
+ * non-finite count always; when it reports "binned", the counts of qcal_f32_histc__c. */
+static void check_inside_kernel(inside_k fn, const char *name, const float *x, int64_t n,
+                                float lo, float hi, int32_t bins, bool absval, bool want_in)
+{
+    uint64_t *got = calloc((size_t)bins + 2, 8), *want = calloc((size_t)bins + 2, 8);
+    uint32_t *sub = calloc((size_t)4 * (bins + 2), sizeof *sub);
+    float mn = 0, mx = 0, rmn, rmx;
+    uint64_t nf = 99, rnf;
+    got[bins + 1] = 0xC0FFEEull;
+    bool in = fn(x, n, lo, hi, bins, absval, got, &got[bins], sub, &mn, &mx, &nf);
+    qcal_f32_minmax__c(x, n, &rmn, &rmx, &rnf);
+    char what[128];
+    snprintf(what, sizeof what, "%s n=%lld bins=%d abs=%d", name, (long long)n, (int)bins,
+             (int)absval);
+    if (in != want_in)
+        fail_msg("%s: binned %d, expected %d", what, (int)in, (int)want_in);
+    if (!(mn == rmn && mx == rmx && nf == rnf))
+        fail_msg("%s: min/max/nonfinite %g %g %llu, reference %g %g %llu", what, (double)mn,
+                 (double)mx, (unsigned long long)nf, (double)rmn, (double)rmx,
+                 (unsigned long long)rnf);
+    assert_true(got[bins + 1] == 0xC0FFEEull);
+    for (int32_t i = 0; i < 4 * (bins + 2); i++)
+        assert_int_equal(sub[i], 0);
+    if (in) {
+        qcal_f32_histc__c(x, n, lo, hi, bins, absval, want, &want[bins], sub);
+        assert_counts_equal(got, want, bins + 1, what);
+    }
+    free(got);
+    free(want);
+    free(sub);
+}
+
+static void test_histc_inside_kernels(void **state)
+{
+    (void)state;
+    inside_k fns[3] = { qcal_f32_histc_inside__c, qcal_f32_histc_inside__avx2,
+                        qcal_f32_histc_inside__avx512 };
+    const char *names[3] = { "inside c", "inside avx2", "inside avx512" };
+    qcal_isa isa = qcal_cpu_isa();
+    /* Below, at and above the 64-element chunk, and across the 4096-element check blocks. */
+    const int sizes[] = { 0, 1, 15, 16, 63, 64, 65, 127, 128, 129, 4095, 4096, 4097, 12357 };
+    const int32_t binss[] = { 1, 7, 2048 };
+    float *x = malloc(12357 * sizeof *x);
+    for (unsigned si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+        int n = sizes[si];
+        for (unsigned bi = 0; bi < 3; bi++) {
+            for (int absval = 0; absval < 2; absval++) {
+                float lo = absval ? 0.0f : -3.0f, hi = 3.0f;
+                for (int i = 0; i < n; i++)
+                    x[i] = fmaxf(fminf(rng_normal(), 2.99f), -2.99f);
+                if (n > 4) {
+                    x[0] = hi;          /* top edge */
+                    x[n / 2] = NAN;     /* skipped and counted, still binned */
+                    x[n - 1] = -INFINITY;
+                    x[1] = absval ? -hi : lo;
+                }
+                for (int f = 0; f <= (int)isa && f < 3; f++)
+                    check_inside_kernel(fns[f], names[f], x, n, lo, hi, binss[bi], absval != 0,
+                                        true);
+                if (n == 0)
+                    continue;
+                /* One finite value outside, at the start, in the middle, in the tail. */
+                int pos[3] = { 0, n / 3, n - 1 };
+                for (int p = 0; p < 3; p++) {
+                    float keep = x[pos[p]];
+                    x[pos[p]] = p == 1 ? -3.5f : 3.0001f;
+                    for (int f = 0; f <= (int)isa && f < 3; f++)
+                        check_inside_kernel(fns[f], names[f], x, n, lo, hi, binss[bi],
+                                            absval != 0, false);
+                    x[pos[p]] = keep;
+                }
+            }
+        }
+    }
+    free(x);
+}
+
+static void test_histc_inside_dispatch(void **state)
+{
+    (void)state;
+    /* Large enough for two threads (OpenMP builds), plus an odd tail. */
+    const int64_t n = (1 << 20) + 37;
+    float *x = malloc((size_t)n * sizeof *x);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = rng_normal();
+    x[12345] = NAN;
+    x[n - 3] = INFINITY;
+    float rmn, rmx;
+    uint64_t rnf;
+    qcal_f32_minmax__c(x, n, &rmn, &rmx, &rnf);
+    uint64_t *want = calloc(2049, 8), *got = calloc(2049, 8);
+    uint64_t wtop = 0;
+    assert_int_equal(qcal_f32_histc(x, n, rmn, rmx, 2048, false, want, &wtop), QCAL_OK);
+    for (int threads = 1; threads <= 2; threads++) {
+#if QCAL_HAVE_OPENMP
+        omp_set_num_threads(threads);
+#endif
+        /* Inside: accumulates like qcal_f32_histc. */
+        for (int b = 0; b < 2048; b++)
+            got[b] = 5;
+        uint64_t top = 1, nf = 0;
+        float mn, mx;
+        bool binned = false;
+        assert_int_equal(qcal_f32_histc_inside(x, n, rmn, rmx, 2048, false, false, got, &top,
+                                               &mn, &mx, &nf, &binned), QCAL_OK);
+        assert_true(binned && mn == rmn && mx == rmx && nf == rnf && nf == 2);
+        assert_true(top == wtop + 1);
+        for (int b = 0; b < 2048; b++)
+            if (got[b] != want[b] + 5)
+                fail_msg("%d threads, bin %d: %llu, want %llu + 5", threads, b,
+                         (unsigned long long)got[b], (unsigned long long)want[b]);
+        /* Non-finite values under a rejecting policy, or a grid that misses the top value:
+         * counts and top untouched, min/max/count still complete. */
+        for (int pass = 0; pass < 2; pass++) {
+            for (int b = 0; b < 2048; b++)
+                got[b] = 7;
+            top = 3;
+            float hi = pass ? nextafterf(rmx, -INFINITY) : rmx;
+            assert_int_equal(qcal_f32_histc_inside(x, n, rmn, hi, 2048, false, pass == 0, got,
+                                                   &top, &mn, &mx, &nf, &binned), QCAL_OK);
+            assert_false(binned);
+            assert_true(mn == rmn && mx == rmx && nf == 2 && top == 3);
+            for (int b = 0; b < 2048; b++)
+                assert_true(got[b] == 7);
+        }
+    }
+#if QCAL_HAVE_OPENMP
+    omp_set_num_threads(2);
+#endif
+    free(want);
+    free(got);
+    free(x);
+}
+
 /* ---- multi-batch growth ---- */
 static void direct_histc(const float *x, int64_t n, const qcal_hist *h, uint64_t *out)
 {
@@ -363,6 +503,49 @@ static void test_growth_invariants(void **state)
     direct_histc(x, nb * per, h, d);
     assert_counts_equal(h->counts, d, h->bins, "|x| growth vs direct");
     free(d);
+    qcal_observer_destroy(&obs);
+    free(x);
+}
+
+/* Spare bins of a grown signed grid go where the data grew: symmetric growth stays
+ * centred (the grid of the 8 N(0, 1 + b/2) batches was [-21, 1232] for data in [-21, 21]
+ * when every spare bin went above), one-sided growth keeps lo. */
+static void test_growth_keeps_resolution(void **state)
+{
+    (void)state;
+    const int nb = 8;
+    const int64_t per = 50000;
+    float *x = malloc((size_t)nb * per * sizeof *x);
+    for (int b = 0; b < nb; b++)
+        for (int64_t i = 0; i < per; i++)
+            x[b * per + i] = rng_normal() * (1.0f + 0.5f * (float)b);
+    qcal_observer *obs = make_obs(QCAL_OBSERVER_HISTOGRAM);
+    for (int b = 0; b < nb; b++)
+        feed(obs, x + b * per, per);
+    const qcal_hist *h = qcal_histobs_hist(obs);
+    double span = (double)h->dmax - h->dmin, width = (double)h->hi - h->lo;
+    if (!(width <= 4.0 * span && h->lo <= h->dmin && h->hi >= h->dmax))
+        fail_msg("symmetric growth: grid [%g, %g] for data [%g, %g]", (double)h->lo,
+                 (double)h->hi, (double)h->dmin, (double)h->dmax);
+    /* Data below and above the centre of the grid in similar amounts. */
+    assert_true(fabs(((double)h->hi + h->lo) / 2) < 0.25 * width);
+    qcal_observer_destroy(&obs);
+    /* Data >= 1 growing upward: at most the one bin needed for a slightly smaller minimum
+     * goes below the first batch's minimum; the rest of the growth is above. */
+    for (int b = 0; b < nb; b++)
+        for (int64_t i = 0; i < per; i++)
+            x[b * per + i] = 1.0f + fabsf(rng_normal()) * (float)(1 << b);
+    obs = make_obs(QCAL_OBSERVER_HISTOGRAM);
+    feed(obs, x, per);
+    float lo0 = qcal_histobs_hist(obs)->lo;
+    for (int b = 1; b < nb; b++)
+        feed(obs, x + b * per, per);
+    h = qcal_histobs_hist(obs);
+    double bw = ((double)h->hi - h->lo) / h->bins;
+    if (!((double)h->lo >= (double)lo0 - 1.0001 * bw && h->lo <= h->dmin && h->hi >= h->dmax))
+        fail_msg("upward growth: grid [%g, %g], first lo %g, data [%g, %g]", (double)h->lo,
+                 (double)h->hi, (double)lo0, (double)h->dmin, (double)h->dmax);
+    assert_true((double)h->hi - h->lo <= 4.0 * ((double)h->dmax - h->dmin));
     qcal_observer_destroy(&obs);
     free(x);
 }
@@ -596,8 +779,9 @@ static void test_threads_identical(void **state)
     for (int t = 0; t < 2; t++) {
         omp_set_num_threads(t + 1);
         qcal_observer *obs = make_obs(QCAL_OBSERVER_HISTOGRAM);
-        for (int b = 0; b < 3; b++)
-            feed(obs, x + b * n, n);
+        /* Three growing batches, then the first again: inside the grid (fused pass). */
+        for (int b = 0; b < 4; b++)
+            feed(obs, x + (b % 3) * n, n);
         int64_t m;
         assert_int_equal(qcal_observer_qrange(obs, 1, &qa[t], &qb[t], &m), QCAL_OK);
         assert_int_equal(qcal_observer_save(obs, &blob[t], &len[t]), QCAL_OK);
@@ -694,7 +878,10 @@ int main(void)
         cmocka_unit_test(test_l2_search_vs_pytorch),
         cmocka_unit_test(test_histc_vs_torch),
         cmocka_unit_test(test_histc_simd_vs_c),
+        cmocka_unit_test(test_histc_inside_kernels),
+        cmocka_unit_test(test_histc_inside_dispatch),
         cmocka_unit_test(test_growth_invariants),
+        cmocka_unit_test(test_growth_keeps_resolution),
         cmocka_unit_test(test_merge),
         cmocka_unit_test(test_nonfinite),
         cmocka_unit_test(test_empty_constant_zero),
