@@ -45,7 +45,7 @@ void qcal_int8_net_options_default(qcal_int8_net_options *opt)
     if (!opt)
         return;
     memset(opt, 0, sizeof *opt);
-    opt->batch_chunk = 256;
+    opt->batch_chunk = 128;
     opt->cache_entries = 4;
     opt->nonfinite_error = false;
     opt->bias_f32 = false;

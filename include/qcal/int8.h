@@ -59,7 +59,7 @@ typedef enum qcal_int8_out_type {
 } qcal_int8_out_type;
 
 typedef struct qcal_int8_net_options {
-    int64_t batch_chunk;     /* default 256: forward() runs primitives on at most this many
+    int64_t batch_chunk;     /* default 128: forward() runs primitives on at most this many
                               * samples at a time (bounded memory); >= 1 */
     int32_t cache_entries;   /* default 4: primitive sets cached per distinct chunk size
                               * (least recently used evicted); >= 1 */
