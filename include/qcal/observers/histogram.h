@@ -4,9 +4,11 @@
  * _ENTROPY or _MSE); this header documents what they compute. It declares nothing else.
  *
  * COLLECTION (all four)
- *   Config: bins (default 2048), nonfinite (default skip-and-count). Each update makes one
- *   min/max pass and one binning pass (AVX2/AVX-512 with a C reference, OpenMP above
- *   qcal_threads_for; integer counts, so results never depend on ISA or thread count).
+ *   Config: bins (default 2048), nonfinite (default skip-and-count). A batch that fits the
+ *   current grid is read once (min/max, non-finite count and binning fused); the first batch
+ *   and a batch that grows the grid take a min/max pass and then a binning pass (AVX2/AVX-512
+ *   with a C reference, OpenMP above qcal_threads_for; integer counts, so results never
+ *   depend on ISA or thread count).
  *   NaN/Inf are never binned: skipped and counted, or QCAL_ERR_NONFINITE with the observer
  *   unchanged under QCAL_NONFINITE_ERROR. Counts are exact uint64 (PyTorch keeps float32).
  *   - histogram, percentile two-tails: signed grid [lo, hi]; entropy, mse, percentile abs:
@@ -20,7 +22,9 @@
  *     grid: the bin width is multiplied by the smallest power of two 2^k such that, with lo
  *     moved down by a whole number of new bins, the grid covers the batch; old bin i goes to
  *     new bin m + (i >> k), exactly, and values that sat exactly on the old top edge move to
- *     hi's bin in the new grid. For |x| grids hi simply doubles, and the result equals
+ *     hi's bin in the new grid. The new grid's spare bins (beyond those covering the data)
+ *     go below and above in proportion to how far the batch passed the data seen so far on
+ *     each side: growth at the top only keeps lo, symmetric growth stays centred. For |x| grids hi simply doubles, and the result equals
  *     binning all data at once on the final grid, bit for bit. New edges are computed in
  *     double and rounded to float (signed grids: a value within rounding of an edge may
  *     sit one bin off compared with binning everything at once). If the new edges are not
@@ -64,11 +68,15 @@
  *     i of minimal KL. Differs from ncnn (threshold (i+0.5)*w, Q from P), ONNX Runtime
  *     (signed histogram), NVIDIA (bins[0] = bins[1] hack, last argmin, linspace level map).
  *     Like TensorRT, a large spike at 0 (ReLU) dominates the KL and can pick a small t.
+ *     Each KL is the sum of its terms evaluated almost exactly (per-level prefix sums in
+ *     double-double; ~1e-13 relative to a float64 term-by-term sum, exactly 0 when every
+ *     term is 0). 2048 bins: ~2.5 ms; mse ~1.5 ms.
  *   mse: NVIDIA HistogramCalibrator style on the |x| histogram: candidates amax = centre of
  *     bin i, i in [min(128, bins-1), bins); error = sum_j count_j (deq(c_j) - c_j)^2 over
  *     bin centres c_j with deq(c) = min(nearbyint(c/s), L) * s, s = amax / L, L = 255 for
  *     non-negative data with per_tensor_affine, else (quant_max - quant_min) / 2 (127);
- *     first minimal mean error wins; t = (i + 0.5) * bin width.
+ *     first minimal mean error wins; t = (i + 0.5) * bin width. The errors are compared
+ *     exactly (integer sums; a float64 sum, as numpy's, agrees to ~1e-15 relative).
  *   Clip ranges from t (percentile abs, entropy, mse): [0, t] if no negative value was seen,
  *   else [-t, t]. qcal_qparams_compute then applies the qscheme (symmetric: max(|min|,max)).
  *   No data: QCAL_NO_DATA, qparams (1, 0). All-zero data: (0, 0), finite scale.
