@@ -179,7 +179,8 @@ typedef struct bench {
     int32_t zp;
     float *scw;
     int32_t *zpw;
-    qcal_observer *obs[8];       /* one of every kind, used by the rows */
+    qcal_observer *obs[8];       /* one of every kind, used by the rows (axis 0) */
+    qcal_observer *obs_ax1[4];   /* per-channel kinds with axis 1 (activation rows) */
     qcal_observer *hist_full[4]; /* histogram family filled with the 8 batches */
     qcal_logger *logger;
     qcal_stats last_stats;
@@ -218,7 +219,8 @@ static void range_res(bench *b, qcal_observer *o)
 static void op_observe(void *p)
 {
     bench *b = p;
-    qcal_observer *o = b->obs[b->kind];
+    qcal_observer *o = b->in == &b->tact && b->obs_ax1[b->kind] ? b->obs_ax1[b->kind]
+                                                                : b->obs[b->kind];
     bool ma = b->kind == QCAL_OBSERVER_MOVING_AVERAGE_MINMAX ||
               b->kind == QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX;
     if (!ma || b->canonical)
@@ -291,6 +293,15 @@ static void op_quantize_pc(void *p)
 {
     bench *b = p;
     CHECK(qcal_quantize_per_channel(&b->tw, 0, 4096, b->scw, b->zpw, QCAL_QINT8, b->q));
+    b->out = b->q;
+    b->out_bytes = (size_t)M16;
+    b->res_n = 0;
+}
+
+static void op_quantize_pc_last(void *p)
+{
+    bench *b = p;
+    CHECK(qcal_quantize_per_channel(&b->tw, 1, 4096, b->scw, b->zpw, QCAL_QINT8, b->q));
     b->out = b->q;
     b->out_bytes = (size_t)M16;
     b->res_n = 0;
@@ -492,6 +503,8 @@ static const row_def ROWS[] = {
      op_dequantize_pt, 0, 0},
     {"quantize_per_channel", "quantize per channel qint8 [4096,4096] axis 0", M16, 5, LIM_COPY,
      0.5, 0, 1, op_quantize_pc, 0, 1},
+    {"quantize_per_channel_last_axis", "quantize per channel qint8 [4096,4096] axis 1", M16, 5,
+     LIM_COPY, 0, 0, 1, op_quantize_pc_last, 0, 1},
     {"dequantize_per_channel", "dequantize per channel qint8 [4096,4096] axis 0", M16, 5,
      LIM_COPY, 0, 0, 1, op_dequantize_pc, 0, 1},
     {"fakequant_forward", "fake-quant forward per tensor 16M", M16, 8, LIM_COPY, 0.5, 0, 1,
@@ -636,6 +649,11 @@ static void setup(bench *b)
             cfg.q.qscheme = QCAL_PER_CHANNEL_SYMMETRIC;
         }
         CHECK(qcal_observer_create(&cfg, &b->obs[k]));
+        if (k == QCAL_OBSERVER_PER_CHANNEL_MINMAX ||
+            k == QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX) {
+            cfg.axis = 1;
+            CHECK(qcal_observer_create(&cfg, &b->obs_ax1[k]));
+        }
         if (k >= QCAL_OBSERVER_HISTOGRAM) {
             CHECK(qcal_observer_create(&cfg, &b->hist_full[k - QCAL_OBSERVER_HISTOGRAM]));
             for (int i = 0; i < 8; i++)
@@ -660,7 +678,7 @@ static void setup(bench *b)
     CHECK(qcal_logger_create(&lo, &b->logger));
 #if BENCH_HAVE_CNN
     b->cnn_batch = 256;
-    b->cnn_batches = g_quick ? 4 : 16;
+    b->cnn_batches = g_quick ? 4 : 8;
     CHECK(cnn_model_create(1, &b->model));
     CHECK(cnn_ctx_create(b->cnn_batch, &b->cctx));
     int64_t nimg = (int64_t)b->cnn_batch * b->cnn_batches * 784;
@@ -682,8 +700,10 @@ static void teardown(bench *b)
 {
     for (int k = 0; k < 8; k++)
         qcal_observer_destroy(&b->obs[k]);
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 4; k++) {
         qcal_observer_destroy(&b->hist_full[k]);
+        qcal_observer_destroy(&b->obs_ax1[k]);
+    }
     qcal_logger_destroy(&b->logger);
 #if BENCH_HAVE_CNN
     cnn_model_destroy(&b->model);
@@ -777,6 +797,16 @@ static void verify_row(bench *b, int r)
             q = fminf(fmaxf(q, -128.0f), 127.0f);
             if ((int8_t)b->q[i] != (int8_t)q) {
                 verify_fail("quantize_per_channel", i, (int8_t)b->q[i], q);
+                break;
+            }
+        }
+    } else if (d->fn == op_quantize_pc_last) {
+        for (int64_t i = 0; i < M16; i += 3) {
+            int64_t c = i % 4096;
+            float q = nearbyintf(x[i] * (1.0f / b->scw[c])) + (float)b->zpw[c];
+            q = fminf(fmaxf(q, -128.0f), 127.0f);
+            if ((int8_t)b->q[i] != (int8_t)q) {
+                verify_fail("quantize_per_channel_last_axis", i, (int8_t)b->q[i], q);
                 break;
             }
         }
@@ -1037,9 +1067,16 @@ int main(int argc, char **argv)
     for (int r = 0; r < NROWS; r++) {
         selected[r] = 1;
         if (only) {
-            const char *p = strstr(only, ROWS[r].name);
+            selected[r] = 0;
             size_t n = strlen(ROWS[r].name);
-            selected[r] = p && (p == only || p[-1] == ',') && (p[n] == 0 || p[n] == ',');
+            for (const char *p = only; *p;) {
+                size_t len = strcspn(p, ",");
+                if (len == n && !strncmp(p, ROWS[r].name, n))
+                    selected[r] = 1;
+                p += len;
+                while (*p == ',')
+                    p++;
+            }
         }
     }
 #if !QCAL_HAVE_OPENMP

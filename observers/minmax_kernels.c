@@ -327,23 +327,51 @@ void qcal_f32_minmax(const float *x, int64_t n, float *mn, float *mx, uint64_t *
     *nonfinite = bad;
 }
 
-/* Rows of `inner` contiguous elements: channel c owns rows (o, c) for every o. Channels are
- * independent, so they are split between threads; each channel walks o in order. */
-static void channels_rows(const float *x, int64_t outer, int64_t channels, int64_t inner,
+/* Rows of `inner` contiguous elements: channel c owns rows (o, c) for every o. Every
+ * channel folds its rows in ascending o with `l < lo ? l : lo` (ties keep the earlier row),
+ * whatever the thread split, so results (even the sign of a zero) never depend on the
+ * thread count:
+ *   - outer >= threads: rows are walked in memory order (o, then c) so the hardware
+ *     prefetchers see one stream; threads take contiguous ranges of o with per-thread
+ *     partial arrays, combined in thread order (equal to the serial left fold);
+ *   - outer < threads (e.g. a weight [C, K] on axis 0): channels are split between
+ *     threads (contiguous in memory as well), or with very few channels each row is split. */
+static bool channels_rows(const float *x, int64_t outer, int64_t channels, int64_t inner,
                           float *mn, float *mx, uint64_t *nonfinite)
 {
     flat_fn f = pick_flat();
     int64_t n = outer * channels * inner;
     int nt = cap_threads(qcal_threads_for(n));
-    if (channels < 2 * (int64_t)nt) {
-        /* Few channels: parallelise inside each row instead. */
+    if (nt > 1 && (outer < nt || channels > ((int64_t)1 << 20))) {
+        if (channels < 2 * (int64_t)nt) {
+            /* Few channels: parallelise inside each row instead. */
+            uint64_t bad = 0;
+            for (int64_t c = 0; c < channels; c++) {
+                float lo = INFINITY, hi = -INFINITY;
+                for (int64_t o = 0; o < outer; o++) {
+                    float l, h;
+                    uint64_t b;
+                    qcal_f32_minmax(x + (o * channels + c) * inner, inner, &l, &h, &b);
+                    lo = l < lo ? l : lo;
+                    hi = h > hi ? h : hi;
+                    bad += b;
+                }
+                mn[c] = lo;
+                mx[c] = hi;
+            }
+            *nonfinite = bad;
+            return true;
+        }
         uint64_t bad = 0;
+#if QCAL_HAVE_OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) reduction(+ : bad)
+#endif
         for (int64_t c = 0; c < channels; c++) {
             float lo = INFINITY, hi = -INFINITY;
             for (int64_t o = 0; o < outer; o++) {
                 float l, h;
                 uint64_t b;
-                qcal_f32_minmax(x + (o * channels + c) * inner, inner, &l, &h, &b);
+                f(x + (o * channels + c) * inner, inner, &l, &h, &b);
                 lo = l < lo ? l : lo;
                 hi = h > hi ? h : hi;
                 bad += b;
@@ -352,27 +380,74 @@ static void channels_rows(const float *x, int64_t outer, int64_t channels, int64
             mx[c] = hi;
         }
         *nonfinite = bad;
-        return;
+        return true;
+    }
+    /* Memory order. One thread folds straight into mn/mx; several fold into per-thread
+     * partial arrays (channels <= 2^20 here, so at most 8 MiB per thread). */
+    if (nt == 1) {
+        for (int64_t c = 0; c < channels; c++) {
+            mn[c] = INFINITY;
+            mx[c] = -INFINITY;
+        }
+        uint64_t bad = 0;
+        for (int64_t o = 0; o < outer; o++) {
+            const float *row = x + o * channels * inner;
+            for (int64_t c = 0; c < channels; c++) {
+                float l, h;
+                uint64_t b;
+                f(row + c * inner, inner, &l, &h, &b);
+                mn[c] = l < mn[c] ? l : mn[c];
+                mx[c] = h > mx[c] ? h : mx[c];
+                bad += b;
+            }
+        }
+        *nonfinite = bad;
+        return true;
+    }
+    float *scratch = qcal_malloc((size_t)nt * (size_t)channels * 2 * sizeof(float));
+    if (!scratch)
+        return false;
+    uint64_t pc[MAX_PARTS];
+#if QCAL_HAVE_OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static, 1) if (nt > 1)
+#endif
+    for (int p = 0; p < nt; p++) {
+        float *lo = scratch + (size_t)p * (size_t)channels * 2, *hi = lo + channels;
+        for (int64_t c = 0; c < channels; c++) {
+            lo[c] = INFINITY;
+            hi[c] = -INFINITY;
+        }
+        uint64_t bad = 0;
+        int64_t s = outer * p / nt, e = outer * (p + 1) / nt;
+        for (int64_t o = s; o < e; o++) {
+            const float *row = x + o * channels * inner;
+            for (int64_t c = 0; c < channels; c++) {
+                float l, h;
+                uint64_t b;
+                f(row + c * inner, inner, &l, &h, &b);
+                lo[c] = l < lo[c] ? l : lo[c];
+                hi[c] = h > hi[c] ? h : hi[c];
+                bad += b;
+            }
+        }
+        pc[p] = bad;
     }
     uint64_t bad = 0;
-    (void)nt;
-#if QCAL_HAVE_OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) reduction(+ : bad)
-#endif
     for (int64_t c = 0; c < channels; c++) {
         float lo = INFINITY, hi = -INFINITY;
-        for (int64_t o = 0; o < outer; o++) {
-            float l, h;
-            uint64_t b;
-            f(x + (o * channels + c) * inner, inner, &l, &h, &b);
-            lo = l < lo ? l : lo;
-            hi = h > hi ? h : hi;
-            bad += b;
+        for (int p = 0; p < nt; p++) {
+            const float *pl = scratch + (size_t)p * (size_t)channels * 2;
+            lo = pl[c] < lo ? pl[c] : lo;
+            hi = pl[channels + c] > hi ? pl[channels + c] : hi;
         }
         mn[c] = lo;
         mx[c] = hi;
     }
+    for (int p = 0; p < nt; p++)
+        bad += pc[p];
     *nonfinite = bad;
+    free(scratch);
+    return true;
 }
 
 /* Column path: x viewed as (outer, W = channels*inner); vertical min/max per column with
@@ -435,9 +510,7 @@ bool qcal_f32_minmax_channels(const float *x, int64_t outer, int64_t channels, i
         return true;
     }
     /* Long contiguous rows, or too many columns for per-thread scratch: row path. */
-    if (inner >= 64 || channels * inner > ((int64_t)1 << 22)) {
-        channels_rows(x, outer, channels, inner, mn, mx, nonfinite);
-        return true;
-    }
+    if (inner >= 64 || channels * inner > ((int64_t)1 << 22))
+        return channels_rows(x, outer, channels, inner, mn, mx, nonfinite);
     return channels_cols(x, outer, channels, inner, mn, mx, nonfinite);
 }
