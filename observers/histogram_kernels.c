@@ -201,7 +201,8 @@ chunks_avx512(const float *x, int64_t nch, float lo, float hi, int32_t bins, boo
             uint32_t *kb = k + (c & 3) * CH;
             for (int j = 0; j < CH; j += 16) {
                 __m512 raw = _mm512_loadu_ps(p + j);
-                __m512 v = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(raw), vabs));
+                __m512 v = _mm512_castsi512_ps(
+                    _mm512_and_si512(_mm512_castps_si512(raw), vabs));
                 __mmask16 in = _mm512_cmp_ps_mask(v, vlo, _CMP_GE_OQ) &
                                _mm512_cmp_ps_mask(v, vhi, _CMP_LE_OQ);
                 if (fused) {

@@ -24,10 +24,11 @@
  *     new bin m + (i >> k), exactly, and values that sat exactly on the old top edge move to
  *     hi's bin in the new grid. The new grid's spare bins (beyond those covering the data)
  *     go below and above in proportion to how far the batch passed the data seen so far on
- *     each side: growth at the top only keeps lo, symmetric growth stays centred. For |x| grids hi simply doubles, and the result equals
- *     binning all data at once on the final grid, bit for bit. New edges are computed in
- *     double and rounded to float (signed grids: a value within rounding of an edge may
- *     sit one bin off compared with binning everything at once). If the new edges are not
+ *     each side: growth at the top only keeps lo, symmetric growth stays centred. For |x|
+ *     grids hi simply doubles, and the result equals binning all data at once on the final
+ *     grid, bit for bit. New edges are computed in double and rounded to float (signed
+ *     grids: a value within rounding of an edge may sit one bin off compared with binning
+ *     everything at once). If the new edges are not
  *     finite in float (ranges near FLT_MAX) the grid becomes [min, max] of everything and
  *     old counts are spread linearly (total preserved).
  *     PyTorch instead resamples the old histogram approximately (_combine_histograms,
