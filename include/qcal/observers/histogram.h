@@ -28,9 +28,9 @@
  *     grids hi simply doubles, and the result equals binning all data at once on the final
  *     grid, bit for bit. New edges are computed in double and rounded to float (signed
  *     grids: a value within rounding of an edge may sit one bin off compared with binning
- *     everything at once). If the new edges are not
- *     finite in float (ranges near FLT_MAX) the grid becomes [min, max] of everything and
- *     old counts are spread linearly (total preserved).
+ *     everything at once). If the new edges are not finite in float (ranges near FLT_MAX)
+ *     the grid becomes [min, max] of everything and old counts are spread linearly (total
+ *     preserved).
  *     PyTorch instead resamples the old histogram approximately (_combine_histograms,
  *     upsample_rate): density assumed uniform in each bin, result dependent on batch order.
  *     qcal's growth depends on the first batch's range (the lattice origin) but never
