@@ -961,6 +961,22 @@ static qcal_status write_numeric_csv(const char *path, const layer_row rows[NSEG
     return qcal_atomic_commit(&f);
 }
 
+/* A JSON string (quotes, backslashes and control characters escaped). */
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
 /* JSON numbers: finite values only (inf/nan become null). */
 static void json_num(FILE *f, double v, int digits)
 {
@@ -1218,7 +1234,9 @@ int main(int argc, char **argv)
         json_num(f.fp, o.qat ? qat_s : NAN, 3);
         fprintf(f.fp, ", \"total_s\": ");
         json_num(f.fp, total_s, 3);
-        fprintf(f.fp, "},\n  \"output_dir\": \"%s\"\n}\n", o.out_dir);
+        fprintf(f.fp, "},\n  \"output_dir\": ");
+        json_str(f.fp, o.out_dir);
+        fprintf(f.fp, "\n}\n");
         TRY(qcal_atomic_commit(&f));
     }
     printf("\nOutputs in %s/: <observer>/{calib.json, calibration_trt.cache, calibration.cache, model.table}, "
