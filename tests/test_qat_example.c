@@ -350,5 +350,9 @@ int main(void)
         cmocka_unit_test(test_training_is_deterministic),
         cmocka_unit_test(test_qat_example_accuracies),
     };
+    /* QCAL_TEST_FILTER="test_save*" runs a subset (cmocka glob), e.g. to skip the long run. */
+    const char *filter = getenv("QCAL_TEST_FILTER");
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, setup, teardown);
 }
