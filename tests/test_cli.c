@@ -20,6 +20,8 @@
 #include "qcal/qcal.h"
 #include "qcal/quantize.h"
 
+#include "testutil.h"
+
 static const char *qcal_bin;
 static char data_dir[4096];
 static char tmp_dir[4096];
@@ -32,61 +34,16 @@ typedef struct result {
 
 static result R; /* last run */
 
-static char *path_in(const char *dir, const char *name)
-{
-    static char bufs[8][8192];
-    static int k;
-    char *b = bufs[k++ % 8];
-    snprintf(b, sizeof bufs[0], "%s/%s", dir, name);
-    return b;
-}
-#define TMP(name) path_in(tmp_dir, name)
-#define DATA(name) path_in(data_dir, name)
-
-static void slurp(const char *path, char *dst, size_t cap)
-{
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(dst, 1, cap - 1, f) : 0;
-    dst[n] = '\0';
-    if (f)
-        fclose(f);
-}
+#define TMP(name) tu_path(tmp_dir, name)
+#define DATA(name) tu_path(data_dir, name)
 
 /* Runs qcal with the NULL-terminated arguments; fills R. */
 static int run(const char *first, ...)
 {
-    const char *argv[64];
-    int argc = 0;
-    argv[argc++] = qcal_bin;
     va_list ap;
     va_start(ap, first);
-    for (const char *a = first; a && argc < 63; a = va_arg(ap, const char *))
-        argv[argc++] = a;
+    R.code = tu_run_va(qcal_bin, first, ap, tmp_dir, R.out, sizeof R.out, R.err, sizeof R.err);
     va_end(ap);
-    argv[argc] = NULL;
-    char out_path[8192], err_path[8192];
-    snprintf(out_path, sizeof out_path, "%s/.stdout", tmp_dir);
-    snprintf(err_path, sizeof err_path, "%s/.stderr", tmp_dir);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (o < 0 || e < 0)
-            _exit(127);
-        dup2(o, 1);
-        dup2(e, 2);
-        execv(qcal_bin, (char *const *)argv);
-        _exit(127);
-    }
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFEXITED(status));
-    R.code = WEXITSTATUS(status);
-    slurp(out_path, R.out, sizeof R.out);
-    slurp(err_path, R.err, sizeof R.err);
     return R.code;
 }
 
@@ -96,12 +53,7 @@ static void expect_fail(int code, const char *needle)
 {
     if (R.code != code)
         fail_msg("exit code %d, expected %d; stderr: %s", R.code, code, R.err);
-    size_t n = strlen(R.err);
-    const char *nl = strchr(R.err, '\n');
-    if (n == 0 || !nl || nl != R.err + n - 1 || strncmp(R.err, "qcal: ", 6) != 0)
-        fail_msg("stderr is not exactly one 'qcal: ' line: [%s]", R.err);
-    if (needle && !strstr(R.err, needle))
-        fail_msg("stderr [%s] lacks '%s'", R.err, needle);
+    tu_expect_one_line(R.err, "qcal: ", needle);
 }
 
 static void expect_ok(void)
@@ -153,27 +105,6 @@ static long long json_int(const char *json, const char *key)
     return strtoll(p + strlen(pat), NULL, 10);
 }
 
-static void write_bytes(const char *path, const void *b, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(b, 1, n, f), n);
-    fclose(f);
-}
-
-static void *read_bytes(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *b = malloc(*n + 1);
-    assert_int_equal(fread(b, 1, *n, f), *n);
-    fclose(f);
-    return b;
-}
-
 static void write_f32(const char *path, int32_t ndim, const int64_t *shape, const float *x)
 {
     if (qcal_npy_write(path, QCAL_NPY_F32, ndim, shape, x) != QCAL_OK)
@@ -206,34 +137,26 @@ static int group_setup(void **state)
     buf[127] = '\n';
     float x[6] = { 1, 2, 3, 4, 5, 6 };
     memcpy(buf + 128, x, sizeof x);
-    write_bytes(TMP("good.npy"), buf, 128 + sizeof x);
-    write_bytes(TMP("truncated_data.npy"), buf, 128 + 10);
-    write_bytes(TMP("truncated_header.npy"), buf, 40);
+    tu_write_bytes(TMP("good.npy"), buf, 128 + sizeof x);
+    tu_write_bytes(TMP("truncated_data.npy"), buf, 128 + 10);
+    tu_write_bytes(TMP("truncated_header.npy"), buf, 40);
     static unsigned char big[256];
     memcpy(big, buf, 128 + sizeof x);
     memset(big + 128 + sizeof x, 0xee, 8);
-    write_bytes(TMP("trailing.npy"), big, 128 + sizeof x + 8);
+    tu_write_bytes(TMP("trailing.npy"), big, 128 + sizeof x + 8);
     memcpy(big, buf, 128);
     big[0] = 'P';
-    write_bytes(TMP("bad_magic.npy"), big, 128 + sizeof x);
+    tu_write_bytes(TMP("bad_magic.npy"), big, 128 + sizeof x);
     memcpy(big, buf, 128);
     memcpy(strstr((char *)big + 10, "(2, 3)"), "(9, 3)", 6); /* lying: 27 elements, 6 present */
-    write_bytes(TMP("lying_shape.npy"), big, 128 + sizeof x);
+    tu_write_bytes(TMP("lying_shape.npy"), big, 128 + sizeof x);
     return 0;
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
-    DIR *d = opendir(tmp_dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-                unlink(TMP(e->d_name));
-        closedir(d);
-    }
-    rmdir(tmp_dir);
+    tu_rm_tree(tmp_dir);
     return 0;
 }
 
@@ -580,18 +503,6 @@ static void test_quantize_roundtrip(void **state)
     qcal_npy_array_free(&a);
 }
 
-static int count_tmp_leftovers(void)
-{
-    int n = 0;
-    DIR *d = opendir(tmp_dir);
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (strstr(e->d_name, ".tmp."))
-            n++;
-    closedir(d);
-    return n;
-}
-
 static void test_failed_run_keeps_output(void **state)
 {
     (void)state;
@@ -599,7 +510,7 @@ static void test_failed_run_keeps_output(void **state)
     snprintf(out, sizeof out, "%s", TMP("keep.npy"));
     snprintf(in, sizeof in, "%s", DATA("f32_3x4.npy"));
     const char sentinel[] = "previous contents, not an npy";
-    write_bytes(out, sentinel, sizeof sentinel);
+    tu_write_bytes(out, sentinel, sizeof sentinel);
     run("quantize", "--scale", "0", in, "-o", out, NULL);
     expect_fail(2, NULL);
     run("quantize", "--scale", "0.1", TMP("truncated_data.npy"), "-o", out, NULL);
@@ -609,14 +520,14 @@ static void test_failed_run_keeps_output(void **state)
     run("dequantize", "--scale", "0.1", in, "-o", out, NULL);
     expect_fail(3, NULL);
     size_t n;
-    char *now = read_bytes(out, &n);
+    char *now = tu_read_file(out, &n);
     assert_int_equal(n, sizeof sentinel);
     assert_memory_equal(now, sentinel, n);
     free(now);
     /* An unwritable destination is an output error (exit 4) and leaves nothing behind. */
     run("quantize", "--scale", "0.1", in, "-o", TMP("no_such_dir/out.npy"), NULL);
     expect_fail(4, "no_such_dir/out.npy");
-    assert_int_equal(count_tmp_leftovers(), 0);
+    assert_int_equal(tu_count_entries(tmp_dir, ".tmp."), 0);
     /* A successful run replaces the file. */
     run("quantize", "--scale", "0.1", in, "-o", out, NULL);
     expect_ok();

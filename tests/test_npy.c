@@ -15,6 +15,8 @@
 
 #include "qcal/npy.h"
 
+#include "testutil.h"
+
 static char data_dir[4096];
 static char tmp_dir[4096];
 
@@ -25,27 +27,7 @@ static const char *data_path(const char *name)
     return buf;
 }
 
-static const char *tmp_path(const char *name)
-{
-    static char buf[8192];
-    snprintf(buf, sizeof buf, "%s/%s", tmp_dir, name);
-    return buf;
-}
-
-static void *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
-}
+#define tmp_path(name) tu_path(tmp_dir, name)
 
 static void assert_msg_has(const char *needle)
 {
@@ -66,19 +48,9 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    DIR *d = opendir(tmp_dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-                unlink(tmp_path(e->d_name));
-        closedir(d);
-    }
-    rmdir(tmp_dir);
+    tu_rm_tree(tmp_dir);
     return 0;
 }
-
-/* ---- reading numpy's files ---- */
 
 static void check_f32_3x4(const qcal_npy_array *a)
 {
@@ -273,7 +245,7 @@ static void check_write(const char *golden, qcal_npy_dtype dtype, int32_t ndim,
     if (st != QCAL_OK)
         fail_msg("write %s: %s", golden, qcal_last_error());
     size_t n1, n2;
-    unsigned char *a = read_file(out, &n1), *b = read_file(data_path(golden), &n2);
+    unsigned char *a = tu_read_file(out, &n1), *b = tu_read_file(data_path(golden), &n2);
     if (n1 != n2 || memcmp(a, b, n1) != 0) {
         size_t i = 0;
         while (i < n1 && i < n2 && a[i] == b[i])
@@ -331,18 +303,6 @@ static void test_write_matches_numpy(void **state)
     }
 }
 
-static int count_tmp_leftovers(void)
-{
-    int n = 0;
-    DIR *d = opendir(tmp_dir);
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (strstr(e->d_name, ".tmp."))
-            n++;
-    closedir(d);
-    return n;
-}
-
 static void test_write_errors_keep_existing(void **state)
 {
     (void)state;
@@ -351,7 +311,7 @@ static void test_write_errors_keep_existing(void **state)
     snprintf(out, sizeof out, "%s", tmp_path("keep.npy")); /* tmp_path's buffer is reused */
     assert_int_equal(qcal_npy_write(out, QCAL_NPY_F32, 0, NULL, &one), QCAL_OK);
     size_t n0, n1;
-    void *before = read_file(out, &n0);
+    void *before = tu_read_file(out, &n0);
     int64_t neg[1] = { -1 }, big[2] = { INT64_MAX / 2, 4 };
     int64_t nine[9] = { 1, 1, 1, 1, 1, 1, 1, 1, 1 };
     assert_int_equal(qcal_npy_write(out, QCAL_NPY_F32, 1, neg, &one), QCAL_ERR_INVALID_ARG);
@@ -363,10 +323,10 @@ static void test_write_errors_keep_existing(void **state)
     assert_int_equal(qcal_npy_write(tmp_path("no/such/dir.npy"), QCAL_NPY_F32, 0, NULL, &one),
                      QCAL_ERR_IO);
     assert_msg_has("no/such/dir.npy");
-    void *after = read_file(out, &n1);
+    void *after = tu_read_file(out, &n1);
     assert_int_equal(n0, n1);
     assert_memory_equal(before, after, n0);
-    assert_int_equal(count_tmp_leftovers(), 0);
+    assert_int_equal(tu_count_entries(tmp_dir, ".tmp."), 0);
     free(before);
     free(after);
 }
@@ -536,7 +496,7 @@ static void test_parse_mutations(void **state)
 {
     (void)state;
     size_t len;
-    unsigned char *orig = read_file(data_path("f32_3x4.npy"), &len);
+    unsigned char *orig = tu_read_file(data_path("f32_3x4.npy"), &len);
     unsigned char *buf = malloc(len);
     uint64_t seed = 0x9e3779b97f4a7c15ull;
     int accepted = 0;

@@ -28,6 +28,8 @@
 #include "qcal/numeric.h"
 #include "qcal/safetensors.h"
 
+#include "testutil.h"
+
 static const char *qcal_bin;
 static char data_dir[4096];
 static char tmp_dir[4096];
@@ -40,73 +42,23 @@ typedef struct result {
 
 static result R;
 
-static char *path_in(const char *dir, const char *name)
-{
-    static char bufs[8][8192];
-    static int k;
-    char *b = bufs[k++ % 8];
-    snprintf(b, sizeof bufs[0], "%s/%s", dir, name);
-    return b;
-}
-#define TMP(name) path_in(tmp_dir, name)
-#define DATA(name) path_in(data_dir, name)
-
-static void slurp(const char *path, char *dst, size_t cap)
-{
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(dst, 1, cap - 1, f) : 0;
-    dst[n] = '\0';
-    if (f)
-        fclose(f);
-}
+#define TMP(name) tu_path(tmp_dir, name)
+#define DATA(name) tu_path(data_dir, name)
 
 /* Runs qcal with the NULL-terminated arguments; fills R. */
 static int run(const char *first, ...)
 {
-    const char *argv[64];
-    int argc = 0;
-    argv[argc++] = qcal_bin;
     va_list ap;
     va_start(ap, first);
-    for (const char *a = first; a && argc < 63; a = va_arg(ap, const char *))
-        argv[argc++] = a;
+    R.code = tu_run_va(qcal_bin, first, ap, tmp_dir, R.out, sizeof R.out, R.err, sizeof R.err);
     va_end(ap);
-    argv[argc] = NULL;
-    char out_path[8192], err_path[8192];
-    snprintf(out_path, sizeof out_path, "%s/.stdout", tmp_dir);
-    snprintf(err_path, sizeof err_path, "%s/.stderr", tmp_dir);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (o < 0 || e < 0)
-            _exit(127);
-        dup2(o, 1);
-        dup2(e, 2);
-        execv(qcal_bin, (char *const *)argv);
-        _exit(127);
-    }
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFEXITED(status));
-    R.code = WEXITSTATUS(status);
-    slurp(out_path, R.out, sizeof R.out);
-    slurp(err_path, R.err, sizeof R.err);
     return R.code;
 }
 
 /* Exactly one stderr line "qcal: ..." containing needle. */
 static void expect_one_err_line(const char *needle)
 {
-    size_t n = strlen(R.err);
-    const char *nl = strchr(R.err, '\n');
-    if (n == 0 || !nl || nl != R.err + n - 1 || strncmp(R.err, "qcal: ", 6) != 0)
-        fail_msg("stderr is not exactly one 'qcal: ' line: [%s]", R.err);
-    if (needle && !strstr(R.err, needle))
-        fail_msg("stderr [%s] lacks '%s'", R.err, needle);
+    tu_expect_one_line(R.err, "qcal: ", needle);
 }
 
 static void expect_fail(int code, const char *needle)
@@ -750,15 +702,7 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    DIR *d = opendir(tmp_dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-                unlink(TMP(e->d_name));
-        closedir(d);
-    }
-    rmdir(tmp_dir);
+    tu_rm_tree(tmp_dir);
     return 0;
 }
 

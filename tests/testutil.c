@@ -1,0 +1,166 @@
+/* Helpers shared by the test executables; see testutil.h. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "testutil.h"
+
+char *tu_path(const char *dir, const char *name)
+{
+    static char bufs[8][8192];
+    static int k;
+    char *b = bufs[k++ % 8];
+    snprintf(b, sizeof bufs[0], "%s/%s", dir, name);
+    return b;
+}
+
+void *tu_read_file_or_null(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0)
+        n = ftell(f);
+    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0)
+        buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) {
+        buf[n] = '\0';
+        if (len)
+            *len = (size_t)n;
+    }
+    return buf;
+}
+
+void *tu_read_file(const char *path, size_t *len)
+{
+    void *buf = tu_read_file_or_null(path, len);
+    if (!buf)
+        fail_msg("cannot read %s", path);
+    return buf;
+}
+
+void tu_slurp(const char *path, char *dst, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(dst, 1, cap - 1, f) : 0;
+    dst[n] = '\0';
+    if (f)
+        fclose(f);
+}
+
+void tu_write_bytes(const char *path, const void *src, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        fail_msg("cannot create %s", path);
+    if (n)
+        assert_int_equal(fwrite(src, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+}
+
+int tu_count_entries(const char *dir, const char *needle)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        if (!needle || strstr(e->d_name, needle))
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
+void tu_rm_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    char p[8192];
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        snprintf(p, sizeof p, "%.4000s/%.255s", dir, e->d_name);
+        if (unlink(p) != 0)
+            tu_rm_tree(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+int tu_run(const char *bin, const char *const *args, const char *dir, char *out,
+           size_t out_cap, char *err, size_t err_cap)
+{
+    const char *argv[64];
+    int argc = 0;
+    argv[argc++] = bin;
+    for (int i = 0; args[i] && argc < 63; i++)
+        argv[argc++] = args[i];
+    argv[argc] = NULL;
+    char out_path[8192], err_path[8192];
+    snprintf(out_path, sizeof out_path, "%s/.stdout", dir);
+    snprintf(err_path, sizeof err_path, "%s/.stderr", dir);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (o < 0 || e < 0)
+            _exit(127);
+        dup2(o, 1);
+        dup2(e, 2);
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    tu_slurp(out_path, out, out_cap);
+    tu_slurp(err_path, err, err_cap);
+    return WEXITSTATUS(status);
+}
+
+int tu_run_va(const char *bin, const char *first, va_list ap, const char *dir, char *out,
+              size_t out_cap, char *err, size_t err_cap)
+{
+    const char *args[64];
+    int n = 0;
+    for (const char *a = first; a && n < 62; a = va_arg(ap, const char *))
+        args[n++] = a;
+    args[n] = NULL;
+    return tu_run(bin, args, dir, out, out_cap, err, err_cap);
+}
+
+void tu_expect_one_line(const char *err, const char *prefix, const char *needle)
+{
+    size_t n = strlen(err);
+    const char *nl = strchr(err, '\n');
+    if (n == 0 || !nl || nl != err + n - 1 || strncmp(err, prefix, strlen(prefix)) != 0)
+        fail_msg("stderr is not exactly one '%s' line: [%s]", prefix, err);
+    if (needle && !strstr(err, needle))
+        fail_msg("stderr [%s] lacks '%s'", err, needle);
+}

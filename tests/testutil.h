@@ -1,0 +1,45 @@
+/* Helpers shared by the cmocka test executables (linked into every one of them): paths in
+ * a directory, whole-file reads and writes, recursive removal of a temporary directory and
+ * running a program with its stdout/stderr captured. Failures inside the helpers fail the
+ * calling test (cmocka), so include <cmocka.h> before this header. */
+#ifndef QCAL_TESTS_TESTUTIL_H
+#define QCAL_TESTS_TESTUTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+/* "dir/name" in one of 8 rotating static buffers of 8192 bytes: up to 8 results stay
+ * valid at once (copy one that must outlive more calls). */
+char *tu_path(const char *dir, const char *name);
+
+/* The whole file, NUL-terminated, malloc'ed (caller frees); *len (if non-NULL) gets its
+ * size. tu_read_file fails the test when the file cannot be read; _or_null returns NULL. */
+void *tu_read_file(const char *path, size_t *len);
+void *tu_read_file_or_null(const char *path, size_t *len);
+
+/* At most cap - 1 bytes of the file into dst, NUL-terminated; "" when it cannot be opened. */
+void tu_slurp(const char *path, char *dst, size_t cap);
+
+/* Creates or truncates path with n bytes of src; fails the test on any error. */
+void tu_write_bytes(const char *path, const void *src, size_t n);
+
+/* Entries of dir (not "." or "..") whose name contains needle (NULL: every entry). */
+int tu_count_entries(const char *dir, const char *needle);
+
+/* Removes dir and everything below it; quiet about what does not exist. */
+void tu_rm_tree(const char *dir);
+
+/* Runs bin with the arguments (argv[0] = bin), stdout and stderr redirected into
+ * dir/.stdout and dir/.stderr, then read back into out/err (each truncated to its cap,
+ * NUL-terminated). Fails the test unless the program exits normally; returns its exit
+ * code. tu_run_va takes the NULL-terminated list of arguments starting at first. */
+int tu_run(const char *bin, const char *const *args, const char *dir, char *out,
+           size_t out_cap, char *err, size_t err_cap);
+int tu_run_va(const char *bin, const char *first, va_list ap, const char *dir, char *out,
+              size_t out_cap, char *err, size_t err_cap);
+
+/* Fails the test unless err is exactly one line that starts with prefix and contains
+ * needle (NULL: any text). */
+void tu_expect_one_line(const char *err, const char *prefix, const char *needle);
+
+#endif
