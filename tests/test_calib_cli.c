@@ -18,6 +18,8 @@
 
 #include "qcal/calib.h"
 
+#include "testutil.h"
+
 static char tmpdir[64];
 static char out_path[256], err_path[256];
 
@@ -45,25 +47,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (fread(b, 1, (size_t)n, f) != (size_t)n)
-        n = 0;
-    b[n] = '\0';
-    fclose(f);
-    return b;
+    tu_rm_tree(tmpdir);
+    return 0;
 }
 
 /* Runs `qcal calibrate ARGS` (shell words), returns the exit code. */
@@ -84,12 +69,8 @@ static int run(const char *fmt, ...)
 /* stderr holds exactly one line containing want. */
 static void assert_one_error_line(const char *want)
 {
-    char *e = slurp(err_path);
-    assert_non_null(e);
-    size_t n = strlen(e);
-    if (n == 0 || e[n - 1] != '\n' || strchr(e, '\n') != e + n - 1 || !strstr(e, want) ||
-        strncmp(e, "qcal: calibrate: ", 17))
-        fail_msg("stderr is not one 'qcal: calibrate: ...%s...' line: [%s]", want, e);
+    char *e = tu_read_file(err_path, NULL);
+    tu_expect_one_line(e, "qcal: calibrate: ", want);
     free(e);
 }
 
@@ -147,7 +128,7 @@ static void check_against(const char *observer, const char *expected)
     char table[256];
     snprintf(table, sizeof table, "%s/%s.json", tmpdir, observer);
     assert_int_equal(run("'%s' -o '%s' --observer %s", data("dump"), table, observer), 0);
-    char *o = slurp(out_path);
+    char *o = tu_read_file(out_path, NULL);
     assert_non_null(strstr(o, "2 activations, 2 weights from 6 files; 2 non-finite"));
     free(o);
     qcal_calib_table *got = read_table(table), *want = read_table(data(expected));
@@ -178,7 +159,7 @@ static void test_formats_golden(void **state)
         snprintf(golden, sizeof golden, "minmax.%s", fmts[i]);
         assert_int_equal(run("'%s' -o '%s' --observer minmax --format %s", data("dump"), table,
                              fmts[i]), 0);
-        char *got = slurp(table), *want = slurp(data(golden));
+        char *got = tu_read_file(table, NULL), *want = tu_read_file(data(golden), NULL);
         assert_non_null(got);
         assert_non_null(want);
         if (strcmp(got, want))
@@ -210,18 +191,10 @@ static void test_rules_and_default(void **state)
     snprintf(again, sizeof again, "%s/rules2.json", tmpdir);
     assert_int_equal(run("'%s' -o '%s' --rules '%s'", data("dump"), again,
                          data("rules_sample.txt")), 0);
-    char *a = slurp(table), *b = slurp(again);
+    char *a = tu_read_file(table, NULL), *b = tu_read_file(again, NULL);
     assert_string_equal(a, b);
     free(a);
     free(b);
-}
-
-static void write_file(const char *path, const void *buf, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(buf, 1, n, f), n);
-    fclose(f);
 }
 
 static void test_bad_inputs(void **state)
@@ -241,7 +214,7 @@ static void test_bad_inputs(void **state)
     snprintf(p, sizeof p, "%s/bad", tmpdir);
     assert_int_equal(mkdir(p, 0755), 0);
     snprintf(p, sizeof p, "%s/bad/layer.npy", tmpdir);
-    write_file(p, "\x93NUMPY\x01\x00garbage", 15);
+    tu_write_bytes(p, "\x93NUMPY\x01\x00garbage", 15);
     snprintf(p, sizeof p, "%s/bad", tmpdir);
     assert_int_equal(run("'%s' -o '%s' --observer minmax", p, q), 3);
     assert_one_error_line("layer.npy");
@@ -256,7 +229,7 @@ static void test_bad_inputs(void **state)
     assert_int_equal(run("'%s'", data("dump")), 2);
     assert_one_error_line("-o");
     snprintf(p, sizeof p, "%s/bad.rules", tmpdir);
-    write_file(p, "x activation minmax\ny weight minmax dtype=int3\n", 46);
+    tu_write_bytes(p, "x activation minmax\ny weight minmax dtype=int3\n", 46);
     assert_int_equal(run("'%s' -o '%s' --rules '%s'", data("dump"), q, p), 2);
     assert_one_error_line("line 2");
     /* Shape change between batches of one tensor names the file. */

@@ -16,30 +16,14 @@
 
 #include "qcal/calib.h"
 
+#include "testutil.h"
+
 static char *data_path(const char *name)
 {
     const char *dir = getenv("QCAL_TEST_DATA");
     static char buf[4096];
     snprintf(buf, sizeof buf, "%s/calib/%s", dir ? dir : "tests/data", name);
     return buf;
-}
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        fail_msg("cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    assert_non_null(b);
-    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-    b[n] = '\0';
-    fclose(f);
-    if (len)
-        *len = (size_t)n;
-    return b;
 }
 
 static qcal_calib_table *read_table(const char *name)
@@ -54,7 +38,7 @@ static qcal_calib_table *read_table(const char *name)
 /* Compares text with a golden file; on mismatch prints the first differing line. */
 static void assert_text_golden(const char *got, const char *golden_name)
 {
-    char *want = slurp(data_path(golden_name), NULL);
+    char *want = tu_read_file(data_path(golden_name), NULL);
     if (strcmp(got, want)) {
         const char *a = got, *b = want;
         int line = 1;
@@ -266,7 +250,7 @@ static void test_json_round_trip(void **state)
 /* Replaces the first occurrence of from by to in the golden JSON and parses it. */
 static qcal_status parse_edited(const char *from, const char *to)
 {
-    char *src = slurp(data_path("expected_minmax.json"), NULL);
+    char *src = tu_read_file(data_path("expected_minmax.json"), NULL);
     char *at = strstr(src, from);
     assert_non_null(at);
     size_t n = strlen(src) - strlen(from) + strlen(to);
@@ -317,7 +301,7 @@ static void test_json_reader_rejects(void **state)
     assert_int_equal(parse_edited("{", "{,"), QCAL_ERR_FORMAT);
     /* Every prefix of a valid table is rejected cleanly. */
     size_t len;
-    char *src = slurp(data_path("expected_minmax.json"), &len);
+    char *src = tu_read_file(data_path("expected_minmax.json"), &len);
     for (size_t n = 0; n < len - 1; n += 7) {
         qcal_calib_table *t = NULL;
         assert_true(qcal_calib_table_parse_json(src, n, &t) < 0);
@@ -335,7 +319,7 @@ static void test_write_atomic(void **state)
     char path[256], bad[256];
     snprintf(path, sizeof path, "%s/out.cache", dir);
     assert_int_equal(qcal_calib_table_write(t, QCAL_TABLE_TENSORRT, NULL, path), QCAL_OK);
-    char *got = slurp(path, NULL);
+    char *got = tu_read_file(path, NULL);
     assert_text_golden(got, "minmax.tensorrt");
     free(got);
     /* The parent is a regular file: a clear I/O error, the existing output untouched. */
@@ -344,7 +328,7 @@ static void test_write_atomic(void **state)
     assert_non_null(strstr(qcal_last_error(), "x.json"));
     snprintf(bad, sizeof bad, "%s/missing/x.json", dir);
     assert_int_equal(qcal_calib_table_write(t, QCAL_TABLE_JSON, NULL, bad), QCAL_ERR_IO);
-    got = slurp(path, NULL);
+    got = tu_read_file(path, NULL);
     assert_text_golden(got, "minmax.tensorrt");
     free(got);
     /* Overwrite with JSON, read back equal. */

@@ -33,6 +33,7 @@
 #include "qcal/numeric.h"
 #include "qcal/qcal.h"
 #include "qcal_config.h"
+#include "testutil.h"
 
 #if QCAL_HAVE_OPENMP
 #include <omp.h>
@@ -309,27 +310,6 @@ static void test_tables_thread_count(void **state)
 
 /* ---- the CLI with OMP_NUM_THREADS = 1, 2, 8 ---- */
 
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = '\0';
-        *len = (size_t)n;
-    }
-    return buf;
-}
-
 static int run_cli(const char *threads, char *const argv[])
 {
     pid_t pid = fork();
@@ -377,7 +357,7 @@ static void test_cli_calibrate_thread_count(void **state)
                              out, NULL };
             assert_int_equal(run_cli(threads, argv), 0);
             size_t len = 0;
-            char *buf = read_file(out, &len);
+            char *buf = tu_read_file_or_null(out, &len);
             assert_non_null(buf);
             assert_true(len > 0);
             if (t == 0) {

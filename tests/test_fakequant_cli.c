@@ -17,6 +17,8 @@
 #include "qcal/fakequant.h"
 #include "qcal/npy.h"
 
+#include "testutil.h"
+
 static char dir[256];
 
 static int setup(void **state)
@@ -31,18 +33,13 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    tu_rm_tree(dir);
+    return 0;
 }
 
 static const char *p(const char *name)
 {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
+    return tu_path(dir, name);
 }
 
 /* Runs `qcal fakequant <args>`; stdout into *out (may be NULL), stderr into *err; returns
@@ -56,18 +53,10 @@ static int run(const char *args, char *out, size_t out_cap, char *err, size_t er
              p("stderr"));
     int rc = system(cmd);
     assert_true(WIFEXITED(rc));
-    char *bufs[2] = { out, err };
-    size_t caps[2] = { out_cap, err_cap };
-    const char *files[2] = { "stdout", "stderr" };
-    for (int i = 0; i < 2; i++) {
-        if (!bufs[i])
-            continue;
-        FILE *f = fopen(p(files[i]), "r");
-        assert_non_null(f);
-        size_t n = fread(bufs[i], 1, caps[i] - 1, f);
-        bufs[i][n] = 0;
-        fclose(f);
-    }
+    if (out)
+        tu_slurp(p("stdout"), out, out_cap);
+    if (err)
+        tu_slurp(p("stderr"), err, err_cap);
     return WEXITSTATUS(rc);
 }
 

@@ -36,6 +36,8 @@
 #include "qcal/qcal.h"
 #include "qcal/safetensors.h"
 
+#include "testutil.h"
+
 /* ---- the outcome table ---- */
 
 static FILE *table_out;
@@ -169,20 +171,7 @@ static char tmp_dir[256];
 
 static const char *tmp_path(const char *name)
 {
-    static char bufs[8][1024];
-    static int k;
-    char *b = bufs[k++ % 8];
-    snprintf(b, sizeof bufs[0], "%.255s/%.700s", tmp_dir, name);
-    return b;
-}
-
-static void write_bytes(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    if (n)
-        assert_int_equal(fwrite(p, 1, n, f), n);
-    assert_int_equal(fclose(f), 0);
+    return tu_path(tmp_dir, name);
 }
 
 /* ---- readers through memory, with the untouched-output check ---- */
@@ -204,7 +193,7 @@ static qcal_status npy_mem(const bytes *b)
 static qcal_status st_file(const bytes *b)
 {
     const char *path = tmp_path("case.safetensors");
-    write_bytes(path, b->p, b->n);
+    tu_write_bytes(path, b->p, b->n);
     qcal_safetensors *h = (qcal_safetensors *)(uintptr_t)0x1;
     qcal_status s = qcal_safetensors_open(path, &h);
     if (s < 0) {
@@ -353,7 +342,7 @@ static void test_npy_reader(void **state)
     /* a float reader given integers: the dtype-mismatch error */
     const uint8_t u8[6] = { 1, 2, 3, 4, 5, 6 };
     bytes ints = npy("{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3), }", u8, 6);
-    write_bytes(tmp_path("u8.npy"), ints.p, ints.n);
+    tu_write_bytes(tmp_path("u8.npy"), ints.p, ints.n);
     qcal_npy_array arr;
     memset(&arr, 0, sizeof arr);
     lib_case(A, "uint8 file read as float32", qcal_npy_read_f32(tmp_path("u8.npy"), &arr),
@@ -370,7 +359,7 @@ static void test_npy_reader(void **state)
 
     /* writer: an existing file survives a failed write; unwritable places fail cleanly */
     const int64_t shape[2] = { 3, 4 };
-    write_bytes(tmp_path("keep.npy"), "precious", 8);
+    tu_write_bytes(tmp_path("keep.npy"), "precious", 8);
     const int64_t badshape[2] = { -1, 4 };
     lib_case(A, "write with a negative shape over an existing file",
              qcal_npy_write(tmp_path("keep.npy"), QCAL_NPY_F32, 2, badshape, f12),
@@ -452,7 +441,7 @@ static void test_safetensors_reader(void **state)
     assert_non_null(hdr);
     snprintf(hdr, L + 128, "{\"%s\":{\"dtype\":\"F32\",\"shape\":[12],\"data_offsets\":[0,48]}}", name);
     bytes lb = st(hdr, f12, 48);
-    write_bytes(tmp_path("long.safetensors"), lb.p, lb.n);
+    tu_write_bytes(tmp_path("long.safetensors"), lb.p, lb.n);
     qcal_safetensors *h = NULL;
     qcal_status s = qcal_safetensors_open(tmp_path("long.safetensors"), &h);
     int64_t idx = -1;
@@ -471,7 +460,7 @@ static void test_safetensors_reader(void **state)
     assert_int_equal(qcal_tensor_init(&t, (float *)f12, 1, shape), QCAL_OK);
     const char *names[2] = { "x", "x" };
     qcal_tensor tt[2] = { t, t };
-    write_bytes(tmp_path("keep.safetensors"), "precious", 8);
+    tu_write_bytes(tmp_path("keep.safetensors"), "precious", 8);
     lib_case(A, "write duplicate names over an existing file",
              qcal_safetensors_write_f32(tmp_path("keep.safetensors"), 2, names, tt, 0, NULL),
              QCAL_ERR_INVALID_ARG);
@@ -987,31 +976,31 @@ static void test_cli(void **state)
     write_npy_f32("fltmax.npy", 1, s4, big);
     const uint8_t u8[4] = { 0, 1, 2, 255 };
     assert_int_equal(qcal_npy_write(tmp_path("u8.npy"), QCAL_NPY_U8, 1, s4, u8), QCAL_OK);
-    write_bytes(tmp_path("empty.npy"), "", 0);
+    tu_write_bytes(tmp_path("empty.npy"), "", 0);
     {
         bytes g = npy("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }", f12, 48);
-        write_bytes(tmp_path("trunc_header.npy"), g.p, 30);
-        write_bytes(tmp_path("trunc_data.npy"), g.p, g.n - 5);
+        tu_write_bytes(tmp_path("trunc_header.npy"), g.p, 30);
+        tu_write_bytes(tmp_path("trunc_data.npy"), g.p, g.n - 5);
         free(g.p);
         bytes o = npy("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }",
                       f12, 48);
-        write_bytes(tmp_path("overflow.npy"), o.p, o.n);
+        tu_write_bytes(tmp_path("overflow.npy"), o.p, o.n);
         free(o.p);
         bytes st1 = st("{\"w\":{\"dtype\":\"F32\",\"shape\":[3,4],\"data_offsets\":[0,48]}}", f12, 48);
-        write_bytes(tmp_path("w.safetensors"), st1.p, st1.n);
-        write_bytes(tmp_path("trunc.safetensors"), st1.p, st1.n - 7);
+        tu_write_bytes(tmp_path("w.safetensors"), st1.p, st1.n);
+        tu_write_bytes(tmp_path("trunc.safetensors"), st1.p, st1.n - 7);
         free(st1.p);
     }
-    write_bytes(tmp_path("existing.out"), "precious output", 15);
-    write_bytes(tmp_path("notadir"), "x", 1);
+    tu_write_bytes(tmp_path("existing.out"), "precious output", 15);
+    tu_write_bytes(tmp_path("notadir"), "x", 1);
     assert_int_equal(mkdir(tmp_path("dump"), 0700), 0);
     write_npy_f32("dump/conv1.npy", 2, s34, f12);
     assert_int_equal(mkdir(tmp_path("emptydump"), 0700), 0);
     assert_int_equal(mkdir(tmp_path("baddump"), 0700), 0);
     write_npy_f32("baddump/conv1.npy", 2, s34, f12);
-    write_bytes(tmp_path("baddump/conv2.npy"), "\x93NUMPY\x01\x00\xff", 9);
-    write_bytes(tmp_path("bad.rules"), "* activation kmeans\n", 20);
-    write_bytes(tmp_path("bad.json"), "{\"format\": \"qcal-calibration-table\"", 35);
+    tu_write_bytes(tmp_path("baddump/conv2.npy"), "\x93NUMPY\x01\x00\xff", 9);
+    tu_write_bytes(tmp_path("bad.rules"), "* activation kmeans\n", 20);
+    tu_write_bytes(tmp_path("bad.json"), "{\"format\": \"qcal-calibration-table\"", 35);
     static char longname[100000];   /* below Linux's 128 KiB limit on one argument */
     memset(longname, 'a', sizeof longname - 1);
 
@@ -1163,30 +1152,12 @@ static int setup(void **state)
     return 0;
 }
 
-static void rm_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    char p[1024];
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        snprintf(p, sizeof p, "%.700s/%.255s", dir, e->d_name);
-        if (unlink(p) != 0)
-            rm_tree(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 static int teardown(void **state)
 {
     (void)state;
     if (table_out)
         fclose(table_out);
-    rm_tree(tmp_dir);
+    tu_rm_tree(tmp_dir);
     return 0;
 }
 
