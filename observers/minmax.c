@@ -1,14 +1,11 @@
 /* minmax observer: running minimum and maximum of every finite value seen, as PyTorch
  * 1.13's MinMaxObserver (min_val = min(aminmax(x).min, min_val), likewise max). Exact, so
- * merge is exact and the result does not depend on batch order or splitting. */
+ * merge is exact and the result does not depend on batch order or splitting.
+ * This file also holds the per-tensor state helpers shared with moving_average_minmax.c
+ * (observers/minmax_state.h). */
 #include <math.h>
 
-#include "observers/minmax_kernels.h"
-#include "observers/observer_impl.h"
-
-typedef struct minmax_state {
-    float mn, mx;   /* (+inf, -inf) until a finite value is seen */
-} minmax_state;
+#include "observers/minmax_state.h"
 
 bool qcal_minmax_pair_valid(float mn, float mx)
 {
@@ -34,9 +31,11 @@ qcal_status qcal_minmax_batch(const qcal_observer *obs, const qcal_tensor *x, in
     return QCAL_OK;
 }
 
-static qcal_status mm_init(qcal_observer *obs)
+/* ---- per-tensor state shared with moving_average_minmax.c ---------------------------- */
+
+qcal_status qcal_pt_state_init(qcal_observer *obs)
 {
-    minmax_state *s = qcal_calloc(1, sizeof *s);
+    qcal_pt_state *s = qcal_calloc(1, sizeof *s);
     if (!s)
         return QCAL_ERR_NO_MEMORY;
     s->mn = INFINITY;
@@ -45,75 +44,70 @@ static qcal_status mm_init(qcal_observer *obs)
     return QCAL_OK;
 }
 
-static void mm_fini(qcal_observer *obs)
+void qcal_pt_state_fini(qcal_observer *obs)
 {
     free(obs->impl);
     obs->impl = NULL;
 }
 
-static qcal_status mm_update(qcal_observer *obs, const qcal_tensor *x, int64_t numel,
-                             uint64_t *nonfinite)
+qcal_status qcal_pt_state_update(qcal_observer *obs, const qcal_tensor *x, int64_t numel,
+                                 uint64_t *nonfinite, qcal_pt_fold_fn fold)
 {
-    minmax_state *s = obs->impl;
     float l = INFINITY, h = -INFINITY;
     qcal_status st = qcal_minmax_batch(obs, x, numel, &l, &h, nonfinite);
     if (st != QCAL_OK)
         return st;
-    /* An all-non-finite batch gives (+inf, -inf) and moves nothing. */
-    s->mn = l < s->mn ? l : s->mn;
-    s->mx = h > s->mx ? h : s->mx;
+    fold(obs->impl, l, h, obs->cfg.averaging_constant);
     return QCAL_OK;
 }
 
-static qcal_status mm_channels(const qcal_observer *obs, int64_t *n)
+void qcal_pt_state_merge(qcal_observer *dst, const qcal_observer *src, qcal_pt_fold_fn fold)
+{
+    const qcal_pt_state *s = src->impl;
+    fold(dst->impl, s->mn, s->mx, dst->cfg.averaging_constant);
+}
+
+qcal_status qcal_pt_state_channels(const qcal_observer *obs, int64_t *n)
 {
     (void)obs;
     *n = 1;
     return QCAL_OK;
 }
 
-static qcal_status mm_range(const qcal_observer *obs, int64_t cap, float *mn, float *mx,
-                            int64_t *n)
+qcal_status qcal_pt_state_range(const qcal_observer *obs, int64_t cap, float *mn, float *mx,
+                                int64_t *n)
 {
     (void)cap;
-    const minmax_state *s = obs->impl;
+    const qcal_pt_state *s = obs->impl;
     mn[0] = s->mn;
     mx[0] = s->mx;
     *n = 1;
     return s->mn == INFINITY ? QCAL_NO_DATA : QCAL_OK;
 }
 
-static qcal_status mm_qrange(qcal_observer *obs, int64_t cap, float *mn, float *mx, int64_t *n)
+qcal_status qcal_pt_state_qrange(qcal_observer *obs, int64_t cap, float *mn, float *mx,
+                                 int64_t *n)
 {
-    return mm_range(obs, cap, mn, mx, n);
+    return qcal_pt_state_range(obs, cap, mn, mx, n);
 }
 
-static void mm_reset(qcal_observer *obs)
+void qcal_pt_state_reset(qcal_observer *obs)
 {
-    minmax_state *s = obs->impl;
+    qcal_pt_state *s = obs->impl;
     s->mn = INFINITY;
     s->mx = -INFINITY;
 }
 
-static qcal_status mm_merge(qcal_observer *dst, const qcal_observer *src)
+void qcal_pt_state_save(const qcal_observer *obs, qcal_buf *b)
 {
-    minmax_state *d = dst->impl;
-    const minmax_state *s = src->impl;
-    d->mn = s->mn < d->mn ? s->mn : d->mn;
-    d->mx = s->mx > d->mx ? s->mx : d->mx;
-    return QCAL_OK;
-}
-
-static void mm_save(const qcal_observer *obs, qcal_buf *b)
-{
-    const minmax_state *s = obs->impl;
+    const qcal_pt_state *s = obs->impl;
     qcal_buf_f32(b, s->mn);
     qcal_buf_f32(b, s->mx);
 }
 
-static qcal_status mm_load(qcal_observer *obs, qcal_cursor *c)
+qcal_status qcal_pt_state_load(qcal_observer *obs, qcal_cursor *c)
 {
-    minmax_state *s = obs->impl;
+    qcal_pt_state *s = obs->impl;
     float mn, mx;
     if (!qcal_cur_f32(c, &mn) || !qcal_cur_f32(c, &mx))
         return qcal_error(QCAL_ERR_FORMAT, "%s state is truncated",
@@ -126,16 +120,38 @@ static qcal_status mm_load(qcal_observer *obs, qcal_cursor *c)
     return QCAL_OK;
 }
 
+/* ---- the minmax kind ---------------------------------------------------------------- */
+
+/* Running min/max; an all-non-finite batch gives (+inf, -inf) and moves nothing. */
+static void mm_fold(qcal_pt_state *s, float lo, float hi, float c)
+{
+    (void)c;
+    s->mn = lo < s->mn ? lo : s->mn;
+    s->mx = hi > s->mx ? hi : s->mx;
+}
+
+static qcal_status mm_update(qcal_observer *obs, const qcal_tensor *x, int64_t numel,
+                             uint64_t *nonfinite)
+{
+    return qcal_pt_state_update(obs, x, numel, nonfinite, mm_fold);
+}
+
+static qcal_status mm_merge(qcal_observer *dst, const qcal_observer *src)
+{
+    qcal_pt_state_merge(dst, src, mm_fold);
+    return QCAL_OK;
+}
+
 const qcal_observer_ops qcal_observer_minmax_ops = {
     .kind = QCAL_OBSERVER_MINMAX,
-    .init = mm_init,
-    .fini = mm_fini,
+    .init = qcal_pt_state_init,
+    .fini = qcal_pt_state_fini,
     .update = mm_update,
-    .channels = mm_channels,
-    .data_range = mm_range,
-    .qrange = mm_qrange,
-    .reset = mm_reset,
+    .channels = qcal_pt_state_channels,
+    .data_range = qcal_pt_state_range,
+    .qrange = qcal_pt_state_qrange,
+    .reset = qcal_pt_state_reset,
     .merge = mm_merge,
-    .save = mm_save,
-    .load = mm_load,
+    .save = qcal_pt_state_save,
+    .load = qcal_pt_state_load,
 };

@@ -10,8 +10,7 @@
  * and src's average is applied as one more batch. */
 #include <math.h>
 
-#include "observers/minmax_kernels.h"
-#include "observers/observer_impl.h"
+#include "observers/minmax_state.h"
 
 static void mapc_apply(qcal_pc_state *s, const float *l, const float *h, float c)
 {
@@ -32,35 +31,12 @@ static qcal_status mapc_update(qcal_observer *obs, const qcal_tensor *x, int64_t
                                uint64_t *nonfinite)
 {
     (void)numel;
-    qcal_pc_state *s = obs->impl;
-    float *l = NULL, *h = NULL;
-    int64_t ch = 0;
-    qcal_status st = qcal_minmax_channels_batch(obs, x, s->channels, &l, &h, &ch, nonfinite);
-    if (st != QCAL_OK)
-        return st;
-    if (s->channels == 0) {
-        qcal_pc_state_adopt(obs, l, h, ch);
-        return QCAL_OK;
-    }
-    mapc_apply(s, l, h, obs->cfg.averaging_constant);
-    free(l);
-    free(h);
-    return QCAL_OK;
+    return qcal_pc_state_update(obs, x, nonfinite, mapc_apply);
 }
 
 static qcal_status mapc_merge(qcal_observer *dst, const qcal_observer *src)
 {
-    qcal_pc_state *d = dst->impl;
-    const qcal_pc_state *s = src->impl;
-    if (s->channels == 0)
-        return QCAL_OK;
-    if (d->channels == 0)
-        return qcal_pc_state_copy(dst, src);
-    if (d->channels != s->channels)
-        return qcal_error(QCAL_ERR_MISMATCH, "cannot merge %lld channels into %lld",
-                          (long long)s->channels, (long long)d->channels);
-    mapc_apply(d, s->mn, s->mx, dst->cfg.averaging_constant);
-    return QCAL_OK;
+    return qcal_pc_state_merge(dst, src, mapc_apply);
 }
 
 const qcal_observer_ops qcal_observer_moving_average_per_channel_minmax_ops = {

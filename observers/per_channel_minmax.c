@@ -5,12 +5,11 @@
  * that batch (it stays (+inf, -inf), "no data", until it sees a finite value; qparams then
  * give it scale 1, zero-point 0 and return QCAL_NO_DATA). Exact: merge is exact.
  * This file also holds the per-channel state helpers shared with
- * moving_average_per_channel_minmax.c. */
+ * moving_average_per_channel_minmax.c (observers/minmax_state.h). */
 #include <math.h>
 #include <string.h>
 
-#include "observers/minmax_kernels.h"
-#include "observers/observer_impl.h"
+#include "observers/minmax_state.h"
 
 qcal_status qcal_minmax_channels_batch(const qcal_observer *obs, const qcal_tensor *x,
                                        int64_t expect_channels, float **mn, float **mx,
@@ -185,12 +184,9 @@ qcal_status qcal_pc_state_load(qcal_observer *obs, qcal_cursor *c)
     return QCAL_OK;
 }
 
-/* ---- the per_channel_minmax kind ------------------------------------------------- */
-
-static qcal_status pc_update(qcal_observer *obs, const qcal_tensor *x, int64_t numel,
-                             uint64_t *nonfinite)
+qcal_status qcal_pc_state_update(qcal_observer *obs, const qcal_tensor *x,
+                                 uint64_t *nonfinite, qcal_pc_fold_fn fold)
 {
-    (void)numel;
     qcal_pc_state *s = obs->impl;
     float *l = NULL, *h = NULL;
     int64_t ch = 0;
@@ -201,16 +197,14 @@ static qcal_status pc_update(qcal_observer *obs, const qcal_tensor *x, int64_t n
         qcal_pc_state_adopt(obs, l, h, ch);
         return QCAL_OK;
     }
-    for (int64_t c = 0; c < ch; c++) {
-        s->mn[c] = l[c] < s->mn[c] ? l[c] : s->mn[c];
-        s->mx[c] = h[c] > s->mx[c] ? h[c] : s->mx[c];
-    }
+    fold(s, l, h, obs->cfg.averaging_constant);
     free(l);
     free(h);
     return QCAL_OK;
 }
 
-static qcal_status pc_merge(qcal_observer *dst, const qcal_observer *src)
+qcal_status qcal_pc_state_merge(qcal_observer *dst, const qcal_observer *src,
+                                qcal_pc_fold_fn fold)
 {
     qcal_pc_state *d = dst->impl;
     const qcal_pc_state *s = src->impl;
@@ -221,11 +215,31 @@ static qcal_status pc_merge(qcal_observer *dst, const qcal_observer *src)
     if (d->channels != s->channels)
         return qcal_error(QCAL_ERR_MISMATCH, "cannot merge %lld channels into %lld",
                           (long long)s->channels, (long long)d->channels);
-    for (int64_t c = 0; c < d->channels; c++) {
-        d->mn[c] = s->mn[c] < d->mn[c] ? s->mn[c] : d->mn[c];
-        d->mx[c] = s->mx[c] > d->mx[c] ? s->mx[c] : d->mx[c];
-    }
+    fold(d, s->mn, s->mx, dst->cfg.averaging_constant);
     return QCAL_OK;
+}
+
+/* ---- the per_channel_minmax kind ------------------------------------------------- */
+
+static void pc_fold(qcal_pc_state *s, const float *l, const float *h, float c_avg)
+{
+    (void)c_avg;
+    for (int64_t c = 0; c < s->channels; c++) {
+        s->mn[c] = l[c] < s->mn[c] ? l[c] : s->mn[c];
+        s->mx[c] = h[c] > s->mx[c] ? h[c] : s->mx[c];
+    }
+}
+
+static qcal_status pc_update(qcal_observer *obs, const qcal_tensor *x, int64_t numel,
+                             uint64_t *nonfinite)
+{
+    (void)numel;
+    return qcal_pc_state_update(obs, x, nonfinite, pc_fold);
+}
+
+static qcal_status pc_merge(qcal_observer *dst, const qcal_observer *src)
+{
+    return qcal_pc_state_merge(dst, src, pc_fold);
 }
 
 const qcal_observer_ops qcal_observer_per_channel_minmax_ops = {
