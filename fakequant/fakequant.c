@@ -302,6 +302,50 @@ static const fq_kernels *fq_kernels_get(void)
     return &fq_table[qcal_cpu_isa()];
 }
 
+/* One element-wise pass over rows x inner elements (row r uses runs[r % nruns]), one
+ * OpenMP work item per block of at most FQ_BLOCK elements of a row. Elements are
+ * independent, so the result does not depend on the thread count. */
+typedef enum fq_pass { FQ_FWD, FQ_FUSED, FQ_BWD } fq_pass;
+
+typedef struct fq_job {
+    fq_pass pass;
+    const float *x, *gy;        /* FQ_FWD: x; FQ_FUSED: x, gy; FQ_BWD: gy */
+    const uint8_t *mask_in;     /* FQ_BWD */
+    const qcal_fq_run *runs;    /* FQ_FWD, FQ_FUSED */
+    int64_t nruns;
+    float *dst, *gx;            /* FQ_FWD: dst; FQ_FUSED: dst, gx; FQ_BWD: gx */
+    uint8_t *mask;              /* FQ_FWD, may be NULL */
+} fq_job;
+
+static void fq_blocks(const fq_job *j, int64_t rows, int64_t inner)
+{
+    const fq_kernels *k = fq_kernels_get();
+    int64_t bpr = (inner + FQ_BLOCK - 1) / FQ_BLOCK;
+    int64_t items = rows * bpr;
+    int nt = qcal_threads_for(rows * inner);
+#if QCAL_HAVE_OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+    for (int64_t it = 0; it < items; it++) {
+        int64_t r = it / bpr, b = it % bpr;
+        int64_t off = r * inner + b * FQ_BLOCK;
+        int64_t m = inner - b * FQ_BLOCK < FQ_BLOCK ? inner - b * FQ_BLOCK : FQ_BLOCK;
+        const qcal_fq_run *p = j->runs ? &j->runs[r % j->nruns] : NULL;
+        switch (j->pass) {
+        case FQ_FWD:
+            k->fwd(j->x + off, m, p, j->dst + off, j->mask ? j->mask + off : NULL);
+            break;
+        case FQ_FUSED:
+            k->fused(j->x + off, j->gy + off, m, p, j->dst + off, j->gx + off);
+            break;
+        case FQ_BWD:
+            k->bwd(j->gy + off, j->mask_in + off, m, j->gx + off);
+            break;
+        }
+    }
+    (void)nt;
+}
+
 /* ----------------------------------------------------------------------------------- */
 /* Shared checks */
 
@@ -404,17 +448,8 @@ qcal_status qcal_fakequant_per_tensor(const float *src, int64_t n, float scale,
         return st;
     qcal_fq_run p;
     qcal_fq_run_init(&p, scale, zero_point, quant_min, quant_max);
-    const fq_kernels *k = fq_kernels_get();
-    int nt = qcal_threads_for(n);
-    int64_t nblk = (n + FQ_BLOCK - 1) / FQ_BLOCK;
-#if QCAL_HAVE_OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-#endif
-    for (int64_t b = 0; b < nblk; b++) {
-        int64_t i = b * FQ_BLOCK, m = n - i < FQ_BLOCK ? n - i : FQ_BLOCK;
-        k->fwd(src + i, m, &p, dst + i, mask ? mask + i : NULL);
-    }
-    (void)nt;
+    fq_job j = { .pass = FQ_FWD, .x = src, .runs = &p, .nruns = 1, .dst = dst, .mask = mask };
+    fq_blocks(&j, 1, n);
     return QCAL_OK;
 }
 
@@ -426,17 +461,8 @@ qcal_status qcal_fakequant_backward(const float *grad_y, const uint8_t *mask, in
         return st;
     if (!mask)
         return qcal_error(QCAL_ERR_INVALID_ARG, "mask is NULL");
-    const fq_kernels *k = fq_kernels_get();
-    int nt = qcal_threads_for(n);
-    int64_t nblk = (n + FQ_BLOCK - 1) / FQ_BLOCK;
-#if QCAL_HAVE_OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-#endif
-    for (int64_t b = 0; b < nblk; b++) {
-        int64_t i = b * FQ_BLOCK, m = n - i < FQ_BLOCK ? n - i : FQ_BLOCK;
-        k->bwd(grad_y + i, mask + i, m, grad_x + i);
-    }
-    (void)nt;
+    fq_job j = { .pass = FQ_BWD, .gy = grad_y, .mask_in = mask, .gx = grad_x };
+    fq_blocks(&j, 1, n);
     return QCAL_OK;
 }
 
@@ -455,17 +481,9 @@ qcal_status qcal_fakequant_per_tensor_fused(const float *src, const float *grad_
         return st;
     qcal_fq_run p;
     qcal_fq_run_init(&p, scale, zero_point, quant_min, quant_max);
-    const fq_kernels *k = fq_kernels_get();
-    int nt = qcal_threads_for(n);
-    int64_t nblk = (n + FQ_BLOCK - 1) / FQ_BLOCK;
-#if QCAL_HAVE_OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-#endif
-    for (int64_t b = 0; b < nblk; b++) {
-        int64_t i = b * FQ_BLOCK, m = n - i < FQ_BLOCK ? n - i : FQ_BLOCK;
-        k->fused(src + i, grad_y + i, m, &p, dst + i, grad_x + i);
-    }
-    (void)nt;
+    fq_job j = { .pass = FQ_FUSED, .x = src, .gy = grad_y, .runs = &p, .nruns = 1, .dst = dst,
+                 .gx = grad_x };
+    fq_blocks(&j, 1, n);
     return QCAL_OK;
 }
 
@@ -512,21 +530,9 @@ qcal_status qcal_fakequant_per_channel(const qcal_tensor *src, int32_t axis, con
                                          &outer, &ch, &inner, &runs);
     if (st != QCAL_OK)
         return st;
-    const fq_kernels *k = fq_kernels_get();
-    const float *x = src->data;
-    int64_t rows = outer * ch, bpr = (inner + FQ_BLOCK - 1) / FQ_BLOCK;
-    int64_t items = rows * bpr;
-    int nt = qcal_threads_for(rows * inner);
-#if QCAL_HAVE_OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-#endif
-    for (int64_t it = 0; it < items; it++) {
-        int64_t r = it / bpr, b = it % bpr;
-        int64_t off = r * inner + b * FQ_BLOCK;
-        int64_t m = inner - b * FQ_BLOCK < FQ_BLOCK ? inner - b * FQ_BLOCK : FQ_BLOCK;
-        k->fwd(x + off, m, &runs[r % ch], dst + off, mask ? mask + off : NULL);
-    }
-    (void)nt;
+    fq_job j = { .pass = FQ_FWD, .x = src->data, .runs = runs, .nruns = ch, .dst = dst,
+                 .mask = mask };
+    fq_blocks(&j, outer * ch, inner);
     free(runs);
     return QCAL_OK;
 }
@@ -544,21 +550,9 @@ qcal_status qcal_fakequant_per_channel_fused(const qcal_tensor *src, const float
                                          &outer, &ch, &inner, &runs);
     if (st != QCAL_OK)
         return st;
-    const fq_kernels *k = fq_kernels_get();
-    const float *x = src->data;
-    int64_t rows = outer * ch, bpr = (inner + FQ_BLOCK - 1) / FQ_BLOCK;
-    int64_t items = rows * bpr;
-    int nt = qcal_threads_for(rows * inner);
-#if QCAL_HAVE_OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-#endif
-    for (int64_t it = 0; it < items; it++) {
-        int64_t r = it / bpr, b = it % bpr;
-        int64_t off = r * inner + b * FQ_BLOCK;
-        int64_t m = inner - b * FQ_BLOCK < FQ_BLOCK ? inner - b * FQ_BLOCK : FQ_BLOCK;
-        k->fused(x + off, grad_y + off, m, &runs[r % ch], dst + off, grad_x + off);
-    }
-    (void)nt;
+    fq_job j = { .pass = FQ_FUSED, .x = src->data, .gy = grad_y, .runs = runs, .nruns = ch,
+                 .dst = dst, .gx = grad_x };
+    fq_blocks(&j, outer * ch, inner);
     free(runs);
     return QCAL_OK;
 }
