@@ -96,6 +96,26 @@ static inline void lrn_elem(float x, float dy, float scale, float inv, float zp,
     }
 }
 
+/* Gradients of the elements [i0, i1) that share one set of parameters: grad_x[i] (when
+ * grad_x is non-NULL) and, in element order, the scale / zero-point terms added into
+ * *s / *z (double accumulators). */
+static void lrn_span(const float *x, const float *gy, int64_t i0, int64_t i1, float scale,
+                     float inv, float zp, float qmin, float qmax, float g, float *grad_x,
+                     double *s, double *z)
+{
+    double ls = *s, lz = *z;
+    for (int64_t i = i0; i < i1; i++) {
+        float dx, ds, dz;
+        lrn_elem(x[i], gy[i], scale, inv, zp, qmin, qmax, g, &dx, &ds, &dz);
+        if (grad_x)
+            grad_x[i] = dx;
+        ls += ds;
+        lz += dz;
+    }
+    *s = ls;
+    *z = lz;
+}
+
 qcal_status qcal_fakequant_learnable_per_tensor(const float *src, int64_t n, float scale,
                                                 float zero_point, int64_t quant_min,
                                                 int64_t quant_max, float *dst, uint8_t *mask)
@@ -141,14 +161,7 @@ qcal_status qcal_fakequant_learnable_per_tensor_backward(
     for (int64_t b = 0; b < nblk; b++) {
         int64_t i0 = b * LRN_BLOCK, i1 = i0 + LRN_BLOCK < n ? i0 + LRN_BLOCK : n;
         double s = 0.0, z = 0.0;
-        for (int64_t i = i0; i < i1; i++) {
-            float dx, ds, dz;
-            lrn_elem(src[i], grad_y[i], scale, inv, zp, qmin, qmax, grad_factor, &dx, &ds, &dz);
-            if (grad_x)
-                grad_x[i] = dx;
-            s += ds;
-            z += dz;
-        }
+        lrn_span(src, grad_y, i0, i1, scale, inv, zp, qmin, qmax, grad_factor, grad_x, &s, &z);
         part[2 * b] = s;
         part[2 * b + 1] = z;
     }
@@ -230,14 +243,8 @@ qcal_status qcal_fakequant_learnable_per_channel_backward(
         double s = 0.0, z = 0.0;
         for (int64_t o = 0; o < outer; o++) {
             int64_t base = (o * ch + c) * inner;
-            for (int64_t i = base; i < base + inner; i++) {
-                float dx, ds, dz;
-                lrn_elem(x[i], grad_y[i], sc, inv, zp, qmin, qmax, grad_factor, &dx, &ds, &dz);
-                if (grad_x)
-                    grad_x[i] = dx;
-                s += ds;
-                z += dz;
-            }
+            lrn_span(x, grad_y, base, base + inner, sc, inv, zp, qmin, qmax, grad_factor,
+                     grad_x, &s, &z);
         }
         grad_scale[c] = (float)s;
         grad_zero_point[c] = (float)z;
