@@ -452,37 +452,9 @@ qcal_status qcal_calib_rules_load(const char *path, qcal_calib_rules **out)
 {
     if (!path || !out)
         return qcal_error(QCAL_ERR_INVALID_ARG, "rules path or output is NULL");
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return qcal_error(errno == ENOENT ? QCAL_ERR_NOT_FOUND : QCAL_ERR_IO,
-                          "cannot open rules file '%s': %s", path, strerror(errno));
     char *buf = NULL;
-    size_t len = 0, cap = 0;
-    qcal_status st = QCAL_OK;
-    for (;;) {
-        if (len == cap) {
-            if (cap >= MAX_RULES_FILE) {
-                st = qcal_error(QCAL_ERR_FORMAT, "rules file '%s' is larger than %u bytes",
-                                path, MAX_RULES_FILE);
-                break;
-            }
-            cap = cap ? cap * 2 : 4096;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                st = qcal_error(QCAL_ERR_NO_MEMORY, "cannot read rules file '%s'", path);
-                break;
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) {
-            if (ferror(f))
-                st = qcal_error(QCAL_ERR_IO, "cannot read rules file '%s'", path);
-            break;
-        }
-    }
-    fclose(f);
+    size_t len = 0;
+    qcal_status st = qcal_calib_read_file(path, "rules file", MAX_RULES_FILE, 4096, &buf, &len);
     if (st == QCAL_OK)
         st = parse_named(path, buf, len, out);
     free(buf);

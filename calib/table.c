@@ -616,31 +616,27 @@ done:
     return QCAL_OK;
 }
 
-/* Tables are text of a few MB at most; refuse anything past the JSON parser's bound. */
-#define MAX_TABLE_FILE ((size_t)100 << 20)
-
-qcal_status qcal_calib_table_read_json(const char *path, qcal_calib_table **out)
+qcal_status qcal_calib_read_file(const char *path, const char *what, size_t max,
+                                 size_t first_cap, char **out, size_t *out_len)
 {
-    if (!path || !out)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "table path or output is NULL");
     FILE *f = fopen(path, "rb");
     if (!f)
         return qcal_error(errno == ENOENT ? QCAL_ERR_NOT_FOUND : QCAL_ERR_IO,
-                          "cannot open calibration table '%s': %s", path, strerror(errno));
+                          "cannot open %s '%s': %s", what, path, strerror(errno));
     char *buf = NULL;
     size_t len = 0, cap = 0;
     qcal_status st = QCAL_OK;
     for (;;) {
         if (len == cap) {
-            if (cap >= MAX_TABLE_FILE) {
-                st = qcal_error(QCAL_ERR_FORMAT, "calibration table '%s' is larger than %zu "
-                                "bytes", path, MAX_TABLE_FILE);
+            if (cap >= max) {
+                st = qcal_error(QCAL_ERR_FORMAT, "%s '%s' is larger than %zu bytes", what,
+                                path, max);
                 break;
             }
-            cap = cap ? cap * 2 : 65536;
+            cap = cap ? cap * 2 : first_cap;
             char *nb = realloc(buf, cap);
             if (!nb) {
-                st = qcal_error(QCAL_ERR_NO_MEMORY, "cannot read '%s'", path);
+                st = qcal_error(QCAL_ERR_NO_MEMORY, "cannot read %s '%s'", what, path);
                 break;
             }
             buf = nb;
@@ -649,11 +645,31 @@ qcal_status qcal_calib_table_read_json(const char *path, qcal_calib_table **out)
         len += got;
         if (got == 0) {
             if (ferror(f))
-                st = qcal_error(QCAL_ERR_IO, "cannot read calibration table '%s'", path);
+                st = qcal_error(QCAL_ERR_IO, "cannot read %s '%s'", what, path);
             break;
         }
     }
     fclose(f);
+    if (st != QCAL_OK) {
+        free(buf);
+        return st;
+    }
+    *out = buf;
+    *out_len = len;
+    return QCAL_OK;
+}
+
+/* Tables are text of a few MB at most; refuse anything past the JSON parser's bound. */
+#define MAX_TABLE_FILE ((size_t)100 << 20)
+
+qcal_status qcal_calib_table_read_json(const char *path, qcal_calib_table **out)
+{
+    if (!path || !out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "table path or output is NULL");
+    char *buf = NULL;
+    size_t len = 0;
+    qcal_status st = qcal_calib_read_file(path, "calibration table", MAX_TABLE_FILE, 65536,
+                                          &buf, &len);
     if (st == QCAL_OK) {
         st = qcal_calib_table_parse_json(buf, len, out);
         if (st < 0)
