@@ -97,10 +97,18 @@ typedef struct skipped {
     const char *first;
 } skipped;
 
-static void skip(skipped *s, const qcal_calib_entry *e)
+/* Whether a format writes e: it has the wanted role and data; an entry without data is
+ * counted as skipped. */
+static bool exported(const qcal_calib_entry *e, qcal_role want, skipped *s)
 {
-    if (!s->n++)
-        s->first = e->fqn;
+    if (e->role != want)
+        return false;
+    if (e->no_data) {
+        if (!s->n++)
+            s->first = e->fqn;
+        return false;
+    }
+    return true;
 }
 
 /* TensorRT: "TRT-<version>-<algorithm>\n" then "<name>: <hex>\n" per activation, in table
@@ -125,12 +133,8 @@ static qcal_status fmt_tensorrt(const qcal_calib_table *t, const qcal_table_expo
     put(b, "\n");
     for (int64_t i = 0; i < t->n; i++) {
         const qcal_calib_entry *e = &t->e[i];
-        if (e->role != QCAL_ROLE_ACTIVATION)
+        if (!exported(e, QCAL_ROLE_ACTIVATION, sk))
             continue;
-        if (e->no_data) {
-            skip(sk, e);
-            continue;
-        }
         qcal_status st = check_name(e, true, "TensorRT");
         if (st != QCAL_OK)
             return st;
@@ -151,12 +155,8 @@ static qcal_status fmt_onnxruntime(const qcal_calib_table *t, qcal_buf *b, skipp
 {
     for (int64_t i = 0; i < t->n; i++) {
         const qcal_calib_entry *e = &t->e[i];
-        if (e->role != QCAL_ROLE_ACTIVATION)
+        if (!exported(e, QCAL_ROLE_ACTIVATION, sk))
             continue;
-        if (e->no_data) {
-            skip(sk, e);
-            continue;
-        }
         qcal_status st = check_name(e, false, "ONNX Runtime");
         if (st != QCAL_OK)
             return st;
@@ -192,12 +192,8 @@ static qcal_status fmt_ncnn(const qcal_calib_table *t, qcal_buf *b, skipped *sk)
         qcal_role want = pass == 0 ? QCAL_ROLE_WEIGHT : QCAL_ROLE_ACTIVATION;
         for (int64_t i = 0; i < t->n; i++) {
             const qcal_calib_entry *e = &t->e[i];
-            if (e->role != want)
+            if (!exported(e, want, sk))
                 continue;
-            if (e->no_data) {
-                skip(sk, e);
-                continue;
-            }
             qcal_status st = check_name(e, false, "ncnn");
             if (st != QCAL_OK)
                 return st;
