@@ -325,3 +325,26 @@ void cli_json_i32_array(FILE *f, const int32_t *v, int64_t n)
         fprintf(f, "%s%d", i ? ", " : "", (int)v[i]);
     fputc(']', f);
 }
+
+int cli_safetensors_each(const char *cmd, const char *path, cli_tensor_fn fn, void *ctx)
+{
+    qcal_safetensors *st = NULL;
+    qcal_status s = qcal_safetensors_open(path, &st);
+    if (s != QCAL_OK)
+        return cli_fail_status(cmd, QCAL_EXIT_INPUT, s);
+    int64_t n = 0;
+    qcal_safetensors_count(st, &n);
+    int rc = 0;
+    for (int64_t i = 0; i < n && !rc; i++) {
+        qcal_st_info info;
+        qcal_safetensors_info(st, i, &info);
+        if (info.dtype == QCAL_ST_OTHER) {
+            fprintf(stderr, "qcal: %s: skipping '%s' (dtype %s)\n", cmd, info.name,
+                    info.dtype_name);
+            continue;
+        }
+        rc = fn(ctx, st, i, &info);
+    }
+    qcal_safetensors_close(&st);
+    return rc;
+}

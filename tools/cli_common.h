@@ -27,6 +27,7 @@
 
 #include "qcal/npy.h"
 #include "qcal/qcal.h"
+#include "qcal/safetensors.h"
 #include "tools/cli.h"
 
 #if defined(__GNUC__)
@@ -149,6 +150,18 @@ int cli_read_npy(const char *cmd, const char *path, qcal_npy_array *arr);
 /* Writes an .npy atomically. Reports and returns QCAL_EXIT_OUTPUT on failure. */
 int cli_write_npy(const char *cmd, const char *path, qcal_npy_dtype dtype, int32_t ndim,
                   const int64_t *shape, const void *data);
+
+/* ---- .safetensors input ---- */
+
+/* Called for tensor i of an open safetensors file; returns 0 to go on, else an exit code
+ * (already reported). */
+typedef int (*cli_tensor_fn)(void *ctx, qcal_safetensors *st, int64_t i,
+                             const qcal_st_info *info);
+
+/* Opens path and calls fn for each tensor in file order, passing over (with a "skipping"
+ * line on stderr) tensors of a dtype qcal does not read, until fn returns non-zero.
+ * Returns fn's code, QCAL_EXIT_INPUT (reported) when the file cannot be opened, or 0. */
+int cli_safetensors_each(const char *cmd, const char *path, cli_tensor_fn fn, void *ctx);
 
 /* ---- JSON printing ---- */
 

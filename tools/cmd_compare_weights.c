@@ -125,56 +125,44 @@ static int compare_one(run *r, const char *name, const qcal_tensor *t)
     return s == QCAL_OK ? 0 : cli_fail_status("compare-weights", QCAL_EXIT_FAILURE, s);
 }
 
+static int compare_tensor(void *ctx, qcal_safetensors *st, int64_t i, const qcal_st_info *info)
+{
+    run *r = ctx;
+    int rc;
+    /* one tensor at a time: F32 aligned tensors are used in place (mapped pages), others
+     * converted into a buffer of that tensor only */
+    const void *raw = NULL;
+    float *buf = NULL;
+    float *data;
+    if (info->dtype == QCAL_ST_F32 && qcal_safetensors_raw(st, i, &raw) == QCAL_OK &&
+        (uintptr_t)raw % sizeof(float) == 0) {
+        data = (float *)(uintptr_t)raw;
+    } else {
+        buf = malloc((size_t)(info->numel ? info->numel : 1) * sizeof(float));
+        if (!buf)
+            return cli_fail("compare-weights", QCAL_EXIT_FAILURE, "out of memory for '%s'",
+                            info->name);
+        qcal_status s = qcal_safetensors_read_f32(st, i, 0, info->numel, buf);
+        if (s != QCAL_OK) {
+            free(buf);
+            return cli_fail_status("compare-weights", QCAL_EXIT_INPUT, s);
+        }
+        data = buf;
+    }
+    qcal_tensor t;
+    qcal_status s = qcal_tensor_init(&t, data, info->ndim, info->shape);
+    if (s == QCAL_OK)
+        rc = compare_one(r, info->name, &t);
+    else
+        rc = cli_fail_status("compare-weights", QCAL_EXIT_INPUT, s);
+    free(buf);
+    qcal_safetensors_release(st, i);
+    return rc;
+}
+
 static int do_safetensors(run *r, const char *path)
 {
-    qcal_safetensors *st = NULL;
-    qcal_status s = qcal_safetensors_open(path, &st);
-    if (s != QCAL_OK)
-        return cli_fail_status("compare-weights", QCAL_EXIT_INPUT, s);
-    int64_t n = 0;
-    qcal_safetensors_count(st, &n);
-    int rc = 0;
-    for (int64_t i = 0; i < n && !rc; i++) {
-        qcal_st_info info;
-        qcal_safetensors_info(st, i, &info);
-        if (info.dtype == QCAL_ST_OTHER) {
-            fprintf(stderr, "qcal: compare-weights: skipping '%s' (dtype %s)\n", info.name,
-                    info.dtype_name);
-            continue;
-        }
-        /* one tensor at a time: F32 aligned tensors are used in place (mapped pages), others
-         * converted into a buffer of that tensor only */
-        const void *raw = NULL;
-        float *buf = NULL;
-        float *data;
-        if (info.dtype == QCAL_ST_F32 && qcal_safetensors_raw(st, i, &raw) == QCAL_OK &&
-            (uintptr_t)raw % sizeof(float) == 0) {
-            data = (float *)(uintptr_t)raw;
-        } else {
-            buf = malloc((size_t)(info.numel ? info.numel : 1) * sizeof(float));
-            if (!buf) {
-                rc = cli_fail("compare-weights", QCAL_EXIT_FAILURE, "out of memory for '%s'", info.name);
-                break;
-            }
-            s = qcal_safetensors_read_f32(st, i, 0, info.numel, buf);
-            if (s != QCAL_OK) {
-                free(buf);
-                rc = cli_fail_status("compare-weights", QCAL_EXIT_INPUT, s);
-                break;
-            }
-            data = buf;
-        }
-        qcal_tensor t;
-        s = qcal_tensor_init(&t, data, info.ndim, info.shape);
-        if (s == QCAL_OK)
-            rc = compare_one(r, info.name, &t);
-        else
-            rc = cli_fail_status("compare-weights", QCAL_EXIT_INPUT, s);
-        free(buf);
-        qcal_safetensors_release(st, i);
-    }
-    qcal_safetensors_close(&st);
-    return rc;
+    return cli_safetensors_each("compare-weights", path, compare_tensor, r);
 }
 
 static int do_npy(run *r, const char *path)

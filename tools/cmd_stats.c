@@ -58,50 +58,47 @@ static int add_summary(qcal_summary *sum, const char *name, int32_t ndim, const 
     return st == QCAL_OK ? 0 : cli_fail_status("stats", QCAL_EXIT_FAILURE, st);
 }
 
-static int do_safetensors(const char *path, qcal_logger *lg, qcal_summary *sum, float *buf)
+typedef struct st_ctx {
+    qcal_logger *lg;
+    qcal_summary *sum;
+    float *buf;
+} st_ctx;
+
+static int stats_tensor(void *ctx, qcal_safetensors *st, int64_t i, const qcal_st_info *info)
 {
-    qcal_safetensors *st = NULL;
-    qcal_status s = qcal_safetensors_open(path, &st);
-    if (s != QCAL_OK)
-        return cli_fail_status("stats", QCAL_EXIT_INPUT, s);
-    int64_t n = 0;
-    qcal_safetensors_count(st, &n);
-    int rc = 0;
-    for (int64_t i = 0; i < n && !rc; i++) {
-        qcal_st_info info;
-        qcal_safetensors_info(st, i, &info);
-        if (info.dtype == QCAL_ST_OTHER) {
-            fprintf(stderr, "qcal: stats: skipping '%s' (dtype %s)\n", info.name, info.dtype_name);
-            continue;
-        }
-        qcal_stats stats;
-        qcal_stats_init(&stats);
-        const void *raw = NULL;
-        bool direct = info.dtype == QCAL_ST_F32 && qcal_safetensors_raw(st, i, &raw) == QCAL_OK &&
-                      ((uintptr_t)raw % sizeof(float)) == 0;
-        for (int64_t off = 0; off < info.numel; off += STATS_CHUNK) {
-            int64_t m = info.numel - off < STATS_CHUNK ? info.numel - off : STATS_CHUNK;
-            const float *src = direct ? (const float *)raw + off : buf;
-            if (!direct) {
-                s = qcal_safetensors_read_f32(st, i, off, m, buf);
-                if (s != QCAL_OK)
-                    break;
-            }
-            s = qcal_stats_update(&stats, src, m);
+    const st_ctx *c = ctx;
+    float *buf = c->buf;
+    qcal_status s = QCAL_OK;
+    qcal_stats stats;
+    qcal_stats_init(&stats);
+    const void *raw = NULL;
+    bool direct = info->dtype == QCAL_ST_F32 && qcal_safetensors_raw(st, i, &raw) == QCAL_OK &&
+                  ((uintptr_t)raw % sizeof(float)) == 0;
+    for (int64_t off = 0; off < info->numel; off += STATS_CHUNK) {
+        int64_t m = info->numel - off < STATS_CHUNK ? info->numel - off : STATS_CHUNK;
+        const float *src = direct ? (const float *)raw + off : buf;
+        if (!direct) {
+            s = qcal_safetensors_read_f32(st, i, off, m, buf);
             if (s != QCAL_OK)
                 break;
         }
-        qcal_safetensors_release(st, i);
-        if (s == QCAL_OK)
-            s = qcal_logger_log_stats(lg, QCAL_LOG_PARAM, info.name, "", NULL, info.ndim,
-                                      info.shape, &stats);
+        s = qcal_stats_update(&stats, src, m);
         if (s != QCAL_OK)
-            rc = cli_fail_status("stats", QCAL_EXIT_FAILURE, s);
-        else
-            rc = add_summary(sum, info.name, info.ndim, info.shape, &stats);
+            break;
     }
-    qcal_safetensors_close(&st);
-    return rc;
+    qcal_safetensors_release(st, i);
+    if (s == QCAL_OK)
+        s = qcal_logger_log_stats(c->lg, QCAL_LOG_PARAM, info->name, "", NULL, info->ndim,
+                                  info->shape, &stats);
+    if (s != QCAL_OK)
+        return cli_fail_status("stats", QCAL_EXIT_FAILURE, s);
+    return add_summary(c->sum, info->name, info->ndim, info->shape, &stats);
+}
+
+static int do_safetensors(const char *path, qcal_logger *lg, qcal_summary *sum, float *buf)
+{
+    st_ctx c = { lg, sum, buf };
+    return cli_safetensors_each("stats", path, stats_tensor, &c);
 }
 
 static int do_npy(const char *path, qcal_logger *lg, qcal_summary *sum)
