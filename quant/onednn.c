@@ -610,6 +610,34 @@ static void commit_layer(qcal_int8_net *net, layer *l)
     drop_plans(net);
 }
 
+/* Quantization of a conv/linear layer: its input is the current activation's; a u8
+ * output has out_scale / out_zp, a float output (1, 0). */
+static void set_layer_q(const qcal_int8_net *net, layer *l, bool relu,
+                        qcal_int8_out_type out_type, float out_scale, int32_t out_zp)
+{
+    l->relu = relu;
+    l->out_type = out_type;
+    l->in_scale = net->cur_scale;
+    l->in_zp = net->cur_zp;
+    l->out_scale = out_type == QCAL_INT8_OUT_U8 ? out_scale : 1.0f;
+    l->out_zp = out_type == QCAL_INT8_OUT_U8 ? out_zp : 0;
+}
+
+/* Ends adding a conv/linear layer: when rc (the weights' preparation) is QCAL_OK, creates
+ * its memories and commits it; on any failure frees it and returns the status. */
+static qcal_status finish_weighted_layer(qcal_int8_net *net, layer *l, qcal_status rc,
+                                         const char *what)
+{
+    if (rc == QCAL_OK)
+        rc = layer_memories(net, l, what);
+    if (rc != QCAL_OK) {
+        layer_free(l);
+        return rc;
+    }
+    commit_layer(net, l);
+    return QCAL_OK;
+}
+
 /* Output size of a window along one axis (floor mode), or -1 if none. */
 static int64_t window_out(int64_t in, int64_t k, int64_t s, int64_t p)
 {
@@ -665,22 +693,10 @@ qcal_status qcal_int8_net_add_conv2d(qcal_int8_net *net, const qcal_int8_conv2d_
     l->sw = p->stride_w;
     l->ph = p->pad_h;
     l->pw = p->pad_w;
-    l->relu = p->relu;
-    l->out_type = p->out_type;
-    l->in_scale = net->cur_scale;
-    l->in_zp = net->cur_zp;
-    l->out_scale = p->out_type == QCAL_INT8_OUT_U8 ? p->out_scale : 1.0f;
-    l->out_zp = p->out_type == QCAL_INT8_OUT_U8 ? p->out_zero_point : 0;
+    set_layer_q(net, l, p->relu, p->out_type, p->out_scale, p->out_zero_point);
     l->oc = p->out_channels;
     rc = quantize_weights(net, l, fn, k, p->weight, p->weight_scale, p->bias);
-    if (rc == QCAL_OK)
-        rc = layer_memories(net, l, "conv2d weights/bias");
-    if (rc != QCAL_OK) {
-        layer_free(l);
-        return rc;
-    }
-    commit_layer(net, l);
-    return QCAL_OK;
+    return finish_weighted_layer(net, l, rc, "conv2d weights/bias");
 }
 
 qcal_status qcal_int8_net_add_linear(qcal_int8_net *net, const qcal_int8_linear_params *p)
@@ -703,24 +719,12 @@ qcal_status qcal_int8_net_add_linear(qcal_int8_net *net, const qcal_int8_linear_
     l->kind = LAYER_LINEAR;
     l->in = net->cur;
     l->out = (act_shape){1, p->out_features, 1, 1};
-    l->relu = p->relu;
-    l->out_type = p->out_type;
-    l->in_scale = net->cur_scale;
-    l->in_zp = net->cur_zp;
-    l->out_scale = p->out_type == QCAL_INT8_OUT_U8 ? p->out_scale : 1.0f;
-    l->out_zp = p->out_type == QCAL_INT8_OUT_U8 ? p->out_zero_point : 0;
+    set_layer_q(net, l, p->relu, p->out_type, p->out_scale, p->out_zero_point);
     l->oc = p->out_features;
     rc = quantize_weights(net, l, fn, shape_numel(&net->cur), p->weight, p->weight_scale, p->bias);
     if (rc == QCAL_OK && l->in.ndim == 3 && !layout_is_plain(&l->in))
         rc = permute_chw_to_hwc(l);
-    if (rc == QCAL_OK)
-        rc = layer_memories(net, l, "linear weights/bias");
-    if (rc != QCAL_OK) {
-        layer_free(l);
-        return rc;
-    }
-    commit_layer(net, l);
-    return QCAL_OK;
+    return finish_weighted_layer(net, l, rc, "linear weights/bias");
 }
 
 qcal_status qcal_int8_net_add_maxpool2d(qcal_int8_net *net, const qcal_int8_pool2d_params *p)
