@@ -116,7 +116,9 @@ float qcal_torch_sum_f32(const float *x, int64_t n);
  * interpolation inside the bin that crosses q (uniform density). total > 0. */
 double qcal_hist_quantile(const uint64_t *counts, int32_t bins, double lo, double hi,
                           double q);
-/* KL search (entropy.c): best candidate bin count i in [levels, bins]; threshold = i * w. */
+/* KL search (entropy.c): best candidate bin count i in [levels, bins]; threshold = i * w.
+ * Runs on the counts with counts[0] = min(counts[0], counts[1]) (bins >= 2; entropy.c);
+ * returns bins (KL 0) if no bin past the first holds data. */
 int32_t qcal_hist_entropy_search(const uint64_t *counts, int32_t bins, int32_t levels,
                                  double *best_kl);
 /* MSE search (mse.c): best candidate bin i in [min(128, bins-1), bins); amax = centre of bin

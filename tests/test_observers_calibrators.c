@@ -155,9 +155,16 @@ static void test_percentile_vs_python(void **state)
 
 /* ---- fast searches against their direct O(bins^2) definitions ---- */
 
-/* KL search evaluated term by term (the definition in observers/entropy.c). */
-static int32_t direct_entropy(const uint64_t *counts, int32_t bins, int32_t levels, double *best)
+/* KL search evaluated term by term (the definition in observers/entropy.c); flatten applies
+ * the variant's counts[0] = min(counts[0], counts[1]), without it this is the plain
+ * TensorRT search. */
+static int32_t direct_entropy_v(const uint64_t *counts_in, int32_t bins, int32_t levels,
+                                bool flatten, double *best)
 {
+    uint64_t *counts = malloc((size_t)bins * 8);
+    memcpy(counts, counts_in, (size_t)bins * 8);
+    if (flatten && bins >= 2 && counts[0] > counts[1])
+        counts[0] = counts[1];
     uint64_t total = 0;
     for (int32_t j = 0; j < bins; j++)
         total += counts[j];
@@ -196,8 +203,16 @@ static int32_t direct_entropy(const uint64_t *counts, int32_t bins, int32_t leve
     }
     free(lsum);
     free(nz);
+    free(counts);
+    if (total == 0)
+        bv = 0.0;   /* nothing to search: the variant returns bins with KL 0 */
     *best = bv;
     return bi;
+}
+
+static int32_t direct_entropy(const uint64_t *counts, int32_t bins, int32_t levels, double *best)
+{
+    return direct_entropy_v(counts, bins, levels, true, best);
 }
 
 /* MSE search evaluated bin by bin in double (the definition in observers/mse.c). */
@@ -415,6 +430,109 @@ static void test_observer_matches_search(void **state)
     free(x);
 }
 
+/* ReLU-like data: exact zeros and a near-zero constant (a ReLU'd background) pile up in
+ * bin 0. The variant clamps that bin to bin 1, which is what the same data without them
+ * also gets (its bin 0 is at least bin 1, checked), so both thresholds are equal; the plain
+ * TensorRT search (direct, no clamp) clips far lower on it: the defect the variant fixes. */
+static void test_entropy_zero_spike(void **state)
+{
+    (void)state;
+    enum { N = 200000 };
+    float *dirty = malloc(N * sizeof *dirty), *clean = malloc(N * sizeof *clean);
+    /* (clean gets 60% of the values plus 2% zeros: fits in N) */
+    int64_t nc = 0;
+    for (int i = 0; i < N; i++) {
+        float v = fabsf(rnd_normal());
+        if (i % 10 < 4)
+            dirty[i] = 0.0f;          /* 40% exact zeros */
+        else if (i % 10 == 4)
+            dirty[i] = 1e-5f;         /* 10% one tiny value, also in bin 0 */
+        else
+            dirty[i] = clean[nc++] = v;
+        if (i % 50 == 0)
+            clean[nc++] = 0.0f;       /* 2% zeros: clean bin 0 >= bin 1 despite noise */
+    }
+    qcal_observer *od = obs_of(QCAL_OBSERVER_ENTROPY, QCAL_PERCENTILE_ABS, 99.99);
+    qcal_observer *oc = obs_of(QCAL_OBSERVER_ENTROPY, QCAL_PERCENTILE_ABS, 99.99);
+    feed(od, dirty, N);
+    feed(oc, clean, nc);
+    float da, db, ca, cb;
+    int64_t n;
+    assert_int_equal(qcal_observer_qrange(od, 1, &da, &db, &n), QCAL_OK);
+    assert_int_equal(qcal_observer_qrange(oc, 1, &ca, &cb, &n), QCAL_OK);
+    const qcal_hist *h = qcal_histobs_hist(od);
+    const qcal_hist *hc = qcal_histobs_hist(oc);
+    assert_true(h->hi == hc->hi && hc->counts[0] >= hc->counts[1]);
+    for (int32_t j = 1; j < h->bins; j++)
+        assert_true(h->counts[j] == hc->counts[j]);
+    assert_true(h->counts[0] > 5 * (uint64_t)N / 10);   /* the spike is there */
+    if (!(da == 0.0f && ca == 0.0f && db == cb))
+        fail_msg("zero spike: [%.9g, %.9g] with zeros, [%.9g, %.9g] without", da, db, ca, cb);
+    /* Half-normal, 2048 bins over [0, ~4.6]: the KL threshold lies well inside the tail. */
+    if (!(db > 2.5f && db < 4.5f))
+        fail_msg("zero spike: threshold %.9g outside (2.5, 4.5), hi %.9g", db, h->hi);
+    double kr, kf;
+    int32_t raw = direct_entropy_v(h->counts, h->bins, 128, false, &kr);
+    int32_t fixed = direct_entropy(h->counts, h->bins, 128, &kf);
+    assert_int_equal(fixed, qcal_hist_entropy_search(h->counts, h->bins, 128, NULL));
+    if (!(raw < fixed / 2))
+        fail_msg("zero spike: plain TensorRT picks %d bins, variant %d (expected < half)",
+                 (int)raw, (int)fixed);
+    /* Only bin 0 non-empty: nothing to search, t = hi (bins). */
+    uint64_t c[300] = { 0 };
+    c[0] = 1000;
+    double kl = -1.0;
+    assert_int_equal(qcal_hist_entropy_search(c, 300, 128, &kl), 300);
+    assert_true(kl == 0.0);
+    qcal_observer_destroy(&od);
+    qcal_observer_destroy(&oc);
+    free(dirty);
+    free(clean);
+}
+
+/* Non-negative data (quint8 [0, t]) searches entropy_levels levels like signed data (128 by
+ * default, TensorRT's); entropy_levels = 256 is NVIDIA's unsigned search. */
+static void test_entropy_levels_nonnegative(void **state)
+{
+    (void)state;
+    enum { N = 100000 };
+    float *x = malloc(N * sizeof *x);
+    for (int i = 0; i < N; i++)
+        x[i] = fmaxf(rnd_normal(), 0.0f);
+    const int32_t levels[2] = { 128, 256 };
+    float t[2];
+    for (int k = 0; k < 2; k++) {
+        qcal_observer_config cfg;
+        qcal_observer_config_default(&cfg, QCAL_OBSERVER_ENTROPY);
+        assert_int_equal(cfg.entropy_levels, 128);
+        cfg.entropy_levels = levels[k];
+        qcal_observer *o = NULL;
+        assert_int_equal(qcal_observer_create(&cfg, &o), QCAL_OK);
+        feed(o, x, N);
+        const qcal_hist *h = qcal_histobs_hist(o);
+        int32_t i = qcal_hist_entropy_search(h->counts, h->bins, levels[k], NULL);
+        assert_true(i >= levels[k] && i <= h->bins);
+        float a, b, s;
+        int32_t z;
+        int64_t n;
+        assert_int_equal(qcal_observer_qrange(o, 1, &a, &b, &n), QCAL_OK);
+        if (!(a == 0.0f && b == (float)((double)i * ((double)h->hi / h->bins))))
+            fail_msg("levels %d: qrange [%.9g, %.9g], search bin %d of %d over [0, %.9g]",
+                     (int)levels[k], a, b, (int)i, (int)h->bins, h->hi);
+        assert_int_equal(qcal_observer_qparams(o, 1, &s, &z, NULL, &n), QCAL_OK);
+        assert_int_equal(z, 0);
+        if (!(fabsf(s - b / 255.0f) <= 1e-6f * s))
+            fail_msg("levels %d: scale %.9g, expected t / 255 = %.9g", (int)levels[k], s,
+                     b / 255.0f);
+        t[k] = b;
+        qcal_observer_destroy(&o);
+    }
+    /* The two are different searches (here 256 levels clip less; on the demo, more). */
+    if (!(t[1] != t[0]))
+        fail_msg("levels: 128 -> t %.9g, 256 -> t %.9g", t[0], t[1]);
+    free(x);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -424,6 +542,8 @@ int main(void)
         cmocka_unit_test(test_searches_vs_direct),
         cmocka_unit_test(test_clip_ranges),
         cmocka_unit_test(test_observer_matches_search),
+        cmocka_unit_test(test_entropy_zero_spike),
+        cmocka_unit_test(test_entropy_levels_nonnegative),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

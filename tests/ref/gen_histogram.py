@@ -161,11 +161,18 @@ def ref_percentile(counts, lo, hi, q):
 
 
 def ref_entropy(counts, levels):
-    """TensorRT KL search: P = bins[:i] with the outliers added to P[i-1]; Q = the unclipped
-    bins[:i] merged into `levels` levels (bin j -> j*levels//i) and spread over each level's
-    non-zero bins; p = P/total, q = Q/(total - outliers); KL(p||q), inf where q = 0 < p."""
+    """TensorRT KL search on the histogram with bins[0] = min(bins[0], bins[1]) (the
+    zero-spike clamp of observers/entropy.c; NVIDIA copies bins[1]): P = bins[:i] with the
+    outliers added to P[i-1]; Q = the unclipped bins[:i] merged into `levels` levels
+    (bin j -> j*levels//i) and spread over each level's non-zero bins; p = P/total,
+    q = Q/(total - outliers); KL(p||q), inf where q = 0 < p. Only bin 0 non-empty:
+    (bins, 0.0)."""
     counts = [int(c) for c in counts]
     nb = len(counts)
+    if nb >= 2:
+        counts[0] = min(counts[0], counts[1])
+    if sum(counts) == 0:
+        return nb, 0.0
     total = sum(counts)
     S = float(total)
     best_i, best_kl = nb, math.inf
