@@ -189,17 +189,29 @@ static qcal_status check_channel_params(int64_t ch, const float *scale, const fl
     return QCAL_OK;
 }
 
+/* src split around axis into (outer, ch, inner), then the per-channel parameters and the
+ * quantization range checked. */
+static qcal_status channel_prepare(const qcal_tensor *src, int32_t axis, const float *scale,
+                                   const float *zero_point, int64_t quant_min,
+                                   int64_t quant_max, int64_t *outer, int64_t *ch,
+                                   int64_t *inner)
+{
+    qcal_status st = qcal_fq_split(src, axis, outer, ch, inner);
+    if (st == QCAL_OK)
+        st = check_channel_params(*ch, scale, zero_point);
+    if (st == QCAL_OK)
+        st = qcal_fq_check_range(quant_min, quant_max);
+    return st;
+}
+
 qcal_status qcal_fakequant_learnable_per_channel(const qcal_tensor *src, int32_t axis,
                                                  const float *scale, const float *zero_point,
                                                  int64_t quant_min, int64_t quant_max,
                                                  float *dst, uint8_t *mask)
 {
     int64_t outer, ch, inner;
-    qcal_status st = qcal_fq_split(src, axis, &outer, &ch, &inner);
-    if (st == QCAL_OK)
-        st = check_channel_params(ch, scale, zero_point);
-    if (st == QCAL_OK)
-        st = qcal_fq_check_range(quant_min, quant_max);
+    qcal_status st = channel_prepare(src, axis, scale, zero_point, quant_min, quant_max,
+                                     &outer, &ch, &inner);
     if (st != QCAL_OK)
         return st;
     int32_t *zp = qcal_malloc((size_t)ch * sizeof *zp);
@@ -220,11 +232,8 @@ qcal_status qcal_fakequant_learnable_per_channel_backward(
     if (!grad_y || !grad_scale || !grad_zero_point)
         return qcal_error(QCAL_ERR_INVALID_ARG, "gradient or output is NULL");
     int64_t outer, ch, inner;
-    qcal_status st = qcal_fq_split(src, axis, &outer, &ch, &inner);
-    if (st == QCAL_OK)
-        st = check_channel_params(ch, scale, zero_point);
-    if (st == QCAL_OK)
-        st = qcal_fq_check_range(quant_min, quant_max);
+    qcal_status st = channel_prepare(src, axis, scale, zero_point, quant_min, quant_max,
+                                     &outer, &ch, &inner);
     if (st == QCAL_OK && !isfinite(grad_factor))
         st = qcal_error(QCAL_ERR_INVALID_ARG, "grad_factor %g is not finite",
                         (double)grad_factor);
