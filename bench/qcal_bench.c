@@ -3,8 +3,9 @@
  * Usage: qcal_bench [--threads 1,2] [--json bench-results.json] [--torch "CMD"]
  *                   [--no-scaling] [--only NAME[,NAME...]] [--quick]
  *   --torch CMD  command that runs bench/torch_ref.py (e.g. "/usr/bin/python3 bench/torch_ref.py");
- *                it is run once per thread count with "--threads T OP=ELEMENTS ..." and prints
- *                one JSON object per op. Without it the torch columns are null.
+ *                started once per thread count with "--serve --threads T", it times each row
+ *                right before qcal does (one JSON line per row). Without it the torch
+ *                columns are null.
  *   --quick      fewer repetitions and a smaller bandwidth probe (smoke runs, meson benchmark).
  *
  * For each thread count: the STREAM-like probe (bandwidth.c) measures read and copy
@@ -21,7 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bandwidth.h"
 #include "qcal/qcal.h"
@@ -541,11 +544,6 @@ typedef struct row_result {
 
 /* ---- PyTorch ---------------------------------------------------------------------------- */
 
-typedef struct torch_res {
-    int ok;
-    timing t;
-} torch_res;
-
 static double json_num(const char *line, const char *key)
 {
     char k[64];
@@ -561,62 +559,106 @@ static double json_num(const char *line, const char *key)
     return strtod(p, NULL);
 }
 
-/* Runs the torch command for every row with the thread count; fills res[row]. */
-static void run_torch(const char *cmd, int threads, const int *selected, torch_res *res)
+/* A PyTorch server (torch_ref.py --serve) for one thread count: rows are sent one at a
+ * time ("OP ELEMENTS\n") and answered with one JSON line, so PyTorch and qcal measure each
+ * row back to back (fair under changing machine load). */
+typedef struct torch_server {
+    pid_t pid;
+    FILE *to, *from;
+} torch_server;
+
+static int torch_start(torch_server *ts, const char *cmd, int threads)
 {
-    size_t cap = strlen(cmd) + 64 + (size_t)NROWS * 96;
+    memset(ts, 0, sizeof *ts);
+    size_t cap = strlen(cmd) + 64;
     char *full = malloc(cap);
     if (!full)
-        return;
-    int len = snprintf(full, cap, "%s --threads %d", cmd, threads);
-    int any = 0;
-    for (int r = 0; r < NROWS; r++)
-        if (selected[r] && ROWS[r].torch) {
-            len += snprintf(full + len, cap - (size_t)len, " %s=%lld", ROWS[r].name,
-                            (long long)ROWS[r].elements);
-            any = 1;
-        }
-    if (g_quick)
-        len += snprintf(full + len, cap - (size_t)len, " --quick");
-    if (!any) {
+        return -1;
+    snprintf(full, cap, "%s --serve --threads %d%s", cmd, threads, g_quick ? " --quick" : "");
+    int in[2], out[2];
+    if (pipe(in) != 0) {
         free(full);
-        return;
+        return -1;
     }
-    fprintf(stderr, "qcal_bench: PyTorch, %d thread(s)...\n", threads);
-    FILE *f = popen(full, "r");
+    if (pipe(out) != 0) {
+        close(in[0]);
+        close(in[1]);
+        free(full);
+        return -1;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(in[0]);
+        close(in[1]);
+        close(out[0]);
+        close(out[1]);
+        free(full);
+        return -1;
+    }
+    if (pid == 0) {
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        close(in[0]);
+        close(in[1]);
+        close(out[0]);
+        close(out[1]);
+        execl("/bin/sh", "sh", "-c", full, (char *)NULL);
+        _exit(127);
+    }
     free(full);
-    if (!f) {
-        fprintf(stderr, "qcal_bench: cannot run the torch command\n");
-        return;
-    }
+    close(in[0]);
+    close(out[1]);
+    ts->pid = pid;
+    ts->to = fdopen(in[1], "w");
+    ts->from = fdopen(out[0], "r");
+    if (!ts->to || !ts->from)
+        return -1;
+    return 0;
+}
+
+/* Times one row in PyTorch; returns 1 with *t filled, 0 if PyTorch could not. */
+static int torch_row(torch_server *ts, const row_def *d, timing *t)
+{
+    if (!ts->to || !ts->from)
+        return 0;
+    fprintf(ts->to, "%s %lld\n", d->name, (long long)d->elements);
+    fflush(ts->to);
     char line[4096];
-    while (fgets(line, sizeof line, f)) {
-        const char *op = strstr(line, "\"op\":");
-        if (!op)
-            continue;
-        op = strchr(op + 5, '"');
-        if (!op)
-            continue;
-        op++;
-        for (int r = 0; r < NROWS; r++) {
-            size_t n = strlen(ROWS[r].name);
-            if (!strncmp(op, ROWS[r].name, n) && op[n] == '"') {
-                double med = json_num(line, "median_s");
-                if (isfinite(med) && med > 0) {
-                    res[r].ok = 1;
-                    res[r].t.med = med;
-                    res[r].t.min = json_num(line, "min_s");
-                    res[r].t.max = json_num(line, "max_s");
-                    res[r].t.reps = (int)json_num(line, "reps");
-                } else {
-                    fprintf(stderr, "qcal_bench: torch %s: %s", ROWS[r].name, line);
-                }
-            }
-        }
+    if (!fgets(line, sizeof line, ts->from)) {
+        fprintf(stderr, "qcal_bench: the PyTorch helper stopped answering\n");
+        fclose(ts->to);
+        fclose(ts->from);
+        ts->to = ts->from = NULL;
+        return 0;
     }
-    int rc = pclose(f);
-    if (rc != 0)
-        fprintf(stderr, "qcal_bench: the torch command exited with status %d\n", rc);
+    double med = json_num(line, "median_s");
+    if (!(isfinite(med) && med > 0)) {
+        fprintf(stderr, "qcal_bench: torch %s: %s", d->name, line);
+        return 0;
+    }
+    t->med = med;
+    t->min = json_num(line, "min_s");
+    t->max = json_num(line, "max_s");
+    t->reps = (int)json_num(line, "reps");
+    return 1;
+}
+
+static void torch_stop(torch_server *ts)
+{
+    if (ts->to)
+        fclose(ts->to);
+    if (ts->from)
+        fclose(ts->from);
+    ts->to = ts->from = NULL;
+    if (ts->pid > 0) {
+        int status = 0;
+        waitpid(ts->pid, &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            fprintf(stderr, "qcal_bench: the PyTorch helper exited with status %d\n", status);
+    }
+    ts->pid = 0;
 }
 
 /* ---- setup and verification ----------------------------------------------------------- */
@@ -1105,10 +1147,12 @@ int main(int argc, char **argv)
                t, bw[ti].read_gbps, bw[ti].copy_gbps, bw[ti].copy_store_gbps,
                bw[ti].copy_memcpy_gbps);
         fflush(stdout);
-        torch_res tr[sizeof ROWS / sizeof ROWS[0]];
-        memset(tr, 0, sizeof tr);
-        if (torch_cmd)
-            run_torch(torch_cmd, t, selected, tr);
+        torch_server ts = {0};
+        if (torch_cmd) {
+            fprintf(stderr, "qcal_bench: starting the PyTorch helper, %d thread(s)\n", t);
+            if (torch_start(&ts, torch_cmd, t) != 0)
+                fprintf(stderr, "qcal_bench: cannot start the PyTorch helper\n");
+        }
         set_threads(t);
         for (int r = 0; r < NROWS; r++) {
             if (!selected[r])
@@ -1145,8 +1189,7 @@ int main(int argc, char **argv)
             } else
 #endif
                 rr->q = measure(d->fn, b, g_quick ? 0.2 : 0.8);
-            rr->have_torch = tr[r].ok;
-            rr->t = tr[r].t;
+            rr->have_torch = d->torch && torch_cmd ? torch_row(&ts, d, &rr->t) : 0;
             evaluate(d, rr, &bw[ti]);
             rr->identical = -1;
             if (ti > 0) {
@@ -1165,6 +1208,7 @@ int main(int argc, char **argv)
                 }
             }
         }
+        torch_stop(&ts);
     }
 #if !BENCH_HAVE_CNN
     printf("\n(calibration of the demo CNN: not built - examples/cnn is not available)\n");

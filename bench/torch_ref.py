@@ -5,6 +5,9 @@ the same sizes with the same thread count and prints one JSON object per operati
 Usage (run with /usr/bin/python3, Debian's python3-torch):
     torch_ref.py --threads T OP=ELEMENTS [OP=ELEMENTS ...] [--quick]
     torch_ref.py --threads T --op OP --elements N
+    torch_ref.py --threads T --serve     (reads "OP ELEMENTS" lines on stdin, answers each
+                                          with one JSON line; qcal_bench interleaves PyTorch
+                                          and qcal row by row this way)
 Output lines: {"op", "threads", "elements", "median_s", "min_s", "max_s", "reps"} (seconds per
 call; warm-up, then the median of repeats), or {"op", "error"} for an unknown op or a
 size that does not match the op's shape. Data: standard normal (torch.manual_seed(0));
@@ -33,6 +36,7 @@ SHAPES = {
     "quantize_per_tensor": (M16,),
     "dequantize_per_tensor": (M16,),
     "quantize_per_channel": (4096, 4096),
+    "quantize_per_channel_last_axis": (4096, 4096),
     "dequantize_per_channel": (4096, 4096),
     "fakequant_forward": (M16,),
     "fakequant_per_channel_forward": (4096, 4096),
@@ -121,6 +125,9 @@ def make_op(op, x):
         scales, zps = pc.calculate_qparams()
     if op == "quantize_per_channel":
         return lambda: torch.quantize_per_channel(x, scales, zps, 0, torch.qint8)
+    if op == "quantize_per_channel_last_axis":
+        # the same 4096 scales along axis 1 (as the C bench)
+        return lambda: torch.quantize_per_channel(x, scales, zps, 1, torch.qint8)
     if op == "dequantize_per_channel":
         q = torch.quantize_per_channel(x, scales, zps, 0, torch.qint8)
         return lambda: q.dequantize()
@@ -151,12 +158,34 @@ def make_op(op, x):
     return None
 
 
+def run_one(op, n, threads, quick):
+    """Times one op; returns the JSON object (with "error" on failure)."""
+    out = {"op": op, "threads": threads, "elements": n}
+    shape = SHAPES.get(op)
+    if shape is None:
+        out["error"] = "unknown op"
+    elif n is not None and n != numel(shape):
+        out["error"] = "elements %d do not match the op's shape %s" % (n, list(shape))
+    else:
+        try:
+            x = torch.randn(*shape) if op != "histogram_qparams" else None
+            fn = make_op(op, x)
+            with torch.no_grad() if "backward" not in op else torch.enable_grad():
+                med, mn, mx, reps = measure(fn, 0.2 if quick else 0.8, quick)
+            out.update(median_s=med, min_s=mn, max_s=mx, reps=reps)
+            del fn, x
+        except Exception as e:  # reported per op; the other ops still run
+            out["error"] = "%s: %s" % (type(e).__name__, e)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--op")
     ap.add_argument("--elements", type=int)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--serve", action="store_true")
     ap.add_argument("ops", nargs="*", help="OP=ELEMENTS")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -168,23 +197,14 @@ def main():
         name, _, n = spec.partition("=")
         todo.append((name, int(n) if n else None))
     for op, n in todo:
-        out = {"op": op, "threads": a.threads, "elements": n}
-        shape = SHAPES.get(op)
-        if shape is None:
-            out["error"] = "unknown op"
-        elif n is not None and n != numel(shape):
-            out["error"] = "elements %d do not match the op's shape %s" % (n, list(shape))
-        else:
-            try:
-                x = torch.randn(*shape) if op != "histogram_qparams" else None
-                fn = make_op(op, x)
-                with torch.no_grad() if "backward" not in op else torch.enable_grad():
-                    med, mn, mx, reps = measure(fn, 0.2 if a.quick else 0.8, a.quick)
-                out.update(median_s=med, min_s=mn, max_s=mx, reps=reps)
-                del fn, x
-            except Exception as e:  # reported per op; the other ops still run
-                out["error"] = "%s: %s" % (type(e).__name__, e)
-        print(json.dumps(out), flush=True)
+        print(json.dumps(run_one(op, n, a.threads, a.quick)), flush=True)
+    if a.serve:
+        for line in sys.stdin:
+            parts = line.split()
+            if not parts:
+                continue
+            n = int(parts[1]) if len(parts) > 1 else None
+            print(json.dumps(run_one(parts[0], n, a.threads, a.quick)), flush=True)
     return 0
 
 
