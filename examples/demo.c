@@ -55,9 +55,7 @@ typedef struct demo_opts {
     int64_t test_images;          /* 0 = all */
     int64_t sqnr_images;          /* 1000: test images used for the shadow-mode SQNR */
     bool qat;                     /* true */
-    int qat_steps;                /* cnn_qat_opts_default */
-    int qat_freeze;
-    float qat_lr;
+    cnn_qat_schedule qat_sched;   /* cnn_qat_schedule_default with 200 steps, frozen after 150 */
     bool input_same;              /* false: the model input (conv1's input) uses minmax */
     cnn_train_opts train;         /* cnn_train_opts_default */
     int n_kinds;
@@ -151,18 +149,17 @@ static int parse_kinds(const char *s, demo_opts *o)
 
 static int parse_args(int argc, char **argv, demo_opts *o)
 {
-    cnn_qat_opts q = cnn_qat_opts_default();
     memset(o, 0, sizeof *o);
     o->data_dir = cnn_data_dir();
     o->out_dir = "qcal-demo-out";
     o->calib_images = 1000;
     o->sqnr_images = 1000;
     o->qat = true;
-    /* A shorter QAT than examples/qat_fmnist (q.qat_steps = one epoch) so that the demo stays
-     * within a minute with the cached model; same learning rate and cosine schedule. */
-    o->qat_steps = 200;
-    o->qat_freeze = 150;
-    o->qat_lr = q.qat_lr;
+    /* A shorter QAT than examples/qat_fmnist (one epoch) so that the demo stays within a
+     * minute with the cached model; same batch, seed, learning rate and cosine schedule. */
+    o->qat_sched = cnn_qat_schedule_default();
+    o->qat_sched.steps = 200;
+    o->qat_sched.freeze_step = 150;
     o->train = cnn_train_opts_default();
     o->n_kinds = (int)(sizeof default_kinds / sizeof default_kinds[0]);
     memcpy(o->kinds, default_kinds, sizeof default_kinds);
@@ -211,15 +208,15 @@ static int parse_args(int argc, char **argv, demo_opts *o)
         else if (!strcmp(a, "--epochs"))
             bad = parse_i64(a, v, 1, 100, &x), o->train.epochs = (int)x;
         else if (!strcmp(a, "--qat-steps"))
-            bad = parse_i64(a, v, 1, 1000000, &x), o->qat_steps = (int)x;
+            bad = parse_i64(a, v, 1, 1000000, &x), o->qat_sched.steps = (int)x;
         else if (!strcmp(a, "--qat-freeze"))
-            bad = parse_i64(a, v, 0, 1000000, &x), o->qat_freeze = (int)x;
+            bad = parse_i64(a, v, 0, 1000000, &x), o->qat_sched.freeze_step = (int)x;
         else if (!strcmp(a, "--qat-lr")) {
             char *end;
             double d = strtod(v, &end);
             if (end == v || *end || !(d > 0 && d <= 1))
                 bad = die(2, "--qat-lr '%s' is not a number in (0, 1]", v);
-            o->qat_lr = (float)d;
+            o->qat_sched.lr = (float)d;
         } else
             bad = die(2, "unknown option %s (see --help)", a);
         if (bad)
@@ -743,148 +740,49 @@ static qcal_status write_stats_log(cnn_ctx *ctx, const cnn_model *m, const cnn_d
 
 /* ---- QAT ------------------------------------------------------------------------------- */
 
-/* Fake-quant at the four layer inputs (quint8 full range [0, 255], the onednn backend's
- * activation qconfig, so the result converts to the same int8 net) and on every weight
- * (per-channel symmetric qint8). The logits stay float: the int8 net's fc2 outputs f32. */
-typedef struct qat_set {
-    qcal_fake_quantize *act[NSEG];
-    qcal_fake_quantize *w[NSEG];
-} qat_set;
-
-static qcal_status qat_act(void *user, cnn_act *a)
-{
-    qat_set *q = user;
-    if ((int)a->tap >= NSEG)
-        return QCAL_OK;
-    qcal_tensor t;
-    qcal_status st = qcal_tensor_init(&t, a->data, a->ndim, a->shape);
-    return st == QCAL_OK ? qcal_fake_quantize_forward(q->act[a->tap], &t, a->data) : st;
-}
-
-static qcal_status qat_act_backward(void *user, cnn_tap tap, float *grad, int64_t numel)
-{
-    qat_set *q = user;
-    if ((int)tap >= NSEG)
-        return QCAL_OK;
-    return qcal_fake_quantize_backward(q->act[tap], grad, numel, grad);
-}
-
-static qcal_status qat_weight(void *user, cnn_weight *w)
-{
-    qat_set *q = user;
-    qcal_tensor t;
-    /* read-only view: the FakeQuantize writes dst, never src */
-    qcal_status st = qcal_tensor_init(&t, (float *)(uintptr_t)w->src, w->ndim, w->shape);
-    if (st == QCAL_OK && (st = qcal_fake_quantize_forward(q->w[w->layer], &t, w->dst)) == QCAL_OK)
-        w->used = true;
-    return st;
-}
-
-static qcal_status qat_weight_backward(void *user, cnn_layer layer, float *grad, int64_t numel)
-{
-    qat_set *q = user;
-    return qcal_fake_quantize_backward(q->w[layer], grad, numel, grad);
-}
-
-static void qat_set_free(qat_set *q)
-{
-    for (int l = 0; l < NSEG; l++) {
-        qcal_fake_quantize_destroy(&q->act[l]);
-        qcal_fake_quantize_destroy(&q->w[l]);
-    }
-}
-
-static uint64_t mix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Fine-tunes a copy of the float model with fake-quant (the schedule of examples/cnn/qat.c:
- * random batches of 128, Adam from zero state, learning rate cosine-decayed from qat_lr to 0,
- * observers frozen after `freeze` steps), then
- * takes the frozen qparams for the int8 net. *qm and q are owned by the caller. */
+/* QAT through examples/cnn/qat.c (the project's one QAT path): fake-quant at the four layer
+ * inputs, quint8 full range [0, 255] (the onednn backend's activation qconfig, so the result
+ * converts to the same int8 net), per-channel symmetric qint8 weights, float logits (the int8
+ * net's fc2 outputs f32); cnn_qat_finetune's schedule with the demo's step counts. The frozen
+ * qparams and fine-tuned weights go to the int8 net. *qm and q are owned by the caller. */
 static qcal_status run_qat(cnn_ctx *ctx, const cnn_model *fm, const cnn_data *train, const demo_opts *o,
                            cnn_model **qm_out, model_qparams *q)
 {
-    qat_set set;
-    memset(&set, 0, sizeof set);
+    cnn_fq_opts fo = cnn_fq_opts_default();
+    fo.act_preset = QCAL_FQ_ACTIVATION_FULL_RANGE;
+    fo.quantize_logits = false;
     cnn_model *qm = NULL;
-    const int batch = 128;
-    uint8_t *bx = qcal_malloc((size_t)batch * 784), *by = qcal_malloc((size_t)batch);
-    qcal_status st = bx && by ? cnn_model_create(0, &qm) : QCAL_ERR_NO_MEMORY;
+    cnn_fq_set *set = NULL;
+    cnn_fq_qparams e;
+    memset(&e, 0, sizeof e);
+    qcal_status st = cnn_qat_finetune(ctx, fm, train, &fo, &o->qat_sched, cnn_progress_stderr, NULL, &qm, &set);
     if (st == QCAL_OK)
-        cnn_model_copy(qm, fm);
-    qcal_fake_quantize_config acfg, wcfg;
-    qcal_fake_quantize_config_default(&acfg, QCAL_FQ_ACTIVATION_FULL_RANGE);
-    qcal_fake_quantize_config_default(&wcfg, QCAL_FQ_WEIGHT_PER_CHANNEL);
-    for (int l = 0; l < NSEG && st == QCAL_OK; l++) {
-        st = qcal_fake_quantize_create(&acfg, &set.act[l]);
-        if (st == QCAL_OK)
-            st = qcal_fake_quantize_create(&wcfg, &set.w[l]);
-    }
-    cnn_hooks hooks = {.act = qat_act, .act_backward = qat_act_backward, .weight = qat_weight,
-                       .weight_backward = qat_weight_backward, .user = &set};
-    if (st == QCAL_OK)
-        cnn_ctx_reset_optimizer(ctx);
-    uint64_t seed = 7;
-    double run_loss = 0.0;
-    for (int step = 0; st == QCAL_OK && step < o->qat_steps; step++) {
-        if (step == o->qat_freeze)
-            for (int l = 0; l < NSEG && st == QCAL_OK; l++)
-                if ((st = qcal_fake_quantize_freeze(set.act[l])) == QCAL_OK)
-                    st = qcal_fake_quantize_freeze(set.w[l]);
-        for (int i = 0; i < batch; i++) {
-            int64_t k = (int64_t)(mix64(&seed) % (uint64_t)train->n);
-            memcpy(bx + (size_t)i * 784, train->images + k * 784, 784);
-            by[i] = train->labels[k];
-        }
-        /* cosine decay from qat_lr to 0 over the steps, as examples/cnn/qat.c */
-        float lr = (float)(0.5 * (double)o->qat_lr * (1.0 + cos(3.14159265358979323846 * step / o->qat_steps)));
-        float loss = 0.0f;
-        if (st == QCAL_OK)
-            st = cnn_train_step(ctx, qm, bx, by, batch, &hooks, lr, &loss);
-        run_loss = step == 0 ? loss : 0.98 * run_loss + 0.02 * loss;
-        if (st == QCAL_OK)
-            cnn_progress_stderr(NULL, "qat", step + 1, o->qat_steps, run_loss);
-    }
-    /* Frozen qparams: the int8 net quantizes the final weights with the weight fake-quants'
-     * scales, exactly as the last training steps fake-quantized them. */
+        st = cnn_fq_export(set, &e);
     for (int l = 0; l < NSEG && st == QCAL_OK; l++)
-        if ((st = qcal_fake_quantize_freeze(set.act[l])) == QCAL_OK)
-            st = qcal_fake_quantize_freeze(set.w[l]);
-    if (st == QCAL_OK)
-        st = qparams_alloc(q);
-    for (int l = 0; l < NSEG && st == QCAL_OK; l++) {
-        int64_t n = 0, shape[4];
-        cnn_param_shape(2 * l, shape);
-        if ((st = qcal_fake_quantize_qparams(set.act[l], 1, &q->act_scale[l], &q->act_zp[l], &n)) != QCAL_OK)
-            break;
-        int32_t *zp = qcal_malloc((size_t)shape[0] * sizeof(int32_t));
-        if (!zp) {
-            st = QCAL_ERR_NO_MEMORY;
-            break;
+        for (int64_t c = 0; c < e.weight_channels[l]; c++)
+            if (e.weight_zero_point[l][c] != 0) {
+                st = qcal_error(QCAL_ERR_MISMATCH, "QAT weight fake-quant of %s has zero-point %d in channel %lld; "
+                                "the int8 net takes symmetric weights", cnn_layer_name(l),
+                                (int)e.weight_zero_point[l][c], (long long)c);
+                break;
+            }
+    if (st == QCAL_OK) {
+        /* the int8 net's segment s reads tap s (the layer's input) */
+        for (int l = 0; l < NSEG; l++) {
+            q->act_scale[l] = e.act_scale[l];
+            q->act_zp[l] = e.act_zero_point[l];
+            q->act_min[l] = NAN;
+            q->act_max[l] = NAN;
+            q->wscale[l] = e.weight_scale[l];   /* moved: now owned by q */
+            e.weight_scale[l] = NULL;
         }
-        st = qcal_fake_quantize_qparams(set.w[l], shape[0], q->wscale[l], zp, &n);
-        free(zp);
-        if (st == QCAL_OK && n != shape[0])
-            st = qcal_error(QCAL_ERR_MISMATCH, "QAT weight fake-quant of %s has %lld channels, expected %lld",
-                            cnn_layer_name(l), (long long)n, (long long)shape[0]);
-        q->act_min[l] = NAN;
-        q->act_max[l] = NAN;
+        *qm_out = qm;
+        qm = NULL;
     }
-    qat_set_free(&set);
-    free(bx);
-    free(by);
-    if (st != QCAL_OK) {
-        qparams_free(q);
-        cnn_model_destroy(&qm);
-        return st;
-    }
-    *qm_out = qm;
-    return QCAL_OK;
+    cnn_fq_qparams_free(&e);
+    cnn_fq_destroy(&set);
+    cnn_model_destroy(&qm);
+    return st;
 }
 
 /* ---- Outputs --------------------------------------------------------------------------- */
@@ -1148,9 +1046,9 @@ int main(int argc, char **argv)
         TRY(build_net(qm, &qat_q, 0, NSEG - 1, &net));
         TRY(eval_int8(net, ft.x, test.labels, fpred, test.n, "int8 qat", logits, &qat_ev));
         qcal_int8_net_destroy(&net);
-        printf("QAT (%d steps of 128 images, lr %g cosine, observers frozen after %d steps, %.1f s): int8 top-1 %.2f%% "
-               "(%+.2f vs float, %+.2f vs best post-training %s), agreement %.2f%%\n\n", o.qat_steps,
-               (double)o.qat_lr, o.qat_freeze, qat_s, qat_ev.top1, qat_ev.top1 - float_top1,
+        printf("QAT (%d steps of %d images, lr %g cosine, observers frozen after %d steps, %.1f s): int8 top-1 "
+               "%.2f%% (%+.2f vs float, %+.2f vs best post-training %s), agreement %.2f%%\n\n", o.qat_sched.steps,
+               o.qat_sched.batch, (double)o.qat_sched.lr, o.qat_sched.freeze_step, qat_s, qat_ev.top1, qat_ev.top1 - float_top1,
                qat_ev.top1 - res[best].ev.top1, qcal_observer_kind_name(res[best].kind), qat_ev.agree);
     }
 

@@ -5,7 +5,7 @@
  *
  *   qat_fmnist [--weights FILE] [--epochs N] [--batch N] [--lr X] [--seed N]
  *              [--calib-batches N] [--qat-steps N] [--qat-lr X] [--qat-freeze N]
- *              [--train-images N] [--data DIR]
+ *              [--act-range reduced|full] [--train-images N] [--data DIR]
  */
 #include <errno.h>
 #include <stdio.h>
@@ -28,6 +28,8 @@ static void usage(FILE *f)
             "  --qat-steps N        QAT fine-tuning steps (default 469, one epoch)\n"
             "  --qat-lr X           initial QAT Adam learning rate, cosine to 0 (default 2e-4)\n"
             "  --qat-freeze N       freeze observers after N QAT steps (default 350)\n"
+            "  --act-range R        activation fake-quant: reduced (quint8 [0, 127], PyTorch's\n"
+            "                       x86/fbgemm default) or full ([0, 255], onednn/qnnpack)\n"
             "  --data DIR           dataset directory (default $QCAL_FMNIST_DIR or\n"
             "                       /usr/share/datasets/fashion-mnist)\n");
 }
@@ -80,11 +82,20 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--calib-batches"))
             bad = parse_num(a, v, 1, 1e6, &x), o.calib_batches = (int)x;
         else if (!strcmp(a, "--qat-steps"))
-            bad = parse_num(a, v, 0, 1e7, &x), o.qat_steps = (int)x;
+            bad = parse_num(a, v, 0, 1e7, &x), o.qat.steps = (int)x;
         else if (!strcmp(a, "--qat-lr"))
-            bad = parse_num(a, v, 0, 1, &x), o.qat_lr = (float)x;
-        else if (!strcmp(a, "--qat-freeze"))
-            bad = parse_num(a, v, 0, 1e7, &x), o.qat_freeze_step = (int)x;
+            bad = parse_num(a, v, 0, 1, &x), o.qat.lr = (float)x;
+        else if (!strcmp(a, "--act-range")) {
+            if (!strcmp(v, "reduced"))
+                o.fq.act_preset = QCAL_FQ_ACTIVATION;
+            else if (!strcmp(v, "full"))
+                o.fq.act_preset = QCAL_FQ_ACTIVATION_FULL_RANGE;
+            else {
+                fprintf(stderr, "qat_fmnist: --act-range '%s': expected reduced or full\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--qat-freeze"))
+            bad = parse_num(a, v, 0, 1e7, &x), o.qat.freeze_step = (int)x;
         else {
             fprintf(stderr, "qat_fmnist: unknown option %s\n", a);
             usage(stderr);
@@ -97,7 +108,7 @@ int main(int argc, char **argv)
     cnn_data train = {0}, test = {0};
     cnn_ctx *ctx = NULL;
     cnn_qat_result r;
-    int maxb = o.float_opts.batch > o.qat_batch ? o.float_opts.batch : o.qat_batch;
+    int maxb = o.float_opts.batch > o.qat.batch ? o.float_opts.batch : o.qat.batch;
     qcal_status st = cnn_data_load(dir, "train", &train);
     if (st == QCAL_OK)
         st = cnn_data_load(dir, "t10k", &test);
@@ -122,7 +133,7 @@ int main(int argc, char **argv)
     printf("post-training fake-quant: %6.2f%%  (agreement with float %.2f%%, calibration %d batches)\n",
            r.ptq_acc, r.ptq_agree, o.calib_batches);
     printf("QAT accuracy:            %6.2f%%  (agreement with float %.2f%%, %d steps in %.1f s)\n", r.qat_acc,
-           r.qat_agree, o.qat_steps, r.qat_train_s);
+           r.qat_agree, o.qat.steps, r.qat_train_s);
     cnn_ctx_destroy(&ctx);
     cnn_data_free(&train);
     cnn_data_free(&test);

@@ -9,9 +9,13 @@
 
 /* ---- Hooks --------------------------------------------------------------------------- */
 
+/* A tap without a FakeQuantize (the logits when quantize_logits is false) stays float:
+ * identity forward and backward. */
 static qcal_status fq_act(void *user, cnn_act *a)
 {
     cnn_fq_set *s = user;
+    if (!s->act[a->tap])
+        return QCAL_OK;
     qcal_tensor t;
     qcal_status st = qcal_tensor_init(&t, a->data, a->ndim, a->shape);
     if (st != QCAL_OK)
@@ -22,6 +26,8 @@ static qcal_status fq_act(void *user, cnn_act *a)
 static qcal_status fq_act_backward(void *user, cnn_tap tap, float *grad, int64_t numel)
 {
     cnn_fq_set *s = user;
+    if (!s->act[tap])
+        return QCAL_OK;
     return qcal_fake_quantize_backward(s->act[tap], grad, numel, grad);
 }
 
@@ -45,19 +51,32 @@ static qcal_status fq_weight_backward(void *user, cnn_layer layer, float *grad, 
     return qcal_fake_quantize_backward(s->weight[layer], grad, numel, grad);
 }
 
-qcal_status cnn_fq_create(cnn_fq_set **out)
+cnn_fq_opts cnn_fq_opts_default(void)
+{
+    cnn_fq_opts o = {.act_preset = QCAL_FQ_ACTIVATION, .quantize_logits = true};
+    return o;
+}
+
+qcal_status cnn_fq_create(const cnn_fq_opts *opts, cnn_fq_set **out)
 {
     if (!out)
         return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_fq_create: NULL out");
+    cnn_fq_opts o = opts ? *opts : cnn_fq_opts_default();
+    if (o.act_preset != QCAL_FQ_ACTIVATION && o.act_preset != QCAL_FQ_ACTIVATION_FULL_RANGE)
+        return qcal_error(QCAL_ERR_INVALID_ARG,
+                          "cnn_fq_create: activation preset %d is not QCAL_FQ_ACTIVATION (%d) or "
+                          "QCAL_FQ_ACTIVATION_FULL_RANGE (%d)", (int)o.act_preset, (int)QCAL_FQ_ACTIVATION,
+                          (int)QCAL_FQ_ACTIVATION_FULL_RANGE);
     cnn_fq_set *s = qcal_calloc(1, sizeof *s);
     if (!s)
         return QCAL_ERR_NO_MEMORY;
     qcal_status st = QCAL_OK;
     qcal_fake_quantize_config acfg, wcfg;
-    qcal_fake_quantize_config_default(&acfg, QCAL_FQ_ACTIVATION);
+    qcal_fake_quantize_config_default(&acfg, o.act_preset);
     qcal_fake_quantize_config_default(&wcfg, QCAL_FQ_WEIGHT_PER_CHANNEL);
     for (int t = 0; t < CNN_NTAPS && st == QCAL_OK; t++)
-        st = qcal_fake_quantize_create(&acfg, &s->act[t]);
+        if (t != CNN_TAP_LOGITS || o.quantize_logits)
+            st = qcal_fake_quantize_create(&acfg, &s->act[t]);
     for (int l = 0; l < CNN_NLAYERS && st == QCAL_OK; l++)
         st = qcal_fake_quantize_create(&wcfg, &s->weight[l]);
     if (st != QCAL_OK) {
@@ -88,6 +107,8 @@ void cnn_fq_destroy(cnn_fq_set **set)
 static qcal_status each(cnn_fq_set *s, qcal_status (*fn)(qcal_fake_quantize *, bool), bool on)
 {
     for (int t = 0; t < CNN_NTAPS; t++) {
+        if (!s->act[t])
+            continue;
         qcal_status st = fn(s->act[t], on);
         if (st != QCAL_OK)
             return st;
@@ -121,21 +142,89 @@ qcal_status cnn_fq_freeze(cnn_fq_set *s)
     return each(s, freeze_one, true);
 }
 
-/* ---- The comparison ---------------------------------------------------------------- */
+/* ---- Qparams export ------------------------------------------------------------------ */
 
-cnn_qat_opts cnn_qat_opts_default(void)
+void cnn_fq_qparams_free(cnn_fq_qparams *q)
 {
-    cnn_qat_opts o = {
-        .float_opts = cnn_train_opts_default(),
-        .weights = NULL,
-        .calib_batches = 32,
-        .qat_steps = 469,
-        .qat_batch = 128,
-        .qat_lr = 2e-4f,
-        .qat_freeze_step = 350,
-        .qat_seed = 7,
-    };
-    return o;
+    if (!q)
+        return;
+    for (int l = 0; l < CNN_NLAYERS; l++) {
+        free(q->weight_scale[l]);
+        free(q->weight_zero_point[l]);
+        q->weight_scale[l] = NULL;
+        q->weight_zero_point[l] = NULL;
+    }
+}
+
+/* Qparams of one object into scale/zp (cap values); QCAL_ERR_STATE before its first forward
+ * (the object would report its placeholder scale 1, zero-point 0). */
+static qcal_status export_one(const qcal_fake_quantize *fq, const char *what, int64_t cap, float *scale,
+                              int32_t *zp)
+{
+    int64_t steps = 0, n = 0;
+    qcal_status st = qcal_fake_quantize_status(fq, NULL, NULL, NULL, &steps);
+    if (st != QCAL_OK)
+        return st;
+    if (steps == 0)
+        return qcal_error(QCAL_ERR_STATE, "cnn_fq_export: the fake-quant of %s has not run a forward, "
+                          "its qparams are not calibrated", what);
+    if ((st = qcal_fake_quantize_qparams(fq, cap, scale, zp, &n)) != QCAL_OK)
+        return st;
+    if (n != cap)
+        return qcal_error(QCAL_ERR_MISMATCH, "cnn_fq_export: the fake-quant of %s has %lld channels, expected %lld",
+                          what, (long long)n, (long long)cap);
+    return QCAL_OK;
+}
+
+qcal_status cnn_fq_export(const cnn_fq_set *s, cnn_fq_qparams *out)
+{
+    if (!s || !out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_fq_export: NULL argument");
+    cnn_fq_qparams q;
+    memset(&q, 0, sizeof q);
+    qcal_status st = QCAL_OK;
+    for (int t = 0; t < CNN_NTAPS && st == QCAL_OK; t++) {
+        q.act_quantized[t] = s->act[t] != NULL;
+        if (s->act[t])
+            st = export_one(s->act[t], cnn_tap_name(t), 1, &q.act_scale[t], &q.act_zero_point[t]);
+    }
+    for (int l = 0; l < CNN_NLAYERS && st == QCAL_OK; l++) {
+        int64_t shape[4];
+        cnn_param_shape(2 * l, shape);
+        q.weight_channels[l] = shape[0];
+        q.weight_scale[l] = qcal_malloc((size_t)shape[0] * sizeof(float));
+        q.weight_zero_point[l] = qcal_malloc((size_t)shape[0] * sizeof(int32_t));
+        if (!q.weight_scale[l] || !q.weight_zero_point[l]) {
+            st = QCAL_ERR_NO_MEMORY;
+            break;
+        }
+        char what[64];
+        snprintf(what, sizeof what, "%s.weight", cnn_layer_name(l));
+        st = export_one(s->weight[l], what, shape[0], q.weight_scale[l], q.weight_zero_point[l]);
+    }
+    if (st != QCAL_OK) {
+        cnn_fq_qparams_free(&q);
+        return st;
+    }
+    *out = q;
+    return QCAL_OK;
+}
+
+/* ---- QAT fine-tuning ----------------------------------------------------------------- */
+
+cnn_qat_schedule cnn_qat_schedule_default(void)
+{
+    cnn_qat_schedule s = {.steps = 469, .batch = 128, .lr = 2e-4f, .freeze_step = 350, .seed = 7};
+    return s;
+}
+
+static qcal_status schedule_check(const char *fn, const cnn_qat_schedule *s, const cnn_data *train)
+{
+    if (s->steps < 0 || s->batch < 1 || !(s->lr >= 0.0f && isfinite(s->lr)) || s->freeze_step < 0 || train->n < 1)
+        return qcal_error(QCAL_ERR_INVALID_ARG,
+                          "%s: QAT steps %d, batch %d, lr %g, freeze step %d, %lld training images", fn,
+                          s->steps, s->batch, (double)s->lr, s->freeze_step, (long long)train->n);
+    return QCAL_OK;
 }
 
 static uint64_t mix64(uint64_t *s)
@@ -144,6 +233,78 @@ static uint64_t mix64(uint64_t *s)
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
+}
+
+/* A copy of the float weights, fresh FakeQuantize objects (observer and fake-quant on, as
+ * prepare_qat), Adam from zero state, learning rate lr decayed to 0 on a cosine; observers
+ * frozen after freeze_step steps. Batches are drawn with replacement from the training set
+ * by a generator seeded with seed. */
+qcal_status cnn_qat_finetune(cnn_ctx *ctx, const cnn_model *fm, const cnn_data *train, const cnn_fq_opts *opts,
+                             const cnn_qat_schedule *s, cnn_progress_fn progress, void *pu, cnn_model **model_out,
+                             cnn_fq_set **set_out)
+{
+    if (!ctx || !fm || !train || !s || !model_out || !set_out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_qat_finetune: NULL argument");
+    qcal_status st = schedule_check("cnn_qat_finetune", s, train);
+    if (st != QCAL_OK)
+        return st;
+    cnn_model *qm = NULL;
+    cnn_fq_set *set = NULL;
+    uint8_t *bx = qcal_malloc((size_t)s->batch * CNN_IMAGE_PIXELS), *by = qcal_malloc((size_t)s->batch);
+    st = bx && by ? cnn_model_create(0, &qm) : QCAL_ERR_NO_MEMORY;
+    if (st == QCAL_OK) {
+        cnn_model_copy(qm, fm);
+        st = cnn_fq_create(opts, &set);
+    }
+    if (st == QCAL_OK)
+        cnn_ctx_reset_optimizer(ctx);
+    uint64_t seed = s->seed;
+    double run_loss = 0.0;
+    for (int step = 0; st == QCAL_OK && step < s->steps; step++) {
+        if (step == s->freeze_step)
+            st = cnn_fq_freeze(set);
+        for (int i = 0; st == QCAL_OK && i < s->batch; i++) {
+            int64_t k = (int64_t)(mix64(&seed) % (uint64_t)train->n);
+            memcpy(bx + (size_t)i * CNN_IMAGE_PIXELS, train->images + k * CNN_IMAGE_PIXELS, CNN_IMAGE_PIXELS);
+            by[i] = train->labels[k];
+        }
+        /* Cosine decay from lr to 0 over the steps. */
+        float lr = (float)(0.5 * (double)s->lr * (1.0 + cos(3.14159265358979323846 * step / s->steps)));
+        float loss = 0.0f;
+        if (st == QCAL_OK)
+            st = cnn_train_step(ctx, qm, bx, by, s->batch, &set->hooks, lr, &loss);
+        run_loss = step == 0 ? loss : 0.98 * run_loss + 0.02 * loss;
+        if (progress && st == QCAL_OK)
+            progress(pu, "qat", step + 1, s->steps, run_loss);
+    }
+    /* Frozen qparams: an int8 model quantizes the final weights with the weight fake-quants'
+     * scales, exactly as the last training steps fake-quantized them. */
+    if (st == QCAL_OK)
+        st = cnn_fq_freeze(set);
+    free(bx);
+    free(by);
+    if (st != QCAL_OK) {
+        cnn_fq_destroy(&set);
+        cnn_model_destroy(&qm);
+        return st;
+    }
+    *model_out = qm;
+    *set_out = set;
+    return QCAL_OK;
+}
+
+/* ---- The comparison ---------------------------------------------------------------- */
+
+cnn_qat_opts cnn_qat_opts_default(void)
+{
+    cnn_qat_opts o = {
+        .float_opts = cnn_train_opts_default(),
+        .weights = NULL,
+        .calib_batches = 32,
+        .fq = cnn_fq_opts_default(),
+        .qat = cnn_qat_schedule_default(),
+    };
+    return o;
 }
 
 static double agree(const uint8_t *a, const uint8_t *b, int64_t n)
@@ -159,19 +320,17 @@ qcal_status cnn_qat_run(cnn_ctx *ctx, const cnn_data *train, const cnn_data *tes
 {
     if (!ctx || !train || !test || !o || !out)
         return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_qat_run: NULL argument");
-    if (o->calib_batches < 1 || o->qat_steps < 0 || o->qat_batch < 1 || !(o->qat_lr >= 0.0f) ||
-        o->qat_freeze_step < 0 || train->n < 1 || test->n < 1)
-        return qcal_error(QCAL_ERR_INVALID_ARG,
-                          "cnn_qat_run: calib_batches %d, qat_steps %d, qat_batch %d, qat_lr %g, freeze step %d, "
-                          "%lld training and %lld test images", o->calib_batches, o->qat_steps, o->qat_batch,
-                          (double)o->qat_lr, o->qat_freeze_step, (long long)train->n, (long long)test->n);
+    if (o->calib_batches < 1 || test->n < 1)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_qat_run: calib_batches %d, %lld test images",
+                          o->calib_batches, (long long)test->n);
+    qcal_status st = schedule_check("cnn_qat_run", &o->qat, train);
+    if (st != QCAL_OK)
+        return st;
     cnn_qat_result r = {.test_images = test->n};
     cnn_model *fm = NULL, *qm = NULL;
     cnn_fq_set *ptq = NULL, *qat = NULL;
     uint8_t *pf = qcal_malloc((size_t)test->n), *pq = qcal_malloc((size_t)test->n);
-    int batch = o->qat_batch > o->float_opts.batch ? o->qat_batch : o->float_opts.batch;
-    uint8_t *bx = qcal_malloc((size_t)batch * CNN_IMAGE_PIXELS), *by = qcal_malloc((size_t)batch);
-    qcal_status st = pf && pq && bx && by ? QCAL_OK : QCAL_ERR_NO_MEMORY;
+    st = pf && pq ? QCAL_OK : QCAL_ERR_NO_MEMORY;
     int64_t right = 0;
     double t0 = cnn_now();
 
@@ -191,13 +350,11 @@ qcal_status cnn_qat_run(cnn_ctx *ctx, const cnn_data *train, const cnn_data *tes
     /* 2. Post-training fake-quant: observers on, fake-quant off over calibration batches
      * (the first calib_batches * batch training images), then frozen with fake-quant on. */
     t0 = cnn_now();
-    if (st == QCAL_OK && (st = cnn_fq_create(&ptq)) == QCAL_OK)
+    if (st == QCAL_OK && (st = cnn_fq_create(&o->fq, &ptq)) == QCAL_OK)
         st = cnn_fq_enable(ptq, true, false);
     for (int b = 0; st == QCAL_OK && b < o->calib_batches; b++) {
         int64_t i0 = ((int64_t)b * o->float_opts.batch) % train->n;
         int bn = (int)(train->n - i0 < o->float_opts.batch ? train->n - i0 : o->float_opts.batch);
-        if (bn > batch)
-            bn = batch;
         const float *z;
         st = cnn_forward(ctx, fm, train->images + i0 * CNN_IMAGE_PIXELS, bn, &ptq->hooks, &z);
     }
@@ -209,38 +366,10 @@ qcal_status cnn_qat_run(cnn_ctx *ctx, const cnn_data *train, const cnn_data *tes
         r.ptq_agree = agree(pf, pq, test->n);
     }
 
-    /* 3. QAT: a copy of the float weights, fresh FakeQuantize objects (observer and
-     * fake-quant on, as prepare_qat), Adam from zero state, learning rate qat_lr decayed
-     * to 0 on a cosine; observers frozen after qat_freeze_step steps. Batches are drawn
-     * with replacement from the training set by a generator seeded with qat_seed. */
+    /* 3. QAT from the float weights, frozen evaluation. */
     t0 = cnn_now();
-    if (st == QCAL_OK && (st = cnn_model_create(0, &qm)) == QCAL_OK) {
-        cnn_model_copy(qm, fm);
-        st = cnn_fq_create(&qat);
-    }
     if (st == QCAL_OK)
-        cnn_ctx_reset_optimizer(ctx);
-    uint64_t seed = o->qat_seed;
-    double run_loss = 0.0;
-    for (int step = 0; st == QCAL_OK && step < o->qat_steps; step++) {
-        if (step == o->qat_freeze_step)
-            st = cnn_fq_freeze(qat);
-        for (int i = 0; st == QCAL_OK && i < o->qat_batch; i++) {
-            int64_t k = (int64_t)(mix64(&seed) % (uint64_t)train->n);
-            memcpy(bx + (size_t)i * CNN_IMAGE_PIXELS, train->images + k * CNN_IMAGE_PIXELS, CNN_IMAGE_PIXELS);
-            by[i] = train->labels[k];
-        }
-        /* Cosine decay from qat_lr to 0 over the QAT steps. */
-        float lr = (float)(0.5 * (double)o->qat_lr * (1.0 + cos(3.14159265358979323846 * step / o->qat_steps)));
-        float loss = 0.0f;
-        if (st == QCAL_OK)
-            st = cnn_train_step(ctx, qm, bx, by, o->qat_batch, &qat->hooks, lr, &loss);
-        run_loss = step == 0 ? loss : 0.98 * run_loss + 0.02 * loss;
-        if (progress && st == QCAL_OK)
-            progress(pu, "qat", step + 1, o->qat_steps, run_loss);
-    }
-    if (st == QCAL_OK)
-        st = cnn_fq_freeze(qat);
+        st = cnn_qat_finetune(ctx, fm, train, &o->fq, &o->qat, progress, pu, &qm, &qat);
     r.qat_train_s = cnn_now() - t0;
     if (st == QCAL_OK && (st = cnn_evaluate(ctx, qm, test, &qat->hooks, &right, pq, progress, pu)) == QCAL_OK) {
         r.qat_acc = 100.0 * (double)right / (double)test->n;
@@ -253,8 +382,6 @@ qcal_status cnn_qat_run(cnn_ctx *ctx, const cnn_data *train, const cnn_data *tes
     cnn_model_destroy(&qm);
     free(pf);
     free(pq);
-    free(bx);
-    free(by);
     if (st == QCAL_OK)
         *out = r;
     return st;
