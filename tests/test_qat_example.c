@@ -3,6 +3,8 @@
  *  - forward logits, loss and every gradient against PyTorch 1.13 on 8 test images;
  *  - safetensors save/load round trip, and clear errors for missing/misshapen tensors;
  *  - training steps bit-identical from run to run (same thread count);
+ *  - the shared QAT path as the demo uses it (full-range activations, float logits): exported
+ *    qparams equal to the observers' qparams of the data seen, deterministic fine-tuning;
  *  - the QAT example's run with its default schedule (float training in a fresh cache
  *    directory, post-training fake-quant, QAT): QAT accuracy >= post-training-quantized
  *    accuracy and within 1 point of float, all on the 10,000 test images. */
@@ -282,6 +284,167 @@ static void test_training_is_deterministic(void **state)
     cnn_ctx_destroy(&ctx);
 }
 
+/* Min/max of every tap of a plain forward. */
+typedef struct tap_range {
+    float lo[CNN_NTAPS], hi[CNN_NTAPS];
+} tap_range;
+
+static qcal_status range_hook(void *user, cnn_act *a)
+{
+    tap_range *r = user;
+    for (int64_t i = 0; i < a->numel; i++) {
+        r->lo[a->tap] = fminf(r->lo[a->tap], a->data[i]);
+        r->hi[a->tap] = fmaxf(r->hi[a->tap], a->data[i]);
+    }
+    return QCAL_OK;
+}
+
+/* The shared QAT path (examples/cnn/qat.h) as the demo uses it: full-range activations,
+ * float logits, the exported qparams equal to the observers' qparams of the data seen,
+ * and a short deterministic cnn_qat_finetune. */
+static void test_fq_opts_export_finetune(void **state)
+{
+    (void)state;
+    if (!g_have_data)
+        skip();
+    cnn_fq_set *set = (cnn_fq_set *)(uintptr_t)1;
+    cnn_fq_opts fo = cnn_fq_opts_default();
+    assert_int_equal(fo.act_preset, QCAL_FQ_ACTIVATION);
+    assert_true(fo.quantize_logits);
+    fo.act_preset = QCAL_FQ_WEIGHT_PER_CHANNEL;   /* not an activation preset */
+    assert_int_equal(cnn_fq_create(&fo, &set), QCAL_ERR_INVALID_ARG);
+    assert_ptr_equal(set, (cnn_fq_set *)(uintptr_t)1);
+    set = NULL;
+    assert_int_equal(cnn_fq_create(NULL, &set), QCAL_OK);   /* defaults: every tap quantized */
+    for (int t = 0; t < CNN_NTAPS; t++)
+        assert_non_null(set->act[t]);
+    cnn_fq_destroy(&set);
+    assert_null(set);
+
+    fo.act_preset = QCAL_FQ_ACTIVATION_FULL_RANGE;
+    fo.quantize_logits = false;
+    assert_int_equal(cnn_fq_create(&fo, &set), QCAL_OK);
+    assert_null(set->act[CNN_TAP_LOGITS]);
+    cnn_fq_qparams e;
+    memset(&e, 0x5a, sizeof e);
+    assert_int_equal(cnn_fq_export(set, &e), QCAL_ERR_STATE);   /* no forward yet */
+    assert_true(e.act_scale[0] != 0.0f && e.weight_scale[0] != NULL);   /* untouched */
+
+    cnn_model *m = NULL;
+    cnn_ctx *ctx = NULL;
+    assert_int_equal(cnn_model_create(5, &m), QCAL_OK);
+    assert_int_equal(cnn_ctx_create(32, &ctx), QCAL_OK);
+    tap_range r;
+    for (int t = 0; t < CNN_NTAPS; t++) {
+        r.lo[t] = INFINITY;
+        r.hi[t] = -INFINITY;
+    }
+    cnn_hooks rh = {.act = range_hook, .user = &r};
+    const float *z;
+    float plain[32 * CNN_CLASSES];
+    assert_int_equal(cnn_forward(ctx, m, g_test.images, 32, &rh, &z), QCAL_OK);
+    memcpy(plain, z, sizeof plain);
+    /* Observe only: every tap sees the float values; the logits hook is the identity. */
+    assert_int_equal(cnn_fq_enable(set, true, false), QCAL_OK);
+    assert_int_equal(cnn_forward(ctx, m, g_test.images, 32, &set->hooks, &z), QCAL_OK);
+    assert_memory_equal(z, plain, sizeof plain);
+    assert_int_equal(cnn_fq_freeze(set), QCAL_OK);
+    assert_int_equal(cnn_fq_export(set, &e), QCAL_OK);
+
+    qcal_fake_quantize_config acfg, wcfg;
+    qcal_fake_quantize_config_default(&acfg, QCAL_FQ_ACTIVATION_FULL_RANGE);
+    qcal_fake_quantize_config_default(&wcfg, QCAL_FQ_WEIGHT_PER_CHANNEL);
+    for (int t = 0; t < CNN_NTAPS; t++) {
+        assert_int_equal(e.act_quantized[t], t != CNN_TAP_LOGITS);
+        if (t == CNN_TAP_LOGITS) {
+            assert_true(e.act_scale[t] == 0.0f && e.act_zero_point[t] == 0);
+            continue;
+        }
+        float sc;
+        int32_t zp;
+        /* first moving-average step = the batch's min/max (PyTorch) */
+        assert_int_equal(qcal_qparams_compute(&acfg.observer.q, 1, &r.lo[t], &r.hi[t], &sc, &zp, NULL), QCAL_OK);
+        if (memcmp(&sc, &e.act_scale[t], sizeof sc) != 0 || zp != e.act_zero_point[t])
+            fail_msg("tap %s: exported %.9g / %d, range [%.9g, %.9g] gives %.9g / %d", cnn_tap_name(t),
+                     (double)e.act_scale[t], e.act_zero_point[t], (double)r.lo[t], (double)r.hi[t], (double)sc, zp);
+    }
+    /* The input (pixel values 0..255 normalised) uses the full [0, 255] range. */
+    assert_true(fabsf(e.act_scale[CNN_TAP_CONV1_IN] - (r.hi[0] - r.lo[0]) / 255.0f) <= 1e-6f);
+    for (int l = 0; l < CNN_NLAYERS; l++) {
+        int64_t shape[4];
+        cnn_param_shape(2 * l, shape);
+        assert_int_equal(e.weight_channels[l], shape[0]);
+        int64_t per = cnn_param_numel(2 * l) / shape[0];
+        for (int64_t c = 0; c < shape[0]; c++) {
+            float lo = INFINITY, hi = -INFINITY, sc;
+            int32_t zp;
+            for (int64_t i = 0; i < per; i++) {
+                lo = fminf(lo, m->param[2 * l][c * per + i]);
+                hi = fmaxf(hi, m->param[2 * l][c * per + i]);
+            }
+            assert_int_equal(qcal_qparams_compute(&wcfg.observer.q, 1, &lo, &hi, &sc, &zp, NULL), QCAL_OK);
+            if (memcmp(&sc, &e.weight_scale[l][c], sizeof sc) != 0 || zp != e.weight_zero_point[l][c])
+                fail_msg("%s.weight channel %lld: exported %.9g / %d, expected %.9g / %d", cnn_layer_name(l),
+                         (long long)c, (double)e.weight_scale[l][c], e.weight_zero_point[l][c], (double)sc, zp);
+            assert_int_equal(zp, 0);   /* symmetric */
+        }
+    }
+    cnn_fq_qparams_free(&e);
+    assert_null(e.weight_scale[0]);
+    cnn_fq_qparams_free(NULL);
+    cnn_fq_destroy(&set);
+
+    /* Fine-tuning: 4 steps of 16 on the first 256 test images, frozen after 2; twice the same. */
+    cnn_data small = {g_test.images, g_test.labels, 256};
+    cnn_qat_schedule s = cnn_qat_schedule_default();
+    assert_int_equal(s.steps, 469);
+    assert_int_equal(s.freeze_step, 350);
+    s.steps = 4;
+    s.batch = 16;
+    s.freeze_step = 2;
+    cnn_model *q[2] = {NULL, NULL};
+    cnn_fq_set *qs[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        qcal_status st = cnn_qat_finetune(ctx, m, &small, &fo, &s, NULL, NULL, &q[k], &qs[k]);
+        if (st != QCAL_OK)
+            fail_msg("cnn_qat_finetune: %s", qcal_last_error());
+        assert_null(qs[k]->act[CNN_TAP_LOGITS]);
+        for (int l = 0; l < CNN_NLAYERS; l++) {
+            bool frozen = false;
+            int64_t steps = 0;
+            assert_int_equal(qcal_fake_quantize_status(qs[k]->weight[l], NULL, NULL, &frozen, &steps), QCAL_OK);
+            assert_true(frozen);
+            assert_int_equal(steps, 4);
+        }
+    }
+    bool changed = false;
+    for (int p = 0; p < CNN_NPARAMS; p++) {
+        size_t bytes = (size_t)cnn_param_numel(p) * sizeof(float);
+        assert_memory_equal(q[0]->param[p], q[1]->param[p], bytes);
+        changed = changed || memcmp(q[0]->param[p], m->param[p], bytes) != 0;
+    }
+    assert_true(changed);
+    cnn_fq_qparams e0, e1;
+    assert_int_equal(cnn_fq_export(qs[0], &e0), QCAL_OK);
+    assert_int_equal(cnn_fq_export(qs[1], &e1), QCAL_OK);
+    assert_memory_equal(e0.act_scale, e1.act_scale, sizeof e0.act_scale);
+    assert_memory_equal(e0.weight_scale[CNN_FC1], e1.weight_scale[CNN_FC1], 128 * sizeof(float));
+    cnn_fq_qparams_free(&e0);
+    cnn_fq_qparams_free(&e1);
+    /* A bad schedule is refused before anything is created. */
+    cnn_model *qm = (cnn_model *)(uintptr_t)1;
+    s.batch = 0;
+    assert_int_equal(cnn_qat_finetune(ctx, m, &small, &fo, &s, NULL, NULL, &qm, &set), QCAL_ERR_INVALID_ARG);
+    assert_ptr_equal(qm, (cnn_model *)(uintptr_t)1);
+    assert_null(set);
+    for (int k = 0; k < 2; k++) {
+        cnn_model_destroy(&q[k]);
+        cnn_fq_destroy(&qs[k]);
+    }
+    cnn_model_destroy(&m);
+    cnn_ctx_destroy(&ctx);
+}
+
 /* The QAT example's default run, float model trained here in a fresh cache directory. */
 static void test_qat_example_accuracies(void **state)
 {
@@ -348,6 +511,7 @@ int main(void)
         cmocka_unit_test(test_forward_backward_matches_pytorch),
         cmocka_unit_test(test_save_load),
         cmocka_unit_test(test_training_is_deterministic),
+        cmocka_unit_test(test_fq_opts_export_finetune),
         cmocka_unit_test(test_qat_example_accuracies),
     };
     /* QCAL_TEST_FILTER="test_save*" runs a subset (cmocka glob), e.g. to skip the long run. */
