@@ -284,21 +284,6 @@ static void test_training_is_deterministic(void **state)
     cnn_ctx_destroy(&ctx);
 }
 
-/* Min/max of every tap of a plain forward. */
-typedef struct tap_range {
-    float lo[CNN_NTAPS], hi[CNN_NTAPS];
-} tap_range;
-
-static qcal_status range_hook(void *user, cnn_act *a)
-{
-    tap_range *r = user;
-    for (int64_t i = 0; i < a->numel; i++) {
-        r->lo[a->tap] = fminf(r->lo[a->tap], a->data[i]);
-        r->hi[a->tap] = fmaxf(r->hi[a->tap], a->data[i]);
-    }
-    return QCAL_OK;
-}
-
 /* The shared QAT path (examples/cnn/qat.h) as the demo uses it: full-range activations,
  * float logits, the exported qparams equal to the observers' qparams of the data seen,
  * and a short deterministic cnn_qat_finetune. */
@@ -334,15 +319,9 @@ static void test_fq_opts_export_finetune(void **state)
     cnn_ctx *ctx = NULL;
     assert_int_equal(cnn_model_create(5, &m), QCAL_OK);
     assert_int_equal(cnn_ctx_create(32, &ctx), QCAL_OK);
-    tap_range r;
-    for (int t = 0; t < CNN_NTAPS; t++) {
-        r.lo[t] = INFINITY;
-        r.hi[t] = -INFINITY;
-    }
-    cnn_hooks rh = {.act = range_hook, .user = &r};
     const float *z;
     float plain[32 * CNN_CLASSES];
-    assert_int_equal(cnn_forward(ctx, m, g_test.images, 32, &rh, &z), QCAL_OK);
+    assert_int_equal(cnn_forward(ctx, m, g_test.images, 32, NULL, &z), QCAL_OK);
     memcpy(plain, z, sizeof plain);
     /* Observe only: every tap sees the float values; the logits hook is the identity. */
     assert_int_equal(cnn_fq_enable(set, true, false), QCAL_OK);
@@ -360,16 +339,30 @@ static void test_fq_opts_export_finetune(void **state)
             assert_true(e.act_scale[t] == 0.0f && e.act_zero_point[t] == 0);
             continue;
         }
-        float sc;
+        /* the range the tap's observer saw, through the full-range qconfig */
+        const qcal_observer *obs = NULL;
+        float lo, hi, sc;
         int32_t zp;
-        /* first moving-average step = the batch's min/max (PyTorch) */
-        assert_int_equal(qcal_qparams_compute(&acfg.observer.q, 1, &r.lo[t], &r.hi[t], &sc, &zp, NULL), QCAL_OK);
+        int64_t n = 0;
+        assert_int_equal(qcal_fake_quantize_observer(set->act[t], &obs), QCAL_OK);
+        assert_int_equal(qcal_observer_data_range(obs, 1, &lo, &hi, &n), QCAL_OK);
+        assert_int_equal(qcal_qparams_compute(&acfg.observer.q, 1, &lo, &hi, &sc, &zp, NULL), QCAL_OK);
         if (memcmp(&sc, &e.act_scale[t], sizeof sc) != 0 || zp != e.act_zero_point[t])
             fail_msg("tap %s: exported %.9g / %d, range [%.9g, %.9g] gives %.9g / %d", cnn_tap_name(t),
-                     (double)e.act_scale[t], e.act_zero_point[t], (double)r.lo[t], (double)r.hi[t], (double)sc, zp);
+                     (double)e.act_scale[t], e.act_zero_point[t], (double)lo, (double)hi, (double)sc, zp);
     }
-    /* The input (pixel values 0..255 normalised) uses the full [0, 255] range. */
-    assert_true(fabsf(e.act_scale[CNN_TAP_CONV1_IN] - (r.hi[0] - r.lo[0]) / 255.0f) <= 1e-6f);
+    /* The input: the 32 images' darkest and brightest pixels, normalised, over 255 codes. */
+    int pmin = 255, pmax = 0;
+    for (int i = 0; i < 32 * CNN_IMAGE_PIXELS; i++) {
+        pmin = g_test.images[i] < pmin ? g_test.images[i] : pmin;
+        pmax = g_test.images[i] > pmax ? g_test.images[i] : pmax;
+    }
+    double want = (double)(pmax - pmin) / 255.0 / 0.3530 / 255.0;
+    if (!(fabs(e.act_scale[CNN_TAP_CONV1_IN] - want) <= 1e-6 * want))
+        fail_msg("input scale %.9g, pixels [%d, %d] give %.9g", (double)e.act_scale[CNN_TAP_CONV1_IN], pmin, pmax,
+                 want);
+    assert_int_equal(e.act_zero_point[CNN_TAP_CONV1_IN],
+                     (int)lrint(-((double)pmin / 255.0 - 0.2860) / 0.3530 / want));
     for (int l = 0; l < CNN_NLAYERS; l++) {
         int64_t shape[4];
         cnn_param_shape(2 * l, shape);
