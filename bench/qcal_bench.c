@@ -124,6 +124,15 @@ static void set_threads(int t)
 
 /* ---- timing ------------------------------------------------------------------------------ */
 
+/* Lets the other side's idle OpenMP workers stop spinning before a measurement (PyTorch's
+ * pool keeps both cores busy for a while after its last parallel region, which slowed the
+ * next qcal row 2-4x with 2 threads). */
+static void settle(void)
+{
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+}
+
 typedef struct timing {
     double med, min, max; /* seconds per call */
     int reps;
@@ -615,6 +624,13 @@ static int torch_start(torch_server *ts, const char *cmd, int threads)
     ts->from = fdopen(out[0], "r");
     if (!ts->to || !ts->from)
         return -1;
+    /* Wait until torch is imported, so that its start-up (seconds of CPU) does not overlap
+     * the bandwidth probe or a qcal measurement. */
+    char line[512];
+    if (!fgets(line, sizeof line, ts->from) || !strstr(line, "\"ready\"")) {
+        fprintf(stderr, "qcal_bench: the PyTorch helper did not start\n");
+        return -1;
+    }
     return 0;
 }
 
@@ -1137,6 +1153,12 @@ int main(int argc, char **argv)
     for (int ti = 0; ti < nt; ti++) {
         int t = threads[ti];
         set_threads(t);
+        torch_server ts = {0};
+        if (torch_cmd) {
+            fprintf(stderr, "qcal_bench: starting the PyTorch helper, %d thread(s)\n", t);
+            if (torch_start(&ts, torch_cmd, t) != 0)
+                fprintf(stderr, "qcal_bench: cannot start the PyTorch helper\n");
+        }
         if (bench_bandwidth_measure(t, g_quick ? (64ll << 20) : (256ll << 20), g_quick ? 3 : 7,
                                     &bw[ti]) != 0) {
             fprintf(stderr, "qcal_bench: out of memory for the bandwidth probe\n");
@@ -1147,12 +1169,6 @@ int main(int argc, char **argv)
                t, bw[ti].read_gbps, bw[ti].copy_gbps, bw[ti].copy_store_gbps,
                bw[ti].copy_memcpy_gbps);
         fflush(stdout);
-        torch_server ts = {0};
-        if (torch_cmd) {
-            fprintf(stderr, "qcal_bench: starting the PyTorch helper, %d thread(s)\n", t);
-            if (torch_start(&ts, torch_cmd, t) != 0)
-                fprintf(stderr, "qcal_bench: cannot start the PyTorch helper\n");
-        }
         set_threads(t);
         for (int r = 0; r < NROWS; r++) {
             if (!selected[r])
@@ -1176,6 +1192,7 @@ int main(int argc, char **argv)
                 h = fnv(h, b->out, b->out_bytes);
             rr->hash = h;
             b->canonical = 0;
+            settle();
 #if BENCH_HAVE_CNN
             if (d->fn == op_cnn_calib) {
                 rr->hash = b->cnn_hash;
@@ -1209,7 +1226,11 @@ int main(int argc, char **argv)
             } else
 #endif
                 rr->q = measure(d->fn, b, g_quick ? 0.2 : 0.8);
-            rr->have_torch = d->torch && torch_cmd ? torch_row(&ts, d, &rr->t) : 0;
+            rr->have_torch = 0;
+            if (d->torch && torch_cmd) {
+                settle();
+                rr->have_torch = torch_row(&ts, d, &rr->t);
+            }
             evaluate(d, rr, &bw[ti]);
             rr->identical = -1;
             if (ti > 0) {

@@ -5,7 +5,8 @@ the same sizes with the same thread count and prints one JSON object per operati
 Usage (run with /usr/bin/python3, Debian's python3-torch):
     torch_ref.py --threads T OP=ELEMENTS [OP=ELEMENTS ...] [--quick]
     torch_ref.py --threads T --op OP --elements N
-    torch_ref.py --threads T --serve     (reads "OP ELEMENTS" lines on stdin, answers each
+    torch_ref.py --threads T --serve     (prints {"ready": true} once torch is imported, then
+                                          reads "OP ELEMENTS" lines on stdin and answers each
                                           with one JSON line; qcal_bench interleaves PyTorch
                                           and qcal row by row this way)
 Output lines: {"op", "threads", "elements", "median_s", "min_s", "max_s", "reps"} (seconds per
@@ -199,6 +200,7 @@ def main():
     for op, n in todo:
         print(json.dumps(run_one(op, n, a.threads, a.quick)), flush=True)
     if a.serve:
+        print(json.dumps({"ready": True, "torch": torch.__version__}), flush=True)
         for line in sys.stdin:
             parts = line.split()
             if not parts:
