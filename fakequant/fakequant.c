@@ -25,6 +25,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdatomic.h>
 
 #include "fakequant/fakequant_impl.h"
 #include "qcal_config.h"
@@ -41,7 +42,7 @@
 #define FQ_BLOCK 65536
 
 /* ----------------------------------------------------------------------------------- */
-/* C references */
+/* C references (`stream` is a hint for the ISA versions only) */
 
 static inline float fq_q(float x, const qcal_fq_run *p)
 {
@@ -55,8 +56,9 @@ static inline float fq_clamp(float q, const qcal_fq_run *p)
 }
 
 void qcal_f32_fakequant__c(const float *src, int64_t n, const qcal_fq_run *p, float *dst,
-                           uint8_t *mask)
+                           uint8_t *mask, bool stream)
 {
+    (void)stream;
     for (int64_t i = 0; i < n; i++) {
         float q = fq_q(src[i], p);
         uint8_t m = (uint8_t)(q >= p->qmin && q <= p->qmax);
@@ -67,8 +69,9 @@ void qcal_f32_fakequant__c(const float *src, int64_t n, const qcal_fq_run *p, fl
 }
 
 void qcal_f32_fakequant_fused__c(const float *src, const float *gy, int64_t n,
-                                 const qcal_fq_run *p, float *dst, float *gx)
+                                 const qcal_fq_run *p, float *dst, float *gx, bool stream)
 {
+    (void)stream;
     for (int64_t i = 0; i < n; i++) {
         float q = fq_q(src[i], p);
         float m = (q >= p->qmin && q <= p->qmax) ? 1.0f : 0.0f;
@@ -78,10 +81,63 @@ void qcal_f32_fakequant_fused__c(const float *src, const float *gy, int64_t n,
 }
 
 void qcal_f32_fakequant_backward__c(const float *gy, const uint8_t *mask, int64_t n,
-                                    float *gx)
+                                    float *gx, bool stream)
 {
+    (void)stream;
     for (int64_t i = 0; i < n; i++)
         gx[i] = gy[i] * (mask[i] ? 1.0f : 0.0f);
+}
+
+/* Streaming stores: elements to process before `out` reaches an `align`-byte boundary
+ * (capped at n); -1 when `out` is not even float-aligned (no streaming then). */
+static inline int64_t fq_peel(const void *out, int64_t n, unsigned align, unsigned elem)
+{
+    uintptr_t a = (uintptr_t)out;
+    if (a % elem)
+        return -1;
+    int64_t k = (int64_t)(((align - a % align) % align) / elem);
+    return k < n ? k : n;
+}
+
+/* An output may stream from index i when it is aligned there and is not also an input
+ * (in place: the lines are in cache already, and a plain store keeps them there). */
+static inline bool fq_aligned(const void *out, unsigned align)
+{
+    return (uintptr_t)out % align == 0;
+}
+
+/* Last-level cache of one core's cluster in bytes: Linux's sysfs entry for cpu0's L3
+ * (e.g. "32768K"), 32 MiB when unknown. Not sysconf(_SC_LEVEL3_CACHE_SIZE): glibc reports
+ * the whole socket there on AMD EPYC (320 MiB on this project's machine, where one core
+ * sees 32 MiB). Read once; a racing first call just reads it twice. */
+static int64_t fq_l3_bytes(void)
+{
+    static _Atomic int64_t cached = 0;
+    int64_t v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v > 0)
+        return v;
+    v = 32ll << 20;
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+    if (f) {
+        long long k = 0;
+        char unit = 0;
+        if (fscanf(f, "%lld%c", &k, &unit) >= 1 && k > 0 && k < (1ll << 40)) {
+            if (unit == 'K')
+                v = k << 10;
+            else if (unit == 'M')
+                v = k << 20;
+            else
+                v = k;
+        }
+        fclose(f);
+    }
+    atomic_store_explicit(&cached, v, memory_order_relaxed);
+    return v;
+}
+
+bool qcal_fq_stream(int64_t bytes)
+{
+    return bytes > fq_l3_bytes() / 2;
 }
 
 /* ----------------------------------------------------------------------------------- */
@@ -110,58 +166,107 @@ AVX2_TARGET static inline __m256 avx2_fq(__m256 x, __m256 inv, __m256 zp, __m256
     return _mm256_mul_ps(_mm256_sub_ps(c, zp), scale);
 }
 
+AVX2_TARGET static inline void avx2_store(float *d, __m256 v, bool nt)
+{
+    if (nt)
+        _mm256_stream_ps(d, v);
+    else
+        _mm256_storeu_ps(d, v);
+}
+
 AVX2_TARGET void qcal_f32_fakequant__avx2(const float *src, int64_t n, const qcal_fq_run *p,
-                                          float *dst, uint8_t *mask)
+                                          float *dst, uint8_t *mask, bool stream)
 {
     const __m256 inv = _mm256_set1_ps(p->inv_scale), zp = _mm256_set1_ps(p->zp);
     const __m256 qmin = _mm256_set1_ps(p->qmin), qmax = _mm256_set1_ps(p->qmax);
     const __m256 scale = _mm256_set1_ps(p->scale);
     int64_t i = 0;
+    bool sd = false, sm = false;
+    if (stream && dst != src) {
+        int64_t k = fq_peel(dst, n, 32, 4);
+        if (k >= 0) {
+            qcal_f32_fakequant__c(src, k, p, dst, mask, false);
+            i = k;
+            sd = true;
+            sm = mask && fq_aligned(mask + i, 16);
+        }
+    }
     for (; i + 16 <= n; i += 16) {
         __m256 m0, m1;
         __m256 y0 = avx2_fq(_mm256_loadu_ps(src + i), inv, zp, qmin, qmax, scale, &m0);
         __m256 y1 = avx2_fq(_mm256_loadu_ps(src + i + 8), inv, zp, qmin, qmax, scale, &m1);
-        _mm256_storeu_ps(dst + i, y0);
-        _mm256_storeu_ps(dst + i + 8, y1);
-        if (mask)
-            _mm_storeu_si128((__m128i *)(mask + i), avx2_mask_bytes(m0, m1));
+        avx2_store(dst + i, y0, sd);
+        avx2_store(dst + i + 8, y1, sd);
+        if (mask) {
+            __m128i mb = avx2_mask_bytes(m0, m1);
+            if (sm)
+                _mm_stream_si128((__m128i *)(mask + i), mb);
+            else
+                _mm_storeu_si128((__m128i *)(mask + i), mb);
+        }
     }
+    if (sd)
+        _mm_sfence();
     if (i < n)
-        qcal_f32_fakequant__c(src + i, n - i, p, dst + i, mask ? mask + i : NULL);
+        qcal_f32_fakequant__c(src + i, n - i, p, dst + i, mask ? mask + i : NULL, false);
 }
 
 AVX2_TARGET void qcal_f32_fakequant_fused__avx2(const float *src, const float *gy, int64_t n,
-                                                const qcal_fq_run *p, float *dst, float *gx)
+                                                const qcal_fq_run *p, float *dst, float *gx,
+                                                bool stream)
 {
     const __m256 inv = _mm256_set1_ps(p->inv_scale), zp = _mm256_set1_ps(p->zp);
     const __m256 qmin = _mm256_set1_ps(p->qmin), qmax = _mm256_set1_ps(p->qmax);
     const __m256 scale = _mm256_set1_ps(p->scale), one = _mm256_set1_ps(1.0f);
     int64_t i = 0;
+    bool sd = false, sg = false;
+    if (stream) {
+        int64_t k = fq_peel(dst, n, 32, 4);
+        if (k >= 0) {
+            qcal_f32_fakequant_fused__c(src, gy, k, p, dst, gx, false);
+            i = k;
+            sd = dst != src;
+            sg = gx != gy && fq_aligned(gx + i, 32);
+        }
+    }
     for (; i + 8 <= n; i += 8) {
         __m256 m;
         __m256 y = avx2_fq(_mm256_loadu_ps(src + i), inv, zp, qmin, qmax, scale, &m);
         __m256 g = _mm256_mul_ps(_mm256_loadu_ps(gy + i), _mm256_and_ps(m, one));
-        _mm256_storeu_ps(dst + i, y);
-        _mm256_storeu_ps(gx + i, g);
+        avx2_store(dst + i, y, sd);
+        avx2_store(gx + i, g, sg);
     }
+    if (sd || sg)
+        _mm_sfence();
     if (i < n)
-        qcal_f32_fakequant_fused__c(src + i, gy + i, n - i, p, dst + i, gx + i);
+        qcal_f32_fakequant_fused__c(src + i, gy + i, n - i, p, dst + i, gx + i, false);
 }
 
 AVX2_TARGET void qcal_f32_fakequant_backward__avx2(const float *gy, const uint8_t *mask,
-                                                   int64_t n, float *gx)
+                                                   int64_t n, float *gx, bool stream)
 {
     const __m256 one = _mm256_set1_ps(1.0f);
     const __m256i zero = _mm256_setzero_si256();
     int64_t i = 0;
+    bool sg = false;
+    if (stream && gx != gy) {
+        int64_t k = fq_peel(gx, n, 32, 4);
+        if (k >= 0) {
+            qcal_f32_fakequant_backward__c(gy, mask, k, gx, false);
+            i = k;
+            sg = true;
+        }
+    }
     for (; i + 8 <= n; i += 8) {
         __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(mask + i)));
         __m256 keep = _mm256_castsi256_ps(
             _mm256_xor_si256(_mm256_cmpeq_epi32(m, zero), _mm256_set1_epi32(-1)));
-        _mm256_storeu_ps(gx + i, _mm256_mul_ps(_mm256_loadu_ps(gy + i), _mm256_and_ps(keep, one)));
+        avx2_store(gx + i, _mm256_mul_ps(_mm256_loadu_ps(gy + i), _mm256_and_ps(keep, one)), sg);
     }
+    if (sg)
+        _mm_sfence();
     if (i < n)
-        qcal_f32_fakequant_backward__c(gy + i, mask + i, n - i, gx + i);
+        qcal_f32_fakequant_backward__c(gy + i, mask + i, n - i, gx + i, false);
 }
 
 /* ----------------------------------------------------------------------------------- */
@@ -180,103 +285,191 @@ AVX512_TARGET static inline __m512 avx512_fq(__m512 x, __m512 inv, __m512 zp, __
     return _mm512_mul_ps(_mm512_sub_ps(c, zp), scale);
 }
 
+AVX512_TARGET static inline void avx512_store(float *d, __m512 v, bool nt)
+{
+    if (nt)
+        _mm512_stream_ps(d, v);
+    else
+        _mm512_storeu_ps(d, v);
+}
+
+/* Masked (partial) vectors: the first k < 16 elements, plain stores. */
+AVX512_TARGET static inline void avx512_fwd_part(const float *src, int64_t k,
+                                                 const qcal_fq_run *p, float *dst,
+                                                 uint8_t *mask)
+{
+    const __m512 inv = _mm512_set1_ps(p->inv_scale), zp = _mm512_set1_ps(p->zp);
+    const __m512 qmin = _mm512_set1_ps(p->qmin), qmax = _mm512_set1_ps(p->qmax);
+    const __m512 scale = _mm512_set1_ps(p->scale);
+    __mmask16 t = (__mmask16)((1u << k) - 1u), m;
+    __m512 y = avx512_fq(_mm512_maskz_loadu_ps(t, src), inv, zp, qmin, qmax, scale, &m);
+    _mm512_mask_storeu_ps(dst, t, y);
+    if (mask)
+        _mm_mask_storeu_epi8(mask, t, _mm_maskz_mov_epi8(m, _mm_set1_epi8(1)));
+}
+
 AVX512_TARGET void qcal_f32_fakequant__avx512(const float *src, int64_t n,
                                               const qcal_fq_run *p, float *dst,
-                                              uint8_t *mask)
+                                              uint8_t *mask, bool stream)
 {
     const __m512 inv = _mm512_set1_ps(p->inv_scale), zp = _mm512_set1_ps(p->zp);
     const __m512 qmin = _mm512_set1_ps(p->qmin), qmax = _mm512_set1_ps(p->qmax);
     const __m512 scale = _mm512_set1_ps(p->scale);
     const __m128i ones = _mm_set1_epi8(1);
     int64_t i = 0;
+    bool sd = false, sm = false;
+    if (stream && dst != src) {
+        int64_t k = fq_peel(dst, n, 64, 4);
+        if (k >= 0) {
+            if (k > 0)
+                avx512_fwd_part(src, k, p, dst, mask);
+            i = k;
+            sd = true;
+            sm = mask && fq_aligned(mask + i, 16);
+        }
+    }
     for (; i + 16 <= n; i += 16) {
         __mmask16 m;
         __m512 y = avx512_fq(_mm512_loadu_ps(src + i), inv, zp, qmin, qmax, scale, &m);
-        _mm512_storeu_ps(dst + i, y);
-        if (mask)
-            _mm_storeu_si128((__m128i *)(mask + i), _mm_maskz_mov_epi8(m, ones));
+        avx512_store(dst + i, y, sd);
+        if (mask) {
+            __m128i mb = _mm_maskz_mov_epi8(m, ones);
+            if (sm)
+                _mm_stream_si128((__m128i *)(mask + i), mb);
+            else
+                _mm_storeu_si128((__m128i *)(mask + i), mb);
+        }
     }
-    if (i < n) {
-        __mmask16 t = (__mmask16)((1u << (n - i)) - 1u), m;
-        __m512 y = avx512_fq(_mm512_maskz_loadu_ps(t, src + i), inv, zp, qmin, qmax, scale, &m);
-        _mm512_mask_storeu_ps(dst + i, t, y);
-        if (mask)
-            _mm_mask_storeu_epi8(mask + i, t, _mm_maskz_mov_epi8(m, ones));
-    }
+    if (sd)
+        _mm_sfence();
+    if (i < n)
+        avx512_fwd_part(src + i, n - i, p, dst + i, mask ? mask + i : NULL);
+}
+
+AVX512_TARGET static inline void avx512_fused_part(const float *src, const float *gy,
+                                                   int64_t k, const qcal_fq_run *p,
+                                                   float *dst, float *gx)
+{
+    const __m512 inv = _mm512_set1_ps(p->inv_scale), zp = _mm512_set1_ps(p->zp);
+    const __m512 qmin = _mm512_set1_ps(p->qmin), qmax = _mm512_set1_ps(p->qmax);
+    const __m512 scale = _mm512_set1_ps(p->scale), one = _mm512_set1_ps(1.0f);
+    __mmask16 t = (__mmask16)((1u << k) - 1u), m;
+    __m512 y = avx512_fq(_mm512_maskz_loadu_ps(t, src), inv, zp, qmin, qmax, scale, &m);
+    __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(t, gy), _mm512_maskz_mov_ps(m, one));
+    _mm512_mask_storeu_ps(dst, t, y);
+    _mm512_mask_storeu_ps(gx, t, g);
 }
 
 AVX512_TARGET void qcal_f32_fakequant_fused__avx512(const float *src, const float *gy,
                                                     int64_t n, const qcal_fq_run *p,
-                                                    float *dst, float *gx)
+                                                    float *dst, float *gx, bool stream)
 {
     const __m512 inv = _mm512_set1_ps(p->inv_scale), zp = _mm512_set1_ps(p->zp);
     const __m512 qmin = _mm512_set1_ps(p->qmin), qmax = _mm512_set1_ps(p->qmax);
     const __m512 scale = _mm512_set1_ps(p->scale), one = _mm512_set1_ps(1.0f);
     int64_t i = 0;
+    bool sd = false, sg = false;
+    if (stream) {
+        int64_t k = fq_peel(dst, n, 64, 4);
+        if (k >= 0) {
+            if (k > 0)
+                avx512_fused_part(src, gy, k, p, dst, gx);
+            i = k;
+            sd = dst != src;
+            sg = gx != gy && fq_aligned(gx + i, 64);
+        }
+    }
+    if (sd && sg) {
+        /* The common large case, unswitched: both outputs streamed. */
+        for (; i + 16 <= n; i += 16) {
+            __mmask16 m;
+            __m512 y = avx512_fq(_mm512_loadu_ps(src + i), inv, zp, qmin, qmax, scale, &m);
+            __m512 g = _mm512_mul_ps(_mm512_loadu_ps(gy + i), _mm512_maskz_mov_ps(m, one));
+            _mm512_stream_ps(dst + i, y);
+            _mm512_stream_ps(gx + i, g);
+        }
+    }
     for (; i + 16 <= n; i += 16) {
         __mmask16 m;
         __m512 y = avx512_fq(_mm512_loadu_ps(src + i), inv, zp, qmin, qmax, scale, &m);
         __m512 g = _mm512_mul_ps(_mm512_loadu_ps(gy + i), _mm512_maskz_mov_ps(m, one));
-        _mm512_storeu_ps(dst + i, y);
-        _mm512_storeu_ps(gx + i, g);
+        avx512_store(dst + i, y, sd);
+        avx512_store(gx + i, g, sg);
     }
-    if (i < n) {
-        __mmask16 t = (__mmask16)((1u << (n - i)) - 1u), m;
-        __m512 y = avx512_fq(_mm512_maskz_loadu_ps(t, src + i), inv, zp, qmin, qmax, scale, &m);
-        __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(t, gy + i), _mm512_maskz_mov_ps(m, one));
-        _mm512_mask_storeu_ps(dst + i, t, y);
-        _mm512_mask_storeu_ps(gx + i, t, g);
-    }
+    if (sd || sg)
+        _mm_sfence();
+    if (i < n)
+        avx512_fused_part(src + i, gy + i, n - i, p, dst + i, gx + i);
+}
+
+AVX512_TARGET static inline void avx512_bwd_part(const float *gy, const uint8_t *mask,
+                                                 int64_t k, float *gx)
+{
+    __mmask16 t = (__mmask16)((1u << k) - 1u);
+    __m128i mb = _mm_maskz_loadu_epi8(t, mask);
+    __mmask16 m = _mm_test_epi8_mask(mb, mb);
+    __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(t, gy),
+                             _mm512_maskz_mov_ps(m, _mm512_set1_ps(1.0f)));
+    _mm512_mask_storeu_ps(gx, t, g);
 }
 
 AVX512_TARGET void qcal_f32_fakequant_backward__avx512(const float *gy, const uint8_t *mask,
-                                                       int64_t n, float *gx)
+                                                       int64_t n, float *gx, bool stream)
 {
     const __m512 one = _mm512_set1_ps(1.0f);
     int64_t i = 0;
+    bool sg = false;
+    if (stream && gx != gy) {
+        int64_t k = fq_peel(gx, n, 64, 4);
+        if (k >= 0) {
+            if (k > 0)
+                avx512_bwd_part(gy, mask, k, gx);
+            i = k;
+            sg = true;
+        }
+    }
     for (; i + 16 <= n; i += 16) {
         __m128i mb = _mm_loadu_si128((const __m128i *)(mask + i));
         __mmask16 m = _mm_test_epi8_mask(mb, mb);
-        _mm512_storeu_ps(gx + i, _mm512_mul_ps(_mm512_loadu_ps(gy + i), _mm512_maskz_mov_ps(m, one)));
+        avx512_store(gx + i, _mm512_mul_ps(_mm512_loadu_ps(gy + i), _mm512_maskz_mov_ps(m, one)),
+                     sg);
     }
-    if (i < n) {
-        __mmask16 t = (__mmask16)((1u << (n - i)) - 1u);
-        __m128i mb = _mm_maskz_loadu_epi8(t, mask + i);
-        __mmask16 m = _mm_test_epi8_mask(mb, mb);
-        __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(t, gy + i), _mm512_maskz_mov_ps(m, one));
-        _mm512_mask_storeu_ps(gx + i, t, g);
-    }
+    if (sg)
+        _mm_sfence();
+    if (i < n)
+        avx512_bwd_part(gy + i, mask + i, n - i, gx + i);
 }
 #else
 void qcal_f32_fakequant__avx2(const float *src, int64_t n, const qcal_fq_run *p, float *dst,
-                              uint8_t *mask)
+                              uint8_t *mask, bool stream)
 {
-    qcal_f32_fakequant__c(src, n, p, dst, mask);
+    qcal_f32_fakequant__c(src, n, p, dst, mask, stream);
 }
 void qcal_f32_fakequant__avx512(const float *src, int64_t n, const qcal_fq_run *p,
-                                float *dst, uint8_t *mask)
+                                float *dst, uint8_t *mask, bool stream)
 {
-    qcal_f32_fakequant__c(src, n, p, dst, mask);
+    qcal_f32_fakequant__c(src, n, p, dst, mask, stream);
 }
 void qcal_f32_fakequant_fused__avx2(const float *src, const float *gy, int64_t n,
-                                    const qcal_fq_run *p, float *dst, float *gx)
+                                    const qcal_fq_run *p, float *dst, float *gx, bool stream)
 {
-    qcal_f32_fakequant_fused__c(src, gy, n, p, dst, gx);
+    qcal_f32_fakequant_fused__c(src, gy, n, p, dst, gx, stream);
 }
 void qcal_f32_fakequant_fused__avx512(const float *src, const float *gy, int64_t n,
-                                      const qcal_fq_run *p, float *dst, float *gx)
+                                      const qcal_fq_run *p, float *dst, float *gx,
+                                      bool stream)
 {
-    qcal_f32_fakequant_fused__c(src, gy, n, p, dst, gx);
+    qcal_f32_fakequant_fused__c(src, gy, n, p, dst, gx, stream);
 }
 void qcal_f32_fakequant_backward__avx2(const float *gy, const uint8_t *mask, int64_t n,
-                                       float *gx)
+                                       float *gx, bool stream)
 {
-    qcal_f32_fakequant_backward__c(gy, mask, n, gx);
+    qcal_f32_fakequant_backward__c(gy, mask, n, gx, stream);
 }
 void qcal_f32_fakequant_backward__avx512(const float *gy, const uint8_t *mask, int64_t n,
-                                         float *gx)
+                                         float *gx, bool stream)
 {
-    qcal_f32_fakequant_backward__c(gy, mask, n, gx);
+    qcal_f32_fakequant_backward__c(gy, mask, n, gx, stream);
 }
 #endif
 
@@ -284,9 +477,10 @@ void qcal_f32_fakequant_backward__avx512(const float *gy, const uint8_t *mask, i
 /* Dispatch table, chosen per call from qcal_cpu_isa() (cached; QCAL_ISA caps it). */
 
 typedef struct fq_kernels {
-    void (*fwd)(const float *, int64_t, const qcal_fq_run *, float *, uint8_t *);
-    void (*fused)(const float *, const float *, int64_t, const qcal_fq_run *, float *, float *);
-    void (*bwd)(const float *, const uint8_t *, int64_t, float *);
+    void (*fwd)(const float *, int64_t, const qcal_fq_run *, float *, uint8_t *, bool);
+    void (*fused)(const float *, const float *, int64_t, const qcal_fq_run *, float *, float *,
+                  bool);
+    void (*bwd)(const float *, const uint8_t *, int64_t, float *, bool);
 } fq_kernels;
 
 static const fq_kernels fq_table[3] = {
@@ -322,7 +516,11 @@ static void fq_blocks(const fq_job *j, int64_t rows, int64_t inner)
     const fq_kernels *k = fq_kernels_get();
     int64_t bpr = (inner + FQ_BLOCK - 1) / FQ_BLOCK;
     int64_t items = rows * bpr;
-    int nt = qcal_threads_for(rows * inner);
+    int64_t n = rows * inner;
+    int nt = qcal_threads_for(n);
+    /* Bytes the pass moves (inputs + outputs; n * 17 cannot overflow: n floats exist). */
+    int64_t per = j->pass == FQ_FWD ? 8 + (j->mask ? 1 : 0) : j->pass == FQ_FUSED ? 16 : 9;
+    const bool stream = qcal_fq_stream(n * per);
 #if QCAL_HAVE_OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 #endif
@@ -333,13 +531,13 @@ static void fq_blocks(const fq_job *j, int64_t rows, int64_t inner)
         const qcal_fq_run *p = j->runs ? &j->runs[r % j->nruns] : NULL;
         switch (j->pass) {
         case FQ_FWD:
-            k->fwd(j->x + off, m, p, j->dst + off, j->mask ? j->mask + off : NULL);
+            k->fwd(j->x + off, m, p, j->dst + off, j->mask ? j->mask + off : NULL, stream);
             break;
         case FQ_FUSED:
-            k->fused(j->x + off, j->gy + off, m, p, j->dst + off, j->gx + off);
+            k->fused(j->x + off, j->gy + off, m, p, j->dst + off, j->gx + off, stream);
             break;
         case FQ_BWD:
-            k->bwd(j->gy + off, j->mask_in + off, m, j->gx + off);
+            k->bwd(j->gy + off, j->mask_in + off, m, j->gx + off, stream);
             break;
         }
     }

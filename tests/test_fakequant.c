@@ -401,26 +401,26 @@ static void test_simd_vs_c(void **state)
             memset(gb[k], CANARY, (size_t)(n + 16) * 4);
             memset(mr[k], CANARY, (size_t)n + 16);
         }
-        qcal_f32_fakequant__c(x, n, &p, yr[0], mr[0]);
-        qcal_f32_fakequant_backward__c(gy, mr[0], n, gb[0]);
+        qcal_f32_fakequant__c(x, n, &p, yr[0], mr[0], false);
+        qcal_f32_fakequant_backward__c(gy, mr[0], n, gb[0], false);
         float *y2 = malloc((size_t)n * 4);
-        qcal_f32_fakequant_fused__c(x, gy, n, &p, y2, gr[0]);
+        qcal_f32_fakequant_fused__c(x, gy, n, &p, y2, gr[0], false);
         expect_bits("fused vs forward (c)", "simd", y2, yr[0], n);
         free(y2);
         int have = (int)qcal_cpu_isa();
         for (int k = 1; k <= 2 && k <= have; k++) {
             if (k == 1) {
-                qcal_f32_fakequant__avx2(x, n, &p, yr[k], mr[k]);
-                qcal_f32_fakequant_backward__avx2(gy, mr[k], n, gb[k]);
+                qcal_f32_fakequant__avx2(x, n, &p, yr[k], mr[k], false);
+                qcal_f32_fakequant_backward__avx2(gy, mr[k], n, gb[k], false);
                 float *yy = malloc((size_t)n * 4);
-                qcal_f32_fakequant_fused__avx2(x, gy, n, &p, yy, gr[k]);
+                qcal_f32_fakequant_fused__avx2(x, gy, n, &p, yy, gr[k], false);
                 expect_bits("fused avx2", "simd", yy, yr[0], n);
                 free(yy);
             } else {
-                qcal_f32_fakequant__avx512(x, n, &p, yr[k], mr[k]);
-                qcal_f32_fakequant_backward__avx512(gy, mr[k], n, gb[k]);
+                qcal_f32_fakequant__avx512(x, n, &p, yr[k], mr[k], false);
+                qcal_f32_fakequant_backward__avx512(gy, mr[k], n, gb[k], false);
                 float *yy = malloc((size_t)n * 4);
-                qcal_f32_fakequant_fused__avx512(x, gy, n, &p, yy, gr[k]);
+                qcal_f32_fakequant_fused__avx512(x, gy, n, &p, yy, gr[k], false);
                 expect_bits("fused avx512", "simd", yy, yr[0], n);
                 free(yy);
             }
@@ -449,6 +449,281 @@ static void test_simd_vs_c(void **state)
         free(x);
         free(gy);
     }
+}
+
+/* ---- streaming (non-temporal) kernel variants ---- */
+
+typedef void (*fwd_fn)(const float *, int64_t, const qcal_fq_run *, float *, uint8_t *, bool);
+typedef void (*fused_fn)(const float *, const float *, int64_t, const qcal_fq_run *, float *,
+                         float *, bool);
+typedef void (*bwd_fn)(const float *, const uint8_t *, int64_t, float *, bool);
+typedef void (*lsq_fn)(const float *, const float *, int64_t, const qcal_lsq_run *, float *,
+                       double *, double *, bool);
+
+static const fwd_fn fwd_k[3] = { qcal_f32_fakequant__c, qcal_f32_fakequant__avx2,
+                                 qcal_f32_fakequant__avx512 };
+static const fused_fn fused_k[3] = { qcal_f32_fakequant_fused__c, qcal_f32_fakequant_fused__avx2,
+                                     qcal_f32_fakequant_fused__avx512 };
+static const bwd_fn bwd_k[3] = { qcal_f32_fakequant_backward__c,
+                                 qcal_f32_fakequant_backward__avx2,
+                                 qcal_f32_fakequant_backward__avx512 };
+static const lsq_fn lsq_k[3] = { qcal_f32_lsq_backward__c, qcal_f32_lsq_backward__avx2,
+                                 qcal_f32_lsq_backward__avx512 };
+
+/* Output window [16 + off, 16 + off + n) floats inside a 64-byte-aligned canary buffer of
+ * n + 64 floats (off < 32): every alignment of the destination, guards on both sides. */
+typedef struct guarded {
+    float *buf, *p;
+    int64_t n;
+    int off;
+} guarded;
+
+static void guarded_init(guarded *g, int64_t n, int off)
+{
+    size_t bytes = (size_t)(n + 64) * 4;
+    g->buf = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    assert_non_null(g->buf);
+    memset(g->buf, CANARY, bytes);
+    g->p = g->buf + 16 + off;
+    g->n = n;
+    g->off = off;
+}
+
+static void guarded_check(const guarded *g, const char *what)
+{
+    const uint8_t *b = (const uint8_t *)g->buf, *lo = (const uint8_t *)g->p;
+    const uint8_t *hi = (const uint8_t *)(g->p + g->n), *end = b + (size_t)(g->n + 64) * 4;
+    for (const uint8_t *q = b; q < end; q++) {
+        if ((q < lo || q >= hi) && *q != CANARY) {
+            print_error("%s: byte %lld outside the output (n %lld, offset %d) was written\n",
+                        what, (long long)(q - lo), (long long)g->n, g->off);
+            fail();
+        }
+    }
+}
+
+static void test_stream_kernels(void **state)
+{
+    (void)state;
+    const int64_t sizes[] = { 1, 5, 15, 16, 17, 40, 64, 129, 1000 };
+    int have = (int)qcal_cpu_isa();
+    qcal_fq_run p;
+    qcal_fq_run_init(&p, 0.037f, 7, -8, 120);
+    int checked = 0;
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        int64_t n = sizes[si];
+        float *x = malloc((size_t)n * 4), *gy = malloc((size_t)n * 4);
+        float *yref = malloc((size_t)n * 4), *gref = malloc((size_t)n * 4);
+        float *bref = malloc((size_t)n * 4), *t = malloc((size_t)n * 4);
+        uint8_t *mref = malloc((size_t)n);
+        fill_hostile(x, n, 0.037f);
+        for (int64_t i = 0; i < n; i++)
+            gy[i] = rndf(-2.0f, 2.0f);
+        qcal_f32_fakequant__c(x, n, &p, yref, mref, false);
+        qcal_f32_fakequant_fused__c(x, gy, n, &p, t, gref, false);
+        qcal_f32_fakequant_backward__c(gy, mref, n, bref, false);
+        for (int k = 0; k <= have; k++) {
+            for (int off = 0; off < 17; off++) {
+                char what[64];
+                snprintf(what, sizeof what, "stream %s n %lld off %d", isas[k], (long long)n,
+                         off);
+                guarded y, g, m;
+                guarded_init(&y, n, off);
+                guarded_init(&g, n, (off * 5) % 17);   /* a different alignment */
+                guarded_init(&m, n, off);
+                uint8_t *mb = (uint8_t *)m.p;   /* byte view: n bytes fit in n floats */
+                fwd_k[k](x, n, &p, y.p, mb, true);
+                expect_bits(what, "forward", y.p, yref, n);
+                expect_mask(what, mb, mref, n);
+                fused_k[k](x, gy, n, &p, y.p, g.p, true);
+                expect_bits(what, "fused forward", y.p, yref, n);
+                expect_bits(what, "fused grad", g.p, gref, n);
+                bwd_k[k](gy, mref, n, g.p, true);
+                expect_bits(what, "backward", g.p, bref, n);
+                /* In place (dst == src, grad_x == grad_y). */
+                memcpy(y.p, x, (size_t)n * 4);
+                memcpy(g.p, gy, (size_t)n * 4);
+                fused_k[k](y.p, g.p, n, &p, y.p, g.p, true);
+                expect_bits(what, "in-place fused forward", y.p, yref, n);
+                expect_bits(what, "in-place fused grad", g.p, gref, n);
+                guarded_check(&y, what);
+                guarded_check(&g, what);
+                for (int64_t i = n; i < (n + 64 - 16 - off) * 4; i++)
+                    assert_int_equal(mb[i], CANARY);   /* mask bytes past n untouched */
+                free(y.buf); free(g.buf); free(m.buf);
+                checked++;
+            }
+        }
+        free(x); free(gy); free(yref); free(gref); free(bref); free(t); free(mref);
+    }
+    assert_true(checked >= 9 * 17);
+}
+
+/* Same bits, or both NaN (which NaN survives a sum is not specified). */
+static void expect_same_double(const char *what, const double *got, const double *want, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (isnan(got[i]) && isnan(want[i]))
+            continue;
+        if (memcmp(&got[i], &want[i], sizeof(double)) != 0) {
+            print_error("%s: lane %d got %.17g want %.17g\n", what, i, got[i], want[i]);
+            fail();
+        }
+    }
+}
+
+/* LSQ backward kernels: SIMD against the C reference with every head length (output
+ * alignment when streaming) and non-zero incoming lane accumulators: grad_x and all 16
+ * lane sums bit-identical. The C reference against a direct per-element evaluation. */
+static void test_lsq_kernels(void **state)
+{
+    (void)state;
+    const int64_t sizes[] = { 1, 7, 15, 16, 17, 31, 32, 33, 100, 1000, 4099 };
+    int have = (int)qcal_cpu_isa();
+    qcal_lsq_run p = { .scale = 0.037f, .inv_scale = 1.0f / 0.037f, .zp = 7.0f,
+                       .qmin = -8.0f, .qmax = 120.0f, .grad_factor = 0.01f };
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        int64_t n = sizes[si];
+        float *x = malloc((size_t)n * 4), *gy = malloc((size_t)n * 4);
+        float *gref = malloc((size_t)n * 4);
+        fill_hostile(x, n, 0.037f);
+        for (int64_t i = 0; i < n; i++)
+            gy[i] = rndf(-2.0f, 2.0f);
+        double init_s[QCAL_LSQ_LANES], init_z[QCAL_LSQ_LANES];
+        for (int l = 0; l < QCAL_LSQ_LANES; l++) {
+            init_s[l] = rndf(-1.0f, 1.0f) * 1e-3;
+            init_z[l] = rndf(-1.0f, 1.0f) * 1e-3;
+        }
+        double rs[QCAL_LSQ_LANES], rz[QCAL_LSQ_LANES];
+        memcpy(rs, init_s, sizeof rs);
+        memcpy(rz, init_z, sizeof rz);
+        qcal_f32_lsq_backward__c(x, gy, n, &p, gref, rs, rz, false);
+        /* Direct evaluation of the documented formulas for lane 0's first element and the
+         * element count per lane. */
+        {
+            float q = nearbyintf(fmaf(x[0], p.inv_scale, p.zp));
+            bool in = q >= p.qmin && q <= p.qmax;
+            assert_int_equal(bits(gref[0]), bits(gy[0] * (in ? 1.0f : 0.0f)));
+            float ds = in ? gy[0] * fmaf(q - p.zp, p.scale, -x[0]) * p.inv_scale * p.grad_factor
+                          : gy[0] * ((q >= p.qmin ? p.qmax : p.qmin) - p.zp) * p.grad_factor;
+            if (n <= 16 && !isnan(ds))
+                assert_true(rs[0] == init_s[0] + (double)ds);
+        }
+        for (int k = 0; k <= have; k++) {
+            for (int st = 0; st < 2; st++) {
+                for (int off = 0; off < 17; off++) {
+                    char what[80];
+                    snprintf(what, sizeof what, "lsq %s n %lld stream %d off %d", isas[k],
+                             (long long)n, st, off);
+                    guarded g;
+                    guarded_init(&g, n, off);
+                    double as[QCAL_LSQ_LANES], az[QCAL_LSQ_LANES];
+                    memcpy(as, init_s, sizeof as);
+                    memcpy(az, init_z, sizeof az);
+                    lsq_k[k](x, gy, n, &p, g.p, as, az, st != 0);
+                    expect_bits(what, "grad_x", g.p, gref, n);
+                    expect_same_double(what, as, rs, QCAL_LSQ_LANES);
+                    expect_same_double(what, az, rz, QCAL_LSQ_LANES);
+                    guarded_check(&g, what);
+                    /* grad_x NULL: same sums. */
+                    memcpy(as, init_s, sizeof as);
+                    memcpy(az, init_z, sizeof az);
+                    lsq_k[k](x, gy, n, &p, NULL, as, az, st != 0);
+                    expect_same_double(what, as, rs, QCAL_LSQ_LANES);
+                    expect_same_double(what, az, rz, QCAL_LSQ_LANES);
+                    free(g.buf);
+                }
+            }
+        }
+        free(x); free(gy); free(gref);
+    }
+    /* Lane combination order is fixed: ((l0 + l8) + (l4 + l12)) + ... */
+    double lanes[QCAL_LSQ_LANES] = { 1e16, 1, 1, 1, 1, 1, 1, 1, -1e16, 1, 1, 1, 1, 1, 1, 1 };
+    assert_true(qcal_lsq_lanes_sum(lanes) == 14.0);
+}
+
+/* Tensors larger than half the L3 go through the streaming paths (per call): same bits
+ * as the C reference for every ISA and 1 / 2 threads, outputs one float off alignment. */
+static void test_large_streaming(void **state)
+{
+    (void)state;
+    int64_t shape[3] = { 8, 64, 6151 };
+    const int64_t n = 8 * 64 * 6151;
+    if (!qcal_fq_stream(n * 12))
+        print_message("note: this machine's cache is large: %lld elements do not stream\n",
+                      (long long)n);
+    float *xb = malloc((size_t)(n + 1) * 4), *gyb = malloc((size_t)(n + 1) * 4);
+    float *yb = malloc((size_t)(n + 1) * 4), *gb = malloc((size_t)(n + 1) * 4);
+    float *yref = malloc((size_t)n * 4), *gref = malloc((size_t)n * 4);
+    float *lref = malloc((size_t)n * 4);
+    uint8_t *m = malloc((size_t)n + 1), *mref = malloc((size_t)n);
+    float *x = xb + 1, *gy = gyb + 1, *y = yb + 1, *g = gb + 1;
+    fill_hostile(x, n, 0.02f);
+    for (int64_t i = 0; i < n; i++)
+        gy[i] = rndf(-1.0f, 1.0f);
+    qcal_tensor t;
+    assert_int_equal(qcal_tensor_init(&t, x, 3, shape), QCAL_OK);
+    float pcs[64], pcz[64];
+    for (int c = 0; c < 64; c++) {
+        pcs[c] = rndf(0.01f, 0.05f);
+        pcz[c] = rndf(-20.0f, 20.0f);
+    }
+    qcal_fq_run p;
+    qcal_fq_run_init(&p, 0.02f, 3, -128, 127);
+    qcal_f32_fakequant__c(x, n, &p, yref, mref, false);
+    qcal_f32_fakequant_fused__c(x, gy, n, &p, y, gref, false);
+    float s0 = 0, z0 = 0, ps0[64], pz0[64];
+    int runs = 0;
+    for (int k = 0; k < 3; k++) {
+        set_isa(isas[k]);
+        for (int th = 1; th <= 2; th++) {
+#if QCAL_HAVE_OPENMP
+            omp_set_num_threads(th);
+#endif
+            char what[48];
+            snprintf(what, sizeof what, "large %s %d thread(s)", isas[k], th);
+            memset(y, 0, (size_t)n * 4);
+            assert_int_equal(qcal_fakequant_per_tensor_fused(x, gy, n, 0.02f, 3, -128, 127, y, g),
+                             QCAL_OK);
+            expect_bits(what, "fused forward", y, yref, n);
+            expect_bits(what, "fused grad", g, gref, n);
+            assert_int_equal(qcal_fakequant_per_tensor(x, n, 0.02f, 3, -128, 127, y, m + 1),
+                             QCAL_OK);
+            expect_bits(what, "forward", y, yref, n);
+            expect_mask(what, m + 1, mref, n);
+            memset(g, 0, (size_t)n * 4);
+            assert_int_equal(qcal_fakequant_backward(gy, mref, n, g), QCAL_OK);
+            expect_bits(what, "backward", g, gref, n);
+            float s, z, ps[64], pz[64];
+            assert_int_equal(qcal_fakequant_learnable_per_tensor_backward(
+                                 x, gy, n, 0.02f, 3.3f, -128, 127, 0.001f, g, &s, &z),
+                             QCAL_OK);
+            if (runs == 0)
+                memcpy(lref, g, (size_t)n * 4);
+            expect_bits(what, "learnable grad_x", g, lref, n);
+            assert_int_equal(qcal_fakequant_learnable_per_channel_backward(
+                                 &t, gy, 1, pcs, pcz, -128, 127, 0.001f, g, ps, pz),
+                             QCAL_OK);
+            if (runs == 0) {
+                s0 = s;
+                z0 = z;
+                memcpy(ps0, ps, sizeof ps);
+                memcpy(pz0, pz, sizeof pz);
+            }
+            /* LSQ sums: identical between ISAs and thread counts. */
+            expect_bits(what, "learnable grad_scale", &s, &s0, 1);
+            expect_bits(what, "learnable grad_zero_point", &z, &z0, 1);
+            expect_bits(what, "per-channel grad_scale", ps, ps0, 64);
+            expect_bits(what, "per-channel grad_zero_point", pz, pz0, 64);
+            runs++;
+        }
+    }
+    unsetenv("QCAL_ISA");
+    qcal_cpu_reset();
+    assert_int_equal(runs, 6);
+    assert_true(isfinite(s0) && s0 != 0.0f);
+    free(xb); free(gyb); free(yb); free(gb); free(yref); free(gref); free(lref); free(m);
+    free(mref);
 }
 
 /* ---- threads, in place ---- */
@@ -571,6 +846,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden),
         cmocka_unit_test(test_simd_vs_c),
+        cmocka_unit_test(test_stream_kernels),
+        cmocka_unit_test(test_lsq_kernels),
+        cmocka_unit_test(test_large_streaming),
         cmocka_unit_test(test_threads_and_in_place),
         cmocka_unit_test(test_bad_args),
     };
