@@ -21,7 +21,15 @@
  *
  * SIMD: AVX2 and AVX-512 versions do the same float operations in the same order
  * (vroundps / vrndscaleps with round-to-nearest-even; max(q, qmin) returns qmin for NaN as
- * the C reference's comparisons do), so every ISA gives identical bits. */
+ * the C reference's comparisons do), so every ISA gives identical bits.
+ *
+ * Stores: a pass whose bytes (inputs + outputs) exceed half the L3 writes its outputs
+ * with non-temporal stores (vmovntps, after peeling to the 64 / 32-byte vector alignment;
+ * an output aligned differently from the first keeps plain stores; in-place outputs keep
+ * plain stores since their lines are already cached), then sfence. A plain store first
+ * reads the line (read-for-ownership): fused forward+backward moves 24 instead of 16 bytes
+ * per element that way. Streaming changes no value. Smaller tensors keep plain stores so
+ * their outputs stay in cache for the next layer. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -498,7 +506,9 @@ static const fq_kernels *fq_kernels_get(void)
 
 /* One element-wise pass over rows x inner elements (row r uses runs[r % nruns]), one
  * OpenMP work item per block of at most FQ_BLOCK elements of a row. Elements are
- * independent, so the result does not depend on the thread count. */
+ * independent, so the result does not depend on the thread count or on which thread takes
+ * which block: blocks are handed out dynamically, so a thread slowed by other load on its
+ * core does not hold up the pass. */
 typedef enum fq_pass { FQ_FWD, FQ_FUSED, FQ_BWD } fq_pass;
 
 typedef struct fq_job {
@@ -522,7 +532,7 @@ static void fq_blocks(const fq_job *j, int64_t rows, int64_t inner)
     int64_t per = j->pass == FQ_FWD ? 8 + (j->mask ? 1 : 0) : j->pass == FQ_FUSED ? 16 : 9;
     const bool stream = qcal_fq_stream(n * per);
 #if QCAL_HAVE_OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
 #endif
     for (int64_t it = 0; it < items; it++) {
         int64_t r = it / bpr, b = it % bpr;
