@@ -531,8 +531,12 @@ static void fq_blocks(const fq_job *j, int64_t rows, int64_t inner)
     /* Bytes the pass moves (inputs + outputs; n * 17 cannot overflow: n floats exist). */
     int64_t per = j->pass == FQ_FWD ? 8 + (j->mask ? 1 : 0) : j->pass == FQ_FUSED ? 16 : 9;
     const bool stream = qcal_fq_stream(n * per);
+    /* Work items taken per grab: ~FQ_BLOCK elements, so short rows (per channel) still
+     * give each thread long runs of memory to stream through. */
+    int chunk = (int)(FQ_BLOCK / (inner < FQ_BLOCK ? inner : FQ_BLOCK));
+    (void)chunk;
 #if QCAL_HAVE_OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
+#pragma omp parallel for schedule(dynamic, chunk) num_threads(nt) if (nt > 1)
 #endif
     for (int64_t it = 0; it < items; it++) {
         int64_t r = it / bpr, b = it % bpr;
