@@ -621,7 +621,9 @@ qcal_status qcal_safetensors_write_f32(const char *path, int64_t n, const char *
     for (int64_t i = 0; ok && i < n; i++) {
         int64_t numel;
         qcal_tensor_numel(&tensors[i], &numel);
-        ok = fwrite(tensors[i].data, 4, (size_t)numel, f.fp) == (size_t)numel;
+        /* A 0-element tensor may have NULL data; fwrite's buffer must not be NULL. */
+        if (numel > 0)
+            ok = fwrite(tensors[i].data, 4, (size_t)numel, f.fp) == (size_t)numel;
     }
     if (!ok) {
         int e = errno;
