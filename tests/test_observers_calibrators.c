@@ -14,65 +14,7 @@
 
 #include "observers/histogram_kernels.h"
 #include "qcal/qcal.h"
-
-/* ---- reference container (see gen_histogram.py) ---- */
-typedef struct ref_arr {
-    char name[64];
-    char kind;
-    uint64_t count;
-    void *data;
-} ref_arr;
-typedef struct ref_file {
-    ref_arr a[256];
-    int n;
-} ref_file;
-
-static ref_file *ref_load(const char *file)
-{
-    const char *dir = getenv("QCAL_TEST_DATA");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/histogram/%s", dir ? dir : "tests/data", file);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        fail_msg("cannot open %s", path);
-    ref_file *r = calloc(1, sizeof *r);
-    uint32_t len;
-    while (fread(&len, 4, 1, f) == 1) {
-        assert_true(r->n < 256 && len < 64);
-        ref_arr *a = &r->a[r->n++];
-        assert_int_equal(fread(a->name, 1, len, f), len);
-        a->name[len] = 0;
-        assert_int_equal(fread(&a->kind, 1, 1, f), 1);
-        assert_int_equal(fread(&a->count, 8, 1, f), 1);
-        size_t es = a->kind == 'f' ? 4 : 8;
-        a->data = malloc(a->count * es + 1);
-        assert_int_equal(fread(a->data, es, a->count, f), a->count);
-    }
-    fclose(f);
-    return r;
-}
-
-static void ref_free(ref_file *r)
-{
-    for (int i = 0; i < r->n; i++)
-        free(r->a[i].data);
-    free(r);
-}
-
-static const ref_arr *ref_get(const ref_file *r, const char *fmt, ...)
-{
-    char name[64];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
-    for (int i = 0; i < r->n; i++)
-        if (!strcmp(r->a[i].name, name))
-            return &r->a[i];
-    fail_msg("reference array %s missing", name);
-    return NULL;
-}
-
+#include "testutil.h"
 
 static void check_close(double got, double want, double rel, const char *what, int k)
 {
@@ -83,11 +25,11 @@ static void check_close(double got, double want, double rel, const char *what, i
 static void test_entropy_vs_python(void **state)
 {
     (void)state;
-    ref_file *r = ref_load("calib.bin");
-    int n = (int)((int64_t *)ref_get(r, "nabs")->data)[0];
+    tu_ref_file *r = tu_ref_load("histogram", "calib.bin");
+    int n = (int)((int64_t *)tu_ref_get(r, "nabs")->data)[0];
     for (int k = 0; k < n; k++) {
-        const ref_arr *c = ref_get(r, "h%d/counts", k);
-        const double *e = ref_get(r, "h%d/entropy", k)->data;
+        const tu_ref_arr *c = tu_ref_get(r, "h%d/counts", k);
+        const double *e = tu_ref_get(r, "h%d/entropy", k)->data;
         double kl;
         int32_t i = qcal_hist_entropy_search(c->data, (int32_t)c->count, 128, &kl);
         if (i != (int32_t)e[0])
@@ -95,20 +37,20 @@ static void test_entropy_vs_python(void **state)
                      k, (int)i, kl, (int)e[0], e[1]);
         check_close(kl, e[1], 1e-12, "entropy KL", k);
     }
-    ref_free(r);
+    tu_ref_free(r);
 }
 
 static void test_mse_vs_python(void **state)
 {
     (void)state;
-    ref_file *r = ref_load("calib.bin");
-    int n = (int)((int64_t *)ref_get(r, "nabs")->data)[0];
+    tu_ref_file *r = tu_ref_load("histogram", "calib.bin");
+    int n = (int)((int64_t *)tu_ref_get(r, "nabs")->data)[0];
     for (int k = 0; k < n; k++) {
-        const ref_arr *c = ref_get(r, "h%d/counts", k);
-        const double *meta = ref_get(r, "h%d/meta", k)->data;
+        const tu_ref_arr *c = tu_ref_get(r, "h%d/counts", k);
+        const double *meta = tu_ref_get(r, "h%d/meta", k)->data;
         for (int v = 0; v < 2; v++) {
             int64_t nlev = v ? 255 : 127;
-            const double *m = ref_get(r, "h%d/mse%d", k, (int)nlev)->data;
+            const double *m = tu_ref_get(r, "h%d/mse%d", k, (int)nlev)->data;
             double mse;
             int32_t i = qcal_hist_mse_search(c->data, (int32_t)c->count, meta[1], nlev, &mse);
             if (i != (int32_t)m[0])
@@ -117,20 +59,20 @@ static void test_mse_vs_python(void **state)
             check_close(mse, m[1], 1e-12, "mse", k);
         }
     }
-    ref_free(r);
+    tu_ref_free(r);
 }
 
 static void test_percentile_vs_python(void **state)
 {
     (void)state;
-    ref_file *r = ref_load("calib.bin");
-    int n = (int)((int64_t *)ref_get(r, "nabs")->data)[0];
-    int ns = (int)((int64_t *)ref_get(r, "nsigned")->data)[0];
-    const ref_arr *pc = ref_get(r, "pcts");
+    tu_ref_file *r = tu_ref_load("histogram", "calib.bin");
+    int n = (int)((int64_t *)tu_ref_get(r, "nabs")->data)[0];
+    int ns = (int)((int64_t *)tu_ref_get(r, "nsigned")->data)[0];
+    const tu_ref_arr *pc = tu_ref_get(r, "pcts");
     for (int k = 0; k < n; k++) {
-        const ref_arr *c = ref_get(r, "h%d/counts", k);
-        const double *meta = ref_get(r, "h%d/meta", k)->data;
-        const double *pv = ref_get(r, "h%d/pct", k)->data;
+        const tu_ref_arr *c = tu_ref_get(r, "h%d/counts", k);
+        const double *meta = tu_ref_get(r, "h%d/meta", k)->data;
+        const double *pv = tu_ref_get(r, "h%d/pct", k)->data;
         for (uint64_t j = 0; j < pc->count; j++) {
             double t = qcal_hist_quantile(c->data, (int32_t)c->count, 0.0, meta[1],
                                           pv[2 * j] / 100.0);
@@ -139,9 +81,9 @@ static void test_percentile_vs_python(void **state)
         }
     }
     for (int k = 0; k < ns; k++) {
-        const ref_arr *c = ref_get(r, "s%d/counts", k);
-        const double *meta = ref_get(r, "s%d/meta", k)->data;
-        const double *pv = ref_get(r, "s%d/pct2", k)->data;
+        const tu_ref_arr *c = tu_ref_get(r, "s%d/counts", k);
+        const double *meta = tu_ref_get(r, "s%d/meta", k)->data;
+        const double *pv = tu_ref_get(r, "s%d/pct2", k)->data;
         for (uint64_t j = 0; j < pc->count; j++) {
             double p = pv[3 * j] / 100.0;
             double a = qcal_hist_quantile(c->data, (int32_t)c->count, meta[1], meta[2], 1.0 - p);
@@ -150,7 +92,7 @@ static void test_percentile_vs_python(void **state)
             check_close(b, pv[3 * j + 2], 1e-14, "two-tail upper percentile", k);
         }
     }
-    ref_free(r);
+    tu_ref_free(r);
 }
 
 /* ---- fast searches against their direct O(bins^2) definitions ---- */

@@ -17,67 +17,10 @@
 #include "observers/minmax_kernels.h"
 #include "qcal/qcal.h"
 #include "qcal_config.h"
+#include "testutil.h"
 #if QCAL_HAVE_OPENMP
 #include <omp.h>
 #endif
-
-/* ---- reference container (see gen_histogram.py) ---- */
-typedef struct ref_arr {
-    char name[64];
-    char kind;
-    uint64_t count;
-    void *data;
-} ref_arr;
-typedef struct ref_file {
-    ref_arr a[256];
-    int n;
-} ref_file;
-
-static ref_file *ref_load(const char *file)
-{
-    const char *dir = getenv("QCAL_TEST_DATA");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/histogram/%s", dir ? dir : "tests/data", file);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        fail_msg("cannot open %s", path);
-    ref_file *r = calloc(1, sizeof *r);
-    uint32_t len;
-    while (fread(&len, 4, 1, f) == 1) {
-        assert_true(r->n < 256 && len < 64);
-        ref_arr *a = &r->a[r->n++];
-        assert_int_equal(fread(a->name, 1, len, f), len);
-        a->name[len] = 0;
-        assert_int_equal(fread(&a->kind, 1, 1, f), 1);
-        assert_int_equal(fread(&a->count, 8, 1, f), 1);
-        size_t es = a->kind == 'f' ? 4 : 8;
-        a->data = malloc(a->count * es + 1);
-        assert_int_equal(fread(a->data, es, a->count, f), a->count);
-    }
-    fclose(f);
-    return r;
-}
-
-static void ref_free(ref_file *r)
-{
-    for (int i = 0; i < r->n; i++)
-        free(r->a[i].data);
-    free(r);
-}
-
-static const ref_arr *ref_get(const ref_file *r, const char *fmt, ...)
-{
-    char name[64];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
-    for (int i = 0; i < r->n; i++)
-        if (!strcmp(r->a[i].name, name))
-            return &r->a[i];
-    fail_msg("reference array %s missing", name);
-    return NULL;
-}
 
 static uint32_t fbits(float v)
 {
@@ -141,14 +84,14 @@ static void assert_counts_equal(const uint64_t *got, const uint64_t *want, int32
 static void test_l2_search_vs_pytorch(void **state)
 {
     (void)state;
-    ref_file *r = ref_load("l2.bin");
-    int n = (int)((int64_t *)ref_get(r, "ncases")->data)[0];
+    tu_ref_file *r = tu_ref_load("histogram", "l2.bin");
+    int n = (int)((int64_t *)tu_ref_get(r, "ncases")->data)[0];
     assert_true(n >= 10);
     for (int k = 0; k < n; k++) {
-        const ref_arr *h = ref_get(r, "case%d/hist", k);
-        const double *meta = ref_get(r, "case%d/meta", k)->data;
-        const float *out = ref_get(r, "case%d/out", k)->data;
-        const int64_t *zp = ref_get(r, "case%d/zp", k)->data;
+        const tu_ref_arr *h = tu_ref_get(r, "case%d/hist", k);
+        const double *meta = tu_ref_get(r, "case%d/meta", k)->data;
+        const float *out = tu_ref_get(r, "case%d/out", k)->data;
+        const int64_t *zp = tu_ref_get(r, "case%d/zp", k)->data;
         int32_t bins = (int32_t)meta[0];
         assert_int_equal(h->count, (uint64_t)bins);
         float mn = (float)meta[2], mx = (float)meta[3], a = 0, b = 0;
@@ -176,7 +119,7 @@ static void test_l2_search_vs_pytorch(void **state)
             fail_msg("case %d qint8 symmetric: scale %.9g zp %d, PyTorch %.9g %d", k,
                      (double)s, (int)z, (double)out[3], (int)zp[1]);
     }
-    ref_free(r);
+    tu_ref_free(r);
 }
 
 static void test_torch_sum_small(void **state)
@@ -216,15 +159,15 @@ static void run_kernel(histc_k fn, const float *x, int64_t n, float lo, float hi
 static void test_histc_vs_torch(void **state)
 {
     (void)state;
-    ref_file *r = ref_load("histc.bin");
-    int n = (int)((int64_t *)ref_get(r, "ncases")->data)[0];
+    tu_ref_file *r = tu_ref_load("histogram", "histc.bin");
+    int n = (int)((int64_t *)tu_ref_get(r, "ncases")->data)[0];
     histc_k fns[3] = { qcal_f32_histc__c, qcal_f32_histc__avx2, qcal_f32_histc__avx512 };
     const char *names[3] = { "c", "avx2", "avx512" };
     qcal_isa isa = qcal_cpu_isa();
     for (int k = 0; k < n; k++) {
-        const ref_arr *x = ref_get(r, "case%d/x", k);
-        const double *meta = ref_get(r, "case%d/meta", k)->data;
-        const uint64_t *want = ref_get(r, "case%d/counts", k)->data;
+        const tu_ref_arr *x = tu_ref_get(r, "case%d/x", k);
+        const double *meta = tu_ref_get(r, "case%d/meta", k)->data;
+        const uint64_t *want = tu_ref_get(r, "case%d/counts", k)->data;
         int32_t bins = (int32_t)meta[0];
         uint64_t *got = calloc((size_t)bins + 2, 8);
         for (int f = 0; f <= (int)isa && f < 3; f++) {
@@ -243,17 +186,17 @@ static void test_histc_vs_torch(void **state)
         free(got);
     }
     /* One batch through the observer: its histogram is torch.histc(x, bins, min(x), max(x)). */
-    const ref_arr *x = ref_get(r, "case0/x");
-    const uint64_t *want = ref_get(r, "case0/counts")->data;
+    const tu_ref_arr *x = tu_ref_get(r, "case0/x");
+    const uint64_t *want = tu_ref_get(r, "case0/counts")->data;
     qcal_observer *obs = make_obs(QCAL_OBSERVER_HISTOGRAM);
     feed(obs, x->data, (int64_t)x->count);
     const qcal_hist *h = qcal_histobs_hist(obs);
-    assert_true((double)h->lo == ((double *)ref_get(r, "case0/meta")->data)[1]);
-    assert_true((double)h->hi == ((double *)ref_get(r, "case0/meta")->data)[2]);
+    assert_true((double)h->lo == ((double *)tu_ref_get(r, "case0/meta")->data)[1]);
+    assert_true((double)h->hi == ((double *)tu_ref_get(r, "case0/meta")->data)[2]);
     assert_counts_equal(h->counts, want, h->bins, "observer single batch");
     qcal_observer_destroy(&obs);
     assert_null(obs);
-    ref_free(r);
+    tu_ref_free(r);
 }
 
 static void test_histc_simd_vs_c(void **state)
@@ -849,10 +792,10 @@ static void test_histogram_qparams_end_to_end(void **state)
     /* One batch whose data min/max are integers: PyTorch 1.13's int() truncation of the
      * histc bounds is then harmless, so qcal's chosen range equals the search on
      * torch.histc(x, bins, min, max): check the observer path wires the search. */
-    ref_file *r = ref_load("histc.bin");
-    const ref_arr *x = ref_get(r, "case0/x");
-    const uint64_t *want = ref_get(r, "case0/counts")->data;
-    const double *meta = ref_get(r, "case0/meta")->data;
+    tu_ref_file *r = tu_ref_load("histogram", "histc.bin");
+    const tu_ref_arr *x = tu_ref_get(r, "case0/x");
+    const uint64_t *want = tu_ref_get(r, "case0/counts")->data;
+    const double *meta = tu_ref_get(r, "case0/meta")->data;
     float *fh = malloc(2048 * sizeof *fh);
     for (int i = 0; i < 2048; i++)
         fh[i] = (float)want[i];
@@ -868,7 +811,7 @@ static void test_histogram_qparams_end_to_end(void **state)
     assert_true(a >= (float)meta[1] && b <= (float)meta[2] && a < b);
     free(fh);
     qcal_observer_destroy(&obs);
-    ref_free(r);
+    tu_ref_free(r);
 }
 
 int main(void)

@@ -164,3 +164,49 @@ void tu_expect_one_line(const char *err, const char *prefix, const char *needle)
     if (needle && !strstr(err, needle))
         fail_msg("stderr [%s] lacks '%s'", err, needle);
 }
+
+tu_ref_file *tu_ref_load(const char *area, const char *file)
+{
+    const char *dir = getenv("QCAL_TEST_DATA");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s/%s", dir ? dir : "tests/data", area, file);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fail_msg("cannot open %s", path);
+    tu_ref_file *r = calloc(1, sizeof *r);
+    uint32_t len;
+    while (fread(&len, 4, 1, f) == 1) {
+        assert_true(r->n < 256 && len < 64);
+        tu_ref_arr *a = &r->a[r->n++];
+        assert_int_equal(fread(a->name, 1, len, f), len);
+        a->name[len] = 0;
+        assert_int_equal(fread(&a->kind, 1, 1, f), 1);
+        assert_int_equal(fread(&a->count, 8, 1, f), 1);
+        size_t es = a->kind == 'f' ? 4 : 8;
+        a->data = malloc(a->count * es + 1);
+        assert_int_equal(fread(a->data, es, a->count, f), a->count);
+    }
+    fclose(f);
+    return r;
+}
+
+void tu_ref_free(tu_ref_file *r)
+{
+    for (int i = 0; i < r->n; i++)
+        free(r->a[i].data);
+    free(r);
+}
+
+const tu_ref_arr *tu_ref_get(const tu_ref_file *r, const char *fmt, ...)
+{
+    char name[64];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    for (int i = 0; i < r->n; i++)
+        if (!strcmp(r->a[i].name, name))
+            return &r->a[i];
+    fail_msg("reference array %s missing", name);
+    return NULL;
+}

@@ -7,6 +7,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* "dir/name" in one of 8 rotating static buffers of 8192 bytes: up to 8 results stay
  * valid at once (copy one that must outlive more calls). */
@@ -41,5 +42,27 @@ int tu_run_va(const char *bin, const char *first, va_list ap, const char *dir, c
 /* Fails the test unless err is exactly one line that starts with prefix and contains
  * needle (NULL: any text). */
 void tu_expect_one_line(const char *err, const char *prefix, const char *needle);
+
+/* Named-array reference container written by the Python generators (tests/ref/
+ * gen_histogram.py): records of u32 name length, name, kind ('f': f32, else 8-byte
+ * elements: i64 or f64), u64 count, data. At most 256 arrays with names under 64 bytes. */
+typedef struct tu_ref_arr {
+    char name[64];
+    char kind;
+    uint64_t count;
+    void *data;
+} tu_ref_arr;
+typedef struct tu_ref_file {
+    tu_ref_arr a[256];
+    int n;
+} tu_ref_file;
+
+/* Reads $QCAL_TEST_DATA/<area>/<file> (tests/data when unset); fails the test when it
+ * cannot be opened or is malformed. tu_ref_free releases it. */
+tu_ref_file *tu_ref_load(const char *area, const char *file);
+void tu_ref_free(tu_ref_file *r);
+
+/* The array named by the printf-style fmt; fails the test when it is missing. */
+const tu_ref_arr *tu_ref_get(const tu_ref_file *r, const char *fmt, ...);
 
 #endif
