@@ -255,12 +255,9 @@ static qcal_status entropy_qrange(qcal_observer *obs, int64_t cap, float *mn, fl
                                   int64_t *n)
 {
     (void)cap;
-    const qcal_hist *h = qcal_histobs_hist(obs);
-    *n = 1;
-    if (qcal_hist_empty(h)) {
-        qcal_range_set_empty(mn, mx, 1);
+    const qcal_hist *h = qcal_histobs_qrange_begin(obs, mn, mx, n);
+    if (!h)
         return QCAL_NO_DATA;
-    }
     double t = h->hi;
     if (h->lo != h->hi) {
         int32_t i = qcal_hist_entropy_search(h->counts, h->bins, obs->cfg.entropy_levels, NULL);

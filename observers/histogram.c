@@ -280,12 +280,9 @@ static qcal_status histogram_qrange(qcal_observer *obs, int64_t cap, float *mn, 
                                     int64_t *n)
 {
     (void)cap;
-    const qcal_hist *h = qcal_histobs_hist(obs);
-    *n = 1;
-    if (qcal_hist_empty(h)) {
-        qcal_range_set_empty(mn, mx, 1);
+    const qcal_hist *h = qcal_histobs_qrange_begin(obs, mn, mx, n);
+    if (!h)
         return QCAL_NO_DATA;
-    }
     if (h->lo == h->hi) {
         /* PyTorch: bin_width 0, every error 0, the search returns (min, max). */
         mn[0] = h->lo;

@@ -1059,6 +1059,18 @@ qcal_status qcal_histobs_load(qcal_observer *obs, qcal_cursor *c)
     return qcal_hist_load(obs->impl, c);
 }
 
+const qcal_hist *qcal_histobs_qrange_begin(const qcal_observer *obs, float *mn, float *mx,
+                                           int64_t *n)
+{
+    const qcal_hist *h = qcal_histobs_hist(obs);
+    *n = 1;
+    if (qcal_hist_empty(h)) {
+        qcal_range_set_empty(mn, mx, 1);
+        return NULL;
+    }
+    return h;
+}
+
 void qcal_histobs_clip_range(const qcal_observer *obs, double t, float *mn, float *mx)
 {
     const qcal_hist *h = obs->impl;

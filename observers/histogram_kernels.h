@@ -140,6 +140,10 @@ void qcal_histobs_save(const qcal_observer *obs, qcal_buf *b);
 qcal_status qcal_histobs_load(qcal_observer *obs, qcal_cursor *c);
 /* The histogram of an observer of one of the four kinds. */
 qcal_hist *qcal_histobs_hist(const qcal_observer *obs);
+/* The common start of the four kinds' qrange: sets *n = 1 and returns the histogram, or
+ * NULL after writing the empty range (qcal_range_set_empty) when nothing was seen yet. */
+const qcal_hist *qcal_histobs_qrange_begin(const qcal_observer *obs, float *mn, float *mx,
+                                           int64_t *n);
 
 /* Clip range from a threshold t >= 0 on |x|: [0, t] if no negative value was seen, else
  * [-t, t] (t capped at FLT_MAX). qcal_qparams_compute then applies the qscheme. */

@@ -151,12 +151,9 @@ static qcal_status mse_qrange(qcal_observer *obs, int64_t cap, float *mn, float 
                               int64_t *n)
 {
     (void)cap;
-    const qcal_hist *h = qcal_histobs_hist(obs);
-    *n = 1;
-    if (qcal_hist_empty(h)) {
-        qcal_range_set_empty(mn, mx, 1);
+    const qcal_hist *h = qcal_histobs_qrange_begin(obs, mn, mx, n);
+    if (!h)
         return QCAL_NO_DATA;
-    }
     double t = h->hi;
     if (h->lo != h->hi) {
         int64_t qmin, qmax;

@@ -39,12 +39,9 @@ static qcal_status percentile_qrange(qcal_observer *obs, int64_t cap, float *mn,
                                      int64_t *n)
 {
     (void)cap;
-    const qcal_hist *h = qcal_histobs_hist(obs);
-    *n = 1;
-    if (qcal_hist_empty(h)) {
-        qcal_range_set_empty(mn, mx, 1);
+    const qcal_hist *h = qcal_histobs_qrange_begin(obs, mn, mx, n);
+    if (!h)
         return QCAL_NO_DATA;
-    }
     double p = obs->cfg.percentile / 100.0;
     if (obs->cfg.percentile_mode == QCAL_PERCENTILE_ABS) {
         double t = h->lo == h->hi ? h->hi
