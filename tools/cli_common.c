@@ -278,6 +278,45 @@ int cli_read_npy(const char *cmd, const char *path, qcal_npy_array *arr)
     return st == QCAL_OK ? 0 : cli_fail_status(cmd, QCAL_EXIT_INPUT, st);
 }
 
+int cli_read_zero_points_npy(const char *cmd, const char *path, int64_t ch,
+                             qcal_npy_array *arr)
+{
+    int rc = cli_read_npy(cmd, path, arr);
+    if (rc)
+        return rc;
+    if (arr->ndim != 1 || arr->numel != ch) {
+        rc = cli_fail(cmd, QCAL_EXIT_INPUT, "'%s': expected a 1-D array of %lld zero-points, got "
+                      "%d dimensions and %lld elements", path, (long long)ch,
+                      (int)arr->ndim, (long long)arr->numel);
+        qcal_npy_array_free(arr);
+    }
+    return rc;
+}
+
+int cli_check_qparam_mode(const char *cmd, bool have_scale, bool have_zp, bool have_axis,
+                          const char *scales_path, const char *zps_path)
+{
+    bool per_channel = have_axis || scales_path || zps_path;
+    if (per_channel && (have_scale || have_zp))
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--scale/--zero-point (per tensor) and "
+                        "--axis/--scales/--zero-points (per channel) exclude each other");
+    if (per_channel && !(have_axis && scales_path && zps_path))
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "per-channel mode needs --axis, --scales and "
+                        "--zero-points");
+    if (!per_channel && !have_scale)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "missing --scale (or --axis/--scales/--zero-points)");
+    return 0;
+}
+
+int cli_check_in_out(const char *cmd, const char *in, const char *out)
+{
+    if (!in)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "no input file (see 'qcal %s --help')", cmd);
+    if (!out)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "no output file (-o OUT.npy)");
+    return 0;
+}
+
 int cli_write_npy(const char *cmd, const char *path, qcal_npy_dtype dtype, int32_t ndim,
                   const int64_t *shape, const void *data)
 {

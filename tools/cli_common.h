@@ -138,6 +138,17 @@ bool cli_observer_opt(cli_observer_args *a, int id, const char *val);
 int cli_observer_config(const char *cmd, const cli_observer_args *a,
                         qcal_observer_kind default_kind, qcal_observer_config *cfg);
 
+/* ---- qparams options (quantize, dequantize, fakequant) ---- */
+
+/* Per tensor (--scale/--zero-point) or per channel (--axis/--scales/--zero-points): reports
+ * and returns QCAL_EXIT_USAGE when they are mixed, per channel is incomplete or no --scale
+ * is given; else 0. */
+int cli_check_qparam_mode(const char *cmd, bool have_scale, bool have_zp, bool have_axis,
+                          const char *scales_path, const char *zps_path);
+
+/* Reports and returns QCAL_EXIT_USAGE when the input or the -o output is missing; else 0. */
+int cli_check_in_out(const char *cmd, const char *in, const char *out);
+
 /* ---- .npy input/output ---- */
 
 /* Reads path as float32 (float64/float16 converted). Reports and returns QCAL_EXIT_INPUT
@@ -146,6 +157,11 @@ int cli_read_f32(const char *cmd, const char *path, qcal_npy_array *arr);
 
 /* Reads path with its own dtype. Reports and returns QCAL_EXIT_INPUT on failure. */
 int cli_read_npy(const char *cmd, const char *path, qcal_npy_array *arr);
+
+/* Reads path (own dtype) and checks it is a 1-D array of ch zero-points; on a mismatch
+ * reports, frees *arr and returns QCAL_EXIT_INPUT. */
+int cli_read_zero_points_npy(const char *cmd, const char *path, int64_t ch,
+                             qcal_npy_array *arr);
 
 /* Writes an .npy atomically. Reports and returns QCAL_EXIT_OUTPUT on failure. */
 int cli_write_npy(const char *cmd, const char *path, qcal_npy_dtype dtype, int32_t ndim,

@@ -129,15 +129,10 @@ static int parse(int argc, char **argv, fargs *a)
         default: break;
         }
     }
+    if ((rc = cli_check_qparam_mode(cmd, a->have_scale, have_zp, a->have_axis, a->scales_path,
+                                    a->zps_path)))
+        return rc;
     bool per_channel = a->have_axis || a->scales_path || a->zps_path;
-    if (per_channel && (a->have_scale || have_zp))
-        return cli_fail(cmd, QCAL_EXIT_USAGE, "--scale/--zero-point (per tensor) and "
-                        "--axis/--scales/--zero-points (per channel) exclude each other");
-    if (per_channel && !(a->have_axis && a->scales_path && a->zps_path))
-        return cli_fail(cmd, QCAL_EXIT_USAGE, "per-channel mode needs --axis, --scales and "
-                        "--zero-points");
-    if (!per_channel && !a->have_scale)
-        return cli_fail(cmd, QCAL_EXIT_USAGE, "missing --scale (or --axis/--scales/--zero-points)");
     if (a->qmin > a->qmax)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "--quant-min %lld is greater than --quant-max %lld",
                         (long long)a->qmin, (long long)a->qmax);
@@ -150,27 +145,16 @@ static int parse(int argc, char **argv, fargs *a)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "--grad-out needs --grad G.npy");
     if (a->learnable && !a->grad)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "--learnable needs --grad G.npy");
-    if (!a->in)
-        return cli_fail(cmd, QCAL_EXIT_USAGE, "no input file (see 'qcal %s --help')", cmd);
-    if (!a->out)
-        return cli_fail(cmd, QCAL_EXIT_USAGE, "no output file (-o OUT.npy)");
-    return 0;
+    return cli_check_in_out(cmd, a->in, a->out);
 }
 
 /* Reads a 1-D zero-point array of ch values (any integer or float dtype) as float. */
 static int read_zero_points(const char *cmd, const fargs *a, int64_t ch, float *zp)
 {
     qcal_npy_array za;
-    int rc = cli_read_npy(cmd, a->zps_path, &za);
+    int rc = cli_read_zero_points_npy(cmd, a->zps_path, ch, &za);
     if (rc)
         return rc;
-    if (za.ndim != 1 || za.numel != ch) {
-        rc = cli_fail(cmd, QCAL_EXIT_INPUT, "'%s': expected a 1-D array of %lld zero-points, got "
-                      "%d dimensions and %lld elements", a->zps_path, (long long)ch,
-                      (int)za.ndim, (long long)za.numel);
-        qcal_npy_array_free(&za);
-        return rc;
-    }
     for (int64_t i = 0; i < ch && !rc; i++) {
         double z;
         switch (za.dtype) {

@@ -125,20 +125,10 @@ static int parse_args(int argc, char **argv, const char *help, qargs *a)
         default: break;
         }
     }
-    bool per_channel = a->have_axis || a->scales_path || a->zps_path;
-    if (per_channel && (a->have_scale || a->have_zp))
-        return cli_fail(cmd, QCAL_EXIT_USAGE, "--scale/--zero-point (per tensor) and "
-                        "--axis/--scales/--zero-points (per channel) exclude each other");
-    if (per_channel && !(a->have_axis && a->scales_path && a->zps_path))
-        return cli_fail(cmd, QCAL_EXIT_USAGE, "per-channel mode needs --axis, --scales and "
-                        "--zero-points");
-    if (!per_channel && !a->have_scale)
-        return cli_fail(cmd, QCAL_EXIT_USAGE, "missing --scale (or --axis/--scales/--zero-points)");
-    if (!a->in)
-        return cli_fail(cmd, QCAL_EXIT_USAGE, "no input file (see 'qcal %s --help')", cmd);
-    if (!a->out)
-        return cli_fail(cmd, QCAL_EXIT_USAGE, "no output file (-o OUT.npy)");
-    return 0;
+    if ((rc = cli_check_qparam_mode(cmd, a->have_scale, a->have_zp, a->have_axis,
+                                    a->scales_path, a->zps_path)))
+        return rc;
+    return cli_check_in_out(cmd, a->in, a->out);
 }
 
 /* Per-channel qparams from their files: ch scales (float) and zero-points (integers). */
@@ -175,15 +165,8 @@ static int load_chan_params(const char *cmd, const qargs *a, int32_t ndim, const
         goto fail;
     }
     qcal_npy_array za;
-    if ((rc = cli_read_npy(cmd, a->zps_path, &za)))
+    if ((rc = cli_read_zero_points_npy(cmd, a->zps_path, ch, &za)))
         goto fail;
-    if (za.ndim != 1 || za.numel != ch) {
-        rc = cli_fail(cmd, QCAL_EXIT_INPUT, "'%s': expected a 1-D array of %lld zero-points, got "
-                      "%d dimensions and %lld elements", a->zps_path, (long long)ch,
-                      (int)za.ndim, (long long)za.numel);
-        qcal_npy_array_free(&za);
-        goto fail;
-    }
     c->zero_points = malloc((size_t)(ch > 0 ? ch : 1) * sizeof *c->zero_points);
     if (!c->zero_points) {
         qcal_npy_array_free(&za);
