@@ -9,6 +9,20 @@
 set -eu
 cd "$(dirname "$0")"
 
+# Runs a build step quietly; on failure shows its whole output (meson and ninja report
+# errors on stdout) and fails.
+quiet() {
+    local log
+    log=$(mktemp)
+    if ! "$@" >"$log" 2>&1; then
+        cat "$log" >&2
+        rm -f "$log"
+        echo "$(basename "$0"): failed: $*" >&2
+        return 1
+    fi
+    rm -f "$log"
+}
+
 PACKAGES="meson ninja-build pkg-config gcc libc6-dev libdnnl-dev libcmocka-dev zlib1g-dev dataset-fashion-mnist python3-numpy"
 
 install_missing() {
@@ -32,9 +46,9 @@ install_missing() {
 build() {
     install_missing
     if [ ! -f build/build.ninja ]; then
-        meson setup build --buildtype=release >/dev/null
+        quiet meson setup build --buildtype=release
     fi
-    meson compile -C build >/dev/null
+    quiet meson compile -C build
 }
 
 cmd="${1:-}"
