@@ -162,6 +162,16 @@ static inline int64_t lsq_head(const float *gx, int64_t n, bool stream, unsigned
     return k < n ? k : n;
 }
 
+/* Hides where a local lane buffer lives, so the compiler keeps the unaligned vector moves
+ * written in the kernels: it would otherwise give the array 64-byte alignment and emit
+ * vmovapd, and ASan's fake stack (detect_stack_use_after_return, used in CI) only aligns
+ * locals to 32 bytes — that combination faulted. */
+static inline double *lsq_unaligned(double *p)
+{
+    __asm__("" : "+r"(p));
+    return p;
+}
+
 static inline void lsq_rot_load(const double *acc, int64_t k, double *reg)
 {
     for (int v = 0; v < QCAL_LSQ_LANES; v++)
@@ -211,7 +221,8 @@ AVX2_TARGET void qcal_f32_lsq_backward__avx2(const float *x, const float *gy, in
     const __m256 qmin = _mm256_set1_ps(p->qmin), qmax = _mm256_set1_ps(p->qmax);
     const __m256 scale = _mm256_set1_ps(p->scale), g = _mm256_set1_ps(p->grad_factor);
     const __m256 cmin = _mm256_set1_ps(p->qmin - p->zp), cmax = _mm256_set1_ps(p->qmax - p->zp);
-    double rs[QCAL_LSQ_LANES], rz[QCAL_LSQ_LANES];
+    double rs_buf[QCAL_LSQ_LANES], rz_buf[QCAL_LSQ_LANES];
+    double *rs = lsq_unaligned(rs_buf), *rz = lsq_unaligned(rz_buf);
     lsq_rot_load(acc_s, k, rs);
     lsq_rot_load(acc_z, k, rz);
     __m256d s[4], z[4];
@@ -262,7 +273,8 @@ AVX512_TARGET void qcal_f32_lsq_backward__avx512(const float *x, const float *gy
     const __m512 scale = _mm512_set1_ps(p->scale), g = _mm512_set1_ps(p->grad_factor);
     const __m512 cmin = _mm512_set1_ps(p->qmin - p->zp), cmax = _mm512_set1_ps(p->qmax - p->zp);
     const __m512 one = _mm512_set1_ps(1.0f), sign = _mm512_set1_ps(-0.0f);
-    double rs[QCAL_LSQ_LANES], rz[QCAL_LSQ_LANES];
+    double rs_buf[QCAL_LSQ_LANES], rz_buf[QCAL_LSQ_LANES];
+    double *rs = lsq_unaligned(rs_buf), *rz = lsq_unaligned(rz_buf);
     lsq_rot_load(acc_s, k, rs);
     lsq_rot_load(acc_z, k, rz);
     __m512d s0 = _mm512_loadu_pd(rs), s1 = _mm512_loadu_pd(rs + 8);
