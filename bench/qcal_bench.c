@@ -194,8 +194,8 @@ typedef struct bench {
     qcal_observer *obs[8];       /* one of every kind, used by the rows (axis 0) */
     qcal_observer *obs_ax1[4];   /* per-channel kinds with axis 1 (activation rows) */
     qcal_observer *hist_full[4]; /* histogram family filled with the 8 batches */
-    qcal_logger *logger;
-    qcal_stats last_stats;
+    qcal_numeric_logger *logger;
+    qcal_numeric_stats last_stats;
     /* per-op current selection */
     int kind;            /* observer kind for observer rows */
     const qcal_tensor *in;
@@ -211,7 +211,7 @@ typedef struct bench {
     uint8_t *images;
     int cnn_batches, cnn_batch;
     qcal_calib_rules *rules;
-    qcal_session *session;
+    qcal_calib_session *session;
     int cnn_step;
     uint64_t cnn_hash;
 #endif
@@ -373,7 +373,7 @@ static void op_fq_learnable_bwd(void *p)
     b->res_n = 2;
 }
 
-static qcal_status log_cb(const qcal_log_record *rec, const qcal_tensor *x, void *user)
+static qcal_status log_cb(const qcal_numeric_log_record *rec, const qcal_tensor *x, void *user)
 {
     (void)x;
     ((bench *)user)->last_stats = rec->stats;
@@ -383,7 +383,7 @@ static qcal_status log_cb(const qcal_log_record *rec, const qcal_tensor *x, void
 static void op_stats_logger(void *p)
 {
     bench *b = p;
-    CHECK(qcal_logger_log(b->logger, QCAL_LOG_ACT, "features.act", "relu", NULL, &b->t16));
+    CHECK(qcal_numeric_logger_log(b->logger, QCAL_NUMERIC_LOG_ACT, "features.act", "relu", NULL, &b->t16));
     memcpy(b->res, &b->last_stats, sizeof b->last_stats);
     b->res_n = (int64_t)(sizeof b->last_stats / sizeof(float));
     b->out = NULL;
@@ -398,7 +398,7 @@ static qcal_status cnn_act_hook(void *user, cnn_act *act)
     qcal_status st = qcal_tensor_init(&t, act->data, act->ndim, act->shape);
     if (st < 0)
         return st;
-    return qcal_session_observe(b->session, cnn_tap_name(act->tap), QCAL_ROLE_ACTIVATION,
+    return qcal_calib_session_observe(b->session, cnn_tap_name(act->tap), QCAL_CALIB_ROLE_ACTIVATION,
                                 b->cnn_step, &t);
 }
 
@@ -410,7 +410,7 @@ static qcal_status cnn_weight_hook(void *user, cnn_weight *w)
     if (st < 0)
         return st;
     w->used = false;
-    return qcal_session_observe(b->session, cnn_layer_name(w->layer), QCAL_ROLE_WEIGHT,
+    return qcal_calib_session_observe(b->session, cnn_layer_name(w->layer), QCAL_CALIB_ROLE_WEIGHT,
                                 b->cnn_step, &t);
 }
 
@@ -433,10 +433,10 @@ static void op_cnn_plain(void *p)
 static void op_cnn_calib(void *p)
 {
     bench *b = p;
-    qcal_session_options opt;
-    qcal_session_options_default(&opt);
+    qcal_calib_session_options opt;
+    qcal_calib_session_options_default(&opt);
     opt.rules = b->rules;
-    CHECK(qcal_session_create(&opt, &b->session));
+    CHECK(qcal_calib_session_create(&opt, &b->session));
     cnn_hooks hooks = {cnn_act_hook, NULL, cnn_weight_hook, NULL, b};
     const float *logits = NULL;
     for (int i = 0; i < b->cnn_batches; i++) {
@@ -445,7 +445,7 @@ static void op_cnn_calib(void *p)
                           b->cnn_batch, &hooks, &logits));
     }
     qcal_calib_table *table = NULL;
-    CHECK(qcal_session_table(b->session, &table));
+    CHECK(qcal_calib_session_table(b->session, &table));
     if (b->canonical) {
         int64_t n = 0;
         uint64_t h = 0xcbf29ce484222325ull;
@@ -459,7 +459,7 @@ static void op_cnn_calib(void *p)
         b->cnn_hash = h;
     }
     qcal_calib_table_destroy(&table);
-    qcal_session_destroy(&b->session);
+    qcal_calib_session_destroy(&b->session);
     b->res_n = 0;
     b->out = NULL;
     b->out_bytes = 0;
@@ -729,11 +729,11 @@ static void setup(bench *b)
     CHECK(qcal_observer_update(b->obs[QCAL_OBSERVER_PER_CHANNEL_MINMAX], &b->tw));
     CHECK(qcal_observer_qparams(b->obs[QCAL_OBSERVER_PER_CHANNEL_MINMAX], 4096, b->scw, b->zpw,
                                 NULL, &n));
-    qcal_logger_options lo;
-    qcal_logger_options_default(&lo);
+    qcal_numeric_logger_options lo;
+    qcal_numeric_logger_options_default(&lo);
     lo.callback = log_cb;
     lo.user = b;
-    CHECK(qcal_logger_create(&lo, &b->logger));
+    CHECK(qcal_numeric_logger_create(&lo, &b->logger));
 #if BENCH_HAVE_CNN
     b->cnn_batch = 256;
     b->cnn_batches = g_quick ? 4 : 8;
@@ -749,8 +749,8 @@ static void setup(bench *b)
     wc.q.dtype = QCAL_QINT8;
     wc.q.qscheme = QCAL_PER_CHANNEL_SYMMETRIC;
     CHECK(qcal_calib_rules_create(&b->rules));
-    CHECK(qcal_calib_rules_add(b->rules, "*", false, QCAL_ROLE_ACTIVATION, &ac));
-    CHECK(qcal_calib_rules_add(b->rules, "*", false, QCAL_ROLE_WEIGHT, &wc));
+    CHECK(qcal_calib_rules_add(b->rules, "*", false, QCAL_CALIB_ROLE_ACTIVATION, &ac));
+    CHECK(qcal_calib_rules_add(b->rules, "*", false, QCAL_CALIB_ROLE_WEIGHT, &wc));
 #endif
 }
 
@@ -762,7 +762,7 @@ static void teardown(bench *b)
         qcal_observer_destroy(&b->hist_full[k]);
         qcal_observer_destroy(&b->obs_ax1[k]);
     }
-    qcal_logger_destroy(&b->logger);
+    qcal_numeric_logger_destroy(&b->logger);
 #if BENCH_HAVE_CNN
     cnn_model_destroy(&b->model);
     cnn_ctx_destroy(&b->cctx);

@@ -12,7 +12,7 @@
 typedef struct rule {
     char *glob;
     bool any_role;
-    qcal_role role;
+    qcal_calib_role role;
     qcal_observer_config cfg;
 } rule;
 
@@ -21,43 +21,43 @@ struct qcal_calib_rules {
     int64_t n, cap;
 };
 
-const char *qcal_role_name(qcal_role role)
+const char *qcal_calib_role_name(qcal_calib_role role)
 {
     switch (role) {
-    case QCAL_ROLE_ACTIVATION: return "activation";
-    case QCAL_ROLE_WEIGHT: return "weight";
-    case QCAL_ROLE_COUNT: break;
+    case QCAL_CALIB_ROLE_ACTIVATION: return "activation";
+    case QCAL_CALIB_ROLE_WEIGHT: return "weight";
+    case QCAL_CALIB_ROLE_COUNT: break;
     }
     return "unknown";
 }
 
-qcal_status qcal_role_parse(const char *name, qcal_role *out)
+qcal_status qcal_calib_role_parse(const char *name, qcal_calib_role *out)
 {
     if (!name || !out)
         return qcal_error(QCAL_ERR_INVALID_ARG, "role name or output is NULL");
     if (!strcmp(name, "activation") || !strcmp(name, "act")) {
-        *out = QCAL_ROLE_ACTIVATION;
+        *out = QCAL_CALIB_ROLE_ACTIVATION;
         return QCAL_OK;
     }
     if (!strcmp(name, "weight") || !strcmp(name, "w")) {
-        *out = QCAL_ROLE_WEIGHT;
+        *out = QCAL_CALIB_ROLE_WEIGHT;
         return QCAL_OK;
     }
     return qcal_error(QCAL_ERR_INVALID_ARG, "unknown role '%s' (expected activation or weight)",
                       name);
 }
 
-qcal_status qcal_role_default_config(qcal_role role, qcal_observer_config *out)
+qcal_status qcal_calib_role_default_config(qcal_calib_role role, qcal_observer_config *out)
 {
     if (!out)
         return qcal_error(QCAL_ERR_INVALID_ARG, "config output is NULL");
     switch (role) {
-    case QCAL_ROLE_ACTIVATION:
+    case QCAL_CALIB_ROLE_ACTIVATION:
         /* PyTorch's default activation observer for static quantization (HistogramObserver,
          * quint8, per_tensor_affine). */
         qcal_observer_config_default(out, QCAL_OBSERVER_HISTOGRAM);
         return QCAL_OK;
-    case QCAL_ROLE_WEIGHT:
+    case QCAL_CALIB_ROLE_WEIGHT:
         /* PyTorch's default per-channel weight observer (fbgemm/x86 qconfig):
          * PerChannelMinMaxObserver(dtype=qint8, qscheme=per_channel_symmetric, ch_axis=0). */
         qcal_observer_config_default(out, QCAL_OBSERVER_PER_CHANNEL_MINMAX);
@@ -65,7 +65,7 @@ qcal_status qcal_role_default_config(qcal_role role, qcal_observer_config *out)
         out->q.qscheme = QCAL_PER_CHANNEL_SYMMETRIC;
         out->axis = 0;
         return QCAL_OK;
-    case QCAL_ROLE_COUNT: break;
+    case QCAL_CALIB_ROLE_COUNT: break;
     }
     return qcal_error(QCAL_ERR_INVALID_ARG, "unknown role %d", (int)role);
 }
@@ -93,11 +93,11 @@ void qcal_calib_rules_destroy(qcal_calib_rules **rules)
 }
 
 qcal_status qcal_calib_rules_add(qcal_calib_rules *rules, const char *glob, bool any_role,
-                                 qcal_role role, const qcal_observer_config *cfg)
+                                 qcal_calib_role role, const qcal_observer_config *cfg)
 {
     if (!rules || !glob || !cfg)
         return qcal_error(QCAL_ERR_INVALID_ARG, "rules, glob or config is NULL");
-    if (!any_role && (unsigned)role >= QCAL_ROLE_COUNT)
+    if (!any_role && (unsigned)role >= QCAL_CALIB_ROLE_COUNT)
         return qcal_error(QCAL_ERR_INVALID_ARG, "unknown role %d", (int)role);
     qcal_status st = qcal_observer_config_validate(cfg);
     if (st != QCAL_OK)
@@ -132,12 +132,12 @@ qcal_status qcal_calib_rules_count(const qcal_calib_rules *rules, int64_t *n)
 }
 
 qcal_status qcal_calib_rules_match(const qcal_calib_rules *rules, const char *fqn,
-                                   qcal_role role, qcal_observer_config *cfg,
+                                   qcal_calib_role role, qcal_observer_config *cfg,
                                    int64_t *rule_index)
 {
     if (!fqn || !cfg)
         return qcal_error(QCAL_ERR_INVALID_ARG, "fqn or config output is NULL");
-    if ((unsigned)role >= QCAL_ROLE_COUNT)
+    if ((unsigned)role >= QCAL_CALIB_ROLE_COUNT)
         return qcal_error(QCAL_ERR_INVALID_ARG, "unknown role %d", (int)role);
     if (rules) {
         for (int64_t i = 0; i < rules->n; i++) {
@@ -152,7 +152,7 @@ qcal_status qcal_calib_rules_match(const qcal_calib_rules *rules, const char *fq
             }
         }
     }
-    qcal_status st = qcal_role_default_config(role, cfg);
+    qcal_status st = qcal_calib_role_default_config(role, cfg);
     if (st == QCAL_OK && rule_index)
         *rule_index = -1;
     return st;
@@ -348,10 +348,10 @@ static bool parse_rule(qcal_calib_rules *rules, char **tok, int n, char *err, si
         return false;
     }
     bool any = false;
-    qcal_role role = QCAL_ROLE_ACTIVATION;
+    qcal_calib_role role = QCAL_CALIB_ROLE_ACTIVATION;
     if (!strcmp(tok[1], "any") || !strcmp(tok[1], "*"))
         any = true;
-    else if (qcal_role_parse(tok[1], &role) != QCAL_OK) {
+    else if (qcal_calib_role_parse(tok[1], &role) != QCAL_OK) {
         snprintf(err, errcap, "unknown role '%s' (expected activation, weight or any)", tok[1]);
         return false;
     }

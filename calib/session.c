@@ -24,7 +24,7 @@ typedef struct pending {
 
 typedef struct entry {
     char *fqn;
-    qcal_role role;
+    qcal_calib_role role;
     uint64_t hash;
     pthread_mutex_t mu;
     bool mu_ready;
@@ -37,7 +37,7 @@ typedef struct entry {
     uint64_t elements;   /* elements of the applied batches */
 } entry;
 
-struct qcal_session {
+struct qcal_calib_session {
     qcal_calib_rules *rules;    /* private copy (NULL: defaults only) */
     uint64_t max_pending_bytes;
     uint64_t pending_bytes;     /* atomic */
@@ -49,7 +49,7 @@ struct qcal_session {
     size_t n, caplist;
 };
 
-void qcal_session_options_default(qcal_session_options *opt)
+void qcal_calib_session_options_default(qcal_calib_session_options *opt)
 {
     if (!opt)
         return;
@@ -57,7 +57,7 @@ void qcal_session_options_default(qcal_session_options *opt)
     opt->max_pending_bytes = (uint64_t)1 << 30;
 }
 
-static uint64_t hash_name(const char *s, qcal_role role)
+static uint64_t hash_name(const char *s, qcal_calib_role role)
 {
     /* FNV-1a over the bytes, then the role; a final mix spreads the low bits. */
     uint64_t h = 1469598103934665603ull;
@@ -70,7 +70,7 @@ static uint64_t hash_name(const char *s, qcal_role role)
     return h;
 }
 
-static void entry_drop_pending(qcal_session *s, entry *e)
+static void entry_drop_pending(qcal_calib_session *s, entry *e)
 {
     for (size_t i = 0; i < e->npend; i++) {
         free(e->pend[i].data);
@@ -79,7 +79,7 @@ static void entry_drop_pending(qcal_session *s, entry *e)
     e->npend = 0;
 }
 
-static void entry_free(qcal_session *s, entry *e)
+static void entry_free(qcal_calib_session *s, entry *e)
 {
     if (!e)
         return;
@@ -92,16 +92,16 @@ static void entry_free(qcal_session *s, entry *e)
     free(e);
 }
 
-qcal_status qcal_session_create(const qcal_session_options *opt, qcal_session **out)
+qcal_status qcal_calib_session_create(const qcal_calib_session_options *opt, qcal_calib_session **out)
 {
     if (!out)
         return qcal_error(QCAL_ERR_INVALID_ARG, "session output is NULL");
-    qcal_session_options o;
-    qcal_session_options_default(&o);
+    qcal_calib_session_options o;
+    qcal_calib_session_options_default(&o);
     if (opt)
         o = *opt;
     qcal_status st;
-    qcal_session *s = qcal_calloc(1, sizeof *s);
+    qcal_calib_session *s = qcal_calloc(1, sizeof *s);
     if (!s)
         return QCAL_ERR_NO_MEMORY;
     s->max_pending_bytes = o.max_pending_bytes;
@@ -122,15 +122,15 @@ qcal_status qcal_session_create(const qcal_session_options *opt, qcal_session **
     *out = s;
     return QCAL_OK;
 fail:
-    qcal_session_destroy(&s);
+    qcal_calib_session_destroy(&s);
     return st;
 }
 
-void qcal_session_destroy(qcal_session **sp)
+void qcal_calib_session_destroy(qcal_calib_session **sp)
 {
     if (!sp || !*sp)
         return;
-    qcal_session *s = *sp;
+    qcal_calib_session *s = *sp;
     for (size_t i = 0; i < s->n; i++)
         entry_free(s, s->list[i]);
     free(s->list);
@@ -143,7 +143,7 @@ void qcal_session_destroy(qcal_session **sp)
 }
 
 /* Caller holds the map lock (shared or exclusive). */
-static entry *find_locked(const qcal_session *s, const char *fqn, qcal_role role, uint64_t h)
+static entry *find_locked(const qcal_calib_session *s, const char *fqn, qcal_calib_role role, uint64_t h)
 {
     size_t mask = s->nslots - 1;
     for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
@@ -156,7 +156,7 @@ static entry *find_locked(const qcal_session *s, const char *fqn, qcal_role role
 }
 
 /* Caller holds the map lock exclusively; e is not in the map yet. */
-static qcal_status insert_locked(qcal_session *s, entry *e)
+static qcal_status insert_locked(qcal_calib_session *s, entry *e)
 {
     if (s->n == s->caplist) {
         size_t cap = s->caplist ? s->caplist * 2 : 32;
@@ -189,7 +189,7 @@ static qcal_status insert_locked(qcal_session *s, entry *e)
     return QCAL_OK;
 }
 
-static qcal_status new_entry(const qcal_session *s, const char *fqn, qcal_role role, uint64_t h,
+static qcal_status new_entry(const qcal_calib_session *s, const char *fqn, qcal_calib_role role, uint64_t h,
                              entry **out)
 {
     qcal_observer_config cfg;
@@ -215,7 +215,7 @@ static qcal_status new_entry(const qcal_session *s, const char *fqn, qcal_role r
     e->mu_ready = true;
     st = qcal_observer_create(&cfg, &e->obs);
     if (st != QCAL_OK) {
-        st = qcal_calib_wrap_error(st, "%s '%s'", qcal_role_name(role), fqn);
+        st = qcal_calib_wrap_error(st, "%s '%s'", qcal_calib_role_name(role), fqn);
         goto fail;
     }
     e->order_free = cfg.kind == QCAL_OBSERVER_MINMAX ||
@@ -223,7 +223,7 @@ static qcal_status new_entry(const qcal_session *s, const char *fqn, qcal_role r
     *out = e;
     return QCAL_OK;
 fail:
-    entry_free((qcal_session *)s, e);
+    entry_free((qcal_calib_session *)s, e);
     return st;
 }
 
@@ -232,7 +232,7 @@ static qcal_status apply(entry *e, int64_t step, const qcal_tensor *x)
 {
     qcal_status st = qcal_observer_update(e->obs, x);
     if (st < 0)
-        return qcal_calib_wrap_error(st, "%s '%s' step %lld", qcal_role_name(e->role), e->fqn,
+        return qcal_calib_wrap_error(st, "%s '%s' step %lld", qcal_calib_role_name(e->role), e->fqn,
                                      (long long)step);
     int64_t n = 0;
     qcal_tensor_numel(x, &n);
@@ -242,7 +242,7 @@ static qcal_status apply(entry *e, int64_t step, const qcal_tensor *x)
 
 /* Applies consecutive queued steps starting at next_step (entry mutex held). Returns the
  * first failure; a failing batch is consumed (dropped) like an immediate one. */
-static qcal_status drain(qcal_session *s, entry *e)
+static qcal_status drain(qcal_calib_session *s, entry *e)
 {
     qcal_status first = QCAL_OK;
     size_t k = 0;
@@ -280,7 +280,7 @@ static size_t pend_pos(const entry *e, int64_t step, bool *dup)
     return lo;
 }
 
-static qcal_status enqueue(qcal_session *s, entry *e, int64_t step, const qcal_tensor *x,
+static qcal_status enqueue(qcal_calib_session *s, entry *e, int64_t step, const qcal_tensor *x,
                            int64_t numel, size_t pos)
 {
     if (e->npend == e->cappend) {
@@ -301,7 +301,7 @@ static qcal_status enqueue(qcal_session *s, entry *e, int64_t step, const qcal_t
             return qcal_error(QCAL_ERR_NO_MEMORY,
                               "%s '%s' step %lld arrived before step %lld: queueing its %llu "
                               "bytes would exceed max_pending_bytes %llu",
-                              qcal_role_name(e->role), e->fqn, (long long)step,
+                              qcal_calib_role_name(e->role), e->fqn, (long long)step,
                               (long long)e->next_step, (unsigned long long)bytes,
                               (unsigned long long)s->max_pending_bytes);
         }
@@ -323,7 +323,7 @@ static qcal_status enqueue(qcal_session *s, entry *e, int64_t step, const qcal_t
 }
 
 /* Finds or creates the entry; returns with the map lock held shared. */
-static qcal_status lookup(qcal_session *s, const char *fqn, qcal_role role, entry **out)
+static qcal_status lookup(qcal_calib_session *s, const char *fqn, qcal_calib_role role, entry **out)
 {
     uint64_t h = hash_name(fqn, role);
     pthread_rwlock_rdlock(&s->lock);
@@ -353,12 +353,12 @@ static qcal_status lookup(qcal_session *s, const char *fqn, qcal_role role, entr
     return QCAL_OK;
 }
 
-qcal_status qcal_session_observe(qcal_session *s, const char *fqn, qcal_role role,
+qcal_status qcal_calib_session_observe(qcal_calib_session *s, const char *fqn, qcal_calib_role role,
                                  int64_t step, const qcal_tensor *x)
 {
     if (!s || !fqn || !x)
         return qcal_error(QCAL_ERR_INVALID_ARG, "session, fqn or tensor is NULL");
-    if ((unsigned)role >= QCAL_ROLE_COUNT)
+    if ((unsigned)role >= QCAL_CALIB_ROLE_COUNT)
         return qcal_error(QCAL_ERR_INVALID_ARG, "unknown role %d for '%s'", (int)role, fqn);
     if (!*fqn)
         return qcal_error(QCAL_ERR_INVALID_ARG, "tensor name is empty");
@@ -371,10 +371,10 @@ qcal_status qcal_session_observe(qcal_session *s, const char *fqn, qcal_role rol
         return st;
     if (numel == 0)
         return qcal_error(QCAL_ERR_EMPTY, "%s '%s': cannot observe an empty tensor",
-                          qcal_role_name(role), fqn);
+                          qcal_calib_role_name(role), fqn);
     if (!x->data)
         return qcal_error(QCAL_ERR_INVALID_ARG, "%s '%s': tensor data is NULL",
-                          qcal_role_name(role), fqn);
+                          qcal_calib_role_name(role), fqn);
     entry *e;
     st = lookup(s, fqn, role, &e);
     if (st != QCAL_OK)
@@ -392,7 +392,7 @@ qcal_status qcal_session_observe(qcal_session *s, const char *fqn, qcal_role rol
         st = qcal_error(QCAL_ERR_INVALID_ARG,
                         "%s '%s': step %lld was already observed (steps are per tensor and "
                         "each may be fed once; the next expected is %lld)",
-                        qcal_role_name(role), fqn, (long long)step, (long long)e->next_step);
+                        qcal_calib_role_name(role), fqn, (long long)step, (long long)e->next_step);
     } else if (step == e->next_step) {
         st = apply(e, step, x);
         e->next_step++;
@@ -415,7 +415,7 @@ qcal_status qcal_session_observe(qcal_session *s, const char *fqn, qcal_role rol
 }
 
 /* Applies everything queued in step order (entry mutex held). */
-static qcal_status flush_entry(qcal_session *s, entry *e)
+static qcal_status flush_entry(qcal_calib_session *s, entry *e)
 {
     qcal_status first = QCAL_OK;
     while (e->npend) {
@@ -427,7 +427,7 @@ static qcal_status flush_entry(qcal_session *s, entry *e)
     return first;
 }
 
-qcal_status qcal_session_flush(qcal_session *s)
+qcal_status qcal_calib_session_flush(qcal_calib_session *s)
 {
     if (!s)
         return qcal_error(QCAL_ERR_INVALID_ARG, "session is NULL");
@@ -445,7 +445,7 @@ qcal_status qcal_session_flush(qcal_session *s)
     return first;
 }
 
-qcal_status qcal_session_count(qcal_session *s, int64_t *n)
+qcal_status qcal_calib_session_count(qcal_calib_session *s, int64_t *n)
 {
     if (!s || !n)
         return qcal_error(QCAL_ERR_INVALID_ARG, "session or output is NULL");
@@ -455,20 +455,20 @@ qcal_status qcal_session_count(qcal_session *s, int64_t *n)
     return QCAL_OK;
 }
 
-qcal_status qcal_session_stats(qcal_session *s, const char *fqn, qcal_role role,
+qcal_status qcal_calib_session_stats(qcal_calib_session *s, const char *fqn, qcal_calib_role role,
                                uint64_t *batches, uint64_t *elements, uint64_t *nonfinite,
                                uint64_t *pending_out)
 {
     if (!s || !fqn)
         return qcal_error(QCAL_ERR_INVALID_ARG, "session or fqn is NULL");
-    if ((unsigned)role >= QCAL_ROLE_COUNT)
+    if ((unsigned)role >= QCAL_CALIB_ROLE_COUNT)
         return qcal_error(QCAL_ERR_INVALID_ARG, "unknown role %d", (int)role);
     pthread_rwlock_rdlock(&s->lock);
     entry *e = find_locked(s, fqn, role, hash_name(fqn, role));
     if (!e) {
         pthread_rwlock_unlock(&s->lock);
         return qcal_error(QCAL_ERR_NOT_FOUND, "no %s named '%s' in the session",
-                          qcal_role_name(role), fqn);
+                          qcal_calib_role_name(role), fqn);
     }
     pthread_mutex_lock(&e->mu);
     uint64_t b = 0, nf = 0, np = 0;
@@ -533,7 +533,7 @@ static qcal_status snapshot(entry *e, qcal_calib_entry *out)
         }
     }
     if (st != QCAL_OK) {
-        st = qcal_calib_wrap_error(st, "%s '%s'", qcal_role_name(e->role), e->fqn);
+        st = qcal_calib_wrap_error(st, "%s '%s'", qcal_calib_role_name(e->role), e->fqn);
         qcal_calib_entry_free(out);
         return st;
     }
@@ -552,7 +552,7 @@ static qcal_status snapshot(entry *e, qcal_calib_entry *out)
     return QCAL_OK;
 }
 
-qcal_status qcal_session_table(qcal_session *s, qcal_calib_table **out)
+qcal_status qcal_calib_session_table(qcal_calib_session *s, qcal_calib_table **out)
 {
     if (!s || !out)
         return qcal_error(QCAL_ERR_INVALID_ARG, "session or table output is NULL");

@@ -107,7 +107,7 @@ qcal_status qcal_calib_table_sort(qcal_calib_table *t)
     for (int64_t i = 1; i < t->n; i++) {
         if (!entry_cmp(&t->e[i - 1], &t->e[i]))
             return qcal_error(QCAL_ERR_FORMAT, "table has two %s entries named '%s'",
-                              qcal_role_name(t->e[i].role), t->e[i].fqn);
+                              qcal_calib_role_name(t->e[i].role), t->e[i].fqn);
     }
     return QCAL_OK;
 }
@@ -143,7 +143,7 @@ qcal_status qcal_calib_table_entry(const qcal_calib_table *t, int64_t i,
     return QCAL_OK;
 }
 
-qcal_status qcal_calib_table_find(const qcal_calib_table *t, const char *fqn, qcal_role role,
+qcal_status qcal_calib_table_find(const qcal_calib_table *t, const char *fqn, qcal_calib_role role,
                                   const qcal_calib_entry **out)
 {
     if (!t || !fqn || !out)
@@ -153,7 +153,7 @@ qcal_status qcal_calib_table_find(const qcal_calib_table *t, const char *fqn, qc
         t->n ? bsearch(&key, t->e, (size_t)t->n, sizeof *t->e, entry_cmp) : NULL;
     if (!e)
         return qcal_error(QCAL_ERR_NOT_FOUND, "no %s named '%s' in the table",
-                          qcal_role_name(role), fqn);
+                          qcal_calib_role_name(role), fqn);
     *out = e;
     return QCAL_OK;
 }
@@ -275,7 +275,7 @@ qcal_status qcal_calib_table_json(const qcal_calib_table *t, qcal_buf *b)
         put(b, "\"fqn\": ");
         put_str(b, e->fqn);
         put(b, ", \"role\": ");
-        put_str(b, qcal_role_name(e->role));
+        put_str(b, qcal_calib_role_name(e->role));
         put(b, ", \"observer\": ");
         put_str(b, qcal_observer_kind_name(e->observer));
         put(b, ", \"dtype\": ");
@@ -439,7 +439,7 @@ static qcal_status read_entry(reader *r, const qcal_json *o, qcal_calib_entry *e
     qcal_observer_config_default(&cfg, QCAL_OBSERVER_MINMAX);
 #define TRY(expr) do { if ((st = (expr)) != QCAL_OK) goto fail; } while (0)
     TRY(get_str(r, o, "role", &s));
-    if (qcal_role_parse(s, &x.role) != QCAL_OK) {
+    if (qcal_calib_role_parse(s, &x.role) != QCAL_OK) {
         st = bad(r, "role", "must be \"activation\" or \"weight\"");
         goto fail;
     }

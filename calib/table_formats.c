@@ -26,36 +26,36 @@ qcal_status qcal_calib_table_json(const qcal_calib_table *t, qcal_buf *b);
 
 static const char *const format_names[] = { "json", "tensorrt", "onnxruntime", "ncnn" };
 
-const char *qcal_table_format_name(qcal_table_format format)
+const char *qcal_calib_format_name(qcal_calib_format format)
 {
-    if ((unsigned)format > QCAL_TABLE_NCNN)
+    if ((unsigned)format > QCAL_CALIB_FORMAT_NCNN)
         return "unknown";
     return format_names[format];
 }
 
-qcal_status qcal_table_format_parse(const char *name, qcal_table_format *out)
+qcal_status qcal_calib_format_parse(const char *name, qcal_calib_format *out)
 {
     if (!name || !out)
         return qcal_error(QCAL_ERR_INVALID_ARG, "format name or output is NULL");
-    for (int i = 0; i <= QCAL_TABLE_NCNN; i++) {
+    for (int i = 0; i <= QCAL_CALIB_FORMAT_NCNN; i++) {
         if (!strcmp(name, format_names[i])) {
-            *out = (qcal_table_format)i;
+            *out = (qcal_calib_format)i;
             return QCAL_OK;
         }
     }
     if (!strcmp(name, "trt")) {
-        *out = QCAL_TABLE_TENSORRT;
+        *out = QCAL_CALIB_FORMAT_TENSORRT;
         return QCAL_OK;
     }
     if (!strcmp(name, "ort")) {
-        *out = QCAL_TABLE_ONNXRUNTIME;
+        *out = QCAL_CALIB_FORMAT_ONNXRUNTIME;
         return QCAL_OK;
     }
     return qcal_error(QCAL_ERR_INVALID_ARG, "unknown table format '%s' (expected json, tensorrt, "
                       "onnxruntime or ncnn)", name);
 }
 
-void qcal_table_export_options_default(qcal_table_export_options *opt)
+void qcal_calib_export_options_default(qcal_calib_export_options *opt)
 {
     if (!opt)
         return;
@@ -86,7 +86,7 @@ static qcal_status check_name(const qcal_calib_entry *e, bool spaces_ok, const c
         if (*p == '\n' || *p == '\r' || (!spaces_ok && (*p == ' ' || *p == '\t')))
             return qcal_error(QCAL_ERR_UNSUPPORTED,
                               "%s name '%s' contains %s, which the %s format cannot hold",
-                              qcal_role_name(e->role), e->fqn,
+                              qcal_calib_role_name(e->role), e->fqn,
                               (*p == '\n' || *p == '\r') ? "a line break" : "white space", fmt);
     }
     return QCAL_OK;
@@ -99,7 +99,7 @@ typedef struct skipped {
 
 /* Whether a format writes e: it has the wanted role and data; an entry without data is
  * counted as skipped. */
-static bool exported(const qcal_calib_entry *e, qcal_role want, skipped *s)
+static bool exported(const qcal_calib_entry *e, qcal_calib_role want, skipped *s)
 {
     if (e->role != want)
         return false;
@@ -115,7 +115,7 @@ static bool exported(const qcal_calib_entry *e, qcal_role want, skipped *s)
  * order (sorted by name). hex = lower-case, not zero-padded bits of the float32
  * scale = amax / 127 (float32 division). Weights are left out: TensorRT computes weight
  * scales itself. */
-static qcal_status fmt_tensorrt(const qcal_calib_table *t, const qcal_table_export_options *o,
+static qcal_status fmt_tensorrt(const qcal_calib_table *t, const qcal_calib_export_options *o,
                                 qcal_buf *b, skipped *sk)
 {
     for (const char *p = o->trt_version; *p; p++)
@@ -133,7 +133,7 @@ static qcal_status fmt_tensorrt(const qcal_calib_table *t, const qcal_table_expo
     put(b, "\n");
     for (int64_t i = 0; i < t->n; i++) {
         const qcal_calib_entry *e = &t->e[i];
-        if (!exported(e, QCAL_ROLE_ACTIVATION, sk))
+        if (!exported(e, QCAL_CALIB_ROLE_ACTIVATION, sk))
             continue;
         qcal_status st = check_name(e, true, "TensorRT");
         if (st != QCAL_OK)
@@ -155,7 +155,7 @@ static qcal_status fmt_onnxruntime(const qcal_calib_table *t, qcal_buf *b, skipp
 {
     for (int64_t i = 0; i < t->n; i++) {
         const qcal_calib_entry *e = &t->e[i];
-        if (!exported(e, QCAL_ROLE_ACTIVATION, sk))
+        if (!exported(e, QCAL_CALIB_ROLE_ACTIVATION, sk))
             continue;
         qcal_status st = check_name(e, false, "ONNX Runtime");
         if (st != QCAL_OK)
@@ -189,7 +189,7 @@ static qcal_status fmt_ncnn(const qcal_calib_table *t, qcal_buf *b, skipped *sk)
 {
     char tmp[64];
     for (int pass = 0; pass < 2; pass++) {
-        qcal_role want = pass == 0 ? QCAL_ROLE_WEIGHT : QCAL_ROLE_ACTIVATION;
+        qcal_calib_role want = pass == 0 ? QCAL_CALIB_ROLE_WEIGHT : QCAL_CALIB_ROLE_ACTIVATION;
         for (int64_t i = 0; i < t->n; i++) {
             const qcal_calib_entry *e = &t->e[i];
             if (!exported(e, want, sk))
@@ -197,7 +197,7 @@ static qcal_status fmt_ncnn(const qcal_calib_table *t, qcal_buf *b, skipped *sk)
             qcal_status st = check_name(e, false, "ncnn");
             if (st != QCAL_OK)
                 return st;
-            if (want == QCAL_ROLE_WEIGHT) {
+            if (want == QCAL_CALIB_ROLE_WEIGHT) {
                 size_t n = strlen(e->fqn) + 1;
                 char *layer = qcal_malloc(n);
                 if (!layer)
@@ -225,14 +225,14 @@ static qcal_status fmt_ncnn(const qcal_calib_table *t, qcal_buf *b, skipped *sk)
     return QCAL_OK;
 }
 
-qcal_status qcal_calib_table_format(const qcal_calib_table *t, qcal_table_format format,
-                                    const qcal_table_export_options *opt, char **buf,
+qcal_status qcal_calib_table_format(const qcal_calib_table *t, qcal_calib_format format,
+                                    const qcal_calib_export_options *opt, char **buf,
                                     size_t *len)
 {
     if (!t || !buf || !len)
         return qcal_error(QCAL_ERR_INVALID_ARG, "table or outputs are NULL");
-    qcal_table_export_options o;
-    qcal_table_export_options_default(&o);
+    qcal_calib_export_options o;
+    qcal_calib_export_options_default(&o);
     if (opt)
         o = *opt;
     if (!o.trt_version || !o.trt_algorithm)
@@ -241,17 +241,17 @@ qcal_status qcal_calib_table_format(const qcal_calib_table *t, qcal_table_format
     skipped sk = { 0 };
     qcal_status st;
     switch (format) {
-    case QCAL_TABLE_JSON: st = qcal_calib_table_json(t, &b); break;
-    case QCAL_TABLE_TENSORRT: st = fmt_tensorrt(t, &o, &b, &sk); break;
-    case QCAL_TABLE_ONNXRUNTIME: st = fmt_onnxruntime(t, &b, &sk); break;
-    case QCAL_TABLE_NCNN: st = fmt_ncnn(t, &b, &sk); break;
+    case QCAL_CALIB_FORMAT_JSON: st = qcal_calib_table_json(t, &b); break;
+    case QCAL_CALIB_FORMAT_TENSORRT: st = fmt_tensorrt(t, &o, &b, &sk); break;
+    case QCAL_CALIB_FORMAT_ONNXRUNTIME: st = fmt_onnxruntime(t, &b, &sk); break;
+    case QCAL_CALIB_FORMAT_NCNN: st = fmt_ncnn(t, &b, &sk); break;
     default:
         return qcal_error(QCAL_ERR_INVALID_ARG, "unknown table format %d", (int)format);
     }
     qcal_buf_append(&b, "", 1);   /* NUL terminator */
     if (st == QCAL_OK && b.failed)
         st = qcal_error(QCAL_ERR_NO_MEMORY, "cannot allocate the %s table text",
-                        qcal_table_format_name(format));
+                        qcal_calib_format_name(format));
     if (st != QCAL_OK) {
         qcal_buf_free(&b);
         return st;
@@ -261,12 +261,12 @@ qcal_status qcal_calib_table_format(const qcal_calib_table *t, qcal_table_format
     if (sk.n)
         return qcal_error(QCAL_NO_DATA, "%lld entr%s without data left out of the %s table "
                           "(first: '%s')", (long long)sk.n, sk.n == 1 ? "y" : "ies",
-                          qcal_table_format_name(format), sk.first);
+                          qcal_calib_format_name(format), sk.first);
     return QCAL_OK;
 }
 
-qcal_status qcal_calib_table_write(const qcal_calib_table *t, qcal_table_format format,
-                                   const qcal_table_export_options *opt, const char *path)
+qcal_status qcal_calib_table_write(const qcal_calib_table *t, qcal_calib_format format,
+                                   const qcal_calib_export_options *opt, const char *path)
 {
     if (!path)
         return qcal_error(QCAL_ERR_INVALID_ARG, "output path is NULL");

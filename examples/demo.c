@@ -355,14 +355,14 @@ static qcal_status qparams_from_table(const qcal_calib_table *t, model_qparams *
     for (int l = 0; l < NSEG && st == QCAL_OK; l++) {
         const qcal_calib_entry *e = NULL;
         char wname[64];
-        if ((st = qcal_calib_table_find(t, cnn_layer_name(l), QCAL_ROLE_ACTIVATION, &e)) != QCAL_OK)
+        if ((st = qcal_calib_table_find(t, cnn_layer_name(l), QCAL_CALIB_ROLE_ACTIVATION, &e)) != QCAL_OK)
             break;
         q->act_scale[l] = e->scale[0];
         q->act_zp[l] = e->zero_point[0];
         q->act_min[l] = e->min_val[0];
         q->act_max[l] = e->max_val[0];
         snprintf(wname, sizeof wname, "%s.weight", cnn_layer_name(l));
-        if ((st = qcal_calib_table_find(t, wname, QCAL_ROLE_WEIGHT, &e)) != QCAL_OK)
+        if ((st = qcal_calib_table_find(t, wname, QCAL_CALIB_ROLE_WEIGHT, &e)) != QCAL_OK)
             break;
         int64_t shape[4];
         cnn_param_shape(2 * l, shape);
@@ -522,12 +522,12 @@ static qcal_status capture_hook(void *user, cnn_act *a)
 /* Shadow mode: each int8 segment is fed the float input of its layer; its (dequantized)
  * output is compared with the float layer's output (the next tap). */
 static qcal_status shadow_compare(const cnn_model *m, const model_qparams *q, const float_taps *ft,
-                                  qcal_act_compare **out)
+                                  qcal_numeric_act_compare **out)
 {
-    qcal_act_compare *ac = NULL;
+    qcal_numeric_act_compare *ac = NULL;
     qcal_int8_net *net = NULL;
     float *y = qcal_malloc((size_t)(SHADOW_BATCH * 6272) * sizeof(float));
-    qcal_status st = y ? qcal_act_compare_create(QCAL_ACT_SHADOW, &ac) : QCAL_ERR_NO_MEMORY;
+    qcal_status st = y ? qcal_numeric_act_compare_create(QCAL_NUMERIC_ACT_SHADOW, &ac) : QCAL_ERR_NO_MEMORY;
     for (int s = 0; s < NSEG && st == QCAL_OK; s++) {
         if ((st = build_net(m, q, s, s, &net)) != QCAL_OK)
             break;
@@ -540,29 +540,29 @@ static qcal_status shadow_compare(const cnn_model *m, const model_qparams *q, co
             const int64_t shape[2] = {bn, nout};
             qcal_tensor_init(&tf, ft->tap[s + 1] + i0 * nout, 2, shape);
             qcal_tensor_init(&tq, y, 2, shape);
-            st = qcal_act_compare_add(ac, cnn_layer_name(s), &tf, &tq);
+            st = qcal_numeric_act_compare_add(ac, cnn_layer_name(s), &tf, &tq);
         }
         qcal_int8_net_destroy(&net);
     }
     free(y);
     if (st != QCAL_OK) {
-        qcal_act_compare_destroy(&ac);
+        qcal_numeric_act_compare_destroy(&ac);
         return st;
     }
     *out = ac;
     return QCAL_OK;
 }
 
-static qcal_status worst_sqnr(const qcal_act_compare *ac, double *worst, int *worst_layer)
+static qcal_status worst_sqnr(const qcal_numeric_act_compare *ac, double *worst, int *worst_layer)
 {
     *worst = INFINITY;
     *worst_layer = -1;
     for (int64_t i = 0; i < NSEG; i++) {
         const char *fqn;
         int64_t steps;
-        qcal_metrics mt;
-        qcal_stats fs;
-        qcal_status st = qcal_act_compare_get(ac, i, &fqn, &steps, &mt, &fs);
+        qcal_numeric_metrics mt;
+        qcal_numeric_stats fs;
+        qcal_status st = qcal_numeric_act_compare_get(ac, i, &fqn, &steps, &mt, &fs);
         if (st != QCAL_OK)
             return st;
         if (*worst_layer < 0 || mt.sqnr_db < *worst) {
@@ -576,7 +576,7 @@ static qcal_status worst_sqnr(const qcal_act_compare *ac, double *worst, int *wo
 /* ---- Calibration ----------------------------------------------------------------------- */
 
 typedef struct calib_ctx {
-    qcal_session *s;
+    qcal_calib_session *s;
     int64_t step;
     double hook_s;      /* time spent in the observers */
 } calib_ctx;
@@ -590,7 +590,7 @@ static qcal_status calib_hook(void *user, cnn_act *a)
     qcal_tensor t;
     qcal_status st = qcal_tensor_init(&t, a->data, a->ndim, a->shape);
     if (st == QCAL_OK)
-        st = qcal_session_observe(c->s, cnn_tap_name(a->tap), QCAL_ROLE_ACTIVATION, c->step, &t);
+        st = qcal_calib_session_observe(c->s, cnn_tap_name(a->tap), QCAL_CALIB_ROLE_ACTIVATION, c->step, &t);
     c->hook_s += cnn_now() - t0;
     return st;
 }
@@ -605,7 +605,7 @@ typedef struct observer_result {
     int worst_layer;
     model_qparams q;
     qcal_calib_table *table;
-    qcal_act_compare *shadow;
+    qcal_numeric_act_compare *shadow;
 } observer_result;
 
 /* Calibrates the float model on the first n training images with activation observer kind. */
@@ -613,11 +613,11 @@ static qcal_status calibrate(cnn_ctx *ctx, const cnn_model *m, const cnn_data *t
                              qcal_observer_kind kind, bool input_same, observer_result *r)
 {
     qcal_calib_rules *rules = NULL;
-    qcal_session *s = NULL;
+    qcal_calib_session *s = NULL;
     qcal_observer_config acfg, icfg, wcfg;
     qcal_observer_config_default(&acfg, kind);   /* quint8 per_tensor_affine */
     qcal_observer_config_default(&icfg, QCAL_OBSERVER_MINMAX);
-    qcal_status st = qcal_role_default_config(QCAL_ROLE_WEIGHT, &wcfg);
+    qcal_status st = qcal_calib_role_default_config(QCAL_CALIB_ROLE_WEIGHT, &wcfg);
     wcfg.q.dtype = QCAL_QINT8;
     wcfg.q.qscheme = QCAL_PER_CHANNEL_SYMMETRIC;
     wcfg.axis = 0;
@@ -629,16 +629,16 @@ static qcal_status calibrate(cnn_ctx *ctx, const cnn_model *m, const cnn_data *t
      * background value 0.81 as threshold and clips every brighter pixel (conv1 SQNR ~9 dB,
      * -1.6 points). So by default the input uses minmax; --input-observer same shows it. */
     if (st == QCAL_OK && !input_same)
-        st = qcal_calib_rules_add(rules, "conv1", false, QCAL_ROLE_ACTIVATION, &icfg);
+        st = qcal_calib_rules_add(rules, "conv1", false, QCAL_CALIB_ROLE_ACTIVATION, &icfg);
     if (st == QCAL_OK)
-        st = qcal_calib_rules_add(rules, "*", false, QCAL_ROLE_ACTIVATION, &acfg);
+        st = qcal_calib_rules_add(rules, "*", false, QCAL_CALIB_ROLE_ACTIVATION, &acfg);
     if (st == QCAL_OK)
-        st = qcal_calib_rules_add(rules, "*.weight", false, QCAL_ROLE_WEIGHT, &wcfg);
-    qcal_session_options so;
-    qcal_session_options_default(&so);
+        st = qcal_calib_rules_add(rules, "*.weight", false, QCAL_CALIB_ROLE_WEIGHT, &wcfg);
+    qcal_calib_session_options so;
+    qcal_calib_session_options_default(&so);
     so.rules = rules;
     if (st == QCAL_OK)
-        st = qcal_session_create(&so, &s);
+        st = qcal_calib_session_create(&so, &s);
     double t0 = cnn_now();
     for (int l = 0; l < NSEG && st == QCAL_OK; l++) {
         qcal_tensor w;
@@ -647,7 +647,7 @@ static qcal_status calibrate(cnn_ctx *ctx, const cnn_model *m, const cnn_data *t
         char name[64];
         snprintf(name, sizeof name, "%s.weight", cnn_layer_name(l));
         if ((st = qcal_tensor_init(&w, m->param[2 * l], nd, shape)) == QCAL_OK)
-            st = qcal_session_observe(s, name, QCAL_ROLE_WEIGHT, 0, &w);
+            st = qcal_calib_session_observe(s, name, QCAL_CALIB_ROLE_WEIGHT, 0, &w);
     }
     calib_ctx cc = {.s = s};
     cnn_hooks hooks = {.act = calib_hook, .user = &cc};
@@ -659,12 +659,12 @@ static qcal_status calibrate(cnn_ctx *ctx, const cnn_model *m, const cnn_data *t
     }
     r->fwd_s = cnn_now() - tl - cc.hook_s;
     if (st == QCAL_OK)
-        st = qcal_session_table(s, &r->table);
+        st = qcal_calib_session_table(s, &r->table);
     r->calib_s = cnn_now() - t0;
     r->hook_s = cc.hook_s;
     if (st == QCAL_OK)
         st = qparams_from_table(r->table, &r->q);
-    qcal_session_destroy(&s);
+    qcal_calib_session_destroy(&s);
     qcal_calib_rules_destroy(&rules);
     return st;
 }
@@ -692,7 +692,7 @@ static qcal_status time_float_forward(cnn_ctx *ctx, const cnn_model *m, const cn
 /* ---- Stats log ------------------------------------------------------------------------- */
 
 typedef struct log_ctx {
-    qcal_logger *lg;
+    qcal_numeric_logger *lg;
 } log_ctx;
 
 static qcal_status log_hook(void *user, cnn_act *a)
@@ -705,26 +705,26 @@ static qcal_status log_hook(void *user, cnn_act *a)
     if (st != QCAL_OK)
         return st;
     if (a->tap >= CNN_TAP_FC1_IN)
-        return qcal_logger_log_linear(c->lg, cnn_tap_name(a->tap), "linear", a->shape[0], a->shape[1],
+        return qcal_numeric_logger_log_linear(c->lg, cnn_tap_name(a->tap), "linear", a->shape[0], a->shape[1],
                                       a->tap == CNN_TAP_FC1_IN ? 128 : 10, &t);
-    return qcal_logger_log(c->lg, QCAL_LOG_ACT, cnn_tap_name(a->tap), "conv2d", NULL, &t);
+    return qcal_numeric_logger_log(c->lg, QCAL_NUMERIC_LOG_ACT, cnn_tap_name(a->tap), "conv2d", NULL, &t);
 }
 
 /* quant_logger-style records: every weight, then every layer input per calibration batch. */
 static qcal_status write_stats_log(cnn_ctx *ctx, const cnn_model *m, const cnn_data *train, int64_t n,
                                    const char *path)
 {
-    qcal_logger_options lo;
-    qcal_logger_options_default(&lo);
+    qcal_numeric_logger_options lo;
+    qcal_numeric_logger_options_default(&lo);
     lo.csv_path = path;
     log_ctx lc = {0};
-    qcal_status st = qcal_logger_create(&lo, &lc.lg);
+    qcal_status st = qcal_numeric_logger_create(&lo, &lc.lg);
     for (int p = 0; p < CNN_NPARAMS && st == QCAL_OK; p++) {
         qcal_tensor t;
         int64_t shape[4];
         int nd = cnn_param_shape(p, shape);
         if ((st = qcal_tensor_init(&t, m->param[p], nd, shape)) == QCAL_OK)
-            st = qcal_logger_log(lc.lg, QCAL_LOG_PARAM, cnn_param_name(p), seg_op[p / 2], NULL, &t);
+            st = qcal_numeric_logger_log(lc.lg, QCAL_NUMERIC_LOG_PARAM, cnn_param_name(p), seg_op[p / 2], NULL, &t);
     }
     cnn_hooks hooks = {.act = log_hook, .user = &lc};
     for (int64_t i0 = 0; i0 < n && st == QCAL_OK; i0 += CALIB_BATCH) {
@@ -733,8 +733,8 @@ static qcal_status write_stats_log(cnn_ctx *ctx, const cnn_model *m, const cnn_d
         st = cnn_forward(ctx, m, train->images + i0 * 784, bn, &hooks, &z);
     }
     if (st == QCAL_OK)
-        st = qcal_logger_finish(lc.lg);
-    qcal_logger_destroy(&lc.lg);
+        st = qcal_numeric_logger_finish(lc.lg);
+    qcal_numeric_logger_destroy(&lc.lg);
     return st;
 }
 
@@ -749,7 +749,7 @@ static qcal_status run_qat(cnn_ctx *ctx, const cnn_model *fm, const cnn_data *tr
                            cnn_model **qm_out, model_qparams *q)
 {
     cnn_fq_opts fo = cnn_fq_opts_default();
-    fo.act_preset = QCAL_FQ_ACTIVATION_FULL_RANGE;
+    fo.act_preset = QCAL_FAKEQUANT_PRESET_ACTIVATION_FULL_RANGE;
     fo.quantize_logits = false;
     cnn_model *qm = NULL;
     cnn_fq_set *set = NULL;
@@ -793,16 +793,16 @@ static qcal_status write_tables(const qcal_calib_table *t, qcal_observer_kind ki
     snprintf(dir, sizeof dir, "%s/%s", out_dir, qcal_observer_kind_name(kind));
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return qcal_error(QCAL_ERR_IO, "cannot create directory '%s': %s", dir, strerror(errno));
-    qcal_table_export_options eo;
-    qcal_table_export_options_default(&eo);
+    qcal_calib_export_options eo;
+    qcal_calib_export_options_default(&eo);
     /* TensorRT checks that the header's algorithm matches the calibrator that reads the cache:
      * entropy is EntropyCalibration2, every other kind is written as MinMaxCalibration. */
     eo.trt_algorithm = kind == QCAL_OBSERVER_ENTROPY ? "EntropyCalibration2" : "MinMaxCalibration";
-    static const struct { qcal_table_format f; const char *name; } files[] = {
-        {QCAL_TABLE_JSON, "calib.json"},
-        {QCAL_TABLE_TENSORRT, "calibration_trt.cache"},
-        {QCAL_TABLE_ONNXRUNTIME, "calibration.cache"},
-        {QCAL_TABLE_NCNN, "model.table"},
+    static const struct { qcal_calib_format f; const char *name; } files[] = {
+        {QCAL_CALIB_FORMAT_JSON, "calib.json"},
+        {QCAL_CALIB_FORMAT_TENSORRT, "calibration_trt.cache"},
+        {QCAL_CALIB_FORMAT_ONNXRUNTIME, "calibration.cache"},
+        {QCAL_CALIB_FORMAT_NCNN, "model.table"},
     };
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, files[i].name);
@@ -816,15 +816,15 @@ static qcal_status write_tables(const qcal_calib_table *t, qcal_observer_kind ki
 /* Per-layer numeric-suite rows of one observer: weight SQNR (per-channel symmetric qint8)
  * and activation SQNR in shadow mode. */
 typedef struct layer_row {
-    qcal_weight_result w;
-    qcal_metrics act;
-    qcal_stats act_float;
+    qcal_numeric_weight_result w;
+    qcal_numeric_metrics act;
+    qcal_numeric_stats act_float;
 } layer_row;
 
-static qcal_status layer_rows(const cnn_model *m, const qcal_act_compare *ac, layer_row rows[NSEG])
+static qcal_status layer_rows(const cnn_model *m, const qcal_numeric_act_compare *ac, layer_row rows[NSEG])
 {
-    qcal_weights_options wo;
-    qcal_weights_options_default(&wo);   /* per_channel_minmax, qint8, per_channel_symmetric */
+    qcal_numeric_weights_options wo;
+    qcal_numeric_weights_options_default(&wo);   /* per_channel_minmax, qint8, per_channel_symmetric */
     for (int l = 0; l < NSEG; l++) {
         qcal_tensor t;
         int64_t shape[4];
@@ -833,11 +833,11 @@ static qcal_status layer_rows(const cnn_model *m, const qcal_act_compare *ac, la
         snprintf(name, sizeof name, "%s.weight", cnn_layer_name(l));
         qcal_status st = qcal_tensor_init(&t, m->param[2 * l], nd, shape);
         if (st == QCAL_OK)
-            st = qcal_weights_compare_tensor(&wo, name, &t, &rows[l].w);
+            st = qcal_numeric_weights_compare(&wo, name, &t, &rows[l].w);
         const char *fqn;
         int64_t steps;
         if (st == QCAL_OK)
-            st = qcal_act_compare_get(ac, l, &fqn, &steps, &rows[l].act, &rows[l].act_float);
+            st = qcal_numeric_act_compare_get(ac, l, &fqn, &steps, &rows[l].act, &rows[l].act_float);
         if (st != QCAL_OK)
             return st;
     }
@@ -1147,7 +1147,7 @@ done:
     for (int k = 0; k < QCAL_OBSERVER_KIND_COUNT; k++) {
         qparams_free(&res[k].q);
         qcal_calib_table_destroy(&res[k].table);
-        qcal_act_compare_destroy(&res[k].shadow);
+        qcal_numeric_act_compare_destroy(&res[k].shadow);
     }
     qparams_free(&qat_q);
     for (int t = 0; t < CNN_NTAPS; t++)

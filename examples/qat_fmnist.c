@@ -87,9 +87,9 @@ int main(int argc, char **argv)
             bad = parse_num(a, v, 0, 1, &x), o.qat.lr = (float)x;
         else if (!strcmp(a, "--act-range")) {
             if (!strcmp(v, "reduced"))
-                o.fq.act_preset = QCAL_FQ_ACTIVATION;
+                o.fq.act_preset = QCAL_FAKEQUANT_PRESET_ACTIVATION;
             else if (!strcmp(v, "full"))
-                o.fq.act_preset = QCAL_FQ_ACTIVATION_FULL_RANGE;
+                o.fq.act_preset = QCAL_FAKEQUANT_PRESET_ACTIVATION_FULL_RANGE;
             else {
                 fprintf(stderr, "qat_fmnist: --act-range '%s': expected reduced or full\n", v);
                 return 2;

@@ -20,8 +20,8 @@
 #include "core/atomic_file.h"
 #include "fakequant/fakequant_impl.h"
 
-struct qcal_fake_quantize {
-    qcal_fake_quantize_config cfg;
+struct qcal_fakequant_module {
+    qcal_fakequant_module_config cfg;
     qcal_observer *obs;
     int64_t qmin, qmax;
     bool per_channel, symmetric;
@@ -43,26 +43,26 @@ struct qcal_fake_quantize {
     int64_t buf_cap;          /* capacity of mask / xcopy in elements */
 };
 
-void qcal_fake_quantize_config_default(qcal_fake_quantize_config *cfg, qcal_fq_preset preset)
+void qcal_fakequant_module_config_default(qcal_fakequant_module_config *cfg, qcal_fakequant_preset preset)
 {
     memset(cfg, 0, sizeof *cfg);
     switch (preset) {
-    case QCAL_FQ_WEIGHT_PER_CHANNEL:
+    case QCAL_FAKEQUANT_PRESET_WEIGHT_PER_CHANNEL:
         qcal_observer_config_default(&cfg->observer,
                                      QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX);
         cfg->observer.q.dtype = QCAL_QINT8;
         cfg->observer.q.qscheme = QCAL_PER_CHANNEL_SYMMETRIC;
         cfg->observer.axis = 0;
         break;
-    case QCAL_FQ_WEIGHT_PER_TENSOR:
+    case QCAL_FAKEQUANT_PRESET_WEIGHT_PER_TENSOR:
         qcal_observer_config_default(&cfg->observer, QCAL_OBSERVER_MOVING_AVERAGE_MINMAX);
         cfg->observer.q.dtype = QCAL_QINT8;
         cfg->observer.q.qscheme = QCAL_PER_TENSOR_SYMMETRIC;
         break;
-    case QCAL_FQ_ACTIVATION_FULL_RANGE:
+    case QCAL_FAKEQUANT_PRESET_ACTIVATION_FULL_RANGE:
         qcal_observer_config_default(&cfg->observer, QCAL_OBSERVER_MOVING_AVERAGE_MINMAX);
         break;
-    case QCAL_FQ_ACTIVATION:
+    case QCAL_FAKEQUANT_PRESET_ACTIVATION:
     default:
         qcal_observer_config_default(&cfg->observer, QCAL_OBSERVER_MOVING_AVERAGE_MINMAX);
         cfg->observer.q.reduce_range = true;
@@ -76,11 +76,11 @@ void qcal_fake_quantize_config_default(qcal_fake_quantize_config *cfg, qcal_fq_p
     cfg->freeze_after = 0;
 }
 
-void qcal_fake_quantize_destroy(qcal_fake_quantize **fq)
+void qcal_fakequant_module_destroy(qcal_fakequant_module **fq)
 {
     if (!fq || !*fq)
         return;
-    qcal_fake_quantize *f = *fq;
+    qcal_fakequant_module *f = *fq;
     qcal_observer_destroy(&f->obs);
     free(f->scale);
     free(f->zp_param);
@@ -95,7 +95,7 @@ void qcal_fake_quantize_destroy(qcal_fake_quantize **fq)
 }
 
 /* (Re)sizes the per-channel arrays to n, filling parameters with the initial values. */
-static qcal_status resize_params(qcal_fake_quantize *f, int64_t n)
+static qcal_status resize_params(qcal_fakequant_module *f, int64_t n)
 {
     if (n == f->nch && f->scale)
         return QCAL_OK;
@@ -120,7 +120,7 @@ static qcal_status resize_params(qcal_fake_quantize *f, int64_t n)
     return QCAL_OK;
 }
 
-static qcal_status validate_config(const qcal_fake_quantize_config *cfg, int64_t *qmin,
+static qcal_status validate_config(const qcal_fakequant_module_config *cfg, int64_t *qmin,
                                    int64_t *qmax)
 {
     qcal_status st = qcal_observer_config_validate(&cfg->observer);
@@ -156,8 +156,8 @@ static qcal_status validate_config(const qcal_fake_quantize_config *cfg, int64_t
     return QCAL_OK;
 }
 
-qcal_status qcal_fake_quantize_create(const qcal_fake_quantize_config *cfg,
-                                      qcal_fake_quantize **out)
+qcal_status qcal_fakequant_module_create(const qcal_fakequant_module_config *cfg,
+                                      qcal_fakequant_module **out)
 {
     if (!cfg || !out)
         return qcal_error(QCAL_ERR_INVALID_ARG, "config or output is NULL");
@@ -165,7 +165,7 @@ qcal_status qcal_fake_quantize_create(const qcal_fake_quantize_config *cfg,
     qcal_status st = validate_config(cfg, &qmin, &qmax);
     if (st != QCAL_OK)
         return st;
-    qcal_fake_quantize *f = qcal_calloc(1, sizeof *f);
+    qcal_fakequant_module *f = qcal_calloc(1, sizeof *f);
     if (!f)
         return QCAL_ERR_NO_MEMORY;
     f->cfg = *cfg;
@@ -185,11 +185,11 @@ qcal_status qcal_fake_quantize_create(const qcal_fake_quantize_config *cfg,
     *out = f;
     return QCAL_OK;
 fail:
-    qcal_fake_quantize_destroy(&f);
+    qcal_fakequant_module_destroy(&f);
     return st;
 }
 
-static qcal_status ensure_buffers(qcal_fake_quantize *f, int64_t n)
+static qcal_status ensure_buffers(qcal_fakequant_module *f, int64_t n)
 {
     if (n <= f->buf_cap)
         return QCAL_OK;
@@ -211,7 +211,7 @@ static qcal_status ensure_buffers(qcal_fake_quantize *f, int64_t n)
 }
 
 /* Observer qparams into the object's arrays (resized to the observer's channel count). */
-static qcal_status take_observer_qparams(qcal_fake_quantize *f)
+static qcal_status take_observer_qparams(qcal_fakequant_module *f)
 {
     int64_t ch = 1;
     qcal_status st = qcal_observer_channels(f->obs, &ch);
@@ -242,7 +242,7 @@ static qcal_status take_observer_qparams(qcal_fake_quantize *f)
     return st;
 }
 
-qcal_status qcal_fake_quantize_forward(qcal_fake_quantize *fq, const qcal_tensor *x, float *y)
+qcal_status qcal_fakequant_module_forward(qcal_fakequant_module *fq, const qcal_tensor *x, float *y)
 {
     if (!fq || !x || !y)
         return qcal_error(QCAL_ERR_INVALID_ARG, "object, tensor or output is NULL");
@@ -352,7 +352,7 @@ qcal_status qcal_fake_quantize_forward(qcal_fake_quantize *fq, const qcal_tensor
     return QCAL_OK;
 }
 
-qcal_status qcal_fake_quantize_backward(qcal_fake_quantize *fq, const float *grad_y, int64_t n,
+qcal_status qcal_fakequant_module_backward(qcal_fakequant_module *fq, const float *grad_y, int64_t n,
                                         float *grad_x)
 {
     if (!fq || !grad_y || !grad_x)
@@ -398,7 +398,7 @@ qcal_status qcal_fake_quantize_backward(qcal_fake_quantize *fq, const float *gra
     return st;
 }
 
-qcal_status qcal_fake_quantize_enable_observer(qcal_fake_quantize *fq, bool enabled)
+qcal_status qcal_fakequant_module_enable_observer(qcal_fakequant_module *fq, bool enabled)
 {
     if (!fq)
         return qcal_error(QCAL_ERR_INVALID_ARG, "object is NULL");
@@ -409,7 +409,7 @@ qcal_status qcal_fake_quantize_enable_observer(qcal_fake_quantize *fq, bool enab
     return QCAL_OK;
 }
 
-qcal_status qcal_fake_quantize_enable_fake_quant(qcal_fake_quantize *fq, bool enabled)
+qcal_status qcal_fakequant_module_enable_fake_quant(qcal_fakequant_module *fq, bool enabled)
 {
     if (!fq)
         return qcal_error(QCAL_ERR_INVALID_ARG, "object is NULL");
@@ -417,7 +417,7 @@ qcal_status qcal_fake_quantize_enable_fake_quant(qcal_fake_quantize *fq, bool en
     return QCAL_OK;
 }
 
-qcal_status qcal_fake_quantize_freeze(qcal_fake_quantize *fq)
+qcal_status qcal_fakequant_module_freeze(qcal_fakequant_module *fq)
 {
     if (!fq)
         return qcal_error(QCAL_ERR_INVALID_ARG, "object is NULL");
@@ -426,7 +426,7 @@ qcal_status qcal_fake_quantize_freeze(qcal_fake_quantize *fq)
     return QCAL_OK;
 }
 
-qcal_status qcal_fake_quantize_status(const qcal_fake_quantize *fq, bool *observer_enabled,
+qcal_status qcal_fakequant_module_status(const qcal_fakequant_module *fq, bool *observer_enabled,
                                       bool *fake_quant_enabled, bool *frozen, int64_t *steps)
 {
     if (!fq)
@@ -442,7 +442,7 @@ qcal_status qcal_fake_quantize_status(const qcal_fake_quantize *fq, bool *observ
     return QCAL_OK;
 }
 
-qcal_status qcal_fake_quantize_qparams(const qcal_fake_quantize *fq, int64_t cap, float *scale,
+qcal_status qcal_fakequant_module_qparams(const qcal_fakequant_module *fq, int64_t cap, float *scale,
                                        int32_t *zero_point, int64_t *n)
 {
     if (!fq || !scale || !zero_point || !n)
@@ -461,7 +461,7 @@ qcal_status qcal_fake_quantize_qparams(const qcal_fake_quantize *fq, int64_t cap
     return QCAL_OK;
 }
 
-qcal_status qcal_fake_quantize_params(qcal_fake_quantize *fq, float **scale, float **zero_point,
+qcal_status qcal_fakequant_module_params(qcal_fakequant_module *fq, float **scale, float **zero_point,
                                       float **grad_scale, float **grad_zero_point, int64_t *n)
 {
     if (!fq)
@@ -485,7 +485,7 @@ qcal_status qcal_fake_quantize_params(qcal_fake_quantize *fq, float **scale, flo
     return QCAL_OK;
 }
 
-qcal_status qcal_fake_quantize_zero_grad(qcal_fake_quantize *fq)
+qcal_status qcal_fakequant_module_zero_grad(qcal_fakequant_module *fq)
 {
     if (!fq)
         return qcal_error(QCAL_ERR_INVALID_ARG, "object is NULL");
@@ -496,7 +496,7 @@ qcal_status qcal_fake_quantize_zero_grad(qcal_fake_quantize *fq)
     return QCAL_OK;
 }
 
-qcal_status qcal_fake_quantize_observer(const qcal_fake_quantize *fq, const qcal_observer **obs)
+qcal_status qcal_fakequant_module_observer(const qcal_fakequant_module *fq, const qcal_observer **obs)
 {
     if (!fq || !obs)
         return qcal_error(QCAL_ERR_INVALID_ARG, "object or output is NULL");
@@ -513,7 +513,7 @@ qcal_status qcal_fake_quantize_observer(const qcal_fake_quantize *fq, const qcal
 #define FQ_VERSION 1u
 #define FQ_MAX_CHANNELS ((uint64_t)1 << 31)
 
-qcal_status qcal_fake_quantize_save(const qcal_fake_quantize *fq, void **buf, size_t *len)
+qcal_status qcal_fakequant_module_save(const qcal_fakequant_module *fq, void **buf, size_t *len)
 {
     if (!fq || !buf || !len)
         return qcal_error(QCAL_ERR_INVALID_ARG, "object or outputs are NULL");
@@ -551,7 +551,7 @@ qcal_status qcal_fake_quantize_save(const qcal_fake_quantize *fq, void **buf, si
     return QCAL_OK;
 }
 
-qcal_status qcal_fake_quantize_load(const void *buf, size_t len, qcal_fake_quantize **out)
+qcal_status qcal_fakequant_module_load(const void *buf, size_t len, qcal_fakequant_module **out)
 {
     if (!buf || !out)
         return qcal_error(QCAL_ERR_INVALID_ARG, "buffer or output is NULL");
@@ -595,8 +595,8 @@ qcal_status qcal_fake_quantize_load(const void *buf, size_t len, qcal_fake_quant
                                         : qcal_error(QCAL_ERR_FORMAT,
                                                      "fake-quantize state: bad observer: %s",
                                                      qcal_last_error());
-    qcal_fake_quantize_config cfg;
-    qcal_fake_quantize_config_default(&cfg, QCAL_FQ_ACTIVATION);
+    qcal_fakequant_module_config cfg;
+    qcal_fakequant_module_config_default(&cfg, QCAL_FAKEQUANT_PRESET_ACTIVATION);
     cfg.observer = *qcal_observer_get_config(obs);
     cfg.learnable = flags & 1u;
     cfg.use_grad_scaling = (flags & 2u) != 0;
@@ -604,8 +604,8 @@ qcal_status qcal_fake_quantize_load(const void *buf, size_t len, qcal_fake_quant
     cfg.init_zero_point = init_z;
     cfg.channels = (int64_t)channels;
     cfg.freeze_after = (int64_t)freeze_after;
-    qcal_fake_quantize *f = NULL;
-    st = qcal_fake_quantize_create(&cfg, &f);
+    qcal_fakequant_module *f = NULL;
+    st = qcal_fakequant_module_create(&cfg, &f);
     if (st != QCAL_OK) {
         qcal_observer_destroy(&obs);
         return st == QCAL_ERR_NO_MEMORY ? st
@@ -643,17 +643,17 @@ qcal_status qcal_fake_quantize_load(const void *buf, size_t len, qcal_fake_quant
     *out = f;
     return QCAL_OK;
 fail:
-    qcal_fake_quantize_destroy(&f);
+    qcal_fakequant_module_destroy(&f);
     return st;
 }
 
-qcal_status qcal_fake_quantize_save_file(const qcal_fake_quantize *fq, const char *path)
+qcal_status qcal_fakequant_module_save_file(const qcal_fakequant_module *fq, const char *path)
 {
     if (!fq || !path)
         return qcal_error(QCAL_ERR_INVALID_ARG, "object or path is NULL");
     void *buf = NULL;
     size_t len = 0;
-    qcal_status st = qcal_fake_quantize_save(fq, &buf, &len);
+    qcal_status st = qcal_fakequant_module_save(fq, &buf, &len);
     if (st != QCAL_OK)
         return st;
     qcal_atomic_file af;
@@ -670,7 +670,7 @@ qcal_status qcal_fake_quantize_save_file(const qcal_fake_quantize *fq, const cha
     return st;
 }
 
-qcal_status qcal_fake_quantize_load_file(const char *path, qcal_fake_quantize **out)
+qcal_status qcal_fakequant_module_load_file(const char *path, qcal_fakequant_module **out)
 {
     if (!path || !out)
         return qcal_error(QCAL_ERR_INVALID_ARG, "path or output is NULL");
@@ -697,7 +697,7 @@ qcal_status qcal_fake_quantize_load_file(const char *path, qcal_fake_quantize **
     if (got != (size_t)len)
         st = qcal_error(QCAL_ERR_IO, "cannot read '%s'", path);
     else
-        st = qcal_fake_quantize_load(buf, (size_t)len, out);
+        st = qcal_fakequant_module_load(buf, (size_t)len, out);
     free(buf);
     return st;
 }

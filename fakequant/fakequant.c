@@ -40,9 +40,9 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
-#define QCAL_FQ_X86 1
+#define QCAL_FAKEQUANT_PRESET_X86 1
 #else
-#define QCAL_FQ_X86 0
+#define QCAL_FAKEQUANT_PRESET_X86 0
 #endif
 
 /* Elements per OpenMP work item: large enough to amortise scheduling, small enough to
@@ -151,7 +151,7 @@ bool qcal_fq_stream(int64_t bytes)
 /* ----------------------------------------------------------------------------------- */
 /* AVX2 */
 
-#if QCAL_FQ_X86
+#if QCAL_FAKEQUANT_PRESET_X86
 #define AVX2_TARGET __attribute__((target("avx2,fma")))
 
 /* Eight 0/-1 int32 lanes -> eight 0/1 bytes (low 64 bits of the result). */

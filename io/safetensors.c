@@ -30,7 +30,7 @@ struct qcal_safetensors {
     int64_t data_start;    /* 8 + header length */
     qcal_json *header;     /* owns the names and dtype strings */
     int64_t n;
-    qcal_st_info *info;    /* n entries, in data-offset order */
+    qcal_safetensors_tensor_info *info;    /* n entries, in data-offset order */
     const qcal_json *metadata;   /* __metadata__ object or NULL */
 };
 
@@ -129,15 +129,15 @@ void qcal_bf16_to_f32_n(const void *src, size_t n, float *dst)
 typedef struct dtype_desc {
     const char *name;
     int size;
-    qcal_st_dtype dt;
+    qcal_safetensors_dtype dt;
 } dtype_desc;
 
 static const dtype_desc dtypes[] = {
-    {"F32", 4, QCAL_ST_F32},     {"F16", 2, QCAL_ST_F16},     {"BF16", 2, QCAL_ST_BF16},
-    {"F64", 8, QCAL_ST_F64},     {"BOOL", 1, QCAL_ST_OTHER},  {"U8", 1, QCAL_ST_OTHER},
-    {"I8", 1, QCAL_ST_OTHER},    {"I16", 2, QCAL_ST_OTHER},   {"U16", 2, QCAL_ST_OTHER},
-    {"I32", 4, QCAL_ST_OTHER},   {"U32", 4, QCAL_ST_OTHER},   {"I64", 8, QCAL_ST_OTHER},
-    {"U64", 8, QCAL_ST_OTHER},   {"F8_E4M3", 1, QCAL_ST_OTHER}, {"F8_E5M2", 1, QCAL_ST_OTHER},
+    {"F32", 4, QCAL_SAFETENSORS_F32},     {"F16", 2, QCAL_SAFETENSORS_F16},     {"BF16", 2, QCAL_SAFETENSORS_BF16},
+    {"F64", 8, QCAL_SAFETENSORS_F64},     {"BOOL", 1, QCAL_SAFETENSORS_OTHER},  {"U8", 1, QCAL_SAFETENSORS_OTHER},
+    {"I8", 1, QCAL_SAFETENSORS_OTHER},    {"I16", 2, QCAL_SAFETENSORS_OTHER},   {"U16", 2, QCAL_SAFETENSORS_OTHER},
+    {"I32", 4, QCAL_SAFETENSORS_OTHER},   {"U32", 4, QCAL_SAFETENSORS_OTHER},   {"I64", 8, QCAL_SAFETENSORS_OTHER},
+    {"U64", 8, QCAL_SAFETENSORS_OTHER},   {"F8_E4M3", 1, QCAL_SAFETENSORS_OTHER}, {"F8_E5M2", 1, QCAL_SAFETENSORS_OTHER},
 };
 
 void qcal_safetensors_close(qcal_safetensors **stp)
@@ -158,7 +158,7 @@ void qcal_safetensors_close(qcal_safetensors **stp)
 
 static int cmp_offset(const void *a, const void *b)
 {
-    const qcal_st_info *x = a, *y = b;
+    const qcal_safetensors_tensor_info *x = a, *y = b;
     if (x->offset != y->offset)
         return x->offset < y->offset ? -1 : 1;
     /* zero-size tensors may share an offset: order them by size then name */
@@ -169,7 +169,7 @@ static int cmp_offset(const void *a, const void *b)
 
 /* Validates one header entry into *info (offsets relative to the data section). */
 static qcal_status parse_entry(const qcal_safetensors *st, const char *name,
-                               const qcal_json *v, qcal_st_info *info)
+                               const qcal_json *v, qcal_safetensors_tensor_info *info)
 {
     if (!*name)
         return qcal_error(QCAL_ERR_FORMAT, "safetensors '%s': empty tensor name", st->path);
@@ -353,7 +353,7 @@ qcal_status qcal_safetensors_open(const char *path, qcal_safetensors **out)
     qsort(st->info, (size_t)st->n, sizeof *st->info, cmp_offset);
     int64_t pos = 0;
     for (int64_t i = 0; i < st->n; i++) {
-        qcal_st_info *t = &st->info[i];
+        qcal_safetensors_tensor_info *t = &st->info[i];
         if (t->offset != pos) {
             stt = qcal_error(QCAL_ERR_FORMAT,
                              "safetensors '%s': tensor '%s' starts at data offset %lld but the "
@@ -398,7 +398,7 @@ static qcal_status check_index(const qcal_safetensors *st, int64_t i)
     return QCAL_OK;
 }
 
-qcal_status qcal_safetensors_info(const qcal_safetensors *st, int64_t i, qcal_st_info *info)
+qcal_status qcal_safetensors_info(const qcal_safetensors *st, int64_t i, qcal_safetensors_tensor_info *info)
 {
     qcal_status s = check_index(st, i);
     if (s != QCAL_OK)
@@ -440,7 +440,7 @@ qcal_status qcal_safetensors_read_f32(const qcal_safetensors *st, int64_t i, int
     qcal_status s = check_index(st, i);
     if (s != QCAL_OK)
         return s;
-    const qcal_st_info *t = &st->info[i];
+    const qcal_safetensors_tensor_info *t = &st->info[i];
     if (start < 0 || count < 0 || start > t->numel || count > t->numel - start)
         return qcal_error(QCAL_ERR_INVALID_ARG,
                           "read of elements [%lld, %lld + %lld) outside tensor '%s' of %lld elements",
@@ -451,23 +451,23 @@ qcal_status qcal_safetensors_read_f32(const qcal_safetensors *st, int64_t i, int
     const uint8_t *base = st->map + t->offset;
     size_t n = (size_t)count;
     switch (t->dtype) {
-    case QCAL_ST_F32:
+    case QCAL_SAFETENSORS_F32:
         memcpy(dst, base + 4 * (size_t)start, 4 * n);
         return QCAL_OK;
-    case QCAL_ST_F16:
+    case QCAL_SAFETENSORS_F16:
         qcal_f16_to_f32_n(base + 2 * (size_t)start, n, dst);
         return QCAL_OK;
-    case QCAL_ST_BF16:
+    case QCAL_SAFETENSORS_BF16:
         qcal_bf16_to_f32_n(base + 2 * (size_t)start, n, dst);
         return QCAL_OK;
-    case QCAL_ST_F64:
+    case QCAL_SAFETENSORS_F64:
         for (size_t k = 0; k < n; k++) {
             double d;
             memcpy(&d, base + 8 * ((size_t)start + k), 8);
             dst[k] = (float)d;
         }
         return QCAL_OK;
-    case QCAL_ST_OTHER:
+    case QCAL_SAFETENSORS_OTHER:
         break;
     }
     return qcal_error(QCAL_ERR_UNSUPPORTED,
@@ -482,7 +482,7 @@ qcal_status qcal_safetensors_raw(const qcal_safetensors *st, int64_t i, const vo
         return s;
     if (!bytes)
         return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_safetensors_raw: bytes is NULL");
-    if (st->info[i].dtype != QCAL_ST_F32)
+    if (st->info[i].dtype != QCAL_SAFETENSORS_F32)
         return qcal_error(QCAL_ERR_UNSUPPORTED, "tensor '%s' is %s, raw access needs F32",
                           st->info[i].name, st->info[i].dtype_name);
     *bytes = st->map + st->info[i].offset;

@@ -10,7 +10,7 @@
 
 #define CHUNK 65536   /* elements quantize-dequantized at a time */
 
-void qcal_weights_options_default(qcal_weights_options *opt)
+void qcal_numeric_weights_options_default(qcal_numeric_weights_options *opt)
 {
     memset(opt, 0, sizeof *opt);
     opt->observer = QCAL_OBSERVER_PER_CHANNEL_MINMAX;
@@ -40,7 +40,7 @@ static qcal_qscheme per_tensor_version(qcal_qscheme q)
 
 /* Quantize-dequantizes src[0..n) with one (scale, zp) in chunks and accumulates metrics. */
 static qcal_status qdq_accumulate(const float *src, int64_t n, float scale, int32_t zp,
-                                  qcal_dtype dtype, void *qbuf, float *dq, qcal_metric_acc *acc)
+                                  qcal_dtype dtype, void *qbuf, float *dq, qcal_numeric_metric_acc *acc)
 {
     for (int64_t i = 0; i < n; i += CHUNK) {
         int64_t m = n - i < CHUNK ? n - i : CHUNK;
@@ -53,18 +53,18 @@ static qcal_status qdq_accumulate(const float *src, int64_t n, float scale, int3
         if (st == QCAL_OK)
             st = qcal_dequantize_per_tensor(qbuf, dtype, scale, zp, &d);
         if (st == QCAL_OK)
-            st = qcal_metric_acc_update(acc, src + i, dq, m);
+            st = qcal_numeric_metric_acc_update(acc, src + i, dq, m);
         if (st != QCAL_OK)
             return st;
     }
     return QCAL_OK;
 }
 
-qcal_status qcal_weights_compare_tensor(const qcal_weights_options *opt, const char *name,
-                                        const qcal_tensor *w, qcal_weight_result *out)
+qcal_status qcal_numeric_weights_compare(const qcal_numeric_weights_options *opt, const char *name,
+                                        const qcal_tensor *w, qcal_numeric_weight_result *out)
 {
     if (!opt || !w || !out)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_weights_compare_tensor: NULL argument");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_weights_compare: NULL argument");
     if (!name)
         name = "";
     int64_t numel;
@@ -98,11 +98,11 @@ qcal_status qcal_weights_compare_tensor(const qcal_weights_options *opt, const c
     int32_t *zps = NULL;
     void *qbuf = NULL;
     int64_t channels = per_channel ? w->shape[0] : 1;
-    qcal_weight_result r;
+    qcal_numeric_weight_result r;
     memset(&r, 0, sizeof r);
     /* statistics first: a tensor without any finite value cannot be quantized */
-    qcal_stats_init(&r.stats);
-    st = qcal_stats_update(&r.stats, w->data, numel);
+    qcal_numeric_stats_init(&r.stats);
+    st = qcal_numeric_stats_update(&r.stats, w->data, numel);
     if (st != QCAL_OK)
         goto done;
     if (r.stats.count == 0) {
@@ -140,8 +140,8 @@ qcal_status qcal_weights_compare_tensor(const qcal_weights_options *opt, const c
     /* axis 0 of a C-contiguous tensor: channel c is the contiguous slab [c*inner, (c+1)*inner),
      * so per-tensor quantize of each slab equals torch.quantize_per_channel(axis=0). */
     int64_t inner = numel / channels;
-    qcal_metric_acc acc;
-    qcal_metric_acc_init(&acc);
+    qcal_numeric_metric_acc acc;
+    qcal_numeric_metric_acc_init(&acc);
     r.scale_min = INFINITY;
     r.scale_max = -INFINITY;
     for (int64_t c = 0; c < channels; c++) {
@@ -154,10 +154,10 @@ qcal_status qcal_weights_compare_tensor(const qcal_weights_options *opt, const c
         r.scale_min = fminf(r.scale_min, scales[c]);
         r.scale_max = fmaxf(r.scale_max, scales[c]);
     }
-    st = qcal_metric_acc_result(&acc, &r.m);
+    st = qcal_numeric_metric_acc_result(&acc, &r.m);
     if (st != QCAL_OK)
         goto done;
-    qcal_stats_std(&r.stats, &r.std);
+    qcal_numeric_stats_std(&r.stats, &r.std);
     snprintf(r.name, sizeof r.name, "%s", name);
     r.ndim = w->ndim;
     memcpy(r.shape, w->shape, sizeof r.shape);
@@ -178,21 +178,21 @@ done:
 typedef struct act_entry {
     char *fqn;
     int64_t steps;
-    qcal_metric_acc acc;
-    qcal_stats stats;
+    qcal_numeric_metric_acc acc;
+    qcal_numeric_stats stats;
 } act_entry;
 
-struct qcal_act_compare {
-    qcal_act_mode mode;
+struct qcal_numeric_act_compare {
+    qcal_numeric_act_mode mode;
     act_entry *e;
     int64_t n, cap;
 };
 
-qcal_status qcal_act_compare_create(qcal_act_mode mode, qcal_act_compare **out)
+qcal_status qcal_numeric_act_compare_create(qcal_numeric_act_mode mode, qcal_numeric_act_compare **out)
 {
-    if (!out || (mode != QCAL_ACT_PROPAGATE && mode != QCAL_ACT_SHADOW))
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_act_compare_create: bad mode %d", (int)mode);
-    qcal_act_compare *ac = qcal_calloc(1, sizeof *ac);
+    if (!out || (mode != QCAL_NUMERIC_ACT_PROPAGATE && mode != QCAL_NUMERIC_ACT_SHADOW))
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_act_compare_create: bad mode %d", (int)mode);
+    qcal_numeric_act_compare *ac = qcal_calloc(1, sizeof *ac);
     if (!ac)
         return QCAL_ERR_NO_MEMORY;
     ac->mode = mode;
@@ -200,11 +200,11 @@ qcal_status qcal_act_compare_create(qcal_act_mode mode, qcal_act_compare **out)
     return QCAL_OK;
 }
 
-void qcal_act_compare_destroy(qcal_act_compare **acp)
+void qcal_numeric_act_compare_destroy(qcal_numeric_act_compare **acp)
 {
     if (!acp || !*acp)
         return;
-    qcal_act_compare *ac = *acp;
+    qcal_numeric_act_compare *ac = *acp;
     for (int64_t i = 0; i < ac->n; i++)
         free(ac->e[i].fqn);
     free(ac->e);
@@ -212,19 +212,19 @@ void qcal_act_compare_destroy(qcal_act_compare **acp)
     *acp = NULL;
 }
 
-qcal_status qcal_act_compare_mode(const qcal_act_compare *ac, qcal_act_mode *mode)
+qcal_status qcal_numeric_act_compare_mode(const qcal_numeric_act_compare *ac, qcal_numeric_act_mode *mode)
 {
     if (!ac || !mode)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_act_compare_mode: NULL argument");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_act_compare_mode: NULL argument");
     *mode = ac->mode;
     return QCAL_OK;
 }
 
-qcal_status qcal_act_compare_add(qcal_act_compare *ac, const char *fqn, const qcal_tensor *f,
+qcal_status qcal_numeric_act_compare_add(qcal_numeric_act_compare *ac, const char *fqn, const qcal_tensor *f,
                                  const qcal_tensor *q)
 {
     if (!ac || !fqn || !f || !q)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_act_compare_add: NULL argument");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_act_compare_add: NULL argument");
     int64_t nf, nq;
     qcal_status st = qcal_tensor_numel(f, &nf);
     if (st == QCAL_OK)
@@ -247,15 +247,15 @@ qcal_status qcal_act_compare_add(qcal_act_compare *ac, const char *fqn, const qc
     memset(&tmp, 0, sizeof tmp);
     act_entry *e = i < ac->n ? &ac->e[i] : &tmp;
     if (e == &tmp) {
-        qcal_metric_acc_init(&tmp.acc);
-        qcal_stats_init(&tmp.stats);
+        qcal_numeric_metric_acc_init(&tmp.acc);
+        qcal_numeric_stats_init(&tmp.stats);
     }
     /* compute into copies so a failure leaves the entry unchanged */
-    qcal_metric_acc acc = e->acc;
-    qcal_stats stats = e->stats;
-    st = qcal_metric_acc_update(&acc, f->data, q->data, nf);
+    qcal_numeric_metric_acc acc = e->acc;
+    qcal_numeric_stats stats = e->stats;
+    st = qcal_numeric_metric_acc_update(&acc, f->data, q->data, nf);
     if (st == QCAL_OK)
-        st = qcal_stats_update(&stats, f->data, nf);
+        st = qcal_numeric_stats_update(&stats, f->data, nf);
     if (st != QCAL_OK)
         return st;
     if (e == &tmp) {
@@ -279,22 +279,22 @@ qcal_status qcal_act_compare_add(qcal_act_compare *ac, const char *fqn, const qc
     return QCAL_OK;
 }
 
-qcal_status qcal_act_compare_count(const qcal_act_compare *ac, int64_t *n)
+qcal_status qcal_numeric_act_compare_count(const qcal_numeric_act_compare *ac, int64_t *n)
 {
     if (!ac || !n)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_act_compare_count: NULL argument");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_act_compare_count: NULL argument");
     *n = ac->n;
     return QCAL_OK;
 }
 
-qcal_status qcal_act_compare_get(const qcal_act_compare *ac, int64_t i, const char **fqn,
-                                 int64_t *steps, qcal_metrics *m, qcal_stats *float_stats)
+qcal_status qcal_numeric_act_compare_get(const qcal_numeric_act_compare *ac, int64_t i, const char **fqn,
+                                 int64_t *steps, qcal_numeric_metrics *m, qcal_numeric_stats *float_stats)
 {
     if (!ac || i < 0 || i >= ac->n)
         return qcal_error(QCAL_ERR_INVALID_ARG, "entry %lld out of range [0, %lld)", (long long)i,
                           ac ? (long long)ac->n : 0LL);
-    qcal_metrics mm;
-    qcal_status st = qcal_metric_acc_result(&ac->e[i].acc, &mm);
+    qcal_numeric_metrics mm;
+    qcal_status st = qcal_numeric_metric_acc_result(&ac->e[i].acc, &mm);
     if (st != QCAL_OK)
         return st;
     if (fqn)

@@ -11,8 +11,8 @@
 #include "qcal/npy.h"
 #include "qcal/numeric.h"
 
-struct qcal_logger {
-    qcal_logger_options opt;
+struct qcal_numeric_logger {
+    qcal_numeric_logger_options opt;
     char *npy_dir;
     bool csv;
     qcal_atomic_file csv_file;
@@ -20,16 +20,16 @@ struct qcal_logger {
     bool finished;
 };
 
-void qcal_logger_options_default(qcal_logger_options *opt)
+void qcal_numeric_logger_options_default(qcal_numeric_logger_options *opt)
 {
     memset(opt, 0, sizeof *opt);
 }
 
-void qcal_logger_destroy(qcal_logger **lgp)
+void qcal_numeric_logger_destroy(qcal_numeric_logger **lgp)
 {
     if (!lgp || !*lgp)
         return;
-    qcal_logger *lg = *lgp;
+    qcal_numeric_logger *lg = *lgp;
     if (lg->csv)
         qcal_atomic_abort(&lg->csv_file);
     free(lg->npy_dir);
@@ -37,12 +37,12 @@ void qcal_logger_destroy(qcal_logger **lgp)
     *lgp = NULL;
 }
 
-qcal_status qcal_logger_create(const qcal_logger_options *opt, qcal_logger **out)
+qcal_status qcal_numeric_logger_create(const qcal_numeric_logger_options *opt, qcal_numeric_logger **out)
 {
     if (!opt || !out)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_logger_create: NULL argument");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_logger_create: NULL argument");
     qcal_status st = QCAL_OK;
-    qcal_logger *lg = qcal_calloc(1, sizeof *lg);
+    qcal_numeric_logger *lg = qcal_calloc(1, sizeof *lg);
     if (!lg)
         return QCAL_ERR_NO_MEMORY;
     lg->opt = *opt;
@@ -65,7 +65,7 @@ qcal_status qcal_logger_create(const qcal_logger_options *opt, qcal_logger **out
     *out = lg;
     return QCAL_OK;
 fail:
-    qcal_logger_destroy(&lg);
+    qcal_numeric_logger_destroy(&lg);
     return st;
 }
 
@@ -97,16 +97,16 @@ static void shape_str(char *buf, size_t cap, int32_t ndim, const int64_t *shape)
         k += (size_t)snprintf(buf + k, cap - k, d ? "x%lld" : "%lld", (long long)shape[d]);
 }
 
-static qcal_status emit(qcal_logger *lg, qcal_log_record *rec, const qcal_tensor *x)
+static qcal_status emit(qcal_numeric_logger *lg, qcal_numeric_log_record *rec, const qcal_tensor *x)
 {
     FILE *f = lg->opt.stream;
-    const qcal_stats *s = &rec->stats;
+    const qcal_numeric_stats *s = &rec->stats;
     /* Empty-record policy: a record without finite values (empty tensor, or every value
      * NaN/Inf) has no min/max/mean: the line prints "n=0" and the statistic keys with empty
      * values, the CSV leaves those fields empty, so inf/-inf never pass for numbers. */
     if (f) {
         fprintf(f, "t=%s, c=%" PRId64 ", fqn='%s', op='%s', extra='%s', ",
-                rec->t == QCAL_LOG_ACT ? "act" : "param", rec->c, rec->fqn, rec->op, rec->extra);
+                rec->t == QCAL_NUMERIC_LOG_ACT ? "act" : "param", rec->c, rec->fqn, rec->op, rec->extra);
         if (s->count > 0)
             fprintf(f, "min=%.6g, max=%.6g, absmax=%.6g, avg=%.6g, std=%.6g", (double)s->min,
                     (double)s->max, (double)s->absmax, s->mean, rec->std);
@@ -120,7 +120,7 @@ static qcal_status emit(qcal_logger *lg, qcal_log_record *rec, const qcal_tensor
         FILE *c = lg->csv_file.fp;
         char shp[256];
         shape_str(shp, sizeof shp, rec->ndim, rec->shape);
-        fprintf(c, "%s,%" PRId64 ",", rec->t == QCAL_LOG_ACT ? "act" : "param", rec->c);
+        fprintf(c, "%s,%" PRId64 ",", rec->t == QCAL_NUMERIC_LOG_ACT ? "act" : "param", rec->c);
         csv_field(c, rec->fqn);
         fputc(',', c);
         csv_field(c, rec->op);
@@ -155,7 +155,7 @@ static qcal_status emit(qcal_logger *lg, qcal_log_record *rec, const qcal_tensor
     return QCAL_OK;
 }
 
-static qcal_status fill(qcal_logger *lg, qcal_log_record *rec, qcal_log_kind t, const char *fqn,
+static qcal_status fill(qcal_numeric_logger *lg, qcal_numeric_log_record *rec, qcal_numeric_log_kind t, const char *fqn,
                         const char *op, const char *extra, char *buf, size_t cap, int32_t ndim,
                         const int64_t *shape)
 {
@@ -163,7 +163,7 @@ static qcal_status fill(qcal_logger *lg, qcal_log_record *rec, qcal_log_kind t, 
         return qcal_error(QCAL_ERR_INVALID_ARG, "logger is NULL");
     if (lg->finished)
         return qcal_error(QCAL_ERR_STATE, "logger already finished");
-    if (t != QCAL_LOG_PARAM && t != QCAL_LOG_ACT)
+    if (t != QCAL_NUMERIC_LOG_PARAM && t != QCAL_NUMERIC_LOG_ACT)
         return qcal_error(QCAL_ERR_INVALID_ARG, "record kind %d is neither param nor act", (int)t);
     if (ndim < 0 || ndim > QCAL_MAX_DIMS || (ndim > 0 && !shape))
         return qcal_error(QCAL_ERR_INVALID_ARG, "bad shape (ndim %d)", ndim);
@@ -183,19 +183,19 @@ static qcal_status fill(qcal_logger *lg, qcal_log_record *rec, qcal_log_kind t, 
     return QCAL_OK;
 }
 
-qcal_status qcal_logger_log_stats(qcal_logger *lg, qcal_log_kind t, const char *fqn,
+qcal_status qcal_numeric_logger_log_stats(qcal_numeric_logger *lg, qcal_numeric_log_kind t, const char *fqn,
                                   const char *op, const char *extra, int32_t ndim,
-                                  const int64_t *shape, const qcal_stats *stats)
+                                  const int64_t *shape, const qcal_numeric_stats *stats)
 {
-    qcal_log_record rec;
+    qcal_numeric_log_record rec;
     char buf[256];
     qcal_status st = fill(lg, &rec, t, fqn, op, extra, buf, sizeof buf, ndim, shape);
     if (st != QCAL_OK)
         return st;
     if (!stats)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_logger_log_stats: stats is NULL");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_logger_log_stats: stats is NULL");
     rec.stats = *stats;
-    qcal_stats_std(stats, &rec.std);
+    qcal_numeric_stats_std(stats, &rec.std);
     /* c advances even if a sink fails part-way: the record may already be in another
      * sink, and a c value is never reused */
     st = emit(lg, &rec, NULL);
@@ -203,34 +203,34 @@ qcal_status qcal_logger_log_stats(qcal_logger *lg, qcal_log_kind t, const char *
     return st;
 }
 
-qcal_status qcal_logger_log(qcal_logger *lg, qcal_log_kind t, const char *fqn, const char *op,
+qcal_status qcal_numeric_logger_log(qcal_numeric_logger *lg, qcal_numeric_log_kind t, const char *fqn, const char *op,
                             const char *extra, const qcal_tensor *x)
 {
     if (!x)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_logger_log: tensor is NULL");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_logger_log: tensor is NULL");
     int64_t numel;
     qcal_status st = qcal_tensor_numel(x, &numel);
     if (st != QCAL_OK)
         return st;
     if (numel > 0 && !x->data)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_logger_log: tensor '%s' has no data",
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_logger_log: tensor '%s' has no data",
                           fqn ? fqn : "");
-    qcal_log_record rec;
+    qcal_numeric_log_record rec;
     char buf[256];
     st = fill(lg, &rec, t, fqn, op, extra, buf, sizeof buf, x->ndim, x->shape);
     if (st != QCAL_OK)
         return st;
-    qcal_stats_init(&rec.stats);
-    st = qcal_stats_update(&rec.stats, x->data, numel);
+    qcal_numeric_stats_init(&rec.stats);
+    st = qcal_numeric_stats_update(&rec.stats, x->data, numel);
     if (st != QCAL_OK)
         return st;
-    qcal_stats_std(&rec.stats, &rec.std);
+    qcal_numeric_stats_std(&rec.stats, &rec.std);
     st = emit(lg, &rec, x);
     lg->c++;
     return st;
 }
 
-qcal_status qcal_logger_log_linear(qcal_logger *lg, const char *fqn, const char *op, int64_t m,
+qcal_status qcal_numeric_logger_log_linear(qcal_numeric_logger *lg, const char *fqn, const char *op, int64_t m,
                                    int64_t k, int64_t n, const qcal_tensor *x)
 {
     if (m < 0 || k < 0 || n < 0)
@@ -238,21 +238,21 @@ qcal_status qcal_logger_log_linear(qcal_logger *lg, const char *fqn, const char 
                           (long long)m, (long long)k, (long long)n);
     char extra[96];
     snprintf(extra, sizeof extra, "MKN=%lld|%lld|%lld", (long long)m, (long long)k, (long long)n);
-    return qcal_logger_log(lg, QCAL_LOG_ACT, fqn, op ? op : "linear", extra, x);
+    return qcal_numeric_logger_log(lg, QCAL_NUMERIC_LOG_ACT, fqn, op ? op : "linear", extra, x);
 }
 
-qcal_status qcal_logger_count(const qcal_logger *lg, int64_t *n)
+qcal_status qcal_numeric_logger_count(const qcal_numeric_logger *lg, int64_t *n)
 {
     if (!lg || !n)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_logger_count: NULL argument");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_logger_count: NULL argument");
     *n = lg->c;
     return QCAL_OK;
 }
 
-qcal_status qcal_logger_finish(qcal_logger *lg)
+qcal_status qcal_numeric_logger_finish(qcal_numeric_logger *lg)
 {
     if (!lg)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_logger_finish: NULL");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_logger_finish: NULL");
     if (lg->finished)
         return qcal_error(QCAL_ERR_STATE, "logger already finished");
     lg->finished = true;

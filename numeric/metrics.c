@@ -171,7 +171,7 @@ void qcal_num_block_stats__avx2(const float *x, int64_t n, qcal_num_blk *b)
 #endif
 
 /* Metrics block kernel, C reference. d = x - y is computed in float32 as torch does. */
-void qcal_num_block_metrics__c(const float *x, const float *y, int64_t n, qcal_metric_acc *a)
+void qcal_num_block_metrics__c(const float *x, const float *y, int64_t n, qcal_numeric_metric_acc *a)
 {
     memset(a, 0, sizeof *a);
     for (int64_t i = 0; i < n; i++) {
@@ -194,7 +194,7 @@ void qcal_num_block_metrics__c(const float *x, const float *y, int64_t n, qcal_m
 #if defined(__x86_64__)
 __attribute__((target("avx2,fma")))
 void qcal_num_block_metrics__avx2(const float *x, const float *y, int64_t n,
-                                  qcal_metric_acc *a)
+                                  qcal_numeric_metric_acc *a)
 {
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
     const __m256 inf = _mm256_set1_ps(INFINITY);
@@ -219,7 +219,7 @@ void qcal_num_block_metrics__avx2(const float *x, const float *y, int64_t n,
         qcal_num_block_metrics__c(x, y, n, a);
         return;
     }
-    qcal_metric_acc t;
+    qcal_numeric_metric_acc t;
     qcal_num_block_metrics__c(x + i, y + i, n - i, &t);
     if (t.nonfinite) {
         qcal_num_block_metrics__c(x, y, n, a);
@@ -240,13 +240,13 @@ void qcal_num_block_metrics__avx2(const float *x, const float *y, int64_t n,
 }
 #else
 void qcal_num_block_metrics__avx2(const float *x, const float *y, int64_t n,
-                                  qcal_metric_acc *a)
+                                  qcal_numeric_metric_acc *a)
 {
     qcal_num_block_metrics__c(x, y, n, a);
 }
 #endif
 
-static void acc_add(qcal_metric_acc *d, const qcal_metric_acc *s)
+static void acc_add(qcal_numeric_metric_acc *d, const qcal_numeric_metric_acc *s)
 {
     d->count += s->count;
     d->nonfinite += s->nonfinite;
@@ -274,13 +274,13 @@ static void super_stats(const float *x, int64_t n, qcal_num_blk *out, qcal_isa i
     }
 }
 
-static void super_metrics(const float *x, const float *y, int64_t n, qcal_metric_acc *out,
+static void super_metrics(const float *x, const float *y, int64_t n, qcal_numeric_metric_acc *out,
                           qcal_isa isa)
 {
     memset(out, 0, sizeof *out);
     for (int64_t i = 0; i < n; i += QCAL_NUM_BLOCK) {
         int64_t m = n - i < QCAL_NUM_BLOCK ? n - i : QCAL_NUM_BLOCK;
-        qcal_metric_acc b;
+        qcal_numeric_metric_acc b;
         if (isa >= QCAL_ISA_AVX2)
             qcal_num_block_metrics__avx2(x + i, y + i, m, &b);
         else
@@ -322,17 +322,17 @@ qcal_status qcal_num_stats_blk(const float *x, int64_t n, qcal_num_blk *out)
 
 /* ---- public: statistics ----------------------------------------------------------------- */
 
-qcal_status qcal_stats_init(qcal_stats *s)
+qcal_status qcal_numeric_stats_init(qcal_numeric_stats *s)
 {
     if (!s)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_stats_init: NULL");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_stats_init: NULL");
     memset(s, 0, sizeof *s);
     s->min = INFINITY;
     s->max = -INFINITY;
     return QCAL_OK;
 }
 
-static void stats_from_blk(qcal_stats *s, const qcal_num_blk *b)
+static void stats_from_blk(qcal_numeric_stats *s, const qcal_num_blk *b)
 {
     s->count = b->n;
     s->nonfinite = b->nonfinite;
@@ -343,7 +343,7 @@ static void stats_from_blk(qcal_stats *s, const qcal_num_blk *b)
     s->absmax = b->n ? fmaxf(fabsf(b->min), fabsf(b->max)) : 0.0f;
 }
 
-static void blk_from_stats(qcal_num_blk *b, const qcal_stats *s)
+static void blk_from_stats(qcal_num_blk *b, const qcal_numeric_stats *s)
 {
     b->n = s->count;
     b->nonfinite = s->nonfinite;
@@ -353,12 +353,12 @@ static void blk_from_stats(qcal_num_blk *b, const qcal_stats *s)
     b->m2 = s->m2;
 }
 
-qcal_status qcal_stats_merge(qcal_stats *dst, const qcal_stats *src)
+qcal_status qcal_numeric_stats_merge(qcal_numeric_stats *dst, const qcal_numeric_stats *src)
 {
     if (!dst || !src)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_stats_merge: NULL argument");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_stats_merge: NULL argument");
     if (dst->count < 0 || src->count < 0)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_stats_merge: negative count");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_stats_merge: negative count");
     qcal_num_blk a, b;
     blk_from_stats(&a, dst);
     blk_from_stats(&b, src);
@@ -367,10 +367,10 @@ qcal_status qcal_stats_merge(qcal_stats *dst, const qcal_stats *src)
     return QCAL_OK;
 }
 
-qcal_status qcal_stats_update(qcal_stats *s, const float *x, int64_t n)
+qcal_status qcal_numeric_stats_update(qcal_numeric_stats *s, const float *x, int64_t n)
 {
     if (!s || n < 0 || (n > 0 && !x))
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_stats_update: bad arguments (n %lld)",
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_stats_update: bad arguments (n %lld)",
                           (long long)n);
     if (n == 0)
         return QCAL_OK;
@@ -378,57 +378,57 @@ qcal_status qcal_stats_update(qcal_stats *s, const float *x, int64_t n)
     qcal_status st = qcal_num_stats_blk(x, n, &b);
     if (st != QCAL_OK)
         return st;
-    qcal_stats t;
+    qcal_numeric_stats t;
     stats_from_blk(&t, &b);
-    return qcal_stats_merge(s, &t);
+    return qcal_numeric_stats_merge(s, &t);
 }
 
-qcal_status qcal_stats_std(const qcal_stats *s, double *std)
+qcal_status qcal_numeric_stats_std(const qcal_numeric_stats *s, double *std)
 {
     if (!s || !std)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_stats_std: NULL argument");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_stats_std: NULL argument");
     *std = s->count > 1 ? sqrt(s->m2 / (double)(s->count - 1)) : 0.0;
     return QCAL_OK;
 }
 
 /* ---- public: metrics ------------------------------------------------------------------ */
 
-qcal_status qcal_metric_acc_init(qcal_metric_acc *acc)
+qcal_status qcal_numeric_metric_acc_init(qcal_numeric_metric_acc *acc)
 {
     if (!acc)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_metric_acc_init: NULL");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_metric_acc_init: NULL");
     memset(acc, 0, sizeof *acc);
     return QCAL_OK;
 }
 
-qcal_status qcal_metric_acc_merge(qcal_metric_acc *dst, const qcal_metric_acc *src)
+qcal_status qcal_numeric_metric_acc_merge(qcal_numeric_metric_acc *dst, const qcal_numeric_metric_acc *src)
 {
     if (!dst || !src)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_metric_acc_merge: NULL argument");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_metric_acc_merge: NULL argument");
     acc_add(dst, src);
     return QCAL_OK;
 }
 
-qcal_status qcal_metric_acc_update(qcal_metric_acc *acc, const float *x, const float *y,
+qcal_status qcal_numeric_metric_acc_update(qcal_numeric_metric_acc *acc, const float *x, const float *y,
                                    int64_t n)
 {
     if (!acc || n < 0 || (n > 0 && (!x || !y)))
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_metric_acc_update: bad arguments (n %lld)",
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_metric_acc_update: bad arguments (n %lld)",
                           (long long)n);
     qcal_isa isa = qcal_cpu_isa();
     int64_t nsb = (n + QCAL_NUM_SUPER - 1) / QCAL_NUM_SUPER;
     int threads = qcal_threads_for(n);
-    qcal_metric_acc tot;
+    qcal_numeric_metric_acc tot;
     memset(&tot, 0, sizeof tot);
     if (threads <= 1 || nsb <= 1) {
         for (int64_t s = 0; s < nsb; s++) {
             int64_t off = s * QCAL_NUM_SUPER, m = n - off < QCAL_NUM_SUPER ? n - off : QCAL_NUM_SUPER;
-            qcal_metric_acc b;
+            qcal_numeric_metric_acc b;
             super_metrics(x + off, y + off, m, &b, isa);
             acc_add(&tot, &b);
         }
     } else {
-        qcal_metric_acc *part = qcal_malloc((size_t)nsb * sizeof *part);
+        qcal_numeric_metric_acc *part = qcal_malloc((size_t)nsb * sizeof *part);
         if (!part)
             return QCAL_ERR_NO_MEMORY;
 #if QCAL_HAVE_OPENMP
@@ -446,14 +446,14 @@ qcal_status qcal_metric_acc_update(qcal_metric_acc *acc, const float *x, const f
     return QCAL_OK;
 }
 
-qcal_status qcal_metric_acc_result(const qcal_metric_acc *acc, qcal_metrics *out)
+qcal_status qcal_numeric_metric_acc_result(const qcal_numeric_metric_acc *acc, qcal_numeric_metrics *out)
 {
     if (!acc || !out)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_metric_acc_result: NULL argument");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_metric_acc_result: NULL argument");
     if (acc->count == 0)
         return qcal_error(QCAL_ERR_EMPTY, "no finite element pair to compare (%llu non-finite)",
                           (unsigned long long)acc->nonfinite);
-    qcal_metrics m;
+    qcal_numeric_metrics m;
     m.count = acc->count;
     m.nonfinite = acc->nonfinite;
     m.max_abs_err = acc->max_abs_err;
@@ -476,14 +476,14 @@ qcal_status qcal_metric_acc_result(const qcal_metric_acc *acc, qcal_metrics *out
     return QCAL_OK;
 }
 
-qcal_status qcal_compare_f32(const float *x, const float *y, int64_t n, qcal_metrics *out)
+qcal_status qcal_numeric_compare_f32(const float *x, const float *y, int64_t n, qcal_numeric_metrics *out)
 {
     if (n < 1)
-        return qcal_error(QCAL_ERR_EMPTY, "qcal_compare_f32: %lld elements", (long long)n);
-    qcal_metric_acc acc;
-    qcal_metric_acc_init(&acc);
-    qcal_status s = qcal_metric_acc_update(&acc, x, y, n);
+        return qcal_error(QCAL_ERR_EMPTY, "qcal_numeric_compare_f32: %lld elements", (long long)n);
+    qcal_numeric_metric_acc acc;
+    qcal_numeric_metric_acc_init(&acc);
+    qcal_status s = qcal_numeric_metric_acc_update(&acc, x, y, n);
     if (s != QCAL_OK)
         return s;
-    return qcal_metric_acc_result(&acc, out);
+    return qcal_numeric_metric_acc_result(&acc, out);
 }

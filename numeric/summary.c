@@ -10,7 +10,7 @@
 
 typedef struct member {
     char *name;
-    qcal_summary_item it;
+    qcal_numeric_summary_item it;
 } member;
 
 typedef struct group {
@@ -19,8 +19,8 @@ typedef struct group {
     int64_t n, cap;
 } group;
 
-struct qcal_summary {
-    qcal_summary_options opt;
+struct qcal_numeric_summary {
+    qcal_numeric_summary_options opt;
     char **globs;
     member *m;
     int64_t n, cap;
@@ -29,18 +29,18 @@ struct qcal_summary {
     int64_t *outl;     /* scratch: outliers of the last described group */
 };
 
-void qcal_summary_options_default(qcal_summary_options *opt)
+void qcal_numeric_summary_options_default(qcal_numeric_summary_options *opt)
 {
     memset(opt, 0, sizeof *opt);
     opt->outlier_factor = 4.0;
     opt->min_sqnr = NAN;
 }
 
-void qcal_summary_destroy(qcal_summary **sp)
+void qcal_numeric_summary_destroy(qcal_numeric_summary **sp)
 {
     if (!sp || !*sp)
         return;
-    qcal_summary *s = *sp;
+    qcal_numeric_summary *s = *sp;
     for (int32_t i = 0; s->globs && i < s->opt.n_globs; i++)
         free(s->globs[i]);
     free(s->globs);
@@ -57,17 +57,17 @@ void qcal_summary_destroy(qcal_summary **sp)
     *sp = NULL;
 }
 
-qcal_status qcal_summary_create(const qcal_summary_options *opt, qcal_summary **out)
+qcal_status qcal_numeric_summary_create(const qcal_numeric_summary_options *opt, qcal_numeric_summary **out)
 {
     if (!opt || !out)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_summary_create: NULL argument");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_summary_create: NULL argument");
     if (opt->n_globs < 0 || (opt->n_globs > 0 && !opt->globs))
         return qcal_error(QCAL_ERR_INVALID_ARG, "n_globs %d without globs", opt->n_globs);
     if (!(opt->outlier_factor >= 1.0) || !isfinite(opt->outlier_factor))
         return qcal_error(QCAL_ERR_INVALID_ARG, "outlier_factor %g must be finite and >= 1",
                           opt->outlier_factor);
     qcal_status st = QCAL_OK;
-    qcal_summary *s = qcal_calloc(1, sizeof *s);
+    qcal_numeric_summary *s = qcal_calloc(1, sizeof *s);
     if (!s)
         return QCAL_ERR_NO_MEMORY;
     s->opt = *opt;
@@ -91,7 +91,7 @@ qcal_status qcal_summary_create(const qcal_summary_options *opt, qcal_summary **
     *out = s;
     return QCAL_OK;
 fail:
-    qcal_summary_destroy(&s);
+    qcal_numeric_summary_destroy(&s);
     return st;
 }
 
@@ -105,10 +105,10 @@ static bool all_digits(const char *b, const char *e)
     return true;
 }
 
-qcal_status qcal_summary_default_pattern(const char *name, char *buf, size_t cap)
+qcal_status qcal_numeric_summary_default_pattern(const char *name, char *buf, size_t cap)
 {
     if (!name || !buf || cap == 0)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_summary_default_pattern: bad arguments");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_summary_default_pattern: bad arguments");
     size_t k = 0;
     const char *p = name;
     for (;;) {
@@ -130,10 +130,10 @@ qcal_status qcal_summary_default_pattern(const char *name, char *buf, size_t cap
     return QCAL_OK;
 }
 
-qcal_status qcal_summary_add(qcal_summary *s, const qcal_summary_item *item)
+qcal_status qcal_numeric_summary_add(qcal_numeric_summary *s, const qcal_numeric_summary_item *item)
 {
     if (!s || !item || !item->name)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_summary_add: NULL argument");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_summary_add: NULL argument");
     if (item->ndim < 0 || item->ndim > QCAL_MAX_DIMS)
         return qcal_error(QCAL_ERR_INVALID_ARG, "member '%s': ndim %d", item->name, item->ndim);
     char pat[1024];
@@ -142,7 +142,7 @@ qcal_status qcal_summary_add(qcal_summary *s, const qcal_summary_item *item)
         if (fnmatch(s->globs[i], item->name, 0) == 0)
             key = s->globs[i];
     if (!key) {
-        qcal_status st = qcal_summary_default_pattern(item->name, pat, sizeof pat);
+        qcal_status st = qcal_numeric_summary_default_pattern(item->name, pat, sizeof pat);
         if (st != QCAL_OK)
             return st;
         key = pat;
@@ -200,10 +200,10 @@ qcal_status qcal_summary_add(qcal_summary *s, const qcal_summary_item *item)
     return QCAL_OK;
 }
 
-qcal_status qcal_summary_group_count(qcal_summary *s, int64_t *n)
+qcal_status qcal_numeric_summary_group_count(qcal_numeric_summary *s, int64_t *n)
 {
     if (!s || !n)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_summary_group_count: NULL argument");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_summary_group_count: NULL argument");
     *n = s->ng;
     return QCAL_OK;
 }
@@ -215,13 +215,13 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* A member carries statistics unless its max is non-finite (count 0: max = -inf). */
-static bool has_stats(const qcal_summary_item *it)
+static bool has_stats(const qcal_numeric_summary_item *it)
 {
     return isfinite(it->max);
 }
 
 /* Median absmax of group g, and its outliers into s->outl (count returned). */
-static qcal_status analyse(qcal_summary *s, int64_t g, double *median, int64_t *n_out)
+static qcal_status analyse(qcal_numeric_summary *s, int64_t g, double *median, int64_t *n_out)
 {
     group *gr = &s->g[g];
     double *v = qcal_malloc((size_t)gr->n * sizeof *v);
@@ -241,7 +241,7 @@ static qcal_status analyse(qcal_summary *s, int64_t g, double *median, int64_t *
     int64_t k = 0;
     if (nv >= 3) {
         for (int64_t i = 0; i < gr->n; i++) {
-            const qcal_summary_item *it = &s->m[gr->idx[i]].it;
+            const qcal_numeric_summary_item *it = &s->m[gr->idx[i]].it;
             if (has_stats(it) && it->absmax > s->opt.outlier_factor * med)
                 o[k++] = gr->idx[i];
         }
@@ -254,13 +254,13 @@ static qcal_status analyse(qcal_summary *s, int64_t g, double *median, int64_t *
     return QCAL_OK;
 }
 
-qcal_status qcal_summary_get_group(qcal_summary *s, int64_t g, qcal_summary_group *out)
+qcal_status qcal_numeric_summary_get_group(qcal_numeric_summary *s, int64_t g, qcal_numeric_summary_group *out)
 {
     if (!s || !out || g < 0 || g >= s->ng)
         return qcal_error(QCAL_ERR_INVALID_ARG, "group %lld out of range [0, %lld)", (long long)g,
                           s ? (long long)s->ng : 0LL);
     group *gr = &s->g[g];
-    qcal_summary_group r;
+    qcal_numeric_summary_group r;
     memset(&r, 0, sizeof r);
     r.pattern = gr->pattern;
     r.count = gr->n;
@@ -269,7 +269,7 @@ qcal_status qcal_summary_get_group(qcal_summary *s, int64_t g, qcal_summary_grou
     double sum_std = 0;
     int64_t best = -1, best_count = 0;
     for (int64_t i = 0; i < gr->n; i++) {
-        const qcal_summary_item *it = &s->m[gr->idx[i]].it;
+        const qcal_numeric_summary_item *it = &s->m[gr->idx[i]].it;
         if (has_stats(it)) {
             if (it->max > r.max_of_max)
                 r.max_of_max = it->max;
@@ -284,7 +284,7 @@ qcal_status qcal_summary_get_group(qcal_summary *s, int64_t g, qcal_summary_grou
         /* typical shape: most frequent, first seen on ties (O(n^2), groups are small) */
         int64_t cnt = 0;
         for (int64_t j = 0; j < gr->n; j++) {
-            const qcal_summary_item *o = &s->m[gr->idx[j]].it;
+            const qcal_numeric_summary_item *o = &s->m[gr->idx[j]].it;
             cnt += o->ndim == it->ndim &&
                    !memcmp(o->shape, it->shape, (size_t)it->ndim * sizeof it->shape[0]);
         }
@@ -298,7 +298,7 @@ qcal_status qcal_summary_get_group(qcal_summary *s, int64_t g, qcal_summary_grou
     if (!with)
         r.max_of_max = NAN;
     if (best >= 0) {
-        const qcal_summary_item *it = &s->m[gr->idx[best]].it;
+        const qcal_numeric_summary_item *it = &s->m[gr->idx[best]].it;
         r.ndim = it->ndim;
         memcpy(r.shape, it->shape, sizeof r.shape);
     }
@@ -309,10 +309,10 @@ qcal_status qcal_summary_get_group(qcal_summary *s, int64_t g, qcal_summary_grou
     return QCAL_OK;
 }
 
-qcal_status qcal_summary_outlier(qcal_summary *s, int64_t g, int64_t k, const char **name)
+qcal_status qcal_numeric_summary_outlier(qcal_numeric_summary *s, int64_t g, int64_t k, const char **name)
 {
-    qcal_summary_group r;
-    qcal_status st = qcal_summary_get_group(s, g, &r);
+    qcal_numeric_summary_group r;
+    qcal_status st = qcal_numeric_summary_get_group(s, g, &r);
     if (st != QCAL_OK)
         return st;
     if (!name || k < 0 || k >= r.n_outliers)
@@ -322,10 +322,10 @@ qcal_status qcal_summary_outlier(qcal_summary *s, int64_t g, int64_t k, const ch
     return QCAL_OK;
 }
 
-qcal_status qcal_summary_keep_float(qcal_summary *s, int64_t cap, const char **names, int64_t *n)
+qcal_status qcal_numeric_summary_keep_float(qcal_numeric_summary *s, int64_t cap, const char **names, int64_t *n)
 {
     if (!s || !n || cap < 0 || (cap > 0 && !names))
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_summary_keep_float: bad arguments");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_summary_keep_float: bad arguments");
     int64_t k = 0;
     if (!isnan(s->opt.min_sqnr)) {
         for (int64_t i = 0; i < s->n; i++) {

@@ -178,11 +178,11 @@ static void test_rules_and_default(void **state)
                          data("rules_sample.txt")), 0);
     qcal_calib_table *t = read_table(table);
     const qcal_calib_entry *e;
-    assert_int_equal(qcal_calib_table_find(t, "fc", QCAL_ROLE_ACTIVATION, &e), QCAL_OK);
+    assert_int_equal(qcal_calib_table_find(t, "fc", QCAL_CALIB_ROLE_ACTIVATION, &e), QCAL_OK);
     assert_int_equal(e->observer, QCAL_OBSERVER_MOVING_AVERAGE_MINMAX);
-    assert_int_equal(qcal_calib_table_find(t, "conv1", QCAL_ROLE_ACTIVATION, &e), QCAL_OK);
+    assert_int_equal(qcal_calib_table_find(t, "conv1", QCAL_CALIB_ROLE_ACTIVATION, &e), QCAL_OK);
     assert_int_equal(e->observer, QCAL_OBSERVER_MINMAX);
-    assert_int_equal(qcal_calib_table_find(t, "fc.weight", QCAL_ROLE_WEIGHT, &e), QCAL_OK);
+    assert_int_equal(qcal_calib_table_find(t, "fc.weight", QCAL_CALIB_ROLE_WEIGHT, &e), QCAL_OK);
     assert_int_equal(e->observer, QCAL_OBSERVER_PER_CHANNEL_MINMAX);
     assert_int_equal(e->channels, 5);
     qcal_calib_table_destroy(&t);

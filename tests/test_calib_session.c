@@ -23,21 +23,21 @@ static void test_role_defaults(void **state)
 {
     (void)state;
     qcal_observer_config c;
-    assert_int_equal(qcal_role_default_config(QCAL_ROLE_ACTIVATION, &c), QCAL_OK);
+    assert_int_equal(qcal_calib_role_default_config(QCAL_CALIB_ROLE_ACTIVATION, &c), QCAL_OK);
     assert_int_equal(c.kind, QCAL_OBSERVER_HISTOGRAM);
     assert_int_equal(c.q.dtype, QCAL_QUINT8);
     assert_int_equal(c.q.qscheme, QCAL_PER_TENSOR_AFFINE);
-    assert_int_equal(qcal_role_default_config(QCAL_ROLE_WEIGHT, &c), QCAL_OK);
+    assert_int_equal(qcal_calib_role_default_config(QCAL_CALIB_ROLE_WEIGHT, &c), QCAL_OK);
     assert_int_equal(c.kind, QCAL_OBSERVER_PER_CHANNEL_MINMAX);
     assert_int_equal(c.q.dtype, QCAL_QINT8);
     assert_int_equal(c.q.qscheme, QCAL_PER_CHANNEL_SYMMETRIC);
     assert_int_equal(c.axis, 0);
-    assert_int_equal(qcal_role_default_config((qcal_role)7, &c), QCAL_ERR_INVALID_ARG);
-    qcal_role r;
-    assert_int_equal(qcal_role_parse("weight", &r), QCAL_OK);
-    assert_int_equal(r, QCAL_ROLE_WEIGHT);
-    assert_int_equal(qcal_role_parse("bias", &r), QCAL_ERR_INVALID_ARG);
-    assert_string_equal(qcal_role_name(QCAL_ROLE_ACTIVATION), "activation");
+    assert_int_equal(qcal_calib_role_default_config((qcal_calib_role)7, &c), QCAL_ERR_INVALID_ARG);
+    qcal_calib_role r;
+    assert_int_equal(qcal_calib_role_parse("weight", &r), QCAL_OK);
+    assert_int_equal(r, QCAL_CALIB_ROLE_WEIGHT);
+    assert_int_equal(qcal_calib_role_parse("bias", &r), QCAL_ERR_INVALID_ARG);
+    assert_string_equal(qcal_calib_role_name(QCAL_CALIB_ROLE_ACTIVATION), "activation");
 }
 
 static void test_rules_file(void **state)
@@ -52,32 +52,32 @@ static void test_rules_file(void **state)
     assert_int_equal(qcal_calib_rules_count(r, &n), QCAL_OK);
     assert_int_equal(n, 4);
     qcal_observer_config c;
-    assert_int_equal(qcal_calib_rules_match(r, "fc1", QCAL_ROLE_ACTIVATION, &c, &idx), QCAL_OK);
+    assert_int_equal(qcal_calib_rules_match(r, "fc1", QCAL_CALIB_ROLE_ACTIVATION, &c, &idx), QCAL_OK);
     assert_int_equal(idx, 1);
     assert_int_equal(c.kind, QCAL_OBSERVER_MOVING_AVERAGE_MINMAX);
     assert_float_equal(c.averaging_constant, 0.01f, 0.0f);
     /* Roles filter: fc1 as a weight skips rule 1 (activation) and matches nothing. */
-    assert_int_equal(qcal_calib_rules_match(r, "fc1", QCAL_ROLE_WEIGHT, &c, &idx), QCAL_OK);
+    assert_int_equal(qcal_calib_rules_match(r, "fc1", QCAL_CALIB_ROLE_WEIGHT, &c, &idx), QCAL_OK);
     assert_int_equal(idx, -1);
     assert_int_equal(c.kind, QCAL_OBSERVER_PER_CHANNEL_MINMAX);
-    assert_int_equal(qcal_calib_rules_match(r, "layer1.0.conv.weight", QCAL_ROLE_WEIGHT, &c,
+    assert_int_equal(qcal_calib_rules_match(r, "layer1.0.conv.weight", QCAL_CALIB_ROLE_WEIGHT, &c,
                                             &idx), QCAL_OK);
     assert_int_equal(idx, 0);   /* '*' crosses dots */
     /* Quoted glob with a space, role any. */
-    assert_int_equal(qcal_calib_rules_match(r, "conv 1.out", QCAL_ROLE_WEIGHT, &c, &idx),
+    assert_int_equal(qcal_calib_rules_match(r, "conv 1.out", QCAL_CALIB_ROLE_WEIGHT, &c, &idx),
                      QCAL_OK);
     assert_int_equal(idx, 2);
     assert_int_equal(c.q.dtype, QCAL_QINT8);
     assert_int_equal(c.q.qscheme, QCAL_PER_TENSOR_SYMMETRIC);
     /* First match wins: the catch-all comes last. */
-    assert_int_equal(qcal_calib_rules_match(r, "conv 1", QCAL_ROLE_ACTIVATION, &c, &idx),
+    assert_int_equal(qcal_calib_rules_match(r, "conv 1", QCAL_CALIB_ROLE_ACTIVATION, &c, &idx),
                      QCAL_OK);
     assert_int_equal(idx, 2);
-    assert_int_equal(qcal_calib_rules_match(r, "relu", QCAL_ROLE_ACTIVATION, &c, &idx), QCAL_OK);
+    assert_int_equal(qcal_calib_rules_match(r, "relu", QCAL_CALIB_ROLE_ACTIVATION, &c, &idx), QCAL_OK);
     assert_int_equal(idx, 3);
     assert_int_equal(c.kind, QCAL_OBSERVER_MINMAX);
     /* NULL rules: defaults. */
-    assert_int_equal(qcal_calib_rules_match(NULL, "x", QCAL_ROLE_ACTIVATION, &c, &idx), QCAL_OK);
+    assert_int_equal(qcal_calib_rules_match(NULL, "x", QCAL_CALIB_ROLE_ACTIVATION, &c, &idx), QCAL_OK);
     assert_int_equal(idx, -1);
     assert_int_equal(c.kind, QCAL_OBSERVER_HISTOGRAM);
     qcal_calib_rules_destroy(&r);
@@ -98,23 +98,23 @@ static void test_rules_globs(void **state)
     assert_int_equal(qcal_calib_rules_parse(text, strlen(text), &r), QCAL_OK);
     qcal_observer_config c;
     int64_t idx;
-    qcal_calib_rules_match(r, "blk7.conv2", QCAL_ROLE_ACTIVATION, &c, &idx);
+    qcal_calib_rules_match(r, "blk7.conv2", QCAL_CALIB_ROLE_ACTIVATION, &c, &idx);
     assert_int_equal(idx, 0);
-    qcal_calib_rules_match(r, "blk7.conv3", QCAL_ROLE_ACTIVATION, &c, &idx);
+    qcal_calib_rules_match(r, "blk7.conv3", QCAL_CALIB_ROLE_ACTIVATION, &c, &idx);
     assert_int_equal(idx, -1);
-    qcal_calib_rules_match(r, "blk10.conv1", QCAL_ROLE_ACTIVATION, &c, &idx);
+    qcal_calib_rules_match(r, "blk10.conv1", QCAL_CALIB_ROLE_ACTIVATION, &c, &idx);
     assert_int_equal(idx, -1);
-    qcal_calib_rules_match(r, "a#b", QCAL_ROLE_WEIGHT, &c, &idx);
+    qcal_calib_rules_match(r, "a#b", QCAL_CALIB_ROLE_WEIGHT, &c, &idx);
     assert_int_equal(idx, 1);
     assert_int_equal(c.kind, QCAL_OBSERVER_PERCENTILE);
     assert_true(c.percentile == 99.9);
     assert_int_equal(c.percentile_mode, QCAL_PERCENTILE_TWO_TAILS);
-    qcal_calib_rules_match(r, "esc*", QCAL_ROLE_ACTIVATION, &c, &idx);
+    qcal_calib_rules_match(r, "esc*", QCAL_CALIB_ROLE_ACTIVATION, &c, &idx);
     assert_int_equal(idx, 2);
     assert_true(c.q.custom_range);
     assert_int_equal(c.q.quant_max, 15);
     assert_int_equal(c.nonfinite, QCAL_NONFINITE_ERROR);
-    qcal_calib_rules_match(r, "escX", QCAL_ROLE_ACTIVATION, &c, &idx);
+    qcal_calib_rules_match(r, "escX", QCAL_CALIB_ROLE_ACTIVATION, &c, &idx);
     assert_int_equal(idx, -1);
     qcal_calib_rules_destroy(&r);
     /* Empty input: no rules. */
@@ -188,11 +188,11 @@ static const int64_t shape[3] = { NCH, 8, 5 };
 
 /* Tensor k's name and role: a mix of order-free (minmax kinds) and order-dependent
  * (moving averages) observers. */
-static void name_of(int k, char *dst, size_t cap, qcal_role *role)
+static void name_of(int k, char *dst, size_t cap, qcal_calib_role *role)
 {
     static const char *const pre[] = { "mm", "ma", "w", "mapc" };
     snprintf(dst, cap, "%s.%d", pre[k % 4], k);
-    *role = k % 4 == 2 ? QCAL_ROLE_WEIGHT : QCAL_ROLE_ACTIVATION;
+    *role = k % 4 == 2 ? QCAL_CALIB_ROLE_WEIGHT : QCAL_CALIB_ROLE_ACTIVATION;
 }
 
 static qcal_calib_rules *test_rules(void)
@@ -206,39 +206,39 @@ static qcal_calib_rules *test_rules(void)
     return r;
 }
 
-static qcal_session *new_session(const qcal_calib_rules *rules, uint64_t max_pending)
+static qcal_calib_session *new_session(const qcal_calib_rules *rules, uint64_t max_pending)
 {
-    qcal_session_options o;
-    qcal_session_options_default(&o);
+    qcal_calib_session_options o;
+    qcal_calib_session_options_default(&o);
     o.rules = rules;
     if (max_pending)
         o.max_pending_bytes = max_pending;
-    qcal_session *s = NULL;
-    assert_int_equal(qcal_session_create(&o, &s), QCAL_OK);
+    qcal_calib_session *s = NULL;
+    assert_int_equal(qcal_calib_session_create(&o, &s), QCAL_OK);
     return s;
 }
 
-static qcal_status feed(qcal_session *s, int k, int64_t step)
+static qcal_status feed(qcal_calib_session *s, int k, int64_t step)
 {
     float buf[NEL];
     gen(k, step, buf);
     qcal_tensor x;
     assert_int_equal(qcal_tensor_init(&x, buf, 3, shape), QCAL_OK);
     char name[32];
-    qcal_role role;
+    qcal_calib_role role;
     name_of(k, name, sizeof name, &role);
-    return qcal_session_observe(s, name, role, step, &x);
+    return qcal_calib_session_observe(s, name, role, step, &x);
 }
 
-static char *table_json(qcal_session *s)
+static char *table_json(qcal_calib_session *s)
 {
     qcal_calib_table *t = NULL;
-    qcal_status st = qcal_session_table(s, &t);
+    qcal_status st = qcal_calib_session_table(s, &t);
     if (st != QCAL_OK)
         fail_msg("table: %s", qcal_last_error());
     char *buf = NULL;
     size_t len;
-    assert_int_equal(qcal_calib_table_format(t, QCAL_TABLE_JSON, NULL, &buf, &len), QCAL_OK);
+    assert_int_equal(qcal_calib_table_format(t, QCAL_CALIB_FORMAT_JSON, NULL, &buf, &len), QCAL_OK);
     qcal_calib_table_destroy(&t);
     return buf;
 }
@@ -263,12 +263,12 @@ static void assert_same_table(const char *a, const char *b)
 
 static char *serial_table(const qcal_calib_rules *rules, int ntensors, int64_t nsteps)
 {
-    qcal_session *s = new_session(rules, 0);
+    qcal_calib_session *s = new_session(rules, 0);
     for (int64_t step = 0; step < nsteps; step++)
         for (int k = 0; k < ntensors; k++)
             assert_int_equal(feed(s, k, step), QCAL_OK);
     char *j = table_json(s);
-    qcal_session_destroy(&s);
+    qcal_calib_session_destroy(&s);
     assert_null(s);
     return j;
 }
@@ -281,12 +281,12 @@ static void test_out_of_order_equals_serial(void **state)
     const int64_t ns = 12;
     char *want = serial_table(rules, nt, ns);
     /* Reverse step order, tensors interleaved. */
-    qcal_session *s = new_session(rules, 0);
+    qcal_calib_session *s = new_session(rules, 0);
     for (int64_t step = ns - 1; step >= 0; step--)
         for (int k = nt - 1; k >= 0; k--)
             assert_int_equal(feed(s, k, step), QCAL_OK);
     uint64_t b, el, nf, pend;
-    assert_int_equal(qcal_session_stats(s, "ma.1", QCAL_ROLE_ACTIVATION, &b, &el, &nf, &pend),
+    assert_int_equal(qcal_calib_session_stats(s, "ma.1", QCAL_CALIB_ROLE_ACTIVATION, &b, &el, &nf, &pend),
                      QCAL_OK);
     assert_int_equal(b, ns);       /* step 0 arrived last and drained the queue */
     assert_int_equal(el, ns * NEL);
@@ -295,7 +295,7 @@ static void test_out_of_order_equals_serial(void **state)
     assert_same_table(got, want);
     /* The moving average really depends on order: feeding serially in reverse with fresh
      * step numbers gives a different table (so the equality above is not vacuous). */
-    qcal_session *r = new_session(rules, 0);
+    qcal_calib_session *r = new_session(rules, 0);
     for (int64_t step = ns - 1; step >= 0; step--)
         for (int k = 0; k < nt; k++) {
             float buf[NEL];
@@ -303,17 +303,17 @@ static void test_out_of_order_equals_serial(void **state)
             qcal_tensor x;
             qcal_tensor_init(&x, buf, 3, shape);
             char name[32];
-            qcal_role role;
+            qcal_calib_role role;
             name_of(k, name, sizeof name, &role);
-            assert_int_equal(qcal_session_observe(r, name, role, QCAL_STEP_AUTO, &x), QCAL_OK);
+            assert_int_equal(qcal_calib_session_observe(r, name, role, QCAL_STEP_AUTO, &x), QCAL_OK);
         }
     char *rev = table_json(r);
     assert_true(strcmp(rev, want) != 0);
     qcal_free(rev);
-    qcal_session_destroy(&r);
+    qcal_calib_session_destroy(&r);
     qcal_free(got);
     qcal_free(want);
-    qcal_session_destroy(&s);
+    qcal_calib_session_destroy(&s);
     qcal_calib_rules_destroy(&rules);
 }
 
@@ -321,17 +321,17 @@ static void test_steps_gaps_duplicates(void **state)
 {
     (void)state;
     qcal_calib_rules *rules = test_rules();
-    qcal_session *s = new_session(rules, 0);
+    qcal_calib_session *s = new_session(rules, 0);
     /* ma.1 gets steps 0, 2, 3 (1 never comes); mm.0 gets 5 only. */
     assert_int_equal(feed(s, 1, 3), QCAL_OK);
     assert_int_equal(feed(s, 1, 0), QCAL_OK);
     assert_int_equal(feed(s, 1, 2), QCAL_OK);
     assert_int_equal(feed(s, 0, 5), QCAL_OK);
     uint64_t b, pend;
-    qcal_session_stats(s, "ma.1", QCAL_ROLE_ACTIVATION, &b, NULL, NULL, &pend);
+    qcal_calib_session_stats(s, "ma.1", QCAL_CALIB_ROLE_ACTIVATION, &b, NULL, NULL, &pend);
     assert_int_equal(b, 1);
     assert_int_equal(pend, 2);
-    qcal_session_stats(s, "mm.0", QCAL_ROLE_ACTIVATION, &b, NULL, NULL, &pend);
+    qcal_calib_session_stats(s, "mm.0", QCAL_CALIB_ROLE_ACTIVATION, &b, NULL, NULL, &pend);
     assert_int_equal(b, 1);        /* order-free: applied at once */
     assert_int_equal(pend, 0);
     /* Duplicates, queued or applied, and passed steps are refused. */
@@ -339,43 +339,43 @@ static void test_steps_gaps_duplicates(void **state)
     assert_non_null(strstr(qcal_last_error(), "step 2"));
     assert_int_equal(feed(s, 1, 0), QCAL_ERR_INVALID_ARG);
     assert_int_equal(feed(s, 0, 5), QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_session_stats(s, "ma.1", QCAL_ROLE_WEIGHT, &b, NULL, NULL, NULL),
+    assert_int_equal(qcal_calib_session_stats(s, "ma.1", QCAL_CALIB_ROLE_WEIGHT, &b, NULL, NULL, NULL),
                      QCAL_ERR_NOT_FOUND);
-    assert_int_equal(qcal_session_flush(s), QCAL_OK);
-    qcal_session_stats(s, "ma.1", QCAL_ROLE_ACTIVATION, &b, NULL, NULL, &pend);
+    assert_int_equal(qcal_calib_session_flush(s), QCAL_OK);
+    qcal_calib_session_stats(s, "ma.1", QCAL_CALIB_ROLE_ACTIVATION, &b, NULL, NULL, &pend);
     assert_int_equal(b, 3);
     assert_int_equal(pend, 0);
     assert_int_equal(feed(s, 1, 3), QCAL_ERR_INVALID_ARG);   /* passed by the flush */
     assert_int_equal(feed(s, 1, 4), QCAL_OK);
     char *got = table_json(s);
     /* The same batches in the same order with contiguous steps. */
-    qcal_session *r = new_session(rules, 0);
+    qcal_calib_session *r = new_session(rules, 0);
     float buf[NEL];
     qcal_tensor x;
     qcal_tensor_init(&x, buf, 3, shape);
     int64_t order[4] = { 0, 2, 3, 4 };
     for (int i = 0; i < 4; i++) {
         gen(1, order[i], buf);
-        assert_int_equal(qcal_session_observe(r, "ma.1", QCAL_ROLE_ACTIVATION, i, &x), QCAL_OK);
+        assert_int_equal(qcal_calib_session_observe(r, "ma.1", QCAL_CALIB_ROLE_ACTIVATION, i, &x), QCAL_OK);
     }
     gen(0, 5, buf);
-    assert_int_equal(qcal_session_observe(r, "mm.0", QCAL_ROLE_ACTIVATION, 0, &x), QCAL_OK);
+    assert_int_equal(qcal_calib_session_observe(r, "mm.0", QCAL_CALIB_ROLE_ACTIVATION, 0, &x), QCAL_OK);
     char *want = table_json(r);
     assert_same_table(got, want);
     qcal_free(got);
     qcal_free(want);
     /* Bad calls leave nothing behind. */
-    assert_int_equal(qcal_session_observe(s, "ma.1", QCAL_ROLE_ACTIVATION, -5, &x),
+    assert_int_equal(qcal_calib_session_observe(s, "ma.1", QCAL_CALIB_ROLE_ACTIVATION, -5, &x),
                      QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_session_observe(s, "", QCAL_ROLE_ACTIVATION, 0, &x),
+    assert_int_equal(qcal_calib_session_observe(s, "", QCAL_CALIB_ROLE_ACTIVATION, 0, &x),
                      QCAL_ERR_INVALID_ARG);
     int64_t zero_shape[1] = { 0 };
     qcal_tensor empty;
     qcal_tensor_init(&empty, buf, 1, zero_shape);
-    assert_int_equal(qcal_session_observe(s, "new", QCAL_ROLE_ACTIVATION, 0, &empty),
+    assert_int_equal(qcal_calib_session_observe(s, "new", QCAL_CALIB_ROLE_ACTIVATION, 0, &empty),
                      QCAL_ERR_EMPTY);
     int64_t n;
-    qcal_session_count(s, &n);
+    qcal_calib_session_count(s, &n);
     assert_int_equal(n, 2);
     /* An observer error (channel count change) is returned and leaves the entry as it was. */
     int64_t other[2] = { 3, 10 };
@@ -383,12 +383,12 @@ static void test_steps_gaps_duplicates(void **state)
     qcal_tensor_init(&y, buf, 2, other);
     gen(2, 0, buf);
     assert_int_equal(feed(s, 2, 0), QCAL_OK);
-    assert_true(qcal_session_observe(s, "w.2", QCAL_ROLE_WEIGHT, 1, &y) < 0);
+    assert_true(qcal_calib_session_observe(s, "w.2", QCAL_CALIB_ROLE_WEIGHT, 1, &y) < 0);
     assert_non_null(strstr(qcal_last_error(), "w.2"));
-    qcal_session_stats(s, "w.2", QCAL_ROLE_WEIGHT, &b, NULL, NULL, NULL);
+    qcal_calib_session_stats(s, "w.2", QCAL_CALIB_ROLE_WEIGHT, &b, NULL, NULL, NULL);
     assert_int_equal(b, 1);
-    qcal_session_destroy(&r);
-    qcal_session_destroy(&s);
+    qcal_calib_session_destroy(&r);
+    qcal_calib_session_destroy(&s);
     qcal_calib_rules_destroy(&rules);
 }
 
@@ -396,7 +396,7 @@ static void test_pending_bound(void **state)
 {
     (void)state;
     qcal_calib_rules *rules = test_rules();
-    qcal_session *s = new_session(rules, 2 * NEL * sizeof(float));
+    qcal_calib_session *s = new_session(rules, 2 * NEL * sizeof(float));
     assert_int_equal(feed(s, 1, 1), QCAL_OK);
     assert_int_equal(feed(s, 1, 2), QCAL_OK);
     assert_int_equal(feed(s, 1, 3), QCAL_ERR_NO_MEMORY);
@@ -405,9 +405,9 @@ static void test_pending_bound(void **state)
     assert_int_equal(feed(s, 1, 4), QCAL_OK);   /* queued (3 is missing) */
     assert_int_equal(feed(s, 1, 3), QCAL_OK);
     uint64_t b;
-    qcal_session_stats(s, "ma.1", QCAL_ROLE_ACTIVATION, &b, NULL, NULL, NULL);
+    qcal_calib_session_stats(s, "ma.1", QCAL_CALIB_ROLE_ACTIVATION, &b, NULL, NULL, NULL);
     assert_int_equal(b, 5);
-    qcal_session_destroy(&s);
+    qcal_calib_session_destroy(&s);
     qcal_calib_rules_destroy(&rules);
 }
 
@@ -415,7 +415,7 @@ static void test_many_names(void **state)
 {
     (void)state;
     qcal_calib_rules *rules = test_rules();
-    qcal_session *s = new_session(rules, 0);
+    qcal_calib_session *s = new_session(rules, 0);
     float buf[NEL];
     qcal_tensor x;
     qcal_tensor_init(&x, buf, 3, shape);
@@ -423,35 +423,35 @@ static void test_many_names(void **state)
     char name[32];
     for (int i = 0; i < 3000; i++) {
         snprintf(name, sizeof name, "mm.layer%d", i);
-        assert_int_equal(qcal_session_observe(s, name, QCAL_ROLE_ACTIVATION, 0, &x), QCAL_OK);
-        assert_int_equal(qcal_session_observe(s, name, QCAL_ROLE_WEIGHT, 0, &x), QCAL_OK);
+        assert_int_equal(qcal_calib_session_observe(s, name, QCAL_CALIB_ROLE_ACTIVATION, 0, &x), QCAL_OK);
+        assert_int_equal(qcal_calib_session_observe(s, name, QCAL_CALIB_ROLE_WEIGHT, 0, &x), QCAL_OK);
     }
     int64_t n;
-    qcal_session_count(s, &n);
+    qcal_calib_session_count(s, &n);
     assert_int_equal(n, 6000);
     for (int i = 0; i < 3000; i += 7) {
         snprintf(name, sizeof name, "mm.layer%d", i);
         uint64_t b, el;
-        assert_int_equal(qcal_session_stats(s, name, QCAL_ROLE_WEIGHT, &b, &el, NULL, NULL),
+        assert_int_equal(qcal_calib_session_stats(s, name, QCAL_CALIB_ROLE_WEIGHT, &b, &el, NULL, NULL),
                          QCAL_OK);
         assert_int_equal(b, 1);
         assert_int_equal(el, NEL);
     }
     qcal_calib_table *t = NULL;
-    assert_int_equal(qcal_session_table(s, &t), QCAL_OK);
+    assert_int_equal(qcal_calib_session_table(s, &t), QCAL_OK);
     const qcal_calib_entry *e;
-    assert_int_equal(qcal_calib_table_find(t, "mm.layer2999", QCAL_ROLE_WEIGHT, &e), QCAL_OK);
+    assert_int_equal(qcal_calib_table_find(t, "mm.layer2999", QCAL_CALIB_ROLE_WEIGHT, &e), QCAL_OK);
     assert_int_equal(e->channels, NCH);   /* per_channel_minmax, axis 0 */
     assert_int_equal(e->qscheme, QCAL_PER_CHANNEL_SYMMETRIC);
     qcal_calib_table_destroy(&t);
-    qcal_session_destroy(&s);
+    qcal_calib_session_destroy(&s);
     qcal_calib_rules_destroy(&rules);
 }
 
 /* ---- Threads ---- */
 
 typedef struct worker {
-    qcal_session *s;
+    qcal_calib_session *s;
     int tid, nthreads, ntensors;
     int64_t nsteps;
     /* stress mode: claim items from a shared counter until the deadline */
@@ -511,7 +511,7 @@ static void test_threads_equal_serial(void **state)
     const int64_t ns = 24;
     char *want = serial_table(rules, nt, ns);
     for (int rep = 0; rep < 3; rep++) {
-        qcal_session *s = new_session(rules, 0);
+        qcal_calib_session *s = new_session(rules, 0);
         pthread_t th[8];
         worker w[8];
         for (int t = 0; t < nthreads; t++) {
@@ -529,7 +529,7 @@ static void test_threads_equal_serial(void **state)
         char *got = table_json(s);
         assert_same_table(got, want);
         qcal_free(got);
-        qcal_session_destroy(&s);
+        qcal_calib_session_destroy(&s);
     }
     qcal_free(want);
     qcal_calib_rules_destroy(&rules);
@@ -542,7 +542,7 @@ static void test_threads_stress(void **state)
     (void)state;
     qcal_calib_rules *rules = test_rules();
     const int nt = 7, nthreads = 8;
-    qcal_session *s = new_session(rules, 0);
+    qcal_calib_session *s = new_session(rules, 0);
     int64_t next_item = 0;
     struct timespec dl;
     clock_gettime(CLOCK_MONOTONIC, &dl);
@@ -571,17 +571,17 @@ static void test_threads_stress(void **state)
     uint64_t total = 0;
     for (int k = 0; k < nt; k++) {
         char name[32];
-        qcal_role role;
+        qcal_calib_role role;
         name_of(k, name, sizeof name, &role);
         uint64_t b, el, pend;
-        assert_int_equal(qcal_session_stats(s, name, role, &b, &el, NULL, &pend), QCAL_OK);
+        assert_int_equal(qcal_calib_session_stats(s, name, role, &b, &el, NULL, &pend), QCAL_OK);
         assert_int_equal(pend, 0);
         assert_int_equal(el, b * NEL);
         total += b;
     }
     assert_int_equal(total, (uint64_t)fed);
     /* Serial replay of exactly the fed items. */
-    qcal_session *r = new_session(rules, 0);
+    qcal_calib_session *r = new_session(rules, 0);
     for (int64_t item = 0; item < fed; item++)
         assert_int_equal(feed(r, (int)(item % nt), item / nt), QCAL_OK);
     char *want = table_json(r);
@@ -589,8 +589,8 @@ static void test_threads_stress(void **state)
     print_message("stress: %lld batches from %d threads in 0.25 s\n", (long long)fed, nthreads);
     qcal_free(got);
     qcal_free(want);
-    qcal_session_destroy(&r);
-    qcal_session_destroy(&s);
+    qcal_calib_session_destroy(&r);
+    qcal_calib_session_destroy(&s);
     qcal_calib_rules_destroy(&rules);
 }
 
@@ -599,7 +599,7 @@ static void test_threads_histogram(void **state)
 {
     (void)state;
     qcal_observer_config c;
-    qcal_role_default_config(QCAL_ROLE_ACTIVATION, &c);
+    qcal_calib_role_default_config(QCAL_CALIB_ROLE_ACTIVATION, &c);
     qcal_observer *probe = NULL;
     if (qcal_observer_create(&c, &probe) != QCAL_OK) {
         print_message("histogram observer not built yet: %s\n", qcal_last_error());
@@ -610,7 +610,7 @@ static void test_threads_histogram(void **state)
     const int64_t ns = 8;
     /* NULL rules: activations histogram, weights per-channel minmax. */
     char *want = serial_table(NULL, nt, ns);
-    qcal_session *s = new_session(NULL, 0);
+    qcal_calib_session *s = new_session(NULL, 0);
     pthread_t th[4];
     worker w[4];
     for (int t = 0; t < nthreads; t++) {
@@ -625,7 +625,7 @@ static void test_threads_histogram(void **state)
     assert_same_table(got, want);
     qcal_free(got);
     qcal_free(want);
-    qcal_session_destroy(&s);
+    qcal_calib_session_destroy(&s);
 }
 
 int main(void)

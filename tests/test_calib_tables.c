@@ -58,8 +58,8 @@ static void assert_text_golden(const char *got, const char *golden_name)
     free(want);
 }
 
-static void format_golden(const char *table, qcal_table_format fmt,
-                          const qcal_table_export_options *o, const char *golden)
+static void format_golden(const char *table, qcal_calib_format fmt,
+                          const qcal_calib_export_options *o, const char *golden)
 {
     qcal_calib_table *t = read_table(table);
     char *buf = NULL;
@@ -75,22 +75,22 @@ static void format_golden(const char *table, qcal_table_format fmt,
 static void test_golden_tensorrt(void **state)
 {
     (void)state;
-    format_golden("expected_minmax.json", QCAL_TABLE_TENSORRT, NULL, "minmax.tensorrt");
-    qcal_table_export_options o;
-    qcal_table_export_options_default(&o);
+    format_golden("expected_minmax.json", QCAL_CALIB_FORMAT_TENSORRT, NULL, "minmax.tensorrt");
+    qcal_calib_export_options o;
+    qcal_calib_export_options_default(&o);
     o.trt_version = "8203";
-    format_golden("names.json", QCAL_TABLE_TENSORRT, &o, "names.tensorrt");
+    format_golden("names.json", QCAL_CALIB_FORMAT_TENSORRT, &o, "names.tensorrt");
 }
 
 static void test_golden_onnxruntime(void **state)
 {
     (void)state;
-    format_golden("expected_minmax.json", QCAL_TABLE_ONNXRUNTIME, NULL, "minmax.onnxruntime");
+    format_golden("expected_minmax.json", QCAL_CALIB_FORMAT_ONNXRUNTIME, NULL, "minmax.onnxruntime");
     /* Space-separated format: a name with a space cannot be written. */
     qcal_calib_table *t = read_table("names.json");
     char *buf = NULL;
     size_t len = 0;
-    assert_int_equal(qcal_calib_table_format(t, QCAL_TABLE_ONNXRUNTIME, NULL, &buf, &len),
+    assert_int_equal(qcal_calib_table_format(t, QCAL_CALIB_FORMAT_ONNXRUNTIME, NULL, &buf, &len),
                      QCAL_ERR_UNSUPPORTED);
     assert_null(buf);
     assert_non_null(strstr(qcal_last_error(), "a: b: c"));
@@ -100,7 +100,7 @@ static void test_golden_onnxruntime(void **state)
 static void test_golden_ncnn(void **state)
 {
     (void)state;
-    format_golden("expected_minmax.json", QCAL_TABLE_NCNN, NULL, "minmax.ncnn");
+    format_golden("expected_minmax.json", QCAL_CALIB_FORMAT_NCNN, NULL, "minmax.ncnn");
 }
 
 /* Every "name: hex" line of a TensorRT cache is the float32 bit pattern of amax/127. */
@@ -110,7 +110,7 @@ static void test_tensorrt_hex_bits(void **state)
     qcal_calib_table *t = read_table("names.json");
     char *buf = NULL;
     size_t len = 0;
-    assert_int_equal(qcal_calib_table_format(t, QCAL_TABLE_TENSORRT, NULL, &buf, &len), QCAL_OK);
+    assert_int_equal(qcal_calib_table_format(t, QCAL_CALIB_FORMAT_TENSORRT, NULL, &buf, &len), QCAL_OK);
     assert_true(!strncmp(buf, "TRT-8601-EntropyCalibration2\n", 29));
     int lines = 0;
     for (char *line = strchr(buf, '\n') + 1; *line; lines++) {
@@ -128,7 +128,7 @@ static void test_tensorrt_hex_bits(void **state)
             assert_true((*h >= '0' && *h <= '9') || (*h >= 'a' && *h <= 'f'));
         uint32_t bits = (uint32_t)strtoul(hex, NULL, 16);
         const qcal_calib_entry *e;
-        assert_int_equal(qcal_calib_table_find(t, line, QCAL_ROLE_ACTIVATION, &e), QCAL_OK);
+        assert_int_equal(qcal_calib_table_find(t, line, QCAL_CALIB_ROLE_ACTIVATION, &e), QCAL_OK);
         float amax;
         assert_int_equal(qcal_calib_entry_amax(e, 0, &amax), QCAL_OK);
         if (amax == 0.0f)
@@ -177,11 +177,11 @@ static void test_json_round_trip(void **state)
     const char *text = "* activation minmax\n"
                        "sym* activation minmax dtype=qint8 qscheme=per_tensor_symmetric\n";
     assert_int_equal(qcal_calib_rules_parse(text, strlen(text), &rules), QCAL_OK);
-    qcal_session_options so;
-    qcal_session_options_default(&so);
+    qcal_calib_session_options so;
+    qcal_calib_session_options_default(&so);
     so.rules = rules;
-    qcal_session *s = NULL;
-    assert_int_equal(qcal_session_create(&so, &s), QCAL_OK);
+    qcal_calib_session *s = NULL;
+    assert_int_equal(qcal_calib_session_create(&so, &s), QCAL_OK);
     uint32_t seed = 12345;
     float buf[6 * 40];
     for (int k = 0; k < 40; k++) {
@@ -195,20 +195,20 @@ static void test_json_round_trip(void **state)
         int64_t shape[2] = { 6, 40 };
         qcal_tensor x;
         assert_int_equal(qcal_tensor_init(&x, buf, 2, shape), QCAL_OK);
-        assert_int_equal(qcal_session_observe(s, name, QCAL_ROLE_ACTIVATION, 0, &x), QCAL_OK);
-        assert_int_equal(qcal_session_observe(s, name, QCAL_ROLE_WEIGHT, 0, &x), QCAL_OK);
+        assert_int_equal(qcal_calib_session_observe(s, name, QCAL_CALIB_ROLE_ACTIVATION, 0, &x), QCAL_OK);
+        assert_int_equal(qcal_calib_session_observe(s, name, QCAL_CALIB_ROLE_WEIGHT, 0, &x), QCAL_OK);
     }
     float nan3[3] = { NAN, INFINITY, NAN };
     int64_t three = 3;
     qcal_tensor xn;
     assert_int_equal(qcal_tensor_init(&xn, nan3, 1, &three), QCAL_OK);
-    assert_int_equal(qcal_session_observe(s, "all_nan", QCAL_ROLE_ACTIVATION, 0, &xn), QCAL_OK);
+    assert_int_equal(qcal_calib_session_observe(s, "all_nan", QCAL_CALIB_ROLE_ACTIVATION, 0, &xn), QCAL_OK);
 
     qcal_calib_table *t = NULL, *t2 = NULL;
-    assert_int_equal(qcal_session_table(s, &t), QCAL_OK);
+    assert_int_equal(qcal_calib_session_table(s, &t), QCAL_OK);
     char *j1 = NULL, *j2 = NULL;
     size_t l1, l2;
-    assert_int_equal(qcal_calib_table_format(t, QCAL_TABLE_JSON, NULL, &j1, &l1), QCAL_OK);
+    assert_int_equal(qcal_calib_table_format(t, QCAL_CALIB_FORMAT_JSON, NULL, &j1, &l1), QCAL_OK);
     assert_int_equal(qcal_calib_table_parse_json(j1, l1, &t2), QCAL_OK);
     int64_t n1, n2;
     qcal_calib_table_count(t, &n1);
@@ -221,12 +221,12 @@ static void test_json_round_trip(void **state)
         qcal_calib_table_entry(t2, i, &b);
         assert_entries_equal(a, b);
     }
-    assert_int_equal(qcal_calib_table_format(t2, QCAL_TABLE_JSON, NULL, &j2, &l2), QCAL_OK);
+    assert_int_equal(qcal_calib_table_format(t2, QCAL_CALIB_FORMAT_JSON, NULL, &j2, &l2), QCAL_OK);
     assert_int_equal(l1, l2);
     assert_memory_equal(j1, j2, l1);
 
     const qcal_calib_entry *e;
-    assert_int_equal(qcal_calib_table_find(t2, "all_nan", QCAL_ROLE_ACTIVATION, &e), QCAL_OK);
+    assert_int_equal(qcal_calib_table_find(t2, "all_nan", QCAL_CALIB_ROLE_ACTIVATION, &e), QCAL_OK);
     assert_true(e->no_data);
     assert_int_equal(e->nonfinite, 3);
     assert_float_equal(e->scale[0], 1.0f, 0.0f);
@@ -234,7 +234,7 @@ static void test_json_round_trip(void **state)
     /* Exports leave the no-data entry out and say so. */
     char *trt = NULL;
     size_t lt;
-    assert_int_equal(qcal_calib_table_format(t2, QCAL_TABLE_TENSORRT, NULL, &trt, &lt),
+    assert_int_equal(qcal_calib_table_format(t2, QCAL_CALIB_FORMAT_TENSORRT, NULL, &trt, &lt),
                      QCAL_NO_DATA);
     assert_null(strstr(trt, "all_nan"));
     assert_non_null(strstr(qcal_last_error(), "all_nan"));
@@ -243,7 +243,7 @@ static void test_json_round_trip(void **state)
     qcal_free(j2);
     qcal_calib_table_destroy(&t);
     qcal_calib_table_destroy(&t2);
-    qcal_session_destroy(&s);
+    qcal_calib_session_destroy(&s);
     qcal_calib_rules_destroy(&rules);
 }
 
@@ -318,45 +318,45 @@ static void test_write_atomic(void **state)
     assert_non_null(mkdtemp(dir));
     char path[256], bad[256];
     snprintf(path, sizeof path, "%s/out.cache", dir);
-    assert_int_equal(qcal_calib_table_write(t, QCAL_TABLE_TENSORRT, NULL, path), QCAL_OK);
+    assert_int_equal(qcal_calib_table_write(t, QCAL_CALIB_FORMAT_TENSORRT, NULL, path), QCAL_OK);
     char *got = tu_read_file(path, NULL);
     assert_text_golden(got, "minmax.tensorrt");
     free(got);
     /* The parent is a regular file: a clear I/O error, the existing output untouched. */
     snprintf(bad, sizeof bad, "%s/out.cache/x.json", dir);
-    assert_int_equal(qcal_calib_table_write(t, QCAL_TABLE_JSON, NULL, bad), QCAL_ERR_IO);
+    assert_int_equal(qcal_calib_table_write(t, QCAL_CALIB_FORMAT_JSON, NULL, bad), QCAL_ERR_IO);
     assert_non_null(strstr(qcal_last_error(), "x.json"));
     snprintf(bad, sizeof bad, "%s/missing/x.json", dir);
-    assert_int_equal(qcal_calib_table_write(t, QCAL_TABLE_JSON, NULL, bad), QCAL_ERR_IO);
+    assert_int_equal(qcal_calib_table_write(t, QCAL_CALIB_FORMAT_JSON, NULL, bad), QCAL_ERR_IO);
     got = tu_read_file(path, NULL);
     assert_text_golden(got, "minmax.tensorrt");
     free(got);
     /* Overwrite with JSON, read back equal. */
-    assert_int_equal(qcal_calib_table_write(t, QCAL_TABLE_JSON, NULL, path), QCAL_OK);
+    assert_int_equal(qcal_calib_table_write(t, QCAL_CALIB_FORMAT_JSON, NULL, path), QCAL_OK);
     qcal_calib_table *t2 = NULL;
     assert_int_equal(qcal_calib_table_read_json(path, &t2), QCAL_OK);
     const qcal_calib_entry *a, *b;
-    assert_int_equal(qcal_calib_table_find(t2, "fc.weight", QCAL_ROLE_WEIGHT, &b), QCAL_OK);
-    assert_int_equal(qcal_calib_table_find(t, "fc.weight", QCAL_ROLE_WEIGHT, &a), QCAL_OK);
+    assert_int_equal(qcal_calib_table_find(t2, "fc.weight", QCAL_CALIB_ROLE_WEIGHT, &b), QCAL_OK);
+    assert_int_equal(qcal_calib_table_find(t, "fc.weight", QCAL_CALIB_ROLE_WEIGHT, &a), QCAL_OK);
     assert_entries_equal(a, b);
-    assert_int_equal(qcal_calib_table_find(t2, "fc.weight", QCAL_ROLE_ACTIVATION, &b),
+    assert_int_equal(qcal_calib_table_find(t2, "fc.weight", QCAL_CALIB_ROLE_ACTIVATION, &b),
                      QCAL_ERR_NOT_FOUND);
     qcal_calib_table_destroy(&t2);
     unlink(path);
     assert_int_equal(rmdir(dir), 0);   /* no temporary left behind */
-    qcal_table_export_options o;
-    qcal_table_export_options_default(&o);
+    qcal_calib_export_options o;
+    qcal_calib_export_options_default(&o);
     o.trt_algorithm = "bad name";
     char *buf = NULL;
     size_t len;
-    assert_int_equal(qcal_calib_table_format(t, QCAL_TABLE_TENSORRT, &o, &buf, &len),
+    assert_int_equal(qcal_calib_table_format(t, QCAL_CALIB_FORMAT_TENSORRT, &o, &buf, &len),
                      QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_calib_table_format(t, (qcal_table_format)9, NULL, &buf, &len),
+    assert_int_equal(qcal_calib_table_format(t, (qcal_calib_format)9, NULL, &buf, &len),
                      QCAL_ERR_INVALID_ARG);
-    qcal_table_format f;
-    assert_int_equal(qcal_table_format_parse("onnxruntime", &f), QCAL_OK);
-    assert_int_equal(f, QCAL_TABLE_ONNXRUNTIME);
-    assert_int_equal(qcal_table_format_parse("csv", &f), QCAL_ERR_INVALID_ARG);
+    qcal_calib_format f;
+    assert_int_equal(qcal_calib_format_parse("onnxruntime", &f), QCAL_OK);
+    assert_int_equal(f, QCAL_CALIB_FORMAT_ONNXRUNTIME);
+    assert_int_equal(qcal_calib_format_parse("csv", &f), QCAL_ERR_INVALID_ARG);
     qcal_calib_table_destroy(&t);
     qcal_calib_table_destroy(&t);   /* NULL is fine */
 }

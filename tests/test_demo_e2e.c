@@ -294,7 +294,7 @@ static void test_short_run(void **state)
     assert_int_equal(ne, 8);   /* 4 layer inputs + 4 weights */
     for (int t = 0; t < 4; t++) {
         const qcal_calib_entry *e = NULL;
-        assert_int_equal(qcal_calib_table_find(tbl, cnn_tap_name(t), QCAL_ROLE_ACTIVATION, &e), QCAL_OK);
+        assert_int_equal(qcal_calib_table_find(tbl, cnn_tap_name(t), QCAL_CALIB_ROLE_ACTIVATION, &e), QCAL_OK);
         /* quint8 affine, PyTorch: scale = (max(max,0) - min(min,0)) / 255 */
         float want = (fmaxf(ra.mx[t], 0.0f) - fminf(ra.mn[t], 0.0f)) / 255.0f;
         if (e->min_val[0] != ra.mn[t] || e->max_val[0] != ra.mx[t] || e->scale[0] != want) {
@@ -305,7 +305,7 @@ static void test_short_run(void **state)
         }
         char wn[64];
         snprintf(wn, sizeof wn, "%s.weight", cnn_layer_name(t));
-        assert_int_equal(qcal_calib_table_find(tbl, wn, QCAL_ROLE_WEIGHT, &e), QCAL_OK);
+        assert_int_equal(qcal_calib_table_find(tbl, wn, QCAL_CALIB_ROLE_WEIGHT, &e), QCAL_OK);
         int64_t shape[4];
         cnn_param_shape(2 * t, shape);
         assert_int_equal(e->channels, shape[0]);

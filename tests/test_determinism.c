@@ -203,8 +203,8 @@ static void test_observers_thread_count(void **state)
 static void test_numeric_thread_count(void **state)
 {
     det_state *st = *state;
-    qcal_stats ref_stats;
-    qcal_metrics ref_m;
+    qcal_numeric_stats ref_stats;
+    qcal_numeric_metrics ref_m;
     memset(&ref_stats, 0, sizeof ref_stats);
     memset(&ref_m, 0, sizeof ref_m);
     uint8_t *ref_q = malloc((size_t)BIG_N), *q = malloc((size_t)BIG_N);
@@ -214,10 +214,10 @@ static void test_numeric_thread_count(void **state)
     assert_non_null(deq);
     for (int t = 0; t < NTC; t++) {
         set_threads(thread_counts[t]);
-        qcal_stats s;
-        assert_int_equal(qcal_stats_init(&s), QCAL_OK);
+        qcal_numeric_stats s;
+        assert_int_equal(qcal_numeric_stats_init(&s), QCAL_OK);
         for (int b = 0; b < NBATCH; b++)
-            assert_int_equal(qcal_stats_update(&s, st->batch[b], BIG_N), QCAL_OK);
+            assert_int_equal(qcal_numeric_stats_update(&s, st->batch[b], BIG_N), QCAL_OK);
         assert_true(s.count > 0 && s.nonfinite > 0);
         /* quantize -> dequantize of batch 0, then metrics of batch 0 against it */
         qcal_tensor x, d;
@@ -226,9 +226,9 @@ static void test_numeric_thread_count(void **state)
         assert_int_equal(qcal_tensor_init(&d, deq, 1, &n), QCAL_OK);
         assert_int_equal(qcal_quantize_per_tensor(&x, 0.02f, 100, QCAL_QUINT8, q), QCAL_OK);
         assert_int_equal(qcal_dequantize_per_tensor(q, QCAL_QUINT8, 0.02f, 100, &d), QCAL_OK);
-        qcal_metrics m;
+        qcal_numeric_metrics m;
         memset(&m, 0, sizeof m);
-        assert_int_equal(qcal_compare_f32(st->batch[0], deq, BIG_N, &m), QCAL_OK);
+        assert_int_equal(qcal_numeric_compare_f32(st->batch[0], deq, BIG_N, &m), QCAL_OK);
         if (t == 0) {
             ref_stats = s;
             ref_m = m;
@@ -265,43 +265,43 @@ static void test_tables_thread_count(void **state)
         const char *text = "ma* activation moving_average_minmax\n"
                            "pct activation percentile\n";
         assert_int_equal(qcal_calib_rules_parse(text, strlen(text), &rules), QCAL_OK);
-        qcal_session_options opt;
-        qcal_session_options_default(&opt);
+        qcal_calib_session_options opt;
+        qcal_calib_session_options_default(&opt);
         opt.rules = rules;
-        qcal_session *s = NULL;
-        assert_int_equal(qcal_session_create(&opt, &s), QCAL_OK);
+        qcal_calib_session *s = NULL;
+        assert_int_equal(qcal_calib_session_create(&opt, &s), QCAL_OK);
         for (int b = 0; b < NBATCH; b++) {
             qcal_tensor x, w;
             int64_t n = BIG_N, wshape[2] = { BIG_C, BIG_N / BIG_C };
             assert_int_equal(qcal_tensor_init(&x, st->batch[b], 1, &n), QCAL_OK);
             assert_int_equal(qcal_tensor_init(&w, st->batch[(b + 1) % NBATCH], 2, wshape), QCAL_OK);
-            assert_int_equal(qcal_session_observe(s, "act", QCAL_ROLE_ACTIVATION, b, &x), QCAL_OK);
-            assert_int_equal(qcal_session_observe(s, "ma.out", QCAL_ROLE_ACTIVATION, b, &x), QCAL_OK);
-            assert_int_equal(qcal_session_observe(s, "pct", QCAL_ROLE_ACTIVATION, b, &x), QCAL_OK);
-            assert_int_equal(qcal_session_observe(s, "fc.weight", QCAL_ROLE_WEIGHT, b, &w), QCAL_OK);
+            assert_int_equal(qcal_calib_session_observe(s, "act", QCAL_CALIB_ROLE_ACTIVATION, b, &x), QCAL_OK);
+            assert_int_equal(qcal_calib_session_observe(s, "ma.out", QCAL_CALIB_ROLE_ACTIVATION, b, &x), QCAL_OK);
+            assert_int_equal(qcal_calib_session_observe(s, "pct", QCAL_CALIB_ROLE_ACTIVATION, b, &x), QCAL_OK);
+            assert_int_equal(qcal_calib_session_observe(s, "fc.weight", QCAL_CALIB_ROLE_WEIGHT, b, &w), QCAL_OK);
         }
         qcal_calib_table *table = NULL;
-        assert_int_equal(qcal_session_table(s, &table), QCAL_OK);
+        assert_int_equal(qcal_calib_session_table(s, &table), QCAL_OK);
         int64_t count = 0;
         assert_int_equal(qcal_calib_table_count(table, &count), QCAL_OK);
         assert_int_equal(count, 4);
         for (int f = 0; f < 4; f++) {
             char *buf = NULL;
             size_t len = 0;
-            assert_int_equal(qcal_calib_table_format(table, (qcal_table_format)f, NULL, &buf, &len),
+            assert_int_equal(qcal_calib_table_format(table, (qcal_calib_format)f, NULL, &buf, &len),
                              QCAL_OK);
             if (t == 0) {
                 ref[f] = buf;
                 ref_len[f] = len;
             } else {
                 char what[64];
-                snprintf(what, sizeof what, "%s table", qcal_table_format_name((qcal_table_format)f));
+                snprintf(what, sizeof what, "%s table", qcal_calib_format_name((qcal_calib_format)f));
                 assert_same_bytes(what, thread_counts[t], ref[f], ref_len[f], buf, len);
                 qcal_free(buf);
             }
         }
         qcal_calib_table_destroy(&table);
-        qcal_session_destroy(&s);
+        qcal_calib_session_destroy(&s);
         qcal_calib_rules_destroy(&rules);
     }
     for (int f = 0; f < 4; f++)
@@ -386,9 +386,9 @@ static void test_cli_calibrate_thread_count(void **state)
 enum { STRESS_THREADS = 8, STRESS_NAMES = 6, STRESS_ELEMS = 2048, STRESS_MAX_ITEMS = 1 << 16 };
 static const char *const stress_fqn[STRESS_NAMES] = {
     "layer1.act", "layer1.weight", "layer2.act", "layer2.weight", "ma.act", "pct.act" };
-static const qcal_role stress_role[STRESS_NAMES] = {
-    QCAL_ROLE_ACTIVATION, QCAL_ROLE_WEIGHT, QCAL_ROLE_ACTIVATION, QCAL_ROLE_WEIGHT,
-    QCAL_ROLE_ACTIVATION, QCAL_ROLE_ACTIVATION };
+static const qcal_calib_role stress_role[STRESS_NAMES] = {
+    QCAL_CALIB_ROLE_ACTIVATION, QCAL_CALIB_ROLE_WEIGHT, QCAL_CALIB_ROLE_ACTIVATION, QCAL_CALIB_ROLE_WEIGHT,
+    QCAL_CALIB_ROLE_ACTIVATION, QCAL_CALIB_ROLE_ACTIVATION };
 static const char *const stress_rules =
     "ma.* activation moving_average_minmax averaging_constant=0.1\n"
     "pct.* activation percentile bins=512\n"
@@ -404,7 +404,7 @@ static void stress_item(int64_t k, float *x, qcal_tensor *t)
 }
 
 typedef struct stress_ctx {
-    qcal_session *s;
+    qcal_calib_session *s;
     atomic_llong next;
     struct timespec deadline;
     atomic_int failures;
@@ -434,7 +434,7 @@ static void *stress_worker(void *arg)
         fill(x, STRESS_ELEMS, 99991 + (uint64_t)k, 1.0f + (float)(k % 7));
         int64_t shape[2] = { 8, STRESS_ELEMS / 8 };
         if (qcal_tensor_init(&t, x, 2, shape) != QCAL_OK ||
-            qcal_session_observe(c->s, stress_fqn[k % STRESS_NAMES], stress_role[k % STRESS_NAMES],
+            qcal_calib_session_observe(c->s, stress_fqn[k % STRESS_NAMES], stress_role[k % STRESS_NAMES],
                                  k / STRESS_NAMES, &t) != QCAL_OK)
             atomic_fetch_add(&c->failures, 1);
         atomic_fetch_add(&c->done, 1);
@@ -443,14 +443,14 @@ static void *stress_worker(void *arg)
     return NULL;
 }
 
-static qcal_session *stress_session(qcal_calib_rules **rules)
+static qcal_calib_session *stress_session(qcal_calib_rules **rules)
 {
     assert_int_equal(qcal_calib_rules_parse(stress_rules, strlen(stress_rules), rules), QCAL_OK);
-    qcal_session_options opt;
-    qcal_session_options_default(&opt);
+    qcal_calib_session_options opt;
+    qcal_calib_session_options_default(&opt);
     opt.rules = *rules;
-    qcal_session *s = NULL;
-    assert_int_equal(qcal_session_create(&opt, &s), QCAL_OK);
+    qcal_calib_session *s = NULL;
+    assert_int_equal(qcal_calib_session_create(&opt, &s), QCAL_OK);
     return s;
 }
 
@@ -483,9 +483,9 @@ static void test_session_stress(void **state)
                   STRESS_THREADS);
 
     /* Counts add up: no lost update. Non-finite counts are recomputed from the data. */
-    assert_int_equal(qcal_session_flush(c.s), QCAL_OK);
+    assert_int_equal(qcal_calib_session_flush(c.s), QCAL_OK);
     int64_t entries = 0;
-    assert_int_equal(qcal_session_count(c.s, &entries), QCAL_OK);
+    assert_int_equal(qcal_calib_session_count(c.s, &entries), QCAL_OK);
     assert_int_equal(entries, STRESS_NAMES);
     float *x = malloc(STRESS_ELEMS * sizeof(float));
     assert_non_null(x);
@@ -498,7 +498,7 @@ static void test_session_stress(void **state)
     }
     for (int n = 0; n < STRESS_NAMES; n++) {
         uint64_t batches = 0, elements = 0, nonfinite = 0, pending = 99;
-        assert_int_equal(qcal_session_stats(c.s, stress_fqn[n], stress_role[n], &batches,
+        assert_int_equal(qcal_calib_session_stats(c.s, stress_fqn[n], stress_role[n], &batches,
                                             &elements, &nonfinite, &pending), QCAL_OK);
         uint64_t want = (uint64_t)((items - n + STRESS_NAMES - 1) / STRESS_NAMES);
         if (batches != want || elements != want * STRESS_ELEMS || pending != 0 ||
@@ -514,29 +514,29 @@ static void test_session_stress(void **state)
 
     /* The same items fed serially in step order give the same table, byte for byte. */
     qcal_calib_rules *rules2 = NULL;
-    qcal_session *serial = stress_session(&rules2);
+    qcal_calib_session *serial = stress_session(&rules2);
     for (int64_t k = 0; k < items; k++) {
         qcal_tensor t;
         stress_item(k, x, &t);
-        assert_int_equal(qcal_session_observe(serial, stress_fqn[k % STRESS_NAMES],
+        assert_int_equal(qcal_calib_session_observe(serial, stress_fqn[k % STRESS_NAMES],
                                               stress_role[k % STRESS_NAMES], k / STRESS_NAMES, &t),
                          QCAL_OK);
     }
     free(x);
     qcal_calib_table *ta = NULL, *tb = NULL;
-    assert_int_equal(qcal_session_table(c.s, &ta), QCAL_OK);
-    assert_int_equal(qcal_session_table(serial, &tb), QCAL_OK);
+    assert_int_equal(qcal_calib_session_table(c.s, &ta), QCAL_OK);
+    assert_int_equal(qcal_calib_session_table(serial, &tb), QCAL_OK);
     char *ja = NULL, *jb = NULL;
     size_t la = 0, lb = 0;
-    assert_int_equal(qcal_calib_table_format(ta, QCAL_TABLE_JSON, NULL, &ja, &la), QCAL_OK);
-    assert_int_equal(qcal_calib_table_format(tb, QCAL_TABLE_JSON, NULL, &jb, &lb), QCAL_OK);
+    assert_int_equal(qcal_calib_table_format(ta, QCAL_CALIB_FORMAT_JSON, NULL, &ja, &la), QCAL_OK);
+    assert_int_equal(qcal_calib_table_format(tb, QCAL_CALIB_FORMAT_JSON, NULL, &jb, &lb), QCAL_OK);
     assert_same_bytes("8-thread session table vs serial", STRESS_THREADS, jb, lb, ja, la);
     qcal_free(ja);
     qcal_free(jb);
     qcal_calib_table_destroy(&ta);
     qcal_calib_table_destroy(&tb);
-    qcal_session_destroy(&serial);
-    qcal_session_destroy(&c.s);
+    qcal_calib_session_destroy(&serial);
+    qcal_calib_session_destroy(&c.s);
     qcal_calib_rules_destroy(&rules);
     qcal_calib_rules_destroy(&rules2);
 }

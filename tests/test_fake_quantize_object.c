@@ -104,18 +104,18 @@ static void test_pytorch_reference(void **state)
         int64_t shape[8];
         memcpy(shape, take(&r, ndim * 8), ndim * 8);
         uint32_t nsteps = u32(&r);
-        qcal_fake_quantize_config cfg;
+        qcal_fakequant_module_config cfg;
         if (preset == 0) {
-            qcal_fake_quantize_config_default(&cfg, QCAL_FQ_ACTIVATION);
+            qcal_fakequant_module_config_default(&cfg, QCAL_FAKEQUANT_PRESET_ACTIVATION);
         } else if (preset == 1) {
-            qcal_fake_quantize_config_default(&cfg, QCAL_FQ_WEIGHT_PER_CHANNEL);
+            qcal_fakequant_module_config_default(&cfg, QCAL_FAKEQUANT_PRESET_WEIGHT_PER_CHANNEL);
         } else {
-            qcal_fake_quantize_config_default(&cfg, QCAL_FQ_ACTIVATION_FULL_RANGE);
+            qcal_fakequant_module_config_default(&cfg, QCAL_FAKEQUANT_PRESET_ACTIVATION_FULL_RANGE);
             cfg.learnable = true;
             cfg.use_grad_scaling = true;
         }
-        qcal_fake_quantize *fq = NULL;
-        assert_int_equal(qcal_fake_quantize_create(&cfg, &fq), QCAL_OK);
+        qcal_fakequant_module *fq = NULL;
+        assert_int_equal(qcal_fakequant_module_create(&cfg, &fq), QCAL_OK);
         int64_t n = 1;
         for (uint32_t d = 0; d < ndim; d++)
             n *= shape[d];
@@ -125,21 +125,21 @@ static void test_pytorch_reference(void **state)
             uint32_t nch = u32(&r);
             float *sc = f32s(&r, nch), *zp = f32s(&r, nch), *gs = f32s(&r, nch),
                   *gz = f32s(&r, nch);
-            assert_int_equal(qcal_fake_quantize_enable_observer(fq, flags[0]), QCAL_OK);
-            assert_int_equal(qcal_fake_quantize_enable_fake_quant(fq, flags[1]), QCAL_OK);
+            assert_int_equal(qcal_fakequant_module_enable_observer(fq, flags[0]), QCAL_OK);
+            assert_int_equal(qcal_fakequant_module_enable_fake_quant(fq, flags[1]), QCAL_OK);
             if (cfg.learnable && flags[2])
-                assert_int_equal(qcal_fake_quantize_zero_grad(fq), QCAL_OK);
+                assert_int_equal(qcal_fakequant_module_zero_grad(fq), QCAL_OK);
             qcal_tensor t;
             assert_int_equal(qcal_tensor_init(&t, x, (int32_t)ndim, shape), QCAL_OK);
             float *yo = malloc((size_t)n * 4), *go = malloc((size_t)n * 4);
-            assert_int_equal(qcal_fake_quantize_forward(fq, &t, yo), QCAL_OK);
-            assert_int_equal(qcal_fake_quantize_backward(fq, gy, n, go), QCAL_OK);
+            assert_int_equal(qcal_fakequant_module_forward(fq, &t, yo), QCAL_OK);
+            assert_int_equal(qcal_fakequant_module_backward(fq, gy, n, go), QCAL_OK);
             expect_bits("y", name, (int)s, yo, y, n);
             expect_bits("grad_x", name, (int)s, go, gx, n);
             float qs[64];
             int32_t qz[64];
             int64_t got;
-            assert_int_equal(qcal_fake_quantize_qparams(fq, 64, qs, qz, &got), QCAL_OK);
+            assert_int_equal(qcal_fakequant_module_qparams(fq, 64, qs, qz, &got), QCAL_OK);
             assert_int_equal(got, nch);
             float qzf[64];
             for (int64_t k = 0; k < got; k++)
@@ -150,7 +150,7 @@ static void test_pytorch_reference(void **state)
             if (cfg.learnable) {
                 float *ps, *pz, *pgs, *pgz;
                 int64_t pn;
-                assert_int_equal(qcal_fake_quantize_params(fq, &ps, &pz, &pgs, &pgz, &pn),
+                assert_int_equal(qcal_fakequant_module_params(fq, &ps, &pz, &pgs, &pgz, &pn),
                                  QCAL_OK);
                 expect_bits("zero_point param", name, (int)s, pz, zp, pn);
                 if (flags[2]) {
@@ -163,7 +163,7 @@ static void test_pytorch_reference(void **state)
             free(x); free(gy); free(y); free(gx); free(sc); free(zp); free(gs); free(gz);
             free(yo); free(go);
         }
-        qcal_fake_quantize_destroy(&fq);
+        qcal_fakequant_module_destroy(&fq);
         assert_null(fq);
     }
     assert_true(r.p == r.end);
@@ -184,56 +184,56 @@ static void fill(float *x, int64_t n, float lo, float hi, uint32_t seed)
 static void test_switches_and_freeze(void **state)
 {
     (void)state;
-    qcal_fake_quantize_config cfg;
-    qcal_fake_quantize_config_default(&cfg, QCAL_FQ_ACTIVATION);
+    qcal_fakequant_module_config cfg;
+    qcal_fakequant_module_config_default(&cfg, QCAL_FAKEQUANT_PRESET_ACTIVATION);
     cfg.freeze_after = 2;
-    qcal_fake_quantize *fq = NULL;
-    assert_int_equal(qcal_fake_quantize_create(&cfg, &fq), QCAL_OK);
+    qcal_fakequant_module *fq = NULL;
+    assert_int_equal(qcal_fakequant_module_create(&cfg, &fq), QCAL_OK);
     float x[64], y[64], g[64], gx[64];
     int64_t shape[1] = { 64 };
     qcal_tensor t;
     assert_int_equal(qcal_tensor_init(&t, x, 1, shape), QCAL_OK);
-    assert_int_equal(qcal_fake_quantize_backward(fq, g, 64, gx), QCAL_ERR_STATE);
+    assert_int_equal(qcal_fakequant_module_backward(fq, g, 64, gx), QCAL_ERR_STATE);
     fill(x, 64, -1.0f, 3.0f, 1);
     fill(g, 64, -1.0f, 1.0f, 2);
     /* Fake-quant disabled: y == x, gradient passes through, observer still learns. */
-    assert_int_equal(qcal_fake_quantize_enable_fake_quant(fq, false), QCAL_OK);
-    assert_int_equal(qcal_fake_quantize_forward(fq, &t, y), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_enable_fake_quant(fq, false), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_forward(fq, &t, y), QCAL_OK);
     assert_memory_equal(y, x, sizeof x);
-    assert_int_equal(qcal_fake_quantize_backward(fq, g, 64, gx), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_backward(fq, g, 64, gx), QCAL_OK);
     assert_memory_equal(gx, g, sizeof g);
     float s1;
     int32_t z1;
     int64_t n;
-    assert_int_equal(qcal_fake_quantize_qparams(fq, 1, &s1, &z1, &n), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_qparams(fq, 1, &s1, &z1, &n), QCAL_OK);
     /* range [-1, 3) over [0, 127]: scale ~ 4/127, zero-point ~ 32 */
     assert_true(fabsf(s1 - 4.0f / 127.0f) < 1e-3f);
     assert_true(z1 >= 30 && z1 <= 34);
-    assert_int_equal(qcal_fake_quantize_enable_fake_quant(fq, true), QCAL_OK);
-    assert_int_equal(qcal_fake_quantize_backward(fq, g, 63, gx), QCAL_ERR_MISMATCH);
+    assert_int_equal(qcal_fakequant_module_enable_fake_quant(fq, true), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_backward(fq, g, 63, gx), QCAL_ERR_MISMATCH);
     /* Second step freezes. */
     fill(x, 64, -2.0f, 6.0f, 3);
-    assert_int_equal(qcal_fake_quantize_forward(fq, &t, y), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_forward(fq, &t, y), QCAL_OK);
     bool obs_en, fq_en, frozen;
     int64_t steps;
-    assert_int_equal(qcal_fake_quantize_status(fq, &obs_en, &fq_en, &frozen, &steps), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_status(fq, &obs_en, &fq_en, &frozen, &steps), QCAL_OK);
     assert_true(frozen && !obs_en && fq_en);
     assert_int_equal(steps, 2);
     float s2;
     int32_t z2;
-    assert_int_equal(qcal_fake_quantize_qparams(fq, 1, &s2, &z2, &n), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_qparams(fq, 1, &s2, &z2, &n), QCAL_OK);
     assert_true(s2 > s1);   /* moved toward the wider range */
-    assert_int_equal(qcal_fake_quantize_enable_observer(fq, true), QCAL_ERR_STATE);
+    assert_int_equal(qcal_fakequant_module_enable_observer(fq, true), QCAL_ERR_STATE);
     /* Frozen: a very different batch does not move the qparams. */
     fill(x, 64, -50.0f, 50.0f, 4);
-    assert_int_equal(qcal_fake_quantize_forward(fq, &t, y), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_forward(fq, &t, y), QCAL_OK);
     float s3;
     int32_t z3;
-    assert_int_equal(qcal_fake_quantize_qparams(fq, 1, &s3, &z3, &n), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_qparams(fq, 1, &s3, &z3, &n), QCAL_OK);
     assert_true(bits(s3) == bits(s2) && z3 == z2);
     /* The output is clamped to the frozen range; the mask zeroes gradients outside. */
     float hi = (127.0f - (float)z2) * s2, lo = (0.0f - (float)z2) * s2;
-    assert_int_equal(qcal_fake_quantize_backward(fq, g, 64, gx), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_backward(fq, g, 64, gx), QCAL_OK);
     int outside = 0;
     for (int i = 0; i < 64; i++) {
         assert_true(y[i] <= hi && y[i] >= lo);
@@ -244,18 +244,18 @@ static void test_switches_and_freeze(void **state)
     }
     assert_true(outside > 10);
     /* Observer disabled (not frozen) on a fresh object: qparams stay at 1 / 0. */
-    qcal_fake_quantize *fq2 = NULL;
+    qcal_fakequant_module *fq2 = NULL;
     cfg.freeze_after = 0;
-    assert_int_equal(qcal_fake_quantize_create(&cfg, &fq2), QCAL_OK);
-    assert_int_equal(qcal_fake_quantize_enable_observer(fq2, false), QCAL_OK);
-    assert_int_equal(qcal_fake_quantize_forward(fq2, &t, y), QCAL_OK);
-    assert_int_equal(qcal_fake_quantize_qparams(fq2, 1, &s3, &z3, &n), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_create(&cfg, &fq2), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_enable_observer(fq2, false), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_forward(fq2, &t, y), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_qparams(fq2, 1, &s3, &z3, &n), QCAL_OK);
     assert_true(s3 == 1.0f && z3 == 0);
-    assert_int_equal(qcal_fake_quantize_freeze(fq2), QCAL_OK);
-    qcal_fake_quantize_destroy(&fq2);
-    qcal_fake_quantize_destroy(&fq);
-    qcal_fake_quantize_destroy(&fq);   /* NULL is fine */
-    qcal_fake_quantize_destroy(NULL);
+    assert_int_equal(qcal_fakequant_module_freeze(fq2), QCAL_OK);
+    qcal_fakequant_module_destroy(&fq2);
+    qcal_fakequant_module_destroy(&fq);
+    qcal_fakequant_module_destroy(&fq);   /* NULL is fine */
+    qcal_fakequant_module_destroy(NULL);
 }
 
 /* ---- LSQ: negative-going scale is clamped to eps ---- */
@@ -263,14 +263,14 @@ static void test_switches_and_freeze(void **state)
 static void test_learnable_scale_guard(void **state)
 {
     (void)state;
-    qcal_fake_quantize_config cfg;
-    qcal_fake_quantize_config_default(&cfg, QCAL_FQ_ACTIVATION_FULL_RANGE);
+    qcal_fakequant_module_config cfg;
+    qcal_fakequant_module_config_default(&cfg, QCAL_FAKEQUANT_PRESET_ACTIVATION_FULL_RANGE);
     cfg.learnable = true;
     cfg.init_scale = 0.05f;
     cfg.init_zero_point = 10.0f;
-    qcal_fake_quantize *fq = NULL;
-    assert_int_equal(qcal_fake_quantize_create(&cfg, &fq), QCAL_OK);
-    assert_int_equal(qcal_fake_quantize_enable_observer(fq, false), QCAL_OK);
+    qcal_fakequant_module *fq = NULL;
+    assert_int_equal(qcal_fakequant_module_create(&cfg, &fq), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_enable_observer(fq, false), QCAL_OK);
     float x[32], y[32], g[32], gx[32];
     fill(x, 32, -1.0f, 1.0f, 9);
     fill(g, 32, -1.0f, 1.0f, 10);
@@ -280,10 +280,10 @@ static void test_learnable_scale_guard(void **state)
     float *ps, *pz, *pgs, *pgz;
     int64_t n;
     for (int step = 0; step < 4; step++) {
-        assert_int_equal(qcal_fake_quantize_zero_grad(fq), QCAL_OK);
-        assert_int_equal(qcal_fake_quantize_forward(fq, &t, y), QCAL_OK);
-        assert_int_equal(qcal_fake_quantize_backward(fq, g, 32, gx), QCAL_OK);
-        assert_int_equal(qcal_fake_quantize_params(fq, &ps, &pz, &pgs, &pgz, &n), QCAL_OK);
+        assert_int_equal(qcal_fakequant_module_zero_grad(fq), QCAL_OK);
+        assert_int_equal(qcal_fakequant_module_forward(fq, &t, y), QCAL_OK);
+        assert_int_equal(qcal_fakequant_module_backward(fq, g, 32, gx), QCAL_OK);
+        assert_int_equal(qcal_fakequant_module_params(fq, &ps, &pz, &pgs, &pgz, &n), QCAL_OK);
         assert_int_equal(n, 1);
         assert_true(ps[0] > 0.0f);
         /* A large optimiser step drives the scale negative. */
@@ -291,33 +291,33 @@ static void test_learnable_scale_guard(void **state)
         pz[0] -= 0.5f * pgz[0];
     }
     assert_true(ps[0] < 0.0f);
-    assert_int_equal(qcal_fake_quantize_forward(fq, &t, y), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_forward(fq, &t, y), QCAL_OK);
     float s;
     int32_t z;
-    assert_int_equal(qcal_fake_quantize_qparams(fq, 1, &s, &z, &n), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_qparams(fq, 1, &s, &z, &n), QCAL_OK);
     assert_true(s == cfg.observer.q.eps);
     for (int i = 0; i < 32; i++)
         assert_true(isfinite(y[i]));
     ps[0] = NAN;   /* NaN is reset to eps too */
-    assert_int_equal(qcal_fake_quantize_forward(fq, &t, y), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_forward(fq, &t, y), QCAL_OK);
     assert_true(ps[0] == cfg.observer.q.eps);
     pz[0] = INFINITY;
-    assert_int_equal(qcal_fake_quantize_forward(fq, &t, y), QCAL_ERR_NONFINITE);
-    qcal_fake_quantize_destroy(&fq);
+    assert_int_equal(qcal_fakequant_module_forward(fq, &t, y), QCAL_ERR_NONFINITE);
+    qcal_fakequant_module_destroy(&fq);
     /* Not learnable: params are refused. */
-    qcal_fake_quantize_config_default(&cfg, QCAL_FQ_ACTIVATION);
-    assert_int_equal(qcal_fake_quantize_create(&cfg, &fq), QCAL_OK);
-    assert_int_equal(qcal_fake_quantize_params(fq, &ps, &pz, &pgs, &pgz, &n), QCAL_ERR_STATE);
-    qcal_fake_quantize_destroy(&fq);
+    qcal_fakequant_module_config_default(&cfg, QCAL_FAKEQUANT_PRESET_ACTIVATION);
+    assert_int_equal(qcal_fakequant_module_create(&cfg, &fq), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_params(fq, &ps, &pz, &pgs, &pgz, &n), QCAL_ERR_STATE);
+    qcal_fakequant_module_destroy(&fq);
     cfg.learnable = true;
     cfg.init_scale = -1.0f;
-    assert_int_equal(qcal_fake_quantize_create(&cfg, &fq), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_fakequant_module_create(&cfg, &fq), QCAL_ERR_INVALID_ARG);
     assert_null(fq);
 }
 
 /* ---- state round trip ---- */
 
-static void run_steps(qcal_fake_quantize *fq, int first, int count, float *y_out)
+static void run_steps(qcal_fakequant_module *fq, int first, int count, float *y_out)
 {
     float w[6 * 4 * 3], g[6 * 4 * 3], gx[6 * 4 * 3];
     int64_t shape[3] = { 6, 4, 3 };
@@ -326,8 +326,8 @@ static void run_steps(qcal_fake_quantize *fq, int first, int count, float *y_out
     for (int s = first; s < first + count; s++) {
         fill(w, 72, -1.0f - 0.1f * (float)s, 1.0f + 0.2f * (float)s, 100u + (uint32_t)s);
         fill(g, 72, -1.0f, 1.0f, 200u + (uint32_t)s);
-        assert_int_equal(qcal_fake_quantize_forward(fq, &t, y_out), QCAL_OK);
-        assert_int_equal(qcal_fake_quantize_backward(fq, g, 72, gx), QCAL_OK);
+        assert_int_equal(qcal_fakequant_module_forward(fq, &t, y_out), QCAL_OK);
+        assert_int_equal(qcal_fakequant_module_backward(fq, g, 72, gx), QCAL_OK);
     }
 }
 
@@ -335,30 +335,30 @@ static void test_state_round_trip(void **state)
 {
     (void)state;
     for (int learnable = 0; learnable <= 1; learnable++) {
-        qcal_fake_quantize_config cfg;
-        qcal_fake_quantize_config_default(&cfg, QCAL_FQ_WEIGHT_PER_CHANNEL);
+        qcal_fakequant_module_config cfg;
+        qcal_fakequant_module_config_default(&cfg, QCAL_FAKEQUANT_PRESET_WEIGHT_PER_CHANNEL);
         cfg.learnable = learnable;
         cfg.freeze_after = 5;
-        qcal_fake_quantize *a = NULL, *b = NULL, *c = NULL;
-        assert_int_equal(qcal_fake_quantize_create(&cfg, &a), QCAL_OK);
+        qcal_fakequant_module *a = NULL, *b = NULL, *c = NULL;
+        assert_int_equal(qcal_fakequant_module_create(&cfg, &a), QCAL_OK);
         float ya[72], yb[72], yc[72];
         run_steps(a, 0, 3, ya);
         if (learnable)
-            assert_int_equal(qcal_fake_quantize_enable_observer(a, false), QCAL_OK);
+            assert_int_equal(qcal_fakequant_module_enable_observer(a, false), QCAL_OK);
         void *blob = NULL;
         size_t len = 0;
-        assert_int_equal(qcal_fake_quantize_save(a, &blob, &len), QCAL_OK);
-        assert_int_equal(qcal_fake_quantize_load(blob, len, &b), QCAL_OK);
+        assert_int_equal(qcal_fakequant_module_save(a, &blob, &len), QCAL_OK);
+        assert_int_equal(qcal_fakequant_module_load(blob, len, &b), QCAL_OK);
         char path[] = "/tmp/qcal_fq_stateXXXXXX";
         int fd = mkstemp(path);
         assert_true(fd >= 0);
         close(fd);
-        assert_int_equal(qcal_fake_quantize_save_file(a, path), QCAL_OK);
-        assert_int_equal(qcal_fake_quantize_load_file(path, &c), QCAL_OK);
+        assert_int_equal(qcal_fakequant_module_save_file(a, path), QCAL_OK);
+        assert_int_equal(qcal_fakequant_module_load_file(path, &c), QCAL_OK);
         unlink(path);
         /* Backward needs a forward after a load. */
         float g[72] = { 0 }, gx[72];
-        assert_int_equal(qcal_fake_quantize_backward(b, g, 72, gx), QCAL_ERR_STATE);
+        assert_int_equal(qcal_fakequant_module_backward(b, g, 72, gx), QCAL_ERR_STATE);
         run_steps(a, 3, 4, ya);
         run_steps(b, 3, 4, yb);
         run_steps(c, 3, 4, yc);
@@ -366,51 +366,51 @@ static void test_state_round_trip(void **state)
         assert_memory_equal(ya, yc, sizeof ya);
         void *ba = NULL, *bb = NULL;
         size_t la, lb;
-        assert_int_equal(qcal_fake_quantize_save(a, &ba, &la), QCAL_OK);
-        assert_int_equal(qcal_fake_quantize_save(b, &bb, &lb), QCAL_OK);
+        assert_int_equal(qcal_fakequant_module_save(a, &ba, &la), QCAL_OK);
+        assert_int_equal(qcal_fakequant_module_save(b, &bb, &lb), QCAL_OK);
         assert_int_equal(la, lb);
         assert_memory_equal(ba, bb, la);
         bool frozen;
         int64_t steps;
-        assert_int_equal(qcal_fake_quantize_status(b, NULL, NULL, &frozen, &steps), QCAL_OK);
+        assert_int_equal(qcal_fakequant_module_status(b, NULL, NULL, &frozen, &steps), QCAL_OK);
         assert_true(frozen);
         assert_int_equal(steps, 7);
         /* Malformed: every truncation, a bad magic, a bad version, garbage counts. */
-        qcal_fake_quantize *bad = NULL;
+        qcal_fakequant_module *bad = NULL;
         for (size_t cut = 0; cut < len; cut++)
-            assert_int_equal(qcal_fake_quantize_load(blob, cut, &bad), QCAL_ERR_FORMAT);
+            assert_int_equal(qcal_fakequant_module_load(blob, cut, &bad), QCAL_ERR_FORMAT);
         uint8_t *mod = malloc(len + 1);
         memcpy(mod, blob, len);
         mod[len] = 0;
-        assert_int_equal(qcal_fake_quantize_load(mod, len + 1, &bad), QCAL_ERR_FORMAT);
+        assert_int_equal(qcal_fakequant_module_load(mod, len + 1, &bad), QCAL_ERR_FORMAT);
         mod[0] ^= 1;
-        assert_int_equal(qcal_fake_quantize_load(mod, len, &bad), QCAL_ERR_FORMAT);
+        assert_int_equal(qcal_fakequant_module_load(mod, len, &bad), QCAL_ERR_FORMAT);
         memcpy(mod, blob, len);
         mod[4] = 9;
-        assert_int_equal(qcal_fake_quantize_load(mod, len, &bad), QCAL_ERR_FORMAT);
+        assert_int_equal(qcal_fakequant_module_load(mod, len, &bad), QCAL_ERR_FORMAT);
         memcpy(mod, blob, len);
         mod[8] = 0xff;   /* flags */
-        assert_int_equal(qcal_fake_quantize_load(mod, len, &bad), QCAL_ERR_FORMAT);
+        assert_int_equal(qcal_fakequant_module_load(mod, len, &bad), QCAL_ERR_FORMAT);
         memcpy(mod, blob, len);
         memset(mod + 40, 0xff, 8);   /* qparam count */
-        assert_int_equal(qcal_fake_quantize_load(mod, len, &bad), QCAL_ERR_FORMAT);
+        assert_int_equal(qcal_fakequant_module_load(mod, len, &bad), QCAL_ERR_FORMAT);
         memcpy(mod, blob, len);
         float neg = -1.0f;
         memcpy(mod + 48, &neg, 4);   /* scale[0] */
-        qcal_status st = qcal_fake_quantize_load(mod, len, &bad);
+        qcal_status st = qcal_fakequant_module_load(mod, len, &bad);
         if (!learnable)
             assert_int_equal(st, QCAL_ERR_FORMAT);
         else
-            qcal_fake_quantize_destroy(&bad);   /* learnable: clamped at the next forward */
+            qcal_fakequant_module_destroy(&bad);   /* learnable: clamped at the next forward */
         assert_null(bad);
         free(mod);
         qcal_free(blob);
         qcal_free(ba);
         qcal_free(bb);
-        assert_int_equal(qcal_fake_quantize_load_file("/nonexistent/x", &bad), QCAL_ERR_IO);
-        qcal_fake_quantize_destroy(&a);
-        qcal_fake_quantize_destroy(&b);
-        qcal_fake_quantize_destroy(&c);
+        assert_int_equal(qcal_fakequant_module_load_file("/nonexistent/x", &bad), QCAL_ERR_IO);
+        qcal_fakequant_module_destroy(&a);
+        qcal_fakequant_module_destroy(&b);
+        qcal_fakequant_module_destroy(&c);
     }
 }
 

@@ -203,7 +203,7 @@ static qcal_status st_file(const bytes *b)
         int64_t n = 0;
         assert_int_equal(qcal_safetensors_count(h, &n), QCAL_OK);
         for (int64_t i = 0; i < n; i++) {
-            qcal_st_info info;
+            qcal_safetensors_tensor_info info;
             assert_int_equal(qcal_safetensors_info(h, i, &info), QCAL_OK);
             if (info.numel > 0 && info.numel < (1 << 20)) {
                 float *dst = malloc((size_t)info.numel * sizeof(float));

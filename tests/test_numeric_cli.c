@@ -82,7 +82,7 @@ typedef struct lib_tensor {
     char name[128];
     int32_t ndim;
     int64_t shape[QCAL_MAX_DIMS];
-    qcal_stats st;
+    qcal_numeric_stats st;
     bool converted;   /* dtype qcal reads */
 } lib_tensor;
 
@@ -96,21 +96,21 @@ static int lib_stats(const char *path, lib_tensor *out, int cap)
     qcal_safetensors_count(st, &n);
     assert_true(n <= cap);
     for (int64_t i = 0; i < n; i++) {
-        qcal_st_info info;
+        qcal_safetensors_tensor_info info;
         assert_int_equal(qcal_safetensors_info(st, i, &info), QCAL_OK);
         lib_tensor *t = &out[i];
         memset(t, 0, sizeof *t);
         snprintf(t->name, sizeof t->name, "%s", info.name);
         t->ndim = info.ndim;
         memcpy(t->shape, info.shape, sizeof t->shape);
-        qcal_stats_init(&t->st);
-        t->converted = info.dtype != QCAL_ST_OTHER;
+        qcal_numeric_stats_init(&t->st);
+        t->converted = info.dtype != QCAL_SAFETENSORS_OTHER;
         if (!t->converted)
             continue;
         float *buf = malloc((size_t)(info.numel ? info.numel : 1) * sizeof *buf);
         assert_non_null(buf);
         assert_int_equal(qcal_safetensors_read_f32(st, i, 0, info.numel, buf), QCAL_OK);
-        assert_int_equal(qcal_stats_update(&t->st, buf, info.numel), QCAL_OK);
+        assert_int_equal(qcal_numeric_stats_update(&t->st, buf, info.numel), QCAL_OK);
         free(buf);
     }
     qcal_safetensors_close(&st);
@@ -127,14 +127,14 @@ static void shape_str(char *b, size_t cap, int32_t ndim, const int64_t *shape)
 
 /* The logger line qcal stats must print for t (format of include/qcal/numeric.h). */
 static void want_line(char *b, size_t cap, int64_t c, const char *fqn, int32_t ndim,
-                      const int64_t *shape, const qcal_stats *st)
+                      const int64_t *shape, const qcal_numeric_stats *st)
 {
     char shp[128];
     shape_str(shp, sizeof shp, ndim, shape);
     int k = snprintf(b, cap, "t=param, c=%lld, fqn='%s', op='', extra='%s', ", (long long)c, fqn,
                      shp);
     double sd;
-    qcal_stats_std(st, &sd);
+    qcal_numeric_stats_std(st, &sd);
     if (st->count > 0)
         k += snprintf(b + k, cap - (size_t)k, "min=%.6g, max=%.6g, absmax=%.6g, avg=%.6g, std=%.6g",
                       (double)st->min, (double)st->max, (double)st->absmax, st->mean, sd);
@@ -161,9 +161,9 @@ static void test_stats_npy(void **state)
         snprintf(p, sizeof p, "%s.npy", names[i]);
         qcal_npy_array a;
         assert_int_equal(qcal_npy_read_f32(DATA(p), &a), QCAL_OK);
-        qcal_stats st;
-        qcal_stats_init(&st);
-        qcal_stats_update(&st, a.data, a.numel);
+        qcal_numeric_stats st;
+        qcal_numeric_stats_init(&st);
+        qcal_numeric_stats_update(&st, a.data, a.numel);
         want_line(want + k, sizeof want - k, i, names[i], a.ndim, a.shape, &st);
         k = strlen(want);
         qcal_npy_array_free(&a);
@@ -268,7 +268,7 @@ static void test_stats_safetensors(void **state)
         assert_string_equal(fld[0], "param");
         assert_int_equal(strtoll(fld[1], NULL, 10), c++);
         assert_string_equal(fld[2], lt[i].name);
-        const qcal_stats *s = &lt[i].st;
+        const qcal_numeric_stats *s = &lt[i].st;
         assert_int_equal(strtoll(fld[6], NULL, 10), s->count);
         assert_int_equal(strtoull(fld[7], NULL, 10), s->nonfinite);
         if (s->count == 0) {
@@ -277,7 +277,7 @@ static void test_stats_safetensors(void **state)
             continue;
         }
         double sd;
-        qcal_stats_std(s, &sd);
+        qcal_numeric_stats_std(s, &sd);
         if (strtof(fld[8], NULL) != s->min || strtof(fld[9], NULL) != s->max ||
             strtof(fld[10], NULL) != s->absmax || strtod(fld[11], NULL) != s->mean ||
             strtod(fld[12], NULL) != sd)
@@ -400,7 +400,7 @@ static void report(const worst *w, int n)
 }
 
 /* JSON of one run against the library (same options) and PyTorch (variant rows). */
-static void check_against(const qcal_json *doc, const qcal_weights_options *wo,
+static void check_against(const qcal_json *doc, const qcal_numeric_weights_options *wo,
                           const char *variant)
 {
     static ref_row ref[64];
@@ -416,15 +416,15 @@ static void check_against(const qcal_json *doc, const qcal_weights_options *wo,
     qcal_safetensors_count(st, &n);
     int compared_by_torch = 0;
     for (int64_t i = 0; i < n; i++) {
-        qcal_st_info info;
+        qcal_safetensors_tensor_info info;
         qcal_safetensors_info(st, i, &info);
         float buf[256];
         assert_true(info.numel <= 256);
         assert_int_equal(qcal_safetensors_read_f32(st, i, 0, info.numel, buf), QCAL_OK);
         qcal_tensor t;
         qcal_tensor_init(&t, buf, info.ndim, info.shape);
-        qcal_weight_result lib;
-        qcal_status s = qcal_weights_compare_tensor(wo, info.name, &t, &lib);
+        qcal_numeric_weight_result lib;
+        qcal_status s = qcal_numeric_weights_compare(wo, info.name, &t, &lib);
         const qcal_json *j = find_tensor(doc, info.name);
         if (s == QCAL_ERR_NONFINITE) {
             /* reported, flagged, not compared */
@@ -487,8 +487,8 @@ static void test_compare_json_default(void **state)
     /* the tensor without finite values is reported on one stderr line, the run goes on */
     expect_one_err_line("'all_nan' has no finite value");
     qcal_json *doc = parse_out();
-    qcal_weights_options wo;
-    qcal_weights_options_default(&wo);
+    qcal_numeric_weights_options wo;
+    qcal_numeric_weights_options_default(&wo);
     check_against(doc, &wo, "default");
     assert_int_equal(member(doc, "tensors")->n, 9);
     /* zero signal: identical after quantize-dequantize -> "inf" (PyTorch: NaN, 0/0) */
@@ -539,8 +539,8 @@ static void test_compare_options(void **state)
         "per_tensor_affine", "--format", "json", DATA("cw_model.safetensors"), NULL);
     expect_code0();
     qcal_json *doc = parse_out();
-    qcal_weights_options wo;
-    qcal_weights_options_default(&wo);
+    qcal_numeric_weights_options wo;
+    qcal_numeric_weights_options_default(&wo);
     wo.observer = QCAL_OBSERVER_MINMAX;
     wo.dtype = QCAL_QUINT8;
     wo.qscheme = QCAL_PER_TENSOR_AFFINE;
@@ -648,10 +648,10 @@ static void test_compare_npy(void **state)
     assert_int_equal(qcal_npy_read_f32(DATA("m_mid_x.npy"), &a), QCAL_OK);
     qcal_tensor x;
     qcal_npy_as_tensor(&a, &x);
-    qcal_weights_options wo;
-    qcal_weights_options_default(&wo);
-    qcal_weight_result lib;
-    assert_int_equal(qcal_weights_compare_tensor(&wo, "m_mid_x", &x, &lib), QCAL_OK);
+    qcal_numeric_weights_options wo;
+    qcal_numeric_weights_options_default(&wo);
+    qcal_numeric_weight_result lib;
+    assert_int_equal(qcal_numeric_weights_compare(&wo, "m_mid_x", &x, &lib), QCAL_OK);
     assert_true(fabs(jnum(t, "sqnr") - lib.m.sqnr_db) <= 1e-8 * lib.m.sqnr_db);
     assert_true((float)jnum(t, "scale_max") == lib.scale_max);
     assert_string_equal(member(t, "qscheme")->str, "per_tensor_symmetric");

@@ -53,12 +53,12 @@ static void close_rel(const char *what, const char *who, double got, double want
 
 /* ---- both modes against the reference ---------------------------------------------------- */
 
-static void run_mode(const char *mode_name, qcal_act_mode mode)
+static void run_mode(const char *mode_name, qcal_numeric_act_mode mode)
 {
-    qcal_act_compare *ac = NULL;
-    assert_int_equal(qcal_act_compare_create(mode, &ac), QCAL_OK);
-    qcal_act_mode got_mode;
-    assert_int_equal(qcal_act_compare_mode(ac, &got_mode), QCAL_OK);
+    qcal_numeric_act_compare *ac = NULL;
+    assert_int_equal(qcal_numeric_act_compare_create(mode, &ac), QCAL_OK);
+    qcal_numeric_act_mode got_mode;
+    assert_int_equal(qcal_numeric_act_compare_mode(ac, &got_mode), QCAL_OK);
     assert_int_equal(got_mode, mode);
     const char *fqns[2] = {"fc1", "fc2"};
     /* keep the concatenation of each fqn's outputs for the one-shot comparison */
@@ -76,7 +76,7 @@ static void run_mode(const char *mode_name, qcal_act_mode mode)
             qcal_npy_as_tensor(&f, &tf);
             qcal_npy_as_tensor(&q, &tq);
             /* the calls a forward pass makes: one add per layer per step */
-            assert_int_equal(qcal_act_compare_add(ac, fqns[k], &tf, &tq), QCAL_OK);
+            assert_int_equal(qcal_numeric_act_compare_add(ac, fqns[k], &tf, &tq), QCAL_OK);
             assert_true(cat_n[k] + f.numel <= 512);
             memcpy(cat_f[k] + cat_n[k], f.data, (size_t)f.numel * sizeof(float));
             memcpy(cat_q[k] + cat_n[k], q.data, (size_t)q.numel * sizeof(float));
@@ -86,7 +86,7 @@ static void run_mode(const char *mode_name, qcal_act_mode mode)
         }
     }
     int64_t n;
-    assert_int_equal(qcal_act_compare_count(ac, &n), QCAL_OK);
+    assert_int_equal(qcal_numeric_act_compare_count(ac, &n), QCAL_OK);
     assert_int_equal(n, 2);
     char path[4096];
     snprintf(path, sizeof path, "%s/numeric/act_ref.txt", data_dir());
@@ -101,9 +101,9 @@ static void run_mode(const char *mode_name, qcal_act_mode mode)
         int k = strcmp(fq, "fc1") ? 1 : 0;
         const char *name;
         int64_t steps;
-        qcal_metrics got;
-        qcal_stats fst;
-        assert_int_equal(qcal_act_compare_get(ac, k, &name, &steps, &got, &fst), QCAL_OK);
+        qcal_numeric_metrics got;
+        qcal_numeric_stats fst;
+        assert_int_equal(qcal_numeric_act_compare_get(ac, k, &name, &steps, &got, &fst), QCAL_OK);
         assert_string_equal(name, fq);   /* entries in order of first appearance */
         assert_int_equal(steps, steps_ref);
         assert_int_equal(got.count, cat_n[k]);
@@ -114,17 +114,17 @@ static void run_mode(const char *mode_name, qcal_act_mode mode)
         close_rel("cosine", fq, got.cosine, cs, 1e-12);
         /* streamed == one-shot on the concatenated data (small batches: one block each,
          * so only the association of the per-call sums differs) */
-        qcal_metrics one;
-        assert_int_equal(qcal_compare_f32(cat_f[k], cat_q[k], cat_n[k], &one), QCAL_OK);
+        qcal_numeric_metrics one;
+        assert_int_equal(qcal_numeric_compare_f32(cat_f[k], cat_q[k], cat_n[k], &one), QCAL_OK);
         close_rel("streamed vs one-shot sqnr", fq, got.sqnr_db, one.sqnr_db, 1e-12);
         close_rel("streamed vs one-shot l2", fq, got.l2, one.l2, 1e-12);
         close_rel("streamed vs one-shot cosine", fq, got.cosine, one.cosine, 1e-14);
         assert_true(got.max_abs_err == one.max_abs_err);
         assert_int_equal(got.count, one.count);
         /* the float outputs' statistics stream too */
-        qcal_stats all;
-        qcal_stats_init(&all);
-        qcal_stats_update(&all, cat_f[k], cat_n[k]);
+        qcal_numeric_stats all;
+        qcal_numeric_stats_init(&all);
+        qcal_numeric_stats_update(&all, cat_f[k], cat_n[k]);
         assert_int_equal(fst.count, all.count);
         assert_true(fst.min == all.min && fst.max == all.max && fst.absmax == all.absmax);
         close_rel("mean", fq, fst.mean, all.mean, 1e-13);
@@ -132,41 +132,41 @@ static void run_mode(const char *mode_name, qcal_act_mode mode)
     }
     fclose(rf);
     assert_int_equal(matched, 2);
-    qcal_act_compare_destroy(&ac);
+    qcal_numeric_act_compare_destroy(&ac);
     assert_null(ac);
 }
 
 static void test_propagate(void **state)
 {
     (void)state;
-    run_mode("propagate", QCAL_ACT_PROPAGATE);
+    run_mode("propagate", QCAL_NUMERIC_ACT_PROPAGATE);
 }
 
 static void test_shadow(void **state)
 {
     (void)state;
-    run_mode("shadow", QCAL_ACT_SHADOW);
+    run_mode("shadow", QCAL_NUMERIC_ACT_SHADOW);
 }
 
 /* ---- streaming equals one-shot ------------------------------------------------------------- */
 
 static void stream(const float *x, const float *y, const int64_t *batches, int nb,
-                   qcal_metrics *m, qcal_stats *st)
+                   qcal_numeric_metrics *m, qcal_numeric_stats *st)
 {
-    qcal_act_compare *ac = NULL;
-    assert_int_equal(qcal_act_compare_create(QCAL_ACT_SHADOW, &ac), QCAL_OK);
+    qcal_numeric_act_compare *ac = NULL;
+    assert_int_equal(qcal_numeric_act_compare_create(QCAL_NUMERIC_ACT_SHADOW, &ac), QCAL_OK);
     int64_t off = 0;
     for (int b = 0; b < nb; b++) {
         qcal_tensor tf, tq;
         qcal_tensor_init(&tf, (float *)(uintptr_t)(x + off), 1, &batches[b]);
         qcal_tensor_init(&tq, (float *)(uintptr_t)(y + off), 1, &batches[b]);
-        assert_int_equal(qcal_act_compare_add(ac, "layer", &tf, &tq), QCAL_OK);
+        assert_int_equal(qcal_numeric_act_compare_add(ac, "layer", &tf, &tq), QCAL_OK);
         off += batches[b];
     }
     int64_t steps;
-    assert_int_equal(qcal_act_compare_get(ac, 0, NULL, &steps, m, st), QCAL_OK);
+    assert_int_equal(qcal_numeric_act_compare_get(ac, 0, NULL, &steps, m, st), QCAL_OK);
     assert_int_equal(steps, nb);
-    qcal_act_compare_destroy(&ac);
+    qcal_numeric_act_compare_destroy(&ac);
 }
 
 static void test_streamed_equals_one_shot(void **state)
@@ -180,9 +180,9 @@ static void test_streamed_equals_one_shot(void **state)
     fill(y, N, 6, -0.01, 0.01);
     for (int i = 0; i < N; i++)
         y[i] += x[i];
-    qcal_metrics one, s;
-    qcal_stats st;
-    assert_int_equal(qcal_compare_f32(x, y, N, &one), QCAL_OK);
+    qcal_numeric_metrics one, s;
+    qcal_numeric_stats st;
+    assert_int_equal(qcal_numeric_compare_f32(x, y, N, &one), QCAL_OK);
     /* whole blocks: the same additions in the same order -> bit-identical */
     int64_t whole[16];
     for (int b = 0; b < 16; b++)
@@ -204,9 +204,9 @@ static void test_streamed_equals_one_shot(void **state)
     close_rel("cosine", "odd batches", s.cosine, one.cosine, 1e-14);
     assert_true(s.max_abs_err == one.max_abs_err);
     assert_int_equal(s.count, N);
-    qcal_stats all;
-    qcal_stats_init(&all);
-    qcal_stats_update(&all, x, N);
+    qcal_numeric_stats all;
+    qcal_numeric_stats_init(&all);
+    qcal_numeric_stats_update(&all, x, N);
     assert_true(st.min == all.min && st.max == all.max);
     close_rel("mean", "odd batches", st.mean, all.mean, 1e-12);
     close_rel("m2", "odd batches", st.m2, all.m2, 1e-12);
@@ -219,10 +219,10 @@ static void test_streamed_equals_one_shot(void **state)
 static void test_errors(void **state)
 {
     (void)state;
-    qcal_act_compare *ac = NULL;
-    assert_int_equal(qcal_act_compare_create((qcal_act_mode)5, &ac), QCAL_ERR_INVALID_ARG);
+    qcal_numeric_act_compare *ac = NULL;
+    assert_int_equal(qcal_numeric_act_compare_create((qcal_numeric_act_mode)5, &ac), QCAL_ERR_INVALID_ARG);
     assert_null(ac);
-    assert_int_equal(qcal_act_compare_create(QCAL_ACT_PROPAGATE, &ac), QCAL_OK);
+    assert_int_equal(qcal_numeric_act_compare_create(QCAL_NUMERIC_ACT_PROPAGATE, &ac), QCAL_OK);
     float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {1, 2, 3, 4, 5, 7};
     int64_t s23[2] = {2, 3}, s32[2] = {3, 2}, s6 = 6, s0 = 0;
     qcal_tensor ta, tb, tc, te;
@@ -230,24 +230,24 @@ static void test_errors(void **state)
     qcal_tensor_init(&tb, b, 2, s23);
     qcal_tensor_init(&tc, b, 2, s32);
     qcal_tensor_init(&te, NULL, 1, &s0);
-    assert_int_equal(qcal_act_compare_add(ac, "x", &ta, &tb), QCAL_OK);
-    qcal_metrics m0, m1;
-    assert_int_equal(qcal_act_compare_get(ac, 0, NULL, NULL, &m0, NULL), QCAL_OK);
+    assert_int_equal(qcal_numeric_act_compare_add(ac, "x", &ta, &tb), QCAL_OK);
+    qcal_numeric_metrics m0, m1;
+    assert_int_equal(qcal_numeric_act_compare_get(ac, 0, NULL, NULL, &m0, NULL), QCAL_OK);
     /* (2, 3) vs (3, 2): same element count, different shape */
-    assert_int_equal(qcal_act_compare_add(ac, "x", &ta, &tc), QCAL_ERR_MISMATCH);
+    assert_int_equal(qcal_numeric_act_compare_add(ac, "x", &ta, &tc), QCAL_ERR_MISMATCH);
     qcal_tensor_init(&tc, b, 1, &s6);
-    assert_int_equal(qcal_act_compare_add(ac, "x", &ta, &tc), QCAL_ERR_MISMATCH);
-    assert_int_equal(qcal_act_compare_add(ac, "x", &te, &te), QCAL_ERR_EMPTY);
-    assert_int_equal(qcal_act_compare_add(ac, NULL, &ta, &tb), QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_act_compare_add(ac, "y", &te, &te), QCAL_ERR_EMPTY);
+    assert_int_equal(qcal_numeric_act_compare_add(ac, "x", &ta, &tc), QCAL_ERR_MISMATCH);
+    assert_int_equal(qcal_numeric_act_compare_add(ac, "x", &te, &te), QCAL_ERR_EMPTY);
+    assert_int_equal(qcal_numeric_act_compare_add(ac, NULL, &ta, &tb), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_numeric_act_compare_add(ac, "y", &te, &te), QCAL_ERR_EMPTY);
     int64_t n, steps;
-    assert_int_equal(qcal_act_compare_count(ac, &n), QCAL_OK);
+    assert_int_equal(qcal_numeric_act_compare_count(ac, &n), QCAL_OK);
     assert_int_equal(n, 1);   /* failed adds created no entry */
-    assert_int_equal(qcal_act_compare_get(ac, 0, NULL, &steps, &m1, NULL), QCAL_OK);
+    assert_int_equal(qcal_numeric_act_compare_get(ac, 0, NULL, &steps, &m1, NULL), QCAL_OK);
     assert_int_equal(steps, 1);
     assert_memory_equal(&m0, &m1, sizeof m0);   /* and changed nothing */
-    assert_int_equal(qcal_act_compare_get(ac, 1, NULL, NULL, &m1, NULL), QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_act_compare_get(ac, -1, NULL, NULL, &m1, NULL), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_numeric_act_compare_get(ac, 1, NULL, NULL, &m1, NULL), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_numeric_act_compare_get(ac, -1, NULL, NULL, &m1, NULL), QCAL_ERR_INVALID_ARG);
     /* x - y = (0,0,0,0,0,-1): sqnr = 20 log10(sqrt(91) / 1), l2 = 1/sqrt(91) */
     close_rel("sqnr", "x", m0.sqnr_db, 20 * log10(sqrt(91.0)), 1e-15);
     close_rel("l2", "x", m0.l2, 1 / sqrt(91.0), 1e-15);
@@ -259,9 +259,9 @@ static void test_errors(void **state)
     qcal_tensor tfn, tqn;
     qcal_tensor_init(&tfn, fn, 1, &s4);
     qcal_tensor_init(&tqn, qn, 1, &s4);
-    assert_int_equal(qcal_act_compare_add(ac, "nan", &tfn, &tqn), QCAL_OK);
-    qcal_stats fst;
-    assert_int_equal(qcal_act_compare_get(ac, 1, NULL, NULL, &m1, &fst), QCAL_OK);
+    assert_int_equal(qcal_numeric_act_compare_add(ac, "nan", &tfn, &tqn), QCAL_OK);
+    qcal_numeric_stats fst;
+    assert_int_equal(qcal_numeric_act_compare_get(ac, 1, NULL, NULL, &m1, &fst), QCAL_OK);
     assert_int_equal(m1.count, 2);
     assert_int_equal(m1.nonfinite, 2);
     assert_true(m1.sqnr_db == INFINITY);   /* the finite pairs are identical */
@@ -271,14 +271,14 @@ static void test_errors(void **state)
     float all_nan[2] = {NAN, NAN};
     int64_t s2 = 2;
     qcal_tensor_init(&tfn, all_nan, 1, &s2);
-    assert_int_equal(qcal_act_compare_add(ac, "dead", &tfn, &tfn), QCAL_OK);
+    assert_int_equal(qcal_numeric_act_compare_add(ac, "dead", &tfn, &tfn), QCAL_OK);
     memset(&m1, 0x5a, sizeof m1);
-    qcal_metrics canary = m1;
-    assert_int_equal(qcal_act_compare_get(ac, 2, NULL, NULL, &m1, NULL), QCAL_ERR_EMPTY);
+    qcal_numeric_metrics canary = m1;
+    assert_int_equal(qcal_numeric_act_compare_get(ac, 2, NULL, NULL, &m1, NULL), QCAL_ERR_EMPTY);
     assert_memory_equal(&m1, &canary, sizeof m1);
-    qcal_act_compare_destroy(&ac);
-    qcal_act_compare_destroy(&ac);
-    qcal_act_compare_destroy(NULL);
+    qcal_numeric_act_compare_destroy(&ac);
+    qcal_numeric_act_compare_destroy(&ac);
+    qcal_numeric_act_compare_destroy(NULL);
 }
 
 /* ---- weight comparison edge cases ------------------------------------------------------ */
@@ -286,8 +286,8 @@ static void test_errors(void **state)
 static void test_weights_nonfinite(void **state)
 {
     (void)state;
-    qcal_weights_options wo;
-    qcal_weights_options_default(&wo);
+    qcal_numeric_weights_options wo;
+    qcal_numeric_weights_options_default(&wo);
     assert_int_equal(wo.observer, QCAL_OBSERVER_PER_CHANNEL_MINMAX);
     assert_int_equal(wo.dtype, QCAL_QINT8);
     assert_int_equal(wo.qscheme, QCAL_PER_CHANNEL_SYMMETRIC);
@@ -297,8 +297,8 @@ static void test_weights_nonfinite(void **state)
     int64_t sh[2] = {3, 4};
     qcal_tensor t;
     qcal_tensor_init(&t, w, 2, sh);
-    qcal_weight_result r;
-    assert_int_equal(qcal_weights_compare_tensor(&wo, "w", &t, &r), QCAL_OK);
+    qcal_numeric_weight_result r;
+    assert_int_equal(qcal_numeric_weights_compare(&wo, "w", &t, &r), QCAL_OK);
     assert_int_equal(r.channels, 3);
     assert_int_equal(r.stats.count, 8);
     assert_int_equal(r.stats.nonfinite, 4);
@@ -313,8 +313,8 @@ static void test_weights_nonfinite(void **state)
     int64_t sh2[2] = {2, 4};
     qcal_tensor t2;
     qcal_tensor_init(&t2, w2, 2, sh2);
-    qcal_weight_result r2;
-    assert_int_equal(qcal_weights_compare_tensor(&wo, "w2", &t2, &r2), QCAL_OK);
+    qcal_numeric_weight_result r2;
+    assert_int_equal(qcal_numeric_weights_compare(&wo, "w2", &t2, &r2), QCAL_OK);
     assert_true(r.m.sqnr_db == r2.m.sqnr_db);
     assert_true(r.m.max_abs_err == r2.m.max_abs_err);
 
@@ -323,22 +323,22 @@ static void test_weights_nonfinite(void **state)
     int64_t s4 = 4;
     qcal_tensor_init(&t, bad, 1, &s4);
     memset(&r, 0x77, sizeof r);
-    qcal_weight_result canary = r;
-    assert_int_equal(qcal_weights_compare_tensor(&wo, "bad", &t, &r), QCAL_ERR_NONFINITE);
+    qcal_numeric_weight_result canary = r;
+    assert_int_equal(qcal_numeric_weights_compare(&wo, "bad", &t, &r), QCAL_ERR_NONFINITE);
     assert_memory_equal(&r, &canary, sizeof r);
     assert_non_null(strstr(qcal_last_error(), "'bad' has no finite value (4 NaN/Inf)"));
     int64_t s22[2] = {2, 2};
     qcal_tensor_init(&t, bad, 2, s22);   /* per-channel path too */
-    assert_int_equal(qcal_weights_compare_tensor(&wo, "bad2", &t, &r), QCAL_ERR_NONFINITE);
+    assert_int_equal(qcal_numeric_weights_compare(&wo, "bad2", &t, &r), QCAL_ERR_NONFINITE);
     /* empty */
     int64_t s0[2] = {0, 3};
     qcal_tensor_init(&t, NULL, 2, s0);
-    assert_int_equal(qcal_weights_compare_tensor(&wo, "e", &t, &r), QCAL_ERR_EMPTY);
+    assert_int_equal(qcal_numeric_weights_compare(&wo, "e", &t, &r), QCAL_ERR_EMPTY);
     assert_memory_equal(&r, &canary, sizeof r);
     /* qint32 is not a weight dtype here */
     wo.dtype = QCAL_QINT32;
     qcal_tensor_init(&t, w2, 2, sh2);
-    assert_int_equal(qcal_weights_compare_tensor(&wo, "w", &t, &r), QCAL_ERR_UNSUPPORTED);
+    assert_int_equal(qcal_numeric_weights_compare(&wo, "w", &t, &r), QCAL_ERR_UNSUPPORTED);
 }
 
 int main(void)

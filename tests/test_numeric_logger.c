@@ -120,49 +120,49 @@ static void test_line_format(void **state)
     size_t len = 0;
     FILE *mem = open_memstream(&text, &len);
     assert_non_null(mem);
-    qcal_logger_options o;
-    qcal_logger_options_default(&o);
+    qcal_numeric_logger_options o;
+    qcal_numeric_logger_options_default(&o);
     assert_null(o.stream);
     assert_null(o.csv_path);
     assert_null(o.npy_dir);
     assert_null(o.callback);
     o.stream = mem;
-    qcal_logger *lg = NULL;
-    assert_int_equal(qcal_logger_create(&o, &lg), QCAL_OK);
+    qcal_numeric_logger *lg = NULL;
+    assert_int_equal(qcal_numeric_logger_create(&o, &lg), QCAL_OK);
 
     float a[6] = {1, 2, 3, 4, 5, 6};
     int64_t sh[2] = {2, 3};
     qcal_tensor t;
     assert_int_equal(qcal_tensor_init(&t, a, 2, sh), QCAL_OK);
-    assert_int_equal(qcal_logger_log(lg, QCAL_LOG_PARAM, "fc1.weight", NULL, NULL, &t), QCAL_OK);
+    assert_int_equal(qcal_numeric_logger_log(lg, QCAL_NUMERIC_LOG_PARAM, "fc1.weight", NULL, NULL, &t), QCAL_OK);
     /* the example record: activation of a linear layer, extra MKN=M|K|N */
-    assert_int_equal(qcal_logger_log_linear(lg, "fc1", NULL, 64, 3136, 128, &t), QCAL_OK);
+    assert_int_equal(qcal_numeric_logger_log_linear(lg, "fc1", NULL, 64, 3136, 128, &t), QCAL_OK);
     float b[3] = {NAN, 1.5f, INFINITY};
     int64_t sb = 3;
     assert_int_equal(qcal_tensor_init(&t, b, 1, &sb), QCAL_OK);
-    assert_int_equal(qcal_logger_log(lg, QCAL_LOG_ACT, "blocks.0.relu", "relu", NULL, &t), QCAL_OK);
+    assert_int_equal(qcal_numeric_logger_log(lg, QCAL_NUMERIC_LOG_ACT, "blocks.0.relu", "relu", NULL, &t), QCAL_OK);
     /* empty tensor and an all-NaN tensor: n=0 and empty statistic fields, never inf */
     int64_t se[2] = {0, 4};
     assert_int_equal(qcal_tensor_init(&t, NULL, 2, se), QCAL_OK);
-    assert_int_equal(qcal_logger_log(lg, QCAL_LOG_PARAM, "empty", NULL, NULL, &t), QCAL_OK);
+    assert_int_equal(qcal_numeric_logger_log(lg, QCAL_NUMERIC_LOG_PARAM, "empty", NULL, NULL, &t), QCAL_OK);
     float nn[2] = {NAN, -INFINITY};
     int64_t sn = 2;
     assert_int_equal(qcal_tensor_init(&t, nn, 1, &sn), QCAL_OK);
-    assert_int_equal(qcal_logger_log(lg, QCAL_LOG_ACT, "bad", "conv", "custom", &t), QCAL_OK);
+    assert_int_equal(qcal_numeric_logger_log(lg, QCAL_NUMERIC_LOG_ACT, "bad", "conv", "custom", &t), QCAL_OK);
     /* a 0-d tensor: extra is "scalar" */
     float sc = -0.25f;
     assert_int_equal(qcal_tensor_init(&t, &sc, 0, NULL), QCAL_OK);
-    assert_int_equal(qcal_logger_log(lg, QCAL_LOG_PARAM, "s", "", NULL, &t), QCAL_OK);
+    assert_int_equal(qcal_numeric_logger_log(lg, QCAL_NUMERIC_LOG_PARAM, "s", "", NULL, &t), QCAL_OK);
     /* from precomputed statistics */
-    qcal_stats st;
-    qcal_stats_init(&st);
+    qcal_numeric_stats st;
+    qcal_numeric_stats_init(&st);
     float c4[4] = {-2, 0, 2, 8};
-    qcal_stats_update(&st, c4, 4);
+    qcal_numeric_stats_update(&st, c4, 4);
     int64_t s4 = 4;
-    assert_int_equal(qcal_logger_log_stats(lg, QCAL_LOG_PARAM, "w", "op", NULL, 1, &s4, &st),
+    assert_int_equal(qcal_numeric_logger_log_stats(lg, QCAL_NUMERIC_LOG_PARAM, "w", "op", NULL, 1, &s4, &st),
                      QCAL_OK);
-    assert_int_equal(qcal_logger_finish(lg), QCAL_OK);
-    qcal_logger_destroy(&lg);
+    assert_int_equal(qcal_numeric_logger_finish(lg), QCAL_OK);
+    qcal_numeric_logger_destroy(&lg);
     assert_null(lg);
     fclose(mem);
     /* std of 1..6 (unbiased) = sqrt(3.5) = 1.87083; of {-2,0,2,8} = sqrt(56/3) = 4.32049 */
@@ -180,7 +180,7 @@ static void test_line_format(void **state)
 /* ---- counter, argument checks, state ---------------------------------------------------- */
 
 static int fail_after;
-static qcal_status failing_cb(const qcal_log_record *rec, const qcal_tensor *x, void *user)
+static qcal_status failing_cb(const qcal_numeric_log_record *rec, const qcal_tensor *x, void *user)
 {
     (void)x;
     (void)user;
@@ -190,42 +190,42 @@ static qcal_status failing_cb(const qcal_log_record *rec, const qcal_tensor *x, 
 static void test_counter(void **state)
 {
     (void)state;
-    qcal_logger_options o;
-    qcal_logger_options_default(&o);
-    qcal_logger *lg = NULL;
-    assert_int_equal(qcal_logger_create(&o, &lg), QCAL_OK);   /* no sink at all: still counts */
+    qcal_numeric_logger_options o;
+    qcal_numeric_logger_options_default(&o);
+    qcal_numeric_logger *lg = NULL;
+    assert_int_equal(qcal_numeric_logger_create(&o, &lg), QCAL_OK);   /* no sink at all: still counts */
     float v[5] = {1, 2, 3, 4, 5};
     int64_t n = 5;
     qcal_tensor t;
     qcal_tensor_init(&t, v, 1, &n);
     int64_t c = -1;
-    assert_int_equal(qcal_logger_count(lg, &c), QCAL_OK);
+    assert_int_equal(qcal_numeric_logger_count(lg, &c), QCAL_OK);
     assert_int_equal(c, 0);
     for (int i = 0; i < 10; i++) {
-        assert_int_equal(qcal_logger_log(lg, i % 2 ? QCAL_LOG_ACT : QCAL_LOG_PARAM, "loop", NULL,
+        assert_int_equal(qcal_numeric_logger_log(lg, i % 2 ? QCAL_NUMERIC_LOG_ACT : QCAL_NUMERIC_LOG_PARAM, "loop", NULL,
                                          NULL, &t), QCAL_OK);
-        assert_int_equal(qcal_logger_count(lg, &c), QCAL_OK);
+        assert_int_equal(qcal_numeric_logger_count(lg, &c), QCAL_OK);
         assert_int_equal(c, i + 1);
     }
     /* rejected calls do not count */
-    assert_int_equal(qcal_logger_log(lg, (qcal_log_kind)7, "x", NULL, NULL, &t),
+    assert_int_equal(qcal_numeric_logger_log(lg, (qcal_numeric_log_kind)7, "x", NULL, NULL, &t),
                      QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_logger_log(lg, QCAL_LOG_ACT, "x", NULL, NULL, NULL), QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_logger_log_linear(lg, "x", NULL, -1, 2, 3, &t), QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_logger_log_stats(lg, QCAL_LOG_ACT, "x", NULL, NULL, 1, &n, NULL),
+    assert_int_equal(qcal_numeric_logger_log(lg, QCAL_NUMERIC_LOG_ACT, "x", NULL, NULL, NULL), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_numeric_logger_log_linear(lg, "x", NULL, -1, 2, 3, &t), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_numeric_logger_log_stats(lg, QCAL_NUMERIC_LOG_ACT, "x", NULL, NULL, 1, &n, NULL),
                      QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_logger_log_stats(lg, QCAL_LOG_ACT, "x", NULL, NULL, 99, &n, NULL),
+    assert_int_equal(qcal_numeric_logger_log_stats(lg, QCAL_NUMERIC_LOG_ACT, "x", NULL, NULL, 99, &n, NULL),
                      QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_logger_count(lg, &c), QCAL_OK);
+    assert_int_equal(qcal_numeric_logger_count(lg, &c), QCAL_OK);
     assert_int_equal(c, 10);
-    assert_int_equal(qcal_logger_count(NULL, &c), QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_logger_finish(lg), QCAL_OK);
-    assert_int_equal(qcal_logger_finish(lg), QCAL_ERR_STATE);
-    assert_int_equal(qcal_logger_log(lg, QCAL_LOG_ACT, "late", NULL, NULL, &t), QCAL_ERR_STATE);
-    qcal_logger_destroy(&lg);
-    qcal_logger_destroy(&lg);   /* NULL is fine */
-    qcal_logger_destroy(NULL);
-    assert_int_equal(qcal_logger_create(NULL, &lg), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_numeric_logger_count(NULL, &c), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_numeric_logger_finish(lg), QCAL_OK);
+    assert_int_equal(qcal_numeric_logger_finish(lg), QCAL_ERR_STATE);
+    assert_int_equal(qcal_numeric_logger_log(lg, QCAL_NUMERIC_LOG_ACT, "late", NULL, NULL, &t), QCAL_ERR_STATE);
+    qcal_numeric_logger_destroy(&lg);
+    qcal_numeric_logger_destroy(&lg);   /* NULL is fine */
+    qcal_numeric_logger_destroy(NULL);
+    assert_int_equal(qcal_numeric_logger_create(NULL, &lg), QCAL_ERR_INVALID_ARG);
 
     /* a failing sink fails the call, but the record number is spent (never reused) */
     char *text = NULL;
@@ -234,14 +234,14 @@ static void test_counter(void **state)
     o.stream = mem;
     o.callback = failing_cb;
     fail_after = 1;
-    assert_int_equal(qcal_logger_create(&o, &lg), QCAL_OK);
-    assert_int_equal(qcal_logger_log(lg, QCAL_LOG_ACT, "a", NULL, NULL, &t), QCAL_OK);
-    assert_int_equal(qcal_logger_log(lg, QCAL_LOG_ACT, "b", NULL, NULL, &t), QCAL_ERR_IO);
+    assert_int_equal(qcal_numeric_logger_create(&o, &lg), QCAL_OK);
+    assert_int_equal(qcal_numeric_logger_log(lg, QCAL_NUMERIC_LOG_ACT, "a", NULL, NULL, &t), QCAL_OK);
+    assert_int_equal(qcal_numeric_logger_log(lg, QCAL_NUMERIC_LOG_ACT, "b", NULL, NULL, &t), QCAL_ERR_IO);
     fail_after = 100;
-    assert_int_equal(qcal_logger_log(lg, QCAL_LOG_ACT, "c", NULL, NULL, &t), QCAL_OK);
-    assert_int_equal(qcal_logger_count(lg, &c), QCAL_OK);
+    assert_int_equal(qcal_numeric_logger_log(lg, QCAL_NUMERIC_LOG_ACT, "c", NULL, NULL, &t), QCAL_OK);
+    assert_int_equal(qcal_numeric_logger_count(lg, &c), QCAL_OK);
     assert_int_equal(c, 3);
-    qcal_logger_destroy(&lg);
+    qcal_numeric_logger_destroy(&lg);
     fclose(mem);
     assert_non_null(strstr(text, "c=0, fqn='a'"));
     assert_non_null(strstr(text, "c=1, fqn='b'"));
@@ -258,16 +258,16 @@ static void test_csv_round_trip(void **state)
     make_tmpdir(dir, sizeof dir);
     char csv[128];
     snprintf(csv, sizeof csv, "%s/log.csv", dir);
-    qcal_logger_options o;
-    qcal_logger_options_default(&o);
+    qcal_numeric_logger_options o;
+    qcal_numeric_logger_options_default(&o);
     o.csv_path = csv;
-    qcal_logger *lg = NULL;
-    assert_int_equal(qcal_logger_create(&o, &lg), QCAL_OK);
+    qcal_numeric_logger *lg = NULL;
+    assert_int_equal(qcal_numeric_logger_create(&o, &lg), QCAL_OK);
 
     enum { NT = 5 };
     const int64_t sizes[NT] = {1000, 1, 77777, 0, 3};
     const char *names[NT] = {"blocks.0.fc", "odd,name \"q\"", "big", "empty", "nan"};
-    qcal_stats want[NT];
+    qcal_numeric_stats want[NT];
     float *bufs[NT];
     for (int k = 0; k < NT; k++) {
         bufs[k] = malloc((size_t)(sizes[k] ? sizes[k] : 1) * sizeof(float));
@@ -275,23 +275,23 @@ static void test_csv_round_trip(void **state)
         fill(bufs[k], sizes[k], (uint64_t)k + 1, -3.0 - k, 5.0 + 0.1 * k);
         if (k == 4)
             bufs[k][1] = NAN;
-        qcal_stats_init(&want[k]);
-        qcal_stats_update(&want[k], bufs[k], sizes[k]);
+        qcal_numeric_stats_init(&want[k]);
+        qcal_numeric_stats_update(&want[k], bufs[k], sizes[k]);
         qcal_tensor t;
         int64_t n = sizes[k];
         qcal_tensor_init(&t, bufs[k], 1, &n);
         if (k == 2) {
-            assert_int_equal(qcal_logger_log_linear(lg, names[k], "matmul", 7, 11111, 5, &t),
+            assert_int_equal(qcal_numeric_logger_log_linear(lg, names[k], "matmul", 7, 11111, 5, &t),
                              QCAL_OK);
         } else {
-            assert_int_equal(qcal_logger_log(lg, k % 2 ? QCAL_LOG_ACT : QCAL_LOG_PARAM, names[k],
+            assert_int_equal(qcal_numeric_logger_log(lg, k % 2 ? QCAL_NUMERIC_LOG_ACT : QCAL_NUMERIC_LOG_PARAM, names[k],
                                              "op", NULL, &t), QCAL_OK);
         }
     }
     /* nothing is visible before finish (atomic commit) */
     assert_int_equal(access(csv, F_OK), -1);
-    assert_int_equal(qcal_logger_finish(lg), QCAL_OK);
-    qcal_logger_destroy(&lg);
+    assert_int_equal(qcal_numeric_logger_finish(lg), QCAL_OK);
+    qcal_numeric_logger_destroy(&lg);
 
     FILE *f = fopen(csv, "r");
     assert_non_null(f);
@@ -319,7 +319,7 @@ static void test_csv_round_trip(void **state)
         }
         /* floats printed %.9g and doubles %.17g read back bit-exact */
         double sd;
-        qcal_stats_std(&want[k], &sd);
+        qcal_numeric_stats_std(&want[k], &sd);
         float mn = strtof(fld[8], NULL), mx = strtof(fld[9], NULL), am = strtof(fld[10], NULL);
         double mean = strtod(fld[11], NULL), sdv = strtod(fld[12], NULL);
         if (mn != want[k].min || mx != want[k].max || am != want[k].absmax ||
@@ -340,12 +340,12 @@ static void test_csv_round_trip(void **state)
     char csv2[128];
     snprintf(csv2, sizeof csv2, "%s/unfinished.csv", dir);
     o.csv_path = csv2;
-    assert_int_equal(qcal_logger_create(&o, &lg), QCAL_OK);
-    qcal_logger_destroy(&lg);
+    assert_int_equal(qcal_numeric_logger_create(&o, &lg), QCAL_OK);
+    qcal_numeric_logger_destroy(&lg);
     assert_int_equal(access(csv2, F_OK), -1);
     /* an unwritable CSV path fails create */
     o.csv_path = "/nonexistent-dir-qcal/x.csv";
-    assert_true(qcal_logger_create(&o, &lg) < 0);
+    assert_true(qcal_numeric_logger_create(&o, &lg) < 0);
     assert_null(lg);
     rm_tree(dir);
 }
@@ -376,17 +376,17 @@ static void dump_data(size_t k, float *x, int64_t n)
 
 static void write_dumps(const char *dir)
 {
-    qcal_logger_options o;
-    qcal_logger_options_default(&o);
+    qcal_numeric_logger_options o;
+    qcal_numeric_logger_options_default(&o);
     o.npy_dir = dir;
-    qcal_logger *lg = NULL;
-    assert_int_equal(qcal_logger_create(&o, &lg), QCAL_OK);
+    qcal_numeric_logger *lg = NULL;
+    assert_int_equal(qcal_numeric_logger_create(&o, &lg), QCAL_OK);
     for (size_t k = 0; k < N_DUMPS; k++) {
         if (k == 3) {
-            qcal_stats st;
-            qcal_stats_init(&st);
+            qcal_numeric_stats st;
+            qcal_numeric_stats_init(&st);
             int64_t one = 1;
-            assert_int_equal(qcal_logger_log_stats(lg, QCAL_LOG_ACT, "stats_only", NULL, NULL, 1,
+            assert_int_equal(qcal_numeric_logger_log_stats(lg, QCAL_NUMERIC_LOG_ACT, "stats_only", NULL, NULL, 1,
                                                    &one, &st), QCAL_OK);
         }
         float x[64];
@@ -395,10 +395,10 @@ static void write_dumps(const char *dir)
         int64_t n;
         qcal_tensor_numel(&t, &n);
         dump_data(k, x, n);
-        assert_int_equal(qcal_logger_log(lg, QCAL_LOG_ACT, dumps[k].fqn, NULL, NULL, &t), QCAL_OK);
+        assert_int_equal(qcal_numeric_logger_log(lg, QCAL_NUMERIC_LOG_ACT, dumps[k].fqn, NULL, NULL, &t), QCAL_OK);
     }
-    assert_int_equal(qcal_logger_finish(lg), QCAL_OK);
-    qcal_logger_destroy(&lg);
+    assert_int_equal(qcal_numeric_logger_finish(lg), QCAL_OK);
+    qcal_numeric_logger_destroy(&lg);
 }
 
 static void test_npy_dumps(void **state)
@@ -433,19 +433,19 @@ static void test_npy_dumps(void **state)
         qcal_npy_array_free(&a);
     }
     /* a missing directory fails the log call with an error, not a crash */
-    qcal_logger_options o;
-    qcal_logger_options_default(&o);
+    qcal_numeric_logger_options o;
+    qcal_numeric_logger_options_default(&o);
     char missing[128];
     snprintf(missing, sizeof missing, "%s/does-not-exist", dir);
     o.npy_dir = missing;
-    qcal_logger *lg = NULL;
-    assert_int_equal(qcal_logger_create(&o, &lg), QCAL_OK);
+    qcal_numeric_logger *lg = NULL;
+    assert_int_equal(qcal_numeric_logger_create(&o, &lg), QCAL_OK);
     float v = 1;
     qcal_tensor t;
     qcal_tensor_init(&t, &v, 0, NULL);
-    assert_true(qcal_logger_log(lg, QCAL_LOG_ACT, "x", NULL, NULL, &t) < 0);
+    assert_true(qcal_numeric_logger_log(lg, QCAL_NUMERIC_LOG_ACT, "x", NULL, NULL, &t) < 0);
     assert_true(strlen(qcal_last_error()) > 0);
-    qcal_logger_destroy(&lg);
+    qcal_numeric_logger_destroy(&lg);
     rm_tree(dir);
 }
 
@@ -520,11 +520,11 @@ static void test_npy_dumps_numpy(void **state)
 typedef struct cb_seen {
     int calls;
     const qcal_tensor *last_x;
-    qcal_log_record rec[4];
+    qcal_numeric_log_record rec[4];
     char fqn[4][64], op[4][64], extra[4][64];
 } cb_seen;
 
-static qcal_status record_cb(const qcal_log_record *rec, const qcal_tensor *x, void *user)
+static qcal_status record_cb(const qcal_numeric_log_record *rec, const qcal_tensor *x, void *user)
 {
     cb_seen *s = user;
     if (s->calls < 4) {
@@ -544,23 +544,23 @@ static void test_callback(void **state)
     (void)state;
     cb_seen seen;
     memset(&seen, 0, sizeof seen);
-    qcal_logger_options o;
-    qcal_logger_options_default(&o);
+    qcal_numeric_logger_options o;
+    qcal_numeric_logger_options_default(&o);
     o.callback = record_cb;
     o.user = &seen;
-    qcal_logger *lg = NULL;
-    assert_int_equal(qcal_logger_create(&o, &lg), QCAL_OK);
+    qcal_numeric_logger *lg = NULL;
+    assert_int_equal(qcal_numeric_logger_create(&o, &lg), QCAL_OK);
     float x[24];
     fill(x, 24, 9, -2, 3);
     x[5] = INFINITY;
     int64_t sh[3] = {2, 3, 4};
     qcal_tensor t;
     qcal_tensor_init(&t, x, 3, sh);
-    assert_int_equal(qcal_logger_log(lg, QCAL_LOG_ACT, "conv1", "conv2d", NULL, &t), QCAL_OK);
+    assert_int_equal(qcal_numeric_logger_log(lg, QCAL_NUMERIC_LOG_ACT, "conv1", "conv2d", NULL, &t), QCAL_OK);
     assert_ptr_equal(seen.last_x, &t);
     assert_int_equal(seen.calls, 1);
-    const qcal_log_record *r = &seen.rec[0];
-    assert_int_equal(r->t, QCAL_LOG_ACT);
+    const qcal_numeric_log_record *r = &seen.rec[0];
+    assert_int_equal(r->t, QCAL_NUMERIC_LOG_ACT);
     assert_int_equal(r->c, 0);
     assert_string_equal(seen.fqn[0], "conv1");
     assert_string_equal(seen.op[0], "conv2d");
@@ -568,51 +568,51 @@ static void test_callback(void **state)
     assert_int_equal(r->ndim, 3);
     assert_int_equal(r->shape[0], 2);
     assert_int_equal(r->shape[2], 4);
-    qcal_stats want;
-    qcal_stats_init(&want);
-    qcal_stats_update(&want, x, 24);
+    qcal_numeric_stats want;
+    qcal_numeric_stats_init(&want);
+    qcal_numeric_stats_update(&want, x, 24);
     assert_memory_equal(&r->stats, &want, sizeof want);
     assert_int_equal(r->stats.count, 23);
     assert_int_equal(r->stats.nonfinite, 1);
     double sd;
-    qcal_stats_std(&want, &sd);
+    qcal_numeric_stats_std(&want, &sd);
     assert_true(r->std == sd);
     /* log_linear: extra MKN, op defaults to "linear" */
-    assert_int_equal(qcal_logger_log_linear(lg, "fc", NULL, 4, 6, 10, &t), QCAL_OK);
+    assert_int_equal(qcal_numeric_logger_log_linear(lg, "fc", NULL, 4, 6, 10, &t), QCAL_OK);
     assert_string_equal(seen.extra[1], "MKN=4|6|10");
     assert_string_equal(seen.op[1], "linear");
     assert_int_equal(seen.rec[1].c, 1);
     /* stats-only records give the callback x == NULL */
-    assert_int_equal(qcal_logger_log_stats(lg, QCAL_LOG_PARAM, NULL, NULL, "e", 3, sh, &want),
+    assert_int_equal(qcal_numeric_logger_log_stats(lg, QCAL_NUMERIC_LOG_PARAM, NULL, NULL, "e", 3, sh, &want),
                      QCAL_OK);
     assert_null(seen.last_x);
     assert_string_equal(seen.fqn[2], "");
     assert_string_equal(seen.extra[2], "e");
-    assert_int_equal(seen.rec[2].t, QCAL_LOG_PARAM);
+    assert_int_equal(seen.rec[2].t, QCAL_NUMERIC_LOG_PARAM);
     assert_memory_equal(&seen.rec[2].stats, &want, sizeof want);
     assert_int_equal(seen.calls, 3);
-    qcal_logger_destroy(&lg);
+    qcal_numeric_logger_destroy(&lg);
 }
 
 /* ---- determinism: 1 vs 2 threads ---------------------------------------------------------- */
 
-static void log_big(const float *x, int64_t n, char **text, qcal_stats *st)
+static void log_big(const float *x, int64_t n, char **text, qcal_numeric_stats *st)
 {
     size_t len = 0;
     FILE *mem = open_memstream(text, &len);
     cb_seen seen;
     memset(&seen, 0, sizeof seen);
-    qcal_logger_options o;
-    qcal_logger_options_default(&o);
+    qcal_numeric_logger_options o;
+    qcal_numeric_logger_options_default(&o);
     o.stream = mem;
     o.callback = record_cb;
     o.user = &seen;
-    qcal_logger *lg = NULL;
-    assert_int_equal(qcal_logger_create(&o, &lg), QCAL_OK);
+    qcal_numeric_logger *lg = NULL;
+    assert_int_equal(qcal_numeric_logger_create(&o, &lg), QCAL_OK);
     qcal_tensor t;
     qcal_tensor_init(&t, (float *)(uintptr_t)x, 1, &n);
-    assert_int_equal(qcal_logger_log(lg, QCAL_LOG_ACT, "big", NULL, NULL, &t), QCAL_OK);
-    qcal_logger_destroy(&lg);
+    assert_int_equal(qcal_numeric_logger_log(lg, QCAL_NUMERIC_LOG_ACT, "big", NULL, NULL, &t), QCAL_OK);
+    qcal_numeric_logger_destroy(&lg);
     fclose(mem);
     *st = seen.rec[0].stats;
 }
@@ -626,7 +626,7 @@ static void test_thread_determinism(void **state)
     fill(x, n, 42, 1000.0, 1000.5);   /* large mean, small spread: stability matters */
     x[12345] = NAN;
     char *t1 = NULL, *t2 = NULL;
-    qcal_stats s1, s2;
+    qcal_numeric_stats s1, s2;
 #if QCAL_HAVE_OPENMP
     omp_set_num_threads(1);
 #endif
@@ -649,7 +649,7 @@ static void test_thread_determinism(void **state)
         if (!isnan(x[i]))
             m2 += ((double)x[i] - mean) * ((double)x[i] - mean);
     double sd, want_sd = sqrt(m2 / (double)(n - 2));
-    qcal_stats_std(&s1, &sd);
+    qcal_numeric_stats_std(&s1, &sd);
     if (fabs(s1.mean - mean) > 1e-12 * mean || fabs(sd - want_sd) > 1e-9 * want_sd) {
         print_error("mean %.17g vs %.17g, std %.17g vs %.17g\n", s1.mean, mean, sd, want_sd);
         fail();

@@ -75,8 +75,8 @@ static void run_reference(const char *isa)
         load(fx, &x);
         load(fy, &y);
         assert_int_equal(x.numel, n);
-        qcal_metrics m;
-        assert_int_equal(qcal_compare_f32(x.data, y.data, n, &m), QCAL_OK);
+        qcal_numeric_metrics m;
+        assert_int_equal(qcal_numeric_compare_f32(x.data, y.data, n, &m), QCAL_OK);
         /* against the float64 evaluation */
         check_close("sqnr vs f64", name, m.sqnr_db, v[3], 1e-9, 0);
         check_close("l2 vs f64", name, m.l2, v[4], 1e-9, 0);
@@ -88,37 +88,37 @@ static void run_reference(const char *isa)
         check_close("max_abs_err", name, m.max_abs_err, v[6], 0, 0);
         assert_int_equal(m.count, n);
         /* streaming over uneven chunks gives the same metrics */
-        qcal_metric_acc acc;
-        qcal_metric_acc_init(&acc);
+        qcal_numeric_metric_acc acc;
+        qcal_numeric_metric_acc_init(&acc);
         for (int64_t i = 0; i < n; i += 1000) {
             int64_t c = n - i < 1000 ? n - i : 1000;
-            assert_int_equal(qcal_metric_acc_update(&acc, (float *)x.data + i, (float *)y.data + i, c),
+            assert_int_equal(qcal_numeric_metric_acc_update(&acc, (float *)x.data + i, (float *)y.data + i, c),
                              QCAL_OK);
         }
-        qcal_metrics ms;
-        assert_int_equal(qcal_metric_acc_result(&acc, &ms), QCAL_OK);
+        qcal_numeric_metrics ms;
+        assert_int_equal(qcal_numeric_metric_acc_result(&acc, &ms), QCAL_OK);
         check_close("streamed sqnr", name, ms.sqnr_db, m.sqnr_db, 1e-12, 0);
         check_close("streamed cosine", name, ms.cosine, m.cosine, 1e-12, 0);
         /* statistics: min/max exact, mean/std vs float64 torch */
-        qcal_stats s;
+        qcal_numeric_stats s;
         double sd;
-        qcal_stats_init(&s);
-        assert_int_equal(qcal_stats_update(&s, x.data, n), QCAL_OK);
-        assert_int_equal(qcal_stats_std(&s, &sd), QCAL_OK);
+        qcal_numeric_stats_init(&s);
+        assert_int_equal(qcal_numeric_stats_update(&s, x.data, n), QCAL_OK);
+        assert_int_equal(qcal_numeric_stats_std(&s, &sd), QCAL_OK);
         check_close("min", name, s.min, v[7], 0, 0);
         check_close("max", name, s.max, v[8], 0, 0);
         check_close("absmax", name, s.absmax, fmax(fabs(v[7]), fabs(v[8])), 0, 0);
         check_close("mean", name, s.mean, v[9], 1e-12, 1e-15);
         check_close("std", name, sd, v[10], 1e-12, 0);
         /* chunked statistics (Chan merge) */
-        qcal_stats s2;
-        qcal_stats_init(&s2);
+        qcal_numeric_stats s2;
+        qcal_numeric_stats_init(&s2);
         for (int64_t i = 0; i < n; i += 777) {
             int64_t c = n - i < 777 ? n - i : 777;
-            assert_int_equal(qcal_stats_update(&s2, (float *)x.data + i, c), QCAL_OK);
+            assert_int_equal(qcal_numeric_stats_update(&s2, (float *)x.data + i, c), QCAL_OK);
         }
         double sd2;
-        qcal_stats_std(&s2, &sd2);
+        qcal_numeric_stats_std(&s2, &sd2);
         check_close("chunked std", name, sd2, v[10], 1e-12, 0);
         check_close("chunked mean", name, s2.mean, v[9], 1e-12, 1e-15);
         qcal_npy_array_free(&x);
@@ -147,46 +147,46 @@ static void test_edge_cases(void **state)
 {
     (void)state;
     float x[5] = {1, 2, 3, 4, 5}, z[5] = {0}, y[5] = {1, 2, 3, 4, 6};
-    qcal_metrics m;
-    assert_int_equal(qcal_compare_f32(x, x, 5, &m), QCAL_OK);
+    qcal_numeric_metrics m;
+    assert_int_equal(qcal_numeric_compare_f32(x, x, 5, &m), QCAL_OK);
     assert_true(isinf(m.sqnr_db) && m.sqnr_db > 0);
     assert_true(m.l2 == 0 && m.max_abs_err == 0);
     assert_true(fabs(m.cosine - 1) < 1e-15);
-    assert_int_equal(qcal_compare_f32(z, z, 5, &m), QCAL_OK);
+    assert_int_equal(qcal_numeric_compare_f32(z, z, 5, &m), QCAL_OK);
     assert_true(isinf(m.sqnr_db) && m.sqnr_db > 0);
     assert_true(m.l2 == 0 && m.cosine == 0);
-    assert_int_equal(qcal_compare_f32(z, x, 5, &m), QCAL_OK);
+    assert_int_equal(qcal_numeric_compare_f32(z, x, 5, &m), QCAL_OK);
     assert_true(isinf(m.sqnr_db) && m.sqnr_db < 0);
     assert_true(isinf(m.l2));
-    assert_int_equal(qcal_compare_f32(x, y, 5, &m), QCAL_OK);
+    assert_int_equal(qcal_numeric_compare_f32(x, y, 5, &m), QCAL_OK);
     assert_true(fabs(m.sqnr_db - 20 * log10(sqrt(55.0))) < 1e-12);
     assert_true(m.max_abs_err == 1);
     /* non-finite pairs are skipped and counted */
     float xn[4] = {1, NAN, 3, INFINITY}, yn[4] = {1, 2, -INFINITY, 4};
-    assert_int_equal(qcal_compare_f32(xn, yn, 4, &m), QCAL_OK);
+    assert_int_equal(qcal_numeric_compare_f32(xn, yn, 4, &m), QCAL_OK);
     assert_int_equal(m.count, 1);
     assert_int_equal(m.nonfinite, 3);
     float nn[1] = {NAN};
-    qcal_metrics keep = m;
-    assert_int_equal(qcal_compare_f32(nn, nn, 1, &m), QCAL_ERR_EMPTY);
+    qcal_numeric_metrics keep = m;
+    assert_int_equal(qcal_numeric_compare_f32(nn, nn, 1, &m), QCAL_ERR_EMPTY);
     assert_memory_equal(&m, &keep, sizeof m);
-    assert_int_equal(qcal_compare_f32(x, x, 0, &m), QCAL_ERR_EMPTY);
+    assert_int_equal(qcal_numeric_compare_f32(x, x, 0, &m), QCAL_ERR_EMPTY);
     /* statistics with NaN/Inf */
-    qcal_stats s;
-    qcal_stats_init(&s);
+    qcal_numeric_stats s;
+    qcal_numeric_stats_init(&s);
     float sv[6] = {NAN, -3, 1, INFINITY, 2, -INFINITY};
-    assert_int_equal(qcal_stats_update(&s, sv, 6), QCAL_OK);
+    assert_int_equal(qcal_numeric_stats_update(&s, sv, 6), QCAL_OK);
     assert_int_equal(s.count, 3);
     assert_int_equal(s.nonfinite, 3);
     assert_true(s.min == -3 && s.max == 2 && s.absmax == 3);
     assert_true(fabs(s.mean - 0) < 1e-15);
     double sd;
-    qcal_stats_std(&s, &sd);
+    qcal_numeric_stats_std(&s, &sd);
     assert_true(fabs(sd - sqrt(7.0)) < 1e-12);   /* (9 + 1 + 4) / 2 */
-    qcal_stats_init(&s);
-    qcal_stats_std(&s, &sd);
+    qcal_numeric_stats_init(&s);
+    qcal_numeric_stats_std(&s, &sd);
     assert_true(sd == 0 && s.count == 0 && s.absmax == 0);
-    assert_int_equal(qcal_stats_update(&s, NULL, 3), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_numeric_stats_update(&s, NULL, 3), QCAL_ERR_INVALID_ARG);
 }
 
 /* C reference vs AVX2 block kernels on seeded data, sizes around the vector width. */
@@ -220,7 +220,7 @@ static void test_kernels_c_vs_simd(void **state)
                 check_close("blk mean", "c/avx2", b.mean, a.mean, 1e-13, 1e-13);
                 check_close("blk m2", "c/avx2", b.m2, a.m2, 1e-12, 1e-12);
             }
-            qcal_metric_acc ma, mb;
+            qcal_numeric_metric_acc ma, mb;
             qcal_num_block_metrics__c(xs, y, n, &ma);
             qcal_num_block_metrics__avx2(xs, y, n, &mb);
             assert_int_equal(ma.count, mb.count);
@@ -245,22 +245,22 @@ static void test_thread_determinism(void **state)
         x[i] = (float)((double)(r >> 11) / 9007199254740992.0 * 8 - 3);
         y[i] = x[i] * 1.001f;
     }
-    qcal_stats s1, s2;
-    qcal_metric_acc a1, a2;
+    qcal_numeric_stats s1, s2;
+    qcal_numeric_metric_acc a1, a2;
 #if QCAL_HAVE_OPENMP
     omp_set_num_threads(1);
 #endif
-    qcal_stats_init(&s1);
-    qcal_stats_update(&s1, x, n);
-    qcal_metric_acc_init(&a1);
-    qcal_metric_acc_update(&a1, x, y, n);
+    qcal_numeric_stats_init(&s1);
+    qcal_numeric_stats_update(&s1, x, n);
+    qcal_numeric_metric_acc_init(&a1);
+    qcal_numeric_metric_acc_update(&a1, x, y, n);
 #if QCAL_HAVE_OPENMP
     omp_set_num_threads(2);
 #endif
-    qcal_stats_init(&s2);
-    qcal_stats_update(&s2, x, n);
-    qcal_metric_acc_init(&a2);
-    qcal_metric_acc_update(&a2, x, y, n);
+    qcal_numeric_stats_init(&s2);
+    qcal_numeric_stats_update(&s2, x, n);
+    qcal_numeric_metric_acc_init(&a2);
+    qcal_numeric_metric_acc_update(&a2, x, y, n);
     assert_memory_equal(&s1, &s2, sizeof s1);
     assert_memory_equal(&a1, &a2, sizeof a1);
     assert_int_equal(s1.count, n);

@@ -59,7 +59,7 @@ static qcal_safetensors *open_ref(void)
 static float *ref_tensor(qcal_safetensors *st, const char *name, int64_t *numel)
 {
     int64_t i;
-    qcal_st_info info;
+    qcal_safetensors_tensor_info info;
     if (qcal_safetensors_find(st, name, &i) != QCAL_OK)
         fail_msg("reference tensor %s missing", name);
     assert_int_equal(qcal_safetensors_info(st, i, &info), QCAL_OK);
@@ -205,7 +205,7 @@ static void test_save_load(void **state)
     qcal_safetensors *st = NULL;
     assert_int_equal(qcal_safetensors_open(path, &st), QCAL_OK);
     int64_t i;
-    qcal_st_info info;
+    qcal_safetensors_tensor_info info;
     assert_int_equal(qcal_safetensors_find(st, "conv2.weight", &i), QCAL_OK);
     assert_int_equal(qcal_safetensors_info(st, i, &info), QCAL_OK);
     assert_int_equal(info.ndim, 4);
@@ -294,9 +294,9 @@ static void test_fq_opts_export_finetune(void **state)
         skip();
     cnn_fq_set *set = (cnn_fq_set *)(uintptr_t)1;
     cnn_fq_opts fo = cnn_fq_opts_default();
-    assert_int_equal(fo.act_preset, QCAL_FQ_ACTIVATION);
+    assert_int_equal(fo.act_preset, QCAL_FAKEQUANT_PRESET_ACTIVATION);
     assert_true(fo.quantize_logits);
-    fo.act_preset = QCAL_FQ_WEIGHT_PER_CHANNEL;   /* not an activation preset */
+    fo.act_preset = QCAL_FAKEQUANT_PRESET_WEIGHT_PER_CHANNEL;   /* not an activation preset */
     assert_int_equal(cnn_fq_create(&fo, &set), QCAL_ERR_INVALID_ARG);
     assert_ptr_equal(set, (cnn_fq_set *)(uintptr_t)1);
     set = NULL;
@@ -306,7 +306,7 @@ static void test_fq_opts_export_finetune(void **state)
     cnn_fq_destroy(&set);
     assert_null(set);
 
-    fo.act_preset = QCAL_FQ_ACTIVATION_FULL_RANGE;
+    fo.act_preset = QCAL_FAKEQUANT_PRESET_ACTIVATION_FULL_RANGE;
     fo.quantize_logits = false;
     assert_int_equal(cnn_fq_create(&fo, &set), QCAL_OK);
     assert_null(set->act[CNN_TAP_LOGITS]);
@@ -330,9 +330,9 @@ static void test_fq_opts_export_finetune(void **state)
     assert_int_equal(cnn_fq_freeze(set), QCAL_OK);
     assert_int_equal(cnn_fq_export(set, &e), QCAL_OK);
 
-    qcal_fake_quantize_config acfg, wcfg;
-    qcal_fake_quantize_config_default(&acfg, QCAL_FQ_ACTIVATION_FULL_RANGE);
-    qcal_fake_quantize_config_default(&wcfg, QCAL_FQ_WEIGHT_PER_CHANNEL);
+    qcal_fakequant_module_config acfg, wcfg;
+    qcal_fakequant_module_config_default(&acfg, QCAL_FAKEQUANT_PRESET_ACTIVATION_FULL_RANGE);
+    qcal_fakequant_module_config_default(&wcfg, QCAL_FAKEQUANT_PRESET_WEIGHT_PER_CHANNEL);
     for (int t = 0; t < CNN_NTAPS; t++) {
         assert_int_equal(e.act_quantized[t], t != CNN_TAP_LOGITS);
         if (t == CNN_TAP_LOGITS) {
@@ -344,7 +344,7 @@ static void test_fq_opts_export_finetune(void **state)
         float lo, hi, sc;
         int32_t zp;
         int64_t n = 0;
-        assert_int_equal(qcal_fake_quantize_observer(set->act[t], &obs), QCAL_OK);
+        assert_int_equal(qcal_fakequant_module_observer(set->act[t], &obs), QCAL_OK);
         assert_int_equal(qcal_observer_data_range(obs, 1, &lo, &hi, &n), QCAL_OK);
         assert_int_equal(qcal_qparams_compute(&acfg.observer.q, 1, &lo, &hi, &sc, &zp, NULL), QCAL_OK);
         if (memcmp(&sc, &e.act_scale[t], sizeof sc) != 0 || zp != e.act_zero_point[t])
@@ -405,7 +405,7 @@ static void test_fq_opts_export_finetune(void **state)
         for (int l = 0; l < CNN_NLAYERS; l++) {
             bool frozen = false;
             int64_t steps = 0;
-            assert_int_equal(qcal_fake_quantize_status(qs[k]->weight[l], NULL, NULL, &frozen, &steps), QCAL_OK);
+            assert_int_equal(qcal_fakequant_module_status(qs[k]->weight[l], NULL, NULL, &frozen, &steps), QCAL_OK);
             assert_true(frozen);
             assert_int_equal(steps, 4);
         }

@@ -57,7 +57,7 @@ static void test_mixed_file(void **state)
                            "bn.num_batches_tracked", "scalar", "empty"};
     int64_t prev_end = -1;
     for (int64_t i = 0; i < n; i++) {
-        qcal_st_info info;
+        qcal_safetensors_tensor_info info;
         assert_int_equal(qcal_safetensors_info(st, i, &info), QCAL_OK);
         assert_string_equal(info.name, order[i]);
         assert_true(prev_end < 0 || info.offset == prev_end);
@@ -65,14 +65,14 @@ static void test_mixed_file(void **state)
         if (!strcmp(info.name, "bn.num_batches_tracked")) {
             float v;
             assert_string_equal(info.dtype_name, "I64");
-            assert_int_equal(info.dtype, QCAL_ST_OTHER);
+            assert_int_equal(info.dtype, QCAL_SAFETENSORS_OTHER);
             assert_int_equal(qcal_safetensors_read_f32(st, i, 0, 1, &v), QCAL_ERR_UNSUPPORTED);
             assert_non_null(strstr(qcal_last_error(), "I64"));
             continue;
         }
         int64_t j;
         assert_int_equal(qcal_safetensors_find(ref, info.name, &j), QCAL_OK);
-        qcal_st_info rinfo;
+        qcal_safetensors_tensor_info rinfo;
         assert_int_equal(qcal_safetensors_info(ref, j, &rinfo), QCAL_OK);
         assert_int_equal(info.ndim, rinfo.ndim);
         assert_int_equal(info.numel, rinfo.numel);
@@ -97,7 +97,7 @@ static void test_mixed_file(void **state)
     }
     /* scalar and empty */
     int64_t k;
-    qcal_st_info info;
+    qcal_safetensors_tensor_info info;
     assert_int_equal(qcal_safetensors_find(st, "scalar", &k), QCAL_OK);
     assert_int_equal(qcal_safetensors_info(st, k, &info), QCAL_OK);
     assert_int_equal(info.ndim, 0);
@@ -193,7 +193,7 @@ static void test_writer_roundtrip(void **state)
     int64_t n;
     assert_int_equal(qcal_safetensors_count(st, &n), QCAL_OK);
     assert_int_equal(n, 3);
-    qcal_st_info info;
+    qcal_safetensors_tensor_info info;
     assert_int_equal(qcal_safetensors_info(st, 0, &info), QCAL_OK);
     assert_string_equal(info.name, "layer.\"w\"");
     assert_int_equal(info.ndim, 2);

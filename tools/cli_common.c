@@ -375,9 +375,9 @@ int cli_safetensors_each(const char *cmd, const char *path, cli_tensor_fn fn, vo
     qcal_safetensors_count(st, &n);
     int rc = 0;
     for (int64_t i = 0; i < n && !rc; i++) {
-        qcal_st_info info;
+        qcal_safetensors_tensor_info info;
         qcal_safetensors_info(st, i, &info);
-        if (info.dtype == QCAL_ST_OTHER) {
+        if (info.dtype == QCAL_SAFETENSORS_OTHER) {
             fprintf(stderr, "qcal: %s: skipping '%s' (dtype %s)\n", cmd, info.name,
                     info.dtype_name);
             continue;

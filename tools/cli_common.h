@@ -172,7 +172,7 @@ int cli_write_npy(const char *cmd, const char *path, qcal_npy_dtype dtype, int32
 /* Called for tensor i of an open safetensors file; returns 0 to go on, else an exit code
  * (already reported). */
 typedef int (*cli_tensor_fn)(void *ctx, qcal_safetensors *st, int64_t i,
-                             const qcal_st_info *info);
+                             const qcal_safetensors_tensor_info *info);
 
 /* Opens path and calls fn for each tensor in file order, passing over (with a "skipping"
  * line on stderr) tensors of a dtype qcal does not read, until fn returns non-zero.

@@ -253,15 +253,15 @@ int cmd_calibrate(int argc, char **argv)
     const char *cmd = p.cmd;
     cli_observer_args oa = { 0 };
     const char *dir = NULL, *out = NULL, *rules_path = NULL;
-    qcal_table_format format = QCAL_TABLE_JSON;
-    qcal_table_export_options xo;
-    qcal_table_export_options_default(&xo);
+    qcal_calib_format format = QCAL_CALIB_FORMAT_JSON;
+    qcal_calib_export_options xo;
+    qcal_calib_export_options_default(&xo);
     bool have_obs_opts = false;
     int rc = 0, id;
     const char *val;
     plan pl = { 0 };
     qcal_calib_rules *rules = NULL;
-    qcal_session *session = NULL;
+    qcal_calib_session *session = NULL;
     qcal_calib_table *table = NULL;
     qcal_status st;
     while ((id = cli_next(&p, opts, &val)) != CLI_END) {
@@ -273,7 +273,7 @@ int cmd_calibrate(int argc, char **argv)
         case OPT_TRT_VERSION: xo.trt_version = val; break;
         case OPT_TRT_ALGO: xo.trt_algorithm = val; break;
         case OPT_FORMAT:
-            if (qcal_table_format_parse(val, &format) != QCAL_OK) {
+            if (qcal_calib_format_parse(val, &format) != QCAL_OK) {
                 rc = cli_fail_status(cmd, QCAL_EXIT_USAGE, QCAL_ERR_INVALID_ARG);
                 goto done;
             }
@@ -315,7 +315,7 @@ int cmd_calibrate(int argc, char **argv)
         goto done;
     }
     if (have_obs_opts &&
-        (st = qcal_calib_rules_add(rules, "*", false, QCAL_ROLE_ACTIVATION, &act_cfg)) != QCAL_OK) {
+        (st = qcal_calib_rules_add(rules, "*", false, QCAL_CALIB_ROLE_ACTIVATION, &act_cfg)) != QCAL_OK) {
         rc = cli_fail_status(cmd, QCAL_EXIT_USAGE, st);
         goto done;
     }
@@ -329,10 +329,10 @@ int cmd_calibrate(int argc, char **argv)
     if ((rc = scan(cmd, dir, &pl)))
         goto done;
 
-    qcal_session_options so;
-    qcal_session_options_default(&so);
+    qcal_calib_session_options so;
+    qcal_calib_session_options_default(&so);
     so.rules = rules;
-    if ((st = qcal_session_create(&so, &session)) != QCAL_OK) {
+    if ((st = qcal_calib_session_create(&so, &session)) != QCAL_OK) {
         rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
         goto done;
     }
@@ -340,7 +340,7 @@ int cmd_calibrate(int argc, char **argv)
     long done_files = 0;
     for (int i = 0; i < pl.n; i++) {
         tensor_src *t = &pl.t[i];
-        qcal_role role = ends_with(t->fqn, ".weight") ? QCAL_ROLE_WEIGHT : QCAL_ROLE_ACTIVATION;
+        qcal_calib_role role = ends_with(t->fqn, ".weight") ? QCAL_CALIB_ROLE_WEIGHT : QCAL_CALIB_ROLE_ACTIVATION;
         for (int j = 0; j < t->nfiles; j++) {
             if (bar)
                 progress(done_files, pl.total_files, t->fqn);
@@ -364,7 +364,7 @@ int cmd_calibrate(int argc, char **argv)
             qcal_tensor x;
             st = qcal_npy_as_tensor(&a, &x);
             if (st == QCAL_OK)
-                st = qcal_session_observe(session, t->fqn, role, j, &x);
+                st = qcal_calib_session_observe(session, t->fqn, role, j, &x);
             qcal_npy_array_free(&a);
             if (st < 0) {
                 if (bar)
@@ -382,7 +382,7 @@ int cmd_calibrate(int argc, char **argv)
         progress(done_files, pl.total_files, "");
         fputs("\r\033[K", stderr);
     }
-    if ((st = qcal_session_table(session, &table)) != QCAL_OK) {
+    if ((st = qcal_calib_session_table(session, &table)) != QCAL_OK) {
         rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
         goto done;
     }
@@ -401,17 +401,17 @@ int cmd_calibrate(int argc, char **argv)
     for (int64_t i = 0; i < n; i++) {
         const qcal_calib_entry *e;
         qcal_calib_table_entry(table, i, &e);
-        nw += e->role == QCAL_ROLE_WEIGHT;
+        nw += e->role == QCAL_CALIB_ROLE_WEIGHT;
         nonfinite += e->nonfinite;
     }
     printf("qcal calibrate: wrote %s (%s): %lld activations, %lld weights from %ld files; "
-           "%llu non-finite values skipped\n", out, qcal_table_format_name(format),
+           "%llu non-finite values skipped\n", out, qcal_calib_format_name(format),
            (long long)(n - nw), (long long)nw, done_files, (unsigned long long)nonfinite);
     if (fflush(stdout) != 0)
         rc = QCAL_EXIT_OUTPUT;
 done:
     qcal_calib_table_destroy(&table);
-    qcal_session_destroy(&session);
+    qcal_calib_session_destroy(&session);
     qcal_calib_rules_destroy(&rules);
     plan_free(&pl);
     return rc;

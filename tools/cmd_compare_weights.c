@@ -47,18 +47,18 @@ enum { FMT_TABLE, FMT_CSV, FMT_JSON };
 /* One reported tensor. compared false: the tensor had no finite value (flagged, counted,
  * not quantized): only name, shape and stats (count 0, nonfinite N) are meaningful. */
 typedef struct row {
-    qcal_weight_result w;
+    qcal_numeric_weight_result w;
     bool compared;
 } row;
 
 typedef struct run {
-    qcal_weights_options wo;
+    qcal_numeric_weights_options wo;
     row *res;
     int64_t n, cap;
     int64_t n_uncompared;        /* tensors without any finite value */
     int64_t n_with_nonfinite;    /* compared tensors in which NaN/Inf were skipped */
     uint64_t nonfinite_values;   /* NaN/Inf values over all tensors */
-    qcal_summary *sum;
+    qcal_numeric_summary *sum;
 } run;
 
 static bool ends_with(const char *s, const char *suf)
@@ -79,7 +79,7 @@ static int compare_one(run *r, const char *name, const qcal_tensor *t)
     }
     row *w = &r->res[r->n];
     memset(w, 0, sizeof *w);
-    qcal_status s = qcal_weights_compare_tensor(&r->wo, name, t, &w->w);
+    qcal_status s = qcal_numeric_weights_compare(&r->wo, name, t, &w->w);
     if (s == QCAL_ERR_EMPTY) {
         fprintf(stderr, "qcal: compare-weights: skipping '%s' (no elements)\n", name);
         return 0;
@@ -88,8 +88,8 @@ static int compare_one(run *r, const char *name, const qcal_tensor *t)
         /* no finite value at all: report the tensor flagged and go on with the others */
         int64_t numel = 0;
         qcal_tensor_numel(t, &numel);
-        qcal_stats_init(&w->w.stats);
-        s = qcal_stats_update(&w->w.stats, t->data, numel);
+        qcal_numeric_stats_init(&w->w.stats);
+        s = qcal_numeric_stats_update(&w->w.stats, t->data, numel);
         if (s != QCAL_OK)
             return cli_fail_status("compare-weights", QCAL_EXIT_FAILURE, s);
         snprintf(w->w.name, sizeof w->w.name, "%s", name);
@@ -112,7 +112,7 @@ static int compare_one(run *r, const char *name, const qcal_tensor *t)
     }
     r->nonfinite_values += w->w.stats.nonfinite;
     r->n++;
-    qcal_summary_item it;
+    qcal_numeric_summary_item it;
     memset(&it, 0, sizeof it);
     it.name = name;
     it.ndim = w->w.ndim;
@@ -121,11 +121,11 @@ static int compare_one(run *r, const char *name, const qcal_tensor *t)
     it.absmax = w->w.stats.absmax;
     it.std = w->w.std;
     it.sqnr_db = w->w.m.sqnr_db;
-    s = qcal_summary_add(r->sum, &it);
+    s = qcal_numeric_summary_add(r->sum, &it);
     return s == QCAL_OK ? 0 : cli_fail_status("compare-weights", QCAL_EXIT_FAILURE, s);
 }
 
-static int compare_tensor(void *ctx, qcal_safetensors *st, int64_t i, const qcal_st_info *info)
+static int compare_tensor(void *ctx, qcal_safetensors *st, int64_t i, const qcal_safetensors_tensor_info *info)
 {
     run *r = ctx;
     int rc;
@@ -134,7 +134,7 @@ static int compare_tensor(void *ctx, qcal_safetensors *st, int64_t i, const qcal
     const void *raw = NULL;
     float *buf = NULL;
     float *data;
-    if (info->dtype == QCAL_ST_F32 && qcal_safetensors_raw(st, i, &raw) == QCAL_OK &&
+    if (info->dtype == QCAL_SAFETENSORS_F32 && qcal_safetensors_raw(st, i, &raw) == QCAL_OK &&
         (uintptr_t)raw % sizeof(float) == 0) {
         data = (float *)(uintptr_t)raw;
     } else {
@@ -237,7 +237,7 @@ static void print_json(run *r)
     printf("{\"tensors\": [");
     for (int64_t i = 0; i < r->n; i++) {
         const row *rw = &r->res[i];
-        const qcal_weight_result *w = &rw->w;
+        const qcal_numeric_weight_result *w = &rw->w;
         printf("%s\n  {\"name\": ", i ? "," : "");
         cli_json_str(stdout, w->name);
         printf(", \"shape\": [");
@@ -276,10 +276,10 @@ static void print_json(run *r)
     }
     printf("\n], \"groups\": [");
     int64_t ng = 0;
-    qcal_summary_group_count(r->sum, &ng);
+    qcal_numeric_summary_group_count(r->sum, &ng);
     for (int64_t g = 0; g < ng; g++) {
-        qcal_summary_group gr;
-        if (qcal_summary_get_group(r->sum, g, &gr) != QCAL_OK)
+        qcal_numeric_summary_group gr;
+        if (qcal_numeric_summary_get_group(r->sum, g, &gr) != QCAL_OK)
             continue;
         printf("%s\n  {\"pattern\": ", g ? "," : "");
         cli_json_str(stdout, gr.pattern);
@@ -299,7 +299,7 @@ static void print_json(run *r)
         printf(", \"outliers\": [");
         for (int64_t o = 0; o < gr.n_outliers; o++) {
             const char *nm;
-            if (qcal_summary_outlier(r->sum, g, o, &nm) == QCAL_OK) {
+            if (qcal_numeric_summary_outlier(r->sum, g, o, &nm) == QCAL_OK) {
                 printf("%s", o ? ", " : "");
                 cli_json_str(stdout, nm);
             }
@@ -308,10 +308,10 @@ static void print_json(run *r)
     }
     printf("\n], \"keep_float\": [");
     int64_t nk = 0;
-    qcal_summary_keep_float(r->sum, 0, NULL, &nk);
+    qcal_numeric_summary_keep_float(r->sum, 0, NULL, &nk);
     const char **names = calloc((size_t)(nk ? nk : 1), sizeof *names);
     if (names) {
-        qcal_summary_keep_float(r->sum, nk, names, &nk);
+        qcal_numeric_summary_keep_float(r->sum, nk, names, &nk);
         for (int64_t k = 0; k < nk; k++) {
             printf("%s", k ? ", " : "");
             cli_json_str(stdout, names[k]);
@@ -338,7 +338,7 @@ static void print_table(run *r, bool csv)
                "min", "max", "std", "scale_min", "scale_max", "sqnr_dB", "l2", "cosine", "flags");
     for (int64_t i = 0; i < r->n; i++) {
         const row *rw = &r->res[i];
-        const qcal_weight_result *w = &rw->w;
+        const qcal_numeric_weight_result *w = &rw->w;
         char shp[128];
         shape_str(shp, sizeof shp, w->ndim, w->shape);
         bool st = w->stats.count > 0;
@@ -375,12 +375,12 @@ static void print_table(run *r, bool csv)
     if (csv)
         return;
     int64_t ng = 0;
-    qcal_summary_group_count(r->sum, &ng);
+    qcal_numeric_summary_group_count(r->sum, &ng);
     printf("\n%-40s %6s %-16s %11s %11s %9s  %s\n", "group", "count", "typical shape", "max(max)",
            "mean(std)", "worst_dB", "outliers (absmax > 4 x group median)");
     for (int64_t g = 0; g < ng; g++) {
-        qcal_summary_group gr;
-        if (qcal_summary_get_group(r->sum, g, &gr) != QCAL_OK)
+        qcal_numeric_summary_group gr;
+        if (qcal_numeric_summary_get_group(r->sum, g, &gr) != QCAL_OK)
             continue;
         char shp[128];
         shape_str(shp, sizeof shp, gr.ndim, gr.shape);
@@ -391,7 +391,7 @@ static void print_table(run *r, bool csv)
         printf(" ");
         for (int64_t o = 0; o < gr.n_outliers; o++) {
             const char *nm;
-            if (qcal_summary_outlier(r->sum, g, o, &nm) == QCAL_OK)
+            if (qcal_numeric_summary_outlier(r->sum, g, o, &nm) == QCAL_OK)
                 printf("%s%s", o ? ", " : " ", nm);
         }
         printf("\n");
@@ -401,11 +401,11 @@ static void print_table(run *r, bool csv)
            (long long)r->n, (long long)(r->n - r->n_uncompared), (long long)r->n_uncompared,
            (long long)r->n_with_nonfinite, (unsigned long long)r->nonfinite_values);
     int64_t nk = 0;
-    qcal_summary_keep_float(r->sum, 0, NULL, &nk);
+    qcal_numeric_summary_keep_float(r->sum, 0, NULL, &nk);
     if (nk) {
         const char **names = calloc((size_t)nk, sizeof *names);
         if (names) {
-            qcal_summary_keep_float(r->sum, nk, names, &nk);
+            qcal_numeric_summary_keep_float(r->sum, nk, names, &nk);
             printf("\nkeep in float (sqnr below threshold):");
             for (int64_t k = 0; k < nk; k++)
                 printf(" %s", names[k]);
@@ -422,9 +422,9 @@ int cmd_compare_weights(int argc, char **argv)
     cli_parser_init(&p, argc, argv);
     run r;
     memset(&r, 0, sizeof r);
-    qcal_weights_options_default(&r.wo);
-    qcal_summary_options so;
-    qcal_summary_options_default(&so);
+    qcal_numeric_weights_options_default(&r.wo);
+    qcal_numeric_summary_options so;
+    qcal_numeric_summary_options_default(&so);
     bool qscheme_given = false;
     int fmt = FMT_TABLE, id, nf = 0, rc = 0;
     const char *val;
@@ -478,7 +478,7 @@ int cmd_compare_weights(int argc, char **argv)
     if (!qscheme_given && r.wo.observer != QCAL_OBSERVER_PER_CHANNEL_MINMAX &&
         r.wo.observer != QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX)
         r.wo.qscheme = QCAL_PER_TENSOR_SYMMETRIC;
-    qcal_status s = qcal_summary_create(&so, &r.sum);
+    qcal_status s = qcal_numeric_summary_create(&so, &r.sum);
     if (s != QCAL_OK)
         rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, s);
     for (int i = 0; i < nf && !rc; i++)
@@ -489,7 +489,7 @@ int cmd_compare_weights(int argc, char **argv)
         else
             print_table(&r, fmt == FMT_CSV);
     }
-    qcal_summary_destroy(&r.sum);
+    qcal_numeric_summary_destroy(&r.sum);
     free(r.res);
     free(files);
     return rc;

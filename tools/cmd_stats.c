@@ -39,12 +39,12 @@ static bool ends_with(const char *s, const char *suf)
     return a >= b && !strcmp(s + a - b, suf);
 }
 
-static int add_summary(qcal_summary *sum, const char *name, int32_t ndim, const int64_t *shape,
-                       const qcal_stats *s)
+static int add_summary(qcal_numeric_summary *sum, const char *name, int32_t ndim, const int64_t *shape,
+                       const qcal_numeric_stats *s)
 {
     if (!sum)
         return 0;
-    qcal_summary_item it;
+    qcal_numeric_summary_item it;
     memset(&it, 0, sizeof it);
     it.name = name;
     it.ndim = ndim;
@@ -52,27 +52,27 @@ static int add_summary(qcal_summary *sum, const char *name, int32_t ndim, const 
         it.shape[d] = shape[d];
     it.max = s->max;
     it.absmax = s->absmax;
-    qcal_stats_std(s, &it.std);
+    qcal_numeric_stats_std(s, &it.std);
     it.sqnr_db = NAN;
-    qcal_status st = qcal_summary_add(sum, &it);
+    qcal_status st = qcal_numeric_summary_add(sum, &it);
     return st == QCAL_OK ? 0 : cli_fail_status("stats", QCAL_EXIT_FAILURE, st);
 }
 
 typedef struct st_ctx {
-    qcal_logger *lg;
-    qcal_summary *sum;
+    qcal_numeric_logger *lg;
+    qcal_numeric_summary *sum;
     float *buf;
 } st_ctx;
 
-static int stats_tensor(void *ctx, qcal_safetensors *st, int64_t i, const qcal_st_info *info)
+static int stats_tensor(void *ctx, qcal_safetensors *st, int64_t i, const qcal_safetensors_tensor_info *info)
 {
     const st_ctx *c = ctx;
     float *buf = c->buf;
     qcal_status s = QCAL_OK;
-    qcal_stats stats;
-    qcal_stats_init(&stats);
+    qcal_numeric_stats stats;
+    qcal_numeric_stats_init(&stats);
     const void *raw = NULL;
-    bool direct = info->dtype == QCAL_ST_F32 && qcal_safetensors_raw(st, i, &raw) == QCAL_OK &&
+    bool direct = info->dtype == QCAL_SAFETENSORS_F32 && qcal_safetensors_raw(st, i, &raw) == QCAL_OK &&
                   ((uintptr_t)raw % sizeof(float)) == 0;
     for (int64_t off = 0; off < info->numel; off += STATS_CHUNK) {
         int64_t m = info->numel - off < STATS_CHUNK ? info->numel - off : STATS_CHUNK;
@@ -82,26 +82,26 @@ static int stats_tensor(void *ctx, qcal_safetensors *st, int64_t i, const qcal_s
             if (s != QCAL_OK)
                 break;
         }
-        s = qcal_stats_update(&stats, src, m);
+        s = qcal_numeric_stats_update(&stats, src, m);
         if (s != QCAL_OK)
             break;
     }
     qcal_safetensors_release(st, i);
     if (s == QCAL_OK)
-        s = qcal_logger_log_stats(c->lg, QCAL_LOG_PARAM, info->name, "", NULL, info->ndim,
+        s = qcal_numeric_logger_log_stats(c->lg, QCAL_NUMERIC_LOG_PARAM, info->name, "", NULL, info->ndim,
                                   info->shape, &stats);
     if (s != QCAL_OK)
         return cli_fail_status("stats", QCAL_EXIT_FAILURE, s);
     return add_summary(c->sum, info->name, info->ndim, info->shape, &stats);
 }
 
-static int do_safetensors(const char *path, qcal_logger *lg, qcal_summary *sum, float *buf)
+static int do_safetensors(const char *path, qcal_numeric_logger *lg, qcal_numeric_summary *sum, float *buf)
 {
     st_ctx c = { lg, sum, buf };
     return cli_safetensors_each("stats", path, stats_tensor, &c);
 }
 
-static int do_npy(const char *path, qcal_logger *lg, qcal_summary *sum)
+static int do_npy(const char *path, qcal_numeric_logger *lg, qcal_numeric_summary *sum)
 {
     qcal_npy_array a;
     int rc = cli_read_f32("stats", path, &a);
@@ -113,11 +113,11 @@ static int do_npy(const char *path, qcal_logger *lg, qcal_summary *sum)
     snprintf(name, sizeof name, "%s", base);
     if (ends_with(name, ".npy"))
         name[strlen(name) - 4] = '\0';
-    qcal_stats stats;
-    qcal_stats_init(&stats);
-    qcal_status s = qcal_stats_update(&stats, a.data, a.numel);
+    qcal_numeric_stats stats;
+    qcal_numeric_stats_init(&stats);
+    qcal_status s = qcal_numeric_stats_update(&stats, a.data, a.numel);
     if (s == QCAL_OK)
-        s = qcal_logger_log_stats(lg, QCAL_LOG_PARAM, name, "", NULL, a.ndim, a.shape, &stats);
+        s = qcal_numeric_logger_log_stats(lg, QCAL_NUMERIC_LOG_PARAM, name, "", NULL, a.ndim, a.shape, &stats);
     if (s != QCAL_OK)
         rc = cli_fail_status("stats", QCAL_EXIT_FAILURE, s);
     else
@@ -126,15 +126,15 @@ static int do_npy(const char *path, qcal_logger *lg, qcal_summary *sum)
     return rc;
 }
 
-static void print_summary(qcal_summary *sum)
+static void print_summary(qcal_numeric_summary *sum)
 {
     int64_t ng = 0;
-    qcal_summary_group_count(sum, &ng);
+    qcal_numeric_summary_group_count(sum, &ng);
     printf("\n%-40s %6s %-20s %12s %12s %s\n", "group", "count", "typical shape", "max(max)",
            "mean(std)", "outliers (absmax > 4 x group median)");
     for (int64_t g = 0; g < ng; g++) {
-        qcal_summary_group gr;
-        if (qcal_summary_get_group(sum, g, &gr) != QCAL_OK)
+        qcal_numeric_summary_group gr;
+        if (qcal_numeric_summary_get_group(sum, g, &gr) != QCAL_OK)
             continue;
         char shp[128] = "scalar";
         size_t k = 0;
@@ -150,7 +150,7 @@ static void print_summary(qcal_summary *sum)
             printf(" (%lld without finite values)", (long long)gr.n_empty);
         for (int64_t o = 0; o < gr.n_outliers; o++) {
             const char *nm;
-            if (qcal_summary_outlier(sum, g, o, &nm) == QCAL_OK)
+            if (qcal_numeric_summary_outlier(sum, g, o, &nm) == QCAL_OK)
                 printf("%s%s", o ? ", " : " ", nm);
         }
         printf("\n");
@@ -187,21 +187,21 @@ int cmd_stats(int argc, char **argv)
         free(files);
         return cli_fail("stats", QCAL_EXIT_USAGE, "no input file (see qcal stats --help)");
     }
-    qcal_logger_options lo;
-    qcal_logger_options_default(&lo);
+    qcal_numeric_logger_options lo;
+    qcal_numeric_logger_options_default(&lo);
     lo.stream = stdout;
     lo.csv_path = csv;
-    qcal_logger *lg = NULL;
-    qcal_summary *sum = NULL;
+    qcal_numeric_logger *lg = NULL;
+    qcal_numeric_summary *sum = NULL;
     float *buf = malloc(STATS_CHUNK * sizeof(float));
     int rc = 0;
-    qcal_status s = qcal_logger_create(&lo, &lg);
+    qcal_status s = qcal_numeric_logger_create(&lo, &lg);
     if (s != QCAL_OK)
         rc = cli_fail_status("stats", QCAL_EXIT_OUTPUT, s);
     if (!rc && summary) {
-        qcal_summary_options so;
-        qcal_summary_options_default(&so);
-        s = qcal_summary_create(&so, &sum);
+        qcal_numeric_summary_options so;
+        qcal_numeric_summary_options_default(&so);
+        s = qcal_numeric_summary_create(&so, &sum);
         if (s != QCAL_OK)
             rc = cli_fail_status("stats", QCAL_EXIT_FAILURE, s);
     }
@@ -211,14 +211,14 @@ int cmd_stats(int argc, char **argv)
         rc = ends_with(files[i], ".npy") ? do_npy(files[i], lg, sum)
                                          : do_safetensors(files[i], lg, sum, buf);
     if (!rc) {
-        s = qcal_logger_finish(lg);
+        s = qcal_numeric_logger_finish(lg);
         if (s != QCAL_OK)
             rc = cli_fail_status("stats", QCAL_EXIT_OUTPUT, s);
     }
     if (!rc && sum)
         print_summary(sum);
-    qcal_logger_destroy(&lg);
-    qcal_summary_destroy(&sum);
+    qcal_numeric_logger_destroy(&lg);
+    qcal_numeric_summary_destroy(&sum);
     free(buf);
     free(files);
     return rc;

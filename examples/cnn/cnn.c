@@ -164,7 +164,7 @@ qcal_status cnn_model_load(const char *path, cnn_model **out)
     for (int i = 0; i < CNN_NPARAMS && st == QCAL_OK; i++) {
         int64_t idx, want[4];
         int nd = cnn_param_shape(i, want);
-        qcal_st_info info;
+        qcal_safetensors_tensor_info info;
         if (qcal_safetensors_find(sf, param_names[i], &idx) != QCAL_OK) {
             st = qcal_error(QCAL_ERR_MISMATCH, "%s: tensor '%s' is missing (the model needs conv1/conv2/fc1/fc2 "
                             "weight and bias with PyTorch names)", path, param_names[i]);

@@ -1,4 +1,4 @@
-/* QAT for the demo CNN with qcal_fake_quantize objects; see qat.h. */
+/* QAT for the demo CNN with qcal_fakequant_module objects; see qat.h. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +20,7 @@ static qcal_status fq_act(void *user, cnn_act *a)
     qcal_status st = qcal_tensor_init(&t, a->data, a->ndim, a->shape);
     if (st != QCAL_OK)
         return st;
-    return qcal_fake_quantize_forward(s->act[a->tap], &t, a->data);
+    return qcal_fakequant_module_forward(s->act[a->tap], &t, a->data);
 }
 
 static qcal_status fq_act_backward(void *user, cnn_tap tap, float *grad, int64_t numel)
@@ -28,7 +28,7 @@ static qcal_status fq_act_backward(void *user, cnn_tap tap, float *grad, int64_t
     cnn_fq_set *s = user;
     if (!s->act[tap])
         return QCAL_OK;
-    return qcal_fake_quantize_backward(s->act[tap], grad, numel, grad);
+    return qcal_fakequant_module_backward(s->act[tap], grad, numel, grad);
 }
 
 static qcal_status fq_weight(void *user, cnn_weight *w)
@@ -39,7 +39,7 @@ static qcal_status fq_weight(void *user, cnn_weight *w)
     qcal_status st = qcal_tensor_init(&t, (float *)(uintptr_t)w->src, w->ndim, w->shape);
     if (st != QCAL_OK)
         return st;
-    if ((st = qcal_fake_quantize_forward(s->weight[w->layer], &t, w->dst)) != QCAL_OK)
+    if ((st = qcal_fakequant_module_forward(s->weight[w->layer], &t, w->dst)) != QCAL_OK)
         return st;
     w->used = true;
     return QCAL_OK;
@@ -48,12 +48,12 @@ static qcal_status fq_weight(void *user, cnn_weight *w)
 static qcal_status fq_weight_backward(void *user, cnn_layer layer, float *grad, int64_t numel)
 {
     cnn_fq_set *s = user;
-    return qcal_fake_quantize_backward(s->weight[layer], grad, numel, grad);
+    return qcal_fakequant_module_backward(s->weight[layer], grad, numel, grad);
 }
 
 cnn_fq_opts cnn_fq_opts_default(void)
 {
-    cnn_fq_opts o = {.act_preset = QCAL_FQ_ACTIVATION, .quantize_logits = true};
+    cnn_fq_opts o = {.act_preset = QCAL_FAKEQUANT_PRESET_ACTIVATION, .quantize_logits = true};
     return o;
 }
 
@@ -62,23 +62,23 @@ qcal_status cnn_fq_create(const cnn_fq_opts *opts, cnn_fq_set **out)
     if (!out)
         return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_fq_create: NULL out");
     cnn_fq_opts o = opts ? *opts : cnn_fq_opts_default();
-    if (o.act_preset != QCAL_FQ_ACTIVATION && o.act_preset != QCAL_FQ_ACTIVATION_FULL_RANGE)
+    if (o.act_preset != QCAL_FAKEQUANT_PRESET_ACTIVATION && o.act_preset != QCAL_FAKEQUANT_PRESET_ACTIVATION_FULL_RANGE)
         return qcal_error(QCAL_ERR_INVALID_ARG,
-                          "cnn_fq_create: activation preset %d is not QCAL_FQ_ACTIVATION (%d) or "
-                          "QCAL_FQ_ACTIVATION_FULL_RANGE (%d)", (int)o.act_preset, (int)QCAL_FQ_ACTIVATION,
-                          (int)QCAL_FQ_ACTIVATION_FULL_RANGE);
+                          "cnn_fq_create: activation preset %d is not QCAL_FAKEQUANT_PRESET_ACTIVATION (%d) or "
+                          "QCAL_FAKEQUANT_PRESET_ACTIVATION_FULL_RANGE (%d)", (int)o.act_preset, (int)QCAL_FAKEQUANT_PRESET_ACTIVATION,
+                          (int)QCAL_FAKEQUANT_PRESET_ACTIVATION_FULL_RANGE);
     cnn_fq_set *s = qcal_calloc(1, sizeof *s);
     if (!s)
         return QCAL_ERR_NO_MEMORY;
     qcal_status st = QCAL_OK;
-    qcal_fake_quantize_config acfg, wcfg;
-    qcal_fake_quantize_config_default(&acfg, o.act_preset);
-    qcal_fake_quantize_config_default(&wcfg, QCAL_FQ_WEIGHT_PER_CHANNEL);
+    qcal_fakequant_module_config acfg, wcfg;
+    qcal_fakequant_module_config_default(&acfg, o.act_preset);
+    qcal_fakequant_module_config_default(&wcfg, QCAL_FAKEQUANT_PRESET_WEIGHT_PER_CHANNEL);
     for (int t = 0; t < CNN_NTAPS && st == QCAL_OK; t++)
         if (t != CNN_TAP_LOGITS || o.quantize_logits)
-            st = qcal_fake_quantize_create(&acfg, &s->act[t]);
+            st = qcal_fakequant_module_create(&acfg, &s->act[t]);
     for (int l = 0; l < CNN_NLAYERS && st == QCAL_OK; l++)
-        st = qcal_fake_quantize_create(&wcfg, &s->weight[l]);
+        st = qcal_fakequant_module_create(&wcfg, &s->weight[l]);
     if (st != QCAL_OK) {
         cnn_fq_destroy(&s);
         return st;
@@ -97,14 +97,14 @@ void cnn_fq_destroy(cnn_fq_set **set)
     if (!set || !*set)
         return;
     for (int t = 0; t < CNN_NTAPS; t++)
-        qcal_fake_quantize_destroy(&(*set)->act[t]);
+        qcal_fakequant_module_destroy(&(*set)->act[t]);
     for (int l = 0; l < CNN_NLAYERS; l++)
-        qcal_fake_quantize_destroy(&(*set)->weight[l]);
+        qcal_fakequant_module_destroy(&(*set)->weight[l]);
     free(*set);
     *set = NULL;
 }
 
-static qcal_status each(cnn_fq_set *s, qcal_status (*fn)(qcal_fake_quantize *, bool), bool on)
+static qcal_status each(cnn_fq_set *s, qcal_status (*fn)(qcal_fakequant_module *, bool), bool on)
 {
     for (int t = 0; t < CNN_NTAPS; t++) {
         if (!s->act[t])
@@ -125,14 +125,14 @@ qcal_status cnn_fq_enable(cnn_fq_set *s, bool observer, bool fake_quant)
 {
     if (!s)
         return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_fq_enable: NULL set");
-    qcal_status st = each(s, qcal_fake_quantize_enable_observer, observer);
-    return st != QCAL_OK ? st : each(s, qcal_fake_quantize_enable_fake_quant, fake_quant);
+    qcal_status st = each(s, qcal_fakequant_module_enable_observer, observer);
+    return st != QCAL_OK ? st : each(s, qcal_fakequant_module_enable_fake_quant, fake_quant);
 }
 
-static qcal_status freeze_one(qcal_fake_quantize *fq, bool unused)
+static qcal_status freeze_one(qcal_fakequant_module *fq, bool unused)
 {
     (void)unused;
-    return qcal_fake_quantize_freeze(fq);
+    return qcal_fakequant_module_freeze(fq);
 }
 
 qcal_status cnn_fq_freeze(cnn_fq_set *s)
@@ -158,17 +158,17 @@ void cnn_fq_qparams_free(cnn_fq_qparams *q)
 
 /* Qparams of one object into scale/zp (cap values); QCAL_ERR_STATE before its first forward
  * (the object would report its placeholder scale 1, zero-point 0). */
-static qcal_status export_one(const qcal_fake_quantize *fq, const char *what, int64_t cap, float *scale,
+static qcal_status export_one(const qcal_fakequant_module *fq, const char *what, int64_t cap, float *scale,
                               int32_t *zp)
 {
     int64_t steps = 0, n = 0;
-    qcal_status st = qcal_fake_quantize_status(fq, NULL, NULL, NULL, &steps);
+    qcal_status st = qcal_fakequant_module_status(fq, NULL, NULL, NULL, &steps);
     if (st != QCAL_OK)
         return st;
     if (steps == 0)
         return qcal_error(QCAL_ERR_STATE, "cnn_fq_export: the fake-quant of %s has not run a forward, "
                           "its qparams are not calibrated", what);
-    if ((st = qcal_fake_quantize_qparams(fq, cap, scale, zp, &n)) != QCAL_OK)
+    if ((st = qcal_fakequant_module_qparams(fq, cap, scale, zp, &n)) != QCAL_OK)
         return st;
     if (n != cap)
         return qcal_error(QCAL_ERR_MISMATCH, "cnn_fq_export: the fake-quant of %s has %lld channels, expected %lld",

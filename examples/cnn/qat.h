@@ -14,24 +14,24 @@
 
 /* What a fake-quant set quantizes and how. */
 typedef struct cnn_fq_opts {
-    qcal_fq_preset act_preset;  /* QCAL_FQ_ACTIVATION (PyTorch's x86/fbgemm default: quint8
-                                   reduce_range [0, 127]); QCAL_FQ_ACTIVATION_FULL_RANGE:
+    qcal_fakequant_preset act_preset;  /* QCAL_FAKEQUANT_PRESET_ACTIVATION (PyTorch's x86/fbgemm default: quint8
+                                   reduce_range [0, 127]); QCAL_FAKEQUANT_PRESET_ACTIVATION_FULL_RANGE:
                                    quint8 [0, 255] (onednn/qnnpack), what qcal's int8 oneDNN
-                                   net runs. Weights are always QCAL_FQ_WEIGHT_PER_CHANNEL. */
+                                   net runs. Weights are always QCAL_FAKEQUANT_PRESET_WEIGHT_PER_CHANNEL. */
     bool quantize_logits;       /* true: the logits tap is fake-quantized too (prepare_qat
                                    puts a fake-quant on fc2's output); false: the logits stay
                                    float, as in an int8 net whose fc2 outputs f32 */
 } cnn_fq_opts;
 
-/* {QCAL_FQ_ACTIVATION, quantize_logits true}: PyTorch's default QAT. */
+/* {QCAL_FAKEQUANT_PRESET_ACTIVATION, quantize_logits true}: PyTorch's default QAT. */
 cnn_fq_opts cnn_fq_opts_default(void);
 
 /* One FakeQuantize per activation tap and one per layer weight, and the cnn_hooks that
  * apply them (forward: fake-quantize in place; backward: straight-through mask). */
 typedef struct cnn_fq_set {
-    qcal_fake_quantize *act[CNN_NTAPS];    /* NULL for a tap left float (the logits when
+    qcal_fakequant_module *act[CNN_NTAPS];    /* NULL for a tap left float (the logits when
                                               quantize_logits is false) */
-    qcal_fake_quantize *weight[CNN_NLAYERS];
+    qcal_fakequant_module *weight[CNN_NLAYERS];
     cnn_hooks hooks;   /* user points at this set */
 } cnn_fq_set;
 

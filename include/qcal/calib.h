@@ -7,18 +7,18 @@
  *
  *   qcal_calib_rules *rules = NULL;
  *   qcal_calib_rules_load("rules.txt", &rules);           // optional
- *   qcal_session_options opt;
- *   qcal_session_options_default(&opt);
+ *   qcal_calib_session_options opt;
+ *   qcal_calib_session_options_default(&opt);
  *   opt.rules = rules;
- *   qcal_session *s = NULL;
- *   qcal_session_create(&opt, &s);
+ *   qcal_calib_session *s = NULL;
+ *   qcal_calib_session_create(&opt, &s);
  *   for each batch b, for each tapped tensor t (any thread):
- *       qcal_session_observe(s, t.fqn, QCAL_ROLE_ACTIVATION, b, &t.tensor);
+ *       qcal_calib_session_observe(s, t.fqn, QCAL_CALIB_ROLE_ACTIVATION, b, &t.tensor);
  *   qcal_calib_table *table = NULL;
- *   qcal_session_table(s, &table);
- *   qcal_calib_table_write(table, QCAL_TABLE_TENSORRT, NULL, "model.cache");
+ *   qcal_calib_session_table(s, &table);
+ *   qcal_calib_table_write(table, QCAL_CALIB_FORMAT_TENSORRT, NULL, "model.cache");
  *
- * Determinism with threads. Several threads may call qcal_session_observe on one session at
+ * Determinism with threads. Several threads may call qcal_calib_session_observe on one session at
  * once (different or equal fqns). Each call carries a step (the batch index, >= 0). For each
  * (fqn, role) the session applies batches to the observer in ascending step order, so the
  * result equals a serial run that feeds steps 0, 1, 2, ... whatever the thread interleaving:
@@ -27,14 +27,14 @@
  *   - the others (moving averages, histogram family) apply a batch at once only when it is
  *     the next step; a batch that arrives early is copied into a pending queue (bounded by
  *     max_pending_bytes) and applied as soon as the steps before it arrived, or, if a step
- *     never comes (a gap), in step order by qcal_session_flush / qcal_session_table.
+ *     never comes (a gap), in step order by qcal_calib_session_flush / qcal_calib_session_table.
  * A step may be observed once per (fqn, role): a repeated or already passed step is
  * QCAL_ERR_INVALID_ARG. QCAL_STEP_AUTO (-1) numbers batches in call order per (fqn, role),
  * which is deterministic only when one thread feeds that (fqn, role).
  * Each (fqn, role) has its own lock (different layers proceed in parallel); names are found
  * through a hash map.
  *
- * Tables. qcal_session_table snapshots every entry: the range qparams come from
+ * Tables. qcal_calib_session_table snapshots every entry: the range qparams come from
  * (qcal_observer_qrange), the qparams and the counts. Tables are written as native JSON
  * (read back exactly by qcal_calib_table_read_json), a TensorRT calibration cache, an ONNX
  * Runtime calibration.cache or an ncnn .table (formats in docs/calibration.md). Every
@@ -51,21 +51,21 @@
 extern "C" {
 #endif
 
-typedef enum qcal_role {
-    QCAL_ROLE_ACTIVATION = 0,   /* "activation" */
-    QCAL_ROLE_WEIGHT = 1,       /* "weight" */
-    QCAL_ROLE_COUNT = 2
-} qcal_role;
+typedef enum qcal_calib_role {
+    QCAL_CALIB_ROLE_ACTIVATION = 0,   /* "activation" */
+    QCAL_CALIB_ROLE_WEIGHT = 1,       /* "weight" */
+    QCAL_CALIB_ROLE_COUNT = 2
+} qcal_calib_role;
 
 /* Name of a role ("activation", "weight") or "unknown". */
-QCAL_API const char *qcal_role_name(qcal_role role);
+QCAL_API const char *qcal_calib_role_name(qcal_calib_role role);
 
 /* Parses "activation" / "weight" (also "act", "w"); QCAL_ERR_INVALID_ARG otherwise. */
-QCAL_API qcal_status qcal_role_parse(const char *name, qcal_role *out);
+QCAL_API qcal_status qcal_calib_role_parse(const char *name, qcal_calib_role *out);
 
 /* Default observer config of a role: activations histogram, quint8 per_tensor_affine;
  * weights per_channel_minmax, qint8 per_channel_symmetric, axis 0. */
-QCAL_API qcal_status qcal_role_default_config(qcal_role role, qcal_observer_config *out);
+QCAL_API qcal_status qcal_calib_role_default_config(qcal_calib_role role, qcal_observer_config *out);
 
 /* ---- Rules: ordered (glob on fqn, role, observer config) list, first match wins. ---- */
 
@@ -81,16 +81,16 @@ QCAL_API void qcal_calib_rules_destroy(qcal_calib_rules **rules);
  * '*' also matches '.'), copied. any_role true matches both roles (role is then ignored).
  * cfg is validated and copied. */
 QCAL_API qcal_status qcal_calib_rules_add(qcal_calib_rules *rules, const char *glob,
-                                          bool any_role, qcal_role role,
+                                          bool any_role, qcal_calib_role role,
                                           const qcal_observer_config *cfg);
 
 /* Number of rules. */
 QCAL_API qcal_status qcal_calib_rules_count(const qcal_calib_rules *rules, int64_t *n);
 
-/* Config for (fqn, role): the first matching rule's, else qcal_role_default_config.
+/* Config for (fqn, role): the first matching rule's, else qcal_calib_role_default_config.
  * *rule_index gets the matching rule's index or -1 (rule_index may be NULL). rules may be NULL. */
 QCAL_API qcal_status qcal_calib_rules_match(const qcal_calib_rules *rules, const char *fqn,
-                                            qcal_role role, qcal_observer_config *cfg,
+                                            qcal_calib_role role, qcal_observer_config *cfg,
                                             int64_t *rule_index);
 
 /* Parses a rules text of len bytes (need not be NUL-terminated). Format, one rule a line:
@@ -111,43 +111,43 @@ QCAL_API qcal_status qcal_calib_rules_load(const char *path, qcal_calib_rules **
 
 #define QCAL_STEP_AUTO (-1)
 
-typedef struct qcal_session_options {
+typedef struct qcal_calib_session_options {
     const qcal_calib_rules *rules;  /* default NULL (role defaults only); copied at create */
     uint64_t max_pending_bytes;     /* default 1 GiB: memory for early batches waiting for
                                      * their turn (order-dependent observers); past it an
                                      * observe call fails with QCAL_ERR_NO_MEMORY */
-} qcal_session_options;
+} qcal_calib_session_options;
 
-typedef struct qcal_session qcal_session;
+typedef struct qcal_calib_session qcal_calib_session;
 
 /* Fills *opt with the defaults documented on each field. */
-QCAL_API void qcal_session_options_default(qcal_session_options *opt);
+QCAL_API void qcal_calib_session_options_default(qcal_calib_session_options *opt);
 
 /* Creates a session (opt NULL = defaults); *out owned by the caller. */
-QCAL_API qcal_status qcal_session_create(const qcal_session_options *opt, qcal_session **out);
+QCAL_API qcal_status qcal_calib_session_create(const qcal_calib_session_options *opt, qcal_calib_session **out);
 
 /* Destroys *s (NULL is fine) and sets *s to NULL. No call may be running on it. */
-QCAL_API void qcal_session_destroy(qcal_session **s);
+QCAL_API void qcal_calib_session_destroy(qcal_calib_session **s);
 
 /* Feeds one batch x (read only, never kept beyond the call unless queued as a copy) of
  * the tensor fqn in the given role at the given step (>= 0, or QCAL_STEP_AUTO).
  * Thread-safe. The first call for (fqn, role) creates its observer from the rules; errors
  * of the observer (empty tensor, channel count change, non-finite policy) are returned
  * by the call that applies the batch and leave that entry unchanged. */
-QCAL_API qcal_status qcal_session_observe(qcal_session *s, const char *fqn, qcal_role role,
+QCAL_API qcal_status qcal_calib_session_observe(qcal_calib_session *s, const char *fqn, qcal_calib_role role,
                                           int64_t step, const qcal_tensor *x);
 
 /* Applies every queued batch in step order (steps that never came are skipped). The
  * first failure is returned (with the fqn and step in the message). Thread-safe. */
-QCAL_API qcal_status qcal_session_flush(qcal_session *s);
+QCAL_API qcal_status qcal_calib_session_flush(qcal_calib_session *s);
 
 /* Number of (fqn, role) entries. */
-QCAL_API qcal_status qcal_session_count(qcal_session *s, int64_t *n);
+QCAL_API qcal_status qcal_calib_session_count(qcal_calib_session *s, int64_t *n);
 
 /* Counts of one entry: batches applied, elements applied, non-finite values skipped,
  * batches still queued. QCAL_ERR_NOT_FOUND if the session never saw (fqn, role).
  * Any output may be NULL. */
-QCAL_API qcal_status qcal_session_stats(qcal_session *s, const char *fqn, qcal_role role,
+QCAL_API qcal_status qcal_calib_session_stats(qcal_calib_session *s, const char *fqn, qcal_calib_role role,
                                         uint64_t *batches, uint64_t *elements,
                                         uint64_t *nonfinite, uint64_t *pending);
 
@@ -156,7 +156,7 @@ QCAL_API qcal_status qcal_session_stats(qcal_session *s, const char *fqn, qcal_r
 /* One (fqn, role) row of a table. Arrays have `channels` elements and belong to the table. */
 typedef struct qcal_calib_entry {
     const char *fqn;
-    qcal_role role;
+    qcal_calib_role role;
     qcal_observer_kind observer;
     qcal_dtype dtype;
     qcal_qscheme qscheme;
@@ -178,7 +178,7 @@ typedef struct qcal_calib_table qcal_calib_table;
 
 /* Flushes the session and snapshots every entry into a new table sorted by (fqn, role);
  * the session stays usable. *out owned by the caller. */
-QCAL_API qcal_status qcal_session_table(qcal_session *s, qcal_calib_table **out);
+QCAL_API qcal_status qcal_calib_session_table(qcal_calib_session *s, qcal_calib_table **out);
 
 /* Destroys *t (NULL is fine) and sets *t to NULL. */
 QCAL_API void qcal_calib_table_destroy(qcal_calib_table **t);
@@ -192,39 +192,39 @@ QCAL_API qcal_status qcal_calib_table_entry(const qcal_calib_table *t, int64_t i
 
 /* Entry of (fqn, role); QCAL_ERR_NOT_FOUND if absent. */
 QCAL_API qcal_status qcal_calib_table_find(const qcal_calib_table *t, const char *fqn,
-                                           qcal_role role, const qcal_calib_entry **out);
+                                           qcal_calib_role role, const qcal_calib_entry **out);
 
 /* amax of an entry's channel c: max(|min_val[c]|, |max_val[c]|), 0 when there is no data. */
 QCAL_API qcal_status qcal_calib_entry_amax(const qcal_calib_entry *e, int64_t c, float *amax);
 
-typedef enum qcal_table_format {
-    QCAL_TABLE_JSON = 0,          /* "json": native, every field, read back exactly */
-    QCAL_TABLE_TENSORRT = 1,      /* "tensorrt": calibration cache, activations */
-    QCAL_TABLE_ONNXRUNTIME = 2,   /* "onnxruntime": calibration.cache, activations */
-    QCAL_TABLE_NCNN = 3,          /* "ncnn": .table, weights then activations */
-} qcal_table_format;
+typedef enum qcal_calib_format {
+    QCAL_CALIB_FORMAT_JSON = 0,          /* "json": native, every field, read back exactly */
+    QCAL_CALIB_FORMAT_TENSORRT = 1,      /* "tensorrt": calibration cache, activations */
+    QCAL_CALIB_FORMAT_ONNXRUNTIME = 2,   /* "onnxruntime": calibration.cache, activations */
+    QCAL_CALIB_FORMAT_NCNN = 3,          /* "ncnn": .table, weights then activations */
+} qcal_calib_format;
 
 /* Name of a format ("json", ...) or "unknown"; parse accepts those names. */
-QCAL_API const char *qcal_table_format_name(qcal_table_format format);
-QCAL_API qcal_status qcal_table_format_parse(const char *name, qcal_table_format *out);
+QCAL_API const char *qcal_calib_format_name(qcal_calib_format format);
+QCAL_API qcal_status qcal_calib_format_parse(const char *name, qcal_calib_format *out);
 
-typedef struct qcal_table_export_options {
+typedef struct qcal_calib_export_options {
     const char *trt_version;      /* default "8601" (TensorRT 8.6.1): header TRT-<version>-<algorithm> */
     const char *trt_algorithm;    /* default "EntropyCalibration2" */
-} qcal_table_export_options;
+} qcal_calib_export_options;
 
 /* Fills *opt with the defaults documented on each field. */
-QCAL_API void qcal_table_export_options_default(qcal_table_export_options *opt);
+QCAL_API void qcal_calib_export_options_default(qcal_calib_export_options *opt);
 
 /* Formats the table into a new NUL-terminated buffer (*buf, *len without the NUL; free
  * with qcal_free). opt NULL = defaults. */
-QCAL_API qcal_status qcal_calib_table_format(const qcal_calib_table *t, qcal_table_format format,
-                                             const qcal_table_export_options *opt, char **buf,
+QCAL_API qcal_status qcal_calib_table_format(const qcal_calib_table *t, qcal_calib_format format,
+                                             const qcal_calib_export_options *opt, char **buf,
                                              size_t *len);
 
 /* Writes the formatted table to path atomically (temporary file, then rename). */
-QCAL_API qcal_status qcal_calib_table_write(const qcal_calib_table *t, qcal_table_format format,
-                                            const qcal_table_export_options *opt,
+QCAL_API qcal_status qcal_calib_table_write(const qcal_calib_table *t, qcal_calib_format format,
+                                            const qcal_calib_export_options *opt,
                                             const char *path);
 
 /* Parses a native JSON table of len bytes and validates it (ranges, qparams, counts);

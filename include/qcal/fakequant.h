@@ -131,32 +131,32 @@ QCAL_API qcal_status qcal_fakequant_learnable_per_channel_backward(
  * qparams from it, fake-quantizes (when enabled) and records the mask; backward(grad)
  * applies the mask (and in learnable mode accumulates grad_scale / grad_zero_point).
  *
- *   qcal_fake_quantize_config cfg;
- *   qcal_fake_quantize_config_default(&cfg, QCAL_FQ_WEIGHT_PER_CHANNEL);
- *   qcal_fake_quantize *fq = NULL;
- *   qcal_fake_quantize_create(&cfg, &fq);
- *   per step: qcal_fake_quantize_forward(fq, &w, w_fq);  ... qcal_fake_quantize_backward(fq, g, gw, n);
- *   qcal_fake_quantize_destroy(&fq);
+ *   qcal_fakequant_module_config cfg;
+ *   qcal_fakequant_module_config_default(&cfg, QCAL_FAKEQUANT_PRESET_WEIGHT_PER_CHANNEL);
+ *   qcal_fakequant_module *fq = NULL;
+ *   qcal_fakequant_module_create(&cfg, &fq);
+ *   per step: qcal_fakequant_module_forward(fq, &w, w_fq);  ... qcal_fakequant_module_backward(fq, g, gw, n);
+ *   qcal_fakequant_module_destroy(&fq);
  *
  * Not thread-safe: one object per quantized tensor, used by one thread at a time. */
 
-typedef enum qcal_fq_preset {
+typedef enum qcal_fakequant_preset {
     /* PyTorch's default QAT activation fake-quant (get_default_qat_qconfig('x86'/'fbgemm')):
      * moving-average MinMax, quint8, per_tensor_affine, reduce_range (effective [0, 127]),
      * averaging constant 0.01. */
-    QCAL_FQ_ACTIVATION = 0,
+    QCAL_FAKEQUANT_PRESET_ACTIVATION = 0,
     /* default_per_channel_weight_fake_quant: moving-average per-channel MinMax, qint8
      * [-128, 127], per_channel_symmetric, axis 0, averaging constant 0.01. */
-    QCAL_FQ_WEIGHT_PER_CHANNEL = 1,
+    QCAL_FAKEQUANT_PRESET_WEIGHT_PER_CHANNEL = 1,
     /* default_weight_fake_quant: moving-average MinMax, qint8 [-128, 127],
      * per_tensor_symmetric, averaging constant 0.01. */
-    QCAL_FQ_WEIGHT_PER_TENSOR = 2,
+    QCAL_FAKEQUANT_PRESET_WEIGHT_PER_TENSOR = 2,
     /* Activation preset without reduce_range (qnnpack / onednn): quint8 [0, 255]. */
-    QCAL_FQ_ACTIVATION_FULL_RANGE = 3,
-} qcal_fq_preset;
+    QCAL_FAKEQUANT_PRESET_ACTIVATION_FULL_RANGE = 3,
+} qcal_fakequant_preset;
 
-typedef struct qcal_fake_quantize_config {
-    qcal_observer_config observer;  /* default: the preset's observer (see qcal_fq_preset);
+typedef struct qcal_fakequant_module_config {
+    qcal_observer_config observer;  /* default: the preset's observer (see qcal_fakequant_preset);
                                      * any per-tensor or per-channel kind works */
     bool learnable;                 /* default false; true: LSQ (_LearnableFakeQuantize) */
     bool use_grad_scaling;          /* learnable: default false; true: grad_factor =
@@ -167,83 +167,83 @@ typedef struct qcal_fake_quantize_config {
                                      * taken from the first forward's shape[axis] */
     int64_t freeze_after;           /* default 0 = never; N > 0: after N forward steps the
                                      * observer is disabled and the qparams stay fixed */
-} qcal_fake_quantize_config;
+} qcal_fakequant_module_config;
 
-typedef struct qcal_fake_quantize qcal_fake_quantize;
+typedef struct qcal_fakequant_module qcal_fakequant_module;
 
 /* Fills *cfg with the preset's defaults (documented on each field above). */
-QCAL_API void qcal_fake_quantize_config_default(qcal_fake_quantize_config *cfg,
-                                                qcal_fq_preset preset);
+QCAL_API void qcal_fakequant_module_config_default(qcal_fakequant_module_config *cfg,
+                                                qcal_fakequant_preset preset);
 
 /* Creates a FakeQuantize object (observer and fake-quant enabled, step 0); *out owned by
- * the caller, release with qcal_fake_quantize_destroy. */
-QCAL_API qcal_status qcal_fake_quantize_create(const qcal_fake_quantize_config *cfg,
-                                               qcal_fake_quantize **out);
+ * the caller, release with qcal_fakequant_module_destroy. */
+QCAL_API qcal_status qcal_fakequant_module_create(const qcal_fakequant_module_config *cfg,
+                                               qcal_fakequant_module **out);
 
 /* Destroys *fq (NULL or *fq == NULL is fine) and sets *fq to NULL. */
-QCAL_API void qcal_fake_quantize_destroy(qcal_fake_quantize **fq);
+QCAL_API void qcal_fakequant_module_destroy(qcal_fakequant_module **fq);
 
 /* One training step's forward: observe x (if the observer is enabled and not frozen), take
  * the qparams, fake-quantize into y (numel floats; y == x->data allowed) if fake-quant is
  * enabled, else copy. Records the mask (and, learnable, a copy of x) for backward. Counts
  * the step; freezes when freeze_after is reached. On failure nothing changes. */
-QCAL_API qcal_status qcal_fake_quantize_forward(qcal_fake_quantize *fq, const qcal_tensor *x,
+QCAL_API qcal_status qcal_fakequant_module_forward(qcal_fakequant_module *fq, const qcal_tensor *x,
                                                 float *y);
 
 /* Backward of the last forward: n must equal its numel (QCAL_ERR_STATE without a forward,
  * QCAL_ERR_MISMATCH on another n). grad_x = mask ? grad_y : 0 (grad_y if fake-quant was
  * disabled); grad_x == grad_y allowed. Learnable: also adds to grad_scale/grad_zero_point. */
-QCAL_API qcal_status qcal_fake_quantize_backward(qcal_fake_quantize *fq, const float *grad_y,
+QCAL_API qcal_status qcal_fakequant_module_backward(qcal_fakequant_module *fq, const float *grad_y,
                                                  int64_t n, float *grad_x);
 
 /* Switches (PyTorch's enable_observer / enable_fake_quant). */
-QCAL_API qcal_status qcal_fake_quantize_enable_observer(qcal_fake_quantize *fq, bool enabled);
-QCAL_API qcal_status qcal_fake_quantize_enable_fake_quant(qcal_fake_quantize *fq, bool enabled);
+QCAL_API qcal_status qcal_fakequant_module_enable_observer(qcal_fakequant_module *fq, bool enabled);
+QCAL_API qcal_status qcal_fakequant_module_enable_fake_quant(qcal_fakequant_module *fq, bool enabled);
 
 /* Freezes now: observer disabled for good, qparams fixed at their current values. */
-QCAL_API qcal_status qcal_fake_quantize_freeze(qcal_fake_quantize *fq);
+QCAL_API qcal_status qcal_fakequant_module_freeze(qcal_fakequant_module *fq);
 
 /* Current switches, frozen flag and forward step count (any output may be NULL). */
-QCAL_API qcal_status qcal_fake_quantize_status(const qcal_fake_quantize *fq,
+QCAL_API qcal_status qcal_fakequant_module_status(const qcal_fakequant_module *fq,
                                                bool *observer_enabled,
                                                bool *fake_quant_enabled, bool *frozen,
                                                int64_t *steps);
 
 /* The qparams the last forward used (scale 1, zero-point 0 before any forward); for the
  * learnable mode the rounded, clamped zero-points. cap = capacity, *n = channel count. */
-QCAL_API qcal_status qcal_fake_quantize_qparams(const qcal_fake_quantize *fq, int64_t cap,
+QCAL_API qcal_status qcal_fakequant_module_qparams(const qcal_fakequant_module *fq, int64_t cap,
                                                 float *scale, int32_t *zero_point,
                                                 int64_t *n);
 
 /* Learnable mode: pointers to the object's parameters and their gradients (n values each,
  * owned by the object, valid until the next forward/load/destroy). The optimiser updates
  * *scale / *zero_point in place; the next forward clamps scales to >= eps. Gradients
- * accumulate over backward calls until qcal_fake_quantize_zero_grad. QCAL_ERR_STATE if
+ * accumulate over backward calls until qcal_fakequant_module_zero_grad. QCAL_ERR_STATE if
  * not learnable or not yet sized (per-channel before the first forward). */
-QCAL_API qcal_status qcal_fake_quantize_params(qcal_fake_quantize *fq, float **scale,
+QCAL_API qcal_status qcal_fakequant_module_params(qcal_fakequant_module *fq, float **scale,
                                                float **zero_point, float **grad_scale,
                                                float **grad_zero_point, int64_t *n);
 
 /* Learnable mode: sets grad_scale / grad_zero_point to 0. */
-QCAL_API qcal_status qcal_fake_quantize_zero_grad(qcal_fake_quantize *fq);
+QCAL_API qcal_status qcal_fakequant_module_zero_grad(qcal_fakequant_module *fq);
 
 /* The observer inside (owned by the object; read-only use). */
-QCAL_API qcal_status qcal_fake_quantize_observer(const qcal_fake_quantize *fq,
+QCAL_API qcal_status qcal_fakequant_module_observer(const qcal_fakequant_module *fq,
                                                  const qcal_observer **obs);
 
 /* Serialises config, switches, step, qparams, learnable parameters and the observer state
  * (qcal_observer_save) into a new versioned little-endian buffer (free with qcal_free). */
-QCAL_API qcal_status qcal_fake_quantize_save(const qcal_fake_quantize *fq, void **buf,
+QCAL_API qcal_status qcal_fakequant_module_save(const qcal_fakequant_module *fq, void **buf,
                                              size_t *len);
 
-/* Creates an object from a qcal_fake_quantize_save blob; malformed is QCAL_ERR_FORMAT. */
-QCAL_API qcal_status qcal_fake_quantize_load(const void *buf, size_t len,
-                                             qcal_fake_quantize **out);
+/* Creates an object from a qcal_fakequant_module_save blob; malformed is QCAL_ERR_FORMAT. */
+QCAL_API qcal_status qcal_fakequant_module_load(const void *buf, size_t len,
+                                             qcal_fakequant_module **out);
 
 /* The same as files (written atomically: temporary then rename). */
-QCAL_API qcal_status qcal_fake_quantize_save_file(const qcal_fake_quantize *fq,
+QCAL_API qcal_status qcal_fakequant_module_save_file(const qcal_fakequant_module *fq,
                                                   const char *path);
-QCAL_API qcal_status qcal_fake_quantize_load_file(const char *path, qcal_fake_quantize **out);
+QCAL_API qcal_status qcal_fakequant_module_load_file(const char *path, qcal_fakequant_module **out);
 
 #ifdef __cplusplus
 }

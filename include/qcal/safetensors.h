@@ -22,24 +22,24 @@
 extern "C" {
 #endif
 
-typedef enum qcal_st_dtype {
-    QCAL_ST_F32 = 0,
-    QCAL_ST_F16 = 1,
-    QCAL_ST_BF16 = 2,
-    QCAL_ST_F64 = 3,
-    QCAL_ST_OTHER = 4,   /* a valid safetensors dtype qcal does not convert (see dtype_name) */
-} qcal_st_dtype;
+typedef enum qcal_safetensors_dtype {
+    QCAL_SAFETENSORS_F32 = 0,
+    QCAL_SAFETENSORS_F16 = 1,
+    QCAL_SAFETENSORS_BF16 = 2,
+    QCAL_SAFETENSORS_F64 = 3,
+    QCAL_SAFETENSORS_OTHER = 4,   /* a valid safetensors dtype qcal does not convert (see dtype_name) */
+} qcal_safetensors_dtype;
 
-typedef struct qcal_st_info {
+typedef struct qcal_safetensors_tensor_info {
     const char *name;          /* tensor name, owned by the reader (valid until close) */
-    qcal_st_dtype dtype;
+    qcal_safetensors_dtype dtype;
     const char *dtype_name;    /* as in the file: "F32", "I64", ... (owned by the reader) */
     int32_t ndim;              /* 0..QCAL_MAX_DIMS */
     int64_t shape[QCAL_MAX_DIMS];
     int64_t numel;             /* product of shape (1 for a scalar) */
     int64_t nbytes;            /* bytes in the file */
     int64_t offset;            /* absolute file offset of the first byte */
-} qcal_st_info;
+} qcal_safetensors_tensor_info;
 
 typedef struct qcal_safetensors qcal_safetensors;
 
@@ -55,7 +55,7 @@ QCAL_API qcal_status qcal_safetensors_count(const qcal_safetensors *st, int64_t 
 
 /* Describes tensor i (0 <= i < count); tensors are numbered in data-offset order. */
 QCAL_API qcal_status qcal_safetensors_info(const qcal_safetensors *st, int64_t i,
-                                           qcal_st_info *info);
+                                           qcal_safetensors_tensor_info *info);
 
 /* Index of the tensor called name, or QCAL_ERR_NOT_FOUND. */
 QCAL_API qcal_status qcal_safetensors_find(const qcal_safetensors *st, const char *name,

@@ -34,20 +34,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     char *json = NULL;
     size_t len = 0;
-    FUZZ_CHECK(qcal_calib_table_format(t, QCAL_TABLE_JSON, NULL, &json, &len) == QCAL_OK);
+    FUZZ_CHECK(qcal_calib_table_format(t, QCAL_CALIB_FORMAT_JSON, NULL, &json, &len) == QCAL_OK);
     qcal_calib_table *t2 = NULL;
     FUZZ_CHECK(qcal_calib_table_parse_json(json, len, &t2) == QCAL_OK);
     char *json2 = NULL;
     size_t len2 = 0;
-    FUZZ_CHECK(qcal_calib_table_format(t2, QCAL_TABLE_JSON, NULL, &json2, &len2) == QCAL_OK);
+    FUZZ_CHECK(qcal_calib_table_format(t2, QCAL_CALIB_FORMAT_JSON, NULL, &json2, &len2) == QCAL_OK);
     FUZZ_CHECK(len == len2 && memcmp(json, json2, len) == 0);
     qcal_free(json);
     qcal_free(json2);
     qcal_calib_table_destroy(&t2);
-    for (int f = QCAL_TABLE_TENSORRT; f <= QCAL_TABLE_NCNN; f++) {
+    for (int f = QCAL_CALIB_FORMAT_TENSORRT; f <= QCAL_CALIB_FORMAT_NCNN; f++) {
         char *out = NULL;
         size_t olen = 0;
-        qcal_status fs = qcal_calib_table_format(t, (qcal_table_format)f, NULL, &out, &olen);
+        qcal_status fs = qcal_calib_table_format(t, (qcal_calib_format)f, NULL, &out, &olen);
         if (fs == QCAL_OK) {
             FUZZ_CHECK(out && strlen(out) == olen);
             qcal_free(out);

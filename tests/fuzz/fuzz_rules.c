@@ -19,10 +19,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(qcal_calib_rules_count(r, &n) == QCAL_OK && n >= 0);
     static const char *const names[] = { "", "features.0", "fc1.weight", "a b", "x[0]", "*" };
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
-        for (int role = QCAL_ROLE_ACTIVATION; role <= QCAL_ROLE_WEIGHT; role++) {
+        for (int role = QCAL_CALIB_ROLE_ACTIVATION; role <= QCAL_CALIB_ROLE_WEIGHT; role++) {
             qcal_observer_config cfg;
             int64_t idx = -2;
-            FUZZ_CHECK(qcal_calib_rules_match(r, names[k], (qcal_role)role, &cfg, &idx) == QCAL_OK);
+            FUZZ_CHECK(qcal_calib_rules_match(r, names[k], (qcal_calib_role)role, &cfg, &idx) == QCAL_OK);
             FUZZ_CHECK(idx >= -1 && idx < n);
             qcal_observer *o = NULL;
             qcal_status os = qcal_observer_create(&cfg, &o);

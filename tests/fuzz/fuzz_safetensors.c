@@ -49,7 +49,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static float buf[CHUNK];
     int64_t total_bytes = 0;
     for (int64_t i = 0; i < n; i++) {
-        qcal_st_info info;
+        qcal_safetensors_tensor_info info;
         FUZZ_CHECK(qcal_safetensors_info(st, i, &info) == QCAL_OK);
         FUZZ_CHECK(info.ndim >= 0 && info.ndim <= QCAL_MAX_DIMS);
         FUZZ_CHECK(info.nbytes >= 0 && info.offset >= 8);
@@ -63,7 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             qcal_status r = qcal_safetensors_read_f32(st, i, start, cnt, buf);
             if (r != QCAL_OK) {
                 fuzz_check_failure(r);
-                FUZZ_CHECK(info.dtype == QCAL_ST_OTHER);
+                FUZZ_CHECK(info.dtype == QCAL_SAFETENSORS_OTHER);
                 break;
             }
         }
@@ -74,7 +74,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     FUZZ_CHECK(total_bytes <= (int64_t)size);
     /* Out-of-range requests must fail cleanly. */
-    qcal_st_info info;
+    qcal_safetensors_tensor_info info;
     FUZZ_CHECK(qcal_safetensors_info(st, n, &info) < 0);
     FUZZ_CHECK(qcal_safetensors_read_f32(st, -1, 0, 1, buf) < 0);
     if (n > 0) {
