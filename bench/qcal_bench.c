@@ -142,6 +142,8 @@ typedef void (*op_fn)(void *ctx);
 
 /* Warm-up, then repeated samples; each sample runs `inner` calls so that it lasts at least
  * ~2 ms (small tensors); samples until ~budget seconds or max_reps. Median/min/max per call. */
+static int g_paired_sample; /* 1: a sample of a pair (fewer repeats; the pairs give the spread) */
+
 static timing measure(op_fn fn, void *ctx, double budget)
 {
     double t0 = now_s();
@@ -160,7 +162,7 @@ static timing measure(op_fn fn, void *ctx, double budget)
     }
     double per = first > 1e-9 ? first : 1e-9;
     int reps = (int)(budget / (per * inner));
-    int min_reps = g_quick ? 3 : 7, max_reps = g_quick ? 9 : 41;
+    int min_reps = g_quick || g_paired_sample ? 3 : 7, max_reps = g_quick ? 9 : 41;
     if (reps < min_reps)
         reps = min_reps;
     if (reps > max_reps)
@@ -543,7 +545,11 @@ typedef struct row_result {
     double gbps, limit, fraction;
     int have_torch;
     timing t;
-    double ratio;     /* torch_s / qcal_s */
+    double ratio;     /* median over the pairs of torch_s / qcal_s */
+    double ratio_lo, ratio_hi;   /* spread of the paired ratios */
+    double frac_lo, frac_hi;     /* spread of the paired fractions of the limit */
+    int pairs;
+    bench_bandwidth bw;          /* the probe paired with this row (medians), or the run's */
     char target[96];
     int pass;         /* 1, 0, -1 = not evaluable */
     uint64_t hash;
@@ -635,11 +641,11 @@ static int torch_start(torch_server *ts, const char *cmd, int threads)
 }
 
 /* Times one row in PyTorch; returns 1 with *t filled, 0 if PyTorch could not. */
-static int torch_row(torch_server *ts, const row_def *d, timing *t)
+static int torch_row(torch_server *ts, const row_def *d, double budget, timing *t)
 {
     if (!ts->to || !ts->from)
         return 0;
-    fprintf(ts->to, "%s %lld\n", d->name, (long long)d->elements);
+    fprintf(ts->to, "%s %lld %g\n", d->name, (long long)d->elements, budget);
     fflush(ts->to);
     char line[4096];
     if (!fgets(line, sizeof line, ts->from)) {
@@ -898,13 +904,10 @@ static void fmt_time(char *buf, size_t cap, double s)
         snprintf(buf, cap, "%.3f s", s);
 }
 
-static void evaluate(const row_def *d, row_result *rr, const bench_bandwidth *bw)
+/* The verdict of a row from its paired medians (rr->fraction, rr->ratio, set by the
+ * caller: medians over the pairs of the per-pair values). */
+static void evaluate(const row_def *d, row_result *rr)
 {
-    rr->gbps = d->bytes_per_el > 0 ? (double)rr->elements * d->bytes_per_el / rr->q.med * 1e-9
-                                   : NAN;
-    rr->limit = d->limit == LIM_READ ? bw->read_gbps : d->limit == LIM_COPY ? bw->copy_gbps : NAN;
-    rr->fraction = rr->gbps / rr->limit;
-    rr->ratio = rr->have_torch ? rr->t.med / rr->q.med : NAN;
     char *t = rr->target;
     t[0] = 0;
     int pass = -1;
@@ -929,8 +932,11 @@ static void evaluate(const row_def *d, row_result *rr, const bench_bandwidth *bw
 
 static void print_table(const int *selected, row_result (*res)[MAXT], int nt)
 {
+    printf("\nEach row: qcal, PyTorch and the bandwidth probe measured interleaved in pairs; "
+           "'of limit' and 'vs PyTorch' are the medians of the paired values (spread over the "
+           "pairs in parentheses); the verdict uses the medians.\n");
     printf("\n| operation | threads | elements | qcal median (min - max) | qcal GB/s | limit GB/s "
-           "| of limit | PyTorch median | vs PyTorch | target | pass | 1t = 2t bits |\n");
+           "| of limit (spread) | PyTorch median | vs PyTorch (spread) | target | pass | 1t = 2t bits |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int r = 0; r < NROWS; r++) {
         if (!selected[r])
@@ -943,15 +949,20 @@ static void print_table(const int *selected, row_result (*res)[MAXT], int nt)
             fmt_time(b1, sizeof b1, rr->q.min);
             fmt_time(c, sizeof c, rr->q.max);
             fmt_time(tt, sizeof tt, rr->have_torch ? rr->t.med : -1);
-            char gb[24] = "-", lim[24] = "-", fr[24] = "-", ratio[24] = "-";
+            char gb[24] = "-", lim[24] = "-", fr[48] = "-", ratio[48] = "-";
             if (isfinite(rr->gbps))
                 snprintf(gb, sizeof gb, "%.1f", rr->gbps);
             if (isfinite(rr->limit))
                 snprintf(lim, sizeof lim, "%.1f", rr->limit);
+            char fr_[48] = "-", ratio_[48] = "-";
             if (isfinite(rr->fraction))
-                snprintf(fr, sizeof fr, "%.0f%%", rr->fraction * 100);
+                snprintf(fr_, sizeof fr_, "%.0f%% (%.0f-%.0f)", rr->fraction * 100,
+                         rr->frac_lo * 100, rr->frac_hi * 100);
             if (rr->have_torch)
-                snprintf(ratio, sizeof ratio, "%.1fx", rr->ratio);
+                snprintf(ratio_, sizeof ratio_, "%.2fx (%.2f-%.2f)", rr->ratio, rr->ratio_lo,
+                         rr->ratio_hi);
+            snprintf(fr, sizeof fr, "%s", fr_);
+            snprintf(ratio, sizeof ratio, "%s", ratio_);
             printf("| %s%s%s | %d | %lld | %s (%s - %s) | %s | %s | %s | %s | %s | %s | %s | %s |\n",
                    d->label, rr->note[0] ? ": " : "", rr->note, rr->threads,
                    (long long)rr->elements, a, b1, c, gb, lim, fr, tt, ratio,
@@ -999,12 +1010,18 @@ static int write_json(const char *path, const int *selected, row_result (*res)[M
             json_num_out(f, "limit_fraction", rr->fraction, 0);
             json_num_out(f, "torch_s", rr->have_torch ? rr->t.med : NAN, 0);
             json_num_out(f, "torch_ratio", rr->have_torch ? rr->ratio : NAN, 0);
+            json_num_out(f, "torch_ratio_min", rr->have_torch ? rr->ratio_lo : NAN, 0);
+            json_num_out(f, "torch_ratio_max", rr->have_torch ? rr->ratio_hi : NAN, 0);
+            json_num_out(f, "limit_fraction_min", rr->frac_lo, 0);
+            json_num_out(f, "limit_fraction_max", rr->frac_hi, 0);
+            fprintf(f, "\"pairs\": %d, ", rr->pairs);
             fprintf(f, "\"target\": %s%s%s, ", rr->target[0] ? "\"" : "",
                     rr->target[0] ? rr->target : "null", rr->target[0] ? "\"" : "");
             fprintf(f, "\"pass\": %s, ", rr->pass < 0 ? "null" : rr->pass ? "true" : "false");
             fprintf(f, "\"bit_identical\": %s, ",
                     rr->identical < 0 ? "null" : rr->identical ? "true" : "false");
-            const bench_bandwidth *b = &bw[ti];
+            const bench_bandwidth *b = &rr->bw;
+            (void)bw;
             fprintf(f, "\"read_gbps\": %.6g, \"copy_gbps\": %.6g, \"note\": \"%s\"}",
                     b->read_gbps, b->copy_gbps, rr->note);
         }
@@ -1084,6 +1101,87 @@ static void scaling(bench *b, const int *threads, int nt)
 }
 
 /* ---- main ------------------------------------------------------------------------------ */
+
+static double median_of(double *v, int n, double *lo, double *hi)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_d);
+    if (lo)
+        *lo = v[0];
+    if (hi)
+        *hi = v[n - 1];
+    return v[n / 2];
+}
+
+/* One row measured in pairs: each pair times qcal, then PyTorch (if it has the op), then
+ * the bandwidth probe (if the row is bandwidth-bound), back to back, so that a busy
+ * machine slows every member of a pair alike. The row keeps the medians over the pairs of
+ * qcal's time, PyTorch's time, the ratio torch/qcal and the fraction of the limit, with the
+ * spread (min - max) of the ratios and fractions. */
+static void paired_row(bench *b, const row_def *d, row_result *rr, torch_server *ts,
+                       int use_torch, int threads, bench_bandwidth *bw_row)
+{
+    enum { MAXP = 15 };
+    int pairs = g_quick ? 3 : 7;
+    double budget = g_quick ? 0.05 : 0.15;
+    double q[MAXP], qmin[MAXP], qmax[MAXP], tt[MAXP], ratio[MAXP], frac[MAXP], rd[MAXP],
+        cp[MAXP];
+    int nt = 0, nf = 0;
+    d->fn(b); /* warm-up */
+    g_paired_sample = 1;
+    for (int k = 0; k < pairs; k++) {
+        timing s = measure(d->fn, b, budget);
+        q[k] = s.med;
+        qmin[k] = s.min;
+        qmax[k] = s.max;
+        timing ts_ = {0};
+        if (d->torch && use_torch) {
+            settle();
+            if (torch_row(ts, d, budget, &ts_)) {
+                tt[nt] = ts_.med;
+                ratio[nt] = ts_.med / s.med;
+                nt++;
+            }
+        }
+        if (d->limit != LIM_NONE) {
+            bench_bandwidth bw;
+            if (bench_bandwidth_measure(threads, g_quick ? (64ll << 20) : (256ll << 20), 1,
+                                        &bw) == 0) {
+                double lim = d->limit == LIM_READ ? bw.read_gbps : bw.copy_gbps;
+                double gbps = (double)rr->elements * d->bytes_per_el / s.med * 1e-9;
+                rd[nf] = bw.read_gbps;
+                cp[nf] = bw.copy_gbps;
+                frac[nf++] = gbps / lim;
+            }
+        }
+        settle();
+    }
+    g_paired_sample = 0;
+    double lo, hi;
+    rr->pairs = pairs;
+    rr->q.med = median_of(q, pairs, NULL, NULL);
+    rr->q.min = median_of(qmin, pairs, &lo, NULL);
+    rr->q.min = lo;
+    rr->q.max = median_of(qmax, pairs, NULL, &hi);
+    rr->q.max = hi;
+    rr->q.reps = pairs;
+    rr->gbps = d->bytes_per_el > 0 ? (double)rr->elements * d->bytes_per_el / rr->q.med * 1e-9
+                                   : NAN;
+    rr->limit = rr->fraction = rr->frac_lo = rr->frac_hi = NAN;
+    if (nf) {
+        rr->fraction = median_of(frac, nf, &rr->frac_lo, &rr->frac_hi);
+        double r = median_of(rd, nf, NULL, NULL), c = median_of(cp, nf, NULL, NULL);
+        rr->limit = d->limit == LIM_READ ? r : c;
+        bw_row->read_gbps = r;
+        bw_row->copy_gbps = c;
+    }
+    rr->have_torch = nt > 0;
+    rr->ratio = rr->ratio_lo = rr->ratio_hi = NAN;
+    if (nt) {
+        rr->t.med = median_of(tt, nt, &rr->t.min, &rr->t.max);
+        rr->t.reps = nt;
+        rr->ratio = median_of(ratio, nt, &rr->ratio_lo, &rr->ratio_hi);
+    }
+}
 
 int main(int argc, char **argv)
 {
@@ -1177,6 +1275,7 @@ int main(int argc, char **argv)
             row_result *rr = &res[r][ti];
             rr->threads = t;
             rr->elements = d->elements;
+            rr->bw = bw[ti];
             b->kind = d->kind;
             b->in = d->input == 0 ? &b->t16 : d->input == 1 ? &b->tw : &b->tact;
             fprintf(stderr, "qcal_bench: %s, %d thread(s)\n", d->name, t);
@@ -1218,6 +1317,10 @@ int main(int argc, char **argv)
                 qsort(ratio, (size_t)pairs, sizeof(double), cmp_d);
                 timing q = {tc[pairs / 2], tc[0], tc[pairs - 1], pairs};
                 rr->q = q;
+                rr->gbps = rr->limit = rr->fraction = rr->frac_lo = rr->frac_hi = NAN;
+                rr->ratio = rr->ratio_lo = rr->ratio_hi = NAN;
+                rr->have_torch = 0;
+                rr->pairs = pairs;
                 snprintf(rr->note, sizeof rr->note,
                          "%d x %d images, float forward %.1f ms (min %.1f), observer "
                          "overhead %.1f%% (median of %d paired runs)",
@@ -1225,13 +1328,10 @@ int main(int argc, char **argv)
                          (ratio[pairs / 2] - 1) * 100, pairs);
             } else
 #endif
-                rr->q = measure(d->fn, b, g_quick ? 0.2 : 0.8);
-            rr->have_torch = 0;
-            if (d->torch && torch_cmd) {
-                settle();
-                rr->have_torch = torch_row(&ts, d, &rr->t);
+            {
+                paired_row(b, d, rr, &ts, torch_cmd != NULL, t, &rr->bw);
             }
-            evaluate(d, rr, &bw[ti]);
+            evaluate(d, rr);
             rr->identical = -1;
             if (ti > 0) {
                 rr->identical = rr->hash == res[r][0].hash;

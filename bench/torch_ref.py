@@ -6,9 +6,9 @@ Usage (run with /usr/bin/python3, Debian's python3-torch):
     torch_ref.py --threads T OP=ELEMENTS [OP=ELEMENTS ...] [--quick]
     torch_ref.py --threads T --op OP --elements N
     torch_ref.py --threads T --serve     (prints {"ready": true} once torch is imported, then
-                                          reads "OP ELEMENTS" lines on stdin and answers each
-                                          with one JSON line; qcal_bench interleaves PyTorch
-                                          and qcal row by row this way)
+                                          reads "OP ELEMENTS [BUDGET_S]" lines on stdin and
+                                          answers each with one JSON line; qcal_bench
+                                          interleaves PyTorch and qcal samples in pairs)
 Output lines: {"op", "threads", "elements", "median_s", "min_s", "max_s", "reps"} (seconds per
 call; warm-up, then the median of repeats), or {"op", "error"} for an unknown op or a
 size that does not match the op's shape. Data: standard normal (torch.manual_seed(0));
@@ -54,7 +54,7 @@ def numel(shape):
     return n
 
 
-def measure(fn, budget, quick):
+def measure(fn, budget, quick, paired=False):
     """Warm-up, then samples of `inner` calls (>= ~2 ms each); per-call median/min/max."""
     t0 = time.perf_counter()
     fn()
@@ -68,7 +68,7 @@ def measure(fn, budget, quick):
     elif first < 0.3:
         fn()
     reps = int(budget / (max(first, 1e-9) * inner))
-    lo, hi = (3, 9) if quick else (7, 41)
+    lo, hi = (3, 9) if quick or paired else (7, 41)
     reps = max(lo, min(hi, reps))
     samples = []
     for _ in range(reps):
@@ -159,8 +159,13 @@ def make_op(op, x):
     return None
 
 
-def run_one(op, n, threads, quick):
-    """Times one op; returns the JSON object (with "error" on failure)."""
+_cache = {}
+
+
+def run_one(op, n, threads, quick, budget=None):
+    """Times one op; returns the JSON object (with "error" on failure). The op and its data
+    are kept for the next request of the same op (qcal_bench asks for several paired
+    samples of a row in a row)."""
     out = {"op": op, "threads": threads, "elements": n}
     shape = SHAPES.get(op)
     if shape is None:
@@ -169,13 +174,19 @@ def run_one(op, n, threads, quick):
         out["error"] = "elements %d do not match the op's shape %s" % (n, list(shape))
     else:
         try:
-            x = torch.randn(*shape) if op != "histogram_qparams" else None
-            fn = make_op(op, x)
+            if _cache.get("op") != op:
+                _cache.clear()
+                x = torch.randn(*shape) if op != "histogram_qparams" else None
+                _cache.update(op=op, fn=make_op(op, x), x=x)
+            fn = _cache["fn"]
+            budget_given = budget is not None
+            if budget is None:
+                budget = 0.2 if quick else 0.8
             with torch.no_grad() if "backward" not in op else torch.enable_grad():
-                med, mn, mx, reps = measure(fn, 0.2 if quick else 0.8, quick)
+                med, mn, mx, reps = measure(fn, budget, quick, paired=budget_given)
             out.update(median_s=med, min_s=mn, max_s=mx, reps=reps)
-            del fn, x
         except Exception as e:  # reported per op; the other ops still run
+            _cache.clear()
             out["error"] = "%s: %s" % (type(e).__name__, e)
     return out
 
@@ -206,7 +217,8 @@ def main():
             if not parts:
                 continue
             n = int(parts[1]) if len(parts) > 1 else None
-            print(json.dumps(run_one(parts[0], n, a.threads, a.quick)), flush=True)
+            budget = float(parts[2]) if len(parts) > 2 else None
+            print(json.dumps(run_one(parts[0], n, a.threads, a.quick, budget)), flush=True)
     return 0
 
 
