@@ -21,7 +21,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "qcal/calib.h"
 #include "qcal/int8.h"
+#include "qcal/observer.h"
+#include "qcal/tensor.h"
 
 enum { N_CAL = 64, C1 = 32, C2 = 64, F1 = 128, F2 = 10 };
 
@@ -100,20 +103,6 @@ static void linear(const float *x, int64_t n, int64_t k, const float *w, const f
         }
 }
 
-/* MinMaxObserver(quint8) qparams of x. */
-static void qparams(const float *x, int64_t n, float *scale, int32_t *zp)
-{
-    float mn = 0.0f, mx = 0.0f;
-    for (int64_t i = 0; i < n; i++) {
-        mn = fminf(mn, x[i]);
-        mx = fmaxf(mx, x[i]);
-    }
-    float s = fmaxf((mx - mn) / 255.0f, FLT_EPSILON);
-    int32_t z = -(int32_t)nearbyintf(mn / s);
-    *scale = s;
-    *zp = z < 0 ? 0 : (z > 255 ? 255 : z);
-}
-
 #define CHECK(call)                                                                       \
     do {                                                                                  \
         qcal_status st_ = (call);                                                         \
@@ -159,18 +148,67 @@ int main(int argc, char **argv)
     float *a2 = malloc((size_t)N_CAL * C2 * 196 * sizeof(float));
     float *p2 = malloc((size_t)N_CAL * 3136 * sizeof(float));
     float *f1 = malloc((size_t)N_CAL * F1 * sizeof(float)), *ref = malloc(N_CAL * F2 * sizeof(float));
-    float s[4];
-    int32_t z[4];
-    qparams(x, N_CAL * 784, &s[0], &z[0]);
+    /* float activations at the four layer inputs -> a calibration session (minmax, quint8
+     * per_tensor_affine) -> a table the int8 net is built from (weights: per-channel observer) */
     conv3x3_relu(x, N_CAL, 1, 28, w1, b1, C1, a1);
-    qparams(a1, (int64_t)N_CAL * C1 * 784, &s[1], &z[1]);
     pool2(a1, N_CAL * C1, 28, p1);
     conv3x3_relu(p1, N_CAL, C1, 14, w2, b2, C2, a2);
-    qparams(a2, (int64_t)N_CAL * C2 * 196, &s[2], &z[2]);
     pool2(a2, N_CAL * C2, 14, p2);
     linear(p2, N_CAL, 3136, w3, b3, F1, 1, f1);
-    qparams(f1, N_CAL * F1, &s[3], &z[3]);
     linear(f1, N_CAL, F1, w4, b4, F2, 0, ref);
+    qcal_calib_table *table = NULL;
+    {
+        qcal_observer_config mm;
+        qcal_observer_config_default(&mm, QCAL_OBSERVER_MINMAX);
+        qcal_calib_rules *rules = NULL;
+        CHECK(qcal_calib_rules_create(&rules));
+        CHECK(qcal_calib_rules_add(rules, "*", false, QCAL_CALIB_ROLE_ACTIVATION, &mm));
+        qcal_calib_session_options so;
+        qcal_calib_session_options_default(&so);
+        so.rules = rules;
+        qcal_calib_session *cs = NULL;
+        CHECK(qcal_calib_session_create(&so, &cs));
+        static const char *const names[4] = {"conv1", "conv2", "fc1", "fc2"};
+        float *taps[4] = {x, p1, p2, f1};
+        const int64_t numel[4] = {784, C1 * 196, 3136, F1};
+        for (int i = 0; i < 4; i++) {
+            qcal_tensor t;
+            const int64_t shape[2] = {N_CAL, numel[i]};
+            CHECK(qcal_tensor_init(&t, taps[i], 2, shape));
+            CHECK(qcal_calib_session_observe(cs, names[i], QCAL_CALIB_ROLE_ACTIVATION, 0, &t));
+        }
+        CHECK(qcal_calib_session_table(cs, &table));
+        qcal_calib_session_destroy(&cs);
+        qcal_calib_rules_destroy(&rules);
+    }
+    qcal_int8_layer_desc layers[9];
+    qcal_int8_layer_desc_default(&layers[0], QCAL_INT8_CONV2D);
+    layers[0].fqn = "conv1";
+    layers[0].conv.out_channels = C1;
+    layers[0].conv.kernel_h = layers[0].conv.kernel_w = 3;
+    layers[0].conv.pad_h = layers[0].conv.pad_w = 1;
+    layers[0].conv.weight = w1;
+    layers[0].conv.bias = b1;
+    qcal_int8_layer_desc_default(&layers[1], QCAL_INT8_RELU);
+    qcal_int8_layer_desc_default(&layers[2], QCAL_INT8_MAXPOOL2D);
+    layers[3] = layers[0];
+    layers[3].fqn = "conv2";
+    layers[3].conv.out_channels = C2;
+    layers[3].conv.weight = w2;
+    layers[3].conv.bias = b2;
+    layers[4] = layers[1];
+    layers[5] = layers[2];
+    qcal_int8_layer_desc_default(&layers[6], QCAL_INT8_LINEAR);
+    layers[6].fqn = "fc1";
+    layers[6].linear.out_features = F1;
+    layers[6].linear.weight = w3;
+    layers[6].linear.bias = b3;
+    layers[7] = layers[1];
+    qcal_int8_layer_desc_default(&layers[8], QCAL_INT8_LINEAR);
+    layers[8].fqn = "fc2";
+    layers[8].linear.out_features = F2;
+    layers[8].linear.weight = w4;
+    layers[8].linear.bias = b4;
 
     static const int64_t chunks[] = {64, 128, 256, 512, 1024};
     printf("int8 CNN on %lld random 28x28 images (qcal_int8_net, oneDNN)\n", (long long)n);
@@ -183,28 +221,7 @@ int main(int argc, char **argv)
         opt.chunk_parallel = par;
         qcal_int8_net *net = NULL;
         const int64_t shape[3] = {1, 28, 28};
-        CHECK(qcal_int8_net_create(&opt, 3, shape, s[0], z[0], &net));
-        qcal_int8_conv2d_params c;
-        qcal_int8_conv2d_params_default(&c);
-        c.kernel_h = c.kernel_w = 3;
-        c.pad_h = c.pad_w = 1;
-        c.relu = true;
-        c.out_channels = C1; c.weight = w1; c.bias = b1; c.out_scale = s[1]; c.out_zero_point = z[1];
-        CHECK(qcal_int8_net_add_conv2d(net, &c));
-        qcal_int8_pool2d_params pp;
-        qcal_int8_pool2d_params_default(&pp);
-        CHECK(qcal_int8_net_add_maxpool2d(net, &pp));
-        c.out_channels = C2; c.weight = w2; c.bias = b2; c.out_scale = s[2]; c.out_zero_point = z[2];
-        CHECK(qcal_int8_net_add_conv2d(net, &c));
-        CHECK(qcal_int8_net_add_maxpool2d(net, &pp));
-        qcal_int8_linear_params l;
-        qcal_int8_linear_params_default(&l);
-        l.out_features = F1; l.weight = w3; l.bias = b3; l.relu = true;
-        l.out_scale = s[3]; l.out_zero_point = z[3];
-        CHECK(qcal_int8_net_add_linear(net, &l));
-        qcal_int8_linear_params_default(&l);
-        l.out_features = F2; l.weight = w4; l.bias = b4; l.out_type = QCAL_INT8_OUT_F32;
-        CHECK(qcal_int8_net_add_linear(net, &l));
+        CHECK(qcal_int8_net_from_table(&opt, table, 3, shape, 9, layers, NULL, &net));
 
         /* verify on the calibration images */
         CHECK(qcal_int8_net_forward(net, N_CAL, x, logits));
@@ -257,6 +274,7 @@ int main(int argc, char **argv)
         qcal_int8_net_destroy(&net);
     }
     free(w1); free(b1); free(w2); free(b2); free(w3); free(b3); free(w4); free(b4);
+    qcal_calib_table_destroy(&table);
     free(x); free(logits); free(a1); free(p1); free(a2); free(p2); free(f1); free(ref);
     return 0;
 }

@@ -44,6 +44,7 @@ SHAPES = {
     "fakequant_forward_backward": (M16,),
     "learnable_backward": (M16,),
     "stats_logger": (M16,),
+    "int8_cnn": (10000, 1, 28, 28),   # any multiple of 784 elements: (elements / 784, 1, 28, 28)
 }
 
 
@@ -80,8 +81,48 @@ def measure(fn, budget, quick, paired=False):
     return samples[len(samples) // 2], samples[0], samples[-1], reps
 
 
+_int8_cnn = None
+
+
+def int8_cnn_model():
+    """The demo CNN (examples/cnn) converted by FX post-training quantization with the onednn
+    backend (PyTorch's int8 engine on x86 VNNI): random weights, calibrated on 64 images.
+    Built once per process and cached (conversion takes seconds)."""
+    global _int8_cnn
+    if _int8_cnn is None:
+        from torch import nn
+        from torch.ao.quantization import get_default_qconfig_mapping
+        from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv1 = nn.Conv2d(1, 32, 3, padding=1)
+                self.conv2 = nn.Conv2d(32, 64, 3, padding=1)
+                self.pool = nn.MaxPool2d(2)
+                self.fc1 = nn.Linear(3136, 128)
+                self.fc2 = nn.Linear(128, 10)
+
+            def forward(self, x):
+                x = self.pool(torch.relu(self.conv1(x)))
+                x = self.pool(torch.relu(self.conv2(x)))
+                x = torch.flatten(x, 1)
+                return self.fc2(torch.relu(self.fc1(x)))
+
+        torch.backends.quantized.engine = "onednn"
+        ex = torch.randn(64, 1, 28, 28)
+        m = prepare_fx(Net().eval(), get_default_qconfig_mapping("onednn"), (ex,))
+        with torch.no_grad():
+            m(ex)
+        _int8_cnn = convert_fx(m)
+    return _int8_cnn
+
+
 def make_op(op, x):
     """Returns a zero-argument callable doing one call of op on x."""
+    if op == "int8_cnn":
+        q = int8_cnn_model()
+        return lambda: q(x)
     if op == "minmax":
         o = obs_mod.MinMaxObserver()
         return lambda: (o.reset_min_max_vals(), o(x))
@@ -168,6 +209,8 @@ def run_one(op, n, threads, quick, budget=None):
     samples of a row in a row)."""
     out = {"op": op, "threads": threads, "elements": n}
     shape = SHAPES.get(op)
+    if op == "int8_cnn" and n is not None and n > 0 and n % 784 == 0:
+        shape = (n // 784, 1, 28, 28)
     if shape is None:
         out["error"] = "unknown op"
     elif n is not None and n != numel(shape):

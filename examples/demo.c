@@ -317,13 +317,13 @@ static int check_dataset(const char *dir)
         }                                                                                      \
     } while (0)
 
-/* ---- Quantization parameters of the model -------------------------------------------- */
+/* ---- int8 nets ----------------------------------------------------------------------- */
 
-/* Activation qparams at the four layer inputs and per-channel weight scales. */
+/* QAT qparams (examples/cnn/qat.c's export): activation qparams at the four layer inputs and
+ * per-channel weight scales. Post-training results come as calibration tables instead. */
 typedef struct model_qparams {
     float act_scale[NSEG];
     int32_t act_zp[NSEG];
-    float act_min[NSEG], act_max[NSEG];   /* range the qparams come from (report) */
     float *wscale[NSEG];                  /* [out channels] each */
 } model_qparams;
 
@@ -335,96 +335,85 @@ static void qparams_free(model_qparams *q)
     }
 }
 
-static qcal_status qparams_alloc(model_qparams *q)
-{
-    for (int l = 0; l < NSEG; l++) {
-        int64_t shape[4];
-        cnn_param_shape(2 * l, shape);
-        q->wscale[l] = qcal_malloc((size_t)shape[0] * sizeof(float));
-        if (!q->wscale[l]) {
-            qparams_free(q);
-            return QCAL_ERR_NO_MEMORY;
-        }
-    }
-    return QCAL_OK;
-}
+/* The float CNN as int8 layers, in order: conv1 relu pool | conv2 relu pool | fc1 relu | fc2.
+ * Segment s (0 conv1+ReLU+pool, 1 conv2+ReLU+pool, 2 fc1+ReLU, 3 fc2) is layers
+ * seg_first[s] .. seg_first[s + 1] - 1. */
+enum { NLAYERS = 9 };
+static const int seg_first[NSEG + 1] = {0, 3, 6, 8, 9};
 
-static qcal_status qparams_from_table(const qcal_calib_table *t, model_qparams *q)
+static void describe_layers(const cnn_model *m, qcal_int8_layer_desc d[NLAYERS])
 {
-    qcal_status st = qparams_alloc(q);
-    for (int l = 0; l < NSEG && st == QCAL_OK; l++) {
-        const qcal_calib_entry *e = NULL;
-        char wname[64];
-        if ((st = qcal_calib_table_find(t, cnn_layer_name(l), QCAL_CALIB_ROLE_ACTIVATION, &e)) != QCAL_OK)
-            break;
-        q->act_scale[l] = e->scale[0];
-        q->act_zp[l] = e->zero_point[0];
-        q->act_min[l] = e->min_val[0];
-        q->act_max[l] = e->max_val[0];
-        snprintf(wname, sizeof wname, "%s.weight", cnn_layer_name(l));
-        if ((st = qcal_calib_table_find(t, wname, QCAL_CALIB_ROLE_WEIGHT, &e)) != QCAL_OK)
-            break;
-        int64_t shape[4];
-        cnn_param_shape(2 * l, shape);
-        if (e->channels != shape[0]) {
-            st = qcal_error(QCAL_ERR_MISMATCH, "table entry %s has %lld channels, the layer %lld", wname,
-                            (long long)e->channels, (long long)shape[0]);
-            break;
-        }
-        memcpy(q->wscale[l], e->scale, (size_t)shape[0] * sizeof(float));
-    }
-    if (st != QCAL_OK)
-        qparams_free(q);
-    return st;
-}
-
-/* ---- int8 nets ----------------------------------------------------------------------- */
-
-/* Builds the int8 net of segments first..last (0 conv1+ReLU+pool, 1 conv2+ReLU+pool,
- * 2 fc1+ReLU, 3 fc2 with f32 logits). Segment s reads tap s (quantized with its qparams) and
- * writes u8 codes with tap s+1's qparams (the next layer's input). The input layout is
- * PyTorch's: (1,28,28), (32,14,14), (64,7,7) (fc1 flattens NCHW) or (128). */
-static qcal_status build_net(const cnn_model *m, const model_qparams *q, int first, int last, qcal_int8_net **out)
-{
-    static const int32_t in_nd[NSEG] = {3, 3, 3, 1};
-    static const int64_t in_shape[NSEG][3] = {{1, 28, 28}, {32, 14, 14}, {64, 7, 7}, {128, 0, 0}};
-    qcal_int8_net *net = NULL;
-    qcal_status st = qcal_int8_net_create(NULL, in_nd[first], in_shape[first], q->act_scale[first],
-                                          q->act_zp[first], &net);
-    for (int s = first; s <= last && st == QCAL_OK; s++) {
-        bool f32_out = s == NSEG - 1;
+    for (int s = 0; s < NSEG; s++) {
+        qcal_int8_layer_desc *l = &d[seg_first[s]];
         if (s < 2) {
-            qcal_int8_conv2d_params c;
-            qcal_int8_conv2d_params_default(&c);
-            c.out_channels = s == 0 ? 32 : 64;
-            c.kernel_h = c.kernel_w = 3;
-            c.pad_h = c.pad_w = 1;
-            c.weight = m->param[2 * s];
-            c.weight_scale = q->wscale[s];
-            c.bias = m->param[2 * s + 1];
-            c.relu = true;
-            c.out_scale = q->act_scale[s + 1];
-            c.out_zero_point = q->act_zp[s + 1];
-            st = qcal_int8_net_add_conv2d(net, &c);
-            qcal_int8_pool2d_params p;
-            qcal_int8_pool2d_params_default(&p);
-            if (st == QCAL_OK)
-                st = qcal_int8_net_add_maxpool2d(net, &p);
+            qcal_int8_layer_desc_default(&l[0], QCAL_INT8_CONV2D);
+            l[0].conv.out_channels = s == 0 ? 32 : 64;
+            l[0].conv.kernel_h = l[0].conv.kernel_w = 3;
+            l[0].conv.pad_h = l[0].conv.pad_w = 1;
+            l[0].conv.weight = m->param[2 * s];
+            l[0].conv.bias = m->param[2 * s + 1];
+            qcal_int8_layer_desc_default(&l[1], QCAL_INT8_RELU);
+            qcal_int8_layer_desc_default(&l[2], QCAL_INT8_MAXPOOL2D);   /* 2x2, stride 2 */
         } else {
-            qcal_int8_linear_params l;
-            qcal_int8_linear_params_default(&l);
-            l.out_features = s == 2 ? 128 : 10;
-            l.weight = m->param[2 * s];
-            l.weight_scale = q->wscale[s];
-            l.bias = m->param[2 * s + 1];
-            l.relu = !f32_out;
-            if (f32_out) {
-                l.out_type = QCAL_INT8_OUT_F32;
+            qcal_int8_layer_desc_default(&l[0], QCAL_INT8_LINEAR);
+            l[0].linear.out_features = s == 2 ? 128 : 10;
+            l[0].linear.weight = m->param[2 * s];
+            l[0].linear.bias = m->param[2 * s + 1];
+            if (s == 2)
+                qcal_int8_layer_desc_default(&l[1], QCAL_INT8_RELU);
+        }
+        l[0].fqn = cnn_layer_name(s);
+    }
+}
+
+/* Per-sample input shape of segment s in PyTorch's layout: (1,28,28), (32,14,14), (64,7,7)
+ * (fc1 flattens NCHW) or (128). */
+static const int32_t seg_in_nd[NSEG] = {3, 3, 3, 1};
+static const int64_t seg_in_shape[NSEG][3] = {{1, 28, 28}, {32, 14, 14}, {64, 7, 7}, {128, 0, 0}};
+
+/* The int8 net of segments first..last from a calibration table: segment s reads tap s
+ * (quantized with the table's qparams of layer s's input) and writes u8 codes with tap
+ * s+1's qparams; fc2 writes f32 logits. */
+static qcal_status build_net_table(const cnn_model *m, const qcal_calib_table *t, int first, int last,
+                                   qcal_int8_net **out)
+{
+    qcal_int8_layer_desc d[NLAYERS];
+    describe_layers(m, d);
+    return qcal_int8_net_from_table(NULL, t, seg_in_nd[first], seg_in_shape[first],
+                                    seg_first[last + 1] - seg_first[first], d + seg_first[first],
+                                    last + 1 < NSEG ? cnn_layer_name(last + 1) : NULL, out);
+}
+
+/* The whole int8 net with QAT's qparams, through the layer builders. */
+static qcal_status build_net_qat(const cnn_model *m, const model_qparams *q, qcal_int8_net **out)
+{
+    qcal_int8_layer_desc d[NLAYERS];
+    describe_layers(m, d);
+    qcal_int8_net *net = NULL;
+    qcal_status st = qcal_int8_net_create(NULL, seg_in_nd[0], seg_in_shape[0], q->act_scale[0], q->act_zp[0], &net);
+    for (int i = 0; i < NLAYERS && st == QCAL_OK; i++) {
+        int s = 0;
+        while (seg_first[s + 1] <= i)
+            s++;
+        switch (d[i].kind) {
+        case QCAL_INT8_CONV2D:
+            d[i].conv.weight_scale = q->wscale[s];
+            d[i].conv.out_scale = q->act_scale[s + 1];
+            d[i].conv.out_zero_point = q->act_zp[s + 1];
+            st = qcal_int8_net_add_conv2d(net, &d[i].conv);
+            break;
+        case QCAL_INT8_LINEAR:
+            d[i].linear.weight_scale = q->wscale[s];
+            if (s + 1 < NSEG) {
+                d[i].linear.out_scale = q->act_scale[s + 1];
+                d[i].linear.out_zero_point = q->act_zp[s + 1];
             } else {
-                l.out_scale = q->act_scale[s + 1];
-                l.out_zero_point = q->act_zp[s + 1];
+                d[i].linear.out_type = QCAL_INT8_OUT_F32;
             }
-            st = qcal_int8_net_add_linear(net, &l);
+            st = qcal_int8_net_add_linear(net, &d[i].linear);
+            break;
+        case QCAL_INT8_MAXPOOL2D: st = qcal_int8_net_add_maxpool2d(net, &d[i].pool); break;
+        case QCAL_INT8_RELU: st = qcal_int8_net_add_relu(net); break;
         }
     }
     if (st != QCAL_OK) {
@@ -521,7 +510,7 @@ static qcal_status capture_hook(void *user, cnn_act *a)
 
 /* Shadow mode: each int8 segment is fed the float input of its layer; its (dequantized)
  * output is compared with the float layer's output (the next tap). */
-static qcal_status shadow_compare(const cnn_model *m, const model_qparams *q, const float_taps *ft,
+static qcal_status shadow_compare(const cnn_model *m, const qcal_calib_table *t, const float_taps *ft,
                                   qcal_numeric_act_compare **out)
 {
     qcal_numeric_act_compare *ac = NULL;
@@ -529,7 +518,7 @@ static qcal_status shadow_compare(const cnn_model *m, const model_qparams *q, co
     float *y = qcal_malloc((size_t)(SHADOW_BATCH * 6272) * sizeof(float));
     qcal_status st = y ? qcal_numeric_act_compare_create(QCAL_NUMERIC_ACT_SHADOW, &ac) : QCAL_ERR_NO_MEMORY;
     for (int s = 0; s < NSEG && st == QCAL_OK; s++) {
-        if ((st = build_net(m, q, s, s, &net)) != QCAL_OK)
+        if ((st = build_net_table(m, t, s, s, &net)) != QCAL_OK)
             break;
         int64_t nin = tap_numel[s], nout = tap_numel[s + 1];
         for (int64_t i0 = 0; i0 < ft->n && st == QCAL_OK; i0 += SHADOW_BATCH) {
@@ -603,7 +592,6 @@ typedef struct observer_result {
     double fwd_s;            /* the forward passes of the calibration loop, observers excluded */
     double worst_sqnr_db;
     int worst_layer;
-    model_qparams q;
     qcal_calib_table *table;
     qcal_numeric_act_compare *shadow;
 } observer_result;
@@ -662,8 +650,6 @@ static qcal_status calibrate(cnn_ctx *ctx, const cnn_model *m, const cnn_data *t
         st = qcal_calib_session_table(s, &r->table);
     r->calib_s = cnn_now() - t0;
     r->hook_s = cc.hook_s;
-    if (st == QCAL_OK)
-        st = qparams_from_table(r->table, &r->q);
     qcal_calib_session_destroy(&s);
     qcal_calib_rules_destroy(&rules);
     return st;
@@ -771,8 +757,6 @@ static qcal_status run_qat(cnn_ctx *ctx, const cnn_model *fm, const cnn_data *tr
         for (int l = 0; l < NSEG; l++) {
             q->act_scale[l] = e.act_scale[l];
             q->act_zp[l] = e.act_zero_point[l];
-            q->act_min[l] = NAN;
-            q->act_max[l] = NAN;
             q->wscale[l] = e.weight_scale[l];   /* moved: now owned by q */
             e.weight_scale[l] = NULL;
         }
@@ -992,10 +976,10 @@ int main(int argc, char **argv)
         char phase[64];
         snprintf(phase, sizeof phase, "int8 %s", qcal_observer_kind_name(r->kind));
         TRY(calibrate(ctx, fm, &train, n_calib, r->kind, o.input_same, r));
-        TRY(build_net(fm, &r->q, 0, NSEG - 1, &net));
+        TRY(build_net_table(fm, r->table, 0, NSEG - 1, &net));
         TRY(eval_int8(net, ft.x, test.labels, fpred, test.n, phase, logits, &r->ev));
         qcal_int8_net_destroy(&net);
-        TRY(shadow_compare(fm, &r->q, &ft, &r->shadow));
+        TRY(shadow_compare(fm, r->table, &ft, &r->shadow));
         TRY(worst_sqnr(r->shadow, &r->worst_sqnr_db, &r->worst_layer));
         TRY(write_tables(r->table, r->kind, o.out_dir));
     }
@@ -1029,11 +1013,12 @@ int main(int argc, char **argv)
     printf("%-6s | %9s | %9s | %11s | %9s | %9s | %11s | %s\n", "layer", "w SQNR dB", "w cosine", "w max err",
            "a SQNR dB", "a cosine", "a max err", "act scale / zp (range)");
     for (int l = 0; l < NSEG; l++) {
-        const model_qparams *q = &res[best].q;
+        const qcal_calib_entry *e = NULL;
+        TRY(qcal_calib_table_find(res[best].table, cnn_layer_name(l), QCAL_CALIB_ROLE_ACTIVATION, &e));
         printf("%-6s | %9.2f | %9.6f | %11.3g | %9.2f | %9.6f | %11.3g | %.6g / %d ([%.4g, %.4g])\n",
                cnn_layer_name(l), rows[l].w.m.sqnr_db, rows[l].w.m.cosine, rows[l].w.m.max_abs_err,
-               rows[l].act.sqnr_db, rows[l].act.cosine, rows[l].act.max_abs_err, (double)q->act_scale[l],
-               q->act_zp[l], (double)q->act_min[l], (double)q->act_max[l]);
+               rows[l].act.sqnr_db, rows[l].act.cosine, rows[l].act.max_abs_err, (double)e->scale[0],
+               e->zero_point[0], (double)e->min_val[0], (double)e->max_val[0]);
     }
     printf("(activation row = the layer with its ReLU and pool, output requantized with the next layer's "
            "input qparams; fc2 outputs f32 logits)\n\n");
@@ -1043,7 +1028,7 @@ int main(int argc, char **argv)
         t0 = cnn_now();
         TRY(run_qat(ctx, fm, &train, &o, &qm, &qat_q));
         qat_s = cnn_now() - t0;
-        TRY(build_net(qm, &qat_q, 0, NSEG - 1, &net));
+        TRY(build_net_qat(qm, &qat_q, &net));
         TRY(eval_int8(net, ft.x, test.labels, fpred, test.n, "int8 qat", logits, &qat_ev));
         qcal_int8_net_destroy(&net);
         printf("QAT (%d steps of %d images, lr %g cosine, observers frozen after %d steps, %.1f s): int8 top-1 "
@@ -1145,7 +1130,6 @@ int main(int argc, char **argv)
 done:
     qcal_int8_net_destroy(&net);
     for (int k = 0; k < QCAL_OBSERVER_KIND_COUNT; k++) {
-        qparams_free(&res[k].q);
         qcal_calib_table_destroy(&res[k].table);
         qcal_numeric_act_compare_destroy(&res[k].shadow);
     }

@@ -45,6 +45,7 @@
 #ifndef QCAL_INT8_H
 #define QCAL_INT8_H
 
+#include "qcal/calib.h"
 #include "qcal/common.h"
 
 #ifdef __cplusplus
@@ -132,6 +133,53 @@ QCAL_API qcal_status qcal_int8_net_add_linear(qcal_int8_net *net, const qcal_int
 
 /* Appends a max-pool on u8 codes (floor mode); the current activation must be (C, H, W). */
 QCAL_API qcal_status qcal_int8_net_add_maxpool2d(qcal_int8_net *net, const qcal_int8_pool2d_params *p);
+
+/* Appends a ReLU. On quint8 codes it is max(q, zero_point) with the qparams unchanged
+ * (torch.nn.quantized.ReLU); qcal fuses it, exactly, into the conv / linear layer that
+ * produced the activation (through max-pools, which commute with it), so it adds no layer
+ * to qcal_int8_net_layers. QCAL_ERR_UNSUPPORTED right after the input (no producer);
+ * QCAL_ERR_STATE after an f32 last layer. */
+QCAL_API qcal_status qcal_int8_net_add_relu(qcal_int8_net *net);
+
+/* ---- Building a net from a calibration table ---- */
+
+typedef enum qcal_int8_layer_kind {
+    QCAL_INT8_CONV2D = 0,      /* desc.conv */
+    QCAL_INT8_LINEAR = 1,      /* desc.linear */
+    QCAL_INT8_MAXPOOL2D = 2,   /* desc.pool */
+    QCAL_INT8_RELU = 3,        /* no parameters */
+} qcal_int8_layer_kind;
+
+/* One layer of a model given to qcal_int8_net_from_table, in execution order. */
+typedef struct qcal_int8_layer_desc {
+    qcal_int8_layer_kind kind;
+    const char *fqn;                /* conv2d / linear: the layer's name. Its input activation
+                                     * qparams are the table entry (fqn, activation); if the
+                                     * table holds (fqn + ".weight", weight), its per-channel
+                                     * scales quantize the weights, else a per-channel observer
+                                     * computes them as conv2d_params.weight_scale = NULL does) */
+    qcal_int8_conv2d_params conv;   /* conv2d: geometry, weight, bias; relu may be set; the
+                                     * weight_scale and out_* fields are filled by the builder */
+    qcal_int8_linear_params linear; /* linear: out_features, weight, bias, relu (as conv) */
+    qcal_int8_pool2d_params pool;   /* maxpool2d */
+} qcal_int8_layer_desc;
+
+/* Fills *d for kind with the defaults of its params struct (fqn NULL). */
+QCAL_API void qcal_int8_layer_desc_default(qcal_int8_layer_desc *d, qcal_int8_layer_kind kind);
+
+/* Builds the int8 net of nlayers layers (caller-owned descs, read during the call) from a
+ * calibration table: the net's input is quantized with the first conv / linear layer's input
+ * entry; each conv / linear layer outputs u8 codes with the next conv / linear layer's input
+ * qparams, the last one with the entry (output_fqn, activation), or f32 when output_fqn is
+ * NULL. Activation entries must be quint8 per-tensor with data; weight entries qint8
+ * per-channel symmetric, axis 0, one channel per output channel (QCAL_ERR_MISMATCH naming the
+ * entry otherwise; a missing activation entry is QCAL_ERR_NOT_FOUND). input_shape as
+ * qcal_int8_net_create; opt may be NULL. *out owned by the caller. */
+QCAL_API qcal_status qcal_int8_net_from_table(const qcal_int8_net_options *opt,
+                                              const qcal_calib_table *table, int32_t ndim,
+                                              const int64_t *input_shape, int32_t nlayers,
+                                              const qcal_int8_layer_desc *layers,
+                                              const char *output_fqn, qcal_int8_net **out);
 
 /* Number of layers added so far into *n. */
 QCAL_API qcal_status qcal_int8_net_layers(const qcal_int8_net *net, int32_t *n);

@@ -35,7 +35,9 @@
 #include "core/internal.h"
 #include "qcal/int8.h"
 #include "qcal_config.h"
-#include "quant/onednn_quantize.h"
+#include "int8/weights.h"
+#include "observers/minmax_kernels.h"
+#include "qcal/quantize.h"
 #if QCAL_HAVE_OPENMP
 #include <omp.h>
 #endif
@@ -450,43 +452,11 @@ static qcal_status quantize_weights(qcal_int8_net *net, layer *l, const char *fn
     l->oscale = qcal_malloc((size_t)oc * sizeof(float));
     if (!l->wq || !l->w_scale || !l->oscale)
         return QCAL_ERR_NO_MEMORY;
+    qcal_status rc = qcal_int8_weights_quantize(fn, oc, k, w, w_scale, l->wq, l->w_scale);
+    if (rc != QCAL_OK)
+        return rc;
     for (int64_t o = 0; o < oc; o++) {
-        const float *row = w + o * k;
-        float s;
-        if (w_scale) {
-            s = w_scale[o];
-            if (!scale_ok(s))
-                return qcal_error(QCAL_ERR_INVALID_ARG, "%s: weight_scale[%lld] = %g must be > 0, "
-                                  "finite and have a finite inverse", fn, (long long)o, (double)s);
-        } else {
-            /* PerChannelMinMaxObserver(qint8, per_channel_symmetric), PyTorch 1.13:
-             * max_abs = max(-min(min_w, 0), max(max_w, 0)); scale = max_abs / ((127 + 128) / 2),
-             * at least eps = FLT_EPSILON. Arithmetic in float as torch does. */
-            float mn = 0.0f, mx = 0.0f;
-            for (int64_t j = 0; j < k; j++) {
-                float v = row[j];
-                if (!isfinite(v))
-                    return qcal_error(QCAL_ERR_NONFINITE, "%s: weight[%lld][%lld] = %g is not finite",
-                                      fn, (long long)o, (long long)j, (double)v);
-                mn = v < mn ? v : mn;
-                mx = v > mx ? v : mx;
-            }
-            float max_abs = -mn > mx ? -mn : mx;
-            s = max_abs / ((127.0f - (-128.0f)) / 2.0f);
-            s = s > FLT_EPSILON ? s : FLT_EPSILON;
-        }
-        l->w_scale[o] = s;
-        const float inv = 1.0f / s;
-        for (int64_t j = 0; j < k; j++) {
-            float v = row[j];
-            if (!isfinite(v))
-                return qcal_error(QCAL_ERR_NONFINITE, "%s: weight[%lld][%lld] = %g is not finite",
-                                  fn, (long long)o, (long long)j, (double)v);
-            /* q = clamp(nearbyintf(w * (1 / s)), -128, 127), clamp in float first. */
-            float q = nearbyintf(v * inv);
-            q = q < -128.0f ? -128.0f : (q > 127.0f ? 127.0f : q);
-            l->wq[o * k + j] = (int8_t)(int32_t)q;
-        }
+        const float s = l->w_scale[o];
         double acc_unit = (double)l->in_scale * (double)s;   /* one accumulator step, real */
         double os = l->out_type == QCAL_INT8_OUT_U8 ? acc_unit / (double)l->out_scale : acc_unit;
         float osf = (float)os;
@@ -769,6 +739,28 @@ qcal_status qcal_int8_net_add_maxpool2d(qcal_int8_net *net, const qcal_int8_pool
     l->in_scale = l->out_scale = net->cur_scale;
     l->in_zp = l->out_zp = net->cur_zp;
     commit_layer(net, l);
+    return QCAL_OK;
+}
+
+qcal_status qcal_int8_net_add_relu(qcal_int8_net *net)
+{
+    static const char fn[] = "int8_net_add_relu";
+    qcal_status rc = check_open(net, fn);
+    if (rc != QCAL_OK)
+        return rc;
+    /* relu(maxpool(q)) = maxpool(relu(q)) (both monotone, same codes), and on the producer's
+     * output max(round(v) + zp, zp) = round(max(v, 0)) + zp, saturation included: fusing the
+     * ReLU into the conv / linear that produced the activation is exact. */
+    int32_t i = net->nlayers - 1;
+    while (i >= 0 && net->layers[i].kind == LAYER_POOL)
+        i--;
+    if (i < 0)
+        return qcal_error(QCAL_ERR_UNSUPPORTED, "%s: a ReLU needs a conv2d or linear layer before "
+                          "it to fuse into (the net input is quantized as given)", fn);
+    if (!net->layers[i].relu) {
+        net->layers[i].relu = true;
+        drop_plans(net);
+    }
     return QCAL_OK;
 }
 
@@ -1129,7 +1121,16 @@ static qcal_status run_chunk(const qcal_int8_net *net, const plan *pl, const flo
     rc = get_ptr(pl->in_nchw ? pl->in_nchw : pl->act[0], &qbuf, "the input buffer");
     if (rc != QCAL_OK)
         return rc;
-    *nonfinite = (uint64_t)qcal_f32_quantize_u8_count(src, in_numel, net->in_inv, net->in_zp, qbuf);
+    /* The library's quantize (qcal/quantize.h: round half to even, NaN -> zp, +-Inf
+     * saturate), then the shared min/max kernel counts the non-finite inputs of the chunk
+     * (still in cache). */
+    qcal_tensor t;
+    const int64_t dims[1] = {in_numel};
+    if ((rc = qcal_tensor_init(&t, (float *)src, 1, dims)) != QCAL_OK ||
+        (rc = qcal_quantize_per_tensor(&t, net->in_scale, net->in_zp, QCAL_QUINT8, qbuf)) != QCAL_OK)
+        return rc;
+    float mn, mx;
+    qcal_f32_minmax(src, in_numel, &mn, &mx, nonfinite);
     if (pl->in_reorder) {
         dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, pl->in_nchw}, {DNNL_ARG_TO, pl->act[0]}};
         if ((rc = exec(pl, pl->in_reorder, 2, args, "the input reorder")) != QCAL_OK)
@@ -1346,6 +1347,12 @@ qcal_status qcal_int8_net_add_maxpool2d(qcal_int8_net *net, const qcal_int8_pool
 {
     (void)net; (void)p;
     return no_dnnl("int8_net_add_maxpool2d");
+}
+
+qcal_status qcal_int8_net_add_relu(qcal_int8_net *net)
+{
+    (void)net;
+    return no_dnnl("int8_net_add_relu");
 }
 
 qcal_status qcal_int8_net_layers(const qcal_int8_net *net, int32_t *n)
