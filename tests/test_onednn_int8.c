@@ -14,7 +14,9 @@
 #include <cmocka.h>
 
 #include "core/cpu.h"
+#include "qcal/calib.h"
 #include "qcal/int8.h"
+#include "qcal/observer.h"
 #include "qcal/npy.h"
 #include "qcal/quantize.h"
 #include "qcal/tensor.h"
@@ -631,6 +633,178 @@ static void test_cnn_stack(void **state)
     free(r.b4); free(x); free(fc1); free(lg); free(q); free(q2); free(got);
 }
 
+/* ------------------------------------------------------------------ from a calibration table */
+
+/* A table with minmax activation entries over the given ranges and, optionally, weight entries
+ * (per_channel_minmax, qint8 per_channel_symmetric) for the (name, data, rows, cols) given. */
+static qcal_calib_table *make_table(int nact, const char *const *names, const float (*range)[2],
+                                    int nw, const char *const *wnames, float *const *wdata,
+                                    const int64_t (*wshape)[2])
+{
+    qcal_observer_config mm, pc;
+    qcal_observer_config_default(&mm, QCAL_OBSERVER_MINMAX);
+    qcal_observer_config_default(&pc, QCAL_OBSERVER_PER_CHANNEL_MINMAX);
+    pc.q.dtype = QCAL_QINT8;
+    pc.q.qscheme = QCAL_PER_CHANNEL_SYMMETRIC;
+    qcal_calib_rules *rules = NULL;
+    assert_int_equal(qcal_calib_rules_create(&rules), QCAL_OK);
+    assert_int_equal(qcal_calib_rules_add(rules, "*", false, QCAL_CALIB_ROLE_ACTIVATION, &mm), QCAL_OK);
+    assert_int_equal(qcal_calib_rules_add(rules, "*", false, QCAL_CALIB_ROLE_WEIGHT, &pc), QCAL_OK);
+    qcal_calib_session_options so;
+    qcal_calib_session_options_default(&so);
+    so.rules = rules;
+    qcal_calib_session *cs = NULL;
+    assert_int_equal(qcal_calib_session_create(&so, &cs), QCAL_OK);
+    for (int i = 0; i < nact; i++) {
+        float v[2] = {range[i][0], range[i][1]};
+        qcal_tensor t;
+        const int64_t shape[1] = {2};
+        assert_int_equal(qcal_tensor_init(&t, v, 1, shape), QCAL_OK);
+        assert_int_equal(qcal_calib_session_observe(cs, names[i], QCAL_CALIB_ROLE_ACTIVATION, 0, &t), QCAL_OK);
+    }
+    for (int i = 0; i < nw; i++) {
+        qcal_tensor t;
+        assert_int_equal(qcal_tensor_init(&t, wdata[i], 2, wshape[i]), QCAL_OK);
+        assert_int_equal(qcal_calib_session_observe(cs, wnames[i], QCAL_CALIB_ROLE_WEIGHT, 0, &t), QCAL_OK);
+    }
+    qcal_calib_table *table = NULL;
+    assert_int_equal(qcal_calib_session_table(cs, &table), QCAL_OK);
+    qcal_calib_session_destroy(&cs);
+    qcal_calib_rules_destroy(&rules);
+    return table;
+}
+
+static void cnn_descs(const cnn_ref *r, qcal_int8_layer_desc d[9])
+{
+    qcal_int8_layer_desc_default(&d[0], QCAL_INT8_CONV2D);
+    d[0].fqn = "conv1";
+    d[0].conv.out_channels = C1;
+    d[0].conv.kernel_h = d[0].conv.kernel_w = 3;
+    d[0].conv.pad_h = d[0].conv.pad_w = 1;
+    d[0].conv.weight = r->w1;
+    d[0].conv.bias = r->b1;
+    qcal_int8_layer_desc_default(&d[1], QCAL_INT8_RELU);
+    qcal_int8_layer_desc_default(&d[2], QCAL_INT8_MAXPOOL2D);
+    d[3] = d[0];
+    d[3].fqn = "conv2";
+    d[3].conv.out_channels = C2;
+    d[3].conv.weight = r->w2;
+    d[3].conv.bias = r->b2;
+    /* ReLU after the pool: commutes with max-pool, fused into conv2 as well */
+    qcal_int8_layer_desc_default(&d[4], QCAL_INT8_MAXPOOL2D);
+    qcal_int8_layer_desc_default(&d[5], QCAL_INT8_RELU);
+    qcal_int8_layer_desc_default(&d[6], QCAL_INT8_LINEAR);
+    d[6].fqn = "fc1";
+    d[6].linear.out_features = F1;
+    d[6].linear.weight = r->w3;
+    d[6].linear.bias = r->b3;
+    qcal_int8_layer_desc_default(&d[7], QCAL_INT8_RELU);
+    qcal_int8_layer_desc_default(&d[8], QCAL_INT8_LINEAR);
+    d[8].fqn = "fc2";
+    d[8].linear.out_features = F2;
+    d[8].linear.weight = r->w4;
+    d[8].linear.bias = r->b4;
+}
+
+static void test_from_table(void **state)
+{
+    (void)state;
+    const int64_t n = 40;
+    rng_seed(50);
+    cnn_ref r;
+    r.w1 = rand_array(C1 * 9, -0.6f, 0.6f);
+    r.b1 = rand_array(C1, -0.2f, 0.2f);
+    r.w2 = rand_array(C2 * C1 * 9, -0.2f, 0.2f);
+    r.b2 = rand_array(C2, -0.2f, 0.2f);
+    r.w3 = rand_array(F1 * C2 * 16, -0.1f, 0.1f);
+    r.b3 = rand_array(F1, -0.2f, 0.2f);
+    r.w4 = rand_array(F2 * F1, -0.3f, 0.3f);
+    r.b4 = rand_array(F2, -0.2f, 0.2f);
+    float *x = rand_array(n * HW * HW, -0.81f, 2.02f);
+    static const char *const names[5] = {"conv1", "conv2", "fc1", "fc2", "out"};
+    static const float ranges[5][2] = {{-0.81f, 2.02f}, {0.0f, 1.7f}, {0.0f, 1.3f}, {0.0f, 2.5f},
+                                       {-1.0f, 3.0f}};
+    const char *wnames[1] = {"conv1.weight"};
+    float *wdata[1] = {r.w1};
+    const int64_t wshape[1][2] = {{C1, 9}};
+    qcal_calib_table *t = make_table(5, names, ranges, 1, wnames, wdata, wshape);
+    for (int i = 0; i < 4; i++) {
+        const qcal_calib_entry *e = NULL;
+        assert_int_equal(qcal_calib_table_find(t, names[i], QCAL_CALIB_ROLE_ACTIVATION, &e), QCAL_OK);
+        r.s[i] = e->scale[0];
+        r.zp[i] = e->zero_point[0];
+    }
+    assert_int_not_equal(r.zp[0], 0);   /* the input zero-point path is exercised */
+
+    /* the table-built net equals the hand-built one bit for bit (f32 logits) */
+    qcal_int8_layer_desc d[9];
+    cnn_descs(&r, d);
+    const int64_t shape[3] = {1, HW, HW};
+    qcal_int8_net *tn = NULL;
+    assert_int_equal(qcal_int8_net_from_table(NULL, t, 3, shape, 9, d, NULL, &tn), QCAL_OK);
+    int32_t nl = 0;
+    assert_int_equal(qcal_int8_net_layers(tn, &nl), QCAL_OK);
+    assert_int_equal(nl, 6);   /* the three ReLUs are fused */
+    qcal_int8_net *hn = cnn_build(&r, true, 128, true);
+    float *a = malloc((size_t)(n * F2) * sizeof *a), *b = malloc((size_t)(n * F2) * sizeof *b);
+    assert_int_equal(qcal_int8_net_forward(tn, n, x, a), QCAL_OK);
+    assert_int_equal(qcal_int8_net_forward(hn, n, x, b), QCAL_OK);
+    assert_memory_equal(a, b, (size_t)(n * F2) * sizeof *a);
+    /* conv1's weight scales are the table entry's (equal to the observer's here) */
+    const qcal_calib_entry *we = NULL;
+    assert_int_equal(qcal_calib_table_find(t, "conv1.weight", QCAL_CALIB_ROLE_WEIGHT, &we), QCAL_OK);
+    float sc[C2], sc2[C2];
+    int64_t cnt = 0, cnt2 = 0;
+    assert_int_equal(qcal_int8_net_weight_scales(tn, 0, C2, sc, &cnt), QCAL_OK);
+    assert_int_equal(qcal_int8_net_weight_scales(hn, 0, C2, sc2, &cnt2), QCAL_OK);
+    assert_int_equal(cnt, C1);
+    assert_memory_equal(sc, we->scale, C1 * sizeof(float));
+    assert_memory_equal(sc, sc2, C1 * sizeof(float));
+    qcal_int8_net_destroy(&tn);
+    qcal_int8_net_destroy(&hn);
+
+    /* a segment: fc1 + ReLU with u8 output quantized by the entry "fc2"; the input is fc1's
+     * flattened (C2, 4, 4) activation */
+    const int64_t fshape[3] = {C2, 4, 4};
+    assert_int_equal(qcal_int8_net_from_table(NULL, t, 3, fshape, 2, d + 6, "fc2", &tn), QCAL_OK);
+    qcal_int8_net *sn = NULL;
+    assert_int_equal(qcal_int8_net_create(NULL, 3, fshape, r.s[2], r.zp[2], &sn), QCAL_OK);
+    qcal_int8_linear_params lp = d[6].linear;
+    lp.relu = true;
+    lp.out_scale = r.s[3];
+    lp.out_zero_point = r.zp[3];
+    assert_int_equal(qcal_int8_net_add_linear(sn, &lp), QCAL_OK);
+    float *fx = rand_array(n * C2 * 16, -0.5f, 1.5f);
+    uint8_t *qa = malloc((size_t)(n * F1)), *qb = malloc((size_t)(n * F1));
+    assert_int_equal(qcal_int8_net_forward_u8(tn, n, fx, qa), QCAL_OK);
+    assert_int_equal(qcal_int8_net_forward_u8(sn, n, fx, qb), QCAL_OK);
+    assert_memory_equal(qa, qb, (size_t)(n * F1));
+    qcal_int8_net_destroy(&tn);
+    qcal_int8_net_destroy(&sn);
+
+    /* errors: a missing entry, a weight entry of the wrong shape, a ReLU with no producer */
+    assert_int_equal(qcal_int8_net_from_table(NULL, t, 3, fshape, 2, d + 6, "nope", &tn),
+                     QCAL_ERR_NOT_FOUND);
+    assert_non_null(strstr(qcal_last_error(), "nope"));
+    assert_null(tn);
+    const char *bnames[1] = {"conv2.weight"};
+    float *bdata[1] = {r.w1};   /* C1 channels where conv2 has C2 */
+    qcal_calib_table *bt = make_table(5, names, ranges, 1, bnames, bdata, wshape);
+    assert_int_equal(qcal_int8_net_from_table(NULL, bt, 3, shape, 9, d, NULL, &tn), QCAL_ERR_MISMATCH);
+    assert_non_null(strstr(qcal_last_error(), "conv2.weight"));
+    assert_null(tn);
+    qcal_calib_table_destroy(&bt);
+    qcal_int8_layer_desc bad[2];
+    qcal_int8_layer_desc_default(&bad[0], QCAL_INT8_RELU);
+    bad[1] = d[0];
+    assert_int_equal(qcal_int8_net_from_table(NULL, t, 3, shape, 2, bad, NULL, &tn), QCAL_ERR_UNSUPPORTED);
+    assert_null(tn);
+    assert_int_equal(qcal_int8_net_from_table(NULL, t, 3, shape, 1, bad, NULL, &tn), QCAL_ERR_INVALID_ARG);
+    qcal_calib_table_destroy(&t);
+    free(r.w1); free(r.b1); free(r.w2); free(r.b2); free(r.w3); free(r.b3); free(r.w4);
+    free(r.b4); free(x); free(a); free(b); free(fx); free(qa); free(qb);
+}
+
 /* ------------------------------------------------------------------ input quantization */
 
 static void test_quantize_kernels(void **state)
@@ -1012,6 +1186,7 @@ int main(void)
         cmocka_unit_test(test_maxpool_exact),
         cmocka_unit_test(test_linear_u8_and_f32),
         cmocka_unit_test(test_cnn_stack),
+        cmocka_unit_test(test_from_table),
         cmocka_unit_test(test_pytorch_golden),
         cmocka_unit_test(test_errors),
     };
