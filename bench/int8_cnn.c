@@ -5,14 +5,19 @@
  *   flatten NCHW (3136) -> fc1 Linear(3136, 128) -> ReLU -> fc2 Linear(128, 10) (f32 logits)
  *
  * Random weights (fixed seed, PyTorch's default init range), random 28x28 inputs normalised as
- * the demo's ((p/255 - 0.2860) / 0.3530). Verify, then time: the activation qparams are
- * calibrated on 64 images with a plain-C float forward, the int8 logits of those images are
- * checked against it (argmax agreement, relative error), then the 10,000-image forward is
- * timed for several chunk sizes, threading over whole chunks (default) and inside oneDNN's
- * primitives: warm-up, median of 7 (CLOCK_MONOTONIC).
- * Reference: PyTorch 1.13 FX int8 (onednn backend) takes 0.17 s for the 10,000 test images
- * on this 2-core AVX-512 VNNI machine. Threads: OMP_NUM_THREADS (oneDNN's OpenMP runtime).
- * Usage: bench_int8_cnn [n_images (10000)] */
+ * the demo's ((p/255 - 0.2860) / 0.3530). Verify, then time: the float activations of 64
+ * images at the four layer inputs go through a calibration session (minmax observers) into a
+ * table, the net is built from it (qcal_int8_net_from_table), its logits on those images are
+ * checked against the float forward (argmax agreement, relative error), then:
+ * - without --torch: the 10,000-image forward is timed for several chunk sizes, threading
+ *   over whole chunks (default) and inside oneDNN's primitives: warm-up, median of 7;
+ * - with --torch CMD (CMD runs bench/torch_ref.py, e.g. "/usr/bin/python3 bench/torch_ref.py"):
+ *   the row against PyTorch 1.13's FX int8 model (onednn engine) on the same images, measured
+ *   interleaved in K pairs (--pairs, default 7); the verdict is on the median of the paired
+ *   ratios (target >= 1.3x), printed with its spread. Same-run ratios hold on a busy machine
+ *   where absolute times do not.
+ * Threads: OMP_NUM_THREADS (oneDNN's OpenMP runtime; PyTorch gets the same count).
+ * Usage: bench_int8_cnn [n_images (10000)] [--torch CMD] [--pairs K] */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -20,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "qcal/calib.h"
 #include "qcal/int8.h"
@@ -113,9 +120,155 @@ static void linear(const float *x, int64_t n, int64_t k, const float *w, const f
         }                                                                                 \
     } while (0)
 
+static int omp_threads(void)
+{
+    const char *e = getenv("OMP_NUM_THREADS");
+    int t = e ? atoi(e) : 0;
+    if (t < 1) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        t = c > 0 ? (int)c : 1;
+    }
+    return t;
+}
+
+static qcal_int8_net *build(const qcal_calib_table *table, const qcal_int8_layer_desc *layers,
+                            int64_t chunk, bool par)
+{
+    qcal_int8_net_options opt;
+    qcal_int8_net_options_default(&opt);
+    opt.batch_chunk = chunk;
+    opt.chunk_parallel = par;
+    qcal_int8_net *net = NULL;
+    const int64_t shape[3] = {1, 28, 28};
+    CHECK(qcal_int8_net_from_table(&opt, table, 3, shape, 9, layers, NULL, &net));
+    return net;
+}
+
+/* Verify before timing: int8 logits of the calibration images against the float forward. */
+static void verify(qcal_int8_net *net, const float *x, const float *ref, float *logits, bool print)
+{
+    CHECK(qcal_int8_net_forward(net, N_CAL, x, logits));
+    int agree = 0;
+    double num = 0.0, den = 0.0;
+    for (int i = 0; i < N_CAL; i++) {
+        int ag = 0, ar = 0;
+        for (int o = 0; o < F2; o++) {
+            ag = logits[i * F2 + o] > logits[i * F2 + ag] ? o : ag;
+            ar = ref[i * F2 + o] > ref[i * F2 + ar] ? o : ar;
+            num += (logits[i * F2 + o] - ref[i * F2 + o]) * (logits[i * F2 + o] - ref[i * F2 + o]);
+            den += ref[i * F2 + o] * ref[i * F2 + o];
+        }
+        agree += ag == ar;
+    }
+    double rel = sqrt(num / (den > 0 ? den : 1));
+    if (agree < N_CAL * 9 / 10 || rel > 0.1) {
+        fprintf(stderr, "verification failed: argmax agreement %d/%d, relative error %.3g\n",
+                agree, N_CAL, rel);
+        exit(1);
+    }
+    if (print) {
+        printf("verify: int8 vs f32 logits on %d images: argmax agree %d/%d, rel. L2 error %.4f\n",
+               N_CAL, agree, N_CAL, rel);
+        for (int32_t i = 0; i < 6; i++) {
+            const char *impl = NULL;
+            CHECK(qcal_int8_net_impl(net, i, &impl));
+            printf("  layer %d: %s\n", i, impl);
+        }
+    }
+}
+
+/* PyTorch helper (bench/torch_ref.py --serve): started once, asked one row at a time. */
+typedef struct torch_server {
+    pid_t pid;
+    FILE *to, *from;
+} torch_server;
+
+static int torch_start(torch_server *ts, const char *cmd, int threads)
+{
+    memset(ts, 0, sizeof *ts);
+    char full[4096];
+    snprintf(full, sizeof full, "%s --serve --quick --threads %d", cmd, threads);
+    int in[2], out[2];
+    if (pipe(in) != 0)
+        return -1;
+    if (pipe(out) != 0) {
+        close(in[0]);
+        close(in[1]);
+        return -1;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        close(in[0]);
+        close(in[1]);
+        close(out[0]);
+        close(out[1]);
+        execl("/bin/sh", "sh", "-c", full, (char *)NULL);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    ts->pid = pid;
+    ts->to = fdopen(in[1], "w");
+    ts->from = fdopen(out[0], "r");
+    char line[512];
+    if (!ts->to || !ts->from || !fgets(line, sizeof line, ts->from) || !strstr(line, "\"ready\""))
+        return -1;
+    return 0;
+}
+
+/* One PyTorch measurement of the int8 CNN on n images (median of its repeats) into *s. */
+static int torch_time(torch_server *ts, int64_t n, double *s)
+{
+    fprintf(ts->to, "int8_cnn %lld\n", (long long)(n * 784));
+    fflush(ts->to);
+    char line[4096];
+    if (!fgets(line, sizeof line, ts->from)) {
+        fprintf(stderr, "bench_int8_cnn: the PyTorch helper stopped answering\n");
+        return -1;
+    }
+    const char *m = strstr(line, "\"median_s\":");
+    if (!m) {
+        fprintf(stderr, "bench_int8_cnn: PyTorch: %s", line);
+        return -1;
+    }
+    *s = atof(m + strlen("\"median_s\":"));
+    return 0;
+}
+
+static void torch_stop(torch_server *ts)
+{
+    if (ts->to)
+        fclose(ts->to);
+    if (ts->from)
+        fclose(ts->from);
+    if (ts->pid > 0)
+        waitpid(ts->pid, NULL, 0);
+}
+
 int main(int argc, char **argv)
 {
-    int64_t n = argc > 1 ? atoll(argv[1]) : 10000;
+    int64_t n = 10000;
+    const char *torch_cmd = NULL;
+    int pairs = 7;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--torch") && i + 1 < argc)
+            torch_cmd = argv[++i];
+        else if (!strcmp(argv[i], "--pairs") && i + 1 < argc)
+            pairs = atoi(argv[++i]);
+        else if (argv[i][0] != '-')
+            n = atoll(argv[i]);
+        else {
+            fprintf(stderr, "usage: bench_int8_cnn [n_images] [--torch CMD] [--pairs K]\n");
+            return 2;
+        }
+    }
+    pairs = pairs < 1 ? 1 : pairs;
     if (n < N_CAL)
         n = N_CAL;
     /* weights: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) as torch.nn's default init */
@@ -210,49 +363,16 @@ int main(int argc, char **argv)
     layers[8].linear.weight = w4;
     layers[8].linear.bias = b4;
 
+    printf("int8 CNN on %lld random 28x28 images (qcal_int8_net, oneDNN), %d OpenMP threads\n",
+           (long long)n, omp_threads());
     static const int64_t chunks[] = {64, 128, 256, 512, 1024};
-    printf("int8 CNN on %lld random 28x28 images (qcal_int8_net, oneDNN)\n", (long long)n);
-    for (size_t run = 0; run < 2 * sizeof chunks / sizeof chunks[0]; run++) {
-        const size_t ci = run % (sizeof chunks / sizeof chunks[0]);
-        const bool par = run < sizeof chunks / sizeof chunks[0];
-        qcal_int8_net_options opt;
-        qcal_int8_net_options_default(&opt);
-        opt.batch_chunk = chunks[ci];
-        opt.chunk_parallel = par;
-        qcal_int8_net *net = NULL;
-        const int64_t shape[3] = {1, 28, 28};
-        CHECK(qcal_int8_net_from_table(&opt, table, 3, shape, 9, layers, NULL, &net));
-
-        /* verify on the calibration images */
-        CHECK(qcal_int8_net_forward(net, N_CAL, x, logits));
-        int agree = 0;
-        double num = 0.0, den = 0.0;
-        for (int i = 0; i < N_CAL; i++) {
-            int ag = 0, ar = 0;
-            for (int o = 0; o < F2; o++) {
-                ag = logits[i * F2 + o] > logits[i * F2 + ag] ? o : ag;
-                ar = ref[i * F2 + o] > ref[i * F2 + ar] ? o : ar;
-                num += (logits[i * F2 + o] - ref[i * F2 + o]) * (logits[i * F2 + o] - ref[i * F2 + o]);
-                den += ref[i * F2 + o] * ref[i * F2 + o];
-            }
-            agree += ag == ar;
-        }
-        double rel = sqrt(num / (den > 0 ? den : 1));
-        if (agree < N_CAL * 9 / 10 || rel > 0.1) {
-            fprintf(stderr, "verification failed: argmax agreement %d/%d, relative error %.3g\n",
-                    agree, N_CAL, rel);
-            return 1;
-        }
-        if (run == 0) {
-            printf("verify: int8 vs f32 logits on %d images: argmax agree %d/%d, rel. L2 error %.4f\n",
-                   N_CAL, agree, N_CAL, rel);
-            for (int32_t i = 0; i < 6; i++) {
-                const char *impl = NULL;
-                CHECK(qcal_int8_net_impl(net, i, &impl));
-                printf("  layer %d: %s\n", i, impl);
-            }
-        }
-
+    const size_t nchunks = sizeof chunks / sizeof chunks[0];
+    const size_t nruns = torch_cmd ? 0 : 2 * nchunks;   /* the sweep (no --torch) */
+    for (size_t run = 0; run < nruns; run++) {
+        const size_t ci = run % nchunks;
+        const bool par = run < nchunks;
+        qcal_int8_net *net = build(table, layers, chunks[ci], par);
+        verify(net, x, ref, logits, run == 0);
         enum { REPS = 7 };
         double t[REPS], tc[REPS];
         CHECK(qcal_int8_net_forward(net, n, x, logits));   /* warm-up: builds every primitive */
@@ -271,6 +391,55 @@ int main(int argc, char **argv)
                "%.2f GB/s of f32 input  [checksum %.6g]\n", par ? "threads over chunks   " : "threads in primitives ",
                (long long)chunks[ci], t[REPS / 2], t[0], tc[REPS / 2],
                (double)n / t[REPS / 2], (double)n * 784 * 4 / t[REPS / 2] / 1e9, sum);
+        qcal_int8_net_destroy(&net);
+    }
+    if (torch_cmd) {
+        /* The row: qcal's default options and PyTorch's FX int8 model (onednn engine) on the
+         * same n images, measured interleaved in pairs (qcal median of 3 forwards, then
+         * PyTorch's median of 3 calls); the verdict is on the median of the paired ratios. */
+        qcal_int8_net_options def;
+        qcal_int8_net_options_default(&def);
+        qcal_int8_net *net = build(table, layers, def.batch_chunk, def.chunk_parallel);
+        verify(net, x, ref, logits, true);
+        CHECK(qcal_int8_net_forward(net, n, x, logits));   /* warm-up */
+        torch_server ts;
+        if (torch_start(&ts, torch_cmd, omp_threads()) != 0) {
+            fprintf(stderr, "bench_int8_cnn: cannot start '%s'\n", torch_cmd);
+            return 1;
+        }
+        double tq[64], tt[64], ratio[64];
+        int got = 0;
+        for (int k = 0; k < pairs && k < 64; k++) {
+            double t3[3];
+            for (int r = 0; r < 3; r++) {
+                double t0 = now();
+                CHECK(qcal_int8_net_forward(net, n, x, logits));
+                t3[r] = now() - t0;
+            }
+            qsort(t3, 3, sizeof t3[0], cmp_double);
+            double pt;
+            if (torch_time(&ts, n, &pt) != 0)
+                break;
+            tq[got] = t3[1];
+            tt[got] = pt;
+            ratio[got] = pt / t3[1];
+            printf("pair %d: qcal %.4f s  PyTorch %.4f s  ratio %.2fx\n", k, tq[got], tt[got], ratio[got]);
+            fflush(stdout);
+            got++;
+        }
+        torch_stop(&ts);
+        if (got == 0) {
+            fprintf(stderr, "bench_int8_cnn: no PyTorch measurement\n");
+            return 1;
+        }
+        qsort(tq, (size_t)got, sizeof tq[0], cmp_double);
+        qsort(tt, (size_t)got, sizeof tt[0], cmp_double);
+        qsort(ratio, (size_t)got, sizeof ratio[0], cmp_double);
+        const double med = got % 2 ? ratio[got / 2] : 0.5 * (ratio[got / 2 - 1] + ratio[got / 2]);
+        printf("int8 CNN %lld images: qcal median %.4f s, PyTorch median %.4f s, speed-up %.2fx "
+               "(median of %d paired ratios, spread %.2f-%.2f)  target >= 1.30x  %s\n",
+               (long long)n, tq[got / 2], tt[got / 2], med, got, ratio[0], ratio[got - 1],
+               med >= 1.3 ? "OK" : "MISSED");
         qcal_int8_net_destroy(&net);
     }
     free(w1); free(b1); free(w2); free(b2); free(w3); free(b3); free(w4); free(b4);
