@@ -99,15 +99,16 @@ def int8_cnn_model():
                 super().__init__()
                 self.conv1 = nn.Conv2d(1, 32, 3, padding=1)
                 self.conv2 = nn.Conv2d(32, 64, 3, padding=1)
+                self.relu1, self.relu2, self.relu3 = nn.ReLU(), nn.ReLU(), nn.ReLU()
                 self.pool = nn.MaxPool2d(2)
                 self.fc1 = nn.Linear(3136, 128)
                 self.fc2 = nn.Linear(128, 10)
 
-            def forward(self, x):
-                x = self.pool(torch.relu(self.conv1(x)))
-                x = self.pool(torch.relu(self.conv2(x)))
+            def forward(self, x):   # conv + ReLU and linear + ReLU fuse in FX's convert
+                x = self.pool(self.relu1(self.conv1(x)))
+                x = self.pool(self.relu2(self.conv2(x)))
                 x = torch.flatten(x, 1)
-                return self.fc2(torch.relu(self.fc1(x)))
+                return self.fc2(self.relu3(self.fc1(x)))
 
         torch.backends.quantized.engine = "onednn"
         ex = torch.randn(64, 1, 28, 28)

@@ -1121,16 +1121,18 @@ static qcal_status run_chunk(const qcal_int8_net *net, const plan *pl, const flo
     rc = get_ptr(pl->in_nchw ? pl->in_nchw : pl->act[0], &qbuf, "the input buffer");
     if (rc != QCAL_OK)
         return rc;
-    /* The library's quantize (qcal/quantize.h: round half to even, NaN -> zp, +-Inf
-     * saturate), then the shared min/max kernel counts the non-finite inputs of the chunk
-     * (still in cache). */
+    /* The shared min/max kernel counts the chunk's non-finite inputs (and brings it into
+     * cache), then the library's quantize (qcal/quantize.h: round half to even, NaN -> zp,
+     * +-Inf saturate) reads it from there. */
+    float mn, mx;
+    *nonfinite = 0;
+    if (!net->opt.nonfinite_error)   /* else forward() rejected any before this */
+        qcal_f32_minmax(src, in_numel, &mn, &mx, nonfinite);
     qcal_tensor t;
     const int64_t dims[1] = {in_numel};
     if ((rc = qcal_tensor_init(&t, (float *)src, 1, dims)) != QCAL_OK ||
         (rc = qcal_quantize_per_tensor(&t, net->in_scale, net->in_zp, QCAL_QUINT8, qbuf)) != QCAL_OK)
         return rc;
-    float mn, mx;
-    qcal_f32_minmax(src, in_numel, &mn, &mx, nonfinite);
     if (pl->in_reorder) {
         dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, pl->in_nchw}, {DNNL_ARG_TO, pl->act[0]}};
         if ((rc = exec(pl, pl->in_reorder, 2, args, "the input reorder")) != QCAL_OK)
