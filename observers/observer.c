@@ -2,8 +2,11 @@
  * ops table, non-finite accounting, merge checks and the save/load framing. */
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "core/blob_file.h"
+#include "core/sha256.h"
 #include "observers/observer_impl.h"
 
 static const char *const kind_names[QCAL_OBSERVER_KIND_COUNT] = {
@@ -281,17 +284,95 @@ qcal_status qcal_observer_reset(qcal_observer *obs)
     return QCAL_OK;
 }
 
-static bool config_equal(const qcal_observer_config *a, const qcal_observer_config *b)
+/* Describes the first config field where a and b differ ("bins 2048 vs 1024") into out;
+ * returns false when they are equal. Fields a kind does not use are compared too: the
+ * state file stores them, so equal configs give equal files. */
+static bool config_diff(const qcal_observer_config *a, const qcal_observer_config *b, char *out,
+                        size_t cap)
 {
-    return a->kind == b->kind && a->q.dtype == b->q.dtype && a->q.qscheme == b->q.qscheme &&
-           a->q.reduce_range == b->q.reduce_range && a->q.custom_range == b->q.custom_range &&
-           (!a->q.custom_range ||
-            (a->q.quant_min == b->q.quant_min && a->q.quant_max == b->q.quant_max)) &&
-           a->q.eps == b->q.eps && a->axis == b->axis &&
-           a->averaging_constant == b->averaging_constant && a->bins == b->bins &&
-           a->upsample_rate == b->upsample_rate && a->percentile == b->percentile &&
-           a->percentile_mode == b->percentile_mode && a->entropy_levels == b->entropy_levels &&
-           a->nonfinite == b->nonfinite;
+#define DIFF_S(name, x, y)                                                                  \
+    do {                                                                                    \
+        if (strcmp((x), (y))) {                                                             \
+            snprintf(out, cap, "%s %s vs %s", name, (x), (y));                              \
+            return true;                                                                    \
+        }                                                                                   \
+    } while (0)
+#define DIFF_I(name, x, y)                                                                  \
+    do {                                                                                    \
+        if ((x) != (y)) {                                                                   \
+            snprintf(out, cap, "%s %lld vs %lld", name, (long long)(x), (long long)(y));    \
+            return true;                                                                    \
+        }                                                                                   \
+    } while (0)
+#define DIFF_F(name, x, y)                                                                  \
+    do {                                                                                    \
+        if (memcmp(&(x), &(y), sizeof(x))) {                                                \
+            snprintf(out, cap, "%s %.9g vs %.9g", name, (double)(x), (double)(y));          \
+            return true;                                                                    \
+        }                                                                                   \
+    } while (0)
+    DIFF_S("observer", qcal_observer_kind_name(a->kind), qcal_observer_kind_name(b->kind));
+    DIFF_S("dtype", qcal_dtype_name(a->q.dtype), qcal_dtype_name(b->q.dtype));
+    DIFF_S("qscheme", qcal_qscheme_name(a->q.qscheme), qcal_qscheme_name(b->q.qscheme));
+    DIFF_I("reduce_range", a->q.reduce_range, b->q.reduce_range);
+    DIFF_I("custom range", a->q.custom_range, b->q.custom_range);
+    DIFF_I("quant_min", a->q.quant_min, b->q.quant_min);
+    DIFF_I("quant_max", a->q.quant_max, b->q.quant_max);
+    DIFF_F("eps", a->q.eps, b->q.eps);
+    DIFF_I("axis", a->axis, b->axis);
+    DIFF_F("averaging_constant", a->averaging_constant, b->averaging_constant);
+    DIFF_I("bins", a->bins, b->bins);
+    DIFF_I("upsample_rate", a->upsample_rate, b->upsample_rate);
+    DIFF_F("percentile", a->percentile, b->percentile);
+    DIFF_I("percentile_mode", a->percentile_mode, b->percentile_mode);
+    DIFF_I("entropy_levels", a->entropy_levels, b->entropy_levels);
+    DIFF_I("nonfinite policy", a->nonfinite, b->nonfinite);
+#undef DIFF_S
+#undef DIFF_I
+#undef DIFF_F
+    return false;
+}
+
+qcal_status qcal_observer_config_compare(const qcal_observer_config *a,
+                                         const qcal_observer_config *b, char *diff,
+                                         size_t cap)
+{
+    char tmp[160];
+    if (!a || !b)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "observer config is NULL");
+    if (!diff || cap == 0) {
+        diff = tmp;
+        cap = sizeof tmp;
+    }
+    if (!config_diff(a, b, diff, cap)) {
+        diff[0] = '\0';
+        return QCAL_OK;
+    }
+    return QCAL_ERR_MISMATCH;
+}
+
+/* True when the observer has seen no finite value (its kind state is the empty one). */
+static bool observer_empty(const qcal_observer *obs)
+{
+    int64_t ch = 0;
+    if (obs->ops->channels(obs, &ch) != QCAL_OK)
+        return false;
+    if (ch < 1)
+        return true;
+    float *mn = qcal_malloc((size_t)ch * sizeof *mn), *mx = qcal_malloc((size_t)ch * sizeof *mx);
+    bool empty = false;
+    int64_t n = 0;
+    if (mn && mx)
+        empty = obs->ops->data_range(obs, ch, mn, mx, &n) == QCAL_NO_DATA;
+    free(mn);
+    free(mx);
+    return empty;
+}
+
+static bool kind_is_moving_average(qcal_observer_kind kind)
+{
+    return kind == QCAL_OBSERVER_MOVING_AVERAGE_MINMAX ||
+           kind == QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX;
 }
 
 qcal_status qcal_observer_merge(qcal_observer *dst, const qcal_observer *src)
@@ -300,10 +381,16 @@ qcal_status qcal_observer_merge(qcal_observer *dst, const qcal_observer *src)
         return qcal_error(QCAL_ERR_INVALID_ARG, "observer is NULL");
     if (dst == src)
         return qcal_error(QCAL_ERR_INVALID_ARG, "cannot merge an observer into itself");
-    if (!config_equal(&dst->cfg, &src->cfg))
+    char diff[160];
+    if (config_diff(&dst->cfg, &src->cfg, diff, sizeof diff))
         return qcal_error(QCAL_ERR_MISMATCH,
-                          "cannot merge observer %s into %s: kinds or configs differ",
-                          kind_names[src->cfg.kind], kind_names[dst->cfg.kind]);
+                          "cannot merge a %s observer into a %s observer: configs differ (%s)",
+                          kind_names[src->cfg.kind], kind_names[dst->cfg.kind], diff);
+    if (kind_is_moving_average(dst->cfg.kind) && !observer_empty(dst) && !observer_empty(src))
+        return qcal_error(QCAL_ERR_UNSUPPORTED,
+                          "cannot merge two %s observers that both saw data: a moving average "
+                          "depends on the order of its batches (merge is exact only when one "
+                          "side is empty)", kind_names[dst->cfg.kind]);
     qcal_status st = dst->ops->merge(dst, src);
     if (st < 0)
         return st;
@@ -328,10 +415,14 @@ qcal_status qcal_observer_batches(const qcal_observer *obs, uint64_t *count)
     return QCAL_OK;
 }
 
-/* Blob: "QCOB" u32 version, config fields, nonfinite u64, batches u64, kind state. */
-#define OBS_MAGIC 0x424f4351u /* "QCOB" little-endian */
-#define OBS_VERSION 1u
+/* ---- State files (format: docs/state.md) -------------------------------------------- */
 
+#define OBS_MAGIC 0x424f4351u /* "QCOB" little-endian */
+#define OBS_VERSION 2u
+#define OBS_HEADER_BYTES 108u
+
+/* Config fields in file order. A new config field goes at the end of this list, with a
+ * version bump and a line in docs/state.md. */
 static void save_config(qcal_buf *b, const qcal_observer_config *c)
 {
     qcal_buf_u32(b, (uint32_t)c->kind);
@@ -383,20 +474,87 @@ static bool load_config(qcal_cursor *cur, qcal_observer_config *c)
     return true;
 }
 
+qcal_status qcal_observer_state_append(const qcal_observer *obs, qcal_buf *b, bool canonical)
+{
+    size_t start = b->len;
+    qcal_buf_u32(b, OBS_MAGIC);
+    qcal_buf_u32(b, OBS_VERSION);
+    save_config(b, &obs->cfg);
+    qcal_buf_u64(b, obs->nonfinite);
+    qcal_buf_u64(b, canonical ? 0 : obs->batches);
+    size_t len_at = b->len;
+    qcal_buf_u64(b, 0);   /* payload length, patched below */
+    size_t payload_at = b->len;
+    obs->ops->save(obs, b);
+    if (b->failed)
+        return qcal_error(QCAL_ERR_NO_MEMORY, "cannot allocate the observer state buffer");
+    if (len_at - start != OBS_HEADER_BYTES - 8)
+        return qcal_error(QCAL_ERR_STATE, "observer state header is %zu bytes, expected %u",
+                          len_at - start + 8, OBS_HEADER_BYTES);
+    uint64_t payload = (uint64_t)(b->len - payload_at);
+    memcpy(b->data + len_at, &payload, 8);
+    return QCAL_OK;
+}
+
+qcal_status qcal_observer_state_parse(qcal_cursor *cur, qcal_observer **out)
+{
+    uint32_t magic, version;
+    if (!qcal_cur_u32(cur, &magic) || magic != OBS_MAGIC)
+        return qcal_error(QCAL_ERR_FORMAT, "not a qcal observer state (bad magic)");
+    if (!qcal_cur_u32(cur, &version))
+        return qcal_error(QCAL_ERR_FORMAT, "observer state is truncated in its header");
+    if (version != OBS_VERSION)
+        return qcal_error(QCAL_ERR_UNSUPPORTED,
+                          "observer state version %u is not supported (this qcal reads "
+                          "version %u)", (unsigned)version, OBS_VERSION);
+    qcal_observer_config cfg;
+    qcal_observer_config_default(&cfg, QCAL_OBSERVER_MINMAX);
+    if (!load_config(cur, &cfg))
+        return qcal_error(QCAL_ERR_FORMAT, "observer state is truncated in its config");
+    uint64_t nonfinite, batches, payload;
+    if (!qcal_cur_u64(cur, &nonfinite) || !qcal_cur_u64(cur, &batches) ||
+        !qcal_cur_u64(cur, &payload))
+        return qcal_error(QCAL_ERR_FORMAT, "observer state is truncated in its header");
+    if (payload > cur->left)
+        return qcal_error(QCAL_ERR_FORMAT,
+                          "observer state payload of %llu bytes, only %zu bytes left",
+                          (unsigned long long)payload, cur->left);
+    qcal_observer *obs = NULL;
+    qcal_status st = qcal_observer_create(&cfg, &obs);
+    if (st != QCAL_OK)
+        return st == QCAL_ERR_NO_MEMORY ? st
+                                        : qcal_error(QCAL_ERR_FORMAT,
+                                                     "observer state has an invalid config: %s",
+                                                     qcal_last_error());
+    obs->nonfinite = nonfinite;
+    obs->batches = batches;
+    qcal_cursor pc = { .p = cur->p, .left = (size_t)payload };
+    st = obs->ops->load(obs, &pc);
+    if (st != QCAL_OK)
+        goto fail;
+    if (pc.left != 0) {
+        st = qcal_error(QCAL_ERR_FORMAT, "%s state has %zu trailing bytes in its payload",
+                        kind_names[cfg.kind], pc.left);
+        goto fail;
+    }
+    cur->p += payload;
+    cur->left -= (size_t)payload;
+    *out = obs;
+    return QCAL_OK;
+fail:
+    qcal_observer_destroy(&obs);
+    return st;
+}
+
 qcal_status qcal_observer_save(const qcal_observer *obs, void **buf, size_t *len)
 {
     if (!obs || !buf || !len)
         return qcal_error(QCAL_ERR_INVALID_ARG, "observer or outputs are NULL");
     qcal_buf b = { 0 };
-    qcal_buf_u32(&b, OBS_MAGIC);
-    qcal_buf_u32(&b, OBS_VERSION);
-    save_config(&b, &obs->cfg);
-    qcal_buf_u64(&b, obs->nonfinite);
-    qcal_buf_u64(&b, obs->batches);
-    obs->ops->save(obs, &b);
-    if (b.failed) {
+    qcal_status st = qcal_observer_state_append(obs, &b, false);
+    if (st != QCAL_OK) {
         qcal_buf_free(&b);
-        return qcal_error(QCAL_ERR_NO_MEMORY, "cannot allocate the observer state buffer");
+        return st;
     }
     *buf = b.data;
     *len = b.len;
@@ -408,37 +566,57 @@ qcal_status qcal_observer_load(const void *buf, size_t len, qcal_observer **out)
     if (!buf || !out)
         return qcal_error(QCAL_ERR_INVALID_ARG, "buffer or output is NULL");
     qcal_cursor cur = { .p = buf, .left = len };
-    uint32_t magic, version;
-    if (!qcal_cur_u32(&cur, &magic) || magic != OBS_MAGIC)
-        return qcal_error(QCAL_ERR_FORMAT, "not a qcal observer state (bad magic)");
-    if (!qcal_cur_u32(&cur, &version) || version != OBS_VERSION)
-        return qcal_error(QCAL_ERR_UNSUPPORTED, "observer state version %u is not supported",
-                          (unsigned)version);
-    qcal_observer_config cfg;
-    qcal_observer_config_default(&cfg, QCAL_OBSERVER_MINMAX);
-    if (!load_config(&cur, &cfg))
-        return qcal_error(QCAL_ERR_FORMAT, "observer state is truncated in its config");
     qcal_observer *obs = NULL;
-    qcal_status st = qcal_observer_create(&cfg, &obs);
+    qcal_status st = qcal_observer_state_parse(&cur, &obs);
     if (st != QCAL_OK)
-        return st == QCAL_ERR_NO_MEMORY ? st
-                                        : qcal_error(QCAL_ERR_FORMAT,
-                                                     "observer state has an invalid config: %s",
-                                                     qcal_last_error());
-    if (!qcal_cur_u64(&cur, &obs->nonfinite) || !qcal_cur_u64(&cur, &obs->batches)) {
-        st = qcal_error(QCAL_ERR_FORMAT, "observer state is truncated");
-        goto fail;
-    }
-    st = obs->ops->load(obs, &cur);
-    if (st != QCAL_OK)
-        goto fail;
+        return st;
     if (cur.left != 0) {
-        st = qcal_error(QCAL_ERR_FORMAT, "observer state has %zu trailing bytes", cur.left);
-        goto fail;
+        qcal_observer_destroy(&obs);
+        return qcal_error(QCAL_ERR_FORMAT, "observer state has %zu trailing bytes", cur.left);
     }
     *out = obs;
     return QCAL_OK;
-fail:
-    qcal_observer_destroy(&obs);
+}
+
+qcal_status qcal_observer_save_file(const qcal_observer *obs, const char *path)
+{
+    void *buf = NULL;
+    size_t len = 0;
+    qcal_status st = qcal_observer_save(obs, &buf, &len);
+    if (st != QCAL_OK)
+        return st;
+    st = qcal_blob_write_file(path, buf, len);
+    free(buf);
+    return st;
+}
+
+qcal_status qcal_observer_load_file(const char *path, qcal_observer **out)
+{
+    if (!path || !out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "path or output is NULL");
+    void *buf = NULL;
+    size_t len = 0;
+    qcal_status st = qcal_blob_read_file(path, "observer state", &buf, &len);
+    if (st != QCAL_OK)
+        return st;
+    st = qcal_observer_load(buf, len, out);
+    free(buf);
+    if (st < 0 && st != QCAL_ERR_NO_MEMORY) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", qcal_last_error());
+        return qcal_error(st, "'%s': %s", path, msg);
+    }
+    return st;
+}
+
+qcal_status qcal_observer_digest(const qcal_observer *obs, char hex[65])
+{
+    if (!obs || !hex)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "observer or output is NULL");
+    qcal_buf b = { 0 };
+    qcal_status st = qcal_observer_state_append(obs, &b, true);
+    if (st == QCAL_OK)
+        qcal_sha256_hex(b.data, b.len, hex);
+    qcal_buf_free(&b);
     return st;
 }

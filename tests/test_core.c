@@ -14,6 +14,7 @@
 #include "core/atomic_file.h"
 #include "core/cpu.h"
 #include "core/internal.h"
+#include "core/sha256.h"
 #include "qcal/qcal.h"
 #include "qcal_config.h"
 
@@ -187,10 +188,69 @@ static void test_cpu(void **state)
     assert_true(qcal_threads_for(INT64_C(1) << 30) >= 1);
 }
 
+/* SHA-256 against the FIPS 180-4 / NIST example vectors, one-shot and fed in pieces of
+ * every size (exercises the partial-block paths and the 55/56/64-byte padding edges). */
+static void test_sha256(void **state)
+{
+    (void)state;
+    static const struct { const char *msg; const char *hex; } v[] = {
+        { "", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855" },
+        { "abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" },
+        { "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+          "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1" },
+        { "abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmn"
+          "opqrlmnopqrsmnopqrstnopqrstu",
+          "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1" },
+    };
+    char hex[65];
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        size_t n = strlen(v[i].msg);
+        qcal_sha256_hex(v[i].msg, n, hex);
+        assert_string_equal(hex, v[i].hex);
+        for (size_t piece = 1; piece <= n; piece++) {
+            qcal_sha256 s;
+            uint8_t d[32];
+            qcal_sha256_init(&s);
+            for (size_t off = 0; off < n; off += piece)
+                qcal_sha256_update(&s, v[i].msg + off, n - off < piece ? n - off : piece);
+            qcal_sha256_final(&s, d);
+            qcal_sha256_to_hex(d, hex);
+            assert_string_equal(hex, v[i].hex);
+        }
+    }
+    /* One million 'a' (FIPS 180-2 appendix B.3), in 1000 updates of 1000 bytes. */
+    char a[1000];
+    memset(a, 'a', sizeof a);
+    qcal_sha256 s;
+    uint8_t d[32];
+    qcal_sha256_init(&s);
+    for (int i = 0; i < 1000; i++)
+        qcal_sha256_update(&s, a, sizeof a);
+    qcal_sha256_final(&s, d);
+    qcal_sha256_to_hex(d, hex);
+    assert_string_equal(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    /* Lengths 55, 56, 63, 64 and 65 (padding into one or two blocks), checked against
+     * Python's hashlib.sha256(b'x' * n). */
+    static const struct { size_t n; const char *hex; } e[] = {
+        { 55, "d5e285683cd4efc02d021a5c62014694958901005d6f71e89e0989fac77e4072" },
+        { 56, "04c26261370ee7541549d16dee320c723e3fd14671e66a099afe0a377c16888e" },
+        { 63, "75220b47218278e656f2013bb8f0c455a25eaf01e86c64924e9d48d89776d6f2" },
+        { 64, "7ce100971f64e7001e8fe5a51973ecdfe1ced42befe7ee8d5fd6219506b5393c" },
+        { 65, "9537c5fdf120482f7d58d25e9ed583f52c02b4e304ea814db1633ad565aed7e9" },
+    };
+    char x[65];
+    memset(x, 'x', sizeof x);
+    for (size_t i = 0; i < sizeof e / sizeof e[0]; i++) {
+        qcal_sha256_hex(x, e[i].n, hex);
+        assert_string_equal(hex, e[i].hex);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status),
+        cmocka_unit_test(test_sha256),
         cmocka_unit_test(test_tensor),
         cmocka_unit_test(test_atomic_file),
         cmocka_unit_test(test_cpu),

@@ -114,10 +114,18 @@ QCAL_API qcal_status qcal_observer_qparams(qcal_observer *obs, int64_t cap, floa
 QCAL_API qcal_status qcal_observer_reset(qcal_observer *obs);
 
 /* Folds src into dst as if dst had also seen src's batches. Same kind and config required
- * (QCAL_ERR_MISMATCH otherwise). Exact for the min/max kinds (moving averages: exact when
- * either side is empty, otherwise documented in the kind's header); histogram kinds:
- * documented in their headers. */
+ * (QCAL_ERR_MISMATCH, the message names the first differing field and both values).
+ * Exact for every kind whose update commutes (min/max kinds; histogram kinds: see their
+ * headers). Moving-average kinds depend on batch order: merging two that both saw data is
+ * refused (QCAL_ERR_UNSUPPORTED); with one side empty the merge is an exact copy. */
 QCAL_API qcal_status qcal_observer_merge(qcal_observer *dst, const qcal_observer *src);
+
+/* QCAL_OK when a and b are equal configs (as merge requires), else QCAL_ERR_MISMATCH with
+ * the first differing field and both values ("bins 2048 vs 1024") in diff (cap bytes;
+ * diff may be NULL). Does not touch qcal_last_error(). */
+QCAL_API qcal_status qcal_observer_config_compare(const qcal_observer_config *a,
+                                                  const qcal_observer_config *b, char *diff,
+                                                  size_t cap);
 
 /* Number of non-finite values skipped so far (since create or reset). */
 QCAL_API qcal_status qcal_observer_nonfinite(const qcal_observer *obs, uint64_t *count);
@@ -125,12 +133,27 @@ QCAL_API qcal_status qcal_observer_nonfinite(const qcal_observer *obs, uint64_t 
 /* Number of update calls that changed the observer (batches seen) since create or reset. */
 QCAL_API qcal_status qcal_observer_batches(const qcal_observer *obs, uint64_t *count);
 
-/* Serialises config and state into a new buffer (*buf, *len; free with qcal_free): a
- * versioned little-endian binary blob, so training and calibration can resume. */
+/* Serialises config, counters and state into a new buffer (*buf, *len; free with
+ * qcal_free): the versioned little-endian observer state format of docs/state.md
+ * ("QCOB", version 2), so training and calibration can resume or be merged elsewhere. */
 QCAL_API qcal_status qcal_observer_save(const qcal_observer *obs, void **buf, size_t *len);
 
-/* Creates an observer from a qcal_observer_save blob; malformed blobs are QCAL_ERR_FORMAT. */
+/* Creates an observer from a qcal_observer_save blob. Malformed, truncated or inconsistent
+ * blobs are QCAL_ERR_FORMAT, other versions QCAL_ERR_UNSUPPORTED; *out untouched then. */
 QCAL_API qcal_status qcal_observer_load(const void *buf, size_t len, qcal_observer **out);
+
+/* qcal_observer_save to a file, written atomically (temporary file, then rename). */
+QCAL_API qcal_status qcal_observer_save_file(const qcal_observer *obs, const char *path);
+
+/* qcal_observer_load from a file (QCAL_ERR_NOT_FOUND / QCAL_ERR_IO when it cannot be read;
+ * messages name the file). */
+QCAL_API qcal_status qcal_observer_load_file(const char *path, qcal_observer **out);
+
+/* SHA-256 (64 lower-case hex digits and a NUL into hex[65]) of the canonical state: the
+ * state file with its batches field set to 0 (docs/state.md). Equal for observers that
+ * would report the same thing (same config, same state, same non-finite count), whatever
+ * the batch count. */
+QCAL_API qcal_status qcal_observer_digest(const qcal_observer *obs, char hex[65]);
 
 #ifdef __cplusplus
 }

@@ -20,8 +20,9 @@
  *   averaging_constant c = 0.01, in (0, 1]. First batch with a finite value: min = min(x);
  *   later: min = min + c * (min(x) - min) in float32 (PyTorch's arithmetic; if that
  *   overflows float32 it is redone in double so the state stays finite). A batch without
- *   finite values does not move the averages. Merge: exact when either side is empty;
- *   otherwise dst keeps its average and src's average is applied as one more batch.
+ *   finite values does not move the averages. The result depends on batch order by
+ *   definition (not on the multiset of values). Merge: exact (a copy) when either side is
+ *   empty; merging two observers that both saw data is refused (QCAL_ERR_UNSUPPORTED).
  *
  * "per_channel_minmax" (QCAL_OBSERVER_PER_CHANNEL_MINMAX; PyTorch PerChannelMinMaxObserver)
  *   Default qconfig: quint8, per_channel_affine; axis 0 (negative counts from the end).
@@ -34,8 +35,8 @@
  * "moving_average_per_channel_minmax" (QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX;
  *   PyTorch MovingAveragePerChannelMinMaxObserver). As per_channel_minmax for axis and
  *   channels, with the moving-average update per channel. A channel without data is
- *   initialised by its first finite batch (PyTorch would produce NaN there). Merge per
- *   channel as moving_average_minmax.
+ *   initialised by its first finite batch (PyTorch would produce NaN there). Depends on
+ *   batch order; merge as moving_average_minmax (refused unless one side is empty).
  *
  * Speed: one pass over the data (AVX2 / AVX-512 with OpenMP above the threading threshold);
  * per-channel reductions for axis 0, a middle axis and the last axis without transposing. */
