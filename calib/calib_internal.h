@@ -8,6 +8,7 @@
 
 struct qcal_calib_table {
     int64_t n, cap;
+    char digest[65];       /* session digest (64 hex digits), "" when unknown */
     qcal_calib_entry *e;   /* each entry owns its fqn and arrays (calib_entry_free) */
 };
 
@@ -43,5 +44,29 @@ qcal_status qcal_calib_read_file(const char *path, const char *what, size_t max,
 
 /* Deep copy of a rule list (sessions keep their own). */
 qcal_status qcal_calib_rules_clone(const qcal_calib_rules *src, qcal_calib_rules **dst);
+
+/* ---- Session internals for the state code (calib/session.c -> calib/session_state.c) ---- */
+
+/* Called for each entry with its mutex held: the observer, its element count and the number
+ * of batches still queued (waiting for earlier steps). Non-QCAL_OK stops the walk. */
+typedef qcal_status (*qcal_calib_entry_fn)(void *ctx, const char *fqn, qcal_calib_role role,
+                                           const qcal_observer *obs, uint64_t elements,
+                                           uint64_t queued);
+
+/* Visits every entry in (fqn bytes, role) order; returns fn's first failure. */
+qcal_status qcal_calib_session_each(const qcal_calib_session *s, qcal_calib_entry_fn fn,
+                                    void *ctx);
+
+/* Adds (fqn, role) with obs (owned from now on, destroyed on failure) and its element count;
+ * QCAL_ERR_INVALID_ARG if the session already has it. */
+qcal_status qcal_calib_session_adopt(qcal_calib_session *s, const char *fqn, qcal_calib_role role,
+                                     qcal_observer *obs, uint64_t elements);
+
+/* Merges src into the entry (fqn, role), or adds a copy of src when there is none.
+ * dry_run: only checks that the merge would succeed (configs, moving averages, channel
+ * counts) and changes nothing. */
+qcal_status qcal_calib_session_merge_entry(qcal_calib_session *s, const char *fqn,
+                                           qcal_calib_role role, qcal_observer *src,
+                                           uint64_t elements, bool dry_run);
 
 #endif

@@ -189,16 +189,17 @@ static qcal_status insert_locked(qcal_calib_session *s, entry *e)
     return QCAL_OK;
 }
 
-static qcal_status new_entry(const qcal_calib_session *s, const char *fqn, qcal_calib_role role, uint64_t h,
-                             entry **out)
+/* A new entry for (fqn, role) that owns obs (obs is destroyed on failure). */
+static qcal_status alloc_entry(const qcal_calib_session *s, const char *fqn, qcal_calib_role role,
+                               uint64_t h, qcal_observer *obs, entry **out)
 {
-    qcal_observer_config cfg;
-    qcal_status st = qcal_calib_rules_match(s->rules, fqn, role, &cfg, NULL);
-    if (st != QCAL_OK)
-        return st;
+    qcal_status st;
     entry *e = qcal_calloc(1, sizeof *e);
-    if (!e)
+    if (!e) {
+        qcal_observer_destroy(&obs);
         return QCAL_ERR_NO_MEMORY;
+    }
+    e->obs = obs;
     size_t len = strlen(fqn);
     e->fqn = qcal_malloc(len + 1);
     if (!e->fqn) {
@@ -213,18 +214,27 @@ static qcal_status new_entry(const qcal_calib_session *s, const char *fqn, qcal_
         goto fail;
     }
     e->mu_ready = true;
-    st = qcal_observer_create(&cfg, &e->obs);
-    if (st != QCAL_OK) {
-        st = qcal_calib_wrap_error(st, "%s '%s'", qcal_calib_role_name(role), fqn);
-        goto fail;
-    }
-    e->order_free = cfg.kind == QCAL_OBSERVER_MINMAX ||
-                    cfg.kind == QCAL_OBSERVER_PER_CHANNEL_MINMAX;
+    qcal_observer_kind kind = qcal_observer_get_config(obs)->kind;
+    e->order_free = kind == QCAL_OBSERVER_MINMAX || kind == QCAL_OBSERVER_PER_CHANNEL_MINMAX;
     *out = e;
     return QCAL_OK;
 fail:
     entry_free((qcal_calib_session *)s, e);
     return st;
+}
+
+static qcal_status new_entry(const qcal_calib_session *s, const char *fqn, qcal_calib_role role, uint64_t h,
+                             entry **out)
+{
+    qcal_observer_config cfg;
+    qcal_status st = qcal_calib_rules_match(s->rules, fqn, role, &cfg, NULL);
+    if (st != QCAL_OK)
+        return st;
+    qcal_observer *obs = NULL;
+    st = qcal_observer_create(&cfg, &obs);
+    if (st != QCAL_OK)
+        return qcal_calib_wrap_error(st, "%s '%s'", qcal_calib_role_name(role), fqn);
+    return alloc_entry(s, fqn, role, h, obs, out);
 }
 
 /* Applies x to the entry's observer (entry mutex held). */
@@ -575,10 +585,107 @@ qcal_status qcal_calib_session_table(qcal_calib_session *s, qcal_calib_table **o
     pthread_rwlock_unlock(&s->lock);
     if (st == QCAL_OK)
         st = qcal_calib_table_sort(t);
+    if (st == QCAL_OK)
+        st = qcal_calib_session_digest(s, t->digest);
     if (st != QCAL_OK) {
         qcal_calib_table_destroy(&t);
         return st;
     }
     *out = t;
     return QCAL_OK;
+}
+
+/* ---- Internal access for the state code (calib/session_state.c) ---------------------- */
+
+static int cmp_entry(const void *a, const void *b)
+{
+    const entry *x = *(entry *const *)a, *y = *(entry *const *)b;
+    int c = strcmp(x->fqn, y->fqn);
+    if (c)
+        return c;
+    return (x->role > y->role) - (x->role < y->role);
+}
+
+qcal_status qcal_calib_session_each(const qcal_calib_session *cs, qcal_calib_entry_fn fn,
+                                    void *ctx)
+{
+    /* The locks are the session's internal bookkeeping: taking them on a const session is
+     * how every reader (stats, table) serialises with writers. */
+    qcal_calib_session *s = (qcal_calib_session *)cs;
+    pthread_rwlock_rdlock(&s->lock);
+    entry **order = s->n ? qcal_malloc(s->n * sizeof *order) : NULL;
+    if (s->n && !order) {
+        pthread_rwlock_unlock(&s->lock);
+        return QCAL_ERR_NO_MEMORY;
+    }
+    if (s->n) {
+        memcpy(order, s->list, s->n * sizeof *order);
+        qsort(order, s->n, sizeof *order, cmp_entry);
+    }
+    qcal_status st = QCAL_OK;
+    for (size_t i = 0; i < s->n && st == QCAL_OK; i++) {
+        entry *e = order[i];
+        pthread_mutex_lock(&e->mu);
+        uint64_t queued = 0;
+        for (size_t k = 0; k < e->npend; k++)
+            queued += e->pend[k].data != NULL;
+        st = fn(ctx, e->fqn, e->role, e->obs, e->elements, queued);
+        pthread_mutex_unlock(&e->mu);
+    }
+    pthread_rwlock_unlock(&s->lock);
+    free(order);
+    return st;
+}
+
+qcal_status qcal_calib_session_adopt(qcal_calib_session *s, const char *fqn, qcal_calib_role role,
+                                     qcal_observer *obs, uint64_t elements)
+{
+    uint64_t h = hash_name(fqn, role);
+    pthread_rwlock_wrlock(&s->lock);
+    qcal_status st;
+    entry *e = find_locked(s, fqn, role, h);
+    if (e) {
+        qcal_observer_destroy(&obs);
+        st = qcal_error(QCAL_ERR_INVALID_ARG, "the session already has %s '%s'",
+                        qcal_calib_role_name(role), fqn);
+    } else if ((st = alloc_entry(s, fqn, role, h, obs, &e)) == QCAL_OK) {
+        e->elements = elements;
+        st = insert_locked(s, e);
+        if (st != QCAL_OK)
+            entry_free(s, e);
+    }
+    pthread_rwlock_unlock(&s->lock);
+    return st;
+}
+
+qcal_status qcal_calib_session_merge_entry(qcal_calib_session *s, const char *fqn,
+                                           qcal_calib_role role, qcal_observer *src,
+                                           uint64_t elements, bool dry_run)
+{
+    uint64_t h = hash_name(fqn, role);
+    pthread_rwlock_rdlock(&s->lock);
+    entry *e = find_locked(s, fqn, role, h);
+    qcal_status st = QCAL_OK;
+    if (e) {
+        pthread_mutex_lock(&e->mu);
+        st = dry_run ? qcal_observer_merge_check(e->obs, src)
+                     : qcal_observer_merge(e->obs, src);
+        if (st == QCAL_OK && !dry_run)
+            e->elements += elements;
+        pthread_mutex_unlock(&e->mu);
+    }
+    pthread_rwlock_unlock(&s->lock);
+    if (e || dry_run)
+        return st;
+    /* Not in the session: src becomes the entry (a copy, src stays the caller's). */
+    void *buf = NULL;
+    size_t len = 0;
+    qcal_observer *copy = NULL;
+    st = qcal_observer_save(src, &buf, &len);
+    if (st == QCAL_OK)
+        st = qcal_observer_load(buf, len, &copy);
+    qcal_free(buf);
+    if (st != QCAL_OK)
+        return st;
+    return qcal_calib_session_adopt(s, fqn, role, copy, elements);
 }

@@ -2,7 +2,7 @@
  * validating reader). Other export formats are in calib/table_formats.c.
  *
  * Native JSON (schema version 1):
- *   {"format": "qcal-calibration-table", "version": 1, "entries": [
+ *   {"format": "qcal-calibration-table", "version": 1, "digest": "<64 hex>", "entries": [
  *     {"fqn": "conv1", "role": "activation", "observer": "histogram", "dtype": "quint8",
  *      "qscheme": "per_tensor_affine", "axis": 0, "quant_min": 0, "quant_max": 255,
  *      "channels": 1, "batches": 8, "elements": 8000, "nonfinite": 0, "no_data": false,
@@ -10,7 +10,9 @@
  *      "zero_point_float": [0]}, ...]}
  * float32 values are written with the fewest digits ("%.1g".."%.9g") that read back as the
  * same float32, so the table round-trips bit for bit. A range bound that is not finite
- * (+inf/-inf of a channel without data) is written as the string "inf" / "-inf". */
+ * (+inf/-inf of a channel without data) is written as the string "inf" / "-inf".
+ * "digest" (the session's qcal_calib_session_digest) is optional: tables of earlier qcal
+ * versions have none, and readers that do not know it ignore it. */
 #include <errno.h>
 #include <stdarg.h>
 #include <math.h>
@@ -268,6 +270,11 @@ qcal_status qcal_calib_table_json(const qcal_calib_table *t, qcal_buf *b)
 {
     put(b, "{\n  \"format\": \"" TABLE_FORMAT_NAME "\",\n  \"version\": ");
     put_i64(b, TABLE_VERSION);
+    if (t->digest[0]) {
+        put(b, ",\n  \"digest\": \"");
+        put(b, t->digest);
+        put(b, "\"");
+    }
     put(b, ",\n  \"entries\": [");
     for (int64_t i = 0; i < t->n; i++) {
         const qcal_calib_entry *e = &t->e[i];
@@ -594,8 +601,21 @@ qcal_status qcal_calib_table_parse_json(const char *text, size_t len, qcal_calib
         st = qcal_error(QCAL_ERR_FORMAT, "calibration table has no \"entries\" array");
         goto done;
     }
+    const qcal_json *dg = qcal_json_get(doc, "digest");
+    if (dg) {
+        bool ok = dg->type == QCAL_JSON_STRING && strlen(dg->str) == 64;
+        for (size_t i = 0; ok && i < 64; i++)
+            ok = (dg->str[i] >= '0' && dg->str[i] <= '9') || (dg->str[i] >= 'a' && dg->str[i] <= 'f');
+        if (!ok) {
+            st = qcal_error(QCAL_ERR_FORMAT, "calibration table \"digest\" is not 64 lower-case "
+                            "hex digits");
+            goto done;
+        }
+    }
     if ((st = qcal_calib_table_new(&t)) != QCAL_OK)
         goto done;
+    if (dg)
+        memcpy(t->digest, dg->str, 65);
     for (size_t i = 0; i < ents->n; i++) {
         qcal_calib_entry e;
         r.index = (int64_t)i;
@@ -677,4 +697,12 @@ qcal_status qcal_calib_table_read_json(const char *path, qcal_calib_table **out)
     }
     free(buf);
     return st;
+}
+
+qcal_status qcal_calib_table_digest(const qcal_calib_table *t, char hex[65])
+{
+    if (!t || !hex)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "table or output is NULL");
+    memcpy(hex, t->digest, 65);
+    return t->digest[0] ? QCAL_OK : QCAL_NO_DATA;
 }

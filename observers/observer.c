@@ -375,7 +375,7 @@ static bool kind_is_moving_average(qcal_observer_kind kind)
            kind == QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX;
 }
 
-qcal_status qcal_observer_merge(qcal_observer *dst, const qcal_observer *src)
+qcal_status qcal_observer_merge_check(const qcal_observer *dst, const qcal_observer *src)
 {
     if (!dst || !src)
         return qcal_error(QCAL_ERR_INVALID_ARG, "observer is NULL");
@@ -391,7 +391,24 @@ qcal_status qcal_observer_merge(qcal_observer *dst, const qcal_observer *src)
                           "cannot merge two %s observers that both saw data: a moving average "
                           "depends on the order of its batches (merge is exact only when one "
                           "side is empty)", kind_names[dst->cfg.kind]);
-    qcal_status st = dst->ops->merge(dst, src);
+    if (kind_is_per_channel(dst->cfg.kind)) {
+        int64_t a = 0, b = 0;
+        dst->ops->channels(dst, &a);
+        src->ops->channels(src, &b);
+        if (a > 0 && b > 0 && a != b)
+            return qcal_error(QCAL_ERR_MISMATCH,
+                              "cannot merge a %s observer of %lld channels into one of %lld",
+                              kind_names[dst->cfg.kind], (long long)b, (long long)a);
+    }
+    return QCAL_OK;
+}
+
+qcal_status qcal_observer_merge(qcal_observer *dst, const qcal_observer *src)
+{
+    qcal_status st = qcal_observer_merge_check(dst, src);
+    if (st != QCAL_OK)
+        return st;
+    st = dst->ops->merge(dst, src);
     if (st < 0)
         return st;
     dst->nonfinite += src->nonfinite;

@@ -4,6 +4,7 @@
 #define QCAL_OBSERVERS_OBSERVER_IMPL_H
 
 #include "core/internal.h"
+#include "observers/observer_state.h"
 #include "qcal/observer.h"
 
 typedef struct qcal_observer_ops {
@@ -50,15 +51,6 @@ extern const qcal_observer_ops qcal_observer_histogram_ops;
 extern const qcal_observer_ops qcal_observer_percentile_ops;
 extern const qcal_observer_ops qcal_observer_entropy_ops;
 extern const qcal_observer_ops qcal_observer_mse_ops;
-
-/* Appends obs's state file (docs/state.md) to b; canonical: the batches field written as 0
- * (the bytes qcal_observer_digest hashes). QCAL_ERR_NO_MEMORY when b failed. */
-qcal_status qcal_observer_state_append(const qcal_observer *obs, qcal_buf *b, bool canonical);
-
-/* Reads one observer state at the cursor (advanced past it; bytes after it are the
- * caller's business) into a new observer. Errors: QCAL_ERR_FORMAT, QCAL_ERR_UNSUPPORTED
- * (version), QCAL_ERR_NO_MEMORY; *out untouched on failure. */
-qcal_status qcal_observer_state_parse(qcal_cursor *cur, qcal_observer **out);
 
 /* Fills mn/mx[0..n) with the "no data" range (+inf, -inf). */
 void qcal_range_set_empty(float *mn, float *mx, int64_t n);

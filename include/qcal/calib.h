@@ -151,6 +151,51 @@ QCAL_API qcal_status qcal_calib_session_stats(qcal_calib_session *s, const char 
                                         uint64_t *batches, uint64_t *elements,
                                         uint64_t *nonfinite, uint64_t *pending);
 
+/* ---- Session states (format: docs/state.md) ----
+ * A session state ("QCSS") holds every entry (fqn, role, element count, observer state);
+ * the rules are not part of it (each entry's config is). Split a calibration over runs,
+ * processes or machines, save each session, merge them: for every order-independent kind
+ * the merged session equals the session that saw all the data, bit for bit. */
+
+/* Serialises the session into a new buffer (*buf, *len; free with qcal_free), entries in
+ * (fqn bytes, role) order. Batches still queued for an earlier step are not state:
+ * QCAL_ERR_STATE (call qcal_calib_session_flush first). */
+QCAL_API qcal_status qcal_calib_session_save(const qcal_calib_session *s, void **buf, size_t *len);
+
+/* Creates a session from a qcal_calib_session_save buffer; opt (NULL = defaults) applies to
+ * entries created later (rules). Loaded entries keep their configs; their step counters
+ * start again at 0. Malformed, truncated or inconsistent buffers are QCAL_ERR_FORMAT (the
+ * message names the entry), other versions QCAL_ERR_UNSUPPORTED; *out untouched then. */
+QCAL_API qcal_status qcal_calib_session_load(const void *buf, size_t len,
+                                             const qcal_calib_session_options *opt,
+                                             qcal_calib_session **out);
+
+/* Folds src into dst (dst is flushed first): entries only in src are copied, entries in
+ * both merged with qcal_observer_merge and their counts added. Everything is checked
+ * before anything changes: a config mismatch (QCAL_ERR_MISMATCH) or two non-empty moving
+ * averages (QCAL_ERR_UNSUPPORTED) leave dst as it was; the message names the entry and
+ * the differing field with both values. src must have nothing queued (QCAL_ERR_STATE). */
+QCAL_API qcal_status qcal_calib_session_merge(qcal_calib_session *dst,
+                                              const qcal_calib_session *src);
+
+/* qcal_calib_session_merge with src given as a session state buffer (no session built). */
+QCAL_API qcal_status qcal_calib_session_merge_state(qcal_calib_session *dst, const void *buf,
+                                                    size_t len);
+
+/* qcal_calib_session_save to a file, written atomically (temporary file, then rename). */
+QCAL_API qcal_status qcal_calib_session_save_file(const qcal_calib_session *s, const char *path);
+
+/* qcal_calib_session_load from a file (messages name the file). */
+QCAL_API qcal_status qcal_calib_session_load_file(const char *path,
+                                                  const qcal_calib_session_options *opt,
+                                                  qcal_calib_session **out);
+
+/* SHA-256 (64 lower-case hex digits and a NUL into hex[65]) of the canonical session state:
+ * the state with every observer's batches field set to 0. Equal sessions (same entries,
+ * configs, observer states, element and non-finite counts) have equal digests however
+ * their data was batched, split and merged. Queued batches: QCAL_ERR_STATE. */
+QCAL_API qcal_status qcal_calib_session_digest(const qcal_calib_session *s, char hex[65]);
+
 /* ---- Tables ---- */
 
 /* One (fqn, role) row of a table. Arrays have `channels` elements and belong to the table. */
@@ -176,8 +221,9 @@ typedef struct qcal_calib_entry {
 
 typedef struct qcal_calib_table qcal_calib_table;
 
-/* Flushes the session and snapshots every entry into a new table sorted by (fqn, role);
- * the session stays usable. *out owned by the caller. */
+/* Flushes the session and snapshots every entry into a new table sorted by (fqn, role),
+ * with the session's digest (qcal_calib_session_digest); the session stays usable. *out
+ * owned by the caller. */
 QCAL_API qcal_status qcal_calib_session_table(qcal_calib_session *s, qcal_calib_table **out);
 
 /* Destroys *t (NULL is fine) and sets *t to NULL. */
@@ -193,6 +239,10 @@ QCAL_API qcal_status qcal_calib_table_entry(const qcal_calib_table *t, int64_t i
 /* Entry of (fqn, role); QCAL_ERR_NOT_FOUND if absent. */
 QCAL_API qcal_status qcal_calib_table_find(const qcal_calib_table *t, const char *fqn,
                                            qcal_calib_role role, const qcal_calib_entry **out);
+
+/* The digest of the session the table was made from (64 hex digits and a NUL into hex);
+ * QCAL_NO_DATA (hex = "") for a table read from a JSON file without one. */
+QCAL_API qcal_status qcal_calib_table_digest(const qcal_calib_table *t, char hex[65]);
 
 /* amax of an entry's channel c: max(|min_val[c]|, |max_val[c]|), 0 when there is no data. */
 QCAL_API qcal_status qcal_calib_entry_amax(const qcal_calib_entry *e, int64_t c, float *amax);

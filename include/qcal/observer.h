@@ -120,6 +120,11 @@ QCAL_API qcal_status qcal_observer_reset(qcal_observer *obs);
  * refused (QCAL_ERR_UNSUPPORTED); with one side empty the merge is an exact copy. */
 QCAL_API qcal_status qcal_observer_merge(qcal_observer *dst, const qcal_observer *src);
 
+/* The checks of qcal_observer_merge (configs, moving averages, channel counts) without
+ * merging: QCAL_OK when the merge would succeed (memory permitting); nothing changes. */
+QCAL_API qcal_status qcal_observer_merge_check(const qcal_observer *dst,
+                                               const qcal_observer *src);
+
 /* QCAL_OK when a and b are equal configs (as merge requires), else QCAL_ERR_MISMATCH with
  * the first differing field and both values ("bins 2048 vs 1024") in diff (cap bytes;
  * diff may be NULL). Does not touch qcal_last_error(). */
