@@ -585,8 +585,9 @@ qcal_status qcal_calib_session_table(qcal_calib_session *s, qcal_calib_table **o
     pthread_rwlock_unlock(&s->lock);
     if (st == QCAL_OK)
         st = qcal_calib_table_sort(t);
-    if (st == QCAL_OK)
-        st = qcal_calib_session_digest(s, t->digest);
+    /* The digest; left out ("") if another thread queued a batch meanwhile. */
+    if (st == QCAL_OK && qcal_calib_session_digest(s, t->digest) != QCAL_OK)
+        t->digest[0] = '\0';
     if (st != QCAL_OK) {
         qcal_calib_table_destroy(&t);
         return st;

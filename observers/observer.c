@@ -469,6 +469,8 @@ static bool load_config(qcal_cursor *cur, qcal_observer_config *c)
               qcal_cur_u64(cur, &qmax) && qcal_cur_f32(cur, &c->q.eps);
     if (!ok)
         return false;
+    if (u[3] > 1 || u[4] > 1)
+        return false;   /* booleans are 0 or 1: one spelling per state */
     c->kind = (qcal_observer_kind)u[0];
     c->q.dtype = (qcal_dtype)u[1];
     c->q.qscheme = (qcal_qscheme)u[2];
@@ -527,7 +529,8 @@ qcal_status qcal_observer_state_parse(qcal_cursor *cur, qcal_observer **out)
     qcal_observer_config cfg;
     qcal_observer_config_default(&cfg, QCAL_OBSERVER_MINMAX);
     if (!load_config(cur, &cfg))
-        return qcal_error(QCAL_ERR_FORMAT, "observer state is truncated in its config");
+        return qcal_error(QCAL_ERR_FORMAT, "observer state is truncated in its config or has a "
+                          "flag other than 0 or 1");
     uint64_t nonfinite, batches, payload;
     if (!qcal_cur_u64(cur, &nonfinite) || !qcal_cur_u64(cur, &batches) ||
         !qcal_cur_u64(cur, &payload))

@@ -632,6 +632,55 @@ static void test_session_hostile(void **state)
     qcal_calib_session_destroy(&s);
 }
 
+/* The fuzz seeds are written by tests/fuzz/make_seeds.py from docs/state.md alone (Python,
+ * an independent writer of the format): every one loads, and saves back to the same bytes
+ * except the two stored but unused quant_min/quant_max words of each config. */
+static void test_documented_seeds(void **state)
+{
+    (void)state;
+    const char *root = getenv("QCAL_SOURCE_ROOT");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus/fuzz_state", root ? root : ".");
+    static const char *const obs[] = { "minmax.state", "minmax_empty.state",
+                                       "moving_average.state", "per_channel.state" };
+    for (size_t i = 0; i < sizeof obs / sizeof obs[0]; i++) {
+        size_t len;
+        void *buf = tu_read_file(tu_path(dir, obs[i]), &len);
+        qcal_observer *o = NULL;
+        if (qcal_observer_load(buf, len, &o) != QCAL_OK)
+            fail_msg("%s: %s", obs[i], qcal_last_error());
+        void *back;
+        size_t bl;
+        save(o, &back, &bl);
+        assert_int_equal(bl, len);
+        assert_memory_equal((uint8_t *)back + 44, (uint8_t *)buf + 44, len - 44);
+        assert_memory_equal(back, buf, 28);
+        qcal_free(back);
+        qcal_observer_destroy(&o);
+        free(buf);
+    }
+    size_t len;
+    void *buf = tu_read_file(tu_path(dir, "session.state"), &len);
+    qcal_calib_session *s = NULL;
+    if (qcal_calib_session_load(buf, len, NULL, &s) != QCAL_OK)
+        fail_msg("session.state: %s", qcal_last_error());
+    int64_t n = 0;
+    qcal_calib_session_count(s, &n);
+    assert_int_equal(n, 4);
+    uint64_t el = 0;
+    assert_int_equal(qcal_calib_session_stats(s, "fc", QCAL_CALIB_ROLE_ACTIVATION, NULL, &el,
+                                              NULL, NULL), QCAL_OK);
+    assert_int_equal(el, 12);
+    qcal_calib_table *t = NULL;
+    assert_int_equal(qcal_calib_session_table(s, &t), QCAL_OK);
+    const qcal_calib_entry *e = NULL;
+    assert_int_equal(qcal_calib_table_find(t, "conv1", QCAL_CALIB_ROLE_ACTIVATION, &e), QCAL_OK);
+    assert_true(e->min_val[0] == -2.25f && e->max_val[0] == 3.0f && e->nonfinite == 2);
+    qcal_calib_table_destroy(&t);
+    qcal_calib_session_destroy(&s);
+    free(buf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -642,6 +691,7 @@ int main(void)
         cmocka_unit_test(test_session_split_merge),
         cmocka_unit_test(test_session_refusals),
         cmocka_unit_test(test_session_hostile),
+        cmocka_unit_test(test_documented_seeds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -32,5 +32,6 @@ int cmd_calibrate(int argc, char **argv);
 int cmd_stats(int argc, char **argv);
 int cmd_compare_weights(int argc, char **argv);
 int cmd_fakequant(int argc, char **argv);
+int cmd_merge(int argc, char **argv);
 
 #endif

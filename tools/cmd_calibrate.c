@@ -10,9 +10,11 @@
 #include "core/atomic_file.h"
 #include "qcal/calib.h"
 #include "tools/cli_common.h"
+#include "tools/cli_state.h"
 
 static const char help[] =
-    "usage: qcal calibrate DIR -o TABLE [--rules RULES] [--format FORMAT] [OBSERVER OPTIONS]\n"
+    "usage: qcal calibrate DIR -o TABLE [--rules RULES] [--format FORMAT] [--save-state FILE]\n"
+    "                      [OBSERVER OPTIONS]\n"
     "\n"
     "Calibrates every tensor dumped under DIR and writes a calibration table to TABLE.\n"
     "DIR holds, for each tensor name (fqn), either a directory DIR/<fqn>/ of .npy files (one\n"
@@ -31,6 +33,9 @@ static const char help[] =
     "                           first match wins (docs/calibration.md)\n"
     "  --trt-version V          TensorRT cache header version (default 8601)\n"
     "  --trt-algorithm A        TensorRT cache header algorithm (default EntropyCalibration2)\n"
+    "  --save-state FILE        also save the calibration session (docs/state.md), atomically;\n"
+    "                           'qcal merge' combines sessions calibrated on parts of a dump\n"
+    "                           into the table of the whole dump\n"
     "  -h, --help               this help\n"
     "\n"
     "observer options (given: they replace the activation default, after any --rules):\n"
@@ -40,7 +45,8 @@ static const char help[] =
     "line goes to stdout. Errors are one line on stderr: a missing or empty DIR or a\n"
     "malformed .npy (named) exit 3, an unwritable TABLE exits 4 (before any work is done).\n";
 
-enum { OPT_HELP = 1, OPT_OUT, OPT_RULES, OPT_FORMAT, OPT_TRT_VERSION, OPT_TRT_ALGO };
+enum { OPT_HELP = 1, OPT_OUT, OPT_RULES, OPT_FORMAT, OPT_TRT_VERSION, OPT_TRT_ALGO,
+       OPT_SAVE_STATE };
 
 static const cli_opt opts[] = {
     { "help", 'h', false, OPT_HELP },
@@ -49,6 +55,7 @@ static const cli_opt opts[] = {
     { "format", 0, true, OPT_FORMAT },
     { "trt-version", 0, true, OPT_TRT_VERSION },
     { "trt-algorithm", 0, true, OPT_TRT_ALGO },
+    { "save-state", 0, true, OPT_SAVE_STATE },
     CLI_OBSERVER_OPTS,
     { 0 },
 };
@@ -252,7 +259,7 @@ int cmd_calibrate(int argc, char **argv)
     cli_parser_init(&p, argc, argv);
     const char *cmd = p.cmd;
     cli_observer_args oa = { 0 };
-    const char *dir = NULL, *out = NULL, *rules_path = NULL;
+    const char *dir = NULL, *out = NULL, *rules_path = NULL, *save_state = NULL;
     qcal_calib_format format = QCAL_CALIB_FORMAT_JSON;
     qcal_calib_export_options xo;
     qcal_calib_export_options_default(&xo);
@@ -272,6 +279,7 @@ int cmd_calibrate(int argc, char **argv)
         case OPT_RULES: rules_path = val; break;
         case OPT_TRT_VERSION: xo.trt_version = val; break;
         case OPT_TRT_ALGO: xo.trt_algorithm = val; break;
+        case OPT_SAVE_STATE: save_state = val; break;
         case OPT_FORMAT:
             if (qcal_calib_format_parse(val, &format) != QCAL_OK) {
                 rc = cli_fail_status(cmd, QCAL_EXIT_USAGE, QCAL_ERR_INVALID_ARG);
@@ -382,6 +390,8 @@ int cmd_calibrate(int argc, char **argv)
         progress(done_files, pl.total_files, "");
         fputs("\r\033[K", stderr);
     }
+    if (save_state && (rc = cli_session_state_save(cmd, session, save_state)))
+        goto done;
     if ((st = qcal_calib_session_table(session, &table)) != QCAL_OK) {
         rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
         goto done;

@@ -4,9 +4,11 @@
 #include <string.h>
 
 #include "tools/cli_common.h"
+#include "tools/cli_state.h"
 
 static const char help[] =
-    "usage: qcal observe [--observer KIND] [OBSERVER OPTIONS] FILE.npy [FILE.npy ...]\n"
+    "usage: qcal observe [--observer KIND] [OBSERVER OPTIONS] [--load-state FILE]\n"
+    "                    [--save-state FILE] [FILE.npy ...]\n"
     "\n"
     "Feeds each file (float32, float64 or float16 .npy) to one observer as one batch, in\n"
     "the order given, and prints one JSON object on stdout:\n"
@@ -14,8 +16,17 @@ static const char help[] =
     "  min, max      the range the qparams come from (clipped range for histogram kinds),\n"
     "  scale         float32 printed with %.9g (round-trips exactly),\n"
     "  zero_point    integers (floats for per_channel_affine_float_qparams),\n"
-    "  nonfinite     NaN/Inf values skipped, batches: files observed.\n"
+    "  nonfinite     NaN/Inf values skipped, batches: files observed,\n"
+    "  digest        SHA-256 of the canonical observer state (docs/state.md): equal for\n"
+    "                runs that saw the same values, however batched, split or merged.\n"
     "min, max, scale and zero_point are arrays: one element per channel, one per tensor.\n"
+    "\n"
+    "state files (docs/state.md):\n"
+    "  --load-state FILE        start from a saved observer state (its observer and options;\n"
+    "                           observer options given too must agree with it); FILE.npy\n"
+    "                           arguments are then optional\n"
+    "  --save-state FILE        after the batches, save the observer state to FILE\n"
+    "                           (atomically); 'qcal merge' combines such states\n"
     "\n"
     "observer options:\n"
     CLI_OBSERVER_HELP
@@ -27,10 +38,12 @@ static const char help[] =
     "An empty array (0 elements) is an input error (exit 3). A per-channel axis outside\n"
     "the file's dimensions is a usage error (exit 2).\n";
 
-enum { OPT_HELP = 1 };
+enum { OPT_HELP = 1, OPT_LOAD_STATE, OPT_SAVE_STATE };
 
 static const cli_opt opts[] = {
     { "help", 'h', false, OPT_HELP },
+    { "load-state", 0, true, OPT_LOAD_STATE },
+    { "save-state", 0, true, OPT_SAVE_STATE },
     CLI_OBSERVER_OPTS,
     { 0 },
 };
@@ -75,6 +88,36 @@ done:
     return rc;
 }
 
+/* The observer: from --load-state (checked against any observer options given) or new
+ * from the options. Returns 0 or an exit code (reported). */
+static int make_observer(const char *cmd, const cli_observer_args *oa, bool have_obs_opts,
+                         const char *load, qcal_observer **obs)
+{
+    if (load) {
+        int rc = cli_observer_state_load(cmd, load, obs);
+        if (rc || !have_obs_opts)
+            return rc;
+        const qcal_observer_config *have = qcal_observer_get_config(*obs);
+        qcal_observer_config want;
+        if ((rc = cli_observer_config(cmd, oa, have->kind, &want)))
+            return rc;
+        char diff[160];
+        if (qcal_observer_config_compare(&want, have, diff, sizeof diff) != QCAL_OK)
+            return cli_fail(cmd, QCAL_EXIT_USAGE, "the observer options differ from state '%s' "
+                            "(%s: options vs state)", load, diff);
+        return 0;
+    }
+    qcal_observer_config cfg;
+    int rc = cli_observer_config(cmd, oa, QCAL_OBSERVER_MINMAX, &cfg);
+    if (rc)
+        return rc;
+    qcal_status st = qcal_observer_create(&cfg, obs);
+    if (st != QCAL_OK)
+        return cli_fail_status(cmd, st == QCAL_ERR_INVALID_ARG ? QCAL_EXIT_USAGE
+                                                              : QCAL_EXIT_FAILURE, st);
+    return 0;
+}
+
 int cmd_observe(int argc, char **argv)
 {
     cli_parser p;
@@ -85,10 +128,9 @@ int cmd_observe(int argc, char **argv)
     if (!files)
         return cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
     int nfiles = 0, rc = 0, id;
-    const char *val;
+    const char *val, *load = NULL, *save = NULL;
+    bool have_obs_opts = false;
     qcal_observer *obs = NULL;
-    float *mn = NULL, *mx = NULL, *scale = NULL, *zpf = NULL;
-    int32_t *zp = NULL;
     while ((id = cli_next(&p, opts, &val)) != CLI_END) {
         if (id == CLI_ERROR) {
             rc = QCAL_EXIT_USAGE;
@@ -98,101 +140,41 @@ int cmd_observe(int argc, char **argv)
             fputs(help, stdout);
             goto out;
         }
-        if (id == CLI_POSITIONAL)
+        if (id == OPT_LOAD_STATE)
+            load = val;
+        else if (id == OPT_SAVE_STATE)
+            save = val;
+        else if (id == CLI_POSITIONAL)
             files[nfiles++] = val;
         else
-            cli_observer_opt(&oa, id, val);
+            have_obs_opts |= cli_observer_opt(&oa, id, val);
     }
-    qcal_observer_config cfg;
-    if ((rc = cli_observer_config(cmd, &oa, QCAL_OBSERVER_MINMAX, &cfg)))
-        goto out;
-    if (nfiles == 0) {
+    if (nfiles == 0 && !load) {
+        /* Options are still checked first, as before. */
+        qcal_observer_config cfg;
+        if ((rc = cli_observer_config(cmd, &oa, QCAL_OBSERVER_MINMAX, &cfg)))
+            goto out;
         rc = cli_fail(cmd, QCAL_EXIT_USAGE, "no input file (see 'qcal observe --help')");
         goto out;
     }
-    qcal_status st = qcal_observer_create(&cfg, &obs);
-    if (st != QCAL_OK) {
-        rc = cli_fail_status(cmd, st == QCAL_ERR_INVALID_ARG ? QCAL_EXIT_USAGE
-                                                             : QCAL_EXIT_FAILURE, st);
+    if ((rc = make_observer(cmd, &oa, have_obs_opts, load, &obs)))
         goto out;
-    }
     for (int i = 0; i < nfiles; i++)
         if ((rc = feed(cmd, obs, files[i])))
             goto out;
-
-    int64_t ch = 1, n = 0, nq = 0;
-    if ((st = qcal_observer_channels(obs, &ch)) != QCAL_OK) {
-        rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
+    if (save && (rc = cli_observer_state_save(cmd, obs, save)))
         goto out;
-    }
-    if (ch < 1)
-        ch = 1;
-    mn = malloc((size_t)ch * sizeof *mn);
-    mx = malloc((size_t)ch * sizeof *mx);
-    scale = malloc((size_t)ch * sizeof *scale);
-    zpf = malloc((size_t)ch * sizeof *zpf);
-    zp = malloc((size_t)ch * sizeof *zp);
-    if (!mn || !mx || !scale || !zpf || !zp) {
-        rc = cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory for %lld channels", (long long)ch);
+    bool no_data = false;
+    if ((rc = cli_observer_report(cmd, obs, stdout, &no_data)))
         goto out;
-    }
-    qcal_status rst = qcal_observer_qrange(obs, ch, mn, mx, &n);
-    if (rst < 0) {
-        rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, rst);
-        goto out;
-    }
-    bool float_zp = cfg.q.qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS;
-    qcal_status qst = qcal_observer_qparams(obs, ch, scale, float_zp ? NULL : zp,
-                                            float_zp ? zpf : NULL, &nq);
-    if (qst < 0) {
-        rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, qst);
-        goto out;
-    }
-    if (rst == QCAL_NO_DATA || n < 1)
-        n = 1; /* no data: one (+inf, -inf) pair, printed as null */
-    int64_t qmin = 0, qmax = 0;
-    qcal_qconfig_range(&cfg.q, &qmin, &qmax);
-    uint64_t nonfinite = 0, batches = 0;
-    qcal_observer_nonfinite(obs, &nonfinite);
-    qcal_observer_batches(obs, &batches);
-
-    FILE *f = stdout;
-    fputs("{\"observer\": ", f);
-    cli_json_str(f, qcal_observer_kind_name(cfg.kind));
-    fputs(", \"dtype\": ", f);
-    cli_json_str(f, qcal_dtype_name(cfg.q.dtype));
-    fputs(", \"qscheme\": ", f);
-    cli_json_str(f, qcal_qscheme_name(cfg.q.qscheme));
-    fprintf(f, ", \"quant_min\": %lld, \"quant_max\": %lld", (long long)qmin, (long long)qmax);
-    if (per_channel_kind(cfg.kind))
-        fprintf(f, ", \"axis\": %d", (int)cfg.axis);
-    fputs(", \"min\": ", f);
-    cli_json_f32_array(f, mn, n);
-    fputs(", \"max\": ", f);
-    cli_json_f32_array(f, mx, n);
-    fputs(", \"scale\": ", f);
-    cli_json_f32_array(f, scale, nq);
-    fputs(", \"zero_point\": ", f);
-    if (float_zp)
-        cli_json_f32_array(f, zpf, nq);
-    else
-        cli_json_i32_array(f, zp, nq);
-    fprintf(f, ", \"nonfinite\": %llu, \"batches\": %llu}\n", (unsigned long long)nonfinite,
-            (unsigned long long)batches);
-    if (fflush(f) != 0 || ferror(f)) {
-        rc = cli_fail(cmd, QCAL_EXIT_OUTPUT, "cannot write to stdout");
-        goto out;
-    }
-    if (qst == QCAL_NO_DATA)
-        rc = cli_fail(cmd, QCAL_EXIT_FAILURE, "no finite value in %d file(s) (%llu non-finite "
+    if (no_data) {
+        uint64_t nonfinite = 0;
+        qcal_observer_nonfinite(obs, &nonfinite);
+        rc = cli_fail(cmd, QCAL_EXIT_FAILURE, "no finite value in %d file(s)%s (%llu non-finite "
                       "skipped): printed the default qparams scale 1, zero_point 0", nfiles,
-                      (unsigned long long)nonfinite);
+                      load ? " and the loaded state" : "", (unsigned long long)nonfinite);
+    }
 out:
-    free(mn);
-    free(mx);
-    free(scale);
-    free(zpf);
-    free(zp);
     qcal_observer_destroy(&obs);
     free(files);
     return rc;

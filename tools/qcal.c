@@ -10,6 +10,7 @@ static const qcal_cmd commands[] = {
     { "quantize", "quantize a float .npy with given scale/zero-point (per tensor or channel)", cmd_quantize },
     { "dequantize", "dequantize a uint8/int8/int32 .npy back to float32", cmd_dequantize },
     { "calibrate", "calibrate an activation-dump directory into a table (JSON, TensorRT, ONNX Runtime, ncnn)", cmd_calibrate },
+    { "merge", "merge saved observer or session states (exactly: JSON, table or state)", cmd_merge },
     { "stats", "one statistics line per tensor of .safetensors/.npy files (CSV, summary)", cmd_stats },
     { "compare-weights", "quantize-dequantize weights, report SQNR/L2/cosine per tensor and group", cmd_compare_weights },
     { "fakequant", "fake-quantize a float .npy (forward, straight-through / LSQ backward)", cmd_fakequant },

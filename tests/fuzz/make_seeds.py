@@ -125,3 +125,54 @@ put("fuzz_cli_args", "cli_compare", args(1, "compare-weights", "w.safetensors", 
 put("fuzz_cli_args", "cli_fakequant", args(1, "fakequant", "--scale", "0.5", "--zero-point", "2",
                                            "--grad", "x.npy", "--learnable", "x.npy", "-o", "y.npy"))
 put("fuzz_cli_args", "cli_help_sub", args(1, "help", "calibrate"))
+put("fuzz_cli_args", "cli_merge", args(1, "merge", "x.npy", "--save-state", "m.state"))
+put("fuzz_cli_args", "cli_observe_state", args(1, "observe", "--save-state", "o.state", "x.npy"))
+
+
+# ---- state files (docs/state.md), written from the documented layout ----
+# Config defaults as qcal_observer_config_default; kind, dtype and qscheme numbers are the
+# enums of qcal/observer.h and qcal/qparams.h.
+FLT_EPSILON = 1.1920928955078125e-07
+KINDS = {"minmax": 0, "moving_average_minmax": 1, "per_channel_minmax": 2,
+         "moving_average_per_channel_minmax": 3, "histogram": 4, "percentile": 5,
+         "entropy": 6, "mse": 7}
+
+
+def qcob(kind, payload, dtype, qscheme, nonfinite=0, batches=1, bins=2048, field60=128,
+         levels=128, axis=0):
+    cfg = struct.pack("<IIIII", KINDS[kind], dtype, qscheme, 0, 0)
+    cfg += struct.pack("<qq", 0, 0) + struct.pack("<f", FLT_EPSILON)
+    cfg += struct.pack("<ifii", axis, 0.01, bins, field60)
+    cfg += struct.pack("<dIII", 99.99, 0, levels, 0)
+    return (b"QCOB" + struct.pack("<I", 2) + cfg +
+            struct.pack("<QQQ", nonfinite, batches, len(payload)) + payload)
+
+
+def qcss(entries):
+    out = b"QCSS" + struct.pack("<IQ", 1, len(entries))
+    for name, role, elements, state in entries:
+        n = name.encode()
+        out += struct.pack("<I", len(n)) + n + struct.pack("<IQQ", role, elements, len(state)) + state
+    return out
+
+
+# dtype / qscheme numbers as the library writes them (tests/test_state.c checks the layout).
+QUINT8, QINT8 = 0, 1
+PER_TENSOR_AFFINE, PER_CHANNEL_AFFINE, PER_CHANNEL_SYMMETRIC = 0, 2, 3
+mm = qcob("minmax", struct.pack("<ff", -2.25, 3.0), QUINT8, PER_TENSOR_AFFINE, nonfinite=2,
+          batches=2)
+mm_empty = qcob("minmax", struct.pack("<ff", float("inf"), float("-inf")), QUINT8,
+                PER_TENSOR_AFFINE, batches=0)
+ma = qcob("moving_average_minmax", struct.pack("<ff", -1.5, 2.5), QUINT8, PER_TENSOR_AFFINE)
+pc = qcob("per_channel_minmax",
+          struct.pack("<Q", 3) + struct.pack("<6f", -1, 1, -2, 2, float("inf"), float("-inf")),
+          QUINT8, PER_CHANNEL_AFFINE)
+wpc = qcob("per_channel_minmax", struct.pack("<Q", 2) + struct.pack("<4f", -0.5, 0.25, -1, 1),
+           QINT8, PER_CHANNEL_SYMMETRIC)
+put("fuzz_state", "minmax.state", mm)
+put("fuzz_state", "minmax_empty.state", mm_empty)
+put("fuzz_state", "moving_average.state", ma)
+put("fuzz_state", "per_channel.state", pc)
+put("fuzz_state", "session.state", qcss([("conv1", 0, 64, mm), ("conv1", 1, 8, wpc),
+                                         ("fc", 0, 12, pc), ("relu", 0, 0, mm_empty)]))
+put("fuzz_state", "session_empty.state", qcss([]))

@@ -1,0 +1,249 @@
+/* qcal merge: combines saved states (docs/state.md). Observer states ('qcal observe
+ * --save-state') print the JSON 'qcal observe' prints on all their data; session states
+ * ('qcal calibrate --save-state') write the table 'qcal calibrate' writes on all their data
+ * and/or the merged session state. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/cli_common.h"
+#include "tools/cli_state.h"
+
+static const char help[] =
+    "usage: qcal merge STATE [STATE ...] [--save-state OUT]\n"
+    "       qcal merge SESSION_STATE [SESSION_STATE ...] -o TABLE [--format F] [--save-state OUT]\n"
+    "\n"
+    "Merges state files saved by 'qcal observe --save-state' (observer states) or 'qcal\n"
+    "calibrate --save-state' (session states); all STATEs must be of one of the two.\n"
+    "For the order-independent observers (minmax, per_channel_minmax, histogram, percentile,\n"
+    "entropy, mse) the result does not depend on how the data was split or in which order\n"
+    "the states are given: it equals one run over all the data, bit for bit.\n"
+    "\n"
+    "  observer states  print the JSON 'qcal observe' prints (its fields in 'qcal observe\n"
+    "                   --help'; batches is the sum, digest identifies the merged state)\n"
+    "  session states   -o TABLE writes the table 'qcal calibrate' would have written on\n"
+    "                   all the data (same bytes for the same --format and --trt-* options)\n"
+    "\n"
+    "options:\n"
+    "  --save-state OUT         also save the merged state to OUT (atomically)\n"
+    "  -o, --output TABLE       session states: the calibration table, written atomically\n"
+    "  --format F               json (default), tensorrt, onnxruntime, ncnn (as calibrate)\n"
+    "  --trt-version V          TensorRT cache header version (default 8601)\n"
+    "  --trt-algorithm A        TensorRT cache header algorithm (default EntropyCalibration2)\n"
+    "  -h, --help               this help\n"
+    "\n"
+    "Exit codes: 3 when a STATE cannot be read, is malformed, truncated or of another\n"
+    "version, or when the states do not merge (observer and session states mixed, different\n"
+    "observers or options for the same tensor, two moving averages that both saw data: their\n"
+    "result depends on batch order); the message names both files. 4 when an output cannot\n"
+    "be written; 1 when no finite value was seen (observer states, as 'qcal observe').\n";
+
+enum { OPT_HELP = 1, OPT_OUT, OPT_FORMAT, OPT_SAVE_STATE, OPT_TRT_VERSION, OPT_TRT_ALGO };
+
+static const cli_opt opts[] = {
+    { "help", 'h', false, OPT_HELP },
+    { "output", 'o', true, OPT_OUT },
+    { "format", 0, true, OPT_FORMAT },
+    { "save-state", 0, true, OPT_SAVE_STATE },
+    { "trt-version", 0, true, OPT_TRT_VERSION },
+    { "trt-algorithm", 0, true, OPT_TRT_ALGO },
+    { 0 },
+};
+
+static const char *state_kind_name(cli_state_kind k)
+{
+    return k == CLI_STATE_OBSERVER ? "an observer state" : "a session state";
+}
+
+/* Reports a failed merge of path into the merge of the states before it (first: the first
+ * of them, for the message). */
+static int merge_failed(const char *cmd, qcal_status st, const char *path, const char *first)
+{
+    char msg[1200];
+    snprintf(msg, sizeof msg, "%s", qcal_last_error());
+    return cli_fail(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT,
+                    "'%s' does not merge with '%s': %s", path, first,
+                    *msg ? msg : qcal_status_str(st));
+}
+
+static int merge_observers(const char *cmd, const char **paths, int n, void **bufs,
+                           size_t *lens, const char *save)
+{
+    qcal_observer *acc = NULL;
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        qcal_observer *o = NULL;
+        qcal_status st = qcal_observer_load(bufs[i], lens[i], &o);
+        if (st != QCAL_OK) {
+            rc = cli_fail(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT,
+                          "'%s': %s", paths[i], qcal_last_error());
+            break;
+        }
+        if (!acc) {
+            acc = o;
+            continue;
+        }
+        st = qcal_observer_merge(acc, o);
+        qcal_observer_destroy(&o);
+        if (st != QCAL_OK)
+            rc = merge_failed(cmd, st, paths[i], paths[0]);
+    }
+    if (!rc && save)
+        rc = cli_observer_state_save(cmd, acc, save);
+    bool no_data = false;
+    if (!rc)
+        rc = cli_observer_report(cmd, acc, stdout, &no_data);
+    if (!rc && no_data) {
+        uint64_t nonfinite = 0;
+        qcal_observer_nonfinite(acc, &nonfinite);
+        rc = cli_fail(cmd, QCAL_EXIT_FAILURE, "no finite value in %d state(s) (%llu non-finite "
+                      "skipped): printed the default qparams scale 1, zero_point 0", n,
+                      (unsigned long long)nonfinite);
+    }
+    qcal_observer_destroy(&acc);
+    return rc;
+}
+
+static int merge_sessions(const char *cmd, const char **paths, int n, void **bufs, size_t *lens,
+                          const char *out, qcal_calib_format format,
+                          const qcal_calib_export_options *xo, const char *save)
+{
+    qcal_calib_session *s = NULL;
+    qcal_calib_table *table = NULL;
+    int rc = 0;
+    qcal_status st = qcal_calib_session_load(bufs[0], lens[0], NULL, &s);
+    if (st != QCAL_OK)
+        return cli_fail(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT,
+                        "'%s': %s", paths[0], qcal_last_error());
+    for (int i = 1; i < n && !rc; i++) {
+        st = qcal_calib_session_merge_state(s, bufs[i], lens[i]);
+        if (st == QCAL_ERR_FORMAT || st == QCAL_ERR_UNSUPPORTED) {
+            /* Malformed file or refused merge: tell which by reading it alone. */
+            qcal_calib_session *alone = NULL;
+            qcal_status ls = qcal_calib_session_load(bufs[i], lens[i], NULL, &alone);
+            qcal_calib_session_destroy(&alone);
+            if (ls != QCAL_OK) {
+                rc = cli_fail(cmd, QCAL_EXIT_INPUT, "'%s': %s", paths[i], qcal_last_error());
+                break;
+            }
+            st = qcal_calib_session_merge_state(s, bufs[i], lens[i]);
+        }
+        if (st != QCAL_OK)
+            rc = merge_failed(cmd, st, paths[i], paths[0]);
+    }
+    if (!rc && save)
+        rc = cli_session_state_save(cmd, s, save);
+    if (!rc && out) {
+        if ((st = qcal_calib_session_table(s, &table)) != QCAL_OK) {
+            rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
+        } else if ((st = qcal_calib_table_write(table, format, xo, out)) < 0) {
+            rc = cli_fail_status(cmd, st == QCAL_ERR_IO ? QCAL_EXIT_OUTPUT
+                                      : st == QCAL_ERR_INVALID_ARG ? QCAL_EXIT_USAGE
+                                                                   : QCAL_EXIT_FAILURE, st);
+        } else {
+            if (st == QCAL_NO_DATA)
+                fprintf(stderr, "qcal: %s: warning: %s\n", cmd, qcal_last_error());
+            int64_t cnt = 0, nw = 0;
+            uint64_t nonfinite = 0;
+            qcal_calib_table_count(table, &cnt);
+            for (int64_t i = 0; i < cnt; i++) {
+                const qcal_calib_entry *e;
+                qcal_calib_table_entry(table, i, &e);
+                nw += e->role == QCAL_CALIB_ROLE_WEIGHT;
+                nonfinite += e->nonfinite;
+            }
+            char digest[65];
+            qcal_calib_table_digest(table, digest);
+            printf("qcal merge: wrote %s (%s): %lld activations, %lld weights from %d states; "
+                   "%llu non-finite values skipped; digest %s\n", out,
+                   qcal_calib_format_name(format), (long long)(cnt - nw), (long long)nw, n,
+                   (unsigned long long)nonfinite, digest);
+            if (fflush(stdout) != 0)
+                rc = QCAL_EXIT_OUTPUT;
+        }
+    }
+    qcal_calib_table_destroy(&table);
+    qcal_calib_session_destroy(&s);
+    return rc;
+}
+
+int cmd_merge(int argc, char **argv)
+{
+    cli_parser p;
+    cli_parser_init(&p, argc, argv);
+    const char *cmd = p.cmd;
+    const char **paths = calloc((size_t)argc + 1, sizeof *paths);
+    void **bufs = calloc((size_t)argc + 1, sizeof *bufs);
+    size_t *lens = calloc((size_t)argc + 1, sizeof *lens);
+    const char *out = NULL, *save = NULL, *val;
+    bool have_format = false, have_trt = false;
+    qcal_calib_format format = QCAL_CALIB_FORMAT_JSON;
+    qcal_calib_export_options xo;
+    qcal_calib_export_options_default(&xo);
+    int n = 0, rc = 0, id;
+    if (!paths || !bufs || !lens) {
+        rc = cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
+        goto done;
+    }
+    while ((id = cli_next(&p, opts, &val)) != CLI_END) {
+        switch (id) {
+        case CLI_ERROR: rc = QCAL_EXIT_USAGE; goto done;
+        case OPT_HELP: fputs(help, stdout); goto done;
+        case OPT_OUT: out = val; break;
+        case OPT_SAVE_STATE: save = val; break;
+        case OPT_TRT_VERSION: xo.trt_version = val; have_trt = true; break;
+        case OPT_TRT_ALGO: xo.trt_algorithm = val; have_trt = true; break;
+        case OPT_FORMAT:
+            if (qcal_calib_format_parse(val, &format) != QCAL_OK) {
+                rc = cli_fail_status(cmd, QCAL_EXIT_USAGE, QCAL_ERR_INVALID_ARG);
+                goto done;
+            }
+            have_format = true;
+            break;
+        case CLI_POSITIONAL: paths[n++] = val; break;
+        default: break;
+        }
+    }
+    if (n == 0) {
+        rc = cli_fail(cmd, QCAL_EXIT_USAGE, "no state file (see 'qcal merge --help')");
+        goto done;
+    }
+    cli_state_kind kind = CLI_STATE_OBSERVER, k0 = CLI_STATE_OBSERVER;
+    for (int i = 0; i < n; i++) {
+        if ((rc = cli_state_read(cmd, paths[i], &bufs[i], &lens[i], &kind)))
+            goto done;
+        if (i == 0) {
+            k0 = kind;
+        } else if (kind != k0) {
+            rc = cli_fail(cmd, QCAL_EXIT_INPUT, "'%s' is %s but '%s' is %s: merge states of one "
+                          "kind", paths[i], state_kind_name(kind), paths[0], state_kind_name(k0));
+            goto done;
+        }
+    }
+    if (k0 == CLI_STATE_OBSERVER) {
+        if (out || have_format || have_trt) {
+            rc = cli_fail(cmd, QCAL_EXIT_USAGE, "-o, --format and --trt-* are for session states; "
+                          "observer states print their JSON on stdout");
+            goto done;
+        }
+        rc = merge_observers(cmd, paths, n, bufs, lens, save);
+    } else {
+        if (!out && !save) {
+            rc = cli_fail(cmd, QCAL_EXIT_USAGE, "session states need -o TABLE and/or "
+                          "--save-state OUT");
+            goto done;
+        }
+        if (!out && (have_format || have_trt)) {
+            rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--format and --trt-* need -o TABLE");
+            goto done;
+        }
+        rc = merge_sessions(cmd, paths, n, bufs, lens, out, format, &xo, save);
+    }
+done:
+    if (bufs)
+        for (int i = 0; i < n; i++)
+            free(bufs[i]);
+    free(bufs);
+    free(lens);
+    free(paths);
+    return rc;
+}
