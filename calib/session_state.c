@@ -95,138 +95,140 @@ qcal_status qcal_calib_session_digest(const qcal_calib_session *s, char hex[65])
     return st;
 }
 
-/* ---- reading ---- */
+/* ---- reading ----
+ * One entry at a time: at most one entry's observer exists while reading, whatever the
+ * entry count a file claims (a hostile file cannot make the reader hold them all). */
 
-typedef struct parsed_entry {
+typedef struct reader {
+    qcal_cursor cur;
+    uint64_t count, index;
+    char *prev_fqn;            /* previous entry's name, for the order check */
+    qcal_calib_role prev_role;
+} reader;
+
+typedef struct entry_rec {
     char *fqn;
     qcal_calib_role role;
     uint64_t elements;
     qcal_observer *obs;
-} parsed_entry;
+} entry_rec;
 
-typedef struct parsed {
-    parsed_entry *e;
-    uint64_t n;
-} parsed;
-
-static void parsed_free(parsed *p)
+static void rec_free(entry_rec *e)
 {
-    for (uint64_t i = 0; i < p->n; i++) {
-        free(p->e[i].fqn);
-        qcal_observer_destroy(&p->e[i].obs);
-    }
-    free(p->e);
-    p->e = NULL;
-    p->n = 0;
+    free(e->fqn);
+    e->fqn = NULL;
+    qcal_observer_destroy(&e->obs);
 }
 
-/* Entry order: fqn bytes (as strcmp), then role. */
-static int cmp_key(const parsed_entry *a, const parsed_entry *b)
+static void reader_free(reader *r)
 {
-    int c = strcmp(a->fqn, b->fqn);
-    if (c)
-        return c;
-    return (a->role > b->role) - (a->role < b->role);
+    free(r->prev_fqn);
+    r->prev_fqn = NULL;
 }
 
-static qcal_status parse_session(const void *buf, size_t len, parsed *out)
+static qcal_status reader_open(reader *r, const void *buf, size_t len)
 {
-    memset(out, 0, sizeof *out);
-    qcal_cursor cur = { .p = buf, .left = len };
+    memset(r, 0, sizeof *r);
+    r->cur = (qcal_cursor){ .p = buf, .left = len };
     uint32_t magic, version;
-    uint64_t count;
-    if (!qcal_cur_u32(&cur, &magic) || magic != SESSION_MAGIC)
+    if (!qcal_cur_u32(&r->cur, &magic) || magic != SESSION_MAGIC)
         return qcal_error(QCAL_ERR_FORMAT, "not a qcal session state (bad magic)");
-    if (!qcal_cur_u32(&cur, &version))
+    if (!qcal_cur_u32(&r->cur, &version))
         return qcal_error(QCAL_ERR_FORMAT, "session state is truncated in its header");
     if (version != SESSION_VERSION)
         return qcal_error(QCAL_ERR_UNSUPPORTED,
                           "session state version %u is not supported (this qcal reads "
                           "version %u)", (unsigned)version, SESSION_VERSION);
-    if (!qcal_cur_u64(&cur, &count))
+    if (!qcal_cur_u64(&r->cur, &r->count))
         return qcal_error(QCAL_ERR_FORMAT, "session state is truncated in its header");
-    if (count > cur.left / MIN_ENTRY_BYTES)
+    if (r->count > r->cur.left / MIN_ENTRY_BYTES)
         return qcal_error(QCAL_ERR_FORMAT, "session state claims %llu entries but holds %zu bytes",
-                          (unsigned long long)count, cur.left);
-    qcal_status st = QCAL_OK;
-    if (count) {
-        out->e = qcal_calloc((size_t)count, sizeof *out->e);
-        if (!out->e)
-            return QCAL_ERR_NO_MEMORY;
+                          (unsigned long long)r->count, r->cur.left);
+    return QCAL_OK;
+}
+
+/* Reads the next entry into *e (owned by the caller on success); *done when all were read
+ * (then checks that nothing follows). */
+static qcal_status reader_next(reader *r, entry_rec *e, bool *done)
+{
+    memset(e, 0, sizeof *e);
+    if (r->index == r->count) {
+        *done = true;
+        if (r->cur.left != 0)
+            return qcal_error(QCAL_ERR_FORMAT, "session state has %zu trailing bytes",
+                              r->cur.left);
+        return QCAL_OK;
     }
-    for (uint64_t i = 0; i < count; i++) {
-        parsed_entry *e = &out->e[i];
-        uint32_t n, role;
-        uint64_t elements, slen;
-        if (!qcal_cur_u32(&cur, &n)) {
-            st = qcal_error(QCAL_ERR_FORMAT, "session state is truncated at entry %llu",
-                            (unsigned long long)i);
-            goto fail;
-        }
-        if (n == 0 || n > MAX_FQN_BYTES || n > cur.left) {
-            st = qcal_error(QCAL_ERR_FORMAT, "session state entry %llu: name length %u is "
-                            "impossible (1..%u, %zu bytes left)", (unsigned long long)i,
-                            (unsigned)n, MAX_FQN_BYTES, cur.left);
-            goto fail;
-        }
-        if (memchr(cur.p, '\0', n)) {
-            st = qcal_error(QCAL_ERR_FORMAT, "session state entry %llu: name holds a NUL byte",
-                            (unsigned long long)i);
-            goto fail;
-        }
-        e->fqn = qcal_malloc((size_t)n + 1);
-        if (!e->fqn) {
-            st = QCAL_ERR_NO_MEMORY;
-            goto fail;
-        }
-        qcal_cur_read(&cur, e->fqn, n);
-        e->fqn[n] = '\0';
-        out->n = i + 1;
-        if (!qcal_cur_u32(&cur, &role) || !qcal_cur_u64(&cur, &elements) ||
-            !qcal_cur_u64(&cur, &slen)) {
-            st = qcal_error(QCAL_ERR_FORMAT, "session state is truncated at entry '%s'", e->fqn);
-            goto fail;
-        }
-        if (role >= QCAL_CALIB_ROLE_COUNT) {
-            st = qcal_error(QCAL_ERR_FORMAT, "session state entry '%s' has an unknown role %u",
-                            e->fqn, (unsigned)role);
-            goto fail;
-        }
-        e->role = (qcal_calib_role)role;
-        e->elements = elements;
-        if (i > 0 && cmp_key(&out->e[i - 1], e) >= 0) {
+    *done = false;
+    unsigned long long i = (unsigned long long)r->index;
+    qcal_cursor *cur = &r->cur;
+    uint32_t n, role;
+    uint64_t slen;
+    qcal_status st;
+    if (!qcal_cur_u32(cur, &n))
+        return qcal_error(QCAL_ERR_FORMAT, "session state is truncated at entry %llu", i);
+    if (n == 0 || n > MAX_FQN_BYTES || n > cur->left)
+        return qcal_error(QCAL_ERR_FORMAT, "session state entry %llu: name length %u is "
+                          "impossible (1..%u, %zu bytes left)", i, (unsigned)n, MAX_FQN_BYTES,
+                          cur->left);
+    if (memchr(cur->p, '\0', n))
+        return qcal_error(QCAL_ERR_FORMAT, "session state entry %llu: name holds a NUL byte", i);
+    e->fqn = qcal_malloc((size_t)n + 1);
+    if (!e->fqn)
+        return QCAL_ERR_NO_MEMORY;
+    qcal_cur_read(cur, e->fqn, n);
+    e->fqn[n] = '\0';
+    if (!qcal_cur_u32(cur, &role) || !qcal_cur_u64(cur, &e->elements) ||
+        !qcal_cur_u64(cur, &slen)) {
+        st = qcal_error(QCAL_ERR_FORMAT, "session state is truncated at entry '%s'", e->fqn);
+        goto fail;
+    }
+    if (role >= QCAL_CALIB_ROLE_COUNT) {
+        st = qcal_error(QCAL_ERR_FORMAT, "session state entry '%s' has an unknown role %u",
+                        e->fqn, (unsigned)role);
+        goto fail;
+    }
+    e->role = (qcal_calib_role)role;
+    if (r->prev_fqn) {
+        int c = strcmp(r->prev_fqn, e->fqn);
+        if (c > 0 || (c == 0 && r->prev_role >= e->role)) {
             st = qcal_error(QCAL_ERR_FORMAT, "session state entries are not in (name, role) "
                             "order or repeat: %s '%s' after %s '%s'",
                             qcal_calib_role_name(e->role), e->fqn,
-                            qcal_calib_role_name(out->e[i - 1].role), out->e[i - 1].fqn);
+                            qcal_calib_role_name(r->prev_role), r->prev_fqn);
             goto fail;
         }
-        if (slen > cur.left) {
-            st = qcal_error(QCAL_ERR_FORMAT, "session state entry '%s': observer state of %llu "
-                            "bytes, only %zu left", e->fqn, (unsigned long long)slen, cur.left);
-            goto fail;
-        }
-        qcal_cursor oc = { .p = cur.p, .left = (size_t)slen };
-        st = qcal_observer_state_parse(&oc, &e->obs);
-        if (st == QCAL_OK && oc.left != 0)
-            st = qcal_error(QCAL_ERR_FORMAT, "%zu trailing bytes after the observer state",
-                            oc.left);
-        if (st != QCAL_OK) {
-            if (st != QCAL_ERR_NO_MEMORY)
-                st = qcal_calib_wrap_error(st, "session state %s '%s'",
-                                           qcal_calib_role_name(e->role), e->fqn);
-            goto fail;
-        }
-        cur.p += slen;
-        cur.left -= (size_t)slen;
     }
-    if (cur.left != 0) {
-        st = qcal_error(QCAL_ERR_FORMAT, "session state has %zu trailing bytes", cur.left);
+    if (slen > cur->left) {
+        st = qcal_error(QCAL_ERR_FORMAT, "session state entry '%s': observer state of %llu "
+                        "bytes, only %zu left", e->fqn, (unsigned long long)slen, cur->left);
         goto fail;
     }
+    qcal_cursor oc = { .p = cur->p, .left = (size_t)slen };
+    st = qcal_observer_state_parse(&oc, &e->obs);
+    if (st == QCAL_OK && oc.left != 0)
+        st = qcal_error(QCAL_ERR_FORMAT, "%zu trailing bytes after the observer state", oc.left);
+    if (st != QCAL_OK) {
+        if (st != QCAL_ERR_NO_MEMORY)
+            st = qcal_calib_wrap_error(st, "session state %s '%s'",
+                                       qcal_calib_role_name(e->role), e->fqn);
+        goto fail;
+    }
+    cur->p += slen;
+    cur->left -= (size_t)slen;
+    char *keep = qcal_malloc((size_t)n + 1);
+    if (!keep) {
+        st = QCAL_ERR_NO_MEMORY;
+        goto fail;
+    }
+    memcpy(keep, e->fqn, (size_t)n + 1);
+    free(r->prev_fqn);
+    r->prev_fqn = keep;
+    r->prev_role = e->role;
+    r->index++;
     return QCAL_OK;
 fail:
-    parsed_free(out);
+    rec_free(e);
     return st;
 }
 
@@ -236,17 +238,23 @@ qcal_status qcal_calib_session_load(const void *buf, size_t len,
 {
     if (!buf || !out)
         return qcal_error(QCAL_ERR_INVALID_ARG, "buffer or output is NULL");
-    parsed p;
-    qcal_status st = parse_session(buf, len, &p);
+    reader r;
+    qcal_status st = reader_open(&r, buf, len);
     if (st != QCAL_OK)
         return st;
     qcal_calib_session *s = NULL;
     st = qcal_calib_session_create(opt, &s);
-    for (uint64_t i = 0; i < p.n && st == QCAL_OK; i++) {
-        st = qcal_calib_session_adopt(s, p.e[i].fqn, p.e[i].role, p.e[i].obs, p.e[i].elements);
-        p.e[i].obs = NULL;   /* owned by the session now (or destroyed on failure) */
+    bool done = false;
+    while (st == QCAL_OK && !done) {
+        entry_rec e;
+        st = reader_next(&r, &e, &done);
+        if (st == QCAL_OK && !done) {
+            st = qcal_calib_session_adopt(s, e.fqn, e.role, e.obs, e.elements);
+            e.obs = NULL;   /* owned by the session now (or destroyed on failure) */
+            rec_free(&e);
+        }
     }
-    parsed_free(&p);
+    reader_free(&r);
     if (st != QCAL_OK) {
         qcal_calib_session_destroy(&s);
         return st;
@@ -255,22 +263,29 @@ qcal_status qcal_calib_session_load(const void *buf, size_t len,
     return QCAL_OK;
 }
 
-/* Merges parsed entries into dst: every entry is checked first, so a refused merge
- * (configs, moving averages, channel counts) changes nothing. */
-static qcal_status merge_parsed(qcal_calib_session *dst, parsed *p)
+/* Merges a session state buffer into dst in two passes over it: the first reads and checks
+ * every entry against dst (format, configs, moving averages, channel counts) and changes
+ * nothing, the second merges. A refused merge leaves dst as it was. */
+static qcal_status merge_buffer(qcal_calib_session *dst, const void *buf, size_t len)
 {
-    qcal_status st;
     for (int pass = 0; pass < 2; pass++) {
-        for (uint64_t i = 0; i < p->n; i++) {
-            st = qcal_calib_session_merge_entry(dst, p->e[i].fqn, p->e[i].role, p->e[i].obs,
-                                                p->e[i].elements, pass == 0);
-            if (st != QCAL_OK)
-                return st == QCAL_ERR_NO_MEMORY
-                           ? st
-                           : qcal_calib_wrap_error(st, "%s '%s'",
-                                                   qcal_calib_role_name(p->e[i].role),
-                                                   p->e[i].fqn);
+        reader r;
+        qcal_status st = reader_open(&r, buf, len);
+        bool done = false;
+        while (st == QCAL_OK && !done) {
+            entry_rec e;
+            st = reader_next(&r, &e, &done);
+            if (st != QCAL_OK || done)
+                break;
+            st = qcal_calib_session_merge_entry(dst, e.fqn, e.role, e.obs, e.elements,
+                                                pass == 0);
+            if (st != QCAL_OK && st != QCAL_ERR_NO_MEMORY)
+                st = qcal_calib_wrap_error(st, "%s '%s'", qcal_calib_role_name(e.role), e.fqn);
+            rec_free(&e);
         }
+        reader_free(&r);
+        if (st != QCAL_OK)
+            return st;
     }
     return QCAL_OK;
 }
@@ -288,13 +303,8 @@ qcal_status qcal_calib_session_merge(qcal_calib_session *dst, const qcal_calib_s
     size_t len = 0;
     if ((st = qcal_calib_session_save(src, &buf, &len)) != QCAL_OK)
         return st;
-    parsed p;
-    st = parse_session(buf, len, &p);
+    st = merge_buffer(dst, buf, len);
     qcal_free(buf);
-    if (st != QCAL_OK)
-        return st;
-    st = merge_parsed(dst, &p);
-    parsed_free(&p);
     return st;
 }
 
@@ -305,12 +315,7 @@ qcal_status qcal_calib_session_merge_state(qcal_calib_session *dst, const void *
     qcal_status st = qcal_calib_session_flush(dst);
     if (st != QCAL_OK)
         return st;
-    parsed p;
-    if ((st = parse_session(buf, len, &p)) != QCAL_OK)
-        return st;
-    st = merge_parsed(dst, &p);
-    parsed_free(&p);
-    return st;
+    return merge_buffer(dst, buf, len);
 }
 
 qcal_status qcal_calib_session_save_file(const qcal_calib_session *s, const char *path)
