@@ -205,136 +205,6 @@ static int tokenize(char *line, char **tok, char *err, size_t errcap)
     }
 }
 
-static bool parse_i64_str(const char *s, int64_t lo, int64_t hi, int64_t *out)
-{
-    if (!*s)
-        return false;
-    errno = 0;
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
-}
-
-static bool parse_f64_str(const char *s, double *out)
-{
-    if (!*s)
-        return false;
-    errno = 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (errno || *end || !isfinite(v))
-        return false;
-    *out = v;
-    return true;
-}
-
-/* Applies key=value to cfg; false with a message in err. qmin/qmax presence tracked. */
-static bool apply_key(qcal_observer_config *cfg, const char *key, const char *val,
-                      int *have_qrange, char *err, size_t errcap)
-{
-    int64_t i;
-    double d;
-    if (!strcmp(key, "dtype")) {
-        if (qcal_dtype_parse(val, &cfg->q.dtype) == QCAL_OK)
-            return true;
-        snprintf(err, errcap, "unknown dtype '%s' (expected quint8, qint8 or qint32)", val);
-        return false;
-    }
-    if (!strcmp(key, "qscheme")) {
-        if (qcal_qscheme_parse(val, &cfg->q.qscheme) == QCAL_OK)
-            return true;
-        snprintf(err, errcap, "unknown qscheme '%s'", val);
-        return false;
-    }
-    if (!strcmp(key, "reduce_range")) {
-        if (!strcmp(val, "true") || !strcmp(val, "false")) {
-            cfg->q.reduce_range = val[0] == 't';
-            return true;
-        }
-        snprintf(err, errcap, "reduce_range must be true or false, not '%s'", val);
-        return false;
-    }
-    if (!strcmp(key, "quant_min") || !strcmp(key, "quant_max")) {
-        if (!parse_i64_str(val, INT32_MIN, INT32_MAX, &i)) {
-            snprintf(err, errcap, "%s '%s' is not an integer in [-2^31, 2^31-1]", key, val);
-            return false;
-        }
-        cfg->q.custom_range = true;
-        if (!strcmp(key, "quant_min")) {
-            cfg->q.quant_min = i;
-            *have_qrange |= 1;
-        } else {
-            cfg->q.quant_max = i;
-            *have_qrange |= 2;
-        }
-        return true;
-    }
-    if (!strcmp(key, "eps") || !strcmp(key, "averaging_constant") ||
-        !strcmp(key, "percentile")) {
-        if (!parse_f64_str(val, &d)) {
-            snprintf(err, errcap, "%s '%s' is not a finite number", key, val);
-            return false;
-        }
-        if (key[0] == 'e') {
-            if (!(d > 0.0) || d > 3.4e38) {
-                snprintf(err, errcap, "eps %s must be positive and below 3.4e38", val);
-                return false;
-            }
-            cfg->q.eps = (float)d;
-        } else if (key[0] == 'a') {
-            cfg->averaging_constant = (float)d;
-        } else {
-            cfg->percentile = d;
-        }
-        return true;
-    }
-    if (!strcmp(key, "axis") || !strcmp(key, "bins") || !strcmp(key, "upsample_rate") ||
-        !strcmp(key, "entropy_levels")) {
-        if (!parse_i64_str(val, INT32_MIN, INT32_MAX, &i)) {
-            snprintf(err, errcap, "%s '%s' is not a 32-bit integer", key, val);
-            return false;
-        }
-        if (key[0] == 'a')
-            cfg->axis = (int32_t)i;
-        else if (key[0] == 'b')
-            cfg->bins = (int32_t)i;
-        else if (key[0] == 'u')
-            cfg->upsample_rate = (int32_t)i;
-        else
-            cfg->entropy_levels = (int32_t)i;
-        return true;
-    }
-    if (!strcmp(key, "percentile_mode")) {
-        if (!strcmp(val, "abs"))
-            cfg->percentile_mode = QCAL_PERCENTILE_ABS;
-        else if (!strcmp(val, "two_tails") || !strcmp(val, "two-tails"))
-            cfg->percentile_mode = QCAL_PERCENTILE_TWO_TAILS;
-        else {
-            snprintf(err, errcap, "percentile_mode must be abs or two_tails, not '%s'", val);
-            return false;
-        }
-        return true;
-    }
-    if (!strcmp(key, "nonfinite")) {
-        if (!strcmp(val, "skip"))
-            cfg->nonfinite = QCAL_NONFINITE_SKIP;
-        else if (!strcmp(val, "error"))
-            cfg->nonfinite = QCAL_NONFINITE_ERROR;
-        else {
-            snprintf(err, errcap, "nonfinite must be skip or error, not '%s'", val);
-            return false;
-        }
-        return true;
-    }
-    snprintf(err, errcap, "unknown key '%s' (expected dtype, qscheme, reduce_range, quant_min, "
-             "quant_max, eps, axis, averaging_constant, bins, upsample_rate, percentile, "
-             "percentile_mode, entropy_levels or nonfinite)", key);
-    return false;
-}
-
 /* Parses one tokenized rule into rules; false with a message in err. */
 static bool parse_rule(qcal_calib_rules *rules, char **tok, int n, char *err, size_t errcap)
 {
@@ -355,14 +225,11 @@ static bool parse_rule(qcal_calib_rules *rules, char **tok, int n, char *err, si
         snprintf(err, errcap, "unknown role '%s' (expected activation, weight or any)", tok[1]);
         return false;
     }
-    qcal_observer_kind kind;
-    if (qcal_observer_kind_parse(tok[2], &kind) != QCAL_OK) {
-        snprintf(err, errcap, "%s", qcal_last_error());
-        return false;
-    }
-    qcal_observer_config cfg;
-    qcal_observer_config_default(&cfg, kind);
-    int have_qrange = 0;
+    /* The observer field and the key=value fields go through the observer-config key
+     * table (qcal_observer_config_apply), as the CLI's observer options do. */
+    const char *key[MAX_TOKENS], *val[MAX_TOKENS];
+    key[0] = "observer";
+    val[0] = tok[2];
     for (int i = 3; i < n; i++) {
         char *eq = strchr(tok[i], '=');
         if (!eq || eq == tok[i]) {
@@ -370,20 +237,16 @@ static bool parse_rule(qcal_calib_rules *rules, char **tok, int n, char *err, si
             return false;
         }
         *eq = '\0';
-        for (int j = 3; j < i; j++) {
-            if (!strcmp(tok[j], tok[i])) {
-                snprintf(err, errcap, "key '%s' given twice", tok[i]);
-                return false;
-            }
-        }
-        if (!apply_key(&cfg, tok[i], eq + 1, &have_qrange, err, errcap))
+        if (!strcmp(tok[i], "observer")) {
+            snprintf(err, errcap, "the observer is the third field, not a key");
             return false;
+        }
+        key[i - 2] = tok[i];
+        val[i - 2] = eq + 1;
     }
-    if (have_qrange == 1 || have_qrange == 2) {
-        snprintf(err, errcap, "quant_min and quant_max go together");
-        return false;
-    }
-    if (qcal_observer_config_validate(&cfg) != QCAL_OK) {
+    qcal_observer_config cfg;
+    qcal_observer_config_default(&cfg, QCAL_OBSERVER_MINMAX);
+    if (qcal_observer_config_apply(&cfg, n - 2, key, val) != QCAL_OK) {
         snprintf(err, errcap, "%s", qcal_last_error());
         return false;
     }

@@ -18,12 +18,53 @@ void cli_parser_init(cli_parser *p, int argc, char **argv)
     p->positional_only = false;
 }
 
-static const cli_opt *find_long(const cli_opt *opts, const char *name, size_t len)
+/* '-' and '_' are the same character in option names (as in observer keys). */
+static bool name_eq(const char *opt, const char *name, size_t len)
 {
-    for (const cli_opt *o = opts; o->name; o++)
-        if (strlen(o->name) == len && !strncmp(o->name, name, len))
-            return o;
-    return NULL;
+    size_t i = 0;
+    for (; i < len && opt[i]; i++) {
+        char a = opt[i] == '-' ? '_' : opt[i], b = name[i] == '-' ? '_' : name[i];
+        if (a != b)
+            return false;
+    }
+    return i == len && opt[i] == '\0';
+}
+
+void cli_observer_option_name(const qcal_observer_key *k, char *out, size_t cap)
+{
+    size_t i = 0;
+    for (; k->name[i] && i + 1 < cap; i++)
+        out[i] = k->name[i] == '_' ? '-' : k->name[i];
+    out[i] = '\0';
+}
+
+/* Finds "--name" in opts (the CLI_OBSERVER_OPTS row expands to the observer keys); *o gets
+ * the matching row, *flag_value the value an observer flag sets. */
+static bool find_long(const cli_opt *opts, const char *name, size_t len, cli_opt *o,
+                      const char **flag_value)
+{
+    *flag_value = NULL;
+    for (const cli_opt *r = opts; r->name; r++) {
+        if (r->name[0] == '\0' && r->id == CLI_OBS_BASE) {
+            int64_t nk = qcal_observer_config_key_count();
+            for (int64_t k = 0; k < nk; k++) {
+                const qcal_observer_key *key = qcal_observer_config_key(k);
+                if (!key->flag_only && name_eq(key->name, name, len)) {
+                    *o = (cli_opt){ key->name, 0, true, CLI_OBS_BASE + 2 * (int)k };
+                    return true;
+                }
+                if (key->cli_flag && name_eq(key->cli_flag, name, len)) {
+                    *o = (cli_opt){ key->cli_flag, 0, false, CLI_OBS_BASE + 2 * (int)k + 1 };
+                    *flag_value = key->flag_value;
+                    return true;
+                }
+            }
+        } else if (name_eq(r->name, name, len)) {
+            *o = *r;
+            return true;
+        }
+    }
+    return false;
 }
 
 static const cli_opt *find_short(const cli_opt *opts, char c)
@@ -49,12 +90,13 @@ int cli_next(cli_parser *p, const cli_opt *opts, const char **value)
         return cli_next(p, opts, value);
     }
     const cli_opt *o;
-    const char *inline_val = NULL;
+    cli_opt found;
+    const char *inline_val = NULL, *flag_value = NULL;
     if (arg[1] == '-') {
         const char *name = arg + 2;
         const char *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
-        o = find_long(opts, name, len);
+        o = find_long(opts, name, len, &found, &flag_value) ? &found : NULL;
         if (!o) {
             cli_fail(p->cmd, QCAL_EXIT_USAGE, "unknown option '--%.*s' (see 'qcal %s --help')",
                      (int)len, name, p->cmd);
@@ -84,7 +126,7 @@ int cli_next(cli_parser *p, const cli_opt *opts, const char **value)
             cli_fail(p->cmd, QCAL_EXIT_USAGE, "option '--%s' takes no value", o->name);
             return CLI_ERROR;
         }
-        *value = "";
+        *value = flag_value ? flag_value : "";
         return o->id;
     }
     if (inline_val) {
@@ -169,101 +211,112 @@ int cli_parse_f32(const char *cmd, const char *opt, const char *s, float *out)
 
 bool cli_observer_opt(cli_observer_args *a, int id, const char *val)
 {
-    if (id < CLI_OBS_BASE || id >= CLI_OBS_END)
+    int64_t k = (id - CLI_OBS_BASE) / 2;
+    if (id < CLI_OBS_BASE || k >= qcal_observer_config_key_count())
         return false;
-    a->value[id - CLI_OBS_BASE] = val;
+    if (a->n == CLI_OBS_MAX) {
+        a->overflow = true;
+        return true;
+    }
+    a->key[a->n] = qcal_observer_config_key(k)->name;
+    a->value[a->n++] = val;
     return true;
-}
-
-static const char *obs_val(const cli_observer_args *a, int id)
-{
-    return a->value[id - CLI_OBS_BASE];
 }
 
 int cli_observer_config(const char *cmd, const cli_observer_args *a,
                         qcal_observer_kind default_kind, qcal_observer_config *cfg)
 {
-    qcal_observer_kind kind = default_kind;
-    const char *s = obs_val(a, CLI_OBS_OBSERVER);
-    if (s && qcal_observer_kind_parse(s, &kind) != QCAL_OK)
-        return cli_fail_status(cmd, QCAL_EXIT_USAGE, QCAL_ERR_INVALID_ARG);
+    if (a->overflow)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "more than %d observer options", CLI_OBS_MAX);
     qcal_observer_config c;
-    qcal_observer_config_default(&c, kind);
-    int64_t v;
-    int rc;
-    if ((s = obs_val(a, CLI_OBS_DTYPE)) && qcal_dtype_parse(s, &c.q.dtype) != QCAL_OK)
-        return cli_fail(cmd, QCAL_EXIT_USAGE, "--dtype: unknown dtype '%s' (expected quint8, "
-                        "qint8 or qint32)", s);
-    if ((s = obs_val(a, CLI_OBS_QSCHEME)) && qcal_qscheme_parse(s, &c.q.qscheme) != QCAL_OK)
-        return cli_fail(cmd, QCAL_EXIT_USAGE, "--qscheme: unknown qscheme '%s' (expected "
-                        "per_tensor_affine, per_tensor_symmetric, per_channel_affine, "
-                        "per_channel_symmetric or per_channel_affine_float_qparams)", s);
-    if ((s = obs_val(a, CLI_OBS_AXIS))) {
-        if ((rc = cli_parse_i64(cmd, "--axis", s, -QCAL_MAX_DIMS, QCAL_MAX_DIMS - 1, &v)))
-            return rc;
-        c.axis = (int32_t)v;
-    }
-    if (obs_val(a, CLI_OBS_REDUCE_RANGE))
-        c.q.reduce_range = true;
-    const char *qmin = obs_val(a, CLI_OBS_QUANT_MIN), *qmax = obs_val(a, CLI_OBS_QUANT_MAX);
-    if ((qmin != NULL) != (qmax != NULL))
-        return cli_fail(cmd, QCAL_EXIT_USAGE, "--quant-min and --quant-max go together");
-    if (qmin) {
-        int64_t lo, hi;
-        if ((rc = cli_parse_i64(cmd, "--quant-min", qmin, INT32_MIN, INT32_MAX, &lo)) ||
-            (rc = cli_parse_i64(cmd, "--quant-max", qmax, INT32_MIN, INT32_MAX, &hi)))
-            return rc;
-        if (lo > hi)
-            return cli_fail(cmd, QCAL_EXIT_USAGE, "--quant-min %lld is greater than "
-                            "--quant-max %lld", (long long)lo, (long long)hi);
-        c.q.custom_range = true;
-        c.q.quant_min = lo;
-        c.q.quant_max = hi;
-    }
-    if ((s = obs_val(a, CLI_OBS_EPS))) {
-        if ((rc = cli_parse_f32(cmd, "--eps", s, &c.q.eps)))
-            return rc;
-        if (!(c.q.eps > 0.0f))
-            return cli_fail(cmd, QCAL_EXIT_USAGE, "--eps: %s must be positive", s);
-    }
-    if ((s = obs_val(a, CLI_OBS_AVERAGING_CONSTANT)) &&
-        (rc = cli_parse_f32(cmd, "--averaging-constant", s, &c.averaging_constant)))
-        return rc;
-    if ((s = obs_val(a, CLI_OBS_BINS))) {
-        if ((rc = cli_parse_i64(cmd, "--bins", s, INT32_MIN, INT32_MAX, &v)))
-            return rc;
-        c.bins = (int32_t)v;
-    }
-    if ((s = obs_val(a, CLI_OBS_UPSAMPLE_RATE))) {
-        if ((rc = cli_parse_i64(cmd, "--upsample-rate", s, INT32_MIN, INT32_MAX, &v)))
-            return rc;
-        c.upsample_rate = (int32_t)v;
-    }
-    if ((s = obs_val(a, CLI_OBS_PERCENTILE)) &&
-        (rc = cli_parse_f64(cmd, "--percentile", s, &c.percentile)))
-        return rc;
-    if ((s = obs_val(a, CLI_OBS_PERCENTILE_MODE))) {
-        if (!strcmp(s, "abs"))
-            c.percentile_mode = QCAL_PERCENTILE_ABS;
-        else if (!strcmp(s, "two-tails"))
-            c.percentile_mode = QCAL_PERCENTILE_TWO_TAILS;
-        else
-            return cli_fail(cmd, QCAL_EXIT_USAGE,
-                            "--percentile-mode: '%s' is not abs or two-tails", s);
-    }
-    if ((s = obs_val(a, CLI_OBS_ENTROPY_LEVELS))) {
-        if ((rc = cli_parse_i64(cmd, "--entropy-levels", s, INT32_MIN, INT32_MAX, &v)))
-            return rc;
-        c.entropy_levels = (int32_t)v;
-    }
-    if (obs_val(a, CLI_OBS_STRICT))
-        c.nonfinite = QCAL_NONFINITE_ERROR;
-    /* Options that the chosen kind ignores are accepted silently only if they could matter:
-     * the library validates every field that the kind uses. */
-    if (qcal_observer_config_validate(&c) != QCAL_OK)
-        return cli_fail_status(cmd, QCAL_EXIT_USAGE, QCAL_ERR_INVALID_ARG);
+    qcal_observer_config_default(&c, default_kind);
+    qcal_status st = qcal_observer_config_apply(&c, a->n, a->key, a->value);
+    if (st != QCAL_OK)
+        return cli_fail_status(cmd, QCAL_EXIT_USAGE, st);
     *cfg = c;
     return 0;
+}
+
+int cli_observe_exit_code(qcal_status st)
+{
+    return st == QCAL_ERR_NONFINITE || st == QCAL_ERR_NO_MEMORY || st == QCAL_ERR_OVERFLOW
+               ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT;
+}
+
+/* Word-wraps text at column 79 with continuation lines indented to col. */
+static void wrap(FILE *f, const char *text, int col, int start)
+{
+    int pos = start;
+    const char *w = text;
+    while (*w) {
+        const char *e = strchr(w, ' ');
+        int len = e ? (int)(e - w) : (int)strlen(w);
+        if (pos > col && pos + 1 + len > 79) {
+            fprintf(f, "\n%*s", col, "");
+            pos = col;
+        } else if (pos > col) {
+            fputc(' ', f);
+            pos++;
+        }
+        fwrite(w, 1, (size_t)len, f);
+        pos += len;
+        w += len;
+        while (*w == ' ')
+            w++;
+    }
+    fputc('\n', f);
+}
+
+void cli_observer_help(FILE *f, qcal_observer_kind default_kind)
+{
+    const int col = 27;
+    int64_t nk = qcal_observer_config_key_count();
+    for (int64_t i = 0; i < nk; i++) {
+        const qcal_observer_key *k = qcal_observer_config_key(i);
+        char name[64], head[160], text[1024];
+        cli_observer_option_name(k, name, sizeof name);
+        if (k->flag_only)
+            snprintf(head, sizeof head, "  --%s", k->cli_flag);
+        else if (k->cli_flag)
+            snprintf(head, sizeof head, "  --%s %s, --%s", name, k->metavar, k->cli_flag);
+        else
+            snprintf(head, sizeof head, "  --%s %s", name, k->metavar);
+        int n = (int)strlen(head);
+        fputs(head, f);
+        if (n >= col - 1) {
+            fprintf(f, "\n%*s", col, "");
+            n = col;
+        } else {
+            fprintf(f, "%*s", col - n, "");
+            n = col;
+        }
+        size_t o = 0;
+        if (!strcmp(k->name, "observer"))
+            o += (size_t)snprintf(text + o, sizeof text - o, "observer kind (default %s);",
+                                  qcal_observer_kind_name(default_kind));
+        else
+            o += (size_t)snprintf(text + o, sizeof text - o, "%s", k->help);
+        if (k->flag_only)
+            o += (size_t)snprintf(text + o, sizeof text - o, "; rules: %s=%s", k->name,
+                                  k->choices ? k->choices : k->flag_value);
+        else if (k->cli_flag)
+            o += (size_t)snprintf(text + o, sizeof text - o, "; --%s is %s=%s", k->cli_flag,
+                                  k->name, k->flag_value);
+        if (k->choices && !k->flag_only) {
+            o += (size_t)snprintf(text + o, sizeof text - o, "%s one of: ",
+                                  text[o - 1] == ';' ? "" : ";");
+            for (const char *c = k->choices; *c && o + 3 < sizeof text; c++) {
+                if (*c == '|') {
+                    text[o++] = ',';
+                    text[o++] = ' ';
+                } else {
+                    text[o++] = *c;
+                }
+            }
+            text[o] = '\0';
+        }
+        wrap(f, text, col, n);
+    }
 }
 
 int cli_read_f32(const char *cmd, const char *path, qcal_npy_array *arr)

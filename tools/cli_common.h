@@ -78,65 +78,48 @@ int cli_parse_f64(const char *cmd, const char *opt, const char *s, double *out);
 /* As cli_parse_f64, and the value must be a finite float32 (no overflow to inf). */
 int cli_parse_f32(const char *cmd, const char *opt, const char *s, float *out);
 
-/* ---- Observer options (shared by observe and calibrate) ---- */
+/* ---- Observer options (shared by observe and calibrate) ----
+ * Generated from the library's observer-config key table (qcal_observer_config_key): each
+ * key K is the option --K VALUE ('_' spelled '-'; both spellings accepted), plus the key's
+ * CLI flag if it has one (--strict = nonfinite error, --reduce-range = reduce_range true).
+ * Values are parsed by qcal_observer_config_apply, as in rules files. */
 
-enum {
-    CLI_OBS_BASE = 1000,
-    CLI_OBS_OBSERVER = CLI_OBS_BASE, CLI_OBS_DTYPE, CLI_OBS_QSCHEME, CLI_OBS_AXIS,
-    CLI_OBS_REDUCE_RANGE, CLI_OBS_QUANT_MIN, CLI_OBS_QUANT_MAX, CLI_OBS_EPS,
-    CLI_OBS_AVERAGING_CONSTANT, CLI_OBS_BINS, CLI_OBS_UPSAMPLE_RATE, CLI_OBS_PERCENTILE,
-    CLI_OBS_PERCENTILE_MODE, CLI_OBS_ENTROPY_LEVELS, CLI_OBS_STRICT,
-    CLI_OBS_END
-};
+enum { CLI_OBS_BASE = 1000, CLI_OBS_MAX = 64 };
 
-/* Rows to put in a subcommand's option table. */
-#define CLI_OBSERVER_OPTS                                                                     \
-    { "observer", 0, true, CLI_OBS_OBSERVER }, { "dtype", 0, true, CLI_OBS_DTYPE },          \
-    { "qscheme", 0, true, CLI_OBS_QSCHEME }, { "axis", 0, true, CLI_OBS_AXIS },              \
-    { "reduce-range", 0, false, CLI_OBS_REDUCE_RANGE },                                       \
-    { "quant-min", 0, true, CLI_OBS_QUANT_MIN }, { "quant-max", 0, true, CLI_OBS_QUANT_MAX }, \
-    { "eps", 0, true, CLI_OBS_EPS },                                                          \
-    { "averaging-constant", 0, true, CLI_OBS_AVERAGING_CONSTANT },                            \
-    { "bins", 0, true, CLI_OBS_BINS }, { "upsample-rate", 0, true, CLI_OBS_UPSAMPLE_RATE },  \
-    { "percentile", 0, true, CLI_OBS_PERCENTILE },                                            \
-    { "percentile-mode", 0, true, CLI_OBS_PERCENTILE_MODE },                                  \
-    { "entropy-levels", 0, true, CLI_OBS_ENTROPY_LEVELS },                                    \
-    { "strict", 0, false, CLI_OBS_STRICT }
+/* The row to put in a subcommand's option table: it stands for every observer option
+ * (ids CLI_OBS_BASE + 2*key for --key VALUE, + 1 for the key's flag). */
+#define CLI_OBSERVER_OPTS { "", 0, false, CLI_OBS_BASE }
 
-/* Help text for the rows above (each line indented by two spaces, ends with a newline). */
-#define CLI_OBSERVER_HELP                                                                     \
-    "  --observer KIND          minmax (default), moving_average_minmax, per_channel_minmax,\n" \
-    "                           moving_average_per_channel_minmax, histogram, percentile,\n"    \
-    "                           entropy, mse\n"                                                  \
-    "  --dtype D                quint8 (default), qint8, qint32\n"                               \
-    "  --qscheme S              per_tensor_affine (default; per-channel kinds:\n"               \
-    "                           per_channel_affine), per_tensor_symmetric,\n"                   \
-    "                           per_channel_symmetric, per_channel_affine_float_qparams\n"      \
-    "  --axis N                 channel axis of per-channel kinds (default 0; <0 from the end)\n" \
-    "  --reduce-range           halve the quantized range as PyTorch's reduce_range\n"          \
-    "  --quant-min A --quant-max B  custom quantized range (both, A <= B)\n"                     \
-    "  --eps E                  smallest scale (default FLT_EPSILON)\n"                          \
-    "  --averaging-constant C   moving-average kinds, in (0, 1] (default 0.01)\n"               \
-    "  --bins N                 histogram kinds (default 2048)\n"                                \
-    "  --upsample-rate N        histogram (default 128)\n"                                       \
-    "  --percentile P           percentile kind, in (0, 100] (default 99.99)\n"                  \
-    "  --percentile-mode M      abs (default) or two-tails\n"                                    \
-    "  --entropy-levels N       entropy kind (default 128)\n"                                    \
-    "  --strict                 NaN/Inf in the data is an error (default: skipped, counted)\n"
-
-/* Raw values of the observer options, collected in any order; parsed by
- * cli_observer_config once the command line is complete. Zero-initialise. */
+/* Raw observer options, collected in command-line order; parsed by cli_observer_config
+ * once the command line is complete. Zero-initialise. */
 typedef struct cli_observer_args {
-    const char *value[CLI_OBS_END - CLI_OBS_BASE];   /* NULL: not given; "" for flags */
+    const char *key[CLI_OBS_MAX];
+    const char *value[CLI_OBS_MAX];
+    int n;
+    bool overflow;
 } cli_observer_args;
 
-/* If id is an observer option, stores val and returns true. */
+/* If id is an observer option, stores (key, val) and returns true. */
 bool cli_observer_opt(cli_observer_args *a, int id, const char *val);
 
 /* Builds and validates *cfg from the collected options (kind default_kind when --observer
- * is absent). Returns 0, or reports a usage error and returns QCAL_EXIT_USAGE. */
+ * is absent) through qcal_observer_config_apply. Returns 0, or reports a usage error
+ * (the library's message) and returns QCAL_EXIT_USAGE. */
 int cli_observer_config(const char *cmd, const cli_observer_args *a,
                         qcal_observer_kind default_kind, qcal_observer_config *cfg);
+
+/* Exit code of a failed observer update (same in every subcommand): NaN/Inf under
+ * --strict (nonfinite=error), out of memory or a size overflow is QCAL_EXIT_FAILURE (1, the
+ * operation failed by policy); anything else is in the data (shape/channel mismatch, bad
+ * values): QCAL_EXIT_INPUT (3). */
+int cli_observe_exit_code(qcal_status st);
+
+/* Prints the help lines of the observer options (two-space indent), from the key table;
+ * default_kind is the subcommand's default observer. */
+void cli_observer_help(FILE *f, qcal_observer_kind default_kind);
+
+/* The CLI spelling of key k: its name with '-' for '_' ("percentile-mode"). */
+void cli_observer_option_name(const qcal_observer_key *k, char *out, size_t cap);
 
 /* ---- qparams options (quantize, dequantize, fakequant) ---- */
 

@@ -38,12 +38,15 @@ static const char help[] =
     "                           into the table of the whole dump\n"
     "  -h, --help               this help\n"
     "\n"
-    "observer options (given: they replace the activation default, after any --rules):\n"
-    CLI_OBSERVER_HELP
+    "observer options (given: they replace the activation default, after any --rules; the\n"
+    "keys of rules files, docs/cli.md):\n";
+
+static const char help_tail[] =
     "\n"
     "A progress bar is drawn on stderr when stderr is a terminal. On success one summary\n"
     "line goes to stdout. Errors are one line on stderr: a missing or empty DIR or a\n"
-    "malformed .npy (named) exit 3, an unwritable TABLE exits 4 (before any work is done).\n";
+    "malformed .npy (named) exit 3, an unwritable TABLE exits 4 (before any work is done);\n"
+    "NaN/Inf under --strict exits 1, as in 'qcal observe'.\n";
 
 enum { OPT_HELP = 1, OPT_OUT, OPT_RULES, OPT_FORMAT, OPT_TRT_VERSION, OPT_TRT_ALGO,
        OPT_SAVE_STATE };
@@ -274,7 +277,11 @@ int cmd_calibrate(int argc, char **argv)
     while ((id = cli_next(&p, opts, &val)) != CLI_END) {
         switch (id) {
         case CLI_ERROR: rc = QCAL_EXIT_USAGE; goto done;
-        case OPT_HELP: fputs(help, stdout); goto done;
+        case OPT_HELP:
+            fputs(help, stdout);
+            cli_observer_help(stdout, QCAL_OBSERVER_HISTOGRAM);
+            fputs(help_tail, stdout);
+            goto done;
         case OPT_OUT: out = val; break;
         case OPT_RULES: rules_path = val; break;
         case OPT_TRT_VERSION: xo.trt_version = val; break;
@@ -379,8 +386,7 @@ int cmd_calibrate(int argc, char **argv)
                     fputs("\r\033[K", stderr);
                 char msg[1200];
                 snprintf(msg, sizeof msg, "%s", qcal_last_error());
-                rc = cli_fail(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT,
-                              "'%s': %s", t->files[j], *msg ? msg : qcal_status_str(st));
+                rc = cli_fail(cmd, cli_observe_exit_code(st), "'%s': %s", t->files[j], *msg ? msg : qcal_status_str(st));
                 goto done;
             }
             done_files++;

@@ -28,15 +28,19 @@ static const char help[] =
     "  --save-state FILE        after the batches, save the observer state to FILE\n"
     "                           (atomically); 'qcal merge' combines such states\n"
     "\n"
-    "observer options:\n"
-    CLI_OBSERVER_HELP
+    "options:\n"
     "  -h, --help               this help\n"
+    "\n"
+    "observer options (the keys of rules files; docs/cli.md):\n";
+
+static const char help_tail[] =
     "\n"
     "If no file held a finite value, the JSON is still printed (min and max null, scale 1,\n"
     "zero_point 0, as PyTorch's default qparams) and qcal exits with 1 and one line on\n"
     "stderr, so scripts cannot mistake default qparams for calibrated ones.\n"
     "An empty array (0 elements) is an input error (exit 3). A per-channel axis outside\n"
-    "the file's dimensions is a usage error (exit 2).\n";
+    "the file's dimensions is a usage error (exit 2). With --strict a NaN/Inf value fails\n"
+    "the run with exit 1, as in 'qcal calibrate'.\n";
 
 enum { OPT_HELP = 1, OPT_LOAD_STATE, OPT_SAVE_STATE };
 
@@ -79,8 +83,7 @@ static int feed(const char *cmd, qcal_observer *obs, const char *path)
         st = qcal_observer_update(obs, &t);
     if (st < 0) {
         const char *msg = qcal_last_error();
-        rc = cli_fail(cmd, st == QCAL_ERR_MISMATCH || st == QCAL_ERR_INVALID_ARG
-                               ? QCAL_EXIT_INPUT : QCAL_EXIT_FAILURE,
+        rc = cli_fail(cmd, cli_observe_exit_code(st),
                       "'%s': %s", path, *msg ? msg : qcal_status_str(st));
     }
 done:
@@ -138,6 +141,8 @@ int cmd_observe(int argc, char **argv)
         }
         if (id == OPT_HELP) {
             fputs(help, stdout);
+            cli_observer_help(stdout, QCAL_OBSERVER_MINMAX);
+            fputs(help_tail, stdout);
             goto out;
         }
         if (id == OPT_LOAD_STATE)

@@ -73,6 +73,39 @@ QCAL_API qcal_status qcal_observer_kind_parse(const char *name, qcal_observer_ki
 /* Fills *cfg with the defaults of the given kind (documented on each field above). */
 QCAL_API void qcal_observer_config_default(qcal_observer_config *cfg, qcal_observer_kind kind);
 
+/* One observer setting as rules files (key=value), the CLI (--key VALUE) and the Python
+ * bindings (key=value keyword arguments) spell it. In key names and word values '-' and '_'
+ * are the same character ("two-tails" is "two_tails", --percentile-mode is percentile_mode). */
+typedef struct qcal_observer_key {
+    const char *name;        /* canonical name, "percentile_mode" */
+    const char *metavar;     /* placeholder of the value in help text, "M" */
+    const char *choices;     /* accepted words "abs|two_tails" (word i sets enum value i);
+                              * NULL for numbers */
+    const char *help;        /* one line: meaning, range, default */
+    const char *cli_flag;    /* CLI flag without a value that sets the key ("strict"), or NULL */
+    const char *flag_value;  /* the value that flag sets ("error") */
+    bool flag_only;          /* the CLI has only the flag (no --name VALUE) */
+} qcal_observer_key;
+
+/* Number of keys in the table; qcal_observer_config_key(i) is key i (NULL out of range).
+ * The table is static: pointers stay valid for the life of the program. */
+QCAL_API int64_t qcal_observer_config_key_count(void);
+QCAL_API const qcal_observer_key *qcal_observer_config_key(int64_t i);
+
+/* Sets one key of *cfg from its text value (strict numbers: no spaces, nan or inf).
+ * "observer" resets *cfg to that kind's defaults. Unknown keys and bad values are
+ * QCAL_ERR_INVALID_ARG with a message naming the key; *cfg is unchanged on failure. Does not
+ * validate the whole config (see qcal_observer_config_apply). */
+QCAL_API qcal_status qcal_observer_config_set(qcal_observer_config *cfg, const char *key,
+                                              const char *value);
+
+/* Sets n keys (key[i] = value[i]) on a copy of *cfg: "observer" first, the others in order; a
+ * key given twice or quant_min without quant_max is an error; then validates the result and
+ * copies it to *cfg (unchanged on failure). What CLI options and rules files both call. */
+QCAL_API qcal_status qcal_observer_config_apply(qcal_observer_config *cfg, int64_t n,
+                                                const char *const *key,
+                                                const char *const *value);
+
 /* Checks a config without creating anything; the message names the bad field and value. */
 QCAL_API qcal_status qcal_observer_config_validate(const qcal_observer_config *cfg);
 
