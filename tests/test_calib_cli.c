@@ -159,6 +159,10 @@ static void test_formats_golden(void **state)
         snprintf(golden, sizeof golden, "minmax.%s", fmts[i]);
         assert_int_equal(run("'%s' -o '%s' --observer minmax --format %s", data("dump"), table,
                              fmts[i]), 0);
+        /* onnxruntime writes ONNX Runtime's three files into a directory: its text file
+         * is calibration.cache. */
+        if (i == 1)
+            strncat(table, "/calibration.cache", sizeof table - strlen(table) - 1);
         char *got = tu_read_file(table, NULL), *want = tu_read_file(data(golden), NULL);
         assert_non_null(got);
         assert_non_null(want);

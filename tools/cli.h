@@ -1,11 +1,14 @@
 /* Shared declarations of the qcal CLI: exit codes and the subcommand entry points.
  *
  * Adding a subcommand: write tools/cmd_<name>.c with `int cmd_<name>(int argc, char **argv)`
- * (argv[0] is the subcommand name; handle --help), declare it below (one line) and add one
- * line to the command table in tools/qcal.c. Use the helpers of tools/cli_common.h for
+ * (argv[0] is the subcommand name; handle --help), declare it below (one line), export its
+ * option table (`const cli_opt *const cmd_<name>_opts = opts;`, declared in cli_common.h)
+ * and add one line to the command table in tools/qcal.c. Use the helpers of tools/cli_common.h for
  * option parsing, numbers, .npy input/output and the one-line error report. */
 #ifndef QCAL_TOOLS_CLI_H
 #define QCAL_TOOLS_CLI_H
+
+#include <stdio.h>
 
 #include "qcal/qcal.h"
 
@@ -18,17 +21,30 @@ enum {
     QCAL_EXIT_OUTPUT = 4,    /* an output could not be written */
 };
 
+struct cli_opt;
+
 typedef struct qcal_cmd {
     const char *name;
     const char *summary;
     int (*run)(int argc, char **argv);   /* argv[0] is the subcommand name */
+    const struct cli_opt *const *opts;   /* its option table (cmd_<name>_opts) */
 } qcal_cmd;
+
+/* Generated documentation (tools/cli_gendoc.c), from the command table, each command's
+ * option table and --help text, and the observer-config key table:
+ *   qcal --man              the qcal(1) man page (troff), installed by meson install
+ *   qcal --bash-completion  the bash completion script, installed by meson install
+ *   qcal --list-options     "SUBCOMMAND --option [VALUE]" per option, for tests */
+int cli_gen_man(FILE *f, const qcal_cmd *cmds, int n);
+int cli_gen_bash_completion(FILE *f, const qcal_cmd *cmds, int n);
+int cli_gen_option_list(FILE *f, const qcal_cmd *cmds, int n);
 
 /* Subcommand entry points: one line per subcommand (tools/cmd_<name>.c). */
 int cmd_observe(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_dequantize(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
 int cmd_stats(int argc, char **argv);
 int cmd_compare_weights(int argc, char **argv);
 int cmd_fakequant(int argc, char **argv);

@@ -44,6 +44,13 @@ typedef struct cli_opt {
     int id;              /* > 0, returned by cli_next; ids >= CLI_OBS_BASE are reserved */
 } cli_opt;
 
+/* Each subcommand's option table (tools/cmd_<name>.c), for the command table of
+ * tools/qcal.c, the generated man page and completion, and the docs test. */
+extern const cli_opt *const cmd_observe_opts, *const cmd_quantize_opts,
+    *const cmd_dequantize_opts, *const cmd_calibrate_opts, *const cmd_convert_opts,
+    *const cmd_stats_opts, *const cmd_compare_weights_opts, *const cmd_fakequant_opts,
+    *const cmd_merge_opts;
+
 /* cli_next results besides option ids. */
 enum { CLI_END = 0, CLI_POSITIONAL = -1, CLI_ERROR = -2 };
 

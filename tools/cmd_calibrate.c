@@ -1,38 +1,44 @@
-/* qcal calibrate: calibrates every tensor of an activation-dump directory through a
- * calibration session and writes one table (native JSON, TensorRT, ONNX Runtime or ncnn). */
-#include <dirent.h>
-#include <errno.h>
+/* qcal calibrate: calibrates every tensor of a dump directory (and the weights of
+ * safetensors files) through a calibration session and writes the table in one or more
+ * formats. Steps, one function each: options -> rules -> dump scan (qcal_calib_dump_scan:
+ * a list of (name, role, files)) -> feeding -> table -> output (tools/cli_table_out.c). */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/atomic_file.h"
 #include "qcal/calib.h"
+#include "qcal/calib_dump.h"
 #include "tools/cli_common.h"
 #include "tools/cli_state.h"
+#include "tools/cli_table_out.h"
 
 static const char help[] =
-    "usage: qcal calibrate DIR -o TABLE [--rules RULES] [--format FORMAT] [--save-state FILE]\n"
+    "usage: qcal calibrate DIR -o OUT [--format F[,F...]] [--rules RULES]\n"
+    "                      [--weights MODEL.safetensors ...] [--save-state FILE]\n"
     "                      [OBSERVER OPTIONS]\n"
     "\n"
-    "Calibrates every tensor dumped under DIR and writes a calibration table to TABLE.\n"
-    "DIR holds, for each tensor name (fqn), either a directory DIR/<fqn>/ of .npy files (one\n"
-    "batch each, fed in byte order of their names) or a single file DIR/<fqn>.npy. Names are\n"
-    "visited in byte order, so the result never depends on the file system. Names ending in\n"
-    "'.weight' are weights (default observer: per_channel_minmax, qint8 per_channel_symmetric,\n"
-    "axis 0); every other name is an activation (default observer: histogram, quint8\n"
-    "per_tensor_affine). Entries starting with '.' and files not ending in .npy are ignored.\n"
+    "Calibrates every tensor dumped under DIR and writes a calibration table to OUT.\n"
+    "DIR/manifest.json, if present, lists the tensors: {\"tensors\": [{\"name\": N, \"role\":\n"
+    "\"activation\"|\"weight\", \"files\": [\"rel/path.npy\", ...]}]} (files fed in the listed\n"
+    "order, paths relative to DIR and inside it). Otherwise DIR holds, for each tensor, a\n"
+    "directory DIR/<name>/ of .npy files (one batch each, fed in byte order of their names)\n"
+    "or a single file DIR/<name>.npy; names are percent-decoded (%2F is '/', %3A is ':',\n"
+    "%25 is '%'), so '%2Flayer1%2Fconv%2FConv_output_0' is '/layer1/conv/Conv_output_0'.\n"
+    "Tensors are visited in byte order of their names, so the result never depends on the\n"
+    "file system. Without a manifest, names ending in '.weight' are weights (default\n"
+    "observer: per_channel_minmax, qint8 per_channel_symmetric, axis 0) and every other\n"
+    "name is an activation (default observer: histogram, quint8 per_tensor_affine).\n"
+    "Entries starting with '.' and files not ending in .npy are ignored. Rules globs match\n"
+    "the decoded names.\n"
     "\n"
     "options:\n"
-    "  -o, --output TABLE       output file, written atomically (required)\n"
-    "  --format F               json (default: native qcal table, read back by qcal),\n"
-    "                           tensorrt (calibration cache), onnxruntime (calibration.cache),\n"
-    "                           ncnn (.table); see docs/calibration.md\n"
+    CLI_TABLE_OUT_HELP
     "  --rules RULES            rules file: 'GLOB ROLE OBSERVER [key=value ...]' per line,\n"
     "                           first match wins (docs/calibration.md)\n"
-    "  --trt-version V          TensorRT cache header version (default 8601)\n"
-    "  --trt-algorithm A        TensorRT cache header algorithm (default EntropyCalibration2)\n"
+    "  --weights FILE           (repeatable) observe every weight tensor of a .safetensors\n"
+    "                           file with the weight rules (default per output channel,\n"
+    "                           axis 0); tensors with fewer than 2 dimensions (biases,\n"
+    "                           norms) are skipped and counted, non-float dtypes noted\n"
     "  --save-state FILE        also save the calibration session (docs/state.md), atomically;\n"
     "                           'qcal merge' combines sessions calibrated on parts of a dump\n"
     "                           into the table of the whole dump\n"
@@ -44,207 +50,108 @@ static const char help[] =
 static const char help_tail[] =
     "\n"
     "A progress bar is drawn on stderr when stderr is a terminal. On success one summary\n"
-    "line goes to stdout. Errors are one line on stderr: a missing or empty DIR or a\n"
-    "malformed .npy (named) exit 3, an unwritable TABLE exits 4 (before any work is done);\n"
-    "NaN/Inf under --strict exits 1, as in 'qcal observe'.\n";
+    "line goes to stdout. Errors are one line on stderr: a missing or empty DIR, a bad\n"
+    "manifest or name escape or a malformed .npy (named) exit 3, an unwritable OUT exits 4\n"
+    "(before any work is done); NaN/Inf under --strict exits 1, as in 'qcal observe'; a\n"
+    "name a format cannot hold exits 1 listing every such name (or is left out with a\n"
+    "warning under --skip-unrepresentable).\n";
 
-enum { OPT_HELP = 1, OPT_OUT, OPT_RULES, OPT_FORMAT, OPT_TRT_VERSION, OPT_TRT_ALGO,
-       OPT_SAVE_STATE };
+enum { OPT_HELP = 1, OPT_RULES, OPT_WEIGHTS, OPT_SAVE_STATE };
 
 static const cli_opt opts[] = {
     { "help", 'h', false, OPT_HELP },
-    { "output", 'o', true, OPT_OUT },
     { "rules", 0, true, OPT_RULES },
-    { "format", 0, true, OPT_FORMAT },
-    { "trt-version", 0, true, OPT_TRT_VERSION },
-    { "trt-algorithm", 0, true, OPT_TRT_ALGO },
+    { "weights", 0, true, OPT_WEIGHTS },
     { "save-state", 0, true, OPT_SAVE_STATE },
+    CLI_TABLE_OUT_OPTS,
     CLI_OBSERVER_OPTS,
     { 0 },
 };
+const cli_opt *const cmd_calibrate_opts = opts;
 
-typedef struct tensor_src {
-    char *fqn;
-    char **files;      /* full paths, sorted */
-    int nfiles;
-} tensor_src;
+typedef struct calib_args {
+    const char *dir;
+    const char *rules_path;
+    const char *save_state;    /* --save-state FILE, or NULL */
+    const char **weights;      /* --weights files, in order */
+    int nweights;
+    cli_observer_args oa;
+    bool have_obs_opts;
+    cli_table_out out;
+} calib_args;
 
-typedef struct plan {
-    tensor_src *t;
-    int n, cap;
-    long total_files;
-} plan;
-
-static void plan_free(plan *p)
+/* Parses the command line; returns 0, an exit code (reported), or -1 after --help. */
+static int parse_args(int argc, char **argv, calib_args *a)
 {
-    for (int i = 0; i < p->n; i++) {
-        for (int j = 0; j < p->t[i].nfiles; j++)
-            free(p->t[i].files[j]);
-        free(p->t[i].files);
-        free(p->t[i].fqn);
-    }
-    free(p->t);
-    memset(p, 0, sizeof *p);
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static bool ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && !strcmp(s + n - m, suffix);
-}
-
-static char *join(const char *a, const char *b)
-{
-    size_t n = strlen(a) + strlen(b) + 2;
-    char *s = malloc(n);
-    if (s)
-        snprintf(s, n, "%s/%s", a, b);
-    return s;
-}
-
-/* Sorted names in dir (no '.' entries); *n gets the count. NULL + errno on failure. */
-static char **list_dir(const char *dir, int *n)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return NULL;
-    char **names = NULL;
-    int cnt = 0, cap = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (de->d_name[0] == '.')
-            continue;
-        if (cnt == cap) {
-            cap = cap ? cap * 2 : 64;
-            char **nn = realloc(names, (size_t)cap * sizeof *nn);
-            if (!nn)
-                goto oom;
-            names = nn;
-        }
-        if (!(names[cnt] = strdup(de->d_name)))
-            goto oom;
-        cnt++;
-    }
-    closedir(d);
-    if (cnt > 1)
-        qsort(names, (size_t)cnt, sizeof *names, cmp_str);
-    *n = cnt;
-    if (!names)
-        names = calloc(1, sizeof *names);
-    return names;
-oom:
-    closedir(d);
-    for (int i = 0; i < cnt; i++)
-        free(names[i]);
-    free(names);
-    errno = ENOMEM;
-    return NULL;
-}
-
-static void free_names(char **names, int n)
-{
-    for (int i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
-}
-
-static int add_tensor(const char *cmd, plan *p, const char *fqn, char **files, int nfiles)
-{
-    for (int i = 0; i < p->n; i++) {
-        if (!strcmp(p->t[i].fqn, fqn)) {
-            return cli_fail(cmd, QCAL_EXIT_INPUT, "tensor '%s' is dumped both as '%s/' and as "
-                            "'%s.npy'; keep one", fqn, fqn, fqn);
+    cli_parser p;
+    cli_parser_init(&p, argc, argv);
+    const char *cmd = p.cmd, *val;
+    int id, rc;
+    while ((id = cli_next(&p, opts, &val)) != CLI_END) {
+        switch (id) {
+        case CLI_ERROR: return QCAL_EXIT_USAGE;
+        case OPT_HELP:
+            fputs(help, stdout);
+            cli_observer_help(stdout, QCAL_OBSERVER_HISTOGRAM);
+            fputs(help_tail, stdout);
+            return -1;
+        case OPT_RULES: a->rules_path = val; break;
+        case OPT_WEIGHTS: a->weights[a->nweights++] = val; break;
+        case OPT_SAVE_STATE: a->save_state = val; break;
+        case CLI_POSITIONAL:
+            if (a->dir)
+                return cli_fail(cmd, QCAL_EXIT_USAGE, "one dump directory expected, got '%s' "
+                                "and '%s'", a->dir, val);
+            a->dir = val;
+            break;
+        default:
+            if ((rc = cli_table_out_opt(cmd, &a->out, id, val)) >= 0) {
+                if (rc)
+                    return rc;
+                break;
+            }
+            a->have_obs_opts |= cli_observer_opt(&a->oa, id, val);
+            break;
         }
     }
-    if (p->n == p->cap) {
-        int cap = p->cap ? p->cap * 2 : 32;
-        tensor_src *t = realloc(p->t, (size_t)cap * sizeof *t);
-        if (!t)
-            return cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
-        p->t = t;
-        p->cap = cap;
+    if (!a->dir && a->nweights == 0)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "no dump directory (see 'qcal calibrate --help')");
+    return cli_table_out_check(cmd, &a->out);
+}
+
+/* The rules of the run: the rules file, then the observer options as a catch-all rule for
+ * activations. */
+static int make_rules(const char *cmd, const calib_args *a, qcal_calib_rules **rules)
+{
+    qcal_observer_config act_cfg;
+    int rc;
+    if (a->have_obs_opts &&
+        (rc = cli_observer_config(cmd, &a->oa, QCAL_OBSERVER_HISTOGRAM, &act_cfg)))
+        return rc;
+    qcal_status st;
+    if (a->rules_path) {
+        st = qcal_calib_rules_load(a->rules_path, rules);
+        if (st != QCAL_OK)
+            return cli_fail_status(cmd, st == QCAL_ERR_FORMAT ? QCAL_EXIT_USAGE
+                                                              : QCAL_EXIT_INPUT, st);
+    } else if ((st = qcal_calib_rules_create(rules)) != QCAL_OK) {
+        return cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
     }
-    char *name = strdup(fqn);
-    if (!name)
-        return cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
-    p->t[p->n++] = (tensor_src){ .fqn = name, .files = files, .nfiles = nfiles };
-    p->total_files += nfiles;
+    if (a->have_obs_opts &&
+        (st = qcal_calib_rules_add(*rules, "*", false, QCAL_CALIB_ROLE_ACTIVATION,
+                                   &act_cfg)) != QCAL_OK)
+        return cli_fail_status(cmd, QCAL_EXIT_USAGE, st);
     return 0;
 }
 
-/* Builds the feeding plan from DIR; returns 0 or an exit code (reported). */
-static int scan(const char *cmd, const char *dir, plan *p)
+/* The dump as a list of (name, role, files). */
+static int scan_dump(const char *cmd, const char *dir, qcal_calib_dump **dump)
 {
-    struct stat sb;
-    if (stat(dir, &sb) != 0)
-        return cli_fail(cmd, QCAL_EXIT_INPUT, "cannot open dump directory '%s': %s", dir,
-                        strerror(errno));
-    if (!S_ISDIR(sb.st_mode))
-        return cli_fail(cmd, QCAL_EXIT_INPUT, "'%s' is not a directory", dir);
-    int n = 0, rc = 0;
-    char **names = list_dir(dir, &n);
-    if (!names)
-        return cli_fail(cmd, QCAL_EXIT_INPUT, "cannot read directory '%s': %s", dir,
-                        strerror(errno));
-    for (int i = 0; i < n && !rc; i++) {
-        char *path = join(dir, names[i]);
-        if (!path) {
-            rc = cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
-            break;
-        }
-        if (stat(path, &sb) != 0) {
-            rc = cli_fail(cmd, QCAL_EXIT_INPUT, "cannot stat '%s': %s", path, strerror(errno));
-        } else if (S_ISDIR(sb.st_mode)) {
-            int m = 0;
-            char **files = list_dir(path, &m);
-            if (!files) {
-                rc = cli_fail(cmd, QCAL_EXIT_INPUT, "cannot read directory '%s': %s", path,
-                              strerror(errno));
-            } else {
-                int k = 0;
-                for (int j = 0; j < m && !rc; j++) {
-                    if (!ends_with(files[j], ".npy")) {
-                        free(files[j]);
-                        continue;
-                    }
-                    char *full = join(path, files[j]);
-                    free(files[j]);
-                    if (!full)
-                        rc = cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
-                    files[k++] = full;
-                }
-                if (!rc && k == 0)
-                    rc = cli_fail(cmd, QCAL_EXIT_INPUT, "'%s' holds no .npy file", path);
-                if (!rc)
-                    rc = add_tensor(cmd, p, names[i], files, k);
-                if (rc)
-                    free_names(files, k);
-            }
-        } else if (ends_with(names[i], ".npy") && strlen(names[i]) > 4) {
-            char **files = malloc(sizeof *files);
-            if (!files) {
-                rc = cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
-            } else {
-                files[0] = path;
-                path = NULL;
-                names[i][strlen(names[i]) - 4] = '\0';
-                rc = add_tensor(cmd, p, names[i], files, 1);
-                if (rc)
-                    free_names(files, 1);
-            }
-        }
-        free(path);
-    }
-    free_names(names, n);
-    if (!rc && p->n == 0)
-        rc = cli_fail(cmd, QCAL_EXIT_INPUT, "'%s' holds no dump (expected <fqn>/*.npy or "
-                      "<fqn>.npy)", dir);
-    return rc;
+    qcal_status st = qcal_calib_dump_scan(dir, dump);
+    if (st != QCAL_OK)
+        return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE
+                                                             : QCAL_EXIT_INPUT, st);
+    return 0;
 }
 
 static void progress(long done, long total, const char *name)
@@ -256,92 +163,134 @@ static void progress(long done, long total, const char *name)
     fflush(stderr);
 }
 
+/* Feeds batch `step` of (name, role) from one .npy file. */
+static int feed_file(const char *cmd, qcal_calib_session *s, const char *name,
+                     qcal_calib_role role, int64_t step, const char *path)
+{
+    qcal_npy_array a;
+    qcal_status st = qcal_npy_read_f32(path, &a);
+    if (st != QCAL_OK)
+        return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE
+                                                             : QCAL_EXIT_INPUT, st);
+    int rc = 0;
+    if (a.numel == 0) {
+        rc = cli_fail(cmd, QCAL_EXIT_INPUT, "'%s': empty array (0 elements), nothing to "
+                      "observe", path);
+    } else {
+        qcal_tensor x;
+        st = qcal_npy_as_tensor(&a, &x);
+        if (st == QCAL_OK)
+            st = qcal_calib_session_observe(s, name, role, step, &x);
+        if (st < 0) {
+            char msg[1200];
+            snprintf(msg, sizeof msg, "%s", qcal_last_error());
+            rc = cli_fail(cmd, cli_observe_exit_code(st), "'%s': %s", path,
+                          *msg ? msg : qcal_status_str(st));
+        }
+    }
+    qcal_npy_array_free(&a);
+    return rc;
+}
+
+/* Feeds every file of the dump in order; *files counts them. */
+static int feed_dump(const char *cmd, qcal_calib_session *s, const qcal_calib_dump *dump,
+                     long *files)
+{
+    int64_t n = 0, total = 0;
+    qcal_calib_dump_count(dump, &n);
+    qcal_calib_dump_file_count(dump, &total);
+    bool bar = isatty(2);
+    int rc = 0;
+    for (int64_t i = 0; i < n && !rc; i++) {
+        qcal_calib_dump_tensor t;
+        qcal_calib_dump_tensor_at(dump, i, &t);
+        for (int64_t j = 0; j < t.nfiles && !rc; j++) {
+            if (bar)
+                progress(*files, (long)total, t.name);
+            rc = feed_file(cmd, s, t.name, t.role, j, t.files[j]);
+            if (!rc)
+                ++*files;
+        }
+    }
+    if (bar)
+        fputs("\r\033[K", stderr);
+    return rc;
+}
+
+typedef struct weights_ctx {
+    const char *cmd;
+    const char *path;
+    qcal_calib_session *s;
+    long observed, skipped_1d;
+} weights_ctx;
+
+/* One safetensors tensor: observed as a weight (batch 0) when it has 2+ dimensions. */
+static int feed_weight(void *ctx, qcal_safetensors *st, int64_t i,
+                       const qcal_safetensors_tensor_info *info)
+{
+    weights_ctx *w = ctx;
+    if (info->ndim < 2) {
+        w->skipped_1d++;
+        return 0;
+    }
+    if (info->numel == 0)
+        return cli_fail(w->cmd, QCAL_EXIT_INPUT, "'%s': tensor '%s' is empty (0 elements), "
+                        "nothing to observe", w->path, info->name);
+    size_t bytes;
+    float *buf = NULL;
+    if ((uint64_t)info->numel <= SIZE_MAX / sizeof(float)) {
+        bytes = (size_t)info->numel * sizeof(float);
+        buf = malloc(bytes);
+    }
+    if (!buf)
+        return cli_fail(w->cmd, QCAL_EXIT_FAILURE, "'%s': out of memory for tensor '%s'",
+                        w->path, info->name);
+    qcal_status s = qcal_safetensors_read_f32(st, i, 0, info->numel, buf);
+    int rc = 0;
+    if (s != QCAL_OK) {
+        rc = cli_fail_status(w->cmd, QCAL_EXIT_INPUT, s);
+    } else {
+        qcal_tensor x;
+        s = qcal_tensor_init(&x, buf, info->ndim, info->shape);
+        if (s == QCAL_OK)
+            s = qcal_calib_session_observe(w->s, info->name, QCAL_CALIB_ROLE_WEIGHT, 0, &x);
+        if (s < 0) {
+            char msg[1200];
+            snprintf(msg, sizeof msg, "%s", qcal_last_error());
+            rc = cli_fail(w->cmd, cli_observe_exit_code(s), "'%s': weight '%s': %s", w->path,
+                          info->name, *msg ? msg : qcal_status_str(s));
+        } else {
+            w->observed++;
+        }
+    }
+    qcal_safetensors_release(st, i);
+    free(buf);
+    return rc;
+}
+
 int cmd_calibrate(int argc, char **argv)
 {
-    cli_parser p;
-    cli_parser_init(&p, argc, argv);
-    const char *cmd = p.cmd;
-    cli_observer_args oa = { 0 };
-    const char *dir = NULL, *out = NULL, *rules_path = NULL, *save_state = NULL;
-    qcal_calib_format format = QCAL_CALIB_FORMAT_JSON;
-    qcal_calib_export_options xo;
-    qcal_calib_export_options_default(&xo);
-    bool have_obs_opts = false;
-    int rc = 0, id;
-    const char *val;
-    plan pl = { 0 };
+    const char *cmd = argc > 0 ? argv[0] : "calibrate";
+    calib_args a;
+    memset(&a, 0, sizeof a);
+    cli_table_out_init(&a.out);
+    a.weights = calloc((size_t)argc + 1, sizeof *a.weights);
+    if (!a.weights)
+        return cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
     qcal_calib_rules *rules = NULL;
+    qcal_calib_dump *dump = NULL;
     qcal_calib_session *session = NULL;
     qcal_calib_table *table = NULL;
     qcal_status st;
-    while ((id = cli_next(&p, opts, &val)) != CLI_END) {
-        switch (id) {
-        case CLI_ERROR: rc = QCAL_EXIT_USAGE; goto done;
-        case OPT_HELP:
-            fputs(help, stdout);
-            cli_observer_help(stdout, QCAL_OBSERVER_HISTOGRAM);
-            fputs(help_tail, stdout);
-            goto done;
-        case OPT_OUT: out = val; break;
-        case OPT_RULES: rules_path = val; break;
-        case OPT_TRT_VERSION: xo.trt_version = val; break;
-        case OPT_TRT_ALGO: xo.trt_algorithm = val; break;
-        case OPT_SAVE_STATE: save_state = val; break;
-        case OPT_FORMAT:
-            if (qcal_calib_format_parse(val, &format) != QCAL_OK) {
-                rc = cli_fail_status(cmd, QCAL_EXIT_USAGE, QCAL_ERR_INVALID_ARG);
-                goto done;
-            }
-            break;
-        case CLI_POSITIONAL:
-            if (dir) {
-                rc = cli_fail(cmd, QCAL_EXIT_USAGE, "one dump directory expected, got '%s' and "
-                              "'%s'", dir, val);
-                goto done;
-            }
-            dir = val;
-            break;
-        default:
-            have_obs_opts |= cli_observer_opt(&oa, id, val);
-            break;
-        }
-    }
-    if (!dir) {
-        rc = cli_fail(cmd, QCAL_EXIT_USAGE, "no dump directory (see 'qcal calibrate --help')");
+    long files = 0, weights = 0, skipped_1d = 0;
+    int rc = parse_args(argc, argv, &a);
+    if (rc) {
+        rc = rc < 0 ? 0 : rc;
         goto done;
     }
-    if (!out) {
-        rc = cli_fail(cmd, QCAL_EXIT_USAGE, "no output table: give -o TABLE");
+    if ((rc = make_rules(cmd, &a, &rules)))
         goto done;
-    }
-    qcal_observer_config act_cfg;
-    if (have_obs_opts &&
-        (rc = cli_observer_config(cmd, &oa, QCAL_OBSERVER_HISTOGRAM, &act_cfg)))
-        goto done;
-    if (rules_path) {
-        st = qcal_calib_rules_load(rules_path, &rules);
-        if (st != QCAL_OK) {
-            rc = cli_fail_status(cmd, st == QCAL_ERR_FORMAT ? QCAL_EXIT_USAGE : QCAL_EXIT_INPUT,
-                                 st);
-            goto done;
-        }
-    } else if ((st = qcal_calib_rules_create(&rules)) != QCAL_OK) {
-        rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
-        goto done;
-    }
-    if (have_obs_opts &&
-        (st = qcal_calib_rules_add(rules, "*", false, QCAL_CALIB_ROLE_ACTIVATION, &act_cfg)) != QCAL_OK) {
-        rc = cli_fail_status(cmd, QCAL_EXIT_USAGE, st);
-        goto done;
-    }
-    /* Fail before the work if the table cannot be written where asked. */
-    qcal_atomic_file probe;
-    if ((st = qcal_atomic_open(&probe, out)) != QCAL_OK) {
-        rc = cli_fail_status(cmd, QCAL_EXIT_OUTPUT, st);
-        goto done;
-    }
-    qcal_atomic_abort(&probe);
-    if ((rc = scan(cmd, dir, &pl)))
+    if (a.dir && (rc = scan_dump(cmd, a.dir, &dump)))
         goto done;
 
     qcal_calib_session_options so;
@@ -351,66 +300,23 @@ int cmd_calibrate(int argc, char **argv)
         rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
         goto done;
     }
-    bool bar = isatty(2);
-    long done_files = 0;
-    for (int i = 0; i < pl.n; i++) {
-        tensor_src *t = &pl.t[i];
-        qcal_calib_role role = ends_with(t->fqn, ".weight") ? QCAL_CALIB_ROLE_WEIGHT : QCAL_CALIB_ROLE_ACTIVATION;
-        for (int j = 0; j < t->nfiles; j++) {
-            if (bar)
-                progress(done_files, pl.total_files, t->fqn);
-            qcal_npy_array a;
-            st = qcal_npy_read_f32(t->files[j], &a);
-            if (st != QCAL_OK) {
-                if (bar)
-                    fputs("\r\033[K", stderr);
-                rc = cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE
-                                                                   : QCAL_EXIT_INPUT, st);
-                goto done;
-            }
-            if (a.numel == 0) {
-                if (bar)
-                    fputs("\r\033[K", stderr);
-                qcal_npy_array_free(&a);
-                rc = cli_fail(cmd, QCAL_EXIT_INPUT, "'%s': empty array (0 elements), nothing "
-                              "to observe", t->files[j]);
-                goto done;
-            }
-            qcal_tensor x;
-            st = qcal_npy_as_tensor(&a, &x);
-            if (st == QCAL_OK)
-                st = qcal_calib_session_observe(session, t->fqn, role, j, &x);
-            qcal_npy_array_free(&a);
-            if (st < 0) {
-                if (bar)
-                    fputs("\r\033[K", stderr);
-                char msg[1200];
-                snprintf(msg, sizeof msg, "%s", qcal_last_error());
-                rc = cli_fail(cmd, cli_observe_exit_code(st), "'%s': %s", t->files[j], *msg ? msg : qcal_status_str(st));
-                goto done;
-            }
-            done_files++;
-        }
+    if (dump && (rc = feed_dump(cmd, session, dump, &files)))
+        goto done;
+    for (int i = 0; i < a.nweights; i++) {
+        weights_ctx w = { cmd, a.weights[i], session, 0, 0 };
+        if ((rc = cli_safetensors_each(cmd, a.weights[i], feed_weight, &w)))
+            goto done;
+        weights += w.observed;
+        skipped_1d += w.skipped_1d;
     }
-    if (bar) {
-        progress(done_files, pl.total_files, "");
-        fputs("\r\033[K", stderr);
-    }
-    if (save_state && (rc = cli_session_state_save(cmd, session, save_state)))
+    if (a.save_state && (rc = cli_session_state_save(cmd, session, a.save_state)))
         goto done;
     if ((st = qcal_calib_session_table(session, &table)) != QCAL_OK) {
         rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
         goto done;
     }
-    st = qcal_calib_table_write(table, format, &xo, out);
-    if (st < 0) {
-        rc = cli_fail_status(cmd, st == QCAL_ERR_IO ? QCAL_EXIT_OUTPUT
-                                  : st == QCAL_ERR_INVALID_ARG ? QCAL_EXIT_USAGE
-                                                               : QCAL_EXIT_FAILURE, st);
+    if ((rc = cli_table_out_write(cmd, &a.out, table)))
         goto done;
-    }
-    if (st == QCAL_NO_DATA)
-        fprintf(stderr, "qcal: %s: warning: %s\n", cmd, qcal_last_error());
     int64_t n = 0, nw = 0;
     uint64_t nonfinite = 0;
     qcal_calib_table_count(table, &n);
@@ -420,15 +326,21 @@ int cmd_calibrate(int argc, char **argv)
         nw += e->role == QCAL_CALIB_ROLE_WEIGHT;
         nonfinite += e->nonfinite;
     }
-    printf("qcal calibrate: wrote %s (%s): %lld activations, %lld weights from %ld files; "
-           "%llu non-finite values skipped\n", out, qcal_calib_format_name(format),
-           (long long)(n - nw), (long long)nw, done_files, (unsigned long long)nonfinite);
+    char fmts[128];
+    cli_table_out_formats(&a.out, fmts, sizeof fmts);
+    printf("qcal calibrate: wrote %s (%s): %lld activations, %lld weights from %ld files",
+           a.out.out, fmts, (long long)(n - nw), (long long)nw, files);
+    if (a.nweights)
+        printf(" and %ld safetensors weights (%ld tensors under 2 dimensions skipped)",
+               weights, skipped_1d);
+    printf("; %llu non-finite values skipped\n", (unsigned long long)nonfinite);
     if (fflush(stdout) != 0)
         rc = QCAL_EXIT_OUTPUT;
 done:
     qcal_calib_table_destroy(&table);
     qcal_calib_session_destroy(&session);
+    qcal_calib_dump_destroy(&dump);
     qcal_calib_rules_destroy(&rules);
-    plan_free(&pl);
+    free(a.weights);
     return rc;
 }

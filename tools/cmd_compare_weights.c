@@ -41,6 +41,7 @@ static const cli_opt opts[] = {
     { "min-sqnr", 0, true, OPT_MIN_SQNR },
     { 0 },
 };
+const cli_opt *const cmd_compare_weights_opts = opts;
 
 enum { FMT_TABLE, FMT_CSV, FMT_JSON };
 

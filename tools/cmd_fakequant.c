@@ -55,6 +55,7 @@ static const cli_opt opts[] = {
     { "output", 'o', true, OPT_OUTPUT },
     { 0 },
 };
+const cli_opt *const cmd_fakequant_opts = opts;
 
 typedef struct fargs {
     const char *in, *out, *scales_path, *zps_path, *grad, *grad_out;

@@ -7,10 +7,12 @@
 
 #include "tools/cli_common.h"
 #include "tools/cli_state.h"
+#include "tools/cli_table_out.h"
 
 static const char help[] =
     "usage: qcal merge STATE [STATE ...] [--save-state OUT]\n"
-    "       qcal merge SESSION_STATE [SESSION_STATE ...] -o TABLE [--format F] [--save-state OUT]\n"
+    "       qcal merge SESSION_STATE [SESSION_STATE ...] -o OUT [--format F[,F...]]\n"
+    "                  [--save-state OUT]\n"
     "\n"
     "Merges state files saved by 'qcal observe --save-state' (observer states) or 'qcal\n"
     "calibrate --save-state' (session states); all STATEs must be of one of the two.\n"
@@ -25,11 +27,8 @@ static const char help[] =
     "\n"
     "options:\n"
     "  --save-state OUT         also save the merged state to OUT (atomically)\n"
-    "  -o, --output TABLE       session states: the calibration table, written atomically\n"
-    "  --format F               json (default), tensorrt, onnxruntime, ncnn (as calibrate)\n"
-    "  --trt-version V          TensorRT cache header version (default 8601)\n"
-    "  --trt-algorithm A        TensorRT cache header algorithm (default EntropyCalibration2)\n"
-    "  -h, --help               this help\n"
+    "session states, the table output of 'qcal calibrate':\n"
+    CLI_TABLE_OUT_HELP    "  -h, --help               this help\n"
     "\n"
     "Exit codes: 3 when a STATE cannot be read, is malformed, truncated or of another\n"
     "version, or when the states do not merge (observer and session states mixed, different\n"
@@ -37,17 +36,15 @@ static const char help[] =
     "result depends on batch order); the message names both files. 4 when an output cannot\n"
     "be written; 1 when no finite value was seen (observer states, as 'qcal observe').\n";
 
-enum { OPT_HELP = 1, OPT_OUT, OPT_FORMAT, OPT_SAVE_STATE, OPT_TRT_VERSION, OPT_TRT_ALGO };
+enum { OPT_HELP = 1, OPT_SAVE_STATE };
 
 static const cli_opt opts[] = {
     { "help", 'h', false, OPT_HELP },
-    { "output", 'o', true, OPT_OUT },
-    { "format", 0, true, OPT_FORMAT },
     { "save-state", 0, true, OPT_SAVE_STATE },
-    { "trt-version", 0, true, OPT_TRT_VERSION },
-    { "trt-algorithm", 0, true, OPT_TRT_ALGO },
+    CLI_TABLE_OUT_OPTS,
     { 0 },
 };
+const cli_opt *const cmd_merge_opts = opts;
 
 static const char *state_kind_name(cli_state_kind k)
 {
@@ -104,8 +101,7 @@ static int merge_observers(const char *cmd, const char **paths, int n, void **bu
 }
 
 static int merge_sessions(const char *cmd, const char **paths, int n, void **bufs, size_t *lens,
-                          const char *out, qcal_calib_format format,
-                          const qcal_calib_export_options *xo, const char *save)
+                          cli_table_out *to, const char *save)
 {
     qcal_calib_session *s = NULL;
     qcal_calib_table *table = NULL;
@@ -132,16 +128,10 @@ static int merge_sessions(const char *cmd, const char **paths, int n, void **buf
     }
     if (!rc && save)
         rc = cli_session_state_save(cmd, s, save);
-    if (!rc && out) {
+    if (!rc && to->out) {
         if ((st = qcal_calib_session_table(s, &table)) != QCAL_OK) {
             rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
-        } else if ((st = qcal_calib_table_write(table, format, xo, out)) < 0) {
-            rc = cli_fail_status(cmd, st == QCAL_ERR_IO ? QCAL_EXIT_OUTPUT
-                                      : st == QCAL_ERR_INVALID_ARG ? QCAL_EXIT_USAGE
-                                                                   : QCAL_EXIT_FAILURE, st);
-        } else {
-            if (st == QCAL_NO_DATA)
-                fprintf(stderr, "qcal: %s: warning: %s\n", cmd, qcal_last_error());
+        } else if (!(rc = cli_table_out_write(cmd, to, table))) {
             int64_t cnt = 0, nw = 0;
             uint64_t nonfinite = 0;
             qcal_calib_table_count(table, &cnt);
@@ -153,9 +143,10 @@ static int merge_sessions(const char *cmd, const char **paths, int n, void **buf
             }
             char digest[65];
             qcal_calib_table_digest(table, digest);
+            char fmts[128];
+            cli_table_out_formats(to, fmts, sizeof fmts);
             printf("qcal merge: wrote %s (%s): %lld activations, %lld weights from %d states; "
-                   "%llu non-finite values skipped; digest %s\n", out,
-                   qcal_calib_format_name(format), (long long)(cnt - nw), (long long)nw, n,
+                   "%llu non-finite values skipped; digest %s\n", to->out, fmts, (long long)(cnt - nw), (long long)nw, n,
                    (unsigned long long)nonfinite, digest);
             if (fflush(stdout) != 0)
                 rc = QCAL_EXIT_OUTPUT;
@@ -174,11 +165,10 @@ int cmd_merge(int argc, char **argv)
     const char **paths = calloc((size_t)argc + 1, sizeof *paths);
     void **bufs = calloc((size_t)argc + 1, sizeof *bufs);
     size_t *lens = calloc((size_t)argc + 1, sizeof *lens);
-    const char *out = NULL, *save = NULL, *val;
-    bool have_format = false, have_trt = false;
-    qcal_calib_format format = QCAL_CALIB_FORMAT_JSON;
-    qcal_calib_export_options xo;
-    qcal_calib_export_options_default(&xo);
+    const char *save = NULL, *val;
+    cli_table_out to;
+    cli_table_out_init(&to);
+    bool have_out_opts = false;
     int n = 0, rc = 0, id;
     if (!paths || !bufs || !lens) {
         rc = cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
@@ -188,19 +178,17 @@ int cmd_merge(int argc, char **argv)
         switch (id) {
         case CLI_ERROR: rc = QCAL_EXIT_USAGE; goto done;
         case OPT_HELP: fputs(help, stdout); goto done;
-        case OPT_OUT: out = val; break;
         case OPT_SAVE_STATE: save = val; break;
-        case OPT_TRT_VERSION: xo.trt_version = val; have_trt = true; break;
-        case OPT_TRT_ALGO: xo.trt_algorithm = val; have_trt = true; break;
-        case OPT_FORMAT:
-            if (qcal_calib_format_parse(val, &format) != QCAL_OK) {
-                rc = cli_fail_status(cmd, QCAL_EXIT_USAGE, QCAL_ERR_INVALID_ARG);
+        case CLI_POSITIONAL: paths[n++] = val; break;
+        default: {
+            int r = cli_table_out_opt(cmd, &to, id, val);
+            if (r > 0) {
+                rc = r;
                 goto done;
             }
-            have_format = true;
+            have_out_opts |= r == 0 && id != CLI_OUT_OUTPUT;
             break;
-        case CLI_POSITIONAL: paths[n++] = val; break;
-        default: break;
+        }
         }
     }
     if (n == 0) {
@@ -220,23 +208,25 @@ int cmd_merge(int argc, char **argv)
         }
     }
     if (k0 == CLI_STATE_OBSERVER) {
-        if (out || have_format || have_trt) {
+        if (to.out || have_out_opts) {
             rc = cli_fail(cmd, QCAL_EXIT_USAGE, "-o, --format and --trt-* are for session states; "
                           "observer states print their JSON on stdout");
             goto done;
         }
         rc = merge_observers(cmd, paths, n, bufs, lens, save);
     } else {
-        if (!out && !save) {
+        if (!to.out && !save) {
             rc = cli_fail(cmd, QCAL_EXIT_USAGE, "session states need -o TABLE and/or "
                           "--save-state OUT");
             goto done;
         }
-        if (!out && (have_format || have_trt)) {
+        if (!to.out && have_out_opts) {
             rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--format and --trt-* need -o TABLE");
             goto done;
         }
-        rc = merge_sessions(cmd, paths, n, bufs, lens, out, format, &xo, save);
+        if (to.out && (rc = cli_table_out_check(cmd, &to)))
+            goto done;
+        rc = merge_sessions(cmd, paths, n, bufs, lens, &to, save);
     }
 done:
     if (bufs)

@@ -51,6 +51,7 @@ static const cli_opt opts[] = {
     CLI_OBSERVER_OPTS,
     { 0 },
 };
+const cli_opt *const cmd_observe_opts = opts;
 
 static bool per_channel_kind(qcal_observer_kind k)
 {

@@ -62,6 +62,8 @@ static const cli_opt opts[] = {
     { "output", 'o', true, OPT_OUTPUT },
     { 0 },
 };
+const cli_opt *const cmd_quantize_opts = opts;
+const cli_opt *const cmd_dequantize_opts = opts;
 
 typedef struct qargs {
     const char *in, *out, *scales_path, *zps_path;

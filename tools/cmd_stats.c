@@ -5,19 +5,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
+#include "qcal/calib_dump.h"
 #include "qcal/numeric.h"
 #include "qcal/safetensors.h"
 #include "tools/cli_common.h"
 
 static const char help[] =
-    "usage: qcal stats [--csv PATH] [--summary] FILE.safetensors|FILE.npy ...\n"
+    "usage: qcal stats [--csv PATH] [--summary] FILE.safetensors|FILE.npy|DUMPDIR ...\n"
     "\n"
     "Prints one line per tensor (t=param, c=<counter>, fqn, op, extra=<shape>, min, max,\n"
     "absmax, avg, std; nonfinite=N when NaN/Inf were skipped; a tensor without finite\n"
     "values prints n=0 and empty statistics). Safetensors files are\n"
     "memory-mapped and streamed in chunks of 1 Mi elements, so files larger than memory\n"
     "work; F32, F16, BF16 and F64 tensors are read, other dtypes are skipped with a note\n"
-    "on stderr. A .npy file is one tensor named after the file.\n"
+    "on stderr. A .npy file is one tensor named after the file. A dump directory (as\n"
+    "'qcal calibrate' reads it: manifest.json or <name>/*.npy and <name>.npy, names\n"
+    "percent-decoded) gives one line per tensor named from its layout, with statistics\n"
+    "over all its batches (extra = the shape of the first batch).\n"
     "  --csv PATH   also write the records as CSV (atomically)\n"
     "  --summary    after the records, one line per group (numeric path components\n"
     "               collapse: blocks.0.w, blocks.1.w -> blocks.*.w) with outliers\n"
@@ -30,6 +36,7 @@ static const cli_opt opts[] = {
     { "summary", 0, false, OPT_SUMMARY },
     { 0 },
 };
+const cli_opt *const cmd_stats_opts = opts;
 
 #define STATS_CHUNK (1 << 20)
 
@@ -126,6 +133,56 @@ static int do_npy(const char *path, qcal_numeric_logger *lg, qcal_numeric_summar
     return rc;
 }
 
+/* Every tensor of a dump directory: one record over all its batches. */
+static int do_dump(const char *dir, qcal_numeric_logger *lg, qcal_numeric_summary *sum)
+{
+    qcal_calib_dump *d = NULL;
+    qcal_status s = qcal_calib_dump_scan(dir, &d);
+    if (s != QCAL_OK)
+        return cli_fail_status("stats", s == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE
+                                                                : QCAL_EXIT_INPUT, s);
+    int64_t n = 0;
+    int rc = 0;
+    qcal_calib_dump_count(d, &n);
+    for (int64_t i = 0; i < n && !rc; i++) {
+        qcal_calib_dump_tensor t;
+        qcal_calib_dump_tensor_at(d, i, &t);
+        qcal_numeric_stats stats;
+        qcal_numeric_stats_init(&stats);
+        int32_t ndim = 0;
+        int64_t shape[QCAL_MAX_DIMS] = { 0 };
+        for (int64_t j = 0; j < t.nfiles && !rc; j++) {
+            qcal_npy_array a;
+            if ((rc = cli_read_f32("stats", t.files[j], &a)))
+                break;
+            if (j == 0) {
+                ndim = a.ndim;
+                memcpy(shape, a.shape, sizeof(int64_t) * (size_t)a.ndim);
+            }
+            s = qcal_numeric_stats_update(&stats, a.data, a.numel);
+            qcal_npy_array_free(&a);
+            if (s != QCAL_OK)
+                rc = cli_fail_status("stats", QCAL_EXIT_FAILURE, s);
+        }
+        if (rc)
+            break;
+        s = qcal_numeric_logger_log_stats(lg, QCAL_NUMERIC_LOG_PARAM, t.name, "", NULL, ndim,
+                                          shape, &stats);
+        if (s != QCAL_OK)
+            rc = cli_fail_status("stats", QCAL_EXIT_FAILURE, s);
+        else
+            rc = add_summary(sum, t.name, ndim, shape, &stats);
+    }
+    qcal_calib_dump_destroy(&d);
+    return rc;
+}
+
+static bool is_dir(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
 static void print_summary(qcal_numeric_summary *sum)
 {
     int64_t ng = 0;
@@ -208,8 +265,9 @@ int cmd_stats(int argc, char **argv)
     if (!rc && !buf)
         rc = cli_fail("stats", QCAL_EXIT_FAILURE, "out of memory");
     for (int i = 0; i < nf && !rc; i++)
-        rc = ends_with(files[i], ".npy") ? do_npy(files[i], lg, sum)
-                                         : do_safetensors(files[i], lg, sum, buf);
+        rc = is_dir(files[i])               ? do_dump(files[i], lg, sum)
+             : ends_with(files[i], ".npy") ? do_npy(files[i], lg, sum)
+                                           : do_safetensors(files[i], lg, sum, buf);
     if (!rc) {
         s = qcal_numeric_logger_finish(lg);
         if (s != QCAL_OK)

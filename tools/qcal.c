@@ -6,14 +6,15 @@
 #include "tools/cli_common.h"
 
 static const qcal_cmd commands[] = {
-    { "observe", "feed .npy batches to an observer, print its range and qparams (JSON)", cmd_observe },
-    { "quantize", "quantize a float .npy with given scale/zero-point (per tensor or channel)", cmd_quantize },
-    { "dequantize", "dequantize a uint8/int8/int32 .npy back to float32", cmd_dequantize },
-    { "calibrate", "calibrate an activation-dump directory into a table (JSON, TensorRT, ONNX Runtime, ncnn)", cmd_calibrate },
-    { "merge", "merge saved observer or session states (exactly: JSON, table or state)", cmd_merge },
-    { "stats", "one statistics line per tensor of .safetensors/.npy files (CSV, summary)", cmd_stats },
-    { "compare-weights", "quantize-dequantize weights, report SQNR/L2/cosine per tensor and group", cmd_compare_weights },
-    { "fakequant", "fake-quantize a float .npy (forward, straight-through / LSQ backward)", cmd_fakequant },
+    { "observe", "feed .npy batches to an observer, print its range and qparams (JSON)", cmd_observe, &cmd_observe_opts },
+    { "quantize", "quantize a float .npy with given scale/zero-point (per tensor or channel)", cmd_quantize, &cmd_quantize_opts },
+    { "dequantize", "dequantize a uint8/int8/int32 .npy back to float32", cmd_dequantize, &cmd_dequantize_opts },
+    { "calibrate", "calibrate a dump directory (and safetensors weights) into tables (JSON, TensorRT, ONNX Runtime, ncnn)", cmd_calibrate, &cmd_calibrate_opts },
+    { "convert", "convert a JSON calibration table to TensorRT, ONNX Runtime and ncnn formats", cmd_convert, &cmd_convert_opts },
+    { "merge", "merge saved observer or session states (exactly: JSON, table or state)", cmd_merge, &cmd_merge_opts },
+    { "stats", "one statistics line per tensor of .safetensors/.npy files or dump directories (CSV, summary)", cmd_stats, &cmd_stats_opts },
+    { "compare-weights", "quantize-dequantize weights, report SQNR/L2/cosine per tensor and group", cmd_compare_weights, &cmd_compare_weights_opts },
+    { "fakequant", "fake-quantize a float .npy (forward, straight-through / LSQ backward)", cmd_fakequant, &cmd_fakequant_opts },
 };
 
 static void usage(FILE *f)
@@ -38,7 +39,10 @@ static void usage(FILE *f)
             "  2  usage error: unknown option, missing value, impossible value\n"
             "  3  an input file is missing, unreadable or malformed\n"
             "  4  an output file could not be written (an existing file is left intact)\n"
-            "Errors are reported as one line on stderr: 'qcal: SUBCOMMAND: MESSAGE'.\n");
+            "Errors are reported as one line on stderr: 'qcal: SUBCOMMAND: MESSAGE'.\n"
+            "\n"
+            "'qcal --man' prints the qcal(1) man page and 'qcal --bash-completion' the bash\n"
+            "completion script (both installed by meson install).\n");
 }
 
 int main(int argc, char **argv)
@@ -62,6 +66,13 @@ int main(int argc, char **argv)
         usage(stdout);
         return QCAL_EXIT_OK;
     }
+    int ncmd = (int)(sizeof commands / sizeof commands[0]);
+    if (!strcmp(name, "--man"))
+        return cli_gen_man(stdout, commands, ncmd);
+    if (!strcmp(name, "--bash-completion"))
+        return cli_gen_bash_completion(stdout, commands, ncmd);
+    if (!strcmp(name, "--list-options"))
+        return cli_gen_option_list(stdout, commands, ncmd);
     if (!strcmp(name, "--version") || !strcmp(name, "-V")) {
         printf("qcal %s\n", qcal_version());
         return QCAL_EXIT_OK;

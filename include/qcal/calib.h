@@ -95,10 +95,9 @@ QCAL_API qcal_status qcal_calib_rules_match(const qcal_calib_rules *rules, const
 
 /* Parses a rules text of len bytes (need not be NUL-terminated). Format, one rule a line:
  *   GLOB ROLE OBSERVER [key=value ...]      # comment
- * ROLE: activation | weight | any. OBSERVER: a qcal_observer_kind_name. Keys: dtype,
- * qscheme, reduce_range (true|false), quant_min, quant_max (both or neither), eps, axis,
- * averaging_constant, bins, upsample_rate, percentile, percentile_mode (abs|two_tails),
- * entropy_levels, nonfinite (skip|error). Blank lines and '#' comments are ignored; a
+ * ROLE: activation | weight | any. OBSERVER: a qcal_observer_kind_name. Keys and values:
+ * the observer-config keys (qcal_observer_config_key), applied with
+ * qcal_observer_config_apply as the CLI's observer options are. Blank lines and '#' comments are ignored; a
  * GLOB with spaces or '#' may be double-quoted ("a b*"). Errors are QCAL_ERR_FORMAT with
  * "line N: ..." in the message. */
 QCAL_API qcal_status qcal_calib_rules_parse(const char *text, size_t len,
@@ -250,7 +249,8 @@ QCAL_API qcal_status qcal_calib_entry_amax(const qcal_calib_entry *e, int64_t c,
 typedef enum qcal_calib_format {
     QCAL_CALIB_FORMAT_JSON = 0,          /* "json": native, every field, read back exactly */
     QCAL_CALIB_FORMAT_TENSORRT = 1,      /* "tensorrt": calibration cache, activations */
-    QCAL_CALIB_FORMAT_ONNXRUNTIME = 2,   /* "onnxruntime": calibration.cache, activations */
+    QCAL_CALIB_FORMAT_ONNXRUNTIME = 2,   /* "onnxruntime": ONNX Runtime's calibration.json,
+                                          * .flatbuffers and .cache, activations */
     QCAL_CALIB_FORMAT_NCNN = 3,          /* "ncnn": .table, weights then activations */
 } qcal_calib_format;
 
@@ -258,24 +258,71 @@ typedef enum qcal_calib_format {
 QCAL_API const char *qcal_calib_format_name(qcal_calib_format format);
 QCAL_API qcal_status qcal_calib_format_parse(const char *name, qcal_calib_format *out);
 
+/* Files a format writes into an output directory (qcal_calib_table_write_dir): 3 for
+ * ONNX Runtime, 1 for the others; 0 for an unknown format. */
+QCAL_API int qcal_calib_format_file_count(qcal_calib_format format);
+
+/* Name of file i of a format in an output directory: json "qcal_table.json", tensorrt
+ * "tensorrt.cache", onnxruntime "calibration.json", "calibration.flatbuffers",
+ * "calibration.cache" (ONNX Runtime's names), ncnn "ncnn.table"; NULL out of range. */
+QCAL_API const char *qcal_calib_format_file_name(qcal_calib_format format, int i);
+
+/* Whether a format can hold a tensor name; if not, *why (if why is non-NULL) says what is
+ * in the way ("a line break", "white space", "invalid UTF-8"). json holds any name;
+ * tensorrt any name without a line break (readers split on the last ": "); onnxruntime and
+ * ncnn no white space or line break either (space-separated), onnxruntime valid UTF-8. */
+QCAL_API bool qcal_calib_format_holds_name(qcal_calib_format format, const char *name,
+                                           const char **why);
+
+/* TensorRT header algorithm that follows the table's activation observers:
+ * "MinMaxCalibration" when every exported activation comes from a min/max kind (minmax,
+ * moving_average_minmax and their per-channel forms), else "EntropyCalibration2" (entropy,
+ * and histogram/percentile/mse, which TensorRT has no name for: the calibrator users load
+ * caches with). Never NULL. */
+QCAL_API const char *qcal_calib_trt_algorithm(const qcal_calib_table *t);
+
 typedef struct qcal_calib_export_options {
-    const char *trt_version;      /* default "8601" (TensorRT 8.6.1): header TRT-<version>-<algorithm> */
-    const char *trt_algorithm;    /* default "EntropyCalibration2" */
+    const char *trt_version;      /* default "8601" (TensorRT 8.6.1): header TRT-<version>-<algorithm>;
+                                   * TensorRT 8.x: major*1000 + minor*100 + patch ("8601"),
+                                   * 10.x: major*10000 + minor*100 + patch ("100300" for 10.3.0) */
+    const char *trt_algorithm;    /* default NULL: qcal_calib_trt_algorithm(table) */
+    bool skip_unrepresentable;    /* default false: a name the format cannot hold
+                                   * (qcal_calib_format_holds_name) fails the export with one
+                                   * QCAL_ERR_UNSUPPORTED listing them; true: left out */
 } qcal_calib_export_options;
 
 /* Fills *opt with the defaults documented on each field. */
 QCAL_API void qcal_calib_export_options_default(qcal_calib_export_options *opt);
 
-/* Formats the table into a new NUL-terminated buffer (*buf, *len without the NUL; free
- * with qcal_free). opt NULL = defaults. */
+/* Formats file i of a format (see qcal_calib_format_file_name) into a new buffer (*buf,
+ * *len; NUL-terminated after len bytes; the flatbuffer is binary: use *len); free with
+ * qcal_free. opt NULL = defaults. */
+QCAL_API qcal_status qcal_calib_table_format_file(const qcal_calib_table *t,
+                                                  qcal_calib_format format, int i,
+                                                  const qcal_calib_export_options *opt,
+                                                  char **buf, size_t *len);
+
+/* Formats the table's single text file (ONNX Runtime: calibration.cache) into a new
+ * NUL-terminated buffer (*buf, *len without the NUL; free with qcal_free). */
 QCAL_API qcal_status qcal_calib_table_format(const qcal_calib_table *t, qcal_calib_format format,
                                              const qcal_calib_export_options *opt, char **buf,
                                              size_t *len);
 
-/* Writes the formatted table to path atomically (temporary file, then rename). */
+/* Writes the formatted table (qcal_calib_table_format) to path atomically (temporary file,
+ * then rename). */
 QCAL_API qcal_status qcal_calib_table_write(const qcal_calib_table *t, qcal_calib_format format,
                                             const qcal_calib_export_options *opt,
                                             const char *path);
+
+/* Writes every file of each of the n formats into the existing directory dir under the
+ * names of qcal_calib_format_file_name, all or none: everything is formatted first (any
+ * error, such as an unrepresentable name, writes nothing), then written and synced to
+ * temporaries, and renamed over the destinations only when all were written. Bytes equal
+ * those of qcal_calib_table_format_file. */
+QCAL_API qcal_status qcal_calib_table_write_dir(const qcal_calib_table *t, int64_t n,
+                                                const qcal_calib_format *formats,
+                                                const qcal_calib_export_options *opt,
+                                                const char *dir);
 
 /* Parses a native JSON table of len bytes and validates it (ranges, qparams, counts);
  * QCAL_ERR_FORMAT with the entry and field on failure. *out owned by the caller. */

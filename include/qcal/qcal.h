@@ -14,6 +14,7 @@
 #include "qcal/idx.h"
 #include "qcal/numeric.h"
 #include "qcal/calib.h"
+#include "qcal/calib_dump.h"
 #include "qcal/int8.h"
 
 #endif

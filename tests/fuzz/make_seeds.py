@@ -72,6 +72,18 @@ put("fuzz_idx", "float_type.idx1", idx([2], struct.pack(">2f", 1.0, 2.0), type_c
 put("fuzz_idx", "empty.idx1", idx([0], b""))
 put("fuzz_idx", "two_members.gz", gzip.compress(labels[:6], mtime=0) + gzip.compress(labels[6:], mtime=0))
 
+# ---- dump manifests ----
+put("fuzz_manifest", "layout.json", json.dumps({"tensors": [
+    {"name": "/layer1/conv/Conv_output_0", "role": "activation",
+     "files": ["b0.npy", "deep/b1.npy"]},
+    {"name": "input:0", "files": ["in.npy"]},
+    {"name": "fc.weight", "role": "weight", "files": ["w/fc.npy"]}]}, indent=1))
+put("fuzz_manifest", "escapes.json", '{"tensors": [{"name": "\\u00e9 \\ud83d\\ude00 \\"q\\"", '
+    '"role": "weight", "files": ["a.npy", "a.npy"]}, {"name": "\\u00e9 \\ud83d\\ude00 \\"q\\"", '
+    '"role": "activation", "files": ["x/./y.npy"]}]}')
+put("fuzz_manifest", "outside.json", '{"tensors": [{"name": "a", "files": ["../x.npy", "/abs.npy"]}]}')
+put("fuzz_manifest", "bad_member.json", '{"tensors": [{"name": "a", "files": ["x.npy"], "extra": 1}], "v": 2}')
+
 # ---- rules ----
 put("fuzz_rules", "sample.txt",
     "# qcal calibration rules\n"

@@ -15,7 +15,10 @@ Run with /usr/bin/python3 (PyTorch 1.13 + numpy).
                               activations: batch order matters
   minmax.tensorrt / .onnxruntime / .ncnn
                               expected_minmax.json exported by an independent implementation
-                              of each format below (written here, not by qcal)
+                              of each format below (written here, not by qcal); the TensorRT
+                              header names MinMaxCalibration (the observers are min/max
+                              kinds); the ONNX Runtime cache is write_calibration_table's
+                              calibration.cache: Python str() of the float amax
   names.json, names.tensorrt  a table whose names hold spaces and colons (TensorRT only)
   rules_sample.txt            a sample rules file
 """
@@ -100,7 +103,7 @@ def amax(e):
     return np.float32(1) if m == 0 else np.float32(m)
 
 
-def export_tensorrt(entries, header='TRT-8601-EntropyCalibration2'):
+def export_tensorrt(entries, header='TRT-8601-MinMaxCalibration'):
     lines = [header]
     for e in sorted(entries, key=lambda e: e['fqn'].encode()):
         if e['role'] != 'activation':
@@ -112,7 +115,9 @@ def export_tensorrt(entries, header='TRT-8601-EntropyCalibration2'):
 
 
 def export_onnxruntime(entries):
-    return ''.join('%s %s\n' % (e['fqn'], f32_str(amax(e)))
+    """calibration.cache as ONNX Runtime's write_calibration_table writes it:
+    key + ' ' + str(max(abs(lo), abs(hi))) with lo, hi Python floats."""
+    return ''.join('%s %s\n' % (e['fqn'], str(float(amax(e))))
                    for e in sorted(entries, key=lambda e: e['fqn'].encode())
                    if e['role'] == 'activation')
 
@@ -186,7 +191,7 @@ def main():
                           scale=s.tolist(), zp=z.tolist(), batches=1, elements=2,
                           nonfinite=0))
     write_text('names.json', table_json(names))
-    write_text('names.tensorrt', export_tensorrt(names, 'TRT-8203-EntropyCalibration2'))
+    write_text('names.tensorrt', export_tensorrt(names, 'TRT-8203-MinMaxCalibration'))
 
     write_text('rules_sample.txt',
                '# qcal calibration rules: GLOB ROLE OBSERVER [key=value ...]; first match wins\n'

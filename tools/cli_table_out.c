@@ -1,0 +1,201 @@
+/* Table output shared by calibrate and convert (tools/cli_table_out.h). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tools/cli_table_out.h"
+
+void cli_table_out_init(cli_table_out *o)
+{
+    memset(o, 0, sizeof *o);
+    qcal_calib_export_options_default(&o->xo);
+}
+
+static int parse_formats(const char *cmd, cli_table_out *o, const char *val)
+{
+    o->nformats = 0;
+    const char *p = val;
+    for (;;) {
+        size_t n = strcspn(p, ",");
+        char name[64];
+        if (n == 0 || n >= sizeof name)
+            return cli_fail(cmd, QCAL_EXIT_USAGE, "--format: '%s' is not a comma-separated "
+                            "list of json, tensorrt, onnxruntime, ncnn", val);
+        memcpy(name, p, n);
+        name[n] = '\0';
+        qcal_calib_format f;
+        if (qcal_calib_format_parse(name, &f) != QCAL_OK)
+            return cli_fail_status(cmd, QCAL_EXIT_USAGE, QCAL_ERR_INVALID_ARG);
+        for (int i = 0; i < o->nformats; i++)
+            if (o->formats[i] == f)
+                return cli_fail(cmd, QCAL_EXIT_USAGE, "--format: %s listed twice",
+                                qcal_calib_format_name(f));
+        if (o->nformats == CLI_TABLE_OUT_MAX)
+            return cli_fail(cmd, QCAL_EXIT_USAGE, "--format: too many formats");
+        o->formats[o->nformats++] = f;
+        if (!p[n])
+            return 0;
+        p += n + 1;
+    }
+}
+
+int cli_table_out_opt(const char *cmd, cli_table_out *o, int id, const char *val)
+{
+    switch (id) {
+    case CLI_OUT_OUTPUT: o->out = val; return 0;
+    case CLI_OUT_FORMAT: return parse_formats(cmd, o, val);
+    case CLI_OUT_TRT_VERSION: o->xo.trt_version = val; return 0;
+    case CLI_OUT_TRT_ALGO: o->xo.trt_algorithm = val; return 0;
+    case CLI_OUT_SKIP_NAMES: o->xo.skip_unrepresentable = true; return 0;
+    default: return -1;
+    }
+}
+
+bool cli_table_out_is_dir(const cli_table_out *o)
+{
+    return o->nformats > 1 ||
+           (o->nformats == 1 && o->formats[0] == QCAL_CALIB_FORMAT_ONNXRUNTIME);
+}
+
+void cli_table_out_formats(const cli_table_out *o, char *dst, size_t cap)
+{
+    size_t n = 0;
+    dst[0] = '\0';
+    for (int i = 0; i < o->nformats && n < cap; i++)
+        n += (size_t)snprintf(dst + n, cap - n, "%s%s", i ? "," : "",
+                              qcal_calib_format_name(o->formats[i]));
+}
+
+/* The directory part of path ("." when none). */
+static void dir_of(const char *path, char *dst, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dst, cap, ".");
+    else if (slash == path)
+        snprintf(dst, cap, "/");
+    else
+        snprintf(dst, cap, "%.*s", (int)(slash - path), path);
+}
+
+int cli_table_out_check(const char *cmd, cli_table_out *o)
+{
+    if (!o->out)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "no output: give -o TABLE (or -o DIR)");
+    if (o->nformats == 0) {
+        o->formats[0] = QCAL_CALIB_FORMAT_JSON;
+        o->nformats = 1;
+    }
+    /* The TensorRT header options are checked here, before any work. */
+    for (const char *p = o->xo.trt_version; *p; p++)
+        if (*p < '0' || *p > '9')
+            return cli_fail(cmd, QCAL_EXIT_USAGE, "--trt-version: '%s' is not all digits",
+                            o->xo.trt_version);
+    if (!o->xo.trt_version[0] ||
+        (o->xo.trt_algorithm && (!o->xo.trt_algorithm[0] ||
+                                 strpbrk(o->xo.trt_algorithm, "\n\r -"))))
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--trt-version/--trt-algorithm: the TensorRT "
+                        "header needs a version and an algorithm without spaces, dashes or "
+                        "line breaks");
+    struct stat sb;
+    char dir[4096];
+    bool exists = stat(o->out, &sb) == 0;
+    if (cli_table_out_is_dir(o)) {
+        if (exists && !S_ISDIR(sb.st_mode))
+            return cli_fail(cmd, QCAL_EXIT_OUTPUT, "'%s' is not a directory (several formats "
+                            "and onnxruntime write into -o DIR)", o->out);
+        if (exists) {
+            snprintf(dir, sizeof dir, "%s", o->out);
+        } else {
+            dir_of(o->out, dir, sizeof dir);
+        }
+    } else {
+        if (exists && S_ISDIR(sb.st_mode))
+            return cli_fail(cmd, QCAL_EXIT_OUTPUT, "'%s' is a directory (one %s table is one "
+                            "file)", o->out, qcal_calib_format_name(o->formats[0]));
+        dir_of(o->out, dir, sizeof dir);
+    }
+    if (access(dir, W_OK | X_OK) != 0)
+        return cli_fail(cmd, QCAL_EXIT_OUTPUT, "cannot write '%s' (directory '%s': %s)",
+                        o->out, dir, strerror(errno));
+    return 0;
+}
+
+/* Names of t's exported entries that format f cannot hold: returns the count and, when
+ * report is set, prints them in one error or warning line. */
+static int64_t bad_names(const char *cmd, const qcal_calib_table *t, qcal_calib_format f,
+                         int report)
+{
+    int64_t n = 0, bad = 0;
+    qcal_calib_table_count(t, &n);
+    size_t cap = 4096, len = 0;
+    char *list = report ? malloc(cap) : NULL;
+    if (list)
+        list[0] = '\0';
+    for (int64_t i = 0; i < n; i++) {
+        const qcal_calib_entry *e;
+        const char *why = NULL;
+        qcal_calib_table_entry(t, i, &e);
+        bool wanted = f == QCAL_CALIB_FORMAT_JSON || f == QCAL_CALIB_FORMAT_NCNN ||
+                      e->role == QCAL_CALIB_ROLE_ACTIVATION;
+        if (!wanted || e->no_data || qcal_calib_format_holds_name(f, e->fqn, &why))
+            continue;
+        bad++;
+        if (!list)
+            continue;
+        size_t need = len + strlen(e->fqn) + strlen(why) + 16;
+        if (need > cap) {
+            char *nl = realloc(list, need * 2);
+            if (!nl)
+                continue;
+            list = nl;
+            cap = need * 2;
+        }
+        len += (size_t)snprintf(list + len, cap - len, "%s'%s' (%s)", bad > 1 ? ", " : "",
+                                e->fqn, why);
+    }
+    if (bad && report == 1)
+        cli_fail(cmd, QCAL_EXIT_FAILURE, "the %s format cannot hold %lld name%s: %s (leave "
+                 "them out with --skip-unrepresentable)", qcal_calib_format_name(f),
+                 (long long)bad, bad == 1 ? "" : "s", list ? list : "");
+    else if (bad && report == 2)
+        fprintf(stderr, "qcal: %s: warning: left %lld name%s out of the %s output: %s\n", cmd,
+                (long long)bad, bad == 1 ? "" : "s", qcal_calib_format_name(f),
+                list ? list : "");
+    free(list);
+    return bad;
+}
+
+int cli_table_out_write(const char *cmd, cli_table_out *o, const qcal_calib_table *t)
+{
+    /* Names first: one error naming every entry of every format, before any file. */
+    int64_t total_bad = 0;
+    for (int i = 0; i < o->nformats; i++)
+        total_bad += bad_names(cmd, t, o->formats[i], 0);
+    if (total_bad && !o->xo.skip_unrepresentable) {
+        for (int i = 0; i < o->nformats; i++)
+            if (bad_names(cmd, t, o->formats[i], 0))
+                return (void)bad_names(cmd, t, o->formats[i], 1), QCAL_EXIT_FAILURE;
+    }
+    if (total_bad)
+        for (int i = 0; i < o->nformats; i++)
+            bad_names(cmd, t, o->formats[i], 2);
+    qcal_status st;
+    if (cli_table_out_is_dir(o)) {
+        if (mkdir(o->out, 0777) != 0 && errno != EEXIST)
+            return cli_fail(cmd, QCAL_EXIT_OUTPUT, "cannot create directory '%s': %s", o->out,
+                            strerror(errno));
+        st = qcal_calib_table_write_dir(t, o->nformats, o->formats, &o->xo, o->out);
+    } else {
+        st = qcal_calib_table_write(t, o->formats[0], &o->xo, o->out);
+    }
+    if (st < 0)
+        return cli_fail_status(cmd, st == QCAL_ERR_IO ? QCAL_EXIT_OUTPUT
+                                    : st == QCAL_ERR_INVALID_ARG ? QCAL_EXIT_USAGE
+                                                                 : QCAL_EXIT_FAILURE, st);
+    if (st == QCAL_NO_DATA)
+        fprintf(stderr, "qcal: %s: warning: %s\n", cmd, qcal_last_error());
+    return 0;
+}

@@ -1,0 +1,81 @@
+/* Table output shared by `qcal calibrate` and `qcal convert`: --format F[,F...], -o, the
+ * TensorRT header options and --skip-unrepresentable, with the same checks, messages and
+ * exit codes in both, so that converting a JSON table writes the bytes calibrating
+ * straight to the format writes.
+ *
+ *   cli_table_out o; cli_table_out_init(&o);
+ *   while (option loop) { ... if ((rc = cli_table_out_opt(cmd, &o, id, val)) < 0) continue; ... }
+ *   cli_table_out_check(cmd, &o) before the work (usage and writability);
+ *   cli_table_out_write(cmd, &o, table) at the end. */
+#ifndef QCAL_TOOLS_CLI_TABLE_OUT_H
+#define QCAL_TOOLS_CLI_TABLE_OUT_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "qcal/calib.h"
+#include "tools/cli_common.h"
+
+enum {
+    CLI_OUT_BASE = 2000,
+    CLI_OUT_OUTPUT = CLI_OUT_BASE, CLI_OUT_FORMAT, CLI_OUT_TRT_VERSION, CLI_OUT_TRT_ALGO,
+    CLI_OUT_SKIP_NAMES,
+    CLI_OUT_END
+};
+
+/* Rows to put in a subcommand's option table. */
+#define CLI_TABLE_OUT_OPTS                                                                  \
+    { "output", 'o', true, CLI_OUT_OUTPUT }, { "format", 0, true, CLI_OUT_FORMAT },         \
+    { "trt-version", 0, true, CLI_OUT_TRT_VERSION },                                        \
+    { "trt-algorithm", 0, true, CLI_OUT_TRT_ALGO },                                         \
+    { "skip-unrepresentable", 0, false, CLI_OUT_SKIP_NAMES }
+
+/* Help lines of the rows above. */
+#define CLI_TABLE_OUT_HELP                                                                    \
+    "  -o, --output OUT         output: a file for one single-file format, else a directory\n" \
+    "                           (created if missing) holding each format's files (required)\n" \
+    "  --format F[,F...]        json (default; native qcal table), tensorrt, onnxruntime,\n"   \
+    "                           ncnn; several formats need -o DIR. File names in DIR:\n"       \
+    "                           qcal_table.json, tensorrt.cache, calibration.json +\n"         \
+    "                           calibration.flatbuffers + calibration.cache (ONNX Runtime's\n" \
+    "                           three files; onnxruntime always writes to a directory),\n"     \
+    "                           ncnn.table. All files are written or none.\n"                  \
+    "  --trt-version V          TensorRT cache header version (default 8601 = 8.6.1;\n"        \
+    "                           TensorRT 10.x: major*10000+minor*100+patch, e.g. 100300)\n"    \
+    "  --trt-algorithm A        TensorRT header algorithm (default: MinMaxCalibration when\n"  \
+    "                           every activation has a min/max observer, else\n"               \
+    "                           EntropyCalibration2)\n"                                        \
+    "  --skip-unrepresentable   leave out (with a warning) names a format cannot hold\n"       \
+    "                           instead of failing with exit 1 (docs/calibration.md)\n"
+
+#define CLI_TABLE_OUT_MAX 8
+
+typedef struct cli_table_out {
+    const char *out;
+    qcal_calib_format formats[CLI_TABLE_OUT_MAX];
+    int nformats;                 /* 0 until --format: json */
+    qcal_calib_export_options xo;
+} cli_table_out;
+
+void cli_table_out_init(cli_table_out *o);
+
+/* Handles the option if it is one of CLI_TABLE_OUT_OPTS: returns 0 (handled), an exit code
+ * (reported) for a bad value, or -1 when id is not one of them. */
+int cli_table_out_opt(const char *cmd, cli_table_out *o, int id, const char *val);
+
+/* Before any work: -o given, several formats only into a directory, the destination
+ * writable. Returns 0 or an exit code (reported). */
+int cli_table_out_check(const char *cmd, cli_table_out *o);
+
+/* True when the output is a directory (several formats, or onnxruntime). */
+bool cli_table_out_is_dir(const cli_table_out *o);
+
+/* Writes the table. Names a format cannot hold: one error listing all (exit 1), or with
+ * --skip-unrepresentable one warning line per format. Entries without data: a warning.
+ * Returns 0 or an exit code (reported). */
+int cli_table_out_write(const char *cmd, cli_table_out *o, const qcal_calib_table *t);
+
+/* "json,tensorrt" for messages. */
+void cli_table_out_formats(const cli_table_out *o, char *dst, size_t cap);
+
+#endif
