@@ -393,6 +393,16 @@ static void test_weights(void **state)
     assert_true(e->scale[0] == 3.0f / 127.5f);
     assert_true(e->scale[1] == 0.5f / 127.5f);
     qcal_calib_table_destroy(&tb);
+    /* A .safetensors file inside the dump is pointed out unless --weights reads it. */
+    char *inside = strdup(tu_path(d, "model.safetensors"));
+    assert_int_equal(qcal_safetensors_write_f32(inside, 3, names, t, 0, NULL), QCAL_OK);
+    assert_int_equal(run("calibrate", d, "-o", tab, NULL), 0);
+    assert_non_null(strstr(err, "note: "));
+    assert_non_null(strstr(err, "model.safetensors' is not read as a dump; pass --weights"));
+    assert_int_equal(run("calibrate", d, "-o", tab, "--weights", inside, NULL), 0);
+    assert_string_equal(err, "");
+    unlink(inside);
+    free(inside);
     /* Repeatable; the same weight twice is an error naming it. */
     assert_int_equal(run("calibrate", d, "--weights", st, "--weights", st, "-o", tab, NULL), 3);
     tu_expect_one_line(err, "qcal: calibrate: ", "fc.weight");

@@ -2,6 +2,7 @@
  * safetensors files) through a calibration session and writes the table in one or more
  * formats. Steps, one function each: options -> rules -> dump scan (qcal_calib_dump_scan:
  * a list of (name, role, files)) -> feeding -> table -> output (tools/cli_table_out.c). */
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -28,8 +29,8 @@ static const char help[] =
     "file system. Without a manifest, names ending in '.weight' are weights (default\n"
     "observer: per_channel_minmax, qint8 per_channel_symmetric, axis 0) and every other\n"
     "name is an activation (default observer: histogram, quint8 per_tensor_affine).\n"
-    "Entries starting with '.' and files not ending in .npy are ignored. Rules globs match\n"
-    "the decoded names.\n"
+    "Entries starting with '.' and files not ending in .npy are ignored (a .safetensors\n"
+    "file in DIR gets a note: pass it with --weights). Rules globs match the decoded names.\n"
     "\n"
     "options:\n"
     CLI_TABLE_OUT_HELP
@@ -142,6 +143,30 @@ static int make_rules(const char *cmd, const calib_args *a, qcal_calib_rules **r
                                    &act_cfg)) != QCAL_OK)
         return cli_fail_status(cmd, QCAL_EXIT_USAGE, st);
     return 0;
+}
+
+/* A .safetensors file inside the dump is not a dump: say so unless --weights reads it. */
+static void note_safetensors(const char *cmd, const calib_args *a)
+{
+    DIR *d = opendir(a->dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t n = strlen(de->d_name);
+        if (de->d_name[0] == '.' || n < 12 || strcmp(de->d_name + n - 12, ".safetensors"))
+            continue;
+        bool given = false;
+        for (int i = 0; i < a->nweights && !given; i++) {
+            const char *base = strrchr(a->weights[i], '/');
+            given = !strcmp(base ? base + 1 : a->weights[i], de->d_name);
+        }
+        if (!given)
+            fprintf(stderr, "qcal: %s: note: '%s/%s' is not read as a dump; pass --weights "
+                    "%s/%s to calibrate its weights\n", cmd, a->dir, de->d_name, a->dir,
+                    de->d_name);
+    }
+    closedir(d);
 }
 
 /* The dump as a list of (name, role, files). */
@@ -292,6 +317,8 @@ int cmd_calibrate(int argc, char **argv)
         goto done;
     if (a.dir && (rc = scan_dump(cmd, a.dir, &dump)))
         goto done;
+    if (a.dir)
+        note_safetensors(cmd, &a);
 
     qcal_calib_session_options so;
     qcal_calib_session_options_default(&so);
