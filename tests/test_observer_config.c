@@ -1,6 +1,7 @@
 /* The observer-config key table (qcal_observer_config_set/_apply) and its three front ends:
  * for every key of the table, a bad value gives the same message and exit code in
- * `qcal observe`, `qcal calibrate` and a rules file; both spellings of a word ('-' or '_')
+ * `qcal observe`, `qcal calibrate`, a rules file (and `qcal compare-weights` for the three
+ * keys it takes); both spellings of a word ('-' or '_')
  * are accepted everywhere; --strict on NaN exits 1 in observe and calibrate; the help text
  * of both subcommands and docs/cli.md list every key and every word. */
 #include <setjmp.h>
@@ -206,6 +207,13 @@ static void test_same_message_everywhere(void **state)
             assert_int_equal(run("calibrate", dump, "-o", table, opt, bad, NULL), 2);
             message_of(err, "qcal: calibrate: ", got, sizeof got);
             assert_string_equal(got, want);
+            /* compare-weights takes three of the keys, through the same table */
+            if (!strcmp(k->name, "observer") || !strcmp(k->name, "dtype") ||
+                !strcmp(k->name, "qscheme")) {
+                assert_int_equal(run("compare-weights", opt, bad, f, NULL), 2);
+                message_of(err, "qcal: compare-weights: ", got, sizeof got);
+                assert_string_equal(got, want);
+            }
         }
         char line[256];
         if (!strcmp(k->name, "observer"))

@@ -443,17 +443,24 @@ int cmd_compare_weights(int argc, char **argv)
             fputs(help, stdout);
             free(files);
             return QCAL_EXIT_OK;
-        } else if (id == OPT_OBSERVER) {
-            if (qcal_observer_kind_parse(val, &r.wo.observer) != QCAL_OK)
-                rc = cli_fail(cmd, QCAL_EXIT_USAGE, "unknown --observer '%s'", val);
-        } else if (id == OPT_DTYPE) {
-            if (qcal_dtype_parse(val, &r.wo.dtype) != QCAL_OK || r.wo.dtype == QCAL_QINT32)
+        } else if (id == OPT_OBSERVER || id == OPT_DTYPE || id == OPT_QSCHEME) {
+            /* The words and messages of the observer options of observe and calibrate
+             * (qcal_observer_config_set), then what this command supports. */
+            qcal_observer_config c;
+            qcal_observer_config_default(&c, QCAL_OBSERVER_MINMAX);
+            const char *key = id == OPT_OBSERVER ? "observer" : id == OPT_DTYPE ? "dtype"
+                                                                              : "qscheme";
+            if (qcal_observer_config_set(&c, key, val) != QCAL_OK)
+                rc = cli_fail_status(cmd, QCAL_EXIT_USAGE, QCAL_ERR_INVALID_ARG);
+            else if (id == OPT_OBSERVER)
+                r.wo.observer = c.kind;
+            else if (id == OPT_DTYPE && (r.wo.dtype = c.q.dtype) == QCAL_QINT32)
                 rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--dtype '%s' must be qint8 or quint8", val);
-        } else if (id == OPT_QSCHEME) {
-            qscheme_given = true;
-            if (qcal_qscheme_parse(val, &r.wo.qscheme) != QCAL_OK ||
-                r.wo.qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS)
-                rc = cli_fail(cmd, QCAL_EXIT_USAGE, "unsupported --qscheme '%s'", val);
+            else if (id == OPT_QSCHEME) {
+                qscheme_given = true;
+                if ((r.wo.qscheme = c.q.qscheme) == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS)
+                    rc = cli_fail(cmd, QCAL_EXIT_USAGE, "unsupported --qscheme '%s'", val);
+            }
         } else if (id == OPT_FORMAT) {
             if (!strcmp(val, "table"))
                 fmt = FMT_TABLE;
