@@ -14,7 +14,7 @@ static atomic_int cached_isa = -1;
 static qcal_isa detect(void)
 {
     qcal_isa best = QCAL_ISA_C;
-#if defined(__x86_64__) || defined(__i386__)
+#if QCAL_HAVE_X86_SIMD
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         best = QCAL_ISA_AVX2;

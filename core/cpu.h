@@ -1,8 +1,8 @@
 /* Run-time CPU feature detection for kernel dispatch, and the threading threshold.
- * Kernels keep a portable C reference (`..._c`) next to ISA versions (`..._avx2`,
- * `..._avx512`, compiled with __attribute__((target(...)))) and pick one through
- * qcal_cpu_isa(). The environment variable QCAL_ISA=c|avx2|avx512 caps the choice
- * (used by tests to run the C references on any machine). */
+ * Kernel families keep a portable C reference next to AVX2 / AVX-512 versions in their own
+ * files and pick one through a function table (core/dsp.h) filled for qcal_cpu_isa(). The
+ * environment variable QCAL_ISA=c|avx2|avx512 caps the choice (used by tests to run the
+ * C references on any machine). */
 #ifndef QCAL_CORE_CPU_H
 #define QCAL_CORE_CPU_H
 
@@ -13,6 +13,7 @@ typedef enum qcal_isa {
     QCAL_ISA_AVX2 = 1,      /* AVX2 + FMA */
     QCAL_ISA_AVX512 = 2,    /* AVX-512 F + BW + DQ + VL */
 } qcal_isa;
+#define QCAL_ISA_COUNT 3
 
 /* Best ISA this CPU supports, capped by QCAL_ISA; computed once, thread-safe. */
 qcal_isa qcal_cpu_isa(void);

@@ -1,18 +1,18 @@
-/* Min/max reduction kernels over float32 that skip and count non-finite values (internal;
- * shared by the min/max observers, the histogram family, fake-quant and the numeric suite).
+/* Threaded min/max over float32 that skips and counts non-finite values (internal; shared
+ * by the min/max observers, the histogram family, fake-quant and the numeric suite).
  *
- * Contract for every kernel: NaN and +-Inf never enter a result; they are counted. A range
- * with no finite value comes out as (+inf, -inf). Min/max are exact, so results do not
- * depend on the ISA or the thread count, except that the sign of a zero result may differ
- * when both -0.0 and +0.0 are present (they compare equal).
- * Each kernel has a portable C reference (`__c`) and AVX2 / AVX-512 versions chosen at run
- * time through qcal_cpu_isa(); the dispatching entry points also use OpenMP above
- * qcal_threads_for(n), combining per-thread partials in a fixed order. */
+ * The per-thread work is the min/max kernel family (observers/minmax_dsp.h: contract, C
+ * reference, AVX2 / AVX-512 versions chosen through qcal_minmax_dsp_get()); these entry
+ * points use OpenMP above qcal_threads_for(n), combining per-thread partials in a fixed
+ * order, so results do not depend on the ISA or the thread count (the sign of a zero
+ * result aside, see minmax_dsp.h). */
 #ifndef QCAL_OBSERVERS_MINMAX_KERNELS_H
 #define QCAL_OBSERVERS_MINMAX_KERNELS_H
 
 #include <stdbool.h>
 #include <stdint.h>
+
+#include "observers/minmax_dsp.h"
 
 /* Min and max of the finite values of x[0..n) into *mn / *mx ((+inf, -inf) if none), the
  * number of non-finite values into *nonfinite. n >= 0; x may be NULL when n == 0. */
@@ -25,23 +25,6 @@ void qcal_f32_minmax(const float *x, int64_t n, float *mn, float *mx, uint64_t *
  * Returns false only if scratch memory could not be allocated (outputs then untouched). */
 bool qcal_f32_minmax_channels(const float *x, int64_t outer, int64_t channels, int64_t inner,
                               float *mn, float *mx, uint64_t *nonfinite);
-
-/* Single-threaded building blocks, exported for the SIMD-vs-reference tests. */
-void qcal_f32_minmax__c(const float *x, int64_t n, float *mn, float *mx, uint64_t *nonfinite);
-void qcal_f32_minmax__avx2(const float *x, int64_t n, float *mn, float *mx,
-                           uint64_t *nonfinite);
-void qcal_f32_minmax__avx512(const float *x, int64_t n, float *mn, float *mx,
-                             uint64_t *nonfinite);
-
-/* Column kernels: for rows r in [0, rows), cmn[j] = min(cmn[j], x[r*width + j]) over finite
- * values (likewise cmx), accumulating into the caller's arrays; *nonfinite += count. */
-void qcal_f32_minmax_cols__c(const float *x, int64_t rows, int64_t width, float *cmn,
-                             float *cmx, uint64_t *nonfinite);
-void qcal_f32_minmax_cols__avx2(const float *x, int64_t rows, int64_t width, float *cmn,
-                                float *cmx, uint64_t *nonfinite);
-void qcal_f32_minmax_cols__avx512(const float *x, int64_t rows, int64_t width, float *cmn,
-                                  float *cmx, uint64_t *nonfinite);
-
 
 /* ---- Shared by the four min/max observer kinds (observers/<kind>.c) ---------------- */
 #include "core/internal.h"

@@ -1,6 +1,7 @@
 /* unit.observers_minmax: the four min/max observer kinds against PyTorch 1.13 (golden),
  * merge / reset / save-load / non-finite policy / argument errors, and the min/max kernels
- * (SIMD vs C reference, per-channel layouts, a > 2^31-element view). */
+ * (threaded entry points on every ISA, per-channel layouts, a > 2^31-element view; each SIMD
+ * kernel against its C reference is tests/checkasm.c). */
 #include <float.h>
 #include <math.h>
 #include <setjmp.h>
@@ -451,8 +452,6 @@ static void test_errors(void **state)
 
 /* ---- kernels --------------------------------------------------------------------- */
 
-typedef void (*flat_fn)(const float *, int64_t, float *, float *, uint64_t *);
-typedef void (*cols_fn)(const float *, int64_t, int64_t, float *, float *, uint64_t *);
 
 static void fill(float *x, int64_t n, int sprinkle)
 {
@@ -465,44 +464,12 @@ static void fill(float *x, int64_t n, int sprinkle)
     }
 }
 
+/* The threaded entry point on a large input, every ISA: identical results. (Each ISA
+ * kernel against its C reference: tests/checkasm.c.) */
 static void test_kernels_flat(void **state)
 {
     (void)state;
-    flat_fn simd[2] = { qcal_f32_minmax__avx2, qcal_f32_minmax__avx512 };
-    const char *names[2] = { "avx2", "avx512" };
-    qcal_isa best = qcal_cpu_isa();
     rng_state = 2024;
-    enum { MAXN = 5000 };
-    float *buf = malloc((MAXN + 64) * sizeof(float));
-    for (int v = 0; v < 2; v++) {
-        if ((int)best < v + 1)
-            continue;
-        for (int64_t n = 0; n <= MAXN; n = n < 67 ? n + 1 : n * 3 + 1) {
-            for (int sp = 0; sp < 3; sp++) {
-                /* canaries around the data: must never be read into the result */
-                for (int i = 0; i < MAXN + 64; i++)
-                    buf[i] = i % 2 ? -1e30f : 1e30f;
-                float *x = buf + 16;
-                fill(x, n, sp == 1);
-                if (sp == 2)
-                    for (int64_t i = 0; i < n; i++)
-                        x[i] = NAN;                 /* all non-finite */
-                float cm = 7, cM = 7, sm = 7, sM = 7;
-                uint64_t cn = 7, sn = 7;
-                qcal_f32_minmax__c(x, n, &cm, &cM, &cn);
-                simd[v](x, n, &sm, &sM, &sn);
-                if (ref_bits(cm) != ref_bits(sm) || ref_bits(cM) != ref_bits(sM) || cn != sn)
-                    fail_msg("%s n=%lld sprinkle=%d: (%g, %g, %llu) != C (%g, %g, %llu)",
-                             names[v], (long long)n, sp, (double)sm, (double)sM,
-                             (unsigned long long)sn, (double)cm, (double)cM,
-                             (unsigned long long)cn);
-                if (n == 0 || sp == 2)
-                    assert_true(sm == INFINITY && sM == -INFINITY);
-            }
-        }
-    }
-    free(buf);
-    /* Large, through the threaded entry point, every ISA: identical results. */
     int64_t n = (1 << 22) + 13;
     float *x = malloc((size_t)n * sizeof(float));
     fill(x, n, 0);
@@ -582,28 +549,6 @@ static void test_kernels_channels(void **state)
         free(rM);
         free(km);
         free(kM);
-    }
-    /* Column kernels vs C on odd widths with canaries. */
-    cols_fn simd[2] = { qcal_f32_minmax_cols__avx2, qcal_f32_minmax_cols__avx512 };
-    for (int v = 0; v < 2; v++) {
-        if ((int)qcal_cpu_isa() < v + 1)
-            continue;
-        for (int64_t w = 1; w <= 67; w++) {
-            float x[5 * 67];
-            fill(x, 5 * w, 1);
-            float a[68], b[68], c2[68], d[68];
-            for (int k = 0; k < 68; k++) {
-                a[k] = c2[k] = INFINITY;
-                b[k] = d[k] = -INFINITY;
-            }
-            a[w] = b[w] = c2[w] = d[w] = 99.0f;
-            uint64_t n1 = 0, n2 = 0;
-            qcal_f32_minmax_cols__c(x, 5, w, a, b, &n1);
-            simd[v](x, 5, w, c2, d, &n2);
-            assert_int_equal(n1, n2);
-            assert_memory_equal(a, c2, sizeof a);
-            assert_memory_equal(b, d, sizeof b);
-        }
     }
 }
 

@@ -1,0 +1,473 @@
+/* checkasm (unit.checkasm): every ISA version of every kernel in the kernel layer
+ * (core/dsp.h) against its C reference, and `--bench`: each kernel's speed in GB/s.
+ *
+ *   checkasm [--bench] [--seed N] [--only FAMILY[,FAMILY...]] [--elements N]
+ *
+ * For each family and each ISA this CPU has (capped by QCAL_ISA), the family's check
+ * function fills one table with qcal_F_dsp_init(&ref, QCAL_ISA_C) and one with
+ * qcal_F_dsp_init(&opt, isa), and for every slot that has an ISA version runs both on
+ * seeded random data in canary-guarded buffers (ca_alloc: writes outside the buffer and
+ * writes into const inputs are caught), at the sizes of ca_sizes (below, at, above and
+ * multiples of 8 and 16 lanes, unaligned starts), with NaN/Inf/denormal/+-0/saturation
+ * fills (ca_fill). Outputs must be bit-identical to the C reference.
+ * ca_family_done() fails a family whose table has an ISA version that no check covered.
+ *
+ * Adding a family F (module dir D):
+ *   1. write `static void check_F(void)` below: for each isa in ca_isas(), init ref/opt,
+ *      then `if (ca_test(&ref.slot, &opt.slot, "dtype_op", isa)) { ... }` per slot,
+ *      comparing with ca_fail() on mismatch, ending with ca_family_done(&ref, &opt, ...);
+ *   2. under `if (ca.bench)`, time each version with ca_bench();
+ *   3. add {"F", check_F} to FAMILIES.
+ * The seed is printed; rerun a failure with --seed. */
+#include <float.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../bench/bandwidth.h"
+#include "core/cpu.h"
+#include "observers/minmax_dsp.h"
+
+/* ---- framework ---------------------------------------------------------------------- */
+
+static struct {
+    bool bench;
+    uint64_t seed, rng;
+    int64_t bench_elements;
+    const char *family;     /* current family */
+    int failures, checks, kernels;
+    unsigned tested;        /* slots tested for the current family and ISA (bit mask) */
+    double read_gbps;       /* bandwidth probe, 1 thread (bench mode) */
+} ca;
+
+static const char *const ISA_NAMES[QCAL_ISA_COUNT] = { "c", "avx2", "avx512" };
+
+static uint32_t ca_rand(void)
+{
+    ca.rng = ca.rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (uint32_t)(ca.rng >> 32);
+}
+
+/* Uniform in [-1, 1). */
+static float ca_unit(void)
+{
+    return (float)((double)ca_rand() / 2147483648.0 - 1.0);
+}
+
+static void ca_fail(const char *fmt, ...)
+{
+    ca.failures++;
+    if (ca.failures > 20)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "checkasm: FAIL %s: ", ca.family);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (seed %" PRIu64 ")\n", ca.seed);
+    va_end(ap);
+}
+
+/* ISA versions to check: AVX2 up to the best this CPU has (QCAL_ISA caps it). */
+static int ca_isa_count(void)
+{
+    return (int)qcal_cpu_isa() + 1;
+}
+
+/* True (and the slot marked as tested) when table `opt` of type T has an ISA version in
+ * `slot`, i.e. differs from the C reference table `ref`.
+ * Use: if (ca_test(qcal_F_dsp, &ref, &opt, slot, "f32_op", isa)) { ...compare... } */
+#define ca_test(T, ref, opt, slot, name, isa)                                              \
+    ca_test_slot(&(ref)->slot, &(opt)->slot, sizeof (opt)->slot,                           \
+                 (int)(offsetof(T, slot) / sizeof(void (*)(void))), name, isa)
+
+static bool ca_test_slot(const void *refslot, const void *optslot, size_t size, int slot,
+                         const char *name, qcal_isa isa)
+{
+    if (!memcmp(refslot, optslot, size))
+        return false;
+    ca.tested |= 1u << slot;
+    ca.kernels++;
+    if (!ca.bench)
+        printf("checkasm: %s: %s__%s\n", ca.family, name, ISA_NAMES[isa]);
+    return true;
+}
+
+/* Every slot of opt that is not the C reference must have been tested. */
+static void ca_family_done(const void *ref, const void *opt, size_t size, qcal_isa isa)
+{
+    size_t nslots = size / sizeof(void (*)(void));
+    for (size_t k = 0; k < nslots; k++) {
+        void (*a)(void), (*b)(void);
+        memcpy(&a, (const char *)ref + k * sizeof a, sizeof a);
+        memcpy(&b, (const char *)opt + k * sizeof b, sizeof b);
+        if (a != b && !(ca.tested & (1u << k)))
+            ca_fail("slot %zu of the %s table has an %s version that no check covers", k,
+                    ca.family, ISA_NAMES[isa]);
+    }
+    ca.tested = 0;
+}
+
+/* Canary-guarded buffer: `bytes` usable bytes starting `misalign` bytes past a 64-byte
+ * boundary, with 64 canary bytes either side. ca_free() checks both canaries. */
+#define CA_GUARD 64
+#define CA_CANARY 0xA5
+
+typedef struct ca_buf {
+    unsigned char *base;
+    size_t bytes, misalign;
+} ca_buf;
+
+static void *ca_alloc(ca_buf *b, size_t bytes, size_t misalign)
+{
+    b->bytes = bytes;
+    b->misalign = misalign;
+    size_t total = 2 * CA_GUARD + misalign + bytes + CA_GUARD;
+    total = (total + 63) / 64 * 64;
+    b->base = aligned_alloc(64, total);
+    if (!b->base) {
+        fprintf(stderr, "checkasm: out of memory\n");
+        exit(2);
+    }
+    memset(b->base, CA_CANARY, total);
+    return b->base + 2 * CA_GUARD + misalign;
+}
+
+static bool ca_canaries_ok(const ca_buf *b)
+{
+    const unsigned char *p = b->base + 2 * CA_GUARD + b->misalign;
+    for (size_t i = 0; i < 2 * CA_GUARD + b->misalign; i++)
+        if (b->base[i] != CA_CANARY)
+            return false;
+    for (size_t i = 0; i < CA_GUARD; i++)
+        if (p[b->bytes + i] != CA_CANARY)
+            return false;
+    return true;
+}
+
+static void ca_free(ca_buf *b, const char *what)
+{
+    if (!ca_canaries_ok(b))
+        ca_fail("%s: a kernel wrote outside its buffer (%zu bytes)", what, b->bytes);
+    free(b->base);
+    b->base = NULL;
+}
+
+/* Sizes below, at, above and at multiples of the vector widths (8 and 16 float lanes, and
+ * the 32/64-element unrolled loops). */
+static const int64_t ca_sizes[] = {
+    0, 1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 23, 24, 31, 32, 33, 47, 48, 63, 64, 65,
+    96, 127, 128, 129, 191, 255, 256, 257, 1000, 1023, 1024, 1025, 4095, 4096, 4097, 10007,
+};
+#define CA_NSIZES ((int)(sizeof ca_sizes / sizeof ca_sizes[0]))
+
+enum {
+    CA_FILL_NORMAL,      /* finite values, mixed magnitudes */
+    CA_FILL_SPECIAL,     /* sprinkled NaN (quiet, signalling, negative), +-Inf */
+    CA_FILL_NONFINITE,   /* nothing finite */
+    CA_FILL_DENORMAL,    /* denormals and +-0 */
+    CA_FILL_EXTREME,     /* +-FLT_MAX, FLT_MIN, huge values (saturation) */
+    CA_FILL_COUNT
+};
+static const char *const FILL_NAMES[CA_FILL_COUNT] = { "normal", "special", "nonfinite",
+                                                       "denormal", "extreme" };
+
+static float ca_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static float ca_special(void)
+{
+    static const uint32_t sp[] = { 0x7fc00000u, 0xffc00000u, 0x7f800001u, 0x7fbfffffu,
+                                   0x7f800000u, 0xff800000u, 0xffffffffu };
+    return ca_bits(sp[ca_rand() % (sizeof sp / sizeof sp[0])]);
+}
+
+static void ca_fill_f32(float *x, int64_t n, int mode)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float v = ca_unit() * (float)(1 << (ca_rand() % 12));
+        switch (mode) {
+        case CA_FILL_SPECIAL:
+            if (ca_rand() % 5 == 0)
+                v = ca_special();
+            break;
+        case CA_FILL_NONFINITE:
+            v = ca_special();
+            break;
+        case CA_FILL_DENORMAL: {
+            uint32_t r = ca_rand();
+            v = r % 4 == 0 ? (r & 8 ? -0.0f : 0.0f)
+                           : ca_bits((r & 0x807fffffu) | (r % 3 == 0 ? 0x00800000u : 0));
+            break;
+        }
+        case CA_FILL_EXTREME: {
+            uint32_t r = ca_rand() % 6;
+            v = r == 0 ? FLT_MAX : r == 1 ? -FLT_MAX : r == 2 ? FLT_MIN
+                : r == 3 ? -FLT_MIN : v * 1e37f;
+            break;
+        }
+        default:
+            break;
+        }
+        x[i] = v;
+    }
+}
+
+static uint32_t ca_u32(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static double ca_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int ca_cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Times run(ctx) (median of 15 after a warm-up) and prints bytes / time in GB/s. */
+static void ca_bench(const char *kernel, qcal_isa isa, double bytes, void (*run)(void *),
+                     void *ctx)
+{
+    enum { REPS = 15 };
+    double t[REPS];
+    run(ctx);
+    for (int r = 0; r < REPS; r++) {
+        double t0 = ca_now();
+        run(ctx);
+        t[r] = ca_now() - t0;
+    }
+    qsort(t, REPS, sizeof t[0], ca_cmp_d);
+    double gbps = bytes / t[REPS / 2] / 1e9;
+    printf("| %-10s | %-26s | %-6s | %9.3f ms | %6.1f GB/s | %5.0f%% of read |\n", ca.family,
+           kernel, ISA_NAMES[isa], t[REPS / 2] * 1e3, gbps,
+           ca.read_gbps > 0 ? 100.0 * gbps / ca.read_gbps : 0.0);
+}
+
+/* ---- family: minmax (observers/minmax_dsp.h) ----------------------------------------- */
+
+/* Equal bits, or zeros of either sign (the family's documented exception). */
+static bool same_extreme(float a, float b)
+{
+    return ca_u32(a) == ca_u32(b) || (a == 0.0f && b == 0.0f);
+}
+
+typedef struct minmax_bench {
+    const qcal_minmax_dsp *dsp;
+    const float *x;
+    int64_t n;
+    float sink;
+} minmax_bench;
+
+static void run_minmax(void *p)
+{
+    minmax_bench *b = p;
+    float mn, mx;
+    uint64_t nf;
+    b->dsp->minmax(b->x, b->n, &mn, &mx, &nf);
+    b->sink += mn + mx + (float)nf;
+}
+
+static void run_minmax_cols(void *p)
+{
+    minmax_bench *b = p;
+    enum { W = 256 };
+    float cmn[W], cmx[W];
+    for (int j = 0; j < W; j++) {
+        cmn[j] = INFINITY;
+        cmx[j] = -INFINITY;
+    }
+    uint64_t nf = 0;
+    b->dsp->minmax_cols(b->x, b->n / W, W, cmn, cmx, &nf);
+    b->sink += cmn[0] + cmx[W - 1] + (float)nf;
+}
+
+static void check_minmax_flat(const qcal_minmax_dsp *ref, const qcal_minmax_dsp *opt,
+                              qcal_isa isa)
+{
+    for (int s = 0; s < CA_NSIZES; s++) {
+        int64_t n = ca_sizes[s];
+        for (int mode = 0; mode < CA_FILL_COUNT; mode++) {
+            static const size_t offsets[] = { 0, 1, 7 };   /* floats past 64 bytes */
+            for (size_t oi = 0; oi < 3; oi++) {
+                size_t mis = offsets[oi];
+                ca_buf xb;
+                float *x = ca_alloc(&xb, (size_t)n * 4, mis * 4);
+                ca_fill_f32(x, n, mode);
+                float *copy = malloc((size_t)n * 4 + 4);
+                memcpy(copy, x, (size_t)n * 4);
+                float rm, rM, om = 7, oM = 7;
+                uint64_t rn, on = 7;
+                ref->minmax(x, n, &rm, &rM, &rn);
+                opt->minmax(x, n, &om, &oM, &on);
+                ca.checks++;
+                if (!same_extreme(rm, om) || !same_extreme(rM, oM) || rn != on)
+                    ca_fail("f32_minmax__%s n=%lld fill=%s offset=%zu: (%a, %a, %llu) != C "
+                            "(%a, %a, %llu)", ISA_NAMES[isa], (long long)n, FILL_NAMES[mode],
+                            mis, (double)om, (double)oM, (unsigned long long)on, (double)rm,
+                            (double)rM, (unsigned long long)rn);
+                if (memcmp(copy, x, (size_t)n * 4))
+                    ca_fail("f32_minmax__%s n=%lld wrote into its input", ISA_NAMES[isa],
+                            (long long)n);
+                free(copy);
+                ca_free(&xb, "f32_minmax");
+            }
+        }
+    }
+}
+
+static void check_minmax_cols(const qcal_minmax_dsp *ref, const qcal_minmax_dsp *opt,
+                              qcal_isa isa)
+{
+    static const int64_t rows_list[] = { 0, 1, 2, 5 };
+    for (int s = 0; s < CA_NSIZES && ca_sizes[s] <= 1025; s++) {
+        int64_t w = ca_sizes[s];
+        for (size_t ri = 0; ri < sizeof rows_list / sizeof rows_list[0]; ri++) {
+            int64_t rows = rows_list[ri];
+            int mode = (int)(ca_rand() % CA_FILL_COUNT);
+            ca_buf xb, b1, b2, b3, b4;
+            float *x = ca_alloc(&xb, (size_t)(rows * w) * 4, 4 * (ca_rand() % 16));
+            ca_fill_f32(x, rows * w, mode);
+            float *rmn = ca_alloc(&b1, (size_t)w * 4, 0), *rmx = ca_alloc(&b2, (size_t)w * 4, 0);
+            float *omn = ca_alloc(&b3, (size_t)w * 4, 4), *omx = ca_alloc(&b4, (size_t)w * 4, 4);
+            for (int64_t j = 0; j < w; j++) {   /* running columns: empty or finite */
+                bool empty = ca_rand() % 3 == 0;
+                rmn[j] = omn[j] = empty ? INFINITY : ca_unit();
+                rmx[j] = omx[j] = empty ? -INFINITY : ca_unit() + 1.0f;
+            }
+            uint64_t rn = 5, on = 5;
+            ref->minmax_cols(x, rows, w, rmn, rmx, &rn);
+            opt->minmax_cols(x, rows, w, omn, omx, &on);
+            ca.checks++;
+            if (rn != on || memcmp(rmn, omn, (size_t)w * 4) || memcmp(rmx, omx, (size_t)w * 4))
+                ca_fail("f32_minmax_cols__%s rows=%lld width=%lld fill=%s differs from C",
+                        ISA_NAMES[isa], (long long)rows, (long long)w, FILL_NAMES[mode]);
+            ca_free(&xb, "f32_minmax_cols input");
+            ca_free(&b1, "f32_minmax_cols__c min");
+            ca_free(&b2, "f32_minmax_cols__c max");
+            ca_free(&b3, "f32_minmax_cols min");
+            ca_free(&b4, "f32_minmax_cols max");
+        }
+    }
+}
+
+static void check_minmax(void)
+{
+    qcal_minmax_dsp ref, opt;
+    qcal_minmax_dsp_init(&ref, QCAL_ISA_C);
+    float *big = NULL;
+    int64_t n = ca.bench_elements;
+    if (ca.bench) {
+        big = aligned_alloc(64, (size_t)n * 4);
+        ca_fill_f32(big, n, CA_FILL_NORMAL);
+    }
+    for (int i = 0; i < ca_isa_count(); i++) {
+        qcal_isa isa = (qcal_isa)i;
+        qcal_minmax_dsp_init(&opt, isa);
+        if (ca.bench) {
+            minmax_bench b = { .dsp = &opt, .x = big, .n = n };
+            ca_bench("f32_minmax", isa, (double)n * 4, run_minmax, &b);
+            ca_bench("f32_minmax_cols (w=256)", isa, (double)n * 4, run_minmax_cols, &b);
+            continue;
+        }
+        if (ca_test(qcal_minmax_dsp, &ref, &opt, minmax, "f32_minmax", isa))
+            check_minmax_flat(&ref, &opt, isa);
+        if (ca_test(qcal_minmax_dsp, &ref, &opt, minmax_cols, "f32_minmax_cols", isa))
+            check_minmax_cols(&ref, &opt, isa);
+        ca_family_done(&ref, &opt, sizeof opt, isa);
+    }
+    free(big);
+}
+
+/* ---- registry ------------------------------------------------------------------------ */
+
+static const struct {
+    const char *name;
+    void (*check)(void);
+} FAMILIES[] = {
+    { "minmax", check_minmax },
+};
+
+static bool selected(const char *only, const char *name)
+{
+    if (!only)
+        return true;
+    size_t n = strlen(name);
+    for (const char *p = only; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n))
+            return true;
+        p += len + (e != NULL);
+    }
+    return false;
+}
+
+int main(int argc, char **argv)
+{
+    const char *only = NULL;
+    ca.seed = 20261123;
+    ca.bench_elements = 16 << 20;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--bench"))
+            ca.bench = true;
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
+            ca.seed = strtoull(argv[++i], NULL, 0);
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            only = argv[++i];
+        else if (!strcmp(argv[i], "--elements") && i + 1 < argc)
+            ca.bench_elements = strtoll(argv[++i], NULL, 0);
+        else {
+            fprintf(stderr, "usage: checkasm [--bench] [--seed N] [--only FAMILY,...] "
+                            "[--elements N]\n");
+            return 2;
+        }
+    }
+    if (ca.bench_elements < 1024)
+        ca.bench_elements = 1024;
+    ca.bench_elements &= ~(int64_t)1023;
+    printf("checkasm: seed %" PRIu64 ", best ISA %s\n", ca.seed, ISA_NAMES[qcal_cpu_isa()]);
+    if (ca.bench) {
+        bench_bandwidth bw;
+        if (bench_bandwidth_measure(1, (int64_t)256 << 20, 5, &bw) == 0)
+            ca.read_gbps = bw.read_gbps;
+        printf("read bandwidth probe, 1 thread: %.1f GB/s (bytes read / time; machine load "
+               "changes every figure)\n\n", ca.read_gbps);
+        printf("| family     | kernel                     | isa    |      median |   "
+               "speed     | vs probe      |\n|---|---|---|---|---|---|\n");
+    }
+    for (size_t f = 0; f < sizeof FAMILIES / sizeof FAMILIES[0]; f++) {
+        if (!selected(only, FAMILIES[f].name))
+            continue;
+        ca.family = FAMILIES[f].name;
+        ca.rng = ca.seed ^ (0x9E3779B97F4A7C15ULL * (f + 1));
+        FAMILIES[f].check();
+    }
+    if (ca.bench)
+        return 0;
+    if (ca.failures) {
+        fprintf(stderr, "checkasm: %d failure(s)\n", ca.failures);
+        return 1;
+    }
+    printf("checkasm: %d ISA kernel versions, %d comparisons, all bit-identical to C\n",
+           ca.kernels, ca.checks);
+    return 0;
+}
