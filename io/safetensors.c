@@ -9,14 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include "core/atomic_file.h"
-#include "core/cpu.h"
 #include "core/internal.h"
-#include "io/half.h"
+#include "io/half_dsp.h"
 #include "io/json.h"
 #include "qcal/safetensors.h"
 
@@ -33,96 +28,6 @@ struct qcal_safetensors {
     qcal_safetensors_tensor_info *info;    /* n entries, in data-offset order */
     const qcal_json *metadata;   /* __metadata__ object or NULL */
 };
-
-/* ---- half precision ------------------------------------------------------------------ */
-
-float qcal_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1F;
-    uint32_t man = h & 0x3FF;
-    uint32_t bits;
-    if (exp == 0x1F) {
-        bits = sign | 0x7F800000u | (man << 13) | (man ? 0x00400000u : 0);   /* inf / quiet NaN */
-    } else if (exp != 0) {
-        bits = sign | ((exp + 112) << 23) | (man << 13);
-    } else if (man == 0) {
-        bits = sign;
-    } else {
-        /* subnormal: value = man * 2^-24, exact in float */
-        float f = (float)man * 0x1p-24f;
-        memcpy(&bits, &f, 4);
-        bits |= sign;
-    }
-    float out;
-    memcpy(&out, &bits, 4);
-    return out;
-}
-
-float qcal_bf16_to_f32(uint16_t b)
-{
-    uint32_t bits = (uint32_t)b << 16;
-    if ((bits & 0x7F800000u) == 0x7F800000u && (bits & 0x007FFFFFu))
-        bits |= 0x00400000u;   /* keep NaN quiet */
-    float out;
-    memcpy(&out, &bits, 4);
-    return out;
-}
-
-void qcal_f16_to_f32_n__c(const void *src, size_t n, float *dst)
-{
-    const uint8_t *s = src;
-    for (size_t i = 0; i < n; i++) {
-        uint16_t h;
-        memcpy(&h, s + 2 * i, 2);
-        dst[i] = qcal_f16_to_f32(h);
-    }
-}
-
-void qcal_bf16_to_f32_n__c(const void *src, size_t n, float *dst)
-{
-    const uint8_t *s = src;
-    for (size_t i = 0; i < n; i++) {
-        uint16_t h;
-        memcpy(&h, s + 2 * i, 2);
-        dst[i] = qcal_bf16_to_f32(h);
-    }
-}
-
-#if defined(__x86_64__)
-/* vcvtph2ps is exact and quiets signalling NaNs, as the C reference does. */
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
-void qcal_f16_to_f32_n__avx512(const void *src, size_t n, float *dst)
-{
-    const uint8_t *s = src;
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m256i h = _mm256_loadu_si256((const __m256i *)(s + 2 * i));
-        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(h));
-    }
-    if (i < n)
-        qcal_f16_to_f32_n__c(s + 2 * i, n - i, dst + i);
-}
-#else
-void qcal_f16_to_f32_n__avx512(const void *src, size_t n, float *dst)
-{
-    qcal_f16_to_f32_n__c(src, n, dst);
-}
-#endif
-
-void qcal_f16_to_f32_n(const void *src, size_t n, float *dst)
-{
-    if (qcal_cpu_isa() >= QCAL_ISA_AVX512)
-        qcal_f16_to_f32_n__avx512(src, n, dst);
-    else
-        qcal_f16_to_f32_n__c(src, n, dst);
-}
-
-void qcal_bf16_to_f32_n(const void *src, size_t n, float *dst)
-{
-    /* A shift and a NaN check: the C loop vectorises well at -O3. */
-    qcal_bf16_to_f32_n__c(src, n, dst);
-}
 
 /* ---- reader ------------------------------------------------------------------------ */
 
@@ -455,10 +360,10 @@ qcal_status qcal_safetensors_read_f32(const qcal_safetensors *st, int64_t i, int
         memcpy(dst, base + 4 * (size_t)start, 4 * n);
         return QCAL_OK;
     case QCAL_SAFETENSORS_F16:
-        qcal_f16_to_f32_n(base + 2 * (size_t)start, n, dst);
+        qcal_half_dsp_get()->f16_to_f32(base + 2 * (size_t)start, n, dst);
         return QCAL_OK;
     case QCAL_SAFETENSORS_BF16:
-        qcal_bf16_to_f32_n(base + 2 * (size_t)start, n, dst);
+        qcal_half_dsp_get()->bf16_to_f32(base + 2 * (size_t)start, n, dst);
         return QCAL_OK;
     case QCAL_SAFETENSORS_F64:
         for (size_t k = 0; k < n; k++) {

@@ -33,6 +33,7 @@
 
 #include "../bench/bandwidth.h"
 #include "core/cpu.h"
+#include "io/half_dsp.h"
 #include "observers/minmax_dsp.h"
 
 /* ---- framework ---------------------------------------------------------------------- */
@@ -397,6 +398,88 @@ static void check_minmax(void)
     free(big);
 }
 
+/* ---- family: half (io/half_dsp.h) ----------------------------------------------------- */
+
+typedef struct half_bench {
+    qcal_half_to_f32_fn fn;
+    const uint16_t *src;
+    float *dst;
+    int64_t n;
+} half_bench;
+
+static void run_half(void *p)
+{
+    half_bench *b = p;
+    b->fn(b->src, (size_t)b->n, b->dst);
+}
+
+/* Every 16-bit pattern once (exhaustive), then the sizes of ca_sizes at unaligned source
+ * bytes and destinations, with random patterns. */
+static void check_half_fn(qcal_half_to_f32_fn ref, qcal_half_to_f32_fn opt, const char *name,
+                          qcal_isa isa)
+{
+    for (int s = -1; s < CA_NSIZES; s++) {
+        int64_t n = s < 0 ? 65536 : ca_sizes[s];
+        for (size_t off = 0; off < 4; off++) {
+            ca_buf sb, rb, ob;
+            uint8_t *src = ca_alloc(&sb, (size_t)n * 2, off);
+            for (int64_t i = 0; i < n; i++) {
+                uint16_t h = s < 0 ? (uint16_t)i : (uint16_t)ca_rand();
+                memcpy(src + 2 * i, &h, 2);
+            }
+            float *r = ca_alloc(&rb, (size_t)n * 4, 0);
+            float *o = ca_alloc(&ob, (size_t)n * 4, 4 * off);
+            ref(src, (size_t)n, r);
+            opt(src, (size_t)n, o);
+            ca.checks++;
+            for (int64_t i = 0; i < n; i++)
+                if (ca_u32(r[i]) != ca_u32(o[i])) {
+                    uint16_t h;
+                    memcpy(&h, src + 2 * i, 2);
+                    ca_fail("%s__%s n=%lld offset=%zu: 0x%04x -> 0x%08x, C gives 0x%08x", name,
+                            ISA_NAMES[isa], (long long)n, off, h, ca_u32(o[i]), ca_u32(r[i]));
+                    break;
+                }
+            ca_free(&sb, name);
+            ca_free(&rb, name);
+            ca_free(&ob, name);
+        }
+    }
+}
+
+static void check_half(void)
+{
+    qcal_half_dsp ref, opt;
+    qcal_half_dsp_init(&ref, QCAL_ISA_C);
+    half_bench b = { .n = ca.bench_elements };
+    uint16_t *src = NULL;
+    if (ca.bench) {
+        src = aligned_alloc(64, (size_t)b.n * 2);
+        b.dst = aligned_alloc(64, (size_t)b.n * 4);
+        for (int64_t i = 0; i < b.n; i++)
+            src[i] = (uint16_t)(0x3c00 + (ca_rand() & 0x3ff));
+        b.src = src;
+    }
+    for (int i = 0; i < ca_isa_count(); i++) {
+        qcal_isa isa = (qcal_isa)i;
+        qcal_half_dsp_init(&opt, isa);
+        if (ca.bench) {   /* bytes: 2 read + 4 written per element */
+            b.fn = opt.f16_to_f32;
+            ca_bench("f16_to_f32_n", isa, (double)b.n * 6, run_half, &b);
+            b.fn = opt.bf16_to_f32;
+            ca_bench("bf16_to_f32_n", isa, (double)b.n * 6, run_half, &b);
+            continue;
+        }
+        if (ca_test(qcal_half_dsp, &ref, &opt, f16_to_f32, "f16_to_f32_n", isa))
+            check_half_fn(ref.f16_to_f32, opt.f16_to_f32, "f16_to_f32_n", isa);
+        if (ca_test(qcal_half_dsp, &ref, &opt, bf16_to_f32, "bf16_to_f32_n", isa))
+            check_half_fn(ref.bf16_to_f32, opt.bf16_to_f32, "bf16_to_f32_n", isa);
+        ca_family_done(&ref, &opt, sizeof opt, isa);
+    }
+    free(src);
+    free(b.dst);
+}
+
 /* ---- registry ------------------------------------------------------------------------ */
 
 static const struct {
@@ -404,6 +487,7 @@ static const struct {
     void (*check)(void);
 } FAMILIES[] = {
     { "minmax", check_minmax },
+    { "half", check_half },
 };
 
 static bool selected(const char *only, const char *name)

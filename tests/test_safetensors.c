@@ -12,8 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/cpu.h"
-#include "io/half.h"
+#include "io/half_dsp.h"
 #include "io/json.h"
 #include "qcal/safetensors.h"
 
@@ -222,22 +221,13 @@ static void test_writer_roundtrip(void **state)
 static void test_f16_kernels(void **state)
 {
     (void)state;
-    /* every half bit pattern, C reference vs the dispatched kernel vs known values */
+    /* every half bit pattern through the C reference against known values (the ISA
+     * versions against the C reference: tests/checkasm.c) */
     uint16_t *h = malloc(65536 * 2 + 2);
-    float *c = malloc(65537 * 4), *s = malloc(65537 * 4);
+    float *c = malloc(65537 * 4);
     for (uint32_t i = 0; i < 65536; i++)
         h[i] = (uint16_t)i;
     qcal_f16_to_f32_n__c(h, 65536, c);
-    s[65536] = 12345.0f;   /* canary */
-    if (qcal_cpu_isa() >= QCAL_ISA_AVX512) {
-        for (size_t n = 0; n < 40; n++) {   /* tails below/at/above the vector width */
-            qcal_f16_to_f32_n__avx512(h + 1000, n, s);
-            assert_same_floats("avx512 tail", s, c + 1000, (int64_t)n);
-        }
-        qcal_f16_to_f32_n__avx512(h, 65536, s);
-        assert_same_floats("avx512 all", s, c, 65536);
-        assert_true(s[65536] == 12345.0f);
-    }
     assert_true(c[0x3C00] == 1.0f);
     assert_true(c[0xC000] == -2.0f);
     assert_true(c[0x7BFF] == 65504.0f);
@@ -248,7 +238,6 @@ static void test_f16_kernels(void **state)
     assert_true(isnan(qcal_bf16_to_f32(0x7F81)));
     free(h);
     free(c);
-    free(s);
 }
 
 static void test_json(void **state)
