@@ -1,5 +1,6 @@
 /* Tensor statistics (one-pass stable, Chan's combine) and float-vs-quantized comparison
- * metrics (torch.ao.ns.fx.utils semantics), with C reference and AVX2 block kernels.
+ * metrics (torch.ao.ns.fx.utils semantics) over the block kernels of the min/max family
+ * (observers/minmax_dsp.h) and the numeric family (numeric/metrics_dsp.h).
  *
  * Reduction structure (the determinism contract of include/qcal/numeric.h): the input of
  * one update call is cut into superblocks of QCAL_NUM_SUPER elements; each superblock is
@@ -10,18 +11,23 @@
 #include <math.h>
 #include <string.h>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include "core/cpu.h"
 #include "core/internal.h"
-#include "numeric/numeric_impl.h"
+#include "numeric/metrics_dsp.h"
+#include "observers/minmax_dsp.h"
 #include "qcal/numeric.h"
 #include "qcal_config.h"
 
 #define QCAL_NUM_BLOCK 4096
 #define QCAL_NUM_SUPER 65536
+
+/* Partial statistics of a block: finite count, non-finite count, min/max, mean, m2. */
+typedef struct qcal_num_blk {
+    int64_t n;
+    uint64_t nonfinite;
+    float min, max;
+    double mean, m2;
+} qcal_num_blk;
 
 static inline void blk_empty(qcal_num_blk *b)
 {
@@ -53,198 +59,40 @@ static inline void blk_combine(qcal_num_blk *a, const qcal_num_blk *b)
         a->max = b->max;
 }
 
-/* Scalar path for a block: skips non-finite values. Two passes (block sits in L1). */
-void qcal_num_block_stats__c(const float *x, int64_t n, qcal_num_blk *b)
+/* Statistics of one block: min/max/non-finite count from the min/max family, then the
+ * moments kernel when every value is finite, else an in-order loop over the finite ones. */
+static void block_stats(const qcal_minmax_dsp *mm, const qcal_metrics_dsp *md, const float *x,
+                        int64_t n, qcal_num_blk *b)
 {
     blk_empty(b);
-    double sum = 0;
-    int64_t cnt = 0;
-    float mn = INFINITY, mx = -INFINITY;
-    for (int64_t i = 0; i < n; i++) {
-        float v = x[i];
-        if (!isfinite(v)) {
-            b->nonfinite++;
-            continue;
-        }
-        cnt++;
-        sum += v;
-        mn = v < mn ? v : mn;
-        mx = v > mx ? v : mx;
-    }
+    float mn, mx;
+    uint64_t bad;
+    mm->minmax(x, n, &mn, &mx, &bad);
+    b->nonfinite = bad;
+    int64_t cnt = (int64_t)((uint64_t)n - bad);
     if (cnt == 0)
         return;
-    double mean = sum / (double)cnt, m2 = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(x[i]))
-            continue;
-        double d = (double)x[i] - mean;
-        m2 += d * d;
+    if (bad == 0) {
+        md->moments(x, n, &b->mean, &b->m2);
+    } else {
+        double sum = 0, m2 = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (isfinite(x[i]))
+                sum += x[i];
+        double mean = sum / (double)cnt;
+        for (int64_t i = 0; i < n; i++) {
+            if (!isfinite(x[i]))
+                continue;
+            double d = (double)x[i] - mean;
+            m2 += d * d;
+        }
+        b->mean = mean;
+        b->m2 = m2;
     }
     b->n = cnt;
-    b->mean = mean;
-    b->m2 = m2;
     b->min = mn;
     b->max = mx;
 }
-
-#if defined(__x86_64__)
-__attribute__((target("avx2,fma")))
-static inline double hsum_pd(__m256d v)
-{
-    __m128d lo = _mm256_castpd256_pd128(v), hi = _mm256_extractf128_pd(v, 1);
-    lo = _mm_add_pd(lo, hi);
-    return _mm_cvtsd_f64(_mm_add_sd(lo, _mm_unpackhi_pd(lo, lo)));
-}
-
-/* AVX2: 8 floats per step; sums in double (4 accumulators); blocks containing a
- * non-finite value fall back to the C reference. */
-__attribute__((target("avx2,fma")))
-void qcal_num_block_stats__avx2(const float *x, int64_t n, qcal_num_blk *b)
-{
-    if (n < 16) {
-        qcal_num_block_stats__c(x, n, b);
-        return;
-    }
-    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-    const __m256 inf = _mm256_set1_ps(INFINITY);
-    __m256 vmn = _mm256_set1_ps(INFINITY), vmx = _mm256_set1_ps(-INFINITY);
-    __m256 bad = _mm256_setzero_ps();
-    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_loadu_ps(x + i);
-        bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_and_ps(v, absmask), inf, _CMP_NLT_UQ));
-        vmn = _mm256_min_ps(vmn, v);
-        vmx = _mm256_max_ps(vmx, v);
-        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
-        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
-    }
-    if (_mm256_movemask_ps(bad)) {
-        qcal_num_block_stats__c(x, n, b);
-        return;
-    }
-    float mn[8], mx[8];
-    _mm256_storeu_ps(mn, vmn);
-    _mm256_storeu_ps(mx, vmx);
-    double sum = hsum_pd(_mm256_add_pd(s0, s1));
-    float fmn = mn[0], fmx = mx[0];
-    for (int k = 1; k < 8; k++) {
-        fmn = mn[k] < fmn ? mn[k] : fmn;
-        fmx = mx[k] > fmx ? mx[k] : fmx;
-    }
-    for (int64_t j = i; j < n; j++) {
-        if (!isfinite(x[j])) {
-            qcal_num_block_stats__c(x, n, b);
-            return;
-        }
-        sum += x[j];
-        fmn = x[j] < fmn ? x[j] : fmn;
-        fmx = x[j] > fmx ? x[j] : fmx;
-    }
-    double mean = sum / (double)n;
-    __m256d vm = _mm256_set1_pd(mean);
-    __m256d q0 = _mm256_setzero_pd(), q1 = _mm256_setzero_pd();
-    for (i = 0; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_loadu_ps(x + i);
-        __m256d d0 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), vm);
-        __m256d d1 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), vm);
-        q0 = _mm256_fmadd_pd(d0, d0, q0);
-        q1 = _mm256_fmadd_pd(d1, d1, q1);
-    }
-    double m2 = hsum_pd(_mm256_add_pd(q0, q1));
-    for (; i < n; i++) {
-        double d = (double)x[i] - mean;
-        m2 += d * d;
-    }
-    b->n = n;
-    b->nonfinite = 0;
-    b->mean = mean;
-    b->m2 = m2;
-    b->min = fmn;
-    b->max = fmx;
-}
-#else
-void qcal_num_block_stats__avx2(const float *x, int64_t n, qcal_num_blk *b)
-{
-    qcal_num_block_stats__c(x, n, b);
-}
-#endif
-
-/* Metrics block kernel, C reference. d = x - y is computed in float32 as torch does. */
-void qcal_num_block_metrics__c(const float *x, const float *y, int64_t n, qcal_numeric_metric_acc *a)
-{
-    memset(a, 0, sizeof *a);
-    for (int64_t i = 0; i < n; i++) {
-        float xv = x[i], yv = y[i];
-        if (!isfinite(xv) || !isfinite(yv)) {
-            a->nonfinite++;
-            continue;
-        }
-        float d = xv - yv;
-        a->count++;
-        a->sxx += (double)xv * xv;
-        a->syy += (double)yv * yv;
-        a->sxy += (double)xv * yv;
-        a->sdd += (double)d * d;
-        double ad = fabs((double)d);
-        a->max_abs_err = ad > a->max_abs_err ? ad : a->max_abs_err;
-    }
-}
-
-#if defined(__x86_64__)
-__attribute__((target("avx2,fma")))
-void qcal_num_block_metrics__avx2(const float *x, const float *y, int64_t n,
-                                  qcal_numeric_metric_acc *a)
-{
-    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-    const __m256 inf = _mm256_set1_ps(INFINITY);
-    __m256 bad = _mm256_setzero_ps();
-    __m128 vmax = _mm_setzero_ps();
-    __m256d xx = _mm256_setzero_pd(), yy = _mm256_setzero_pd(), xy = _mm256_setzero_pd(),
-            dd = _mm256_setzero_pd();
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        __m128 xv = _mm_loadu_ps(x + i), yv = _mm_loadu_ps(y + i);
-        __m128 d = _mm_sub_ps(xv, yv);
-        __m256 both = _mm256_set_m128(yv, xv);
-        bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_and_ps(both, absmask), inf, _CMP_NLT_UQ));
-        vmax = _mm_max_ps(vmax, _mm_and_ps(d, _mm256_castps256_ps128(absmask)));
-        __m256d xd = _mm256_cvtps_pd(xv), yd = _mm256_cvtps_pd(yv), ddd = _mm256_cvtps_pd(d);
-        xx = _mm256_fmadd_pd(xd, xd, xx);
-        yy = _mm256_fmadd_pd(yd, yd, yy);
-        xy = _mm256_fmadd_pd(xd, yd, xy);
-        dd = _mm256_fmadd_pd(ddd, ddd, dd);
-    }
-    if (_mm256_movemask_ps(bad)) {
-        qcal_num_block_metrics__c(x, y, n, a);
-        return;
-    }
-    qcal_numeric_metric_acc t;
-    qcal_num_block_metrics__c(x + i, y + i, n - i, &t);
-    if (t.nonfinite) {
-        qcal_num_block_metrics__c(x, y, n, a);
-        return;
-    }
-    float m[4];
-    _mm_storeu_ps(m, vmax);
-    double mx = t.max_abs_err;
-    for (int k = 0; k < 4; k++)
-        mx = m[k] > mx ? m[k] : mx;
-    a->count = n;
-    a->nonfinite = 0;
-    a->sxx = hsum_pd(xx) + t.sxx;
-    a->syy = hsum_pd(yy) + t.syy;
-    a->sxy = hsum_pd(xy) + t.sxy;
-    a->sdd = hsum_pd(dd) + t.sdd;
-    a->max_abs_err = mx;
-}
-#else
-void qcal_num_block_metrics__avx2(const float *x, const float *y, int64_t n,
-                                  qcal_numeric_metric_acc *a)
-{
-    qcal_num_block_metrics__c(x, y, n, a);
-}
-#endif
 
 static void acc_add(qcal_numeric_metric_acc *d, const qcal_numeric_metric_acc *s)
 {
@@ -260,38 +108,33 @@ static void acc_add(qcal_numeric_metric_acc *d, const qcal_numeric_metric_acc *s
 
 /* ---- superblock drivers --------------------------------------------------------------- */
 
-static void super_stats(const float *x, int64_t n, qcal_num_blk *out, qcal_isa isa)
+static void super_stats(const float *x, int64_t n, qcal_num_blk *out)
 {
+    const qcal_minmax_dsp *mm = qcal_minmax_dsp_get();
+    const qcal_metrics_dsp *md = qcal_metrics_dsp_get();
     blk_empty(out);
     for (int64_t i = 0; i < n; i += QCAL_NUM_BLOCK) {
         int64_t m = n - i < QCAL_NUM_BLOCK ? n - i : QCAL_NUM_BLOCK;
         qcal_num_blk b;
-        if (isa >= QCAL_ISA_AVX2)
-            qcal_num_block_stats__avx2(x + i, m, &b);
-        else
-            qcal_num_block_stats__c(x + i, m, &b);
+        block_stats(mm, md, x + i, m, &b);
         blk_combine(out, &b);
     }
 }
 
-static void super_metrics(const float *x, const float *y, int64_t n, qcal_numeric_metric_acc *out,
-                          qcal_isa isa)
+static void super_metrics(const float *x, const float *y, int64_t n, qcal_numeric_metric_acc *out)
 {
+    qcal_f32_pair_metrics_fn f = qcal_metrics_dsp_get()->pair_metrics;
     memset(out, 0, sizeof *out);
     for (int64_t i = 0; i < n; i += QCAL_NUM_BLOCK) {
         int64_t m = n - i < QCAL_NUM_BLOCK ? n - i : QCAL_NUM_BLOCK;
         qcal_numeric_metric_acc b;
-        if (isa >= QCAL_ISA_AVX2)
-            qcal_num_block_metrics__avx2(x + i, y + i, m, &b);
-        else
-            qcal_num_block_metrics__c(x + i, y + i, m, &b);
+        f(x + i, y + i, m, &b);
         acc_add(out, &b);
     }
 }
 
-qcal_status qcal_num_stats_blk(const float *x, int64_t n, qcal_num_blk *out)
+static qcal_status stats_blk(const float *x, int64_t n, qcal_num_blk *out)
 {
-    qcal_isa isa = qcal_cpu_isa();
     int64_t nsb = (n + QCAL_NUM_SUPER - 1) / QCAL_NUM_SUPER;
     int threads = qcal_threads_for(n);
     blk_empty(out);
@@ -299,7 +142,7 @@ qcal_status qcal_num_stats_blk(const float *x, int64_t n, qcal_num_blk *out)
         for (int64_t s = 0; s < nsb; s++) {
             int64_t off = s * QCAL_NUM_SUPER, m = n - off < QCAL_NUM_SUPER ? n - off : QCAL_NUM_SUPER;
             qcal_num_blk b;
-            super_stats(x + off, m, &b, isa);
+            super_stats(x + off, m, &b);
             blk_combine(out, &b);
         }
         return QCAL_OK;
@@ -312,7 +155,7 @@ qcal_status qcal_num_stats_blk(const float *x, int64_t n, qcal_num_blk *out)
 #endif
     for (int64_t s = 0; s < nsb; s++) {
         int64_t off = s * QCAL_NUM_SUPER, m = n - off < QCAL_NUM_SUPER ? n - off : QCAL_NUM_SUPER;
-        super_stats(x + off, m, &part[s], isa);
+        super_stats(x + off, m, &part[s]);
     }
     for (int64_t s = 0; s < nsb; s++)
         blk_combine(out, &part[s]);
@@ -375,7 +218,7 @@ qcal_status qcal_numeric_stats_update(qcal_numeric_stats *s, const float *x, int
     if (n == 0)
         return QCAL_OK;
     qcal_num_blk b;
-    qcal_status st = qcal_num_stats_blk(x, n, &b);
+    qcal_status st = stats_blk(x, n, &b);
     if (st != QCAL_OK)
         return st;
     qcal_numeric_stats t;
@@ -415,7 +258,6 @@ qcal_status qcal_numeric_metric_acc_update(qcal_numeric_metric_acc *acc, const f
     if (!acc || n < 0 || (n > 0 && (!x || !y)))
         return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_metric_acc_update: bad arguments (n %lld)",
                           (long long)n);
-    qcal_isa isa = qcal_cpu_isa();
     int64_t nsb = (n + QCAL_NUM_SUPER - 1) / QCAL_NUM_SUPER;
     int threads = qcal_threads_for(n);
     qcal_numeric_metric_acc tot;
@@ -424,7 +266,7 @@ qcal_status qcal_numeric_metric_acc_update(qcal_numeric_metric_acc *acc, const f
         for (int64_t s = 0; s < nsb; s++) {
             int64_t off = s * QCAL_NUM_SUPER, m = n - off < QCAL_NUM_SUPER ? n - off : QCAL_NUM_SUPER;
             qcal_numeric_metric_acc b;
-            super_metrics(x + off, y + off, m, &b, isa);
+            super_metrics(x + off, y + off, m, &b);
             acc_add(&tot, &b);
         }
     } else {
@@ -436,7 +278,7 @@ qcal_status qcal_numeric_metric_acc_update(qcal_numeric_metric_acc *acc, const f
 #endif
         for (int64_t s = 0; s < nsb; s++) {
             int64_t off = s * QCAL_NUM_SUPER, m = n - off < QCAL_NUM_SUPER ? n - off : QCAL_NUM_SUPER;
-            super_metrics(x + off, y + off, m, &part[s], isa);
+            super_metrics(x + off, y + off, m, &part[s]);
         }
         for (int64_t s = 0; s < nsb; s++)
             acc_add(&tot, &part[s]);

@@ -17,7 +17,6 @@
 #include <string.h>
 
 #include "core/cpu.h"
-#include "numeric/numeric_impl.h"
 #include "qcal/npy.h"
 #include "qcal/numeric.h"
 #include "qcal_config.h"
@@ -189,50 +188,6 @@ static void test_edge_cases(void **state)
     assert_int_equal(qcal_numeric_stats_update(&s, NULL, 3), QCAL_ERR_INVALID_ARG);
 }
 
-/* C reference vs AVX2 block kernels on seeded data, sizes around the vector width. */
-static void test_kernels_c_vs_simd(void **state)
-{
-    (void)state;
-    if (qcal_cpu_isa() < QCAL_ISA_AVX2)
-        skip();
-    float x[4200], y[4200];
-    uint64_t r = 88172645463325252ull;
-    for (int i = 0; i < 4200; i++) {
-        r ^= r << 13; r ^= r >> 7; r ^= r << 17;
-        x[i] = (float)((double)(r % 2000001) / 1e5 - 10.0);
-        y[i] = x[i] + (float)((double)(r % 1001) / 1e4 - 0.05);
-    }
-    int64_t sizes[] = {0, 1, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 64, 100, 4095, 4096, 4097, 4200};
-    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
-        int64_t n = sizes[k];
-        for (int withnan = 0; withnan < 2; withnan++) {
-            float xs[4200];
-            memcpy(xs, x, sizeof xs);
-            if (withnan && n > 2)
-                xs[n - 2] = NAN;
-            qcal_num_blk a, b;
-            qcal_num_block_stats__c(xs, n, &a);
-            qcal_num_block_stats__avx2(xs, n, &b);
-            assert_int_equal(a.n, b.n);
-            assert_int_equal(a.nonfinite, b.nonfinite);
-            if (a.n) {
-                assert_true(a.min == b.min && a.max == b.max);
-                check_close("blk mean", "c/avx2", b.mean, a.mean, 1e-13, 1e-13);
-                check_close("blk m2", "c/avx2", b.m2, a.m2, 1e-12, 1e-12);
-            }
-            qcal_numeric_metric_acc ma, mb;
-            qcal_num_block_metrics__c(xs, y, n, &ma);
-            qcal_num_block_metrics__avx2(xs, y, n, &mb);
-            assert_int_equal(ma.count, mb.count);
-            assert_int_equal(ma.nonfinite, mb.nonfinite);
-            check_close("sxx", "c/avx2", mb.sxx, ma.sxx, 1e-13, 0);
-            check_close("sdd", "c/avx2", mb.sdd, ma.sdd, 1e-13, 0);
-            check_close("sxy", "c/avx2", mb.sxy, ma.sxy, 1e-13, 1e-13);
-            assert_true(ma.max_abs_err == mb.max_abs_err);
-        }
-    }
-}
-
 /* Results do not depend on the thread count (bit-identical). */
 static void test_thread_determinism(void **state)
 {
@@ -274,7 +229,6 @@ int main(void)
         cmocka_unit_test(test_reference_c),
         cmocka_unit_test(test_reference_simd),
         cmocka_unit_test(test_edge_cases),
-        cmocka_unit_test(test_kernels_c_vs_simd),
         cmocka_unit_test(test_thread_determinism),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
