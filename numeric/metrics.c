@@ -59,39 +59,22 @@ static inline void blk_combine(qcal_num_blk *a, const qcal_num_blk *b)
         a->max = b->max;
 }
 
-/* Statistics of one block: min/max/non-finite count from the min/max family, then the
- * moments kernel when every value is finite, else an in-order loop over the finite ones. */
-static void block_stats(const qcal_minmax_dsp *mm, const qcal_metrics_dsp *md, const float *x,
-                        int64_t n, qcal_num_blk *b)
+/* Mean and m2 of the finite values of a block that has some NaN/Inf: in order. */
+static void moments_skip(const float *x, int64_t n, int64_t cnt, double *mean, double *m2)
 {
-    blk_empty(b);
-    float mn, mx;
-    uint64_t bad;
-    mm->minmax(x, n, &mn, &mx, &bad);
-    b->nonfinite = bad;
-    int64_t cnt = (int64_t)((uint64_t)n - bad);
-    if (cnt == 0)
-        return;
-    if (bad == 0) {
-        md->moments(x, n, &b->mean, &b->m2);
-    } else {
-        double sum = 0, m2 = 0;
-        for (int64_t i = 0; i < n; i++)
-            if (isfinite(x[i]))
-                sum += x[i];
-        double mean = sum / (double)cnt;
-        for (int64_t i = 0; i < n; i++) {
-            if (!isfinite(x[i]))
-                continue;
-            double d = (double)x[i] - mean;
-            m2 += d * d;
-        }
-        b->mean = mean;
-        b->m2 = m2;
+    double sum = 0, q = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (isfinite(x[i]))
+            sum += x[i];
+    double mu = sum / (double)cnt;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(x[i]))
+            continue;
+        double d = (double)x[i] - mu;
+        q += d * d;
     }
-    b->n = cnt;
-    b->min = mn;
-    b->max = mx;
+    *mean = mu;
+    *m2 = q;
 }
 
 static void acc_add(qcal_numeric_metric_acc *d, const qcal_numeric_metric_acc *s)
@@ -108,16 +91,50 @@ static void acc_add(qcal_numeric_metric_acc *d, const qcal_numeric_metric_acc *s
 
 /* ---- superblock drivers --------------------------------------------------------------- */
 
+/* Blocks are handled GROUP at a time (64 KiB): the min/max family gives each block's
+ * min/max and non-finite count, then the moments kernel takes the run of full, finite
+ * blocks in one call (it interleaves blocks); a block with NaN/Inf or a short last block
+ * goes alone. Each block's numbers do not depend on the grouping. */
+#define GROUP 4
+
 static void super_stats(const float *x, int64_t n, qcal_num_blk *out)
 {
     const qcal_minmax_dsp *mm = qcal_minmax_dsp_get();
     const qcal_metrics_dsp *md = qcal_metrics_dsp_get();
     blk_empty(out);
-    for (int64_t i = 0; i < n; i += QCAL_NUM_BLOCK) {
-        int64_t m = n - i < QCAL_NUM_BLOCK ? n - i : QCAL_NUM_BLOCK;
-        qcal_num_blk b;
-        block_stats(mm, md, x + i, m, &b);
-        blk_combine(out, &b);
+    for (int64_t g = 0; g < n; g += GROUP * QCAL_NUM_BLOCK) {
+        qcal_num_blk b[GROUP];
+        int64_t len[GROUP];
+        int nb = 0;
+        for (int64_t i = g; i < n && nb < GROUP; i += QCAL_NUM_BLOCK, nb++) {
+            len[nb] = n - i < QCAL_NUM_BLOCK ? n - i : QCAL_NUM_BLOCK;
+            blk_empty(&b[nb]);
+            mm->minmax(x + i, len[nb], &b[nb].min, &b[nb].max, &b[nb].nonfinite);
+            b[nb].n = (int64_t)((uint64_t)len[nb] - b[nb].nonfinite);
+        }
+        for (int k = 0; k < nb;) {
+            const float *xb = x + g + (int64_t)k * QCAL_NUM_BLOCK;
+            int e = k;
+            while (e < nb && b[e].nonfinite == 0 && len[e] == QCAL_NUM_BLOCK)
+                e++;
+            if (e > k) {
+                double mean[GROUP], m2[GROUP];
+                md->moments(xb, QCAL_NUM_BLOCK, e - k, mean, m2);
+                for (int j = k; j < e; j++) {
+                    b[j].mean = mean[j - k];
+                    b[j].m2 = m2[j - k];
+                }
+                k = e;
+            } else {
+                if (b[k].nonfinite == 0)
+                    md->moments(xb, len[k], 1, &b[k].mean, &b[k].m2);
+                else if (b[k].n > 0)
+                    moments_skip(xb, len[k], b[k].n, &b[k].mean, &b[k].m2);
+                k++;
+            }
+        }
+        for (int k = 0; k < nb; k++)
+            blk_combine(out, &b[k]);
     }
 }
 

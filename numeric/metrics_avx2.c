@@ -11,40 +11,66 @@ static inline double hsum_pd(__m256d v)
     return _mm_cvtsd_f64(_mm_add_sd(lo, _mm_unpackhi_pd(lo, lo)));
 }
 
-/* 8 floats per step, summed in double in two 4-lane accumulators. */
-void qcal_f32_moments__avx2(const float *x, int64_t n, double *mean, double *m2)
+/* Two blocks at a time (four independent 4-double chains); 8 floats of a block per step,
+ * lanes 0-3 in s0, 4-7 in s1, as the C reference. */
+static void moments2(const float *xa, const float *xb, int64_t n, double *mean, double *m2)
 {
-    if (n < 16) {
-        qcal_f32_moments__c(x, n, mean, m2);
-        return;
-    }
-    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    __m256d a0 = _mm256_setzero_pd(), a1 = a0, b0 = a0, b1 = a0;
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_loadu_ps(x + i);
-        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
-        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+        __m256 va = _mm256_loadu_ps(xa + i), vb = _mm256_loadu_ps(xb + i);
+        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(va)));
+        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(va, 1)));
+        b0 = _mm256_add_pd(b0, _mm256_cvtps_pd(_mm256_castps256_ps128(vb)));
+        b1 = _mm256_add_pd(b1, _mm256_cvtps_pd(_mm256_extractf128_ps(vb, 1)));
     }
-    double sum = hsum_pd(_mm256_add_pd(s0, s1));
-    for (int64_t j = i; j < n; j++)
-        sum += x[j];
-    double mu = sum / (double)n;
-    __m256d vm = _mm256_set1_pd(mu);
-    __m256d q0 = _mm256_setzero_pd(), q1 = _mm256_setzero_pd();
-    for (i = 0; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_loadu_ps(x + i);
-        __m256d d0 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), vm);
-        __m256d d1 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), vm);
-        q0 = _mm256_fmadd_pd(d0, d0, q0);
-        q1 = _mm256_fmadd_pd(d1, d1, q1);
+    double sa = hsum_pd(_mm256_add_pd(a0, a1)), sb = hsum_pd(_mm256_add_pd(b0, b1));
+    for (int64_t j = i; j < n; j++) {
+        sa += xa[j];
+        sb += xb[j];
     }
-    double q = hsum_pd(_mm256_add_pd(q0, q1));
-    for (; i < n; i++) {
-        double d = (double)x[i] - mu;
-        q += d * d;
+    double ma = sa / (double)n, mb = sb / (double)n;
+    __m256d vma = _mm256_set1_pd(ma), vmb = _mm256_set1_pd(mb);
+    a0 = a1 = b0 = b1 = _mm256_setzero_pd();
+    for (int64_t j = 0; j + 8 <= n; j += 8) {
+        __m256 va = _mm256_loadu_ps(xa + j), vb = _mm256_loadu_ps(xb + j);
+        __m256d d0 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(va)), vma);
+        __m256d d1 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(va, 1)), vma);
+        __m256d e0 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(vb)), vmb);
+        __m256d e1 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(vb, 1)), vmb);
+        a0 = _mm256_fmadd_pd(d0, d0, a0);
+        a1 = _mm256_fmadd_pd(d1, d1, a1);
+        b0 = _mm256_fmadd_pd(e0, e0, b0);
+        b1 = _mm256_fmadd_pd(e1, e1, b1);
     }
-    *mean = mu;
-    *m2 = q;
+    double qa = hsum_pd(_mm256_add_pd(a0, a1)), qb = hsum_pd(_mm256_add_pd(b0, b1));
+    for (int64_t j = i; j < n; j++) {
+        double d = (double)xa[j] - ma, e = (double)xb[j] - mb;
+        qa += d * d;
+        qb += e * e;
+    }
+    mean[0] = ma;
+    mean[1] = mb;
+    m2[0] = qa;
+    m2[1] = qb;
+}
+
+void qcal_f32_moments_blocks__avx2(const float *x, int64_t len, int64_t blocks, double *mean,
+                                   double *m2)
+{
+    if (len < 16) {
+        qcal_f32_moments_blocks__c(x, len, blocks, mean, m2);
+        return;
+    }
+    int64_t b = 0;
+    for (; b + 2 <= blocks; b += 2)
+        moments2(x + b * len, x + (b + 1) * len, len, mean + b, m2 + b);
+    if (b < blocks) {   /* the odd block: paired with itself */
+        double mm[2], qq[2];
+        moments2(x + b * len, x + b * len, len, mm, qq);
+        mean[b] = mm[0];
+        m2[b] = qq[0];
+    }
 }
 
 /* 4 pairs per step; a block with a non-finite pair falls back to the serial loop. */
@@ -96,6 +122,6 @@ void qcal_f32_pair_metrics__avx2(const float *x, const float *y, int64_t n,
 
 void qcal_metrics_dsp_init_avx2(qcal_metrics_dsp *dsp)
 {
-    dsp->moments = qcal_f32_moments__avx2;
+    dsp->moments = qcal_f32_moments_blocks__avx2;
     dsp->pair_metrics = qcal_f32_pair_metrics__avx2;
 }

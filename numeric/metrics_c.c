@@ -49,6 +49,13 @@ void qcal_f32_moments__c(const float *x, int64_t n, double *mean, double *m2)
     *m2 = q;
 }
 
+void qcal_f32_moments_blocks__c(const float *x, int64_t len, int64_t blocks, double *mean,
+                                double *m2)
+{
+    for (int64_t b = 0; b < blocks; b++)
+        qcal_f32_moments__c(x + b * len, len, &mean[b], &m2[b]);
+}
+
 void qcal_f32_pair_metrics_serial(const float *x, const float *y, int64_t n,
                                   qcal_numeric_metric_acc *a)
 {
@@ -109,11 +116,13 @@ void qcal_f32_pair_metrics__c(const float *x, const float *y, int64_t n,
 
 void qcal_metrics_dsp_init(qcal_metrics_dsp *dsp, qcal_isa isa)
 {
-    dsp->moments = qcal_f32_moments__c;
+    dsp->moments = qcal_f32_moments_blocks__c;
     dsp->pair_metrics = qcal_f32_pair_metrics__c;
 #if QCAL_HAVE_X86_SIMD
     if (isa >= QCAL_ISA_AVX2)
         qcal_metrics_dsp_init_avx2(dsp);
+    if (isa >= QCAL_ISA_AVX512)
+        qcal_metrics_dsp_init_avx512(dsp);
 #else
     (void)isa;
 #endif

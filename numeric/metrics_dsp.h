@@ -12,9 +12,14 @@
 #include "core/dsp.h"
 #include "qcal/numeric.h"
 
-/* Mean and sum of squared deviations (m2) of x[0..n), in double. Requires n >= 1 and every
- * x[i] finite (the caller handles blocks with NaN/Inf). */
-typedef void (*qcal_f32_moments_fn)(const float *x, int64_t n, double *mean, double *m2);
+/* Mean and sum of squared deviations (m2) of each of `blocks` consecutive blocks of `len`
+ * elements (block b is x[b*len .. (b+1)*len)): mean[b], m2[b] in double, each exactly
+ * qcal_f32_moments__c(x + b*len, len). Requires len >= 1 and every value finite (the
+ * caller handles blocks with NaN/Inf). The SIMD versions work on several blocks at once:
+ * each lane's sum is a serial chain (that is the contract), so one block alone is bound by
+ * the add latency. */
+typedef void (*qcal_f32_moments_fn)(const float *x, int64_t len, int64_t blocks,
+                                    double *mean, double *m2);
 
 /* *a = the metric sums of the pairs (x[i], y[i]), i < n; a pair with a non-finite member is
  * skipped and counted. d = x - y in float32 as torch; products and sums in double. */
@@ -28,10 +33,17 @@ typedef struct qcal_metrics_dsp {
 
 void qcal_metrics_dsp_init(qcal_metrics_dsp *dsp, qcal_isa isa);
 void qcal_metrics_dsp_init_avx2(qcal_metrics_dsp *dsp);
+void qcal_metrics_dsp_init_avx512(qcal_metrics_dsp *dsp);
 const qcal_metrics_dsp *qcal_metrics_dsp_get(void);
 
+/* One block: the definition of the moments' bits (lanes as described above). */
 void qcal_f32_moments__c(const float *x, int64_t n, double *mean, double *m2);
-void qcal_f32_moments__avx2(const float *x, int64_t n, double *mean, double *m2);
+void qcal_f32_moments_blocks__c(const float *x, int64_t len, int64_t blocks, double *mean,
+                                double *m2);
+void qcal_f32_moments_blocks__avx2(const float *x, int64_t len, int64_t blocks, double *mean,
+                                   double *m2);
+void qcal_f32_moments_blocks__avx512(const float *x, int64_t len, int64_t blocks,
+                                     double *mean, double *m2);
 void qcal_f32_pair_metrics__c(const float *x, const float *y, int64_t n,
                               qcal_numeric_metric_acc *a);
 void qcal_f32_pair_metrics__avx2(const float *x, const float *y, int64_t n,

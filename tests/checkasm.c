@@ -266,7 +266,7 @@ static void ca_bench(const char *kernel, qcal_isa isa, double bytes, void (*run)
     }
     qsort(t, REPS, sizeof t[0], ca_cmp_d);
     double gbps = bytes / t[REPS / 2] / 1e9;
-    printf("| %-10s | %-26s | %-6s | %9.3f ms | %6.1f GB/s | %5.0f%% of read |\n", ca.family,
+    printf("| %-10s | %-28s | %-6s | %9.3f ms | %6.1f GB/s | %5.0f%% of read |\n", ca.family,
            kernel, ISA_NAMES[isa], t[REPS / 2] * 1e3, gbps,
            ca.read_gbps > 0 ? 100.0 * gbps / ca.read_gbps : 0.0);
 }
@@ -504,14 +504,14 @@ typedef struct metrics_bench {
     double sink;
 } metrics_bench;
 
-/* Block by block as numeric/metrics.c calls them (4096 elements). */
+/* As numeric/metrics.c calls them: 4 blocks of 4096 elements a call. */
 static void run_moments(void *p)
 {
     metrics_bench *b = p;
-    for (int64_t i = 0; i < b->n; i += 4096) {
-        double mean, m2;
-        b->dsp->moments(b->x + i, 4096, &mean, &m2);
-        b->sink += mean + m2;
+    for (int64_t i = 0; i < b->n; i += 4 * 4096) {
+        double mean[4], m2[4];
+        b->dsp->moments(b->x + i, 4096, 4, mean, m2);
+        b->sink += mean[3] + m2[3];
     }
 }
 
@@ -525,30 +525,50 @@ static void run_pair_metrics(void *p)
     }
 }
 
+/* Every block count 1..6 (the SIMD versions group 2 or 4 blocks) at each size. */
 static void check_moments(const qcal_metrics_dsp *ref, const qcal_metrics_dsp *opt,
                           qcal_isa isa)
 {
     static const int finite_fills[] = { CA_FILL_NORMAL, CA_FILL_DENORMAL, CA_FILL_EXTREME };
     for (int s = 0; s < CA_NSIZES; s++) {
-        int64_t n = ca_sizes[s];
-        if (n == 0)
-            continue;   /* precondition n >= 1 */
-        for (int f = 0; f < 3; f++) {
-            ca_buf xb;
+        int64_t len = ca_sizes[s];
+        if (len == 0)
+            continue;   /* precondition len >= 1 */
+        for (int64_t blocks = 1; blocks <= 6; blocks++) {
+            int f = (int)((s + blocks) % 3);
+            ca_buf xb, b1, b2, b3, b4;
+            int64_t n = len * blocks;
             float *x = ca_alloc(&xb, (size_t)n * 4, 4 * (ca_rand() % 16));
             ca_fill_f32(x, n, finite_fills[f]);
-            if (f == 0 && s % 2)   /* a large offset: cancellation in m2 */
+            if (f == 0 && blocks % 2)   /* a large offset: cancellation in m2 */
                 for (int64_t i = 0; i < n; i++)
                     x[i] += 1e4f;
-            double rm, r2, om = 7, o2 = 7;
-            ref->moments(x, n, &rm, &r2);
-            opt->moments(x, n, &om, &o2);
+            double *rm = ca_alloc(&b1, (size_t)blocks * 8, 0);
+            double *r2 = ca_alloc(&b2, (size_t)blocks * 8, 0);
+            double *om = ca_alloc(&b3, (size_t)blocks * 8, 8);
+            double *o2 = ca_alloc(&b4, (size_t)blocks * 8, 8);
+            ref->moments(x, len, blocks, rm, r2);
+            opt->moments(x, len, blocks, om, o2);
             ca.checks++;
-            if (ca_u64(rm) != ca_u64(om) || ca_u64(r2) != ca_u64(o2))
-                ca_fail("f32_moments__%s n=%lld fill=%s: (%a, %a) != C (%a, %a)",
-                        ISA_NAMES[isa], (long long)n, FILL_NAMES[finite_fills[f]], om, o2, rm,
-                        r2);
-            ca_free(&xb, "f32_moments");
+            for (int64_t k = 0; k < blocks; k++) {
+                double sm, s2;
+                qcal_f32_moments__c(x + k * len, len, &sm, &s2);
+                if (ca_u64(rm[k]) != ca_u64(sm) || ca_u64(r2[k]) != ca_u64(s2))
+                    ca_fail("f32_moments_blocks__c block %lld of %lld differs from one block",
+                            (long long)k, (long long)blocks);
+                if (ca_u64(rm[k]) != ca_u64(om[k]) || ca_u64(r2[k]) != ca_u64(o2[k])) {
+                    ca_fail("f32_moments_blocks__%s len=%lld blocks=%lld block %lld fill=%s: "
+                            "(%a, %a) != C (%a, %a)", ISA_NAMES[isa], (long long)len,
+                            (long long)blocks, (long long)k, FILL_NAMES[finite_fills[f]],
+                            om[k], o2[k], rm[k], r2[k]);
+                    break;
+                }
+            }
+            ca_free(&xb, "f32_moments_blocks x");
+            ca_free(&b1, "f32_moments_blocks__c mean");
+            ca_free(&b2, "f32_moments_blocks__c m2");
+            ca_free(&b3, "f32_moments_blocks mean");
+            ca_free(&b4, "f32_moments_blocks m2");
         }
     }
 }
@@ -596,7 +616,7 @@ static void check_metrics(void)
 {
     qcal_metrics_dsp ref, opt;
     qcal_metrics_dsp_init(&ref, QCAL_ISA_C);
-    metrics_bench b = { .n = ca.bench_elements & ~(int64_t)4095 };
+    metrics_bench b = { .n = ca.bench_elements & ~(int64_t)16383 };
     float *x = NULL, *y = NULL;
     if (ca.bench) {
         x = aligned_alloc(64, (size_t)b.n * 4);
@@ -612,11 +632,11 @@ static void check_metrics(void)
         qcal_metrics_dsp_init(&opt, isa);
         if (ca.bench) {
             b.dsp = &opt;
-            ca_bench("f32_moments (4096 blocks)", isa, (double)b.n * 4, run_moments, &b);
+            ca_bench("f32_moments_blocks (4x4096)", isa, (double)b.n * 4, run_moments, &b);
             ca_bench("f32_pair_metrics (4096)", isa, (double)b.n * 8, run_pair_metrics, &b);
             continue;
         }
-        if (ca_test(qcal_metrics_dsp, &ref, &opt, moments, "f32_moments", isa))
+        if (ca_test(qcal_metrics_dsp, &ref, &opt, moments, "f32_moments_blocks", isa))
             check_moments(&ref, &opt, isa);
         if (ca_test(qcal_metrics_dsp, &ref, &opt, pair_metrics, "f32_pair_metrics", isa))
             check_pair_metrics(&ref, &opt, isa);
@@ -682,7 +702,7 @@ int main(int argc, char **argv)
             ca.read_gbps = bw.read_gbps;
         printf("read bandwidth probe, 1 thread: %.1f GB/s (bytes read / time; machine load "
                "changes every figure)\n\n", ca.read_gbps);
-        printf("| family     | kernel                     | isa    |      median |   "
+        printf("| family     | kernel                       | isa    |      median |   "
                "speed     | vs probe      |\n|---|---|---|---|---|---|\n");
     }
     for (size_t f = 0; f < sizeof FAMILIES / sizeof FAMILIES[0]; f++) {
