@@ -82,12 +82,34 @@ static inline void step_keep(__m512 a, __m512i expm, __m512 *lo, __m512 *hi, __m
     *cnt = _mm512_mask_add_epi32(*cnt, (__mmask16)~ok, *cnt, _mm512_set1_epi32(1));
 }
 
+/* Four rows at a time: each column vector is loaded and stored once per four rows, and
+ * the four row streams stay sequential. Every column still folds its rows in order. */
 void qcal_f32_minmax_cols__avx512(const float *x, int64_t rows, int64_t width, float *cmn,
                                   float *cmx, uint64_t *nonfinite)
 {
     const __m512i expm = _mm512_set1_epi32((int)QCAL_F32_EXP_MASK);
     uint64_t bad = 0;
-    for (int64_t r = 0; r < rows; r++) {
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
+        const float *r0 = x + r * width, *r1 = r0 + width, *r2 = r1 + width, *r3 = r2 + width;
+        __m512i cnt = _mm512_setzero_si512();
+        int64_t j = 0;
+        for (; j + 16 <= width; j += 16) {
+            __m512 lo = _mm512_loadu_ps(cmn + j), hi = _mm512_loadu_ps(cmx + j);
+            step_keep(_mm512_loadu_ps(r0 + j), expm, &lo, &hi, &cnt);
+            step_keep(_mm512_loadu_ps(r1 + j), expm, &lo, &hi, &cnt);
+            step_keep(_mm512_loadu_ps(r2 + j), expm, &lo, &hi, &cnt);
+            step_keep(_mm512_loadu_ps(r3 + j), expm, &lo, &hi, &cnt);
+            _mm512_storeu_ps(cmn + j, lo);
+            _mm512_storeu_ps(cmx + j, hi);
+        }
+        bad += hsum(cnt);
+        if (j < width)
+            for (int k = 0; k < 4; k++)
+                qcal_f32_minmax_cols__c(r0 + k * width + j, 1, width - j, cmn + j, cmx + j,
+                                        &bad);
+    }
+    for (; r < rows; r++) {
         const float *row = x + r * width;
         __m512i cnt = _mm512_setzero_si512();
         int64_t j = 0;

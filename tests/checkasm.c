@@ -346,7 +346,7 @@ static void check_minmax_flat(const qcal_minmax_dsp *ref, const qcal_minmax_dsp 
 static void check_minmax_cols(const qcal_minmax_dsp *ref, const qcal_minmax_dsp *opt,
                               qcal_isa isa)
 {
-    static const int64_t rows_list[] = { 0, 1, 2, 5 };
+    static const int64_t rows_list[] = { 0, 1, 2, 3, 4, 5, 8, 9 };
     for (int s = 0; s < CA_NSIZES && ca_sizes[s] <= 1025; s++) {
         int64_t w = ca_sizes[s];
         for (size_t ri = 0; ri < sizeof rows_list / sizeof rows_list[0]; ri++) {
