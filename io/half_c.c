@@ -62,8 +62,6 @@ void qcal_half_dsp_init(qcal_half_dsp *dsp, qcal_isa isa)
     dsp->f16_to_f32 = qcal_f16_to_f32_n__c;
     dsp->bf16_to_f32 = qcal_bf16_to_f32_n__c;
 #if QCAL_HAVE_X86_SIMD
-    if (isa >= QCAL_ISA_AVX2)
-        qcal_half_dsp_init_avx2(dsp);
     if (isa >= QCAL_ISA_AVX512)
         qcal_half_dsp_init_avx512(dsp);
 #else
