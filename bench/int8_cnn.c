@@ -17,7 +17,9 @@
  *   ratios (target >= 1.3x), printed with its spread. Same-run ratios hold on a busy machine
  *   where absolute times do not.
  * Threads: OMP_NUM_THREADS (oneDNN's OpenMP runtime; PyTorch gets the same count).
- * Usage: bench_int8_cnn [n_images (10000)] [--torch CMD] [--pairs K] */
+ * The row uses qcal's default options; --chunk N and --threads-in-primitives change them.
+ * Usage: bench_int8_cnn [n_images (10000)] [--torch CMD] [--pairs K] [--chunk N]
+ *                       [--threads-in-primitives] */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -256,15 +258,24 @@ int main(int argc, char **argv)
     int64_t n = 10000;
     const char *torch_cmd = NULL;
     int pairs = 7;
+    qcal_int8_net_options def;
+    qcal_int8_net_options_default(&def);
+    int64_t row_chunk = def.batch_chunk;   /* the row's options: qcal's defaults unless given */
+    bool row_par = def.chunk_parallel;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--torch") && i + 1 < argc)
             torch_cmd = argv[++i];
         else if (!strcmp(argv[i], "--pairs") && i + 1 < argc)
             pairs = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--chunk") && i + 1 < argc)
+            row_chunk = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--threads-in-primitives"))
+            row_par = false;
         else if (argv[i][0] != '-')
             n = atoll(argv[i]);
         else {
-            fprintf(stderr, "usage: bench_int8_cnn [n_images] [--torch CMD] [--pairs K]\n");
+            fprintf(stderr, "usage: bench_int8_cnn [n_images] [--torch CMD] [--pairs K] [--chunk N] "
+                    "[--threads-in-primitives]\n");
             return 2;
         }
     }
@@ -397,11 +408,18 @@ int main(int argc, char **argv)
         /* The row: qcal's default options and PyTorch's FX int8 model (onednn engine) on the
          * same n images, measured interleaved in pairs (qcal median of 3 forwards, then
          * PyTorch's median of 3 calls); the verdict is on the median of the paired ratios. */
-        qcal_int8_net_options def;
-        qcal_int8_net_options_default(&def);
-        qcal_int8_net *net = build(table, layers, def.batch_chunk, def.chunk_parallel);
+        printf("row: batch_chunk %lld, %s\n", (long long)row_chunk,
+               row_par ? "threads over chunks" : "threads in primitives");
+        qcal_int8_net *net = build(table, layers, row_chunk, row_par);
         verify(net, x, ref, logits, true);
-        CHECK(qcal_int8_net_forward(net, n, x, logits));   /* warm-up */
+        double tb = now();
+        CHECK(qcal_int8_net_forward(net, n, x, logits));   /* warm-up: builds the chunk's plans */
+        tb = now() - tb;
+        double ts2 = now();
+        CHECK(qcal_int8_net_forward(net, n, x, logits));   /* primitives reused */
+        ts2 = now() - ts2;
+        printf("first forward (builds primitives and reorders weights) %.4f s, second %.4f s\n",
+               tb, ts2);
         torch_server ts;
         if (torch_start(&ts, torch_cmd, omp_threads()) != 0) {
             fprintf(stderr, "bench_int8_cnn: cannot start '%s'\n", torch_cmd);
