@@ -664,29 +664,40 @@ qcal_status qcal_calib_session_merge_entry(qcal_calib_session *s, const char *fq
                                            uint64_t elements, bool dry_run)
 {
     uint64_t h = hash_name(fqn, role);
-    pthread_rwlock_rdlock(&s->lock);
-    entry *e = find_locked(s, fqn, role, h);
-    qcal_status st = QCAL_OK;
-    if (e) {
-        pthread_mutex_lock(&e->mu);
-        st = dry_run ? qcal_observer_merge_check(e->obs, src)
-                     : qcal_observer_merge(e->obs, src);
-        if (st == QCAL_OK && !dry_run)
-            e->elements += elements;
-        pthread_mutex_unlock(&e->mu);
+    for (;;) {
+        pthread_rwlock_rdlock(&s->lock);
+        entry *e = find_locked(s, fqn, role, h);
+        qcal_status st = QCAL_OK;
+        if (e) {
+            pthread_mutex_lock(&e->mu);
+            st = dry_run ? qcal_observer_merge_check(e->obs, src)
+                         : qcal_observer_merge(e->obs, src);
+            if (st == QCAL_OK && !dry_run)
+                e->elements += elements;
+            pthread_mutex_unlock(&e->mu);
+        }
+        pthread_rwlock_unlock(&s->lock);
+        if (e || dry_run)
+            return st;
+        /* Not in the session: a copy of src becomes the entry (src stays the caller's). */
+        void *buf = NULL;
+        size_t len = 0;
+        qcal_observer *copy = NULL;
+        st = qcal_observer_save(src, &buf, &len);
+        if (st == QCAL_OK)
+            st = qcal_observer_load(buf, len, &copy);
+        qcal_free(buf);
+        if (st != QCAL_OK)
+            return st;
+        st = qcal_calib_session_adopt(s, fqn, role, copy, elements);
+        if (st == QCAL_ERR_INVALID_ARG) {
+            /* Another thread created the entry meanwhile (copy destroyed): merge into it. */
+            pthread_rwlock_rdlock(&s->lock);
+            bool raced = find_locked(s, fqn, role, h) != NULL;
+            pthread_rwlock_unlock(&s->lock);
+            if (raced)
+                continue;
+        }
+        return st;
     }
-    pthread_rwlock_unlock(&s->lock);
-    if (e || dry_run)
-        return st;
-    /* Not in the session: src becomes the entry (a copy, src stays the caller's). */
-    void *buf = NULL;
-    size_t len = 0;
-    qcal_observer *copy = NULL;
-    st = qcal_observer_save(src, &buf, &len);
-    if (st == QCAL_OK)
-        st = qcal_observer_load(buf, len, &copy);
-    qcal_free(buf);
-    if (st != QCAL_OK)
-        return st;
-    return qcal_calib_session_adopt(s, fqn, role, copy, elements);
 }
