@@ -150,11 +150,11 @@ KINDS = {"minmax": 0, "moving_average_minmax": 1, "per_channel_minmax": 2,
          "entropy": 6, "mse": 7}
 
 
-def qcob(kind, payload, dtype, qscheme, nonfinite=0, batches=1, bins=2048, field60=128,
+def qcob(kind, payload, dtype, qscheme, nonfinite=0, batches=1, bins=2048, grid=0,
          levels=128, axis=0):
     cfg = struct.pack("<IIIII", KINDS[kind], dtype, qscheme, 0, 0)
     cfg += struct.pack("<qq", 0, 0) + struct.pack("<f", FLT_EPSILON)
-    cfg += struct.pack("<ifii", axis, 0.01, bins, field60)
+    cfg += struct.pack("<ifiI", axis, 0.01, bins, grid)
     cfg += struct.pack("<dIII", 99.99, 0, levels, 0)
     return (b"QCOB" + struct.pack("<I", 2) + cfg +
             struct.pack("<QQQ", nonfinite, batches, len(payload)) + payload)
@@ -188,3 +188,13 @@ put("fuzz_state", "per_channel.state", pc)
 put("fuzz_state", "session.state", qcss([("conv1", 0, 64, mm), ("conv1", 1, 8, wpc),
                                          ("fc", 0, 12, pc), ("relu", 0, 0, mm_empty)]))
 put("fuzz_state", "session_empty.state", qcss([]))
+# Histogram family on the lattice grid (payload in docs/state.md): bins 4 = 8 cells.
+# histogram, values -1.5 .. 3.0: e 0 (cells of width 1), jmin -2, 6 cells, 4 values.
+lat = struct.pack("<iqIffQ", 0, -2, 6, -1.5, 3.0, 4) + struct.pack("<6Q", 1, 0, 2, 0, 0, 1)
+put("fuzz_state", "histogram_lattice.state",
+    qcob("histogram", lat, QUINT8, PER_TENSOR_AFFINE, bins=4))
+# entropy (|x| cells from 0), same data: max|x| 3.0 -> e -1 (width 0.5), 7 cells; 1.5 in
+# cell 3, 3.0 in cell 6.
+lat_abs = struct.pack("<iqIffQ", -1, 0, 7, -1.5, 3.0, 2) + struct.pack("<7Q", 0, 0, 0, 1, 0, 0, 1)
+put("fuzz_state", "entropy_lattice.state",
+    qcob("entropy", lat_abs, QUINT8, PER_TENSOR_AFFINE, bins=4, levels=2))
