@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "calib/calib_internal.h"
-#include "core/atomic_file.h"
+#include "qcal/atomic_file.h"
 
 qcal_status qcal_calib_table_json(const qcal_calib_table *t, qcal_buf *b);
 
@@ -384,13 +384,13 @@ qcal_status qcal_calib_table_write(const qcal_calib_table *t, qcal_calib_format 
     if (st == QCAL_NO_DATA)
         snprintf(note, sizeof note, "%s", qcal_last_error());
     qcal_atomic_file f;
-    qcal_status ws = qcal_atomic_open(&f, path);
+    qcal_status ws = qcal_atomic_file_open(&f, path);
     if (ws == QCAL_OK) {
         if (len && fwrite(buf, 1, len, f.fp) != len) {
-            qcal_atomic_abort(&f);
+            qcal_atomic_file_abort(&f);
             ws = qcal_error(QCAL_ERR_IO, "cannot write %zu bytes to '%s'", len, path);
         } else {
-            ws = qcal_atomic_commit(&f);
+            ws = qcal_atomic_file_commit(&f);
         }
     }
     free(buf);
@@ -457,7 +457,7 @@ qcal_status qcal_calib_table_write_dir(const qcal_calib_table *t, int64_t nforma
     /* 2. Every file to its temporary; 3. only when all were written, rename them all. */
     int opened = 0;
     for (int i = 0; i < nfiles && st >= 0; i++, opened++) {
-        qcal_status ws = qcal_atomic_open(&af[i], path[i]);
+        qcal_status ws = qcal_atomic_file_open(&af[i], path[i]);
         if (ws == QCAL_OK && len[i] && fwrite(buf[i], 1, len[i], af[i].fp) != len[i])
             ws = qcal_error(QCAL_ERR_IO, "cannot write %zu bytes to '%s'", len[i], path[i]);
         if (ws == QCAL_OK && (fflush(af[i].fp) != 0 ||
@@ -471,13 +471,13 @@ qcal_status qcal_calib_table_write_dir(const qcal_calib_table *t, int64_t nforma
     }
     if (st >= 0) {
         for (int i = 0; i < nfiles; i++) {
-            qcal_status cs = qcal_atomic_commit(&af[i]);
+            qcal_status cs = qcal_atomic_file_commit(&af[i]);
             if (cs != QCAL_OK && st >= 0)
                 st = cs;
         }
     } else {
         for (int i = 0; i < opened; i++)
-            qcal_atomic_abort(&af[i]);
+            qcal_atomic_file_abort(&af[i]);
     }
     for (int i = 0; i < nfiles; i++) {
         qcal_free(buf[i]);

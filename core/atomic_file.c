@@ -5,11 +5,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/atomic_file.h"
+#include "qcal/atomic_file.h"
 #include "core/internal.h"
 
-qcal_status qcal_atomic_open(qcal_atomic_file *f, const char *path)
+qcal_status qcal_atomic_file_open(qcal_atomic_file *f, const char *path)
 {
+    if (!f)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_atomic_file_open: NULL file");
     memset(f, 0, sizeof *f);
     if (!path || !*path)
         return qcal_error(QCAL_ERR_INVALID_ARG, "output path is empty");
@@ -17,7 +19,7 @@ qcal_status qcal_atomic_open(qcal_atomic_file *f, const char *path)
     f->path = qcal_malloc(n + 1);
     f->tmp_path = qcal_malloc(n + 16);
     if (!f->path || !f->tmp_path) {
-        qcal_atomic_abort(f);
+        qcal_atomic_file_abort(f);
         return QCAL_ERR_NO_MEMORY;
     }
     memcpy(f->path, path, n + 1);
@@ -27,7 +29,7 @@ qcal_status qcal_atomic_open(qcal_atomic_file *f, const char *path)
         int e = errno;
         free(f->tmp_path);
         f->tmp_path = NULL;
-        qcal_atomic_abort(f);
+        qcal_atomic_file_abort(f);
         return qcal_error(QCAL_ERR_IO, "cannot create output '%s': %s", path, strerror(e));
     }
     /* mkstemp creates the file 0600; give the output the mode a plain fopen would
@@ -37,7 +39,7 @@ qcal_status qcal_atomic_open(qcal_atomic_file *f, const char *path)
     if (fchmod(fd, 0666 & ~mask) != 0) {
         int e = errno;
         close(fd);
-        qcal_atomic_abort(f);
+        qcal_atomic_file_abort(f);
         return qcal_error(QCAL_ERR_IO, "cannot set the mode of output '%s': %s", path,
                           strerror(e));
     }
@@ -45,15 +47,15 @@ qcal_status qcal_atomic_open(qcal_atomic_file *f, const char *path)
     if (!f->fp) {
         int e = errno;
         close(fd);
-        qcal_atomic_abort(f);
+        qcal_atomic_file_abort(f);
         return qcal_error(QCAL_ERR_IO, "cannot open output '%s': %s", path, strerror(e));
     }
     return QCAL_OK;
 }
 
-qcal_status qcal_atomic_commit(qcal_atomic_file *f)
+qcal_status qcal_atomic_file_commit(qcal_atomic_file *f)
 {
-    if (!f->fp)
+    if (!f || !f->fp)
         return qcal_error(QCAL_ERR_STATE, "output file is not open");
     int bad = ferror(f->fp) != 0;
     bad |= fflush(f->fp) != 0;
@@ -67,14 +69,14 @@ qcal_status qcal_atomic_commit(qcal_atomic_file *f)
     if (bad) {
         qcal_status st = qcal_error(QCAL_ERR_IO, "cannot write '%s': %s", f->path,
                                     strerror(e ? e : EIO));
-        qcal_atomic_abort(f);
+        qcal_atomic_file_abort(f);
         return st;
     }
     if (rename(f->tmp_path, f->path) != 0) {
         e = errno;
         qcal_status st = qcal_error(QCAL_ERR_IO, "cannot rename output into '%s': %s",
                                     f->path, strerror(e));
-        qcal_atomic_abort(f);
+        qcal_atomic_file_abort(f);
         return st;
     }
     free(f->tmp_path);
@@ -83,8 +85,10 @@ qcal_status qcal_atomic_commit(qcal_atomic_file *f)
     return QCAL_OK;
 }
 
-void qcal_atomic_abort(qcal_atomic_file *f)
+void qcal_atomic_file_abort(qcal_atomic_file *f)
 {
+    if (!f)
+        return;
     if (f->fp)
         fclose(f->fp);
     if (f->tmp_path)

@@ -49,11 +49,30 @@ void qcal_free(void *ptr)
     free(ptr);
 }
 
+/* Formats into a local buffer first: an argument may be qcal_last_error() itself, and
+ * vsnprintf must not write into the buffer it reads. */
+static qcal_status set_error(qcal_status status, const char *fmt, va_list ap)
+{
+    char msg[sizeof last_error];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    memcpy(last_error, msg, strlen(msg) + 1);
+    return status;
+}
+
 qcal_status qcal_error(qcal_status status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    set_error(status, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+qcal_status qcal_set_error(qcal_status status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    set_error(status, fmt, ap);
     va_end(ap);
     return status;
 }

@@ -15,6 +15,7 @@
  * backend) are printed OK or MISSED; timings are printed beside their reference values,
  * without pass/fail (they depend on the machine's load; speed is the bench's job). Errors end the program with one line on stderr and exit
  * status 1 (2 for bad usage). See docs/demo.md. */
+#define _POSIX_C_SOURCE 200809L   /* POSIX calls (mkdir, fileno, clock_gettime) under -std=c11 */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -24,15 +25,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <qcal/atomic_file.h>
+#include <qcal/calib.h>
+#include <qcal/fakequant.h>
+#include <qcal/int8.h>
+#include <qcal/numeric.h>
+#include <qcal/observer.h>
+
 #include "cnn.h"
 #include "qat.h"
-#include "core/atomic_file.h"
-#include "core/internal.h"
-#include "qcal/calib.h"
-#include "qcal/fakequant.h"
-#include "qcal/int8.h"
-#include "qcal/numeric.h"
-#include "qcal/observer.h"
+#include "ex_util.h"
 
 /* PyTorch 1.13 FX PTQ on this model (the project's reference value): int8 eval of 10,000 images. */
 #define PYTORCH_INT8_EVAL_S 0.17
@@ -463,8 +465,8 @@ static qcal_status eval_int8(qcal_int8_net *net, const float *x, const uint8_t *
     for (int64_t i = 0; i < n; i++)
         right2 += argmax10(logits + i * CNN_CLASSES) == labels[i];
     if (right2 != right)
-        return qcal_error(QCAL_ERR_STATE, "int8 forward is not repeatable: %lld then %lld correct",
-                          (long long)right, (long long)right2);
+        return qcal_set_error(QCAL_ERR_STATE, "int8 forward is not repeatable: %lld then %lld correct",
+                              (long long)right, (long long)right2);
     r->top1 = 100.0 * (double)right / (double)n;
     r->agree = 100.0 * (double)same / (double)n;
     r->eval_s = median3(t);
@@ -516,7 +518,7 @@ static qcal_status shadow_compare(const cnn_model *m, const qcal_calib_table *t,
 {
     qcal_numeric_act_compare *ac = NULL;
     qcal_int8_net *net = NULL;
-    float *y = qcal_malloc((size_t)(SHADOW_BATCH * 6272) * sizeof(float));
+    float *y = ex_malloc((size_t)(SHADOW_BATCH * 6272) * sizeof(float));
     qcal_status st = y ? qcal_numeric_act_compare_create(QCAL_NUMERIC_ACT_SHADOW, &ac) : QCAL_ERR_NO_MEMORY;
     for (int s = 0; s < NSEG && st == QCAL_OK; s++) {
         if ((st = build_net_table(m, t, s, s, &net)) != QCAL_OK)
@@ -748,9 +750,9 @@ static qcal_status run_qat(cnn_ctx *ctx, const cnn_model *fm, const cnn_data *tr
     for (int l = 0; l < NSEG && st == QCAL_OK; l++)
         for (int64_t c = 0; c < e.weight_channels[l]; c++)
             if (e.weight_zero_point[l][c] != 0) {
-                st = qcal_error(QCAL_ERR_MISMATCH, "QAT weight fake-quant of %s has zero-point %d in channel %lld; "
-                                "the int8 net takes symmetric weights", cnn_layer_name(l),
-                                (int)e.weight_zero_point[l][c], (long long)c);
+                st = qcal_set_error(QCAL_ERR_MISMATCH, "QAT weight fake-quant of %s has zero-point %d in channel %lld; "
+                                    "the int8 net takes symmetric weights", cnn_layer_name(l),
+                                    (int)e.weight_zero_point[l][c], (long long)c);
                 break;
             }
     if (st == QCAL_OK) {
@@ -777,7 +779,7 @@ static qcal_status write_tables(const qcal_calib_table *t, qcal_observer_kind ki
     char dir[4200], path[4400];
     snprintf(dir, sizeof dir, "%s/%s", out_dir, qcal_observer_kind_name(kind));
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return qcal_error(QCAL_ERR_IO, "cannot create directory '%s': %s", dir, strerror(errno));
+        return qcal_set_error(QCAL_ERR_IO, "cannot create directory '%s': %s", dir, strerror(errno));
     qcal_calib_export_options eo;
     qcal_calib_export_options_default(&eo);
     /* TensorRT checks that the header's algorithm matches the calibrator that reads the cache:
@@ -832,7 +834,7 @@ static qcal_status layer_rows(const cnn_model *m, const qcal_numeric_act_compare
 static qcal_status write_numeric_csv(const char *path, const layer_row rows[NSEG])
 {
     qcal_atomic_file f;
-    qcal_status st = qcal_atomic_open(&f, path);
+    qcal_status st = qcal_atomic_file_open(&f, path);
     if (st != QCAL_OK)
         return st;
     fprintf(f.fp, "layer,weight_sqnr_db,weight_cosine,weight_max_abs_err,act_sqnr_db,act_cosine,"
@@ -841,7 +843,7 @@ static qcal_status write_numeric_csv(const char *path, const layer_row rows[NSEG
         fprintf(f.fp, "%s,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%lld\n", cnn_layer_name(l), rows[l].w.m.sqnr_db,
                 rows[l].w.m.cosine, rows[l].w.m.max_abs_err, rows[l].act.sqnr_db, rows[l].act.cosine,
                 rows[l].act.max_abs_err, (double)rows[l].act_float.absmax, (long long)rows[l].act.count);
-    return qcal_atomic_commit(&f);
+    return qcal_atomic_file_commit(&f);
 }
 
 /* A JSON string (quotes, backslashes and control characters escaped). */
@@ -931,11 +933,11 @@ int main(int argc, char **argv)
      * every tap (the shadow-mode references). */
     ft.n = o.sqnr_images < test.n ? o.sqnr_images : test.n;
     ft.n_x = test.n;
-    ft.x = qcal_malloc((size_t)(test.n * 784) * sizeof(float));
+    ft.x = ex_malloc((size_t)(test.n * 784) * sizeof(float));
     for (int t = 0; t < CNN_NTAPS; t++)
-        ft.tap[t] = qcal_malloc((size_t)(ft.n * tap_numel[t]) * sizeof(float));
-    fpred = qcal_malloc((size_t)test.n);
-    logits = qcal_malloc((size_t)(test.n * CNN_CLASSES) * sizeof(float));
+        ft.tap[t] = ex_malloc((size_t)(ft.n * tap_numel[t]) * sizeof(float));
+    fpred = ex_malloc((size_t)test.n);
+    logits = ex_malloc((size_t)(test.n * CNN_CLASSES) * sizeof(float));
     if (!ft.x || !ft.tap[CNN_NTAPS - 1] || !ft.tap[0] || !ft.tap[1] || !ft.tap[2] || !ft.tap[3] || !fpred ||
         !logits)
         TRY(QCAL_ERR_NO_MEMORY);
@@ -960,8 +962,8 @@ int main(int argc, char **argv)
             TRY(cnn_evaluate(ctx, fm, &test, NULL, &r2, NULL, NULL, NULL));
             t[k] = cnn_now() - ts;
             if (r2 != right)
-                TRY(qcal_error(QCAL_ERR_STATE, "f32 evaluation not repeatable: %lld then %lld correct",
-                               (long long)right, (long long)r2));
+                TRY(qcal_set_error(QCAL_ERR_STATE, "f32 evaluation not repeatable: %lld then %lld correct",
+                                   (long long)right, (long long)r2));
         }
         float_eval_s = median3(t);
     }
@@ -1083,7 +1085,7 @@ int main(int argc, char **argv)
 
     if (o.json_path) {
         qcal_atomic_file f;
-        TRY(qcal_atomic_open(&f, o.json_path));
+        TRY(qcal_atomic_file_open(&f, o.json_path));
         fprintf(f.fp, "{\n  \"float_top1\": ");
         json_num(f.fp, float_top1, 2);
         fprintf(f.fp, ",\n  \"test_images\": %lld,\n  \"calib_images\": %lld,\n  \"best_observer\": \"%s\",\n"
@@ -1122,7 +1124,7 @@ int main(int argc, char **argv)
         fprintf(f.fp, "},\n  \"output_dir\": ");
         json_str(f.fp, o.out_dir);
         fprintf(f.fp, "\n}\n");
-        TRY(qcal_atomic_commit(&f));
+        TRY(qcal_atomic_file_commit(&f));
     }
     printf("\nOutputs in %s/: <observer>/{calib.json, calibration_trt.cache, calibration.cache, model.table}, "
            "stats.csv, numeric_%s.csv%s%s\n", o.out_dir, qcal_observer_kind_name(res[best].kind),

@@ -7,6 +7,7 @@
  *              [--calib-batches N] [--qat-steps N] [--qat-lr X] [--qat-freeze N]
  *              [--act-range reduced|full] [--train-images N] [--data DIR]
  */
+#define _POSIX_C_SOURCE 200809L   /* POSIX calls (mkdir, fileno, clock_gettime) under -std=c11 */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/atomic_file.h"
+#include "qcal/atomic_file.h"
 #include "fakequant/fakequant_impl.h"
 
 struct qcal_fakequant_module {
@@ -657,13 +657,13 @@ qcal_status qcal_fakequant_module_save_file(const qcal_fakequant_module *fq, con
     if (st != QCAL_OK)
         return st;
     qcal_atomic_file af;
-    st = qcal_atomic_open(&af, path);
+    st = qcal_atomic_file_open(&af, path);
     if (st == QCAL_OK) {
         if (fwrite(buf, 1, len, af.fp) != len) {
-            qcal_atomic_abort(&af);
+            qcal_atomic_file_abort(&af);
             st = qcal_error(QCAL_ERR_IO, "cannot write '%s'", path);
         } else {
-            st = qcal_atomic_commit(&af);
+            st = qcal_atomic_file_commit(&af);
         }
     }
     qcal_free(buf);

@@ -11,7 +11,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
-#include "core/atomic_file.h"
+#include "qcal/atomic_file.h"
 #include "core/internal.h"
 #include "qcal/npy.h"
 
@@ -627,14 +627,14 @@ qcal_status qcal_npy_write(const char *path, qcal_npy_dtype dtype, int32_t ndim,
     char header[512];
     size_t hsize = format_header(header, sizeof header, dtype, ndim, shape);
     qcal_atomic_file f;
-    qcal_status st = qcal_atomic_open(&f, path);
+    qcal_status st = qcal_atomic_file_open(&f, path);
     if (st != QCAL_OK)
         return st;
     if (fwrite(header, 1, hsize, f.fp) != hsize ||
         (nbytes > 0 && fwrite(data, 1, (size_t)nbytes, f.fp) != (size_t)nbytes)) {
         st = qcal_error(QCAL_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
-        qcal_atomic_abort(&f);
+        qcal_atomic_file_abort(&f);
         return st;
     }
-    return qcal_atomic_commit(&f);
+    return qcal_atomic_file_commit(&f);
 }

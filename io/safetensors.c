@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/atomic_file.h"
+#include "qcal/atomic_file.h"
 #include "core/internal.h"
 #include "io/half_dsp.h"
 #include "io/json.h"
@@ -512,7 +512,7 @@ qcal_status qcal_safetensors_write_f32(const char *path, int64_t n, const char *
         return qcal_error(QCAL_ERR_NO_MEMORY, "cannot build the safetensors header");
     }
     qcal_atomic_file f;
-    s = qcal_atomic_open(&f, path);
+    s = qcal_atomic_file_open(&f, path);
     if (s != QCAL_OK) {
         qcal_buf_free(&h);
         return s;
@@ -532,8 +532,8 @@ qcal_status qcal_safetensors_write_f32(const char *path, int64_t n, const char *
     }
     if (!ok) {
         int e = errno;
-        qcal_atomic_abort(&f);
+        qcal_atomic_file_abort(&f);
         return qcal_error(QCAL_ERR_IO, "cannot write '%s': %s", path, strerror(e));
     }
-    return qcal_atomic_commit(&f);
+    return qcal_atomic_file_commit(&f);
 }

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/atomic_file.h"
+#include "qcal/atomic_file.h"
 #include "core/internal.h"
 #include "qcal/npy.h"
 #include "qcal/numeric.h"
@@ -31,7 +31,7 @@ void qcal_numeric_logger_destroy(qcal_numeric_logger **lgp)
         return;
     qcal_numeric_logger *lg = *lgp;
     if (lg->csv)
-        qcal_atomic_abort(&lg->csv_file);
+        qcal_atomic_file_abort(&lg->csv_file);
     free(lg->npy_dir);
     free(lg);
     *lgp = NULL;
@@ -56,7 +56,7 @@ qcal_status qcal_numeric_logger_create(const qcal_numeric_logger_options *opt, q
         }
     }
     if (opt->csv_path) {
-        st = qcal_atomic_open(&lg->csv_file, opt->csv_path);
+        st = qcal_atomic_file_open(&lg->csv_file, opt->csv_path);
         if (st != QCAL_OK)
             goto fail;
         lg->csv = true;
@@ -260,7 +260,7 @@ qcal_status qcal_numeric_logger_finish(qcal_numeric_logger *lg)
         return qcal_error(QCAL_ERR_IO, "cannot flush the log stream: %s", strerror(errno));
     if (lg->csv) {
         lg->csv = false;
-        return qcal_atomic_commit(&lg->csv_file);
+        return qcal_atomic_file_commit(&lg->csv_file);
     }
     return QCAL_OK;
 }

@@ -11,7 +11,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "core/atomic_file.h"
+#include "qcal/atomic_file.h"
 #include "core/cpu.h"
 #include "core/internal.h"
 #include "core/sha256.h"
@@ -38,6 +38,12 @@ static void test_status(void **state)
     assert_string_equal(qcal_status_str((qcal_status)-99), "unknown status");
     assert_int_equal(qcal_error(QCAL_ERR_IO, "cannot open '%s': %d", "x.bin", 42), QCAL_ERR_IO);
     assert_string_equal(qcal_last_error(), "cannot open 'x.bin': 42");
+    /* The public qcal_set_error, with the previous message as an argument: the cause is
+     * kept (formatted before it is stored, not overwritten while being read). */
+    assert_int_equal(qcal_set_error(QCAL_ERR_FORMAT, "outer: %s", qcal_last_error()), QCAL_ERR_FORMAT);
+    assert_string_equal(qcal_last_error(), "outer: cannot open 'x.bin': 42");
+    assert_int_equal(qcal_error(QCAL_ERR_FORMAT, "again: %s", qcal_last_error()), QCAL_ERR_FORMAT);
+    assert_string_equal(qcal_last_error(), "again: outer: cannot open 'x.bin': 42");
     qcal_clear_error();
     assert_string_equal(qcal_last_error(), "");
     assert_string_equal(qcal_version(), QCAL_VERSION);
@@ -130,33 +136,36 @@ static void test_atomic_file(void **state)
     char path[512];
     snprintf(path, sizeof path, "%s/out.txt", dir);
     qcal_atomic_file f;
-    assert_int_equal(qcal_atomic_open(&f, path), QCAL_OK);
+    assert_int_equal(qcal_atomic_file_open(&f, path), QCAL_OK);
     fputs("first\n", f.fp);
     assert_int_equal(access(path, F_OK), -1);       /* nothing visible before commit */
-    assert_int_equal(qcal_atomic_commit(&f), QCAL_OK);
+    assert_int_equal(qcal_atomic_file_commit(&f), QCAL_OK);
     char buf[64];
     read_file(path, buf, sizeof buf);
     assert_string_equal(buf, "first\n");
     /* An aborted rewrite leaves the old file and no temporary. */
-    assert_int_equal(qcal_atomic_open(&f, path), QCAL_OK);
+    assert_int_equal(qcal_atomic_file_open(&f, path), QCAL_OK);
     fputs("second\n", f.fp);
-    qcal_atomic_abort(&f);
+    qcal_atomic_file_abort(&f);
     read_file(path, buf, sizeof buf);
     assert_string_equal(buf, "first\n");
     assert_int_equal(count_entries(dir), 1);
     /* A committed rewrite replaces it. */
-    assert_int_equal(qcal_atomic_open(&f, path), QCAL_OK);
+    assert_int_equal(qcal_atomic_file_open(&f, path), QCAL_OK);
     fputs("third\n", f.fp);
-    assert_int_equal(qcal_atomic_commit(&f), QCAL_OK);
+    assert_int_equal(qcal_atomic_file_commit(&f), QCAL_OK);
     read_file(path, buf, sizeof buf);
     assert_string_equal(buf, "third\n");
     assert_int_equal(count_entries(dir), 1);
     /* A missing directory is an I/O error with the path in the message. */
     char bad[600];
     snprintf(bad, sizeof bad, "%s/no/such/dir/x.txt", dir);
-    assert_int_equal(qcal_atomic_open(&f, bad), QCAL_ERR_IO);
+    assert_int_equal(qcal_atomic_file_open(&f, bad), QCAL_ERR_IO);
     assert_non_null(strstr(qcal_last_error(), "no/such/dir"));
-    qcal_atomic_abort(&f);   /* safe on the zeroed struct */
+    qcal_atomic_file_abort(&f);   /* safe on the zeroed struct */
+    qcal_atomic_file_abort(NULL);
+    assert_int_equal(qcal_atomic_file_open(NULL, path), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_atomic_file_commit(&f), QCAL_ERR_STATE);   /* not open */
     unlink(path);
     rmdir(dir);
 }

@@ -31,11 +31,11 @@
 #include <cmocka.h>
 
 #include "qcal/calib.h"
-#include "qcal/idx.h"
 #include "qcal/npy.h"
 #include "qcal/qcal.h"
 #include "qcal/safetensors.h"
 
+#include "idx.h"   /* the examples' IDX reader (examples/cnn) */
 #include "testutil.h"
 
 /* ---- the outcome table ---- */
@@ -222,12 +222,12 @@ static qcal_status st_file(const bytes *b)
 
 static qcal_status idx_mem(const bytes *b)
 {
-    qcal_idx *h = (qcal_idx *)(uintptr_t)0x1;
-    qcal_status s = qcal_idx_read_memory(b->p ? b->p : (const uint8_t *)"", b->n, &h);
+    idx_file *h = (idx_file *)(uintptr_t)0x1;
+    qcal_status s = idx_read_memory(b->p ? b->p : (const uint8_t *)"", b->n, &h);
     if (s < 0)
-        assert_true(h == (qcal_idx *)(uintptr_t)0x1);
+        assert_true(h == (idx_file *)(uintptr_t)0x1);
     else
-        qcal_idx_destroy(&h);
+        idx_destroy(&h);
     return s;
 }
 
@@ -528,8 +528,8 @@ static void test_idx_reader(void **state)
         lib_case(A, c[i].name, idx_mem(&b), c[i].want);
         free(b.p);
     }
-    qcal_idx *h = NULL;
-    qcal_status s = qcal_idx_read_file(tmp_path("missing-ubyte.gz"), &h);
+    idx_file *h = NULL;
+    qcal_status s = idx_read_file(tmp_path("missing-ubyte.gz"), &h);
     lib_case(A, "path that does not exist", s, QCAL_ERR_NOT_FOUND);
     free(ok.p);
     free(z.p);

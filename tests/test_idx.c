@@ -1,4 +1,4 @@
-/* unit.idx: the gzip IDX reader (io/idx.c). Crafted raw and gzip buffers for every
+/* unit.idx: the examples' gzip IDX reader (examples/cnn/idx.c). Crafted raw and gzip buffers for every
  * validation path (truncation at every length, bit flips, bad magic, size mismatches,
  * zip-bomb claims), and the real Fashion-MNIST files against values Python's gzip module
  * read (tests/ref/gen_idx.py -> tests/data/idx/fmnist_summary.txt). */
@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "qcal/idx.h"
+#include "idx.h"
 
 #define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
 
@@ -57,19 +57,19 @@ static uint8_t *gzip_buf(const uint8_t *src, size_t len, size_t *out_len)
     return dst;
 }
 
-static void check_payload(const qcal_idx *t, int32_t want_ndim, const int64_t *want_dims, int64_t want_len)
+static void check_payload(const idx_file *t, int32_t want_ndim, const int64_t *want_dims, int64_t want_len)
 {
     int32_t nd = 0;
-    int64_t dims[QCAL_IDX_MAX_DIMS];
-    assert_int_equal(qcal_idx_shape(t, &nd, dims), QCAL_OK);
+    int64_t dims[IDX_MAX_DIMS];
+    assert_int_equal(idx_shape(t, &nd, dims), QCAL_OK);
     assert_int_equal(nd, want_ndim);
     for (int i = 0; i < nd; i++)
         assert_int_equal(dims[i], want_dims[i]);
-    for (int i = nd; i < QCAL_IDX_MAX_DIMS; i++)
+    for (int i = nd; i < IDX_MAX_DIMS; i++)
         assert_int_equal(dims[i], 1);
     const uint8_t *p;
     int64_t len;
-    assert_int_equal(qcal_idx_data(t, &p, &len), QCAL_OK);
+    assert_int_equal(idx_data(t, &p, &len), QCAL_OK);
     assert_int_equal(len, want_len);
     for (int64_t i = 0; i < len; i++)
         if (p[i] != (uint8_t)(i * 7 + 3))
@@ -83,47 +83,47 @@ static void test_raw_and_gzip_roundtrip(void **state)
     const uint32_t dims[3] = {3, 5, 7};
     size_t n = make_raw(raw, sizeof raw, 0x803, 3, dims, 105);
     const int64_t want[3] = {3, 5, 7};
-    qcal_idx *t = NULL;
-    assert_int_equal(qcal_idx_read_memory(raw, n, &t), QCAL_OK);
+    idx_file *t = NULL;
+    assert_int_equal(idx_read_memory(raw, n, &t), QCAL_OK);
     check_payload(t, 3, want, 105);
-    qcal_idx_destroy(&t);
+    idx_destroy(&t);
     assert_null(t);
-    qcal_idx_destroy(&t);   /* NULL handle is fine */
-    qcal_idx_destroy(NULL);
+    idx_destroy(&t);   /* NULL handle is fine */
+    idx_destroy(NULL);
 
     size_t gl;
     uint8_t *gz = gzip_buf(raw, n, &gl);
-    assert_int_equal(qcal_idx_read_memory(gz, gl, &t), QCAL_OK);
+    assert_int_equal(idx_read_memory(gz, gl, &t), QCAL_OK);
     check_payload(t, 3, want, 105);
-    assert_int_equal(qcal_idx_expect(t, 3, (const int64_t[]){-1, 5, 7}), QCAL_OK);
-    assert_int_equal(qcal_idx_expect(t, 3, (const int64_t[]){3, 5, 8}), QCAL_ERR_MISMATCH);
+    assert_int_equal(idx_expect(t, 3, (const int64_t[]){-1, 5, 7}), QCAL_OK);
+    assert_int_equal(idx_expect(t, 3, (const int64_t[]){3, 5, 8}), QCAL_ERR_MISMATCH);
     assert_non_null(strstr(qcal_last_error(), "[3, 5, 7]"));
-    assert_int_equal(qcal_idx_expect(t, 1, (const int64_t[]){3}), QCAL_ERR_MISMATCH);
-    qcal_idx_destroy(&t);
+    assert_int_equal(idx_expect(t, 1, (const int64_t[]){3}), QCAL_ERR_MISMATCH);
+    idx_destroy(&t);
     free(gz);
 
     /* Labels (1-d) and a zero-length tensor. */
     const uint32_t ld[1] = {11};
     n = make_raw(raw, sizeof raw, 0x801, 1, ld, 11);
-    assert_int_equal(qcal_idx_read_memory(raw, n, &t), QCAL_OK);
+    assert_int_equal(idx_read_memory(raw, n, &t), QCAL_OK);
     check_payload(t, 1, (const int64_t[]){11}, 11);
-    qcal_idx_destroy(&t);
+    idx_destroy(&t);
     const uint32_t zd[2] = {0, 28};
     n = make_raw(raw, sizeof raw, 0x802, 2, zd, 0);
     gz = gzip_buf(raw, n, &gl);
-    assert_int_equal(qcal_idx_read_memory(gz, gl, &t), QCAL_OK);
+    assert_int_equal(idx_read_memory(gz, gl, &t), QCAL_OK);
     check_payload(t, 2, (const int64_t[]){0, 28}, 0);
-    qcal_idx_destroy(&t);
+    idx_destroy(&t);
     free(gz);
 }
 
 static void expect_fail(const uint8_t *buf, size_t len, qcal_status want, const char *needle)
 {
-    qcal_idx *t = (qcal_idx *)(uintptr_t)0x1;   /* must stay untouched on failure */
-    qcal_status st = qcal_idx_read_memory(buf, len, &t);
+    idx_file *t = (idx_file *)(uintptr_t)0x1;   /* must stay untouched on failure */
+    qcal_status st = idx_read_memory(buf, len, &t);
     if (st != want)
         fail_msg("status %d (%s), expected %d; message: %s", st, qcal_status_str(st), want, qcal_last_error());
-    assert_ptr_equal(t, (qcal_idx *)(uintptr_t)0x1);
+    assert_ptr_equal(t, (idx_file *)(uintptr_t)0x1);
     if (needle && !strstr(qcal_last_error(), needle))
         fail_msg("message '%s' lacks '%s'", qcal_last_error(), needle);
 }
@@ -161,13 +161,13 @@ static void test_malformed_headers(void **state)
     n = make_raw(raw, sizeof raw, 0x0804, 4, big, 0);
     expect_fail(raw, n, QCAL_ERR_OVERFLOW, NULL);
     /* arguments */
-    qcal_idx *t = NULL;
-    assert_int_equal(qcal_idx_read_memory(NULL, 4, &t), QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_idx_read_memory(raw, n, NULL), QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_idx_read_memory(NULL, 0, &t), QCAL_ERR_FORMAT);
+    idx_file *t = NULL;
+    assert_int_equal(idx_read_memory(NULL, 4, &t), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(idx_read_memory(raw, n, NULL), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(idx_read_memory(NULL, 0, &t), QCAL_ERR_FORMAT);
     assert_null(t);
-    assert_int_equal(qcal_idx_shape(NULL, NULL, NULL), QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_idx_data(NULL, NULL, NULL), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(idx_shape(NULL, NULL, NULL), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(idx_data(NULL, NULL, NULL), QCAL_ERR_INVALID_ARG);
 }
 
 static void test_gzip_damage(void **state)
@@ -180,8 +180,8 @@ static void test_gzip_damage(void **state)
     uint8_t *gz = gzip_buf(raw, n, &gl);
     /* Every truncation of the gzip stream fails cleanly (never OK, never a crash). */
     for (size_t cut = 2; cut < gl; cut++) {
-        qcal_idx *t = NULL;
-        qcal_status st = qcal_idx_read_memory(gz, cut, &t);
+        idx_file *t = NULL;
+        qcal_status st = idx_read_memory(gz, cut, &t);
         if (st != QCAL_ERR_FORMAT)
             fail_msg("gzip cut at %zu of %zu: status %d (%s): %s", cut, gl, st, qcal_status_str(st),
                      qcal_last_error());
@@ -198,11 +198,11 @@ static void test_gzip_damage(void **state)
         for (int bit = 0; bit < 8; bit++) {
             memcpy(bad, gz, gl);
             bad[pos] ^= (uint8_t)(1u << bit);
-            qcal_idx *t = NULL;
-            qcal_status st = qcal_idx_read_memory(bad, gl, &t);
+            idx_file *t = NULL;
+            qcal_status st = idx_read_memory(bad, gl, &t);
             if (st == QCAL_OK) {
                 check_payload(t, 3, (const int64_t[]){4, 16, 16}, 1024);
-                qcal_idx_destroy(&t);
+                idx_destroy(&t);
                 harmless++;
             } else {
                 assert_null(t);
@@ -240,13 +240,13 @@ static void test_gzip_damage(void **state)
 static void test_files(void **state)
 {
     (void)state;
-    qcal_idx *t = NULL;
-    qcal_status st = qcal_idx_read_file("/nonexistent-qcal/train-images-idx3-ubyte.gz", &t);
+    idx_file *t = NULL;
+    qcal_status st = idx_read_file("/nonexistent-qcal/train-images-idx3-ubyte.gz", &t);
     assert_int_equal(st, QCAL_ERR_NOT_FOUND);
     assert_non_null(strstr(qcal_last_error(), "dataset-fashion-mnist"));
     assert_null(t);
-    assert_int_equal(qcal_idx_read_file("/", &t), QCAL_ERR_IO);
-    assert_int_equal(qcal_idx_read_file(NULL, &t), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(idx_read_file("/", &t), QCAL_ERR_IO);
+    assert_int_equal(idx_read_file(NULL, &t), QCAL_ERR_INVALID_ARG);
 
     /* A corrupt file: the message names the file. */
     char path[] = "/tmp/qcal_test_idx_XXXXXX";
@@ -254,7 +254,7 @@ static void test_files(void **state)
     assert_true(fd >= 0);
     assert_int_equal(write(fd, "\x1f\x8b\x08\x00garbage", 11), 11);
     close(fd);
-    assert_int_equal(qcal_idx_read_file(path, &t), QCAL_ERR_FORMAT);
+    assert_int_equal(idx_read_file(path, &t), QCAL_ERR_FORMAT);
     assert_non_null(strstr(qcal_last_error(), path));
     unlink(path);
 }
@@ -291,17 +291,17 @@ static void test_fashion_mnist(void **state)
             assert_int_equal(fscanf(f, "%lld", &hist[i]), 1);
 
         char path[4096];
-        qcal_idx *img = NULL, *lab = NULL;
+        idx_file *img = NULL, *lab = NULL;
         snprintf(path, sizeof path, FMNIST_DIR "/%s-images-idx3-ubyte.gz", splits[s]);
-        assert_int_equal(qcal_idx_read_file(path, &img), QCAL_OK);
+        assert_int_equal(idx_read_file(path, &img), QCAL_OK);
         snprintf(path, sizeof path, FMNIST_DIR "/%s-labels-idx1-ubyte.gz", splits[s]);
-        assert_int_equal(qcal_idx_read_file(path, &lab), QCAL_OK);
-        assert_int_equal(qcal_idx_expect(img, 3, (const int64_t[]){n, r, c}), QCAL_OK);
-        assert_int_equal(qcal_idx_expect(lab, 1, (const int64_t[]){n}), QCAL_OK);
+        assert_int_equal(idx_read_file(path, &lab), QCAL_OK);
+        assert_int_equal(idx_expect(img, 3, (const int64_t[]){n, r, c}), QCAL_OK);
+        assert_int_equal(idx_expect(lab, 1, (const int64_t[]){n}), QCAL_OK);
         const uint8_t *pi, *pl;
         int64_t li, ll;
-        assert_int_equal(qcal_idx_data(img, &pi, &li), QCAL_OK);
-        assert_int_equal(qcal_idx_data(lab, &pl, &ll), QCAL_OK);
+        assert_int_equal(idx_data(img, &pi, &li), QCAL_OK);
+        assert_int_equal(idx_data(lab, &pl, &ll), QCAL_OK);
         assert_int_equal(li, n * r * c);
         assert_int_equal(ll, n);
         for (int i = 0; i < 20; i++)
@@ -322,8 +322,8 @@ static void test_fashion_mnist(void **state)
             h[pl[i] < 10 ? pl[i] : 0]++;
         for (int k = 0; k < 10; k++)
             assert_int_equal(h[k], hist[k]);
-        qcal_idx_destroy(&img);
-        qcal_idx_destroy(&lab);
+        idx_destroy(&img);
+        idx_destroy(&lab);
     }
     fclose(f);
 }

@@ -10,7 +10,7 @@
 
 #include <stdio.h>
 
-#include "qcal/qcal.h"
+#include <qcal/qcal.h>
 
 /* Exit codes (documented in `qcal --help`). */
 enum {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/cli_common.h"
+#include "cli_common.h"
 
 void cli_parser_init(cli_parser *p, int argc, char **argv)
 {

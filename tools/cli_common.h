@@ -25,10 +25,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "qcal/npy.h"
-#include "qcal/qcal.h"
-#include "qcal/safetensors.h"
-#include "tools/cli.h"
+#include <qcal/npy.h>
+#include <qcal/qcal.h>
+#include <qcal/safetensors.h>
+
+#include "cli.h"
 
 #if defined(__GNUC__)
 #define CLI_PRINTF(a, b) __attribute__((format(printf, a, b)))

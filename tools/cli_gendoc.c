@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tools/cli_common.h"
+#include "cli_common.h"
 
 /* The --help text of a subcommand (malloc'ed, NUL-terminated), captured from its stdout. */
 static char *help_text(const qcal_cmd *c)

@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/cli_common.h"
-#include "tools/cli_state.h"
+#include "cli_common.h"
+#include "cli_state.h"
 
 int cli_state_read(const char *cmd, const char *path, void **buf, size_t *len,
                    cli_state_kind *kind)

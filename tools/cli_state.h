@@ -8,8 +8,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "qcal/calib.h"
-#include "qcal/observer.h"
+#include <qcal/calib.h>
+#include <qcal/observer.h>
 
 typedef enum cli_state_kind {
     CLI_STATE_OBSERVER,   /* "QCOB" */

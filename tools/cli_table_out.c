@@ -5,7 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "tools/cli_table_out.h"
+#include "cli_table_out.h"
 
 void cli_table_out_init(cli_table_out *o)
 {

@@ -13,8 +13,9 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "qcal/calib.h"
-#include "tools/cli_common.h"
+#include <qcal/calib.h>
+
+#include "cli_common.h"
 
 enum {
     CLI_OUT_BASE = 2000,

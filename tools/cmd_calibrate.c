@@ -7,11 +7,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "qcal/calib.h"
-#include "qcal/calib_dump.h"
-#include "tools/cli_common.h"
-#include "tools/cli_state.h"
-#include "tools/cli_table_out.h"
+#include <qcal/calib.h>
+#include <qcal/calib_dump.h>
+
+#include "cli_common.h"
+#include "cli_state.h"
+#include "cli_table_out.h"
 
 static const char help[] =
     "usage: qcal calibrate DIR -o OUT [--format F[,F...]] [--rules RULES]\n"

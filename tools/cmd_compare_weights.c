@@ -6,9 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "qcal/numeric.h"
-#include "qcal/safetensors.h"
-#include "tools/cli_common.h"
+#include <qcal/numeric.h>
+#include <qcal/safetensors.h>
+
+#include "cli_common.h"
 
 static const char help[] =
     "usage: qcal compare-weights [options] FILE.safetensors|FILE.npy ...\n"

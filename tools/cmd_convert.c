@@ -2,9 +2,10 @@
  * calibrating straight to those formats writes (same table, same writers). */
 #include <string.h>
 
-#include "qcal/calib.h"
-#include "tools/cli_common.h"
-#include "tools/cli_table_out.h"
+#include <qcal/calib.h>
+
+#include "cli_common.h"
+#include "cli_table_out.h"
 
 static const char help[] =
     "usage: qcal convert TABLE.json --format F[,F...] -o OUT\n"

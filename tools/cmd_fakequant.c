@@ -5,8 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "qcal/fakequant.h"
-#include "tools/cli_common.h"
+#include <qcal/fakequant.h>
+
+#include "cli_common.h"
 
 static const char help[] =
     "usage: qcal fakequant --scale S --zero-point Z [--quant-min A --quant-max B] IN.npy\n"

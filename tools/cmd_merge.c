@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/cli_common.h"
-#include "tools/cli_state.h"
-#include "tools/cli_table_out.h"
+#include "cli_common.h"
+#include "cli_state.h"
+#include "cli_table_out.h"
 
 static const char help[] =
     "usage: qcal merge STATE [STATE ...] [--save-state OUT]\n"

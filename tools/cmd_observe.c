@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/cli_common.h"
-#include "tools/cli_state.h"
+#include "cli_common.h"
+#include "cli_state.h"
 
 static const char help[] =
     "usage: qcal observe [--observer KIND] [OBSERVER OPTIONS] [--load-state FILE]\n"

@@ -3,9 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
-#include "qcal/quantize.h"
-#include "tools/cli_common.h"
+#include <qcal/quantize.h>
+
+#include "cli_common.h"
 
 static const char quantize_help[] =
     "usage: qcal quantize --scale S [--zero-point Z] [--dtype D] IN.npy -o OUT.npy\n"
@@ -226,7 +226,7 @@ int cmd_quantize(int argc, char **argv)
     if (a.scales_path && (rc = load_chan_params(cmd, &a, in.ndim, in.shape, &cp)))
         goto out;
     size_t esize = qcal_dtype_size(a.dtype), nbytes;
-    if (!esize || !qcal_mul_size((size_t)in.numel, esize, &nbytes)) {
+    if (!esize || __builtin_mul_overflow((size_t)in.numel, esize, &nbytes)) {
         rc = cli_fail(cmd, QCAL_EXIT_FAILURE, "output size overflows");
         goto out;
     }
@@ -288,7 +288,7 @@ int cmd_dequantize(int argc, char **argv)
     if (a.scales_path && (rc = load_chan_params(cmd, &a, in.ndim, in.shape, &cp)))
         goto out;
     size_t nbytes;
-    if (!qcal_mul_size((size_t)in.numel, sizeof *dst, &nbytes)) {
+    if (__builtin_mul_overflow((size_t)in.numel, sizeof *dst, &nbytes)) {
         rc = cli_fail(cmd, QCAL_EXIT_FAILURE, "output size overflows");
         goto out;
     }

@@ -7,10 +7,11 @@
 
 #include <sys/stat.h>
 
-#include "qcal/calib_dump.h"
-#include "qcal/numeric.h"
-#include "qcal/safetensors.h"
-#include "tools/cli_common.h"
+#include <qcal/calib_dump.h>
+#include <qcal/numeric.h>
+#include <qcal/safetensors.h>
+
+#include "cli_common.h"
 
 static const char help[] =
     "usage: qcal stats [--csv PATH] [--summary] FILE.safetensors|FILE.npy|DUMPDIR ...\n"

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tools/cli_common.h"
+#include "cli_common.h"
 
 static const qcal_cmd commands[] = {
     { "observe", "feed .npy batches to an observer, print its range and qparams (JSON)", cmd_observe, &cmd_observe_opts },

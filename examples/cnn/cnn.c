@@ -6,6 +6,7 @@
  * chunk order, so for one thread count the results are bit-identical from run to run.
  * Across thread counts they may differ in the last bits: dnnl_sgemm splits its K
  * reductions by the number of threads. */
+#define _POSIX_C_SOURCE 200809L   /* POSIX calls (mkdir, fileno, clock_gettime) under -std=c11 */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,16 +16,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cnn.h"
-#include "core/internal.h"
-#include "qcal/idx.h"
-#include "qcal_config.h"
-#include "qcal/safetensors.h"
+#include <qcal/safetensors.h>
 
-#if QCAL_HAVE_DNNL
+#include "cnn.h"
+#include "ex_util.h"
+#include "idx.h"
+
+#if CNN_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>
 #endif
-#if QCAL_HAVE_OPENMP
+#ifdef _OPENMP
 #include <omp.h>
 #endif
 
@@ -73,11 +74,11 @@ static float uniform01(uint64_t *s) { return (float)(splitmix64(s) >> 40) * (1.0
 
 static cnn_model *model_alloc(void)
 {
-    cnn_model *m = qcal_calloc(1, sizeof *m);
+    cnn_model *m = ex_calloc(1, sizeof *m);
     if (!m)
         return NULL;
     for (int i = 0; i < CNN_NPARAMS; i++) {
-        m->param[i] = qcal_malloc((size_t)cnn_param_numel(i) * sizeof(float));
+        m->param[i] = ex_malloc((size_t)cnn_param_numel(i) * sizeof(float));
         if (!m->param[i]) {
             cnn_model_destroy(&m);
             return NULL;
@@ -89,7 +90,7 @@ static cnn_model *model_alloc(void)
 qcal_status cnn_model_create(uint64_t seed, cnn_model **out)
 {
     if (!out)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_model_create: NULL out");
+        return qcal_set_error(QCAL_ERR_INVALID_ARG, "cnn_model_create: NULL out");
     cnn_model *m = model_alloc();
     if (!m)
         return QCAL_ERR_NO_MEMORY;
@@ -126,7 +127,7 @@ void cnn_model_copy(cnn_model *dst, const cnn_model *src)
 qcal_status cnn_model_save(const cnn_model *m, const char *path)
 {
     if (!m || !path)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_model_save: NULL argument");
+        return qcal_set_error(QCAL_ERR_INVALID_ARG, "cnn_model_save: NULL argument");
     qcal_tensor t[CNN_NPARAMS];
     for (int i = 0; i < CNN_NPARAMS; i++) {
         int64_t shape[4];
@@ -151,7 +152,7 @@ static void shape_str(char *buf, size_t cap, int32_t ndim, const int64_t *shape)
 qcal_status cnn_model_load(const char *path, cnn_model **out)
 {
     if (!path || !out)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_model_load: NULL argument");
+        return qcal_set_error(QCAL_ERR_INVALID_ARG, "cnn_model_load: NULL argument");
     qcal_safetensors *sf = NULL;
     qcal_status st = qcal_safetensors_open(path, &sf);
     if (st != QCAL_OK)
@@ -166,8 +167,8 @@ qcal_status cnn_model_load(const char *path, cnn_model **out)
         int nd = cnn_param_shape(i, want);
         qcal_safetensors_tensor_info info;
         if (qcal_safetensors_find(sf, param_names[i], &idx) != QCAL_OK) {
-            st = qcal_error(QCAL_ERR_MISMATCH, "%s: tensor '%s' is missing (the model needs conv1/conv2/fc1/fc2 "
-                            "weight and bias with PyTorch names)", path, param_names[i]);
+            st = qcal_set_error(QCAL_ERR_MISMATCH, "%s: tensor '%s' is missing (the model needs conv1/conv2/fc1/fc2 "
+                                "weight and bias with PyTorch names)", path, param_names[i]);
             break;
         }
         if ((st = qcal_safetensors_info(sf, idx, &info)) != QCAL_OK)
@@ -179,15 +180,15 @@ qcal_status cnn_model_load(const char *path, cnn_model **out)
             char have_s[128], want_s[128];
             shape_str(have_s, sizeof have_s, info.ndim, info.shape);
             shape_str(want_s, sizeof want_s, nd, want);
-            st = qcal_error(QCAL_ERR_MISMATCH, "%s: tensor '%s' has shape %s, expected %s", path,
-                            param_names[i], have_s, want_s);
+            st = qcal_set_error(QCAL_ERR_MISMATCH, "%s: tensor '%s' has shape %s, expected %s", path,
+                                param_names[i], have_s, want_s);
             break;
         }
         st = qcal_safetensors_read_f32(sf, idx, 0, cnn_param_numel(i), m->param[i]);
         for (int64_t k = 0; st == QCAL_OK && k < cnn_param_numel(i); k++)
             if (!isfinite(m->param[i][k]))
-                st = qcal_error(QCAL_ERR_NONFINITE, "%s: tensor '%s' element %lld is %g", path,
-                                param_names[i], (long long)k, (double)m->param[i][k]);
+                st = qcal_set_error(QCAL_ERR_NONFINITE, "%s: tensor '%s' element %lld is %g", path,
+                                    param_names[i], (long long)k, (double)m->param[i][k]);
     }
     qcal_safetensors_close(&sf);
     if (st != QCAL_OK) {
@@ -218,52 +219,52 @@ void cnn_data_free(cnn_data *d)
 qcal_status cnn_data_load(const char *dir, const char *split, cnn_data *out)
 {
     if (!dir || !split || !out)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_data_load: NULL argument");
+        return qcal_set_error(QCAL_ERR_INVALID_ARG, "cnn_data_load: NULL argument");
     char ipath[4096], lpath[4096];
     snprintf(ipath, sizeof ipath, "%s/%s-images-idx3-ubyte.gz", dir, split);
     snprintf(lpath, sizeof lpath, "%s/%s-labels-idx1-ubyte.gz", dir, split);
-    qcal_idx *img = NULL, *lab = NULL;
+    idx_file *img = NULL, *lab = NULL;
     cnn_data d = {0};
-    qcal_status st = qcal_idx_read_file(ipath, &img);
+    qcal_status st = idx_read_file(ipath, &img);
     if (st == QCAL_OK)
-        st = qcal_idx_read_file(lpath, &lab);
+        st = idx_read_file(lpath, &lab);
     const int64_t idims[3] = {-1, 28, 28};
-    if (st == QCAL_OK && (st = qcal_idx_expect(img, 3, idims)) != QCAL_OK) {
+    if (st == QCAL_OK && (st = idx_expect(img, 3, idims)) != QCAL_OK) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", qcal_last_error());
-        st = qcal_error(st, "%s: %s", ipath, msg);
+        st = qcal_set_error(st, "%s: %s", ipath, msg);
     }
     const int64_t ldims[1] = {-1};
-    if (st == QCAL_OK && (st = qcal_idx_expect(lab, 1, ldims)) != QCAL_OK) {
+    if (st == QCAL_OK && (st = idx_expect(lab, 1, ldims)) != QCAL_OK) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", qcal_last_error());
-        st = qcal_error(st, "%s: %s", lpath, msg);
+        st = qcal_set_error(st, "%s: %s", lpath, msg);
     }
     if (st == QCAL_OK) {
         int32_t nd;
-        int64_t di[QCAL_IDX_MAX_DIMS], dl[QCAL_IDX_MAX_DIMS];
+        int64_t di[IDX_MAX_DIMS], dl[IDX_MAX_DIMS];
         const uint8_t *pi, *pl;
         int64_t li, ll;
-        qcal_idx_shape(img, &nd, di);
-        qcal_idx_shape(lab, &nd, dl);
-        qcal_idx_data(img, &pi, &li);
-        qcal_idx_data(lab, &pl, &ll);
+        idx_shape(img, &nd, di);
+        idx_shape(lab, &nd, dl);
+        idx_data(img, &pi, &li);
+        idx_data(lab, &pl, &ll);
         if (di[0] != dl[0]) {
-            st = qcal_error(QCAL_ERR_MISMATCH, "%s has %lld images but %s has %lld labels", ipath,
-                            (long long)di[0], lpath, (long long)dl[0]);
+            st = qcal_set_error(QCAL_ERR_MISMATCH, "%s has %lld images but %s has %lld labels", ipath,
+                                (long long)di[0], lpath, (long long)dl[0]);
         } else if (di[0] == 0) {
-            st = qcal_error(QCAL_ERR_EMPTY, "%s holds no images", ipath);
+            st = qcal_set_error(QCAL_ERR_EMPTY, "%s holds no images", ipath);
         } else {
             for (int64_t i = 0; i < ll; i++)
                 if (pl[i] >= CNN_CLASSES) {
-                    st = qcal_error(QCAL_ERR_FORMAT, "%s: label %lld is %u, not a class 0..9", lpath,
-                                    (long long)i, pl[i]);
+                    st = qcal_set_error(QCAL_ERR_FORMAT, "%s: label %lld is %u, not a class 0..9", lpath,
+                                        (long long)i, pl[i]);
                     break;
                 }
         }
         if (st == QCAL_OK) {
-            d.images = qcal_malloc((size_t)li);
-            d.labels = qcal_malloc((size_t)ll);
+            d.images = ex_malloc((size_t)li);
+            d.labels = ex_malloc((size_t)ll);
             if (!d.images || !d.labels) {
                 st = QCAL_ERR_NO_MEMORY;
             } else {
@@ -273,8 +274,8 @@ qcal_status cnn_data_load(const char *dir, const char *split, cnn_data *out)
             }
         }
     }
-    qcal_idx_destroy(&img);
-    qcal_idx_destroy(&lab);
+    idx_destroy(&img);
+    idx_destroy(&lab);
     if (st != QCAL_OK) {
         cnn_data_free(&d);
         return st;
@@ -289,15 +290,15 @@ qcal_status cnn_data_load(const char *dir, const char *split, cnn_data *out)
 static qcal_status sgemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                          int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
 {
-#if QCAL_HAVE_DNNL
+#if CNN_HAVE_DNNL
     dnnl_status_t s = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     if (s != dnnl_success)
-        return qcal_error(QCAL_ERR_BACKEND, "dnnl_sgemm(%c, %c, M=%lld, N=%lld, K=%lld) failed with status %d",
-                          ta, tb, (long long)M, (long long)N, (long long)K, (int)s);
+        return qcal_set_error(QCAL_ERR_BACKEND, "dnnl_sgemm(%c, %c, M=%lld, N=%lld, K=%lld) failed with status %d",
+                              ta, tb, (long long)M, (long long)N, (long long)K, (int)s);
     return QCAL_OK;
 #else
     /* Portable fallback: one output row per iteration, K innermost in a fixed order. */
-#if QCAL_HAVE_OPENMP
+#ifdef _OPENMP
 #pragma omp parallel for schedule(static) if (M * N * K > (1 << 20))
 #endif
     for (int64_t i = 0; i < M; i++) {
@@ -380,7 +381,7 @@ static void *falloc(int64_t count, size_t elem, bool *ok)
 {
     void *p = NULL;
     if (*ok) {
-        p = qcal_malloc((size_t)count * elem);
+        p = ex_malloc((size_t)count * elem);
         if (!p)
             *ok = false;
     }
@@ -390,8 +391,8 @@ static void *falloc(int64_t count, size_t elem, bool *ok)
 qcal_status cnn_ctx_create(int max_batch, cnn_ctx **out)
 {
     if (!out || max_batch < 1 || max_batch > 65536)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_ctx_create: max_batch %d not in 1..65536", max_batch);
-    cnn_ctx *c = qcal_calloc(1, sizeof *c);
+        return qcal_set_error(QCAL_ERR_INVALID_ARG, "cnn_ctx_create: max_batch %d not in 1..65536", max_batch);
+    cnn_ctx *c = ex_calloc(1, sizeof *c);
     if (!c)
         return QCAL_ERR_NO_MEMORY;
     int64_t B = max_batch;
@@ -474,7 +475,7 @@ static void perm_osc_to_ocs(const float *src, float *dst, int64_t O, int64_t C, 
  * ordered (kh, kw, c) to match the [O, kh, kw, C] weight. */
 static void im2col3x3(const float *src, float *col, int64_t B, int64_t H, int64_t W, int64_t C)
 {
-#if QCAL_HAVE_OPENMP
+#ifdef _OPENMP
 #pragma omp parallel for schedule(static)
 #endif
     for (int64_t b = 0; b < B; b++) {
@@ -498,7 +499,7 @@ static void im2col3x3(const float *src, float *col, int64_t B, int64_t H, int64_
 /* Adjoint of im2col3x3: dst [B,H,W,C] = sum of the col entries that read each pixel. */
 static void col2im3x3(const float *col, float *dst, int64_t B, int64_t H, int64_t W, int64_t C)
 {
-#if QCAL_HAVE_OPENMP
+#ifdef _OPENMP
 #pragma omp parallel for schedule(static)
 #endif
     for (int64_t b = 0; b < B; b++) {
@@ -525,7 +526,7 @@ static void col2im3x3(const float *col, float *dst, int64_t B, int64_t H, int64_
 /* y [M, C] += bias, then ReLU, in place. */
 static void bias_relu(float *y, const float *bias, int64_t M, int64_t C, bool relu)
 {
-#if QCAL_HAVE_OPENMP
+#ifdef _OPENMP
 #pragma omp parallel for schedule(static) if (M * C > 65536)
 #endif
     for (int64_t i = 0; i < M; i++) {
@@ -543,7 +544,7 @@ static void bias_relu(float *y, const float *bias, int64_t M, int64_t C, bool re
 static void maxpool2(const float *src, float *dst, uint8_t *idx, int64_t B, int64_t H, int64_t W, int64_t C)
 {
     int64_t OH = H / 2, OW = W / 2;
-#if QCAL_HAVE_OPENMP
+#ifdef _OPENMP
 #pragma omp parallel for schedule(static)
 #endif
     for (int64_t b = 0; b < B; b++)
@@ -571,7 +572,7 @@ static void maxpool2_relu_backward(const float *dout, const uint8_t *idx, float 
                                    int64_t B, int64_t H, int64_t W, int64_t C)
 {
     int64_t OH = H / 2, OW = W / 2;
-#if QCAL_HAVE_OPENMP
+#ifdef _OPENMP
 #pragma omp parallel for schedule(static)
 #endif
     for (int64_t b = 0; b < B; b++)
@@ -597,7 +598,7 @@ static void maxpool2_relu_backward(const float *dout, const uint8_t *idx, float 
 static void colsum(cnn_ctx *c, const float *a, int64_t M, int64_t C, float *out)
 {
     float *part = c->colsum_part;
-#if QCAL_HAVE_OPENMP
+#ifdef _OPENMP
 #pragma omp parallel for schedule(static) if (M * C > 65536)
 #endif
     for (int k = 0; k < COLSUM_CHUNKS; k++) {
@@ -683,7 +684,7 @@ static qcal_status forward(cnn_ctx *c, const cnn_model *m, const uint8_t *images
     qcal_status st = prepare_weights(c, m, hooks, training);
     if (st != QCAL_OK)
         return st;
-#if QCAL_HAVE_OPENMP
+#ifdef _OPENMP
 #pragma omp parallel for schedule(static) if (B >= 64)
 #endif
     for (int64_t i = 0; i < B * 784; i++)
@@ -725,9 +726,9 @@ qcal_status cnn_forward(cnn_ctx *c, const cnn_model *m, const uint8_t *images, i
                         const float **logits)
 {
     if (!c || !m || !images || !logits)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_forward: NULL argument");
+        return qcal_set_error(QCAL_ERR_INVALID_ARG, "cnn_forward: NULL argument");
     if (n < 1 || n > c->max_batch)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_forward: batch %d not in 1..%d", n, c->max_batch);
+        return qcal_set_error(QCAL_ERR_INVALID_ARG, "cnn_forward: batch %d not in 1..%d", n, c->max_batch);
     qcal_status st = forward(c, m, images, n, hooks, false);
     if (st != QCAL_OK)
         return st;
@@ -819,7 +820,7 @@ static void adam_step(cnn_ctx *c, cnn_model *m, float lr)
     for (int i = 0; i < CNN_NPARAMS; i++) {
         float *p = m->param[i], *g = c->grad[i], *mm = c->adam_m[i], *vv = c->adam_v[i];
         int64_t n = cnn_param_numel(i);
-#if QCAL_HAVE_OPENMP
+#ifdef _OPENMP
 #pragma omp parallel for schedule(static) if (n > 65536)
 #endif
         for (int64_t k = 0; k < n; k++) {
@@ -835,12 +836,12 @@ qcal_status cnn_compute_grad(cnn_ctx *c, const cnn_model *m, const uint8_t *imag
                              int n, const cnn_hooks *hooks, float *loss)
 {
     if (!c || !m || !images || !labels || !loss)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_compute_grad: NULL argument");
+        return qcal_set_error(QCAL_ERR_INVALID_ARG, "cnn_compute_grad: NULL argument");
     if (n < 1 || n > c->max_batch)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_compute_grad: batch %d not in 1..%d", n, c->max_batch);
+        return qcal_set_error(QCAL_ERR_INVALID_ARG, "cnn_compute_grad: batch %d not in 1..%d", n, c->max_batch);
     for (int i = 0; i < n; i++)
         if (labels[i] >= CNN_CLASSES)
-            return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_compute_grad: label %d of the batch is %u", i, labels[i]);
+            return qcal_set_error(QCAL_ERR_INVALID_ARG, "cnn_compute_grad: label %d of the batch is %u", i, labels[i]);
     c->hooks = hooks;
     qcal_status st = forward(c, m, images, n, hooks, true);
     if (st != QCAL_OK)
@@ -861,14 +862,14 @@ qcal_status cnn_train_step(cnn_ctx *c, cnn_model *m, const uint8_t *images, cons
                            const cnn_hooks *hooks, float lr, float *loss)
 {
     if (!(lr >= 0.0f) || !isfinite(lr))
-        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_train_step: learning rate %g", (double)lr);
+        return qcal_set_error(QCAL_ERR_INVALID_ARG, "cnn_train_step: learning rate %g", (double)lr);
     float l = 0.0f;
     qcal_status st = cnn_compute_grad(c, m, images, labels, n, hooks, &l);
     if (st != QCAL_OK)
         return st;
     if (!isfinite(l))
-        return qcal_error(QCAL_ERR_NONFINITE, "cnn_train_step: loss is %g (diverged); parameters not updated",
-                          (double)l);
+        return qcal_set_error(QCAL_ERR_NONFINITE, "cnn_train_step: loss is %g (diverged); parameters not updated",
+                              (double)l);
     adam_step(c, m, lr);
     *loss = l;
     return QCAL_OK;
@@ -924,19 +925,19 @@ qcal_status cnn_train(cnn_ctx *c, cnn_model *m, const cnn_data *data, const cnn_
                       const cnn_hooks *hooks, cnn_progress_fn progress, void *progress_user)
 {
     if (!c || !m || !data || !opts)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_train: NULL argument");
+        return qcal_set_error(QCAL_ERR_INVALID_ARG, "cnn_train: NULL argument");
     if (opts->epochs < 1 || opts->batch < 1 || opts->batch > c->max_batch || !(opts->lr > 0.0f) ||
         !(opts->lr_decay > 0.0f) || opts->max_images < 0)
-        return qcal_error(QCAL_ERR_INVALID_ARG,
-                          "cnn_train: epochs %d, batch %d (ctx max %d), lr %g, lr_decay %g, max_images %lld",
-                          opts->epochs, opts->batch, c->max_batch, (double)opts->lr, (double)opts->lr_decay,
-                          (long long)opts->max_images);
+        return qcal_set_error(QCAL_ERR_INVALID_ARG,
+                              "cnn_train: epochs %d, batch %d (ctx max %d), lr %g, lr_decay %g, max_images %lld",
+                              opts->epochs, opts->batch, c->max_batch, (double)opts->lr, (double)opts->lr_decay,
+                              (long long)opts->max_images);
     int64_t n = opts->max_images > 0 && opts->max_images < data->n ? opts->max_images : data->n;
     if (n < 1)
-        return qcal_error(QCAL_ERR_EMPTY, "cnn_train: no training images");
-    int64_t *order = qcal_malloc((size_t)n * sizeof *order);
-    uint8_t *bx = qcal_malloc((size_t)opts->batch * 784);
-    uint8_t *by = qcal_malloc((size_t)opts->batch);
+        return qcal_set_error(QCAL_ERR_EMPTY, "cnn_train: no training images");
+    int64_t *order = ex_malloc((size_t)n * sizeof *order);
+    uint8_t *bx = ex_malloc((size_t)opts->batch * 784);
+    uint8_t *by = ex_malloc((size_t)opts->batch);
     qcal_status st = (order && bx && by) ? QCAL_OK : QCAL_ERR_NO_MEMORY;
     int64_t steps_per_epoch = (n + opts->batch - 1) / opts->batch;
     float lr = opts->lr;
@@ -978,9 +979,9 @@ qcal_status cnn_evaluate(cnn_ctx *c, const cnn_model *m, const cnn_data *data, c
                          int64_t *correct, uint8_t *preds, cnn_progress_fn progress, void *progress_user)
 {
     if (!c || !m || !data || !correct)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_evaluate: NULL argument");
+        return qcal_set_error(QCAL_ERR_INVALID_ARG, "cnn_evaluate: NULL argument");
     if (data->n < 1)
-        return qcal_error(QCAL_ERR_EMPTY, "cnn_evaluate: no images");
+        return qcal_set_error(QCAL_ERR_EMPTY, "cnn_evaluate: no images");
     int64_t right = 0;
     for (int64_t i0 = 0; i0 < data->n; i0 += c->max_batch) {
         int bn = (int)(data->n - i0 < c->max_batch ? data->n - i0 : c->max_batch);
@@ -1017,19 +1018,19 @@ static qcal_status mkdir_p(const char *dir)
         if (*p == '/') {
             *p = 0;
             if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-                return qcal_error(QCAL_ERR_IO, "cannot create directory '%s': %s", tmp, strerror(errno));
+                return qcal_set_error(QCAL_ERR_IO, "cannot create directory '%s': %s", tmp, strerror(errno));
             *p = '/';
         }
     }
     if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-        return qcal_error(QCAL_ERR_IO, "cannot create directory '%s': %s", tmp, strerror(errno));
+        return qcal_set_error(QCAL_ERR_IO, "cannot create directory '%s': %s", tmp, strerror(errno));
     return QCAL_OK;
 }
 
 qcal_status cnn_cache_path(const cnn_train_opts *o, char *buf, size_t cap)
 {
     if (!o || !buf || cap == 0)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_cache_path: NULL argument");
+        return qcal_set_error(QCAL_ERR_INVALID_ARG, "cnn_cache_path: NULL argument");
     char dir[4096];
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     if (xdg && *xdg)
@@ -1037,7 +1038,7 @@ qcal_status cnn_cache_path(const cnn_train_opts *o, char *buf, size_t cap)
     else if (home && *home)
         snprintf(dir, sizeof dir, "%s/.cache/qcal", home);
     else
-        return qcal_error(QCAL_ERR_NOT_FOUND, "neither XDG_CACHE_HOME nor HOME is set: no cache directory");
+        return qcal_set_error(QCAL_ERR_NOT_FOUND, "neither XDG_CACHE_HOME nor HOME is set: no cache directory");
     qcal_status st = mkdir_p(dir);
     if (st != QCAL_OK)
         return st;
@@ -1045,7 +1046,7 @@ qcal_status cnn_cache_path(const cnn_train_opts *o, char *buf, size_t cap)
                        CNN_CACHE_VERSION, o->epochs, o->batch, (double)o->lr, (double)o->lr_decay,
                        (unsigned long long)o->seed, (long long)o->max_images);
     if (len < 0 || (size_t)len >= cap)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_cache_path: buffer of %zu bytes is too small", cap);
+        return qcal_set_error(QCAL_ERR_INVALID_ARG, "cnn_cache_path: buffer of %zu bytes is too small", cap);
     return QCAL_OK;
 }
 
@@ -1053,7 +1054,7 @@ qcal_status cnn_load_or_train(cnn_ctx *c, const cnn_data *train, const cnn_train
                               cnn_progress_fn progress, void *progress_user, cnn_model **out, bool *trained)
 {
     if (!c || !train || !opts || !out)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_load_or_train: NULL argument");
+        return qcal_set_error(QCAL_ERR_INVALID_ARG, "cnn_load_or_train: NULL argument");
     char path[4096];
     qcal_status st = cnn_cache_path(opts, path, sizeof path);
     if (st != QCAL_OK)

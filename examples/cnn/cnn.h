@@ -19,7 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "qcal/common.h"
+#include <qcal/common.h>
 
 #define CNN_IMAGE_PIXELS 784
 #define CNN_CLASSES 10
@@ -81,7 +81,7 @@ typedef struct cnn_data {
 /* Directory of the dataset: $QCAL_FMNIST_DIR if set, else /usr/share/datasets/fashion-mnist. */
 const char *cnn_data_dir(void);
 /* Loads "<dir>/<split>-images-idx3-ubyte.gz" and "<dir>/<split>-labels-idx1-ubyte.gz"
- * (split "train" or "t10k") through qcal_idx; checks shapes, counts and labels < 10. */
+ * (split "train" or "t10k") through idx_file; checks shapes, counts and labels < 10. */
 qcal_status cnn_data_load(const char *dir, const char *split, cnn_data *out);
 void cnn_data_free(cnn_data *d);
 

@@ -1,10 +1,11 @@
 /* QAT for the demo CNN with qcal_fakequant_module objects; see qat.h. */
+#define _POSIX_C_SOURCE 200809L   /* POSIX calls (mkdir, fileno, clock_gettime) under -std=c11 */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "ex_util.h"
 #include "qat.h"
 
 /* ---- Hooks --------------------------------------------------------------------------- */
@@ -60,14 +61,14 @@ cnn_fq_opts cnn_fq_opts_default(void)
 qcal_status cnn_fq_create(const cnn_fq_opts *opts, cnn_fq_set **out)
 {
     if (!out)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_fq_create: NULL out");
+        return qcal_set_error(QCAL_ERR_INVALID_ARG, "cnn_fq_create: NULL out");
     cnn_fq_opts o = opts ? *opts : cnn_fq_opts_default();
     if (o.act_preset != QCAL_FAKEQUANT_PRESET_ACTIVATION && o.act_preset != QCAL_FAKEQUANT_PRESET_ACTIVATION_FULL_RANGE)
-        return qcal_error(QCAL_ERR_INVALID_ARG,
-                          "cnn_fq_create: activation preset %d is not QCAL_FAKEQUANT_PRESET_ACTIVATION (%d) or "
-                          "QCAL_FAKEQUANT_PRESET_ACTIVATION_FULL_RANGE (%d)", (int)o.act_preset, (int)QCAL_FAKEQUANT_PRESET_ACTIVATION,
-                          (int)QCAL_FAKEQUANT_PRESET_ACTIVATION_FULL_RANGE);
-    cnn_fq_set *s = qcal_calloc(1, sizeof *s);
+        return qcal_set_error(QCAL_ERR_INVALID_ARG,
+                              "cnn_fq_create: activation preset %d is not QCAL_FAKEQUANT_PRESET_ACTIVATION (%d) or "
+                              "QCAL_FAKEQUANT_PRESET_ACTIVATION_FULL_RANGE (%d)", (int)o.act_preset, (int)QCAL_FAKEQUANT_PRESET_ACTIVATION,
+                              (int)QCAL_FAKEQUANT_PRESET_ACTIVATION_FULL_RANGE);
+    cnn_fq_set *s = ex_calloc(1, sizeof *s);
     if (!s)
         return QCAL_ERR_NO_MEMORY;
     qcal_status st = QCAL_OK;
@@ -124,7 +125,7 @@ static qcal_status each(cnn_fq_set *s, qcal_status (*fn)(qcal_fakequant_module *
 qcal_status cnn_fq_enable(cnn_fq_set *s, bool observer, bool fake_quant)
 {
     if (!s)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_fq_enable: NULL set");
+        return qcal_set_error(QCAL_ERR_INVALID_ARG, "cnn_fq_enable: NULL set");
     qcal_status st = each(s, qcal_fakequant_module_enable_observer, observer);
     return st != QCAL_OK ? st : each(s, qcal_fakequant_module_enable_fake_quant, fake_quant);
 }
@@ -138,7 +139,7 @@ static qcal_status freeze_one(qcal_fakequant_module *fq, bool unused)
 qcal_status cnn_fq_freeze(cnn_fq_set *s)
 {
     if (!s)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_fq_freeze: NULL set");
+        return qcal_set_error(QCAL_ERR_INVALID_ARG, "cnn_fq_freeze: NULL set");
     return each(s, freeze_one, true);
 }
 
@@ -166,20 +167,20 @@ static qcal_status export_one(const qcal_fakequant_module *fq, const char *what,
     if (st != QCAL_OK)
         return st;
     if (steps == 0)
-        return qcal_error(QCAL_ERR_STATE, "cnn_fq_export: the fake-quant of %s has not run a forward, "
-                          "its qparams are not calibrated", what);
+        return qcal_set_error(QCAL_ERR_STATE, "cnn_fq_export: the fake-quant of %s has not run a forward, "
+                              "its qparams are not calibrated", what);
     if ((st = qcal_fakequant_module_qparams(fq, cap, scale, zp, &n)) != QCAL_OK)
         return st;
     if (n != cap)
-        return qcal_error(QCAL_ERR_MISMATCH, "cnn_fq_export: the fake-quant of %s has %lld channels, expected %lld",
-                          what, (long long)n, (long long)cap);
+        return qcal_set_error(QCAL_ERR_MISMATCH, "cnn_fq_export: the fake-quant of %s has %lld channels, expected %lld",
+                              what, (long long)n, (long long)cap);
     return QCAL_OK;
 }
 
 qcal_status cnn_fq_export(const cnn_fq_set *s, cnn_fq_qparams *out)
 {
     if (!s || !out)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_fq_export: NULL argument");
+        return qcal_set_error(QCAL_ERR_INVALID_ARG, "cnn_fq_export: NULL argument");
     cnn_fq_qparams q;
     memset(&q, 0, sizeof q);
     qcal_status st = QCAL_OK;
@@ -192,8 +193,8 @@ qcal_status cnn_fq_export(const cnn_fq_set *s, cnn_fq_qparams *out)
         int64_t shape[4];
         cnn_param_shape(2 * l, shape);
         q.weight_channels[l] = shape[0];
-        q.weight_scale[l] = qcal_malloc((size_t)shape[0] * sizeof(float));
-        q.weight_zero_point[l] = qcal_malloc((size_t)shape[0] * sizeof(int32_t));
+        q.weight_scale[l] = ex_malloc((size_t)shape[0] * sizeof(float));
+        q.weight_zero_point[l] = ex_malloc((size_t)shape[0] * sizeof(int32_t));
         if (!q.weight_scale[l] || !q.weight_zero_point[l]) {
             st = QCAL_ERR_NO_MEMORY;
             break;
@@ -221,9 +222,9 @@ cnn_qat_schedule cnn_qat_schedule_default(void)
 static qcal_status schedule_check(const char *fn, const cnn_qat_schedule *s, const cnn_data *train)
 {
     if (s->steps < 0 || s->batch < 1 || !(s->lr >= 0.0f && isfinite(s->lr)) || s->freeze_step < 0 || train->n < 1)
-        return qcal_error(QCAL_ERR_INVALID_ARG,
-                          "%s: QAT steps %d, batch %d, lr %g, freeze step %d, %lld training images", fn,
-                          s->steps, s->batch, (double)s->lr, s->freeze_step, (long long)train->n);
+        return qcal_set_error(QCAL_ERR_INVALID_ARG,
+                              "%s: QAT steps %d, batch %d, lr %g, freeze step %d, %lld training images", fn,
+                              s->steps, s->batch, (double)s->lr, s->freeze_step, (long long)train->n);
     return QCAL_OK;
 }
 
@@ -244,13 +245,13 @@ qcal_status cnn_qat_finetune(cnn_ctx *ctx, const cnn_model *fm, const cnn_data *
                              cnn_fq_set **set_out)
 {
     if (!ctx || !fm || !train || !s || !model_out || !set_out)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_qat_finetune: NULL argument");
+        return qcal_set_error(QCAL_ERR_INVALID_ARG, "cnn_qat_finetune: NULL argument");
     qcal_status st = schedule_check("cnn_qat_finetune", s, train);
     if (st != QCAL_OK)
         return st;
     cnn_model *qm = NULL;
     cnn_fq_set *set = NULL;
-    uint8_t *bx = qcal_malloc((size_t)s->batch * CNN_IMAGE_PIXELS), *by = qcal_malloc((size_t)s->batch);
+    uint8_t *bx = ex_malloc((size_t)s->batch * CNN_IMAGE_PIXELS), *by = ex_malloc((size_t)s->batch);
     st = bx && by ? cnn_model_create(0, &qm) : QCAL_ERR_NO_MEMORY;
     if (st == QCAL_OK) {
         cnn_model_copy(qm, fm);
@@ -319,17 +320,17 @@ qcal_status cnn_qat_run(cnn_ctx *ctx, const cnn_data *train, const cnn_data *tes
                         cnn_progress_fn progress, void *pu, cnn_qat_result *out)
 {
     if (!ctx || !train || !test || !o || !out)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_qat_run: NULL argument");
+        return qcal_set_error(QCAL_ERR_INVALID_ARG, "cnn_qat_run: NULL argument");
     if (o->calib_batches < 1 || test->n < 1)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "cnn_qat_run: calib_batches %d, %lld test images",
-                          o->calib_batches, (long long)test->n);
+        return qcal_set_error(QCAL_ERR_INVALID_ARG, "cnn_qat_run: calib_batches %d, %lld test images",
+                              o->calib_batches, (long long)test->n);
     qcal_status st = schedule_check("cnn_qat_run", &o->qat, train);
     if (st != QCAL_OK)
         return st;
     cnn_qat_result r = {.test_images = test->n};
     cnn_model *fm = NULL, *qm = NULL;
     cnn_fq_set *ptq = NULL, *qat = NULL;
-    uint8_t *pf = qcal_malloc((size_t)test->n), *pq = qcal_malloc((size_t)test->n);
+    uint8_t *pf = ex_malloc((size_t)test->n), *pq = ex_malloc((size_t)test->n);
     st = pf && pq ? QCAL_OK : QCAL_ERR_NO_MEMORY;
     int64_t right = 0;
     double t0 = cnn_now();

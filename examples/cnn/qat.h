@@ -9,8 +9,9 @@
 #ifndef QCAL_EXAMPLES_QAT_H
 #define QCAL_EXAMPLES_QAT_H
 
+#include <qcal/fakequant.h>
+
 #include "cnn.h"
-#include "qcal/fakequant.h"
 
 /* What a fake-quant set quantizes and how. */
 typedef struct cnn_fq_opts {

@@ -46,6 +46,16 @@ QCAL_API const char *qcal_last_error(void);
 /* Clears the calling thread's last error message. */
 QCAL_API void qcal_clear_error(void);
 
+/* Records a printf-formatted message as the calling thread's qcal_last_error() and returns
+ * status, so code built on qcal can report its own failures through the same channel
+ * (`return qcal_set_error(QCAL_ERR_IO, "cannot open '%s'", path);`). The arguments may
+ * include qcal_last_error() itself (the message is formatted before it is stored). */
+QCAL_API qcal_status qcal_set_error(qcal_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
 /* Version string of the library ("0.1.0"). */
 QCAL_API const char *qcal_version(void);
 

@@ -4,6 +4,7 @@
 #define QCAL_QCAL_H
 
 #include "qcal/common.h"
+#include "qcal/atomic_file.h"
 #include "qcal/tensor.h"
 #include "qcal/qparams.h"
 #include "qcal/observer.h"
@@ -11,7 +12,6 @@
 #include "qcal/fakequant.h"
 #include "qcal/npy.h"
 #include "qcal/safetensors.h"
-#include "qcal/idx.h"
 #include "qcal/numeric.h"
 #include "qcal/calib.h"
 #include "qcal/calib_dump.h"

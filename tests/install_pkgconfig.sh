@@ -1,0 +1,40 @@
+#!/bin/sh
+# install.pkgconfig: the examples build out of the tree against an installed libqcal.
+# Installs the build into a temporary DESTDIR, copies examples/ (the QAT example, the demo
+# and their shared examples/cnn) elsewhere, compiles each with nothing but
+# `pkg-config --cflags --libs qcal` (plus zlib for the IDX reader) and runs it (--help) on the installed library.
+# Also checks the layering rule: tools/ and examples/ include no internal header.
+# usage: install_pkgconfig.sh MESON BUILD_DIR SOURCE_DIR CC
+set -eu
+MESON=$1 BUILD=$2 SRC=$3 CC=$4
+
+bad=$(grep -rnE '#include "(core|observers|quant|fakequant|calib|numeric|io|int8)/|#include "qcal_config.h"' \
+      "$SRC/tools" "$SRC/examples" || true)
+if [ -n "$bad" ]; then
+    echo "tools/ or examples/ include internal headers:"; echo "$bad"; exit 1
+fi
+
+TMP=$(mktemp -d /tmp/qcal-install-XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+"$MESON" install -C "$BUILD" --destdir "$TMP/root" --no-rebuild --quiet
+pc=$(find "$TMP/root" -name qcal.pc | head -n 1)
+[ -n "$pc" ] || { echo "no qcal.pc installed"; exit 1; }
+libdir=$(dirname "$(dirname "$pc")")
+# qcal from the DESTDIR (the sysroot maps its -I/-L into it), zlib from the system.
+flags="$(PKG_CONFIG_PATH="$(dirname "$pc")" PKG_CONFIG_SYSROOT_DIR="$TMP/root" pkg-config --cflags --libs qcal)"
+echo "pkg-config --cflags --libs qcal: $flags"
+case "$flags" in *"$SRC"*|*"$BUILD"*) echo "flags point into the source or build tree"; exit 1;; esac
+flags="$flags $(pkg-config --cflags --libs zlib)"
+
+mkdir "$TMP/ex"
+cp -r "$SRC/examples/qat_fmnist.c" "$SRC/examples/demo.c" "$SRC/examples/cnn" "$TMP/ex/"
+cd "$TMP/ex"
+for ex in qat_fmnist demo; do
+    # shellcheck disable=SC2086
+    "$CC" -std=c11 -O1 -Wall -Wextra -Werror -Icnn -o "$ex" "$ex.c" cnn/*.c $flags -lm
+    LD_LIBRARY_PATH="$libdir" ./"$ex" --help >help.txt
+    head -n 1 help.txt
+    lib=$(LD_LIBRARY_PATH="$libdir" ldd ./"$ex" | grep libqcal)
+    case "$lib" in *"$TMP/root"*) ;; *) echo "$ex did not load the installed libqcal: $lib"; exit 1;; esac
+done
+echo "ok: qat_fmnist and demo built and ran against the installed libqcal"
