@@ -29,7 +29,7 @@ typedef struct entry {
     pthread_mutex_t mu;
     bool mu_ready;
     qcal_observer *obs;
-    bool order_free;     /* min/max kinds: updates commute exactly */
+    bool order_free;     /* qcal_observer_config_commutes: updates commute exactly */
     int64_t next_step;   /* every step below it was applied (or skipped by a flush) */
     int64_t auto_step;   /* next QCAL_STEP_AUTO number */
     pending *pend;       /* sorted by step, all > next_step */
@@ -214,8 +214,7 @@ static qcal_status alloc_entry(const qcal_calib_session *s, const char *fqn, qca
         goto fail;
     }
     e->mu_ready = true;
-    qcal_observer_kind kind = qcal_observer_get_config(obs)->kind;
-    e->order_free = kind == QCAL_OBSERVER_MINMAX || kind == QCAL_OBSERVER_PER_CHANNEL_MINMAX;
+    e->order_free = qcal_observer_config_commutes(qcal_observer_get_config(obs));
     *out = e;
     return QCAL_OK;
 fail:

@@ -4,10 +4,8 @@
 #include <string.h>
 
 #include "core/cpu.h"
+#include "qcal/threads.h"
 #include "qcal_config.h"
-#if QCAL_HAVE_OPENMP
-#include <omp.h>
-#endif
 
 static atomic_int cached_isa = -1;
 
@@ -58,7 +56,7 @@ int qcal_threads_for(int64_t n)
 #if QCAL_HAVE_OPENMP
     if (n < QCAL_OMP_MIN_ELEMENTS)
         return 1;
-    int t = omp_get_max_threads();
+    int t = qcal_get_num_threads();   /* qcal_set_num_threads, else OpenMP's default */
     int64_t cap = n / (QCAL_OMP_MIN_ELEMENTS / 2);
     if (cap < t)
         t = (int)cap;

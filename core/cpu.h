@@ -25,7 +25,9 @@ void qcal_cpu_reset(void);
  * a few microseconds, the same as reading ~256 KiB. */
 #define QCAL_OMP_MIN_ELEMENTS (1 << 18)
 
-/* Number of threads a kernel should use for n elements (1 below the threshold). */
+/* Number of threads a kernel should use for n elements: 1 below the threshold, else
+ * qcal_get_num_threads() capped by n / (QCAL_OMP_MIN_ELEMENTS / 2). Every kernel's OpenMP
+ * region takes its num_threads from here, so qcal_set_num_threads bounds them all. */
 int qcal_threads_for(int64_t n);
 
 #endif

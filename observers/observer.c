@@ -43,6 +43,21 @@ static bool kind_is_histogram(qcal_observer_kind kind)
            kind == QCAL_OBSERVER_ENTROPY || kind == QCAL_OBSERVER_MSE;
 }
 
+bool qcal_observer_kind_commutes(qcal_observer_kind kind)
+{
+    return ops_for(kind) != NULL && kind != QCAL_OBSERVER_MOVING_AVERAGE_MINMAX &&
+           kind != QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX;
+}
+
+bool qcal_observer_config_commutes(const qcal_observer_config *cfg)
+{
+    if (!cfg || !qcal_observer_kind_commutes(cfg->kind))
+        return false;
+    /* The histogram family commutes on the lattice grid only; until that grid is the
+     * config's (grid=lattice), its bins follow the first batch and grow in arrival order. */
+    return !kind_is_histogram(cfg->kind);
+}
+
 void qcal_range_set_empty(float *mn, float *mx, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {

@@ -17,6 +17,9 @@
 #include "core/sha256.h"
 #include "qcal/qcal.h"
 #include "qcal_config.h"
+#if QCAL_HAVE_OPENMP
+#include <omp.h>
+#endif
 
 static void test_status(void **state)
 {
@@ -253,6 +256,39 @@ static void test_sha256(void **state)
         qcal_sha256_hex(x, e[i].n, hex);
         assert_string_equal(hex, e[i].hex);
     }
+
+/* The library's thread count (qcal/threads.h): default OpenMP's, set/get, and the cap every
+ * kernel's region takes through qcal_threads_for. */
+static void test_threads(void **state)
+{
+    (void)state;
+    const int64_t big = INT64_C(1) << 30;
+#if QCAL_HAVE_OPENMP
+    omp_set_num_threads(3);
+    assert_int_equal(qcal_get_num_threads(), 3);           /* default: OpenMP's */
+    assert_int_equal(qcal_threads_for(big), 3);
+    assert_int_equal(qcal_set_num_threads(5), QCAL_OK);
+    assert_int_equal(qcal_get_num_threads(), 5);
+    assert_int_equal(qcal_threads_for(big), 5);
+    assert_int_equal(qcal_threads_for(QCAL_OMP_MIN_ELEMENTS), 2);   /* capped by the size */
+    assert_int_equal(qcal_set_num_threads(1), QCAL_OK);
+    assert_int_equal(qcal_threads_for(big), 1);
+    assert_int_equal(qcal_set_num_threads(0), QCAL_OK);    /* back to OpenMP's */
+    assert_int_equal(qcal_get_num_threads(), 3);
+    assert_int_equal(qcal_threads_for(big), 3);
+    omp_set_num_threads(2);
+    assert_int_equal(qcal_threads_for(big), 2);
+#else
+    assert_int_equal(qcal_set_num_threads(4), QCAL_OK);
+    assert_int_equal(qcal_get_num_threads(), 1);
+    assert_int_equal(qcal_threads_for(big), 1);
+    assert_int_equal(qcal_set_num_threads(0), QCAL_OK);
+#endif
+    int before = qcal_get_num_threads();
+    assert_int_equal(qcal_set_num_threads(-1), QCAL_ERR_INVALID_ARG);
+    assert_non_null(strstr(qcal_last_error(), "thread count -1"));
+    assert_int_equal(qcal_set_num_threads(QCAL_MAX_THREADS + 1), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_get_num_threads(), before);      /* unchanged */
 }
 
 int main(void)
@@ -263,6 +299,7 @@ int main(void)
         cmocka_unit_test(test_tensor),
         cmocka_unit_test(test_atomic_file),
         cmocka_unit_test(test_cpu),
+        cmocka_unit_test(test_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 /* unit.determinism: results must not depend on the thread count or on thread interleaving.
  *
  *  - every observer kind, the statistics, the comparison metrics, quantize and calibration
- *    tables are computed with 1, 2 and 8 OpenMP threads on tensors large enough for the
+ *    tables are computed with 1, 2 and 8 OpenMP threads (observers, statistics, metrics and
+ *    quantize also with 1, 2, 8 set by qcal_set_num_threads) on tensors large enough for the
  *    kernels to fork (> 8 x QCAL_OMP_MIN_ELEMENTS / 2 elements), and compared bit for bit
  *    (observer state blobs hold the histograms; tables are compared as formatted bytes);
  *  - the qcal CLI's calibrate runs with OMP_NUM_THREADS=1, 2, 8 on a dump of large tensors
@@ -39,8 +40,18 @@
 #include <omp.h>
 #endif
 
+/* Thread counts are set through OpenMP (omp_set_num_threads), or, when by_option is set,
+ * through the library's own option (qcal_set_num_threads) with OpenMP left at 2. */
+static bool by_option;
+
 static void set_threads(int n)
 {
+    if (by_option) {
+        assert_int_equal(qcal_set_num_threads(n), QCAL_OK);
+        n = 2;
+    } else {
+        assert_int_equal(qcal_set_num_threads(0), QCAL_OK);
+    }
 #if QCAL_HAVE_OPENMP
     omp_set_num_threads(n);
 #else
@@ -199,6 +210,15 @@ static void test_observers_thread_count(void **state)
     }
 }
 
+/* The same with the thread count set by qcal_set_num_threads (1, 2, 8 over OpenMP's 2). */
+static void test_observers_thread_option(void **state)
+{
+    by_option = true;
+    test_observers_thread_count(state);
+    by_option = false;
+    set_threads(2);
+}
+
 /* Streaming statistics, comparison metrics and quantize/dequantize. */
 static void test_numeric_thread_count(void **state)
 {
@@ -250,6 +270,14 @@ static void test_numeric_thread_count(void **state)
     free(ref_q);
     free(q);
     free(deq);
+}
+
+static void test_numeric_thread_option(void **state)
+{
+    by_option = true;
+    test_numeric_thread_count(state);
+    by_option = false;
+    set_threads(2);
 }
 
 /* A calibration session (activation histogram + weight per-channel + a moving average),
@@ -546,6 +574,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_observers_thread_count),
         cmocka_unit_test(test_numeric_thread_count),
+        cmocka_unit_test(test_observers_thread_option),
+        cmocka_unit_test(test_numeric_thread_option),
         cmocka_unit_test(test_tables_thread_count),
         cmocka_unit_test(test_cli_calibrate_thread_count),
         cmocka_unit_test(test_session_stress),

@@ -223,6 +223,62 @@ static void test_thread_determinism(void **state)
     free(y);
 }
 
+/* qcal_numeric_metric_acc_merge: accumulators of two shards (as two threads or processes
+ * compare halves of a tensor) merge into exactly what one accumulator fed both shards in
+ * the same order holds; the merged metrics match the one-shot comparison. */
+static void test_metric_acc_merge(void **state)
+{
+    (void)state;
+    int64_t n = 3 * 65536 + 777, cut = 65536 + 5;   /* several 64K-element superblocks */
+    float *x = malloc((size_t)n * 4), *y = malloc((size_t)n * 4);
+    assert_non_null(x);
+    assert_non_null(y);
+    uint64_t r = 7;
+    for (int64_t i = 0; i < n; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(r >> 11) / 9007199254740992.0 * 6 - 2);
+        y[i] = x[i] + (float)((int64_t)(r >> 60) - 8) * 0.01f;
+    }
+    x[3] = NAN;            /* one pair skipped and counted, in the first shard */
+    y[cut + 9] = INFINITY; /* and one in the second */
+    y[n - 1] = x[n - 1] + 5.0f;   /* the largest error is in the second shard */
+    qcal_numeric_metric_acc a, b, seq, empty;
+    assert_int_equal(qcal_numeric_metric_acc_init(&a), QCAL_OK);
+    assert_int_equal(qcal_numeric_metric_acc_init(&b), QCAL_OK);
+    assert_int_equal(qcal_numeric_metric_acc_init(&seq), QCAL_OK);
+    assert_int_equal(qcal_numeric_metric_acc_init(&empty), QCAL_OK);
+    assert_int_equal(qcal_numeric_metric_acc_update(&a, x, y, cut), QCAL_OK);
+    assert_int_equal(qcal_numeric_metric_acc_update(&b, x + cut, y + cut, n - cut), QCAL_OK);
+    assert_int_equal(qcal_numeric_metric_acc_update(&seq, x, y, cut), QCAL_OK);
+    assert_int_equal(qcal_numeric_metric_acc_update(&seq, x + cut, y + cut, n - cut), QCAL_OK);
+    assert_int_equal(qcal_numeric_metric_acc_merge(&a, &b), QCAL_OK);
+    assert_int_equal(a.count, n - 2);
+    assert_int_equal(a.nonfinite, 2);
+    assert_true(a.sxx == seq.sxx && a.syy == seq.syy && a.sxy == seq.sxy && a.sdd == seq.sdd);
+    assert_true(a.max_abs_err == seq.max_abs_err);
+    assert_true(a.max_abs_err >= 5.0 && a.max_abs_err < 5.0 + 1e-5);
+    /* Merging an empty accumulator changes nothing; merging into one copies. */
+    qcal_numeric_metric_acc before = a;
+    assert_int_equal(qcal_numeric_metric_acc_merge(&a, &empty), QCAL_OK);
+    assert_memory_equal(&a, &before, sizeof a);
+    assert_int_equal(qcal_numeric_metric_acc_merge(&empty, &b), QCAL_OK);
+    assert_memory_equal(&empty, &b, sizeof b);
+    /* The merged metrics agree with the one-shot comparison to rounding. */
+    qcal_numeric_metrics m, one;
+    assert_int_equal(qcal_numeric_metric_acc_result(&a, &m), QCAL_OK);
+    assert_int_equal(qcal_numeric_compare_f32(x, y, n, &one), QCAL_OK);
+    assert_int_equal(m.count, one.count);
+    assert_int_equal(m.nonfinite, one.nonfinite);
+    assert_true(fabs(m.sqnr_db - one.sqnr_db) < 1e-9 * fabs(one.sqnr_db));
+    assert_true(fabs(m.l2 - one.l2) < 1e-12);
+    assert_true(fabs(m.cosine - one.cosine) < 1e-12);
+    assert_true(m.max_abs_err == one.max_abs_err);
+    assert_int_equal(qcal_numeric_metric_acc_merge(NULL, &b), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_numeric_metric_acc_merge(&a, NULL), QCAL_ERR_INVALID_ARG);
+    free(x);
+    free(y);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -230,6 +286,7 @@ int main(void)
         cmocka_unit_test(test_reference_simd),
         cmocka_unit_test(test_edge_cases),
         cmocka_unit_test(test_thread_determinism),
+        cmocka_unit_test(test_metric_acc_merge),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -311,6 +311,39 @@ static void test_reset_save_load(void **state)
     }
 }
 
+/* A saved state whose config is invalid: QCAL_ERR_FORMAT, and the message keeps the cause
+ * after its prefix (it used to be formatted into the buffer it was read from). */
+static void test_load_invalid_config(void **state)
+{
+    (void)state;
+    qcal_observer_config cfg;
+    qcal_observer_config_default(&cfg, QCAL_OBSERVER_MOVING_AVERAGE_MINMAX);
+    cfg.averaging_constant = 0.3125f;   /* a value whose bytes occur once in the blob */
+    qcal_observer *o = NULL;
+    assert_int_equal(qcal_observer_create(&cfg, &o), QCAL_OK);
+    void *buf = NULL;
+    size_t len = 0;
+    assert_int_equal(qcal_observer_save(o, &buf, &len), QCAL_OK);
+    qcal_observer_destroy(&o);
+    const float good = 0.3125f, bad = 2.0f;
+    int found = 0;
+    for (size_t i = 0; i + 4 <= len; i++)
+        if (!memcmp((uint8_t *)buf + i, &good, 4)) {
+            memcpy((uint8_t *)buf + i, &bad, 4);
+            found++;
+        }
+    assert_int_equal(found, 1);
+    qcal_observer *l = NULL;
+    assert_int_equal(qcal_observer_load(buf, len, &l), QCAL_ERR_FORMAT);
+    assert_null(l);
+    const char *msg = qcal_last_error();
+    const char *prefix = "observer state has an invalid config: ";
+    assert_memory_equal(msg, prefix, strlen(prefix));
+    assert_non_null(strstr(msg + strlen(prefix), "averaging constant 2 is outside (0, 1]"));
+    assert_null(strstr(msg + strlen(prefix), prefix));   /* no doubled prefix */
+    qcal_free(buf);
+}
+
 static void test_nonfinite(void **state)
 {
     (void)state;
@@ -595,6 +628,7 @@ int main(void)
         cmocka_unit_test(test_merge_exact),
         cmocka_unit_test(test_moving_average_rule),
         cmocka_unit_test(test_reset_save_load),
+        cmocka_unit_test(test_load_invalid_config),
         cmocka_unit_test(test_nonfinite),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_kernels_flat),

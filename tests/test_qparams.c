@@ -124,7 +124,7 @@ static void test_compute_edges(void **state)
         assert_true(s[i] == 1.0f);
         assert_int_equal(z[i], 0);
     }
-    /* Mixed: channel 1 has data. */
+    /* Mixed: channel 1 has data; QCAL_NO_DATA still (ANY pair without data, as documented). */
     mn[1] = -1.0f;
     mx[1] = 1.0f;
     c.qscheme = QCAL_PER_CHANNEL_AFFINE;

@@ -22,8 +22,8 @@
  * once (different or equal fqns). Each call carries a step (the batch index, >= 0). For each
  * (fqn, role) the session applies batches to the observer in ascending step order, so the
  * result equals a serial run that feeds steps 0, 1, 2, ... whatever the thread interleaving:
- *   - observers whose update is order-independent (minmax, per_channel_minmax: min/max are
- *     exact and commutative) are updated at once under the entry's lock;
+ *   - observers whose updates commute (qcal_observer_config_commutes: minmax and
+ *     per_channel_minmax, whose min/max are exact) are updated at once under the entry's lock;
  *   - the others (moving averages, histogram family) apply a batch at once only when it is
  *     the next step; a batch that arrives early is copied into a pending queue (bounded by
  *     max_pending_bytes) and applied as soon as the steps before it arrived, or, if a step

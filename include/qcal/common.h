@@ -21,7 +21,8 @@ extern "C" {
  * (outputs untouched, a detailed message in qcal_last_error()). */
 typedef enum qcal_status {
     QCAL_OK = 0,
-    QCAL_NO_DATA = 1,              /* observer saw no finite value: qparams are scale 1, zero-point 0 */
+    QCAL_NO_DATA = 1,              /* observer (or one of its channels) saw no finite value:
+                                    * those qparams are scale 1, zero-point 0 */
     QCAL_ERR_INVALID_ARG = -1,     /* an argument or option is impossible (NULL, out of range, ...) */
     QCAL_ERR_NO_MEMORY = -2,       /* an allocation failed */
     QCAL_ERR_IO = -3,              /* a file could not be opened, read, written or renamed */

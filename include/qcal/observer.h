@@ -70,6 +70,14 @@ QCAL_API const char *qcal_observer_kind_name(qcal_observer_kind kind);
 /* Parses a kind name as printed by qcal_observer_kind_name. */
 QCAL_API qcal_status qcal_observer_kind_parse(const char *name, qcal_observer_kind *out);
 
+/* True when the kind's updates commute and its merges are exact, so batches may arrive in
+ * any order or be split across threads and processes with bit-identical results: every kind
+ * but the two moving-average kinds (the histogram family on its default lattice grid). */
+QCAL_API bool qcal_observer_kind_commutes(qcal_observer_kind kind);
+
+/* Same question for a whole config (its kind, and options such as the histogram grid). */
+QCAL_API bool qcal_observer_config_commutes(const qcal_observer_config *cfg);
+
 /* Fills *cfg with the defaults of the given kind (documented on each field above). */
 QCAL_API void qcal_observer_config_default(qcal_observer_config *cfg, qcal_observer_kind kind);
 

@@ -5,6 +5,7 @@
 
 #include "qcal/common.h"
 #include "qcal/atomic_file.h"
+#include "qcal/threads.h"
 #include "qcal/tensor.h"
 #include "qcal/qparams.h"
 #include "qcal/observer.h"

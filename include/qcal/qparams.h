@@ -53,9 +53,10 @@ QCAL_API qcal_status qcal_qscheme_parse(const char *name, qcal_qscheme *out);
 /* Computes n (scale, zero_point) pairs from n (min, max) pairs. zero_point gets the integer
  * zero-points; for QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS the zero-points are float
  * (-min/scale) and go to zero_point_float instead (zero_point may then be NULL, and
- * zero_point_float may be NULL for every other scheme). If every pair is "no data"
- * (min = +inf, max = -inf, as an empty observer holds), every output is scale 1, zero-point 0
- * and the call returns QCAL_NO_DATA. min > max (otherwise) or NaN is QCAL_ERR_INVALID_ARG. */
+ * zero_point_float may be NULL for every other scheme). A "no data" pair (min = +inf,
+ * max = -inf, as an empty observer or channel holds) gets scale 1, zero-point 0, and the call
+ * returns QCAL_NO_DATA if ANY pair is one (the others computed normally). min > max
+ * (otherwise) or NaN is QCAL_ERR_INVALID_ARG. */
 QCAL_API qcal_status qcal_qparams_compute(const qcal_qconfig *cfg, int64_t n,
                                           const float *min_val, const float *max_val,
                                           float *scale, int32_t *zero_point,

@@ -68,25 +68,23 @@
  *     p = P/total, q = Q/(total - outliers); KL = sum p_j log(p_j/q_j) (infinite if
  *     q_j = 0 < p_j); threshold t = i * bin width for the first (smallest) i of minimal
  *     KL (t = hi if only bin 0 holds data).
- *     Why the clamp: exact zeros of ReLU / max-pool outputs (31-64% of the demo CNN's
- *     hidden-layer inputs) form a spike in bin 0 that Q smears over a whole level, so the
- *     plain TensorRT search clips far too low (demo: conv2 t 0.39 of 3.22, -7.84 points
- *     top-1, 85.93% agreement). Zero is reproduced exactly for every t, so the spike is
- *     noise for the search. Excluding exact zeros (ncnn) picks the same thresholds on the
- *     demo but needs a zero count kept with the histogram (extra pass, state, file
- *     format); the clamp needs nothing and also flattens near-zero spikes. NVIDIA
+ *     Why the clamp: exact zeros of ReLU / max-pool outputs form a spike in bin 0 that Q
+ *     smears over a whole level, so the plain TensorRT search clips far too low. Zero is
+ *     reproduced exactly for every t, so the spike is noise for the search. Excluding
+ *     exact zeros (ncnn) needs a zero count kept with the histogram (extra pass, state,
+ *     file format); the clamp needs nothing and also flattens near-zero spikes. NVIDIA
  *     pytorch-quantization copies B[0] = B[1], which also adds mass to a sparse first bin
- *     (lognormal); min() does not. With it the demo reaches -0.01 points and 99.74%
- *     agreement (docs/observers.md).
+ *     (lognormal); min() does not. The measurements on the demo CNN are in
+ *     docs/observers.md ("Entropy and the zero spike").
  *     Levels: `entropy_levels` for signed and non-negative data alike. TensorRT's 128 comes
  *     from symmetric int8; NVIDIA searches 256 for unsigned 8-bit, the quint8 [0, t]
- *     analogue, but on the demo 256 clips more (conv2 t 1.05) and loses 0.30 points
- *     (97.87% agreement), so the default stays 128; set entropy_levels = 256 for NVIDIA's
- *     unsigned search. Other differences: ncnn (threshold (i+0.5)*w, Q from P), ONNX
- *     Runtime (signed histogram), NVIDIA (last argmin, linspace level map).
+ *     analogue, but on the demo 256 clips more (docs/observers.md), so the default stays
+ *     128; set entropy_levels = 256 for NVIDIA's unsigned search. Other differences: ncnn
+ *     (threshold (i+0.5)*w, Q from P), ONNX Runtime (signed histogram), NVIDIA (last
+ *     argmin, linspace level map).
  *     Each KL is the sum of its terms evaluated almost exactly (per-level prefix sums in
  *     double-double; ~1e-13 relative to a float64 term-by-term sum, exactly 0 when every
- *     term is 0). 2048 bins: ~2.5 ms; mse ~1.5 ms.
+ *     term is 0). Search timings: docs/observers.md.
  *   mse: NVIDIA HistogramCalibrator style on the |x| histogram: candidates amax = centre of
  *     bin i, i in [min(128, bins-1), bins); error = sum_j count_j (deq(c_j) - c_j)^2 over
  *     bin centres c_j with deq(c) = min(nearbyint(c/s), L) * s, s = amax / L, L = 255 for
