@@ -5,7 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/atomic_file.h"
+#include "qcal/atomic_file.h"
 #include "core/blob_file.h"
 #include "core/internal.h"
 
@@ -64,13 +64,13 @@ qcal_status qcal_blob_write_file(const char *path, const void *buf, size_t len)
     if (!path || (!buf && len))
         return qcal_error(QCAL_ERR_INVALID_ARG, "path or buffer is NULL");
     qcal_atomic_file f;
-    qcal_status st = qcal_atomic_open(&f, path);
+    qcal_status st = qcal_atomic_file_open(&f, path);
     if (st != QCAL_OK)
         return st;
     if (len && fwrite(buf, 1, len, f.fp) != len) {
         int e = errno;
-        qcal_atomic_abort(&f);
+        qcal_atomic_file_abort(&f);
         return qcal_error(QCAL_ERR_IO, "cannot write '%s': %s", path, strerror(e ? e : EIO));
     }
-    return qcal_atomic_commit(&f);
+    return qcal_atomic_file_commit(&f);
 }

@@ -256,6 +256,7 @@ static void test_sha256(void **state)
         qcal_sha256_hex(x, e[i].n, hex);
         assert_string_equal(hex, e[i].hex);
     }
+}
 
 /* The library's thread count (qcal/threads.h): default OpenMP's, set/get, and the cap every
  * kernel's region takes through qcal_threads_for. */
