@@ -38,6 +38,7 @@
 #include "int8/weights.h"
 #include "observers/minmax_kernels.h"
 #include "qcal/quantize.h"
+#include "qcal/threads.h"
 #if QCAL_HAVE_OPENMP
 #include <omp.h>
 #endif
@@ -368,7 +369,7 @@ qcal_status qcal_int8_net_create(const qcal_int8_net_options *opt, int32_t ndim,
     net->last_plan = -1;
     net->max_slots = 1;
 #if QCAL_HAVE_OPENMP
-    net->max_slots = omp_get_max_threads();
+    net->max_slots = qcal_get_num_threads();
 #endif
     net->max_slots = net->max_slots < 1 ? 1 : net->max_slots;
     net->max_slots = net->max_slots > QCAL_INT8_MAX_SLOTS ? QCAL_INT8_MAX_SLOTS : net->max_slots;
@@ -1215,7 +1216,7 @@ static qcal_status forward(qcal_int8_net *net, int64_t n, const float *src, void
     int32_t slots = 1;
 #if QCAL_HAVE_OPENMP
     if (net->opt.chunk_parallel && nfull >= 2) {
-        slots = omp_get_max_threads();
+        slots = qcal_get_num_threads();
         slots = slots > net->max_slots ? net->max_slots : slots;
         slots = (int64_t)slots > nfull ? (int32_t)nfull : slots;
         slots = slots < 1 ? 1 : slots;
@@ -1301,15 +1302,34 @@ static qcal_status forward(qcal_int8_net *net, int64_t n, const float *src, void
     return QCAL_OK;
 }
 
+/* forward() with the calling thread's OpenMP thread count set to qcal_get_num_threads()
+ * for the call, so oneDNN's own parallel regions (its OpenMP runtime reads that count)
+ * honour qcal_set_num_threads like the library's kernels do. */
+static qcal_status forward_bounded(qcal_int8_net *net, int64_t n, const float *src, void *dst,
+                                   bool u8, const char *fn)
+{
+#if QCAL_HAVE_OPENMP
+    int saved = omp_get_max_threads(), want = qcal_get_num_threads();
+    if (want != saved)
+        omp_set_num_threads(want);
+    qcal_status st = forward(net, n, src, dst, u8, fn);
+    if (want != saved)
+        omp_set_num_threads(saved);
+    return st;
+#else
+    return forward(net, n, src, dst, u8, fn);
+#endif
+}
+
 qcal_status qcal_int8_net_forward(qcal_int8_net *net, int64_t n, const float *src, float *dst)
 {
-    return forward(net, n, src, dst, false, "int8_net_forward");
+    return forward_bounded(net, n, src, dst, false, "int8_net_forward");
 }
 
 qcal_status qcal_int8_net_forward_u8(qcal_int8_net *net, int64_t n, const float *src,
                                      uint8_t *dst)
 {
-    return forward(net, n, src, dst, true, "int8_net_forward_u8");
+    return forward_bounded(net, n, src, dst, true, "int8_net_forward_u8");
 }
 
 #else /* !QCAL_HAVE_DNNL */

@@ -36,8 +36,9 @@
  * or [N, F]; a linear layer after a convolution flattens in NCHW order as torch.flatten.
  * Inside, activations are u8 NHWC and weights are reordered once into oneDNN's blocked
  * (VNNI) layout. A net is not thread-safe (forward keeps cached primitives and buffers).
- * Threads: OpenMP (OMP_NUM_THREADS), over whole chunks or inside oneDNN's primitives (its
- * OpenMP runtime), see chunk_parallel.
+ * Threads: qcal_get_num_threads() (qcal_set_num_threads, default OMP_NUM_THREADS; the
+ * count at create bounds the chunk slots), over whole chunks or inside oneDNN's primitives
+ * (its OpenMP runtime, given that count for the call), see chunk_parallel.
  * Without oneDNN (built with -Donednn=disabled) every function returns
  * QCAL_ERR_UNSUPPORTED. On CPUs without AVX-512 VNNI / AVX-VNNI, oneDNN's u8 x s8 kernels
  * (vpmaddubsw) may saturate 16-bit pair sums for large weights; PyTorch avoids it with
