@@ -53,8 +53,8 @@ bool qcal_observer_config_commutes(const qcal_observer_config *cfg)
 {
     if (!cfg || !qcal_observer_kind_commutes(cfg->kind))
         return false;
-    /* The histogram family commutes on the lattice grid only; until that grid is the
-     * config's (grid=lattice), its bins follow the first batch and grow in arrival order. */
+    /* Histogram-family bins follow the first batch and grow in arrival order: not order-free
+     * (a grid that depends only on the values seen would make them so). */
     return !kind_is_histogram(cfg->kind);
 }
 

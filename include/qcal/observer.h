@@ -72,10 +72,13 @@ QCAL_API qcal_status qcal_observer_kind_parse(const char *name, qcal_observer_ki
 
 /* True when the kind's updates commute and its merges are exact, so batches may arrive in
  * any order or be split across threads and processes with bit-identical results: every kind
- * but the two moving-average kinds (the histogram family on its default lattice grid). */
+ * but the two moving-average kinds. The histogram family needs bins that do not depend on
+ * the first batch for that; whether a given config has them: qcal_observer_config_commutes. */
 QCAL_API bool qcal_observer_kind_commutes(qcal_observer_kind kind);
 
-/* Same question for a whole config (its kind, and options such as the histogram grid). */
+/* Same question for a whole config: its kind commutes and its options keep it so. Today
+ * true for minmax and per_channel_minmax only (histogram-family bins follow the first batch
+ * and grow in arrival order). */
 QCAL_API bool qcal_observer_config_commutes(const qcal_observer_config *cfg);
 
 /* Fills *cfg with the defaults of the given kind (documented on each field above). */
