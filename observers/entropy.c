@@ -118,7 +118,7 @@ typedef struct run_info {
 
 /* The search on counts as given (no first-bin change). */
 static int32_t entropy_search_raw(const uint64_t *counts, int32_t bins, int32_t levels,
-                                  double *best_kl)
+                                  double *best_kl, double *curve)
 {
     uint64_t total = 0;
     for (int32_t j = 0; j < bins; j++)
@@ -218,6 +218,8 @@ static int32_t entropy_search_raw(const uint64_t *counts, int32_t bins, int32_t 
     }
     int32_t best = bins;
     double best_v = INFINITY;
+    if (curve)
+        memcpy(curve, kls, (size_t)ncand * sizeof *kls);
     for (int32_t c = 0; c < ncand; c++)
         if (kls[c] < best_v) {
             best_v = kls[c];
@@ -235,8 +237,14 @@ static int32_t entropy_search_raw(const uint64_t *counts, int32_t bins, int32_t 
 int32_t qcal_hist_entropy_search(const uint64_t *counts, int32_t bins, int32_t levels,
                                  double *best_kl)
 {
+    return qcal_hist_entropy_search_curve(counts, bins, levels, best_kl, NULL);
+}
+
+int32_t qcal_hist_entropy_search_curve(const uint64_t *counts, int32_t bins, int32_t levels,
+                                       double *best_kl, double *kl)
+{
     if (bins < 2)
-        return entropy_search_raw(counts, bins, levels, best_kl);
+        return entropy_search_raw(counts, bins, levels, best_kl, kl);
     uint64_t *b = qcal_malloc((size_t)bins * sizeof *b);
     if (!b) {
         if (best_kl)
@@ -246,7 +254,7 @@ int32_t qcal_hist_entropy_search(const uint64_t *counts, int32_t bins, int32_t l
     memcpy(b, counts, (size_t)bins * sizeof *b);
     if (b[0] > b[1])
         b[0] = b[1];   /* the first bin's spike clamped (see the header comment) */
-    int32_t i = entropy_search_raw(b, bins, levels, best_kl);
+    int32_t i = entropy_search_raw(b, bins, levels, best_kl, kl);
     free(b);
     return i;
 }
@@ -255,14 +263,17 @@ static qcal_status entropy_qrange(qcal_observer *obs, int64_t cap, float *mn, fl
                                   int64_t *n)
 {
     (void)cap;
-    const qcal_hist *h = qcal_histobs_qrange_begin(obs, mn, mx, n);
+    qcal_hist view;
+    qcal_status st;
+    const qcal_hist *h = qcal_histobs_qrange_begin(obs, mn, mx, n, &view, &st);
     if (!h)
-        return QCAL_NO_DATA;
+        return st;
     double t = h->hi;
     if (h->lo != h->hi) {
         int32_t i = qcal_hist_entropy_search(h->counts, h->bins, obs->cfg.entropy_levels, NULL);
         t = (double)i * ((double)h->hi / h->bins);
     }
+    qcal_histobs_qrange_end(&view);
     qcal_histobs_clip_range(obs, t, mn, mx);
     return QCAL_OK;
 }

@@ -194,6 +194,28 @@ qcal_status qcal_hist_l2_search(const float *hist, int32_t bins, float min_val,
                                 float max_val, double dst_nbins, float *new_min,
                                 float *new_max)
 {
+    return qcal_hist_l2_search_trace(hist, bins, min_val, max_val, dst_nbins, new_min,
+                                     new_max, NULL);
+}
+
+static void trace_add(qcal_l2_trace *tr, int32_t s, int32_t e, double norm, bool accepted)
+{
+    if (!tr)
+        return;
+    if (tr->n < tr->cap) {
+        tr->start[tr->n] = s;
+        tr->end[tr->n] = e;
+        tr->norm[tr->n] = norm;
+    }
+    if (accepted)
+        tr->chosen = tr->n;
+    tr->n++;
+}
+
+qcal_status qcal_hist_l2_search_trace(const float *hist, int32_t bins, float min_val,
+                                      float max_val, double dst_nbins, float *new_min,
+                                      float *new_max, qcal_l2_trace *trace)
+{
     if (!hist || bins < 1 || !(min_val <= max_val) || !isfinite(min_val) ||
         !isfinite(max_val) || !(dst_nbins >= 1.0))
         return qcal_error(QCAL_ERR_INVALID_ARG,
@@ -205,8 +227,11 @@ qcal_status qcal_hist_l2_search(const float *hist, int32_t bins, float min_val,
          * returns NaN). Scaling by 2^-2 is exact and scales every float op of the search
          * exactly, so the answer is the one the same arithmetic gives without overflow. */
         float a, b;
-        qcal_status st = qcal_hist_l2_search(hist, bins, min_val * 0.25f, max_val * 0.25f,
-                                             dst_nbins, &a, &b);
+        qcal_status st = qcal_hist_l2_search_trace(hist, bins, min_val * 0.25f,
+                                                   max_val * 0.25f, dst_nbins, &a, &b, trace);
+        if (trace)   /* norms scale by 2^-6 (squared errors times a width) */
+            for (int64_t k = 0; k < trace->n && k < trace->cap; k++)
+                trace->norm[k] *= 64.0;
         if (st == QCAL_OK) {
             *new_min = a * 4.0f;
             *new_max = b * 4.0f;
@@ -261,6 +286,7 @@ qcal_status qcal_hist_l2_search(const float *hist, int32_t bins, float min_val,
             continue;
         double nrm = quantization_error(hist, bins, min_val, max_val, dst_nbins, next_start,
                                         next_end, norm);
+        trace_add(trace, next_start, next_end, nrm, !(nrm > norm_min));
         if (nrm > norm_min)
             break;
         norm_min = nrm;
@@ -280,26 +306,37 @@ static qcal_status histogram_qrange(qcal_observer *obs, int64_t cap, float *mn, 
                                     int64_t *n)
 {
     (void)cap;
-    const qcal_hist *h = qcal_histobs_qrange_begin(obs, mn, mx, n);
+    qcal_hist view;
+    qcal_status st;
+    const qcal_hist *h = qcal_histobs_qrange_begin(obs, mn, mx, n, &view, &st);
     if (!h)
-        return QCAL_NO_DATA;
+        return st;
     if (h->lo == h->hi) {
         /* PyTorch: bin_width 0, every error 0, the search returns (min, max). */
         mn[0] = h->lo;
         mx[0] = h->hi;
+        qcal_histobs_qrange_end(&view);
         return QCAL_OK;
     }
     float *fh = qcal_malloc((size_t)h->bins * sizeof *fh);
-    if (!fh)
+    if (!fh) {
+        qcal_histobs_qrange_end(&view);
         return QCAL_ERR_NO_MEMORY;
+    }
     /* PyTorch keeps the histogram as float32; so does the search. */
     for (int32_t i = 0; i < h->bins; i++)
         fh[i] = (float)h->counts[i];
     /* dst_nbins = 2 ** torch.iinfo(dtype).bits, independent of quant_min/quant_max. */
     double dst = obs->cfg.q.dtype == QCAL_QINT32 ? 4294967296.0 : 256.0;
     float a, b;
-    qcal_status st = qcal_hist_l2_search(fh, h->bins, h->lo, h->hi, dst, &a, &b);
+    st = qcal_hist_l2_search(fh, h->bins, h->lo, h->hi, dst, &a, &b);
     free(fh);
+    if (st == QCAL_OK && qcal_histobs_is_lattice(obs)) {
+        /* The search's float edges may round a hair past the data: keep inside it. */
+        a = fminf(fmaxf(a, h->lo), h->hi);
+        b = fminf(fmaxf(b, h->lo), h->hi);
+    }
+    qcal_histobs_qrange_end(&view);
     if (st != QCAL_OK)
         return st;
     mn[0] = a;

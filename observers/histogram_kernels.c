@@ -982,25 +982,47 @@ static bool kind_uses_abs(const qcal_observer_config *cfg)
     }
 }
 
+static qcal_histobs *hobs(const qcal_observer *obs)
+{
+    return (qcal_histobs *)obs->impl;
+}
+
 qcal_hist *qcal_histobs_hist(const qcal_observer *obs)
 {
-    return (qcal_hist *)obs->impl;
+    return &hobs(obs)->hist;
+}
+
+qcal_lattice *qcal_histobs_lattice(const qcal_observer *obs)
+{
+    return &hobs(obs)->lat;
+}
+
+static bool is_lattice(const qcal_observer *obs)
+{
+    return obs->cfg.grid == QCAL_GRID_LATTICE;
 }
 
 qcal_status qcal_histobs_init(qcal_observer *obs)
 {
-    qcal_hist *h = qcal_calloc(1, sizeof *h);
+    qcal_histobs *h = qcal_calloc(1, sizeof *h);
     if (!h)
         return QCAL_ERR_NO_MEMORY;
     obs->impl = h;
-    return qcal_hist_init(h, obs->cfg.bins, kind_uses_abs(&obs->cfg));
+    bool absval = kind_uses_abs(&obs->cfg);
+    if (is_lattice(obs)) {
+        h->hist.bins = obs->cfg.bins;
+        h->hist.absval = absval;
+        return qcal_lattice_init(&h->lat, obs->cfg.bins, absval);
+    }
+    return qcal_hist_init(&h->hist, obs->cfg.bins, absval);
 }
 
 void qcal_histobs_fini(qcal_observer *obs)
 {
-    qcal_hist *h = obs->impl;
+    qcal_histobs *h = obs->impl;
     if (h) {
-        qcal_hist_free(h);
+        qcal_hist_free(&h->hist);
+        qcal_lattice_free(&h->lat);
         free(h);
         obs->impl = NULL;
     }
@@ -1009,7 +1031,10 @@ void qcal_histobs_fini(qcal_observer *obs)
 qcal_status qcal_histobs_update(qcal_observer *obs, const qcal_tensor *x, int64_t numel,
                                 uint64_t *nonfinite)
 {
-    return qcal_hist_update(obs->impl, x->data, numel, obs->cfg.nonfinite, nonfinite);
+    if (is_lattice(obs))
+        return qcal_lattice_update(&hobs(obs)->lat, x->data, numel, obs->cfg.nonfinite,
+                                   nonfinite);
+    return qcal_hist_update(&hobs(obs)->hist, x->data, numel, obs->cfg.nonfinite, nonfinite);
 }
 
 qcal_status qcal_histobs_channels(const qcal_observer *obs, int64_t *n)
@@ -1019,16 +1044,45 @@ qcal_status qcal_histobs_channels(const qcal_observer *obs, int64_t *n)
     return QCAL_OK;
 }
 
+/* Data min / max (signed) and whether anything was seen. */
+static bool data_minmax(const qcal_observer *obs, float *dmin, float *dmax)
+{
+    if (is_lattice(obs)) {
+        const qcal_lattice *L = &hobs(obs)->lat;
+        *dmin = L->dmin;
+        *dmax = L->dmax;
+        return L->total > 0;
+    }
+    const qcal_hist *h = &hobs(obs)->hist;
+    *dmin = h->dmin;
+    *dmax = h->dmax;
+    return !qcal_hist_empty(h);
+}
+
 qcal_status qcal_histobs_data_range(const qcal_observer *obs, int64_t cap, float *mn,
                                     float *mx, int64_t *n)
 {
     (void)cap;
-    const qcal_hist *h = obs->impl;
     *n = 1;
-    if (qcal_hist_empty(h)) {
+    float dmin, dmax;
+    if (!data_minmax(obs, &dmin, &dmax)) {
         qcal_range_set_empty(mn, mx, 1);
         return QCAL_NO_DATA;
     }
+    if (is_lattice(obs)) {
+        /* The data range (|x| kinds: [-max|x|, max|x|], or [0, max|x|] without negatives). */
+        const qcal_lattice *L = &hobs(obs)->lat;
+        if (L->absval) {
+            float a = qcal_lattice_vmax(L);
+            mn[0] = dmin < 0.0f ? -a : 0.0f;
+            mx[0] = a;
+        } else {
+            mn[0] = dmin;
+            mx[0] = dmax;
+        }
+        return QCAL_OK;
+    }
+    const qcal_hist *h = &hobs(obs)->hist;
     if (h->absval) {
         mn[0] = h->dmin < 0.0f ? -h->hi : 0.0f;
         mx[0] = h->hi;
@@ -1041,42 +1095,100 @@ qcal_status qcal_histobs_data_range(const qcal_observer *obs, int64_t cap, float
 
 void qcal_histobs_reset(qcal_observer *obs)
 {
-    qcal_hist_clear(obs->impl);
+    if (is_lattice(obs))
+        qcal_lattice_clear(&hobs(obs)->lat);
+    else
+        qcal_hist_clear(&hobs(obs)->hist);
 }
 
 qcal_status qcal_histobs_merge(qcal_observer *dst, const qcal_observer *src)
 {
-    return qcal_hist_merge(dst->impl, src->impl);
+    if (is_lattice(dst))
+        return qcal_lattice_merge(&hobs(dst)->lat, &hobs(src)->lat);
+    return qcal_hist_merge(&hobs(dst)->hist, &hobs(src)->hist);
 }
 
 void qcal_histobs_save(const qcal_observer *obs, qcal_buf *b)
 {
-    qcal_hist_save(obs->impl, b);
+    if (is_lattice(obs))
+        qcal_lattice_save(&hobs(obs)->lat, b);
+    else
+        qcal_hist_save(&hobs(obs)->hist, b);
 }
 
 qcal_status qcal_histobs_load(qcal_observer *obs, qcal_cursor *c)
 {
-    return qcal_hist_load(obs->impl, c);
+    if (is_lattice(obs))
+        return qcal_lattice_load(&hobs(obs)->lat, c);
+    return qcal_hist_load(&hobs(obs)->hist, c);
 }
 
 const qcal_hist *qcal_histobs_qrange_begin(const qcal_observer *obs, float *mn, float *mx,
-                                           int64_t *n)
+                                           int64_t *n, qcal_hist *view, qcal_status *st)
 {
-    const qcal_hist *h = qcal_histobs_hist(obs);
     *n = 1;
-    if (qcal_hist_empty(h)) {
+    *st = QCAL_OK;
+    memset(view, 0, sizeof *view);
+    if (!is_lattice(obs)) {
+        const qcal_hist *h = &hobs(obs)->hist;
+        if (qcal_hist_empty(h)) {
+            qcal_range_set_empty(mn, mx, 1);
+            *st = QCAL_NO_DATA;
+            return NULL;
+        }
+        return h;
+    }
+    const qcal_lattice *L = &hobs(obs)->lat;
+    if (L->total == 0) {
         qcal_range_set_empty(mn, mx, 1);
+        *st = QCAL_NO_DATA;
         return NULL;
     }
-    return h;
+    /* bins equal bins over the range of v seen, re-binned from the lattice. */
+    view->bins = obs->cfg.bins;
+    view->absval = L->absval;
+    view->lo = qcal_lattice_vmin(L);
+    view->hi = qcal_lattice_vmax(L);
+    view->dmin = L->dmin;
+    view->dmax = L->dmax;
+    view->total = L->total;
+    view->top = 0;
+    view->counts = qcal_calloc((size_t)view->bins, sizeof *view->counts);
+    if (!view->counts) {
+        *st = QCAL_ERR_NO_MEMORY;
+        return NULL;
+    }
+    if (view->lo == view->hi)
+        view->counts[0] = L->total;
+    else
+        qcal_lattice_view(L, view->lo, view->hi, view->bins, view->counts);
+    return view;
+}
+
+void qcal_histobs_qrange_end(qcal_hist *view)
+{
+    free(view->counts);
+    view->counts = NULL;
+}
+
+bool qcal_histobs_is_lattice(const qcal_observer *obs)
+{
+    return is_lattice(obs);
 }
 
 void qcal_histobs_clip_range(const qcal_observer *obs, double t, float *mn, float *mx)
 {
-    const qcal_hist *h = obs->impl;
+    float dmin, dmax;
+    data_minmax(obs, &dmin, &dmax);
     float ft = (float)t;
     if (!(ft <= FLT_MAX))
         ft = FLT_MAX;
+    if (is_lattice(obs)) {
+        /* Inside the data: t <= max|x| (the searches stay below it; rounding aside). */
+        float a = fmaxf(-dmin, dmax);
+        if (ft > a)
+            ft = a;
+    }
     *mx = ft;
-    *mn = h->dmin < 0.0f ? -ft : 0.0f;
+    *mn = dmin < 0.0f ? -ft : 0.0f;
 }

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "observers/histogram_lattice.h"
 #include "observers/observer_impl.h"
 
 /* ---- binning kernels ---------------------------------------------------------------- */
@@ -108,6 +109,17 @@ qcal_status qcal_hist_load(qcal_hist *h, qcal_cursor *c);
 qcal_status qcal_hist_l2_search(const float *hist, int32_t bins, float min_val,
                                 float max_val, double dst_nbins, float *new_min,
                                 float *new_max);
+/* The candidates the L2 search evaluates, in visit order: bins [start, end] with norm; the
+ * first cap are stored, n counts all; chosen = index of the last accepted one (-1: none). */
+typedef struct qcal_l2_trace {
+    int64_t cap, n, chosen;
+    int32_t *start, *end;
+    double *norm;
+} qcal_l2_trace;
+/* qcal_hist_l2_search recording its candidates into *trace (NULL: none). */
+qcal_status qcal_hist_l2_search_trace(const float *hist, int32_t bins, float min_val,
+                                      float max_val, double dst_nbins, float *new_min,
+                                      float *new_max, qcal_l2_trace *trace);
 /* torch.sum of a contiguous float32 vector as ATen 1.13's cascade_sum computes it with
  * 8-lane vectors (CPU capability AVX2). */
 float qcal_torch_sum_f32(const float *x, int64_t n);
@@ -121,10 +133,18 @@ double qcal_hist_quantile(const uint64_t *counts, int32_t bins, double lo, doubl
  * returns bins (KL 0) if no bin past the first holds data. */
 int32_t qcal_hist_entropy_search(const uint64_t *counts, int32_t bins, int32_t levels,
                                  double *best_kl);
+/* The same search also writing KL_i of every candidate i into kl[i - levels]
+ * (bins - levels + 1 entries; +inf where undefined). */
+int32_t qcal_hist_entropy_search_curve(const uint64_t *counts, int32_t bins, int32_t levels,
+                                       double *best_kl, double *kl);
 /* MSE search (mse.c): best candidate bin i in [min(128, bins-1), bins); amax = centre of bin
  * i = (i + 0.5) * w, nlev = positive quantized levels (127 signed, 255 unsigned 8-bit). */
 int32_t qcal_hist_mse_search(const uint64_t *counts, int32_t bins, double hi, int64_t nlev,
                              double *best_mse);
+/* The same search also writing the mean error of every candidate i into
+ * mse[i - min(128, bins-1)]. */
+int32_t qcal_hist_mse_search_curve(const uint64_t *counts, int32_t bins, double hi,
+                                   int64_t nlev, double *best_mse, double *mse);
 
 /* Shared observer ops of the four kinds (only qrange differs). */
 qcal_status qcal_histobs_init(qcal_observer *obs);
@@ -138,15 +158,35 @@ void qcal_histobs_reset(qcal_observer *obs);
 qcal_status qcal_histobs_merge(qcal_observer *dst, const qcal_observer *src);
 void qcal_histobs_save(const qcal_observer *obs, qcal_buf *b);
 qcal_status qcal_histobs_load(qcal_observer *obs, qcal_cursor *c);
-/* The histogram of an observer of one of the four kinds. */
+/* Kind state of the four kinds: the first-batch grid's histogram or the lattice
+ * (obs->cfg.grid says which one is in use). */
+typedef struct qcal_histobs {
+    qcal_hist hist;
+    qcal_lattice lat;
+} qcal_histobs;
+
+/* The first-batch grid's histogram of an observer of one of the four kinds. */
 qcal_hist *qcal_histobs_hist(const qcal_observer *obs);
-/* The common start of the four kinds' qrange: sets *n = 1 and returns the histogram, or
- * NULL after writing the empty range (qcal_range_set_empty) when nothing was seen yet. */
+/* The lattice of an observer of one of the four kinds. */
+qcal_lattice *qcal_histobs_lattice(const qcal_observer *obs);
+bool qcal_histobs_is_lattice(const qcal_observer *obs);
+/* The common start of the four kinds' qrange: sets *n = 1 and returns the histogram the
+ * range choice runs on, or NULL with *st = QCAL_NO_DATA after writing the empty range when
+ * nothing was seen (*st = QCAL_ERR_NO_MEMORY on allocation failure). First-batch grid: the
+ * observer's own histogram. Lattice: `bins` equal bins over the data range (|x| kinds:
+ * [0, max|x|]) re-binned from the lattice (qcal_lattice_view) into *view. Always pair with
+ * qcal_histobs_qrange_end(view). */
 const qcal_hist *qcal_histobs_qrange_begin(const qcal_observer *obs, float *mn, float *mx,
-                                           int64_t *n);
+                                           int64_t *n, qcal_hist *view, qcal_status *st);
+void qcal_histobs_qrange_end(qcal_hist *view);
+
+/* Positive quantized levels the mse search uses for h (see mse.c). */
+qcal_status qcal_histobs_mse_levels(const qcal_observer *obs, const qcal_hist *h,
+                                    int64_t *nlev);
 
 /* Clip range from a threshold t >= 0 on |x|: [0, t] if no negative value was seen, else
- * [-t, t] (t capped at FLT_MAX). qcal_qparams_compute then applies the qscheme. */
+ * [-t, t] (t capped at FLT_MAX; lattice grid: at max|x|). qcal_qparams_compute then applies
+ * the qscheme. */
 void qcal_histobs_clip_range(const qcal_observer *obs, double t, float *mn, float *mx);
 
 #endif

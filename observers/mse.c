@@ -34,7 +34,7 @@ __extension__ typedef unsigned __int128 u128;
 
 /* The former direct evaluation: every candidate over every bin, in double. */
 static int32_t mse_search_direct(const uint64_t *counts, int32_t bins, double hi, int64_t nlev,
-                                 double *best_mse)
+                                 double *best_mse, double *curve)
 {
     double w = hi / bins;
     int32_t start = bins - 1 < 128 ? bins - 1 : 128;
@@ -57,6 +57,8 @@ static int32_t mse_search_direct(const uint64_t *counts, int32_t bins, double hi
             err += dd * (double)counts[j];
         }
         double mse = err / bins;
+        if (curve)
+            curve[i - start] = mse;
         if (mse < best_v) {
             best_v = mse;
             best = i;
@@ -104,6 +106,12 @@ static u128 candidate_error(const u128 *P0, const u128 *P1, const u128 *P2, int3
 int32_t qcal_hist_mse_search(const uint64_t *counts, int32_t bins, double hi, int64_t nlev,
                              double *best_mse)
 {
+    return qcal_hist_mse_search_curve(counts, bins, hi, nlev, best_mse, NULL);
+}
+
+int32_t qcal_hist_mse_search_curve(const uint64_t *counts, int32_t bins, double hi,
+                                   int64_t nlev, double *best_mse, double *curve)
+{
     int64_t L = nlev < 1 ? 1 : nlev;
     uint64_t total = 0;
     for (int32_t j = 0; j < bins; j++)
@@ -114,7 +122,7 @@ int32_t qcal_hist_mse_search(const uint64_t *counts, int32_t bins, double hi, in
                    (double)total;
     double two_a_l = 2.0 * (double)L * (double)L * (2.0 * bins + 1.0);   /* >= 2 q D L */
     if (!(bound < 0x1p126) || L > bins || two_a_l >= 0x1p63)
-        return mse_search_direct(counts, bins, hi, nlev, best_mse);
+        return mse_search_direct(counts, bins, hi, nlev, best_mse, curve);
     u128 *P = qcal_malloc(3 * ((size_t)bins + 1) * sizeof *P);
     int32_t start = bins - 1 < 128 ? bins - 1 : 128;
     int32_t ncand = bins - start;
@@ -122,7 +130,7 @@ int32_t qcal_hist_mse_search(const uint64_t *counts, int32_t bins, double hi, in
     if (!P || !E) {
         free(P);
         free(E);
-        return mse_search_direct(counts, bins, hi, nlev, best_mse);
+        return mse_search_direct(counts, bins, hi, nlev, best_mse, curve);
     }
     u128 *P0 = P, *P1 = P + bins + 1, *P2 = P + 2 * ((size_t)bins + 1);
     P0[0] = P1[0] = P2[0] = 0;
@@ -138,37 +146,54 @@ int32_t qcal_hist_mse_search(const uint64_t *counts, int32_t bins, double hi, in
     for (int32_t c = 1; c < ncand; c++)
         if (E[c] < E[best])
             best = c;
-    if (best_mse) {
-        double f = hi / bins / (2.0 * (double)L);
+    double f = hi / bins / (2.0 * (double)L);
+    if (best_mse)
         *best_mse = (double)E[best] * (f * f) / bins;
-    }
+    if (curve)
+        for (int32_t c = 0; c < ncand; c++)
+            curve[c] = (double)E[c] * (f * f) / bins;
     free(P);
     free(E);
     return start + best;
+}
+
+qcal_status qcal_histobs_mse_levels(const qcal_observer *obs, const qcal_hist *h,
+                                    int64_t *nlev)
+{
+    int64_t qmin, qmax;
+    qcal_status st = qcal_qconfig_range(&obs->cfg.q, &qmin, &qmax);
+    if (st != QCAL_OK)
+        return st;
+    /* Non-negative data with an affine scheme uses every level for [0, amax]; otherwise
+     * half of them serve each sign (127 for 8 bits, as NVIDIA's narrow range). */
+    bool unsigned_range = h->dmin >= 0.0f && (obs->cfg.q.qscheme == QCAL_PER_TENSOR_AFFINE);
+    *nlev = unsigned_range ? qmax - qmin : (qmax - qmin) / 2;
+    if (*nlev < 1)
+        *nlev = 1;
+    return QCAL_OK;
 }
 
 static qcal_status mse_qrange(qcal_observer *obs, int64_t cap, float *mn, float *mx,
                               int64_t *n)
 {
     (void)cap;
-    const qcal_hist *h = qcal_histobs_qrange_begin(obs, mn, mx, n);
+    qcal_hist view;
+    qcal_status st0;
+    const qcal_hist *h = qcal_histobs_qrange_begin(obs, mn, mx, n, &view, &st0);
     if (!h)
-        return QCAL_NO_DATA;
+        return st0;
     double t = h->hi;
     if (h->lo != h->hi) {
-        int64_t qmin, qmax;
-        qcal_status st = qcal_qconfig_range(&obs->cfg.q, &qmin, &qmax);
-        if (st != QCAL_OK)
+        int64_t nlev;
+        qcal_status st = qcal_histobs_mse_levels(obs, h, &nlev);
+        if (st != QCAL_OK) {
+            qcal_histobs_qrange_end(&view);
             return st;
-        /* Non-negative data with an affine scheme uses every level for [0, amax]; otherwise
-         * half of them serve each sign (127 for 8 bits, as NVIDIA's narrow range). */
-        bool unsigned_range = h->dmin >= 0.0f && (obs->cfg.q.qscheme == QCAL_PER_TENSOR_AFFINE);
-        int64_t nlev = unsigned_range ? qmax - qmin : (qmax - qmin) / 2;
-        if (nlev < 1)
-            nlev = 1;
+        }
         int32_t i = qcal_hist_mse_search(h->counts, h->bins, h->hi, nlev, NULL);
         t = ((double)i + 0.5) * ((double)h->hi / h->bins);
     }
+    qcal_histobs_qrange_end(&view);
     qcal_histobs_clip_range(obs, t, mn, mx);
     return QCAL_OK;
 }

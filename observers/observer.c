@@ -53,9 +53,9 @@ bool qcal_observer_config_commutes(const qcal_observer_config *cfg)
 {
     if (!cfg || !qcal_observer_kind_commutes(cfg->kind))
         return false;
-    /* Histogram-family bins follow the first batch and grow in arrival order: not order-free
-     * (a grid that depends only on the values seen would make them so). */
-    return !kind_is_histogram(cfg->kind);
+    /* The histogram family commutes on the lattice grid only; on the first-batch grid its
+     * bins follow the first batch and grow in arrival order. */
+    return !kind_is_histogram(cfg->kind) || cfg->grid == QCAL_GRID_LATTICE;
 }
 
 void qcal_range_set_empty(float *mn, float *mx, int64_t n)
@@ -89,6 +89,31 @@ qcal_status qcal_observer_kind_parse(const char *name, qcal_observer_kind *out)
                       "percentile, entropy or mse)", name);
 }
 
+const char *qcal_observer_grid_name(qcal_observer_grid grid)
+{
+    switch (grid) {
+    case QCAL_GRID_LATTICE: return "lattice";
+    case QCAL_GRID_FIRST_BATCH: return "first-batch";
+    }
+    return "unknown";
+}
+
+qcal_status qcal_observer_grid_parse(const char *name, qcal_observer_grid *out)
+{
+    if (!name || !out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "grid name or output is NULL");
+    if (!strcmp(name, "lattice")) {
+        *out = QCAL_GRID_LATTICE;
+        return QCAL_OK;
+    }
+    if (!strcmp(name, "first-batch")) {
+        *out = QCAL_GRID_FIRST_BATCH;
+        return QCAL_OK;
+    }
+    return qcal_error(QCAL_ERR_INVALID_ARG,
+                      "unknown grid '%s' (expected lattice or first-batch)", name);
+}
+
 void qcal_observer_config_default(qcal_observer_config *cfg, qcal_observer_kind kind)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -99,7 +124,7 @@ void qcal_observer_config_default(qcal_observer_config *cfg, qcal_observer_kind 
     cfg->axis = 0;
     cfg->averaging_constant = 0.01f;
     cfg->bins = 2048;
-    cfg->upsample_rate = 128;
+    cfg->grid = QCAL_GRID_LATTICE;
     cfg->percentile = 99.99;
     cfg->percentile_mode = QCAL_PERCENTILE_ABS;
     cfg->entropy_levels = 128;
@@ -137,10 +162,9 @@ qcal_status qcal_observer_config_validate(const qcal_observer_config *cfg)
         if (cfg->bins < 1 || cfg->bins > (1 << 24))
             return qcal_error(QCAL_ERR_INVALID_ARG, "bins %d is outside [1, 16777216]",
                               (int)cfg->bins);
-        if (cfg->kind == QCAL_OBSERVER_HISTOGRAM &&
-            (cfg->upsample_rate < 1 || cfg->upsample_rate > 4096))
-            return qcal_error(QCAL_ERR_INVALID_ARG, "upsample rate %d is outside [1, 4096]",
-                              (int)cfg->upsample_rate);
+        if ((unsigned)cfg->grid > QCAL_GRID_FIRST_BATCH)
+            return qcal_error(QCAL_ERR_INVALID_ARG, "unknown histogram grid %d (expected "
+                              "lattice or first-batch)", (int)cfg->grid);
         if (cfg->kind == QCAL_OBSERVER_PERCENTILE &&
             !(cfg->percentile > 0.0 && cfg->percentile <= 100.0))
             return qcal_error(QCAL_ERR_INVALID_ARG, "percentile %g is outside (0, 100]",
@@ -337,7 +361,8 @@ static bool config_diff(const qcal_observer_config *a, const qcal_observer_confi
     DIFF_I("axis", a->axis, b->axis);
     DIFF_F("averaging_constant", a->averaging_constant, b->averaging_constant);
     DIFF_I("bins", a->bins, b->bins);
-    DIFF_I("upsample_rate", a->upsample_rate, b->upsample_rate);
+    if (kind_is_histogram(a->kind))
+        DIFF_S("grid", qcal_observer_grid_name(a->grid), qcal_observer_grid_name(b->grid));
     DIFF_F("percentile", a->percentile, b->percentile);
     DIFF_I("percentile_mode", a->percentile_mode, b->percentile_mode);
     DIFF_I("entropy_levels", a->entropy_levels, b->entropy_levels);
@@ -468,7 +493,7 @@ static void save_config(qcal_buf *b, const qcal_observer_config *c)
     qcal_buf_u32(b, (uint32_t)c->axis);
     qcal_buf_f32(b, c->averaging_constant);
     qcal_buf_u32(b, (uint32_t)c->bins);
-    qcal_buf_u32(b, (uint32_t)c->upsample_rate);
+    qcal_buf_u32(b, (uint32_t)c->grid);   /* version 1: upsample_rate (unused) */
     qcal_buf_f64(b, c->percentile);
     qcal_buf_u32(b, (uint32_t)c->percentile_mode);
     qcal_buf_u32(b, (uint32_t)c->entropy_levels);
@@ -501,7 +526,7 @@ static bool load_config(qcal_cursor *cur, qcal_observer_config *c)
         return false;
     c->axis = (int32_t)u[0];
     c->bins = (int32_t)u[1];
-    c->upsample_rate = (int32_t)u[2];
+    c->grid = (qcal_observer_grid)u[2];
     c->percentile_mode = (qcal_percentile_mode)u[3];
     c->entropy_levels = (int32_t)u[4];
     c->nonfinite = (qcal_nonfinite_policy)u[5];

@@ -236,11 +236,12 @@ static qcal_status set_bins(qcal_observer_config *cfg, const char *key, int choi
     return parse_i32(key, value, &cfg->bins);
 }
 
-static qcal_status set_upsample_rate(qcal_observer_config *cfg, const char *key, int choice,
-                                     const char *value)
+static qcal_status set_grid(qcal_observer_config *cfg, const char *key, int choice,
+                            const char *value)
 {
-    (void)choice;
-    return parse_i32(key, value, &cfg->upsample_rate);
+    (void)key, (void)value;
+    cfg->grid = (qcal_observer_grid)choice;   /* lattice|first_batch */
+    return QCAL_OK;
 }
 
 static qcal_status set_percentile(qcal_observer_config *cfg, const char *key, int choice,
@@ -311,9 +312,10 @@ static const key_row keys[] = {
         NULL, NULL, false }, set_averaging_constant },
     { { "bins", "N", NULL, "histogram kinds: bin count, in [1, 16777216] (default 2048)",
         NULL, NULL, false }, set_bins },
-    { { "upsample_rate", "N", NULL,
-        "histogram: merge/regrow upsampling, in [1, 4096] (default 128, PyTorch's)",
-        NULL, NULL, false }, set_upsample_rate },
+    { { "grid", "G", "lattice|first_batch",
+        "histogram kinds: lattice (default; answer depends only on the data, exact merges) "
+        "or first_batch (PyTorch's grid: torch.histc parity on one batch)",
+        NULL, NULL, false }, set_grid },
     { { "percentile", "P", NULL, "percentile kind: in (0, 100] (default 99.99)",
         NULL, NULL, false }, set_percentile },
     { { "percentile_mode", "M", "abs|two_tails",

@@ -29,7 +29,15 @@ typedef struct qcal_observer_ops {
     void (*reset)(qcal_observer *obs);
     /* dst and src have the same kind and an equal config (checked by the caller). */
     qcal_status (*merge)(qcal_observer *dst, const qcal_observer *src);
-    /* Appends / reads the kind's state (little-endian); load validates everything. */
+    /* Appends / reads the kind's state (little-endian); load validates everything.
+     * Canonical payloads (for state digests, helper `state`): for every kind except the
+     * moving averages and the first-batch histogram grid, save writes a function of the
+     * multiset of finite values seen, so equal data give equal bytes whatever the batch
+     * order, sizes or merge split. Histogram kinds on the lattice grid
+     * (observers/histogram_lattice.h, qcal_lattice_save): i32 e, i64 jmin, u32 ncells,
+     * f32 dmin, f32 dmax (-0 stored as +0), u64 total, u64 counts[ncells] of the cells
+     * jmin..jmax (empty: 0, 0, 0, +inf, -inf, 0). The batch counter lives outside the
+     * payload (observer.c); the non-finite count, also outside, is order-independent. */
     void (*save)(const qcal_observer *obs, qcal_buf *b);
     qcal_status (*load)(qcal_observer *obs, qcal_cursor *c);
 } qcal_observer_ops;

@@ -39,29 +39,34 @@ static qcal_status percentile_qrange(qcal_observer *obs, int64_t cap, float *mn,
                                      int64_t *n)
 {
     (void)cap;
-    const qcal_hist *h = qcal_histobs_qrange_begin(obs, mn, mx, n);
+    qcal_hist view;
+    qcal_status st;
+    const qcal_hist *h = qcal_histobs_qrange_begin(obs, mn, mx, n, &view, &st);
     if (!h)
-        return QCAL_NO_DATA;
+        return st;
     double p = obs->cfg.percentile / 100.0;
     if (obs->cfg.percentile_mode == QCAL_PERCENTILE_ABS) {
         double t = h->lo == h->hi ? h->hi
                                   : qcal_hist_quantile(h->counts, h->bins, 0.0, h->hi, p);
         qcal_histobs_clip_range(obs, t, mn, mx);
-        return QCAL_OK;
-    }
-    if (h->lo == h->hi) {
+    } else if (h->lo == h->hi) {
         mn[0] = h->lo;
         mx[0] = h->hi;
-        return QCAL_OK;
+    } else {
+        double a = qcal_hist_quantile(h->counts, h->bins, h->lo, h->hi, 1.0 - p);
+        double b = qcal_hist_quantile(h->counts, h->bins, h->lo, h->hi, p);
+        mn[0] = (float)a;
+        mx[0] = (float)b;
+        if (mn[0] > mx[0]) {   /* p < 50: the two quantiles cross; use the median for both */
+            float m = (float)qcal_hist_quantile(h->counts, h->bins, h->lo, h->hi, 0.5);
+            mn[0] = mx[0] = m;
+        }
+        if (qcal_histobs_is_lattice(obs)) {
+            mn[0] = fminf(fmaxf(mn[0], h->lo), h->hi);
+            mx[0] = fminf(fmaxf(mx[0], h->lo), h->hi);
+        }
     }
-    double a = qcal_hist_quantile(h->counts, h->bins, h->lo, h->hi, 1.0 - p);
-    double b = qcal_hist_quantile(h->counts, h->bins, h->lo, h->hi, p);
-    mn[0] = (float)a;
-    mx[0] = (float)b;
-    if (mn[0] > mx[0]) {   /* p < 50: the two quantiles cross; use the median for both */
-        float m = (float)qcal_hist_quantile(h->counts, h->bins, h->lo, h->hi, 0.5);
-        mn[0] = mx[0] = m;
-    }
+    qcal_histobs_qrange_end(&view);
     return QCAL_OK;
 }
 

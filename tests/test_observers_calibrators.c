@@ -270,6 +270,7 @@ static qcal_observer *obs_of(qcal_observer_kind kind, qcal_percentile_mode mode,
 {
     qcal_observer_config cfg;
     qcal_observer_config_default(&cfg, kind);
+    cfg.grid = QCAL_GRID_FIRST_BATCH;   /* these tests check the first-batch grid */
     cfg.percentile_mode = mode;
     cfg.percentile = p;
     qcal_observer *o = NULL;
@@ -446,6 +447,7 @@ static void test_entropy_levels_nonnegative(void **state)
     for (int k = 0; k < 2; k++) {
         qcal_observer_config cfg;
         qcal_observer_config_default(&cfg, QCAL_OBSERVER_ENTROPY);
+        cfg.grid = QCAL_GRID_FIRST_BATCH;
         assert_int_equal(cfg.entropy_levels, 128);
         cfg.entropy_levels = levels[k];
         qcal_observer *o = NULL;

@@ -49,6 +49,7 @@ static qcal_observer *make_obs(qcal_observer_kind kind)
 {
     qcal_observer_config cfg;
     qcal_observer_config_default(&cfg, kind);
+    cfg.grid = QCAL_GRID_FIRST_BATCH;   /* these tests check the first-batch grid */
     qcal_observer *obs = NULL;
     assert_int_equal(qcal_observer_create(&cfg, &obs), QCAL_OK);
     return obs;
@@ -599,6 +600,7 @@ static void test_nonfinite(void **state)
     /* Strict: error, state (save blob) unchanged, count unchanged. */
     qcal_observer_config cfg;
     qcal_observer_config_default(&cfg, QCAL_OBSERVER_HISTOGRAM);
+    cfg.grid = QCAL_GRID_FIRST_BATCH;
     cfg.nonfinite = QCAL_NONFINITE_ERROR;
     assert_int_equal(qcal_observer_create(&cfg, &obs), QCAL_OK);
     float ok[4] = { 1, 2, 3, 4 };

@@ -20,10 +20,10 @@
 #include "qcal/observer.h"
 #include "tests/testutil.h"
 
-/* The histogram family is exact (order- and split-invariant) once the lattice grid is in
- * (issue 11); until then the identity checks cover the min/max kinds only. */
+/* The histogram family is exact (order- and split-invariant) on the lattice grid, the
+ * default: the identity checks cover it too. */
 #ifndef QCAL_TEST_HIST_EXACT
-#define QCAL_TEST_HIST_EXACT 0
+#define QCAL_TEST_HIST_EXACT 1
 #endif
 
 static uint64_t rng = 12345;
@@ -144,7 +144,7 @@ static void test_observer_layout(void **state)
     put32(&p, 0);                            /* axis */
     putf(&p, 0.01f);                         /* averaging_constant */
     put32(&p, 2048);                         /* bins */
-    put32(&p, (uint32_t)c->upsample_rate);   /* histogram's field (slot 60) */
+    put32(&p, (uint32_t)c->grid);            /* histogram family's grid (slot 60) */
     putd(&p, 99.99);                         /* percentile */
     put32(&p, 0);                            /* percentile_mode */
     put32(&p, 128);                          /* entropy_levels */

@@ -47,6 +47,16 @@ typedef enum qcal_percentile_mode {
     QCAL_PERCENTILE_TWO_TAILS = 1,  /* clip min at (100-p) and max at p percentiles of x */
 } qcal_percentile_mode;
 
+/* Histogram family: where bins lie (docs/observers.md, "The lattice grid"). */
+typedef enum qcal_observer_grid {
+    QCAL_GRID_LATTICE = 0,      /* "lattice" (default): cells of width 2^e anchored at zero,
+                                 * e fixed by the data range; everything reported depends only
+                                 * on the multiset of values seen; exact merges */
+    QCAL_GRID_FIRST_BATCH = 1,  /* "first-batch": bins over the first batch's [min, max],
+                                 * grown by doubling: torch.histc / PyTorch parity on one
+                                 * batch, but order-dependent after growth */
+} qcal_observer_grid;
+
 typedef struct qcal_observer_config {
     qcal_observer_kind kind;
     qcal_qconfig q;                 /* dtype/qscheme/range; default as PyTorch's observer of that kind
@@ -55,7 +65,7 @@ typedef struct qcal_observer_config {
     float averaging_constant;       /* moving-average kinds: default 0.01, must be in (0, 1] */
     int32_t bins;                   /* histogram family: default 2048, must be >= 1
                                      * (entropy needs bins > entropy_levels) */
-    int32_t upsample_rate;          /* histogram: default 128 (PyTorch's), used only by merge/regrow */
+    qcal_observer_grid grid;        /* histogram family: default QCAL_GRID_LATTICE */
     double percentile;              /* percentile: default 99.99, in (0, 100] */
     qcal_percentile_mode percentile_mode; /* percentile: default QCAL_PERCENTILE_ABS */
     int32_t entropy_levels;         /* entropy: quantized levels the KL search merges into, default 128 */
@@ -80,6 +90,12 @@ QCAL_API bool qcal_observer_kind_commutes(qcal_observer_kind kind);
  * true for minmax and per_channel_minmax only (histogram-family bins follow the first batch
  * and grow in arrival order). */
 QCAL_API bool qcal_observer_config_commutes(const qcal_observer_config *cfg);
+
+/* Name of a grid ("lattice", "first-batch"), or "unknown". */
+QCAL_API const char *qcal_observer_grid_name(qcal_observer_grid grid);
+
+/* Parses a grid name as printed by qcal_observer_grid_name. */
+QCAL_API qcal_status qcal_observer_grid_parse(const char *name, qcal_observer_grid *out);
 
 /* Fills *cfg with the defaults of the given kind (documented on each field above). */
 QCAL_API void qcal_observer_config_default(qcal_observer_config *cfg, qcal_observer_kind kind);
@@ -159,9 +175,11 @@ QCAL_API qcal_status qcal_observer_reset(qcal_observer *obs);
 
 /* Folds src into dst as if dst had also seen src's batches. Same kind and config required
  * (QCAL_ERR_MISMATCH, the message names the first differing field and both values).
- * Exact for every kind whose update commutes (min/max kinds; histogram kinds: see their
- * headers). Moving-average kinds depend on batch order: merging two that both saw data is
- * refused (QCAL_ERR_UNSUPPORTED); with one side empty the merge is an exact copy. */
+ * Exact for minmax, per_channel_minmax and the histogram kinds on the lattice grid (the
+ * result depends only on the data, not on the split). Moving-average kinds depend on batch
+ * order: merging two that both saw data is refused (QCAL_ERR_UNSUPPORTED, dst unchanged);
+ * with one side empty the merge is an exact copy. First-batch grid: see
+ * qcal/observers/histogram.h. */
 QCAL_API qcal_status qcal_observer_merge(qcal_observer *dst, const qcal_observer *src);
 
 /* The checks of qcal_observer_merge (configs, moving averages, channel counts) without

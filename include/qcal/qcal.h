@@ -9,6 +9,7 @@
 #include "qcal/tensor.h"
 #include "qcal/qparams.h"
 #include "qcal/observer.h"
+#include "qcal/observers/histogram.h"
 #include "qcal/quantize.h"
 #include "qcal/fakequant.h"
 #include "qcal/npy.h"

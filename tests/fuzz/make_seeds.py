@@ -92,7 +92,7 @@ put("fuzz_rules", "sample.txt",
     "\"conv 1*\"   any         minmax dtype=qint8 qscheme=per_tensor_symmetric  # quoted glob\n"
     "*           activation  minmax\n")
 put("fuzz_rules", "all_keys.txt",
-    "layer[0-9].* activation histogram bins=256 upsample_rate=16 reduce_range=true eps=1e-6 nonfinite=skip\n"
+    "layer[0-9].* activation histogram bins=256 grid=first-batch reduce_range=true eps=1e-6 nonfinite=skip\n"
     "p* any percentile percentile=99.9 percentile_mode=two_tails quant_min=0 quant_max=127\n"
     "e? weight entropy entropy_levels=64 bins=512 nonfinite=error\n"
     "m\\* activation mse dtype=qint32\n"

@@ -1,18 +1,43 @@
 /* qcal histogram observer family: "histogram" (L2 search, PyTorch), "percentile", "entropy"
  * (KL, TensorRT) and "mse" (NVIDIA). All four are used through the object API of
  * qcal/observer.h (qcal_observer_create with kind QCAL_OBSERVER_HISTOGRAM, _PERCENTILE,
- * _ENTROPY or _MSE); this header documents what they compute. It declares nothing else.
+ * _ENTROPY or _MSE); this header documents what they compute and declares the two
+ * introspection calls reports use (bins of the searched histogram, objective curves).
  *
- * COLLECTION (all four)
- *   Config: bins (default 2048), nonfinite (default skip-and-count). A batch that fits the
- *   current grid is read once (min/max, non-finite count and binning fused); the first batch
- *   and a batch that grows the grid take a min/max pass and then a binning pass (AVX2/AVX-512
- *   with a C reference, OpenMP above qcal_threads_for; integer counts, so results never
- *   depend on ISA or thread count).
- *   NaN/Inf are never binned: skipped and counted, or QCAL_ERR_NONFINITE with the observer
- *   unchanged under QCAL_NONFINITE_ERROR. Counts are exact uint64 (PyTorch keeps float32).
- *   - histogram, percentile two-tails: signed grid [lo, hi]; entropy, mse, percentile abs:
- *     grid over |x| on [0, hi].
+ * COLLECTION (all four). Config: bins (default 2048), grid (default lattice), nonfinite
+ *   (default skip-and-count). NaN/Inf are never binned: skipped and counted, or
+ *   QCAL_ERR_NONFINITE with the observer unchanged under QCAL_NONFINITE_ERROR. Counts are
+ *   exact uint64 (PyTorch keeps float32); AVX2/AVX-512 kernels with a C reference, OpenMP
+ *   above qcal_threads_for: results never depend on ISA or thread count.
+ *   - histogram, percentile two-tails: values x; entropy, mse, percentile abs: |x|.
+ *
+ * GRID LATTICE (default, QCAL_GRID_LATTICE, "lattice"): everything the observer reports
+ *   (qrange, qparams, data_range, saved state except the batch counter) is a function of
+ *   the multiset of finite values seen: not of batch order, batch sizes or how batches
+ *   were split over observers merged afterwards. Bit for bit.
+ *   - Cells of width 2^e anchored at zero: value v goes to cell floor(v * 2^-e) (exact in
+ *     float). e is the smallest exponent (>= -127) for which the cells from the data's min
+ *     to its max number at most 2 * bins and every cell index lies in [-2^24, 2^24): a
+ *     function of the data range alone, growing with it. Growth doubles the width (cell j
+ *     -> j >> 1), merges align both sides to the larger e and add counts: both exact.
+ *     Between bins and 2 * bins cells cover the data (fewer only for data far narrower than
+ *     its magnitude, where cells reach the float spacing). Exact min and max are kept.
+ *   - A batch inside the current window is read once (min/max, non-finite count and
+ *     binning fused); otherwise a min/max pass, the re-gridding and a binning pass.
+ *   - Range choice runs on a view: `bins` equal bins over [min, max] of the data (|x|
+ *     kinds: [0, max|x|]), each cell's count spread uniformly over the part of the cell
+ *     inside the data range, cumulative counts rounded to integers (totals exact). The
+ *     searches below then run unchanged on the view, and every clipping range lies inside
+ *     the data: histogram and percentile two-tails within [min, max]; |x| kinds t <=
+ *     max|x|.
+ *   - State: canonical payload (i32 e, i64 first cell, u32 cells, f32 min, f32 max, u64
+ *     total, u64 counts of the cells from min's to max's), at most 36 + 16 * bins bytes
+ *     (32.8 KB for 2048 bins); the same data gives the same bytes.
+ *   - data_range: [min, max] of the data (|x| kinds: [-max|x|, max|x|], or [0, max|x|] if
+ *     no value < 0).
+ *
+ * GRID FIRST-BATCH (QCAL_GRID_FIRST_BATCH, "first-batch"): PyTorch's grid, for exact
+ *   single-batch parity; the answer after growth depends on batch order.
  *   - First batch: [lo, hi] = [min, max] of the batch (|x|: [0, max|x|]); bin index as
  *     torch.histc's CPU kernel with float bounds: (int64)((x - lo) / (hi - lo) * bins) in
  *     float32, x == hi in the last bin - verified against torch.histc next to every edge.
@@ -22,31 +47,24 @@
  *     grid: the bin width is multiplied by the smallest power of two 2^k such that, with lo
  *     moved down by a whole number of new bins, the grid covers the batch; old bin i goes to
  *     new bin m + (i >> k), exactly, and values that sat exactly on the old top edge move to
- *     hi's bin in the new grid. The new grid's spare bins (beyond those covering the data)
- *     go below and above in proportion to how far the batch passed the data seen so far on
- *     each side: growth at the top only keeps lo, symmetric growth stays centred. For |x|
- *     grids hi simply doubles, and the result equals binning all data at once on the final
- *     grid, bit for bit. New edges are computed in double and rounded to float (signed
- *     grids: a value within rounding of an edge may sit one bin off compared with binning
- *     everything at once). If the new edges are not finite in float (ranges near FLT_MAX)
- *     the grid becomes [min, max] of everything and old counts are spread linearly (total
- *     preserved).
+ *     hi's bin in the new grid. The new grid's spare bins go below and above in proportion
+ *     to how far the batch passed the data seen so far on each side. For |x| grids hi
+ *     simply doubles. New edges are computed in double and rounded to float. If they are
+ *     not finite in float (ranges near FLT_MAX) the grid becomes [min, max] of everything
+ *     and old counts are spread linearly (total preserved).
  *     PyTorch instead resamples the old histogram approximately (_combine_histograms,
  *     upsample_rate): density assumed uniform in each bin, result dependent on batch order.
  *     qcal's growth depends on the first batch's range (the lattice origin) but never
- *     resamples; upsample_rate is accepted for compatibility and unused.
- *   - A constant batch gives a zero-width grid (lo == hi, all counts in bin 0); a later
- *     wider batch places that point mass in its exact bin.
+ *     resamples. (qcal has no upsample_rate: the lattice grid needs no resampling.)
+ *   - A constant batch gives a zero-width grid (lo == hi, all counts in bin 0).
  *   - merge(dst, src): dst grows as for a batch covering src's grid, then src's counts are
- *     added: exactly when src's bins nest in the new grid (same lattice: width ratio 2^j,
- *     offset a whole number of src bins; always the case for |x| grids whose first amax
- *     differ by a power of two) or src has zero width; otherwise each src bin's count is
- *     spread linearly over the merged bins it overlaps (rounded cumulative counts: the
- *     total is exact, each count moves by less than one merged bin).
+ *     added: exactly when src's bins nest in the new grid, otherwise each src bin's count is
+ *     spread linearly over the merged bins it overlaps (total exact).
  *   - save/load: grid, data min/max, total, top-edge count and every count.
  *   - data_range: the grid ([lo, hi]; |x| grids: [-hi, hi], or [0, hi] if no value < 0).
  *
- * RANGE CHOICE (qcal_observer_qrange; qcal_observer_qparams then applies the qscheme)
+ * RANGE CHOICE (qcal_observer_qrange; qcal_observer_qparams then applies the qscheme), on
+ * the first-batch histogram or the lattice's view ([lo, hi] below):
  *   histogram: PyTorch 1.13 HistogramObserver._non_linear_param_search on the counts as
  *     float32 over [lo, hi] with dst_nbins = 2^bits of the dtype (256, or 2^32 for qint32),
  *     reproducing its float32/float64 arithmetic, torch.cumsum (double accumulation) and
@@ -100,4 +118,36 @@
 
 #include "qcal/observer.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- introspection (reports) ------------------------------------------------------------
+ * Both calls take an observer of the histogram family (QCAL_ERR_INVALID_ARG otherwise) and
+ * return QCAL_NO_DATA with *n = 0 when it has seen nothing. */
+
+/* The histogram the range search runs on: lattice grid: `bins` equal bins over the data
+ * range ([0, max|x|] for entropy, mse and abs percentile), re-binned from the lattice;
+ * first-batch grid: its bins. edges[0..*n] (cap + 1 entries) and counts[0..*n) (cap
+ * entries); *n = bins (QCAL_ERR_INVALID_ARG if cap < bins). */
+QCAL_API qcal_status qcal_observer_histogram_bins(const qcal_observer *obs, int64_t cap,
+                                                  double *edges, uint64_t *counts,
+                                                  int64_t *n);
+
+/* The objective curve of the range search: candidate k in [0, *n) clips to [lo[k], hi[k]]
+ * with error err[k]; *chosen is the candidate the observer's qrange picked. histogram: the
+ * candidates PyTorch's greedy L2 search evaluates, in visit order (err: its L2 estimate;
+ * the last one is the rejected step when the search stopped on a rise); entropy: every
+ * threshold i * width, i in [entropy_levels, bins] (err: KL divergence, +inf where it is
+ * undefined); mse: every bin centre from bin min(128, bins - 1) up (err: mean squared
+ * error). percentile has no objective: QCAL_ERR_UNSUPPORTED. cap: capacity of lo, hi and
+ * err; bins + 1 always suffices (with less, the first cap are written, *n counts all).
+ * *chosen is -1 if the L2 search kept the full range without evaluating a candidate. */
+QCAL_API qcal_status qcal_observer_search_curve(qcal_observer *obs, int64_t cap, float *lo,
+                                                float *hi, double *err, int64_t *n,
+                                                int64_t *chosen);
+
+#ifdef __cplusplus
+}
+#endif
 #endif
