@@ -3,9 +3,8 @@
  *   first batch:  min_val = min(x)
  *   later:        min_val = min_val + c * (min(x) - min_val)   (three float32 ops, no FMA)
  * with c = averaging_constant (float32). A batch without finite values does not move the
- * averages (PyTorch would fold NaN into them). The average depends on batch order by
- * definition, so merge is refused (QCAL_ERR_UNSUPPORTED) unless one side holds no data (then it
- * is an exact copy). */
+ * averages (PyTorch would fold NaN into them). Merge: exact when either side is empty;
+ * two observers that both saw data are refused by qcal_observer_merge (order-dependent). */
 #include <math.h>
 
 #include "observers/minmax_state.h"
@@ -45,12 +44,6 @@ static qcal_status ma_update(qcal_observer *obs, const qcal_tensor *x, int64_t n
 
 static qcal_status ma_merge(qcal_observer *dst, const qcal_observer *src)
 {
-    const qcal_pt_state *d = dst->impl, *s = src->impl;
-    if (d->mn <= d->mx && s->mn <= s->mx)
-        return qcal_error(QCAL_ERR_UNSUPPORTED,
-                          "cannot merge two moving_average_minmax observers that both hold "
-                          "data: a moving average depends on batch order (merge into an "
-                          "empty observer, or observe all batches in one run)");
     qcal_pt_state_merge(dst, src, ma_apply);
     return QCAL_OK;
 }

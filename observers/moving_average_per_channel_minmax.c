@@ -6,8 +6,8 @@
  * Channel count fixed by the first batch (QCAL_ERR_MISMATCH otherwise). A channel with no
  * finite value in a batch does not move; a channel that has never seen a finite value is
  * initialised by its first finite batch (PyTorch would compute inf + c*(x - inf) = NaN).
- * The average depends on batch order by definition, so merge is refused (QCAL_ERR_UNSUPPORTED)
- * unless one side holds no data in any channel (then it is exact). */
+ * Merge: exact when either side has no data; two observers that both saw data are refused
+ * by qcal_observer_merge (order-dependent). */
 #include <math.h>
 
 #include "observers/minmax_state.h"
@@ -34,21 +34,8 @@ static qcal_status mapc_update(qcal_observer *obs, const qcal_tensor *x, int64_t
     return qcal_pc_state_update(obs, x, nonfinite, mapc_apply);
 }
 
-static bool has_data(const qcal_pc_state *s)
-{
-    for (int64_t k = 0; k < s->channels; k++)
-        if (s->mn[k] <= s->mx[k])
-            return true;
-    return false;
-}
-
 static qcal_status mapc_merge(qcal_observer *dst, const qcal_observer *src)
 {
-    if (has_data(dst->impl) && has_data(src->impl))
-        return qcal_error(QCAL_ERR_UNSUPPORTED,
-                          "cannot merge two moving_average_per_channel_minmax observers that "
-                          "both hold data: a moving average depends on batch order (merge "
-                          "into an empty observer, or observe all batches in one run)");
     return qcal_pc_state_merge(dst, src, mapc_apply);
 }
 
