@@ -642,7 +642,8 @@ static void test_documented_seeds(void **state)
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus/fuzz_state", root ? root : ".");
     static const char *const obs[] = { "minmax.state", "minmax_empty.state",
-                                       "moving_average.state", "per_channel.state" };
+                                       "moving_average.state", "per_channel.state",
+                                       "histogram_lattice.state", "entropy_lattice.state" };
     for (size_t i = 0; i < sizeof obs / sizeof obs[0]; i++) {
         size_t len;
         void *buf = tu_read_file(tu_path(dir, obs[i]), &len);
