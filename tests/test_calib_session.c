@@ -422,8 +422,13 @@ static void test_commuting_kinds(void **state)
         assert_int_equal(qcal_observer_kind_commutes((qcal_observer_kind)k), !ma);
         qcal_observer_config c;
         qcal_observer_config_default(&c, (qcal_observer_kind)k);
-        bool minmax = k == QCAL_OBSERVER_MINMAX || k == QCAL_OBSERVER_PER_CHANNEL_MINMAX;
-        assert_int_equal(qcal_observer_config_commutes(&c), minmax);
+        /* Defaults: every commuting kind, the histogram family on its lattice grid. */
+        assert_int_equal(qcal_observer_config_commutes(&c), !ma);
+        bool hist = k >= QCAL_OBSERVER_HISTOGRAM && k <= QCAL_OBSERVER_MSE;
+        if (hist) {   /* the first-batch grid follows arrival order */
+            c.grid = QCAL_GRID_FIRST_BATCH;
+            assert_false(qcal_observer_config_commutes(&c));
+        }
     }
     assert_false(qcal_observer_kind_commutes(QCAL_OBSERVER_KIND_COUNT));
     assert_false(qcal_observer_kind_commutes((qcal_observer_kind)-1));

@@ -534,8 +534,22 @@ static void test_session_refusals(void **state)
     qcal_calib_session_count(a, &n);
     assert_int_equal(n, 2);   /* conv2 was not copied either */
     assert_int_equal(qcal_calib_session_merge(a, a), QCAL_ERR_INVALID_ARG);
-    /* Queued batches are not state. */
-    qcal_calib_session *q = new_session(false);
+    /* Queued batches are not state. (A batch ahead of its step is queued only for an
+     * observer whose updates do not commute: the first-batch histogram grid here; the
+     * default lattice grid takes it at once.) */
+    qcal_calib_rules *qr = NULL;
+    assert_int_equal(qcal_calib_rules_create(&qr), QCAL_OK);
+    qcal_observer_config fb;
+    qcal_observer_config_default(&fb, QCAL_OBSERVER_HISTOGRAM);
+    fb.grid = QCAL_GRID_FIRST_BATCH;
+    assert_int_equal(qcal_calib_rules_add(qr, "*", false, QCAL_CALIB_ROLE_ACTIVATION, &fb),
+                     QCAL_OK);
+    qcal_calib_session_options qo;
+    qcal_calib_session_options_default(&qo);
+    qo.rules = qr;
+    qcal_calib_session *q = NULL;
+    assert_int_equal(qcal_calib_session_create(&qo, &q), QCAL_OK);
+    qcal_calib_rules_destroy(&qr);
     observe(q, 0, 3, x);
     void *buf = NULL;
     size_t len = 0;
