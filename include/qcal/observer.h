@@ -86,9 +86,9 @@ QCAL_API qcal_status qcal_observer_kind_parse(const char *name, qcal_observer_ki
  * the first batch for that; whether a given config has them: qcal_observer_config_commutes. */
 QCAL_API bool qcal_observer_kind_commutes(qcal_observer_kind kind);
 
-/* Same question for a whole config: its kind commutes and its options keep it so. Today
- * true for minmax and per_channel_minmax only (histogram-family bins follow the first batch
- * and grow in arrival order). */
+/* Same question for a whole config: its kind commutes and its options keep it so: minmax,
+ * per_channel_minmax and the histogram family on the lattice grid (the default); false on
+ * the first-batch grid, whose bins follow the first batch and grow in arrival order. */
 QCAL_API bool qcal_observer_config_commutes(const qcal_observer_config *cfg);
 
 /* Name of a grid ("lattice", "first-batch"), or "unknown". */
