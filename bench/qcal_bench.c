@@ -273,7 +273,10 @@ static void op_hist_qparams(void *p)
     int64_t n = 0;
     qcal_observer *o = b->hist_full[b->kind - QCAL_OBSERVER_HISTOGRAM];
     CHECK(qcal_observer_qrange(o, 1, &mn, &mx, &n));
-    CHECK(qcal_observer_qparams(o, 1, &s, &zp, NULL, &n));
+    qcal_qparams qp = {0};
+    CHECK(qcal_observer_qparams(o, &qp));
+    s = qp.scale;
+    zp = qp.zero_point;
     b->res[0] = mn;
     b->res[1] = mx;
     b->res[2] = s;
@@ -727,14 +730,23 @@ static void setup(bench *b)
     }
     /* qparams for the quantize rows: per tensor from MinMax (quint8 affine), per channel from
      * PerChannelMinMax (qint8 symmetric, axis 0) - the observer -> qparams -> quantize path. */
-    int64_t n = 0;
     CHECK(qcal_observer_update(b->obs[QCAL_OBSERVER_MINMAX], &b->t16));
-    CHECK(qcal_observer_qparams(b->obs[QCAL_OBSERVER_MINMAX], 1, &b->scale, &b->zp, NULL, &n));
+    qcal_qparams qp = {0};
+    CHECK(qcal_observer_qparams(b->obs[QCAL_OBSERVER_MINMAX], &qp));
+    b->scale = qp.scale;
+    b->zp = qp.zero_point;
     b->scw = xalloc(4096 * sizeof(float));
     b->zpw = xalloc(4096 * sizeof(int32_t));
     CHECK(qcal_observer_update(b->obs[QCAL_OBSERVER_PER_CHANNEL_MINMAX], &b->tw));
-    CHECK(qcal_observer_qparams(b->obs[QCAL_OBSERVER_PER_CHANNEL_MINMAX], 4096, b->scw, b->zpw,
-                                NULL, &n));
+    CHECK(qcal_observer_qparams(b->obs[QCAL_OBSERVER_PER_CHANNEL_MINMAX], &qp));
+    if (qp.channels != 4096) {
+        fprintf(stderr, "qcal_bench: per-channel observer gave %lld channels\n",
+                (long long)qp.channels);
+        exit(2);
+    }
+    memcpy(b->scw, qp.scales, 4096 * sizeof(float));
+    memcpy(b->zpw, qp.zero_points, 4096 * sizeof(int32_t));
+    qcal_qparams_free(&qp);
     qcal_numeric_logger_options lo;
     qcal_numeric_logger_options_default(&lo);
     lo.callback = log_cb;

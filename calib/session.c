@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "calib/calib_internal.h"
+#include "quant/qparams_internal.h"
 
 /* A batch that arrived before its turn (data == NULL: an order-free observer already
  * applied it; the record only keeps the step bookkeeping). */
@@ -533,7 +534,7 @@ static qcal_status snapshot(entry *e, qcal_calib_entry *out)
         out->channels = got;
         bool any = false;
         for (int64_t c = 0; c < got && st >= 0; c++) {
-            st = qcal_qparams_compute(&cfg->q, 1, mn + c, mx + c, scale + c, zp + c, zpf + c);
+            st = qcal_qparams_compute_arrays(&cfg->q, 1, mn + c, mx + c, scale + c, zp + c, zpf + c);
             any |= st == QCAL_OK;
         }
         if (st >= 0) {

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "calib/calib_internal.h"
+#include "quant/qparams_internal.h"
 #include "io/json.h"
 
 #define TABLE_FORMAT_NAME "qcal-calibration-table"
@@ -538,7 +539,7 @@ static qcal_status read_entry(reader *r, const qcal_json *o, qcal_calib_entry *e
         }
         float rs = 0.0f, rzf = 0.0f;
         int32_t rz = 0;
-        qcal_status qs = qcal_qparams_compute(&cfg.q, 1, &mn[c], &mx[c], &rs, &rz, &rzf);
+        qcal_status qs = qcal_qparams_compute_arrays(&cfg.q, 1, &mn[c], &mx[c], &rs, &rz, &rzf);
         if (qs < 0) {
             snprintf(msg, sizeof msg, "channel %lld: %s", (long long)c, qcal_last_error());
             st = bad(r, "min", msg);

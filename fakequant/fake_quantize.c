@@ -219,26 +219,19 @@ static qcal_status take_observer_qparams(qcal_fakequant_module *f)
         return st;
     if (ch < 1)
         ch = 1;
-    float *s = qcal_malloc((size_t)ch * sizeof *s);
-    int32_t *z = qcal_malloc((size_t)ch * sizeof *z);
-    if (!s || !z) {
-        free(s);
-        free(z);
-        return QCAL_ERR_NO_MEMORY;
-    }
-    int64_t n = 0;
-    st = qcal_observer_qparams(f->obs, ch, s, z, NULL, &n);
+    (void)ch;
+    qcal_qparams qp = {0};
+    st = qcal_observer_qparams(f->obs, &qp);
     if (st >= 0)
-        st = resize_params(f, n);
+        st = resize_params(f, qp.channels);
     if (st >= 0) {
-        for (int64_t c = 0; c < n; c++) {
-            f->scale[c] = s[c];
-            f->zp_param[c] = (float)z[c];
+        for (int64_t c = 0; c < qp.channels; c++) {
+            f->scale[c] = qcal_qparams_scale_at(&qp, c);
+            f->zp_param[c] = (float)qcal_qparams_zero_point_at(&qp, c);
         }
         st = QCAL_OK;
     }
-    free(s);
-    free(z);
+    qcal_qparams_free(&qp);
     return st;
 }
 

@@ -94,8 +94,8 @@ qcal_status qcal_numeric_weights_compare(const qcal_numeric_weights_options *opt
     cfg.q.reduce_range = opt->reduce_range;
     cfg.axis = 0;
     qcal_observer *obs = NULL;
-    float *scales = NULL, *dq = NULL;
-    int32_t *zps = NULL;
+    float *dq = NULL;
+    qcal_qparams qp = {0};
     void *qbuf = NULL;
     int64_t channels = per_channel ? w->shape[0] : 1;
     qcal_numeric_weight_result r;
@@ -116,16 +116,14 @@ qcal_status qcal_numeric_weights_compare(const qcal_numeric_weights_options *opt
     st = qcal_observer_update(obs, w);
     if (st != QCAL_OK)
         goto done;
-    scales = qcal_malloc((size_t)channels * sizeof *scales);
-    zps = qcal_malloc((size_t)channels * sizeof *zps);
     dq = qcal_malloc(CHUNK * sizeof *dq);
     qbuf = qcal_malloc(CHUNK * 4);
-    if (!scales || !zps || !dq || !qbuf) {
+    if (!dq || !qbuf) {
         st = QCAL_ERR_NO_MEMORY;
         goto done;
     }
-    int64_t got = 0;
-    st = qcal_observer_qparams(obs, channels, scales, zps, NULL, &got);
+    st = qcal_observer_qparams(obs, &qp);
+    int64_t got = qp.channels;
     /* QCAL_NO_DATA here: some channel had no finite value (the tensor has some, checked
      * above); that channel got scale 1, zero-point 0 and contributes no compared pair */
     if (st == QCAL_NO_DATA)
@@ -146,13 +144,15 @@ qcal_status qcal_numeric_weights_compare(const qcal_numeric_weights_options *opt
     r.scale_max = -INFINITY;
     for (int64_t c = 0; c < channels; c++) {
         int64_t before = acc.count;
-        st = qdq_accumulate(w->data + c * inner, inner, scales[c], zps[c], opt->dtype, qbuf, dq, &acc);
+        float sc = qcal_qparams_scale_at(&qp, c);
+        st = qdq_accumulate(w->data + c * inner, inner, sc, qcal_qparams_zero_point_at(&qp, c),
+                            opt->dtype, qbuf, dq, &acc);
         if (st != QCAL_OK)
             goto done;
         if (acc.count == before)
             continue;   /* channel without finite values: its placeholder scale is no range */
-        r.scale_min = fminf(r.scale_min, scales[c]);
-        r.scale_max = fmaxf(r.scale_max, scales[c]);
+        r.scale_min = fminf(r.scale_min, sc);
+        r.scale_max = fmaxf(r.scale_max, sc);
     }
     st = qcal_numeric_metric_acc_result(&acc, &r.m);
     if (st != QCAL_OK)
@@ -166,8 +166,7 @@ qcal_status qcal_numeric_weights_compare(const qcal_numeric_weights_options *opt
     *out = r;
 done:
     qcal_observer_destroy(&obs);
-    free(scales);
-    free(zps);
+    qcal_qparams_free(&qp);
     free(dq);
     free(qbuf);
     return st;

@@ -267,24 +267,16 @@ qcal_status qcal_observer_qrange(qcal_observer *obs, int64_t cap, float *min_val
     return obs->ops->qrange(obs, cap, min_val, max_val, n);
 }
 
-qcal_status qcal_observer_qparams(qcal_observer *obs, int64_t cap, float *scale,
-                                  int32_t *zero_point, float *zero_point_float, int64_t *n)
+qcal_status qcal_observer_qparams(qcal_observer *obs, qcal_qparams *out)
 {
-    if (!obs || !scale || !n || cap < 1)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "observer, outputs or capacity invalid");
-    bool float_zp = obs->cfg.q.qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS;
-    if ((float_zp && !zero_point_float) || (!float_zp && !zero_point))
-        return qcal_error(QCAL_ERR_INVALID_ARG, "zero-point output for %s is NULL",
-                          qcal_qscheme_name(obs->cfg.q.qscheme));
+    if (!obs || !out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "observer or qparams output is NULL");
     int64_t ch;
     qcal_status st = obs->ops->channels(obs, &ch);
     if (st != QCAL_OK)
         return st;
     if (ch < 1)
         ch = 1;
-    if (ch > cap)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "output capacity %lld < %lld channels",
-                          (long long)cap, (long long)ch);
     float *mn = qcal_malloc((size_t)ch * sizeof *mn);
     float *mx = qcal_malloc((size_t)ch * sizeof *mx);
     if (!mn || !mx) {
@@ -296,17 +288,13 @@ qcal_status qcal_observer_qparams(qcal_observer *obs, int64_t cap, float *scale,
     st = obs->ops->qrange(obs, ch, mn, mx, &got);
     if (st == QCAL_NO_DATA) {
         /* As PyTorch: an observer without data yields one (1.0, 0) pair. */
-        scale[0] = 1.0f;
-        if (zero_point)
-            zero_point[0] = 0;
-        if (zero_point_float)
-            zero_point_float[0] = 0.0f;
-        *n = 1;
-    } else if (st == QCAL_OK) {
-        st = qcal_qparams_compute(&obs->cfg.q, got, mn, mx, scale, zero_point,
-                                  zero_point_float);
-        if (st >= 0)
-            *n = got;
+        mn[0] = INFINITY;
+        mx[0] = -INFINITY;
+        got = 1;
+    }
+    if (st >= 0) {
+        qcal_status cs = qcal_qparams_compute(&obs->cfg.q, obs->cfg.axis, got, mn, mx, out);
+        st = cs < 0 ? cs : (st == QCAL_NO_DATA ? QCAL_NO_DATA : cs);
     }
     free(mn);
     free(mx);

@@ -8,10 +8,13 @@
  * below are (float)(double)(quant_max - quant_min), e.g. 4294967295 -> 4294967296.0f. */
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/internal.h"
 #include "qcal/qparams.h"
+#include "quant/qparams_internal.h"
 
 static const char *const dtype_names[] = { "quint8", "qint8", "qint32" };
 static const char *const qscheme_names[] = {
@@ -98,6 +101,16 @@ static void dtype_limits(qcal_dtype dtype, int64_t *lo, int64_t *hi)
     }
     *lo = 0;
     *hi = -1;
+}
+
+qcal_status qcal_dtype_range(qcal_dtype dtype, int64_t *lo, int64_t *hi)
+{
+    if (!lo || !hi)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "dtype range outputs are NULL");
+    if ((unsigned)dtype > QCAL_QINT32)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "unknown dtype %d", (int)dtype);
+    dtype_limits(dtype, lo, hi);
+    return QCAL_OK;
 }
 
 qcal_status qcal_qconfig_range(const qcal_qconfig *cfg, int64_t *quant_min, int64_t *quant_max)
@@ -248,9 +261,10 @@ static qcal_status one_pair(const qcal_qconfig *cfg, int64_t qmin, int64_t qmax,
     return QCAL_OK;
 }
 
-qcal_status qcal_qparams_compute(const qcal_qconfig *cfg, int64_t n, const float *min_val,
-                                 const float *max_val, float *scale, int32_t *zero_point,
-                                 float *zero_point_float)
+qcal_status qcal_qparams_compute_arrays(const qcal_qconfig *cfg, int64_t n,
+                                        const float *min_val, const float *max_val,
+                                        float *scale, int32_t *zero_point,
+                                        float *zero_point_float)
 {
     if (!cfg || !min_val || !max_val || !scale)
         return qcal_error(QCAL_ERR_INVALID_ARG, "qparams: config, ranges or scale output NULL");
@@ -290,4 +304,272 @@ qcal_status qcal_qparams_compute(const qcal_qconfig *cfg, int64_t n, const float
     /* Channels without data (a channel every value of which was non-finite) get scale 1,
      * zero-point 0 like an empty observer, and the call says so with QCAL_NO_DATA. */
     return empty > 0 ? QCAL_NO_DATA : QCAL_OK;
+}
+
+/* ----------------------------------------------------------------------------------- */
+/* The qcal_qparams value */
+
+/* One allocation holds the three arrays: scales, then float zero-points, then integer
+ * zero-points (all 4-byte elements). */
+qcal_status qcal_qparams_alloc(qcal_qparams *qp, qcal_dtype dtype, qcal_qscheme qscheme,
+                               int32_t axis, int64_t quant_min, int64_t quant_max,
+                               int64_t channels, float **scales, int32_t **zero_points,
+                               float **zero_points_float)
+{
+    if (!qp)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qparams: output is NULL");
+    bool pc = qcal_qscheme_is_per_channel(qscheme);
+    if (pc ? channels < 1 : channels != 1)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qparams: %lld channels for %s",
+                          (long long)channels, qcal_qscheme_name(qscheme));
+    qcal_qparams v;
+    memset(&v, 0, sizeof v);
+    v.dtype = dtype;
+    v.qscheme = qscheme;
+    v.axis = pc ? axis : 0;
+    v.quant_min = quant_min;
+    v.quant_max = quant_max;
+    v.channels = channels;
+    v.scale = 1.0f;
+    float *s = &qp->scale, *zf = &qp->zero_point_float;
+    int32_t *z = &qp->zero_point;
+    if (pc) {
+        size_t bytes;
+        if ((uint64_t)channels > SIZE_MAX || !qcal_mul_size((size_t)channels, 3 * sizeof(float), &bytes))
+            return qcal_error(QCAL_ERR_OVERFLOW, "qparams: %lld channels overflow",
+                              (long long)channels);
+        float *mem = qcal_malloc(bytes);
+        if (!mem)
+            return QCAL_ERR_NO_MEMORY;
+        s = mem;
+        zf = mem + channels;
+        z = (int32_t *)(void *)(mem + 2 * channels);
+        for (int64_t c = 0; c < channels; c++) {
+            s[c] = 1.0f;
+            zf[c] = 0.0f;
+            z[c] = 0;
+        }
+        v.owned = mem;
+        v.scales = s;
+        v.zero_points_float = zf;
+        v.zero_points = z;
+    }
+    *qp = v;
+    if (scales)
+        *scales = s;
+    if (zero_points)
+        *zero_points = z;
+    if (zero_points_float)
+        *zero_points_float = zf;
+    return QCAL_OK;
+}
+
+void qcal_qparams_free(qcal_qparams *qp)
+{
+    if (!qp)
+        return;
+    free(qp->owned);
+    memset(qp, 0, sizeof *qp);
+}
+
+qcal_status qcal_qparams_check(const qcal_qparams *qp, const char *what, bool int_zp,
+                               bool need_float)
+{
+    const char *sep = what && *what ? ": " : "";
+    if (!what)
+        what = "";
+    if (!qp)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "%s%sqparams are NULL", what, sep);
+    if ((unsigned)qp->dtype > QCAL_QINT32)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "%s%sunknown dtype %d", what, sep,
+                          (int)qp->dtype);
+    if ((unsigned)qp->qscheme > QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "%s%sunknown qscheme %d", what, sep,
+                          (int)qp->qscheme);
+    int64_t lo, hi;
+    dtype_limits(qp->dtype, &lo, &hi);
+    if (qp->quant_min > qp->quant_max)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "%s%squant_min %lld is greater than quant_max %lld",
+                          what, sep, (long long)qp->quant_min, (long long)qp->quant_max);
+    if (qp->quant_min < lo || qp->quant_max > hi)
+        return qcal_error(QCAL_ERR_INVALID_ARG,
+                          "%s%squantization range [%lld, %lld] exceeds %s's [%lld, %lld]", what,
+                          sep, (long long)qp->quant_min, (long long)qp->quant_max,
+                          dtype_names[qp->dtype], (long long)lo, (long long)hi);
+    bool pc = qcal_qscheme_is_per_channel(qp->qscheme);
+    bool fq = qp->qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS;
+    if (fq)
+        need_float = true;
+    if (!pc) {
+        if (qp->channels != 1)
+            return qcal_error(QCAL_ERR_INVALID_ARG, "%s%s%s has %lld channels (must be 1)",
+                              what, sep, qscheme_names[qp->qscheme], (long long)qp->channels);
+        if (qp->scales || qp->zero_points || qp->zero_points_float)
+            return qcal_error(QCAL_ERR_INVALID_ARG,
+                              "%s%s%s takes the scalar scale/zero-point; the per-channel "
+                              "arrays must be NULL", what, sep, qscheme_names[qp->qscheme]);
+    } else {
+        if (qp->channels < 1)
+            return qcal_error(QCAL_ERR_INVALID_ARG, "%s%s%s has %lld channels (must be >= 1)",
+                              what, sep, qscheme_names[qp->qscheme], (long long)qp->channels);
+        if (!qp->scales)
+            return qcal_error(QCAL_ERR_INVALID_ARG, "%s%sper-channel scales are NULL", what,
+                              sep);
+        if (int_zp && !fq && !qp->zero_points)
+            return qcal_error(QCAL_ERR_INVALID_ARG, "%s%sper-channel zero-points are NULL",
+                              what, sep);
+        if (need_float && !qp->zero_points_float)
+            return qcal_error(QCAL_ERR_INVALID_ARG, "%s%sper-channel float zero-points are NULL",
+                              what, sep);
+    }
+    for (int64_t c = 0; c < qp->channels; c++) {
+        char where[48] = "";
+        if (pc)
+            snprintf(where, sizeof where, " (channel %lld)", (long long)c);
+        float s = qcal_qparams_scale_at(qp, c);
+        if (!(s > 0.0f && isfinite(s)))
+            return qcal_error(QCAL_ERR_INVALID_ARG, "%s%sscale %g%s must be > 0 and finite",
+                              what, sep, (double)s, where);
+        if (int_zp && !fq) {
+            int32_t z = qcal_qparams_zero_point_at(qp, c);
+            if (z < qp->quant_min || z > qp->quant_max)
+                return qcal_error(QCAL_ERR_INVALID_ARG,
+                                  "%s%szero-point %d%s is outside [quant_min %lld, quant_max %lld]",
+                                  what, sep, (int)z, where, (long long)qp->quant_min,
+                                  (long long)qp->quant_max);
+        }
+        if (need_float && !isfinite(qcal_qparams_zero_point_float_at(qp, c)))
+            return qcal_error(QCAL_ERR_INVALID_ARG, "%s%sfloat zero-point %g%s is not finite",
+                              what, sep, (double)qcal_qparams_zero_point_float_at(qp, c),
+                              where);
+    }
+    return QCAL_OK;
+}
+
+qcal_status qcal_qparams_validate(const qcal_qparams *qp)
+{
+    return qcal_qparams_check(qp, "qparams", true, false);
+}
+
+qcal_status qcal_qparams_per_tensor(qcal_qparams *qp, qcal_dtype dtype, float scale,
+                                    int32_t zero_point)
+{
+    if (!qp)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qparams: output is NULL");
+    qcal_qparams v;
+    memset(&v, 0, sizeof v);
+    v.dtype = dtype;
+    v.qscheme = QCAL_PER_TENSOR_AFFINE;
+    dtype_limits(dtype, &v.quant_min, &v.quant_max);
+    v.channels = 1;
+    v.scale = scale;
+    v.zero_point = zero_point;
+    v.zero_point_float = (float)zero_point;
+    qcal_status st = qcal_qparams_validate(&v);
+    if (st != QCAL_OK)
+        return st;
+    *qp = v;
+    return QCAL_OK;
+}
+
+qcal_status qcal_qparams_per_channel(qcal_qparams *qp, qcal_dtype dtype, int32_t axis,
+                                     int64_t channels, const float *scales,
+                                     const int32_t *zero_points)
+{
+    if (!qp)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qparams: output is NULL");
+    qcal_qparams v;
+    memset(&v, 0, sizeof v);
+    v.dtype = dtype;
+    v.qscheme = QCAL_PER_CHANNEL_AFFINE;
+    v.axis = axis;
+    dtype_limits(dtype, &v.quant_min, &v.quant_max);
+    v.channels = channels;
+    v.scales = scales;
+    v.zero_points = zero_points;
+    qcal_status st = qcal_qparams_validate(&v);
+    if (st != QCAL_OK)
+        return st;
+    *qp = v;
+    return QCAL_OK;
+}
+
+qcal_status qcal_qparams_copy(qcal_qparams *dst, const qcal_qparams *src)
+{
+    if (!dst || !src || dst == src)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qparams copy: NULL or identical arguments");
+    bool pc = qcal_qscheme_is_per_channel(src->qscheme);
+    if (!pc) {
+        *dst = *src;
+        dst->owned = NULL;
+        return QCAL_OK;
+    }
+    if (src->channels < 1 || !src->scales)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qparams copy: %lld channels, scales %s",
+                          (long long)src->channels, src->scales ? "set" : "NULL");
+    qcal_qparams v;
+    float *s, *zf;
+    int32_t *z;
+    qcal_status st = qcal_qparams_alloc(&v, src->dtype, src->qscheme, src->axis, src->quant_min,
+                                        src->quant_max, src->channels, &s, &z, &zf);
+    if (st != QCAL_OK)
+        return st;
+    v.scale = src->scale;
+    v.zero_point = src->zero_point;
+    v.zero_point_float = src->zero_point_float;
+    size_t bytes = (size_t)src->channels * sizeof(float);
+    memcpy(s, src->scales, bytes);
+    if (src->zero_points)
+        memcpy(z, src->zero_points, bytes);
+    else
+        v.zero_points = NULL;
+    if (src->zero_points_float)
+        memcpy(zf, src->zero_points_float, bytes);
+    else
+        v.zero_points_float = NULL;
+    *dst = v;
+    return QCAL_OK;
+}
+
+qcal_status qcal_qparams_compute(const qcal_qconfig *cfg, int32_t axis, int64_t n,
+                                 const float *min_val, const float *max_val, qcal_qparams *out)
+{
+    if (!cfg || !min_val || !max_val || !out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qparams: config, ranges or output NULL");
+    bool pc = qcal_qscheme_is_per_channel(cfg->qscheme);
+    if (pc ? n < 1 : n != 1)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qparams: count %lld must be %s",
+                          (long long)n, pc ? ">= 1" : "1 for a per-tensor qscheme");
+    int64_t qmin, qmax;
+    qcal_status st = qcal_qconfig_range(cfg, &qmin, &qmax);
+    if (st != QCAL_OK)
+        return st;
+    qcal_qparams v;
+    float *s, *zf;
+    int32_t *z;
+    st = qcal_qparams_alloc(&v, cfg->dtype, cfg->qscheme, axis, qmin, qmax, n, &s, &z, &zf);
+    if (st != QCAL_OK)
+        return st;
+    /* per-tensor: s/z/zf point into v (the local), copied out below */
+    if (!pc) {
+        s = &v.scale;
+        z = &v.zero_point;
+        zf = &v.zero_point_float;
+    }
+    st = qcal_qparams_compute_arrays(cfg, n, min_val, max_val, s, z, zf);
+    if (st < 0) {
+        qcal_qparams_free(&v);
+        return st;
+    }
+    if (cfg->qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS) {
+        for (int64_t c = 0; c < n; c++)
+            z[c] = 0;
+    } else if (!pc) {
+        v.zero_point_float = (float)v.zero_point;
+    } else {
+        for (int64_t c = 0; c < n; c++)
+            zf[c] = (float)z[c];
+    }
+    *out = v;
+    return st;
 }

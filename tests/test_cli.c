@@ -318,7 +318,7 @@ static void check_observe_json(const qcal_observer_config *cfg, const char *cons
     int32_t zp[16];
     int64_t n, nq;
     assert_true(qcal_observer_qrange(obs, 16, mn, mx, &n) >= 0);
-    assert_true(qcal_observer_qparams(obs, 16, sc, zp, NULL, &nq) >= 0);
+    assert_true(tu_observer_qparams(obs, 16, sc, zp, NULL, &nq) >= 0);
     double jmn[16], jmx[16], jsc[16], jzp[16];
     assert_int_equal(json_floats(R.out, "min", jmn, 16), n);
     assert_int_equal(json_floats(R.out, "max", jmx, 16), n);

@@ -186,7 +186,7 @@ static void test_observers_thread_count(void **state)
             memset(q, 0, sizeof q);
             memset(zp, 0, sizeof zp);
             assert_int_equal(qcal_observer_qrange(o, BIG_C, q, q + BIG_C, &n), QCAL_OK);
-            assert_int_equal(qcal_observer_qparams(o, BIG_C, q + 2 * BIG_C, zp, q + 3 * BIG_C, &n),
+            assert_int_equal(tu_observer_qparams(o, BIG_C, q + 2 * BIG_C, zp, q + 3 * BIG_C, &n),
                              QCAL_OK);
             assert_int_equal(n, per_channel ? BIG_C : 1);
             char what[96];

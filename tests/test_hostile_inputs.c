@@ -678,7 +678,7 @@ static qcal_status observe_one(qcal_observer_kind kind, qcal_nonfinite_policy po
     if (s >= 0) {
         float zpf = 0;
         int64_t ch = 0;
-        s = qcal_observer_qparams(o, 1, scale, zp, &zpf, &ch);
+        s = tu_observer_qparams(o, 1, scale, zp, &zpf, &ch);
     }
     if (nonfinite)
         assert_int_equal(qcal_observer_nonfinite(o, nonfinite), QCAL_OK);

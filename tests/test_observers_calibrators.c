@@ -315,7 +315,7 @@ static void test_clip_ranges(void **state)
         assert_true(ra == 0.0f && rb > 1.0f);
         float s;
         int32_t z;
-        assert_int_equal(qcal_observer_qparams(o, 1, &s, &z, NULL, &n), QCAL_OK);
+        assert_int_equal(tu_observer_qparams(o, 1, &s, &z, NULL, &n), QCAL_OK);
         assert_int_equal(z, 0);
         assert_true(s > 0 && isfinite(s));
         qcal_observer_destroy(&o);
@@ -463,7 +463,7 @@ static void test_entropy_levels_nonnegative(void **state)
         if (!(a == 0.0f && b == (float)((double)i * ((double)h->hi / h->bins))))
             fail_msg("levels %d: qrange [%.9g, %.9g], search bin %d of %d over [0, %.9g]",
                      (int)levels[k], a, b, (int)i, (int)h->bins, h->hi);
-        assert_int_equal(qcal_observer_qparams(o, 1, &s, &z, NULL, &n), QCAL_OK);
+        assert_int_equal(tu_observer_qparams(o, 1, &s, &z, NULL, &n), QCAL_OK);
         assert_int_equal(z, 0);
         if (!(fabsf(s - b / 255.0f) <= 1e-6f * s))
             fail_msg("levels %d: scale %.9g, expected t / 255 = %.9g", (int)levels[k], s,

@@ -16,6 +16,7 @@
 #include "observers/histogram_kernels.h"
 #include "observers/minmax_kernels.h"
 #include "qcal/qcal.h"
+#include "quant/qparams_internal.h"
 #include "qcal_config.h"
 #include "testutil.h"
 #if QCAL_HAVE_OPENMP
@@ -109,13 +110,13 @@ static void test_l2_search_vs_pytorch(void **state)
         qcal_qconfig_default(&q);
         float s;
         int32_t z;
-        assert_int_equal(qcal_qparams_compute(&q, 1, &a, &b, &s, &z, NULL), QCAL_OK);
+        assert_int_equal(qcal_qparams_compute_arrays(&q, 1, &a, &b, &s, &z, NULL), QCAL_OK);
         if (fbits(s) != fbits(out[2]) || z != zp[0])
             fail_msg("case %d quint8 affine: scale %.9g zp %d, PyTorch %.9g %d", k, (double)s,
                      (int)z, (double)out[2], (int)zp[0]);
         q.dtype = QCAL_QINT8;
         q.qscheme = QCAL_PER_TENSOR_SYMMETRIC;
-        assert_int_equal(qcal_qparams_compute(&q, 1, &a, &b, &s, &z, NULL), QCAL_OK);
+        assert_int_equal(qcal_qparams_compute_arrays(&q, 1, &a, &b, &s, &z, NULL), QCAL_OK);
         if (fbits(s) != fbits(out[3]) || z != zp[1])
             fail_msg("case %d qint8 symmetric: scale %.9g zp %d, PyTorch %.9g %d", k,
                      (double)s, (int)z, (double)out[3], (int)zp[1]);
@@ -627,7 +628,7 @@ static void test_nonfinite(void **state)
     assert_int_equal(qcal_observer_qrange(obs, 1, &a, &b, &n), QCAL_NO_DATA);
     float s;
     int32_t z;
-    assert_int_equal(qcal_observer_qparams(obs, 1, &s, &z, NULL, &n), QCAL_NO_DATA);
+    assert_int_equal(tu_observer_qparams(obs, 1, &s, &z, NULL, &n), QCAL_NO_DATA);
     assert_true(s == 1.0f && z == 0);
     qcal_observer_destroy(&obs);
 }
@@ -653,7 +654,7 @@ static void test_empty_constant_zero(void **state)
     int32_t z;
     assert_int_equal(qcal_observer_qrange(obs, 1, &a, &b, &n), QCAL_OK);
     assert_true(a == 2.5f && b == 2.5f);
-    assert_int_equal(qcal_observer_qparams(obs, 1, &s, &z, NULL, &n), QCAL_OK);
+    assert_int_equal(tu_observer_qparams(obs, 1, &s, &z, NULL, &n), QCAL_OK);
     assert_true(s > 0 && isfinite(s));
     /* Then a wider batch: the point mass lands in its bin of the new grid. */
     float w[3] = { -1.0f, 2.5f, 4.0f };
@@ -671,7 +672,7 @@ static void test_empty_constant_zero(void **state)
         feed(obs, c, 1000);
         assert_int_equal(qcal_observer_qrange(obs, 1, &a, &b, &n), QCAL_OK);
         assert_true(a == 0.0f && b == 0.0f);
-        assert_int_equal(qcal_observer_qparams(obs, 1, &s, &z, NULL, &n), QCAL_OK);
+        assert_int_equal(tu_observer_qparams(obs, 1, &s, &z, NULL, &n), QCAL_OK);
         assert_true(s > 0 && isfinite(s));
         qcal_observer_destroy(&obs);
     }
@@ -702,7 +703,7 @@ static void test_near_flt_max(void **state)
         int64_t n;
         assert_int_equal(qcal_observer_qrange(obs, 1, &a, &b, &n), QCAL_OK);
         assert_true(isfinite(a) && isfinite(b) && a <= b);
-        qcal_status st = qcal_observer_qparams(obs, 1, &s, &z, NULL, &n);
+        qcal_status st = tu_observer_qparams(obs, 1, &s, &z, NULL, &n);
         if (st != QCAL_OK || !(s > 0 && isfinite(s)))
             fail_msg("kind %d: qparams status %d scale %g (%s)", k, (int)st, (double)s,
                      qcal_last_error());

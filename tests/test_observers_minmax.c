@@ -14,6 +14,7 @@
 #include "minmax_ref_reader.h"
 #include "observers/minmax_kernels.h"
 #include "qcal/qcal.h"
+#include "testutil.h"
 
 static uint64_t rng_state;
 static uint32_t rnd(void)
@@ -76,7 +77,7 @@ static void test_golden(void **state)
                     fail_msg("case %d (%s) channel %d: range [%.9g, %.9g] != PyTorch [%.9g, %.9g]",
                              i, c->line, k, (double)mn[k], (double)mx[k], (double)c->mn[k],
                              (double)c->mx[k]);
-            assert_int_equal(qcal_observer_qparams(obs, REF_MAX_CH, s, z, zf, &n), QCAL_OK);
+            assert_int_equal(tu_observer_qparams(obs, REF_MAX_CH, s, z, zf, &n), QCAL_OK);
             assert_int_equal(n, c->nch);
             bool fz = c->q.qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS;
             for (int k = 0; k < n; k++) {
@@ -300,7 +301,7 @@ static void test_reset_save_load(void **state)
         assert_true(mn[0] == INFINITY && mx[0] == -INFINITY);
         float s[8];
         int32_t z[8];
-        assert_int_equal(qcal_observer_qparams(o, 8, s, z, NULL, &n), QCAL_NO_DATA);
+        assert_int_equal(tu_observer_qparams(o, 8, s, z, NULL, &n), QCAL_NO_DATA);
         assert_int_equal(n, 1);
         assert_true(s[0] == 1.0f && z[0] == 0);
         assert_int_equal(qcal_observer_nonfinite(o, &nf), QCAL_OK);
@@ -381,7 +382,7 @@ static void test_nonfinite(void **state)
         int64_t n;
         assert_int_equal(qcal_observer_data_range(o, 2, mn, mx, &n), QCAL_OK);
         assert_true(mn[0] == INFINITY && mx[0] == -INFINITY);
-        assert_int_equal(qcal_observer_qparams(o, 2, s, z, NULL, &n), QCAL_NO_DATA);
+        assert_int_equal(tu_observer_qparams(o, 2, s, z, NULL, &n), QCAL_NO_DATA);
         assert_int_equal(n, 2);
         assert_true(s[0] == 1.0f && z[0] == 0);
         assert_true(s[1] == 3.0f / 255.0f);

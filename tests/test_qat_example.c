@@ -346,7 +346,11 @@ static void test_fq_opts_export_finetune(void **state)
         int64_t n = 0;
         assert_int_equal(qcal_fakequant_module_observer(set->act[t], &obs), QCAL_OK);
         assert_int_equal(qcal_observer_data_range(obs, 1, &lo, &hi, &n), QCAL_OK);
-        assert_int_equal(qcal_qparams_compute(&acfg.observer.q, 1, &lo, &hi, &sc, &zp, NULL), QCAL_OK);
+        qcal_qparams qp = {0};
+        assert_int_equal(qcal_qparams_compute(&acfg.observer.q, 0, 1, &lo, &hi, &qp), QCAL_OK);
+        sc = qcal_qparams_scale_at(&qp, 0);
+        zp = qcal_qparams_zero_point_at(&qp, 0);
+        qcal_qparams_free(&qp);
         if (memcmp(&sc, &e.act_scale[t], sizeof sc) != 0 || zp != e.act_zero_point[t])
             fail_msg("tap %s: exported %.9g / %d, range [%.9g, %.9g] gives %.9g / %d", cnn_tap_name(t),
                      (double)e.act_scale[t], e.act_zero_point[t], (double)lo, (double)hi, (double)sc, zp);
@@ -375,7 +379,11 @@ static void test_fq_opts_export_finetune(void **state)
                 lo = fminf(lo, m->param[2 * l][c * per + i]);
                 hi = fmaxf(hi, m->param[2 * l][c * per + i]);
             }
-            assert_int_equal(qcal_qparams_compute(&wcfg.observer.q, 1, &lo, &hi, &sc, &zp, NULL), QCAL_OK);
+            qcal_qparams qp = {0};
+            assert_int_equal(qcal_qparams_compute(&wcfg.observer.q, 0, 1, &lo, &hi, &qp), QCAL_OK);
+            sc = qcal_qparams_scale_at(&qp, 0);
+            zp = qcal_qparams_zero_point_at(&qp, 0);
+            qcal_qparams_free(&qp);
             if (memcmp(&sc, &e.weight_scale[l][c], sizeof sc) != 0 || zp != e.weight_zero_point[l][c])
                 fail_msg("%s.weight channel %lld: exported %.9g / %d, expected %.9g / %d", cnn_layer_name(l),
                          (long long)c, (double)e.weight_scale[l][c], e.weight_zero_point[l][c], (double)sc, zp);

@@ -9,6 +9,7 @@
 
 #include "minmax_ref_reader.h"
 #include "qcal/qcal.h"
+#include "quant/qparams_internal.h"
 
 static void test_names(void **state)
 {
@@ -119,7 +120,7 @@ static void test_compute_edges(void **state)
     float s[3] = { 7, 7, 7 };
     int32_t z[3] = { 7, 7, 7 };
     /* No data: scale 1, zero-point 0, QCAL_NO_DATA. */
-    assert_int_equal(qcal_qparams_compute(&c, 3, mn, mx, s, z, NULL), QCAL_NO_DATA);
+    assert_int_equal(qcal_qparams_compute_arrays(&c, 3, mn, mx, s, z, NULL), QCAL_NO_DATA);
     for (int i = 0; i < 3; i++) {
         assert_true(s[i] == 1.0f);
         assert_int_equal(z[i], 0);
@@ -128,7 +129,7 @@ static void test_compute_edges(void **state)
     mn[1] = -1.0f;
     mx[1] = 1.0f;
     c.qscheme = QCAL_PER_CHANNEL_AFFINE;
-    assert_int_equal(qcal_qparams_compute(&c, 3, mn, mx, s, z, NULL), QCAL_NO_DATA);
+    assert_int_equal(qcal_qparams_compute_arrays(&c, 3, mn, mx, s, z, NULL), QCAL_NO_DATA);
     assert_true(s[1] == 2.0f / 255.0f);
     assert_int_equal(z[1], (int32_t)(0 - nearbyintf(-1.0f / (2.0f / 255.0f))));
     assert_true(s[0] == 1.0f && z[0] == 0);
@@ -136,28 +137,28 @@ static void test_compute_edges(void **state)
     float s2[2] = { 5, 5 };
     int32_t z2[2] = { 5, 5 };
     float a[2] = { 0.0f, 2.0f }, b[2] = { 1.0f, 1.0f };
-    assert_int_equal(qcal_qparams_compute(&c, 2, a, b, s2, z2, NULL), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_qparams_compute_arrays(&c, 2, a, b, s2, z2, NULL), QCAL_ERR_INVALID_ARG);
     assert_non_null(strstr(qcal_last_error(), "min 2 > max 1"));
     assert_true(s2[0] == 5 && s2[1] == 5 && z2[0] == 5 && z2[1] == 5);
     a[1] = NAN;
-    assert_int_equal(qcal_qparams_compute(&c, 2, a, b, s2, z2, NULL), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_qparams_compute_arrays(&c, 2, a, b, s2, z2, NULL), QCAL_ERR_INVALID_ARG);
     a[1] = -INFINITY;
-    assert_int_equal(qcal_qparams_compute(&c, 2, a, b, s2, z2, NULL), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_qparams_compute_arrays(&c, 2, a, b, s2, z2, NULL), QCAL_ERR_INVALID_ARG);
     assert_true(s2[0] == 5 && z2[0] == 5);
-    assert_int_equal(qcal_qparams_compute(&c, 0, a, b, s2, z2, NULL), QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_qparams_compute(&c, 1, a, b, s2, NULL, NULL), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_qparams_compute_arrays(&c, 0, a, b, s2, z2, NULL), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_qparams_compute_arrays(&c, 1, a, b, s2, NULL, NULL), QCAL_ERR_INVALID_ARG);
     c.qscheme = QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS;
-    assert_int_equal(qcal_qparams_compute(&c, 1, a, b, s2, z2, NULL), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_qparams_compute_arrays(&c, 1, a, b, s2, z2, NULL), QCAL_ERR_INVALID_ARG);
 
     /* Zero range: scale eps, zero-point qmin - round(0) = 0 (quint8 affine). */
     qcal_qconfig_default(&c);
     float zero = 0.0f;
-    assert_int_equal(qcal_qparams_compute(&c, 1, &zero, &zero, s, z, NULL), QCAL_OK);
+    assert_int_equal(qcal_qparams_compute_arrays(&c, 1, &zero, &zero, s, z, NULL), QCAL_OK);
     assert_true(s[0] == FLT_EPSILON);
     assert_int_equal(z[0], 0);
     /* Span beyond FLT_MAX: PyTorch gives scale inf; qcal a finite scale. */
     float big_lo = -3e38f, big_hi = 3e38f;
-    assert_int_equal(qcal_qparams_compute(&c, 1, &big_lo, &big_hi, s, z, NULL), QCAL_OK);
+    assert_int_equal(qcal_qparams_compute_arrays(&c, 1, &big_lo, &big_hi, s, z, NULL), QCAL_OK);
     assert_true(isfinite(s[0]));
     assert_true(s[0] == (float)(6e38 / 255.0) || fabs(s[0] / (6e38 / 255.0) - 1) < 1e-6);
     assert_int_equal(z[0], 128);
@@ -165,27 +166,27 @@ static void test_compute_edges(void **state)
      * qcal gives quant_max. */
     c.dtype = QCAL_QINT32;
     float nlo = -3000.0f, nhi = -1.0f;
-    assert_int_equal(qcal_qparams_compute(&c, 1, &nlo, &nhi, s, z, NULL), QCAL_OK);
+    assert_int_equal(qcal_qparams_compute_arrays(&c, 1, &nlo, &nhi, s, z, NULL), QCAL_OK);
     assert_true(s[0] == 3000.0f / 4294967296.0f);
     assert_int_equal(z[0], INT32_MAX);
     /* quint8 symmetric: zero-point 128; custom [0,15]: (0+15)//2 = 7. */
     c.dtype = QCAL_QUINT8;
     c.qscheme = QCAL_PER_TENSOR_SYMMETRIC;
     float slo = -2.0f, shi = 1.0f;
-    assert_int_equal(qcal_qparams_compute(&c, 1, &slo, &shi, s, z, NULL), QCAL_OK);
+    assert_int_equal(qcal_qparams_compute_arrays(&c, 1, &slo, &shi, s, z, NULL), QCAL_OK);
     assert_true(s[0] == 2.0f / 127.5f);
     assert_int_equal(z[0], 128);
     c.custom_range = true;
     c.quant_min = 0;
     c.quant_max = 15;
-    assert_int_equal(qcal_qparams_compute(&c, 1, &slo, &shi, s, z, NULL), QCAL_OK);
+    assert_int_equal(qcal_qparams_compute_arrays(&c, 1, &slo, &shi, s, z, NULL), QCAL_OK);
     assert_true(s[0] == 2.0f / 7.5f);
     assert_int_equal(z[0], 7);
     /* float_qparams: zero-point -min/scale as float; a range below eps gets scale 1. */
     qcal_qconfig_default(&c);
     c.qscheme = QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS;
     float flo[2] = { 1.0f, 5.0f }, fhi[2] = { 3.0f, 5.0f }, fz[2];
-    assert_int_equal(qcal_qparams_compute(&c, 2, flo, fhi, s, NULL, fz), QCAL_OK);
+    assert_int_equal(qcal_qparams_compute_arrays(&c, 2, flo, fhi, s, NULL, fz), QCAL_OK);
     assert_true(s[0] == 2.0f / 255.0f);
     assert_true(fz[0] == -1.0f / (2.0f / 255.0f));
     assert_true(s[1] == 1.0f && fz[1] == -5.0f);
@@ -202,10 +203,25 @@ static void test_golden(void **state)
         const ref_case *c = &d.cases[i];
         float s[REF_MAX_CH], zf[REF_MAX_CH];
         int32_t z[REF_MAX_CH];
-        qcal_status st = qcal_qparams_compute(&c->q, c->nch, c->mn, c->mx, s, z, zf);
+        qcal_status st = qcal_qparams_compute_arrays(&c->q, c->nch, c->mn, c->mx, s, z, zf);
         if (st != QCAL_OK)
             fail_msg("case %d (%s): %s: %s", i, c->line, qcal_status_str(st), qcal_last_error());
         bool fz = c->q.qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS;
+        /* The value API gives the same numbers. */
+        qcal_qparams qp = {0};
+        assert_int_equal(qcal_qparams_compute(&c->q, 0, c->nch, c->mn, c->mx, &qp), QCAL_OK);
+        assert_int_equal(qp.channels, c->nch);
+        assert_int_equal(qp.qscheme, c->q.qscheme);
+        assert_int_equal(qcal_qparams_validate(&qp), QCAL_OK);
+        for (int k = 0; k < c->nch; k++) {
+            assert_int_equal(ref_bits(qcal_qparams_scale_at(&qp, k)), ref_bits(s[k]));
+            if (fz)
+                assert_int_equal(ref_bits(qp.zero_points_float[k]), ref_bits(zf[k]));
+            else
+                assert_int_equal(qcal_qparams_zero_point_at(&qp, k), z[k]);
+        }
+        qcal_qparams_free(&qp);
+        assert_null(qp.scales);
         for (int k = 0; k < c->nch; k++) {
             if (ref_bits(s[k]) != ref_bits(c->scale[k]))
                 fail_msg("case %d (%s) channel %d: scale %.9g (0x%08x) != PyTorch %.9g (0x%08x)",
@@ -249,7 +265,7 @@ static void test_random_formula(void **state)
         float b = ldexpf((float)((seed >> 8) & 0xfff) / 4096.0f, e2);
         float s;
         int32_t z;
-        assert_int_equal(qcal_qparams_compute(&c, 1, &a, &b, &s, &z, NULL), QCAL_OK);
+        assert_int_equal(qcal_qparams_compute_arrays(&c, 1, &a, &b, &s, &z, NULL), QCAL_OK);
         float want = (b - a) / 255.0f;
         want = want > FLT_EPSILON ? want : FLT_EPSILON;
         int32_t wz = (int32_t)(0 - (int64_t)nearbyintf(a / want));
@@ -260,6 +276,92 @@ static void test_random_formula(void **state)
     }
 }
 
+/* The qcal_qparams value: builders, validation, copy, free, compute. */
+static void test_value(void **state)
+{
+    (void)state;
+    qcal_qparams qp = {0};
+    qcal_qparams_free(&qp);   /* {0} frees fine */
+    qcal_qparams_free(NULL);
+    assert_int_equal(qcal_qparams_per_tensor(&qp, QCAL_QUINT8, 0.5f, 3), QCAL_OK);
+    assert_true(qp.scale == 0.5f && qp.zero_point == 3 && qp.zero_point_float == 3.0f);
+    assert_true(qp.quant_min == 0 && qp.quant_max == 255 && qp.channels == 1);
+    assert_true(qp.qscheme == QCAL_PER_TENSOR_AFFINE && !qp.scales && !qp.owned);
+    assert_int_equal(qcal_qparams_per_tensor(&qp, QCAL_QINT8, 0.5f, 200), QCAL_ERR_INVALID_ARG);
+    assert_non_null(strstr(qcal_last_error(), "zero-point 200"));
+    assert_true(qp.scale == 0.5f && qp.zero_point == 3);   /* untouched */
+    assert_int_equal(qcal_qparams_per_tensor(&qp, QCAL_QINT8, NAN, 0), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_qparams_per_tensor(&qp, QCAL_QINT8, 0.0f, 0), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_qparams_per_tensor(&qp, (qcal_dtype)7, 1.0f, 0), QCAL_ERR_INVALID_ARG);
+    int64_t lo, hi;
+    assert_int_equal(qcal_dtype_range(QCAL_QINT32, &lo, &hi), QCAL_OK);
+    assert_true(lo == INT32_MIN && hi == INT32_MAX);
+
+    float sc[3] = { 0.1f, 0.2f, 0.3f };
+    int32_t zp[3] = { -1, 0, 5 };
+    assert_int_equal(qcal_qparams_per_channel(&qp, QCAL_QINT8, -1, 3, sc, zp), QCAL_OK);
+    assert_true(qp.scales == sc && qp.zero_points == zp && !qp.owned && qp.axis == -1);
+    assert_true(qcal_qparams_scale_at(&qp, 2) == 0.3f && qcal_qparams_zero_point_at(&qp, 0) == -1);
+    qcal_qparams cp = {0};
+    assert_int_equal(qcal_qparams_copy(&cp, &qp), QCAL_OK);
+    assert_non_null(cp.owned);
+    assert_true(cp.scales != sc && cp.scales[1] == 0.2f && cp.zero_points[2] == 5);
+    assert_null(cp.zero_points_float);
+    qcal_qparams_free(&qp);        /* a view: the caller's arrays stay */
+    assert_true(sc[0] == 0.1f && qp.scales == NULL);
+    qcal_qparams_free(&cp);
+    assert_null(cp.owned);
+    sc[1] = INFINITY;
+    assert_int_equal(qcal_qparams_per_channel(&qp, QCAL_QINT8, 0, 3, sc, zp), QCAL_ERR_INVALID_ARG);
+    assert_non_null(strstr(qcal_last_error(), "channel 1"));
+    assert_int_equal(qcal_qparams_per_channel(&qp, QCAL_QINT8, 0, 0, sc, zp), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_qparams_per_channel(&qp, QCAL_QINT8, 0, 3, NULL, zp), QCAL_ERR_INVALID_ARG);
+
+    /* validate: ranges, schemes, arrays on per-tensor values */
+    qcal_qparams v;
+    assert_int_equal(qcal_qparams_per_tensor(&v, QCAL_QUINT8, 1.0f, 0), QCAL_OK);
+    v.quant_max = 256;
+    assert_int_equal(qcal_qparams_validate(&v), QCAL_ERR_INVALID_ARG);
+    v.quant_max = 127;
+    assert_int_equal(qcal_qparams_validate(&v), QCAL_OK);
+    v.zero_point = 128;
+    assert_int_equal(qcal_qparams_validate(&v), QCAL_ERR_INVALID_ARG);
+    v.zero_point = 0;
+    v.scales = sc;
+    assert_int_equal(qcal_qparams_validate(&v), QCAL_ERR_INVALID_ARG);
+    v.scales = NULL;
+    v.channels = 2;
+    assert_int_equal(qcal_qparams_validate(&v), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_qparams_validate(NULL), QCAL_ERR_INVALID_ARG);
+
+    /* compute: per-tensor gives scalars (no allocation), per-channel owned arrays */
+    qcal_qconfig c;
+    qcal_qconfig_default(&c);
+    float mn[2] = { -1.0f, INFINITY }, mx[2] = { 1.0f, -INFINITY };
+    assert_int_equal(qcal_qparams_compute(&c, 0, 1, mn, mx, &qp), QCAL_OK);
+    assert_null(qp.owned);
+    float rs;
+    int32_t rz;
+    assert_int_equal(qcal_qparams_compute_arrays(&c, 1, mn, mx, &rs, &rz, NULL), QCAL_OK);
+    assert_true(qp.scale == 2.0f / 255.0f && qp.scale == rs && qp.channels == 1);
+    assert_true(qp.zero_point == rz && (rz == 127 || rz == 128));
+    assert_int_equal(qcal_qparams_compute(&c, 0, 2, mn, mx, &qp), QCAL_ERR_INVALID_ARG);
+    c.qscheme = QCAL_PER_CHANNEL_SYMMETRIC;
+    c.dtype = QCAL_QINT8;
+    assert_int_equal(qcal_qparams_compute(&c, 1, 2, mn, mx, &qp), QCAL_NO_DATA);
+    assert_non_null(qp.owned);
+    assert_true(qp.axis == 1 && qp.channels == 2 && qp.quant_min == -128 && qp.quant_max == 127);
+    assert_true(qp.scales[0] == 1.0f / 127.5f && qp.zero_points[0] == 0);
+    assert_true(qp.scales[1] == 1.0f && qp.zero_points[1] == 0);
+    assert_int_equal(qcal_qparams_validate(&qp), QCAL_OK);
+    qcal_qparams_free(&qp);
+    mn[1] = 2.0f;
+    mx[1] = 1.0f;
+    qp.scale = 9.0f;
+    assert_int_equal(qcal_qparams_compute(&c, 1, 2, mn, mx, &qp), QCAL_ERR_INVALID_ARG);
+    assert_true(qp.scale == 9.0f && !qp.owned);   /* untouched */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -268,6 +370,7 @@ int main(void)
         cmocka_unit_test(test_compute_edges),
         cmocka_unit_test(test_golden),
         cmocka_unit_test(test_random_formula),
+        cmocka_unit_test(test_value),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -210,3 +210,25 @@ const tu_ref_arr *tu_ref_get(const tu_ref_file *r, const char *fmt, ...)
     fail_msg("reference array %s missing", name);
     return NULL;
 }
+
+qcal_status tu_observer_qparams(qcal_observer *obs, int64_t cap, float *scale,
+                                int32_t *zero_point, float *zero_point_float, int64_t *n)
+{
+    qcal_qparams qp = {0};
+    qcal_status st = qcal_observer_qparams(obs, &qp);
+    if (st < 0)
+        return st;
+    if (qp.channels > cap)
+        fail_msg("observer gave %lld channels, capacity %lld", (long long)qp.channels,
+                 (long long)cap);
+    for (int64_t c = 0; c < qp.channels; c++) {
+        scale[c] = qcal_qparams_scale_at(&qp, c);
+        if (zero_point)
+            zero_point[c] = qcal_qparams_zero_point_at(&qp, c);
+        if (zero_point_float)
+            zero_point_float[c] = qcal_qparams_zero_point_float_at(&qp, c);
+    }
+    *n = qp.channels;
+    qcal_qparams_free(&qp);
+    return st;
+}

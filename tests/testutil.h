@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "qcal/observer.h"
+
 /* "dir/name" in one of 8 rotating static buffers of 8192 bytes: up to 8 results stay
  * valid at once (copy one that must outlive more calls). */
 char *tu_path(const char *dir, const char *name);
@@ -64,5 +66,11 @@ void tu_ref_free(tu_ref_file *r);
 
 /* The array named by the printf-style fmt; fails the test when it is missing. */
 const tu_ref_arr *tu_ref_get(const tu_ref_file *r, const char *fmt, ...);
+
+/* qcal_observer_qparams copied into caller arrays (cap entries; zero_point and
+ * zero_point_float may be NULL): *n gets the channel count; the status is the observer's.
+ * Fails the test if the value does not fit. */
+qcal_status tu_observer_qparams(qcal_observer *obs, int64_t cap, float *scale,
+                                int32_t *zero_point, float *zero_point_float, int64_t *n);
 
 #endif

@@ -89,9 +89,9 @@ int cli_observer_report(const char *cmd, qcal_observer *obs, FILE *f, bool *no_d
 {
     const qcal_observer_config *cfg = qcal_observer_get_config(obs);
     int rc = 0;
-    int64_t ch = 1, n = 0, nq = 0;
-    float *mn = NULL, *mx = NULL, *scale = NULL, *zpf = NULL;
-    int32_t *zp = NULL;
+    int64_t ch = 1, n = 0;
+    float *mn = NULL, *mx = NULL;
+    qcal_qparams qp = {0};
     qcal_status st;
     char digest[65];
     if ((st = qcal_observer_channels(obs, &ch)) != QCAL_OK ||
@@ -101,10 +101,7 @@ int cli_observer_report(const char *cmd, qcal_observer *obs, FILE *f, bool *no_d
         ch = 1;
     mn = malloc((size_t)ch * sizeof *mn);
     mx = malloc((size_t)ch * sizeof *mx);
-    scale = malloc((size_t)ch * sizeof *scale);
-    zpf = malloc((size_t)ch * sizeof *zpf);
-    zp = malloc((size_t)ch * sizeof *zp);
-    if (!mn || !mx || !scale || !zpf || !zp) {
+    if (!mn || !mx) {
         rc = cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory for %lld channels", (long long)ch);
         goto out;
     }
@@ -114,8 +111,7 @@ int cli_observer_report(const char *cmd, qcal_observer *obs, FILE *f, bool *no_d
         goto out;
     }
     bool float_zp = cfg->q.qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS;
-    qcal_status qst = qcal_observer_qparams(obs, ch, scale, float_zp ? NULL : zp,
-                                            float_zp ? zpf : NULL, &nq);
+    qcal_status qst = qcal_observer_qparams(obs, &qp);
     if (qst < 0) {
         rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, qst);
         goto out;
@@ -142,12 +138,12 @@ int cli_observer_report(const char *cmd, qcal_observer *obs, FILE *f, bool *no_d
     fputs(", \"max\": ", f);
     cli_json_f32_array(f, mx, n);
     fputs(", \"scale\": ", f);
-    cli_json_f32_array(f, scale, nq);
+    cli_json_f32_array(f, qp.scales ? qp.scales : &qp.scale, qp.channels);
     fputs(", \"zero_point\": ", f);
     if (float_zp)
-        cli_json_f32_array(f, zpf, nq);
+        cli_json_f32_array(f, qp.zero_points_float, qp.channels);
     else
-        cli_json_i32_array(f, zp, nq);
+        cli_json_i32_array(f, qp.zero_points ? qp.zero_points : &qp.zero_point, qp.channels);
     fprintf(f, ", \"nonfinite\": %llu, \"batches\": %llu, \"digest\": \"%s\"}\n",
             (unsigned long long)nonfinite, (unsigned long long)batches, digest);
     if (fflush(f) != 0 || ferror(f)) {
@@ -158,8 +154,6 @@ int cli_observer_report(const char *cmd, qcal_observer *obs, FILE *f, bool *no_d
 out:
     free(mn);
     free(mx);
-    free(scale);
-    free(zpf);
-    free(zp);
+    qcal_qparams_free(&qp);
     return rc;
 }

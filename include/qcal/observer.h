@@ -5,7 +5,9 @@
  *   qcal_observer *obs = NULL;
  *   qcal_observer_create(&cfg, &obs);
  *   for each batch: qcal_observer_update(obs, &batch);
- *   qcal_observer_qparams(obs, 1, &scale, &zero_point, NULL, &n);
+ *   qcal_qparams qp = {0};
+ *   qcal_observer_qparams(obs, &qp);     // qp.scale, qp.zero_point (per-channel: qp.scales...)
+ *   qcal_qparams_free(&qp);
  *   qcal_observer_destroy(&obs);
  *
  * Each kind documents its algorithm in its own header (qcal/observers/<kind>.h).
@@ -163,12 +165,12 @@ QCAL_API qcal_status qcal_observer_data_range(const qcal_observer *obs, int64_t 
 QCAL_API qcal_status qcal_observer_qrange(qcal_observer *obs, int64_t cap,
                                           float *min_val, float *max_val, int64_t *n);
 
-/* qcal_observer_qrange followed by qcal_qparams_compute with the observer's qconfig.
- * zero_point_float is used only by QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS. No data:
- * scale 1, zero-point 0 (one element, as PyTorch) and QCAL_NO_DATA. */
-QCAL_API qcal_status qcal_observer_qparams(qcal_observer *obs, int64_t cap, float *scale,
-                                           int32_t *zero_point, float *zero_point_float,
-                                           int64_t *n);
+/* qcal_observer_qrange followed by qcal_qparams_compute with the observer's qconfig and
+ * axis: *out gets the value (per-channel kinds: library-owned arrays, release with
+ * qcal_qparams_free; *out is not freed first). No data: one channel of scale 1,
+ * zero-point 0 (as PyTorch) and QCAL_NO_DATA; a per-channel observer with some empty
+ * channels: those get scale 1, zero-point 0 and the call returns QCAL_NO_DATA too. */
+QCAL_API qcal_status qcal_observer_qparams(qcal_observer *obs, qcal_qparams *out);
 
 /* Forgets all data (and the non-finite count); the config stays. */
 QCAL_API qcal_status qcal_observer_reset(qcal_observer *obs);

@@ -1,6 +1,17 @@
-/* qcal qparams: scale / zero-point from a min/max range, with the arithmetic of
+/* qcal qparams: the quantization parameters value (qcal_qparams) that flows observer ->
+ * quantize / fake-quant -> calibration table -> int8 network, and its computation from a
+ * min/max range with the arithmetic of
  * torch.ao.quantization.observer.UniformQuantizationObserverBase._calculate_qparams
- * (PyTorch 1.13). */
+ * (PyTorch 1.13).
+ *
+ *   qcal_qparams qp = {0};
+ *   qcal_observer_qparams(obs, &qp);              // filled by an observer (may allocate)
+ *   qcal_quantize(&x, &qp, codes);                // per-tensor and per-channel alike
+ *   qcal_qparams_free(&qp);
+ *
+ *   qcal_qparams w;                               // a view over the caller's arrays
+ *   qcal_qparams_per_channel(&w, QCAL_QINT8, 0, channels, scales, zero_points);
+ */
 #ifndef QCAL_QPARAMS_H
 #define QCAL_QPARAMS_H
 
@@ -34,6 +45,39 @@ typedef struct qcal_qconfig {
     float eps;               /* default FLT_EPSILON: lower bound of every scale */
 } qcal_qconfig;
 
+/* Quantization parameters, per-tensor or per-channel, as one value.
+ *
+ * Per-tensor qschemes: channels == 1 and the values are the scalars `scale`, `zero_point`,
+ * `zero_point_float`; the array pointers are NULL. Such a value owns nothing and may be
+ * copied freely.
+ * Per-channel qschemes: channels >= 1 values in `scales`, `zero_points` (NULL allowed for
+ * QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS) and `zero_points_float` (NULL allowed except for
+ * that scheme and the learnable fake-quant calls). The arrays are either
+ *   - a view over arrays the caller owns (qcal_qparams_per_channel, or fields set by hand):
+ *     the caller keeps them alive while the value is used; `owned` is NULL; or
+ *   - allocated by the library (qcal_observer_qparams, qcal_qparams_compute,
+ *     qcal_qparams_copy): `owned` is non-NULL and qcal_qparams_free releases them. A plain
+ *     struct copy of such a value shares the arrays: free exactly one of the copies.
+ * The integer zero-points are used by quantize, dequantize and fixed fake-quant; the float
+ * zero-points by QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS and the learnable (LSQ) calls.
+ * quant_min/quant_max: the effective integer range (qcal_qconfig_range); fake-quant clamps
+ * to it, quantize clamps to the dtype's full range (as torch.quantize_per_*).
+ * `{0}` is a valid empty value to pass to a function that fills one, and to free. */
+typedef struct qcal_qparams {
+    qcal_dtype dtype;
+    qcal_qscheme qscheme;
+    int32_t axis;                    /* per-channel: channel axis (negative counts from the end); else 0 */
+    int64_t quant_min, quant_max;    /* effective integer range, within the dtype's */
+    int64_t channels;                /* 1 for per-tensor qschemes; per-channel: >= 1 */
+    float scale;                     /* per-tensor: > 0 and finite */
+    int32_t zero_point;              /* per-tensor: in [quant_min, quant_max] */
+    float zero_point_float;          /* per-tensor: learnable (LSQ) zero-point */
+    const float *scales;             /* per-channel: `channels` values, > 0 and finite */
+    const int32_t *zero_points;      /* per-channel: `channels` values in [quant_min, quant_max] */
+    const float *zero_points_float;  /* per-channel: `channels` float zero-points */
+    void *owned;                     /* library allocation behind the arrays, or NULL (view) */
+} qcal_qparams;
+
 /* Fills *cfg with the defaults documented on each field. */
 QCAL_API void qcal_qconfig_default(qcal_qconfig *cfg);
 
@@ -50,17 +94,59 @@ QCAL_API const char *qcal_qscheme_name(qcal_qscheme qscheme);
 QCAL_API qcal_status qcal_dtype_parse(const char *name, qcal_dtype *out);
 QCAL_API qcal_status qcal_qscheme_parse(const char *name, qcal_qscheme *out);
 
-/* Computes n (scale, zero_point) pairs from n (min, max) pairs. zero_point gets the integer
- * zero-points; for QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS the zero-points are float
- * (-min/scale) and go to zero_point_float instead (zero_point may then be NULL, and
- * zero_point_float may be NULL for every other scheme). A "no data" pair (min = +inf,
- * max = -inf, as an empty observer or channel holds) gets scale 1, zero-point 0, and the call
- * returns QCAL_NO_DATA if ANY pair is one (the others computed normally). min > max
- * (otherwise) or NaN is QCAL_ERR_INVALID_ARG. */
-QCAL_API qcal_status qcal_qparams_compute(const qcal_qconfig *cfg, int64_t n,
+/* The dtype's full integer range: [0, 255], [-128, 127] or [-2^31, 2^31 - 1]. */
+QCAL_API qcal_status qcal_dtype_range(qcal_dtype dtype, int64_t *lo, int64_t *hi);
+
+/* Per-tensor affine value: dtype's full range, the given scale / zero-point (float
+ * zero-point = zero_point). Validated (qcal_qparams_validate); *qp is not freed first. */
+QCAL_API qcal_status qcal_qparams_per_tensor(qcal_qparams *qp, qcal_dtype dtype, float scale,
+                                             int32_t zero_point);
+
+/* Per-channel affine view over the caller's arrays (channels values each; zero_points_float
+ * left NULL): dtype's full range, channel axis `axis`. Validated; nothing is copied. */
+QCAL_API qcal_status qcal_qparams_per_channel(qcal_qparams *qp, qcal_dtype dtype, int32_t axis,
+                                              int64_t channels, const float *scales,
+                                              const int32_t *zero_points);
+
+/* Checks a value: known dtype and qscheme, quant_min <= quant_max inside the dtype's range,
+ * channels (1 per-tensor, >= 1 per-channel) and arrays present, every scale > 0 and
+ * finite, every integer zero-point in [quant_min, quant_max] (not for the float-qparams
+ * scheme), every float zero-point finite where the scheme uses them. The message names the
+ * field (and channel). */
+QCAL_API qcal_status qcal_qparams_validate(const qcal_qparams *qp);
+
+/* Deep copy of src into *dst (library-owned arrays; free with qcal_qparams_free). *dst is
+ * not freed first; src and dst must differ. */
+QCAL_API qcal_status qcal_qparams_copy(qcal_qparams *dst, const qcal_qparams *src);
+
+/* Releases library-owned arrays (views: nothing is freed) and resets *qp to {0}. NULL is fine. */
+QCAL_API void qcal_qparams_free(qcal_qparams *qp);
+
+/* Computes qparams from n (min, max) pairs with cfg's dtype/qscheme/range into *out
+ * (per-tensor schemes: n must be 1; per-channel: n channels along `axis`, library-owned
+ * arrays, free with qcal_qparams_free). Integer zero-points for every scheme except
+ * QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS, whose zero-points are float (-min/scale, integer
+ * ones 0); for the other schemes the float zero-points hold the integer ones as float. A
+ * pair (+inf, -inf) is "no data": scale 1, zero-point 0, and the call returns QCAL_NO_DATA
+ * if ANY pair is one (the others computed normally). min > max (otherwise),
+ * NaN or another infinity is QCAL_ERR_INVALID_ARG and *out untouched. */
+QCAL_API qcal_status qcal_qparams_compute(const qcal_qconfig *cfg, int32_t axis, int64_t n,
                                           const float *min_val, const float *max_val,
-                                          float *scale, int32_t *zero_point,
-                                          float *zero_point_float);
+                                          qcal_qparams *out);
+
+/* Channel c's scale / integer zero-point / float zero-point (per-tensor: the scalar, any c). */
+static inline float qcal_qparams_scale_at(const qcal_qparams *qp, int64_t c)
+{
+    return qp->scales ? qp->scales[c] : qp->scale;
+}
+static inline int32_t qcal_qparams_zero_point_at(const qcal_qparams *qp, int64_t c)
+{
+    return qp->zero_points ? qp->zero_points[c] : qp->zero_point;
+}
+static inline float qcal_qparams_zero_point_float_at(const qcal_qparams *qp, int64_t c)
+{
+    return qp->zero_points_float ? qp->zero_points_float[c] : qp->zero_point_float;
+}
 
 #ifdef __cplusplus
 }
