@@ -193,6 +193,7 @@ typedef struct bench {
     int32_t zp;
     float *scw;
     int32_t *zpw;
+    qcal_qparams qpt, qpw, qpw1; /* the same as values: per tensor, per channel axis 0 / 1 */
     qcal_observer *obs[8];       /* one of every kind, used by the rows (axis 0) */
     qcal_observer *obs_ax1[4];   /* per-channel kinds with axis 1 (activation rows) */
     qcal_observer *hist_full[4]; /* histogram family filled with the 8 batches */
@@ -289,7 +290,7 @@ static void op_hist_qparams(void *p)
 static void op_quantize_pt(void *p)
 {
     bench *b = p;
-    CHECK(qcal_quantize_per_tensor(&b->t16, b->scale, b->zp, QCAL_QUINT8, b->q));
+    CHECK(qcal_quantize(&b->t16, &b->qpt, b->q));
     b->out = b->q;
     b->out_bytes = (size_t)M16;
     b->res_n = 0;
@@ -300,7 +301,7 @@ static void op_dequantize_pt(void *p)
     bench *b = p;
     qcal_tensor t = b->t16;
     t.data = b->y;
-    CHECK(qcal_dequantize_per_tensor(b->q, QCAL_QUINT8, b->scale, b->zp, &t));
+    CHECK(qcal_dequantize(b->q, &b->qpt, &t));
     b->out = b->y;
     b->out_bytes = (size_t)M16 * 4;
     b->res_n = 0;
@@ -309,7 +310,7 @@ static void op_dequantize_pt(void *p)
 static void op_quantize_pc(void *p)
 {
     bench *b = p;
-    CHECK(qcal_quantize_per_channel(&b->tw, 0, 4096, b->scw, b->zpw, QCAL_QINT8, b->q));
+    CHECK(qcal_quantize(&b->tw, &b->qpw, b->q));
     b->out = b->q;
     b->out_bytes = (size_t)M16;
     b->res_n = 0;
@@ -318,7 +319,7 @@ static void op_quantize_pc(void *p)
 static void op_quantize_pc_last(void *p)
 {
     bench *b = p;
-    CHECK(qcal_quantize_per_channel(&b->tw, 1, 4096, b->scw, b->zpw, QCAL_QINT8, b->q));
+    CHECK(qcal_quantize(&b->tw, &b->qpw1, b->q));
     b->out = b->q;
     b->out_bytes = (size_t)M16;
     b->res_n = 0;
@@ -329,7 +330,7 @@ static void op_dequantize_pc(void *p)
     bench *b = p;
     qcal_tensor t = b->tw;
     t.data = b->y;
-    CHECK(qcal_dequantize_per_channel(b->q, QCAL_QINT8, 0, 4096, b->scw, b->zpw, &t));
+    CHECK(qcal_dequantize(b->q, &b->qpw, &t));
     b->out = b->y;
     b->out_bytes = (size_t)M16 * 4;
     b->res_n = 0;
@@ -338,7 +339,10 @@ static void op_dequantize_pc(void *p)
 static void op_fq_fwd(void *p)
 {
     bench *b = p;
-    CHECK(qcal_fakequant_per_tensor(b->x, M16, b->scale, b->zp, 0, 255, b->y, NULL));
+    qcal_tensor x = b->t16, y = b->t16;
+    x.data = b->x;
+    y.data = b->y;
+    CHECK(qcal_fakequant_forward(&x, &b->qpt, &y, NULL));
     b->out = b->y;
     b->out_bytes = (size_t)M16 * 4;
     b->res_n = 0;
@@ -347,7 +351,9 @@ static void op_fq_fwd(void *p)
 static void op_fq_pc_fwd(void *p)
 {
     bench *b = p;
-    CHECK(qcal_fakequant_per_channel(&b->tw, 0, b->scw, b->zpw, -128, 127, b->y, NULL));
+    qcal_tensor y = b->tw;
+    y.data = b->y;
+    CHECK(qcal_fakequant_forward(&b->tw, &b->qpw, &y, NULL));
     b->out = b->y;
     b->out_bytes = (size_t)M16 * 4;
     b->res_n = 0;
@@ -356,8 +362,12 @@ static void op_fq_pc_fwd(void *p)
 static void op_fq_fused(void *p)
 {
     bench *b = p;
-    CHECK(qcal_fakequant_per_tensor_fused(b->x, b->g, M16, b->scale, b->zp, 0, 255, b->y,
-                                          b->gx));
+    qcal_tensor x = b->t16, g = b->t16, y = b->t16, gx = b->t16;
+    x.data = b->x;
+    g.data = b->g;
+    y.data = b->y;
+    gx.data = b->gx;
+    CHECK(qcal_fakequant_fused(&x, &g, &b->qpt, &y, &gx));
     b->out = b->gx;
     b->out_bytes = (size_t)M16 * 4;
     b->res[0] = b->y[12345];
@@ -368,9 +378,13 @@ static void op_fq_learnable_bwd(void *p)
 {
     bench *b = p;
     float gs = 0, gz = 0;
-    CHECK(qcal_fakequant_learnable_per_tensor_backward(b->x, b->g, M16, b->scale,
-                                                       (float)b->zp + 0.3f, 0, 255, 1.0f,
-                                                       b->gx, &gs, &gz));
+    qcal_tensor x = b->t16, g = b->t16, gx = b->t16;
+    x.data = b->x;
+    g.data = b->g;
+    gx.data = b->gx;
+    qcal_qparams qp = b->qpt;
+    qp.zero_point_float = (float)b->zp + 0.3f;
+    CHECK(qcal_fakequant_learnable_backward(&x, &g, &qp, 1.0f, &gx, &gs, &gz));
     b->out = b->gx;
     b->out_bytes = (size_t)M16 * 4;
     b->res[0] = gs;
@@ -735,6 +749,7 @@ static void setup(bench *b)
     CHECK(qcal_observer_qparams(b->obs[QCAL_OBSERVER_MINMAX], &qp));
     b->scale = qp.scale;
     b->zp = qp.zero_point;
+    b->qpt = qp;
     b->scw = xalloc(4096 * sizeof(float));
     b->zpw = xalloc(4096 * sizeof(int32_t));
     CHECK(qcal_observer_update(b->obs[QCAL_OBSERVER_PER_CHANNEL_MINMAX], &b->tw));
@@ -746,7 +761,10 @@ static void setup(bench *b)
     }
     memcpy(b->scw, qp.scales, 4096 * sizeof(float));
     memcpy(b->zpw, qp.zero_points, 4096 * sizeof(int32_t));
-    qcal_qparams_free(&qp);
+    b->qpw = qp;                 /* owns the arrays; freed at the end */
+    b->qpw1 = qp;
+    b->qpw1.axis = 1;
+    b->qpw1.owned = NULL;        /* a view of the same arrays */
     qcal_numeric_logger_options lo;
     qcal_numeric_logger_options_default(&lo);
     lo.callback = log_cb;
@@ -795,6 +813,7 @@ static void teardown(bench *b)
     free(b->hb);
     free(b->scw);
     free(b->zpw);
+    qcal_qparams_free(&b->qpw);
 }
 
 static void verify_fail(const char *what, int64_t i, double got, double want)
@@ -1065,8 +1084,9 @@ static void op_scale(void *p)
     } else if (s->op == 1) {
         CHECK(qcal_observer_update(b->obs[QCAL_OBSERVER_HISTOGRAM], &s->t));
     } else {
-        CHECK(qcal_fakequant_per_tensor(s->t.data, s->t.shape[0], b->scale, b->zp, 0, 255,
-                                        b->y, NULL));
+        qcal_tensor y = s->t;
+        y.data = b->y;
+        CHECK(qcal_fakequant_forward(&s->t, &b->qpt, &y, NULL));
     }
 }
 

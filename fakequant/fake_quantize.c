@@ -19,6 +19,7 @@
 
 #include "qcal/atomic_file.h"
 #include "fakequant/fakequant_impl.h"
+#include "quant/qparams_internal.h"
 
 struct qcal_fakequant_module {
     qcal_fakequant_module_config cfg;
@@ -210,6 +211,31 @@ static qcal_status ensure_buffers(qcal_fakequant_module *f, int64_t n)
     return QCAL_OK;
 }
 
+/* A qparams view over the object's arrays (scale, float zero-points, integer zero-points zi,
+ * which may be NULL for the learnable calls), for its current channel count. */
+static void module_view(const qcal_fakequant_module *fq, const float *scale, const float *zpf,
+                        const int32_t *zi, qcal_qparams *v)
+{
+    memset(v, 0, sizeof *v);
+    v->dtype = fq->cfg.observer.q.dtype;
+    v->quant_min = fq->qmin;
+    v->quant_max = fq->qmax;
+    if (fq->per_channel) {
+        v->qscheme = QCAL_PER_CHANNEL_AFFINE;
+        v->axis = fq->cfg.observer.axis;
+        v->channels = fq->nch;
+        v->scales = scale;
+        v->zero_points = zi;
+        v->zero_points_float = zpf;
+    } else {
+        v->qscheme = QCAL_PER_TENSOR_AFFINE;
+        v->channels = 1;
+        v->scale = scale[0];
+        v->zero_point = zi ? zi[0] : 0;
+        v->zero_point_float = zpf[0];
+    }
+}
+
 /* Observer qparams into the object's arrays (resized to the observer's channel count). */
 static qcal_status take_observer_qparams(qcal_fakequant_module *f)
 {
@@ -310,26 +336,24 @@ qcal_status qcal_fakequant_module_forward(qcal_fakequant_module *fq, const qcal_
                     return st;
             }
             fq->last_grad_factor = (float)g;
-            if (fq->per_channel)
-                st = qcal_fakequant_learnable_per_channel(x, fq->cfg.observer.axis, fq->scale,
-                                                          fq->zp_param, fq->qmin, fq->qmax, y,
-                                                          fq->mask);
-            else
-                st = qcal_fakequant_learnable_per_tensor(x->data, n, fq->scale[0],
-                                                         fq->zp_param[0], fq->qmin, fq->qmax,
-                                                         y, fq->mask);
-        } else if (fq->per_channel) {
-            int32_t *zp = qcal_malloc((size_t)fq->nch * sizeof *zp);
-            if (!zp)
+            qcal_qparams v;
+            module_view(fq, fq->scale, fq->zp_param, NULL, &v);
+            qcal_tensor yt = *x;
+            yt.data = y;
+            st = qcal_fakequant_learnable_forward(x, &v, &yt, fq->mask);
+        } else {
+            int32_t zp1 = 0, *zp = &zp1;
+            if (fq->per_channel && !(zp = qcal_malloc((size_t)fq->nch * sizeof *zp)))
                 return QCAL_ERR_NO_MEMORY;
             for (int64_t c = 0; c < fq->nch; c++)
                 zp[c] = (int32_t)fq->zp_param[c];
-            st = qcal_fakequant_per_channel(x, fq->cfg.observer.axis, fq->scale, zp, fq->qmin,
-                                            fq->qmax, y, fq->mask);
-            free(zp);
-        } else {
-            st = qcal_fakequant_per_tensor(x->data, n, fq->scale[0], (int32_t)fq->zp_param[0],
-                                           fq->qmin, fq->qmax, y, fq->mask);
+            qcal_qparams v;
+            module_view(fq, fq->scale, fq->zp_param, zp, &v);
+            qcal_tensor yt = *x;
+            yt.data = y;
+            st = qcal_fakequant_forward(x, &v, &yt, fq->mask);
+            if (zp != &zp1)
+                free(zp);
         }
         if (st != QCAL_OK)
             return st;
@@ -360,34 +384,28 @@ qcal_status qcal_fakequant_module_backward(qcal_fakequant_module *fq, const floa
             memmove(grad_x, grad_y, (size_t)n * sizeof(float));
         return QCAL_OK;
     }
+    qcal_tensor gy, gx;
+    int64_t shape1 = n;
+    qcal_tensor_init(&gy, (float *)grad_y, 1, &shape1);
+    qcal_tensor_init(&gx, grad_x, 1, &shape1);
     if (!fq->cfg.learnable)
-        return qcal_fakequant_backward(grad_y, fq->mask, n, grad_x);
-    qcal_status st;
+        return qcal_fakequant_backward(&gy, fq->mask, &gx);
     qcal_tensor t = fq->last_shape;
     t.data = fq->xcopy;
-    if (fq->per_channel) {
-        float *gs = qcal_malloc((size_t)fq->nch * 2 * sizeof *gs);
-        if (!gs)
-            return QCAL_ERR_NO_MEMORY;
-        st = qcal_fakequant_learnable_per_channel_backward(
-            &t, grad_y, fq->cfg.observer.axis, fq->last_scale, fq->last_zp, fq->qmin, fq->qmax,
-            fq->last_grad_factor, grad_x, gs, gs + fq->nch);
-        if (st == QCAL_OK && fq->last_learning)
-            for (int64_t c = 0; c < fq->nch; c++) {
-                fq->grad_scale[c] += gs[c];
-                fq->grad_zp[c] += gs[fq->nch + c];
-            }
-        free(gs);
-    } else {
-        float gs, gz;
-        st = qcal_fakequant_learnable_per_tensor_backward(
-            fq->xcopy, grad_y, n, fq->last_scale[0], fq->last_zp[0], fq->qmin, fq->qmax,
-            fq->last_grad_factor, grad_x, &gs, &gz);
-        if (st == QCAL_OK && fq->last_learning) {
-            fq->grad_scale[0] += gs;
-            fq->grad_zp[0] += gz;
+    qcal_qparams v;
+    module_view(fq, fq->last_scale, fq->last_zp, NULL, &v);
+    float g1[2], *gs = g1;
+    if (fq->per_channel && !(gs = qcal_malloc((size_t)fq->nch * 2 * sizeof *gs)))
+        return QCAL_ERR_NO_MEMORY;
+    qcal_status st = qcal_fakequant_learnable_backward(&t, &gy, &v, fq->last_grad_factor, &gx,
+                                                       gs, gs + v.channels);
+    if (st == QCAL_OK && fq->last_learning)
+        for (int64_t c = 0; c < v.channels; c++) {
+            fq->grad_scale[c] += gs[c];
+            fq->grad_zp[c] += gs[v.channels + c];
         }
-    }
+    if (gs != g1)
+        free(gs);
     return st;
 }
 
@@ -435,22 +453,33 @@ qcal_status qcal_fakequant_module_status(const qcal_fakequant_module *fq, bool *
     return QCAL_OK;
 }
 
-qcal_status qcal_fakequant_module_qparams(const qcal_fakequant_module *fq, int64_t cap, float *scale,
-                                       int32_t *zero_point, int64_t *n)
+qcal_status qcal_fakequant_module_qparams(const qcal_fakequant_module *fq, qcal_qparams *out)
 {
-    if (!fq || !scale || !zero_point || !n)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "object or outputs are NULL");
-    if (cap < fq->nch)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "capacity %lld < %lld channels",
-                          (long long)cap, (long long)fq->nch);
-    for (int64_t c = 0; c < fq->nch; c++) {
-        scale[c] = fq->scale[c];
-        zero_point[c] = (int32_t)(fq->cfg.learnable
-                                      ? qcal_fq_round_zero_point(fq->zp_param[c], fq->qmin,
-                                                                 fq->qmax)
-                                      : (int64_t)fq->zp_param[c]);
+    if (!fq || !out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "object or output is NULL");
+    qcal_qparams v;
+    float *s, *zf;
+    int32_t *z;
+    qcal_status st = qcal_qparams_alloc(&v, fq->cfg.observer.q.dtype,
+                                        fq->per_channel ? QCAL_PER_CHANNEL_AFFINE
+                                                        : QCAL_PER_TENSOR_AFFINE,
+                                        fq->cfg.observer.axis, fq->qmin, fq->qmax,
+                                        fq->per_channel ? fq->nch : 1, &s, &z, &zf);
+    if (st != QCAL_OK)
+        return st;
+    if (!fq->per_channel) {
+        s = &v.scale;
+        z = &v.zero_point;
+        zf = &v.zero_point_float;
     }
-    *n = fq->nch;
+    for (int64_t c = 0; c < v.channels; c++) {
+        s[c] = fq->scale[c];
+        zf[c] = fq->zp_param[c];
+        z[c] = (int32_t)(fq->cfg.learnable
+                             ? qcal_fq_round_zero_point(fq->zp_param[c], fq->qmin, fq->qmax)
+                             : (int64_t)fq->zp_param[c]);
+    }
+    *out = v;
     return QCAL_OK;
 }
 
@@ -583,11 +612,15 @@ qcal_status qcal_fakequant_module_load(const void *buf, size_t len, qcal_fakequa
                           (unsigned long long)olen, cur.left);
     qcal_observer *obs = NULL;
     qcal_status st = qcal_observer_load(cur.p, cur.left, &obs);
-    if (st != QCAL_OK)
+    if (st != QCAL_OK) {
+        /* qcal_error formats into the buffer qcal_last_error() returns: copy the cause. */
+        char cause[1024];
+        snprintf(cause, sizeof cause, "%s", qcal_last_error());
         return st == QCAL_ERR_NO_MEMORY ? st
                                         : qcal_error(QCAL_ERR_FORMAT,
                                                      "fake-quantize state: bad observer: %s",
-                                                     qcal_last_error());
+                                                     cause);
+    }
     qcal_fakequant_module_config cfg;
     qcal_fakequant_module_config_default(&cfg, QCAL_FAKEQUANT_PRESET_ACTIVATION);
     cfg.observer = *qcal_observer_get_config(obs);
@@ -600,11 +633,13 @@ qcal_status qcal_fakequant_module_load(const void *buf, size_t len, qcal_fakequa
     qcal_fakequant_module *f = NULL;
     st = qcal_fakequant_module_create(&cfg, &f);
     if (st != QCAL_OK) {
+        char cause[1024];
+        snprintf(cause, sizeof cause, "%s", qcal_last_error());
         qcal_observer_destroy(&obs);
         return st == QCAL_ERR_NO_MEMORY ? st
                                         : qcal_error(QCAL_ERR_FORMAT,
                                                      "fake-quantize state has an invalid "
-                                                     "config: %s", qcal_last_error());
+                                                     "config: %s", cause);
     }
     qcal_observer_destroy(&f->obs);
     f->obs = obs;

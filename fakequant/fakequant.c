@@ -12,16 +12,17 @@
  * ATen computes y in double ((double)(int64) * (double)scale, rounded to float on store);
  * with |q - zero_point| <= 2^25 that product is exact in double, so one float multiply
  * gives the same bits. ATen casts q to int64 before clamping: NaN, +-Inf and |q| >= 2^63
- * become INT64_MIN and come out as quant_min (so +Inf -> quant_min, a PyTorch 1.13 defect,
- * fixed in later PyTorch by clamping in float). qcal clamps in float: NaN -> quant_min,
- * -Inf -> quant_min, +Inf / huge -> quant_max; the mask is 0 for all of them, as in 1.13.
+ * become INT64_MIN and come out as quant_min (so NaN and +Inf -> quant_min). qcal follows
+ * the NaN policy of qcal/fakequant.h: it clamps in float (-Inf -> quant_min, +Inf / huge ->
+ * quant_max) and maps NaN to the zero-point (y = +0.0, as quantize + dequantize gives);
+ * the mask is 0 for all of them, as in 1.13.
  *
  * Backward: ATen returns dY * mask (mask promoted to 0.0f / 1.0f), so a masked-out negative
  * gradient becomes -0.0f and a NaN gradient stays NaN; qcal multiplies the same way.
  *
  * SIMD: AVX2 and AVX-512 versions do the same float operations in the same order
- * (vroundps / vrndscaleps with round-to-nearest-even; max(q, qmin) returns qmin for NaN as
- * the C reference's comparisons do), so every ISA gives identical bits.
+ * (vroundps / vrndscaleps with round-to-nearest-even; NaN lanes are zeroed before the
+ * multiply by the scale as the C reference does), so every ISA gives identical bits.
  *
  * Stores: a pass whose bytes (inputs + outputs) exceed half the L3 writes its outputs
  * with non-temporal stores (vmovntps, after peeling to the 64 / 32-byte vector alignment;
@@ -36,6 +37,7 @@
 #include <stdatomic.h>
 
 #include "fakequant/fakequant_impl.h"
+#include "quant/qparams_internal.h"
 #include "qcal_config.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -57,10 +59,14 @@ static inline float fq_q(float x, const qcal_fq_run *p)
     return p->zp + nearbyintf(x * p->inv_scale);
 }
 
-static inline float fq_clamp(float q, const qcal_fq_run *p)
+/* (clamp(q) - zp) * scale; NaN (from a NaN input) -> the zero-point, i.e. +0.0. */
+static inline float fq_y(float q, const qcal_fq_run *p)
 {
-    float c = q >= p->qmin ? q : p->qmin;   /* NaN -> qmin */
-    return c <= p->qmax ? c : p->qmax;
+    if (q != q)
+        return 0.0f * p->scale;
+    float c = q >= p->qmin ? q : p->qmin;
+    c = c <= p->qmax ? c : p->qmax;
+    return (c - p->zp) * p->scale;
 }
 
 void qcal_f32_fakequant__c(const float *src, int64_t n, const qcal_fq_run *p, float *dst,
@@ -70,7 +76,7 @@ void qcal_f32_fakequant__c(const float *src, int64_t n, const qcal_fq_run *p, fl
     for (int64_t i = 0; i < n; i++) {
         float q = fq_q(src[i], p);
         uint8_t m = (uint8_t)(q >= p->qmin && q <= p->qmax);
-        dst[i] = (fq_clamp(q, p) - p->zp) * p->scale;
+        dst[i] = fq_y(q, p);
         if (mask)
             mask[i] = m;
     }
@@ -83,7 +89,7 @@ void qcal_f32_fakequant_fused__c(const float *src, const float *gy, int64_t n,
     for (int64_t i = 0; i < n; i++) {
         float q = fq_q(src[i], p);
         float m = (q >= p->qmin && q <= p->qmax) ? 1.0f : 0.0f;
-        dst[i] = (fq_clamp(q, p) - p->zp) * p->scale;
+        dst[i] = fq_y(q, p);
         gx[i] = gy[i] * m;
     }
 }
@@ -171,7 +177,8 @@ AVX2_TARGET static inline __m256 avx2_fq(__m256 x, __m256 inv, __m256 zp, __m256
                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     *mask = _mm256_and_ps(_mm256_cmp_ps(q, qmin, _CMP_GE_OQ), _mm256_cmp_ps(q, qmax, _CMP_LE_OQ));
     __m256 c = _mm256_min_ps(_mm256_max_ps(q, qmin), qmax);   /* max(NaN, qmin) = qmin */
-    return _mm256_mul_ps(_mm256_sub_ps(c, zp), scale);
+    __m256 ord = _mm256_cmp_ps(q, q, _CMP_ORD_Q);             /* NaN lanes: c - zp -> +0 */
+    return _mm256_mul_ps(_mm256_and_ps(_mm256_sub_ps(c, zp), ord), scale);
 }
 
 AVX2_TARGET static inline void avx2_store(float *d, __m256 v, bool nt)
@@ -290,7 +297,8 @@ AVX512_TARGET static inline __m512 avx512_fq(__m512 x, __m512 inv, __m512 zp, __
                                                           _MM_FROUND_NO_EXC));
     *mask = _mm512_cmp_ps_mask(q, qmin, _CMP_GE_OQ) & _mm512_cmp_ps_mask(q, qmax, _CMP_LE_OQ);
     __m512 c = _mm512_min_ps(_mm512_max_ps(q, qmin), qmax);
-    return _mm512_mul_ps(_mm512_sub_ps(c, zp), scale);
+    __mmask16 ord = _mm512_cmp_ps_mask(q, q, _CMP_ORD_Q);    /* NaN lanes: c - zp -> +0 */
+    return _mm512_mul_ps(_mm512_maskz_sub_ps(ord, c, zp), scale);
 }
 
 AVX512_TARGET static inline void avx512_store(float *d, __m512 v, bool nt)
@@ -647,7 +655,7 @@ static qcal_status check_n(int64_t n, const void *a, const void *b)
 /* ----------------------------------------------------------------------------------- */
 /* Per tensor */
 
-qcal_status qcal_fakequant_per_tensor(const float *src, int64_t n, float scale,
+static qcal_status fq_per_tensor(const float *src, int64_t n, float scale,
                                       int32_t zero_point, int64_t quant_min, int64_t quant_max,
                                       float *dst, uint8_t *mask)
 {
@@ -665,7 +673,7 @@ qcal_status qcal_fakequant_per_tensor(const float *src, int64_t n, float scale,
     return QCAL_OK;
 }
 
-qcal_status qcal_fakequant_backward(const float *grad_y, const uint8_t *mask, int64_t n,
+static qcal_status fq_backward(const float *grad_y, const uint8_t *mask, int64_t n,
                                     float *grad_x)
 {
     qcal_status st = check_n(n, grad_y, grad_x);
@@ -678,7 +686,7 @@ qcal_status qcal_fakequant_backward(const float *grad_y, const uint8_t *mask, in
     return QCAL_OK;
 }
 
-qcal_status qcal_fakequant_per_tensor_fused(const float *src, const float *grad_y, int64_t n,
+static qcal_status fq_per_tensor_fused(const float *src, const float *grad_y, int64_t n,
                                             float scale, int32_t zero_point, int64_t quant_min,
                                             int64_t quant_max, float *dst, float *grad_x)
 {
@@ -730,7 +738,7 @@ static qcal_status per_channel_prepare(const qcal_tensor *src, int32_t axis,
     return QCAL_OK;
 }
 
-qcal_status qcal_fakequant_per_channel(const qcal_tensor *src, int32_t axis, const float *scale,
+static qcal_status fq_per_channel(const qcal_tensor *src, int32_t axis, const float *scale,
                                        const int32_t *zero_point, int64_t quant_min,
                                        int64_t quant_max, float *dst, uint8_t *mask)
 {
@@ -749,7 +757,7 @@ qcal_status qcal_fakequant_per_channel(const qcal_tensor *src, int32_t axis, con
     return QCAL_OK;
 }
 
-qcal_status qcal_fakequant_per_channel_fused(const qcal_tensor *src, const float *grad_y,
+static qcal_status fq_per_channel_fused(const qcal_tensor *src, const float *grad_y,
                                              int32_t axis, const float *scale,
                                              const int32_t *zero_point, int64_t quant_min,
                                              int64_t quant_max, float *dst, float *grad_x)
@@ -767,4 +775,107 @@ qcal_status qcal_fakequant_per_channel_fused(const qcal_tensor *src, const float
     fq_blocks(&j, outer * ch, inner);
     free(runs);
     return QCAL_OK;
+}
+
+/* ----------------------------------------------------------------------------------- */
+/* Public entry points: one call per operation, per-tensor and per-channel alike. */
+
+qcal_status qcal_fq_check_args(const char *what, const qcal_tensor *src, const qcal_qparams *qp,
+                               bool learnable, int64_t *n)
+{
+    if (!src)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "%s: source tensor is NULL", what);
+    qcal_status st = qcal_qparams_check(qp, what, !learnable, learnable);
+    if (st != QCAL_OK)
+        return st;
+    if (!learnable && qp->qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS)
+        return qcal_error(QCAL_ERR_UNSUPPORTED,
+                          "%s: per_channel_affine_float_qparams needs the learnable calls "
+                          "(float zero-points)", what);
+    if ((st = qcal_fq_check_range(qp->quant_min, qp->quant_max)) != QCAL_OK)
+        return st;
+    if ((st = qcal_tensor_numel(src, n)) != QCAL_OK)
+        return st;
+    if (*n == 0)
+        return qcal_error(QCAL_ERR_EMPTY, "cannot fake-quantize an empty tensor");
+    if (!src->data)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "%s: tensor data is NULL", what);
+    if (qcal_qscheme_is_per_channel(qp->qscheme)) {
+        int64_t outer, ch, inner;
+        if ((st = qcal_fq_split(src, qp->axis, &outer, &ch, &inner)) != QCAL_OK)
+            return st;
+        if (ch != qp->channels)
+            return qcal_error(QCAL_ERR_MISMATCH,
+                              "%s: %lld channels in the qparams, axis %d has %lld", what,
+                              (long long)qp->channels, (int)qp->axis, (long long)ch);
+    }
+    return QCAL_OK;
+}
+
+qcal_status qcal_fq_check_out(const char *what, const qcal_tensor *t, int64_t n,
+                              const char *name)
+{
+    if (!t)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "%s: %s is NULL", what, name);
+    int64_t m;
+    qcal_status st = qcal_tensor_numel(t, &m);
+    if (st != QCAL_OK)
+        return st;
+    if (m != n)
+        return qcal_error(QCAL_ERR_MISMATCH, "%s: %s has %lld elements, the source %lld", what,
+                          name, (long long)m, (long long)n);
+    if (!t->data)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "%s: %s data is NULL", what, name);
+    return QCAL_OK;
+}
+
+qcal_status qcal_fakequant_forward(const qcal_tensor *src, const qcal_qparams *qp,
+                                   qcal_tensor *dst, uint8_t *mask)
+{
+    int64_t n = 0;
+    qcal_status st = qcal_fq_check_args("fakequant", src, qp, false, &n);
+    if (st == QCAL_OK)
+        st = qcal_fq_check_out("fakequant", dst, n, "destination");
+    if (st != QCAL_OK)
+        return st;
+    if (qcal_qscheme_is_per_channel(qp->qscheme))
+        return fq_per_channel(src, qp->axis, qp->scales, qp->zero_points, qp->quant_min,
+                              qp->quant_max, dst->data, mask);
+    return fq_per_tensor(src->data, n, qp->scale, qp->zero_point, qp->quant_min, qp->quant_max,
+                         dst->data, mask);
+}
+
+qcal_status qcal_fakequant_backward(const qcal_tensor *grad_y, const uint8_t *mask,
+                                    qcal_tensor *grad_x)
+{
+    if (!grad_y)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "fakequant backward: gradient is NULL");
+    int64_t n;
+    qcal_status st = qcal_tensor_numel(grad_y, &n);
+    if (st == QCAL_OK && n > 0)
+        st = qcal_fq_check_out("fakequant backward", grad_x, n, "grad_x");
+    if (st != QCAL_OK)
+        return st;
+    return fq_backward(grad_y->data, mask, n, grad_x ? grad_x->data : NULL);
+}
+
+qcal_status qcal_fakequant_fused(const qcal_tensor *src, const qcal_tensor *grad_y,
+                                 const qcal_qparams *qp, qcal_tensor *dst,
+                                 qcal_tensor *grad_x)
+{
+    int64_t n = 0;
+    qcal_status st = qcal_fq_check_args("fakequant", src, qp, false, &n);
+    if (st == QCAL_OK)
+        st = qcal_fq_check_out("fakequant", dst, n, "destination");
+    if (st == QCAL_OK)
+        st = qcal_fq_check_out("fakequant", grad_y, n, "grad_y");
+    if (st == QCAL_OK)
+        st = qcal_fq_check_out("fakequant", grad_x, n, "grad_x");
+    if (st != QCAL_OK)
+        return st;
+    if (qcal_qscheme_is_per_channel(qp->qscheme))
+        return fq_per_channel_fused(src, grad_y->data, qp->axis, qp->scales, qp->zero_points,
+                                    qp->quant_min, qp->quant_max, dst->data, grad_x->data);
+    return fq_per_tensor_fused(src->data, grad_y->data, n, qp->scale, qp->zero_point,
+                               qp->quant_min, qp->quant_max, dst->data, grad_x->data);
 }

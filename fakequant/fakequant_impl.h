@@ -89,6 +89,15 @@ void qcal_fq_run_init(qcal_fq_run *r, float scale, int64_t zero_point, int64_t q
 qcal_status qcal_fq_split(const qcal_tensor *t, int32_t axis, int64_t *outer,
                           int64_t *channels, int64_t *inner);
 
+/* Checks the arguments of a public fake-quant call: src (non-empty, data), qp (validated;
+ * learnable: float zero-points, else integer ones in range), the +-2^24 range limit, and
+ * per-channel qp->channels == src->shape[qp->axis]. *n gets numel(src). */
+qcal_status qcal_fq_check_args(const char *what, const qcal_tensor *src, const qcal_qparams *qp,
+                               bool learnable, int64_t *n);
+/* Checks an output (or second input) tensor view: non-NULL, n elements, data set. */
+qcal_status qcal_fq_check_out(const char *what, const qcal_tensor *t, int64_t n,
+                              const char *name);
+
 /* Learnable: rounds a float zero-point as the forward does (nearbyintf, clamp). NaN/Inf
  * zero-points are rejected by the callers first. */
 int64_t qcal_fq_round_zero_point(float zero_point, int64_t quant_min, int64_t quant_max);

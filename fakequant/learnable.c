@@ -15,8 +15,10 @@
  * decision can differ from the forward mask: reproduced, not "fixed", because it is what
  * PyTorch's gradients are.
  *
- * NaN inputs: ATen casts q to int64 (NaN -> INT64_MIN), i.e. "below qmin"; qcal treats NaN
- * the same. +Inf and q >= 2^63: 1.13 also says "below" (defect); qcal says "above".
+ * NaN inputs: ATen casts q to int64 (NaN -> INT64_MIN), i.e. "below qmin". qcal follows
+ * its NaN policy (qcal/fakequant.h): a NaN q is the zero-point, y = 0.0 does not depend on
+ * scale or zero-point, so d_scale = d_zp = 0 and dx = dy * 0.0f. +Inf and q >= 2^63: 1.13
+ * also says "below" (defect); qcal says "above".
  * dx is dy * (0.0f or 1.0f), as ATen (masked negative gradients are -0.0f).
  *
  * Zero-point: the forward rounds the float zero-point half to even and clamps it (ATen's
@@ -93,7 +95,8 @@ static qcal_status check_learnable_scale(float scale, float zero_point, int64_t 
 /* ----------------------------------------------------------------------------------- */
 /* Backward kernels (C reference, AVX2, AVX-512). Per element j of a span, in float:
  *   q  = nearbyintf(fmaf(x, inv, zp))          (round half to even; PyTorch's FMA)
- *   inside = q >= qmin && q <= qmax            (NaN: outside, below)
+ *   q NaN:   dx = dy * 0.0f; ds = dz = 0.0f  (NaN policy)
+ *   inside = q >= qmin && q <= qmax
  *   inside:  dx = dy * 1.0f;  ds = ((dy * fmaf(q - zp, scale, -x)) * inv) * g;  dz = 0.0f
  *   outside: dx = dy * 0.0f;  ds = (dy * (below ? qmin - zp : qmax - zp)) * g;
  *            dz = ((-dy) * scale) * g        (-dy: ATen's dy * -1, the same value)
@@ -105,7 +108,13 @@ static inline void lsq_elem(float x, float dy, const qcal_lsq_run *p, float *dx,
                             float *dz)
 {
     float q = nearbyintf(fmaf(x, p->inv_scale, p->zp));
-    bool below = !(q >= p->qmin);   /* NaN counts as below (ATen: INT64_MIN) */
+    if (q != q) {   /* NaN policy: y is the zero-point (0.0), constant: no gradient */
+        *dx = dy * 0.0f;
+        *ds = 0.0f;
+        *dz = 0.0f;
+        return;
+    }
+    bool below = !(q >= p->qmin);
     bool above = q > p->qmax;
     if (below || above) {
         *dx = dy * 0.0f;
@@ -205,9 +214,10 @@ AVX2_TARGET static inline void avx2_lsq(__m256 x, __m256 dy, __m256 inv, __m256 
     c = _mm256_blendv_ps(c, f, in);
     __m256 t = _mm256_mul_ps(dy, c);
     t = _mm256_blendv_ps(t, _mm256_mul_ps(t, inv), in);
-    *ds = _mm256_mul_ps(t, g);
+    __m256 ord = _mm256_cmp_ps(q, q, _CMP_ORD_Q);                /* NaN lanes: 0 */
+    *ds = _mm256_and_ps(_mm256_mul_ps(t, g), ord);
     __m256 z = _mm256_mul_ps(_mm256_mul_ps(_mm256_xor_ps(dy, sign), scale), g);
-    *dz = _mm256_andnot_ps(in, z);
+    *dz = _mm256_and_ps(_mm256_andnot_ps(in, z), ord);
 }
 
 AVX2_TARGET void qcal_f32_lsq_backward__avx2(const float *x, const float *gy, int64_t n,
@@ -298,8 +308,9 @@ AVX512_TARGET void qcal_f32_lsq_backward__avx512(const float *x, const float *gy
         c = _mm512_mask_mov_ps(c, in, f);
         __m512 t = _mm512_mul_ps(dy, c);
         t = _mm512_mask_mul_ps(t, in, t, inv);
-        __m512 ds = _mm512_mul_ps(t, g);
-        __m512 dz = _mm512_maskz_mul_ps((__mmask16)~in,
+        __mmask16 ord = _mm512_cmp_ps_mask(q, q, _CMP_ORD_Q);    /* NaN lanes: 0 */
+        __m512 ds = _mm512_maskz_mul_ps(ord, t, g);
+        __m512 dz = _mm512_maskz_mul_ps((__mmask16)(~in & ord),
                                         _mm512_mul_ps(_mm512_xor_ps(dy, sign), scale), g);
         s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(ds)));
         s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(ds, 1)));
@@ -352,21 +363,7 @@ static void lsq_run_init(qcal_lsq_run *r, float scale, float zero_point, int64_t
     r->grad_factor = grad_factor;
 }
 
-qcal_status qcal_fakequant_learnable_per_tensor(const float *src, int64_t n, float scale,
-                                                float zero_point, int64_t quant_min,
-                                                int64_t quant_max, float *dst, uint8_t *mask)
-{
-    qcal_status st = check_learnable_scale(scale, zero_point, -1);
-    if (st == QCAL_OK)
-        st = qcal_fq_check_range(quant_min, quant_max);
-    if (st != QCAL_OK)
-        return st;
-    int64_t zp = qcal_fq_round_zero_point(zero_point, quant_min, quant_max);
-    return qcal_fakequant_per_tensor(src, n, scale, (int32_t)zp, quant_min, quant_max, dst,
-                                     mask);
-}
-
-qcal_status qcal_fakequant_learnable_per_tensor_backward(
+static qcal_status lrn_per_tensor_backward(
     const float *src, const float *grad_y, int64_t n, float scale, float zero_point,
     int64_t quant_min, int64_t quant_max, float grad_factor, float *grad_x,
     float *grad_scale, float *grad_zero_point)
@@ -443,27 +440,7 @@ static qcal_status channel_prepare(const qcal_tensor *src, int32_t axis, const f
     return st;
 }
 
-qcal_status qcal_fakequant_learnable_per_channel(const qcal_tensor *src, int32_t axis,
-                                                 const float *scale, const float *zero_point,
-                                                 int64_t quant_min, int64_t quant_max,
-                                                 float *dst, uint8_t *mask)
-{
-    int64_t outer, ch, inner;
-    qcal_status st = channel_prepare(src, axis, scale, zero_point, quant_min, quant_max,
-                                     &outer, &ch, &inner);
-    if (st != QCAL_OK)
-        return st;
-    int32_t *zp = qcal_malloc((size_t)ch * sizeof *zp);
-    if (!zp)
-        return QCAL_ERR_NO_MEMORY;
-    for (int64_t c = 0; c < ch; c++)
-        zp[c] = (int32_t)qcal_fq_round_zero_point(zero_point[c], quant_min, quant_max);
-    st = qcal_fakequant_per_channel(src, axis, scale, zp, quant_min, quant_max, dst, mask);
-    free(zp);
-    return st;
-}
-
-qcal_status qcal_fakequant_learnable_per_channel_backward(
+static qcal_status lrn_per_channel_backward(
     const qcal_tensor *src, const float *grad_y, int32_t axis, const float *scale,
     const float *zero_point, int64_t quant_min, int64_t quant_max, float grad_factor,
     float *grad_x, float *grad_scale, float *grad_zero_point)
@@ -501,4 +478,62 @@ qcal_status qcal_fakequant_learnable_per_channel_backward(
     }
     (void)nt;
     return QCAL_OK;
+}
+
+/* ----------------------------------------------------------------------------------- */
+/* Public entry points */
+
+qcal_status qcal_fakequant_learnable_forward(const qcal_tensor *src, const qcal_qparams *qp,
+                                             qcal_tensor *dst, uint8_t *mask)
+{
+    int64_t n = 0;
+    qcal_status st = qcal_fq_check_args("fakequant learnable", src, qp, true, &n);
+    if (st == QCAL_OK)
+        st = qcal_fq_check_out("fakequant learnable", dst, n, "destination");
+    if (st != QCAL_OK)
+        return st;
+    /* The fixed forward with the rounded, clamped zero-points. */
+    qcal_qparams v = *qp;
+    v.owned = NULL;
+    v.zero_points_float = NULL;
+    int32_t *zp = NULL;
+    if (qcal_qscheme_is_per_channel(qp->qscheme)) {
+        zp = qcal_malloc((size_t)qp->channels * sizeof *zp);
+        if (!zp)
+            return QCAL_ERR_NO_MEMORY;
+        for (int64_t c = 0; c < qp->channels; c++)
+            zp[c] = (int32_t)qcal_fq_round_zero_point(qp->zero_points_float[c], qp->quant_min,
+                                                      qp->quant_max);
+        v.zero_points = zp;
+        v.qscheme = QCAL_PER_CHANNEL_AFFINE;
+    } else {
+        v.zero_point = (int32_t)qcal_fq_round_zero_point(qp->zero_point_float, qp->quant_min,
+                                                         qp->quant_max);
+    }
+    st = qcal_fakequant_forward(src, &v, dst, mask);
+    free(zp);
+    return st;
+}
+
+qcal_status qcal_fakequant_learnable_backward(const qcal_tensor *src, const qcal_tensor *grad_y,
+                                              const qcal_qparams *qp, float grad_factor,
+                                              qcal_tensor *grad_x, float *grad_scale,
+                                              float *grad_zero_point)
+{
+    int64_t n = 0;
+    qcal_status st = qcal_fq_check_args("fakequant learnable", src, qp, true, &n);
+    if (st == QCAL_OK)
+        st = qcal_fq_check_out("fakequant learnable", grad_y, n, "grad_y");
+    if (st == QCAL_OK && grad_x)
+        st = qcal_fq_check_out("fakequant learnable", grad_x, n, "grad_x");
+    if (st != QCAL_OK)
+        return st;
+    float *gx = grad_x ? grad_x->data : NULL;
+    if (qcal_qscheme_is_per_channel(qp->qscheme))
+        return lrn_per_channel_backward(src, grad_y->data, qp->axis, qp->scales,
+                                        qp->zero_points_float, qp->quant_min, qp->quant_max,
+                                        grad_factor, gx, grad_scale, grad_zero_point);
+    return lrn_per_tensor_backward(src->data, grad_y->data, n, qp->scale, qp->zero_point_float,
+                                   qp->quant_min, qp->quant_max, grad_factor, gx, grad_scale,
+                                   grad_zero_point);
 }

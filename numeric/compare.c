@@ -42,6 +42,10 @@ static qcal_qscheme per_tensor_version(qcal_qscheme q)
 static qcal_status qdq_accumulate(const float *src, int64_t n, float scale, int32_t zp,
                                   qcal_dtype dtype, void *qbuf, float *dq, qcal_numeric_metric_acc *acc)
 {
+    qcal_qparams qp;
+    qcal_status st0 = qcal_qparams_per_tensor(&qp, dtype, scale, zp);
+    if (st0 != QCAL_OK)
+        return st0;
     for (int64_t i = 0; i < n; i += CHUNK) {
         int64_t m = n - i < CHUNK ? n - i : CHUNK;
         qcal_tensor t, d;
@@ -49,9 +53,9 @@ static qcal_status qdq_accumulate(const float *src, int64_t n, float scale, int3
         if (st == QCAL_OK)
             st = qcal_tensor_init(&d, dq, 1, &m);
         if (st == QCAL_OK)
-            st = qcal_quantize_per_tensor(&t, scale, zp, dtype, qbuf);
+            st = qcal_quantize(&t, &qp, qbuf);
         if (st == QCAL_OK)
-            st = qcal_dequantize_per_tensor(qbuf, dtype, scale, zp, &d);
+            st = qcal_dequantize(qbuf, &qp, &d);
         if (st == QCAL_OK)
             st = qcal_numeric_metric_acc_update(acc, src + i, dq, m);
         if (st != QCAL_OK)

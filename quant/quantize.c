@@ -19,6 +19,7 @@
 #include "core/cpu.h"
 #include "core/internal.h"
 #include "qcal/quantize.h"
+#include "quant/qparams_internal.h"
 #include "qcal_config.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -358,29 +359,6 @@ static void dtype_limits(qcal_dtype dtype, int64_t *lo, int64_t *hi)
     *hi = -1;
 }
 
-static qcal_status check_qparam(qcal_dtype dtype, int64_t ch, float scale, int32_t zp)
-{
-    if (!(scale > 0.0f && isfinite(scale)))
-        return qcal_error(QCAL_ERR_INVALID_ARG,
-                          "scale %g (channel %lld) must be > 0 and finite", (double)scale,
-                          (long long)ch);
-    int64_t lo, hi;
-    dtype_limits(dtype, &lo, &hi);
-    if (zp < lo || zp > hi)
-        return qcal_error(QCAL_ERR_INVALID_ARG,
-                          "zero-point %d (channel %lld) is outside %s's [%lld, %lld]",
-                          (int)zp, (long long)ch, qcal_dtype_name(dtype), (long long)lo,
-                          (long long)hi);
-    return QCAL_OK;
-}
-
-static qcal_status check_dtype(qcal_dtype dtype)
-{
-    if (qcal_dtype_size(dtype) == 0)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "unknown dtype %d", (int)dtype);
-    return QCAL_OK;
-}
-
 /* Runs f over n elements in blocks, in parallel above the threading threshold
  * (elementwise: the result does not depend on the thread count). */
 static void run_quant(quant_fn f, const float *x, int64_t n, float inv, int32_t zp,
@@ -402,24 +380,11 @@ static void run_quant(quant_fn f, const float *x, int64_t n, float inv, int32_t 
     }
 }
 
-qcal_status qcal_quantize_per_tensor(const qcal_tensor *src, float scale, int32_t zero_point,
-                                     qcal_dtype dtype, void *dst)
+static void quantize_per_tensor(const float *x, int64_t n, float scale, int32_t zero_point,
+                                qcal_dtype dtype, void *dst)
 {
-    if (!src || !dst)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "quantize: source or destination is NULL");
-    qcal_status st = check_dtype(dtype);
-    if (st != QCAL_OK)
-        return st;
-    if ((st = check_qparam(dtype, 0, scale, zero_point)) != QCAL_OK)
-        return st;
-    int64_t n;
-    if ((st = qcal_tensor_numel(src, &n)) != QCAL_OK)
-        return st;
-    if (n > 0 && !src->data)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "quantize: tensor data is NULL");
     const float inv = 1.0f / scale;
-    run_quant(pick_quant(dtype), src->data, n, inv, zero_point, dst, qcal_dtype_size(dtype));
-    return QCAL_OK;
+    run_quant(pick_quant(dtype), x, n, inv, zero_point, dst, qcal_dtype_size(dtype));
 }
 
 /* shape split around axis: outer * C * inner. */
@@ -444,20 +409,6 @@ static qcal_status split_axis(const qcal_tensor *t, int32_t axis, int64_t channe
         in *= t->shape[i];
     *outer = o;
     *inner = in;
-    return QCAL_OK;
-}
-
-static qcal_status check_channels(qcal_dtype dtype, int64_t channels, const float *scales,
-                                  const int32_t *zps)
-{
-    qcal_status st = check_dtype(dtype);
-    if (st != QCAL_OK)
-        return st;
-    if (!scales || !zps)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "scales or zero-points are NULL");
-    for (int64_t c = 0; c < channels; c++)
-        if ((st = check_qparam(dtype, c, scales[c], zps[c])) != QCAL_OK)
-            return st;
     return QCAL_OK;
 }
 
@@ -512,39 +463,70 @@ static bool quant_short_rows(const float *x, int64_t outer, int64_t channels, in
     return true;
 }
 
-qcal_status qcal_quantize_per_channel(const qcal_tensor *src, int32_t axis, int64_t channels,
-                                      const float *scales, const int32_t *zero_points,
-                                      qcal_dtype dtype, void *dst)
+static void quantize_per_channel(const float *x, int64_t outer, int64_t channels, int64_t inner,
+                                 const float *scales, const int32_t *zero_points,
+                                 qcal_dtype dtype, void *dst)
 {
-    if (!src || !dst)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "quantize: source or destination is NULL");
-    int64_t outer = 0, inner = 0;
-    qcal_status st = split_axis(src, axis, channels, &outer, &inner);
-    if (st != QCAL_OK)
-        return st;
-    if ((st = check_channels(dtype, channels, scales, zero_points)) != QCAL_OK)
-        return st;
     int64_t rows = outer * channels;
-    if (rows * inner > 0 && !src->data)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "quantize: tensor data is NULL");
     quant_fn f = pick_quant(dtype);
     size_t esz = qcal_dtype_size(dtype);
     uint8_t *d = dst;
     int nt = qcal_threads_for(rows * inner);
     (void)nt;
-    if (inner < 16 && dtype != QCAL_QINT32 && quant_short_rows(src->data, outer, channels,
-                                                               inner, scales, zero_points,
-                                                               dtype, d, nt))
-        return QCAL_OK;
-    /* src is (outer, C, inner); each (o, c) row of inner elements uses channel c. Per
+    if (inner < 16 && dtype != QCAL_QINT32 &&
+        quant_short_rows(x, outer, channels, inner, scales, zero_points, dtype, d, nt))
+        return;
+    /* x is (outer, C, inner); each (o, c) row of inner elements uses channel c. Per
      * channel inv_scale = 1.0f / scale[c], as ATen's quantize_val. */
 #if QCAL_HAVE_OPENMP
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
 #endif
     for (int64_t r = 0; r < rows; r++) {
         int64_t c = r % channels;
-        f(src->data + r * inner, inner, 1.0f / scales[c], zero_points[c], d + (size_t)(r * inner) * esz);
+        f(x + r * inner, inner, 1.0f / scales[c], zero_points[c], d + (size_t)(r * inner) * esz);
     }
+}
+
+/* Validates the arguments shared by quantize and dequantize: tensor t (src or dst),
+ * qparams (integer zero-points), the channel split for per-channel values. */
+static qcal_status check_args(const char *what, const qcal_tensor *t, const qcal_qparams *qp,
+                              int64_t *outer, int64_t *inner)
+{
+    qcal_status st = qcal_qparams_check(qp, what, true, false);
+    if (st != QCAL_OK)
+        return st;
+    if (qp->qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS)
+        return qcal_error(QCAL_ERR_UNSUPPORTED,
+                          "%s: per_channel_affine_float_qparams is not supported (integer "
+                          "zero-points only)", what);
+    int64_t n;
+    if ((st = qcal_tensor_numel(t, &n)) != QCAL_OK)
+        return st;
+    if (qcal_qscheme_is_per_channel(qp->qscheme)) {
+        if ((st = split_axis(t, qp->axis, qp->channels, outer, inner)) != QCAL_OK)
+            return st;
+    } else {
+        *outer = 1;
+        *inner = n;
+    }
+    if (n > 0 && !t->data)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "%s: tensor data is NULL", what);
+    return QCAL_OK;
+}
+
+qcal_status qcal_quantize(const qcal_tensor *src, const qcal_qparams *qp, void *dst)
+{
+    if (!src || !dst)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "quantize: source or destination is NULL");
+    int64_t outer = 0, inner = 0;
+    qcal_status st = check_args("quantize", src, qp, &outer, &inner);
+    if (st != QCAL_OK)
+        return st;
+    if (qcal_qscheme_is_per_channel(qp->qscheme))
+        quantize_per_channel(src->data, outer, qp->channels, inner, qp->scales,
+                             qp->zero_points, qp->dtype, dst);
+    else
+        quantize_per_tensor(src->data, inner, qp->scale, qp->zero_point, qp->dtype, dst);
     return QCAL_OK;
 }
 
@@ -577,21 +559,9 @@ static void deq_block(const void *src, qcal_dtype dtype, int64_t off, int64_t n,
     }
 }
 
-qcal_status qcal_dequantize_per_tensor(const void *src, qcal_dtype dtype, float scale,
-                                       int32_t zero_point, qcal_tensor *dst)
+static void dequantize_per_tensor(const void *src, qcal_dtype dtype, float scale,
+                                  int32_t zero_point, int64_t n, float *dst)
 {
-    if (!src || !dst)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "dequantize: source or destination is NULL");
-    qcal_status st = check_dtype(dtype);
-    if (st != QCAL_OK)
-        return st;
-    if ((st = check_qparam(dtype, 0, scale, zero_point)) != QCAL_OK)
-        return st;
-    int64_t n;
-    if ((st = qcal_tensor_numel(dst, &n)) != QCAL_OK)
-        return st;
-    if (n > 0 && !dst->data)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "dequantize: tensor data is NULL");
     int nt = qcal_threads_for(n);
     (void)nt;
     const int64_t block = 1 << 16;
@@ -601,9 +571,8 @@ qcal_status qcal_dequantize_per_tensor(const void *src, qcal_dtype dtype, float 
 #endif
     for (int64_t b = 0; b < nblocks; b++) {
         int64_t s = b * block, len = n - s < block ? n - s : block;
-        deq_block(src, dtype, s, len, scale, zero_point, dst->data + s);
+        deq_block(src, dtype, s, len, scale, zero_point, dst + s);
     }
-    return QCAL_OK;
 }
 
 /* Dequantize of one slab with per-position scale/zero-point rows (short channel runs);
@@ -664,33 +633,37 @@ static bool deq_short_rows(const void *src, qcal_dtype dtype, int64_t outer, int
     return true;
 }
 
-qcal_status qcal_dequantize_per_channel(const void *src, qcal_dtype dtype, int32_t axis,
-                                        int64_t channels, const float *scales,
-                                        const int32_t *zero_points, qcal_tensor *dst)
+static void dequantize_per_channel(const void *src, qcal_dtype dtype, int64_t outer,
+                                   int64_t channels, int64_t inner, const float *scales,
+                                   const int32_t *zero_points, float *dst)
 {
-    if (!src || !dst)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "dequantize: source or destination is NULL");
-    int64_t outer = 0, inner = 0;
-    qcal_status st = split_axis(dst, axis, channels, &outer, &inner);
-    if (st != QCAL_OK)
-        return st;
-    if ((st = check_channels(dtype, channels, scales, zero_points)) != QCAL_OK)
-        return st;
     int64_t rows = outer * channels;
-    if (rows * inner > 0 && !dst->data)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "dequantize: tensor data is NULL");
     int nt = qcal_threads_for(rows * inner);
     (void)nt;
     if (inner < 16 && deq_short_rows(src, dtype, outer, channels, inner, scales, zero_points,
-                                     dst->data, nt))
-        return QCAL_OK;
+                                     dst, nt))
+        return;
 #if QCAL_HAVE_OPENMP
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
 #endif
     for (int64_t r = 0; r < rows; r++) {
         int64_t c = r % channels;
-        deq_block(src, dtype, r * inner, inner, scales[c], zero_points[c],
-                  dst->data + r * inner);
+        deq_block(src, dtype, r * inner, inner, scales[c], zero_points[c], dst + r * inner);
     }
+}
+
+qcal_status qcal_dequantize(const void *src, const qcal_qparams *qp, qcal_tensor *dst)
+{
+    if (!src || !dst)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "dequantize: source or destination is NULL");
+    int64_t outer = 0, inner = 0;
+    qcal_status st = check_args("dequantize", dst, qp, &outer, &inner);
+    if (st != QCAL_OK)
+        return st;
+    if (qcal_qscheme_is_per_channel(qp->qscheme))
+        dequantize_per_channel(src, qp->dtype, outer, qp->channels, inner, qp->scales,
+                               qp->zero_points, dst->data);
+    else
+        dequantize_per_tensor(src, qp->dtype, qp->scale, qp->zero_point, inner, dst->data);
     return QCAL_OK;
 }

@@ -451,7 +451,7 @@ static void test_quantize_roundtrip(void **state)
     };
     for (int k = 0; k < 3; k++) {
         char want[12 * 4];
-        assert_int_equal(qcal_quantize_per_tensor(&t, 0.25f, dts[k].z, dts[k].d, want), QCAL_OK);
+        assert_int_equal(qcal_quantize(&t, tu_qp(dts[k].d, 0.25f, dts[k].z), want), QCAL_OK);
         run("quantize", "--scale", "0.25", "--zero-point", dts[k].zp, "--dtype", dts[k].dt, in,
             "--output", TMP("q.npy"), NULL);
         expect_ok();
@@ -476,7 +476,7 @@ static void test_quantize_roundtrip(void **state)
     assert_int_equal(qcal_npy_write(TMP("zps.npy"), QCAL_NPY_I64, 1, (int64_t[]){ 4 }, zps64),
                      QCAL_OK);
     uint8_t want[12];
-    assert_int_equal(qcal_quantize_per_channel(&t, 1, 4, scales, zps, QCAL_QUINT8, want), QCAL_OK);
+    assert_int_equal(qcal_quantize(&t, tu_qpc(QCAL_QUINT8, 1, 4, scales, zps), want), QCAL_OK);
     run("quantize", "--axis", "1", "--scales", TMP("scales.npy"), "--zero-points",
         TMP("zps.npy"), in, "-o", TMP("qc.npy"), NULL);
     expect_ok();
@@ -484,7 +484,7 @@ static void test_quantize_roundtrip(void **state)
     float back[12];
     qcal_tensor bt;
     assert_int_equal(qcal_tensor_init(&bt, back, 2, (int64_t[]){ 3, 4 }), QCAL_OK);
-    assert_int_equal(qcal_dequantize_per_channel(want, QCAL_QUINT8, 1, 4, scales, zps, &bt),
+    assert_int_equal(qcal_dequantize(want, tu_qpc(QCAL_QUINT8, 1, 4, scales, zps), &bt),
                      QCAL_OK);
     run("dequantize", "--axis", "-1", "--scales", TMP("scales.npy"), "--zero-points",
         TMP("zps.npy"), TMP("qc.npy"), "-o", TMP("dc.npy"), NULL);

@@ -244,8 +244,8 @@ static void test_numeric_thread_count(void **state)
         int64_t n = BIG_N;
         assert_int_equal(qcal_tensor_init(&x, st->batch[0], 1, &n), QCAL_OK);
         assert_int_equal(qcal_tensor_init(&d, deq, 1, &n), QCAL_OK);
-        assert_int_equal(qcal_quantize_per_tensor(&x, 0.02f, 100, QCAL_QUINT8, q), QCAL_OK);
-        assert_int_equal(qcal_dequantize_per_tensor(q, QCAL_QUINT8, 0.02f, 100, &d), QCAL_OK);
+        assert_int_equal(qcal_quantize(&x, tu_qp(QCAL_QUINT8, 0.02f, 100), q), QCAL_OK);
+        assert_int_equal(qcal_dequantize(q, tu_qp(QCAL_QUINT8, 0.02f, 100), &d), QCAL_OK);
         qcal_numeric_metrics m;
         memset(&m, 0, sizeof m);
         assert_int_equal(qcal_numeric_compare_f32(st->batch[0], deq, BIG_N, &m), QCAL_OK);

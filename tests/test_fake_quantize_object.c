@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "qcal/fakequant.h"
+#include "testutil.h"
 
 static uint32_t bits(float v)
 {
@@ -139,7 +140,7 @@ static void test_pytorch_reference(void **state)
             float qs[64];
             int32_t qz[64];
             int64_t got;
-            assert_int_equal(qcal_fakequant_module_qparams(fq, 64, qs, qz, &got), QCAL_OK);
+            assert_int_equal(tu_fakequant_module_qparams(fq, 64, qs, qz, &got), QCAL_OK);
             assert_int_equal(got, nch);
             float qzf[64];
             for (int64_t k = 0; k < got; k++)
@@ -205,7 +206,7 @@ static void test_switches_and_freeze(void **state)
     float s1;
     int32_t z1;
     int64_t n;
-    assert_int_equal(qcal_fakequant_module_qparams(fq, 1, &s1, &z1, &n), QCAL_OK);
+    assert_int_equal(tu_fakequant_module_qparams(fq, 1, &s1, &z1, &n), QCAL_OK);
     /* range [-1, 3) over [0, 127]: scale ~ 4/127, zero-point ~ 32 */
     assert_true(fabsf(s1 - 4.0f / 127.0f) < 1e-3f);
     assert_true(z1 >= 30 && z1 <= 34);
@@ -221,7 +222,7 @@ static void test_switches_and_freeze(void **state)
     assert_int_equal(steps, 2);
     float s2;
     int32_t z2;
-    assert_int_equal(qcal_fakequant_module_qparams(fq, 1, &s2, &z2, &n), QCAL_OK);
+    assert_int_equal(tu_fakequant_module_qparams(fq, 1, &s2, &z2, &n), QCAL_OK);
     assert_true(s2 > s1);   /* moved toward the wider range */
     assert_int_equal(qcal_fakequant_module_enable_observer(fq, true), QCAL_ERR_STATE);
     /* Frozen: a very different batch does not move the qparams. */
@@ -229,7 +230,7 @@ static void test_switches_and_freeze(void **state)
     assert_int_equal(qcal_fakequant_module_forward(fq, &t, y), QCAL_OK);
     float s3;
     int32_t z3;
-    assert_int_equal(qcal_fakequant_module_qparams(fq, 1, &s3, &z3, &n), QCAL_OK);
+    assert_int_equal(tu_fakequant_module_qparams(fq, 1, &s3, &z3, &n), QCAL_OK);
     assert_true(bits(s3) == bits(s2) && z3 == z2);
     /* The output is clamped to the frozen range; the mask zeroes gradients outside. */
     float hi = (127.0f - (float)z2) * s2, lo = (0.0f - (float)z2) * s2;
@@ -249,7 +250,7 @@ static void test_switches_and_freeze(void **state)
     assert_int_equal(qcal_fakequant_module_create(&cfg, &fq2), QCAL_OK);
     assert_int_equal(qcal_fakequant_module_enable_observer(fq2, false), QCAL_OK);
     assert_int_equal(qcal_fakequant_module_forward(fq2, &t, y), QCAL_OK);
-    assert_int_equal(qcal_fakequant_module_qparams(fq2, 1, &s3, &z3, &n), QCAL_OK);
+    assert_int_equal(tu_fakequant_module_qparams(fq2, 1, &s3, &z3, &n), QCAL_OK);
     assert_true(s3 == 1.0f && z3 == 0);
     assert_int_equal(qcal_fakequant_module_freeze(fq2), QCAL_OK);
     qcal_fakequant_module_destroy(&fq2);
@@ -294,7 +295,7 @@ static void test_learnable_scale_guard(void **state)
     assert_int_equal(qcal_fakequant_module_forward(fq, &t, y), QCAL_OK);
     float s;
     int32_t z;
-    assert_int_equal(qcal_fakequant_module_qparams(fq, 1, &s, &z, &n), QCAL_OK);
+    assert_int_equal(tu_fakequant_module_qparams(fq, 1, &s, &z, &n), QCAL_OK);
     assert_true(s == cfg.observer.q.eps);
     for (int i = 0; i < 32; i++)
         assert_true(isfinite(y[i]));
@@ -391,6 +392,30 @@ static void test_state_round_trip(void **state)
         memcpy(mod, blob, len);
         mod[8] = 0xff;   /* flags */
         assert_int_equal(qcal_fakequant_module_load(mod, len, &bad), QCAL_ERR_FORMAT);
+        /* A bad observer blob inside, and a bad config: the message keeps the cause once
+         * (it used to be formatted into the buffer it was read from). */
+        memcpy(mod, blob, len);
+        uint64_t nq;
+        memcpy(&nq, mod + 44, 8);   /* header: 3 u32, 2 f32, 4 u64 (channel count last) */
+        assert_true(nq >= 1 && 60 + 16 * nq < len);
+        mod[52 + 16 * nq + 8] ^= 0xff;   /* the observer blob's first byte (its magic) */
+        assert_int_equal(qcal_fakequant_module_load(mod, len, &bad), QCAL_ERR_FORMAT);
+        const char *e = qcal_last_error();
+        const char *cause = strstr(e, "bad observer: ");
+        if (!cause || strlen(cause) <= strlen("bad observer: ") ||
+            strstr(cause + 1, "fake-quantize state") || strstr(cause + 1, "bad observer"))
+            fail_msg("bad observer message: '%s'", e);
+        memcpy(mod, blob, len);
+        float bad_scale = learnable ? -1.0f : 1.0f;
+        memcpy(mod + 12, &bad_scale, 4);   /* init_scale */
+        if (learnable) {
+            assert_int_equal(qcal_fakequant_module_load(mod, len, &bad), QCAL_ERR_FORMAT);
+            e = qcal_last_error();
+            cause = strstr(e, "invalid config: ");
+            if (!cause || strlen(cause) <= strlen("invalid config: ") ||
+                strstr(cause + 1, "invalid config"))
+                fail_msg("bad config message: '%s'", e);
+        }
         memcpy(mod, blob, len);
         memset(mod + 40, 0xff, 8);   /* qparam count */
         assert_int_equal(qcal_fakequant_module_load(mod, len, &bad), QCAL_ERR_FORMAT);

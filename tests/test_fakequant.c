@@ -16,6 +16,7 @@
 #include "fakequant/fakequant_impl.h"
 #include "qcal/fakequant.h"
 #include "qcal_config.h"
+#include "testutil.h"
 #if QCAL_HAVE_OPENMP
 #include <omp.h>
 #endif
@@ -221,7 +222,13 @@ static void expect_close(const char *what, const char *name, const float *got,
 static void patch_expected(const ref_case *r, int64_t i, float scale, float zp, float *want)
 {
     float t = r->x[i] * (1.0f / scale);
-    if (t >= 9.2233720368547758e18f) {
+    if (isnan(r->x[i])) {
+        /* NaN policy (qcal/fakequant.h): NaN -> the zero-point, y = +0.0; PyTorch 1.13 gives
+         * quant_min. */
+        float torch_val = ((float)r->qmin - zp) * scale;
+        assert_true(bits(r->y[i]) == bits(torch_val));
+        *want = 0.0f;
+    } else if (t >= 9.2233720368547758e18f) {
         float torch_val = ((float)r->qmin - zp) * scale;
         assert_true(bits(r->y[i]) == bits(torch_val));   /* PyTorch really says quant_min */
         *want = ((float)r->qmax - zp) * scale;
@@ -258,20 +265,18 @@ static void golden_fixed(const ref_case *r, const char *isa)
     snprintf(name, sizeof name, "%s [%s]", r->name, isa);
     qcal_status st;
     if (r->kind == 0) {
-        st = qcal_fakequant_per_tensor(r->x, n, r->scale[0], zpi[0], r->qmin, r->qmax, y, m);
+        st = qcal_fakequant_forward(tu_vec(r->x, n), tu_fq(r->scale[0], zpi[0], r->qmin, r->qmax), tu_vec(y, n), m);
         assert_int_equal(st, QCAL_OK);
-        st = qcal_fakequant_per_tensor_fused(r->x, r->gy, n, r->scale[0], zpi[0], r->qmin,
-                                             r->qmax, y2, gx2);
+        st = qcal_fakequant_fused(tu_vec(r->x, n), tu_vec(r->gy, n), tu_fq(r->scale[0], zpi[0], r->qmin, r->qmax), tu_vec(y2, n), tu_vec(gx2, n));
     } else {
-        st = qcal_fakequant_per_channel(&r->t, r->axis, r->scale, zpi, r->qmin, r->qmax, y, m);
+        st = qcal_fakequant_forward(&r->t, tu_fqc(&r->t, r->axis, r->scale, zpi, r->qmin, r->qmax), tu_vec(y, tu_numel(&r->t)), m);
         assert_int_equal(st, QCAL_OK);
-        st = qcal_fakequant_per_channel_fused(&r->t, r->gy, r->axis, r->scale, zpi, r->qmin,
-                                              r->qmax, y2, gx2);
+        st = qcal_fakequant_fused(&r->t, tu_vec(r->gy, tu_numel(&r->t)), tu_fqc(&r->t, r->axis, r->scale, zpi, r->qmin, r->qmax), tu_vec(y2, tu_numel(&r->t)), tu_vec(gx2, tu_numel(&r->t)));
     }
     assert_int_equal(st, QCAL_OK);
     expect_bits("forward", name, y, want, n);
     expect_mask(name, m, r->mask, n);
-    assert_int_equal(qcal_fakequant_backward(r->gy, m, n, gx), QCAL_OK);
+    assert_int_equal(qcal_fakequant_backward(tu_vec(r->gy, n), m, tu_vec(gx, n)), QCAL_OK);
     expect_bits("backward", name, gx, r->gx, n);
     expect_bits("fused forward", name, y2, want, n);
     expect_bits("fused backward", name, gx2, r->gx, n);
@@ -286,39 +291,57 @@ static void golden_learnable(const ref_case *r, const char *isa)
     char name[96];
     snprintf(name, sizeof name, "%s [%s]", r->name, isa);
     if (r->kind == 2) {
-        assert_int_equal(qcal_fakequant_learnable_per_tensor(r->x, n, r->scale[0], r->zp[0],
-                                                             r->qmin, r->qmax, y, NULL),
+        assert_int_equal(qcal_fakequant_learnable_forward(tu_vec(r->x, n), tu_lsq(r->scale[0], r->zp[0], r->qmin, r->qmax), tu_vec(y, n), NULL),
                          QCAL_OK);
-        assert_int_equal(qcal_fakequant_learnable_per_tensor_backward(
-                             r->x, r->gy, n, r->scale[0], r->zp[0], r->qmin, r->qmax,
-                             r->grad_factor, gx, gs, gz),
+        assert_int_equal(qcal_fakequant_learnable_backward(tu_vec(r->x, n), tu_vec(r->gy, n), tu_lsq(r->scale[0], r->zp[0], r->qmin, r->qmax), r->grad_factor, tu_vec(gx, n), gs, gz),
                          QCAL_OK);
     } else {
-        assert_int_equal(qcal_fakequant_learnable_per_channel(&r->t, r->axis, r->scale, r->zp,
-                                                              r->qmin, r->qmax, y, NULL),
+        assert_int_equal(qcal_fakequant_learnable_forward(&r->t, tu_lsqc(&r->t, r->axis, r->scale, r->zp, r->qmin, r->qmax), tu_vec(y, tu_numel(&r->t)), NULL),
                          QCAL_OK);
-        assert_int_equal(qcal_fakequant_learnable_per_channel_backward(
-                             &r->t, r->gy, r->axis, r->scale, r->zp, r->qmin, r->qmax,
-                             r->grad_factor, gx, gs, gz),
+        assert_int_equal(qcal_fakequant_learnable_backward(&r->t, tu_vec(r->gy, tu_numel(&r->t)), tu_lsqc(&r->t, r->axis, r->scale, r->zp, r->qmin, r->qmax), r->grad_factor, tu_vec(gx, tu_numel(&r->t)), gs, gz),
                          QCAL_OK);
         if (r->nch == 1) {
             /* One channel: the per-tensor backward must agree (negative zero-points: the
              * per-channel op is PyTorch's correctly rounded reference). */
             float gs1, gz1;
-            assert_int_equal(qcal_fakequant_learnable_per_tensor_backward(
-                                 r->x, r->gy, n, r->scale[0], r->zp[0], r->qmin, r->qmax,
-                                 r->grad_factor, gx, &gs1, &gz1),
+            assert_int_equal(qcal_fakequant_learnable_backward(tu_vec(r->x, n), tu_vec(r->gy, n), tu_lsq(r->scale[0], r->zp[0], r->qmin, r->qmax), r->grad_factor, tu_vec(gx, n), &gs1, &gz1),
                              QCAL_OK);
             expect_close("per-tensor grad_scale", name, &gs1, r->gs, 1, 1e-5, 1e-3);
             expect_close("per-tensor grad_zero_point", name, &gz1, r->gz, 1, 1e-5, 1e-3);
         }
     }
-    expect_bits("learnable forward", name, y, r->y, n);
+    /* NaN policy (qcal/fakequant.h): a NaN input gives y = +0.0 and no d_scale / d_zp term;
+     * PyTorch 1.13 treats it as below quant_min (y = (quant_min - zp) * scale, d_scale =
+     * dy * (quant_min - zp) * g, d_zp = -dy * scale * g). Patch those out of the reference. */
+    float *want = malloc((size_t)n * 4), *wgs = malloc((size_t)r->nch * 4),
+          *wgz = malloc((size_t)r->nch * 4);
+    memcpy(want, r->y, (size_t)n * 4);
+    double *adj_s = calloc((size_t)r->nch, sizeof *adj_s), *adj_z = calloc((size_t)r->nch, sizeof *adj_z);
+    int nans = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isnan(r->x[i]))
+            continue;
+        int64_t c = r->kind == 2 ? 0 : channel_of(r, i);
+        float zr = (float)qcal_fq_round_zero_point(r->zp[c], r->qmin, r->qmax);
+        assert_int_equal(bits(r->y[i]), bits(((float)r->qmin - zr) * r->scale[c]));
+        want[i] = 0.0f;
+        adj_s[c] += (double)(r->gy[i] * ((float)r->qmin - zr) * r->grad_factor);
+        adj_z[c] += (double)(-r->gy[i] * r->scale[c] * r->grad_factor);
+        nans++;
+    }
+    for (int64_t c = 0; c < r->nch; c++) {
+        wgs[c] = (float)((double)r->gs[c] - adj_s[c]);
+        wgz[c] = (float)((double)r->gz[c] - adj_z[c]);
+    }
+    if (!strcmp(r->name, "lpt_nonfinite"))
+        assert_int_equal(nans, 1);   /* the patch above is exercised */
+    expect_bits("learnable forward", name, y, want, n);
     expect_bits("learnable grad_x", name, gx, r->gx, n);
     /* Sums: PyTorch sums in float; qcal in double. Relative 1e-5 of the larger of the value
      * and 1e-3 x the sum of |terms| scale (grad sums can cancel to ~0). */
-    expect_close("grad_scale", name, gs, r->gs, r->nch, 1e-5, 1e-2);
-    expect_close("grad_zero_point", name, gz, r->gz, r->nch, 1e-5, 1e-2);
+    expect_close("grad_scale", name, gs, wgs, r->nch, 1e-5, 1e-2);
+    expect_close("grad_zero_point", name, gz, wgz, r->nch, 1e-5, 1e-2);
+    free(want); free(wgs); free(wgz); free(adj_s); free(adj_z);
     free(y); free(gx); free(gs); free(gz);
 }
 
@@ -435,10 +458,12 @@ static void test_simd_vs_c(void **state)
                 assert_int_equal(bits(gb[k][n + j]), 0x5a5a5a5au);
             }
         }
-        /* Hostile values: NaN and -Inf -> quant_min, +Inf and 1e30 -> quant_max, mask 0. */
+        /* Hostile values (the NaN policy): NaN -> the zero-point (+0.0), -Inf -> quant_min,
+         * +Inf and 1e30 -> quant_max, mask 0. */
         for (int64_t i = 0; i < n; i++) {
             if (isnan(x[i]) || isinf(x[i]) || x[i] == 1e30f) {
-                float want = ((x[i] > 0.0f) ? 120.0f - 7.0f : -8.0f - 7.0f) * 0.037f;
+                float want = isnan(x[i]) ? 0.0f
+                                         : ((x[i] > 0.0f) ? 120.0f - 7.0f : -8.0f - 7.0f) * 0.037f;
                 assert_int_equal(bits(yr[0][i]), bits(want));
                 assert_int_equal(mr[0][i], 0);
             }
@@ -604,8 +629,10 @@ static void test_lsq_kernels(void **state)
             float q = nearbyintf(fmaf(x[0], p.inv_scale, p.zp));
             bool in = q >= p.qmin && q <= p.qmax;
             assert_int_equal(bits(gref[0]), bits(gy[0] * (in ? 1.0f : 0.0f)));
-            float ds = in ? gy[0] * fmaf(q - p.zp, p.scale, -x[0]) * p.inv_scale * p.grad_factor
-                          : gy[0] * ((q >= p.qmin ? p.qmax : p.qmin) - p.zp) * p.grad_factor;
+            /* NaN policy: a NaN q contributes no d_scale (y is the constant 0.0). */
+            float ds = isnan(q) ? 0.0f
+                       : in ? gy[0] * fmaf(q - p.zp, p.scale, -x[0]) * p.inv_scale * p.grad_factor
+                            : gy[0] * ((q >= p.qmin ? p.qmax : p.qmin) - p.zp) * p.grad_factor;
             if (n <= 16 && !isnan(ds))
                 assert_true(rs[0] == init_s[0] + (double)ds);
         }
@@ -683,26 +710,24 @@ static void test_large_streaming(void **state)
             char what[48];
             snprintf(what, sizeof what, "large %s %d thread(s)", isas[k], th);
             memset(y, 0, (size_t)n * 4);
-            assert_int_equal(qcal_fakequant_per_tensor_fused(x, gy, n, 0.02f, 3, -128, 127, y, g),
+            assert_int_equal(qcal_fakequant_fused(tu_vec(x, n), tu_vec(gy, n), tu_fq(0.02f, 3, -128, 127), tu_vec(y, n), tu_vec(g, n)),
                              QCAL_OK);
             expect_bits(what, "fused forward", y, yref, n);
             expect_bits(what, "fused grad", g, gref, n);
-            assert_int_equal(qcal_fakequant_per_tensor(x, n, 0.02f, 3, -128, 127, y, m + 1),
+            assert_int_equal(qcal_fakequant_forward(tu_vec(x, n), tu_fq(0.02f, 3, -128, 127), tu_vec(y, n), m + 1),
                              QCAL_OK);
             expect_bits(what, "forward", y, yref, n);
             expect_mask(what, m + 1, mref, n);
             memset(g, 0, (size_t)n * 4);
-            assert_int_equal(qcal_fakequant_backward(gy, mref, n, g), QCAL_OK);
+            assert_int_equal(qcal_fakequant_backward(tu_vec(gy, n), mref, tu_vec(g, n)), QCAL_OK);
             expect_bits(what, "backward", g, gref, n);
             float s, z, ps[64], pz[64];
-            assert_int_equal(qcal_fakequant_learnable_per_tensor_backward(
-                                 x, gy, n, 0.02f, 3.3f, -128, 127, 0.001f, g, &s, &z),
+            assert_int_equal(qcal_fakequant_learnable_backward(tu_vec(x, n), tu_vec(gy, n), tu_lsq(0.02f, 3.3f, -128, 127), 0.001f, tu_vec(g, n), &s, &z),
                              QCAL_OK);
             if (runs == 0)
                 memcpy(lref, g, (size_t)n * 4);
             expect_bits(what, "learnable grad_x", g, lref, n);
-            assert_int_equal(qcal_fakequant_learnable_per_channel_backward(
-                                 &t, gy, 1, pcs, pcz, -128, 127, 0.001f, g, ps, pz),
+            assert_int_equal(qcal_fakequant_learnable_backward(&t, tu_vec(gy, tu_numel(&t)), tu_lsqc(&t, 1, pcs, pcz, -128, 127), 0.001f, tu_vec(g, tu_numel(&t)), ps, pz),
                              QCAL_OK);
             if (runs == 0) {
                 s0 = s;
@@ -754,15 +779,11 @@ static void test_threads_and_in_place(void **state)
 #endif
         float *y = th == 1 ? y1 : y2, *g = th == 1 ? g1 : g2;
         uint8_t *m = th == 1 ? m1 : m2;
-        assert_int_equal(qcal_fakequant_per_tensor(x, n, 0.02f, 3, -128, 127, y, m), QCAL_OK);
-        assert_int_equal(qcal_fakequant_backward(gy, m, n, g), QCAL_OK);
-        assert_int_equal(qcal_fakequant_learnable_per_tensor_backward(
-                             x, gy, n, 0.02f, 3.0f, -128, 127, 0.001f, NULL,
-                             th == 1 ? &s1 : &s2, th == 1 ? &z1 : &z2),
+        assert_int_equal(qcal_fakequant_forward(tu_vec(x, n), tu_fq(0.02f, 3, -128, 127), tu_vec(y, n), m), QCAL_OK);
+        assert_int_equal(qcal_fakequant_backward(tu_vec(gy, n), m, tu_vec(g, n)), QCAL_OK);
+        assert_int_equal(qcal_fakequant_learnable_backward(tu_vec(x, n), tu_vec(gy, n), tu_lsq(0.02f, 3.0f, -128, 127), 0.001f, NULL, th == 1 ? &s1 : &s2, th == 1 ? &z1 : &z2),
                          QCAL_OK);
-        assert_int_equal(qcal_fakequant_learnable_per_channel_backward(
-                             &t, gy, 0, pcs, pcz, -128, 127, 1.0f, NULL,
-                             th == 1 ? pgs1 : pgs2, th == 1 ? pgz1 : pgz2),
+        assert_int_equal(qcal_fakequant_learnable_backward(&t, tu_vec(gy, tu_numel(&t)), tu_lsqc(&t, 0, pcs, pcz, -128, 127), 1.0f, NULL, th == 1 ? pgs1 : pgs2, th == 1 ? pgz1 : pgz2),
                          QCAL_OK);
     }
     expect_bits("2 threads forward", "threads", y2, y1, n);
@@ -776,12 +797,12 @@ static void test_threads_and_in_place(void **state)
     float *xi = malloc((size_t)n * 4), *gi = malloc((size_t)n * 4);
     memcpy(xi, x, (size_t)n * 4);
     memcpy(gi, gy, (size_t)n * 4);
-    assert_int_equal(qcal_fakequant_per_tensor_fused(xi, gi, n, 0.02f, 3, -128, 127, xi, gi),
+    assert_int_equal(qcal_fakequant_fused(tu_vec(xi, n), tu_vec(gi, n), tu_fq(0.02f, 3, -128, 127), tu_vec(xi, n), tu_vec(gi, n)),
                      QCAL_OK);
     expect_bits("in-place fused forward", "in place", xi, y1, n);
     expect_bits("in-place fused backward", "in place", gi, g1, n);
     memcpy(gi, gy, (size_t)n * 4);
-    assert_int_equal(qcal_fakequant_backward(gi, m1, n, gi), QCAL_OK);
+    assert_int_equal(qcal_fakequant_backward(tu_vec(gi, n), m1, tu_vec(gi, n)), QCAL_OK);
     expect_bits("in-place backward", "in place", gi, g1, n);
     free(xi); free(gi); free(x); free(gy); free(y1); free(y2); free(g1); free(g2);
     free(m1); free(m2);
@@ -796,39 +817,38 @@ static void test_bad_args(void **state)
     uint8_t m[4] = { 7, 7, 7, 7 };
     const float bad_scales[] = { 0.0f, -1.0f, NAN, INFINITY };
     for (int i = 0; i < 4; i++) {
-        assert_int_equal(qcal_fakequant_per_tensor(x, 4, bad_scales[i], 0, 0, 255, y, m),
+        assert_int_equal(qcal_fakequant_forward(tu_vec(x, 4), tu_fq(bad_scales[i], 0, 0, 255), tu_vec(y, 4), m),
                          QCAL_ERR_INVALID_ARG);
         assert_non_null(strstr(qcal_last_error(), "scale"));
     }
-    assert_int_equal(qcal_fakequant_per_tensor(x, 4, 0.1f, 300, 0, 255, y, m),
+    assert_int_equal(qcal_fakequant_forward(tu_vec(x, 4), tu_fq(0.1f, 300, 0, 255), tu_vec(y, 4), m),
                      QCAL_ERR_INVALID_ARG);
     assert_non_null(strstr(qcal_last_error(), "300"));
-    assert_int_equal(qcal_fakequant_per_tensor(x, 4, 0.1f, 0, 10, 5, y, m), QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_fakequant_per_tensor(x, 4, 0.1f, 0, 0, (1 << 24) + 1, y, m),
+    assert_int_equal(qcal_fakequant_forward(tu_vec(x, 4), tu_fq(0.1f, 0, 10, 5), tu_vec(y, 4), m), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_fakequant_forward(tu_vec(x, 4), tu_fq(0.1f, 0, 0, (1 << 24) + 1), tu_vec(y, 4), m),
                      QCAL_ERR_UNSUPPORTED);
-    assert_int_equal(qcal_fakequant_per_tensor(x, 0, 0.1f, 0, 0, 255, y, m), QCAL_ERR_EMPTY);
-    assert_int_equal(qcal_fakequant_per_tensor(NULL, 4, 0.1f, 0, 0, 255, y, m),
+    assert_int_equal(qcal_fakequant_forward(tu_vec(x, 0), tu_fq(0.1f, 0, 0, 255), tu_vec(y, 0), m), QCAL_ERR_EMPTY);
+    assert_int_equal(qcal_fakequant_forward(tu_vec(NULL, 4), tu_fq(0.1f, 0, 0, 255), tu_vec(y, 4), m),
                      QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_fakequant_backward(x, NULL, 4, y), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_fakequant_backward(tu_vec(x, 4), NULL, tu_vec(y, 4)), QCAL_ERR_INVALID_ARG);
     int64_t shape[2] = { 2, 2 };
     qcal_tensor t;
     assert_int_equal(qcal_tensor_init(&t, x, 2, shape), QCAL_OK);
     float sc[2] = { 0.1f, -0.1f };
     int32_t zp[2] = { 0, 0 };
-    assert_int_equal(qcal_fakequant_per_channel(&t, 1, sc, zp, 0, 255, y, m),
+    assert_int_equal(qcal_fakequant_forward(&t, tu_fqc(&t, 1, sc, zp, 0, 255), tu_vec(y, tu_numel(&t)), m),
                      QCAL_ERR_INVALID_ARG);
     assert_non_null(strstr(qcal_last_error(), "channel 1"));
     sc[1] = 0.1f;
-    assert_int_equal(qcal_fakequant_per_channel(&t, 2, sc, zp, 0, 255, y, m),
+    assert_int_equal(qcal_fakequant_forward(&t, tu_fqc(&t, 2, sc, zp, 0, 255), tu_vec(y, tu_numel(&t)), m),
                      QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_fakequant_per_channel(&t, -3, sc, zp, 0, 255, y, m),
+    assert_int_equal(qcal_fakequant_forward(&t, tu_fqc(&t, -3, sc, zp, 0, 255), tu_vec(y, tu_numel(&t)), m),
                      QCAL_ERR_INVALID_ARG);
     /* Learnable: a scale that went negative (or 0) is rejected by the kernels. */
     float gs = 5.0f, gz = 5.0f;
-    assert_int_equal(qcal_fakequant_learnable_per_tensor_backward(x, x, 4, -0.01f, 0.0f, 0, 255,
-                                                                  1.0f, y, &gs, &gz),
+    assert_int_equal(qcal_fakequant_learnable_backward(tu_vec(x, 4), tu_vec(x, 4), tu_lsq(-0.01f, 0.0f, 0, 255), 1.0f, tu_vec(y, 4), &gs, &gz),
                      QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_fakequant_learnable_per_tensor(x, 4, 0.1f, NAN, 0, 255, y, m),
+    assert_int_equal(qcal_fakequant_learnable_forward(tu_vec(x, 4), tu_lsq(0.1f, NAN, 0, 255), tu_vec(y, 4), m),
                      QCAL_ERR_INVALID_ARG);
     for (int i = 0; i < 4; i++) {
         assert_true(y[i] == 9.0f);

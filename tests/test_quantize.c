@@ -12,6 +12,7 @@
 
 #include "core/cpu.h"
 #include "qcal/qcal.h"
+#include "testutil.h"
 
 void qcal_f32_quantize_u8__c(const float *x, int64_t n, float inv, int32_t zp, uint8_t *dst);
 void qcal_f32_quantize_i8__c(const float *x, int64_t n, float inv, int32_t zp, int8_t *dst);
@@ -114,8 +115,8 @@ static void test_golden(void **state)
         for (int ii = 0; ii < 3; ii++) {
             set_isa(isas[ii]);
             qcal_status st = per_channel
-                ? qcal_quantize_per_channel(&t, axis, nch, sc, zp, dt, out)
-                : qcal_quantize_per_tensor(&t, sc[0], zp[0], dt, out);
+                ? qcal_quantize(&t, tu_qpc(dt, axis, nch, sc, zp), out)
+                : qcal_quantize(&t, tu_qp(dt, sc[0], zp[0]), out);
             assert_int_equal(st, QCAL_OK);
             int64_t worst = -1;
             for (int64_t i = 0; i < n; i++) {
@@ -159,8 +160,8 @@ static void test_golden(void **state)
         qcal_tensor d;
         assert_int_equal(qcal_tensor_init(&d, mine, ndim, shape), QCAL_OK);
         assert_int_equal(per_channel
-                             ? qcal_dequantize_per_channel(qin, dt, axis, nch, sc, zp, &d)
-                             : qcal_dequantize_per_tensor(qin, dt, sc[0], zp[0], &d),
+                             ? qcal_dequantize(qin, tu_qpc(dt, axis, nch, sc, zp), &d)
+                             : qcal_dequantize(qin, tu_qp(dt, sc[0], zp[0]), &d),
                          QCAL_OK);
         for (int64_t i = 0; i < n; i++) {
             int64_t c = per_channel ? (i / inner) % nch : 0;
@@ -342,7 +343,7 @@ static void test_per_channel_short_rows(void **state)
             assert_int_equal(qcal_tensor_init(&t, x, 3, shape), QCAL_OK);
             for (int ii = 0; ii < 3; ii++) {
                 set_isa(isas[ii]);
-                assert_int_equal(qcal_quantize_per_channel(&t, axis, nch, sc, zp, QCAL_QINT8, q),
+                assert_int_equal(qcal_quantize(&t, tu_qpc(QCAL_QINT8, axis, nch, sc, zp), q),
                                  QCAL_OK);
                 for (int64_t i = 0; i < n; i++) {
                     int64_t c = (i / inner) % nch;
@@ -354,8 +355,7 @@ static void test_per_channel_short_rows(void **state)
                 }
                 qcal_tensor d = t;
                 d.data = y;
-                assert_int_equal(qcal_dequantize_per_channel(q, QCAL_QINT8, axis, nch, sc, zp,
-                                                             &d), QCAL_OK);
+                assert_int_equal(qcal_dequantize(q, tu_qpc(QCAL_QINT8, axis, nch, sc, zp), &d), QCAL_OK);
                 for (int64_t i = 0; i < n; i++) {
                     int64_t c = (i / inner) % nch;
                     float want = (float)((int32_t)(int8_t)q[i] - zp[c]) * sc[c];
@@ -385,15 +385,15 @@ static void test_policy(void **state)
     for (int ii = 0; ii < 3; ii++) {
         set_isa(isas[ii]);
         uint8_t u[8];
-        assert_int_equal(qcal_quantize_per_tensor(&t, 1.0f, 10, QCAL_QUINT8, u), QCAL_OK);
+        assert_int_equal(qcal_quantize(&t, tu_qp(QCAL_QUINT8, 1.0f, 10), u), QCAL_OK);
         const uint8_t eu[8] = { 10, 255, 0, 255, 0, 12, 14, 8 };   /* ties to even */
         assert_memory_equal(u, eu, 8);
         int8_t s[8];
-        assert_int_equal(qcal_quantize_per_tensor(&t, 1.0f, -3, QCAL_QINT8, s), QCAL_OK);
+        assert_int_equal(qcal_quantize(&t, tu_qp(QCAL_QINT8, 1.0f, -3), s), QCAL_OK);
         const int8_t es[8] = { -3, 127, -128, 127, -128, -1, 1, -5 };
         assert_memory_equal(s, es, 8);
         int32_t w[8];
-        assert_int_equal(qcal_quantize_per_tensor(&t, 1.0f, -7, QCAL_QINT32, w), QCAL_OK);
+        assert_int_equal(qcal_quantize(&t, tu_qp(QCAL_QINT32, 1.0f, -7), w), QCAL_OK);
         const int32_t ew[8] = { -7, INT32_MAX, INT32_MIN, INT32_MAX, INT32_MIN, -5, -3, -9 };
         assert_memory_equal(w, ew, sizeof ew);
         /* qint32 zero-point added exactly (PyTorch adds it in float). */
@@ -401,7 +401,7 @@ static void test_policy(void **state)
         const int64_t one = 1;
         qcal_tensor tb;
         assert_int_equal(qcal_tensor_init(&tb, &big, 1, &one), QCAL_OK);
-        assert_int_equal(qcal_quantize_per_tensor(&tb, 1.0f, 1, QCAL_QINT32, w), QCAL_OK);
+        assert_int_equal(qcal_quantize(&tb, tu_qp(QCAL_QINT32, 1.0f, 1), w), QCAL_OK);
         assert_int_equal(w[0], 16777217);
     }
     set_isa(NULL);
@@ -414,14 +414,14 @@ static void test_policy(void **state)
     assert_int_equal(qcal_tensor_init(&ty, y, 1, &big_n), QCAL_OK);
     uint8_t *q1 = malloc((size_t)big_n), *q2 = malloc((size_t)big_n);
     set_isa("c");
-    assert_int_equal(qcal_quantize_per_tensor(&ty, 0.37f, 77, QCAL_QUINT8, q1), QCAL_OK);
+    assert_int_equal(qcal_quantize(&ty, tu_qp(QCAL_QUINT8, 0.37f, 77), q1), QCAL_OK);
     set_isa(NULL);
-    assert_int_equal(qcal_quantize_per_tensor(&ty, 0.37f, 77, QCAL_QUINT8, q2), QCAL_OK);
+    assert_int_equal(qcal_quantize(&ty, tu_qp(QCAL_QUINT8, 0.37f, 77), q2), QCAL_OK);
     assert_memory_equal(q1, q2, (size_t)big_n);
     float *d = malloc((size_t)big_n * 4);
     qcal_tensor td;
     assert_int_equal(qcal_tensor_init(&td, d, 1, &big_n), QCAL_OK);
-    assert_int_equal(qcal_dequantize_per_tensor(q2, QCAL_QUINT8, 0.37f, 77, &td), QCAL_OK);
+    assert_int_equal(qcal_dequantize(q2, tu_qp(QCAL_QUINT8, 0.37f, 77), &td), QCAL_OK);
     for (int64_t i = 0; i < big_n; i += 9973)
         assert_true(d[i] == (float)((int)q2[i] - 77) * 0.37f);
     free(y);
@@ -441,39 +441,39 @@ static void test_errors(void **state)
     const uint8_t untouched[6] = { 9, 9, 9, 9, 9, 9 };
     const float bad_scales[] = { 0.0f, -1.0f, NAN, INFINITY };
     for (int i = 0; i < 4; i++) {
-        assert_int_equal(qcal_quantize_per_tensor(&t, bad_scales[i], 0, QCAL_QUINT8, out),
+        assert_int_equal(qcal_quantize(&t, tu_qp(QCAL_QUINT8, bad_scales[i], 0), out),
                          QCAL_ERR_INVALID_ARG);
         assert_non_null(strstr(qcal_last_error(), "scale"));
     }
-    assert_int_equal(qcal_quantize_per_tensor(&t, 1.0f, 256, QCAL_QUINT8, out),
+    assert_int_equal(qcal_quantize(&t, tu_qp(QCAL_QUINT8, 1.0f, 256), out),
                      QCAL_ERR_INVALID_ARG);
     assert_non_null(strstr(qcal_last_error(), "256"));
-    assert_int_equal(qcal_quantize_per_tensor(&t, 1.0f, -129, QCAL_QINT8, out),
+    assert_int_equal(qcal_quantize(&t, tu_qp(QCAL_QINT8, 1.0f, -129), out),
                      QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_quantize_per_tensor(&t, 1.0f, 0, (qcal_dtype)5, out),
+    assert_int_equal(qcal_quantize(&t, tu_qp((qcal_dtype)5, 1.0f, 0), out),
                      QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_quantize_per_tensor(NULL, 1.0f, 0, QCAL_QUINT8, out),
+    assert_int_equal(qcal_quantize(NULL, tu_qp(QCAL_QUINT8, 1.0f, 0), out),
                      QCAL_ERR_INVALID_ARG);
     float sc[3] = { 1, 1, 0 };
     int32_t zp[3] = { 0, 0, 0 };
-    assert_int_equal(qcal_quantize_per_channel(&t, 1, 3, sc, zp, QCAL_QUINT8, out),
+    assert_int_equal(qcal_quantize(&t, tu_qpc(QCAL_QUINT8, 1, 3, sc, zp), out),
                      QCAL_ERR_INVALID_ARG);
     assert_non_null(strstr(qcal_last_error(), "channel 2"));
     sc[2] = 1;
-    assert_int_equal(qcal_quantize_per_channel(&t, 0, 3, sc, zp, QCAL_QUINT8, out),
+    assert_int_equal(qcal_quantize(&t, tu_qpc(QCAL_QUINT8, 0, 3, sc, zp), out),
                      QCAL_ERR_MISMATCH);
-    assert_int_equal(qcal_quantize_per_channel(&t, 2, 3, sc, zp, QCAL_QUINT8, out),
+    assert_int_equal(qcal_quantize(&t, tu_qpc(QCAL_QUINT8, 2, 3, sc, zp), out),
                      QCAL_ERR_INVALID_ARG);
     assert_memory_equal(out, untouched, 6);
-    assert_int_equal(qcal_quantize_per_channel(&t, -1, 3, sc, zp, QCAL_QUINT8, out), QCAL_OK);
+    assert_int_equal(qcal_quantize(&t, tu_qpc(QCAL_QUINT8, -1, 3, sc, zp), out), QCAL_OK);
     const uint8_t want[6] = { 1, 2, 3, 4, 5, 6 };
     assert_memory_equal(out, want, 6);
     float back[6];
     qcal_tensor tb;
     assert_int_equal(qcal_tensor_init(&tb, back, 2, shape), QCAL_OK);
-    assert_int_equal(qcal_dequantize_per_tensor(out, QCAL_QUINT8, -1.0f, 0, &tb),
+    assert_int_equal(qcal_dequantize(out, tu_qp(QCAL_QUINT8, -1.0f, 0), &tb),
                      QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_dequantize_per_channel(out, QCAL_QUINT8, 0, 3, sc, zp, &tb),
+    assert_int_equal(qcal_dequantize(out, tu_qpc(QCAL_QUINT8, 0, 3, sc, zp), &tb),
                      QCAL_ERR_MISMATCH);
     assert_int_equal(qcal_dtype_size(QCAL_QUINT8), 1);
     assert_int_equal(qcal_dtype_size(QCAL_QINT8), 1);
@@ -483,7 +483,7 @@ static void test_errors(void **state)
     const int64_t zero = 0;
     qcal_tensor te;
     assert_int_equal(qcal_tensor_init(&te, NULL, 1, &zero), QCAL_OK);
-    assert_int_equal(qcal_quantize_per_tensor(&te, 1.0f, 0, QCAL_QUINT8, out), QCAL_OK);
+    assert_int_equal(qcal_quantize(&te, tu_qp(QCAL_QUINT8, 1.0f, 0), out), QCAL_OK);
 }
 
 int main(void)

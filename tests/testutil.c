@@ -232,3 +232,139 @@ qcal_status tu_observer_qparams(qcal_observer *obs, int64_t cap, float *scale,
     qcal_qparams_free(&qp);
     return st;
 }
+
+qcal_status tu_fakequant_module_qparams(const qcal_fakequant_module *fq, int64_t cap,
+                                        float *scale, int32_t *zero_point, int64_t *n)
+{
+    qcal_qparams qp = {0};
+    qcal_status st = qcal_fakequant_module_qparams(fq, &qp);
+    if (st < 0)
+        return st;
+    if (qp.channels > cap)
+        fail_msg("fake-quantize gave %lld channels, capacity %lld", (long long)qp.channels,
+                 (long long)cap);
+    for (int64_t c = 0; c < qp.channels; c++) {
+        scale[c] = qcal_qparams_scale_at(&qp, c);
+        zero_point[c] = qcal_qparams_zero_point_at(&qp, c);
+    }
+    *n = qp.channels;
+    qcal_qparams_free(&qp);
+    return st;
+}
+
+#define TU_SLOTS 16
+static qcal_qparams *tu_qslot(void)
+{
+    static qcal_qparams slots[TU_SLOTS];
+    static int next;
+    qcal_qparams *q = &slots[next];
+    next = (next + 1) % TU_SLOTS;
+    memset(q, 0, sizeof *q);
+    return q;
+}
+
+qcal_tensor *tu_vec(const float *data, int64_t n)
+{
+    static qcal_tensor slots[TU_SLOTS];
+    static int next;
+    qcal_tensor *t = &slots[next];
+    next = (next + 1) % TU_SLOTS;
+    memset(t, 0, sizeof *t);
+    t->data = (float *)(uintptr_t)data;
+    t->ndim = 1;
+    t->shape[0] = n;
+    return t;
+}
+
+const qcal_qparams *tu_qp(qcal_dtype dtype, float scale, int32_t zero_point)
+{
+    qcal_qparams *q = tu_qslot();
+    q->dtype = dtype;
+    qcal_dtype_range(dtype, &q->quant_min, &q->quant_max);
+    q->qscheme = QCAL_PER_TENSOR_AFFINE;
+    q->channels = 1;
+    q->scale = scale;
+    q->zero_point = zero_point;
+    q->zero_point_float = (float)zero_point;
+    return q;
+}
+
+const qcal_qparams *tu_qpc(qcal_dtype dtype, int32_t axis, int64_t channels,
+                           const float *scales, const int32_t *zero_points)
+{
+    qcal_qparams *q = tu_qslot();
+    q->dtype = dtype;
+    qcal_dtype_range(dtype, &q->quant_min, &q->quant_max);
+    q->qscheme = QCAL_PER_CHANNEL_AFFINE;
+    q->axis = axis;
+    q->channels = channels;
+    q->scales = scales;
+    q->zero_points = zero_points;
+    return q;
+}
+
+static qcal_dtype tu_narrowest(int64_t qmin, int64_t qmax)
+{
+    return qmin >= 0 && qmax <= 255 ? QCAL_QUINT8
+           : qmin >= -128 && qmax <= 127 ? QCAL_QINT8 : QCAL_QINT32;
+}
+
+const qcal_qparams *tu_fq(float scale, int32_t zero_point, int64_t qmin, int64_t qmax)
+{
+    qcal_qparams *q = tu_qslot();
+    q->dtype = tu_narrowest(qmin, qmax);
+    q->quant_min = qmin;
+    q->quant_max = qmax;
+    q->qscheme = QCAL_PER_TENSOR_AFFINE;
+    q->channels = 1;
+    q->scale = scale;
+    q->zero_point = zero_point;
+    q->zero_point_float = (float)zero_point;
+    return q;
+}
+
+static int64_t tu_channels(const qcal_tensor *t, int32_t axis)
+{
+    int32_t a;
+    if (!t || qcal_tensor_axis(t, axis, &a) != QCAL_OK)
+        return 1;
+    return t->shape[a];
+}
+
+const qcal_qparams *tu_fqc(const qcal_tensor *t, int32_t axis, const float *scales,
+                           const int32_t *zero_points, int64_t qmin, int64_t qmax)
+{
+    qcal_qparams *q = tu_qslot();
+    q->dtype = tu_narrowest(qmin, qmax);
+    q->quant_min = qmin;
+    q->quant_max = qmax;
+    q->qscheme = QCAL_PER_CHANNEL_AFFINE;
+    q->axis = axis;
+    q->channels = tu_channels(t, axis);
+    q->scales = scales;
+    q->zero_points = zero_points;
+    return q;
+}
+
+const qcal_qparams *tu_lsq(float scale, float zero_point, int64_t qmin, int64_t qmax)
+{
+    qcal_qparams *q = (qcal_qparams *)tu_fq(scale, 0, qmin, qmax);
+    q->zero_point_float = zero_point;
+    return q;
+}
+
+const qcal_qparams *tu_lsqc(const qcal_tensor *t, int32_t axis, const float *scales,
+                            const float *zero_points, int64_t qmin, int64_t qmax)
+{
+    qcal_qparams *q = (qcal_qparams *)tu_fqc(t, axis, scales, NULL, qmin, qmax);
+    q->zero_points_float = zero_points;
+    return q;
+}
+
+int64_t tu_numel(const qcal_tensor *t)
+{
+    int64_t n = 0;
+    if (qcal_tensor_numel(t, &n) != QCAL_OK)
+        fail_msg("bad tensor shape: %s", qcal_last_error());
+    return n;
+}

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "qcal/fakequant.h"
+#include "qcal/quantize.h"
 #include "qcal/observer.h"
 
 /* "dir/name" in one of 8 rotating static buffers of 8192 bytes: up to 8 results stay
@@ -72,5 +74,30 @@ const tu_ref_arr *tu_ref_get(const tu_ref_file *r, const char *fmt, ...);
  * Fails the test if the value does not fit. */
 qcal_status tu_observer_qparams(qcal_observer *obs, int64_t cap, float *scale,
                                 int32_t *zero_point, float *zero_point_float, int64_t *n);
+
+/* qcal_fakequant_module_qparams copied into caller arrays (scales, integer zero-points),
+ * as tu_observer_qparams. */
+qcal_status tu_fakequant_module_qparams(const qcal_fakequant_module *fq, int64_t cap,
+                                        float *scale, int32_t *zero_point, int64_t *n);
+
+/* Short-lived values for call sites (each from one of 16 rotating static slots, so up to 16
+ * stay valid at once). Not validated: the library call under test validates them.
+ * tu_vec: a 1-D view of n floats. tu_qp / tu_qpc: quantize qparams, per-tensor or
+ * per-channel view (dtype's full range). tu_fq / tu_fqc: fake-quant qparams with range
+ * [qmin, qmax] and the narrowest dtype holding it (tu_fqc takes the channel count from
+ * t->shape[axis], 1 if the axis is invalid); tu_lsq / tu_lsqc: the same with float
+ * zero-points (learnable). */
+qcal_tensor *tu_vec(const float *data, int64_t n);
+/* numel of t (fails the test on a bad shape). */
+int64_t tu_numel(const qcal_tensor *t);
+const qcal_qparams *tu_qp(qcal_dtype dtype, float scale, int32_t zero_point);
+const qcal_qparams *tu_qpc(qcal_dtype dtype, int32_t axis, int64_t channels,
+                           const float *scales, const int32_t *zero_points);
+const qcal_qparams *tu_fq(float scale, int32_t zero_point, int64_t qmin, int64_t qmax);
+const qcal_qparams *tu_fqc(const qcal_tensor *t, int32_t axis, const float *scales,
+                           const int32_t *zero_points, int64_t qmin, int64_t qmax);
+const qcal_qparams *tu_lsq(float scale, float zero_point, int64_t qmin, int64_t qmax);
+const qcal_qparams *tu_lsqc(const qcal_tensor *t, int32_t axis, const float *scales,
+                            const float *zero_points, int64_t qmin, int64_t qmax);
 
 #endif

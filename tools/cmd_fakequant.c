@@ -259,33 +259,42 @@ int cmd_fakequant(int argc, char **argv)
     }
     for (int64_t c = 0; c < ch; c++)
         zpi[c] = (int32_t)zp[c];
-    qcal_status st;
-    const float *gyp = (const float *)g.data;
-    if (a.learnable) {
-        if (per_channel) {
-            st = qcal_fakequant_learnable_per_channel(&t, a.axis, scales, zp, a.qmin, a.qmax, y,
-                                                      NULL);
-            if (st == QCAL_OK)
-                st = qcal_fakequant_learnable_per_channel_backward(
-                    &t, gyp, a.axis, scales, zp, a.qmin, a.qmax, a.grad_factor, gx, gs, gz);
-        } else {
-            st = qcal_fakequant_learnable_per_tensor(t.data, x.numel, a.scale, zp[0], a.qmin,
-                                                     a.qmax, y, NULL);
-            if (st == QCAL_OK)
-                st = qcal_fakequant_learnable_per_tensor_backward(
-                    t.data, gyp, x.numel, a.scale, zp[0], a.qmin, a.qmax, a.grad_factor, gx, gs,
-                    gz);
-        }
-    } else if (a.grad) {
-        st = per_channel ? qcal_fakequant_per_channel_fused(&t, gyp, a.axis, scales, zpi, a.qmin,
-                                                            a.qmax, y, gx)
-                         : qcal_fakequant_per_tensor_fused(t.data, gyp, x.numel, a.scale, zpi[0],
-                                                           a.qmin, a.qmax, y, gx);
+    /* The qparams value: dtype = the narrowest type holding [quant-min, quant-max]. */
+    qcal_qparams qp;
+    memset(&qp, 0, sizeof qp);
+    qp.dtype = a.qmin >= 0 && a.qmax <= 255     ? QCAL_QUINT8
+               : a.qmin >= -128 && a.qmax <= 127 ? QCAL_QINT8
+                                                 : QCAL_QINT32;
+    qp.quant_min = a.qmin;
+    qp.quant_max = a.qmax;
+    if (per_channel) {
+        qp.qscheme = QCAL_PER_CHANNEL_AFFINE;
+        qp.axis = a.axis;
+        qp.channels = ch;
+        qp.scales = scales;
+        qp.zero_points = zpi;
+        qp.zero_points_float = zp;
     } else {
-        st = per_channel ? qcal_fakequant_per_channel(&t, a.axis, scales, zpi, a.qmin, a.qmax, y,
-                                                      NULL)
-                         : qcal_fakequant_per_tensor(t.data, x.numel, a.scale, zpi[0], a.qmin,
-                                                     a.qmax, y, NULL);
+        qp.qscheme = QCAL_PER_TENSOR_AFFINE;
+        qp.channels = 1;
+        qp.scale = a.scale;
+        qp.zero_point = zpi[0];
+        qp.zero_point_float = zp[0];
+    }
+    qcal_tensor yt = t, gxt = t, gyt = t;
+    yt.data = y;
+    gxt.data = gx;
+    gyt.data = (float *)g.data;
+    const qcal_tensor *gyv = g.data ? &gyt : NULL;
+    qcal_status st;
+    if (a.learnable) {
+        st = qcal_fakequant_learnable_forward(&t, &qp, &yt, NULL);
+        if (st == QCAL_OK)
+            st = qcal_fakequant_learnable_backward(&t, gyv, &qp, a.grad_factor, &gxt, gs, gz);
+    } else if (a.grad) {
+        st = qcal_fakequant_fused(&t, gyv, &qp, &yt, &gxt);
+    } else {
+        st = qcal_fakequant_forward(&t, &qp, &yt, NULL);
     }
     if (st != QCAL_OK) {
         rc = cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_USAGE,

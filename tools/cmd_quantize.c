@@ -211,6 +211,30 @@ static qcal_npy_dtype npy_of(qcal_dtype d)
     return d == QCAL_QUINT8 ? QCAL_NPY_U8 : d == QCAL_QINT8 ? QCAL_NPY_I8 : QCAL_NPY_I32;
 }
 
+/* The qparams value of the options: per-tensor (--scale/--zero-point) or a view over the
+ * per-channel arrays read from --scales/--zero-points; the dtype's full range. Validated
+ * by quantize / dequantize themselves. */
+static const qcal_qparams *qparams_of(const qargs *a, const chan_params *cp, qcal_dtype dtype,
+                                      qcal_qparams *qp)
+{
+    memset(qp, 0, sizeof *qp);
+    qp->dtype = dtype;
+    qcal_dtype_range(dtype, &qp->quant_min, &qp->quant_max);
+    if (cp->scales) {
+        qp->qscheme = QCAL_PER_CHANNEL_AFFINE;
+        qp->axis = a->axis;
+        qp->channels = cp->channels;
+        qp->scales = cp->scales;
+        qp->zero_points = cp->zero_points;
+    } else {
+        qp->qscheme = QCAL_PER_TENSOR_AFFINE;
+        qp->channels = 1;
+        qp->scale = a->scale;
+        qp->zero_point = a->zero_point;
+    }
+    return qp;
+}
+
 int cmd_quantize(int argc, char **argv)
 {
     const char *cmd = argv[0];
@@ -237,12 +261,11 @@ int cmd_quantize(int argc, char **argv)
     }
     /* A 0-element input still validates the qparams (the kernel reads nothing). */
     float dummy = 0.0f;
+    qcal_qparams qp;
     qcal_tensor t;
     qcal_status st = qcal_tensor_init(&t, in.data ? in.data : &dummy, in.ndim, in.shape);
     if (st == QCAL_OK)
-        st = cp.scales ? qcal_quantize_per_channel(&t, a.axis, cp.channels, cp.scales,
-                                                   cp.zero_points, a.dtype, dst)
-                       : qcal_quantize_per_tensor(&t, a.scale, a.zero_point, a.dtype, dst);
+        st = qcal_quantize(&t, qparams_of(&a, &cp, a.dtype, &qp), dst);
     if (st != QCAL_OK) {
         rc = cli_fail_status(cmd, st == QCAL_ERR_INVALID_ARG ? QCAL_EXIT_USAGE
                                                              : QCAL_EXIT_FAILURE, st);
@@ -298,13 +321,12 @@ int cmd_dequantize(int argc, char **argv)
         goto out;
     }
     int32_t dummy = 0;
+    qcal_qparams qp;
     qcal_tensor t;
     qcal_status st = qcal_tensor_init(&t, dst, in.ndim, in.shape);
     const void *src = in.data ? in.data : (const void *)&dummy;
     if (st == QCAL_OK)
-        st = cp.scales ? qcal_dequantize_per_channel(src, file_dtype, a.axis, cp.channels,
-                                                     cp.scales, cp.zero_points, &t)
-                       : qcal_dequantize_per_tensor(src, file_dtype, a.scale, a.zero_point, &t);
+        st = qcal_dequantize(src, qparams_of(&a, &cp, file_dtype, &qp), &t);
     if (st != QCAL_OK) {
         rc = cli_fail_status(cmd, st == QCAL_ERR_INVALID_ARG ? QCAL_EXIT_USAGE
                                                              : QCAL_EXIT_FAILURE, st);

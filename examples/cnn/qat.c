@@ -169,11 +169,20 @@ static qcal_status export_one(const qcal_fakequant_module *fq, const char *what,
     if (steps == 0)
         return qcal_set_error(QCAL_ERR_STATE, "cnn_fq_export: the fake-quant of %s has not run a forward, "
                               "its qparams are not calibrated", what);
-    if ((st = qcal_fakequant_module_qparams(fq, cap, scale, zp, &n)) != QCAL_OK)
+    qcal_qparams qp = {0};
+    if ((st = qcal_fakequant_module_qparams(fq, &qp)) != QCAL_OK)
         return st;
-    if (n != cap)
+    n = qp.channels;
+    if (n != cap) {
+        qcal_qparams_free(&qp);
         return qcal_set_error(QCAL_ERR_MISMATCH, "cnn_fq_export: the fake-quant of %s has %lld channels, expected %lld",
                               what, (long long)n, (long long)cap);
+    }
+    for (int64_t c = 0; c < n; c++) {
+        scale[c] = qcal_qparams_scale_at(&qp, c);
+        zp[c] = qcal_qparams_zero_point_at(&qp, c);
+    }
+    qcal_qparams_free(&qp);
     return QCAL_OK;
 }
 

@@ -9,12 +9,12 @@
  *   q         = (float)zero_point + nearbyintf(x * inv_scale)   (float add, round half to even)
  *   mask      = quant_min <= q <= quant_max          (false for NaN)
  *   y         = (clamp(q, quant_min, quant_max) - zero_point) * scale   (float)
- * Non-finite and huge inputs (documented PyTorch 1.13 defect): 1.13 casts q to int64,
- * which turns NaN, +-Inf and |q| >= 2^63 into INT64_MIN, so +Inf and huge positive values
- * come out as quant_min. qcal clamps in float instead (as later PyTorch does):
- *   NaN  -> (quant_min - zero_point) * scale, mask 0   (same as PyTorch 1.13)
- *   -Inf -> (quant_min - zero_point) * scale, mask 0   (same as PyTorch 1.13)
- *   +Inf, x/scale >= 2^63 -> (quant_max - zero_point) * scale, mask 0  (1.13 gives quant_min)
+ * NaN policy (shared with qcal/quantize.h): NaN -> the zero-point, so y = 0.0; +Inf and
+ * values above the range -> quant_max; -Inf and values below -> quant_min; the mask is 0
+ * for NaN and +-Inf. PyTorch 1.13 differs: it casts q to int64, which turns NaN, +-Inf and
+ * |q| >= 2^63 into INT64_MIN, so NaN and +Inf (and huge positive values) come out as
+ * (quant_min - zero_point) * scale. qcal maps NaN to the zero-point so that QAT simulates
+ * what quantize (and the int8 path) does with a NaN: a zero.
  * Backward (straight-through estimator): grad_x = mask ? grad_y : 0.
  *
  * Buffers: the caller owns every array; the library keeps none of them. Where documented,
@@ -36,49 +36,36 @@ extern "C" {
 #define QCAL_FAKEQUANT_QRANGE_LIMIT (1 << 24)
 
 /* ---------------------------------------------------------------------------------------
- * Fixed-qparams kernels (FakeQuantize / fake_quantize_per_*_affine).
- * Arguments checked on every call: quant_min <= quant_max, both within
- * +-QCAL_FAKEQUANT_QRANGE_LIMIT; every scale > 0 and finite; every zero_point in
- * [quant_min, quant_max]. Failures leave every output untouched. */
+ * Fake-quant with given qparams: one call per operation; per-tensor or per-channel (channel
+ * axis qp->axis of src, qp->channels == src->shape[axis]) as qp->qscheme says. Every call
+ * takes a source view, the qparams, and destination views; a destination holds numel(src)
+ * floats (its shape is not otherwise used) and may be the source itself (in place).
+ * Checked on every call: qp validates (qcal_qparams_validate) and |quant_min|, |quant_max|
+ * <= QCAL_FAKEQUANT_QRANGE_LIMIT (a qint32 dtype for ranges wider than 8 bits); fixed
+ * calls need integer zero-points (per_channel_affine_float_qparams is
+ * QCAL_ERR_UNSUPPORTED). An empty source is QCAL_ERR_EMPTY. Failures leave every output
+ * untouched. */
 
-/* Per-tensor forward over n elements of src into dst (dst == src allowed). mask (n bytes,
- * may be NULL) gets 1 where the unclamped q was inside [quant_min, quant_max], else 0. */
-QCAL_API qcal_status qcal_fakequant_per_tensor(const float *src, int64_t n, float scale,
-                                               int32_t zero_point, int64_t quant_min,
-                                               int64_t quant_max, float *dst, uint8_t *mask);
+/* Forward (fake_quantize_per_{tensor,channel}_affine): dst = fake-quant(src). mask
+ * (numel bytes, may be NULL) gets 1 where the unclamped q was inside [quant_min, quant_max]. */
+QCAL_API qcal_status qcal_fakequant_forward(const qcal_tensor *src, const qcal_qparams *qp,
+                                            qcal_tensor *dst, uint8_t *mask);
 
-/* Straight-through backward: grad_x[i] = mask[i] ? grad_y[i] : 0 (grad_x == grad_y allowed).
- * Works for per-tensor, per-channel and learnable forwards alike. */
-QCAL_API qcal_status qcal_fakequant_backward(const float *grad_y, const uint8_t *mask,
-                                             int64_t n, float *grad_x);
+/* Straight-through backward: grad_x[i] = mask[i] ? grad_y[i] : 0 (grad_x == grad_y
+ * allowed); mask from any forward (fixed or learnable). */
+QCAL_API qcal_status qcal_fakequant_backward(const qcal_tensor *grad_y, const uint8_t *mask,
+                                             qcal_tensor *grad_x);
 
-/* Fused per-tensor forward + backward in one pass (no mask array): dst = fake-quant(src),
- * grad_x = straight-through(grad_y). dst == src and grad_x == grad_y allowed. */
-QCAL_API qcal_status qcal_fakequant_per_tensor_fused(const float *src, const float *grad_y,
-                                                     int64_t n, float scale,
-                                                     int32_t zero_point, int64_t quant_min,
-                                                     int64_t quant_max, float *dst,
-                                                     float *grad_x);
-
-/* Per-channel forward: src (shape from src->shape, data src->data), channel axis `axis`
- * (negative counts from the end), scale/zero_point hold one value per channel
- * (shape[axis] of them). dst has numel elements (dst == src->data allowed); mask as above. */
-QCAL_API qcal_status qcal_fakequant_per_channel(const qcal_tensor *src, int32_t axis,
-                                                const float *scale, const int32_t *zero_point,
-                                                int64_t quant_min, int64_t quant_max,
-                                                float *dst, uint8_t *mask);
-
-/* Fused per-channel forward + backward (grad_y/grad_x have numel elements; in place allowed). */
-QCAL_API qcal_status qcal_fakequant_per_channel_fused(const qcal_tensor *src,
-                                                      const float *grad_y, int32_t axis,
-                                                      const float *scale,
-                                                      const int32_t *zero_point,
-                                                      int64_t quant_min, int64_t quant_max,
-                                                      float *dst, float *grad_x);
+/* Fused forward + backward in one pass (no mask array): dst = fake-quant(src), grad_x =
+ * straight-through(grad_y). grad_y and grad_x hold numel(src) floats. */
+QCAL_API qcal_status qcal_fakequant_fused(const qcal_tensor *src, const qcal_tensor *grad_y,
+                                          const qcal_qparams *qp, qcal_tensor *dst,
+                                          qcal_tensor *grad_x);
 
 /* ---------------------------------------------------------------------------------------
- * Learnable qparams (LSQ; torch._fake_quantize_learnable_per_{tensor,channel}_affine).
- * zero_point is a float parameter: the forward rounds it half to even and clamps it to
+ * Learnable qparams (LSQ; torch._fake_quantize_learnable_per_{tensor,channel}_affine):
+ * the zero-points are the FLOAT ones (qp->zero_point_float / qp->zero_points_float; the
+ * integer ones are ignored). The forward rounds each half to even and clamps it to
  * [quant_min, quant_max] (as PyTorch). PyTorch 1.13's per-tensor *backward* instead uses
  * trunc(clamp(zero_point + 0.5)) (a defect: different from the forward for .5 ties and
  * negative zero-points); qcal uses the forward's rounding in both directions.
@@ -86,44 +73,32 @@ QCAL_API qcal_status qcal_fakequant_per_channel_fused(const qcal_tensor *src,
  *   q < quant_min: d_scale = grad_y * (quant_min - zp) * g, d_zp = -grad_y * scale * g
  *   q > quant_max: d_scale = grad_y * (quant_max - zp) * g, d_zp = -grad_y * scale * g
  *   otherwise:     d_scale = grad_y * (y - x) * inv_scale * g, d_zp = 0
+ *   x NaN:         d_scale = d_zp = 0, grad_x = 0 (the NaN policy: y is 0.0, constant)
  * with g = grad_factor; grad_x = grad_y inside, 0 outside. grad_scale/grad_zero_point are
  * the sums over elements (per channel: over all but the channel axis), accumulated in
  * double over fixed blocks combined in a fixed order: identical for any thread count.
- * The scale must be > 0 and finite (QCAL_ERR_INVALID_ARG otherwise); the FakeQuantize
- * object clamps learned scales to >= eps before use, as PyTorch's _LearnableFakeQuantize. */
+ * Scales must be > 0 and finite (QCAL_ERR_INVALID_ARG otherwise); the FakeQuantize object
+ * clamps learned scales to >= eps before use, as PyTorch's _LearnableFakeQuantize. */
 
 /* LSQ grad_factor as _LearnableFakeQuantize(use_grad_scaling=True):
  * 1 / sqrt(numel * quant_max), computed in double. numel >= 1 and quant_max >= 1. */
 QCAL_API qcal_status qcal_fakequant_grad_factor(int64_t numel, int64_t quant_max,
                                                 double *out);
 
-/* Learnable per-tensor forward: rounds/clamps zero_point, then qcal_fakequant_per_tensor. */
-QCAL_API qcal_status qcal_fakequant_learnable_per_tensor(const float *src, int64_t n,
-                                                         float scale, float zero_point,
-                                                         int64_t quant_min,
-                                                         int64_t quant_max, float *dst,
-                                                         uint8_t *mask);
+/* Learnable forward: the fixed forward with the rounded, clamped float zero-points. */
+QCAL_API qcal_status qcal_fakequant_learnable_forward(const qcal_tensor *src,
+                                                      const qcal_qparams *qp,
+                                                      qcal_tensor *dst, uint8_t *mask);
 
-/* Learnable per-tensor backward: grad_x (n, may be NULL; grad_x == grad_y allowed),
- * *grad_scale and *grad_zero_point get the sums (overwritten, not accumulated). */
-QCAL_API qcal_status qcal_fakequant_learnable_per_tensor_backward(
-    const float *src, const float *grad_y, int64_t n, float scale, float zero_point,
-    int64_t quant_min, int64_t quant_max, float grad_factor, float *grad_x,
-    float *grad_scale, float *grad_zero_point);
-
-/* Learnable per-channel forward (zero_point: one float per channel). */
-QCAL_API qcal_status qcal_fakequant_learnable_per_channel(const qcal_tensor *src,
-                                                          int32_t axis, const float *scale,
-                                                          const float *zero_point,
-                                                          int64_t quant_min,
-                                                          int64_t quant_max, float *dst,
-                                                          uint8_t *mask);
-
-/* Learnable per-channel backward: grad_scale/grad_zero_point get one sum per channel. */
-QCAL_API qcal_status qcal_fakequant_learnable_per_channel_backward(
-    const qcal_tensor *src, const float *grad_y, int32_t axis, const float *scale,
-    const float *zero_point, int64_t quant_min, int64_t quant_max, float grad_factor,
-    float *grad_x, float *grad_scale, float *grad_zero_point);
+/* Learnable backward: grad_x (may be NULL; grad_x == grad_y allowed); grad_scale and
+ * grad_zero_point get qp->channels sums each (overwritten, not accumulated). */
+QCAL_API qcal_status qcal_fakequant_learnable_backward(const qcal_tensor *src,
+                                                       const qcal_tensor *grad_y,
+                                                       const qcal_qparams *qp,
+                                                       float grad_factor,
+                                                       qcal_tensor *grad_x,
+                                                       float *grad_scale,
+                                                       float *grad_zero_point);
 
 /* ---------------------------------------------------------------------------------------
  * The FakeQuantize object (torch.ao.quantization.FakeQuantize, and _LearnableFakeQuantize
@@ -209,11 +184,13 @@ QCAL_API qcal_status qcal_fakequant_module_status(const qcal_fakequant_module *f
                                                bool *fake_quant_enabled, bool *frozen,
                                                int64_t *steps);
 
-/* The qparams the last forward used (scale 1, zero-point 0 before any forward); for the
- * learnable mode the rounded, clamped zero-points. cap = capacity, *n = channel count. */
-QCAL_API qcal_status qcal_fakequant_module_qparams(const qcal_fakequant_module *fq, int64_t cap,
-                                                float *scale, int32_t *zero_point,
-                                                int64_t *n);
+/* The qparams the last forward used (scale 1, zero-point 0 before any forward) into *out
+ * (per-channel: library-owned arrays, release with qcal_qparams_free; *out is not freed
+ * first). Learnable mode: integer zero-points rounded and clamped as the forward does,
+ * float zero-points the learned ones. dtype, range and axis from the observer config;
+ * qscheme per_tensor_affine or per_channel_affine. */
+QCAL_API qcal_status qcal_fakequant_module_qparams(const qcal_fakequant_module *fq,
+                                                   qcal_qparams *out);
 
 /* Learnable mode: pointers to the object's parameters and their gradients (n values each,
  * owned by the object, valid until the next forward/load/destroy). The optimiser updates

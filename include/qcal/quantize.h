@@ -7,13 +7,15 @@
  * (ATen's generic path) q = clamp(zero_point + nearbyintf(x / scale)) in float32 division.
  * The clamp is to the full dtype range ([0,255], [-128,127], [-2^31, 2^31-1]), as PyTorch:
  * custom (e.g. 4-bit) ranges apply to qparams, not to quantize.
- * Non-finite and huge inputs: +Inf and values above the range give qmax, -Inf and values
- * below give qmin, NaN gives the zero-point (dequantizes to 0.0). PyTorch 1.13 on x86
+ * Non-finite and huge inputs (the NaN policy shared with fake-quant, qcal/fakequant.h):
+ * +Inf and values above the range give qmax, -Inf and values below give qmin, NaN gives
+ * the zero-point (dequantizes to 0.0). PyTorch 1.13 on x86
  * converts through an out-of-range float->int64 cast (undefined behaviour) and yields qmin
  * for NaN, +-Inf and every |x/scale| >= 2^63: a defect qcal does not reproduce.
  * Dequantize: x = (float)(q - zero_point) * scale in float32, as PyTorch.
  * Every scale must satisfy scale > 0 && isfinite(scale) and every zero-point must lie in
- * the dtype's range; otherwise QCAL_ERR_INVALID_ARG and dst untouched. */
+ * [quant_min, quant_max] (within the dtype's range); otherwise QCAL_ERR_INVALID_ARG and dst
+ * untouched. Large tensors use OpenMP; results do not depend on the thread count. */
 #ifndef QCAL_QUANTIZE_H
 #define QCAL_QUANTIZE_H
 
@@ -28,31 +30,18 @@ extern "C" {
 /* Bytes per quantized element: 1 for quint8/qint8, 4 for qint32, 0 for an unknown dtype. */
 QCAL_API size_t qcal_dtype_size(qcal_dtype dtype);
 
-/* Quantizes src (numel elements) into dst (caller-owned, numel * qcal_dtype_size(dtype)
- * bytes: uint8_t for quint8, int8_t for qint8, int32_t for qint32). src->data read only. */
-QCAL_API qcal_status qcal_quantize_per_tensor(const qcal_tensor *src, float scale,
-                                              int32_t zero_point, qcal_dtype dtype, void *dst);
+/* Quantizes src into dst (caller-owned, numel * qcal_dtype_size(qp->dtype) bytes: uint8_t
+ * for quint8, int8_t for qint8, int32_t for qint32) with qp, per-tensor or per-channel
+ * (channel axis qp->axis of src, qp->channels == src->shape[axis]) as qp->qscheme says:
+ * torch.quantize_per_tensor / torch.quantize_per_channel(...).int_repr(). The clamp is to
+ * the dtype's full range (qp->quant_min/quant_max only bound the zero-points). qp must
+ * validate (qcal_qparams_validate); float-qparams is QCAL_ERR_UNSUPPORTED. src->data read only. */
+QCAL_API qcal_status qcal_quantize(const qcal_tensor *src, const qcal_qparams *qp, void *dst);
 
-/* Per-channel quantize along axis (negative counts from the end) with channels ==
- * src->shape[axis] scales / zero-points (caller-owned arrays). dst as above. Same
- * arithmetic as torch.quantize_per_channel. */
-QCAL_API qcal_status qcal_quantize_per_channel(const qcal_tensor *src, int32_t axis,
-                                               int64_t channels, const float *scales,
-                                               const int32_t *zero_points, qcal_dtype dtype,
-                                               void *dst);
-
-/* Dequantizes src (numel(dst) elements of dtype, caller-owned) into dst->data
- * (caller-owned; dst->shape gives the count): x = (q - zero_point) * scale. */
-QCAL_API qcal_status qcal_dequantize_per_tensor(const void *src, qcal_dtype dtype, float scale,
-                                                int32_t zero_point, qcal_tensor *dst);
-
-/* Per-channel dequantize along axis of dst->shape (negative counts from the end);
- * channels must equal dst->shape[axis]. */
-QCAL_API qcal_status qcal_dequantize_per_channel(const void *src, qcal_dtype dtype,
-                                                 int32_t axis, int64_t channels,
-                                                 const float *scales,
-                                                 const int32_t *zero_points,
-                                                 qcal_tensor *dst);
+/* Dequantizes src (numel(dst) elements of qp->dtype, caller-owned) into dst->data
+ * (caller-owned; dst->shape gives the count and, per-channel, the channel axis):
+ * x = (q - zero_point) * scale. Same qparams rules as qcal_quantize. */
+QCAL_API qcal_status qcal_dequantize(const void *src, const qcal_qparams *qp, qcal_tensor *dst);
 
 #ifdef __cplusplus
 }
