@@ -472,8 +472,15 @@ static void op_cnn_calib(void *p)
         for (int64_t i = 0; i < n; i++) {
             const qcal_calib_entry *e = NULL;
             CHECK(qcal_calib_table_entry(table, i, &e));
-            h = fnv(h, e->scale, (size_t)e->channels * sizeof(float));
-            h = fnv(h, e->zero_point, (size_t)e->channels * sizeof(int32_t));
+            /* value by value: the same bytes as hashing each array in one go */
+            for (int64_t c = 0; c < e->qparams.channels; c++) {
+                float s = qcal_qparams_scale_at(&e->qparams, c);
+                h = fnv(h, &s, sizeof s);
+            }
+            for (int64_t c = 0; c < e->qparams.channels; c++) {
+                int32_t z = qcal_qparams_zero_point_at(&e->qparams, c);
+                h = fnv(h, &z, sizeof z);
+            }
         }
         b->cnn_hash = h;
     }

@@ -19,6 +19,20 @@ qcal_status qcal_calib_table_new(qcal_calib_table **out);
  * e is left freeable. */
 qcal_status qcal_calib_entry_alloc(qcal_calib_entry *e, const char *fqn, int64_t channels);
 
+/* Writable views of an entry's storage (qcal_calib_entry_alloc; `channels` values each):
+ * the range, and the scales / integer / float zero-points the JSON table stores for every
+ * channel (per-tensor entries too). */
+typedef struct qcal_calib_entry_arrays {
+    float *min_val, *max_val, *scale, *zero_point_float;
+    int32_t *zero_point;
+} qcal_calib_entry_arrays;
+void qcal_calib_entry_arrays_get(const qcal_calib_entry *e, qcal_calib_entry_arrays *a);
+
+/* Once qparams.dtype/qscheme/axis/quant_min/quant_max and the stored values are set: a
+ * per-channel qparams points at the storage (zero_points_float only for the float-qparams
+ * scheme), a per-tensor one gets channel 0 as its scalars. */
+void qcal_calib_entry_finish(qcal_calib_entry *e);
+
 /* Frees what qcal_calib_entry_alloc allocated. */
 void qcal_calib_entry_free(qcal_calib_entry *e);
 

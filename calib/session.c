@@ -510,31 +510,44 @@ static qcal_status snapshot(entry *e, qcal_calib_entry *out)
     if (ch < 1)
         ch = 1;
     memset(out, 0, sizeof *out);
-    st = qcal_calib_entry_alloc(out, e->fqn, ch);
-    if (st != QCAL_OK)
-        return st;
-    float *mn = (float *)out->min_val, *mx = (float *)out->max_val;
-    float *scale = (float *)out->scale, *zpf = (float *)out->zero_point_float;
-    int32_t *zp = (int32_t *)out->zero_point;
+    float *mn = qcal_malloc((size_t)ch * 2 * sizeof *mn);
+    if (!mn)
+        return QCAL_ERR_NO_MEMORY;
+    float *mx = mn + ch;
     int64_t got = 0;
     st = qcal_observer_qrange(e->obs, ch, mn, mx, &got);
-    if (st == QCAL_NO_DATA) {
-        out->no_data = true;
-        out->channels = 1;
+    bool no_data = st == QCAL_NO_DATA;
+    if (no_data) {
+        got = 1;
         mn[0] = INFINITY;
         mx[0] = -INFINITY;
-        scale[0] = 1.0f;
-        zp[0] = 0;
-        zpf[0] = 0.0f;
         st = QCAL_OK;
-    } else if (st == QCAL_OK) {
+    }
+    if (st == QCAL_OK)
+        st = qcal_calib_entry_alloc(out, e->fqn, got);
+    if (st != QCAL_OK) {
+        free(mn);
+        return qcal_calib_wrap_error(st, "%s '%s'", qcal_calib_role_name(e->role), e->fqn);
+    }
+    qcal_calib_entry_arrays a;
+    qcal_calib_entry_arrays_get(out, &a);
+    memcpy(a.min_val, mn, (size_t)got * sizeof *mn);
+    memcpy(a.max_val, mx, (size_t)got * sizeof *mx);
+    free(mn);
+    if (no_data) {
+        out->no_data = true;
+        a.scale[0] = 1.0f;
+        a.zero_point[0] = 0;
+        a.zero_point_float[0] = 0.0f;
+    } else {
         /* Channel by channel (the formula is element-wise), so that a channel that saw no
          * finite value gets scale 1, zero-point 0 as an empty observer does, instead of
          * failing the whole table. */
-        out->channels = got;
         bool any = false;
         for (int64_t c = 0; c < got && st >= 0; c++) {
-            st = qcal_qparams_compute_arrays(&cfg->q, 1, mn + c, mx + c, scale + c, zp + c, zpf + c);
+            st = qcal_qparams_compute_arrays(&cfg->q, 1, a.min_val + c, a.max_val + c,
+                                             a.scale + c, a.zero_point + c,
+                                             a.zero_point_float + c);
             any |= st == QCAL_OK;
         }
         if (st >= 0) {
@@ -549,13 +562,14 @@ static qcal_status snapshot(entry *e, qcal_calib_entry *out)
     }
     out->role = e->role;
     out->observer = cfg->kind;
-    out->dtype = cfg->q.dtype;
-    out->qscheme = cfg->q.qscheme;
-    out->axis = qcal_qscheme_is_per_channel(cfg->q.qscheme) ? cfg->axis : 0;
+    out->qparams.dtype = cfg->q.dtype;
+    out->qparams.qscheme = cfg->q.qscheme;
+    out->qparams.axis = qcal_qscheme_is_per_channel(cfg->q.qscheme) ? cfg->axis : 0;
     int64_t qmin = 0, qmax = 0;
     qcal_qconfig_range(&cfg->q, &qmin, &qmax);
-    out->quant_min = qmin;
-    out->quant_max = qmax;
+    out->qparams.quant_min = qmin;
+    out->qparams.quant_max = qmax;
+    qcal_calib_entry_finish(out);
     qcal_observer_batches(e->obs, &out->batches);
     qcal_observer_nonfinite(e->obs, &out->nonfinite);
     out->elements = e->elements;

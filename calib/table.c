@@ -36,43 +36,74 @@ qcal_status qcal_calib_table_new(qcal_calib_table **out)
     return QCAL_OK;
 }
 
+/* One allocation per entry for the arrays: min, max, scale, float zero-point (floats), then
+ * the integer zero-points; offsets follow from min_val and qparams.channels, which never
+ * change after the allocation. */
 qcal_status qcal_calib_entry_alloc(qcal_calib_entry *e, const char *fqn, int64_t channels)
 {
     memset(e, 0, sizeof *e);
     if (channels < 1 || channels > ((int64_t)1 << 40))
         return qcal_error(QCAL_ERR_INVALID_ARG, "entry '%s' has %lld channels", fqn,
                           (long long)channels);
-    size_t n = (size_t)channels, fbytes, ibytes;
-    if (!qcal_mul_size(n, 4 * sizeof(float), &fbytes) ||
-        !qcal_mul_size(n, sizeof(int32_t), &ibytes))
+    size_t n = (size_t)channels, bytes;
+    if (!qcal_mul_size(n, 4 * sizeof(float) + sizeof(int32_t), &bytes))
         return qcal_error(QCAL_ERR_OVERFLOW, "entry '%s': %lld channels overflow", fqn,
                           (long long)channels);
     size_t len = strlen(fqn);
     char *name = qcal_malloc(len + 1);
-    float *f = qcal_calloc(1, fbytes);
-    int32_t *z = qcal_calloc(1, ibytes);
-    if (!name || !f || !z) {
+    float *f = qcal_calloc(1, bytes);
+    if (!name || !f) {
         free(name);
         free(f);
-        free(z);
         return QCAL_ERR_NO_MEMORY;
     }
     memcpy(name, fqn, len + 1);
     e->fqn = name;
-    e->channels = channels;
+    e->qparams.channels = channels;
     e->min_val = f;
     e->max_val = f + n;
-    e->scale = f + 2 * n;
-    e->zero_point_float = f + 3 * n;
-    e->zero_point = z;
     return QCAL_OK;
+}
+
+void qcal_calib_entry_arrays_get(const qcal_calib_entry *e, qcal_calib_entry_arrays *a)
+{
+    int64_t n = e->qparams.channels;
+    float *f = (float *)(uintptr_t)e->min_val;
+    a->min_val = f;
+    a->max_val = f + n;
+    a->scale = f + 2 * n;
+    a->zero_point_float = f + 3 * n;
+    a->zero_point = (int32_t *)(void *)(f + 4 * n);
+}
+
+void qcal_calib_entry_finish(qcal_calib_entry *e)
+{
+    qcal_calib_entry_arrays a;
+    qcal_calib_entry_arrays_get(e, &a);
+    qcal_qparams *q = &e->qparams;
+    if (qcal_qscheme_is_per_channel(q->qscheme)) {
+        q->scales = a.scale;
+        q->zero_points = a.zero_point;
+        q->zero_points_float =
+            q->qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS ? a.zero_point_float : NULL;
+        q->scale = 1.0f;
+        q->zero_point = 0;
+        q->zero_point_float = 0.0f;
+    } else {
+        q->scales = NULL;
+        q->zero_points = NULL;
+        q->zero_points_float = NULL;
+        q->scale = a.scale[0];
+        q->zero_point = a.zero_point[0];
+        q->zero_point_float = (float)a.zero_point[0];
+    }
+    q->owned = NULL;
 }
 
 void qcal_calib_entry_free(qcal_calib_entry *e)
 {
     free((void *)e->fqn);
     free((void *)e->min_val);
-    free((void *)e->zero_point);
     memset(e, 0, sizeof *e);
 }
 
@@ -165,9 +196,9 @@ qcal_status qcal_calib_entry_amax(const qcal_calib_entry *e, int64_t c, float *a
 {
     if (!e || !amax)
         return qcal_error(QCAL_ERR_INVALID_ARG, "entry or output is NULL");
-    if (c < 0 || c >= e->channels)
+    if (c < 0 || c >= e->qparams.channels)
         return qcal_error(QCAL_ERR_INVALID_ARG, "channel %lld is outside [0, %lld) of '%s'",
-                          (long long)c, (long long)e->channels, e->fqn);
+                          (long long)c, (long long)e->qparams.channels, e->fqn);
     float lo = e->min_val[c], hi = e->max_val[c];
     if (!(lo <= hi)) {  /* no data (+inf, -inf) */
         *amax = 0.0f;
@@ -286,18 +317,21 @@ qcal_status qcal_calib_table_json(const qcal_calib_table *t, qcal_buf *b)
         put_str(b, qcal_calib_role_name(e->role));
         put(b, ", \"observer\": ");
         put_str(b, qcal_observer_kind_name(e->observer));
+        const qcal_qparams *q = &e->qparams;
+        qcal_calib_entry_arrays a;
+        qcal_calib_entry_arrays_get(e, &a);
         put(b, ", \"dtype\": ");
-        put_str(b, qcal_dtype_name(e->dtype));
+        put_str(b, qcal_dtype_name(q->dtype));
         put(b, ", \"qscheme\": ");
-        put_str(b, qcal_qscheme_name(e->qscheme));
+        put_str(b, qcal_qscheme_name(q->qscheme));
         put(b, ",\n     \"axis\": ");
-        put_i64(b, e->axis);
+        put_i64(b, q->axis);
         put(b, ", \"quant_min\": ");
-        put_i64(b, e->quant_min);
+        put_i64(b, q->quant_min);
         put(b, ", \"quant_max\": ");
-        put_i64(b, e->quant_max);
+        put_i64(b, q->quant_max);
         put(b, ", \"channels\": ");
-        put_i64(b, e->channels);
+        put_i64(b, q->channels);
         put(b, ", \"batches\": ");
         put_u64(b, e->batches);
         put(b, ", \"elements\": ");
@@ -306,19 +340,19 @@ qcal_status qcal_calib_table_json(const qcal_calib_table *t, qcal_buf *b)
         put_u64(b, e->nonfinite);
         put(b, e->no_data ? ", \"no_data\": true" : ", \"no_data\": false");
         put(b, ",\n     \"min\": ");
-        put_f32_array(b, e->min_val, e->channels);
+        put_f32_array(b, a.min_val, q->channels);
         put(b, ",\n     \"max\": ");
-        put_f32_array(b, e->max_val, e->channels);
+        put_f32_array(b, a.max_val, q->channels);
         put(b, ",\n     \"scale\": ");
-        put_f32_array(b, e->scale, e->channels);
+        put_f32_array(b, a.scale, q->channels);
         put(b, ",\n     \"zero_point\": [");
-        for (int64_t c = 0; c < e->channels; c++) {
+        for (int64_t c = 0; c < q->channels; c++) {
             if (c)
                 put(b, ", ");
-            put_i64(b, e->zero_point[c]);
+            put_i64(b, a.zero_point[c]);
         }
         put(b, "],\n     \"zero_point_float\": ");
-        put_f32_array(b, e->zero_point_float, e->channels);
+        put_f32_array(b, a.zero_point_float, q->channels);
         put(b, "}");
     }
     put(b, t->n ? "\n  ]\n}\n" : "]\n}\n");
@@ -440,9 +474,10 @@ static qcal_status read_entry(reader *r, const qcal_json *o, qcal_calib_entry *e
     qcal_calib_entry x;
     if ((st = qcal_calib_entry_alloc(&x, fqn, ch)) != QCAL_OK)
         return st;
-    float *mn = (float *)x.min_val, *mx = (float *)x.max_val, *sc = (float *)x.scale;
-    float *zpf = (float *)x.zero_point_float;
-    int32_t *zp = (int32_t *)x.zero_point;
+    qcal_calib_entry_arrays xa;
+    qcal_calib_entry_arrays_get(&x, &xa);
+    float *mn = xa.min_val, *mx = xa.max_val, *sc = xa.scale, *zpf = xa.zero_point_float;
+    int32_t *zp = xa.zero_point;
     qcal_observer_config cfg;
     qcal_observer_config_default(&cfg, QCAL_OBSERVER_MINMAX);
 #define TRY(expr) do { if ((st = (expr)) != QCAL_OK) goto fail; } while (0)
@@ -457,20 +492,20 @@ static qcal_status read_entry(reader *r, const qcal_json *o, qcal_calib_entry *e
         goto fail;
     }
     TRY(get_str(r, o, "dtype", &s));
-    if (qcal_dtype_parse(s, &x.dtype) != QCAL_OK) {
+    if (qcal_dtype_parse(s, &x.qparams.dtype) != QCAL_OK) {
         st = bad(r, "dtype", "is not quint8, qint8 or qint32");
         goto fail;
     }
     TRY(get_str(r, o, "qscheme", &s));
-    if (qcal_qscheme_parse(s, &x.qscheme) != QCAL_OK) {
+    if (qcal_qscheme_parse(s, &x.qparams.qscheme) != QCAL_OK) {
         st = bad(r, "qscheme", "is not a qscheme name");
         goto fail;
     }
     TRY(get_int(r, o, "axis", -QCAL_MAX_DIMS, QCAL_MAX_DIMS - 1, &v));
-    x.axis = (int32_t)v;
-    TRY(get_int(r, o, "quant_min", INT32_MIN, INT32_MAX, &x.quant_min));
-    TRY(get_int(r, o, "quant_max", INT32_MIN, INT32_MAX, &x.quant_max));
-    if (x.quant_min > x.quant_max) {
+    x.qparams.axis = (int32_t)v;
+    TRY(get_int(r, o, "quant_min", INT32_MIN, INT32_MAX, &x.qparams.quant_min));
+    TRY(get_int(r, o, "quant_max", INT32_MIN, INT32_MAX, &x.qparams.quant_max));
+    if (x.qparams.quant_min > x.qparams.quant_max) {
         st = bad(r, "quant_min", "is greater than quant_max");
         goto fail;
     }
@@ -486,7 +521,7 @@ static qcal_status read_entry(reader *r, const qcal_json *o, qcal_calib_entry *e
         goto fail;
     }
     x.no_data = nd->type == QCAL_JSON_TRUE;
-    if (!qcal_qscheme_is_per_channel(x.qscheme) && ch != 1) {
+    if (!qcal_qscheme_is_per_channel(x.qparams.qscheme) && ch != 1) {
         st = bad(r, "channels", "must be 1 for a per-tensor qscheme");
         goto fail;
     }
@@ -511,15 +546,15 @@ static qcal_status read_entry(reader *r, const qcal_json *o, qcal_calib_entry *e
     /* Rebuild the qparams from the range with the entry's config and demand the stored
      * ones: a table either says one consistent thing or is rejected. */
     cfg.kind = x.observer;
-    cfg.q.dtype = x.dtype;
-    cfg.q.qscheme = x.qscheme;
+    cfg.q.dtype = x.qparams.dtype;
+    cfg.q.qscheme = x.qparams.qscheme;
     int64_t qmin, qmax;
-    if (qcal_qconfig_range(&cfg.q, &qmin, &qmax) != QCAL_OK || qmin != x.quant_min ||
-        qmax != x.quant_max) {
+    if (qcal_qconfig_range(&cfg.q, &qmin, &qmax) != QCAL_OK || qmin != x.qparams.quant_min ||
+        qmax != x.qparams.quant_max) {
         /* Not the dtype's default range: a custom or reduced range. */
         cfg.q.custom_range = true;
-        cfg.q.quant_min = x.quant_min;
-        cfg.q.quant_max = x.quant_max;
+        cfg.q.quant_min = x.qparams.quant_min;
+        cfg.q.quant_max = x.qparams.quant_max;
     }
     bool any = false;
     for (int64_t c = 0; c < ch; c++) {
@@ -546,7 +581,7 @@ static qcal_status read_entry(reader *r, const qcal_json *o, qcal_calib_entry *e
             goto fail;
         }
         any |= qs == QCAL_OK;
-        bool fz = x.qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS;
+        bool fz = x.qparams.qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS;
         if (rs != sc[c] || (!fz && rz != zp[c]) || (fz && rzf != zpf[c])) {
             snprintf(msg, sizeof msg,
                      "channel %lld: scale %.9g / zero-point %d do not match %.9g / %d rebuilt "
@@ -563,6 +598,7 @@ static qcal_status read_entry(reader *r, const qcal_json *o, qcal_calib_entry *e
         goto fail;
     }
 #undef TRY
+    qcal_calib_entry_finish(&x);
     *e = x;
     return QCAL_OK;
 fail:

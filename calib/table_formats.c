@@ -148,7 +148,7 @@ static void put(qcal_buf *b, const char *s)
 float qcal_calib_export_amax(const qcal_calib_entry *e)
 {
     float m = 0.0f;
-    for (int64_t c = 0; c < e->channels; c++) {
+    for (int64_t c = 0; c < e->qparams.channels; c++) {
         float a = 0.0f;
         qcal_calib_entry_amax(e, c, &a);
         m = fmaxf(m, a);
@@ -296,7 +296,7 @@ static qcal_status fmt_ncnn(const qcal_calib_table *t, qcal_buf *b, skipped *sk)
                 put(b, layer);
                 free(layer);
                 put(b, "_param_0 ");
-                for (int64_t c = 0; c < e->channels; c++) {
+                for (int64_t c = 0; c < e->qparams.channels; c++) {
                     float a = 0.0f;
                     qcal_calib_entry_amax(e, c, &a);
                     if (!(a > 0.0f))

@@ -1020,8 +1020,9 @@ int main(int argc, char **argv)
         TRY(qcal_calib_table_find(res[best].table, cnn_layer_name(l), QCAL_CALIB_ROLE_ACTIVATION, &e));
         printf("%-6s | %9.2f | %9.6f | %11.3g | %9.2f | %9.6f | %11.3g | %.6g / %d ([%.4g, %.4g])\n",
                cnn_layer_name(l), rows[l].w.m.sqnr_db, rows[l].w.m.cosine, rows[l].w.m.max_abs_err,
-               rows[l].act.sqnr_db, rows[l].act.cosine, rows[l].act.max_abs_err, (double)e->scale[0],
-               e->zero_point[0], (double)e->min_val[0], (double)e->max_val[0]);
+               rows[l].act.sqnr_db, rows[l].act.cosine, rows[l].act.max_abs_err,
+               (double)qcal_qparams_scale_at(&e->qparams, 0), qcal_qparams_zero_point_at(&e->qparams, 0),
+               (double)e->min_val[0], (double)e->max_val[0]);
     }
     printf("(activation row = the layer with its ReLU and pool, output requantized with the next layer's "
            "input qparams; fc2 outputs f32 logits)\n\n");

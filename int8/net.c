@@ -1130,9 +1130,11 @@ static qcal_status run_chunk(const qcal_int8_net *net, const plan *pl, const flo
     if (!net->opt.nonfinite_error)   /* else forward() rejected any before this */
         qcal_f32_minmax(src, in_numel, &mn, &mx, nonfinite);
     qcal_tensor t;
+    qcal_qparams qp;
     const int64_t dims[1] = {in_numel};
     if ((rc = qcal_tensor_init(&t, (float *)src, 1, dims)) != QCAL_OK ||
-        (rc = qcal_quantize_per_tensor(&t, net->in_scale, net->in_zp, QCAL_QUINT8, qbuf)) != QCAL_OK)
+        (rc = qcal_qparams_per_tensor(&qp, QCAL_QUINT8, net->in_scale, net->in_zp)) != QCAL_OK ||
+        (rc = qcal_quantize(&t, &qp, qbuf)) != QCAL_OK)
         return rc;
     if (pl->in_reorder) {
         dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, pl->in_nchw}, {DNNL_ARG_TO, pl->act[0]}};

@@ -34,16 +34,17 @@ static qcal_status act_qparams(const qcal_calib_table *t, const char *fqn, float
         return qcal_error(st, "%s: the table has no activation entry '%s'", fn, fqn);
     if (st != QCAL_OK)
         return st;
-    if (e->dtype != QCAL_QUINT8 || qcal_qscheme_is_per_channel(e->qscheme) || e->channels != 1)
+    const qcal_qparams *q = &e->qparams;
+    if (q->dtype != QCAL_QUINT8 || qcal_qscheme_is_per_channel(q->qscheme) || q->channels != 1)
         return qcal_error(QCAL_ERR_MISMATCH, "%s: activation entry '%s' is %s %s with %lld "
                           "channels; the int8 net takes quint8 per-tensor activations", fn, fqn,
-                          qcal_dtype_name(e->dtype), qcal_qscheme_name(e->qscheme),
-                          (long long)e->channels);
+                          qcal_dtype_name(q->dtype), qcal_qscheme_name(q->qscheme),
+                          (long long)q->channels);
     if (e->no_data)
         return qcal_error(QCAL_ERR_MISMATCH, "%s: activation entry '%s' saw no finite value", fn,
                           fqn);
-    *scale = e->scale[0];
-    *zp = e->zero_point[0];
+    *scale = q->scale;
+    *zp = q->zero_point;
     return QCAL_OK;
 }
 
@@ -62,14 +63,15 @@ static qcal_status weight_scales(const qcal_calib_table *t, const char *fqn, int
         return QCAL_OK;
     if (st != QCAL_OK)
         return st;
-    if (e->dtype != QCAL_QINT8 || e->qscheme != QCAL_PER_CHANNEL_SYMMETRIC || e->axis != 0 ||
-        e->channels != channels || e->no_data)
+    const qcal_qparams *q = &e->qparams;
+    if (q->dtype != QCAL_QINT8 || q->qscheme != QCAL_PER_CHANNEL_SYMMETRIC || q->axis != 0 ||
+        q->channels != channels || e->no_data)
         return qcal_error(QCAL_ERR_MISMATCH, "%s: weight entry '%s' is %s %s axis %d with %lld "
                           "channels%s; the layer needs qint8 per_channel_symmetric axis 0 with "
-                          "%lld", fn, name, qcal_dtype_name(e->dtype),
-                          qcal_qscheme_name(e->qscheme), (int)e->axis, (long long)e->channels,
+                          "%lld", fn, name, qcal_dtype_name(q->dtype),
+                          qcal_qscheme_name(q->qscheme), (int)q->axis, (long long)q->channels,
                           e->no_data ? " and no data" : "", (long long)channels);
-    *scales = e->scale;
+    *scales = q->scales;
     return QCAL_OK;
 }
 

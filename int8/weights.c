@@ -47,21 +47,25 @@ qcal_status qcal_int8_weights_quantize(const char *fn, int64_t oc, int64_t k, co
         cfg.q.qscheme = QCAL_PER_CHANNEL_SYMMETRIC;
         cfg.axis = 0;
         cfg.nonfinite = QCAL_NONFINITE_ERROR;
-        int64_t n = 0;
+        qcal_qparams oq = {0};
         if ((st = qcal_observer_create(&cfg, &obs)) != QCAL_OK ||
             (st = qcal_observer_update(obs, &t)) != QCAL_OK ||
-            (st = qcal_observer_qparams(obs, oc, scale, zp, NULL, &n)) != QCAL_OK)
+            (st = qcal_observer_qparams(obs, &oq)) != QCAL_OK)
             goto done;
-        if (n != oc) {
+        if (oq.channels != oc) {
             st = qcal_error(QCAL_ERR_STATE, "%s: the weight observer gave %lld channels, not %lld",
-                            fn, (long long)n, (long long)oc);
+                            fn, (long long)oq.channels, (long long)oc);
+            qcal_qparams_free(&oq);
             goto done;
         }
-        memset(zp, 0, (size_t)oc * sizeof *zp);   /* symmetric qint8: 0 already */
+        memcpy(scale, oq.scales, (size_t)oc * sizeof *scale);   /* zero-points: 0 (symmetric) */
+        qcal_qparams_free(&oq);
     }
     /* q = clamp(nearbyintf(w * (1 / scale[o])), -128, 127): the rounding contract of
      * qcal/quantize.h (round half to even, clamp in float). */
-    st = qcal_quantize_per_channel(&t, 0, oc, scale, zp, QCAL_QINT8, wq);
+    qcal_qparams qp;
+    if ((st = qcal_qparams_per_channel(&qp, QCAL_QINT8, 0, oc, scale, zp)) == QCAL_OK)
+        st = qcal_quantize(&t, &qp, wq);
 done:
     qcal_observer_destroy(&obs);
     free(zp);

@@ -98,25 +98,29 @@ static void assert_tables_equal(const qcal_calib_table *got, const qcal_calib_ta
         assert_string_equal(a->fqn, b->fqn);
         assert_int_equal(a->role, b->role);
         assert_int_equal(a->observer, b->observer);
-        assert_int_equal(a->channels, b->channels);
+        assert_int_equal(a->qparams.channels, b->qparams.channels);
         assert_int_equal(a->batches, b->batches);
         assert_int_equal(a->elements, b->elements);
         assert_int_equal(a->nonfinite, b->nonfinite);
-        for (int64_t c = 0; c < a->channels; c++) {
-            const float *ga[3] = { a->min_val, a->max_val, a->scale };
-            const float *wa[3] = { b->min_val, b->max_val, b->scale };
+        for (int64_t c = 0; c < a->qparams.channels; c++) {
+            const float ga[3][1] = { { a->min_val[c] }, { a->max_val[c] },
+                                     { qcal_qparams_scale_at(&a->qparams, c) } };
+            const float wa[3][1] = { { b->min_val[c] }, { b->max_val[c] },
+                                     { qcal_qparams_scale_at(&b->qparams, c) } };
             static const char *const nm[3] = { "min", "max", "scale" };
             for (int k = 0; k < 3; k++) {
-                double d = fabs((double)ga[k][c] - (double)wa[k][c]);
-                if (ga[k][c] != wa[k][c] && d >= worst) {
+                double d = fabs((double)ga[k][0] - (double)wa[k][0]);
+                if (ga[k][0] != wa[k][0] && d >= worst) {
                     worst = d > 0 ? d : INFINITY;
                     snprintf(where, sizeof where, "%s %s[%lld]: got %.9g, PyTorch %.9g",
-                             a->fqn, nm[k], (long long)c, (double)ga[k][c], (double)wa[k][c]);
+                             a->fqn, nm[k], (long long)c, (double)ga[k][0], (double)wa[k][0]);
                 }
             }
-            if (a->zero_point[c] != b->zero_point[c] && worst == 0.0)
+            int32_t za = qcal_qparams_zero_point_at(&a->qparams, c),
+                    zb = qcal_qparams_zero_point_at(&b->qparams, c);
+            if (za != zb && worst == 0.0)
                 snprintf(where, sizeof where, "%s zero_point[%lld]: got %d, PyTorch %d", a->fqn,
-                         (long long)c, a->zero_point[c], b->zero_point[c]);
+                         (long long)c, za, zb);
         }
     }
     if (where[0])
@@ -188,7 +192,7 @@ static void test_rules_and_default(void **state)
     assert_int_equal(e->observer, QCAL_OBSERVER_MINMAX);
     assert_int_equal(qcal_calib_table_find(t, "fc.weight", QCAL_CALIB_ROLE_WEIGHT, &e), QCAL_OK);
     assert_int_equal(e->observer, QCAL_OBSERVER_PER_CHANNEL_MINMAX);
-    assert_int_equal(e->channels, 5);
+    assert_int_equal(e->qparams.channels, 5);
     qcal_calib_table_destroy(&t);
     /* Same run twice: byte-identical output. */
     char again[256];

@@ -480,8 +480,8 @@ static void test_many_names(void **state)
     assert_int_equal(qcal_calib_session_table(s, &t), QCAL_OK);
     const qcal_calib_entry *e;
     assert_int_equal(qcal_calib_table_find(t, "mm.layer2999", QCAL_CALIB_ROLE_WEIGHT, &e), QCAL_OK);
-    assert_int_equal(e->channels, NCH);   /* per_channel_minmax, axis 0 */
-    assert_int_equal(e->qscheme, QCAL_PER_CHANNEL_SYMMETRIC);
+    assert_int_equal(e->qparams.channels, NCH);   /* per_channel_minmax, axis 0 */
+    assert_int_equal(e->qparams.qscheme, QCAL_PER_CHANNEL_SYMMETRIC);
     qcal_calib_table_destroy(&t);
     qcal_calib_session_destroy(&s);
     qcal_calib_rules_destroy(&rules);

@@ -151,22 +151,28 @@ static void assert_entries_equal(const qcal_calib_entry *a, const qcal_calib_ent
     assert_string_equal(a->fqn, b->fqn);
     assert_int_equal(a->role, b->role);
     assert_int_equal(a->observer, b->observer);
-    assert_int_equal(a->dtype, b->dtype);
-    assert_int_equal(a->qscheme, b->qscheme);
-    assert_int_equal(a->axis, b->axis);
-    assert_int_equal(a->quant_min, b->quant_min);
-    assert_int_equal(a->quant_max, b->quant_max);
-    assert_int_equal(a->channels, b->channels);
+    const qcal_qparams *qa = &a->qparams, *qb = &b->qparams;
+    assert_int_equal(qa->dtype, qb->dtype);
+    assert_int_equal(qa->qscheme, qb->qscheme);
+    assert_int_equal(qa->axis, qb->axis);
+    assert_int_equal(qa->quant_min, qb->quant_min);
+    assert_int_equal(qa->quant_max, qb->quant_max);
+    assert_int_equal(qa->channels, qb->channels);
     assert_int_equal(a->batches, b->batches);
     assert_int_equal(a->elements, b->elements);
     assert_int_equal(a->nonfinite, b->nonfinite);
     assert_int_equal(a->no_data, b->no_data);
-    size_t n = (size_t)a->channels * sizeof(float);
+    size_t n = (size_t)qa->channels * sizeof(float);
     assert_memory_equal(a->min_val, b->min_val, n);
     assert_memory_equal(a->max_val, b->max_val, n);
-    assert_memory_equal(a->scale, b->scale, n);
-    assert_memory_equal(a->zero_point_float, b->zero_point_float, n);
-    assert_memory_equal(a->zero_point, b->zero_point, (size_t)a->channels * 4);
+    for (int64_t c = 0; c < qa->channels; c++) {
+        float sa = qcal_qparams_scale_at(qa, c), sb = qcal_qparams_scale_at(qb, c);
+        float fa = qcal_qparams_zero_point_float_at(qa, c), fb = qcal_qparams_zero_point_float_at(qb, c);
+        assert_memory_equal(&sa, &sb, 4);
+        assert_memory_equal(&fa, &fb, 4);
+        assert_int_equal(qcal_qparams_zero_point_at(qa, c), qcal_qparams_zero_point_at(qb, c));
+    }
+    assert_int_equal(qcal_qparams_validate(qa), QCAL_OK);
 }
 
 /* A session table over awkward floats (subnormal-free but of every magnitude) and an
@@ -230,7 +236,7 @@ static void test_json_round_trip(void **state)
     assert_int_equal(qcal_calib_table_find(t2, "all_nan", QCAL_CALIB_ROLE_ACTIVATION, &e), QCAL_OK);
     assert_true(e->no_data);
     assert_int_equal(e->nonfinite, 3);
-    assert_float_equal(e->scale[0], 1.0f, 0.0f);
+    assert_float_equal(qcal_qparams_scale_at(&e->qparams, 0), 1.0f, 0.0f);
     assert_true(isinf(e->min_val[0]) && e->min_val[0] > 0);
     /* Exports leave the no-data entry out and say so. */
     char *trt = NULL;

@@ -297,9 +297,9 @@ static void test_short_run(void **state)
         assert_int_equal(qcal_calib_table_find(tbl, cnn_tap_name(t), QCAL_CALIB_ROLE_ACTIVATION, &e), QCAL_OK);
         /* quint8 affine, PyTorch: scale = (max(max,0) - min(min,0)) / 255 */
         float want = (fmaxf(ra.mx[t], 0.0f) - fminf(ra.mn[t], 0.0f)) / 255.0f;
-        if (e->min_val[0] != ra.mn[t] || e->max_val[0] != ra.mx[t] || e->scale[0] != want) {
+        if (e->min_val[0] != ra.mn[t] || e->max_val[0] != ra.mx[t] || qcal_qparams_scale_at(&e->qparams, 0) != want) {
             print_error("%s: table range [%.9g, %.9g] scale %.9g; independent forward [%.9g, %.9g] scale %.9g\n",
-                        cnn_tap_name(t), (double)e->min_val[0], (double)e->max_val[0], (double)e->scale[0],
+                        cnn_tap_name(t), (double)e->min_val[0], (double)e->max_val[0], (double)qcal_qparams_scale_at(&e->qparams, 0),
                         (double)ra.mn[t], (double)ra.mx[t], (double)want);
             fail();
         }
@@ -308,7 +308,7 @@ static void test_short_run(void **state)
         assert_int_equal(qcal_calib_table_find(tbl, wn, QCAL_CALIB_ROLE_WEIGHT, &e), QCAL_OK);
         int64_t shape[4];
         cnn_param_shape(2 * t, shape);
-        assert_int_equal(e->channels, shape[0]);
+        assert_int_equal(e->qparams.channels, shape[0]);
         int64_t per = cnn_param_numel(2 * t) / shape[0];
         for (int64_t c = 0; c < shape[0]; c++) {
             float a = 0.0f;
@@ -316,8 +316,8 @@ static void test_short_run(void **state)
                 a = fmaxf(a, fabsf(m->param[2 * t][c * per + i]));
             /* per_channel_symmetric qint8: amax / 127.5 (PyTorch) */
             float ws = fmaxf(a / 127.5f, 1.1920929e-07f);
-            if (e->scale[c] != ws) {
-                print_error("%s channel %lld: scale %.9g, want %.9g\n", wn, (long long)c, (double)e->scale[c],
+            if (qcal_qparams_scale_at(&e->qparams, c) != ws) {
+                print_error("%s channel %lld: scale %.9g, want %.9g\n", wn, (long long)c, (double)qcal_qparams_scale_at(&e->qparams, c),
                             (double)ws);
                 fail();
             }

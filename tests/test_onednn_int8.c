@@ -744,8 +744,8 @@ static void test_from_table(void **state)
     for (int i = 0; i < 4; i++) {
         const qcal_calib_entry *e = NULL;
         assert_int_equal(qcal_calib_table_find(t, names[i], QCAL_CALIB_ROLE_ACTIVATION, &e), QCAL_OK);
-        r.s[i] = e->scale[0];
-        r.zp[i] = e->zero_point[0];
+        r.s[i] = e->qparams.scale;
+        r.zp[i] = e->qparams.zero_point;
     }
     assert_int_not_equal(r.zp[0], 0);   /* the input zero-point path is exercised */
 
@@ -771,7 +771,7 @@ static void test_from_table(void **state)
     assert_int_equal(qcal_int8_net_weight_scales(tn, 0, C2, sc, &cnt), QCAL_OK);
     assert_int_equal(qcal_int8_net_weight_scales(hn, 0, C2, sc2, &cnt2), QCAL_OK);
     assert_int_equal(cnt, C1);
-    assert_memory_equal(sc, we->scale, C1 * sizeof(float));
+    assert_memory_equal(sc, we->qparams.scales, C1 * sizeof(float));
     assert_memory_equal(sc, sc2, C1 * sizeof(float));
     qcal_int8_net_destroy(&tn);
     qcal_int8_net_destroy(&hn);
@@ -823,7 +823,7 @@ static void test_from_table(void **state)
 static void test_quantize_kernels(void **state)
 {
     (void)state;
-    /* The net quantizes its input through qcal_quantize_per_tensor (quant/) and counts the
+    /* The net quantizes its input through qcal_quantize (quant/) and counts the
      * non-finite values with the shared min/max kernel: a net without layers returns those
      * codes, checked under every ISA cap against the scalar reference. */
     static const int64_t sizes[] = {1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 200, 1031};

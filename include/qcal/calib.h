@@ -197,21 +197,19 @@ QCAL_API qcal_status qcal_calib_session_digest(const qcal_calib_session *s, char
 
 /* ---- Tables ---- */
 
-/* One (fqn, role) row of a table. Arrays have `channels` elements and belong to the table. */
+/* One (fqn, role) row of a table. Everything belongs to the table (valid until it is
+ * destroyed). The qparams embed dtype, qscheme, axis (per-channel schemes, else 0), the
+ * effective integer range, the channel count and the scale(s) / zero-point(s) as a
+ * qcal_qparams value (per-tensor: the scalars; per-channel: arrays owned by the table, so
+ * never qcal_qparams_free them; zero_points_float only for the float-qparams scheme), ready
+ * for qcal_quantize, qcal_fakequant_forward or the int8 builders. */
 typedef struct qcal_calib_entry {
     const char *fqn;
     qcal_calib_role role;
     qcal_observer_kind observer;
-    qcal_dtype dtype;
-    qcal_qscheme qscheme;
-    int32_t axis;                 /* channel axis (per-channel schemes), else 0 */
-    int64_t quant_min, quant_max; /* effective integer range */
-    int64_t channels;             /* >= 1 */
-    const float *min_val;         /* range qparams come from; no data: +inf */
+    qcal_qparams qparams;         /* no data: scale 1, zero-point 0 */
+    const float *min_val;         /* qparams.channels values: the range the qparams come from; no data: +inf */
     const float *max_val;         /* no data: -inf */
-    const float *scale;
-    const int32_t *zero_point;    /* integer zero-points (0 for float-qparams schemes) */
-    const float *zero_point_float;/* float zero-points for per_channel_affine_float_qparams, else 0 */
     uint64_t batches;             /* batches the observer saw */
     uint64_t elements;            /* elements in those batches */
     uint64_t nonfinite;           /* NaN/Inf values skipped */

@@ -22,10 +22,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int64_t i = 0; i < n; i++) {
         const qcal_calib_entry *e = NULL;
         FUZZ_CHECK(qcal_calib_table_entry(t, i, &e) == QCAL_OK && e);
-        FUZZ_CHECK(e->channels >= 1 && e->quant_min <= e->quant_max);
-        for (int64_t c = 0; c < e->channels; c++) {
+        FUZZ_CHECK(e->qparams.channels >= 1 &&
+                   e->qparams.quant_min <= e->qparams.quant_max);
+        FUZZ_CHECK(qcal_qparams_validate(&e->qparams) == QCAL_OK);
+        for (int64_t c = 0; c < e->qparams.channels; c++) {
             /* A validated table never carries an unusable scale. */
-            FUZZ_CHECK(e->scale[c] > 0.0f && isfinite(e->scale[c]));
+            float s = qcal_qparams_scale_at(&e->qparams, c);
+            FUZZ_CHECK(s > 0.0f && isfinite(s));
             float amax = -1.0f;
             FUZZ_CHECK(qcal_calib_entry_amax(e, c, &amax) == QCAL_OK && amax >= 0.0f);
         }
