@@ -265,13 +265,19 @@ static void golden_fixed(const ref_case *r, const char *isa)
     snprintf(name, sizeof name, "%s [%s]", r->name, isa);
     qcal_status st;
     if (r->kind == 0) {
-        st = qcal_fakequant_forward(tu_vec(r->x, n), tu_fq(r->scale[0], zpi[0], r->qmin, r->qmax), tu_vec(y, n), m);
+        st = qcal_fakequant_forward(tu_vec(r->x, n), tu_fq(r->scale[0], zpi[0], r->qmin, r->qmax),
+                                    tu_vec(y, n), m);
         assert_int_equal(st, QCAL_OK);
-        st = qcal_fakequant_fused(tu_vec(r->x, n), tu_vec(r->gy, n), tu_fq(r->scale[0], zpi[0], r->qmin, r->qmax), tu_vec(y2, n), tu_vec(gx2, n));
+        st = qcal_fakequant_fused(tu_vec(r->x, n), tu_vec(r->gy, n),
+                                  tu_fq(r->scale[0], zpi[0], r->qmin, r->qmax), tu_vec(y2, n),
+                                  tu_vec(gx2, n));
     } else {
-        st = qcal_fakequant_forward(&r->t, tu_fqc(&r->t, r->axis, r->scale, zpi, r->qmin, r->qmax), tu_vec(y, tu_numel(&r->t)), m);
+        st = qcal_fakequant_forward(&r->t, tu_fqc(&r->t, r->axis, r->scale, zpi, r->qmin, r->qmax),
+                                    tu_vec(y, tu_numel(&r->t)), m);
         assert_int_equal(st, QCAL_OK);
-        st = qcal_fakequant_fused(&r->t, tu_vec(r->gy, tu_numel(&r->t)), tu_fqc(&r->t, r->axis, r->scale, zpi, r->qmin, r->qmax), tu_vec(y2, tu_numel(&r->t)), tu_vec(gx2, tu_numel(&r->t)));
+        st = qcal_fakequant_fused(&r->t, tu_vec(r->gy, tu_numel(&r->t)),
+                                  tu_fqc(&r->t, r->axis, r->scale, zpi, r->qmin, r->qmax),
+                                  tu_vec(y2, tu_numel(&r->t)), tu_vec(gx2, tu_numel(&r->t)));
     }
     assert_int_equal(st, QCAL_OK);
     expect_bits("forward", name, y, want, n);
@@ -291,14 +297,23 @@ static void golden_learnable(const ref_case *r, const char *isa)
     char name[96];
     snprintf(name, sizeof name, "%s [%s]", r->name, isa);
     if (r->kind == 2) {
-        assert_int_equal(qcal_fakequant_learnable_forward(tu_vec(r->x, n), tu_lsq(r->scale[0], r->zp[0], r->qmin, r->qmax), tu_vec(y, n), NULL),
+        assert_int_equal(qcal_fakequant_learnable_forward(tu_vec(r->x, n),
+                                                          tu_lsq(r->scale[0], r->zp[0], r->qmin, r->qmax),
+                                                          tu_vec(y, n), NULL),
                          QCAL_OK);
-        assert_int_equal(qcal_fakequant_learnable_backward(tu_vec(r->x, n), tu_vec(r->gy, n), tu_lsq(r->scale[0], r->zp[0], r->qmin, r->qmax), r->grad_factor, tu_vec(gx, n), gs, gz),
+        assert_int_equal(qcal_fakequant_learnable_backward(tu_vec(r->x, n), tu_vec(r->gy, n),
+                                                           tu_lsq(r->scale[0], r->zp[0], r->qmin, r->qmax),
+                                                           r->grad_factor, tu_vec(gx, n), gs, gz),
                          QCAL_OK);
     } else {
-        assert_int_equal(qcal_fakequant_learnable_forward(&r->t, tu_lsqc(&r->t, r->axis, r->scale, r->zp, r->qmin, r->qmax), tu_vec(y, tu_numel(&r->t)), NULL),
+        assert_int_equal(qcal_fakequant_learnable_forward(&r->t,
+                                                          tu_lsqc(&r->t, r->axis, r->scale, r->zp, r->qmin, r->qmax),
+                                                          tu_vec(y, tu_numel(&r->t)), NULL),
                          QCAL_OK);
-        assert_int_equal(qcal_fakequant_learnable_backward(&r->t, tu_vec(r->gy, tu_numel(&r->t)), tu_lsqc(&r->t, r->axis, r->scale, r->zp, r->qmin, r->qmax), r->grad_factor, tu_vec(gx, tu_numel(&r->t)), gs, gz),
+        assert_int_equal(qcal_fakequant_learnable_backward(&r->t, tu_vec(r->gy, tu_numel(&r->t)),
+                                                           tu_lsqc(&r->t, r->axis, r->scale, r->zp, r->qmin, r->qmax),
+                                                           r->grad_factor,
+                                                           tu_vec(gx, tu_numel(&r->t)), gs, gz),
                          QCAL_OK);
         if (r->nch == 1) {
             /* One channel: the per-tensor backward must agree (negative zero-points: the
@@ -710,11 +725,14 @@ static void test_large_streaming(void **state)
             char what[48];
             snprintf(what, sizeof what, "large %s %d thread(s)", isas[k], th);
             memset(y, 0, (size_t)n * 4);
-            assert_int_equal(qcal_fakequant_fused(tu_vec(x, n), tu_vec(gy, n), tu_fq(0.02f, 3, -128, 127), tu_vec(y, n), tu_vec(g, n)),
+            assert_int_equal(qcal_fakequant_fused(tu_vec(x, n), tu_vec(gy, n),
+                                                  tu_fq(0.02f, 3, -128, 127), tu_vec(y, n),
+                                                  tu_vec(g, n)),
                              QCAL_OK);
             expect_bits(what, "fused forward", y, yref, n);
             expect_bits(what, "fused grad", g, gref, n);
-            assert_int_equal(qcal_fakequant_forward(tu_vec(x, n), tu_fq(0.02f, 3, -128, 127), tu_vec(y, n), m + 1),
+            assert_int_equal(qcal_fakequant_forward(tu_vec(x, n), tu_fq(0.02f, 3, -128, 127),
+                                                    tu_vec(y, n), m + 1),
                              QCAL_OK);
             expect_bits(what, "forward", y, yref, n);
             expect_mask(what, m + 1, mref, n);
@@ -779,11 +797,19 @@ static void test_threads_and_in_place(void **state)
 #endif
         float *y = th == 1 ? y1 : y2, *g = th == 1 ? g1 : g2;
         uint8_t *m = th == 1 ? m1 : m2;
-        assert_int_equal(qcal_fakequant_forward(tu_vec(x, n), tu_fq(0.02f, 3, -128, 127), tu_vec(y, n), m), QCAL_OK);
-        assert_int_equal(qcal_fakequant_backward(tu_vec(gy, n), m, tu_vec(g, n)), QCAL_OK);
-        assert_int_equal(qcal_fakequant_learnable_backward(tu_vec(x, n), tu_vec(gy, n), tu_lsq(0.02f, 3.0f, -128, 127), 0.001f, NULL, th == 1 ? &s1 : &s2, th == 1 ? &z1 : &z2),
+        assert_int_equal(qcal_fakequant_forward(tu_vec(x, n), tu_fq(0.02f, 3, -128, 127),
+                                                tu_vec(y, n), m),
                          QCAL_OK);
-        assert_int_equal(qcal_fakequant_learnable_backward(&t, tu_vec(gy, tu_numel(&t)), tu_lsqc(&t, 0, pcs, pcz, -128, 127), 1.0f, NULL, th == 1 ? pgs1 : pgs2, th == 1 ? pgz1 : pgz2),
+        assert_int_equal(qcal_fakequant_backward(tu_vec(gy, n), m, tu_vec(g, n)), QCAL_OK);
+        assert_int_equal(qcal_fakequant_learnable_backward(tu_vec(x, n), tu_vec(gy, n),
+                                                           tu_lsq(0.02f, 3.0f, -128, 127), 0.001f,
+                                                           NULL, th == 1 ? &s1 : &s2,
+                                                           th == 1 ? &z1 : &z2),
+                         QCAL_OK);
+        assert_int_equal(qcal_fakequant_learnable_backward(&t, tu_vec(gy, tu_numel(&t)),
+                                                           tu_lsqc(&t, 0, pcs, pcz, -128, 127),
+                                                           1.0f, NULL, th == 1 ? pgs1 : pgs2,
+                                                           th == 1 ? pgz1 : pgz2),
                          QCAL_OK);
     }
     expect_bits("2 threads forward", "threads", y2, y1, n);
@@ -797,7 +823,8 @@ static void test_threads_and_in_place(void **state)
     float *xi = malloc((size_t)n * 4), *gi = malloc((size_t)n * 4);
     memcpy(xi, x, (size_t)n * 4);
     memcpy(gi, gy, (size_t)n * 4);
-    assert_int_equal(qcal_fakequant_fused(tu_vec(xi, n), tu_vec(gi, n), tu_fq(0.02f, 3, -128, 127), tu_vec(xi, n), tu_vec(gi, n)),
+    assert_int_equal(qcal_fakequant_fused(tu_vec(xi, n), tu_vec(gi, n), tu_fq(0.02f, 3, -128, 127),
+                                          tu_vec(xi, n), tu_vec(gi, n)),
                      QCAL_OK);
     expect_bits("in-place fused forward", "in place", xi, y1, n);
     expect_bits("in-place fused backward", "in place", gi, g1, n);
@@ -817,38 +844,51 @@ static void test_bad_args(void **state)
     uint8_t m[4] = { 7, 7, 7, 7 };
     const float bad_scales[] = { 0.0f, -1.0f, NAN, INFINITY };
     for (int i = 0; i < 4; i++) {
-        assert_int_equal(qcal_fakequant_forward(tu_vec(x, 4), tu_fq(bad_scales[i], 0, 0, 255), tu_vec(y, 4), m),
+        assert_int_equal(qcal_fakequant_forward(tu_vec(x, 4), tu_fq(bad_scales[i], 0, 0, 255),
+                                                tu_vec(y, 4), m),
                          QCAL_ERR_INVALID_ARG);
         assert_non_null(strstr(qcal_last_error(), "scale"));
     }
-    assert_int_equal(qcal_fakequant_forward(tu_vec(x, 4), tu_fq(0.1f, 300, 0, 255), tu_vec(y, 4), m),
+    assert_int_equal(qcal_fakequant_forward(tu_vec(x, 4), tu_fq(0.1f, 300, 0, 255), tu_vec(y, 4),
+                                            m),
                      QCAL_ERR_INVALID_ARG);
     assert_non_null(strstr(qcal_last_error(), "300"));
-    assert_int_equal(qcal_fakequant_forward(tu_vec(x, 4), tu_fq(0.1f, 0, 10, 5), tu_vec(y, 4), m), QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_fakequant_forward(tu_vec(x, 4), tu_fq(0.1f, 0, 0, (1 << 24) + 1), tu_vec(y, 4), m),
-                     QCAL_ERR_UNSUPPORTED);
-    assert_int_equal(qcal_fakequant_forward(tu_vec(x, 0), tu_fq(0.1f, 0, 0, 255), tu_vec(y, 0), m), QCAL_ERR_EMPTY);
-    assert_int_equal(qcal_fakequant_forward(tu_vec(NULL, 4), tu_fq(0.1f, 0, 0, 255), tu_vec(y, 4), m),
+    assert_int_equal(qcal_fakequant_forward(tu_vec(x, 4), tu_fq(0.1f, 0, 10, 5), tu_vec(y, 4), m),
                      QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_fakequant_backward(tu_vec(x, 4), NULL, tu_vec(y, 4)), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_fakequant_forward(tu_vec(x, 4), tu_fq(0.1f, 0, 0, (1 << 24) + 1),
+                                            tu_vec(y, 4), m),
+                     QCAL_ERR_UNSUPPORTED);
+    assert_int_equal(qcal_fakequant_forward(tu_vec(x, 0), tu_fq(0.1f, 0, 0, 255), tu_vec(y, 0), m),
+                     QCAL_ERR_EMPTY);
+    assert_int_equal(qcal_fakequant_forward(tu_vec(NULL, 4), tu_fq(0.1f, 0, 0, 255), tu_vec(y, 4),
+                                            m),
+                     QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_fakequant_backward(tu_vec(x, 4), NULL, tu_vec(y, 4)),
+                     QCAL_ERR_INVALID_ARG);
     int64_t shape[2] = { 2, 2 };
     qcal_tensor t;
     assert_int_equal(qcal_tensor_init(&t, x, 2, shape), QCAL_OK);
     float sc[2] = { 0.1f, -0.1f };
     int32_t zp[2] = { 0, 0 };
-    assert_int_equal(qcal_fakequant_forward(&t, tu_fqc(&t, 1, sc, zp, 0, 255), tu_vec(y, tu_numel(&t)), m),
+    assert_int_equal(qcal_fakequant_forward(&t, tu_fqc(&t, 1, sc, zp, 0, 255),
+                                            tu_vec(y, tu_numel(&t)), m),
                      QCAL_ERR_INVALID_ARG);
     assert_non_null(strstr(qcal_last_error(), "channel 1"));
     sc[1] = 0.1f;
-    assert_int_equal(qcal_fakequant_forward(&t, tu_fqc(&t, 2, sc, zp, 0, 255), tu_vec(y, tu_numel(&t)), m),
+    assert_int_equal(qcal_fakequant_forward(&t, tu_fqc(&t, 2, sc, zp, 0, 255),
+                                            tu_vec(y, tu_numel(&t)), m),
                      QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_fakequant_forward(&t, tu_fqc(&t, -3, sc, zp, 0, 255), tu_vec(y, tu_numel(&t)), m),
+    assert_int_equal(qcal_fakequant_forward(&t, tu_fqc(&t, -3, sc, zp, 0, 255),
+                                            tu_vec(y, tu_numel(&t)), m),
                      QCAL_ERR_INVALID_ARG);
     /* Learnable: a scale that went negative (or 0) is rejected by the kernels. */
     float gs = 5.0f, gz = 5.0f;
-    assert_int_equal(qcal_fakequant_learnable_backward(tu_vec(x, 4), tu_vec(x, 4), tu_lsq(-0.01f, 0.0f, 0, 255), 1.0f, tu_vec(y, 4), &gs, &gz),
+    assert_int_equal(qcal_fakequant_learnable_backward(tu_vec(x, 4), tu_vec(x, 4),
+                                                       tu_lsq(-0.01f, 0.0f, 0, 255), 1.0f,
+                                                       tu_vec(y, 4), &gs, &gz),
                      QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_fakequant_learnable_forward(tu_vec(x, 4), tu_lsq(0.1f, NAN, 0, 255), tu_vec(y, 4), m),
+    assert_int_equal(qcal_fakequant_learnable_forward(tu_vec(x, 4), tu_lsq(0.1f, NAN, 0, 255),
+                                                      tu_vec(y, 4), m),
                      QCAL_ERR_INVALID_ARG);
     for (int i = 0; i < 4; i++) {
         assert_true(y[i] == 9.0f);

@@ -355,7 +355,8 @@ static void test_per_channel_short_rows(void **state)
                 }
                 qcal_tensor d = t;
                 d.data = y;
-                assert_int_equal(qcal_dequantize(q, tu_qpc(QCAL_QINT8, axis, nch, sc, zp), &d), QCAL_OK);
+                assert_int_equal(qcal_dequantize(q, tu_qpc(QCAL_QINT8, axis, nch, sc, zp), &d),
+                                 QCAL_OK);
                 for (int64_t i = 0; i < n; i++) {
                     int64_t c = (i / inner) % nch;
                     float want = (float)((int32_t)(int8_t)q[i] - zp[c]) * sc[c];
