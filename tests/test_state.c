@@ -78,7 +78,7 @@ static void report(qcal_observer *o, uint8_t *out, size_t cap, size_t *len)
     memset(zf, 0, sizeof zf);
     qcal_status st = qcal_observer_qrange(o, 8, mn, mx, &n);
     assert_true(st == QCAL_OK || st == QCAL_NO_DATA);
-    st = qcal_observer_qparams(o, 8, sc, zp, zf, &nq);
+    st = tu_observer_qparams(o, 8, sc, zp, zf, &nq);
     assert_true(st >= 0);
     qcal_observer_nonfinite(o, &nf);
     size_t k = 0;

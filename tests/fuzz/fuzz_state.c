@@ -34,12 +34,16 @@ static void check_observer(const uint8_t *data, size_t size)
     if (ch < 1)
         ch = 1;
     if (ch <= 4096) {
-        float mn[4096], mx[4096], sc[4096], zpf[4096];
-        int32_t zp[4096];
+        float mn[4096], mx[4096];
         st = qcal_observer_qrange(o, ch, mn, mx, &n);
         FUZZ_CHECK(st == QCAL_OK || st == QCAL_NO_DATA || (st < 0 && qcal_last_error()[0]));
-        st = qcal_observer_qparams(o, ch, sc, zp, zpf, &n);
+        qcal_qparams qp = {0};
+        st = qcal_observer_qparams(o, &qp);
         FUZZ_CHECK(st >= 0 || qcal_last_error()[0]);
+        if (st >= 0)
+            FUZZ_CHECK(qcal_qparams_validate(&qp) == QCAL_OK || qp.qscheme ==
+                       QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS);
+        qcal_qparams_free(&qp);
     }
     st = qcal_observer_merge(o2, o);
     if (st != QCAL_OK)
