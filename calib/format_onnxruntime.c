@@ -387,7 +387,7 @@ static uint32_t fb_end_object(fb *f)
 static void entry_range(const qcal_calib_entry *e, double *lo, double *hi)
 {
     float mn = e->min_val[0], mx = e->max_val[0];
-    for (int64_t c = 1; c < e->channels; c++) {
+    for (int64_t c = 1; c < e->qparams.channels; c++) {
         mn = fminf(mn, e->min_val[c]);
         mx = fmaxf(mx, e->max_val[c]);
     }

@@ -375,23 +375,23 @@ static void test_weights(void **state)
                      QCAL_ERR_NOT_FOUND);
     assert_int_equal(qcal_calib_table_find(tb, "fc.weight", QCAL_CALIB_ROLE_WEIGHT, &e),
                      QCAL_OK);
-    assert_int_equal(e->channels, 4);
-    assert_int_equal(e->qscheme, QCAL_PER_CHANNEL_SYMMETRIC);
+    assert_int_equal(e->qparams.channels, 4);
+    assert_int_equal(e->qparams.qscheme, QCAL_PER_CHANNEL_SYMMETRIC);
     for (int r = 0; r < 4; r++) {
         float amax = 0.0f;
         for (int c = 0; c < 3; c++)
             amax = fmaxf(amax, fabsf(w1[r * 3 + c]));
         float want = amax / ((float)(127 - -128) / 2.0f);
-        if (e->scale[r] != want)
-            fail_msg("fc.weight channel %d: scale %.9g, want %.9g", r, (double)e->scale[r],
-                     (double)want);
-        assert_int_equal(e->zero_point[r], 0);
+        if (e->qparams.scales[r] != want)
+            fail_msg("fc.weight channel %d: scale %.9g, want %.9g", r,
+                     (double)e->qparams.scales[r], (double)want);
+        assert_int_equal(e->qparams.zero_points[r], 0);
     }
     assert_int_equal(qcal_calib_table_find(tb, "conv.weight", QCAL_CALIB_ROLE_WEIGHT, &e),
                      QCAL_OK);
-    assert_int_equal(e->channels, 2);
-    assert_true(e->scale[0] == 3.0f / 127.5f);
-    assert_true(e->scale[1] == 0.5f / 127.5f);
+    assert_int_equal(e->qparams.channels, 2);
+    assert_true(e->qparams.scales[0] == 3.0f / 127.5f);
+    assert_true(e->qparams.scales[1] == 0.5f / 127.5f);
     qcal_calib_table_destroy(&tb);
     /* A .safetensors file inside the dump is pointed out unless --weights reads it. */
     char *inside = strdup(tu_path(d, "model.safetensors"));
