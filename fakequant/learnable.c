@@ -44,12 +44,6 @@
 #include "fakequant/fakequant_impl.h"
 #include "qcal_config.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define QCAL_LRN_X86 1
-#else
-#define QCAL_LRN_X86 0
-#endif
 
 #define LRN_BLOCK 65536
 
@@ -104,253 +98,6 @@ static qcal_status check_learnable_scale(float scale, float zero_point, int64_t 
  * same operations lane by lane (vrndscaleps / vroundps to nearest even, vfmadd/vfmsub are
  * fmaf, float -> double conversion is exact), so all ISAs give identical accumulators. */
 
-static inline void lsq_elem(float x, float dy, const qcal_lsq_run *p, float *dx, float *ds,
-                            float *dz)
-{
-    float q = nearbyintf(fmaf(x, p->inv_scale, p->zp));
-    if (q != q) {   /* NaN policy: y is the zero-point (0.0), constant: no gradient */
-        *dx = dy * 0.0f;
-        *ds = 0.0f;
-        *dz = 0.0f;
-        return;
-    }
-    bool below = !(q >= p->qmin);
-    bool above = q > p->qmax;
-    if (below || above) {
-        *dx = dy * 0.0f;
-        *dz = -dy * p->scale * p->grad_factor;
-        *ds = dy * (below ? p->qmin - p->zp : p->qmax - p->zp) * p->grad_factor;
-    } else {
-        *dx = dy * 1.0f;
-        *dz = 0.0f;
-        *ds = dy * fmaf(q - p->zp, p->scale, -x) * p->inv_scale * p->grad_factor;
-    }
-}
-
-/* Elements [j0, j1) of a span; lane j % 16. */
-static void lsq_range(const float *x, const float *gy, int64_t j0, int64_t j1,
-                      const qcal_lsq_run *p, float *gx, double *acc_s, double *acc_z)
-{
-    for (int64_t j = j0; j < j1; j++) {
-        float dx, ds, dz;
-        lsq_elem(x[j], gy[j], p, &dx, &ds, &dz);
-        if (gx)
-            gx[j] = dx;
-        acc_s[j % QCAL_LSQ_LANES] += (double)ds;
-        acc_z[j % QCAL_LSQ_LANES] += (double)dz;
-    }
-}
-
-void qcal_f32_lsq_backward__c(const float *x, const float *gy, int64_t n,
-                              const qcal_lsq_run *p, float *gx, double *acc_s, double *acc_z,
-                              bool stream)
-{
-    (void)stream;
-    lsq_range(x, gy, 0, n, p, gx, acc_s, acc_z);
-}
-
-double qcal_lsq_lanes_sum(const double *acc)
-{
-    double t[QCAL_LSQ_LANES];
-    memcpy(t, acc, sizeof t);
-    for (int w = QCAL_LSQ_LANES / 2; w >= 1; w /= 2)
-        for (int k = 0; k < w; k++)
-            t[k] += t[k + w];
-    return t[0];
-}
-
-/* SIMD span layout: a scalar head [0, k) (k < 16; to gx's vector alignment when
- * streaming, else 0), full vectors of 16 from k, a scalar tail. Register lane v of the
- * vector part holds span element j with j % 16 == (v + k) % 16: the accumulators are
- * rotated by k on load and back on store. */
-static inline int64_t lsq_head(const float *gx, int64_t n, bool stream, unsigned align)
-{
-    if (!stream || !gx || (uintptr_t)gx % 4)
-        return 0;
-    int64_t k = (int64_t)((align - (uintptr_t)gx % align) % align / 4);
-    return k < n ? k : n;
-}
-
-/* Hides where a local lane buffer lives, so the compiler keeps the unaligned vector moves
- * written in the kernels: it would otherwise give the array 64-byte alignment and emit
- * vmovapd, and ASan's fake stack (detect_stack_use_after_return, used in CI) only aligns
- * locals to 32 bytes — that combination faulted. */
-static inline double *lsq_unaligned(double *p)
-{
-    __asm__("" : "+r"(p));
-    return p;
-}
-
-static inline void lsq_rot_load(const double *acc, int64_t k, double *reg)
-{
-    for (int v = 0; v < QCAL_LSQ_LANES; v++)
-        reg[v] = acc[(v + k) % QCAL_LSQ_LANES];
-}
-
-static inline void lsq_rot_store(const double *reg, int64_t k, double *acc)
-{
-    for (int v = 0; v < QCAL_LSQ_LANES; v++)
-        acc[(v + k) % QCAL_LSQ_LANES] = reg[v];
-}
-
-#if QCAL_LRN_X86
-#define AVX2_TARGET __attribute__((target("avx2,fma")))
-#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
-
-/* Eight elements: dx, ds, dz as in lsq_elem. */
-AVX2_TARGET static inline void avx2_lsq(__m256 x, __m256 dy, __m256 inv, __m256 zp,
-                                        __m256 qmin, __m256 qmax, __m256 scale, __m256 g,
-                                        __m256 cmin, __m256 cmax, __m256 *dx, __m256 *ds,
-                                        __m256 *dz)
-{
-    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
-    __m256 q = _mm256_round_ps(_mm256_fmadd_ps(x, inv, zp),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 ge = _mm256_cmp_ps(q, qmin, _CMP_GE_OQ);          /* !below */
-    __m256 in = _mm256_and_ps(ge, _mm256_cmp_ps(q, qmax, _CMP_LE_OQ));
-    *dx = _mm256_mul_ps(dy, _mm256_and_ps(in, one));
-    __m256 f = _mm256_fmsub_ps(_mm256_sub_ps(q, zp), scale, x);   /* fmaf(q-zp, s, -x) */
-    __m256 c = _mm256_blendv_ps(cmin, cmax, ge);                  /* outside: below? */
-    c = _mm256_blendv_ps(c, f, in);
-    __m256 t = _mm256_mul_ps(dy, c);
-    t = _mm256_blendv_ps(t, _mm256_mul_ps(t, inv), in);
-    __m256 ord = _mm256_cmp_ps(q, q, _CMP_ORD_Q);                /* NaN lanes: 0 */
-    *ds = _mm256_and_ps(_mm256_mul_ps(t, g), ord);
-    __m256 z = _mm256_mul_ps(_mm256_mul_ps(_mm256_xor_ps(dy, sign), scale), g);
-    *dz = _mm256_and_ps(_mm256_andnot_ps(in, z), ord);
-}
-
-AVX2_TARGET void qcal_f32_lsq_backward__avx2(const float *x, const float *gy, int64_t n,
-                                             const qcal_lsq_run *p, float *gx, double *acc_s,
-                                             double *acc_z, bool stream)
-{
-    int64_t k = lsq_head(gx, n, stream && gx != gy, 32);
-    lsq_range(x, gy, 0, k, p, gx, acc_s, acc_z);
-    const bool nt = k < n && stream && gx && gx != gy && (uintptr_t)(gx + k) % 32 == 0;
-    const __m256 inv = _mm256_set1_ps(p->inv_scale), zp = _mm256_set1_ps(p->zp);
-    const __m256 qmin = _mm256_set1_ps(p->qmin), qmax = _mm256_set1_ps(p->qmax);
-    const __m256 scale = _mm256_set1_ps(p->scale), g = _mm256_set1_ps(p->grad_factor);
-    const __m256 cmin = _mm256_set1_ps(p->qmin - p->zp), cmax = _mm256_set1_ps(p->qmax - p->zp);
-    double rs_buf[QCAL_LSQ_LANES], rz_buf[QCAL_LSQ_LANES];
-    double *rs = lsq_unaligned(rs_buf), *rz = lsq_unaligned(rz_buf);
-    lsq_rot_load(acc_s, k, rs);
-    lsq_rot_load(acc_z, k, rz);
-    __m256d s[4], z[4];
-    for (int r = 0; r < 4; r++) {
-        s[r] = _mm256_loadu_pd(rs + 4 * r);
-        z[r] = _mm256_loadu_pd(rz + 4 * r);
-    }
-    int64_t j = k;
-    for (; j + 16 <= n; j += 16) {
-        for (int h = 0; h < 2; h++) {
-            __m256 dx, ds, dz;
-            avx2_lsq(_mm256_loadu_ps(x + j + 8 * h), _mm256_loadu_ps(gy + j + 8 * h), inv, zp,
-                     qmin, qmax, scale, g, cmin, cmax, &dx, &ds, &dz);
-            if (gx) {
-                if (nt)
-                    _mm256_stream_ps(gx + j + 8 * h, dx);
-                else
-                    _mm256_storeu_ps(gx + j + 8 * h, dx);
-            }
-            s[2 * h] = _mm256_add_pd(s[2 * h], _mm256_cvtps_pd(_mm256_castps256_ps128(ds)));
-            s[2 * h + 1] = _mm256_add_pd(s[2 * h + 1],
-                                         _mm256_cvtps_pd(_mm256_extractf128_ps(ds, 1)));
-            z[2 * h] = _mm256_add_pd(z[2 * h], _mm256_cvtps_pd(_mm256_castps256_ps128(dz)));
-            z[2 * h + 1] = _mm256_add_pd(z[2 * h + 1],
-                                         _mm256_cvtps_pd(_mm256_extractf128_ps(dz, 1)));
-        }
-    }
-    if (nt)
-        _mm_sfence();
-    for (int r = 0; r < 4; r++) {
-        _mm256_storeu_pd(rs + 4 * r, s[r]);
-        _mm256_storeu_pd(rz + 4 * r, z[r]);
-    }
-    lsq_rot_store(rs, k, acc_s);
-    lsq_rot_store(rz, k, acc_z);
-    lsq_range(x, gy, j, n, p, gx, acc_s, acc_z);
-}
-
-AVX512_TARGET void qcal_f32_lsq_backward__avx512(const float *x, const float *gy, int64_t n,
-                                                 const qcal_lsq_run *p, float *gx,
-                                                 double *acc_s, double *acc_z, bool stream)
-{
-    int64_t k = lsq_head(gx, n, stream && gx != gy, 64);
-    lsq_range(x, gy, 0, k, p, gx, acc_s, acc_z);
-    const bool nt = k < n && stream && gx && gx != gy && (uintptr_t)(gx + k) % 64 == 0;
-    const __m512 inv = _mm512_set1_ps(p->inv_scale), zp = _mm512_set1_ps(p->zp);
-    const __m512 qmin = _mm512_set1_ps(p->qmin), qmax = _mm512_set1_ps(p->qmax);
-    const __m512 scale = _mm512_set1_ps(p->scale), g = _mm512_set1_ps(p->grad_factor);
-    const __m512 cmin = _mm512_set1_ps(p->qmin - p->zp), cmax = _mm512_set1_ps(p->qmax - p->zp);
-    const __m512 one = _mm512_set1_ps(1.0f), sign = _mm512_set1_ps(-0.0f);
-    double rs_buf[QCAL_LSQ_LANES], rz_buf[QCAL_LSQ_LANES];
-    double *rs = lsq_unaligned(rs_buf), *rz = lsq_unaligned(rz_buf);
-    lsq_rot_load(acc_s, k, rs);
-    lsq_rot_load(acc_z, k, rz);
-    __m512d s0 = _mm512_loadu_pd(rs), s1 = _mm512_loadu_pd(rs + 8);
-    __m512d z0 = _mm512_loadu_pd(rz), z1 = _mm512_loadu_pd(rz + 8);
-    int64_t j = k;
-    for (; j + 16 <= n; j += 16) {
-        __m512 xv = _mm512_loadu_ps(x + j), dy = _mm512_loadu_ps(gy + j);
-        __m512 q = _mm512_roundscale_ps(_mm512_fmadd_ps(xv, inv, zp),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        __mmask16 ge = _mm512_cmp_ps_mask(q, qmin, _CMP_GE_OQ);
-        __mmask16 in = ge & _mm512_cmp_ps_mask(q, qmax, _CMP_LE_OQ);
-        __m512 dx = _mm512_mul_ps(dy, _mm512_maskz_mov_ps(in, one));
-        if (gx) {
-            if (nt)
-                _mm512_stream_ps(gx + j, dx);
-            else
-                _mm512_storeu_ps(gx + j, dx);
-        }
-        __m512 f = _mm512_fmsub_ps(_mm512_sub_ps(q, zp), scale, xv);
-        __m512 c = _mm512_mask_blend_ps(ge, cmin, cmax);
-        c = _mm512_mask_mov_ps(c, in, f);
-        __m512 t = _mm512_mul_ps(dy, c);
-        t = _mm512_mask_mul_ps(t, in, t, inv);
-        __mmask16 ord = _mm512_cmp_ps_mask(q, q, _CMP_ORD_Q);    /* NaN lanes: 0 */
-        __m512 ds = _mm512_maskz_mul_ps(ord, t, g);
-        __m512 dz = _mm512_maskz_mul_ps((__mmask16)(~in & ord),
-                                        _mm512_mul_ps(_mm512_xor_ps(dy, sign), scale), g);
-        s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(ds)));
-        s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(ds, 1)));
-        z0 = _mm512_add_pd(z0, _mm512_cvtps_pd(_mm512_castps512_ps256(dz)));
-        z1 = _mm512_add_pd(z1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(dz, 1)));
-    }
-    if (nt)
-        _mm_sfence();
-    _mm512_storeu_pd(rs, s0);
-    _mm512_storeu_pd(rs + 8, s1);
-    _mm512_storeu_pd(rz, z0);
-    _mm512_storeu_pd(rz + 8, z1);
-    lsq_rot_store(rs, k, acc_s);
-    lsq_rot_store(rz, k, acc_z);
-    lsq_range(x, gy, j, n, p, gx, acc_s, acc_z);
-}
-#else
-void qcal_f32_lsq_backward__avx2(const float *x, const float *gy, int64_t n,
-                                 const qcal_lsq_run *p, float *gx, double *acc_s,
-                                 double *acc_z, bool stream)
-{
-    qcal_f32_lsq_backward__c(x, gy, n, p, gx, acc_s, acc_z, stream);
-}
-void qcal_f32_lsq_backward__avx512(const float *x, const float *gy, int64_t n,
-                                   const qcal_lsq_run *p, float *gx, double *acc_s,
-                                   double *acc_z, bool stream)
-{
-    qcal_f32_lsq_backward__c(x, gy, n, p, gx, acc_s, acc_z, stream);
-}
-#endif
-
-typedef void (*lsq_kernel)(const float *, const float *, int64_t, const qcal_lsq_run *,
-                           float *, double *, double *, bool);
-
-static lsq_kernel lsq_kernel_get(void)
-{
-    static const lsq_kernel table[3] = { qcal_f32_lsq_backward__c, qcal_f32_lsq_backward__avx2,
-                                         qcal_f32_lsq_backward__avx512 };
-    return table[qcal_cpu_isa()];
-}
 
 static void lsq_run_init(qcal_lsq_run *r, float scale, float zero_point, int64_t quant_min,
                          int64_t quant_max, float grad_factor)
@@ -387,7 +134,7 @@ static qcal_status lrn_per_tensor_backward(
         return QCAL_ERR_NO_MEMORY;
     qcal_lsq_run p;
     lsq_run_init(&p, scale, zero_point, quant_min, quant_max, grad_factor);
-    const lsq_kernel k = lsq_kernel_get();
+    const qcal_f32_lsq_backward_fn k = qcal_fakequant_dsp_get()->lsq_backward;
     /* Reads x, grad_y, writes grad_x: stream grad_x when that overflows the cache. */
     const bool stream = grad_x && grad_x != grad_y && qcal_fq_stream(n * 12);
     int nt = qcal_threads_for(n);
@@ -456,7 +203,7 @@ static qcal_status lrn_per_channel_backward(
     if (st != QCAL_OK)
         return st;
     const float *x = src->data;
-    const lsq_kernel k = lsq_kernel_get();
+    const qcal_f32_lsq_backward_fn k = qcal_fakequant_dsp_get()->lsq_backward;
     const int64_t n = outer * ch * inner;
     const bool stream = grad_x && grad_x != grad_y && qcal_fq_stream(n * 12);
     int nt = qcal_threads_for(n);

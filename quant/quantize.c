@@ -20,39 +20,8 @@
 #include "core/internal.h"
 #include "qcal/quantize.h"
 #include "quant/qparams_internal.h"
+#include "quant/quantize_dsp.h"
 #include "qcal_config.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define QCAL_X86 1
-#else
-#define QCAL_X86 0
-#endif
-
-/* Element kernels (internal; tests reach them through the static library). */
-void qcal_f32_quantize_u8__c(const float *x, int64_t n, float inv, int32_t zp, uint8_t *dst);
-void qcal_f32_quantize_i8__c(const float *x, int64_t n, float inv, int32_t zp, int8_t *dst);
-void qcal_f32_quantize_i32__c(const float *x, int64_t n, float inv, int32_t zp, int32_t *dst);
-#if QCAL_X86
-void qcal_f32_quantize_u8__avx2(const float *x, int64_t n, float inv, int32_t zp, uint8_t *dst);
-void qcal_f32_quantize_i8__avx2(const float *x, int64_t n, float inv, int32_t zp, int8_t *dst);
-void qcal_f32_quantize_u8__avx512(const float *x, int64_t n, float inv, int32_t zp,
-                                  uint8_t *dst);
-void qcal_f32_quantize_i8__avx512(const float *x, int64_t n, float inv, int32_t zp,
-                                  int8_t *dst);
-#endif
-/* Per-position parameters (short channel rows): 8-bit output for quint8 and qint8 alike
- * (lo/hi carry the dtype's range; the byte of q is the same for both types). */
-void qcal_f32_quantize_prow8__c(const float *x, int64_t n, const float *inv, const float *lo,
-                                const float *hi, const int32_t *zp, uint8_t *dst);
-#if QCAL_X86
-void qcal_f32_quantize_prow8__avx2(const float *x, int64_t n, const float *inv,
-                                   const float *lo, const float *hi, const int32_t *zp,
-                                   uint8_t *dst);
-void qcal_f32_quantize_prow8__avx512(const float *x, int64_t n, const float *inv,
-                                     const float *lo, const float *hi, const int32_t *zp,
-                                     uint8_t *dst);
-#endif
 
 size_t qcal_dtype_size(qcal_dtype dtype)
 {
@@ -64,288 +33,15 @@ size_t qcal_dtype_size(qcal_dtype dtype)
     return 0;
 }
 
-/* ---- scalar reference ------------------------------------------------------------ */
-
-static inline int32_t quant_one8(float x, float inv, float lo, float hi, int32_t zp)
+/* One quantize kernel call for dtype (the table's slot of that dtype). */
+static void quant_call(const qcal_quantize_dsp *d, qcal_dtype dtype, const float *x, int64_t n,
+                       float inv, int32_t zp, void *dst)
 {
-    float v = x * inv;
-    if (v != v)
-        return zp;            /* NaN -> zero-point */
-    v = v < lo ? lo : v;
-    v = v > hi ? hi : v;
-    return (int32_t)nearbyintf(v) + zp;
-}
-
-void qcal_f32_quantize_u8__c(const float *x, int64_t n, float inv, int32_t zp, uint8_t *dst)
-{
-    const float lo = (float)(0 - zp), hi = (float)(255 - zp);
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = (uint8_t)quant_one8(x[i], inv, lo, hi, zp);
-}
-
-void qcal_f32_quantize_i8__c(const float *x, int64_t n, float inv, int32_t zp, int8_t *dst)
-{
-    const float lo = (float)(-128 - zp), hi = (float)(127 - zp);
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = (int8_t)quant_one8(x[i], inv, lo, hi, zp);
-}
-
-/* qint32: bounds INT32_MIN - zp, INT32_MAX - zp are exact in double; the clamped value is
- * rounded in double (same as nearbyintf on the float) and the zero-point added exactly.
- * qint32 tensors are biases (small), so there is no SIMD version. */
-void qcal_f32_quantize_i32__c(const float *x, int64_t n, float inv, int32_t zp, int32_t *dst)
-{
-    const double lo = (double)INT32_MIN - zp, hi = (double)INT32_MAX - zp;
-    for (int64_t i = 0; i < n; i++) {
-        float v = x[i] * inv;
-        if (v != v) {
-            dst[i] = zp;
-            continue;
-        }
-        double d = v;
-        d = d < lo ? lo : d;
-        d = d > hi ? hi : d;
-        dst[i] = (int32_t)((int64_t)nearbyint(d) + zp);
-    }
-}
-
-/* Same arithmetic as quant_one8 with parameters per position (lo[i] = qmin - zp[i],
- * hi[i] = qmax - zp[i] as floats): used for per-channel quantize when a channel's run of
- * contiguous elements (inner) is short, e.g. channels on the last axis. */
-void qcal_f32_quantize_prow8__c(const float *x, int64_t n, const float *inv, const float *lo,
-                                const float *hi, const int32_t *zp, uint8_t *dst)
-{
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = (uint8_t)quant_one8(x[i], inv[i], lo[i], hi[i], zp[i]);
-}
-
-/* ---- AVX2 ---------------------------------------------------------------------- */
-#if QCAL_X86
-#define AVX2_TARGET __attribute__((target("avx2,fma")))
-#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
-
-/* 8 floats -> 8 int32 offsets from zp: clamp(x*inv) with NaN lanes zeroed, rounded
- * half-even by cvtps2dq (MXCSR default). */
-AVX2_TARGET static inline __m256i q8_avx2(const float *x, __m256 inv, __m256 lo, __m256 hi)
-{
-    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x), inv);
-    __m256 ord = _mm256_cmp_ps(v, v, _CMP_ORD_Q);
-    __m256 c = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
-    return _mm256_cvtps_epi32(_mm256_and_ps(c, ord));
-}
-
-AVX2_TARGET static inline __m256i q32x8_avx2(const float *x, __m256 inv, __m256 lo, __m256 hi,
-                                              __m256i z, bool is_unsigned)
-{
-    __m256i a = _mm256_add_epi32(q8_avx2(x, inv, lo, hi), z);
-    __m256i b = _mm256_add_epi32(q8_avx2(x + 8, inv, lo, hi), z);
-    __m256i c = _mm256_add_epi32(q8_avx2(x + 16, inv, lo, hi), z);
-    __m256i d = _mm256_add_epi32(q8_avx2(x + 24, inv, lo, hi), z);
-    __m256i ab = _mm256_packs_epi32(a, b);   /* in range already: no saturation occurs */
-    __m256i cd = _mm256_packs_epi32(c, d);
-    __m256i r = is_unsigned ? _mm256_packus_epi16(ab, cd) : _mm256_packs_epi16(ab, cd);
-    return _mm256_permutevar8x32_epi32(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-}
-
-AVX2_TARGET void qcal_f32_quantize_u8__avx2(const float *x, int64_t n, float inv, int32_t zp,
-                                            uint8_t *dst)
-{
-    const __m256 vinv = _mm256_set1_ps(inv), lo = _mm256_set1_ps((float)(0 - zp)),
-                 hi = _mm256_set1_ps((float)(255 - zp));
-    const __m256i z = _mm256_set1_epi32(zp);
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32)
-        _mm256_storeu_si256((__m256i *)(dst + i), q32x8_avx2(x + i, vinv, lo, hi, z, true));
-    qcal_f32_quantize_u8__c(x + i, n - i, inv, zp, dst + i);
-}
-
-AVX2_TARGET void qcal_f32_quantize_i8__avx2(const float *x, int64_t n, float inv, int32_t zp,
-                                            int8_t *dst)
-{
-    const __m256 vinv = _mm256_set1_ps(inv), lo = _mm256_set1_ps((float)(-128 - zp)),
-                 hi = _mm256_set1_ps((float)(127 - zp));
-    const __m256i z = _mm256_set1_epi32(zp);
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32)
-        _mm256_storeu_si256((__m256i *)(dst + i), q32x8_avx2(x + i, vinv, lo, hi, z, false));
-    qcal_f32_quantize_i8__c(x + i, n - i, inv, zp, dst + i);
-}
-
-/* Per-position parameters: 8 lanes at a time, the low byte of each int32 kept (values are
- * in [qmin, qmax] of an 8-bit type, so the byte is the u8 or i8 result). */
-AVX2_TARGET void qcal_f32_quantize_prow8__avx2(const float *x, int64_t n, const float *inv,
-                                               const float *lo, const float *hi,
-                                               const int32_t *zp, uint8_t *dst)
-{
-    const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-                                          -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1,
-                                          -1, -1, -1, -1);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(inv + i));
-        __m256 ord = _mm256_cmp_ps(v, v, _CMP_ORD_Q);
-        __m256 c = _mm256_min_ps(_mm256_max_ps(v, _mm256_loadu_ps(lo + i)),
-                                 _mm256_loadu_ps(hi + i));
-        __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_and_ps(c, ord)),
-                                     _mm256_loadu_si256((const __m256i *)(zp + i)));
-        __m256i b = _mm256_shuffle_epi8(q, pick);
-        uint32_t w0 = (uint32_t)_mm256_extract_epi32(b, 0),
-                 w1 = (uint32_t)_mm256_extract_epi32(b, 4);
-        memcpy(dst + i, &w0, 4);
-        memcpy(dst + i + 4, &w1, 4);
-    }
-    qcal_f32_quantize_prow8__c(x + i, n - i, inv + i, lo + i, hi + i, zp + i, dst + i);
-}
-
-/* ---- AVX-512 ------------------------------------------------------------------- */
-AVX512_TARGET static inline __m512i q16_avx512(const float *x, __m512 inv, __m512 lo,
-                                                __m512 hi, __m512i z)
-{
-    __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x), inv);
-    __mmask16 ord = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
-    __m512 c = _mm512_maskz_mov_ps(ord, _mm512_min_ps(_mm512_max_ps(v, lo), hi));
-    return _mm512_add_epi32(_mm512_cvtps_epi32(c), z);
-}
-
-AVX512_TARGET void qcal_f32_quantize_u8__avx512(const float *x, int64_t n, float inv,
-                                                int32_t zp, uint8_t *dst)
-{
-    const __m512 vinv = _mm512_set1_ps(inv), lo = _mm512_set1_ps((float)(0 - zp)),
-                 hi = _mm512_set1_ps((float)(255 - zp));
-    const __m512i z = _mm512_set1_epi32(zp);
-    int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        __m128i a = _mm512_cvtepi32_epi8(q16_avx512(x + i, vinv, lo, hi, z));
-        __m128i b = _mm512_cvtepi32_epi8(q16_avx512(x + i + 16, vinv, lo, hi, z));
-        __m128i c = _mm512_cvtepi32_epi8(q16_avx512(x + i + 32, vinv, lo, hi, z));
-        __m128i d = _mm512_cvtepi32_epi8(q16_avx512(x + i + 48, vinv, lo, hi, z));
-        __m512i r = _mm512_inserti64x2(_mm512_castsi128_si512(a), b, 1);
-        r = _mm512_inserti64x2(r, c, 2);
-        r = _mm512_inserti64x2(r, d, 3);
-        _mm512_storeu_si512((void *)(dst + i), r);
-    }
-    for (; i + 16 <= n; i += 16)
-        _mm_storeu_si128((__m128i *)(dst + i),
-                         _mm512_cvtepi32_epi8(q16_avx512(x + i, vinv, lo, hi, z)));
-    qcal_f32_quantize_u8__c(x + i, n - i, inv, zp, dst + i);
-}
-
-AVX512_TARGET void qcal_f32_quantize_i8__avx512(const float *x, int64_t n, float inv,
-                                                int32_t zp, int8_t *dst)
-{
-    /* Same bytes as the unsigned path: vpmovdb truncates, values are in range. */
-    const __m512 vinv = _mm512_set1_ps(inv), lo = _mm512_set1_ps((float)(-128 - zp)),
-                 hi = _mm512_set1_ps((float)(127 - zp));
-    const __m512i z = _mm512_set1_epi32(zp);
-    int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        __m128i a = _mm512_cvtepi32_epi8(q16_avx512(x + i, vinv, lo, hi, z));
-        __m128i b = _mm512_cvtepi32_epi8(q16_avx512(x + i + 16, vinv, lo, hi, z));
-        __m128i c = _mm512_cvtepi32_epi8(q16_avx512(x + i + 32, vinv, lo, hi, z));
-        __m128i d = _mm512_cvtepi32_epi8(q16_avx512(x + i + 48, vinv, lo, hi, z));
-        __m512i r = _mm512_inserti64x2(_mm512_castsi128_si512(a), b, 1);
-        r = _mm512_inserti64x2(r, c, 2);
-        r = _mm512_inserti64x2(r, d, 3);
-        _mm512_storeu_si512((void *)(dst + i), r);
-    }
-    for (; i + 16 <= n; i += 16)
-        _mm_storeu_si128((__m128i *)(dst + i),
-                         _mm512_cvtepi32_epi8(q16_avx512(x + i, vinv, lo, hi, z)));
-    qcal_f32_quantize_i8__c(x + i, n - i, inv, zp, dst + i);
-}
-
-AVX512_TARGET void qcal_f32_quantize_prow8__avx512(const float *x, int64_t n, const float *inv,
-                                                   const float *lo, const float *hi,
-                                                   const int32_t *zp, uint8_t *dst)
-{
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(inv + i));
-        __mmask16 ord = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
-        __m512 c = _mm512_maskz_mov_ps(
-            ord, _mm512_min_ps(_mm512_max_ps(v, _mm512_loadu_ps(lo + i)),
-                               _mm512_loadu_ps(hi + i)));
-        __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(c), _mm512_loadu_si512(zp + i));
-        _mm_storeu_si128((__m128i *)(dst + i), _mm512_cvtepi32_epi8(q));
-    }
-    qcal_f32_quantize_prow8__c(x + i, n - i, inv + i, lo + i, hi + i, zp + i, dst + i);
-}
-#endif
-
-/* ---- dispatch ------------------------------------------------------------------ */
-
-typedef void (*prow_fn)(const float *, int64_t, const float *, const float *, const float *,
-                        const int32_t *, uint8_t *);
-
-static prow_fn pick_prow(void)
-{
-#if QCAL_X86
-    qcal_isa isa = qcal_cpu_isa();
-    if (isa >= QCAL_ISA_AVX512)
-        return qcal_f32_quantize_prow8__avx512;
-    if (isa >= QCAL_ISA_AVX2)
-        return qcal_f32_quantize_prow8__avx2;
-#endif
-    return qcal_f32_quantize_prow8__c;
-}
-
-typedef void (*quant_fn)(const float *, int64_t, float, int32_t, void *);
-
-static void q_u8_c(const float *x, int64_t n, float inv, int32_t zp, void *d)
-{
-    qcal_f32_quantize_u8__c(x, n, inv, zp, d);
-}
-static void q_i8_c(const float *x, int64_t n, float inv, int32_t zp, void *d)
-{
-    qcal_f32_quantize_i8__c(x, n, inv, zp, d);
-}
-static void q_i32_c(const float *x, int64_t n, float inv, int32_t zp, void *d)
-{
-    qcal_f32_quantize_i32__c(x, n, inv, zp, d);
-}
-#if QCAL_X86
-static void q_u8_avx2(const float *x, int64_t n, float inv, int32_t zp, void *d)
-{
-    qcal_f32_quantize_u8__avx2(x, n, inv, zp, d);
-}
-static void q_i8_avx2(const float *x, int64_t n, float inv, int32_t zp, void *d)
-{
-    qcal_f32_quantize_i8__avx2(x, n, inv, zp, d);
-}
-static void q_u8_avx512(const float *x, int64_t n, float inv, int32_t zp, void *d)
-{
-    qcal_f32_quantize_u8__avx512(x, n, inv, zp, d);
-}
-static void q_i8_avx512(const float *x, int64_t n, float inv, int32_t zp, void *d)
-{
-    qcal_f32_quantize_i8__avx512(x, n, inv, zp, d);
-}
-#endif
-
-static quant_fn pick_quant(qcal_dtype dtype)
-{
-    qcal_isa isa = qcal_cpu_isa();
-    (void)isa;
     switch (dtype) {
-    case QCAL_QUINT8:
-#if QCAL_X86
-        if (isa >= QCAL_ISA_AVX512)
-            return q_u8_avx512;
-        if (isa >= QCAL_ISA_AVX2)
-            return q_u8_avx2;
-#endif
-        return q_u8_c;
-    case QCAL_QINT8:
-#if QCAL_X86
-        if (isa >= QCAL_ISA_AVX512)
-            return q_i8_avx512;
-        if (isa >= QCAL_ISA_AVX2)
-            return q_i8_avx2;
-#endif
-        return q_i8_c;
-    case QCAL_QINT32: return q_i32_c;
+    case QCAL_QUINT8: d->quantize_u8(x, n, inv, zp, dst); return;
+    case QCAL_QINT8: d->quantize_i8(x, n, inv, zp, dst); return;
+    case QCAL_QINT32: d->quantize_i32(x, n, inv, zp, dst); return;
     }
-    return NULL;
 }
 
 static void dtype_limits(qcal_dtype dtype, int64_t *lo, int64_t *hi)
@@ -361,12 +57,13 @@ static void dtype_limits(qcal_dtype dtype, int64_t *lo, int64_t *hi)
 
 /* Runs f over n elements in blocks, in parallel above the threading threshold
  * (elementwise: the result does not depend on the thread count). */
-static void run_quant(quant_fn f, const float *x, int64_t n, float inv, int32_t zp,
+static void run_quant(qcal_dtype dtype, const float *x, int64_t n, float inv, int32_t zp,
                       uint8_t *dst, size_t esz)
 {
+    const qcal_quantize_dsp *d = qcal_quantize_dsp_get();
     int nt = qcal_threads_for(n);
     if (nt <= 1) {
-        f(x, n, inv, zp, dst);
+        quant_call(d, dtype, x, n, inv, zp, dst);
         return;
     }
     const int64_t block = 1 << 16;
@@ -376,7 +73,7 @@ static void run_quant(quant_fn f, const float *x, int64_t n, float inv, int32_t 
 #endif
     for (int64_t b = 0; b < nblocks; b++) {
         int64_t s = b * block, len = n - s < block ? n - s : block;
-        f(x + s, len, inv, zp, dst + (size_t)s * esz);
+        quant_call(d, dtype, x + s, len, inv, zp, dst + (size_t)s * esz);
     }
 }
 
@@ -384,7 +81,7 @@ static void quantize_per_tensor(const float *x, int64_t n, float scale, int32_t 
                                 qcal_dtype dtype, void *dst)
 {
     const float inv = 1.0f / scale;
-    run_quant(pick_quant(dtype), x, n, inv, zero_point, dst, qcal_dtype_size(dtype));
+    run_quant(dtype, x, n, inv, zero_point, dst, qcal_dtype_size(dtype));
 }
 
 /* shape split around axis: outer * C * inner. */
@@ -447,7 +144,7 @@ static bool quant_short_rows(const float *x, int64_t outer, int64_t channels, in
         hi[k] = (float)(qhi - zps[c]);
         z[k] = zps[c];
     }
-    prow_fn f = pick_prow();
+    qcal_f32_quantize_prow8_fn f = qcal_quantize_dsp_get()->quantize_prow8;
     (void)nt;
     /* x is (outer, W); groups of rep slabs are independent. */
     int64_t groups = (outer + rep - 1) / rep;
@@ -468,7 +165,7 @@ static void quantize_per_channel(const float *x, int64_t outer, int64_t channels
                                  qcal_dtype dtype, void *dst)
 {
     int64_t rows = outer * channels;
-    quant_fn f = pick_quant(dtype);
+    const qcal_quantize_dsp *dsp = qcal_quantize_dsp_get();
     size_t esz = qcal_dtype_size(dtype);
     uint8_t *d = dst;
     int nt = qcal_threads_for(rows * inner);
@@ -483,7 +180,8 @@ static void quantize_per_channel(const float *x, int64_t outer, int64_t channels
 #endif
     for (int64_t r = 0; r < rows; r++) {
         int64_t c = r % channels;
-        f(x + r * inner, inner, 1.0f / scales[c], zero_points[c], d + (size_t)(r * inner) * esz);
+        quant_call(dsp, dtype, x + r * inner, inner, 1.0f / scales[c], zero_points[c],
+                   d + (size_t)(r * inner) * esz);
     }
 }
 
@@ -530,32 +228,16 @@ qcal_status qcal_quantize(const qcal_tensor *src, const qcal_qparams *qp, void *
     return QCAL_OK;
 }
 
-/* ---- dequantize (elementwise, C; the compiler vectorises these loops) ------------- */
+/* ---- dequantize ---------------------------------------------------------------- */
 
 static void deq_block(const void *src, qcal_dtype dtype, int64_t off, int64_t n, float scale,
                       int32_t zp, float *dst)
 {
+    const qcal_quantize_dsp *d = qcal_quantize_dsp_get();
     switch (dtype) {
-    case QCAL_QUINT8: {
-        const uint8_t *q = (const uint8_t *)src + off;
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = (float)((int32_t)q[i] - zp) * scale;
-        break;
-    }
-    case QCAL_QINT8: {
-        const int8_t *q = (const int8_t *)src + off;
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = (float)((int32_t)q[i] - zp) * scale;
-        break;
-    }
-    case QCAL_QINT32: {
-        /* The difference in int64: PyTorch subtracts in int32, which wraps for q near
-         * INT32_MIN/MAX (e.g. q = INT32_MIN, zp = 3 dequantizes to +2^31 * scale there). */
-        const int32_t *q = (const int32_t *)src + off;
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = (float)((int64_t)q[i] - zp) * scale;
-        break;
-    }
+    case QCAL_QUINT8: d->dequantize_u8(src, off, n, scale, zp, dst); return;
+    case QCAL_QINT8: d->dequantize_i8(src, off, n, scale, zp, dst); return;
+    case QCAL_QINT32: d->dequantize_i32(src, off, n, scale, zp, dst); return;
     }
 }
 

@@ -32,9 +32,11 @@
 #include <time.h>
 
 #include "core/cpu.h"
+#include "fakequant/fakequant_dsp.h"
 #include "io/half_dsp.h"
 #include "numeric/metrics_dsp.h"
 #include "observers/minmax_dsp.h"
+#include "quant/quantize_dsp.h"
 
 /* ---- framework ---------------------------------------------------------------------- */
 
@@ -679,6 +681,445 @@ static void check_metrics(void)
     free(y);
 }
 
+/* ---- family: quantize (quant/quantize_dsp.h) ------------------------------------------- */
+
+/* Quantize inputs: the ca_fill modes scaled to the code range of scale `s`, plus exact
+ * half-way ties (k + 0.5) * s; NaN/Inf/huge values saturate or map to the zero-point. */
+static void ca_fill_quant(float *x, int64_t n, int mode, float s)
+{
+    if (mode == CA_FILL_COUNT) {
+        for (int64_t i = 0; i < n; i++)
+            x[i] = ((float)(int)(ca_rand() % 601) - 300.0f + 0.5f) * s;
+        return;
+    }
+    ca_fill_f32(x, n, mode);
+    if (mode == CA_FILL_NORMAL || mode == CA_FILL_SPECIAL)
+        for (int64_t i = 0; i < n; i++)
+            x[i] *= s * 16.0f;
+}
+
+typedef struct quant_bench {
+    const qcal_quantize_dsp *dsp;
+    const float *x;
+    void *q;
+    int64_t n;
+} quant_bench;
+
+static void run_quantize_u8(void *p)
+{
+    quant_bench *b = p;
+    b->dsp->quantize_u8(b->x, b->n, 1.0f / 0.037f, 100, b->q);
+}
+
+static void run_quantize_i8(void *p)
+{
+    quant_bench *b = p;
+    b->dsp->quantize_i8(b->x, b->n, 1.0f / 0.037f, -3, b->q);
+}
+
+static void run_quantize_prow8(void *p)
+{
+    quant_bench *b = p;
+    enum { W = 1024 };
+    static float inv[W], lo[W], hi[W];
+    static int32_t zp[W];
+    for (int i = 0; i < W; i++) {
+        zp[i] = i % 256;
+        inv[i] = 1.0f / (0.01f + (float)(i % 7) * 0.01f);
+        lo[i] = (float)(0 - zp[i]);
+        hi[i] = (float)(255 - zp[i]);
+    }
+    for (int64_t o = 0; o + W <= b->n; o += W)
+        b->dsp->quantize_prow8(b->x + o, W, inv, lo, hi, zp, (uint8_t *)b->q + o);
+}
+
+/* u8 (is_i8 false) or i8 codes of every size, fill, scale and zero-point, unaligned
+ * outputs in canary buffers. */
+static void check_quantize_flat(const qcal_quantize_dsp *ref, const qcal_quantize_dsp *opt,
+                                qcal_isa isa, bool is_i8)
+{
+    static const float scales[] = { 0.037f, 0.5f, 1.0f / 3.0f, 1e-3f };
+    static const int32_t zu8[] = { 0, 3, 128, 255 }, zi8[] = { -128, -5, 0, 127 };
+    const char *name = is_i8 ? "f32_quantize_i8" : "f32_quantize_u8";
+    for (int si = 0; si < CA_NSIZES; si++) {
+        int64_t n = ca_sizes[si];
+        for (int mode = 0; mode <= CA_FILL_COUNT; mode++) {
+            for (int k = 0; k < 4; k++) {
+                ca_buf xb, ab, bb;
+                size_t mis = (size_t)(si + mode + k) % 16;
+                float *x = ca_alloc(&xb, (size_t)n * 4, 4 * (mis % 4));
+                ca_fill_quant(x, n, mode, scales[k]);
+                uint8_t *a = ca_alloc(&ab, (size_t)n, mis), *b = ca_alloc(&bb, (size_t)n, mis);
+                int32_t zp = is_i8 ? zi8[(k + si) % 4] : zu8[(k + si) % 4];
+                float inv = 1.0f / scales[k];
+                if (is_i8) {
+                    ref->quantize_i8(x, n, inv, zp, (int8_t *)a);
+                    opt->quantize_i8(x, n, inv, zp, (int8_t *)b);
+                } else {
+                    ref->quantize_u8(x, n, inv, zp, a);
+                    opt->quantize_u8(x, n, inv, zp, b);
+                }
+                ca.checks++;
+                for (int64_t i = 0; i < n; i++)
+                    if (a[i] != b[i]) {
+                        ca_fail("%s__%s n %lld fill %s scale %g zp %d: code %lld is %d, C %d "
+                                "(x = %.9g)", name, ISA_NAMES[isa], (long long)n,
+                                mode < CA_FILL_COUNT ? FILL_NAMES[mode] : "ties",
+                                (double)scales[k], (int)zp, (long long)i, (int)b[i], (int)a[i],
+                                (double)x[i]);
+                        break;
+                    }
+                ca_free(&xb, "quantize input");
+                ca_free(&ab, "quantize C output");
+                ca_free(&bb, name);
+            }
+        }
+    }
+}
+
+static void check_quantize_prow8(const qcal_quantize_dsp *ref, const qcal_quantize_dsp *opt,
+                                 qcal_isa isa)
+{
+    for (int si = 0; si < CA_NSIZES; si++) {
+        int64_t n = ca_sizes[si];
+        for (int mode = 0; mode <= CA_FILL_COUNT; mode++) {
+            for (int dt = 0; dt < 2; dt++) {
+                int32_t qmin = dt ? -128 : 0, qmax = dt ? 127 : 255;
+                ca_buf xb, ib, lb, hb, zb, ab, bb;
+                float *x = ca_alloc(&xb, (size_t)n * 4, 0);
+                float *inv = ca_alloc(&ib, (size_t)n * 4, 4), *lo = ca_alloc(&lb, (size_t)n * 4, 8);
+                float *hi = ca_alloc(&hb, (size_t)n * 4, 12);
+                int32_t *zp = ca_alloc(&zb, (size_t)n * 4, 0);
+                ca_fill_quant(x, n, mode, 0.25f);
+                for (int64_t i = 0; i < n; i++) {
+                    float sc = (ca_rand() & 1) ? 0.25f : 1.0f / (float)(1 + ca_rand() % 7);
+                    zp[i] = qmin + (int32_t)(ca_rand() % (uint32_t)(qmax - qmin + 1));
+                    inv[i] = 1.0f / sc;
+                    lo[i] = (float)(qmin - zp[i]);
+                    hi[i] = (float)(qmax - zp[i]);
+                }
+                size_t mis = (size_t)(si + mode) % 16;
+                uint8_t *a = ca_alloc(&ab, (size_t)n, mis), *b = ca_alloc(&bb, (size_t)n, mis);
+                ref->quantize_prow8(x, n, inv, lo, hi, zp, a);
+                opt->quantize_prow8(x, n, inv, lo, hi, zp, b);
+                ca.checks++;
+                for (int64_t i = 0; i < n; i++)
+                    if (a[i] != b[i]) {
+                        ca_fail("f32_quantize_prow8__%s %s n %lld fill %s: code %lld is %d, C %d "
+                                "(x = %.9g)", ISA_NAMES[isa], dt ? "qint8" : "quint8",
+                                (long long)n, mode < CA_FILL_COUNT ? FILL_NAMES[mode] : "ties",
+                                (long long)i, (int)b[i], (int)a[i], (double)x[i]);
+                        break;
+                    }
+                ca_free(&xb, "prow8 input");
+                ca_free(&ib, "prow8 inv");
+                ca_free(&lb, "prow8 lo");
+                ca_free(&hb, "prow8 hi");
+                ca_free(&zb, "prow8 zp");
+                ca_free(&ab, "prow8 C output");
+                ca_free(&bb, "f32_quantize_prow8");
+            }
+        }
+    }
+}
+
+static void check_quantize(void)
+{
+    qcal_quantize_dsp ref, opt;
+    qcal_quantize_dsp_init(&ref, QCAL_ISA_C);
+    float *big = NULL;
+    uint8_t *q = NULL;
+    int64_t n = ca.bench_elements;
+    if (ca.bench) {
+        big = aligned_alloc(64, (size_t)n * 4);
+        q = aligned_alloc(64, (size_t)n);
+        ca_fill_quant(big, n, CA_FILL_NORMAL, 0.037f);
+    }
+    for (int i = 0; i < ca_isa_count(); i++) {
+        qcal_isa isa = (qcal_isa)i;
+        qcal_quantize_dsp_init(&opt, isa);
+        if (ca.bench) {
+            quant_bench b = { .dsp = &opt, .x = big, .q = q, .n = n };
+            ca_bench("f32_quantize_u8", isa, (double)n * 5, run_quantize_u8, &b);
+            ca_bench("f32_quantize_i8", isa, (double)n * 5, run_quantize_i8, &b);
+            ca_bench("f32_quantize_prow8 (w=1024)", isa, (double)n * 5, run_quantize_prow8, &b);
+            continue;
+        }
+        if (ca_test(qcal_quantize_dsp, &ref, &opt, quantize_u8, "f32_quantize_u8", isa))
+            check_quantize_flat(&ref, &opt, isa, false);
+        if (ca_test(qcal_quantize_dsp, &ref, &opt, quantize_i8, "f32_quantize_i8", isa))
+            check_quantize_flat(&ref, &opt, isa, true);
+        if (ca_test(qcal_quantize_dsp, &ref, &opt, quantize_prow8, "f32_quantize_prow8", isa))
+            check_quantize_prow8(&ref, &opt, isa);
+        ca_family_done(&ref, &opt, sizeof opt, isa);
+    }
+    free(big);
+    free(q);
+}
+
+/* ---- family: fakequant (fakequant/fakequant_dsp.h) ------------------------------------- */
+
+static void fq_run_of(qcal_fq_run *r, float scale, int32_t zp, int32_t qmin, int32_t qmax)
+{
+    r->scale = scale;
+    r->inv_scale = 1.0f / scale;
+    r->zp = (float)zp;
+    r->qmin = (float)qmin;
+    r->qmax = (float)qmax;
+}
+
+static bool ca_same_f32(const float *a, const float *b, int64_t n, int64_t *at)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (ca_u32(a[i]) != ca_u32(b[i])) {
+            *at = i;
+            return false;
+        }
+    return true;
+}
+
+typedef struct fq_bench {
+    const qcal_fakequant_dsp *dsp;
+    const float *x, *gy;
+    float *y, *gx;
+    uint8_t *m;
+    int64_t n;
+    double sink;
+} fq_bench;
+
+static void run_fq_fwd(void *p)
+{
+    fq_bench *b = p;
+    qcal_fq_run r;
+    fq_run_of(&r, 0.037f, 100, 0, 255);
+    b->dsp->fakequant(b->x, b->n, &r, b->y, NULL, true);
+}
+
+static void run_fq_fused(void *p)
+{
+    fq_bench *b = p;
+    qcal_fq_run r;
+    fq_run_of(&r, 0.037f, 100, 0, 255);
+    b->dsp->fakequant_fused(b->x, b->gy, b->n, &r, b->y, b->gx, true);
+}
+
+static void run_fq_bwd(void *p)
+{
+    fq_bench *b = p;
+    b->dsp->fakequant_backward(b->gy, b->m, b->n, b->gx, true);
+}
+
+static void run_lsq_bwd(void *p)
+{
+    fq_bench *b = p;
+    qcal_lsq_run r = { .scale = 0.037f, .inv_scale = 1.0f / 0.037f, .zp = 100.0f, .qmin = 0.0f,
+                       .qmax = 255.0f, .grad_factor = 1.0f };
+    double as[QCAL_LSQ_LANES] = { 0 }, az[QCAL_LSQ_LANES] = { 0 };
+    b->dsp->lsq_backward(b->x, b->gy, b->n, &r, b->gx, as, az, true);
+    b->sink += as[0] + az[0];
+}
+
+/* Forward, fused and backward of every size and fill, plain and streaming stores, every
+ * output alignment (0..16 floats past a 64-byte boundary), in place, canary-guarded. */
+static void check_fq_passes(const qcal_fakequant_dsp *ref, const qcal_fakequant_dsp *opt,
+                            qcal_isa isa, int which)
+{
+    static const char *const names[3] = { "f32_fakequant", "f32_fakequant_fused",
+                                          "f32_fakequant_backward" };
+    qcal_fq_run r;
+    for (int si = 0; si < CA_NSIZES; si++) {
+        int64_t n = ca_sizes[si];
+        for (int mode = 0; mode <= CA_FILL_COUNT; mode++) {
+            int cfg = (si + mode) % 3;
+            if (cfg == 0)
+                fq_run_of(&r, 0.037f, 7, -8, 120);
+            else if (cfg == 1)
+                fq_run_of(&r, 0.02f, 10, 0, 127);
+            else
+                fq_run_of(&r, 1e-3f, -128, -128, 127);
+            ca_buf xb, gb, mb;
+            float *x = ca_alloc(&xb, (size_t)n * 4, 0), *gy = ca_alloc(&gb, (size_t)n * 4, 4);
+            uint8_t *m = ca_alloc(&mb, (size_t)n, 1);
+            ca_fill_quant(x, n, mode, r.scale);
+            ca_fill_f32(gy, n, mode == CA_FILL_SPECIAL ? CA_FILL_SPECIAL : CA_FILL_NORMAL);
+            for (int64_t i = 0; i < n; i++)
+                m[i] = (uint8_t)(ca_rand() & 1);
+            float *yr = malloc((size_t)n * 4 + 4), *gr = malloc((size_t)n * 4 + 4);
+            uint8_t *mr = malloc((size_t)n + 1);
+            if (which == 0)
+                ref->fakequant(x, n, &r, yr, mr, false);
+            else if (which == 1)
+                ref->fakequant_fused(x, gy, n, &r, yr, gr, false);
+            else
+                ref->fakequant_backward(gy, m, n, gr, false);
+            for (int st = 0; st < 2; st++) {
+                for (int off = 0; off < 17; off += (n > 64 ? 4 : 1)) {
+                    ca_buf yb, ob, kb;
+                    float *y = ca_alloc(&yb, (size_t)n * 4, 4 * (size_t)off);
+                    float *o = ca_alloc(&ob, (size_t)n * 4, 4 * (size_t)((off * 5) % 17));
+                    uint8_t *k = ca_alloc(&kb, (size_t)n, (size_t)off);
+                    int64_t at = -1;
+                    bool ok = true;
+                    if (which == 0) {
+                        opt->fakequant(x, n, &r, y, k, st);
+                        ok = ca_same_f32(y, yr, n, &at) && !memcmp(k, mr, (size_t)n);
+                    } else if (which == 1) {
+                        opt->fakequant_fused(x, gy, n, &r, y, o, st);
+                        ok = ca_same_f32(y, yr, n, &at) && ca_same_f32(o, gr, n, &at);
+                        /* in place */
+                        memcpy(y, x, (size_t)n * 4);
+                        memcpy(o, gy, (size_t)n * 4);
+                        opt->fakequant_fused(y, o, n, &r, y, o, st);
+                        ok = ok && ca_same_f32(y, yr, n, &at) && ca_same_f32(o, gr, n, &at);
+                    } else {
+                        opt->fakequant_backward(gy, m, n, o, st);
+                        ok = ca_same_f32(o, gr, n, &at);
+                        memcpy(o, gy, (size_t)n * 4);
+                        opt->fakequant_backward(o, m, n, o, st);   /* in place */
+                        ok = ok && ca_same_f32(o, gr, n, &at);
+                    }
+                    ca.checks++;
+                    if (!ok)
+                        ca_fail("%s__%s n %lld fill %s stream %d offset %d: differs from C "
+                                "(element %lld, x = %.9g)", names[which], ISA_NAMES[isa],
+                                (long long)n, mode < CA_FILL_COUNT ? FILL_NAMES[mode] : "ties",
+                                st, off, (long long)at, at >= 0 ? (double)x[at] : 0.0);
+                    ca_free(&yb, names[which]);
+                    ca_free(&ob, names[which]);
+                    ca_free(&kb, names[which]);
+                }
+            }
+            free(yr);
+            free(gr);
+            free(mr);
+            ca_free(&xb, "fakequant input");
+            ca_free(&gb, "fakequant gradient");
+            ca_free(&mb, "fakequant mask");
+        }
+    }
+}
+
+/* Lane accumulators: the same bits, or both NaN (which NaN payload survives a sum of two
+ * NaNs depends on the operand order the compiler picks for a commutative add). */
+static bool lanes_same(const double *a, const double *b)
+{
+    for (int l = 0; l < QCAL_LSQ_LANES; l++) {
+        uint64_t x, y;
+        memcpy(&x, &a[l], 8);
+        memcpy(&y, &b[l], 8);
+        if (x != y && !(isnan(a[l]) && isnan(b[l])))
+            return false;
+    }
+    return true;
+}
+
+/* LSQ backward: grad_x bits and the 16 lane accumulators (starting from random values)
+ * bit-identical to C, every size/fill/alignment, plain and streaming. */
+static void check_lsq(const qcal_fakequant_dsp *ref, const qcal_fakequant_dsp *opt, qcal_isa isa)
+{
+    for (int si = 0; si < CA_NSIZES; si++) {
+        int64_t n = ca_sizes[si];
+        for (int mode = 0; mode <= CA_FILL_COUNT; mode++) {
+            float zp = (float)(int)(ca_rand() % 200);
+            qcal_lsq_run r = { .scale = 0.037f, .inv_scale = 1.0f / 0.037f, .zp = zp,
+                               .qmin = 0.0f, .qmax = 255.0f,
+                               .grad_factor = 1.0f / (float)(1 + ca_rand() % 100) };
+            ca_buf xb, gb;
+            float *x = ca_alloc(&xb, (size_t)n * 4, 0), *gy = ca_alloc(&gb, (size_t)n * 4, 8);
+            ca_fill_quant(x, n, mode, r.scale);
+            ca_fill_f32(gy, n, mode == CA_FILL_SPECIAL ? CA_FILL_SPECIAL : CA_FILL_NORMAL);
+            double init_s[QCAL_LSQ_LANES], init_z[QCAL_LSQ_LANES];
+            for (int l = 0; l < QCAL_LSQ_LANES; l++) {
+                init_s[l] = ca_unit() * 1e-3;
+                init_z[l] = ca_unit() * 1e-3;
+            }
+            double rs[QCAL_LSQ_LANES], rz[QCAL_LSQ_LANES];
+            memcpy(rs, init_s, sizeof rs);
+            memcpy(rz, init_z, sizeof rz);
+            float *gref = malloc((size_t)n * 4 + 4);
+            ref->lsq_backward(x, gy, n, &r, gref, rs, rz, false);
+            for (int st = 0; st < 2; st++) {
+                for (int off = 0; off < 17; off += (n > 64 ? 4 : 1)) {
+                    ca_buf ob;
+                    float *o = ca_alloc(&ob, (size_t)n * 4, 4 * (size_t)off);
+                    double as[QCAL_LSQ_LANES], az[QCAL_LSQ_LANES];
+                    memcpy(as, init_s, sizeof as);
+                    memcpy(az, init_z, sizeof az);
+                    opt->lsq_backward(x, gy, n, &r, o, as, az, st);
+                    int64_t at = -1;
+                    bool ok = ca_same_f32(o, gref, n, &at);
+                    ok = ok && lanes_same(as, rs) && lanes_same(az, rz);
+                    /* without grad_x */
+                    memcpy(as, init_s, sizeof as);
+                    memcpy(az, init_z, sizeof az);
+                    opt->lsq_backward(x, gy, n, &r, NULL, as, az, st);
+                    ok = ok && lanes_same(as, rs) && lanes_same(az, rz);
+                    ca.checks++;
+                    if (!ok)
+                        ca_fail("f32_lsq_backward__%s n %lld fill %s stream %d offset %d: "
+                                "differs from C (grad_x element %lld)", ISA_NAMES[isa],
+                                (long long)n, mode < CA_FILL_COUNT ? FILL_NAMES[mode] : "ties",
+                                st, off, (long long)at);
+                    ca_free(&ob, "f32_lsq_backward grad_x");
+                }
+            }
+            free(gref);
+            ca_free(&xb, "lsq input");
+            ca_free(&gb, "lsq gradient");
+        }
+    }
+}
+
+static void check_fakequant(void)
+{
+    qcal_fakequant_dsp ref, opt;
+    qcal_fakequant_dsp_init(&ref, QCAL_ISA_C);
+    fq_bench b = { 0 };
+    int64_t n = ca.bench_elements;
+    if (ca.bench) {
+        float *x = aligned_alloc(64, (size_t)n * 4), *gy = aligned_alloc(64, (size_t)n * 4);
+        b.y = aligned_alloc(64, (size_t)n * 4);
+        b.gx = aligned_alloc(64, (size_t)n * 4);
+        b.m = aligned_alloc(64, (size_t)n);
+        ca_fill_quant(x, n, CA_FILL_NORMAL, 0.037f);
+        ca_fill_f32(gy, n, CA_FILL_NORMAL);
+        for (int64_t i = 0; i < n; i++)
+            b.m[i] = (uint8_t)(i & 1);
+        b.x = x;
+        b.gy = gy;
+        b.n = n;
+    }
+    for (int i = 0; i < ca_isa_count(); i++) {
+        qcal_isa isa = (qcal_isa)i;
+        qcal_fakequant_dsp_init(&opt, isa);
+        if (ca.bench) {
+            b.dsp = &opt;
+            ca_bench("f32_fakequant", isa, (double)n * 8, run_fq_fwd, &b);
+            ca_bench("f32_fakequant_fused", isa, (double)n * 16, run_fq_fused, &b);
+            ca_bench("f32_fakequant_backward", isa, (double)n * 9, run_fq_bwd, &b);
+            ca_bench("f32_lsq_backward", isa, (double)n * 12, run_lsq_bwd, &b);
+            continue;
+        }
+        if (ca_test(qcal_fakequant_dsp, &ref, &opt, fakequant, "f32_fakequant", isa))
+            check_fq_passes(&ref, &opt, isa, 0);
+        if (ca_test(qcal_fakequant_dsp, &ref, &opt, fakequant_fused, "f32_fakequant_fused", isa))
+            check_fq_passes(&ref, &opt, isa, 1);
+        if (ca_test(qcal_fakequant_dsp, &ref, &opt, fakequant_backward, "f32_fakequant_backward",
+                    isa))
+            check_fq_passes(&ref, &opt, isa, 2);
+        if (ca_test(qcal_fakequant_dsp, &ref, &opt, lsq_backward, "f32_lsq_backward", isa))
+            check_lsq(&ref, &opt, isa);
+        ca_family_done(&ref, &opt, sizeof opt, isa);
+    }
+    if (ca.bench) {
+        free((void *)b.x);
+        free((void *)b.gy);
+        free(b.y);
+        free(b.gx);
+        free(b.m);
+    }
+}
+
 /* ---- registry ------------------------------------------------------------------------ */
 
 static const struct {
@@ -688,6 +1129,8 @@ static const struct {
     { "minmax", check_minmax },
     { "half", check_half },
     { "metrics", check_metrics },
+    { "quantize", check_quantize },
+    { "fakequant", check_fakequant },
 };
 
 static bool selected(const char *only, const char *name)

@@ -14,15 +14,6 @@
 #include "qcal/qcal.h"
 #include "testutil.h"
 
-void qcal_f32_quantize_u8__c(const float *x, int64_t n, float inv, int32_t zp, uint8_t *dst);
-void qcal_f32_quantize_i8__c(const float *x, int64_t n, float inv, int32_t zp, int8_t *dst);
-void qcal_f32_quantize_u8__avx2(const float *x, int64_t n, float inv, int32_t zp, uint8_t *dst);
-void qcal_f32_quantize_i8__avx2(const float *x, int64_t n, float inv, int32_t zp, int8_t *dst);
-void qcal_f32_quantize_u8__avx512(const float *x, int64_t n, float inv, int32_t zp,
-                                  uint8_t *dst);
-void qcal_f32_quantize_i8__avx512(const float *x, int64_t n, float inv, int32_t zp,
-                                  int8_t *dst);
-
 static void set_isa(const char *isa)
 {
     if (isa)
@@ -199,118 +190,6 @@ static uint32_t rnd(void)
 {
     rs = rs * 6364136223846793005ULL + 1442695040888963407ULL;
     return (uint32_t)(rs >> 33);
-}
-
-static void test_simd_vs_c(void **state)
-{
-    (void)state;
-    typedef void (*u8_fn)(const float *, int64_t, float, int32_t, uint8_t *);
-    typedef void (*i8_fn)(const float *, int64_t, float, int32_t, int8_t *);
-    u8_fn u8[2] = { qcal_f32_quantize_u8__avx2, qcal_f32_quantize_u8__avx512 };
-    i8_fn i8[2] = { qcal_f32_quantize_i8__avx2, qcal_f32_quantize_i8__avx512 };
-    enum { MAXN = 4000 };
-    float *x = malloc(MAXN * 4);
-    uint8_t *a = malloc(MAXN + 64), *b = malloc(MAXN + 64);
-    const float scales[] = { 0.1f, 1.0f / 3.0f, 0.5f, 1e-3f };
-    const int32_t zps[] = { 0, 3, 128, 255, -128, 127, -5 };
-    for (int v = 0; v < 2; v++) {
-        if ((int)qcal_cpu_isa() < v + 1)
-            continue;
-        for (int64_t n = 0; n <= MAXN; n = n < 67 ? n + 1 : n * 2 + 3) {
-            for (int64_t i = 0; i < n; i++) {
-                uint32_t r = rnd();
-                x[i] = ((float)(r % 20001) - 10000.0f) / 64.0f;     /* many exact ties */
-                if (r % 29 == 0)
-                    x[i] = (r & 64) ? NAN : (r & 128) ? INFINITY : -INFINITY;
-                if (r % 31 == 0)
-                    x[i] = (r & 256) ? 3e38f : -3e38f;
-            }
-            for (size_t s = 0; s < 4; s++) {
-                for (size_t z = 0; z < 7; z++) {
-                    float inv = 1.0f / scales[s];
-                    memset(a, 0xA5, MAXN + 64);
-                    memset(b, 0xA5, MAXN + 64);
-                    if (zps[z] >= 0) {
-                        qcal_f32_quantize_u8__c(x, n, inv, zps[z], a + 16);
-                        u8[v](x, n, inv, zps[z], b + 16);
-                        assert_memory_equal(a, b, MAXN + 64);
-                    }
-                    if (zps[z] <= 127) {
-                        qcal_f32_quantize_i8__c(x, n, inv, zps[z], (int8_t *)a + 16);
-                        i8[v](x, n, inv, zps[z], (int8_t *)b + 16);
-                        if (memcmp(a, b, MAXN + 64) != 0) {
-                            for (int64_t i = 0; i < n + 32; i++)
-                                if (a[i] != b[i])
-                                    fail_msg("i8 v%d n=%lld zp=%d byte %lld x=%g: %d != %d", v,
-                                             (long long)n, zps[z], (long long)i - 16,
-                                             (double)(i >= 16 && i - 16 < n ? x[i - 16] : 0),
-                                             (int8_t)b[i], (int8_t)a[i]);
-                        }
-                    }
-                }
-            }
-        }
-    }
-    free(x);
-    free(a);
-    free(b);
-}
-
-void qcal_f32_quantize_prow8__c(const float *x, int64_t n, const float *inv, const float *lo,
-                                const float *hi, const int32_t *zp, uint8_t *dst);
-void qcal_f32_quantize_prow8__avx2(const float *x, int64_t n, const float *inv,
-                                   const float *lo, const float *hi, const int32_t *zp,
-                                   uint8_t *dst);
-void qcal_f32_quantize_prow8__avx512(const float *x, int64_t n, const float *inv,
-                                     const float *lo, const float *hi, const int32_t *zp,
-                                     uint8_t *dst);
-
-/* Per-position kernels (per-channel quantize with short channel runs): SIMD == C on ties,
- * NaN/Inf and huge values, quint8 and qint8 ranges, canary bytes around the output. */
-static void test_prow_simd_vs_c(void **state)
-{
-    (void)state;
-    typedef void (*pf)(const float *, int64_t, const float *, const float *, const float *,
-                       const int32_t *, uint8_t *);
-    pf simd[2] = { qcal_f32_quantize_prow8__avx2, qcal_f32_quantize_prow8__avx512 };
-    enum { MAXN = 300 };
-    float x[MAXN], inv[MAXN], lo[MAXN], hi[MAXN];
-    int32_t zp[MAXN];
-    uint8_t a[MAXN + 32], b[MAXN + 32];
-    int checked = 0;
-    for (int v = 0; v < 2; v++) {
-        if ((int)qcal_cpu_isa() < v + 1)
-            continue;
-        for (int dt = 0; dt < 2; dt++) {
-            int32_t qmin = dt ? -128 : 0, qmax = dt ? 127 : 255;
-            for (int64_t n = 0; n <= MAXN; n = n < 40 ? n + 1 : n + 37) {
-                for (int64_t i = 0; i < n; i++) {
-                    uint32_t r = rnd();
-                    x[i] = ((float)(r % 20001) - 10000.0f) / 64.0f;
-                    if (r % 23 == 0)
-                        x[i] = (r & 64) ? NAN : (r & 128) ? INFINITY : -INFINITY;
-                    if (r % 29 == 0)
-                        x[i] = (r & 256) ? 3e38f : -3e38f;
-                    float sc = (r & 1) ? 0.5f : 1.0f / (float)(1 + rnd() % 7);
-                    zp[i] = qmin + (int32_t)(rnd() % (uint32_t)(qmax - qmin + 1));
-                    inv[i] = 1.0f / sc;
-                    lo[i] = (float)(qmin - zp[i]);
-                    hi[i] = (float)(qmax - zp[i]);
-                }
-                memset(a, 0x5A, sizeof a);
-                memset(b, 0x5A, sizeof b);
-                qcal_f32_quantize_prow8__c(x, n, inv, lo, hi, zp, a + 16);
-                simd[v](x, n, inv, lo, hi, zp, b + 16);
-                for (int64_t i = 0; i < n + 32; i++)
-                    if (a[i] != b[i])
-                        fail_msg("prow v%d dt%d n=%lld byte %lld (x=%g): simd %d != c %d", v, dt,
-                                 (long long)n, (long long)i - 16,
-                                 (double)(i >= 16 && i - 16 < n ? x[i - 16] : 0), b[i], a[i]);
-                checked++;
-            }
-        }
-    }
-    (void)checked;
 }
 
 /* Per-channel quantize/dequantize along the last axis and a short middle axis (the
@@ -491,8 +370,6 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden),
-        cmocka_unit_test(test_simd_vs_c),
-        cmocka_unit_test(test_prow_simd_vs_c),
         cmocka_unit_test(test_per_channel_short_rows),
         cmocka_unit_test(test_policy),
         cmocka_unit_test(test_errors),
