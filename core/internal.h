@@ -19,7 +19,9 @@
 
 /* Records a formatted message for the calling thread and returns status, so callers can
  * write `return qcal_error(QCAL_ERR_IO, "cannot open '%s': %s", path, strerror(errno));`. */
-qcal_status qcal_error(qcal_status status, const char *fmt, ...) QCAL_PRINTF(2, 3);
+/* Exported (QCAL_API) for libqcal_mpi, the companion library built from this tree; not
+ * part of the public API. */
+QCAL_API qcal_status qcal_error(qcal_status status, const char *fmt, ...) QCAL_PRINTF(2, 3);
 
 /* Overflow-checked arithmetic on non-negative sizes: true on success. */
 static inline bool qcal_mul_i64(int64_t a, int64_t b, int64_t *out)

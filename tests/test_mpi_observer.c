@@ -1,0 +1,314 @@
+/* mpi.observer (run under mpirun -np 1..4): libqcal_mpi on observers.
+ *  - all-reduce and reduce give, on every rank, the save bytes of the same rank-ordered
+ *    merges done in one process, and (order-independent kinds whose merges are exact) the
+ *    bytes of one observer fed every batch;
+ *  - moving averages: one rank with data merges exactly, several are refused everywhere;
+ *  - the data-parallel update equals one observer updated with the whole batches, bit for
+ *    bit (min/max kinds) on every rank;
+ *  - faults (NULL, a config differing on the last rank, a bad root) give the same status on
+ *    every rank, with the failing rank named, and nothing waits.
+ * Plain C (not cmocka): a failed check prints the rank and aborts the job, so no rank is left
+ * in a collective. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mpi.h>
+
+#include "qcal/mpi.h"
+#include "qcal/qcal.h"
+
+static int rank, size, checks;
+
+static void check(int ok, const char *fmt, ...)
+{
+    checks++;
+    if (ok)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "mpi.observer: rank %d of %d: FAIL: ", rank, size);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (last error: %s)\n", qcal_last_error());
+    va_end(ap);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+/* Batch b of a kind's test data: 4 x 8 x 6 floats, its own seed; batch 3 holds outliers and
+ * batch 5 a NaN, so ranges move late and non-finite counts add up. */
+enum { NB = 9, B_ROWS = 4, B_COLS = 8, B_DEPTH = 6, B_NUMEL = B_ROWS * B_COLS * B_DEPTH };
+
+static void batch(int b, float *d)
+{
+    uint64_t s = 0x9e3779b97f4a7c15ull * (uint64_t)(b + 1);
+    for (int i = 0; i < B_NUMEL; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        float u = (float)((s >> 40) & 0xffffff) / 16777216.0f;
+        d[i] = (u - 0.4f) * (float)(1 + b % 4) * 3.0f;
+    }
+    if (b == 3) {
+        d[5] = 900.0f;
+        d[17] = -650.0f;
+    }
+    if (b == 5)
+        d[11] = NAN;
+}
+
+static void as_tensor(float *d, int64_t n0, qcal_tensor *t)
+{
+    int64_t shape[3] = { n0, B_COLS, B_DEPTH };
+    check(qcal_tensor_init(t, d, 3, shape) == QCAL_OK, "tensor init");
+}
+
+static void *save(const qcal_observer *o, size_t *len)
+{
+    void *buf = NULL;
+    check(qcal_observer_save(o, &buf, len) == QCAL_OK, "save");
+    return buf;
+}
+
+static void same_bytes(const qcal_observer *a, const qcal_observer *b, const char *what)
+{
+    size_t la, lb;
+    void *ba = save(a, &la), *bb = save(b, &lb);
+    check(la == lb && !memcmp(ba, bb, la), "%s: save blobs differ (%zu vs %zu bytes)", what, la, lb);
+    qcal_free(ba);
+    qcal_free(bb);
+}
+
+static qcal_observer *make(qcal_observer_kind k)
+{
+    qcal_observer_config c;
+    qcal_observer_config_default(&c, k);
+    if (k == QCAL_OBSERVER_HISTOGRAM || k == QCAL_OBSERVER_ENTROPY || k == QCAL_OBSERVER_MSE ||
+        k == QCAL_OBSERVER_PERCENTILE)
+        c.bins = 512;
+    if (k == QCAL_OBSERVER_PER_CHANNEL_MINMAX || k == QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX)
+        c.axis = 1;   /* channels across the rows the data-parallel test splits */
+    qcal_observer *o = NULL;
+    check(qcal_observer_create(&c, &o) == QCAL_OK, "create %s", qcal_observer_kind_name(k));
+    return o;
+}
+
+static bool moving(qcal_observer_kind k)
+{
+    return k == QCAL_OBSERVER_MOVING_AVERAGE_MINMAX ||
+           k == QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX;
+}
+
+/* One process: rank r's observer (batches b with b % size == r), merged along the tree. */
+static qcal_observer *rank_obs(qcal_observer_kind k, int r)
+{
+    qcal_observer *o = make(k);
+    float d[B_NUMEL];
+    for (int b = r; b < NB; b += size) {
+        batch(b, d);
+        qcal_tensor t;
+        as_tensor(d, B_ROWS, &t);
+        check(qcal_observer_update(o, &t) == QCAL_OK, "update");
+    }
+    return o;
+}
+
+/* The tree of qcal/mpi.h rooted at root, replayed in one process. */
+static qcal_observer *tree_ref(qcal_observer_kind k, int root)
+{
+    qcal_observer **p = calloc((size_t)size, sizeof *p);
+    for (int v = 0; v < size; v++)
+        p[v] = rank_obs(k, (v + root) % size);
+    for (int mask = 1; mask < size; mask <<= 1)
+        for (int v = 0; v + mask < size; v += 2 * mask)
+            check(qcal_observer_merge(p[v], p[v + mask]) == QCAL_OK, "reference merge");
+    for (int v = 1; v < size; v++)
+        qcal_observer_destroy(&p[v]);
+    qcal_observer *r = p[0];
+    free(p);
+    return r;
+}
+
+/* Exact merges: minmax kinds always; the histogram family when merging two halves in one
+ * process gives the whole (the lattice histogram), checked here rather than assumed. */
+static bool merges_exact(qcal_observer_kind k)
+{
+    if (moving(k))
+        return false;
+    qcal_observer *a = make(k), *b = make(k), *w = make(k);
+    float d[B_NUMEL];
+    for (int i = 0; i < NB; i++) {
+        batch(i, d);
+        qcal_tensor t;
+        as_tensor(d, B_ROWS, &t);
+        qcal_observer_update(i % 2 ? a : b, &t);
+        qcal_observer_update(w, &t);
+    }
+    qcal_observer_merge(b, a);
+    size_t l1, l2;
+    void *x = save(b, &l1), *y = save(w, &l2);
+    bool same = l1 == l2 && !memcmp(x, y, l1);
+    qcal_free(x);
+    qcal_free(y);
+    qcal_observer_destroy(&a);
+    qcal_observer_destroy(&b);
+    qcal_observer_destroy(&w);
+    return same;
+}
+
+static void test_reduce(qcal_observer_kind k)
+{
+    const char *name = qcal_observer_kind_name(k);
+    if (moving(k)) {
+        /* Only the last rank has data: exact; every rank with data: refused everywhere. */
+        qcal_observer *o = make(k), *ref = make(k);
+        float d[B_NUMEL];
+        batch(2, d);
+        qcal_tensor t;
+        as_tensor(d, B_ROWS, &t);
+        qcal_observer_update(ref, &t);
+        if (rank == size - 1)
+            qcal_observer_update(o, &t);
+        check(qcal_mpi_observer_allreduce(o, MPI_COMM_WORLD) == QCAL_OK, "%s: one-sided", name);
+        same_bytes(o, ref, name);
+        if (size > 1) {
+            qcal_observer_update(o, &t);
+            qcal_observer *before = make(k);
+            qcal_observer_merge(before, o);
+            qcal_status st = qcal_mpi_observer_allreduce(o, MPI_COMM_WORLD);
+            check(st == QCAL_ERR_STATE, "%s: two-sided merge accepted", name);
+            same_bytes(o, before, "unchanged after refusal");
+            qcal_observer_destroy(&before);
+        }
+        qcal_observer_destroy(&o);
+        qcal_observer_destroy(&ref);
+        return;
+    }
+    for (int root = 0; root < size; root++) {
+        qcal_observer *o = rank_obs(k, rank), *before = rank_obs(k, rank);
+        check(qcal_mpi_observer_reduce(o, root, MPI_COMM_WORLD) == QCAL_OK, "%s: reduce", name);
+        if (rank == root) {
+            qcal_observer *ref = tree_ref(k, root);
+            same_bytes(o, ref, "reduce = one-process tree");
+            qcal_observer_destroy(&ref);
+        } else {
+            same_bytes(o, before, "reduce leaves non-root ranks alone");
+        }
+        qcal_observer_destroy(&o);
+        qcal_observer_destroy(&before);
+    }
+    qcal_observer *o = rank_obs(k, rank), *ref = tree_ref(k, 0);
+    check(qcal_mpi_observer_allreduce(o, MPI_COMM_WORLD) == QCAL_OK, "%s: allreduce", name);
+    same_bytes(o, ref, "allreduce = one-process tree");
+    qcal_observer_destroy(&ref);
+    if (merges_exact(k)) {
+        qcal_observer *whole = make(k);
+        float d[B_NUMEL];
+        for (int b = 0; b < NB; b++) {
+            batch(b, d);
+            qcal_tensor t;
+            as_tensor(d, B_ROWS, &t);
+            qcal_observer_update(whole, &t);
+        }
+        same_bytes(o, whole, "allreduce = one observer fed every batch");
+        qcal_observer_destroy(&whole);
+    } else if (rank == 0) {
+        printf("mpi.observer: %s: merges not exact in this build; checked against the "
+               "one-process tree only\n", name);
+    }
+    qcal_observer_destroy(&o);
+}
+
+/* Data-parallel: batch b is split by rows over the ranks (rank r takes rows r, r+size, ...
+ * packed in order; a rank may get none); the min/max kinds must match one observer fed the
+ * whole batches bit for bit, on every rank. */
+static void test_update(qcal_observer_kind k)
+{
+    const char *name = qcal_observer_kind_name(k);
+    qcal_observer *o = make(k), *whole = make(k);
+    float d[B_NUMEL], mine[B_NUMEL];
+    int rows = B_ROWS - 1;   /* 3 rows: with 4 ranks one rank gets nothing */
+    for (int b = 0; b < NB; b++) {
+        batch(b, d);
+        qcal_tensor t;
+        as_tensor(d, rows, &t);
+        check(qcal_observer_update(whole, &t) == QCAL_OK, "whole update");
+        int n = 0;
+        for (int r = rank; r < rows; r += size, n++)
+            memcpy(mine + n * B_COLS * B_DEPTH, d + r * B_COLS * B_DEPTH,
+                   B_COLS * B_DEPTH * sizeof(float));
+        qcal_tensor s;
+        as_tensor(mine, n, &s);
+        check(qcal_mpi_observer_update(o, n ? &s : NULL, MPI_COMM_WORLD) == QCAL_OK,
+              "%s: update %d", name, b);
+    }
+    bool hist = k == QCAL_OBSERVER_HISTOGRAM || k == QCAL_OBSERVER_PERCENTILE ||
+                k == QCAL_OBSERVER_ENTROPY || k == QCAL_OBSERVER_MSE;
+    if (!hist)
+        same_bytes(o, whole, name);
+    else if (merges_exact(k))
+        check(0, "%s: data-parallel histogram update is exact now: compare qparams here", name);
+    /* Every rank holds the same bytes whatever the kind. */
+    size_t len;
+    void *buf = save(o, &len);
+    unsigned long long h = 1469598103934665603ull, h0;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ ((unsigned char *)buf)[i]) * 1099511628211ull;
+    h0 = h;
+    MPI_Bcast(&h0, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+    check(h == h0, "%s: ranks hold different states after the update", name);
+    qcal_free(buf);
+    qcal_observer_destroy(&o);
+    qcal_observer_destroy(&whole);
+}
+
+/* A local QCAL_ERR_FORMAT with its message: loading a blob that is not a state. */
+static qcal_status bad_load(void)
+{
+    qcal_observer *o = NULL;
+    qcal_status st = qcal_observer_load("not a state", 11, &o);
+    qcal_observer_destroy(&o);
+    return st;
+}
+
+static void test_faults(void)
+{
+    /* A NULL observer on the last rank. */
+    qcal_observer *o = make(QCAL_OBSERVER_MINMAX);
+    int fr = -2;
+    qcal_status st = qcal_mpi_observer_allreduce(rank == size - 1 ? NULL : o, MPI_COMM_WORLD);
+    check(st == QCAL_ERR_INVALID_ARG, "NULL observer: status %d", st);
+    char want[32];
+    snprintf(want, sizeof want, "rank %d: ", size - 1);
+    check(!strncmp(qcal_last_error(), want, strlen(want)), "NULL observer: message '%s'",
+          qcal_last_error());
+    /* A different config on the last rank: mismatch reported by its parent, everywhere. */
+    qcal_observer *other = make(QCAL_OBSERVER_HISTOGRAM);
+    st = qcal_mpi_observer_allreduce(rank == size - 1 ? other : o, MPI_COMM_WORLD);
+    check(size == 1 ? st == QCAL_OK : st == QCAL_ERR_MISMATCH, "mismatch: status %d", st);
+    /* A bad root, everywhere. */
+    st = qcal_mpi_observer_reduce(o, size, MPI_COMM_WORLD);
+    check(st == QCAL_ERR_INVALID_ARG, "bad root: status %d", st);
+    /* qcal_mpi_agree: the lowest failing rank wins. */
+    st = qcal_mpi_agree(rank >= size / 2 ? bad_load() : QCAL_OK, MPI_COMM_WORLD, &fr);
+    check(st == QCAL_ERR_FORMAT && fr == size / 2, "agree: status %d rank %d", st, fr);
+    qcal_observer_destroy(&o);
+    qcal_observer_destroy(&other);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    for (int k = 0; k < QCAL_OBSERVER_KIND_COUNT; k++) {
+        test_reduce((qcal_observer_kind)k);
+        test_update((qcal_observer_kind)k);
+    }
+    test_faults();
+    int total = 0;
+    MPI_Reduce(&checks, &total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("mpi.observer: %d ranks, %d checks passed\n", size, total);
+    MPI_Finalize();
+    return 0;
+}
