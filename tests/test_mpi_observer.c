@@ -86,8 +86,14 @@ static void same_qparams(qcal_observer *a, qcal_observer *b, const char *what)
     int64_t n;
     qcal_observer_qrange(a, 1, &lo[0], &hi[0], &n);
     qcal_observer_qrange(b, 1, &lo[1], &hi[1], &n);
-    qcal_observer_qparams(a, 1, &sc[0], &zp[0], NULL, &n);
-    qcal_observer_qparams(b, 1, &sc[1], &zp[1], NULL, &n);
+    qcal_qparams qa, qb;
+    memset(&qa, 0, sizeof qa);
+    memset(&qb, 0, sizeof qb);
+    qcal_observer_qparams(a, &qa);
+    qcal_observer_qparams(b, &qb);
+    sc[0] = qa.scale, zp[0] = qa.zero_point, sc[1] = qb.scale, zp[1] = qb.zero_point;
+    qcal_qparams_free(&qa);
+    qcal_qparams_free(&qb);
     check(!memcmp(&lo[0], &lo[1], sizeof(float)) && !memcmp(&hi[0], &hi[1], sizeof(float)) &&
               !memcmp(&sc[0], &sc[1], sizeof(float)) && zp[0] == zp[1],
           "%s: data-parallel range [%g, %g] scale %g zp %d, one process [%g, %g] scale %g zp %d",
