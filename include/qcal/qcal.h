@@ -17,6 +17,7 @@
 #include "qcal/numeric.h"
 #include "qcal/calib.h"
 #include "qcal/calib_dump.h"
+#include "qcal/evaluate.h"
 #include "qcal/int8.h"
 
 #endif

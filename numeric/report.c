@@ -1,0 +1,547 @@
+/* The HTML calibration report of an observer evaluation: one self-contained file (inline
+ * SVG and CSS, a few lines of JavaScript to sort the summary table, nothing fetched).
+ *
+ *   - summary: tensors x observers, SQNR and clipped fraction, the recommendation;
+ *   - per tensor: the data's histogram on a log count scale with every observer's clipping
+ *     range drawn over it and the mass each one clips; the objective curve of each
+ *     searching observer (L2 for histogram, KL for entropy, MSE for mse) against the
+ *     threshold with the chosen point; per-channel ranges for weights; the numeric suite's
+ *     per-layer SQNR when one was attached.
+ * Every name is HTML-escaped. Drawings are downsampled (report_bins histogram bins, at most
+ * CURVE_POINTS curve points and RANGE_BARS channel bars), so 500 tensors stay a few MB. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "numeric/evaluate_impl.h"
+#include "qcal/observer.h"
+
+#define CURVE_POINTS 120
+#define RANGE_BARS 128
+
+/* Okabe-Ito colours (distinguishable with common colour-vision deficiencies), by kind. */
+static const char *kind_colour(qcal_observer_kind k)
+{
+    switch (k) {
+    case QCAL_OBSERVER_MINMAX: return "#000000";
+    case QCAL_OBSERVER_MOVING_AVERAGE_MINMAX: return "#999999";
+    case QCAL_OBSERVER_PER_CHANNEL_MINMAX: return "#56B4E9";
+    case QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX: return "#0072B2";
+    case QCAL_OBSERVER_HISTOGRAM: return "#E69F00";
+    case QCAL_OBSERVER_PERCENTILE: return "#009E73";
+    case QCAL_OBSERVER_ENTROPY: return "#D55E00";
+    case QCAL_OBSERVER_MSE: return "#CC79A7";
+    default: return "#444444";
+    }
+}
+
+static void put(qcal_buf *b, const char *s)
+{
+    qcal_buf_append(b, s, strlen(s));
+}
+
+static void putf(qcal_buf *b, const char *fmt, ...) QCAL_PRINTF(2, 3);
+static void putf(qcal_buf *b, const char *fmt, ...)
+{
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (k > 0)
+        qcal_buf_append(b, tmp, (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1);
+}
+
+/* Text as HTML (element content and quoted attribute values). Bytes that are not valid
+ * UTF-8 are shown as U+FFFD so the file stays valid UTF-8. */
+static void put_html(qcal_buf *b, const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        unsigned c = *p;
+        if (c == '<') { put(b, "&lt;"); p++; continue; }
+        if (c == '>') { put(b, "&gt;"); p++; continue; }
+        if (c == '&') { put(b, "&amp;"); p++; continue; }
+        if (c == '"') { put(b, "&quot;"); p++; continue; }
+        if (c == '\'') { put(b, "&#39;"); p++; continue; }
+        if (c < 0x20 || c == 0x7f) { putf(b, "&#x%x;", c == 0 ? 0xfffd : (c == '\t' ? c : 0xfffd)); p++; continue; }
+        if (c < 0x80) { qcal_buf_append(b, p, 1); p++; continue; }
+        int len = c >= 0xf0 && c < 0xf5 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
+        bool ok = len > 0;
+        for (int i = 1; ok && i < len; i++)
+            ok = (p[i] & 0xc0) == 0x80;
+        if (ok) {
+            qcal_buf_append(b, p, (size_t)len);
+            p += len;
+        } else {
+            put(b, "&#xfffd;");
+            p++;
+        }
+    }
+}
+
+/* A value for axis labels and tables: 4 significant digits. */
+static void put_num(qcal_buf *b, double v)
+{
+    if (isnan(v))
+        put(b, "n/a");
+    else if (isinf(v))
+        put(b, v > 0 ? "&#8734;" : "-&#8734;");
+    else
+        putf(b, "%.4g", v);
+}
+
+static const char *css =
+    "body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;"
+    "margin:24px auto;max-width:1200px;padding:0 16px;color:#1a1a1a;background:#fff}"
+    "h1{font-size:24px;margin:0 0 4px}h2{font-size:19px;margin:28px 0 8px;border-bottom:1px solid #ddd}"
+    "h3{font-size:16px;margin:0 0 4px;word-break:break-all}.sub{color:#555;margin:0 0 12px}"
+    "table{border-collapse:collapse;font-size:13px}th,td{padding:4px 8px;border-bottom:1px solid #e4e4e4;"
+    "text-align:right;white-space:nowrap}th{background:#f4f4f4;cursor:pointer;position:sticky;top:0}"
+    "th.l,td.l{text-align:left}td.l{max-width:360px;overflow:hidden;text-overflow:ellipsis}"
+    "td.best{font-weight:700}td.rec{background:#fff3d6}.wrap{overflow-x:auto}"
+    ".chip{display:inline-block;width:11px;height:11px;border-radius:2px;margin-right:4px;vertical-align:-1px}"
+    ".legend span{margin-right:14px;white-space:nowrap}"
+    "article{border:1px solid #ddd;border-radius:6px;padding:12px 14px;margin:14px 0}"
+    ".charts{display:flex;flex-wrap:wrap;gap:14px}figure{margin:0}figcaption{font-size:12px;color:#444}"
+    "svg text{font:11px system-ui,'DejaVu Sans',sans-serif;fill:#333}.tag{font-size:12px;"
+    "color:#fff;background:#666;border-radius:3px;padding:1px 6px;margin-left:6px;vertical-align:2px}"
+    ".clip{font-size:12px;margin:4px 0 0;padding:0;list-style:none}.clip li{display:inline-block;margin-right:12px}";
+
+static const char *script =
+    "document.querySelectorAll('table.sortable th').forEach(function(th,i){"
+    "th.addEventListener('click',function(){var t=th.closest('table'),b=t.tBodies[0],"
+    "r=Array.from(b.rows),d=th.dataset.dir==='a'?-1:1;th.dataset.dir=d>0?'a':'d';"
+    "r.sort(function(x,y){var u=x.cells[i].dataset.v,v=y.cells[i].dataset.v;"
+    "if(u!==undefined&&v!==undefined)return d*(parseFloat(u)-parseFloat(v));"
+    "return d*x.cells[i].textContent.localeCompare(y.cells[i].textContent)});"
+    "r.forEach(function(x){b.appendChild(x)})})});";
+
+/* Geometry of a chart: plot area inside margins. */
+typedef struct chart {
+    double w, h, l, r, t, btm;        /* size and margins */
+    double x0, x1, y0, y1;            /* data ranges mapped to the plot area */
+    bool logy;
+} chart;
+
+static double cx(const chart *c, double x)
+{
+    double span = c->x1 - c->x0;
+    return c->l + (span > 0 ? (x - c->x0) / span : 0.5) * (c->w - c->l - c->r);
+}
+
+static double cy(const chart *c, double y)
+{
+    double a = c->logy ? log10(y + 1.0) : y, lo = c->logy ? log10(c->y0 + 1.0) : c->y0;
+    double hi = c->logy ? log10(c->y1 + 1.0) : c->y1;
+    double f = hi > lo ? (a - lo) / (hi - lo) : 0;
+    return c->h - c->btm - f * (c->h - c->t - c->btm);
+}
+
+static void chart_open(qcal_buf *b, const chart *c, const char *label)
+{
+    putf(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+            "viewBox=\"0 0 %.0f %.0f\" role=\"img\" aria-label=\"", c->w, c->h, c->w, c->h);
+    put_html(b, label);
+    put(b, "\">");
+    putf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#fafafa\" "
+            "stroke=\"#bbb\"/>", c->l, c->t, c->w - c->l - c->r, c->h - c->t - c->btm);
+}
+
+/* X axis ticks at the ends and the middle, and axis titles. */
+static void chart_axes(qcal_buf *b, const chart *c, const char *xtitle, const char *ytitle,
+                       const char *ylo, const char *yhi)
+{
+    double yb = c->h - c->btm;
+    for (int i = 0; i <= 4; i++) {
+        double v = c->x0 + (c->x1 - c->x0) * i / 4.0;
+        double x = cx(c, v);
+        putf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#888\"/>", x, yb,
+             x, yb + 4);
+        putf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\">", x, yb + 16,
+             i == 0 ? "start" : i == 4 ? "end" : "middle");
+        put_num(b, v);
+        put(b, "</text>");
+    }
+    putf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>",
+         (c->l + c->w - c->r) / 2, c->h - 4, xtitle);
+    putf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>", c->l - 4, yb, ylo);
+    putf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>", c->l - 4, c->t + 9, yhi);
+    putf(b, "<text transform=\"translate(12 %.1f) rotate(-90)\" text-anchor=\"middle\">%s</text>",
+         (c->t + c->h - c->btm) / 2, ytitle);
+}
+
+/* The data histogram with every candidate's clipping range. */
+static void histogram_chart(qcal_buf *b, const qcal_numeric_eval *ev, const eval_entry *e)
+{
+    int64_t nb = ev->opt.report_bins;
+    uint64_t peak = 0;
+    for (int64_t i = 0; i < nb; i++)
+        if (e->hist[i] > peak)
+            peak = e->hist[i];
+    /* x covers the data and every clipping range (a range may extend past the data). */
+    double x0 = e->dmin, x1 = e->dmax;
+    for (int j = 0; j < e->nc; j++) {
+        const qcal_numeric_eval_candidate *c = &e->pub[j];
+        if (c->channels == 1 && isfinite(c->min_val[0]) && isfinite(c->max_val[0])) {
+            x0 = fmin(x0, c->min_val[0]);
+            x1 = fmax(x1, c->max_val[0]);
+        }
+    }
+    if (!(x1 > x0)) {
+        x0 -= 1;
+        x1 += 1;
+    }
+    chart c = { .w = 560, .h = 250, .l = 58, .r = 12, .t = 10, .btm = 34,
+                .x0 = x0 - 0.02 * (x1 - x0), .x1 = x1 + 0.02 * (x1 - x0), .y0 = 0,
+                .y1 = (double)peak, .logy = true };
+    char label[64];
+    snprintf(label, sizeof label, "histogram of %llu values", (unsigned long long)e->count);
+    chart_open(b, &c, label);
+    /* Bars as one path: a step outline filled. */
+    double w = ((double)e->dmax - e->dmin) / (double)nb;
+    put(b, "<path fill=\"#9ecae1\" stroke=\"#3182bd\" stroke-width=\"0.6\" d=\"");
+    putf(b, "M%.1f %.1f", cx(&c, e->dmin), cy(&c, 0));
+    for (int64_t i = 0; i < nb; i++) {
+        double y = cy(&c, (double)e->hist[i]);
+        putf(b, "V%.1fH%.1f", y, cx(&c, e->dmin + w * (double)(i + 1)));
+    }
+    putf(b, "V%.1fZ\"/>", cy(&c, 0));
+    /* Clipping ranges: one dashed colour pair per per-tensor candidate. */
+    for (int j = 0; j < e->nc; j++) {
+        const qcal_numeric_eval_candidate *k = &e->pub[j];
+        if (k->channels != 1 || !isfinite(k->min_val[0]))
+            continue;
+        const char *col = kind_colour(k->kind);
+        double dash = 3 + j;
+        for (int s = 0; s < 2; s++) {
+            double x = cx(&c, s ? k->max_val[0] : k->min_val[0]);
+            putf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+                    "stroke-width=\"1.6\" stroke-dasharray=\"%.0f 2\"><title>%s %s %.6g</title></line>",
+                 x, c.t, x, c.h - c.btm, col, dash, qcal_observer_kind_name(k->kind),
+                 s ? "max" : "min", (double)(s ? k->max_val[0] : k->min_val[0]));
+        }
+    }
+    char yhi[32];
+    snprintf(yhi, sizeof yhi, "%llu", (unsigned long long)peak);
+    chart_axes(b, &c, "value", "count (log scale)", "0", yhi);
+    put(b, "</svg>");
+}
+
+/* Per-channel weight ranges of the per_channel_minmax candidate (downsampled to RANGE_BARS
+ * groups: each bar spans its group's min to max). */
+static void channel_chart(qcal_buf *b, const eval_entry *e)
+{
+    const qcal_numeric_eval_candidate *k = NULL;
+    for (int j = 0; j < e->nc; j++)
+        if (e->pub[j].kind == QCAL_OBSERVER_PER_CHANNEL_MINMAX)
+            k = &e->pub[j];
+    if (!k || k->channels < 2)
+        return;
+    int64_t ch = k->channels, groups = ch < RANGE_BARS ? ch : RANGE_BARS;
+    double lo = INFINITY, hi = -INFINITY;
+    for (int64_t i = 0; i < ch; i++) {
+        if (isfinite(k->min_val[i]))
+            lo = fmin(lo, k->min_val[i]);
+        if (isfinite(k->max_val[i]))
+            hi = fmax(hi, k->max_val[i]);
+    }
+    if (!(hi >= lo))
+        return;
+    if (hi == lo) {
+        lo -= 1;
+        hi += 1;
+    }
+    chart c = { .w = 420, .h = 250, .l = 58, .r = 12, .t = 10, .btm = 34, .x0 = 0,
+                .x1 = (double)ch, .y0 = lo, .y1 = hi, .logy = false };
+    put(b, "<figure>");
+    chart_open(b, &c, "per-channel ranges");
+    double zero = cy(&c, 0);
+    if (lo < 0 && hi > 0)
+        putf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#aaa\"/>", c.l,
+             zero, c.w - c.r, zero);
+    put(b, "<path fill=\"#56B4E9\" fill-opacity=\"0.8\" stroke=\"#0072B2\" stroke-width=\"0.5\" d=\"");
+    for (int64_t g = 0; g < groups; g++) {
+        int64_t a = g * ch / groups, z = (g + 1) * ch / groups;
+        double gl = INFINITY, gh = -INFINITY;
+        for (int64_t i = a; i < z; i++) {
+            if (isfinite(k->min_val[i]))
+                gl = fmin(gl, k->min_val[i]);
+            if (isfinite(k->max_val[i]))
+                gh = fmax(gh, k->max_val[i]);
+        }
+        if (!(gh >= gl))
+            continue;
+        double xa = cx(&c, (double)a), xz = cx(&c, (double)z);
+        double ya = cy(&c, gh), yz = cy(&c, gl);
+        if (yz - ya < 1)
+            yz = ya + 1;
+        putf(b, "M%.1f %.1fH%.1fV%.1fH%.1fZ", xa, ya, xz - (xz - xa > 2 ? 0.6 : 0), yz, xa);
+    }
+    put(b, "\"/>");
+    char ylo[32], yhi[32];
+    snprintf(ylo, sizeof ylo, "%.4g", lo);
+    snprintf(yhi, sizeof yhi, "%.4g", hi);
+    chart_axes(b, &c, "output channel", "range (min..max)", ylo, yhi);
+    put(b, "</svg><figcaption>per-channel min..max (per_channel_minmax)");
+    if (groups < ch)
+        putf(b, ", %lld channels in %lld bars", (long long)ch, (long long)groups);
+    put(b, "</figcaption></figure>");
+}
+
+/* The objective curve of a candidate's clipping search (thresholds, errors, chosen index).
+ * TODO(lead): switch to the observers' introspection API when it lands. */
+static qcal_status objective_curve(qcal_observer *obs, int64_t cap, float *th, double *err,
+                                   int64_t *n, int64_t *chosen)
+{
+    (void)obs; (void)cap; (void)th; (void)err; (void)n; (void)chosen;
+    return QCAL_ERR_UNSUPPORTED;
+}
+
+/* Objective curves of the searching candidates, each normalised to its own [min, max]. */
+static void curve_chart(qcal_buf *b, const eval_entry *e)
+{
+    float th[CURVE_POINTS];
+    double err[CURVE_POINTS];
+    struct { int j; int64_t n, chosen; float t[CURVE_POINTS]; double v[CURVE_POINTS]; } cur[3];
+    int nc = 0;
+    double x0 = INFINITY, x1 = -INFINITY;
+    for (int j = 0; j < e->nc && nc < 3; j++) {
+        int64_t n = 0, chosen = -1;
+        if (objective_curve(e->c[j].obs, CURVE_POINTS, th, err, &n, &chosen) < 0 ||
+            n < 2) {
+            qcal_clear_error();
+            continue;
+        }
+        cur[nc].j = j;
+        cur[nc].n = n;
+        cur[nc].chosen = chosen;
+        memcpy(cur[nc].t, th, (size_t)n * sizeof *th);
+        memcpy(cur[nc].v, err, (size_t)n * sizeof *err);
+        for (int64_t i = 0; i < n; i++) {
+            x0 = fmin(x0, th[i]);
+            x1 = fmax(x1, th[i]);
+        }
+        nc++;
+    }
+    if (!nc)
+        return;
+    chart c = { .w = 420, .h = 250, .l = 58, .r = 12, .t = 10, .btm = 34, .x0 = x0, .x1 = x1,
+                .y0 = 0, .y1 = 1, .logy = false };
+    put(b, "<figure>");
+    chart_open(b, &c, "objective against threshold");
+    for (int k = 0; k < nc; k++) {
+        double lo = INFINITY, hi = -INFINITY;
+        for (int64_t i = 0; i < cur[k].n; i++)
+            if (isfinite(cur[k].v[i])) {
+                lo = fmin(lo, cur[k].v[i]);
+                hi = fmax(hi, cur[k].v[i]);
+            }
+        if (!(hi >= lo))
+            continue;
+        const char *col = kind_colour(e->c[cur[k].j].kind);
+        putf(b, "<path fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" d=\"", col);
+        bool pen = false;
+        for (int64_t i = 0; i < cur[k].n; i++) {
+            if (!isfinite(cur[k].v[i])) {
+                pen = false;
+                continue;
+            }
+            double f = hi > lo ? (cur[k].v[i] - lo) / (hi - lo) : 0;
+            putf(b, "%s%.1f %.1f", pen ? "L" : "M", cx(&c, cur[k].t[i]), cy(&c, f));
+            pen = true;
+        }
+        put(b, "\"/>");
+        int64_t ch = cur[k].chosen;
+        if (ch >= 0 && ch < cur[k].n && isfinite(cur[k].v[ch])) {
+            double f = hi > lo ? (cur[k].v[ch] - lo) / (hi - lo) : 0;
+            putf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4.5\" fill=\"%s\" stroke=\"#fff\" "
+                    "stroke-width=\"1.5\"><title>%s chosen threshold %.6g</title></circle>",
+                 cx(&c, cur[k].t[ch]), cy(&c, f), col,
+                 qcal_observer_kind_name(e->c[cur[k].j].kind), (double)cur[k].t[ch]);
+        }
+    }
+    chart_axes(b, &c, "threshold", "error (normalised)", "min", "max");
+    put(b, "</svg><figcaption>");
+    for (int k = 0; k < nc; k++) {
+        qcal_observer_kind kd = e->c[cur[k].j].kind;
+        putf(b, "<span class=\"chip\" style=\"background:%s\"></span>%s %s &nbsp; ",
+             kind_colour(kd), qcal_observer_kind_name(kd),
+             kd == QCAL_OBSERVER_ENTROPY ? "(KL)" : kd == QCAL_OBSERVER_MSE ? "(MSE)"
+             : kd == QCAL_OBSERVER_HISTOGRAM ? "(L2)" : "");
+    }
+    put(b, "&#9679; chosen</figcaption></figure>");
+}
+
+static void summary_table(qcal_buf *b, const qcal_numeric_eval *ev, const bool *used,
+                          bool any_layer)
+{
+    put(b, "<div class=\"wrap\"><table class=\"sortable\"><thead><tr><th class=\"l\">tensor</th>"
+           "<th class=\"l\">role</th><th class=\"l\">recommended</th>");
+    for (int k = 0; k < QCAL_OBSERVER_KIND_COUNT; k++)
+        if (used[k])
+            putf(b, "<th title=\"SQNR in dB\"><span class=\"chip\" style=\"background:%s\"></span>%s dB</th>",
+                 kind_colour((qcal_observer_kind)k), qcal_observer_kind_name((qcal_observer_kind)k));
+    for (int k = 0; k < QCAL_OBSERVER_KIND_COUNT; k++)
+        if (used[k])
+            putf(b, "<th title=\"fraction of values clipped\">%s clipped</th>",
+                 qcal_observer_kind_name((qcal_observer_kind)k));
+    if (any_layer)
+        put(b, "<th title=\"numeric suite, per-layer SQNR of the int8 model\">layer SQNR dB</th>");
+    put(b, "</tr></thead><tbody>");
+    for (int64_t i = 0; i < ev->n; i++) {
+        const eval_entry *e = &ev->e[i];
+        putf(b, "<tr><td class=\"l\"><a href=\"#t%lld\">", (long long)i);
+        put_html(b, e->name);
+        putf(b, "</a></td><td class=\"l\">%s</td><td class=\"l rec\">%s</td>",
+             qcal_calib_role_name(e->role), qcal_observer_kind_name(e->c[e->recommended].kind));
+        for (int pass = 0; pass < 2; pass++)
+            for (int k = 0; k < QCAL_OBSERVER_KIND_COUNT; k++) {
+                if (!used[k])
+                    continue;
+                int j;
+                for (j = 0; j < e->nc && (int)e->c[j].kind != k; j++)
+                    ;
+                if (j == e->nc) {
+                    put(b, "<td data-v=\"-1e300\">&#8211;</td>");
+                    continue;
+                }
+                const qcal_numeric_eval_candidate *c = &e->pub[j];
+                if (pass == 0) {
+                    double v = isfinite(c->sqnr_db) ? c->sqnr_db : (c->sqnr_db > 0 ? 1e300 : -1e300);
+                    putf(b, "<td data-v=\"%.6g\"%s>", v, j == e->recommended ? " class=\"best\"" : "");
+                    put_num(b, c->sqnr_db);
+                } else {
+                    putf(b, "<td data-v=\"%.6g\">", c->clipped);
+                    if (c->clipped == 0)
+                        put(b, "0");
+                    else
+                        putf(b, "%.3g%%", 100.0 * c->clipped);
+                }
+                put(b, "</td>");
+            }
+        if (any_layer) {
+            if (e->has_layer_sqnr) {
+                putf(b, "<td data-v=\"%.6g\">", isfinite(e->layer_sqnr) ? e->layer_sqnr : 1e300);
+                put_num(b, e->layer_sqnr);
+                put(b, "</td>");
+            } else {
+                put(b, "<td data-v=\"-1e300\">&#8211;</td>");
+            }
+        }
+        put(b, "</tr>");
+    }
+    put(b, "</tbody></table></div>");
+}
+
+qcal_status qcal_numeric_eval_write_report(const qcal_numeric_eval *ev,
+                                           const qcal_numeric_report_options *opt,
+                                           const char *path)
+{
+    if (!ev || !path)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "evaluation or path is NULL");
+    int64_t n;
+    qcal_status st = qcal_numeric_eval_count(ev, &n);
+    if (st >= 0 && n > 0) {
+        qcal_numeric_eval_tensor t;
+        st = qcal_numeric_eval_result(ev, 0, &t);   /* sorts and recommends */
+    }
+    if (st < 0)
+        return st;
+    qcal_numeric_report_options o;
+    qcal_numeric_report_options_default(&o);
+    if (opt) {
+        if (opt->title)
+            o.title = opt->title;
+        o.source = opt->source;
+    }
+    bool used[QCAL_OBSERVER_KIND_COUNT] = { false }, any_layer = false;
+    for (int64_t i = 0; i < ev->n; i++) {
+        for (int j = 0; j < ev->e[i].nc; j++)
+            used[ev->e[i].c[j].kind] = true;
+        any_layer |= ev->e[i].has_layer_sqnr;
+    }
+    qcal_buf b = { 0 };
+    put(&b, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>");
+    put_html(&b, o.title);
+    put(&b, "</title><style>");
+    put(&b, css);
+    put(&b, "</style></head><body><header><h1>");
+    put_html(&b, o.title);
+    put(&b, "</h1><p class=\"sub\">");
+    if (o.source) {
+        put_html(&b, o.source);
+        put(&b, " &#183; ");
+    }
+    putf(&b, "%lld tensors &#183; qcal %s</p></header>", (long long)ev->n, qcal_version());
+    put(&b, "<h2>Summary</h2><p class=\"legend\">");
+    for (int k = 0; k < QCAL_OBSERVER_KIND_COUNT; k++)
+        if (used[k])
+            putf(&b, "<span><span class=\"chip\" style=\"background:%s\"></span>%s</span>",
+                 kind_colour((qcal_observer_kind)k), qcal_observer_kind_name((qcal_observer_kind)k));
+    put(&b, "</p><p class=\"sub\">SQNR = 20&#183;log10(&#8214;x&#8214; / &#8214;x &#8722; "
+            "fakequant(x)&#8214;) over all of a tensor's values with each observer's qparams; "
+            "clipped = fraction of values outside the observer's representable range; "
+            "recommended = highest SQNR, ties to the simpler observer (bold). "
+            "Click a column to sort.</p>");
+    summary_table(&b, ev, used, any_layer);
+    put(&b, "<h2>Tensors</h2>");
+    for (int64_t i = 0; i < ev->n; i++) {
+        const eval_entry *e = &ev->e[i];
+        putf(&b, "<article id=\"t%lld\"><h3>", (long long)i);
+        put_html(&b, e->name);
+        putf(&b, "<span class=\"tag\">%s</span></h3><p class=\"sub\">recommended <b>%s</b> &#183; "
+                 "%llu values in [", qcal_calib_role_name(e->role),
+             qcal_observer_kind_name(e->c[e->recommended].kind), (unsigned long long)e->count);
+        put_num(&b, e->dmin);
+        put(&b, ", ");
+        put_num(&b, e->dmax);
+        put(&b, "]");
+        if (e->nonfinite)
+            putf(&b, " &#183; %llu NaN/Inf skipped", (unsigned long long)e->nonfinite);
+        if (e->has_layer_sqnr) {
+            put(&b, " &#183; int8 layer SQNR ");
+            put_num(&b, e->layer_sqnr);
+            put(&b, " dB");
+        }
+        put(&b, "</p><div class=\"charts\"><figure>");
+        histogram_chart(&b, ev, e);
+        put(&b, "<figcaption>data histogram (log counts) with each observer's clipping range "
+                "(dashed); clipped mass:</figcaption><ul class=\"clip\">");
+        for (int j = 0; j < e->nc; j++) {
+            const qcal_numeric_eval_candidate *c = &e->pub[j];
+            putf(&b, "<li><span class=\"chip\" style=\"background:%s\"></span>%s ",
+                 kind_colour(c->kind), qcal_observer_kind_name(c->kind));
+            if (c->channels == 1) {
+                put(&b, "[");
+                put_num(&b, c->min_val[0]);
+                put(&b, ", ");
+                put_num(&b, c->max_val[0]);
+                put(&b, "] ");
+            } else {
+                putf(&b, "(%lld channels) ", (long long)c->channels);
+            }
+            putf(&b, "%.3g%% clipped, ", 100.0 * c->clipped);
+            put_num(&b, c->sqnr_db);
+            put(&b, " dB</li>");
+        }
+        put(&b, "</ul></figure>");
+        curve_chart(&b, e);
+        if (e->role == QCAL_CALIB_ROLE_WEIGHT)
+            channel_chart(&b, e);
+        put(&b, "</div></article>");
+    }
+    put(&b, "<script>");
+    put(&b, script);
+    put(&b, "</script></body></html>\n");
+    if (b.failed)
+        st = qcal_error(QCAL_ERR_NO_MEMORY, "cannot build the report");
+    else
+        st = qcal_numeric_eval_write_file(path, b.data, b.len);
+    qcal_buf_free(&b);
+    return st;
+}
