@@ -38,6 +38,15 @@ static const char *kind_colour(qcal_observer_kind k)
     }
 }
 
+/* The r-th kind in the order of simplicity. */
+static qcal_observer_kind simplicity_kind(int r)
+{
+    for (int k = 0; k < QCAL_OBSERVER_KIND_COUNT; k++)
+        if (qcal_numeric_eval_simplicity((qcal_observer_kind)k) == r)
+            return (qcal_observer_kind)k;
+    return QCAL_OBSERVER_MINMAX;
+}
+
 static void put(qcal_buf *b, const char *s)
 {
     qcal_buf_append(b, s, strlen(s));
@@ -102,7 +111,8 @@ static const char *css =
     "table{border-collapse:collapse;font-size:13px}th,td{padding:4px 8px;border-bottom:1px solid #e4e4e4;"
     "text-align:right;white-space:nowrap}th{background:#f4f4f4;cursor:pointer;position:sticky;top:0}"
     "th.l,td.l{text-align:left}td.l{max-width:360px;overflow:hidden;text-overflow:ellipsis}"
-    "td.best{font-weight:700}td.rec{background:#fff3d6}.wrap{overflow-x:auto}"
+    "td.best{font-weight:700;background:#fff3d6}td.rec{background:#fff3d6;font-weight:600}.wrap{overflow-x:auto}"
+    "td small{display:block;color:#666;font-size:11px}td.na{color:#aaa}"
     ".chip{display:inline-block;width:11px;height:11px;border-radius:2px;margin-right:4px;vertical-align:-1px}"
     ".legend span{margin-right:14px;white-space:nowrap}"
     "article{border:1px solid #ddd;border-radius:6px;padding:12px 14px;margin:14px 0}"
@@ -224,6 +234,13 @@ static void histogram_chart(qcal_buf *b, const qcal_numeric_eval *ev, const eval
                  x, c.t, x, c.h - c.btm, col, dash, qcal_observer_kind_name(k->kind),
                  s ? "max" : "min", (double)(s ? k->max_val[0] : k->min_val[0]));
         }
+    }
+    /* Log-scale ticks at 10, 100, ... below the peak. */
+    for (double d = 10; d < (double)peak * 0.7; d *= 10) {
+        double y = cy(&c, d);
+        putf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
+                "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.0f</text>", c.l, y,
+             c.w - c.r, y, c.l - 4, y + 4, d);
     }
     char yhi[32];
     snprintf(yhi, sizeof yhi, "%llu", (unsigned long long)peak);
@@ -376,21 +393,37 @@ static void curve_chart(qcal_buf *b, const eval_entry *e)
     put(b, "&#9679; chosen</figcaption></figure>");
 }
 
+static const char *short_name(qcal_observer_kind k)
+{
+    switch (k) {
+    case QCAL_OBSERVER_MINMAX: return "minmax";
+    case QCAL_OBSERVER_MOVING_AVERAGE_MINMAX: return "MA minmax";
+    case QCAL_OBSERVER_PER_CHANNEL_MINMAX: return "per-ch minmax";
+    case QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX: return "MA per-ch";
+    case QCAL_OBSERVER_HISTOGRAM: return "histogram";
+    case QCAL_OBSERVER_PERCENTILE: return "percentile";
+    case QCAL_OBSERVER_ENTROPY: return "entropy";
+    case QCAL_OBSERVER_MSE: return "mse";
+    default: return "?";
+    }
+}
+
+/* Tensors x observers: each cell holds the SQNR (sort key) and, below it, the clipped
+ * fraction. */
 static void summary_table(qcal_buf *b, const qcal_numeric_eval *ev, const bool *used,
                           bool any_layer)
 {
     put(b, "<div class=\"wrap\"><table class=\"sortable\"><thead><tr><th class=\"l\">tensor</th>"
            "<th class=\"l\">role</th><th class=\"l\">recommended</th>");
-    for (int k = 0; k < QCAL_OBSERVER_KIND_COUNT; k++)
+    for (int r = 0; r < QCAL_OBSERVER_KIND_COUNT; r++) {
+        qcal_observer_kind k = simplicity_kind(r);
         if (used[k])
-            putf(b, "<th title=\"SQNR in dB\"><span class=\"chip\" style=\"background:%s\"></span>%s dB</th>",
-                 kind_colour((qcal_observer_kind)k), qcal_observer_kind_name((qcal_observer_kind)k));
-    for (int k = 0; k < QCAL_OBSERVER_KIND_COUNT; k++)
-        if (used[k])
-            putf(b, "<th title=\"fraction of values clipped\">%s clipped</th>",
-                 qcal_observer_kind_name((qcal_observer_kind)k));
+            putf(b, "<th title=\"%s: SQNR in dB (clipped fraction below)\"><span class=\"chip\" "
+                    "style=\"background:%s\"></span>%s</th>", qcal_observer_kind_name(k),
+                 kind_colour(k), short_name(k));
+    }
     if (any_layer)
-        put(b, "<th title=\"numeric suite, per-layer SQNR of the int8 model\">layer SQNR dB</th>");
+        put(b, "<th title=\"numeric suite: per-layer SQNR of the int8 model\">int8 layer</th>");
     put(b, "</tr></thead><tbody>");
     for (int64_t i = 0; i < ev->n; i++) {
         const eval_entry *e = &ev->e[i];
@@ -398,38 +431,35 @@ static void summary_table(qcal_buf *b, const qcal_numeric_eval *ev, const bool *
         put_html(b, e->name);
         putf(b, "</a></td><td class=\"l\">%s</td><td class=\"l rec\">%s</td>",
              qcal_calib_role_name(e->role), qcal_observer_kind_name(e->c[e->recommended].kind));
-        for (int pass = 0; pass < 2; pass++)
-            for (int k = 0; k < QCAL_OBSERVER_KIND_COUNT; k++) {
-                if (!used[k])
-                    continue;
-                int j;
-                for (j = 0; j < e->nc && (int)e->c[j].kind != k; j++)
-                    ;
-                if (j == e->nc) {
-                    put(b, "<td data-v=\"-1e300\">&#8211;</td>");
-                    continue;
-                }
-                const qcal_numeric_eval_candidate *c = &e->pub[j];
-                if (pass == 0) {
-                    double v = isfinite(c->sqnr_db) ? c->sqnr_db : (c->sqnr_db > 0 ? 1e300 : -1e300);
-                    putf(b, "<td data-v=\"%.6g\"%s>", v, j == e->recommended ? " class=\"best\"" : "");
-                    put_num(b, c->sqnr_db);
-                } else {
-                    putf(b, "<td data-v=\"%.6g\">", c->clipped);
-                    if (c->clipped == 0)
-                        put(b, "0");
-                    else
-                        putf(b, "%.3g%%", 100.0 * c->clipped);
-                }
-                put(b, "</td>");
+        for (int r = 0; r < QCAL_OBSERVER_KIND_COUNT; r++) {
+            qcal_observer_kind k = simplicity_kind(r);
+            if (!used[k])
+                continue;
+            int j;
+            for (j = 0; j < e->nc && e->c[j].kind != k; j++)
+                ;
+            if (j == e->nc) {
+                put(b, "<td data-v=\"-1e300\" class=\"na\">&#8211;</td>");
+                continue;
             }
+            const qcal_numeric_eval_candidate *c = &e->pub[j];
+            double v = isfinite(c->sqnr_db) ? c->sqnr_db : (c->sqnr_db > 0 ? 1e300 : -1e300);
+            putf(b, "<td data-v=\"%.6g\"%s>", v, j == e->recommended ? " class=\"best\"" : "");
+            put_num(b, c->sqnr_db);
+            put(b, " dB<small>");
+            if (c->clipped == 0)
+                put(b, "0 clipped");
+            else
+                putf(b, "%.2g%% clipped", 100.0 * c->clipped);
+            put(b, "</small></td>");
+        }
         if (any_layer) {
             if (e->has_layer_sqnr) {
                 putf(b, "<td data-v=\"%.6g\">", isfinite(e->layer_sqnr) ? e->layer_sqnr : 1e300);
                 put_num(b, e->layer_sqnr);
-                put(b, "</td>");
+                put(b, " dB</td>");
             } else {
-                put(b, "<td data-v=\"-1e300\">&#8211;</td>");
+                put(b, "<td data-v=\"-1e300\" class=\"na\">&#8211;</td>");
             }
         }
         put(b, "</tr>");
@@ -479,10 +509,12 @@ qcal_status qcal_numeric_eval_write_report(const qcal_numeric_eval *ev,
     }
     putf(&b, "%lld tensors &#183; qcal %s</p></header>", (long long)ev->n, qcal_version());
     put(&b, "<h2>Summary</h2><p class=\"legend\">");
-    for (int k = 0; k < QCAL_OBSERVER_KIND_COUNT; k++)
+    for (int r = 0; r < QCAL_OBSERVER_KIND_COUNT; r++) {
+        qcal_observer_kind k = simplicity_kind(r);
         if (used[k])
             putf(&b, "<span><span class=\"chip\" style=\"background:%s\"></span>%s</span>",
-                 kind_colour((qcal_observer_kind)k), qcal_observer_kind_name((qcal_observer_kind)k));
+                 kind_colour(k), qcal_observer_kind_name(k));
+    }
     put(&b, "</p><p class=\"sub\">SQNR = 20&#183;log10(&#8214;x&#8214; / &#8214;x &#8722; "
             "fakequant(x)&#8214;) over all of a tensor's values with each observer's qparams; "
             "clipped = fraction of values outside the observer's representable range; "
