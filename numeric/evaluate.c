@@ -734,6 +734,20 @@ qcal_status qcal_numeric_eval_write_file(const char *path, const void *data, siz
     return qcal_atomic_commit(&f);
 }
 
+qcal_status qcal_numeric_eval_write_results(const qcal_numeric_eval *ev,
+                                            qcal_numeric_eval_format format, const char *path)
+{
+    if (!path)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "path is NULL");
+    char *buf = NULL;
+    size_t len = 0;
+    qcal_status st = qcal_numeric_eval_format_results(ev, format, &buf, &len);
+    if (st >= 0)
+        st = qcal_numeric_eval_write_file(path, buf, len);
+    qcal_free(buf);
+    return st;
+}
+
 /* ---- rules file ------------------------------------------------------------------------ */
 
 /* The rules-file glob that matches exactly name: fnmatch metacharacters escaped with '\';

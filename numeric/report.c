@@ -18,6 +18,7 @@
 #include "core/internal.h"
 #include "numeric/evaluate_impl.h"
 #include "qcal/observer.h"
+#include "qcal/observers/histogram.h"
 
 #define CURVE_POINTS 120
 #define RANGE_BARS 128
@@ -309,13 +310,51 @@ static void channel_chart(qcal_buf *b, const eval_entry *e)
     put(b, "</figcaption></figure>");
 }
 
-/* The objective curve of a candidate's clipping search (thresholds, errors, chosen index).
- * TODO(lead): switch to the observers' introspection API when it lands. */
+/* The objective curve of a candidate's clipping search (qcal_observer_search_curve),
+ * downsampled to at most cap points (every k-th candidate plus the chosen one): x = the
+ * upper end of each candidate range. QCAL_ERR_UNSUPPORTED for kinds without a search. */
 static qcal_status objective_curve(qcal_observer *obs, int64_t cap, float *th, double *err,
                                    int64_t *n, int64_t *chosen)
 {
-    (void)obs; (void)cap; (void)th; (void)err; (void)n; (void)chosen;
-    return QCAL_ERR_UNSUPPORTED;
+    qcal_observer_kind k = qcal_observer_get_config(obs)->kind;
+    if (k != QCAL_OBSERVER_HISTOGRAM && k != QCAL_OBSERVER_ENTROPY && k != QCAL_OBSERVER_MSE)
+        return QCAL_ERR_UNSUPPORTED;
+    int64_t full = (int64_t)qcal_observer_get_config(obs)->bins + 1, m = 0, ch = -1;
+    float *lo = qcal_malloc((size_t)full * sizeof(float));
+    float *hi = qcal_malloc((size_t)full * sizeof(float));
+    double *e = qcal_malloc((size_t)full * sizeof(double));
+    qcal_status st = lo && hi && e ? qcal_observer_search_curve(obs, full, lo, hi, e, &m, &ch)
+                                   : QCAL_ERR_NO_MEMORY;
+    if (st == QCAL_OK && m > full)
+        m = full;
+    if (st == QCAL_OK && m >= 2) {
+        int64_t step = (m + cap - 2) / (cap - 1), out = 0;
+        *chosen = -1;
+        for (int64_t i = 0; i < m && out < cap; i++) {
+            bool keep = i % step == 0 || i == ch || i == m - 1;
+            if (!keep)
+                continue;
+            if (i == ch)
+                *chosen = out;
+            th[out] = hi[i];
+            err[out] = e[i];
+            out++;
+        }
+        /* Draw in threshold order (the L2 search visits candidates from both tails). */
+        for (int64_t i = 1; i < out; i++)
+            for (int64_t j = i; j > 0 && th[j - 1] > th[j]; j--) {
+                float t = th[j]; th[j] = th[j - 1]; th[j - 1] = t;
+                double v = err[j]; err[j] = err[j - 1]; err[j - 1] = v;
+                if (*chosen == j) *chosen = j - 1; else if (*chosen == j - 1) *chosen = j;
+            }
+        *n = out;
+    } else if (st >= 0) {
+        st = QCAL_ERR_UNSUPPORTED;
+    }
+    free(lo);
+    free(hi);
+    free(e);
+    return st;
 }
 
 /* Objective curves of the searching candidates, each normalised to its own [min, max]. */

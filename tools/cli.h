@@ -46,6 +46,8 @@ int cmd_dequantize(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_stats(int argc, char **argv);
+int cmd_evaluate(int argc, char **argv);
+int cmd_report(int argc, char **argv);
 int cmd_compare_weights(int argc, char **argv);
 int cmd_fakequant(int argc, char **argv);
 int cmd_merge(int argc, char **argv);

@@ -12,6 +12,8 @@ static const qcal_cmd commands[] = {
     { "calibrate", "calibrate a dump directory (and safetensors weights) into tables (JSON, TensorRT, ONNX Runtime, ncnn)", cmd_calibrate, &cmd_calibrate_opts },
     { "convert", "convert a JSON calibration table to TensorRT, ONNX Runtime and ncnn formats", cmd_convert, &cmd_convert_opts },
     { "merge", "merge saved observer or session states (exactly: JSON, table or state)", cmd_merge, &cmd_merge_opts },
+    { "evaluate", "every observer on every tensor of a dump: exact SQNR, clipping, a recommendation per tensor", cmd_evaluate, &cmd_evaluate_opts },
+    { "report", "the visual HTML report of an evaluation (histograms, clipping ranges, objective curves)", cmd_report, &cmd_report_opts },
     { "stats", "one statistics line per tensor of .safetensors/.npy files or dump directories (CSV, summary)", cmd_stats, &cmd_stats_opts },
     { "compare-weights", "quantize-dequantize weights, report SQNR/L2/cosine per tensor and group", cmd_compare_weights, &cmd_compare_weights_opts },
     { "fakequant", "fake-quantize a float .npy (forward, straight-through / LSQ backward)", cmd_fakequant, &cmd_fakequant_opts },

@@ -137,6 +137,11 @@ QCAL_API qcal_status qcal_numeric_eval_format_results(const qcal_numeric_eval *e
                                                       qcal_numeric_eval_format format,
                                                       char **buf, size_t *len);
 
+/* Writes the formatted results to path atomically (temporary file, then rename). */
+QCAL_API qcal_status qcal_numeric_eval_write_results(const qcal_numeric_eval *ev,
+                                                     qcal_numeric_eval_format format,
+                                                     const char *path);
+
 /* Writes a rules file giving every tensor its recommended observer (names quoted and
  * escaped so they match only themselves), atomically. */
 QCAL_API qcal_status qcal_numeric_eval_write_rules(const qcal_numeric_eval *ev,
