@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "calib/calib_internal.h"
-#include "core/atomic_file.h"
+#include "qcal/atomic_file.h"
 #include "core/internal.h"
 #include "numeric/evaluate_impl.h"
 #include "observers/minmax_kernels.h"
@@ -724,14 +724,14 @@ qcal_status qcal_numeric_eval_format_results(const qcal_numeric_eval *ev,
 qcal_status qcal_numeric_eval_write_file(const char *path, const void *data, size_t len)
 {
     qcal_atomic_file f;
-    qcal_status st = qcal_atomic_open(&f, path);
+    qcal_status st = qcal_atomic_file_open(&f, path);
     if (st < 0)
         return st;
     if (len && fwrite(data, 1, len, f.fp) != len) {
-        qcal_atomic_abort(&f);
+        qcal_atomic_file_abort(&f);
         return qcal_error(QCAL_ERR_IO, "cannot write '%s'", path);
     }
-    return qcal_atomic_commit(&f);
+    return qcal_atomic_file_commit(&f);
 }
 
 qcal_status qcal_numeric_eval_write_results(const qcal_numeric_eval *ev,

@@ -5,8 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tools/cli_common.h"
-#include "tools/cli_eval.h"
+#include "cli_common.h"
+#include "cli_eval.h"
 
 int cli_eval_parse_kinds(const char *cmd, const char *list, uint32_t *mask)
 {

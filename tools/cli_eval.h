@@ -3,8 +3,8 @@
 #ifndef QCAL_TOOLS_CLI_EVAL_H
 #define QCAL_TOOLS_CLI_EVAL_H
 
-#include "qcal/calib_dump.h"
-#include "qcal/evaluate.h"
+#include <qcal/calib_dump.h>
+#include <qcal/evaluate.h>
 
 /* Parses "--observers a,b,..." into a kind mask; returns 0 or an exit code (reported). */
 int cli_eval_parse_kinds(const char *cmd, const char *list, uint32_t *mask);

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/cli_common.h"
-#include "tools/cli_eval.h"
+#include "cli_common.h"
+#include "cli_eval.h"
 
 static const char help[] =
     "usage: qcal evaluate DIR [--observers a,b,...] [--min-sqnr DB] [--format table|csv|json]\n"

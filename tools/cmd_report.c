@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/cli_common.h"
-#include "tools/cli_eval.h"
+#include "cli_common.h"
+#include "cli_eval.h"
 
 static const char help[] =
     "usage: qcal report DIR -o REPORT.html [--observers a,b,...] [--min-sqnr DB]\n"
