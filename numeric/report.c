@@ -206,7 +206,7 @@ static void histogram_chart(qcal_buf *b, const qcal_numeric_eval *ev, const eval
         x0 -= 1;
         x1 += 1;
     }
-    chart c = { .w = 560, .h = 250, .l = 58, .r = 12, .t = 10, .btm = 34,
+    chart c = { .w = 500, .h = 240, .l = 58, .r = 12, .t = 10, .btm = 34,
                 .x0 = x0 - 0.02 * (x1 - x0), .x1 = x1 + 0.02 * (x1 - x0), .y0 = 0,
                 .y1 = (double)peak, .logy = true };
     char label[64];
@@ -273,7 +273,7 @@ static void channel_chart(qcal_buf *b, const eval_entry *e)
         lo -= 1;
         hi += 1;
     }
-    chart c = { .w = 420, .h = 250, .l = 58, .r = 12, .t = 10, .btm = 34, .x0 = 0,
+    chart c = { .w = 380, .h = 240, .l = 58, .r = 12, .t = 10, .btm = 34, .x0 = 0,
                 .x1 = (double)ch, .y0 = lo, .y1 = hi, .logy = false };
     put(b, "<figure>");
     chart_open(b, &c, "per-channel ranges");
@@ -385,7 +385,7 @@ static void curve_chart(qcal_buf *b, const eval_entry *e)
     }
     if (!nc)
         return;
-    chart c = { .w = 420, .h = 250, .l = 58, .r = 12, .t = 10, .btm = 34, .x0 = x0, .x1 = x1,
+    chart c = { .w = 380, .h = 240, .l = 58, .r = 12, .t = 10, .btm = 34, .x0 = x0, .x1 = x1,
                 .y0 = 0, .y1 = 1, .logy = false };
     put(b, "<figure>");
     chart_open(b, &c, "objective against threshold");

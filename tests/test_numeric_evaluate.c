@@ -264,7 +264,7 @@ static void test_outputs(void **state)
     assert_non_null(strstr(html, "<!DOCTYPE html>"));
     assert_null(strstr(html, "src="));
     assert_null(strstr(html, "http://") == NULL ? NULL : strstr(html, "href=\"http"));
-    assert_int_equal(count(html, "<svg"), 2 + 1);   /* two histograms, one channel chart */
+    assert_int_equal(count(html, "<svg"), 2 + 2 + 1); /* histograms, objective curves, channel ranges */
     assert_non_null(strstr(html, "fc*.weight"));
     assert_non_null(strstr(html, "31.5"));
     assert_int_equal(count(html, "<table"), 1);
