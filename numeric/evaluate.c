@@ -68,6 +68,7 @@ void qcal_numeric_report_options_default(qcal_numeric_report_options *opt)
 static void cand_free(eval_cand *c)
 {
     qcal_observer_destroy(&c->obs);
+    qcal_qparams_free(&c->qp);
     free(c->scale);
     free(c->zp);
     free(c->mn);
@@ -278,9 +279,13 @@ qcal_status qcal_numeric_eval_finish(qcal_numeric_eval *ev)
             if (!c->scale || !c->zp || !c->mn || !c->mx)
                 return QCAL_ERR_NO_MEMORY;
             int64_t got = 0;
-            st = qcal_observer_qparams(c->obs, ch, c->scale, c->zp, NULL, &got);
+            st = qcal_observer_qparams(c->obs, &c->qp);
             if (st < 0)
                 return st;
+            for (int64_t k = 0; k < ch && k < c->qp.channels; k++) {
+                c->scale[k] = qcal_qparams_scale_at(&c->qp, k);
+                c->zp[k] = qcal_qparams_zero_point_at(&c->qp, k);
+            }
             st = qcal_observer_qrange(c->obs, ch, c->mn, c->mx, &got);
             if (st < 0)
                 return st;
@@ -298,16 +303,14 @@ qcal_status qcal_numeric_eval_finish(qcal_numeric_eval *ev)
     return QCAL_OK;
 }
 
-/* Fake-quantizes x with candidate c into dst / mask (numel n). */
+/* Fake-quantizes x with candidate c's qparams into dst / mask (numel n). */
 static qcal_status cand_fakequant(const eval_cand *c, const qcal_tensor *x, int64_t n,
                                   float *dst, uint8_t *mask)
 {
-    const qcal_observer_config *cfg = qcal_observer_get_config(c->obs);
-    if (kind_is_per_channel(c->kind))
-        return qcal_fakequant_per_channel(x, cfg->axis, c->scale, c->zp, c->qmin, c->qmax, dst,
-                                          mask);
-    return qcal_fakequant_per_tensor(x->data, n, c->scale[0], c->zp[0], c->qmin, c->qmax, dst,
-                                     mask);
+    (void)n;
+    qcal_tensor y = *x;
+    y.data = dst;
+    return qcal_fakequant_forward(x, &c->qp, &y, mask);
 }
 
 qcal_status qcal_numeric_eval_score(qcal_numeric_eval *ev, const char *name,

@@ -12,6 +12,7 @@ typedef struct eval_cand {
     float *scale, *mn, *mx;          /* channels entries, after finish */
     int32_t *zp;
     int64_t qmin, qmax;
+    qcal_qparams qp;                 /* the observer's final qparams (after finish) */
     qcal_numeric_metric_acc acc;     /* x against fake-quant(x), pass 2 */
     uint64_t clipped;                /* finite values outside the representable range */
     double sqnr;

@@ -153,7 +153,7 @@ static void snap(qcal_observer *o, bool full, snapshot *s)
         s->qst = qcal_observer_qrange(o, 64, mn, mx, &n);
         s->qmn = mn[0];
         s->qmx = mx[0];
-        qcal_observer_qparams(o, 64, sc, zp, NULL, &n);
+        tu_observer_qparams(o, 64, sc, zp, NULL, &n);
         s->scale = sc[0];
         s->zp = zp[0];
     }
@@ -407,7 +407,7 @@ static void test_fidelity_vs_pytorch(void **state)
             float s;
             int32_t z;
             int64_t m;
-            assert_int_equal(qcal_observer_qparams(o, 1, &s, &z, NULL, &m), QCAL_OK);
+            assert_int_equal(tu_observer_qparams(o, 1, &s, &z, NULL, &m), QCAL_OK);
             double dev = (double)s / (double)out[2] - 1.0;
             print_message("%-9s %-11s scale %.7g (PyTorch %.7g, %+.4f%%) zp %d (%d)\n", names[k],
                           g ? "first-batch" : "lattice", (double)s, (double)out[2],
