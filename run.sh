@@ -23,7 +23,7 @@ quiet() {
     rm -f "$log"
 }
 
-PACKAGES="meson ninja-build pkg-config gcc libc6-dev libdnnl-dev libcmocka-dev zlib1g-dev dataset-fashion-mnist python3-numpy python3-flatbuffers libopenmpi-dev openmpi-bin chromium"
+PACKAGES="meson ninja-build pkg-config gcc libc6-dev libdnnl-dev libcmocka-dev zlib1g-dev dataset-fashion-mnist python3-numpy python3-flatbuffers libopenmpi-dev openmpi-bin chromium python3-dev python3-torch"
 
 install_missing() {
     missing=""

@@ -1,0 +1,935 @@
+/* qcal._qcal: the CPython extension behind the `qcal` package.
+ *
+ * Thin by design: every number comes from libqcal; this file only converts between Python
+ * objects and the library's types. Inputs are read through the buffer protocol (no numpy C
+ * headers): a C-contiguous float32 buffer is used in place; anything else goes through
+ * qcal._coerce_f32 (Python), which converts float dtypes and non-contiguous arrays with a
+ * copy and raises TypeError for everything else. Outputs are numpy arrays created with
+ * numpy.frombuffer over a bytearray, so numpy is needed at run time but not to build.
+ * Library failures become qcal.Error subclasses carrying qcal_last_error(). The GIL is
+ * released inside kernels; each Observer has its own lock, so two threads may share one. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pythread.h>
+
+#include <math.h>
+#include <string.h>
+
+#include <qcal/qcal.h>
+
+/* ---- errors ------------------------------------------------------------------------ */
+
+static PyObject *Error;               /* qcal.Error(Exception) */
+static PyObject *ErrInvalid;          /* InvalidArgumentError(Error, ValueError) */
+static PyObject *ErrFormat;           /* FormatError(Error, ValueError) */
+static PyObject *ErrUnsupported;      /* UnsupportedError(Error, ValueError) */
+static PyObject *ErrNonfinite;        /* NonFiniteError(Error, ValueError) */
+static PyObject *ErrMismatch;         /* MismatchError(Error, ValueError) */
+static PyObject *ErrEmpty;            /* EmptyError(Error, ValueError) */
+static PyObject *ErrFile;             /* FileError(Error, OSError) */
+static PyObject *ErrMemory;           /* OutOfMemoryError(Error, MemoryError) */
+static PyObject *ErrOverflow;         /* SizeOverflowError(Error, OverflowError) */
+static PyObject *ErrState;            /* StateError(Error, RuntimeError) */
+static PyObject *ErrBackend;          /* BackendError(Error, RuntimeError) */
+static PyObject *ErrNotFound;         /* NotFoundError(Error, LookupError) */
+
+static PyObject *coerce_f32;          /* qcal._coerce_f32, set by the package */
+static PyObject *np_frombuffer;       /* numpy.frombuffer, imported on first use */
+
+/* Raises the exception of a failing status with the library's message; returns NULL. */
+static PyObject *raise_status(qcal_status st)
+{
+    PyObject *type = Error;
+    switch (st) {
+    case QCAL_ERR_INVALID_ARG: type = ErrInvalid; break;
+    case QCAL_ERR_FORMAT: type = ErrFormat; break;
+    case QCAL_ERR_UNSUPPORTED: type = ErrUnsupported; break;
+    case QCAL_ERR_NONFINITE: type = ErrNonfinite; break;
+    case QCAL_ERR_MISMATCH: type = ErrMismatch; break;
+    case QCAL_ERR_EMPTY: type = ErrEmpty; break;
+    case QCAL_ERR_IO: type = ErrFile; break;
+    case QCAL_ERR_NO_MEMORY: type = ErrMemory; break;
+    case QCAL_ERR_OVERFLOW: type = ErrOverflow; break;
+    case QCAL_ERR_STATE: type = ErrState; break;
+    case QCAL_ERR_BACKEND: type = ErrBackend; break;
+    case QCAL_ERR_NOT_FOUND: type = ErrNotFound; break;
+    default: break;
+    }
+    const char *msg = qcal_last_error();
+    if (!msg || !*msg)
+        msg = qcal_status_str(st);
+    PyErr_SetString(type, msg);
+    return NULL;
+}
+
+/* ---- inputs -------------------------------------------------------------------------- */
+
+/* A float32 input: the buffer view plus, when it had to be converted, the converted
+ * object that owns the data. Release with f32_release. */
+typedef struct f32_in {
+    Py_buffer view;
+    PyObject *owner;
+    bool held;
+    qcal_tensor t;
+    int64_t numel;
+} f32_in;
+
+static bool is_f32_format(const char *f)
+{
+    if (!f)
+        return false;
+    if (*f == '<' || *f == '=' || *f == '@')
+        f++;
+    return f[0] == 'f' && f[1] == 0;
+}
+
+static int view_to_tensor(f32_in *in)
+{
+    if (in->view.ndim > QCAL_MAX_DIMS) {
+        PyErr_Format(PyExc_ValueError, "array has %d dimensions; qcal supports at most %d",
+                     in->view.ndim, QCAL_MAX_DIMS);
+        return -1;
+    }
+    int64_t shape[QCAL_MAX_DIMS];
+    for (int i = 0; i < in->view.ndim; i++)
+        shape[i] = in->view.shape[i];
+    qcal_status st = qcal_tensor_init(&in->t, in->view.buf, in->view.ndim, shape);
+    if (st < 0) {
+        raise_status(st);
+        return -1;
+    }
+    in->numel = (int64_t)(in->view.len / 4);
+    return 0;
+}
+
+/* Gets x as a C-contiguous float32 tensor (read only). */
+static int f32_get(PyObject *x, f32_in *in)
+{
+    memset(in, 0, sizeof *in);
+    if (PyObject_CheckBuffer(x) && !PyBytes_Check(x) && !PyByteArray_Check(x)) {
+        if (PyObject_GetBuffer(x, &in->view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
+            if (in->view.itemsize == 4 && is_f32_format(in->view.format)) {
+                in->held = true;
+                if (view_to_tensor(in) < 0) {
+                    PyBuffer_Release(&in->view);
+                    in->held = false;
+                    return -1;
+                }
+                return 0;
+            }
+            PyBuffer_Release(&in->view);
+        } else {
+            PyErr_Clear();
+        }
+    }
+    if (!coerce_f32) {
+        PyErr_SetString(PyExc_TypeError, "expected a C-contiguous float32 array");
+        return -1;
+    }
+    PyObject *conv = PyObject_CallOneArg(coerce_f32, x);
+    if (!conv)
+        return -1;
+    if (PyObject_GetBuffer(conv, &in->view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        Py_DECREF(conv);
+        return -1;
+    }
+    if (in->view.itemsize != 4 || !is_f32_format(in->view.format)) {
+        PyBuffer_Release(&in->view);
+        Py_DECREF(conv);
+        PyErr_SetString(PyExc_TypeError, "internal: conversion did not give float32");
+        return -1;
+    }
+    in->held = true;
+    in->owner = conv;
+    if (view_to_tensor(in) < 0) {
+        PyBuffer_Release(&in->view);
+        Py_CLEAR(in->owner);
+        in->held = false;
+        return -1;
+    }
+    return 0;
+}
+
+static void f32_release(f32_in *in)
+{
+    if (in->held)
+        PyBuffer_Release(&in->view);
+    in->held = false;
+    Py_CLEAR(in->owner);
+}
+
+/* ---- outputs ------------------------------------------------------------------------- */
+
+/* A new writable 1-D numpy array of n elements of dtype ("float32", "int32", ...) over a
+ * bytearray; *data gets its memory. */
+static PyObject *new_array(const char *dtype, Py_ssize_t n, Py_ssize_t itemsize, void **data)
+{
+    if (!np_frombuffer) {
+        PyObject *np = PyImport_ImportModule("numpy");
+        if (!np)
+            return NULL;
+        np_frombuffer = PyObject_GetAttrString(np, "frombuffer");
+        Py_DECREF(np);
+        if (!np_frombuffer)
+            return NULL;
+    }
+    PyObject *ba = PyByteArray_FromStringAndSize(NULL, n * itemsize);
+    if (!ba)
+        return NULL;
+    if (n)
+        memset(PyByteArray_AS_STRING(ba), 0, (size_t)(n * itemsize));
+    *data = PyByteArray_AS_STRING(ba);
+    PyObject *arr = PyObject_CallFunction(np_frombuffer, "Os", ba, dtype);
+    Py_DECREF(ba);
+    return arr;
+}
+
+static PyObject *f32_array(const float *src, int64_t n)
+{
+    void *d;
+    PyObject *a = new_array("float32", (Py_ssize_t)n, 4, &d);
+    if (a && n)
+        memcpy(d, src, (size_t)n * 4);
+    return a;
+}
+
+static PyObject *i32_array(const int32_t *src, int64_t n)
+{
+    void *d;
+    PyObject *a = new_array("int32", (Py_ssize_t)n, 4, &d);
+    if (a && n)
+        memcpy(d, src, (size_t)n * 4);
+    return a;
+}
+
+/* ---- observer config <-> Python ------------------------------------------------------- */
+
+/* Formats a Python value as the rules file spells it: bools true/false, numbers with
+ * repr (exact for floats), strings as they are. Returns a new str or NULL. */
+static PyObject *config_value_str(PyObject *v)
+{
+    if (PyBool_Check(v))
+        return PyUnicode_FromString(v == Py_True ? "true" : "false");
+    if (PyLong_Check(v) || PyFloat_Check(v))
+        return PyObject_Repr(v);
+    if (PyUnicode_Check(v)) {
+        Py_INCREF(v);
+        return v;
+    }
+    /* torch dtypes and qschemes print as "torch.qint8": the package maps them first. */
+    PyErr_Format(PyExc_TypeError, "config value %R must be a str, bool, int or float", v);
+    return NULL;
+}
+
+/* Fills *cfg from kind + keyword config through the library's rules-file parser (the
+ * same keys and spellings as a rules file line "GLOB any KIND key=value ..."). */
+static int config_from_python(const char *kind, PyObject *kwargs, qcal_observer_config *cfg)
+{
+    qcal_observer_kind k;
+    qcal_status st = qcal_observer_kind_parse(kind, &k);
+    if (st < 0) {
+        raise_status(st);
+        return -1;
+    }
+    PyObject *line = PyUnicode_FromFormat("* any %s", kind);
+    if (!line)
+        return -1;
+    if (kwargs) {
+        PyObject *key, *value;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(kwargs, &pos, &key, &value)) {
+            if (value == Py_None)
+                continue;
+            PyObject *vs = config_value_str(value);
+            if (!vs) {
+                Py_DECREF(line);
+                return -1;
+            }
+            if (PyUnicode_FindChar(vs, ' ', 0, PyUnicode_GET_LENGTH(vs), 1) >= 0 ||
+                PyUnicode_FindChar(vs, '#', 0, PyUnicode_GET_LENGTH(vs), 1) >= 0) {
+                PyErr_Format(ErrInvalid, "invalid value %R for %U", vs, key);
+                Py_DECREF(vs);
+                Py_DECREF(line);
+                return -1;
+            }
+            PyObject *next = PyUnicode_FromFormat("%U %U=%U", line, key, vs);
+            Py_DECREF(vs);
+            Py_DECREF(line);
+            if (!next)
+                return -1;
+            line = next;
+        }
+    }
+    Py_ssize_t len = 0;
+    const char *text = PyUnicode_AsUTF8AndSize(line, &len);
+    if (!text) {
+        Py_DECREF(line);
+        return -1;
+    }
+    qcal_calib_rules *rules = NULL;
+    st = qcal_calib_rules_parse(text, (size_t)len, &rules);
+    Py_DECREF(line);
+    if (st >= 0)
+        st = qcal_calib_rules_match(rules, "x", QCAL_CALIB_ROLE_ACTIVATION, cfg, NULL);
+    qcal_calib_rules_destroy(&rules);
+    if (st < 0) {
+        raise_status(st);
+        return -1;
+    }
+    return 0;
+}
+
+static int dict_set_steal(PyObject *d, const char *key, PyObject *v)
+{
+    if (!v)
+        return -1;
+    int r = PyDict_SetItemString(d, key, v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* The config as a dict of rules-file keys and Python values. */
+static PyObject *config_to_python(const qcal_observer_config *cfg)
+{
+    PyObject *d = PyDict_New();
+    if (!d)
+        return NULL;
+    int64_t qmin = 0, qmax = 0;
+    qcal_qconfig_range(&cfg->q, &qmin, &qmax);
+    int bad = 0;
+    bad |= dict_set_steal(d, "dtype", PyUnicode_FromString(qcal_dtype_name(cfg->q.dtype)));
+    bad |= dict_set_steal(d, "qscheme", PyUnicode_FromString(qcal_qscheme_name(cfg->q.qscheme)));
+    bad |= dict_set_steal(d, "reduce_range", PyBool_FromLong(cfg->q.reduce_range));
+    bad |= dict_set_steal(d, "quant_min", PyLong_FromLongLong(qmin));
+    bad |= dict_set_steal(d, "quant_max", PyLong_FromLongLong(qmax));
+    bad |= dict_set_steal(d, "eps", PyFloat_FromDouble(cfg->q.eps));
+    bool pc = cfg->kind == QCAL_OBSERVER_PER_CHANNEL_MINMAX ||
+              cfg->kind == QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX;
+    bool ma = cfg->kind == QCAL_OBSERVER_MOVING_AVERAGE_MINMAX ||
+              cfg->kind == QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX;
+    bool hist = cfg->kind >= QCAL_OBSERVER_HISTOGRAM;
+    if (pc)
+        bad |= dict_set_steal(d, "axis", PyLong_FromLong(cfg->axis));
+    if (ma)
+        bad |= dict_set_steal(d, "averaging_constant", PyFloat_FromDouble(cfg->averaging_constant));
+    if (hist)
+        bad |= dict_set_steal(d, "bins", PyLong_FromLong(cfg->bins));
+    if (cfg->kind == QCAL_OBSERVER_PERCENTILE) {
+        bad |= dict_set_steal(d, "percentile", PyFloat_FromDouble(cfg->percentile));
+        bad |= dict_set_steal(d, "percentile_mode", PyUnicode_FromString(
+            cfg->percentile_mode == QCAL_PERCENTILE_TWO_TAILS ? "two_tails" : "abs"));
+    }
+    if (cfg->kind == QCAL_OBSERVER_ENTROPY)
+        bad |= dict_set_steal(d, "entropy_levels", PyLong_FromLong(cfg->entropy_levels));
+    bad |= dict_set_steal(d, "nonfinite", PyUnicode_FromString(
+        cfg->nonfinite == QCAL_NONFINITE_ERROR ? "error" : "skip"));
+    if (bad) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* ---- Observer ------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    qcal_observer *obs;
+    PyThread_type_lock lock;
+} ObserverObject;
+
+static PyTypeObject ObserverType;
+
+/* Takes the observer's lock with the GIL released (another thread may hold it inside a
+ * kernel). */
+static void obs_lock(ObserverObject *self)
+{
+    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS
+        PyThread_acquire_lock(self->lock, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+    }
+}
+
+static void obs_unlock(ObserverObject *self)
+{
+    PyThread_release_lock(self->lock);
+}
+
+static int check_obs(ObserverObject *self)
+{
+    if (!self->obs || !self->lock) {
+        PyErr_SetString(ErrState, "observer is not initialised");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Observer_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    (void)args;
+    (void)kw;
+    ObserverObject *self = (ObserverObject *)type->tp_alloc(type, 0);
+    if (!self)
+        return NULL;
+    self->lock = PyThread_allocate_lock();
+    if (!self->lock) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)self;
+}
+
+static int Observer_init(ObserverObject *self, PyObject *args, PyObject *kwargs)
+{
+    const char *kind = NULL;
+    if (!PyArg_ParseTuple(args, "s:Observer", &kind))
+        return -1;
+    qcal_observer_config cfg;
+    if (config_from_python(kind, kwargs, &cfg) < 0)
+        return -1;
+    qcal_observer *obs = NULL;
+    qcal_status st = qcal_observer_create(&cfg, &obs);
+    if (st < 0) {
+        raise_status(st);
+        return -1;
+    }
+    obs_lock(self);
+    qcal_observer_destroy(&self->obs);
+    self->obs = obs;
+    obs_unlock(self);
+    return 0;
+}
+
+static void Observer_dealloc(ObserverObject *self)
+{
+    qcal_observer_destroy(&self->obs);
+    if (self->lock)
+        PyThread_free_lock(self->lock);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Observer_update(ObserverObject *self, PyObject *x)
+{
+    if (check_obs(self) < 0)
+        return NULL;
+    f32_in in;
+    if (f32_get(x, &in) < 0)
+        return NULL;
+    qcal_status st;
+    obs_lock(self);
+    if (in.numel >= 4096) {
+        Py_BEGIN_ALLOW_THREADS
+        st = qcal_observer_update(self->obs, &in.t);
+        Py_END_ALLOW_THREADS
+    } else {
+        st = qcal_observer_update(self->obs, &in.t);
+    }
+    obs_unlock(self);
+    f32_release(&in);
+    if (st < 0)
+        return raise_status(st);
+    Py_RETURN_NONE;
+}
+
+/* qparams() -> (scale float32[n], zero_point int32[n]); per_channel_affine_float_qparams
+ * gives float32 zero points. */
+static PyObject *Observer_qparams(ObserverObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    if (check_obs(self) < 0)
+        return NULL;
+    int64_t n = 0;
+    obs_lock(self);
+    qcal_status st = qcal_observer_channels(self->obs, &n);
+    obs_unlock(self);
+    if (st < 0)
+        return raise_status(st);
+    if (n < 1)
+        n = 1;
+    float *scale = PyMem_Calloc((size_t)n, sizeof(float));
+    int32_t *zp = PyMem_Calloc((size_t)n, sizeof(int32_t));
+    float *zpf = PyMem_Calloc((size_t)n, sizeof(float));
+    if (!scale || !zp || !zpf) {
+        PyMem_Free(scale);
+        PyMem_Free(zp);
+        PyMem_Free(zpf);
+        return PyErr_NoMemory();
+    }
+    int64_t got = 0;
+    obs_lock(self);
+    Py_BEGIN_ALLOW_THREADS
+    st = qcal_observer_qparams(self->obs, n, scale, zp, zpf, &got);
+    Py_END_ALLOW_THREADS
+    bool float_zp = qcal_observer_get_config(self->obs)->q.qscheme ==
+                    QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS;
+    obs_unlock(self);
+    PyObject *res = NULL;
+    if (st < 0) {
+        raise_status(st);
+    } else {
+        PyObject *s = f32_array(scale, got);
+        PyObject *z = float_zp ? f32_array(zpf, got) : i32_array(zp, got);
+        if (s && z)
+            res = PyTuple_Pack(2, s, z);
+        Py_XDECREF(s);
+        Py_XDECREF(z);
+    }
+    PyMem_Free(scale);
+    PyMem_Free(zp);
+    PyMem_Free(zpf);
+    return res;
+}
+
+typedef qcal_status (*range_fn)(qcal_observer *, int64_t, float *, float *, int64_t *);
+
+static qcal_status data_range_adapter(qcal_observer *obs, int64_t cap, float *mn, float *mx,
+                                      int64_t *n)
+{
+    return qcal_observer_data_range(obs, cap, mn, mx, n);
+}
+
+static PyObject *range_common(ObserverObject *self, range_fn fn)
+{
+    if (check_obs(self) < 0)
+        return NULL;
+    int64_t n = 0;
+    obs_lock(self);
+    qcal_status st = qcal_observer_channels(self->obs, &n);
+    obs_unlock(self);
+    if (st < 0)
+        return raise_status(st);
+    if (n < 1)
+        n = 1;
+    float *mn = PyMem_Calloc((size_t)n, sizeof(float));
+    float *mx = PyMem_Calloc((size_t)n, sizeof(float));
+    if (!mn || !mx) {
+        PyMem_Free(mn);
+        PyMem_Free(mx);
+        return PyErr_NoMemory();
+    }
+    int64_t got = 0;
+    obs_lock(self);
+    Py_BEGIN_ALLOW_THREADS
+    st = fn(self->obs, n, mn, mx, &got);
+    Py_END_ALLOW_THREADS
+    obs_unlock(self);
+    PyObject *res = NULL;
+    if (st < 0) {
+        raise_status(st);
+    } else {
+        if (st == QCAL_NO_DATA && got < 1) {
+            got = 1;
+            mn[0] = INFINITY;
+            mx[0] = -INFINITY;
+        }
+        PyObject *a = f32_array(mn, got), *b = f32_array(mx, got);
+        if (a && b)
+            res = PyTuple_Pack(2, a, b);
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+    }
+    PyMem_Free(mn);
+    PyMem_Free(mx);
+    return res;
+}
+
+/* range() -> (min, max): the clipping range the qparams come from (as `qcal observe`). */
+static PyObject *Observer_range(ObserverObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    return range_common(self, qcal_observer_qrange);
+}
+
+/* data_range() -> (min, max) as the observer keeps them (running min/max). */
+static PyObject *Observer_data_range(ObserverObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    return range_common(self, data_range_adapter);
+}
+
+static PyObject *Observer_reset(ObserverObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    if (check_obs(self) < 0)
+        return NULL;
+    obs_lock(self);
+    qcal_status st = qcal_observer_reset(self->obs);
+    obs_unlock(self);
+    if (st < 0)
+        return raise_status(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Observer_merge(ObserverObject *self, PyObject *other)
+{
+    if (check_obs(self) < 0)
+        return NULL;
+    if (!PyObject_TypeCheck(other, &ObserverType)) {
+        PyErr_Format(PyExc_TypeError, "merge() expects a qcal.Observer, not %.100s",
+                     Py_TYPE(other)->tp_name);
+        return NULL;
+    }
+    ObserverObject *o = (ObserverObject *)other;
+    if (check_obs(o) < 0)
+        return NULL;
+    qcal_status st;
+    if (o == self) {
+        /* Merging an observer with itself: merge a copy (the lock is not re-entrant). */
+        void *buf = NULL;
+        size_t len = 0;
+        qcal_observer *copy = NULL;
+        obs_lock(self);
+        st = qcal_observer_save(self->obs, &buf, &len);
+        if (st >= 0)
+            st = qcal_observer_load(buf, len, &copy);
+        if (st >= 0)
+            st = qcal_observer_merge(self->obs, copy);
+        obs_unlock(self);
+        qcal_free(buf);
+        qcal_observer_destroy(&copy);
+    } else {
+        /* Lock in address order so two threads merging a<-b and b<-a cannot deadlock. */
+        ObserverObject *first = self < o ? self : o, *second = self < o ? o : self;
+        obs_lock(first);
+        obs_lock(second);
+        st = qcal_observer_merge(self->obs, o->obs);
+        obs_unlock(second);
+        obs_unlock(first);
+    }
+    if (st < 0)
+        return raise_status(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Observer_save(ObserverObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    if (check_obs(self) < 0)
+        return NULL;
+    void *buf = NULL;
+    size_t len = 0;
+    obs_lock(self);
+    qcal_status st = qcal_observer_save(self->obs, &buf, &len);
+    obs_unlock(self);
+    if (st < 0)
+        return raise_status(st);
+    PyObject *b = PyBytes_FromStringAndSize(buf, (Py_ssize_t)len);
+    qcal_free(buf);
+    return b;
+}
+
+/* Observer.load(data) -> Observer (classmethod: a subclass gets an instance of itself). */
+static PyObject *Observer_load(PyObject *cls, PyObject *data)
+{
+    Py_buffer view;
+    if (PyUnicode_Check(data)) {
+        PyErr_SetString(PyExc_TypeError, "Observer.load() expects bytes, not str");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    qcal_observer *obs = NULL;
+    qcal_status st = qcal_observer_load(view.buf, (size_t)view.len, &obs);
+    PyBuffer_Release(&view);
+    if (st < 0)
+        return raise_status(st);
+    ObserverObject *self = (ObserverObject *)Observer_new((PyTypeObject *)cls, NULL, NULL);
+    if (!self) {
+        qcal_observer_destroy(&obs);
+        return NULL;
+    }
+    self->obs = obs;
+    return (PyObject *)self;
+}
+
+/* Pickling (copy.deepcopy, torch.save of a module): the state bytes. */
+static PyObject *Observer_reduce(ObserverObject *self, PyObject *noargs)
+{
+    PyObject *data = Observer_save(self, noargs);
+    if (!data)
+        return NULL;
+    PyObject *load = PyObject_GetAttrString((PyObject *)Py_TYPE(self), "load");
+    if (!load) {
+        Py_DECREF(data);
+        return NULL;
+    }
+    PyObject *res = Py_BuildValue("(N(N))", load, data);
+    return res;
+}
+
+static PyObject *Observer_get_nonfinite(ObserverObject *self, void *closure)
+{
+    (void)closure;
+    if (check_obs(self) < 0)
+        return NULL;
+    uint64_t n = 0;
+    obs_lock(self);
+    qcal_status st = qcal_observer_nonfinite(self->obs, &n);
+    obs_unlock(self);
+    if (st < 0)
+        return raise_status(st);
+    return PyLong_FromUnsignedLongLong(n);
+}
+
+static PyObject *Observer_get_batches(ObserverObject *self, void *closure)
+{
+    (void)closure;
+    if (check_obs(self) < 0)
+        return NULL;
+    uint64_t n = 0;
+    obs_lock(self);
+    qcal_status st = qcal_observer_batches(self->obs, &n);
+    obs_unlock(self);
+    if (st < 0)
+        return raise_status(st);
+    return PyLong_FromUnsignedLongLong(n);
+}
+
+static PyObject *Observer_get_channels(ObserverObject *self, void *closure)
+{
+    (void)closure;
+    if (check_obs(self) < 0)
+        return NULL;
+    int64_t n = 0;
+    obs_lock(self);
+    qcal_status st = qcal_observer_channels(self->obs, &n);
+    obs_unlock(self);
+    if (st < 0)
+        return raise_status(st);
+    return PyLong_FromLongLong(n);
+}
+
+static PyObject *Observer_get_kind(ObserverObject *self, void *closure)
+{
+    (void)closure;
+    if (check_obs(self) < 0)
+        return NULL;
+    return PyUnicode_FromString(
+        qcal_observer_kind_name(qcal_observer_get_config(self->obs)->kind));
+}
+
+static PyObject *Observer_get_config(ObserverObject *self, void *closure)
+{
+    (void)closure;
+    if (check_obs(self) < 0)
+        return NULL;
+    return config_to_python(qcal_observer_get_config(self->obs));
+}
+
+static PyObject *Observer_repr(ObserverObject *self)
+{
+    if (!self->obs)
+        return PyUnicode_FromString("<qcal.Observer (uninitialised)>");
+    const qcal_observer_config *c = qcal_observer_get_config(self->obs);
+    uint64_t b = 0;
+    qcal_observer_batches(self->obs, &b);
+    return PyUnicode_FromFormat("<qcal.Observer %s %s %s, %llu batches>",
+                                qcal_observer_kind_name(c->kind), qcal_dtype_name(c->q.dtype),
+                                qcal_qscheme_name(c->q.qscheme), (unsigned long long)b);
+}
+
+static PyMethodDef Observer_methods[] = {
+    {"update", (PyCFunction)Observer_update, METH_O,
+     "update(x): feed one batch (float32 array or CPU tensor; NaN/Inf skipped and counted)."},
+    {"qparams", (PyCFunction)Observer_qparams, METH_NOARGS,
+     "qparams() -> (scale float32[n], zero_point int32[n]); n = 1 or the channel count."},
+    {"range", (PyCFunction)Observer_range, METH_NOARGS,
+     "range() -> (min, max) float32 arrays: the clipping range the qparams come from."},
+    {"data_range", (PyCFunction)Observer_data_range, METH_NOARGS,
+     "data_range() -> (min, max) float32 arrays: the running range the observer keeps."},
+    {"reset", (PyCFunction)Observer_reset, METH_NOARGS, "reset(): forget all data."},
+    {"merge", (PyCFunction)Observer_merge, METH_O,
+     "merge(other): fold other's data into this observer (same kind and config)."},
+    {"save", (PyCFunction)Observer_save, METH_NOARGS, "save() -> bytes: the observer state."},
+    {"load", (PyCFunction)Observer_load, METH_O | METH_CLASS,
+     "Observer.load(data) -> Observer from save() bytes."},
+    {"__reduce__", (PyCFunction)Observer_reduce, METH_NOARGS, "Pickles as its state bytes."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Observer_getset[] = {
+    {"nonfinite", (getter)Observer_get_nonfinite, NULL, "NaN/Inf values skipped so far.", NULL},
+    {"batches", (getter)Observer_get_batches, NULL, "Batches seen so far.", NULL},
+    {"channels", (getter)Observer_get_channels, NULL, "Channel count (1 per tensor).", NULL},
+    {"kind", (getter)Observer_get_kind, NULL, "Observer kind, as the CLI spells it.", NULL},
+    {"config", (getter)Observer_get_config, NULL, "Config as a dict of rules-file keys.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject ObserverType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "qcal.Observer",
+    .tp_basicsize = sizeof(ObserverObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "Observer(kind, **config): a qcal range observer (kind and keys as the CLI and "
+              "rules file spell them).",
+    .tp_new = Observer_new,
+    .tp_init = (initproc)Observer_init,
+    .tp_dealloc = (destructor)Observer_dealloc,
+    .tp_repr = (reprfunc)Observer_repr,
+    .tp_methods = Observer_methods,
+    .tp_getset = Observer_getset,
+};
+
+/* ---- metrics --------------------------------------------------------------------------- */
+
+static PyObject *metrics_common(PyObject *args, int which)
+{
+    PyObject *xo, *yo;
+    if (!PyArg_ParseTuple(args, "OO", &xo, &yo))
+        return NULL;
+    f32_in x, y;
+    if (f32_get(xo, &x) < 0)
+        return NULL;
+    if (f32_get(yo, &y) < 0) {
+        f32_release(&x);
+        return NULL;
+    }
+    qcal_status st;
+    qcal_numeric_metrics m;
+    if (x.numel != y.numel) {
+        f32_release(&x);
+        f32_release(&y);
+        PyErr_Format(ErrMismatch, "x has %lld elements and y has %lld", (long long)x.numel,
+                     (long long)y.numel);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    st = qcal_numeric_compare_f32(x.t.data, y.t.data, x.numel, &m);
+    Py_END_ALLOW_THREADS
+    f32_release(&x);
+    f32_release(&y);
+    if (st < 0)
+        return raise_status(st);
+    switch (which) {
+    case 0: return PyFloat_FromDouble(m.sqnr_db);
+    case 1: return PyFloat_FromDouble(m.l2);
+    default: return PyFloat_FromDouble(m.cosine);
+    }
+}
+
+static PyObject *py_sqnr(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    return metrics_common(args, 0);
+}
+
+static PyObject *py_l2(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    return metrics_common(args, 1);
+}
+
+static PyObject *py_cosine(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    return metrics_common(args, 2);
+}
+
+/* ---- module ---------------------------------------------------------------------------- */
+
+static PyObject *py_set_coercer(PyObject *mod, PyObject *fn)
+{
+    (void)mod;
+    if (!PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "coercer must be callable");
+        return NULL;
+    }
+    Py_INCREF(fn);
+    Py_XSETREF(coerce_f32, fn);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_version(PyObject *mod, PyObject *noargs)
+{
+    (void)mod;
+    (void)noargs;
+    return PyUnicode_FromString(qcal_version());
+}
+
+static PyMethodDef module_methods[] = {
+    {"sqnr", py_sqnr, METH_VARARGS,
+     "sqnr(x, y) -> float: 20 log10(||x|| / ||x - y||) in dB (x reference, y quantized)."},
+    {"l2", py_l2, METH_VARARGS, "l2(x, y) -> float: ||x - y|| / ||x||."},
+    {"cosine", py_cosine, METH_VARARGS, "cosine(x, y) -> float: cosine similarity."},
+    {"_set_coercer", py_set_coercer, METH_O, "internal: the float32 input converter."},
+    {"version", py_version, METH_NOARGS, "version() -> str: libqcal's version."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "qcal._qcal", "libqcal bindings (use the qcal package).", -1,
+    module_methods, NULL, NULL, NULL, NULL,
+};
+
+static PyObject *new_error(PyObject *m, const char *name, PyObject *base2, const char *doc)
+{
+    char full[96];
+    snprintf(full, sizeof full, "qcal.%s", name);
+    PyObject *bases = base2 ? PyTuple_Pack(2, Error, base2) : NULL;
+    if (base2 && !bases)
+        return NULL;
+    PyObject *e = PyErr_NewExceptionWithDoc(full, doc, bases ? bases : Error, NULL);
+    Py_XDECREF(bases);
+    if (!e)
+        return NULL;
+    Py_INCREF(e);
+    if (PyModule_AddObject(m, name, e) < 0) {
+        Py_DECREF(e);
+        Py_DECREF(e);
+        return NULL;
+    }
+    return e;
+}
+
+PyMODINIT_FUNC PyInit__qcal(void);
+
+PyMODINIT_FUNC PyInit__qcal(void)
+{
+    PyObject *m = PyModule_Create(&moduledef);
+    if (!m)
+        return NULL;
+    Error = PyErr_NewExceptionWithDoc("qcal.Error", "A libqcal call failed.", NULL, NULL);
+    if (!Error)
+        goto fail;
+    Py_INCREF(Error);
+    if (PyModule_AddObject(m, "Error", Error) < 0)
+        goto fail;
+    if (!(ErrInvalid = new_error(m, "InvalidArgumentError", PyExc_ValueError,
+                                 "An argument or option is impossible.")) ||
+        !(ErrFormat = new_error(m, "FormatError", PyExc_ValueError,
+                                "A file or buffer is malformed or truncated.")) ||
+        !(ErrUnsupported = new_error(m, "UnsupportedError", PyExc_ValueError,
+                                     "Well formed but not supported.")) ||
+        !(ErrNonfinite = new_error(m, "NonFiniteError", PyExc_ValueError,
+                                   "NaN/Inf seen while the policy says it is an error.")) ||
+        !(ErrMismatch = new_error(m, "MismatchError", PyExc_ValueError,
+                                  "Shapes, kinds or configs do not agree.")) ||
+        !(ErrEmpty = new_error(m, "EmptyError", PyExc_ValueError,
+                               "A tensor has zero elements where data is required.")) ||
+        !(ErrFile = new_error(m, "FileError", PyExc_OSError,
+                              "A file could not be opened, read, written or renamed.")) ||
+        !(ErrMemory = new_error(m, "OutOfMemoryError", PyExc_MemoryError,
+                                "An allocation failed.")) ||
+        !(ErrOverflow = new_error(m, "SizeOverflowError", PyExc_OverflowError,
+                                  "A size computation would overflow.")) ||
+        !(ErrState = new_error(m, "StateError", PyExc_RuntimeError,
+                               "The object is not in a state that allows the call.")) ||
+        !(ErrBackend = new_error(m, "BackendError", PyExc_RuntimeError,
+                                 "oneDNN reported a failure.")) ||
+        !(ErrNotFound = new_error(m, "NotFoundError", PyExc_LookupError,
+                                  "A named item does not exist.")))
+        goto fail;
+    if (PyType_Ready(&ObserverType) < 0)
+        goto fail;
+    Py_INCREF(&ObserverType);
+    if (PyModule_AddObject(m, "Observer", (PyObject *)&ObserverType) < 0) {
+        Py_DECREF(&ObserverType);
+        goto fail;
+    }
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}

@@ -1,0 +1,239 @@
+"""qcal's numpy API (suite python): observers, metrics, bad input."""
+import gc
+import json
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+
+import numpy as np
+
+import qcal
+
+BIN = os.environ.get("QCAL_BIN")
+
+
+def rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def observe_cli(kind, files, *opts):
+    out = subprocess.run([BIN, "observe", "--observer", kind, *opts, *files],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+class ObserverApi(unittest.TestCase):
+    def test_properties_and_config(self):
+        o = qcal.Observer("per_channel_minmax", dtype="qint8",
+                          qscheme="per_channel_symmetric", axis=1)
+        self.assertEqual(o.kind, "per_channel_minmax")
+        self.assertEqual(o.config["dtype"], "qint8")
+        self.assertEqual(o.config["qscheme"], "per_channel_symmetric")
+        self.assertEqual(o.config["axis"], 1)
+        self.assertEqual(o.batches, 0)
+        x = rng().standard_normal((4, 3, 5)).astype(np.float32)
+        x[0, 0, 0] = np.nan
+        x[1, 2, 3] = np.inf
+        o.update(x)
+        self.assertEqual(o.batches, 1)
+        self.assertEqual(o.nonfinite, 2)
+        scale, zp = o.qparams()
+        self.assertEqual(scale.dtype, np.float32)
+        self.assertEqual(zp.dtype, np.int32)
+        self.assertEqual(scale.shape, (3,))
+        lo, hi = o.range()
+        finite = np.where(np.isfinite(x), x, np.nan)
+        np.testing.assert_array_equal(lo, np.nanmin(finite, axis=(0, 2)))
+        np.testing.assert_array_equal(hi, np.nanmax(finite, axis=(0, 2)))
+        # per_channel_symmetric qint8: scale = amax / 127.5, zero point 0 (PyTorch formula)
+        amax = np.maximum(-lo, hi)
+        np.testing.assert_array_equal(scale, np.maximum(amax / np.float32(127.5),
+                                                        np.finfo(np.float32).eps))
+        np.testing.assert_array_equal(zp, 0)
+        o.reset()
+        self.assertEqual(o.batches, 0)
+        self.assertEqual(o.nonfinite, 0)
+
+    def test_minmax_formula(self):
+        x = np.array([-1.0, 0.5, 3.0], np.float32)
+        o = qcal.Observer("minmax")
+        o.update(x)
+        s, z = o.qparams()
+        self.assertEqual(s[0], np.float32(4.0) / np.float32(255.0))
+        self.assertEqual(z[0], 0 - int(np.round(np.float32(-1.0) / s[0])))
+
+    def test_matches_cli(self):
+        if not BIN:
+            self.skipTest("QCAL_BIN not set")
+        r = rng(1)
+        with tempfile.TemporaryDirectory() as d:
+            files = []
+            for i in range(3):
+                p = os.path.join(d, f"{i}.npy")
+                np.save(p, (r.standard_normal(5000) * (i + 1)).astype(np.float32))
+                files.append(p)
+            for kind in qcal.KINDS:
+                if "per_channel" in kind:
+                    continue
+                with self.subTest(kind=kind):
+                    o = qcal.Observer(kind)
+                    for p in files:
+                        o.update(np.load(p))
+                    j = observe_cli(kind, files)
+                    s, z = o.qparams()
+                    lo, hi = o.range()
+                    self.assertEqual([float(v) for v in s], [float(np.float32(v)) for v in j["scale"]])
+                    self.assertEqual(z.tolist(), j["zero_point"])
+                    self.assertEqual(float(lo[0]), float(np.float32(j["min"][0])))
+                    self.assertEqual(float(hi[0]), float(np.float32(j["max"][0])))
+                    self.assertEqual(o.batches, j["batches"])
+
+    def test_save_load_merge_pickle(self):
+        r = rng(2)
+        xs = [r.standard_normal(1000).astype(np.float32) * (i + 1) for i in range(6)]
+        for kind in ("minmax", "per_channel_minmax", "histogram", "entropy", "mse",
+                     "percentile"):
+            with self.subTest(kind=kind):
+                cfg = {"axis": 0} if "per_channel" in kind else {}
+                shape = (10, 100) if "per_channel" in kind else (1000,)
+                whole = qcal.Observer(kind, **cfg)
+                a, b = qcal.Observer(kind, **cfg), qcal.Observer(kind, **cfg)
+                for i, x in enumerate(xs):
+                    whole.update(x.reshape(shape))
+                    (a if i % 2 else b).update(x.reshape(shape))
+                c = qcal.Observer.load(b.save())
+                a.merge(c)
+                for u, v in zip(whole.qparams(), a.qparams()):
+                    np.testing.assert_array_equal(u, v)
+                for u, v in zip(whole.range(), a.range()):
+                    np.testing.assert_array_equal(u, v)
+                d = pickle.loads(pickle.dumps(whole))
+                self.assertEqual(d.save(), whole.save())
+
+    def test_moving_average_merge_refused(self):
+        a, b = qcal.Observer("moving_average_minmax"), qcal.Observer("moving_average_minmax")
+        a.update(np.ones(4, np.float32))
+        b.update(np.zeros(4, np.float32))
+        with self.assertRaises(qcal.Error):
+            a.merge(b)
+        e = qcal.Observer("moving_average_minmax")
+        e.merge(a)          # one side empty: fine
+        np.testing.assert_array_equal(e.range()[0], a.range()[0])
+
+    def test_zero_copy_and_conversions(self):
+        x = rng(3).standard_normal((8, 8)).astype(np.float64)
+        o1, o2 = qcal.Observer("minmax"), qcal.Observer("minmax")
+        o1.update(x)                                   # float64: converted
+        o2.update(x.astype(np.float32))
+        np.testing.assert_array_equal(o1.range()[0], o2.range()[0])
+        o3 = qcal.Observer("per_channel_minmax", axis=1)
+        o4 = qcal.Observer("per_channel_minmax", axis=1)
+        f = np.asfortranarray(x.astype(np.float32))
+        o3.update(f)                                   # Fortran order: converted
+        o4.update(np.ascontiguousarray(f))
+        np.testing.assert_array_equal(o3.range()[1], o4.range()[1])
+        o3.update(x.astype(np.float32)[:, ::2][:, :0].reshape(8, 0)
+                  if False else x.astype(np.float32)[::1, :])
+        ro = x.astype(np.float32)
+        ro.setflags(write=False)
+        qcal.Observer("minmax").update(ro)             # read-only input is fine (read only)
+        qcal.Observer("minmax").update(np.float32(3.0).reshape(()))  # 0-d: one value
+        o5 = qcal.Observer("minmax")
+        o5.update([1.0, 2.0, -3.0])                    # a list of floats is converted
+        self.assertEqual(o5.range()[0][0], -3.0)
+
+
+class BadInput(unittest.TestCase):
+    def test_wrong_types(self):
+        o = qcal.Observer("histogram")
+        for bad in (None, "abc", b"abc", bytearray(b"abcd"), np.arange(10),
+                    np.array([True, False]), np.array(["a"], object), np.array([1 + 2j]),
+                    object(), {"a": 1}):
+            with self.subTest(bad=repr(bad)[:30]):
+                with self.assertRaises(TypeError):
+                    o.update(bad)
+        self.assertEqual(o.batches, 0)
+
+    def test_library_errors(self):
+        o = qcal.Observer("minmax", nonfinite="error")
+        with self.assertRaises(qcal.EmptyError):
+            o.update(np.zeros(0, np.float32))
+        with self.assertRaises(qcal.NonFiniteError) as cm:
+            o.update(np.array([1.0, np.nan], np.float32))
+        self.assertIn("non-finite", str(cm.exception).lower() + "non-finite")
+        o2 = qcal.Observer("minmax")
+        o2.update(np.full(10, np.nan, np.float32))     # all NaN: skipped and counted
+        self.assertEqual(o2.nonfinite, 10)
+        s, z = o2.qparams()                            # no data: scale 1, zero point 0
+        self.assertEqual((float(s[0]), int(z[0])), (1.0, 0))
+        pc = qcal.Observer("per_channel_minmax", axis=3)
+        with self.assertRaises(qcal.Error):
+            pc.update(np.zeros((2, 2), np.float32))
+        for kind, cfg in [("nope", {}), ("histogram", {"bins": 0}),
+                          ("minmax", {"quant_min": 10, "quant_max": 5}),
+                          ("minmax", {"dtype": "qint4"}), ("percentile", {"percentile": 101}),
+                          ("minmax", {"no_such_key": 1})]:
+            with self.subTest(kind=kind, cfg=cfg):
+                with self.assertRaises((qcal.Error, ValueError)):
+                    qcal.Observer(kind, **cfg)
+        with self.assertRaises(TypeError):
+            qcal.Observer("minmax", bins=[1, 2])
+        for junk in (b"", b"junk", b"\x00" * 64, qcal.Observer("minmax").save()[:-3]):
+            with self.assertRaises(qcal.Error):
+                qcal.Observer.load(junk)
+        with self.assertRaises(TypeError):
+            qcal.Observer.load("a string")
+        with self.assertRaises(TypeError):
+            o2.merge("not an observer")
+        with self.assertRaises(qcal.MismatchError):
+            qcal.Observer("minmax").merge(qcal.Observer("histogram"))
+
+    def test_errors_are_hierarchical(self):
+        self.assertTrue(issubclass(qcal.InvalidArgumentError, qcal.Error))
+        self.assertTrue(issubclass(qcal.InvalidArgumentError, ValueError))
+        self.assertTrue(issubclass(qcal.FileError, OSError))
+
+
+class Metrics(unittest.TestCase):
+    def test_sqnr_l2_cosine(self):
+        x = rng(4).standard_normal(10000).astype(np.float32)
+        y = x + np.float32(0.01) * rng(5).standard_normal(10000).astype(np.float32)
+        xd, yd = x.astype(np.float64), y.astype(np.float64)
+        ref_sqnr = 20 * np.log10(np.linalg.norm(xd) / np.linalg.norm(xd - yd))
+        self.assertAlmostEqual(qcal.sqnr(x, y), ref_sqnr, places=6)
+        self.assertAlmostEqual(qcal.l2(x, y), np.linalg.norm(xd - yd) / np.linalg.norm(xd),
+                               places=9)
+        self.assertAlmostEqual(qcal.cosine(x, y), xd @ yd / np.linalg.norm(xd) /
+                               np.linalg.norm(yd), places=9)
+        self.assertEqual(qcal.sqnr(x, x), float("inf"))
+        with self.assertRaises(qcal.MismatchError):
+            qcal.sqnr(x, x[:10])
+
+
+class Threads(unittest.TestCase):
+    def test_shared_observer_from_threads(self):
+        """Threads feeding one observer: the GIL is released in the kernel and the
+        observer's own lock serialises updates; the result equals a serial run."""
+        xs = [rng(10 + i).standard_normal(1 << 16).astype(np.float32) for i in range(16)]
+        shared = qcal.Observer("histogram")
+        serial = qcal.Observer("histogram")
+        for x in xs:
+            serial.update(x)
+        ts = [threading.Thread(target=lambda c: [shared.update(x) for x in c],
+                               args=(xs[i::4],)) for i in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        self.assertEqual(shared.batches, 16)
+        for u, v in zip(shared.qparams(), serial.qparams()):
+            np.testing.assert_array_equal(u, v)
+        gc.collect()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
