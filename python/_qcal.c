@@ -772,6 +772,329 @@ static PyTypeObject ObserverType = {
     .tp_getset = Observer_getset,
 };
 
+/* ---- calibration sessions and tables ---------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    qcal_calib_table *t;
+} TableObject;
+
+static PyTypeObject TableType;
+
+static void Table_dealloc(TableObject *self)
+{
+    qcal_calib_table_destroy(&self->t);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *table_wrap(qcal_calib_table *t)
+{
+    TableObject *o = PyObject_New(TableObject, &TableType);
+    if (!o) {
+        qcal_calib_table_destroy(&t);
+        return NULL;
+    }
+    o->t = t;
+    return (PyObject *)o;
+}
+
+static int parse_format(PyObject *fmt, qcal_calib_format *out)
+{
+    const char *name = PyUnicode_AsUTF8(fmt);
+    if (!name)
+        return -1;
+    qcal_status st = qcal_calib_format_parse(name, out);
+    if (st < 0) {
+        raise_status(st);
+        return -1;
+    }
+    return 0;
+}
+
+/* Table.format(format="json") -> str: the table as that format's text. */
+static PyObject *Table_format(TableObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"format", NULL};
+    PyObject *fmt = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|U:format", kwlist, &fmt))
+        return NULL;
+    qcal_calib_format f = QCAL_CALIB_FORMAT_JSON;
+    if (fmt && parse_format(fmt, &f) < 0)
+        return NULL;
+    char *buf = NULL;
+    size_t len = 0;
+    qcal_status st = qcal_calib_table_format(self->t, f, NULL, &buf, &len);
+    if (st < 0)
+        return raise_status(st);
+    PyObject *r = PyUnicode_DecodeUTF8(buf, (Py_ssize_t)len, "surrogateescape");
+    qcal_free(buf);
+    return r;
+}
+
+/* Table.write(path, format="json"): writes the table atomically. */
+static PyObject *Table_write(TableObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"path", "format", NULL};
+    PyObject *path = NULL, *fmt = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|U:write", kwlist, PyUnicode_FSConverter,
+                                     &path, &fmt))
+        return NULL;
+    qcal_calib_format f = QCAL_CALIB_FORMAT_JSON;
+    if (fmt && parse_format(fmt, &f) < 0) {
+        Py_DECREF(path);
+        return NULL;
+    }
+    qcal_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = qcal_calib_table_write(self->t, f, NULL, PyBytes_AS_STRING(path));
+    Py_END_ALLOW_THREADS
+    Py_DECREF(path);
+    if (st < 0)
+        return raise_status(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *entry_dict(const qcal_calib_entry *e)
+{
+    PyObject *d = PyDict_New();
+    if (!d)
+        return NULL;
+    bool fzp = e->qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS;
+    int bad = 0;
+    bad |= dict_set_steal(d, "name", PyUnicode_DecodeUTF8(e->fqn, (Py_ssize_t)strlen(e->fqn),
+                                                          "surrogateescape"));
+    bad |= dict_set_steal(d, "role", PyUnicode_FromString(qcal_calib_role_name(e->role)));
+    bad |= dict_set_steal(d, "observer", PyUnicode_FromString(qcal_observer_kind_name(e->observer)));
+    bad |= dict_set_steal(d, "dtype", PyUnicode_FromString(qcal_dtype_name(e->dtype)));
+    bad |= dict_set_steal(d, "qscheme", PyUnicode_FromString(qcal_qscheme_name(e->qscheme)));
+    bad |= dict_set_steal(d, "axis", PyLong_FromLong(e->axis));
+    bad |= dict_set_steal(d, "quant_min", PyLong_FromLongLong(e->quant_min));
+    bad |= dict_set_steal(d, "quant_max", PyLong_FromLongLong(e->quant_max));
+    bad |= dict_set_steal(d, "min", f32_array(e->min_val, e->channels));
+    bad |= dict_set_steal(d, "max", f32_array(e->max_val, e->channels));
+    bad |= dict_set_steal(d, "scale", f32_array(e->scale, e->channels));
+    bad |= dict_set_steal(d, "zero_point", fzp ? f32_array(e->zero_point_float, e->channels)
+                                               : i32_array(e->zero_point, e->channels));
+    bad |= dict_set_steal(d, "batches", PyLong_FromUnsignedLongLong(e->batches));
+    bad |= dict_set_steal(d, "elements", PyLong_FromUnsignedLongLong(e->elements));
+    bad |= dict_set_steal(d, "nonfinite", PyLong_FromUnsignedLongLong(e->nonfinite));
+    bad |= dict_set_steal(d, "no_data", PyBool_FromLong(e->no_data));
+    if (bad) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* Table.entries -> list of dicts (name, role, observer, dtype, qscheme, axis, quant_min,
+ * quant_max, min, max, scale, zero_point, batches, elements, nonfinite, no_data). */
+static PyObject *Table_get_entries(TableObject *self, void *closure)
+{
+    (void)closure;
+    int64_t n = 0;
+    qcal_status st = qcal_calib_table_count(self->t, &n);
+    if (st < 0)
+        return raise_status(st);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    if (!list)
+        return NULL;
+    for (int64_t i = 0; i < n; i++) {
+        const qcal_calib_entry *e = NULL;
+        st = qcal_calib_table_entry(self->t, i, &e);
+        PyObject *d = st < 0 ? raise_status(st) : entry_dict(e);
+        if (!d) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, d);
+    }
+    return list;
+}
+
+static Py_ssize_t Table_len(TableObject *self)
+{
+    int64_t n = 0;
+    if (qcal_calib_table_count(self->t, &n) < 0)
+        return 0;
+    return (Py_ssize_t)n;
+}
+
+/* Table.read_json(path) -> Table (classmethod). */
+static PyObject *Table_read_json(PyObject *cls, PyObject *arg)
+{
+    (void)cls;
+    PyObject *path = NULL;
+    if (!PyUnicode_FSConverter(arg, &path))
+        return NULL;
+    qcal_calib_table *t = NULL;
+    qcal_status st = qcal_calib_table_read_json(PyBytes_AS_STRING(path), &t);
+    Py_DECREF(path);
+    if (st < 0)
+        return raise_status(st);
+    return table_wrap(t);
+}
+
+static PyMethodDef Table_methods[] = {
+    {"format", (PyCFunction)(void (*)(void))Table_format, METH_VARARGS | METH_KEYWORDS,
+     "format(format='json') -> str: the table in a format (json, tensorrt, onnxruntime, ncnn)."},
+    {"write", (PyCFunction)(void (*)(void))Table_write, METH_VARARGS | METH_KEYWORDS,
+     "write(path, format='json'): write the table atomically."},
+    {"read_json", (PyCFunction)Table_read_json, METH_O | METH_CLASS,
+     "Table.read_json(path) -> Table: read a native JSON table."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Table_getset[] = {
+    {"entries", (getter)Table_get_entries, NULL, "The entries as a list of dicts.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PySequenceMethods Table_seq = {.sq_length = (lenfunc)Table_len};
+
+static PyTypeObject TableType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "qcal.Table",
+    .tp_basicsize = sizeof(TableObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A calibration table (from Session.table() or Table.read_json()).",
+    .tp_dealloc = (destructor)Table_dealloc,
+    .tp_methods = Table_methods,
+    .tp_getset = Table_getset,
+    .tp_as_sequence = &Table_seq,
+};
+
+typedef struct {
+    PyObject_HEAD
+    qcal_calib_session *s;
+} SessionObject;
+
+static void Session_dealloc(SessionObject *self)
+{
+    qcal_calib_session_destroy(&self->s);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Session(rules=None): rules is the text of a rules file ("GLOB ROLE OBSERVER key=value"
+ * per line; the package also accepts a path). */
+static int Session_init(SessionObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"rules", NULL};
+    const char *text = NULL;
+    Py_ssize_t len = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|z#:Session", kwlist, &text, &len))
+        return -1;
+    qcal_calib_rules *rules = NULL;
+    qcal_status st = QCAL_OK;
+    if (text)
+        st = qcal_calib_rules_parse(text, (size_t)len, &rules);
+    qcal_calib_session_options opt;
+    qcal_calib_session_options_default(&opt);
+    opt.rules = rules;
+    qcal_calib_session *s = NULL;
+    if (st >= 0)
+        st = qcal_calib_session_create(&opt, &s);
+    qcal_calib_rules_destroy(&rules);
+    if (st < 0) {
+        raise_status(st);
+        return -1;
+    }
+    qcal_calib_session_destroy(&self->s);
+    self->s = s;
+    return 0;
+}
+
+static int check_session(SessionObject *self)
+{
+    if (!self->s) {
+        PyErr_SetString(ErrState, "session is not initialised");
+        return -1;
+    }
+    return 0;
+}
+
+/* observe(name, x, role="activation", step=None): one batch of a named tensor. */
+static PyObject *Session_observe(SessionObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"name", "x", "role", "step", NULL};
+    const char *name = NULL, *role_name = "activation";
+    PyObject *x = NULL, *step_o = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|sO:observe", kwlist, &name, &x, &role_name,
+                                     &step_o))
+        return NULL;
+    if (check_session(self) < 0)
+        return NULL;
+    qcal_calib_role role;
+    qcal_status st = qcal_calib_role_parse(role_name, &role);
+    if (st < 0)
+        return raise_status(st);
+    long long step = QCAL_STEP_AUTO;
+    if (step_o != Py_None) {
+        step = PyLong_AsLongLong(step_o);
+        if (step == -1 && PyErr_Occurred())
+            return NULL;
+        if (step < 0) {
+            PyErr_SetString(ErrInvalid, "step must be >= 0 (or None for call order)");
+            return NULL;
+        }
+    }
+    f32_in in;
+    if (f32_get(x, &in) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    st = qcal_calib_session_observe(self->s, name, role, (int64_t)step, &in.t);
+    Py_END_ALLOW_THREADS
+    f32_release(&in);
+    if (st < 0)
+        return raise_status(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Session_table(SessionObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    if (check_session(self) < 0)
+        return NULL;
+    qcal_calib_table *t = NULL;
+    qcal_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = qcal_calib_session_table(self->s, &t);
+    Py_END_ALLOW_THREADS
+    if (st < 0)
+        return raise_status(st);
+    return table_wrap(t);
+}
+
+static Py_ssize_t Session_len(SessionObject *self)
+{
+    int64_t n = 0;
+    if (!self->s || qcal_calib_session_count(self->s, &n) < 0)
+        return 0;
+    return (Py_ssize_t)n;
+}
+
+static PyMethodDef Session_methods[] = {
+    {"observe", (PyCFunction)(void (*)(void))Session_observe, METH_VARARGS | METH_KEYWORDS,
+     "observe(name, x, role='activation', step=None): feed one batch of a named tensor "
+     "(thread-safe; steps order the batches of order-dependent observers)."},
+    {"table", (PyCFunction)Session_table, METH_NOARGS, "table() -> Table: snapshot every entry."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods Session_seq = {.sq_length = (lenfunc)Session_len};
+
+static PyTypeObject SessionType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "qcal.Session",
+    .tp_basicsize = sizeof(SessionObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "Session(rules=None): a calibration session keyed by tensor name.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Session_init,
+    .tp_dealloc = (destructor)Session_dealloc,
+    .tp_methods = Session_methods,
+    .tp_as_sequence = &Session_seq,
+};
+
 /* ---- metrics --------------------------------------------------------------------------- */
 
 static PyObject *metrics_common(PyObject *args, int which)
@@ -926,6 +1249,18 @@ PyMODINIT_FUNC PyInit__qcal(void)
     Py_INCREF(&ObserverType);
     if (PyModule_AddObject(m, "Observer", (PyObject *)&ObserverType) < 0) {
         Py_DECREF(&ObserverType);
+        goto fail;
+    }
+    if (PyType_Ready(&TableType) < 0 || PyType_Ready(&SessionType) < 0)
+        goto fail;
+    Py_INCREF(&TableType);
+    if (PyModule_AddObject(m, "Table", (PyObject *)&TableType) < 0) {
+        Py_DECREF(&TableType);
+        goto fail;
+    }
+    Py_INCREF(&SessionType);
+    if (PyModule_AddObject(m, "Session", (PyObject *)&SessionType) < 0) {
+        Py_DECREF(&SessionType);
         goto fail;
     }
     return m;

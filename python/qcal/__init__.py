@@ -56,3 +56,81 @@ def _coerce_f32(x):
 
 
 _qcal._set_coercer(_coerce_f32)
+
+
+def _rule_value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return repr(v) if isinstance(v, (int, float)) else str(v)
+
+
+def _rules_text(rules=None, rules_text=None, observer=None, config=None):
+    parts = []
+    if rules is not None:
+        with open(rules, "r", encoding="utf-8") as f:
+            parts.append(f.read())
+    if rules_text is not None:
+        parts.append(rules_text)
+    if observer is not None:
+        kv = " ".join(f"{k}={_rule_value(v)}" for k, v in (config or {}).items()
+                      if v is not None)
+        parts.append(f"* activation {observer} {kv}".rstrip())
+    elif config:
+        raise TypeError("observer options need observer=KIND")
+    return "\n".join(p.rstrip("\n") for p in parts) + "\n" if parts else None
+
+
+class Session(_qcal.Session):
+    """Session(rules=None, rules_text=None, observer=None, **config): a calibration session.
+
+    ``rules`` is a rules-file path and ``rules_text`` its text ("GLOB ROLE OBSERVER
+    key=value ..." per line, first match wins); ``observer`` + config set the activation
+    observer after them, as ``qcal calibrate --observer KIND --key value`` does. Feed
+    batches with ``observe(name, x, role="activation", step=None)``; ``table()`` returns a
+    ``Table`` that writes every format the CLI writes (json, tensorrt, onnxruntime, ncnn)."""
+
+    def __init__(self, rules=None, rules_text=None, observer=None, **config):
+        super().__init__(_rules_text(rules, rules_text, observer, config))
+
+
+Table = _qcal.Table
+
+
+def _dump_tensors(directory):
+    """(name, role, [files]) of a dump directory, as `qcal calibrate DIR` reads it."""
+    import os
+    if not os.path.isdir(directory):
+        raise FileError(f"'{directory}' is not a directory")
+    out = []
+    for name in sorted(os.listdir(directory), key=os.fsencode):
+        if name.startswith("."):
+            continue
+        path = os.path.join(directory, name)
+        if os.path.isdir(path):
+            files = [os.path.join(path, f) for f in sorted(os.listdir(path), key=os.fsencode)
+                     if f.endswith(".npy") and not f.startswith(".")]
+            if not files:
+                raise FormatError(f"'{path}' holds no .npy file")
+            fqn = name
+        elif name.endswith(".npy"):
+            files, fqn = [path], name[:-4]
+        else:
+            continue
+        out.append((fqn, "weight" if fqn.endswith(".weight") else "activation", files))
+    if not out:
+        raise FormatError(f"'{directory}' holds no tensor")
+    return out
+
+
+def calibrate(directory, output=None, format="json", rules=None, rules_text=None,
+              observer=None, **config):
+    """Calibrates a dump directory as `qcal calibrate DIR` does and returns the Table
+    (written to ``output`` in ``format`` when given)."""
+    s = Session(rules=rules, rules_text=rules_text, observer=observer, **config)
+    for fqn, role, files in _dump_tensors(directory):
+        for step, f in enumerate(files):
+            s.observe(fqn, _np.load(f, allow_pickle=False), role=role, step=step)
+    t = s.table()
+    if output is not None:
+        t.write(output, format)
+    return t
