@@ -221,8 +221,8 @@ static PyObject *config_value_str(PyObject *v)
     return NULL;
 }
 
-/* Fills *cfg from kind + keyword config through the library's rules-file parser (the
- * same keys and spellings as a rules file line "GLOB any KIND key=value ..."). */
+/* Fills *cfg from kind + keyword config through the library's one config parser
+ * (qcal_observer_config_set: the keys and spellings of the CLI and rules files). */
 static int config_from_python(const char *kind, PyObject *kwargs, qcal_observer_config *cfg)
 {
     qcal_observer_kind k;
@@ -231,47 +231,31 @@ static int config_from_python(const char *kind, PyObject *kwargs, qcal_observer_
         raise_status(st);
         return -1;
     }
-    PyObject *line = PyUnicode_FromFormat("* any %s", kind);
-    if (!line)
-        return -1;
+    qcal_observer_config_default(cfg, k);
     if (kwargs) {
         PyObject *key, *value;
         Py_ssize_t pos = 0;
         while (PyDict_Next(kwargs, &pos, &key, &value)) {
             if (value == Py_None)
                 continue;
+            const char *ks = PyUnicode_AsUTF8(key);
+            if (!ks)
+                return -1;
             PyObject *vs = config_value_str(value);
-            if (!vs) {
-                Py_DECREF(line);
+            if (!vs)
                 return -1;
-            }
-            if (PyUnicode_FindChar(vs, ' ', 0, PyUnicode_GET_LENGTH(vs), 1) >= 0 ||
-                PyUnicode_FindChar(vs, '#', 0, PyUnicode_GET_LENGTH(vs), 1) >= 0) {
-                PyErr_Format(ErrInvalid, "invalid value %R for %U", vs, key);
-                Py_DECREF(vs);
-                Py_DECREF(line);
-                return -1;
-            }
-            PyObject *next = PyUnicode_FromFormat("%U %U=%U", line, key, vs);
+            const char *vc = PyUnicode_AsUTF8(vs);
+            st = vc ? qcal_observer_config_set(cfg, ks, vc) : QCAL_OK;
             Py_DECREF(vs);
-            Py_DECREF(line);
-            if (!next)
+            if (!vc)
                 return -1;
-            line = next;
+            if (st < 0) {
+                raise_status(st);
+                return -1;
+            }
         }
     }
-    Py_ssize_t len = 0;
-    const char *text = PyUnicode_AsUTF8AndSize(line, &len);
-    if (!text) {
-        Py_DECREF(line);
-        return -1;
-    }
-    qcal_calib_rules *rules = NULL;
-    st = qcal_calib_rules_parse(text, (size_t)len, &rules);
-    Py_DECREF(line);
-    if (st >= 0)
-        st = qcal_calib_rules_match(rules, "x", QCAL_CALIB_ROLE_ACTIVATION, cfg, NULL);
-    qcal_calib_rules_destroy(&rules);
+    st = qcal_observer_config_validate(cfg);
     if (st < 0) {
         raise_status(st);
         return -1;
