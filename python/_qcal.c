@@ -193,13 +193,29 @@ static PyObject *f32_array(const float *src, int64_t n)
     return a;
 }
 
-static PyObject *i32_array(const int32_t *src, int64_t n)
+/* (scale float32[n], zero_point int32[n]) of a qparams value; float32 zero points for
+ * per_channel_affine_float_qparams. */
+static PyObject *qparams_arrays(const qcal_qparams *qp)
 {
-    void *d;
-    PyObject *a = new_array("int32", (Py_ssize_t)n, 4, &d);
-    if (a && n)
-        memcpy(d, src, (size_t)n * 4);
-    return a;
+    int64_t n = qp->channels < 1 ? 1 : qp->channels;
+    bool fzp = qp->qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS;
+    void *sd, *zd;
+    PyObject *s = new_array("float32", (Py_ssize_t)n, 4, &sd);
+    PyObject *z = s ? new_array(fzp ? "float32" : "int32", (Py_ssize_t)n, 4, &zd) : NULL;
+    PyObject *res = NULL;
+    if (s && z) {
+        for (int64_t c = 0; c < n; c++) {
+            ((float *)sd)[c] = qcal_qparams_scale_at(qp, c);
+            if (fzp)
+                ((float *)zd)[c] = qcal_qparams_zero_point_float_at(qp, c);
+            else
+                ((int32_t *)zd)[c] = qcal_qparams_zero_point_at(qp, c);
+        }
+        res = PyTuple_Pack(2, s, z);
+    }
+    Py_XDECREF(s);
+    Py_XDECREF(z);
+    return res;
 }
 
 /* ---- observer config <-> Python ------------------------------------------------------- */
@@ -431,37 +447,17 @@ static PyObject *Observer_qparams(ObserverObject *self, PyObject *noargs)
         return raise_status(st);
     if (n < 1)
         n = 1;
-    float *scale = PyMem_Calloc((size_t)n, sizeof(float));
-    int32_t *zp = PyMem_Calloc((size_t)n, sizeof(int32_t));
-    float *zpf = PyMem_Calloc((size_t)n, sizeof(float));
-    if (!scale || !zp || !zpf) {
-        PyMem_Free(scale);
-        PyMem_Free(zp);
-        PyMem_Free(zpf);
-        return PyErr_NoMemory();
-    }
-    int64_t got = 0;
+    (void)n;
+    qcal_qparams qp = {0};
     obs_lock(self);
     Py_BEGIN_ALLOW_THREADS
-    st = qcal_observer_qparams(self->obs, n, scale, zp, zpf, &got);
+    st = qcal_observer_qparams(self->obs, &qp);
     Py_END_ALLOW_THREADS
-    bool float_zp = qcal_observer_get_config(self->obs)->q.qscheme ==
-                    QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS;
     obs_unlock(self);
-    PyObject *res = NULL;
-    if (st < 0) {
-        raise_status(st);
-    } else {
-        PyObject *s = f32_array(scale, got);
-        PyObject *z = float_zp ? f32_array(zpf, got) : i32_array(zp, got);
-        if (s && z)
-            res = PyTuple_Pack(2, s, z);
-        Py_XDECREF(s);
-        Py_XDECREF(z);
-    }
-    PyMem_Free(scale);
-    PyMem_Free(zp);
-    PyMem_Free(zpf);
+    if (st < 0)
+        return raise_status(st);
+    PyObject *res = qparams_arrays(&qp);
+    qcal_qparams_free(&qp);
     return res;
 }
 
@@ -843,22 +839,28 @@ static PyObject *entry_dict(const qcal_calib_entry *e)
     PyObject *d = PyDict_New();
     if (!d)
         return NULL;
-    bool fzp = e->qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS;
+    const qcal_qparams *qp = &e->qparams;
+    int64_t ch = qp->channels < 1 ? 1 : qp->channels;
     int bad = 0;
     bad |= dict_set_steal(d, "name", PyUnicode_DecodeUTF8(e->fqn, (Py_ssize_t)strlen(e->fqn),
                                                           "surrogateescape"));
     bad |= dict_set_steal(d, "role", PyUnicode_FromString(qcal_calib_role_name(e->role)));
     bad |= dict_set_steal(d, "observer", PyUnicode_FromString(qcal_observer_kind_name(e->observer)));
-    bad |= dict_set_steal(d, "dtype", PyUnicode_FromString(qcal_dtype_name(e->dtype)));
-    bad |= dict_set_steal(d, "qscheme", PyUnicode_FromString(qcal_qscheme_name(e->qscheme)));
-    bad |= dict_set_steal(d, "axis", PyLong_FromLong(e->axis));
-    bad |= dict_set_steal(d, "quant_min", PyLong_FromLongLong(e->quant_min));
-    bad |= dict_set_steal(d, "quant_max", PyLong_FromLongLong(e->quant_max));
-    bad |= dict_set_steal(d, "min", f32_array(e->min_val, e->channels));
-    bad |= dict_set_steal(d, "max", f32_array(e->max_val, e->channels));
-    bad |= dict_set_steal(d, "scale", f32_array(e->scale, e->channels));
-    bad |= dict_set_steal(d, "zero_point", fzp ? f32_array(e->zero_point_float, e->channels)
-                                               : i32_array(e->zero_point, e->channels));
+    bad |= dict_set_steal(d, "dtype", PyUnicode_FromString(qcal_dtype_name(qp->dtype)));
+    bad |= dict_set_steal(d, "qscheme", PyUnicode_FromString(qcal_qscheme_name(qp->qscheme)));
+    bad |= dict_set_steal(d, "axis", PyLong_FromLong(qp->axis));
+    bad |= dict_set_steal(d, "quant_min", PyLong_FromLongLong(qp->quant_min));
+    bad |= dict_set_steal(d, "quant_max", PyLong_FromLongLong(qp->quant_max));
+    bad |= dict_set_steal(d, "min", f32_array(e->min_val, ch));
+    bad |= dict_set_steal(d, "max", f32_array(e->max_val, ch));
+    PyObject *sz = qparams_arrays(qp);
+    if (sz) {
+        bad |= dict_set_steal(d, "scale", Py_NewRef(PyTuple_GET_ITEM(sz, 0)));
+        bad |= dict_set_steal(d, "zero_point", Py_NewRef(PyTuple_GET_ITEM(sz, 1)));
+        Py_DECREF(sz);
+    } else {
+        bad = 1;
+    }
     bad |= dict_set_steal(d, "batches", PyLong_FromUnsignedLongLong(e->batches));
     bad |= dict_set_steal(d, "elements", PyLong_FromUnsignedLongLong(e->elements));
     bad |= dict_set_steal(d, "nonfinite", PyLong_FromUnsignedLongLong(e->nonfinite));
@@ -1079,6 +1081,202 @@ static PyTypeObject SessionType = {
     .tp_as_sequence = &Session_seq,
 };
 
+/* ---- quantize / dequantize / fake-quant ------------------------------------------------- */
+
+/* Fills *qp from scale (float32 buffer) and zero points (int32 buffer): per tensor when
+ * axis is None (one value each), else per channel along axis. The views stay valid while
+ * the buffers are held. */
+static int make_qparams(qcal_dtype dtype, PyObject *axis_o, Py_buffer *sc, Py_buffer *zp,
+                        qcal_qparams *qp)
+{
+    int64_t n = sc->len / 4;
+    if (zp->len / 4 != n || n < 1) {
+        PyErr_Format(ErrMismatch, "%lld scales and %lld zero points", (long long)n,
+                     (long long)(zp->len / 4));
+        return -1;
+    }
+    qcal_status st;
+    if (axis_o == Py_None) {
+        if (n != 1) {
+            PyErr_Format(ErrInvalid, "%lld scales given without an axis (per tensor takes one)",
+                         (long long)n);
+            return -1;
+        }
+        st = qcal_qparams_per_tensor(qp, dtype, ((float *)sc->buf)[0], ((int32_t *)zp->buf)[0]);
+    } else {
+        long axis = PyLong_AsLong(axis_o);
+        if (axis == -1 && PyErr_Occurred())
+            return -1;
+        st = qcal_qparams_per_channel(qp, dtype, (int32_t)axis, n, sc->buf, zp->buf);
+    }
+    if (st < 0) {
+        raise_status(st);
+        return -1;
+    }
+    return 0;
+}
+
+static int get_buf(PyObject *o, Py_buffer *b, int flags, Py_ssize_t itemsize)
+{
+    if (PyObject_GetBuffer(o, b, flags | PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    (void)itemsize;
+    return 0;
+}
+
+/* _quantize(x, scale, zp, dtype, axis, out): out (writable, numel(x) items of dtype). */
+static PyObject *py_quantize(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    PyObject *xo, *so, *zo, *axis_o, *outo;
+    const char *dname;
+    if (!PyArg_ParseTuple(args, "OOOsOO", &xo, &so, &zo, &dname, &axis_o, &outo))
+        return NULL;
+    qcal_dtype dt;
+    qcal_status st = qcal_dtype_parse(dname, &dt);
+    if (st < 0)
+        return raise_status(st);
+    f32_in x;
+    if (f32_get(xo, &x) < 0)
+        return NULL;
+    Py_buffer sc, zp, out;
+    if (get_buf(so, &sc, PyBUF_SIMPLE, 1) < 0) {
+        f32_release(&x);
+        return NULL;
+    }
+    if (get_buf(zo, &zp, PyBUF_SIMPLE, 1) < 0) {
+        PyBuffer_Release(&sc);
+        f32_release(&x);
+        return NULL;
+    }
+    PyObject *res = NULL;
+    qcal_qparams qp = {0};
+    if (get_buf(outo, &out, PyBUF_WRITABLE, 1) == 0) {
+        if (make_qparams(dt, axis_o, &sc, &zp, &qp) == 0) {
+            Py_BEGIN_ALLOW_THREADS
+            st = qcal_quantize(&x.t, &qp, out.buf);
+            Py_END_ALLOW_THREADS
+            res = st < 0 ? raise_status(st) : Py_NewRef(Py_None);
+        }
+        PyBuffer_Release(&out);
+    }
+    PyBuffer_Release(&sc);
+    PyBuffer_Release(&zp);
+    f32_release(&x);
+    return res;
+}
+
+/* _dequantize(q, dtype, scale, zp, axis, out): out is a float32 array of q's shape. */
+static PyObject *py_dequantize(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    PyObject *qo, *so, *zo, *axis_o, *outo;
+    const char *dname;
+    if (!PyArg_ParseTuple(args, "OsOOOO", &qo, &dname, &so, &zo, &axis_o, &outo))
+        return NULL;
+    qcal_dtype dt;
+    qcal_status st = qcal_dtype_parse(dname, &dt);
+    if (st < 0)
+        return raise_status(st);
+    Py_buffer q, sc, zp, out;
+    if (PyObject_GetBuffer(qo, &q, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    PyObject *res = NULL;
+    if (get_buf(so, &sc, PyBUF_SIMPLE, 1) == 0) {
+        if (get_buf(zo, &zp, PyBUF_SIMPLE, 1) == 0) {
+            f32_in o;
+            if (PyObject_GetBuffer(outo, &out, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
+                memset(&o, 0, sizeof o);
+                o.view = out;
+                qcal_qparams qp = {0};
+                if (view_to_tensor(&o) == 0 && make_qparams(dt, axis_o, &sc, &zp, &qp) == 0) {
+                    Py_BEGIN_ALLOW_THREADS
+                    st = qcal_dequantize(q.buf, &qp, &o.t);
+                    Py_END_ALLOW_THREADS
+                    res = st < 0 ? raise_status(st) : Py_NewRef(Py_None);
+                }
+                PyBuffer_Release(&out);
+            }
+            PyBuffer_Release(&zp);
+        }
+        PyBuffer_Release(&sc);
+    }
+    PyBuffer_Release(&q);
+    return res;
+}
+
+/* _fake_quant(x, scale, zp, quant_min, quant_max, axis, out, mask) */
+static PyObject *py_fake_quant(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    PyObject *xo, *so, *zo, *axis_o, *outo, *masko;
+    long long qmin, qmax;
+    if (!PyArg_ParseTuple(args, "OOOLLOOO", &xo, &so, &zo, &qmin, &qmax, &axis_o, &outo, &masko))
+        return NULL;
+    /* The narrowest dtype whose range holds [quant_min, quant_max]. */
+    qcal_dtype dt = qmin >= 0 && qmax <= 255 ? QCAL_QUINT8
+                    : qmin >= -128 && qmax <= 127 ? QCAL_QINT8 : QCAL_QINT32;
+    f32_in x;
+    if (f32_get(xo, &x) < 0)
+        return NULL;
+    Py_buffer sc, zp, out, mask;
+    PyObject *res = NULL;
+    if (get_buf(so, &sc, PyBUF_SIMPLE, 1) == 0) {
+        if (get_buf(zo, &zp, PyBUF_SIMPLE, 1) == 0) {
+            if (get_buf(outo, &out, PyBUF_WRITABLE, 1) == 0) {
+                if (get_buf(masko, &mask, PyBUF_WRITABLE, 1) == 0) {
+                    qcal_qparams qp = {0};
+                    if (make_qparams(dt, axis_o, &sc, &zp, &qp) == 0) {
+                        qp.quant_min = qmin;
+                        qp.quant_max = qmax;
+                        qcal_tensor y = x.t;
+                        y.data = out.buf;
+                        qcal_status st;
+                        Py_BEGIN_ALLOW_THREADS
+                        st = qcal_fakequant_forward(&x.t, &qp, &y, mask.buf);
+                        Py_END_ALLOW_THREADS
+                        res = st < 0 ? raise_status(st) : Py_NewRef(Py_None);
+                    }
+                    PyBuffer_Release(&mask);
+                }
+                PyBuffer_Release(&out);
+            }
+            PyBuffer_Release(&zp);
+        }
+        PyBuffer_Release(&sc);
+    }
+    f32_release(&x);
+    return res;
+}
+
+/* _fake_quant_backward(grad_y, mask, out): straight-through. */
+static PyObject *py_fake_quant_backward(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    PyObject *go, *mo, *outo;
+    if (!PyArg_ParseTuple(args, "OOO", &go, &mo, &outo))
+        return NULL;
+    f32_in g;
+    if (f32_get(go, &g) < 0)
+        return NULL;
+    Py_buffer m, out;
+    PyObject *res = NULL;
+    if (get_buf(mo, &m, PyBUF_SIMPLE, 1) == 0) {
+        if (m.len != g.numel) {
+            PyErr_Format(ErrMismatch, "mask has %zd elements, grad %lld", m.len, (long long)g.numel);
+        } else if (get_buf(outo, &out, PyBUF_WRITABLE, 1) == 0) {
+            qcal_tensor y = g.t;
+            y.data = out.buf;
+            qcal_status st = qcal_fakequant_backward(&g.t, m.buf, &y);
+            res = st < 0 ? raise_status(st) : Py_NewRef(Py_None);
+            PyBuffer_Release(&out);
+        }
+        PyBuffer_Release(&m);
+    }
+    f32_release(&g);
+    return res;
+}
+
 /* ---- metrics --------------------------------------------------------------------------- */
 
 static PyObject *metrics_common(PyObject *args, int which)
@@ -1160,6 +1358,11 @@ static PyMethodDef module_methods[] = {
      "sqnr(x, y) -> float: 20 log10(||x|| / ||x - y||) in dB (x reference, y quantized)."},
     {"l2", py_l2, METH_VARARGS, "l2(x, y) -> float: ||x - y|| / ||x||."},
     {"cosine", py_cosine, METH_VARARGS, "cosine(x, y) -> float: cosine similarity."},
+    {"_quantize", py_quantize, METH_VARARGS, "internal: see qcal.quantize."},
+    {"_dequantize", py_dequantize, METH_VARARGS, "internal: see qcal.dequantize."},
+    {"_fake_quant", py_fake_quant, METH_VARARGS, "internal: see qcal.fake_quant."},
+    {"_fake_quant_backward", py_fake_quant_backward, METH_VARARGS,
+     "internal: see qcal.fake_quant_backward."},
     {"_set_coercer", py_set_coercer, METH_O, "internal: the float32 input converter."},
     {"version", py_version, METH_NOARGS, "version() -> str: libqcal's version."},
     {NULL, NULL, 0, NULL},

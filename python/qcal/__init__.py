@@ -134,3 +134,77 @@ def calibrate(directory, output=None, format="json", rules=None, rules_text=None
     if output is not None:
         t.write(output, format)
     return t
+
+
+_QDTYPES = {"quint8": _np.uint8, "qint8": _np.int8, "qint32": _np.int32}
+_NP_TO_Q = {_np.dtype(_np.uint8): "quint8", _np.dtype(_np.int8): "qint8",
+            _np.dtype(_np.int32): "qint32"}
+
+
+def _dtype_name(dtype):
+    name = str(dtype)
+    name = name[6:] if name.startswith("torch.") else name
+    if name not in _QDTYPES:
+        raise ValueError(f"dtype must be quint8, qint8 or qint32, not {dtype!r}")
+    return name
+
+
+def _qp_arrays(scale, zero_point, dtype=_np.int32):
+    s = _np.ascontiguousarray(_np.asarray(scale, dtype=_np.float32).reshape(-1))
+    z = _np.ascontiguousarray(_np.asarray(zero_point).reshape(-1))
+    if z.dtype.kind not in "iu" or _np.any(z != z.astype(_np.int32)):
+        raise TypeError("zero_point must hold integers")
+    return s, _np.ascontiguousarray(z.astype(_np.int32))
+
+
+def _as_f32(x):
+    return x if (isinstance(x, _np.ndarray) and x.dtype == _np.float32
+                 and x.flags.c_contiguous) else _coerce_f32(x)
+
+
+def quantize(x, scale, zero_point, dtype, axis=None):
+    """Integer representation of x (numpy uint8/int8/int32 of x's shape), as
+    torch.quantize_per_tensor / quantize_per_channel(...).int_repr(); per channel along
+    axis when given (scale and zero_point then hold one value per channel)."""
+    name = _dtype_name(dtype)
+    x = _as_f32(x)
+    s, z = _qp_arrays(scale, zero_point)
+    out = _np.empty(x.shape, _QDTYPES[name])
+    _qcal._quantize(x, s, z, name, axis, out)
+    return out
+
+
+def dequantize(q, scale, zero_point, axis=None):
+    """float32 values (q - zero_point) * scale of an integer array (uint8 -> quint8, int8
+    -> qint8, int32 -> qint32), per channel along axis when given."""
+    q = _np.asarray(q)
+    if q.dtype not in _NP_TO_Q:
+        raise TypeError(f"expected a uint8, int8 or int32 array, got dtype {q.dtype}")
+    q = _np.ascontiguousarray(q)
+    s, z = _qp_arrays(scale, zero_point)
+    out = _np.empty(q.shape, _np.float32)
+    _qcal._dequantize(q, _NP_TO_Q[q.dtype], s, z, axis, out)
+    return out
+
+
+def fake_quant(x, scale, zero_point, quant_min, quant_max, axis=None, return_mask=False):
+    """Quantize-dequantize as torch.fake_quantize_per_tensor_affine / _per_channel_affine
+    (float32, x's shape); with return_mask, also the uint8 mask of values inside
+    [quant_min, quant_max] (the straight-through backward's mask)."""
+    x = _as_f32(x)
+    s, z = _qp_arrays(scale, zero_point)
+    out = _np.empty(x.shape, _np.float32)
+    mask = _np.empty(x.shape, _np.uint8)
+    _qcal._fake_quant(x, s, z, int(quant_min), int(quant_max), axis, out, mask)
+    return (out, mask) if return_mask else out
+
+
+def fake_quant_backward(grad, mask):
+    """Straight-through backward: grad where mask is set, 0 elsewhere (float32)."""
+    g = _as_f32(grad)
+    m = _np.ascontiguousarray(_np.asarray(mask, dtype=_np.uint8))
+    if m.shape != g.shape:
+        raise MismatchError(f"mask shape {m.shape} differs from grad shape {g.shape}")
+    out = _np.empty(g.shape, _np.float32)
+    _qcal._fake_quant_backward(g, m, out)
+    return out

@@ -214,6 +214,53 @@ class Metrics(unittest.TestCase):
             qcal.sqnr(x, x[:10])
 
 
+class QuantizeFakeQuant(unittest.TestCase):
+    """Against PyTorch's formulas (float32): q = clamp(zp + round_half_even(x * (1/s)))."""
+
+    def ref_q(self, x, s, z, lo, hi):
+        inv = np.float32(1.0) / np.float32(s)
+        return np.clip(np.rint(x * inv) + np.float32(z), lo, hi)
+
+    def test_per_tensor_and_channel(self):
+        x = (rng(7).standard_normal((4, 6)) * 3).astype(np.float32)
+        x[0, 0] = 0.5 * 0.05 * 3   # a tie
+        q = qcal.quantize(x, 0.05, 128, "quint8")
+        self.assertEqual(q.dtype, np.uint8)
+        np.testing.assert_array_equal(q, self.ref_q(x, 0.05, 128, 0, 255).astype(np.uint8))
+        d = qcal.dequantize(q, 0.05, 128)
+        np.testing.assert_array_equal(d, (q.astype(np.float32) - 128) * np.float32(0.05))
+        s = np.array([0.01, 0.02, 0.03, 0.04], np.float32)
+        qc = qcal.quantize(x, s, np.zeros(4, np.int32), "qint8", axis=0)
+        ref = np.stack([self.ref_q(x[i], s[i], 0, -128, 127) for i in range(4)])
+        np.testing.assert_array_equal(qc, ref.astype(np.int8))
+        dc = qcal.dequantize(qc, s, [0, 0, 0, 0], axis=0)
+        np.testing.assert_array_equal(dc, qc.astype(np.float32) * s[:, None])
+        y, m = qcal.fake_quant(x, 0.05, 10, 0, 15, return_mask=True)
+        qq = np.rint(x * (np.float32(1) / np.float32(0.05))) + np.float32(10)
+        np.testing.assert_array_equal(m, ((qq >= 0) & (qq <= 15)).astype(np.uint8))
+        np.testing.assert_array_equal(y, (np.clip(qq, 0, 15) - np.float32(10)) * np.float32(0.05))
+        g = np.ones_like(x)
+        np.testing.assert_array_equal(qcal.fake_quant_backward(g, m), m.astype(np.float32))
+        # NaN maps to the zero point (dequantizes to 0), as the library documents
+        self.assertEqual(qcal.quantize(np.array([np.nan], np.float32), 0.1, 7, "quint8")[0], 7)
+
+    def test_bad_qparams(self):
+        x = np.ones(4, np.float32)
+        for s in (0.0, float("nan"), -1.0, float("inf")):
+            with self.assertRaises(qcal.Error):
+                qcal.quantize(x, s, 0, "quint8")
+        with self.assertRaises(qcal.Error):
+            qcal.quantize(x, 0.1, 300, "quint8")
+        with self.assertRaises(ValueError):
+            qcal.quantize(x, 0.1, 0, "qint4")
+        with self.assertRaises(qcal.Error):
+            qcal.quantize(np.ones((2, 3), np.float32), [0.1, 0.2], [0, 0], "qint8", axis=1)
+        with self.assertRaises(TypeError):
+            qcal.dequantize(np.ones(3, np.float64), 0.1, 0)
+        with self.assertRaises(qcal.Error):
+            qcal.fake_quant(x, 0.1, 0, 10, 5)
+
+
 class Threads(unittest.TestCase):
     def test_shared_observer_from_threads(self):
         """Threads feeding one observer: the GIL is released in the kernel and the
