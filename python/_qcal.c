@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include <qcal/qcal.h>
+#include <qcal/calib_dump.h>
 
 /* ---- errors ------------------------------------------------------------------------ */
 
@@ -1277,6 +1278,50 @@ static PyObject *py_fake_quant_backward(PyObject *mod, PyObject *args)
     return res;
 }
 
+/* ---- dumps ---------------------------------------------------------------------------- */
+
+/* _dump_scan(dir) -> [(name, role, [files])] as `qcal calibrate DIR` reads a dump
+ * (qcal_calib_dump_scan: percent-decoded names, DIR/manifest.json). */
+static PyObject *py_dump_scan(PyObject *mod, PyObject *arg)
+{
+    (void)mod;
+    PyObject *path = NULL;
+    if (!PyUnicode_FSConverter(arg, &path))
+        return NULL;
+    qcal_calib_dump *d = NULL;
+    qcal_status st = qcal_calib_dump_scan(PyBytes_AS_STRING(path), &d);
+    Py_DECREF(path);
+    if (st < 0)
+        return raise_status(st);
+    int64_t n = 0;
+    qcal_calib_dump_count(d, &n);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (int64_t i = 0; list && i < n; i++) {
+        qcal_calib_dump_tensor t;
+        qcal_calib_dump_tensor_at(d, i, &t);
+        PyObject *files = PyList_New((Py_ssize_t)t.nfiles);
+        for (int64_t j = 0; files && j < t.nfiles; j++) {
+            PyObject *f = PyUnicode_DecodeFSDefault(t.files[j]);
+            if (!f) {
+                Py_CLEAR(files);
+                break;
+            }
+            PyList_SET_ITEM(files, (Py_ssize_t)j, f);
+        }
+        PyObject *item = files ? Py_BuildValue("(NsN)", PyUnicode_DecodeUTF8(t.name,
+                                               (Py_ssize_t)strlen(t.name), "surrogateescape"),
+                                               qcal_calib_role_name(t.role), files)
+                               : NULL;
+        if (!item) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    }
+    qcal_calib_dump_destroy(&d);
+    return list;
+}
+
 /* ---- metrics --------------------------------------------------------------------------- */
 
 static PyObject *metrics_common(PyObject *args, int which)
@@ -1363,6 +1408,7 @@ static PyMethodDef module_methods[] = {
     {"_fake_quant", py_fake_quant, METH_VARARGS, "internal: see qcal.fake_quant."},
     {"_fake_quant_backward", py_fake_quant_backward, METH_VARARGS,
      "internal: see qcal.fake_quant_backward."},
+    {"_dump_scan", py_dump_scan, METH_O, "internal: the tensors of a dump directory."},
     {"_set_coercer", py_set_coercer, METH_O, "internal: the float32 input converter."},
     {"version", py_version, METH_NOARGS, "version() -> str: libqcal's version."},
     {NULL, NULL, 0, NULL},

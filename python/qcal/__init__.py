@@ -97,29 +97,10 @@ Table = _qcal.Table
 
 
 def _dump_tensors(directory):
-    """(name, role, [files]) of a dump directory, as `qcal calibrate DIR` reads it."""
+    """(name, role, [files]) of a dump directory, as `qcal calibrate DIR` reads it
+    (percent-decoded names, or DIR/manifest.json)."""
     import os
-    if not os.path.isdir(directory):
-        raise FileError(f"'{directory}' is not a directory")
-    out = []
-    for name in sorted(os.listdir(directory), key=os.fsencode):
-        if name.startswith("."):
-            continue
-        path = os.path.join(directory, name)
-        if os.path.isdir(path):
-            files = [os.path.join(path, f) for f in sorted(os.listdir(path), key=os.fsencode)
-                     if f.endswith(".npy") and not f.startswith(".")]
-            if not files:
-                raise FormatError(f"'{path}' holds no .npy file")
-            fqn = name
-        elif name.endswith(".npy"):
-            files, fqn = [path], name[:-4]
-        else:
-            continue
-        out.append((fqn, "weight" if fqn.endswith(".weight") else "activation", files))
-    if not out:
-        raise FormatError(f"'{directory}' holds no tensor")
-    return out
+    return _qcal._dump_scan(os.fspath(directory))
 
 
 def calibrate(directory, output=None, format="json", rules=None, rules_text=None,

@@ -147,6 +147,34 @@ class ObserverApi(unittest.TestCase):
         self.assertEqual(o5.range()[0][0], -3.0)
 
 
+class Calibrate(unittest.TestCase):
+    def test_same_tables_as_cli(self):
+        if not BIN:
+            self.skipTest("QCAL_BIN not set")
+        r = rng(8)
+        with tempfile.TemporaryDirectory() as d:
+            dump = os.path.join(d, "dump")
+            os.makedirs(os.path.join(dump, "%2Flayer1%2Fconv_out"))
+            for b in range(3):
+                np.save(os.path.join(dump, "%2Flayer1%2Fconv_out", f"{b}.npy"),
+                        (r.standard_normal(300) * (b + 1)).astype(np.float32))
+            np.save(os.path.join(dump, "fc.weight.npy"),
+                    r.standard_normal((4, 8)).astype(np.float32))
+            t = qcal.calibrate(dump, os.path.join(d, "py.json"))
+            names = [e["name"] for e in t.entries]
+            self.assertEqual(names, ["/layer1/conv_out", "fc.weight"])
+            subprocess.run([BIN, "calibrate", dump, "-o", os.path.join(d, "cli.json")],
+                           check=True, capture_output=True)
+            with open(os.path.join(d, "py.json"), "rb") as a, \
+                    open(os.path.join(d, "cli.json"), "rb") as b:
+                self.assertEqual(a.read(), b.read())
+            s = qcal.Session(observer="minmax")
+            s.observe("x", np.arange(10, dtype=np.float32))
+            e = s.table().entries[0]
+            self.assertEqual((e["observer"], float(e["min"][0]), float(e["max"][0])),
+                             ("minmax", 0.0, 9.0))
+
+
 class BadInput(unittest.TestCase):
     def test_wrong_types(self):
         o = qcal.Observer("histogram")
