@@ -303,11 +303,10 @@ qcal_status qcal_numeric_eval_finish(qcal_numeric_eval *ev)
     return QCAL_OK;
 }
 
-/* Fake-quantizes x with candidate c's qparams into dst / mask (numel n). */
-static qcal_status cand_fakequant(const eval_cand *c, const qcal_tensor *x, int64_t n,
-                                  float *dst, uint8_t *mask)
+/* Fake-quantizes x with candidate c's qparams into dst / mask (numel(x) each). */
+static qcal_status cand_fakequant(const eval_cand *c, const qcal_tensor *x, float *dst,
+                                  uint8_t *mask)
 {
-    (void)n;
     qcal_tensor y = *x;
     y.data = dst;
     return qcal_fakequant_forward(x, &c->qp, &y, mask);
@@ -343,7 +342,7 @@ qcal_status qcal_numeric_eval_score(qcal_numeric_eval *ev, const char *name,
     const float *xd = x->data;
     for (int j = 0; j < e->nc && st >= 0; j++) {
         eval_cand *c = &e->c[j];
-        st = cand_fakequant(c, x, n, fq, mask);
+        st = cand_fakequant(c, x, fq, mask);
         if (st < 0)
             break;
         st = qcal_numeric_metric_acc_update(&c->acc, xd, fq, n);

@@ -1117,11 +1117,10 @@ static int make_qparams(qcal_dtype dtype, PyObject *axis_o, Py_buffer *sc, Py_bu
     return 0;
 }
 
-static int get_buf(PyObject *o, Py_buffer *b, int flags, Py_ssize_t itemsize)
+static int get_buf(PyObject *o, Py_buffer *b, int flags)
 {
     if (PyObject_GetBuffer(o, b, flags | PyBUF_C_CONTIGUOUS) < 0)
         return -1;
-    (void)itemsize;
     return 0;
 }
 
@@ -1141,18 +1140,18 @@ static PyObject *py_quantize(PyObject *mod, PyObject *args)
     if (f32_get(xo, &x) < 0)
         return NULL;
     Py_buffer sc, zp, out;
-    if (get_buf(so, &sc, PyBUF_SIMPLE, 1) < 0) {
+    if (get_buf(so, &sc, PyBUF_SIMPLE) < 0) {
         f32_release(&x);
         return NULL;
     }
-    if (get_buf(zo, &zp, PyBUF_SIMPLE, 1) < 0) {
+    if (get_buf(zo, &zp, PyBUF_SIMPLE) < 0) {
         PyBuffer_Release(&sc);
         f32_release(&x);
         return NULL;
     }
     PyObject *res = NULL;
     qcal_qparams qp = {0};
-    if (get_buf(outo, &out, PyBUF_WRITABLE, 1) == 0) {
+    if (get_buf(outo, &out, PyBUF_WRITABLE) == 0) {
         if (make_qparams(dt, axis_o, &sc, &zp, &qp) == 0) {
             Py_BEGIN_ALLOW_THREADS
             st = qcal_quantize(&x.t, &qp, out.buf);
@@ -1183,8 +1182,8 @@ static PyObject *py_dequantize(PyObject *mod, PyObject *args)
     if (PyObject_GetBuffer(qo, &q, PyBUF_C_CONTIGUOUS) < 0)
         return NULL;
     PyObject *res = NULL;
-    if (get_buf(so, &sc, PyBUF_SIMPLE, 1) == 0) {
-        if (get_buf(zo, &zp, PyBUF_SIMPLE, 1) == 0) {
+    if (get_buf(so, &sc, PyBUF_SIMPLE) == 0) {
+        if (get_buf(zo, &zp, PyBUF_SIMPLE) == 0) {
             f32_in o;
             if (PyObject_GetBuffer(outo, &out, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
                 memset(&o, 0, sizeof o);
@@ -1222,10 +1221,10 @@ static PyObject *py_fake_quant(PyObject *mod, PyObject *args)
         return NULL;
     Py_buffer sc, zp, out, mask;
     PyObject *res = NULL;
-    if (get_buf(so, &sc, PyBUF_SIMPLE, 1) == 0) {
-        if (get_buf(zo, &zp, PyBUF_SIMPLE, 1) == 0) {
-            if (get_buf(outo, &out, PyBUF_WRITABLE, 1) == 0) {
-                if (get_buf(masko, &mask, PyBUF_WRITABLE, 1) == 0) {
+    if (get_buf(so, &sc, PyBUF_SIMPLE) == 0) {
+        if (get_buf(zo, &zp, PyBUF_SIMPLE) == 0) {
+            if (get_buf(outo, &out, PyBUF_WRITABLE) == 0) {
+                if (get_buf(masko, &mask, PyBUF_WRITABLE) == 0) {
                     qcal_qparams qp = {0};
                     if (make_qparams(dt, axis_o, &sc, &zp, &qp) == 0) {
                         qp.quant_min = qmin;
@@ -1262,10 +1261,10 @@ static PyObject *py_fake_quant_backward(PyObject *mod, PyObject *args)
         return NULL;
     Py_buffer m, out;
     PyObject *res = NULL;
-    if (get_buf(mo, &m, PyBUF_SIMPLE, 1) == 0) {
+    if (get_buf(mo, &m, PyBUF_SIMPLE) == 0) {
         if (m.len != g.numel) {
             PyErr_Format(ErrMismatch, "mask has %zd elements, grad %lld", m.len, (long long)g.numel);
-        } else if (get_buf(outo, &out, PyBUF_WRITABLE, 1) == 0) {
+        } else if (get_buf(outo, &out, PyBUF_WRITABLE) == 0) {
             qcal_tensor y = g.t;
             y.data = out.buf;
             qcal_status st = qcal_fakequant_backward(&g.t, m.buf, &y);
