@@ -18,8 +18,9 @@
  *   where absolute times do not.
  * Threads: OMP_NUM_THREADS (oneDNN's OpenMP runtime; PyTorch gets the same count).
  * The row uses qcal's default options; --chunk N and --threads-in-primitives change them.
+ * --json FILE writes the paired row as one JSON object (bench/run collects it).
  * Usage: bench_int8_cnn [n_images (10000)] [--torch CMD] [--pairs K] [--chunk N]
- *                       [--threads-in-primitives] */
+ *                       [--threads-in-primitives] [--json FILE] */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -253,11 +254,33 @@ static void torch_stop(torch_server *ts)
         waitpid(ts->pid, NULL, 0);
 }
 
+/* The paired row as bench/run's other rows spell it (written to FILE.tmp, then renamed). */
+static int write_row_json(const char *path, long long n, int threads, double q_s, double t_s,
+                          double ratio, double lo, double hi, int pairs)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "[{\"name\": \"int8_cnn_eval\", \"label\": \"int8 evaluation of the demo CNN, "
+               "%lld images\", \"threads\": %d, \"qcal_s\": %.6g, \"torch_s\": %.6g, "
+               "\"torch_ratio\": %.6g, \"torch_ratio_min\": %.6g, \"torch_ratio_max\": %.6g, "
+               "\"pairs\": %d, \"target\": \">= 1.3x torch\", \"pass\": %s}]\n",
+            n, threads, q_s, t_s, ratio, lo, hi, pairs, ratio >= 1.3 ? "true" : "false");
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+        remove(tmp);
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int64_t n = 10000;
     const char *torch_cmd = NULL;
     int pairs = 7;
+    const char *json_path = NULL;
     qcal_int8_net_options def;
     qcal_int8_net_options_default(&def);
     int64_t row_chunk = def.batch_chunk;   /* the row's options: qcal's defaults unless given */
@@ -267,6 +290,8 @@ int main(int argc, char **argv)
             torch_cmd = argv[++i];
         else if (!strcmp(argv[i], "--pairs") && i + 1 < argc)
             pairs = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--json") && i + 1 < argc)
+            json_path = argv[++i];
         else if (!strcmp(argv[i], "--chunk") && i + 1 < argc)
             row_chunk = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--threads-in-primitives"))
@@ -275,7 +300,7 @@ int main(int argc, char **argv)
             n = atoll(argv[i]);
         else {
             fprintf(stderr, "usage: bench_int8_cnn [n_images] [--torch CMD] [--pairs K] [--chunk N] "
-                    "[--threads-in-primitives]\n");
+                    "[--threads-in-primitives] [--json FILE]\n");
             return 2;
         }
     }
@@ -458,6 +483,11 @@ int main(int argc, char **argv)
                "(median of %d paired ratios, spread %.2f-%.2f)  target >= 1.30x  %s\n",
                (long long)n, tq[got / 2], tt[got / 2], med, got, ratio[0], ratio[got - 1],
                med >= 1.3 ? "OK" : "MISSED");
+        if (json_path && write_row_json(json_path, n, omp_threads(), tq[got / 2], tt[got / 2],
+                                        med, ratio[0], ratio[got - 1], got) != 0) {
+            fprintf(stderr, "bench_int8_cnn: cannot write %s\n", json_path);
+            return 1;
+        }
         qcal_int8_net_destroy(&net);
     }
     free(w1); free(b1); free(w2); free(b2); free(w3); free(b3); free(w4); free(b4);

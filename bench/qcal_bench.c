@@ -525,7 +525,7 @@ static const row_def ROWS[] = {
     {"ma_per_channel_minmax_32x256x32x32_axis1",
      "MovingAvgPerChannelMinMax [32,256,32,32] axis 1", 8 * M1, 4, LIM_READ, 0, 10, 1,
      op_observe, QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX, 2},
-    {"histogram_update", "Histogram update 8 x 1M, growing range", 8 * M1, 4, LIM_READ, 0, 10,
+    {"histogram_update", "Histogram update 8 x 1M, growing range", 8 * M1, 4, LIM_READ, 0, 20,
      1, op_hist_update, QCAL_OBSERVER_HISTOGRAM, 0},
     {"histogram_qparams", "Histogram qparams (L2 search, 2048 bins)", 2048, 0, LIM_NONE, 0, 1,
      1, op_hist_qparams, QCAL_OBSERVER_HISTOGRAM, 0},
@@ -1060,8 +1060,12 @@ static int write_json(const char *path, const int *selected, row_result (*res)[M
                     rr->identical < 0 ? "null" : rr->identical ? "true" : "false");
             const bench_bandwidth *b = &rr->bw;
             (void)bw;
-            fprintf(f, "\"read_gbps\": %.6g, \"copy_gbps\": %.6g, \"note\": \"%s\"}",
+            fprintf(f, "\"read_gbps\": %.6g, \"copy_gbps\": %.6g, \"note\": \"%s\", ",
                     b->read_gbps, b->copy_gbps, rr->note);
+            fprintf(f, "\"label\": \"%s\", \"bound\": \"%s\"}", ROWS[r].label,
+                    ROWS[r].limit == LIM_READ   ? "read bandwidth"
+                    : ROWS[r].limit == LIM_COPY ? "copy bandwidth"
+                                                : "compute");
         }
     }
     fprintf(f, "\n]\n");
