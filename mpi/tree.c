@@ -253,7 +253,7 @@ qcal_status qcal_mpi_tree_reduce(const qcal_mpi_tree_ops *ops, void *ctx, int ro
     qcal_status local = QCAL_OK;
     if (st != QCAL_OK)
         local = st;
-    else if (h.status == QCAL_OK && all && rank != root)
+    else if (h.status == QCAL_OK && all)
         local = ops->load(ctx, buf, (size_t)h.len);
     qcal_free(buf);
     if (h.status != QCAL_OK) {

@@ -141,6 +141,15 @@ int cli_next(cli_parser *p, const cli_opt *opts, const char **value)
     return o->id;
 }
 
+static cli_error_sink error_sink;
+static void *error_sink_user;
+
+void cli_set_error_sink(cli_error_sink fn, void *user)
+{
+    error_sink = fn;
+    error_sink_user = user;
+}
+
 static void vreport(const char *cmd, const char *fmt, va_list ap)
 {
     char msg[2048];
@@ -148,7 +157,10 @@ static void vreport(const char *cmd, const char *fmt, va_list ap)
     for (char *c = msg; *c; c++)
         if (*c == '\n' || *c == '\r')
             *c = ' ';
-    fprintf(stderr, "qcal: %s: %s\n", cmd, msg);
+    if (error_sink)
+        error_sink(error_sink_user, cmd, msg);
+    else
+        fprintf(stderr, "qcal: %s: %s\n", cmd, msg);
 }
 
 int cli_fail(const char *cmd, int code, const char *fmt, ...)

@@ -75,6 +75,11 @@ int cli_next(cli_parser *p, const cli_opt *opts, const char **value);
  * returns code. */
 int cli_fail(const char *cmd, int code, const char *fmt, ...) CLI_PRINTF(3, 4);
 
+/* Where cli_fail's lines go: NULL (the default) prints "qcal: CMD: MESSAGE" on stderr; a
+ * distributed run (cli_dist.h) keeps the message for its agreement instead. */
+typedef void (*cli_error_sink)(void *user, const char *cmd, const char *msg);
+void cli_set_error_sink(cli_error_sink fn, void *user);
+
 /* Reports qcal_last_error() (or the status name if it is empty) and returns code. */
 int cli_fail_status(const char *cmd, int code, qcal_status st);
 

@@ -99,6 +99,8 @@ int cli_table_out_check(const char *cmd, cli_table_out *o)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "--trt-version/--trt-algorithm: the TensorRT "
                         "header needs a version and an algorithm without spaces, dashes or "
                         "line breaks");
+    if (o->not_writer)
+        return 0;
     struct stat sb;
     char dir[4096];
     bool exists = stat(o->out, &sb) == 0;

@@ -56,6 +56,7 @@ typedef struct cli_table_out {
     qcal_calib_format formats[CLI_TABLE_OUT_MAX];
     int nformats;                 /* 0 until --format: json */
     qcal_calib_export_options xo;
+    bool not_writer;              /* another process writes OUT: check usage only */
 } cli_table_out;
 
 void cli_table_out_init(cli_table_out *o);
@@ -65,7 +66,7 @@ void cli_table_out_init(cli_table_out *o);
 int cli_table_out_opt(const char *cmd, cli_table_out *o, int id, const char *val);
 
 /* Before any work: -o given, several formats only into a directory, the destination
- * writable. Returns 0 or an exit code (reported). */
+ * writable (unless not_writer). Returns 0 or an exit code (reported). */
 int cli_table_out_check(const char *cmd, cli_table_out *o);
 
 /* True when the output is a directory (several formats, or onnxruntime). */

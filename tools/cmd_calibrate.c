@@ -5,12 +5,14 @@
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <qcal/calib.h>
 #include <qcal/calib_dump.h>
 
 #include "cli_common.h"
+#include "cli_dist.h"
 #include "cli_state.h"
 #include "cli_table_out.h"
 
@@ -56,7 +58,13 @@ static const char help_tail[] =
     "manifest or name escape or a malformed .npy (named) exit 3, an unwritable OUT exits 4\n"
     "(before any work is done); NaN/Inf under --strict exits 1, as in 'qcal observe'; a\n"
     "name a format cannot hold exits 1 listing every such name (or is left out with a\n"
-    "warning under --skip-unrepresentable).\n";
+    "warning under --skip-unrepresentable).\n"
+    "\n"
+    "Under mpirun (mpirun -np N qcal calibrate DIR -o OUT ...) the ranks share the dump's\n"
+    "files (order-independent observers by file, moving averages by whole tensor; --weights\n"
+    "on rank 0), their sessions are merged in rank order and rank 0 writes OUT (and\n"
+    "--save-state): the same bytes as one process. A failure on any rank ends every rank\n"
+    "with its exit code and one line naming the rank (docs/distributed.md).\n";
 
 enum { OPT_HELP = 1, OPT_RULES, OPT_WEIGHTS, OPT_SAVE_STATE };
 
@@ -83,7 +91,7 @@ typedef struct calib_args {
 } calib_args;
 
 /* Parses the command line; returns 0, an exit code (reported), or -1 after --help. */
-static int parse_args(int argc, char **argv, calib_args *a)
+static int parse_args(int argc, char **argv, calib_args *a, bool writer)
 {
     cli_parser p;
     cli_parser_init(&p, argc, argv);
@@ -93,9 +101,11 @@ static int parse_args(int argc, char **argv, calib_args *a)
         switch (id) {
         case CLI_ERROR: return QCAL_EXIT_USAGE;
         case OPT_HELP:
-            fputs(help, stdout);
-            cli_observer_help(stdout, QCAL_OBSERVER_HISTOGRAM);
-            fputs(help_tail, stdout);
+            if (writer) {
+                fputs(help, stdout);
+                cli_observer_help(stdout, QCAL_OBSERVER_HISTOGRAM);
+                fputs(help_tail, stdout);
+            }
             return -1;
         case OPT_RULES: a->rules_path = val; break;
         case OPT_WEIGHTS: a->weights[a->nweights++] = val; break;
@@ -118,6 +128,7 @@ static int parse_args(int argc, char **argv, calib_args *a)
     }
     if (!a->dir && a->nweights == 0)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "no dump directory (see 'qcal calibrate --help')");
+    a->out.not_writer = !writer;   /* OUT may exist only where the writer runs */
     return cli_table_out_check(cmd, &a->out);
 }
 
@@ -218,28 +229,104 @@ static int feed_file(const char *cmd, qcal_calib_session *s, const char *name,
     return rc;
 }
 
-/* Feeds every file of the dump in order; *files counts them. */
-static int feed_dump(const char *cmd, qcal_calib_session *s, const qcal_calib_dump *dump,
-                     long *files)
+/* Whether a tensor's batch files may go to different ranks: its observer's updates commute
+ * and its merges are exact (qcal_observer_config_commutes: every kind but the moving
+ * averages, the histogram family on the lattice grid); otherwise the tensor goes whole to
+ * one rank, which feeds its files in order. */
+static bool split_by_file(const qcal_observer_config *cfg)
 {
-    int64_t n = 0, total = 0;
+    return qcal_observer_config_commutes(cfg);
+}
+
+/* Distributed runs: the rank that feeds each file, owner[k] for the k-th file of the dump
+ * in order. Work units are single files of tensors whose observer commutes and whole
+ * tensors otherwise (a moving average depends on the batch order), weighted by their bytes
+ * and balanced by cli_dist_assign. *mine gets this rank's file count. Returns 0 or an exit
+ * code (reported). */
+static int assign(const char *cmd, const cli_dist *d, const qcal_calib_dump *dump,
+                  const qcal_calib_rules *rules, int **owner_out, long *mine)
+{
+    int64_t n = 0, total = 0, nunits = 0;
     qcal_calib_dump_count(dump, &n);
     qcal_calib_dump_file_count(dump, &total);
-    bool bar = isatty(2);
-    int rc = 0;
-    for (int64_t i = 0; i < n && !rc; i++) {
+    bool *split = calloc((size_t)n + 1, sizeof *split);
+    uint64_t *w = calloc((size_t)total + 1, sizeof *w);
+    int *unit_owner = calloc((size_t)total + 1, sizeof *unit_owner);
+    int *owner = calloc((size_t)total + 1, sizeof *owner);
+    int rc = split && w && unit_owner && owner ? 0 : cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
+    for (int64_t i = 0, u = 0; !rc && i < n; i++) {
         qcal_calib_dump_tensor t;
         qcal_calib_dump_tensor_at(dump, i, &t);
-        for (int64_t j = 0; j < t.nfiles && !rc; j++) {
+        qcal_observer_config cfg;
+        qcal_status st = qcal_calib_rules_match(rules, t.name, t.role, &cfg, NULL);
+        if (st != QCAL_OK) {
+            rc = cli_fail_status(cmd, QCAL_EXIT_USAGE, st);
+            break;
+        }
+        split[i] = split_by_file(&cfg);
+        for (int64_t j = 0; j < t.nfiles; j++) {
+            struct stat sb;
+            w[u] += stat(t.files[j], &sb) == 0 ? (uint64_t)sb.st_size : 0;
+            if (split[i] || j == t.nfiles - 1)
+                u++;
+        }
+        nunits = u;
+    }
+    if (!rc)
+        cli_dist_assign(d, w, nunits, unit_owner);
+    *mine = 0;
+    for (int64_t i = 0, u = 0, k = 0; !rc && i < n; i++) {
+        qcal_calib_dump_tensor t;
+        qcal_calib_dump_tensor_at(dump, i, &t);
+        for (int64_t j = 0; j < t.nfiles; j++, k++) {
+            owner[k] = unit_owner[u];
+            *mine += owner[k] == d->rank;
+            if (split[i] || j == t.nfiles - 1)
+                u++;
+        }
+    }
+    free(split);
+    free(w);
+    free(unit_owner);
+    if (rc) {
+        free(owner);
+        return rc;
+    }
+    *owner_out = owner;
+    return 0;
+}
+
+/* Feeds every file of the dump in order (owner non-NULL: only this rank's files, each
+ * tensor's numbered 0, 1, ... in file order); *files counts them. On a failure the other
+ * ranks are told (cli_dist_notify); when another rank failed, feeding stops early. */
+static int feed_dump(const char *cmd, cli_dist *dist, qcal_calib_session *s,
+                     const qcal_calib_dump *dump, const int *owner, long mine, long *files)
+{
+    int64_t n = 0;
+    qcal_calib_dump_count(dump, &n);
+    bool bar = cli_dist_writer(dist) && isatty(2);
+    int rc = 0;
+    for (int64_t i = 0, k = 0; i < n && !rc; i++) {
+        qcal_calib_dump_tensor t;
+        qcal_calib_dump_tensor_at(dump, i, &t);
+        int64_t step = 0;
+        for (int64_t j = 0; j < t.nfiles && !rc; j++, k++) {
+            if (owner && owner[k] != dist->rank)
+                continue;
+            if (cli_dist_peer_failed(dist))
+                goto out;
             if (bar)
-                progress(*files, (long)total, t.name);
-            rc = feed_file(cmd, s, t.name, t.role, j, t.files[j]);
+                progress(*files, mine, t.name);
+            rc = feed_file(cmd, s, t.name, t.role, step++, t.files[j]);
             if (!rc)
                 ++*files;
         }
     }
+out:
     if (bar)
         fputs("\r\033[K", stderr);
+    if (rc)
+        cli_dist_notify(dist);   /* the other ranks stop at their next file */
     return rc;
 }
 
@@ -294,22 +381,40 @@ static int feed_weight(void *ctx, qcal_safetensors *st, int64_t i,
     return rc;
 }
 
+static int calibrate(int argc, char **argv, cli_dist *dist);
+
 int cmd_calibrate(int argc, char **argv)
 {
     const char *cmd = argc > 0 ? argv[0] : "calibrate";
+    cli_dist dist;
+    int rc = cli_dist_begin(&dist, cmd);
+    if (rc)
+        return rc;
+    /* The command proper; every rank of a distributed run reaches each cli_dist_agree. */
+    rc = calibrate(argc, argv, &dist);
+    cli_dist_end(&dist);
+    return rc;
+}
+
+static int calibrate(int argc, char **argv, cli_dist *dist)
+{
+    const char *cmd = argc > 0 ? argv[0] : "calibrate";
+    bool writer = cli_dist_writer(dist);
+    int *owner = NULL;
+    long mine = 0;
     calib_args a;
     memset(&a, 0, sizeof a);
     cli_table_out_init(&a.out);
     a.weights = calloc((size_t)argc + 1, sizeof *a.weights);
-    if (!a.weights)
-        return cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
+    if (!a.weights)   /* the other ranks are waiting in the first agreement */
+        return cli_dist_agree(dist, cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory"));
     qcal_calib_rules *rules = NULL;
     qcal_calib_dump *dump = NULL;
     qcal_calib_session *session = NULL;
     qcal_calib_table *table = NULL;
     qcal_status st;
     long files = 0, weights = 0, skipped_1d = 0;
-    int rc = parse_args(argc, argv, &a);
+    int rc = parse_args(argc, argv, &a, writer);
     if (rc) {
         rc = rc < 0 ? 0 : rc;
         goto done;
@@ -318,8 +423,15 @@ int cmd_calibrate(int argc, char **argv)
         goto done;
     if (a.dir && (rc = scan_dump(cmd, a.dir, &dump)))
         goto done;
-    if (a.dir)
+    if (a.dir && writer)
         note_safetensors(cmd, &a);
+    if (dump) {
+        int64_t total = 0;
+        qcal_calib_dump_file_count(dump, &total);
+        mine = (long)total;
+        if (dist->size > 1 && (rc = assign(cmd, dist, dump, rules, &owner, &mine)))
+            goto done;
+    }
 
     qcal_calib_session_options so;
     qcal_calib_session_options_default(&so);
@@ -328,14 +440,31 @@ int cmd_calibrate(int argc, char **argv)
         rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
         goto done;
     }
-    if (dump && (rc = feed_dump(cmd, session, dump, &files)))
-        goto done;
-    for (int i = 0; i < a.nweights; i++) {
+    /* Distributed runs agree here that every rank has its plan. */
+    if ((rc = cli_dist_agree(dist, rc)))
+        goto done_agreed;
+    if (dump && (rc = feed_dump(cmd, dist, session, dump, owner, mine, &files)))
+        goto fed;
+    /* --weights: the writer reads them all. */
+    for (int i = 0; i < a.nweights && writer; i++) {
         weights_ctx w = { cmd, a.weights[i], session, 0, 0 };
         if ((rc = cli_safetensors_each(cmd, a.weights[i], feed_weight, &w)))
-            goto done;
+            goto fed;
         weights += w.observed;
         skipped_1d += w.skipped_1d;
+    }
+fed:
+    /* Every rank's feeding outcome, then the sessions merged onto the writer. */
+    if ((rc = cli_dist_agree(dist, rc)))
+        goto done_agreed;
+    if ((rc = cli_dist_reduce_session(dist, session)))
+        goto done_agreed;
+    if (!writer)
+        goto done;
+    if (dump) {
+        int64_t total = 0;
+        qcal_calib_dump_file_count(dump, &total);
+        files = (long)total;   /* the whole dump's, whichever rank fed them */
     }
     if (a.save_state && (rc = cli_session_state_save(cmd, session, a.save_state)))
         goto done;
@@ -365,6 +494,11 @@ int cmd_calibrate(int argc, char **argv)
     if (fflush(stdout) != 0)
         rc = QCAL_EXIT_OUTPUT;
 done:
+    /* The last agreement: every rank ends with the same code (the writer's outcome, or the
+     * first failure of a rank that stopped before the agreements above). */
+    rc = cli_dist_agree(dist, rc);
+done_agreed:
+    free(owner);
     qcal_calib_table_destroy(&table);
     qcal_calib_session_destroy(&session);
     qcal_calib_dump_destroy(&dump);

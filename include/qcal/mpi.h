@@ -61,6 +61,22 @@ QCAL_API qcal_status qcal_mpi_observer_allreduce(qcal_observer *obs, MPI_Comm co
 QCAL_API qcal_status qcal_mpi_observer_update(qcal_observer *obs, const qcal_tensor *x,
                                               MPI_Comm comm);
 
+/* Root's session becomes the merge of every rank's session (qcal_calib_session_merge in
+ * rank order: entries held by one rank are copied, entries held by several are merged);
+ * other ranks' sessions are unchanged. Each session is flushed first. For every
+ * order-independent kind the root then holds, bit for bit, the session one process gets
+ * from all the ranks' batches; a moving-average entry held with data by two ranks is
+ * refused (QCAL_ERR_UNSUPPORTED, nothing changes). */
+QCAL_API qcal_status qcal_mpi_session_reduce(qcal_calib_session *s, int root, MPI_Comm comm);
+
+/* As qcal_mpi_session_reduce onto every rank: *s is replaced by a new session holding the
+ * merge (the same bytes on every rank), created with opt (NULL = defaults: rules for
+ * entries created later, as qcal_calib_session_load); the old one is destroyed. On failure
+ * *s is unchanged. */
+QCAL_API qcal_status qcal_mpi_session_allreduce(qcal_calib_session **s,
+                                                const qcal_calib_session_options *opt,
+                                                MPI_Comm comm);
+
 #ifdef __cplusplus
 }
 #endif
