@@ -2,6 +2,9 @@
  * in the table below (plus its declaration in tools/cli.h). */
 #include <stdio.h>
 #include <string.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "cli_common.h"
 
@@ -47,8 +50,22 @@ static void usage(FILE *f)
             "completion script (both installed by meson install).\n");
 }
 
+/* The commands read tensor files one after another into buffers of a few MiB. glibc serves
+ * blocks above 128 KiB (its default threshold) with a fresh mmap and returns them with munmap,
+ * so every file would cost page faults and zeroing of its whole buffer (half the system time
+ * of `qcal calibrate` on a 1 GiB dump of 8 MiB files); these thresholds keep such buffers on
+ * the heap, reused from file to file. Peak memory is unchanged (one buffer per thread). */
+static void tune_allocator(void)
+{
+#if defined(__GLIBC__)
+    mallopt(M_MMAP_THRESHOLD, 64 << 20);
+    mallopt(M_TRIM_THRESHOLD, 128 << 20);
+#endif
+}
+
 int main(int argc, char **argv)
 {
+    tune_allocator();
     if (argc < 2) {
         fprintf(stderr, "qcal: no subcommand given (see 'qcal --help')\n");
         return QCAL_EXIT_USAGE;
