@@ -103,10 +103,135 @@ static int view_to_tensor(f32_in *in)
     return 0;
 }
 
+/* ---- torch tensors, read in place ---------------------------------------------------
+ * torch.Tensor has no buffer protocol, and Tensor.numpy() / detach() cost ~1-2 us each: a
+ * CPU float32 tensor that is strided, contiguous and not a negated view (torch._neg_view
+ * sets a bit the raw memory does not show) is read at data_ptr() instead. torch is never
+ * imported here: the fast path is live once the program has imported it. */
+static PyObject *torch_tensor_type;   /* torch.Tensor */
+static PyObject *torch_float32;       /* torch.float32 */
+static PyObject *torch_strided;       /* torch.strided */
+static PyObject *s_dtype, *s_layout, *s_is_cpu, *s_is_contiguous, *s_is_neg, *s_shape,
+                *s_data_ptr;
+
+static bool torch_ready(void)
+{
+    if (torch_tensor_type)
+        return true;
+    PyObject *name = PyUnicode_FromString("torch");
+    if (!name) {
+        PyErr_Clear();
+        return false;
+    }
+    PyObject *torch = PyImport_GetModule(name);   /* only if already imported */
+    Py_DECREF(name);
+    if (!torch) {
+        PyErr_Clear();
+        return false;
+    }
+    PyObject *t = PyObject_GetAttrString(torch, "Tensor");
+    PyObject *f = PyObject_GetAttrString(torch, "float32");
+    PyObject *l = PyObject_GetAttrString(torch, "strided");
+    Py_DECREF(torch);
+    if (!t || !f || !l || !PyType_Check(t)) {
+        PyErr_Clear();
+        Py_XDECREF(t);
+        Py_XDECREF(f);
+        Py_XDECREF(l);
+        return false;   /* a partly initialised torch (import in progress): slow path */
+    }
+    torch_float32 = f;
+    torch_strided = l;
+    torch_tensor_type = t;
+    return true;
+}
+
+/* 1 when attribute `name` of x is True, 0 when False, -1 with an exception. call: a
+ * method to call without arguments. */
+static int attr_true(PyObject *x, PyObject *name, bool call)
+{
+    PyObject *v = call ? PyObject_CallMethodNoArgs(x, name) : PyObject_GetAttr(x, name);
+    if (!v)
+        return -1;
+    int r = v == Py_True;
+    Py_DECREF(v);
+    return r;
+}
+
+/* x as a float32 view when it is a CPU float32 contiguous strided tensor: 1 (in filled, a
+ * reference to x held), 0 (not such a tensor: take the general path), -1 (exception). */
+static int torch_view(PyObject *x, f32_in *in, bool writable)
+{
+    (void)writable;   /* tensors have no read-only flag */
+    if (!torch_ready() || !PyObject_TypeCheck(x, (PyTypeObject *)torch_tensor_type))
+        return 0;
+    PyObject *v = PyObject_GetAttr(x, s_dtype);
+    if (!v)
+        return -1;
+    bool f32 = v == torch_float32;
+    Py_DECREF(v);
+    if (!f32)
+        return 0;
+    if (!(v = PyObject_GetAttr(x, s_layout)))
+        return -1;
+    bool strided = v == torch_strided;
+    Py_DECREF(v);
+    if (!strided)
+        return 0;
+    int r;
+    if ((r = attr_true(x, s_is_cpu, false)) <= 0 || (r = attr_true(x, s_is_contiguous, true)) <= 0)
+        return r;
+    if ((r = attr_true(x, s_is_neg, true)) != 0)
+        return r < 0 ? -1 : 0;
+    PyObject *shape = PyObject_GetAttr(x, s_shape);
+    if (!shape)
+        return -1;
+    if (!PyTuple_Check(shape)) {
+        Py_DECREF(shape);
+        return 0;
+    }
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    if (nd > QCAL_MAX_DIMS) {
+        Py_DECREF(shape);
+        PyErr_Format(PyExc_ValueError, "tensor has %zd dimensions; qcal supports at most %d",
+                     nd, QCAL_MAX_DIMS);
+        return -1;
+    }
+    int64_t dims[QCAL_MAX_DIMS];
+    int64_t numel = 1;
+    for (Py_ssize_t i = 0; i < nd; i++) {
+        dims[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+        numel *= dims[i];
+    }
+    Py_DECREF(shape);
+    if (PyErr_Occurred())
+        return -1;
+    PyObject *p = PyObject_CallMethodNoArgs(x, s_data_ptr);
+    if (!p)
+        return -1;
+    void *data = PyLong_AsVoidPtr(p);
+    Py_DECREF(p);
+    if (!data && PyErr_Occurred())
+        return -1;
+    static float empty_data;
+    qcal_status st = qcal_tensor_init(&in->t, numel ? data : &empty_data, (int32_t)nd, dims);
+    if (st < 0) {
+        raise_status(st);
+        return -1;
+    }
+    in->numel = numel;
+    Py_INCREF(x);
+    in->owner = x;
+    return 1;
+}
+
 /* Gets x as a C-contiguous float32 tensor (read only). */
 static int f32_get(PyObject *x, f32_in *in)
 {
     memset(in, 0, sizeof *in);
+    int tv = torch_view(x, in, false);
+    if (tv != 0)
+        return tv > 0 ? 0 : -1;
     if (PyObject_CheckBuffer(x) && !PyBytes_Check(x) && !PyByteArray_Check(x)) {
         if (PyObject_GetBuffer(x, &in->view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
             if (in->view.itemsize == 4 && is_f32_format(in->view.format)) {
@@ -145,6 +270,31 @@ static int f32_get(PyObject *x, f32_in *in)
     if (view_to_tensor(in) < 0) {
         PyBuffer_Release(&in->view);
         Py_CLEAR(in->owner);
+        in->held = false;
+        return -1;
+    }
+    return 0;
+}
+
+/* Gets x as a writable C-contiguous float32 destination (a CPU float32 contiguous tensor
+ * or a writable float32 buffer); no conversion: TypeError otherwise. */
+static int f32_get_out(PyObject *x, f32_in *in)
+{
+    memset(in, 0, sizeof *in);
+    int tv = torch_view(x, in, true);
+    if (tv != 0)
+        return tv > 0 ? 0 : -1;
+    if (PyObject_GetBuffer(x, &in->view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return -1;
+    in->held = true;
+    if (in->view.itemsize != 4 || !is_f32_format(in->view.format)) {
+        PyBuffer_Release(&in->view);
+        in->held = false;
+        PyErr_SetString(PyExc_TypeError, "expected a writable C-contiguous float32 array");
+        return -1;
+    }
+    if (view_to_tensor(in) < 0) {
+        PyBuffer_Release(&in->view);
         in->held = false;
         return -1;
     }
@@ -337,6 +487,8 @@ typedef struct {
     PyObject_HEAD
     qcal_observer *obs;
     PyThread_type_lock lock;
+    unsigned long long version;   /* bumped by every change of the state (update, merge,
+                                   * reset, init): qcal.torch syncs its buffers lazily */
 } ObserverObject;
 
 static PyTypeObject ObserverType;
@@ -398,6 +550,7 @@ static int Observer_init(ObserverObject *self, PyObject *args, PyObject *kwargs)
     obs_lock(self);
     qcal_observer_destroy(&self->obs);
     self->obs = obs;
+    self->version++;
     obs_unlock(self);
     return 0;
 }
@@ -410,13 +563,19 @@ static void Observer_dealloc(ObserverObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *Observer_update(ObserverObject *self, PyObject *x)
+/* Feeds x; skip_empty: an empty input is ignored (torch observers' forward) instead of
+ * QCAL_ERR_EMPTY. Returns 0 or -1 with an exception. */
+static int observer_feed(ObserverObject *self, PyObject *x, bool skip_empty)
 {
     if (check_obs(self) < 0)
-        return NULL;
+        return -1;
     f32_in in;
     if (f32_get(x, &in) < 0)
-        return NULL;
+        return -1;
+    if (skip_empty && in.numel == 0) {
+        f32_release(&in);
+        return 0;
+    }
     qcal_status st;
     obs_lock(self);
     if (in.numel >= 4096) {
@@ -426,11 +585,31 @@ static PyObject *Observer_update(ObserverObject *self, PyObject *x)
     } else {
         st = qcal_observer_update(self->obs, &in.t);
     }
+    if (st >= 0)
+        self->version++;
     obs_unlock(self);
     f32_release(&in);
-    if (st < 0)
-        return raise_status(st);
+    if (st < 0) {
+        raise_status(st);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Observer_update(ObserverObject *self, PyObject *x)
+{
+    if (observer_feed(self, x, false) < 0)
+        return NULL;
     Py_RETURN_NONE;
+}
+
+/* _torch_forward(x) -> x: qcal.torch's forward (update, empty inputs skipped as PyTorch's
+ * observers do, x returned unchanged). */
+static PyObject *Observer_torch_forward(ObserverObject *self, PyObject *x)
+{
+    if (observer_feed(self, x, true) < 0)
+        return NULL;
+    return Py_NewRef(x);
 }
 
 /* qparams() -> (scale float32[n], zero_point int32[n]); per_channel_affine_float_qparams
@@ -529,6 +708,62 @@ static PyObject *Observer_data_range(ObserverObject *self, PyObject *noargs)
     return range_common(self, data_range_adapter);
 }
 
+/* _data_range_into(min_out, max_out) -> True when the running range was written into the
+ * two float32 destinations (tensors or arrays of `channels` elements each), False when
+ * their size differs (the caller resizes), None when the observer has no data. */
+static PyObject *Observer_data_range_into(ObserverObject *self, PyObject *args)
+{
+    PyObject *mo, *xo;
+    if (!PyArg_ParseTuple(args, "OO:_data_range_into", &mo, &xo))
+        return NULL;
+    if (check_obs(self) < 0)
+        return NULL;
+    f32_in a, b;
+    if (f32_get_out(mo, &a) < 0)
+        return NULL;
+    if (f32_get_out(xo, &b) < 0) {
+        f32_release(&a);
+        return NULL;
+    }
+    float one_mn, one_mx;
+    float *mn = &one_mn, *mx = &one_mx;
+    int64_t n = 0, got = 0;
+    obs_lock(self);
+    qcal_status st = qcal_observer_channels(self->obs, &n);
+    if (n < 1)
+        n = 1;
+    if (st >= 0 && n > 1) {
+        mn = PyMem_RawMalloc((size_t)n * sizeof(float));
+        mx = PyMem_RawMalloc((size_t)n * sizeof(float));
+        if (!mn || !mx)
+            st = QCAL_ERR_NO_MEMORY;
+    }
+    if (st >= 0 && mn && mx)
+        st = qcal_observer_data_range(self->obs, n, mn, mx, &got);
+    obs_unlock(self);
+    PyObject *res = NULL;
+    if (st == QCAL_ERR_NO_MEMORY && (!mn || !mx)) {
+        PyErr_NoMemory();
+    } else if (st < 0) {
+        raise_status(st);
+    } else if (st == QCAL_NO_DATA) {
+        res = Py_NewRef(Py_None);
+    } else if (a.numel != got || b.numel != got) {
+        res = Py_NewRef(Py_False);
+    } else {
+        memcpy(a.t.data, mn, (size_t)got * sizeof(float));
+        memcpy(b.t.data, mx, (size_t)got * sizeof(float));
+        res = Py_NewRef(Py_True);
+    }
+    if (mn != &one_mn)
+        PyMem_RawFree(mn);
+    if (mx != &one_mx)
+        PyMem_RawFree(mx);
+    f32_release(&a);
+    f32_release(&b);
+    return res;
+}
+
 static PyObject *Observer_reset(ObserverObject *self, PyObject *noargs)
 {
     (void)noargs;
@@ -536,6 +771,7 @@ static PyObject *Observer_reset(ObserverObject *self, PyObject *noargs)
         return NULL;
     obs_lock(self);
     qcal_status st = qcal_observer_reset(self->obs);
+    self->version++;
     obs_unlock(self);
     if (st < 0)
         return raise_status(st);
@@ -566,6 +802,8 @@ static PyObject *Observer_merge(ObserverObject *self, PyObject *other)
             st = qcal_observer_load(buf, len, &copy);
         if (st >= 0)
             st = qcal_observer_merge(self->obs, copy);
+        if (st >= 0)
+            self->version++;
         obs_unlock(self);
         qcal_free(buf);
         qcal_observer_destroy(&copy);
@@ -575,6 +813,8 @@ static PyObject *Observer_merge(ObserverObject *self, PyObject *other)
         obs_lock(first);
         obs_lock(second);
         st = qcal_observer_merge(self->obs, o->obs);
+        if (st >= 0)
+            self->version++;
         obs_unlock(second);
         obs_unlock(first);
     }
@@ -681,6 +921,12 @@ static PyObject *Observer_get_channels(ObserverObject *self, void *closure)
     return PyLong_FromLongLong(n);
 }
 
+static PyObject *Observer_get_version(ObserverObject *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromUnsignedLongLong(self->version);
+}
+
 static PyObject *Observer_get_kind(ObserverObject *self, void *closure)
 {
     (void)closure;
@@ -713,6 +959,11 @@ static PyObject *Observer_repr(ObserverObject *self)
 static PyMethodDef Observer_methods[] = {
     {"update", (PyCFunction)Observer_update, METH_O,
      "update(x): feed one batch (float32 array or CPU tensor; NaN/Inf skipped and counted)."},
+    {"_torch_forward", (PyCFunction)Observer_torch_forward, METH_O,
+     "internal: qcal.torch's forward: update(x) (empty inputs skipped), returns x."},
+    {"_data_range_into", (PyCFunction)Observer_data_range_into, METH_VARARGS,
+     "internal: data_range() written into two float32 tensors/arrays; False on a size "
+     "mismatch, None without data."},
     {"qparams", (PyCFunction)Observer_qparams, METH_NOARGS,
      "qparams() -> (scale float32[n], zero_point int32[n]); n = 1 or the channel count."},
     {"range", (PyCFunction)Observer_range, METH_NOARGS,
@@ -734,6 +985,8 @@ static PyGetSetDef Observer_getset[] = {
     {"batches", (getter)Observer_get_batches, NULL, "Batches seen so far.", NULL},
     {"channels", (getter)Observer_get_channels, NULL, "Channel count (1 per tensor).", NULL},
     {"kind", (getter)Observer_get_kind, NULL, "Observer kind, as the CLI spells it.", NULL},
+    {"_version", (getter)Observer_get_version, NULL,
+     "internal: a counter bumped by every change of the state (update, merge, reset).", NULL},
     {"config", (getter)Observer_get_config, NULL, "Config as a dict of rules-file keys.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
@@ -1205,6 +1458,13 @@ static PyObject *py_dequantize(PyObject *mod, PyObject *args)
     return res;
 }
 
+/* The narrowest dtype whose range holds [quant_min, quant_max]. */
+static qcal_dtype dtype_for_range(long long qmin, long long qmax)
+{
+    return qmin >= 0 && qmax <= 255 ? QCAL_QUINT8
+           : qmin >= -128 && qmax <= 127 ? QCAL_QINT8 : QCAL_QINT32;
+}
+
 /* _fake_quant(x, scale, zp, quant_min, quant_max, axis, out, mask) */
 static PyObject *py_fake_quant(PyObject *mod, PyObject *args)
 {
@@ -1213,9 +1473,7 @@ static PyObject *py_fake_quant(PyObject *mod, PyObject *args)
     long long qmin, qmax;
     if (!PyArg_ParseTuple(args, "OOOLLOOO", &xo, &so, &zo, &qmin, &qmax, &axis_o, &outo, &masko))
         return NULL;
-    /* The narrowest dtype whose range holds [quant_min, quant_max]. */
-    qcal_dtype dt = qmin >= 0 && qmax <= 255 ? QCAL_QUINT8
-                    : qmin >= -128 && qmax <= 127 ? QCAL_QINT8 : QCAL_QINT32;
+    qcal_dtype dt = dtype_for_range(qmin, qmax);
     f32_in x;
     if (f32_get(xo, &x) < 0)
         return NULL;
@@ -1274,6 +1532,146 @@ static PyObject *py_fake_quant_backward(PyObject *mod, PyObject *args)
         PyBuffer_Release(&m);
     }
     f32_release(&g);
+    return res;
+}
+
+/* ---- learnable (LSQ) fake-quant ---------------------------------------------------------- */
+
+/* Learnable qparams over float32 scale / float zero-point buffers (per tensor when axis is
+ * None: one value each; else per channel along axis). The library checks the values. */
+static int make_lsq_qparams(long long qmin, long long qmax, PyObject *axis_o, Py_buffer *sc,
+                            Py_buffer *zp, qcal_qparams *qp)
+{
+    int64_t n = sc->len / 4;
+    if (zp->len / 4 != n || n < 1) {
+        PyErr_Format(ErrMismatch, "%lld scales and %lld zero points", (long long)n,
+                     (long long)(zp->len / 4));
+        return -1;
+    }
+    memset(qp, 0, sizeof *qp);
+    qp->dtype = dtype_for_range(qmin, qmax);
+    qp->quant_min = qmin;
+    qp->quant_max = qmax;
+    if (axis_o == Py_None) {
+        if (n != 1) {
+            PyErr_Format(ErrInvalid, "%lld scales given without an axis (per tensor takes one)",
+                         (long long)n);
+            return -1;
+        }
+        qp->qscheme = QCAL_PER_TENSOR_AFFINE;
+        qp->channels = 1;
+        qp->scale = ((const float *)sc->buf)[0];
+        qp->zero_point_float = ((const float *)zp->buf)[0];
+        return 0;
+    }
+    long axis = PyLong_AsLong(axis_o);
+    if (axis == -1 && PyErr_Occurred())
+        return -1;
+    if (axis < INT32_MIN || axis > INT32_MAX) {
+        PyErr_Format(ErrInvalid, "axis %ld is out of range", axis);
+        return -1;
+    }
+    qp->qscheme = QCAL_PER_CHANNEL_AFFINE;
+    qp->axis = (int32_t)axis;
+    qp->channels = n;
+    qp->scales = sc->buf;
+    qp->zero_points_float = zp->buf;
+    return 0;
+}
+
+/* _fake_quant_learnable(x, scale, zp, quant_min, quant_max, axis, out, mask): scale and zp
+ * float32 buffers (float zero-points). */
+static PyObject *py_fake_quant_learnable(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    PyObject *xo, *so, *zo, *axis_o, *outo, *masko;
+    long long qmin, qmax;
+    if (!PyArg_ParseTuple(args, "OOOLLOOO", &xo, &so, &zo, &qmin, &qmax, &axis_o, &outo, &masko))
+        return NULL;
+    f32_in x;
+    if (f32_get(xo, &x) < 0)
+        return NULL;
+    Py_buffer sc, zp, out, mask;
+    PyObject *res = NULL;
+    if (get_buf(so, &sc, PyBUF_SIMPLE) == 0) {
+        if (get_buf(zo, &zp, PyBUF_SIMPLE) == 0) {
+            if (get_buf(outo, &out, PyBUF_WRITABLE) == 0) {
+                if (get_buf(masko, &mask, PyBUF_WRITABLE) == 0) {
+                    qcal_qparams qp;
+                    if (make_lsq_qparams(qmin, qmax, axis_o, &sc, &zp, &qp) == 0) {
+                        qcal_tensor y = x.t;
+                        y.data = out.buf;
+                        qcal_status st;
+                        Py_BEGIN_ALLOW_THREADS
+                        st = qcal_fakequant_learnable_forward(&x.t, &qp, &y, mask.buf);
+                        Py_END_ALLOW_THREADS
+                        res = st < 0 ? raise_status(st) : Py_NewRef(Py_None);
+                    }
+                    PyBuffer_Release(&mask);
+                }
+                PyBuffer_Release(&out);
+            }
+            PyBuffer_Release(&zp);
+        }
+        PyBuffer_Release(&sc);
+    }
+    f32_release(&x);
+    return res;
+}
+
+/* _fake_quant_learnable_backward(x, grad_y, scale, zp, quant_min, quant_max, axis,
+ * grad_factor, grad_x, grad_scale, grad_zp): grad_scale / grad_zp float32[channels]. */
+static PyObject *py_fake_quant_learnable_backward(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    PyObject *xo, *go, *so, *zo, *axis_o, *gxo, *gso, *gzo;
+    long long qmin, qmax;
+    float gf;
+    if (!PyArg_ParseTuple(args, "OOOOLLOfOOO", &xo, &go, &so, &zo, &qmin, &qmax, &axis_o, &gf,
+                          &gxo, &gso, &gzo))
+        return NULL;
+    f32_in x, g;
+    if (f32_get(xo, &x) < 0)
+        return NULL;
+    if (f32_get(go, &g) < 0) {
+        f32_release(&x);
+        return NULL;
+    }
+    PyObject *res = NULL;
+    Py_buffer sc, zp, gx, gs, gz;
+    if (get_buf(so, &sc, PyBUF_SIMPLE) == 0) {
+        if (get_buf(zo, &zp, PyBUF_SIMPLE) == 0) {
+            if (get_buf(gxo, &gx, PyBUF_WRITABLE) == 0) {
+                if (get_buf(gso, &gs, PyBUF_WRITABLE) == 0) {
+                    if (get_buf(gzo, &gz, PyBUF_WRITABLE) == 0) {
+                        qcal_qparams qp;
+                        if (make_lsq_qparams(qmin, qmax, axis_o, &sc, &zp, &qp) == 0) {
+                            if (gs.len / 4 != qp.channels || gz.len / 4 != qp.channels ||
+                                gx.len / 4 != x.numel) {
+                                PyErr_SetString(ErrMismatch, "internal: output sizes");
+                            } else {
+                                qcal_tensor gxt = x.t;
+                                gxt.data = gx.buf;
+                                qcal_status st;
+                                Py_BEGIN_ALLOW_THREADS
+                                st = qcal_fakequant_learnable_backward(&x.t, &g.t, &qp, gf, &gxt,
+                                                                       gs.buf, gz.buf);
+                                Py_END_ALLOW_THREADS
+                                res = st < 0 ? raise_status(st) : Py_NewRef(Py_None);
+                            }
+                        }
+                        PyBuffer_Release(&gz);
+                    }
+                    PyBuffer_Release(&gs);
+                }
+                PyBuffer_Release(&gx);
+            }
+            PyBuffer_Release(&zp);
+        }
+        PyBuffer_Release(&sc);
+    }
+    f32_release(&g);
+    f32_release(&x);
     return res;
 }
 
@@ -1407,6 +1805,10 @@ static PyMethodDef module_methods[] = {
     {"_fake_quant", py_fake_quant, METH_VARARGS, "internal: see qcal.fake_quant."},
     {"_fake_quant_backward", py_fake_quant_backward, METH_VARARGS,
      "internal: see qcal.fake_quant_backward."},
+    {"_fake_quant_learnable", py_fake_quant_learnable, METH_VARARGS,
+     "internal: see qcal.fake_quant_learnable."},
+    {"_fake_quant_learnable_backward", py_fake_quant_learnable_backward, METH_VARARGS,
+     "internal: see qcal.fake_quant_learnable_backward."},
     {"_dump_scan", py_dump_scan, METH_O, "internal: the tensors of a dump directory."},
     {"_set_coercer", py_set_coercer, METH_O, "internal: the float32 input converter."},
     {"version", py_version, METH_NOARGS, "version() -> str: libqcal's version."},
@@ -1445,6 +1847,14 @@ PyMODINIT_FUNC PyInit__qcal(void)
     PyObject *m = PyModule_Create(&moduledef);
     if (!m)
         return NULL;
+    if (!(s_dtype = PyUnicode_InternFromString("dtype")) ||
+        !(s_layout = PyUnicode_InternFromString("layout")) ||
+        !(s_is_cpu = PyUnicode_InternFromString("is_cpu")) ||
+        !(s_is_contiguous = PyUnicode_InternFromString("is_contiguous")) ||
+        !(s_is_neg = PyUnicode_InternFromString("is_neg")) ||
+        !(s_shape = PyUnicode_InternFromString("shape")) ||
+        !(s_data_ptr = PyUnicode_InternFromString("data_ptr")))
+        goto fail;
     Error = PyErr_NewExceptionWithDoc("qcal.Error", "A libqcal call failed.", NULL, NULL);
     if (!Error)
         goto fail;

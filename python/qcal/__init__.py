@@ -41,7 +41,9 @@ def _coerce_f32(x):
             raise TypeError(f"expected a CPU tensor, got one on {x.device}")
         if not x.is_floating_point():
             raise TypeError(f"expected a floating-point tensor, got {x.dtype}")
-        x = x.detach()
+        if str(x.layout) != "torch.strided":
+            raise TypeError(f"expected a dense (strided) tensor, got layout {x.layout}")
+        x = x.detach().resolve_neg()
         if x.dtype != __import__("torch").float32:
             x = x.float()
         return x.contiguous().numpy()
@@ -189,3 +191,48 @@ def fake_quant_backward(grad, mask):
     out = _np.empty(g.shape, _np.float32)
     _qcal._fake_quant_backward(g, m, out)
     return out
+
+
+def _lsq_arrays(scale, zero_point):
+    s = _np.ascontiguousarray(_np.asarray(scale, dtype=_np.float32).reshape(-1))
+    z = _np.asarray(zero_point)
+    if z.dtype.kind not in "iuf":
+        raise TypeError(f"zero_point must hold numbers, got dtype {z.dtype}")
+    return s, _np.ascontiguousarray(z.astype(_np.float32).reshape(-1))
+
+
+def fake_quant_learnable(x, scale, zero_point, quant_min, quant_max, axis=None,
+                         return_mask=False):
+    """LSQ forward, as torch._fake_quantize_learnable_per_tensor_affine / _per_channel_affine:
+    the float zero points are rounded half to even and clamped to [quant_min, quant_max],
+    then x is fake-quantized (float32, x's shape); with return_mask, also the uint8 mask of
+    values inside the range."""
+    x = _as_f32(x)
+    s, z = _lsq_arrays(scale, zero_point)
+    out = _np.empty(x.shape, _np.float32)
+    mask = _np.empty(x.shape, _np.uint8)
+    _qcal._fake_quant_learnable(x, s, z, int(quant_min), int(quant_max), axis, out, mask)
+    return (out, mask) if return_mask else out
+
+
+def fake_quant_learnable_backward(x, grad, scale, zero_point, quant_min, quant_max,
+                                  axis=None, grad_factor=1.0):
+    """LSQ backward of fake_quant_learnable(x, ...) for the output gradient ``grad``:
+    ``(grad_x, grad_scale, grad_zero_point)``, float32; grad_x has x's shape, grad_scale and
+    grad_zero_point one value per tensor (shape [1]) or per channel along axis. The same
+    per-element terms as PyTorch 1.13's ATen kernel (its FMAs included), summed in double
+    (PyTorch sums in float: results agree to float rounding of the sum); NaN inputs add no
+    term and get grad_x 0."""
+    x = _as_f32(x)
+    g = _as_f32(grad)
+    if g.shape != x.shape:
+        raise MismatchError(f"grad shape {g.shape} differs from x shape {x.shape}")
+    s, z = _lsq_arrays(scale, zero_point)
+    gx = _np.empty(x.shape, _np.float32)
+    gs = _np.empty(s.shape, _np.float32)
+    gz = _np.empty(s.shape, _np.float32)
+    if z.shape != s.shape:
+        raise MismatchError(f"{s.size} scales and {z.size} zero points")
+    _qcal._fake_quant_learnable_backward(x, g, s, z, int(quant_min), int(quant_max), axis,
+                                         float(grad_factor), gx, gs, gz)
+    return gx, gs, gz

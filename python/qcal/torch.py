@@ -45,6 +45,35 @@ _PER_TENSOR = (_torch.per_tensor_affine, _torch.per_tensor_symmetric)
 _SYMMETRIC = (_torch.per_tensor_symmetric, _torch.per_channel_symmetric)
 
 
+class _Buffers(dict):
+    """The observer module's buffer dict. Reading ``min_val`` / ``max_val`` by any path
+    (attribute, ``state_dict``, ``named_buffers``, ``.to()``) first copies the qcal
+    observer's running range into them if it changed since the last copy, so forward
+    does no per-call buffer work."""
+    __slots__ = ("owner",)
+
+    def __getitem__(self, key):
+        if key in _RANGE_BUFFERS:
+            self.owner._qcal_sync()
+        return dict.__getitem__(self, key)
+
+    def get(self, key, default=None):
+        if key in _RANGE_BUFFERS:
+            self.owner._qcal_sync()
+        return dict.get(self, key, default)
+
+    def items(self):
+        self.owner._qcal_sync()
+        return dict.items(self)
+
+    def values(self):
+        self.owner._qcal_sync()
+        return dict.values(self)
+
+
+_RANGE_BUFFERS = ("min_val", "max_val")
+
+
 class _QcalObserver(_Base):
     """Common part: a qcal.Observer behind PyTorch's observer interface."""
 
@@ -72,8 +101,12 @@ class _QcalObserver(_Base):
         if self.has_customized_qrange:
             cfg["quant_min"] = int(quant_min)
             cfg["quant_max"] = int(quant_max)
-        self.__dict__["_qcal_obs"] = _qcal.Observer(self._kind, **cfg)
-        self.__dict__["_qcal_dirty"] = False
+        d = self.__dict__
+        d["_qcal_obs"] = _qcal.Observer(self._kind, **cfg)
+        d["_qcal_synced"] = None
+        bufs = _Buffers(d["_buffers"])
+        bufs.owner = self
+        d["_buffers"] = bufs
         factory_kwargs = _torch.nn.factory_kwargs(factory_kwargs)
         if self._per_channel:
             self.register_buffer("min_val", _torch.tensor([], **factory_kwargs))
@@ -89,53 +122,53 @@ class _QcalObserver(_Base):
         """The underlying qcal.Observer (shared, not a copy)."""
         return self.__dict__["_qcal_obs"]
 
+    def _qcal_set(self, obs):
+        self.__dict__["_qcal_obs"] = obs
+        self.__dict__["_qcal_synced"] = None
+
     def forward(self, x_orig):
-        """Observes x (CPU float tensor) and returns it unchanged; empty tensors are skipped."""
-        if not isinstance(x_orig, _torch.Tensor):
-            self.__dict__["_qcal_obs"].update(x_orig)   # numpy input, or a clear TypeError
-            self.__dict__["_qcal_dirty"] = True
-            return x_orig
-        if x_orig.numel() == 0:
-            return x_orig
-        x = x_orig.detach()
-        if x.dtype == _torch.float32 and x.device.type == "cpu" and x.is_contiguous():
-            self.__dict__["_qcal_obs"].update(x.numpy())
-        else:
-            self.__dict__["_qcal_obs"].update(x)
-        self.__dict__["_qcal_dirty"] = True
-        return x_orig
+        """Observes x (a CPU float tensor, or a numpy array) and returns it unchanged; empty
+        inputs are skipped. A contiguous float32 tensor is read in place (no copy)."""
+        return self._qcal_obs._torch_forward(x_orig)
 
     def _qcal_sync(self):
-        """Copies the qcal observer's running range into the min_val / max_val buffers."""
+        """Copies the qcal observer's running range into the min_val / max_val buffers if
+        the observer changed since the last copy."""
         d = self.__dict__
-        d["_qcal_dirty"] = False
         obs = d["_qcal_obs"]
-        bufs = self._buffers
-        if self._per_channel and obs.batches == 0:
-            mn = _torch.tensor([])
-            mx = _torch.tensor([])
-        else:
+        synced = d["_qcal_synced"]
+        version = obs._version
+        if synced is not None and synced[0] is obs and synced[1] == version:
+            return
+        bufs = d["_buffers"]
+        mn, mx = dict.__getitem__(bufs, "min_val"), dict.__getitem__(bufs, "max_val")
+        try:
+            done = obs._data_range_into(mn, mx)    # in place: float32 CPU buffers
+        except TypeError:                          # moved to another dtype or device
+            done = False
+        if done is None and not self._per_channel:
+            mn.fill_(float("inf"))
+            mx.fill_(float("-inf"))
+        elif done is None:
+            mn.resize_(0)
+            mx.resize_(0)
+        elif not done:
             lo, hi = obs.data_range()
-            mn, mx = _torch.from_numpy(lo), _torch.from_numpy(hi)
+            lo, hi = _torch.from_numpy(lo), _torch.from_numpy(hi)
             if not self._per_channel:
-                mn, mx = mn.reshape(()), mx.reshape(())
-        for name, v in (("min_val", mn), ("max_val", mx)):
-            b = bufs[name]
-            if b.shape != v.shape:
-                b.resize_(v.shape)
-            b.copy_(v)
-
-    def __getattr__(self, name):
-        if name in ("min_val", "max_val") and self.__dict__.get("_qcal_dirty"):
-            self._qcal_sync()
-        return super().__getattr__(name)
+                lo, hi = lo.reshape(()), hi.reshape(())
+            for b, v in ((mn, lo), (mx, hi)):
+                if b.shape != v.shape:
+                    b.resize_(v.shape)
+                b.copy_(v)
+        d["_qcal_synced"] = (obs, version)
 
     @_torch.jit.unused
     def calculate_qparams(self):
         """(scale, zero_point) tensors as PyTorch's observer returns them (float32 / int64;
         shape [1] per tensor, [C] per channel)."""
         obs = self.__dict__["_qcal_obs"]
-        device = self._buffers["eps"].device
+        device = dict.__getitem__(self._buffers, "eps").device
         if obs.batches == 0:
             _warnings.warn("must run observer before calling calculate_qparams. "
                            "Returning default scale and zero point ")
@@ -153,21 +186,17 @@ class _QcalObserver(_Base):
     def reset_min_max_vals(self):
         """Forgets all data."""
         self.__dict__["_qcal_obs"].reset()
-        self.__dict__["_qcal_dirty"] = True
 
     def merge(self, other):
         """Folds another observer's data (same class and config) into this one."""
         src = other.__dict__["_qcal_obs"] if isinstance(other, _QcalObserver) else other
         self.__dict__["_qcal_obs"].merge(src)
-        self.__dict__["_qcal_dirty"] = True
 
     def extra_repr(self):
         return f"min_val={self.min_val}, max_val={self.max_val}"
 
     # -- state_dict -----------------------------------------------------------------
     def _save_to_state_dict(self, destination, prefix, keep_vars):
-        if self.__dict__.get("_qcal_dirty"):
-            self._qcal_sync()
         blob = self.__dict__["_qcal_obs"].save()
         self._buffers["qcal_state"] = _torch.frombuffer(bytearray(blob), dtype=_torch.uint8)
         super()._save_to_state_dict(destination, prefix, keep_vars)
@@ -175,21 +204,23 @@ class _QcalObserver(_Base):
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict,
                               missing_keys, unexpected_keys, error_msgs):
         # Shapes change with the data (per-channel buffers, state bytes): take them from
-        # the incoming state before the generic copy checks them.
+        # the incoming state before the generic copy checks them (and no sync from the
+        # current observer in between: the loaded values win).
+        obs = self.__dict__["_qcal_obs"]
+        self.__dict__["_qcal_synced"] = (obs, obs._version)
+        bufs = self._buffers
         for name in ("min_val", "max_val", "qcal_state"):
             key = prefix + name
-            if key in state_dict and name in self._buffers:
+            if key in state_dict and name in bufs:
                 v = state_dict[key]
-                b = self._buffers[name]
+                b = dict.__getitem__(bufs, name)
                 if b.shape != v.shape:
-                    self._buffers[name] = _torch.empty(v.shape, dtype=b.dtype,
-                                                       device=b.device)
-        self.__dict__["_qcal_dirty"] = False
+                    bufs[name] = _torch.empty(v.shape, dtype=b.dtype, device=b.device)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict,
                                       missing_keys, unexpected_keys, error_msgs)
         key = prefix + "qcal_state"
         if key in state_dict:
-            data = self._buffers["qcal_state"].cpu().numpy().tobytes()
+            data = dict.__getitem__(bufs, "qcal_state").cpu().numpy().tobytes()
             try:
                 obs = _qcal.Observer.load(data)
             except _qcal.Error as e:
@@ -199,8 +230,7 @@ class _QcalObserver(_Base):
                 error_msgs.append(f"{key}: state of a {obs.kind} observer cannot be loaded "
                                   f"into {type(self).__name__} ({self._kind})")
                 return
-            self.__dict__["_qcal_obs"] = obs
-            self.__dict__["_qcal_dirty"] = True
+            self._qcal_set(obs)
 
 
 class MinMaxObserver(_QcalObserver):
@@ -257,26 +287,34 @@ class MovingAveragePerChannelMinMaxObserver(_QcalObserver):
 
 
 class _HistogramFamily(_QcalObserver):
+    """Histogram-family common part. ``grid``: "lattice" (qcal's default: cells of width
+    2^e anchored at zero, results independent of batch order and split) or "first_batch"
+    (PyTorch's grid, fixed by the first batch's range and grown by whole bins); "-" and
+    "_" are one character. Other qcal config keys (rules-file spellings) pass through
+    ``**qcal_config``."""
+
     def __init__(self, bins, dtype, qscheme, reduce_range, quant_min, quant_max,
-                 factory_kwargs, eps, **extra):
+                 factory_kwargs, eps, grid, **extra):
         self.bins = bins
+        self.grid = grid
         super().__init__(dtype, qscheme, reduce_range, quant_min, quant_max, factory_kwargs,
-                         eps, bins=int(bins), **extra)
+                         eps, bins=int(bins), grid=str(grid), **extra)
 
 
 class HistogramObserver(_HistogramFamily):
     """HistogramObserver with qcal's order-independent histogram and L2 search: the same
-    arguments as torch's (upsample_rate is accepted and unused); results depend on the
-    data only, and equal `qcal observe --observer histogram` on the same batches."""
+    arguments as torch's (upsample_rate is accepted and unused) plus ``grid``; results
+    depend on the data only (grid="lattice"), and equal `qcal observe --observer histogram`
+    on the same batches."""
     _kind = "histogram"
 
     def __init__(self, bins=2048, upsample_rate=128, dtype=_torch.quint8,
                  qscheme=_torch.per_tensor_affine, reduce_range=False, quant_min=None,
                  quant_max=None, factory_kwargs=None, eps=_torch.finfo(_torch.float32).eps,
-                 **qcal_config):
+                 grid="lattice", **qcal_config):
         self.upsample_rate = upsample_rate
         super().__init__(bins, dtype, qscheme, reduce_range, quant_min, quant_max,
-                         factory_kwargs, eps, **qcal_config)
+                         factory_kwargs, eps, grid, **qcal_config)
 
 
 class PercentileObserver(_HistogramFamily):
@@ -286,11 +324,11 @@ class PercentileObserver(_HistogramFamily):
     def __init__(self, percentile=99.99, percentile_mode="abs", bins=2048,
                  dtype=_torch.quint8, qscheme=_torch.per_tensor_affine, reduce_range=False,
                  quant_min=None, quant_max=None, factory_kwargs=None,
-                 eps=_torch.finfo(_torch.float32).eps, **qcal_config):
+                 eps=_torch.finfo(_torch.float32).eps, grid="lattice", **qcal_config):
         self.percentile = percentile
         self.percentile_mode = percentile_mode
         super().__init__(bins, dtype, qscheme, reduce_range, quant_min, quant_max,
-                         factory_kwargs, eps, percentile=float(percentile),
+                         factory_kwargs, eps, grid, percentile=float(percentile),
                          percentile_mode=str(percentile_mode), **qcal_config)
 
 
@@ -301,10 +339,10 @@ class EntropyObserver(_HistogramFamily):
     def __init__(self, bins=2048, entropy_levels=128, dtype=_torch.quint8,
                  qscheme=_torch.per_tensor_affine, reduce_range=False, quant_min=None,
                  quant_max=None, factory_kwargs=None, eps=_torch.finfo(_torch.float32).eps,
-                 **qcal_config):
+                 grid="lattice", **qcal_config):
         self.entropy_levels = entropy_levels
         super().__init__(bins, dtype, qscheme, reduce_range, quant_min, quant_max,
-                         factory_kwargs, eps, entropy_levels=int(entropy_levels),
+                         factory_kwargs, eps, grid, entropy_levels=int(entropy_levels),
                          **qcal_config)
 
 
@@ -314,9 +352,9 @@ class MSEObserver(_HistogramFamily):
 
     def __init__(self, bins=2048, dtype=_torch.quint8, qscheme=_torch.per_tensor_affine,
                  reduce_range=False, quant_min=None, quant_max=None, factory_kwargs=None,
-                 eps=_torch.finfo(_torch.float32).eps, **qcal_config):
+                 eps=_torch.finfo(_torch.float32).eps, grid="lattice", **qcal_config):
         super().__init__(bins, dtype, qscheme, reduce_range, quant_min, quant_max,
-                         factory_kwargs, eps, **qcal_config)
+                         factory_kwargs, eps, grid, **qcal_config)
 
 
 def all_reduce_observer(observer, group=None):
@@ -333,7 +371,6 @@ def all_reduce_observer(observer, group=None):
     for s in states[1:]:
         merged.merge(_qcal.Observer.load(s))
     if isinstance(observer, _QcalObserver):
-        observer.__dict__["_qcal_obs"] = merged
-        observer.__dict__["_qcal_dirty"] = True
+        observer._qcal_set(merged)
         return observer
     return merged
