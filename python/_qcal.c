@@ -463,8 +463,11 @@ static PyObject *config_to_python(const qcal_observer_config *cfg)
         bad |= dict_set_steal(d, "axis", PyLong_FromLong(cfg->axis));
     if (ma)
         bad |= dict_set_steal(d, "averaging_constant", PyFloat_FromDouble(cfg->averaging_constant));
-    if (hist)
+    if (hist) {
         bad |= dict_set_steal(d, "bins", PyLong_FromLong(cfg->bins));
+        bad |= dict_set_steal(d, "grid", PyUnicode_FromString(
+            cfg->grid == QCAL_GRID_FIRST_BATCH ? "first_batch" : "lattice"));
+    }
     if (cfg->kind == QCAL_OBSERVER_PERCENTILE) {
         bad |= dict_set_steal(d, "percentile", PyFloat_FromDouble(cfg->percentile));
         bad |= dict_set_steal(d, "percentile_mode", PyUnicode_FromString(

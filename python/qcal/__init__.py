@@ -48,7 +48,8 @@ def _coerce_f32(x):
             x = x.float()
         return x.contiguous().numpy()
     if not isinstance(x, _np.ndarray):
-        if isinstance(x, (list, tuple, float, int)) and not isinstance(x, bool):
+        if isinstance(x, _np.generic) or (isinstance(x, (list, tuple, float, int))
+                                          and not isinstance(x, bool)):
             x = _np.asarray(x)
         else:
             raise TypeError(f"expected a float array or tensor, got {type(x).__name__}")

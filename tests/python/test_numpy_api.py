@@ -34,6 +34,9 @@ class ObserverApi(unittest.TestCase):
         self.assertEqual(o.config["dtype"], "qint8")
         self.assertEqual(o.config["qscheme"], "per_channel_symmetric")
         self.assertEqual(o.config["axis"], 1)
+        self.assertEqual(qcal.Observer("mse").config["grid"], "lattice")
+        self.assertEqual(qcal.Observer("entropy", grid="first-batch").config["grid"],
+                         "first_batch")
         self.assertEqual(o.batches, 0)
         x = rng().standard_normal((4, 3, 5)).astype(np.float32)
         x[0, 0, 0] = np.nan
@@ -224,6 +227,251 @@ class BadInput(unittest.TestCase):
         self.assertTrue(issubclass(qcal.InvalidArgumentError, qcal.Error))
         self.assertTrue(issubclass(qcal.InvalidArgumentError, ValueError))
         self.assertTrue(issubclass(qcal.FileError, OSError))
+
+
+class BadInputEverywhere(unittest.TestCase):
+    """The issue's bad-input list against every entry point that takes data."""
+
+    BAD_TYPES = (None, "abc", b"abc", bytearray(b"abcd"), np.arange(10),
+                 np.array([True, False]), np.array(["a", "b"]), np.array([1.0], object),
+                 np.array([1 + 2j]), np.zeros(2, np.uint8), object(), {"a": 1})
+
+    def entry_points(self):
+        x = np.linspace(-1, 1, 12, dtype=np.float32)
+        s = qcal.Session(observer="minmax")
+        return [
+            ("Observer.update", lambda v: qcal.Observer("histogram").update(v)),
+            ("sqnr(x)", lambda v: qcal.sqnr(v, x)),
+            ("sqnr(y)", lambda v: qcal.sqnr(x, v)),
+            ("quantize", lambda v: qcal.quantize(v, 0.1, 0, "qint8")),
+            ("fake_quant", lambda v: qcal.fake_quant(v, 0.1, 0, 0, 255)),
+            ("fake_quant_backward", lambda v: qcal.fake_quant_backward(v, np.ones(12, np.uint8))),
+            ("fake_quant_learnable", lambda v: qcal.fake_quant_learnable(v, 0.1, 0.0, 0, 255)),
+            ("fake_quant_learnable_backward(x)",
+             lambda v: qcal.fake_quant_learnable_backward(v, x, 0.1, 0.0, 0, 255)),
+            ("fake_quant_learnable_backward(grad)",
+             lambda v: qcal.fake_quant_learnable_backward(x, v, 0.1, 0.0, 0, 255)),
+            ("Session.observe", lambda v: s.observe("t", v)),
+        ]
+
+    def test_wrong_types_everywhere(self):
+        for name, f in self.entry_points():
+            for bad in self.BAD_TYPES:
+                with self.subTest(entry=name, bad=repr(bad)[:30]):
+                    with self.assertRaises(TypeError):
+                        f(bad)
+
+    def test_empty_everywhere(self):
+        for name, f in self.entry_points():
+            if name in ("sqnr(x)", "sqnr(y)", "fake_quant_backward", "quantize",
+                        "fake_quant_learnable_backward(x)",
+                        "fake_quant_learnable_backward(grad)"):
+                continue          # shape mismatch with the 12-element partner; below
+            with self.subTest(entry=name):
+                with self.assertRaises(qcal.EmptyError) as cm:
+                    f(np.zeros((3, 0), np.float32))
+                self.assertIn("empty", str(cm.exception))
+        with self.assertRaises(qcal.EmptyError):
+            qcal.sqnr(np.zeros(0, np.float32), np.zeros(0, np.float32))
+        with self.assertRaises(qcal.MismatchError):
+            qcal.sqnr(np.zeros(0, np.float32), np.zeros(3, np.float32))
+        e = np.zeros((3, 0), np.float32)
+        with self.assertRaises(qcal.EmptyError):
+            qcal.fake_quant_learnable_backward(e, e, 0.1, 0.0, 0, 255)
+        with self.assertRaises(qcal.MismatchError):
+            qcal.fake_quant_learnable_backward(e, np.zeros(3, np.float32), 0.1, 0.0, 0, 255)
+        # quantize / dequantize map an empty array to an empty one (as torch's
+        # quantize_per_tensor; documented)
+        q = qcal.quantize(np.zeros((3, 0), np.float32), 0.1, 0, "qint8")
+        self.assertEqual((q.shape, q.dtype), ((3, 0), np.int8))
+        self.assertEqual(qcal.dequantize(q, 0.1, 0).shape, (3, 0))
+
+    def test_layouts_and_read_only_give_the_contiguous_result(self):
+        base = rng(20).standard_normal((6, 8)).astype(np.float32)
+        variants = {
+            "fortran": np.asfortranarray(base),
+            "strided": np.repeat(base, 2, axis=1)[:, ::2],
+            "float64": base.astype(np.float64),
+            "float16-exact": base.astype(np.float16).astype(np.float32),
+        }
+        ro = base.copy()
+        ro.setflags(write=False)
+        variants["read-only"] = ro
+        for name, v in variants.items():
+            want = np.ascontiguousarray(v, dtype=np.float32)
+            with self.subTest(layout=name):
+                self.assertFalse(name == "strided" and v.flags.c_contiguous)
+                a, b = qcal.Observer("per_channel_minmax", axis=1), \
+                    qcal.Observer("per_channel_minmax", axis=1)
+                a.update(v)
+                b.update(want)
+                for u, w in zip(a.range(), b.range()):
+                    np.testing.assert_array_equal(u, w)
+                np.testing.assert_array_equal(qcal.quantize(v, 0.05, 3, "qint8"),
+                                              qcal.quantize(want, 0.05, 3, "qint8"))
+                np.testing.assert_array_equal(qcal.fake_quant(v, 0.05, 3, 0, 255),
+                                              qcal.fake_quant(want, 0.05, 3, 0, 255))
+                self.assertEqual(qcal.sqnr(v, want), float("inf"))
+
+    def test_zero_d(self):
+        for name, f in self.entry_points():
+            if name in ("sqnr(x)", "sqnr(y)", "fake_quant_backward",
+                        "fake_quant_learnable_backward(x)",
+                        "fake_quant_learnable_backward(grad)"):
+                continue
+            with self.subTest(entry=name):
+                f(np.array(0.5, np.float32))        # a 0-d array: one value
+                f(np.float32(0.5))                  # a numpy scalar too
+        y = qcal.fake_quant(np.array(0.26, np.float32), 0.1, 0, 0, 255)
+        self.assertEqual(y.shape, ())
+        self.assertEqual(float(y), float(np.float32(0.3)))
+
+    def test_all_nan(self):
+        nan = np.full(16, np.nan, np.float32)
+        for kind in qcal.KINDS:
+            with self.subTest(kind=kind):
+                o = qcal.Observer(kind, **({"axis": 0} if "per_channel" in kind else {}))
+                o.update(nan)
+                self.assertEqual(o.nonfinite, 16)
+                s, z = o.qparams()
+                self.assertTrue(np.all(np.isfinite(s)) and np.all(s > 0))
+                with self.assertRaises(qcal.NonFiniteError):
+                    qcal.Observer(kind, nonfinite="error",
+                                  **({"axis": 0} if "per_channel" in kind else {})).update(nan)
+        np.testing.assert_array_equal(qcal.quantize(nan, 0.1, 5, "quint8"), 5)
+        np.testing.assert_array_equal(qcal.fake_quant(nan, 0.1, 5, 0, 255), 0.0)
+        with self.assertRaises(qcal.EmptyError) as cm:     # no finite pair to compare
+            qcal.sqnr(nan, nan)
+        self.assertIn("finite", str(cm.exception))
+
+    def test_invalid_configs(self):
+        cases = [("nope", {}), ("histogram", {"bins": 0}), ("histogram", {"bins": -5}),
+                 ("minmax", {"quant_min": 10, "quant_max": 5}),
+                 ("minmax", {"qscheme": "per_channel_affine"}),
+                 ("per_channel_minmax", {"qscheme": "per_tensor_affine"}),
+                 ("histogram", {"grid": "hexagonal"}), ("percentile", {"percentile": -1}),
+                 ("entropy", {"entropy_levels": 0}), ("minmax", {"nonfinite": "maybe"}),
+                 ("moving_average_minmax", {"averaging_constant": 2.0})]
+        for kind, cfg in cases:
+            with self.subTest(kind=kind, cfg=cfg):
+                with self.assertRaises(qcal.Error) as cm:
+                    qcal.Observer(kind, **cfg)
+                self.assertTrue(str(cm.exception))          # the library's message
+        for cfg in ({"bins": "many"}, {"axis": 1.5}):
+            with self.subTest(cfg=cfg):
+                with self.assertRaises((qcal.Error, TypeError)):
+                    qcal.Observer("per_channel_minmax" if "axis" in cfg else "histogram", **cfg)
+        for axis in (2, -3):     # valid config, out of range for a 2-d batch
+            with self.subTest(axis=axis):
+                o = qcal.Observer("per_channel_minmax", axis=axis)
+                with self.assertRaises(qcal.Error):
+                    o.update(np.zeros((2, 2), np.float32))
+                self.assertEqual(o.batches, 0)
+        with self.assertRaises(qcal.InvalidArgumentError):      # beyond any rank
+            qcal.Observer("per_channel_minmax", axis=100)
+        with self.assertRaises(qcal.Error):
+            qcal.quantize(np.zeros((2, 2), np.float32), [0.1, 0.1], [0, 0], "qint8", axis=2)
+
+    def test_zero_and_nan_scales(self):
+        x = np.ones(4, np.float32)
+        for s in (0.0, -0.0, float("nan"), float("inf"), -2.0):
+            with self.subTest(scale=s):
+                for f in (lambda: qcal.quantize(x, s, 0, "quint8"),
+                          lambda: qcal.dequantize(np.ones(4, np.uint8), s, 0),
+                          lambda: qcal.fake_quant(x, s, 0, 0, 255),
+                          lambda: qcal.fake_quant_learnable(x, s, 0.0, 0, 255),
+                          lambda: qcal.fake_quant_learnable_backward(x, x, s, 0.0, 0, 255),
+                          lambda: qcal.quantize(np.ones((2, 2), np.float32), [0.1, s], [0, 0],
+                                                "qint8", axis=0)):
+                    with self.assertRaises(qcal.InvalidArgumentError):
+                        f()
+        for z in (float("nan"), float("inf")):
+            with self.assertRaises(qcal.InvalidArgumentError):
+                qcal.fake_quant_learnable(x, 0.1, z, 0, 255)
+        with self.assertRaises(TypeError):
+            qcal.quantize(x, 0.1, 0.5, "quint8")            # non-integer zero point
+        with self.assertRaises(TypeError):
+            qcal.fake_quant_learnable(x, 0.1, "zero", 0, 255)
+
+    def test_junk_state_bytes(self):
+        good = qcal.Observer("histogram")
+        good.update(rng(21).standard_normal(100).astype(np.float32))
+        blob = good.save()
+        flipped = bytearray(blob)
+        flipped[len(flipped) // 2] ^= 0xFF
+        junk = [b"", b"\x00", b"QCOB", b"junk" * 100, bytes(range(256)), blob[:-1],
+                blob[: len(blob) // 2], blob + b"\x00", bytes(flipped)]
+        for j in junk:
+            with self.subTest(junk=j[:12]):
+                try:
+                    o = qcal.Observer.load(j)
+                except qcal.Error as e:
+                    self.assertTrue(str(e))
+                else:   # a flipped count byte may still be a valid state: it must be usable
+                    o.qparams()
+                    self.assertIs(j, junk[-1])
+        for bad in (None, 3, "QCOB", [1, 2]):
+            with self.assertRaises(TypeError):
+                qcal.Observer.load(bad)
+        self.assertEqual(qcal.Observer.load(memoryview(blob)).save(), blob)
+
+
+class Learnable(unittest.TestCase):
+    """LSQ without torch: forward = fixed fake-quant with the rounded zero point; gradient
+    sums checked against float64 sums of the per-element terms (the torch comparison is in
+    test_torch_observers.py)."""
+
+    def test_forward_and_terms(self):
+        r = rng(30)
+        x = (r.standard_normal(5000) * 3).astype(np.float32)
+        dy = r.standard_normal(5000).astype(np.float32)
+        s, z, lo, hi = np.float32(0.05), np.float32(10.3), 0, 255
+        y, m = qcal.fake_quant_learnable(x, s, z, lo, hi, return_mask=True)
+        y2, m2 = qcal.fake_quant(x, s, 10, lo, hi, return_mask=True)
+        np.testing.assert_array_equal(y, y2)
+        np.testing.assert_array_equal(m, m2)
+        gx, gs, gz = qcal.fake_quant_learnable_backward(x, dy, s, z, lo, hi, grad_factor=0.5)
+        np.testing.assert_array_equal(gx, np.where(m == 1, dy, np.float32(0)))
+        self.assertEqual((gs.shape, gz.shape, gs.dtype), ((1,), (1,), np.float32))
+        zr = np.float32(10.0)
+        inv = np.float32(1) / s
+        q = np.rint(x.astype(np.float64) * np.float64(inv) + np.float64(zr))
+        below, above = q < lo, q > hi
+        ds = np.where(below, dy * (lo - zr), np.where(above, dy * (hi - zr),
+                                                      dy * (y - x) * inv)) * 0.5
+        dz = np.where(below | above, -dy * s, 0) * 0.5
+        np.testing.assert_allclose(gs[0], ds.astype(np.float64).sum(),
+                                   rtol=1e-5, atol=1e-6 * np.abs(ds).sum())
+        np.testing.assert_allclose(gz[0], dz.astype(np.float64).sum(),
+                                   rtol=1e-5, atol=1e-6 * np.abs(dz).sum())
+        self.assertNotEqual(gz[0], 0.0)
+
+    def test_per_channel_and_nan(self):
+        r = rng(31)
+        x = r.standard_normal((3, 4, 5)).astype(np.float32)
+        x[0, 1, 2] = np.nan
+        dy = r.standard_normal((3, 4, 5)).astype(np.float32)
+        s = np.array([0.01, 0.02, 0.03, 0.04], np.float32)
+        z = np.array([0.4, 100.5, 3.0, 250.2], np.float32)
+        y = qcal.fake_quant_learnable(x, s, z, 0, 255, axis=1)
+        self.assertEqual(y[0, 1, 2], 0.0)                # NaN -> 0.0 (qcal's NaN policy)
+        gx, gs, gz = qcal.fake_quant_learnable_backward(x, dy, s, z, 0, 255, axis=1)
+        self.assertEqual(gx[0, 1, 2], 0.0)
+        self.assertEqual(gs.shape, (4,))
+        # channel c alone, per tensor, gives channel c's sums (NaN: no term)
+        for c in range(4):
+            xc, dc = x[:, c, :].copy(), dy[:, c, :].copy()
+            _, gsc, gzc = qcal.fake_quant_learnable_backward(xc, dc, s[c], z[c], 0, 255)
+            self.assertAlmostEqual(float(gs[c]), float(gsc[0]), places=5)
+            self.assertAlmostEqual(float(gz[c]), float(gzc[0]), places=5)
+        with self.assertRaises(qcal.MismatchError):
+            qcal.fake_quant_learnable_backward(x, dy[:2], s, z, 0, 255, axis=1)
+        with self.assertRaises(qcal.Error):
+            qcal.fake_quant_learnable(x, s[:3], z[:3], 0, 255, axis=1)
+        with self.assertRaises(qcal.Error):
+            qcal.fake_quant_learnable(x, s, z, 0, 255, axis=5)
+        with self.assertRaises(qcal.Error):
+            qcal.fake_quant_learnable(x, 0.1, 0.0, 10, 5)
 
 
 class Metrics(unittest.TestCase):

@@ -182,6 +182,196 @@ class HistogramFamily(unittest.TestCase):
                                     parts[0].calculate_qparams()[0]))
 
 
+class TensorInputs(unittest.TestCase):
+    """Tensors read in place (data_ptr) or converted give the numbers of the contiguous
+    float32 numpy copy; bad tensors raise TypeError / qcal.Error, never a crash."""
+
+    def test_layouts_views_and_grad(self):
+        g = torch.Generator().manual_seed(11)
+        base = torch.randn(4, 6, 5, 3, generator=g)
+        variants = {
+            "contiguous": base,
+            "offset slice": base[1:3],
+            "transposed": base.transpose(1, 2),
+            "channels_last": base.contiguous(memory_format=torch.channels_last),
+            "negated view": torch._neg_view(base),
+            "requires_grad": base.clone().requires_grad_(),
+            "parameter": torch.nn.Parameter(base.clone()),
+            "float64": base.double(),
+            "bfloat16": base.bfloat16(),
+            "0-d": base[0, 0, 0, 0],
+            "expanded": base[:1].expand(3, 6, 5, 3),
+        }
+        for name, t in variants.items():
+            with self.subTest(variant=name):
+                want = np.ascontiguousarray(t.detach().resolve_neg().float().numpy())
+                for kind, cfg in (("minmax", {}), ("histogram", {}),
+                                  ("per_channel_minmax", {"axis": 0})):
+                    if t.dim() == 0 and kind == "per_channel_minmax":
+                        continue
+                    a, b = qcal.Observer(kind, **cfg), qcal.Observer(kind, **cfg)
+                    a.update(t)
+                    b.update(want)
+                    self.assertEqual(a.save(), b.save(), kind)
+                self.assertEqual(qcal.sqnr(t.detach(), want), float("inf"))
+        o = qt.HistogramObserver()
+        x = base.clone().requires_grad_()
+        self.assertIs(o(x), x)               # returned as is, graph untouched
+        self.assertTrue(x.requires_grad)
+
+    def test_bad_tensors(self):
+        bad = [torch.arange(10), torch.tensor([True]), torch.zeros(3, dtype=torch.cfloat),
+               torch.quantize_per_tensor(torch.rand(4), 0.1, 0, torch.quint8),
+               torch.rand(4).to_sparse(), torch.empty(3, device="meta")]
+        for t in bad:
+            for f in (qcal.Observer("minmax").update, qt.HistogramObserver(),
+                      qt.MinMaxObserver(), lambda v: qcal.fake_quant(v, 0.1, 0, 0, 255)):
+                with self.subTest(tensor=str(t.dtype) + "/" + str(t.layout) + "/" +
+                                  str(t.device), f=repr(f)[:40]):
+                    with self.assertRaises(TypeError):
+                        f(t)
+        o = qt.HistogramObserver()
+        for v in (None, "x", b"x", [1.0, "a"]):
+            with self.assertRaises((TypeError, ValueError)):
+                o(v)
+        self.assertEqual(o.qcal_observer.batches, 0)
+        self.assertEqual(o(torch.empty(0, 3)).shape, (0, 3))   # empty: skipped (PyTorch)
+        nan = torch.full((8,), float("nan"))
+        o(nan)                                                 # all NaN: skipped, counted
+        self.assertEqual(o.qcal_observer.nonfinite, 8)
+        s, z = o.calculate_qparams()
+        self.assertEqual((s.item(), z.item()), (1.0, 0))
+        strict = qt.HistogramObserver(nonfinite="error")
+        with self.assertRaises(qcal.NonFiniteError):
+            strict(nan)
+
+    def test_junk_state_in_state_dict(self):
+        a = qt.HistogramObserver()
+        a(torch.randn(100))
+        sd = a.state_dict()
+        for junk in (torch.zeros(0, dtype=torch.uint8), torch.arange(50, dtype=torch.uint8),
+                     sd["qcal_state"][:-5]):
+            with self.subTest(n=junk.numel()):
+                b = qt.HistogramObserver()
+                bad = dict(sd)
+                bad["qcal_state"] = junk
+                with self.assertRaises(RuntimeError) as cm:
+                    b.load_state_dict(bad)
+                self.assertIn("qcal_state", str(cm.exception))
+                self.assertEqual(b.qcal_observer.batches, 0)   # unchanged
+
+    def test_buffers_follow_the_observer(self):
+        g = torch.Generator().manual_seed(12)
+        for Q, kw in ((qt.MinMaxObserver, {}), (qt.HistogramObserver, {}),
+                      (qt.PerChannelMinMaxObserver, dict(ch_axis=1))):
+            with self.subTest(cls=Q.__name__):
+                o = Q(**kw)
+                x = torch.randn(4, 3, 5, generator=g)
+                o(x)
+                dims = (0, 2) if Q is qt.PerChannelMinMaxObserver else None
+                lo = x.amin(dim=dims) if dims else x.min()
+                hi = x.amax(dim=dims) if dims else x.max()
+                self.assertTrue(torch.equal(dict(o.named_buffers())["min_val"], lo))
+                self.assertTrue(torch.equal(o.state_dict()["max_val"], hi))
+                o(x * 3)
+                self.assertTrue(torch.equal(o.max_val, hi * 3))   # resynced
+                o.to(torch.float64)                               # buffers change dtype
+                o(x * 4)
+                self.assertEqual(o.max_val.dtype, torch.float64)
+                self.assertTrue(torch.equal(o.max_val, (hi * 4).double()))
+                o.reset_min_max_vals()
+                self.assertTrue(torch.all(torch.isinf(o.min_val)) or o.min_val.numel() == 0)
+
+    def test_grid(self):
+        xs = batches(4)
+        for Q in (qt.HistogramObserver, qt.PercentileObserver, qt.EntropyObserver,
+                  qt.MSEObserver):
+            for grid in ("lattice", "first_batch", "first-batch"):
+                with self.subTest(cls=Q.__name__, grid=grid):
+                    o = Q(grid=grid)
+                    self.assertEqual(o.grid, grid)
+                    self.assertEqual(o.qcal_observer.config["grid"], grid.replace("-", "_"))
+                    ref = qcal.Observer(o._kind, grid=grid)
+                    for x in xs:
+                        o(x)
+                        ref.update(x.numpy())
+                    s, z = o.calculate_qparams()
+                    self.assertEqual(s.numpy().tobytes(), ref.qparams()[0].tobytes())
+                    self.assertEqual(z.item(), int(ref.qparams()[1][0]))
+            with self.assertRaises(qcal.Error):
+                Q(grid="hexagonal")
+        f = qt.HistogramObserver.with_args(grid="first_batch", bins=256)
+        self.assertEqual(f().grid, "first_batch")
+        # the two grids differ on data whose range grows (the point of the lattice)
+        a, b = qt.HistogramObserver(grid="lattice"), qt.HistogramObserver(grid="first_batch")
+        for x in xs:
+            a(x)
+            b(x)
+        self.assertNotEqual(a.qcal_observer.save(), b.qcal_observer.save())
+
+
+class LearnableVsTorch(unittest.TestCase):
+    """qcal.fake_quant_learnable(_backward) against torch._fake_quantize_learnable_per_*:
+    y and grad_x bit-identical; grad_scale / grad_zero_point within 2e-6 of the sum of the
+    |terms| (PyTorch sums in float, qcal in double over fixed blocks). NaN-free data (the
+    NaN policies differ by design, see docs/fakequant.md); zero points >= 0 (PyTorch 1.13's
+    per-tensor backward rounds negative ones differently from its forward)."""
+
+    def check(self, name, got, want, terms):
+        tol = 2e-6 * float(terms) + 1e-12
+        self.assertLessEqual(abs(float(got) - float(want)), tol,
+                             f"{name}: qcal {got} torch {want} (tolerance {tol})")
+
+    def test_per_tensor(self):
+        g = torch.Generator().manual_seed(13)
+        x = torch.randn(5000, generator=g) * 3
+        dy = torch.randn(5000, generator=g)
+        for s, z, lo, hi, gf in [(0.05, 10.3, 0, 255, 1.0), (0.02, 127.6, 0, 255, 0.25),
+                                 (0.1, 0.0, -128, 127, 1.0), (0.03, 3.0, 0, 15, 0.5),
+                                 (0.004, 2.2, 0, 255, 1 / (5000 * 255) ** 0.5)]:
+            with self.subTest(scale=s, zero_point=z, qrange=(lo, hi)):
+                xs = x.clone().requires_grad_()
+                st = torch.tensor([s], requires_grad=True)
+                zt = torch.tensor([z], requires_grad=True)
+                y = torch._fake_quantize_learnable_per_tensor_affine(xs, st, zt, lo, hi, gf)
+                y.backward(dy)
+                yq = qcal.fake_quant_learnable(x, s, z, lo, hi)
+                gx, gs, gz = qcal.fake_quant_learnable_backward(x, dy, s, z, lo, hi,
+                                                                grad_factor=gf)
+                self.assertEqual(yq.tobytes(), y.detach().numpy().tobytes())
+                self.assertEqual(gx.tobytes(), xs.grad.numpy().tobytes())
+                terms = (dy.abs() * (x.abs() + 300 * s)).sum() * gf / s
+                self.check("grad_scale", gs[0], st.grad[0], terms)
+                self.check("grad_zero_point", gz[0], zt.grad[0], dy.abs().sum() * s * gf)
+
+    def test_per_channel(self):
+        g = torch.Generator().manual_seed(14)
+        for axis, shape in ((1, (4, 6, 5)), (0, (8, 3, 3, 3)), (-1, (10, 7))):
+            with self.subTest(axis=axis, shape=shape):
+                x = torch.randn(*shape, generator=g) * 2
+                dy = torch.randn(*shape, generator=g)
+                ch = shape[axis]
+                sc = torch.rand(ch, generator=g) * 0.05 + 0.01
+                zc = torch.rand(ch, generator=g) * 200
+                xs, st, zt = (x.clone().requires_grad_(), sc.clone().requires_grad_(),
+                              zc.clone().requires_grad_())
+                y = torch._fake_quantize_learnable_per_channel_affine(
+                    xs, st, zt, axis % x.dim(), 0, 255, 0.5)
+                y.backward(dy)
+                yq = qcal.fake_quant_learnable(x, sc, zc, 0, 255, axis=axis)
+                gx, gs, gz = qcal.fake_quant_learnable_backward(x, dy, sc, zc, 0, 255,
+                                                                axis=axis, grad_factor=0.5)
+                self.assertEqual(yq.tobytes(), y.detach().numpy().tobytes())
+                self.assertEqual(gx.tobytes(), xs.grad.numpy().tobytes())
+                self.assertEqual(gs.shape, (ch,))
+                for c in range(ch):
+                    terms = float(dy.abs().sum()) * (float(x.abs().max()) / float(sc[c]) + 300)
+                    self.check(f"grad_scale[{c}]", gs[c], st.grad[c], terms)
+                    self.check(f"grad_zero_point[{c}]", gz[c], zt.grad[c],
+                               float(dy.abs().sum()) * float(sc[c]))
+                self.assertTrue(torch.any(zt.grad != 0))   # some values were clamped
+
+
 class FxPtq(unittest.TestCase):
     """prepare_fx / convert_fx with qcal.torch's min/max observers give the same converted
     model as with PyTorch's own."""
