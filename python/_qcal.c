@@ -1791,6 +1791,29 @@ static PyObject *py_set_coercer(PyObject *mod, PyObject *fn)
     Py_RETURN_NONE;
 }
 
+static PyObject *py_set_num_threads(PyObject *mod, PyObject *arg)
+{
+    (void)mod;
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < INT32_MIN || n > INT32_MAX) {
+        PyErr_Format(ErrInvalid, "thread count %ld is out of range", n);
+        return NULL;
+    }
+    qcal_status st = qcal_set_num_threads((int)n);
+    if (st < 0)
+        return raise_status(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_get_num_threads(PyObject *mod, PyObject *noargs)
+{
+    (void)mod;
+    (void)noargs;
+    return PyLong_FromLong(qcal_get_num_threads());
+}
+
 static PyObject *py_version(PyObject *mod, PyObject *noargs)
 {
     (void)mod;
@@ -1814,6 +1837,11 @@ static PyMethodDef module_methods[] = {
      "internal: see qcal.fake_quant_learnable_backward."},
     {"_dump_scan", py_dump_scan, METH_O, "internal: the tensors of a dump directory."},
     {"_set_coercer", py_set_coercer, METH_O, "internal: the float32 input converter."},
+    {"set_num_threads", py_set_num_threads, METH_O,
+     "set_num_threads(n): cap libqcal's kernels at n OpenMP threads (0: the default, "
+     "OMP_NUM_THREADS or the core count); results do not depend on it."},
+    {"get_num_threads", py_get_num_threads, METH_NOARGS,
+     "get_num_threads() -> int: the thread count libqcal's kernels use."},
     {"version", py_version, METH_NOARGS, "version() -> str: libqcal's version."},
     {NULL, NULL, 0, NULL},
 };

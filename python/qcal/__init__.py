@@ -16,7 +16,8 @@ from . import _qcal
 from ._qcal import (  # noqa: F401  (re-exported)
     Error, InvalidArgumentError, FormatError, UnsupportedError, NonFiniteError,
     MismatchError, EmptyError, FileError, OutOfMemoryError, SizeOverflowError, StateError,
-    BackendError, NotFoundError, Observer, sqnr, l2, cosine,
+    BackendError, NotFoundError, Observer, sqnr, l2, cosine, set_num_threads,
+    get_num_threads,
 )
 
 __version__ = _qcal.version()
