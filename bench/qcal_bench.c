@@ -456,7 +456,7 @@ static void op_cnn_calib(void *p)
     qcal_calib_session_options_default(&opt);
     opt.rules = b->rules;
     CHECK(qcal_calib_session_create(&opt, &b->session));
-    cnn_hooks hooks = {cnn_act_hook, NULL, cnn_weight_hook, NULL, b};
+    cnn_hooks hooks = {cnn_act_hook, NULL, cnn_weight_hook, NULL, b, NULL};
     const float *logits = NULL;
     for (int i = 0; i < b->cnn_batches; i++) {
         b->cnn_step = i;

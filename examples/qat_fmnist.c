@@ -6,6 +6,10 @@
  *   qat_fmnist [--weights FILE] [--epochs N] [--batch N] [--lr X] [--seed N]
  *              [--calib-batches N] [--qat-steps N] [--qat-lr X] [--qat-freeze N]
  *              [--act-range reduced|full] [--train-images N] [--data DIR]
+ *
+ * Under mpirun (mpirun -np N qat_fmnist ...) QAT is data-parallel: every rank trains on a
+ * slice of each batch, gradients and activation ranges are reduced every step, so every
+ * rank holds the same model and qparams (checked and printed); rank 0 prints the results.
  */
 #define _POSIX_C_SOURCE 200809L   /* POSIX calls (mkdir, fileno, clock_gettime) under -std=c11 */
 #include <errno.h>
@@ -14,6 +18,9 @@
 #include <string.h>
 
 #include "qat.h"
+#if QAT_WITH_MPI   /* set by examples/meson.build when built with MPI */
+#include "qat_dp_mpi.h"
+#endif
 
 static void usage(FILE *f)
 {
@@ -48,10 +55,43 @@ static int parse_num(const char *opt, const char *s, double lo, double hi, doubl
     return 0;
 }
 
+static int run(int argc, char **argv, const cnn_dp *dp);
+
 int main(int argc, char **argv)
+{
+#if QAT_WITH_MPI
+    if (qat_dp_launched()) {
+        cnn_dp dp;
+        if (qat_dp_init(&argc, &argv, &dp) != QCAL_OK) {
+            fprintf(stderr, "qat_fmnist: MPI_Init failed\n");
+            return 1;
+        }
+        int rc = run(argc, argv, &dp);
+        qat_dp_finalize();
+        return rc;
+    }
+#endif
+    return run(argc, argv, NULL);
+}
+
+/* True when every rank of a data-parallel run holds x (always true alone). */
+static bool same_on_ranks(const cnn_dp *dp, uint64_t x)
+{
+#if QAT_WITH_MPI
+    if (dp)
+        return qat_dp_same(x);
+#endif
+    (void)dp;
+    (void)x;
+    return true;
+}
+
+static int run(int argc, char **argv, const cnn_dp *dp)
 {
     cnn_qat_opts o = cnn_qat_opts_default();
     const char *dir = cnn_data_dir();
+    int rank = dp ? dp->rank : 0, size = dp ? dp->size : 1;
+    o.qat.dp = dp;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -116,14 +156,20 @@ int main(int argc, char **argv)
     if (st == QCAL_OK)
         st = cnn_ctx_create(maxb < 500 ? 500 : maxb, &ctx);
     if (st == QCAL_OK)
-        st = cnn_qat_run(ctx, &train, &test, &o, cnn_progress_stderr, NULL, &r);
+        st = cnn_qat_run(ctx, &train, &test, &o, rank == 0 ? cnn_progress_stderr : NULL, NULL, &r);
     if (st != QCAL_OK) {
-        fprintf(stderr, "qat_fmnist: %s: %s\n", qcal_status_str(st), qcal_last_error());
+        if (size > 1)
+            fprintf(stderr, "qat_fmnist: rank %d: %s: %s\n", rank, qcal_status_str(st), qcal_last_error());
+        else
+            fprintf(stderr, "qat_fmnist: %s: %s\n", qcal_status_str(st), qcal_last_error());
         cnn_ctx_destroy(&ctx);
         cnn_data_free(&train);
         cnn_data_free(&test);
         return 1;
     }
+    bool same = same_on_ranks(dp, r.qat_digest);
+    if (rank != 0)
+        goto out;
     if (r.float_trained)
         printf("float training: %.1f s (%d epochs, batch %d)\n", r.float_train_s, o.float_opts.epochs,
                o.float_opts.batch);
@@ -135,8 +181,14 @@ int main(int argc, char **argv)
            r.ptq_acc, r.ptq_agree, o.calib_batches);
     printf("QAT accuracy:            %6.2f%%  (agreement with float %.2f%%, %d steps in %.1f s)\n", r.qat_acc,
            r.qat_agree, o.qat.steps, r.qat_train_s);
+    if (r.qat_int8_acc >= 0)
+        printf("QAT int8 accuracy:       %6.2f%%  (converted to an int8 oneDNN net)\n", r.qat_int8_acc);
+    if (dp)
+        printf("data-parallel QAT: %d ranks, model and qparams %s on every rank (digest %016llx)\n", size,
+               same ? "identical" : "DIFFERENT", (unsigned long long)r.qat_digest);
+out:
     cnn_ctx_destroy(&ctx);
     cnn_data_free(&train);
     cnn_data_free(&test);
-    return 0;
+    return same ? 0 : 1;
 }

@@ -867,6 +867,8 @@ qcal_status cnn_train_step(cnn_ctx *c, cnn_model *m, const uint8_t *images, cons
     qcal_status st = cnn_compute_grad(c, m, images, labels, n, hooks, &l);
     if (st != QCAL_OK)
         return st;
+    if (hooks && hooks->grads && (st = hooks->grads(hooks->user, c->grad, &l)) != QCAL_OK)
+        return st;
     if (!isfinite(l))
         return qcal_set_error(QCAL_ERR_NONFINITE, "cnn_train_step: loss is %g (diverged); parameters not updated",
                               (double)l);

@@ -126,6 +126,10 @@ typedef struct cnn_hooks {
      * set used. NULL = identity. */
     qcal_status (*weight_backward)(void *user, cnn_layer layer, float *grad, int64_t numel);
     void *user;
+    /* cnn_train_step only: every parameter's gradient (grad[i]: cnn_param_numel(i) floats,
+     * in place) and the batch loss, after backward and before the optimiser step; e.g.
+     * data-parallel training replaces them by the whole batch's. NULL = unchanged. */
+    qcal_status (*grads)(void *user, float *const *grad, float *loss);
 } cnn_hooks;
 
 /* ---- Forward, backward, training ---------------------------------------------------- */

@@ -15,13 +15,45 @@
 static qcal_status fq_act(void *user, cnn_act *a)
 {
     cnn_fq_set *s = user;
-    if (!s->act[a->tap])
+    qcal_fakequant_module *fq = s->act[a->tap];
+    if (!fq)
         return QCAL_OK;
     qcal_tensor t;
     qcal_status st = qcal_tensor_init(&t, a->data, a->ndim, a->shape);
     if (st != QCAL_OK)
         return st;
-    return qcal_fakequant_module_forward(s->act[a->tap], &t, a->data);
+    bool observing = false, frozen = true;
+    if (s->dp && a->training &&
+        (st = qcal_fakequant_module_status(fq, &observing, NULL, &frozen, NULL)) != QCAL_OK)
+        return st;
+    if (!s->dp || !a->training || !observing || frozen)
+        return qcal_fakequant_module_forward(fq, &t, a->data);
+    /* Data-parallel: the observer steps on the whole batch (every rank's slice). The
+     * activation observers are min/max kinds, which see a batch only through its min and
+     * max, so the two-value batch [lo, hi] of the whole batch's range gives exactly the step
+     * the whole batch gives, on every rank; the slice is then fake-quantized with the
+     * resulting qparams, observer off. */
+    float r[2], scratch[2];
+    if ((st = s->dp->range(s->dp->user, &t, &r[0], &r[1])) != QCAL_OK)
+        return st;
+    qcal_tensor rt;
+    int64_t two = 2;
+    if ((st = qcal_tensor_init(&rt, r, 1, &two)) != QCAL_OK ||
+        (st = qcal_fakequant_module_forward(fq, &rt, scratch)) != QCAL_OK ||
+        (st = qcal_fakequant_module_enable_observer(fq, false)) != QCAL_OK)
+        return st;
+    st = qcal_fakequant_module_forward(fq, &t, a->data);
+    qcal_status st2 = qcal_fakequant_module_enable_observer(fq, true);
+    return st != QCAL_OK ? st : st2;
+}
+
+/* Data-parallel: the slice's gradients and loss become the whole batch's. */
+static qcal_status fq_grads(void *user, float *const *grad, float *loss)
+{
+    cnn_fq_set *s = user;
+    if (!s->dp)
+        return QCAL_OK;
+    return s->dp->grads(s->dp->user, grad, loss, s->dp_n, s->dp_total);
 }
 
 static qcal_status fq_act_backward(void *user, cnn_tap tap, float *grad, int64_t numel)
@@ -88,6 +120,7 @@ qcal_status cnn_fq_create(const cnn_fq_opts *opts, cnn_fq_set **out)
     s->hooks.act_backward = fq_act_backward;
     s->hooks.weight = fq_weight;
     s->hooks.weight_backward = fq_weight_backward;
+    s->hooks.grads = fq_grads;
     s->hooks.user = s;
     *out = s;
     return QCAL_OK;
@@ -234,6 +267,10 @@ static qcal_status schedule_check(const char *fn, const cnn_qat_schedule *s, con
         return qcal_set_error(QCAL_ERR_INVALID_ARG,
                               "%s: QAT steps %d, batch %d, lr %g, freeze step %d, %lld training images", fn,
                               s->steps, s->batch, (double)s->lr, s->freeze_step, (long long)train->n);
+    if (s->dp && (s->dp->size < 1 || s->dp->rank < 0 || s->dp->rank >= s->dp->size ||
+                  s->batch < s->dp->size || !s->dp->grads || !s->dp->range))
+        return qcal_set_error(QCAL_ERR_INVALID_ARG, "%s: data-parallel rank %d of %d with batch %d", fn,
+                              s->dp->rank, s->dp->size, s->batch);
     return QCAL_OK;
 }
 
@@ -268,6 +305,15 @@ qcal_status cnn_qat_finetune(cnn_ctx *ctx, const cnn_model *fm, const cnn_data *
     }
     if (st == QCAL_OK)
         cnn_ctx_reset_optimizer(ctx);
+    /* Data-parallel: every rank draws the same batches and trains on its rows of each. */
+    int row0 = 0, rows = s->batch;
+    if (st == QCAL_OK && s->dp) {
+        row0 = (int)((int64_t)s->dp->rank * s->batch / s->dp->size);
+        rows = (int)((int64_t)(s->dp->rank + 1) * s->batch / s->dp->size) - row0;
+        set->dp = s->dp;
+        set->dp_n = rows;
+        set->dp_total = s->batch;
+    }
     uint64_t seed = s->seed;
     double run_loss = 0.0;
     for (int step = 0; st == QCAL_OK && step < s->steps; step++) {
@@ -282,7 +328,8 @@ qcal_status cnn_qat_finetune(cnn_ctx *ctx, const cnn_model *fm, const cnn_data *
         float lr = (float)(0.5 * (double)s->lr * (1.0 + cos(3.14159265358979323846 * step / s->steps)));
         float loss = 0.0f;
         if (st == QCAL_OK)
-            st = cnn_train_step(ctx, qm, bx, by, s->batch, &set->hooks, lr, &loss);
+            st = cnn_train_step(ctx, qm, bx + (size_t)row0 * CNN_IMAGE_PIXELS, by + row0, rows, &set->hooks, lr,
+                                &loss);
         run_loss = step == 0 ? loss : 0.98 * run_loss + 0.02 * loss;
         if (progress && st == QCAL_OK)
             progress(pu, "qat", step + 1, s->steps, run_loss);
@@ -291,6 +338,8 @@ qcal_status cnn_qat_finetune(cnn_ctx *ctx, const cnn_model *fm, const cnn_data *
      * scales, exactly as the last training steps fake-quantized them. */
     if (st == QCAL_OK)
         st = cnn_fq_freeze(set);
+    if (set)
+        set->dp = NULL;   /* evaluation runs whole batches on each rank */
     free(bx);
     free(by);
     if (st != QCAL_OK) {
@@ -323,6 +372,36 @@ static double agree(const uint8_t *a, const uint8_t *b, int64_t n)
     for (int64_t i = 0; i < n; i++)
         same += a[i] == b[i];
     return 100.0 * (double)same / (double)n;
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Digest of a trained QAT model: its parameters and the frozen qparams (data-parallel ranks
+ * compare it). */
+static qcal_status qat_digest(const cnn_model *m, const cnn_fq_set *set, uint64_t *out)
+{
+    cnn_fq_qparams q;
+    qcal_status st = cnn_fq_export(set, &q);
+    if (st != QCAL_OK)
+        return st;
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < CNN_NPARAMS; i++)
+        h = fnv(h, m->param[i], (size_t)cnn_param_numel(i) * sizeof(float));
+    h = fnv(h, q.act_scale, sizeof q.act_scale);
+    h = fnv(h, q.act_zero_point, sizeof q.act_zero_point);
+    for (int l = 0; l < CNN_NLAYERS; l++) {
+        h = fnv(h, q.weight_scale[l], (size_t)q.weight_channels[l] * sizeof(float));
+        h = fnv(h, q.weight_zero_point[l], (size_t)q.weight_channels[l] * sizeof(int32_t));
+    }
+    cnn_fq_qparams_free(&q);
+    *out = h;
+    return QCAL_OK;
 }
 
 qcal_status cnn_qat_run(cnn_ctx *ctx, const cnn_data *train, const cnn_data *test, const cnn_qat_opts *o,
@@ -381,10 +460,18 @@ qcal_status cnn_qat_run(cnn_ctx *ctx, const cnn_data *train, const cnn_data *tes
     if (st == QCAL_OK)
         st = cnn_qat_finetune(ctx, fm, train, &o->fq, &o->qat, progress, pu, &qm, &qat);
     r.qat_train_s = cnn_now() - t0;
+    if (st == QCAL_OK)
+        st = qat_digest(qm, qat, &r.qat_digest);
     if (st == QCAL_OK && (st = cnn_evaluate(ctx, qm, test, &qat->hooks, &right, pq, progress, pu)) == QCAL_OK) {
         r.qat_acc = 100.0 * (double)right / (double)test->n;
         r.qat_agree = agree(pf, pq, test->n);
     }
+    r.qat_int8_acc = -1.0;
+#if CNN_HAVE_DNNL
+    /* The int8 net needs every tap but the logits fake-quantized on the full quint8 range. */
+    if (st == QCAL_OK && o->fq.act_preset == QCAL_FAKEQUANT_PRESET_ACTIVATION_FULL_RANGE)
+        st = cnn_qat_int8_accuracy(qm, qat, test, &r.qat_int8_acc);
+#endif
 
     cnn_fq_destroy(&ptq);
     cnn_fq_destroy(&qat);

@@ -13,6 +13,19 @@
 
 #include "cnn.h"
 
+/* Data-parallel QAT (examples/qat_dp_mpi.c fills one over MPI ranks): every rank draws the
+ * same batches and trains on its slice (rows [rank*B/size, (rank+1)*B/size)); these two
+ * exchanges make each step the whole batch's, the same on every rank. */
+typedef struct cnn_dp {
+    int rank, size;
+    /* Replaces the slice's gradients and loss (means over its n of total rows) by the whole
+     * batch's: sum over the ranks of n/total times each, the same bytes on every rank. */
+    qcal_status (*grads)(void *user, float *const *grad, float *loss, int n, int total);
+    /* The whole batch's min and max of an activation tap, from every rank's slice. */
+    qcal_status (*range)(void *user, const qcal_tensor *slice, float *lo, float *hi);
+    void *user;
+} cnn_dp;
+
 /* What a fake-quant set quantizes and how. */
 typedef struct cnn_fq_opts {
     qcal_fakequant_preset act_preset;  /* QCAL_FAKEQUANT_PRESET_ACTIVATION (PyTorch's x86/fbgemm default: quint8
@@ -34,6 +47,9 @@ typedef struct cnn_fq_set {
                                               quantize_logits is false) */
     qcal_fakequant_module *weight[CNN_NLAYERS];
     cnn_hooks hooks;   /* user points at this set */
+    const cnn_dp *dp;  /* data-parallel training (cnn_qat_finetune with a dp), else NULL:
+                          activation observers step on the whole batch's range */
+    int dp_n, dp_total;/* this rank's rows and the batch's */
 } cnn_fq_set;
 
 /* Creates the objects (observer and fake-quant on) as opts says; opts NULL = the defaults.
@@ -72,6 +88,8 @@ typedef struct cnn_qat_schedule {
     int freeze_step;        /* 350: observers frozen after this many steps (never during
                                the run if >= steps; frozen at the end in any case) */
     uint64_t seed;          /* 7: batch order */
+    const cnn_dp *dp;       /* NULL: one process; else data-parallel over dp->size ranks
+                               (batch >= size) */
 } cnn_qat_schedule;
 
 cnn_qat_schedule cnn_qat_schedule_default(void);
@@ -102,6 +120,11 @@ typedef struct cnn_qat_result {
     double float_acc, ptq_acc, qat_acc;   /* top-1 in percent on the test set */
     double ptq_agree, qat_agree;          /* percent of predictions equal to float's */
     bool float_trained;                   /* false: loaded from file or cache */
+    double qat_int8_acc;                  /* the QAT model converted to an int8 oneDNN net
+                                             (cnn_qat_int8_accuracy) with full-range
+                                             activations; -1 otherwise or without oneDNN */
+    uint64_t qat_digest;                  /* FNV-1a of the QAT model's parameters and frozen
+                                             qparams (data-parallel ranks compare it) */
     double float_train_s, calib_s, qat_train_s, eval_float_s;
 } cnn_qat_result;
 
@@ -110,5 +133,10 @@ typedef struct cnn_qat_result {
  * QAT fine-tuning from the float weights (cnn_qat_finetune), frozen evaluation. */
 qcal_status cnn_qat_run(cnn_ctx *ctx, const cnn_data *train, const cnn_data *test, const cnn_qat_opts *opts,
                         cnn_progress_fn progress, void *progress_user, cnn_qat_result *out);
+
+/* Top-1 (percent) on test of the int8 oneDNN net built from m and set's frozen qparams
+ * (each layer's output codes on the next tap's qparams; logits in f32), as examples/demo.c
+ * converts its QAT model. Every tap but the logits must be fake-quantized. */
+qcal_status cnn_qat_int8_accuracy(const cnn_model *m, const cnn_fq_set *set, const cnn_data *test, double *acc);
 
 #endif
