@@ -490,9 +490,14 @@ typedef struct {
     PyObject_HEAD
     qcal_observer *obs;
     PyThread_type_lock lock;
-    unsigned long long version;   /* bumped by every change of the state (update, merge,
-                                   * reset, init): qcal.torch syncs its buffers lazily */
+    unsigned long long version;   /* new value from version_seq at creation and on every
+                                   * change of the state (update, merge, reset, init):
+                                   * qcal.torch syncs its buffers lazily. Process-wide
+                                   * unique, so a copy never shows a version its original
+                                   * had. Written with the GIL held. */
 } ObserverObject;
+
+static unsigned long long version_seq;
 
 static PyTypeObject ObserverType;
 
@@ -533,6 +538,7 @@ static PyObject *Observer_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         Py_DECREF(self);
         return PyErr_NoMemory();
     }
+    self->version = ++version_seq;
     return (PyObject *)self;
 }
 
@@ -553,7 +559,7 @@ static int Observer_init(ObserverObject *self, PyObject *args, PyObject *kwargs)
     obs_lock(self);
     qcal_observer_destroy(&self->obs);
     self->obs = obs;
-    self->version++;
+    self->version = ++version_seq;
     obs_unlock(self);
     return 0;
 }
@@ -589,7 +595,7 @@ static int observer_feed(ObserverObject *self, PyObject *x, bool skip_empty)
         st = qcal_observer_update(self->obs, &in.t);
     }
     if (st >= 0)
-        self->version++;
+        self->version = ++version_seq;
     obs_unlock(self);
     f32_release(&in);
     if (st < 0) {
@@ -774,7 +780,7 @@ static PyObject *Observer_reset(ObserverObject *self, PyObject *noargs)
         return NULL;
     obs_lock(self);
     qcal_status st = qcal_observer_reset(self->obs);
-    self->version++;
+    self->version = ++version_seq;
     obs_unlock(self);
     if (st < 0)
         return raise_status(st);
@@ -806,7 +812,7 @@ static PyObject *Observer_merge(ObserverObject *self, PyObject *other)
         if (st >= 0)
             st = qcal_observer_merge(self->obs, copy);
         if (st >= 0)
-            self->version++;
+            self->version = ++version_seq;
         obs_unlock(self);
         qcal_free(buf);
         qcal_observer_destroy(&copy);
@@ -817,7 +823,7 @@ static PyObject *Observer_merge(ObserverObject *self, PyObject *other)
         obs_lock(second);
         st = qcal_observer_merge(self->obs, o->obs);
         if (st >= 0)
-            self->version++;
+            self->version = ++version_seq;
         obs_unlock(second);
         obs_unlock(first);
     }

@@ -282,6 +282,32 @@ class TensorInputs(unittest.TestCase):
                 o.reset_min_max_vals()
                 self.assertTrue(torch.all(torch.isinf(o.min_val)) or o.min_val.numel() == 0)
 
+    def test_whole_module_pickling(self):
+        """torch.save of the module itself (not its state_dict) and deepcopy: the copy has
+        its own observer and its buffers follow it."""
+        g = torch.Generator().manual_seed(15)
+        for Q in (qt.HistogramObserver, qt.PerChannelMinMaxObserver):
+            with self.subTest(cls=Q.__name__):
+                o = Q()
+                x = torch.randn(4, 5, generator=g)
+                o(x)
+                buf = io.BytesIO()
+                torch.save(o, buf)
+                buf.seek(0)
+                o2 = torch.load(buf)
+                self.assertIsNot(o2.qcal_observer, o.qcal_observer)
+                self.assertEqual(o2.qcal_observer.save(), o.qcal_observer.save())
+                self.assertTrue(torch.equal(o2.min_val, o.min_val))
+                def amax(t):
+                    return t.max() if Q is qt.HistogramObserver else t.amax(dim=1)
+                o2(x * 10)
+                self.assertTrue(torch.equal(o2.max_val, amax(x * 10)))
+                self.assertTrue(torch.equal(o.max_val, amax(x)))       # original untouched
+                o3 = copy.deepcopy(o2)
+                o3(x * 100)
+                self.assertTrue(torch.equal(o2.max_val, amax(x * 10)))
+                self.assertTrue(torch.equal(o3.max_val, amax(x * 100)))
+
     def test_grid(self):
         xs = batches(4)
         for Q in (qt.HistogramObserver, qt.PercentileObserver, qt.EntropyObserver,
