@@ -14,7 +14,8 @@ Rows (targets from the issue "qcal in Python"):
   numpy_64        qcal.Observer("histogram").update(64-float numpy array)           <= 5 us
   torch_64        qcal.torch.HistogramObserver()(64-float tensor), module call      <= 5 us
                   (the two 64-element rows pair with torch.ao's HistogramObserver call
-                  on the same tensor; the verdict is on qcal's absolute time)
+                  on the same tensor; the verdict is on qcal's median absolute time, the
+                  detail gives the fastest pair: on a loaded machine the closer estimate)
   fx_calibrate    FX calibration of the demo CNN (examples/cnn: conv 1->32 3x3 pad 1, ReLU,
                   max-pool 2, conv 32->64, ReLU, max-pool 2, fc 3136->128, ReLU, fc 128->10;
                   the demo's trained weights from ~/.cache/qcal when present): the model
@@ -83,6 +84,7 @@ def paired(fq, ft, reps, pairs):
         tq.append(a)
         tt.append(b)
         r.append(b / a)
+    paired.fastest = min(tq)
     return statistics.median(tq), statistics.median(tt), statistics.median(r), min(r), max(r)
 
 
@@ -276,10 +278,10 @@ def main():
 
     if want("hist_1m"):
         obs_row("hist_1m", "HistogramObserver call, 1M floats (range growing over 8 batches)",
-                qt.HistogramObserver(), tob.HistogramObserver(), x1m, 2, 10.0)
+                qt.HistogramObserver(), tob.HistogramObserver(), x1m, 4, 10.0)
     if want("minmax_1m"):
         obs_row("minmax_1m", "MinMaxObserver call, 1M floats", qt.MinMaxObserver(),
-                tob.MinMaxObserver(), x1m, 10, 1.0)
+                tob.MinMaxObserver(), x1m, 20, 1.0)
     if want("minmax_64"):
         obs_row("minmax_64", "MinMaxObserver call, 64 floats", qt.MinMaxObserver(),
                 tob.MinMaxObserver(), x64, 2000, 1.0)
@@ -290,13 +292,13 @@ def main():
                                      cycling(tob.HistogramObserver(), x64), 2000, pairs)
         rows.add("numpy_64", "qcal.Observer('histogram').update, 64 floats (numpy); "
                  "PyTorch: torch.ao HistogramObserver call", tq, tt, med, lo, hi, "<= 5 us",
-                 tq <= 5e-6)
+                 tq <= 5e-6, detail=f"fastest pair {paired.fastest * 1e6:.2f} us")
     if want("torch_64"):
         tq, tt, med, lo, hi = paired(cycling(qt.HistogramObserver(), x64),
                                      cycling(tob.HistogramObserver(), x64), 2000, pairs)
         rows.add("torch_64", "qcal.torch.HistogramObserver call, 64 floats (tensor); "
                  "PyTorch: torch.ao HistogramObserver call", tq, tt, med, lo, hi, "<= 5 us",
-                 tq <= 5e-6)
+                 tq <= 5e-6, detail=f"fastest pair {paired.fastest * 1e6:.2f} us")
 
     fx_names = ("fx_calibrate", "fx_observers", "fx_float", "fx_prepare", "fx_convert")
     if any(want(n) for n in fx_names):
