@@ -2,7 +2,8 @@
  *  - identity (`test_mpi_calibrate identity LO HI`, np LO..HI): a dump whose tensors use
  *    every observer kind (rules), NaNs included, written in every format: the same bytes
  *    as one process, and the same single summary line on stdout, for a multi-format run
- *    (json, tensorrt, the three onnxruntime files and ncnn into a directory) at every np and
+ *    (json, tensorrt, the three onnxruntime files and ncnn into a directory, with --weights
+ *    of a safetensors model, read by rank 0) at every np and
  *    each single format (json, tensorrt and ncnn files, the onnxruntime directory) at the
  *    highest np; --save-state writes one process's session state;
  *  - faults on a rank other than 0 (np 2 and 4): a malformed file, an unreadable file, an
@@ -27,11 +28,12 @@
 #include <cmocka.h>
 
 #include <qcal/npy.h>
+#include <qcal/safetensors.h>
 
 #include "testutil.h"
 
 static char tmpdir[64];
-static char dump[128], rules[128], out_txt[128], err_txt[128];
+static char dump[128], rules[128], out_txt[128], err_txt[128], model[128];
 
 /* Tensor i of the dump: name, observer rule, batch shape (channels on axis 1). */
 static const struct {
@@ -102,6 +104,17 @@ static int setup(void **state)
     int64_t shape[2] = { ROWS, COLS };
     assert_int_equal(qcal_npy_write(tu_path(dump, "fc.weight.npy"), QCAL_NPY_F32, 2, shape, d),
                      QCAL_OK);
+    /* --weights: a safetensors model outside the dump (a 2-D weight and a skipped 1-D bias). */
+    snprintf(model, sizeof model, "%s/model.safetensors", tmpdir);
+    float w[ROWS * COLS], b[ROWS];
+    fill(w, 98, 1);
+    fill(b, 97, 3);
+    int64_t bshape[1] = { ROWS };
+    qcal_tensor ts[2];
+    qcal_tensor_init(&ts[0], w, 2, shape);
+    qcal_tensor_init(&ts[1], b, 1, bshape);
+    const char *names[2] = { "head.weight", "head.bias" };
+    assert_int_equal(qcal_safetensors_write_f32(model, 2, names, ts, 0, NULL), QCAL_OK);
     return 0;
 }
 
@@ -197,12 +210,13 @@ static void test_identity(void **state)
     char *ref = strdup(tu_path(tmpdir, "ref")), *got = strdup(tu_path(tmpdir, "got"));
     char *table = strdup(tu_path(tmpdir, "table"));
     const char *fmts = "json,tensorrt,onnxruntime,ncnn";
-    assert_int_equal(run(0, NULL, "'%s' -o '%s' --rules '%s' --format %s", dump, ref, rules, fmts),
-                     0);
+    assert_int_equal(run(0, NULL, "'%s' -o '%s' --rules '%s' --format %s --weights '%s'", dump, ref,
+                         rules, fmts, model), 0);
     char *ref_out = tu_read_file(out_txt, NULL);
     for (int np = np_lo; np <= np_hi; np++) {
         tu_rm_tree(got);
-        int rc = run(np, NULL, "'%s' -o '%s' --rules '%s' --format %s", dump, got, rules, fmts);
+        int rc = run(np, NULL, "'%s' -o '%s' --rules '%s' --format %s --weights '%s'", dump, got,
+                     rules, fmts, model);
         if (rc != 0) {
             char *e = tu_read_file(err_txt, NULL);
             fail_msg("np %d: exit %d: %s", np, rc, e);
