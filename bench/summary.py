@@ -115,7 +115,10 @@ def other_table(rows):
                          f"({r['rss_ratio']:.0f}x less)")
         if r.get("detail"):
             other.append(str(r["detail"]))
-        out.append(f"| {r['label']} | {r.get('threads', '-')} | {fmt_t(r['qcal_s'])} | "
+        q = fmt_t(r["qcal_s"])
+        if r["qcal_s"] is None and r.get("value") is not None:
+            q = f"{r['value']:g} {r.get('unit') or ''}".strip()
+        out.append(f"| {r['label']} | {r.get('threads', '-')} | {q} | "
                    f"{fmt_t(r['ref_s'])} | {fmt_ratio(r)} | {'; '.join(other) or '-'} | "
                    f"{r['target'] or '-'} | {verdict(r)} |")
     return out
