@@ -140,7 +140,8 @@ int main(int argc, char **argv)
     while ((1 << depth) < size)
         depth++;
     if (rank == 0)
-        printf("{\"ranks\": %d, \"tensors\": %d, \"tree_depth\": %d, \"state_bytes_per_rank\": %zu, "
+        printf("{\"ranks\": %d, \"tensors\": %d, \"tree_depth\": %d, "
+               "\"state_bytes_per_rank\": %zu, "
                "\"bytes_moved\": %zu, \"reduce_ms_median\": %.3f, \"reduce_ms_min\": %.3f, "
                "\"reduce_ms_max\": %.3f}\n",
                size, tensors, depth, state_bytes, state_bytes * (size_t)(size - 1),

@@ -29,14 +29,16 @@ static qcal_status dp_grads(void *user, float *const *grad, float *loss, int n, 
     for (int i = 0; i < CNN_NPARAMS; i++)
         len += cnn_param_numel(i);
     if (len > INT32_MAX / (dp->size > 0 ? dp->size : 1))
-        return QCAL_ERR_OVERFLOW;
+        return qcal_set_error(QCAL_ERR_OVERFLOW, "data-parallel QAT: %lld gradient values x %d "
+                              "ranks do not fit an MPI count", (long long)len, dp->size);
     if (!pack_buf) {
         pack_len = len;
         pack_buf = malloc((size_t)len * sizeof(float));
         if (dp->rank == 0)
             gather_buf = malloc((size_t)len * (size_t)dp->size * sizeof(float));
         if (!pack_buf || (dp->rank == 0 && !gather_buf))
-            return QCAL_ERR_NO_MEMORY;
+            return qcal_set_error(QCAL_ERR_NO_MEMORY,
+                                  "data-parallel QAT: no memory for the gradient buffers");
     }
     float f = (float)n / (float)total;
     int64_t k = 0;
@@ -48,7 +50,7 @@ static qcal_status dp_grads(void *user, float *const *grad, float *loss, int n, 
     pack_buf[k++] = n == total ? *loss : *loss * f;
     if (MPI_Gather(pack_buf, (int)len, MPI_FLOAT, gather_buf, (int)len, MPI_FLOAT, 0,
                    MPI_COMM_WORLD) != MPI_SUCCESS)
-        return QCAL_ERR_IO;
+        return qcal_set_error(QCAL_ERR_IO, "data-parallel QAT: MPI_Gather of the gradients failed");
     if (dp->rank == 0) {
         memcpy(pack_buf, gather_buf, (size_t)len * sizeof(float));
         for (int r = 1; r < dp->size; r++) {
@@ -58,7 +60,7 @@ static qcal_status dp_grads(void *user, float *const *grad, float *loss, int n, 
         }
     }
     if (MPI_Bcast(pack_buf, (int)len, MPI_FLOAT, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
-        return QCAL_ERR_IO;
+        return qcal_set_error(QCAL_ERR_IO, "data-parallel QAT: MPI_Bcast of the gradients failed");
     k = 0;
     for (int i = 0; i < CNN_NPARAMS; i++) {
         int64_t m = cnn_param_numel(i);
@@ -89,7 +91,7 @@ qcal_status qat_dp_init(int *argc, char ***argv, cnn_dp *dp)
 {
     int provided = 0;
     if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
-        return QCAL_ERR_IO;
+        return qcal_set_error(QCAL_ERR_IO, "data-parallel QAT: MPI_Init failed");
     memset(dp, 0, sizeof *dp);
     MPI_Comm_rank(MPI_COMM_WORLD, &dp->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &dp->size);

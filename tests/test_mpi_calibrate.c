@@ -251,7 +251,8 @@ static void test_identity(void **state)
                              rules, stn), 0);
         char *bn = tu_read_file(stn, &ln);
         if (ln != l1 || memcmp(bn, b1, l1))
-            fail_msg("np %d: --save-state differs from one process's (%zu vs %zu bytes)", np, ln, l1);
+            fail_msg("np %d: --save-state differs from one process's (%zu vs %zu bytes)", np, ln,
+                     l1);
         free(bn);
     }
     free(b1);

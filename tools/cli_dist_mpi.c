@@ -84,7 +84,8 @@ void cli_dist_notify(cli_dist *d)
         return;   /* the others learn at the next agreement, a little later */
     for (int r = 0; r < d->size; r++)
         if (r != d->rank)
-            MPI_Isend(&impl.token, 1, MPI_CHAR, r, TAG_FAULT, MPI_COMM_WORLD, &impl.req[impl.nreq++]);
+            MPI_Isend(&impl.token, 1, MPI_CHAR, r, TAG_FAULT, MPI_COMM_WORLD,
+                      &impl.req[impl.nreq++]);
     d->notified = true;
 }
 

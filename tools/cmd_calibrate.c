@@ -61,10 +61,13 @@ static const char help_tail[] =
     "warning under --skip-unrepresentable).\n"
     "\n"
     "Under mpirun (mpirun -np N qcal calibrate DIR -o OUT ...) the ranks share the dump's\n"
-    "files (order-independent observers by file, moving averages by whole tensor; --weights\n"
-    "on rank 0), their sessions are merged in rank order and rank 0 writes OUT (and\n"
-    "--save-state): the same bytes as one process. A failure on any rank ends every rank\n"
-    "with its exit code and one line naming the rank (docs/distributed.md).\n";
+    "files (order-independent observers by file; moving averages and first-batch histograms\n"
+    "by whole tensor; --weights on rank 0), their sessions are merged in rank order and rank\n"
+    "0 writes OUT (and --save-state): the same bytes as one process. A failure on any rank\n"
+    "ends every rank with its exit code and one line naming the rank and the file\n"
+    "(docs/distributed.md). As root, Open MPI needs mpirun --allow-run-as-root (or\n"
+    "OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1); more ranks than cores\n"
+    "need --oversubscribe.\n";
 
 enum { OPT_HELP = 1, OPT_RULES, OPT_WEIGHTS, OPT_SAVE_STATE };
 
@@ -253,7 +256,8 @@ static int assign(const char *cmd, const cli_dist *d, const qcal_calib_dump *dum
     uint64_t *w = calloc((size_t)total + 1, sizeof *w);
     int *unit_owner = calloc((size_t)total + 1, sizeof *unit_owner);
     int *owner = calloc((size_t)total + 1, sizeof *owner);
-    int rc = split && w && unit_owner && owner ? 0 : cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
+    int rc = split && w && unit_owner && owner ? 0
+                                               : cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
     for (int64_t i = 0, u = 0; !rc && i < n; i++) {
         qcal_calib_dump_tensor t;
         qcal_calib_dump_tensor_at(dump, i, &t);
