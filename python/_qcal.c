@@ -112,19 +112,13 @@ static PyObject *torch_tensor_type;   /* torch.Tensor */
 static PyObject *torch_float32;       /* torch.float32 */
 static PyObject *torch_strided;       /* torch.strided */
 static PyObject *s_dtype, *s_layout, *s_is_cpu, *s_is_contiguous, *s_is_neg, *s_shape,
-                *s_data_ptr;
+                *s_data_ptr, *s_torch;
 
 static bool torch_ready(void)
 {
     if (torch_tensor_type)
         return true;
-    PyObject *name = PyUnicode_FromString("torch");
-    if (!name) {
-        PyErr_Clear();
-        return false;
-    }
-    PyObject *torch = PyImport_GetModule(name);   /* only if already imported */
-    Py_DECREF(name);
+    PyObject *torch = PyImport_GetModule(s_torch);   /* only if already imported */
     if (!torch) {
         PyErr_Clear();
         return false;
@@ -1890,7 +1884,8 @@ PyMODINIT_FUNC PyInit__qcal(void)
         !(s_is_contiguous = PyUnicode_InternFromString("is_contiguous")) ||
         !(s_is_neg = PyUnicode_InternFromString("is_neg")) ||
         !(s_shape = PyUnicode_InternFromString("shape")) ||
-        !(s_data_ptr = PyUnicode_InternFromString("data_ptr")))
+        !(s_data_ptr = PyUnicode_InternFromString("data_ptr")) ||
+        !(s_torch = PyUnicode_InternFromString("torch")))
         goto fail;
     Error = PyErr_NewExceptionWithDoc("qcal.Error", "A libqcal call failed.", NULL, NULL);
     if (!Error)

@@ -219,6 +219,26 @@ class TensorInputs(unittest.TestCase):
         self.assertIs(o(x), x)               # returned as is, graph untouched
         self.assertTrue(x.requires_grad)
 
+    def test_threads_share_an_observer(self):
+        """Tensors read in place with the GIL released: 4 threads feeding one qcal.torch
+        observer give the serial result (the histogram family does not depend on order)."""
+        import threading
+        g = torch.Generator().manual_seed(16)
+        xs = [torch.randn(1 << 15, generator=g) * (1 + i % 5) for i in range(16)]
+        shared, serial = qt.HistogramObserver(), qt.HistogramObserver()
+        for x in xs:
+            serial(x)
+        ts = [threading.Thread(target=lambda c: [shared(x) for x in c], args=(xs[i::4],))
+              for i in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        self.assertEqual(shared.qcal_observer.batches, 16)
+        for u, v in zip(shared.calculate_qparams(), serial.calculate_qparams()):
+            self.assertTrue(torch.equal(u, v))
+        self.assertTrue(torch.equal(shared.min_val, serial.min_val))
+
     def test_bad_tensors(self):
         bad = [torch.arange(10), torch.tensor([True]), torch.zeros(3, dtype=torch.cfloat),
                torch.quantize_per_tensor(torch.rand(4), 0.1, 0, torch.quint8),
