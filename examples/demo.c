@@ -387,38 +387,48 @@ static qcal_status build_net_table(const cnn_model *m, const qcal_calib_table *t
                                     last + 1 < NSEG ? cnn_layer_name(last + 1) : NULL, out);
 }
 
-/* The whole int8 net with QAT's qparams, through the layer builders. */
+/* The whole int8 net with QAT's qparams, through the layer builders: quint8 per-tensor
+ * activations, qint8 per-channel symmetric weights (views over q's arrays). */
 static qcal_status build_net_qat(const cnn_model *m, const model_qparams *q, qcal_int8_net **out)
 {
     qcal_int8_layer_desc d[NLAYERS];
     describe_layers(m, d);
+    qcal_qparams act[NSEG], wq[NSEG];
+    int32_t *zeros = calloc(128, sizeof *zeros);   /* widest layer: fc1, 128 channels */
+    qcal_status st = zeros ? QCAL_OK : QCAL_ERR_NO_MEMORY;
+    for (int s = 0; s < NSEG && st == QCAL_OK; s++) {
+        int64_t shape[4];
+        cnn_param_shape(2 * s, shape);
+        if ((st = qcal_qparams_per_tensor(&act[s], QCAL_QUINT8, q->act_scale[s], q->act_zp[s])) == QCAL_OK &&
+            (st = qcal_qparams_per_channel(&wq[s], QCAL_QINT8, 0, shape[0], q->wscale[s], zeros)) == QCAL_OK)
+            wq[s].qscheme = QCAL_PER_CHANNEL_SYMMETRIC;
+    }
     qcal_int8_net *net = NULL;
-    qcal_status st = qcal_int8_net_create(NULL, seg_in_nd[0], seg_in_shape[0], q->act_scale[0], q->act_zp[0], &net);
+    if (st == QCAL_OK)
+        st = qcal_int8_net_create(NULL, seg_in_nd[0], seg_in_shape[0], &act[0], &net);
     for (int i = 0; i < NLAYERS && st == QCAL_OK; i++) {
         int s = 0;
         while (seg_first[s + 1] <= i)
             s++;
         switch (d[i].kind) {
         case QCAL_INT8_CONV2D:
-            d[i].conv.weight_scale = q->wscale[s];
-            d[i].conv.out_scale = q->act_scale[s + 1];
-            d[i].conv.out_zero_point = q->act_zp[s + 1];
+            d[i].conv.weight_qparams = &wq[s];
+            d[i].conv.out_qparams = &act[s + 1];
             st = qcal_int8_net_add_conv2d(net, &d[i].conv);
             break;
         case QCAL_INT8_LINEAR:
-            d[i].linear.weight_scale = q->wscale[s];
-            if (s + 1 < NSEG) {
-                d[i].linear.out_scale = q->act_scale[s + 1];
-                d[i].linear.out_zero_point = q->act_zp[s + 1];
-            } else {
+            d[i].linear.weight_qparams = &wq[s];
+            if (s + 1 < NSEG)
+                d[i].linear.out_qparams = &act[s + 1];
+            else
                 d[i].linear.out_type = QCAL_INT8_OUT_F32;
-            }
             st = qcal_int8_net_add_linear(net, &d[i].linear);
             break;
         case QCAL_INT8_MAXPOOL2D: st = qcal_int8_net_add_maxpool2d(net, &d[i].pool); break;
         case QCAL_INT8_RELU: st = qcal_int8_net_add_relu(net); break;
         }
     }
+    free(zeros);
     if (st != QCAL_OK) {
         qcal_int8_net_destroy(&net);
         return st;

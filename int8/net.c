@@ -312,11 +312,29 @@ fail:
 
 /* ---------------------------------------------------------------- create / destroy */
 
+/* A quint8 per-tensor qparams value as (scale, zero-point); name says which in messages.
+ * The values themselves are checked by the caller (its messages name the field). */
+static qcal_status u8_qparams(const char *fn, const char *name, const qcal_qparams *q,
+                              float *scale, int32_t *zp)
+{
+    if (!q)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "%s: %s is NULL", fn, name);
+    if (q->dtype != QCAL_QUINT8 || qcal_qscheme_is_per_channel(q->qscheme))
+        return qcal_error(QCAL_ERR_INVALID_ARG, "%s: %s is %s %s; activations are quint8 "
+                          "per-tensor", fn, name, qcal_dtype_name(q->dtype),
+                          qcal_qscheme_name(q->qscheme));
+    *scale = q->scale;
+    *zp = q->zero_point;
+    return QCAL_OK;
+}
+
 qcal_status qcal_int8_net_create(const qcal_int8_net_options *opt, int32_t ndim,
-                                 const int64_t *input_shape, float in_scale,
-                                 int32_t in_zero_point, qcal_int8_net **out)
+                                 const int64_t *input_shape, const qcal_qparams *input,
+                                 qcal_int8_net **out)
 {
     const char *what = "the int8 net";
+    float in_scale = 0.0f;
+    int32_t in_zero_point = 0;
     qcal_int8_net_options o;
     if (opt)
         o = *opt;
@@ -326,6 +344,9 @@ qcal_status qcal_int8_net_create(const qcal_int8_net_options *opt, int32_t ndim,
         return qcal_error(QCAL_ERR_INVALID_ARG, "int8_net_create: out is NULL");
     if (!input_shape)
         return qcal_error(QCAL_ERR_INVALID_ARG, "int8_net_create: input_shape is NULL");
+    qcal_status qs = u8_qparams("int8_net_create", "input qparams", input, &in_scale, &in_zero_point);
+    if (qs != QCAL_OK)
+        return qs;
     if (ndim != 1 && ndim != 3)
         return qcal_error(QCAL_ERR_INVALID_ARG,
                           "int8_net_create: input ndim %d must be 1 (F) or 3 (C, H, W)", ndim);
@@ -552,12 +573,23 @@ fail:
     return rc;
 }
 
-static qcal_status check_out_q(const char *fn, qcal_int8_out_type t, float s, int32_t zp)
+/* Checks a layer's output type and, for u8, its out_qparams into *s / *zp. */
+static qcal_status check_out_q(const char *fn, qcal_int8_out_type t, const qcal_qparams *q,
+                               float *s_out, int32_t *zp_out)
 {
     if (t != QCAL_INT8_OUT_U8 && t != QCAL_INT8_OUT_F32)
         return qcal_error(QCAL_ERR_INVALID_ARG, "%s: out_type %d is neither u8 (0) nor f32 (1)",
                           fn, (int)t);
+    *s_out = 1.0f;
+    *zp_out = 0;
     if (t == QCAL_INT8_OUT_U8) {
+        float s = 0.0f;
+        int32_t zp = 0;
+        qcal_status st = u8_qparams(fn, "out_qparams", q, &s, &zp);
+        if (st != QCAL_OK)
+            return st;
+        *s_out = s;
+        *zp_out = zp;
         if (!scale_ok(s))
             return qcal_error(QCAL_ERR_INVALID_ARG, "%s: out_scale %g must be > 0, finite and have "
                               "a finite inverse", fn, (double)s);
@@ -609,6 +641,31 @@ static qcal_status finish_weighted_layer(qcal_int8_net *net, layer *l, qcal_stat
     return QCAL_OK;
 }
 
+/* The per-channel scales of a layer's weight_qparams (NULL: *scales NULL, observed later):
+ * qint8, per-channel, axis 0, one channel per output channel, zero-points 0. The scales
+ * themselves are checked when the weights are quantized (int8/weights.c). */
+static qcal_status weight_scales_of(const char *fn, const qcal_qparams *q, int64_t oc,
+                                    const float **scales)
+{
+    *scales = NULL;
+    if (!q)
+        return QCAL_OK;
+    if (q->dtype != QCAL_QINT8 || !qcal_qscheme_is_per_channel(q->qscheme) ||
+        q->qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS || q->axis != 0 ||
+        q->channels != oc || !q->scales)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "%s: weight_qparams are %s %s axis %d with %lld "
+                          "channels; the layer takes qint8 per-channel axis 0 with %lld", fn,
+                          qcal_dtype_name(q->dtype), qcal_qscheme_name(q->qscheme), (int)q->axis,
+                          (long long)q->channels, (long long)oc);
+    for (int64_t c = 0; q->zero_points && c < oc; c++)
+        if (q->zero_points[c] != 0)
+            return qcal_error(QCAL_ERR_INVALID_ARG, "%s: weight_qparams zero-point[%lld] = %d; "
+                              "int8 weights are symmetric (zero-points 0)", fn, (long long)c,
+                              (int)q->zero_points[c]);
+    *scales = q->scales;
+    return QCAL_OK;
+}
+
 /* Output size of a window along one axis (floor mode), or -1 if none. */
 static int64_t window_out(int64_t in, int64_t k, int64_t s, int64_t p)
 {
@@ -644,8 +701,13 @@ qcal_status qcal_int8_net_add_conv2d(qcal_int8_net *net, const qcal_int8_conv2d_
                           "fit the %lldx%lld input", fn, (long long)p->kernel_h,
                           (long long)p->kernel_w, (long long)p->pad_h, (long long)p->pad_w,
                           (long long)net->cur.h, (long long)net->cur.w);
-    rc = check_out_q(fn, p->out_type, p->out_scale, p->out_zero_point);
+    float out_scale;
+    int32_t out_zp;
+    rc = check_out_q(fn, p->out_type, p->out_qparams, &out_scale, &out_zp);
     if (rc != QCAL_OK)
+        return rc;
+    const float *wscale = NULL;
+    if ((rc = weight_scales_of(fn, p->weight_qparams, p->out_channels, &wscale)) != QCAL_OK)
         return rc;
     int64_t k, outn;
     if (!qcal_mul_i64(net->cur.c, p->kernel_h * p->kernel_w, &k) ||
@@ -664,9 +726,9 @@ qcal_status qcal_int8_net_add_conv2d(qcal_int8_net *net, const qcal_int8_conv2d_
     l->sw = p->stride_w;
     l->ph = p->pad_h;
     l->pw = p->pad_w;
-    set_layer_q(net, l, p->relu, p->out_type, p->out_scale, p->out_zero_point);
+    set_layer_q(net, l, p->relu, p->out_type, out_scale, out_zp);
     l->oc = p->out_channels;
-    rc = quantize_weights(net, l, fn, k, p->weight, p->weight_scale, p->bias);
+    rc = quantize_weights(net, l, fn, k, p->weight, wscale, p->bias);
     return finish_weighted_layer(net, l, rc, "conv2d weights/bias");
 }
 
@@ -681,8 +743,13 @@ qcal_status qcal_int8_net_add_linear(qcal_int8_net *net, const qcal_int8_linear_
     if (p->out_features < 1 || p->out_features > (1 << 24))
         return qcal_error(QCAL_ERR_INVALID_ARG, "%s: out_features %lld must be in [1, 2^24]", fn,
                           (long long)p->out_features);
-    rc = check_out_q(fn, p->out_type, p->out_scale, p->out_zero_point);
+    float out_scale;
+    int32_t out_zp;
+    rc = check_out_q(fn, p->out_type, p->out_qparams, &out_scale, &out_zp);
     if (rc != QCAL_OK)
+        return rc;
+    const float *wscale = NULL;
+    if ((rc = weight_scales_of(fn, p->weight_qparams, p->out_features, &wscale)) != QCAL_OK)
         return rc;
     layer *l = push_layer(net);
     if (!l)
@@ -690,9 +757,9 @@ qcal_status qcal_int8_net_add_linear(qcal_int8_net *net, const qcal_int8_linear_
     l->kind = LAYER_LINEAR;
     l->in = net->cur;
     l->out = (act_shape){1, p->out_features, 1, 1};
-    set_layer_q(net, l, p->relu, p->out_type, p->out_scale, p->out_zero_point);
+    set_layer_q(net, l, p->relu, p->out_type, out_scale, out_zp);
     l->oc = p->out_features;
-    rc = quantize_weights(net, l, fn, shape_numel(&net->cur), p->weight, p->weight_scale, p->bias);
+    rc = quantize_weights(net, l, fn, shape_numel(&net->cur), p->weight, wscale, p->bias);
     if (rc == QCAL_OK && l->in.ndim == 3 && !layout_is_plain(&l->in))
         rc = permute_chw_to_hwc(l);
     return finish_weighted_layer(net, l, rc, "linear weights/bias");
@@ -1342,10 +1409,10 @@ static qcal_status no_dnnl(const char *fn)
 }
 
 qcal_status qcal_int8_net_create(const qcal_int8_net_options *opt, int32_t ndim,
-                                 const int64_t *input_shape, float in_scale,
-                                 int32_t in_zero_point, qcal_int8_net **out)
+                                 const int64_t *input_shape, const qcal_qparams *input,
+                                 qcal_int8_net **out)
 {
-    (void)opt; (void)ndim; (void)input_shape; (void)in_scale; (void)in_zero_point; (void)out;
+    (void)opt; (void)ndim; (void)input_shape; (void)input; (void)out;
     return no_dnnl("int8_net_create");
 }
 

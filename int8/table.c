@@ -23,9 +23,8 @@ static bool is_weighted(qcal_int8_layer_kind k)
     return k == QCAL_INT8_CONV2D || k == QCAL_INT8_LINEAR;
 }
 
-/* The (fqn, activation) entry as a quint8 per-tensor (scale, zero-point). */
-static qcal_status act_qparams(const qcal_calib_table *t, const char *fqn, float *scale,
-                               int32_t *zp)
+/* The (fqn, activation) entry's qparams (quint8 per-tensor), pointing into the table. */
+static qcal_status act_qparams(const qcal_calib_table *t, const char *fqn, const qcal_qparams **out)
 {
     static const char fn[] = "int8_net_from_table";
     const qcal_calib_entry *e = NULL;
@@ -43,21 +42,20 @@ static qcal_status act_qparams(const qcal_calib_table *t, const char *fqn, float
     if (e->no_data)
         return qcal_error(QCAL_ERR_MISMATCH, "%s: activation entry '%s' saw no finite value", fn,
                           fqn);
-    *scale = q->scale;
-    *zp = q->zero_point;
+    *out = q;
     return QCAL_OK;
 }
 
-/* The (fqn.weight, weight) entry's scales if the table has one (*scales NULL otherwise). */
-static qcal_status weight_scales(const qcal_calib_table *t, const char *fqn, int64_t channels,
-                                 const float **scales)
+/* The (fqn.weight, weight) entry's qparams if the table has one (*out NULL otherwise). */
+static qcal_status weight_qparams(const qcal_calib_table *t, const char *fqn, int64_t channels,
+                                  const qcal_qparams **out)
 {
     static const char fn[] = "int8_net_from_table";
     char name[512];
     if (snprintf(name, sizeof name, "%s.weight", fqn) >= (int)sizeof name)
         return qcal_error(QCAL_ERR_INVALID_ARG, "%s: layer name '%.64s...' is too long", fn, fqn);
     const qcal_calib_entry *e = NULL;
-    *scales = NULL;
+    *out = NULL;
     qcal_status st = qcal_calib_table_find(t, name, QCAL_CALIB_ROLE_WEIGHT, &e);
     if (st == QCAL_ERR_NOT_FOUND)
         return QCAL_OK;
@@ -71,7 +69,7 @@ static qcal_status weight_scales(const qcal_calib_table *t, const char *fqn, int
                           "%lld", fn, name, qcal_dtype_name(q->dtype),
                           qcal_qscheme_name(q->qscheme), (int)q->axis, (long long)q->channels,
                           e->no_data ? " and no data" : "", (long long)channels);
-    *scales = q->scales;
+    *out = q;
     return QCAL_OK;
 }
 
@@ -102,13 +100,12 @@ qcal_status qcal_int8_net_from_table(const qcal_int8_net_options *opt,
         return qcal_error(QCAL_ERR_INVALID_ARG, "%s: %d layers with no conv2d or linear layer "
                           "(its input entry gives the net's input qparams)", fn, nlayers);
 
-    float in_scale;
-    int32_t in_zp;
-    qcal_status st = act_qparams(table, layers[first].fqn, &in_scale, &in_zp);
+    const qcal_qparams *in_q = NULL;
+    qcal_status st = act_qparams(table, layers[first].fqn, &in_q);
     if (st != QCAL_OK)
         return st;
     qcal_int8_net *net = NULL;
-    if ((st = qcal_int8_net_create(opt, ndim, input_shape, in_scale, in_zp, &net)) != QCAL_OK)
+    if ((st = qcal_int8_net_create(opt, ndim, input_shape, in_q, &net)) != QCAL_OK)
         return st;
     for (int32_t i = 0; i < nlayers && st == QCAL_OK; i++) {
         const qcal_int8_layer_desc *d = &layers[i];
@@ -127,26 +124,23 @@ qcal_status qcal_int8_net_from_table(const qcal_int8_net_options *opt,
                 next = layers[j].fqn;
                 break;
             }
-        float out_scale = 0.0f;
-        int32_t out_zp = 0;
-        if (next && (st = act_qparams(table, next, &out_scale, &out_zp)) != QCAL_OK)
+        const qcal_qparams *out_q = NULL;
+        if (next && (st = act_qparams(table, next, &out_q)) != QCAL_OK)
             break;
         const qcal_int8_out_type ot = next ? QCAL_INT8_OUT_U8 : QCAL_INT8_OUT_F32;
         if (d->kind == QCAL_INT8_CONV2D) {
             qcal_int8_conv2d_params c = d->conv;
-            if ((st = weight_scales(table, d->fqn, c.out_channels, &c.weight_scale)) != QCAL_OK)
+            if ((st = weight_qparams(table, d->fqn, c.out_channels, &c.weight_qparams)) != QCAL_OK)
                 break;
             c.out_type = ot;
-            c.out_scale = out_scale;
-            c.out_zero_point = out_zp;
+            c.out_qparams = out_q;
             st = qcal_int8_net_add_conv2d(net, &c);
         } else {
             qcal_int8_linear_params l = d->linear;
-            if ((st = weight_scales(table, d->fqn, l.out_features, &l.weight_scale)) != QCAL_OK)
+            if ((st = weight_qparams(table, d->fqn, l.out_features, &l.weight_qparams)) != QCAL_OK)
                 break;
             l.out_type = ot;
-            l.out_scale = out_scale;
-            l.out_zero_point = out_zp;
+            l.out_qparams = out_q;
             st = qcal_int8_net_add_linear(net, &l);
         }
         if (st != QCAL_OK) {

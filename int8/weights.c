@@ -17,7 +17,7 @@ qcal_status qcal_int8_weights_quantize(const char *fn, int64_t oc, int64_t k, co
         if (given_scale) {
             float s = given_scale[o];
             if (!(s > 0.0f && isfinite(s) && isfinite(1.0f / s)))
-                return qcal_error(QCAL_ERR_INVALID_ARG, "%s: weight_scale[%lld] = %g must be > 0, "
+                return qcal_error(QCAL_ERR_INVALID_ARG, "%s: weight_qparams scale[%lld] = %g must be > 0, "
                                   "finite and have a finite inverse", fn, (long long)o, (double)s);
         }
         const float *row = w + o * k;

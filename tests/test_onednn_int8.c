@@ -25,6 +25,19 @@
 
 /* ------------------------------------------------------------------ helpers */
 
+/* A quint8 per-tensor qparams value set by hand (not validated: the int8 calls check it). */
+static qcal_qparams u8q(float scale, int32_t zp)
+{
+    qcal_qparams q = {.dtype = QCAL_QUINT8, .qscheme = QCAL_PER_TENSOR_AFFINE, .quant_min = 0,
+                      .quant_max = 255, .channels = 1, .scale = scale, .zero_point = zp,
+                      .zero_point_float = (float)zp};
+    return q;
+}
+/* Its address, valid in the enclosing block (a compound literal). */
+#define U8Q(s_, zp_) (&(qcal_qparams){.dtype = QCAL_QUINT8, .qscheme = QCAL_PER_TENSOR_AFFINE, \
+    .quant_min = 0, .quant_max = 255, .channels = 1, .scale = (s_), .zero_point = (zp_),      \
+    .zero_point_float = (float)(zp_)})
+
 static uint64_t rng_state;
 
 static void rng_seed(uint64_t s)
@@ -238,7 +251,7 @@ static void run_conv_case(const conv_case *cc)
     /* int8 net */
     qcal_int8_net *net = NULL;
     const int64_t shape[3] = {cc->c, cc->h, cc->w};
-    assert_int_equal(qcal_int8_net_create(NULL, 3, shape, in_s, in_zp, &net), QCAL_OK);
+    assert_int_equal(qcal_int8_net_create(NULL, 3, shape, U8Q(in_s, in_zp), &net), QCAL_OK);
     qcal_int8_conv2d_params p;
     qcal_int8_conv2d_params_default(&p);
     p.out_channels = cc->oc;
@@ -251,8 +264,7 @@ static void run_conv_case(const conv_case *cc)
     p.weight = w;
     p.bias = cc->bias ? b : NULL;
     p.relu = cc->relu;
-    p.out_scale = out_s;
-    p.out_zero_point = out_zp;
+    p.out_qparams = U8Q(out_s, out_zp);
     assert_int_equal(qcal_int8_net_add_conv2d(net, &p), QCAL_OK);
     int32_t ndim;
     int64_t oshape[3];
@@ -333,7 +345,7 @@ static void test_maxpool_exact(void **state)
     for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
         qcal_int8_net *net = NULL;
         const int64_t shape[3] = {c, h, w};
-        assert_int_equal(qcal_int8_net_create(NULL, 3, shape, s, zp, &net), QCAL_OK);
+        assert_int_equal(qcal_int8_net_create(NULL, 3, shape, U8Q(s, zp), &net), QCAL_OK);
         qcal_int8_pool2d_params p;
         qcal_int8_pool2d_params_default(&p);
         p.kernel_h = p.kernel_w = cases[t].k;
@@ -384,15 +396,14 @@ static void test_linear_u8_and_f32(void **state)
         ref_qparams_u8(mn, mx, &out_s, &out_zp);
         qcal_int8_net *net = NULL;
         const int64_t shape[1] = {k};
-        assert_int_equal(qcal_int8_net_create(NULL, 1, shape, in_s, in_zp, &net), QCAL_OK);
+        assert_int_equal(qcal_int8_net_create(NULL, 1, shape, U8Q(in_s, in_zp), &net), QCAL_OK);
         qcal_int8_linear_params p;
         qcal_int8_linear_params_default(&p);
         p.out_features = oc;
         p.weight = w;
         p.bias = b;
         p.relu = relu;
-        p.out_scale = out_s;
-        p.out_zero_point = out_zp;
+        p.out_qparams = U8Q(out_s, out_zp);
         assert_int_equal(qcal_int8_net_add_linear(net, &p), QCAL_OK);
         uint8_t *q = malloc((size_t)(n * oc));
         assert_int_equal(qcal_int8_net_forward_u8(net, n, x, q), QCAL_OK);
@@ -405,7 +416,7 @@ static void test_linear_u8_and_f32(void **state)
     ref_linear(xd, n, k, wd, b, oc, false, y);
     qcal_int8_net *net = NULL;
     const int64_t shape[1] = {k};
-    assert_int_equal(qcal_int8_net_create(NULL, 1, shape, in_s, in_zp, &net), QCAL_OK);
+    assert_int_equal(qcal_int8_net_create(NULL, 1, shape, U8Q(in_s, in_zp), &net), QCAL_OK);
     qcal_int8_linear_params p;
     qcal_int8_linear_params_default(&p);
     p.out_features = oc;
@@ -509,7 +520,7 @@ static qcal_int8_net *cnn_build(const cnn_ref *r, bool logits_out, int64_t chunk
     opt.chunk_parallel = par;
     qcal_int8_net *net = NULL;
     const int64_t shape[3] = {1, HW, HW};
-    assert_int_equal(qcal_int8_net_create(&opt, 3, shape, r->s[0], r->zp[0], &net), QCAL_OK);
+    assert_int_equal(qcal_int8_net_create(&opt, 3, shape, U8Q(r->s[0], r->zp[0]), &net), QCAL_OK);
     qcal_int8_conv2d_params c;
     qcal_int8_conv2d_params_default(&c);
     c.kernel_h = c.kernel_w = 3;
@@ -518,8 +529,7 @@ static qcal_int8_net *cnn_build(const cnn_ref *r, bool logits_out, int64_t chunk
     c.out_channels = C1;
     c.weight = r->w1;
     c.bias = r->b1;
-    c.out_scale = r->s[1];
-    c.out_zero_point = r->zp[1];
+    c.out_qparams = U8Q(r->s[1], r->zp[1]);
     assert_int_equal(qcal_int8_net_add_conv2d(net, &c), QCAL_OK);
     qcal_int8_pool2d_params pp;
     qcal_int8_pool2d_params_default(&pp);
@@ -527,8 +537,7 @@ static qcal_int8_net *cnn_build(const cnn_ref *r, bool logits_out, int64_t chunk
     c.out_channels = C2;
     c.weight = r->w2;
     c.bias = r->b2;
-    c.out_scale = r->s[2];
-    c.out_zero_point = r->zp[2];
+    c.out_qparams = U8Q(r->s[2], r->zp[2]);
     assert_int_equal(qcal_int8_net_add_conv2d(net, &c), QCAL_OK);
     assert_int_equal(qcal_int8_net_add_maxpool2d(net, &pp), QCAL_OK);
     qcal_int8_linear_params l;
@@ -537,8 +546,7 @@ static qcal_int8_net *cnn_build(const cnn_ref *r, bool logits_out, int64_t chunk
     l.weight = r->w3;
     l.bias = r->b3;
     l.relu = true;
-    l.out_scale = r->s[3];
-    l.out_zero_point = r->zp[3];
+    l.out_qparams = U8Q(r->s[3], r->zp[3]);
     assert_int_equal(qcal_int8_net_add_linear(net, &l), QCAL_OK);
     if (logits_out) {
         qcal_int8_linear_params_default(&l);
@@ -781,11 +789,10 @@ static void test_from_table(void **state)
     const int64_t fshape[3] = {C2, 4, 4};
     assert_int_equal(qcal_int8_net_from_table(NULL, t, 3, fshape, 2, d + 6, "fc2", &tn), QCAL_OK);
     qcal_int8_net *sn = NULL;
-    assert_int_equal(qcal_int8_net_create(NULL, 3, fshape, r.s[2], r.zp[2], &sn), QCAL_OK);
+    assert_int_equal(qcal_int8_net_create(NULL, 3, fshape, U8Q(r.s[2], r.zp[2]), &sn), QCAL_OK);
     qcal_int8_linear_params lp = d[6].linear;
     lp.relu = true;
-    lp.out_scale = r.s[3];
-    lp.out_zero_point = r.zp[3];
+    lp.out_qparams = U8Q(r.s[3], r.zp[3]);
     assert_int_equal(qcal_int8_net_add_linear(sn, &lp), QCAL_OK);
     float *fx = rand_array(n * C2 * 16, -0.5f, 1.5f);
     uint8_t *qa = malloc((size_t)(n * F1)), *qb = malloc((size_t)(n * F1));
@@ -854,7 +861,7 @@ static void test_quantize_kernels(void **state)
             qcal_cpu_reset();
             qcal_int8_net *qn = NULL;
             const int64_t qshape[1] = {n};
-            assert_int_equal(qcal_int8_net_create(NULL, 1, qshape, 0.02f, 117, &qn), QCAL_OK);
+            assert_int_equal(qcal_int8_net_create(NULL, 1, qshape, U8Q(0.02f, 117), &qn), QCAL_OK);
             memset(got, 0xA5, (size_t)n + 16);
             assert_int_equal(qcal_int8_net_forward_u8(qn, 1, x, got), QCAL_OK);
             uint64_t nf = 0;
@@ -880,7 +887,7 @@ static void test_quantize_kernels(void **state)
     /* NaN -> zero-point, counted by the net; +-Inf saturate */
     qcal_int8_net *net = NULL;
     const int64_t shape[1] = {4};
-    assert_int_equal(qcal_int8_net_create(NULL, 1, shape, 0.5f, 10, &net), QCAL_OK);
+    assert_int_equal(qcal_int8_net_create(NULL, 1, shape, U8Q(0.5f, 10), &net), QCAL_OK);
     const float in[4] = {NAN, INFINITY, -INFINITY, 1.0f};
     uint8_t q[4];
     assert_int_equal(qcal_int8_net_forward_u8(net, 1, in, q), QCAL_OK);
@@ -958,7 +965,7 @@ static void test_pytorch_golden(void **state)
     for (int depth = 1; depth <= 3; depth++) {
         qcal_int8_net *net = NULL;
         const int64_t shape[3] = {1, 28, 28};
-        assert_int_equal(qcal_int8_net_create(NULL, 3, shape, q[0], (int32_t)q[1], &net), QCAL_OK);
+        assert_int_equal(qcal_int8_net_create(NULL, 3, shape, U8Q(q[0], (int32_t)q[1]), &net), QCAL_OK);
         qcal_int8_conv2d_params c;
         qcal_int8_conv2d_params_default(&c);
         c.kernel_h = c.kernel_w = 3;
@@ -967,8 +974,7 @@ static void test_pytorch_golden(void **state)
         c.out_channels = w[0].shape[0];
         c.weight = w[0].data;
         c.bias = b[0].data;
-        c.out_scale = q[2];
-        c.out_zero_point = (int32_t)q[3];
+        c.out_qparams = U8Q(q[2], (int32_t)q[3]);
         assert_int_equal(qcal_int8_net_add_conv2d(net, &c), QCAL_OK);
         const qcal_npy_array *g = &g1;
         if (depth >= 2) {
@@ -978,8 +984,7 @@ static void test_pytorch_golden(void **state)
             c.out_channels = w[1].shape[0];
             c.weight = w[1].data;
             c.bias = b[1].data;
-            c.out_scale = q[4];
-            c.out_zero_point = (int32_t)q[5];
+            c.out_qparams = U8Q(q[4], (int32_t)q[5]);
             assert_int_equal(qcal_int8_net_add_conv2d(net, &c), QCAL_OK);
             assert_int_equal(qcal_int8_net_add_maxpool2d(net, &pp), QCAL_OK);
             qcal_int8_linear_params l;
@@ -988,8 +993,7 @@ static void test_pytorch_golden(void **state)
             l.weight = w[2].data;
             l.bias = b[2].data;
             l.relu = true;
-            l.out_scale = q[6];
-            l.out_zero_point = (int32_t)q[7];
+            l.out_qparams = U8Q(q[6], (int32_t)q[7]);
             assert_int_equal(qcal_int8_net_add_linear(net, &l), QCAL_OK);
             g = &g3;
             if (depth == 3) {
@@ -997,8 +1001,7 @@ static void test_pytorch_golden(void **state)
                 l.out_features = w[3].shape[0];
                 l.weight = w[3].data;
                 l.bias = b[3].data;
-                l.out_scale = q[8];
-                l.out_zero_point = (int32_t)q[9];
+                l.out_qparams = U8Q(q[8], (int32_t)q[9]);
                 assert_int_equal(qcal_int8_net_add_linear(net, &l), QCAL_OK);
                 g = &g4;
             }
@@ -1057,26 +1060,26 @@ static void test_errors(void **state)
     (void)state;
     qcal_int8_net *net = NULL;
     const int64_t shape[3] = {2, 5, 5};
-    expect_err(qcal_int8_net_create(NULL, 3, shape, 0.0f, 0, &net), QCAL_ERR_INVALID_ARG, "scale 0");
-    expect_err(qcal_int8_net_create(NULL, 3, shape, -1.0f, 0, &net), QCAL_ERR_INVALID_ARG, "scale -1");
-    expect_err(qcal_int8_net_create(NULL, 3, shape, NAN, 0, &net), QCAL_ERR_INVALID_ARG, "nan");
-    expect_err(qcal_int8_net_create(NULL, 3, shape, INFINITY, 0, &net), QCAL_ERR_INVALID_ARG, "inf");
-    expect_err(qcal_int8_net_create(NULL, 3, shape, 1e-45f, 0, &net), QCAL_ERR_INVALID_ARG, "inverse");
-    expect_err(qcal_int8_net_create(NULL, 3, shape, 0.1f, 256, &net), QCAL_ERR_INVALID_ARG, "256");
-    expect_err(qcal_int8_net_create(NULL, 2, shape, 0.1f, 0, &net), QCAL_ERR_INVALID_ARG, "ndim 2");
-    expect_err(qcal_int8_net_create(NULL, 3, NULL, 0.1f, 0, &net), QCAL_ERR_INVALID_ARG, "NULL");
-    expect_err(qcal_int8_net_create(NULL, 3, shape, 0.1f, 0, NULL), QCAL_ERR_INVALID_ARG, "NULL");
+    expect_err(qcal_int8_net_create(NULL, 3, shape, U8Q(0.0f, 0), &net), QCAL_ERR_INVALID_ARG, "scale 0");
+    expect_err(qcal_int8_net_create(NULL, 3, shape, U8Q(-1.0f, 0), &net), QCAL_ERR_INVALID_ARG, "scale -1");
+    expect_err(qcal_int8_net_create(NULL, 3, shape, U8Q(NAN, 0), &net), QCAL_ERR_INVALID_ARG, "nan");
+    expect_err(qcal_int8_net_create(NULL, 3, shape, U8Q(INFINITY, 0), &net), QCAL_ERR_INVALID_ARG, "inf");
+    expect_err(qcal_int8_net_create(NULL, 3, shape, U8Q(1e-45f, 0), &net), QCAL_ERR_INVALID_ARG, "inverse");
+    expect_err(qcal_int8_net_create(NULL, 3, shape, U8Q(0.1f, 256), &net), QCAL_ERR_INVALID_ARG, "256");
+    expect_err(qcal_int8_net_create(NULL, 2, shape, U8Q(0.1f, 0), &net), QCAL_ERR_INVALID_ARG, "ndim 2");
+    expect_err(qcal_int8_net_create(NULL, 3, NULL, U8Q(0.1f, 0), &net), QCAL_ERR_INVALID_ARG, "NULL");
+    expect_err(qcal_int8_net_create(NULL, 3, shape, U8Q(0.1f, 0), NULL), QCAL_ERR_INVALID_ARG, "NULL");
     const int64_t bad_shape[3] = {2, 0, 5};
-    expect_err(qcal_int8_net_create(NULL, 3, bad_shape, 0.1f, 0, &net), QCAL_ERR_INVALID_ARG, "= 0");
+    expect_err(qcal_int8_net_create(NULL, 3, bad_shape, U8Q(0.1f, 0), &net), QCAL_ERR_INVALID_ARG, "= 0");
     qcal_int8_net_options opt;
     qcal_int8_net_options_default(&opt);
     opt.batch_chunk = 0;
-    expect_err(qcal_int8_net_create(&opt, 3, shape, 0.1f, 0, &net), QCAL_ERR_INVALID_ARG, "batch_chunk 0");
+    expect_err(qcal_int8_net_create(&opt, 3, shape, U8Q(0.1f, 0), &net), QCAL_ERR_INVALID_ARG, "batch_chunk 0");
     assert_null(net);
     qcal_int8_net_destroy(&net);   /* NULL is fine */
     qcal_int8_net_destroy(NULL);
 
-    assert_int_equal(qcal_int8_net_create(NULL, 3, shape, 0.1f, 3, &net), QCAL_OK);
+    assert_int_equal(qcal_int8_net_create(NULL, 3, shape, U8Q(0.1f, 3), &net), QCAL_OK);
     float w[4 * 2 * 3 * 3];
     for (int i = 0; i < 72; i++)
         w[i] = (float)(i % 7) * 0.1f - 0.3f;
@@ -1085,26 +1088,31 @@ static void test_errors(void **state)
     c.out_channels = 4;
     c.kernel_h = c.kernel_w = 3;
     c.weight = w;
-    c.out_scale = 0.05f;
+    qcal_qparams coq = u8q(0.05f, 0);
+    c.out_qparams = &coq;
     expect_err(qcal_int8_net_add_conv2d(NULL, &c), QCAL_ERR_INVALID_ARG, "net is NULL");
     expect_err(qcal_int8_net_add_conv2d(net, NULL), QCAL_ERR_INVALID_ARG, "NULL");
     c.weight = NULL;
     expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_INVALID_ARG, "weight is NULL");
     c.weight = w;
-    c.out_scale = NAN;
+    coq.scale = NAN;
     expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_INVALID_ARG, "out_scale nan");
-    c.out_scale = -0.5f;
+    coq.scale = -0.5f;
     expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_INVALID_ARG, "out_scale -0.5");
-    c.out_scale = 0.05f;
-    c.out_zero_point = -1;
+    coq.scale = 0.05f;
+    coq.zero_point = -1;
     expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_INVALID_ARG, "-1");
-    c.out_zero_point = 0;
+    coq.zero_point = 0;
     float wsc[4] = {0.01f, 0.0f, 0.01f, 0.01f};
-    c.weight_scale = wsc;
-    expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_INVALID_ARG, "weight_scale[1] = 0");
+    int32_t wzp[4] = {0, 0, 0, 0};
+    qcal_qparams wqp = {.dtype = QCAL_QINT8, .qscheme = QCAL_PER_CHANNEL_SYMMETRIC, .axis = 0,
+                        .quant_min = -128, .quant_max = 127, .channels = 4, .scales = wsc,
+                        .zero_points = wzp};
+    c.weight_qparams = &wqp;
+    expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_INVALID_ARG, "scale[1] = 0");
     wsc[1] = INFINITY;
-    expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_INVALID_ARG, "weight_scale[1] = inf");
-    c.weight_scale = NULL;
+    expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_INVALID_ARG, "scale[1] = inf");
+    c.weight_qparams = NULL;
     c.kernel_h = 9;
     expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_MISMATCH, "9x3");
     c.kernel_h = 3;
@@ -1160,9 +1168,10 @@ static void test_errors(void **state)
     lp.out_features = 5;
     lp.weight = lw;
     lp.out_type = QCAL_INT8_OUT_U8;
-    lp.out_scale = INFINITY;
+    qcal_qparams loq = u8q(INFINITY, 0);
+    lp.out_qparams = &loq;
     expect_err(qcal_int8_net_add_linear(net, &lp), QCAL_ERR_INVALID_ARG, "out_scale inf");
-    lp.out_scale = 0.1f;
+    loq.scale = 0.1f;
     lp.out_type = (qcal_int8_out_type)7;
     expect_err(qcal_int8_net_add_linear(net, &lp), QCAL_ERR_INVALID_ARG, "out_type 7");
     lp.out_type = QCAL_INT8_OUT_U8;
@@ -1175,7 +1184,7 @@ static void test_errors(void **state)
     qcal_int8_net_options_default(&opt);
     opt.nonfinite_error = true;
     const int64_t fshape[1] = {4};
-    assert_int_equal(qcal_int8_net_create(&opt, 1, fshape, 0.1f, 0, &net), QCAL_OK);
+    assert_int_equal(qcal_int8_net_create(&opt, 1, fshape, U8Q(0.1f, 0), &net), QCAL_OK);
     const float bad[8] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, INFINITY, 0.7f, 0.8f};
     uint8_t out[8];
     memset(out, 0x5A, sizeof out);

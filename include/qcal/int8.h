@@ -5,10 +5,12 @@
  *   qcal_int8_net_options_default(&opt);
  *   const int64_t in_shape[3] = {1, 28, 28};           // per-sample C, H, W
  *   qcal_int8_net *net = NULL;
- *   qcal_int8_net_create(&opt, 3, in_shape, in_scale, in_zero_point, &net);
+ *   qcal_qparams in_q, q1;                              // quint8 per-tensor values
+ *   qcal_qparams_per_tensor(&in_q, QCAL_QUINT8, in_scale, in_zero_point);
+ *   qcal_int8_net_create(&opt, 3, in_shape, &in_q, &net);
  *   qcal_int8_conv2d_params c; qcal_int8_conv2d_params_default(&c);
  *   c.out_channels = 32; c.kernel_h = c.kernel_w = 3; c.pad_h = c.pad_w = 1;
- *   c.weight = w1; c.bias = b1; c.relu = true; c.out_scale = s1; c.out_zero_point = z1;
+ *   c.weight = w1; c.bias = b1; c.relu = true; c.out_qparams = &q1;
  *   qcal_int8_net_add_conv2d(net, &c);
  *   ... qcal_int8_net_add_maxpool2d, qcal_int8_net_add_linear (last one QCAL_INT8_OUT_F32)
  *   qcal_int8_net_forward(net, n, images, logits);
@@ -48,6 +50,7 @@
 
 #include "qcal/calib.h"
 #include "qcal/common.h"
+#include "qcal/qparams.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -56,7 +59,7 @@ extern "C" {
 typedef struct qcal_int8_net qcal_int8_net;
 
 typedef enum qcal_int8_out_type {
-    QCAL_INT8_OUT_U8 = 0,    /* requantized quint8 with out_scale / out_zero_point */
+    QCAL_INT8_OUT_U8 = 0,    /* requantized quint8 with out_qparams */
     QCAL_INT8_OUT_F32 = 1,   /* float32 (dequantized accumulator): must be the last layer */
 } qcal_int8_out_type;
 
@@ -82,25 +85,28 @@ typedef struct qcal_int8_conv2d_params {
     int64_t pad_h, pad_w;        /* default 0: symmetric zero padding (real 0.0, code zp) */
     const float *weight;         /* required: [out_channels, C, kernel_h, kernel_w] f32, caller
                                   * owned, read during the call only */
-    const float *weight_scale;   /* default NULL: per-channel symmetric qint8 scales computed
-                                  * from weight (see above); else [out_channels] caller owned */
+    const qcal_qparams *weight_qparams; /* default NULL: per-channel symmetric qint8 qparams
+                                  * from a per_channel_minmax observer over weight (see above);
+                                  * else qint8 per-channel, axis 0, out_channels channels, zero
+                                  * points 0 (caller owned, read during the call) */
     const float *bias;           /* default NULL (no bias); else [out_channels] f32 */
     bool relu;                   /* default false: fused ReLU after the bias */
     qcal_int8_out_type out_type; /* default QCAL_INT8_OUT_U8 */
-    float out_scale;             /* u8 output: required, > 0 and finite (default 0 = unset) */
-    int32_t out_zero_point;      /* u8 output: in [0, 255], default 0 */
+    const qcal_qparams *out_qparams; /* u8 output: required (default NULL = unset), quint8
+                                  * per-tensor, scale > 0 and finite, zero-point in [0, 255];
+                                  * caller owned, read during the call */
 } qcal_int8_conv2d_params;
 
 typedef struct qcal_int8_linear_params {
     int64_t out_features;        /* required, >= 1 (default 0 = unset) */
     const float *weight;         /* required: [out_features, in_features] f32 with in_features
                                   * = C*H*W of the input in NCHW flatten order; caller owned */
-    const float *weight_scale;   /* default NULL: computed from weight; else [out_features] */
+    const qcal_qparams *weight_qparams; /* default NULL: observed (as conv2d); else qint8
+                                  * per-channel, axis 0, out_features channels, zero points 0 */
     const float *bias;           /* default NULL (no bias); else [out_features] f32 */
     bool relu;                   /* default false */
     qcal_int8_out_type out_type; /* default QCAL_INT8_OUT_U8 */
-    float out_scale;             /* u8 output: required, > 0 and finite (default 0 = unset) */
-    int32_t out_zero_point;      /* u8 output: in [0, 255], default 0 */
+    const qcal_qparams *out_qparams; /* u8 output: required, as conv2d */
 } qcal_int8_linear_params;
 
 typedef struct qcal_int8_pool2d_params {
@@ -116,11 +122,12 @@ QCAL_API void qcal_int8_linear_params_default(qcal_int8_linear_params *p);
 QCAL_API void qcal_int8_pool2d_params_default(qcal_int8_pool2d_params *p);
 
 /* Creates an empty net (oneDNN CPU engine and stream) whose input is ndim (1 or 3) per-sample
- * dims (F) or (C, H, W), quantized with in_scale / in_zero_point ([0, 255]). opt may be NULL
+ * dims (F) or (C, H, W), quantized with input (quint8 per-tensor, caller owned, copied; scale
+ * with a finite inverse, zero-point in [0, 255]). opt may be NULL
  * (defaults). *out is owned by the caller: release with qcal_int8_net_destroy. */
 QCAL_API qcal_status qcal_int8_net_create(const qcal_int8_net_options *opt, int32_t ndim,
-                                          const int64_t *input_shape, float in_scale,
-                                          int32_t in_zero_point, qcal_int8_net **out);
+                                          const int64_t *input_shape,
+                                          const qcal_qparams *input, qcal_int8_net **out);
 
 /* Destroys *net (NULL or *net == NULL is fine) and sets *net to NULL. */
 QCAL_API void qcal_int8_net_destroy(qcal_int8_net **net);
@@ -158,9 +165,9 @@ typedef struct qcal_int8_layer_desc {
                                      * qparams are the table entry (fqn, activation); if the
                                      * table holds (fqn + ".weight", weight), its per-channel
                                      * scales quantize the weights, else a per-channel observer
-                                     * computes them as conv2d_params.weight_scale = NULL does) */
+                                     * computes them as weight_qparams = NULL does) */
     qcal_int8_conv2d_params conv;   /* conv2d: geometry, weight, bias; relu may be set; the
-                                     * weight_scale and out_* fields are filled by the builder */
+                                     * weight_qparams and out_* fields are set by the builder */
     qcal_int8_linear_params linear; /* linear: out_features, weight, bias, relu (as conv) */
     qcal_int8_pool2d_params pool;   /* maxpool2d */
 } qcal_int8_layer_desc;
