@@ -394,10 +394,14 @@ static qcal_status build_net_qat(const cnn_model *m, const model_qparams *q, qca
     qcal_int8_layer_desc d[NLAYERS];
     describe_layers(m, d);
     qcal_qparams act[NSEG], wq[NSEG];
-    int32_t *zeros = calloc(128, sizeof *zeros);   /* widest layer: fc1, 128 channels */
+    int64_t widest = 1, shape[4];
+    for (int s = 0; s < NSEG; s++) {
+        cnn_param_shape(2 * s, shape);
+        widest = shape[0] > widest ? shape[0] : widest;
+    }
+    int32_t *zeros = calloc((size_t)widest, sizeof *zeros);   /* symmetric: zero-points 0 */
     qcal_status st = zeros ? QCAL_OK : QCAL_ERR_NO_MEMORY;
     for (int s = 0; s < NSEG && st == QCAL_OK; s++) {
-        int64_t shape[4];
         cnn_param_shape(2 * s, shape);
         if ((st = qcal_qparams_per_tensor(&act[s], QCAL_QUINT8, q->act_scale[s], q->act_zp[s])) == QCAL_OK &&
             (st = qcal_qparams_per_channel(&wq[s], QCAL_QINT8, 0, shape[0], q->wscale[s], zeros)) == QCAL_OK)
