@@ -1075,6 +1075,15 @@ static void test_errors(void **state)
     qcal_int8_net_options_default(&opt);
     opt.batch_chunk = 0;
     expect_err(qcal_int8_net_create(&opt, 3, shape, U8Q(0.1f, 0), &net), QCAL_ERR_INVALID_ARG, "batch_chunk 0");
+    expect_err(qcal_int8_net_create(NULL, 3, shape, NULL, &net), QCAL_ERR_INVALID_ARG,
+               "input qparams is NULL");
+    qcal_qparams bad_in = u8q(0.1f, 0);
+    bad_in.dtype = QCAL_QINT8;   /* activations are quint8 */
+    expect_err(qcal_int8_net_create(NULL, 3, shape, &bad_in, &net), QCAL_ERR_INVALID_ARG, "qint8");
+    bad_in.dtype = QCAL_QUINT8;
+    bad_in.qscheme = QCAL_PER_CHANNEL_AFFINE;   /* and per-tensor */
+    expect_err(qcal_int8_net_create(NULL, 3, shape, &bad_in, &net), QCAL_ERR_INVALID_ARG,
+               "per-tensor");
     assert_null(net);
     qcal_int8_net_destroy(&net);   /* NULL is fine */
     qcal_int8_net_destroy(NULL);
@@ -1112,7 +1121,20 @@ static void test_errors(void **state)
     expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_INVALID_ARG, "scale[1] = 0");
     wsc[1] = INFINITY;
     expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_INVALID_ARG, "scale[1] = inf");
+    wsc[1] = 0.01f;
+    wqp.channels = 3;   /* one scale per output channel */
+    expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_INVALID_ARG, "with 3 channels");
+    wqp.channels = 4;
+    wqp.dtype = QCAL_QUINT8;
+    expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_INVALID_ARG, "qint8 per-channel");
+    wqp.dtype = QCAL_QINT8;
+    wzp[2] = 1;   /* int8 weights are symmetric */
+    expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_INVALID_ARG, "zero-point[2] = 1");
+    wzp[2] = 0;
     c.weight_qparams = NULL;
+    c.out_qparams = NULL;   /* required for a u8 output */
+    expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_INVALID_ARG, "out_qparams is NULL");
+    c.out_qparams = &coq;
     c.kernel_h = 9;
     expect_err(qcal_int8_net_add_conv2d(net, &c), QCAL_ERR_MISMATCH, "9x3");
     c.kernel_h = 3;

@@ -115,16 +115,18 @@ typedef struct qcal_int8_pool2d_params {
     int64_t pad_h, pad_w;        /* default 0; at most half the kernel, as PyTorch */
 } qcal_int8_pool2d_params;
 
-/* Fills the defaults documented on each field. */
+/* Fills *opt with the defaults documented on each field of qcal_int8_net_options. */
 QCAL_API void qcal_int8_net_options_default(qcal_int8_net_options *opt);
+/* Fills *p with the defaults documented on each field (required fields left unset). */
 QCAL_API void qcal_int8_conv2d_params_default(qcal_int8_conv2d_params *p);
+/* Fills *p with the defaults documented on each field (required fields left unset). */
 QCAL_API void qcal_int8_linear_params_default(qcal_int8_linear_params *p);
+/* Fills *p with the defaults documented on each field (2x2 window, stride = kernel). */
 QCAL_API void qcal_int8_pool2d_params_default(qcal_int8_pool2d_params *p);
 
-/* Creates an empty net (oneDNN CPU engine and stream) whose input is ndim (1 or 3) per-sample
- * dims (F) or (C, H, W), quantized with input (quint8 per-tensor, caller owned, copied; scale
- * with a finite inverse, zero-point in [0, 255]). opt may be NULL
- * (defaults). *out is owned by the caller: release with qcal_int8_net_destroy. */
+/* Creates an empty net (oneDNN engine) whose per-sample input, ndim 1 (F) or 3 (C, H, W), is
+ * quantized with input (quint8 per-tensor, read during the call); opt NULL = defaults.
+ * *out is owned by the caller: release with qcal_int8_net_destroy. */
 QCAL_API qcal_status qcal_int8_net_create(const qcal_int8_net_options *opt, int32_t ndim,
                                           const int64_t *input_shape,
                                           const qcal_qparams *input, qcal_int8_net **out);
