@@ -6,13 +6,24 @@
 #include "qat.h"
 
 /* conv1+ReLU+pool, conv2+ReLU+pool, fc1+ReLU, fc2 (f32 logits); each layer's output codes
- * use the next tap's qparams, the input the CONV1_IN tap's (as examples/demo.c). */
+ * use the next tap's qparams, the input the CONV1_IN tap's (as examples/demo.c). Activations
+ * as quint8 per-tensor qcal_qparams, weights as qint8 per-channel views over q's arrays (the
+ * builders refuse non-zero weight zero-points). */
 static qcal_status build(const cnn_model *m, const cnn_fq_qparams *q, qcal_int8_net **out)
 {
     static const int64_t in_shape[3] = {1, 28, 28};
+    qcal_qparams act[CNN_NLAYERS], wq[CNN_NLAYERS];
+    qcal_status st = QCAL_OK;
+    for (int s = 0; s < CNN_NLAYERS && st == QCAL_OK; s++) {
+        int tap = CNN_TAP_CONV1_IN + s;   /* layer s's input tap */
+        if ((st = qcal_qparams_per_tensor(&act[s], QCAL_QUINT8, q->act_scale[tap],
+                                          q->act_zero_point[tap])) == QCAL_OK)
+            st = qcal_qparams_per_channel(&wq[s], QCAL_QINT8, 0, q->weight_channels[s],
+                                          q->weight_scale[s], q->weight_zero_point[s]);
+    }
     qcal_int8_net *net = NULL;
-    qcal_status st = qcal_int8_net_create(NULL, 3, in_shape, q->act_scale[CNN_TAP_CONV1_IN],
-                                          q->act_zero_point[CNN_TAP_CONV1_IN], &net);
+    if (st == QCAL_OK)
+        st = qcal_int8_net_create(NULL, 3, in_shape, &act[0], &net);
     for (int s = 0; s < CNN_NLAYERS && st == QCAL_OK; s++) {
         if (s < 2) {
             qcal_int8_conv2d_params c;
@@ -21,11 +32,10 @@ static qcal_status build(const cnn_model *m, const cnn_fq_qparams *q, qcal_int8_
             c.kernel_h = c.kernel_w = 3;
             c.pad_h = c.pad_w = 1;
             c.weight = m->param[2 * s];
-            c.weight_scale = q->weight_scale[s];
+            c.weight_qparams = &wq[s];
             c.bias = m->param[2 * s + 1];
             c.relu = true;
-            c.out_scale = q->act_scale[s + 1];
-            c.out_zero_point = q->act_zero_point[s + 1];
+            c.out_qparams = &act[s + 1];
             st = qcal_int8_net_add_conv2d(net, &c);
             qcal_int8_pool2d_params p;
             qcal_int8_pool2d_params_default(&p);
@@ -37,15 +47,13 @@ static qcal_status build(const cnn_model *m, const cnn_fq_qparams *q, qcal_int8_
             qcal_int8_linear_params_default(&l);
             l.out_features = s == 2 ? 128 : CNN_CLASSES;
             l.weight = m->param[2 * s];
-            l.weight_scale = q->weight_scale[s];
+            l.weight_qparams = &wq[s];
             l.bias = m->param[2 * s + 1];
             l.relu = !f32_out;
-            if (f32_out) {
+            if (f32_out)
                 l.out_type = QCAL_INT8_OUT_F32;
-            } else {
-                l.out_scale = q->act_scale[s + 1];
-                l.out_zero_point = q->act_zero_point[s + 1];
-            }
+            else
+                l.out_qparams = &act[s + 1];
             st = qcal_int8_net_add_linear(net, &l);
         }
     }
