@@ -177,6 +177,37 @@ static int same_dirs(const char *a, const char *b, int np)
 
 static int np_lo = 1, np_hi = 4;
 
+static int count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    return n;
+}
+
+/* Under a terminal (util-linux script(1) gives mpirun one): one progress bar, drawn by rank
+ * 0 over its own files, and one summary line, not np of each. Skipped without script(1). */
+static void one_bar(int np)
+{
+    if (system("command -v script >/dev/null 2>&1") != 0) {
+        printf("mpi.calibrate: no script(1): progress bar under a terminal not checked\n");
+        return;
+    }
+    char cmd[4096], typescript[256], out[256];
+    snprintf(typescript, sizeof typescript, "%s/typescript", tmpdir);
+    snprintf(out, sizeof out, "%s/bar.json", tmpdir);
+    snprintf(cmd, sizeof cmd, "timeout 120 script -qec \"'%s' -np %d --oversubscribe '%s' calibrate "
+             "'%s' -o '%s' --rules '%s'\" '%s' >/dev/null 2>&1", getenv("QCAL_MPIRUN"), np,
+             getenv("QCAL_BIN"), dump, out, rules, typescript);
+    assert_int_equal(system(cmd), 0);
+    char *t = tu_read_file(typescript, NULL);
+    /* Every bar starts at "] 0/" and is cleared by "\r\033[K" at the end. */
+    if (count(t, "] 0/") != 1 || count(t, "qcal calibrate: wrote") != 1)
+        fail_msg("np %d under a terminal: %d progress bars, %d summary lines:\n%s", np,
+                 count(t, "] 0/"), count(t, "qcal calibrate: wrote"), t);
+    free(t);
+}
+
 /* One single-format run at np ranks against one process: OUT is a file (dir: a directory). */
 static void same_single(int np, const char *fmt, bool dir)
 {
@@ -234,6 +265,7 @@ static void test_identity(void **state)
     free(ref_out);
     free(ref);
     free(got);
+    one_bar(np_hi);
     /* Each format alone, at the highest np. */
     same_single(np_hi, "json", false);
     same_single(np_hi, "tensorrt", false);

@@ -63,8 +63,9 @@ static const char help_tail[] =
     "Under mpirun (mpirun -np N qcal calibrate DIR -o OUT ...) the ranks share the dump's\n"
     "files (order-independent observers by file; moving averages and first-batch histograms\n"
     "by whole tensor; --weights on rank 0), their sessions are merged in rank order and rank\n"
-    "0 writes OUT (and --save-state): the same bytes as one process. A failure on any rank\n"
-    "ends every rank with its exit code and one line naming the rank and the file\n"
+    "0 writes OUT (and --save-state): the same bytes as one process, with one summary line\n"
+    "and one progress bar (rank 0's files, when mpirun's output is a terminal). A failure on\n"
+    "any rank ends every rank with its exit code and one line naming the rank and the file\n"
     "(docs/distributed.md). As root, Open MPI needs mpirun --allow-run-as-root (or\n"
     "OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1); more ranks than cores\n"
     "need --oversubscribe.\n";
@@ -308,7 +309,9 @@ static int feed_dump(const char *cmd, cli_dist *dist, qcal_calib_session *s,
 {
     int64_t n = 0;
     qcal_calib_dump_count(dump, &n);
-    bool bar = cli_dist_writer(dist) && isatty(2);
+    /* Under mpirun the ranks' stderr is a pipe to mpirun while their stdout is a terminal
+     * when mpirun's is: the writer then draws the bar (forwarded by mpirun) all the same. */
+    bool bar = cli_dist_writer(dist) && (isatty(2) || (dist->mpi && isatty(1)));
     int rc = 0;
     for (int64_t i = 0, k = 0; i < n && !rc; i++) {
         qcal_calib_dump_tensor t;
