@@ -253,6 +253,12 @@ static void test_identity(void **state)
             fail_msg("np %d: exit %d: %s", np, rc, e);
         }
         assert_true(same_dirs(ref, got, np) >= 6);   /* json, tensorrt, 3 onnxruntime, ncnn */
+        /* stderr redirected to a file: no progress bar, no line at all. */
+        size_t elen = 0;
+        char *e = tu_read_file(err_txt, &elen);
+        if (elen != 0)
+            fail_msg("np %d: stderr not empty:\n%s", np, e);
+        free(e);
         /* One summary line, the same but for the output path. */
         char *o = tu_read_file(out_txt, NULL);
         char *p = strstr(o, got), *q = strstr(ref_out, ref);

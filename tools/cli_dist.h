@@ -37,6 +37,11 @@ void cli_dist_end(cli_dist *d);
 /* True on the rank that prints and writes outputs (rank 0). */
 bool cli_dist_writer(const cli_dist *d);
 
+/* True when this process's stderr reaches a terminal, where a progress bar may be drawn.
+ * Under mpirun a rank's stderr is a pipe to its launcher: then the launcher's stderr is
+ * asked (Linux: /proc/PPID/fd/2), which is mpirun's on the node mpirun runs on. */
+bool cli_dist_terminal(const cli_dist *d);
+
 /* Collective: agrees on the exit code (see above); returns it (0: every rank succeeded). */
 int cli_dist_agree(cli_dist *d, int rc);
 

@@ -1,12 +1,15 @@
 /* tools/cli_dist.h on Open MPI (libqcal_mpi for the session reduction). */
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <mpi.h>
 
 #include <qcal/mpi.h>
+
 #include "cli_common.h"
 #include "cli_dist.h"
 
@@ -37,6 +40,22 @@ static void keep_error(void *user, const char *cmd, const char *msg)
 static bool launched_by_mpirun(void)
 {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
+}
+
+bool cli_dist_terminal(const cli_dist *d)
+{
+    if (isatty(2))
+        return true;
+    if (!d->impl)
+        return false;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/fd/2", (long)getppid());
+    int fd = open(path, O_WRONLY | O_NOCTTY);
+    if (fd < 0)
+        return false;
+    bool tty = isatty(fd);
+    close(fd);
+    return tty;
 }
 
 int cli_dist_begin(cli_dist *d, const char *cmd)

@@ -1,5 +1,13 @@
 /* tools/cli_dist.h in a build without MPI: always one process (rank 0 of 1). */
+#include <unistd.h>
+
 #include "cli_dist.h"
+
+bool cli_dist_terminal(const cli_dist *d)
+{
+    (void)d;
+    return isatty(2);
+}
 
 int cli_dist_begin(cli_dist *d, const char *cmd)
 {

@@ -309,9 +309,7 @@ static int feed_dump(const char *cmd, cli_dist *dist, qcal_calib_session *s,
 {
     int64_t n = 0;
     qcal_calib_dump_count(dump, &n);
-    /* Under mpirun the ranks' stderr is a pipe to mpirun while their stdout is a terminal
-     * when mpirun's is: the writer then draws the bar (forwarded by mpirun) all the same. */
-    bool bar = cli_dist_writer(dist) && (isatty(2) || (dist->mpi && isatty(1)));
+    bool bar = cli_dist_writer(dist) && cli_dist_terminal(dist);
     int rc = 0;
     for (int64_t i = 0, k = 0; i < n && !rc; i++) {
         qcal_calib_dump_tensor t;
