@@ -418,6 +418,63 @@ class LearnableVsTorch(unittest.TestCase):
                 self.assertTrue(torch.any(zt.grad != 0))   # some values were clamped
 
 
+DIST_KINDS = ("HistogramObserver", "MinMaxObserver", "MovingAverageMinMaxObserver")
+
+
+def _dist_worker(rank, world, store, out_dir):
+    """One torch.distributed rank (gloo, file store): for each class of DIST_KINDS, its share
+    of the batches into an observer, then qcal.torch.all_reduce_observer; writes the state
+    bytes and qparams (or the error) of each."""
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method="file://" + store, rank=rank,
+                            world_size=world)
+    try:
+        out = {}
+        for name in DIST_KINDS:
+            o = getattr(qt, name)()
+            for i, x in enumerate(batches(21, n=6)):
+                if i % world == rank:
+                    o(x)
+            try:
+                qt.all_reduce_observer(o)
+                out[name] = {"state": o.qcal_observer.save(),
+                             "scale": o.calculate_qparams()[0].tolist(),
+                             "min_val": o.min_val.tolist()}
+            except qcal.Error as e:
+                out[name] = {"error": str(e)}
+        with open(os.path.join(out_dir, f"rank{rank}.pt"), "wb") as f:
+            torch.save(out, f)
+    finally:
+        dist.destroy_process_group()
+
+
+class Distributed(unittest.TestCase):
+    """all_reduce_observer across 2 gloo ranks (processes): every rank ends with the state
+    of one observer fed every batch (commuting kinds); moving averages refused."""
+
+    def test_all_reduce(self):
+        import torch.multiprocessing as mp
+        with tempfile.TemporaryDirectory() as d:
+            mp.spawn(_dist_worker, args=(2, os.path.join(d, "store"), d), nprocs=2,
+                     join=True)
+            ranks = [torch.load(os.path.join(d, f"rank{r}.pt")) for r in range(2)]
+        for name in ("HistogramObserver", "MinMaxObserver"):
+            with self.subTest(cls=name):
+                whole = getattr(qt, name)()
+                for x in batches(21, n=6):
+                    whole(x)
+                for r in ranks:
+                    self.assertNotIn("error", r[name])
+                    self.assertEqual(r[name]["scale"], whole.calculate_qparams()[0].tolist())
+                    self.assertEqual(r[name]["min_val"], whole.min_val.tolist())
+                # identical states on both ranks (batch counts included)
+                self.assertEqual(ranks[0][name]["state"], ranks[1][name]["state"])
+                self.assertEqual(qcal.Observer.load(ranks[0][name]["state"]).batches, 6)
+        for r in ranks:      # two non-empty moving averages: merge refused on every rank
+            self.assertIn("error", r["MovingAverageMinMaxObserver"])
+            self.assertIn("moving", r["MovingAverageMinMaxObserver"]["error"].lower())
+
+
 class FxPtq(unittest.TestCase):
     """prepare_fx / convert_fx with qcal.torch's min/max observers give the same converted
     model as with PyTorch's own."""
