@@ -345,7 +345,7 @@ static void expect_fault(int np, int want_rc, int want_rank, const char *needle,
     assert_memory_equal(t, "old\n", 4);
     free(t);
     assert_int_equal(tu_count_entries(outdir, NULL), 1);
-    assert_true(secs < 60);
+    assert_true(secs < 30);   /* every rank ended within seconds (~1.5 s each, loaded) */
 }
 
 /* The fault dump: one tensor "x" of 8 equal-size batch files, calibrated with --observer
