@@ -1,18 +1,12 @@
-/* Histogram family internals: the binning kernels (C reference, AVX2, AVX-512), the
- * growable histogram shared by histogram/percentile/entropy/mse, and their common observer
- * ops. Arithmetic contract of a bin index: see histogram_kernels.h. */
+/* Histogram family internals: the threaded binning drivers over the family's kernels
+ * (histogram_dsp.h), the growable first-batch histogram shared by histogram / percentile /
+ * entropy / mse, and their common observer ops. Bin arithmetic: histogram_dsp.h. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define QCAL_HIST_X86 1
-#else
-#define QCAL_HIST_X86 0
-#endif
-
 #include "core/cpu.h"
+#include "observers/histogram_dsp.h"
 #include "observers/histogram_kernels.h"
 #include "observers/minmax_kernels.h"
 #include "qcal_config.h"
@@ -25,39 +19,7 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-/* Per-copy uint32 counters are flushed into the uint64 counts at least this often. */
-#define FLUSH_ELEMS ((int64_t)1 << 30)
-/* Sub-histogram copies, incremented round robin: consecutive equal bins do not wait on each
- * other's increments. (Measured: 4 copies as fast as 1 on spread data and 2.4x faster on a
- * single hot bin; 8 or 16 were slower.) */
-#define NCOPIES 4
-
 /* ---- bin index ---------------------------------------------------------------------- */
-
-/* True when (v - lo) / (hi - lo) * bins cannot overflow in float for v in [lo, hi]. */
-static bool float_path_ok(float lo, float hi, int32_t bins)
-{
-    (void)bins;
-    float r = hi - lo;
-    return isfinite(r) && r > 0.0f;
-}
-
-/* Raw index in [0, bins]; bins means "on the top edge" (counted into the last bin). */
-static inline int32_t bin_float_raw(float v, float lo, float r, float fb)
-{
-    /* ATen 1.13 histc on CPU (verified against torch.histc on values next to every edge):
-     * pos = (int64)((elt - left) / (right - left) * nbins), each op in float. */
-    return (int32_t)(int64_t)((v - lo) / r * fb);
-}
-
-static inline int32_t bin_double_raw(float v, float lo, float hi, int32_t bins)
-{
-    double t = ((double)v - (double)lo) / ((double)hi - (double)lo) * (double)bins;
-    int64_t i = (int64_t)t;
-    if (i < 0)
-        i = 0;
-    return i > bins ? bins : (int32_t)i;
-}
 
 int32_t qcal_hist_bin_of(float v, float lo, float hi, int32_t bins)
 {
@@ -67,463 +29,96 @@ int32_t qcal_hist_bin_of(float v, float lo, float hi, int32_t bins)
         return 0;
     if (v >= hi)
         return bins - 1;
-    int32_t i = float_path_ok(lo, hi, bins) ? bin_float_raw(v, lo, hi - lo, (float)bins)
-                                            : bin_double_raw(v, lo, hi, bins);
+    int32_t i = qcal_histc_index(v, lo, hi, bins, qcal_histc_float_ok(lo, hi));
     return i >= bins ? bins - 1 : i;
 }
 
-/* Sub-histogram copies have bins + 2 slots: the bins, "on the top edge", "outside". */
-static void flush_sub(uint32_t *sub, int32_t bins, uint64_t *counts, uint64_t *top)
-{
-    size_t stride = (size_t)bins + 2;
-    for (int32_t b = 0; b <= bins; b++) {
-        uint64_t s = 0;
-        for (int c = 0; c < NCOPIES; c++) {
-            s += sub[c * stride + (size_t)b];
-            sub[c * stride + (size_t)b] = 0;
-        }
-        if (b < bins) {
-            counts[b] += s;
-        } else {
-            counts[bins - 1] += s;   /* the top edge belongs to the last bin */
-            *top += s;
-        }
-    }
-    for (int c = 0; c < NCOPIES; c++)
-        sub[c * stride + (size_t)bins + 1] = 0;
-}
+/* ---- threaded binning (both grids) -------------------------------------------------- */
 
-void qcal_f32_histc__c(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                       bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub)
-{
-    bool fast = float_path_ok(lo, hi, bins);
-    float r = hi - lo, fb = (float)bins;
-    size_t stride = (size_t)bins + 2;
-    int64_t since = 0;
-    for (int64_t i = 0; i < n; i++) {
-        float v = absval ? fabsf(x[i]) : x[i];
-        /* NaN fails both comparisons, as in ATen's `!(elt >= left && elt <= right)`. */
-        int32_t b = bins + 1;
-        if (v >= lo && v <= hi)
-            b = fast ? bin_float_raw(v, lo, r, fb) : bin_double_raw(v, lo, hi, bins);
-        sub[(size_t)(i & (NCOPIES - 1)) * stride + (size_t)b]++;
-        if (++since == FLUSH_ELEMS) {
-            flush_sub(sub, bins, counts, top);
-            since = 0;
-        }
-    }
-    flush_sub(sub, bins, counts, top);
-}
-
-static inline bool finite_f(float v)
-{
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    return (u & 0x7f800000u) != 0x7f800000u;
-}
-
-bool qcal_f32_histc_inside__c(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                              bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub,
-                              float *mn, float *mx, uint64_t *nonfinite)
-{
-    /* Reference: a min/max pass (same comparisons as qcal_f32_minmax__c), then binning. */
-    float l = INFINITY, h = -INFINITY;
-    uint64_t bad = 0;
-    bool inside = true;
-    for (int64_t i = 0; i < n; i++) {
-        float v = x[i];
-        if (!finite_f(v)) {
-            bad++;
-            continue;
-        }
-        l = v < l ? v : l;
-        h = v > h ? v : h;
-        float a = absval ? fabsf(v) : v;
-        inside &= a >= lo && a <= hi;
-    }
-    *mn = l;
-    *mx = h;
-    *nonfinite = bad;
-    if (inside)
-        qcal_f32_histc__c(x, n, lo, hi, bins, absval, counts, top, sub);
-    return inside;
-}
-
-#if QCAL_HIST_X86
-/* SIMD binning, software-pipelined: the bin indices of chunk c (CH elements) are computed
- * with vector ops and stored into a ring of 4 chunk buffers while the scalar loop increments
- * the counters of chunk c - 2. The scalar loads then never wait on a vector store still in
- * flight (store-to-load forwarding from a wide store stalls), and the index arithmetic
- * overlaps the increments, which are the bottleneck (about one per cycle). Measured on the
- * dev box (1M floats, 2048 bins, AVX-512): 10.3 GB/s block-buffered -> 12.3 GB/s pipelined;
- * CH = 64 beat 16, 32, 128 and 256. Fused ("inside") kernels also track min/max and the
- * non-finite count in the same pass, and give up binning at the first block of CHECK
- * chunks holding a finite value outside the grid (the caller then grows the grid). */
-#define CH 64
-#define CHECK 64
-
-#define T_AVX2 __attribute__((target("avx2,fma")))
-#define T_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
-
-static inline void scatter_chunk(const uint32_t *k, uint32_t *s0, uint32_t *s1, uint32_t *s2,
-                                 uint32_t *s3)
-{
-    for (int j = 0; j < CH; j += 4) {
-        s0[k[j]]++;
-        s1[k[j + 1]]++;
-        s2[k[j + 2]]++;
-        s3[k[j + 3]]++;
-    }
-}
-
-/* Chunks [0, nch) of x. Plain mode: bins all of them, returns nch. Fused mode: also
- * min/max/non-finite into *mn, *mx, *bad; returns the number of chunks whose min/max were
- * taken, which is < nch only if *outside was set (binning abandoned; counts then partial). */
-__attribute__((always_inline)) T_AVX512 static inline int64_t
-chunks_avx512(const float *x, int64_t nch, float lo, float hi, int32_t bins, bool absval,
-              bool fused, uint64_t *counts, uint64_t *top, uint32_t *sub, float *mn,
-              float *mx, uint64_t *bad, bool *outside)
-{
-    const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
-    const __m512 vr = _mm512_set1_ps(hi - lo), vb = _mm512_set1_ps((float)bins);
-    const __m512i vabs = _mm512_set1_epi32(absval ? 0x7fffffff : -1);
-    const __m512i vout = _mm512_set1_epi32(bins + 1);
-    __m512 vmn = _mm512_set1_ps(INFINITY), vmx = _mm512_set1_ps(-INFINITY);
-    __mmask16 out = 0;
-    uint64_t nbad = 0;
-    size_t stride = (size_t)bins + 2;
-    uint32_t *s0 = sub, *s1 = sub + stride, *s2 = sub + 2 * stride, *s3 = sub + 3 * stride;
-    uint32_t k[4 * CH] __attribute__((aligned(64)));
-    int64_t since = 0, c = 0, done = nch;
-    for (c = 0; c < nch + 2; c++) {
-        if (c < nch) {
-            const float *p = x + c * CH;
-            uint32_t *kb = k + (c & 3) * CH;
-            for (int j = 0; j < CH; j += 16) {
-                __m512 raw = _mm512_loadu_ps(p + j);
-                __m512 v = _mm512_castsi512_ps(
-                    _mm512_and_si512(_mm512_castps_si512(raw), vabs));
-                __mmask16 in = _mm512_cmp_ps_mask(v, vlo, _CMP_GE_OQ) &
-                               _mm512_cmp_ps_mask(v, vhi, _CMP_LE_OQ);
-                if (fused) {
-                    /* fpclass 0x99: QNaN, +Inf, -Inf, SNaN. */
-                    __mmask16 fin = (__mmask16)~_mm512_fpclass_ps_mask(raw, 0x99);
-                    vmn = _mm512_mask_min_ps(vmn, fin, vmn, raw);
-                    vmx = _mm512_mask_max_ps(vmx, fin, vmx, raw);
-                    nbad += (uint64_t)__builtin_popcount(0xffffu & ~(unsigned)fin);
-                    out |= (__mmask16)(fin & ~in);
-                }
-                /* Same three correctly rounded float ops as bin_float_raw, then truncation. */
-                __m512 t = _mm512_mul_ps(_mm512_div_ps(_mm512_sub_ps(v, vlo), vr), vb);
-                __m512i idx = _mm512_mask_blend_epi32(in, vout, _mm512_cvttps_epi32(t));
-                _mm512_store_si512((void *)(kb + j), idx);
-            }
-        }
-        if (c >= 2)
-            scatter_chunk(k + ((c - 2) & 3) * CH, s0, s1, s2, s3);
-        since += CH;
-        if (since >= FLUSH_ELEMS) {
-            flush_sub(sub, bins, counts, top);
-            since = 0;
-        }
-        if (fused && out && c < nch && (c % CHECK == CHECK - 1 || c == nch - 1)) {
-            done = c + 1;
-            break;
-        }
-    }
-    flush_sub(sub, bins, counts, top);
-    if (fused) {
-        *mn = _mm512_reduce_min_ps(vmn);
-        *mx = _mm512_reduce_max_ps(vmx);
-        *bad = nbad;
-        *outside = out != 0;
-    }
-    return done;
-}
-
-__attribute__((always_inline)) T_AVX2 static inline int64_t
-chunks_avx2(const float *x, int64_t nch, float lo, float hi, int32_t bins, bool absval,
-            bool fused, uint64_t *counts, uint64_t *top, uint32_t *sub, float *mn, float *mx,
-            uint64_t *bad, bool *outside)
-{
-    const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
-    const __m256 vr = _mm256_set1_ps(hi - lo), vb = _mm256_set1_ps((float)bins);
-    const __m256 vabs = _mm256_castsi256_ps(_mm256_set1_epi32(absval ? 0x7fffffff : -1));
-    const __m256i vout = _mm256_set1_epi32(bins + 1);
-    const __m256i vexp = _mm256_set1_epi32(0x7f800000);
-    const __m256 pinf = _mm256_set1_ps(INFINITY), ninf = _mm256_set1_ps(-INFINITY);
-    __m256 vmn = pinf, vmx = ninf, out = _mm256_setzero_ps();
-    uint64_t nbad = 0;
-    size_t stride = (size_t)bins + 2;
-    uint32_t *s0 = sub, *s1 = sub + stride, *s2 = sub + 2 * stride, *s3 = sub + 3 * stride;
-    uint32_t k[4 * CH] __attribute__((aligned(32)));
-    int64_t since = 0, c = 0, done = nch;
-    for (c = 0; c < nch + 2; c++) {
-        if (c < nch) {
-            const float *p = x + c * CH;
-            uint32_t *kb = k + (c & 3) * CH;
-            for (int j = 0; j < CH; j += 8) {
-                __m256 raw = _mm256_loadu_ps(p + j);
-                __m256 v = _mm256_and_ps(raw, vabs);
-                __m256 in = _mm256_and_ps(_mm256_cmp_ps(v, vlo, _CMP_GE_OQ),
-                                          _mm256_cmp_ps(v, vhi, _CMP_LE_OQ));
-                if (fused) {
-                    __m256i e = _mm256_and_si256(_mm256_castps_si256(raw), vexp);
-                    __m256 nonfin = _mm256_castsi256_ps(_mm256_cmpeq_epi32(e, vexp));
-                    vmn = _mm256_min_ps(vmn, _mm256_blendv_ps(raw, pinf, nonfin));
-                    vmx = _mm256_max_ps(vmx, _mm256_blendv_ps(raw, ninf, nonfin));
-                    nbad += (uint64_t)__builtin_popcount((unsigned)_mm256_movemask_ps(nonfin));
-                    out = _mm256_or_ps(out, _mm256_andnot_ps(_mm256_or_ps(in, nonfin),
-                                                             _mm256_castsi256_ps(vexp)));
-                }
-                __m256 t = _mm256_mul_ps(_mm256_div_ps(_mm256_sub_ps(v, vlo), vr), vb);
-                __m256i idx = _mm256_cvttps_epi32(t);
-                idx = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(vout),
-                                                           _mm256_castsi256_ps(idx), in));
-                _mm256_store_si256((__m256i *)(kb + j), idx);
-            }
-        }
-        if (c >= 2)
-            scatter_chunk(k + ((c - 2) & 3) * CH, s0, s1, s2, s3);
-        since += CH;
-        if (since >= FLUSH_ELEMS) {
-            flush_sub(sub, bins, counts, top);
-            since = 0;
-        }
-        if (fused && c < nch && (c % CHECK == CHECK - 1 || c == nch - 1) &&
-            !_mm256_testz_si256(_mm256_castps_si256(out), _mm256_castps_si256(out))) {
-            done = c + 1;
-            break;
-        }
-    }
-    flush_sub(sub, bins, counts, top);
-    if (fused) {
-        float l[8], h[8];
-        _mm256_storeu_ps(l, vmn);
-        _mm256_storeu_ps(h, vmx);
-        float a = l[0], b = h[0];
-        for (int i = 1; i < 8; i++) {
-            a = l[i] < a ? l[i] : a;
-            b = h[i] > b ? h[i] : b;
-        }
-        *mn = a;
-        *mx = b;
-        *bad = nbad;
-        *outside = !_mm256_testz_si256(_mm256_castps_si256(out), _mm256_castps_si256(out));
-    }
-    return done;
-}
-
-T_AVX2 void qcal_f32_histc__avx2(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                                 bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub)
-{
-    if (!float_path_ok(lo, hi, bins)) {
-        qcal_f32_histc__c(x, n, lo, hi, bins, absval, counts, top, sub);
-        return;
-    }
-    int64_t nch = n / CH;
-    chunks_avx2(x, nch, lo, hi, bins, absval, false, counts, top, sub, NULL, NULL, NULL, NULL);
-    if (nch * CH < n)
-        qcal_f32_histc__c(x + nch * CH, n - nch * CH, lo, hi, bins, absval, counts, top, sub);
-}
-
-T_AVX512 void qcal_f32_histc__avx512(const float *x, int64_t n, float lo, float hi,
-                                     int32_t bins, bool absval, uint64_t *counts,
-                                     uint64_t *top, uint32_t *sub)
-{
-    if (!float_path_ok(lo, hi, bins)) {
-        qcal_f32_histc__c(x, n, lo, hi, bins, absval, counts, top, sub);
-        return;
-    }
-    int64_t nch = n / CH;
-    chunks_avx512(x, nch, lo, hi, bins, absval, false, counts, top, sub, NULL, NULL, NULL,
-                  NULL);
-    if (nch * CH < n)
-        qcal_f32_histc__c(x + nch * CH, n - nch * CH, lo, hi, bins, absval, counts, top, sub);
-}
-
-/* Fused SIMD pass over whole chunks, the C reference on the tail; after an abandoned
- * binning the rest only needs min/max (mm). */
-typedef void (*minmax_fn)(const float *, int64_t, float *, float *, uint64_t *);
-
-static bool inside_finish(const float *x, int64_t n, int64_t nch, int64_t done, bool outside,
-                          float lo, float hi, int32_t bins, bool absval, uint64_t *counts,
-                          uint64_t *top, uint32_t *sub, float *mn, float *mx,
-                          uint64_t *nonfinite, minmax_fn mm)
-{
-    float l = *mn, h = *mx, tl, th;
-    uint64_t bad = *nonfinite, tb;
-    bool inside = !outside;
-    if (done < nch) {
-        mm(x + done * CH, n - done * CH, &tl, &th, &tb);
-    } else if (nch * CH < n) {
-        inside &= qcal_f32_histc_inside__c(x + nch * CH, n - nch * CH, lo, hi, bins, absval,
-                                           counts, top, sub, &tl, &th, &tb);
-    } else {
-        tl = INFINITY, th = -INFINITY, tb = 0;
-    }
-    *mn = tl < l ? tl : l;
-    *mx = th > h ? th : h;
-    *nonfinite = bad + tb;
-    return inside;
-}
-
-T_AVX2 bool qcal_f32_histc_inside__avx2(const float *x, int64_t n, float lo, float hi,
-                                        int32_t bins, bool absval, uint64_t *counts,
-                                        uint64_t *top, uint32_t *sub, float *mn, float *mx,
-                                        uint64_t *nonfinite)
-{
-    if (!float_path_ok(lo, hi, bins))
-        return qcal_f32_histc_inside__c(x, n, lo, hi, bins, absval, counts, top, sub, mn, mx,
-                                        nonfinite);
-    int64_t nch = n / CH;
-    bool outside = false;
-    *mn = INFINITY, *mx = -INFINITY, *nonfinite = 0;
-    int64_t done = nch ? chunks_avx2(x, nch, lo, hi, bins, absval, true, counts, top, sub, mn,
-                                     mx, nonfinite, &outside)
-                       : 0;
-    return inside_finish(x, n, nch, done, outside, lo, hi, bins, absval, counts, top, sub, mn,
-                         mx, nonfinite, qcal_f32_minmax__avx2);
-}
-
-T_AVX512 bool qcal_f32_histc_inside__avx512(const float *x, int64_t n, float lo, float hi,
-                                            int32_t bins, bool absval, uint64_t *counts,
-                                            uint64_t *top, uint32_t *sub, float *mn,
-                                            float *mx, uint64_t *nonfinite)
-{
-    if (!float_path_ok(lo, hi, bins))
-        return qcal_f32_histc_inside__c(x, n, lo, hi, bins, absval, counts, top, sub, mn, mx,
-                                        nonfinite);
-    int64_t nch = n / CH;
-    bool outside = false;
-    *mn = INFINITY, *mx = -INFINITY, *nonfinite = 0;
-    int64_t done = nch ? chunks_avx512(x, nch, lo, hi, bins, absval, true, counts, top, sub,
-                                       mn, mx, nonfinite, &outside)
-                       : 0;
-    return inside_finish(x, n, nch, done, outside, lo, hi, bins, absval, counts, top, sub, mn,
-                         mx, nonfinite, qcal_f32_minmax__avx512);
-}
-#else
-void qcal_f32_histc__avx2(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                          bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub)
-{
-    qcal_f32_histc__c(x, n, lo, hi, bins, absval, counts, top, sub);
-}
-void qcal_f32_histc__avx512(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                            bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub)
-{
-    qcal_f32_histc__c(x, n, lo, hi, bins, absval, counts, top, sub);
-}
-bool qcal_f32_histc_inside__avx2(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                                 bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub,
-                                 float *mn, float *mx, uint64_t *nonfinite)
-{
-    return qcal_f32_histc_inside__c(x, n, lo, hi, bins, absval, counts, top, sub, mn, mx,
-                                    nonfinite);
-}
-bool qcal_f32_histc_inside__avx512(const float *x, int64_t n, float lo, float hi,
-                                   int32_t bins, bool absval, uint64_t *counts, uint64_t *top,
-                                   uint32_t *sub, float *mn, float *mx, uint64_t *nonfinite)
-{
-    return qcal_f32_histc_inside__c(x, n, lo, hi, bins, absval, counts, top, sub, mn, mx,
-                                    nonfinite);
-}
-#endif
-
-typedef void (*histc_fn)(const float *, int64_t, float, float, int32_t, bool, uint64_t *,
-                         uint64_t *, uint32_t *);
-typedef bool (*inside_fn)(const float *, int64_t, float, float, int32_t, bool, uint64_t *,
-                          uint64_t *, uint32_t *, float *, float *, uint64_t *);
-
-static histc_fn histc_kernel(void)
-{
-    switch (qcal_cpu_isa()) {
-    case QCAL_ISA_AVX512: return qcal_f32_histc__avx512;
-    case QCAL_ISA_AVX2: return qcal_f32_histc__avx2;
-    case QCAL_ISA_C: break;
-    }
-    return qcal_f32_histc__c;
-}
-
-static inside_fn inside_kernel(void)
-{
-    switch (qcal_cpu_isa()) {
-    case QCAL_ISA_AVX512: return qcal_f32_histc_inside__avx512;
-    case QCAL_ISA_AVX2: return qcal_f32_histc_inside__avx2;
-    case QCAL_ISA_C: break;
-    }
-    return qcal_f32_histc_inside__c;
-}
-
-/* Per-thread scratch: partial counts (bins) + top as uint64 (2 x uint32 words each), then
- * NCOPIES uint32 copies of bins + 2 slots. */
-static size_t scratch_words(int32_t bins)
-{
-    return 2 * ((size_t)bins + 1) + (size_t)NCOPIES * ((size_t)bins + 2);
-}
-
-static qcal_status scratch_alloc(int32_t bins, int threads, uint32_t **out)
-{
-    size_t total;
-    if (!qcal_mul_size(scratch_words(bins), (size_t)threads, &total))
-        return qcal_error(QCAL_ERR_OVERFLOW,
-                          "histogram scratch for %d bins x %d threads overflows", (int)bins,
-                          threads);
-    *out = qcal_calloc(total, sizeof(uint32_t));
-    return *out ? QCAL_OK : QCAL_ERR_NO_MEMORY;
-}
-
-/* Thread t of `threads` covers [t*n/threads, (t+1)*n/threads). */
 static inline int64_t part_start(int64_t n, int t, int threads)
 {
     return (int64_t)((__int128)n * t / threads);
 }
 
-qcal_status qcal_f32_histc(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                           bool absval, uint64_t *counts, uint64_t *top)
+/* Batches of at most SMALL_BATCH values go straight into the counts (one thread, no
+ * scratch): for a 64-value call the scratch's calloc and the sum over the window cost ~20x
+ * the binning. Same slots, min / max and non-finite count as the kernels (the slot
+ * functions of histogram_dsp.h, the reference loop). */
+#define SMALL_BATCH 1024
+
+static void bin_small(const float *x, int64_t n, const qcal_histc_grid *hg,
+                      const qcal_lattice_grid *lg, bool fused, bool reject_nonfinite,
+                      uint64_t *counts, uint64_t *top, float *mn, float *mx,
+                      uint64_t *nonfinite, bool *binned)
 {
-    histc_fn fn = histc_kernel();
-    int threads = qcal_threads_for(n);
-    size_t per = scratch_words(bins);
-    uint32_t *scratch = NULL;
-    qcal_status st = scratch_alloc(bins, threads, &scratch);
-    if (st != QCAL_OK)
-        return st;
-#if QCAL_HAVE_OPENMP
-#pragma omp parallel for num_threads(threads) schedule(static, 1) if (threads > 1)
-#endif
-    for (int t = 0; t < threads; t++) {
-        int64_t s = part_start(n, t, threads), e = part_start(n, t + 1, threads);
-        uint32_t *my = scratch + (size_t)t * per;
-        uint64_t *part = (uint64_t *)my;
-        fn(x + s, e - s, lo, hi, bins, absval, part, part + bins, my + 2 * ((size_t)bins + 1));
+    const bool fast = hg && qcal_histc_float_ok(hg->lo, hg->hi);
+    if (fused) {
+        float l = INFINITY, h = -INFINITY;
+        uint64_t bad = 0;
+        bool inside = true;
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i];
+            if (!qcal_f32_finite(v)) {
+                bad++;
+                continue;
+            }
+            l = v < l ? v : l;
+            h = v > h ? v : h;
+            inside &= hg ? qcal_histc_slot(v, hg->lo, hg->hi, hg->bins, hg->absval, fast) <=
+                               hg->bins
+                         : qcal_lattice_slot(v, lg) < (uint32_t)lg->accept;
+        }
+        *mn = l;
+        *mx = h;
+        *nonfinite = bad;
+        if (reject_nonfinite && bad > 0)
+            inside = false;
+        *binned = inside;
+        if (!inside)
+            return;
     }
-    /* Integer partials: the fixed combining order is for form's sake, any order is exact. */
-    for (int t = 0; t < threads; t++) {
-        const uint64_t *part = (const uint64_t *)(scratch + (size_t)t * per);
-        for (int32_t b = 0; b < bins; b++)
-            counts[b] += part[b];
-        *top += part[bins];
+    for (int64_t i = 0; i < n; i++) {
+        if (hg) {
+            int32_t s = qcal_histc_slot(x[i], hg->lo, hg->hi, hg->bins, hg->absval, fast);
+            if (s < hg->bins) {
+                counts[s]++;
+            } else if (s == hg->bins) {   /* the top edge belongs to the last bin */
+                counts[s - 1]++;
+                (*top)++;
+            }
+        } else {
+            uint32_t s = qcal_lattice_slot(x[i], lg);
+            if (s < (uint32_t)lg->accept)
+                counts[s]++;
+        }
     }
-    free(scratch);
-    return QCAL_OK;
 }
 
-qcal_status qcal_f32_histc_inside(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                                  bool absval, bool reject_nonfinite, uint64_t *counts,
-                                  uint64_t *top, float *mn, float *mx, uint64_t *nonfinite,
-                                  bool *binned)
+qcal_status qcal_hist_bin_threaded(const float *x, int64_t n, const qcal_histc_grid *hg,
+                                   const qcal_lattice_grid *lg, bool fused,
+                                   bool reject_nonfinite, uint64_t *counts, uint64_t *top,
+                                   float *mn, float *mx, uint64_t *nonfinite, bool *binned)
 {
     enum { MAXT = 64 };
-    inside_fn fn = inside_kernel();
+    const qcal_histogram_dsp *dsp = qcal_histogram_dsp_get();
+    /* Per thread, in uint64 words: partial counts (ncount), then the sub-histograms. */
+    const int32_t ncount = hg ? hg->bins + 1 : lg->accept;
+    const int32_t stride = hg ? hg->bins + 2 : lg->accept + 1;
     int threads = qcal_threads_for(n);
     if (threads > MAXT)
         threads = MAXT;
-    size_t per = scratch_words(bins);
-    uint32_t *scratch = NULL;
-    qcal_status st = scratch_alloc(bins, threads, &scratch);
-    if (st != QCAL_OK)
-        return st;
+    if (threads == 1 && n <= SMALL_BATCH) {
+        bin_small(x, n, hg, lg, fused, reject_nonfinite, counts, top, mn, mx, nonfinite, binned);
+        return QCAL_OK;
+    }
+    size_t sub_bytes = (size_t)QCAL_HIST_SUB_COPIES * (size_t)stride * sizeof(qcal_hist_sub);
+    size_t per = (size_t)ncount + (sub_bytes + 7) / 8, total;
+    if (!qcal_mul_size(per, (size_t)threads, &total))
+        return qcal_error(QCAL_ERR_OVERFLOW, "histogram scratch for %d slots x %d threads "
+                          "overflows", (int)stride, threads);
+    uint64_t *scratch = qcal_calloc(total, sizeof(uint64_t));
+    if (!scratch)
+        return QCAL_ERR_NO_MEMORY;
     float pl[MAXT], ph[MAXT];
     uint64_t pb[MAXT];
     bool pin[MAXT];
@@ -532,36 +127,68 @@ qcal_status qcal_f32_histc_inside(const float *x, int64_t n, float lo, float hi,
 #endif
     for (int t = 0; t < threads; t++) {
         int64_t s = part_start(n, t, threads), e = part_start(n, t + 1, threads);
-        uint32_t *my = scratch + (size_t)t * per;
-        uint64_t *part = (uint64_t *)my;
-        pin[t] = fn(x + s, e - s, lo, hi, bins, absval, part, part + bins,
-                    my + 2 * ((size_t)bins + 1), &pl[t], &ph[t], &pb[t]);
+        uint64_t *part = scratch + (size_t)t * per;
+        qcal_hist_sub *sub = (qcal_hist_sub *)(part + ncount);
+        pin[t] = true;
+        if (hg && fused)
+            pin[t] = dsp->histc_inside(x + s, e - s, hg, part, sub, &pl[t], &ph[t], &pb[t]);
+        else if (hg)
+            dsp->histc(x + s, e - s, hg, part, sub);
+        else if (fused)
+            pin[t] = dsp->lattice_bin_inside(x + s, e - s, lg, part, sub, &pl[t], &ph[t],
+                                             &pb[t]);
+        else
+            dsp->lattice_bin(x + s, e - s, lg, part, sub);
     }
-    float l = INFINITY, h = -INFINITY;
-    uint64_t bad = 0;
     bool inside = true;
-    for (int t = 0; t < threads; t++) {
-        l = pl[t] < l ? pl[t] : l;
-        h = ph[t] > h ? ph[t] : h;
-        bad += pb[t];
-        inside &= pin[t];
-    }
-    if (reject_nonfinite && bad > 0)
-        inside = false;
-    if (inside) {
+    if (fused) {
+        float l = INFINITY, h = -INFINITY;
+        uint64_t bad = 0;
         for (int t = 0; t < threads; t++) {
-            const uint64_t *part = (const uint64_t *)(scratch + (size_t)t * per);
-            for (int32_t b = 0; b < bins; b++)
+            l = pl[t] < l ? pl[t] : l;
+            h = ph[t] > h ? ph[t] : h;
+            bad += pb[t];
+            inside &= pin[t];
+        }
+        if (reject_nonfinite && bad > 0)
+            inside = false;
+        *mn = l;
+        *mx = h;
+        *nonfinite = bad;
+        *binned = inside;
+    }
+    if (inside) {
+        const int32_t nb = hg ? hg->bins : ncount;
+        for (int t = 0; t < threads; t++) {
+            const uint64_t *part = scratch + (size_t)t * per;
+            for (int32_t b = 0; b < nb; b++)
                 counts[b] += part[b];
-            *top += part[bins];
+            if (hg) {   /* the top edge belongs to the last bin */
+                counts[nb - 1] += part[nb];
+                *top += part[nb];
+            }
         }
     }
     free(scratch);
-    *mn = l;
-    *mx = h;
-    *nonfinite = bad;
-    *binned = inside;
     return QCAL_OK;
+}
+
+qcal_status qcal_f32_histc(const float *x, int64_t n, float lo, float hi, int32_t bins,
+                           bool absval, uint64_t *counts, uint64_t *top)
+{
+    const qcal_histc_grid g = { .lo = lo, .hi = hi, .bins = bins, .absval = absval };
+    return qcal_hist_bin_threaded(x, n, &g, NULL, false, false, counts, top, NULL, NULL, NULL,
+                                  NULL);
+}
+
+qcal_status qcal_f32_histc_inside(const float *x, int64_t n, float lo, float hi, int32_t bins,
+                                  bool absval, bool reject_nonfinite, uint64_t *counts,
+                                  uint64_t *top, float *mn, float *mx, uint64_t *nonfinite,
+                                  bool *binned)
+{
+    const qcal_histc_grid g = { .lo = lo, .hi = hi, .bins = bins, .absval = absval };
+    return qcal_hist_bin_threaded(x, n, &g, NULL, true, reject_nonfinite, counts, top, mn, mx,
+                                  nonfinite, binned);
 }
 
 /* ---- growable histogram --------------------------------------------------------------- */

@@ -1,17 +1,20 @@
 /* Internal to the histogram observer family (histogram, percentile, entropy, mse): the
- * binning kernels, the growable histogram every kind keeps, and the range choosers the
- * kinds and their tests call directly. Not installed.
+ * threaded binning entry points, the growable histogram every kind keeps, and the range
+ * choosers the kinds and their tests call directly. Not installed.
  *
  * Grid: `bins` equal bins over [lo, hi]; a value v in [lo, hi] goes to bin
  *   i = (int64)((v - lo) / (hi - lo) * (float)bins)   (float32, truncation), i == bins -> bins-1
  * which is ATen's histc CPU kernel (LINEAR_INTERPOLATION, no local search) with float edges.
- * When hi - lo overflows float (a range wider than FLT_MAX) the same formula runs in double. */
+ * When hi - lo overflows float (a range wider than FLT_MAX) the same formula runs in double.
+ * The single-thread kernels (C reference, AVX2, AVX-512) are the histogram kernel family,
+ * observers/histogram_dsp.h. */
 #ifndef QCAL_OBSERVERS_HISTOGRAM_KERNELS_H
 #define QCAL_OBSERVERS_HISTOGRAM_KERNELS_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "observers/histogram_dsp.h"
 #include "observers/histogram_lattice.h"
 #include "observers/observer_impl.h"
 
@@ -25,15 +28,6 @@
  * QCAL_ERR_NO_MEMORY if scratch cannot be allocated (counts then untouched). */
 qcal_status qcal_f32_histc(const float *x, int64_t n, float lo, float hi, int32_t bins,
                            bool absval, uint64_t *counts, uint64_t *top);
-/* Single-thread kernels behind qcal_f32_histc (exposed for the SIMD-vs-C tests). sub is
- * scratch of 4 * (bins + 2) uint32 (zeroed on entry, left zeroed on return). */
-void qcal_f32_histc__c(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                       bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub);
-void qcal_f32_histc__avx2(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                          bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub);
-void qcal_f32_histc__avx512(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                            bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub);
-
 /* One pass over x[0..n) for a batch that probably fits the grid: min / max of its finite
  * values into *mn / *mx ((+inf, -inf) if none) and their count of non-finite ones into
  * *nonfinite (as qcal_f32_minmax), and, if every finite value (|x| if absval) lies in
@@ -46,18 +40,6 @@ qcal_status qcal_f32_histc_inside(const float *x, int64_t n, float lo, float hi,
                                   bool absval, bool reject_nonfinite, uint64_t *counts,
                                   uint64_t *top, float *mn, float *mx, uint64_t *nonfinite,
                                   bool *binned);
-/* Single-thread kernels behind it (sub as above). Return *binned; on false counts / top hold
- * an unspecified partial histogram (callers pass scratch). */
-bool qcal_f32_histc_inside__c(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                              bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub,
-                              float *mn, float *mx, uint64_t *nonfinite);
-bool qcal_f32_histc_inside__avx2(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                                 bool absval, uint64_t *counts, uint64_t *top, uint32_t *sub,
-                                 float *mn, float *mx, uint64_t *nonfinite);
-bool qcal_f32_histc_inside__avx512(const float *x, int64_t n, float lo, float hi,
-                                   int32_t bins, bool absval, uint64_t *counts, uint64_t *top,
-                                   uint32_t *sub, float *mn, float *mx, uint64_t *nonfinite);
-
 /* Bin of one value v in [lo, hi] with the arithmetic above (lo <= hi; lo == hi -> 0). */
 int32_t qcal_hist_bin_of(float v, float lo, float hi, int32_t bins);
 

@@ -26,6 +26,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "observers/histogram_dsp.h"
 #include "observers/observer_impl.h"
 
 #define QCAL_LATTICE_EMIN (-127)        /* 2^-e stays a finite float */
@@ -77,43 +78,5 @@ qcal_status qcal_lattice_load(qcal_lattice *L, qcal_cursor *c);
  * the total is exact. out[bins] is overwritten. */
 void qcal_lattice_view(const qcal_lattice *L, double lo, double hi, int32_t bins,
                        uint64_t *out);
-
-/* ---- binning kernels (C reference, AVX2, AVX-512; bit-identical) -------------------- */
-
-/* Lattice coordinates of one binning call: v -> cell floor(v * scale) - jlo, counted when in
- * [0, accept) (accept <= cells), else dropped (NaN, out of window). */
-typedef struct qcal_lattice_grid {
-    float scale;        /* 2^-e */
-    int32_t jlo;
-    int32_t accept;
-    bool absval;
-} qcal_lattice_grid;
-
-/* Sub-histogram counters of the kernels: QCAL_LATTICE_SUB_COPIES copies of accept + 1. */
-typedef uint16_t qcal_lattice_sub;
-#define QCAL_LATTICE_SUB_COPIES 4
-
-/* Adds the cell counts of x[0..n) into counts[0..accept). sub: scratch of
- * QCAL_LATTICE_SUB_COPIES * (accept + 1) counters, zero on entry and on return. */
-void qcal_f32_lattice_bin__c(const float *x, int64_t n, const qcal_lattice_grid *g,
-                             uint64_t *counts, qcal_lattice_sub *sub);
-void qcal_f32_lattice_bin__avx2(const float *x, int64_t n, const qcal_lattice_grid *g,
-                                uint64_t *counts, qcal_lattice_sub *sub);
-void qcal_f32_lattice_bin__avx512(const float *x, int64_t n, const qcal_lattice_grid *g,
-                                  uint64_t *counts, qcal_lattice_sub *sub);
-/* Fused: min / max / non-finite count of x (as qcal_f32_minmax) and, if every finite value
- * falls in the window, its counts added (returns true). Returns false as soon as a finite
- * value falls outside (counts then hold a partial result: callers pass scratch); min / max
- * and the non-finite count always cover all of x. */
-bool qcal_f32_lattice_bin_inside__c(const float *x, int64_t n, const qcal_lattice_grid *g,
-                                    uint64_t *counts, qcal_lattice_sub *sub, float *mn, float *mx,
-                                    uint64_t *nonfinite);
-bool qcal_f32_lattice_bin_inside__avx2(const float *x, int64_t n, const qcal_lattice_grid *g,
-                                       uint64_t *counts, qcal_lattice_sub *sub, float *mn, float *mx,
-                                       uint64_t *nonfinite);
-bool qcal_f32_lattice_bin_inside__avx512(const float *x, int64_t n,
-                                         const qcal_lattice_grid *g, uint64_t *counts,
-                                         qcal_lattice_sub *sub, float *mn, float *mx,
-                                         uint64_t *nonfinite);
 
 #endif

@@ -35,6 +35,8 @@
 #include "fakequant/fakequant_dsp.h"
 #include "io/half_dsp.h"
 #include "numeric/metrics_dsp.h"
+#include "observers/histogram_dsp.h"
+#include "observers/histogram_lattice.h"
 #include "observers/minmax_dsp.h"
 #include "quant/quantize_dsp.h"
 
@@ -1120,6 +1122,313 @@ static void check_fakequant(void)
     }
 }
 
+/* ---- family: histogram (observers/histogram_dsp.h) ------------------------------------ */
+
+/* One grid of either kind; ncount / stride: counted slots and sub-histogram slots. */
+typedef struct hist_case {
+    bool lattice;
+    qcal_histc_grid hg;
+    qcal_lattice_grid lg;
+} hist_case;
+
+static int32_t hist_ncount(const hist_case *c)
+{
+    return c->lattice ? c->lg.accept : c->hg.bins + 1;
+}
+
+static int32_t hist_stride(const hist_case *c)
+{
+    return c->lattice ? c->lg.accept + 1 : c->hg.bins + 2;
+}
+
+/* Runs slot `which` (0 histc, 1 histc_inside, 2 lattice_bin, 3 lattice_bin_inside) of dsp on
+ * x with canary-guarded counts (starting from `init`) and sub-histogram scratch. */
+typedef struct hist_out {
+    uint64_t *counts;
+    bool binned;
+    float mn, mx;
+    uint64_t nonfinite;
+} hist_out;
+
+static void hist_run(const qcal_histogram_dsp *dsp, int which, const hist_case *c,
+                     const float *x, int64_t n, const uint64_t *init, hist_out *o,
+                     const char *name)
+{
+    int32_t nc = hist_ncount(c), st = hist_stride(c);
+    ca_buf cb, sb;
+    uint64_t *counts = ca_alloc(&cb, (size_t)nc * 8, 8 * (ca_rand() % 3));
+    memcpy(counts, init, (size_t)nc * 8);
+    size_t subn = (size_t)QCAL_HIST_SUB_COPIES * (size_t)st;
+    qcal_hist_sub *sub = ca_alloc(&sb, subn * sizeof *sub, 2 * (ca_rand() % 3));
+    memset(sub, 0, subn * sizeof *sub);
+    o->binned = true;
+    o->mn = o->mx = 7.0f;
+    o->nonfinite = 7;
+    switch (which) {
+    case 0: dsp->histc(x, n, &c->hg, counts, sub); break;
+    case 1:
+        o->binned = dsp->histc_inside(x, n, &c->hg, counts, sub, &o->mn, &o->mx, &o->nonfinite);
+        break;
+    case 2: dsp->lattice_bin(x, n, &c->lg, counts, sub); break;
+    default:
+        o->binned = dsp->lattice_bin_inside(x, n, &c->lg, counts, sub, &o->mn, &o->mx,
+                                            &o->nonfinite);
+        break;
+    }
+    for (size_t i = 0; i < subn; i++)
+        if (sub[i]) {
+            ca_fail("%s n %lld: sub-histogram slot %zu left at %u", name, (long long)n, i,
+                    (unsigned)sub[i]);
+            break;
+        }
+    o->counts = malloc((size_t)nc * 8 + 8);
+    memcpy(o->counts, counts, (size_t)nc * 8);
+    ca_free(&cb, name);
+    ca_free(&sb, name);
+}
+
+/* Grids: first-batch (signed, |x|, 1 and 7 bins, 2048 bins, a range overflowing float that
+ * takes the double formula, a denormal range) and lattice (cell widths 2^-20..2^20 and 2^140
+ * where products underflow, windows of 1, 64 and 4096 cells, signed and |x|). */
+static void hist_case_make(hist_case *c, bool lattice, int k)
+{
+    memset(c, 0, sizeof *c);
+    c->lattice = lattice;
+    if (!lattice) {
+        static const struct { float lo, hi; int32_t bins; bool absval; } G[] = {
+            { -2048.0f, 2048.0f, 2048, false }, { 0.0f, 1500.0f, 2048, true },
+            { -3.0f, 2.5f, 7, false },          { 0.0f, 2.5f, 1, true },
+            { -1.0f, 900.0f, 256, false },      { -FLT_MAX, FLT_MAX, 256, false },
+            { 0.0f, 1e-38f, 100, true },        { -1e-38f, 2e-39f, 33, false },
+        };
+        int g = k % (int)(sizeof G / sizeof G[0]);
+        c->hg.lo = G[g].lo;
+        c->hg.hi = G[g].hi;
+        c->hg.bins = G[g].bins;
+        c->hg.absval = G[g].absval;
+    } else {
+        static const int32_t accepts[3] = { 1, 64, 4096 };
+        int32_t e = k % 7 == 0 ? 140 : (int32_t)(ca_rand() % 41) - 20;
+        c->lg.scale = ldexpf(1.0f, -e);
+        c->lg.absval = (k & 1) != 0;
+        c->lg.accept = accepts[k % 3];
+        c->lg.jlo = c->lg.absval ? 0 : -(int32_t)(ca_rand() % (uint32_t)(c->lg.accept + 1));
+    }
+}
+
+/* Values inside the grid (so that fused kernels bin), then maybe one outside at a random
+ * place. */
+static void hist_fill_inside(float *x, int64_t n, const hist_case *c, bool one_outside)
+{
+    float lo, hi;
+    if (!c->lattice) {
+        lo = c->hg.absval ? -c->hg.hi : c->hg.lo;
+        hi = c->hg.hi;
+        if (!isfinite(hi - lo)) {
+            lo *= 0.5f;
+            hi *= 0.5f;
+        }
+    } else {
+        double w = ldexp(1.0, 0) / (double)c->lg.scale;
+        double a = (double)c->lg.jlo * w, b = ((double)c->lg.jlo + c->lg.accept) * w;
+        lo = (float)a;
+        hi = (float)b;
+        if (c->lg.absval)
+            lo = -hi;
+        lo = fmaxf(lo, -FLT_MAX);   /* windows past float's range (cells of 2^140) */
+        hi = fminf(hi, FLT_MAX);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        double u = ((double)ca_rand() / 4294967296.0);
+        float v = (float)((double)lo + u * ((double)hi - (double)lo));
+        if (v < lo)
+            v = lo;
+        if (v >= hi && c->lattice)
+            v = nextafterf(hi, lo);
+        if (v > hi)
+            v = hi;
+        if (ca_rand() % 16 == 0)   /* exact edges */
+            v = ca_rand() & 1 ? lo : (c->lattice ? v : hi);
+        x[i] = v;
+    }
+    if (n > 0 && ca_rand() % 8 == 0)
+        x[ca_rand() % n] = NAN;
+    if (one_outside && n > 0) {
+        float big = c->lattice ? (float)(((double)c->lg.jlo + c->lg.accept + 1) /
+                                         (double)c->lg.scale)
+                               : hi + fabsf(hi) + 1.0f;
+        if (!isfinite(big))
+            big = FLT_MAX;
+        x[ca_rand() % n] = big;
+    }
+}
+
+static void check_hist_slot(const qcal_histogram_dsp *ref, const qcal_histogram_dsp *opt,
+                            qcal_isa isa, int which)
+{
+    static const char *const names[4] = { "f32_histc", "f32_histc_inside", "f32_lattice_bin",
+                                          "f32_lattice_bin_inside" };
+    const bool lattice = which >= 2, fused = which & 1;
+    /* extra sizes: across two fused check blocks (64 chunks of 64) and past a flush */
+    static const int64_t extra[] = { 8191, 8193, 12345, 262080 + 4096 + 3 };
+    char name[64];
+    snprintf(name, sizeof name, "%s__%s", names[which], ISA_NAMES[isa]);
+    for (int si = 0; si < CA_NSIZES + 4; si++) {
+        int64_t n = si < CA_NSIZES ? ca_sizes[si] : extra[si - CA_NSIZES];
+        int modes = n > 20000 ? 2 : CA_FILL_COUNT + 2;
+        for (int mode = 0; mode < modes; mode++) {
+            hist_case c;
+            hist_case_make(&c, lattice, (int)(ca_rand() % 64));
+            ca_buf xb;
+            size_t mis = ca_rand() % 16;
+            float *x = ca_alloc(&xb, (size_t)n * 4, mis * 4);
+            if (n > 20000) {
+                /* one hot value (the sub-histogram flush), inside or on the top edge */
+                float v = mode ? (lattice ? 0.0f : c.hg.hi) : (lattice ? -0.0f : c.hg.lo);
+                if (lattice && !c.lg.absval && c.lg.jlo > 0)
+                    v = (float)((double)c.lg.jlo / (double)c.lg.scale);
+                for (int64_t i = 0; i < n; i++)
+                    x[i] = v;
+            } else if (mode < CA_FILL_COUNT) {
+                ca_fill_f32(x, n, mode);
+            } else {
+                hist_fill_inside(x, n, &c, mode == CA_FILL_COUNT + 1);
+            }
+            float *copy = malloc((size_t)n * 4 + 4);
+            memcpy(copy, x, (size_t)n * 4);
+            int32_t nc = hist_ncount(&c);
+            uint64_t *init = malloc((size_t)nc * 8);
+            for (int32_t b = 0; b < nc; b++)
+                init[b] = ca_rand() % 3 == 0 ? ca_rand() : 0;
+            hist_out r, o;
+            hist_run(ref, which, &c, x, n, init, &r, names[which]);
+            hist_run(opt, which, &c, x, n, init, &o, name);
+            ca.checks++;
+            bool same = r.binned == o.binned;
+            if (fused)
+                same = same && same_extreme(r.mn, o.mn) && same_extreme(r.mx, o.mx) &&
+                       r.nonfinite == o.nonfinite;
+            int32_t at = -1;
+            if (same && r.binned)
+                for (int32_t b = 0; b < nc && at < 0; b++)
+                    if (r.counts[b] != o.counts[b])
+                        at = b;
+            if (!same || at >= 0)
+                ca_fail("%s n %lld fill %d grid %s: differs from C (binned %d/%d, min %a/%a, "
+                        "max %a/%a, non-finite %llu/%llu, first differing slot %d)", name,
+                        (long long)n, mode, lattice ? "lattice" : "first-batch", o.binned,
+                        r.binned, (double)o.mn, (double)r.mn, (double)o.mx, (double)r.mx,
+                        (unsigned long long)o.nonfinite, (unsigned long long)r.nonfinite, at);
+            if (memcmp(copy, x, (size_t)n * 4))
+                ca_fail("%s n %lld wrote into its input", name, (long long)n);
+            free(r.counts);
+            free(o.counts);
+            free(init);
+            free(copy);
+            ca_free(&xb, name);
+        }
+    }
+}
+
+typedef struct hist_bench {
+    const qcal_histogram_dsp *dsp;
+    const float *x;
+    int64_t n;
+    qcal_histc_grid hg;
+    qcal_lattice_grid lg;
+    uint64_t *counts;
+    qcal_hist_sub *sub;
+    double sink;
+} hist_bench;
+
+static void run_histc(void *p)
+{
+    hist_bench *b = p;
+    b->dsp->histc(b->x, b->n, &b->hg, b->counts, b->sub);
+}
+
+static void run_histc_inside(void *p)
+{
+    hist_bench *b = p;
+    float mn, mx;
+    uint64_t nf;
+    b->sink += b->dsp->histc_inside(b->x, b->n, &b->hg, b->counts, b->sub, &mn, &mx, &nf);
+}
+
+static void run_lattice_bin(void *p)
+{
+    hist_bench *b = p;
+    b->dsp->lattice_bin(b->x, b->n, &b->lg, b->counts, b->sub);
+}
+
+static void run_lattice_bin_inside(void *p)
+{
+    hist_bench *b = p;
+    float mn, mx;
+    uint64_t nf;
+    b->sink += b->dsp->lattice_bin_inside(b->x, b->n, &b->lg, b->counts, b->sub, &mn, &mx, &nf);
+}
+
+static void check_histogram(void)
+{
+    qcal_histogram_dsp ref, opt;
+    qcal_histogram_dsp_init(&ref, QCAL_ISA_C);
+    hist_bench b = { 0 };
+    if (ca.bench) {
+        /* N(0, 1) values (sum of 4 uniforms, scaled), 2048 bins over their range, and the
+         * lattice the observer keeps for them (2 * 2048 cells). */
+        int64_t n = ca.bench_elements;
+        float *x = aligned_alloc(64, (size_t)n * 4);
+        float lo = INFINITY, hi = -INFINITY;
+        for (int64_t i = 0; i < n; i++) {
+            float s = ca_unit() + ca_unit() + ca_unit() + ca_unit();
+            x[i] = s * 0.8660254f;
+            lo = fminf(lo, x[i]);
+            hi = fmaxf(hi, x[i]);
+        }
+        b.x = x;
+        b.n = n;
+        b.hg = (qcal_histc_grid){ .lo = lo, .hi = hi, .bins = 2048, .absval = false };
+        int32_t e = qcal_lattice_exponent(lo, hi, 4096);
+        b.lg.scale = ldexpf(1.0f, -e);
+        b.lg.jlo = (int32_t)floor(ldexp((double)lo, -e));
+        b.lg.accept = 4096;
+        b.lg.absval = false;
+        b.counts = calloc(4097, 8);
+        b.sub = calloc((size_t)QCAL_HIST_SUB_COPIES * 4097, sizeof *b.sub);
+    }
+    for (int i = 0; i < ca_isa_count(); i++) {
+        qcal_isa isa = (qcal_isa)i;
+        qcal_histogram_dsp_init(&opt, isa);
+        if (ca.bench) {
+            b.dsp = &opt;
+            double bytes = (double)b.n * 4;
+            ca_bench("f32_histc (2048 bins)", isa, bytes, run_histc, &b);
+            ca_bench("f32_histc_inside", isa, bytes, run_histc_inside, &b);
+            ca_bench("f32_lattice_bin (4096 cells)", isa, bytes, run_lattice_bin, &b);
+            ca_bench("f32_lattice_bin_inside", isa, bytes, run_lattice_bin_inside, &b);
+            continue;
+        }
+        if (ca_test(qcal_histogram_dsp, &ref, &opt, histc, "f32_histc", isa))
+            check_hist_slot(&ref, &opt, isa, 0);
+        if (ca_test(qcal_histogram_dsp, &ref, &opt, histc_inside, "f32_histc_inside", isa))
+            check_hist_slot(&ref, &opt, isa, 1);
+        if (ca_test(qcal_histogram_dsp, &ref, &opt, lattice_bin, "f32_lattice_bin", isa))
+            check_hist_slot(&ref, &opt, isa, 2);
+        if (ca_test(qcal_histogram_dsp, &ref, &opt, lattice_bin_inside, "f32_lattice_bin_inside",
+                    isa))
+            check_hist_slot(&ref, &opt, isa, 3);
+        ca_family_done(&ref, &opt, sizeof opt, isa);
+    }
+    if (ca.bench) {
+        free((void *)b.x);
+        free(b.counts);
+        free(b.sub);
+        if (b.sink == 12345.0)
+            printf("\n");
+    }
+}
+
 /* ---- registry ------------------------------------------------------------------------ */
 
 static const struct {
@@ -1131,6 +1440,7 @@ static const struct {
     { "metrics", check_metrics },
     { "quantize", check_quantize },
     { "fakequant", check_fakequant },
+    { "histogram", check_histogram },
 };
 
 static bool selected(const char *only, const char *name)

@@ -26,6 +26,7 @@
 #include "core/cpu.h"
 #include "observers/histogram_kernels.h"
 #include "observers/histogram_lattice.h"
+#include "observers/minmax_dsp.h"
 #include "qcal/observers/histogram.h"
 #include "qcal/qcal.h"
 #include "testutil.h"
@@ -426,22 +427,16 @@ static void test_fidelity_vs_pytorch(void **state)
 }
 
 /* ---- kernels ---- */
-typedef void (*bin_k)(const float *, int64_t, const qcal_lattice_grid *, uint64_t *,
-                      qcal_lattice_sub *);
-typedef bool (*inside_k)(const float *, int64_t, const qcal_lattice_grid *, uint64_t *,
-                         qcal_lattice_sub *, float *, float *, uint64_t *);
-
-static void test_kernels_simd_vs_c(void **state)
+/* The C reference of the lattice kernels against the exact floor in double, and its fused
+ * version against its halves (min / max / non-finite as qcal_f32_minmax__c; counts as the
+ * plain kernel when binned). Every SIMD version is checked bit for bit against this
+ * reference by unit.checkasm. */
+static void test_kernel_c_reference(void **state)
 {
     (void)state;
     enum { N = 3001 };
     float *x = malloc(N * sizeof(float));
     assert_non_null(x);
-    const int isa = qcal_cpu_isa();
-    const bin_k bk[3] = { qcal_f32_lattice_bin__c, qcal_f32_lattice_bin__avx2,
-                          qcal_f32_lattice_bin__avx512 };
-    const inside_k ik[3] = { qcal_f32_lattice_bin_inside__c, qcal_f32_lattice_bin_inside__avx2,
-                             qcal_f32_lattice_bin_inside__avx512 };
     const int32_t accepts[3] = { 1, 64, 4096 };
     for (int trial = 0; trial < 60; trial++) {
         rng_state = 4242 + (uint64_t)trial;
@@ -463,39 +458,15 @@ static void test_kernels_simd_vs_c(void **state)
         g.accept = accepts[trial % 3];
         g.jlo = g.absval ? 0 : -(int32_t)rng_below(g.accept + 1);
         int64_t n = 1 + rng_below(N);
-        uint64_t want[4096], got[4096];
-        qcal_lattice_sub *sub = calloc(QCAL_LATTICE_SUB_COPIES * (4096 + 1), sizeof *sub);
+        uint64_t want[4096], got[4096], wi[4096];
+        qcal_hist_sub *sub = calloc(QCAL_HIST_SUB_COPIES * (4096 + 1), sizeof *sub);
         assert_non_null(sub);
         memset(want, 0, sizeof want);
-        bk[0](x, n, &g, want, sub);
-        float wl, wh, gl, gh;
-        uint64_t wb, gb;
-        uint64_t wi[4096];
-        memset(wi, 0, sizeof wi);
-        bool win = ik[0](x, n, &g, wi, sub, &wl, &wh, &wb);
-        for (int k = 1; k < 3; k++) {
-            if ((k == 1 && isa < QCAL_ISA_AVX2) || (k == 2 && isa < QCAL_ISA_AVX512))
-                continue;
-            memset(got, 0, sizeof got);
-            bk[k](x, n, &g, got, sub);
-            if (memcmp(want, got, sizeof(uint64_t) * (size_t)g.accept))
-                fail_msg("bin kernel %d differs from C (trial %d, e %d, accept %d)", k, trial,
-                         (int)e, (int)g.accept);
-            for (size_t i = 0; i < QCAL_LATTICE_SUB_COPIES * (4096 + 1); i++)
-                assert_int_equal(sub[i], 0);
-            memset(got, 0, sizeof got);
-            bool gin = ik[k](x, n, &g, got, sub, &gl, &gh, &gb);
-            assert_int_equal(gin, win);
-            assert_true(fbits(gl) == fbits(wl) || (gl == 0.0f && wl == 0.0f));
-            assert_true(fbits(gh) == fbits(wh) || (gh == 0.0f && wh == 0.0f));
-            assert_int_equal(gb, wb);
-            if (win && memcmp(wi, got, sizeof(uint64_t) * (size_t)g.accept))
-                fail_msg("inside kernel %d differs from C (trial %d)", k, trial);
-        }
-        /* The C reference against the exact floor in double. */
-        memset(want, 0, sizeof want);
-        bk[0](x, n, &g, want, sub);
+        qcal_f32_lattice_bin__c(x, n, &g, want, sub);
+        for (size_t i = 0; i < QCAL_HIST_SUB_COPIES * (4096 + 1); i++)
+            assert_int_equal(sub[i], 0);
         memset(got, 0, sizeof got);
+        bool all_in = true;
         for (int64_t i = 0; i < n; i++) {
             if (!isfinite(x[i]))
                 continue;
@@ -503,10 +474,22 @@ static void test_kernels_simd_vs_c(void **state)
             double j = floor(ldexp(v, -e)) - g.jlo;
             if (j >= 0 && j < g.accept)
                 got[(int64_t)j]++;
+            else
+                all_in = false;
         }
         if (memcmp(want, got, sizeof(uint64_t) * (size_t)g.accept))
             fail_msg("C lattice kernel differs from the exact floor (trial %d, e %d)", trial,
                      (int)e);
+        float wl, wh, rl, rh;
+        uint64_t wb, rb;
+        memset(wi, 0, sizeof wi);
+        bool win = qcal_f32_lattice_bin_inside__c(x, n, &g, wi, sub, &wl, &wh, &wb);
+        qcal_f32_minmax__c(x, n, &rl, &rh, &rb);
+        assert_int_equal(win, all_in);
+        assert_true(fbits(wl) == fbits(rl) && fbits(wh) == fbits(rh));
+        assert_int_equal(wb, rb);
+        if (win && memcmp(wi, want, sizeof(uint64_t) * (size_t)g.accept))
+            fail_msg("fused C lattice kernel differs from the plain one (trial %d)", trial);
         free(sub);
     }
     free(x);
@@ -701,7 +684,7 @@ static void test_moving_average_merge_refused(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_kernels_simd_vs_c),
+        cmocka_unit_test(test_kernel_c_reference),
         cmocka_unit_test(test_fidelity_vs_pytorch),
         cmocka_unit_test(test_ranges_inside_data),
         cmocka_unit_test(test_payload),

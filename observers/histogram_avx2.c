@@ -1,0 +1,139 @@
+/* Histogram kernel family, AVX2 (observers/histogram_dsp.h; built with -mavx2 -mfma).
+ *
+ * Software-pipelined: the slots of chunk c (CH values) are computed with vector ops into a
+ * ring of 4 chunk buffers while the scalar loop increments the sub-histogram counters of
+ * chunk c - 2, so the scalar loads never wait on a vector store still in flight and the
+ * index arithmetic overlaps the increments (the bottleneck). One loop serves both grids: the
+ * grid kind is a compile-time constant of each exported kernel. Fused (`_inside`) kernels
+ * also track min / max / non-finite and stop binning at the first block of CHECK chunks
+ * holding a finite value outside the grid. */
+#include <immintrin.h>
+#include <math.h>
+
+#include "observers/histogram_dsp.h"
+#include "observers/minmax_dsp.h"
+
+#define CH QCAL_HIST_CH
+#define CHECK QCAL_HIST_CHECK
+#define PF QCAL_HIST_PF
+
+/* Chunks [0, nch) of x. Plain mode bins all of them and returns nch. Fused mode also takes
+ * min / max / non-finite into *mn, *mx, *bad; returns the number of chunks whose min / max
+ * were taken, < nch only if *outside was set (binning abandoned, counts partial). */
+__attribute__((always_inline)) static inline int64_t
+chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
+       const qcal_lattice_grid *lg, bool fused, uint64_t *counts, qcal_hist_sub *sub,
+       float *mn, float *mx, uint64_t *bad, bool *outside)
+{
+    const bool linear = kind == QCAL_HIST_LINEAR;
+    const int32_t stride = linear ? hg->bins + 2 : lg->accept + 1;
+    const int32_t ncount = linear ? hg->bins + 1 : lg->accept;
+    const bool absval = linear ? hg->absval : lg->absval;
+    const __m256 vabs = _mm256_castsi256_ps(_mm256_set1_epi32(absval ? 0x7fffffff : -1));
+    const __m256 zero = _mm256_setzero_ps();
+    const __m256i vexp = _mm256_set1_epi32(0x7f800000);
+    const __m256 pinf = _mm256_set1_ps(INFINITY), ninf = _mm256_set1_ps(-INFINITY);
+    /* linear grid */
+    const __m256 vlo = _mm256_set1_ps(linear ? hg->lo : 0.0f);
+    const __m256 vhi = _mm256_set1_ps(linear ? hg->hi : 0.0f);
+    const __m256 vr = _mm256_set1_ps(linear ? hg->hi - hg->lo : 1.0f);
+    const __m256 vb = _mm256_set1_ps(linear ? (float)hg->bins : 0.0f);
+    const __m256i vout = _mm256_set1_epi32(linear ? hg->bins + 1 : 0);
+    /* lattice */
+    const __m256 vs = _mm256_set1_ps(linear ? 0.0f : lg->scale);
+    const __m256i vjlo = _mm256_set1_epi32(linear ? 0 : lg->jlo);
+    const __m256i vacc = _mm256_set1_epi32(linear ? 0 : lg->accept);
+    const __m256i bias = _mm256_set1_epi32(INT32_MIN);
+    const __m256i vaccb = _mm256_xor_si256(vacc, bias);
+    __m256 vmn = pinf, vmx = ninf;
+    __m256i out = _mm256_setzero_si256();
+    uint64_t nbad = 0;
+    qcal_hist_sub *s0 = sub, *s1 = sub + stride, *s2 = sub + 2 * (size_t)stride,
+                  *s3 = sub + 3 * (size_t)stride;
+    uint16_t k[4 * CH] __attribute__((aligned(32)));
+    int64_t since = 0, c = 0, done = nch;
+    for (c = 0; c < nch + 2; c++) {
+        if (c < nch) {
+            const float *p = x + c * CH;
+            uint16_t *kb = k + (c & 3) * CH;
+            /* The input streams through once: fetch it non-temporally, PF values ahead, so
+             * that it does not evict the sub-histograms from L1 (prefetches never fault). */
+            for (int l = 0; l < CH; l += 16)
+                _mm_prefetch((const char *)(p + PF + l), _MM_HINT_NTA);
+            for (int j = 0; j < CH; j += 16) {
+                __m256i sl[2], inm[2];
+                __m256 raws[2];
+                for (int h = 0; h < 2; h++) {
+                    __m256 raw = _mm256_loadu_ps(p + j + 8 * h);
+                    __m256 v = _mm256_and_ps(raw, vabs);
+                    __m256i in, slot;
+                    if (linear) {
+                        in = _mm256_castps_si256(_mm256_and_ps(
+                            _mm256_cmp_ps(v, vlo, _CMP_GE_OQ), _mm256_cmp_ps(v, vhi, _CMP_LE_OQ)));
+                        __m256 t = _mm256_mul_ps(_mm256_div_ps(_mm256_sub_ps(v, vlo), vr), vb);
+                        slot = _mm256_blendv_epi8(vout, _mm256_cvttps_epi32(t), in);
+                    } else {
+                        __m256 m = _mm256_mul_ps(v, vs);
+                        __m256i ji = _mm256_cvttps_epi32(_mm256_floor_ps(m));
+                        __m256 uf = _mm256_and_ps(_mm256_cmp_ps(v, zero, _CMP_LT_OQ),
+                                                  _mm256_cmp_ps(m, zero, _CMP_EQ_OQ));
+                        ji = _mm256_add_epi32(ji, _mm256_castps_si256(uf));   /* -1 where uf */
+                        slot = _mm256_sub_epi32(ji, vjlo);
+                        /* unsigned slot < accept via a signed compare of biased values */
+                        in = _mm256_cmpgt_epi32(vaccb, _mm256_xor_si256(slot, bias));
+                        slot = _mm256_blendv_epi8(vacc, slot, in);
+                    }
+                    sl[h] = slot;
+                    inm[h] = in;
+                    raws[h] = raw;
+                }
+                if (fused) {
+                    for (int h = 0; h < 2; h++) {
+                        __m256i ex = _mm256_and_si256(_mm256_castps_si256(raws[h]), vexp);
+                        __m256i nonfin = _mm256_cmpeq_epi32(ex, vexp);
+                        __m256 nf = _mm256_castsi256_ps(nonfin);
+                        vmn = _mm256_min_ps(vmn, _mm256_blendv_ps(raws[h], pinf, nf));
+                        vmx = _mm256_max_ps(vmx, _mm256_blendv_ps(raws[h], ninf, nf));
+                        nbad += (uint64_t)__builtin_popcount((unsigned)_mm256_movemask_ps(nf));
+                        out = _mm256_or_si256(
+                            out, _mm256_andnot_si256(_mm256_or_si256(inm[h], nonfin), vexp));
+                    }
+                }
+                /* 16 slots (< 2^16) packed to uint16 in order. */
+                __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(sl[0], sl[1]),
+                                                          0xD8);
+                _mm256_store_si256((__m256i *)(kb + j), packed);
+            }
+        }
+        if (c >= 2)
+            qcal_hist_scatter_chunk(k + ((c - 2) & 3) * CH, s0, s1, s2, s3);
+        since += CH;
+        if (since >= QCAL_HIST_FLUSH_ELEMS) {
+            qcal_hist_sub_flush(sub, stride, ncount, counts);
+            since = 0;
+        }
+        if (fused && c < nch && (c % CHECK == CHECK - 1 || c == nch - 1) &&
+            !_mm256_testz_si256(out, out)) {
+            done = c + 1;
+            break;
+        }
+    }
+    qcal_hist_sub_flush(sub, stride, ncount, counts);
+    if (fused) {
+        float l[8], h[8];
+        _mm256_storeu_ps(l, vmn);
+        _mm256_storeu_ps(h, vmx);
+        float a = l[0], b = h[0];
+        for (int i = 1; i < 8; i++) {
+            a = l[i] < a ? l[i] : a;
+            b = h[i] > b ? h[i] : b;
+        }
+        *mn = a;
+        *mx = b;
+        *bad = nbad;
+        *outside = !_mm256_testz_si256(out, out);
+    }
+    return done;
+}
+
+QCAL_HIST_DEFINE_ISA(avx2, qcal_f32_minmax__avx2)

@@ -1,0 +1,118 @@
+/* Histogram kernel family, AVX-512 F/BW/DQ/VL (observers/histogram_dsp.h).
+ *
+ * Software-pipelined: the slots of chunk c (CH values) are computed with vector ops into a
+ * ring of 4 chunk buffers while the scalar loop increments the sub-histogram counters of
+ * chunk c - 2, so the scalar loads never wait on a vector store still in flight and the
+ * index arithmetic overlaps the increments (the bottleneck). One loop serves both grids: the
+ * grid kind is a compile-time constant of each exported kernel. Fused (`_inside`) kernels
+ * also track min / max / non-finite and stop binning at the first block of CHECK chunks
+ * holding a finite value outside the grid. Measured (16M N(0, 1) floats, one thread, CPU
+ * time, loaded 2-core box, paired with the same kernel without it): the NTA prefetch of the
+ * input takes lattice binning (4096 cells: 32 KB of counters, all of L1) from 6.4 to 9.3
+ * GB/s; reading four uint16 slots per 64-bit load was slower (9.6 vs 11.9 GB/s, 1M floats). */
+#include <immintrin.h>
+#include <math.h>
+
+#include "observers/histogram_dsp.h"
+#include "observers/minmax_dsp.h"
+
+#define CH QCAL_HIST_CH
+#define CHECK QCAL_HIST_CHECK
+#define PF QCAL_HIST_PF
+
+/* Chunks [0, nch) of x. Plain mode bins all of them and returns nch. Fused mode also takes
+ * min / max / non-finite into *mn, *mx, *bad; returns the number of chunks whose min / max
+ * were taken, < nch only if *outside was set (binning abandoned, counts partial). */
+__attribute__((always_inline)) static inline int64_t
+chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
+       const qcal_lattice_grid *lg, bool fused, uint64_t *counts, qcal_hist_sub *sub,
+       float *mn, float *mx, uint64_t *bad, bool *outside)
+{
+    const bool linear = kind == QCAL_HIST_LINEAR;
+    const int32_t stride = linear ? hg->bins + 2 : lg->accept + 1;
+    const int32_t ncount = linear ? hg->bins + 1 : lg->accept;
+    const bool absval = linear ? hg->absval : lg->absval;
+    const __m512i vabs = _mm512_set1_epi32(absval ? 0x7fffffff : -1);
+    const __m512 zero = _mm512_setzero_ps();
+    const __m512i one = _mm512_set1_epi32(1);
+    /* linear grid */
+    const __m512 vlo = _mm512_set1_ps(linear ? hg->lo : 0.0f);
+    const __m512 vhi = _mm512_set1_ps(linear ? hg->hi : 0.0f);
+    const __m512 vr = _mm512_set1_ps(linear ? hg->hi - hg->lo : 1.0f);
+    const __m512 vb = _mm512_set1_ps(linear ? (float)hg->bins : 0.0f);
+    const __m512i vout = _mm512_set1_epi32(linear ? hg->bins + 1 : 0);
+    /* lattice */
+    const __m512 vs = _mm512_set1_ps(linear ? 0.0f : lg->scale);
+    const __m512i vjlo = _mm512_set1_epi32(linear ? 0 : lg->jlo);
+    const __m512i vacc = _mm512_set1_epi32(linear ? 0 : lg->accept);
+    __m512 vmn = _mm512_set1_ps(INFINITY), vmx = _mm512_set1_ps(-INFINITY);
+    __mmask16 out = 0;
+    uint64_t nbad = 0;
+    qcal_hist_sub *s0 = sub, *s1 = sub + stride, *s2 = sub + 2 * (size_t)stride,
+                  *s3 = sub + 3 * (size_t)stride;
+    uint16_t k[4 * CH] __attribute__((aligned(64)));
+    int64_t since = 0, c = 0, done = nch;
+    for (c = 0; c < nch + 2; c++) {
+        if (c < nch) {
+            const float *p = x + c * CH;
+            uint16_t *kb = k + (c & 3) * CH;
+            /* The input streams through once: fetch it non-temporally, PF values ahead, so
+             * that it does not evict the sub-histograms from L1 (prefetches never fault). */
+            for (int l = 0; l < CH; l += 16)
+                _mm_prefetch((const char *)(p + PF + l), _MM_HINT_NTA);
+            for (int j = 0; j < CH; j += 16) {
+                __m512 raw = _mm512_loadu_ps(p + j);
+                __m512 v = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(raw), vabs));
+                __mmask16 in;
+                __m512i slot;
+                if (linear) {
+                    in = _mm512_cmp_ps_mask(v, vlo, _CMP_GE_OQ) &
+                         _mm512_cmp_ps_mask(v, vhi, _CMP_LE_OQ);
+                    /* The three correctly rounded float ops of the C index, truncated. */
+                    __m512 t = _mm512_mul_ps(_mm512_div_ps(_mm512_sub_ps(v, vlo), vr), vb);
+                    slot = _mm512_mask_blend_epi32(in, vout, _mm512_cvttps_epi32(t));
+                } else {
+                    __m512 m = _mm512_mul_ps(v, vs);
+                    __m512 f = _mm512_roundscale_ps(m, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+                    __m512i ji = _mm512_cvttps_epi32(f);
+                    __mmask16 uf = _mm512_mask_cmp_ps_mask(
+                        _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), m, zero, _CMP_EQ_OQ);
+                    ji = _mm512_mask_sub_epi32(ji, uf, ji, one);
+                    slot = _mm512_sub_epi32(ji, vjlo);
+                    in = _mm512_cmplt_epu32_mask(slot, vacc);
+                    slot = _mm512_mask_blend_epi32(in, vacc, slot);
+                }
+                if (fused) {
+                    /* fpclass 0x99: QNaN, +Inf, -Inf, SNaN. */
+                    __mmask16 fin = (__mmask16)~_mm512_fpclass_ps_mask(raw, 0x99);
+                    vmn = _mm512_mask_min_ps(vmn, fin, vmn, raw);
+                    vmx = _mm512_mask_max_ps(vmx, fin, vmx, raw);
+                    nbad += (uint64_t)__builtin_popcount(0xffffu & ~(unsigned)fin);
+                    out |= (__mmask16)(fin & ~in);
+                }
+                _mm256_store_si256((__m256i *)(kb + j), _mm512_cvtepi32_epi16(slot));
+            }
+        }
+        if (c >= 2)
+            qcal_hist_scatter_chunk(k + ((c - 2) & 3) * CH, s0, s1, s2, s3);
+        since += CH;
+        if (since >= QCAL_HIST_FLUSH_ELEMS) {
+            qcal_hist_sub_flush(sub, stride, ncount, counts);
+            since = 0;
+        }
+        if (fused && out && c < nch && (c % CHECK == CHECK - 1 || c == nch - 1)) {
+            done = c + 1;
+            break;
+        }
+    }
+    qcal_hist_sub_flush(sub, stride, ncount, counts);
+    if (fused) {
+        *mn = _mm512_reduce_min_ps(vmn);
+        *mx = _mm512_reduce_max_ps(vmx);
+        *bad = nbad;
+        *outside = out != 0;
+    }
+    return done;
+}
+
+QCAL_HIST_DEFINE_ISA(avx512, qcal_f32_minmax__avx512)
