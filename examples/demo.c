@@ -27,12 +27,14 @@
 
 #include <qcal/atomic_file.h>
 #include <qcal/calib.h>
+#include <qcal/evaluate.h>
 #include <qcal/fakequant.h>
 #include <qcal/int8.h>
 #include <qcal/numeric.h>
 #include <qcal/observer.h>
 
 #include "cnn.h"
+#include "demo_eval.h"
 #include "qat.h"
 #include "ex_util.h"
 
@@ -60,6 +62,7 @@ typedef struct demo_opts {
     bool qat;                     /* true */
     cnn_qat_schedule qat_sched;   /* cnn_qat_schedule_default with 200 steps, frozen after 150 */
     bool input_same;              /* false: the model input (conv1's input) uses minmax */
+    int low_bits;                 /* 3: bits of the low-bit setting; 0 = skip it */
     cnn_train_opts train;         /* cnn_train_opts_default */
     int n_kinds;
     qcal_observer_kind kinds[QCAL_OBSERVER_KIND_COUNT];
@@ -82,6 +85,8 @@ static void usage(FILE *f)
             "  --input-observer K     observer of the model input (conv1's input): minmax\n"
             "                         (default; the range is fixed by the normalisation) or same\n"
             "                         (the observer under comparison, as PyTorch FX does)\n"
+            "  --low-bits N           bits of the low-bit setting (default 3: activations [0, 7],\n"
+            "                         weights [-3, 3], per tensor, fake-quant); 0 skips it\n"
             "  --no-qat               skip quantization-aware training\n"
             "  --qat-steps N          QAT steps of 128 images (default 200), --qat-freeze N\n"
             "                         (observers frozen after N steps, default 150), --qat-lr X\n"
@@ -158,6 +163,7 @@ static int parse_args(int argc, char **argv, demo_opts *o)
     o->calib_images = 1000;
     o->sqnr_images = 1000;
     o->qat = true;
+    o->low_bits = 3;
     /* A shorter QAT than examples/qat_fmnist (one epoch) so that the demo stays within a
      * minute with the cached model; same batch, seed, learning rate and cosine schedule. */
     o->qat_sched = cnn_qat_schedule_default();
@@ -208,7 +214,11 @@ static int parse_args(int argc, char **argv, demo_opts *o)
             bad = parse_i64(a, v, 1, 10000, &o->sqnr_images);
         else if (!strcmp(a, "--train-images"))
             bad = parse_i64(a, v, 1, 60000, &o->train.max_images);
-        else if (!strcmp(a, "--epochs"))
+        else if (!strcmp(a, "--low-bits")) {
+            bad = parse_i64(a, v, 0, 8, &x), o->low_bits = (int)x;
+            if (!bad && o->low_bits == 1)
+                bad = die(2, "--low-bits 1: a symmetric 1-bit weight range is [0, 0]; use 2..8 (or 0 to skip)");
+        } else if (!strcmp(a, "--epochs"))
             bad = parse_i64(a, v, 1, 100, &x), o->train.epochs = (int)x;
         else if (!strcmp(a, "--qat-steps"))
             bad = parse_i64(a, v, 1, 1000000, &x), o->qat_sched.steps = (int)x;
@@ -885,6 +895,73 @@ static void json_num(FILE *f, double v, int digits)
         fputs("null", f);
 }
 
+/* ---- The 4-bit setting and the report ------------------------------------------------- */
+
+static void print_lowbit(const lowbit_result *lb, double float_top1, int64_t n_test, const char *out_dir)
+{
+    int a_max = (1 << lb->bits) - 1, w_max = (1 << (lb->bits - 1)) - 1;
+    printf("%d-bit setting, where the observer matters: activations quint8 restricted to [0, %d] (per-tensor "
+           "affine), weights [-%d, %d] (per-tensor symmetric), fake-quantized in the float model at every layer "
+           "input and weight (logits float); each row's observer on all 8 tensors; %lld test images\n",
+           lb->bits, a_max, w_max, w_max, (long long)n_test);
+    printf("%-31s | %10s | %8s | %9s\n", "observer", "top-1", "delta", "agreement");
+    printf("%-31s-+-%10s-+-%8s-+-%9s\n", "-------------------------------", "----------", "--------", "---------");
+    for (int k = 0; k < lb->n_kinds; k++)
+        printf("%-31s | %9.2f%% | %+8.2f | %8.2f%%\n", qcal_observer_kind_name(lb->kinds[k]), lb->single[k].top1,
+               lb->single[k].top1 - float_top1, lb->single[k].agree);
+    printf("%-31s | %9.2f%% | %+8.2f | %8.2f%%\n", "per-layer best (qcal evaluate)", lb->per_layer.top1,
+           lb->per_layer.top1 - float_top1, lb->per_layer.agree);
+    const lowbit_row *b = &lb->single[lb->best], *w = &lb->single[lb->worst];
+    printf("spread between observers (best - worst top-1): %.2f points (%s %.2f%%, %s %.2f%%); per-layer best vs "
+           "the best single observer: %+.2f points\n", b->top1 - w->top1, qcal_observer_kind_name(lb->kinds[lb->best]),
+           b->top1, qcal_observer_kind_name(lb->kinds[lb->worst]), w->top1, lb->per_layer.top1 - b->top1);
+    printf("per-layer choice (highest SQNR of each tensor's own fake-quant on the calibration data):");
+    for (int i = 0; i < LOWBIT_NTENSORS; i++)
+        printf("%s %s %s %.2f dB", i ? "," : "", lb->tensor[i], qcal_observer_kind_name(lb->choice[i]),
+               lb->choice_sqnr_db[i]);
+    printf("\n(every observer on every tensor in one qcal_numeric_eval pass, then the rules file %s/rules_%dbit.txt "
+           "calibrated as 'qcal calibrate --rules' does: %.2f s; %d fake-quant evaluations %.2f s)\n\n", out_dir,
+           lb->bits, lb->calib_s, lb->n_kinds + 1, lb->eval_s);
+}
+
+/* report.html: every candidate observer on every tensor with the int8 qconfigs of the demo
+ * (qcal_numeric_eval defaults), and each layer input's int8 layer SQNR in shadow mode from
+ * the numeric suite (the best observer's tables). */
+static qcal_status write_report(cnn_ctx *ctx, const cnn_model *fm, const cnn_data *train, int64_t n_calib,
+                                const observer_result *best, int64_t sqnr_images, const char *path, double *secs)
+{
+    double t0 = cnn_now();
+    qcal_numeric_eval *ev = NULL;
+    qcal_status st = qcal_numeric_eval_create(NULL, &ev);
+    if (st >= 0)
+        st = demo_eval_feed(ctx, fm, train, n_calib, CALIB_BATCH, ev, 0);
+    if (st >= 0)
+        st = qcal_numeric_eval_finish(ev);
+    if (st >= 0)
+        st = demo_eval_feed(ctx, fm, train, n_calib, CALIB_BATCH, ev, 1);
+    for (int64_t l = 0; l < NSEG && st >= 0; l++) {
+        const char *fqn;
+        int64_t steps;
+        qcal_numeric_metrics mt;
+        qcal_numeric_stats fs;
+        if ((st = qcal_numeric_act_compare_get(best->shadow, l, &fqn, &steps, &mt, &fs)) >= 0)
+            st = qcal_numeric_eval_set_layer_sqnr(ev, fqn, QCAL_CALIB_ROLE_ACTIVATION, mt.sqnr_db);
+    }
+    char source[256];
+    snprintf(source, sizeof source, "qcal-demo: Fashion-MNIST CNN, %lld calibration images; int8 layer = "
+             "numeric-suite SQNR of the int8 layer reading the tensor (%s tables, shadow mode, %lld test images)",
+             (long long)n_calib, qcal_observer_kind_name(best->kind), (long long)sqnr_images);
+    qcal_numeric_report_options ro;
+    qcal_numeric_report_options_default(&ro);
+    ro.title = "qcal-demo calibration report";
+    ro.source = source;
+    if (st >= 0)
+        st = qcal_numeric_eval_write_report(ev, &ro, path);
+    qcal_numeric_eval_destroy(&ev);
+    *secs = cnn_now() - t0;
+    return st;
+}
+
 /* ---- main ------------------------------------------------------------------------------ */
 
 static const char *mark(bool ok) { return ok ? "OK" : "MISSED"; }
@@ -919,6 +996,10 @@ int main(int argc, char **argv)
     bool trained = false;
     double train_s = 0, float_eval_s = 0, fwd_calib_s = 0, qat_s = 0;
     int64_t right = 0;
+    lowbit_result lb;
+    memset(&lb, 0, sizeof lb);
+    double report_s = 0;
+    char path[4400];
 
     TRY(cnn_data_load(o.data_dir, "train", &train));
     TRY(cnn_data_load(o.data_dir, "t10k", &test));
@@ -1041,6 +1122,21 @@ int main(int argc, char **argv)
     printf("(activation row = the layer with its ReLU and pool, output requantized with the next layer's "
            "input qparams; fc2 outputs f32 logits)\n\n");
 
+    /* 4a. The low-bit setting: where the observer matters. */
+    if (o.low_bits) {
+        TRY(lowbit_run(ctx, fm, &train, n_calib, CALIB_BATCH, &test, fpred, o.n_kinds, o.kinds, o.low_bits,
+                       o.out_dir, &lb));
+        print_lowbit(&lb, float_top1, test.n, o.out_dir);
+    }
+
+    /* 4b. The HTML report: every observer on every tensor (int8 qconfigs), with the numeric
+     * suite's shadow-mode SQNR of the best observer's int8 layers. */
+    snprintf(path, sizeof path, "%s/report.html", o.out_dir);
+    TRY(write_report(ctx, fm, &train, n_calib, &res[best], ft.n, path, &report_s));
+    printf("Report: %s (every observer on every tensor with the int8 qconfigs, SQNR and clipping, histograms, "
+           "objective curves, per-channel weight ranges, the int8 layer SQNR of the %s tables; %.2f s)\n\n", path,
+           qcal_observer_kind_name(res[best].kind), report_s);
+
     /* 5. QAT. */
     if (o.qat) {
         t0 = cnn_now();
@@ -1056,7 +1152,6 @@ int main(int argc, char **argv)
     }
 
     /* 6. Outputs. */
-    char path[4400];
     snprintf(path, sizeof path, "%s/stats.csv", o.out_dir);
     TRY(write_stats_log(ctx, fm, &train, n_calib, path));
     snprintf(path, sizeof path, "%s/numeric_%s.csv", o.out_dir, qcal_observer_kind_name(res[best].kind));
@@ -1122,7 +1217,33 @@ int main(int argc, char **argv)
             json_num(f.fp, 100.0 * r->hook_s / r->fwd_s, 2);
             fprintf(f.fp, "}%s\n", k + 1 < o.n_kinds ? "," : "");
         }
-        fprintf(f.fp, "  },\n  \"qat_top1\": ");
+        fprintf(f.fp, "  },\n  \"low_bits\": ");
+        if (!o.low_bits) {
+            fprintf(f.fp, "null");
+        } else {
+            fprintf(f.fp, "{\"bits\": %d, \"observers\": {", lb.bits);
+            for (int k = 0; k < lb.n_kinds; k++) {
+                fprintf(f.fp, "%s\n    \"%s\": {\"top1\": ", k ? "," : "", qcal_observer_kind_name(lb.kinds[k]));
+                json_num(f.fp, lb.single[k].top1, 2);
+                fprintf(f.fp, ", \"agree\": ");
+                json_num(f.fp, lb.single[k].agree, 2);
+                fprintf(f.fp, "}");
+            }
+            fprintf(f.fp, "},\n    \"per_layer_best\": {\"top1\": ");
+            json_num(f.fp, lb.per_layer.top1, 2);
+            fprintf(f.fp, ", \"agree\": ");
+            json_num(f.fp, lb.per_layer.agree, 2);
+            fprintf(f.fp, ", \"choice\": {");
+            for (int i = 0; i < LOWBIT_NTENSORS; i++)
+                fprintf(f.fp, "%s\"%s\": \"%s\"", i ? ", " : "", lb.tensor[i], qcal_observer_kind_name(lb.choice[i]));
+            fprintf(f.fp, "}},\n    \"best_observer\": \"%s\", \"worst_observer\": \"%s\", \"spread\": ",
+                    qcal_observer_kind_name(lb.kinds[lb.best]), qcal_observer_kind_name(lb.kinds[lb.worst]));
+            json_num(f.fp, lb.single[lb.best].top1 - lb.single[lb.worst].top1, 2);
+            fprintf(f.fp, ", \"per_layer_vs_best\": ");
+            json_num(f.fp, lb.per_layer.top1 - lb.single[lb.best].top1, 2);
+            fprintf(f.fp, "}");
+        }
+        fprintf(f.fp, ",\n  \"qat_top1\": ");
         json_num(f.fp, o.qat ? qat_ev.top1 : NAN, 2);
         fprintf(f.fp, ",\n  \"qat_agree\": ");
         json_num(f.fp, o.qat ? qat_ev.agree : NAN, 2);
@@ -1132,6 +1253,10 @@ int main(int argc, char **argv)
         json_num(f.fp, float_eval_s, 4);
         fprintf(f.fp, ", \"float_forward_calib_s\": ");
         json_num(f.fp, fwd_calib_s, 4);
+        fprintf(f.fp, ", \"low_bits_s\": ");
+        json_num(f.fp, o.low_bits ? lb.calib_s + lb.eval_s : NAN, 3);
+        fprintf(f.fp, ", \"report_s\": ");
+        json_num(f.fp, report_s, 3);
         fprintf(f.fp, ", \"qat_s\": ");
         json_num(f.fp, o.qat ? qat_s : NAN, 3);
         fprintf(f.fp, ", \"total_s\": ");
@@ -1141,9 +1266,13 @@ int main(int argc, char **argv)
         fprintf(f.fp, "\n}\n");
         TRY(qcal_atomic_file_commit(&f));
     }
+    char lowbit_files[128] = "";
+    if (o.low_bits)
+        snprintf(lowbit_files, sizeof lowbit_files, ", {evaluate_%dbit.txt, report_%dbit.html, rules_%dbit.txt}",
+                 o.low_bits, o.low_bits, o.low_bits);
     printf("\nOutputs in %s/: <observer>/{calib.json, calibration_trt.cache, calibration.cache, model.table}, "
-           "stats.csv, numeric_%s.csv%s%s\n", o.out_dir, qcal_observer_kind_name(res[best].kind),
-           o.json_path ? "; JSON summary: " : "", o.json_path ? o.json_path : "");
+           "stats.csv, numeric_%s.csv, report.html%s%s%s\n", o.out_dir, qcal_observer_kind_name(res[best].kind),
+           lowbit_files, o.json_path ? "; JSON summary: " : "", o.json_path ? o.json_path : "");
     (void)acc_ok;
 
 done:
