@@ -65,7 +65,7 @@ void qcal_numeric_report_options_default(qcal_numeric_report_options *opt)
     opt->source = NULL;
 }
 
-static void cand_free(eval_cand *c)
+void qcal_numeric_eval_cand_free(eval_cand *c)
 {
     qcal_observer_destroy(&c->obs);
     qcal_qparams_free(&c->qp);
@@ -76,10 +76,10 @@ static void cand_free(eval_cand *c)
     memset(c, 0, sizeof *c);
 }
 
-static void entry_free(eval_entry *e)
+void qcal_numeric_eval_entry_free(eval_entry *e)
 {
     for (int i = 0; i < e->nc; i++)
-        cand_free(&e->c[i]);
+        qcal_numeric_eval_cand_free(&e->c[i]);
     free(e->name);
     free(e->hist);
     memset(e, 0, sizeof *e);
@@ -90,8 +90,9 @@ void qcal_numeric_eval_destroy(qcal_numeric_eval **ev)
     if (!ev || !*ev)
         return;
     for (int64_t i = 0; i < (*ev)->n; i++)
-        entry_free(&(*ev)->e[i]);
+        qcal_numeric_eval_entry_free(&(*ev)->e[i]);
     free((*ev)->e);
+    free((*ev)->source);
     free(*ev);
     *ev = NULL;
 }
@@ -136,9 +137,8 @@ qcal_status qcal_numeric_eval_create(const qcal_numeric_eval_options *opt,
     return QCAL_OK;
 }
 
-/* The candidate config of kind for role, or false when the kind does not apply. */
-static bool cand_config(const qcal_numeric_eval *ev, qcal_calib_role role,
-                        qcal_observer_kind k, qcal_observer_config *cfg)
+bool qcal_numeric_eval_cand_config(const qcal_numeric_eval *ev, qcal_calib_role role,
+                                   qcal_observer_kind k, qcal_observer_config *cfg)
 {
     if (ev->opt.kinds && !(ev->opt.kinds & (1u << k)))
         return false;
@@ -195,7 +195,7 @@ static qcal_status new_entry(qcal_numeric_eval *ev, const char *name, qcal_calib
     qcal_status st = QCAL_OK;
     for (int i = 0; i < QCAL_OBSERVER_KIND_COUNT && st >= 0; i++) {
         qcal_observer_config cfg;
-        if (!cand_config(ev, role, simplicity_order[i], &cfg))
+        if (!qcal_numeric_eval_cand_config(ev, role, simplicity_order[i], &cfg))
             continue;
         eval_cand *c = &e->c[e->nc];
         c->kind = simplicity_order[i];
@@ -207,7 +207,7 @@ static qcal_status new_entry(qcal_numeric_eval *ev, const char *name, qcal_calib
         st = qcal_error(QCAL_ERR_INVALID_ARG, "no candidate observer applies to %s '%s'",
                         qcal_calib_role_name(role), name);
     if (st < 0) {
-        entry_free(e);
+        qcal_numeric_eval_entry_free(e);
         return st;
     }
     ev->n++;
@@ -223,7 +223,8 @@ qcal_status qcal_numeric_eval_observe(qcal_numeric_eval *ev, const char *name,
     if ((unsigned)role >= QCAL_CALIB_ROLE_COUNT)
         return qcal_error(QCAL_ERR_INVALID_ARG, "unknown role %d", (int)role);
     if (ev->finished)
-        return qcal_error(QCAL_ERR_STATE, "observe after qcal_numeric_eval_finish");
+        return qcal_error(QCAL_ERR_STATE, ev->loaded ? "a loaded evaluation state cannot observe "
+                          "more batches" : "observe after qcal_numeric_eval_finish");
     int64_t n;
     qcal_status st = qcal_tensor_numel(x, &n);
     if (st < 0)
@@ -255,6 +256,40 @@ qcal_status qcal_numeric_eval_observe(qcal_numeric_eval *ev, const char *name,
     return QCAL_OK;
 }
 
+qcal_status qcal_numeric_eval_cand_prepare(const qcal_numeric_eval *ev, eval_cand *c)
+{
+    (void)ev;
+    int64_t ch = 0;
+    qcal_status st = qcal_observer_channels(c->obs, &ch);
+    if (st < 0)
+        return st;
+    if (ch < 1)
+        ch = 1;
+    c->channels = ch;
+    c->scale = qcal_calloc((size_t)ch, sizeof(float));
+    c->zp = qcal_calloc((size_t)ch, sizeof(int32_t));
+    c->mn = qcal_calloc((size_t)ch, sizeof(float));
+    c->mx = qcal_calloc((size_t)ch, sizeof(float));
+    if (!c->scale || !c->zp || !c->mn || !c->mx)
+        return QCAL_ERR_NO_MEMORY;
+    int64_t got = 0;
+    st = qcal_observer_qparams(c->obs, &c->qp);
+    if (st < 0)
+        return st;
+    for (int64_t k = 0; k < ch && k < c->qp.channels; k++) {
+        c->scale[k] = qcal_qparams_scale_at(&c->qp, k);
+        c->zp[k] = qcal_qparams_zero_point_at(&c->qp, k);
+    }
+    st = qcal_observer_qrange(c->obs, ch, c->mn, c->mx, &got);
+    if (st < 0)
+        return st;
+    const qcal_observer_config *cfg = qcal_observer_get_config(c->obs);
+    if ((st = qcal_qconfig_range(&cfg->q, &c->qmin, &c->qmax)) < 0)
+        return st;
+    qcal_numeric_metric_acc_init(&c->acc);
+    return QCAL_OK;
+}
+
 qcal_status qcal_numeric_eval_finish(qcal_numeric_eval *ev)
 {
     if (!ev)
@@ -264,35 +299,9 @@ qcal_status qcal_numeric_eval_finish(qcal_numeric_eval *ev)
     for (int64_t i = 0; i < ev->n; i++) {
         eval_entry *e = &ev->e[i];
         for (int j = 0; j < e->nc; j++) {
-            eval_cand *c = &e->c[j];
-            int64_t ch = 0;
-            qcal_status st = qcal_observer_channels(c->obs, &ch);
+            qcal_status st = qcal_numeric_eval_cand_prepare(ev, &e->c[j]);
             if (st < 0)
                 return st;
-            if (ch < 1)
-                ch = 1;
-            c->channels = ch;
-            c->scale = qcal_calloc((size_t)ch, sizeof(float));
-            c->zp = qcal_calloc((size_t)ch, sizeof(int32_t));
-            c->mn = qcal_calloc((size_t)ch, sizeof(float));
-            c->mx = qcal_calloc((size_t)ch, sizeof(float));
-            if (!c->scale || !c->zp || !c->mn || !c->mx)
-                return QCAL_ERR_NO_MEMORY;
-            int64_t got = 0;
-            st = qcal_observer_qparams(c->obs, &c->qp);
-            if (st < 0)
-                return st;
-            for (int64_t k = 0; k < ch && k < c->qp.channels; k++) {
-                c->scale[k] = qcal_qparams_scale_at(&c->qp, k);
-                c->zp[k] = qcal_qparams_zero_point_at(&c->qp, k);
-            }
-            st = qcal_observer_qrange(c->obs, ch, c->mn, c->mx, &got);
-            if (st < 0)
-                return st;
-            const qcal_observer_config *cfg = qcal_observer_get_config(c->obs);
-            if ((st = qcal_qconfig_range(&cfg->q, &c->qmin, &c->qmax)) < 0)
-                return st;
-            qcal_numeric_metric_acc_init(&c->acc);
         }
         size_t nb = (size_t)ev->opt.report_bins;
         e->hist = qcal_calloc(nb, sizeof(uint64_t));
@@ -319,6 +328,9 @@ qcal_status qcal_numeric_eval_score(qcal_numeric_eval *ev, const char *name,
         return qcal_error(QCAL_ERR_INVALID_ARG, "evaluation, name or tensor is NULL");
     if (!ev->finished)
         return qcal_error(QCAL_ERR_STATE, "score before qcal_numeric_eval_finish");
+    if (ev->loaded)
+        return qcal_error(QCAL_ERR_STATE, "a loaded evaluation state holds results, not data: it "
+                          "cannot score more batches");
     eval_entry *e = find_entry(ev, name, role);
     if (!e)
         return qcal_error(QCAL_ERR_NOT_FOUND, "%s '%s' was not observed in pass 1",
@@ -346,6 +358,7 @@ qcal_status qcal_numeric_eval_score(qcal_numeric_eval *ev, const char *name,
         if (st < 0)
             break;
         st = qcal_numeric_metric_acc_update(&c->acc, xd, fq, n);
+        c->sqnr_done = false;
         uint64_t clipped = 0;
         for (int64_t i = 0; i < n; i++)
             clipped += (uint64_t)(!mask[i] & (isfinite(xd[i]) != 0));
@@ -368,6 +381,7 @@ qcal_status qcal_numeric_eval_score(qcal_numeric_eval *ev, const char *name,
         }
     }
     e->scored = true;
+    ev->results_ready = false;
     free(fq);
     free(mask);
     return st;
@@ -385,6 +399,90 @@ qcal_status qcal_numeric_eval_set_layer_sqnr(qcal_numeric_eval *ev, const char *
     e->has_layer_sqnr = true;
     e->layer_sqnr = sqnr_db;
     return QCAL_OK;
+}
+
+qcal_status qcal_numeric_eval_restrict(qcal_numeric_eval *ev, uint32_t kinds)
+{
+    if (!ev)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "evaluation is NULL");
+    if (!ev->finished)
+        return qcal_error(QCAL_ERR_STATE, "restrict before qcal_numeric_eval_finish");
+    if (kinds >> QCAL_OBSERVER_KIND_COUNT)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "kinds mask 0x%x names unknown observer kinds",
+                          (unsigned)kinds);
+    if (!kinds)
+        return QCAL_OK;
+    /* Checked before anything changes: every asked kind exists, every tensor keeps one. */
+    uint32_t have = 0;
+    for (int64_t i = 0; i < ev->n; i++)
+        for (int j = 0; j < ev->e[i].nc; j++)
+            have |= 1u << ev->e[i].c[j].kind;
+    for (int k = 0; k < QCAL_OBSERVER_KIND_COUNT; k++)
+        if ((kinds & (1u << k)) && !(have & (1u << k)))
+            return qcal_error(QCAL_ERR_NOT_FOUND, "no tensor of the evaluation has a %s candidate",
+                              qcal_observer_kind_name((qcal_observer_kind)k));
+    for (int64_t i = 0; i < ev->n; i++) {
+        int keep = 0;
+        for (int j = 0; j < ev->e[i].nc; j++)
+            keep += (kinds >> ev->e[i].c[j].kind) & 1u;
+        if (!keep)
+            return qcal_error(QCAL_ERR_INVALID_ARG, "%s '%s' has none of the selected observers",
+                              qcal_calib_role_name(ev->e[i].role), ev->e[i].name);
+    }
+    for (int64_t i = 0; i < ev->n; i++) {
+        eval_entry *e = &ev->e[i];
+        int out = 0;
+        for (int j = 0; j < e->nc; j++) {
+            if ((kinds >> e->c[j].kind) & 1u) {
+                if (out != j) {
+                    e->c[out] = e->c[j];
+                    memset(&e->c[j], 0, sizeof e->c[j]);
+                }
+                out++;
+            } else {
+                qcal_numeric_eval_cand_free(&e->c[j]);
+            }
+        }
+        e->nc = out;
+    }
+    ev->opt.kinds = kinds;
+    ev->results_ready = false;
+    return QCAL_OK;
+}
+
+qcal_status qcal_numeric_eval_set_min_sqnr(qcal_numeric_eval *ev, double min_sqnr_db)
+{
+    if (!ev)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "evaluation is NULL");
+    if (!(isnan(min_sqnr_db) || isfinite(min_sqnr_db)))
+        return qcal_error(QCAL_ERR_INVALID_ARG, "min_sqnr_db must be a finite number or NaN");
+    ev->opt.min_sqnr_db = min_sqnr_db;
+    ev->results_ready = false;
+    return QCAL_OK;
+}
+
+qcal_status qcal_numeric_eval_set_source(qcal_numeric_eval *ev, const char *source)
+{
+    if (!ev)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "evaluation is NULL");
+    char *copy = NULL;
+    if (source) {
+        size_t n = strlen(source);
+        if (n > QCAL_NUMERIC_EVAL_SOURCE_MAX)
+            return qcal_error(QCAL_ERR_INVALID_ARG, "source label of %zu bytes (at most %d)", n,
+                              QCAL_NUMERIC_EVAL_SOURCE_MAX);
+        if (!(copy = qcal_malloc(n + 1)))
+            return QCAL_ERR_NO_MEMORY;
+        memcpy(copy, source, n + 1);
+    }
+    free(ev->source);
+    ev->source = copy;
+    return QCAL_OK;
+}
+
+const char *qcal_numeric_eval_source(const qcal_numeric_eval *ev)
+{
+    return ev ? ev->source : NULL;
 }
 
 static int entry_cmp(const void *a, const void *b)
@@ -413,8 +511,11 @@ static qcal_status finalize(const qcal_numeric_eval *cev)
         for (int j = 0; j < e->nc; j++) {
             eval_cand *c = &e->c[j];
             qcal_numeric_metrics m;
-            c->sqnr = qcal_numeric_metric_acc_result(&c->acc, &m) >= 0 ? m.sqnr_db : NAN;
-            qcal_clear_error();
+            if (!c->sqnr_done) {   /* once: a loaded candidate has its SQNR, not the data */
+                c->sqnr = qcal_numeric_metric_acc_result(&c->acc, &m) >= 0 ? m.sqnr_db : NAN;
+                qcal_clear_error();
+                c->sqnr_done = true;
+            }
             const qcal_observer_config *cfg = qcal_observer_get_config(c->obs);
             e->pub[j] = (qcal_numeric_eval_candidate){
                 .kind = c->kind,

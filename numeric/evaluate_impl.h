@@ -16,6 +16,7 @@ typedef struct eval_cand {
     qcal_numeric_metric_acc acc;     /* x against fake-quant(x), pass 2 */
     uint64_t clipped;                /* finite values outside the representable range */
     double sqnr;
+    bool sqnr_done;                  /* sqnr holds the result (computed, or loaded from a state) */
 } eval_cand;
 
 typedef struct eval_entry {
@@ -39,7 +40,21 @@ struct qcal_numeric_eval {
     int64_t n, cap;
     bool finished;
     bool results_ready;              /* sorted by (name, role), recommendations computed */
+    char *source;                    /* label shown by the report (qcal_numeric_eval_set_source) */
+    bool loaded;                     /* from a state: results only, no more data */
 };
+
+/* Candidate config of kind k for role, or false when the kind does not apply to it. */
+bool qcal_numeric_eval_cand_config(const qcal_numeric_eval *ev, qcal_calib_role role,
+                                   qcal_observer_kind k, qcal_observer_config *cfg);
+
+/* After the candidate's observer is final: its channels, qparams, range and integer range,
+ * and an empty SQNR accumulator. */
+qcal_status qcal_numeric_eval_cand_prepare(const qcal_numeric_eval *ev, eval_cand *c);
+
+/* Frees a candidate / an entry and zeroes it. */
+void qcal_numeric_eval_cand_free(eval_cand *c);
+void qcal_numeric_eval_entry_free(eval_entry *e);
 
 /* Writes len bytes to path atomically (temporary file, then rename). */
 qcal_status qcal_numeric_eval_write_file(const char *path, const void *data, size_t len);

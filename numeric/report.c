@@ -527,6 +527,8 @@ qcal_status qcal_numeric_eval_write_report(const qcal_numeric_eval *ev,
             o.title = opt->title;
         o.source = opt->source;
     }
+    if (!o.source)
+        o.source = ev->source;
     bool used[QCAL_OBSERVER_KIND_COUNT] = { false }, any_layer = false;
     for (int64_t i = 0; i < ev->n; i++) {
         for (int j = 0; j < ev->e[i].nc; j++)

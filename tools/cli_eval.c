@@ -1,12 +1,67 @@
-/* The two passes of an observer evaluation over a dump directory (qcal evaluate, qcal
- * report). */
+/* Options, input and state of an observer evaluation (qcal evaluate, qcal report). */
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli_common.h"
 #include "cli_eval.h"
+
+int cli_eval_parse(const char *cmd, int argc, char **argv, const cli_opt *opts, const char *help,
+                   cli_eval_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->format = QCAL_NUMERIC_EVAL_TABLE;
+    a->min_sqnr_db = NAN;
+    cli_parser p;
+    cli_parser_init(&p, argc, argv);
+    const char *val;
+    int id, rc;
+    while ((id = cli_next(&p, opts, &val)) != CLI_END) {
+        switch (id) {
+        case CLI_ERROR: return QCAL_EXIT_USAGE;
+        case CLI_EVAL_HELP: fputs(help, stdout); return QCAL_EXIT_OK;
+        case CLI_EVAL_OBSERVERS:
+            if ((rc = cli_eval_parse_kinds(cmd, val, &a->kinds)))
+                return rc;
+            break;
+        case CLI_EVAL_MIN_SQNR:
+            if ((rc = cli_parse_f64(cmd, "--min-sqnr", val, &a->min_sqnr_db)))
+                return rc;
+            a->min_sqnr_set = true;
+            break;
+        case CLI_EVAL_FORMAT:
+            if (!strcmp(val, "table"))
+                a->format = QCAL_NUMERIC_EVAL_TABLE;
+            else if (!strcmp(val, "csv"))
+                a->format = QCAL_NUMERIC_EVAL_CSV;
+            else if (!strcmp(val, "json"))
+                a->format = QCAL_NUMERIC_EVAL_JSON;
+            else
+                return cli_fail(cmd, QCAL_EXIT_USAGE, "--format: unknown format '%s' (expected "
+                                "table, csv or json)", val);
+            break;
+        case CLI_EVAL_RULES_OUT: a->rules_out = val; break;
+        case CLI_EVAL_OUT: a->out = val; break;
+        case CLI_EVAL_TITLE: a->title = val; break;
+        case CLI_EVAL_SAVE_STATE: a->save_state = val; break;
+        case CLI_POSITIONAL:
+            if (a->input)
+                return cli_fail(cmd, QCAL_EXIT_USAGE, "one dump directory or evaluation state "
+                                "expected, got '%s' and '%s'", a->input, val);
+            a->input = val;
+            break;
+        default: return cli_fail(cmd, QCAL_EXIT_USAGE, "unexpected option");
+        }
+    }
+    if (!a->input)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "no dump directory or evaluation state (see 'qcal "
+                        "%s --help')", cmd);
+    return -1;
+}
 
 int cli_eval_parse_kinds(const char *cmd, const char *list, uint32_t *mask)
 {
@@ -75,8 +130,8 @@ static int run_pass(const char *cmd, qcal_numeric_eval *ev, const qcal_calib_dum
     return rc;
 }
 
-int cli_eval_dump(const char *cmd, const char *dir, const qcal_numeric_eval_options *opt,
-                  qcal_numeric_eval **out)
+static int eval_dump(const char *cmd, const char *dir, const qcal_numeric_eval_options *opt,
+                     qcal_numeric_eval **out)
 {
     qcal_calib_dump *dump = NULL;
     qcal_numeric_eval *ev = NULL;
@@ -93,10 +148,75 @@ int cli_eval_dump(const char *cmd, const char *dir, const qcal_numeric_eval_opti
         rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
     if (!rc)
         rc = run_pass(cmd, ev, dump, 1);
+    if (!rc && (st = qcal_numeric_eval_set_source(ev, dir)) != QCAL_OK)
+        rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
     qcal_calib_dump_destroy(&dump);
     if (rc) {
         qcal_numeric_eval_destroy(&ev);
         return rc;
+    }
+    *out = ev;
+    return 0;
+}
+
+/* An evaluation state file: the kind comes from the magic. */
+static int eval_state(const char *cmd, const cli_eval_args *a, qcal_numeric_eval **out)
+{
+    const char *path = a->input;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return cli_fail(cmd, QCAL_EXIT_INPUT, "cannot open '%s': %s", path, strerror(errno));
+    char magic[4] = { 0 };
+    size_t got = fread(magic, 1, 4, f);
+    fclose(f);
+    if (got == 4 && (!memcmp(magic, "QCSS", 4) || !memcmp(magic, "QCOB", 4)))
+        return cli_fail(cmd, QCAL_EXIT_INPUT, "'%s' is a %s state: it holds calibrated observers, "
+                        "not the data that SQNR and clipping are measured on; evaluate the dump "
+                        "with 'qcal evaluate DIR --save-state STATE' and use that state",
+                        path, magic[2] == 'S' ? "session" : "observer");
+    if (got != 4 || memcmp(magic, "QCEV", 4))
+        return cli_fail(cmd, QCAL_EXIT_INPUT, "'%s' is neither a dump directory nor an evaluation "
+                        "state (no QCEV magic; docs/state.md)", path);
+    qcal_numeric_eval *ev = NULL;
+    qcal_status st = qcal_numeric_eval_load_file(path, &ev);
+    if (st != QCAL_OK)
+        return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT,
+                               st);
+    if (a->kinds && (st = qcal_numeric_eval_restrict(ev, a->kinds)) != QCAL_OK) {
+        qcal_numeric_eval_destroy(&ev);
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--observers: %s", qcal_last_error());
+    }
+    if (a->min_sqnr_set && (st = qcal_numeric_eval_set_min_sqnr(ev, a->min_sqnr_db)) != QCAL_OK) {
+        qcal_numeric_eval_destroy(&ev);
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--min-sqnr: %s", qcal_last_error());
+    }
+    *out = ev;
+    return 0;
+}
+
+int cli_eval_load(const char *cmd, const cli_eval_args *a, qcal_numeric_eval **out)
+{
+    struct stat sb;
+    qcal_numeric_eval *ev = NULL;
+    int rc;
+    if (stat(a->input, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        qcal_numeric_eval_options opt;
+        qcal_numeric_eval_options_default(&opt);
+        opt.kinds = a->kinds;
+        opt.min_sqnr_db = a->min_sqnr_db;
+        rc = eval_dump(cmd, a->input, &opt, &ev);
+    } else {
+        rc = eval_state(cmd, a, &ev);
+    }
+    if (rc)
+        return rc;
+    if (a->save_state) {
+        qcal_status st = qcal_numeric_eval_save_file(ev, a->save_state);
+        if (st != QCAL_OK) {
+            qcal_numeric_eval_destroy(&ev);
+            return cli_fail(cmd, st == QCAL_ERR_IO ? QCAL_EXIT_OUTPUT : QCAL_EXIT_FAILURE,
+                            "cannot save state '%s': %s", a->save_state, qcal_last_error());
+        }
     }
     *out = ev;
     return 0;

@@ -1,17 +1,48 @@
-/* Shared by `qcal evaluate` and `qcal report`: the two passes of an observer evaluation
- * over a dump directory. */
+/* Shared by `qcal evaluate` and `qcal report`: their options (one parser, each command
+ * lists the options it takes), the input (a dump directory, run through both passes of an
+ * observer evaluation, or an evaluation state file), and --save-state. */
 #ifndef QCAL_TOOLS_CLI_EVAL_H
 #define QCAL_TOOLS_CLI_EVAL_H
+
+#include <stdbool.h>
 
 #include <qcal/calib_dump.h>
 #include <qcal/evaluate.h>
 
+#include "cli_common.h"
+
+/* Option ids of both commands (each command's cli_opt table uses a subset). */
+enum {
+    CLI_EVAL_HELP = 1, CLI_EVAL_OBSERVERS, CLI_EVAL_MIN_SQNR, CLI_EVAL_FORMAT, CLI_EVAL_RULES_OUT,
+    CLI_EVAL_OUT, CLI_EVAL_TITLE, CLI_EVAL_SAVE_STATE,
+};
+
+typedef struct cli_eval_args {
+    const char *input;                 /* DIR or STATE (positional) */
+    const char *out;                   /* -o */
+    const char *save_state;            /* --save-state */
+    const char *rules_out;             /* --rules-out (evaluate) */
+    const char *title;                 /* --title (report); NULL: the default */
+    qcal_numeric_eval_format format;   /* --format (evaluate); default table */
+    uint32_t kinds;                    /* --observers; 0: every kind (or every saved one) */
+    bool min_sqnr_set;
+    double min_sqnr_db;                /* --min-sqnr */
+} cli_eval_args;
+
+/* Parses argv with the command's table into *a. Returns -1 to go on, or an exit code to
+ * return at once (0 after printing help, 2 after reporting a usage error). */
+int cli_eval_parse(const char *cmd, int argc, char **argv, const cli_opt *opts, const char *help,
+                   cli_eval_args *a);
+
 /* Parses "--observers a,b,..." into a kind mask; returns 0 or an exit code (reported). */
 int cli_eval_parse_kinds(const char *cmd, const char *list, uint32_t *mask);
 
-/* Scans dir and runs both passes (every file read once per pass); *out owned by the
- * caller. Returns 0 or an exit code (reported). */
-int cli_eval_dump(const char *cmd, const char *dir, const qcal_numeric_eval_options *opt,
-                  qcal_numeric_eval **out);
+/* The evaluation of a->input: a directory is scanned and run through both passes (every file
+ * read once per pass; source label = the directory); a file must be an evaluation state
+ * ("QCEV", loaded, then --observers restricts and --min-sqnr recommends again). Then
+ * --save-state is written. *out owned by the caller. Returns 0 or an exit code (reported):
+ * 3 for an unreadable, malformed or other kind of state (a session or observer state holds
+ * no data to score), 4 for an unwritable --save-state. */
+int cli_eval_load(const char *cmd, const cli_eval_args *a, qcal_numeric_eval **out);
 
 #endif

@@ -9,8 +9,8 @@
 #include "cli_eval.h"
 
 static const char help[] =
-    "usage: qcal evaluate DIR [--observers a,b,...] [--min-sqnr DB] [--format table|csv|json]\n"
-    "                     [--rules-out RULES] [-o OUT]\n"
+    "usage: qcal evaluate (DIR | STATE) [--observers a,b,...] [--min-sqnr DB]\n"
+    "                     [--format table|csv|json] [--rules-out RULES] [--save-state S] [-o OUT]\n"
     "\n"
     "Evaluates every candidate observer on every tensor of the dump directory DIR (read as\n"
     "'qcal calibrate DIR' reads it). Pass 1 reads each file once and feeds it to every\n"
@@ -24,6 +24,9 @@ static const char help[] =
     "simplest observer that reaches DB. Simplest first: minmax, per_channel_minmax,\n"
     "moving_average_minmax, moving_average_per_channel_minmax, percentile, histogram, mse,\n"
     "entropy.\n"
+    "Instead of DIR, an evaluation state saved by --save-state (QCEV, docs/state.md) gives the\n"
+    "same results without the data; --observers then keeps a subset of its candidates and\n"
+    "--min-sqnr recommends again.\n"
     "\n"
     "options:\n"
     "  --observers LIST         comma-separated candidate kinds (default: every kind)\n"
@@ -35,21 +38,24 @@ static const char help[] =
     "                           sqnr_db is null when the quantization is exact)\n"
     "  --rules-out RULES        also write a rules file giving every tensor its recommended\n"
     "                           observer ('qcal calibrate DIR --rules RULES' uses it)\n"
+    "  --save-state S           also save the evaluation state (every candidate's observer\n"
+    "                           state, exact SQNR and clipped count per tensor) to S, for\n"
+    "                           'qcal report S' and 'qcal evaluate S'\n"
     "  -o, --output OUT         write the results to OUT instead of stdout (atomically)\n"
     "  -h, --help               this help\n"
     "\n"
-    "Errors are one line on stderr: a missing DIR or malformed .npy exits 3, an unwritable\n"
-    "output exits 4, a bad option exits 2.\n";
-
-enum { OPT_HELP = 1, OPT_OBSERVERS, OPT_MIN_SQNR, OPT_FORMAT, OPT_RULES_OUT, OPT_OUT };
+    "Errors are one line on stderr: a missing DIR, a malformed .npy or state, or a session or\n"
+    "observer state (no data to score) exits 3, an unwritable output exits 4, a bad option\n"
+    "exits 2.\n";
 
 static const cli_opt opts[] = {
-    { "help", 'h', false, OPT_HELP },
-    { "observers", 0, true, OPT_OBSERVERS },
-    { "min-sqnr", 0, true, OPT_MIN_SQNR },
-    { "format", 0, true, OPT_FORMAT },
-    { "rules-out", 0, true, OPT_RULES_OUT },
-    { "output", 'o', true, OPT_OUT },
+    { "help", 'h', false, CLI_EVAL_HELP },
+    { "observers", 0, true, CLI_EVAL_OBSERVERS },
+    { "min-sqnr", 0, true, CLI_EVAL_MIN_SQNR },
+    { "format", 0, true, CLI_EVAL_FORMAT },
+    { "rules-out", 0, true, CLI_EVAL_RULES_OUT },
+    { "save-state", 0, true, CLI_EVAL_SAVE_STATE },
+    { "output", 'o', true, CLI_EVAL_OUT },
     { 0 },
 };
 const cli_opt *const cmd_evaluate_opts = opts;
@@ -57,61 +63,22 @@ const cli_opt *const cmd_evaluate_opts = opts;
 int cmd_evaluate(int argc, char **argv)
 {
     const char *cmd = argc > 0 ? argv[0] : "evaluate";
-    const char *dir = NULL, *rules_out = NULL, *out = NULL, *val;
-    qcal_numeric_eval_options opt;
-    qcal_numeric_eval_options_default(&opt);
-    qcal_numeric_eval_format fmt = QCAL_NUMERIC_EVAL_TABLE;
-    cli_parser p;
-    cli_parser_init(&p, argc, argv);
-    int id, rc;
-    while ((id = cli_next(&p, opts, &val)) != CLI_END) {
-        switch (id) {
-        case CLI_ERROR: return QCAL_EXIT_USAGE;
-        case OPT_HELP: fputs(help, stdout); return QCAL_EXIT_OK;
-        case OPT_OBSERVERS:
-            if ((rc = cli_eval_parse_kinds(cmd, val, &opt.kinds)))
-                return rc;
-            break;
-        case OPT_MIN_SQNR:
-            if ((rc = cli_parse_f64(cmd, "--min-sqnr", val, &opt.min_sqnr_db)))
-                return rc;
-            break;
-        case OPT_FORMAT:
-            if (!strcmp(val, "table"))
-                fmt = QCAL_NUMERIC_EVAL_TABLE;
-            else if (!strcmp(val, "csv"))
-                fmt = QCAL_NUMERIC_EVAL_CSV;
-            else if (!strcmp(val, "json"))
-                fmt = QCAL_NUMERIC_EVAL_JSON;
-            else
-                return cli_fail(cmd, QCAL_EXIT_USAGE, "--format: unknown format '%s' (expected "
-                                "table, csv or json)", val);
-            break;
-        case OPT_RULES_OUT: rules_out = val; break;
-        case OPT_OUT: out = val; break;
-        case CLI_POSITIONAL:
-            if (dir)
-                return cli_fail(cmd, QCAL_EXIT_USAGE, "one dump directory expected, got '%s' "
-                                "and '%s'", dir, val);
-            dir = val;
-            break;
-        default: return cli_fail(cmd, QCAL_EXIT_USAGE, "unexpected option");
-        }
-    }
-    if (!dir)
-        return cli_fail(cmd, QCAL_EXIT_USAGE, "no dump directory (see 'qcal evaluate --help')");
+    cli_eval_args a;
+    int rc = cli_eval_parse(cmd, argc, argv, opts, help, &a);
+    if (rc >= 0)
+        return rc;
     qcal_numeric_eval *ev = NULL;
-    if ((rc = cli_eval_dump(cmd, dir, &opt, &ev)))
+    if ((rc = cli_eval_load(cmd, &a, &ev)))
         return rc;
     char *buf = NULL;
     size_t len = 0;
-    qcal_status st = qcal_numeric_eval_format_results(ev, fmt, &buf, &len);
+    qcal_status st = qcal_numeric_eval_format_results(ev, a.format, &buf, &len);
     if (st != QCAL_OK) {
         rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
-    } else if (rules_out && (st = qcal_numeric_eval_write_rules(ev, rules_out)) != QCAL_OK) {
+    } else if (a.rules_out && (st = qcal_numeric_eval_write_rules(ev, a.rules_out)) != QCAL_OK) {
         rc = cli_fail_status(cmd, st == QCAL_ERR_IO ? QCAL_EXIT_OUTPUT : QCAL_EXIT_FAILURE, st);
-    } else if (out) {
-        if ((st = qcal_numeric_eval_write_results(ev, fmt, out)) != QCAL_OK)
+    } else if (a.out) {
+        if ((st = qcal_numeric_eval_write_results(ev, a.format, a.out)) != QCAL_OK)
             rc = cli_fail_status(cmd, QCAL_EXIT_OUTPUT, st);
     } else if (fwrite(buf, 1, len, stdout) != len || fflush(stdout) != 0) {
         rc = QCAL_EXIT_OUTPUT;

@@ -147,9 +147,49 @@ QCAL_API qcal_status qcal_numeric_eval_write_results(const qcal_numeric_eval *ev
 QCAL_API qcal_status qcal_numeric_eval_write_rules(const qcal_numeric_eval *ev,
                                                    const char *path);
 
+/* After qcal_numeric_eval_finish (or a load): keeps only the candidates whose kind is in
+ * the kinds mask (bit 1u << kind; 0 keeps all) and recommends again. A kind no tensor has
+ * (QCAL_ERR_NOT_FOUND) or a tensor left without candidates fails and changes nothing. */
+QCAL_API qcal_status qcal_numeric_eval_restrict(qcal_numeric_eval *ev, uint32_t kinds);
+
+/* Replaces options.min_sqnr_db (NaN: highest SQNR) and recommends again. */
+QCAL_API qcal_status qcal_numeric_eval_set_min_sqnr(qcal_numeric_eval *ev, double min_sqnr_db);
+
+#define QCAL_NUMERIC_EVAL_SOURCE_MAX 4096
+
+/* A label of where the data came from (e.g. the dump directory; copied, at most
+ * QCAL_NUMERIC_EVAL_SOURCE_MAX bytes; NULL clears it): saved in the state, shown by the
+ * report unless its options name another source. */
+QCAL_API qcal_status qcal_numeric_eval_set_source(qcal_numeric_eval *ev, const char *source);
+
+/* The source label, or NULL. */
+QCAL_API const char *qcal_numeric_eval_source(const qcal_numeric_eval *ev);
+
+/* ---- Evaluation states ("QCEV", docs/state.md) ----
+ * Everything the results and the report need, without the data: the options, the source
+ * label, and per tensor its counts, data range, drawn histogram, attached layer SQNR and,
+ * per candidate, the observer state ("QCOB"), the exact SQNR and the clipped count that pass
+ * 2 measured. A loaded evaluation gives the same results, tables, rules and report (byte
+ * for byte) as the one saved; it cannot take more data (observe/score fail). */
+
+/* Serialises a scored evaluation into a new buffer (*buf, *len; free with qcal_free). */
+QCAL_API qcal_status qcal_numeric_eval_save(const qcal_numeric_eval *ev, void **buf, size_t *len);
+
+/* Creates an evaluation from a qcal_numeric_eval_save buffer. Malformed, truncated or
+ * inconsistent buffers are QCAL_ERR_FORMAT (the message names the tensor), other versions
+ * QCAL_ERR_UNSUPPORTED; *out untouched then. */
+QCAL_API qcal_status qcal_numeric_eval_load(const void *buf, size_t len, qcal_numeric_eval **out);
+
+/* qcal_numeric_eval_save to a file, written atomically. */
+QCAL_API qcal_status qcal_numeric_eval_save_file(const qcal_numeric_eval *ev, const char *path);
+
+/* qcal_numeric_eval_load from a file (messages name the file). */
+QCAL_API qcal_status qcal_numeric_eval_load_file(const char *path, qcal_numeric_eval **out);
+
 typedef struct qcal_numeric_report_options {
     const char *title;           /* default "qcal calibration report" */
-    const char *source;          /* shown under the title (e.g. the dump directory); default NULL */
+    const char *source;          /* shown under the title (e.g. the dump directory); default
+                                  * NULL: the evaluation's source label */
 } qcal_numeric_report_options;
 
 /* Fills *opt with the defaults documented on each field. */
