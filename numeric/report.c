@@ -20,7 +20,7 @@
 #include "qcal/observer.h"
 #include "qcal/observers/histogram.h"
 
-#define CURVE_POINTS 120
+#define CURVE_POINTS 80
 #define RANGE_BARS 128
 
 /* Okabe-Ito colours (distinguishable with common colour-vision deficiencies), by kind. */
@@ -53,16 +53,60 @@ static void put(qcal_buf *b, const char *s)
     qcal_buf_append(b, s, strlen(s));
 }
 
+/* printf into b for the report's formats: %s, %d, %x, %lld, %llu, %% and float
+ * conversions (%.Nf, %.Ng). "%.1f" (every SVG coordinate) is written compact: rounded to
+ * one decimal without a trailing ".0" ("206" for 206.0, "-0" as "0"), which keeps 500
+ * tensors' drawings a few MB. */
 static void putf(qcal_buf *b, const char *fmt, ...) QCAL_PRINTF(2, 3);
 static void putf(qcal_buf *b, const char *fmt, ...)
 {
-    char tmp[512];
     va_list ap;
     va_start(ap, fmt);
-    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    const char *p = fmt;
+    while (*p) {
+        const char *q = strchr(p, '%');
+        if (!q) {
+            put(b, p);
+            break;
+        }
+        qcal_buf_append(b, p, (size_t)(q - p));
+        char spec[16], tmp[512];
+        size_t k = 0;
+        spec[k++] = *q++;
+        while (*q && !strchr("fgsdxu%", *q) && k < sizeof spec - 2)
+            spec[k++] = *q++;
+        char conv = *q ? *q++ : '%';
+        spec[k++] = conv;
+        spec[k] = 0;
+        p = q;
+        if (conv == '%') {
+            put(b, "%");
+        } else if (conv == 's') {
+            put(b, va_arg(ap, const char *));
+        } else if (conv == 'f' || conv == 'g') {
+            double v = va_arg(ap, double);
+            if (!strcmp(spec, "%.1f")) {
+                double r = round(v * 10.0) / 10.0;
+                snprintf(tmp, sizeof tmp, "%.1f", r == 0 ? 0.0 : r);
+                size_t l = strlen(tmp);
+                if (l > 2 && !strcmp(tmp + l - 2, ".0"))
+                    tmp[l - 2] = 0;
+            } else {
+                snprintf(tmp, sizeof tmp, spec, v);
+            }
+            put(b, tmp);
+        } else if (!strcmp(spec, "%lld")) {
+            snprintf(tmp, sizeof tmp, "%lld", va_arg(ap, long long));
+            put(b, tmp);
+        } else if (!strcmp(spec, "%llu")) {
+            snprintf(tmp, sizeof tmp, "%llu", va_arg(ap, unsigned long long));
+            put(b, tmp);
+        } else {   /* %d, %x, %u with int-sized arguments */
+            snprintf(tmp, sizeof tmp, spec, va_arg(ap, int));
+            put(b, tmp);
+        }
+    }
     va_end(ap);
-    if (k > 0)
-        qcal_buf_append(b, tmp, (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1);
 }
 
 /* Text as HTML (element content and quoted attribute values). Bytes that are not valid
@@ -120,7 +164,8 @@ static const char *css =
     ".charts{display:flex;flex-wrap:wrap;gap:14px}figure{margin:0}figcaption{font-size:12px;color:#444}"
     "svg text{font:11px system-ui,'DejaVu Sans',sans-serif;fill:#333}.tag{font-size:12px;"
     "color:#fff;background:#666;border-radius:3px;padding:1px 6px;margin-left:6px;vertical-align:2px}"
-    ".clip{font-size:12px;margin:4px 0 0;padding:0;list-style:none}.clip li{display:inline-block;margin-right:12px}";
+    ".clip{font-size:12px;margin:4px 0 0;padding:0;list-style:none}.clip li{display:inline-block;margin-right:12px}"
+    "path.c{stroke-width:1.6}";
 
 static const char *script =
     "document.querySelectorAll('table.sortable th').forEach(function(th,i){"
@@ -167,11 +212,13 @@ static void chart_axes(qcal_buf *b, const chart *c, const char *xtitle, const ch
                        const char *ylo, const char *yhi)
 {
     double yb = c->h - c->btm;
+    put(b, "<path stroke=\"#888\" d=\"");
+    for (int i = 0; i <= 4; i++)
+        putf(b, "M%.1f %.1fv4", cx(c, c->x0 + (c->x1 - c->x0) * i / 4.0), yb);
+    put(b, "\"/>");
     for (int i = 0; i <= 4; i++) {
         double v = c->x0 + (c->x1 - c->x0) * i / 4.0;
         double x = cx(c, v);
-        putf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#888\"/>", x, yb,
-             x, yb + 4);
         putf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\">", x, yb + 16,
              i == 0 ? "start" : i == 4 ? "end" : "middle");
         put_num(b, v);
@@ -217,8 +264,9 @@ static void histogram_chart(qcal_buf *b, const qcal_numeric_eval *ev, const eval
     put(b, "<path fill=\"#9ecae1\" stroke=\"#3182bd\" stroke-width=\"0.6\" d=\"");
     putf(b, "M%.1f %.1f", cx(&c, e->dmin), cy(&c, 0));
     for (int64_t i = 0; i < nb; i++) {
-        double y = cy(&c, (double)e->hist[i]);
-        putf(b, "V%.1fH%.1f", y, cx(&c, e->dmin + w * (double)(i + 1)));
+        if (i == 0 || e->hist[i] != e->hist[i - 1])
+            putf(b, "V%.1f", cy(&c, (double)e->hist[i]));
+        putf(b, "H%.1f", cx(&c, e->dmin + w * (double)(i + 1)));
     }
     putf(b, "V%.1fZ\"/>", cy(&c, 0));
     /* Clipping ranges: one dashed colour pair per per-tensor candidate. */
@@ -228,13 +276,12 @@ static void histogram_chart(qcal_buf *b, const qcal_numeric_eval *ev, const eval
             continue;
         const char *col = kind_colour(k->kind);
         double dash = 3 + j;
-        for (int s = 0; s < 2; s++) {
-            double x = cx(&c, s ? k->max_val[0] : k->min_val[0]);
-            putf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
-                    "stroke-width=\"1.6\" stroke-dasharray=\"%.0f 2\"><title>%s %s %.6g</title></line>",
-                 x, c.t, x, c.h - c.btm, col, dash, qcal_observer_kind_name(k->kind),
-                 s ? "max" : "min", (double)(s ? k->max_val[0] : k->min_val[0]));
-        }
+        /* Both ends as one dashed path (one tooltip). */
+        putf(b, "<path class=\"c\" stroke=\"%s\" stroke-dasharray=\"%.0f 2\" "
+                "d=\"M%.1f %.1fV%.1fM%.1f %.1fV%.1f\"><title>%s [%.6g, %.6g]</title></path>", col,
+             dash, cx(&c, k->min_val[0]), c.t, c.h - c.btm, cx(&c, k->max_val[0]), c.t,
+             c.h - c.btm, qcal_observer_kind_name(k->kind), (double)k->min_val[0],
+             (double)k->max_val[0]);
     }
     /* Log-scale ticks at 10, 100, ... below the peak. */
     for (double d = 10; d < (double)peak * 0.7; d *= 10) {

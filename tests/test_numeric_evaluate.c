@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -331,6 +332,63 @@ static void test_bad_arguments(void **state)
     qcal_numeric_eval_destroy(NULL);
 }
 
+/* The issue's limits: the report of 500 tensors (every candidate; activations of 16,384
+ * values, weights [64, 256]) is below 5 MB. Its generation time is printed (a loaded
+ * machine makes a time bound meaningless; docs/evaluate.md has the measured figures). */
+static void test_report_500_tensors(void **state)
+{
+    (void)state;
+    enum { NT = 500, NA = 16384, WO = 64, WI = 256 };
+    float *x = malloc(NA * sizeof(float));
+    assert_non_null(x);
+    qcal_numeric_eval *ev = NULL;
+    assert_int_equal(qcal_numeric_eval_create(NULL, &ev), QCAL_OK);
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < NT; i++) {
+            char name[64];
+            bool weight = i % 2 == 1;
+            snprintf(name, sizeof name, "layer%03d.%s", i / 2, weight ? "weight" : "input");
+            fill_normal(x, NA, (uint32_t)i + 1, 0.05f + 0.01f * (float)(i % 17));
+            if (!weight)
+                for (int k = 0; k < NA; k++)
+                    x[k] = fmaxf(x[k], 0.0f) + (k == 77 ? 3.0f : 0.0f);
+            qcal_tensor t;
+            int64_t ashape[1] = { NA }, wshape[2] = { WO, WI };
+            assert_int_equal(weight ? qcal_tensor_init(&t, x, 2, wshape) : qcal_tensor_init(&t, x, 1, ashape),
+                             QCAL_OK);
+            qcal_calib_role role = weight ? QCAL_CALIB_ROLE_WEIGHT : QCAL_CALIB_ROLE_ACTIVATION;
+            assert_int_equal(pass ? qcal_numeric_eval_score(ev, name, role, &t)
+                                  : qcal_numeric_eval_observe(ev, name, role, &t), QCAL_OK);
+        }
+        if (!pass)
+            assert_int_equal(qcal_numeric_eval_finish(ev), QCAL_OK);
+    }
+    int64_t n = 0;
+    assert_int_equal(qcal_numeric_eval_count(ev, &n), QCAL_OK);
+    assert_int_equal(n, NT);
+    qcal_numeric_eval_tensor r;
+    assert_int_equal(qcal_numeric_eval_result(ev, 0, &r), QCAL_OK);   /* results outside the timing */
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/qcal_report500_%d.html", (int)getpid());
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_int_equal(qcal_numeric_eval_write_report(ev, NULL, path), QCAL_OK);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fclose(f);
+    if (!getenv("QCAL_KEEP_REPORT"))
+        unlink(path);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    print_message("report of %d tensors: %.2f MB in %.3f s\n", NT, (double)size / 1e6, secs);
+    assert_true(size > 100000);
+    assert_true(size < 5 * 1000 * 1000);
+    qcal_numeric_eval_destroy(&ev);
+    free(x);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -338,6 +396,7 @@ int main(void)
         cmocka_unit_test(test_ties_and_min_sqnr),
         cmocka_unit_test(test_outputs),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_report_500_tensors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

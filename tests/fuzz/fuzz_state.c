@@ -1,5 +1,7 @@
 /* libFuzzer target: the state readers (docs/state.md), observer states ("QCOB",
- * qcal_observer_load) and session states ("QCSS", qcal_calib_session_load).
+ * qcal_observer_load), session states ("QCSS", qcal_calib_session_load) and evaluation
+ * states ("QCEV", qcal_numeric_eval_load: an accepted one saves to bytes that load again
+ * and save to the same bytes, and formats its results in every format).
  * A state they accept must save to bytes that load again and save to the same bytes,
  * have a digest, report a range and qparams, merge with a copy of itself (or refuse
  * cleanly: moving averages), and make a table (sessions). Rejections leave the output
@@ -7,6 +9,7 @@
 #include "tests/fuzz/fuzz_common.h"
 
 #include "qcal/calib.h"
+#include "qcal/evaluate.h"
 #include "qcal/observer.h"
 
 static void check_observer(const uint8_t *data, size_t size)
@@ -95,9 +98,43 @@ static void check_session(const uint8_t *data, size_t size)
     qcal_calib_session_destroy(&s2);
 }
 
+static void check_evaluation(const uint8_t *data, size_t size)
+{
+    qcal_numeric_eval *sentinel = (qcal_numeric_eval *)(uintptr_t)0x1, *ev = sentinel;
+    qcal_clear_error();
+    qcal_status st = qcal_numeric_eval_load(data, size, &ev);
+    if (st != QCAL_OK) {
+        fuzz_check_failure(st);
+        FUZZ_CHECK(ev == sentinel);
+        return;
+    }
+    void *b1 = NULL, *b2 = NULL;
+    size_t l1 = 0, l2 = 0;
+    FUZZ_CHECK(qcal_numeric_eval_save(ev, &b1, &l1) == QCAL_OK);
+    qcal_numeric_eval *ev2 = NULL;
+    FUZZ_CHECK(qcal_numeric_eval_load(b1, l1, &ev2) == QCAL_OK);
+    FUZZ_CHECK(qcal_numeric_eval_save(ev2, &b2, &l2) == QCAL_OK);
+    FUZZ_CHECK(l1 == l2 && memcmp(b1, b2, l1) == 0);
+    for (int f = 0; f < 3; f++) {
+        char *text = NULL;
+        size_t len = 0;
+        FUZZ_CHECK(qcal_numeric_eval_format_results(ev, (qcal_numeric_eval_format)f, &text, &len) ==
+                   QCAL_OK);
+        qcal_free(text);
+    }
+    st = qcal_numeric_eval_restrict(ev2, 1u << QCAL_OBSERVER_MINMAX);
+    if (st != QCAL_OK)
+        fuzz_check_failure(st);
+    qcal_free(b1);
+    qcal_free(b2);
+    qcal_numeric_eval_destroy(&ev);
+    qcal_numeric_eval_destroy(&ev2);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     check_observer(data, size);
     check_session(data, size);
+    check_evaluation(data, size);
     return 0;
 }
