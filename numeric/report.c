@@ -15,10 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cpu.h"
 #include "core/internal.h"
 #include "numeric/evaluate_impl.h"
 #include "qcal/observer.h"
 #include "qcal/observers/histogram.h"
+#include "qcal_config.h"
 
 #define CURVE_POINTS 80
 #define RANGE_BARS 128
@@ -404,32 +406,49 @@ static qcal_status objective_curve(qcal_observer *obs, int64_t cap, float *th, d
     return st;
 }
 
-/* Objective curves of the searching candidates, each normalised to its own [min, max]. */
-static void curve_chart(qcal_buf *b, const eval_entry *e)
+/* The objective curves of one tensor's searching candidates (at most 3). */
+typedef struct curve {
+    int j;                       /* candidate index */
+    int64_t n, chosen;
+    float t[CURVE_POINTS];       /* thresholds */
+    double v[CURVE_POINTS];      /* objective */
+} curve;
+
+typedef struct curve_set {
+    int nc;
+    curve cur[3];
+} curve_set;
+
+/* Computes a tensor's curves (the searches dominate the report's time; tensors are
+ * independent, so write_report runs this over them in parallel). */
+static void compute_curves(const eval_entry *e, curve_set *cs)
 {
-    float th[CURVE_POINTS];
-    double err[CURVE_POINTS];
-    struct { int j; int64_t n, chosen; float t[CURVE_POINTS]; double v[CURVE_POINTS]; } cur[3];
-    int nc = 0;
-    double x0 = INFINITY, x1 = -INFINITY;
-    for (int j = 0; j < e->nc && nc < 3; j++) {
+    cs->nc = 0;
+    for (int j = 0; j < e->nc && cs->nc < 3; j++) {
         int64_t n = 0, chosen = -1;
-        if (objective_curve(e->c[j].obs, CURVE_POINTS, th, err, &n, &chosen) < 0 ||
-            n < 2) {
+        if (objective_curve(e->c[j].obs, CURVE_POINTS, cs->cur[cs->nc].t, cs->cur[cs->nc].v, &n,
+                            &chosen) < 0 || n < 2) {
             qcal_clear_error();
             continue;
         }
-        cur[nc].j = j;
-        cur[nc].n = n;
-        cur[nc].chosen = chosen;
-        memcpy(cur[nc].t, th, (size_t)n * sizeof *th);
-        memcpy(cur[nc].v, err, (size_t)n * sizeof *err);
-        for (int64_t i = 0; i < n; i++) {
-            x0 = fmin(x0, th[i]);
-            x1 = fmax(x1, th[i]);
-        }
-        nc++;
+        cs->cur[cs->nc].j = j;
+        cs->cur[cs->nc].n = n;
+        cs->cur[cs->nc].chosen = chosen;
+        cs->nc++;
     }
+}
+
+/* Objective curves of the searching candidates, each normalised to its own [min, max]. */
+static void curve_chart(qcal_buf *b, const eval_entry *e, const curve_set *cs)
+{
+    const int nc = cs->nc;
+    const curve *cur = cs->cur;
+    double x0 = INFINITY, x1 = -INFINITY;
+    for (int k = 0; k < nc; k++)
+        for (int64_t i = 0; i < cur[k].n; i++) {
+            x0 = fmin(x0, cur[k].t[i]);
+            x1 = fmax(x1, cur[k].t[i]);
+        }
     if (!nc)
         return;
     chart c = { .w = 380, .h = 240, .l = 58, .r = 12, .t = 10, .btm = 34, .x0 = x0, .x1 = x1,
@@ -582,6 +601,19 @@ qcal_status qcal_numeric_eval_write_report(const qcal_numeric_eval *ev,
             used[ev->e[i].c[j].kind] = true;
         any_layer |= ev->e[i].has_layer_sqnr;
     }
+    curve_set *curves = qcal_calloc(ev->n ? (size_t)ev->n : 1, sizeof *curves);
+    if (!curves)
+        return QCAL_ERR_NO_MEMORY;
+    {
+        const int64_t nt = ev->n;
+        const eval_entry *es = ev->e;
+#if QCAL_HAVE_OPENMP
+        int threads = qcal_threads_for(nt * (int64_t)QCAL_OMP_MIN_ELEMENTS);
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+#endif
+        for (int64_t i = 0; i < nt; i++)
+            compute_curves(&es[i], &curves[i]);
+    }
     qcal_buf b = { 0 };
     put(&b, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>");
@@ -650,7 +682,7 @@ qcal_status qcal_numeric_eval_write_report(const qcal_numeric_eval *ev,
             put(&b, " dB</li>");
         }
         put(&b, "</ul></figure>");
-        curve_chart(&b, e);
+        curve_chart(&b, e, &curves[i]);
         if (e->role == QCAL_CALIB_ROLE_WEIGHT)
             channel_chart(&b, e);
         put(&b, "</div></article>");
@@ -663,5 +695,6 @@ qcal_status qcal_numeric_eval_write_report(const qcal_numeric_eval *ev,
     else
         st = qcal_numeric_eval_write_file(path, b.data, b.len);
     qcal_buf_free(&b);
+    free(curves);
     return st;
 }
