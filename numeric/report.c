@@ -221,6 +221,8 @@ static void chart_axes(qcal_buf *b, const chart *c, const char *xtitle, const ch
     for (int i = 0; i <= 4; i++) {
         double v = c->x0 + (c->x1 - c->x0) * i / 4.0;
         double x = cx(c, v);
+        if (fabs(v) < 1e-4 * fabs(c->x1 - c->x0))
+            v = 0;   /* the middle of a symmetric axis: "0", not rounding noise */
         putf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\">", x, yb + 16,
              i == 0 ? "start" : i == 4 ? "end" : "middle");
         put_num(b, v);
@@ -286,7 +288,7 @@ static void histogram_chart(qcal_buf *b, const qcal_numeric_eval *ev, const eval
              (double)k->max_val[0]);
     }
     /* Log-scale ticks at 10, 100, ... below the peak. */
-    for (double d = 10; d < (double)peak * 0.7; d *= 10) {
+    for (double d = 10; d < (double)peak * 0.2; d *= 10) {   /* clear of the peak's label */
         double y = cy(&c, d);
         putf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
                 "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.0f</text>", c.l, y,
@@ -520,6 +522,8 @@ static void summary_table(qcal_buf *b, const qcal_numeric_eval *ev, const bool *
 {
     put(b, "<div class=\"wrap\"><table class=\"sortable\"><thead><tr><th class=\"l\">tensor</th>"
            "<th class=\"l\">role</th><th class=\"l\">recommended</th>");
+    if (any_layer)   /* next to the recommendation, visible without scrolling */
+        put(b, "<th title=\"numeric suite: per-layer SQNR of the int8 model\">int8 layer</th>");
     for (int r = 0; r < QCAL_OBSERVER_KIND_COUNT; r++) {
         qcal_observer_kind k = simplicity_kind(r);
         if (used[k])
@@ -527,8 +531,6 @@ static void summary_table(qcal_buf *b, const qcal_numeric_eval *ev, const bool *
                     "style=\"background:%s\"></span>%s</th>", qcal_observer_kind_name(k),
                  kind_colour(k), short_name(k));
     }
-    if (any_layer)
-        put(b, "<th title=\"numeric suite: per-layer SQNR of the int8 model\">int8 layer</th>");
     put(b, "</tr></thead><tbody>");
     for (int64_t i = 0; i < ev->n; i++) {
         const eval_entry *e = &ev->e[i];
@@ -536,6 +538,15 @@ static void summary_table(qcal_buf *b, const qcal_numeric_eval *ev, const bool *
         put_html(b, e->name);
         putf(b, "</a></td><td class=\"l\">%s</td><td class=\"l rec\">%s</td>",
              qcal_calib_role_name(e->role), qcal_observer_kind_name(e->c[e->recommended].kind));
+        if (any_layer) {
+            if (e->has_layer_sqnr) {
+                putf(b, "<td data-v=\"%.6g\">", isfinite(e->layer_sqnr) ? e->layer_sqnr : 1e300);
+                put_num(b, e->layer_sqnr);
+                put(b, " dB</td>");
+            } else {
+                put(b, "<td data-v=\"-1e300\" class=\"na\">&#8211;</td>");
+            }
+        }
         for (int r = 0; r < QCAL_OBSERVER_KIND_COUNT; r++) {
             qcal_observer_kind k = simplicity_kind(r);
             if (!used[k])
@@ -557,15 +568,6 @@ static void summary_table(qcal_buf *b, const qcal_numeric_eval *ev, const bool *
             else
                 putf(b, "%.2g%% clipped", 100.0 * c->clipped);
             put(b, "</small></td>");
-        }
-        if (any_layer) {
-            if (e->has_layer_sqnr) {
-                putf(b, "<td data-v=\"%.6g\">", isfinite(e->layer_sqnr) ? e->layer_sqnr : 1e300);
-                put_num(b, e->layer_sqnr);
-                put(b, " dB</td>");
-            } else {
-                put(b, "<td data-v=\"-1e300\" class=\"na\">&#8211;</td>");
-            }
         }
         put(b, "</tr>");
     }
