@@ -109,6 +109,13 @@ def main():
     os.makedirs(a.dir, exist_ok=True)
     make_dump(a.dir)
     env = dict(os.environ, OMP_NUM_THREADS="1")
+    # Warm the page cache first: both sides read the same files, and a dump evicted by an
+    # earlier bench (the MPI dump is 6 GB) would charge its disk reads to the first run.
+    for dp, _, fs in os.walk(a.dir):
+        for f in fs:
+            with open(os.path.join(dp, f), "rb") as fh:
+                while fh.read(1 << 24):
+                    pass
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         table = os.path.join(tmp, "table.json")
@@ -123,6 +130,7 @@ def main():
                        ratio=statistics.median(r), ratio_spread=[min(r), max(r)],
                        qcal_rss_mib=max(qr), torch_rss_mib=max(tr),
                        rss_ratio=max(tr) / max(qr), pairs=a.pairs)
+            row["target"] = ">= 10x faster, >= 10x less memory"
             row["pass"] = row["ratio"] >= 10 and row["rss_ratio"] >= 10
             rows.append(row)
     print("| row | qcal | PyTorch loop | speed-up (median of pairs, spread) | peak RSS qcal / "
