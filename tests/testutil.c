@@ -368,3 +368,19 @@ int64_t tu_numel(const qcal_tensor *t)
         fail_msg("bad tensor shape: %s", qcal_last_error());
     return n;
 }
+
+int tu_qcal_shv(const char *dir, char *out, size_t out_cap, char *err, size_t err_cap,
+                const char *fmt, va_list ap)
+{
+    char args[8192], cmd[12288], path[4096];
+    vsnprintf(args, sizeof args, fmt, ap);
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >'%s/.out' 2>'%s/.err'", dir,
+             getenv("QCAL_BIN"), args, dir, dir);
+    int rc = system(cmd);
+    assert_true(WIFEXITED(rc));
+    snprintf(path, sizeof path, "%s/.out", dir);
+    tu_slurp(path, out, out_cap);
+    snprintf(path, sizeof path, "%s/.err", dir);
+    tu_slurp(path, err, err_cap);
+    return WEXITSTATUS(rc);
+}

@@ -43,6 +43,12 @@ int tu_run(const char *bin, const char *const *args, const char *dir, char *out,
 int tu_run_va(const char *bin, const char *first, va_list ap, const char *dir, char *out,
               size_t out_cap, char *err, size_t err_cap);
 
+/* Runs `$QCAL_BIN ARGS` through the shell in dir (ARGS formatted from fmt, already quoted),
+ * stdout and stderr into dir/.out and dir/.err, read back into out/err. Fails the test unless
+ * the shell exits normally; returns its exit code. */
+int tu_qcal_shv(const char *dir, char *out, size_t out_cap, char *err, size_t err_cap,
+                const char *fmt, va_list ap);
+
 /* Fails the test unless err is exactly one line that starts with prefix and contains
  * needle (NULL: any text). */
 void tu_expect_one_line(const char *err, const char *prefix, const char *needle);
