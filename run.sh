@@ -23,7 +23,11 @@ quiet() {
     rm -f "$log"
 }
 
-PACKAGES="meson ninja-build pkg-config gcc libc6-dev libdnnl-dev libcmocka-dev zlib1g-dev dataset-fashion-mnist python3-numpy python3-flatbuffers libopenmpi-dev openmpi-bin chromium python3-dev python3-torch"
+# libopenblas0-openmp: without it Debian's python3-torch and numpy run on the generic
+# reference BLAS (torch's fc layers at about 2 GFLOP/s), so the PyTorch side of the Python
+# benches would be slower than PyTorch as users get it; the OpenMP build follows
+# torch.set_num_threads. The C library and the CLI do not use BLAS.
+PACKAGES="meson ninja-build pkg-config gcc libc6-dev libdnnl-dev libcmocka-dev zlib1g-dev dataset-fashion-mnist python3-numpy python3-flatbuffers libopenmpi-dev openmpi-bin chromium python3-dev python3-torch libopenblas0-openmp"
 
 install_missing() {
     missing=""
