@@ -4,9 +4,11 @@
  * ring of 4 chunk buffers while the scalar loop increments the sub-histogram counters of
  * chunk c - 2, so the scalar loads never wait on a vector store still in flight and the
  * index arithmetic overlaps the increments (the bottleneck). One loop serves both grids: the
- * grid kind is a compile-time constant of each exported kernel. Fused (`_inside`) kernels
- * also track min / max / non-finite and stop binning at the first block of CHECK chunks
- * holding a finite value outside the grid. */
+ * grid kind is a compile-time constant of each exported kernel. histc_inside also tracks
+ * min / max / non-finite and stops binning at the first block of CHECK chunks holding a
+ * finite value outside the grid; lattice_bin_until stops at the first chunk holding one,
+ * before binning it (a chunk whose lanes are all inside takes the vector min / max; any
+ * other chunk, rare, is decided value by value as in the C reference). */
 #include <immintrin.h>
 #include <math.h>
 
@@ -18,8 +20,10 @@
 #define PF QCAL_HIST_PF
 
 /* Chunks [0, nch) of x. Plain mode bins all of them and returns nch. Fused mode also takes
- * min / max / non-finite into *mn, *mx, *bad; returns the number of chunks whose min / max
- * were taken, < nch only if *outside was set (binning abandoned, counts partial). */
+ * min / max / non-finite into *mn, *mx, *bad; first-batch grid: returns the number of chunks
+ * whose min / max were taken, < nch only if *outside was set (binning abandoned, counts
+ * partial); lattice (until): returns the first chunk holding a finite value outside, having
+ * binned and taken the min / max of exactly the chunks before it. */
 __attribute__((always_inline)) static inline int64_t
 chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
        const qcal_lattice_grid *lg, bool fused, uint64_t *counts, qcal_hist_sub *sub,
@@ -45,7 +49,9 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
     const __m256i vacc = _mm256_set1_epi32(linear ? 0 : lg->accept);
     const __m256i bias = _mm256_set1_epi32(INT32_MIN);
     const __m256i vaccb = _mm256_xor_si256(vacc, bias);
+    const bool until = fused && !linear;
     __m256 vmn = pinf, vmx = ninf;
+    float smn = INFINITY, smx = -INFINITY;   /* until: chunks taken by the scalar path */
     __m256i out = _mm256_setzero_si256();
     uint64_t nbad = 0;
     qcal_hist_sub *s0 = sub, *s1 = sub + stride, *s2 = sub + 2 * (size_t)stride,
@@ -56,6 +62,8 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
         if (c < nch) {
             const float *p = x + c * CH;
             uint16_t *kb = k + (c & 3) * CH;
+            __m256i cin = _mm256_set1_epi32(-1);   /* until: lanes inside the window */
+            __m256 cmn = vmn, cmx = vmx;
             /* The input streams through once: fetch it non-temporally, PF values ahead, so
              * that it does not evict the sub-histograms from L1 (prefetches never fault). */
             for (int l = 0; l < CH; l += 16)
@@ -87,7 +95,17 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                     inm[h] = in;
                     raws[h] = raw;
                 }
-                if (fused) {
+                if (until) {
+                    /* NaN / Inf are never inside: a chunk with every lane inside is all
+                     * finite and its plain min / max are the ones wanted; any other chunk
+                     * goes to the scalar path below, which decides. */
+                    for (int h = 0; h < 2; h++) {
+                        cin = _mm256_and_si256(cin, inm[h]);
+                        cmn = _mm256_min_ps(cmn, raws[h]);
+                        cmx = _mm256_max_ps(cmx, raws[h]);
+                    }
+                }
+                if (fused && linear) {
                     for (int h = 0; h < 2; h++) {
                         __m256i ex = _mm256_and_si256(_mm256_castps_si256(raws[h]), vexp);
                         __m256i nonfin = _mm256_cmpeq_epi32(ex, vexp);
@@ -104,6 +122,37 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                                                           0xD8);
                 _mm256_store_si256((__m256i *)(kb + j), packed);
             }
+            if (until) {
+                if (_mm256_movemask_ps(_mm256_castsi256_ps(cin)) == 0xff) {
+                    vmn = cmn;
+                    vmx = cmx;
+                } else {
+                    /* NaN / Inf, or a value outside: the C reference's test, value by value. */
+                    float l = smn, h = smx;
+                    uint64_t b = 0;
+                    bool stop = false;
+                    for (int i = 0; i < CH && !stop; i++) {
+                        float w = p[i];
+                        if (!qcal_f32_finite(w)) {
+                            b++;
+                            continue;
+                        }
+                        l = w < l ? w : l;
+                        h = w > h ? w : h;
+                        stop = qcal_lattice_slot(w, lg) >= (uint32_t)lg->accept;
+                    }
+                    if (stop) {
+                        /* Bin the two chunks still in the ring and leave chunk c. */
+                        if (c >= 2)
+                            qcal_hist_scatter_chunk(k + ((c - 2) & 3) * CH, s0, s1, s2, s3);
+                        if (c >= 1)
+                            qcal_hist_scatter_chunk(k + ((c - 1) & 3) * CH, s0, s1, s2, s3);
+                        done = c;
+                        break;
+                    }
+                    smn = l, smx = h, nbad += b;
+                }
+            }
         }
         if (c >= 2)
             qcal_hist_scatter_chunk(k + ((c - 2) & 3) * CH, s0, s1, s2, s3);
@@ -112,7 +161,7 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
             qcal_hist_sub_flush(sub, stride, ncount, counts);
             since = 0;
         }
-        if (fused && c < nch && (c % CHECK == CHECK - 1 || c == nch - 1) &&
+        if (fused && linear && c < nch && (c % CHECK == CHECK - 1 || c == nch - 1) &&
             !_mm256_testz_si256(out, out)) {
             done = c + 1;
             break;
@@ -128,8 +177,8 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
             a = l[i] < a ? l[i] : a;
             b = h[i] > b ? h[i] : b;
         }
-        *mn = a;
-        *mx = b;
+        *mn = smn < a ? smn : a;
+        *mx = smx > b ? smx : b;
         *bad = nbad;
         *outside = !_mm256_testz_si256(out, out);
     }

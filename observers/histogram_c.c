@@ -93,37 +93,49 @@ void qcal_f32_lattice_bin__c(const float *x, int64_t n, const qcal_lattice_grid 
     qcal_hist_sub_flush(sub, stride, g->accept, counts);
 }
 
-bool qcal_f32_lattice_bin_inside__c(const float *x, int64_t n, const qcal_lattice_grid *g,
-                                    uint64_t *counts, qcal_hist_sub *sub, float *mn, float *mx,
-                                    uint64_t *nonfinite)
+int64_t qcal_f32_lattice_bin_until__c(const float *x, int64_t n, const qcal_lattice_grid *g,
+                                      uint64_t *counts, qcal_hist_sub *sub, float *mn,
+                                      float *mx, uint64_t *nonfinite)
 {
+    /* Chunk by chunk: the min / max / non-finite of a chunk are kept only if every finite
+     * value of it is inside; the binned prefix is then binned by the plain kernel. */
     float l = INFINITY, h = -INFINITY;
     uint64_t bad = 0;
-    bool inside = true;
-    for (int64_t i = 0; i < n; i++) {
-        float v = x[i];
-        if (!qcal_f32_finite(v)) {
-            bad++;
-            continue;
+    int64_t at = 0;
+    for (; at < n; at += QCAL_HIST_CH) {
+        int64_t m = n - at < QCAL_HIST_CH ? n - at : QCAL_HIST_CH;
+        float cl = l, ch = h;
+        uint64_t cb = 0;
+        bool inside = true;
+        for (int64_t i = at; i < at + m; i++) {
+            float v = x[i];
+            if (!qcal_f32_finite(v)) {
+                cb++;
+                continue;
+            }
+            cl = v < cl ? v : cl;
+            ch = v > ch ? v : ch;
+            inside &= qcal_lattice_slot(v, g) < (uint32_t)g->accept;
         }
-        l = v < l ? v : l;
-        h = v > h ? v : h;
-        inside &= qcal_lattice_slot(v, g) < (uint32_t)g->accept;
+        if (!inside)
+            break;
+        l = cl, h = ch, bad += cb;
     }
+    if (at > n)
+        at = n;
+    qcal_f32_lattice_bin__c(x, at, g, counts, sub);
     *mn = l;
     *mx = h;
     *nonfinite = bad;
-    if (inside)
-        qcal_f32_lattice_bin__c(x, n, g, counts, sub);
-    return inside;
+    return at;
 }
 
 /* ---- shared by the ISA files --------------------------------------------------------- */
 
 bool qcal_hist_inside_finish(const float *x, int64_t n, int64_t nch, int64_t done, int ch,
-                             bool outside, const qcal_histc_grid *hg,
-                             const qcal_lattice_grid *lg, uint64_t *counts, qcal_hist_sub *sub,
-                             float *mn, float *mx, uint64_t *nonfinite, qcal_hist_minmax_fn mm)
+                             bool outside, const qcal_histc_grid *hg, uint64_t *counts,
+                             qcal_hist_sub *sub, float *mn, float *mx, uint64_t *nonfinite,
+                             qcal_hist_minmax_fn mm)
 {
     float l = *mn, h = *mx, tl, th;
     uint64_t bad = *nonfinite, tb;
@@ -133,8 +145,7 @@ bool qcal_hist_inside_finish(const float *x, int64_t n, int64_t nch, int64_t don
     } else if (nch * ch < n) {
         const float *t = x + nch * ch;
         int64_t m = n - nch * ch;
-        inside &= hg ? qcal_f32_histc_inside__c(t, m, hg, counts, sub, &tl, &th, &tb)
-                     : qcal_f32_lattice_bin_inside__c(t, m, lg, counts, sub, &tl, &th, &tb);
+        inside &= qcal_f32_histc_inside__c(t, m, hg, counts, sub, &tl, &th, &tb);
     } else {
         tl = INFINITY, th = -INFINITY, tb = 0;
     }
@@ -144,6 +155,19 @@ bool qcal_hist_inside_finish(const float *x, int64_t n, int64_t nch, int64_t don
     return inside;
 }
 
+int64_t qcal_hist_until_tail(const float *x, int64_t n, int64_t at, const qcal_lattice_grid *g,
+                             uint64_t *counts, qcal_hist_sub *sub, float *mn, float *mx,
+                             uint64_t *nonfinite)
+{
+    float tl, th;
+    uint64_t tb;
+    int64_t r = qcal_f32_lattice_bin_until__c(x + at, n - at, g, counts, sub, &tl, &th, &tb);
+    *mn = tl < *mn ? tl : *mn;
+    *mx = th > *mx ? th : *mx;
+    *nonfinite += tb;
+    return at + r;
+}
+
 /* ---- table ----------------------------------------------------------------------------- */
 
 void qcal_histogram_dsp_init(qcal_histogram_dsp *dsp, qcal_isa isa)
@@ -151,7 +175,7 @@ void qcal_histogram_dsp_init(qcal_histogram_dsp *dsp, qcal_isa isa)
     dsp->histc = qcal_f32_histc__c;
     dsp->histc_inside = qcal_f32_histc_inside__c;
     dsp->lattice_bin = qcal_f32_lattice_bin__c;
-    dsp->lattice_bin_inside = qcal_f32_lattice_bin_inside__c;
+    dsp->lattice_bin_until = qcal_f32_lattice_bin_until__c;
 #if QCAL_HAVE_X86_SIMD
     if (isa >= QCAL_ISA_AVX2)
         qcal_histogram_dsp_init_avx2(dsp);

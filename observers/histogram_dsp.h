@@ -2,15 +2,18 @@
  * for the two grids of the histogram observers (histogram, percentile, entropy, mse).
  *
  *   histc / histc_inside             the first-batch grid: `bins` equal bins over [lo, hi]
- *   lattice_bin / lattice_bin_inside the lattice: cells of width 2^e anchored at zero
+ *   lattice_bin / lattice_bin_until  the lattice: cells of width 2^e anchored at zero
  *
  * Every kernel counts into per-copy 16-bit sub-histograms (QCAL_HIST_SUB_COPIES copies,
  * incremented round robin so that a hot bin does not serialise on one counter) and flushes
  * them into the caller's uint64 counts; results are exact integers, so every ISA gives the C
- * reference's counts. The `_inside` versions also take the min / max / non-finite count of x
- * in the same pass (as qcal_f32_minmax) and bin only if every finite value falls in the grid:
- * they return false, with partial counts, as soon as one does not (callers pass scratch);
- * min / max / non-finite always cover all of x. Threaded drivers: histogram_kernels.c
+ * reference's counts. histc_inside also takes the min / max / non-finite count of x in the
+ * same pass (as qcal_f32_minmax) and bins only if every finite value falls in the grid: it
+ * returns false, with partial counts, as soon as one does not (callers pass scratch); min /
+ * max / non-finite always cover all of x. lattice_bin_until bins, with the same min / max /
+ * non-finite, the chunks before the first one that holds a value outside the window and
+ * says where it stopped, so that the caller can grow the lattice and go on from there
+ * without reading the binned values again. Threaded drivers: histogram_kernels.c
  * (qcal_f32_histc*) and histogram_lattice.c. */
 #ifndef QCAL_OBSERVERS_HISTOGRAM_DSP_H
 #define QCAL_OBSERVERS_HISTOGRAM_DSP_H
@@ -125,16 +128,22 @@ static inline bool qcal_f32_finite(float v)
  * QCAL_HIST_SUB_COPIES * (accept + 1) counters, zero on entry and on return. */
 typedef void (*qcal_f32_lattice_bin_fn)(const float *x, int64_t n, const qcal_lattice_grid *g,
                                         uint64_t *counts, qcal_hist_sub *sub);
-typedef bool (*qcal_f32_lattice_bin_inside_fn)(const float *x, int64_t n,
-                                               const qcal_lattice_grid *g, uint64_t *counts,
-                                               qcal_hist_sub *sub, float *mn, float *mx,
-                                               uint64_t *nonfinite);
+/* Bins x chunk by chunk (QCAL_HIST_CH values; the last one may be shorter) up to the first
+ * chunk that holds a finite value outside the window (cell - jlo not in [0, accept)), and
+ * returns the number of values binned: n, or the start of that chunk (a multiple of
+ * QCAL_HIST_CH). counts, *mn / *mx (min / max of the finite values; +inf / -inf when none)
+ * and *nonfinite describe exactly x[0..returned): the chunk it stopped at is left whole to
+ * the next call. sub as for lattice_bin. */
+typedef int64_t (*qcal_f32_lattice_bin_until_fn)(const float *x, int64_t n,
+                                                 const qcal_lattice_grid *g, uint64_t *counts,
+                                                 qcal_hist_sub *sub, float *mn, float *mx,
+                                                 uint64_t *nonfinite);
 
 typedef struct qcal_histogram_dsp {
     qcal_f32_histc_fn histc;
     qcal_f32_histc_inside_fn histc_inside;
     qcal_f32_lattice_bin_fn lattice_bin;
-    qcal_f32_lattice_bin_inside_fn lattice_bin_inside;
+    qcal_f32_lattice_bin_until_fn lattice_bin_until;
 } qcal_histogram_dsp;
 
 void qcal_histogram_dsp_init(qcal_histogram_dsp *dsp, qcal_isa isa);
@@ -150,10 +159,10 @@ const qcal_histogram_dsp *qcal_histogram_dsp_get(void);
                                       float *mx, uint64_t *nonfinite);                     \
     void qcal_f32_lattice_bin__##isa(const float *x, int64_t n, const qcal_lattice_grid *g,\
                                      uint64_t *counts, qcal_hist_sub *sub);                \
-    bool qcal_f32_lattice_bin_inside__##isa(const float *x, int64_t n,                     \
-                                            const qcal_lattice_grid *g, uint64_t *counts,  \
-                                            qcal_hist_sub *sub, float *mn, float *mx,      \
-                                            uint64_t *nonfinite);
+    int64_t qcal_f32_lattice_bin_until__##isa(const float *x, int64_t n,                   \
+                                              const qcal_lattice_grid *g, uint64_t *counts,\
+                                              qcal_hist_sub *sub, float *mn, float *mx,    \
+                                              uint64_t *nonfinite);
 QCAL_HIST_DECLARE(c)
 QCAL_HIST_DECLARE(avx2)
 QCAL_HIST_DECLARE(avx512)
@@ -164,24 +173,34 @@ QCAL_HIST_DECLARE(avx512)
  * copies (stride slots each) is zeroed. */
 void qcal_hist_sub_flush(qcal_hist_sub *sub, int32_t stride, int32_t ncount, uint64_t *counts);
 
-/* End of a fused SIMD kernel that covered whole chunks [0, nch) of CH values: `done` chunks
+/* End of a SIMD histc_inside that covered whole chunks [0, nch) of CH values: `done` chunks
  * had their min / max taken (done < nch only after a value outside, binning abandoned).
  * Takes min / max of the rest with mm (abandoned) or runs the C kernel on the tail, and
  * combines with *mn / *mx / *nonfinite. Returns whether everything was binned. */
 typedef void (*qcal_hist_minmax_fn)(const float *, int64_t, float *, float *, uint64_t *);
 bool qcal_hist_inside_finish(const float *x, int64_t n, int64_t nch, int64_t done, int ch,
-                             bool outside, const qcal_histc_grid *hg,
-                             const qcal_lattice_grid *lg, uint64_t *counts, qcal_hist_sub *sub,
-                             float *mn, float *mx, uint64_t *nonfinite, qcal_hist_minmax_fn mm);
+                             bool outside, const qcal_histc_grid *hg, uint64_t *counts,
+                             qcal_hist_sub *sub, float *mn, float *mx, uint64_t *nonfinite,
+                             qcal_hist_minmax_fn mm);
+
+/* End of a SIMD lattice_bin_until that binned every whole chunk of x[0..at): the C
+ * reference on the short last chunk x[at..n), combined into *mn / *mx / *nonfinite.
+ * Returns what the kernel returns (at, or n). */
+int64_t qcal_hist_until_tail(const float *x, int64_t n, int64_t at, const qcal_lattice_grid *g,
+                             uint64_t *counts, qcal_hist_sub *sub, float *mn, float *mx,
+                             uint64_t *nonfinite);
 
 /* The exported kernels and the init function of an ISA file (histogram_<isa>.c), around its
  * `static int64_t chunks(x, nch, kind, hg, lg, fused, counts, sub, mn, mx, bad, outside)`
  * over whole chunks of QCAL_HIST_CH values (kind QCAL_HIST_LINEAR / QCAL_HIST_LATTICE):
  * tails and grids the SIMD loop does not take (a first-batch range overflowing float, more
- * than 2^16 slots) go to the C references; fused kernels end with qcal_hist_inside_finish,
- * which takes the min / max of an abandoned rest with the ISA's minmax kernel `mm`. */
+ * than 2^16 slots) go to the C references; histc_inside ends with qcal_hist_inside_finish,
+ * which takes the min / max of an abandoned rest with the ISA's minmax kernel `mm`. With
+ * kind QCAL_HIST_LATTICE, `fused` is lattice_bin_until: chunks() returns the first chunk
+ * holding a finite value outside (nch if none), having binned exactly the chunks before it,
+ * and *mn / *mx / *bad cover those chunks. */
 #define QCAL_HIST_CH 64
-#define QCAL_HIST_CHECK 64   /* fused kernels look for values outside every 64 chunks */
+#define QCAL_HIST_CHECK 64   /* histc_inside looks for values outside every 64 chunks */
 #define QCAL_HIST_PF 1024    /* input prefetch distance, in values */
 
 /* The scalar half of the pipelined SIMD loop: one chunk of uint16 slots (< 2^16: bins + 2 or
@@ -225,8 +244,8 @@ enum { QCAL_HIST_LINEAR, QCAL_HIST_LATTICE };
         int64_t done = nch ? chunks(x, nch, QCAL_HIST_LINEAR, g, NULL, true, counts, sub,  \
                                     mn, mx, nonfinite, &outside)                           \
                            : 0;                                                            \
-        return qcal_hist_inside_finish(x, n, nch, done, QCAL_HIST_CH, outside, g, NULL,    \
-                                       counts, sub, mn, mx, nonfinite, mm);                \
+        return qcal_hist_inside_finish(x, n, nch, done, QCAL_HIST_CH, outside, g, counts,  \
+                                       sub, mn, mx, nonfinite, mm);                        \
     }                                                                                      \
     void qcal_f32_lattice_bin__##isa(const float *x, int64_t n, const qcal_lattice_grid *g,\
                                      uint64_t *counts, qcal_hist_sub *sub)                 \
@@ -242,28 +261,30 @@ enum { QCAL_HIST_LINEAR, QCAL_HIST_LATTICE };
             qcal_f32_lattice_bin__c(x + nch * QCAL_HIST_CH, n - nch * QCAL_HIST_CH, g,     \
                                     counts, sub);                                          \
     }                                                                                      \
-    bool qcal_f32_lattice_bin_inside__##isa(const float *x, int64_t n,                     \
-                                            const qcal_lattice_grid *g, uint64_t *counts,  \
-                                            qcal_hist_sub *sub, float *mn, float *mx,      \
-                                            uint64_t *nonfinite)                           \
+    int64_t qcal_f32_lattice_bin_until__##isa(const float *x, int64_t n,                   \
+                                              const qcal_lattice_grid *g, uint64_t *counts,\
+                                              qcal_hist_sub *sub, float *mn, float *mx,    \
+                                              uint64_t *nonfinite)                         \
     {                                                                                      \
         if (g->accept + 1 > 65536)                                                         \
-            return qcal_f32_lattice_bin_inside__c(x, n, g, counts, sub, mn, mx, nonfinite);\
+            return qcal_f32_lattice_bin_until__c(x, n, g, counts, sub, mn, mx, nonfinite); \
         int64_t nch = n / QCAL_HIST_CH;                                                    \
         bool outside = false;                                                              \
         *mn = INFINITY, *mx = -INFINITY, *nonfinite = 0;                                   \
         int64_t done = nch ? chunks(x, nch, QCAL_HIST_LATTICE, NULL, g, true, counts, sub, \
                                     mn, mx, nonfinite, &outside)                           \
                            : 0;                                                            \
-        return qcal_hist_inside_finish(x, n, nch, done, QCAL_HIST_CH, outside, NULL, g,    \
-                                       counts, sub, mn, mx, nonfinite, mm);                \
+        if (done < nch || nch * QCAL_HIST_CH == n)                                         \
+            return done * QCAL_HIST_CH;                                                    \
+        return qcal_hist_until_tail(x, n, nch * QCAL_HIST_CH, g, counts, sub, mn, mx,      \
+                                    nonfinite);                                            \
     }                                                                                      \
     void qcal_histogram_dsp_init_##isa(qcal_histogram_dsp *dsp)                            \
     {                                                                                      \
         dsp->histc = qcal_f32_histc__##isa;                                                \
         dsp->histc_inside = qcal_f32_histc_inside__##isa;                                  \
         dsp->lattice_bin = qcal_f32_lattice_bin__##isa;                                    \
-        dsp->lattice_bin_inside = qcal_f32_lattice_bin_inside__##isa;                      \
+        dsp->lattice_bin_until = qcal_f32_lattice_bin_until__##isa;                        \
     }
 
 /* ---- threaded driver (histogram_kernels.c) ------------------------------------------ */
@@ -276,6 +297,9 @@ enum { QCAL_HIST_LINEAR, QCAL_HIST_LATTICE };
  * lattice: counts[0..accept). Fused: *mn / *mx / *nonfinite of all of x, and the counts are
  * added only if everything was inside (and, with reject_nonfinite, nothing non-finite):
  * *binned. QCAL_ERR_NO_MEMORY / QCAL_ERR_OVERFLOW for scratch (counts untouched). */
+/* Batches of at most this many values are binned by plain loops, without scratch. */
+#define QCAL_HIST_SMALL_BATCH 1024
+
 qcal_status qcal_hist_bin_threaded(const float *x, int64_t n, const qcal_histc_grid *hg,
                            const qcal_lattice_grid *lg, bool fused, bool reject_nonfinite,
                            uint64_t *counts, uint64_t *top, float *mn, float *mx,

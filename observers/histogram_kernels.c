@@ -8,6 +8,7 @@
 #include "core/cpu.h"
 #include "observers/histogram_dsp.h"
 #include "observers/histogram_kernels.h"
+#include "observers/minmax_dsp.h"
 #include "observers/minmax_kernels.h"
 #include "qcal_config.h"
 #if QCAL_HAVE_OPENMP
@@ -44,7 +45,7 @@ static inline int64_t part_start(int64_t n, int t, int threads)
  * scratch): for a 64-value call the scratch's calloc and the sum over the window cost ~20x
  * the binning. Same slots, min / max and non-finite count as the kernels (the slot
  * functions of histogram_dsp.h, the reference loop). */
-#define SMALL_BATCH 1024
+#define SMALL_BATCH QCAL_HIST_SMALL_BATCH
 
 static void bin_small(const float *x, int64_t n, const qcal_histc_grid *hg,
                       const qcal_lattice_grid *lg, bool fused, bool reject_nonfinite,
@@ -134,10 +135,19 @@ qcal_status qcal_hist_bin_threaded(const float *x, int64_t n, const qcal_histc_g
             pin[t] = dsp->histc_inside(x + s, e - s, hg, part, sub, &pl[t], &ph[t], &pb[t]);
         else if (hg)
             dsp->histc(x + s, e - s, hg, part, sub);
-        else if (fused)
-            pin[t] = dsp->lattice_bin_inside(x + s, e - s, lg, part, sub, &pl[t], &ph[t],
-                                             &pb[t]);
-        else
+        else if (fused) {
+            int64_t r = dsp->lattice_bin_until(x + s, e - s, lg, part, sub, &pl[t], &ph[t],
+                                               &pb[t]);
+            pin[t] = r == e - s;
+            if (!pin[t]) {   /* the counts are dropped; the min / max cover the rest too */
+                float l, h;
+                uint64_t b;
+                qcal_minmax_dsp_get()->minmax(x + s + r, e - s - r, &l, &h, &b);
+                pl[t] = l < pl[t] ? l : pl[t];
+                ph[t] = h > ph[t] ? h : ph[t];
+                pb[t] += b;
+            }
+        } else
             dsp->lattice_bin(x + s, e - s, lg, part, sub);
     }
     bool inside = true;

@@ -6,7 +6,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/cpu.h"
 #include "observers/histogram_lattice.h"
+#include "observers/minmax_dsp.h"
 #include "observers/minmax_kernels.h"
 #include "qcal_config.h"
 
@@ -173,9 +175,198 @@ static qcal_status regrid(const qcal_lattice *L, const qcal_lattice *src, int32_
     return QCAL_OK;
 }
 
+/* ---- single-pass update ------------------------------------------------------------------
+ * A batch is split into one part per thread. Each part bins into its own window of counts,
+ * which starts as L's window and grows when the kernel (lattice_bin_until) stops at a chunk
+ * holding a value outside it: the window is moved to the exponent of everything seen so far
+ * (L's range, the part's binned values and that chunk), its counts are carried over exactly
+ * (doubling the width adds adjacent cells) and binning goes on from that chunk. Every part's
+ * exponent is at most the final one (the exponent only grows with the range), so the parts
+ * are added into L's final window exactly, in thread order; the result is the one binning
+ * the whole batch on the final lattice gives, without reading the batch twice. */
+
+/* After this many growths a part takes the min / max of the rest of its values first and
+ * grows once to cover them (bounds the cost on data whose range grows with every chunk, as
+ * sorted data does; each growth costs a pass over the window). */
+#define PART_MAX_GROWS 16
+
+typedef struct lattice_part {
+    int32_t e;
+    int64_t jlo;
+    bool open;                  /* has a window (L had data, or the part grew) */
+    uint64_t *counts, *spare;   /* [cells] */
+    qcal_hist_sub *sub;         /* [QCAL_HIST_SUB_COPIES * (cells + 1)] */
+    float mn, mx;               /* of the part's finite values */
+    uint64_t nonfinite;
+} lattice_part;
+
+static qcal_lattice_grid window_grid(int32_t e, int64_t jlo, int32_t cells, bool absval)
+{
+    qcal_lattice_grid g;
+    g.scale = scale_of(e);
+    g.jlo = (int32_t)jlo;
+    int64_t acc = QCAL_LATTICE_JLIM - jlo;
+    g.accept = (int32_t)(acc < cells ? acc : cells);
+    g.absval = absval;
+    return g;
+}
+
+/* dst (cells counts for cell dlo..dlo+cells at exponent de) += src likewise at (se, slo),
+ * se <= de, every non-zero source cell inside dst's window. */
+static void add_cells(uint64_t *dst, int32_t de, int64_t dlo, const uint64_t *src, int32_t se,
+                      int64_t slo, int32_t cells)
+{
+    int k = de - se;
+    if (k == 0 && slo == dlo) {
+        for (int32_t i = 0; i < cells; i++)
+            dst[i] += src[i];
+        return;
+    }
+    for (int32_t i = 0; i < cells; i++)
+        if (src[i])
+            dst[((slo + i) >> k) - dlo] += src[i];   /* floor division by 2^k */
+}
+
+static void part_run(const qcal_lattice *L, const float *x, int64_t n, lattice_part *P,
+                     const qcal_histogram_dsp *dsp, const qcal_minmax_dsp *mm)
+{
+    const int32_t cells = L->cells;
+    int grows = 0;
+    int64_t pos = 0;
+    while (pos < n) {
+        /* A part without a window has none inside: it stops at its first finite value. */
+        qcal_lattice_grid g = window_grid(P->e, P->jlo, cells, L->absval);
+        if (!P->open)
+            g.accept = 0;
+        float l, h;
+        uint64_t b;
+        int64_t r = dsp->lattice_bin_until(x + pos, n - pos, &g, P->counts, P->sub, &l, &h, &b);
+        P->mn = fminf(P->mn, l);
+        P->mx = fmaxf(P->mx, h);
+        P->nonfinite += b;
+        pos += r;
+        if (pos >= n)
+            break;
+        /* Grow to cover the chunk it stopped at (or, after PART_MAX_GROWS, all the rest). */
+        int64_t m = n - pos;
+        if (grows < PART_MAX_GROWS && m > QCAL_HIST_CH)
+            m = QCAL_HIST_CH;
+        mm->minmax(x + pos, m, &l, &h, &b);
+        float dmin = fminf(fminf(L->dmin, P->mn), l) + 0.0f;
+        float dmax = fmaxf(fmaxf(L->dmax, P->mx), h) + 0.0f;
+        float vmin = vmin_of(L->absval, dmin, dmax), vmax = vmax_of(L->absval, dmin, dmax);
+        int32_t e = qcal_lattice_exponent(vmin, vmax, cells);
+        int64_t jmin = cell_exact(vmin, e), jmax = cell_exact(vmax, e);
+        int64_t jlo = window_start(L->absval, jmin, jmax, cells);
+        memset(P->spare, 0, (size_t)cells * sizeof *P->spare);
+        if (P->open)
+            add_cells(P->spare, e, jlo, P->counts, P->e, P->jlo, cells);
+        uint64_t *t = P->counts;
+        P->counts = P->spare;
+        P->spare = t;
+        P->e = e;
+        P->jlo = jlo;
+        P->open = true;
+        grows++;
+    }
+}
+
+static qcal_status update_single_pass(qcal_lattice *L, const float *x, int64_t n,
+                                      qcal_nonfinite_policy policy, uint64_t *nonfinite)
+{
+    enum { MAXT = 64 };
+    const int32_t cells = L->cells;
+    int threads = qcal_threads_for(n);
+    if (threads > MAXT)
+        threads = MAXT;
+    /* Per part: counts and spare (cells words each), then the sub-histograms. */
+    size_t sub_words = ((size_t)QCAL_HIST_SUB_COPIES * ((size_t)cells + 1) *
+                        sizeof(qcal_hist_sub) + 7) / 8;
+    size_t per = 2 * (size_t)cells + sub_words;
+    uint64_t *scratch = qcal_malloc(per * (size_t)threads * sizeof(uint64_t));
+    if (!scratch)
+        return QCAL_ERR_NO_MEMORY;
+    lattice_part parts[MAXT];
+    const qcal_histogram_dsp *dsp = qcal_histogram_dsp_get();
+    const qcal_minmax_dsp *mm = qcal_minmax_dsp_get();
+#if QCAL_HAVE_OPENMP
+#pragma omp parallel for num_threads(threads) schedule(static, 1) if (threads > 1)
+#endif
+    for (int t = 0; t < threads; t++) {
+        int64_t s = (int64_t)((__int128)n * t / threads);
+        int64_t e = (int64_t)((__int128)n * (t + 1) / threads);
+        lattice_part *P = &parts[t];
+        uint64_t *w = scratch + (size_t)t * per;
+        P->e = L->e;
+        P->jlo = L->jlo;
+        P->open = L->total > 0;
+        P->counts = w;
+        P->spare = w + cells;
+        P->sub = (qcal_hist_sub *)(w + 2 * (size_t)cells);
+        P->mn = INFINITY;
+        P->mx = -INFINITY;
+        P->nonfinite = 0;
+        memset(P->counts, 0, (size_t)cells * sizeof *P->counts);
+        memset(P->sub, 0, sub_words * sizeof(uint64_t));
+        part_run(L, x + s, e - s, P, dsp, mm);
+    }
+    float mn = INFINITY, mx = -INFINITY;
+    uint64_t nf = 0;
+    for (int t = 0; t < threads; t++) {
+        mn = fminf(mn, parts[t].mn);
+        mx = fmaxf(mx, parts[t].mx);
+        nf += parts[t].nonfinite;
+    }
+    *nonfinite = nf;
+    qcal_status st = QCAL_OK;
+    if (nf > 0 && policy == QCAL_NONFINITE_ERROR) {
+        st = qcal_error(QCAL_ERR_NONFINITE,
+                        "batch of %lld values holds %llu NaN/Inf (non-finite policy: error)",
+                        (long long)n, (unsigned long long)nf);
+        goto done;
+    }
+    uint64_t finite = (uint64_t)n - nf;
+    if (finite == 0)
+        goto done;
+    /* The final window: the one the two-pass update picks (L's, unless the batch needs a
+     * new exponent or cells outside it). */
+    float dmin = fminf(L->dmin, mn) + 0.0f, dmax = fmaxf(L->dmax, mx) + 0.0f;
+    float vmin = vmin_of(L->absval, dmin, dmax), vmax = vmax_of(L->absval, dmin, dmax);
+    int32_t e = qcal_lattice_exponent(vmin, vmax, cells);
+    int64_t jmin = cell_exact(vmin, e), jmax = cell_exact(vmax, e);
+    uint64_t *nc = NULL;
+    int64_t jlo = L->jlo;
+    if (L->total == 0 || e != L->e || jmin < L->jlo || jmax >= L->jlo + cells) {
+        st = regrid(L, NULL, e, jmin, jmax, &nc, &jlo);
+        if (st != QCAL_OK)
+            goto done;
+    }
+    uint64_t *dst = nc ? nc : L->counts;
+    for (int t = 0; t < threads; t++)
+        if (parts[t].open)
+            add_cells(dst, e, jlo, parts[t].counts, parts[t].e, parts[t].jlo, cells);
+    if (nc) {
+        free(L->counts);
+        L->counts = nc;
+    }
+    L->e = e;
+    L->jlo = jlo;
+    L->dmin = dmin;
+    L->dmax = dmax;
+    L->total += finite;
+done:
+    free(scratch);
+    return st;
+}
+
 qcal_status qcal_lattice_update(qcal_lattice *L, const float *x, int64_t n,
                                 qcal_nonfinite_policy policy, uint64_t *nonfinite)
 {
+    if (n > QCAL_HIST_SMALL_BATCH)
+        return update_single_pass(L, x, n, policy, nonfinite);
+    /* Small batches: a fused check on the current window; if the batch does not fit, its
+     * min / max, the grown window, and binning there (two passes over at most 1024 values,
+     * without the single-pass scratch). */
     float mn, mx;
     uint64_t nf = 0;
     qcal_status st;

@@ -1141,11 +1141,12 @@ static int32_t hist_stride(const hist_case *c)
     return c->lattice ? c->lg.accept + 1 : c->hg.bins + 2;
 }
 
-/* Runs slot `which` (0 histc, 1 histc_inside, 2 lattice_bin, 3 lattice_bin_inside) of dsp on
+/* Runs slot `which` (0 histc, 1 histc_inside, 2 lattice_bin, 3 lattice_bin_until) of dsp on
  * x with canary-guarded counts (starting from `init`) and sub-histogram scratch. */
 typedef struct hist_out {
     uint64_t *counts;
     bool binned;
+    int64_t upto;       /* lattice_bin_until's return */
     float mn, mx;
     uint64_t nonfinite;
 } hist_out;
@@ -1162,6 +1163,7 @@ static void hist_run(const qcal_histogram_dsp *dsp, int which, const hist_case *
     qcal_hist_sub *sub = ca_alloc(&sb, subn * sizeof *sub, 2 * (ca_rand() % 3));
     memset(sub, 0, subn * sizeof *sub);
     o->binned = true;
+    o->upto = -1;
     o->mn = o->mx = 7.0f;
     o->nonfinite = 7;
     switch (which) {
@@ -1171,8 +1173,8 @@ static void hist_run(const qcal_histogram_dsp *dsp, int which, const hist_case *
         break;
     case 2: dsp->lattice_bin(x, n, &c->lg, counts, sub); break;
     default:
-        o->binned = dsp->lattice_bin_inside(x, n, &c->lg, counts, sub, &o->mn, &o->mx,
-                                            &o->nonfinite);
+        o->upto = dsp->lattice_bin_until(x, n, &c->lg, counts, sub, &o->mn, &o->mx,
+                                         &o->nonfinite);
         break;
     }
     for (size_t i = 0; i < subn; i++)
@@ -1267,7 +1269,7 @@ static void check_hist_slot(const qcal_histogram_dsp *ref, const qcal_histogram_
                             qcal_isa isa, int which)
 {
     static const char *const names[4] = { "f32_histc", "f32_histc_inside", "f32_lattice_bin",
-                                          "f32_lattice_bin_inside" };
+                                          "f32_lattice_bin_until" };
     const bool lattice = which >= 2, fused = which & 1;
     /* extra sizes: across two fused check blocks (64 chunks of 64) and past a flush */
     static const int64_t extra[] = { 8191, 8193, 12345, 262080 + 4096 + 3 };
@@ -1304,7 +1306,7 @@ static void check_hist_slot(const qcal_histogram_dsp *ref, const qcal_histogram_
             hist_run(ref, which, &c, x, n, init, &r, names[which]);
             hist_run(opt, which, &c, x, n, init, &o, name);
             ca.checks++;
-            bool same = r.binned == o.binned;
+            bool same = r.binned == o.binned && r.upto == o.upto;
             if (fused)
                 same = same && same_extreme(r.mn, o.mn) && same_extreme(r.mx, o.mx) &&
                        r.nonfinite == o.nonfinite;
@@ -1314,10 +1316,11 @@ static void check_hist_slot(const qcal_histogram_dsp *ref, const qcal_histogram_
                     if (r.counts[b] != o.counts[b])
                         at = b;
             if (!same || at >= 0)
-                ca_fail("%s n %lld fill %d grid %s: differs from C (binned %d/%d, min %a/%a, "
-                        "max %a/%a, non-finite %llu/%llu, first differing slot %d)", name,
-                        (long long)n, mode, lattice ? "lattice" : "first-batch", o.binned,
-                        r.binned, (double)o.mn, (double)r.mn, (double)o.mx, (double)r.mx,
+                ca_fail("%s n %lld fill %d grid %s: differs from C (binned %d/%d, binned up to "
+                        "%lld/%lld, min %a/%a, max %a/%a, non-finite %llu/%llu, first differing "
+                        "slot %d)", name, (long long)n, mode, lattice ? "lattice" : "first-batch",
+                        o.binned, r.binned, (long long)o.upto, (long long)r.upto,
+                        (double)o.mn, (double)r.mn, (double)o.mx, (double)r.mx,
                         (unsigned long long)o.nonfinite, (unsigned long long)r.nonfinite, at);
             if (memcmp(copy, x, (size_t)n * 4))
                 ca_fail("%s n %lld wrote into its input", name, (long long)n);
@@ -1361,12 +1364,13 @@ static void run_lattice_bin(void *p)
     b->dsp->lattice_bin(b->x, b->n, &b->lg, b->counts, b->sub);
 }
 
-static void run_lattice_bin_inside(void *p)
+static void run_lattice_bin_until(void *p)
 {
     hist_bench *b = p;
     float mn, mx;
     uint64_t nf;
-    b->sink += b->dsp->lattice_bin_inside(b->x, b->n, &b->lg, b->counts, b->sub, &mn, &mx, &nf);
+    b->sink += (double)b->dsp->lattice_bin_until(b->x, b->n, &b->lg, b->counts, b->sub, &mn,
+                                                 &mx, &nf);
 }
 
 static void check_histogram(void)
@@ -1406,7 +1410,7 @@ static void check_histogram(void)
             ca_bench("f32_histc (2048 bins)", isa, bytes, run_histc, &b);
             ca_bench("f32_histc_inside", isa, bytes, run_histc_inside, &b);
             ca_bench("f32_lattice_bin (4096 cells)", isa, bytes, run_lattice_bin, &b);
-            ca_bench("f32_lattice_bin_inside", isa, bytes, run_lattice_bin_inside, &b);
+            ca_bench("f32_lattice_bin_until", isa, bytes, run_lattice_bin_until, &b);
             continue;
         }
         if (ca_test(qcal_histogram_dsp, &ref, &opt, histc, "f32_histc", isa))
@@ -1415,7 +1419,7 @@ static void check_histogram(void)
             check_hist_slot(&ref, &opt, isa, 1);
         if (ca_test(qcal_histogram_dsp, &ref, &opt, lattice_bin, "f32_lattice_bin", isa))
             check_hist_slot(&ref, &opt, isa, 2);
-        if (ca_test(qcal_histogram_dsp, &ref, &opt, lattice_bin_inside, "f32_lattice_bin_inside",
+        if (ca_test(qcal_histogram_dsp, &ref, &opt, lattice_bin_until, "f32_lattice_bin_until",
                     isa))
             check_hist_slot(&ref, &opt, isa, 3);
         ca_family_done(&ref, &opt, sizeof opt, isa);

@@ -8,7 +8,9 @@
  *  - single-batch fidelity: histogram scale within 1% of PyTorch 1.13's L2 search on a
  *    float-bounds torch.histc of the same data (tests/ref/gen_lattice.py ->
  *    tests/data/histogram/lattice.bin), and bit-identical with grid=first-batch;
- *  - lattice kernels: AVX2 / AVX-512 bit-identical to the C reference;
+ *  - lattice kernels: the C reference against the exact floor (AVX2 / AVX-512 against it:
+ *    checkasm);
+ *  - big batches (single-pass growth inside a batch, 1..4 threads) against small ones;
  *  - canonical payload: save/load round trip, corrupted payloads refused;
  *  - moving-average merges refused unless one side is empty;
  *  - introspection: the searched histogram's bins and the search's objective curve. */
@@ -480,18 +482,142 @@ static void test_kernel_c_reference(void **state)
         if (memcmp(want, got, sizeof(uint64_t) * (size_t)g.accept))
             fail_msg("C lattice kernel differs from the exact floor (trial %d, e %d)", trial,
                      (int)e);
+        /* lattice_bin_until: bins whole chunks up to the first one holding a finite value
+         * outside; its counts and min / max / non-finite are those of that prefix. */
+        int64_t first_out = n;
+        for (int64_t i = 0; i < n && first_out == n; i++) {
+            if (!isfinite(x[i]))
+                continue;
+            double v = g.absval ? fabs((double)x[i]) : (double)x[i];
+            double j = floor(ldexp(v, -e)) - g.jlo;
+            if (!(j >= 0 && j < g.accept))
+                first_out = i;
+        }
+        int64_t upto = first_out == n ? n : first_out / QCAL_HIST_CH * QCAL_HIST_CH;
+        assert_int_equal(all_in, first_out == n);
         float wl, wh, rl, rh;
-        uint64_t wb, rb;
+        uint64_t wb, rb, pre[4096];
         memset(wi, 0, sizeof wi);
-        bool win = qcal_f32_lattice_bin_inside__c(x, n, &g, wi, sub, &wl, &wh, &wb);
-        qcal_f32_minmax__c(x, n, &rl, &rh, &rb);
-        assert_int_equal(win, all_in);
+        int64_t got_upto = qcal_f32_lattice_bin_until__c(x, n, &g, wi, sub, &wl, &wh, &wb);
+        assert_int_equal(got_upto, upto);
+        qcal_f32_minmax__c(x, upto, &rl, &rh, &rb);
         assert_true(fbits(wl) == fbits(rl) && fbits(wh) == fbits(rh));
         assert_int_equal(wb, rb);
-        if (win && memcmp(wi, want, sizeof(uint64_t) * (size_t)g.accept))
-            fail_msg("fused C lattice kernel differs from the plain one (trial %d)", trial);
+        memset(pre, 0, sizeof pre);
+        qcal_f32_lattice_bin__c(x, upto, &g, pre, sub);
+        if (memcmp(wi, pre, sizeof(uint64_t) * (size_t)g.accept))
+            fail_msg("C lattice_bin_until differs from binning its prefix (trial %d)", trial);
+        if (all_in && memcmp(wi, want, sizeof(uint64_t) * (size_t)g.accept))
+            fail_msg("C lattice_bin_until differs from the plain kernel (trial %d)", trial);
+        for (size_t i = 0; i < QCAL_HIST_SUB_COPIES * (4096 + 1); i++)
+            assert_int_equal(sub[i], 0);
         free(sub);
     }
+    free(x);
+}
+
+/* ---- big batches: single-pass growth, threads ---- */
+
+/* Batches above 1024 values are binned in one pass that grows the lattice where a chunk
+ * goes outside it, one window per thread; batches of at most 1024 take the two-pass path.
+ * Both must give the state of any other split: the same data as one batch on 1..4 threads,
+ * as two batches, and as 1000-value batches (the small path) all save the same bytes. */
+static void gen_growing(int s, float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float z = rng_normal();
+        double f = (double)i / (double)n;
+        switch (s) {
+        case 0: x[i] = z * (float)(1.0 + 8.0 * f); break;            /* growing range */
+        case 1: x[i] = (float)(-5.0 + 1e3 * f * f); break;           /* sorted: grows always */
+        case 2: x[i] = (float)(3.0 - 1e5 * f); break;                /* sorted descending */
+        case 3: x[i] = z > 0.0f ? z * (float)(1.0 + 50.0 * f) : 0.0f; break;   /* ReLU */
+        default:   /* magnitudes 2^-100..2^100, either sign */
+            x[i] = ldexpf(z < 0.0f ? -1.0f : 1.0f, (int)rng_below(201) - 100);
+            break;
+        }
+        if (rng_below(5000) == 0)
+            x[i] = rng_below(3) == 0 ? NAN : (rng_below(2) ? INFINITY : -INFINITY);
+    }
+    x[n - 1] = s == 2 ? -2e6f : 1e6f;   /* an outlier in the last chunk */
+}
+
+static void test_big_batches(void **state)
+{
+    (void)state;
+    enum { N = 700001 };
+    static const kind_case big_kinds[] = {
+        { QCAL_OBSERVER_HISTOGRAM, 0, "histogram" },
+        { QCAL_OBSERVER_ENTROPY, 0, "entropy" },
+    };
+    float *x = malloc(N * sizeof *x);
+    assert_non_null(x);
+    int saved_threads = qcal_get_num_threads();
+    for (size_t kc = 0; kc < sizeof big_kinds / sizeof big_kinds[0]; kc++) {
+        qcal_observer_config cfg;
+        qcal_observer_config_default(&cfg, big_kinds[kc].kind);
+        for (int s = 0; s < 5; s++) {
+            rng_state = 0xB16B00B5ull + (uint64_t)s * 131u + kc;
+            gen_growing(s, x, N);
+            char what[64];
+            snprintf(what, sizeof what, "%s/growing set %d", big_kinds[kc].name, s);
+            /* Reference: a first big batch (the empty-lattice start), then 1000-value
+             * batches (each at most 1024: the two-pass path). */
+            qcal_observer *ref = make(&cfg);
+            int64_t first = 3000;
+            feed_shape(ref, x, 1, &first);
+            for (int64_t at = first; at < N; at += 1000) {
+                int64_t len = N - at < 1000 ? N - at : 1000;
+                feed_shape(ref, x + at, 1, &len);
+            }
+            snapshot want;
+            snap(ref, true, &want);
+            for (int threads = 1; threads <= 4; threads++) {
+                assert_int_equal(qcal_set_num_threads(threads), QCAL_OK);
+                for (int split = 0; split < 2; split++) {
+                    qcal_observer *o = make(&cfg);
+                    int64_t cut = split ? N / 3 + 17 : N;
+                    feed_shape(o, x, 1, &cut);
+                    if (cut < N) {
+                        int64_t rest = N - cut;
+                        feed_shape(o, x + cut, 1, &rest);
+                    }
+                    snapshot got;
+                    snap(o, true, &got);
+                    assert_same(&want, &got, true, what, threads * 10 + split);
+                    snap_free(&got);
+                    qcal_observer_destroy(&o);
+                }
+            }
+            /* Non-finite policy error: refused, state unchanged. */
+            qcal_observer_config ec = cfg;
+            ec.nonfinite = QCAL_NONFINITE_ERROR;
+            qcal_observer *e = make(&ec);
+            int64_t half = N / 2, all = N;
+            float keep = x[N / 2 + 5];
+            x[N / 2 + 5] = NAN;
+            qcal_tensor t;
+            bool any_nonfinite = false;
+            for (int64_t i = 0; i < half && !any_nonfinite; i++)
+                any_nonfinite = !isfinite(x[i]);
+            if (!any_nonfinite) {
+                feed_shape(e, x, 1, &half);
+                snapshot before, after;
+                snap(e, true, &before);
+                assert_int_equal(qcal_tensor_init(&t, x, 1, &all), QCAL_OK);
+                assert_int_equal(qcal_observer_update(e, &t), QCAL_ERR_NONFINITE);
+                snap(e, true, &after);
+                assert_same(&before, &after, true, what, -1);
+                snap_free(&before);
+                snap_free(&after);
+            }
+            x[N / 2 + 5] = keep;
+            qcal_observer_destroy(&e);
+            snap_free(&want);
+            qcal_observer_destroy(&ref);
+        }
+    }
+    assert_int_equal(qcal_set_num_threads(saved_threads), QCAL_OK);
     free(x);
 }
 
@@ -691,6 +817,7 @@ int main(void)
         cmocka_unit_test(test_moving_average_merge_refused),
         cmocka_unit_test(test_introspection),
         cmocka_unit_test(test_order_split_invariance),
+        cmocka_unit_test(test_big_batches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
