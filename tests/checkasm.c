@@ -373,6 +373,39 @@ static void check_minmax_flat(const qcal_minmax_dsp *ref, const qcal_minmax_dsp 
             }
         }
     }
+    /* Kernels that read in blocks and redo only a block that holds a non-finite value: one
+     * or two such values (or one zero of the other sign) at block edges, among finite
+     * values, in inputs of several blocks. */
+    static const int64_t big[] = { 1024, 2048 + 77, 3 * 4096 + 129, 10007 };
+    for (size_t s = 0; s < sizeof big / sizeof big[0]; s++) {
+        int64_t n = big[s];
+        const int64_t pos[] = { 0, 1, 63, 1023, 1024, 1025, 4095, 4096, n / 2, n - 65,
+                                n - 64, n - 1 };
+        for (size_t p = 0; p < sizeof pos / sizeof pos[0]; p++) {
+            for (int kind = 0; kind < 4; kind++) {
+                ca_buf xb;
+                float *x = ca_alloc(&xb, (size_t)n * 4, (p % 2) * 4);
+                ca_fill_f32(x, n, CA_FILL_NORMAL);
+                int64_t at = pos[p] < n ? pos[p] : n - 1;
+                x[at] = kind == 0 ? ca_special() : kind == 1 ? INFINITY
+                        : kind == 2 ? -INFINITY : -0.0f;
+                if (kind != 3 && p % 3 == 0)
+                    x[n - 1 - at] = ca_special();   /* a second one elsewhere */
+                float rm, rM, om = 7, oM = 7;
+                uint64_t rn, on = 7;
+                ref->minmax(x, n, &rm, &rM, &rn);
+                opt->minmax(x, n, &om, &oM, &on);
+                ca.checks++;
+                if (!same_extreme(rm, om) || !same_extreme(rM, oM) || rn != on)
+                    ca_fail("f32_minmax__%s n=%lld special at %lld (kind %d): (%a, %a, %llu) "
+                            "!= C (%a, %a, %llu)", ISA_NAMES[isa], (long long)n,
+                            (long long)at, kind, (double)om, (double)oM,
+                            (unsigned long long)on, (double)rm, (double)rM,
+                            (unsigned long long)rn);
+                ca_free(&xb, "f32_minmax (sparse non-finite)");
+            }
+        }
+    }
 }
 
 static void check_minmax_cols(const qcal_minmax_dsp *ref, const qcal_minmax_dsp *opt,
