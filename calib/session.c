@@ -424,6 +424,73 @@ qcal_status qcal_calib_session_observe(qcal_calib_session *s, const char *fqn, q
     return st;
 }
 
+qcal_status qcal_calib_session_observe_part(qcal_calib_session *s, const char *fqn,
+                                            qcal_calib_role role, int64_t step,
+                                            const qcal_tensor *x, bool last)
+{
+    if (!s || !fqn || !x)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "session, fqn or tensor is NULL");
+    if ((unsigned)role >= QCAL_CALIB_ROLE_COUNT)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "unknown role %d for '%s'", (int)role, fqn);
+    if (!*fqn)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "tensor name is empty");
+    if (step < 0)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "step %lld of '%s': parts of a batch need an "
+                          "explicit step (>= 0)", (long long)step, fqn);
+    int64_t numel;
+    qcal_status st = qcal_tensor_numel(x, &numel);
+    if (st != QCAL_OK)
+        return st;
+    if (numel == 0)
+        return qcal_error(QCAL_ERR_EMPTY, "%s '%s': cannot observe an empty tensor",
+                          qcal_calib_role_name(role), fqn);
+    if (!x->data)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "%s '%s': tensor data is NULL",
+                          qcal_calib_role_name(role), fqn);
+    entry *e;
+    st = lookup(s, fqn, role, &e);
+    if (st != QCAL_OK)
+        return st;
+    pthread_mutex_lock(&e->mu);
+    bool dup = false;
+    size_t pos = pend_pos(e, step, &dup);
+    if (!qcal_observer_config_splits(qcal_observer_get_config(e->obs))) {
+        st = qcal_error(QCAL_ERR_UNSUPPORTED, "%s '%s': its %s observer takes whole batches "
+                        "only (qcal_observer_config_splits)", qcal_calib_role_name(role), fqn,
+                        qcal_observer_kind_name(qcal_observer_get_config(e->obs)->kind));
+    } else if (step < e->next_step || dup) {
+        st = qcal_error(QCAL_ERR_INVALID_ARG,
+                        "%s '%s': step %lld was already observed (steps are per tensor and "
+                        "each may be fed once; the next expected is %lld)",
+                        qcal_calib_role_name(role), fqn, (long long)step,
+                        (long long)e->next_step);
+    } else {
+        /* The observer commutes (it splits), so a part is applied at once whatever its
+         * step; the step's bookkeeping happens with its last part, as for a whole batch. */
+        st = qcal_observer_update_part(e->obs, x, last);
+        if (st < 0) {
+            st = qcal_calib_wrap_error(st, "%s '%s' step %lld", qcal_calib_role_name(e->role),
+                                       e->fqn, (long long)step);
+        } else {
+            e->elements += (uint64_t)numel;
+            qcal_status st2 = QCAL_OK;
+            if (last && step == e->next_step) {
+                e->next_step++;
+                st2 = drain(s, e);
+            } else if (last) {
+                st2 = enqueue(s, e, step, x, numel, pos);
+            }
+            if (st == QCAL_OK)
+                st = st2;
+            if (last && step >= e->auto_step)
+                e->auto_step = step + 1;
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    pthread_rwlock_unlock(&s->lock);
+    return st;
+}
+
 /* Applies everything queued in step order (entry mutex held). */
 static qcal_status flush_entry(qcal_calib_session *s, entry *e)
 {

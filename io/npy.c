@@ -3,6 +3,7 @@
  * Layout: "\x93NUMPY", major, minor, header length (u16 LE for 1.0, u32 LE for 2.0/3.0),
  * header (a Python dict literal, padded with spaces, ending in '\n'), then the raw data. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "qcal/atomic_file.h"
 #include "core/internal.h"
@@ -392,34 +394,48 @@ qcal_status qcal_npy_parse(const void *buf, size_t len, qcal_npy_array *out)
     return QCAL_OK;
 }
 
-static bool read_full(FILE *fp, void *dst, size_t n)
+/* Reads n bytes at offset off of fd (pread, retried on EINTR and short reads); false on
+ * an error (errno set) or at the end of the file (errno 0). */
+static bool pread_full(int fd, void *dst, size_t n, uint64_t off)
 {
-    return fread(dst, 1, n, fp) == n;
+    uint8_t *p = dst;
+    while (n > 0) {
+        ssize_t r = pread(fd, p, n > ((size_t)1 << 30) ? (size_t)1 << 30 : n, (off_t)off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            if (r == 0)
+                errno = 0;
+            return false;
+        }
+        p += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return true;
 }
 
-qcal_status qcal_npy_read(const char *path, qcal_npy_array *out)
+/* Opens path and checks its prefix, header and data size against the file's size (the
+ * checks and messages of every reader). *fd_out gets the open descriptor. */
+static qcal_status open_npy(const char *path, int *fd_out, npy_header *hd)
 {
-    if (!path || !out)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "npy path or output is NULL");
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
         return qcal_error(errno == ENOENT ? QCAL_ERR_NOT_FOUND : QCAL_ERR_IO,
                           "cannot open '%s': %s", path, strerror(errno));
     qcal_status st;
     uint8_t *head = NULL;
-    void *data = NULL;
     struct stat sb;
-    if (fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         st = qcal_error(QCAL_ERR_IO, "'%s' is not a regular file", path);
         goto fail;
     }
     uint64_t fsize = (uint64_t)sb.st_size;
-    /* Prefix first (to learn the header length), then the whole header, then the data in
-     * one read into an aligned buffer. */
+    /* Prefix first (to learn the header length), then the whole header. */
     uint8_t prefix[12];
     size_t plen = fsize < sizeof prefix ? (size_t)fsize : sizeof prefix;
     size_t pre = 0, hlen = 0;
-    if (!read_full(fp, prefix, plen)) {
+    if (!pread_full(fd, prefix, plen, 0)) {
         st = qcal_error(QCAL_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
         goto fail;
     }
@@ -431,36 +447,59 @@ qcal_status qcal_npy_read(const char *path, qcal_npy_array *out)
         st = QCAL_ERR_NO_MEMORY;
         goto fail;
     }
-    if (fseek(fp, 0, SEEK_SET) != 0 || !read_full(fp, head, avail)) {
+    if (!pread_full(fd, head, avail, 0)) {
         st = qcal_error(QCAL_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
         goto fail;
     }
-    npy_header hd;
-    if ((st = parse_header(head, avail, path, &hd)) != QCAL_OK)
+    if ((st = parse_header(head, avail, path, hd)) != QCAL_OK)
         goto fail;
-    if ((st = check_data_size(&hd, fsize - hd.data_offset, path)) != QCAL_OK)
+    if ((st = check_data_size(hd, fsize - hd->data_offset, path)) != QCAL_OK)
         goto fail;
-    bool ok;
-    data = alloc_data(hd.nbytes, &ok);
-    if (!ok) {
-        st = QCAL_ERR_NO_MEMORY;
-        goto fail;
-    }
-    if (hd.nbytes && !read_full(fp, data, hd.nbytes)) {
-        st = qcal_error(QCAL_ERR_IO, "cannot read the data of '%s'%s%s", path,
-                        ferror(fp) ? ": " : " (file shrank while reading)",
-                        ferror(fp) ? strerror(errno) : "");
-        goto fail;
-    }
     free(head);
-    fclose(fp);
-    fill_array(out, &hd, data);
+#ifdef POSIX_FADV_SEQUENTIAL
+    (void)posix_fadvise(fd, (off_t)hd->data_offset, 0, POSIX_FADV_SEQUENTIAL);   /* a hint */
+#endif
+    *fd_out = fd;
     return QCAL_OK;
 fail:
-    free(data);
     free(head);
-    fclose(fp);
+    close(fd);
     return st;
+}
+
+/* The message of a data read that failed (errno set) or met the end of the file early. */
+static qcal_status data_read_error(const char *path)
+{
+    int err = errno;
+    return qcal_error(QCAL_ERR_IO, "cannot read the data of '%s'%s%s", path,
+                      err ? ": " : " (file shrank while reading)", err ? strerror(err) : "");
+}
+
+qcal_status qcal_npy_read(const char *path, qcal_npy_array *out)
+{
+    if (!path || !out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "npy path or output is NULL");
+    int fd;
+    npy_header hd;
+    qcal_status st = open_npy(path, &fd, &hd);
+    if (st != QCAL_OK)
+        return st;
+    /* The data in one read into an aligned buffer. */
+    bool ok;
+    void *data = alloc_data(hd.nbytes, &ok);
+    if (!ok) {
+        close(fd);
+        return QCAL_ERR_NO_MEMORY;
+    }
+    if (hd.nbytes && !pread_full(fd, data, hd.nbytes, hd.data_offset)) {
+        st = data_read_error(path);
+        free(data);
+        close(fd);
+        return st;
+    }
+    close(fd);
+    fill_array(out, &hd, data);
+    return QCAL_OK;
 }
 
 /* IEEE half -> float, exact (subnormals, inf and NaN included). */
@@ -540,6 +579,108 @@ qcal_status qcal_npy_read_f32(const char *path, qcal_npy_array *out)
     }
     *out = a;
     return QCAL_OK;
+}
+
+/* ---- streaming reader ---- */
+
+struct qcal_npy_reader {
+    int fd;
+    char *path;
+    npy_header hd;
+    int64_t done;       /* elements read so far */
+    void *scratch;      /* raw float64/float16 elements before conversion */
+    size_t scratch_bytes;
+};
+
+#define NPY_SCRATCH_BYTES ((size_t)256 << 10)
+
+qcal_status qcal_npy_reader_open(const char *path, qcal_npy_reader **out)
+{
+    if (!path || !out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "npy path or reader output is NULL");
+    qcal_npy_reader *r = qcal_calloc(1, sizeof *r);
+    if (!r)
+        return QCAL_ERR_NO_MEMORY;
+    r->fd = -1;
+    size_t len = strlen(path);
+    r->path = qcal_malloc(len + 1);
+    if (!r->path) {
+        qcal_npy_reader_close(&r);
+        return QCAL_ERR_NO_MEMORY;
+    }
+    memcpy(r->path, path, len + 1);
+    qcal_status st = open_npy(path, &r->fd, &r->hd);
+    if (st != QCAL_OK) {
+        qcal_npy_reader_close(&r);
+        return st;
+    }
+    *out = r;
+    return QCAL_OK;
+}
+
+qcal_status qcal_npy_reader_info(const qcal_npy_reader *r, qcal_npy_array *info)
+{
+    if (!r || !info)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "npy reader or output is NULL");
+    fill_array(info, &r->hd, NULL);
+    return QCAL_OK;
+}
+
+qcal_status qcal_npy_reader_read_f32(qcal_npy_reader *r, float *dst, int64_t cap, int64_t *n)
+{
+    if (!r || !n || cap < 1 || !dst)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "npy reader, destination or count invalid");
+    qcal_npy_dtype dt = r->hd.dtype;
+    if (dt != QCAL_NPY_F32 && dt != QCAL_NPY_F64 && dt != QCAL_NPY_F16)
+        return qcal_error(QCAL_ERR_MISMATCH, "'%s' holds %s data, expected float32, float64 "
+                          "or float16", r->path, qcal_npy_dtype_name(dt));
+    int64_t left = r->hd.numel - r->done;
+    int64_t want = cap < left ? cap : left;
+    size_t es = (size_t)dtype_info[dt].size;
+    if (dt == QCAL_NPY_F32) {
+        /* float32 little-endian: straight into dst, no conversion. */
+        if (want > 0 && !pread_full(r->fd, dst, (size_t)want * es,
+                                    r->hd.data_offset + (uint64_t)r->done * es))
+            return data_read_error(r->path);
+    } else {
+        if (!r->scratch && want > 0) {
+            r->scratch_bytes = NPY_SCRATCH_BYTES;
+            if (!(r->scratch = qcal_malloc(r->scratch_bytes)))
+                return QCAL_ERR_NO_MEMORY;
+        }
+        int64_t per = (int64_t)(r->scratch_bytes / es);
+        for (int64_t k = 0; k < want; k += per) {
+            int64_t m = want - k < per ? want - k : per;
+            if (!pread_full(r->fd, r->scratch, (size_t)m * es,
+                            r->hd.data_offset + (uint64_t)(r->done + k) * es))
+                return data_read_error(r->path);
+            /* The conversions of qcal_npy_to_f32. */
+            if (dt == QCAL_NPY_F64) {
+                const double *src = r->scratch;
+                for (int64_t i = 0; i < m; i++)
+                    dst[k + i] = (float)src[i];
+            } else {
+                const uint16_t *src = r->scratch;
+                for (int64_t i = 0; i < m; i++)
+                    dst[k + i] = half_to_float(src[i]);
+            }
+        }
+    }
+    r->done += want;
+    *n = want;
+    return QCAL_OK;
+}
+
+void qcal_npy_reader_close(qcal_npy_reader **r)
+{
+    if (!r || !*r)
+        return;
+    if ((*r)->fd >= 0)
+        close((*r)->fd);
+    free((*r)->scratch);
+    free((*r)->path);
+    free(*r);
+    *r = NULL;
 }
 
 qcal_status qcal_npy_as_tensor(const qcal_npy_array *arr, qcal_tensor *t)

@@ -244,6 +244,44 @@ qcal_status qcal_observer_update(qcal_observer *obs, const qcal_tensor *x)
     return QCAL_OK;
 }
 
+bool qcal_observer_config_splits(const qcal_observer_config *cfg)
+{
+    /* The histogram family's lattice counts are exact, so its state does not depend on how
+     * the values were cut into updates (tests/test_observers_lattice.c: random partitions).
+     * Min/max kinds are left out: an exact min of 0 may come out as +0 or -0 depending on
+     * how the values were split over the kernel's lanes. */
+    return cfg && ops_for(cfg->kind) && kind_is_histogram(cfg->kind) &&
+           cfg->grid == QCAL_GRID_LATTICE && cfg->nonfinite != QCAL_NONFINITE_ERROR;
+}
+
+qcal_status qcal_observer_update_part(qcal_observer *obs, const qcal_tensor *x, bool last)
+{
+    if (!obs || !x)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "observer or tensor is NULL");
+    if (!qcal_observer_config_splits(&obs->cfg))
+        return qcal_error(QCAL_ERR_UNSUPPORTED, "%s observer%s: a batch cannot be fed in parts "
+                          "(only the histogram family on the lattice grid, without the error "
+                          "non-finite policy)", qcal_observer_kind_name(obs->cfg.kind),
+                          kind_is_histogram(obs->cfg.kind) &&
+                                  obs->cfg.grid != QCAL_GRID_LATTICE ? " on the first-batch grid"
+                                                                     : "");
+    int64_t n;
+    qcal_status st = qcal_tensor_numel(x, &n);
+    if (st != QCAL_OK)
+        return st;
+    if (n == 0)
+        return qcal_error(QCAL_ERR_EMPTY, "cannot observe an empty tensor");
+    if (!x->data)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "tensor data is NULL");
+    uint64_t nonfinite = 0;
+    st = obs->ops->update(obs, x, n, &nonfinite);
+    if (st < 0)
+        return st;
+    obs->nonfinite += nonfinite;
+    obs->batches += last;
+    return QCAL_OK;
+}
+
 qcal_status qcal_observer_channels(const qcal_observer *obs, int64_t *n)
 {
     if (!obs || !n)

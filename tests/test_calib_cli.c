@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "qcal/calib.h"
+#include "qcal/npy.h"
 
 #include "testutil.h"
 
@@ -258,6 +259,94 @@ static void test_bad_inputs(void **state)
     assert_int_equal(stat(q, &sb), -1);
 }
 
+/* Bad files fail the same way whether the tensor's batches are read whole (minmax) or
+ * streamed in parts (the histogram family, qcal_observer_config_splits): the same exit
+ * code and the same message. Among them a file whose shape promises more data than it
+ * holds beyond the first streamed part (1 MiB), and an integer and an empty array. */
+static void test_bad_files_streamed(void **state)
+{
+    (void)state;
+    enum { BIG = 300000 };   /* floats: more than one streamed part */
+    float *v = malloc(BIG * sizeof *v);
+    assert_non_null(v);
+    for (int i = 0; i < BIG; i++)
+        v[i] = (float)(i % 1000) * 0.01f - 3.0f;
+    char dir[256], p[512], q[256];
+    snprintf(q, sizeof q, "%s/s.json", tmpdir);
+    static const char *const cases[] = { "cut", "int", "empty", "header" };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        snprintf(dir, sizeof dir, "%s/stream_%s", tmpdir, cases[c]);
+        assert_int_equal(mkdir(dir, 0755), 0);
+        snprintf(p, sizeof p, "%s/act", dir);
+        assert_int_equal(mkdir(p, 0755), 0);
+        snprintf(p, sizeof p, "%s/act/0.npy", dir);   /* a good first batch */
+        int64_t n = BIG;
+        assert_int_equal(qcal_npy_write(p, QCAL_NPY_F32, 1, &n, v), QCAL_OK);
+        snprintf(p, sizeof p, "%s/act/1.npy", dir);
+        if (c == 0) {
+            assert_int_equal(qcal_npy_write(p, QCAL_NPY_F32, 1, &n, v), QCAL_OK);
+            assert_int_equal(truncate(p, 128 + (BIG - 10) * 4), 0);
+        } else if (c == 1) {
+            int32_t iv[4] = { 1, 2, 3, 4 };
+            int64_t four = 4;
+            assert_int_equal(qcal_npy_write(p, QCAL_NPY_I32, 1, &four, iv), QCAL_OK);
+        } else if (c == 2) {
+            int64_t zero = 0;
+            assert_int_equal(qcal_npy_write(p, QCAL_NPY_F32, 1, &zero, NULL), QCAL_OK);
+        } else {
+            tu_write_bytes(p, "\x93NUMPY\x01\x00garbage", 15);
+        }
+        char *errs[2];
+        for (int w = 0; w < 2; w++) {
+            assert_int_equal(run("'%s' -o '%s' --observer %s", dir, q, w ? "entropy" : "minmax"),
+                             3);
+            assert_one_error_line("1.npy");
+            errs[w] = tu_read_file(err_path, NULL);
+        }
+        assert_string_equal(errs[1], errs[0]);
+        free(errs[0]);
+        free(errs[1]);
+        struct stat sb;
+        assert_int_equal(stat(q, &sb), -1);
+    }
+    /* And good files give the same entry both ways: entropy streamed, and entropy under
+     * --strict (the error non-finite policy: read whole). */
+    snprintf(dir, sizeof dir, "%s/stream_good", tmpdir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    snprintf(p, sizeof p, "%s/act", dir);
+    assert_int_equal(mkdir(p, 0755), 0);
+    for (int b = 0; b < 3; b++) {
+        snprintf(p, sizeof p, "%s/act/%d.npy", dir, b);
+        int64_t n = BIG - b * 1000;
+        v[BIG - 2000 + b] = (float)(b + 1) * 40.0f;   /* growing range, late in the file */
+        assert_int_equal(qcal_npy_write(p, QCAL_NPY_F32, 1, &n, v), QCAL_OK);
+    }
+    char q2[256];
+    snprintf(q2, sizeof q2, "%s/s2.json", tmpdir);
+    assert_int_equal(run("'%s' -o '%s' --observer entropy", dir, q), 0);
+    assert_int_equal(run("'%s' -o '%s' --observer entropy --strict", dir, q2), 0);
+    qcal_calib_table *a = read_table(q), *b = read_table(q2);
+    const qcal_calib_entry *ea, *eb;
+    assert_int_equal(qcal_calib_table_entry(a, 0, &ea), QCAL_OK);
+    assert_int_equal(qcal_calib_table_entry(b, 0, &eb), QCAL_OK);
+    assert_int_equal(ea->batches, 3);
+    assert_int_equal(eb->batches, 3);
+    assert_int_equal(ea->elements, 3 * (uint64_t)BIG - 3000);
+    assert_int_equal(eb->elements, ea->elements);
+    float amin, amax, bmin, bmax;
+    assert_int_equal(qcal_calib_entry_amax(ea, 0, &amax), QCAL_OK);
+    assert_int_equal(qcal_calib_entry_amax(eb, 0, &bmax), QCAL_OK);
+    assert_memory_equal(&amax, &bmax, sizeof amax);
+    amin = qcal_qparams_scale_at(&ea->qparams, 0);
+    bmin = qcal_qparams_scale_at(&eb->qparams, 0);
+    assert_memory_equal(&amin, &bmin, sizeof amin);
+    assert_int_equal(qcal_qparams_zero_point_at(&ea->qparams, 0),
+                     qcal_qparams_zero_point_at(&eb->qparams, 0));
+    qcal_calib_table_destroy(&a);
+    qcal_calib_table_destroy(&b);
+    free(v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -266,6 +355,7 @@ int main(void)
         cmocka_unit_test(test_formats_golden),
         cmocka_unit_test(test_rules_and_default),
         cmocka_unit_test(test_bad_inputs),
+        cmocka_unit_test(test_bad_files_streamed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

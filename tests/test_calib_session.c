@@ -666,6 +666,125 @@ static void test_threads_histogram(void **state)
     qcal_calib_session_destroy(&s);
 }
 
+/* Batches fed in parts (qcal_calib_session_observe_part) give the table, digest and
+ * counts of whole batches, bit for bit, for every kind whose config splits; the parts of a
+ * step arrive cut at random points and interleaved with other steps' parts. */
+static void test_observe_parts(void **state)
+{
+    (void)state;
+    enum { N = 5000, STEPS = 5 };
+    static const char *const kinds[] = { "histogram", "entropy", "percentile", "mse" };
+    float *x = malloc(STEPS * N * sizeof *x);
+    assert_non_null(x);
+    uint64_t r = 0x243F6A8885A308D3ull;
+    for (int i = 0; i < STEPS * N; i++) {
+        r ^= r << 13;
+        r ^= r >> 7;
+        r ^= r << 17;
+        x[i] = ((float)(r >> 40) / 16777216.0f - 0.3f) * (float)(1 + i / N);
+        if (i % 997 == 5)
+            x[i] = i % 2 ? NAN : -INFINITY;   /* skipped and counted */
+    }
+    for (size_t kc = 0; kc < sizeof kinds / sizeof kinds[0]; kc++) {
+        char text[128];
+        snprintf(text, sizeof text, "* any %s\n", kinds[kc]);
+        qcal_calib_rules *rules = NULL;
+        assert_int_equal(qcal_calib_rules_parse(text, strlen(text), &rules), QCAL_OK);
+        qcal_calib_session *whole = new_session(rules, 0), *parts = new_session(rules, 0);
+        for (int st = 0; st < STEPS; st++) {
+            int64_t shape2[2] = { 50, N / 50 };
+            qcal_tensor t;
+            assert_int_equal(qcal_tensor_init(&t, x + st * N, 2, shape2), QCAL_OK);
+            assert_int_equal(qcal_calib_session_observe(whole, "t", QCAL_CALIB_ROLE_ACTIVATION,
+                                                        st, &t), QCAL_OK);
+        }
+        /* Parts: every step cut into 1..6 random runs; steps visited 4, 1, 3, 0, 2, with
+         * the parts of two steps alternating. */
+        static const int order[STEPS] = { 4, 1, 3, 0, 2 };
+        for (int o = 0; o < STEPS; o += 2) {
+            int sa = order[o], sb = o + 1 < STEPS ? order[o + 1] : -1;
+            int64_t pos[2] = { 0, 0 };
+            while (pos[0] < N || (sb >= 0 && pos[1] < N)) {
+                for (int w = 0; w < 2; w++) {
+                    int step = w ? sb : sa;
+                    if (step < 0 || pos[w] >= N)
+                        continue;
+                    r ^= r << 13;
+                    r ^= r >> 7;
+                    r ^= r << 17;
+                    int64_t len = 1 + (int64_t)(r % (N / 3));
+                    if (len > N - pos[w])
+                        len = N - pos[w];
+                    qcal_tensor t;
+                    assert_int_equal(qcal_tensor_init(&t, x + step * N + pos[w], 1, &len), QCAL_OK);
+                    pos[w] += len;
+                    qcal_status st = qcal_calib_session_observe_part(
+                        parts, "t", QCAL_CALIB_ROLE_ACTIVATION, step, &t, pos[w] == N);
+                    if (st != QCAL_OK)
+                        fail_msg("%s: part of step %d: %s", kinds[kc], step, qcal_last_error());
+                }
+            }
+        }
+        char *a = table_json(whole), *b = table_json(parts);
+        assert_same_table(b, a);
+        char da[65], db[65];
+        assert_int_equal(qcal_calib_session_digest(whole, da), QCAL_OK);
+        assert_int_equal(qcal_calib_session_digest(parts, db), QCAL_OK);
+        assert_string_equal(db, da);
+        uint64_t b1, e1, n1, p1, b2, e2, n2, p2;
+        assert_int_equal(qcal_calib_session_stats(whole, "t", QCAL_CALIB_ROLE_ACTIVATION, &b1,
+                                                  &e1, &n1, &p1), QCAL_OK);
+        assert_int_equal(qcal_calib_session_stats(parts, "t", QCAL_CALIB_ROLE_ACTIVATION, &b2,
+                                                  &e2, &n2, &p2), QCAL_OK);
+        assert_int_equal(b2, STEPS);
+        assert_int_equal(b2, b1);
+        assert_int_equal(e2, (uint64_t)STEPS * N);
+        assert_int_equal(e2, e1);
+        assert_true(n1 > 0);
+        assert_int_equal(n2, n1);
+        assert_int_equal(p2, 0);
+        /* A completed step cannot be fed again, not even in part. */
+        int64_t one = 1;
+        qcal_tensor t1;
+        assert_int_equal(qcal_tensor_init(&t1, x, 1, &one), QCAL_OK);
+        assert_int_equal(qcal_calib_session_observe_part(parts, "t", QCAL_CALIB_ROLE_ACTIVATION,
+                                                         2, &t1, false), QCAL_ERR_INVALID_ARG);
+        assert_int_equal(qcal_calib_session_observe_part(parts, "t", QCAL_CALIB_ROLE_ACTIVATION,
+                                                         QCAL_STEP_AUTO, &t1, true),
+                         QCAL_ERR_INVALID_ARG);
+        qcal_free(a);
+        qcal_free(b);
+        qcal_calib_session_destroy(&whole);
+        qcal_calib_session_destroy(&parts);
+        qcal_calib_rules_destroy(&rules);
+    }
+    /* Observers whose results depend on the split take whole batches only. */
+    const char *text = "mm any minmax\n"
+                       "fb any histogram grid=first_batch\n"
+                       "strict any entropy nonfinite=error\n"
+                       "pc any per_channel_minmax qscheme=per_channel_symmetric dtype=qint8\n"
+                       "ma any moving_average_minmax\n";
+    qcal_calib_rules *rules = NULL;
+    assert_int_equal(qcal_calib_rules_parse(text, strlen(text), &rules), QCAL_OK);
+    qcal_calib_session *s = new_session(rules, 0);
+    static const char *const names[] = { "mm", "fb", "strict", "pc", "ma" };
+    int64_t shape2[2] = { 4, 10 };
+    qcal_tensor t;
+    assert_int_equal(qcal_tensor_init(&t, x, 2, shape2), QCAL_OK);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        assert_int_equal(qcal_calib_session_observe_part(s, names[i], QCAL_CALIB_ROLE_ACTIVATION,
+                                                         0, &t, true), QCAL_ERR_UNSUPPORTED);
+        assert_non_null(strstr(qcal_last_error(), names[i]));
+        uint64_t nb = 9;
+        assert_int_equal(qcal_calib_session_stats(s, names[i], QCAL_CALIB_ROLE_ACTIVATION, &nb,
+                                                  NULL, NULL, NULL), QCAL_OK);
+        assert_int_equal(nb, 0);
+    }
+    qcal_calib_session_destroy(&s);
+    qcal_calib_rules_destroy(&rules);
+    free(x);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -681,6 +800,7 @@ int main(void)
         cmocka_unit_test(test_threads_equal_serial),
         cmocka_unit_test(test_threads_stress),
         cmocka_unit_test(test_threads_histogram),
+        cmocka_unit_test(test_observe_parts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

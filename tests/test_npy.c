@@ -235,6 +235,125 @@ static void test_unsupported_files(void **state)
     assert_int_equal(qcal_npy_read(tmp_dir, &a), QCAL_ERR_IO); /* a directory */
 }
 
+/* ---- streaming reader ---- */
+
+/* Reads path with qcal_npy_reader in pieces of `cap` values and compares every value, bit
+ * for bit, with qcal_npy_read_f32 of the whole file. */
+static void check_stream(const char *path, int64_t cap)
+{
+    qcal_npy_array whole, info;
+    assert_int_equal(qcal_npy_read_f32(path, &whole), QCAL_OK);
+    qcal_npy_reader *r = NULL;
+    assert_int_equal(qcal_npy_reader_open(path, &r), QCAL_OK);
+    assert_int_equal(qcal_npy_reader_info(r, &info), QCAL_OK);
+    assert_null(info.data);
+    assert_int_equal(info.numel, whole.numel);
+    assert_int_equal(info.ndim, whole.ndim);
+    for (int32_t d = 0; d < whole.ndim; d++)
+        assert_int_equal(info.shape[d], whole.shape[d]);
+    float *buf = malloc((size_t)cap * sizeof *buf);
+    assert_non_null(buf);
+    int64_t done = 0, n = 0, calls = 0;
+    const uint32_t *want = whole.data;
+    do {
+        assert_int_equal(qcal_npy_reader_read_f32(r, buf, cap, &n), QCAL_OK);
+        assert_true(n <= cap);
+        assert_true(done + n <= whole.numel);
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t got;
+            memcpy(&got, &buf[i], 4);
+            if (got != want[done + i])
+                fail_msg("%s, pieces of %lld: element %lld is %08x, whole read %08x", path,
+                         (long long)cap, (long long)(done + i), got, want[done + i]);
+        }
+        done += n;
+        calls++;
+    } while (n > 0);
+    assert_int_equal(done, whole.numel);
+    assert_int_equal(calls, (whole.numel + cap - 1) / cap + 1);   /* then one n == 0 */
+    qcal_npy_reader_close(&r);
+    assert_null(r);
+    qcal_npy_reader_close(&r);   /* NULL is fine */
+    free(buf);
+    qcal_npy_array_free(&whole);
+}
+
+static void test_reader_pieces(void **state)
+{
+    (void)state;
+    static const char *files[] = { "f32_3x4.npy", "f32_1d.npy", "f32_v2.npy", "f32_v3.npy",
+                                   "scalar_f32.npy", "f64_5.npy", "f16_all.npy" };
+    static const int64_t caps[] = { 1, 3, 5, 4096, 65535, 65536, 1 << 20 };
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++)
+        for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++)
+            check_stream(data_path(files[f]), caps[c]);
+    /* f16 beyond the reader's conversion scratch (256 KiB = 131072 halves). */
+    enum { N = 300001 };
+    uint16_t *h = malloc(N * sizeof *h);
+    assert_non_null(h);
+    for (int i = 0; i < N; i++)
+        h[i] = (uint16_t)(i * 7919u);
+    int64_t shape = N;
+    assert_int_equal(qcal_npy_write(tmp_path("f16_big.npy"), QCAL_NPY_F16, 1, &shape, h), QCAL_OK);
+    check_stream(tmp_path("f16_big.npy"), 200000);
+    check_stream(tmp_path("f16_big.npy"), N);
+    free(h);
+}
+
+static void test_reader_errors(void **state)
+{
+    (void)state;
+    qcal_npy_reader *r = (qcal_npy_reader *)&r;   /* untouched on failure */
+    qcal_npy_reader *keep = r;
+    assert_int_equal(qcal_npy_reader_open(tmp_path("does_not_exist.npy"), &r), QCAL_ERR_NOT_FOUND);
+    assert_msg_has("does_not_exist.npy");
+    assert_ptr_equal(r, keep);
+    assert_int_equal(qcal_npy_reader_open(data_path("big_endian.npy"), &r), QCAL_ERR_UNSUPPORTED);
+    assert_msg_has("big-endian");
+    assert_ptr_equal(r, keep);
+    /* A file cut short is refused on open, with qcal_npy_read's message. */
+    size_t len;
+    unsigned char *bytes = tu_read_file(data_path("f32_3x4.npy"), &len);
+    tu_write_bytes(tmp_path("cut.npy"), bytes, len - 4);
+    qcal_npy_array a;
+    assert_int_equal(qcal_npy_read(tmp_path("cut.npy"), &a), QCAL_ERR_FORMAT);
+    char want[1024];
+    snprintf(want, sizeof want, "%s", qcal_last_error());
+    assert_int_equal(qcal_npy_reader_open(tmp_path("cut.npy"), &r), QCAL_ERR_FORMAT);
+    assert_string_equal(qcal_last_error(), want);
+    assert_msg_has("truncated data");
+    /* A file that shrinks between two reads is an error, not a short array. */
+    tu_write_bytes(tmp_path("shrinks.npy"), bytes, len);
+    r = NULL;
+    assert_int_equal(qcal_npy_reader_open(tmp_path("shrinks.npy"), &r), QCAL_OK);
+    float buf[12];
+    int64_t n = 0;
+    assert_int_equal(qcal_npy_reader_read_f32(r, buf, 5, &n), QCAL_OK);
+    assert_int_equal(n, 5);
+    assert_int_equal(truncate(tmp_path("shrinks.npy"), (off_t)(len - 8)), 0);
+    assert_int_equal(qcal_npy_reader_read_f32(r, buf, 5, &n), QCAL_OK);   /* still there */
+    assert_int_equal(n, 5);
+    assert_int_equal(qcal_npy_reader_read_f32(r, buf, 5, &n), QCAL_ERR_IO);
+    assert_msg_has("file shrank while reading");
+    assert_msg_has("shrinks.npy");
+    qcal_npy_reader_close(&r);
+    free(bytes);
+    /* Integer files: refused on the first read, with qcal_npy_read_f32's message. */
+    assert_int_equal(qcal_npy_read_f32(data_path("i32_4.npy"), &a), QCAL_ERR_MISMATCH);
+    snprintf(want, sizeof want, "%s", qcal_last_error());
+    assert_int_equal(qcal_npy_reader_open(data_path("i32_4.npy"), &r), QCAL_OK);
+    assert_int_equal(qcal_npy_reader_read_f32(r, buf, 12, &n), QCAL_ERR_MISMATCH);
+    assert_string_equal(qcal_last_error(), want);
+    assert_int_equal(qcal_npy_reader_read_f32(r, buf, 0, &n), QCAL_ERR_INVALID_ARG);
+    qcal_npy_reader_close(&r);
+    /* An empty array: nothing to read. */
+    assert_int_equal(qcal_npy_reader_open(data_path("empty_f32.npy"), &r), QCAL_OK);
+    n = 7;
+    assert_int_equal(qcal_npy_reader_read_f32(r, buf, 12, &n), QCAL_OK);
+    assert_int_equal(n, 0);
+    qcal_npy_reader_close(&r);
+}
+
 /* ---- writer: byte-identical to numpy ---- */
 
 static void check_write(const char *golden, qcal_npy_dtype dtype, int32_t ndim,
@@ -536,6 +655,8 @@ int main(void)
         cmocka_unit_test(test_read_scalar_and_empty),
         cmocka_unit_test(test_convert_f64_f16),
         cmocka_unit_test(test_unsupported_files),
+        cmocka_unit_test(test_reader_pieces),
+        cmocka_unit_test(test_reader_errors),
         cmocka_unit_test(test_write_matches_numpy),
         cmocka_unit_test(test_write_errors_keep_existing),
         cmocka_unit_test(test_parse_malformed),

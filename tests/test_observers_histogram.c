@@ -744,6 +744,99 @@ static void test_save_load(void **state)
     }
 }
 
+/* qcal_observer_update_part: a batch fed in parts (cut anywhere) leaves the saved state,
+ * batch counter included, byte for byte as one update of the whole batch; kinds whose
+ * result depends on the split are refused and left unchanged. */
+static qcal_observer *make_lattice(qcal_observer_kind kind)
+{
+    qcal_observer_config cfg;
+    qcal_observer_config_default(&cfg, kind);   /* the lattice grid */
+    qcal_observer *obs = NULL;
+    assert_int_equal(qcal_observer_create(&cfg, &obs), QCAL_OK);
+    return obs;
+}
+
+static void test_update_parts(void **state)
+{
+    (void)state;
+    enum { N = 20000 };
+    float *x = malloc(3 * N * sizeof *x);
+    assert_non_null(x);
+    for (int i = 0; i < 3 * N; i++)
+        x[i] = rng_normal() * (float)(1 + i / N) + (i >= 2 * N ? 40.0f : 0.0f);   /* growth */
+    x[123] = NAN;
+    x[N + 7] = INFINITY;
+    qcal_observer_kind kinds[4] = { QCAL_OBSERVER_HISTOGRAM, QCAL_OBSERVER_PERCENTILE,
+                                    QCAL_OBSERVER_ENTROPY, QCAL_OBSERVER_MSE };
+    for (int k = 0; k < 4; k++) {
+        for (int trial = 0; trial < 20; trial++) {
+            qcal_observer *whole = make_lattice(kinds[k]), *parts = make_lattice(kinds[k]);
+            for (int b = 0; b < 3; b++) {
+                assert_int_equal(qcal_observer_update(whole, tu_vec(x + b * N, N)), QCAL_OK);
+                int64_t pos = 0;
+                while (pos < N) {
+                    int64_t len = trial == 0 ? 1 + (pos % 3) * 4096
+                                             : 1 + (int64_t)(rng_next() % (N / (1 + trial % 5)));
+                    if (len > N - pos)
+                        len = N - pos;
+                    assert_int_equal(qcal_observer_update_part(parts, tu_vec(x + b * N + pos, len),
+                                                               pos + len == N), QCAL_OK);
+                    pos += len;
+                }
+            }
+            void *a, *b;
+            size_t la, lb;
+            assert_int_equal(qcal_observer_save(whole, &a, &la), QCAL_OK);
+            assert_int_equal(qcal_observer_save(parts, &b, &lb), QCAL_OK);
+            if (la != lb || memcmp(a, b, la))
+                fail_msg("%s trial %d: state of the parts differs from whole batches",
+                         qcal_observer_kind_name(kinds[k]), trial);
+            uint64_t nb = 0, nf = 0;
+            assert_int_equal(qcal_observer_batches(parts, &nb), QCAL_OK);
+            assert_int_equal(nb, 3);
+            assert_int_equal(qcal_observer_nonfinite(parts, &nf), QCAL_OK);
+            assert_int_equal(nf, 2);
+            qcal_free(a);
+            qcal_free(b);
+            qcal_observer_destroy(&whole);
+            qcal_observer_destroy(&parts);
+        }
+    }
+    /* Refused: min/max kinds, the first-batch grid, the error non-finite policy. */
+    qcal_observer_config c;
+    for (int v = 0; v < 4; v++) {
+        qcal_observer_config_default(&c, v == 0 ? QCAL_OBSERVER_MINMAX
+                                         : v == 1 ? QCAL_OBSERVER_MOVING_AVERAGE_MINMAX
+                                                  : QCAL_OBSERVER_HISTOGRAM);
+        if (v == 2)
+            c.grid = QCAL_GRID_FIRST_BATCH;
+        if (v == 3)
+            c.nonfinite = QCAL_NONFINITE_ERROR;
+        assert_false(qcal_observer_config_splits(&c));
+        qcal_observer *o = NULL;
+        assert_int_equal(qcal_observer_create(&c, &o), QCAL_OK);
+        assert_int_equal(qcal_observer_update_part(o, tu_vec(x + 200, 100), true),
+                         QCAL_ERR_UNSUPPORTED);
+        uint64_t nb = 9;
+        qcal_observer_batches(o, &nb);
+        assert_int_equal(nb, 0);
+        float lo, hi;
+        int64_t n;
+        assert_int_equal(qcal_observer_data_range(o, 1, &lo, &hi, &n), QCAL_NO_DATA);
+        qcal_observer_destroy(&o);
+    }
+    qcal_observer_config_default(&c, QCAL_OBSERVER_ENTROPY);
+    assert_true(qcal_observer_config_splits(&c));
+    assert_false(qcal_observer_config_splits(NULL));
+    qcal_observer *o = make_lattice(QCAL_OBSERVER_HISTOGRAM);
+    int64_t zero = 0;
+    qcal_tensor empty;
+    assert_int_equal(qcal_tensor_init(&empty, x, 1, &zero), QCAL_OK);
+    assert_int_equal(qcal_observer_update_part(o, &empty, true), QCAL_ERR_EMPTY);
+    qcal_observer_destroy(&o);
+    free(x);
+}
+
 static void test_histogram_qparams_end_to_end(void **state)
 {
     (void)state;
@@ -783,6 +876,7 @@ int main(void)
         cmocka_unit_test(test_growth_invariants),
         cmocka_unit_test(test_growth_keeps_resolution),
         cmocka_unit_test(test_merge),
+        cmocka_unit_test(test_update_parts),
         cmocka_unit_test(test_nonfinite),
         cmocka_unit_test(test_empty_constant_zero),
         cmocka_unit_test(test_near_flt_max),

@@ -204,15 +204,29 @@ static void progress(long done, long total, const char *name)
     fflush(stderr);
 }
 
-/* Feeds batch `step` of (name, role) from one .npy file. */
+/* The message and exit code of a failed observe call on path. */
+static int observe_failed(const char *cmd, const char *path, qcal_status st)
+{
+    char msg[1200];
+    snprintf(msg, sizeof msg, "%s", qcal_last_error());
+    return cli_fail(cmd, cli_observe_exit_code(st), "'%s': %s", path,
+                    *msg ? msg : qcal_status_str(st));
+}
+
+static int read_failed(const char *cmd, qcal_status st)
+{
+    return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT,
+                           st);
+}
+
+/* Feeds batch `step` of (name, role) from one .npy file, read whole. */
 static int feed_file(const char *cmd, qcal_calib_session *s, const char *name,
                      qcal_calib_role role, int64_t step, const char *path)
 {
     qcal_npy_array a;
     qcal_status st = qcal_npy_read_f32(path, &a);
     if (st != QCAL_OK)
-        return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE
-                                                             : QCAL_EXIT_INPUT, st);
+        return read_failed(cmd, st);
     int rc = 0;
     if (a.numel == 0) {
         rc = cli_fail(cmd, QCAL_EXIT_INPUT, "'%s': empty array (0 elements), nothing to "
@@ -222,14 +236,55 @@ static int feed_file(const char *cmd, qcal_calib_session *s, const char *name,
         st = qcal_npy_as_tensor(&a, &x);
         if (st == QCAL_OK)
             st = qcal_calib_session_observe(s, name, role, step, &x);
-        if (st < 0) {
-            char msg[1200];
-            snprintf(msg, sizeof msg, "%s", qcal_last_error());
-            rc = cli_fail(cmd, cli_observe_exit_code(st), "'%s': %s", path,
-                          *msg ? msg : qcal_status_str(st));
-        }
+        if (st < 0)
+            rc = observe_failed(cmd, path, st);
     }
     qcal_npy_array_free(&a);
+    return rc;
+}
+
+/* Streamed batches go through a buffer of this many floats (1 MiB), reused from file to
+ * file: the file's bytes are observed while they are still in the core's L2 cache, and peak
+ * memory does not grow with the file size (docs/performance.md, "Reading the dump"). */
+#define STREAM_FLOATS ((int64_t)1 << 18)
+
+/* As feed_file for an observer whose batches split (qcal_observer_config_splits): the file
+ * is read and observed in parts of up to STREAM_FLOATS values (the same result, bit for
+ * bit). Same messages and exit codes as feed_file. */
+static int stream_file(const char *cmd, qcal_calib_session *s, const char *name,
+                       qcal_calib_role role, int64_t step, const char *path, float *buf)
+{
+    qcal_npy_reader *r = NULL;
+    qcal_status st = qcal_npy_reader_open(path, &r);
+    if (st != QCAL_OK)
+        return read_failed(cmd, st);
+    qcal_npy_array info;
+    qcal_npy_reader_info(r, &info);
+    int64_t n = 0, done = 0;
+    int rc = 0;
+    /* The first read also refuses integer files (before an empty one is reported). */
+    st = qcal_npy_reader_read_f32(r, buf, STREAM_FLOATS, &n);
+    if (st == QCAL_OK && info.numel == 0)
+        rc = cli_fail(cmd, QCAL_EXIT_INPUT, "'%s': empty array (0 elements), nothing to "
+                      "observe", path);
+    while (st == QCAL_OK && !rc && n > 0) {
+        done += n;
+        qcal_tensor x;
+        st = qcal_tensor_init(&x, buf, 1, &n);
+        if (st == QCAL_OK)
+            st = qcal_calib_session_observe_part(s, name, role, step, &x, done == info.numel);
+        if (st < 0) {
+            rc = observe_failed(cmd, path, st);
+            break;
+        }
+        if (done < info.numel)
+            st = qcal_npy_reader_read_f32(r, buf, STREAM_FLOATS, &n);
+        else
+            n = 0;
+    }
+    if (st < 0 && !rc)
+        rc = read_failed(cmd, st);
+    qcal_npy_reader_close(&r);
     return rc;
 }
 
@@ -305,15 +360,26 @@ static int assign(const char *cmd, const cli_dist *d, const qcal_calib_dump *dum
  * tensor's numbered 0, 1, ... in file order); *files counts them. On a failure the other
  * ranks are told (cli_dist_notify); when another rank failed, feeding stops early. */
 static int feed_dump(const char *cmd, cli_dist *dist, qcal_calib_session *s,
-                     const qcal_calib_dump *dump, const int *owner, long mine, long *files)
+                     const qcal_calib_rules *rules, const qcal_calib_dump *dump,
+                     const int *owner, long mine, long *files)
 {
     int64_t n = 0;
     qcal_calib_dump_count(dump, &n);
     bool bar = cli_dist_writer(dist) && cli_dist_terminal(dist);
     int rc = 0;
+    float *buf = NULL;   /* the streaming buffer, allocated on first use */
     for (int64_t i = 0, k = 0; i < n && !rc; i++) {
         qcal_calib_dump_tensor t;
         qcal_calib_dump_tensor_at(dump, i, &t);
+        /* Batches of observers that split are streamed (the session's rules, as the
+         * session itself applies them). */
+        qcal_observer_config cfg;
+        bool stream = qcal_calib_rules_match(rules, t.name, t.role, &cfg, NULL) == QCAL_OK &&
+                      qcal_observer_config_splits(&cfg);
+        if (stream && !buf && !(buf = aligned_alloc(64, STREAM_FLOATS * sizeof *buf))) {
+            rc = cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
+            break;
+        }
         int64_t step = 0;
         for (int64_t j = 0; j < t.nfiles && !rc; j++, k++) {
             if (owner && owner[k] != dist->rank)
@@ -322,12 +388,14 @@ static int feed_dump(const char *cmd, cli_dist *dist, qcal_calib_session *s,
                 goto out;
             if (bar)
                 progress(*files, mine, t.name);
-            rc = feed_file(cmd, s, t.name, t.role, step++, t.files[j]);
+            rc = stream ? stream_file(cmd, s, t.name, t.role, step++, t.files[j], buf)
+                        : feed_file(cmd, s, t.name, t.role, step++, t.files[j]);
             if (!rc)
                 ++*files;
         }
     }
 out:
+    free(buf);
     if (bar)
         fputs("\r\033[K", stderr);
     if (rc)
@@ -448,7 +516,7 @@ static int calibrate(int argc, char **argv, cli_dist *dist)
     /* Distributed runs agree here that every rank has its plan. */
     if ((rc = cli_dist_agree(dist, rc)))
         goto done_agreed;
-    if (dump && (rc = feed_dump(cmd, dist, session, dump, owner, mine, &files)))
+    if (dump && (rc = feed_dump(cmd, dist, session, rules, dump, owner, mine, &files)))
         goto fed;
     /* --weights: the writer reads them all. */
     for (int i = 0; i < a.nweights && writer; i++) {

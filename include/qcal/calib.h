@@ -136,6 +136,17 @@ QCAL_API void qcal_calib_session_destroy(qcal_calib_session **s);
 QCAL_API qcal_status qcal_calib_session_observe(qcal_calib_session *s, const char *fqn, qcal_calib_role role,
                                           int64_t step, const qcal_tensor *x);
 
+/* Feeds a part of the batch at step (>= 0) of (fqn, role): parts with last false, then
+ * the last one, give the entry what one qcal_calib_session_observe of the whole batch
+ * gives, bit for bit (so a large batch can be streamed through a small buffer). Parts of
+ * one step may come from several threads. Only for entries whose observer config splits
+ * (qcal_observer_config_splits), else QCAL_ERR_UNSUPPORTED; a step already completed is
+ * QCAL_ERR_INVALID_ARG. A part that fails (out of memory) leaves the parts before it
+ * applied. Thread-safe. */
+QCAL_API qcal_status qcal_calib_session_observe_part(qcal_calib_session *s, const char *fqn,
+                                                    qcal_calib_role role, int64_t step,
+                                                    const qcal_tensor *x, bool last);
+
 /* Applies every queued batch in step order (steps that never came are skipped). The
  * first failure is returned (with the fqn and step in the message). Thread-safe. */
 QCAL_API qcal_status qcal_calib_session_flush(qcal_calib_session *s);

@@ -76,6 +76,33 @@ QCAL_API qcal_status qcal_npy_as_tensor(const qcal_npy_array *arr, qcal_tensor *
 QCAL_API qcal_status qcal_npy_write(const char *path, qcal_npy_dtype dtype, int32_t ndim,
                                     const int64_t *shape, const void *data);
 
+/* Streaming reads: the header is checked when the file is opened (the checks and messages
+ * of qcal_npy_read, data size against file size included), then the data comes in pieces
+ * of the caller's size through the caller's buffer, so memory does not grow with the file:
+ *
+ *   qcal_npy_reader *r = NULL;
+ *   qcal_npy_reader_open("x.npy", &r);
+ *   while (qcal_npy_reader_read_f32(r, buf, cap, &n) == QCAL_OK && n > 0) { ... }
+ *   qcal_npy_reader_close(&r);
+ *
+ * A file that shrinks while it is read is QCAL_ERR_IO ("file shrank while reading"). */
+typedef struct qcal_npy_reader qcal_npy_reader;
+
+/* Opens path and checks its header; *out owned by the caller (qcal_npy_reader_close). */
+QCAL_API qcal_status qcal_npy_reader_open(const char *path, qcal_npy_reader **out);
+
+/* The file's dtype, shape, numel and nbytes in *info (info->data is NULL; nothing to free). */
+QCAL_API qcal_status qcal_npy_reader_info(const qcal_npy_reader *r, qcal_npy_array *info);
+
+/* Reads the next min(cap, remaining) elements into dst as float32 (float32 files without a
+ * copy or conversion, float64/float16 converted as qcal_npy_read_f32 does); *n gets the
+ * count, 0 once every element was read. Integer files are QCAL_ERR_MISMATCH (first call). */
+QCAL_API qcal_status qcal_npy_reader_read_f32(qcal_npy_reader *r, float *dst, int64_t cap,
+                                              int64_t *n);
+
+/* Closes *r (NULL is fine) and sets *r to NULL. */
+QCAL_API void qcal_npy_reader_close(qcal_npy_reader **r);
+
 /* Frees arr->data and zeroes *arr (NULL or an already freed array is fine). */
 QCAL_API void qcal_npy_array_free(qcal_npy_array *arr);
 

@@ -151,6 +151,19 @@ QCAL_API const qcal_observer_config *qcal_observer_get_config(const qcal_observe
  * nothing. Per-channel kinds need ndim > axis and the same channel count on every batch. */
 QCAL_API qcal_status qcal_observer_update(qcal_observer *obs, const qcal_tensor *x);
 
+/* Whether cfg's batches may be fed in parts (qcal_observer_update_part) with the result of
+ * whole batches bit for bit: the histogram family on the lattice grid (exact bin counts),
+ * unless the non-finite policy is QCAL_NONFINITE_ERROR (a part could fail after earlier
+ * parts of its batch were applied). */
+QCAL_API bool qcal_observer_config_splits(const qcal_observer_config *cfg);
+
+/* Feeds a part of a batch (any run of its elements, as a flat tensor): parts with last
+ * false, then the final one with last true, leave the observer as one qcal_observer_update
+ * of the whole batch would, bit for bit (the batch is counted once, on its last part).
+ * QCAL_ERR_UNSUPPORTED unless qcal_observer_config_splits; an empty part is QCAL_ERR_EMPTY. */
+QCAL_API qcal_status qcal_observer_update_part(qcal_observer *obs, const qcal_tensor *x,
+                                               bool last);
+
 /* Number of channels (1 for per-tensor kinds; 0 for a per-channel observer that saw nothing). */
 QCAL_API qcal_status qcal_observer_channels(const qcal_observer *obs, int64_t *n);
 
