@@ -58,7 +58,10 @@
  * of the Python reference to ~1e-13 relative (tests require 1e-12), and the chosen i is the
  * same unless two candidates' KL differ by less than that (tested on 12 reference
  * histograms and against the direct O(bins^2) sum on synthetic ones). Single-threaded: the
- * search is a few ms, and an OpenMP team on a loaded machine cost more than it saved. */
+ * search is a few ms, and an OpenMP team on a loaded machine cost more than it saved.
+ * Per level the bounds are stepped without an integer division and the run's p and log p
+ * come from a per-bin table (same doubles as before: the same KL curve bit for bit on 3000
+ * random histograms, 0.87-0.92x the time; the log() for log q_l is ~30% of what remains). */
 #include <math.h>
 #include <string.h>
 
@@ -132,12 +135,14 @@ static int32_t entropy_search_raw(const uint64_t *counts, int32_t bins, int32_t 
     uint64_t *C = qcal_malloc(2 * nb * sizeof *C);     /* prefix counts, non-zero bins */
     dd *PP = qcal_malloc(2 * nb * sizeof *PP);         /* prefix p_j, p_j log p_j */
     run_info *R = qcal_malloc(nb * sizeof *R);
+    double *RL = qcal_malloc(2 * nb * sizeof *RL);     /* per R[a]: p and log p */
     int32_t ncand = bins - levels + 1;
     double *kls = qcal_malloc((size_t)ncand * sizeof *kls);
-    if (!C || !PP || !R || !kls) {
+    if (!C || !PP || !R || !RL || !kls) {
         free(C);
         free(PP);
         free(R);
+        free(RL);
         free(kls);
         if (best_kl)
             *best_kl = 0.0;
@@ -171,6 +176,13 @@ static int32_t entropy_search_raw(const uint64_t *counts, int32_t bins, int32_t 
         R[j] = (run_info){ counts[j], same ? R[j + 1].differs : next_nz };
         next_nz = j;
     }
+    /* p = R[a].value / S and log p of every run start, computed once here instead of once
+     * per (candidate, level) below (the same doubles: same expressions). */
+    double *RP = RL + nb;
+    for (int32_t j = 0; j <= bins; j++) {
+        RP[j] = (double)R[j].value / S;
+        RL[j] = R[j].value ? log(RP[j]) : 0.0;
+    }
     for (int32_t c = 0; c < ncand; c++) {
         const int32_t i = levels + c;
         const uint64_t sq = C[i], outl = total - sq;
@@ -181,8 +193,18 @@ static int32_t entropy_search_raw(const uint64_t *counts, int32_t bins, int32_t 
         const double SQ = (double)sq;
         double kl = 0.0, lq = 0.0;
         int64_t a = 0;
+        /* Level l ends at b = ceil((l + 1) i / levels), stepped without a division:
+         * (l + 1) i = bq levels + br with 0 <= br < levels. */
+        const int64_t iq = i / levels, ir = i % levels;
+        int64_t bq = 0, br = 0;
         for (int32_t l = 0; l < levels; l++) {
-            int64_t b = ((int64_t)(l + 1) * i + levels - 1) / levels;   /* ceil */
+            bq += iq;
+            br += ir;
+            if (br >= levels) {
+                br -= levels;
+                bq++;
+            }
+            int64_t b = bq + (br > 0);   /* ceil */
             uint64_t nz = NZ[b] - NZ[a];
             lq = 0.0;
             if (nz > 0) {
@@ -192,8 +214,7 @@ static int32_t entropy_search_raw(const uint64_t *counts, int32_t bins, int32_t 
                     double d;
                     if (R[a].differs >= e) {
                         /* Equal counts: the terms are equal, as the definition's. */
-                        double p = (double)R[a].value / S;
-                        double t = p * (log(p) - lq);
+                        double t = RP[a] * (RL[a] - lq);
                         dd k = two_prod(t, (double)(NZ[e] - NZ[a]));
                         d = k.hi + k.lo;
                     } else {
@@ -228,6 +249,7 @@ static int32_t entropy_search_raw(const uint64_t *counts, int32_t bins, int32_t 
     free(C);
     free(PP);
     free(R);
+    free(RL);
     free(kls);
     if (best_kl)
         *best_kl = best_v;
