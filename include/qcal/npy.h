@@ -94,9 +94,9 @@ QCAL_API qcal_status qcal_npy_reader_open(const char *path, qcal_npy_reader **ou
 /* The file's dtype, shape, numel and nbytes in *info (info->data is NULL; nothing to free). */
 QCAL_API qcal_status qcal_npy_reader_info(const qcal_npy_reader *r, qcal_npy_array *info);
 
-/* Reads the next min(cap, remaining) elements into dst as float32 (float32 files without a
- * copy or conversion, float64/float16 converted as qcal_npy_read_f32 does); *n gets the
- * count, 0 once every element was read. Integer files are QCAL_ERR_MISMATCH (first call). */
+/* Reads the next min(cap, remaining) elements into dst as float32 (float32 files straight
+ * into dst, float64/float16 through a 256 KiB scratch, converted as qcal_npy_read_f32 does);
+ * *n gets the count, 0 once every element was read. Integer files: QCAL_ERR_MISMATCH. */
 QCAL_API qcal_status qcal_npy_reader_read_f32(qcal_npy_reader *r, float *dst, int64_t cap,
                                               int64_t *n);
 
