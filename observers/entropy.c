@@ -61,7 +61,7 @@
  * search is a few ms, and an OpenMP team on a loaded machine cost more than it saved.
  * Per level the bounds are stepped without an integer division and the run's p and log p
  * come from a per-bin table (same doubles as before: the same KL curve bit for bit on 3000
- * random histograms, 0.87-0.92x the time; the log() for log q_l is ~30% of what remains). */
+ * random histograms, 0.87-0.93x the time; the log() for log q_l is ~30% of what remains). */
 #include <math.h>
 #include <string.h>
 
