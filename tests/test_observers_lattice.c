@@ -518,10 +518,11 @@ static void test_kernel_c_reference(void **state)
 
 /* ---- big batches: single-pass growth, threads ---- */
 
-/* Batches above 1024 values are binned in one pass that grows the lattice where a chunk
- * goes outside it, one window per thread; batches of at most 1024 take the two-pass path.
- * Both must give the state of any other split: the same data as one batch on 1..4 threads,
- * as two batches, and as 1000-value batches (the small path) all save the same bytes. */
+/* Batches of 128K values or more are binned in one pass that grows the lattice where a
+ * chunk goes outside it, one window per thread; smaller ones take the two-pass path (at most
+ * 1024 values without scratch). Every path must give the state of any other split: the same
+ * data as one batch on 1..4 threads, as two batches, and as 1000- and 100,000-value batches
+ * all save the same bytes. */
 static void gen_growing(int s, float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {
@@ -574,11 +575,21 @@ static void test_big_batches(void **state)
             snap(ref, true, &want);
             for (int threads = 1; threads <= 4; threads++) {
                 assert_int_equal(qcal_set_num_threads(threads), QCAL_OK);
-                for (int split = 0; split < 2; split++) {
+                /* one batch; two single-pass batches; a two-pass batch (50,017 values)
+                 * then a single-pass one; two-pass batches of 100,000 */
+                for (int split = 0; split < 4; split++) {
                     qcal_observer *o = make(&cfg);
-                    int64_t cut = split ? N / 3 + 17 : N;
-                    feed_shape(o, x, 1, &cut);
-                    if (cut < N) {
+                    int64_t cut = split == 0 ? N : split == 1 ? N / 3 + 17 : 50017;
+                    if (split == 3)
+                        cut = 0;
+                    if (cut > 0)
+                        feed_shape(o, x, 1, &cut);
+                    if (split == 3) {
+                        for (int64_t at = 0; at < N; at += 100000) {
+                            int64_t len = N - at < 100000 ? N - at : 100000;
+                            feed_shape(o, x + at, 1, &len);
+                        }
+                    } else if (cut < N) {
                         int64_t rest = N - cut;
                         feed_shape(o, x + cut, 1, &rest);
                     }
