@@ -57,6 +57,8 @@ typedef struct demo_opts {
     const char *out_dir;          /* "qcal-demo-out" */
     const char *json_path;        /* NULL: no JSON */
     int64_t calib_images;         /* 1000 */
+    int64_t calib_offset;         /* 0: calibrate on training images offset.. offset+calib_images-1 */
+    qcal_observer_grid grid;      /* histogram family's grid: QCAL_GRID_LATTICE */
     int64_t test_images;          /* 0 = all */
     int64_t sqnr_images;          /* 1000: test images used for the shadow-mode SQNR */
     bool qat;                     /* true */
@@ -80,6 +82,9 @@ static void usage(FILE *f)
             "  --weights FILE         float model (.safetensors, PyTorch names) instead of the\n"
             "                         cached / freshly trained one\n"
             "  --calib-images N       training images used for calibration (default 1000)\n"
+            "  --calib-offset N       calibrate on the training images from N on (default 0)\n"
+            "  --grid G               grid of the int8 rows' histogram-family observers: lattice\n"
+            "                         (default) or first-batch\n"
             "  --observers a,b,...    observer kinds to compare (default minmax,\n"
             "                         moving_average_minmax,histogram,percentile,entropy,mse)\n"
             "  --input-observer K     observer of the model input (conv1's input): minmax\n"
@@ -208,6 +213,12 @@ static int parse_args(int argc, char **argv, demo_opts *o)
             bad = parse_kinds(v, o);
         else if (!strcmp(a, "--calib-images"))
             bad = parse_i64(a, v, 1, 60000, &o->calib_images);
+        else if (!strcmp(a, "--calib-offset"))
+            bad = parse_i64(a, v, 0, 59999, &o->calib_offset);
+        else if (!strcmp(a, "--grid")) {
+            if (qcal_observer_grid_parse(v, &o->grid) != QCAL_OK)
+                bad = die(2, "--grid '%s': expected lattice or first-batch", v);
+        }
         else if (!strcmp(a, "--test-images"))
             bad = parse_i64(a, v, 1, 10000, &o->test_images);
         else if (!strcmp(a, "--sqnr-images"))
@@ -623,14 +634,17 @@ typedef struct observer_result {
     qcal_numeric_act_compare *shadow;
 } observer_result;
 
-/* Calibrates the float model on the first n training images with activation observer kind. */
+/* Calibrates the float model on the first n images of train with activation observer kind
+ * (histogram family on grid). */
 static qcal_status calibrate(cnn_ctx *ctx, const cnn_model *m, const cnn_data *train, int64_t n,
-                             qcal_observer_kind kind, bool input_same, observer_result *r)
+                             qcal_observer_kind kind, bool input_same, qcal_observer_grid grid,
+                             observer_result *r)
 {
     qcal_calib_rules *rules = NULL;
     qcal_calib_session *s = NULL;
     qcal_observer_config acfg, icfg, wcfg;
     qcal_observer_config_default(&acfg, kind);   /* quint8 per_tensor_affine */
+    acfg.grid = grid;
     qcal_observer_config_default(&icfg, QCAL_OBSERVER_MINMAX);
     qcal_status st = qcal_calib_role_default_config(QCAL_CALIB_ROLE_WEIGHT, &wcfg);
     wcfg.q.dtype = QCAL_QINT8;
@@ -1005,7 +1019,17 @@ int main(int argc, char **argv)
     TRY(cnn_data_load(o.data_dir, "t10k", &test));
     if (o.test_images > 0 && o.test_images < test.n)
         test.n = o.test_images;
-    int64_t n_calib = o.calib_images < train.n ? o.calib_images : train.n;
+    if (o.calib_offset >= train.n) {
+        rc = die(2, "--calib-offset %lld: the training set has %lld images", (long long)o.calib_offset,
+                 (long long)train.n);
+        goto done;
+    }
+    /* The calibration images: training images calib_offset.. (training and QAT use them all). */
+    cnn_data calib = train;
+    calib.images += o.calib_offset * 784;
+    calib.labels += o.calib_offset;
+    calib.n -= o.calib_offset;
+    int64_t n_calib = o.calib_images < calib.n ? o.calib_images : calib.n;
     TRY(cnn_ctx_create(256, &ctx));
 
     /* 1. Float model. */
@@ -1065,7 +1089,7 @@ int main(int argc, char **argv)
     double float_top1 = 100.0 * (double)right / (double)test.n;
     printf("float top-1: %.2f%% on %lld test images (f32 evaluation %.3f s)\n\n", float_top1, (long long)test.n,
            float_eval_s);
-    TRY(time_float_forward(ctx, fm, &train, n_calib, &fwd_calib_s));
+    TRY(time_float_forward(ctx, fm, &calib, n_calib, &fwd_calib_s));
 
     /* 2-3. Calibrate with each observer, convert, evaluate in int8, shadow-mode SQNR. */
     for (int k = 0; k < o.n_kinds; k++) {
@@ -1073,7 +1097,7 @@ int main(int argc, char **argv)
         r->kind = o.kinds[k];
         char phase[64];
         snprintf(phase, sizeof phase, "int8 %s", qcal_observer_kind_name(r->kind));
-        TRY(calibrate(ctx, fm, &train, n_calib, r->kind, o.input_same, r));
+        TRY(calibrate(ctx, fm, &calib, n_calib, r->kind, o.input_same, o.grid, r));
         TRY(build_net_table(fm, r->table, 0, NSEG - 1, &net));
         TRY(eval_int8(net, ft.x, test.labels, fpred, test.n, phase, logits, &r->ev));
         qcal_int8_net_destroy(&net);
@@ -1086,6 +1110,10 @@ int main(int argc, char **argv)
     printf("Post-training static quantization: int8 on oneDNN, %lld calibration images (batches of %d), "
            "weights per-channel symmetric qint8, activations quint8 per-tensor affine; model input: %s\n",
            (long long)n_calib, CALIB_BATCH, o.input_same ? "the observer of the row" : "minmax (every row)");
+    if (o.calib_offset > 0 || o.grid != QCAL_GRID_LATTICE)
+        printf("(calibration images: training images %lld..%lld; histogram-family grid: %s)\n",
+               (long long)o.calib_offset, (long long)(o.calib_offset + n_calib - 1),
+               qcal_observer_grid_name(o.grid));
     printf("%-22s | %10s | %8s | %9s | %9s | %13s | %s\n", "observer", "int8 top-1", "delta", "agreement",
            "calib (s)", "worst SQNR dB", "int8 eval (s)");
     printf("%-22s-+-%10s-+-%8s-+-%9s-+-%9s-+-%13s-+-%s\n", "----------------------", "----------", "--------",
@@ -1124,7 +1152,7 @@ int main(int argc, char **argv)
 
     /* 4a. The low-bit setting: where the observer matters. */
     if (o.low_bits) {
-        TRY(lowbit_run(ctx, fm, &train, n_calib, CALIB_BATCH, &test, fpred, o.n_kinds, o.kinds, o.low_bits,
+        TRY(lowbit_run(ctx, fm, &calib, n_calib, CALIB_BATCH, &test, fpred, o.n_kinds, o.kinds, o.low_bits,
                        o.out_dir, &lb));
         print_lowbit(&lb, float_top1, test.n, o.out_dir);
     }
@@ -1132,7 +1160,7 @@ int main(int argc, char **argv)
     /* 4b. The HTML report: every observer on every tensor (int8 qconfigs), with the numeric
      * suite's shadow-mode SQNR of the best observer's int8 layers. */
     snprintf(path, sizeof path, "%s/report.html", o.out_dir);
-    TRY(write_report(ctx, fm, &train, n_calib, &res[best], ft.n, path, &report_s));
+    TRY(write_report(ctx, fm, &calib, n_calib, &res[best], ft.n, path, &report_s));
     printf("Report: %s (every observer on every tensor with the int8 qconfigs, SQNR and clipping, histograms, "
            "objective curves, per-channel weight ranges, the int8 layer SQNR of the %s tables; %.2f s)\n\n", path,
            qcal_observer_kind_name(res[best].kind), report_s);
@@ -1153,7 +1181,7 @@ int main(int argc, char **argv)
 
     /* 6. Outputs. */
     snprintf(path, sizeof path, "%s/stats.csv", o.out_dir);
-    TRY(write_stats_log(ctx, fm, &train, n_calib, path));
+    TRY(write_stats_log(ctx, fm, &calib, n_calib, path));
     snprintf(path, sizeof path, "%s/numeric_%s.csv", o.out_dir, qcal_observer_kind_name(res[best].kind));
     TRY(write_numeric_csv(path, rows));
     double total_s = cnn_now() - t_start;

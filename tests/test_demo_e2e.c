@@ -600,6 +600,10 @@ static void test_bad_options(void **state)
     expect_error(a6, 2, "--low-bits 1");
     const char *a7[] = {"--low-bits", "9", NULL};
     expect_error(a7, 2, "--low-bits '9'");
+    const char *a8[] = {"--grid", "bogus", NULL};
+    expect_error(a8, 2, "--grid 'bogus': expected lattice or first-batch");
+    const char *a9[] = {"--calib-offset", "60000", NULL};
+    expect_error(a9, 2, "--calib-offset '60000'");
 }
 
 int main(void)
