@@ -26,8 +26,8 @@ qcal_status qcal_minmax_batch(const qcal_observer *obs, const qcal_tensor *x, in
                           "%s: batch of %lld values has %llu NaN/Inf (non-finite policy: error)",
                           qcal_observer_kind_name(obs->cfg.kind), (long long)n,
                           (unsigned long long)bad);
-    *mn = l;
-    *mx = h;
+    *mn = qcal_minmax_zero(l);
+    *mx = qcal_minmax_zero(h);
     return QCAL_OK;
 }
 
@@ -115,8 +115,8 @@ qcal_status qcal_pt_state_load(qcal_observer *obs, qcal_cursor *c)
     if (!qcal_minmax_pair_valid(mn, mx))
         return qcal_error(QCAL_ERR_FORMAT, "%s state has an invalid range [%g, %g]",
                           qcal_observer_kind_name(obs->cfg.kind), (double)mn, (double)mx);
-    s->mn = mn;
-    s->mx = mx;
+    s->mn = qcal_minmax_zero(mn); /* states written before zeros were canonical */
+    s->mx = qcal_minmax_zero(mx);
     return QCAL_OK;
 }
 

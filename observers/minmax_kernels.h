@@ -50,6 +50,15 @@ float qcal_minmax_ema(float avg, float now, float c);
 /* Validates a stored range pair: (+inf, -inf) or finite with min <= max. */
 bool qcal_minmax_pair_valid(float mn, float mx);
 
+/* v, with a zero of either sign as +0. -0 and +0 compare equal, so which one a min/max
+ * pass returns depends on the order it meets them (element order, threads, batches);
+ * every range the min/max kinds keep goes through this, so a range is a function of the
+ * multiset of values and states and digests do not depend on that order. */
+static inline float qcal_minmax_zero(float v)
+{
+    return v == 0.0f ? 0.0f : v;
+}
+
 /* Per-channel state shared by the two per-channel kinds. */
 typedef struct qcal_pc_state {
     int64_t channels;   /* 0 until the first batch */

@@ -46,6 +46,10 @@ qcal_status qcal_minmax_channels_batch(const qcal_observer *obs, const qcal_tens
                           "%s: batch has %llu NaN/Inf values (non-finite policy: error)",
                           qcal_observer_kind_name(obs->cfg.kind), (unsigned long long)bad);
     }
+    for (int64_t c = 0; c < ch; c++) {
+        l[c] = qcal_minmax_zero(l[c]);
+        h[c] = qcal_minmax_zero(h[c]);
+    }
     *mn = l;
     *mx = h;
     *channels = ch;
@@ -179,6 +183,8 @@ qcal_status qcal_pc_state_load(qcal_observer *obs, qcal_cursor *c)
             free(mx);
             return st;
         }
+        mn[i] = qcal_minmax_zero(mn[i]); /* states written before zeros were canonical */
+        mx[i] = qcal_minmax_zero(mx[i]);
     }
     qcal_pc_state_adopt(obs, mn, mx, (int64_t)ch);
     return QCAL_OK;

@@ -10,6 +10,8 @@
  *     qparams give scale 1, zero-point 0, both with QCAL_NO_DATA (as PyTorch).
  *   - qparams: qcal_qparams_compute (PyTorch 1.13's _calculate_qparams, float32, bit for bit).
  *   - save/load: the running min/max (per channel) as float32, validated on load.
+ *   - A zero bound is +0 whatever the sign of the zeros seen (-0 == +0, and which one a
+ *     pass meets first would otherwise make the range and the state digest order-dependent).
  *
  * "minmax" (QCAL_OBSERVER_MINMAX; PyTorch MinMaxObserver)
  *   Default qconfig: quint8, per_tensor_affine. Update: min = min(min, min(x)),
