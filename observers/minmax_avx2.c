@@ -14,7 +14,8 @@
 
 /* Every 1024 floats (one 4 KiB page) the flat kernel prefetches one line this far ahead, as
  * the AVX-512 kernel does (see minmax_avx512.c): the page's TLB walk and first miss are
- * then done before the loads get there. Prefetches never fault. */
+ * then done before the loads get there. Prefetches never fault (the address past the end
+ * of x is formed as an integer). */
 #define PREFETCH_BYTES (64 * 1024)
 
 static inline void step(__m256 a, __m256i expm, __m256 *lo, __m256 *hi, __m256i *cnt)
@@ -49,7 +50,7 @@ void qcal_f32_minmax__avx2(const float *x, int64_t n, float *mn, float *mx,
         __m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0, c3 = c0;
         for (; i + 32 <= end; i += 32) {
             if ((i & 1023) == 0)
-                _mm_prefetch((const char *)(x + i) + PREFETCH_BYTES, _MM_HINT_T0);
+                _mm_prefetch((const char *)((uintptr_t)(x + i) + PREFETCH_BYTES), _MM_HINT_T0);
             step(_mm256_loadu_ps(x + i), expm, &l0, &h0, &c0);
             step(_mm256_loadu_ps(x + i + 8), expm, &l1, &h1, &c1);
             step(_mm256_loadu_ps(x + i + 16), expm, &l2, &h2, &c2);

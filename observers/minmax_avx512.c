@@ -24,7 +24,7 @@
 /* Each block first prefetches one line this far ahead: one touch per 4 KiB page, early
  * enough that the page's TLB walk and first miss are done when the loads get there (the
  * hardware prefetchers stop at 4 KiB page boundaries). Prefetches never fault, so running
- * past the end of x is harmless (and helps the next row of a per-channel tensor). */
+ * past the end of x is harmless (the address is formed as an integer) (and helps the next row of a per-channel tensor). */
 #define PREFETCH_BYTES (64 * 1024)
 
 static inline void step(__m512 a, __m512i expm, __m512 *lo, __m512 *hi, __m512i *cnt)
@@ -74,7 +74,7 @@ static inline bool fast_block(const float *x, acc4 *a)
     __m512 l0 = a->l0, l1 = a->l1, l2 = a->l2, l3 = a->l3;
     __m512 h0 = a->h0, h1 = a->h1, h2 = a->h2, h3 = a->h3;
     __m512 f0 = z, f1 = z, f2 = z, f3 = z;
-    _mm_prefetch((const char *)x + PREFETCH_BYTES, _MM_HINT_T0);
+    _mm_prefetch((const char *)((uintptr_t)x + PREFETCH_BYTES), _MM_HINT_T0);
     for (int64_t i = 0; i < BLOCK; i += 64) {
         __m512 v0 = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16);
         __m512 v2 = _mm512_loadu_ps(x + i + 32), v3 = _mm512_loadu_ps(x + i + 48);
