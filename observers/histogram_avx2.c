@@ -68,6 +68,11 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
              * that it does not evict the sub-histograms from L1 (prefetches never fault). */
             for (int l = 0; l < CH; l += 16)
                 _mm_prefetch((const char *)(p + PF + l), _MM_HINT_NTA);
+            /* And one line per 4 KB page QCAL_HIST_PF_PAGE bytes ahead: the hardware
+             * prefetchers stop at page boundaries; the page's TLB walk and first miss are
+             * then done early. */
+            if ((c & (4096 / (CH * 4) - 1)) == 0)
+                _mm_prefetch((const char *)p + QCAL_HIST_PF_PAGE, _MM_HINT_NTA);
             for (int j = 0; j < CH; j += 16) {
                 __m256i sl[2], inm[2];
                 __m256 raws[2];

@@ -202,6 +202,7 @@ int64_t qcal_hist_until_tail(const float *x, int64_t n, int64_t at, const qcal_l
 #define QCAL_HIST_CH 64
 #define QCAL_HIST_CHECK 64   /* histc_inside looks for values outside every 64 chunks */
 #define QCAL_HIST_PF 1024    /* input prefetch distance, in values */
+#define QCAL_HIST_PF_PAGE (64 * 1024)   /* page-ahead prefetch distance, in bytes */
 
 /* The scalar half of the pipelined SIMD loop: one chunk of uint16 slots (< 2^16: bins + 2 or
  * accept + 1 slots; the SIMD versions take the C path beyond) into the four copies. */
