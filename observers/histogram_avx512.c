@@ -67,14 +67,16 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
             __mmask16 cin = 0xffff;   /* until: lanes of the chunk inside the window */
             __m512 cmn = vmn, cmx = vmx;
             /* The input streams through once: fetch it non-temporally, PF values ahead, so
-             * that it does not evict the sub-histograms from L1 (prefetches never fault). */
+             * that it does not evict the sub-histograms from L1 (prefetches never fault; the
+             * addresses past the end of x are formed as integers). */
             for (int l = 0; l < CH; l += 16)
-                _mm_prefetch((const char *)(p + PF + l), _MM_HINT_NTA);
+                _mm_prefetch((const char *)((uintptr_t)(p + l) + PF * sizeof(float)),
+                             _MM_HINT_NTA);
             /* And one line per 4 KB page QCAL_HIST_PF_PAGE bytes ahead: the hardware
              * prefetchers stop at page boundaries; the page's TLB walk and first miss are
              * then done early. */
             if ((c & (4096 / (CH * 4) - 1)) == 0)
-                _mm_prefetch((const char *)p + QCAL_HIST_PF_PAGE, _MM_HINT_NTA);
+                _mm_prefetch((const char *)((uintptr_t)p + QCAL_HIST_PF_PAGE), _MM_HINT_NTA);
             for (int j = 0; j < CH; j += 16) {
                 __m512 raw = _mm512_loadu_ps(p + j);
                 __m512 v = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(raw), vabs));
