@@ -197,6 +197,8 @@ typedef struct bench {
     qcal_observer *obs[8];       /* one of every kind, used by the rows (axis 0) */
     qcal_observer *obs_ax1[4];   /* per-channel kinds with axis 1 (activation rows) */
     qcal_observer *hist_full[4]; /* histogram family filled with the 8 batches */
+    qcal_observer *merge_src;    /* histogram of batches 0-3 (the merge row's source) */
+    qcal_observer *merge_dst;    /* histogram of batches 4-7, then every merge into it */
     qcal_numeric_logger *logger;
     qcal_numeric_stats last_stats;
     /* per-op current selection */
@@ -264,6 +266,41 @@ static void op_hist_update(void *p)
         b->out = NULL;
         b->out_bytes = 0;
     }
+}
+
+/* One exact merge of two 2048-bin lattice states (issue: merges under 10 us). Timed: the
+ * state of batches 0-3 merged into the accumulating state of batches 4-7 (after the first
+ * call the destination covers the whole range, so the source, at a finer cell width, is
+ * re-binned into it: the general case). Verified first: batches 4-7 merged with 0-3 give
+ * the digest of one observer fed all 8 batches in order. */
+static void op_hist_merge(void *p)
+{
+    bench *b = p;
+    if (b->canonical) {
+        qcal_observer_config cfg;
+        qcal_observer_config_default(&cfg, QCAL_OBSERVER_HISTOGRAM);
+        qcal_observer *d = NULL;
+        CHECK(qcal_observer_create(&cfg, &d));
+        for (int i = 4; i < 8; i++)
+            CHECK(qcal_observer_update(d, &b->thb[i]));
+        CHECK(qcal_observer_merge(d, b->merge_src));
+        char got[65], want[65];
+        CHECK(qcal_observer_digest(d, got));
+        CHECK(qcal_observer_digest(b->hist_full[0], want));
+        if (strcmp(got, want) != 0) {
+            fprintf(stderr, "qcal_bench: verification failed: histogram merge digest %s, "
+                    "one observer over the same batches %s\n", got, want);
+            exit(1);
+        }
+        qcal_observer_destroy(&d);
+        b->res[0] = (float)(fnv(0xcbf29ce484222325ull, got, 64) >> 40);
+        b->res_n = 1;
+    } else {
+        CHECK(qcal_observer_merge(b->merge_dst, b->merge_src));
+        b->res_n = 0;
+    }
+    b->out = NULL;
+    b->out_bytes = 0;
 }
 
 static void op_hist_qparams(void *p)
@@ -508,56 +545,59 @@ typedef struct row_def {
     op_fn fn;
     int kind;              /* observer kind for op_observe / op_hist_qparams */
     int input;             /* 0: x[16M], 1: [4096,4096], 2: [32,256,32,32] */
+    double max_s;          /* target time per call (0: none) */
 } row_def;
 
 static const row_def ROWS[] = {
     {"minmax", "MinMax observer 16M", M16, 4, LIM_READ, 0.85, 0, 1, op_observe,
-     QCAL_OBSERVER_MINMAX, 0},
+     QCAL_OBSERVER_MINMAX, 0, 0},
     {"moving_average_minmax", "MovingAverageMinMax 16M", M16, 4, LIM_READ, 0.85, 0, 1,
-     op_observe, QCAL_OBSERVER_MOVING_AVERAGE_MINMAX, 0},
+     op_observe, QCAL_OBSERVER_MOVING_AVERAGE_MINMAX, 0, 0},
     {"per_channel_minmax_4096x4096_axis0", "PerChannelMinMax [4096,4096] axis 0", M16, 4,
-     LIM_READ, 0, 10, 1, op_observe, QCAL_OBSERVER_PER_CHANNEL_MINMAX, 1},
+     LIM_READ, 0, 10, 1, op_observe, QCAL_OBSERVER_PER_CHANNEL_MINMAX, 1, 0},
     {"per_channel_minmax_32x256x32x32_axis1", "PerChannelMinMax [32,256,32,32] axis 1",
-     8 * M1, 4, LIM_READ, 0, 10, 1, op_observe, QCAL_OBSERVER_PER_CHANNEL_MINMAX, 2},
+     8 * M1, 4, LIM_READ, 0, 10, 1, op_observe, QCAL_OBSERVER_PER_CHANNEL_MINMAX, 2, 0},
     {"ma_per_channel_minmax_4096x4096_axis0", "MovingAvgPerChannelMinMax [4096,4096] axis 0",
      M16, 4, LIM_READ, 0, 10, 1, op_observe, QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX,
-     1},
+     1, 0},
     {"ma_per_channel_minmax_32x256x32x32_axis1",
      "MovingAvgPerChannelMinMax [32,256,32,32] axis 1", 8 * M1, 4, LIM_READ, 0, 10, 1,
-     op_observe, QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX, 2},
+     op_observe, QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX, 2, 0},
     {"histogram_update", "Histogram update 8 x 1M, growing range", 8 * M1, 4, LIM_READ, 0, 20,
-     1, op_hist_update, QCAL_OBSERVER_HISTOGRAM, 0},
+     1, op_hist_update, QCAL_OBSERVER_HISTOGRAM, 0, 0},
+    {"histogram_merge", "Histogram merge of two states (2048 bins)", 2048, 0, LIM_NONE, 0, 0,
+     0, op_hist_merge, QCAL_OBSERVER_HISTOGRAM, 0, 10e-6},
     {"histogram_qparams", "Histogram qparams (L2 search, 2048 bins)", 2048, 0, LIM_NONE, 0, 1,
-     1, op_hist_qparams, QCAL_OBSERVER_HISTOGRAM, 0},
+     1, op_hist_qparams, QCAL_OBSERVER_HISTOGRAM, 0, 0},
     {"percentile_qparams", "Percentile qparams (2048 bins)", 2048, 0, LIM_NONE, 0, 0, 0,
-     op_hist_qparams, QCAL_OBSERVER_PERCENTILE, 0},
+     op_hist_qparams, QCAL_OBSERVER_PERCENTILE, 0, 0},
     {"entropy_qparams", "Entropy (KL) qparams (2048 bins)", 2048, 0, LIM_NONE, 0, 0, 0,
-     op_hist_qparams, QCAL_OBSERVER_ENTROPY, 0},
+     op_hist_qparams, QCAL_OBSERVER_ENTROPY, 0, 0},
     {"mse_qparams", "MSE qparams (2048 bins)", 2048, 0, LIM_NONE, 0, 0, 0, op_hist_qparams,
-     QCAL_OBSERVER_MSE, 0},
+     QCAL_OBSERVER_MSE, 0, 0},
     {"quantize_per_tensor", "quantize per tensor quint8 16M", M16, 5, LIM_COPY, 0.5, 0, 1,
-     op_quantize_pt, 0, 0},
+     op_quantize_pt, 0, 0, 0},
     {"dequantize_per_tensor", "dequantize per tensor quint8 16M", M16, 5, LIM_COPY, 0, 0, 1,
-     op_dequantize_pt, 0, 0},
+     op_dequantize_pt, 0, 0, 0},
     {"quantize_per_channel", "quantize per channel qint8 [4096,4096] axis 0", M16, 5, LIM_COPY,
-     0.5, 0, 1, op_quantize_pc, 0, 1},
+     0.5, 0, 1, op_quantize_pc, 0, 1, 0},
     {"quantize_per_channel_last_axis", "quantize per channel qint8 [4096,4096] axis 1", M16, 5,
-     LIM_COPY, 0, 0, 1, op_quantize_pc_last, 0, 1},
+     LIM_COPY, 0, 0, 1, op_quantize_pc_last, 0, 1, 0},
     {"dequantize_per_channel", "dequantize per channel qint8 [4096,4096] axis 0", M16, 5,
-     LIM_COPY, 0, 0, 1, op_dequantize_pc, 0, 1},
+     LIM_COPY, 0, 0, 1, op_dequantize_pc, 0, 1, 0},
     {"fakequant_forward", "fake-quant forward per tensor 16M", M16, 8, LIM_COPY, 0.5, 0, 1,
-     op_fq_fwd, 0, 0},
+     op_fq_fwd, 0, 0, 0},
     {"fakequant_per_channel_forward", "fake-quant forward per channel [4096,4096] axis 0", M16,
-     8, LIM_COPY, 0.5, 0, 1, op_fq_pc_fwd, 0, 1},
+     8, LIM_COPY, 0.5, 0, 1, op_fq_pc_fwd, 0, 1, 0},
     {"fakequant_forward_backward", "fake-quant forward+backward 16M", M16, 16, LIM_COPY, 0, 20,
-     1, op_fq_fused, 0, 0},
+     1, op_fq_fused, 0, 0, 0},
     {"learnable_backward", "learnable fake-quant backward 16M", M16, 12, LIM_COPY, 0, 0, 1,
-     op_fq_learnable_bwd, 0, 0},
+     op_fq_learnable_bwd, 0, 0, 0},
     {"stats_logger", "statistics logger pass 16M", M16, 4, LIM_READ, 0, 0, 1, op_stats_logger,
-     0, 0},
+     0, 0, 0},
 #if BENCH_HAVE_CNN
     {"calibration_demo_cnn", "calibration of the demo CNN (minmax session)", 0, 0, LIM_NONE, 0,
-     0, 0, op_cnn_calib, 0, 0},
+     0, 0, op_cnn_calib, 0, 0, 0},
 #endif
 };
 #define NROWS ((int)(sizeof ROWS / sizeof ROWS[0]))
@@ -748,6 +788,14 @@ static void setup(bench *b)
                 CHECK(qcal_observer_update(b->hist_full[k - QCAL_OBSERVER_HISTOGRAM],
                                            &b->thb[i]));
         }
+        if (k == QCAL_OBSERVER_HISTOGRAM) {
+            CHECK(qcal_observer_create(&cfg, &b->merge_src));
+            CHECK(qcal_observer_create(&cfg, &b->merge_dst));
+            for (int i = 0; i < 4; i++) {
+                CHECK(qcal_observer_update(b->merge_src, &b->thb[i]));
+                CHECK(qcal_observer_update(b->merge_dst, &b->thb[4 + i]));
+            }
+        }
     }
     /* qparams for the quantize rows: per tensor from MinMax (quint8 affine), per channel from
      * PerChannelMinMax (qint8 symmetric, axis 0) - the observer -> qparams -> quantize path. */
@@ -805,6 +853,8 @@ static void teardown(bench *b)
         qcal_observer_destroy(&b->hist_full[k]);
         qcal_observer_destroy(&b->obs_ax1[k]);
     }
+    qcal_observer_destroy(&b->merge_src);
+    qcal_observer_destroy(&b->merge_dst);
     qcal_numeric_logger_destroy(&b->logger);
 #if BENCH_HAVE_CNN
     cnn_model_destroy(&b->model);
@@ -953,6 +1003,13 @@ static void evaluate(const row_def *d, row_result *rr)
         snprintf(t + strlen(t), 96 - strlen(t), ">= %.0f%% %s bw", d->min_fraction * 100,
                  d->limit == LIM_READ ? "read" : "copy");
         pass = rr->fraction >= d->min_fraction;
+    }
+    if (d->max_s > 0) {
+        char lim[32];
+        fmt_time(lim, sizeof lim, d->max_s);
+        snprintf(t + strlen(t), 96 - strlen(t), "%s<= %s", t[0] ? "; " : "", lim);
+        int ok = rr->q.med <= d->max_s;
+        pass = pass == -1 ? ok : (pass && ok);
     }
     if (d->torch) {
         double need = d->min_ratio > 1 ? d->min_ratio : 1;
