@@ -445,15 +445,22 @@ qcal_status qcal_lattice_merge(qcal_lattice *dst, const qcal_lattice *src)
     float vmin = vmin_of(dst->absval, dmin, dmax), vmax = vmax_of(dst->absval, dmin, dmax);
     int32_t e = qcal_lattice_exponent(vmin, vmax, dst->cells);
     int64_t jmin = cell_exact(vmin, e), jmax = cell_exact(vmax, e);
-    uint64_t *nc = NULL;
-    int64_t jlo;
-    qcal_status st = regrid(dst, src, e, jmin, jmax, &nc, &jlo);
-    if (st != QCAL_OK)
-        return st;
-    free(dst->counts);
-    dst->counts = nc;
-    dst->e = e;
-    dst->jlo = jlo;
+    if (dst->total > 0 && e == dst->e && jmin >= dst->jlo && jmax < dst->jlo + dst->cells) {
+        /* dst's window already holds the merged range at its width: src's cells are added
+         * in place (the same counts a regrid gives; only the window's start, which is not
+         * part of the state, may differ). */
+        add_cells(dst->counts, e, dst->jlo, src->counts, src->e, src->jlo, src->cells);
+    } else {
+        uint64_t *nc = NULL;
+        int64_t jlo;
+        qcal_status st = regrid(dst, src, e, jmin, jmax, &nc, &jlo);
+        if (st != QCAL_OK)
+            return st;
+        free(dst->counts);
+        dst->counts = nc;
+        dst->e = e;
+        dst->jlo = jlo;
+    }
     dst->dmin = dmin;
     dst->dmax = dmax;
     dst->total += src->total;
@@ -480,8 +487,9 @@ void qcal_lattice_save(const qcal_lattice *L, qcal_buf *b)
     qcal_buf_f32(b, L->dmin);
     qcal_buf_f32(b, L->dmax);
     qcal_buf_u64(b, L->total);
-    for (int64_t j = jmin; j <= jmax; j++)
-        qcal_buf_u64(b, L->counts[j - L->jlo]);
+    /* The counts of cells jmin..jmax lie contiguous in the window: one append writes the
+     * bytes the per-count qcal_buf_u64 calls wrote (host order, as every field). */
+    qcal_buf_append(b, L->counts + (jmin - L->jlo), (size_t)(jmax - jmin + 1) * sizeof(uint64_t));
 }
 
 qcal_status qcal_lattice_load(qcal_lattice *L, qcal_cursor *c)
@@ -520,14 +528,12 @@ qcal_status qcal_lattice_load(qcal_lattice *L, qcal_cursor *c)
     if (!nc)
         return QCAL_ERR_NO_MEMORY;
     int64_t jlo = window_start(L->absval, wmin, wmax, L->cells);
+    uint64_t *cnt = nc + (wmin - jlo);   /* cells wmin..wmax, read in one copy */
+    qcal_cur_read(c, cnt, (size_t)nu * sizeof(uint64_t));
     uint64_t sum = 0;
     bool overflow = false;
-    for (uint32_t i = 0; i < nu; i++) {
-        uint64_t v;
-        qcal_cur_u64(c, &v);
-        nc[wmin + i - jlo] = v;
-        overflow |= __builtin_add_overflow(sum, v, &sum);
-    }
+    for (uint32_t i = 0; i < nu; i++)
+        overflow |= __builtin_add_overflow(sum, cnt[i], &sum);
     qcal_status st = QCAL_OK;
     if (overflow || sum != total)
         st = qcal_error(QCAL_ERR_FORMAT, "lattice histogram counts sum to %llu, state says %llu",
