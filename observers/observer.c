@@ -247,11 +247,17 @@ qcal_status qcal_observer_update(qcal_observer *obs, const qcal_tensor *x)
 bool qcal_observer_config_splits(const qcal_observer_config *cfg)
 {
     /* The histogram family's lattice counts are exact, so its state does not depend on how
-     * the values were cut into updates (tests/test_observers_lattice.c: random partitions).
-     * Min/max kinds are left out: an exact min of 0 may come out as +0 or -0 depending on
-     * how the values were split over the kernel's lanes. */
-    return cfg && ops_for(cfg->kind) && kind_is_histogram(cfg->kind) &&
-           cfg->grid == QCAL_GRID_LATTICE && cfg->nonfinite != QCAL_NONFINITE_ERROR;
+     * the values were cut into updates (tests/test_observers_lattice.c: random partitions);
+     * nor does a per-tensor min / max, whose zero bounds are kept as +0 whichever zero a pass
+     * meets first. Left out: moving averages (one average per update), per-channel kinds (a
+     * part is a flat run of values, not whole channels), the first-batch grid (set by the
+     * first update) and the error policy (a part could fail after earlier parts of its
+     * batch were applied). */
+    if (!cfg || !ops_for(cfg->kind) || cfg->nonfinite == QCAL_NONFINITE_ERROR)
+        return false;
+    if (cfg->kind == QCAL_OBSERVER_MINMAX)
+        return true;
+    return kind_is_histogram(cfg->kind) && cfg->grid == QCAL_GRID_LATTICE;
 }
 
 qcal_status qcal_observer_update_part(qcal_observer *obs, const qcal_tensor *x, bool last)
@@ -260,8 +266,8 @@ qcal_status qcal_observer_update_part(qcal_observer *obs, const qcal_tensor *x, 
         return qcal_error(QCAL_ERR_INVALID_ARG, "observer or tensor is NULL");
     if (!qcal_observer_config_splits(&obs->cfg))
         return qcal_error(QCAL_ERR_UNSUPPORTED, "%s observer%s: a batch cannot be fed in parts "
-                          "(only the histogram family on the lattice grid, without the error "
-                          "non-finite policy)", qcal_observer_kind_name(obs->cfg.kind),
+                          "(only minmax and the histogram family on the lattice grid, without "
+                          "the error non-finite policy)", qcal_observer_kind_name(obs->cfg.kind),
                           kind_is_histogram(obs->cfg.kind) &&
                                   obs->cfg.grid != QCAL_GRID_LATTICE ? " on the first-batch grid"
                                                                      : "");

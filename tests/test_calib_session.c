@@ -673,7 +673,8 @@ static void test_observe_parts(void **state)
 {
     (void)state;
     enum { N = 5000, STEPS = 5 };
-    static const char *const kinds[] = { "histogram", "entropy", "percentile", "mse" };
+    static const char *const kinds[] = { "histogram", "entropy", "percentile", "mse",
+                                         "minmax" };
     float *x = malloc(STEPS * N * sizeof *x);
     assert_non_null(x);
     uint64_t r = 0x243F6A8885A308D3ull;
@@ -759,7 +760,7 @@ static void test_observe_parts(void **state)
         qcal_calib_rules_destroy(&rules);
     }
     /* Observers whose results depend on the split take whole batches only. */
-    const char *text = "mm any minmax\n"
+    const char *text = "mm any minmax nonfinite=error\n"
                        "fb any histogram grid=first_batch\n"
                        "strict any entropy nonfinite=error\n"
                        "pc any per_channel_minmax qscheme=per_channel_symmetric dtype=qint8\n"

@@ -745,8 +745,9 @@ static void test_save_load(void **state)
 }
 
 /* qcal_observer_update_part: a batch fed in parts (cut anywhere) leaves the saved state,
- * batch counter included, byte for byte as one update of the whole batch; kinds whose
- * result depends on the split are refused and left unchanged. */
+ * batch counter included, byte for byte as one update of the whole batch (the histogram
+ * family on the lattice grid, and minmax); kinds whose result depends on the split are
+ * refused and left unchanged. */
 static qcal_observer *make_lattice(qcal_observer_kind kind)
 {
     qcal_observer_config cfg;
@@ -766,9 +767,10 @@ static void test_update_parts(void **state)
         x[i] = rng_normal() * (float)(1 + i / N) + (i >= 2 * N ? 40.0f : 0.0f);   /* growth */
     x[123] = NAN;
     x[N + 7] = INFINITY;
-    qcal_observer_kind kinds[4] = { QCAL_OBSERVER_HISTOGRAM, QCAL_OBSERVER_PERCENTILE,
-                                    QCAL_OBSERVER_ENTROPY, QCAL_OBSERVER_MSE };
-    for (int k = 0; k < 4; k++) {
+    qcal_observer_kind kinds[5] = { QCAL_OBSERVER_HISTOGRAM, QCAL_OBSERVER_PERCENTILE,
+                                    QCAL_OBSERVER_ENTROPY, QCAL_OBSERVER_MSE,
+                                    QCAL_OBSERVER_MINMAX };
+    for (int k = 0; k < 5; k++) {
         for (int trial = 0; trial < 20; trial++) {
             qcal_observer *whole = make_lattice(kinds[k]), *parts = make_lattice(kinds[k]);
             for (int b = 0; b < 3; b++) {
@@ -802,15 +804,49 @@ static void test_update_parts(void **state)
             qcal_observer_destroy(&parts);
         }
     }
-    /* Refused: min/max kinds, the first-batch grid, the error non-finite policy. */
+    /* minmax with zero bounds: a batch holding both zeros and nothing below (or above)
+     * them, cut at every position, gives the state of the whole batch (+0 bounds). */
+    {
+        float z[6] = { -0.0f, 2.0f, 0.0f, -0.0f, 1.0f, 0.0f }, nz[6];
+        for (int i = 0; i < 6; i++)
+            nz[i] = -z[i];
+        float *zs[2] = { z, nz };
+        for (int sgn = 0; sgn < 2; sgn++)
+            for (int cut = 1; cut < 6; cut++) {
+                qcal_observer *whole = make_lattice(QCAL_OBSERVER_MINMAX),
+                              *parts = make_lattice(QCAL_OBSERVER_MINMAX);
+                assert_int_equal(qcal_observer_update(whole, tu_vec(zs[sgn], 6)), QCAL_OK);
+                assert_int_equal(qcal_observer_update_part(parts, tu_vec(zs[sgn], cut), false),
+                                 QCAL_OK);
+                assert_int_equal(qcal_observer_update_part(parts, tu_vec(zs[sgn] + cut, 6 - cut),
+                                                           true), QCAL_OK);
+                void *a, *b;
+                size_t la, lb;
+                assert_int_equal(qcal_observer_save(whole, &a, &la), QCAL_OK);
+                assert_int_equal(qcal_observer_save(parts, &b, &lb), QCAL_OK);
+                assert_int_equal(la, lb);
+                assert_memory_equal(a, b, la);
+                float lo, hi;
+                int64_t n;
+                assert_int_equal(qcal_observer_data_range(parts, 1, &lo, &hi, &n), QCAL_OK);
+                assert_false(signbit(sgn ? hi : lo));   /* the zero bound is +0 */
+                qcal_free(a);
+                qcal_free(b);
+                qcal_observer_destroy(&whole);
+                qcal_observer_destroy(&parts);
+            }
+    }
+    /* Refused: moving averages, per-channel kinds, the first-batch grid, the error
+     * non-finite policy (minmax included). */
     qcal_observer_config c;
-    for (int v = 0; v < 4; v++) {
-        qcal_observer_config_default(&c, v == 0 ? QCAL_OBSERVER_MINMAX
+    for (int v = 0; v < 5; v++) {
+        qcal_observer_config_default(&c, v == 0 ? QCAL_OBSERVER_PER_CHANNEL_MINMAX
                                          : v == 1 ? QCAL_OBSERVER_MOVING_AVERAGE_MINMAX
+                                         : v == 4 ? QCAL_OBSERVER_MINMAX
                                                   : QCAL_OBSERVER_HISTOGRAM);
         if (v == 2)
             c.grid = QCAL_GRID_FIRST_BATCH;
-        if (v == 3)
+        if (v == 3 || v == 4)
             c.nonfinite = QCAL_NONFINITE_ERROR;
         assert_false(qcal_observer_config_splits(&c));
         qcal_observer *o = NULL;

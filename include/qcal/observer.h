@@ -152,9 +152,9 @@ QCAL_API const qcal_observer_config *qcal_observer_get_config(const qcal_observe
 QCAL_API qcal_status qcal_observer_update(qcal_observer *obs, const qcal_tensor *x);
 
 /* Whether cfg's batches may be fed in parts (qcal_observer_update_part) with the result of
- * whole batches bit for bit: the histogram family on the lattice grid (exact bin counts),
- * unless the non-finite policy is QCAL_NONFINITE_ERROR (a part could fail after earlier
- * parts of its batch were applied). */
+ * whole batches bit for bit: minmax and the histogram family on the lattice grid (exact bin
+ * counts), unless the non-finite policy is QCAL_NONFINITE_ERROR (a part could fail after
+ * earlier parts of its batch were applied). */
 QCAL_API bool qcal_observer_config_splits(const qcal_observer_config *cfg);
 
 /* Feeds a part of a batch (any run of its elements, as a flat tensor): parts with last
