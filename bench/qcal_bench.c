@@ -270,9 +270,9 @@ static void op_hist_update(void *p)
 
 /* One exact merge of two 2048-bin lattice states (issue: merges under 10 us). Timed: the
  * state of batches 0-3 merged into the accumulating state of batches 4-7 (after the first
- * call the destination covers the whole range, so the source, at a finer cell width, is
- * re-binned into it: the general case). Verified first: batches 4-7 merged with 0-3 give
- * the digest of one observer fed all 8 batches in order. */
+ * call the destination covers the whole range, so the source's finer cells are folded into
+ * the destination's window at its coarser width). Verified first: batches 4-7 merged with
+ * 0-3 give the digest of one observer fed all 8 batches in order. */
 static void op_hist_merge(void *p)
 {
     bench *b = p;

@@ -489,7 +489,8 @@ void qcal_lattice_save(const qcal_lattice *L, qcal_buf *b)
     qcal_buf_u64(b, L->total);
     /* The counts of cells jmin..jmax lie contiguous in the window: one append writes the
      * bytes the per-count qcal_buf_u64 calls wrote (host order, as every field). */
-    qcal_buf_append(b, L->counts + (jmin - L->jlo), (size_t)(jmax - jmin + 1) * sizeof(uint64_t));
+    qcal_buf_append(b, L->counts + (jmin - L->jlo),
+                    (size_t)(jmax - jmin + 1) * sizeof(uint64_t));
 }
 
 qcal_status qcal_lattice_load(qcal_lattice *L, qcal_cursor *c)
@@ -529,7 +530,7 @@ qcal_status qcal_lattice_load(qcal_lattice *L, qcal_cursor *c)
         return QCAL_ERR_NO_MEMORY;
     int64_t jlo = window_start(L->absval, wmin, wmax, L->cells);
     uint64_t *cnt = nc + (wmin - jlo);   /* cells wmin..wmax, read in one copy */
-    qcal_cur_read(c, cnt, (size_t)nu * sizeof(uint64_t));
+    (void)qcal_cur_read(c, cnt, (size_t)nu * sizeof(uint64_t));   /* length checked above */
     uint64_t sum = 0;
     bool overflow = false;
     for (uint32_t i = 0; i < nu; i++)

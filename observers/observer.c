@@ -456,7 +456,8 @@ qcal_status qcal_observer_merge_check(const qcal_observer *dst, const qcal_obser
     char diff[160];
     if (config_diff(&dst->cfg, &src->cfg, diff, sizeof diff))
         return qcal_error(QCAL_ERR_MISMATCH,
-                          "cannot merge an observer of kind %s into one of kind %s: configs differ (%s)",
+                          "cannot merge an observer of kind %s into one of kind %s: configs "
+                          "differ (%s)",
                           kind_names[src->cfg.kind], kind_names[dst->cfg.kind], diff);
     if (kind_is_moving_average(dst->cfg.kind) && !observer_empty(dst) && !observer_empty(src))
         return qcal_error(QCAL_ERR_UNSUPPORTED,
@@ -469,7 +470,8 @@ qcal_status qcal_observer_merge_check(const qcal_observer *dst, const qcal_obser
         src->ops->channels(src, &b);
         if (a > 0 && b > 0 && a != b)
             return qcal_error(QCAL_ERR_MISMATCH,
-                              "cannot merge an observer of kind %s with %lld channels into one with %lld",
+                              "cannot merge an observer of kind %s with %lld channels into one "
+                              "with %lld",
                               kind_names[dst->cfg.kind], (long long)b, (long long)a);
     }
     return QCAL_OK;

@@ -259,9 +259,9 @@ static void test_bad_inputs(void **state)
     assert_int_equal(stat(q, &sb), -1);
 }
 
-/* Bad files fail the same way whether the tensor's batches are read whole (minmax) or
- * streamed in parts (the histogram family, qcal_observer_config_splits): the same exit
- * code and the same message. Among them a file whose shape promises more data than it
+/* Bad files fail the same way whether the tensor's batches are read whole
+ * (moving_average_minmax) or streamed in parts (entropy, qcal_observer_config_splits):
+ * the same exit code and the same message. Among them a file whose shape promises more data than it
  * holds beyond the first streamed part (1 MiB), and an integer and an empty array. */
 static void test_bad_files_streamed(void **state)
 {
@@ -298,7 +298,8 @@ static void test_bad_files_streamed(void **state)
         }
         char *errs[2];
         for (int w = 0; w < 2; w++) {
-            assert_int_equal(run("'%s' -o '%s' --observer %s", dir, q, w ? "entropy" : "minmax"),
+            assert_int_equal(run("'%s' -o '%s' --observer %s", dir, q,
+                                 w ? "entropy" : "moving_average_minmax"),
                              3);
             assert_one_error_line("1.npy");
             errs[w] = tu_read_file(err_path, NULL);
