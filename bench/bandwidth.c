@@ -194,3 +194,69 @@ int bench_bandwidth_measure(int threads, int64_t bytes, int reps, bench_bandwidt
     free(dst);
     return 0;
 }
+
+/* One thread's increments: `passes` passes over the slots, four counter copies in turn (the
+ * histogram kernels' scatter loop, qcal_hist_scatter_chunk). */
+static void increments(uint16_t *sub, const uint16_t *slot, int64_t nslot, int passes)
+{
+    uint16_t *s0 = sub, *s1 = sub + 4096, *s2 = sub + 2 * 4096, *s3 = sub + 3 * 4096;
+    for (int p = 0; p < passes; p++)
+        for (int64_t j = 0; j < nslot; j += 4) {
+            s0[slot[j]]++;
+            s1[slot[j + 1]]++;
+            s2[slot[j + 2]]++;
+            s3[slot[j + 3]]++;
+        }
+}
+
+int bench_increment_measure(int threads, int reps, double *gincr)
+{
+    enum { NSLOT = 1 << 16, PASSES = 64 };
+    if (reps < 1)
+        reps = 1;
+    if (reps > 64)
+        reps = 64;
+    if (threads < 1)
+        threads = 1;
+    if (threads > 64)
+        threads = 64;
+    uint16_t *slot = malloc(NSLOT * sizeof *slot);
+    uint16_t *sub = aligned_alloc(64, (size_t)threads * 4 * 4096 * sizeof *sub);
+    if (!slot || !sub) {
+        free(slot);
+        free(sub);
+        return -1;
+    }
+    uint32_t r = 12345;
+    for (int i = 0; i < NSLOT; i++) {
+        r = r * 1664525u + 1013904223u;
+        slot[i] = (uint16_t)(r >> 20);   /* 0 .. 4095 */
+    }
+    memset(sub, 0, (size_t)threads * 4 * 4096 * sizeof *sub);
+    double times[64];
+    for (int k = -1; k < reps; k++) {
+        double t0 = now_s();
+#if QCAL_HAVE_OPENMP
+#pragma omp parallel num_threads(threads)
+#endif
+        {
+#if QCAL_HAVE_OPENMP
+            int id = omp_get_thread_num();
+#else
+            int id = 0;
+#endif
+            increments(sub + (size_t)id * 4 * 4096, slot, NSLOT, PASSES);
+        }
+        double el = now_s() - t0;
+        if (k >= 0)
+            times[k] = el;
+    }
+    qsort(times, (size_t)reps, sizeof(double), cmp_d);
+    /* The counters wrap (16 bits); reading them keeps the stores. */
+    volatile uint16_t keep = sub[slot[0]];
+    (void)keep;
+    *gincr = (double)threads * NSLOT * PASSES / times[reps / 2] * 1e-9;
+    free(slot);
+    free(sub);
+    return 0;
+}

@@ -5,7 +5,11 @@
  * copy:  dst = src over 256 MiB each, each thread its part, with plain (cached) vector
  *        stores and with glibc memcpy (non-temporal stores for large blocks); the faster
  *        of the two counts. bytes = bytes read + bytes written (2 x the buffer).
- * Both report the median of `reps` timed runs after one warm-up, in GB/s (1e9 bytes/s). */
+ * Both report the median of `reps` timed runs after one warm-up, in GB/s (1e9 bytes/s).
+ * increments: the bound of histogram binning, which stores one counter per value: each
+ *        thread adds 1 to 16-bit counters at pseudo-random slots (4 copies of 4096 cells,
+ *        32 KB, as the histogram kernels' sub-histograms; slots read from a 128 KB array),
+ *        4M increments a thread; reports 1e9 increments per second over all threads. */
 #ifndef QCAL_BENCH_BANDWIDTH_H
 #define QCAL_BENCH_BANDWIDTH_H
 
@@ -22,5 +26,9 @@ typedef struct bench_bandwidth {
 /* Measures read and copy bandwidth with `threads` threads (OpenMP; 1 without it) over
  * buffers of `bytes` bytes (>= 256 MiB recommended). Returns 0, or -1 if out of memory. */
 int bench_bandwidth_measure(int threads, int64_t bytes, int reps, bench_bandwidth *out);
+
+/* Measures the increment rate with `threads` threads: median of `reps` runs after one
+ * warm-up, in 1e9 increments per second. Returns 0, or -1 if out of memory. */
+int bench_increment_measure(int threads, int reps, double *gincr);
 
 #endif

@@ -531,7 +531,9 @@ static void op_cnn_calib(void *p)
 
 /* ---- rows ------------------------------------------------------------------------------ */
 
-enum { LIM_NONE, LIM_READ, LIM_COPY };
+/* The bound of a row: read or copy bandwidth, or (histogram binning, one counter store per
+ * value) the increment rate, shown as the input GB/s of one increment per value. */
+enum { LIM_NONE, LIM_READ, LIM_COPY, LIM_INCR };
 
 typedef struct row_def {
     const char *name;      /* JSON name, also the torch_ref.py op name */
@@ -563,7 +565,7 @@ static const row_def ROWS[] = {
     {"ma_per_channel_minmax_32x256x32x32_axis1",
      "MovingAvgPerChannelMinMax [32,256,32,32] axis 1", 8 * M1, 4, LIM_READ, 0, 10, 1,
      op_observe, QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX, 2, 0},
-    {"histogram_update", "Histogram update 8 x 1M, growing range", 8 * M1, 4, LIM_READ, 0, 20,
+    {"histogram_update", "Histogram update 8 x 1M, growing range", 8 * M1, 4, LIM_INCR, 0, 20,
      1, op_hist_update, QCAL_OBSERVER_HISTOGRAM, 0, 0},
     {"histogram_merge", "Histogram merge of two states (2048 bins)", 2048, 0, LIM_NONE, 0, 0,
      0, op_hist_merge, QCAL_OBSERVER_HISTOGRAM, 0, 10e-6},
@@ -1122,6 +1124,7 @@ static int write_json(const char *path, const int *selected, row_result (*res)[M
             fprintf(f, "\"label\": \"%s\", \"bound\": \"%s\"}", ROWS[r].label,
                     ROWS[r].limit == LIM_READ   ? "read bandwidth"
                     : ROWS[r].limit == LIM_COPY ? "copy bandwidth"
+                    : ROWS[r].limit == LIM_INCR ? "increment rate (x 4 B)"
                                                 : "compute");
         }
     }
@@ -1224,8 +1227,8 @@ static void paired_row(bench *b, const row_def *d, row_result *rr, torch_server 
     int pairs = g_quick ? 3 : 7;
     double budget = g_quick ? 0.05 : 0.15;
     double q[MAXP], qmin[MAXP], qmax[MAXP], tt[MAXP], ratio[MAXP], frac[MAXP], rd[MAXP],
-        cp[MAXP];
-    int nt = 0, nf = 0;
+        cp[MAXP], inc[MAXP], ceil_[MAXP];
+    int nt = 0, nf = 0, nc = 0;
     d->fn(b); /* warm-up */
     g_paired_sample = 1;
     for (int k = 0; k < pairs; k++) {
@@ -1242,7 +1245,19 @@ static void paired_row(bench *b, const row_def *d, row_result *rr, torch_server 
                 nt++;
             }
         }
-        if (d->limit != LIM_NONE) {
+        if (d->limit == LIM_INCR) {
+            double g = 0;
+            settle(); /* the probe is short: PyTorch's spinning workers would halve it */
+            if (bench_increment_measure(threads, 5, &g) == 0 && g > 0) {
+                double gbps = (double)rr->elements * d->bytes_per_el / s.med * 1e-9;
+                inc[nf] = g;
+                frac[nf++] = gbps / (g * d->bytes_per_el);
+                /* What PyTorch's time allows at best: one increment per value at the
+                 * probe's rate and nothing else. */
+                if (d->torch && use_torch && nt > 0 && ts_.med > 0)
+                    ceil_[nc++] = ts_.med / ((double)rr->elements / (g * 1e9));
+            }
+        } else if (d->limit != LIM_NONE) {
             bench_bandwidth bw;
             if (bench_bandwidth_measure(threads, g_quick ? (64ll << 20) : (256ll << 20), 1,
                                         &bw) == 0) {
@@ -1267,7 +1282,18 @@ static void paired_row(bench *b, const row_def *d, row_result *rr, torch_server 
     rr->gbps = d->bytes_per_el > 0 ? (double)rr->elements * d->bytes_per_el / rr->q.med * 1e-9
                                    : NAN;
     rr->limit = rr->fraction = rr->frac_lo = rr->frac_hi = NAN;
-    if (nf) {
+    if (nf && d->limit == LIM_INCR) {
+        rr->fraction = median_of(frac, nf, &rr->frac_lo, &rr->frac_hi);
+        double g = median_of(inc, nf, NULL, NULL);
+        rr->limit = g * d->bytes_per_el;
+        if (nc) {
+            double lo, hi, m = median_of(ceil_, nc, &lo, &hi);
+            snprintf(rr->note, sizeof rr->note,
+                     "increment probe %.2f G/s; at that rate alone %.1fx PyTorch (%.1f-%.1f)",
+                     g, m, lo, hi);
+        } else
+            snprintf(rr->note, sizeof rr->note, "increment probe %.2f G/s", g);
+    } else if (nf) {
         rr->fraction = median_of(frac, nf, &rr->frac_lo, &rr->frac_hi);
         double r = median_of(rd, nf, NULL, NULL), c = median_of(cp, nf, NULL, NULL);
         rr->limit = d->limit == LIM_READ ? r : c;
