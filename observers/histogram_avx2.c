@@ -11,6 +11,7 @@
  * other chunk, rare, is decided value by value as in the C reference). */
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #include "observers/histogram_dsp.h"
 #include "observers/minmax_dsp.h"
@@ -18,6 +19,23 @@
 #define CH QCAL_HIST_CH
 #define CHECK QCAL_HIST_CHECK
 #define PF QCAL_HIST_PF
+
+/* qcal_hist_sub_flush with vector loads and stores (the same sums; zeroes every slot). */
+static void flush(qcal_hist_sub *sub, int32_t stride, int32_t ncount, uint64_t *counts)
+{
+    int32_t b = 0;
+    for (; b + 4 <= ncount; b += 4) {
+        __m256i acc = _mm256_loadu_si256((const __m256i *)(counts + b));
+        for (int c = 0; c < QCAL_HIST_SUB_COPIES; c++)
+            acc = _mm256_add_epi64(acc, _mm256_cvtepu16_epi64(_mm_loadl_epi64(
+                                            (const __m128i *)(sub + (size_t)c * stride + b))));
+        _mm256_storeu_si256((__m256i *)(counts + b), acc);
+    }
+    for (; b < ncount; b++)
+        for (int c = 0; c < QCAL_HIST_SUB_COPIES; c++)
+            counts[b] += sub[(size_t)c * stride + b];
+    memset(sub, 0, (size_t)QCAL_HIST_SUB_COPIES * (size_t)stride * sizeof *sub);
+}
 
 /* Chunks [0, nch) of x. Plain mode bins all of them and returns nch. Fused mode also takes
  * min / max / non-finite into *mn, *mx, *bad; first-batch grid: returns the number of chunks
@@ -124,10 +142,9 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                             out, _mm256_andnot_si256(_mm256_or_si256(inm[h], nonfin), vexp));
                     }
                 }
-                /* 16 slots (< 2^16) packed to uint16 in order. */
-                __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(sl[0], sl[1]),
-                                                          0xD8);
-                _mm256_store_si256((__m256i *)(kb + j), packed);
+                /* 16 slots (< 2^16, so the unsigned saturation is exact) in one store,
+                 * lane-interleaved: the order of a chunk's slots does not change its counts. */
+                _mm256_store_si256((__m256i *)(kb + j), _mm256_packus_epi32(sl[0], sl[1]));
             }
             if (until) {
                 if (_mm256_movemask_ps(_mm256_castsi256_ps(cin)) == 0xff) {
@@ -165,7 +182,7 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
             qcal_hist_scatter_chunk(k + ((c - 2) & 3) * CH, s0, s1, s2, s3);
         since += CH;
         if (since >= QCAL_HIST_FLUSH_ELEMS) {
-            qcal_hist_sub_flush(sub, stride, ncount, counts);
+            flush(sub, stride, ncount, counts);
             since = 0;
         }
         if (fused && linear && c < nch && (c % CHECK == CHECK - 1 || c == nch - 1) &&
@@ -174,7 +191,7 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
             break;
         }
     }
-    qcal_hist_sub_flush(sub, stride, ncount, counts);
+    flush(sub, stride, ncount, counts);
     if (fused) {
         float l[8], h[8];
         _mm256_storeu_ps(l, vmn);
