@@ -8,7 +8,7 @@
  * Both report the median of `reps` timed runs after one warm-up, in GB/s (1e9 bytes/s).
  * increments: the bound of histogram binning, which stores one counter per value: each
  *        thread adds 1 to 16-bit counters at pseudo-random slots (4 copies of 4096 cells,
- *        32 KB, as the histogram kernels' sub-histograms; slots read from a 128 KB array),
+ *        32 KB, as the histogram kernels' sub-histograms; slots read from an 8 KB array),
  *        4M increments a thread; reports 1e9 increments per second over all threads. */
 #ifndef QCAL_BENCH_BANDWIDTH_H
 #define QCAL_BENCH_BANDWIDTH_H
