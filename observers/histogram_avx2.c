@@ -150,31 +150,11 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                 if (_mm256_movemask_ps(_mm256_castsi256_ps(cin)) == 0xff) {
                     vmn = cmn;
                     vmx = cmx;
-                } else {
-                    /* NaN / Inf, or a value outside: the C reference's test, value by value. */
-                    float l = smn, h = smx;
-                    uint64_t b = 0;
-                    bool stop = false;
-                    for (int i = 0; i < CH && !stop; i++) {
-                        float w = p[i];
-                        if (!qcal_f32_finite(w)) {
-                            b++;
-                            continue;
-                        }
-                        l = w < l ? w : l;
-                        h = w > h ? w : h;
-                        stop = qcal_lattice_slot(w, lg) >= (uint32_t)lg->accept;
-                    }
-                    if (stop) {
-                        /* Bin the two chunks still in the ring and leave chunk c. */
-                        if (c >= 2)
-                            qcal_hist_scatter_chunk(k + ((c - 2) & 3) * CH, s0, s1, s2, s3);
-                        if (c >= 1)
-                            qcal_hist_scatter_chunk(k + ((c - 1) & 3) * CH, s0, s1, s2, s3);
-                        done = c;
-                        break;
-                    }
-                    smn = l, smx = h, nbad += b;
+                } else if (qcal_hist_until_scan(p, CH, lg, &smn, &smx, &nbad)) {
+                    /* A value outside: chunk c is left to the next call. */
+                    qcal_hist_drain_ring(k, c, s0, s1, s2, s3);
+                    done = c;
+                    break;
                 }
             }
         }

@@ -204,6 +204,31 @@ int64_t qcal_hist_until_tail(const float *x, int64_t n, int64_t at, const qcal_l
 #define QCAL_HIST_PF 1024    /* input prefetch distance, in values */
 #define QCAL_HIST_PF_PAGE (64 * 1024)   /* page-ahead prefetch distance, in bytes */
 
+/* lattice_bin_until's decision for a chunk of n values that the vector test did not pass
+ * (NaN / Inf, or a value outside): the C reference's test, value by value. Returns whether
+ * the chunk holds a finite value outside the window (the chunk is then left to the next
+ * call and nothing is changed); otherwise takes its finite values into *mn / *mx and adds
+ * its non-finite count to *bad. */
+static inline bool qcal_hist_until_scan(const float *p, int n, const qcal_lattice_grid *lg,
+                                        float *mn, float *mx, uint64_t *bad)
+{
+    float l = *mn, h = *mx;
+    uint64_t b = 0;
+    for (int i = 0; i < n; i++) {
+        float w = p[i];
+        if (!qcal_f32_finite(w)) {
+            b++;
+            continue;
+        }
+        l = w < l ? w : l;
+        h = w > h ? w : h;
+        if (qcal_lattice_slot(w, lg) >= (uint32_t)lg->accept)
+            return true;
+    }
+    *mn = l, *mx = h, *bad += b;
+    return false;
+}
+
 /* The scalar half of the pipelined SIMD loop: one chunk of uint16 slots (< 2^16: bins + 2 or
  * accept + 1 slots; the SIMD versions take the C path beyond) into the four copies. */
 static inline void qcal_hist_scatter_chunk(const uint16_t *k, qcal_hist_sub *s0,
@@ -216,6 +241,17 @@ static inline void qcal_hist_scatter_chunk(const uint16_t *k, qcal_hist_sub *s0,
         s2[k[j + 2]]++;
         s3[k[j + 3]]++;
     }
+}
+/* The end of lattice_bin_until at chunk c: bins the chunks c - 2 and c - 1 still in the
+ * ring of 4 chunks of slots k (those that exist). */
+static inline void qcal_hist_drain_ring(const uint16_t *k, int64_t c, qcal_hist_sub *s0,
+                                        qcal_hist_sub *s1, qcal_hist_sub *s2,
+                                        qcal_hist_sub *s3)
+{
+    if (c >= 2)
+        qcal_hist_scatter_chunk(k + ((c - 2) & 3) * QCAL_HIST_CH, s0, s1, s2, s3);
+    if (c >= 1)
+        qcal_hist_scatter_chunk(k + ((c - 1) & 3) * QCAL_HIST_CH, s0, s1, s2, s3);
 }
 enum { QCAL_HIST_LINEAR, QCAL_HIST_LATTICE };
 #define QCAL_HIST_DEFINE_ISA(isa, mm)                                                      \
