@@ -1247,7 +1247,10 @@ static void paired_row(bench *b, const row_def *d, row_result *rr, torch_server 
         }
         if (d->limit == LIM_INCR) {
             double g = 0;
-            settle(); /* the probe is short: PyTorch's spinning workers would halve it */
+            /* The probe is short (about 1 ms): it waits, as PyTorch's turn does, for the
+             * other side's idle workers to stop spinning (without the pause, one 2-thread
+             * pair of a first version read 14 times low). */
+            settle();
             if (bench_increment_measure(threads, 5, &g) == 0 && g > 0) {
                 double gbps = (double)rr->elements * d->bytes_per_el / s.med * 1e-9;
                 inc[nf] = g;

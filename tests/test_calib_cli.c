@@ -261,8 +261,9 @@ static void test_bad_inputs(void **state)
 
 /* Bad files fail the same way whether the tensor's batches are read whole
  * (moving_average_minmax) or streamed in parts (entropy, qcal_observer_config_splits):
- * the same exit code and the same message. Among them a file whose shape promises more data than it
- * holds beyond the first streamed part (1 MiB), and an integer and an empty array. */
+ * the same exit code and the same message. Among them a file whose shape promises more
+ * data than it holds beyond the first streamed part (1 MiB), and an integer and an empty
+ * array. */
 static void test_bad_files_streamed(void **state)
 {
     (void)state;

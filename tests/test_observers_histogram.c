@@ -748,10 +748,10 @@ static void test_save_load(void **state)
  * batch counter included, byte for byte as one update of the whole batch (the histogram
  * family on the lattice grid, and minmax); kinds whose result depends on the split are
  * refused and left unchanged. */
-static qcal_observer *make_lattice(qcal_observer_kind kind)
+static qcal_observer *make_default(qcal_observer_kind kind)
 {
     qcal_observer_config cfg;
-    qcal_observer_config_default(&cfg, kind);   /* the lattice grid */
+    qcal_observer_config_default(&cfg, kind);   /* histogram family: the lattice grid */
     qcal_observer *obs = NULL;
     assert_int_equal(qcal_observer_create(&cfg, &obs), QCAL_OK);
     return obs;
@@ -772,7 +772,7 @@ static void test_update_parts(void **state)
                                     QCAL_OBSERVER_MINMAX };
     for (int k = 0; k < 5; k++) {
         for (int trial = 0; trial < 20; trial++) {
-            qcal_observer *whole = make_lattice(kinds[k]), *parts = make_lattice(kinds[k]);
+            qcal_observer *whole = make_default(kinds[k]), *parts = make_default(kinds[k]);
             for (int b = 0; b < 3; b++) {
                 assert_int_equal(qcal_observer_update(whole, tu_vec(x + b * N, N)), QCAL_OK);
                 int64_t pos = 0;
@@ -813,8 +813,8 @@ static void test_update_parts(void **state)
         float *zs[2] = { z, nz };
         for (int sgn = 0; sgn < 2; sgn++)
             for (int cut = 1; cut < 6; cut++) {
-                qcal_observer *whole = make_lattice(QCAL_OBSERVER_MINMAX),
-                              *parts = make_lattice(QCAL_OBSERVER_MINMAX);
+                qcal_observer *whole = make_default(QCAL_OBSERVER_MINMAX),
+                              *parts = make_default(QCAL_OBSERVER_MINMAX);
                 assert_int_equal(qcal_observer_update(whole, tu_vec(zs[sgn], 6)), QCAL_OK);
                 assert_int_equal(qcal_observer_update_part(parts, tu_vec(zs[sgn], cut), false),
                                  QCAL_OK);
@@ -864,7 +864,7 @@ static void test_update_parts(void **state)
     qcal_observer_config_default(&c, QCAL_OBSERVER_ENTROPY);
     assert_true(qcal_observer_config_splits(&c));
     assert_false(qcal_observer_config_splits(NULL));
-    qcal_observer *o = make_lattice(QCAL_OBSERVER_HISTOGRAM);
+    qcal_observer *o = make_default(QCAL_OBSERVER_HISTOGRAM);
     int64_t zero = 0;
     qcal_tensor empty;
     assert_int_equal(qcal_tensor_init(&empty, x, 1, &zero), QCAL_OK);
