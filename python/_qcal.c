@@ -33,6 +33,7 @@ static PyObject *ErrOverflow;         /* SizeOverflowError(Error, OverflowError)
 static PyObject *ErrState;            /* StateError(Error, RuntimeError) */
 static PyObject *ErrBackend;          /* BackendError(Error, RuntimeError) */
 static PyObject *ErrNotFound;         /* NotFoundError(Error, LookupError) */
+static PyObject *ErrNoData;           /* NoDataError(Error, ValueError) */
 
 static PyObject *coerce_f32;          /* qcal._coerce_f32, set by the package */
 static PyObject *np_frombuffer;       /* numpy.frombuffer, imported on first use */
@@ -1014,6 +1015,7 @@ static PyTypeObject ObserverType = {
 typedef struct {
     PyObject_HEAD
     qcal_calib_table *t;
+    bool allow_empty;     /* entries without data were allowed (Session.table(allow_empty=True)) */
 } TableObject;
 
 static PyTypeObject TableType;
@@ -1024,7 +1026,7 @@ static void Table_dealloc(TableObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *table_wrap(qcal_calib_table *t)
+static PyObject *table_wrap(qcal_calib_table *t, bool allow_empty)
 {
     TableObject *o = PyObject_New(TableObject, &TableType);
     if (!o) {
@@ -1032,7 +1034,57 @@ static PyObject *table_wrap(qcal_calib_table *t)
         return NULL;
     }
     o->t = t;
+    o->allow_empty = allow_empty;
     return (PyObject *)o;
+}
+
+/* Entries that saw no finite value (no_data). Not allowed: raises NoDataError naming every
+ * one and returns -1. Allowed and warn: one RuntimeWarning per entry (-1 if a warning was
+ * turned into an error). Else 0. */
+static int check_no_data(const qcal_calib_table *t, bool allow_empty, bool warn)
+{
+    int64_t n = 0, bad = 0;
+    qcal_calib_table_count(t, &n);
+    PyObject *names = PyList_New(0);
+    if (!names)
+        return -1;
+    for (int64_t i = 0; i < n; i++) {
+        const qcal_calib_entry *e = NULL;
+        if (qcal_calib_table_entry(t, i, &e) < 0 || !e->no_data)
+            continue;
+        bad++;
+        if (allow_empty && warn &&
+            PyErr_WarnFormat(PyExc_RuntimeWarning, 2, "%s '%s' saw no finite value (%llu "
+                             "NaN/Inf skipped): kept with no_data=True, scale 1, zero-point 0 "
+                             "(left out of tensorrt, onnxruntime and ncnn output)",
+                             qcal_calib_role_name(e->role), e->fqn,
+                             (unsigned long long)e->nonfinite) < 0) {
+            Py_DECREF(names);
+            return -1;
+        }
+        PyObject *u = PyUnicode_FromFormat("'%s'", e->fqn);
+        if (!u || PyList_Append(names, u) < 0) {
+            Py_XDECREF(u);
+            Py_DECREF(names);
+            return -1;
+        }
+        Py_DECREF(u);
+    }
+    if (!bad || allow_empty) {
+        Py_DECREF(names);
+        return 0;
+    }
+    PyObject *sep = PyUnicode_FromString(", ");
+    PyObject *list = sep ? PyUnicode_Join(sep, names) : NULL;
+    Py_XDECREF(sep);
+    Py_DECREF(names);
+    if (!list)
+        return -1;
+    PyErr_Format(ErrNoData, "%lld tensor%s saw no finite value (every value NaN/Inf), nothing "
+                 "to calibrate: %U (pass allow_empty=True to keep them marked no_data)",
+                 (long long)bad, bad == 1 ? "" : "s", list);
+    Py_DECREF(list);
+    return -1;
 }
 
 static int parse_format(PyObject *fmt, qcal_calib_format *out)
@@ -1048,12 +1100,16 @@ static int parse_format(PyObject *fmt, qcal_calib_format *out)
     return 0;
 }
 
-/* Table.format(format="json") -> str: the table as that format's text. */
+/* Table.format(format="json", allow_empty=False) -> str: the table as that format's text;
+ * entries without data raise NoDataError unless allowed (here or when the table was made). */
 static PyObject *Table_format(TableObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"format", NULL};
+    static char *kwlist[] = {"format", "allow_empty", NULL};
     PyObject *fmt = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|U:format", kwlist, &fmt))
+    int allow = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|U$p:format", kwlist, &fmt, &allow))
+        return NULL;
+    if (check_no_data(self->t, allow || self->allow_empty, false) < 0)
         return NULL;
     qcal_calib_format f = QCAL_CALIB_FORMAT_JSON;
     if (fmt && parse_format(fmt, &f) < 0)
@@ -1068,14 +1124,20 @@ static PyObject *Table_format(TableObject *self, PyObject *args, PyObject *kw)
     return r;
 }
 
-/* Table.write(path, format="json"): writes the table atomically. */
+/* Table.write(path, format="json", allow_empty=False): writes the table atomically; entries
+ * without data raise NoDataError unless allowed (here or when the table was made). */
 static PyObject *Table_write(TableObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"path", "format", NULL};
+    static char *kwlist[] = {"path", "format", "allow_empty", NULL};
     PyObject *path = NULL, *fmt = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|U:write", kwlist, PyUnicode_FSConverter,
-                                     &path, &fmt))
+    int allow = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|U$p:write", kwlist, PyUnicode_FSConverter,
+                                     &path, &fmt, &allow))
         return NULL;
+    if (check_no_data(self->t, allow || self->allow_empty, false) < 0) {
+        Py_DECREF(path);
+        return NULL;
+    }
     qcal_calib_format f = QCAL_CALIB_FORMAT_JSON;
     if (fmt && parse_format(fmt, &f) < 0) {
         Py_DECREF(path);
@@ -1174,14 +1236,18 @@ static PyObject *Table_read_json(PyObject *cls, PyObject *arg)
     Py_DECREF(path);
     if (st < 0)
         return raise_status(st);
-    return table_wrap(t);
+    return table_wrap(t, false);
 }
 
 static PyMethodDef Table_methods[] = {
     {"format", (PyCFunction)(void (*)(void))Table_format, METH_VARARGS | METH_KEYWORDS,
-     "format(format='json') -> str: the table in a format (json, tensorrt, onnxruntime, ncnn)."},
+     "format(format='json', *, allow_empty=False) -> str: the table in a format (json, "
+     "tensorrt, onnxruntime, ncnn); entries that saw no finite value raise NoDataError "
+     "unless allowed here or by Session.table(allow_empty=True)."},
     {"write", (PyCFunction)(void (*)(void))Table_write, METH_VARARGS | METH_KEYWORDS,
-     "write(path, format='json'): write the table atomically."},
+     "write(path, format='json', *, allow_empty=False): write the table atomically; entries "
+     "that saw no finite value raise NoDataError unless allowed here or by "
+     "Session.table(allow_empty=True)."},
     {"read_json", (PyCFunction)Table_read_json, METH_O | METH_CLASS,
      "Table.read_json(path) -> Table: read a native JSON table."},
     {NULL, NULL, 0, NULL},
@@ -1292,9 +1358,14 @@ static PyObject *Session_observe(SessionObject *self, PyObject *args, PyObject *
     Py_RETURN_NONE;
 }
 
-static PyObject *Session_table(SessionObject *self, PyObject *noargs)
+/* Session.table(allow_empty=False) -> Table: NoDataError naming every tensor that saw no
+ * finite value, unless allow_empty (then one RuntimeWarning per such tensor). */
+static PyObject *Session_table(SessionObject *self, PyObject *args, PyObject *kw)
 {
-    (void)noargs;
+    static char *kwlist[] = {"allow_empty", NULL};
+    int allow = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$p:table", kwlist, &allow))
+        return NULL;
     if (check_session(self) < 0)
         return NULL;
     qcal_calib_table *t = NULL;
@@ -1304,7 +1375,11 @@ static PyObject *Session_table(SessionObject *self, PyObject *noargs)
     Py_END_ALLOW_THREADS
     if (st < 0)
         return raise_status(st);
-    return table_wrap(t);
+    if (check_no_data(t, allow, true) < 0) {
+        qcal_calib_table_destroy(&t);
+        return NULL;
+    }
+    return table_wrap(t, allow);
 }
 
 static Py_ssize_t Session_len(SessionObject *self)
@@ -1319,7 +1394,10 @@ static PyMethodDef Session_methods[] = {
     {"observe", (PyCFunction)(void (*)(void))Session_observe, METH_VARARGS | METH_KEYWORDS,
      "observe(name, x, role='activation', step=None): feed one batch of a named tensor "
      "(thread-safe; steps order the batches of order-dependent observers)."},
-    {"table", (PyCFunction)Session_table, METH_NOARGS, "table() -> Table: snapshot every entry."},
+    {"table", (PyCFunction)(void (*)(void))Session_table, METH_VARARGS | METH_KEYWORDS,
+     "table(*, allow_empty=False) -> Table: snapshot every entry; a tensor that saw no finite "
+     "value raises NoDataError naming every such tensor, unless allow_empty=True (then one "
+     "RuntimeWarning each and the entry is kept with no_data=True)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1916,7 +1994,9 @@ PyMODINIT_FUNC PyInit__qcal(void)
         !(ErrBackend = new_error(m, "BackendError", PyExc_RuntimeError,
                                  "oneDNN reported a failure.")) ||
         !(ErrNotFound = new_error(m, "NotFoundError", PyExc_LookupError,
-                                  "A named item does not exist.")))
+                                  "A named item does not exist.")) ||
+        !(ErrNoData = new_error(m, "NoDataError", PyExc_ValueError,
+                                "A tensor saw no finite value (allow_empty=False).")))
         goto fail;
     if (PyType_Ready(&ObserverType) < 0)
         goto fail;

@@ -259,6 +259,93 @@ static void test_bad_inputs(void **state)
     assert_int_equal(stat(q, &sb), -1);
 }
 
+/* Lines of a file (0 for an empty one). */
+static int count_lines(const char *text)
+{
+    int n = 0;
+    for (const char *p = text; *p; p++)
+        n += *p == '\n';
+    return n;
+}
+
+static void write_f32(const char *path, int64_t n, float v)
+{
+    float d[16];
+    for (int64_t i = 0; i < n; i++)
+        d[i] = v;
+    assert_int_equal(qcal_npy_write(path, QCAL_NPY_F32, 1, &n, d), QCAL_OK);
+}
+
+/* Issue 22 item 3: a tensor that saw no finite value fails calibrate (exit 1, one line
+ * naming every such tensor, nothing written) unless --allow-empty: then one warning line
+ * per tensor, the JSON marks them no_data, the other formats leave them out. */
+static void test_no_data(void **state)
+{
+    (void)state;
+    char dump[256], p[512], q[256], dir[256];
+    snprintf(dump, sizeof dump, "%s/nodata", tmpdir);
+    assert_int_equal(mkdir(dump, 0755), 0);
+    snprintf(p, sizeof p, "%s/a_nan.npy", dump);
+    write_f32(p, 8, NAN);
+    snprintf(p, sizeof p, "%s/b_ok.npy", dump);
+    write_f32(p, 8, 2.5f);
+    snprintf(p, sizeof p, "%s/c_inf.npy", dump);
+    write_f32(p, 4, -INFINITY);
+    snprintf(q, sizeof q, "%s/nd.json", tmpdir);
+    snprintf(dir, sizeof dir, "%s/nd_dir", tmpdir);
+    struct stat sb;
+    /* Default: exit 1, one line naming both, no table, no state. */
+    assert_int_equal(run("'%s' -o '%s' --save-state '%s.state'", dump, q, q), 1);
+    assert_one_error_line("2 tensors saw no finite value");
+    char *e = tu_read_file(err_path, NULL);
+    assert_non_null(strstr(e, "'a_nan', 'c_inf'"));
+    assert_null(strstr(e, "b_ok"));
+    assert_non_null(strstr(e, "--allow-empty"));
+    free(e);
+    assert_int_equal(stat(q, &sb), -1);
+    snprintf(p, sizeof p, "%s.state", q);
+    assert_int_equal(stat(p, &sb), -1);
+    /* --allow-empty: exit 0, one warning per tensor, no_data in the JSON. */
+    assert_int_equal(run("'%s' -o '%s' --allow-empty", dump, q), 0);
+    e = tu_read_file(err_path, NULL);
+    assert_int_equal(count_lines(e), 2);
+    assert_non_null(strstr(e, "qcal: calibrate: warning: activation 'a_nan' saw no finite "
+                              "value (8 NaN/Inf skipped)"));
+    assert_non_null(strstr(e, "qcal: calibrate: warning: activation 'c_inf' saw no finite "
+                              "value (4 NaN/Inf skipped)"));
+    free(e);
+    qcal_calib_table *t = read_table(q);
+    const qcal_calib_entry *en;
+    assert_int_equal(qcal_calib_table_find(t, "a_nan", QCAL_CALIB_ROLE_ACTIVATION, &en), QCAL_OK);
+    assert_true(en->no_data);
+    assert_true(qcal_qparams_scale_at(&en->qparams, 0) == 1.0f);
+    assert_int_equal(qcal_calib_table_find(t, "b_ok", QCAL_CALIB_ROLE_ACTIVATION, &en), QCAL_OK);
+    assert_false(en->no_data);
+    qcal_calib_table_destroy(&t);
+    /* The other formats leave them out; still exactly one warning line per tensor. */
+    assert_int_equal(run("'%s' -o '%s' --allow-empty --format tensorrt,ncnn,onnxruntime", dump,
+                         dir), 0);
+    e = tu_read_file(err_path, NULL);
+    assert_int_equal(count_lines(e), 2);
+    free(e);
+    snprintf(p, sizeof p, "%s/tensorrt.cache", dir);
+    e = tu_read_file(p, NULL);
+    assert_non_null(strstr(e, "\nb_ok: "));
+    assert_null(strstr(e, "a_nan"));
+    assert_null(strstr(e, "c_inf"));
+    free(e);
+    snprintf(p, sizeof p, "%s/ncnn.table", dir);
+    e = tu_read_file(p, NULL);
+    assert_non_null(strstr(e, "b_ok "));
+    assert_null(strstr(e, "a_nan"));
+    free(e);
+    snprintf(p, sizeof p, "%s/calibration.cache", dir);
+    e = tu_read_file(p, NULL);
+    assert_non_null(strstr(e, "b_ok"));
+    assert_null(strstr(e, "a_nan"));
+    free(e);
+}
+
 /* Bad files fail the same way whether the tensor's batches are read whole
  * (moving_average_minmax) or streamed in parts (entropy, qcal_observer_config_splits):
  * the same exit code and the same message. Among them a file whose shape promises more
@@ -357,6 +444,7 @@ int main(void)
         cmocka_unit_test(test_formats_golden),
         cmocka_unit_test(test_rules_and_default),
         cmocka_unit_test(test_bad_inputs),
+        cmocka_unit_test(test_no_data),
         cmocka_unit_test(test_bad_files_streamed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -10,7 +10,9 @@
  *    observer error (--strict and a NaN): every rank ends with the same exit code (3; 1 for
  *    the NaN, as qcal observe --strict), one line on stderr
  *    naming the rank and the file, no table written, an existing one untouched, no
- *    temporary file left; a missing directory (exit 3) and an unwritable table (exit 4)
+ *    temporary file left; a missing directory (exit 3) and an unwritable table (exit 4);
+ *    a tensor whose every value is NaN, its files on every rank: exit 1 on every rank with
+ *    one line naming it, or with --allow-empty exit 0, one warning line, no_data written
  *    (`test_mpi_calibrate faults`). */
 #include <math.h>
 #include <setjmp.h>
@@ -379,6 +381,14 @@ static char *fault_dump(const char *variant, int bad)
     } else if (!strcmp(variant, "dangling")) {
         unlink(path);
         assert_int_equal(symlink("/nonexistent/qcal/batch.npy", path), 0);
+    } else if (!strcmp(variant, "allnan")) {
+        /* A second tensor "y" of 8 batches, every value NaN, spread over the ranks. */
+        snprintf(x, sizeof x, "%s/y", dir);
+        mkdir(x, 0755);
+        for (int i = 0; i < ROWS * COLS; i++)
+            d[i] = (float)NAN;
+        for (int b = 0; b < 8; b++)
+            write_batch(x, b, d);
     }
     return dir;
 }
@@ -394,6 +404,23 @@ static void test_faults(void **state)
         expect_fault(np, 3, bad, file, "'%s' --observer minmax", fault_dump("dangling", bad));
         /* NaN under --strict: exit 1, as 'qcal observe --strict'. */
         expect_fault(np, 1, bad, file, "'%s' --observer minmax --strict", fault_dump("nan", bad));
+        /* A tensor with no finite value on any rank: the ranks agree, exit 1, one line
+         * (from the writer, which holds the merged session) naming it; --allow-empty: exit
+         * 0 with one warning line and the table written. */
+        expect_fault(np, 1, 0, "1 tensor saw no finite value", "'%s' --observer minmax",
+                     fault_dump("allnan", -1));
+        char table[300];
+        snprintf(table, sizeof table, "%s/allnan.json", tmpdir);
+        assert_int_equal(run(np, NULL, "'%s' --observer minmax --allow-empty -o '%s'",
+                             fault_dump("allnan", -1), table), 0);
+        char *err = tu_read_file(err_txt, NULL);
+        assert_int_equal(count(err, "qcal: calibrate: "), 1);
+        assert_non_null(strstr(err, "warning: activation 'y' saw no finite value (960 NaN/Inf "
+                                    "skipped)"));
+        free(err);
+        char *t = tu_read_file(table, NULL);
+        assert_non_null(strstr(t, "\"no_data\": true"));
+        free(t);
         /* Every rank fails the same way: the lowest, rank 0, speaks. */
         expect_fault(np, 3, 0, "/nonexistent/dump", "/nonexistent/dump --observer minmax");
     }

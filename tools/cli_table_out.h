@@ -57,6 +57,8 @@ typedef struct cli_table_out {
     int nformats;                 /* 0 until --format: json */
     qcal_calib_export_options xo;
     bool not_writer;              /* another process writes OUT: check usage only */
+    bool no_data_warned;          /* entries without data were already named (calibrate
+                                   * --allow-empty): no summary warning per format */
 } cli_table_out;
 
 void cli_table_out_init(cli_table_out *o);

@@ -58,7 +58,9 @@ static const char help_tail[] =
     "manifest or name escape or a malformed .npy (named) exit 3, an unwritable OUT exits 4\n"
     "(before any work is done); NaN/Inf under --strict exits 1, as in 'qcal observe'; a\n"
     "name a format cannot hold exits 1 listing every such name (or is left out with a\n"
-    "warning under --skip-unrepresentable).\n"
+    "warning under --skip-unrepresentable); a tensor that saw no finite value (every value\n"
+    "NaN/Inf) exits 1 naming every such tensor, before any output is written, unless\n"
+    "--allow-empty.\n"
     "\n"
     "Under mpirun (mpirun -np N qcal calibrate DIR -o OUT ...) the ranks share the dump's\n"
     "files (order-independent observers by file; moving averages and first-batch histograms\n"
@@ -70,13 +72,14 @@ static const char help_tail[] =
     "OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1); more ranks than cores\n"
     "need --oversubscribe.\n";
 
-enum { OPT_HELP = 1, OPT_RULES, OPT_WEIGHTS, OPT_SAVE_STATE };
+enum { OPT_HELP = 1, OPT_RULES, OPT_WEIGHTS, OPT_SAVE_STATE, OPT_ALLOW_EMPTY };
 
 static const cli_opt opts[] = {
     { "help", 'h', false, OPT_HELP },
     { "rules", 0, true, OPT_RULES },
     { "weights", 0, true, OPT_WEIGHTS },
     { "save-state", 0, true, OPT_SAVE_STATE },
+    { "allow-empty", 0, false, OPT_ALLOW_EMPTY },
     CLI_TABLE_OUT_OPTS,
     CLI_OBSERVER_OPTS,
     { 0 },
@@ -91,6 +94,7 @@ typedef struct calib_args {
     int nweights;
     cli_observer_args oa;
     bool have_obs_opts;
+    bool allow_empty;          /* --allow-empty */
     cli_table_out out;
 } calib_args;
 
@@ -114,6 +118,7 @@ static int parse_args(int argc, char **argv, calib_args *a, bool writer)
         case OPT_RULES: a->rules_path = val; break;
         case OPT_WEIGHTS: a->weights[a->nweights++] = val; break;
         case OPT_SAVE_STATE: a->save_state = val; break;
+        case OPT_ALLOW_EMPTY: a->allow_empty = true; break;
         case CLI_POSITIONAL:
             if (a->dir)
                 return cli_fail(cmd, QCAL_EXIT_USAGE, "one dump directory expected, got '%s' "
@@ -454,6 +459,47 @@ static int feed_weight(void *ctx, qcal_safetensors *st, int64_t i,
     return rc;
 }
 
+/* Tensors that saw no finite value: without --allow-empty one error naming every one
+ * (exit 1, nothing written); with it one warning line each. Returns 0 or an exit code. */
+static int check_no_data(const char *cmd, const qcal_calib_table *t, bool allow_empty)
+{
+    int64_t n = 0, bad = 0;
+    qcal_calib_table_count(t, &n);
+    size_t cap = 1, len = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const qcal_calib_entry *e;
+        qcal_calib_table_entry(t, i, &e);
+        if (!e->no_data)
+            continue;
+        bad++;
+        cap += strlen(e->fqn) + 16;
+        if (allow_empty)
+            fprintf(stderr, "qcal: %s: warning: %s '%s' saw no finite value (%llu NaN/Inf "
+                    "skipped): written with no_data: true, scale 1, zero-point 0 (left out "
+                    "of tensorrt, onnxruntime and ncnn files)\n", cmd,
+                    qcal_calib_role_name(e->role), e->fqn,
+                    (unsigned long long)e->nonfinite);
+    }
+    if (!bad || allow_empty)
+        return 0;
+    char *list = malloc(cap);
+    if (!list)
+        return cli_fail(cmd, QCAL_EXIT_FAILURE, "%lld tensors saw no finite value (out of "
+                        "memory listing them)", (long long)bad);
+    list[0] = '\0';
+    for (int64_t i = 0; i < n; i++) {
+        const qcal_calib_entry *e;
+        qcal_calib_table_entry(t, i, &e);
+        if (e->no_data)
+            len += (size_t)snprintf(list + len, cap - len, "%s'%s'", len ? ", " : "", e->fqn);
+    }
+    int rc = cli_fail(cmd, QCAL_EXIT_FAILURE, "%lld tensor%s saw no finite value (every value "
+                      "NaN/Inf), nothing to calibrate: %s; nothing written (--allow-empty "
+                      "writes them marked no_data)", (long long)bad, bad == 1 ? "" : "s", list);
+    free(list);
+    return rc;
+}
+
 static int calibrate(int argc, char **argv, cli_dist *dist);
 
 int cmd_calibrate(int argc, char **argv)
@@ -539,12 +585,15 @@ fed:
         qcal_calib_dump_file_count(dump, &total);
         files = (long)total;   /* the whole dump's, whichever rank fed them */
     }
-    if (a.save_state && (rc = cli_session_state_save(cmd, session, a.save_state)))
-        goto done;
     if ((st = qcal_calib_session_table(session, &table)) != QCAL_OK) {
         rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
         goto done;
     }
+    if ((rc = check_no_data(cmd, table, a.allow_empty)))
+        goto done;
+    a.out.no_data_warned = true;
+    if (a.save_state && (rc = cli_session_state_save(cmd, session, a.save_state)))
+        goto done;
     if ((rc = cli_table_out_write(cmd, &a.out, table)))
         goto done;
     int64_t n = 0, nw = 0;

@@ -16,7 +16,7 @@ from . import _qcal
 from ._qcal import (  # noqa: F401  (re-exported)
     Error, InvalidArgumentError, FormatError, UnsupportedError, NonFiniteError,
     MismatchError, EmptyError, FileError, OutOfMemoryError, SizeOverflowError, StateError,
-    BackendError, NotFoundError, Observer, sqnr, l2, cosine, set_num_threads,
+    BackendError, NotFoundError, NoDataError, Observer, sqnr, l2, cosine, set_num_threads,
     get_num_threads,
 )
 
@@ -91,7 +91,10 @@ class Session(_qcal.Session):
     key=value ..." per line, first match wins); ``observer`` + config set the activation
     observer after them, as ``qcal calibrate --observer KIND --key value`` does. Feed
     batches with ``observe(name, x, role="activation", step=None)``; ``table()`` returns a
-    ``Table`` that writes every format the CLI writes (json, tensorrt, onnxruntime, ncnn)."""
+    ``Table`` that writes every format the CLI writes (json, tensorrt, onnxruntime, ncnn).
+    A tensor that saw no finite value makes ``table()`` raise ``NoDataError`` naming every
+    such tensor unless ``table(allow_empty=True)`` (then one ``RuntimeWarning`` each and the
+    entry is kept with ``no_data=True``), as ``qcal calibrate --allow-empty``."""
 
     def __init__(self, rules=None, rules_text=None, observer=None, **config):
         super().__init__(_rules_text(rules, rules_text, observer, config))
@@ -108,14 +111,15 @@ def _dump_tensors(directory):
 
 
 def calibrate(directory, output=None, format="json", rules=None, rules_text=None,
-              observer=None, **config):
+              observer=None, allow_empty=False, **config):
     """Calibrates a dump directory as `qcal calibrate DIR` does and returns the Table
-    (written to ``output`` in ``format`` when given)."""
+    (written to ``output`` in ``format`` when given). A tensor that saw no finite value
+    raises ``NoDataError`` (nothing written) unless ``allow_empty=True``."""
     s = Session(rules=rules, rules_text=rules_text, observer=observer, **config)
     for fqn, role, files in _dump_tensors(directory):
         for step, f in enumerate(files):
             s.observe(fqn, _np.load(f, allow_pickle=False), role=role, step=step)
-    t = s.table()
+    t = s.table(allow_empty=allow_empty)
     if output is not None:
         t.write(output, format)
     return t

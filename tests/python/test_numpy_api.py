@@ -8,6 +8,7 @@ import sys
 import tempfile
 import threading
 import unittest
+import warnings
 
 import numpy as np
 
@@ -176,6 +177,56 @@ class Calibrate(unittest.TestCase):
             e = s.table().entries[0]
             self.assertEqual((e["observer"], float(e["min"][0]), float(e["max"][0])),
                              ("minmax", 0.0, 9.0))
+
+    def test_no_data_raises_unless_allowed(self):
+        """A tensor that saw no finite value: NoDataError naming every such tensor, nothing
+        written; allow_empty=True: one RuntimeWarning each, the entry kept with no_data."""
+        with tempfile.TemporaryDirectory() as d:
+            dump = os.path.join(d, "dump")
+            os.makedirs(dump)
+            np.save(os.path.join(dump, "a_nan.npy"), np.full(8, np.nan, np.float32))
+            np.save(os.path.join(dump, "b_ok.npy"), np.arange(8, dtype=np.float32))
+            np.save(os.path.join(dump, "c_inf.npy"), np.full(4, np.inf, np.float32))
+            out = os.path.join(d, "t.json")
+            with self.assertRaises(qcal.NoDataError) as cm:
+                qcal.calibrate(dump, out)
+            msg = str(cm.exception)
+            self.assertIn("2 tensors saw no finite value", msg)
+            self.assertIn("'a_nan'", msg)
+            self.assertIn("'c_inf'", msg)
+            self.assertNotIn("b_ok", msg)
+            self.assertIsInstance(cm.exception, qcal.Error)
+            self.assertFalse(os.path.exists(out))
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                t = qcal.calibrate(dump, out, allow_empty=True)
+            got = [str(x.message) for x in w if issubclass(x.category, RuntimeWarning)]
+            self.assertEqual(len(got), 2, got)
+            self.assertIn("'a_nan' saw no finite value (8 NaN/Inf skipped)", got[0])
+            self.assertIn("'c_inf' saw no finite value (4 NaN/Inf skipped)", got[1])
+            nd = {e["name"]: e["no_data"] for e in t.entries}
+            self.assertEqual(nd, {"a_nan": True, "b_ok": False, "c_inf": True})
+            back = qcal.Table.read_json(out)
+            self.assertEqual([e["no_data"] for e in back.entries], [True, False, True])
+            # The table made with allow_empty writes every format; a table read back from
+            # JSON needs allow_empty again, per call.
+            trt = t.format("tensorrt")
+            self.assertIn("b_ok: ", trt)
+            self.assertNotIn("a_nan", trt)
+            with self.assertRaises(qcal.NoDataError):
+                back.format("tensorrt")
+            with self.assertRaises(qcal.NoDataError):
+                back.write(os.path.join(d, "t.cache"), "tensorrt")
+            self.assertFalse(os.path.exists(os.path.join(d, "t.cache")))
+            self.assertEqual(back.format("tensorrt", allow_empty=True), trt)
+            s = qcal.Session(observer="minmax")
+            s.observe("x", np.full(3, np.nan, np.float32))
+            with self.assertRaises(qcal.NoDataError):
+                s.table()
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                with self.assertRaises(RuntimeWarning):
+                    s.table(allow_empty=True)
 
 
 class BadInput(unittest.TestCase):
