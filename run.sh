@@ -6,6 +6,10 @@
 #   ./run.sh build            install what is missing and build only
 #   ./run.sh sanitize         ASan+UBSan build + whole suite, TSan stress, valgrind CLI (.ci/run)
 #   ./run.sh fuzz             libFuzzer targets, 60 s each (QCAL_FUZZ_SECONDS; .ci/run)
+# demo and test also install ONNX Runtime from npm (onnxruntime-node, CPU only) into a cache
+# outside the source tree, $QCAL_NPM_DIR (default ${XDG_CACHE_HOME:-$HOME/.cache}/qcal/npm),
+# for the ONNX Runtime tests (suite 'ort') and the demo's ONNX Runtime rows; without npm
+# access those say in one line that they skip. The library and the CLI never need Node.
 set -eu
 cd "$(dirname "$0")"
 
@@ -47,6 +51,47 @@ install_missing() {
     fi
 }
 
+# ONNX Runtime from npm: the exact version the tests were measured with. Its install script
+# fetches GPU add-ons unless ONNXRUNTIME_NODE_INSTALL=skip; the CPU runtime ships in the package.
+ORT_NODE_VERSION=1.30.0
+QCAL_NPM_DIR="${QCAL_NPM_DIR:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/qcal/npm}"
+export QCAL_NPM_DIR
+
+# Installs onnxruntime-node@$ORT_NODE_VERSION into $QCAL_NPM_DIR unless it is there already
+# (nodejs and npm through apt only if node is missing). Never fails the caller: without npm
+# access it says so in one line and the ONNX Runtime parts skip.
+install_ort() {
+    local pkg="$QCAL_NPM_DIR/node_modules/onnxruntime-node/package.json"
+    if [ -f "$pkg" ] && grep -q "\"version\": \"$ORT_NODE_VERSION\"" "$pkg"; then
+        return 0
+    fi
+    if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+        if [ "$(id -u)" != 0 ]; then
+            echo "run.sh: node/npm missing (apt-get install nodejs npm): ONNX Runtime parts skip" >&2
+            return 0
+        fi
+        echo "run.sh: installing nodejs npm" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null 2>&1 || {
+            apt-get update -qq >/dev/null 2>&1 || true
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null 2>&1
+        } || { echo "run.sh: could not install nodejs npm: ONNX Runtime parts skip" >&2; return 0; }
+    fi
+    local log
+    log=$(mktemp)
+    if ! mkdir -p "$QCAL_NPM_DIR" 2>/dev/null; then
+        echo "run.sh: cannot create $QCAL_NPM_DIR: ONNX Runtime parts skip" >&2
+        return 0
+    fi
+    [ -f "$QCAL_NPM_DIR/package.json" ] || echo '{"private": true}' >"$QCAL_NPM_DIR/package.json"
+    echo "run.sh: installing onnxruntime-node@$ORT_NODE_VERSION into $QCAL_NPM_DIR" >&2
+    if ! ONNXRUNTIME_NODE_INSTALL=skip timeout 600 npm install --prefix "$QCAL_NPM_DIR" \
+            --no-audit --no-fund --no-update-notifier --loglevel=error --fetch-retries=1 \
+            "onnxruntime-node@$ORT_NODE_VERSION" >"$log" 2>&1; then
+        echo "run.sh: npm install onnxruntime-node@$ORT_NODE_VERSION failed ($(grep -m1 -iE 'err|fail' "$log" || tail -n1 "$log")): ONNX Runtime parts skip" >&2
+    fi
+    rm -f "$log"
+}
+
 build() {
     install_missing
     if [ ! -f build/build.ninja ]; then
@@ -61,12 +106,14 @@ case "$cmd" in
     build) build ;;
     demo)
         build
+        install_ort
         # Fashion-MNIST CNN: float model (trained once, then cached), calibration with every
         # observer, int8 on oneDNN, QAT; see docs/demo.md for the options.
         exec ./build/examples/qcal-demo "$@"
         ;;
     test)
         build
+        install_ort
         exec meson test -C build --print-errorlogs "$@"
         ;;
     sanitize) exec .ci/run sanitize tsan valgrind ;;

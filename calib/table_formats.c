@@ -211,9 +211,11 @@ static qcal_status check_names(const qcal_calib_table *t, qcal_calib_format form
 }
 
 /* TensorRT: "TRT-<version>-<algorithm>\n" then "<name>: <hex>\n" per activation, in table
- * order (sorted by name). hex = lower-case, not zero-padded bits of the float32
- * scale = amax / 127 (float32 division). Weights are left out: TensorRT computes weight
- * scales itself. */
+ * order (sorted by name). hex = the 8 lower-case, zero-padded hex digits of the bits of the
+ * float32 scale = amax / 127 (float32 division): TensorRT reads any width, but ModelOpt's
+ * reader (--calibration_cache_path) takes bytes.fromhex + struct "!f", which needs all 8
+ * (a subnormal scale of a tiny amax has fewer significant digits). Weights are left out:
+ * TensorRT computes weight scales itself. */
 static qcal_status fmt_tensorrt(const qcal_calib_table *t, const qcal_calib_export_options *o,
                                 qcal_buf *b, skipped *sk)
 {
@@ -239,7 +241,7 @@ static qcal_status fmt_tensorrt(const qcal_calib_table *t, const qcal_calib_expo
         uint32_t bits;
         memcpy(&bits, &scale, sizeof bits);
         char tmp[16];
-        snprintf(tmp, sizeof tmp, ": %x\n", (unsigned)bits);
+        snprintf(tmp, sizeof tmp, ": %08x\n", (unsigned)bits);
         put(b, e->fqn);
         put(b, tmp);
     }
