@@ -51,5 +51,7 @@ int cmd_report(int argc, char **argv);
 int cmd_compare_weights(int argc, char **argv);
 int cmd_fakequant(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
+int cmd_onnx_expose(int argc, char **argv);
+int cmd_qdq(int argc, char **argv);
 
 #endif

@@ -13,6 +13,7 @@
 #include "qcal/quantize.h"
 #include "qcal/fakequant.h"
 #include "qcal/npy.h"
+#include "qcal/onnx.h"
 #include "qcal/safetensors.h"
 #include "qcal/numeric.h"
 #include "qcal/calib.h"

@@ -1,0 +1,283 @@
+/* qcal ONNX models: read a model, list the tensors a deployment profile quantizes, expose
+ * them as graph outputs (so any engine can dump them for calibration), insert
+ * QuantizeLinear/DequantizeLinear nodes from a calibration table, write the result.
+ *
+ *   qcal_onnx_model *m = NULL;
+ *   qcal_onnx_model_load("model.onnx", &m);
+ *   qcal_onnx_qdq_options opt;
+ *   qcal_onnx_qdq_options_default(&opt);                // profile ort
+ *   qcal_onnx_qdq_report rep;
+ *   qcal_onnx_qdq(m, table, &opt, &rep);               // table: qcal/calib.h
+ *   qcal_onnx_model_save(m, NULL, "model.qdq.onnx");
+ *   qcal_onnx_qdq_report_free(&rep);
+ *   qcal_onnx_model_destroy(&m);
+ *
+ * The model behind the handle is ONNX's ModelProto (onnx.proto, IR 8), read and written
+ * with protobuf-c; nothing of it shows here. Names are UTF-8 byte strings, compared as
+ * bytes. Built without ONNX support (meson -Donnx=disabled) every function that needs it
+ * returns QCAL_ERR_UNSUPPORTED ("qcal was built without ONNX support");
+ * qcal_onnx_available() says which. Semantics of the profiles: docs/onnx.md. */
+#ifndef QCAL_ONNX_H
+#define QCAL_ONNX_H
+
+#include "qcal/calib.h"
+#include "qcal/common.h"
+#include "qcal/observer.h"
+#include "qcal/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ONNX TensorProto.DataType numbers (element types) the API names. */
+enum {
+    QCAL_ONNX_FLOAT = 1,
+    QCAL_ONNX_UINT8 = 2,
+    QCAL_ONNX_INT8 = 3,
+    QCAL_ONNX_INT32 = 6,
+    QCAL_ONNX_INT64 = 7,
+    QCAL_ONNX_FLOAT16 = 10,
+    QCAL_ONNX_DOUBLE = 11,
+    QCAL_ONNX_BFLOAT16 = 16,
+};
+
+/* Where the Q/DQ nodes go and which integer types they use (docs/onnx.md). */
+typedef enum qcal_onnx_profile {
+    QCAL_ONNX_PROFILE_ORT = 0,       /* "ort": ONNX Runtime's node units (DQ -> op -> Q) */
+    QCAL_ONNX_PROFILE_TENSORRT = 1,  /* "tensorrt": TensorRT 10 explicit quantization */
+} qcal_onnx_profile;
+
+typedef struct qcal_onnx_model qcal_onnx_model;
+
+/* True when this libqcal was built with ONNX support (protobuf-c). */
+QCAL_API bool qcal_onnx_available(void);
+
+/* Name of a profile ("ort", "tensorrt") or "unknown"; parse accepts those names. */
+QCAL_API const char *qcal_onnx_profile_name(qcal_onnx_profile profile);
+QCAL_API qcal_status qcal_onnx_profile_parse(const char *name, qcal_onnx_profile *out);
+
+/* ---- Reading and writing ---- */
+
+/* Reads and checks an ONNX model file (*out owned by the caller). Initializers may be in raw
+ * or typed fields; external data files are resolved relative to the model's directory and
+ * must stay inside it (no absolute path, no "..", no symbolic link leading out); they are
+ * read into memory. Checks: protobuf well-formed (nesting depth <= 64), every node input
+ * defined before use (graph inputs, initializers, earlier outputs, outer scopes for If/Loop
+ * bodies), initializer data sizes equal to their shapes. Errors: QCAL_ERR_NOT_FOUND /
+ * QCAL_ERR_IO (file), QCAL_ERR_FORMAT (malformed; the message says what and where). */
+QCAL_API qcal_status qcal_onnx_model_load(const char *path, qcal_onnx_model **out);
+
+/* qcal_onnx_model_load from a buffer of len bytes (copied as needed; the caller keeps buf).
+ * A model that refers to external data is QCAL_ERR_UNSUPPORTED here (no directory). */
+QCAL_API qcal_status qcal_onnx_model_parse(const void *buf, size_t len, qcal_onnx_model **out);
+
+/* Destroys *m (NULL is fine) and sets *m to NULL. */
+QCAL_API void qcal_onnx_model_destroy(qcal_onnx_model **m);
+
+typedef struct qcal_onnx_save_options {
+    uint64_t external_threshold;  /* default 2^31 - 2^20: a model whose serialized size
+                                   * exceeds this many bytes is saved with external data
+                                   * (protobuf messages are limited to 2 GiB) */
+    uint64_t external_min_bytes;  /* default 1024: initializers at least this large move to
+                                   * the external data file PATH.data; smaller ones stay */
+} qcal_onnx_save_options;
+
+/* Fills *opt with the defaults documented on each field. */
+QCAL_API void qcal_onnx_save_options_default(qcal_onnx_save_options *opt);
+
+/* Writes m to path atomically (temporary file, then rename; an existing file is untouched
+ * on failure), streaming the serialization without a second copy of the model. opt NULL =
+ * defaults. With external data, PATH.data is written (atomically) before PATH. */
+QCAL_API qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_options *opt,
+                                          const char *path);
+
+/* Serializes m into a new buffer (*buf, *len; free with qcal_free). Models of 2 GiB and
+ * more are QCAL_ERR_OVERFLOW here (use qcal_onnx_model_save). */
+QCAL_API qcal_status qcal_onnx_model_serialize(const qcal_onnx_model *m, void **buf, size_t *len);
+
+/* ---- Inspection ---- */
+
+typedef struct qcal_onnx_model_info {
+    int64_t ir_version;
+    int64_t opset;          /* default-domain ("" or "ai.onnx") opset version, -1 if none */
+    int64_t nodes;          /* nodes of the main graph (subgraphs not counted) */
+    int64_t initializers;
+    int64_t inputs;
+    int64_t outputs;
+} qcal_onnx_model_info;
+
+/* Fills *info with the model's counts and versions. */
+QCAL_API qcal_status qcal_onnx_model_get_info(const qcal_onnx_model *m, qcal_onnx_model_info *info);
+
+/* One node of the main graph; every pointer points into the model (valid until it changes). */
+typedef struct qcal_onnx_node_info {
+    const char *name;        /* "" when unnamed */
+    const char *op_type;
+    const char *domain;      /* "" for the default domain */
+    int64_t n_inputs, n_outputs;
+    const char *const *inputs;   /* "" for an omitted optional input */
+    const char *const *outputs;
+} qcal_onnx_node_info;
+
+/* Node i (0..nodes-1) of the main graph, in graph order. */
+QCAL_API qcal_status qcal_onnx_node_at(const qcal_onnx_model *m, int64_t i, qcal_onnx_node_info *out);
+
+/* Name of graph input / output i (pointing into the model). */
+QCAL_API qcal_status qcal_onnx_input_at(const qcal_onnx_model *m, int64_t i, const char **name);
+QCAL_API qcal_status qcal_onnx_output_at(const qcal_onnx_model *m, int64_t i, const char **name);
+
+/* Integer attribute of node i (QCAL_ERR_NOT_FOUND when absent). */
+QCAL_API qcal_status qcal_onnx_node_attr_int(const qcal_onnx_model *m, int64_t i, const char *attr,
+                                             int64_t *value);
+
+/* Type and shape of a tensor. ndim -1: shape unknown; dims[k] -1: dimension k unknown
+ * (symbolic); elem_type 0: type unknown. */
+typedef struct qcal_onnx_tensor_desc {
+    int32_t elem_type;
+    int32_t ndim;
+    int64_t dims[QCAL_MAX_DIMS];
+} qcal_onnx_tensor_desc;
+
+/* What the main graph declares for name (graph inputs, outputs, value_info, initializers, in
+ * that order); QCAL_ERR_NOT_FOUND when nothing is declared. More than QCAL_MAX_DIMS
+ * dimensions are reported as an unknown shape. */
+QCAL_API qcal_status qcal_onnx_tensor_get_desc(const qcal_onnx_model *m, const char *name,
+                                               qcal_onnx_tensor_desc *out);
+
+/* Initializer name of the main graph converted to float32 (float32, float16, bfloat16,
+ * float64; also the integer types): *data (numel floats, free with qcal_free) and *desc.
+ * QCAL_ERR_NOT_FOUND if there is no such initializer. */
+QCAL_API qcal_status qcal_onnx_initializer_float(const qcal_onnx_model *m, const char *name,
+                                                 float **data, qcal_onnx_tensor_desc *desc);
+
+/* Initializer of an integer type (int8, uint8, int32, int64, ...) as int64 values (*data,
+ * free with qcal_free) and *desc. */
+QCAL_API qcal_status qcal_onnx_initializer_int64(const qcal_onnx_model *m, const char *name,
+                                                 int64_t **data, qcal_onnx_tensor_desc *desc);
+
+/* ---- Builder (tests and examples write models with it) ---- */
+
+/* A new empty model: IR version ir_version (e.g. 8), default-domain opset `opset`, graph
+ * "qcal", producer "qcal". *out owned by the caller. */
+QCAL_API qcal_status qcal_onnx_model_new(int64_t ir_version, int64_t opset, qcal_onnx_model **out);
+
+/* Adds a graph input / graph output / value_info entry of element type elem_type. ndim -1:
+ * no shape; dims[k] < 0: a symbolic dimension "d<k>" (e.g. the batch). Names are copied. */
+QCAL_API qcal_status qcal_onnx_add_input(qcal_onnx_model *m, const char *name, int32_t elem_type,
+                                         int32_t ndim, const int64_t *dims);
+QCAL_API qcal_status qcal_onnx_add_output(qcal_onnx_model *m, const char *name, int32_t elem_type,
+                                          int32_t ndim, const int64_t *dims);
+QCAL_API qcal_status qcal_onnx_add_value_info(qcal_onnx_model *m, const char *name,
+                                              int32_t elem_type, int32_t ndim,
+                                              const int64_t *dims);
+
+/* Adds an initializer from nbytes of little-endian raw data (copied; NOT checked against the
+ * shape, so tests can build malformed models; qcal_onnx_model_load checks). */
+QCAL_API qcal_status qcal_onnx_add_initializer(qcal_onnx_model *m, const char *name,
+                                               int32_t elem_type, int32_t ndim,
+                                               const int64_t *dims, const void *data,
+                                               size_t nbytes);
+
+/* Adds a float32 initializer of the given shape from data (numel floats, copied). */
+QCAL_API qcal_status qcal_onnx_add_initializer_float(qcal_onnx_model *m, const char *name,
+                                                     int32_t ndim, const int64_t *dims,
+                                                     const float *data);
+
+/* Adds an int64 initializer (e.g. a Reshape shape) from numel values (copied). */
+QCAL_API qcal_status qcal_onnx_add_initializer_int64(qcal_onnx_model *m, const char *name,
+                                                     int32_t ndim, const int64_t *dims,
+                                                     const int64_t *data);
+
+/* Moves initializer name's data to an external file: its raw data is dropped and the
+ * tensor points at `location` (relative to the model file), offset, length. The caller
+ * writes that file. */
+QCAL_API qcal_status qcal_onnx_initializer_set_external(qcal_onnx_model *m, const char *name,
+                                                        const char *location, int64_t offset,
+                                                        int64_t length);
+
+/* Appends a node to the main graph (default domain; names copied; "" for an omitted
+ * optional input); *index (may be NULL) gets its index for the attribute setters. */
+QCAL_API qcal_status qcal_onnx_add_node(qcal_onnx_model *m, const char *op_type, const char *name,
+                                        int64_t n_inputs, const char *const *inputs,
+                                        int64_t n_outputs, const char *const *outputs,
+                                        int64_t *index);
+
+/* Sets an attribute of node `node` (int, ints, float, string). */
+QCAL_API qcal_status qcal_onnx_node_set_int(qcal_onnx_model *m, int64_t node, const char *attr,
+                                            int64_t value);
+QCAL_API qcal_status qcal_onnx_node_set_ints(qcal_onnx_model *m, int64_t node, const char *attr,
+                                             int64_t n, const int64_t *values);
+QCAL_API qcal_status qcal_onnx_node_set_float(qcal_onnx_model *m, int64_t node, const char *attr,
+                                              float value);
+QCAL_API qcal_status qcal_onnx_node_set_string(qcal_onnx_model *m, int64_t node, const char *attr,
+                                               const char *value);
+
+/* Sets a graph attribute (If's then_branch/else_branch, Loop's body) of node `node` to the
+ * main graph of *body, which is consumed (destroyed, *body set to NULL) on success. */
+QCAL_API qcal_status qcal_onnx_node_set_graph(qcal_onnx_model *m, int64_t node, const char *attr,
+                                              qcal_onnx_model **body);
+
+/* ---- Quantization passes ---- */
+
+typedef struct qcal_onnx_qdq_options {
+    qcal_onnx_profile profile;         /* default QCAL_ONNX_PROFILE_ORT */
+    qcal_observer_kind weight_observer;/* default QCAL_OBSERVER_PER_CHANNEL_MINMAX; any
+                                        * per-channel kind (qint8, per_channel_symmetric) */
+    const char *const *exclude;        /* default NULL: fnmatch(3) globs (no flags) on node
+                                        * names and tensor names; a matching node stays float,
+                                        * a matching tensor gets no Q/DQ */
+    int64_t n_exclude;                 /* default 0 */
+    const char *op_types;              /* default NULL: the profile's list (docs/onnx.md);
+                                        * else a comma list of op types to quantize */
+    bool strict;                       /* default false: wanted tensors missing from the table
+                                        * stay float (listed in the report); true: error */
+} qcal_onnx_qdq_options;
+
+/* Fills *opt with the defaults documented on each field. */
+QCAL_API void qcal_onnx_qdq_options_default(qcal_onnx_qdq_options *opt);
+
+/* The activation tensors the profile quantizes, i.e. those whose ranges qcal_onnx_qdq looks
+ * up in the table, in graph order: *names (n strings; free with qcal_onnx_names_free). */
+QCAL_API qcal_status qcal_onnx_list(const qcal_onnx_model *m, const qcal_onnx_qdq_options *opt,
+                                    char ***names, int64_t *n);
+
+/* Frees a name list of n strings from qcal_onnx_list and sets *names to NULL. */
+QCAL_API void qcal_onnx_names_free(char ***names, int64_t n);
+
+/* Makes every tensor of qcal_onnx_list a graph output (type and shape as declared, else
+ * float32 without shape); *added (may be NULL) gets how many were not outputs already. */
+QCAL_API qcal_status qcal_onnx_expose(qcal_onnx_model *m, const qcal_onnx_qdq_options *opt,
+                                      int64_t *added);
+
+/* What qcal_onnx_qdq did (free with qcal_onnx_qdq_report_free). */
+typedef struct qcal_onnx_qdq_report {
+    int64_t ops;          /* ops quantized */
+    int64_t tensors;      /* activation tensors given Q/DQ */
+    int64_t weights;      /* weight initializers quantized per channel */
+    int64_t biases;       /* biases stored as int32 (profile ort) */
+    int64_t n_missing;    /* wanted tensors absent from the table (they stay float) */
+    char **missing;       /* their names */
+    int64_t n_skipped;    /* ops of a quantized type left float */
+    char **skipped;       /* one "NODE (OP): reason" line each */
+} qcal_onnx_qdq_report;
+
+/* Inserts Q/DQ into m from table (activation entries matched by tensor name; weights from
+ * the model's initializers) as opt->profile says (docs/onnx.md). Needs a default-domain
+ * opset >= 13 (else QCAL_ERR_UNSUPPORTED). Missing tensors with opt->strict:
+ * QCAL_ERR_NOT_FOUND listing them. Every check runs before the model changes: on failure m
+ * is unchanged except after QCAL_ERR_NO_MEMORY. rep (may be NULL) is filled on success. */
+QCAL_API qcal_status qcal_onnx_qdq(qcal_onnx_model *m, const qcal_calib_table *table,
+                                   const qcal_onnx_qdq_options *opt, qcal_onnx_qdq_report *rep);
+
+/* qcal_onnx_qdq with the table of a session (qcal_calib_session_table). */
+QCAL_API qcal_status qcal_onnx_qdq_session(qcal_onnx_model *m, qcal_calib_session *s,
+                                           const qcal_onnx_qdq_options *opt,
+                                           qcal_onnx_qdq_report *rep);
+
+/* Frees the report's lists and zeroes it (NULL is fine). */
+QCAL_API void qcal_onnx_qdq_report_free(qcal_onnx_qdq_report *rep);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,1563 @@
+/* ONNX models: reading (mmap, protobuf-c unpack, checks, external data), writing (streamed
+ * pack through an atomic file, external data past 2 GiB), inspection and the builder. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "onnx/onnx_internal.h"
+#include "qcal/atomic_file.h"
+
+bool qcal_onnx_available(void)
+{
+    return true;
+}
+
+/* ---- small helpers ---- */
+
+static uint64_t hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;   /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+bool onnx_map_put(onnx_map *m, const char *key, int64_t val)
+{
+    if ((m->len + 1) * 2 > m->cap) {
+        size_t cap = m->cap ? m->cap * 2 : 64;
+        const char **keys = calloc(cap, sizeof *keys);
+        int64_t *vals = calloc(cap, sizeof *vals);
+        if (!keys || !vals) {
+            free(keys);
+            free(vals);
+            return false;
+        }
+        for (size_t i = 0; i < m->cap; i++) {
+            if (!m->keys[i])
+                continue;
+            size_t j = hash_str(m->keys[i]) & (cap - 1);
+            while (keys[j])
+                j = (j + 1) & (cap - 1);
+            keys[j] = m->keys[i];
+            vals[j] = m->vals[i];
+        }
+        free(m->keys);
+        free(m->vals);
+        m->keys = keys;
+        m->vals = vals;
+        m->cap = cap;
+    }
+    size_t j = hash_str(key) & (m->cap - 1);
+    while (m->keys[j]) {
+        if (!strcmp(m->keys[j], key)) {
+            m->vals[j] = val;
+            return true;
+        }
+        j = (j + 1) & (m->cap - 1);
+    }
+    m->keys[j] = key;
+    m->vals[j] = val;
+    m->len++;
+    return true;
+}
+
+int64_t *onnx_map_get(const onnx_map *m, const char *key)
+{
+    if (!m->cap)
+        return NULL;
+    size_t j = hash_str(key) & (m->cap - 1);
+    while (m->keys[j]) {
+        if (!strcmp(m->keys[j], key))
+            return &m->vals[j];
+        j = (j + 1) & (m->cap - 1);
+    }
+    return NULL;
+}
+
+void onnx_map_free(onnx_map *m)
+{
+    free(m->keys);
+    free(m->vals);
+    memset(m, 0, sizeof *m);
+}
+
+size_t onnx_elem_size(int32_t type)
+{
+    switch (type) {
+    case 1: case 6: case 12: return 4;          /* float, int32, uint32 */
+    case 2: case 3: case 9: return 1;           /* uint8, int8, bool */
+    case 4: case 5: case 10: case 16: return 2; /* uint16, int16, float16, bfloat16 */
+    case 7: case 11: case 13: case 14: return 8;/* int64, double, uint64, complex64 */
+    case 15: return 16;                         /* complex128 */
+    case 17: case 18: case 19: case 20: return 1; /* float8 variants (later ONNX) */
+    default: return 0;
+    }
+}
+
+bool onnx_tensor_numel(const Onnx__TensorProto *t, int64_t *numel)
+{
+    int64_t n = 1;
+    for (size_t i = 0; i < t->n_dims; i++)
+        if (t->dims[i] < 0 || !qcal_mul_i64(n, t->dims[i], &n))
+            return false;
+    *numel = n;
+    return true;
+}
+
+char *onnx_strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+bool onnx_push(void ***array, size_t *n, void *item)
+{
+    void **a = realloc(*array, (*n + 1) * sizeof *a);
+    if (!a)
+        return false;
+    a[*n] = item;
+    *array = a;
+    (*n)++;
+    return true;
+}
+
+int64_t onnx_model_opset(const Onnx__ModelProto *mp)
+{
+    for (size_t i = 0; i < mp->n_opset_import; i++) {
+        const Onnx__OperatorSetIdProto *o = mp->opset_import[i];
+        if (!o->domain || !o->domain[0] || !strcmp(o->domain, "ai.onnx"))
+            return o->has_version ? o->version : -1;
+    }
+    return -1;
+}
+
+const Onnx__AttributeProto *onnx_node_attr(const Onnx__NodeProto *n, const char *name)
+{
+    for (size_t i = 0; i < n->n_attribute; i++)
+        if (n->attribute[i]->name && !strcmp(n->attribute[i]->name, name))
+            return n->attribute[i];
+    return NULL;
+}
+
+static const char *str_or_empty(const char *s)
+{
+    return s ? s : "";
+}
+
+/* ---- tensor data ---- */
+
+/* Expected byte size of the tensor's data for its element type, or 0 with *known false. */
+static bool tensor_expected_bytes(const Onnx__TensorProto *t, int64_t numel, uint64_t *bytes)
+{
+    int32_t type = t->data_type;
+    size_t es = onnx_elem_size(type);
+    if (es) {
+        *bytes = (uint64_t)numel * es;   /* numel * 16 cannot overflow after the check below */
+        return numel <= INT64_MAX / 16;
+    }
+    if (type >= 21 && type <= 23) {     /* 4-bit types: two per byte */
+        *bytes = ((uint64_t)numel + 1) / 2;
+        return true;
+    }
+    return false;
+}
+
+qcal_status onnx_tensor_bytes(const Onnx__TensorProto *t, const uint8_t **data, size_t *len,
+                              void **owned)
+{
+    *owned = NULL;
+    int64_t numel;
+    if (!onnx_tensor_numel(t, &numel))
+        return qcal_error(QCAL_ERR_FORMAT, "tensor '%s' has an invalid shape", str_or_empty(t->name));
+    if (t->has_raw_data || t->raw_data.len) {
+        *data = t->raw_data.data;
+        *len = t->raw_data.len;
+        return QCAL_OK;
+    }
+    size_t es = onnx_elem_size(t->data_type);
+    if (!es)
+        return qcal_error(QCAL_ERR_UNSUPPORTED, "tensor '%s': element type %d is not supported",
+                          str_or_empty(t->name), (int)t->data_type);
+    size_t n = (size_t)numel;
+    size_t nbytes = n * es;
+    uint8_t *buf = malloc(nbytes ? nbytes : 1);
+    if (!buf)
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory for tensor '%s'", str_or_empty(t->name));
+    switch (t->data_type) {
+    case 1:
+        if (t->n_float_data != n) goto bad;
+        memcpy(buf, t->float_data, n * 4);
+        break;
+    case 11:
+        if (t->n_double_data != n) goto bad;
+        memcpy(buf, t->double_data, n * 8);
+        break;
+    case 7:
+        if (t->n_int64_data != n) goto bad;
+        memcpy(buf, t->int64_data, n * 8);
+        break;
+    case 12: case 13:
+        if (t->n_uint64_data != n) goto bad;
+        for (size_t i = 0; i < n; i++) {
+            if (es == 4) { uint32_t v = (uint32_t)t->uint64_data[i]; memcpy(buf + 4 * i, &v, 4); }
+            else memcpy(buf + 8 * i, &t->uint64_data[i], 8);
+        }
+        break;
+    case 2: case 3: case 4: case 5: case 6: case 9: case 10: case 16:
+    case 17: case 18: case 19: case 20:
+        if (t->n_int32_data != n) goto bad;
+        for (size_t i = 0; i < n; i++) {
+            int32_t v = t->int32_data[i];
+            if (es == 1) buf[i] = (uint8_t)v;
+            else if (es == 2) { uint16_t u = (uint16_t)v; memcpy(buf + 2 * i, &u, 2); }
+            else memcpy(buf + 4 * i, &v, 4);
+        }
+        break;
+    default:
+        free(buf);
+        return qcal_error(QCAL_ERR_UNSUPPORTED, "tensor '%s': element type %d is not supported",
+                          str_or_empty(t->name), (int)t->data_type);
+    }
+    *data = buf;
+    *len = n * es;
+    *owned = buf;
+    return QCAL_OK;
+bad:
+    free(buf);
+    return qcal_error(QCAL_ERR_FORMAT, "tensor '%s': data does not match its shape",
+                      str_or_empty(t->name));
+}
+
+static float half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31, man = h & 1023, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else {   /* subnormal: value man * 2^-24 */
+            float f = ldexpf((float)man, -24);
+            return sign ? -f : f;
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+qcal_status onnx_tensor_to_float(const Onnx__TensorProto *t, float **out, int64_t *numel)
+{
+    const uint8_t *p;
+    size_t len;
+    void *owned;
+    qcal_status st = onnx_tensor_bytes(t, &p, &len, &owned);
+    if (st != QCAL_OK)
+        return st;
+    int64_t n = 0;
+    onnx_tensor_numel(t, &n);
+    size_t es = onnx_elem_size(t->data_type);
+    if (!es || len != (size_t)n * es) {
+        free(owned);
+        return qcal_error(QCAL_ERR_FORMAT, "tensor '%s': %zu bytes of data for %lld elements",
+                          str_or_empty(t->name), len, (long long)n);
+    }
+    float *f = malloc((size_t)n * sizeof *f + 1);
+    if (!f) {
+        free(owned);
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory for tensor '%s'", str_or_empty(t->name));
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const uint8_t *q = p + (size_t)i * es;
+        switch (t->data_type) {
+        case 1: memcpy(&f[i], q, 4); break;
+        case 11: { double d; memcpy(&d, q, 8); f[i] = (float)d; break; }
+        case 10: { uint16_t h; memcpy(&h, q, 2); f[i] = half_to_float(h); break; }
+        case 16: { uint16_t h; memcpy(&h, q, 2); uint32_t b = (uint32_t)h << 16; memcpy(&f[i], &b, 4); break; }
+        case 2: case 9: f[i] = (float)q[0]; break;
+        case 3: f[i] = (float)(int8_t)q[0]; break;
+        case 4: { uint16_t v; memcpy(&v, q, 2); f[i] = (float)v; break; }
+        case 5: { int16_t v; memcpy(&v, q, 2); f[i] = (float)v; break; }
+        case 6: { int32_t v; memcpy(&v, q, 4); f[i] = (float)v; break; }
+        case 12: { uint32_t v; memcpy(&v, q, 4); f[i] = (float)v; break; }
+        case 7: { int64_t v; memcpy(&v, q, 8); f[i] = (float)v; break; }
+        case 13: { uint64_t v; memcpy(&v, q, 8); f[i] = (float)v; break; }
+        default:
+            free(f);
+            free(owned);
+            return qcal_error(QCAL_ERR_UNSUPPORTED, "tensor '%s': element type %d cannot be read as float",
+                              str_or_empty(t->name), (int)t->data_type);
+        }
+    }
+    free(owned);
+    *out = f;
+    *numel = n;
+    return QCAL_OK;
+}
+
+/* ---- load: wire-level depth check, unpack, checks ---- */
+
+#define ONNX_MAX_DEPTH 64
+
+static bool read_varint(const uint8_t *p, size_t len, size_t *i, uint64_t *v)
+{
+    uint64_t r = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (*i >= len)
+            return false;
+        uint8_t b = p[(*i)++];
+        r |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *v = r;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Walks the wire format with protobuf-c's descriptors (no decoding) and refuses nesting
+ * deeper than ONNX_MAX_DEPTH, so the recursive unpack below cannot exhaust the stack. */
+static qcal_status check_depth(const uint8_t *p, size_t len, const ProtobufCMessageDescriptor *d,
+                               int depth)
+{
+    if (depth > ONNX_MAX_DEPTH)
+        return qcal_error(QCAL_ERR_FORMAT, "messages nested deeper than %d levels", ONNX_MAX_DEPTH);
+    size_t i = 0;
+    while (i < len) {
+        uint64_t tag, v;
+        size_t at = i;
+        if (!read_varint(p, len, &i, &tag))
+            goto bad;
+        switch (tag & 7) {
+        case 0:
+            if (!read_varint(p, len, &i, &v))
+                goto bad;
+            break;
+        case 1:
+            if (len - i < 8)
+                goto bad;
+            i += 8;
+            break;
+        case 5:
+            if (len - i < 4)
+                goto bad;
+            i += 4;
+            break;
+        case 2: {
+            if (!read_varint(p, len, &i, &v) || v > len - i)
+                goto bad;
+            const ProtobufCFieldDescriptor *f =
+                (tag >> 3) <= UINT_MAX ? protobuf_c_message_descriptor_get_field(d, (unsigned)(tag >> 3)) : NULL;
+            if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
+                qcal_status st = check_depth(p + i, (size_t)v, f->descriptor, depth + 1);
+                if (st != QCAL_OK)
+                    return st;
+            }
+            i += (size_t)v;
+            break;
+        }
+        default:
+            (void)at;
+            goto bad;
+        }
+    }
+    return QCAL_OK;
+bad:
+    return qcal_error(QCAL_ERR_FORMAT, "malformed or truncated protobuf");
+}
+
+/* Names in scope while checking a graph: name -> number of live definitions. */
+typedef struct scope {
+    onnx_map defined;
+    const char *where;   /* file name for messages */
+} scope;
+
+static bool scope_add(scope *s, const char *name)
+{
+    if (!name || !name[0])
+        return true;
+    int64_t *c = onnx_map_get(&s->defined, name);
+    if (c) {
+        (*c)++;
+        return true;
+    }
+    return onnx_map_put(&s->defined, name, 1);
+}
+
+static void scope_drop(scope *s, const char *name)
+{
+    if (!name || !name[0])
+        return;
+    int64_t *c = onnx_map_get(&s->defined, name);
+    if (c && *c > 0)
+        (*c)--;
+}
+
+static bool scope_has(const scope *s, const char *name)
+{
+    int64_t *c = onnx_map_get(&s->defined, name);
+    return c && *c > 0;
+}
+
+typedef struct load_ctx {
+    const char *path;      /* model file or NULL (buffer) */
+    char *dir_real;        /* realpath of the model's directory */
+    char *dir;             /* the model's directory as given */
+} load_ctx;
+
+static const char *ext_value(const Onnx__TensorProto *t, const char *key)
+{
+    for (size_t i = 0; i < t->n_external_data; i++)
+        if (t->external_data[i]->key && !strcmp(t->external_data[i]->key, key))
+            return t->external_data[i]->value ? t->external_data[i]->value : "";
+    return NULL;
+}
+
+static bool parse_i64(const char *s, int64_t *v)
+{
+    if (!s || !*s)
+        return false;
+    char *end;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    if (errno || *end || x < 0)
+        return false;
+    *v = x;
+    return true;
+}
+
+/* Reads a tensor's external data into raw_data (confined to the model's directory). */
+static qcal_status load_external(load_ctx *lc, Onnx__TensorProto *t, uint64_t expect)
+{
+    const char *name = str_or_empty(t->name);
+    const char *loc = ext_value(t, "location");
+    if (!lc->path)
+        return qcal_error(QCAL_ERR_UNSUPPORTED, "initializer '%s' has external data, which needs a model file",
+                          name);
+    if (!loc || !loc[0])
+        return qcal_error(QCAL_ERR_FORMAT, "initializer '%s': external data without a location", name);
+    if (loc[0] == '/')
+        return qcal_error(QCAL_ERR_FORMAT,
+                          "initializer '%s': external data location '%s' is an absolute path (must be relative to the model)",
+                          name, loc);
+    for (const char *c = loc; *c;) {
+        const char *e = strchr(c, '/');
+        size_t n = e ? (size_t)(e - c) : strlen(c);
+        if (n == 2 && c[0] == '.' && c[1] == '.')
+            return qcal_error(QCAL_ERR_FORMAT,
+                              "initializer '%s': external data location '%s' leaves the model's directory ('..')",
+                              name, loc);
+        c += n + (e ? 1 : 0);
+        if (!e)
+            break;
+    }
+    int64_t offset = 0, length = -1;
+    const char *o = ext_value(t, "offset"), *l = ext_value(t, "length");
+    if ((o && !parse_i64(o, &offset)) || (l && !parse_i64(l, &length)))
+        return qcal_error(QCAL_ERR_FORMAT, "initializer '%s': bad external data offset or length", name);
+    size_t plen = strlen(lc->dir) + strlen(loc) + 2;
+    char *full = malloc(plen);
+    if (!full)
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    snprintf(full, plen, "%s/%s", lc->dir, loc);
+    char *real = realpath(full, NULL);
+    if (!real) {
+        int e = errno;
+        qcal_status st = qcal_error(e == ENOENT ? QCAL_ERR_NOT_FOUND : QCAL_ERR_IO,
+                                    "initializer '%s': cannot open external data '%s': %s", name,
+                                    full, strerror(e));
+        free(full);
+        return st;
+    }
+    size_t dl = strlen(lc->dir_real);
+    bool inside = !strncmp(real, lc->dir_real, dl) &&
+                  (real[dl] == '/' || (dl == 1 && lc->dir_real[0] == '/'));
+    if (!inside) {
+        qcal_status st = qcal_error(QCAL_ERR_FORMAT,
+                                    "initializer '%s': external data '%s' resolves to '%s', outside the model's directory",
+                                    name, loc, real);
+        free(full);
+        free(real);
+        return st;
+    }
+    int fd = open(real, O_RDONLY | O_CLOEXEC);
+    free(real);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        qcal_status st = qcal_error(QCAL_ERR_IO, "initializer '%s': cannot read external data '%s'%s%s",
+                                    name, full, fd >= 0 ? ": not a regular file" : ": ",
+                                    fd >= 0 ? "" : strerror(e));
+        free(full);
+        return st;
+    }
+    if (length < 0)
+        length = sb.st_size - offset;
+    if (offset > sb.st_size || length > sb.st_size - offset || (uint64_t)length != expect) {
+        close(fd);
+        qcal_status st = qcal_error(QCAL_ERR_FORMAT,
+                                    "initializer '%s': external data '%s' (%lld bytes) does not hold %llu bytes at offset %lld",
+                                    name, full, (long long)sb.st_size, (unsigned long long)expect,
+                                    (long long)offset);
+        free(full);
+        return st;
+    }
+    uint8_t *buf = malloc(expect ? (size_t)expect : 1);
+    if (!buf) {
+        close(fd);
+        free(full);
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory for initializer '%s'", name);
+    }
+    size_t got = 0;
+    while (got < expect) {
+        ssize_t r = pread(fd, buf + got, (size_t)expect - got, (off_t)(offset + (int64_t)got));
+        if (r <= 0) {
+            if (r < 0 && errno == EINTR)
+                continue;
+            int e = r < 0 ? errno : EIO;
+            close(fd);
+            free(buf);
+            qcal_status st = qcal_error(QCAL_ERR_IO, "initializer '%s': reading '%s': %s", name, full,
+                                        strerror(e));
+            free(full);
+            return st;
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    free(full);
+    free(t->raw_data.data);
+    t->raw_data.data = buf;
+    t->raw_data.len = (size_t)expect;
+    t->has_raw_data = 1;
+    t->has_data_location = 0;
+    t->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__DEFAULT;
+    for (size_t i = 0; i < t->n_external_data; i++)
+        protobuf_c_message_free_unpacked(&t->external_data[i]->base, NULL);
+    free(t->external_data);
+    t->external_data = NULL;
+    t->n_external_data = 0;
+    return QCAL_OK;
+}
+
+static qcal_status check_initializer(load_ctx *lc, Onnx__TensorProto *t)
+{
+    const char *name = str_or_empty(t->name);
+    int64_t numel;
+    if (!onnx_tensor_numel(t, &numel))
+        return qcal_error(QCAL_ERR_FORMAT, "initializer '%s' has a negative or overflowing shape", name);
+    uint64_t bytes;
+    bool known = tensor_expected_bytes(t, numel, &bytes);
+    if (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
+        if (!known)
+            return qcal_error(QCAL_ERR_UNSUPPORTED, "initializer '%s': external data of element type %d",
+                              name, (int)t->data_type);
+        return load_external(lc, t, bytes);
+    }
+    if (!known || t->data_type == 8)
+        return QCAL_OK;   /* strings and types newer than this reader: kept as they are */
+    if (t->has_raw_data || t->raw_data.len) {
+        if (t->raw_data.len != bytes)
+            return qcal_error(QCAL_ERR_FORMAT,
+                              "initializer '%s' holds %zu bytes of data, its shape needs %llu",
+                              name, t->raw_data.len, (unsigned long long)bytes);
+        return QCAL_OK;
+    }
+    size_t have;
+    switch (t->data_type) {
+    case 1: have = t->n_float_data; break;
+    case 11: have = t->n_double_data; break;
+    case 7: have = t->n_int64_data; break;
+    case 12: case 13: have = t->n_uint64_data; break;
+    case 14: have = t->n_float_data / 2; break;
+    case 15: have = t->n_double_data / 2; break;
+    default: have = t->n_int32_data; break;
+    }
+    if ((uint64_t)have != (uint64_t)numel)
+        return qcal_error(QCAL_ERR_FORMAT, "initializer '%s' holds %zu values, its shape needs %lld",
+                          name, have, (long long)numel);
+    return QCAL_OK;
+}
+
+static qcal_status check_graph(load_ctx *lc, scope *s, Onnx__GraphProto *g, int depth);
+
+static qcal_status check_node_graphs(load_ctx *lc, scope *s, Onnx__NodeProto *n, int depth)
+{
+    for (size_t a = 0; a < n->n_attribute; a++) {
+        Onnx__AttributeProto *at = n->attribute[a];
+        if (at->g) {
+            qcal_status st = check_graph(lc, s, at->g, depth + 1);
+            if (st != QCAL_OK)
+                return st;
+        }
+        for (size_t k = 0; k < at->n_graphs; k++) {
+            qcal_status st = check_graph(lc, s, at->graphs[k], depth + 1);
+            if (st != QCAL_OK)
+                return st;
+        }
+    }
+    return QCAL_OK;
+}
+
+/* Every name a node reads is defined before it (graph inputs, initializers, earlier node
+ * outputs, outer scopes); subgraphs see the names defined so far. */
+static qcal_status check_graph(load_ctx *lc, scope *s, Onnx__GraphProto *g, int depth)
+{
+    qcal_status st = QCAL_OK;
+    if (depth > ONNX_MAX_DEPTH)
+        return qcal_error(QCAL_ERR_FORMAT, "subgraphs nested deeper than %d levels", ONNX_MAX_DEPTH);
+    bool oom = false;
+    for (size_t i = 0; i < g->n_input; i++)
+        oom |= !scope_add(s, g->input[i]->name);
+    for (size_t i = 0; i < g->n_initializer; i++) {
+        if ((st = check_initializer(lc, g->initializer[i])) != QCAL_OK)
+            goto done;
+        oom |= !scope_add(s, g->initializer[i]->name);
+    }
+    for (size_t i = 0; i < g->n_sparse_initializer; i++)
+        if (g->sparse_initializer[i]->values)
+            oom |= !scope_add(s, g->sparse_initializer[i]->values->name);
+    if (oom) {
+        st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < g->n_node; i++) {
+        Onnx__NodeProto *n = g->node[i];
+        if (!n->op_type || !n->op_type[0]) {
+            st = qcal_error(QCAL_ERR_FORMAT, "node %zu ('%s') has no op_type", i, str_or_empty(n->name));
+            goto done;
+        }
+        for (size_t k = 0; k < n->n_input; k++) {
+            const char *in = n->input[k];
+            if (in && in[0] && !scope_has(s, in)) {
+                st = qcal_error(QCAL_ERR_FORMAT,
+                                "node '%s' (%s) reads '%s', which no graph input, initializer or earlier node defines",
+                                str_or_empty(n->name), n->op_type, in);
+                goto done;
+            }
+        }
+        if ((st = check_node_graphs(lc, s, n, depth)) != QCAL_OK)
+            goto done;
+        for (size_t k = 0; k < n->n_output; k++)
+            if (!scope_add(s, n->output[k])) {
+                st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+                goto done;
+            }
+    }
+    for (size_t i = 0; i < g->n_output; i++) {
+        const char *o = g->output[i]->name;
+        if (!o || !o[0] || !scope_has(s, o)) {
+            st = qcal_error(QCAL_ERR_FORMAT, "graph output '%s' is not defined by any node, input or initializer",
+                            str_or_empty(o));
+            goto done;
+        }
+    }
+done:
+    /* Leave the scope as the caller had it (names of this graph are local to it). */
+    for (size_t i = 0; i < g->n_input; i++)
+        scope_drop(s, g->input[i]->name);
+    for (size_t i = 0; i < g->n_initializer; i++)
+        scope_drop(s, g->initializer[i]->name);
+    for (size_t i = 0; i < g->n_sparse_initializer; i++)
+        if (g->sparse_initializer[i]->values)
+            scope_drop(s, g->sparse_initializer[i]->values->name);
+    for (size_t i = 0; i < g->n_node; i++)
+        for (size_t k = 0; k < g->node[i]->n_output; k++)
+            scope_drop(s, g->node[i]->output[k]);
+    return st;
+}
+
+/* The unpacked model owns strings of the outputs it adds to the scope map; the map borrows
+ * them, so the map dies before the model does. */
+static qcal_status model_from_bytes(load_ctx *lc, const uint8_t *p, size_t len, qcal_onnx_model **out)
+{
+    const char *what = lc->path ? lc->path : "buffer";
+    if (len == 0)
+        return qcal_error(QCAL_ERR_FORMAT, "'%s' is empty, not an ONNX model", what);
+    qcal_status st = check_depth(p, len, &onnx__model_proto__descriptor, 0);
+    if (st != QCAL_OK)
+        return qcal_error(st, "'%s' is not a valid ONNX model: %s", what, qcal_last_error());
+    Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, len, p);
+    if (!mp)
+        return qcal_error(QCAL_ERR_FORMAT, "'%s' is not a valid ONNX model: malformed or truncated protobuf",
+                          what);
+    if (!mp->graph) {
+        protobuf_c_message_free_unpacked(&mp->base, NULL);
+        return qcal_error(QCAL_ERR_FORMAT, "'%s' is not an ONNX model: it has no graph", what);
+    }
+    scope s = { { 0 }, what };
+    st = check_graph(lc, &s, mp->graph, 0);
+    onnx_map_free(&s.defined);
+    if (st != QCAL_OK) {
+        protobuf_c_message_free_unpacked(&mp->base, NULL);
+        return qcal_error(st, "'%s': %s", what, qcal_last_error());
+    }
+    qcal_onnx_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        protobuf_c_message_free_unpacked(&mp->base, NULL);
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    }
+    m->proto = mp;
+    *out = m;
+    return QCAL_OK;
+}
+
+qcal_status qcal_onnx_model_parse(const void *buf, size_t len, qcal_onnx_model **out)
+{
+    if ((!buf && len) || !out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_model_parse: NULL argument");
+    load_ctx lc = { 0 };
+    return model_from_bytes(&lc, buf, len, out);
+}
+
+qcal_status qcal_onnx_model_load(const char *path, qcal_onnx_model **out)
+{
+    if (!path || !out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_model_load: NULL argument");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        return qcal_error(e == ENOENT ? QCAL_ERR_NOT_FOUND : QCAL_ERR_IO, "cannot open '%s': %s", path,
+                          strerror(e));
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return qcal_error(QCAL_ERR_IO, "'%s' is not a regular file", path);
+    }
+    load_ctx lc = { path, NULL, NULL };
+    const char *slash = strrchr(path, '/');
+    lc.dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    lc.dir_real = lc.dir ? realpath(lc.dir, NULL) : NULL;
+    if (!lc.dir || !lc.dir_real) {
+        close(fd);
+        free(lc.dir);
+        return qcal_error(QCAL_ERR_IO, "cannot resolve the directory of '%s'", path);
+    }
+    qcal_status st;
+    if (sb.st_size == 0) {
+        st = model_from_bytes(&lc, NULL, 0, out);
+    } else {
+        void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (map == MAP_FAILED) {
+            int e = errno;
+            st = qcal_error(QCAL_ERR_IO, "cannot map '%s': %s", path, strerror(e));
+        } else {
+            madvise(map, (size_t)sb.st_size, MADV_SEQUENTIAL);
+            st = model_from_bytes(&lc, map, (size_t)sb.st_size, out);
+            munmap(map, (size_t)sb.st_size);
+        }
+    }
+    close(fd);
+    free(lc.dir);
+    free(lc.dir_real);
+    return st;
+}
+
+void qcal_onnx_model_destroy(qcal_onnx_model **m)
+{
+    if (!m || !*m)
+        return;
+    if ((*m)->proto)
+        protobuf_c_message_free_unpacked(&(*m)->proto->base, NULL);
+    free(*m);
+    *m = NULL;
+}
+
+/* ---- save ---- */
+
+void qcal_onnx_save_options_default(qcal_onnx_save_options *opt)
+{
+    opt->external_threshold = (UINT64_C(1) << 31) - (UINT64_C(1) << 20);
+    opt->external_min_bytes = 1024;
+}
+
+typedef struct file_sink {
+    ProtobufCBuffer base;
+    FILE *fp;
+    bool failed;
+    uint64_t written;
+} file_sink;
+
+static void sink_append(ProtobufCBuffer *b, size_t len, const uint8_t *data)
+{
+    file_sink *s = (file_sink *)b;
+    if (s->failed || !len)
+        return;
+    if (fwrite(data, 1, len, s->fp) != len)
+        s->failed = true;
+    s->written += len;
+}
+
+/* One initializer moved to external data during a save, restored afterwards. */
+typedef struct moved {
+    Onnx__TensorProto *t;
+    ProtobufCBinaryData raw;
+    protobuf_c_boolean has_raw;
+} moved;
+
+static void restore_moved(moved *mv, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        Onnx__TensorProto *t = mv[i].t;
+        for (size_t k = 0; k < t->n_external_data; k++)
+            protobuf_c_message_free_unpacked(&t->external_data[k]->base, NULL);
+        free(t->external_data);
+        t->external_data = NULL;
+        t->n_external_data = 0;
+        t->has_data_location = 0;
+        t->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__DEFAULT;
+        t->raw_data = mv[i].raw;
+        t->has_raw_data = mv[i].has_raw;
+    }
+}
+
+static bool add_entry(Onnx__TensorProto *t, const char *key, const char *value)
+{
+    Onnx__StringStringEntryProto *e = malloc(sizeof *e);
+    if (!e)
+        return false;
+    onnx__string_string_entry_proto__init(e);
+    e->key = onnx_strdup(key);
+    e->value = onnx_strdup(value);
+    if (!e->key || !e->value || !onnx_push((void ***)&t->external_data, &t->n_external_data, e)) {
+        protobuf_c_message_free_unpacked(&e->base, NULL);
+        return false;
+    }
+    return true;
+}
+
+qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_options *opt, const char *path)
+{
+    if (!m || !path)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_model_save: NULL argument");
+    qcal_onnx_save_options o;
+    qcal_onnx_save_options_default(&o);
+    if (opt)
+        o = *opt;
+    Onnx__GraphProto *g = m->proto->graph;
+    size_t size = protobuf_c_message_get_packed_size(&m->proto->base);
+    moved *mv = NULL;
+    size_t nmv = 0;
+    qcal_status st = QCAL_OK;
+    qcal_atomic_file data_file = { 0 };
+    char *data_path = NULL;
+    if (size > o.external_threshold) {
+        /* External data: large raw initializers go to PATH.data (offsets 64-byte aligned). */
+        size_t pl = strlen(path);
+        data_path = malloc(pl + 6);
+        mv = calloc(g->n_initializer ? g->n_initializer : 1, sizeof *mv);
+        if (!data_path || !mv) {
+            st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+            goto out;
+        }
+        snprintf(data_path, pl + 6, "%s.data", path);
+        const char *base = strrchr(data_path, '/');
+        base = base ? base + 1 : data_path;
+        if ((st = qcal_atomic_file_open(&data_file, data_path)) != QCAL_OK)
+            goto out;
+        uint64_t off = 0;
+        static const uint8_t zeros[64];
+        for (size_t i = 0; i < g->n_initializer; i++) {
+            Onnx__TensorProto *t = g->initializer[i];
+            if (!t->raw_data.len || t->raw_data.len < o.external_min_bytes)
+                continue;
+            size_t pad = (size_t)((64 - off % 64) % 64);
+            if (pad && fwrite(zeros, 1, pad, data_file.fp) != pad)
+                break;
+            off += pad;
+            if (fwrite(t->raw_data.data, 1, t->raw_data.len, data_file.fp) != t->raw_data.len)
+                break;
+            char ob[32], lb[32];
+            snprintf(ob, sizeof ob, "%llu", (unsigned long long)off);
+            snprintf(lb, sizeof lb, "%zu", t->raw_data.len);
+            mv[nmv].t = t;
+            mv[nmv].raw = t->raw_data;
+            mv[nmv].has_raw = t->has_raw_data;
+            nmv++;
+            off += t->raw_data.len;
+            t->raw_data.data = NULL;
+            t->raw_data.len = 0;
+            t->has_raw_data = 0;
+            t->has_data_location = 1;
+            t->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+            if (!add_entry(t, "location", base) || !add_entry(t, "offset", ob) ||
+                !add_entry(t, "length", lb)) {
+                st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+                goto out;
+            }
+        }
+        if (ferror(data_file.fp)) {
+            st = qcal_error(QCAL_ERR_IO, "cannot write '%s': %s", data_path, strerror(errno));
+            goto out;
+        }
+        size = protobuf_c_message_get_packed_size(&m->proto->base);
+        if (size > (UINT64_C(1) << 31) - 1) {
+            st = qcal_error(QCAL_ERR_OVERFLOW,
+                            "'%s': the model is %zu bytes even with its large initializers external (protobuf's limit is 2 GiB)",
+                            path, size);
+            goto out;
+        }
+    }
+    qcal_atomic_file f;
+    if ((st = qcal_atomic_file_open(&f, path)) != QCAL_OK)
+        goto out;
+    setvbuf(f.fp, NULL, _IOFBF, 1 << 20);
+    file_sink sink = { { sink_append }, f.fp, false, 0 };
+    protobuf_c_message_pack_to_buffer(&m->proto->base, &sink.base);
+    if (sink.failed || sink.written != size) {
+        int e = errno;
+        qcal_atomic_file_abort(&f);
+        st = qcal_error(QCAL_ERR_IO, "cannot write '%s': %s", path, strerror(e));
+        goto out;
+    }
+    if (data_path && (st = qcal_atomic_file_commit(&data_file)) != QCAL_OK) {
+        qcal_atomic_file_abort(&f);
+        goto out;
+    }
+    st = qcal_atomic_file_commit(&f);
+out:
+    qcal_atomic_file_abort(&data_file);
+    restore_moved(mv, nmv);
+    free(mv);
+    free(data_path);
+    return st;
+}
+
+qcal_status qcal_onnx_model_serialize(const qcal_onnx_model *m, void **buf, size_t *len)
+{
+    if (!m || !buf || !len)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_model_serialize: NULL argument");
+    size_t size = protobuf_c_message_get_packed_size(&m->proto->base);
+    if (size > (UINT64_C(1) << 31) - 1)
+        return qcal_error(QCAL_ERR_OVERFLOW, "the model is %zu bytes, over protobuf's 2 GiB", size);
+    uint8_t *b = malloc(size ? size : 1);
+    if (!b)
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory for %zu bytes", size);
+    protobuf_c_message_pack(&m->proto->base, b);
+    *buf = b;
+    *len = size;
+    return QCAL_OK;
+}
+
+/* ---- inspection ---- */
+
+qcal_status qcal_onnx_model_get_info(const qcal_onnx_model *m, qcal_onnx_model_info *info)
+{
+    if (!m || !info)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_model_get_info: NULL argument");
+    const Onnx__ModelProto *mp = m->proto;
+    info->ir_version = mp->has_ir_version ? mp->ir_version : 0;
+    info->opset = onnx_model_opset(mp);
+    info->nodes = (int64_t)mp->graph->n_node;
+    info->initializers = (int64_t)mp->graph->n_initializer;
+    info->inputs = (int64_t)mp->graph->n_input;
+    info->outputs = (int64_t)mp->graph->n_output;
+    return QCAL_OK;
+}
+
+static const char empty_str[] = "";
+
+qcal_status qcal_onnx_node_at(const qcal_onnx_model *m, int64_t i, qcal_onnx_node_info *out)
+{
+    if (!m || !out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_node_at: NULL argument");
+    const Onnx__GraphProto *g = m->proto->graph;
+    if (i < 0 || (size_t)i >= g->n_node)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "node index %lld out of range [0, %zu)", (long long)i,
+                          g->n_node);
+    const Onnx__NodeProto *n = g->node[i];
+    out->name = n->name ? n->name : empty_str;
+    out->op_type = n->op_type;
+    out->domain = n->domain ? n->domain : empty_str;
+    out->n_inputs = (int64_t)n->n_input;
+    out->n_outputs = (int64_t)n->n_output;
+    out->inputs = (const char *const *)n->input;
+    out->outputs = (const char *const *)n->output;
+    return QCAL_OK;
+}
+
+qcal_status qcal_onnx_input_at(const qcal_onnx_model *m, int64_t i, const char **name)
+{
+    if (!m || !name)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_input_at: NULL argument");
+    const Onnx__GraphProto *g = m->proto->graph;
+    if (i < 0 || (size_t)i >= g->n_input)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "input index %lld out of range", (long long)i);
+    *name = str_or_empty(g->input[i]->name);
+    return QCAL_OK;
+}
+
+qcal_status qcal_onnx_output_at(const qcal_onnx_model *m, int64_t i, const char **name)
+{
+    if (!m || !name)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_output_at: NULL argument");
+    const Onnx__GraphProto *g = m->proto->graph;
+    if (i < 0 || (size_t)i >= g->n_output)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "output index %lld out of range", (long long)i);
+    *name = str_or_empty(g->output[i]->name);
+    return QCAL_OK;
+}
+
+qcal_status qcal_onnx_node_attr_int(const qcal_onnx_model *m, int64_t i, const char *attr, int64_t *value)
+{
+    if (!m || !attr || !value)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_node_attr_int: NULL argument");
+    const Onnx__GraphProto *g = m->proto->graph;
+    if (i < 0 || (size_t)i >= g->n_node)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "node index %lld out of range", (long long)i);
+    const Onnx__AttributeProto *a = onnx_node_attr(g->node[i], attr);
+    if (!a || !a->has_i)
+        return qcal_error(QCAL_ERR_NOT_FOUND, "node %lld has no integer attribute '%s'", (long long)i, attr);
+    *value = a->i;
+    return QCAL_OK;
+}
+
+static void desc_from_type(const Onnx__TypeProto *tp, qcal_onnx_tensor_desc *d)
+{
+    d->elem_type = 0;
+    d->ndim = -1;
+    if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
+        return;
+    const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
+    d->elem_type = tt->has_elem_type ? tt->elem_type : 0;
+    if (!tt->shape || tt->shape->n_dim > QCAL_MAX_DIMS)
+        return;
+    d->ndim = (int32_t)tt->shape->n_dim;
+    for (size_t k = 0; k < tt->shape->n_dim; k++) {
+        const Onnx__TensorShapeProto__Dimension *dm = tt->shape->dim[k];
+        d->dims[k] = dm->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE &&
+                             dm->dim_value >= 0
+                         ? dm->dim_value
+                         : -1;
+    }
+}
+
+static const Onnx__ValueInfoProto *find_vi(Onnx__ValueInfoProto **v, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (v[i]->name && !strcmp(v[i]->name, name))
+            return v[i];
+    return NULL;
+}
+
+bool onnx_graph_desc(const Onnx__GraphProto *g, const char *name, qcal_onnx_tensor_desc *desc)
+{
+    const Onnx__ValueInfoProto *vi = find_vi(g->input, g->n_input, name);
+    if (!vi)
+        vi = find_vi(g->output, g->n_output, name);
+    if (!vi)
+        vi = find_vi(g->value_info, g->n_value_info, name);
+    if (vi && vi->type) {
+        desc_from_type(vi->type, desc);
+        if (desc->elem_type)
+            return true;
+    }
+    for (size_t i = 0; i < g->n_initializer; i++) {
+        const Onnx__TensorProto *t = g->initializer[i];
+        if (t->name && !strcmp(t->name, name)) {
+            desc->elem_type = t->data_type;
+            desc->ndim = t->n_dims <= QCAL_MAX_DIMS ? (int32_t)t->n_dims : -1;
+            for (size_t k = 0; k < t->n_dims && k < QCAL_MAX_DIMS; k++)
+                desc->dims[k] = t->dims[k];
+            return true;
+        }
+    }
+    return vi != NULL;
+}
+
+qcal_status qcal_onnx_tensor_get_desc(const qcal_onnx_model *m, const char *name, qcal_onnx_tensor_desc *out)
+{
+    if (!m || !name || !out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_tensor_get_desc: NULL argument");
+    qcal_onnx_tensor_desc d = { 0, -1, { 0 } };
+    if (!onnx_graph_desc(m->proto->graph, name, &d))
+        return qcal_error(QCAL_ERR_NOT_FOUND, "the graph declares nothing for '%s'", name);
+    *out = d;
+    return QCAL_OK;
+}
+
+static const Onnx__TensorProto *find_init(const Onnx__GraphProto *g, const char *name)
+{
+    for (size_t i = 0; i < g->n_initializer; i++)
+        if (g->initializer[i]->name && !strcmp(g->initializer[i]->name, name))
+            return g->initializer[i];
+    return NULL;
+}
+
+static void desc_of_tensor(const Onnx__TensorProto *t, qcal_onnx_tensor_desc *d)
+{
+    d->elem_type = t->data_type;
+    d->ndim = t->n_dims <= QCAL_MAX_DIMS ? (int32_t)t->n_dims : -1;
+    for (size_t k = 0; k < t->n_dims && k < QCAL_MAX_DIMS; k++)
+        d->dims[k] = t->dims[k];
+}
+
+qcal_status qcal_onnx_initializer_float(const qcal_onnx_model *m, const char *name, float **data,
+                                        qcal_onnx_tensor_desc *desc)
+{
+    if (!m || !name || !data)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_initializer_float: NULL argument");
+    const Onnx__TensorProto *t = find_init(m->proto->graph, name);
+    if (!t)
+        return qcal_error(QCAL_ERR_NOT_FOUND, "no initializer '%s'", name);
+    int64_t n;
+    qcal_status st = onnx_tensor_to_float(t, data, &n);
+    if (st == QCAL_OK && desc)
+        desc_of_tensor(t, desc);
+    return st;
+}
+
+qcal_status qcal_onnx_initializer_int64(const qcal_onnx_model *m, const char *name, int64_t **data,
+                                        qcal_onnx_tensor_desc *desc)
+{
+    if (!m || !name || !data)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_initializer_int64: NULL argument");
+    const Onnx__TensorProto *t = find_init(m->proto->graph, name);
+    if (!t)
+        return qcal_error(QCAL_ERR_NOT_FOUND, "no initializer '%s'", name);
+    int type = t->data_type;
+    if (!(type == 2 || type == 3 || type == 4 || type == 5 || type == 6 || type == 7 || type == 9 ||
+          type == 12 || type == 13))
+        return qcal_error(QCAL_ERR_UNSUPPORTED, "initializer '%s' is of element type %d, not an integer type",
+                          name, type);
+    const uint8_t *p;
+    size_t len;
+    void *owned;
+    qcal_status st = onnx_tensor_bytes(t, &p, &len, &owned);
+    if (st != QCAL_OK)
+        return st;
+    size_t es = onnx_elem_size(type), n = len / es;
+    int64_t *v = malloc(n * sizeof *v + 1);
+    if (!v) {
+        free(owned);
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *q = p + i * es;
+        switch (type) {
+        case 2: case 9: v[i] = q[0]; break;
+        case 3: v[i] = (int8_t)q[0]; break;
+        case 4: { uint16_t x; memcpy(&x, q, 2); v[i] = x; break; }
+        case 5: { int16_t x; memcpy(&x, q, 2); v[i] = x; break; }
+        case 6: { int32_t x; memcpy(&x, q, 4); v[i] = x; break; }
+        case 12: { uint32_t x; memcpy(&x, q, 4); v[i] = x; break; }
+        default: memcpy(&v[i], q, 8); break;
+        }
+    }
+    free(owned);
+    *data = v;
+    if (desc)
+        desc_of_tensor(t, desc);
+    return QCAL_OK;
+}
+
+/* ---- builder ---- */
+
+Onnx__TensorProto *onnx_new_tensor(const char *name, int32_t type, int32_t ndim, const int64_t *dims,
+                                   const void *data, size_t nbytes)
+{
+    Onnx__TensorProto *t = malloc(sizeof *t);
+    if (!t)
+        return NULL;
+    onnx__tensor_proto__init(t);
+    t->name = onnx_strdup(name);
+    t->has_data_type = 1;
+    t->data_type = type;
+    t->n_dims = (size_t)(ndim > 0 ? ndim : 0);
+    t->dims = t->n_dims ? malloc(t->n_dims * sizeof *t->dims) : NULL;
+    t->raw_data.data = malloc(nbytes ? nbytes : 1);
+    t->raw_data.len = nbytes;
+    t->has_raw_data = 1;
+    if (!t->name || (t->n_dims && !t->dims) || !t->raw_data.data) {
+        protobuf_c_message_free_unpacked(&t->base, NULL);
+        return NULL;
+    }
+    if (t->n_dims)
+        memcpy(t->dims, dims, t->n_dims * sizeof *t->dims);
+    if (nbytes && data)
+        memcpy(t->raw_data.data, data, nbytes);
+    return t;
+}
+
+Onnx__NodeProto *onnx_new_node(const char *op_type, const char *name, int64_t n_in,
+                               const char *const *in, int64_t n_out, const char *const *out)
+{
+    Onnx__NodeProto *n = malloc(sizeof *n);
+    if (!n)
+        return NULL;
+    onnx__node_proto__init(n);
+    n->op_type = onnx_strdup(op_type);
+    n->name = name ? onnx_strdup(name) : NULL;
+    n->input = calloc((size_t)n_in + 1, sizeof *n->input);
+    n->output = calloc((size_t)n_out + 1, sizeof *n->output);
+    bool ok = n->op_type && (!name || n->name) && n->input && n->output;
+    for (int64_t i = 0; ok && i < n_in; i++) {
+        n->input[i] = onnx_strdup(in[i] ? in[i] : "");
+        ok = n->input[i] != NULL;
+        n->n_input = (size_t)i + (ok ? 1 : 0);
+    }
+    for (int64_t i = 0; ok && i < n_out; i++) {
+        n->output[i] = onnx_strdup(out[i]);
+        ok = n->output[i] != NULL;
+        n->n_output = (size_t)i + (ok ? 1 : 0);
+    }
+    if (!ok) {
+        protobuf_c_message_free_unpacked(&n->base, NULL);
+        return NULL;
+    }
+    return n;
+}
+
+static Onnx__AttributeProto *new_attr(Onnx__NodeProto *n, const char *name,
+                                      Onnx__AttributeProto__AttributeType type)
+{
+    Onnx__AttributeProto *a = malloc(sizeof *a);
+    if (!a)
+        return NULL;
+    onnx__attribute_proto__init(a);
+    a->name = onnx_strdup(name);
+    a->has_type = 1;
+    a->type = type;
+    if (!a->name || !onnx_push((void ***)&n->attribute, &n->n_attribute, a)) {
+        protobuf_c_message_free_unpacked(&a->base, NULL);
+        return NULL;
+    }
+    return a;
+}
+
+bool onnx_node_add_int(Onnx__NodeProto *n, const char *attr, int64_t v)
+{
+    Onnx__AttributeProto *a = new_attr(n, attr, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
+    if (!a)
+        return false;
+    a->has_i = 1;
+    a->i = v;
+    return true;
+}
+
+static Onnx__TypeProto *new_tensor_type(const qcal_onnx_tensor_desc *d)
+{
+    Onnx__TypeProto *tp = malloc(sizeof *tp);
+    if (!tp)
+        return NULL;
+    onnx__type_proto__init(tp);
+    Onnx__TypeProto__Tensor *tt = malloc(sizeof *tt);
+    if (!tt) {
+        free(tp);
+        return NULL;
+    }
+    onnx__type_proto__tensor__init(tt);
+    tp->value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+    tp->tensor_type = tt;
+    tt->has_elem_type = 1;
+    tt->elem_type = d->elem_type ? d->elem_type : QCAL_ONNX_FLOAT;
+    if (d->ndim >= 0) {
+        Onnx__TensorShapeProto *sh = malloc(sizeof *sh);
+        if (!sh)
+            goto fail;
+        onnx__tensor_shape_proto__init(sh);
+        tt->shape = sh;
+        for (int32_t k = 0; k < d->ndim; k++) {
+            Onnx__TensorShapeProto__Dimension *dm = malloc(sizeof *dm);
+            if (!dm)
+                goto fail;
+            onnx__tensor_shape_proto__dimension__init(dm);
+            if (!onnx_push((void ***)&sh->dim, &sh->n_dim, dm)) {
+                free(dm);
+                goto fail;
+            }
+            if (d->dims[k] >= 0) {
+                dm->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+                dm->dim_value = d->dims[k];
+            } else {
+                char p[24];
+                snprintf(p, sizeof p, "d%d", (int)k);
+                dm->dim_param = onnx_strdup(p);
+                if (!dm->dim_param)
+                    goto fail;
+                dm->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+            }
+        }
+    }
+    return tp;
+fail:
+    protobuf_c_message_free_unpacked(&tp->base, NULL);
+    return NULL;
+}
+
+Onnx__ValueInfoProto *onnx_new_value_info(const char *name, const qcal_onnx_tensor_desc *desc)
+{
+    Onnx__ValueInfoProto *vi = malloc(sizeof *vi);
+    if (!vi)
+        return NULL;
+    onnx__value_info_proto__init(vi);
+    vi->name = onnx_strdup(name);
+    vi->type = new_tensor_type(desc);
+    if (!vi->name || !vi->type) {
+        protobuf_c_message_free_unpacked(&vi->base, NULL);
+        return NULL;
+    }
+    return vi;
+}
+
+qcal_status qcal_onnx_model_new(int64_t ir_version, int64_t opset, qcal_onnx_model **out)
+{
+    if (!out || ir_version < 1 || opset < 1)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_model_new: bad argument (ir_version %lld, opset %lld)",
+                          (long long)ir_version, (long long)opset);
+    qcal_onnx_model *m = calloc(1, sizeof *m);
+    Onnx__ModelProto *mp = malloc(sizeof *mp);
+    Onnx__GraphProto *g = malloc(sizeof *g);
+    Onnx__OperatorSetIdProto *os = malloc(sizeof *os);
+    if (!m || !mp || !g || !os) {
+        free(m);
+        free(mp);
+        free(g);
+        free(os);
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    }
+    onnx__model_proto__init(mp);
+    onnx__graph_proto__init(g);
+    onnx__operator_set_id_proto__init(os);
+    mp->graph = g;
+    m->proto = mp;
+    mp->has_ir_version = 1;
+    mp->ir_version = ir_version;
+    os->domain = onnx_strdup("");
+    os->has_version = 1;
+    os->version = opset;
+    mp->producer_name = onnx_strdup("qcal");
+    mp->producer_version = onnx_strdup(qcal_version());
+    g->name = onnx_strdup("qcal");
+    if (!os->domain || !mp->producer_name || !mp->producer_version || !g->name ||
+        !onnx_push((void ***)&mp->opset_import, &mp->n_opset_import, os)) {
+        if (mp->n_opset_import == 0)
+            protobuf_c_message_free_unpacked(&os->base, NULL);
+        qcal_onnx_model_destroy(&m);
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    }
+    *out = m;
+    return QCAL_OK;
+}
+
+static qcal_status add_vi(qcal_onnx_model *m, Onnx__ValueInfoProto ***arr, size_t *n, const char *name,
+                          int32_t elem_type, int32_t ndim, const int64_t *dims)
+{
+    if (!m || !name || ndim > QCAL_MAX_DIMS || (ndim > 0 && !dims))
+        return qcal_error(QCAL_ERR_INVALID_ARG, "bad value info for '%s'", name ? name : "(null)");
+    qcal_onnx_tensor_desc d = { elem_type, ndim < 0 ? -1 : ndim, { 0 } };
+    for (int32_t k = 0; k < ndim; k++)
+        d.dims[k] = dims[k];
+    Onnx__ValueInfoProto *vi = onnx_new_value_info(name, &d);
+    if (!vi || !onnx_push((void ***)arr, n, vi)) {
+        if (vi)
+            protobuf_c_message_free_unpacked(&vi->base, NULL);
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    }
+    return QCAL_OK;
+}
+
+qcal_status qcal_onnx_add_input(qcal_onnx_model *m, const char *name, int32_t elem_type, int32_t ndim,
+                                const int64_t *dims)
+{
+    if (!m)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "NULL model");
+    return add_vi(m, &m->proto->graph->input, &m->proto->graph->n_input, name, elem_type, ndim, dims);
+}
+
+qcal_status qcal_onnx_add_output(qcal_onnx_model *m, const char *name, int32_t elem_type, int32_t ndim,
+                                 const int64_t *dims)
+{
+    if (!m)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "NULL model");
+    return add_vi(m, &m->proto->graph->output, &m->proto->graph->n_output, name, elem_type, ndim, dims);
+}
+
+qcal_status qcal_onnx_add_value_info(qcal_onnx_model *m, const char *name, int32_t elem_type,
+                                     int32_t ndim, const int64_t *dims)
+{
+    if (!m)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "NULL model");
+    return add_vi(m, &m->proto->graph->value_info, &m->proto->graph->n_value_info, name, elem_type,
+                  ndim, dims);
+}
+
+qcal_status qcal_onnx_add_initializer(qcal_onnx_model *m, const char *name, int32_t elem_type,
+                                      int32_t ndim, const int64_t *dims, const void *data, size_t nbytes)
+{
+    if (!m || !name || ndim < 0 || (ndim > 0 && !dims) || (nbytes && !data))
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_add_initializer: bad argument");
+    Onnx__TensorProto *t = onnx_new_tensor(name, elem_type, ndim, dims, data, nbytes);
+    Onnx__GraphProto *g = m->proto->graph;
+    if (!t || !onnx_push((void ***)&g->initializer, &g->n_initializer, t)) {
+        if (t)
+            protobuf_c_message_free_unpacked(&t->base, NULL);
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory for initializer '%s'", name);
+    }
+    return QCAL_OK;
+}
+
+static qcal_status numel_of(int32_t ndim, const int64_t *dims, int64_t *n)
+{
+    int64_t v = 1;
+    for (int32_t k = 0; k < ndim; k++)
+        if (dims[k] < 0 || !qcal_mul_i64(v, dims[k], &v) || v > INT64_MAX / 8)
+            return qcal_error(QCAL_ERR_INVALID_ARG, "bad shape");
+    *n = v;
+    return QCAL_OK;
+}
+
+qcal_status qcal_onnx_add_initializer_float(qcal_onnx_model *m, const char *name, int32_t ndim,
+                                            const int64_t *dims, const float *data)
+{
+    int64_t n = 0;
+    if (ndim < 0 || (ndim > 0 && !dims) || numel_of(ndim, dims, &n) != QCAL_OK)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "initializer '%s': bad shape", name ? name : "");
+    return qcal_onnx_add_initializer(m, name, QCAL_ONNX_FLOAT, ndim, dims, data, (size_t)n * 4);
+}
+
+qcal_status qcal_onnx_add_initializer_int64(qcal_onnx_model *m, const char *name, int32_t ndim,
+                                            const int64_t *dims, const int64_t *data)
+{
+    int64_t n = 0;
+    if (ndim < 0 || (ndim > 0 && !dims) || numel_of(ndim, dims, &n) != QCAL_OK)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "initializer '%s': bad shape", name ? name : "");
+    return qcal_onnx_add_initializer(m, name, QCAL_ONNX_INT64, ndim, dims, data, (size_t)n * 8);
+}
+
+qcal_status qcal_onnx_initializer_set_external(qcal_onnx_model *m, const char *name, const char *location,
+                                               int64_t offset, int64_t length)
+{
+    if (!m || !name || !location || offset < 0 || length < 0)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_initializer_set_external: bad argument");
+    Onnx__TensorProto *t = (Onnx__TensorProto *)find_init(m->proto->graph, name);
+    if (!t)
+        return qcal_error(QCAL_ERR_NOT_FOUND, "no initializer '%s'", name);
+    char ob[32], lb[32];
+    snprintf(ob, sizeof ob, "%lld", (long long)offset);
+    snprintf(lb, sizeof lb, "%lld", (long long)length);
+    if (!add_entry(t, "location", location) || !add_entry(t, "offset", ob) || !add_entry(t, "length", lb))
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    free(t->raw_data.data);
+    t->raw_data.data = NULL;
+    t->raw_data.len = 0;
+    t->has_raw_data = 0;
+    t->has_data_location = 1;
+    t->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+    return QCAL_OK;
+}
+
+qcal_status qcal_onnx_add_node(qcal_onnx_model *m, const char *op_type, const char *name, int64_t n_inputs,
+                               const char *const *inputs, int64_t n_outputs, const char *const *outputs,
+                               int64_t *index)
+{
+    if (!m || !op_type || n_inputs < 0 || n_outputs < 0 || (n_inputs && !inputs) || (n_outputs && !outputs))
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_add_node: bad argument");
+    for (int64_t i = 0; i < n_outputs; i++)
+        if (!outputs[i])
+            return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_add_node: NULL output name");
+    Onnx__NodeProto *n = onnx_new_node(op_type, name, n_inputs, inputs, n_outputs, outputs);
+    Onnx__GraphProto *g = m->proto->graph;
+    if (!n || !onnx_push((void ***)&g->node, &g->n_node, n)) {
+        if (n)
+            protobuf_c_message_free_unpacked(&n->base, NULL);
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    }
+    if (index)
+        *index = (int64_t)g->n_node - 1;
+    return QCAL_OK;
+}
+
+static Onnx__NodeProto *node_of(qcal_onnx_model *m, int64_t i)
+{
+    if (!m || i < 0 || (size_t)i >= m->proto->graph->n_node)
+        return NULL;
+    return m->proto->graph->node[i];
+}
+
+qcal_status qcal_onnx_node_set_int(qcal_onnx_model *m, int64_t node, const char *attr, int64_t value)
+{
+    Onnx__NodeProto *n = node_of(m, node);
+    if (!n || !attr)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "no node %lld", (long long)node);
+    return onnx_node_add_int(n, attr, value) ? QCAL_OK : qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+}
+
+qcal_status qcal_onnx_node_set_ints(qcal_onnx_model *m, int64_t node, const char *attr, int64_t n,
+                                    const int64_t *values)
+{
+    Onnx__NodeProto *nd = node_of(m, node);
+    if (!nd || !attr || n < 0 || (n && !values))
+        return qcal_error(QCAL_ERR_INVALID_ARG, "no node %lld", (long long)node);
+    Onnx__AttributeProto *a = new_attr(nd, attr, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
+    if (!a)
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    a->ints = malloc((size_t)n * sizeof *a->ints + 1);
+    if (!a->ints)
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    if (n)
+        memcpy(a->ints, values, (size_t)n * sizeof *a->ints);
+    a->n_ints = (size_t)n;
+    return QCAL_OK;
+}
+
+qcal_status qcal_onnx_node_set_float(qcal_onnx_model *m, int64_t node, const char *attr, float value)
+{
+    Onnx__NodeProto *n = node_of(m, node);
+    if (!n || !attr)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "no node %lld", (long long)node);
+    Onnx__AttributeProto *a = new_attr(n, attr, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
+    if (!a)
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    a->has_f = 1;
+    a->f = value;
+    return QCAL_OK;
+}
+
+qcal_status qcal_onnx_node_set_string(qcal_onnx_model *m, int64_t node, const char *attr, const char *value)
+{
+    Onnx__NodeProto *n = node_of(m, node);
+    if (!n || !attr || !value)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "no node %lld", (long long)node);
+    Onnx__AttributeProto *a = new_attr(n, attr, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+    if (!a)
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    size_t len = strlen(value);
+    a->s.data = malloc(len + 1);
+    if (!a->s.data)
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    memcpy(a->s.data, value, len);
+    a->s.len = len;
+    a->has_s = 1;
+    return QCAL_OK;
+}
+
+qcal_status qcal_onnx_node_set_graph(qcal_onnx_model *m, int64_t node, const char *attr, qcal_onnx_model **body)
+{
+    Onnx__NodeProto *n = node_of(m, node);
+    if (!n || !attr || !body || !*body)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "no node %lld or no body", (long long)node);
+    Onnx__AttributeProto *a = new_attr(n, attr, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH);
+    if (!a)
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    a->g = (*body)->proto->graph;
+    (*body)->proto->graph = NULL;
+    qcal_onnx_model_destroy(body);
+    return QCAL_OK;
+}

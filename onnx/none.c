@@ -1,0 +1,244 @@
+/* qcal built without ONNX support (meson -Donnx=disabled, or protobuf-c missing): every
+ * call of qcal/onnx.h that needs it fails with QCAL_ERR_UNSUPPORTED and says why; the
+ * plain helpers (profile names, option defaults, frees) still work. */
+#include <string.h>
+
+#include "core/internal.h"
+#include "qcal/onnx.h"
+
+#define NO_ONNX() qcal_error(QCAL_ERR_UNSUPPORTED, "qcal was built without ONNX support (protobuf-c; meson -Donnx)")
+
+bool qcal_onnx_available(void)
+{
+    return false;
+}
+
+const char *qcal_onnx_profile_name(qcal_onnx_profile profile)
+{
+    return profile == QCAL_ONNX_PROFILE_ORT ? "ort" : profile == QCAL_ONNX_PROFILE_TENSORRT ? "tensorrt" : "unknown";
+}
+
+qcal_status qcal_onnx_profile_parse(const char *name, qcal_onnx_profile *out)
+{
+    if (!name || !out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_profile_parse: NULL argument");
+    if (!strcmp(name, "ort"))
+        *out = QCAL_ONNX_PROFILE_ORT;
+    else if (!strcmp(name, "tensorrt"))
+        *out = QCAL_ONNX_PROFILE_TENSORRT;
+    else
+        return qcal_error(QCAL_ERR_INVALID_ARG, "unknown profile '%s' (expected ort or tensorrt)", name);
+    return QCAL_OK;
+}
+
+qcal_status qcal_onnx_model_load(const char *path, qcal_onnx_model **out)
+{
+    (void)path, (void)out;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_model_parse(const void *buf, size_t len, qcal_onnx_model **out)
+{
+    (void)buf, (void)len, (void)out;
+    return NO_ONNX();
+}
+
+void qcal_onnx_model_destroy(qcal_onnx_model **m)
+{
+    if (m)
+        *m = NULL;
+}
+
+void qcal_onnx_save_options_default(qcal_onnx_save_options *opt)
+{
+    opt->external_threshold = (UINT64_C(1) << 31) - (UINT64_C(1) << 20);
+    opt->external_min_bytes = 1024;
+}
+
+qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_options *opt, const char *path)
+{
+    (void)m, (void)opt, (void)path;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_model_serialize(const qcal_onnx_model *m, void **buf, size_t *len)
+{
+    (void)m, (void)buf, (void)len;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_model_get_info(const qcal_onnx_model *m, qcal_onnx_model_info *info)
+{
+    (void)m, (void)info;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_node_at(const qcal_onnx_model *m, int64_t i, qcal_onnx_node_info *out)
+{
+    (void)m, (void)i, (void)out;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_input_at(const qcal_onnx_model *m, int64_t i, const char **name)
+{
+    (void)m, (void)i, (void)name;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_output_at(const qcal_onnx_model *m, int64_t i, const char **name)
+{
+    (void)m, (void)i, (void)name;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_node_attr_int(const qcal_onnx_model *m, int64_t i, const char *attr, int64_t *value)
+{
+    (void)m, (void)i, (void)attr, (void)value;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_tensor_get_desc(const qcal_onnx_model *m, const char *name, qcal_onnx_tensor_desc *out)
+{
+    (void)m, (void)name, (void)out;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_initializer_float(const qcal_onnx_model *m, const char *name, float **data, qcal_onnx_tensor_desc *desc)
+{
+    (void)m, (void)name, (void)data, (void)desc;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_initializer_int64(const qcal_onnx_model *m, const char *name, int64_t **data, qcal_onnx_tensor_desc *desc)
+{
+    (void)m, (void)name, (void)data, (void)desc;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_model_new(int64_t ir_version, int64_t opset, qcal_onnx_model **out)
+{
+    (void)ir_version, (void)opset, (void)out;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_add_input(qcal_onnx_model *m, const char *name, int32_t elem_type, int32_t ndim, const int64_t *dims)
+{
+    (void)m, (void)name, (void)elem_type, (void)ndim, (void)dims;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_add_output(qcal_onnx_model *m, const char *name, int32_t elem_type, int32_t ndim, const int64_t *dims)
+{
+    (void)m, (void)name, (void)elem_type, (void)ndim, (void)dims;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_add_value_info(qcal_onnx_model *m, const char *name, int32_t elem_type, int32_t ndim, const int64_t *dims)
+{
+    (void)m, (void)name, (void)elem_type, (void)ndim, (void)dims;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_add_initializer(qcal_onnx_model *m, const char *name, int32_t elem_type, int32_t ndim, const int64_t *dims, const void *data, size_t nbytes)
+{
+    (void)m, (void)name, (void)elem_type, (void)ndim, (void)dims, (void)data, (void)nbytes;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_add_initializer_float(qcal_onnx_model *m, const char *name, int32_t ndim, const int64_t *dims, const float *data)
+{
+    (void)m, (void)name, (void)ndim, (void)dims, (void)data;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_add_initializer_int64(qcal_onnx_model *m, const char *name, int32_t ndim, const int64_t *dims, const int64_t *data)
+{
+    (void)m, (void)name, (void)ndim, (void)dims, (void)data;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_initializer_set_external(qcal_onnx_model *m, const char *name, const char *location, int64_t offset, int64_t length)
+{
+    (void)m, (void)name, (void)location, (void)offset, (void)length;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_add_node(qcal_onnx_model *m, const char *op_type, const char *name, int64_t n_inputs, const char *const *inputs, int64_t n_outputs, const char *const *outputs, int64_t *index)
+{
+    (void)m, (void)op_type, (void)name, (void)n_inputs, (void)inputs, (void)n_outputs, (void)outputs, (void)index;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_node_set_int(qcal_onnx_model *m, int64_t node, const char *attr, int64_t value)
+{
+    (void)m, (void)node, (void)attr, (void)value;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_node_set_ints(qcal_onnx_model *m, int64_t node, const char *attr, int64_t n, const int64_t *values)
+{
+    (void)m, (void)node, (void)attr, (void)n, (void)values;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_node_set_float(qcal_onnx_model *m, int64_t node, const char *attr, float value)
+{
+    (void)m, (void)node, (void)attr, (void)value;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_node_set_string(qcal_onnx_model *m, int64_t node, const char *attr, const char *value)
+{
+    (void)m, (void)node, (void)attr, (void)value;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_node_set_graph(qcal_onnx_model *m, int64_t node, const char *attr, qcal_onnx_model **body)
+{
+    (void)m, (void)node, (void)attr, (void)body;
+    return NO_ONNX();
+}
+
+void qcal_onnx_qdq_options_default(qcal_onnx_qdq_options *opt)
+{
+    memset(opt, 0, sizeof *opt);
+    opt->profile = QCAL_ONNX_PROFILE_ORT;
+    opt->weight_observer = QCAL_OBSERVER_PER_CHANNEL_MINMAX;
+}
+
+qcal_status qcal_onnx_list(const qcal_onnx_model *m, const qcal_onnx_qdq_options *opt, char ***names, int64_t *n)
+{
+    (void)m, (void)opt, (void)names, (void)n;
+    return NO_ONNX();
+}
+
+void qcal_onnx_names_free(char ***names, int64_t n)
+{
+    (void)n;
+    if (names)
+        *names = NULL;
+}
+
+qcal_status qcal_onnx_expose(qcal_onnx_model *m, const qcal_onnx_qdq_options *opt, int64_t *added)
+{
+    (void)m, (void)opt, (void)added;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_qdq(qcal_onnx_model *m, const qcal_calib_table *table, const qcal_onnx_qdq_options *opt, qcal_onnx_qdq_report *rep)
+{
+    (void)m, (void)table, (void)opt, (void)rep;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_qdq_session(qcal_onnx_model *m, qcal_calib_session *s, const qcal_onnx_qdq_options *opt, qcal_onnx_qdq_report *rep)
+{
+    (void)m, (void)s, (void)opt, (void)rep;
+    return NO_ONNX();
+}
+
+void qcal_onnx_qdq_report_free(qcal_onnx_qdq_report *rep)
+{
+    if (rep)
+        memset(rep, 0, sizeof *rep);
+}

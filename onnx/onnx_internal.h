@@ -1,0 +1,62 @@
+/* Internal to onnx/: the handle around protobuf-c's ModelProto and the helpers the passes
+ * share (names, tensors, graph index). The generated onnx.pb-c.h is seen by onnx/ only. */
+#ifndef QCAL_ONNX_INTERNAL_H
+#define QCAL_ONNX_INTERNAL_H
+
+#include "onnx.pb-c.h"
+
+#include "core/internal.h"
+#include "qcal/onnx.h"
+
+struct qcal_onnx_model {
+    Onnx__ModelProto *proto;   /* every field malloc'ed (protobuf-c's default allocator) */
+};
+
+/* ---- string map: name -> int64 (open addressing, keys borrowed, never removed) ---- */
+typedef struct onnx_map {
+    const char **keys;
+    int64_t *vals;
+    size_t cap, len;
+} onnx_map;
+
+bool onnx_map_put(onnx_map *m, const char *key, int64_t val);   /* false: out of memory */
+int64_t *onnx_map_get(const onnx_map *m, const char *key);      /* NULL when absent */
+void onnx_map_free(onnx_map *m);
+
+/* Bytes per element of an ONNX element type; 0 when unknown or sub-byte. */
+size_t onnx_elem_size(int32_t type);
+
+/* numel of a TensorProto's dims; false on a negative dim or overflow. */
+bool onnx_tensor_numel(const Onnx__TensorProto *t, int64_t *numel);
+
+/* The tensor's data as contiguous little-endian bytes of its element type: raw_data as is,
+ * typed fields converted into a new buffer (*owned, free it). */
+qcal_status onnx_tensor_bytes(const Onnx__TensorProto *t, const uint8_t **data, size_t *len,
+                              void **owned);
+
+/* The tensor converted to float32 (new buffer, numel values). */
+qcal_status onnx_tensor_to_float(const Onnx__TensorProto *t, float **out, int64_t *numel);
+
+/* Default-domain opset version or -1. */
+int64_t onnx_model_opset(const Onnx__ModelProto *mp);
+
+/* Builders (malloc'ed, owned by the model they are put into). */
+char *onnx_strdup(const char *s);
+Onnx__TensorProto *onnx_new_tensor(const char *name, int32_t type, int32_t ndim,
+                                   const int64_t *dims, const void *data, size_t nbytes);
+Onnx__NodeProto *onnx_new_node(const char *op_type, const char *name, int64_t n_in,
+                               const char *const *in, int64_t n_out, const char *const *out);
+bool onnx_node_add_int(Onnx__NodeProto *n, const char *attr, int64_t v);
+bool onnx_push(void ***array, size_t *n, void *item);   /* appends; false: out of memory */
+
+/* Attribute `name` of a node or NULL. */
+const Onnx__AttributeProto *onnx_node_attr(const Onnx__NodeProto *n, const char *name);
+
+/* Declared type/shape of a name in graph g (inputs, outputs, value_info, initializers);
+ * returns the ValueInfo's TypeProto tensor type (or NULL) and fills desc. */
+bool onnx_graph_desc(const Onnx__GraphProto *g, const char *name, qcal_onnx_tensor_desc *desc);
+
+/* Type proto for a graph output of desc (elem_type 0 -> float32). */
+Onnx__ValueInfoProto *onnx_new_value_info(const char *name, const qcal_onnx_tensor_desc *desc);
+
+#endif

@@ -1,0 +1,1556 @@
+/* The graph passes: which tensors a profile quantizes (list, expose) and the Q/DQ rewrite.
+ * One plan serves all three: find what to change, check it is safe, change it, and say what
+ * was skipped and why. Only the main graph is rewritten; If/Loop bodies stay float (their
+ * names are read so nothing they use disappears). Placement rules: docs/onnx.md. */
+#include <float.h>
+#include <fnmatch.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "onnx/onnx_internal.h"
+#include "qcal/quantize.h"
+
+/* ---- op classes ---- */
+
+typedef enum op_kind {
+    K_CONV,      /* Conv: X, W (axis 0), B */
+    K_CONVT,     /* ConvTranspose: X, W (axis 1), B */
+    K_GEMM,      /* Gemm: A, B (weight: axis 0 with transB=1, else 1), C */
+    K_MATMUL,    /* MatMul: A, B (weight [K, N]: axis 1) */
+    K_BINARY,    /* Add, Mul: two activation inputs */
+    K_POOL,      /* AveragePool, GlobalAveragePool: one input, own output range */
+    K_MOVE,      /* MaxPool and shape ops: the output keeps the input's qparams (ort) */
+} op_kind;
+
+typedef struct op_def {
+    const char *op;
+    op_kind kind;
+    bool ort, tensorrt;   /* quantized by default in the profile */
+} op_def;
+
+static const op_def op_defs[] = {
+    { "Conv", K_CONV, true, true },
+    { "ConvTranspose", K_CONVT, true, true },
+    { "Gemm", K_GEMM, true, true },
+    { "MatMul", K_MATMUL, true, true },
+    { "Add", K_BINARY, true, true },
+    { "Mul", K_BINARY, true, false },
+    { "AveragePool", K_POOL, true, true },
+    { "GlobalAveragePool", K_POOL, true, true },
+    { "MaxPool", K_MOVE, true, true },
+    { "Flatten", K_MOVE, true, false },
+    { "Reshape", K_MOVE, true, false },
+    { "Transpose", K_MOVE, true, false },
+    { "Squeeze", K_MOVE, true, false },
+    { "Unsqueeze", K_MOVE, true, false },
+};
+#define N_OP_DEFS (sizeof op_defs / sizeof op_defs[0])
+
+const char *qcal_onnx_profile_name(qcal_onnx_profile profile)
+{
+    switch (profile) {
+    case QCAL_ONNX_PROFILE_ORT: return "ort";
+    case QCAL_ONNX_PROFILE_TENSORRT: return "tensorrt";
+    }
+    return "unknown";
+}
+
+qcal_status qcal_onnx_profile_parse(const char *name, qcal_onnx_profile *out)
+{
+    if (!name || !out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_profile_parse: NULL argument");
+    if (!strcmp(name, "ort"))
+        *out = QCAL_ONNX_PROFILE_ORT;
+    else if (!strcmp(name, "tensorrt"))
+        *out = QCAL_ONNX_PROFILE_TENSORRT;
+    else
+        return qcal_error(QCAL_ERR_INVALID_ARG, "unknown profile '%s' (expected ort or tensorrt)", name);
+    return QCAL_OK;
+}
+
+void qcal_onnx_qdq_options_default(qcal_onnx_qdq_options *opt)
+{
+    memset(opt, 0, sizeof *opt);
+    opt->profile = QCAL_ONNX_PROFILE_ORT;
+    opt->weight_observer = QCAL_OBSERVER_PER_CHANNEL_MINMAX;
+}
+
+/* ---- graph index ---- */
+
+typedef struct tinfo {
+    const char *name;
+    int64_t producer;          /* main-graph node index, -1 for inputs / initializers */
+    int64_t n_cons;            /* main-graph consumer slots */
+    int64_t cons0;             /* the first consuming node */
+    Onnx__TensorProto *init;   /* initializer of that name, or NULL */
+    bool graph_in, graph_out, sub_ref;
+    /* plan */
+    bool assigned;             /* activation qparams decided */
+    bool missing;              /* looked up, not in the table */
+    bool listed;               /* looked up (listed) */
+    qcal_dtype dtype;
+    float scale;
+    int32_t zp;
+    bool rename;               /* ort graph output: the producer writes a new name */
+    char *q_out, *dq_out, *pre;/* names of the Q output, DQ output, renamed producer output */
+    char *scale_name, *zp_name;
+} tinfo;
+
+typedef struct wplan {
+    int64_t t;                 /* tinfo of the weight initializer */
+    int32_t axis;
+    int64_t channels;
+    float *scales;             /* channels */
+    int8_t *codes;             /* ort: quantized weight (numel) */
+    float *f32;                /* tensorrt: float32 copy when the weight is not float32 */
+    int64_t numel;
+    char *dq_out;
+} wplan;
+
+typedef struct bplan {
+    int64_t t;
+    int64_t n;
+    float *scales;
+    int32_t *codes;
+    char *dq_out;
+} bplan;
+
+typedef struct nplan {
+    bool quant;
+    int nact;
+    int act[2];                /* input slots read as activations */
+    int wslot, bslot;          /* weight / bias slots (-1) */
+    int64_t w;                 /* wplan index or -1 */
+    int64_t b;                 /* bplan index or -1 */
+} nplan;
+
+typedef struct plan {
+    const qcal_onnx_model *m;
+    const qcal_onnx_qdq_options *opt;
+    const qcal_calib_table *table;   /* NULL: listing (every lookup succeeds) */
+    Onnx__GraphProto *g;
+    onnx_map names;            /* main-graph tensor name -> tinfo index */
+    tinfo *t;
+    int64_t nt;
+    nplan *np;
+    wplan *w;
+    int64_t nw;
+    bplan *b;
+    int64_t nb;
+    bool enabled[N_OP_DEFS];
+    char **list;               /* looked-up names in order (borrowed) */
+    int64_t nlist;
+    char **skipped;
+    int64_t nskipped;
+    onnx_map all_names;        /* every name in the model (for fresh names) */
+    char **owned_names;        /* fresh names kept alive for all_names */
+    int64_t nowned;
+} plan;
+
+static void plan_free(plan *p)
+{
+    for (int64_t i = 0; i < p->nt; i++) {
+        free(p->t[i].q_out);
+        free(p->t[i].dq_out);
+        free(p->t[i].pre);
+        free(p->t[i].scale_name);
+        free(p->t[i].zp_name);
+    }
+    for (int64_t i = 0; i < p->nw; i++) {
+        free(p->w[i].scales);
+        free(p->w[i].codes);
+        free(p->w[i].f32);
+        free(p->w[i].dq_out);
+    }
+    for (int64_t i = 0; i < p->nb; i++) {
+        free(p->b[i].scales);
+        free(p->b[i].codes);
+        free(p->b[i].dq_out);
+    }
+    for (int64_t i = 0; i < p->nskipped; i++)
+        free(p->skipped[i]);
+    for (int64_t i = 0; i < p->nowned; i++)
+        free(p->owned_names[i]);
+    free(p->owned_names);
+    free(p->skipped);
+    free(p->list);
+    free(p->t);
+    free(p->np);
+    free(p->w);
+    free(p->b);
+    onnx_map_free(&p->names);
+    onnx_map_free(&p->all_names);
+}
+
+#define OOM() qcal_error(QCAL_ERR_NO_MEMORY, "out of memory")
+
+static char *intern(plan *p, const char *name)
+{
+    char *s = onnx_strdup(name);
+    if (!s || !onnx_push((void ***)&p->owned_names, (size_t *)&p->nowned, s)) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+static int64_t tensor_index(plan *p, const char *name, bool create)
+{
+    int64_t *v = onnx_map_get(&p->names, name);
+    if (v)
+        return *v;
+    if (!create)
+        return -1;
+    if ((p->nt & (p->nt - 1)) == 0) {
+        tinfo *t = realloc(p->t, (size_t)(p->nt ? p->nt * 2 : 16) * sizeof *t);
+        if (!t)
+            return -2;
+        p->t = t;
+    }
+    /* Names are interned: the rewrite frees the proto strings they came from. */
+    char *key = intern(p, name);
+    if (!key)
+        return -2;
+    tinfo *ti = &p->t[p->nt];
+    memset(ti, 0, sizeof *ti);
+    ti->name = key;
+    ti->producer = -1;
+    if (!onnx_map_put(&p->names, key, p->nt))
+        return -2;
+    return p->nt++;
+}
+
+static bool put_name(plan *p, const char *name)
+{
+    if (!name || onnx_map_get(&p->all_names, name))
+        return true;
+    char *s = intern(p, name);
+    return s && onnx_map_put(&p->all_names, s, 0);
+}
+
+static bool note_all_names(plan *p, const Onnx__GraphProto *g)
+{
+    bool ok = true;
+    for (size_t i = 0; i < g->n_input; i++)
+        ok &= put_name(p, g->input[i]->name);
+    for (size_t i = 0; i < g->n_output; i++)
+        ok &= put_name(p, g->output[i]->name);
+    for (size_t i = 0; i < g->n_initializer; i++)
+        ok &= put_name(p, g->initializer[i]->name);
+    for (size_t i = 0; i < g->n_node; i++) {
+        const Onnx__NodeProto *n = g->node[i];
+        ok &= put_name(p, n->name);
+        for (size_t k = 0; k < n->n_input; k++)
+            ok &= put_name(p, n->input[k]);
+        for (size_t k = 0; k < n->n_output; k++)
+            ok &= put_name(p, n->output[k]);
+        for (size_t a = 0; a < n->n_attribute; a++) {
+            const Onnx__AttributeProto *at = n->attribute[a];
+            if (at->g)
+                ok &= note_all_names(p, at->g);
+            for (size_t k = 0; k < at->n_graphs; k++)
+                ok &= note_all_names(p, at->graphs[k]);
+        }
+    }
+    return ok;
+}
+
+/* Marks main-graph names that subgraphs read (outer-scope references). */
+static void mark_sub_refs(plan *p, const Onnx__GraphProto *g)
+{
+    for (size_t i = 0; i < g->n_node; i++) {
+        const Onnx__NodeProto *n = g->node[i];
+        for (size_t k = 0; k < n->n_input; k++) {
+            int64_t ti = tensor_index(p, n->input[k], false);
+            if (ti >= 0)
+                p->t[ti].sub_ref = true;
+        }
+        for (size_t a = 0; a < n->n_attribute; a++) {
+            const Onnx__AttributeProto *at = n->attribute[a];
+            if (at->g)
+                mark_sub_refs(p, at->g);
+            for (size_t k = 0; k < at->n_graphs; k++)
+                mark_sub_refs(p, at->graphs[k]);
+        }
+    }
+}
+
+static qcal_status index_graph(plan *p)
+{
+    Onnx__GraphProto *g = p->g;
+    for (size_t i = 0; i < g->n_input; i++) {
+        int64_t ti = tensor_index(p, g->input[i]->name ? g->input[i]->name : "", true);
+        if (ti < 0)
+            return OOM();
+        p->t[ti].graph_in = true;
+    }
+    for (size_t i = 0; i < g->n_initializer; i++) {
+        int64_t ti = tensor_index(p, g->initializer[i]->name ? g->initializer[i]->name : "", true);
+        if (ti < 0)
+            return OOM();
+        p->t[ti].init = g->initializer[i];
+    }
+    for (size_t i = 0; i < g->n_node; i++) {
+        const Onnx__NodeProto *n = g->node[i];
+        for (size_t k = 0; k < n->n_input; k++) {
+            if (!n->input[k][0])
+                continue;
+            int64_t ti = tensor_index(p, n->input[k], true);
+            if (ti < 0)
+                return OOM();
+            if (p->t[ti].n_cons++ == 0)
+                p->t[ti].cons0 = (int64_t)i;
+        }
+        for (size_t k = 0; k < n->n_output; k++) {
+            if (!n->output[k][0])
+                continue;
+            int64_t ti = tensor_index(p, n->output[k], true);
+            if (ti < 0)
+                return OOM();
+            p->t[ti].producer = (int64_t)i;
+        }
+        for (size_t a = 0; a < n->n_attribute; a++) {
+            const Onnx__AttributeProto *at = n->attribute[a];
+            if (at->g)
+                mark_sub_refs(p, at->g);
+            for (size_t k = 0; k < at->n_graphs; k++)
+                mark_sub_refs(p, at->graphs[k]);
+        }
+    }
+    for (size_t i = 0; i < g->n_output; i++) {
+        int64_t ti = tensor_index(p, g->output[i]->name ? g->output[i]->name : "", true);
+        if (ti < 0)
+            return OOM();
+        p->t[ti].graph_out = true;
+    }
+    p->np = calloc(g->n_node + 1, sizeof *p->np);
+    if (!p->np || !note_all_names(p, g))
+        return OOM();
+    return QCAL_OK;
+}
+
+static bool excluded(const plan *p, const char *name)
+{
+    if (!name || !name[0])
+        return false;
+    for (int64_t i = 0; i < p->opt->n_exclude; i++)
+        if (p->opt->exclude[i] && fnmatch(p->opt->exclude[i], name, 0) == 0)
+            return true;
+    return false;
+}
+
+static qcal_status select_ops(plan *p)
+{
+    const char *list = p->opt->op_types;
+    bool trt = p->opt->profile == QCAL_ONNX_PROFILE_TENSORRT;
+    if (!list) {
+        for (size_t i = 0; i < N_OP_DEFS; i++)
+            p->enabled[i] = trt ? op_defs[i].tensorrt : op_defs[i].ort;
+        return QCAL_OK;
+    }
+    for (const char *c = list; *c;) {
+        const char *e = strchr(c, ',');
+        size_t n = e ? (size_t)(e - c) : strlen(c);
+        while (n && *c == ' ')
+            c++, n--;
+        while (n && c[n - 1] == ' ')
+            n--;
+        if (n) {
+            size_t i = 0;
+            for (; i < N_OP_DEFS; i++)
+                if (strlen(op_defs[i].op) == n && !strncmp(op_defs[i].op, c, n))
+                    break;
+            if (i == N_OP_DEFS) {
+                char known[512] = "";
+                for (size_t k = 0; k < N_OP_DEFS; k++) {
+                    if (k)
+                        strcat(known, ",");
+                    strcat(known, op_defs[k].op);
+                }
+                return qcal_error(QCAL_ERR_INVALID_ARG, "op type '%.*s' cannot be quantized (known: %s)",
+                                  (int)n, c, known);
+            }
+            p->enabled[i] = true;
+        }
+        if (!e)
+            break;
+        c = e + 1;
+    }
+    return QCAL_OK;
+}
+
+static qcal_status add_skip(plan *p, const Onnx__NodeProto *n, const char *fmt, const char *arg)
+{
+    char reason[512];
+    snprintf(reason, sizeof reason, fmt, arg);
+    size_t len = strlen(n->name ? n->name : "") + strlen(n->op_type) + strlen(reason) + 8;
+    char *s = malloc(len);
+    if (!s || !onnx_push((void ***)&p->skipped, (size_t *)&p->nskipped, s)) {
+        free(s);
+        return OOM();
+    }
+    snprintf(s, len, "%s (%s): %s", n->name && n->name[0] ? n->name : "(unnamed)", n->op_type, reason);
+    return QCAL_OK;
+}
+
+static const op_def *op_of(const plan *p, const Onnx__NodeProto *n)
+{
+    if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx"))
+        return NULL;
+    for (size_t i = 0; i < N_OP_DEFS; i++)
+        if (p->enabled[i] && !strcmp(op_defs[i].op, n->op_type))
+            return &op_defs[i];
+    return NULL;
+}
+
+static bool is_float_elem(const plan *p, const char *name)
+{
+    qcal_onnx_tensor_desc d = { 0, -1, { 0 } };
+    if (!onnx_graph_desc(p->g, name, &d) || d.elem_type == 0)
+        return true;   /* undeclared: the quantized ops' activations are float32 */
+    return d.elem_type == QCAL_ONNX_FLOAT;
+}
+
+static int64_t attr_int(const Onnx__NodeProto *n, const char *name, int64_t def)
+{
+    const Onnx__AttributeProto *a = onnx_node_attr(n, name);
+    return a && a->has_i ? a->i : def;
+}
+
+static float attr_float(const Onnx__NodeProto *n, const char *name, float def)
+{
+    const Onnx__AttributeProto *a = onnx_node_attr(n, name);
+    return a && a->has_f ? a->f : def;
+}
+
+/* The qparams of an activation from the table entry, as the profile wants them. */
+static qcal_status act_qparams(plan *p, tinfo *ti, const qcal_calib_entry *e)
+{
+    if (p->opt->profile == QCAL_ONNX_PROFILE_TENSORRT) {
+        /* Symmetric int8, zero-point 0: amax = max |range| over channels, scale = amax / 127. */
+        float amax = 0.0f;
+        for (int64_t c = 0; c < e->qparams.channels; c++) {
+            float a;
+            qcal_calib_entry_amax(e, c, &a);
+            if (a > amax)
+                amax = a;
+        }
+        float s = e->no_data ? 1.0f : amax / 127.0f;
+        if (!(s >= FLT_EPSILON))
+            s = FLT_EPSILON;
+        if (!isfinite(s))
+            return qcal_error(QCAL_ERR_INVALID_ARG, "tensor '%s': amax %g gives no finite scale", ti->name,
+                              (double)amax);
+        ti->dtype = QCAL_QINT8;
+        ti->scale = s;
+        ti->zp = 0;
+        return QCAL_OK;
+    }
+    const qcal_qparams *q = &e->qparams;
+    if (q->dtype != QCAL_QUINT8 && q->dtype != QCAL_QINT8)
+        return qcal_error(QCAL_ERR_UNSUPPORTED, "tensor '%s': the table's dtype %s cannot be a QuantizeLinear type",
+                          ti->name, qcal_dtype_name(q->dtype));
+    if (!qcal_qscheme_is_per_channel(q->qscheme)) {
+        ti->dtype = q->dtype;
+        ti->scale = q->scale;
+        ti->zp = q->zero_point;
+        return QCAL_OK;
+    }
+    /* Per-channel activation entries: QLinearConv takes one input scale, so the channels'
+     * range (min of mins, max of maxes) gives per-tensor quint8 affine qparams. */
+    float lo = INFINITY, hi = -INFINITY;
+    for (int64_t c = 0; c < q->channels; c++) {
+        if (e->min_val[c] <= e->max_val[c]) {
+            lo = fminf(lo, e->min_val[c]);
+            hi = fmaxf(hi, e->max_val[c]);
+        }
+    }
+    qcal_qconfig cfg;
+    qcal_qconfig_default(&cfg);
+    qcal_qparams out = { 0 };
+    qcal_status st = qcal_qparams_compute(&cfg, 0, 1, &lo, &hi, &out);
+    if (st < 0)
+        return st;
+    ti->dtype = QCAL_QUINT8;
+    ti->scale = out.scale;
+    ti->zp = out.zero_point;
+    qcal_qparams_free(&out);
+    return QCAL_OK;
+}
+
+/* Looks up a tensor's activation qparams; false (and ti->missing) when the table lacks it. */
+static qcal_status lookup(plan *p, int64_t t, bool *found)
+{
+    tinfo *ti = &p->t[t];
+    *found = true;
+    if (ti->assigned)
+        return QCAL_OK;
+    if (!ti->listed) {
+        ti->listed = true;
+        if (!onnx_push((void ***)&p->list, (size_t *)&p->nlist, (void *)ti->name))
+            return OOM();
+    }
+    if (!p->table)
+        return QCAL_OK;
+    const qcal_calib_entry *e = NULL;
+    if (qcal_calib_table_find(p->table, ti->name, QCAL_CALIB_ROLE_ACTIVATION, &e) != QCAL_OK &&
+        qcal_calib_table_find(p->table, ti->name, QCAL_CALIB_ROLE_WEIGHT, &e) != QCAL_OK) {
+        qcal_clear_error();
+        ti->missing = true;
+        *found = false;
+        return QCAL_OK;
+    }
+    return act_qparams(p, ti, e);
+}
+
+static void assign(tinfo *ti)
+{
+    ti->assigned = true;
+}
+
+/* Per-channel symmetric qint8 qparams of a weight with the library's observer; codes (ort). */
+static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int32_t axis, int64_t *out)
+{
+    for (int64_t i = 0; i < p->nw; i++)
+        if (p->w[i].t == t) {
+            if (p->w[i].axis != axis)
+                return QCAL_ERR_MISMATCH;   /* caller records the skip */
+            *out = i;
+            return QCAL_OK;
+        }
+    Onnx__TensorProto *init = p->t[t].init;
+    int64_t numel;
+    if (!onnx_tensor_numel(init, &numel))
+        return qcal_error(QCAL_ERR_FORMAT, "weight '%s' has an invalid shape", p->t[t].name);
+    if (numel == 0)
+        return qcal_error(QCAL_ERR_FORMAT, "weight '%s' of node '%s' (%s) has no elements (a zero-sized dimension)",
+                          p->t[t].name, n->name ? n->name : "", n->op_type);
+    if (init->n_dims > QCAL_MAX_DIMS || (int64_t)init->n_dims <= axis)
+        return qcal_error(QCAL_ERR_UNSUPPORTED, "weight '%s' has %zu dimensions", p->t[t].name, init->n_dims);
+    float *conv = NULL;
+    const float *data;
+    if (init->data_type == QCAL_ONNX_FLOAT && init->raw_data.len == (size_t)numel * 4 &&
+        ((uintptr_t)init->raw_data.data % 4) == 0) {
+        data = (const float *)init->raw_data.data;
+    } else {
+        int64_t nn;
+        qcal_status st = onnx_tensor_to_float(init, &conv, &nn);
+        if (st != QCAL_OK)
+            return st;
+        data = conv;
+    }
+    qcal_observer_config cfg;
+    qcal_observer_config_default(&cfg, p->opt->weight_observer);
+    cfg.q.dtype = QCAL_QINT8;
+    cfg.q.qscheme = QCAL_PER_CHANNEL_SYMMETRIC;
+    cfg.axis = axis;
+    qcal_tensor x;
+    memset(&x, 0, sizeof x);
+    x.data = (float *)data;
+    x.ndim = (int32_t)init->n_dims;
+    for (size_t k = 0; k < init->n_dims; k++)
+        x.shape[k] = init->dims[k];
+    qcal_observer *obs = NULL;
+    qcal_qparams qp = { 0 };
+    int8_t *codes = NULL;
+    float *scales = NULL;
+    qcal_status st = qcal_observer_create(&cfg, &obs);
+    if (st == QCAL_OK)
+        st = qcal_observer_update(obs, &x);
+    if (st == QCAL_OK) {
+        st = qcal_observer_qparams(obs, &qp);
+        if (st == QCAL_NO_DATA)
+            st = QCAL_OK;
+    }
+    if (st == QCAL_OK) {
+        scales = malloc((size_t)qp.channels * sizeof *scales);
+        if (!scales)
+            st = OOM();
+        else
+            for (int64_t c = 0; c < qp.channels; c++)
+                scales[c] = qcal_qparams_scale_at(&qp, c);
+    }
+    if (st == QCAL_OK && p->opt->profile == QCAL_ONNX_PROFILE_ORT) {
+        codes = malloc((size_t)numel);
+        if (!codes)
+            st = OOM();
+        else
+            st = qcal_quantize(&x, &qp, codes);
+    }
+    if (st == QCAL_OK && (p->nw & (p->nw - 1)) == 0) {
+        wplan *w = realloc(p->w, (size_t)(p->nw ? p->nw * 2 : 8) * sizeof *w);
+        if (!w)
+            st = OOM();
+        else
+            p->w = w;
+    }
+    if (st != QCAL_OK) {
+        st = qcal_error(st, "weight '%s': %s", p->t[t].name, qcal_last_error());
+        free(conv);
+        free(codes);
+        free(scales);
+        qcal_qparams_free(&qp);
+        qcal_observer_destroy(&obs);
+        return st;
+    }
+    wplan *w = &p->w[p->nw];
+    memset(w, 0, sizeof *w);
+    w->t = t;
+    w->axis = axis;
+    w->channels = qp.channels;
+    w->scales = scales;
+    w->codes = codes;
+    w->numel = numel;
+    if (p->opt->profile == QCAL_ONNX_PROFILE_TENSORRT && init->data_type != QCAL_ONNX_FLOAT)
+        w->f32 = conv;   /* the float32 weight Q reads */
+    else
+        free(conv);
+    qcal_qparams_free(&qp);
+    qcal_observer_destroy(&obs);
+    *out = p->nw++;
+    return QCAL_OK;
+}
+
+/* int32 bias (ort): scale[c] = s_in * s_w[c], zero-point 0. Returns false to keep it float. */
+static qcal_status plan_bias(plan *p, int64_t t, float s_in, const wplan *w, int64_t out_channels,
+                             int64_t *out, const char **why)
+{
+    *out = -1;
+    Onnx__TensorProto *init = p->t[t].init;
+    int64_t numel;
+    if (!init || init->n_dims != 1 || !onnx_tensor_numel(init, &numel) || numel != out_channels ||
+        numel == 0) {
+        *why = "bias '%s' is not a 1-D initializer of one value per output channel";
+        return QCAL_OK;
+    }
+    float *b;
+    int64_t nn;
+    qcal_status st = onnx_tensor_to_float(init, &b, &nn);
+    if (st != QCAL_OK)
+        return st;
+    float *scales = malloc((size_t)numel * sizeof *scales);
+    int32_t *zps = calloc((size_t)numel, sizeof *zps);
+    int32_t *codes = malloc((size_t)numel * sizeof *codes);
+    if (!scales || !zps || !codes) {
+        free(b), free(scales), free(zps), free(codes);
+        return OOM();
+    }
+    bool ok = true;
+    for (int64_t c = 0; c < numel; c++) {
+        scales[c] = s_in * w->scales[c % w->channels];
+        ok &= scales[c] > 0.0f && isfinite(scales[c]);
+    }
+    if (!ok) {
+        free(b), free(scales), free(zps), free(codes);
+        *why = "bias '%s': input scale x weight scale is not a positive finite float32";
+        return QCAL_OK;
+    }
+    qcal_qparams qp;
+    qcal_tensor x;
+    memset(&x, 0, sizeof x);
+    x.data = b;
+    x.ndim = 1;
+    x.shape[0] = numel;
+    st = qcal_qparams_per_channel(&qp, QCAL_QINT32, 0, numel, scales, zps);
+    if (st == QCAL_OK)
+        st = qcal_quantize(&x, &qp, codes);
+    free(b);
+    free(zps);
+    if (st == QCAL_OK && (p->nb & (p->nb - 1)) == 0) {
+        bplan *nb = realloc(p->b, (size_t)(p->nb ? p->nb * 2 : 8) * sizeof *nb);
+        if (!nb)
+            st = OOM();
+        else
+            p->b = nb;
+    }
+    if (st != QCAL_OK) {
+        free(scales), free(codes);
+        return st;
+    }
+    bplan *bp = &p->b[p->nb];
+    memset(bp, 0, sizeof *bp);
+    bp->t = t;
+    bp->n = numel;
+    bp->scales = scales;
+    bp->codes = codes;
+    *out = p->nb++;
+    return QCAL_OK;
+}
+
+/* The single Relu that consumes t (ort fuses it), or -1. */
+static int64_t fused_relu(plan *p, int64_t t)
+{
+    tinfo *ti = &p->t[t];
+    if (ti->graph_out || ti->sub_ref || ti->n_cons != 1)
+        return -1;
+    const Onnx__NodeProto *n = p->g->node[ti->cons0];
+    if (strcmp(n->op_type, "Relu") || (n->domain && n->domain[0]) || n->n_output < 1 || !n->output[0][0] ||
+        excluded(p, n->name) || excluded(p, n->output[0]))
+        return -1;
+    return ti->cons0;
+}
+
+static qcal_status plan_node(plan *p, size_t i)
+{
+    Onnx__NodeProto *n = p->g->node[i];
+    nplan *np = &p->np[i];
+    np->wslot = np->bslot = -1;
+    np->w = np->b = -1;
+    const op_def *d = op_of(p, n);
+    if (!d)
+        return QCAL_OK;
+    if (excluded(p, n->name))
+        return add_skip(p, n, "%sexcluded by --exclude", "");
+    bool trt = p->opt->profile == QCAL_ONNX_PROFILE_TENSORRT;
+    const char *in0 = n->n_input > 0 ? n->input[0] : "";
+    const char *in1 = n->n_input > 1 ? n->input[1] : "";
+    const char *in2 = n->n_input > 2 ? n->input[2] : "";
+    int32_t axis = 0;
+    int64_t out_ch = 0;
+    switch (d->kind) {
+    case K_CONV:
+    case K_CONVT:
+        np->act[np->nact++] = 0;
+        np->wslot = 1;
+        np->bslot = in2[0] ? 2 : -1;
+        axis = d->kind == K_CONV ? 0 : 1;
+        break;
+    case K_GEMM:
+    case K_MATMUL: {
+        np->act[np->nact++] = 0;
+        int64_t t1 = tensor_index(p, in1, false);
+        if (t1 >= 0 && p->t[t1].init) {
+            np->wslot = 1;
+            axis = d->kind == K_GEMM && attr_int(n, "transB", 0) ? 0 : 1;
+        } else {
+            np->act[np->nact++] = 1;
+        }
+        if (d->kind == K_GEMM && in2[0])
+            np->bslot = 2;
+        break;
+    }
+    case K_BINARY: {
+        for (int k = 0; k < 2; k++) {
+            const char *in = k ? in1 : in0;
+            int64_t tk = tensor_index(p, in, false);
+            if (!in[0] || tk < 0 || p->t[tk].init)
+                return add_skip(p, n, "input '%s' is a constant (only activation pairs are quantized)", in);
+            np->act[np->nact++] = k;
+        }
+        break;
+    }
+    case K_POOL:
+    case K_MOVE:
+        np->act[np->nact++] = 0;
+        break;
+    }
+    if (n->n_input < (size_t)np->nact || (np->wslot >= 0 && n->n_input <= (size_t)np->wslot))
+        return add_skip(p, n, "%stoo few inputs", "");
+    /* Structural checks before any lookup. */
+    if (np->wslot >= 0) {
+        int64_t tw = tensor_index(p, n->input[np->wslot], false);
+        if (tw < 0 || !p->t[tw].init)
+            return add_skip(p, n, "weight '%s' is not an initializer", n->input[np->wslot]);
+        if (excluded(p, n->input[np->wslot]))
+            return add_skip(p, n, "weight '%s' excluded by --exclude", n->input[np->wslot]);
+        int32_t wt = p->t[tw].init->data_type;
+        if (wt != QCAL_ONNX_FLOAT && wt != QCAL_ONNX_FLOAT16 && wt != QCAL_ONNX_BFLOAT16 &&
+            wt != QCAL_ONNX_DOUBLE)
+            return add_skip(p, n, "weight '%s' is not a float tensor", n->input[np->wslot]);
+        if ((d->kind == K_GEMM || d->kind == K_MATMUL) && p->t[tw].init->n_dims != 2)
+            return add_skip(p, n, "weight '%s' is not 2-D", n->input[np->wslot]);
+        if ((d->kind == K_CONV || d->kind == K_CONVT) && p->t[tw].init->n_dims < 3)
+            return add_skip(p, n, "weight '%s' has fewer than 3 dimensions", n->input[np->wslot]);
+        out_ch = p->t[tw].init->n_dims > (size_t)axis ? p->t[tw].init->dims[axis] : 0;
+        if (d->kind == K_CONVT)
+            out_ch *= attr_int(n, "group", 1);
+        if (d->kind == K_GEMM && attr_int(n, "transB", 0) == 0)
+            out_ch = p->t[tw].init->dims[1];
+    }
+    for (int k = 0; k < np->nact; k++) {
+        const char *in = n->input[np->act[k]];
+        if (excluded(p, in))
+            return add_skip(p, n, "input '%s' excluded by --exclude", in);
+        if (!is_float_elem(p, in))
+            return add_skip(p, n, "input '%s' is not float32", in);
+    }
+    /* Activation inputs: all must have qparams. */
+    bool all = true;
+    for (int k = 0; k < np->nact; k++) {
+        int64_t t = tensor_index(p, n->input[np->act[k]], false);
+        bool found;
+        qcal_status st = lookup(p, t, &found);
+        if (st != QCAL_OK)
+            return st;
+        all &= found;
+    }
+    if (!all)
+        return QCAL_OK;   /* listed as missing; the op stays float */
+    if (np->wslot >= 0 && p->table) {
+        int64_t tw = tensor_index(p, n->input[np->wslot], false);
+        qcal_status st = plan_weight(p, n, tw, axis, &np->w);
+        if (st == QCAL_ERR_MISMATCH)
+            return add_skip(p, n, "weight '%s' is shared with an op that needs another channel axis",
+                            n->input[np->wslot]);
+        if (st != QCAL_OK)
+            return st;
+    }
+    np->quant = true;
+    for (int k = 0; k < np->nact; k++)
+        assign(&p->t[tensor_index(p, n->input[np->act[k]], false)]);
+    if (!trt && np->bslot >= 0 && p->table) {
+        int64_t tb = tensor_index(p, n->input[np->bslot], false);
+        const char *why = NULL;
+        if (d->kind == K_GEMM && (attr_float(n, "alpha", 1.0f) != 1.0f || attr_float(n, "beta", 1.0f) != 1.0f))
+            why = "bias '%s' stays float: Gemm alpha or beta is not 1";
+        else if (tb < 0 || !p->t[tb].init || excluded(p, n->input[np->bslot]))
+            why = "bias '%s' stays float: not an initializer";
+        else {
+            int64_t tx = tensor_index(p, n->input[0], false);
+            qcal_status st = plan_bias(p, tb, p->t[tx].scale, &p->w[np->w], out_ch, &np->b, &why);
+            if (st != QCAL_OK)
+                return st;
+        }
+        if (np->b < 0 && why) {
+            qcal_status st = add_skip(p, n, why, n->input[np->bslot]);
+            if (st != QCAL_OK)
+                return st;
+        }
+    }
+    if (trt || n->n_output < 1 || !n->output[0][0])
+        return QCAL_OK;
+    /* ort: the output Q (node unit DQ -> op -> Q). */
+    int64_t to = tensor_index(p, n->output[0], false);
+    if (d->kind == K_MOVE) {
+        tinfo *src = &p->t[tensor_index(p, n->input[0], false)];
+        tinfo *dst = &p->t[to];
+        if (!excluded(p, dst->name) && !dst->assigned) {
+            dst->dtype = src->dtype;
+            dst->scale = src->scale;
+            dst->zp = src->zp;
+            assign(dst);
+        }
+        return QCAL_OK;
+    }
+    int64_t relu = fused_relu(p, to);
+    if (relu >= 0)
+        to = tensor_index(p, p->g->node[relu]->output[0], false);
+    if (excluded(p, p->t[to].name))
+        return QCAL_OK;
+    bool found;
+    qcal_status st = lookup(p, to, &found);
+    if (st != QCAL_OK)
+        return st;
+    if (found)
+        assign(&p->t[to]);
+    return QCAL_OK;
+}
+
+static qcal_status plan_build(plan *p, const qcal_onnx_model *m, const qcal_calib_table *table,
+                              const qcal_onnx_qdq_options *opt)
+{
+    memset(p, 0, sizeof *p);
+    p->m = m;
+    p->opt = opt;
+    p->table = table;
+    p->g = m->proto->graph;
+    qcal_status st = select_ops(p);
+    if (st == QCAL_OK)
+        st = index_graph(p);
+    for (size_t i = 0; st == QCAL_OK && i < p->g->n_node; i++)
+        st = plan_node(p, i);
+    return st;
+}
+
+static qcal_status check_opts(const qcal_onnx_model *m, const qcal_onnx_qdq_options *opt)
+{
+    if (!m || !opt)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "NULL model or options");
+    if (opt->profile != QCAL_ONNX_PROFILE_ORT && opt->profile != QCAL_ONNX_PROFILE_TENSORRT)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "unknown profile %d", (int)opt->profile);
+    if (opt->n_exclude < 0 || (opt->n_exclude && !opt->exclude))
+        return qcal_error(QCAL_ERR_INVALID_ARG, "bad exclude list");
+    if (opt->weight_observer != QCAL_OBSERVER_PER_CHANNEL_MINMAX &&
+        opt->weight_observer != QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX)
+        return qcal_error(QCAL_ERR_INVALID_ARG,
+                          "weight observer '%s' is not a per-channel kind (per_channel_minmax, moving_average_per_channel_minmax)",
+                          qcal_observer_kind_name(opt->weight_observer));
+    return QCAL_OK;
+}
+
+/* ---- list / expose ---- */
+
+qcal_status qcal_onnx_list(const qcal_onnx_model *m, const qcal_onnx_qdq_options *opt, char ***names,
+                           int64_t *n)
+{
+    qcal_onnx_qdq_options def;
+    qcal_onnx_qdq_options_default(&def);
+    if (!opt)
+        opt = &def;
+    if (!names || !n)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_list: NULL argument");
+    qcal_status st = check_opts(m, opt);
+    if (st != QCAL_OK)
+        return st;
+    plan p;
+    st = plan_build(&p, m, NULL, opt);
+    char **out = NULL;
+    if (st == QCAL_OK) {
+        out = calloc((size_t)p.nlist + 1, sizeof *out);
+        if (!out)
+            st = OOM();
+        for (int64_t i = 0; st == QCAL_OK && i < p.nlist; i++)
+            if (!(out[i] = onnx_strdup(p.list[i])))
+                st = OOM();
+        if (st != QCAL_OK) {
+            qcal_onnx_names_free(&out, p.nlist);
+        } else {
+            *names = out;
+            *n = p.nlist;
+        }
+    }
+    plan_free(&p);
+    return st;
+}
+
+void qcal_onnx_names_free(char ***names, int64_t n)
+{
+    if (!names || !*names)
+        return;
+    for (int64_t i = 0; i < n; i++)
+        free((*names)[i]);
+    free(*names);
+    *names = NULL;
+}
+
+/* Ranks of the main graph's tensors where the model declares no shape: from the declared
+ * ones through the rank rules of common ops, so an exposed output gets a shape of unknown
+ * dimensions (onnx.checker requires a shape on graph outputs). -1: unknown. */
+static const char *const same_rank_ops[] = {
+    "Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+    "LpPool", "Relu", "LeakyRelu", "PRelu", "Sigmoid", "Tanh", "Clip", "Elu", "Selu", "Softplus",
+    "BatchNormalization", "InstanceNormalization", "LayerNormalization", "LRN", "Dropout",
+    "Identity", "Softmax", "LogSoftmax", "Cast", "Neg", "Abs", "Sqrt", "Exp", "Log", "Erf",
+    "HardSigmoid", "HardSwish", "Gelu", "Mish", "QuantizeLinear", "DequantizeLinear",
+    "Transpose", "Pad", "Resize", "Upsample", "Concat", "Slice", "Floor", "Ceil", "Round",
+    "Reciprocal", "Sign", "Not", "DepthToSpace", "SpaceToDepth", NULL,
+};
+static const char *const broadcast_ops[] = {
+    "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Where", "Equal", "Less",
+    "Greater", "And", "Or", "Xor", "BitShift", "Mod", "LessOrEqual", "GreaterOrEqual", NULL,
+};
+
+static bool in_list(const char *const *l, const char *s)
+{
+    for (; *l; l++)
+        if (!strcmp(*l, s))
+            return true;
+    return false;
+}
+
+static int64_t rank_of(const onnx_map *r, const char *name)
+{
+    int64_t *v = name && name[0] ? onnx_map_get(r, name) : NULL;
+    return v ? *v : -1;
+}
+
+static int64_t init_numel(const Onnx__GraphProto *g, const char *name)
+{
+    for (size_t i = 0; i < g->n_initializer; i++)
+        if (g->initializer[i]->name && !strcmp(g->initializer[i]->name, name)) {
+            int64_t n;
+            return onnx_tensor_numel(g->initializer[i], &n) ? n : -1;
+        }
+    return -1;
+}
+
+static bool infer_ranks(const Onnx__GraphProto *g, onnx_map *r)
+{
+    bool ok = true;
+    for (size_t i = 0; i < g->n_initializer; i++)
+        if (g->initializer[i]->name)
+            ok &= onnx_map_put(r, g->initializer[i]->name, (int64_t)g->initializer[i]->n_dims);
+    for (size_t i = 0; i < g->n_input + g->n_value_info + g->n_output; i++) {
+        const Onnx__ValueInfoProto *v = i < g->n_input ? g->input[i]
+                                        : i < g->n_input + g->n_value_info ? g->value_info[i - g->n_input]
+                                        : g->output[i - g->n_input - g->n_value_info];
+        if (v->name && v->type && v->type->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE &&
+            v->type->tensor_type && v->type->tensor_type->shape && !onnx_map_get(r, v->name))
+            ok &= onnx_map_put(r, v->name, (int64_t)v->type->tensor_type->shape->n_dim);
+    }
+    for (size_t i = 0; i < g->n_node && ok; i++) {
+        const Onnx__NodeProto *n = g->node[i];
+        if (n->n_output < 1 || !n->output[0][0] || onnx_map_get(r, n->output[0]) ||
+            (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx")))
+            continue;
+        const char *op = n->op_type;
+        int64_t r0 = n->n_input > 0 ? rank_of(r, n->input[0]) : -1, out = -1;
+        int64_t r1 = n->n_input > 1 ? rank_of(r, n->input[1]) : -1;
+        if (in_list(same_rank_ops, op)) {
+            out = r0;
+        } else if (in_list(broadcast_ops, op)) {
+            out = r0;
+            for (size_t k = 1; k < n->n_input && out >= 0; k++) {
+                int64_t rk = rank_of(r, n->input[k]);
+                out = rk < 0 ? -1 : (rk > out ? rk : out);
+            }
+        } else if (!strcmp(op, "Flatten") || !strcmp(op, "Gemm")) {
+            out = 2;
+        } else if (!strcmp(op, "MatMul") && r0 >= 1 && r1 >= 1) {
+            out = r0 == 1 && r1 == 1 ? 0 : r0 == 1 ? r1 - 1 : r1 == 1 ? r0 - 1 : (r0 > r1 ? r0 : r1);
+        } else if (!strcmp(op, "Reshape") && n->n_input > 1) {
+            out = init_numel(g, n->input[1]);
+        } else if ((!strcmp(op, "Unsqueeze") || !strcmp(op, "Squeeze")) && r0 >= 0) {
+            const Onnx__AttributeProto *a = onnx_node_attr(n, "axes");
+            int64_t na = a ? (int64_t)a->n_ints : n->n_input > 1 ? init_numel(g, n->input[1]) : -1;
+            if (na >= 0)
+                out = !strcmp(op, "Unsqueeze") ? r0 + na : r0 - na;
+        }
+        if (out >= 0)
+            ok &= onnx_map_put(r, n->output[0], out);
+    }
+    return ok;
+}
+
+qcal_status qcal_onnx_expose(qcal_onnx_model *m, const qcal_onnx_qdq_options *opt, int64_t *added)
+{
+    char **names = NULL;
+    int64_t n = 0;
+    qcal_status st = qcal_onnx_list(m, opt, &names, &n);
+    if (st != QCAL_OK)
+        return st;
+    Onnx__GraphProto *g = m->proto->graph;
+    onnx_map outs = { 0 };
+    for (size_t i = 0; i < g->n_output; i++)
+        if (g->output[i]->name && !onnx_map_put(&outs, g->output[i]->name, 0))
+            st = OOM();
+    /* Declared types: graph inputs, then value_info (first declaration wins). */
+    onnx_map decl = { 0 };
+    Onnx__ValueInfoProto **decl_vi = calloc(g->n_input + g->n_value_info + 1, sizeof *decl_vi);
+    int64_t nd = 0;
+    if (!decl_vi)
+        st = OOM();
+    for (size_t i = 0; st == QCAL_OK && i < g->n_input + g->n_value_info; i++) {
+        Onnx__ValueInfoProto *v = i < g->n_input ? g->input[i] : g->value_info[i - g->n_input];
+        if (!v->name || !v->type || v->type->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE ||
+            onnx_map_get(&decl, v->name))
+            continue;
+        decl_vi[nd] = v;
+        if (!onnx_map_put(&decl, v->name, nd++))
+            st = OOM();
+    }
+    onnx_map ranks = { 0 };
+    if (st == QCAL_OK && !infer_ranks(g, &ranks))
+        st = OOM();
+    /* Build every new output first, then append them all (nothing changes on failure). */
+    Onnx__ValueInfoProto **vis = calloc((size_t)n + 1, sizeof *vis);
+    int64_t nv = 0;
+    if (!vis)
+        st = OOM();
+    for (int64_t i = 0; st == QCAL_OK && i < n; i++) {
+        if (onnx_map_get(&outs, names[i]))
+            continue;
+        /* The declared type as it is (symbolic dimension names kept), else the
+         * initializer's, else float32 without a shape. */
+        int64_t *vk = onnx_map_get(&decl, names[i]);
+        if (vk) {
+            Onnx__ValueInfoProto *src = decl_vi[*vk];
+            size_t len = onnx__value_info_proto__get_packed_size(src);
+            uint8_t *buf = malloc(len ? len : 1);
+            if (buf) {
+                onnx__value_info_proto__pack(src, buf);
+                vis[nv] = onnx__value_info_proto__unpack(NULL, len, buf);
+                free(buf);
+            }
+            if (vis[nv]) {
+                free(vis[nv]->doc_string);
+                vis[nv]->doc_string = NULL;
+            }
+        } else {
+            qcal_onnx_tensor_desc d = { 0, -1, { 0 } };
+            onnx_graph_desc(g, names[i], &d);
+            int64_t rk = rank_of(&ranks, names[i]);
+            bool unknown_dims = d.ndim < 0 && rk >= 0 && rk <= QCAL_MAX_DIMS;
+            if (unknown_dims) {
+                d.ndim = (int32_t)rk;
+                for (int64_t k = 0; k < rk; k++)
+                    d.dims[k] = -1;
+            }
+            vis[nv] = onnx_new_value_info(names[i], &d);
+            if (vis[nv] && unknown_dims) {
+                /* Dimensions without value or name: unknown, not claimed equal anywhere. */
+                Onnx__TensorShapeProto *sh = vis[nv]->type->tensor_type->shape;
+                for (size_t k = 0; k < sh->n_dim; k++) {
+                    free(sh->dim[k]->dim_param);
+                    sh->dim[k]->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE__NOT_SET;
+                }
+            }
+        }
+        if (!vis[nv])
+            st = OOM();
+        else
+            nv++;
+    }
+    if (st == QCAL_OK) {
+        Onnx__ValueInfoProto **o = realloc(g->output, (g->n_output + (size_t)nv + 1) * sizeof *o);
+        if (!o) {
+            st = OOM();
+        } else {
+            g->output = o;
+            memcpy(g->output + g->n_output, vis, (size_t)nv * sizeof *vis);
+            g->n_output += (size_t)nv;
+            if (added)
+                *added = nv;
+            nv = 0;
+        }
+    }
+    for (int64_t i = 0; i < nv; i++)
+        protobuf_c_message_free_unpacked(&vis[i]->base, NULL);
+    free(vis);
+    free(decl_vi);
+    onnx_map_free(&decl);
+    onnx_map_free(&ranks);
+    onnx_map_free(&outs);
+    qcal_onnx_names_free(&names, n);
+    return st;
+}
+
+/* ---- the rewrite ---- */
+
+/* A name not yet used anywhere in the model: base + suffix, then "_1", "_2", ... */
+static char *fresh_name(plan *p, const char *base, const char *suffix)
+{
+    size_t len = strlen(base) + strlen(suffix) + 24;
+    char *s = malloc(len);
+    if (!s)
+        return NULL;
+    snprintf(s, len, "%s%s", base, suffix);
+    for (int k = 1; onnx_map_get(&p->all_names, s); k++)
+        snprintf(s, len, "%s%s_%d", base, suffix, k);
+    char *keep = intern(p, s);
+    if (!keep || !onnx_map_put(&p->all_names, keep, 0)) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+typedef struct builder {
+    Onnx__NodeProto **nodes;
+    size_t n_nodes;
+    Onnx__TensorProto **inits;
+    size_t n_inits;
+    bool oom;
+} builder;
+
+static void b_init(builder *b, Onnx__TensorProto *t)
+{
+    if (!t || !onnx_push((void ***)&b->inits, &b->n_inits, t)) {
+        if (t)
+            protobuf_c_message_free_unpacked(&t->base, NULL);
+        b->oom = true;
+    }
+}
+
+static void b_node(builder *b, Onnx__NodeProto *n)
+{
+    if (!n || !onnx_push((void ***)&b->nodes, &b->n_nodes, n)) {
+        if (n)
+            protobuf_c_message_free_unpacked(&n->base, NULL);
+        b->oom = true;
+    }
+}
+
+/* Q and/or DQ nodes: x -> Q -> q_out -> DQ -> dq_out (q NULL: DQ of x only). */
+static void b_qdq(plan *p, builder *b, const char *base, const char *x, const char *q_out,
+                  const char *scale, const char *zp, const char *dq_out, int64_t axis)
+{
+    const char *dq_in = x;
+    if (q_out) {
+        char *name = fresh_name(p, base, "_QuantizeLinear");
+        const char *in[3] = { x, scale, zp };
+        Onnx__NodeProto *n = name ? onnx_new_node("QuantizeLinear", name, 3, in, 1, &q_out) : NULL;
+        free(name);
+        if (n && axis >= 0 && !onnx_node_add_int(n, "axis", axis)) {
+            protobuf_c_message_free_unpacked(&n->base, NULL);
+            n = NULL;
+        }
+        b_node(b, n);
+        dq_in = q_out;
+    }
+    char *name = fresh_name(p, base, "_DequantizeLinear");
+    const char *in[3] = { dq_in, scale, zp };
+    Onnx__NodeProto *n = name ? onnx_new_node("DequantizeLinear", name, 3, in, 1, &dq_out) : NULL;
+    free(name);
+    if (n && axis >= 0 && !onnx_node_add_int(n, "axis", axis)) {
+        protobuf_c_message_free_unpacked(&n->base, NULL);
+        n = NULL;
+    }
+    b_node(b, n);
+}
+
+static void b_scalar_qparams(plan *p, builder *b, tinfo *ti)
+{
+    ti->scale_name = fresh_name(p, ti->name, "_scale");
+    ti->zp_name = fresh_name(p, ti->name, "_zero_point");
+    if (!ti->scale_name || !ti->zp_name) {
+        b->oom = true;
+        return;
+    }
+    b_init(b, onnx_new_tensor(ti->scale_name, QCAL_ONNX_FLOAT, 0, NULL, &ti->scale, 4));
+    if (ti->dtype == QCAL_QUINT8) {
+        uint8_t z = (uint8_t)ti->zp;
+        b_init(b, onnx_new_tensor(ti->zp_name, QCAL_ONNX_UINT8, 0, NULL, &z, 1));
+    } else {
+        int8_t z = (int8_t)ti->zp;
+        b_init(b, onnx_new_tensor(ti->zp_name, QCAL_ONNX_INT8, 0, NULL, &z, 1));
+    }
+}
+
+/* Q/DQ of activation ti, after its producer (or in front for graph inputs). */
+static void b_act(plan *p, builder *b, tinfo *ti)
+{
+    b_scalar_qparams(p, b, ti);
+    ti->q_out = fresh_name(p, ti->name, "_QuantizeLinear_Output");
+    if (ti->rename) {
+        ti->dq_out = onnx_strdup(ti->name);
+        if (!ti->pre)
+            b->oom = true;
+    } else {
+        ti->dq_out = fresh_name(p, ti->name, "_DequantizeLinear_Output");
+    }
+    if (!ti->q_out || !ti->dq_out || b->oom) {
+        b->oom = true;
+        return;
+    }
+    b_qdq(p, b, ti->name, ti->rename ? ti->pre : ti->name, ti->q_out, ti->scale_name, ti->zp_name,
+          ti->dq_out, -1);
+}
+
+static void b_weight(plan *p, builder *b, wplan *w)
+{
+    tinfo *ti = &p->t[w->t];
+    Onnx__TensorProto *init = ti->init;
+    char *sname = fresh_name(p, ti->name, "_scale"), *zname = fresh_name(p, ti->name, "_zero_point");
+    w->dq_out = fresh_name(p, ti->name, "_DequantizeLinear_Output");
+    int8_t *zeros = calloc((size_t)w->channels, 1);
+    int64_t ch = w->channels;
+    if (!sname || !zname || !w->dq_out || !zeros) {
+        b->oom = true;
+        goto out;
+    }
+    b_init(b, onnx_new_tensor(sname, QCAL_ONNX_FLOAT, 1, &ch, w->scales, (size_t)ch * 4));
+    b_init(b, onnx_new_tensor(zname, QCAL_ONNX_INT8, 1, &ch, zeros, (size_t)ch));
+    if (p->opt->profile == QCAL_ONNX_PROFILE_ORT) {
+        char *qname = fresh_name(p, ti->name, "_quantized");
+        if (!qname) {
+            b->oom = true;
+            goto out;
+        }
+        b_init(b, onnx_new_tensor(qname, QCAL_ONNX_INT8, (int32_t)init->n_dims, init->dims, w->codes,
+                                  (size_t)w->numel));
+        free(w->codes);
+        w->codes = NULL;
+        b_qdq(p, b, ti->name, qname, NULL, sname, zname, w->dq_out, w->axis);
+        free(qname);
+    } else {
+        const char *src = ti->name;
+        char *f32 = NULL;
+        if (w->f32) {
+            f32 = fresh_name(p, ti->name, "_float32");
+            if (!f32) {
+                b->oom = true;
+                goto out;
+            }
+            b_init(b, onnx_new_tensor(f32, QCAL_ONNX_FLOAT, (int32_t)init->n_dims, init->dims, w->f32,
+                                      (size_t)w->numel * 4));
+            free(w->f32);
+            w->f32 = NULL;
+            src = f32;
+        }
+        char *qout = fresh_name(p, ti->name, "_QuantizeLinear_Output");
+        if (qout)
+            b_qdq(p, b, ti->name, src, qout, sname, zname, w->dq_out, w->axis);
+        else
+            b->oom = true;
+        free(qout);
+        free(f32);
+    }
+out:
+    free(sname);
+    free(zname);
+    free(zeros);
+}
+
+static void b_bias(plan *p, builder *b, bplan *bp)
+{
+    tinfo *ti = &p->t[bp->t];
+    char *qname = fresh_name(p, ti->name, "_quantized");
+    char *sname = fresh_name(p, ti->name, "_scale"), *zname = fresh_name(p, ti->name, "_zero_point");
+    bp->dq_out = fresh_name(p, ti->name, "_DequantizeLinear_Output");
+    int32_t *zeros = calloc((size_t)bp->n, sizeof *zeros);
+    if (qname && sname && zname && bp->dq_out && zeros) {
+        int64_t n = bp->n;
+        b_init(b, onnx_new_tensor(qname, QCAL_ONNX_INT32, 1, &n, bp->codes, (size_t)n * 4));
+        b_init(b, onnx_new_tensor(sname, QCAL_ONNX_FLOAT, 1, &n, bp->scales, (size_t)n * 4));
+        b_init(b, onnx_new_tensor(zname, QCAL_ONNX_INT32, 1, &n, zeros, (size_t)n * 4));
+        b_qdq(p, b, ti->name, qname, NULL, sname, zname, bp->dq_out, 0);
+    } else {
+        b->oom = true;
+    }
+    free(qname), free(sname), free(zname), free(zeros);
+}
+
+static bool replace_str(char **slot, const char *with)
+{
+    char *s = onnx_strdup(with);
+    if (!s)
+        return false;
+    free(*slot);
+    *slot = s;
+    return true;
+}
+
+static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
+{
+    Onnx__GraphProto *g = p->g;
+    bool ort = p->opt->profile == QCAL_ONNX_PROFILE_ORT;
+    builder b = { 0 };
+    int64_t n_act = 0, n_ops = 0;
+    /* Which activations get Q/DQ: assigned ones with a quantized consumer (tensorrt) or,
+     * for ort, also the outputs placed by their producer. */
+    bool *qdq = calloc((size_t)p->nt + 1, sizeof *qdq);
+    if (!qdq)
+        return OOM();
+    for (size_t i = 0; i < g->n_node; i++) {
+        const nplan *np = &p->np[i];
+        if (!np->quant)
+            continue;
+        n_ops++;
+        for (int k = 0; k < np->nact; k++)
+            qdq[tensor_index(p, g->node[i]->input[np->act[k]], false)] = true;
+    }
+    if (ort)
+        for (int64_t t = 0; t < p->nt; t++)
+            if (p->t[t].assigned && p->t[t].producer >= 0)
+                qdq[t] = true;
+    for (int64_t t = 0; t < p->nt; t++) {
+        if (!qdq[t])
+            continue;
+        n_act++;
+        tinfo *ti = &p->t[t];
+        if (ort && ti->graph_out && !ti->graph_in && ti->producer >= 0) {
+            ti->rename = true;
+            ti->pre = fresh_name(p, ti->name, "_QuantizeLinear_Input");
+        }
+    }
+    /* Front: weights, biases, Q/DQ of graph inputs. */
+    for (int64_t i = 0; i < p->nw; i++)
+        b_weight(p, &b, &p->w[i]);
+    for (int64_t i = 0; i < p->nb; i++)
+        b_bias(p, &b, &p->b[i]);
+    for (int64_t t = 0; t < p->nt; t++)
+        if (qdq[t] && p->t[t].producer < 0)
+            b_act(p, &b, &p->t[t]);
+    /* Nodes in order, each followed by the Q/DQ of what it produces. The originals' inputs
+     * are rewired in place (only new strings allocated; the node objects move over). */
+    for (size_t i = 0; i < g->n_node && !b.oom; i++) {
+        Onnx__NodeProto *n = g->node[i];
+        const nplan *np = &p->np[i];
+        for (size_t k = 0; k < n->n_input && !b.oom; k++) {
+            if (!n->input[k][0])
+                continue;
+            if (np->quant && (int)k == np->wslot && np->w >= 0) {
+                b.oom |= !replace_str(&n->input[k], p->w[np->w].dq_out);
+                continue;
+            }
+            if (np->quant && (int)k == np->bslot && np->b >= 0) {
+                b.oom |= !replace_str(&n->input[k], p->b[np->b].dq_out);
+                continue;
+            }
+            int64_t t = tensor_index(p, n->input[k], false);
+            if (t < 0 || !qdq[t] || p->t[t].rename)
+                continue;
+            bool act_slot = false;
+            for (int a = 0; a < np->nact; a++)
+                act_slot |= np->act[a] == (int)k;
+            if (ort || (np->quant && act_slot))
+                b.oom |= !replace_str(&n->input[k], p->t[t].dq_out);
+        }
+        int64_t out_t[8];
+        size_t n_out_t = n->n_output < 8 ? n->n_output : 8;
+        for (size_t k = 0; k < n_out_t; k++)
+            out_t[k] = n->output[k][0] ? tensor_index(p, n->output[k], false) : -1;
+        for (size_t k = 0; k < n_out_t && !b.oom; k++) {
+            int64_t t = out_t[k];
+            if (t >= 0 && qdq[t] && p->t[t].rename)
+                b.oom |= !replace_str(&n->output[k], p->t[t].pre);
+        }
+        if (!b.oom && !onnx_push((void ***)&b.nodes, &b.n_nodes, n))
+            b.oom = true;
+        for (size_t k = 0; k < n_out_t && !b.oom; k++)
+            if (out_t[k] >= 0 && qdq[out_t[k]] && p->t[out_t[k]].producer == (int64_t)i)
+                b_act(p, &b, &p->t[out_t[k]]);
+    }
+    if (b.oom) {
+        /* Out of memory half-way: free the new nodes (the originals stay in g->node, some
+         * inputs already rewired: the model is not usable any more, as documented). */
+        for (size_t i = 0; i < b.n_nodes; i++) {
+            bool is_orig = false;
+            for (size_t k = 0; k < g->n_node && !is_orig; k++)
+                is_orig = g->node[k] == b.nodes[i];
+            if (!is_orig)
+                protobuf_c_message_free_unpacked(&b.nodes[i]->base, NULL);
+        }
+        for (size_t i = 0; i < b.n_inits; i++)
+            protobuf_c_message_free_unpacked(&b.inits[i]->base, NULL);
+        free(b.nodes);
+        free(b.inits);
+        free(qdq);
+        return OOM();
+    }
+    free(g->node);
+    g->node = b.nodes;
+    g->n_node = b.n_nodes;
+    /* Initializers: drop the float weights/biases nothing reads any more (a float op or
+     * a subgraph may still), append the new ones. */
+    onnx_map read = { 0 };
+    for (size_t nn = 0; nn < g->n_node && !b.oom; nn++)
+        for (size_t k = 0; k < g->node[nn]->n_input; k++)
+            b.oom |= !onnx_map_put(&read, g->node[nn]->input[k], 0);
+    size_t keep = 0;
+    for (size_t i = 0; i < g->n_initializer; i++) {
+        Onnx__TensorProto *t = g->initializer[i];
+        int64_t ti = t->name ? tensor_index(p, t->name, false) : -1;
+        bool drop = false;
+        if (!b.oom && ti >= 0 && !p->t[ti].graph_in && !p->t[ti].graph_out && !p->t[ti].sub_ref &&
+            !onnx_map_get(&read, t->name)) {
+            for (int64_t w = 0; w < p->nw && !drop; w++)
+                drop = p->w[w].t == ti;
+            for (int64_t w = 0; w < p->nb && !drop; w++)
+                drop = p->b[w].t == ti;
+        }
+        if (drop)
+            protobuf_c_message_free_unpacked(&t->base, NULL);
+        else
+            g->initializer[keep++] = t;
+    }
+    onnx_map_free(&read);
+    g->n_initializer = keep;
+    Onnx__TensorProto **inits = realloc(g->initializer, (keep + b.n_inits + 1) * sizeof *inits);
+    if (!inits) {
+        for (size_t i = 0; i < b.n_inits; i++)
+            protobuf_c_message_free_unpacked(&b.inits[i]->base, NULL);
+        free(b.inits);
+        free(qdq);
+        return OOM();
+    }
+    memcpy(inits + keep, b.inits, b.n_inits * sizeof *inits);
+    g->initializer = inits;
+    g->n_initializer = keep + b.n_inits;
+    free(b.inits);
+    free(qdq);
+    if (rep) {
+        rep->ops = n_ops;
+        rep->tensors = n_act;
+        rep->weights = p->nw;
+        rep->biases = p->nb;
+    }
+    return QCAL_OK;
+}
+
+qcal_status qcal_onnx_qdq(qcal_onnx_model *m, const qcal_calib_table *table, const qcal_onnx_qdq_options *opt,
+                          qcal_onnx_qdq_report *rep)
+{
+    qcal_onnx_qdq_options def;
+    qcal_onnx_qdq_options_default(&def);
+    if (!opt)
+        opt = &def;
+    if (!table)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_qdq: NULL table");
+    qcal_status st = check_opts(m, opt);
+    if (st != QCAL_OK)
+        return st;
+    int64_t opset = onnx_model_opset(m->proto);
+    if (opset < 13)
+        return qcal_error(QCAL_ERR_UNSUPPORTED,
+                          "the model's default-domain opset is %lld; Q/DQ insertion needs opset >= 13 (per-channel QuantizeLinear/DequantizeLinear)",
+                          (long long)opset);
+    plan p;
+    st = plan_build(&p, m, table, opt);
+    qcal_onnx_qdq_report r;
+    memset(&r, 0, sizeof r);
+    if (st == QCAL_OK) {
+        for (int64_t i = 0; i < p.nlist; i++) {
+            int64_t t = tensor_index(&p, p.list[i], false);
+            if (!p.t[t].missing)
+                continue;
+            char *s = onnx_strdup(p.t[t].name);
+            if (!s || !onnx_push((void ***)&r.missing, (size_t *)&r.n_missing, s)) {
+                free(s);
+                st = OOM();
+                break;
+            }
+        }
+    }
+    if (st == QCAL_OK && opt->strict && r.n_missing) {
+        size_t len = 64;
+        for (int64_t i = 0; i < r.n_missing; i++)
+            len += strlen(r.missing[i]) + 4;
+        char *msg = malloc(len);
+        if (msg) {
+            msg[0] = '\0';
+            for (int64_t i = 0; i < r.n_missing; i++) {
+                strcat(msg, i ? ", '" : "'");
+                strcat(msg, r.missing[i]);
+                strcat(msg, "'");
+            }
+        }
+        st = qcal_error(QCAL_ERR_NOT_FOUND, "%lld tensor%s the profile quantizes %s not in the table (--strict): %s",
+                        (long long)r.n_missing, r.n_missing == 1 ? "" : "s",
+                        r.n_missing == 1 ? "is" : "are", msg ? msg : "(out of memory)");
+        free(msg);
+    }
+    if (st == QCAL_OK)
+        st = apply(&p, &r);
+    if (st == QCAL_OK) {
+        r.skipped = p.skipped;
+        r.n_skipped = p.nskipped;
+        p.skipped = NULL;
+        p.nskipped = 0;
+    }
+    plan_free(&p);
+    if (st != QCAL_OK || !rep)
+        qcal_onnx_qdq_report_free(&r);
+    else
+        *rep = r;
+    return st;
+}
+
+qcal_status qcal_onnx_qdq_session(qcal_onnx_model *m, qcal_calib_session *s, const qcal_onnx_qdq_options *opt,
+                                  qcal_onnx_qdq_report *rep)
+{
+    if (!s)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_qdq_session: NULL session");
+    qcal_calib_table *t = NULL;
+    qcal_status st = qcal_calib_session_table(s, &t);
+    if (st == QCAL_OK)
+        st = qcal_onnx_qdq(m, t, opt, rep);
+    qcal_calib_table_destroy(&t);
+    return st;
+}
+
+void qcal_onnx_qdq_report_free(qcal_onnx_qdq_report *rep)
+{
+    if (!rep)
+        return;
+    for (int64_t i = 0; i < rep->n_missing; i++)
+        free(rep->missing[i]);
+    for (int64_t i = 0; i < rep->n_skipped; i++)
+        free(rep->skipped[i]);
+    free(rep->missing);
+    free(rep->skipped);
+    memset(rep, 0, sizeof *rep);
+}

@@ -1,0 +1,598 @@
+/* qcal/onnx.h: models written with the builder, read back, listed, exposed and quantized in
+ * both profiles; every number checked against the library's own observer and quantizer, the
+ * placement checked node by node, the result validated by onnx.checker (python3-onnx). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "qcal/qcal.h"
+#include "testutil.h"
+
+static char tmpdir[64];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/qcal_onnx_XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    tu_rm_tree(tmpdir);
+    return 0;
+}
+
+#define OK(x) assert_int_equal((x), QCAL_OK)
+
+static uint32_t rng_state = 12345;
+static float frand(void)
+{
+    rng_state = rng_state * 1664525u + 1013904223u;
+    return (float)((rng_state >> 8) & 0xffff) / 65536.0f - 0.5f;
+}
+
+static void fill(float *x, int64_t n, float scale)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = frand() * scale;
+}
+
+/* input [N,1,8,8] -> Conv(c1.w [4,1,3,3], c1.b, pads 1) -> Relu -> MaxPool 2x2 -> Flatten
+ * -> Gemm(fc.w [3,64] transB=1, fc.b) -> logits. Names spelled like torch.onnx.export's. */
+static qcal_onnx_model *make_cnn(int64_t opset)
+{
+    qcal_onnx_model *m = NULL;
+    OK(qcal_onnx_model_new(8, opset, &m));
+    int64_t in_dims[4] = { -1, 1, 8, 8 }, out_dims[2] = { -1, 3 };
+    OK(qcal_onnx_add_input(m, "input", QCAL_ONNX_FLOAT, 4, in_dims));
+    OK(qcal_onnx_add_output(m, "logits", QCAL_ONNX_FLOAT, 2, out_dims));
+    float w1[36], b1[4], fw[192], fb[3];
+    fill(w1, 36, 1.0f);
+    fill(b1, 4, 0.2f);
+    fill(fw, 192, 0.3f);
+    fill(fb, 3, 0.1f);
+    int64_t dw1[4] = { 4, 1, 3, 3 }, db1[1] = { 4 }, dfw[2] = { 3, 64 }, dfb[1] = { 3 };
+    OK(qcal_onnx_add_initializer_float(m, "c1.w", 4, dw1, w1));
+    OK(qcal_onnx_add_initializer_float(m, "c1.b", 1, db1, b1));
+    OK(qcal_onnx_add_initializer_float(m, "fc.w", 2, dfw, fw));
+    OK(qcal_onnx_add_initializer_float(m, "fc.b", 1, dfb, fb));
+    int64_t k;
+    const char *ci[] = { "input", "c1.w", "c1.b" }, *co[] = { "/c1/Conv_output_0" };
+    OK(qcal_onnx_add_node(m, "Conv", "/c1/Conv", 3, ci, 1, co, &k));
+    int64_t pads[4] = { 1, 1, 1, 1 };
+    OK(qcal_onnx_node_set_ints(m, k, "pads", 4, pads));
+    const char *ri[] = { "/c1/Conv_output_0" }, *ro[] = { "/r1/Relu_output_0" };
+    OK(qcal_onnx_add_node(m, "Relu", "/r1/Relu", 1, ri, 1, ro, NULL));
+    const char *pi[] = { "/r1/Relu_output_0" }, *po[] = { "/p1/MaxPool_output_0" };
+    OK(qcal_onnx_add_node(m, "MaxPool", "/p1/MaxPool", 1, pi, 1, po, &k));
+    int64_t ks[2] = { 2, 2 };
+    OK(qcal_onnx_node_set_ints(m, k, "kernel_shape", 2, ks));
+    OK(qcal_onnx_node_set_ints(m, k, "strides", 2, ks));
+    const char *fi[] = { "/p1/MaxPool_output_0" }, *fo[] = { "/f/Flatten_output_0" };
+    OK(qcal_onnx_add_node(m, "Flatten", "/f/Flatten", 1, fi, 1, fo, NULL));
+    const char *gi[] = { "/f/Flatten_output_0", "fc.w", "fc.b" }, *go[] = { "logits" };
+    OK(qcal_onnx_add_node(m, "Gemm", "/fc/Gemm", 3, gi, 1, go, &k));
+    OK(qcal_onnx_node_set_int(m, k, "transB", 1));
+    return m;
+}
+
+/* A session that saw one batch per tensor: ranges [lo, hi] by name. */
+static qcal_calib_session *make_session(const char *const *names, const float *lo, const float *hi, int n)
+{
+    qcal_calib_rules *rules = NULL;
+    OK(qcal_calib_rules_create(&rules));
+    qcal_observer_config cfg;
+    qcal_observer_config_default(&cfg, QCAL_OBSERVER_MINMAX);
+    OK(qcal_calib_rules_add(rules, "*", true, QCAL_CALIB_ROLE_ACTIVATION, &cfg));
+    qcal_calib_session_options opt;
+    qcal_calib_session_options_default(&opt);
+    opt.rules = rules;
+    qcal_calib_session *s = NULL;
+    OK(qcal_calib_session_create(&opt, &s));
+    for (int i = 0; i < n; i++) {
+        float x[2] = { lo[i], hi[i] };
+        int64_t shape[1] = { 2 };
+        qcal_tensor t;
+        OK(qcal_tensor_init(&t, x, 1, shape));
+        OK(qcal_calib_session_observe(s, names[i], QCAL_CALIB_ROLE_ACTIVATION, 0, &t));
+    }
+    qcal_calib_rules_destroy(&rules);
+    return s;
+}
+
+static int64_t find_node(const qcal_onnx_model *m, const char *name, qcal_onnx_node_info *out)
+{
+    qcal_onnx_model_info info;
+    OK(qcal_onnx_model_get_info(m, &info));
+    for (int64_t i = 0; i < info.nodes; i++) {
+        OK(qcal_onnx_node_at(m, i, out));
+        if (!strcmp(out->name, name))
+            return i;
+    }
+    fail_msg("no node '%s'", name);
+    return -1;
+}
+
+/* onnx.checker.check_model on the saved file (one skip line without python3-onnx). */
+static void check_with_onnx(const char *path)
+{
+    if (access("/usr/bin/python3", X_OK) != 0 ||
+        system("/usr/bin/python3 -c 'import onnx' 2>/dev/null") != 0) {
+        printf("skipping onnx.checker: /usr/bin/python3 with onnx (python3-onnx) is not installed\n");
+        return;
+    }
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 -c 'import onnx,sys; onnx.checker.check_model(onnx.load(sys.argv[1]), full_check=True)' '%s'",
+             path);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void test_build_save_load(void **state)
+{
+    (void)state;
+    qcal_onnx_model *m = make_cnn(13);
+    const char *path = tu_path(tmpdir, "cnn.onnx");
+    OK(qcal_onnx_model_save(m, NULL, path));
+    void *buf;
+    size_t len;
+    OK(qcal_onnx_model_serialize(m, &buf, &len));
+    size_t flen;
+    void *file = tu_read_file(path, &flen);
+    assert_int_equal(flen, len);
+    assert_memory_equal(file, buf, len);   /* streamed save == one-buffer pack */
+    free(file);
+    qcal_onnx_model *r = NULL;
+    OK(qcal_onnx_model_parse(buf, len, &r));
+    qcal_free(buf);
+    qcal_onnx_model_info info;
+    OK(qcal_onnx_model_get_info(r, &info));
+    assert_int_equal(info.ir_version, 8);
+    assert_int_equal(info.opset, 13);
+    assert_int_equal(info.nodes, 5);
+    assert_int_equal(info.initializers, 4);
+    qcal_onnx_node_info n;
+    int64_t gi = find_node(r, "/fc/Gemm", &n);
+    assert_string_equal(n.op_type, "Gemm");
+    assert_string_equal(n.inputs[1], "fc.w");
+    int64_t tb;
+    OK(qcal_onnx_node_attr_int(r, gi, "transB", &tb));
+    assert_int_equal(tb, 1);
+    qcal_onnx_tensor_desc d;
+    OK(qcal_onnx_tensor_get_desc(r, "input", &d));
+    assert_int_equal(d.elem_type, QCAL_ONNX_FLOAT);
+    assert_int_equal(d.ndim, 4);
+    assert_int_equal(d.dims[0], -1);
+    assert_int_equal(d.dims[3], 8);
+    float *w;
+    OK(qcal_onnx_initializer_float(r, "c1.w", &w, &d));
+    float *w0;
+    OK(qcal_onnx_initializer_float(m, "c1.w", &w0, NULL));
+    assert_memory_equal(w, w0, 36 * sizeof(float));
+    qcal_free(w);
+    qcal_free(w0);
+    qcal_onnx_model_destroy(&r);
+    assert_null(r);
+    qcal_onnx_model_destroy(&m);
+    check_with_onnx(path);
+}
+
+/* float16, bfloat16 and float64 initializers read as float32. */
+static void test_weight_types(void **state)
+{
+    (void)state;
+    qcal_onnx_model *m = NULL;
+    OK(qcal_onnx_model_new(8, 17, &m));
+    int64_t dims[1] = { 3 };
+    uint16_t h[3] = { 0x3c00, 0xc000, 0x0001 };      /* 1, -2, 2^-24 */
+    uint16_t bf[3] = { 0x3f80, 0x4040, 0xbf00 };     /* 1, 3, -0.5 */
+    double dv[3] = { 0.25, -1.5, 1e10 };
+    OK(qcal_onnx_add_initializer(m, "h", QCAL_ONNX_FLOAT16, 1, dims, h, sizeof h));
+    OK(qcal_onnx_add_initializer(m, "bf", QCAL_ONNX_BFLOAT16, 1, dims, bf, sizeof bf));
+    OK(qcal_onnx_add_initializer(m, "d", QCAL_ONNX_DOUBLE, 1, dims, dv, sizeof dv));
+    float *f;
+    OK(qcal_onnx_initializer_float(m, "h", &f, NULL));
+    assert_true(f[0] == 1.0f && f[1] == -2.0f && f[2] == ldexpf(1.0f, -24));
+    qcal_free(f);
+    OK(qcal_onnx_initializer_float(m, "bf", &f, NULL));
+    assert_true(f[0] == 1.0f && f[1] == 3.0f && f[2] == -0.5f);
+    qcal_free(f);
+    OK(qcal_onnx_initializer_float(m, "d", &f, NULL));
+    assert_true(f[0] == 0.25f && f[1] == -1.5f && f[2] == 1e10f);
+    qcal_free(f);
+    qcal_onnx_model_destroy(&m);
+}
+
+static void test_list_and_expose(void **state)
+{
+    (void)state;
+    qcal_onnx_model *m = make_cnn(13);
+    char **names = NULL;
+    int64_t n = 0;
+    OK(qcal_onnx_list(m, NULL, &names, &n));
+    /* ort: Conv input, the Relu output (the Conv's output Q goes after the Relu), Gemm
+     * output; MaxPool and Flatten keep their input's qparams, so they are not listed. */
+    const char *want[] = { "input", "/r1/Relu_output_0", "logits" };
+    assert_int_equal(n, 3);
+    for (int i = 0; i < 3; i++)
+        assert_string_equal(names[i], want[i]);
+    qcal_onnx_names_free(&names, n);
+    assert_null(names);
+    qcal_onnx_qdq_options opt;
+    qcal_onnx_qdq_options_default(&opt);
+    opt.profile = QCAL_ONNX_PROFILE_TENSORRT;
+    OK(qcal_onnx_list(m, &opt, &names, &n));
+    /* tensorrt: op inputs only (Conv, MaxPool, Gemm). */
+    const char *want_trt[] = { "input", "/r1/Relu_output_0", "/f/Flatten_output_0" };
+    assert_int_equal(n, 3);
+    for (int i = 0; i < 3; i++)
+        assert_string_equal(names[i], want_trt[i]);
+    qcal_onnx_names_free(&names, n);
+    int64_t added = -1;
+    OK(qcal_onnx_add_value_info(m, "/r1/Relu_output_0", QCAL_ONNX_FLOAT, 4,
+                                (int64_t[]){ -1, 4, 8, 8 }));
+    OK(qcal_onnx_expose(m, &opt, &added));
+    assert_int_equal(added, 3);   /* "input" too: a dump needs the graph input's range */
+    qcal_onnx_model_info info;
+    OK(qcal_onnx_model_get_info(m, &info));
+    assert_int_equal(info.outputs, 4);
+    const char *o;
+    OK(qcal_onnx_output_at(m, 2, &o));
+    assert_string_equal(o, "/r1/Relu_output_0");
+    qcal_onnx_tensor_desc d;
+    OK(qcal_onnx_tensor_get_desc(m, "/r1/Relu_output_0", &d));
+    assert_int_equal(d.ndim, 4);
+    assert_int_equal(d.dims[1], 4);
+    /* No shape declared: the type and the rank (Flatten: 2), dimensions unknown. */
+    OK(qcal_onnx_tensor_get_desc(m, "/f/Flatten_output_0", &d));
+    assert_int_equal(d.elem_type, QCAL_ONNX_FLOAT);
+    assert_int_equal(d.ndim, 2);
+    assert_int_equal(d.dims[0], -1);
+    assert_int_equal(d.dims[1], -1);
+    const char *path = tu_path(tmpdir, "exposed.onnx");
+    OK(qcal_onnx_model_save(m, NULL, path));
+    qcal_onnx_model_destroy(&m);
+    check_with_onnx(path);
+}
+
+/* Weight qparams and codes as the library's own observer and quantizer give them. */
+static void expect_weight(const qcal_onnx_model *q, const qcal_onnx_model *orig, const char *w, int32_t axis,
+                          bool int8_stored)
+{
+    float *wf;
+    qcal_onnx_tensor_desc d;
+    OK(qcal_onnx_initializer_float(orig, w, &wf, &d));
+    qcal_observer_config cfg;
+    qcal_observer_config_default(&cfg, QCAL_OBSERVER_PER_CHANNEL_MINMAX);
+    cfg.q.dtype = QCAL_QINT8;
+    cfg.q.qscheme = QCAL_PER_CHANNEL_SYMMETRIC;
+    cfg.axis = axis;
+    qcal_observer *obs = NULL;
+    OK(qcal_observer_create(&cfg, &obs));
+    qcal_tensor t;
+    OK(qcal_tensor_init(&t, wf, d.ndim, d.dims));
+    OK(qcal_observer_update(obs, &t));
+    qcal_qparams qp = { 0 };
+    OK(qcal_observer_qparams(obs, &qp));
+    char name[128];
+    float *scales;
+    snprintf(name, sizeof name, "%s_scale", w);
+    OK(qcal_onnx_initializer_float(q, name, &scales, &d));
+    assert_int_equal(d.ndim, 1);
+    assert_int_equal(d.dims[0], qp.channels);
+    for (int64_t c = 0; c < qp.channels; c++)
+        assert_true(scales[c] == qp.scales[c]);
+    int64_t *zp;
+    snprintf(name, sizeof name, "%s_zero_point", w);
+    OK(qcal_onnx_initializer_int64(q, name, &zp, &d));
+    assert_int_equal(d.elem_type, QCAL_ONNX_INT8);
+    for (int64_t c = 0; c < qp.channels; c++)
+        assert_int_equal(zp[c], 0);
+    if (int8_stored) {
+        int64_t numel;
+        OK(qcal_tensor_numel(&t, &numel));
+        int8_t *codes = malloc((size_t)numel);
+        OK(qcal_quantize(&t, &qp, codes));
+        int64_t *got;
+        snprintf(name, sizeof name, "%s_quantized", w);
+        OK(qcal_onnx_initializer_int64(q, name, &got, &d));
+        assert_int_equal(d.elem_type, QCAL_ONNX_INT8);
+        for (int64_t i = 0; i < numel; i++)
+            assert_int_equal(got[i], codes[i]);
+        qcal_free(got);
+        free(codes);
+        float *gone;
+        assert_int_equal(qcal_onnx_initializer_float(q, w, &gone, NULL), QCAL_ERR_NOT_FOUND);
+    }
+    qcal_free(zp);
+    qcal_free(scales);
+    qcal_qparams_free(&qp);
+    qcal_observer_destroy(&obs);
+    qcal_free(wf);
+}
+
+static const char *const act_names[] = { "input", "/r1/Relu_output_0", "logits", "/f/Flatten_output_0" };
+static const float act_lo[] = { -1.0f, 0.0f, -3.0f, 0.0f }, act_hi[] = { 2.0f, 4.0f, 5.0f, 3.5f };
+
+static void test_qdq_ort(void **state)
+{
+    (void)state;
+    rng_state = 12345;
+    qcal_onnx_model *orig = make_cnn(13);
+    rng_state = 12345;
+    qcal_onnx_model *m = make_cnn(13);
+    qcal_calib_session *s = make_session(act_names, act_lo, act_hi, 3);
+    qcal_onnx_qdq_report rep;
+    OK(qcal_onnx_qdq_session(m, s, NULL, &rep));
+    assert_int_equal(rep.ops, 4);        /* Conv, MaxPool, Flatten, Gemm */
+    assert_int_equal(rep.weights, 2);
+    assert_int_equal(rep.biases, 2);
+    assert_int_equal(rep.n_missing, 0);
+    assert_int_equal(rep.tensors, 5);    /* input, relu, maxpool, flatten, logits */
+    qcal_onnx_qdq_report_free(&rep);
+    expect_weight(m, orig, "c1.w", 0, true);
+    expect_weight(m, orig, "fc.w", 0, true);
+    /* Activations as calibrated (quint8 asymmetric): the table's qparams. */
+    qcal_calib_table *t = NULL;
+    OK(qcal_calib_session_table(s, &t));
+    const qcal_calib_entry *e;
+    OK(qcal_calib_table_find(t, "input", QCAL_CALIB_ROLE_ACTIVATION, &e));
+    float *sc;
+    int64_t *zp;
+    qcal_onnx_tensor_desc d;
+    OK(qcal_onnx_initializer_float(m, "input_scale", &sc, &d));
+    assert_int_equal(d.ndim, 0);
+    assert_true(sc[0] == e->qparams.scale);
+    float s_in = sc[0];
+    qcal_free(sc);
+    OK(qcal_onnx_initializer_int64(m, "input_zero_point", &zp, &d));
+    assert_int_equal(d.elem_type, QCAL_ONNX_UINT8);
+    assert_int_equal(zp[0], e->qparams.zero_point);
+    qcal_free(zp);
+    /* The tensor after ReLU keeps zero-point = quant_min (0), so ONNX Runtime drops the Relu. */
+    OK(qcal_onnx_initializer_int64(m, "/r1/Relu_output_0_zero_point", &zp, &d));
+    assert_int_equal(zp[0], 0);
+    qcal_free(zp);
+    /* MaxPool and Flatten outputs reuse the Relu output's qparams (equal Q/DQ pairs). */
+    float *s_relu, *s_pool;
+    OK(qcal_onnx_initializer_float(m, "/r1/Relu_output_0_scale", &s_relu, NULL));
+    OK(qcal_onnx_initializer_float(m, "/f/Flatten_output_0_scale", &s_pool, NULL));
+    assert_true(s_relu[0] == s_pool[0]);
+    float s_fc_in = s_pool[0];
+    qcal_free(s_relu);
+    qcal_free(s_pool);
+    /* int32 bias: round(b / (s_in * s_w[c])), scale s_in * s_w[c], zero-point 0. */
+    float *b, *sw, *bs;
+    int64_t *bq;
+    OK(qcal_onnx_initializer_float(orig, "c1.b", &b, NULL));
+    OK(qcal_onnx_initializer_float(m, "c1.w_scale", &sw, NULL));
+    OK(qcal_onnx_initializer_float(m, "c1.b_scale", &bs, NULL));
+    OK(qcal_onnx_initializer_int64(m, "c1.b_quantized", &bq, &d));
+    assert_int_equal(d.elem_type, QCAL_ONNX_INT32);
+    for (int c = 0; c < 4; c++) {
+        float scale = s_in * sw[c];
+        assert_true(bs[c] == scale);
+        assert_int_equal(bq[c], (int64_t)nearbyintf(b[c] / scale));
+    }
+    qcal_free(b), qcal_free(sw), qcal_free(bs), qcal_free(bq);
+    OK(qcal_onnx_initializer_float(m, "fc.b_scale", &bs, NULL));
+    OK(qcal_onnx_initializer_float(m, "fc.w_scale", &sw, NULL));
+    for (int c = 0; c < 3; c++)
+        assert_true(bs[c] == s_fc_in * sw[c]);
+    qcal_free(bs), qcal_free(sw);
+    /* Placement: DQ -> Conv -> Relu -> Q; the graph output comes out of a DQ. */
+    qcal_onnx_node_info n;
+    int64_t ci = find_node(m, "/c1/Conv", &n);
+    assert_string_equal(n.inputs[0], "input_DequantizeLinear_Output");
+    assert_string_equal(n.inputs[1], "c1.w_DequantizeLinear_Output");
+    assert_string_equal(n.inputs[2], "c1.b_DequantizeLinear_Output");
+    assert_string_equal(n.outputs[0], "/c1/Conv_output_0");
+    OK(qcal_onnx_node_at(m, ci + 1, &n));
+    assert_string_equal(n.op_type, "Relu");
+    OK(qcal_onnx_node_at(m, ci + 2, &n));
+    assert_string_equal(n.op_type, "QuantizeLinear");
+    assert_string_equal(n.inputs[0], "/r1/Relu_output_0");
+    find_node(m, "/fc/Gemm", &n);
+    assert_string_equal(n.outputs[0], "logits_QuantizeLinear_Input");
+    find_node(m, "logits_DequantizeLinear", &n);
+    assert_string_equal(n.outputs[0], "logits");
+    const char *path = tu_path(tmpdir, "qdq_ort.onnx");
+    OK(qcal_onnx_model_save(m, NULL, path));
+    qcal_onnx_model *r = NULL;
+    OK(qcal_onnx_model_load(path, &r));
+    qcal_onnx_model_destroy(&r);
+    check_with_onnx(path);
+    qcal_calib_table_destroy(&t);
+    qcal_calib_session_destroy(&s);
+    qcal_onnx_model_destroy(&m);
+    qcal_onnx_model_destroy(&orig);
+}
+
+static void test_qdq_tensorrt(void **state)
+{
+    (void)state;
+    rng_state = 12345;
+    qcal_onnx_model *orig = make_cnn(17);
+    rng_state = 12345;
+    qcal_onnx_model *m = make_cnn(17);
+    qcal_calib_session *s = make_session(act_names, act_lo, act_hi, 4);
+    qcal_onnx_qdq_options opt;
+    qcal_onnx_qdq_options_default(&opt);
+    opt.profile = QCAL_ONNX_PROFILE_TENSORRT;
+    qcal_onnx_qdq_report rep;
+    OK(qcal_onnx_qdq_session(m, s, &opt, &rep));
+    assert_int_equal(rep.ops, 3);
+    assert_int_equal(rep.tensors, 3);
+    assert_int_equal(rep.biases, 0);
+    qcal_onnx_qdq_report_free(&rep);
+    expect_weight(m, orig, "c1.w", 0, false);
+    /* Symmetric int8 from the range: amax / 127, zero-point 0 (int8). */
+    float *sc;
+    int64_t *zp;
+    qcal_onnx_tensor_desc d;
+    OK(qcal_onnx_initializer_float(m, "input_scale", &sc, NULL));
+    assert_true(sc[0] == 2.0f / 127.0f);
+    qcal_free(sc);
+    OK(qcal_onnx_initializer_int64(m, "input_zero_point", &zp, &d));
+    assert_int_equal(d.elem_type, QCAL_ONNX_INT8);
+    assert_int_equal(zp[0], 0);
+    qcal_free(zp);
+    OK(qcal_onnx_initializer_float(m, "/f/Flatten_output_0_scale", &sc, NULL));
+    assert_true(sc[0] == 3.5f / 127.0f);
+    qcal_free(sc);
+    /* Float weights + Q + DQ, float bias, no Q after outputs. */
+    qcal_onnx_node_info n;
+    find_node(m, "/c1/Conv", &n);
+    assert_string_equal(n.inputs[1], "c1.w_DequantizeLinear_Output");
+    assert_string_equal(n.inputs[2], "c1.b");
+    find_node(m, "c1.w_QuantizeLinear", &n);
+    assert_string_equal(n.inputs[0], "c1.w");
+    find_node(m, "/fc/Gemm", &n);
+    assert_string_equal(n.outputs[0], "logits");
+    assert_string_equal(n.inputs[0], "/f/Flatten_output_0_DequantizeLinear_Output");
+    const char *path = tu_path(tmpdir, "qdq_trt.onnx");
+    OK(qcal_onnx_model_save(m, NULL, path));
+    check_with_onnx(path);
+    qcal_calib_session_destroy(&s);
+    qcal_onnx_model_destroy(&m);
+    qcal_onnx_model_destroy(&orig);
+}
+
+/* Residual Add: both inputs quantized in tensorrt; an Add with a constant stays float. */
+static void test_tensorrt_residual_add(void **state)
+{
+    (void)state;
+    qcal_onnx_model *m = NULL;
+    OK(qcal_onnx_model_new(8, 17, &m));
+    int64_t dims[2] = { 2, 4 }, wd[2] = { 4, 4 };
+    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 2, dims));
+    OK(qcal_onnx_add_output(m, "z", QCAL_ONNX_FLOAT, 2, dims));
+    float w[16], c[4] = { 1, 2, 3, 4 };
+    fill(w, 16, 1.0f);
+    OK(qcal_onnx_add_initializer_float(m, "w", 2, wd, w));
+    OK(qcal_onnx_add_initializer_float(m, "c", 1, (int64_t[]){ 4 }, c));
+    OK(qcal_onnx_add_node(m, "MatMul", "mm", 2, (const char *[]){ "x", "w" }, 1, (const char *[]){ "y" }, NULL));
+    OK(qcal_onnx_add_node(m, "Add", "res", 2, (const char *[]){ "y", "x" }, 1, (const char *[]){ "s" }, NULL));
+    OK(qcal_onnx_add_node(m, "Add", "bias", 2, (const char *[]){ "s", "c" }, 1, (const char *[]){ "z" }, NULL));
+    qcal_onnx_qdq_options opt;
+    qcal_onnx_qdq_options_default(&opt);
+    opt.profile = QCAL_ONNX_PROFILE_TENSORRT;
+    char **names;
+    int64_t n;
+    OK(qcal_onnx_list(m, &opt, &names, &n));
+    assert_int_equal(n, 2);
+    assert_string_equal(names[0], "x");
+    assert_string_equal(names[1], "y");
+    qcal_onnx_names_free(&names, n);
+    const char *an[] = { "x", "y" };
+    float lo[] = { -1, -2 }, hi[] = { 1, 2 };
+    qcal_calib_session *s = make_session(an, lo, hi, 2);
+    qcal_onnx_qdq_report rep;
+    OK(qcal_onnx_qdq_session(m, s, &opt, &rep));
+    assert_int_equal(rep.ops, 2);
+    assert_int_equal(rep.n_skipped, 1);
+    assert_non_null(strstr(rep.skipped[0], "bias (Add)"));
+    qcal_onnx_qdq_report_free(&rep);
+    qcal_onnx_node_info ni;
+    find_node(m, "res", &ni);
+    assert_string_equal(ni.inputs[0], "y_DequantizeLinear_Output");
+    assert_string_equal(ni.inputs[1], "x_DequantizeLinear_Output");
+    find_node(m, "mm", &ni);
+    assert_string_equal(ni.inputs[0], "x_DequantizeLinear_Output");
+    assert_string_equal(ni.inputs[1], "w_DequantizeLinear_Output");
+    int64_t axis;
+    int64_t qi = find_node(m, "w_QuantizeLinear", &ni);
+    OK(qcal_onnx_node_attr_int(m, qi, "axis", &axis));
+    assert_int_equal(axis, 1);   /* MatMul weight [K, N]: per column */
+    const char *path = tu_path(tmpdir, "residual.onnx");
+    OK(qcal_onnx_model_save(m, NULL, path));
+    check_with_onnx(path);
+    qcal_calib_session_destroy(&s);
+    qcal_onnx_model_destroy(&m);
+}
+
+static void test_opset_strict_exclude(void **state)
+{
+    (void)state;
+    qcal_calib_session *s = make_session(act_names, act_lo, act_hi, 2);   /* no "logits" */
+    qcal_onnx_model *m = make_cnn(12);
+    qcal_onnx_qdq_report rep;
+    assert_int_equal(qcal_onnx_qdq_session(m, s, NULL, &rep), QCAL_ERR_UNSUPPORTED);
+    assert_non_null(strstr(qcal_last_error(), "opset is 12"));
+    qcal_onnx_model_destroy(&m);
+    m = make_cnn(13);
+    void *before;
+    size_t blen;
+    OK(qcal_onnx_model_serialize(m, &before, &blen));
+    qcal_onnx_qdq_options opt;
+    qcal_onnx_qdq_options_default(&opt);
+    opt.strict = true;
+    assert_int_equal(qcal_onnx_qdq_session(m, s, &opt, &rep), QCAL_ERR_NOT_FOUND);
+    assert_non_null(strstr(qcal_last_error(), "'logits'"));
+    void *after;
+    size_t alen;
+    OK(qcal_onnx_model_serialize(m, &after, &alen));
+    assert_int_equal(alen, blen);
+    assert_memory_equal(after, before, blen);   /* unchanged on failure */
+    qcal_free(after);
+    opt.strict = false;
+    OK(qcal_onnx_qdq_session(m, s, &opt, &rep));
+    assert_int_equal(rep.n_missing, 1);
+    assert_string_equal(rep.missing[0], "logits");
+    qcal_onnx_qdq_report_free(&rep);
+    qcal_onnx_model_destroy(&m);
+    /* --exclude on a node name, --op-types */
+    OK(qcal_onnx_model_parse(before, blen, &m));
+    const char *ex[] = { "/fc/*" };
+    opt.exclude = ex;
+    opt.n_exclude = 1;
+    OK(qcal_onnx_qdq_session(m, s, &opt, &rep));
+    assert_int_equal(rep.weights, 1);
+    assert_int_equal(rep.n_skipped, 1);
+    assert_non_null(strstr(rep.skipped[0], "excluded"));
+    qcal_onnx_qdq_report_free(&rep);
+    qcal_onnx_model_destroy(&m);
+    OK(qcal_onnx_model_parse(before, blen, &m));
+    opt.n_exclude = 0;
+    opt.op_types = "Conv";
+    OK(qcal_onnx_qdq_session(m, s, &opt, &rep));
+    assert_int_equal(rep.ops, 1);
+    qcal_onnx_qdq_report_free(&rep);
+    opt.op_types = "Conv,Softmax";
+    assert_int_equal(qcal_onnx_qdq_session(m, s, &opt, &rep), QCAL_ERR_INVALID_ARG);
+    opt.op_types = NULL;
+    opt.weight_observer = QCAL_OBSERVER_HISTOGRAM;
+    assert_int_equal(qcal_onnx_qdq_session(m, s, &opt, &rep), QCAL_ERR_INVALID_ARG);
+    qcal_onnx_model_destroy(&m);
+    qcal_free(before);
+    qcal_calib_session_destroy(&s);
+}
+
+int main(void)
+{
+    if (!qcal_onnx_available()) {
+        printf("skipping: qcal was built without ONNX support (meson -Donnx)\n");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_build_save_load),
+        cmocka_unit_test(test_weight_types),
+        cmocka_unit_test(test_list_and_expose),
+        cmocka_unit_test(test_qdq_ort),
+        cmocka_unit_test(test_qdq_tensorrt),
+        cmocka_unit_test(test_tensorrt_residual_add),
+        cmocka_unit_test(test_opset_strict_exclude),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
