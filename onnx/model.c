@@ -926,6 +926,12 @@ qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_option
         st = qcal_error(QCAL_ERR_IO, "cannot write '%s': %s", path, strerror(e));
         goto out;
     }
+    /* Both files written and synced before either is renamed into place. */
+    if ((st = qcal_atomic_file_flush(&f)) != QCAL_OK ||
+        (data_path && (st = qcal_atomic_file_flush(&data_file)) != QCAL_OK)) {
+        qcal_atomic_file_abort(&f);
+        goto out;
+    }
     if (data_path && (st = qcal_atomic_file_commit(&data_file)) != QCAL_OK) {
         qcal_atomic_file_abort(&f);
         goto out;

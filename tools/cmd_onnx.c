@@ -166,6 +166,10 @@ int cmd_onnx_expose(int argc, char **argv)
         rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
         goto out;
     }
+    if (list && (st = qcal_atomic_file_flush(&lf)) != QCAL_OK) {
+        rc = cli_fail_status(cmd, QCAL_EXIT_OUTPUT, st);
+        goto out;
+    }
     if ((st = qcal_onnx_model_save(m, NULL, out)) != QCAL_OK) {
         rc = cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_OUTPUT, st);
         goto out;
