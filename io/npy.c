@@ -742,11 +742,11 @@ static size_t format_header(char *buf, size_t cap, qcal_npy_dtype dtype, int32_t
     return 10 + len;
 }
 
-qcal_status qcal_npy_write(const char *path, qcal_npy_dtype dtype, int32_t ndim,
-                           const int64_t *shape, const void *data)
+/* Checks the arguments of a write and gives the header (*hsize bytes) and data size. */
+static qcal_status npy_prepare(const char *path, qcal_npy_dtype dtype, int32_t ndim,
+                               const int64_t *shape, const void *data, char header[512],
+                               size_t *hsize, int64_t *nbytes_out)
 {
-    if (!path)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "npy output path is NULL");
     if ((unsigned)dtype >= QCAL_NPY_DTYPE_COUNT)
         return qcal_error(QCAL_ERR_INVALID_ARG, "'%s': invalid dtype %d", path, (int)dtype);
     if (ndim < 0 || ndim > QCAL_MAX_DIMS || (ndim > 0 && !shape))
@@ -765,15 +765,46 @@ qcal_status qcal_npy_write(const char *path, qcal_npy_dtype dtype, int32_t ndim,
     if (nbytes > 0 && !data)
         return qcal_error(QCAL_ERR_INVALID_ARG, "'%s': data is NULL for %" PRId64 " elements",
                           path, numel);
+    *hsize = format_header(header, 512, dtype, ndim, shape);
+    *nbytes_out = nbytes;
+    return QCAL_OK;
+}
+
+qcal_status qcal_npy_fwrite(FILE *fp, const char *name, qcal_npy_dtype dtype, int32_t ndim,
+                            const int64_t *shape, const void *data)
+{
+    if (!fp)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "npy output stream is NULL");
+    if (!name)
+        name = "<stream>";
     char header[512];
-    size_t hsize = format_header(header, sizeof header, dtype, ndim, shape);
-    qcal_atomic_file f;
-    qcal_status st = qcal_atomic_file_open(&f, path);
+    size_t hsize = 0;
+    int64_t nbytes = 0;
+    qcal_status st = npy_prepare(name, dtype, ndim, shape, data, header, &hsize, &nbytes);
     if (st != QCAL_OK)
         return st;
-    if (fwrite(header, 1, hsize, f.fp) != hsize ||
-        (nbytes > 0 && fwrite(data, 1, (size_t)nbytes, f.fp) != (size_t)nbytes)) {
-        st = qcal_error(QCAL_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+    if (fwrite(header, 1, hsize, fp) != hsize ||
+        (nbytes > 0 && fwrite(data, 1, (size_t)nbytes, fp) != (size_t)nbytes))
+        return qcal_error(QCAL_ERR_IO, "cannot write '%s': %s", name, strerror(errno));
+    return QCAL_OK;
+}
+
+qcal_status qcal_npy_write(const char *path, qcal_npy_dtype dtype, int32_t ndim,
+                           const int64_t *shape, const void *data)
+{
+    if (!path)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "npy output path is NULL");
+    char header[512];
+    size_t hsize = 0;
+    int64_t nbytes = 0;
+    qcal_status st = npy_prepare(path, dtype, ndim, shape, data, header, &hsize, &nbytes);
+    if (st != QCAL_OK)
+        return st;
+    qcal_atomic_file f;
+    st = qcal_atomic_file_open(&f, path);
+    if (st != QCAL_OK)
+        return st;
+    if ((st = qcal_npy_fwrite(f.fp, path, dtype, ndim, shape, data)) != QCAL_OK) {
         qcal_atomic_file_abort(&f);
         return st;
     }

@@ -1,6 +1,7 @@
 /* Observer evaluation: every candidate observer on every tensor, the exact SQNR and
  * clipped fraction of each one's fake-quantization, and a recommendation per tensor
  * (include/qcal/evaluate.h). The HTML report is in numeric/report.c. */
+#include <errno.h>
 #include <fnmatch.h>
 #include <stdarg.h>
 #include <math.h>
@@ -831,8 +832,9 @@ qcal_status qcal_numeric_eval_write_file(const char *path, const void *data, siz
     if (st < 0)
         return st;
     if (len && fwrite(data, 1, len, f.fp) != len) {
+        int e = errno;
         qcal_atomic_file_abort(&f);
-        return qcal_error(QCAL_ERR_IO, "cannot write '%s'", path);
+        return qcal_error(QCAL_ERR_IO, "cannot write '%s': %s", path, strerror(e ? e : EIO));
     }
     return qcal_atomic_file_commit(&f);
 }

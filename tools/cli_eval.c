@@ -210,14 +210,38 @@ int cli_eval_load(const char *cmd, const cli_eval_args *a, qcal_numeric_eval **o
     }
     if (rc)
         return rc;
-    if (a->save_state) {
-        qcal_status st = qcal_numeric_eval_save_file(ev, a->save_state);
-        if (st != QCAL_OK) {
-            qcal_numeric_eval_destroy(&ev);
-            return cli_fail(cmd, st == QCAL_ERR_IO ? QCAL_EXIT_OUTPUT : QCAL_EXIT_FAILURE,
-                            "cannot save state '%s': %s", a->save_state, qcal_last_error());
-        }
-    }
     *out = ev;
     return 0;
+}
+
+int cli_eval_check_outputs(const char *cmd, const cli_eval_args *a)
+{
+    const char *outs[3] = { a->out, a->rules_out, a->save_state };
+    int dashes = 0, rc;
+    for (int i = 0; i < 3; i++) {
+        dashes += cli_output_is_stdout(outs[i]);
+        if ((rc = cli_output_check(cmd, outs[i])))
+            return rc;
+    }
+    if (dashes > 1)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "only one output can be '-' (standard output)");
+    return 0;
+}
+
+int cli_eval_stage_state(const char *cmd, const cli_eval_args *a, const qcal_numeric_eval *ev,
+                         cli_staged *s)
+{
+    if (!a->save_state)
+        return 0;
+    void *buf = NULL;
+    size_t len = 0;
+    qcal_status st = qcal_numeric_eval_save(ev, &buf, &len);
+    if (st != QCAL_OK) {
+        cli_stage_abort(s);
+        return cli_fail(cmd, QCAL_EXIT_FAILURE, "cannot save state '%s': %s", a->save_state,
+                        qcal_last_error());
+    }
+    int rc = cli_stage(cmd, s, a->save_state, buf, len);
+    qcal_free(buf);
+    return rc;
 }

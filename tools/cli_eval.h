@@ -10,6 +10,7 @@
 #include <qcal/evaluate.h>
 
 #include "cli_common.h"
+#include "cli_output.h"
 
 /* Option ids of both commands (each command's cli_opt table uses a subset). */
 enum {
@@ -39,10 +40,18 @@ int cli_eval_parse_kinds(const char *cmd, const char *list, uint32_t *mask);
 
 /* The evaluation of a->input: a directory is scanned and run through both passes (every file
  * read once per pass; source label = the directory); a file must be an evaluation state
- * ("QCEV", loaded, then --observers restricts and --min-sqnr recommends again). Then
- * --save-state is written. *out owned by the caller. Returns 0 or an exit code (reported):
- * 3 for an unreadable, malformed or other kind of state (a session or observer state holds
- * no data to score), 4 for an unwritable --save-state. */
+ * ("QCEV", loaded, then --observers restricts and --min-sqnr recommends again). *out owned
+ * by the caller. Returns 0 or an exit code (reported): 3 for an unreadable, malformed or
+ * other kind of state (a session or observer state holds no data to score). */
 int cli_eval_load(const char *cmd, const cli_eval_args *a, qcal_numeric_eval **out);
+
+/* Before the work: every output of a->out, a->rules_out, a->save_state writable, at most one
+ * of them "-". Returns 0 or an exit code (reported). */
+int cli_eval_check_outputs(const char *cmd, const cli_eval_args *a);
+
+/* Stages --save-state (tools/cli_output.h) into *s. Returns 0 or an exit code (reported;
+ * everything staged aborted). */
+int cli_eval_stage_state(const char *cmd, const cli_eval_args *a, const qcal_numeric_eval *ev,
+                         cli_staged *s);
 
 #endif

@@ -79,6 +79,36 @@ int cli_session_state_save(const char *cmd, const qcal_calib_session *s, const c
     return 0;
 }
 
+int cli_observer_state_stage(const char *cmd, const qcal_observer *obs, const char *path,
+                             cli_staged *st)
+{
+    void *buf = NULL;
+    size_t len = 0;
+    if (qcal_observer_save(obs, &buf, &len) != QCAL_OK) {
+        cli_stage_abort(st);
+        return cli_fail(cmd, QCAL_EXIT_FAILURE, "cannot save state '%s': %s", path,
+                        qcal_last_error());
+    }
+    int rc = cli_stage(cmd, st, path, buf, len);
+    qcal_free(buf);
+    return rc;
+}
+
+int cli_session_state_stage(const char *cmd, const qcal_calib_session *s, const char *path,
+                            cli_staged *st)
+{
+    void *buf = NULL;
+    size_t len = 0;
+    if (qcal_calib_session_save(s, &buf, &len) != QCAL_OK) {
+        cli_stage_abort(st);
+        return cli_fail(cmd, QCAL_EXIT_FAILURE, "cannot save state '%s': %s", path,
+                        qcal_last_error());
+    }
+    int rc = cli_stage(cmd, st, path, buf, len);
+    qcal_free(buf);
+    return rc;
+}
+
 static bool per_channel_kind(qcal_observer_kind k)
 {
     return k == QCAL_OBSERVER_PER_CHANNEL_MINMAX ||

@@ -11,6 +11,8 @@
 #include <qcal/calib.h>
 #include <qcal/observer.h>
 
+#include "cli_output.h"
+
 typedef enum cli_state_kind {
     CLI_STATE_OBSERVER,   /* "QCOB" */
     CLI_STATE_SESSION,    /* "QCSS" */
@@ -29,6 +31,14 @@ int cli_observer_state_save(const char *cmd, const qcal_observer *obs, const cha
 
 /* Saves a session state atomically; reports and returns QCAL_EXIT_OUTPUT on failure. */
 int cli_session_state_save(const char *cmd, const qcal_calib_session *s, const char *path);
+
+/* Stage an observer or session state (tools/cli_output.h: written and flushed, renamed by
+ * cli_stage_commit); report and return QCAL_EXIT_OUTPUT (or 1: out of memory) on failure,
+ * everything staged then aborted. */
+int cli_observer_state_stage(const char *cmd, const qcal_observer *obs, const char *path,
+                             cli_staged *st);
+int cli_session_state_stage(const char *cmd, const qcal_calib_session *s, const char *path,
+                            cli_staged *st);
 
 /* Prints the observer's report, one JSON object on f (fields in 'qcal observe --help'):
  * observer, dtype, qscheme, quant_min, quant_max, [axis], min, max, scale, zero_point,

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli_output.h"
 #include "cli_table_out.h"
 
 void cli_table_out_init(cli_table_out *o)
@@ -99,8 +100,13 @@ int cli_table_out_check(const char *cmd, cli_table_out *o)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "--trt-version/--trt-algorithm: the TensorRT "
                         "header needs a version and an algorithm without spaces, dashes or "
                         "line breaks");
+    if (cli_output_is_stdout(o->out) && cli_table_out_is_dir(o))
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "-o - writes one stream: give one single-file "
+                        "format (json, tensorrt or ncnn), not a directory's files");
     if (o->not_writer)
         return 0;
+    if (cli_output_is_stdout(o->out))
+        return cli_output_check(cmd, o->out);
     struct stat sb;
     char dir[4096];
     bool exists = stat(o->out, &sb) == 0;
@@ -117,7 +123,8 @@ int cli_table_out_check(const char *cmd, cli_table_out *o)
         if (exists && S_ISDIR(sb.st_mode))
             return cli_fail(cmd, QCAL_EXIT_OUTPUT, "'%s' is a directory (one %s table is one "
                             "file)", o->out, qcal_calib_format_name(o->formats[0]));
-        dir_of(o->out, dir, sizeof dir);
+        /* A file, a symlink, a device, a FIFO or a new path (include/qcal/atomic_file.h). */
+        return cli_output_check(cmd, o->out);
     }
     if (access(dir, W_OK | X_OK) != 0)
         return cli_fail(cmd, QCAL_EXIT_OUTPUT, "cannot write '%s' (directory '%s': %s)",
@@ -191,7 +198,7 @@ int cli_table_out_write(const char *cmd, cli_table_out *o, const qcal_calib_tabl
                             strerror(errno));
         st = qcal_calib_table_write_dir(t, o->nformats, o->formats, &o->xo, o->out);
     } else {
-        st = qcal_calib_table_write(t, o->formats[0], &o->xo, o->out);
+        st = qcal_calib_table_write(t, o->formats[0], &o->xo, cli_output_path(o->out));
     }
     if (st < 0)
         return cli_fail_status(cmd, st == QCAL_ERR_IO ? QCAL_EXIT_OUTPUT

@@ -33,8 +33,9 @@ enum {
 
 /* Help lines of the rows above. */
 #define CLI_TABLE_OUT_HELP                                                                    \
-    "  -o, --output OUT         output: a file for one single-file format, else a directory\n" \
-    "                           (created if missing) holding each format's files (required)\n" \
+    "  -o, --output OUT         output: a file for one single-file format (- is stdout), else\n" \
+    "                           a directory (created if missing) holding each format's files\n" \
+    "                           (required; docs/cli.md \"Outputs\")\n"                          \
     "  --format F[,F...]        json (default; native qcal table), tensorrt, onnxruntime,\n"   \
     "                           ncnn; several formats need -o DIR. File names in DIR:\n"       \
     "                           qcal_table.json, tensorrt.cache, calibration.json +\n"         \

@@ -13,6 +13,7 @@
 
 #include "cli_common.h"
 #include "cli_dist.h"
+#include "cli_output.h"
 #include "cli_state.h"
 #include "cli_table_out.h"
 
@@ -138,7 +139,12 @@ static int parse_args(int argc, char **argv, calib_args *a, bool writer)
     if (!a->dir && a->nweights == 0)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "no dump directory (see 'qcal calibrate --help')");
     a->out.not_writer = !writer;   /* OUT may exist only where the writer runs */
-    return cli_table_out_check(cmd, &a->out);
+    rc = cli_table_out_check(cmd, &a->out);
+    if (!rc && cli_output_is_stdout(a->out.out) && cli_output_is_stdout(a->save_state))
+        rc = cli_fail(cmd, QCAL_EXIT_USAGE, "only one output can be '-' (standard output)");
+    if (!rc && writer)
+        rc = cli_output_check(cmd, a->save_state);
+    return rc;
 }
 
 /* The rules of the run: the rules file, then the observer options as a catch-all rule for
@@ -592,9 +598,15 @@ fed:
     if ((rc = check_no_data(cmd, table, a.allow_empty)))
         goto done;
     a.out.no_data_warned = true;
-    if (a.save_state && (rc = cli_session_state_save(cmd, session, a.save_state)))
+    /* The state staged, the table written, then the state renamed: all or none. */
+    cli_staged staged = { 0 };
+    if (a.save_state && (rc = cli_session_state_stage(cmd, session, a.save_state, &staged)))
         goto done;
-    if ((rc = cli_table_out_write(cmd, &a.out, table)))
+    if ((rc = cli_table_out_write(cmd, &a.out, table))) {
+        cli_stage_abort(&staged);
+        goto done;
+    }
+    if ((rc = cli_stage_commit(cmd, &staged)))
         goto done;
     int64_t n = 0, nw = 0;
     uint64_t nonfinite = 0;
@@ -607,13 +619,15 @@ fed:
     }
     char fmts[128];
     cli_table_out_formats(&a.out, fmts, sizeof fmts);
-    printf("qcal calibrate: wrote %s (%s): %lld activations, %lld weights from %ld files",
-           a.out.out, fmts, (long long)(n - nw), (long long)nw, files);
+    /* With -o - the table is stdout: the summary goes to stderr. */
+    FILE *say = cli_output_is_stdout(a.out.out) ? stderr : stdout;
+    fprintf(say, "qcal calibrate: wrote %s (%s): %lld activations, %lld weights from %ld files",
+            a.out.out, fmts, (long long)(n - nw), (long long)nw, files);
     if (a.nweights)
-        printf(" and %ld safetensors weights (%ld tensors under 2 dimensions skipped)",
-               weights, skipped_1d);
-    printf("; %llu non-finite values skipped\n", (unsigned long long)nonfinite);
-    if (fflush(stdout) != 0)
+        fprintf(say, " and %ld safetensors weights (%ld tensors under 2 dimensions skipped)",
+                weights, skipped_1d);
+    fprintf(say, "; %llu non-finite values skipped\n", (unsigned long long)nonfinite);
+    if (fflush(say) != 0)
         rc = QCAL_EXIT_OUTPUT;
 done:
     /* The last agreement: every rank ends with the same code (the writer's outcome, or the

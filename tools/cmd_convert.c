@@ -5,6 +5,7 @@
 #include <qcal/calib.h>
 
 #include "cli_common.h"
+#include "cli_output.h"
 #include "cli_table_out.h"
 
 static const char help[] =
@@ -70,9 +71,11 @@ int cmd_convert(int argc, char **argv)
         qcal_calib_table_count(t, &n);
         char fmts[128];
         cli_table_out_formats(&out, fmts, sizeof fmts);
-        printf("qcal convert: wrote %s (%s): %lld entries from %s\n", out.out, fmts,
-               (long long)n, in);
-        if (fflush(stdout) != 0)
+        /* With -o - the table is stdout: the summary goes to stderr. */
+        FILE *say = cli_output_is_stdout(out.out) ? stderr : stdout;
+        fprintf(say, "qcal convert: wrote %s (%s): %lld entries from %s\n", out.out, fmts,
+                (long long)n, in);
+        if (fflush(say) != 0)
             rc = QCAL_EXIT_OUTPUT;
     }
     qcal_calib_table_destroy(&t);

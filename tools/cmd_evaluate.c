@@ -1,5 +1,6 @@
 /* qcal evaluate: every candidate observer on every tensor of a dump directory, the exact
  * SQNR of each one's quantization, and a per-tensor recommendation (include/qcal/evaluate.h). */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,6 +8,7 @@
 
 #include "cli_common.h"
 #include "cli_eval.h"
+#include "cli_output.h"
 
 static const char help[] =
     "usage: qcal evaluate (DIR | STATE) [--observers a,b,...] [--min-sqnr DB]\n"
@@ -41,12 +43,13 @@ static const char help[] =
     "  --save-state S           also save the evaluation state (every candidate's observer\n"
     "                           state, exact SQNR and clipped count per tensor) to S, for\n"
     "                           'qcal report S' and 'qcal evaluate S'\n"
-    "  -o, --output OUT         write the results to OUT instead of stdout (atomically)\n"
+    "  -o, --output OUT         write the results to OUT instead of stdout (- is stdout;\n"
+    "                           docs/cli.md \"Outputs\")\n"
     "  -h, --help               this help\n"
     "\n"
     "Errors are one line on stderr: a missing DIR, a malformed .npy or state, or a session or\n"
-    "observer state (no data to score) exits 3, an unwritable output exits 4, a bad option\n"
-    "exits 2.\n";
+    "observer state (no data to score) exits 3, an unwritable output exits 4 (every output is\n"
+    "checked before the work, and all are written or none), a bad option exits 2.\n";
 
 static const cli_opt opts[] = {
     { "help", 'h', false, CLI_EVAL_HELP },
@@ -67,22 +70,31 @@ int cmd_evaluate(int argc, char **argv)
     int rc = cli_eval_parse(cmd, argc, argv, opts, help, &a);
     if (rc >= 0)
         return rc;
+    /* Every output checked before the work; written after it, all or none. */
+    if ((rc = cli_eval_check_outputs(cmd, &a)))
+        return rc;
     qcal_numeric_eval *ev = NULL;
     if ((rc = cli_eval_load(cmd, &a, &ev)))
         return rc;
     char *buf = NULL;
     size_t len = 0;
+    cli_staged staged = { 0 };
     qcal_status st = qcal_numeric_eval_format_results(ev, a.format, &buf, &len);
-    if (st != QCAL_OK) {
+    if (st != QCAL_OK)
         rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
-    } else if (a.rules_out && (st = qcal_numeric_eval_write_rules(ev, a.rules_out)) != QCAL_OK) {
+    if (!rc)
+        rc = cli_eval_stage_state(cmd, &a, ev, &staged);
+    if (!rc && a.out)
+        rc = cli_stage(cmd, &staged, a.out, buf, len);
+    if (!rc && a.rules_out &&
+        (st = qcal_numeric_eval_write_rules(ev, cli_output_path(a.rules_out))) != QCAL_OK) {
         rc = cli_fail_status(cmd, st == QCAL_ERR_IO ? QCAL_EXIT_OUTPUT : QCAL_EXIT_FAILURE, st);
-    } else if (a.out) {
-        if ((st = qcal_numeric_eval_write_results(ev, a.format, a.out)) != QCAL_OK)
-            rc = cli_fail_status(cmd, QCAL_EXIT_OUTPUT, st);
-    } else if (fwrite(buf, 1, len, stdout) != len || fflush(stdout) != 0) {
-        rc = QCAL_EXIT_OUTPUT;
+        cli_stage_abort(&staged);
     }
+    if (!rc)
+        rc = cli_stage_commit(cmd, &staged);
+    if (!rc && !a.out && (fwrite(buf, 1, len, stdout) != len || fflush(stdout) != 0))
+        rc = cli_fail(cmd, QCAL_EXIT_OUTPUT, "cannot write to stdout: %s", strerror(errno));
     qcal_free(buf);
     qcal_numeric_eval_destroy(&ev);
     return rc;

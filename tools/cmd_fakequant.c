@@ -8,6 +8,7 @@
 #include <qcal/fakequant.h>
 
 #include "cli_common.h"
+#include "cli_output.h"
 
 static const char help[] =
     "usage: qcal fakequant --scale S --zero-point Z [--quant-min A --quant-max B] IN.npy\n"
@@ -147,7 +148,12 @@ static int parse(int argc, char **argv, fargs *a)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "--grad-out needs --grad G.npy");
     if (a->learnable && !a->grad)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "--learnable needs --grad G.npy");
-    return cli_check_in_out(cmd, a->in, a->out);
+    rc = cli_check_in_out(cmd, a->in, a->out);
+    if (!rc && cli_output_is_stdout(a->out) && cli_output_is_stdout(a->grad_out))
+        rc = cli_fail(cmd, QCAL_EXIT_USAGE, "only one output can be '-' (standard output)");
+    if (!rc)   /* every output checked before the work */
+        rc = cli_output_check(cmd, a->out);
+    return rc ? rc : cli_output_check(cmd, a->grad_out);
 }
 
 /* Reads a 1-D zero-point array of ch values (any integer or float dtype) as float. */
@@ -186,6 +192,32 @@ static int read_zero_points(const char *cmd, const fargs *a, int64_t ch, float *
     return rc;
 }
 
+/* Stages one float32 .npy output (tools/cli_output.h). */
+static int stage_npy(const char *cmd, cli_staged *s, const char *path, int32_t ndim,
+                     const int64_t *shape, const float *data)
+{
+    if (s->n == CLI_STAGED_MAX) {
+        cli_stage_abort(s);
+        return cli_fail(cmd, QCAL_EXIT_FAILURE, "too many outputs");
+    }
+    if (cli_output_is_stdout(path))
+        fflush(stdout);
+    qcal_atomic_file *f = &s->f[s->n];
+    qcal_status st = qcal_atomic_file_open(f, cli_output_path(path));
+    if (st == QCAL_OK) {
+        s->n++;
+        st = qcal_npy_fwrite(f->fp, path, QCAL_NPY_F32, ndim, shape, data);
+        if (st == QCAL_OK)
+            st = qcal_atomic_file_flush(f);
+    }
+    if (st != QCAL_OK) {
+        int rc = cli_fail_status(cmd, QCAL_EXIT_OUTPUT, st);
+        cli_stage_abort(s);
+        return rc;
+    }
+    return 0;
+}
+
 int cmd_fakequant(int argc, char **argv)
 {
     const char *cmd = argc > 0 ? argv[0] : "fakequant";
@@ -196,6 +228,7 @@ int cmd_fakequant(int argc, char **argv)
     qcal_npy_array x = { 0 }, g = { 0 }, sa = { 0 };
     float *y = NULL, *gx = NULL, *zp = NULL, *gs = NULL, *gz = NULL;
     int32_t *zpi = NULL;
+    cli_staged staged = { 0 };
     if ((rc = cli_read_f32(cmd, a.in, &x)))
         goto done;
     if (x.numel == 0) {
@@ -301,19 +334,26 @@ int cmd_fakequant(int argc, char **argv)
                              st);
         goto done;
     }
-    if ((rc = cli_write_npy(cmd, a.out, QCAL_NPY_F32, x.ndim, x.shape, y)))
+    /* Both outputs staged (written and flushed), then renamed: all or none. */
+    if ((rc = stage_npy(cmd, &staged, a.out, x.ndim, x.shape, y)))
         goto done;
-    if (a.grad_out && (rc = cli_write_npy(cmd, a.grad_out, QCAL_NPY_F32, x.ndim, x.shape, gx)))
+    if (a.grad_out && (rc = stage_npy(cmd, &staged, a.grad_out, x.ndim, x.shape, gx)))
+        goto done;
+    if ((rc = cli_stage_commit(cmd, &staged)))
         goto done;
     if (a.learnable) {
-        fputs("{\"grad_scale\": ", stdout);
-        cli_json_f32_array(stdout, gs, ch);
-        fputs(", \"grad_zero_point\": ", stdout);
-        cli_json_f32_array(stdout, gz, ch);
-        fputs("}\n", stdout);
+        /* With an output on stdout (-o -), the gradients' JSON goes to stderr. */
+        FILE *say = cli_output_is_stdout(a.out) || cli_output_is_stdout(a.grad_out) ? stderr
+                                                                                   : stdout;
+        fputs("{\"grad_scale\": ", say);
+        cli_json_f32_array(say, gs, ch);
+        fputs(", \"grad_zero_point\": ", say);
+        cli_json_f32_array(say, gz, ch);
+        fputs("}\n", say);
     }
     rc = QCAL_EXIT_OK;
 done:
+    cli_stage_abort(&staged);
     qcal_npy_array_free(&x);
     qcal_npy_array_free(&g);
     qcal_npy_array_free(&sa);

@@ -84,11 +84,19 @@ static int merge_observers(const char *cmd, const char **paths, int n, void **bu
         if (st != QCAL_OK)
             rc = merge_failed(cmd, st, paths[i], paths[0]);
     }
+    /* The state staged, the report printed, then the state renamed. With --save-state -
+     * the state is stdout and the report goes to stderr. */
+    cli_staged staged = { 0 };
     if (!rc && save)
-        rc = cli_observer_state_save(cmd, acc, save);
+        rc = cli_observer_state_stage(cmd, acc, save, &staged);
     bool no_data = false;
     if (!rc)
-        rc = cli_observer_report(cmd, acc, stdout, &no_data);
+        rc = cli_observer_report(cmd, acc, cli_output_is_stdout(save) ? stderr : stdout,
+                                 &no_data);
+    if (rc)
+        cli_stage_abort(&staged);
+    else
+        rc = cli_stage_commit(cmd, &staged);
     if (!rc && no_data) {
         uint64_t nonfinite = 0;
         qcal_observer_nonfinite(acc, &nonfinite);
@@ -126,12 +134,15 @@ static int merge_sessions(const char *cmd, const char **paths, int n, void **buf
         if (st != QCAL_OK)
             rc = merge_failed(cmd, st, paths[i], paths[0]);
     }
+    /* The state staged, the table written, then the state renamed: all or none. */
+    cli_staged staged = { 0 };
     if (!rc && save)
-        rc = cli_session_state_save(cmd, s, save);
+        rc = cli_session_state_stage(cmd, s, save, &staged);
     if (!rc && to->out) {
         if ((st = qcal_calib_session_table(s, &table)) != QCAL_OK) {
             rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
-        } else if (!(rc = cli_table_out_write(cmd, to, table))) {
+        } else if (!(rc = cli_table_out_write(cmd, to, table)) &&
+                   !(rc = cli_stage_commit(cmd, &staged))) {
             int64_t cnt = 0, nw = 0;
             uint64_t nonfinite = 0;
             qcal_calib_table_count(table, &cnt);
@@ -145,13 +156,20 @@ static int merge_sessions(const char *cmd, const char **paths, int n, void **buf
             qcal_calib_table_digest(table, digest);
             char fmts[128];
             cli_table_out_formats(to, fmts, sizeof fmts);
-            printf("qcal merge: wrote %s (%s): %lld activations, %lld weights from %d states; "
-                   "%llu non-finite values skipped; digest %s\n", to->out, fmts, (long long)(cnt - nw), (long long)nw, n,
-                   (unsigned long long)nonfinite, digest);
-            if (fflush(stdout) != 0)
+            /* With -o - the table is stdout: the summary goes to stderr. */
+            FILE *say = cli_output_is_stdout(to->out) ? stderr : stdout;
+            fprintf(say, "qcal merge: wrote %s (%s): %lld activations, %lld weights from %d "
+                    "states; %llu non-finite values skipped; digest %s\n", to->out, fmts,
+                    (long long)(cnt - nw), (long long)nw, n, (unsigned long long)nonfinite,
+                    digest);
+            if (fflush(say) != 0)
                 rc = QCAL_EXIT_OUTPUT;
         }
     }
+    if (rc)
+        cli_stage_abort(&staged);
+    else
+        rc = cli_stage_commit(cmd, &staged);   /* --save-state alone */
     qcal_calib_table_destroy(&table);
     qcal_calib_session_destroy(&s);
     return rc;
@@ -195,6 +213,13 @@ int cmd_merge(int argc, char **argv)
         rc = cli_fail(cmd, QCAL_EXIT_USAGE, "no state file (see 'qcal merge --help')");
         goto done;
     }
+    /* Every output checked before the work (the table's below, once the kind is known). */
+    if (cli_output_is_stdout(save) && cli_output_is_stdout(to.out)) {
+        rc = cli_fail(cmd, QCAL_EXIT_USAGE, "only one output can be '-' (standard output)");
+        goto done;
+    }
+    if ((rc = cli_output_check(cmd, save)))
+        goto done;
     cli_state_kind kind = CLI_STATE_OBSERVER, k0 = CLI_STATE_OBSERVER;
     for (int i = 0; i < n; i++) {
         if ((rc = cli_state_read(cmd, paths[i], &bufs[i], &lens[i], &kind)))

@@ -135,6 +135,7 @@ int cmd_observe(int argc, char **argv)
     const char *val, *load = NULL, *save = NULL;
     bool have_obs_opts = false;
     qcal_observer *obs = NULL;
+    cli_staged staged = { 0 };
     while ((id = cli_next(&p, opts, &val)) != CLI_END) {
         if (id == CLI_ERROR) {
             rc = QCAL_EXIT_USAGE;
@@ -163,24 +164,33 @@ int cmd_observe(int argc, char **argv)
         rc = cli_fail(cmd, QCAL_EXIT_USAGE, "no input file (see 'qcal observe --help')");
         goto out;
     }
+    if ((rc = cli_output_check(cmd, save)))   /* before the work */
+        goto out;
     if ((rc = make_observer(cmd, &oa, have_obs_opts, load, &obs)))
         goto out;
     for (int i = 0; i < nfiles; i++)
         if ((rc = feed(cmd, obs, files[i])))
             goto out;
-    if (save && (rc = cli_observer_state_save(cmd, obs, save)))
+    /* The state staged, the report printed, then the state renamed; a failure (no finite
+     * value included) leaves no state. With --save-state - the report goes to stderr. */
+    if (save && (rc = cli_observer_state_stage(cmd, obs, save, &staged)))
         goto out;
     bool no_data = false;
-    if ((rc = cli_observer_report(cmd, obs, stdout, &no_data)))
+    if ((rc = cli_observer_report(cmd, obs, cli_output_is_stdout(save) ? stderr : stdout,
+                                  &no_data)))
         goto out;
     if (no_data) {
         uint64_t nonfinite = 0;
         qcal_observer_nonfinite(obs, &nonfinite);
         rc = cli_fail(cmd, QCAL_EXIT_FAILURE, "no finite value in %d file(s)%s (%llu non-finite "
-                      "skipped): printed the default qparams scale 1, zero_point 0", nfiles,
-                      load ? " and the loaded state" : "", (unsigned long long)nonfinite);
+                      "skipped): printed the default qparams scale 1, zero_point 0%s", nfiles,
+                      load ? " and the loaded state" : "", (unsigned long long)nonfinite,
+                      save ? "; no state saved" : "");
+        goto out;
     }
+    rc = cli_stage_commit(cmd, &staged);
 out:
+    cli_stage_abort(&staged);
     qcal_observer_destroy(&obs);
     free(files);
     return rc;

@@ -6,6 +6,7 @@
 #include <qcal/quantize.h>
 
 #include "cli_common.h"
+#include "cli_output.h"
 
 static const char quantize_help[] =
     "usage: qcal quantize --scale S [--zero-point Z] [--dtype D] IN.npy -o OUT.npy\n"
@@ -130,7 +131,8 @@ static int parse_args(int argc, char **argv, const char *help, qargs *a)
     if ((rc = cli_check_qparam_mode(cmd, a->have_scale, a->have_zp, a->have_axis,
                                     a->scales_path, a->zps_path)))
         return rc;
-    return cli_check_in_out(cmd, a->in, a->out);
+    rc = cli_check_in_out(cmd, a->in, a->out);
+    return rc ? rc : cli_output_check(cmd, a->out);   /* before the work */
 }
 
 /* Per-channel qparams from their files: ch scales (float) and zero-points (integers). */
@@ -271,7 +273,7 @@ int cmd_quantize(int argc, char **argv)
                                                              : QCAL_EXIT_FAILURE, st);
         goto out;
     }
-    rc = cli_write_npy(cmd, a.out, npy_of(a.dtype), in.ndim, in.shape, dst);
+    rc = cli_write_npy(cmd, cli_output_path(a.out), npy_of(a.dtype), in.ndim, in.shape, dst);
 out:
     free(dst);
     chan_params_free(&cp);
@@ -332,7 +334,7 @@ int cmd_dequantize(int argc, char **argv)
                                                              : QCAL_EXIT_FAILURE, st);
         goto out;
     }
-    rc = cli_write_npy(cmd, a.out, QCAL_NPY_F32, in.ndim, in.shape, dst);
+    rc = cli_write_npy(cmd, cli_output_path(a.out), QCAL_NPY_F32, in.ndim, in.shape, dst);
 out:
     free(dst);
     chan_params_free(&cp);

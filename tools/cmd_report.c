@@ -5,6 +5,7 @@
 
 #include "cli_common.h"
 #include "cli_eval.h"
+#include "cli_output.h"
 
 static const char help[] =
     "usage: qcal report (DIR | STATE) -o REPORT.html [--observers a,b,...] [--min-sqnr DB]\n"
@@ -25,7 +26,8 @@ static const char help[] =
     "they are refused.\n"
     "\n"
     "options:\n"
-    "  -o, --output REPORT      the HTML file, written atomically (required)\n"
+    "  -o, --output REPORT      the HTML file (required; - is stdout, the summary line then\n"
+    "                           goes to stderr; docs/cli.md \"Outputs\")\n"
     "  --observers LIST         comma-separated candidate kinds (default: every kind)\n"
     "  --min-sqnr DB            recommend the simplest observer with SQNR >= DB\n"
     "  --title TEXT             the report's title (default \"qcal calibration report\")\n"
@@ -33,7 +35,8 @@ static const char help[] =
     "  -h, --help               this help\n"
     "\n"
     "Errors are one line on stderr: a missing DIR, a malformed .npy or state, or a session or\n"
-    "observer state exits 3, an unwritable REPORT or state exits 4, a bad option exits 2.\n";
+    "observer state exits 3, an unwritable REPORT or state exits 4 (both are checked before\n"
+    "the work, and both are written or neither), a bad option exits 2.\n";
 
 static const cli_opt opts[] = {
     { "help", 'h', false, CLI_EVAL_HELP },
@@ -55,6 +58,8 @@ int cmd_report(int argc, char **argv)
         return rc;
     if (!a.out)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "no output: -o REPORT.html is required");
+    if ((rc = cli_eval_check_outputs(cmd, &a)))
+        return rc;
     qcal_numeric_eval *ev = NULL;
     if ((rc = cli_eval_load(cmd, &a, &ev)))
         return rc;
@@ -62,14 +67,23 @@ int cmd_report(int argc, char **argv)
     qcal_numeric_report_options_default(&ro);
     if (a.title)
         ro.title = a.title;
-    qcal_status st = qcal_numeric_eval_write_report(ev, &ro, a.out);
-    if (st != QCAL_OK) {
+    /* The state staged, the report written, then the state renamed: all or none. */
+    cli_staged staged = { 0 };
+    rc = cli_eval_stage_state(cmd, &a, ev, &staged);
+    qcal_status st = QCAL_OK;
+    if (!rc && (st = qcal_numeric_eval_write_report(ev, &ro, cli_output_path(a.out))) != QCAL_OK) {
         rc = cli_fail_status(cmd, st == QCAL_ERR_IO ? QCAL_EXIT_OUTPUT : QCAL_EXIT_FAILURE, st);
-    } else {
+        cli_stage_abort(&staged);
+    }
+    if (!rc)
+        rc = cli_stage_commit(cmd, &staged);
+    if (!rc) {
+        /* With -o - the report is stdout: the summary goes to stderr. */
+        FILE *say = cli_output_is_stdout(a.out) ? stderr : stdout;
         int64_t n = 0;
         qcal_numeric_eval_count(ev, &n);
-        printf("qcal report: wrote %s (%lld tensors)\n", a.out, (long long)n);
-        if (fflush(stdout) != 0)
+        fprintf(say, "qcal report: wrote %s (%lld tensors)\n", a.out, (long long)n);
+        if (fflush(say) != 0)
             rc = QCAL_EXIT_OUTPUT;
     }
     qcal_numeric_eval_destroy(&ev);

@@ -12,6 +12,7 @@
 #include <qcal/safetensors.h>
 
 #include "cli_common.h"
+#include "cli_output.h"
 
 static const char help[] =
     "usage: qcal stats [--csv PATH] [--summary] FILE.safetensors|FILE.npy|DUMPDIR ...\n"
@@ -25,7 +26,8 @@ static const char help[] =
     "'qcal calibrate' reads it: manifest.json or <name>/*.npy and <name>.npy, names\n"
     "percent-decoded) gives one line per tensor named from its layout, with statistics\n"
     "over all its batches (extra = the shape of the first batch).\n"
-    "  --csv PATH   also write the records as CSV (atomically)\n"
+    "  --csv PATH   also write the records as CSV (- is stdout: the records and the summary\n"
+    "               then go to stderr; docs/cli.md \"Outputs\")\n"
     "  --summary    after the records, one line per group (numeric path components\n"
     "               collapse: blocks.0.w, blocks.1.w -> blocks.*.w) with outliers\n"
     "  -h, --help   this help\n";
@@ -184,12 +186,12 @@ static bool is_dir(const char *path)
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-static void print_summary(qcal_numeric_summary *sum)
+static void print_summary(qcal_numeric_summary *sum, FILE *f)
 {
     int64_t ng = 0;
     qcal_numeric_summary_group_count(sum, &ng);
-    printf("\n%-40s %6s %-20s %12s %12s %s\n", "group", "count", "typical shape", "max(max)",
-           "mean(std)", "outliers (absmax > 4 x group median)");
+    fprintf(f, "\n%-40s %6s %-20s %12s %12s %s\n", "group", "count", "typical shape", "max(max)",
+            "mean(std)", "outliers (absmax > 4 x group median)");
     for (int64_t g = 0; g < ng; g++) {
         qcal_numeric_summary_group gr;
         if (qcal_numeric_summary_get_group(sum, g, &gr) != QCAL_OK)
@@ -199,19 +201,19 @@ static void print_summary(qcal_numeric_summary *sum)
         for (int32_t d = 0; d < gr.ndim && k < sizeof shp; d++)
             k += (size_t)snprintf(shp + k, sizeof shp - k, d ? "x%lld" : "%lld", (long long)gr.shape[d]);
         /* a group whose members have no finite value has no statistics: "-" */
-        printf("%-40s %6lld %-20s", gr.pattern, (long long)gr.count, shp);
+        fprintf(f, "%-40s %6lld %-20s", gr.pattern, (long long)gr.count, shp);
         if (isnan(gr.max_of_max))
-            printf(" %12s %12s", "-", "-");
+            fprintf(f, " %12s %12s", "-", "-");
         else
-            printf(" %12.6g %12.6g", (double)gr.max_of_max, gr.mean_of_std);
+            fprintf(f, " %12.6g %12.6g", (double)gr.max_of_max, gr.mean_of_std);
         if (gr.n_empty)
-            printf(" (%lld without finite values)", (long long)gr.n_empty);
+            fprintf(f, " (%lld without finite values)", (long long)gr.n_empty);
         for (int64_t o = 0; o < gr.n_outliers; o++) {
             const char *nm;
             if (qcal_numeric_summary_outlier(sum, g, o, &nm) == QCAL_OK)
-                printf("%s%s", o ? ", " : " ", nm);
+                fprintf(f, "%s%s", o ? ", " : " ", nm);
         }
-        printf("\n");
+        fprintf(f, "\n");
     }
 }
 
@@ -245,10 +247,17 @@ int cmd_stats(int argc, char **argv)
         free(files);
         return cli_fail("stats", QCAL_EXIT_USAGE, "no input file (see qcal stats --help)");
     }
+    /* --csv PATH checked before the work; with --csv - the CSV is stdout and the records
+     * and the summary go to stderr. */
+    int crc = cli_output_check("stats", csv);
+    if (crc) {
+        free(files);
+        return crc;
+    }
     qcal_numeric_logger_options lo;
     qcal_numeric_logger_options_default(&lo);
-    lo.stream = stdout;
-    lo.csv_path = csv;
+    lo.stream = cli_output_is_stdout(csv) ? stderr : stdout;
+    lo.csv_path = csv ? cli_output_path(csv) : NULL;
     qcal_numeric_logger *lg = NULL;
     qcal_numeric_summary *sum = NULL;
     float *buf = malloc(STATS_CHUNK * sizeof(float));
@@ -275,7 +284,7 @@ int cmd_stats(int argc, char **argv)
             rc = cli_fail_status("stats", QCAL_EXIT_OUTPUT, s);
     }
     if (!rc && sum)
-        print_summary(sum);
+        print_summary(sum, lo.stream);
     qcal_numeric_logger_destroy(&lg);
     qcal_numeric_summary_destroy(&sum);
     free(buf);

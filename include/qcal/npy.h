@@ -14,10 +14,13 @@
  * QCAL_ERR_UNSUPPORTED; shape products that overflow -> QCAL_ERR_OVERFLOW.
  * Trailing bytes after the data are rejected (QCAL_ERR_FORMAT): numpy ignores them, but a
  * longer file than its header says is a sign of corruption or a concatenation mistake.
- * Write: version 1.0 header padded to 64 bytes exactly as numpy writes it, through a
- * temporary file renamed over the destination (a failed write leaves no partial file). */
+ * Write: version 1.0 header padded to 64 bytes exactly as numpy writes it, through
+ * include/qcal/atomic_file.h (a file: a temporary renamed over the destination, a failed
+ * write leaves no partial file; a device, FIFO or descriptor: in place). */
 #ifndef QCAL_NPY_H
 #define QCAL_NPY_H
+
+#include <stdio.h>
 
 #include "qcal/common.h"
 #include "qcal/tensor.h"
@@ -75,6 +78,11 @@ QCAL_API qcal_status qcal_npy_as_tensor(const qcal_npy_array *arr, qcal_tensor *
  * atomically. Any dtype above; ndim 0..QCAL_MAX_DIMS. */
 QCAL_API qcal_status qcal_npy_write(const char *path, qcal_npy_dtype dtype, int32_t ndim,
                                     const int64_t *shape, const void *data);
+
+/* The same .npy bytes written to an open stream (e.g. a qcal_atomic_file's fp, to stage
+ * several outputs); name (NULL: "<stream>") is for messages. fp is not flushed or closed. */
+QCAL_API qcal_status qcal_npy_fwrite(FILE *fp, const char *name, qcal_npy_dtype dtype,
+                                     int32_t ndim, const int64_t *shape, const void *data);
 
 /* Streaming reads: the header is checked when the file is opened (the checks and messages
  * of qcal_npy_read, data size against file size included), then the data comes in pieces
