@@ -325,6 +325,314 @@ static void test_write_all(void **state)
     assert_int_equal(tu_count_entries(tmp, ".tmp."), 0);
 }
 
+/* ---- The CLI: every subcommand with an output ---------------------------------------- */
+
+/* Runs `$QCAL_BIN ARGS` in tmp with stdout into tmp/.stdout and stderr into tmp/.stderr;
+ * returns the exit code (-1 when it did not exit normally). */
+static int run(const char *fmt, ...)
+{
+    char args[4096], cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >.stdout 2>.stderr", tmp, getenv("QCAL_BIN"),
+             args);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static void expect_same(const char *a, const char *b)
+{
+    size_t na = 0, nb = 0;
+    unsigned char *x = tu_read_file(a, &na), *y = tu_read_file(b, &nb);
+    if (na != nb || memcmp(x, y, na) != 0) {
+        print_error("%s (%zu bytes) and %s (%zu bytes) differ\n", a, na, b, nb);
+        fail();
+    }
+    assert_true(na > 0);
+    free(x);
+    free(y);
+}
+
+/* One output of one subcommand: args with %s where the output path goes. */
+typedef struct cli_case {
+    const char *name;
+    const char *args;
+} cli_case;
+
+static const cli_case cases[] = {
+    { "calibrate_json", "calibrate dump -o %s" },
+    { "calibrate_trt", "calibrate dump --format tensorrt -o %s" },
+    { "calibrate_state", "calibrate dump -o c2.json --save-state %s" },
+    { "convert_ncnn", "convert base.json --format ncnn -o %s" },
+    { "merge_json", "merge base.qcss -o %s" },
+    { "merge_state", "merge base.qcss --save-state %s" },
+    { "merge_observer_state", "merge base.qcob --save-state %s" },
+    { "observe_state", "observe x.npy --save-state %s" },
+    { "evaluate_csv", "evaluate dump --format csv -o %s" },
+    { "evaluate_rules", "evaluate dump --rules-out %s -o e3.txt" },
+    { "evaluate_state", "evaluate dump --save-state %s -o e2.txt" },
+    { "report_html", "report dump -o %s" },
+    { "report_state", "report dump -o r2.html --save-state %s" },
+    { "stats_csv", "stats --csv %s dump" },
+    { "quantize_npy", "quantize x.npy --scale 0.05 --zero-point 3 -o %s" },
+    { "fakequant_npy", "fakequant x.npy --scale 0.05 --zero-point 3 -o %s" },
+    { "fakequant_grad", "fakequant x.npy --scale 0.05 --zero-point 3 -o y2.npy --grad x.npy "
+                        "--grad-out %s" },
+};
+#define NCASES (sizeof cases / sizeof cases[0])
+
+static int cli_setup(void **state)
+{
+    (void)state;
+    if (setup(NULL))
+        return -1;
+    assert_int_equal(chmod(tmp, 0755), 0);   /* the unprivileged runs read the inputs */
+    assert_int_equal(mkdir(T("dump"), 0755), 0);
+    assert_int_equal(mkdir(T("dump/act0"), 0755), 0);
+    uint64_t r = 99;
+    float x[4 * 32];
+    for (int b = 0; b < 3; b++) {
+        for (int i = 0; i < 4 * 32; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            x[i] = (float)((int64_t)(r >> 40) - (1 << 23)) / (float)(1 << 21);
+        }
+        char name[64];
+        snprintf(name, sizeof name, "dump/act0/%d.npy", b);
+        const int64_t shape[2] = { 4, 32 };
+        assert_int_equal(qcal_npy_write(T(name), QCAL_NPY_F32, 2, shape, x), QCAL_OK);
+    }
+    const int64_t ws[2] = { 8, 16 };
+    assert_int_equal(qcal_npy_write(T("dump/fc.weight.npy"), QCAL_NPY_F32, 2, ws, x), QCAL_OK);
+    assert_int_equal(qcal_npy_write(T("x.npy"), QCAL_NPY_F32, 2, ws, x), QCAL_OK);
+    assert_int_equal(run("calibrate dump -o base.json --save-state base.qcss"), 0);
+    assert_int_equal(run("observe x.npy --save-state base.qcob"), 0);
+    return 0;
+}
+
+/* The reference bytes of every case: the output written to a new file. */
+static void reference(const cli_case *c, char *ref, size_t cap)
+{
+    snprintf(ref, cap, "ref_%s", c->name);
+    char args[1024];
+    snprintf(args, sizeof args, c->args, ref);
+    assert_int_equal(run("%s", args), 0);
+}
+
+static void assert_dev_null_is_null(void)
+{
+    struct stat sb;
+    assert_int_equal(lstat("/dev/null", &sb), 0);
+    if (!S_ISCHR(sb.st_mode) || sb.st_rdev != makedev(1, 3)) {
+        print_error("/dev/null is not the null character device (mode %o)\n",
+                    (unsigned)sb.st_mode);
+        fail();
+    }
+}
+
+/* -o /dev/null: it stays the character device (1, 3), for every subcommand and output. */
+static void test_cli_dev_null(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < NCASES; i++) {
+        assert_dev_null_is_null();
+        char args[1024];
+        snprintf(args, sizeof args, cases[i].args, "/dev/null");
+        if (run("%s", args) != 0) {
+            print_error("%s: qcal %s failed\n", cases[i].name, args);
+            fail();
+        }
+        assert_dev_null_is_null();
+    }
+}
+
+/* A FIFO with a reader (a forked child copying it into a file) gets the exact bytes of the
+ * file output; the FIFO stays a FIFO. */
+static void test_cli_fifo(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < NCASES; i++) {
+        char ref[128], fifo[256], got[256], args[1024];
+        reference(&cases[i], ref, sizeof ref);
+        snprintf(fifo, sizeof fifo, "%s", T("the_fifo"));
+        snprintf(got, sizeof got, "%s", T("fifo_got"));
+        unlink(fifo);
+        assert_int_equal(mkfifo(fifo, 0600), 0);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            int in = open(fifo, O_RDONLY), out = open(got, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            char buf[65536];
+            ssize_t n;
+            while (in >= 0 && out >= 0 && (n = read(in, buf, sizeof buf)) > 0)
+                if (write(out, buf, (size_t)n) != n)
+                    _exit(2);
+            _exit(in >= 0 && out >= 0 ? 0 : 1);
+        }
+        snprintf(args, sizeof args, cases[i].args, "the_fifo");
+        int rc = run("%s", args);
+        /* If qcal never opened the FIFO, release the reader (no writer: EOF). */
+        int w = open(fifo, O_WRONLY | O_NONBLOCK);
+        if (w >= 0)
+            close(w);
+        int ws = 0;
+        assert_int_equal(waitpid(pid, &ws, 0), pid);
+        if (rc != 0) {
+            print_error("%s: qcal %s exited %d\n", cases[i].name, args, rc);
+            fail();
+        }
+        expect_same(T(ref), got);
+        struct stat sb;
+        assert_int_equal(lstat(fifo, &sb), 0);
+        assert_true(S_ISFIFO(sb.st_mode));
+        unlink(fifo);
+        unlink(got);
+    }
+}
+
+/* A symlink (relative, into another directory) stays a symlink and its target gets the
+ * bytes; an existing 0600 output stays 0600; `-o -` gives the same bytes on stdout and
+ * nothing else. */
+static void test_cli_symlink_mode_stdout(void **state)
+{
+    (void)state;
+    mkdir(T("sub"), 0755);
+    for (size_t i = 0; i < NCASES; i++) {
+        char ref[128], args[1024];
+        reference(&cases[i], ref, sizeof ref);
+        unlink(T("link"));
+        tu_write_bytes(T("sub/target"), "old", 3);
+        assert_int_equal(symlink("sub/target", T("link")), 0);
+        snprintf(args, sizeof args, cases[i].args, "link");
+        assert_int_equal(run("%s", args), 0);
+        struct stat sb;
+        assert_int_equal(lstat(T("link"), &sb), 0);
+        assert_true(S_ISLNK(sb.st_mode));
+        expect_same(T(ref), T("sub/target"));
+
+        tu_write_bytes(T("private"), "old", 3);
+        assert_int_equal(chmod(T("private"), 0600), 0);
+        snprintf(args, sizeof args, cases[i].args, "private");
+        assert_int_equal(run("%s", args), 0);
+        assert_int_equal(stat(T("private"), &sb), 0);
+        assert_int_equal(sb.st_mode & 07777, 0600);
+        expect_same(T(ref), T("private"));
+
+        snprintf(args, sizeof args, cases[i].args, "-");
+        assert_int_equal(run("%s", args), 0);
+        expect_same(T(ref), T(".stdout"));
+        assert_int_equal(tu_count_entries(tmp, ".tmp."), 0);
+        assert_int_equal(tu_count_entries(T("sub"), ".tmp."), 0);
+    }
+    /* `-o >(wc -c)`: a pipe as /dev/fd/N (bash process substitution) */
+    if (system("command -v bash >/dev/null 2>&1") == 0) {
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, "cd '%s' && bash -c \"'%s' evaluate dump --format csv -o "
+                 ">(wc -c > wc.txt); wait\" >/dev/null 2>&1", tmp, getenv("QCAL_BIN"));
+        assert_int_equal(system(cmd), 0);
+        size_t n = 0;
+        free(tu_read_file(T("ref_evaluate_csv"), &n));   /* written by the loop above */
+        char buf[64] = { 0 };
+        for (int k = 0; k < 50 && atol(buf) == 0; k++) {
+            tu_slurp(T("wc.txt"), buf, sizeof buf);
+            usleep(20000);
+        }
+        assert_int_equal(atol(buf), (long)n);
+    }
+}
+
+/* As a non-root user (a forked child drops to 65534 and runs the CLI): a root-owned 0444
+ * file in a world-writable directory is refused (exit 4, the reason on stderr) and left
+ * as it was, for every subcommand. */
+static void test_cli_read_only(void **state)
+{
+    (void)state;
+    if (geteuid() != 0)
+        skip();   /* the library test covers an unprivileged run */
+    char world[160];
+    snprintf(world, sizeof world, "%s", T("world"));
+    mkdir(world, 0777);
+    assert_int_equal(chmod(world, 0777), 0);
+    for (size_t i = 0; i < NCASES; i++) {
+        char ro[200], args[1024];
+        snprintf(ro, sizeof ro, "%s/ro", world);
+        tu_write_bytes(ro, "keep", 4);
+        assert_int_equal(chmod(ro, 0444), 0);
+        snprintf(args, sizeof args, cases[i].args, "world/ro");
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            if (setgid(65534) != 0 || setuid(65534) != 0)
+                _exit(100);
+            char cmd[8192];
+            snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >/dev/null 2>world/err", tmp,
+                     getenv("QCAL_BIN"), args);
+            int rc = system(cmd);
+            _exit(WIFEXITED(rc) ? WEXITSTATUS(rc) : 101);
+        }
+        int ws = 0;
+        assert_int_equal(waitpid(pid, &ws, 0), pid);
+        assert_true(WIFEXITED(ws));
+        if (WEXITSTATUS(ws) != 4) {
+            char err[512];
+            tu_slurp(tu_path(world, "err"), err, sizeof err);
+            print_error("%s as uid 65534: exit %d, expected 4: %s\n", cases[i].name,
+                        WEXITSTATUS(ws), err);
+            fail();
+        }
+        char err[512];
+        tu_slurp(tu_path(world, "err"), err, sizeof err);
+        assert_non_null(strstr(err, "Permission denied"));
+        expect_text(ro, "keep");
+        struct stat sb;
+        assert_int_equal(stat(ro, &sb), 0);
+        assert_int_equal(sb.st_uid, 0);
+        unlink(ro);
+        assert_int_equal(tu_count_entries(world, ".tmp."), 0);
+    }
+}
+
+/* All or none: an output that fails when written (/dev/full: no space) or cannot be
+ * created leaves none of the others, for every subcommand with several outputs. */
+static void test_cli_all_or_nothing(void **state)
+{
+    (void)state;
+    static const char *const runs[] = {
+        "evaluate dump -o %s --rules-out R --save-state S",
+        "evaluate dump -o E --rules-out %s --save-state S",
+        "evaluate dump -o E --rules-out R --save-state %s",
+        "report dump -o %s --save-state S",
+        "report dump -o E --save-state %s",
+        "calibrate dump -o %s --save-state S",
+        "calibrate dump -o E --save-state %s",
+        "merge base.qcss -o %s --save-state S",
+        "fakequant x.npy --scale 0.05 --zero-point 3 -o %s --grad x.npy --grad-out S",
+        "fakequant x.npy --scale 0.05 --zero-point 3 -o E --grad x.npy --grad-out %s",
+    };
+    const char *bad[] = { "/dev/full", "no/such/dir/out" };
+    for (size_t b = 0; b < 2; b++) {
+        for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+            char args[1024];
+            snprintf(args, sizeof args, runs[i], bad[b]);
+            if (!strcmp(bad[b], "/dev/full") && access("/dev/full", W_OK) != 0)
+                continue;
+            int rc = run("%s", args);
+            if (rc != 4 || !access(T("R"), F_OK) || !access(T("S"), F_OK) ||
+                !access(T("E"), F_OK)) {
+                print_error("qcal %s: exit %d (expected 4) or an output left\n", args, rc);
+                fail();
+            }
+            assert_int_equal(tu_count_entries(tmp, ".tmp."), 0);
+            char err[1024];
+            tu_slurp(T(".stderr"), err, sizeof err);
+            assert_non_null(strstr(err, b == 0 ? "No space left on device"
+                                               : "No such file or directory"));
+        }
+    }
+    assert_dev_null_is_null();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -336,5 +644,15 @@ int main(void)
         cmocka_unit_test(test_read_only_non_root),
         cmocka_unit_test(test_write_all),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    const struct CMUnitTest cli_tests[] = {
+        cmocka_unit_test(test_cli_dev_null),
+        cmocka_unit_test(test_cli_fifo),
+        cmocka_unit_test(test_cli_symlink_mode_stdout),
+        cmocka_unit_test(test_cli_read_only),
+        cmocka_unit_test(test_cli_all_or_nothing),
+    };
+    int failed = cmocka_run_group_tests(tests, setup, teardown);
+    if (!getenv("QCAL_BIN"))
+        return failed;   /* built without the CLI */
+    return failed | cmocka_run_group_tests(cli_tests, cli_setup, teardown);
 }

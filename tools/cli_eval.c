@@ -225,6 +225,10 @@ int cli_eval_check_outputs(const char *cmd, const cli_eval_args *a)
     }
     if (dashes > 1)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "only one output can be '-' (standard output)");
+    if (dashes && !a->out)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "the results go to standard output unless -o "
+                        "OUT is given: with '%s -', give -o OUT too",
+                        cli_output_is_stdout(a->rules_out) ? "--rules-out" : "--save-state");
     return 0;
 }
 

@@ -619,8 +619,9 @@ fed:
     }
     char fmts[128];
     cli_table_out_formats(&a.out, fmts, sizeof fmts);
-    /* With -o - the table is stdout: the summary goes to stderr. */
-    FILE *say = cli_output_is_stdout(a.out.out) ? stderr : stdout;
+    /* With an output on stdout (-o -, --save-state -) the summary goes to stderr. */
+    FILE *say = cli_output_is_stdout(a.out.out) || cli_output_is_stdout(a.save_state) ? stderr
+                                                                                      : stdout;
     fprintf(say, "qcal calibrate: wrote %s (%s): %lld activations, %lld weights from %ld files",
             a.out.out, fmts, (long long)(n - nw), (long long)nw, files);
     if (a.nweights)

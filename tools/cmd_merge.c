@@ -156,8 +156,9 @@ static int merge_sessions(const char *cmd, const char **paths, int n, void **buf
             qcal_calib_table_digest(table, digest);
             char fmts[128];
             cli_table_out_formats(to, fmts, sizeof fmts);
-            /* With -o - the table is stdout: the summary goes to stderr. */
-            FILE *say = cli_output_is_stdout(to->out) ? stderr : stdout;
+            /* With an output on stdout (-o -, --save-state -) the summary goes to stderr. */
+            FILE *say = cli_output_is_stdout(to->out) || cli_output_is_stdout(save) ? stderr
+                                                                                    : stdout;
             fprintf(say, "qcal merge: wrote %s (%s): %lld activations, %lld weights from %d "
                     "states; %llu non-finite values skipped; digest %s\n", to->out, fmts,
                     (long long)(cnt - nw), (long long)nw, n, (unsigned long long)nonfinite,

@@ -78,8 +78,9 @@ int cmd_report(int argc, char **argv)
     if (!rc)
         rc = cli_stage_commit(cmd, &staged);
     if (!rc) {
-        /* With -o - the report is stdout: the summary goes to stderr. */
-        FILE *say = cli_output_is_stdout(a.out) ? stderr : stdout;
+        /* With an output on stdout (-o -, --save-state -) the summary goes to stderr. */
+        FILE *say = cli_output_is_stdout(a.out) || cli_output_is_stdout(a.save_state) ? stderr
+                                                                                      : stdout;
         int64_t n = 0;
         qcal_numeric_eval_count(ev, &n);
         fprintf(say, "qcal report: wrote %s (%lld tensors)\n", a.out, (long long)n);
