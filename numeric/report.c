@@ -152,13 +152,19 @@ static void put_num(qcal_buf *b, double v)
 
 static const char *css =
     "body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;"
-    "margin:24px auto;max-width:1200px;padding:0 16px;color:#1a1a1a;background:#fff}"
+    "margin:24px auto;max-width:1360px;padding:0 16px;color:#1a1a1a;background:#fff}"
     "h1{font-size:24px;margin:0 0 4px}h2{font-size:19px;margin:28px 0 8px;border-bottom:1px solid #ddd}"
     "h3{font-size:16px;margin:0 0 4px;word-break:break-all}.sub{color:#555;margin:0 0 12px}"
-    "table{border-collapse:collapse;font-size:13px}th,td{padding:4px 8px;border-bottom:1px solid #e4e4e4;"
+    "table{border-collapse:collapse;font-size:13px}th,td{padding:4px 6px;border-bottom:1px solid #e4e4e4;"
     "text-align:right;white-space:nowrap}th{background:#f4f4f4;cursor:pointer;position:sticky;top:0}"
     "th.l,td.l{text-align:left}td.l{max-width:360px;overflow:hidden;text-overflow:ellipsis}"
-    "td.best{font-weight:700;background:#fff3d6}td.rec{background:#fff3d6;font-weight:600}.wrap{overflow-x:auto}"
+    /* the tensor column stays in view when the table scrolls sideways; names wrap */
+    "th:first-child,td:first-child{position:sticky;left:0;z-index:1;background:#fff}"
+    "th:first-child{z-index:2;background:#f4f4f4}td.l:first-child{white-space:normal;"
+    "overflow-wrap:anywhere;min-width:80px;max-width:200px}"
+    "td.rec{white-space:normal;min-width:130px;max-width:190px}"
+    "td.best{font-weight:700;background:#fff3d6}td.rec{background:#fff3d6;font-weight:600}"
+    ".wrap{overflow-x:auto;max-width:100%}td.rec small{font-weight:400}"
     "td small{display:block;color:#666;font-size:11px}td.na{color:#aaa}"
     ".chip{display:inline-block;width:11px;height:11px;border-radius:2px;margin-right:4px;vertical-align:-1px}"
     ".legend span{margin-right:14px;white-space:nowrap}"
@@ -167,7 +173,7 @@ static const char *css =
     "svg text{font:11px system-ui,'DejaVu Sans',sans-serif;fill:#333}.tag{font-size:12px;"
     "color:#fff;background:#666;border-radius:3px;padding:1px 6px;margin-left:6px;vertical-align:2px}"
     ".clip{font-size:12px;margin:4px 0 0;padding:0;list-style:none}.clip li{display:inline-block;margin-right:12px}"
-    "path.c{stroke-width:1.6}";
+    "path.c{stroke-width:1.6}figure.objective{width:372px}";
 
 static const char *script =
     "document.querySelectorAll('table.sortable th').forEach(function(th,i){"
@@ -183,6 +189,7 @@ typedef struct chart {
     double w, h, l, r, t, btm;        /* size and margins */
     double x0, x1, y0, y1;            /* data ranges mapped to the plot area */
     bool logy;
+    int xprec;                        /* significant digits of x tick labels (0: 4) */
 } chart;
 
 static double cx(const chart *c, double x)
@@ -219,13 +226,21 @@ static void chart_axes(qcal_buf *b, const chart *c, const char *xtitle, const ch
         putf(b, "M%.1f %.1fv4", cx(c, c->x0 + (c->x1 - c->x0) * i / 4.0), yb);
     put(b, "\"/>");
     for (int i = 0; i <= 4; i++) {
+        if (c->xprec > 5 && i % 2)   /* long labels: ends and middle only */
+            continue;
         double v = c->x0 + (c->x1 - c->x0) * i / 4.0;
         double x = cx(c, v);
         if (fabs(v) < 1e-4 * fabs(c->x1 - c->x0))
             v = 0;   /* the middle of a symmetric axis: "0", not rounding noise */
         putf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\">", x, yb + 16,
              i == 0 ? "start" : i == 4 ? "end" : "middle");
-        put_num(b, v);
+        if (c->xprec > 4 && isfinite(v)) {
+            char s[40];
+            snprintf(s, sizeof s, "%.*g", c->xprec, v);
+            put(b, s);
+        } else {
+            put_num(b, v);
+        }
         put(b, "</text>");
     }
     putf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>",
@@ -361,143 +376,331 @@ static void channel_chart(qcal_buf *b, const eval_entry *e)
     put(b, "</figcaption></figure>");
 }
 
-/* The objective curve of a candidate's clipping search (qcal_observer_search_curve),
- * downsampled to at most cap points (every k-th candidate plus the chosen one): x = the
- * upper end of each candidate range. QCAL_ERR_UNSUPPORTED for kinds without a search. */
-static qcal_status objective_curve(qcal_observer *obs, int64_t cap, float *th, double *err,
-                                   int64_t *n, int64_t *chosen)
+/* One searching candidate's objective: every candidate range its search evaluated
+ * (qcal_observer_search_curve), sorted by the range's width (max - min; ties in visit
+ * order). The width is what the candidates of every search have in common (the L2 search
+ * shrinks either end, entropy and mse grow a threshold), and the L2 path becomes a curve
+ * over it. v is +inf or NaN where the objective is undefined (KL of a threshold that
+ * empties a quantized bin): drawn as a gap. */
+typedef struct curve {
+    int j;                       /* candidate index */
+    int64_t n, defined, chosen;  /* chosen: index after sorting, -1 if none */
+    float *lo, *hi;              /* n candidate ranges */
+    double *v;                   /* n objective values */
+} curve;
+
+static void curve_free(curve *c)
 {
-    qcal_observer_kind k = qcal_observer_get_config(obs)->kind;
-    if (k != QCAL_OBSERVER_HISTOGRAM && k != QCAL_OBSERVER_ENTROPY && k != QCAL_OBSERVER_MSE)
+    free(c->lo);
+    free(c->hi);
+    free(c->v);
+    c->lo = c->hi = NULL;
+    c->v = NULL;
+}
+
+typedef struct width_key {
+    double w;
+    int64_t i;
+} width_key;
+
+static int width_cmp(const void *a, const void *b)
+{
+    const width_key *x = a, *y = b;
+    if (x->w != y->w)
+        return x->w < y->w ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* The name of a kind's objective, "" for kinds without a search. */
+static const char *objective_name(qcal_observer_kind k)
+{
+    switch (k) {
+    case QCAL_OBSERVER_HISTOGRAM: return "L2";
+    case QCAL_OBSERVER_ENTROPY: return "KL";
+    case QCAL_OBSERVER_MSE: return "MSE";
+    default: return "";
+    }
+}
+
+/* Fills out (every evaluated candidate, sorted by width). QCAL_ERR_UNSUPPORTED for kinds
+ * without a search or a search that evaluated nothing. */
+static qcal_status objective_curve(qcal_observer *obs, curve *out)
+{
+    if (!*objective_name(qcal_observer_get_config(obs)->kind))
         return QCAL_ERR_UNSUPPORTED;
     int64_t full = (int64_t)qcal_observer_get_config(obs)->bins + 1, m = 0, ch = -1;
     float *lo = qcal_malloc((size_t)full * sizeof(float));
     float *hi = qcal_malloc((size_t)full * sizeof(float));
     double *e = qcal_malloc((size_t)full * sizeof(double));
-    qcal_status st = lo && hi && e ? qcal_observer_search_curve(obs, full, lo, hi, e, &m, &ch)
-                                   : QCAL_ERR_NO_MEMORY;
-    if (st == QCAL_OK && m > full)
+    width_key *key = qcal_malloc((size_t)full * sizeof *key);
+    qcal_status st = lo && hi && e && key
+                         ? qcal_observer_search_curve(obs, full, lo, hi, e, &m, &ch)
+                         : QCAL_ERR_NO_MEMORY;
+    if (st == QCAL_OK && m > full)   /* never: bins + 1 holds every search's candidates */
         m = full;
-    if (st == QCAL_OK && m >= 2) {
-        int64_t step = (m + cap - 2) / (cap - 1), out = 0;
-        *chosen = -1;
-        for (int64_t i = 0; i < m && out < cap; i++) {
-            bool keep = i % step == 0 || i == ch || i == m - 1;
-            if (!keep)
-                continue;
-            if (i == ch)
-                *chosen = out;
-            th[out] = hi[i];
-            err[out] = e[i];
-            out++;
-        }
-        /* Draw in threshold order (the L2 search visits candidates from both tails). */
-        for (int64_t i = 1; i < out; i++)
-            for (int64_t j = i; j > 0 && th[j - 1] > th[j]; j--) {
-                float t = th[j]; th[j] = th[j - 1]; th[j - 1] = t;
-                double v = err[j]; err[j] = err[j - 1]; err[j - 1] = v;
-                if (*chosen == j) *chosen = j - 1; else if (*chosen == j - 1) *chosen = j;
+    if (st == QCAL_OK && m >= 1) {
+        for (int64_t i = 0; i < m; i++)
+            key[i] = (width_key){ (double)hi[i] - (double)lo[i], i };
+        qsort(key, (size_t)m, sizeof *key, width_cmp);
+        out->lo = qcal_malloc((size_t)m * sizeof(float));
+        out->hi = qcal_malloc((size_t)m * sizeof(float));
+        out->v = qcal_malloc((size_t)m * sizeof(double));
+        if (!out->lo || !out->hi || !out->v) {
+            curve_free(out);
+            st = QCAL_ERR_NO_MEMORY;
+        } else {
+            out->n = m;
+            out->defined = 0;
+            out->chosen = -1;
+            for (int64_t k = 0; k < m; k++) {
+                int64_t i = key[k].i;
+                out->lo[k] = lo[i];
+                out->hi[k] = hi[i];
+                out->v[k] = e[i];
+                out->defined += isfinite(e[i]) != 0;
+                if (i == ch)
+                    out->chosen = k;
             }
-        *n = out;
+        }
     } else if (st >= 0) {
         st = QCAL_ERR_UNSUPPORTED;
     }
     free(lo);
     free(hi);
     free(e);
+    free(key);
     return st;
 }
 
-/* The objective curves of one tensor's searching candidates (at most 3). */
-typedef struct curve {
-    int j;                       /* candidate index */
-    int64_t n, chosen;
-    float t[CURVE_POINTS];       /* thresholds */
-    double v[CURVE_POINTS];      /* objective */
-} curve;
-
-typedef struct curve_set {
-    int nc;
-    curve cur[3];
-} curve_set;
-
-/* Computes a tensor's curves (the searches dominate the report's time; tensors are
- * independent, so write_report runs this over them in parallel). */
-static void compute_curves(const eval_entry *e, curve_set *cs)
+/* A path coordinate as an integer (in PATH_UNITS per pixel), a separator before it unless
+ * it starts with '-' or sep is false. Curves hold thousands of points: no printf here. */
+#define PATH_UNITS 4
+static void put_coord(qcal_buf *b, long long t, bool sep)
 {
-    cs->nc = 0;
-    for (int j = 0; j < e->nc && cs->nc < 3; j++) {
-        int64_t n = 0, chosen = -1;
-        if (objective_curve(e->c[j].obs, CURVE_POINTS, cs->cur[cs->nc].t, cs->cur[cs->nc].v, &n,
-                            &chosen) < 0 || n < 2) {
+    char s[24], *p = s + sizeof s;
+    unsigned long long u = t < 0 ? 0ull - (unsigned long long)t : (unsigned long long)t;
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (t < 0)
+        *--p = '-';
+    else if (sep)
+        *--p = ' ';
+    qcal_buf_append(b, p, (size_t)(s + sizeof s - p));
+}
+
+/* Marker of the chosen candidate: one shape per kind (circle, square, diamond), hollow,
+ * so markers that fall on the same point stay visible. */
+static void put_marker(qcal_buf *b, qcal_observer_kind k, double x, double y, const char *col,
+                       const char *attrs)
+{
+    if (k == QCAL_OBSERVER_ENTROPY)
+        putf(b, "<rect %s x=\"%.1f\" y=\"%.1f\" width=\"9\" height=\"9\" fill=\"#fff\" "
+                "fill-opacity=\"0.6\" stroke=\"%s\" stroke-width=\"2\">", attrs, x - 4.5,
+             y - 4.5, col);
+    else if (k == QCAL_OBSERVER_MSE)
+        putf(b, "<path %s d=\"M%.1f %.1fl6 6-6 6-6-6z\" fill=\"#fff\" fill-opacity=\"0.6\" "
+                "stroke=\"%s\" stroke-width=\"2\">", attrs, x, y - 6, col);
+    else
+        putf(b, "<circle %s cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"#fff\" fill-opacity=\"0.6\" "
+                "stroke=\"%s\" stroke-width=\"2\">", attrs, x, y, col);
+}
+
+static const char *marker_end(qcal_observer_kind k)
+{
+    return k == QCAL_OBSERVER_ENTROPY ? "</rect>" : k == QCAL_OBSERVER_MSE ? "</path>"
+                                                                            : "</circle>";
+}
+
+/* One panel per searching candidate (small multiples: the objectives have different units
+ * and the searches evaluate different ranges): x = the width of each evaluated clipping
+ * range (max - min), y = the objective (log scale when it spans more than a factor 20).
+ * Every evaluated candidate is a point of the path (data-candidates counts them,
+ * data-defined those with a value: the browser test checks the path against both);
+ * undefined values leave gaps; a lone defined point is a dot; curves of few points show
+ * each point; the chosen range is marked. */
+static void curve_panel(qcal_buf *b, const eval_entry *e, const curve *cu)
+{
+    qcal_observer_kind kd = e->c[cu->j].kind;
+    const char *col = kind_colour(kd), *obj = objective_name(kd);
+    double x0 = INFINITY, x1 = -INFINITY, lo = INFINITY, hi = -INFINITY;
+    for (int64_t i = 0; i < cu->n; i++) {
+        double w = (double)cu->hi[i] - (double)cu->lo[i];
+        x0 = fmin(x0, w);
+        x1 = fmax(x1, w);
+        if (isfinite(cu->v[i])) {
+            lo = fmin(lo, cu->v[i]);
+            hi = fmax(hi, cu->v[i]);
+        }
+    }
+    if (!(x1 > x0)) {   /* one width: centre it */
+        double d = x0 != 0 ? fabs(x0) * 0.05 : 1;
+        x0 -= d;
+        x1 += d;
+    }
+    bool logy = lo > 0 && hi > 20 * lo;
+    double ylo = logy ? log10(lo) : lo, yhi = logy ? log10(hi) : hi;
+    if (!(yhi > ylo)) {   /* flat or no defined value */
+        double d = isfinite(ylo) && ylo != 0 ? fabs(ylo) * 0.05 : 1;
+        if (!isfinite(ylo))
+            ylo = yhi = 0;
+        ylo -= d;
+        yhi += d;
+    }
+    double xpad = 0.03 * (x1 - x0), ypad = 0.07 * (yhi - ylo);
+    /* Enough digits that the x ticks differ (the L2 path may span a few bins only). */
+    int xprec = 4;
+    double mag = fmax(fabs(x0), fabs(x1)), span = x1 - x0;
+    if (span > 0 && mag > 0)
+        xprec = (int)fmin(9, fmax(4, ceil(log10(mag / span)) + 3));
+    chart c = { .w = 372, .h = 250, .l = 62, .r = 14, .t = 10, .btm = 34, .x0 = x0 - xpad,
+                .x1 = x1 + xpad, .y0 = ylo - ypad, .y1 = yhi + ypad, .logy = false,
+                .xprec = xprec };
+#define PANEL_Y(v) cy(&c, logy ? log10(v) : (v))
+    put(b, "<figure class=\"objective\">");
+    char label[96];
+    snprintf(label, sizeof label, "%s objective (%s) against clipping range width",
+             qcal_observer_kind_name(kd), obj);
+    chart_open(b, &c, label);
+    if (logy)   /* decade lines, labelled left of the axis clear of the min and max labels */
+        for (double d = pow(10, ceil(ylo)); log10(d) <= yhi; d *= 10) {
+            double y = PANEL_Y(d);
+            putf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>",
+                 c.l, y, c.w - c.r, y);
+            if (fabs(y - PANEL_Y(lo)) > 14 && fabs(y - PANEL_Y(hi)) > 14)
+                putf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill-opacity=\"0.6\">"
+                        "%g</text>", c.l - 4, y + 4, d);
+        }
+    int64_t ch = cu->chosen;
+    if (ch >= 0) {   /* the chosen width, dashed, under the curve */
+        double x = cx(&c, (double)cu->hi[ch] - (double)cu->lo[ch]);
+        putf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+                "stroke-dasharray=\"3 3\" stroke-opacity=\"0.7\"/>", x, c.t, x, c.h - c.btm,
+             col);
+    }
+    putf(b, "<path class=\"obj\" data-kind=\"%s\" data-objective=\"%s\" "
+            "data-candidates=\"%lld\" data-defined=\"%lld\" data-chosen=\"%lld\" "
+            "transform=\"scale(%g)\" vector-effect=\"non-scaling-stroke\" fill=\"none\" "
+            "stroke=\"%s\" stroke-width=\"1.6\" stroke-linecap=\"round\" "
+            "stroke-linejoin=\"round\" d=\"", qcal_observer_kind_name(kd), obj,
+         (long long)cu->n, (long long)cu->defined, (long long)ch, 1.0 / PATH_UNITS, col);
+    /* Integer coordinates in 1/PATH_UNITS px (scaled back by the transform): the absolute
+     * first point of each run, then relative steps between the rounded absolute positions
+     * (no drift). */
+    long long px = 0, py = 0;
+    bool pen = false;
+    char cmd = 0;   /* the command the next numbers continue: 'l', 'h' or 'v' */
+    for (int64_t i = 0; i < cu->n; i++) {
+        if (!isfinite(cu->v[i])) {
+            pen = false;
+            continue;
+        }
+        long long X = llround(cx(&c, (double)cu->hi[i] - (double)cu->lo[i]) * PATH_UNITS);
+        long long Y = llround(PANEL_Y(cu->v[i]) * PATH_UNITS);
+        if (!pen) {
+            put(b, "M");
+            put_coord(b, X, false);
+            put_coord(b, Y, true);
+            cmd = 0;
+            if (i + 1 >= cu->n || !isfinite(cu->v[i + 1]))
+                put(b, "z");   /* a lone point: a dot (round cap of an empty subpath) */
+        } else {
+            /* one command per point: h for a horizontal step, v for a vertical one, l
+             * otherwise; the letter only when it changes */
+            long long dx = X - px, dy = Y - py;
+            char want = dy == 0 && cmd != 'v' ? 'h' : dx == 0 && cmd != 'h' ? 'v' : 'l';
+            if (dy == 0 && dx == 0 && cmd)
+                want = cmd;
+            if (want != cmd)
+                qcal_buf_append(b, &want, 1);
+            if (want == 'h')
+                put_coord(b, dx, want == cmd);
+            else if (want == 'v')
+                put_coord(b, dy, want == cmd);
+            else {
+                put_coord(b, dx, want == cmd);
+                put_coord(b, dy, true);
+            }
+            cmd = want;
+        }
+        px = X;
+        py = Y;
+        pen = true;
+    }
+    putf(b, "\"><title>%s (%s): %lld candidates evaluated, %lld with a value</title></path>",
+         qcal_observer_kind_name(kd), obj, (long long)cu->n, (long long)cu->defined);
+    if (cu->n <= 64) {   /* few candidates (the L2 path): show each one */
+        putf(b, "<path class=\"pts\" stroke=\"%s\" stroke-width=\"5\" stroke-linecap=\"round\" "
+                "d=\"", col);
+        for (int64_t i = 0; i < cu->n; i++)
+            if (isfinite(cu->v[i]))
+                putf(b, "M%.1f %.1fh0", cx(&c, (double)cu->hi[i] - (double)cu->lo[i]),
+                     PANEL_Y(cu->v[i]));
+        put(b, "\"/>");
+    }
+    if (ch >= 0) {   /* an undefined chosen value (no defined threshold) sits on the top */
+        double x = cx(&c, (double)cu->hi[ch] - (double)cu->lo[ch]);
+        double y = isfinite(cu->v[ch]) ? PANEL_Y(cu->v[ch]) : c.t;
+        char attrs[96];
+        snprintf(attrs, sizeof attrs, "class=\"chosen\" data-kind=\"%s\"",
+                 qcal_observer_kind_name(kd));
+        put_marker(b, kd, x, y, col, attrs);
+        putf(b, "<title>%s chosen: [%.6g, %.6g], width %.6g, %s %.6g</title>",
+             qcal_observer_kind_name(kd), (double)cu->lo[ch], (double)cu->hi[ch],
+             (double)cu->hi[ch] - (double)cu->lo[ch], obj, cu->v[ch]);
+        put(b, marker_end(kd));
+    }
+#undef PANEL_Y
+    char ytitle[64], ya[32], yb[32];
+    snprintf(ytitle, sizeof ytitle, "%s%s", obj, logy ? " (log scale)" : "");
+    if (isfinite(lo)) {
+        snprintf(ya, sizeof ya, "%.4g", lo);
+        snprintf(yb, sizeof yb, "%.4g", hi);
+    } else {
+        snprintf(ya, sizeof ya, "n/a");
+        snprintf(yb, sizeof yb, "n/a");
+    }
+    /* the curve's min and max labelled where they are drawn (inside the padding) */
+    putf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>"
+            "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>", c.l - 4,
+         cy(&c, c.y0 + ypad) + 4, ya, c.l - 4, cy(&c, c.y1 - ypad) + 4, yb);
+    chart_axes(b, &c, "clipping range width (max &#8722; min)", ytitle, "", "");
+    putf(b, "</svg><figcaption><span class=\"chip\" style=\"background:%s\"></span><b>%s "
+            "(%s)</b>: %lld %s", col, qcal_observer_kind_name(kd), obj, (long long)cu->n,
+         kd == QCAL_OBSERVER_HISTOGRAM ? "ranges on the greedy search's path" : "thresholds");
+    if (cu->defined < cu->n)
+        putf(b, ", %lld undefined (gaps)", (long long)(cu->n - cu->defined));
+    if (ch >= 0) {
+        put(b, "; chosen (marked) [");
+        put_num(b, cu->lo[ch]);
+        put(b, ", ");
+        put_num(b, cu->hi[ch]);
+        putf(b, "], %s ", obj);
+        put_num(b, cu->v[ch]);
+    }
+    put(b, "</figcaption></figure>");
+}
+
+/* Computes and draws a tensor's objective chart into b (the searches dominate the
+ * report's time; tensors are independent, so write_report runs this over them in
+ * parallel and appends the buffers in order). */
+static void compute_curves(const eval_entry *e, qcal_buf *b)
+{
+    curve cur[3];
+    int nc = 0;
+    for (int j = 0; j < e->nc && nc < 3; j++) {
+        memset(&cur[nc], 0, sizeof cur[nc]);
+        if (objective_curve(e->c[j].obs, &cur[nc]) < 0) {
             qcal_clear_error();
             continue;
         }
-        cs->cur[cs->nc].j = j;
-        cs->cur[cs->nc].n = n;
-        cs->cur[cs->nc].chosen = chosen;
-        cs->nc++;
+        cur[nc++].j = j;
     }
-}
-
-/* Objective curves of the searching candidates, each normalised to its own [min, max]. */
-static void curve_chart(qcal_buf *b, const eval_entry *e, const curve_set *cs)
-{
-    const int nc = cs->nc;
-    const curve *cur = cs->cur;
-    double x0 = INFINITY, x1 = -INFINITY;
     for (int k = 0; k < nc; k++)
-        for (int64_t i = 0; i < cur[k].n; i++) {
-            x0 = fmin(x0, cur[k].t[i]);
-            x1 = fmax(x1, cur[k].t[i]);
-        }
-    if (!nc)
-        return;
-    chart c = { .w = 380, .h = 240, .l = 58, .r = 12, .t = 10, .btm = 34, .x0 = x0, .x1 = x1,
-                .y0 = 0, .y1 = 1, .logy = false };
-    put(b, "<figure>");
-    chart_open(b, &c, "objective against threshold");
-    for (int k = 0; k < nc; k++) {
-        double lo = INFINITY, hi = -INFINITY;
-        for (int64_t i = 0; i < cur[k].n; i++)
-            if (isfinite(cur[k].v[i])) {
-                lo = fmin(lo, cur[k].v[i]);
-                hi = fmax(hi, cur[k].v[i]);
-            }
-        if (!(hi >= lo))
-            continue;
-        const char *col = kind_colour(e->c[cur[k].j].kind);
-        putf(b, "<path fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" d=\"", col);
-        bool pen = false;
-        for (int64_t i = 0; i < cur[k].n; i++) {
-            if (!isfinite(cur[k].v[i])) {
-                pen = false;
-                continue;
-            }
-            double f = hi > lo ? (cur[k].v[i] - lo) / (hi - lo) : 0;
-            putf(b, "%s%.1f %.1f", pen ? "L" : "M", cx(&c, cur[k].t[i]), cy(&c, f));
-            pen = true;
-        }
-        put(b, "\"/>");
-        int64_t ch = cur[k].chosen;
-        if (ch >= 0 && ch < cur[k].n && isfinite(cur[k].v[ch])) {
-            double f = hi > lo ? (cur[k].v[ch] - lo) / (hi - lo) : 0;
-            putf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4.5\" fill=\"%s\" stroke=\"#fff\" "
-                    "stroke-width=\"1.5\"><title>%s chosen threshold %.6g</title></circle>",
-                 cx(&c, cur[k].t[ch]), cy(&c, f), col,
-                 qcal_observer_kind_name(e->c[cur[k].j].kind), (double)cur[k].t[ch]);
-        }
-    }
-    chart_axes(b, &c, "threshold", "error (normalised)", "min", "max");
-    put(b, "</svg><figcaption>");
-    for (int k = 0; k < nc; k++) {
-        qcal_observer_kind kd = e->c[cur[k].j].kind;
-        putf(b, "<span class=\"chip\" style=\"background:%s\"></span>%s %s &nbsp; ",
-             kind_colour(kd), qcal_observer_kind_name(kd),
-             kd == QCAL_OBSERVER_ENTROPY ? "(KL)" : kd == QCAL_OBSERVER_MSE ? "(MSE)"
-             : kd == QCAL_OBSERVER_HISTOGRAM ? "(L2)" : "");
-    }
-    put(b, "&#9679; chosen</figcaption></figure>");
+        curve_panel(b, e, &cur[k]);
+    for (int k = 0; k < nc; k++)
+        curve_free(&cur[k]);
 }
 
 static const char *short_name(qcal_observer_kind k)
@@ -512,6 +715,86 @@ static const char *short_name(qcal_observer_kind k)
     case QCAL_OBSERVER_ENTROPY: return "entropy";
     case QCAL_OBSERVER_MSE: return "mse";
     default: return "?";
+    }
+}
+
+/* What decided a tensor's recommendation, for the reader: the runner-up and the SQNR
+ * margin, and the decimals that show the two apart (48.0997 against 48.0986 dB, where 0.1
+ * dB hides why one won). Without a threshold the runner-up is the best SQNR among the other
+ * candidates (the simpler on a tie); with min_sqnr_db reached, the best of the simpler
+ * candidates, which missed it. */
+typedef struct decision {
+    int other;          /* runner-up candidate index, or -1 */
+    double margin;      /* SQNR of the recommendation minus the runner-up's, dB */
+    int decimals;       /* SQNR decimals of this tensor's cells (2..9) */
+    bool threshold;     /* min_sqnr_db decided: the simplest candidate that reached it */
+} decision;
+
+static decision decide(const qcal_numeric_eval *ev, const eval_entry *e)
+{
+    decision d = { .other = -1, .margin = NAN, .decimals = 2, .threshold = false };
+    int rec = e->recommended;
+    double rs = e->c[rec].sqnr, thr = ev->opt.min_sqnr_db;
+    d.threshold = !isnan(thr) && rs >= thr;
+    for (int j = 0; j < e->nc; j++) {
+        double s = e->c[j].sqnr;
+        if (j == rec || isnan(s) || (d.threshold && j > rec))
+            continue;
+        if (d.other < 0 || s > e->c[d.other].sqnr)
+            d.other = j;
+    }
+    if (d.other >= 0 && !isnan(rs)) {
+        double os = e->c[d.other].sqnr;
+        d.margin = isinf(rs) && isinf(os) && (rs > 0) == (os > 0) ? 0 : rs - os;
+        if (isfinite(rs) && isfinite(os) && rs != os)
+            for (; d.decimals < 9; d.decimals++) {
+                char a[64], z[64];
+                snprintf(a, sizeof a, "%.*f", d.decimals, rs);
+                snprintf(z, sizeof z, "%.*f", d.decimals, os);
+                if (strcmp(a, z))
+                    break;
+            }
+    }
+    return d;
+}
+
+/* An SQNR with the tensor's decimals ("48.0997"), "&#8734;" for an exact quantization. */
+static void put_sqnr(qcal_buf *b, double v, int decimals)
+{
+    if (!isfinite(v)) {
+        put_num(b, v);
+        return;
+    }
+    char s[64];
+    snprintf(s, sizeof s, "%.*f", decimals, v);
+    put(b, s);
+}
+
+/* The decision in words: "+0.0011 dB over minmax", "tie with minmax: the simpler", ... */
+static void put_decision(qcal_buf *b, const qcal_numeric_eval *ev, const eval_entry *e,
+                         const decision *d, bool brief)
+{
+    if (d->other < 0)
+        return;
+    const char *on = brief ? short_name(e->c[d->other].kind)
+                           : qcal_observer_kind_name(e->c[d->other].kind);
+    char s[64];
+    if (d->threshold) {
+        putf(b, "simplest reaching %.6g dB; %s ", ev->opt.min_sqnr_db, on);
+        put_sqnr(b, e->c[d->other].sqnr, d->decimals);
+        put(b, " dB below it");
+    } else if (d->margin == 0) {
+        putf(b, "tie with %s: the simpler wins", on);
+    } else if (isinf(d->margin)) {
+        putf(b, "exact (no error) against %s", on);
+    } else {
+        double m = fabs(d->margin);
+        if (m >= 0.1)
+            snprintf(s, sizeof s, "%.2f", m);
+        else
+            snprintf(s, sizeof s, "%.2g", m);
+        putf(b, "%s%s dB %s %s", d->margin > 0 ? "+" : "&#8722;", s,
+             d->margin > 0 ? "over" : "under", on);
     }
 }
 
@@ -534,10 +817,18 @@ static void summary_table(qcal_buf *b, const qcal_numeric_eval *ev, const bool *
     put(b, "</tr></thead><tbody>");
     for (int64_t i = 0; i < ev->n; i++) {
         const eval_entry *e = &ev->e[i];
+        decision d = decide(ev, e);
         putf(b, "<tr><td class=\"l\"><a href=\"#t%lld\">", (long long)i);
         put_html(b, e->name);
-        putf(b, "</a></td><td class=\"l\">%s</td><td class=\"l rec\">%s</td>",
+        putf(b, "</a></td><td class=\"l\">%s</td><td class=\"l rec\">%s",
              qcal_calib_role_name(e->role), qcal_observer_kind_name(e->c[e->recommended].kind));
+        if (d.other >= 0) {
+            putf(b, "<small class=\"margin\" data-margin=\"%.17g\" data-other=\"%s\">",
+                 d.margin, qcal_observer_kind_name(e->c[d.other].kind));
+            put_decision(b, ev, e, &d, true);
+            put(b, "</small>");
+        }
+        put(b, "</td>");
         if (any_layer) {
             if (e->has_layer_sqnr) {
                 putf(b, "<td data-v=\"%.6g\">", isfinite(e->layer_sqnr) ? e->layer_sqnr : 1e300);
@@ -560,8 +851,9 @@ static void summary_table(qcal_buf *b, const qcal_numeric_eval *ev, const bool *
             }
             const qcal_numeric_eval_candidate *c = &e->pub[j];
             double v = isfinite(c->sqnr_db) ? c->sqnr_db : (c->sqnr_db > 0 ? 1e300 : -1e300);
-            putf(b, "<td data-v=\"%.6g\"%s>", v, j == e->recommended ? " class=\"best\"" : "");
-            put_num(b, c->sqnr_db);
+            putf(b, "<td data-v=\"%.17g\" data-kind=\"%s\"%s>", v, qcal_observer_kind_name(k),
+                 j == e->recommended ? " class=\"best\"" : "");
+            put_sqnr(b, c->sqnr_db, d.decimals);
             put(b, " dB<small>");
             if (c->clipped == 0)
                 put(b, "0 clipped");
@@ -603,7 +895,7 @@ qcal_status qcal_numeric_eval_write_report(const qcal_numeric_eval *ev,
             used[ev->e[i].c[j].kind] = true;
         any_layer |= ev->e[i].has_layer_sqnr;
     }
-    curve_set *curves = qcal_calloc(ev->n ? (size_t)ev->n : 1, sizeof *curves);
+    qcal_buf *curves = qcal_calloc(ev->n ? (size_t)ev->n : 1, sizeof *curves);
     if (!curves)
         return QCAL_ERR_NO_MEMORY;
     {
@@ -639,18 +931,35 @@ qcal_status qcal_numeric_eval_write_report(const qcal_numeric_eval *ev,
     }
     put(&b, "</p><p class=\"sub\">SQNR = 20&#183;log10(&#8214;x&#8214; / &#8214;x &#8722; "
             "fakequant(x)&#8214;) over all of a tensor's values with each observer's qparams; "
-            "clipped = fraction of values outside the observer's representable range; "
-            "recommended = highest SQNR, ties to the simpler observer (bold). "
-            "Click a column to sort.</p>");
+            "clipped = fraction of values outside the observer's representable range; ");
+    if (isnan(ev->opt.min_sqnr_db))
+        put(&b, "recommended = highest SQNR, ties to the simpler observer (bold)");
+    else
+        putf(&b, "recommended = the simplest observer reaching %.6g dB, the highest SQNR "
+                 "where none does (bold)", ev->opt.min_sqnr_db);
+    put(&b, ", with what decided it below; SQNRs carry the digits that tell the "
+            "recommendation from the runner-up. Click a column to sort.</p>");
     summary_table(&b, ev, used, any_layer);
     put(&b, "<h2>Tensors</h2>");
     for (int64_t i = 0; i < ev->n; i++) {
         const eval_entry *e = &ev->e[i];
+        decision d = decide(ev, e);
         putf(&b, "<article id=\"t%lld\"><h3>", (long long)i);
         put_html(&b, e->name);
-        putf(&b, "<span class=\"tag\">%s</span></h3><p class=\"sub\">recommended <b>%s</b> &#183; "
-                 "%llu values in [", qcal_calib_role_name(e->role),
-             qcal_observer_kind_name(e->c[e->recommended].kind), (unsigned long long)e->count);
+        putf(&b, "<span class=\"tag\">%s</span></h3><p class=\"sub\">recommended <b>%s</b> (",
+             qcal_calib_role_name(e->role), qcal_observer_kind_name(e->c[e->recommended].kind));
+        put_sqnr(&b, e->c[e->recommended].sqnr, d.decimals);
+        put(&b, " dB");
+        if (d.other >= 0) {
+            put(&b, ", ");
+            put_decision(&b, ev, e, &d, false);
+            if (!d.threshold && d.margin != 0 && !isinf(d.margin)) {
+                put(&b, " at ");
+                put_sqnr(&b, e->c[d.other].sqnr, d.decimals);
+                put(&b, " dB");
+            }
+        }
+        putf(&b, ") &#183; %llu values in [", (unsigned long long)e->count);
         put_num(&b, e->dmin);
         put(&b, ", ");
         put_num(&b, e->dmax);
@@ -680,11 +989,12 @@ qcal_status qcal_numeric_eval_write_report(const qcal_numeric_eval *ev,
                 putf(&b, "(%lld channels) ", (long long)c->channels);
             }
             putf(&b, "%.3g%% clipped, ", 100.0 * c->clipped);
-            put_num(&b, c->sqnr_db);
+            put_sqnr(&b, c->sqnr_db, d.decimals);
             put(&b, " dB</li>");
         }
         put(&b, "</ul></figure>");
-        curve_chart(&b, e, &curves[i]);
+        qcal_buf_append(&b, curves[i].data, curves[i].len);
+        b.failed |= curves[i].failed;
         if (e->role == QCAL_CALIB_ROLE_WEIGHT)
             channel_chart(&b, e);
         put(&b, "</div></article>");
@@ -697,6 +1007,8 @@ qcal_status qcal_numeric_eval_write_report(const qcal_numeric_eval *ev,
     else
         st = qcal_numeric_eval_write_file(path, b.data, b.len);
     qcal_buf_free(&b);
+    for (int64_t i = 0; i < ev->n; i++)
+        qcal_buf_free(&curves[i]);
     free(curves);
     return st;
 }
