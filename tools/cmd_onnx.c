@@ -7,6 +7,7 @@
 #include <qcal/onnx.h>
 
 #include "cli_common.h"
+#include "cli_output.h"
 
 static const char expose_help[] =
     "usage: qcal onnx-expose MODEL.onnx -o OUT.onnx [--profile ort|tensorrt] [--list FILE]\n"
@@ -129,6 +130,9 @@ int cmd_onnx_expose(int argc, char **argv)
     }
     if ((rc = cli_check_in_out(cmd, in, out)))
         return rc;
+    /* Every output checked before the work (docs/cli.md "Outputs"). */
+    if ((rc = cli_output_check(cmd, out)) || (rc = cli_output_check(cmd, list)))
+        return rc;
     qcal_onnx_qdq_options opt;
     qcal_onnx_qdq_options_default(&opt);
     if (profile && qcal_onnx_profile_parse(profile, &opt.profile) != QCAL_OK)
@@ -242,7 +246,7 @@ int cmd_qdq(int argc, char **argv)
         if (rc)
             goto done;
     }
-    if ((rc = cli_check_in_out(cmd, in, out)))
+    if ((rc = cli_check_in_out(cmd, in, out)) || (rc = cli_output_check(cmd, out)))
         goto done;
     if (!table_path) {
         rc = cli_fail(cmd, QCAL_EXIT_USAGE, "no --table given (see 'qcal qdq --help')");
