@@ -198,3 +198,81 @@ put("fuzz_state", "histogram_lattice.state",
 lat_abs = struct.pack("<iqIffQ", -1, 0, 7, -1.5, 3.0, 2) + struct.pack("<7Q", 0, 0, 0, 1, 0, 0, 1)
 put("fuzz_state", "entropy_lattice.state",
     qcob("entropy", lat_abs, QUINT8, PER_TENSOR_AFFINE, bins=4, levels=2))
+
+
+# ---- ONNX models (fuzz_onnx): built with python3-onnx when it is there ----
+def onnx_seeds():
+    try:
+        import numpy as np
+        import onnx
+        from onnx import TensorProto as T
+        from onnx import helper as h
+        from onnx import numpy_helper as nh
+    except ImportError:
+        print("make_seeds.py: python3-onnx missing, fuzz_onnx seeds not written")
+        return
+    rng = np.random.default_rng(0)
+
+    def w(name, *shape):
+        return nh.from_array((rng.standard_normal(shape) * 0.1).astype(np.float32), name)
+
+    def model(nodes, inputs, outputs, inits, opset=13, value_info=()):
+        g = h.make_graph(nodes, "g", inputs, outputs, inits, value_info=list(value_info))
+        m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+        m.ir_version = 8
+        return m.SerializeToString()
+
+    x = h.make_tensor_value_info("input", T.FLOAT, ["N", 1, 6, 6])
+    cnn = model([
+        h.make_node("Conv", ["input", "c.w", "c.b"], ["/c/Conv_output_0"], name="/c/Conv", pads=[1, 1, 1, 1]),
+        h.make_node("Relu", ["/c/Conv_output_0"], ["/r/Relu_output_0"], name="/r/Relu"),
+        h.make_node("MaxPool", ["/r/Relu_output_0"], ["/p/MaxPool_output_0"], name="/p/MaxPool",
+                    kernel_shape=[2, 2], strides=[2, 2]),
+        h.make_node("Flatten", ["/p/MaxPool_output_0"], ["/f/Flatten_output_0"], name="/f/Flatten"),
+        h.make_node("Gemm", ["/f/Flatten_output_0", "fc.w", "fc.b"], ["logits"], name="/fc/Gemm", transB=1),
+    ], [x], [h.make_tensor_value_info("logits", T.FLOAT, ["N", 3])],
+        [w("c.w", 2, 1, 3, 3), w("c.b", 2), w("fc.w", 3, 18), w("fc.b", 3)])
+    put("fuzz_onnx", "cnn.onnx", cnn)
+    put("fuzz_onnx", "cnn_truncated.onnx", cnn[: len(cnn) // 2])
+    # MatMul [K, N], residual Add, Add with a constant, Reshape with a shape initializer,
+    # float16 and float64 weights, names with spaces, colons, quotes and non-ASCII.
+    y = h.make_tensor_value_info("x:0", T.FLOAT, [2, 4])
+    res = model([
+        h.make_node("MatMul", ["x:0", "w 1"], ["y/\"q\""], name="mm"),
+        h.make_node("Add", ["y/\"q\"", "x:0"], ["s\u00e9"], name="res"),
+        h.make_node("Add", ["s\u00e9", "c"], ["t"], name="bias"),
+        h.make_node("Reshape", ["t", "shape"], ["z"], name="rs"),
+        h.make_node("MatMul", ["z", "w16"], ["o"], name="mm16"),
+    ], [y], [h.make_tensor_value_info("o", T.FLOAT16, [2, 4])],
+        [w("w 1", 4, 4), w("c", 4), nh.from_array(np.array([2, 4], np.int64), "shape"),
+         nh.from_array(rng.standard_normal((4, 4)).astype(np.float16), "w16")], opset=17)
+    put("fuzz_onnx", "residual_names.onnx", res)
+    # If with subgraphs reading an outer name; Conv with a float64 weight in typed fields.
+    then_g = h.make_graph([h.make_node("Relu", ["a"], ["ta"])], "then", [],
+                          [h.make_tensor_value_info("ta", T.FLOAT, [1, 1, 2, 2])])
+    else_g = h.make_graph([h.make_node("Neg", ["a"], ["ea"])], "else", [],
+                          [h.make_tensor_value_info("ea", T.FLOAT, [1, 1, 2, 2])])
+    cond = h.make_tensor_value_info("cond", T.BOOL, [])
+    xi = h.make_tensor_value_info("xi", T.FLOAT, [1, 1, 2, 2])
+    wd = h.make_tensor("wd", T.DOUBLE, [1, 1, 1, 1], [0.5])
+    iff = model([
+        h.make_node("Conv", ["xi", "wd64"], ["a"], name="conv"),
+        h.make_node("If", ["cond"], ["out"], name="if", then_branch=then_g, else_branch=else_g),
+    ], [xi, cond], [h.make_tensor_value_info("out", T.FLOAT, [1, 1, 2, 2])],
+        [h.make_tensor("wd64", T.FLOAT, [1, 1, 1, 1], [0.5]), wd])
+    put("fuzz_onnx", "if_subgraph.onnx", iff)
+    # External data (refused by the buffer reader) and opset 11 (refused by qdq).
+    ext = onnx.load_from_string(cnn)
+    t = ext.graph.initializer[2]
+    t.ClearField("raw_data")
+    t.data_location = T.EXTERNAL
+    for k, v in (("location", "../weights.bin"), ("offset", "0"), ("length", "216")):
+        e = t.external_data.add()
+        e.key, e.value = k, v
+    put("fuzz_onnx", "external_escape.onnx", ext.SerializeToString())
+    old = onnx.load_from_string(cnn)
+    old.opset_import[0].version = 11
+    put("fuzz_onnx", "opset11.onnx", old.SerializeToString())
+
+
+onnx_seeds()

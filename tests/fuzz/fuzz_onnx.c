@@ -1,0 +1,111 @@
+/* libFuzzer target: the ONNX model reader (qcal_onnx_model_parse) and the passes that run on
+ * what it accepts: list and expose in both profiles, Q/DQ insertion in both profiles with a
+ * table that holds every listed tensor, and a serialize -> parse round trip of each result.
+ * Contracts: a failure leaves *out untouched and carries a message; whatever the reader
+ * accepts, the passes either succeed or fail cleanly, and what they write reads back. */
+#include "tests/fuzz/fuzz_common.h"
+
+#include <stdlib.h>
+
+#include "qcal/onnx.h"
+
+static void round_trip(const qcal_onnx_model *m)
+{
+    void *buf = NULL;
+    size_t len = 0;
+    qcal_status st = qcal_onnx_model_serialize(m, &buf, &len);
+    if (st != QCAL_OK) {
+        fuzz_check_failure(st);
+        return;
+    }
+    qcal_onnx_model *r = (qcal_onnx_model *)(uintptr_t)0x1;
+    st = qcal_onnx_model_parse(buf, len, &r);
+    /* What qcal wrote must read back (an empty model serializes to 0 bytes: refused). */
+    FUZZ_CHECK(st == QCAL_OK || len == 0);
+    if (st == QCAL_OK)
+        qcal_onnx_model_destroy(&r);
+    qcal_free(buf);
+}
+
+static void passes(const uint8_t *data, size_t size, qcal_onnx_profile profile)
+{
+    qcal_onnx_model *m = NULL;
+    if (qcal_onnx_model_parse(data, size, &m) != QCAL_OK)
+        return;
+    qcal_onnx_qdq_options opt;
+    qcal_onnx_qdq_options_default(&opt);
+    opt.profile = profile;
+    char **names = NULL;
+    int64_t n = 0;
+    qcal_status st = qcal_onnx_list(m, &opt, &names, &n);
+    if (st != QCAL_OK) {
+        fuzz_check_failure(st);
+        qcal_onnx_model_destroy(&m);
+        return;
+    }
+    qcal_calib_session *s = NULL;
+    if (qcal_calib_session_create(NULL, &s) == QCAL_OK) {
+        for (int64_t i = 0; i < n; i++) {
+            float x[3] = { -1.0f, 0.5f, 2.0f + (float)i };
+            int64_t shape[1] = { 3 };
+            qcal_tensor t;
+            if (qcal_tensor_init(&t, x, 1, shape) == QCAL_OK)
+                qcal_calib_session_observe(s, names[i], QCAL_CALIB_ROLE_ACTIVATION, 0, &t);
+        }
+    }
+    qcal_onnx_names_free(&names, n);
+    /* expose on a copy */
+    qcal_onnx_model *e = NULL;
+    void *buf = NULL;
+    size_t len = 0;
+    if (qcal_onnx_model_serialize(m, &buf, &len) == QCAL_OK && qcal_onnx_model_parse(buf, len, &e) == QCAL_OK) {
+        int64_t added = -1;
+        st = qcal_onnx_expose(e, &opt, &added);
+        if (st == QCAL_OK) {
+            FUZZ_CHECK(added >= 0 && added <= n);
+            round_trip(e);
+        } else {
+            fuzz_check_failure(st);
+        }
+        qcal_onnx_model_destroy(&e);
+    }
+    qcal_free(buf);
+    if (s) {
+        qcal_onnx_qdq_report rep;
+        st = qcal_onnx_qdq_session(m, s, &opt, &rep);
+        if (st == QCAL_OK) {
+            FUZZ_CHECK(rep.n_missing == 0);
+            qcal_onnx_qdq_report_free(&rep);
+            round_trip(m);
+        } else {
+            fuzz_check_failure(st);
+        }
+        qcal_calib_session_destroy(&s);
+    }
+    qcal_onnx_model_destroy(&m);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    qcal_onnx_model *m = (qcal_onnx_model *)(uintptr_t)0x1;   /* sentinel */
+    qcal_clear_error();
+    qcal_status st = qcal_onnx_model_parse(data, size, &m);
+    if (st != QCAL_OK) {
+        fuzz_check_failure(st);
+        FUZZ_CHECK(m == (qcal_onnx_model *)(uintptr_t)0x1);
+        return 0;
+    }
+    qcal_onnx_model_info info;
+    FUZZ_CHECK(qcal_onnx_model_get_info(m, &info) == QCAL_OK);
+    for (int64_t i = 0; i < info.nodes; i++) {
+        qcal_onnx_node_info ni;
+        FUZZ_CHECK(qcal_onnx_node_at(m, i, &ni) == QCAL_OK);
+        for (int64_t k = 0; k < ni.n_inputs; k++)
+            fuzz_touch(ni.inputs[k], strlen(ni.inputs[k]));
+    }
+    round_trip(m);
+    qcal_onnx_model_destroy(&m);
+    passes(data, size, QCAL_ONNX_PROFILE_ORT);
+    passes(data, size, QCAL_ONNX_PROFILE_TENSORRT);
+    return 0;
+}

@@ -1,0 +1,433 @@
+/* qcal onnx-expose and qcal qdq on hostile models: truncated and bit-flipped protobuf, a node
+ * reading an undefined tensor, initializer data shorter than its shape, external data
+ * escaping the model's directory (.., absolute path, symlink), zero-sized weights: one
+ * error line, the documented exit code, nothing written, an existing output untouched.
+ * Names with spaces, slashes, colons, quotes and non-ASCII work end to end: expose --list,
+ * a manifest dump, calibrate, qdq, onnx.checker. External data that stays inside works. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "qcal/qcal.h"
+#include "testutil.h"
+
+static char tmp[64];
+static char out[1 << 16], err[1 << 14];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(tmp, sizeof tmp, "/tmp/qcal_onnxcli_XXXXXX");
+    if (!mkdtemp(tmp) || !getenv("QCAL_BIN"))
+        return -1;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    tu_rm_tree(tmp);
+    return 0;
+}
+
+#define OK(x) assert_int_equal((x), QCAL_OK)
+
+static const char *T(const char *name)
+{
+    return tu_path(tmp, name);
+}
+
+static int qcal(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = tu_qcal_shv(tmp, out, sizeof out, err, sizeof err, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+static bool have_checker(void)
+{
+    return access("/usr/bin/python3", X_OK) == 0 &&
+           system("/usr/bin/python3 -c 'import onnx' 2>/dev/null") == 0;
+}
+
+/* Conv -> Relu -> Flatten -> Gemm with the given names (x, conv out, relu out, flat, logits;
+ * weights w, b, fw). */
+static qcal_onnx_model *make_model(const char *const *nm, int64_t conv_out_channels)
+{
+    qcal_onnx_model *m = NULL;
+    OK(qcal_onnx_model_new(8, 13, &m));
+    int64_t in_dims[4] = { -1, 1, 4, 4 };
+    OK(qcal_onnx_add_input(m, nm[0], QCAL_ONNX_FLOAT, 4, in_dims));
+    OK(qcal_onnx_add_output(m, nm[4], QCAL_ONNX_FLOAT, 2, (int64_t[]){ -1, 2 }));
+    int64_t c = conv_out_channels;
+    float w[2 * 9] = { 0.5f, -0.25f, 0.125f, 1.0f, -1.0f, 0.75f, 0.1f, 0.2f, 0.3f,
+                       -0.5f, 0.25f, 0.6f, 0.7f, -0.8f, 0.9f, 0.05f, -0.15f, 0.35f };
+    float b[2] = { 0.1f, -0.2f }, fw[2 * 32], fb[2] = { 0.01f, 0.02f };
+    for (int i = 0; i < 64; i++)
+        fw[i] = (float)((i * 37) % 17 - 8) / 16.0f;
+    OK(qcal_onnx_add_initializer_float(m, nm[5], 4, (int64_t[]){ c, 1, 3, 3 }, w));
+    OK(qcal_onnx_add_initializer_float(m, nm[6], 1, (int64_t[]){ c }, b));
+    OK(qcal_onnx_add_initializer_float(m, nm[7], 2, (int64_t[]){ 2, 16 * c }, fw));
+    OK(qcal_onnx_add_initializer_float(m, "fc bias", 1, (int64_t[]){ 2 }, fb));
+    int64_t k;
+    OK(qcal_onnx_add_node(m, "Conv", "conv 1", 3, (const char *[]){ nm[0], nm[5], nm[6] }, 1,
+                          (const char *[]){ nm[1] }, &k));
+    OK(qcal_onnx_node_set_ints(m, k, "pads", 4, (int64_t[]){ 1, 1, 1, 1 }));
+    OK(qcal_onnx_add_node(m, "Relu", "relu", 1, &nm[1], 1, &nm[2], NULL));
+    OK(qcal_onnx_add_node(m, "Flatten", "flat", 1, &nm[2], 1, &nm[3], NULL));
+    OK(qcal_onnx_add_node(m, "Gemm", "fc", 3, (const char *[]){ nm[3], nm[7], "fc bias" }, 1, &nm[4], &k));
+    OK(qcal_onnx_node_set_int(m, k, "transB", 1));
+    return m;
+}
+
+static const char *const plain[] = { "x", "c", "r", "f", "y", "w", "b", "fw" };
+
+static void save(qcal_onnx_model *m, const char *name)
+{
+    OK(qcal_onnx_model_save(m, NULL, T(name)));
+}
+
+/* A native table with the given activation ranges (minmax observer). */
+static void write_table(const char *const *names, int n, const char *path)
+{
+    qcal_calib_rules *rules = NULL;
+    OK(qcal_calib_rules_create(&rules));
+    qcal_observer_config cfg;
+    qcal_observer_config_default(&cfg, QCAL_OBSERVER_MINMAX);
+    OK(qcal_calib_rules_add(rules, "*", true, QCAL_CALIB_ROLE_ACTIVATION, &cfg));
+    qcal_calib_session_options opt;
+    qcal_calib_session_options_default(&opt);
+    opt.rules = rules;
+    qcal_calib_session *s = NULL;
+    OK(qcal_calib_session_create(&opt, &s));
+    for (int i = 0; i < n; i++) {
+        float x[2] = { -1.0f - (float)i, 2.0f + (float)i };
+        qcal_tensor t;
+        OK(qcal_tensor_init(&t, x, 1, (int64_t[]){ 2 }));
+        OK(qcal_calib_session_observe(s, names[i], QCAL_CALIB_ROLE_ACTIVATION, 0, &t));
+    }
+    qcal_calib_table *t = NULL;
+    OK(qcal_calib_session_table(s, &t));
+    OK(qcal_calib_table_write(t, QCAL_CALIB_FORMAT_JSON, NULL, path));
+    qcal_calib_table_destroy(&t);
+    qcal_calib_session_destroy(&s);
+    qcal_calib_rules_destroy(&rules);
+}
+
+/* Runs expose and qdq on model `in` with outputs pre-filled by "keep": both must fail with
+ * `code`, one error line containing needle, and leave the outputs as they were. */
+static void expect_refused(const char *in, int code, const char *needle)
+{
+    tu_write_bytes(T("out.onnx"), "keep", 4);
+    tu_write_bytes(T("names.txt"), "keep", 4);
+    int rc = qcal("onnx-expose '%s' -o '%s' --list '%s'", T(in), T("out.onnx"), T("names.txt"));
+    if (rc != code)
+        fail_msg("onnx-expose %s: exit %d (want %d): %s", in, rc, code, err);
+    tu_expect_one_line(err, "qcal: onnx-expose: ", needle);
+    rc = qcal("qdq '%s' --table '%s' -o '%s'", T(in), T("table.json"), T("out.onnx"));
+    if (rc != code)
+        fail_msg("qdq %s: exit %d (want %d): %s", in, rc, code, err);
+    tu_expect_one_line(err, "qcal: qdq: ", needle);
+    char buf[16];
+    tu_slurp(T("out.onnx"), buf, sizeof buf);
+    assert_string_equal(buf, "keep");
+    tu_slurp(T("names.txt"), buf, sizeof buf);
+    assert_string_equal(buf, "keep");
+    assert_int_equal(tu_count_entries(tmp, ".tmp."), 0);
+}
+
+static void test_hostile(void **state)
+{
+    (void)state;
+    write_table(plain, 5, T("table.json"));
+    qcal_onnx_model *m = make_model(plain, 2);
+    save(m, "good.onnx");
+    void *buf;
+    size_t len;
+    OK(qcal_onnx_model_serialize(m, &buf, &len));
+    qcal_onnx_model_destroy(&m);
+    /* the good model works */
+    assert_int_equal(qcal("qdq '%s' --table '%s' -o '%s'", T("good.onnx"), T("table.json"), T("q.onnx")), 0);
+    /* truncated */
+    tu_write_bytes(T("trunc.onnx"), buf, len - 7);
+    expect_refused("trunc.onnx", 3, "malformed or truncated protobuf");
+    tu_write_bytes(T("empty.onnx"), buf, 0);
+    expect_refused("empty.onnx", 3, "is empty");
+    /* bit-flipped: the first tag byte becomes an invalid wire type */
+    uint8_t *flip = malloc(len);
+    memcpy(flip, buf, len);
+    flip[0] ^= 0xff;
+    tu_write_bytes(T("flip.onnx"), flip, len);
+    expect_refused("flip.onnx", 3, "not a valid ONNX model");
+    /* every single-byte flip: a clean error or a model that loads, never a crash */
+    int refused = 0, loaded = 0;
+    for (size_t i = 0; i < len; i++) {
+        memcpy(flip, buf, len);
+        flip[i] ^= (uint8_t)(0x5a + i);
+        qcal_onnx_model *r = (qcal_onnx_model *)(uintptr_t)0x1;
+        qcal_status st = qcal_onnx_model_parse(flip, len, &r);
+        if (st == QCAL_OK) {
+            loaded++;
+            char **names = NULL;
+            int64_t n = 0;
+            if (qcal_onnx_list(r, NULL, &names, &n) == QCAL_OK)
+                qcal_onnx_names_free(&names, n);
+            qcal_onnx_model_destroy(&r);
+        } else {
+            refused++;
+            assert_true(st < 0 && qcal_last_error()[0]);
+            assert_ptr_equal(r, (qcal_onnx_model *)(uintptr_t)0x1);
+        }
+    }
+    assert_int_equal(refused + loaded, (int)len);
+    assert_true(refused > 0);
+    free(flip);
+    qcal_free(buf);
+    /* a node reading a tensor nothing defines */
+    m = make_model(plain, 2);
+    OK(qcal_onnx_add_node(m, "Relu", "ghost", 1, (const char *[]){ "nowhere" }, 1,
+                          (const char *[]){ "g" }, NULL));
+    save(m, "missing_input.onnx");
+    qcal_onnx_model_destroy(&m);
+    expect_refused("missing_input.onnx", 3, "reads 'nowhere', which no graph input");
+    /* initializer data shorter than its shape */
+    m = make_model(plain, 2);
+    float few[3] = { 1, 2, 3 };
+    OK(qcal_onnx_add_initializer(m, "short", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 2, 2 }, few, sizeof few));
+    save(m, "short.onnx");
+    qcal_onnx_model_destroy(&m);
+    expect_refused("short.onnx", 3, "initializer 'short' holds 12 bytes of data, its shape needs 16");
+    /* external data escaping the model's directory */
+    char sub[256];
+    snprintf(sub, sizeof sub, "%s/m", tmp);
+    mkdir(sub, 0755);
+    float fw[64] = { 0 };
+    tu_write_bytes(T("outside.bin"), fw, sizeof fw);
+    const char *locs[] = { "../outside.bin", "/etc/hostname", "link.bin" };
+    const char *why[] = { "leaves the model's directory ('..')", "is an absolute path",
+                          "outside the model's directory" };
+    char link[300];
+    snprintf(link, sizeof link, "%s/link.bin", sub);
+    assert_int_equal(symlink(T("outside.bin"), link), 0);
+    for (int i = 0; i < 3; i++) {
+        m = make_model(plain, 2);
+        OK(qcal_onnx_initializer_set_external(m, "fw", locs[i], 0, 256));
+        char path[300];
+        snprintf(path, sizeof path, "m/ext%d.onnx", i);
+        save(m, path);
+        qcal_onnx_model_destroy(&m);
+        expect_refused(path, 3, why[i]);
+    }
+    /* zero-sized weight: qdq refuses (exit 3); expose has nothing against it */
+    m = make_model(plain, 2);
+    OK(qcal_onnx_add_initializer_float(m, "w0", 4, (int64_t[]){ 0, 1, 3, 3 }, NULL));
+    OK(qcal_onnx_add_node(m, "Conv", "conv0", 2, (const char *[]){ "x", "w0" }, 1,
+                          (const char *[]){ "z0" }, NULL));
+    save(m, "zero.onnx");
+    qcal_onnx_model_destroy(&m);
+    tu_write_bytes(T("out.onnx"), "keep", 4);
+    assert_int_equal(qcal("qdq '%s' --table '%s' -o '%s'", T("zero.onnx"), T("table.json"), T("out.onnx")), 3);
+    tu_expect_one_line(err, "qcal: qdq: ", "has no elements (a zero-sized dimension)");
+    char keep[8];
+    tu_slurp(T("out.onnx"), keep, sizeof keep);
+    assert_string_equal(keep, "keep");
+    /* opset 12 refused; a missing tensor with --strict; usage errors */
+    assert_int_equal(qcal("qdq '%s' --table '%s' -o '%s' --op-types Conv,LSTM", T("good.onnx"),
+                          T("table.json"), T("out.onnx")), 2);
+    tu_expect_one_line(err, "qcal: qdq: ", "op type 'LSTM' cannot be quantized");
+    assert_int_equal(qcal("qdq '%s' --table '%s' -o '%s' --weight-observer histogram", T("good.onnx"),
+                          T("table.json"), T("out.onnx")), 2);
+    assert_int_equal(qcal("qdq '%s' -o '%s'", T("good.onnx"), T("out.onnx")), 2);
+    assert_int_equal(qcal("qdq '%s' --table '%s' -o '%s' --profile tensorrt --profile ort", T("good.onnx"),
+                          T("table.json"), T("out.onnx")), 2);
+    write_table(plain, 2, T("table2.json"));   /* no "r", "f", "y" */
+    assert_int_equal(qcal("qdq '%s' --table '%s' -o '%s' --strict", T("good.onnx"), T("table2.json"),
+                          T("out.onnx")), 1);
+    tu_expect_one_line(err, "qcal: qdq: ", "2 tensors the profile quantizes are not in the table (--strict): 'r', 'f'");
+    assert_int_equal(qcal("qdq '%s' --table '%s' -o '%s'", T("good.onnx"), T("table2.json"), T("out.onnx")), 0);
+    tu_expect_one_line(err, "qcal: qdq: warning: ", "2 tensors missing from the table stay float: 'r', 'f'");
+    tu_slurp(T("out.onnx"), keep, sizeof keep);
+    assert_string_not_equal(keep, "keep");
+    /* an unwritable output: exit 4, nothing left behind */
+    assert_int_equal(qcal("qdq '%s' --table '%s' -o '%s'", T("good.onnx"), T("table.json"), T("nodir/out.onnx")), 4);
+    assert_int_equal(qcal("onnx-expose '%s' -o '%s'", T("nowhere.onnx"), T("out.onnx")), 3);
+    /* opset 12 */
+    qcal_onnx_model *o = NULL;
+    OK(qcal_onnx_model_load(T("good.onnx"), &o));
+    qcal_onnx_model_destroy(&o);
+}
+
+/* External data inside the model's directory (also in a subdirectory) loads and quantizes. */
+static void test_external_inside(void **state)
+{
+    (void)state;
+    write_table(plain, 5, T("table.json"));
+    char sub[256];
+    snprintf(sub, sizeof sub, "%s/ext/data", tmp);
+    mkdir(T("ext"), 0755);
+    mkdir(sub, 0755);
+    qcal_onnx_model *m = make_model(plain, 2);
+    float *fw;
+    OK(qcal_onnx_initializer_float(m, "fw", &fw, NULL));
+    uint8_t blob[16 + 256];
+    memset(blob, 0xee, 16);
+    memcpy(blob + 16, fw, 256);
+    tu_write_bytes(T("ext/data/w.bin"), blob, sizeof blob);
+    OK(qcal_onnx_initializer_set_external(m, "fw", "data/w.bin", 16, 256));
+    save(m, "ext/model.onnx");
+    qcal_onnx_model_destroy(&m);
+    qcal_onnx_model *r = NULL;
+    OK(qcal_onnx_model_load(T("ext/model.onnx"), &r));
+    float *back;
+    OK(qcal_onnx_initializer_float(r, "fw", &back, NULL));
+    assert_memory_equal(back, fw, 256);
+    qcal_free(back);
+    qcal_free(fw);
+    qcal_onnx_model_destroy(&r);
+    assert_int_equal(qcal("qdq '%s' --table '%s' -o '%s'", T("ext/model.onnx"), T("table.json"), T("q.onnx")), 0);
+    /* a short external file is a clear error */
+    tu_write_bytes(T("ext/data/w.bin"), blob, 100);
+    assert_int_equal(qcal("onnx-expose '%s' -o '%s'", T("ext/model.onnx"), T("e.onnx")), 3);
+    tu_expect_one_line(err, "qcal: onnx-expose: ", "does not hold 256 bytes at offset 16");
+}
+
+/* Saving past the external-data threshold writes PATH.data and reads back the same. */
+static void test_save_external(void **state)
+{
+    (void)state;
+    qcal_onnx_model *m = make_model(plain, 2);
+    qcal_onnx_save_options so;
+    qcal_onnx_save_options_default(&so);
+    so.external_threshold = 100;   /* force it on a small model */
+    so.external_min_bytes = 64;
+    OK(qcal_onnx_model_save(m, &so, T("big.onnx")));
+    struct stat sb;
+    assert_int_equal(stat(T("big.onnx.data"), &sb), 0);
+    assert_true(sb.st_size >= 256);
+    qcal_onnx_model *r = NULL;
+    OK(qcal_onnx_model_load(T("big.onnx"), &r));
+    void *a, *b;
+    size_t la, lb;
+    OK(qcal_onnx_model_serialize(m, &a, &la));
+    OK(qcal_onnx_model_serialize(r, &b, &lb));
+    assert_int_equal(la, lb);
+    assert_memory_equal(a, b, la);   /* the in-memory model is restored after the save */
+    qcal_free(a);
+    qcal_free(b);
+    qcal_onnx_model_destroy(&r);
+    qcal_onnx_model_destroy(&m);
+}
+
+/* JSON string literal of s into dst (quotes and backslashes escaped). */
+static void json_str(char *dst, size_t cap, const char *s)
+{
+    size_t o = 0;
+    dst[o++] = '"';
+    for (; *s && o + 3 < cap; s++) {
+        if (*s == '"' || *s == '\\')
+            dst[o++] = '\\';
+        dst[o++] = *s;
+    }
+    dst[o++] = '"';
+    dst[o] = '\0';
+}
+
+/* Names with spaces, slashes, colons, quotes and non-ASCII work through the whole chain. */
+static void test_names(void **state)
+{
+    (void)state;
+    static const char *const odd[] = {
+        "input 0:0", "/conv 1/Conv_output_0", "/re lu/\"q\"'s:0", "fl\xc3\xa4tten/\xe2\x9c\x93", "log:its",
+        "w/eight 1", "b:ias", "fc \"w\"",
+    };
+    qcal_onnx_model *m = make_model(odd, 2);
+    save(m, "odd.onnx");
+    qcal_onnx_model_destroy(&m);
+    assert_int_equal(qcal("onnx-expose '%s' -o '%s' --list '%s'", T("odd.onnx"), T("exp.onnx"), T("names.txt")), 0);
+    char list[1024];
+    tu_slurp(T("names.txt"), list, sizeof list);
+    char want[1024];
+    snprintf(want, sizeof want, "%s\n%s\n%s\n", odd[0], odd[2], odd[4]);
+    assert_string_equal(list, want);
+    /* a dump through manifest.json, calibrate, qdq */
+    mkdir(T("dump"), 0755);
+    char manifest[4096] = "{\"tensors\": [";
+    const int idx[3] = { 0, 2, 4 };
+    for (int i = 0; i < 3; i++) {
+        float x[4] = { -1.0f, 0.5f * (float)(i + 1), 2.0f, 0.0f };
+        char rel[32], path[64];
+        snprintf(rel, sizeof rel, "t%d.npy", i);
+        snprintf(path, sizeof path, "dump/%s", rel);
+        OK(qcal_npy_write(T(path), QCAL_NPY_F32, 1, (int64_t[]){ 4 }, x));
+        char js[256];
+        json_str(js, sizeof js, odd[idx[i]]);
+        char e[512];
+        snprintf(e, sizeof e, "%s{\"name\": %s, \"role\": \"activation\", \"files\": [\"%s\"]}", i ? ", " : "", js, rel);
+        strcat(manifest, e);
+    }
+    strcat(manifest, "]}");
+    tu_write_bytes(T("dump/manifest.json"), manifest, strlen(manifest));
+    assert_int_equal(qcal("calibrate '%s' -o '%s' --format json --observer minmax", T("dump"), T("t.json")), 0);
+    for (int p = 0; p < 2; p++) {
+        const char *prof = p ? "tensorrt" : "ort";
+        assert_int_equal(qcal("qdq '%s' --table '%s' -o '%s' --profile %s --strict", T("odd.onnx"), T("t.json"),
+                              T("q.onnx"), prof), p ? 1 : 0);   /* tensorrt also wants the Flatten output */
+        if (p)
+            tu_expect_one_line(err, "qcal: qdq: ", "'fl\xc3\xa4tten/\xe2\x9c\x93'");
+    }
+    qcal_onnx_model *q = NULL;
+    OK(qcal_onnx_model_load(T("q.onnx"), &q));
+    char sc[256];
+    snprintf(sc, sizeof sc, "%s_scale", odd[2]);
+    float *s;
+    OK(qcal_onnx_initializer_float(q, sc, &s, NULL));
+    qcal_free(s);
+    const char *o;
+    OK(qcal_onnx_output_at(q, 0, &o));
+    assert_string_equal(o, odd[4]);
+    qcal_onnx_model_destroy(&q);
+    if (have_checker()) {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd,
+                 "/usr/bin/python3 -c 'import onnx,sys; [onnx.checker.check_model(onnx.load(p), full_check=True) for p in sys.argv[1:]]' '%s' '%s'",
+                 T("q.onnx"), T("exp.onnx"));
+        assert_int_equal(system(cmd), 0);
+    } else {
+        printf("skipping onnx.checker: /usr/bin/python3 with onnx (python3-onnx) is not installed\n");
+    }
+    /* a line break in a name: --list cannot hold it (exit 1); expose alone works */
+    static const char *const nl[] = { "in\nput", "c", "r", "f", "y", "w", "b", "fw" };
+    m = make_model(nl, 2);
+    save(m, "nl.onnx");
+    qcal_onnx_model_destroy(&m);
+    assert_int_equal(qcal("onnx-expose '%s' -o '%s' --list '%s'", T("nl.onnx"), T("e.onnx"), T("n.txt")), 1);
+    tu_expect_one_line(err, "qcal: onnx-expose: ", "holds a line break");
+    assert_int_equal(access(T("n.txt"), F_OK), -1);
+    assert_int_equal(qcal("onnx-expose '%s' -o '%s'", T("nl.onnx"), T("e.onnx")), 0);
+}
+
+int main(void)
+{
+    if (!qcal_onnx_available()) {
+        printf("skipping: qcal was built without ONNX support (meson -Donnx)\n");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hostile),
+        cmocka_unit_test(test_external_inside),
+        cmocka_unit_test(test_save_external),
+        cmocka_unit_test(test_names),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
