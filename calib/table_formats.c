@@ -317,6 +317,30 @@ static qcal_status fmt_ncnn(const qcal_calib_table *t, qcal_buf *b, skipped *sk)
     return QCAL_OK;
 }
 
+qcal_status qcal_calib_table_export_count(const qcal_calib_table *t, qcal_calib_format format,
+                                          const qcal_calib_export_options *opt, int64_t *n)
+{
+    if (!t || !n)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "table or output is NULL");
+    if ((unsigned)format > QCAL_CALIB_FORMAT_NCNN)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "unknown table format %d", (int)format);
+    if (format == QCAL_CALIB_FORMAT_JSON) {
+        *n = t->n;
+        return QCAL_OK;
+    }
+    bool skip_names = opt && opt->skip_unrepresentable;
+    int64_t c = 0;
+    for (int64_t i = 0; i < t->n; i++) {
+        const qcal_calib_entry *e = &t->e[i];
+        if (e->no_data ||
+            (format != QCAL_CALIB_FORMAT_NCNN && e->role != QCAL_CALIB_ROLE_ACTIVATION))
+            continue;
+        c += !skip_names || qcal_calib_format_holds_name(format, e->fqn, NULL);
+    }
+    *n = c;
+    return QCAL_OK;
+}
+
 qcal_status qcal_calib_table_format_file(const qcal_calib_table *t, qcal_calib_format format,
                                          int file, const qcal_calib_export_options *opt,
                                          char **buf, size_t *len)

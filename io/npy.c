@@ -266,6 +266,11 @@ static qcal_status parse_dict(hparser *h, npy_header *hd)
 static qcal_status parse_prefix(const uint8_t *buf, size_t len, const char *name, size_t *prefix,
                                 size_t *hlen)
 {
+    if (len == 0)
+        return qcal_error(QCAL_ERR_FORMAT, "'%s' is empty (0 bytes): not a .npy file", name);
+    if (len < NPY_MAGIC_LEN && memcmp(buf, NPY_MAGIC, len) == 0)
+        return qcal_error(QCAL_ERR_FORMAT, "'%s': truncated .npy magic string (%zu bytes)",
+                          name, len);
     if (len < NPY_MAGIC_LEN || memcmp(buf, NPY_MAGIC, NPY_MAGIC_LEN) != 0)
         return qcal_error(QCAL_ERR_FORMAT, "'%s': not a .npy file (bad magic string)", name);
     if (len < 8)

@@ -204,9 +204,9 @@ static void one_bar(int np)
     assert_int_equal(system(cmd), 0);
     char *t = tu_read_file(typescript, NULL);
     /* Every bar starts at "] 0/" and is cleared by "\r\033[K" at the end. */
-    if (count(t, "] 0/") != 1 || count(t, "qcal calibrate: wrote") != 1)
+    if (count(t, "] 0/") != 1 || count(t, "qcal: calibrate: wrote") != 1)
         fail_msg("np %d under a terminal: %d progress bars, %d summary lines:\n%s", np,
-                 count(t, "] 0/"), count(t, "qcal calibrate: wrote"), t);
+                 count(t, "] 0/"), count(t, "qcal: calibrate: wrote"), t);
     free(t);
 }
 

@@ -331,7 +331,7 @@ static void test_calibrate_split(void **state)
                 assert_int_equal(qcal("merge %s -o merged.%s --format %s",
                                       order ? "b.state a.state" : "a.state b.state", fmts[f],
                                       fmts[f]), 0);
-                assert_non_null(strstr(out, "qcal merge: wrote merged."));
+                assert_non_null(strstr(out, "qcal: merge: wrote merged."));
                 /* onnxruntime writes ONNX Runtime's three files into a directory */
                 static const char *const ort[] = { "/calibration.json",
                                                    "/calibration.flatbuffers",

@@ -16,6 +16,25 @@ void cli_parser_init(cli_parser *p, int argc, char **argv)
     p->argv = argv;
     p->i = 1;
     p->positional_only = false;
+    p->nseen = 0;
+}
+
+/* A second value for a single-valued option: reported, true. Observer options are left to
+ * qcal_observer_config_apply ("observer given twice"), which also sees the rules' keys. */
+static bool repeated(cli_parser *p, const cli_opt *o)
+{
+    if (!o->has_value || o->has_value == CLI_REPEATED ||
+        (o->id >= CLI_OBS_BASE && o->id < CLI_OBS_BASE + 2 * CLI_OBS_MAX))
+        return false;
+    for (int k = 0; k < p->nseen; k++)
+        if (p->seen[k] == o->id) {
+            cli_fail(p->cmd, QCAL_EXIT_USAGE, "--%s given twice (it takes one value)",
+                     o->name);
+            return true;
+        }
+    if (p->nseen < CLI_SEEN_MAX)
+        p->seen[p->nseen++] = o->id;
+    return false;
 }
 
 /* '-' and '_' are the same character in option names (as in observer keys). */
@@ -131,14 +150,13 @@ int cli_next(cli_parser *p, const cli_opt *opts, const char **value)
     }
     if (inline_val) {
         *value = inline_val;
-        return o->id;
-    }
-    if (p->i >= p->argc) {
+    } else if (p->i >= p->argc) {
         cli_fail(p->cmd, QCAL_EXIT_USAGE, "option '--%s' needs a value", o->name);
         return CLI_ERROR;
+    } else {
+        *value = p->argv[p->i++];
     }
-    *value = p->argv[p->i++];
-    return o->id;
+    return repeated(p, o) ? CLI_ERROR : o->id;
 }
 
 static cli_error_sink error_sink;
@@ -150,17 +168,63 @@ void cli_set_error_sink(cli_error_sink fn, void *user)
     error_sink_user = user;
 }
 
-static void vreport(const char *cmd, const char *fmt, va_list ap)
+/* The message of one line: newlines become spaces, and a leading "<cmd>: " (a library
+ * message that names its function, "quantize: scale 0 must be > 0") is dropped, since the
+ * line already says "qcal: <cmd>: "; "<cmd> WORD: " ("fakequant learnable: ...") keeps
+ * "WORD: ". */
+static const char *one_line(const char *cmd, char *msg, size_t cap, const char *fmt,
+                            va_list ap)
 {
-    char msg[2048];
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vsnprintf(msg, cap, fmt, ap);
     for (char *c = msg; *c; c++)
         if (*c == '\n' || *c == '\r')
             *c = ' ';
+    size_t n = strlen(cmd);
+    const char *m = msg;
+    for (;;) {
+        if (!n || strncmp(m, cmd, n))
+            return m;
+        if (m[n] == ':' && m[n + 1] == ' ') {
+            m += n + 2;
+        } else if (m[n] == ' ') {
+            size_t w = strcspn(m + n + 1, " :");
+            if (w == 0 || m[n + 1 + w] != ':' || m[n + 2 + w] != ' ')
+                return m;
+            m += n + 1;
+        } else {
+            return m;
+        }
+    }
+}
+
+static void vreport(const char *cmd, const char *fmt, va_list ap)
+{
+    char buf[2048];
+    const char *msg = one_line(cmd, buf, sizeof buf, fmt, ap);
     if (error_sink)
         error_sink(error_sink_user, cmd, msg);
     else
         fprintf(stderr, "qcal: %s: %s\n", cmd, msg);
+}
+
+void cli_warn(const char *cmd, const char *fmt, ...)
+{
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    const char *msg = one_line(cmd, buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "qcal: %s: warning: %s\n", cmd, msg);
+}
+
+void cli_note(const char *cmd, const char *fmt, ...)
+{
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    const char *msg = one_line(cmd, buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "qcal: %s: note: %s\n", cmd, msg);
 }
 
 int cli_fail(const char *cmd, int code, const char *fmt, ...)
@@ -443,8 +507,8 @@ int cli_safetensors_each(const char *cmd, const char *path, cli_tensor_fn fn, vo
         qcal_safetensors_tensor_info info;
         qcal_safetensors_info(st, i, &info);
         if (info.dtype == QCAL_SAFETENSORS_OTHER) {
-            fprintf(stderr, "qcal: %s: skipping '%s' (dtype %s)\n", cmd, info.name,
-                    info.dtype_name);
+            cli_warn(cmd, "skipping '%s' (dtype %s, not a float dtype qcal reads)", info.name,
+                     info.dtype_name);
             continue;
         }
         rc = fn(ctx, st, i, &info);

@@ -37,11 +37,15 @@
 #define CLI_PRINTF(a, b)
 #endif
 
-/* One long option "--name" (also "--name=value"), optional short alias "-c". */
+/* One long option "--name" (also "--name=value"), optional short alias "-c". An option
+ * with a value may be given once: a second "--name V" (or its short alias) is a usage
+ * error, as a repeated observer option is, unless the row opts in with CLI_REPEATED. */
+enum { CLI_REPEATED = 2 };
 typedef struct cli_opt {
     const char *name;    /* without the dashes; NULL ends a table */
     char short_name;     /* 0: none */
-    bool has_value;      /* true: takes one value ("--name V" or "--name=V") */
+    int has_value;       /* false: a flag; true: takes one value ("--name V" or "--name=V");
+                          * CLI_REPEATED: one value each time, and may be given again */
     int id;              /* > 0, returned by cli_next; ids >= CLI_OBS_BASE are reserved */
 } cli_opt;
 
@@ -55,24 +59,31 @@ extern const cli_opt *const cmd_observe_opts, *const cmd_quantize_opts,
 /* cli_next results besides option ids. */
 enum { CLI_END = 0, CLI_POSITIONAL = -1, CLI_ERROR = -2 };
 
+enum { CLI_SEEN_MAX = 64 };
+
 typedef struct cli_parser {
     const char *cmd;     /* subcommand name, for messages */
     int argc;
     char **argv;
     int i;               /* next argv index */
     bool positional_only;/* seen "--" */
+    int seen[CLI_SEEN_MAX]; /* ids of the single-valued options given so far */
+    int nseen;
 } cli_parser;
 
 /* Starts parsing argv[1..] of a subcommand (argv[0] is its name). */
 void cli_parser_init(cli_parser *p, int argc, char **argv);
 
 /* Next option id (value in *value, NULL for flags), CLI_POSITIONAL (argument in *value),
- * CLI_END, or CLI_ERROR after reporting an unknown option, a missing value or a value given
- * to a flag. "-" alone is positional; "--" ends options. */
+ * CLI_END, or CLI_ERROR after reporting an unknown option, a missing value, a value given
+ * to a flag or a second value for an option that takes one (unless CLI_REPEATED; the
+ * observer options are checked by the library's key table, with the same rule). "-" alone
+ * is positional; "--" ends options. */
 int cli_next(cli_parser *p, const cli_opt *opts, const char **value);
 
 /* Reports "qcal: <cmd>: <message>" (one line; newlines in the message become spaces) and
- * returns code. */
+ * returns code. A message that already starts with "<cmd>: " (a library message naming the
+ * function, e.g. "quantize: scale 0 must be > 0") is printed without that second prefix. */
 int cli_fail(const char *cmd, int code, const char *fmt, ...) CLI_PRINTF(3, 4);
 
 /* Where cli_fail's lines go: NULL (the default) prints "qcal: CMD: MESSAGE" on stderr; a
@@ -82,6 +93,12 @@ void cli_set_error_sink(cli_error_sink fn, void *user);
 
 /* Reports qcal_last_error() (or the status name if it is empty) and returns code. */
 int cli_fail_status(const char *cmd, int code, qcal_status st);
+
+/* Every other line of a subcommand on stderr has the form of its errors:
+ * "qcal: <cmd>: warning: <message>" (something was left out or is suspicious; the run goes
+ * on) and "qcal: <cmd>: note: <message>" (information). One line each. */
+void cli_warn(const char *cmd, const char *fmt, ...) CLI_PRINTF(2, 3);
+void cli_note(const char *cmd, const char *fmt, ...) CLI_PRINTF(2, 3);
 
 /* Strict numbers: the whole string must parse; no NaN/Inf; range checked. On failure a
  * usage error naming the option is reported and QCAL_EXIT_USAGE returned; else 0. */
@@ -170,8 +187,8 @@ int cli_write_npy(const char *cmd, const char *path, qcal_npy_dtype dtype, int32
 typedef int (*cli_tensor_fn)(void *ctx, qcal_safetensors *st, int64_t i,
                              const qcal_safetensors_tensor_info *info);
 
-/* Opens path and calls fn for each tensor in file order, passing over (with a "skipping"
- * line on stderr) tensors of a dtype qcal does not read, until fn returns non-zero.
+/* Opens path and calls fn for each tensor in file order, passing over (with a "warning:
+ * skipping" line on stderr) tensors of a dtype qcal does not read, until fn returns non-zero.
  * Returns fn's code, QCAL_EXIT_INPUT (reported) when the file cannot be opened, or 0. */
 int cli_safetensors_each(const char *cmd, const char *path, cli_tensor_fn fn, void *ctx);
 

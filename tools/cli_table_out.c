@@ -69,6 +69,37 @@ void cli_table_out_formats(const cli_table_out *o, char *dst, size_t cap)
                               qcal_calib_format_name(o->formats[i]));
 }
 
+/* The algorithm names of TensorRT's calibration cache headers (nvinfer1::CalibrationAlgoType:
+ * kENTROPY_CALIBRATION_2, kMINMAX_CALIBRATION, kENTROPY_CALIBRATION, kLEGACY_CALIBRATION). */
+static const char *const trt_algorithms[] = { "EntropyCalibration2", "MinMaxCalibration",
+                                              "EntropyCalibration", "LegacyCalibration" };
+
+/* --trt-version: the header's number ("8601", "100300") as given, or the version users write
+ * ("8.6.1", "10.3.0") turned into it: major*1000 + minor*100 + patch before TensorRT 10,
+ * major*10000 + minor*100 + patch from 10 on (NV_TENSORRT_VERSION). Reports and returns
+ * QCAL_EXIT_USAGE for anything else. */
+static int trt_version(const char *cmd, cli_table_out *o)
+{
+    const char *v = o->xo.trt_version;
+    size_t n = strlen(v);
+    if (n > 0 && n <= 9 && strspn(v, "0123456789") == n && v[0] != '0')
+        return 0;
+    unsigned major, minor, patch;
+    int used = 0;
+    if (n > 0 && n < 16 && strspn(v, "0123456789.") == n &&
+        sscanf(v, "%u.%u.%u%n", &major, &minor, &patch, &used) == 3 && (size_t)used == n &&
+        major >= 1 && major < 100 && minor < (major < 10 ? 10u : 100u) && patch < 100) {
+        unsigned long num = major < 10 ? major * 1000ul + minor * 100ul + patch
+                                       : major * 10000ul + minor * 100ul + patch;
+        snprintf(o->trt_version, sizeof o->trt_version, "%lu", num);
+        o->xo.trt_version = o->trt_version;
+        return 0;
+    }
+    return cli_fail(cmd, QCAL_EXIT_USAGE, "--trt-version: '%s' is neither a TensorRT version "
+                    "MAJOR.MINOR.PATCH (8.6.1, 10.3.0) nor the header's number (8601, 100300)",
+                    v);
+}
+
 /* The directory part of path ("." when none). */
 static void dir_of(const char *path, char *dst, size_t cap)
 {
@@ -90,16 +121,18 @@ int cli_table_out_check(const char *cmd, cli_table_out *o)
         o->nformats = 1;
     }
     /* The TensorRT header options are checked here, before any work. */
-    for (const char *p = o->xo.trt_version; *p; p++)
-        if (*p < '0' || *p > '9')
-            return cli_fail(cmd, QCAL_EXIT_USAGE, "--trt-version: '%s' is not all digits",
-                            o->xo.trt_version);
-    if (!o->xo.trt_version[0] ||
-        (o->xo.trt_algorithm && (!o->xo.trt_algorithm[0] ||
-                                 strpbrk(o->xo.trt_algorithm, "\n\r -"))))
-        return cli_fail(cmd, QCAL_EXIT_USAGE, "--trt-version/--trt-algorithm: the TensorRT "
-                        "header needs a version and an algorithm without spaces, dashes or "
-                        "line breaks");
+    if (trt_version(cmd, o))
+        return QCAL_EXIT_USAGE;
+    if (o->xo.trt_algorithm) {
+        bool known = false;
+        for (size_t i = 0; i < sizeof trt_algorithms / sizeof trt_algorithms[0]; i++)
+            known |= !strcmp(o->xo.trt_algorithm, trt_algorithms[i]);
+        if (!known)
+            return cli_fail(cmd, QCAL_EXIT_USAGE, "--trt-algorithm: unknown algorithm '%s' "
+                            "(expected one of %s, %s, %s, %s)", o->xo.trt_algorithm,
+                            trt_algorithms[0], trt_algorithms[1], trt_algorithms[2],
+                            trt_algorithms[3]);
+    }
     if (cli_output_is_stdout(o->out) && cli_table_out_is_dir(o))
         return cli_fail(cmd, QCAL_EXIT_USAGE, "-o - writes one stream: give one single-file "
                         "format (json, tensorrt or ncnn), not a directory's files");

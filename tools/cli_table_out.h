@@ -42,11 +42,12 @@ enum {
     "                           calibration.flatbuffers + calibration.cache (ONNX Runtime's\n" \
     "                           three files; onnxruntime always writes to a directory),\n"     \
     "                           ncnn.table. All files are written or none.\n"                  \
-    "  --trt-version V          TensorRT cache header version (default 8601 = 8.6.1;\n"        \
-    "                           TensorRT 10.x: major*10000+minor*100+patch, e.g. 100300)\n"    \
-    "  --trt-algorithm A        TensorRT header algorithm (default: MinMaxCalibration when\n"  \
-    "                           every activation has a min/max observer, else\n"               \
-    "                           EntropyCalibration2)\n"                                        \
+    "  --trt-version V          the TensorRT that reads the cache: 8.6.1, 10.3.0, ... or\n"   \
+    "                           the header's number (8601, 100300); default 8601 (8.6.1)\n"   \
+    "  --trt-algorithm A        TensorRT header algorithm: EntropyCalibration2,\n"            \
+    "                           MinMaxCalibration, EntropyCalibration or LegacyCalibration\n" \
+    "                           (default: MinMaxCalibration when every activation has a\n"    \
+    "                           min/max observer, else EntropyCalibration2)\n"                \
     "  --skip-unrepresentable   leave out (with a warning) names a format cannot hold\n"       \
     "                           instead of failing with exit 1 (docs/calibration.md)\n"
 
@@ -57,6 +58,7 @@ typedef struct cli_table_out {
     qcal_calib_format formats[CLI_TABLE_OUT_MAX];
     int nformats;                 /* 0 until --format: json */
     qcal_calib_export_options xo;
+    char trt_version[16];         /* --trt-version 8.6.1 turned into the header's 8601 */
     bool not_writer;              /* another process writes OUT: check usage only */
     bool no_data_warned;          /* entries without data were already named (calibrate
                                    * --allow-empty): no summary warning per format */

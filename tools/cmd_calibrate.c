@@ -78,7 +78,7 @@ enum { OPT_HELP = 1, OPT_RULES, OPT_WEIGHTS, OPT_SAVE_STATE, OPT_ALLOW_EMPTY };
 static const cli_opt opts[] = {
     { "help", 'h', false, OPT_HELP },
     { "rules", 0, true, OPT_RULES },
-    { "weights", 0, true, OPT_WEIGHTS },
+    { "weights", 0, CLI_REPEATED, OPT_WEIGHTS },
     { "save-state", 0, true, OPT_SAVE_STATE },
     { "allow-empty", 0, false, OPT_ALLOW_EMPTY },
     CLI_TABLE_OUT_OPTS,
@@ -172,6 +172,34 @@ static int make_rules(const char *cmd, const calib_args *a, qcal_calib_rules **r
     return 0;
 }
 
+/* Observer options given with a rules file that matches every activation of the dump first
+ * (first match wins) change nothing: one note says so. */
+static void note_unused_observer_opts(const char *cmd, const calib_args *a,
+                                      const qcal_calib_rules *rules, const qcal_calib_dump *dump)
+{
+    int64_t nrules = 0, n = 0, nact = 0;
+    if (!a->have_obs_opts || !a->rules_path || !dump ||
+        qcal_calib_rules_count(rules, &nrules) != QCAL_OK ||
+        qcal_calib_dump_count(dump, &n) != QCAL_OK)
+        return;
+    for (int64_t i = 0; i < n; i++) {
+        qcal_calib_dump_tensor t;
+        qcal_observer_config cfg;
+        int64_t rule = -1;
+        if (qcal_calib_dump_tensor_at(dump, i, &t) != QCAL_OK ||
+            t.role != QCAL_CALIB_ROLE_ACTIVATION)
+            continue;
+        nact++;
+        if (qcal_calib_rules_match(rules, t.name, t.role, &cfg, &rule) != QCAL_OK ||
+            rule == nrules - 1)
+            return;   /* the observer options' catch-all rule (the last) is used */
+    }
+    if (nact)
+        cli_note(cmd, "the observer options change nothing: a rule of '%s' matches each of "
+                 "the %lld activations first (first match wins)", a->rules_path,
+                 (long long)nact);
+}
+
 /* A .safetensors file inside the dump is not a dump: say so unless --weights reads it. */
 static void note_safetensors(const char *cmd, const calib_args *a)
 {
@@ -189,9 +217,8 @@ static void note_safetensors(const char *cmd, const calib_args *a)
             given = !strcmp(base ? base + 1 : a->weights[i], de->d_name);
         }
         if (!given)
-            fprintf(stderr, "qcal: %s: note: '%s/%s' is not read as a dump; pass --weights "
-                    "%s/%s to calibrate its weights\n", cmd, a->dir, de->d_name, a->dir,
-                    de->d_name);
+            cli_note(cmd, "'%s/%s' is not read as a dump; pass --weights %s/%s to calibrate "
+                     "its weights", a->dir, de->d_name, a->dir, de->d_name);
     }
     closedir(d);
 }
@@ -548,8 +575,10 @@ static int calibrate(int argc, char **argv, cli_dist *dist)
         goto done;
     if (a.dir && (rc = scan_dump(cmd, a.dir, &dump)))
         goto done;
-    if (a.dir && writer)
+    if (a.dir && writer) {
         note_safetensors(cmd, &a);
+        note_unused_observer_opts(cmd, &a, rules, dump);
+    }
     if (dump) {
         int64_t total = 0;
         qcal_calib_dump_file_count(dump, &total);
@@ -622,7 +651,7 @@ fed:
     /* With an output on stdout (-o -, --save-state -) the summary goes to stderr. */
     FILE *say = cli_output_is_stdout(a.out.out) || cli_output_is_stdout(a.save_state) ? stderr
                                                                                       : stdout;
-    fprintf(say, "qcal calibrate: wrote %s (%s): %lld activations, %lld weights from %ld files",
+    fprintf(say, "qcal: calibrate: wrote %s (%s): %lld activations, %lld weights from %ld files",
             a.out.out, fmts, (long long)(n - nw), (long long)nw, files);
     if (a.nweights)
         fprintf(say, " and %ld safetensors weights (%ld tensors under 2 dimensions skipped)",

@@ -13,7 +13,9 @@ static const char help[] =
     "\n"
     "Reads a native qcal table (written by 'qcal calibrate --format json') and writes it in\n"
     "the listed formats, byte for byte what 'qcal calibrate' writes when asked for those\n"
-    "formats directly, so one calibration serves every engine.\n"
+    "formats directly, so one calibration serves every engine. --format is required. The\n"
+    "summary line counts the entries each format holds (TensorRT and ONNX Runtime: the\n"
+    "activations with data; ncnn: weights and activations with data; json: all).\n"
     "\n"
     "options:\n"
     CLI_TABLE_OUT_HELP
@@ -58,6 +60,9 @@ int cmd_convert(int argc, char **argv)
     }
     if (!in)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "no input table (see 'qcal convert --help')");
+    if (out.nformats == 0)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "no --format: say which formats to write "
+                        "(json, tensorrt, onnxruntime, ncnn)");
     if ((rc = cli_table_out_check(cmd, &out)))
         return rc;
     qcal_calib_table *t = NULL;
@@ -67,14 +72,20 @@ int cmd_convert(int argc, char **argv)
                                                              : QCAL_EXIT_INPUT, st);
     rc = cli_table_out_write(cmd, &out, t);
     if (!rc) {
-        int64_t n = 0;
-        qcal_calib_table_count(t, &n);
-        char fmts[128];
-        cli_table_out_formats(&out, fmts, sizeof fmts);
+        /* what each format holds: "tensorrt: 3 entries, ncnn: 5 entries" */
+        char counts[512];
+        size_t k = 0;
+        counts[0] = '\0';
+        for (int i = 0; i < out.nformats && k < sizeof counts; i++) {
+            int64_t n = 0;
+            qcal_calib_table_export_count(t, out.formats[i], &out.xo, &n);
+            k += (size_t)snprintf(counts + k, sizeof counts - k, "%s%s: %lld entr%s",
+                                  i ? ", " : "", qcal_calib_format_name(out.formats[i]),
+                                  (long long)n, n == 1 ? "y" : "ies");
+        }
         /* With -o - the table is stdout: the summary goes to stderr. */
         FILE *say = cli_output_is_stdout(out.out) ? stderr : stdout;
-        fprintf(say, "qcal convert: wrote %s (%s): %lld entries from %s\n", out.out, fmts,
-                (long long)n, in);
+        fprintf(say, "qcal: convert: wrote %s (%s) from %s\n", out.out, counts, in);
         if (fflush(say) != 0)
             rc = QCAL_EXIT_OUTPUT;
     }

@@ -4,6 +4,7 @@
  * and/or the merged session state. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli_common.h"
 #include "cli_state.h"
@@ -29,6 +30,9 @@ static const char help[] =
     "  --save-state OUT         also save the merged state to OUT (atomically)\n"
     "session states, the table output of 'qcal calibrate':\n"
     CLI_TABLE_OUT_HELP    "  -h, --help               this help\n"
+    "\n"
+    "The same file given twice is refused (exit 2); two files with the same digest (a copy:\n"
+    "the same data counted twice) are merged with a warning.\n"
     "\n"
     "Exit codes: 3 when a STATE cannot be read, is malformed, truncated or of another\n"
     "version, or when the states do not merge (observer and session states mixed, different\n"
@@ -60,6 +64,62 @@ static int merge_failed(const char *cmd, qcal_status st, const char *path, const
     return cli_fail(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT,
                     "'%s' does not merge with '%s': %s", path, first,
                     *msg ? msg : qcal_status_str(st));
+}
+
+/* The digest of a state file's content (what 'qcal observe' prints as digest, or the
+ * session's qcal_calib_session_digest); "" when it does not load (reported later). */
+static void state_digest(cli_state_kind kind, const void *buf, size_t len, char hex[65])
+{
+    hex[0] = '\0';
+    if (kind == CLI_STATE_OBSERVER) {
+        qcal_observer *o = NULL;
+        if (qcal_observer_load(buf, len, &o) == QCAL_OK && qcal_observer_digest(o, hex) != QCAL_OK)
+            hex[0] = '\0';
+        qcal_observer_destroy(&o);
+    } else {
+        qcal_calib_session *s = NULL;
+        if (qcal_calib_session_load(buf, len, NULL, &s) == QCAL_OK &&
+            qcal_calib_session_digest(s, hex) != QCAL_OK)
+            hex[0] = '\0';
+        qcal_calib_session_destroy(&s);
+    }
+}
+
+/* The same file given twice (same device and inode, whatever the spelling) is refused: its
+ * data would be counted twice. Two files with the same digest hold the same data (a copy):
+ * merged, with a warning. */
+static int check_duplicates(const char *cmd, const char **paths, int n, void **bufs,
+                            size_t *lens, cli_state_kind kind)
+{
+    struct stat *sb = calloc((size_t)n, sizeof *sb);
+    char (*dig)[65] = calloc((size_t)n, sizeof *dig);
+    int rc = 0;
+    if (!sb || !dig) {
+        rc = cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n && !rc; i++) {
+        if (stat(paths[i], &sb[i]) != 0)
+            continue;   /* it was read: a vanished path is not a duplicate */
+        for (int j = 0; j < i && !rc; j++)
+            if (sb[j].st_dev == sb[i].st_dev && sb[j].st_ino == sb[i].st_ino)
+                rc = cli_fail(cmd, QCAL_EXIT_USAGE, "'%s' and '%s' are the same file: each "
+                              "state may be merged once (its data would count twice)",
+                              paths[j], paths[i]);
+    }
+    for (int i = 0; i < n && !rc; i++) {
+        state_digest(kind, bufs[i], lens[i], dig[i]);
+        for (int j = 0; j < i && dig[i][0]; j++)
+            if (!strcmp(dig[i], dig[j])) {
+                cli_warn(cmd, "'%s' and '%s' have the same digest %.16s...: the same data "
+                         "is counted twice", paths[j], paths[i], dig[i]);
+                break;
+            }
+    }
+done:
+    free(sb);
+    free(dig);
+    return rc;
 }
 
 static int merge_observers(const char *cmd, const char **paths, int n, void **bufs,
@@ -159,7 +219,7 @@ static int merge_sessions(const char *cmd, const char **paths, int n, void **buf
             /* With an output on stdout (-o -, --save-state -) the summary goes to stderr. */
             FILE *say = cli_output_is_stdout(to->out) || cli_output_is_stdout(save) ? stderr
                                                                                     : stdout;
-            fprintf(say, "qcal merge: wrote %s (%s): %lld activations, %lld weights from %d "
+            fprintf(say, "qcal: merge: wrote %s (%s): %lld activations, %lld weights from %d "
                     "states; %llu non-finite values skipped; digest %s\n", to->out, fmts,
                     (long long)(cnt - nw), (long long)nw, n, (unsigned long long)nonfinite,
                     digest);
@@ -233,6 +293,8 @@ int cmd_merge(int argc, char **argv)
             goto done;
         }
     }
+    if ((rc = check_duplicates(cmd, paths, n, bufs, lens, k0)))
+        goto done;
     if (k0 == CLI_STATE_OBSERVER) {
         if (to.out || have_out_opts) {
             rc = cli_fail(cmd, QCAL_EXIT_USAGE, "-o, --format and --trt-* are for session states; "

@@ -83,7 +83,7 @@ int cmd_report(int argc, char **argv)
                                                                                       : stdout;
         int64_t n = 0;
         qcal_numeric_eval_count(ev, &n);
-        fprintf(say, "qcal report: wrote %s (%lld tensors)\n", a.out, (long long)n);
+        fprintf(say, "qcal: report: wrote %s (%lld tensors)\n", a.out, (long long)n);
         if (fflush(say) != 0)
             rc = QCAL_EXIT_OUTPUT;
     }

@@ -17,9 +17,11 @@
 static const char help[] =
     "usage: qcal stats [--csv PATH] [--summary] FILE.safetensors|FILE.npy|DUMPDIR ...\n"
     "\n"
-    "Prints one line per tensor (t=param, c=<counter>, fqn, op, extra=<shape>, min, max,\n"
-    "absmax, avg, std; nonfinite=N when NaN/Inf were skipped; a tensor without finite\n"
-    "values prints n=0 and empty statistics). Safetensors files are\n"
+    "Prints one line per tensor (t=param for tensors of .safetensors and .npy files and\n"
+    "weights of a dump, t=act for a dump's activations; c=<counter>, fqn, op, extra=<shape>,\n"
+    "min, max, absmax, avg, std; nonfinite=N when NaN/Inf were skipped; a tensor without\n"
+    "finite values prints n=0 and empty statistics). When several inputs hold a tensor of\n"
+    "the same name, its lines name the input: fqn='INPUT:NAME'. Safetensors files are\n"
     "memory-mapped and streamed in chunks of 1 Mi elements, so files larger than memory\n"
     "work; F32, F16, BF16 and F64 tensors are read, other dtypes are skipped with a note\n"
     "on stderr. A .npy file is one tensor named after the file. A dump directory (as\n"
@@ -68,10 +70,86 @@ static int add_summary(qcal_numeric_summary *sum, const char *name, int32_t ndim
     return st == QCAL_OK ? 0 : cli_fail_status("stats", QCAL_EXIT_FAILURE, st);
 }
 
+/* Names held by several inputs: sorted (name, input) pairs of every input. */
+typedef struct name_ref {
+    char *name;
+    int file;
+} name_ref;
+
+typedef struct name_index {
+    name_ref *v;
+    int64_t n, cap;
+} name_index;
+
+static int name_ref_cmp(const void *a, const void *b)
+{
+    const name_ref *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->file > y->file) - (x->file < y->file);
+}
+
+static void index_add(name_index *ix, const char *name, int file)
+{
+    if (ix->n == ix->cap) {
+        int64_t nc = ix->cap ? ix->cap * 2 : 64;
+        name_ref *nv = realloc(ix->v, (size_t)nc * sizeof *nv);
+        if (!nv)
+            return;   /* out of memory: names stay unqualified */
+        ix->v = nv;
+        ix->cap = nc;
+    }
+    char *d = strdup(name);
+    if (d)
+        ix->v[ix->n++] = (name_ref){ d, file };
+}
+
+static void index_free(name_index *ix)
+{
+    for (int64_t i = 0; i < ix->n; i++)
+        free(ix->v[i].name);
+    free(ix->v);
+    memset(ix, 0, sizeof *ix);
+}
+
+/* True when another input than `file` holds a tensor named name. */
+static bool held_elsewhere(const name_index *ix, const char *name, int file)
+{
+    if (!ix || !ix->n)
+        return false;
+    name_ref key = { (char *)(uintptr_t)name, -1 };
+    /* first pair with this name (file -1 sorts before every input) */
+    int64_t lo = 0, hi = ix->n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (name_ref_cmp(&ix->v[mid], &key) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (int64_t i = lo; i < ix->n && !strcmp(ix->v[i].name, name); i++)
+        if (ix->v[i].file != file)
+            return true;
+    return false;
+}
+
+/* The record name of tensor name of input `file`: the name, or "INPUT:NAME" when another
+ * input holds the same name. */
+static const char *record_name(const name_index *ix, const char *path, int file,
+                               const char *name, char *buf, size_t cap)
+{
+    if (!held_elsewhere(ix, name, file))
+        return name;
+    snprintf(buf, cap, "%s:%s", path, name);
+    return buf;
+}
+
 typedef struct st_ctx {
     qcal_numeric_logger *lg;
     qcal_numeric_summary *sum;
     float *buf;
+    const name_index *ix;
+    const char *path;
+    int file;
 } st_ctx;
 
 static int stats_tensor(void *ctx, qcal_safetensors *st, int64_t i, const qcal_safetensors_tensor_info *info)
@@ -97,32 +175,43 @@ static int stats_tensor(void *ctx, qcal_safetensors *st, int64_t i, const qcal_s
             break;
     }
     qcal_safetensors_release(st, i);
+    char nb[2048];
+    const char *name = record_name(c->ix, c->path, c->file, info->name, nb, sizeof nb);
     if (s == QCAL_OK)
-        s = qcal_numeric_logger_log_stats(c->lg, QCAL_NUMERIC_LOG_PARAM, info->name, "", NULL, info->ndim,
-                                  info->shape, &stats);
+        s = qcal_numeric_logger_log_stats(c->lg, QCAL_NUMERIC_LOG_PARAM, name, "", NULL,
+                                          info->ndim, info->shape, &stats);
     if (s != QCAL_OK)
         return cli_fail_status("stats", QCAL_EXIT_FAILURE, s);
-    return add_summary(c->sum, info->name, info->ndim, info->shape, &stats);
+    return add_summary(c->sum, name, info->ndim, info->shape, &stats);
 }
 
-static int do_safetensors(const char *path, qcal_numeric_logger *lg, qcal_numeric_summary *sum, float *buf)
+static int do_safetensors(const char *path, int file, const name_index *ix,
+                          qcal_numeric_logger *lg, qcal_numeric_summary *sum, float *buf)
 {
-    st_ctx c = { lg, sum, buf };
+    st_ctx c = { lg, sum, buf, ix, path, file };
     return cli_safetensors_each("stats", path, stats_tensor, &c);
 }
 
-static int do_npy(const char *path, qcal_numeric_logger *lg, qcal_numeric_summary *sum)
+/* The tensor name of a .npy file: its base name without ".npy". */
+static void npy_name(const char *path, char *name, size_t cap)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    snprintf(name, cap, "%s", base);
+    if (ends_with(name, ".npy"))
+        name[strlen(name) - 4] = '\0';
+}
+
+static int do_npy(const char *path, int file, const name_index *ix, qcal_numeric_logger *lg,
+                  qcal_numeric_summary *sum)
 {
     qcal_npy_array a;
     int rc = cli_read_f32("stats", path, &a);
     if (rc)
         return rc;
-    const char *base = strrchr(path, '/');
-    base = base ? base + 1 : path;
-    char name[1024];
-    snprintf(name, sizeof name, "%s", base);
-    if (ends_with(name, ".npy"))
-        name[strlen(name) - 4] = '\0';
+    char base[1024], nb[2048];
+    npy_name(path, base, sizeof base);
+    const char *name = record_name(ix, path, file, base, nb, sizeof nb);
     qcal_numeric_stats stats;
     qcal_numeric_stats_init(&stats);
     qcal_status s = qcal_numeric_stats_update(&stats, a.data, a.numel);
@@ -136,8 +225,10 @@ static int do_npy(const char *path, qcal_numeric_logger *lg, qcal_numeric_summar
     return rc;
 }
 
-/* Every tensor of a dump directory: one record over all its batches. */
-static int do_dump(const char *dir, qcal_numeric_logger *lg, qcal_numeric_summary *sum)
+/* Every tensor of a dump directory: one record over all its batches (t=act for its
+ * activations). */
+static int do_dump(const char *dir, int file, const name_index *ix, qcal_numeric_logger *lg,
+                   qcal_numeric_summary *sum)
 {
     qcal_calib_dump *d = NULL;
     qcal_status s = qcal_calib_dump_scan(dir, &d);
@@ -169,12 +260,15 @@ static int do_dump(const char *dir, qcal_numeric_logger *lg, qcal_numeric_summar
         }
         if (rc)
             break;
-        s = qcal_numeric_logger_log_stats(lg, QCAL_NUMERIC_LOG_PARAM, t.name, "", NULL, ndim,
-                                          shape, &stats);
+        char nb[2048];
+        const char *name = record_name(ix, dir, file, t.name, nb, sizeof nb);
+        s = qcal_numeric_logger_log_stats(lg, t.role == QCAL_CALIB_ROLE_ACTIVATION
+                                                  ? QCAL_NUMERIC_LOG_ACT : QCAL_NUMERIC_LOG_PARAM,
+                                          name, "", NULL, ndim, shape, &stats);
         if (s != QCAL_OK)
             rc = cli_fail_status("stats", QCAL_EXIT_FAILURE, s);
         else
-            rc = add_summary(sum, t.name, ndim, shape, &stats);
+            rc = add_summary(sum, name, ndim, shape, &stats);
     }
     qcal_calib_dump_destroy(&d);
     return rc;
@@ -184,6 +278,43 @@ static bool is_dir(const char *path)
 {
     struct stat sb;
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* Every input's tensor names, for record_name. Inputs that cannot be read are left out
+ * (the pass over them reports why). */
+static void index_inputs(const char **files, int nf, name_index *ix)
+{
+    for (int f = 0; f < nf; f++) {
+        if (is_dir(files[f])) {
+            qcal_calib_dump *d = NULL;
+            int64_t n = 0;
+            if (qcal_calib_dump_scan(files[f], &d) == QCAL_OK &&
+                qcal_calib_dump_count(d, &n) == QCAL_OK)
+                for (int64_t i = 0; i < n; i++) {
+                    qcal_calib_dump_tensor t;
+                    if (qcal_calib_dump_tensor_at(d, i, &t) == QCAL_OK)
+                        index_add(ix, t.name, f);
+                }
+            qcal_calib_dump_destroy(&d);
+        } else if (ends_with(files[f], ".npy")) {
+            char name[1024];
+            npy_name(files[f], name, sizeof name);
+            index_add(ix, name, f);
+        } else {
+            qcal_safetensors *st = NULL;
+            int64_t n = 0;
+            if (qcal_safetensors_open(files[f], &st) == QCAL_OK &&
+                qcal_safetensors_count(st, &n) == QCAL_OK)
+                for (int64_t i = 0; i < n; i++) {
+                    qcal_safetensors_tensor_info info;
+                    if (qcal_safetensors_info(st, i, &info) == QCAL_OK)
+                        index_add(ix, info.name, f);
+                }
+            qcal_safetensors_close(&st);
+        }
+    }
+    if (ix->n)
+        qsort(ix->v, (size_t)ix->n, sizeof *ix->v, name_ref_cmp);
 }
 
 static void print_summary(qcal_numeric_summary *sum, FILE *f)
@@ -274,10 +405,14 @@ int cmd_stats(int argc, char **argv)
     }
     if (!rc && !buf)
         rc = cli_fail("stats", QCAL_EXIT_FAILURE, "out of memory");
+    name_index ix = { 0 };
+    if (!rc && nf > 1)
+        index_inputs(files, nf, &ix);
     for (int i = 0; i < nf && !rc; i++)
-        rc = is_dir(files[i])               ? do_dump(files[i], lg, sum)
-             : ends_with(files[i], ".npy") ? do_npy(files[i], lg, sum)
-                                           : do_safetensors(files[i], lg, sum, buf);
+        rc = is_dir(files[i])               ? do_dump(files[i], i, &ix, lg, sum)
+             : ends_with(files[i], ".npy") ? do_npy(files[i], i, &ix, lg, sum)
+                                           : do_safetensors(files[i], i, &ix, lg, sum, buf);
+    index_free(&ix);
     if (!rc) {
         s = qcal_numeric_logger_finish(lg);
         if (s != QCAL_OK)

@@ -323,6 +323,14 @@ QCAL_API qcal_status qcal_calib_table_write(const qcal_calib_table *t, qcal_cali
                                             const qcal_calib_export_options *opt,
                                             const char *path);
 
+/* Entries a format writes of t into *n: json every entry; tensorrt and onnxruntime the
+ * activations with data; ncnn the weights and activations with data; under
+ * opt->skip_unrepresentable without the names the format cannot hold. opt NULL = defaults. */
+QCAL_API qcal_status qcal_calib_table_export_count(const qcal_calib_table *t,
+                                                   qcal_calib_format format,
+                                                   const qcal_calib_export_options *opt,
+                                                   int64_t *n);
+
 /* Writes every file of each of the n formats into the existing directory dir under the
  * names of qcal_calib_format_file_name, all or none: everything is formatted first (any
  * error, such as an unrepresentable name, writes nothing), then written and synced to
