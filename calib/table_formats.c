@@ -413,8 +413,10 @@ qcal_status qcal_calib_table_write(const qcal_calib_table *t, qcal_calib_format 
     qcal_status ws = qcal_atomic_file_open(&f, path);
     if (ws == QCAL_OK) {
         if (len && fwrite(buf, 1, len, f.fp) != len) {
+            int e = errno ? errno : EIO;
             qcal_atomic_file_abort(&f);
-            ws = qcal_error(QCAL_ERR_IO, "cannot write %zu bytes to '%s'", len, path);
+            ws = qcal_error(QCAL_ERR_IO, "cannot write %zu bytes to '%s': %s", len, path,
+                            strerror(e));
         } else {
             ws = qcal_atomic_file_commit(&f);
         }
@@ -485,7 +487,8 @@ qcal_status qcal_calib_table_write_dir(const qcal_calib_table *t, int64_t nforma
     for (int i = 0; i < nfiles && st >= 0; i++, opened++) {
         qcal_status ws = qcal_atomic_file_open(&af[i], path[i]);
         if (ws == QCAL_OK && len[i] && fwrite(buf[i], 1, len[i], af[i].fp) != len[i])
-            ws = qcal_error(QCAL_ERR_IO, "cannot write %zu bytes to '%s'", len[i], path[i]);
+            ws = qcal_error(QCAL_ERR_IO, "cannot write %zu bytes to '%s': %s", len[i],
+                            path[i], strerror(errno ? errno : EIO));
         if (ws == QCAL_OK && (fflush(af[i].fp) != 0 ||
                               (fsync(fileno(af[i].fp)) != 0 && errno != EINVAL)))
             ws = qcal_error(QCAL_ERR_IO, "cannot write '%s': %s", path[i], strerror(errno));

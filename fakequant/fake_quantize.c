@@ -13,6 +13,7 @@
  * backward(grad): mask applied; learnable with the observer off (parameter learning) also
  *   accumulates grad_scale / grad_zero_point, using the qparams of the forward.
  * freeze_after = N: after the N-th forward the observer is disabled for good. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -688,8 +689,9 @@ qcal_status qcal_fakequant_module_save_file(const qcal_fakequant_module *fq, con
     st = qcal_atomic_file_open(&af, path);
     if (st == QCAL_OK) {
         if (fwrite(buf, 1, len, af.fp) != len) {
+            int e = errno ? errno : EIO;
             qcal_atomic_file_abort(&af);
-            st = qcal_error(QCAL_ERR_IO, "cannot write '%s'", path);
+            st = qcal_error(QCAL_ERR_IO, "cannot write '%s': %s", path, strerror(e));
         } else {
             st = qcal_atomic_file_commit(&af);
         }

@@ -79,12 +79,22 @@ static void expect_code0(void)
 /* ---- library-side expectations ---------------------------------------------------------- */
 
 typedef struct lib_tensor {
-    char name[128];
+    char name[1024];
     int32_t ndim;
     int64_t shape[QCAL_MAX_DIMS];
     qcal_numeric_stats st;
     bool converted;   /* dtype qcal reads */
 } lib_tensor;
+
+/* "path:name", malloc'ed. */
+static char *qualified(const char *path, const char *name)
+{
+    size_t n = strlen(path) + strlen(name) + 2;
+    char *r = malloc(n);
+    assert_non_null(r);
+    snprintf(r, n, "%s:%s", path, name);
+    return r;
+}
 
 /* Statistics of every tensor of a safetensors file, computed through the library. */
 static int lib_stats(const char *path, lib_tensor *out, int cap)
@@ -206,12 +216,28 @@ static void test_stats_safetensors(void **state)
     static lib_tensor lt[64];
     int n1 = lib_stats(DATA("st_mixed.safetensors"), lt, 32);
     int n2 = lib_stats(DATA("cw_model.safetensors"), lt + n1, 32);
+    /* a name both files hold (conv.weight) is printed with its file: 'FILE:NAME' */
+    int shared = 0;
+    for (int i = 0; i < n1; i++)
+        for (int j = n1; j < n1 + n2; j++)
+            if (!strcmp(lt[i].name, lt[j].name)) {
+                char *a = qualified(DATA("st_mixed.safetensors"), lt[i].name);
+                char *b = qualified(DATA("cw_model.safetensors"), lt[j].name);
+                assert_true(strlen(a) < sizeof lt[i].name && strlen(b) < sizeof lt[j].name);
+                memcpy(lt[i].name, a, strlen(a) + 1);
+                memcpy(lt[j].name, b, strlen(b) + 1);
+                free(a);
+                free(b);
+                shared++;
+            }
+    assert_int_equal(shared, 1);
     const char *csv = TMP("stats.csv");
     run("stats", "--csv", csv, "--summary", DATA("st_mixed.safetensors"),
         DATA("cw_model.safetensors"), NULL);
     expect_code0();
     /* the I64 tensor is skipped with one note */
-    assert_string_equal(R.err, "qcal: stats: skipping 'bn.num_batches_tracked' (dtype I64)\n");
+    assert_string_equal(R.err, "qcal: stats: warning: skipping 'bn.num_batches_tracked' "
+                               "(dtype I64)\n");
     /* records: one exact line per converted tensor, c counting across files */
     char want[1 << 15] = "";
     size_t k = 0;
@@ -418,6 +444,8 @@ static void check_against(const qcal_json *doc, const qcal_numeric_weights_optio
     for (int64_t i = 0; i < n; i++) {
         qcal_safetensors_tensor_info info;
         qcal_safetensors_info(st, i, &info);
+        if (info.ndim < 2)
+            continue;   /* skipped and counted (test_compare_json_default) */
         float buf[256];
         assert_true(info.numel <= 256);
         assert_int_equal(qcal_safetensors_read_f32(st, i, 0, info.numel, buf), QCAL_OK);
@@ -474,7 +502,7 @@ static void check_against(const qcal_json *doc, const qcal_numeric_weights_optio
         }
     }
     qcal_safetensors_close(&st);
-    assert_int_equal(compared_by_torch, 6);
+    assert_int_equal(compared_by_torch, 5);   /* the 2-D+ tensors of cw_ref.txt */
     report(wl, 4);
     report(wt, 6);
 }
@@ -490,7 +518,11 @@ static void test_compare_json_default(void **state)
     qcal_numeric_weights_options wo;
     qcal_numeric_weights_options_default(&wo);
     check_against(doc, &wo, "default");
-    assert_int_equal(member(doc, "tensors")->n, 9);
+    /* fc.bias (1-D) is skipped and counted, as calibrate --weights does */
+    assert_int_equal(member(doc, "tensors")->n, 8);
+    const qcal_json *sk = member(doc, "skipped_under_2d");
+    assert_int_equal(sk->n, 1);
+    assert_string_equal(sk->items[0].str, "fc.bias");
     /* zero signal: identical after quantize-dequantize -> "inf" (PyTorch: NaN, 0/0) */
     const qcal_json *z = find_tensor(doc, "zeros");
     assert_true(jnum(z, "sqnr") == INFINITY);
@@ -500,11 +532,9 @@ static void test_compare_json_default(void **state)
     assert_int_equal((int)jnum(pn, "count"), 19);
     assert_string_equal(member(find_tensor(doc, "conv.weight"), "qscheme")->str,
                         "per_channel_symmetric");
-    assert_string_equal(member(find_tensor(doc, "fc.bias"), "qscheme")->str,
-                        "per_tensor_symmetric");
     /* groups */
     const qcal_json *gs = member(doc, "groups");
-    assert_int_equal(gs->n, 6);
+    assert_int_equal(gs->n, 5);
     const qcal_json *g0 = &gs->items[0];
     assert_string_equal(member(g0, "pattern")->str, "blocks.*.fc.weight");
     assert_int_equal((int)jnum(g0, "count"), 4);
@@ -519,7 +549,7 @@ static void test_compare_json_default(void **state)
         worst = fmin(worst, jnum(find_tensor(doc, nm), "sqnr"));
     }
     assert_true(jnum(g0, "worst_sqnr") == worst);
-    const qcal_json *gn = &gs->items[5];
+    const qcal_json *gn = &gs->items[4];
     assert_string_equal(member(gn, "pattern")->str, "all_nan");
     assert_int_equal((int)jnum(gn, "no_finite"), 1);
     assert_true(isnan(jnum(gn, "max_of_max")));
@@ -603,7 +633,9 @@ static void test_compare_csv_table(void **state)
         assert_int_equal(atoi(fld[12]), member(j, "compared")->type == QCAL_JSON_TRUE);
         rows++;
     }
-    assert_int_equal(rows, 9);
+    assert_int_equal(rows, 8);
+    assert_non_null(strstr(R.err, "note: 1 tensor under 2 dimensions skipped (biases, norms), "
+                                  "first 'fc.bias'"));
     qcal_json_free(&doc);
 
     /* table: every column ends where its header ends */
@@ -616,7 +648,7 @@ static void test_compare_csv_table(void **state)
     size_t end = (size_t)(cos - hdr) + strlen("cosine");
     size_t sq_end = (size_t)(strstr(hdr, "sqnr_dB") - hdr) + strlen("sqnr_dB");
     int seen = 0;
-    for (int i = 0; i < 9; i++) {
+    for (int i = 0; i < 8; i++) {
         char *l = strtok_r(NULL, "\n", &save);
         assert_non_null(l);
         size_t len = strlen(l);
@@ -631,30 +663,47 @@ static void test_compare_csv_table(void **state)
     assert_int_equal(seen, 1);
     char *rest = save;
     assert_non_null(strstr(rest, "\nblocks.*.fc.weight "));
-    assert_non_null(strstr(rest, "9 tensors: 8 compared, 1 with no finite value"));
+    assert_non_null(strstr(rest, "8 tensors: 7 compared, 1 with no finite value"));
+    assert_non_null(strstr(rest, "7 NaN/Inf values in all; 1 tensors under 2 dimensions "
+                                 "skipped\n"));
     assert_non_null(strstr(rest, "keep in float (sqnr below threshold): blocks.3.fc.weight\n"));
 }
 
 static void test_compare_npy(void **state)
 {
     (void)state;
-    /* .npy input: one tensor named after the file; 1-D -> per-tensor symmetric */
+    /* .npy input: one tensor named after the file. m_mid_x is 1-D: skipped and counted, as
+     * calibrate --weights skips biases; the same values as a (4, n/4) weight are compared
+     * per channel (axis 0) exactly as the library does. */
     run("compare-weights", "--format", "json", DATA("m_mid_x.npy"), NULL);
     expect_code0();
     assert_string_equal(R.err, "");
     qcal_json *doc = parse_out();
-    const qcal_json *t = find_tensor(doc, "m_mid_x");
+    assert_int_equal(member(doc, "tensors")->n, 0);
+    const qcal_json *sk = member(doc, "skipped_under_2d");
+    assert_int_equal(sk->n, 1);
+    assert_string_equal(sk->items[0].str, "m_mid_x");
+    qcal_json_free(&doc);
+
     qcal_npy_array a;
     assert_int_equal(qcal_npy_read_f32(DATA("m_mid_x.npy"), &a), QCAL_OK);
+    assert_true(a.ndim == 1 && a.numel % 4 == 0);
+    int64_t shape[2] = { 4, a.numel / 4 };
+    assert_int_equal(qcal_npy_write(TMP("w2d.npy"), QCAL_NPY_F32, 2, shape, a.data), QCAL_OK);
+    run("compare-weights", "--format", "json", TMP("w2d.npy"), NULL);
+    expect_code0();
+    doc = parse_out();
+    assert_int_equal(member(doc, "skipped_under_2d")->n, 0);
+    const qcal_json *t = find_tensor(doc, "w2d");
     qcal_tensor x;
-    qcal_npy_as_tensor(&a, &x);
+    assert_int_equal(qcal_tensor_init(&x, a.data, 2, shape), QCAL_OK);
     qcal_numeric_weights_options wo;
     qcal_numeric_weights_options_default(&wo);
     qcal_numeric_weight_result lib;
-    assert_int_equal(qcal_numeric_weights_compare(&wo, "m_mid_x", &x, &lib), QCAL_OK);
+    assert_int_equal(qcal_numeric_weights_compare(&wo, "w2d", &x, &lib), QCAL_OK);
     assert_true(fabs(jnum(t, "sqnr") - lib.m.sqnr_db) <= 1e-8 * lib.m.sqnr_db);
     assert_true((float)jnum(t, "scale_max") == lib.scale_max);
-    assert_string_equal(member(t, "qscheme")->str, "per_tensor_symmetric");
+    assert_string_equal(member(t, "qscheme")->str, "per_channel_symmetric");
     qcal_npy_array_free(&a);
     qcal_json_free(&doc);
 }

@@ -507,7 +507,7 @@ int cli_safetensors_each(const char *cmd, const char *path, cli_tensor_fn fn, vo
         qcal_safetensors_tensor_info info;
         qcal_safetensors_info(st, i, &info);
         if (info.dtype == QCAL_SAFETENSORS_OTHER) {
-            cli_warn(cmd, "skipping '%s' (dtype %s, not a float dtype qcal reads)", info.name,
+            cli_warn(cmd, "skipping '%s' (dtype %s)", info.name,
                      info.dtype_name);
             continue;
         }

@@ -238,6 +238,6 @@ int cli_table_out_write(const char *cmd, cli_table_out *o, const qcal_calib_tabl
                                     : st == QCAL_ERR_INVALID_ARG ? QCAL_EXIT_USAGE
                                                                  : QCAL_EXIT_FAILURE, st);
     if (st == QCAL_NO_DATA && !o->no_data_warned)
-        fprintf(stderr, "qcal: %s: warning: %s\n", cmd, qcal_last_error());
+        cli_warn(cmd, "%s", qcal_last_error());
     return 0;
 }

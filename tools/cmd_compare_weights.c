@@ -15,8 +15,10 @@ static const char help[] =
     "usage: qcal compare-weights [options] FILE.safetensors|FILE.npy ...\n"
     "\n"
     "For each float tensor: observer -> qparams -> quantize -> dequantize, then compare with\n"
-    "the float tensor. Default: per-channel symmetric qint8 on axis 0 for tensors with >= 2\n"
-    "dimensions, per-tensor symmetric qint8 for 1-D tensors (PyTorch's default weight qconfig).\n"
+    "the float tensor. Default: per-channel symmetric qint8 on axis 0 (PyTorch's default\n"
+    "weight qconfig). Tensors with fewer than 2 dimensions (biases, norms) are skipped and\n"
+    "counted, as 'qcal calibrate --weights' does: they are not quantized to int8 by the\n"
+    "engines (a bias is int32 with the input and weight scales).\n"
     "  --observer KIND   minmax, per_channel_minmax (default), histogram, percentile, ...\n"
     "                    (a per-tensor KIND quantizes every tensor per tensor)\n"
     "  --dtype D         qint8 (default) or quint8\n"
@@ -30,7 +32,9 @@ static const char help[] =
     "scale_min/scale_max over channels. NaN/Inf are skipped and counted (flags column); a\n"
     "tensor with no finite value is reported, flagged and not compared; the run goes on.\n"
     "JSON: {\"tensors\": [...], \"groups\": [...], \"keep_float\": [...],\n"
-    "\"not_compared\": [...], \"nonfinite_values\": N}; sqnr +inf is the string \"inf\".\n";
+    "\"not_compared\": [...], \"nonfinite_values\": N, \"skipped_under_2d\": [...]}; sqnr +inf\n"
+    "is the string \"inf\". The table's last line and a note on stderr (csv) count the\n"
+    "skipped tensors.\n";
 
 enum { OPT_HELP = 1, OPT_OBSERVER, OPT_DTYPE, OPT_QSCHEME, OPT_FORMAT, OPT_MIN_SQNR };
 static const cli_opt opts[] = {
@@ -58,6 +62,8 @@ typedef struct run {
     row *res;
     int64_t n, cap;
     int64_t n_uncompared;        /* tensors without any finite value */
+    char **skipped;              /* tensors under 2 dimensions, not compared (names) */
+    int64_t n_skipped, cap_skipped;
     int64_t n_with_nonfinite;    /* compared tensors in which NaN/Inf were skipped */
     uint64_t nonfinite_values;   /* NaN/Inf values over all tensors */
     qcal_numeric_summary *sum;
@@ -69,8 +75,27 @@ static bool ends_with(const char *s, const char *suf)
     return a >= b && !strcmp(s + a - b, suf);
 }
 
+/* A tensor under 2 dimensions (a bias, a norm): skipped and counted, as calibrate does. */
+static int skip_under_2d(run *r, const char *name)
+{
+    if (r->n_skipped == r->cap_skipped) {
+        int64_t nc = r->cap_skipped ? r->cap_skipped * 2 : 16;
+        char **nv = realloc(r->skipped, (size_t)nc * sizeof *nv);
+        if (!nv)
+            return cli_fail("compare-weights", QCAL_EXIT_FAILURE, "out of memory");
+        r->skipped = nv;
+        r->cap_skipped = nc;
+    }
+    if (!(r->skipped[r->n_skipped] = strdup(name)))
+        return cli_fail("compare-weights", QCAL_EXIT_FAILURE, "out of memory");
+    r->n_skipped++;
+    return 0;
+}
+
 static int compare_one(run *r, const char *name, const qcal_tensor *t)
 {
+    if (t->ndim < 2)
+        return skip_under_2d(r, name);
     if (r->n == r->cap) {
         int64_t nc = r->cap ? r->cap * 2 : 64;
         row *nr = realloc(r->res, (size_t)nc * sizeof *nr);
@@ -83,7 +108,7 @@ static int compare_one(run *r, const char *name, const qcal_tensor *t)
     memset(w, 0, sizeof *w);
     qcal_status s = qcal_numeric_weights_compare(&r->wo, name, t, &w->w);
     if (s == QCAL_ERR_EMPTY) {
-        fprintf(stderr, "qcal: compare-weights: skipping '%s' (no elements)\n", name);
+        cli_warn("compare-weights", "skipping '%s' (no elements)", name);
         return 0;
     }
     if (s == QCAL_ERR_NONFINITE) {
@@ -103,8 +128,8 @@ static int compare_one(run *r, const char *name, const qcal_tensor *t)
         w->w.m.nonfinite = (uint64_t)numel;
         w->compared = false;
         r->n_uncompared++;
-        fprintf(stderr, "qcal: compare-weights: '%s' has no finite value (%llu NaN/Inf): "
-                "reported, not compared\n", name, (unsigned long long)w->w.stats.nonfinite);
+        cli_warn("compare-weights", "'%s' has no finite value (%llu NaN/Inf): reported, not "
+                 "compared", name, (unsigned long long)w->w.stats.nonfinite);
     } else if (s != QCAL_OK) {
         return cli_fail_status("compare-weights", QCAL_EXIT_FAILURE, s);
     } else {
@@ -131,6 +156,8 @@ static int compare_tensor(void *ctx, qcal_safetensors *st, int64_t i, const qcal
 {
     run *r = ctx;
     int rc;
+    if (info->ndim < 2)
+        return skip_under_2d(r, info->name);
     /* one tensor at a time: F32 aligned tensors are used in place (mapped pages), others
      * converted into a buffer of that tensor only */
     const void *raw = NULL;
@@ -327,7 +354,13 @@ static void print_json(run *r)
         printf("%s", k++ ? ", " : "");
         cli_json_str(stdout, r->res[i].w.name);
     }
-    printf("], \"nonfinite_values\": %llu}\n", (unsigned long long)r->nonfinite_values);
+    printf("], \"nonfinite_values\": %llu, \"skipped_under_2d\": [",
+           (unsigned long long)r->nonfinite_values);
+    for (int64_t i = 0; i < r->n_skipped; i++) {
+        printf("%s", i ? ", " : "");
+        cli_json_str(stdout, r->skipped[i]);
+    }
+    printf("]}\n");
 }
 
 static void print_table(run *r, bool csv)
@@ -399,9 +432,11 @@ static void print_table(run *r, bool csv)
         printf("\n");
     }
     printf("\n%lld tensors: %lld compared, %lld with no finite value (not compared), "
-           "%lld with NaN/Inf skipped; %llu NaN/Inf values in all\n",
+           "%lld with NaN/Inf skipped; %llu NaN/Inf values in all; %lld tensors under 2 "
+           "dimensions skipped\n",
            (long long)r->n, (long long)(r->n - r->n_uncompared), (long long)r->n_uncompared,
-           (long long)r->n_with_nonfinite, (unsigned long long)r->nonfinite_values);
+           (long long)r->n_with_nonfinite, (unsigned long long)r->nonfinite_values,
+           (long long)r->n_skipped);
     int64_t nk = 0;
     qcal_numeric_summary_keep_float(r->sum, 0, NULL, &nk);
     if (nk) {
@@ -493,11 +528,18 @@ int cmd_compare_weights(int argc, char **argv)
     for (int i = 0; i < nf && !rc; i++)
         rc = ends_with(files[i], ".npy") ? do_npy(&r, files[i]) : do_safetensors(&r, files[i]);
     if (!rc) {
+        if (fmt == FMT_CSV && r.n_skipped)
+            cli_note(cmd, "%lld tensor%s under 2 dimensions skipped (biases, norms), first "
+                     "'%s'", (long long)r.n_skipped, r.n_skipped == 1 ? "" : "s",
+                     r.skipped[0]);
         if (fmt == FMT_JSON)
             print_json(&r);
         else
             print_table(&r, fmt == FMT_CSV);
     }
+    for (int64_t i = 0; i < r.n_skipped; i++)
+        free(r.skipped[i]);
+    free(r.skipped);
     qcal_numeric_summary_destroy(&r.sum);
     free(r.res);
     free(files);

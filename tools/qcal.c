@@ -71,7 +71,7 @@ static int unknown_subcommand(const char *name)
         fprintf(stderr, "qcal: unknown subcommand '%s'; did you mean '%s'? (see 'qcal --help')\n",
                 name, best);
     else
-        return unknown_subcommand(name);
+        fprintf(stderr, "qcal: unknown subcommand '%s' (see 'qcal --help')\n", name);
     return QCAL_EXIT_USAGE;
 }
 
