@@ -274,6 +274,39 @@ static void test_write_reason(void **state)
          p += strlen(p) + 1)
         if (tu_count_entries(tmp_dir, p) && strcmp(p, "bigdir"))
             fail_msg("a failed write left '%s'", p);
+
+    /* A full device: every output is written in place (never renamed over the device) and
+     * fails with ENOSPC, named. */
+    struct stat sb;
+    if (stat("/dev/full", &sb) != 0 || !S_ISCHR(sb.st_mode)) {
+        print_message("no /dev/full character device: the full-device half is skipped\n");
+        return;
+    }
+    static const char *const full[][8] = {
+        { "report", "dump", "-o", "/dev/full" },
+        { "calibrate", "dump", "-o", "/dev/full" },
+        { "calibrate", "dump", "-o", "ok.json", "--save-state", "/dev/full" },
+        { "evaluate", "dump", "-o", "/dev/full" },
+        { "evaluate", "dump", "--rules-out", "/dev/full" },
+        { "stats", "dump", "--csv", "/dev/full" },
+        { "convert", "c0.json", "--format", "tensorrt", "-o", "/dev/full" },
+        { "quantize", "--scale", "0.1", "x.npy", "-o", "/dev/full" },
+        { "fakequant", "--scale", "0.1", "x.npy", "-o", "/dev/full" },
+        { "observe", "x.npy", "--save-state", "/dev/full" },
+    };
+    run("calibrate", "dump", "-o", "c0.json", NULL);
+    expect_ok();
+    for (size_t i = 0; i < sizeof full / sizeof full[0]; i++) {
+        const char *const *a = full[i];
+        run(a[0], a[1], a[2], a[3], a[4], a[5], a[6], NULL);
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "qcal: %s: ", a[0]);
+        if (R.code != 4)
+            fail_msg("qcal %s ... > /dev/full: exit %d, stderr: %s", a[0], R.code, R.err);
+        tu_expect_one_line(R.err, prefix, "'/dev/full': No space left on device");
+        assert_int_equal(stat("/dev/full", &sb), 0);
+        assert_true(S_ISCHR(sb.st_mode));
+    }
 }
 
 /* A tensor of a dtype qcal does not read is skipped with a "warning:" line, as the other
