@@ -326,7 +326,8 @@ static void test_warning_label(void **state)
 }
 
 /* Every option that takes a value, given twice: a usage error naming it (as a repeated
- * observer option is), except the options meant to repeat (--weights). */
+ * observer option is), except the options meant to repeat (calibrate --weights, qdq
+ * --exclude). */
 static void test_repeated_options(void **state)
 {
     (void)state;
@@ -351,7 +352,8 @@ static void test_repeated_options(void **state)
         }
         if (observer_key && strcmp(sub, "compare-weights"))
             continue;
-        if (!strcmp(opt, "--weights"))
+        /* the options documented as repeatable */
+        if (!strcmp(opt, "--weights") || !strcmp(opt, "--exclude"))
             continue;
         /* a value each option takes (the first is used before the second is seen) */
         const char *v = "1";
@@ -384,7 +386,10 @@ static void test_repeated_options(void **state)
     /* observer options, through the library's key table */
     run("observe", "--observer", "minmax", "--observer", "histogram", "x.npy", NULL);
     expect_fail(2, "qcal: observe: ", "observer given twice");
-    /* --weights repeats */
+    /* --weights and --exclude repeat */
+    run("qdq", "--exclude", "a*", "--exclude", "b*", NULL);
+    assert_null(strstr(R.err, "given twice"));
+    assert_non_null(strstr(R.err, "qcal: qdq: "));
     run("calibrate", "--weights", "model.safetensors", "--weights", "model.safetensors", "-o",
         "w2.json", NULL);
     assert_null(strstr(R.err, "given twice"));

@@ -74,7 +74,7 @@ static const cli_opt qdq_opts[] = {
     { "output", 'o', true, OPT_OUT },
     { "profile", 0, true, OPT_PROFILE },
     { "weight-observer", 0, true, OPT_WOBS },
-    { "exclude", 0, true, OPT_EXCLUDE },
+    { "exclude", 0, CLI_REPEATED, OPT_EXCLUDE },
     { "op-types", 0, true, OPT_OPTYPES },
     { "strict", 0, false, OPT_STRICT },
     { 0 },
@@ -182,7 +182,7 @@ int cmd_onnx_expose(int argc, char **argv)
         rc = cli_fail_status(cmd, QCAL_EXIT_OUTPUT, st);
         goto out;
     }
-    printf("qcal onnx-expose: wrote %s (profile %s): %lld tensors exposed, %lld new outputs%s%s\n", out,
+    printf("qcal: onnx-expose: wrote %s (profile %s): %lld tensors exposed, %lld new outputs%s%s\n", out,
            qcal_onnx_profile_name(opt.profile), (long long)n, (long long)added, list ? "; names in " : "",
            list ? list : "");
     rc = fflush(stdout) == 0 ? 0 : QCAL_EXIT_OUTPUT;
@@ -312,7 +312,7 @@ int cmd_qdq(int argc, char **argv)
                 (long long)rep.n_skipped, rep.n_skipped == 1 ? "" : "s", s ? s : "(out of memory)");
         free(s);
     }
-    printf("qcal qdq: wrote %s (profile %s): %lld ops quantized, %lld activations, %lld weights, %lld int32 biases\n",
+    printf("qcal: qdq: wrote %s (profile %s): %lld ops quantized, %lld activations, %lld weights, %lld int32 biases\n",
            out, qcal_onnx_profile_name(opt.profile), (long long)rep.ops, (long long)rep.tensors,
            (long long)rep.weights, (long long)rep.biases);
     rc = fflush(stdout) == 0 ? 0 : QCAL_EXIT_OUTPUT;
