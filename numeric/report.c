@@ -568,7 +568,7 @@ static void curve_panel(qcal_buf *b, const eval_entry *e, const curve *cu)
             double y = PANEL_Y(d);
             putf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>",
                  c.l, y, c.w - c.r, y);
-            if (fabs(y - PANEL_Y(lo)) > 14 && fabs(y - PANEL_Y(hi)) > 14)
+            if (fabs(y - PANEL_Y(lo)) > 16 && fabs(y - PANEL_Y(hi)) > 16)
                 putf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill-opacity=\"0.6\">"
                         "%g</text>", c.l - 4, y + 4, d);
         }
@@ -668,7 +668,8 @@ static void curve_panel(qcal_buf *b, const eval_entry *e, const curve *cu)
     chart_axes(b, &c, "clipping range width (max &#8722; min)", ytitle, "", "");
     putf(b, "</svg><figcaption><span class=\"chip\" style=\"background:%s\"></span><b>%s "
             "(%s)</b>: %lld %s", col, qcal_observer_kind_name(kd), obj, (long long)cu->n,
-         kd == QCAL_OBSERVER_HISTOGRAM ? "ranges on the greedy search's path" : "thresholds");
+         kd == QCAL_OBSERVER_HISTOGRAM ? "ranges on the greedy search's path (it stops at the "
+                                         "first rise)" : "thresholds");
     if (cu->defined < cu->n)
         putf(b, ", %lld undefined (gaps)", (long long)(cu->n - cu->defined));
     if (ch >= 0) {
