@@ -344,8 +344,6 @@ qcal_status qcal_atomic_file_flush(qcal_atomic_file *f)
 {
     if (!f || !f->fp)
         return qcal_error(QCAL_ERR_STATE, "output file is not open");
-    if (f->synced)
-        return QCAL_OK;
     int e = 0;
     if (ferror(f->fp))
         e = EIO;
@@ -362,7 +360,6 @@ qcal_status qcal_atomic_file_flush(qcal_atomic_file *f)
         qcal_atomic_file_abort(f);
         return st;
     }
-    f->synced = 1;
     return QCAL_OK;
 }
 

@@ -15,7 +15,8 @@
  *    the file the shell redirected it to, at its offset, appending if it was opened so);
  *  - a directory, or an existing file access(W_OK) refuses: refused with the reason, as a
  *    shell redirection would be (QCAL_ERR_IO).
- * Nothing process-wide (umask, working directory, signals) is read-modified or changed. */
+ * Nothing process-wide (umask, working directory, signals) is changed: the umask is never
+ * set, not even to read it. */
 #ifndef QCAL_ATOMIC_FILE_H
 #define QCAL_ATOMIC_FILE_H
 
@@ -36,7 +37,6 @@ typedef struct qcal_atomic_file {
                         * place (device, FIFO, descriptor) */
     char *target;      /* what the temporary is renamed over: path with symlinks followed */
     int in_place;      /* 1: fp writes straight into the existing file or descriptor */
-    int synced;        /* 1 after qcal_atomic_file_flush */
 } qcal_atomic_file;
 
 /* Checks, without creating or opening anything, that path can be written as described at
@@ -54,9 +54,9 @@ QCAL_API qcal_status qcal_atomic_file_open(qcal_atomic_file *f, const char *path
  * On failure the output is aborted (as qcal_atomic_file_abort) and QCAL_ERR_IO says why. */
 QCAL_API qcal_status qcal_atomic_file_flush(qcal_atomic_file *f);
 
-/* Flushes (unless done), then renames the temporary over the target (nothing to rename in
- * place), closes and zeroes *f; on any failure removes the temporary (the destination is
- * untouched) and returns QCAL_ERR_IO with the OS reason. */
+/* Flushes (as qcal_atomic_file_flush), then renames the temporary over the target (nothing
+ * to rename in place), closes and zeroes *f; on any failure removes the temporary (the
+ * destination is untouched) and returns QCAL_ERR_IO with the OS reason. */
 QCAL_API qcal_status qcal_atomic_file_commit(qcal_atomic_file *f);
 
 /* Abandons the output: closes and removes the temporary, zeroes *f (safe on a zeroed
