@@ -8,7 +8,11 @@
 
 bool cli_output_is_stdout(const char *path)
 {
-    return path && !strcmp(path, "-");
+    static const char *const names[] = { "-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1" };
+    for (size_t i = 0; path && i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(path, names[i]))
+            return true;
+    return false;
 }
 
 const char *cli_output_path(const char *path)

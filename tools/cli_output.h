@@ -17,7 +17,8 @@
 
 #include <qcal/atomic_file.h>
 
-/* True for "-": the output is standard output. */
+/* True for "-" (and "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"): the output is standard
+ * output, so summaries go to stderr. */
 bool cli_output_is_stdout(const char *path);
 
 /* The path the library writes: "/dev/stdout" (this process's descriptor 1, written through
