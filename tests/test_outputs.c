@@ -7,10 +7,12 @@
  * every subcommand with an output (onnx-expose and qdq when built with ONNX) leaves /dev/null
  * a character device, feeds a FIFO reader,
  * writes through a symlink, keeps modes, refuses read-only files as a non-root user, writes
- * `-o -` to stdout (the same bytes as the file) and leaves nothing when one output fails. */
+ * `-o -` to stdout (the same bytes as the file) and leaves nothing when one output fails (nor
+ * when observe fails for want of a finite value). */
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -660,6 +662,13 @@ static void test_cli_all_or_nothing(void **state)
                                                : "No such file or directory"));
         }
     }
+    /* observe: no finite value is a failure (exit 1): no state saved either */
+    float nan[4] = { NAN, NAN, NAN, NAN };
+    assert_int_equal(qcal_npy_write(T("nan.npy"), QCAL_NPY_F32, 1, (int64_t[]){ 4 }, nan),
+                     QCAL_OK);
+    assert_int_equal(run("observe nan.npy --save-state S"), 1);
+    assert_int_equal(access(T("S"), F_OK), -1);
+    assert_int_equal(tu_count_entries(tmp, ".tmp."), 0);
     assert_dev_null_is_null();
 }
 

@@ -153,17 +153,17 @@ static int merge_observers(const char *cmd, const char **paths, int n, void **bu
     if (!rc)
         rc = cli_observer_report(cmd, acc, cli_output_is_stdout(save) ? stderr : stdout,
                                  &no_data);
+    if (!rc && no_data) {   /* a failure: no state saved either (as in 'qcal observe') */
+        uint64_t nonfinite = 0;
+        qcal_observer_nonfinite(acc, &nonfinite);
+        rc = cli_fail(cmd, QCAL_EXIT_FAILURE, "no finite value in %d state(s) (%llu non-finite "
+                      "skipped): printed the default qparams scale 1, zero_point 0%s", n,
+                      (unsigned long long)nonfinite, save ? "; no state saved" : "");
+    }
     if (rc)
         cli_stage_abort(&staged);
     else
         rc = cli_stage_commit(cmd, &staged);
-    if (!rc && no_data) {
-        uint64_t nonfinite = 0;
-        qcal_observer_nonfinite(acc, &nonfinite);
-        rc = cli_fail(cmd, QCAL_EXIT_FAILURE, "no finite value in %d state(s) (%llu non-finite "
-                      "skipped): printed the default qparams scale 1, zero_point 0", n,
-                      (unsigned long long)nonfinite);
-    }
     qcal_observer_destroy(&acc);
     return rc;
 }
