@@ -5,10 +5,10 @@
  * and /proc/self/fd/N write through the descriptor; a directory and, for a non-root user, a
  * read-only file are refused with the reason; several outputs are written all or none. CLI:
  * every subcommand with an output (onnx-expose and qdq when built with ONNX) leaves /dev/null
- * a character device, feeds a FIFO reader,
- * writes through a symlink, keeps modes, refuses read-only files as a non-root user, writes
- * `-o -` to stdout (the same bytes as the file) and leaves nothing when one output fails (nor
- * when observe fails for want of a finite value). */
+ * a character device, feeds a FIFO reader, writes through a symlink, keeps modes, refuses
+ * read-only files as a non-root user, writes `-o -` to stdout (the same bytes as the file)
+ * and leaves nothing when one output fails (nor when observe fails for want of a finite
+ * value). */
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>
