@@ -163,6 +163,14 @@ void tu_expect_one_line(const char *err, const char *prefix, const char *needle)
         fail_msg("stderr is not exactly one '%s' line: [%s]", prefix, err);
     if (needle && !strstr(err, needle))
         fail_msg("stderr [%s] lacks '%s'", err, needle);
+    /* one prefix: "qcal: CMD: CMD: ..." or "qcal: CMD: CMD WORD: ..." never (docs/cli.md) */
+    if (!strncmp(err, "qcal: ", 6)) {
+        const char *cmd = err + 6;
+        size_t len = strcspn(cmd, ": \n");
+        if (cmd[len] == ':' && cmd[len + 1] == ' ' && !strncmp(cmd + len + 2, cmd, len) &&
+            (cmd[2 * len + 2] == ':' || cmd[2 * len + 2] == ' '))
+            fail_msg("doubled prefix: [%s]", err);
+    }
 }
 
 tu_ref_file *tu_ref_load(const char *area, const char *file)

@@ -50,7 +50,7 @@ int tu_qcal_shv(const char *dir, char *out, size_t out_cap, char *err, size_t er
                 const char *fmt, va_list ap);
 
 /* Fails the test unless err is exactly one line that starts with prefix and contains
- * needle (NULL: any text). */
+ * needle (NULL: any text), and does not repeat its subcommand ("qcal: CMD: CMD: ..."). */
 void tu_expect_one_line(const char *err, const char *prefix, const char *needle);
 
 /* Named-array reference container written by the Python generators (tests/ref/

@@ -97,7 +97,9 @@ static void usage(FILE *f)
             "  2  usage error: unknown option, missing value, impossible value\n"
             "  3  an input file is missing, unreadable or malformed\n"
             "  4  an output file could not be written (an existing file is left intact)\n"
-            "Errors are reported as one line on stderr: 'qcal: SUBCOMMAND: MESSAGE'.\n"
+            "Errors are reported as one line on stderr: 'qcal: SUBCOMMAND: MESSAGE'; warnings\n"
+            "('qcal: SUBCOMMAND: warning: ...'), notes and the summary line of a run that\n"
+            "writes files have the same form.\n"
             "\n"
             "'qcal --man' prints the qcal(1) man page and 'qcal --bash-completion' the bash\n"
             "completion script (both installed by meson install).\n");
