@@ -58,6 +58,30 @@ static const qcal_numeric_eval_candidate *cand(const qcal_numeric_eval_tensor *t
     return NULL;
 }
 
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    assert_int_equal(fread(s, 1, (size_t)n, f), (size_t)n);
+    s[n] = 0;
+    fclose(f);
+    if (len)
+        *len = (size_t)n;
+    return s;
+}
+
+static int count(const char *hay, const char *needle)
+{
+    int c = 0;
+    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle))
+        c++;
+    return c;
+}
+
 /* Runs both passes over the same batches of three tensors. */
 static qcal_numeric_eval *run_eval(const qcal_numeric_eval_options *opt, float *act, float *w,
                                    int64_t nact, int batches)
@@ -161,6 +185,15 @@ static void test_ties_and_min_sqnr(void **state)
     assert_int_equal(t.ncandidates, 2);
     assert_true(t.candidates[0].sqnr_db == t.candidates[1].sqnr_db);
     assert_int_equal(t.candidates[t.recommended].kind, QCAL_OBSERVER_MINMAX);
+    /* The report says what decided: a tie, the simpler wins. */
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/qcal_ties_%d.html", (int)getpid());
+    assert_int_equal(qcal_numeric_eval_write_report(ev, NULL, path), QCAL_OK);
+    char *html = slurp(path, NULL);
+    assert_int_equal(count(html, "<small class=\"margin\" data-margin=\"0\" "
+                                 "data-other=\"moving_average_minmax\">tie with MA minmax: "
+                                 "the simpler wins</small>"), 2);   /* both tensors */
+    free(html);
     qcal_numeric_eval_destroy(&ev);
     /* min_sqnr: the simplest candidate that reaches it. */
     fill_normal(act, N, 4, 1.0f);
@@ -172,7 +205,42 @@ static void test_ties_and_min_sqnr(void **state)
     assert_int_equal(t.candidates[t.recommended].kind, QCAL_OBSERVER_MINMAX);
     assert_int_equal(qcal_numeric_eval_result(ev, 1, &t), QCAL_OK);
     assert_int_equal(t.candidates[t.recommended].kind, QCAL_OBSERVER_MINMAX);
+    assert_int_equal(qcal_numeric_eval_write_report(ev, NULL, path), QCAL_OK);
+    html = slurp(path, NULL);
+    assert_int_equal(count(html, ">simplest reaching -100 dB; "), 0);   /* nothing simpler */
+    assert_non_null(strstr(html, "recommended = the simplest observer reaching -100 dB"));
+    free(html);
+    /* A threshold between minmax's SQNR and the best: minmax misses it, the simplest
+     * candidate that reaches it wins, and the report says so. */
+    int64_t ti = 0;
+    double s0 = 0, best = 0;
+    for (int64_t i = 0; i < 2; i++) {   /* the tensor where minmax loses most (the outlier) */
+        qcal_numeric_eval_tensor u;
+        assert_int_equal(qcal_numeric_eval_result(ev, i, &u), QCAL_OK);
+        double b = u.candidates[0].sqnr_db;
+        for (int j = 0; j < u.ncandidates; j++)
+            b = fmax(b, u.candidates[j].sqnr_db);
+        if (i == 0 || b - u.candidates[0].sqnr_db > best - s0) {
+            ti = i;
+            s0 = u.candidates[0].sqnr_db;
+            best = b;
+        }
+    }
     qcal_numeric_eval_destroy(&ev);
+    assert_true(best > s0 + 0.5);
+    opt.min_sqnr_db = round((s0 + best) * 50) / 100;   /* halfway, two decimals */
+    ev = run_eval(&opt, act, w, N, 2);
+    assert_int_equal(qcal_numeric_eval_result(ev, ti, &t), QCAL_OK);
+    assert_true(t.candidates[0].sqnr_db < opt.min_sqnr_db);
+    assert_true(t.candidates[t.recommended].sqnr_db >= opt.min_sqnr_db);
+    assert_int_equal(qcal_numeric_eval_write_report(ev, NULL, path), QCAL_OK);
+    html = slurp(path, NULL);
+    char want[64];
+    snprintf(want, sizeof want, ">simplest reaching %.6g dB; ", opt.min_sqnr_db);
+    assert_non_null(strstr(html, want));
+    free(html);
+    qcal_numeric_eval_destroy(&ev);
+    unlink(path);
     opt.min_sqnr_db = 1000;           /* nobody does: the highest SQNR */
     ev = run_eval(&opt, act, w, N, 2);
     assert_int_equal(qcal_numeric_eval_result(ev, 0, &t), QCAL_OK);
@@ -180,30 +248,6 @@ static void test_ties_and_min_sqnr(void **state)
         assert_true(t.candidates[t.recommended].sqnr_db >= t.candidates[j].sqnr_db);
     qcal_numeric_eval_destroy(&ev);
     free(act);
-}
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    assert_int_equal(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = 0;
-    fclose(f);
-    if (len)
-        *len = (size_t)n;
-    return s;
-}
-
-static int count(const char *hay, const char *needle)
-{
-    int c = 0;
-    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle))
-        c++;
-    return c;
 }
 
 static void test_outputs(void **state)
@@ -272,6 +316,29 @@ static void test_outputs(void **state)
     assert_int_equal(count(html, "class=\"chosen\""), 2 * 3);
     assert_int_equal(count(html, "data-candidates=\"1921\""), 2);   /* entropy: 2048 - 128 + 1 */
     assert_int_equal(count(html, "data-candidates=\"1920\""), 2);   /* mse: 2048 - 128 */
+    /* each path is what the search evaluated: its candidates and those with a value */
+    for (int64_t i = 0; i < 2; i++)
+        for (int k = 0; k < 3; k++) {
+            const qcal_observer_kind kinds[3] = { QCAL_OBSERVER_HISTOGRAM, QCAL_OBSERVER_ENTROPY,
+                                                  QCAL_OBSERVER_MSE };
+            const char *obj[3] = { "L2", "KL", "MSE" };
+            const qcal_observer *o = NULL;
+            assert_int_equal(qcal_numeric_eval_observer(ev, i, kinds[k], &o), QCAL_OK);
+            float lo[2049], hi[2049];
+            double err[2049];
+            int64_t n = 0, chosen = -1, defined = 0;
+            assert_int_equal(qcal_observer_search_curve((qcal_observer *)o, 2049, lo, hi, err,
+                                                        &n, &chosen), QCAL_OK);
+            for (int64_t c = 0; c < n; c++)
+                defined += isfinite(err[c]) != 0;
+            char want[160];
+            snprintf(want, sizeof want, "data-kind=\"%s\" data-objective=\"%s\" "
+                     "data-candidates=\"%lld\" data-defined=\"%lld\"",
+                     qcal_observer_kind_name(kinds[k]), obj[k], (long long)n, (long long)defined);
+            assert_non_null(strstr(html, want));
+            assert_true(chosen >= 0);
+        }
+    assert_int_equal(count(html, "<small class=\"margin\""), 2);
     assert_non_null(strstr(html, "fc*.weight"));
     assert_non_null(strstr(html, "31.5"));
     assert_int_equal(count(html, "<table"), 1);
