@@ -161,7 +161,7 @@ static const char *css =
     /* the tensor column stays in view when the table scrolls sideways; names wrap */
     "th:first-child,td:first-child{position:sticky;left:0;z-index:1;background:#fff}"
     "th:first-child{z-index:2;background:#f4f4f4}td.l:first-child{white-space:normal;"
-    "overflow-wrap:anywhere;min-width:80px;max-width:200px}"
+    "overflow-wrap:anywhere;min-width:110px;max-width:200px}"
     "td.rec{white-space:normal;min-width:130px;max-width:190px}"
     "td.best{font-weight:700;background:#fff3d6}td.rec{background:#fff3d6;font-weight:600}"
     ".wrap{overflow-x:auto;max-width:100%}td.rec small{font-weight:400}"
