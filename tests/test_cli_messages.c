@@ -43,7 +43,7 @@ static result R; /* last run */
  * into files; fsize >= 0 limits the size of every file the process writes (RLIMIT_FSIZE,
  * SIGXFSZ ignored: a write past it fails with EFBIG, "File too large", as on a full disk).
  * Fills R. */
-static int run_v(long fsize, const char *first, va_list ap)
+static int run_v(long fsize, const char *stdout_path, const char *first, va_list ap)
 {
     const char *argv[32] = { qcal_bin };
     int n = 1;
@@ -56,7 +56,8 @@ static int run_v(long fsize, const char *first, va_list ap)
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        int o = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int o = stdout_path ? open(stdout_path, O_WRONLY)
+                            : open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         int e = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         if (o < 0 || e < 0 || chdir(tmp_dir) != 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
             _exit(126);
@@ -72,7 +73,10 @@ static int run_v(long fsize, const char *first, va_list ap)
     int status = 0;
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status));
-    tu_slurp(outp, R.out, sizeof R.out);
+    if (stdout_path)
+        R.out[0] = '\0';
+    else
+        tu_slurp(outp, R.out, sizeof R.out);
     tu_slurp(errp, R.err, sizeof R.err);
     R.code = WEXITSTATUS(status);
     return R.code;
@@ -82,7 +86,7 @@ static int run(const char *first, ...)
 {
     va_list ap;
     va_start(ap, first);
-    int rc = run_v(-1, first, ap);
+    int rc = run_v(-1, NULL, first, ap);
     va_end(ap);
     return rc;
 }
@@ -91,7 +95,17 @@ static int run_limited(long fsize, const char *first, ...)
 {
     va_list ap;
     va_start(ap, first);
-    int rc = run_v(fsize, first, ap);
+    int rc = run_v(fsize, NULL, first, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* As run, standard output on the device stdout_path (opened for writing, never created). */
+static int run_to(const char *stdout_path, const char *first, ...)
+{
+    va_list ap;
+    va_start(ap, first);
+    int rc = run_v(-1, stdout_path, first, ap);
     va_end(ap);
     return rc;
 }
@@ -307,6 +321,31 @@ static void test_write_reason(void **state)
         assert_int_equal(stat("/dev/full", &sb), 0);
         assert_true(S_ISCHR(sb.st_mode));
     }
+    /* standard output on a full device: the summary, records, JSON or help cannot be
+     * written: exit 4 and the reason, never a silent success */
+    static const char *const out_full[][6] = {
+        { "stats", "dump" }, { "compare-weights", "w2.npy" },
+        { "calibrate", "dump", "-o", "sum.json" }, { "observe", "x.npy" },
+        { "evaluate", "dump" }, { "convert", "c0.json", "--format", "json", "-o", "cv.json" },
+        { "quantize", "--help" },
+    };
+    int64_t s48[2] = { 4, 8 };
+    write_f32(TMP("w2.npy"), 2, s48, -1.0f, 0.0625f);
+    for (size_t i = 0; i < sizeof out_full / sizeof out_full[0]; i++) {
+        const char *const *a = out_full[i];
+        run_to("/dev/full", a[0], a[1], a[2], a[3], a[4], a[5], NULL);
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "qcal: %s: ", a[0]);
+        if (R.code != 4)
+            fail_msg("qcal %s %s > /dev/full: exit %d, stderr: %s", a[0], a[1], R.code, R.err);
+        tu_expect_one_line(R.err, prefix, "No space left on device");
+    }
+    run_to("/dev/full", "--help", NULL);
+    assert_int_equal(R.code, 4);
+    assert_string_equal(R.err, "qcal: cannot write to standard output: No space left on device\n");
+    run_to("/dev/full", "--man", NULL);
+    assert_int_equal(R.code, 4);
+    assert_string_equal(R.err, "qcal: cannot write to standard output: No space left on device\n");
 }
 
 /* A tensor of a dtype qcal does not read is skipped with a "warning:" line, as the other

@@ -207,6 +207,16 @@ static void vreport(const char *cmd, const char *fmt, va_list ap)
         fprintf(stderr, "qcal: %s: %s\n", cmd, msg);
 }
 
+int cli_flush(const char *cmd, FILE *f)
+{
+    errno = 0;
+    if (fflush(f) == 0 && !ferror(f))
+        return 0;
+    int e = errno ? errno : EIO;
+    return cli_fail(cmd, QCAL_EXIT_OUTPUT, "cannot write to standard %s: %s",
+                    f == stderr ? "error" : "output", strerror(e));
+}
+
 void cli_warn(const char *cmd, const char *fmt, ...)
 {
     char buf[2048];

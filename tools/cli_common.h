@@ -94,6 +94,11 @@ void cli_set_error_sink(cli_error_sink fn, void *user);
 /* Reports qcal_last_error() (or the status name if it is empty) and returns code. */
 int cli_fail_status(const char *cmd, int code, qcal_status st);
 
+/* Flushes f (standard output or error, where a summary, records or JSON went); when that
+ * or an earlier write to it failed, reports "cannot write to standard output: REASON" and
+ * returns QCAL_EXIT_OUTPUT, else 0. */
+int cli_flush(const char *cmd, FILE *f);
+
 /* Every other line of a subcommand on stderr has the form of its errors:
  * "qcal: <cmd>: warning: <message>" (something was left out or is suspicious; the run goes
  * on) and "qcal: <cmd>: note: <message>" (information). One line each. */

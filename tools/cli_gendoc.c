@@ -2,6 +2,7 @@
  * the option list, from the command table (tools/qcal.c), each subcommand's option table
  * and --help text, and the library's observer-config key table. Nothing here is written
  * by hand per option, so none of it can disagree with what the parser accepts. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -39,6 +40,16 @@ static char *help_text(const qcal_cmd *c)
 }
 
 /* Calls fn for every option of a table (the observer row expanded into its keys). */
+/* Flushes f; a failed write is reported with the OS reason (exit 4). */
+static int flushed(FILE *f)
+{
+    errno = 0;
+    if (fflush(f) == 0 && !ferror(f))
+        return QCAL_EXIT_OK;
+    fprintf(stderr, "qcal: cannot write to standard output: %s\n", strerror(errno ? errno : EIO));
+    return QCAL_EXIT_OUTPUT;
+}
+
 typedef void (*opt_fn)(void *ctx, const char *name, char short_name, bool has_value,
                        const qcal_observer_key *key);
 
@@ -86,7 +97,7 @@ int cli_gen_option_list(FILE *f, const qcal_cmd *cmds, int n)
         list_ctx c = { f, cmds[i].name };
         each_option(*cmds[i].opts, list_one, &c);
     }
-    return fflush(f) == 0 ? QCAL_EXIT_OK : QCAL_EXIT_OUTPUT;
+    return flushed(f);
 }
 
 /* ---- man page ---- */
@@ -176,7 +187,7 @@ int cli_gen_man(FILE *f, const qcal_cmd *cmds, int n)
           "\\fIshare/bash\\-completion/completions/qcal\\fR.\n"
           ".SH \"SEE ALSO\"\n"
           "The qcal documentation: docs/cli.md, docs/calibration.md, docs/observers.md.\n", f);
-    return fflush(f) == 0 ? QCAL_EXIT_OK : QCAL_EXIT_OUTPUT;
+    return flushed(f);
 }
 
 /* ---- bash completion ---- */
@@ -306,5 +317,5 @@ int cli_gen_bash_completion(FILE *f, const qcal_cmd *cmds, int n)
           "    fi\n"
           "}\n"
           "complete -F _qcal qcal\n", f);
-    return fflush(f) == 0 ? QCAL_EXIT_OK : QCAL_EXIT_OUTPUT;
+    return flushed(f);
 }

@@ -176,10 +176,8 @@ int cli_observer_report(const char *cmd, qcal_observer *obs, FILE *f, bool *no_d
         cli_json_i32_array(f, qp.zero_points ? qp.zero_points : &qp.zero_point, qp.channels);
     fprintf(f, ", \"nonfinite\": %llu, \"batches\": %llu, \"digest\": \"%s\"}\n",
             (unsigned long long)nonfinite, (unsigned long long)batches, digest);
-    if (fflush(f) != 0 || ferror(f)) {
-        rc = cli_fail(cmd, QCAL_EXIT_OUTPUT, "cannot write to stdout");
+    if ((rc = cli_flush(cmd, f)))
         goto out;
-    }
     *no_data = qst == QCAL_NO_DATA;
 out:
     free(mn);

@@ -657,8 +657,7 @@ fed:
         fprintf(say, " and %ld safetensors weights (%ld tensors under 2 dimensions skipped)",
                 weights, skipped_1d);
     fprintf(say, "; %llu non-finite values skipped\n", (unsigned long long)nonfinite);
-    if (fflush(say) != 0)
-        rc = QCAL_EXIT_OUTPUT;
+    rc = cli_flush(cmd, say);
 done:
     /* The last agreement: every rank ends with the same code (the writer's outcome, or the
      * first failure of a rank that stopped before the agreements above). */

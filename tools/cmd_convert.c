@@ -86,8 +86,7 @@ int cmd_convert(int argc, char **argv)
         /* With -o - the table is stdout: the summary goes to stderr. */
         FILE *say = cli_output_is_stdout(out.out) ? stderr : stdout;
         fprintf(say, "qcal: convert: wrote %s (%s) from %s\n", out.out, counts, in);
-        if (fflush(say) != 0)
-            rc = QCAL_EXIT_OUTPUT;
+        rc = cli_flush(cmd, say);
     }
     qcal_calib_table_destroy(&t);
     return rc;

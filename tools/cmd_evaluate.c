@@ -94,7 +94,7 @@ int cmd_evaluate(int argc, char **argv)
     if (!rc)
         rc = cli_stage_commit(cmd, &staged);
     if (!rc && !a.out && (fwrite(buf, 1, len, stdout) != len || fflush(stdout) != 0))
-        rc = cli_fail(cmd, QCAL_EXIT_OUTPUT, "cannot write to stdout: %s", strerror(errno));
+        rc = cli_fail(cmd, QCAL_EXIT_OUTPUT, "cannot write to standard output: %s", strerror(errno));
     qcal_free(buf);
     qcal_numeric_eval_destroy(&ev);
     return rc;

@@ -223,8 +223,7 @@ static int merge_sessions(const char *cmd, const char **paths, int n, void **buf
                     "states; %llu non-finite values skipped; digest %s\n", to->out, fmts,
                     (long long)(cnt - nw), (long long)nw, n, (unsigned long long)nonfinite,
                     digest);
-            if (fflush(say) != 0)
-                rc = QCAL_EXIT_OUTPUT;
+            rc = cli_flush(cmd, say);
         }
     }
     if (rc)

@@ -185,7 +185,7 @@ int cmd_onnx_expose(int argc, char **argv)
     printf("qcal: onnx-expose: wrote %s (profile %s): %lld tensors exposed, %lld new outputs%s%s\n", out,
            qcal_onnx_profile_name(opt.profile), (long long)n, (long long)added, list ? "; names in " : "",
            list ? list : "");
-    rc = fflush(stdout) == 0 ? 0 : QCAL_EXIT_OUTPUT;
+    rc = cli_flush(cmd, stdout);
 out:
     qcal_atomic_file_abort(&lf);
     qcal_onnx_names_free(&names, n);
@@ -315,7 +315,7 @@ int cmd_qdq(int argc, char **argv)
     printf("qcal: qdq: wrote %s (profile %s): %lld ops quantized, %lld activations, %lld weights, %lld int32 biases\n",
            out, qcal_onnx_profile_name(opt.profile), (long long)rep.ops, (long long)rep.tensors,
            (long long)rep.weights, (long long)rep.biases);
-    rc = fflush(stdout) == 0 ? 0 : QCAL_EXIT_OUTPUT;
+    rc = cli_flush(cmd, stdout);
 free:
     qcal_onnx_qdq_report_free(&rep);
     qcal_onnx_model_destroy(&m);

@@ -84,8 +84,7 @@ int cmd_report(int argc, char **argv)
         int64_t n = 0;
         qcal_numeric_eval_count(ev, &n);
         fprintf(say, "qcal: report: wrote %s (%lld tensors)\n", a.out, (long long)n);
-        if (fflush(say) != 0)
-            rc = QCAL_EXIT_OUTPUT;
+        rc = cli_flush(cmd, say);
     }
     qcal_numeric_eval_destroy(&ev);
     return rc;

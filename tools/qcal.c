@@ -1,5 +1,6 @@
 /* qcal: one binary, one subcommand per tools/cmd_<name>.c. Adding a subcommand is one line
  * in the table below (plus its declaration in tools/cli.h). */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #if defined(__GLIBC__)
@@ -118,6 +119,22 @@ static void tune_allocator(void)
 #endif
 }
 
+/* A run whose standard output could not be written (a full disk, a closed pipe's EPIPE with
+ * SIGPIPE ignored) does not succeed: one line with the reason, exit 4 (cmd NULL: qcal's own
+ * --help/--version/--man output). Runs that already failed keep their code and message. */
+static int finish(const char *cmd, int rc)
+{
+    if (rc != QCAL_EXIT_OK)
+        return rc;
+    if (cmd)
+        return cli_flush(cmd, stdout);
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout))
+        return QCAL_EXIT_OK;
+    fprintf(stderr, "qcal: cannot write to standard output: %s\n", strerror(errno ? errno : EIO));
+    return QCAL_EXIT_OUTPUT;
+}
+
 int main(int argc, char **argv)
 {
     tune_allocator();
@@ -133,26 +150,26 @@ int main(int argc, char **argv)
             char *sub[] = { argv[2], help_flag, NULL };
             for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
                 if (!strcmp(argv[2], commands[i].name))
-                    return commands[i].run(2, sub);
+                    return finish(argv[2], commands[i].run(2, sub));
             return unknown_subcommand(argv[2]);
         }
         usage(stdout);
-        return QCAL_EXIT_OK;
+        return finish(NULL, QCAL_EXIT_OK);
     }
     int ncmd = (int)(sizeof commands / sizeof commands[0]);
     if (!strcmp(name, "--man"))
-        return cli_gen_man(stdout, commands, ncmd);
+        return finish(NULL, cli_gen_man(stdout, commands, ncmd));
     if (!strcmp(name, "--bash-completion"))
-        return cli_gen_bash_completion(stdout, commands, ncmd);
+        return finish(NULL, cli_gen_bash_completion(stdout, commands, ncmd));
     if (!strcmp(name, "--list-options"))
-        return cli_gen_option_list(stdout, commands, ncmd);
+        return finish(NULL, cli_gen_option_list(stdout, commands, ncmd));
     if (!strcmp(name, "--version") || !strcmp(name, "-V")) {
         printf("qcal %s\n", qcal_version());
-        return QCAL_EXIT_OK;
+        return finish(NULL, QCAL_EXIT_OK);
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(name, commands[i].name))
-            return commands[i].run(argc - 1, argv + 1);
+            return finish(name, commands[i].run(argc - 1, argv + 1));
     if (name[0] == '-')
         fprintf(stderr, "qcal: unknown option '%s' (see 'qcal --help')\n", name);
     else
