@@ -245,8 +245,11 @@ static void chart_axes(qcal_buf *b, const chart *c, const char *xtitle, const ch
     }
     putf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>",
          (c->l + c->w - c->r) / 2, c->h - 4, xtitle);
-    putf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>", c->l - 4, yb, ylo);
-    putf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>", c->l - 4, c->t + 9, yhi);
+    if (*ylo)
+        putf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>", c->l - 4, yb, ylo);
+    if (*yhi)
+        putf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>", c->l - 4, c->t + 9,
+             yhi);
     putf(b, "<text transform=\"translate(12 %.1f) rotate(-90)\" text-anchor=\"middle\">%s</text>",
          (c->t + c->h - c->btm) / 2, ytitle);
 }
@@ -775,8 +778,13 @@ static void put_sqnr(qcal_buf *b, double v, int decimals)
 static void put_decision(qcal_buf *b, const qcal_numeric_eval *ev, const eval_entry *e,
                          const decision *d, bool brief)
 {
-    if (d->other < 0)
+    if (d->other < 0) {   /* alone, or the simplest and it reaches the threshold */
+        if (d->threshold)
+            putf(b, "the simplest; reaches %.6g dB", ev->opt.min_sqnr_db);
         return;
+    }
+    if (!isnan(ev->opt.min_sqnr_db) && !d->threshold)
+        putf(b, "none reaches %.6g dB: ", ev->opt.min_sqnr_db);
     const char *on = brief ? short_name(e->c[d->other].kind)
                            : qcal_observer_kind_name(e->c[d->other].kind);
     char s[64];
@@ -826,6 +834,10 @@ static void summary_table(qcal_buf *b, const qcal_numeric_eval *ev, const bool *
         if (d.other >= 0) {
             putf(b, "<small class=\"margin\" data-margin=\"%.17g\" data-other=\"%s\">",
                  d.margin, qcal_observer_kind_name(e->c[d.other].kind));
+            put_decision(b, ev, e, &d, true);
+            put(b, "</small>");
+        } else if (d.threshold) {
+            put(b, "<small class=\"margin\">");
             put_decision(b, ev, e, &d, true);
             put(b, "</small>");
         }
@@ -951,7 +963,7 @@ qcal_status qcal_numeric_eval_write_report(const qcal_numeric_eval *ev,
              qcal_calib_role_name(e->role), qcal_observer_kind_name(e->c[e->recommended].kind));
         put_sqnr(&b, e->c[e->recommended].sqnr, d.decimals);
         put(&b, " dB");
-        if (d.other >= 0) {
+        if (d.other >= 0 || d.threshold) {
             put(&b, ", ");
             put_decision(&b, ev, e, &d, false);
             if (!d.threshold && d.margin != 0 && !isinf(d.margin)) {
