@@ -90,7 +90,8 @@ static void usage(FILE *f)
     fprintf(f,
             "\n"
             "options: long options take '--name VALUE' or '--name=VALUE'; numbers are strict\n"
-            "(no trailing characters, no nan/inf, range-checked).\n"
+            "(no trailing characters, no nan/inf, range-checked); an option with a value is\n"
+            "given once unless its help says (repeatable).\n"
             "\n"
             "exit codes:\n"
             "  0  success\n"
