@@ -173,7 +173,9 @@ static const char *css =
     "svg text{font:11px system-ui,'DejaVu Sans',sans-serif;fill:#333}.tag{font-size:12px;"
     "color:#fff;background:#666;border-radius:3px;padding:1px 6px;margin-left:6px;vertical-align:2px}"
     ".clip{font-size:12px;margin:4px 0 0;padding:0;list-style:none}.clip li{display:inline-block;margin-right:12px}"
-    "path.c{stroke-width:1.6}figure.objective{width:372px}";
+    "path.c{stroke-width:1.6}figure.objective{width:372px}"
+    "path.obj{fill:none;stroke-width:1.6;stroke-linecap:round;stroke-linejoin:round;"
+    "vector-effect:non-scaling-stroke}";
 
 static const char *script =
     "document.querySelectorAll('table.sortable th').forEach(function(th,i){"
@@ -584,9 +586,7 @@ static void curve_panel(qcal_buf *b, const eval_entry *e, const curve *cu)
     }
     putf(b, "<path class=\"obj\" data-kind=\"%s\" data-objective=\"%s\" "
             "data-candidates=\"%lld\" data-defined=\"%lld\" data-chosen=\"%lld\" "
-            "transform=\"scale(%g)\" vector-effect=\"non-scaling-stroke\" fill=\"none\" "
-            "stroke=\"%s\" stroke-width=\"1.6\" stroke-linecap=\"round\" "
-            "stroke-linejoin=\"round\" d=\"", qcal_observer_kind_name(kd), obj,
+            "transform=\"scale(%g)\" stroke=\"%s\" d=\"", qcal_observer_kind_name(kd), obj,
          (long long)cu->n, (long long)cu->defined, (long long)ch, 1.0 / PATH_UNITS, col);
     /* Integer coordinates in 1/PATH_UNITS px (scaled back by the transform): the absolute
      * first point of each run, then relative steps between the rounded absolute positions

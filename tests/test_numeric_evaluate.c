@@ -408,8 +408,9 @@ static void test_bad_arguments(void **state)
 /* The issue's limits: the report of 500 tensors (every candidate; activations of 16,384
  * values, weights [64, 256]) is below 12 MB. (It was 5 MB while the objective curves were
  * downsampled to 80 points; every evaluated candidate is drawn now, 1,920 MSE and 1,921 KL
- * thresholds per tensor: 10.96 MB measured, 4.37 MB of it the curves.) Its generation time is printed (a loaded
- * machine makes a time bound meaningless; docs/evaluate.md has the measured figures). */
+ * thresholds per tensor: 10.66 MB measured, 4.37 MB of it the curves.) Its generation time
+ * is printed (a loaded machine makes a time bound meaningless; docs/evaluate.md has the
+ * measured figures). */
 static void test_report_500_tensors(void **state)
 {
     (void)state;
