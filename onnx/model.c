@@ -328,6 +328,8 @@ static bool read_varint(const uint8_t *p, size_t len, size_t *i, uint64_t *v)
     return false;
 }
 
+#define ONNX_BLOB_MIN ((size_t)1 << 16)
+
 /* Walks the wire format with protobuf-c's descriptors (no decoding) and refuses nesting
  * deeper than ONNX_MAX_DEPTH, so the recursive unpack below cannot exhaust the stack. */
 static qcal_status check_depth(const uint8_t *p, size_t len, const ProtobufCMessageDescriptor *d,
@@ -414,6 +416,10 @@ static bool scope_has(const scope *s, const char *name)
 
 typedef struct load_ctx {
     const char *path;      /* model file or NULL (buffer) */
+    int fd;                /* the model file, or -1 */
+    const uint8_t *map;    /* its mapping (NULL: a buffer; cut-out bytes are copied) */
+    size_t map_len;
+    bool map_taken;        /* the model kept the mapping (the loader must not unmap it) */
     char *dir_real;        /* realpath of the model's directory */
     char *dir;             /* the model's directory as given */
 } load_ctx;
@@ -682,8 +688,197 @@ done:
     return st;
 }
 
+static void detach_all(qcal_onnx_model *m)
+{
+    if (!m->map || !m->proto->graph)
+        return;
+    for (size_t i = 0; i < m->proto->graph->n_initializer; i++)
+        onnx_tensor_release(m, m->proto->graph->initializer[i]);
+}
+
+bool onnx_in_map(const qcal_onnx_model *m, const void *ptr)
+{
+    return m && m->map && (const uint8_t *)ptr >= m->map && (const uint8_t *)ptr < m->map + m->map_len;
+}
+
+void onnx_tensor_release(const qcal_onnx_model *m, Onnx__TensorProto *t)
+{
+    if (t && onnx_in_map(m, t->raw_data.data)) {
+        t->raw_data.data = NULL;
+        t->raw_data.len = 0;
+        t->has_raw_data = 0;
+    }
+}
+
+/* ---- the shell: the model without its large initializer data ----
+ * The wire format was checked by check_depth (every length inside its parent). The shell
+ * is the same message with the raw_data field of each main-graph initializer that holds
+ * ONNX_BLOB_MIN bytes or more left out (and the two enclosing length prefixes, graph and
+ * initializer, re-encoded); protobuf-c unpacks the shell, then those tensors get their
+ * bytes back, pointing into the source (file mapping) or copied. Only a model with one
+ * graph field and initializers with a single raw_data field each is cut this way; anything
+ * else is unpacked whole. */
+
+typedef struct cut {
+    size_t k;                 /* initializer ordinal (wire order) */
+    size_t tag_start, ts, te; /* initializer field: its tag, its content [ts, te) */
+    size_t rs, re;            /* the raw_data field inside it (tag to end) */
+    size_t ds, dl;            /* the data bytes */
+} cut;
+
+static size_t varint_size(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static size_t put_varint(uint8_t *d, uint64_t v)
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        d[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    d[n++] = (uint8_t)v;
+    return n;
+}
+
+/* Skips one field at p[*i] (its tag already read as tag); false on a malformed field. */
+static bool skip_field(const uint8_t *p, size_t len, size_t *i, uint64_t tag, uint64_t *dlen)
+{
+    uint64_t v;
+    switch (tag & 7) {
+    case 0: return read_varint(p, len, i, &v);
+    case 1: if (len - *i < 8) return false; *i += 8; return true;
+    case 5: if (len - *i < 4) return false; *i += 4; return true;
+    case 2:
+        if (!read_varint(p, len, i, &v) || v > len - *i)
+            return false;
+        *dlen = v;
+        *i += (size_t)v;
+        return true;
+    default: return false;
+    }
+}
+
+/* Builds the shell of p (len bytes, already depth-checked). *shell NULL: nothing to cut. */
+static qcal_status make_shell(const uint8_t *p, size_t len, uint8_t **shell, size_t *shell_len,
+                              cut **cuts, size_t *ncuts, size_t *ninit)
+{
+    *shell = NULL;
+    *cuts = NULL;
+    *ncuts = *ninit = 0;
+    size_t i = 0, gtag_end = 0, gs = 0, ge = 0;
+    int graphs = 0;
+    while (i < len) {
+        uint64_t tag, dl = 0;
+        if (!read_varint(p, len, &i, &tag))
+            return QCAL_OK;
+        size_t after_tag = i;
+        if (!skip_field(p, len, &i, tag, &dl))
+            return QCAL_OK;
+        if ((tag >> 3) == 7) {
+            if ((tag & 7) != 2)
+                return QCAL_OK;
+            graphs++;
+            gtag_end = after_tag;
+            ge = i;
+            gs = ge - (size_t)dl;
+        }
+    }
+    if (graphs != 1)
+        return QCAL_OK;
+    cut *c = NULL;
+    size_t n = 0, cap = 0, k = 0;
+    for (i = gs; i < ge;) {
+        size_t fs = i;
+        uint64_t tag, dl = 0;
+        if (!read_varint(p, ge, &i, &tag) || !skip_field(p, ge, &i, tag, &dl))
+            break;
+        if (tag != ((5 << 3) | 2))
+            continue;
+        size_t te = i, ts = te - (size_t)dl, raws = 0, rs = 0, re = 0, ds = 0, rl = 0;
+        for (size_t j = ts; j < te;) {
+            size_t f2 = j;
+            uint64_t t2, l2 = 0;
+            if (!read_varint(p, te, &j, &t2) || !skip_field(p, te, &j, t2, &l2))
+                break;
+            if ((t2 >> 3) == 9) {
+                raws++;
+                rs = f2, re = j, rl = (size_t)l2, ds = j - (size_t)l2;
+            }
+        }
+        if (raws == 1 && rl >= ONNX_BLOB_MIN) {
+            if (n == cap) {
+                cap = cap ? cap * 2 : 64;
+                cut *nc = realloc(c, cap * sizeof *c);
+                if (!nc) {
+                    free(c);
+                    return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+                }
+                c = nc;
+            }
+            c[n++] = (cut){ k, fs, ts, te, rs, re, ds, rl };
+        }
+        k++;
+    }
+    if (!n) {
+        free(c);
+        return QCAL_OK;
+    }
+    /* New sizes: each cut tensor shrinks by its raw_data field (and maybe a prefix byte). */
+    size_t removed = 0;
+    for (size_t q = 0; q < n; q++) {
+        size_t old_tl = c[q].te - c[q].ts, new_tl = old_tl - (c[q].re - c[q].rs);
+        removed += (c[q].re - c[q].rs) + varint_size(old_tl) - varint_size(new_tl);
+    }
+    size_t old_gl = ge - gs, new_gl = old_gl - removed;
+    size_t out_len = len - removed - varint_size(old_gl) + varint_size(new_gl);
+    uint8_t *o = malloc(out_len ? out_len : 1), *w = o;
+    if (!o) {
+        free(c);
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    }
+    memcpy(w, p, gtag_end);
+    w += gtag_end;
+    w += put_varint(w, new_gl);
+    size_t at = gs;
+    for (size_t q = 0; q < n; q++) {
+        memcpy(w, p + at, c[q].tag_start - at);   /* fields before this initializer */
+        w += c[q].tag_start - at;
+        size_t tag_len = 1;                        /* tag 5|2 is one byte (0x2a) */
+        memcpy(w, p + c[q].tag_start, tag_len);
+        w += tag_len;
+        w += put_varint(w, (c[q].te - c[q].ts) - (c[q].re - c[q].rs));
+        memcpy(w, p + c[q].ts, c[q].rs - c[q].ts);
+        w += c[q].rs - c[q].ts;
+        memcpy(w, p + c[q].re, c[q].te - c[q].re);
+        w += c[q].te - c[q].re;
+        at = c[q].te;
+    }
+    memcpy(w, p + at, len - at);
+    w += len - at;
+    if ((size_t)(w - o) != out_len) {   /* cannot happen: the sizes above are exact */
+        free(o);
+        free(c);
+        return qcal_error(QCAL_ERR_FORMAT, "internal error cutting the model (%zu != %zu bytes)",
+                          (size_t)(w - o), out_len);
+    }
+    *shell = o;
+    *shell_len = out_len;
+    *cuts = c;
+    *ncuts = n;
+    *ninit = k;
+    return QCAL_OK;
+}
+
 /* The unpacked model owns strings of the outputs it adds to the scope map; the map borrows
- * them, so the map dies before the model does. */
+ * them, so the map dies before the model does. With lc->map set (a file), the cut-out
+ * bytes point into the mapping, which the model then keeps; else they are copied. */
 static qcal_status model_from_bytes(load_ctx *lc, const uint8_t *p, size_t len, qcal_onnx_model **out)
 {
     const char *what = lc->path ? lc->path : "buffer";
@@ -692,27 +887,77 @@ static qcal_status model_from_bytes(load_ctx *lc, const uint8_t *p, size_t len, 
     qcal_status st = check_depth(p, len, &onnx__model_proto__descriptor, 0);
     if (st != QCAL_OK)
         return qcal_error(st, "'%s' is not a valid ONNX model: %s", what, qcal_last_error());
-    Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, len, p);
-    if (!mp)
+    uint8_t *shell = NULL;
+    size_t shell_len = 0, ncuts = 0, ninit = 0;
+    cut *cuts = NULL;
+    if ((st = make_shell(p, len, &shell, &shell_len, &cuts, &ncuts, &ninit)) != QCAL_OK)
+        return st;
+    Onnx__ModelProto *mp = shell ? onnx__model_proto__unpack(NULL, shell_len, shell)
+                                 : onnx__model_proto__unpack(NULL, len, p);
+    free(shell);
+    if (!mp) {
+        free(cuts);
         return qcal_error(QCAL_ERR_FORMAT, "'%s' is not a valid ONNX model: malformed or truncated protobuf",
                           what);
-    if (!mp->graph) {
-        protobuf_c_message_free_unpacked(&mp->base, NULL);
-        return qcal_error(QCAL_ERR_FORMAT, "'%s' is not an ONNX model: it has no graph", what);
-    }
-    scope s = { { 0 }, what };
-    st = check_graph(lc, &s, mp->graph, 0);
-    onnx_map_free(&s.defined);
-    if (st != QCAL_OK) {
-        protobuf_c_message_free_unpacked(&mp->base, NULL);
-        return qcal_error(st, "'%s': %s", what, qcal_last_error());
     }
     qcal_onnx_model *m = calloc(1, sizeof *m);
     if (!m) {
+        free(cuts);
         protobuf_c_message_free_unpacked(&mp->base, NULL);
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
     }
     m->proto = mp;
+    m->src_fd = -1;
+    if (ncuts && lc->map) {
+        m->map = lc->map;
+        m->map_len = lc->map_len;
+    }
+    /* Give the cut tensors their bytes back. */
+    if (ncuts && (!mp->graph || mp->graph->n_initializer != ninit)) {
+        m->map = NULL;   /* nothing points into it yet */
+        free(cuts);
+        qcal_onnx_model_destroy(&m);
+        return qcal_error(QCAL_ERR_FORMAT, "'%s' is not a valid ONNX model: initializers do not match their fields",
+                          what);
+    }
+    for (size_t q = 0; q < ncuts; q++) {
+        Onnx__TensorProto *t = mp->graph->initializer[cuts[q].k];
+        free(t->raw_data.data);   /* nothing: the shell has no raw_data there */
+        if (m->map) {
+            t->raw_data.data = (uint8_t *)(uintptr_t)(p + cuts[q].ds);
+        } else {
+            t->raw_data.data = malloc(cuts[q].dl);
+            if (!t->raw_data.data) {
+                free(cuts);
+                t->raw_data.len = 0;
+                qcal_onnx_model_destroy(&m);
+                return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory for %zu bytes", cuts[q].dl);
+            }
+            memcpy(t->raw_data.data, p + cuts[q].ds, cuts[q].dl);
+        }
+        t->raw_data.len = cuts[q].dl;
+        t->has_raw_data = 1;
+    }
+    free(cuts);
+    if (!mp->graph) {
+        qcal_onnx_model_destroy(&m);
+        return qcal_error(QCAL_ERR_FORMAT, "'%s' is not an ONNX model: it has no graph", what);
+    }
+    scope sc = { { 0 }, what };
+    st = check_graph(lc, &sc, mp->graph, 0);
+    onnx_map_free(&sc.defined);
+    if (st != QCAL_OK) {
+        st = qcal_error(st, "'%s': %s", what, qcal_last_error());
+        detach_all(m);
+        m->map = NULL;   /* the loader unmaps it */
+        qcal_onnx_model_destroy(&m);
+        return st;
+    }
+    if (m->map) {
+        /* Without a descriptor (dup failing) a save writes the bytes from the mapping. */
+        m->src_fd = dup(lc->fd);
+        lc->map_taken = true;
+    }
     *out = m;
     return QCAL_OK;
 }
@@ -721,7 +966,7 @@ qcal_status qcal_onnx_model_parse(const void *buf, size_t len, qcal_onnx_model *
 {
     if ((!buf && len) || !out)
         return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_model_parse: NULL argument");
-    load_ctx lc = { 0 };
+    load_ctx lc = { NULL, -1, NULL, 0, false, NULL, NULL };
     return model_from_bytes(&lc, buf, len, out);
 }
 
@@ -740,7 +985,7 @@ qcal_status qcal_onnx_model_load(const char *path, qcal_onnx_model **out)
         close(fd);
         return qcal_error(QCAL_ERR_IO, "'%s' is not a regular file", path);
     }
-    load_ctx lc = { path, NULL, NULL };
+    load_ctx lc = { path, fd, NULL, 0, false, NULL, NULL };
     const char *slash = strrchr(path, '/');
     lc.dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
     lc.dir_real = lc.dir ? realpath(lc.dir, NULL) : NULL;
@@ -753,14 +998,18 @@ qcal_status qcal_onnx_model_load(const char *path, qcal_onnx_model **out)
     if (sb.st_size == 0) {
         st = model_from_bytes(&lc, NULL, 0, out);
     } else {
+        /* Mapped without MAP_POPULATE: the large initializers are never read unless a pass
+         * needs them (a save copies them file to file). */
         void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (map == MAP_FAILED) {
             int e = errno;
             st = qcal_error(QCAL_ERR_IO, "cannot map '%s': %s", path, strerror(e));
         } else {
-            madvise(map, (size_t)sb.st_size, MADV_SEQUENTIAL);
+            lc.map = map;
+            lc.map_len = (size_t)sb.st_size;
             st = model_from_bytes(&lc, map, (size_t)sb.st_size, out);
-            munmap(map, (size_t)sb.st_size);
+            if (!lc.map_taken)
+                munmap(map, (size_t)sb.st_size);
         }
     }
     close(fd);
@@ -773,8 +1022,14 @@ void qcal_onnx_model_destroy(qcal_onnx_model **m)
 {
     if (!m || !*m)
         return;
-    if ((*m)->proto)
+    if ((*m)->proto) {
+        detach_all(*m);
         protobuf_c_message_free_unpacked(&(*m)->proto->base, NULL);
+    }
+    if ((*m)->src_fd >= 0)
+        close((*m)->src_fd);
+    if ((*m)->map)
+        munmap((void *)(uintptr_t)(*m)->map, (*m)->map_len);
     free(*m);
     *m = NULL;
 }
@@ -792,16 +1047,64 @@ typedef struct file_sink {
     FILE *fp;
     bool failed;
     uint64_t written;
+    uint64_t kicked;     /* bytes handed to the kernel's writeback so far */
+    const qcal_onnx_model *m;
+    bool no_copy_range;  /* copy_file_range refused once: write everything */
 } file_sink;
+
+/* Copies a blob from the source file to the output in the kernel (no pass through this
+ * process's memory), at the output's current offset; false when the kernel refuses (a pipe,
+ * another file system on old kernels): the caller writes the bytes instead. */
+static bool copy_blob(file_sink *s, const uint8_t *data, size_t len)
+{
+    if (s->m->src_fd < 0)
+        return false;
+    if (fflush(s->fp) != 0) {
+        s->failed = true;
+        return true;
+    }
+    int fd = fileno(s->fp);
+    loff_t in = (loff_t)(data - s->m->map);
+    size_t done = 0;
+    while (done < len) {
+        ssize_t r = copy_file_range(s->m->src_fd, &in, fd, NULL, len - done, 0);
+        if (r <= 0) {
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (done == 0) {
+                s->no_copy_range = true;
+                return false;
+            }
+            s->failed = true;   /* part copied, then an error: give up on this output */
+            return true;
+        }
+        done += (size_t)r;
+    }
+    return true;
+}
+
+#define SINK_KICK (UINT64_C(32) << 20)
 
 static void sink_append(ProtobufCBuffer *b, size_t len, const uint8_t *data)
 {
     file_sink *s = (file_sink *)b;
     if (s->failed || !len)
         return;
-    if (fwrite(data, 1, len, s->fp) != len)
-        s->failed = true;
+    bool in_map = len >= ONNX_BLOB_MIN && !s->no_copy_range && onnx_in_map(s->m, data);
+    if (!in_map || !copy_blob(s, data, len))
+        if (fwrite(data, 1, len, s->fp) != len)
+            s->failed = true;
     s->written += len;
+    /* Start the writeback of every 32 MiB written (asynchronously), so the final fsync of
+     * the atomic commit waits for the tail only, as a copy's background writeback would. */
+    if (s->written - s->kicked >= SINK_KICK && fflush(s->fp) == 0) {
+        int fd = fileno(s->fp);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+            sync_file_range(fd, (off64_t)s->kicked, (off64_t)(s->written - s->kicked),
+                            SYNC_FILE_RANGE_WRITE);
+        s->kicked = s->written;
+    }
 }
 
 /* One initializer moved to external data during a save, restored afterwards. */
@@ -918,7 +1221,7 @@ qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_option
     if ((st = qcal_atomic_file_open(&f, path)) != QCAL_OK)
         goto out;
     setvbuf(f.fp, NULL, _IOFBF, 1 << 20);
-    file_sink sink = { { sink_append }, f.fp, false, 0 };
+    file_sink sink = { { sink_append }, f.fp, false, 0, 0, m, false };
     protobuf_c_message_pack_to_buffer(&m->proto->base, &sink.base);
     if (sink.failed || sink.written != size) {
         int e = errno;
@@ -1328,6 +1631,8 @@ qcal_status qcal_onnx_model_new(int64_t ir_version, int64_t opset, qcal_onnx_mod
         return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_model_new: bad argument (ir_version %lld, opset %lld)",
                           (long long)ir_version, (long long)opset);
     qcal_onnx_model *m = calloc(1, sizeof *m);
+    if (m)
+        m->src_fd = -1;   /* no file, no mapping */
     Onnx__ModelProto *mp = malloc(sizeof *mp);
     Onnx__GraphProto *g = malloc(sizeof *g);
     Onnx__OperatorSetIdProto *os = malloc(sizeof *os);
@@ -1460,7 +1765,10 @@ qcal_status qcal_onnx_initializer_set_external(qcal_onnx_model *m, const char *n
     snprintf(lb, sizeof lb, "%lld", (long long)length);
     if (!add_entry(t, "location", location) || !add_entry(t, "offset", ob) || !add_entry(t, "length", lb))
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
-    free(t->raw_data.data);
+    if (onnx_in_map(m, t->raw_data.data))
+        onnx_tensor_release(m, t);
+    else
+        free(t->raw_data.data);
     t->raw_data.data = NULL;
     t->raw_data.len = 0;
     t->has_raw_data = 0;
@@ -1559,6 +1867,18 @@ qcal_status qcal_onnx_node_set_graph(qcal_onnx_model *m, int64_t node, const cha
     Onnx__NodeProto *n = node_of(m, node);
     if (!n || !attr || !body || !*body)
         return qcal_error(QCAL_ERR_INVALID_ARG, "no node %lld or no body", (long long)node);
+    /* Data the body reads from its file mapping is copied: the mapping dies with *body. */
+    Onnx__GraphProto *bg = (*body)->proto->graph;
+    for (size_t i = 0; bg && (*body)->map && i < bg->n_initializer; i++) {
+        Onnx__TensorProto *t = bg->initializer[i];
+        if (!onnx_in_map(*body, t->raw_data.data))
+            continue;
+        uint8_t *copy = malloc(t->raw_data.len);
+        if (!copy)
+            return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory for %zu bytes", t->raw_data.len);
+        memcpy(copy, t->raw_data.data, t->raw_data.len);
+        t->raw_data.data = copy;
+    }
     Onnx__AttributeProto *a = new_attr(n, attr, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH);
     if (!a)
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");

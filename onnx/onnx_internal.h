@@ -8,9 +8,23 @@
 #include "core/internal.h"
 #include "qcal/onnx.h"
 
+/* A model read from a file keeps the file mapped: the large raw_data of its main-graph
+ * initializers point into the mapping instead of being copied (protobuf-c is given the
+ * message without them), and a save copies those bytes file to file (copy_file_range).
+ * Such raw_data is never freed by protobuf-c: onnx_tensor_release detaches it first. */
 struct qcal_onnx_model {
     Onnx__ModelProto *proto;   /* every field malloc'ed (protobuf-c's default allocator) */
+    int src_fd;                /* the model file (read only), or -1 */
+    const uint8_t *map;        /* its mapping, or NULL */
+    size_t map_len;
 };
+
+/* True when ptr lies in the model's file mapping (not to be freed or written). */
+bool onnx_in_map(const qcal_onnx_model *m, const void *ptr);
+
+/* Detaches t's raw_data when it lies in the mapping (before t is freed or its data
+ * replaced); owned data is left for the caller to free. */
+void onnx_tensor_release(const qcal_onnx_model *m, Onnx__TensorProto *t);
 
 /* ---- string map: name -> int64 (open addressing, keys borrowed, never removed) ---- */
 typedef struct onnx_map {

@@ -1432,8 +1432,10 @@ static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
             for (int64_t w = 0; w < p->nb && !drop; w++)
                 drop = p->b[w].t == ti;
         }
-        if (drop)
+        if (drop) {
+            onnx_tensor_release(p->m, t);
             protobuf_c_message_free_unpacked(&t->base, NULL);
+        }
         else
             g->initializer[keep++] = t;
     }

@@ -329,6 +329,162 @@ static void test_save_external(void **state)
     qcal_onnx_model_destroy(&m);
 }
 
+/* Initializers of 64 KiB and more are read from the file mapping and copied file to file on
+ * save: the bytes must be those of the in-memory path, before and after each pass, and a
+ * freed initializer's memory never taken for file data. */
+static qcal_onnx_model *make_big(void)
+{
+    qcal_onnx_model *m = NULL;
+    OK(qcal_onnx_model_new(8, 17, &m));
+    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, 256 }));
+    OK(qcal_onnx_add_output(m, "z", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, 128 }));
+    float *w = malloc(256 * 256 * sizeof *w);
+    for (int i = 0; i < 256 * 256; i++)
+        w[i] = (float)((i * 7919) % 1001 - 500) / 1000.0f;
+    OK(qcal_onnx_add_initializer_float(m, "big w", 2, (int64_t[]){ 256, 256 }, w));
+    OK(qcal_onnx_add_initializer_float(m, "small", 1, (int64_t[]){ 128 }, w + 5));
+    OK(qcal_onnx_add_initializer_float(m, "gemm:w", 2, (int64_t[]){ 128, 256 }, w + 1000));
+    free(w);
+    OK(qcal_onnx_add_node(m, "MatMul", "mm", 2, (const char *[]){ "x", "big w" }, 1, (const char *[]){ "y" }, NULL));
+    int64_t k;
+    OK(qcal_onnx_add_node(m, "Gemm", "fc", 3, (const char *[]){ "y", "gemm:w", "small" }, 1,
+                          (const char *[]){ "z" }, &k));
+    OK(qcal_onnx_node_set_int(m, k, "transB", 1));
+    return m;
+}
+
+static void expect_same(const qcal_onnx_model *a, const qcal_onnx_model *b)
+{
+    void *x, *y;
+    size_t lx, ly;
+    OK(qcal_onnx_model_serialize(a, &x, &lx));
+    OK(qcal_onnx_model_serialize(b, &y, &ly));
+    assert_int_equal(lx, ly);
+    assert_memory_equal(x, y, lx);
+    qcal_free(x);
+    qcal_free(y);
+}
+
+static void expect_file(const char *path, const qcal_onnx_model *m)
+{
+    void *x;
+    size_t lx, lf;
+    OK(qcal_onnx_model_serialize(m, &x, &lx));
+    void *f = tu_read_file(path, &lf);
+    assert_int_equal(lf, lx);
+    assert_memory_equal(f, x, lx);
+    free(f);
+    qcal_free(x);
+}
+
+static void test_large_initializers(void **state)
+{
+    (void)state;
+    const char *names[] = { "x", "y", "z" };
+    write_table(names, 3, T("big_table.json"));
+    qcal_calib_table *table = NULL;
+    OK(qcal_calib_table_read_json(T("big_table.json"), &table));
+    qcal_onnx_model *m = make_big();
+    OK(qcal_onnx_model_save(m, NULL, T("big.onnx")));
+    size_t len;
+    uint8_t *bytes = tu_read_file(T("big.onnx"), &len);
+    assert_true(len > 256 * 1024);
+    qcal_onnx_model *mapped = NULL, *copied = NULL;
+    OK(qcal_onnx_model_load(T("big.onnx"), &mapped));
+    OK(qcal_onnx_model_parse(bytes, len, &copied));
+    expect_file(T("big.onnx"), mapped);
+    expect_same(mapped, copied);
+    OK(qcal_onnx_model_save(mapped, NULL, T("big2.onnx")));   /* copy_file_range path */
+    expect_file(T("big2.onnx"), m);
+    for (int p = 0; p < 2; p++) {
+        qcal_onnx_qdq_options opt;
+        qcal_onnx_qdq_options_default(&opt);
+        opt.profile = p ? QCAL_ONNX_PROFILE_TENSORRT : QCAL_ONNX_PROFILE_ORT;
+        qcal_onnx_model *a = NULL, *b = NULL;
+        OK(qcal_onnx_model_load(T("big.onnx"), &a));
+        OK(qcal_onnx_model_parse(bytes, len, &b));
+        OK(qcal_onnx_qdq(a, table, &opt, NULL));
+        OK(qcal_onnx_qdq(b, table, &opt, NULL));
+        expect_same(a, b);
+        /* ort dropped the mapped float weights: new data of the same size must be its own */
+        float *fresh = malloc(256 * 256 * sizeof *fresh);
+        for (int i = 0; i < 256 * 256; i++)
+            fresh[i] = (float)i;
+        OK(qcal_onnx_add_initializer_float(a, "fresh", 2, (int64_t[]){ 256, 256 }, fresh));
+        OK(qcal_onnx_model_save(a, NULL, T("big_q.onnx")));
+        expect_file(T("big_q.onnx"), a);
+        qcal_onnx_model *r = NULL;
+        OK(qcal_onnx_model_load(T("big_q.onnx"), &r));
+        float *back;
+        OK(qcal_onnx_initializer_float(r, "fresh", &back, NULL));
+        assert_memory_equal(back, fresh, 256 * 256 * sizeof *fresh);
+        qcal_free(back);
+        if (p) {   /* tensorrt keeps the float weight */
+            float *w0, *w1;
+            OK(qcal_onnx_initializer_float(m, "big w", &w0, NULL));
+            OK(qcal_onnx_initializer_float(r, "big w", &w1, NULL));
+            assert_memory_equal(w0, w1, 256 * 256 * sizeof *w0);
+            qcal_free(w0), qcal_free(w1);
+        }
+        free(fresh);
+        qcal_onnx_model_destroy(&r);
+        qcal_onnx_model_destroy(&a);
+        qcal_onnx_model_destroy(&b);
+    }
+    /* every byte outside the large data flipped: a clean error or a model, never a crash;
+     * the mapped and the copied readers agree */
+    const uint8_t *data_at = NULL;
+    float *w0;
+    OK(qcal_onnx_initializer_float(m, "big w", &w0, NULL));
+    for (size_t i = 0; i + 64 <= len && !data_at; i++)
+        if (!memcmp(bytes + i, w0, 64))
+            data_at = bytes + i;
+    qcal_free(w0);
+    assert_non_null(data_at);
+    size_t lo = (size_t)(data_at - bytes), hi = lo + 256 * 256 * 4;
+    uint8_t *flip = malloc(len);
+    int refused = 0;
+    for (size_t i = 0; i < len; i++) {
+        /* the headers: the first 1 KiB, 16 bytes around each end of the large data, the
+         * last 512 bytes (the graph's nodes, inputs and outputs) */
+        bool near = i < 1024 || (i + 16 >= lo && i < lo + 16) || (i + 16 >= hi && i < hi + 16) ||
+                    i + 512 >= len;
+        if (!near)
+            continue;
+        memcpy(flip, bytes, len);
+        flip[i] ^= 0xa5;
+        qcal_onnx_model *r = (qcal_onnx_model *)(uintptr_t)0x1;
+        qcal_status st = qcal_onnx_model_parse(flip, len, &r);
+        if (st == QCAL_OK && i % 4 == 0) {
+            qcal_onnx_qdq_options opt;
+            qcal_onnx_qdq_options_default(&opt);
+            qcal_onnx_qdq_report rep;
+            if (qcal_onnx_qdq(r, table, &opt, &rep) == QCAL_OK)
+                qcal_onnx_qdq_report_free(&rep);
+        }
+        if (st == QCAL_OK) {
+            qcal_onnx_model_destroy(&r);
+        } else {
+            refused++;
+            assert_ptr_equal(r, (qcal_onnx_model *)(uintptr_t)0x1);
+        }
+        if (i % 29 == 0) {   /* the mapped reader on a sample of them */
+            tu_write_bytes(T("flip.onnx"), flip, len);
+            qcal_onnx_model *f = NULL;
+            qcal_status sf = qcal_onnx_model_load(T("flip.onnx"), &f);
+            assert_int_equal(sf == QCAL_OK, st == QCAL_OK);
+            qcal_onnx_model_destroy(&f);
+        }
+    }
+    assert_true(refused > 0);
+    free(flip);
+    free(bytes);
+    qcal_onnx_model_destroy(&mapped);
+    qcal_onnx_model_destroy(&copied);
+    qcal_onnx_model_destroy(&m);
+    qcal_calib_table_destroy(&table);
+}
+
 /* JSON string literal of s into dst (quotes and backslashes escaped). */
 static void json_str(char *dst, size_t cap, const char *s)
 {
@@ -427,6 +583,7 @@ int main(void)
         cmocka_unit_test(test_hostile),
         cmocka_unit_test(test_external_inside),
         cmocka_unit_test(test_save_external),
+        cmocka_unit_test(test_large_initializers),
         cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
