@@ -53,7 +53,7 @@ static size_t state_bytes(int k, const float *d, int batches)
     int64_t shape[2] = { 1024, 1024 };
     for (int b = 0; b < batches; b++) {
         qcal_tensor t;
-        qcal_tensor_init(&t, (float *)d + (size_t)b * 1024 * 1024, 2, shape);
+        qcal_tensor_init(&t, d + (size_t)b * 1024 * 1024, 2, shape);
         if (qcal_observer_update(o, &t) != QCAL_OK)
             die("update");
     }

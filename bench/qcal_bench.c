@@ -42,6 +42,14 @@
 
 /* ---- utilities ------------------------------------------------------------------------ */
 
+/* A writable view of data with t's shape (an output as large as t). */
+static qcal_tensor_mut mut_of(const qcal_tensor *t, float *data)
+{
+    qcal_tensor_mut m = { .data = data, .ndim = t->ndim };
+    memcpy(m.shape, t->shape, sizeof m.shape);
+    return m;
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -336,8 +344,7 @@ static void op_quantize_pt(void *p)
 static void op_dequantize_pt(void *p)
 {
     bench *b = p;
-    qcal_tensor t = b->t16;
-    t.data = b->y;
+    qcal_tensor_mut t = mut_of(&b->t16, b->y);
     CHECK(qcal_dequantize(b->q, &b->qpt, &t));
     b->out = b->y;
     b->out_bytes = (size_t)M16 * 4;
@@ -365,8 +372,7 @@ static void op_quantize_pc_last(void *p)
 static void op_dequantize_pc(void *p)
 {
     bench *b = p;
-    qcal_tensor t = b->tw;
-    t.data = b->y;
+    qcal_tensor_mut t = mut_of(&b->tw, b->y);
     CHECK(qcal_dequantize(b->q, &b->qpw, &t));
     b->out = b->y;
     b->out_bytes = (size_t)M16 * 4;
@@ -376,9 +382,9 @@ static void op_dequantize_pc(void *p)
 static void op_fq_fwd(void *p)
 {
     bench *b = p;
-    qcal_tensor x = b->t16, y = b->t16;
+    qcal_tensor x = b->t16;
     x.data = b->x;
-    y.data = b->y;
+    qcal_tensor_mut y = mut_of(&b->t16, b->y);
     CHECK(qcal_fakequant_forward(&x, &b->qpt, &y, NULL));
     b->out = b->y;
     b->out_bytes = (size_t)M16 * 4;
@@ -388,8 +394,7 @@ static void op_fq_fwd(void *p)
 static void op_fq_pc_fwd(void *p)
 {
     bench *b = p;
-    qcal_tensor y = b->tw;
-    y.data = b->y;
+    qcal_tensor_mut y = mut_of(&b->tw, b->y);
     CHECK(qcal_fakequant_forward(&b->tw, &b->qpw, &y, NULL));
     b->out = b->y;
     b->out_bytes = (size_t)M16 * 4;
@@ -399,11 +404,10 @@ static void op_fq_pc_fwd(void *p)
 static void op_fq_fused(void *p)
 {
     bench *b = p;
-    qcal_tensor x = b->t16, g = b->t16, y = b->t16, gx = b->t16;
+    qcal_tensor x = b->t16, g = b->t16;
     x.data = b->x;
     g.data = b->g;
-    y.data = b->y;
-    gx.data = b->gx;
+    qcal_tensor_mut y = mut_of(&b->t16, b->y), gx = mut_of(&b->t16, b->gx);
     CHECK(qcal_fakequant_fused(&x, &g, &b->qpt, &y, &gx));
     b->out = b->gx;
     b->out_bytes = (size_t)M16 * 4;
@@ -415,10 +419,10 @@ static void op_fq_learnable_bwd(void *p)
 {
     bench *b = p;
     float gs = 0, gz = 0;
-    qcal_tensor x = b->t16, g = b->t16, gx = b->t16;
+    qcal_tensor x = b->t16, g = b->t16;
     x.data = b->x;
     g.data = b->g;
-    gx.data = b->gx;
+    qcal_tensor_mut gx = mut_of(&b->t16, b->gx);
     qcal_qparams qp = b->qpt;
     qp.zero_point_float = (float)b->zp + 0.3f;
     CHECK(qcal_fakequant_learnable_backward(&x, &g, &qp, 1.0f, &gx, &gs, &gz));
@@ -462,7 +466,7 @@ static qcal_status cnn_weight_hook(void *user, cnn_weight *w)
 {
     bench *b = user;
     qcal_tensor t;
-    qcal_status st = qcal_tensor_init(&t, (float *)w->src, w->ndim, w->shape);
+    qcal_status st = qcal_tensor_init(&t, w->src, w->ndim, w->shape);
     if (st < 0)
         return st;
     w->used = false;
@@ -1155,8 +1159,7 @@ static void op_scale(void *p)
     } else if (s->op == 1) {
         CHECK(qcal_observer_update(b->obs[QCAL_OBSERVER_HISTOGRAM], &s->t));
     } else {
-        qcal_tensor y = s->t;
-        y.data = b->y;
+        qcal_tensor_mut y = mut_of(&s->t, b->y);
         CHECK(qcal_fakequant_forward(&s->t, &b->qpt, &y, NULL));
     }
 }

@@ -1,8 +1,9 @@
 /* Tensor view helpers: shape validation and checked element counts. */
 #include "core/internal.h"
+#include <string.h>
 #include "qcal/tensor.h"
 
-qcal_status qcal_tensor_init(qcal_tensor *t, float *data, int32_t ndim, const int64_t *shape)
+qcal_status qcal_tensor_init(qcal_tensor *t, const float *data, int32_t ndim, const int64_t *shape)
 {
     if (!t)
         return qcal_error(QCAL_ERR_INVALID_ARG, "tensor is NULL");
@@ -23,6 +24,40 @@ qcal_status qcal_tensor_init(qcal_tensor *t, float *data, int32_t ndim, const in
                           (long long)n);
     *t = v;
     return QCAL_OK;
+}
+
+qcal_status qcal_tensor_mut_init(qcal_tensor_mut *t, float *data, int32_t ndim,
+                                 const int64_t *shape)
+{
+    if (!t)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "tensor is NULL");
+    qcal_tensor v;
+    qcal_status st = qcal_tensor_init(&v, data, ndim, shape);
+    if (st != QCAL_OK)
+        return st;
+    t->data = data;
+    t->ndim = v.ndim;
+    memcpy(t->shape, v.shape, sizeof t->shape);
+    return QCAL_OK;
+}
+
+qcal_status qcal_tensor_mut_view(const qcal_tensor_mut *t, qcal_tensor *out)
+{
+    if (!t || !out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "tensor or output is NULL");
+    qcal_tensor v = { .data = t->data, .ndim = t->ndim };
+    memcpy(v.shape, t->shape, sizeof v.shape);
+    *out = v;
+    return QCAL_OK;
+}
+
+qcal_status qcal_tensor_mut_numel(const qcal_tensor_mut *t, int64_t *numel)
+{
+    if (!t || !numel)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "tensor or output is NULL");
+    qcal_tensor v;
+    qcal_tensor_mut_view(t, &v);
+    return qcal_tensor_numel(&v, numel);
 }
 
 qcal_status qcal_tensor_numel(const qcal_tensor *t, int64_t *numel)

@@ -262,6 +262,14 @@ static qcal_status take_observer_qparams(qcal_fakequant_module *f)
     return st;
 }
 
+/* A writable view of data with the shape of t. */
+static qcal_tensor_mut mut_like(const qcal_tensor *t, float *data)
+{
+    qcal_tensor_mut m = { .data = data, .ndim = t->ndim };
+    memcpy(m.shape, t->shape, sizeof m.shape);
+    return m;
+}
+
 qcal_status qcal_fakequant_module_forward(qcal_fakequant_module *fq, const qcal_tensor *x, float *y)
 {
     if (!fq || !x || !y)
@@ -339,8 +347,7 @@ qcal_status qcal_fakequant_module_forward(qcal_fakequant_module *fq, const qcal_
             fq->last_grad_factor = (float)g;
             qcal_qparams v;
             module_view(fq, fq->scale, fq->zp_param, NULL, &v);
-            qcal_tensor yt = *x;
-            yt.data = y;
+            qcal_tensor_mut yt = mut_like(x, y);
             st = qcal_fakequant_learnable_forward(x, &v, &yt, fq->mask);
         } else {
             int32_t zp1 = 0, *zp = &zp1;
@@ -350,8 +357,7 @@ qcal_status qcal_fakequant_module_forward(qcal_fakequant_module *fq, const qcal_
                 zp[c] = (int32_t)fq->zp_param[c];
             qcal_qparams v;
             module_view(fq, fq->scale, fq->zp_param, zp, &v);
-            qcal_tensor yt = *x;
-            yt.data = y;
+            qcal_tensor_mut yt = mut_like(x, y);
             st = qcal_fakequant_forward(x, &v, &yt, fq->mask);
             if (zp != &zp1)
                 free(zp);
@@ -385,10 +391,11 @@ qcal_status qcal_fakequant_module_backward(qcal_fakequant_module *fq, const floa
             memmove(grad_x, grad_y, (size_t)n * sizeof(float));
         return QCAL_OK;
     }
-    qcal_tensor gy, gx;
+    qcal_tensor gy;
+    qcal_tensor_mut gx;
     int64_t shape1 = n;
-    qcal_tensor_init(&gy, (float *)grad_y, 1, &shape1);
-    qcal_tensor_init(&gx, grad_x, 1, &shape1);
+    qcal_tensor_init(&gy, grad_y, 1, &shape1);
+    qcal_tensor_mut_init(&gx, grad_x, 1, &shape1);
     if (!fq->cfg.learnable)
         return qcal_fakequant_backward(&gy, fq->mask, &gx);
     qcal_tensor t = fq->last_shape;

@@ -399,13 +399,23 @@ qcal_status qcal_fq_check_out(const char *what, const qcal_tensor *t, int64_t n,
     return QCAL_OK;
 }
 
+qcal_status qcal_fq_check_dst(const char *what, const qcal_tensor_mut *t, int64_t n,
+                              const char *name)
+{
+    if (!t)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "%s: %s is NULL", what, name);
+    qcal_tensor v;
+    qcal_tensor_mut_view(t, &v);
+    return qcal_fq_check_out(what, &v, n, name);
+}
+
 qcal_status qcal_fakequant_forward(const qcal_tensor *src, const qcal_qparams *qp,
-                                   qcal_tensor *dst, uint8_t *mask)
+                                   qcal_tensor_mut *dst, uint8_t *mask)
 {
     int64_t n = 0;
     qcal_status st = qcal_fq_check_args("fakequant", src, qp, false, &n);
     if (st == QCAL_OK)
-        st = qcal_fq_check_out("fakequant", dst, n, "destination");
+        st = qcal_fq_check_dst("fakequant", dst, n, "destination");
     if (st != QCAL_OK)
         return st;
     if (qcal_qscheme_is_per_channel(qp->qscheme))
@@ -416,31 +426,31 @@ qcal_status qcal_fakequant_forward(const qcal_tensor *src, const qcal_qparams *q
 }
 
 qcal_status qcal_fakequant_backward(const qcal_tensor *grad_y, const uint8_t *mask,
-                                    qcal_tensor *grad_x)
+                                    qcal_tensor_mut *grad_x)
 {
     if (!grad_y)
         return qcal_error(QCAL_ERR_INVALID_ARG, "fakequant backward: gradient is NULL");
     int64_t n;
     qcal_status st = qcal_tensor_numel(grad_y, &n);
     if (st == QCAL_OK && n > 0)
-        st = qcal_fq_check_out("fakequant backward", grad_x, n, "grad_x");
+        st = qcal_fq_check_dst("fakequant backward", grad_x, n, "grad_x");
     if (st != QCAL_OK)
         return st;
     return fq_backward(grad_y->data, mask, n, grad_x ? grad_x->data : NULL);
 }
 
 qcal_status qcal_fakequant_fused(const qcal_tensor *src, const qcal_tensor *grad_y,
-                                 const qcal_qparams *qp, qcal_tensor *dst,
-                                 qcal_tensor *grad_x)
+                                 const qcal_qparams *qp, qcal_tensor_mut *dst,
+                                 qcal_tensor_mut *grad_x)
 {
     int64_t n = 0;
     qcal_status st = qcal_fq_check_args("fakequant", src, qp, false, &n);
     if (st == QCAL_OK)
-        st = qcal_fq_check_out("fakequant", dst, n, "destination");
+        st = qcal_fq_check_dst("fakequant", dst, n, "destination");
     if (st == QCAL_OK)
         st = qcal_fq_check_out("fakequant", grad_y, n, "grad_y");
     if (st == QCAL_OK)
-        st = qcal_fq_check_out("fakequant", grad_x, n, "grad_x");
+        st = qcal_fq_check_dst("fakequant", grad_x, n, "grad_x");
     if (st != QCAL_OK)
         return st;
     if (qcal_qscheme_is_per_channel(qp->qscheme))

@@ -40,6 +40,9 @@ qcal_status qcal_fq_check_args(const char *what, const qcal_tensor *src, const q
 /* Checks an output (or second input) tensor view: non-NULL, n elements, data set. */
 qcal_status qcal_fq_check_out(const char *what, const qcal_tensor *t, int64_t n,
                               const char *name);
+/* The same for a writable view (an output). */
+qcal_status qcal_fq_check_dst(const char *what, const qcal_tensor_mut *t, int64_t n,
+                              const char *name);
 
 /* Learnable: rounds a float zero-point as the forward does (nearbyintf, clamp). NaN/Inf
  * zero-points are rejected by the callers first. */

@@ -231,12 +231,12 @@ static qcal_status lrn_per_channel_backward(
 /* Public entry points */
 
 qcal_status qcal_fakequant_learnable_forward(const qcal_tensor *src, const qcal_qparams *qp,
-                                             qcal_tensor *dst, uint8_t *mask)
+                                             qcal_tensor_mut *dst, uint8_t *mask)
 {
     int64_t n = 0;
     qcal_status st = qcal_fq_check_args("fakequant learnable", src, qp, true, &n);
     if (st == QCAL_OK)
-        st = qcal_fq_check_out("fakequant learnable", dst, n, "destination");
+        st = qcal_fq_check_dst("fakequant learnable", dst, n, "destination");
     if (st != QCAL_OK)
         return st;
     /* The fixed forward with the rounded, clamped zero-points. */
@@ -264,7 +264,7 @@ qcal_status qcal_fakequant_learnable_forward(const qcal_tensor *src, const qcal_
 
 qcal_status qcal_fakequant_learnable_backward(const qcal_tensor *src, const qcal_tensor *grad_y,
                                               const qcal_qparams *qp, float grad_factor,
-                                              qcal_tensor *grad_x, float *grad_scale,
+                                              qcal_tensor_mut *grad_x, float *grad_scale,
                                               float *grad_zero_point)
 {
     int64_t n = 0;
@@ -272,7 +272,7 @@ qcal_status qcal_fakequant_learnable_backward(const qcal_tensor *src, const qcal
     if (st == QCAL_OK)
         st = qcal_fq_check_out("fakequant learnable", grad_y, n, "grad_y");
     if (st == QCAL_OK && grad_x)
-        st = qcal_fq_check_out("fakequant learnable", grad_x, n, "grad_x");
+        st = qcal_fq_check_dst("fakequant learnable", grad_x, n, "grad_x");
     if (st != QCAL_OK)
         return st;
     float *gx = grad_x ? grad_x->data : NULL;

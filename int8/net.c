@@ -1199,7 +1199,7 @@ static qcal_status run_chunk(const qcal_int8_net *net, const plan *pl, const flo
     qcal_tensor t;
     qcal_qparams qp;
     const int64_t dims[1] = {in_numel};
-    if ((rc = qcal_tensor_init(&t, (float *)src, 1, dims)) != QCAL_OK ||
+    if ((rc = qcal_tensor_init(&t, src, 1, dims)) != QCAL_OK ||
         (rc = qcal_qparams_per_tensor(&qp, QCAL_QUINT8, net->in_scale, net->in_zp)) != QCAL_OK ||
         (rc = qcal_quantize(&t, &qp, qbuf)) != QCAL_OK)
         return rc;

@@ -29,7 +29,7 @@ qcal_status qcal_int8_weights_quantize(const char *fn, int64_t oc, int64_t k, co
 
     qcal_tensor t;
     const int64_t shape[2] = {oc, k};
-    qcal_status st = qcal_tensor_init(&t, (float *)w, 2, shape);   /* read only */
+    qcal_status st = qcal_tensor_init(&t, w, 2, shape);
     if (st != QCAL_OK)
         return st;
     int32_t *zp = qcal_calloc((size_t)oc, sizeof *zp);

@@ -48,10 +48,11 @@ static qcal_status qdq_accumulate(const float *src, int64_t n, float scale, int3
         return st0;
     for (int64_t i = 0; i < n; i += CHUNK) {
         int64_t m = n - i < CHUNK ? n - i : CHUNK;
-        qcal_tensor t, d;
-        qcal_status st = qcal_tensor_init(&t, (float *)(uintptr_t)(src + i), 1, &m);
+        qcal_tensor t;
+        qcal_tensor_mut d;
+        qcal_status st = qcal_tensor_init(&t, src + i, 1, &m);
         if (st == QCAL_OK)
-            st = qcal_tensor_init(&d, dq, 1, &m);
+            st = qcal_tensor_mut_init(&d, dq, 1, &m);
         if (st == QCAL_OK)
             st = qcal_quantize(&t, &qp, qbuf);
         if (st == QCAL_OK)

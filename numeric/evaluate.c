@@ -317,9 +317,9 @@ qcal_status qcal_numeric_eval_finish(qcal_numeric_eval *ev)
 static qcal_status cand_fakequant(const eval_cand *c, const qcal_tensor *x, float *dst,
                                   uint8_t *mask)
 {
-    qcal_tensor y = *x;
-    y.data = dst;
-    return qcal_fakequant_forward(x, &c->qp, &y, mask);
+    qcal_tensor_mut y;
+    qcal_status st = qcal_tensor_mut_init(&y, dst, x->ndim, x->shape);
+    return st != QCAL_OK ? st : qcal_fakequant_forward(x, &c->qp, &y, mask);
 }
 
 qcal_status qcal_numeric_eval_score(qcal_numeric_eval *ev, const char *name,

@@ -296,6 +296,20 @@ static int f32_get_out(PyObject *x, f32_in *in)
     return 0;
 }
 
+/* A writable view with t's shape over buf (an output as large as the input t). */
+static qcal_tensor_mut mut_like(const qcal_tensor *t, void *buf)
+{
+    qcal_tensor_mut m = { .data = buf, .ndim = t->ndim };
+    memcpy(m.shape, t->shape, sizeof m.shape);
+    return m;
+}
+
+/* The data of a destination taken with f32_get_out (checked writable there). */
+static float *f32_out_data(f32_in *in)
+{
+    return (float *)in->t.data;
+}
+
 static void f32_release(f32_in *in)
 {
     if (in->held)
@@ -755,8 +769,8 @@ static PyObject *Observer_data_range_into(ObserverObject *self, PyObject *args)
     } else if (a.numel != got || b.numel != got) {
         res = Py_NewRef(Py_False);
     } else {
-        memcpy(a.t.data, mn, (size_t)got * sizeof(float));
-        memcpy(b.t.data, mx, (size_t)got * sizeof(float));
+        memcpy(f32_out_data(&a), mn, (size_t)got * sizeof(float));
+        memcpy(f32_out_data(&b), mx, (size_t)got * sizeof(float));
         res = Py_NewRef(Py_True);
     }
     if (mn != &one_mn)
@@ -1525,7 +1539,8 @@ static PyObject *py_dequantize(PyObject *mod, PyObject *args)
                 qcal_qparams qp = {0};
                 if (view_to_tensor(&o) == 0 && make_qparams(dt, axis_o, &sc, &zp, &qp) == 0) {
                     Py_BEGIN_ALLOW_THREADS
-                    st = qcal_dequantize(q.buf, &qp, &o.t);
+                    qcal_tensor_mut ot = mut_like(&o.t, out.buf);
+                    st = qcal_dequantize(q.buf, &qp, &ot);
                     Py_END_ALLOW_THREADS
                     res = st < 0 ? raise_status(st) : Py_NewRef(Py_None);
                 }
@@ -1568,8 +1583,7 @@ static PyObject *py_fake_quant(PyObject *mod, PyObject *args)
                     if (make_qparams(dt, axis_o, &sc, &zp, &qp) == 0) {
                         qp.quant_min = qmin;
                         qp.quant_max = qmax;
-                        qcal_tensor y = x.t;
-                        y.data = out.buf;
+                        qcal_tensor_mut y = mut_like(&x.t, out.buf);
                         qcal_status st;
                         Py_BEGIN_ALLOW_THREADS
                         st = qcal_fakequant_forward(&x.t, &qp, &y, mask.buf);
@@ -1604,8 +1618,7 @@ static PyObject *py_fake_quant_backward(PyObject *mod, PyObject *args)
         if (m.len != g.numel) {
             PyErr_Format(ErrMismatch, "mask has %zd elements, grad %lld", m.len, (long long)g.numel);
         } else if (get_buf(outo, &out, PyBUF_WRITABLE) == 0) {
-            qcal_tensor y = g.t;
-            y.data = out.buf;
+            qcal_tensor_mut y = mut_like(&g.t, out.buf);
             qcal_status st = qcal_fakequant_backward(&g.t, m.buf, &y);
             res = st < 0 ? raise_status(st) : Py_NewRef(Py_None);
             PyBuffer_Release(&out);
@@ -1680,8 +1693,7 @@ static PyObject *py_fake_quant_learnable(PyObject *mod, PyObject *args)
                 if (get_buf(masko, &mask, PyBUF_WRITABLE) == 0) {
                     qcal_qparams qp;
                     if (make_lsq_qparams(qmin, qmax, axis_o, &sc, &zp, &qp) == 0) {
-                        qcal_tensor y = x.t;
-                        y.data = out.buf;
+                        qcal_tensor_mut y = mut_like(&x.t, out.buf);
                         qcal_status st;
                         Py_BEGIN_ALLOW_THREADS
                         st = qcal_fakequant_learnable_forward(&x.t, &qp, &y, mask.buf);
@@ -1731,8 +1743,7 @@ static PyObject *py_fake_quant_learnable_backward(PyObject *mod, PyObject *args)
                                 gx.len / 4 != x.numel) {
                                 PyErr_SetString(ErrMismatch, "internal: output sizes");
                             } else {
-                                qcal_tensor gxt = x.t;
-                                gxt.data = gx.buf;
+                                qcal_tensor_mut gxt = mut_like(&x.t, gx.buf);
                                 qcal_status st;
                                 Py_BEGIN_ALLOW_THREADS
                                 st = qcal_fakequant_learnable_backward(&x.t, &g.t, &qp, gf, &gxt,

@@ -334,12 +334,14 @@ static void dequantize_per_channel(const void *src, qcal_dtype dtype, int64_t ou
     }
 }
 
-qcal_status qcal_dequantize(const void *src, const qcal_qparams *qp, qcal_tensor *dst)
+qcal_status qcal_dequantize(const void *src, const qcal_qparams *qp, qcal_tensor_mut *dst)
 {
     if (!src || !dst)
         return qcal_error(QCAL_ERR_INVALID_ARG, "dequantize: source or destination is NULL");
     int64_t outer = 0, inner = 0;
-    qcal_status st = check_args("dequantize", dst, qp, &outer, &inner);
+    qcal_tensor shape;
+    qcal_tensor_mut_view(dst, &shape);
+    qcal_status st = check_args("dequantize", &shape, qp, &outer, &inner);
     if (st != QCAL_OK)
         return st;
     if (qcal_qscheme_is_per_channel(qp->qscheme))

@@ -482,8 +482,8 @@ static void test_quantize_roundtrip(void **state)
     expect_ok();
     check_npy_equal(TMP("qc.npy"), QCAL_NPY_U8, want, 12);
     float back[12];
-    qcal_tensor bt;
-    assert_int_equal(qcal_tensor_init(&bt, back, 2, (int64_t[]){ 3, 4 }), QCAL_OK);
+    qcal_tensor_mut bt;
+    assert_int_equal(qcal_tensor_mut_init(&bt, back, 2, (int64_t[]){ 3, 4 }), QCAL_OK);
     assert_int_equal(qcal_dequantize(want, tu_qpc(QCAL_QUINT8, 1, 4, scales, zps), &bt),
                      QCAL_OK);
     run("dequantize", "--axis", "-1", "--scales", TMP("scales.npy"), "--zero-points",

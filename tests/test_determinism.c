@@ -240,10 +240,11 @@ static void test_numeric_thread_count(void **state)
             assert_int_equal(qcal_numeric_stats_update(&s, st->batch[b], BIG_N), QCAL_OK);
         assert_true(s.count > 0 && s.nonfinite > 0);
         /* quantize -> dequantize of batch 0, then metrics of batch 0 against it */
-        qcal_tensor x, d;
+        qcal_tensor x;
+        qcal_tensor_mut d;
         int64_t n = BIG_N;
         assert_int_equal(qcal_tensor_init(&x, st->batch[0], 1, &n), QCAL_OK);
-        assert_int_equal(qcal_tensor_init(&d, deq, 1, &n), QCAL_OK);
+        assert_int_equal(qcal_tensor_mut_init(&d, deq, 1, &n), QCAL_OK);
         assert_int_equal(qcal_quantize(&x, tu_qp(QCAL_QUINT8, 0.02f, 100), q), QCAL_OK);
         assert_int_equal(qcal_dequantize(q, tu_qp(QCAL_QUINT8, 0.02f, 100), &d), QCAL_OK);
         qcal_numeric_metrics m;

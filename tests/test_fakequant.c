@@ -112,7 +112,7 @@ static void load_refs(ref_file *rf)
         for (uint32_t d = 0; d < ndim; d++)
             shape[d] = rd_i64(&p, end);
         r->nch = rd_u32(&p, end);
-        assert_int_equal(qcal_tensor_init(&r->t, (float *)rf->buf, (int32_t)ndim, shape), QCAL_OK);
+        assert_int_equal(qcal_tensor_init(&r->t, (const float *)rf->buf, (int32_t)ndim, shape), QCAL_OK);
         assert_int_equal(qcal_tensor_numel(&r->t, &r->numel), QCAL_OK);
         r->x = rd_f32s(&p, end, r->numel);
         r->t.data = r->x;
@@ -266,23 +266,23 @@ static void golden_fixed(const ref_case *r, const char *isa)
     qcal_status st;
     if (r->kind == 0) {
         st = qcal_fakequant_forward(tu_vec(r->x, n), tu_fq(r->scale[0], zpi[0], r->qmin, r->qmax),
-                                    tu_vec(y, n), m);
+                                    tu_out(y, n), m);
         assert_int_equal(st, QCAL_OK);
         st = qcal_fakequant_fused(tu_vec(r->x, n), tu_vec(r->gy, n),
-                                  tu_fq(r->scale[0], zpi[0], r->qmin, r->qmax), tu_vec(y2, n),
-                                  tu_vec(gx2, n));
+                                  tu_fq(r->scale[0], zpi[0], r->qmin, r->qmax), tu_out(y2, n),
+                                  tu_out(gx2, n));
     } else {
         st = qcal_fakequant_forward(&r->t, tu_fqc(&r->t, r->axis, r->scale, zpi, r->qmin, r->qmax),
-                                    tu_vec(y, tu_numel(&r->t)), m);
+                                    tu_out(y, tu_numel(&r->t)), m);
         assert_int_equal(st, QCAL_OK);
         st = qcal_fakequant_fused(&r->t, tu_vec(r->gy, tu_numel(&r->t)),
                                   tu_fqc(&r->t, r->axis, r->scale, zpi, r->qmin, r->qmax),
-                                  tu_vec(y2, tu_numel(&r->t)), tu_vec(gx2, tu_numel(&r->t)));
+                                  tu_out(y2, tu_numel(&r->t)), tu_out(gx2, tu_numel(&r->t)));
     }
     assert_int_equal(st, QCAL_OK);
     expect_bits("forward", name, y, want, n);
     expect_mask(name, m, r->mask, n);
-    assert_int_equal(qcal_fakequant_backward(tu_vec(r->gy, n), m, tu_vec(gx, n)), QCAL_OK);
+    assert_int_equal(qcal_fakequant_backward(tu_vec(r->gy, n), m, tu_out(gx, n)), QCAL_OK);
     expect_bits("backward", name, gx, r->gx, n);
     expect_bits("fused forward", name, y2, want, n);
     expect_bits("fused backward", name, gx2, r->gx, n);
@@ -299,27 +299,27 @@ static void golden_learnable(const ref_case *r, const char *isa)
     if (r->kind == 2) {
         assert_int_equal(qcal_fakequant_learnable_forward(tu_vec(r->x, n),
                                                           tu_lsq(r->scale[0], r->zp[0], r->qmin, r->qmax),
-                                                          tu_vec(y, n), NULL),
+                                                          tu_out(y, n), NULL),
                          QCAL_OK);
         assert_int_equal(qcal_fakequant_learnable_backward(tu_vec(r->x, n), tu_vec(r->gy, n),
                                                            tu_lsq(r->scale[0], r->zp[0], r->qmin, r->qmax),
-                                                           r->grad_factor, tu_vec(gx, n), gs, gz),
+                                                           r->grad_factor, tu_out(gx, n), gs, gz),
                          QCAL_OK);
     } else {
         assert_int_equal(qcal_fakequant_learnable_forward(&r->t,
                                                           tu_lsqc(&r->t, r->axis, r->scale, r->zp, r->qmin, r->qmax),
-                                                          tu_vec(y, tu_numel(&r->t)), NULL),
+                                                          tu_out(y, tu_numel(&r->t)), NULL),
                          QCAL_OK);
         assert_int_equal(qcal_fakequant_learnable_backward(&r->t, tu_vec(r->gy, tu_numel(&r->t)),
                                                            tu_lsqc(&r->t, r->axis, r->scale, r->zp, r->qmin, r->qmax),
                                                            r->grad_factor,
-                                                           tu_vec(gx, tu_numel(&r->t)), gs, gz),
+                                                           tu_out(gx, tu_numel(&r->t)), gs, gz),
                          QCAL_OK);
         if (r->nch == 1) {
             /* One channel: the per-tensor backward must agree (negative zero-points: the
              * per-channel op is PyTorch's correctly rounded reference). */
             float gs1, gz1;
-            assert_int_equal(qcal_fakequant_learnable_backward(tu_vec(r->x, n), tu_vec(r->gy, n), tu_lsq(r->scale[0], r->zp[0], r->qmin, r->qmax), r->grad_factor, tu_vec(gx, n), &gs1, &gz1),
+            assert_int_equal(qcal_fakequant_learnable_backward(tu_vec(r->x, n), tu_vec(r->gy, n), tu_lsq(r->scale[0], r->zp[0], r->qmin, r->qmax), r->grad_factor, tu_out(gx, n), &gs1, &gz1),
                              QCAL_OK);
             expect_close("per-tensor grad_scale", name, &gs1, r->gs, 1, 1e-5, 1e-3);
             expect_close("per-tensor grad_zero_point", name, &gz1, r->gz, 1, 1e-5, 1e-3);
@@ -550,26 +550,26 @@ static void test_large_streaming(void **state)
             snprintf(what, sizeof what, "large %s %d thread(s)", isas[k], th);
             memset(y, 0, (size_t)n * 4);
             assert_int_equal(qcal_fakequant_fused(tu_vec(x, n), tu_vec(gy, n),
-                                                  tu_fq(0.02f, 3, -128, 127), tu_vec(y, n),
-                                                  tu_vec(g, n)),
+                                                  tu_fq(0.02f, 3, -128, 127), tu_out(y, n),
+                                                  tu_out(g, n)),
                              QCAL_OK);
             expect_bits(what, "fused forward", y, yref, n);
             expect_bits(what, "fused grad", g, gref, n);
             assert_int_equal(qcal_fakequant_forward(tu_vec(x, n), tu_fq(0.02f, 3, -128, 127),
-                                                    tu_vec(y, n), m + 1),
+                                                    tu_out(y, n), m + 1),
                              QCAL_OK);
             expect_bits(what, "forward", y, yref, n);
             expect_mask(what, m + 1, mref, n);
             memset(g, 0, (size_t)n * 4);
-            assert_int_equal(qcal_fakequant_backward(tu_vec(gy, n), mref, tu_vec(g, n)), QCAL_OK);
+            assert_int_equal(qcal_fakequant_backward(tu_vec(gy, n), mref, tu_out(g, n)), QCAL_OK);
             expect_bits(what, "backward", g, gref, n);
             float s, z, ps[64], pz[64];
-            assert_int_equal(qcal_fakequant_learnable_backward(tu_vec(x, n), tu_vec(gy, n), tu_lsq(0.02f, 3.3f, -128, 127), 0.001f, tu_vec(g, n), &s, &z),
+            assert_int_equal(qcal_fakequant_learnable_backward(tu_vec(x, n), tu_vec(gy, n), tu_lsq(0.02f, 3.3f, -128, 127), 0.001f, tu_out(g, n), &s, &z),
                              QCAL_OK);
             if (runs == 0)
                 memcpy(lref, g, (size_t)n * 4);
             expect_bits(what, "learnable grad_x", g, lref, n);
-            assert_int_equal(qcal_fakequant_learnable_backward(&t, tu_vec(gy, tu_numel(&t)), tu_lsqc(&t, 1, pcs, pcz, -128, 127), 0.001f, tu_vec(g, tu_numel(&t)), ps, pz),
+            assert_int_equal(qcal_fakequant_learnable_backward(&t, tu_vec(gy, tu_numel(&t)), tu_lsqc(&t, 1, pcs, pcz, -128, 127), 0.001f, tu_out(g, tu_numel(&t)), ps, pz),
                              QCAL_OK);
             if (runs == 0) {
                 s0 = s;
@@ -622,9 +622,9 @@ static void test_threads_and_in_place(void **state)
         float *y = th == 1 ? y1 : y2, *g = th == 1 ? g1 : g2;
         uint8_t *m = th == 1 ? m1 : m2;
         assert_int_equal(qcal_fakequant_forward(tu_vec(x, n), tu_fq(0.02f, 3, -128, 127),
-                                                tu_vec(y, n), m),
+                                                tu_out(y, n), m),
                          QCAL_OK);
-        assert_int_equal(qcal_fakequant_backward(tu_vec(gy, n), m, tu_vec(g, n)), QCAL_OK);
+        assert_int_equal(qcal_fakequant_backward(tu_vec(gy, n), m, tu_out(g, n)), QCAL_OK);
         assert_int_equal(qcal_fakequant_learnable_backward(tu_vec(x, n), tu_vec(gy, n),
                                                            tu_lsq(0.02f, 3.0f, -128, 127), 0.001f,
                                                            NULL, th == 1 ? &s1 : &s2,
@@ -648,12 +648,12 @@ static void test_threads_and_in_place(void **state)
     memcpy(xi, x, (size_t)n * 4);
     memcpy(gi, gy, (size_t)n * 4);
     assert_int_equal(qcal_fakequant_fused(tu_vec(xi, n), tu_vec(gi, n), tu_fq(0.02f, 3, -128, 127),
-                                          tu_vec(xi, n), tu_vec(gi, n)),
+                                          tu_out(xi, n), tu_out(gi, n)),
                      QCAL_OK);
     expect_bits("in-place fused forward", "in place", xi, y1, n);
     expect_bits("in-place fused backward", "in place", gi, g1, n);
     memcpy(gi, gy, (size_t)n * 4);
-    assert_int_equal(qcal_fakequant_backward(tu_vec(gi, n), m1, tu_vec(gi, n)), QCAL_OK);
+    assert_int_equal(qcal_fakequant_backward(tu_vec(gi, n), m1, tu_out(gi, n)), QCAL_OK);
     expect_bits("in-place backward", "in place", gi, g1, n);
     free(xi); free(gi); free(x); free(gy); free(y1); free(y2); free(g1); free(g2);
     free(m1); free(m2);
@@ -669,25 +669,25 @@ static void test_bad_args(void **state)
     const float bad_scales[] = { 0.0f, -1.0f, NAN, INFINITY };
     for (int i = 0; i < 4; i++) {
         assert_int_equal(qcal_fakequant_forward(tu_vec(x, 4), tu_fq(bad_scales[i], 0, 0, 255),
-                                                tu_vec(y, 4), m),
+                                                tu_out(y, 4), m),
                          QCAL_ERR_INVALID_ARG);
         assert_non_null(strstr(qcal_last_error(), "scale"));
     }
-    assert_int_equal(qcal_fakequant_forward(tu_vec(x, 4), tu_fq(0.1f, 300, 0, 255), tu_vec(y, 4),
+    assert_int_equal(qcal_fakequant_forward(tu_vec(x, 4), tu_fq(0.1f, 300, 0, 255), tu_out(y, 4),
                                             m),
                      QCAL_ERR_INVALID_ARG);
     assert_non_null(strstr(qcal_last_error(), "300"));
-    assert_int_equal(qcal_fakequant_forward(tu_vec(x, 4), tu_fq(0.1f, 0, 10, 5), tu_vec(y, 4), m),
+    assert_int_equal(qcal_fakequant_forward(tu_vec(x, 4), tu_fq(0.1f, 0, 10, 5), tu_out(y, 4), m),
                      QCAL_ERR_INVALID_ARG);
     assert_int_equal(qcal_fakequant_forward(tu_vec(x, 4), tu_fq(0.1f, 0, 0, (1 << 24) + 1),
-                                            tu_vec(y, 4), m),
+                                            tu_out(y, 4), m),
                      QCAL_ERR_UNSUPPORTED);
-    assert_int_equal(qcal_fakequant_forward(tu_vec(x, 0), tu_fq(0.1f, 0, 0, 255), tu_vec(y, 0), m),
+    assert_int_equal(qcal_fakequant_forward(tu_vec(x, 0), tu_fq(0.1f, 0, 0, 255), tu_out(y, 0), m),
                      QCAL_ERR_EMPTY);
-    assert_int_equal(qcal_fakequant_forward(tu_vec(NULL, 4), tu_fq(0.1f, 0, 0, 255), tu_vec(y, 4),
+    assert_int_equal(qcal_fakequant_forward(tu_vec(NULL, 4), tu_fq(0.1f, 0, 0, 255), tu_out(y, 4),
                                             m),
                      QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_fakequant_backward(tu_vec(x, 4), NULL, tu_vec(y, 4)),
+    assert_int_equal(qcal_fakequant_backward(tu_vec(x, 4), NULL, tu_out(y, 4)),
                      QCAL_ERR_INVALID_ARG);
     int64_t shape[2] = { 2, 2 };
     qcal_tensor t;
@@ -695,24 +695,24 @@ static void test_bad_args(void **state)
     float sc[2] = { 0.1f, -0.1f };
     int32_t zp[2] = { 0, 0 };
     assert_int_equal(qcal_fakequant_forward(&t, tu_fqc(&t, 1, sc, zp, 0, 255),
-                                            tu_vec(y, tu_numel(&t)), m),
+                                            tu_out(y, tu_numel(&t)), m),
                      QCAL_ERR_INVALID_ARG);
     assert_non_null(strstr(qcal_last_error(), "channel 1"));
     sc[1] = 0.1f;
     assert_int_equal(qcal_fakequant_forward(&t, tu_fqc(&t, 2, sc, zp, 0, 255),
-                                            tu_vec(y, tu_numel(&t)), m),
+                                            tu_out(y, tu_numel(&t)), m),
                      QCAL_ERR_INVALID_ARG);
     assert_int_equal(qcal_fakequant_forward(&t, tu_fqc(&t, -3, sc, zp, 0, 255),
-                                            tu_vec(y, tu_numel(&t)), m),
+                                            tu_out(y, tu_numel(&t)), m),
                      QCAL_ERR_INVALID_ARG);
     /* Learnable: a scale that went negative (or 0) is rejected by the kernels. */
     float gs = 5.0f, gz = 5.0f;
     assert_int_equal(qcal_fakequant_learnable_backward(tu_vec(x, 4), tu_vec(x, 4),
                                                        tu_lsq(-0.01f, 0.0f, 0, 255), 1.0f,
-                                                       tu_vec(y, 4), &gs, &gz),
+                                                       tu_out(y, 4), &gs, &gz),
                      QCAL_ERR_INVALID_ARG);
     assert_int_equal(qcal_fakequant_learnable_forward(tu_vec(x, 4), tu_lsq(0.1f, NAN, 0, 255),
-                                                      tu_vec(y, 4), m),
+                                                      tu_out(y, 4), m),
                      QCAL_ERR_INVALID_ARG);
     for (int i = 0; i < 4; i++) {
         assert_true(y[i] == 9.0f);

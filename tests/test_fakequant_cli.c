@@ -112,7 +112,7 @@ static void test_per_tensor(void **state)
     read_f32(p("y.npy"), y, N);
     read_f32(p("gx.npy"), gx, N);
     assert_int_equal(qcal_fakequant_fused(tu_vec(x, N), tu_vec(gy, N), tu_fq(0.02f, 10, 0, 127),
-                                          tu_vec(wy, N), tu_vec(wg, N)),
+                                          tu_out(wy, N), tu_out(wg, N)),
                      QCAL_OK);
     assert_memory_equal(y, wy, sizeof y);
     assert_memory_equal(gx, wg, sizeof gx);
@@ -142,7 +142,7 @@ static void test_per_channel(void **state)
     qcal_tensor t;
     assert_int_equal(qcal_tensor_init(&t, x, 2, shape), QCAL_OK);
     assert_int_equal(qcal_fakequant_forward(&t, tu_fqc(&t, -1, sc, zp, 0, 255),
-                                            tu_vec(wy, tu_numel(&t)), NULL),
+                                            tu_out(wy, tu_numel(&t)), NULL),
                      QCAL_OK);
     assert_memory_equal(y, wy, sizeof y);
 }
@@ -158,7 +158,7 @@ static void test_learnable(void **state)
     float gs, gz, gx[N];
     assert_int_equal(qcal_fakequant_learnable_backward(tu_vec(x, N), tu_vec(gy, N),
                                                        tu_lsq(0.03f, 20.4f, 0, 255), 0.5f,
-                                                       tu_vec(gx, N), &gs, &gz),
+                                                       tu_out(gx, N), &gs, &gz),
                      QCAL_OK);
     const char *a = strstr(out, "\"grad_scale\": [");
     const char *b = strstr(out, "\"grad_zero_point\": [");

@@ -457,7 +457,7 @@ static void test_safetensors_reader(void **state)
     lib_case(A, "a directory as path", qcal_safetensors_open(tmp_dir, &h), QCAL_ERR_IO);
     qcal_tensor t;
     const int64_t shape[1] = { 12 };
-    assert_int_equal(qcal_tensor_init(&t, (float *)f12, 1, shape), QCAL_OK);
+    assert_int_equal(qcal_tensor_init(&t, f12, 1, shape), QCAL_OK);
     const char *names[2] = { "x", "x" };
     qcal_tensor tt[2] = { t, t };
     tu_write_bytes(tmp_path("keep.safetensors"), "precious", 8);
@@ -673,7 +673,7 @@ static qcal_status observe_one(qcal_observer_kind kind, qcal_nonfinite_policy po
     int64_t shape2[2] = { 1, n };
     bool pc = kind == QCAL_OBSERVER_PER_CHANNEL_MINMAX ||
               kind == QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX;
-    assert_int_equal(qcal_tensor_init(&t, (float *)x, pc ? 2 : 1, pc ? shape2 : shape2 + 1), QCAL_OK);
+    assert_int_equal(qcal_tensor_init(&t, x, pc ? 2 : 1, pc ? shape2 : shape2 + 1), QCAL_OK);
     qcal_status s = qcal_observer_update(o, &t);
     if (s >= 0) {
         float zpf = 0;

@@ -158,8 +158,8 @@ static void stream(const float *x, const float *y, const int64_t *batches, int n
     int64_t off = 0;
     for (int b = 0; b < nb; b++) {
         qcal_tensor tf, tq;
-        qcal_tensor_init(&tf, (float *)(uintptr_t)(x + off), 1, &batches[b]);
-        qcal_tensor_init(&tq, (float *)(uintptr_t)(y + off), 1, &batches[b]);
+        qcal_tensor_init(&tf, x + off, 1, &batches[b]);
+        qcal_tensor_init(&tq, y + off, 1, &batches[b]);
         assert_int_equal(qcal_numeric_act_compare_add(ac, "layer", &tf, &tq), QCAL_OK);
         off += batches[b];
     }

@@ -610,7 +610,7 @@ static void log_big(const float *x, int64_t n, char **text, qcal_numeric_stats *
     qcal_numeric_logger *lg = NULL;
     assert_int_equal(qcal_numeric_logger_create(&o, &lg), QCAL_OK);
     qcal_tensor t;
-    qcal_tensor_init(&t, (float *)(uintptr_t)x, 1, &n);
+    qcal_tensor_init(&t, x, 1, &n);
     assert_int_equal(qcal_numeric_logger_log(lg, QCAL_NUMERIC_LOG_ACT, "big", NULL, NULL, &t), QCAL_OK);
     qcal_numeric_logger_destroy(&lg);
     fclose(mem);

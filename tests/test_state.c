@@ -55,7 +55,7 @@ static void feed(qcal_observer *o, const float *x, int64_t rows)
 {
     qcal_tensor t;
     int64_t shape[2] = { 8, rows };
-    assert_int_equal(qcal_tensor_init(&t, (float *)x, 2, shape), QCAL_OK);
+    assert_int_equal(qcal_tensor_init(&t, x, 2, shape), QCAL_OK);
     assert_int_equal(qcal_observer_update(o, &t), QCAL_OK);
 }
 
@@ -414,7 +414,7 @@ static void observe(qcal_calib_session *s, int name, int64_t step, const float *
 {
     qcal_tensor t;
     int64_t shape[2] = { 8, 16 };
-    qcal_tensor_init(&t, (float *)x, 2, shape);
+    qcal_tensor_init(&t, x, 2, shape);
     qcal_calib_role role = strstr(names[name], ".weight") ? QCAL_CALIB_ROLE_WEIGHT
                                                           : QCAL_CALIB_ROLE_ACTIVATION;
     assert_int_equal(qcal_calib_session_observe(s, names[name], role, step, &t), QCAL_OK);

@@ -278,7 +278,20 @@ qcal_tensor *tu_vec(const float *data, int64_t n)
     qcal_tensor *t = &slots[next];
     next = (next + 1) % TU_SLOTS;
     memset(t, 0, sizeof *t);
-    t->data = (float *)(uintptr_t)data;
+    t->data = data;
+    t->ndim = 1;
+    t->shape[0] = n;
+    return t;
+}
+
+qcal_tensor_mut *tu_out(float *data, int64_t n)
+{
+    static qcal_tensor_mut slots[TU_SLOTS];
+    static int next;
+    qcal_tensor_mut *t = &slots[next];
+    next = (next + 1) % TU_SLOTS;
+    memset(t, 0, sizeof *t);
+    t->data = data;
     t->ndim = 1;
     t->shape[0] = n;
     return t;

@@ -92,8 +92,9 @@ qcal_status tu_fakequant_module_qparams(const qcal_fakequant_module *fq, int64_t
  * per-channel view (dtype's full range). tu_fq / tu_fqc: fake-quant qparams with range
  * [qmin, qmax] and the narrowest dtype holding it (tu_fqc takes the channel count from
  * t->shape[axis], 1 if the axis is invalid); tu_lsq / tu_lsqc: the same with float
- * zero-points (learnable). */
+ * zero-points (learnable). tu_out: a writable 1-D view of n floats (an output). */
 qcal_tensor *tu_vec(const float *data, int64_t n);
+qcal_tensor_mut *tu_out(float *data, int64_t n);
 /* numel of t (fails the test on a bad shape). */
 int64_t tu_numel(const qcal_tensor *t);
 const qcal_qparams *tu_qp(qcal_dtype dtype, float scale, int32_t zero_point);

@@ -314,10 +314,11 @@ int cmd_fakequant(int argc, char **argv)
         qp.zero_point = zpi[0];
         qp.zero_point_float = zp[0];
     }
-    qcal_tensor yt = t, gxt = t, gyt = t;
-    yt.data = y;
-    gxt.data = gx;
-    gyt.data = (float *)g.data;
+    qcal_tensor gyt = t;
+    gyt.data = g.data;
+    qcal_tensor_mut yt, gxt;
+    qcal_tensor_mut_init(&yt, y, t.ndim, t.shape);    /* t's shape was checked: cannot fail */
+    qcal_tensor_mut_init(&gxt, gx, t.ndim, t.shape);
     const qcal_tensor *gyv = g.data ? &gyt : NULL;
     qcal_status st;
     if (a.learnable) {

@@ -324,8 +324,8 @@ int cmd_dequantize(int argc, char **argv)
     }
     int32_t dummy = 0;
     qcal_qparams qp;
-    qcal_tensor t;
-    qcal_status st = qcal_tensor_init(&t, dst, in.ndim, in.shape);
+    qcal_tensor_mut t;
+    qcal_status st = qcal_tensor_mut_init(&t, dst, in.ndim, in.shape);
     const void *src = in.data ? in.data : (const void *)&dummy;
     if (st == QCAL_OK)
         st = qcal_dequantize(src, qparams_of(&a, &cp, file_dtype, &qp), &t);

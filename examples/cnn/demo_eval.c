@@ -89,18 +89,22 @@ static qcal_status fq_act_hook(void *user, cnn_act *a)
     const fq_model *q = user;
     if (a->tap == CNN_TAP_LOGITS)   /* float logits, as the int8 net's fc2 */
         return QCAL_OK;
-    qcal_tensor t;
+    qcal_tensor t;      /* in place: the same buffer as the source and the destination */
+    qcal_tensor_mut d;
     qcal_status st = qcal_tensor_init(&t, a->data, a->ndim, a->shape);
-    return st < 0 ? st : qcal_fakequant_forward(&t, &q->act[a->tap], &t, NULL);
+    if (st >= 0)
+        st = qcal_tensor_mut_init(&d, a->data, a->ndim, a->shape);
+    return st < 0 ? st : qcal_fakequant_forward(&t, &q->act[a->tap], &d, NULL);
 }
 
 static qcal_status fq_weight_hook(void *user, cnn_weight *w)
 {
     const fq_model *q = user;
-    qcal_tensor src, dst;
-    qcal_status st = qcal_tensor_init(&src, (float *)w->src, w->ndim, w->shape);
+    qcal_tensor src;
+    qcal_tensor_mut dst;
+    qcal_status st = qcal_tensor_init(&src, w->src, w->ndim, w->shape);
     if (st >= 0)
-        st = qcal_tensor_init(&dst, w->dst, w->ndim, w->shape);
+        st = qcal_tensor_mut_init(&dst, w->dst, w->ndim, w->shape);
     if (st >= 0)
         st = qcal_fakequant_forward(&src, &q->weight[w->layer], &dst, NULL);
     w->used = st >= 0;

@@ -69,7 +69,7 @@ static qcal_status fq_weight(void *user, cnn_weight *w)
     cnn_fq_set *s = user;
     qcal_tensor t;
     /* The view is read only here: the FakeQuantize writes dst, never src. */
-    qcal_status st = qcal_tensor_init(&t, (float *)(uintptr_t)w->src, w->ndim, w->shape);
+    qcal_status st = qcal_tensor_init(&t, w->src, w->ndim, w->shape);
     if (st != QCAL_OK)
         return st;
     if ((st = qcal_fakequant_module_forward(s->weight[w->layer], &t, w->dst)) != QCAL_OK)

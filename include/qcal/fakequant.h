@@ -49,18 +49,18 @@ extern "C" {
 /* Forward (fake_quantize_per_{tensor,channel}_affine): dst = fake-quant(src). mask
  * (numel bytes, may be NULL) gets 1 where the unclamped q was inside [quant_min, quant_max]. */
 QCAL_API qcal_status qcal_fakequant_forward(const qcal_tensor *src, const qcal_qparams *qp,
-                                            qcal_tensor *dst, uint8_t *mask);
+                                            qcal_tensor_mut *dst, uint8_t *mask);
 
 /* Straight-through backward: grad_x[i] = mask[i] ? grad_y[i] : 0 (grad_x == grad_y
  * allowed); mask from any forward (fixed or learnable). */
 QCAL_API qcal_status qcal_fakequant_backward(const qcal_tensor *grad_y, const uint8_t *mask,
-                                             qcal_tensor *grad_x);
+                                             qcal_tensor_mut *grad_x);
 
 /* Fused forward + backward in one pass (no mask array): dst = fake-quant(src), grad_x =
  * straight-through(grad_y). grad_y and grad_x hold numel(src) floats. */
 QCAL_API qcal_status qcal_fakequant_fused(const qcal_tensor *src, const qcal_tensor *grad_y,
-                                          const qcal_qparams *qp, qcal_tensor *dst,
-                                          qcal_tensor *grad_x);
+                                          const qcal_qparams *qp, qcal_tensor_mut *dst,
+                                          qcal_tensor_mut *grad_x);
 
 /* ---------------------------------------------------------------------------------------
  * Learnable qparams (LSQ; torch._fake_quantize_learnable_per_{tensor,channel}_affine):
@@ -88,7 +88,7 @@ QCAL_API qcal_status qcal_fakequant_grad_factor(int64_t numel, int64_t quant_max
 /* Learnable forward: the fixed forward with the rounded, clamped float zero-points. */
 QCAL_API qcal_status qcal_fakequant_learnable_forward(const qcal_tensor *src,
                                                       const qcal_qparams *qp,
-                                                      qcal_tensor *dst, uint8_t *mask);
+                                                      qcal_tensor_mut *dst, uint8_t *mask);
 
 /* Learnable backward: grad_x (may be NULL; grad_x == grad_y allowed); grad_scale and
  * grad_zero_point get qp->channels sums each (overwritten, not accumulated). */
@@ -96,7 +96,7 @@ QCAL_API qcal_status qcal_fakequant_learnable_backward(const qcal_tensor *src,
                                                        const qcal_tensor *grad_y,
                                                        const qcal_qparams *qp,
                                                        float grad_factor,
-                                                       qcal_tensor *grad_x,
+                                                       qcal_tensor_mut *grad_x,
                                                        float *grad_scale,
                                                        float *grad_zero_point);
 

@@ -41,7 +41,7 @@ QCAL_API qcal_status qcal_quantize(const qcal_tensor *src, const qcal_qparams *q
 /* Dequantizes src (numel(dst) elements of qp->dtype, caller-owned) into dst->data
  * (caller-owned; dst->shape gives the count and, per-channel, the channel axis):
  * x = (q - zero_point) * scale. Same qparams rules as qcal_quantize. */
-QCAL_API qcal_status qcal_dequantize(const void *src, const qcal_qparams *qp, qcal_tensor *dst);
+QCAL_API qcal_status qcal_dequantize(const void *src, const qcal_qparams *qp, qcal_tensor_mut *dst);
 
 #ifdef __cplusplus
 }
