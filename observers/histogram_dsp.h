@@ -337,6 +337,13 @@ enum { QCAL_HIST_LINEAR, QCAL_HIST_LATTICE };
 /* Batches of at most this many values are binned by plain loops, without scratch. */
 #define QCAL_HIST_SMALL_BATCH 1024
 
+/* Grids of at least this many slots are binned by the same plain loop, one thread, straight
+ * into the counts: their sub-histograms and per-thread partials would not fit any cache
+ * (and the SIMD kernels' uint16 slots stop at 2^16), and each batch would pay for zeroing
+ * and sweeping them (16777216 bins: 1.5 GB and ~7 s a 1 MiB part; docs/observers.md,
+ * "Cost of large bin counts"). */
+#define QCAL_HIST_DIRECT_SLOTS 65536
+
 qcal_status qcal_hist_bin_threaded(const float *x, int64_t n, const qcal_histc_grid *hg,
                            const qcal_lattice_grid *lg, bool fused, bool reject_nonfinite,
                            uint64_t *counts, uint64_t *top, float *mn, float *mx,

@@ -108,7 +108,7 @@ qcal_status qcal_hist_bin_threaded(const float *x, int64_t n, const qcal_histc_g
     int threads = qcal_threads_for(n);
     if (threads > MAXT)
         threads = MAXT;
-    if (threads == 1 && n <= SMALL_BATCH) {
+    if ((threads == 1 && n <= SMALL_BATCH) || ncount >= QCAL_HIST_DIRECT_SLOTS) {
         bin_small(x, n, hg, lg, fused, reject_nonfinite, counts, top, mn, mx, nonfinite, binned);
         return QCAL_OK;
     }

@@ -369,7 +369,9 @@ done:
 qcal_status qcal_lattice_update(qcal_lattice *L, const float *x, int64_t n,
                                 qcal_nonfinite_policy policy, uint64_t *nonfinite)
 {
-    if (n >= SINGLE_PASS_MIN)
+    /* Large grids take the two-pass path, which bins them straight into the counts
+     * (QCAL_HIST_DIRECT_SLOTS): a window per part would cost 2 * cells words each. */
+    if (n >= SINGLE_PASS_MIN && L->cells < QCAL_HIST_DIRECT_SLOTS)
         return update_single_pass(L, x, n, policy, nonfinite);
     /* Smaller batches: a fused pass on the current window; if the batch does not fit, its
      * min / max, the grown window, and binning the batch there. */
