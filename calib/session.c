@@ -9,6 +9,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "calib/calib_internal.h"
@@ -42,6 +43,11 @@ struct qcal_calib_session {
     qcal_calib_rules *rules;    /* private copy (NULL: defaults only) */
     uint64_t max_pending_bytes;
     uint64_t pending_bytes;     /* atomic */
+    uint64_t max_memory;        /* 0: no limit */
+    uint64_t state_bytes;       /* sum of the entries' estimated state (map lock held) */
+    uint64_t extra_bytes;       /* the largest estimated peak above its entry's state */
+    qcal_progress_fn progress;
+    void *progress_user;
     pthread_rwlock_t lock;
     bool lock_ready;
     entry **slots;              /* open addressing, power-of-two capacity */
@@ -56,6 +62,9 @@ void qcal_calib_session_options_default(qcal_calib_session_options *opt)
         return;
     opt->rules = NULL;
     opt->max_pending_bytes = (uint64_t)1 << 30;
+    opt->max_memory = QCAL_CALIB_MAX_MEMORY_DEFAULT;
+    opt->progress = NULL;
+    opt->progress_user = NULL;
 }
 
 static uint64_t hash_name(const char *s, qcal_calib_role role)
@@ -106,6 +115,9 @@ qcal_status qcal_calib_session_create(const qcal_calib_session_options *opt, qca
     if (!s)
         return QCAL_ERR_NO_MEMORY;
     s->max_pending_bytes = o.max_pending_bytes;
+    s->max_memory = o.max_memory;
+    s->progress = o.progress;
+    s->progress_user = o.progress_user;
     if (pthread_rwlock_init(&s->lock, NULL) != 0) {
         st = qcal_error(QCAL_ERR_NO_MEMORY, "cannot create the session lock");
         goto fail;
@@ -223,18 +235,47 @@ fail:
     return st;
 }
 
-static qcal_status new_entry(const qcal_calib_session *s, const char *fqn, qcal_calib_role role, uint64_t h,
+/* "1.50 GiB" (binary units, as the CLI's --max-memory reads them). */
+static void fmt_bytes(char *dst, size_t cap, uint64_t b)
+{
+    if (b >= (uint64_t)1 << 30)
+        snprintf(dst, cap, "%.2f GiB", (double)b / (double)((uint64_t)1 << 30));
+    else
+        snprintf(dst, cap, "%.1f MiB", (double)b / (double)((uint64_t)1 << 20));
+}
+
+/* Map lock held exclusively. */
+static qcal_status new_entry(qcal_calib_session *s, const char *fqn, qcal_calib_role role, uint64_t h,
                              entry **out)
 {
     qcal_observer_config cfg;
     qcal_status st = qcal_calib_rules_match(s->rules, fqn, role, &cfg, NULL);
     if (st != QCAL_OK)
         return st;
+    uint64_t state = 0, peak = 0;
+    if (qcal_observer_config_memory(&cfg, 1, &state, &peak) != QCAL_OK)
+        state = peak = 0;   /* an unknown kind: qcal_observer_create says so below */
+    uint64_t extra = peak - state > s->extra_bytes ? peak - state : s->extra_bytes;
+    if (s->max_memory && s->state_bytes + state + extra > s->max_memory) {
+        char need[32], lim[32];
+        fmt_bytes(need, sizeof need, s->state_bytes + state + extra);
+        fmt_bytes(lim, sizeof lim, s->max_memory);
+        return qcal_error(QCAL_ERR_NO_MEMORY, "%s '%s': its %s observer (bins %d) would bring "
+                          "the session's estimated memory to %s, over the limit of %s "
+                          "(max_memory; qcal: --max-memory); raise the limit or use fewer bins",
+                          qcal_calib_role_name(role), fqn, qcal_observer_kind_name(cfg.kind),
+                          (int)cfg.bins, need, lim);
+    }
     qcal_observer *obs = NULL;
     st = qcal_observer_create(&cfg, &obs);
     if (st != QCAL_OK)
         return qcal_calib_wrap_error(st, "%s '%s'", qcal_calib_role_name(role), fqn);
-    return alloc_entry(s, fqn, role, h, obs, out);
+    st = alloc_entry(s, fqn, role, h, obs, out);
+    if (st == QCAL_OK) {
+        s->state_bytes += state;
+        s->extra_bytes = extra;
+    }
+    return st;
 }
 
 /* Applies x to the entry's observer (entry mutex held). */
@@ -662,6 +703,8 @@ qcal_status qcal_calib_session_table(qcal_calib_session *s, qcal_calib_table **o
         pthread_mutex_unlock(&e->mu);
         if (st == QCAL_OK)
             st = qcal_calib_table_push(t, &ce);
+        if (st == QCAL_OK && s->progress)
+            s->progress(s->progress_user, (int64_t)i + 1, (int64_t)s->n, e->fqn);
     }
     pthread_rwlock_unlock(&s->lock);
     if (st == QCAL_OK)

@@ -308,6 +308,8 @@ qcal_status qcal_numeric_eval_finish(qcal_numeric_eval *ev)
         e->hist = qcal_calloc(nb, sizeof(uint64_t));
         if (!e->hist)
             return QCAL_ERR_NO_MEMORY;
+        if (ev->opt.progress)
+            ev->opt.progress(ev->opt.progress_user, i + 1, ev->n, e->name);
     }
     ev->finished = true;
     return QCAL_OK;

@@ -244,6 +244,44 @@ qcal_status qcal_observer_update(qcal_observer *obs, const qcal_tensor *x)
     return QCAL_OK;
 }
 
+qcal_status qcal_observer_config_memory(const qcal_observer_config *cfg, int64_t channels,
+                                        uint64_t *state_bytes, uint64_t *peak_bytes)
+{
+    if (!cfg || !ops_for(cfg->kind))
+        return qcal_error(QCAL_ERR_INVALID_ARG, "observer config is NULL or of an unknown kind");
+    uint64_t ch = channels < 1 ? 1 : (uint64_t)channels, state, peak;
+    if (kind_is_histogram(cfg->kind)) {
+        /* Bytes a bin (bins >= 1). State: the lattice's 2 * bins uint64 cells (the
+         * first-batch grid holds half). Peak: a growth, merge or load holds the old and the
+         * new cells (32); the search adds the view (bins uint64) and its own scratch:
+         * histogram float copy + float cumsum and norms (8 + 12), percentile none (8),
+         * entropy clamped copy, prefix counts, double-double prefixes, runs, logs and the
+         * candidates' KL (8 + 8 + 16 + 32 + 16 + 16 + 8), mse 128-bit prefixes and errors
+         * (8 + 48 + 16). */
+        uint64_t bins = cfg->bins < 1 ? 1 : (uint64_t)cfg->bins, search;
+        switch (cfg->kind) {
+        case QCAL_OBSERVER_HISTOGRAM: search = 20; break;
+        case QCAL_OBSERVER_PERCENTILE: search = 8; break;
+        case QCAL_OBSERVER_ENTROPY: search = 104; break;
+        default: search = 72; break;   /* mse */
+        }
+        state = 16 * bins;
+        peak = state + (search > 16 ? search : 16) * bins;
+    } else {
+        /* min and max (float each) per channel; the moving averages and the per-channel
+         * update keep one more pair of the batch. */
+        state = 8 * ch;
+        peak = 16 * ch;
+    }
+    state += sizeof(qcal_observer);
+    peak += sizeof(qcal_observer);
+    if (state_bytes)
+        *state_bytes = state;
+    if (peak_bytes)
+        *peak_bytes = peak;
+    return QCAL_OK;
+}
+
 bool qcal_observer_config_splits(const qcal_observer_config *cfg)
 {
     /* The histogram family's lattice counts are exact, so its state does not depend on how

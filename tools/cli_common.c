@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli_common.h"
+#include "cli_progress.h"
 
 void cli_parser_init(cli_parser *p, int argc, char **argv)
 {
@@ -201,10 +202,12 @@ static void vreport(const char *cmd, const char *fmt, va_list ap)
 {
     char buf[2048];
     const char *msg = one_line(cmd, buf, sizeof buf, fmt, ap);
-    if (error_sink)
+    if (error_sink) {
         error_sink(error_sink_user, cmd, msg);
-    else
+    } else {
+        cli_progress_interrupt();   /* the line starts clean, not after a progress bar */
         fprintf(stderr, "qcal: %s: %s\n", cmd, msg);
+    }
 }
 
 int cli_flush(const char *cmd, FILE *f)
@@ -224,6 +227,7 @@ void cli_warn(const char *cmd, const char *fmt, ...)
     va_start(ap, fmt);
     const char *msg = one_line(cmd, buf, sizeof buf, fmt, ap);
     va_end(ap);
+    cli_progress_interrupt();
     fprintf(stderr, "qcal: %s: warning: %s\n", cmd, msg);
 }
 
@@ -234,6 +238,7 @@ void cli_note(const char *cmd, const char *fmt, ...)
     va_start(ap, fmt);
     const char *msg = one_line(cmd, buf, sizeof buf, fmt, ap);
     va_end(ap);
+    cli_progress_interrupt();
     fprintf(stderr, "qcal: %s: note: %s\n", cmd, msg);
 }
 
@@ -250,6 +255,32 @@ int cli_fail_status(const char *cmd, int code, qcal_status st)
 {
     const char *msg = qcal_last_error();
     return cli_fail(cmd, code, "%s", (msg && *msg) ? msg : qcal_status_str(st));
+}
+
+int cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = (s && *s >= '0' && *s <= '9') ? strtoull(s, &end, 10) : 0;
+    if (!s || !end || end == s || errno == ERANGE)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "%s: '%s' is not a size (bytes, or a number "
+                        "with K, M, G or T)", opt, s ? s : "");
+    int shift = 0;
+    switch (*end) {
+    case '\0': break;
+    case 'K': case 'k': shift = 10; end++; break;
+    case 'M': case 'm': shift = 20; end++; break;
+    case 'G': case 'g': shift = 30; end++; break;
+    case 'T': case 't': shift = 40; end++; break;
+    default: end = NULL; break;
+    }
+    if (end && shift && (!strcmp(end, "iB") || !strcmp(end, "B")))
+        end += strlen(end);
+    if (!end || *end || (shift && v > (UINT64_MAX >> shift)))
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "%s: '%s' is not a size (bytes, or a number "
+                        "with K, M, G or T)", opt, s);
+    *out = (uint64_t)v << shift;
+    return 0;
 }
 
 int cli_parse_i64(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi,

@@ -110,6 +110,9 @@ void cli_note(const char *cmd, const char *fmt, ...) CLI_PRINTF(2, 3);
 int cli_parse_i64(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi,
                   int64_t *out);
 int cli_parse_f64(const char *cmd, const char *opt, const char *s, double *out);
+/* A size in bytes: an integer, optionally followed by K, M, G or T (binary units: 2G is
+ * 2^31; "GiB" and "G" are the same). Returns 0, or a usage error (reported). */
+int cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *out);
 /* As cli_parse_f64, and the value must be a finite float32 (no overflow to inf). */
 int cli_parse_f32(const char *cmd, const char *opt, const char *s, float *out);
 

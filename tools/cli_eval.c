@@ -14,6 +14,7 @@ int cli_eval_parse(const char *cmd, int argc, char **argv, const cli_opt *opts, 
                    cli_eval_args *a)
 {
     memset(a, 0, sizeof *a);
+    cli_progress_init(&a->progress, cmd, false, false);
     a->format = QCAL_NUMERIC_EVAL_TABLE;
     a->min_sqnr_db = NAN;
     cli_parser p;
@@ -48,6 +49,7 @@ int cli_eval_parse(const char *cmd, int argc, char **argv, const cli_opt *opts, 
         case CLI_EVAL_OUT: a->out = val; break;
         case CLI_EVAL_TITLE: a->title = val; break;
         case CLI_EVAL_SAVE_STATE: a->save_state = val; break;
+        case CLI_EVAL_QUIET: a->quiet = true; break;
         case CLI_POSITIONAL:
             if (a->input)
                 return cli_fail(cmd, QCAL_EXIT_USAGE, "one dump directory or evaluation state "
@@ -86,21 +88,18 @@ int cli_eval_parse_kinds(const char *cmd, const char *list, uint32_t *mask)
 
 /* One pass: every file of the dump read once and handed to observe or score. */
 static int run_pass(const char *cmd, qcal_numeric_eval *ev, const qcal_calib_dump *dump,
-                    int pass)
+                    int pass, cli_progress *prog)
 {
     int64_t n = 0, total = 0, done = 0;
     qcal_calib_dump_count(dump, &n);
     qcal_calib_dump_file_count(dump, &total);
-    bool bar = isatty(2);
+    cli_progress_phase(prog, pass ? "scoring" : "reading", "files", total);
     int rc = 0;
     for (int64_t i = 0; i < n && !rc; i++) {
         qcal_calib_dump_tensor t;
         qcal_calib_dump_tensor_at(dump, i, &t);
         for (int64_t j = 0; j < t.nfiles && !rc; j++) {
-            if (bar)
-                fprintf(stderr, "\r%s %lld/%lld files (pass %d of 2)\033[K",
-                        pass ? "scoring" : "observing", (long long)++done, (long long)total,
-                        pass + 1);
+            cli_progress_set(prog, done++, t.name);
             qcal_npy_array a;
             qcal_status st = qcal_npy_read_f32(t.files[j], &a);
             if (st != QCAL_OK) {
@@ -125,13 +124,13 @@ static int run_pass(const char *cmd, qcal_numeric_eval *ev, const qcal_calib_dum
             qcal_npy_array_free(&a);
         }
     }
-    if (bar)
-        fputs("\r\033[K", stderr);
+    if (!rc)
+        cli_progress_set(prog, done, NULL);
     return rc;
 }
 
 static int eval_dump(const char *cmd, const char *dir, const qcal_numeric_eval_options *opt,
-                     qcal_numeric_eval **out)
+                     qcal_numeric_eval **out, cli_progress *prog)
 {
     qcal_calib_dump *dump = NULL;
     qcal_numeric_eval *ev = NULL;
@@ -143,11 +142,16 @@ static int eval_dump(const char *cmd, const char *dir, const qcal_numeric_eval_o
     if ((st = qcal_numeric_eval_create(opt, &ev)) != QCAL_OK)
         rc = cli_fail_status(cmd, QCAL_EXIT_USAGE, st);
     if (!rc)
-        rc = run_pass(cmd, ev, dump, 0);
+        rc = run_pass(cmd, ev, dump, 0, prog);
+    if (!rc) {
+        int64_t nt = 0;
+        qcal_numeric_eval_count(ev, &nt);
+        cli_progress_phase(prog, "searching", "tensors", nt);
+    }
     if (!rc && (st = qcal_numeric_eval_finish(ev)) != QCAL_OK)
         rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
     if (!rc)
-        rc = run_pass(cmd, ev, dump, 1);
+        rc = run_pass(cmd, ev, dump, 1, prog);
     if (!rc && (st = qcal_numeric_eval_set_source(ev, dir)) != QCAL_OK)
         rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
     qcal_calib_dump_destroy(&dump);
@@ -194,22 +198,27 @@ static int eval_state(const char *cmd, const cli_eval_args *a, qcal_numeric_eval
     return 0;
 }
 
-int cli_eval_load(const char *cmd, const cli_eval_args *a, qcal_numeric_eval **out)
+int cli_eval_load(const char *cmd, cli_eval_args *a, qcal_numeric_eval **out)
 {
     struct stat sb;
     qcal_numeric_eval *ev = NULL;
     int rc;
+    cli_progress_init(&a->progress, cmd, !a->quiet, isatty(2));
     if (stat(a->input, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         qcal_numeric_eval_options opt;
         qcal_numeric_eval_options_default(&opt);
         opt.kinds = a->kinds;
         opt.min_sqnr_db = a->min_sqnr_db;
-        rc = eval_dump(cmd, a->input, &opt, &ev);
+        opt.progress = cli_progress_cb;
+        opt.progress_user = &a->progress;
+        rc = eval_dump(cmd, a->input, &opt, &ev, &a->progress);
     } else {
         rc = eval_state(cmd, a, &ev);
     }
-    if (rc)
+    if (rc) {
+        cli_progress_end(&a->progress);
         return rc;
+    }
     *out = ev;
     return 0;
 }

@@ -11,12 +11,20 @@
 
 #include "cli_common.h"
 #include "cli_output.h"
+#include "cli_progress.h"
 
 /* Option ids of both commands (each command's cli_opt table uses a subset). */
 enum {
     CLI_EVAL_HELP = 1, CLI_EVAL_OBSERVERS, CLI_EVAL_MIN_SQNR, CLI_EVAL_FORMAT, CLI_EVAL_RULES_OUT,
-    CLI_EVAL_OUT, CLI_EVAL_TITLE, CLI_EVAL_SAVE_STATE,
+    CLI_EVAL_OUT, CLI_EVAL_TITLE, CLI_EVAL_SAVE_STATE, CLI_EVAL_QUIET,
 };
+
+/* The --quiet row of both tables and its help line. */
+#define CLI_EVAL_QUIET_OPT { "quiet", 'q', false, CLI_EVAL_QUIET }
+#define CLI_EVAL_QUIET_HELP                                                                  \
+    "  -q, --quiet              no progress report on stderr (otherwise a bar on a terminal,\n" \
+    "                           else one line at most every 10 s: reading, searching,\n"      \
+    "                           scoring, writing; docs/cli.md)\n"
 
 typedef struct cli_eval_args {
     const char *input;                 /* DIR or STATE (positional) */
@@ -28,6 +36,9 @@ typedef struct cli_eval_args {
     uint32_t kinds;                    /* --observers; 0: every kind (or every saved one) */
     bool min_sqnr_set;
     double min_sqnr_db;                /* --min-sqnr */
+    bool quiet;                        /* -q, --quiet */
+    cli_progress progress;             /* started by cli_eval_load; the command adds its
+                                        * writing phase and ends it */
 } cli_eval_args;
 
 /* Parses argv with the command's table into *a. Returns -1 to go on, or an exit code to
@@ -43,7 +54,7 @@ int cli_eval_parse_kinds(const char *cmd, const char *list, uint32_t *mask);
  * ("QCEV", loaded, then --observers restricts and --min-sqnr recommends again). *out owned
  * by the caller. Returns 0 or an exit code (reported): 3 for an unreadable, malformed or
  * other kind of state (a session or observer state holds no data to score). */
-int cli_eval_load(const char *cmd, const cli_eval_args *a, qcal_numeric_eval **out);
+int cli_eval_load(const char *cmd, cli_eval_args *a, qcal_numeric_eval **out);
 
 /* Before the work: every output of a->out, a->rules_out, a->save_state writable, at most one
  * of them "-". Returns 0 or an exit code (reported). */

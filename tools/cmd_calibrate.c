@@ -14,6 +14,7 @@
 #include "cli_common.h"
 #include "cli_dist.h"
 #include "cli_output.h"
+#include "cli_progress.h"
 #include "cli_state.h"
 #include "cli_table_out.h"
 
@@ -44,6 +45,10 @@ static const char help[] =
     "                           file with the weight rules (default per output channel,\n"
     "                           axis 0); tensors with fewer than 2 dimensions (biases,\n"
     "                           norms) are skipped and counted, non-float dtypes noted\n"
+    "  --max-memory SIZE        refuse (exit 2, before any work) observers whose estimated\n"
+    "                           memory exceeds SIZE (bytes, or with K, M, G, T: binary\n"
+    "                           units; default 2G; 0: no limit); docs/observers.md, Memory\n"
+    "  -q, --quiet              no progress report on stderr\n"
     "  --save-state FILE        also save the calibration session (docs/state.md), atomically;\n"
     "                           'qcal merge' combines sessions calibrated on parts of a dump\n"
     "                           into the table of the whole dump\n"
@@ -54,8 +59,10 @@ static const char help[] =
 
 static const char help_tail[] =
     "\n"
-    "A progress bar is drawn on stderr when stderr is a terminal. On success one summary\n"
-    "line goes to stdout. Errors are one line on stderr: a missing or empty DIR, a bad\n"
+    "Progress goes to stderr (not with --quiet): a bar on a terminal, through the phases\n"
+    "reading (files), searching (each tensor's qparams) and writing; otherwise one line\n"
+    "'qcal: calibrate: progress: PHASE DONE/TOTAL UNIT, S s elapsed' at most every 10 s and\n"
+    "one closing line if any was printed. On success one summary line goes to stdout. Errors are one line on stderr: a missing or empty DIR, a bad\n"
     "manifest or name escape or a malformed .npy (named) exit 3, an unwritable OUT exits 4\n"
     "(before any work is done); NaN/Inf under --strict exits 1, as in 'qcal observe'; a\n"
     "name a format cannot hold exits 1 listing every such name (or is left out with a\n"
@@ -73,7 +80,8 @@ static const char help_tail[] =
     "OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1); more ranks than cores\n"
     "need --oversubscribe.\n";
 
-enum { OPT_HELP = 1, OPT_RULES, OPT_WEIGHTS, OPT_SAVE_STATE, OPT_ALLOW_EMPTY };
+enum { OPT_HELP = 1, OPT_RULES, OPT_WEIGHTS, OPT_SAVE_STATE, OPT_ALLOW_EMPTY, OPT_MAX_MEMORY,
+       OPT_QUIET };
 
 static const cli_opt opts[] = {
     { "help", 'h', false, OPT_HELP },
@@ -81,6 +89,8 @@ static const cli_opt opts[] = {
     { "weights", 0, CLI_REPEATED, OPT_WEIGHTS },
     { "save-state", 0, true, OPT_SAVE_STATE },
     { "allow-empty", 0, false, OPT_ALLOW_EMPTY },
+    { "max-memory", 0, true, OPT_MAX_MEMORY },
+    { "quiet", 'q', false, OPT_QUIET },
     CLI_TABLE_OUT_OPTS,
     CLI_OBSERVER_OPTS,
     { 0 },
@@ -96,6 +106,8 @@ typedef struct calib_args {
     cli_observer_args oa;
     bool have_obs_opts;
     bool allow_empty;          /* --allow-empty */
+    bool quiet;                /* -q, --quiet */
+    uint64_t max_memory;       /* --max-memory, 0: no limit */
     cli_table_out out;
 } calib_args;
 
@@ -120,6 +132,11 @@ static int parse_args(int argc, char **argv, calib_args *a, bool writer)
         case OPT_WEIGHTS: a->weights[a->nweights++] = val; break;
         case OPT_SAVE_STATE: a->save_state = val; break;
         case OPT_ALLOW_EMPTY: a->allow_empty = true; break;
+        case OPT_QUIET: a->quiet = true; break;
+        case OPT_MAX_MEMORY:
+            if ((rc = cli_parse_size(cmd, "--max-memory", val, &a->max_memory)))
+                return rc;
+            break;
         case CLI_POSITIONAL:
             if (a->dir)
                 return cli_fail(cmd, QCAL_EXIT_USAGE, "one dump directory expected, got '%s' "
@@ -233,13 +250,54 @@ static int scan_dump(const char *cmd, const char *dir, qcal_calib_dump **dump)
     return 0;
 }
 
-static void progress(long done, long total, const char *name)
+/* "1.50 GiB" for messages. */
+static void fmt_bytes(char *dst, size_t cap, uint64_t b)
 {
-    const int width = 30;
-    int fill = total ? (int)(done * width / total) : width;
-    fprintf(stderr, "\r[%.*s%*s] %ld/%ld %.40s\033[K", fill,
-            "##############################", width - fill, "", done, total, name);
-    fflush(stderr);
+    if (b >= (uint64_t)1 << 30)
+        snprintf(dst, cap, "%.2f GiB", (double)b / (double)((uint64_t)1 << 30));
+    else
+        snprintf(dst, cap, "%.1f MiB", (double)b / (double)((uint64_t)1 << 20));
+}
+
+/* The observers' estimated memory for the whole dump (qcal_observer_config_memory: every
+ * tensor's state, held to the end, plus the largest peak on top of one), against
+ * --max-memory: over it, one usage error naming the largest observer. Before any work. */
+static int check_memory(const char *cmd, const calib_args *a, const qcal_calib_dump *dump,
+                        const qcal_calib_rules *rules)
+{
+    int64_t n = 0;
+    qcal_calib_dump_count(dump, &n);
+    uint64_t state = 0, extra = 0, worst = 0;
+    qcal_observer_config wcfg;
+    const char *wname = NULL;
+    for (int64_t i = 0; i < n; i++) {
+        qcal_calib_dump_tensor t;
+        qcal_calib_dump_tensor_at(dump, i, &t);
+        qcal_observer_config cfg;
+        uint64_t st_b = 0, pk_b = 0;
+        if (qcal_calib_rules_match(rules, t.name, t.role, &cfg, NULL) != QCAL_OK ||
+            qcal_observer_config_memory(&cfg, 1, &st_b, &pk_b) != QCAL_OK)
+            continue;   /* the session reports a bad config by name */
+        state += st_b;
+        if (pk_b - st_b > extra)
+            extra = pk_b - st_b;
+        if (pk_b > worst) {
+            worst = pk_b;
+            wcfg = cfg;
+            wname = t.name;
+        }
+    }
+    if (!a->max_memory || state + extra <= a->max_memory || !wname)
+        return 0;
+    char need[32], lim[32], one[32];
+    fmt_bytes(need, sizeof need, state + extra);
+    fmt_bytes(lim, sizeof lim, a->max_memory);
+    fmt_bytes(one, sizeof one, worst);
+    return cli_fail(cmd, QCAL_EXIT_USAGE, "the observers of %lld tensors need about %s, over "
+                    "--max-memory %s (the largest: '%s', %s with bins %d, %s at its search; "
+                    "docs/observers.md, Memory); raise --max-memory or use fewer bins",
+                    (long long)n, need, lim, wname, qcal_observer_kind_name(wcfg.kind),
+                    (int)wcfg.bins, one);
 }
 
 /* The message and exit code of a failed observe call on path. */
@@ -399,11 +457,11 @@ static int assign(const char *cmd, const cli_dist *d, const qcal_calib_dump *dum
  * ranks are told (cli_dist_notify); when another rank failed, feeding stops early. */
 static int feed_dump(const char *cmd, cli_dist *dist, qcal_calib_session *s,
                      const qcal_calib_rules *rules, const qcal_calib_dump *dump,
-                     const int *owner, long mine, long *files)
+                     const int *owner, long mine, long *files, cli_progress *prog)
 {
     int64_t n = 0;
     qcal_calib_dump_count(dump, &n);
-    bool bar = cli_dist_writer(dist) && cli_dist_terminal(dist);
+    cli_progress_phase(prog, "reading", "files", mine);
     int rc = 0;
     float *buf = NULL;   /* the streaming buffer, allocated on first use */
     for (int64_t i = 0, k = 0; i < n && !rc; i++) {
@@ -424,8 +482,7 @@ static int feed_dump(const char *cmd, cli_dist *dist, qcal_calib_session *s,
                 continue;
             if (cli_dist_peer_failed(dist))
                 goto out;
-            if (bar)
-                progress(*files, mine, t.name);
+            cli_progress_set(prog, *files, t.name);
             rc = stream ? stream_file(cmd, s, t.name, t.role, step++, t.files[j], buf)
                         : feed_file(cmd, s, t.name, t.role, step++, t.files[j]);
             if (!rc)
@@ -434,8 +491,8 @@ static int feed_dump(const char *cmd, cli_dist *dist, qcal_calib_session *s,
     }
 out:
     free(buf);
-    if (bar)
-        fputs("\r\033[K", stderr);
+    if (!rc)
+        cli_progress_set(prog, *files, NULL);
     if (rc)
         cli_dist_notify(dist);   /* the other ranks stop at their next file */
     return rc;
@@ -507,6 +564,8 @@ static int check_no_data(const char *cmd, const qcal_calib_table *t, bool allow_
         bad++;
         cap += strlen(e->fqn) + 16;
         if (allow_empty)
+            cli_progress_interrupt();
+        if (allow_empty)
             fprintf(stderr, "qcal: %s: warning: %s '%s' saw no finite value (%llu NaN/Inf "
                     "skipped): written with no_data: true, scale 1, zero-point 0 (left out "
                     "of tensorrt, onnxruntime and ncnn files)\n", cmd,
@@ -566,6 +625,9 @@ static int calibrate(int argc, char **argv, cli_dist *dist)
     qcal_calib_table *table = NULL;
     qcal_status st;
     long files = 0, weights = 0, skipped_1d = 0;
+    a.max_memory = QCAL_CALIB_MAX_MEMORY_DEFAULT;
+    cli_progress prog;
+    cli_progress_init(&prog, cmd, false, false);
     int rc = parse_args(argc, argv, &a, writer);
     if (rc) {
         rc = rc < 0 ? 0 : rc;
@@ -575,10 +637,13 @@ static int calibrate(int argc, char **argv, cli_dist *dist)
         goto done;
     if (a.dir && (rc = scan_dump(cmd, a.dir, &dump)))
         goto done;
+    if (dump && (rc = check_memory(cmd, &a, dump, rules)))
+        goto done;
     if (a.dir && writer) {
         note_safetensors(cmd, &a);
         note_unused_observer_opts(cmd, &a, rules, dump);
     }
+    cli_progress_init(&prog, cmd, writer && !a.quiet, cli_dist_terminal(dist));
     if (dump) {
         int64_t total = 0;
         qcal_calib_dump_file_count(dump, &total);
@@ -590,6 +655,9 @@ static int calibrate(int argc, char **argv, cli_dist *dist)
     qcal_calib_session_options so;
     qcal_calib_session_options_default(&so);
     so.rules = rules;
+    so.max_memory = a.max_memory;
+    so.progress = cli_progress_cb;
+    so.progress_user = &prog;
     if ((st = qcal_calib_session_create(&so, &session)) != QCAL_OK) {
         rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
         goto done;
@@ -597,7 +665,8 @@ static int calibrate(int argc, char **argv, cli_dist *dist)
     /* Distributed runs agree here that every rank has its plan. */
     if ((rc = cli_dist_agree(dist, rc)))
         goto done_agreed;
-    if (dump && (rc = feed_dump(cmd, dist, session, rules, dump, owner, mine, &files)))
+    if (dump && (rc = feed_dump(cmd, dist, session, rules, dump, owner, mine, &files,
+                                   &prog)))
         goto fed;
     /* --weights: the writer reads them all. */
     for (int i = 0; i < a.nweights && writer; i++) {
@@ -620,6 +689,9 @@ fed:
         qcal_calib_dump_file_count(dump, &total);
         files = (long)total;   /* the whole dump's, whichever rank fed them */
     }
+    int64_t nentries = 0;
+    qcal_calib_session_count(session, &nentries);
+    cli_progress_phase(&prog, "searching", "tensors", nentries);
     if ((st = qcal_calib_session_table(session, &table)) != QCAL_OK) {
         rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
         goto done;
@@ -629,6 +701,7 @@ fed:
     a.out.no_data_warned = true;
     /* The state staged, the table written, then the state renamed: all or none. */
     cli_staged staged = { 0 };
+    cli_progress_phase(&prog, "writing", "outputs", 1);
     if (a.save_state && (rc = cli_session_state_stage(cmd, session, a.save_state, &staged)))
         goto done;
     if ((rc = cli_table_out_write(cmd, &a.out, table))) {
@@ -637,6 +710,8 @@ fed:
     }
     if ((rc = cli_stage_commit(cmd, &staged)))
         goto done;
+    cli_progress_set(&prog, 1, a.out.out);
+    cli_progress_end(&prog);   /* before the summary line */
     int64_t n = 0, nw = 0;
     uint64_t nonfinite = 0;
     qcal_calib_table_count(table, &n);
@@ -663,6 +738,7 @@ done:
      * first failure of a rank that stopped before the agreements above). */
     rc = cli_dist_agree(dist, rc);
 done_agreed:
+    cli_progress_end(&prog);
     free(owner);
     qcal_calib_table_destroy(&table);
     qcal_calib_session_destroy(&session);

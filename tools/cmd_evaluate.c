@@ -45,6 +45,7 @@ static const char help[] =
     "                           'qcal report S' and 'qcal evaluate S'\n"
     "  -o, --output OUT         write the results to OUT instead of stdout (- is stdout;\n"
     "                           docs/cli.md \"Outputs\")\n"
+    CLI_EVAL_QUIET_HELP
     "  -h, --help               this help\n"
     "\n"
     "Errors are one line on stderr: a missing DIR, a malformed .npy or state, or a session or\n"
@@ -59,6 +60,7 @@ static const cli_opt opts[] = {
     { "rules-out", 0, true, CLI_EVAL_RULES_OUT },
     { "save-state", 0, true, CLI_EVAL_SAVE_STATE },
     { "output", 'o', true, CLI_EVAL_OUT },
+    CLI_EVAL_QUIET_OPT,
     { 0 },
 };
 const cli_opt *const cmd_evaluate_opts = opts;
@@ -79,6 +81,7 @@ int cmd_evaluate(int argc, char **argv)
     char *buf = NULL;
     size_t len = 0;
     cli_staged staged = { 0 };
+    cli_progress_phase(&a.progress, "writing", "outputs", 1);
     qcal_status st = qcal_numeric_eval_format_results(ev, a.format, &buf, &len);
     if (st != QCAL_OK)
         rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
@@ -93,6 +96,8 @@ int cmd_evaluate(int argc, char **argv)
     }
     if (!rc)
         rc = cli_stage_commit(cmd, &staged);
+    cli_progress_set(&a.progress, rc ? 0 : 1, NULL);
+    cli_progress_end(&a.progress);
     if (!rc && !a.out && (fwrite(buf, 1, len, stdout) != len || fflush(stdout) != 0))
         rc = cli_fail(cmd, QCAL_EXIT_OUTPUT, "cannot write to standard output: %s", strerror(errno));
     qcal_free(buf);

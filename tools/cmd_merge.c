@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli_common.h"
+#include "cli_progress.h"
 #include "cli_state.h"
 #include "cli_table_out.h"
 
@@ -29,7 +31,10 @@ static const char help[] =
     "options:\n"
     "  --save-state OUT         also save the merged state to OUT (atomically)\n"
     "session states, the table output of 'qcal calibrate':\n"
-    CLI_TABLE_OUT_HELP    "  -h, --help               this help\n"
+    CLI_TABLE_OUT_HELP
+    "  -q, --quiet              no progress report on stderr (a bar on a terminal, else a\n"
+    "                           line at most every 10 s: reading, searching; docs/cli.md)\n"
+    "  -h, --help               this help\n"
     "\n"
     "The same file given twice is refused (exit 2); two files with the same digest (a copy:\n"
     "the same data counted twice) are merged with a warning.\n"
@@ -40,11 +45,12 @@ static const char help[] =
     "result depends on batch order); the message names both files. 4 when an output cannot\n"
     "be written; 1 when no finite value was seen (observer states, as 'qcal observe').\n";
 
-enum { OPT_HELP = 1, OPT_SAVE_STATE };
+enum { OPT_HELP = 1, OPT_SAVE_STATE, OPT_QUIET };
 
 static const cli_opt opts[] = {
     { "help", 'h', false, OPT_HELP },
     { "save-state", 0, true, OPT_SAVE_STATE },
+    { "quiet", 'q', false, OPT_QUIET },
     CLI_TABLE_OUT_OPTS,
     { 0 },
 };
@@ -169,12 +175,16 @@ static int merge_observers(const char *cmd, const char **paths, int n, void **bu
 }
 
 static int merge_sessions(const char *cmd, const char **paths, int n, void **bufs, size_t *lens,
-                          cli_table_out *to, const char *save)
+                          cli_table_out *to, const char *save, cli_progress *prog)
 {
     qcal_calib_session *s = NULL;
     qcal_calib_table *table = NULL;
     int rc = 0;
-    qcal_status st = qcal_calib_session_load(bufs[0], lens[0], NULL, &s);
+    qcal_calib_session_options so;
+    qcal_calib_session_options_default(&so);
+    so.progress = cli_progress_cb;
+    so.progress_user = prog;
+    qcal_status st = qcal_calib_session_load(bufs[0], lens[0], &so, &s);
     if (st != QCAL_OK)
         return cli_fail(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT,
                         "'%s': %s", paths[0], qcal_last_error());
@@ -199,10 +209,14 @@ static int merge_sessions(const char *cmd, const char **paths, int n, void **buf
     if (!rc && save)
         rc = cli_session_state_stage(cmd, s, save, &staged);
     if (!rc && to->out) {
+        int64_t nentries = 0;
+        qcal_calib_session_count(s, &nentries);
+        cli_progress_phase(prog, "searching", "tensors", nentries);
         if ((st = qcal_calib_session_table(s, &table)) != QCAL_OK) {
             rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
         } else if (!(rc = cli_table_out_write(cmd, to, table)) &&
                    !(rc = cli_stage_commit(cmd, &staged))) {
+            cli_progress_end(prog);   /* before the summary line */
             int64_t cnt = 0, nw = 0;
             uint64_t nonfinite = 0;
             qcal_calib_table_count(table, &cnt);
@@ -246,8 +260,10 @@ int cmd_merge(int argc, char **argv)
     const char *save = NULL, *val;
     cli_table_out to;
     cli_table_out_init(&to);
-    bool have_out_opts = false;
+    bool have_out_opts = false, quiet = false;
     int n = 0, rc = 0, id;
+    cli_progress prog;
+    cli_progress_init(&prog, cmd, false, false);
     if (!paths || !bufs || !lens) {
         rc = cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
         goto done;
@@ -257,6 +273,7 @@ int cmd_merge(int argc, char **argv)
         case CLI_ERROR: rc = QCAL_EXIT_USAGE; goto done;
         case OPT_HELP: fputs(help, stdout); goto done;
         case OPT_SAVE_STATE: save = val; break;
+        case OPT_QUIET: quiet = true; break;
         case CLI_POSITIONAL: paths[n++] = val; break;
         default: {
             int r = cli_table_out_opt(cmd, &to, id, val);
@@ -281,7 +298,10 @@ int cmd_merge(int argc, char **argv)
     if ((rc = cli_output_check(cmd, save)))
         goto done;
     cli_state_kind kind = CLI_STATE_OBSERVER, k0 = CLI_STATE_OBSERVER;
+    cli_progress_init(&prog, cmd, !quiet, isatty(2));
+    cli_progress_phase(&prog, "reading", "states", n);
     for (int i = 0; i < n; i++) {
+        cli_progress_set(&prog, i, paths[i]);
         if ((rc = cli_state_read(cmd, paths[i], &bufs[i], &lens[i], &kind)))
             goto done;
         if (i == 0) {
@@ -292,9 +312,11 @@ int cmd_merge(int argc, char **argv)
             goto done;
         }
     }
+    cli_progress_set(&prog, n, NULL);
     if ((rc = check_duplicates(cmd, paths, n, bufs, lens, k0)))
         goto done;
     if (k0 == CLI_STATE_OBSERVER) {
+        cli_progress_end(&prog);   /* the JSON follows on stdout */
         if (to.out || have_out_opts) {
             rc = cli_fail(cmd, QCAL_EXIT_USAGE, "-o, --format and --trt-* are for session states; "
                           "observer states print their JSON on stdout");
@@ -313,9 +335,10 @@ int cmd_merge(int argc, char **argv)
         }
         if (to.out && (rc = cli_table_out_check(cmd, &to)))
             goto done;
-        rc = merge_sessions(cmd, paths, n, bufs, lens, &to, save);
+        rc = merge_sessions(cmd, paths, n, bufs, lens, &to, save, &prog);
     }
 done:
+    cli_progress_end(&prog);
     if (bufs)
         for (int i = 0; i < n; i++)
             free(bufs[i]);

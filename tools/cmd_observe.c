@@ -1,9 +1,12 @@
 /* qcal observe: feeds .npy files (one batch each, in order) to an observer and prints its
  * range and qparams as one JSON object. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli_common.h"
+#include "cli_progress.h"
 #include "cli_state.h"
 
 static const char help[] =
@@ -29,6 +32,8 @@ static const char help[] =
     "                           (atomically); 'qcal merge' combines such states\n"
     "\n"
     "options:\n"
+    "  -q, --quiet              no progress report on stderr (a bar on a terminal, else a\n"
+    "                           line at most every 10 s: reading, searching; docs/cli.md)\n"
     "  -h, --help               this help\n"
     "\n"
     "observer options (the keys of rules files; docs/cli.md):\n";
@@ -42,12 +47,13 @@ static const char help_tail[] =
     "the file's dimensions is a usage error (exit 2). With --strict a NaN/Inf value fails\n"
     "the run with exit 1, as in 'qcal calibrate'.\n";
 
-enum { OPT_HELP = 1, OPT_LOAD_STATE, OPT_SAVE_STATE };
+enum { OPT_HELP = 1, OPT_LOAD_STATE, OPT_SAVE_STATE, OPT_QUIET };
 
 static const cli_opt opts[] = {
     { "help", 'h', false, OPT_HELP },
     { "load-state", 0, true, OPT_LOAD_STATE },
     { "save-state", 0, true, OPT_SAVE_STATE },
+    { "quiet", 'q', false, OPT_QUIET },
     CLI_OBSERVER_OPTS,
     { 0 },
 };
@@ -133,9 +139,11 @@ int cmd_observe(int argc, char **argv)
         return cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
     int nfiles = 0, rc = 0, id;
     const char *val, *load = NULL, *save = NULL;
-    bool have_obs_opts = false;
+    bool have_obs_opts = false, quiet = false;
     qcal_observer *obs = NULL;
     cli_staged staged = { 0 };
+    cli_progress prog;
+    cli_progress_init(&prog, cmd, false, false);
     while ((id = cli_next(&p, opts, &val)) != CLI_END) {
         if (id == CLI_ERROR) {
             rc = QCAL_EXIT_USAGE;
@@ -151,6 +159,8 @@ int cmd_observe(int argc, char **argv)
             load = val;
         else if (id == OPT_SAVE_STATE)
             save = val;
+        else if (id == OPT_QUIET)
+            quiet = true;
         else if (id == CLI_POSITIONAL)
             files[nfiles++] = val;
         else
@@ -168,16 +178,35 @@ int cmd_observe(int argc, char **argv)
         goto out;
     if ((rc = make_observer(cmd, &oa, have_obs_opts, load, &obs)))
         goto out;
-    for (int i = 0; i < nfiles; i++)
+    cli_progress_init(&prog, cmd, !quiet, isatty(2));
+    cli_progress_phase(&prog, "reading", "files", nfiles);
+    for (int i = 0; i < nfiles; i++) {
+        cli_progress_set(&prog, i, files[i]);
         if ((rc = feed(cmd, obs, files[i])))
             goto out;
+    }
+    cli_progress_set(&prog, nfiles, NULL);
     /* The state staged, the report printed, then the state renamed; a failure (no finite
      * value included) leaves no state. With --save-state - the report goes to stderr. */
     if (save && (rc = cli_observer_state_stage(cmd, obs, save, &staged)))
         goto out;
+    /* The report computes the qparams (the range search of the histogram kinds). */
+    cli_progress_phase(&prog, "searching", "observers", 1);
+    char *json = NULL;
+    size_t json_len = 0;
+    FILE *mem = open_memstream(&json, &json_len);
     bool no_data = false;
-    if ((rc = cli_observer_report(cmd, obs, cli_output_is_stdout(save) ? stderr : stdout,
-                                  &no_data)))
+    rc = mem ? cli_observer_report(cmd, obs, mem, &no_data)
+             : cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
+    if (mem)
+        fclose(mem);
+    cli_progress_set(&prog, 1, NULL);
+    cli_progress_end(&prog);   /* the report follows */
+    FILE *say = cli_output_is_stdout(save) ? stderr : stdout;
+    if (!rc && (fwrite(json, 1, json_len, say) != json_len || fflush(say) != 0))
+        rc = cli_fail(cmd, QCAL_EXIT_OUTPUT, "cannot write the report: %s", strerror(errno));
+    free(json);
+    if (rc)
         goto out;
     if (no_data) {
         uint64_t nonfinite = 0;
@@ -191,6 +220,7 @@ int cmd_observe(int argc, char **argv)
     rc = cli_stage_commit(cmd, &staged);
 out:
     cli_stage_abort(&staged);
+    cli_progress_end(&prog);
     qcal_observer_destroy(&obs);
     free(files);
     return rc;

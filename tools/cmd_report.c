@@ -32,6 +32,7 @@ static const char help[] =
     "  --min-sqnr DB            recommend the simplest observer with SQNR >= DB\n"
     "  --title TEXT             the report's title (default \"qcal calibration report\")\n"
     "  --save-state S           also save the evaluation state to S\n"
+    CLI_EVAL_QUIET_HELP
     "  -h, --help               this help\n"
     "\n"
     "Errors are one line on stderr: a missing DIR, a malformed .npy or state, or a session or\n"
@@ -45,6 +46,7 @@ static const cli_opt opts[] = {
     { "min-sqnr", 0, true, CLI_EVAL_MIN_SQNR },
     { "title", 0, true, CLI_EVAL_TITLE },
     { "save-state", 0, true, CLI_EVAL_SAVE_STATE },
+    CLI_EVAL_QUIET_OPT,
     { 0 },
 };
 const cli_opt *const cmd_report_opts = opts;
@@ -69,6 +71,7 @@ int cmd_report(int argc, char **argv)
         ro.title = a.title;
     /* The state staged, the report written, then the state renamed: all or none. */
     cli_staged staged = { 0 };
+    cli_progress_phase(&a.progress, "writing", "outputs", 1);
     rc = cli_eval_stage_state(cmd, &a, ev, &staged);
     qcal_status st = QCAL_OK;
     if (!rc && (st = qcal_numeric_eval_write_report(ev, &ro, cli_output_path(a.out))) != QCAL_OK) {
@@ -77,6 +80,8 @@ int cmd_report(int argc, char **argv)
     }
     if (!rc)
         rc = cli_stage_commit(cmd, &staged);
+    cli_progress_set(&a.progress, rc ? 0 : 1, a.out);
+    cli_progress_end(&a.progress);
     if (!rc) {
         /* With an output on stdout (-o -, --save-state -) the summary goes to stderr. */
         FILE *say = cli_output_is_stdout(a.out) || cli_output_is_stdout(a.save_state) ? stderr

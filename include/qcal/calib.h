@@ -115,7 +115,20 @@ typedef struct qcal_calib_session_options {
     uint64_t max_pending_bytes;     /* default 1 GiB: memory for early batches waiting for
                                      * their turn (order-dependent observers); past it an
                                      * observe call fails with QCAL_ERR_NO_MEMORY */
+    uint64_t max_memory;            /* default 2 GiB (QCAL_CALIB_MAX_MEMORY_DEFAULT), 0 = no
+                                     * limit: the observers' estimated memory (the sum of
+                                     * every entry's state plus the largest peak on top of it,
+                                     * qcal_observer_config_memory); the observe call that
+                                     * would create an entry past it fails with
+                                     * QCAL_ERR_NO_MEMORY naming the entry, the estimate and
+                                     * the limit, before allocating */
+    qcal_progress_fn progress;      /* default NULL: called by qcal_calib_session_table after
+                                     * each entry's qparams (done, total, fqn), on the calling
+                                     * thread */
+    void *progress_user;            /* default NULL: passed to progress */
 } qcal_calib_session_options;
+
+#define QCAL_CALIB_MAX_MEMORY_DEFAULT ((uint64_t)2 << 30)
 
 typedef struct qcal_calib_session qcal_calib_session;
 

@@ -57,6 +57,11 @@ QCAL_API qcal_status qcal_set_error(qcal_status status, const char *fmt, ...)
 #endif
     ;
 
+/* Progress of a long library call, set in an options struct: `done` of `total` items
+ * finished, `item` the name of the last one (may be NULL). Called on the calling thread
+ * between items; the library never prints. */
+typedef void (*qcal_progress_fn)(void *user, int64_t done, int64_t total, const char *item);
+
 /* Version string of the library ("0.1.0"). */
 QCAL_API const char *qcal_version(void);
 

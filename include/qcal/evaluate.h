@@ -53,6 +53,9 @@ typedef struct qcal_numeric_eval_options {
                                   * per_tensor_symmetric with the same dtype and range */
     int32_t bins;                /* histogram-family bins, default 2048 */
     int32_t report_bins;         /* bins of the report's drawn histogram, default 160 */
+    qcal_progress_fn progress;   /* default NULL: called by qcal_numeric_eval_finish after each
+                                  * tensor's candidates (done, total, name), calling thread */
+    void *progress_user;         /* default NULL: passed to progress */
 } qcal_numeric_eval_options;
 
 /* One candidate's result on one tensor. Arrays have `channels` entries, owned by the eval. */

@@ -147,6 +147,16 @@ QCAL_API void qcal_observer_destroy(qcal_observer **obs);
 /* The config the observer was created with (never NULL for a valid observer). */
 QCAL_API const qcal_observer_config *qcal_observer_get_config(const qcal_observer *obs);
 
+/* Memory an observer of cfg takes, in bytes, both upper bounds of what it allocates (RSS
+ * is often lower: pages never written are not resident): *state_bytes for as long as it
+ * holds data, *peak_bytes at its largest moment (the state plus a grid growth or merge, or
+ * plus the range search that computes its qparams). channels: of the tensor for per-channel
+ * kinds (< 1 counts as 1). Histogram family, per bin: state 16; peak histogram 36,
+ * percentile 32, entropy 120, mse 88 (docs/observers.md, "Memory"). Either output may be NULL. */
+QCAL_API qcal_status qcal_observer_config_memory(const qcal_observer_config *cfg,
+                                                 int64_t channels, uint64_t *state_bytes,
+                                                 uint64_t *peak_bytes);
+
 /* Feeds one batch. x is read only, never kept. An empty tensor is QCAL_ERR_EMPTY and changes
  * nothing. Per-channel kinds need ndim > axis and the same channel count on every batch. */
 QCAL_API qcal_status qcal_observer_update(qcal_observer *obs, const qcal_tensor *x);
