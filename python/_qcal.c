@@ -1301,10 +1301,12 @@ static void Session_dealloc(SessionObject *self)
  * per line; the package also accepts a path). */
 static int Session_init(SessionObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"rules", NULL};
+    static char *kwlist[] = {"rules", "max_memory", NULL};
     const char *text = NULL;
     Py_ssize_t len = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|z#:Session", kwlist, &text, &len))
+    unsigned long long max_memory = QCAL_CALIB_MAX_MEMORY_DEFAULT;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|z#K:Session", kwlist, &text, &len,
+                                     &max_memory))
         return -1;
     qcal_calib_rules *rules = NULL;
     qcal_status st = QCAL_OK;
@@ -1313,6 +1315,7 @@ static int Session_init(SessionObject *self, PyObject *args, PyObject *kw)
     qcal_calib_session_options opt;
     qcal_calib_session_options_default(&opt);
     opt.rules = rules;
+    opt.max_memory = max_memory;
     qcal_calib_session *s = NULL;
     if (st >= 0)
         st = qcal_calib_session_create(&opt, &s);

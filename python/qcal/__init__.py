@@ -85,7 +85,8 @@ def _rules_text(rules=None, rules_text=None, observer=None, config=None):
 
 
 class Session(_qcal.Session):
-    """Session(rules=None, rules_text=None, observer=None, **config): a calibration session.
+    """Session(rules=None, rules_text=None, observer=None, max_memory=2**31, **config): a
+    calibration session.
 
     ``rules`` is a rules-file path and ``rules_text`` its text ("GLOB ROLE OBSERVER
     key=value ..." per line, first match wins); ``observer`` + config set the activation
@@ -94,10 +95,14 @@ class Session(_qcal.Session):
     ``Table`` that writes every format the CLI writes (json, tensorrt, onnxruntime, ncnn).
     A tensor that saw no finite value makes ``table()`` raise ``NoDataError`` naming every
     such tensor unless ``table(allow_empty=True)`` (then one ``RuntimeWarning`` each and the
-    entry is kept with ``no_data=True``), as ``qcal calibrate --allow-empty``."""
+    entry is kept with ``no_data=True``), as ``qcal calibrate --allow-empty``.
+    ``max_memory`` (bytes, 0 = no limit) caps the observers' estimated memory, as
+    ``--max-memory``: the ``observe`` call that would create a tensor past it raises
+    ``OutOfMemoryError`` naming it (docs/observers.md, "Memory")."""
 
-    def __init__(self, rules=None, rules_text=None, observer=None, **config):
-        super().__init__(_rules_text(rules, rules_text, observer, config))
+    def __init__(self, rules=None, rules_text=None, observer=None,
+                 max_memory=2 ** 31, **config):
+        super().__init__(_rules_text(rules, rules_text, observer, config), max_memory)
 
 
 Table = _qcal.Table
@@ -111,11 +116,12 @@ def _dump_tensors(directory):
 
 
 def calibrate(directory, output=None, format="json", rules=None, rules_text=None,
-              observer=None, allow_empty=False, **config):
+              observer=None, allow_empty=False, max_memory=2 ** 31, **config):
     """Calibrates a dump directory as `qcal calibrate DIR` does and returns the Table
     (written to ``output`` in ``format`` when given). A tensor that saw no finite value
     raises ``NoDataError`` (nothing written) unless ``allow_empty=True``."""
-    s = Session(rules=rules, rules_text=rules_text, observer=observer, **config)
+    s = Session(rules=rules, rules_text=rules_text, observer=observer,
+                max_memory=max_memory, **config)
     for fqn, role, files in _dump_tensors(directory):
         for step, f in enumerate(files):
             s.observe(fqn, _np.load(f, allow_pickle=False), role=role, step=step)

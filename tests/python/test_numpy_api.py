@@ -228,6 +228,23 @@ class Calibrate(unittest.TestCase):
                 with self.assertRaises(RuntimeWarning):
                     s.table(allow_empty=True)
 
+    def test_max_memory(self):
+        """The session refuses an observer past its memory limit (OutOfMemoryError naming
+        the tensor); the default 2 GiB takes 65536-bin mse; 0 is no limit."""
+        x = np.arange(8, dtype=np.float32)
+        s = qcal.Session(observer="mse", bins=65536, max_memory=6 << 20)
+        s.observe("a", x)        # 88 B a bin: 5.5 MiB
+        with self.assertRaises(qcal.OutOfMemoryError) as cm:
+            s.observe("b", x)    # 2 x 16 + 72 B a bin: 6.5 MiB
+        self.assertIn("activation 'b'", str(cm.exception))
+        self.assertIn("over the limit of 6.0 MiB", str(cm.exception))
+        self.assertEqual(len(s), 1)
+        s = qcal.Session(observer="mse", bins=65536)
+        s.observe("a", x)
+        s.observe("b", x)
+        s = qcal.Session(observer="mse", bins=65536, max_memory=0)
+        s.observe("a", x)
+
 
 class BadInput(unittest.TestCase):
     def test_wrong_types(self):
