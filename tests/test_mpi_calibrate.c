@@ -203,10 +203,11 @@ static void one_bar(int np)
              getenv("QCAL_BIN"), dump, out, rules, typescript);
     assert_int_equal(system(cmd), 0);
     char *t = tu_read_file(typescript, NULL);
-    /* Every bar starts at "] 0/" and is cleared by "\r\033[K" at the end. */
-    if (count(t, "] 0/") != 1 || count(t, "qcal: calibrate: wrote") != 1)
+    /* Every bar starts at "] reading 0/" (tools/cli_progress.c) and is cleared by
+     * "\r\033[K" at the end. */
+    if (count(t, "] reading 0/") != 1 || count(t, "qcal: calibrate: wrote") != 1)
         fail_msg("np %d under a terminal: %d progress bars, %d summary lines:\n%s", np,
-                 count(t, "] 0/"), count(t, "qcal: calibrate: wrote"), t);
+                 count(t, "] reading 0/"), count(t, "qcal: calibrate: wrote"), t);
     free(t);
 }
 
