@@ -37,6 +37,7 @@
 #include <stdatomic.h>
 
 #include "fakequant/fakequant_impl.h"
+#include "quant/float8_dsp.h"
 #include "quant/qparams_internal.h"
 #include "qcal_config.h"
 
@@ -97,11 +98,14 @@ typedef struct fq_job {
     int64_t nruns;
     float *dst, *gx;            /* FQ_FWD: dst; FQ_FUSED: dst, gx; FQ_BWD: gx */
     uint8_t *mask;              /* FQ_FWD, may be NULL */
+    int f8;                     /* -1: integer dtypes; else the qcal_f8_fmt (FP8 kernels,
+                                 * which use the runs' scale only) */
 } fq_job;
 
 static void fq_blocks(const fq_job *j, int64_t rows, int64_t inner)
 {
     const qcal_fakequant_dsp *k = qcal_fakequant_dsp_get();
+    const qcal_float8_dsp *k8 = qcal_float8_dsp_get();
     int64_t bpr = (inner + FQ_BLOCK - 1) / FQ_BLOCK;
     int64_t items = rows * bpr;
     int64_t n = rows * inner;
@@ -121,6 +125,16 @@ static void fq_blocks(const fq_job *j, int64_t rows, int64_t inner)
         int64_t off = r * inner + b * FQ_BLOCK;
         int64_t m = inner - b * FQ_BLOCK < FQ_BLOCK ? inner - b * FQ_BLOCK : FQ_BLOCK;
         const qcal_fq_run *p = j->runs ? &j->runs[r % j->nruns] : NULL;
+        if (j->f8 >= 0 && j->pass == FQ_FWD) {
+            k8->fakequant(j->x + off, m, p->scale, j->f8, j->dst + off,
+                          j->mask ? j->mask + off : NULL, stream);
+            continue;
+        }
+        if (j->f8 >= 0 && j->pass == FQ_FUSED) {
+            k8->fakequant_fused(j->x + off, j->gy + off, m, p->scale, j->f8, j->dst + off,
+                                j->gx + off, stream);
+            continue;
+        }
         switch (j->pass) {
         case FQ_FWD:
             k->fakequant(j->x + off, m, p, j->dst + off, j->mask ? j->mask + off : NULL, stream);
@@ -238,7 +252,7 @@ static qcal_status fq_per_tensor(const float *src, int64_t n, float scale,
         return st;
     qcal_fq_run p;
     qcal_fq_run_init(&p, scale, zero_point, quant_min, quant_max);
-    fq_job j = { .pass = FQ_FWD, .x = src, .runs = &p, .nruns = 1, .dst = dst, .mask = mask };
+    fq_job j = { .f8 = -1, .pass = FQ_FWD, .x = src, .runs = &p, .nruns = 1, .dst = dst, .mask = mask };
     fq_blocks(&j, 1, n);
     return QCAL_OK;
 }
@@ -251,7 +265,7 @@ static qcal_status fq_backward(const float *grad_y, const uint8_t *mask, int64_t
         return st;
     if (!mask)
         return qcal_error(QCAL_ERR_INVALID_ARG, "mask is NULL");
-    fq_job j = { .pass = FQ_BWD, .gy = grad_y, .mask_in = mask, .gx = grad_x };
+    fq_job j = { .f8 = -1, .pass = FQ_BWD, .gy = grad_y, .mask_in = mask, .gx = grad_x };
     fq_blocks(&j, 1, n);
     return QCAL_OK;
 }
@@ -271,7 +285,7 @@ static qcal_status fq_per_tensor_fused(const float *src, const float *grad_y, in
         return st;
     qcal_fq_run p;
     qcal_fq_run_init(&p, scale, zero_point, quant_min, quant_max);
-    fq_job j = { .pass = FQ_FUSED, .x = src, .gy = grad_y, .runs = &p, .nruns = 1, .dst = dst,
+    fq_job j = { .f8 = -1, .pass = FQ_FUSED, .x = src, .gy = grad_y, .runs = &p, .nruns = 1, .dst = dst,
                  .gx = grad_x };
     fq_blocks(&j, 1, n);
     return QCAL_OK;
@@ -320,7 +334,7 @@ static qcal_status fq_per_channel(const qcal_tensor *src, int32_t axis, const fl
                                          &outer, &ch, &inner, &runs);
     if (st != QCAL_OK)
         return st;
-    fq_job j = { .pass = FQ_FWD, .x = src->data, .runs = runs, .nruns = ch, .dst = dst,
+    fq_job j = { .f8 = -1, .pass = FQ_FWD, .x = src->data, .runs = runs, .nruns = ch, .dst = dst,
                  .mask = mask };
     fq_blocks(&j, outer * ch, inner);
     free(runs);
@@ -340,10 +354,45 @@ static qcal_status fq_per_channel_fused(const qcal_tensor *src, const float *gra
                                          &outer, &ch, &inner, &runs);
     if (st != QCAL_OK)
         return st;
-    fq_job j = { .pass = FQ_FUSED, .x = src->data, .gy = grad_y, .runs = runs, .nruns = ch,
+    fq_job j = { .f8 = -1, .pass = FQ_FUSED, .x = src->data, .gy = grad_y, .runs = runs, .nruns = ch,
                  .dst = dst, .gx = grad_x };
     fq_blocks(&j, outer * ch, inner);
     free(runs);
+    return QCAL_OK;
+}
+
+/* ----------------------------------------------------------------------------------- */
+/* FP8 (float8_e4m3fn, float8_e5m2; quant/float8_dsp.h has the contract): y = value(code of
+ * x / scale) * scale, mask = the unsaturated rounding stays finite within +-largest. One
+ * pass per tensor, per tensor or per channel (each row of `inner` elements one channel's
+ * scale); the zero-points are 0 (checked by qcal_qparams_check). */
+
+static qcal_status fq_float8(const qcal_tensor *src, const float *grad_y,
+                             const qcal_qparams *qp, float *dst, float *grad_x, uint8_t *mask)
+{
+    int64_t outer = 1, ch = 1, inner, n;
+    qcal_status st = qcal_tensor_numel(src, &n);
+    if (st != QCAL_OK)
+        return st;
+    inner = n;
+    bool pc = qcal_qscheme_is_per_channel(qp->qscheme);
+    if (pc && (st = qcal_fq_split(src, qp->axis, &outer, &ch, &inner)) != QCAL_OK)
+        return st;
+    qcal_fq_run one, *runs = &one;
+    if (pc) {
+        runs = qcal_malloc((size_t)ch * sizeof *runs);
+        if (!runs)
+            return QCAL_ERR_NO_MEMORY;
+    }
+    for (int64_t c = 0; c < ch; c++)
+        qcal_fq_run_init(&runs[c], qcal_qparams_scale_at(qp, c), 0, qp->quant_min,
+                         qp->quant_max);
+    fq_job j = { .f8 = qp->dtype == QCAL_FLOAT8_E4M3FN ? QCAL_F8_E4M3FN : QCAL_F8_E5M2,
+                 .pass = grad_y ? FQ_FUSED : FQ_FWD, .x = src->data, .gy = grad_y,
+                 .runs = runs, .nruns = ch, .dst = dst, .gx = grad_x, .mask = mask };
+    fq_blocks(&j, outer * ch, inner);
+    if (pc)
+        free(runs);
     return QCAL_OK;
 }
 
@@ -358,6 +407,9 @@ qcal_status qcal_fq_check_args(const char *what, const qcal_tensor *src, const q
     qcal_status st = qcal_qparams_check(qp, what, !learnable, learnable);
     if (st != QCAL_OK)
         return st;
+    if (learnable && qcal_dtype_is_float8(qp->dtype))
+        return qcal_error(QCAL_ERR_UNSUPPORTED, "%s: %s has no learnable (LSQ) fake-quant",
+                          what, qcal_dtype_name(qp->dtype));
     if (!learnable && qp->qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS)
         return qcal_error(QCAL_ERR_UNSUPPORTED,
                           "%s: per_channel_affine_float_qparams needs the learnable calls "
@@ -418,6 +470,8 @@ qcal_status qcal_fakequant_forward(const qcal_tensor *src, const qcal_qparams *q
         st = qcal_fq_check_dst("fakequant", dst, n, "destination");
     if (st != QCAL_OK)
         return st;
+    if (qcal_dtype_is_float8(qp->dtype))
+        return fq_float8(src, NULL, qp, dst->data, NULL, mask);
     if (qcal_qscheme_is_per_channel(qp->qscheme))
         return fq_per_channel(src, qp->axis, qp->scales, qp->zero_points, qp->quant_min,
                               qp->quant_max, dst->data, mask);
@@ -453,6 +507,8 @@ qcal_status qcal_fakequant_fused(const qcal_tensor *src, const qcal_tensor *grad
         st = qcal_fq_check_dst("fakequant", grad_x, n, "grad_x");
     if (st != QCAL_OK)
         return st;
+    if (qcal_dtype_is_float8(qp->dtype))
+        return fq_float8(src, grad_y->data, qp, dst->data, grad_x->data, NULL);
     if (qcal_qscheme_is_per_channel(qp->qscheme))
         return fq_per_channel_fused(src, grad_y->data, qp->axis, qp->scales, qp->zero_points,
                                     qp->quant_min, qp->quant_max, dst->data, grad_x->data);

@@ -16,7 +16,8 @@
 #include "qcal/qparams.h"
 #include "quant/qparams_internal.h"
 
-static const char *const dtype_names[] = { "quint8", "qint8", "qint32" };
+static const char *const dtype_names[] = { "quint8", "qint8", "qint32", "float8_e4m3fn",
+                                            "float8_e5m2" };
 static const char *const qscheme_names[] = {
     "per_tensor_affine", "per_tensor_symmetric", "per_channel_affine",
     "per_channel_symmetric", "per_channel_affine_float_qparams",
@@ -42,9 +43,21 @@ bool qcal_qscheme_is_per_channel(qcal_qscheme qscheme)
            qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS;
 }
 
+bool qcal_dtype_is_float8(qcal_dtype dtype)
+{
+    return dtype == QCAL_FLOAT8_E4M3FN || dtype == QCAL_FLOAT8_E5M2;
+}
+
+float qcal_float8_max(qcal_dtype dtype)
+{
+    return dtype == QCAL_FLOAT8_E4M3FN ? QCAL_FLOAT8_E4M3FN_MAX
+           : dtype == QCAL_FLOAT8_E5M2 ? QCAL_FLOAT8_E5M2_MAX
+                                       : 0.0f;
+}
+
 const char *qcal_dtype_name(qcal_dtype dtype)
 {
-    if ((unsigned)dtype > QCAL_QINT32)
+    if ((unsigned)dtype > QCAL_FLOAT8_E5M2)
         return "unknown";
     return dtype_names[dtype];
 }
@@ -60,14 +73,15 @@ qcal_status qcal_dtype_parse(const char *name, qcal_dtype *out)
 {
     if (!name || !out)
         return qcal_error(QCAL_ERR_INVALID_ARG, "dtype name or output is NULL");
-    for (int i = 0; i <= QCAL_QINT32; i++) {
+    for (int i = 0; i <= QCAL_FLOAT8_E5M2; i++) {
         if (!strcmp(name, dtype_names[i])) {
             *out = (qcal_dtype)i;
             return QCAL_OK;
         }
     }
     return qcal_error(QCAL_ERR_INVALID_ARG,
-                      "unknown dtype '%s' (expected quint8, qint8 or qint32)", name);
+                      "unknown dtype '%s' (expected quint8, qint8, qint32, float8_e4m3fn or "
+                      "float8_e5m2)", name);
 }
 
 qcal_status qcal_qscheme_parse(const char *name, qcal_qscheme *out)
@@ -98,6 +112,8 @@ static void dtype_limits(qcal_dtype dtype, int64_t *lo, int64_t *hi)
     case QCAL_QUINT8: *lo = 0; *hi = 255; return;
     case QCAL_QINT8: *lo = -128; *hi = 127; return;
     case QCAL_QINT32: *lo = INT32_MIN; *hi = INT32_MAX; return;
+    case QCAL_FLOAT8_E4M3FN: *lo = -448; *hi = 448; return;
+    case QCAL_FLOAT8_E5M2: *lo = -57344; *hi = 57344; return;
     }
     *lo = 0;
     *hi = -1;
@@ -107,7 +123,7 @@ qcal_status qcal_dtype_range(qcal_dtype dtype, int64_t *lo, int64_t *hi)
 {
     if (!lo || !hi)
         return qcal_error(QCAL_ERR_INVALID_ARG, "dtype range outputs are NULL");
-    if ((unsigned)dtype > QCAL_QINT32)
+    if ((unsigned)dtype > QCAL_FLOAT8_E5M2)
         return qcal_error(QCAL_ERR_INVALID_ARG, "unknown dtype %d", (int)dtype);
     dtype_limits(dtype, lo, hi);
     return QCAL_OK;
@@ -117,7 +133,7 @@ qcal_status qcal_qconfig_range(const qcal_qconfig *cfg, int64_t *quant_min, int6
 {
     if (!cfg || !quant_min || !quant_max)
         return qcal_error(QCAL_ERR_INVALID_ARG, "qconfig or outputs are NULL");
-    if ((unsigned)cfg->dtype > QCAL_QINT32)
+    if ((unsigned)cfg->dtype > QCAL_FLOAT8_E5M2)
         return qcal_error(QCAL_ERR_INVALID_ARG, "unknown dtype %d", (int)cfg->dtype);
     if ((unsigned)cfg->qscheme > QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS)
         return qcal_error(QCAL_ERR_INVALID_ARG, "unknown qscheme %d", (int)cfg->qscheme);
@@ -126,6 +142,20 @@ qcal_status qcal_qconfig_range(const qcal_qconfig *cfg, int64_t *quant_min, int6
                           (double)cfg->eps);
     int64_t lo, hi, qmin, qmax;
     dtype_limits(cfg->dtype, &lo, &hi);
+    if (qcal_dtype_is_float8(cfg->dtype)) {
+        /* FP8: symmetric, zero-point 0, the finite range; nothing to reduce or customise. */
+        if (cfg->qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS)
+            return qcal_error(QCAL_ERR_UNSUPPORTED,
+                              "%s takes no float zero-points "
+                              "(per_channel_affine_float_qparams)", dtype_names[cfg->dtype]);
+        if (cfg->reduce_range || cfg->custom_range)
+            return qcal_error(QCAL_ERR_UNSUPPORTED, "%s has no %s",
+                              dtype_names[cfg->dtype],
+                              cfg->reduce_range ? "reduce_range" : "custom quant_min/quant_max");
+        *quant_min = lo;
+        *quant_max = hi;
+        return QCAL_OK;
+    }
     if (cfg->custom_range) {
         qmin = cfg->quant_min;
         qmax = cfg->quant_max;
@@ -219,6 +249,16 @@ static qcal_status one_pair(const qcal_qconfig *cfg, int64_t qmin, int64_t qmax,
     float s = 1.0f;
     int64_t z = 0;
     float zf = 0.0f;
+    if (qcal_dtype_is_float8(cfg->dtype)) {
+        /* FP8 (every qscheme): scale = amax / largest finite value in float32 (the
+         * TensorRT / ModelOpt / vLLM convention), at least eps; zero-point 0. */
+        float amax = fmaxf(-fminf(mn, 0.0f), fmaxf(mx, 0.0f));
+        s = fmaxf(amax / qcal_float8_max(cfg->dtype), eps);
+        *scale = s;
+        *zp = 0;
+        *zpf = 0.0f;
+        return QCAL_OK;
+    }
     switch (cfg->qscheme) {
     case QCAL_PER_TENSOR_SYMMETRIC:
     case QCAL_PER_CHANNEL_SYMMETRIC: {
@@ -380,7 +420,7 @@ qcal_status qcal_qparams_check(const qcal_qparams *qp, const char *what, bool in
         what = "";
     if (!qp)
         return qcal_error(QCAL_ERR_INVALID_ARG, "%s%sqparams are NULL", what, sep);
-    if ((unsigned)qp->dtype > QCAL_QINT32)
+    if ((unsigned)qp->dtype > QCAL_FLOAT8_E5M2)
         return qcal_error(QCAL_ERR_INVALID_ARG, "%s%sunknown dtype %d", what, sep,
                           (int)qp->dtype);
     if ((unsigned)qp->qscheme > QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS)
@@ -398,6 +438,11 @@ qcal_status qcal_qparams_check(const qcal_qparams *qp, const char *what, bool in
                           dtype_names[qp->dtype], (long long)lo, (long long)hi);
     bool pc = qcal_qscheme_is_per_channel(qp->qscheme);
     bool fq = qp->qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS;
+    bool f8 = qcal_dtype_is_float8(qp->dtype);
+    if (f8 && fq)
+        return qcal_error(QCAL_ERR_INVALID_ARG,
+                          "%s%s%s takes no float zero-points (per_channel_affine_float_qparams)",
+                          what, sep, dtype_names[qp->dtype]);
     if (fq)
         need_float = true;
     if (!pc) {
@@ -415,7 +460,7 @@ qcal_status qcal_qparams_check(const qcal_qparams *qp, const char *what, bool in
         if (!qp->scales)
             return qcal_error(QCAL_ERR_INVALID_ARG, "%s%sper-channel scales are NULL", what,
                               sep);
-        if (int_zp && !fq && !qp->zero_points)
+        if (int_zp && !fq && !f8 && !qp->zero_points)
             return qcal_error(QCAL_ERR_INVALID_ARG, "%s%sper-channel zero-points are NULL",
                               what, sep);
         if (need_float && !qp->zero_points_float)
@@ -430,6 +475,10 @@ qcal_status qcal_qparams_check(const qcal_qparams *qp, const char *what, bool in
         if (!(s > 0.0f && isfinite(s)))
             return qcal_error(QCAL_ERR_INVALID_ARG, "%s%sscale %g%s must be > 0 and finite",
                               what, sep, (double)s, where);
+        if (f8 && (pc ? qp->zero_points != NULL : true) && qcal_qparams_zero_point_at(qp, c) != 0)
+            return qcal_error(QCAL_ERR_INVALID_ARG, "%s%s%s zero-point %d%s must be 0", what,
+                              sep, dtype_names[qp->dtype],
+                              (int)qcal_qparams_zero_point_at(qp, c), where);
         if (int_zp && !fq) {
             int32_t z = qcal_qparams_zero_point_at(qp, c);
             if (z < qp->quant_min || z > qp->quant_max)
@@ -459,7 +508,7 @@ qcal_status qcal_qparams_per_tensor(qcal_qparams *qp, qcal_dtype dtype, float sc
     qcal_qparams v;
     memset(&v, 0, sizeof v);
     v.dtype = dtype;
-    v.qscheme = QCAL_PER_TENSOR_AFFINE;
+    v.qscheme = qcal_dtype_is_float8(dtype) ? QCAL_PER_TENSOR_SYMMETRIC : QCAL_PER_TENSOR_AFFINE;
     dtype_limits(dtype, &v.quant_min, &v.quant_max);
     v.channels = 1;
     v.scale = scale;
@@ -481,7 +530,7 @@ qcal_status qcal_qparams_per_channel(qcal_qparams *qp, qcal_dtype dtype, int32_t
     qcal_qparams v;
     memset(&v, 0, sizeof v);
     v.dtype = dtype;
-    v.qscheme = QCAL_PER_CHANNEL_AFFINE;
+    v.qscheme = qcal_dtype_is_float8(dtype) ? QCAL_PER_CHANNEL_SYMMETRIC : QCAL_PER_CHANNEL_AFFINE;
     v.axis = axis;
     dtype_limits(dtype, &v.quant_min, &v.quant_max);
     v.channels = channels;
@@ -547,7 +596,10 @@ qcal_status qcal_qparams_compute(const qcal_qconfig *cfg, int32_t axis, int64_t 
     qcal_qparams v;
     float *s, *zf;
     int32_t *z;
-    st = qcal_qparams_alloc(&v, cfg->dtype, cfg->qscheme, axis, qmin, qmax, n, &s, &z, &zf);
+    qcal_qscheme qs = cfg->qscheme;
+    if (qcal_dtype_is_float8(cfg->dtype))   /* FP8 is symmetric whatever was asked */
+        qs = pc ? QCAL_PER_CHANNEL_SYMMETRIC : QCAL_PER_TENSOR_SYMMETRIC;
+    st = qcal_qparams_alloc(&v, cfg->dtype, qs, axis, qmin, qmax, n, &s, &z, &zf);
     if (st != QCAL_OK)
         return st;
     /* per-tensor: s/z/zf point into v (the local), copied out below */

@@ -19,6 +19,7 @@
 #include "core/cpu.h"
 #include "core/internal.h"
 #include "qcal/quantize.h"
+#include "quant/float8_dsp.h"
 #include "quant/qparams_internal.h"
 #include "quant/quantize_dsp.h"
 #include "qcal_config.h"
@@ -27,7 +28,9 @@ size_t qcal_dtype_size(qcal_dtype dtype)
 {
     switch (dtype) {
     case QCAL_QUINT8:
-    case QCAL_QINT8: return 1;
+    case QCAL_QINT8:
+    case QCAL_FLOAT8_E4M3FN:
+    case QCAL_FLOAT8_E5M2: return 1;
     case QCAL_QINT32: return 4;
     }
     return 0;
@@ -41,6 +44,8 @@ static void quant_call(const qcal_quantize_dsp *d, qcal_dtype dtype, const float
     case QCAL_QUINT8: d->quantize_u8(x, n, inv, zp, dst); return;
     case QCAL_QINT8: d->quantize_i8(x, n, inv, zp, dst); return;
     case QCAL_QINT32: d->quantize_i32(x, n, inv, zp, dst); return;
+    case QCAL_FLOAT8_E4M3FN:
+    case QCAL_FLOAT8_E5M2: return;   /* float8_run */
     }
 }
 
@@ -50,6 +55,8 @@ static void dtype_limits(qcal_dtype dtype, int64_t *lo, int64_t *hi)
     case QCAL_QUINT8: *lo = 0; *hi = 255; return;
     case QCAL_QINT8: *lo = -128; *hi = 127; return;
     case QCAL_QINT32: *lo = INT32_MIN; *hi = INT32_MAX; return;
+    case QCAL_FLOAT8_E4M3FN:
+    case QCAL_FLOAT8_E5M2: break;
     }
     *lo = 0;
     *hi = -1;
@@ -185,6 +192,34 @@ static void quantize_per_channel(const float *x, int64_t outer, int64_t channels
     }
 }
 
+/* FP8 quantize (codes != NULL: x -> codes) or dequantize (codes -> y) of (outer, C, inner)
+ * with channel c's scale (quant/float8_dsp.h has the arithmetic): rows of `inner` elements,
+ * long rows cut into blocks, in parallel above the threading threshold (elementwise: the
+ * result does not depend on the thread count). */
+static void float8_run(const float *x, const uint8_t *qin, int64_t outer, int64_t channels,
+                       int64_t inner, const qcal_qparams *qp, uint8_t *codes, float *y)
+{
+    const qcal_float8_dsp *k = qcal_float8_dsp_get();
+    const int fmt = qp->dtype == QCAL_FLOAT8_E4M3FN ? QCAL_F8_E4M3FN : QCAL_F8_E5M2;
+    const int64_t block = 1 << 16;
+    int64_t bpr = (inner + block - 1) / block, items = outer * channels * bpr;
+    int nt = qcal_threads_for(outer * channels * inner);
+    (void)nt;
+#if QCAL_HAVE_OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#endif
+    for (int64_t it = 0; it < items; it++) {
+        int64_t r = it / bpr, b = it % bpr;
+        int64_t off = r * inner + b * block;
+        int64_t m = inner - b * block < block ? inner - b * block : block;
+        float s = qcal_qparams_scale_at(qp, r % channels);
+        if (codes)
+            k->quantize(x + off, m, s, fmt, codes + off);
+        else
+            k->dequantize(qin + off, m, s, fmt, y + off);
+    }
+}
+
 /* Validates the arguments shared by quantize and dequantize: tensor t (src or dst),
  * qparams (integer zero-points), the channel split for per-channel values. */
 static qcal_status check_args(const char *what, const qcal_tensor *t, const qcal_qparams *qp,
@@ -220,7 +255,10 @@ qcal_status qcal_quantize(const qcal_tensor *src, const qcal_qparams *qp, void *
     qcal_status st = check_args("quantize", src, qp, &outer, &inner);
     if (st != QCAL_OK)
         return st;
-    if (qcal_qscheme_is_per_channel(qp->qscheme))
+    if (qcal_dtype_is_float8(qp->dtype))
+        float8_run(src->data, NULL, outer, qcal_qscheme_is_per_channel(qp->qscheme) ? qp->channels : 1,
+                   inner, qp, dst, NULL);
+    else if (qcal_qscheme_is_per_channel(qp->qscheme))
         quantize_per_channel(src->data, outer, qp->channels, inner, qp->scales,
                              qp->zero_points, qp->dtype, dst);
     else
@@ -238,6 +276,8 @@ static void deq_block(const void *src, qcal_dtype dtype, int64_t off, int64_t n,
     case QCAL_QUINT8: d->dequantize_u8(src, off, n, scale, zp, dst); return;
     case QCAL_QINT8: d->dequantize_i8(src, off, n, scale, zp, dst); return;
     case QCAL_QINT32: d->dequantize_i32(src, off, n, scale, zp, dst); return;
+    case QCAL_FLOAT8_E4M3FN:
+    case QCAL_FLOAT8_E5M2: return;   /* float8_run */
     }
 }
 
@@ -281,6 +321,8 @@ static void deq_prow(const void *src, qcal_dtype dtype, int64_t off, int64_t w,
             dst[i] = (float)((int64_t)q[i] - zp[i]) * sc[i];
         break;
     }
+    case QCAL_FLOAT8_E4M3FN:
+    case QCAL_FLOAT8_E5M2: break;   /* float8_run */
     }
 }
 
@@ -344,7 +386,10 @@ qcal_status qcal_dequantize(const void *src, const qcal_qparams *qp, qcal_tensor
     qcal_status st = check_args("dequantize", &shape, qp, &outer, &inner);
     if (st != QCAL_OK)
         return st;
-    if (qcal_qscheme_is_per_channel(qp->qscheme))
+    if (qcal_dtype_is_float8(qp->dtype))
+        float8_run(NULL, src, outer, qcal_qscheme_is_per_channel(qp->qscheme) ? qp->channels : 1,
+                   inner, qp, NULL, dst->data);
+    else if (qcal_qscheme_is_per_channel(qp->qscheme))
         dequantize_per_channel(src, qp->dtype, outer, qp->channels, inner, qp->scales,
                                qp->zero_points, dst->data);
     else

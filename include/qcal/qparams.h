@@ -25,7 +25,15 @@ typedef enum qcal_dtype {
     QCAL_QUINT8 = 0,   /* [0, 255]            (reduce_range: [0, 127]) */
     QCAL_QINT8 = 1,    /* [-128, 127]         (reduce_range: [-64, 63]) */
     QCAL_QINT32 = 2,   /* [-2^31, 2^31 - 1] */
+    /* FP8 (docs/fp8.md): 8-bit float codes, symmetric (zero-point 0), scale = amax / the
+     * largest finite value; quant_min/quant_max are -largest / +largest. */
+    QCAL_FLOAT8_E4M3FN = 3,  /* 1.4.3, bias 7: largest 448, no infinities, NaN 0x7F / 0xFF */
+    QCAL_FLOAT8_E5M2 = 4,    /* 1.5.2, bias 15: largest 57344, infinities 0x7C / 0xFC */
 } qcal_dtype;
+
+/* The largest finite value of the FP8 dtypes. */
+#define QCAL_FLOAT8_E4M3FN_MAX 448.0f
+#define QCAL_FLOAT8_E5M2_MAX 57344.0f
 
 typedef enum qcal_qscheme {
     QCAL_PER_TENSOR_AFFINE = 0,
@@ -44,6 +52,10 @@ typedef struct qcal_qconfig {
     int64_t quant_max;       /* default 255 (used only with custom_range) */
     float eps;               /* default FLT_EPSILON: lower bound of every scale */
 } qcal_qconfig;
+/* FP8 dtypes: every qscheme but per_channel_affine_float_qparams is accepted and computed
+ * symmetric (the affine ones are stored as their symmetric counterparts): scale =
+ * max(max(|min|, |max|) / largest finite, eps), zero-point 0, range [-largest, largest];
+ * reduce_range and custom_range are QCAL_ERR_UNSUPPORTED. */
 
 /* Quantization parameters, per-tensor or per-channel, as one value.
  *
@@ -85,16 +97,23 @@ QCAL_API void qcal_qconfig_default(qcal_qconfig *cfg);
  * torch.ao.quantization.utils.calculate_qmin_qmax computes it). */
 QCAL_API qcal_status qcal_qconfig_range(const qcal_qconfig *cfg, int64_t *quant_min, int64_t *quant_max);
 
+/* True for QCAL_FLOAT8_E4M3FN and QCAL_FLOAT8_E5M2. */
+QCAL_API bool qcal_dtype_is_float8(qcal_dtype dtype);
+
+/* The FP8 dtype's largest finite value (448 or 57344); 0 for the integer dtypes. */
+QCAL_API float qcal_float8_max(qcal_dtype dtype);
+
 /* True for the three per-channel qschemes. */
 QCAL_API bool qcal_qscheme_is_per_channel(qcal_qscheme qscheme);
 
-/* Names: "quint8", "per_tensor_affine", ...; parse returns QCAL_ERR_INVALID_ARG on unknown names. */
+/* Names: "quint8", "float8_e4m3fn", "per_tensor_affine", ...; parse returns QCAL_ERR_INVALID_ARG on unknown names. */
 QCAL_API const char *qcal_dtype_name(qcal_dtype dtype);
 QCAL_API const char *qcal_qscheme_name(qcal_qscheme qscheme);
 QCAL_API qcal_status qcal_dtype_parse(const char *name, qcal_dtype *out);
 QCAL_API qcal_status qcal_qscheme_parse(const char *name, qcal_qscheme *out);
 
-/* The dtype's full integer range: [0, 255], [-128, 127] or [-2^31, 2^31 - 1]. */
+/* The dtype's full integer range: [0, 255], [-128, 127] or [-2^31, 2^31 - 1]; FP8:
+ * [-448, 448] or [-57344, 57344] (the finite values' range). */
 QCAL_API qcal_status qcal_dtype_range(qcal_dtype dtype, int64_t *lo, int64_t *hi);
 
 /* Per-tensor affine value: dtype's full range, the given scale / zero-point (float

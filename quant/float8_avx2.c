@@ -1,0 +1,233 @@
+/* FP8 kernel family, AVX2 (quant/float8_dsp.h; built with -mavx2 -mfma): the C reference's
+ * operations 8 lanes at a time, the C reference for heads and tails. Encode: the float32
+ * division, |v| clamped to the largest finite value, the normal codes by integer rounding
+ * of the float32 bits (half to even at the format's last mantissa bit), the subnormal codes
+ * by cvtps2dq of |v| * 2^9 (2^16) (round half to even under the default MXCSR), NaN lanes
+ * set to 0x7F; fake-quant does the same rounding in the float domain (the value of the code
+ * directly: the float32 bits with the dropped mantissa bits cleared, or the rounded
+ * subnormal multiple times 2^-9 (2^-16), both exact). */
+#include <immintrin.h>
+
+#include "quant/float8_kernels.h"
+
+typedef struct f8v {
+    __m256 max, minn, sub, subinv, bound, signm, qnan;
+    __m256i halfm1, adj, one, keep, nan7f;
+    __m128i sh;
+    /* dequantize */
+    __m256i subthr, infc, nanlo, infbits, qnanbits;
+    __m256 subscale;
+} f8v;
+
+static inline void f8v_init(f8v *k, int fmt)
+{
+    const bool e4 = fmt == QCAL_F8_E4M3FN;
+    const int sh = e4 ? F8_E4_SHIFT : F8_E5_SHIFT;
+    k->max = _mm256_set1_ps(e4 ? F8_E4_MAX : F8_E5_MAX);
+    k->minn = _mm256_set1_ps(e4 ? F8_E4_MIN_NORMAL : F8_E5_MIN_NORMAL);
+    k->sub = _mm256_set1_ps(e4 ? F8_E4_SUB : F8_E5_SUB);
+    k->subinv = _mm256_set1_ps(e4 ? 0x1p-9f : 0x1p-16f);
+    k->bound = _mm256_set1_ps(e4 ? F8_E4_BOUND : F8_E5_BOUND);
+    k->signm = _mm256_set1_ps(-0.0f);
+    k->qnan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000));
+    k->halfm1 = _mm256_set1_epi32((int)((1u << (sh - 1)) - 1u));
+    k->adj = _mm256_set1_epi32((int)(e4 ? F8_E4_ADJ : F8_E5_ADJ));
+    k->one = _mm256_set1_epi32(1);
+    k->keep = _mm256_set1_epi32((int)~((1u << sh) - 1u));
+    k->nan7f = _mm256_set1_epi32(0x7F);
+    k->sh = _mm_cvtsi32_si128(sh);
+    k->subthr = _mm256_set1_epi32(e4 ? 8 : 4);
+    k->infc = _mm256_set1_epi32(e4 ? 0x100 : 0x7C);     /* E4M3FN has no infinity code */
+    k->nanlo = _mm256_set1_epi32(e4 ? 0x7E : 0x7C);     /* m > nanlo: NaN */
+    k->infbits = _mm256_set1_epi32(0x7F800000);
+    k->qnanbits = _mm256_set1_epi32(0x7FC00000);
+    k->subscale = k->subinv;
+}
+
+/* 8 values v = x / scale -> 8 codes in int32 lanes. */
+static inline __m256i f8_enc8(__m256 v, const f8v *k)
+{
+    __m256 sgn = _mm256_and_ps(v, k->signm);
+    __m256 a = _mm256_andnot_ps(k->signm, v);
+    __m256 nan = _mm256_cmp_ps(a, a, _CMP_UNORD_Q);
+    a = _mm256_min_ps(a, k->max);                 /* NaN lanes -> max (fixed below) */
+    __m256 sub = _mm256_cmp_ps(a, k->minn, _CMP_LT_OQ);
+    __m256i cs = _mm256_cvtps_epi32(_mm256_mul_ps(a, k->sub));
+    __m256i ab = _mm256_castps_si256(a);
+    __m256i lsb = _mm256_and_si256(_mm256_srl_epi32(ab, k->sh), k->one);
+    __m256i cn = _mm256_sub_epi32(
+        _mm256_srl_epi32(_mm256_add_epi32(_mm256_add_epi32(ab, k->halfm1), lsb), k->sh),
+        k->adj);
+    __m256i c = _mm256_castps_si256(
+        _mm256_blendv_ps(_mm256_castsi256_ps(cn), _mm256_castsi256_ps(cs), sub));
+    c = _mm256_or_si256(c, _mm256_srli_epi32(_mm256_castps_si256(sgn), 24));
+    /* NaN lanes held the largest code (0x7E / 0x7B): | 0x7F makes them sign | 0x7F */
+    return _mm256_or_si256(c, _mm256_and_si256(_mm256_castps_si256(nan), k->nan7f));
+}
+
+/* 8 floats x -> value(encode(x / s)) * s; *inside: the mask lanes. */
+static inline __m256 f8_fq8(__m256 x, __m256 s, const f8v *k, __m256 *inside)
+{
+    __m256 v = _mm256_div_ps(x, s);
+    __m256 sgn = _mm256_and_ps(v, k->signm);
+    __m256 a = _mm256_andnot_ps(k->signm, v);
+    *inside = _mm256_cmp_ps(a, k->bound, _CMP_LE_OQ);
+    __m256 nan = _mm256_cmp_ps(a, a, _CMP_UNORD_Q);
+    a = _mm256_min_ps(a, k->max);
+    __m256 sub = _mm256_cmp_ps(a, k->minn, _CMP_LT_OQ);
+    __m256 rs = _mm256_mul_ps(
+        _mm256_round_ps(_mm256_mul_ps(a, k->sub), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+        k->subinv);
+    __m256i ab = _mm256_castps_si256(a);
+    __m256i lsb = _mm256_and_si256(_mm256_srl_epi32(ab, k->sh), k->one);
+    __m256 rn = _mm256_castsi256_ps(
+        _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(ab, k->halfm1), lsb), k->keep));
+    __m256 r = _mm256_or_ps(_mm256_blendv_ps(rn, rs, sub), sgn);
+    r = _mm256_blendv_ps(r, _mm256_or_ps(k->qnan, sgn), nan);
+    return _mm256_mul_ps(r, s);
+}
+
+/* 8 codes (int32 lanes) -> values * s. */
+static inline __m256 f8_dec8(__m256i c, __m256 s, const f8v *k)
+{
+    __m256i m = _mm256_and_si256(c, k->nan7f);
+    __m256i sign = _mm256_slli_epi32(_mm256_andnot_si256(k->nan7f, c), 24);
+    __m256i rn = _mm256_add_epi32(_mm256_sll_epi32(m, k->sh), _mm256_sll_epi32(k->adj, k->sh));
+    __m256i rs = _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(m), k->subscale));
+    __m256i r = _mm256_blendv_epi8(rn, rs, _mm256_cmpgt_epi32(k->subthr, m));
+    r = _mm256_blendv_epi8(r, k->infbits, _mm256_cmpeq_epi32(m, k->infc));
+    r = _mm256_blendv_epi8(r, k->qnanbits, _mm256_cmpgt_epi32(m, k->nanlo));
+    return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_or_si256(r, sign)), s);
+}
+
+void qcal_f32_quantize_f8__avx2(const float *x, int64_t n, float scale, int fmt, uint8_t *dst)
+{
+    f8v k;
+    f8v_init(&k, fmt);
+    const __m256 s = _mm256_set1_ps(scale);
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i a = f8_enc8(_mm256_div_ps(_mm256_loadu_ps(x + i), s), &k);
+        __m256i b = f8_enc8(_mm256_div_ps(_mm256_loadu_ps(x + i + 8), s), &k);
+        __m256i c = f8_enc8(_mm256_div_ps(_mm256_loadu_ps(x + i + 16), s), &k);
+        __m256i d = f8_enc8(_mm256_div_ps(_mm256_loadu_ps(x + i + 24), s), &k);
+        __m256i ab = _mm256_packs_epi32(a, b);   /* codes are 0..255: no saturation */
+        __m256i cd = _mm256_packs_epi32(c, d);
+        __m256i r = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), perm);
+        _mm256_storeu_si256((__m256i *)(dst + i), r);
+    }
+    qcal_f32_quantize_f8__c(x + i, n - i, scale, fmt, dst + i);
+}
+
+void qcal_f8_dequantize__avx2(const uint8_t *q, int64_t n, float scale, int fmt, float *dst)
+{
+    f8v k;
+    f8v_init(&k, fmt);
+    const __m256 s = _mm256_set1_ps(scale);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m128i b = _mm_loadu_si128((const __m128i *)(q + i));
+        __m256 y0 = f8_dec8(_mm256_cvtepu8_epi32(b), s, &k);
+        __m256 y1 = f8_dec8(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)), s, &k);
+        _mm256_storeu_ps(dst + i, y0);
+        _mm256_storeu_ps(dst + i + 8, y1);
+    }
+    qcal_f8_dequantize__c(q + i, n - i, scale, fmt, dst + i);
+}
+
+/* Elements before `out` reaches an `align`-byte boundary (capped at n); -1 when `out` is
+ * not float-aligned. */
+static inline int64_t f8_peel(const void *out, int64_t n, unsigned align)
+{
+    uintptr_t a = (uintptr_t)out;
+    if (a % 4)
+        return -1;
+    int64_t k = (int64_t)(((align - a % align) % align) / 4);
+    return k < n ? k : n;
+}
+
+static inline void f8_store(float *d, __m256 v, bool nt)
+{
+    if (nt)
+        _mm256_stream_ps(d, v);
+    else
+        _mm256_storeu_ps(d, v);
+}
+
+static inline __m128i f8_mask_bytes(__m256 m0, __m256 m1)
+{
+    __m256i a = _mm256_srli_epi32(_mm256_castps_si256(m0), 31);
+    __m256i b = _mm256_srli_epi32(_mm256_castps_si256(m1), 31);
+    __m128i a16 = _mm_packus_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    __m128i b16 = _mm_packus_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+    return _mm_packus_epi16(a16, b16);
+}
+
+void qcal_f32_fakequant_f8__avx2(const float *src, int64_t n, float scale, int fmt,
+                                 float *dst, uint8_t *mask, bool stream)
+{
+    f8v k;
+    f8v_init(&k, fmt);
+    const __m256 s = _mm256_set1_ps(scale);
+    int64_t i = 0;
+    bool sd = false;
+    if (stream && dst != src) {
+        int64_t h = f8_peel(dst, n, 32);
+        if (h >= 0) {
+            qcal_f32_fakequant_f8__c(src, h, scale, fmt, dst, mask, false);
+            i = h;
+            sd = true;
+        }
+    }
+    for (; i + 16 <= n; i += 16) {
+        __m256 m0, m1;
+        __m256 y0 = f8_fq8(_mm256_loadu_ps(src + i), s, &k, &m0);
+        __m256 y1 = f8_fq8(_mm256_loadu_ps(src + i + 8), s, &k, &m1);
+        f8_store(dst + i, y0, sd);
+        f8_store(dst + i + 8, y1, sd);
+        if (mask)
+            _mm_storeu_si128((__m128i *)(mask + i), f8_mask_bytes(m0, m1));
+    }
+    if (sd)
+        _mm_sfence();
+    qcal_f32_fakequant_f8__c(src + i, n - i, scale, fmt, dst + i, mask ? mask + i : NULL, false);
+}
+
+void qcal_f32_fakequant_f8_fused__avx2(const float *src, const float *gy, int64_t n,
+                                       float scale, int fmt, float *dst, float *gx,
+                                       bool stream)
+{
+    f8v k;
+    f8v_init(&k, fmt);
+    const __m256 s = _mm256_set1_ps(scale), one = _mm256_set1_ps(1.0f);
+    int64_t i = 0;
+    bool sd = false, sg = false;
+    if (stream) {
+        int64_t h = f8_peel(dst, n, 32);
+        if (h >= 0) {
+            qcal_f32_fakequant_f8_fused__c(src, gy, h, scale, fmt, dst, gx, false);
+            i = h;
+            sd = dst != src;
+            sg = gx != gy && (uintptr_t)(gx + i) % 32 == 0;
+        }
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 m;
+        __m256 y = f8_fq8(_mm256_loadu_ps(src + i), s, &k, &m);
+        __m256 g = _mm256_mul_ps(_mm256_loadu_ps(gy + i), _mm256_and_ps(m, one));
+        f8_store(dst + i, y, sd);
+        f8_store(gx + i, g, sg);
+    }
+    if (sd || sg)
+        _mm_sfence();
+    qcal_f32_fakequant_f8_fused__c(src + i, gy + i, n - i, scale, fmt, dst + i, gx + i, false);
+}
+
+void qcal_float8_dsp_init_avx2(qcal_float8_dsp *dsp)
+{
+    dsp->quantize = qcal_f32_quantize_f8__avx2;
+    dsp->dequantize = qcal_f8_dequantize__avx2;
+    dsp->fakequant = qcal_f32_fakequant_f8__avx2;
+    dsp->fakequant_fused = qcal_f32_fakequant_f8_fused__avx2;
+}
