@@ -137,6 +137,9 @@ static qcal_status validate_config(const qcal_fakequant_module_config *cfg, int6
         st = qcal_fq_check_range(*qmin, *qmax);
     if (st != QCAL_OK)
         return st;
+    if (cfg->learnable && qcal_dtype_is_float8(cfg->observer.q.dtype))
+        return qcal_error(QCAL_ERR_UNSUPPORTED, "%s has no learnable (LSQ) fake-quantize",
+                          qcal_dtype_name(cfg->observer.q.dtype));
     if (cfg->learnable) {
         if (!(cfg->init_scale > 0.0f && isfinite(cfg->init_scale)))
             return qcal_error(QCAL_ERR_INVALID_ARG, "init_scale %g must be > 0 and finite",

@@ -286,7 +286,7 @@ static const key_row keys[] = {
         "histogram|percentile|entropy|mse",
         "observer kind; resets every other key to the kind's defaults, so it comes first",
         NULL, NULL, false }, set_observer },
-    { { "dtype", "D", "quint8|qint8|qint32",
+    { { "dtype", "D", "quint8|qint8|qint32|float8_e4m3fn|float8_e5m2",
         "quantized dtype (default quint8)", NULL, NULL, false }, set_dtype },
     { { "qscheme", "S",
         "per_tensor_affine|per_tensor_symmetric|per_channel_affine|per_channel_symmetric|"

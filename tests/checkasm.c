@@ -38,6 +38,7 @@
 #include "observers/histogram_dsp.h"
 #include "observers/histogram_lattice.h"
 #include "observers/minmax_dsp.h"
+#include "quant/float8_dsp.h"
 #include "quant/quantize_dsp.h"
 
 /* ---- framework ---------------------------------------------------------------------- */
@@ -1155,6 +1156,225 @@ static void check_fakequant(void)
     }
 }
 
+/* ---- family: float8 (quant/float8_dsp.h) ---------------------------------------------- */
+
+/* FP8 test values: the common fills scaled around s * 2^k (k spanning the format's
+ * exponents), plus mode CA_FILL_COUNT: exact ties (midpoints of neighbouring grid values,
+ * s a power of two), and CA_FILL_COUNT + 1: arbitrary float32 bit patterns. */
+static void ca_fill_f8(float *x, int64_t n, int mode, float s, int fmt)
+{
+    const float mx = fmt == QCAL_F8_E4M3FN ? 448.0f : 57344.0f;
+    const int lo = fmt == QCAL_F8_E4M3FN ? -12 : -19, span = fmt == QCAL_F8_E4M3FN ? 24 : 37;
+    if (mode == CA_FILL_COUNT) {
+        for (int64_t i = 0; i < n; i++) {
+            /* a random magnitude on the grid and the next one up: their midpoint */
+            float a = ldexpf(1.0f + (float)(ca_rand() % 8) / 8.0f, lo + (int)(ca_rand() % (uint32_t)span));
+            a = a > mx ? mx : a;
+            int e;
+            frexpf(a, &e);
+            int mb = fmt == QCAL_F8_E4M3FN ? 3 : 2, emin = fmt == QCAL_F8_E4M3FN ? -6 : -14;
+            int q = (e - 1 < emin ? emin : e - 1) - mb;   /* grid step exponent */
+            float v = a + ldexpf(0.5f, q);
+            x[i] = (ca_rand() & 1 ? -v : v) * s;
+        }
+        return;
+    }
+    if (mode == CA_FILL_COUNT + 1) {
+        for (int64_t i = 0; i < n; i++)
+            x[i] = ca_bits(ca_rand());
+        return;
+    }
+    ca_fill_f32(x, n, mode);
+    if (mode == CA_FILL_NORMAL || mode == CA_FILL_SPECIAL)
+        for (int64_t i = 0; i < n; i++)
+            x[i] *= s * ldexpf(1.0f, lo + (int)(ca_rand() % (uint32_t)span));
+}
+
+typedef struct f8_bench {
+    const qcal_float8_dsp *dsp;
+    const float *x, *gy;
+    float *y, *gx;
+    uint8_t *q;
+    int64_t n;
+} f8_bench;
+
+static void run_f8_quantize(void *p)
+{
+    f8_bench *b = p;
+    b->dsp->quantize(b->x, b->n, 0.01f, QCAL_F8_E4M3FN, b->q);
+}
+
+static void run_f8_dequantize(void *p)
+{
+    f8_bench *b = p;
+    b->dsp->dequantize(b->q, b->n, 0.01f, QCAL_F8_E4M3FN, b->y);
+}
+
+static void run_f8_fq_fwd(void *p)
+{
+    f8_bench *b = p;
+    b->dsp->fakequant(b->x, b->n, 0.01f, QCAL_F8_E4M3FN, b->y, NULL, true);
+}
+
+static void run_f8_fq_fused(void *p)
+{
+    f8_bench *b = p;
+    b->dsp->fakequant_fused(b->x, b->gy, b->n, 0.01f, QCAL_F8_E4M3FN, b->y, b->gx, true);
+}
+
+/* Every slot (0 quantize, 1 dequantize, 2 fakequant, 3 fused) of every size, fill, format
+ * and scale (powers of two and not), unaligned and streaming outputs, in canary buffers. */
+static void check_f8_slot(const qcal_float8_dsp *ref, const qcal_float8_dsp *opt, qcal_isa isa,
+                          int which)
+{
+    static const char *const names[4] = { "f32_quantize_f8", "f8_dequantize",
+                                          "f32_fakequant_f8", "f32_fakequant_f8_fused" };
+    static const float scales[] = { 1.0f, 0.0078125f, 0.037f, 3.0f / 448.0f, 1e-30f, 1e30f };
+    for (int si = 0; si < CA_NSIZES; si++) {
+        int64_t n = ca_sizes[si];
+        for (int mode = 0; mode <= CA_FILL_COUNT + 1; mode++) {
+            for (int fmt = 0; fmt < 2; fmt++) {
+                float sc = scales[(si + mode + fmt) % 6];
+                if (mode == CA_FILL_COUNT && !(sc == 1.0f || sc == 0.0078125f))
+                    sc = 0.0078125f;
+                ca_buf xb, gb, qb;
+                size_t mis = (size_t)(si + mode) % 16;
+                float *x = ca_alloc(&xb, (size_t)n * 4, 4 * (mis % 4));
+                float *gy = ca_alloc(&gb, (size_t)n * 4, 4);
+                uint8_t *q = ca_alloc(&qb, (size_t)n, mis);
+                ca_fill_f8(x, n, mode, sc, fmt);
+                ca_fill_f32(gy, n, mode == CA_FILL_SPECIAL ? CA_FILL_SPECIAL : CA_FILL_NORMAL);
+                for (int64_t i = 0; i < n; i++)
+                    q[i] = (uint8_t)(i < 256 && mode == 0 ? i : ca_rand());
+                float *yr = malloc((size_t)n * 4 + 4), *gr = malloc((size_t)n * 4 + 4);
+                uint8_t *mr = malloc((size_t)n + 1);
+                if (which == 0)
+                    ref->quantize(x, n, sc, fmt, mr);
+                else if (which == 1)
+                    ref->dequantize(q, n, sc, fmt, yr);
+                else if (which == 2)
+                    ref->fakequant(x, n, sc, fmt, yr, mr, false);
+                else
+                    ref->fakequant_fused(x, gy, n, sc, fmt, yr, gr, false);
+                for (int st = 0; st < (which >= 2 ? 2 : 1); st++) {
+                    for (int off = 0; off < 17; off += (n > 64 ? 4 : 1)) {
+                        ca_buf yb, ob, kb;
+                        float *y = ca_alloc(&yb, (size_t)n * 4, 4 * (size_t)off);
+                        float *o = ca_alloc(&ob, (size_t)n * 4, 4 * (size_t)((off * 5) % 17));
+                        uint8_t *k = ca_alloc(&kb, (size_t)n, (size_t)off);
+                        int64_t at = -1;
+                        bool ok = true;
+                        if (which == 0) {
+                            opt->quantize(x, n, sc, fmt, k);
+                            for (int64_t i = 0; i < n && ok; i++)
+                                if (k[i] != mr[i]) {
+                                    ok = false;
+                                    at = i;
+                                }
+                        } else if (which == 1) {
+                            opt->dequantize(q, n, sc, fmt, y);
+                            ok = ca_same_f32(y, yr, n, &at);
+                        } else if (which == 2) {
+                            opt->fakequant(x, n, sc, fmt, y, k, st);
+                            ok = ca_same_f32(y, yr, n, &at);
+                            for (int64_t i = 0; i < n && ok; i++)
+                                if (k[i] != mr[i]) {
+                                    ok = false;
+                                    at = i;
+                                }
+                        } else {
+                            opt->fakequant_fused(x, gy, n, sc, fmt, y, o, st);
+                            ok = ca_same_f32(y, yr, n, &at) && ca_same_f32(o, gr, n, &at);
+                        }
+                        ca.checks++;
+                        if (!ok)
+                            ca_fail("%s__%s %s n %lld fill %d scale %g stream %d offset %d: "
+                                    "element %lld differs (x = %a, code %d)", names[which],
+                                    ISA_NAMES[isa], fmt ? "e5m2" : "e4m3fn", (long long)n, mode,
+                                    (double)sc, st, off, (long long)at,
+                                    (double)(at >= 0 ? x[at] : 0.0f), at >= 0 ? q[at] : -1);
+                        ca_free(&yb, names[which]);
+                        ca_free(&ob, names[which]);
+                        ca_free(&kb, names[which]);
+                    }
+                }
+                /* in place (fake-quant: dst == src; fused: gx == gy as well) */
+                if (which >= 2 && n > 0) {
+                    float *y = malloc((size_t)n * 4), *g = malloc((size_t)n * 4);
+                    memcpy(y, x, (size_t)n * 4);
+                    memcpy(g, gy, (size_t)n * 4);
+                    int64_t at = -1;
+                    if (which == 2)
+                        opt->fakequant(y, n, sc, fmt, y, NULL, true);
+                    else
+                        opt->fakequant_fused(y, g, n, sc, fmt, y, g, true);
+                    ca.checks++;
+                    if (!ca_same_f32(y, yr, n, &at) || (which == 3 && !ca_same_f32(g, gr, n, &at)))
+                        ca_fail("%s__%s in place n %lld: element %lld differs", names[which],
+                                ISA_NAMES[isa], (long long)n, (long long)at);
+                    free(y);
+                    free(g);
+                }
+                free(yr);
+                free(gr);
+                free(mr);
+                ca_free(&xb, "float8 input");
+                ca_free(&gb, "float8 gradient");
+                ca_free(&qb, "float8 codes");
+            }
+        }
+    }
+}
+
+static void check_float8(void)
+{
+    qcal_float8_dsp ref, opt;
+    qcal_float8_dsp_init(&ref, QCAL_ISA_C);
+    f8_bench b = { 0 };
+    int64_t n = ca.bench_elements;
+    if (ca.bench) {
+        float *x = aligned_alloc(64, (size_t)n * 4), *gy = aligned_alloc(64, (size_t)n * 4);
+        b.y = aligned_alloc(64, (size_t)n * 4);
+        b.gx = aligned_alloc(64, (size_t)n * 4);
+        b.q = aligned_alloc(64, (size_t)n);
+        ca_fill_f8(x, n, CA_FILL_NORMAL, 0.01f, QCAL_F8_E4M3FN);
+        ca_fill_f32(gy, n, CA_FILL_NORMAL);
+        for (int64_t i = 0; i < n; i++)
+            b.q[i] = (uint8_t)ca_rand();
+        b.x = x;
+        b.gy = gy;
+        b.n = n;
+    }
+    for (int i = 0; i < ca_isa_count(); i++) {
+        qcal_isa isa = (qcal_isa)i;
+        qcal_float8_dsp_init(&opt, isa);
+        if (ca.bench) {
+            b.dsp = &opt;
+            ca_bench("f32_quantize_f8 (e4m3fn)", isa, (double)n * 5, run_f8_quantize, &b);
+            ca_bench("f8_dequantize (e4m3fn)", isa, (double)n * 5, run_f8_dequantize, &b);
+            ca_bench("f32_fakequant_f8", isa, (double)n * 8, run_f8_fq_fwd, &b);
+            ca_bench("f32_fakequant_f8_fused", isa, (double)n * 16, run_f8_fq_fused, &b);
+            continue;
+        }
+        if (ca_test(qcal_float8_dsp, &ref, &opt, quantize, "f32_quantize_f8", isa))
+            check_f8_slot(&ref, &opt, isa, 0);
+        if (ca_test(qcal_float8_dsp, &ref, &opt, dequantize, "f8_dequantize", isa))
+            check_f8_slot(&ref, &opt, isa, 1);
+        if (ca_test(qcal_float8_dsp, &ref, &opt, fakequant, "f32_fakequant_f8", isa))
+            check_f8_slot(&ref, &opt, isa, 2);
+        if (ca_test(qcal_float8_dsp, &ref, &opt, fakequant_fused, "f32_fakequant_f8_fused", isa))
+            check_f8_slot(&ref, &opt, isa, 3);
+        ca_family_done(&ref, &opt, sizeof opt, isa);
+    }
+    if (ca.bench) {
+        free((void *)b.x);
+        free((void *)b.gy);
+        free(b.y);
+        free(b.gx);
+        free(b.q);
+    }
+}
+
 /* ---- family: histogram (observers/histogram_dsp.h) ------------------------------------ */
 
 /* One grid of either kind; ncount / stride: counted slots and sub-histogram slots. */
@@ -1477,6 +1697,7 @@ static const struct {
     { "metrics", check_metrics },
     { "quantize", check_quantize },
     { "fakequant", check_fakequant },
+    { "float8", check_float8 },
     { "histogram", check_histogram },
 };
 

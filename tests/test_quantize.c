@@ -36,6 +36,7 @@ static int32_t load_q(const void *buf, qcal_dtype dt, int64_t i)
     case QCAL_QUINT8: return ((const uint8_t *)buf)[i];
     case QCAL_QINT8: return ((const int8_t *)buf)[i];
     case QCAL_QINT32: return ((const int32_t *)buf)[i];
+    default: break;
     }
     return 0;
 }

@@ -17,6 +17,13 @@
  * what quantize (and the int8 path) does with a NaN: a zero.
  * Backward (straight-through estimator): grad_x = mask ? grad_y : 0.
  *
+ * FP8 dtypes (QCAL_FLOAT8_E4M3FN, QCAL_FLOAT8_E5M2; docs/fp8.md): y = dequantize(quantize(x))
+ * with the FP8 arithmetic of qcal/quantize.h (x / scale, round half to even on the format's
+ * grid, saturating to +-largest; NaN stays NaN, -0 stays -0), and mask = 1 where the
+ * unsaturated rounding of x / scale stays within +-largest, i.e. |x / scale| <= 464 (E4M3FN)
+ * or < 61440 (E5M2); 0 for NaN and +-Inf. The backward is the same straight-through
+ * estimator. FP8 has no learnable (LSQ) calls (QCAL_ERR_UNSUPPORTED).
+ *
  * Buffers: the caller owns every array; the library keeps none of them. Where documented,
  * dst may equal src (in place). Large tensors use OpenMP (results do not depend on the
  * thread count); AVX2 / AVX-512 kernels are chosen at run time (QCAL_ISA caps them). */

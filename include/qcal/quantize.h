@@ -15,7 +15,15 @@
  * Dequantize: x = (float)(q - zero_point) * scale in float32, as PyTorch.
  * Every scale must satisfy scale > 0 && isfinite(scale) and every zero-point must lie in
  * [quant_min, quant_max] (within the dtype's range); otherwise QCAL_ERR_INVALID_ARG and dst
- * untouched. Large tensors use OpenMP; results do not depend on the thread count. */
+ * untouched. Large tensors use OpenMP; results do not depend on the thread count.
+ *
+ * FP8 dtypes (QCAL_FLOAT8_E4M3FN, QCAL_FLOAT8_E5M2; docs/fp8.md): codes are the 8-bit float
+ * encodings (one uint8_t each), bit-identical to ONNX Runtime 1.30's QuantizeLinear /
+ * DequantizeLinear with float8 zero-points (saturate=1): code = RNE(x / scale) in float32
+ * division, ties to even on the format's grid (subnormals included), |x / scale| beyond the
+ * largest finite value and +-Inf saturate to +-448 / +-57344, NaN -> 0x7F / 0xFF (its sign),
+ * -0 -> 0x80; dequantize: value(code) * scale (NaN codes give the quiet NaN with their sign,
+ * E5M2's 0x7C / 0xFC give +-Inf). Zero-points must be 0 (per channel: may be NULL). */
 #ifndef QCAL_QUANTIZE_H
 #define QCAL_QUANTIZE_H
 
@@ -27,11 +35,12 @@
 extern "C" {
 #endif
 
-/* Bytes per quantized element: 1 for quint8/qint8, 4 for qint32, 0 for an unknown dtype. */
+/* Bytes per quantized element: 1 for quint8/qint8 and the FP8 dtypes, 4 for qint32, 0 for
+ * an unknown dtype. */
 QCAL_API size_t qcal_dtype_size(qcal_dtype dtype);
 
 /* Quantizes src into dst (caller-owned, numel * qcal_dtype_size(qp->dtype) bytes: uint8_t
- * for quint8, int8_t for qint8, int32_t for qint32) with qp, per-tensor or per-channel
+ * for quint8 and the FP8 codes, int8_t for qint8, int32_t for qint32) with qp, per-tensor or per-channel
  * (channel axis qp->axis of src, qp->channels == src->shape[axis]) as qp->qscheme says:
  * torch.quantize_per_tensor / torch.quantize_per_channel(...).int_repr(). The clamp is to
  * the dtype's full range (qp->quant_min/quant_max only bound the zero-points). qp must

@@ -1,0 +1,412 @@
+/* ort.fp8: qcal's FP8 quantize / dequantize / fake-quant against ONNX Runtime 1.30's
+ * QuantizeLinear / DequantizeLinear (opset 19, float8e4m3fn / float8e5m2 zero-points,
+ * saturate=1, CPU provider, from npm: ./run.sh test installs onnxruntime-node into
+ * $QCAL_NPM_DIR), bit for bit, per tensor and per channel (axes 0, 1, 2).
+ *
+ * The models are built with qcal's ONNX builder (element types by number: FLOAT8E4M3FN 17,
+ * FLOAT8E5M2 19) and run by tests/ort_run.js; data goes both ways as .npy. Each model
+ * returns y = DQ(Q(x, s), s) and c = DQ(Q(x, s), 1) (the code's exact value: ORT's node
+ * API has no float8 tensors); qcal must give the bits of y with qcal_quantize +
+ * qcal_dequantize and with qcal_fakequant_forward, and of c with its codes dequantized at
+ * scale 1 (c identifies the code, except that E5M2's three NaN codes of a sign decode
+ * alike: both sides write 0x7F / 0xFF for NaN). A third model dequantizes all 256 codes.
+ * Per format: 8 scales x 1.5M values (powers of two, where the ties below are exact, and
+ * others, where they are within an ulp or two), values: random float32 bit patterns (every
+ * exponent, NaN payloads, float32 subnormals), every grid value and its neighbouring ulps,
+ * the midpoints of neighbouring grid values (every rounding tie, subnormals included, the
+ * one above the largest value), log-uniform magnitudes across the format's range and
+ * beyond, and +-0, +-Inf, NaNs, FLT_MAX, the saturation boundaries; per channel 3 x 1M
+ * more. Exit 77 (skipped) without node or onnxruntime-node. */
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <qcal/fakequant.h>
+#include <qcal/npy.h>
+#include <qcal/onnx.h>
+#include <qcal/qparams.h>
+#include <qcal/quantize.h>
+
+#define ONNX_F8E4M3FN 17
+#define ONNX_F8E5M2 19
+
+static char g_dir[256], g_npm[1024], g_script[1024];
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static long long g_values, g_failures;
+
+static uint32_t rnd(void)
+{
+    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(g_rng >> 32);
+}
+
+static float fbits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint32_t ubits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* Magnitude of the format's code c (0..0x7E / 0x7B): the grid. */
+static double grid(int c, bool e4)
+{
+    int mb = e4 ? 3 : 2, bias = e4 ? 7 : 15, e = c >> mb, m = c & ((1 << mb) - 1);
+    return e == 0 ? ldexp(m, 1 - bias - mb) : ldexp((1 << mb) + m, e - bias - mb);
+}
+
+static float nudge(float x, int ulps)
+{
+    for (; ulps > 0; ulps--)
+        x = nextafterf(x, INFINITY);
+    for (; ulps < 0; ulps++)
+        x = nextafterf(x, -INFINITY);
+    return x;
+}
+
+/* One test value for scale s (see the header). */
+static float gen_one(float s, bool e4)
+{
+    const int maxc = e4 ? 0x7E : 0x7B;
+    float sign = (rnd() & 1) ? -1.0f : 1.0f;
+    switch (rnd() % 6) {
+    case 0:
+    case 1:
+        return fbits(rnd());
+    case 2: /* a grid value and its neighbours */
+        return nudge(sign * (float)grid((int)(rnd() % (uint32_t)(maxc + 1)), e4) * s,
+                     (int)(rnd() % 5) - 2);
+    case 3: { /* a tie: the midpoint of grid values k, k+1 (k = maxc: the one above max) */
+        int k = (int)(rnd() % (uint32_t)(maxc + 1));
+        double a = grid(k, e4);
+        double b = k < maxc ? grid(k + 1, e4) : a + (a - grid(k - 1, e4));
+        int d = (int)(rnd() % 6);
+        return nudge(sign * (float)((a + b) / 2) * s, d == 4 ? 1 : d == 5 ? -1 : 0);
+    }
+    case 4: { /* log-uniform across the range and beyond */
+        int lo = e4 ? -14 : -22, span = e4 ? 28 : 42;
+        return sign * ldexpf(1.0f + (float)(rnd() >> 8) * 0x1p-24f, lo + (int)(rnd() % (uint32_t)span)) * s;
+    }
+    default: {
+        static const float fixed[] = { 0.0f, INFINITY, NAN, FLT_MAX, FLT_MIN, 0x1p-149f,
+                                       448.0f, 464.0f, 480.0f, 57344.0f, 61440.0f, 65536.0f,
+                                       0x1p-6f, 0x1p-9f, 0x1p-10f, 0x1p-14f, 0x1p-16f, 0x1p-17f };
+        uint32_t k = rnd() % (sizeof fixed / sizeof fixed[0]);
+        float v = fixed[k];
+        if (k >= 6)
+            v = nudge(v * s, (int)(rnd() % 3) - 1);
+        if (k == 2 && (rnd() & 1))
+            v = fbits(0x7F800000u | (rnd() & 0x7FFFFFu) | 1u);   /* payloads, signalling */
+        return sign * v == sign * v ? sign * v : (sign < 0 ? -v : v);
+    }
+    }
+}
+
+static int run_node(const char *model, const char *prefix, const char *feeds)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "node '%s' '%s' '%s' '%s' %s", g_script, g_npm, model, prefix,
+             feeds);
+    int rc = system(cmd);
+    if (rc == -1)
+        return -1;
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static int check(qcal_status st, const char *what)
+{
+    if (st < 0) {
+        fprintf(stderr, "test_fp8_ort: %s: %s\n", what, qcal_last_error());
+        exit(1);
+    }
+    return 0;
+}
+
+static float *read_f32(const char *path, int64_t n)
+{
+    qcal_npy_array a;
+    check(qcal_npy_read(path, &a), path);
+    if (a.dtype != QCAL_NPY_F32 || a.numel != n) {
+        fprintf(stderr, "test_fp8_ort: %s: %lld elements, expected %lld\n", path,
+                (long long)a.numel, (long long)n);
+        exit(1);
+    }
+    return a.data;   /* 64-byte aligned qcal allocation: qcal_free */
+}
+
+/* Compares n floats bit for bit; prints the first difference and counts the failure. */
+static void compare(const char *what, const float *x, const float *got, const float *want,
+                    int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (ubits(got[i]) != ubits(want[i])) {
+            fprintf(stderr, "FAIL %s: element %lld of %lld: qcal %a (0x%08x), ONNX Runtime %a "
+                    "(0x%08x), x = %a (0x%08x)\n", what, (long long)i, (long long)n,
+                    (double)got[i], ubits(got[i]), (double)want[i], ubits(want[i]),
+                    x ? (double)x[i] : 0.0, x ? ubits(x[i]) : 0u);
+            g_failures++;
+            return;
+        }
+}
+
+/* Model: y = DQ(Q(x, s, zp), s, zp), c = DQ(Q(x, s, zp), one, zp); per channel along
+ * `axis` of x (ndim 3) when channels > 0, s then an input of `channels` values. */
+static void build_qdq(const char *path, int32_t et, int32_t ndim, const int64_t *dims,
+                      int64_t channels, int axis)
+{
+    qcal_onnx_model *m = NULL;
+    check(qcal_onnx_model_new(9, 19, &m), "model");
+    int64_t cdim[1] = { channels > 0 ? channels : 1 };
+    int32_t sdim = channels > 0 ? 1 : 0;
+    check(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, ndim, dims), "input");
+    check(qcal_onnx_add_input(m, "s", QCAL_ONNX_FLOAT, sdim, cdim), "input");
+    uint8_t zeros[4096] = { 0 };
+    float ones[4096];
+    for (int i = 0; i < 4096; i++)
+        ones[i] = 1.0f;
+    check(qcal_onnx_add_initializer(m, "zp", et, sdim, cdim, zeros, (size_t)cdim[0]), "zp");
+    check(qcal_onnx_add_initializer_float(m, "one", sdim, cdim, ones), "one");
+    int64_t k;
+    check(qcal_onnx_add_node(m, "QuantizeLinear", "q", 3, (const char *[]){ "x", "s", "zp" }, 1,
+                             (const char *[]){ "q" }, &k), "node");
+    if (channels > 0)
+        check(qcal_onnx_node_set_int(m, k, "axis", axis), "axis");
+    check(qcal_onnx_add_node(m, "DequantizeLinear", "dq", 3, (const char *[]){ "q", "s", "zp" },
+                             1, (const char *[]){ "y" }, &k), "node");
+    if (channels > 0)
+        check(qcal_onnx_node_set_int(m, k, "axis", axis), "axis");
+    check(qcal_onnx_add_node(m, "DequantizeLinear", "dq1", 3,
+                             (const char *[]){ "q", "one", "zp" }, 1, (const char *[]){ "c" }, &k),
+          "node");
+    if (channels > 0)
+        check(qcal_onnx_node_set_int(m, k, "axis", axis), "axis");
+    check(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, ndim, dims), "output");
+    check(qcal_onnx_add_output(m, "c", QCAL_ONNX_FLOAT, ndim, dims), "output");
+    check(qcal_onnx_model_save(m, NULL, path), path);
+    qcal_onnx_model_destroy(&m);
+}
+
+/* One run: x (shape dims) with scales (1 per tensor, or dims[axis] per channel). */
+static int one_run(const char *model, qcal_dtype dt, const char *tag, int32_t ndim,
+                   const int64_t *dims, float *x, const float *scales, int64_t channels,
+                   int axis)
+{
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        n *= dims[i];
+    char xp[512], sp[512], pre[512], yp[600], cp[600], feeds[1200];
+    snprintf(xp, sizeof xp, "%s/x.npy", g_dir);
+    snprintf(sp, sizeof sp, "%s/s.npy", g_dir);
+    snprintf(pre, sizeof pre, "%s/out_", g_dir);
+    snprintf(yp, sizeof yp, "%sy.npy", pre);
+    snprintf(cp, sizeof cp, "%sc.npy", pre);
+    int64_t cd[1] = { channels };
+    check(qcal_npy_write(xp, QCAL_NPY_F32, ndim, dims, x), xp);
+    check(qcal_npy_write(sp, QCAL_NPY_F32, channels > 0 ? 1 : 0, cd, scales), sp);
+    snprintf(feeds, sizeof feeds, "'x=%s' 's=%s'", xp, sp);
+    int rc = run_node(model, pre, feeds);
+    if (rc != 0)
+        return rc;
+    float *y = read_f32(yp, n), *c = read_f32(cp, n);
+    qcal_qparams qp;
+    int32_t zps[4096] = { 0 };
+    float ones[4096];
+    for (int i = 0; i < 4096; i++)
+        ones[i] = 1.0f;
+    if (channels > 0)
+        check(qcal_qparams_per_channel(&qp, dt, axis, channels, scales, zps), "qparams");
+    else
+        check(qcal_qparams_per_tensor(&qp, dt, scales[0], 0), "qparams");
+    qcal_tensor t;
+    qcal_tensor_init(&t, x, ndim, dims);
+    uint8_t *codes = malloc((size_t)n);
+    float *yq = malloc((size_t)n * 4), *yf = malloc((size_t)n * 4), *cq = malloc((size_t)n * 4);
+    if (!codes || !yq || !yf || !cq) {
+        fprintf(stderr, "test_fp8_ort: out of memory\n");
+        exit(1);
+    }
+    qcal_tensor ty, tf, tc;
+    qcal_tensor_init(&ty, yq, ndim, dims);
+    qcal_tensor_init(&tf, yf, ndim, dims);
+    qcal_tensor_init(&tc, cq, ndim, dims);
+    check(qcal_quantize(&t, &qp, codes), "quantize");
+    check(qcal_dequantize(codes, &qp, &ty), "dequantize");
+    check(qcal_fakequant_forward(&t, &qp, &tf, NULL), "fakequant");
+    qcal_qparams q1 = qp;
+    if (channels > 0)
+        q1.scales = ones;
+    else
+        q1.scale = 1.0f;
+    check(qcal_dequantize(codes, &q1, &tc), "dequantize at scale 1");
+    char what[256];
+    snprintf(what, sizeof what, "%s codes (value at scale 1)", tag);
+    compare(what, x, cq, c, n);
+    snprintf(what, sizeof what, "%s quantize + dequantize", tag);
+    compare(what, x, yq, y, n);
+    snprintf(what, sizeof what, "%s fakequant forward", tag);
+    compare(what, x, yf, y, n);
+    g_values += n;
+    free(codes);
+    free(yq);
+    free(yf);
+    free(cq);
+    qcal_free(y);
+    qcal_free(c);
+    unlink(xp);
+    unlink(sp);
+    unlink(yp);
+    unlink(cp);
+    return 0;
+}
+
+/* All 256 codes dequantized at several scales (the codes an initializer). */
+static int all_codes(int32_t et, qcal_dtype dt, const char *fmt)
+{
+    char model[512], sp[512], pre[512], dp[600], feeds[700];
+    snprintf(model, sizeof model, "%s/dq_%s.onnx", g_dir, fmt);
+    qcal_onnx_model *m = NULL;
+    check(qcal_onnx_model_new(9, 19, &m), "model");
+    uint8_t codes[256], zero = 0;
+    for (int i = 0; i < 256; i++)
+        codes[i] = (uint8_t)i;
+    int64_t d256[1] = { 256 };
+    check(qcal_onnx_add_input(m, "s", QCAL_ONNX_FLOAT, 0, NULL), "input");
+    check(qcal_onnx_add_initializer(m, "codes", et, 1, d256, codes, 256), "codes");
+    check(qcal_onnx_add_initializer(m, "zp", et, 0, NULL, &zero, 1), "zp");
+    check(qcal_onnx_add_node(m, "DequantizeLinear", "dq", 3,
+                             (const char *[]){ "codes", "s", "zp" }, 1, (const char *[]){ "d" },
+                             NULL), "node");
+    check(qcal_onnx_add_output(m, "d", QCAL_ONNX_FLOAT, 1, d256), "output");
+    check(qcal_onnx_model_save(m, NULL, model), model);
+    qcal_onnx_model_destroy(&m);
+    static const float scales[] = { 1.0f, 0x1p-20f, 0.0123f, 3.0f / 448.0f, 1e30f, 1e-38f };
+    for (size_t k = 0; k < sizeof scales / sizeof scales[0]; k++) {
+        snprintf(sp, sizeof sp, "%s/s.npy", g_dir);
+        snprintf(pre, sizeof pre, "%s/out_", g_dir);
+        snprintf(dp, sizeof dp, "%sd.npy", pre);
+        check(qcal_npy_write(sp, QCAL_NPY_F32, 0, NULL, &scales[k]), sp);
+        snprintf(feeds, sizeof feeds, "'s=%s'", sp);
+        int rc = run_node(model, pre, feeds);
+        if (rc != 0)
+            return rc;
+        float *d = read_f32(dp, 256), mine[256];
+        qcal_qparams qp;
+        check(qcal_qparams_per_tensor(&qp, dt, scales[k], 0), "qparams");
+        qcal_tensor t;
+        qcal_tensor_init(&t, mine, 1, d256);
+        check(qcal_dequantize(codes, &qp, &t), "dequantize");
+        char what[128];
+        snprintf(what, sizeof what, "%s dequantize of all 256 codes, scale %g", fmt,
+                 (double)scales[k]);
+        compare(what, NULL, mine, d, 256);
+        qcal_free(d);
+        unlink(dp);
+        unlink(sp);
+    }
+    unlink(model);
+    return 0;
+}
+
+static int run_format(int32_t et, qcal_dtype dt, const char *fmt)
+{
+    const bool e4 = dt == QCAL_FLOAT8_E4M3FN;
+    int rc = all_codes(et, dt, fmt);
+    if (rc)
+        return rc;
+    /* per tensor */
+    char model[512], tag[128];
+    snprintf(model, sizeof model, "%s/qdq_%s.onnx", g_dir, fmt);
+    const int64_t n = 1500000;
+    int64_t d1[1] = { n };
+    build_qdq(model, et, 1, d1, 0, 0);
+    float *x = malloc((size_t)n * 4);
+    static const float scales[] = { 1.0f, 0x1p-9f, 0x1p7f, 0.0123f, 3.0f / 448.0f,
+                                    3.14159265e-3f, 1e-25f, 7.5e25f };
+    for (size_t k = 0; k < sizeof scales / sizeof scales[0]; k++) {
+        for (int64_t i = 0; i < n; i++)
+            x[i] = gen_one(scales[k], e4);
+        snprintf(tag, sizeof tag, "%s per tensor, scale %a", fmt, (double)scales[k]);
+        if ((rc = one_run(model, dt, tag, 1, d1, x, &scales[k], 0, 0)) != 0)
+            break;
+    }
+    free(x);
+    unlink(model);
+    if (rc)
+        return rc;
+    /* per channel, axes 0, 1, 2 of a 3-D tensor with 48 channels */
+    for (int axis = 0; axis < 3 && !rc; axis++) {
+        int64_t dims[3] = { 64, 160, 100 };
+        dims[axis] = 48;
+        int64_t nn = dims[0] * dims[1] * dims[2], inner = 1;
+        for (int a = axis + 1; a < 3; a++)
+            inner *= dims[a];
+        float sc[48];
+        for (int c = 0; c < 48; c++)
+            sc[c] = c % 3 == 0 ? ldexpf(1.0f, (int)(rnd() % 20) - 10)
+                               : (float)(rnd() % 100000 + 1) * 1e-6f;
+        snprintf(model, sizeof model, "%s/qdq_%s_axis%d.onnx", g_dir, fmt, axis);
+        build_qdq(model, et, 3, dims, 48, axis);
+        x = malloc((size_t)nn * 4);
+        for (int64_t i = 0; i < nn; i++)
+            x[i] = gen_one(sc[(i / inner) % 48], e4);
+        snprintf(tag, sizeof tag, "%s per channel, axis %d", fmt, axis);
+        rc = one_run(model, dt, tag, 3, dims, x, sc, 48, axis);
+        free(x);
+        unlink(model);
+    }
+    return rc;
+}
+
+int main(void)
+{
+    const char *npm = getenv("QCAL_NPM_DIR"), *src = getenv("QCAL_SOURCE_ROOT");
+    if (npm && *npm)
+        snprintf(g_npm, sizeof g_npm, "%s", npm);
+    else if (getenv("XDG_CACHE_HOME") && *getenv("XDG_CACHE_HOME"))
+        snprintf(g_npm, sizeof g_npm, "%s/qcal/npm", getenv("XDG_CACHE_HOME"));
+    else
+        snprintf(g_npm, sizeof g_npm, "%s/.cache/qcal/npm", getenv("HOME") ? getenv("HOME") : "/root");
+    char pkg[1200];
+    snprintf(pkg, sizeof pkg, "%s/node_modules/onnxruntime-node/package.json", g_npm);
+    if (!qcal_onnx_available()) {
+        printf("skip: qcal built without ONNX support\n");
+        return 77;
+    }
+    if (access(pkg, R_OK) != 0 || system("command -v node >/dev/null 2>&1") != 0) {
+        printf("skip: node or onnxruntime-node (%s) missing (./run.sh test installs them)\n", g_npm);
+        return 77;
+    }
+    snprintf(g_script, sizeof g_script, "%s/tests/ort_run.js", src ? src : ".");
+    const char *tmp = getenv("TMPDIR");
+    snprintf(g_dir, sizeof g_dir, "%s/qcal-fp8-ort-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(g_dir)) {
+        fprintf(stderr, "test_fp8_ort: mkdtemp: %s\n", strerror(errno));
+        return 1;
+    }
+    int rc = run_format(ONNX_F8E4M3FN, QCAL_FLOAT8_E4M3FN, "float8_e4m3fn");
+    if (!rc)
+        rc = run_format(ONNX_F8E5M2, QCAL_FLOAT8_E5M2, "float8_e5m2");
+    rmdir(g_dir);
+    if (rc == 77) {
+        printf("skip: onnxruntime-node could not be loaded\n");
+        return 77;
+    }
+    if (rc) {
+        fprintf(stderr, "test_fp8_ort: ONNX Runtime run failed (exit %d)\n", rc);
+        return 1;
+    }
+    printf("%lld values compared with ONNX Runtime, %lld failure(s)\n", g_values, g_failures);
+    return g_failures ? 1 : 0;
+}
