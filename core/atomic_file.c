@@ -190,9 +190,15 @@ static qcal_status resolve(const char *path, resolved *r)
                 st = QCAL_ERR_NO_MEMORY;
                 break;
             }
+            struct stat ds;
             if (access(dir, W_OK | X_OK) != 0)
                 st = qcal_error(QCAL_ERR_IO, "cannot replace '%s' atomically: directory '%s': "
                                 "%s", path, dir, strerror(errno));
+            else if (stat(dir, &ds) == 0 && (ds.st_mode & S_ISVTX) && geteuid() != 0 &&
+                     r->st.st_uid != geteuid() && ds.st_uid != geteuid())
+                /* rename(2) would refuse at the end (EPERM): say so before the work. */
+                st = qcal_error(QCAL_ERR_IO, "cannot replace '%s' atomically: it belongs to "
+                                "another user in the sticky directory '%s'", path, dir);
             qcal_free(dir);
         }
         break;

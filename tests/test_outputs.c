@@ -251,7 +251,9 @@ static void test_fd_paths(void **state)
 
 /* As a non-root user (a forked child drops to 65534): a 0444 file owned by root in a
  * world-writable directory, and a 0644 one, are refused with the reason and left as they
- * were; the check says the same without touching anything. Exit code = failed step. */
+ * were; the check says the same without touching anything; root's 0666 file in a sticky
+ * directory (which rename(2) would refuse at the end) is refused at the open. Exit code =
+ * failed step. */
 static void test_read_only_non_root(void **state)
 {
     (void)state;
@@ -276,6 +278,13 @@ static void test_read_only_non_root(void **state)
     tu_write_bytes(rw, "keep\n", 5);
     assert_int_equal(chmod(ro, 0444), 0);
     assert_int_equal(chmod(rw, 0644), 0);
+    char sticky[160], sticky_file[200];
+    snprintf(sticky, sizeof sticky, "%s", T("sticky"));
+    assert_int_equal(mkdir(sticky, 0777), 0);
+    assert_int_equal(chmod(sticky, 01777), 0);
+    snprintf(sticky_file, sizeof sticky_file, "%s/shared.txt", sticky);
+    tu_write_bytes(sticky_file, "keep\n", 5);
+    assert_int_equal(chmod(sticky_file, 0666), 0);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
@@ -287,6 +296,10 @@ static void test_read_only_non_root(void **state)
             _exit(12);
         if (put(rw, "x") != QCAL_ERR_IO)
             _exit(13);
+        /* sticky directory, a world-writable file of root's: the rename would fail at the
+         * end, so the open refuses before anything is written */
+        if (put(sticky_file, "x") != QCAL_ERR_IO || !strstr(qcal_last_error(), "sticky"))
+            _exit(15);
         /* a new file in the same directory is fine */
         char nw[200];
         snprintf(nw, sizeof nw, "%s/new.txt", dir);
@@ -300,6 +313,8 @@ static void test_read_only_non_root(void **state)
     assert_int_equal(WEXITSTATUS(ws), 0);
     expect_text(ro, "keep\n");
     expect_text(rw, "keep\n");
+    expect_text(sticky_file, "keep\n");
+    assert_int_equal(tu_count_entries(sticky, ".tmp."), 0);
     struct stat sb;
     assert_int_equal(stat(ro, &sb), 0);
     assert_int_equal(sb.st_uid, 0);

@@ -14,7 +14,8 @@
  *    this process's descriptor N is duplicated and written through (a pipe, a terminal, or
  *    the file the shell redirected it to, at its offset, appending if it was opened so);
  *  - a directory, or an existing file access(W_OK) refuses: refused with the reason, as a
- *    shell redirection would be (QCAL_ERR_IO).
+ *    shell redirection would be (QCAL_ERR_IO); so is a regular file that cannot be replaced
+ *    (its directory not writable, or another user's file in a sticky directory).
  * Nothing process-wide (umask, working directory, signals) is changed: the umask is never
  * set, not even to read it. */
 #ifndef QCAL_ATOMIC_FILE_H
