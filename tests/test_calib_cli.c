@@ -398,6 +398,22 @@ static void test_progress(void **state)
     e = tu_read_file(err_path, NULL);
     assert_string_equal(e, "");
     free(e);
+    /* On a terminal (script(1) gives one): one bar through every phase, the search
+     * included, erased before the summary line; no plain lines. */
+    if (system("command -v script >/dev/null 2>&1") == 0) {
+        char ts[256];
+        snprintf(ts, sizeof ts, "%s/typescript", tmpdir);
+        snprintf(cmd, sizeof cmd, "script -qec \"'%s' calibrate '%s' -o '%s'\" '%s' "
+                 ">/dev/null 2>&1", getenv("QCAL_BIN"), data("dump"), q, ts);
+        assert_int_equal(system(cmd), 0);
+        e = tu_read_file(ts, NULL);
+        assert_non_null(strstr(e, "] reading 0/6 files "));
+        assert_non_null(strstr(e, "] searching 4/4 tensors "));
+        assert_non_null(strstr(e, "] writing 1/1 outputs "));
+        assert_non_null(strstr(e, "\r\033[Kqcal: calibrate: wrote"));
+        assert_null(strstr(e, "progress:"));
+        free(e);
+    }
     /* The default interval: a run of well under 10 s prints nothing. */
     unsetenv("QCAL_PROGRESS_INTERVAL");
     assert_int_equal(run("'%s' -o '%s'", data("dump"), q), 0);

@@ -564,13 +564,10 @@ static int check_no_data(const char *cmd, const qcal_calib_table *t, bool allow_
         bad++;
         cap += strlen(e->fqn) + 16;
         if (allow_empty)
-            cli_progress_interrupt();
-        if (allow_empty)
-            fprintf(stderr, "qcal: %s: warning: %s '%s' saw no finite value (%llu NaN/Inf "
-                    "skipped): written with no_data: true, scale 1, zero-point 0 (left out "
-                    "of tensorrt, onnxruntime and ncnn files)\n", cmd,
-                    qcal_calib_role_name(e->role), e->fqn,
-                    (unsigned long long)e->nonfinite);
+            cli_warn(cmd, "%s '%s' saw no finite value (%llu NaN/Inf skipped): written with "
+                     "no_data: true, scale 1, zero-point 0 (left out of tensorrt, onnxruntime "
+                     "and ncnn files)", qcal_calib_role_name(e->role), e->fqn,
+                     (unsigned long long)e->nonfinite);
     }
     if (!bad || allow_empty)
         return 0;
