@@ -73,7 +73,7 @@ static void quant1(qcal_dtype dt, float scale, const float *x, int64_t n, uint8_
     qcal_qparams qp;
     assert_int_equal(qcal_qparams_per_tensor(&qp, dt, scale, 0), QCAL_OK);
     qcal_tensor t;
-    qcal_tensor_init(&t, (float *)x, 1, &n);
+    qcal_tensor_init(&t, x, 1, &n);
     assert_int_equal(qcal_quantize(&t, &qp, codes), QCAL_OK);
 }
 
@@ -291,8 +291,8 @@ static void test_all_codes(void **state)
             float scale = si ? 0.0123f : 1.0f, y[256];
             qcal_qparams qp;
             assert_int_equal(qcal_qparams_per_tensor(&qp, d, scale, 0), QCAL_OK);
-            qcal_tensor t;
-            qcal_tensor_init(&t, y, 1, &n);
+            qcal_tensor_mut t;
+            qcal_tensor_mut_init(&t, y, 1, &n);
             assert_int_equal(qcal_dequantize(codes, &qp, &t), QCAL_OK);
             for (int c = 0; c < 256; c++) {
                 int m = c & 0x7F;
@@ -386,13 +386,14 @@ static void test_fakequant(void **state)
             gy[i] = (float)(i + 1) * (i % 2 ? -1.0f : 1.0f);
         qcal_qparams qp;
         assert_int_equal(qcal_qparams_per_tensor(&qp, d, s, 0), QCAL_OK);
-        qcal_tensor tx, ty, tq, tg, tgx, ty2;
+        qcal_tensor tx, tg;
+        qcal_tensor_mut ty, tq, tgx, ty2;
         qcal_tensor_init(&tx, v, 1, &n);
-        qcal_tensor_init(&ty, y, 1, &n);
-        qcal_tensor_init(&tq, yq, 1, &n);
+        qcal_tensor_mut_init(&ty, y, 1, &n);
+        qcal_tensor_mut_init(&tq, yq, 1, &n);
         qcal_tensor_init(&tg, gy, 1, &n);
-        qcal_tensor_init(&tgx, gx, 1, &n);
-        qcal_tensor_init(&ty2, y2, 1, &n);
+        qcal_tensor_mut_init(&tgx, gx, 1, &n);
+        qcal_tensor_mut_init(&ty2, y2, 1, &n);
         assert_int_equal(qcal_fakequant_forward(&tx, &qp, &ty, mask), QCAL_OK);
         assert_int_equal(qcal_quantize(&tx, &qp, codes), QCAL_OK);
         assert_int_equal(qcal_dequantize(codes, &qp, &tq), QCAL_OK);
@@ -413,8 +414,8 @@ static void test_fakequant(void **state)
             assert_true(ub(gx[i]) == ub(gy[i] * (want_mask[i] ? 1.0f : 0.0f)));
         }
         float gb[32];
-        qcal_tensor tgb;
-        qcal_tensor_init(&tgb, gb, 1, &n);
+        qcal_tensor_mut tgb;
+        qcal_tensor_mut_init(&tgb, gb, 1, &n);
         assert_int_equal(qcal_fakequant_backward(&tg, mask, &tgb), QCAL_OK);
         assert_memory_equal(gb, gx, (size_t)n * 4);
         /* learnable calls refuse FP8 */
@@ -439,9 +440,10 @@ static void test_fakequant(void **state)
                 sc[c] = (float)(c + 1) * (dt ? 1e-3f : 0.7f);
             qcal_qparams qp;
             assert_int_equal(qcal_qparams_per_channel(&qp, d, axes[ai], ch, sc, NULL), QCAL_OK);
-            qcal_tensor tx, ty;
+            qcal_tensor tx;
+            qcal_tensor_mut ty;
             qcal_tensor_init(&tx, x, 3, shape);
-            qcal_tensor_init(&ty, y, 3, shape);
+            qcal_tensor_mut_init(&ty, y, 3, shape);
             assert_int_equal(qcal_fakequant_forward(&tx, &qp, &ty, NULL), QCAL_OK);
             assert_int_equal(qcal_quantize(&tx, &qp, q), QCAL_OK);
             for (int i = 0; i < A * B * K; i++) {
@@ -451,9 +453,10 @@ static void test_fakequant(void **state)
                 quant1(d, s1, &x[i], 1, &qr[i]);
                 qcal_qparams q1;
                 assert_int_equal(qcal_qparams_per_tensor(&q1, d, s1, 0), QCAL_OK);
-                qcal_tensor t1, t2;
+                qcal_tensor t1;
+                qcal_tensor_mut t2;
                 qcal_tensor_init(&t1, &x[i], 1, &one);
-                qcal_tensor_init(&t2, &yr[i], 1, &one);
+                qcal_tensor_mut_init(&t2, &yr[i], 1, &one);
                 assert_int_equal(qcal_fakequant_forward(&t1, &q1, &t2, NULL), QCAL_OK);
             }
             assert_memory_equal(q, qr, sizeof q);
@@ -485,8 +488,8 @@ static void test_module(void **state)
     assert_int_equal(qcal_fakequant_module_qparams(fq, &qp), QCAL_OK);
     assert_int_equal(qp.dtype, QCAL_FLOAT8_E4M3FN);
     assert_true(ub(qp.scale) == ub(fmaxf(40.0f * 0.173f, 23.0f * 0.173f) / 448.0f));
-    qcal_tensor t2;
-    qcal_tensor_init(&t2, y2, 1, &n);
+    qcal_tensor_mut t2;
+    qcal_tensor_mut_init(&t2, y2, 1, &n);
     assert_int_equal(qcal_fakequant_forward(&t, &qp, &t2, NULL), QCAL_OK);
     assert_memory_equal(y, y2, sizeof y);
     assert_int_equal(qcal_fakequant_module_freeze(fq), QCAL_OK);

@@ -237,10 +237,10 @@ static int one_run(const char *model, qcal_dtype dt, const char *tag, int32_t nd
         fprintf(stderr, "test_fp8_ort: out of memory\n");
         exit(1);
     }
-    qcal_tensor ty, tf, tc;
-    qcal_tensor_init(&ty, yq, ndim, dims);
-    qcal_tensor_init(&tf, yf, ndim, dims);
-    qcal_tensor_init(&tc, cq, ndim, dims);
+    qcal_tensor_mut ty, tf, tc;
+    qcal_tensor_mut_init(&ty, yq, ndim, dims);
+    qcal_tensor_mut_init(&tf, yf, ndim, dims);
+    qcal_tensor_mut_init(&tc, cq, ndim, dims);
     check(qcal_quantize(&t, &qp, codes), "quantize");
     check(qcal_dequantize(codes, &qp, &ty), "dequantize");
     check(qcal_fakequant_forward(&t, &qp, &tf, NULL), "fakequant");
@@ -304,8 +304,8 @@ static int all_codes(int32_t et, qcal_dtype dt, const char *fmt)
         float *d = read_f32(dp, 256), mine[256];
         qcal_qparams qp;
         check(qcal_qparams_per_tensor(&qp, dt, scales[k], 0), "qparams");
-        qcal_tensor t;
-        qcal_tensor_init(&t, mine, 1, d256);
+        qcal_tensor_mut t;
+        qcal_tensor_mut_init(&t, mine, 1, d256);
         check(qcal_dequantize(codes, &qp, &t), "dequantize");
         char what[128];
         snprintf(what, sizeof what, "%s dequantize of all 256 codes, scale %g", fmt,
