@@ -280,7 +280,12 @@ qcal_status onnx_tensor_to_float(const Onnx__TensorProto *t, float **out, int64_
         free(owned);
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory for tensor '%s'", str_or_empty(t->name));
     }
-    for (int64_t i = 0; i < n; i++) {
+    int64_t todo = n;
+    if (t->data_type == 1) {   /* float32: one copy */
+        memcpy(f, p, (size_t)n * 4);
+        todo = 0;
+    }
+    for (int64_t i = 0; i < todo; i++) {
         const uint8_t *q = p + (size_t)i * es;
         switch (t->data_type) {
         case 1: memcpy(&f[i], q, 4); break;
@@ -686,6 +691,30 @@ done:
         for (size_t k = 0; k < g->node[i]->n_output; k++)
             scope_drop(s, g->node[i]->output[k]);
     return st;
+}
+
+qcal_status onnx_read_raw(const qcal_onnx_model *m, const Onnx__TensorProto *t, void *dst)
+{
+    const uint8_t *src = t->raw_data.data;
+    size_t len = t->raw_data.len, done = 0;
+    if (!onnx_in_map(m, src) || m->src_fd < 0) {
+        if (len)
+            memcpy(dst, src, len);
+        return QCAL_OK;
+    }
+    off_t off = (off_t)(src - m->map);
+    while (done < len) {
+        ssize_t r = pread(m->src_fd, (uint8_t *)dst + done, len - done, off + (off_t)done);
+        if (r <= 0) {
+            if (r < 0 && errno == EINTR)
+                continue;
+            /* The file shrank or failed under us: read the mapping (what it still holds). */
+            memcpy((uint8_t *)dst + done, src + done, len - done);
+            break;
+        }
+        done += (size_t)r;
+    }
+    return QCAL_OK;
 }
 
 static void detach_all(qcal_onnx_model *m)

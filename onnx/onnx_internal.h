@@ -26,6 +26,10 @@ bool onnx_in_map(const qcal_onnx_model *m, const void *ptr);
  * replaced); owned data is left for the caller to free. */
 void onnx_tensor_release(const qcal_onnx_model *m, Onnx__TensorProto *t);
 
+/* Copies t's raw_data (raw_data.len bytes) into dst: pread from the source file when it
+ * lies in the mapping, else memcpy. */
+qcal_status onnx_read_raw(const qcal_onnx_model *m, const Onnx__TensorProto *t, void *dst);
+
 /* ---- string map: name -> int64 (open addressing, keys borrowed, never removed) ---- */
 typedef struct onnx_map {
     const char **keys;

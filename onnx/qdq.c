@@ -146,6 +146,8 @@ typedef struct plan {
     int64_t nskipped;
     onnx_map all_names;        /* every name in the model (for fresh names) */
     char **owned_names;        /* fresh names kept alive for all_names */
+    float *scratch;            /* float32 weights read for their observer, reused */
+    size_t scratch_cap;
     int64_t nowned;
 } plan;
 
@@ -174,6 +176,7 @@ static void plan_free(plan *p)
     for (int64_t i = 0; i < p->nowned; i++)
         free(p->owned_names[i]);
     free(p->owned_names);
+    free(p->scratch);
     free(p->skipped);
     free(p->list);
     free(p->t);
@@ -531,9 +534,20 @@ static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int
         return qcal_error(QCAL_ERR_UNSUPPORTED, "weight '%s' has %zu dimensions", p->t[t].name, init->n_dims);
     float *conv = NULL;
     const float *data;
-    if (init->data_type == QCAL_ONNX_FLOAT && init->raw_data.len == (size_t)numel * 4 &&
-        ((uintptr_t)init->raw_data.data % 4) == 0) {
-        data = (const float *)init->raw_data.data;
+    if (init->data_type == QCAL_ONNX_FLOAT && init->raw_data.len == (size_t)numel * 4) {
+        /* float32: read into one reused, aligned buffer; from the file with pread when the
+         * bytes are in the mapping (one copy out of the page cache, no page faults). */
+        if (p->scratch_cap < (size_t)numel) {
+            free(p->scratch);
+            p->scratch = malloc((size_t)numel * sizeof *p->scratch);
+            p->scratch_cap = p->scratch ? (size_t)numel : 0;
+            if (!p->scratch)
+                return OOM();
+        }
+        qcal_status rs = onnx_read_raw(p->m, init, p->scratch);
+        if (rs != QCAL_OK)
+            return rs;
+        data = p->scratch;
     } else {
         int64_t nn;
         qcal_status st = onnx_tensor_to_float(init, &conv, &nn);

@@ -579,6 +579,99 @@ static void test_opset_strict_exclude(void **state)
     qcal_calib_session_destroy(&s);
 }
 
+/* If bodies read outer names (checked at load, kept float, their reads kept alive);
+ * ConvTranspose weights per channel along axis 1, a depthwise Conv along axis 0. */
+static void test_subgraph_and_axes(void **state)
+{
+    (void)state;
+    qcal_onnx_model *m = NULL;
+    OK(qcal_onnx_model_new(8, 13, &m));
+    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 4, 5, 5 }));
+    OK(qcal_onnx_add_input(m, "cond", 9, 0, NULL));
+    OK(qcal_onnx_add_output(m, "out", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 4, 3, 3 }));
+    OK(qcal_onnx_add_output(m, "t", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 3, 4, 4 }));
+    float dw[4 * 9], tw[4 * 3 * 4], b4[4] = { 0.1f, 0.2f, 0.3f, 0.4f };
+    fill(dw, 36, 1.0f);
+    fill(tw, 48, 1.0f);
+    OK(qcal_onnx_add_initializer_float(m, "dw.w", 4, (int64_t[]){ 4, 1, 3, 3 }, dw));
+    OK(qcal_onnx_add_initializer_float(m, "dw.b", 1, (int64_t[]){ 4 }, b4));
+    OK(qcal_onnx_add_initializer_float(m, "tr.w", 4, (int64_t[]){ 4, 3, 2, 2 }, tw));
+    int64_t k;
+    OK(qcal_onnx_add_node(m, "Conv", "dw", 3, (const char *[]){ "x", "dw.w", "dw.b" }, 1,
+                          (const char *[]){ "a" }, &k));
+    OK(qcal_onnx_node_set_int(m, k, "group", 4));
+    OK(qcal_onnx_add_node(m, "ConvTranspose", "tr", 2, (const char *[]){ "a", "tr.w" }, 1,
+                          (const char *[]){ "t" }, NULL));
+    /* If: both branches read "a" from the outer scope */
+    qcal_onnx_model *then_b = NULL, *else_b = NULL;
+    OK(qcal_onnx_model_new(8, 13, &then_b));
+    OK(qcal_onnx_add_output(then_b, "ta", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 4, 3, 3 }));
+    OK(qcal_onnx_add_node(then_b, "Relu", "r", 1, (const char *[]){ "a" }, 1, (const char *[]){ "ta" }, NULL));
+    OK(qcal_onnx_model_new(8, 13, &else_b));
+    OK(qcal_onnx_add_output(else_b, "ea", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 4, 3, 3 }));
+    OK(qcal_onnx_add_node(else_b, "Neg", "n", 1, (const char *[]){ "a" }, 1, (const char *[]){ "ea" }, NULL));
+    OK(qcal_onnx_add_node(m, "If", "if", 1, (const char *[]){ "cond" }, 1, (const char *[]){ "out" }, &k));
+    OK(qcal_onnx_node_set_graph(m, k, "then_branch", &then_b));
+    OK(qcal_onnx_node_set_graph(m, k, "else_branch", &else_b));
+    assert_null(then_b);
+    void *buf;
+    size_t len;
+    OK(qcal_onnx_model_serialize(m, &buf, &len));
+    qcal_onnx_model *r = NULL;
+    OK(qcal_onnx_model_parse(buf, len, &r));   /* outer-scope reads are defined */
+    qcal_free(buf);
+    qcal_onnx_model_destroy(&r);
+    const char *an[] = { "x", "a", "t" };
+    float lo[] = { -1, -2, -3 }, hi[] = { 1, 2, 3 };
+    qcal_calib_session *s = make_session(an, lo, hi, 3);
+    qcal_onnx_qdq_report rep;
+    OK(qcal_onnx_qdq_session(m, s, NULL, &rep));
+    assert_int_equal(rep.ops, 2);
+    assert_int_equal(rep.weights, 2);
+    assert_int_equal(rep.biases, 1);
+    qcal_onnx_qdq_report_free(&rep);
+    int64_t axis;
+    qcal_onnx_node_info ni;
+    OK(qcal_onnx_node_attr_int(m, find_node(m, "tr.w_DequantizeLinear", &ni), "axis", &axis));
+    assert_int_equal(axis, 1);
+    OK(qcal_onnx_node_attr_int(m, find_node(m, "dw.w_DequantizeLinear", &ni), "axis", &axis));
+    assert_int_equal(axis, 0);
+    qcal_onnx_tensor_desc d;
+    float *sc;
+    OK(qcal_onnx_initializer_float(m, "tr.w_scale", &sc, &d));
+    assert_int_equal(d.dims[0], 3);   /* ConvTranspose [C, M/g, kh, kw]: M/g channels */
+    qcal_free(sc);
+    OK(qcal_onnx_initializer_float(m, "dw.w_scale", &sc, &d));
+    assert_int_equal(d.dims[0], 4);   /* depthwise: one scale per output channel */
+    qcal_free(sc);
+    /* The If still reads the float "a" from its bodies, so "a" is still produced. */
+    find_node(m, "dw", &ni);
+    assert_string_equal(ni.outputs[0], "a");
+    find_node(m, "tr", &ni);
+    assert_string_equal(ni.inputs[0], "a_DequantizeLinear_Output");
+    const char *path = tu_path(tmpdir, "subgraph.onnx");
+    OK(qcal_onnx_model_save(m, NULL, path));
+    qcal_onnx_model_destroy(&m);
+    OK(qcal_onnx_model_load(path, &m));
+    qcal_onnx_model_destroy(&m);
+    check_with_onnx(path);
+    /* A body reading a name nobody defines is refused at load. */
+    OK(qcal_onnx_model_new(8, 13, &m));
+    OK(qcal_onnx_add_input(m, "cond", 9, 0, NULL));
+    OK(qcal_onnx_add_output(m, "out", QCAL_ONNX_FLOAT, -1, NULL));
+    OK(qcal_onnx_model_new(8, 13, &then_b));
+    OK(qcal_onnx_add_output(then_b, "ta", QCAL_ONNX_FLOAT, -1, NULL));
+    OK(qcal_onnx_add_node(then_b, "Relu", "r", 1, (const char *[]){ "ghost" }, 1, (const char *[]){ "ta" }, NULL));
+    OK(qcal_onnx_add_node(m, "If", "if", 1, (const char *[]){ "cond" }, 1, (const char *[]){ "out" }, &k));
+    OK(qcal_onnx_node_set_graph(m, k, "then_branch", &then_b));
+    OK(qcal_onnx_model_serialize(m, &buf, &len));
+    assert_int_equal(qcal_onnx_model_parse(buf, len, &r), QCAL_ERR_FORMAT);
+    assert_non_null(strstr(qcal_last_error(), "reads 'ghost'"));
+    qcal_free(buf);
+    qcal_onnx_model_destroy(&m);
+    qcal_calib_session_destroy(&s);
+}
+
 int main(void)
 {
     if (!qcal_onnx_available()) {
@@ -593,6 +686,7 @@ int main(void)
         cmocka_unit_test(test_qdq_tensorrt),
         cmocka_unit_test(test_tensorrt_residual_add),
         cmocka_unit_test(test_opset_strict_exclude),
+        cmocka_unit_test(test_subgraph_and_axes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
