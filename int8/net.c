@@ -28,6 +28,9 @@
  * chunk size and cached (opt.cache_entries, LRU). */
 #include <float.h>
 #include <math.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +56,9 @@ void qcal_int8_net_options_default(qcal_int8_net_options *opt)
     opt->nonfinite_error = false;
     opt->bias_f32 = false;
     opt->chunk_parallel = true;
+    opt->weight_split = QCAL_INT8_SPLIT_AUTO;
 }
+
 
 void qcal_int8_conv2d_params_default(qcal_int8_conv2d_params *p)
 {
@@ -83,6 +88,32 @@ void qcal_int8_pool2d_params_default(qcal_int8_pool2d_params *p)
 #if QCAL_HAVE_DNNL
 
 #include <oneapi/dnnl/dnnl.h>
+
+/* Whether oneDNN's int8 kernels may use VNNI (vpdpbusd: u8 x s8 products summed exactly in
+ * 32 bits). Without it they use vpmaddubsw, which sums two products in a saturating 16-bit
+ * lane: 255 * 127 * 2 > 32767. The CPU must have AVX-512 VNNI (with AVX-512 BW/DQ/VL, as
+ * oneDNN's avx512_core_vnni) or AVX-VNNI, and DNNL_MAX_CPU_ISA must not cap below them. */
+static bool onednn_has_vnni(void)
+{
+    bool cpu = false;
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+        const bool avx512_core = (b & (1u << 16)) && (b & (1u << 17)) && (b & (1u << 30)) &&
+                                 (b & (1u << 31));
+        cpu = avx512_core && (c & (1u << 11));
+        unsigned a1, b1, c1, d1;
+        if (!cpu && __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1))
+            cpu = (a1 & (1u << 4)) != 0;   /* AVX-VNNI */
+    }
+#endif
+    if (!cpu)
+        return false;
+    /* dnnl_cpu_isa_t is a bit set: avx512_core_vnni carries 0x40, avx2_vnni 0x400;
+     * dnnl_cpu_isa_all (0) means no cap. */
+    const unsigned eff = (unsigned)dnnl_get_effective_cpu_isa();
+    return eff == 0 || (eff & 0x40u) || (eff & 0x400u);
+}
 
 /* ---------------------------------------------------------------- structures */
 
@@ -120,6 +151,8 @@ typedef struct layer {
     float *oscale;               /* [oc] oneDNN output scales */
     void *bias;                  /* [oc] int32 or float, accumulator units; NULL = none */
     bool bias_f32;
+    bool split;                  /* wq holds (oc, 2 * K): floor(w/2) then ceil(w/2) against the
+                                  * input repeated twice (oneDNN without VNNI) */
     dnnl_memory_desc_t wplain_md;
     dnnl_memory_t wmem;          /* weights in the layout the first plan chose */
     dnnl_memory_t bmem;
@@ -136,7 +169,8 @@ typedef struct plan {
     dnnl_memory_t *act;          /* [nlayers + 1]: act[0] is the quantized input */
     dnnl_primitive_t *prim;      /* [nlayers] */
     dnnl_memory_t *wown;         /* [nlayers] plan-owned weights if the layout differs */
-    dnnl_memory_t *alias;        /* [nlayers] 2-D (N, H*W*C) view of a linear layer's NHWC src */
+    dnnl_memory_t *alias;        /* [nlayers] 2-D (N, H*W*C) view of a linear layer's NHWC src,
+                                  * or a split layer's own source (its input repeated twice) */
     dnnl_memory_t *scratch;      /* [nlayers] user scratchpads (primitives may be shared by the
                                   * primitive cache across slots; their scratchpads are not) */
     char (*impl)[64];            /* [nlayers] implementation names */
@@ -155,6 +189,7 @@ struct qcal_int8_net {
     float cur_scale;
     int32_t cur_zp;
     bool closed;                 /* last layer outputs f32: nothing may follow */
+    bool split;                  /* conv / linear weights split in halves (weight_split) */
     layer *layers;
     int32_t nlayers, cap;
     plan **plans;
@@ -374,12 +409,18 @@ qcal_status qcal_int8_net_create(const qcal_int8_net_options *opt, int32_t ndim,
     if (o.cache_entries < 1)
         return qcal_error(QCAL_ERR_INVALID_ARG, "int8_net_create: cache_entries %d must be >= 1",
                           o.cache_entries);
+    if (o.weight_split != QCAL_INT8_SPLIT_AUTO && o.weight_split != QCAL_INT8_SPLIT_ALWAYS &&
+        o.weight_split != QCAL_INT8_SPLIT_NEVER)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "int8_net_create: weight_split %d is not auto "
+                          "(0), always (1) or never (2)", (int)o.weight_split);
 
     qcal_status rc = QCAL_OK;
     qcal_int8_net *net = qcal_calloc(1, sizeof *net);
     if (!net)
         return QCAL_ERR_NO_MEMORY;
     net->opt = o;
+    net->split = o.weight_split == QCAL_INT8_SPLIT_ALWAYS ||
+                 (o.weight_split == QCAL_INT8_SPLIT_AUTO && !onednn_has_vnni());
     net->in = in;
     net->cur = in;
     net->in_scale = in_scale;
@@ -553,14 +594,46 @@ static qcal_status permute_chw_to_hwc(layer *l)
 }
 
 /* Creates l->wplain_md and l->bmem after the quantities are known. */
+/* Splits l's final s8 weights (oc, K), each row contiguous (oihw or oi), into
+ * (oc, 2 * K): row o becomes floor(w/2) over K, then ceil(w/2) over K. Both halves lie in
+ * [-64, 64], so two u8 x s8 products sum to at most 2 * 255 * 64 = 32640 < 32767 and
+ * vpmaddubsw cannot saturate; against the input repeated twice along the reduction
+ * (conv: channels c, c; linear: features f, f) the sum is exactly sum(x * w). */
+static qcal_status split_weights(layer *l, int64_t k)
+{
+    int8_t *w2 = qcal_malloc((size_t)l->oc * (size_t)k * 2);
+    if (!w2)
+        return QCAL_ERR_NO_MEMORY;
+    for (int64_t o = 0; o < l->oc; o++) {
+        const int8_t *src = l->wq + o * k;
+        int8_t *lo = w2 + o * 2 * k, *hi = lo + k;
+        for (int64_t j = 0; j < k; j++) {
+            const int w = src[j];
+            const int a = w >= 0 ? w / 2 : -((-w + 1) / 2);   /* floor(w / 2) */
+            lo[j] = (int8_t)a;
+            hi[j] = (int8_t)(w - a);
+        }
+    }
+    free(l->wq);
+    l->wq = w2;
+    l->split = true;
+    return QCAL_OK;
+}
+
 static qcal_status layer_memories(qcal_int8_net *net, layer *l, const char *what)
 {
     qcal_status rc = QCAL_OK;
+    const int64_t rep = net->split ? 2 : 1;
+    if (net->split) {
+        const int64_t k = l->kind == LAYER_CONV ? l->in.c * l->kh * l->kw : shape_numel(&l->in);
+        if ((rc = split_weights(l, k)) != QCAL_OK)
+            return rc;
+    }
     if (l->kind == LAYER_CONV) {
-        dnnl_dims_t d = {l->oc, l->in.c, l->kh, l->kw};
+        dnnl_dims_t d = {l->oc, rep * l->in.c, l->kh, l->kw};
         DNNL_TRY(dnnl_memory_desc_init_by_tag, (&l->wplain_md, 4, d, dnnl_s8, dnnl_oihw));
     } else {
-        dnnl_dims_t d = {l->oc, shape_numel(&l->in)};
+        dnnl_dims_t d = {l->oc, rep * shape_numel(&l->in)};
         DNNL_TRY(dnnl_memory_desc_init_by_tag, (&l->wplain_md, 2, d, dnnl_s8, dnnl_oi));
     }
     if (l->bias) {
@@ -950,11 +1023,14 @@ static qcal_status build_layer(qcal_int8_net *net, plan *pl, int32_t i, int64_t 
     dnnl_primitive_desc_t pd = NULL;
     dnnl_memory_t wplain = NULL;
 
+    const int64_t rep = l->split ? 2 : 1;
     if (l->kind == LAYER_LINEAR) {
-        act_shape flat = {1, shape_numel(&l->in), 1, 1};
+        act_shape flat = {1, rep * shape_numel(&l->in), 1, 1};
         act_md(&src_md, batch, &flat, dnnl_u8, &st);
     } else {
-        act_md(&src_md, batch, &l->in, dnnl_u8, &st);
+        act_shape in = l->in;
+        in.c *= rep;
+        act_md(&src_md, batch, &in, dnnl_u8, &st);
     }
     if (st == dnnl_success)
         act_md(&dst_md, batch, &l->out, l->out_type == QCAL_INT8_OUT_F32 ? dnnl_f32 : dnnl_u8, &st);
@@ -1019,7 +1095,7 @@ static qcal_status build_layer(qcal_int8_net *net, plan *pl, int32_t i, int64_t 
     }
     const char *impl = NULL;
     DNNL_TRY(dnnl_primitive_desc_query, (pd, dnnl_query_impl_info_str, 0, &impl));
-    snprintf(pl->impl[i], sizeof pl->impl[i], "%s", impl ? impl : "?");
+    snprintf(pl->impl[i], sizeof pl->impl[i], "%s%s", impl ? impl : "?", l->split ? " split" : "");
     DNNL_TRY(dnnl_primitive_create, (&pl->prim[i], pd));
     DNNL_TRY(dnnl_memory_create, (&pl->act[i + 1], &dst_md, net->engine, DNNL_MEMORY_ALLOCATE));
     {
@@ -1027,7 +1103,10 @@ static qcal_status build_layer(qcal_int8_net *net, plan *pl, int32_t i, int64_t 
         if (smd && dnnl_memory_desc_get_size(smd) > 0)
             DNNL_TRY(dnnl_memory_create, (&pl->scratch[i], smd, net->engine, DNNL_MEMORY_ALLOCATE));
     }
-    if (l->kind == LAYER_LINEAR && l->in.ndim == 3) {
+    if (l->split) {
+        /* The layer's own source: its input repeated twice, filled by run_chunk. */
+        DNNL_TRY(dnnl_memory_create, (&pl->alias[i], &src_md, net->engine, DNNL_MEMORY_ALLOCATE));
+    } else if (l->kind == LAYER_LINEAR && l->in.ndim == 3) {
         /* The NHWC activation read as (N, H*W*C): same bytes, 2-D view. */
         void *h = NULL;
         DNNL_TRY(dnnl_memory_get_data_handle, (pl->act[i], &h));
@@ -1177,6 +1256,26 @@ static bool last_is_f32(const qcal_int8_net *net)
     return net->nlayers > 0 && net->layers[net->nlayers - 1].out_type == QCAL_INT8_OUT_F32;
 }
 
+/* Fills split layer i's source (pl->alias[i]) from its input act[i] (u8 NHWC or (N, F)):
+ * conv: each pixel's C channels twice; linear: each sample's features twice. */
+static qcal_status repeat_source(const plan *pl, int32_t i, const layer *l, int64_t b)
+{
+    void *from = NULL, *to = NULL;
+    qcal_status rc;
+    if ((rc = get_ptr(pl->act[i], &from, "a split layer's input")) != QCAL_OK ||
+        (rc = get_ptr(pl->alias[i], &to, "a split layer's source")) != QCAL_OK)
+        return rc;
+    const int64_t run = l->kind == LAYER_CONV ? l->in.c : shape_numel(&l->in);
+    const int64_t runs = l->kind == LAYER_CONV ? b * l->in.h * l->in.w : b;
+    const uint8_t *s = from;
+    uint8_t *d = to;
+    for (int64_t r = 0; r < runs; r++, s += run, d += 2 * run) {
+        memcpy(d, s, (size_t)run);
+        memcpy(d + run, s, (size_t)run);
+    }
+    return QCAL_OK;
+}
+
 /* Runs b samples (src, caller's NCHW f32) through plan pl and writes the output rows to dst
  * (u8 codes, f32 output, or dequantized codes). Touches only pl's buffers and stream, so
  * different plans run concurrently. *nonfinite gets the count of non-finite inputs. */
@@ -1212,6 +1311,8 @@ static qcal_status run_chunk(const qcal_int8_net *net, const plan *pl, const flo
         const layer *l = &net->layers[i];
         dnnl_exec_arg_t args[5];
         int n = 0;
+        if (l->split && (rc = repeat_source(pl, i, l, b)) != QCAL_OK)
+            return rc;
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, pl->alias[i] ? pl->alias[i] : pl->act[i]};
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, pl->act[i + 1]};
         if (l->kind != LAYER_POOL) {

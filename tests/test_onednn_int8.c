@@ -220,6 +220,11 @@ typedef struct conv_case {
     uint64_t seed;
 } conv_case;
 
+static void expect_err(qcal_status got, qcal_status want, const char *needle);
+
+/* Options of the nets run_conv_case builds (NULL: defaults). */
+static const qcal_int8_net_options *g_conv_opt;
+
 static void run_conv_case(const conv_case *cc)
 {
     rng_seed(cc->seed);
@@ -251,7 +256,7 @@ static void run_conv_case(const conv_case *cc)
     /* int8 net */
     qcal_int8_net *net = NULL;
     const int64_t shape[3] = {cc->c, cc->h, cc->w};
-    assert_int_equal(qcal_int8_net_create(NULL, 3, shape, U8Q(in_s, in_zp), &net), QCAL_OK);
+    assert_int_equal(qcal_int8_net_create(g_conv_opt, 3, shape, U8Q(in_s, in_zp), &net), QCAL_OK);
     qcal_int8_conv2d_params p;
     qcal_int8_conv2d_params_default(&p);
     p.out_channels = cc->oc;
@@ -319,6 +324,83 @@ static void test_conv_no_relu_odd(void **state)
     run_conv_case(&cc);
     conv_case cc2 = {1, 6, 7, 7, 3, 1, 1, 1, 1, 0, 0, false, false, 0.5f, 4.0f, 3};
     run_conv_case(&cc2);
+}
+
+/* One conv (full-range weights, inputs up to code 255: two products reach 2 * 255 * 127,
+ * beyond int16) then one linear, built with the given weight_split; returns the u8 codes. */
+static uint8_t *split_net_codes(qcal_int8_split split, const char **impl0)
+{
+    rng_seed(31);
+    const int64_t n = 6, c = 8, h = 9, w = 9, oc = 12, k = c * 3 * 3, f = 10;
+    float *x = rand_array(n * c * h * w, 0.0f, 1.0f);
+    float *wc = rand_array(oc * k, -0.5f, 0.5f), *wl = rand_array(f * oc * h * w, -0.5f, 0.5f);
+    qcal_int8_net_options o;
+    qcal_int8_net_options_default(&o);
+    o.weight_split = split;
+    qcal_int8_net *net = NULL;
+    const int64_t shape[3] = {c, h, w};
+    assert_int_equal(qcal_int8_net_create(&o, 3, shape, U8Q(1.0f / 255.0f, 0), &net), QCAL_OK);
+    qcal_int8_conv2d_params p;
+    qcal_int8_conv2d_params_default(&p);
+    p.out_channels = oc;
+    p.kernel_h = p.kernel_w = 3;
+    p.pad_h = p.pad_w = 1;
+    p.weight = wc;
+    p.relu = true;
+    p.out_qparams = U8Q(0.05f, 0);
+    assert_int_equal(qcal_int8_net_add_conv2d(net, &p), QCAL_OK);
+    qcal_int8_linear_params lp;
+    qcal_int8_linear_params_default(&lp);
+    lp.out_features = f;
+    lp.weight = wl;
+    lp.out_qparams = U8Q(0.2f, 128);
+    assert_int_equal(qcal_int8_net_add_linear(net, &lp), QCAL_OK);
+    uint8_t *q = malloc((size_t)(n * f));
+    assert_int_equal(qcal_int8_net_forward_u8(net, n, x, q), QCAL_OK);
+    const char *impl = NULL;
+    assert_int_equal(qcal_int8_net_impl(net, 0, &impl), QCAL_OK);
+    static char name[64];
+    snprintf(name, sizeof name, "%s", impl);
+    *impl0 = name;
+    qcal_int8_net_destroy(&net);
+    free(x); free(wc); free(wl);
+    return q;
+}
+
+/* weight_split: split layers give the exact codes (the conv cases' reference checks pass),
+ * the same codes as the default choice (on a VNNI CPU: the unsplit VNNI path), say so in
+ * their impl name; a bad value is refused. */
+static void test_weight_split(void **state)
+{
+    (void)state;
+    qcal_int8_net_options o;
+    qcal_int8_net_options_default(&o);
+    assert_int_equal(o.weight_split, QCAL_INT8_SPLIT_AUTO);
+    o.weight_split = QCAL_INT8_SPLIT_ALWAYS;
+    g_conv_opt = &o;
+    conv_case a = {3, 3, 11, 9, 5, 3, 3, 2, 1, 1, 0, true, true, -2.0f, 1.5f, 1};
+    conv_case b = {2, 17, 13, 10, 19, 5, 3, 1, 2, 2, 1, false, true, -0.7f, 3.0f, 2};
+    conv_case c = {8, 1, 28, 28, 32, 3, 3, 1, 1, 1, 1, true, true, -0.81f, 2.02f, 4};
+    run_conv_case(&a);
+    run_conv_case(&b);
+    run_conv_case(&c);
+    g_conv_opt = NULL;
+
+    const char *impl = NULL;
+    uint8_t *always = split_net_codes(QCAL_INT8_SPLIT_ALWAYS, &impl);
+    size_t len = strlen(impl);
+    assert_true(len > 6 && strcmp(impl + len - 6, " split") == 0);
+    uint8_t *deflt = split_net_codes(QCAL_INT8_SPLIT_AUTO, &impl);
+    assert_memory_equal(always, deflt, 60);
+    free(always);
+    free(deflt);
+
+    o.weight_split = (qcal_int8_split)7;
+    qcal_int8_net *net = NULL;
+    const int64_t shape[3] = {1, 4, 4};
+    expect_err(qcal_int8_net_create(&o, 3, shape, U8Q(0.1f, 0), &net), QCAL_ERR_INVALID_ARG,
+               "weight_split 7");
+    assert_null(net);
 }
 
 static void test_conv_first_layer(void **state)
@@ -1229,6 +1311,7 @@ int main(void)
         cmocka_unit_test(test_conv_first_layer),
         cmocka_unit_test(test_maxpool_exact),
         cmocka_unit_test(test_linear_u8_and_f32),
+        cmocka_unit_test(test_weight_split),
         cmocka_unit_test(test_cnn_stack),
         cmocka_unit_test(test_from_table),
         cmocka_unit_test(test_pytorch_golden),

@@ -43,8 +43,10 @@
  * (its OpenMP runtime, given that count for the call), see chunk_parallel.
  * Without oneDNN (built with -Donednn=disabled) every function returns
  * QCAL_ERR_UNSUPPORTED. On CPUs without AVX-512 VNNI / AVX-VNNI, oneDNN's u8 x s8 kernels
- * (vpmaddubsw) may saturate 16-bit pair sums for large weights; PyTorch avoids it with
- * reduce_range. qcal does not adjust the weights: see docs/int8.md. */
+ * (vpmaddubsw) saturate 16-bit sums of two products for large weights; qcal then splits
+ * each weight w into floor(w/2) + ceil(w/2), both in [-64, 64], along a doubled input (see
+ * weight_split): the products can no longer saturate and the results equal the VNNI path's
+ * (docs/int8.md). */
 #ifndef QCAL_INT8_H
 #define QCAL_INT8_H
 
@@ -63,6 +65,13 @@ typedef enum qcal_int8_out_type {
     QCAL_INT8_OUT_F32 = 1,   /* float32 (dequantized accumulator): must be the last layer */
 } qcal_int8_out_type;
 
+/* How conv / linear weights reach oneDNN (qcal_int8_net_options.weight_split). */
+typedef enum qcal_int8_split {
+    QCAL_INT8_SPLIT_AUTO = 0,    /* split where oneDNN has no VNNI (its u8 x s8 pairs saturate) */
+    QCAL_INT8_SPLIT_ALWAYS = 1,  /* split on every CPU (tests the path; 2x the MACs) */
+    QCAL_INT8_SPLIT_NEVER = 2,   /* never: full-range weights may saturate without VNNI */
+} qcal_int8_split;
+
 typedef struct qcal_int8_net_options {
     int64_t batch_chunk;     /* default 128: forward() runs primitives on at most this many
                               * samples at a time (bounded memory); >= 1 */
@@ -76,6 +85,12 @@ typedef struct qcal_int8_net_options {
     bool chunk_parallel;     /* default true: with OpenMP and >= 2 full chunks, forward runs
                               * whole chunks on separate threads (oneDNN single-threaded
                               * inside); false: oneDNN threads each primitive. Same results. */
+    qcal_int8_split weight_split; /* default QCAL_INT8_SPLIT_AUTO: each s8 weight w is stored
+                              * as the pair floor(w/2), ceil(w/2) against the input repeated
+                              * twice along the reduction, when oneDNN cannot use VNNI (CPU
+                              * without AVX-512 VNNI / AVX-VNNI, or capped by DNNL_MAX_CPU_ISA);
+                              * exact (same codes), at twice the MACs. The layer's impl name
+                              * (qcal_int8_net_impl) then ends in " split". */
 } qcal_int8_net_options;
 
 typedef struct qcal_int8_conv2d_params {
