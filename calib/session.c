@@ -776,8 +776,18 @@ qcal_status qcal_calib_session_adopt(qcal_calib_session *s, const char *fqn, qca
     } else if ((st = alloc_entry(s, fqn, role, h, obs, &e)) == QCAL_OK) {
         e->elements = elements;
         st = insert_locked(s, e);
-        if (st != QCAL_OK)
+        if (st != QCAL_OK) {
             entry_free(s, e);
+        } else {
+            /* Counted toward max_memory (never refused: the data is already held). */
+            uint64_t state = 0, peak = 0;
+            if (qcal_observer_config_memory(qcal_observer_get_config(e->obs), 1, &state,
+                                            &peak) == QCAL_OK) {
+                s->state_bytes += state;
+                if (peak - state > s->extra_bytes)
+                    s->extra_bytes = peak - state;
+            }
+        }
     }
     pthread_rwlock_unlock(&s->lock);
     return st;

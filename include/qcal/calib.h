@@ -121,7 +121,8 @@ typedef struct qcal_calib_session_options {
                                      * qcal_observer_config_memory); the observe call that
                                      * would create an entry past it fails with
                                      * QCAL_ERR_NO_MEMORY naming the entry, the estimate and
-                                     * the limit, before allocating */
+                                     * the limit, before allocating (entries loaded or merged
+                                     * in count toward it and are never refused) */
     qcal_progress_fn progress;      /* default NULL: called by qcal_calib_session_table after
                                      * each entry's qparams (done, total, fqn), on the calling
                                      * thread */
