@@ -537,3 +537,123 @@ qcal_status qcal_safetensors_write_f32(const char *path, int64_t n, const char *
     }
     return qcal_atomic_file_commit(&f);
 }
+
+/* ---- any-dtype header (streaming writers) -------------------------------------------- */
+
+int qcal_safetensors_dtype_size(const char *dtype)
+{
+    for (size_t k = 0; dtype && k < sizeof dtypes / sizeof dtypes[0]; k++)
+        if (!strcmp(dtypes[k].name, dtype))
+            return dtypes[k].size;
+    return 0;
+}
+
+qcal_status qcal_safetensors_bytes(const qcal_safetensors *st, int64_t i, const void **bytes)
+{
+    qcal_status s = check_index(st, i);
+    if (s != QCAL_OK)
+        return s;
+    if (!bytes)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_safetensors_bytes: bytes is NULL");
+    *bytes = st->map + st->info[i].offset;
+    return QCAL_OK;
+}
+
+qcal_status qcal_safetensors_header(int64_t n, const qcal_safetensors_desc *d, int64_t n_meta,
+                                    const char *const *meta, void **out, size_t *len,
+                                    int64_t *data_bytes)
+{
+    if (n < 0 || (n > 0 && !d) || n_meta < 0 || (n_meta > 0 && !meta) || !out || !len ||
+        !data_bytes)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_safetensors_header: bad arguments "
+                          "(n %lld, n_meta %lld)", (long long)n, (long long)n_meta);
+    qcal_buf h = {0};
+    qcal_status s = QCAL_OK;
+    int64_t off = 0;
+    buf_str(&h, "________{");   /* the 8 length bytes, filled in at the end */
+    if (n_meta > 0) {
+        buf_str(&h, "\"__metadata__\":{");
+        for (int64_t k = 0; k < n_meta && s == QCAL_OK; k++) {
+            if (!meta[2 * k] || !meta[2 * k + 1]) {
+                s = qcal_error(QCAL_ERR_INVALID_ARG, "metadata entry %lld is NULL", (long long)k);
+                break;
+            }
+            if (k)
+                buf_str(&h, ",");
+            json_string(&h, meta[2 * k]);
+            buf_str(&h, ":");
+            json_string(&h, meta[2 * k + 1]);
+        }
+        buf_str(&h, "}");
+    }
+    for (int64_t i = 0; i < n && s == QCAL_OK; i++) {
+        const qcal_safetensors_desc *t = &d[i];
+        int size = qcal_safetensors_dtype_size(t->dtype);
+        if (!t->name || !*t->name || !strcmp(t->name, "__metadata__")) {
+            s = qcal_error(QCAL_ERR_INVALID_ARG, "tensor %lld has an empty or reserved name",
+                           (long long)i);
+            break;
+        }
+        if (!size) {
+            s = qcal_error(QCAL_ERR_INVALID_ARG, "tensor '%s': unknown safetensors dtype '%s'",
+                           t->name, t->dtype ? t->dtype : "(null)");
+            break;
+        }
+        for (int64_t j = 0; j < i && s == QCAL_OK; j++)
+            if (!strcmp(t->name, d[j].name))
+                s = qcal_error(QCAL_ERR_INVALID_ARG, "tensor name '%s' appears twice (%lld "
+                               "and %lld)", t->name, (long long)j, (long long)i);
+        if (s != QCAL_OK)
+            break;
+        if (t->ndim < 0 || t->ndim > QCAL_MAX_DIMS) {
+            s = qcal_error(QCAL_ERR_INVALID_ARG, "tensor '%s': %d dimensions", t->name,
+                           (int)t->ndim);
+            break;
+        }
+        int64_t numel = 1, end;
+        for (int32_t k = 0; k < t->ndim && s == QCAL_OK; k++)
+            if (t->shape[k] < 0 || !qcal_mul_i64(numel, t->shape[k], &numel))
+                s = qcal_error(QCAL_ERR_OVERFLOW, "tensor '%s': bad or overflowing shape",
+                               t->name);
+        if (s != QCAL_OK)
+            break;
+        if (!qcal_mul_i64(numel, size, &end) || !qcal_add_i64(off, end, &end)) {
+            s = qcal_error(QCAL_ERR_OVERFLOW, "safetensors data size overflows at tensor '%s'",
+                           t->name);
+            break;
+        }
+        char tmp[64];
+        if (i || n_meta > 0)
+            buf_str(&h, ",");
+        json_string(&h, t->name);
+        buf_str(&h, ":{\"dtype\":");
+        json_string(&h, t->dtype);
+        buf_str(&h, ",\"shape\":[");
+        for (int32_t k = 0; k < t->ndim; k++) {
+            snprintf(tmp, sizeof tmp, k ? ",%lld" : "%lld", (long long)t->shape[k]);
+            buf_str(&h, tmp);
+        }
+        snprintf(tmp, sizeof tmp, "],\"data_offsets\":[%lld,%lld]}", (long long)off,
+                 (long long)end);
+        buf_str(&h, tmp);
+        off = end;
+    }
+    if (s != QCAL_OK) {
+        qcal_buf_free(&h);
+        return s;
+    }
+    buf_str(&h, "}");
+    while ((h.len - 8) % 8)
+        buf_str(&h, " ");
+    if (h.failed) {
+        qcal_buf_free(&h);
+        return qcal_error(QCAL_ERR_NO_MEMORY, "cannot build the safetensors header");
+    }
+    uint64_t hl = h.len - 8;
+    for (int k = 0; k < 8; k++)
+        ((uint8_t *)h.data)[k] = (uint8_t)(hl >> (8 * k));
+    *out = h.data;
+    *len = h.len;
+    *data_bytes = off;
+    return QCAL_OK;
+}

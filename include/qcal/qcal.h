@@ -18,6 +18,7 @@
 #include "qcal/numeric.h"
 #include "qcal/calib.h"
 #include "qcal/calib_dump.h"
+#include "qcal/checkpoint_fp8.h"
 #include "qcal/evaluate.h"
 #include "qcal/int8.h"
 

@@ -11,7 +11,10 @@
  * numel * dtype size; tensors tile the data section without overlap or hole, and the
  * section ends at the last tensor (the rules of the reference implementation).
  * A dtype the format knows but qcal cannot convert (I64, U8, BOOL, ...) is listed with
- * its name, and reading it is QCAL_ERR_UNSUPPORTED; an unknown dtype string fails open. */
+ * its name, and reading it is QCAL_ERR_UNSUPPORTED; an unknown dtype string fails open.
+ * Writers: qcal_safetensors_write_f32 (float32 tensors in memory) and
+ * qcal_safetensors_header for files of any dtypes (FP8 checkpoints: F8_E4M3, F8_E5M2)
+ * streamed by the caller. */
 #ifndef QCAL_SAFETENSORS_H
 #define QCAL_SAFETENSORS_H
 
@@ -77,6 +80,11 @@ QCAL_API qcal_status qcal_safetensors_read_f32(const qcal_safetensors *st, int64
 QCAL_API qcal_status qcal_safetensors_raw(const qcal_safetensors *st, int64_t i,
                                           const void **bytes);
 
+/* The bytes of tensor i in the mapping, any dtype (info.nbytes of them, little-endian as
+ * stored; valid until close): what a writer copies unchanged. */
+QCAL_API qcal_status qcal_safetensors_bytes(const qcal_safetensors *st, int64_t i,
+                                            const void **bytes);
+
 /* Tells the kernel that tensor i's pages will not be needed again (streaming readers call
  * it after each tensor so page cache can be reclaimed). Always succeeds on a valid index. */
 QCAL_API qcal_status qcal_safetensors_release(const qcal_safetensors *st, int64_t i);
@@ -89,6 +97,29 @@ QCAL_API qcal_status qcal_safetensors_write_f32(const char *path, int64_t n,
                                                 const char *const *names,
                                                 const qcal_tensor *tensors,
                                                 int64_t n_meta, const char *const *meta);
+
+/* One tensor of a file being written: its name, dtype as safetensors spells it ("F32",
+ * "F16", "BF16", "F64", "F8_E4M3", "F8_E5M2", "I8", "U8", ..., "BOOL") and shape. */
+typedef struct qcal_safetensors_desc {
+    const char *name;
+    const char *dtype;
+    int32_t ndim;                      /* 0..QCAL_MAX_DIMS (0: a scalar, one element) */
+    int64_t shape[QCAL_MAX_DIMS];
+} qcal_safetensors_desc;
+
+/* The first bytes of a file holding the n tensors of d, stored in this order with
+ * consecutive data offsets: the 8-byte length and the JSON header (keys in the given order,
+ * "__metadata__" first when n_meta > 0, padded with spaces to a multiple of 8). *out
+ * (malloc'd, the caller frees it) gets *len bytes; *data_bytes the size of the data section
+ * that must follow (each tensor's numel * dtype size bytes, in order). Streaming writers
+ * (checkpoints larger than memory) write this, then each tensor's bytes. Unknown dtype,
+ * empty, reserved or repeated names, bad shapes: QCAL_ERR_INVALID_ARG. */
+QCAL_API qcal_status qcal_safetensors_header(int64_t n, const qcal_safetensors_desc *d,
+                                             int64_t n_meta, const char *const *meta,
+                                             void **out, size_t *len, int64_t *data_bytes);
+
+/* Bytes per element of a safetensors dtype name (1 for F8_E4M3), 0 for an unknown name. */
+QCAL_API int qcal_safetensors_dtype_size(const char *dtype);
 
 #ifdef __cplusplus
 }
