@@ -3,6 +3,7 @@
  * formats. Steps, one function each: options -> rules -> dump scan (qcal_calib_dump_scan:
  * a list of (name, role, files)) -> feeding -> table -> output (tools/cli_table_out.c). */
 #include <dirent.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -10,6 +11,7 @@
 
 #include <qcal/calib.h>
 #include <qcal/calib_dump.h>
+#include <qcal/checkpoint_fp8.h>
 
 #include "cli_common.h"
 #include "cli_dist.h"
@@ -22,6 +24,9 @@ static const char help[] =
     "usage: qcal calibrate DIR -o OUT [--format F[,F...]] [--rules RULES]\n"
     "                      [--weights MODEL.safetensors ...] [--save-state FILE]\n"
     "                      [OBSERVER OPTIONS]\n"
+    "       qcal calibrate DIR --weights MODEL.safetensors --dtype float8_e4m3fn -o OUTDIR\n"
+    "                      --format compressed-tensors|modelopt [--weight-scale tensor|channel]\n"
+    "                      [--fused-input-scale own|max] [--model-config config.json]\n"
     "\n"
     "Calibrates every tensor dumped under DIR and writes a calibration table to OUT.\n"
     "DIR/manifest.json, if present, lists the tensors: {\"tensors\": [{\"name\": N, \"role\":\n"
@@ -49,6 +54,23 @@ static const char help[] =
     "                           memory exceeds SIZE (bytes, or with K, M, G, T: binary\n"
     "                           units; default 2G; 0: no limit); docs/observers.md, Memory\n"
     "  -q, --quiet              no progress report on stderr\n"
+    "  --format compressed-tensors | modelopt\n"
+    "                           an FP8 serving checkpoint in the directory OUTDIR instead of a\n"
+    "                           table (docs/fp8.md): each --weights file with every linear\n"
+    "                           whose input DIR holds as '<module>.input' in float8_e4m3fn,\n"
+    "                           <module>.weight_scale and <module>.input_scale (float32), KV\n"
+    "                           scales <attn>.k_scale/v_scale from '<attn>.k_proj.output' and\n"
+    "                           '<attn>.v_proj.output', other tensors copied; config.json\n"
+    "                           (compressed-tensors) or hf_quant_config.json (modelopt). All\n"
+    "                           files are written or none\n"
+    "  --weight-scale S         checkpoints: tensor (default; one weight_scale per weight) or\n"
+    "                           channel (shape (out, 1), from the per-channel weight observer)\n"
+    "  --fused-input-scale F    checkpoints: own (default; q/k/v_proj and gate/up_proj keep\n"
+    "                           their own input_scale, vLLM loads their max) or max (each\n"
+    "                           gets the max of its group)\n"
+    "  --model-config FILE      checkpoints: the model's config.json that compressed-tensors\n"
+    "                           extends with quantization_config (modelopt copies it)\n"
+    "                           (default: config.json beside the first --weights file, if any)\n"
     "  --save-state FILE        also save the calibration session (docs/state.md), atomically;\n"
     "                           'qcal merge' combines sessions calibrated on parts of a dump\n"
     "                           into the table of the whole dump\n"
@@ -81,7 +103,7 @@ static const char help_tail[] =
     "need --oversubscribe.\n";
 
 enum { OPT_HELP = 1, OPT_RULES, OPT_WEIGHTS, OPT_SAVE_STATE, OPT_ALLOW_EMPTY, OPT_MAX_MEMORY,
-       OPT_QUIET };
+       OPT_QUIET, OPT_WEIGHT_SCALE, OPT_FUSED_INPUT_SCALE, OPT_MODEL_CONFIG };
 
 static const cli_opt opts[] = {
     { "help", 'h', false, OPT_HELP },
@@ -91,6 +113,9 @@ static const cli_opt opts[] = {
     { "allow-empty", 0, false, OPT_ALLOW_EMPTY },
     { "max-memory", 0, true, OPT_MAX_MEMORY },
     { "quiet", 'q', false, OPT_QUIET },
+    { "weight-scale", 0, true, OPT_WEIGHT_SCALE },
+    { "fused-input-scale", 0, true, OPT_FUSED_INPUT_SCALE },
+    { "model-config", 0, true, OPT_MODEL_CONFIG },
     CLI_TABLE_OUT_OPTS,
     CLI_OBSERVER_OPTS,
     { 0 },
@@ -109,7 +134,95 @@ typedef struct calib_args {
     bool quiet;                /* -q, --quiet */
     uint64_t max_memory;       /* --max-memory, 0: no limit */
     cli_table_out out;
+    bool ckpt;                 /* --format compressed-tensors | modelopt */
+    qcal_fp8_checkpoint_options co;
+    const char *weight_scale, *fused, *model_config;
 } calib_args;
+
+/* --format compressed-tensors / modelopt (alone): an FP8 checkpoint instead of a table.
+ * Returns 1 when val is one of them (a->ckpt set), 0 for table formats, or an exit code
+ * (reported, negated) when they are mixed. */
+static int ckpt_format(const char *cmd, calib_args *a, const char *val)
+{
+    qcal_fp8_checkpoint_format f;
+    bool any = strstr(val, "compressed-tensors") || strstr(val, "modelopt");
+    if (!any)
+        return 0;
+    if (qcal_fp8_checkpoint_format_parse(val, &f) != QCAL_OK)
+        return -cli_fail(cmd, QCAL_EXIT_USAGE, "--format %s: the checkpoint formats "
+                         "(compressed-tensors, modelopt) are written alone", val);
+    qcal_clear_error();
+    a->ckpt = true;
+    a->co.format = f;
+    return 1;
+}
+
+/* Checks the checkpoint options before the work. */
+static int ckpt_check(const char *cmd, calib_args *a)
+{
+    for (int i = 0; i < a->oa.n; i++)
+        if (!strcmp(a->oa.key[i], "dtype") && strcmp(a->oa.value[i], "float8_e4m3fn"))
+            return cli_fail(cmd, QCAL_EXIT_USAGE, "--format %s: the checkpoint's weights are "
+                            "float8_e4m3fn (got --dtype %s)",
+                            qcal_fp8_checkpoint_format_name(a->co.format), a->oa.value[i]);
+    if (a->weight_scale && strcmp(a->weight_scale, "tensor") && strcmp(a->weight_scale, "channel"))
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--weight-scale %s: expected tensor or channel",
+                        a->weight_scale);
+    if (a->fused && strcmp(a->fused, "own") && strcmp(a->fused, "max"))
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--fused-input-scale %s: expected own or max",
+                        a->fused);
+    a->co.weight_per_channel = a->weight_scale && !strcmp(a->weight_scale, "channel");
+    a->co.fused_input_scale_max = a->fused && !strcmp(a->fused, "max");
+    if (!a->out.out)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "no output directory (-o OUTDIR)");
+    if (cli_output_is_stdout(a->out.out))
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--format %s writes a directory, not standard "
+                        "output", qcal_fp8_checkpoint_format_name(a->co.format));
+    if (a->nweights == 0)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--format %s needs the model: --weights "
+                        "MODEL.safetensors", qcal_fp8_checkpoint_format_name(a->co.format));
+    if (!a->dir)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--format %s needs the dump of the linears' "
+                        "inputs (DIR)", qcal_fp8_checkpoint_format_name(a->co.format));
+    if (a->out.nformats)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "the checkpoint formats (compressed-tensors, "
+                        "modelopt) are written alone");
+    if (a->model_config && access(a->model_config, R_OK) != 0)
+        return cli_fail(cmd, QCAL_EXIT_INPUT, "cannot read '%s': %s", a->model_config,
+                        strerror(errno));
+    struct stat sb;
+    if (stat(a->out.out, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return cli_fail(cmd, QCAL_EXIT_OUTPUT, "cannot write '%s': not a directory "
+                        "(checkpoints are written into a directory)", a->out.out);
+    return 0;
+}
+
+/* The model's config.json: --model-config, else config.json beside the first --weights. */
+static const char *model_config(const calib_args *a, char *buf, size_t cap)
+{
+    if (a->model_config)
+        return a->model_config;
+    const char *w = a->weights[0], *slash = strrchr(w, '/');
+    int n = slash ? snprintf(buf, cap, "%.*s/config.json", (int)(slash - w), w)
+                  : snprintf(buf, cap, "config.json");
+    return n > 0 && (size_t)n < cap && access(buf, R_OK) == 0 ? buf : NULL;
+}
+
+/* Writes the FP8 checkpoint; returns 0 or an exit code (reported). */
+static int write_checkpoint(const char *cmd, calib_args *a, const qcal_calib_table *table,
+                            qcal_fp8_checkpoint_summary *sum)
+{
+    char cfg[4096];
+    a->co.config_json = model_config(a, cfg, sizeof cfg);
+    qcal_status st = qcal_fp8_checkpoint_write(a->out.out, a->nweights, a->weights, table,
+                                               &a->co, sum);
+    if (st == QCAL_OK)
+        return 0;
+    int code = st == QCAL_ERR_IO ? QCAL_EXIT_OUTPUT
+             : st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE
+             : st == QCAL_ERR_EMPTY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT;
+    return cli_fail_status(cmd, code, st);
+}
 
 /* Parses the command line; returns 0, an exit code (reported), or -1 after --help. */
 static int parse_args(int argc, char **argv, calib_args *a, bool writer)
@@ -137,6 +250,9 @@ static int parse_args(int argc, char **argv, calib_args *a, bool writer)
             if ((rc = cli_parse_size(cmd, "--max-memory", val, &a->max_memory)))
                 return rc;
             break;
+        case OPT_WEIGHT_SCALE: a->weight_scale = val; break;
+        case OPT_FUSED_INPUT_SCALE: a->fused = val; break;
+        case OPT_MODEL_CONFIG: a->model_config = val; break;
         case CLI_POSITIONAL:
             if (a->dir)
                 return cli_fail(cmd, QCAL_EXIT_USAGE, "one dump directory expected, got '%s' "
@@ -144,6 +260,11 @@ static int parse_args(int argc, char **argv, calib_args *a, bool writer)
             a->dir = val;
             break;
         default:
+            if (id == CLI_OUT_FORMAT && (rc = ckpt_format(cmd, a, val)) != 0) {
+                if (rc < 0)
+                    return -rc;
+                break;
+            }
             if ((rc = cli_table_out_opt(cmd, &a->out, id, val)) >= 0) {
                 if (rc)
                     return rc;
@@ -156,6 +277,13 @@ static int parse_args(int argc, char **argv, calib_args *a, bool writer)
     if (!a->dir && a->nweights == 0)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "no dump directory (see 'qcal calibrate --help')");
     a->out.not_writer = !writer;   /* OUT may exist only where the writer runs */
+    if (a->ckpt) {
+        if ((rc = ckpt_check(cmd, a)))
+            return rc;
+        if (a->save_state && cli_output_is_stdout(a->save_state))
+            return 0;
+        return writer ? cli_output_check(cmd, a->save_state) : 0;
+    }
     rc = cli_table_out_check(cmd, &a->out);
     if (!rc && cli_output_is_stdout(a->out.out) && cli_output_is_stdout(a->save_state))
         rc = cli_fail(cmd, QCAL_EXIT_USAGE, "only one output can be '-' (standard output)");
@@ -613,6 +741,7 @@ static int calibrate(int argc, char **argv, cli_dist *dist)
     calib_args a;
     memset(&a, 0, sizeof a);
     cli_table_out_init(&a.out);
+    qcal_fp8_checkpoint_options_default(&a.co);
     a.weights = calloc((size_t)argc + 1, sizeof *a.weights);
     if (!a.weights)   /* the other ranks are waiting in the first agreement */
         return cli_dist_agree(dist, cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory"));
@@ -701,7 +830,9 @@ fed:
     cli_progress_phase(&prog, "writing", "outputs", 1);
     if (a.save_state && (rc = cli_session_state_stage(cmd, session, a.save_state, &staged)))
         goto done;
-    if ((rc = cli_table_out_write(cmd, &a.out, table))) {
+    qcal_fp8_checkpoint_summary csum;
+    if ((rc = a.ckpt ? write_checkpoint(cmd, &a, table, &csum)
+                     : cli_table_out_write(cmd, &a.out, table))) {
         cli_stage_abort(&staged);
         goto done;
     }
@@ -720,6 +851,8 @@ fed:
     }
     char fmts[128];
     cli_table_out_formats(&a.out, fmts, sizeof fmts);
+    if (a.ckpt)
+        snprintf(fmts, sizeof fmts, "%s", qcal_fp8_checkpoint_format_name(a.co.format));
     /* With an output on stdout (-o -, --save-state -) the summary goes to stderr. */
     FILE *say = cli_output_is_stdout(a.out.out) || cli_output_is_stdout(a.save_state) ? stderr
                                                                                       : stdout;
@@ -729,6 +862,17 @@ fed:
         fprintf(say, " and %ld safetensors weights (%ld tensors under 2 dimensions skipped)",
                 weights, skipped_1d);
     fprintf(say, "; %llu non-finite values skipped\n", (unsigned long long)nonfinite);
+    if (a.ckpt) {
+        fprintf(say, "qcal: calibrate: checkpoint: %lld linears in float8_e4m3fn, %lld "
+                "attention modules with KV-cache scales, %lld tensors copied, %lld linears "
+                "left in their dtype, %lld files\n", (long long)csum.quantized,
+                (long long)csum.kv_scales, (long long)csum.copied, (long long)csum.ignored,
+                (long long)csum.files);
+        if (csum.unmatched_inputs)
+            cli_warn(cmd, "%lld '<module>.input' activations have no 2-D '<module>.weight' in "
+                     "the model files: no scale written for them",
+                     (long long)csum.unmatched_inputs);
+    }
     rc = cli_flush(cmd, say);
 done:
     /* The last agreement: every rank ends with the same code (the writer's outcome, or the
