@@ -186,7 +186,7 @@ static qcal_status weight_scales(plan *p, shard *sh, int64_t i,
         if (e->no_data)
             return qcal_error(QCAL_ERR_EMPTY, "weight '%s' saw no finite value", e->fqn);
         if (!o->weight_per_channel) {
-            float amax;
+            float amax = 0.0f;
             qcal_status s = entry_amax(e, &amax);
             if (s != QCAL_OK)
                 return s;
@@ -323,7 +323,7 @@ static qcal_status plan_shard(plan *p, shard *sh, qcal_fp8_checkpoint_summary *s
             return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory planning the checkpoint");
         memcpy(l->module, info.name, mlen);
         l->module[mlen] = '\0';
-        float amax;
+        float amax = 0.0f;
         if ((s = entry_amax(act, &amax)) != QCAL_OK)
             return s;
         l->input_scale = fp8_scale(amax, p->o->dtype);
@@ -449,7 +449,7 @@ static qcal_status plan_kv(plan *p, qcal_fp8_checkpoint_summary *sum)
             free(attn);
             return s;
         }
-        float ka, va;
+        float ka = 0.0f, va = 0.0f;
         qcal_status s = entry_amax(e, &ka);
         if (s == QCAL_OK)
             s = entry_amax(other, &va);

@@ -1906,6 +1906,122 @@ static PyObject *py_get_num_threads(PyObject *mod, PyObject *noargs)
     return PyLong_FromLong(qcal_get_num_threads());
 }
 
+/* ---- numeric logger (qcal.torch's activation loggers) ---------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    qcal_numeric_logger *lg;
+} NumericLoggerObject;
+
+static void NumericLogger_dealloc(NumericLoggerObject *self)
+{
+    qcal_numeric_logger_destroy(&self->lg);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* NumericLogger(csv=None): the statistics records of `qcal stats`; csv: the CSV written
+ * atomically by finish(). */
+static int NumericLogger_init(NumericLoggerObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"csv", NULL};
+    const char *csv = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|z:NumericLogger", kwlist, &csv))
+        return -1;
+    qcal_numeric_logger_options o;
+    qcal_numeric_logger_options_default(&o);
+    o.csv_path = csv;
+    qcal_numeric_logger *lg = NULL;
+    qcal_status st = qcal_numeric_logger_create(&o, &lg);
+    if (st < 0) {
+        raise_status(st);
+        return -1;
+    }
+    qcal_numeric_logger_destroy(&self->lg);
+    self->lg = lg;
+    return 0;
+}
+
+/* log(kind, fqn, op, x, mkn=None): kind "act" or "param"; mkn=(M, K, N) for a linear. */
+static PyObject *NumericLogger_log(NumericLoggerObject *self, PyObject *args)
+{
+    const char *kind, *fqn, *op;
+    PyObject *x, *mkn = Py_None;
+    if (!PyArg_ParseTuple(args, "sssO|O:log", &kind, &fqn, &op, &x, &mkn))
+        return NULL;
+    if (!self->lg) {
+        PyErr_SetString(ErrState, "logger is not initialised");
+        return NULL;
+    }
+    qcal_numeric_log_kind t;
+    if (!strcmp(kind, "act"))
+        t = QCAL_NUMERIC_LOG_ACT;
+    else if (!strcmp(kind, "param"))
+        t = QCAL_NUMERIC_LOG_PARAM;
+    else {
+        PyErr_Format(ErrInvalid, "kind '%s': expected 'act' or 'param'", kind);
+        return NULL;
+    }
+    long long m = 0, k = 0, n = 0;
+    if (mkn != Py_None && !PyArg_ParseTuple(mkn, "LLL", &m, &k, &n))
+        return NULL;
+    f32_in in;
+    if (f32_get(x, &in) < 0)
+        return NULL;
+    qcal_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = mkn != Py_None ? qcal_numeric_logger_log_linear(self->lg, fqn, op, m, k, n, &in.t)
+                        : qcal_numeric_logger_log(self->lg, t, fqn, op, NULL, &in.t);
+    Py_END_ALLOW_THREADS
+    f32_release(&in);
+    if (st < 0)
+        return raise_status(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *NumericLogger_finish(NumericLoggerObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    if (!self->lg) {
+        PyErr_SetString(ErrState, "logger is not initialised");
+        return NULL;
+    }
+    qcal_status st = qcal_numeric_logger_finish(self->lg);
+    if (st < 0)
+        return raise_status(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *NumericLogger_count(NumericLoggerObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    int64_t n = 0;
+    if (self->lg)
+        qcal_numeric_logger_count(self->lg, &n);
+    return PyLong_FromLongLong((long long)n);
+}
+
+static PyMethodDef NumericLogger_methods[] = {
+    {"log", (PyCFunction)NumericLogger_log, METH_VARARGS,
+     "log(kind, fqn, op, x, mkn=None): one record ('act' or 'param'; mkn=(M, K, N) for a "
+     "linear's input)."},
+    {"finish", (PyCFunction)NumericLogger_finish, METH_NOARGS,
+     "finish(): commit the CSV atomically; later log calls fail."},
+    {"count", (PyCFunction)NumericLogger_count, METH_NOARGS, "count() -> records so far."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject NumericLoggerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "qcal.NumericLogger",
+    .tp_basicsize = sizeof(NumericLoggerObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "NumericLogger(csv=None): qcal's numeric logger (the columns of `qcal stats`).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)NumericLogger_init,
+    .tp_dealloc = (destructor)NumericLogger_dealloc,
+    .tp_methods = NumericLogger_methods,
+};
+
 static PyObject *py_version(PyObject *mod, PyObject *noargs)
 {
     (void)mod;
@@ -2029,6 +2145,13 @@ PyMODINIT_FUNC PyInit__qcal(void)
     Py_INCREF(&SessionType);
     if (PyModule_AddObject(m, "Session", (PyObject *)&SessionType) < 0) {
         Py_DECREF(&SessionType);
+        goto fail;
+    }
+    if (PyType_Ready(&NumericLoggerType) < 0)
+        goto fail;
+    Py_INCREF(&NumericLoggerType);
+    if (PyModule_AddObject(m, "NumericLogger", (PyObject *)&NumericLoggerType) < 0) {
+        Py_DECREF(&NumericLoggerType);
         goto fail;
     }
     return m;

@@ -374,3 +374,10 @@ def all_reduce_observer(observer, group=None):
         observer._qcal_set(merged)
         return observer
     return merged
+
+
+# Activation and parameter loggers (torchao's quant_logger shape; python/qcal/_torch_loggers.py).
+from qcal._torch_loggers import (  # noqa: E402
+    ActivationLoggers, add_activation_loggers, log_parameter_info)
+
+__all__ += ["ActivationLoggers", "add_activation_loggers", "log_parameter_info"]

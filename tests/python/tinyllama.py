@@ -9,7 +9,11 @@ RMSNorm, rotary position embeddings, SiLU-gated MLP).
 Text: the licence texts of Debian's base-files package (/usr/share/common-licenses), present
 on every Debian system. Training, calibration and held-out evaluation use different files.
 
-    /usr/bin/python3 tests/python/tinyllama.py train OUT.safetensors   # seeded, ~3-5 min
+    /usr/bin/python3 tests/python/tinyllama.py train OUT.safetensors   # seeded, 1000 steps
+
+tests/data/llama/tinyllama.safetensors is that output (1000 steps, seed 0: 59 s of CPU,
+~10 min wall on the shared 2-core build machine; held-out loss 1.80 nats/byte on MPL-2.0);
+tests/data/llama/config.json is its Hugging Face config (LlamaForCausalLM fields).
 """
 import json
 import math
@@ -30,8 +34,11 @@ CONFIG = dict(vocab=256, dim=64, layers=3, heads=4, kv_heads=2, hidden=176, ctx=
 
 
 def text_bytes(names):
-    return np.frombuffer(b"".join(open(LICENSES + n, "rb").read() for n in names),
-                         dtype=np.uint8).astype(np.int64)
+    parts = []
+    for n in names:
+        with open(LICENSES + n, "rb") as f:
+            parts.append(f.read())
+    return np.frombuffer(b"".join(parts), dtype=np.uint8).astype(np.int64)
 
 
 class RMSNorm(nn.Module):
@@ -159,7 +166,8 @@ def save_safetensors(path, tensors, metadata=None):
 
 def load_safetensors_f32(path):
     """The float32 tensors of a safetensors file (numpy parse of the header)."""
-    raw = open(path, "rb").read()
+    with open(path, "rb") as f:
+        raw = f.read()
     n = struct.unpack("<Q", raw[:8])[0]
     header = json.loads(raw[8: 8 + n])
     base = 8 + n
