@@ -672,6 +672,10 @@ static qcal_status snapshot(entry *e, qcal_calib_entry *out)
     out->observer = cfg->kind;
     out->qparams.dtype = cfg->q.dtype;
     out->qparams.qscheme = cfg->q.qscheme;
+    if (qcal_dtype_is_float8(cfg->q.dtype))   /* FP8 is symmetric (docs/fp8.md) */
+        out->qparams.qscheme = qcal_qscheme_is_per_channel(cfg->q.qscheme)
+                                   ? QCAL_PER_CHANNEL_SYMMETRIC
+                                   : QCAL_PER_TENSOR_SYMMETRIC;
     out->qparams.axis = qcal_qscheme_is_per_channel(cfg->q.qscheme) ? cfg->axis : 0;
     int64_t qmin = 0, qmax = 0;
     qcal_qconfig_range(&cfg->q, &qmin, &qmax);

@@ -493,7 +493,7 @@ static qcal_status read_entry(reader *r, const qcal_json *o, qcal_calib_entry *e
     }
     TRY(get_str(r, o, "dtype", &s));
     if (qcal_dtype_parse(s, &x.qparams.dtype) != QCAL_OK) {
-        st = bad(r, "dtype", "is not quint8, qint8 or qint32");
+        st = bad(r, "dtype", "is not quint8, qint8, qint32, float8_e4m3fn or float8_e5m2");
         goto fail;
     }
     TRY(get_str(r, o, "qscheme", &s));

@@ -210,6 +210,28 @@ static qcal_status check_names(const qcal_calib_table *t, qcal_calib_format form
                       list);
 }
 
+/* FP8 entries (float8_e4m3fn, float8_e5m2): only the JSON table carries their dtype and
+ * scales. The TensorRT calibration cache, ONNX Runtime's TensorRT-EP files and ncnn's table
+ * hold int8 scales (amax / 127) and nothing that says FP8, so they refuse a table with an
+ * FP8 entry they would write; FP8 goes to engines as a Q/DQ model (qcal qdq) or a serving
+ * checkpoint. */
+static qcal_status check_float8(const qcal_calib_table *t, qcal_calib_format format)
+{
+    if (format == QCAL_CALIB_FORMAT_JSON)
+        return QCAL_OK;
+    for (int64_t i = 0; i < t->n; i++) {
+        const qcal_calib_entry *e = &t->e[i];
+        bool wanted = format == QCAL_CALIB_FORMAT_NCNN || e->role == QCAL_CALIB_ROLE_ACTIVATION;
+        if (wanted && !e->no_data && qcal_dtype_is_float8(e->qparams.dtype))
+            return qcal_error(QCAL_ERR_UNSUPPORTED,
+                              "the %s format cannot carry FP8 ('%.200s' is %s): it holds int8 "
+                              "scales; write json, or an FP8 Q/DQ model with qcal qdq",
+                              qcal_calib_format_name(format), e->fqn,
+                              qcal_dtype_name(e->qparams.dtype));
+    }
+    return QCAL_OK;
+}
+
 /* TensorRT: "TRT-<version>-<algorithm>\n" then "<name>: <hex>\n" per activation, in table
  * order (sorted by name). hex = the 8 lower-case, zero-padded hex digits of the bits of the
  * float32 scale = amax / 127 (float32 division): TensorRT reads any width, but ModelOpt's
@@ -357,6 +379,8 @@ qcal_status qcal_calib_table_format_file(const qcal_calib_table *t, qcal_calib_f
         return qcal_error(QCAL_ERR_INVALID_ARG, "TensorRT version is NULL");
     qcal_status st;
     if (!o.skip_unrepresentable && (st = check_names(t, format)) != QCAL_OK)
+        return st;
+    if ((st = check_float8(t, format)) != QCAL_OK)
         return st;
     qcal_buf b = { 0 };
     skipped sk = { 0, NULL, format, o.skip_unrepresentable };

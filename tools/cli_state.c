@@ -159,7 +159,9 @@ int cli_observer_report(const char *cmd, qcal_observer *obs, FILE *f, bool *no_d
     fputs(", \"dtype\": ", f);
     cli_json_str(f, qcal_dtype_name(cfg->q.dtype));
     fputs(", \"qscheme\": ", f);
-    cli_json_str(f, qcal_qscheme_name(cfg->q.qscheme));
+    /* the qparams' qscheme: an FP8 dtype makes every scheme symmetric (docs/fp8.md) */
+    cli_json_str(f, qcal_qscheme_name(qcal_dtype_is_float8(cfg->q.dtype) ? qp.qscheme
+                                                                           : cfg->q.qscheme));
     fprintf(f, ", \"quant_min\": %lld, \"quant_max\": %lld", (long long)qmin, (long long)qmax);
     if (per_channel_kind(cfg->kind))
         fprintf(f, ", \"axis\": %d", (int)cfg->axis);

@@ -22,12 +22,18 @@ static const char help[] =
     "else 0). With --learnable the zero-points may be fractional (rounded half to even, as\n"
     "_fake_quantize_learnable_*), the backward is LSQ's and a JSON object with grad_scale\n"
     "and grad_zero_point (arrays, one value per channel) is printed on stdout.\n"
+    "With --dtype float8_e4m3fn or float8_e5m2 (zero-point 0, no --quant-min/--quant-max,\n"
+    "no --learnable): y = value(FP8 code of x / scale) * scale, as ONNX Runtime's\n"
+    "QuantizeLinear + DequantizeLinear; the gradient passes where |x / scale| did not\n"
+    "saturate (<= 464, < 61440; docs/fp8.md).\n"
     "\n"
     "options:\n"
     "  --scale S            per-tensor scale (finite, > 0)\n"
     "  --zero-point Z       per-tensor zero-point in [A, B] (default 0)\n"
     "  --quant-min A        smallest quantized value (default 0)\n"
     "  --quant-max B        largest quantized value (default 255)\n"
+    "  --dtype D            float8_e4m3fn or float8_e5m2: FP8 fake-quant (default: the\n"
+    "                       integer range [A, B])\n"
     "  --axis N             per-channel: channel axis (<0 counts from the end)\n"
     "  --scales S.npy       per-channel: 1-D float array, one scale per channel\n"
     "  --zero-points Z.npy  per-channel: 1-D integer (or, --learnable, float) array\n"
@@ -39,7 +45,8 @@ static const char help[] =
     "  -h, --help           this help\n";
 
 enum { OPT_HELP = 1, OPT_SCALE, OPT_ZERO_POINT, OPT_QMIN, OPT_QMAX, OPT_AXIS, OPT_SCALES,
-       OPT_ZERO_POINTS, OPT_GRAD, OPT_GRAD_OUT, OPT_LEARNABLE, OPT_GRAD_FACTOR, OPT_OUTPUT };
+       OPT_ZERO_POINTS, OPT_GRAD, OPT_GRAD_OUT, OPT_LEARNABLE, OPT_GRAD_FACTOR, OPT_OUTPUT,
+       OPT_DTYPE };
 
 static const cli_opt opts[] = {
     { "help", 'h', false, OPT_HELP },
@@ -47,6 +54,7 @@ static const cli_opt opts[] = {
     { "zero-point", 0, true, OPT_ZERO_POINT },
     { "quant-min", 0, true, OPT_QMIN },
     { "quant-max", 0, true, OPT_QMAX },
+    { "dtype", 0, true, OPT_DTYPE },
     { "axis", 0, true, OPT_AXIS },
     { "scales", 0, true, OPT_SCALES },
     { "zero-points", 0, true, OPT_ZERO_POINTS },
@@ -61,7 +69,8 @@ const cli_opt *const cmd_fakequant_opts = opts;
 
 typedef struct fargs {
     const char *in, *out, *scales_path, *zps_path, *grad, *grad_out;
-    bool have_scale, have_axis, learnable;
+    bool have_scale, have_axis, learnable, have_range, fp8;
+    qcal_dtype dtype;   /* fp8: the FP8 dtype */
     float scale, grad_factor;
     double zero_point;
     int64_t qmin, qmax;
@@ -107,11 +116,20 @@ static int parse(int argc, char **argv, fargs *a)
             if ((rc = cli_parse_i64(cmd, "--quant-min", val, -QCAL_FAKEQUANT_QRANGE_LIMIT,
                                     QCAL_FAKEQUANT_QRANGE_LIMIT, &a->qmin)))
                 return rc;
+            a->have_range = true;
             break;
         case OPT_QMAX:
             if ((rc = cli_parse_i64(cmd, "--quant-max", val, -QCAL_FAKEQUANT_QRANGE_LIMIT,
                                     QCAL_FAKEQUANT_QRANGE_LIMIT, &a->qmax)))
                 return rc;
+            a->have_range = true;
+            break;
+        case OPT_DTYPE:
+            if (qcal_dtype_parse(val, &a->dtype) != QCAL_OK || !qcal_dtype_is_float8(a->dtype))
+                return cli_fail(cmd, QCAL_EXIT_USAGE, "--dtype: '%s' is not float8_e4m3fn or "
+                                "float8_e5m2 (integer fake-quant takes --quant-min/--quant-max)",
+                                val);
+            a->fp8 = true;
             break;
         case OPT_AXIS:
             if ((rc = cli_parse_i64(cmd, "--axis", val, -QCAL_MAX_DIMS, QCAL_MAX_DIMS - 1, &v)))
@@ -136,6 +154,13 @@ static int parse(int argc, char **argv, fargs *a)
                                     a->zps_path)))
         return rc;
     bool per_channel = a->have_axis || a->scales_path || a->zps_path;
+    if (a->fp8 && (a->have_range || a->learnable))
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--dtype %s takes no %s", qcal_dtype_name(a->dtype),
+                        a->learnable ? "--learnable (no LSQ for FP8)" : "--quant-min/--quant-max");
+    if (a->fp8) {   /* the FP8 range; zero-points must be 0 (checked with the qparams) */
+        a->qmin = (int64_t)-qcal_float8_max(a->dtype);
+        a->qmax = (int64_t)qcal_float8_max(a->dtype);
+    }
     if (a->qmin > a->qmax)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "--quant-min %lld is greater than --quant-max %lld",
                         (long long)a->qmin, (long long)a->qmax);
@@ -295,7 +320,8 @@ int cmd_fakequant(int argc, char **argv)
     /* The qparams value: dtype = the narrowest type holding [quant-min, quant-max]. */
     qcal_qparams qp;
     memset(&qp, 0, sizeof qp);
-    qp.dtype = a.qmin >= 0 && a.qmax <= 255     ? QCAL_QUINT8
+    qp.dtype = a.fp8                              ? a.dtype
+               : a.qmin >= 0 && a.qmax <= 255     ? QCAL_QUINT8
                : a.qmin >= -128 && a.qmax <= 127 ? QCAL_QINT8
                                                  : QCAL_QINT32;
     qp.quant_min = a.qmin;

@@ -1,5 +1,6 @@
 /* qcal quantize / qcal dequantize: float32 .npy <-> uint8/int8/int32 .npy with given
- * qparams, per tensor or per channel (qcal/quantize.h holds the arithmetic). */
+ * qparams, per tensor or per channel (qcal/quantize.h holds the arithmetic); FP8 codes
+ * (float8_e4m3fn, float8_e5m2) travel as uint8 .npy (docs/fp8.md). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,11 +19,14 @@ static const char quantize_help[] =
     "even of x * (1/scale), plus zero-point, clamped to the dtype range. NaN gives the\n"
     "zero-point, +-Inf the range ends. The output holds the integers: uint8 for quint8,\n"
     "int8 for qint8, int32 for qint32.\n"
+    "FP8 (--dtype float8_e4m3fn or float8_e5m2; zero-point 0): the 8-bit float codes of\n"
+    "x / scale as a uint8 .npy, bit-identical to ONNX Runtime's QuantizeLinear (round to\n"
+    "nearest even, saturating to +-448 / +-57344, NaN -> 0x7F|sign; docs/fp8.md).\n"
     "\n"
     "options:\n"
     "  --scale S            per-tensor scale (finite, > 0)\n"
     "  --zero-point Z       per-tensor zero-point in the dtype range (default 0)\n"
-    "  --dtype D            quint8 (default), qint8, qint32\n"
+    "  --dtype D            quint8 (default), qint8, qint32, float8_e4m3fn, float8_e5m2\n"
     "  --axis N             per-channel: channel axis (<0 counts from the end)\n"
     "  --scales S.npy       per-channel: 1-D float array, one scale per channel\n"
     "  --zero-points Z.npy  per-channel: 1-D integer array (uint8/int8/int32/int64)\n"
@@ -37,12 +41,14 @@ static const char dequantize_help[] =
     "Dequantizes an integer .npy to float32 as PyTorch's Tensor.dequantize():\n"
     "x = (q - zero_point) * scale in float32. The dtype comes from the file (uint8 ->\n"
     "quint8, int8 -> qint8, int32 -> qint32); --dtype, if given, must agree with it\n"
-    "(exit 3 otherwise).\n"
+    "(exit 3 otherwise). A uint8 file with --dtype float8_e4m3fn or float8_e5m2 holds FP8\n"
+    "codes: x = value(code) * scale (zero-point 0; docs/fp8.md).\n"
     "\n"
     "options:\n"
     "  --scale S            per-tensor scale (finite, > 0)\n"
     "  --zero-point Z       per-tensor zero-point in the dtype range (default 0)\n"
-    "  --dtype D            expected dtype: quint8, qint8, qint32\n"
+    "  --dtype D            expected dtype: quint8, qint8, qint32; float8_e4m3fn,\n"
+    "                       float8_e5m2 (uint8 files of FP8 codes)\n"
     "  --axis N             per-channel: channel axis (<0 counts from the end)\n"
     "  --scales S.npy       per-channel: 1-D float array, one scale per channel\n"
     "  --zero-points Z.npy  per-channel: 1-D integer array (uint8/int8/int32/int64)\n"
@@ -113,7 +119,7 @@ static int parse_args(int argc, char **argv, const char *help, qargs *a)
         case OPT_DTYPE:
             if (qcal_dtype_parse(val, &a->dtype) != QCAL_OK)
                 return cli_fail(cmd, QCAL_EXIT_USAGE, "--dtype: unknown dtype '%s' (expected "
-                                "quint8, qint8 or qint32)", val);
+                                "quint8, qint8, qint32, float8_e4m3fn or float8_e5m2)", val);
             a->have_dtype = true;
             break;
         case OPT_AXIS:
@@ -210,7 +216,9 @@ fail:
 
 static qcal_npy_dtype npy_of(qcal_dtype d)
 {
-    return d == QCAL_QUINT8 ? QCAL_NPY_U8 : d == QCAL_QINT8 ? QCAL_NPY_I8 : QCAL_NPY_I32;
+    return d == QCAL_QUINT8 || qcal_dtype_is_float8(d) ? QCAL_NPY_U8
+           : d == QCAL_QINT8                          ? QCAL_NPY_I8
+                                                      : QCAL_NPY_I32;
 }
 
 /* The qparams value of the options: per-tensor (--scale/--zero-point) or a view over the
@@ -223,13 +231,15 @@ static const qcal_qparams *qparams_of(const qargs *a, const chan_params *cp, qca
     qp->dtype = dtype;
     qcal_dtype_range(dtype, &qp->quant_min, &qp->quant_max);
     if (cp->scales) {
-        qp->qscheme = QCAL_PER_CHANNEL_AFFINE;
+        qp->qscheme = qcal_dtype_is_float8(dtype) ? QCAL_PER_CHANNEL_SYMMETRIC
+                                                  : QCAL_PER_CHANNEL_AFFINE;
         qp->axis = a->axis;
         qp->channels = cp->channels;
         qp->scales = cp->scales;
         qp->zero_points = cp->zero_points;
     } else {
-        qp->qscheme = QCAL_PER_TENSOR_AFFINE;
+        qp->qscheme = qcal_dtype_is_float8(dtype) ? QCAL_PER_TENSOR_SYMMETRIC
+                                                  : QCAL_PER_TENSOR_AFFINE;
         qp->channels = 1;
         qp->scale = a->scale;
         qp->zero_point = a->zero_point;
@@ -295,12 +305,14 @@ int cmd_dequantize(int argc, char **argv)
         return rc;
     qcal_dtype file_dtype;
     switch (in.dtype) {
-    case QCAL_NPY_U8: file_dtype = QCAL_QUINT8; break;
+    case QCAL_NPY_U8:   /* quint8, or FP8 codes when --dtype says so */
+        file_dtype = a.have_dtype && qcal_dtype_is_float8(a.dtype) ? a.dtype : QCAL_QUINT8;
+        break;
     case QCAL_NPY_I8: file_dtype = QCAL_QINT8; break;
     case QCAL_NPY_I32: file_dtype = QCAL_QINT32; break;
     default:
         rc = cli_fail(cmd, QCAL_EXIT_INPUT, "'%s' holds %s data; dequantize reads uint8 "
-                      "(quint8), int8 (qint8) or int32 (qint32)", a.in,
+                      "(quint8 or FP8 codes), int8 (qint8) or int32 (qint32)", a.in,
                       qcal_npy_dtype_name(in.dtype));
         goto out;
     }
