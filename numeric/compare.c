@@ -167,7 +167,7 @@ qcal_status qcal_numeric_weights_compare(const qcal_numeric_weights_options *opt
     r.ndim = w->ndim;
     memcpy(r.shape, w->shape, sizeof r.shape);
     r.channels = channels;
-    r.qscheme = cfg.q.qscheme;
+    r.qscheme = qcal_dtype_is_float8(opt->dtype) ? qp.qscheme : cfg.q.qscheme;   /* FP8: symmetric */
     *out = r;
 done:
     qcal_observer_destroy(&obs);

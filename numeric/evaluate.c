@@ -694,7 +694,7 @@ static void format_json(const qcal_numeric_eval *ev, qcal_buf *b)
             putf(b, ", \"quant_min\": %lld, \"quant_max\": %lld, \"clipped\": ",
                  (long long)c->quant_min, (long long)c->quant_max);
             put_f64(b, c->clipped);
-            put(b, "}");
+            putf(b, ", \"dtype\": \"%s\"}", qcal_dtype_name(c->dtype));
         }
         put(b, "}}");
     }

@@ -25,6 +25,12 @@ int cli_eval_parse(const char *cmd, int argc, char **argv, const cli_opt *opts, 
         switch (id) {
         case CLI_ERROR: return QCAL_EXIT_USAGE;
         case CLI_EVAL_HELP: fputs(help, stdout); return QCAL_EXIT_OK;
+        case CLI_EVAL_DTYPE:
+            if (qcal_dtype_parse(val, &a->dtype) != QCAL_OK || !qcal_dtype_is_float8(a->dtype))
+                return cli_fail(cmd, QCAL_EXIT_USAGE, "--dtype: '%s' is not float8_e4m3fn or "
+                                "float8_e5m2 (the integer candidates are the default)", val);
+            a->dtype_set = true;
+            break;
         case CLI_EVAL_OBSERVERS:
             if ((rc = cli_eval_parse_kinds(cmd, val, &a->kinds)))
                 return rc;
@@ -186,6 +192,11 @@ static int eval_state(const char *cmd, const cli_eval_args *a, qcal_numeric_eval
     if (st != QCAL_OK)
         return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT,
                                st);
+    if (a->dtype_set) {
+        qcal_numeric_eval_destroy(&ev);
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--dtype applies to a dump directory; the "
+                        "evaluation state '%s' keeps the dtype it was evaluated with", path);
+    }
     if (a->kinds && (st = qcal_numeric_eval_restrict(ev, a->kinds)) != QCAL_OK) {
         qcal_numeric_eval_destroy(&ev);
         return cli_fail(cmd, QCAL_EXIT_USAGE, "--observers: %s", qcal_last_error());
@@ -209,6 +220,10 @@ int cli_eval_load(const char *cmd, cli_eval_args *a, qcal_numeric_eval **out)
         qcal_numeric_eval_options_default(&opt);
         opt.kinds = a->kinds;
         opt.min_sqnr_db = a->min_sqnr_db;
+        if (a->dtype_set) {   /* FP8: every candidate scored with FP8 fake-quant */
+            opt.activation_q.dtype = a->dtype;
+            opt.weight_q.dtype = a->dtype;
+        }
         opt.progress = cli_progress_cb;
         opt.progress_user = &a->progress;
         rc = eval_dump(cmd, a->input, &opt, &ev, &a->progress);

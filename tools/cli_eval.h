@@ -16,7 +16,7 @@
 /* Option ids of both commands (each command's cli_opt table uses a subset). */
 enum {
     CLI_EVAL_HELP = 1, CLI_EVAL_OBSERVERS, CLI_EVAL_MIN_SQNR, CLI_EVAL_FORMAT, CLI_EVAL_RULES_OUT,
-    CLI_EVAL_OUT, CLI_EVAL_TITLE, CLI_EVAL_SAVE_STATE, CLI_EVAL_QUIET,
+    CLI_EVAL_OUT, CLI_EVAL_TITLE, CLI_EVAL_SAVE_STATE, CLI_EVAL_QUIET, CLI_EVAL_DTYPE,
 };
 
 /* The --quiet row of both tables and its help line. */
@@ -37,6 +37,8 @@ typedef struct cli_eval_args {
     bool min_sqnr_set;
     double min_sqnr_db;                /* --min-sqnr */
     bool quiet;                        /* -q, --quiet */
+    bool dtype_set;
+    qcal_dtype dtype;                  /* --dtype (evaluate): FP8 candidates for every tensor */
     cli_progress progress;             /* started by cli_eval_load; the command adds its
                                         * writing phase and ends it */
 } cli_eval_args;

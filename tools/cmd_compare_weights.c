@@ -21,7 +21,8 @@ static const char help[] =
     "engines (a bias is int32 with the input and weight scales).\n"
     "  --observer KIND   minmax, per_channel_minmax (default), histogram, percentile, ...\n"
     "                    (a per-tensor KIND quantizes every tensor per tensor)\n"
-    "  --dtype D         qint8 (default) or quint8\n"
+    "  --dtype D         qint8 (default), quint8, float8_e4m3fn or float8_e5m2 (FP8:\n"
+    "                    symmetric, scale = amax / 448 or / 57344; docs/fp8.md)\n"
     "  --qscheme S       per_channel_symmetric (default), per_channel_affine,\n"
     "                    per_tensor_symmetric, per_tensor_affine\n"
     "  --format F        table (default), csv or json\n"
@@ -31,7 +32,8 @@ static const char help[] =
     "when lossless), l2 = |x - q| / |x| (normalized L2 error), cosine similarity, max_abs_err,\n"
     "scale_min/scale_max over channels. NaN/Inf are skipped and counted (flags column); a\n"
     "tensor with no finite value is reported, flagged and not compared; the run goes on.\n"
-    "JSON: {\"tensors\": [...], \"groups\": [...], \"keep_float\": [...],\n"
+    "JSON: {\"tensors\": [...] (name, shape, compared, dtype, qscheme, sqnr, ...), \"groups\":\n"
+    "[...], \"keep_float\": [...],\n"
     "\"not_compared\": [...], \"nonfinite_values\": N, \"skipped_under_2d\": [...]}; sqnr +inf\n"
     "is the string \"inf\". The table's last line and a note on stderr (csv) count the\n"
     "skipped tensors.\n";
@@ -272,7 +274,8 @@ static void print_json(run *r)
         printf(", \"shape\": [");
         for (int32_t d = 0; d < w->ndim; d++)
             printf("%s%lld", d ? ", " : "", (long long)w->shape[d]);
-        printf("], \"compared\": %s, \"qscheme\": ", rw->compared ? "true" : "false");
+        printf("], \"compared\": %s, \"dtype\": \"%s\", \"qscheme\": ",
+               rw->compared ? "true" : "false", qcal_dtype_name(r->wo.dtype));
         if (rw->compared)
             printf("\"%s\"", qcal_qscheme_name(w->qscheme));
         else
@@ -491,7 +494,8 @@ int cmd_compare_weights(int argc, char **argv)
             else if (id == OPT_OBSERVER)
                 r.wo.observer = c.kind;
             else if (id == OPT_DTYPE && (r.wo.dtype = c.q.dtype) == QCAL_QINT32)
-                rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--dtype '%s' must be qint8 or quint8", val);
+                rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--dtype '%s' must be qint8, quint8, "
+                              "float8_e4m3fn or float8_e5m2", val);
             else if (id == OPT_QSCHEME) {
                 qscheme_given = true;
                 if ((r.wo.qscheme = c.q.qscheme) == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS)

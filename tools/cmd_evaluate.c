@@ -11,7 +11,7 @@
 #include "cli_output.h"
 
 static const char help[] =
-    "usage: qcal evaluate (DIR | STATE) [--observers a,b,...] [--min-sqnr DB]\n"
+    "usage: qcal evaluate (DIR | STATE) [--observers a,b,...] [--min-sqnr DB] [--dtype D]\n"
     "                     [--format table|csv|json] [--rules-out RULES] [--save-state S] [-o OUT]\n"
     "\n"
     "Evaluates every candidate observer on every tensor of the dump directory DIR (read as\n"
@@ -21,7 +21,9 @@ static const char help[] =
     "clipping range, the fraction of values clipped and the SQNR in dB,\n"
     "20 log10(||x|| / ||x - fq(x)||) over all of the tensor's finite values (exact).\n"
     "Candidates: activations get every per-tensor kind (quint8 per_tensor_affine); weights\n"
-    "also get the per-channel kinds (qint8, symmetric, axis 0).\n"
+    "also get the per-channel kinds (qint8, symmetric, axis 0). With --dtype float8_e4m3fn\n"
+    "or float8_e5m2 every candidate is FP8 instead (symmetric, scale = amax / 448 or / 57344,\n"
+    "scored with FP8 fake-quant; clipped = saturated; docs/fp8.md).\n"
     "recommended: the highest SQNR, ties to the simpler observer; with --min-sqnr, the\n"
     "simplest observer that reaches DB. Simplest first: minmax, per_channel_minmax,\n"
     "moving_average_minmax, moving_average_per_channel_minmax, percentile, histogram, mse,\n"
@@ -32,6 +34,7 @@ static const char help[] =
     "\n"
     "options:\n"
     "  --observers LIST         comma-separated candidate kinds (default: every kind)\n"
+    "  --dtype D                float8_e4m3fn or float8_e5m2: FP8 candidates (DIR only)\n"
     "  --min-sqnr DB            recommend the simplest observer with SQNR >= DB\n"
     "  --format F               table (default), csv (a row per tensor and observer) or json\n"
     "                           ({\"tensors\": [{\"name\", \"role\", \"recommended\",\n"
@@ -55,6 +58,7 @@ static const char help[] =
 static const cli_opt opts[] = {
     { "help", 'h', false, CLI_EVAL_HELP },
     { "observers", 0, true, CLI_EVAL_OBSERVERS },
+    { "dtype", 0, true, CLI_EVAL_DTYPE },
     { "min-sqnr", 0, true, CLI_EVAL_MIN_SQNR },
     { "format", 0, true, CLI_EVAL_FORMAT },
     { "rules-out", 0, true, CLI_EVAL_RULES_OUT },
