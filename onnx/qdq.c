@@ -101,9 +101,10 @@ typedef struct tinfo {
 typedef struct wplan {
     int64_t t;                 /* tinfo of the weight initializer */
     int32_t axis;
+    qcal_dtype dtype;          /* qint8, or the FP8 dtype of an FP8 node's activation */
     int64_t channels;
     float *scales;             /* channels */
-    int8_t *codes;             /* ort: quantized weight (numel) */
+    uint8_t *codes;            /* ort: quantized weight (numel bytes: int8 or FP8 codes) */
     float *f32;                /* tensorrt: float32 copy when the weight is not float32 */
     int64_t numel;
     char *dq_out;
@@ -144,6 +145,7 @@ typedef struct plan {
     int64_t nlist;
     char **skipped;
     int64_t nskipped;
+    bool fp8;                  /* an FP8 Q/DQ is written (opset >= 19, IR >= 9) */
     onnx_map all_names;        /* every name in the model (for fresh names) */
     char **owned_names;        /* fresh names kept alive for all_names */
     float *scratch;            /* float32 weights read for their observer, reused */
@@ -428,9 +430,47 @@ static float attr_float(const Onnx__NodeProto *n, const char *name, float def)
     return a && a->has_f ? a->f : def;
 }
 
+/* ONNX element type of a Q/DQ zero-point (and quantized tensor) of dtype. */
+static int32_t onnx_type_of(qcal_dtype d)
+{
+    return d == QCAL_QUINT8          ? QCAL_ONNX_UINT8
+           : d == QCAL_FLOAT8_E4M3FN ? QCAL_ONNX_FLOAT8E4M3FN
+           : d == QCAL_FLOAT8_E5M2   ? QCAL_ONNX_FLOAT8E5M2
+                                     : QCAL_ONNX_INT8;
+}
+
 /* The qparams of an activation from the table entry, as the profile wants them. */
 static qcal_status act_qparams(plan *p, tinfo *ti, const qcal_calib_entry *e)
 {
+    if (qcal_dtype_is_float8(e->qparams.dtype)) {
+        /* FP8 (docs/fp8.md): symmetric, zero-point 0 (a float8 zero-point of that type),
+         * scale = amax / largest; per-channel activation entries: the largest amax over the
+         * channels (one scale per tensor). TensorRT's FP8 Q/DQ is E4M3 only. */
+        qcal_dtype d = e->qparams.dtype;
+        if (p->opt->profile == QCAL_ONNX_PROFILE_TENSORRT && d != QCAL_FLOAT8_E4M3FN)
+            return qcal_error(QCAL_ERR_UNSUPPORTED, "tensor '%s': the table's dtype %s; TensorRT's "
+                              "FP8 Q/DQ takes float8_e4m3fn", ti->name, qcal_dtype_name(d));
+        float s = e->qparams.scale;
+        if (qcal_qscheme_is_per_channel(e->qparams.qscheme)) {
+            float amax = 0.0f;
+            for (int64_t c = 0; c < e->qparams.channels; c++) {
+                float a;
+                qcal_calib_entry_amax(e, c, &a);
+                amax = fmaxf(amax, a);
+            }
+            s = fmaxf(amax / qcal_float8_max(d), FLT_EPSILON);
+        }
+        if (e->no_data)
+            s = 1.0f;
+        if (!(s > 0.0f && isfinite(s)))
+            return qcal_error(QCAL_ERR_INVALID_ARG, "tensor '%s': FP8 scale %g is not positive and "
+                              "finite", ti->name, (double)s);
+        ti->dtype = d;
+        ti->scale = s;
+        ti->zp = 0;
+        p->fp8 = true;
+        return QCAL_OK;
+    }
     if (p->opt->profile == QCAL_ONNX_PROFILE_TENSORRT) {
         /* Symmetric int8, zero-point 0: amax = max |range| over channels, scale = amax / 127. */
         float amax = 0.0f;
@@ -513,12 +553,14 @@ static void assign(tinfo *ti)
     ti->assigned = true;
 }
 
-/* Per-channel symmetric qint8 qparams of a weight with the library's observer; codes (ort). */
-static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int32_t axis, int64_t *out)
+/* Per-channel symmetric qparams of a weight with the library's observer (qint8, or the FP8
+ * dtype of an FP8 node: scale = channel amax / largest); codes (ort). */
+static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int32_t axis,
+                               qcal_dtype dtype, int64_t *out)
 {
     for (int64_t i = 0; i < p->nw; i++)
         if (p->w[i].t == t) {
-            if (p->w[i].axis != axis)
+            if (p->w[i].axis != axis || p->w[i].dtype != dtype)
                 return QCAL_ERR_MISMATCH;   /* caller records the skip */
             *out = i;
             return QCAL_OK;
@@ -557,7 +599,7 @@ static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int
     }
     qcal_observer_config cfg;
     qcal_observer_config_default(&cfg, p->opt->weight_observer);
-    cfg.q.dtype = QCAL_QINT8;
+    cfg.q.dtype = dtype;
     cfg.q.qscheme = QCAL_PER_CHANNEL_SYMMETRIC;
     cfg.axis = axis;
     qcal_tensor x;
@@ -568,7 +610,7 @@ static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int
         x.shape[k] = init->dims[k];
     qcal_observer *obs = NULL;
     qcal_qparams qp = { 0 };
-    int8_t *codes = NULL;
+    uint8_t *codes = NULL;
     float *scales = NULL;
     qcal_status st = qcal_observer_create(&cfg, &obs);
     if (st == QCAL_OK)
@@ -613,6 +655,7 @@ static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int
     memset(w, 0, sizeof *w);
     w->t = t;
     w->axis = axis;
+    w->dtype = dtype;
     w->channels = qp.channels;
     w->scales = scales;
     w->codes = codes;
@@ -802,19 +845,27 @@ static qcal_status plan_node(plan *p, size_t i)
     }
     if (!all)
         return QCAL_OK;   /* listed as missing; the op stays float */
+    /* An FP8 activation input makes the node FP8: weight in its FP8 dtype, bias float. */
+    qcal_dtype wdt = QCAL_QINT8;
+    if (p->table)
+        for (int k = 0; k < np->nact; k++) {
+            const tinfo *ta = &p->t[tensor_index(p, n->input[np->act[k]], false)];
+            if (qcal_dtype_is_float8(ta->dtype))
+                wdt = ta->dtype;
+        }
     if (np->wslot >= 0 && p->table) {
         int64_t tw = tensor_index(p, n->input[np->wslot], false);
-        qcal_status st = plan_weight(p, n, tw, axis, &np->w);
+        qcal_status st = plan_weight(p, n, tw, axis, wdt, &np->w);
         if (st == QCAL_ERR_MISMATCH)
-            return add_skip(p, n, "weight '%s' is shared with an op that needs another channel axis",
-                            n->input[np->wslot]);
+            return add_skip(p, n, "weight '%s' is shared with an op that needs another channel axis "
+                            "or dtype", n->input[np->wslot]);
         if (st != QCAL_OK)
             return st;
     }
     np->quant = true;
     for (int k = 0; k < np->nact; k++)
         assign(&p->t[tensor_index(p, n->input[np->act[k]], false)]);
-    if (!trt && np->bslot >= 0 && p->table) {
+    if (!trt && np->bslot >= 0 && p->table && !qcal_dtype_is_float8(wdt)) {
         int64_t tb = tensor_index(p, n->input[np->bslot], false);
         const char *why = NULL;
         if (d->kind == K_GEMM && (attr_float(n, "alpha", 1.0f) != 1.0f || attr_float(n, "beta", 1.0f) != 1.0f))
@@ -1214,13 +1265,9 @@ static void b_scalar_qparams(plan *p, builder *b, tinfo *ti)
         return;
     }
     b_init(b, onnx_new_tensor(ti->scale_name, QCAL_ONNX_FLOAT, 0, NULL, &ti->scale, 4));
-    if (ti->dtype == QCAL_QUINT8) {
-        uint8_t z = (uint8_t)ti->zp;
-        b_init(b, onnx_new_tensor(ti->zp_name, QCAL_ONNX_UINT8, 0, NULL, &z, 1));
-    } else {
-        int8_t z = (int8_t)ti->zp;
-        b_init(b, onnx_new_tensor(ti->zp_name, QCAL_ONNX_INT8, 0, NULL, &z, 1));
-    }
+    /* one byte: uint8 / int8 zero-point, or the FP8 zero-point 0 (type 17 / 19) */
+    uint8_t z = (uint8_t)ti->zp;
+    b_init(b, onnx_new_tensor(ti->zp_name, onnx_type_of(ti->dtype), 0, NULL, &z, 1));
 }
 
 /* Q/DQ of activation ti, after its producer (or in front for graph inputs). */
@@ -1256,15 +1303,15 @@ static void b_weight(plan *p, builder *b, wplan *w)
         goto out;
     }
     b_init(b, onnx_new_tensor(sname, QCAL_ONNX_FLOAT, 1, &ch, w->scales, (size_t)ch * 4));
-    b_init(b, onnx_new_tensor(zname, QCAL_ONNX_INT8, 1, &ch, zeros, (size_t)ch));
+    b_init(b, onnx_new_tensor(zname, onnx_type_of(w->dtype), 1, &ch, zeros, (size_t)ch));
     if (p->opt->profile == QCAL_ONNX_PROFILE_ORT) {
         char *qname = fresh_name(p, ti->name, "_quantized");
         if (!qname) {
             b->oom = true;
             goto out;
         }
-        b_init(b, onnx_new_tensor(qname, QCAL_ONNX_INT8, (int32_t)init->n_dims, init->dims, w->codes,
-                                  (size_t)w->numel));
+        b_init(b, onnx_new_tensor(qname, onnx_type_of(w->dtype), (int32_t)init->n_dims, init->dims,
+                                  w->codes, (size_t)w->numel));
         free(w->codes);
         w->codes = NULL;
         b_qdq(p, b, ti->name, qname, NULL, sname, zname, w->dq_out, w->axis);
@@ -1511,6 +1558,15 @@ qcal_status qcal_onnx_qdq(qcal_onnx_model *m, const qcal_calib_table *table, con
             }
         }
     }
+    if (st == QCAL_OK && p.fp8) {
+        /* FP8 QuantizeLinear / DequantizeLinear: opset 19, float8 types: IR version 9. */
+        if (opset < 19)
+            st = qcal_error(QCAL_ERR_UNSUPPORTED,
+                            "the table has FP8 entries: FP8 QuantizeLinear/DequantizeLinear need "
+                            "opset >= 19, the model's default-domain opset is %lld (convert the "
+                            "model, e.g. onnx.version_converter.convert_version(model, 19))",
+                            (long long)opset);
+    }
     if (st == QCAL_OK && opt->strict && r.n_missing) {
         size_t len = 64;
         for (int64_t i = 0; i < r.n_missing; i++)
@@ -1531,6 +1587,10 @@ qcal_status qcal_onnx_qdq(qcal_onnx_model *m, const qcal_calib_table *table, con
     }
     if (st == QCAL_OK)
         st = apply(&p, &r);
+    if (st == QCAL_OK && p.fp8 && (!m->proto->has_ir_version || m->proto->ir_version < 9)) {
+        m->proto->has_ir_version = 1;
+        m->proto->ir_version = 9;
+    }
     if (st == QCAL_OK) {
         r.skipped = p.skipped;
         r.n_skipped = p.nskipped;

@@ -16,7 +16,11 @@
  * the midpoints of neighbouring grid values (every rounding tie, subnormals included, the
  * one above the largest value), log-uniform magnitudes across the format's range and
  * beyond, and +-0, +-Inf, NaNs, FLT_MAX, the saturation boundaries; per channel 3 x 1M
- * more. Exit 77 (skipped) without node or onnxruntime-node. */
+ * more. Then qcal_onnx_qdq (what `qcal qdq` runs) on a Conv + Relu model of opset 19 with an
+ * FP8 table, profiles ort and tensorrt: ONNX Runtime runs the result, every output value is
+ * close to the float model's, and with profile ort on the FP8 grid of the output scale (its
+ * own fake-quant, bit for bit); a model of opset 13 is refused. Exit 77 (skipped) without node or
+ * onnxruntime-node. */
 #include <errno.h>
 #include <float.h>
 #include <math.h>
@@ -27,6 +31,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <qcal/calib.h>
 #include <qcal/fakequant.h>
 #include <qcal/npy.h>
 #include <qcal/onnx.h>
@@ -369,6 +374,153 @@ static int run_format(int32_t et, qcal_dtype dt, const char *fmt)
     return rc;
 }
 
+/* Conv (4 filters 3x3, bias) + Relu on x [2, 3, 8, 8], opset `opset`. */
+static qcal_onnx_model *conv_model(int64_t opset)
+{
+    qcal_onnx_model *m = NULL;
+    check(qcal_onnx_model_new(opset >= 19 ? 9 : 8, opset, &m), "model");
+    int64_t xd[4] = { 2, 3, 8, 8 }, wd[4] = { 4, 3, 3, 3 }, bd[1] = { 4 }, yd[4] = { 2, 4, 6, 6 };
+    float w[108], b[4];
+    for (int i = 0; i < 108; i++)
+        w[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f * (1.0f + (float)(i / 27));
+    for (int i = 0; i < 4; i++)
+        b[i] = (float)i * 0.1f - 0.15f;
+    check(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, xd), "input");
+    check(qcal_onnx_add_initializer_float(m, "w", 4, wd, w), "w");
+    check(qcal_onnx_add_initializer_float(m, "b", 1, bd, b), "b");
+    check(qcal_onnx_add_node(m, "Conv", "conv", 3, (const char *[]){ "x", "w", "b" }, 1,
+                             (const char *[]){ "c" }, NULL), "conv");
+    check(qcal_onnx_add_node(m, "Relu", "relu", 1, (const char *[]){ "c" }, 1,
+                             (const char *[]){ "r" }, NULL), "relu");
+    check(qcal_onnx_add_output(m, "r", QCAL_ONNX_FLOAT, 4, yd), "output");
+    return m;
+}
+
+/* qcal_onnx_qdq with an FP8 table: ORT runs the model; outputs on the FP8 grid. */
+static int qdq_model(qcal_dtype dt, qcal_onnx_profile prof)
+{
+    const char *fmt = qcal_dtype_name(dt), *pname = qcal_onnx_profile_name(prof);
+    char fm[512], qm[512], xp[512], pre[512], rp[600], feeds[700], tag[128];
+    snprintf(fm, sizeof fm, "%s/conv.onnx", g_dir);
+    snprintf(qm, sizeof qm, "%s/conv_qdq.onnx", g_dir);
+    snprintf(xp, sizeof xp, "%s/x.npy", g_dir);
+    snprintf(pre, sizeof pre, "%s/out_", g_dir);
+    snprintf(rp, sizeof rp, "%sr.npy", pre);
+    qcal_onnx_model *m = conv_model(19);
+    check(qcal_onnx_model_save(m, NULL, fm), fm);
+    int64_t xd[4] = { 2, 3, 8, 8 }, n = 384, yn = 288;
+    float x[384];
+    for (int i = 0; i < 384; i++)
+        x[i] = (float)((int)(rnd() % 20001) - 10000) * 3e-4f;
+    check(qcal_npy_write(xp, QCAL_NPY_F32, 4, xd, x), xp);
+    snprintf(feeds, sizeof feeds, "'x=%s'", xp);
+    int rc = run_node(fm, pre, feeds);
+    if (rc)
+        return rc;
+    float *rf = read_f32(rp, yn);
+    /* the table: x and r observed (minmax, FP8) */
+    qcal_calib_rules *rules = NULL;
+    check(qcal_calib_rules_create(&rules), "rules");
+    qcal_observer_config oc;
+    qcal_observer_config_default(&oc, QCAL_OBSERVER_MINMAX);
+    oc.q.dtype = dt;
+    check(qcal_calib_rules_add(rules, "*", true, QCAL_CALIB_ROLE_ACTIVATION, &oc), "rule");
+    qcal_calib_session_options so;
+    qcal_calib_session_options_default(&so);
+    so.rules = rules;
+    qcal_calib_session *ss = NULL;
+    check(qcal_calib_session_create(&so, &ss), "session");
+    qcal_tensor tx, tr;
+    int64_t yd[4] = { 2, 4, 6, 6 };
+    qcal_tensor_init(&tx, x, 4, xd);
+    qcal_tensor_init(&tr, rf, 4, yd);
+    check(qcal_calib_session_observe(ss, "x", QCAL_CALIB_ROLE_ACTIVATION, 0, &tx), "observe");
+    check(qcal_calib_session_observe(ss, "r", QCAL_CALIB_ROLE_ACTIVATION, 0, &tr), "observe");
+    qcal_calib_table *t = NULL;
+    check(qcal_calib_session_table(ss, &t), "table");
+    const qcal_calib_entry *er = NULL;
+    check(qcal_calib_table_find(t, "r", QCAL_CALIB_ROLE_ACTIVATION, &er), "find");
+    float s_r = er->qparams.scale;
+    qcal_onnx_qdq_options qo;
+    qcal_onnx_qdq_options_default(&qo);
+    qo.profile = prof;
+    check(qcal_onnx_qdq(m, t, &qo, NULL), "qdq");
+    check(qcal_onnx_model_save(m, NULL, qm), qm);
+    qcal_onnx_model_destroy(&m);
+    /* the same table on an opset-13 model: refused */
+    qcal_onnx_model *m13 = conv_model(13);
+    qcal_status st13 = qcal_onnx_qdq(m13, t, &qo, NULL);
+    if (st13 != QCAL_ERR_UNSUPPORTED || !strstr(qcal_last_error(), "opset >= 19")) {
+        fprintf(stderr, "FAIL %s %s: an opset-13 model gave %d (%s)\n", fmt, pname, (int)st13,
+                qcal_last_error());
+        g_failures++;
+    }
+    qcal_onnx_model_destroy(&m13);
+    /* the written model holds FP8 Q/DQ and reads back */
+    qcal_onnx_model *back = NULL;
+    check(qcal_onnx_model_load(qm, &back), "load the Q/DQ model");
+    qcal_onnx_model_info info;
+    check(qcal_onnx_model_get_info(back, &info), "info");
+    int64_t nq = 0, ndq = 0;
+    for (int64_t i = 0; i < info.nodes; i++) {
+        qcal_onnx_node_info ni;
+        check(qcal_onnx_node_at(back, i, &ni), "node");
+        nq += !strcmp(ni.op_type, "QuantizeLinear");
+        ndq += !strcmp(ni.op_type, "DequantizeLinear");
+    }
+    qcal_onnx_tensor_desc zd;
+    bool fp8_zp = qcal_onnx_tensor_get_desc(back, "x_zero_point", &zd) == QCAL_OK &&
+                  zd.elem_type == (dt == QCAL_FLOAT8_E4M3FN ? ONNX_F8E4M3FN : ONNX_F8E5M2);
+    /* ort: Q/DQ of x and of the output, DQ of the FP8 weight (bias stays float);
+     * tensorrt: Q/DQ of x and of the float weight (the output is the next op's input) */
+    bool trt = prof == QCAL_ONNX_PROFILE_TENSORRT;
+    if (nq != 2 || ndq != (trt ? 2 : 3) || !fp8_zp || info.ir_version < 9) {
+        fprintf(stderr, "FAIL %s %s: %lld Q and %lld DQ nodes, x_zero_point FP8 %d, IR %lld\n",
+                fmt, pname, (long long)nq, (long long)ndq, (int)fp8_zp, (long long)info.ir_version);
+        g_failures++;
+    }
+    qcal_onnx_model_destroy(&back);
+    unlink(rp);
+    rc = run_node(qm, pre, feeds);
+    if (rc)
+        return rc;
+    float *rq = read_f32(rp, yn), *g = malloc((size_t)yn * 4);
+    qcal_qparams qp;
+    check(qcal_qparams_per_tensor(&qp, dt, s_r, 0), "qparams");
+    qcal_tensor tq;
+    qcal_tensor_mut tg;
+    qcal_tensor_init(&tq, rq, 4, yd);
+    qcal_tensor_mut_init(&tg, g, 4, yd);
+    check(qcal_fakequant_forward(&tq, &qp, &tg, NULL), "fakequant");
+    snprintf(tag, sizeof tag, "qdq %s profile %s: output on the FP8 grid", fmt, pname);
+    if (!trt)
+        compare(tag, NULL, g, rq, yn);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < yn; i++) {
+        num += (double)rf[i] * rf[i];
+        den += ((double)rf[i] - rq[i]) * ((double)rf[i] - rq[i]);
+    }
+    double sqnr = 10 * log10(num / (den > 0 ? den : 1e-300));
+    printf("qdq %s profile %s: ONNX Runtime ran it; %lld Q, %lld DQ; output SQNR vs float "
+           "%.2f dB\n", fmt, pname, (long long)nq, (long long)ndq, sqnr);
+    if (!(sqnr > (dt == QCAL_FLOAT8_E4M3FN ? 20.0 : 14.0))) {
+        fprintf(stderr, "FAIL qdq %s %s: SQNR %.2f dB vs the float model\n", fmt, pname, sqnr);
+        g_failures++;
+    }
+    (void)n;
+    free(g);
+    qcal_free(rq);
+    qcal_free(rf);
+    qcal_calib_table_destroy(&t);
+    qcal_calib_session_destroy(&ss);
+    qcal_calib_rules_destroy(&rules);
+    unlink(fm);
+    unlink(qm);
+    unlink(xp);
+    unlink(rp);
+    return 0;
+}
+
 int main(void)
 {
     const char *npm = getenv("QCAL_NPM_DIR"), *src = getenv("QCAL_SOURCE_ROOT");
@@ -398,6 +550,12 @@ int main(void)
     int rc = run_format(ONNX_F8E4M3FN, QCAL_FLOAT8_E4M3FN, "float8_e4m3fn");
     if (!rc)
         rc = run_format(ONNX_F8E5M2, QCAL_FLOAT8_E5M2, "float8_e5m2");
+    if (!rc)
+        rc = qdq_model(QCAL_FLOAT8_E4M3FN, QCAL_ONNX_PROFILE_ORT);
+    if (!rc)
+        rc = qdq_model(QCAL_FLOAT8_E5M2, QCAL_ONNX_PROFILE_ORT);
+    if (!rc)
+        rc = qdq_model(QCAL_FLOAT8_E4M3FN, QCAL_ONNX_PROFILE_TENSORRT);
     rmdir(g_dir);
     if (rc == 77) {
         printf("skip: onnxruntime-node could not be loaded\n");

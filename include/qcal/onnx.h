@@ -39,6 +39,8 @@ enum {
     QCAL_ONNX_FLOAT16 = 10,
     QCAL_ONNX_DOUBLE = 11,
     QCAL_ONNX_BFLOAT16 = 16,
+    QCAL_ONNX_FLOAT8E4M3FN = 17,   /* IR 9 / opset 19 (newer than the onnx.proto built in) */
+    QCAL_ONNX_FLOAT8E5M2 = 19,
 };
 
 /* Where the Q/DQ nodes go and which integer types they use (docs/onnx.md). */
