@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "calib/calib_internal.h"
@@ -420,11 +421,32 @@ qcal_status qcal_calib_table_format(const qcal_calib_table *t, qcal_calib_format
     return qcal_calib_table_format_file(t, format, file, opt, buf, len);
 }
 
+/* Makes dir (one level, mode 0777 less the umask) unless it is already a directory. */
+static qcal_status ensure_dir(const char *dir, const char *why)
+{
+    struct stat sb;
+    if (stat(dir, &sb) == 0) {
+        if (S_ISDIR(sb.st_mode))
+            return QCAL_OK;
+        return qcal_error(QCAL_ERR_IO, "'%s' is not a directory (%s)", dir, why);
+    }
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return qcal_error(QCAL_ERR_IO, "cannot create directory '%s': %s", dir,
+                          strerror(errno));
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return qcal_error(QCAL_ERR_IO, "'%s' is not a directory (%s)", dir, why);
+    return QCAL_OK;
+}
+
 qcal_status qcal_calib_table_write(const qcal_calib_table *t, qcal_calib_format format,
                                    const qcal_calib_export_options *opt, const char *path)
 {
     if (!path)
         return qcal_error(QCAL_ERR_INVALID_ARG, "output path is NULL");
+    /* A format of several files (ONNX Runtime's three) goes into the directory path, as
+     * `qcal calibrate --format onnxruntime -o DIR` writes it. */
+    if ((unsigned)format <= QCAL_CALIB_FORMAT_NCNN && qcal_calib_format_file_count(format) > 1)
+        return qcal_calib_table_write_dir(t, 1, &format, opt, path);
     char *buf = NULL;
     size_t len = 0;
     qcal_status st = qcal_calib_table_format(t, format, opt, &buf, &len);
@@ -469,7 +491,7 @@ qcal_status qcal_calib_table_write_dir(const qcal_calib_table *t, int64_t nforma
                                   qcal_calib_format_name(formats[i]));
     }
     /* 1. Format every file in memory: any failure (a name a format cannot hold, ...)
-     *    happens before the file system is touched. */
+     *    happens before the file system is touched (but for creating dir, below). */
     enum { MAXF = 16 };
     char *buf[MAXF] = { 0 };
     size_t len[MAXF] = { 0 };
@@ -505,6 +527,13 @@ qcal_status qcal_calib_table_write_dir(const qcal_calib_table *t, int64_t nforma
             snprintf(path[nfiles], pl, "%s/%s", dir, name);
             nfiles++;
         }
+    }
+    if (st >= 0) {
+        char why[160];
+        snprintf(why, sizeof why, "%s write%s into a directory",
+                 nformats > 1 ? "several formats" : qcal_calib_format_name(formats[0]),
+                 nformats > 1 ? "" : "s");
+        st = ensure_dir(dir, why);
     }
     /* 2. Every file to its temporary; 3. only when all were written, rename them all. */
     int opened = 0;

@@ -265,17 +265,10 @@ static qcal_status take_observer_qparams(qcal_fakequant_module *f)
     return st;
 }
 
-/* A writable view of data with the shape of t. */
-static qcal_tensor_mut mut_like(const qcal_tensor *t, float *data)
+qcal_status qcal_fakequant_module_forward(qcal_fakequant_module *fq, const qcal_tensor *x,
+                                          qcal_tensor_mut *yv)
 {
-    qcal_tensor_mut m = { .data = data, .ndim = t->ndim };
-    memcpy(m.shape, t->shape, sizeof m.shape);
-    return m;
-}
-
-qcal_status qcal_fakequant_module_forward(qcal_fakequant_module *fq, const qcal_tensor *x, float *y)
-{
-    if (!fq || !x || !y)
+    if (!fq || !x || !yv)
         return qcal_error(QCAL_ERR_INVALID_ARG, "object, tensor or output is NULL");
     int64_t n;
     qcal_status st = qcal_tensor_numel(x, &n);
@@ -285,6 +278,10 @@ qcal_status qcal_fakequant_module_forward(qcal_fakequant_module *fq, const qcal_
         return qcal_error(QCAL_ERR_EMPTY, "cannot fake-quantize an empty tensor");
     if (!x->data)
         return qcal_error(QCAL_ERR_INVALID_ARG, "tensor data is NULL");
+    st = qcal_fq_check_dst("fakequant module forward", yv, n, "output");
+    if (st != QCAL_OK)
+        return st;
+    float *y = yv->data;
     int64_t outer = 1, ch = 1, inner = n;
     if (fq->per_channel) {
         st = qcal_fq_split(x, fq->cfg.observer.axis, &outer, &ch, &inner);
@@ -350,8 +347,7 @@ qcal_status qcal_fakequant_module_forward(qcal_fakequant_module *fq, const qcal_
             fq->last_grad_factor = (float)g;
             qcal_qparams v;
             module_view(fq, fq->scale, fq->zp_param, NULL, &v);
-            qcal_tensor_mut yt = mut_like(x, y);
-            st = qcal_fakequant_learnable_forward(x, &v, &yt, fq->mask);
+            st = qcal_fakequant_learnable_forward(x, &v, yv, fq->mask);
         } else {
             int32_t zp1 = 0, *zp = &zp1;
             if (fq->per_channel && !(zp = qcal_malloc((size_t)fq->nch * sizeof *zp)))
@@ -360,8 +356,7 @@ qcal_status qcal_fakequant_module_forward(qcal_fakequant_module *fq, const qcal_
                 zp[c] = (int32_t)fq->zp_param[c];
             qcal_qparams v;
             module_view(fq, fq->scale, fq->zp_param, zp, &v);
-            qcal_tensor_mut yt = mut_like(x, y);
-            st = qcal_fakequant_forward(x, &v, &yt, fq->mask);
+            st = qcal_fakequant_forward(x, &v, yv, fq->mask);
             if (zp != &zp1)
                 free(zp);
         }
@@ -379,26 +374,35 @@ qcal_status qcal_fakequant_module_forward(qcal_fakequant_module *fq, const qcal_
     return QCAL_OK;
 }
 
-qcal_status qcal_fakequant_module_backward(qcal_fakequant_module *fq, const float *grad_y, int64_t n,
-                                        float *grad_x)
+qcal_status qcal_fakequant_module_backward(qcal_fakequant_module *fq, const qcal_tensor *grad_y,
+                                           qcal_tensor_mut *grad_x)
 {
     if (!fq || !grad_y || !grad_x)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "object or gradient buffer is NULL");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "object or gradient is NULL");
     if (!fq->have_last)
         return qcal_error(QCAL_ERR_STATE, "backward called without a forward");
+    int64_t n;
+    qcal_status st = qcal_tensor_numel(grad_y, &n);
+    if (st != QCAL_OK)
+        return st;
     if (n != fq->last_n)
         return qcal_error(QCAL_ERR_MISMATCH, "backward over %lld elements, forward had %lld",
                           (long long)n, (long long)fq->last_n);
+    if (!grad_y->data)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "fakequant module backward: grad_y data is NULL");
+    st = qcal_fq_check_dst("fakequant module backward", grad_x, n, "grad_x");
+    if (st != QCAL_OK)
+        return st;
     if (!fq->last_fq) {
-        if (grad_x != grad_y)
-            memmove(grad_x, grad_y, (size_t)n * sizeof(float));
+        if (grad_x->data != grad_y->data)
+            memmove(grad_x->data, grad_y->data, (size_t)n * sizeof(float));
         return QCAL_OK;
     }
     qcal_tensor gy;
     qcal_tensor_mut gx;
     int64_t shape1 = n;
-    qcal_tensor_init(&gy, grad_y, 1, &shape1);
-    qcal_tensor_mut_init(&gx, grad_x, 1, &shape1);
+    qcal_tensor_init(&gy, grad_y->data, 1, &shape1);
+    qcal_tensor_mut_init(&gx, grad_x->data, 1, &shape1);
     if (!fq->cfg.learnable)
         return qcal_fakequant_backward(&gy, fq->mask, &gx);
     qcal_tensor t = fq->last_shape;
@@ -408,8 +412,8 @@ qcal_status qcal_fakequant_module_backward(qcal_fakequant_module *fq, const floa
     float g1[2], *gs = g1;
     if (fq->per_channel && !(gs = qcal_malloc((size_t)fq->nch * 2 * sizeof *gs)))
         return QCAL_ERR_NO_MEMORY;
-    qcal_status st = qcal_fakequant_learnable_backward(&t, &gy, &v, fq->last_grad_factor, &gx,
-                                                       gs, gs + v.channels);
+    st = qcal_fakequant_learnable_backward(&t, &gy, &v, fq->last_grad_factor, &gx, gs,
+                                           gs + v.channels);
     if (st == QCAL_OK && fq->last_learning)
         for (int64_t c = 0; c < v.channels; c++) {
             fq->grad_scale[c] += gs[c];

@@ -1138,8 +1138,9 @@ static PyObject *Table_format(TableObject *self, PyObject *args, PyObject *kw)
     return r;
 }
 
-/* Table.write(path, format="json", allow_empty=False): writes the table atomically; entries
- * without data raise NoDataError unless allowed (here or when the table was made). */
+/* Table.write(path, format="json", allow_empty=False): writes the table atomically
+ * (onnxruntime: its three files into the directory path, as the CLI); entries without data
+ * raise NoDataError unless allowed (here or when the table was made). */
 static PyObject *Table_write(TableObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"path", "format", "allow_empty", NULL};
@@ -1259,9 +1260,10 @@ static PyMethodDef Table_methods[] = {
      "tensorrt, onnxruntime, ncnn); entries that saw no finite value raise NoDataError "
      "unless allowed here or by Session.table(allow_empty=True)."},
     {"write", (PyCFunction)(void (*)(void))Table_write, METH_VARARGS | METH_KEYWORDS,
-     "write(path, format='json', *, allow_empty=False): write the table atomically; entries "
-     "that saw no finite value raise NoDataError unless allowed here or by "
-     "Session.table(allow_empty=True)."},
+     "write(path, format='json', *, allow_empty=False): write the table atomically "
+     "(onnxruntime: the three files calibration.json, .flatbuffers and .cache into the "
+     "directory path, created if missing); entries that saw no finite value raise "
+     "NoDataError unless allowed here or by Session.table(allow_empty=True)."},
     {"read_json", (PyCFunction)Table_read_json, METH_O | METH_CLASS,
      "Table.read_json(path) -> Table: read a native JSON table."},
     {NULL, NULL, 0, NULL},

@@ -368,6 +368,60 @@ static void test_write_atomic(void **state)
     qcal_calib_table_destroy(&t);   /* NULL is fine */
 }
 
+/* qcal_calib_table_write with ONNX Runtime's format writes what `qcal calibrate --format
+ * onnxruntime -o DIR` writes: the three files into the directory (created when missing),
+ * each with the bytes of qcal_calib_table_format_file; a regular file there is refused. */
+static void test_write_onnxruntime_dir(void **state)
+{
+    (void)state;
+    qcal_calib_table *t = read_table("expected_minmax.json");
+    char dir[] = "/tmp/qcal_calib_tables_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char out[256], path[512];
+    snprintf(out, sizeof out, "%s/ort", dir);
+    for (int round = 0; round < 2; round++) {   /* new directory, then the existing one */
+        assert_int_equal(qcal_calib_table_write(t, QCAL_CALIB_FORMAT_ONNXRUNTIME, NULL, out),
+                         QCAL_OK);
+        struct stat sb;
+        assert_int_equal(stat(out, &sb), 0);
+        assert_true(S_ISDIR(sb.st_mode));
+        assert_int_equal(qcal_calib_format_file_count(QCAL_CALIB_FORMAT_ONNXRUNTIME), 3);
+        for (int k = 0; k < 3; k++) {
+            const char *name = qcal_calib_format_file_name(QCAL_CALIB_FORMAT_ONNXRUNTIME, k);
+            snprintf(path, sizeof path, "%s/%s", out, name);
+            char *want = NULL;
+            size_t wlen = 0, glen = 0;
+            assert_int_equal(qcal_calib_table_format_file(t, QCAL_CALIB_FORMAT_ONNXRUNTIME, k,
+                                                          NULL, &want, &wlen), QCAL_OK);
+            char *got = tu_read_file(path, &glen);
+            assert_int_equal(glen, wlen);
+            assert_memory_equal(got, want, wlen);
+            free(got);
+            qcal_free(want);
+        }
+    }
+    /* A regular file at the path: refused, left as it was. */
+    snprintf(path, sizeof path, "%s/file", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("keep", f);
+    fclose(f);
+    assert_int_equal(qcal_calib_table_write(t, QCAL_CALIB_FORMAT_ONNXRUNTIME, NULL, path),
+                     QCAL_ERR_IO);
+    assert_non_null(strstr(qcal_last_error(), "not a directory"));
+    char *kept = tu_read_file(path, NULL);
+    assert_string_equal(kept, "keep");
+    free(kept);
+    /* Several formats into a directory that does not exist yet: created too. */
+    snprintf(path, sizeof path, "%s/all", dir);
+    const qcal_calib_format two[2] = { QCAL_CALIB_FORMAT_JSON, QCAL_CALIB_FORMAT_ONNXRUNTIME };
+    assert_int_equal(qcal_calib_table_write_dir(t, 2, two, NULL, path), QCAL_OK);
+    snprintf(path, sizeof path, "%s/all/calibration.flatbuffers", dir);
+    assert_int_equal(access(path, F_OK), 0);
+    tu_rm_tree(dir);
+    qcal_calib_table_destroy(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -378,6 +432,7 @@ int main(void)
         cmocka_unit_test(test_json_round_trip),
         cmocka_unit_test(test_json_reader_rejects),
         cmocka_unit_test(test_write_atomic),
+        cmocka_unit_test(test_write_onnxruntime_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -67,6 +67,24 @@ int main()
         CHECK(mask[i] == 1);
     }
 
+    // the FakeQuantize object takes views the same way (const source, writable destination)
+    qcal_fakequant_module_config mc;
+    qcal_fakequant_module_config_default(&mc, QCAL_FAKEQUANT_PRESET_WEIGHT_PER_TENSOR);
+    qcal_fakequant_module *fq = nullptr;
+    CHECK(qcal_fakequant_module_create(&mc, &fq) == QCAL_OK);
+    std::vector<float> wq(v.size()), gx(v.size());
+    qcal_tensor_mut wqv, gxv;
+    CHECK(qcal_tensor_mut_init(&wqv, wq.data(), 1, shape) == QCAL_OK);
+    CHECK(qcal_tensor_mut_init(&gxv, gx.data(), 1, shape) == QCAL_OK);
+    CHECK(qcal_fakequant_module_forward(fq, &x, &wqv) == QCAL_OK);
+    const std::vector<float> gy = { 0.5f, -0.25f, 1.0f, 2.0f };
+    qcal_tensor gyv;
+    CHECK(qcal_tensor_init(&gyv, gy.data(), 1, shape) == QCAL_OK);
+    CHECK(qcal_fakequant_module_backward(fq, &gyv, &gxv) == QCAL_OK);
+    for (size_t i = 0; i < gx.size(); i++)
+        CHECK(gx[i] == gy[i]);   // every value inside the observed range: mask 1
+    qcal_fakequant_module_destroy(&fq);
+
     qcal_qparams_free(&qp);
     qcal_observer_destroy(&obs);
     CHECK(obs == nullptr);

@@ -133,8 +133,8 @@ static void test_pytorch_reference(void **state)
             qcal_tensor t;
             assert_int_equal(qcal_tensor_init(&t, x, (int32_t)ndim, shape), QCAL_OK);
             float *yo = malloc((size_t)n * 4), *go = malloc((size_t)n * 4);
-            assert_int_equal(qcal_fakequant_module_forward(fq, &t, yo), QCAL_OK);
-            assert_int_equal(qcal_fakequant_module_backward(fq, gy, n, go), QCAL_OK);
+            assert_int_equal(qcal_fakequant_module_forward(fq, &t, tu_out(yo, tu_numel(&t))), QCAL_OK);
+            assert_int_equal(qcal_fakequant_module_backward(fq, tu_vec(gy, n), tu_out(go, n)), QCAL_OK);
             expect_bits("y", name, (int)s, yo, y, n);
             expect_bits("grad_x", name, (int)s, go, gx, n);
             float qs[64];
@@ -194,14 +194,14 @@ static void test_switches_and_freeze(void **state)
     int64_t shape[1] = { 64 };
     qcal_tensor t;
     assert_int_equal(qcal_tensor_init(&t, x, 1, shape), QCAL_OK);
-    assert_int_equal(qcal_fakequant_module_backward(fq, g, 64, gx), QCAL_ERR_STATE);
+    assert_int_equal(qcal_fakequant_module_backward(fq, tu_vec(g, 64), tu_out(gx, 64)), QCAL_ERR_STATE);
     fill(x, 64, -1.0f, 3.0f, 1);
     fill(g, 64, -1.0f, 1.0f, 2);
     /* Fake-quant disabled: y == x, gradient passes through, observer still learns. */
     assert_int_equal(qcal_fakequant_module_enable_fake_quant(fq, false), QCAL_OK);
-    assert_int_equal(qcal_fakequant_module_forward(fq, &t, y), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_forward(fq, &t, tu_out(y, tu_numel(&t))), QCAL_OK);
     assert_memory_equal(y, x, sizeof x);
-    assert_int_equal(qcal_fakequant_module_backward(fq, g, 64, gx), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_backward(fq, tu_vec(g, 64), tu_out(gx, 64)), QCAL_OK);
     assert_memory_equal(gx, g, sizeof g);
     float s1;
     int32_t z1;
@@ -211,10 +211,22 @@ static void test_switches_and_freeze(void **state)
     assert_true(fabsf(s1 - 4.0f / 127.0f) < 1e-3f);
     assert_true(z1 >= 30 && z1 <= 34);
     assert_int_equal(qcal_fakequant_module_enable_fake_quant(fq, true), QCAL_OK);
-    assert_int_equal(qcal_fakequant_module_backward(fq, g, 63, gx), QCAL_ERR_MISMATCH);
+    assert_int_equal(qcal_fakequant_module_backward(fq, tu_vec(g, 63), tu_out(gx, 63)),
+                     QCAL_ERR_MISMATCH);
+    /* Views as the functions take them: a destination of another size is refused, and a
+     * refused forward changes nothing (no step counted). */
+    assert_int_equal(qcal_fakequant_module_backward(fq, tu_vec(g, 64), tu_out(gx, 63)),
+                     QCAL_ERR_MISMATCH);
+    int64_t steps_before;
+    assert_int_equal(qcal_fakequant_module_status(fq, NULL, NULL, NULL, &steps_before), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_forward(fq, &t, tu_out(y, 65)), QCAL_ERR_MISMATCH);
+    assert_int_equal(qcal_fakequant_module_forward(fq, &t, NULL), QCAL_ERR_INVALID_ARG);
+    int64_t steps_after;
+    assert_int_equal(qcal_fakequant_module_status(fq, NULL, NULL, NULL, &steps_after), QCAL_OK);
+    assert_int_equal(steps_after, steps_before);
     /* Second step freezes. */
     fill(x, 64, -2.0f, 6.0f, 3);
-    assert_int_equal(qcal_fakequant_module_forward(fq, &t, y), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_forward(fq, &t, tu_out(y, tu_numel(&t))), QCAL_OK);
     bool obs_en, fq_en, frozen;
     int64_t steps;
     assert_int_equal(qcal_fakequant_module_status(fq, &obs_en, &fq_en, &frozen, &steps), QCAL_OK);
@@ -227,14 +239,14 @@ static void test_switches_and_freeze(void **state)
     assert_int_equal(qcal_fakequant_module_enable_observer(fq, true), QCAL_ERR_STATE);
     /* Frozen: a very different batch does not move the qparams. */
     fill(x, 64, -50.0f, 50.0f, 4);
-    assert_int_equal(qcal_fakequant_module_forward(fq, &t, y), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_forward(fq, &t, tu_out(y, tu_numel(&t))), QCAL_OK);
     float s3;
     int32_t z3;
     assert_int_equal(tu_fakequant_module_qparams(fq, 1, &s3, &z3, &n), QCAL_OK);
     assert_true(bits(s3) == bits(s2) && z3 == z2);
     /* The output is clamped to the frozen range; the mask zeroes gradients outside. */
     float hi = (127.0f - (float)z2) * s2, lo = (0.0f - (float)z2) * s2;
-    assert_int_equal(qcal_fakequant_module_backward(fq, g, 64, gx), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_backward(fq, tu_vec(g, 64), tu_out(gx, 64)), QCAL_OK);
     int outside = 0;
     for (int i = 0; i < 64; i++) {
         assert_true(y[i] <= hi && y[i] >= lo);
@@ -249,7 +261,7 @@ static void test_switches_and_freeze(void **state)
     cfg.freeze_after = 0;
     assert_int_equal(qcal_fakequant_module_create(&cfg, &fq2), QCAL_OK);
     assert_int_equal(qcal_fakequant_module_enable_observer(fq2, false), QCAL_OK);
-    assert_int_equal(qcal_fakequant_module_forward(fq2, &t, y), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_forward(fq2, &t, tu_out(y, tu_numel(&t))), QCAL_OK);
     assert_int_equal(tu_fakequant_module_qparams(fq2, 1, &s3, &z3, &n), QCAL_OK);
     assert_true(s3 == 1.0f && z3 == 0);
     assert_int_equal(qcal_fakequant_module_freeze(fq2), QCAL_OK);
@@ -282,8 +294,8 @@ static void test_learnable_scale_guard(void **state)
     int64_t n;
     for (int step = 0; step < 4; step++) {
         assert_int_equal(qcal_fakequant_module_zero_grad(fq), QCAL_OK);
-        assert_int_equal(qcal_fakequant_module_forward(fq, &t, y), QCAL_OK);
-        assert_int_equal(qcal_fakequant_module_backward(fq, g, 32, gx), QCAL_OK);
+        assert_int_equal(qcal_fakequant_module_forward(fq, &t, tu_out(y, tu_numel(&t))), QCAL_OK);
+        assert_int_equal(qcal_fakequant_module_backward(fq, tu_vec(g, 32), tu_out(gx, 32)), QCAL_OK);
         assert_int_equal(qcal_fakequant_module_params(fq, &ps, &pz, &pgs, &pgz, &n), QCAL_OK);
         assert_int_equal(n, 1);
         assert_true(ps[0] > 0.0f);
@@ -292,7 +304,7 @@ static void test_learnable_scale_guard(void **state)
         pz[0] -= 0.5f * pgz[0];
     }
     assert_true(ps[0] < 0.0f);
-    assert_int_equal(qcal_fakequant_module_forward(fq, &t, y), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_forward(fq, &t, tu_out(y, tu_numel(&t))), QCAL_OK);
     float s;
     int32_t z;
     assert_int_equal(tu_fakequant_module_qparams(fq, 1, &s, &z, &n), QCAL_OK);
@@ -300,10 +312,10 @@ static void test_learnable_scale_guard(void **state)
     for (int i = 0; i < 32; i++)
         assert_true(isfinite(y[i]));
     ps[0] = NAN;   /* NaN is reset to eps too */
-    assert_int_equal(qcal_fakequant_module_forward(fq, &t, y), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_forward(fq, &t, tu_out(y, tu_numel(&t))), QCAL_OK);
     assert_true(ps[0] == cfg.observer.q.eps);
     pz[0] = INFINITY;
-    assert_int_equal(qcal_fakequant_module_forward(fq, &t, y), QCAL_ERR_NONFINITE);
+    assert_int_equal(qcal_fakequant_module_forward(fq, &t, tu_out(y, tu_numel(&t))), QCAL_ERR_NONFINITE);
     qcal_fakequant_module_destroy(&fq);
     /* Not learnable: params are refused. */
     qcal_fakequant_module_config_default(&cfg, QCAL_FAKEQUANT_PRESET_ACTIVATION);
@@ -327,8 +339,8 @@ static void run_steps(qcal_fakequant_module *fq, int first, int count, float *y_
     for (int s = first; s < first + count; s++) {
         fill(w, 72, -1.0f - 0.1f * (float)s, 1.0f + 0.2f * (float)s, 100u + (uint32_t)s);
         fill(g, 72, -1.0f, 1.0f, 200u + (uint32_t)s);
-        assert_int_equal(qcal_fakequant_module_forward(fq, &t, y_out), QCAL_OK);
-        assert_int_equal(qcal_fakequant_module_backward(fq, g, 72, gx), QCAL_OK);
+        assert_int_equal(qcal_fakequant_module_forward(fq, &t, tu_out(y_out, tu_numel(&t))), QCAL_OK);
+        assert_int_equal(qcal_fakequant_module_backward(fq, tu_vec(g, 72), tu_out(gx, 72)), QCAL_OK);
     }
 }
 
@@ -359,7 +371,8 @@ static void test_state_round_trip(void **state)
         unlink(path);
         /* Backward needs a forward after a load. */
         float g[72] = { 0 }, gx[72];
-        assert_int_equal(qcal_fakequant_module_backward(b, g, 72, gx), QCAL_ERR_STATE);
+        assert_int_equal(qcal_fakequant_module_backward(b, tu_vec(g, 72), tu_out(gx, 72)),
+                         QCAL_ERR_STATE);
         run_steps(a, 3, 4, ya);
         run_steps(b, 3, 4, yb);
         run_steps(c, 3, 4, yc);
@@ -439,12 +452,63 @@ static void test_state_round_trip(void **state)
     }
 }
 
+/* Learnable mode with the observer on: every forward overwrites the learned scale and
+ * zero-point with the observer's qparams (PyTorch's _LearnableFakeQuantize does the same)
+ * and no gradient accumulates; the header says so next to `learnable`. */
+static void test_learnable_observer_overwrites(void **state)
+{
+    (void)state;
+    qcal_fakequant_module_config cfg;
+    qcal_fakequant_module_config_default(&cfg, QCAL_FAKEQUANT_PRESET_ACTIVATION);
+    cfg.learnable = true;
+    qcal_fakequant_module *fq = NULL;
+    assert_int_equal(qcal_fakequant_module_create(&cfg, &fq), QCAL_OK);
+    float x[16], y[16], g[16], gx[16];
+    fill(x, 16, -1.0f, 3.0f, 21);
+    fill(g, 16, -1.0f, 1.0f, 22);
+    int64_t shape[1] = { 16 }, n;
+    qcal_tensor t;
+    assert_int_equal(qcal_tensor_init(&t, x, 1, shape), QCAL_OK);
+    float *ps, *pz, *pgs, *pgz;
+    assert_int_equal(qcal_fakequant_module_forward(fq, &t, tu_out(y, 16)), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_params(fq, &ps, &pz, &pgs, &pgz, &n), QCAL_OK);
+    float observed = ps[0];
+    ps[0] = 0.123f;   /* an optimiser step */
+    pz[0] = 7.0f;
+    assert_int_equal(qcal_fakequant_module_zero_grad(fq), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_forward(fq, &t, tu_out(y, 16)), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_backward(fq, tu_vec(g, 16), tu_out(gx, 16)), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_params(fq, &ps, &pz, &pgs, &pgz, &n), QCAL_OK);
+    assert_true(bits(ps[0]) == bits(observed));   /* same batch: the observer's scale again */
+    assert_true(pz[0] != 7.0f);
+    assert_true(pgs[0] == 0.0f && pgz[0] == 0.0f);
+    /* Observer off: the learned value stays and gradients accumulate. */
+    assert_int_equal(qcal_fakequant_module_enable_observer(fq, false), QCAL_OK);
+    ps[0] = 0.123f;
+    assert_int_equal(qcal_fakequant_module_forward(fq, &t, tu_out(y, 16)), QCAL_OK);
+    assert_int_equal(qcal_fakequant_module_backward(fq, tu_vec(g, 16), tu_out(gx, 16)), QCAL_OK);
+    assert_true(ps[0] == 0.123f);
+    assert_true(pgs[0] != 0.0f);
+    qcal_fakequant_module_destroy(&fq);
+    /* The header documents it next to the field. */
+    const char *root = getenv("QCAL_SOURCE_ROOT");
+    assert_non_null(root);
+    char *hdr = tu_read_file(tu_path(root, "include/qcal/fakequant.h"), NULL);
+    const char *field = strstr(hdr, "    bool learnable;");
+    assert_non_null(field);
+    const char *next = strstr(field, "    bool use_grad_scaling;");
+    const char *note = strstr(field, "OVERWRITES");
+    assert_true(next && note && note < next);
+    free(hdr);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pytorch_reference),
         cmocka_unit_test(test_switches_and_freeze),
         cmocka_unit_test(test_learnable_scale_guard),
+        cmocka_unit_test(test_learnable_observer_overwrites),
         cmocka_unit_test(test_state_round_trip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

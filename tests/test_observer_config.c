@@ -334,6 +334,96 @@ static void test_help_and_docs_list_every_key(void **state)
     free(doc);
 }
 
+/* The flat keys of rules files, the CLI and Python against the nested struct: every key of
+ * the table lands in the field observer.h's mapping (next to qcal_observer_config) names,
+ * and changes nothing else (quant_min/quant_max also set q.custom_range); the README's
+ * four-call example names qcal_observer_config_set. */
+typedef struct field_ref {
+    const char *name;
+    size_t off, size;
+} field_ref;
+
+#define FIELD(f) { #f, offsetof(qcal_observer_config, f), sizeof(((qcal_observer_config *)0)->f) }
+
+static const field_ref fields[] = {
+    FIELD(kind), FIELD(q.dtype), FIELD(q.qscheme), FIELD(q.reduce_range), FIELD(q.custom_range),
+    FIELD(q.quant_min), FIELD(q.quant_max), FIELD(q.eps), FIELD(axis), FIELD(averaging_constant),
+    FIELD(bins), FIELD(grid), FIELD(percentile), FIELD(percentile_mode), FIELD(entropy_levels),
+    FIELD(nonfinite),
+};
+
+static void test_flat_keys_map_to_documented_fields(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *key, *value, *field, *also;
+    } want[] = {
+        { "observer", "mse", "kind", NULL },
+        { "dtype", "qint8", "q.dtype", NULL },
+        { "qscheme", "per_tensor_symmetric", "q.qscheme", NULL },
+        { "reduce_range", "true", "q.reduce_range", NULL },
+        { "quant_min", "-8", "q.quant_min", "q.custom_range" },
+        { "quant_max", "15", "q.quant_max", "q.custom_range" },
+        { "eps", "0.5", "q.eps", NULL },
+        { "axis", "1", "axis", NULL },
+        { "averaging_constant", "0.5", "averaging_constant", NULL },
+        { "bins", "1024", "bins", NULL },
+        { "grid", "first_batch", "grid", NULL },
+        { "percentile", "99.9", "percentile", NULL },
+        { "percentile_mode", "two_tails", "percentile_mode", NULL },
+        { "entropy_levels", "64", "entropy_levels", NULL },
+        { "nonfinite", "error", "nonfinite", NULL },
+    };
+    const size_t nwant = sizeof want / sizeof want[0];
+    const char *root = getenv("QCAL_SOURCE_ROOT");
+    assert_non_null(root);
+    char *hdr = tu_read_file(tu_path(root, "include/qcal/observer.h"), NULL);
+    char *readme = tu_read_file(tu_path(root, "README.md"), NULL);
+    assert_int_equal(qcal_observer_config_key_count(), (int64_t)nwant);
+    qcal_observer_config base;
+    memset(&base, 0, sizeof base);
+    qcal_observer_config_default(&base, QCAL_OBSERVER_HISTOGRAM);
+    for (int64_t i = 0; i < qcal_observer_config_key_count(); i++) {
+        const char *key = qcal_observer_config_key(i)->name;
+        size_t w = 0;
+        while (w < nwant && strcmp(want[w].key, key))
+            w++;
+        if (w == nwant)
+            fail_msg("key '%s' has no expected field in this test", key);
+        /* The header's line: " *   KEY<spaces>-> FIELD" */
+        char pat[128];
+        snprintf(pat, sizeof pat, " *   %s ", key);
+        const char *line = strstr(hdr, pat);
+        if (!line)
+            fail_msg("observer.h does not map key '%s'", key);
+        const char *arrow = strstr(line, "-> ");
+        const char *eol = strchr(line, '\n');
+        if (!arrow || (eol && arrow > eol) ||
+            strncmp(arrow + 3, want[w].field, strlen(want[w].field)))
+            fail_msg("observer.h maps '%s' elsewhere than %s", key, want[w].field);
+        qcal_observer_config c = base;
+        assert_int_equal(qcal_observer_config_set(&c, key, want[w].value), QCAL_OK);
+        for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) {
+            bool changed = memcmp((const char *)&c + fields[f].off,
+                                  (const char *)&base + fields[f].off, fields[f].size) != 0;
+            bool expected = !strcmp(fields[f].name, want[w].field) ||
+                            (want[w].also && !strcmp(fields[f].name, want[w].also));
+            if (!strcmp(key, "observer") && !expected)
+                continue;   /* resets the others to the new kind's defaults */
+            if (changed != expected)
+                fail_msg("%s=%s %s %s", key, want[w].value,
+                         changed ? "changed" : "did not change", fields[f].name);
+        }
+    }
+    const char *ex = strstr(readme, "## The library in four calls");
+    assert_non_null(ex);
+    const char *end = strstr(ex, "```\n\n");
+    const char *set = strstr(ex, "qcal_observer_config_set(");
+    assert_true(set && end && set < end);
+    free(hdr);
+    free(readme);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -341,6 +431,7 @@ int main(void)
         cmocka_unit_test(test_same_message_everywhere),
         cmocka_unit_test(test_strict_exit_code),
         cmocka_unit_test(test_help_and_docs_list_every_key),
+        cmocka_unit_test(test_flat_keys_map_to_documented_fields),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

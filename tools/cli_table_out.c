@@ -225,14 +225,14 @@ int cli_table_out_write(const char *cmd, cli_table_out *o, const qcal_calib_tabl
         for (int i = 0; i < o->nformats; i++)
             bad_names(cmd, t, o->formats[i], 2);
     qcal_status st;
-    if (cli_table_out_is_dir(o)) {
-        if (mkdir(o->out, 0777) != 0 && errno != EEXIST)
-            return cli_fail(cmd, QCAL_EXIT_OUTPUT, "cannot create directory '%s': %s", o->out,
-                            strerror(errno));
+    /* The library writes what the CLI writes: one format (a file, or ONNX Runtime's three
+     * files in the directory -o) is qcal_calib_table_write, several formats a directory. */
+    if (o->nformats > 1)
         st = qcal_calib_table_write_dir(t, o->nformats, o->formats, &o->xo, o->out);
-    } else {
+    else if (cli_table_out_is_dir(o))
+        st = qcal_calib_table_write(t, o->formats[0], &o->xo, o->out);
+    else
         st = qcal_calib_table_write(t, o->formats[0], &o->xo, cli_output_path(o->out));
-    }
     if (st < 0)
         return cli_fail_status(cmd, st == QCAL_ERR_IO ? QCAL_EXIT_OUTPUT
                                     : st == QCAL_ERR_INVALID_ARG ? QCAL_EXIT_USAGE

@@ -18,8 +18,11 @@ static qcal_status fq_act(void *user, cnn_act *a)
     qcal_fakequant_module *fq = s->act[a->tap];
     if (!fq)
         return QCAL_OK;
-    qcal_tensor t;
+    qcal_tensor t;        /* in place: the activation is both the source and the destination */
+    qcal_tensor_mut y;
     qcal_status st = qcal_tensor_init(&t, a->data, a->ndim, a->shape);
+    if (st == QCAL_OK)
+        st = qcal_tensor_mut_init(&y, a->data, a->ndim, a->shape);
     if (st != QCAL_OK)
         return st;
     bool observing = false, frozen = true;
@@ -27,7 +30,7 @@ static qcal_status fq_act(void *user, cnn_act *a)
         (st = qcal_fakequant_module_status(fq, &observing, NULL, &frozen, NULL)) != QCAL_OK)
         return st;
     if (!s->dp || !a->training || !observing || frozen)
-        return qcal_fakequant_module_forward(fq, &t, a->data);
+        return qcal_fakequant_module_forward(fq, &t, &y);
     /* Data-parallel: the observer steps on the whole batch (every rank's slice). The
      * activation observers are min/max kinds, which see a batch only through its min and
      * max, so the two-value batch [lo, hi] of the whole batch's range gives exactly the step
@@ -37,12 +40,14 @@ static qcal_status fq_act(void *user, cnn_act *a)
     if ((st = s->dp->range(s->dp->user, &t, &r[0], &r[1])) != QCAL_OK)
         return st;
     qcal_tensor rt;
+    qcal_tensor_mut sv;
     int64_t two = 2;
     if ((st = qcal_tensor_init(&rt, r, 1, &two)) != QCAL_OK ||
-        (st = qcal_fakequant_module_forward(fq, &rt, scratch)) != QCAL_OK ||
+        (st = qcal_tensor_mut_init(&sv, scratch, 1, &two)) != QCAL_OK ||
+        (st = qcal_fakequant_module_forward(fq, &rt, &sv)) != QCAL_OK ||
         (st = qcal_fakequant_module_enable_observer(fq, false)) != QCAL_OK)
         return st;
-    st = qcal_fakequant_module_forward(fq, &t, a->data);
+    st = qcal_fakequant_module_forward(fq, &t, &y);
     qcal_status st2 = qcal_fakequant_module_enable_observer(fq, true);
     return st != QCAL_OK ? st : st2;
 }
@@ -56,23 +61,36 @@ static qcal_status fq_grads(void *user, float *const *grad, float *loss)
     return s->dp->grads(s->dp->user, grad, loss, s->dp_n, s->dp_total);
 }
 
+/* The FakeQuantize backward in place on a flat gradient of numel floats. */
+static qcal_status fq_backward_in_place(qcal_fakequant_module *fq, float *grad, int64_t numel)
+{
+    qcal_tensor g;
+    qcal_tensor_mut gx;
+    qcal_status st = qcal_tensor_init(&g, grad, 1, &numel);
+    if (st == QCAL_OK)
+        st = qcal_tensor_mut_init(&gx, grad, 1, &numel);
+    return st != QCAL_OK ? st : qcal_fakequant_module_backward(fq, &g, &gx);
+}
+
 static qcal_status fq_act_backward(void *user, cnn_tap tap, float *grad, int64_t numel)
 {
     cnn_fq_set *s = user;
     if (!s->act[tap])
         return QCAL_OK;
-    return qcal_fakequant_module_backward(s->act[tap], grad, numel, grad);
+    return fq_backward_in_place(s->act[tap], grad, numel);
 }
 
 static qcal_status fq_weight(void *user, cnn_weight *w)
 {
     cnn_fq_set *s = user;
-    qcal_tensor t;
-    /* The view is read only here: the FakeQuantize writes dst, never src. */
+    qcal_tensor t;        /* the FakeQuantize reads src and writes dst */
+    qcal_tensor_mut d;
     qcal_status st = qcal_tensor_init(&t, w->src, w->ndim, w->shape);
+    if (st == QCAL_OK)
+        st = qcal_tensor_mut_init(&d, w->dst, w->ndim, w->shape);
     if (st != QCAL_OK)
         return st;
-    if ((st = qcal_fakequant_module_forward(s->weight[w->layer], &t, w->dst)) != QCAL_OK)
+    if ((st = qcal_fakequant_module_forward(s->weight[w->layer], &t, &d)) != QCAL_OK)
         return st;
     w->used = true;
     return QCAL_OK;
@@ -81,7 +99,7 @@ static qcal_status fq_weight(void *user, cnn_weight *w)
 static qcal_status fq_weight_backward(void *user, cnn_layer layer, float *grad, int64_t numel)
 {
     cnn_fq_set *s = user;
-    return qcal_fakequant_module_backward(s->weight[layer], grad, numel, grad);
+    return fq_backward_in_place(s->weight[layer], grad, numel);
 }
 
 cnn_fq_opts cnn_fq_opts_default(void)

@@ -325,14 +325,17 @@ QCAL_API qcal_status qcal_calib_table_format_file(const qcal_calib_table *t,
                                                   const qcal_calib_export_options *opt,
                                                   char **buf, size_t *len);
 
-/* Formats the table's single text file (ONNX Runtime: calibration.cache) into a new
- * NUL-terminated buffer (*buf, *len without the NUL; free with qcal_free). */
+/* Formats the table's single text file (ONNX Runtime: calibration.cache only; all three:
+ * qcal_calib_table_format_file) into a new NUL-terminated buffer (*buf, *len without the
+ * NUL; free with qcal_free). */
 QCAL_API qcal_status qcal_calib_table_format(const qcal_calib_table *t, qcal_calib_format format,
                                              const qcal_calib_export_options *opt, char **buf,
                                              size_t *len);
 
-/* Writes the formatted table (qcal_calib_table_format) to path atomically (temporary file,
- * then rename). */
+/* Writes the table in a format as `qcal calibrate --format F -o path` does: one-file formats
+ * (json, tensorrt, ncnn) to the file path atomically (temporary file, then rename);
+ * onnxruntime, whose format is three files, into the directory path (created if missing;
+ * its parent must exist) as qcal_calib_table_write_dir(t, 1, &format, opt, path). */
 QCAL_API qcal_status qcal_calib_table_write(const qcal_calib_table *t, qcal_calib_format format,
                                             const qcal_calib_export_options *opt,
                                             const char *path);
@@ -345,11 +348,12 @@ QCAL_API qcal_status qcal_calib_table_export_count(const qcal_calib_table *t,
                                                    const qcal_calib_export_options *opt,
                                                    int64_t *n);
 
-/* Writes every file of each of the n formats into the existing directory dir under the
- * names of qcal_calib_format_file_name, all or none: everything is formatted first (any
- * error, such as an unrepresentable name, writes nothing), then written and synced to
- * temporaries, and renamed over the destinations only when all were written. Bytes equal
- * those of qcal_calib_table_format_file. */
+/* Writes every file of each of the n formats into the directory dir (created if missing;
+ * its parent must exist) under the names of qcal_calib_format_file_name, all or none:
+ * everything is formatted first (any error, such as an unrepresentable name, writes
+ * nothing, not even the directory), then written and synced to temporaries, and renamed
+ * over the destinations only when all were written. Bytes equal those of
+ * qcal_calib_table_format_file. */
 QCAL_API qcal_status qcal_calib_table_write_dir(const qcal_calib_table *t, int64_t n,
                                                 const qcal_calib_format *formats,
                                                 const qcal_calib_export_options *opt,

@@ -45,8 +45,9 @@ extern "C" {
 /* ---------------------------------------------------------------------------------------
  * Fake-quant with given qparams: one call per operation; per-tensor or per-channel (channel
  * axis qp->axis of src, qp->channels == src->shape[axis]) as qp->qscheme says. Every call
- * takes a source view, the qparams, and destination views; a destination holds numel(src)
- * floats (its shape is not otherwise used) and may be the source itself (in place).
+ * takes read-only source views (qcal_tensor), the qparams, and writable destination views
+ * (qcal_tensor_mut); a destination holds numel(src) floats (QCAL_ERR_MISMATCH otherwise; its
+ * shape is not otherwise used) and may be the source's buffer (in place).
  * Checked on every call: qp validates (qcal_qparams_validate) and |quant_min|, |quant_max|
  * <= QCAL_FAKEQUANT_QRANGE_LIMIT (a qint32 dtype for ranges wider than 8 bits); fixed
  * calls need integer zero-points (per_channel_affine_float_qparams is
@@ -112,12 +113,15 @@ QCAL_API qcal_status qcal_fakequant_learnable_backward(const qcal_tensor *src,
  * in learnable mode): forward(x) updates the observer (when enabled), recomputes the
  * qparams from it, fake-quantizes (when enabled) and records the mask; backward(grad)
  * applies the mask (and in learnable mode accumulates grad_scale / grad_zero_point).
+ * The same convention as the functions above: read-only source views (qcal_tensor),
+ * writable destination views (qcal_tensor_mut, qcal/tensor.h) of numel(source) floats.
  *
  *   qcal_fakequant_module_config cfg;
  *   qcal_fakequant_module_config_default(&cfg, QCAL_FAKEQUANT_PRESET_WEIGHT_PER_CHANNEL);
  *   qcal_fakequant_module *fq = NULL;
  *   qcal_fakequant_module_create(&cfg, &fq);
- *   per step: qcal_fakequant_module_forward(fq, &w, w_fq);  ... qcal_fakequant_module_backward(fq, g, gw, n);
+ *   per step: qcal_fakequant_module_forward(fq, &w, &w_fq);       // w: qcal_tensor, w_fq: qcal_tensor_mut
+ *             ... qcal_fakequant_module_backward(fq, &g_fq, &g_w);  // g_fq: qcal_tensor, g_w: qcal_tensor_mut
  *   qcal_fakequant_module_destroy(&fq);
  *
  * Not thread-safe: one object per quantized tensor, used by one thread at a time. */
@@ -140,7 +144,13 @@ typedef enum qcal_fakequant_preset {
 typedef struct qcal_fakequant_module_config {
     qcal_observer_config observer;  /* default: the preset's observer (see qcal_fakequant_preset);
                                      * any per-tensor or per-channel kind works */
-    bool learnable;                 /* default false; true: LSQ (_LearnableFakeQuantize) */
+    bool learnable;                 /* default false; true: LSQ (_LearnableFakeQuantize).
+                                     * Learned only while the observer is off: with it on
+                                     * (from create until freeze_after steps, freeze or
+                                     * enable_observer(fq, false)) every forward OVERWRITES
+                                     * the learned scale/zero-point with the observer's
+                                     * qparams and backward accumulates no gradient for
+                                     * them, as PyTorch's _LearnableFakeQuantize does. */
     bool use_grad_scaling;          /* learnable: default false; true: grad_factor =
                                      * 1/sqrt(numel * quant_max) */
     float init_scale;               /* learnable: initial scale, default 1.0 */
@@ -166,17 +176,20 @@ QCAL_API qcal_status qcal_fakequant_module_create(const qcal_fakequant_module_co
 QCAL_API void qcal_fakequant_module_destroy(qcal_fakequant_module **fq);
 
 /* One training step's forward: observe x (if the observer is enabled and not frozen), take
- * the qparams, fake-quantize into y (numel floats; y == x->data allowed) if fake-quant is
- * enabled, else copy. Records the mask (and, learnable, a copy of x) for backward. Counts
- * the step; freezes when freeze_after is reached. On failure nothing changes. */
+ * the qparams, fake-quantize into y (a writable view of numel(x) floats, QCAL_ERR_MISMATCH
+ * otherwise; y->data == x->data allowed) if fake-quant is enabled, else copy. Records the
+ * mask (and, learnable, a copy of x) for backward. Counts the step; freezes when
+ * freeze_after is reached. On failure nothing changes. */
 QCAL_API qcal_status qcal_fakequant_module_forward(qcal_fakequant_module *fq, const qcal_tensor *x,
-                                                float *y);
+                                                   qcal_tensor_mut *y);
 
-/* Backward of the last forward: n must equal its numel (QCAL_ERR_STATE without a forward,
- * QCAL_ERR_MISMATCH on another n). grad_x = mask ? grad_y : 0 (grad_y if fake-quant was
- * disabled); grad_x == grad_y allowed. Learnable: also adds to grad_scale/grad_zero_point. */
-QCAL_API qcal_status qcal_fakequant_module_backward(qcal_fakequant_module *fq, const float *grad_y,
-                                                 int64_t n, float *grad_x);
+/* Backward of the last forward (QCAL_ERR_STATE without one): grad_y and grad_x hold the
+ * forward's numel floats each (QCAL_ERR_MISMATCH otherwise; their shapes are not otherwise
+ * used). grad_x = mask ? grad_y : 0 (grad_y if fake-quant was disabled); grad_x->data ==
+ * grad_y->data allowed. Learnable: also adds to grad_scale/grad_zero_point. */
+QCAL_API qcal_status qcal_fakequant_module_backward(qcal_fakequant_module *fq,
+                                                    const qcal_tensor *grad_y,
+                                                    qcal_tensor_mut *grad_x);
 
 /* Switches (PyTorch's enable_observer / enable_fake_quant). */
 QCAL_API qcal_status qcal_fakequant_module_enable_observer(qcal_fakequant_module *fq, bool enabled);

@@ -59,6 +59,25 @@ typedef enum qcal_observer_grid {
                                  * batch, but order-dependent after growth */
 } qcal_observer_grid;
 
+/* An observer's settings. Rules files (key=value), CLI options (--key VALUE) and Python
+ * keywords spell them as flat keys; qcal_observer_config_set(&cfg, key, value) sets one by
+ * that name (the key table: qcal_observer_config_key). Where each key lands (q is the
+ * qcal_qconfig that qcal_qparams_compute takes, qcal/qparams.h):
+ *   observer           -> kind (and every other field reset to that kind's defaults)
+ *   dtype              -> q.dtype
+ *   qscheme            -> q.qscheme
+ *   reduce_range       -> q.reduce_range
+ *   quant_min          -> q.quant_min (and q.custom_range = true; give quant_max too)
+ *   quant_max          -> q.quant_max (and q.custom_range = true)
+ *   eps                -> q.eps
+ *   axis               -> axis
+ *   averaging_constant -> averaging_constant
+ *   bins               -> bins
+ *   grid               -> grid
+ *   percentile         -> percentile
+ *   percentile_mode    -> percentile_mode
+ *   entropy_levels     -> entropy_levels
+ *   nonfinite          -> nonfinite */
 typedef struct qcal_observer_config {
     qcal_observer_kind kind;
     qcal_qconfig q;                 /* dtype/qscheme/range; default as PyTorch's observer of that kind

@@ -172,6 +172,17 @@ class Calibrate(unittest.TestCase):
             with open(os.path.join(d, "py.json"), "rb") as a, \
                     open(os.path.join(d, "cli.json"), "rb") as b:
                 self.assertEqual(a.read(), b.read())
+            # ONNX Runtime's format is three files in a directory, from Table.write as from
+            # the CLI, byte for byte.
+            t.write(os.path.join(d, "py_ort"), "onnxruntime")
+            subprocess.run([BIN, "calibrate", dump, "--format", "onnxruntime", "-o",
+                            os.path.join(d, "cli_ort")], check=True, capture_output=True)
+            names = ["calibration.json", "calibration.flatbuffers", "calibration.cache"]
+            self.assertEqual(sorted(os.listdir(os.path.join(d, "py_ort"))), sorted(names))
+            for name in names:
+                with open(os.path.join(d, "py_ort", name), "rb") as a, \
+                        open(os.path.join(d, "cli_ort", name), "rb") as b:
+                    self.assertEqual(a.read(), b.read(), name)
             s = qcal.Session(observer="minmax")
             s.observe("x", np.arange(10, dtype=np.float32))
             e = s.table().entries[0]
