@@ -9,7 +9,10 @@
  *   4. one table per observer (top-1, delta, agreement, calibration time, worst layer SQNR in
  *      shadow mode) and the numeric-suite per-layer table of the best observer;
  *   5. QAT fine-tuning from the float model with fake-quant, converted to int8 and evaluated;
- *   6. calibration tables in every format, the stats log CSV and (--json) a JSON summary.
+ *   6. calibration tables in every format, the stats log CSV and (--json) a JSON summary;
+ *   with node and onnxruntime-node (./run.sh demo installs them), each observer's table also
+ *   as a QDQ ONNX model (qcal_onnx_qdq, profile ort) run by ONNX Runtime's int8 kernels: a
+ *   row beside oneDNN's.
  *
  * Every time printed is measured by this run. Accuracy targets (PyTorch 1.13 FX PTQ, onednn
  * backend) are printed OK or MISSED; timings are printed beside their reference values,
@@ -31,12 +34,17 @@
 #include <qcal/fakequant.h>
 #include <qcal/int8.h>
 #include <qcal/numeric.h>
+#include <qcal/npy.h>
 #include <qcal/observer.h>
+#include <qcal/onnx.h>
+#include <qcal/threads.h>
 
 #include "cnn.h"
+#include "cnn_onnx.h"
 #include "demo_eval.h"
 #include "qat.h"
 #include "ex_util.h"
+#include "ort_node.h"
 
 /* PyTorch 1.13 FX PTQ on this model (the project's reference value): int8 eval of 10,000 images. */
 #define PYTORCH_INT8_EVAL_S 0.17
@@ -62,6 +70,7 @@ typedef struct demo_opts {
     int64_t test_images;          /* 0 = all */
     int64_t sqnr_images;          /* 1000: test images used for the shadow-mode SQNR */
     bool qat;                     /* true */
+    bool ort;                     /* true: ONNX Runtime rows when node + onnxruntime-node are there */
     cnn_qat_schedule qat_sched;   /* cnn_qat_schedule_default with 200 steps, frozen after 150 */
     bool input_same;              /* false: the model input (conv1's input) uses minmax */
     int low_bits;                 /* 3: bits of the low-bit setting; 0 = skip it */
@@ -93,6 +102,8 @@ static void usage(FILE *f)
             "  --low-bits N           bits of the low-bit setting (default 3: activations [0, 7],\n"
             "                         weights [-3, 3], per tensor, fake-quant); 0 skips it\n"
             "  --no-qat               skip quantization-aware training\n"
+            "  --no-ort               skip the ONNX Runtime int8 (QDQ) rows (run when node and\n"
+            "                         onnxruntime-node are installed; ./run.sh demo installs them)\n"
             "  --qat-steps N          QAT steps of 128 images (default 200), --qat-freeze N\n"
             "                         (observers frozen after N steps, default 150), --qat-lr X\n"
             "                         (initial Adam rate, cosine-decayed to 0, default 2e-4)\n"
@@ -168,6 +179,7 @@ static int parse_args(int argc, char **argv, demo_opts *o)
     o->calib_images = 1000;
     o->sqnr_images = 1000;
     o->qat = true;
+    o->ort = true;
     o->low_bits = 3;
     /* A shorter QAT than examples/qat_fmnist (one epoch) so that the demo stays within a
      * minute with the cached model; same batch, seed, learning rate and cosine schedule. */
@@ -185,6 +197,10 @@ static int parse_args(int argc, char **argv, demo_opts *o)
         }
         if (!strcmp(a, "--no-qat")) {
             o->qat = false;
+            continue;
+        }
+        if (!strcmp(a, "--no-ort")) {
+            o->ort = false;
             continue;
         }
         if (strncmp(a, "--", 2) != 0)
@@ -632,6 +648,10 @@ typedef struct observer_result {
     int worst_layer;
     qcal_calib_table *table;
     qcal_numeric_act_compare *shadow;
+    uint8_t *pred;           /* oneDNN int8 top-1 per test image */
+    /* ONNX Runtime int8 (QDQ) of the same table; ort_ran false when it did not run */
+    bool ort_ran;
+    double ort_top1, ort_agree, ort_same, ort_s;   /* same = % predictions equal to oneDNN's */
 } observer_result;
 
 /* Calibrates the float model on the first n images of train with activation observer kind
@@ -976,6 +996,88 @@ static qcal_status write_report(cnn_ctx *ctx, const cnn_model *fm, const cnn_dat
     return st;
 }
 
+/* ---- ONNX Runtime int8 (QDQ) ------------------------------------------------------------ */
+
+/* Each observer's table deployed on a second engine: the float CNN as ONNX (qcal's builder;
+ * tensors named after the table's entries, cnn_onnx_names_demo), Q/DQ inserted from the table
+ * (qcal_onnx_qdq, profile ort: input quantized with conv1's qparams, each ReLU output with the
+ * next layer's input qparams, max-pool and Flatten keeping theirs, int8 weights, int32 biases,
+ * f32 logits as oneDNN's fc2), run by ONNX Runtime on the test images x [n,784]. Fills
+ * res[k].ort_*; ONNX Runtime not there leaves them unset with the reason in why. */
+static qcal_status run_ort(const cnn_model *fm, observer_result *res, int n_kinds, const float *x,
+                           const uint8_t *labels, const uint8_t *fpred, int64_t n, const char *out_dir,
+                           char *why, size_t cap, char *version, size_t vcap)
+{
+    if (!qcal_onnx_available()) {
+        snprintf(why, cap, "qcal was built without ONNX support (-Donnx)");
+        return QCAL_OK;
+    }
+    if (!ort_node_available(why, cap, version, vcap))
+        return QCAL_OK;
+    char xpath[4400], path[4400], opath[4400], lpath[4400];
+    qcal_onnx_model *om = NULL;
+    qcal_onnx_qdq_report rep;
+    memset(&rep, 0, sizeof rep);
+    qcal_npy_array a = {0};
+    snprintf(xpath, sizeof xpath, "%s/test_images.npy", out_dir);
+    const int64_t shape[4] = {n, 1, 28, 28};
+    qcal_status st = qcal_npy_write(xpath, QCAL_NPY_F32, 4, shape, x);
+    if (st == QCAL_OK && (st = cnn_onnx_build(fm, &cnn_onnx_names_demo, &om)) == QCAL_OK) {
+        snprintf(path, sizeof path, "%s/model.onnx", out_dir);
+        st = qcal_onnx_model_save(om, NULL, path);
+        qcal_onnx_model_destroy(&om);
+    }
+    for (int k = 0; k < n_kinds && st == QCAL_OK; k++) {
+        observer_result *r = &res[k];
+        const char *kind = qcal_observer_kind_name(r->kind);
+        qcal_onnx_qdq_options qo;
+        qcal_onnx_qdq_options_default(&qo);
+        if ((st = cnn_onnx_build(fm, &cnn_onnx_names_demo, &om)) != QCAL_OK ||
+            (st = qcal_onnx_qdq(om, r->table, &qo, &rep)) != QCAL_OK)
+            break;
+        /* every conv / linear layer quantized; only the logits (f32, as oneDNN's) have no entry */
+        if (rep.n_skipped || rep.n_missing != 1 || strcmp(rep.missing[0], cnn_onnx_names_demo.logits)) {
+            st = qcal_set_error(QCAL_ERR_STATE, "qdq of the %s table: %lld ops skipped, %lld tensors missing "
+                                "(want only '%s')", kind, (long long)rep.n_skipped, (long long)rep.n_missing,
+                                cnn_onnx_names_demo.logits);
+            break;
+        }
+        qcal_onnx_qdq_report_free(&rep);
+        snprintf(path, sizeof path, "%s/%s/model_qdq.onnx", out_dir, kind);
+        snprintf(opath, sizeof opath, "%s/%s/ort_logits.npy", out_dir, kind);
+        snprintf(lpath, sizeof lpath, "%s/%s/ort.log", out_dir, kind);
+        if ((st = qcal_onnx_model_save(om, NULL, path)) != QCAL_OK)
+            break;
+        qcal_onnx_model_destroy(&om);
+        cnn_progress_stderr(NULL, "ONNX Runtime", k, n_kinds, 0.0);
+        if ((st = ort_node_run(path, xpath, opath, lpath, qcal_get_num_threads(), &r->ort_s)) != QCAL_OK ||
+            (st = qcal_npy_read_f32(opath, &a)) != QCAL_OK)
+            break;
+        if (a.ndim != 2 || a.shape[0] != n || a.shape[1] != CNN_CLASSES) {
+            st = qcal_set_error(QCAL_ERR_MISMATCH, "%s: want [%lld, %d] logits", opath, (long long)n, CNN_CLASSES);
+            break;
+        }
+        int64_t right = 0, agree = 0, same = 0;
+        for (int64_t i = 0; i < n; i++) {
+            int p = argmax10((const float *)a.data + i * CNN_CLASSES);
+            right += p == labels[i];
+            agree += p == fpred[i];
+            same += p == r->pred[i];
+        }
+        qcal_npy_array_free(&a);
+        r->ort_top1 = 100.0 * (double)right / (double)n;
+        r->ort_agree = 100.0 * (double)agree / (double)n;
+        r->ort_same = 100.0 * (double)same / (double)n;
+        r->ort_ran = true;
+    }
+    cnn_progress_stderr(NULL, "ONNX Runtime", n_kinds, n_kinds, 0.0);
+    qcal_onnx_qdq_report_free(&rep);
+    qcal_onnx_model_destroy(&om);
+    qcal_npy_array_free(&a);
+    remove(xpath);   /* 31 MB of test images, the input of the runs above */
+    return st;
+}
+
 /* ---- main ------------------------------------------------------------------------------ */
 
 static const char *mark(bool ok) { return ok ? "OK" : "MISSED"; }
@@ -1101,10 +1203,20 @@ int main(int argc, char **argv)
         TRY(build_net_table(fm, r->table, 0, NSEG - 1, &net));
         TRY(eval_int8(net, ft.x, test.labels, fpred, test.n, phase, logits, &r->ev));
         qcal_int8_net_destroy(&net);
+        if (!(r->pred = ex_malloc((size_t)test.n)))
+            TRY(QCAL_ERR_NO_MEMORY);
+        for (int64_t i = 0; i < test.n; i++)
+            r->pred[i] = (uint8_t)argmax10(logits + i * CNN_CLASSES);
         TRY(shadow_compare(fm, r->table, &ft, &r->shadow));
         TRY(worst_sqnr(r->shadow, &r->worst_sqnr_db, &r->worst_layer));
         TRY(write_tables(r->table, r->kind, o.out_dir));
     }
+
+    /* 3a. The same tables on ONNX Runtime's int8 kernels (QDQ models). */
+    char ort_why[4400] = "skipped (--no-ort)", ort_version[64] = "";
+    if (o.ort)
+        TRY(run_ort(fm, res, o.n_kinds, ft.x, test.labels, fpred, test.n, o.out_dir, ort_why, sizeof ort_why,
+                    ort_version, sizeof ort_version));
 
     /* 4. The table. */
     printf("Post-training static quantization: int8 on oneDNN, %lld calibration images (batches of %d), "
@@ -1114,23 +1226,36 @@ int main(int argc, char **argv)
         printf("(calibration images: training images %lld..%lld; histogram-family grid: %s)\n",
                (long long)o.calib_offset, (long long)(o.calib_offset + n_calib - 1),
                qcal_observer_grid_name(o.grid));
-    printf("%-22s | %10s | %8s | %9s | %9s | %13s | %s\n", "observer", "int8 top-1", "delta", "agreement",
+    printf("%-23s | %10s | %8s | %9s | %9s | %13s | %s\n", "observer", "int8 top-1", "delta", "agreement",
            "calib (s)", "worst SQNR dB", "int8 eval (s)");
-    printf("%-22s-+-%10s-+-%8s-+-%9s-+-%9s-+-%13s-+-%s\n", "----------------------", "----------", "--------",
+    printf("%-23s-+-%10s-+-%8s-+-%9s-+-%9s-+-%13s-+-%s\n", "-----------------------", "----------", "--------",
            "---------", "---------", "-------------", "-------------");
     int best = 0;
     for (int k = 0; k < o.n_kinds; k++) {
         observer_result *r = &res[k];
         char ws[32];
         snprintf(ws, sizeof ws, "%.2f (%s)", r->worst_sqnr_db, cnn_layer_name(r->worst_layer));
-        printf("%-22s | %9.2f%% | %+8.2f | %8.2f%% | %9.3f | %13s | %.3f\n", qcal_observer_kind_name(r->kind),
+        printf("%-23s | %9.2f%% | %+8.2f | %8.2f%% | %9.3f | %13s | %.3f\n", qcal_observer_kind_name(r->kind),
                r->ev.top1, r->ev.top1 - float_top1, r->ev.agree, r->calib_s, ws, r->ev.eval_s);
+        if (r->ort_ran) {
+            char same[32];
+            snprintf(same, sizeof same, "%.2f%% same", r->ort_same);
+            printf("%-23s | %9.2f%% | %+8.2f | %8.2f%% | %9s | %13s | %.3f\n", "ONNX Runtime int8 (QDQ)",
+                   r->ort_top1, r->ort_top1 - float_top1, r->ort_agree, "", same, r->ort_s);
+        }
         if (r->ev.top1 > res[best].ev.top1 || (r->ev.top1 == res[best].ev.top1 && r->ev.agree > res[best].ev.agree))
             best = k;
     }
     printf("(float top-1 %.2f%%; agreement = test images where the int8 top-1 equals the float top-1; "
-           "worst SQNR over conv1/conv2/fc1/fc2 in shadow mode on %lld test images)\n\n", float_top1,
+           "worst SQNR over conv1/conv2/fc1/fc2 in shadow mode on %lld test images)\n", float_top1,
            (long long)ft.n);
+    if (res[0].ort_ran)
+        printf("(ONNX Runtime int8 (QDQ): the row's table as a QDQ model, %s/<observer>/model_qdq.onnx (qcal_onnx_qdq, "
+               "profile ort), run by ONNX Runtime %s (onnxruntime-node, CPU, U8U8 kernels: docs/onnx.md); \"same\" = "
+               "test images whose top-1 equals oneDNN's; its time includes starting node and the session)\n\n",
+               o.out_dir, ort_version);
+    else
+        printf("ONNX Runtime int8 (QDQ): not run: %s\n\n", ort_why);
 
     layer_row rows[NSEG];
     TRY(layer_rows(fm, res[best].shadow, rows));
@@ -1203,6 +1328,13 @@ int main(int argc, char **argv)
         if (is_minmax_kind(r->kind) && 100.0 * r->hook_s / r->fwd_s > max_overhead)
             max_overhead = 100.0 * r->hook_s / r->fwd_s;
     }
+    for (int k = 0; k < o.n_kinds; k++) {
+        observer_result *r = &res[k];
+        if (r->ort_ran)
+            printf("  %-22s ONNX Runtime int8 within 0.1 points of oneDNN, >= 99.8%% same predictions: %+.2f, "
+                   "%.2f%%  %s\n", qcal_observer_kind_name(r->kind), r->ort_top1 - r->ev.top1, r->ort_same,
+                   mark(fabs(r->ort_top1 - r->ev.top1) <= 0.1 + 1e-9 && r->ort_same >= 99.8));
+    }
     if (o.qat)
         printf("  QAT >= best post-training: %.2f%% vs %.2f%%  %s\n", qat_ev.top1, res[best].ev.top1,
                mark(qat_ev.top1 >= res[best].ev.top1));
@@ -1243,6 +1375,14 @@ int main(int argc, char **argv)
             json_num(f.fp, r->ev.eval_s, 4);
             fprintf(f.fp, ", \"observer_overhead_pct\": ");
             json_num(f.fp, 100.0 * r->hook_s / r->fwd_s, 2);
+            fprintf(f.fp, ", \"ort_top1\": ");
+            json_num(f.fp, r->ort_ran ? r->ort_top1 : NAN, 2);
+            fprintf(f.fp, ", \"ort_agree\": ");
+            json_num(f.fp, r->ort_ran ? r->ort_agree : NAN, 2);
+            fprintf(f.fp, ", \"ort_same_as_onednn\": ");
+            json_num(f.fp, r->ort_ran ? r->ort_same : NAN, 2);
+            fprintf(f.fp, ", \"ort_eval_s\": ");
+            json_num(f.fp, r->ort_ran ? r->ort_s : NAN, 3);
             fprintf(f.fp, "}%s\n", k + 1 < o.n_kinds ? "," : "");
         }
         fprintf(f.fp, "  },\n  \"low_bits\": ");
@@ -1298,9 +1438,11 @@ int main(int argc, char **argv)
     if (o.low_bits)
         snprintf(lowbit_files, sizeof lowbit_files, ", {evaluate_%dbit.txt, report_%dbit.html, rules_%dbit.txt}",
                  o.low_bits, o.low_bits, o.low_bits);
-    printf("\nOutputs in %s/: <observer>/{calib.json, calibration_trt.cache, calibration.cache, model.table}, "
-           "stats.csv, numeric_%s.csv, report.html%s%s%s\n", o.out_dir, qcal_observer_kind_name(res[best].kind),
-           lowbit_files, o.json_path ? "; JSON summary: " : "", o.json_path ? o.json_path : "");
+    printf("\nOutputs in %s/: <observer>/{calib.json, calibration_trt.cache, calibration.cache, model.table%s}, "
+           "stats.csv, numeric_%s.csv, report.html%s%s%s%s\n", o.out_dir,
+           res[0].ort_ran ? ", model_qdq.onnx, ort_logits.npy" : "", qcal_observer_kind_name(res[best].kind),
+           lowbit_files, res[0].ort_ran ? ", model.onnx (float)" : "", o.json_path ? "; JSON summary: " : "",
+           o.json_path ? o.json_path : "");
     (void)acc_ok;
 
 done:
@@ -1308,6 +1450,7 @@ done:
     for (int k = 0; k < QCAL_OBSERVER_KIND_COUNT; k++) {
         qcal_calib_table_destroy(&res[k].table);
         qcal_numeric_act_compare_destroy(&res[k].shadow);
+        free(res[k].pred);
     }
     qparams_free(&qat_q);
     for (int t = 0; t < CNN_NTAPS; t++)

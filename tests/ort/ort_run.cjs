@@ -3,6 +3,7 @@
 //
 //   node ort_run.cjs MODEL.onnx INPUT.npy [--out OUT.npy] [--dump DIR] [--batch N]
 //        [--threads N] [--optimized PATH] [--level all|basic|extended|disabled]
+//        [--precision default|high]
 //
 // --out: the first output of every batch stacked ([N, ...] float32); --dump: every output,
 // DIR/<percent-encoded name>/b<batch>.npy (the layout `qcal calibrate DIR` reads);
@@ -85,6 +86,9 @@ async function main() {
   const so = { graphOptimizationLevel: opt.level, executionMode: 'sequential' };
   if (+opt.threads > 0) so.intraOpNumThreads = +opt.threads;
   if (opt.optimized) so.optimizedModelFilePath = opt.optimized;
+  // --precision high: session.x64quantprecision=1, ONNX Runtime's U8U8 kernels on x86 without
+  // VNNI (its U8S8 kernels sum pairs of u8 x s8 products in saturating 16 bits there)
+  if (opt.precision === 'high') so.extra = { session: { x64quantprecision: '1' } };
   const sess = await ort.InferenceSession.create(pos[0], so);
   if (!opt.out && !opt.dump) return;   // --optimized only: the session wrote it
   const x = readNpy(pos[1]);
