@@ -11,12 +11,13 @@
  *                                (training images 0..N-1, default 1000)
  *       DIR/test.npy, DIR/labels.npy   the test images [M,1,28,28] and labels [M] (uint8)
  *       DIR/float_logits.npy     qcal's f32 forward of the test images, [M,10]
- *   cnn_deploy int8 DIR --table TABLE.json --out LOGITS.npy
+ *   cnn_deploy int8 DIR --table TABLE.json --out LOGITS.npy [--f32-logits]
  *       the int8 net of include/qcal/int8.h built from TABLE (activation entries named after
  *       the ONNX tensors: conv1 reads "input", conv2 "/relu1/Relu_output_0" (max-pool keeps
  *       its input's qparams), fc1 "/relu2/Relu_output_0", fc2 "/relu3/Relu_output_0"; fc2
  *       writes u8 codes with the "logits" entry when the table has one, as a QDQ model does,
- *       else f32) on DIR/test.npy; LOGITS.npy gets the (dequantized) logits [M,10].
+ *       else (or with --f32-logits) f32) on DIR/test.npy; LOGITS.npy gets the (dequantized)
+ *       logits [M,10].
  *
  * The float model is the demo's: loaded from the cache ($XDG_CACHE_HOME/qcal or
  * ~/.cache/qcal), trained there first if missing (3 epochs, as ./run.sh demo does;
@@ -41,7 +42,7 @@ static int usage(FILE *f, int rc)
 {
     fprintf(f, "usage: cnn_deploy export DIR [--calib-images N] [--test-images N] [--weights FILE] "
                "[--data DIR] [--train-images N] [--epochs N]\n"
-               "       cnn_deploy int8 DIR --table TABLE.json --out LOGITS.npy\n");
+               "       cnn_deploy int8 DIR --table TABLE.json --out LOGITS.npy [--f32-logits]\n");
     return rc;
 }
 
@@ -137,7 +138,7 @@ done:
     return st == QCAL_OK ? 0 : fail(st);
 }
 
-static int cmd_int8(const char *dir, const char *table_path, const char *out)
+static int cmd_int8(const char *dir, const char *table_path, const char *out, bool f32_logits)
 {
     const cnn_onnx_names *nm = &cnn_onnx_names_torch;
     const char *in_name[4] = {nm->input, nm->relu1, nm->relu2, nm->relu3};
@@ -185,7 +186,7 @@ static int cmd_int8(const char *dir, const char *table_path, const char *out)
         l[0].fqn = in_name[s];
     }
     const qcal_calib_entry *e = NULL;
-    const char *out_fqn = qcal_calib_table_find(t, nm->logits, QCAL_CALIB_ROLE_ACTIVATION, &e) == QCAL_OK
+    const char *out_fqn = !f32_logits && qcal_calib_table_find(t, nm->logits, QCAL_CALIB_ROLE_ACTIVATION, &e) == QCAL_OK
                               ? nm->logits : NULL;
     const int64_t in_shape[3] = {1, 28, 28};
     if ((st = qcal_int8_net_from_table(NULL, t, 3, in_shape, nl, d, out_fqn, &net)) != QCAL_OK)
@@ -217,8 +218,13 @@ int main(int argc, char **argv)
     const char *weights = NULL, *data = cnn_data_dir(), *table = NULL, *out = NULL;
     int64_t n_calib = 1000, n_test = 0;
     cnn_train_opts topt = cnn_train_opts_default();
+    bool f32_logits = false;
     for (int i = 3; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--f32-logits")) {
+            f32_logits = true;
+            continue;
+        }
         if (!v)
             return usage(stderr, 2);
         if (!strcmp(a, "--calib-images"))
@@ -244,6 +250,6 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "export") && n_calib > 0)
         return cmd_export(dir, n_calib, n_test, weights, data, &topt);
     if (!strcmp(cmd, "int8") && table && out)
-        return cmd_int8(dir, table, out);
+        return cmd_int8(dir, table, out, f32_logits);
     return usage(stderr, 2);
 }

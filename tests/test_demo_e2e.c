@@ -278,6 +278,21 @@ static void test_short_run(void **state)
                         g_kinds[k], top1, f, agree, sq, cs);
             fail();
         }
+        /* ONNX Runtime int8 (QDQ) of the same table, when node and onnxruntime-node are there
+         * (./run.sh test installs them): the same predictions as oneDNN's on almost every
+         * image (measured 99.95-100% on the short model's 10,000 test images) */
+        double ot = json_get(js, g_kinds[k], "ort_top1"), same = json_get(js, g_kinds[k], "ort_same_as_onednn");
+        if (!isnan(ot)) {
+            print_message("%-22s ONNX Runtime int8 (QDQ) top1 %.2f, same as oneDNN %.2f%%\n", g_kinds[k], ot, same);
+            if (!(fabs(ot - top1) <= 0.25 && same >= 99.5)) {
+                print_error("%s: ONNX Runtime top1 %.2f vs oneDNN %.2f, same predictions %.2f%%\n", g_kinds[k], ot,
+                            top1, same);
+                fail();
+            }
+        } else if (k == 0) {
+            print_message("ONNX Runtime rows not run: %s\n", strstr(out, "ONNX Runtime int8 (QDQ): not run")
+                          ? "see the demo's line" : "?");
+        }
         char p[700];
         static const char *const files[] = {"calib.json", "calibration_trt.cache", "calibration.cache", "model.table"};
         for (int i = 0; i < 4; i++) {
