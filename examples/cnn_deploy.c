@@ -13,8 +13,10 @@
  *       DIR/float_logits.npy     qcal's f32 forward of the test images, [M,10]
  *   cnn_deploy int8 DIR --table TABLE.json --out LOGITS.npy [--f32-logits]
  *       the int8 net of include/qcal/int8.h built from TABLE (activation entries named after
- *       the ONNX tensors: conv1 reads "input", conv2 "/relu1/Relu_output_0" (max-pool keeps
- *       its input's qparams), fc1 "/relu2/Relu_output_0", fc2 "/relu3/Relu_output_0"; fc2
+ *       the ONNX tensors: conv1 reads "input", conv2 the first of "/pool1/MaxPool_output_0",
+ *       "/relu1/Relu_output_0" the table holds (max-pool keeps its input's qparams, so a
+ *       profile calibrates one of them), fc1 the first of the Flatten, pool2 and relu2
+ *       outputs, fc2 "/relu3/Relu_output_0"; fc2
  *       writes u8 codes with the "logits" entry when the table has one, as a QDQ model does,
  *       else (or with --f32-logits) f32) on DIR/test.npy; LOGITS.npy gets the (dequantized)
  *       logits [M,10].
@@ -141,7 +143,9 @@ done:
 static int cmd_int8(const char *dir, const char *table_path, const char *out, bool f32_logits)
 {
     const cnn_onnx_names *nm = &cnn_onnx_names_torch;
-    const char *in_name[4] = {nm->input, nm->relu1, nm->relu2, nm->relu3};
+    /* each layer's input, then the tensors before it whose qparams it keeps */
+    const char *cand[4][3] = {{nm->input}, {nm->pool1, nm->relu1}, {nm->flatten, nm->pool2, nm->relu2}, {nm->relu3}};
+    const char *in_name[4];
     cnn_model *m = NULL;
     qcal_calib_table *t = NULL;
     qcal_int8_net *net = NULL;
@@ -158,6 +162,16 @@ static int cmd_int8(const char *dir, const char *table_path, const char *out, bo
     if (x.ndim != 4 || x.shape[1] != 1 || x.shape[2] != 28 || x.shape[3] != 28) {
         st = qcal_set_error(QCAL_ERR_MISMATCH, "%s: want [N,1,28,28] images", path);
         goto done;
+    }
+    for (int s = 0; s < 4; s++) {
+        const qcal_calib_entry *e = NULL;
+        in_name[s] = cand[s][0];
+        for (int c = 0; c < 3 && cand[s][c]; c++)
+            if (qcal_calib_table_find(t, cand[s][c], QCAL_CALIB_ROLE_ACTIVATION, &e) == QCAL_OK) {
+                in_name[s] = cand[s][c];
+                break;
+            }
+        qcal_clear_error();
     }
     /* conv1 relu pool | conv2 relu pool | flatten fc1 relu | fc2, as the ONNX graph */
     qcal_int8_layer_desc d[9];

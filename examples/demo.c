@@ -999,7 +999,7 @@ static qcal_status write_report(cnn_ctx *ctx, const cnn_model *fm, const cnn_dat
 /* ---- ONNX Runtime int8 (QDQ) ------------------------------------------------------------ */
 
 /* Each observer's table deployed on a second engine: the float CNN as ONNX (qcal's builder;
- * tensors named after the table's entries, cnn_onnx_names_demo), Q/DQ inserted from the table
+ * tensors named after the table's entries, cnn_onnx_demo_names), Q/DQ inserted from the table
  * (qcal_onnx_qdq, profile ort: input quantized with conv1's qparams, each ReLU output with the
  * next layer's input qparams, max-pool and Flatten keeping theirs, int8 weights, int32 biases,
  * f32 logits as oneDNN's fc2), run by ONNX Runtime on the test images x [n,784]. Fills
@@ -1021,8 +1021,11 @@ static qcal_status run_ort(const cnn_model *fm, observer_result *res, int n_kind
     qcal_npy_array a = {0};
     snprintf(xpath, sizeof xpath, "%s/test_images.npy", out_dir);
     const int64_t shape[4] = {n, 1, 28, 28};
-    qcal_status st = qcal_npy_write(xpath, QCAL_NPY_F32, 4, shape, x);
-    if (st == QCAL_OK && (st = cnn_onnx_build(fm, &cnn_onnx_names_demo, &om)) == QCAL_OK) {
+    const cnn_onnx_names *names = NULL;
+    qcal_status st = cnn_onnx_demo_names(fm, res[0].table, &names);
+    if (st == QCAL_OK)
+        st = qcal_npy_write(xpath, QCAL_NPY_F32, 4, shape, x);
+    if (st == QCAL_OK && (st = cnn_onnx_build(fm, names, &om)) == QCAL_OK) {
         snprintf(path, sizeof path, "%s/model.onnx", out_dir);
         st = qcal_onnx_model_save(om, NULL, path);
         qcal_onnx_model_destroy(&om);
@@ -1032,14 +1035,14 @@ static qcal_status run_ort(const cnn_model *fm, observer_result *res, int n_kind
         const char *kind = qcal_observer_kind_name(r->kind);
         qcal_onnx_qdq_options qo;
         qcal_onnx_qdq_options_default(&qo);
-        if ((st = cnn_onnx_build(fm, &cnn_onnx_names_demo, &om)) != QCAL_OK ||
+        if ((st = cnn_onnx_build(fm, names, &om)) != QCAL_OK ||
             (st = qcal_onnx_qdq(om, r->table, &qo, &rep)) != QCAL_OK)
             break;
         /* every conv / linear layer quantized; only the logits (f32, as oneDNN's) have no entry */
-        if (rep.n_skipped || rep.n_missing != 1 || strcmp(rep.missing[0], cnn_onnx_names_demo.logits)) {
+        if (rep.n_skipped || rep.n_missing != 1 || strcmp(rep.missing[0], names->logits)) {
             st = qcal_set_error(QCAL_ERR_STATE, "qdq of the %s table: %lld ops skipped, %lld tensors missing "
                                 "(want only '%s')", kind, (long long)rep.n_skipped, (long long)rep.n_missing,
-                                cnn_onnx_names_demo.logits);
+                                names->logits);
             break;
         }
         qcal_onnx_qdq_report_free(&rep);

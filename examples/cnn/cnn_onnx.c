@@ -1,6 +1,9 @@
 /* The demo CNN as an ONNX model through qcal's public ONNX builder (see cnn_onnx.h). */
 #include "cnn_onnx.h"
 
+#include <stdio.h>
+#include <string.h>
+
 const cnn_onnx_names cnn_onnx_names_torch = {
     .input = "input",
     .conv1 = "/conv1/Conv_output_0", .relu1 = "/relu1/Relu_output_0",
@@ -14,12 +17,55 @@ const cnn_onnx_names cnn_onnx_names_torch = {
 
 const cnn_onnx_names cnn_onnx_names_demo = {
     .input = "conv1",
+    .conv1 = "conv1.out", .relu1 = "conv1.relu", .pool1 = "conv2",
+    .conv2 = "conv2.out", .relu2 = "conv2.relu", .pool2 = "conv2.pool",
+    .flatten = "fc1",
+    .fc1 = "fc1.out", .relu3 = "fc2",
+    .logits = "logits",
+};
+
+const cnn_onnx_names cnn_onnx_names_demo_relu = {
+    .input = "conv1",
     .conv1 = "conv1.out", .relu1 = "conv2", .pool1 = "conv2.pooled",
     .conv2 = "conv2.out", .relu2 = "fc1", .pool2 = "fc1.pooled",
     .flatten = "fc1.flat",
     .fc1 = "fc1.out", .relu3 = "fc2",
     .logits = "logits",
 };
+
+qcal_status cnn_onnx_demo_names(const cnn_model *m, const qcal_calib_table *table, const cnn_onnx_names **out)
+{
+    const cnn_onnx_names *sets[2] = {&cnn_onnx_names_demo, &cnn_onnx_names_demo_relu};
+    char missing[256] = "";
+    for (int k = 0; k < 2; k++) {
+        qcal_onnx_model *o = NULL;
+        char **names = NULL;
+        int64_t n = 0;
+        qcal_status st = cnn_onnx_build(m, sets[k], &o);
+        if (st == QCAL_OK)
+            st = qcal_onnx_list(o, NULL, &names, &n);
+        qcal_onnx_model_destroy(&o);
+        if (st != QCAL_OK)
+            return st;
+        bool all = true;
+        for (int64_t i = 0; i < n && all; i++) {
+            const qcal_calib_entry *e = NULL;
+            if (strcmp(names[i], sets[k]->logits) &&
+                qcal_calib_table_find(table, names[i], QCAL_CALIB_ROLE_ACTIVATION, &e) != QCAL_OK) {
+                all = false;
+                snprintf(missing, sizeof missing, "%s", names[i]);
+            }
+        }
+        qcal_clear_error();
+        qcal_onnx_names_free(&names, n);
+        if (all) {
+            *out = sets[k];
+            return QCAL_OK;
+        }
+    }
+    return qcal_set_error(QCAL_ERR_NOT_FOUND, "the ONNX model's tensor '%s' has no entry in the demo's table",
+                          missing);
+}
 
 #define TRY(x)                      \
     do {                            \

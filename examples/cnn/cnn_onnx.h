@@ -31,12 +31,21 @@ typedef struct cnn_onnx_names {
 extern const cnn_onnx_names cnn_onnx_names_torch;
 
 /* Names that match the demo's calibration tables, whose activation entries are named after
- * the layer they feed (conv1, conv2, fc1, fc2): the model input is "conv1", the ReLU that
- * feeds conv2 through the max-pool is "conv2", and so on. Profile ort quantizes the model
- * input, each ReLU output (max-pool and Flatten keep their input's qparams) and the logits,
- * so a demo table drives qcal_onnx_qdq as it drives qcal_int8_net_from_table: the same
- * qparams at the same points. */
+ * the layer they feed (conv1, conv2, fc1, fc2): the model input is "conv1", the max-pool
+ * output that conv2 reads is "conv2", the Flatten output that fc1 reads is "fc1", fc1's ReLU
+ * output is "fc2". Profile ort looks up the model input, the tensor each layer reads (a ReLU
+ * output takes the qparams of the max-pool / Flatten chain after it) and the logits, so a
+ * demo table drives qcal_onnx_qdq as it drives qcal_int8_net_from_table: the same qparams at
+ * the same points. cnn_onnx_names_demo_relu names the ReLU outputs instead ("conv2" is the
+ * ReLU before pool1), for a qcal_onnx_qdq that looks up the ReLU output itself;
+ * cnn_onnx_demo_names picks the one whose lookups the table answers. */
 extern const cnn_onnx_names cnn_onnx_names_demo;
+extern const cnn_onnx_names cnn_onnx_names_demo_relu;
+
+/* The demo naming (of the two above) under which every activation tensor profile ort looks
+ * up in m's ONNX model, but the logits, is an activation entry of table; QCAL_ERR_NOT_FOUND
+ * naming a missing tensor if neither. */
+qcal_status cnn_onnx_demo_names(const cnn_model *m, const qcal_calib_table *table, const cnn_onnx_names **out);
 
 /* The ONNX model of m with the given names (*out owned by the caller). */
 qcal_status cnn_onnx_build(const cnn_model *m, const cnn_onnx_names *names, qcal_onnx_model **out);
