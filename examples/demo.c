@@ -1052,7 +1052,6 @@ static qcal_status run_ort(const cnn_model *fm, observer_result *res, int n_kind
         if ((st = qcal_onnx_model_save(om, NULL, path)) != QCAL_OK)
             break;
         qcal_onnx_model_destroy(&om);
-        cnn_progress_stderr(NULL, "ONNX Runtime", k, n_kinds, 0.0);
         if ((st = ort_node_run(path, xpath, opath, lpath, qcal_get_num_threads(), &r->ort_s)) != QCAL_OK ||
             (st = qcal_npy_read_f32(opath, &a)) != QCAL_OK)
             break;
@@ -1072,8 +1071,8 @@ static qcal_status run_ort(const cnn_model *fm, observer_result *res, int n_kind
         r->ort_agree = 100.0 * (double)agree / (double)n;
         r->ort_same = 100.0 * (double)same / (double)n;
         r->ort_ran = true;
+        cnn_progress_stderr(NULL, "ONNX Runtime int8", k + 1, n_kinds, r->ort_top1);
     }
-    cnn_progress_stderr(NULL, "ONNX Runtime", n_kinds, n_kinds, 0.0);
     qcal_onnx_qdq_report_free(&rep);
     qcal_onnx_model_destroy(&om);
     qcal_npy_array_free(&a);

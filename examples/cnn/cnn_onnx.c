@@ -18,8 +18,8 @@ const cnn_onnx_names cnn_onnx_names_torch = {
 const cnn_onnx_names cnn_onnx_names_demo = {
     .input = "conv1",
     .conv1 = "conv1.out", .relu1 = "conv1.relu", .pool1 = "conv2",
-    .conv2 = "conv2.out", .relu2 = "conv2.relu", .pool2 = "conv2.pool",
-    .flatten = "fc1",
+    .conv2 = "conv2.out", .relu2 = "conv2.relu", .pool2 = "fc1",
+    .flatten = "fc1.flat",
     .fc1 = "fc1.out", .relu3 = "fc2",
     .logits = "logits",
 };

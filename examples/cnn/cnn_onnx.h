@@ -32,9 +32,10 @@ extern const cnn_onnx_names cnn_onnx_names_torch;
 
 /* Names that match the demo's calibration tables, whose activation entries are named after
  * the layer they feed (conv1, conv2, fc1, fc2): the model input is "conv1", the max-pool
- * output that conv2 reads is "conv2", the Flatten output that fc1 reads is "fc1", fc1's ReLU
- * output is "fc2". Profile ort looks up the model input, the tensor each layer reads (a ReLU
- * output takes the qparams of the max-pool / Flatten chain after it) and the logits, so a
+ * output that conv2 reads is "conv2", the max-pool output that fc1 reads through the Flatten
+ * is "fc1", fc1's ReLU output is "fc2". Profile ort looks up the model input, each layer's
+ * output after its ReLU and max-pool (a ReLU output takes the qparams of the max-pool after
+ * it; Flatten keeps them) and the logits, so a
  * demo table drives qcal_onnx_qdq as it drives qcal_int8_net_from_table: the same qparams at
  * the same points. cnn_onnx_names_demo_relu names the ReLU outputs instead ("conv2" is the
  * ReLU before pool1), for a qcal_onnx_qdq that looks up the ReLU output itself;
