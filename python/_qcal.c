@@ -1566,15 +1566,28 @@ static qcal_dtype dtype_for_range(long long qmin, long long qmax)
            : qmin >= -128 && qmax <= 127 ? QCAL_QINT8 : QCAL_QINT32;
 }
 
-/* _fake_quant(x, scale, zp, quant_min, quant_max, axis, out, mask) */
+/* _fake_quant(x, scale, zp, quant_min, quant_max, axis, out, mask[, dtype]): dtype (an FP8
+ * name) or None: the narrowest integer dtype of [quant_min, quant_max]. FP8: the dtype's
+ * range, quant_min / quant_max ignored. */
 static PyObject *py_fake_quant(PyObject *mod, PyObject *args)
 {
     (void)mod;
     PyObject *xo, *so, *zo, *axis_o, *outo, *masko;
     long long qmin, qmax;
-    if (!PyArg_ParseTuple(args, "OOOLLOOO", &xo, &so, &zo, &qmin, &qmax, &axis_o, &outo, &masko))
+    const char *dname = NULL;
+    if (!PyArg_ParseTuple(args, "OOOLLOOO|z", &xo, &so, &zo, &qmin, &qmax, &axis_o, &outo, &masko,
+                          &dname))
         return NULL;
     qcal_dtype dt = dtype_for_range(qmin, qmax);
+    if (dname) {
+        qcal_status ds = qcal_dtype_parse(dname, &dt);
+        if (ds < 0)
+            return raise_status(ds);
+        int64_t lo, hi;
+        qcal_dtype_range(dt, &lo, &hi);
+        qmin = lo;
+        qmax = hi;
+    }
     f32_in x;
     if (f32_get(xo, &x) < 0)
         return NULL;

@@ -131,7 +131,9 @@ def calibrate(directory, output=None, format="json", rules=None, rules_text=None
     return t
 
 
-_QDTYPES = {"quint8": _np.uint8, "qint8": _np.int8, "qint32": _np.int32}
+_QDTYPES = {"quint8": _np.uint8, "qint8": _np.int8, "qint32": _np.int32,
+            "float8_e4m3fn": _np.uint8, "float8_e5m2": _np.uint8}
+_FP8 = ("float8_e4m3fn", "float8_e5m2")
 _NP_TO_Q = {_np.dtype(_np.uint8): "quint8", _np.dtype(_np.int8): "qint8",
             _np.dtype(_np.int32): "qint32"}
 
@@ -140,7 +142,8 @@ def _dtype_name(dtype):
     name = str(dtype)
     name = name[6:] if name.startswith("torch.") else name
     if name not in _QDTYPES:
-        raise ValueError(f"dtype must be quint8, qint8 or qint32, not {dtype!r}")
+        raise ValueError("dtype must be quint8, qint8, qint32, float8_e4m3fn or float8_e5m2, "
+                         f"not {dtype!r}")
     return name
 
 
@@ -160,7 +163,9 @@ def _as_f32(x):
 def quantize(x, scale, zero_point, dtype, axis=None):
     """Integer representation of x (numpy uint8/int8/int32 of x's shape), as
     torch.quantize_per_tensor / quantize_per_channel(...).int_repr(); per channel along
-    axis when given (scale and zero_point then hold one value per channel)."""
+    axis when given (scale and zero_point then hold one value per channel).
+    dtype "float8_e4m3fn" / "float8_e5m2": the FP8 codes of x / scale as a uint8 array
+    (zero_point 0), bit-identical to ONNX Runtime's QuantizeLinear (docs/fp8.md)."""
     name = _dtype_name(dtype)
     x = _as_f32(x)
     s, z = _qp_arrays(scale, zero_point)
@@ -169,29 +174,54 @@ def quantize(x, scale, zero_point, dtype, axis=None):
     return out
 
 
-def dequantize(q, scale, zero_point, axis=None):
+def dequantize(q, scale, zero_point, axis=None, dtype=None):
     """float32 values (q - zero_point) * scale of an integer array (uint8 -> quint8, int8
-    -> qint8, int32 -> qint32), per channel along axis when given."""
+    -> qint8, int32 -> qint32), per channel along axis when given. dtype "float8_e4m3fn" /
+    "float8_e5m2": q is a uint8 array of FP8 codes, the values value(code) * scale
+    (zero_point 0; docs/fp8.md)."""
     q = _np.asarray(q)
     if q.dtype not in _NP_TO_Q:
         raise TypeError(f"expected a uint8, int8 or int32 array, got dtype {q.dtype}")
+    name = _NP_TO_Q[q.dtype]
+    if dtype is not None:
+        name = _dtype_name(dtype)
+        if _np.dtype(_QDTYPES[name]) != q.dtype:
+            raise TypeError(f"dtype {name} needs a {_np.dtype(_QDTYPES[name])} array, got {q.dtype}")
     q = _np.ascontiguousarray(q)
     s, z = _qp_arrays(scale, zero_point)
     out = _np.empty(q.shape, _np.float32)
-    _qcal._dequantize(q, _NP_TO_Q[q.dtype], s, z, axis, out)
+    _qcal._dequantize(q, name, s, z, axis, out)
     return out
 
 
-def fake_quant(x, scale, zero_point, quant_min, quant_max, axis=None, return_mask=False):
+def fake_quant(x, scale, zero_point, quant_min=None, quant_max=None, axis=None,
+               return_mask=False, dtype=None):
     """Quantize-dequantize as torch.fake_quantize_per_tensor_affine / _per_channel_affine
     (float32, x's shape); with return_mask, also the uint8 mask of values inside
-    [quant_min, quant_max] (the straight-through backward's mask)."""
+    [quant_min, quant_max] (the straight-through backward's mask).
+    dtype "float8_e4m3fn" / "float8_e5m2" (no quant_min / quant_max, zero_point 0): FP8
+    fake-quant, value(code of x / scale) * scale as ONNX Runtime's Q + DQ; the mask is 1
+    where |x / scale| did not saturate (<= 464, < 61440; docs/fp8.md)."""
     x = _as_f32(x)
     s, z = _qp_arrays(scale, zero_point)
     out = _np.empty(x.shape, _np.float32)
     mask = _np.empty(x.shape, _np.uint8)
-    _qcal._fake_quant(x, s, z, int(quant_min), int(quant_max), axis, out, mask)
+    if dtype is not None:
+        name = _dtype_name(dtype)
+        if name not in _FP8:
+            raise ValueError(f"fake_quant dtype must be float8_e4m3fn or float8_e5m2, not "
+                             f"{dtype!r} (integer ranges: quant_min / quant_max)")
+        if quant_min is not None or quant_max is not None:
+            raise ValueError(f"{name} takes no quant_min / quant_max")
+        _qcal._fake_quant(x, s, z, 0, 0, axis, out, mask, name)
+    else:
+        if quant_min is None or quant_max is None:
+            raise TypeError("fake_quant needs quant_min and quant_max (or an FP8 dtype)")
+        _qcal._fake_quant(x, s, z, int(quant_min), int(quant_max), axis, out, mask)
     return (out, mask) if return_mask else out
+
+
+fakequant = fake_quant   # the spelling of the CLI subcommand
 
 
 def fake_quant_backward(grad, mask):
