@@ -800,6 +800,10 @@ qcal_status qcal_fp8_checkpoint_write(const char *outdir, int64_t nmodels,
     if (o->format != QCAL_FP8_CHECKPOINT_COMPRESSED_TENSORS &&
         o->format != QCAL_FP8_CHECKPOINT_MODELOPT)
         return qcal_error(QCAL_ERR_INVALID_ARG, "unknown checkpoint format %d", (int)o->format);
+    if (o->format == QCAL_FP8_CHECKPOINT_MODELOPT && o->weight_per_channel)
+        return qcal_error(QCAL_ERR_UNSUPPORTED, "modelopt checkpoints (quant_algo FP8) hold one "
+                          "weight scale per tensor; per-channel weight scales are written in "
+                          "the compressed-tensors format");
     qcal_fp8_checkpoint_summary sum;
     memset(&sum, 0, sizeof sum);
     plan p;

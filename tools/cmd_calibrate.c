@@ -64,7 +64,8 @@ static const char help[] =
     "                           (compressed-tensors) or hf_quant_config.json (modelopt). All\n"
     "                           files are written or none\n"
     "  --weight-scale S         checkpoints: tensor (default; one weight_scale per weight) or\n"
-    "                           channel (shape (out, 1), from the per-channel weight observer)\n"
+    "                           channel (shape (out, 1), from the per-channel weight observer;\n"
+    "                           compressed-tensors only)\n"
     "  --fused-input-scale F    checkpoints: own (default; q/k/v_proj and gate/up_proj keep\n"
     "                           their own input_scale, vLLM loads their max) or max (each\n"
     "                           gets the max of its group)\n"
@@ -172,6 +173,10 @@ static int ckpt_check(const char *cmd, calib_args *a)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "--fused-input-scale %s: expected own or max",
                         a->fused);
     a->co.weight_per_channel = a->weight_scale && !strcmp(a->weight_scale, "channel");
+    if (a->co.weight_per_channel && a->co.format == QCAL_FP8_CHECKPOINT_MODELOPT)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--weight-scale channel: modelopt checkpoints "
+                        "(quant_algo FP8) hold one weight scale per tensor; use --format "
+                        "compressed-tensors for per-channel weight scales");
     a->co.fused_input_scale_max = a->fused && !strcmp(a->fused, "max");
     if (!a->out.out)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "no output directory (-o OUTDIR)");

@@ -47,7 +47,9 @@ typedef struct qcal_fp8_checkpoint_options {
     qcal_dtype dtype;                   /* default QCAL_FLOAT8_E4M3FN, the only dtype the
                                          * serving loaders take (others: UNSUPPORTED) */
     bool weight_per_channel;            /* default false: one weight_scale per tensor;
-                                         * true: (out, 1) per output channel */
+                                         * true: (out, 1) per output channel (compressed-
+                                         * tensors only: ModelOpt's quant_algo "FP8" is per
+                                         * tensor, so MODELOPT refuses it: UNSUPPORTED) */
     bool fused_input_scale_max;         /* default false: each shard keeps its own
                                          * input_scale; true: q/k/v_proj and gate/up_proj
                                          * of one parent all get the group's max (what vLLM

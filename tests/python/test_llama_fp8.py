@@ -296,13 +296,26 @@ class LlamaFP8(unittest.TestCase):
             self.assertGreaterEqual(cos, 0.995, obs)
             self.assertLessEqual(abs(loss / self.float_loss - 1), 0.02, obs)
 
-    def test_3_modelopt_per_channel_fused_max(self):
+    def test_3_per_channel(self):
+        out = os.path.join(self.dir, "ct_channel")
+        self.calibrate(out, "compressed-tensors", "--weight-scale", "channel")
+        tensors, _ = read_safetensors(os.path.join(out, "tinyllama.safetensors"))
+        self.check_layout(tensors, (1,), wscale_shape=lambda s: (s[0], 1))
+        q = read_json(os.path.join(out, "config.json"))["quantization_config"]
+        self.assertEqual(q["config_groups"]["group_0"]["weights"]["strategy"], "channel")
+        loss, cos = self.evaluate(tensors)
+        print("\ncompressed-tensors, per-channel weight scales: loss %.4f (%+.2f%%), cos %.6f"
+              % (loss, 100 * (loss / self.float_loss - 1), cos))
+        self.assertGreaterEqual(cos, 0.995)
+        self.assertLessEqual(abs(loss / self.float_loss - 1), 0.02)
+
+    def test_3_modelopt_fused_max(self):
         out = os.path.join(self.dir, "mo")
-        self.calibrate(out, "modelopt", "--weight-scale", "channel", "--fused-input-scale", "max")
+        self.calibrate(out, "modelopt", "--fused-input-scale", "max")
         self.assertEqual(sorted(os.listdir(out)),
                          ["config.json", "hf_quant_config.json", "tinyllama.safetensors"])
         tensors, _ = read_safetensors(os.path.join(out, "tinyllama.safetensors"))
-        self.check_layout(tensors, (), wscale_shape=lambda s: (s[0], 1))
+        self.check_layout(tensors, ())
         hq = read_json(os.path.join(out, "hf_quant_config.json"))
         self.assertEqual(hq["quantization"], {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8",
                                               "exclude_modules": ["lm_head"]})
@@ -315,7 +328,7 @@ class LlamaFP8(unittest.TestCase):
             self.assertEqual(len(set(qkv)), 1)
             self.assertEqual(len(set(gu)), 1)
         loss, cos = self.evaluate(tensors)
-        print("\nmodelopt, per-channel weight scales, fused max: loss %.4f (%+.2f%%), cos %.6f"
+        print("\nmodelopt, fused max: loss %.4f (%+.2f%%), cos %.6f"
               % (loss, 100 * (loss / self.float_loss - 1), cos))
         self.assertGreaterEqual(cos, 0.995)
         self.assertLessEqual(abs(loss / self.float_loss - 1), 0.02)
@@ -338,6 +351,11 @@ class LlamaFP8(unittest.TestCase):
         self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
         after = {f: read_bytes(os.path.join(out, f)) for f in os.listdir(out)}
         self.assertEqual(before, after)
+        # ModelOpt's FP8 is per tensor: per-channel weight scales are a usage error.
+        r = subprocess.run([BIN, "calibrate", self.dump, "--weights", MODEL, "-o", out,
+                            "--format", "modelopt", "--weight-scale", "channel"],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2, r.stderr)
         # E5M2 weights are refused before any work.
         r = subprocess.run([BIN, "calibrate", self.dump, "--weights", MODEL, "--dtype",
                             "float8_e5m2", "-o", out, "--format", "modelopt"],
