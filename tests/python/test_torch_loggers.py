@@ -58,6 +58,22 @@ def entries(table):
     return {(e["fqn"], e["role"]): e for e in table["entries"]}
 
 
+def _dist_worker(rank, world, init_file, dump, batches):
+    """One torch.distributed rank (gloo): logs its half of the batches."""
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank,
+                            world_size=world)
+    torch.manual_seed(0)
+    net = ConvNet().eval()
+    h = qt.add_activation_loggers(net, dump_dir=dump)
+    with torch.no_grad():
+        for b in batches[rank::world]:
+            net(b)
+    h.remove()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 class Loggers(unittest.TestCase):
     def setUp(self):
         torch.manual_seed(0)
@@ -167,6 +183,35 @@ class Loggers(unittest.TestCase):
             "model.layers.0.mlp.down_proj.input", "model.norm.input"])
         q = [r for r in read_csv(path)[1:] if r[2].endswith("q_proj.input")][0]
         self.assertEqual(q[4], "MKN=%d|64|64" % (2 * T.CONFIG["ctx"]))
+
+    def test_ranks_from_torch_distributed_and_mpi(self):
+        dump = os.path.join(self.dir, "dist")
+        torch.multiprocessing.spawn(_dist_worker, args=(2, os.path.join(self.dir, "init"), dump,
+                                                        self.batches), nprocs=2, join=True)
+        self.assertEqual(sorted(os.listdir(dump)), ["rank00000", "rank00001"])
+        # rank 0 logged batches 0 and 2, rank 1 batch 1: the conv1 inputs themselves
+        for rank, idx in ((0, [0, 2]), (1, [1])):
+            d = os.path.join(dump, "rank%05d" % rank, "conv1.input")
+            files = sorted(os.listdir(d))
+            self.assertEqual(len(files), len(idx))
+            for f, i in zip(files, idx):
+                self.assertTrue(np.array_equal(np.load(os.path.join(d, f)),
+                                               self.batches[i].numpy()))
+        # An MPI launcher's environment names the rank and size.
+        env = dict(os.environ)
+        try:
+            os.environ["OMPI_COMM_WORLD_RANK"], os.environ["OMPI_COMM_WORLD_SIZE"] = "1", "3"
+            h = qt.add_activation_loggers(self.net, dump_dir=os.path.join(self.dir, "mpi"),
+                                          stats_csv=os.path.join(self.dir, "m.csv"))
+            with torch.no_grad():
+                self.net(self.batches[0])
+            h.remove()
+        finally:
+            os.environ.clear()
+            os.environ.update(env)
+        self.assertEqual(os.listdir(os.path.join(self.dir, "mpi")), ["rank00001"])
+        self.assertEqual(h.csv, os.path.join(self.dir, "m.rank00001.csv"))
+        self.assertTrue(os.path.exists(h.csv))
 
     @unittest.skipIf(BIN is None, "QCAL_BIN not set")
     def test_rank_shards_join_with_merge(self):
