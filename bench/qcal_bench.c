@@ -202,6 +202,7 @@ typedef struct bench {
     float *scw;
     int32_t *zpw;
     qcal_qparams qpt, qpw, qpw1; /* the same as values: per tensor, per channel axis 0 / 1 */
+    qcal_qparams qp8;            /* per tensor float8_e4m3fn (MinMax: amax / 448) */
     qcal_observer *obs[8];       /* one of every kind, used by the rows (axis 0) */
     qcal_observer *obs_ax1[4];   /* per-channel kinds with axis 1 (activation rows) */
     qcal_observer *hist_full[4]; /* histogram family filled with the 8 batches */
@@ -415,6 +416,53 @@ static void op_fq_fused(void *p)
     b->res_n = 1;
 }
 
+/* FP8 (float8_e4m3fn, per tensor): quantize to the codes, dequantize, fake-quant forward and
+ * forward + straight-through backward; PyTorch 1.13 has no float8 (torch 0). */
+static void op_f8_quantize(void *p)
+{
+    bench *b = p;
+    CHECK(qcal_quantize(&b->t16, &b->qp8, b->q));
+    b->out = b->q;
+    b->out_bytes = (size_t)M16;
+    b->res_n = 0;
+}
+
+static void op_f8_dequantize(void *p)
+{
+    bench *b = p;
+    qcal_tensor_mut t = mut_of(&b->t16, b->y);
+    CHECK(qcal_dequantize(b->q, &b->qp8, &t));
+    b->out = b->y;
+    b->out_bytes = (size_t)M16 * 4;
+    b->res_n = 0;
+}
+
+static void op_f8_fq_fwd(void *p)
+{
+    bench *b = p;
+    qcal_tensor x = b->t16;
+    x.data = b->x;
+    qcal_tensor_mut y = mut_of(&b->t16, b->y);
+    CHECK(qcal_fakequant_forward(&x, &b->qp8, &y, NULL));
+    b->out = b->y;
+    b->out_bytes = (size_t)M16 * 4;
+    b->res_n = 0;
+}
+
+static void op_f8_fq_fused(void *p)
+{
+    bench *b = p;
+    qcal_tensor x = b->t16, g = b->t16;
+    x.data = b->x;
+    g.data = b->g;
+    qcal_tensor_mut y = mut_of(&b->t16, b->y), gx = mut_of(&b->t16, b->gx);
+    CHECK(qcal_fakequant_fused(&x, &g, &b->qp8, &y, &gx));
+    b->out = b->gx;
+    b->out_bytes = (size_t)M16 * 4;
+    b->res[0] = b->y[12345];
+    b->res_n = 1;
+}
+
 static void op_fq_learnable_bwd(void *p)
 {
     bench *b = p;
@@ -599,6 +647,14 @@ static const row_def ROWS[] = {
      1, op_fq_fused, 0, 0, 0},
     {"learnable_backward", "learnable fake-quant backward 16M", M16, 12, LIM_COPY, 0, 0, 1,
      op_fq_learnable_bwd, 0, 0, 0},
+    {"fp8_quantize_per_tensor", "quantize per tensor float8_e4m3fn 16M", M16, 5, LIM_COPY, 0.8,
+     0, 0, op_f8_quantize, 0, 0, 0},
+    {"fp8_dequantize_per_tensor", "dequantize per tensor float8_e4m3fn 16M", M16, 5, LIM_COPY,
+     0, 0, 0, op_f8_dequantize, 0, 0, 0},
+    {"fp8_fakequant_forward", "FP8 fake-quant forward float8_e4m3fn 16M", M16, 8, LIM_COPY, 0,
+     0, 0, op_f8_fq_fwd, 0, 0, 0},
+    {"fp8_fakequant_forward_backward", "FP8 fake-quant forward+backward float8_e4m3fn 16M", M16,
+     16, LIM_COPY, 0.8, 0, 0, op_f8_fq_fused, 0, 0, 0},
     {"stats_logger", "statistics logger pass 16M", M16, 4, LIM_READ, 0, 0, 1, op_stats_logger,
      0, 0, 0},
 #if BENCH_HAVE_CNN
@@ -811,6 +867,16 @@ static void setup(bench *b)
     b->scale = qp.scale;
     b->zp = qp.zero_point;
     b->qpt = qp;
+    {
+        qcal_observer_config c8;
+        qcal_observer_config_default(&c8, QCAL_OBSERVER_MINMAX);
+        c8.q.dtype = QCAL_FLOAT8_E4M3FN;
+        qcal_observer *o8 = NULL;
+        CHECK(qcal_observer_create(&c8, &o8));
+        CHECK(qcal_observer_update(o8, &b->t16));
+        CHECK(qcal_observer_qparams(o8, &b->qp8));
+        qcal_observer_destroy(&o8);
+    }
     b->scw = xalloc(4096 * sizeof(float));
     b->zpw = xalloc(4096 * sizeof(int32_t));
     CHECK(qcal_observer_update(b->obs[QCAL_OBSERVER_PER_CHANNEL_MINMAX], &b->tw));

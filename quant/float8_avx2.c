@@ -4,8 +4,7 @@
  * of the float32 bits (half to even at the format's last mantissa bit), the subnormal codes
  * by cvtps2dq of |v| * 2^9 (2^16) (round half to even under the default MXCSR), NaN lanes
  * set to 0x7F; fake-quant does the same rounding in the float domain (the value of the code
- * directly: the float32 bits with the dropped mantissa bits cleared, or the rounded
- * subnormal multiple times 2^-9 (2^-16), both exact). */
+ * directly, by adding and subtracting a power of two: see f8_fq8). */
 #include <immintrin.h>
 
 #include "quant/float8_kernels.h"
@@ -17,6 +16,8 @@ typedef struct f8v {
     /* dequantize */
     __m256i subthr, infc, nanlo, infbits, qnanbits;
     __m256 subscale;
+    /* fake-quant rounding */
+    __m256i expm, emin, cadd;
 } f8v;
 
 static inline void f8v_init(f8v *k, int fmt)
@@ -42,6 +43,9 @@ static inline void f8v_init(f8v *k, int fmt)
     k->infbits = _mm256_set1_epi32(0x7F800000);
     k->qnanbits = _mm256_set1_epi32(0x7FC00000);
     k->subscale = k->subinv;
+    k->expm = _mm256_set1_epi32(0x7F800000);
+    k->emin = _mm256_set1_epi32((e4 ? 121 : 113) << 23);   /* the smallest normal's exponent */
+    k->cadd = _mm256_set1_epi32(sh << 23);                   /* C = 2^(e + shift) */
 }
 
 /* 8 values v = x / scale -> 8 codes in int32 lanes. */
@@ -65,7 +69,12 @@ static inline __m256i f8_enc8(__m256 v, const f8v *k)
     return _mm256_or_si256(c, _mm256_and_si256(_mm256_castps_si256(nan), k->nan7f));
 }
 
-/* 8 floats x -> value(encode(x / s)) * s; *inside: the mask lanes. */
+/* 8 floats x -> value(encode(x / s)) * s; *inside: the mask lanes. The rounding to the
+ * format's grid in the float domain: with E = the exponent bits of |v| (at least those of
+ * the smallest normal), C = 2^(e + 23 - mantissa bits) and (|v| + C) - C rounds |v| half to
+ * even at the format's last mantissa bit (the float32 addition's rounding), subnormal
+ * multiples of 2^-9 (2^-16) included; the subtraction is exact. Same value as the C
+ * reference's integer rounding. */
 static inline __m256 f8_fq8(__m256 x, __m256 s, const f8v *k, __m256 *inside)
 {
     __m256 v = _mm256_div_ps(x, s);
@@ -74,15 +83,9 @@ static inline __m256 f8_fq8(__m256 x, __m256 s, const f8v *k, __m256 *inside)
     *inside = _mm256_cmp_ps(a, k->bound, _CMP_LE_OQ);
     __m256 nan = _mm256_cmp_ps(a, a, _CMP_UNORD_Q);
     a = _mm256_min_ps(a, k->max);
-    __m256 sub = _mm256_cmp_ps(a, k->minn, _CMP_LT_OQ);
-    __m256 rs = _mm256_mul_ps(
-        _mm256_round_ps(_mm256_mul_ps(a, k->sub), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
-        k->subinv);
-    __m256i ab = _mm256_castps_si256(a);
-    __m256i lsb = _mm256_and_si256(_mm256_srl_epi32(ab, k->sh), k->one);
-    __m256 rn = _mm256_castsi256_ps(
-        _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(ab, k->halfm1), lsb), k->keep));
-    __m256 r = _mm256_or_ps(_mm256_blendv_ps(rn, rs, sub), sgn);
+    __m256i e = _mm256_max_epi32(_mm256_and_si256(_mm256_castps_si256(a), k->expm), k->emin);
+    __m256 c = _mm256_castsi256_ps(_mm256_add_epi32(e, k->cadd));
+    __m256 r = _mm256_or_ps(_mm256_sub_ps(_mm256_add_ps(a, c), c), sgn);
     r = _mm256_blendv_ps(r, _mm256_or_ps(k->qnan, sgn), nan);
     return _mm256_mul_ps(r, s);
 }

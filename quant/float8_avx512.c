@@ -8,6 +8,7 @@
 typedef struct f8z {
     __m512 max, minn, sub, subinv, bound, signm, qnan;
     __m512i halfm1, adj, one, keep, nan7f, subthr, infc, nanlo, infbits, qnanbits;
+    __m512i expm, emin, cadd;
     __m128i sh;
 } f8z;
 
@@ -33,6 +34,9 @@ static inline void f8z_init(f8z *k, int fmt)
     k->infbits = _mm512_set1_epi32(0x7F800000);
     k->qnanbits = _mm512_set1_epi32(0x7FC00000);
     k->sh = _mm_cvtsi32_si128(sh);
+    k->expm = _mm512_set1_epi32(0x7F800000);
+    k->emin = _mm512_set1_epi32((e4 ? 121 : 113) << 23);
+    k->cadd = _mm512_set1_epi32(sh << 23);
 }
 
 static inline __m512i f8_enc16(__m512 v, const f8z *k)
@@ -54,6 +58,7 @@ static inline __m512i f8_enc16(__m512 v, const f8z *k)
     return _mm512_mask_or_epi32(c, nan, c, k->nan7f);
 }
 
+/* The rounding of quant/float8_avx2.c's f8_fq8: (|v| + C) - C with C = 2^(e + shift). */
 static inline __m512 f8_fq16(__m512 x, __m512 s, const f8z *k, __mmask16 *inside)
 {
     __m512 v = _mm512_div_ps(x, s);
@@ -63,14 +68,9 @@ static inline __m512 f8_fq16(__m512 x, __m512 s, const f8z *k, __mmask16 *inside
     *inside = _mm512_cmp_ps_mask(a, k->bound, _CMP_LE_OQ);
     __mmask16 nan = _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
     a = _mm512_min_ps(a, k->max);
-    __mmask16 sub = _mm512_cmp_ps_mask(a, k->minn, _CMP_LT_OQ);
-    __m512 rs = _mm512_mul_ps(
-        _mm512_roundscale_ps(_mm512_mul_ps(a, k->sub), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
-        k->subinv);
-    __m512i ab = _mm512_castps_si512(a);
-    __m512i lsb = _mm512_and_si512(_mm512_srl_epi32(ab, k->sh), k->one);
-    __m512i rn = _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(ab, k->halfm1), lsb), k->keep);
-    __m512i r = _mm512_mask_blend_epi32(sub, rn, _mm512_castps_si512(rs));
+    __m512i e = _mm512_max_epi32(_mm512_and_si512(_mm512_castps_si512(a), k->expm), k->emin);
+    __m512 c = _mm512_castsi512_ps(_mm512_add_epi32(e, k->cadd));
+    __m512i r = _mm512_castps_si512(_mm512_sub_ps(_mm512_add_ps(a, c), c));
     r = _mm512_mask_blend_epi32(nan, r, k->qnanbits);
     r = _mm512_or_si512(r, sgn);
     return _mm512_mul_ps(_mm512_castsi512_ps(r), s);
