@@ -103,13 +103,20 @@ static inline __m256 f8_dec8(__m256i c, __m256 s, const f8v *k)
     return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_or_si256(r, sign)), s);
 }
 
-void qcal_f32_quantize_f8__avx2(const float *x, int64_t n, float scale, int fmt, uint8_t *dst)
+void qcal_f32_quantize_f8__avx2(const float *x, int64_t n, float scale, int fmt, uint8_t *dst,
+                                bool stream)
 {
     f8v k;
     f8v_init(&k, fmt);
     const __m256 s = _mm256_set1_ps(scale);
     const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     int64_t i = 0;
+    if (stream) {   /* codes to a 32-byte boundary first, then non-temporal stores */
+        int64_t h = (int64_t)((32 - (uintptr_t)dst % 32) % 32);
+        h = h < n ? h : n;
+        qcal_f32_quantize_f8__c(x, h, scale, fmt, dst, false);
+        i = h;
+    }
     for (; i + 32 <= n; i += 32) {
         __m256i a = f8_enc8(_mm256_div_ps(_mm256_loadu_ps(x + i), s), &k);
         __m256i b = f8_enc8(_mm256_div_ps(_mm256_loadu_ps(x + i + 8), s), &k);
@@ -118,9 +125,14 @@ void qcal_f32_quantize_f8__avx2(const float *x, int64_t n, float scale, int fmt,
         __m256i ab = _mm256_packs_epi32(a, b);   /* codes are 0..255: no saturation */
         __m256i cd = _mm256_packs_epi32(c, d);
         __m256i r = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), perm);
-        _mm256_storeu_si256((__m256i *)(dst + i), r);
+        if (stream)
+            _mm256_stream_si256((__m256i *)(dst + i), r);
+        else
+            _mm256_storeu_si256((__m256i *)(dst + i), r);
     }
-    qcal_f32_quantize_f8__c(x + i, n - i, scale, fmt, dst + i);
+    if (stream)
+        _mm_sfence();
+    qcal_f32_quantize_f8__c(x + i, n - i, scale, fmt, dst + i, false);
 }
 
 void qcal_f8_dequantize__avx2(const uint8_t *q, int64_t n, float scale, int fmt, float *dst)

@@ -89,19 +89,31 @@ static inline __m512 f8_dec16(__m512i c, __m512 s, const f8z *k)
 }
 
 void qcal_f32_quantize_f8__avx512(const float *x, int64_t n, float scale, int fmt,
-                                  uint8_t *dst)
+                                  uint8_t *dst, bool stream)
 {
     f8z k;
     f8z_init(&k, fmt);
     const __m512 s = _mm512_set1_ps(scale);
     int64_t i = 0;
+    if (stream) {   /* codes to a 32-byte boundary first, then non-temporal stores */
+        int64_t h = (int64_t)((32 - (uintptr_t)dst % 32) % 32);
+        h = h < n ? h : n;
+        qcal_f32_quantize_f8__c(x, h, scale, fmt, dst, false);
+        i = h;
+    }
     for (; i + 32 <= n; i += 32) {
         __m512i a = f8_enc16(_mm512_div_ps(_mm512_loadu_ps(x + i), s), &k);
         __m512i b = f8_enc16(_mm512_div_ps(_mm512_loadu_ps(x + i + 16), s), &k);
-        _mm_storeu_si128((__m128i *)(dst + i), _mm512_cvtepi32_epi8(a));
-        _mm_storeu_si128((__m128i *)(dst + i + 16), _mm512_cvtepi32_epi8(b));
+        __m256i r = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(a)),
+                                            _mm512_cvtepi32_epi8(b), 1);
+        if (stream)
+            _mm256_stream_si256((__m256i *)(dst + i), r);
+        else
+            _mm256_storeu_si256((__m256i *)(dst + i), r);
     }
-    qcal_f32_quantize_f8__c(x + i, n - i, scale, fmt, dst + i);
+    if (stream)
+        _mm_sfence();
+    qcal_f32_quantize_f8__c(x + i, n - i, scale, fmt, dst + i, false);
 }
 
 void qcal_f8_dequantize__avx512(const uint8_t *q, int64_t n, float scale, int fmt, float *dst)

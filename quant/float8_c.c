@@ -1,8 +1,10 @@
 /* FP8 kernel family: C references and the function table (quant/float8_dsp.h). */
 #include "quant/float8_kernels.h"
 
-void qcal_f32_quantize_f8__c(const float *x, int64_t n, float scale, int fmt, uint8_t *dst)
+void qcal_f32_quantize_f8__c(const float *x, int64_t n, float scale, int fmt, uint8_t *dst,
+                             bool stream)
 {
+    (void)stream;
     for (int64_t i = 0; i < n; i++)
         dst[i] = f8_encode(x[i] / scale, fmt);
 }

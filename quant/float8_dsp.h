@@ -29,9 +29,10 @@ typedef enum qcal_f8_fmt {
     QCAL_F8_E5M2 = 1,
 } qcal_f8_fmt;
 
-/* n floats x into n codes: encode(x[i] / scale). */
+/* n floats x into n codes: encode(x[i] / scale). `stream`: non-temporal stores for the
+ * codes (ISA versions; values identical either way). */
 typedef void (*qcal_f32_quantize_f8_fn)(const float *x, int64_t n, float scale, int fmt,
-                                        uint8_t *dst);
+                                        uint8_t *dst, bool stream);
 /* n codes into n floats: value(q[i]) * scale. */
 typedef void (*qcal_f8_dequantize_fn)(const uint8_t *q, int64_t n, float scale, int fmt,
                                       float *dst);
@@ -58,10 +59,12 @@ void qcal_float8_dsp_init_avx2(qcal_float8_dsp *dsp);
 void qcal_float8_dsp_init_avx512(qcal_float8_dsp *dsp);
 const qcal_float8_dsp *qcal_float8_dsp_get(void);
 
-void qcal_f32_quantize_f8__c(const float *x, int64_t n, float scale, int fmt, uint8_t *dst);
-void qcal_f32_quantize_f8__avx2(const float *x, int64_t n, float scale, int fmt, uint8_t *dst);
+void qcal_f32_quantize_f8__c(const float *x, int64_t n, float scale, int fmt, uint8_t *dst,
+                             bool stream);
+void qcal_f32_quantize_f8__avx2(const float *x, int64_t n, float scale, int fmt, uint8_t *dst,
+                                bool stream);
 void qcal_f32_quantize_f8__avx512(const float *x, int64_t n, float scale, int fmt,
-                                  uint8_t *dst);
+                                  uint8_t *dst, bool stream);
 void qcal_f8_dequantize__c(const uint8_t *q, int64_t n, float scale, int fmt, float *dst);
 void qcal_f8_dequantize__avx2(const uint8_t *q, int64_t n, float scale, int fmt, float *dst);
 void qcal_f8_dequantize__avx512(const uint8_t *q, int64_t n, float scale, int fmt, float *dst);

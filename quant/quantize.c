@@ -19,6 +19,7 @@
 #include "core/cpu.h"
 #include "core/internal.h"
 #include "qcal/quantize.h"
+#include "fakequant/fakequant_impl.h"
 #include "quant/float8_dsp.h"
 #include "quant/qparams_internal.h"
 #include "quant/quantize_dsp.h"
@@ -205,6 +206,9 @@ static void float8_run(const float *x, const uint8_t *qin, int64_t outer, int64_
     int64_t bpr = (inner + block - 1) / block, items = outer * channels * bpr;
     int nt = qcal_threads_for(outer * channels * inner);
     (void)nt;
+    /* codes of a tensor larger than half the L3 with non-temporal stores (no
+     * read-for-ownership of lines that will not stay cached; values identical) */
+    const bool stream = qcal_fq_stream(outer * channels * inner * 5);
 #if QCAL_HAVE_OPENMP
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
 #endif
@@ -214,7 +218,7 @@ static void float8_run(const float *x, const uint8_t *qin, int64_t outer, int64_
         int64_t m = inner - b * block < block ? inner - b * block : block;
         float s = qcal_qparams_scale_at(qp, r % channels);
         if (codes)
-            k->quantize(x + off, m, s, fmt, codes + off);
+            k->quantize(x + off, m, s, fmt, codes + off, stream);
         else
             k->dequantize(qin + off, m, s, fmt, y + off);
     }

@@ -1201,7 +1201,7 @@ typedef struct f8_bench {
 static void run_f8_quantize(void *p)
 {
     f8_bench *b = p;
-    b->dsp->quantize(b->x, b->n, 0.01f, QCAL_F8_E4M3FN, b->q);
+    b->dsp->quantize(b->x, b->n, 0.01f, QCAL_F8_E4M3FN, b->q, true);
 }
 
 static void run_f8_dequantize(void *p)
@@ -1249,14 +1249,14 @@ static void check_f8_slot(const qcal_float8_dsp *ref, const qcal_float8_dsp *opt
                 float *yr = malloc((size_t)n * 4 + 4), *gr = malloc((size_t)n * 4 + 4);
                 uint8_t *mr = malloc((size_t)n + 1);
                 if (which == 0)
-                    ref->quantize(x, n, sc, fmt, mr);
+                    ref->quantize(x, n, sc, fmt, mr, false);
                 else if (which == 1)
                     ref->dequantize(q, n, sc, fmt, yr);
                 else if (which == 2)
                     ref->fakequant(x, n, sc, fmt, yr, mr, false);
                 else
                     ref->fakequant_fused(x, gy, n, sc, fmt, yr, gr, false);
-                for (int st = 0; st < (which >= 2 ? 2 : 1); st++) {
+                for (int st = 0; st < (which != 1 ? 2 : 1); st++) {
                     for (int off = 0; off < 17; off += (n > 64 ? 4 : 1)) {
                         ca_buf yb, ob, kb;
                         float *y = ca_alloc(&yb, (size_t)n * 4, 4 * (size_t)off);
@@ -1265,7 +1265,7 @@ static void check_f8_slot(const qcal_float8_dsp *ref, const qcal_float8_dsp *opt
                         int64_t at = -1;
                         bool ok = true;
                         if (which == 0) {
-                            opt->quantize(x, n, sc, fmt, k);
+                            opt->quantize(x, n, sc, fmt, k, st);
                             for (int64_t i = 0; i < n && ok; i++)
                                 if (k[i] != mr[i]) {
                                     ok = false;
