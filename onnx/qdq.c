@@ -749,6 +749,38 @@ static int64_t fused_relu(plan *p, int64_t t)
     return ti->cons0;
 }
 
+/* ort: the output of the MaxPool chain that starts at t (each MaxPool the single consumer of
+ * the tensor before it), else t. The output Q of the op that writes t takes that tensor's
+ * table entry: max-pool commutes with per-tensor quantization, so the error the next op sees
+ * is the error on the pool's output, and the pool's output (the maxima, fewer values near 0)
+ * is the distribution to calibrate; the ReLU output before the pool would make KL (entropy)
+ * clip the maxima (measured on the demo CNN: 1.05 instead of 2.01). Shape ops (Flatten,
+ * Reshape, ...) move values without changing their distribution and are not followed. */
+static int64_t move_chain_end(plan *p, int64_t t)
+{
+    for (int guard = 0; guard < 64; guard++) {
+        const tinfo *ti = &p->t[t];
+        if (ti->graph_out || ti->sub_ref || ti->n_cons != 1)
+            return t;
+        const Onnx__NodeProto *c = NULL;
+        for (size_t i = 0; i < p->g->n_node && !c; i++)
+            for (size_t k = 0; k < p->g->node[i]->n_input; k++)
+                if (!strcmp(p->g->node[i]->input[k], ti->name)) {
+                    c = p->g->node[i];
+                    break;
+                }
+        const op_def *d = c ? op_of(p, c) : NULL;
+        if (!d || strcmp(d->op, "MaxPool") || strcmp(c->input[0], ti->name) || excluded(p, c->name) || c->n_output < 1 ||
+            !c->output[0][0] || excluded(p, c->output[0]))
+            return t;
+        int64_t o = tensor_index(p, c->output[0], false);
+        if (o < 0)
+            return t;
+        t = o;
+    }
+    return t;
+}
+
 static qcal_status plan_node(plan *p, size_t i)
 {
     Onnx__NodeProto *n = p->g->node[i];
@@ -904,10 +936,16 @@ static qcal_status plan_node(plan *p, size_t i)
         to = tensor_index(p, p->g->node[relu]->output[0], false);
     if (excluded(p, p->t[to].name))
         return QCAL_OK;
+    int64_t from = move_chain_end(p, to);
     bool found;
-    qcal_status st = lookup(p, to, &found);
+    qcal_status st = lookup(p, from, &found);
     if (st != QCAL_OK)
         return st;
+    if (found && from != to && !p->t[to].assigned) {
+        p->t[to].dtype = p->t[from].dtype;
+        p->t[to].scale = p->t[from].scale;
+        p->t[to].zp = p->t[from].zp;
+    }
     if (found)
         assign(&p->t[to]);
     return QCAL_OK;

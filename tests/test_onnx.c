@@ -221,9 +221,10 @@ static void test_list_and_expose(void **state)
     char **names = NULL;
     int64_t n = 0;
     OK(qcal_onnx_list(m, NULL, &names, &n));
-    /* ort: Conv input, the Relu output (the Conv's output Q goes after the Relu), Gemm
-     * output; MaxPool and Flatten keep their input's qparams, so they are not listed. */
-    const char *want[] = { "input", "/r1/Relu_output_0", "logits" };
+    /* ort: Conv input, the MaxPool output (the Conv's output Q goes after the Relu, with the
+     * qparams of the pool's output, the tensor the next op reads), Gemm output; MaxPool and
+     * Flatten keep their input's qparams, so nothing else is listed. */
+    const char *want[] = { "input", "/p1/MaxPool_output_0", "logits" };
     assert_int_equal(n, 3);
     for (int i = 0; i < 3; i++)
         assert_string_equal(names[i], want[i]);
@@ -322,8 +323,9 @@ static void expect_weight(const qcal_onnx_model *q, const qcal_onnx_model *orig,
     qcal_free(wf);
 }
 
-static const char *const act_names[] = { "input", "/r1/Relu_output_0", "logits", "/f/Flatten_output_0" };
-static const float act_lo[] = { -1.0f, 0.0f, -3.0f, 0.0f }, act_hi[] = { 2.0f, 4.0f, 5.0f, 3.5f };
+static const char *const act_names[] = { "input", "/r1/Relu_output_0", "logits", "/f/Flatten_output_0",
+                                         "/p1/MaxPool_output_0" };
+static const float act_lo[] = { -1.0f, 0.0f, -3.0f, 0.0f, 0.0f }, act_hi[] = { 2.0f, 4.0f, 5.0f, 3.5f, 3.0f };
 
 static void test_qdq_ort(void **state)
 {
@@ -332,7 +334,7 @@ static void test_qdq_ort(void **state)
     qcal_onnx_model *orig = make_cnn(13);
     rng_state = 12345;
     qcal_onnx_model *m = make_cnn(13);
-    qcal_calib_session *s = make_session(act_names, act_lo, act_hi, 3);
+    qcal_calib_session *s = make_session(act_names, act_lo, act_hi, 5);
     qcal_onnx_qdq_report rep;
     OK(qcal_onnx_qdq_session(m, s, NULL, &rep));
     assert_int_equal(rep.ops, 4);        /* Conv, MaxPool, Flatten, Gemm */
@@ -369,6 +371,9 @@ static void test_qdq_ort(void **state)
     OK(qcal_onnx_initializer_float(m, "/r1/Relu_output_0_scale", &s_relu, NULL));
     OK(qcal_onnx_initializer_float(m, "/f/Flatten_output_0_scale", &s_pool, NULL));
     assert_true(s_relu[0] == s_pool[0]);
+    /* ... which are the MaxPool output's (range [0, 3]), not the Relu output's own ([0, 4]). */
+    OK(qcal_calib_table_find(t, "/p1/MaxPool_output_0", QCAL_CALIB_ROLE_ACTIVATION, &e));
+    assert_true(s_relu[0] == e->qparams.scale);
     float s_fc_in = s_pool[0];
     qcal_free(s_relu);
     qcal_free(s_pool);
@@ -525,7 +530,9 @@ static void test_tensorrt_residual_add(void **state)
 static void test_opset_strict_exclude(void **state)
 {
     (void)state;
-    qcal_calib_session *s = make_session(act_names, act_lo, act_hi, 2);   /* no "logits" */
+    static const char *const names[] = { "input", "/r1/Relu_output_0", "/p1/MaxPool_output_0" };
+    static const float lo[] = { -1.0f, 0.0f, 0.0f }, hi[] = { 2.0f, 4.0f, 3.0f };
+    qcal_calib_session *s = make_session(names, lo, hi, 3);   /* no "logits" */
     qcal_onnx_model *m = make_cnn(12);
     qcal_onnx_qdq_report rep;
     assert_int_equal(qcal_onnx_qdq_session(m, s, NULL, &rep), QCAL_ERR_UNSUPPORTED);

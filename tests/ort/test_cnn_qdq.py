@@ -44,16 +44,6 @@ CONV_LINEAR = {"Conv": 2, "Gemm": 2}                 # the demo CNN's layers by 
 INT8_OPS = {"QLinearConv", "QGemm", "QLinearMatMul"}
 FLOAT_OPS = {"Conv", "Gemm", "MatMul", "FusedConv", "FusedGemm", "FusedMatMul"}
 
-# Targets this build is known to miss, with the reason (docs/onnx.md, "Results"): reported as
-# KNOWN MISS, not failed; met, they are reported as such (then remove them here).
-KNOWN_MISSES = {
-    ("ort", "entropy", "acc"): "qdq gives the ReLU output before a max-pool the qparams of its own "
-                               "table entry, where entropy (KL) on the pre-pool distribution clips "
-                               "at 1.05 (max 3.23); calibrated on the pool's output it is 2.01",
-    ("ort", "entropy", "engines"): "the same clipping at 1.05 (one code = 0.0041) turns more of the two "
-                                   "engines' one-code rounding differences into other predictions",
-}
-
 BIN = os.environ.get("QCAL_BIN", "")
 DEPLOY = os.environ.get("QCAL_DEPLOY_BIN", "")
 RUNNER = os.environ.get("QCAL_ORT_RUNNER", os.path.join(os.path.dirname(__file__), "ort_run.cjs"))
@@ -145,13 +135,9 @@ def main():
     print("float: ONNX Runtime top-1 %.2f%%, qcal f32 %.2f%%, max |logit difference| %.2e, "
           "predictions equal on %.2f%%" % (float_top1, top1(f_qcal, labels),
                                           float(np.abs(f_ort - f_qcal).max()), agree(f_ort, f_qcal)))
-    failures, known = [], []
+    failures = []
 
-    def check(ok, what, key=None):
-        if key in KNOWN_MISSES:
-            known.append("%s: %s (%s)" % ("known miss now MET" if ok else "KNOWN MISS", what,
-                                          KNOWN_MISSES[key]))
-            return "OK" if ok else "KNOWN MISS"
+    def check(ok, what):
         if not ok:
             failures.append(what)
         return "OK" if ok else "MISSED"
@@ -198,8 +184,7 @@ def main():
                                    n_int8 == want and n_float == 0,
                                    "%s: optimized graph ops %s" % (tag, dict(ops)))
                 r["acc"] = check(r["delta"] >= -0.15 and r["agree"] >= 99.3,
-                                 "%s: top-1 %.2f (%+.2f), agreement %.2f" % (tag, r["top1"], r["delta"], r["agree"]),
-                                 (profile, kind, "acc"))
+                                 "%s: top-1 %.2f (%+.2f), agreement %.2f" % (tag, r["top1"], r["delta"], r["agree"]))
                 # ONNX Runtime's default x86 kernels, for the record: on CPUs without VNNI
                 # their u8 x s8 pair sums saturate at 16 bits (docs/onnx.md)
                 ort(qdq, P("test.npy"), log, out=P("ortdef_%s.npy" % tag), level="all")
@@ -213,8 +198,7 @@ def main():
                 r["ort_vs_onednn"] = agree(z, zd)
                 r["engines"] = check(abs(r["top1"] - r["onednn_top1"]) <= 0.1 and r["ort_vs_onednn"] >= 99.8,
                                      "%s: ONNX Runtime %.2f vs oneDNN %.2f, agreement %.2f" % (
-                                         tag, r["top1"], r["onednn_top1"], r["ort_vs_onednn"]),
-                                     (profile, kind, "engines"))
+                                         tag, r["top1"], r["onednn_top1"], r["ort_vs_onednn"]))
             else:
                 r["acc"] = check(r["delta"] >= -0.3,
                                  "%s: top-1 %.2f (%+.2f)" % (tag, r["top1"], r["delta"]))
@@ -234,8 +218,6 @@ def main():
     slow = sorted(log, key=lambda c: -c[1])[:3]
     print("whole test %.1f s; slowest steps: %s" % (summary["total_s"], "; ".join(
         "%.1f s %s" % (s, c[:90]) for c, s in slow)))
-    for k in known:
-        print(k)
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures) + "\n(files kept in %s)" % w)
         return 1
