@@ -485,7 +485,18 @@ static void test_max_memory(void **state)
     qcal_calib_rules_destroy(&r);
 }
 
-/* Runs qcal ARGS... directly (no shell) and returns its peak RSS in bytes (wait4). */
+#if defined(__SANITIZE_ADDRESS__)
+#define QCAL_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define QCAL_TEST_ASAN 1
+#endif
+#endif
+
+/* Runs qcal ARGS... directly (no shell) and returns its peak RSS in bytes (wait4). In an
+ * AddressSanitizer build qcal runs without ASan's quarantine, which otherwise keeps up to
+ * 256 MiB of freed blocks mapped (the RSS would be the sanitizer's, not qcal's: 78.6 MB
+ * above the 2048-bin run for histogram against 35.7 MB without it). */
 static uint64_t run_rss(const char *const *args)
 {
     pid_t pid = fork();
@@ -495,6 +506,13 @@ static uint64_t run_rss(const char *const *args)
         FILE *e = freopen(err_path, "w", stderr);
         (void)o;
         (void)e;
+#ifdef QCAL_TEST_ASAN
+        char opts[1024];
+        const char *was = getenv("ASAN_OPTIONS");
+        snprintf(opts, sizeof opts, "%s%squarantine_size_mb=0", was ? was : "",
+                 was && *was ? ":" : "");
+        setenv("ASAN_OPTIONS", opts, 1);
+#endif
         execv(getenv("QCAL_BIN"), (char *const *)args);
         _exit(127);
     }
