@@ -572,6 +572,11 @@ static void test_memory_kept(void **state)
         assert_int_equal(qcal_observer_config_memory(&cfg, 1, &st, &pk), QCAL_OK);
         print_message("%s, %s bins: peak RSS %.1f MB (2048 bins: %.1f MB), documented "
                       "peak %.1f MB\n", kinds[k], bins[k], r1 / 1e6, r0 / 1e6, pk / 1e6);
+        /* Under .ci/run's valgrind stage qcal is memcheck's guest: the RSS is memcheck's
+         * (175 MB at 2048 bins, its shadow and 20 MB freed-block queue); the runs above
+         * are still checked for memory errors, the bound in every other build. */
+        if (getenv("QCAL_VALGRIND") && *getenv("QCAL_VALGRIND") == '1')
+            continue;
         if (r1 > r0 + pk + pk / 4)
             fail_msg("%s: peak RSS %llu bytes above the 2048-bin run, documented peak %llu",
                      kinds[k], (unsigned long long)(r1 - r0), (unsigned long long)pk);
