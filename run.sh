@@ -31,7 +31,7 @@ quiet() {
 # reference BLAS (torch's fc layers at about 2 GFLOP/s), so the PyTorch side of the Python
 # benches would be slower than PyTorch as users get it; the OpenMP build follows
 # torch.set_num_threads. The C library and the CLI do not use BLAS.
-PACKAGES="meson ninja-build pkg-config gcc libc6-dev libdnnl-dev libcmocka-dev zlib1g-dev dataset-fashion-mnist python3-numpy python3-flatbuffers libopenmpi-dev openmpi-bin chromium python3-dev python3-torch libopenblas0-openmp libprotobuf-c-dev protobuf-c-compiler libonnx-dev python3-onnx"
+PACKAGES="meson ninja-build pkg-config gcc g++ libc6-dev libdnnl-dev libcmocka-dev zlib1g-dev dataset-fashion-mnist python3-numpy python3-flatbuffers libopenmpi-dev openmpi-bin chromium python3-dev python3-torch libopenblas0-openmp libprotobuf-c-dev protobuf-c-compiler libonnx-dev python3-onnx"
 
 install_missing() {
     missing=""
