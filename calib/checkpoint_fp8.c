@@ -518,33 +518,13 @@ static void buf_str(qcal_buf *b, const char *s)
     qcal_buf_append(b, s, strlen(s));
 }
 
-static void buf_jstr(qcal_buf *b, const char *s)
-{
-    buf_str(b, "\"");
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        char esc[8];
-        if (c == '"' || c == '\\') {
-            esc[0] = '\\';
-            esc[1] = (char)c;
-            qcal_buf_append(b, esc, 2);
-        } else if (c < 0x20) {
-            snprintf(esc, sizeof esc, "\\u%04x", c);
-            qcal_buf_append(b, esc, 6);
-        } else {
-            qcal_buf_append(b, s, 1);
-        }
-    }
-    buf_str(b, "\"");
-}
-
 static void buf_ignore(qcal_buf *b, const plan *p)
 {
     buf_str(b, "[");
     for (int64_t i = 0; i < p->nignore; i++) {
         if (i)
             buf_str(b, ", ");
-        buf_jstr(b, p->ignore[i]);
+        qcal_json_write_str(b, p->ignore[i]);
     }
     buf_str(b, "]");
 }
@@ -678,9 +658,9 @@ static void build_index(const plan *p, qcal_buf *b)
         for (int64_t j = 0; j < p->shards[k].n; j++) {
             buf_str(b, first ? "\n    " : ",\n    ");
             first = false;
-            buf_jstr(b, p->shards[k].t[j].name);
+            qcal_json_write_str(b, p->shards[k].t[j].name);
             buf_str(b, ": ");
-            buf_jstr(b, p->shards[k].base);
+            qcal_json_write_str(b, p->shards[k].base);
         }
     buf_str(b, "\n  }\n}\n");
 }

@@ -510,3 +510,23 @@ const qcal_json *qcal_json_get(const qcal_json *obj, const char *key)
             return &obj->items[i];
     return NULL;
 }
+
+void qcal_json_write_str(qcal_buf *b, const char *s)
+{
+    qcal_buf_append(b, "\"", 1);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char esc[8];
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)c;
+            qcal_buf_append(b, esc, 2);
+        } else if (c < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            qcal_buf_append(b, esc, 6);
+        } else {
+            qcal_buf_append(b, s, 1);
+        }
+    }
+    qcal_buf_append(b, "\"", 1);
+}

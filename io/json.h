@@ -77,4 +77,10 @@ const qcal_json *qcal_json_get(const qcal_json *obj, const char *key);
 /* Short name of a type ("null", "false", "true", "number", "string", "array", "object"). */
 const char *qcal_json_type_name(qcal_json_type type);
 
+struct qcal_buf;
+
+/* Appends s as a JSON string literal to b: quotes, \" and \\ escaped, control characters
+ * as \u00XX, every other byte as is (s is UTF-8). */
+void qcal_json_write_str(struct qcal_buf *b, const char *s);
+
 #endif

@@ -411,26 +411,6 @@ qcal_status qcal_safetensors_release(const qcal_safetensors *st, int64_t i)
 
 /* ---- writer ------------------------------------------------------------------------ */
 
-static void json_string(qcal_buf *b, const char *s)
-{
-    qcal_buf_append(b, "\"", 1);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        char esc[8];
-        if (c == '"' || c == '\\') {
-            esc[0] = '\\';
-            esc[1] = (char)c;
-            qcal_buf_append(b, esc, 2);
-        } else if (c < 0x20) {
-            snprintf(esc, sizeof esc, "\\u%04x", c);
-            qcal_buf_append(b, esc, 6);
-        } else {
-            qcal_buf_append(b, s, 1);
-        }
-    }
-    qcal_buf_append(b, "\"", 1);
-}
-
 static void buf_str(qcal_buf *b, const char *s)
 {
     qcal_buf_append(b, s, strlen(s));
@@ -456,9 +436,9 @@ qcal_status qcal_safetensors_write_f32(const char *path, int64_t n, const char *
             }
             if (k)
                 buf_str(&h, ",");
-            json_string(&h, meta[2 * k]);
+            qcal_json_write_str(&h, meta[2 * k]);
             buf_str(&h, ":");
-            json_string(&h, meta[2 * k + 1]);
+            qcal_json_write_str(&h, meta[2 * k + 1]);
         }
         buf_str(&h, "}");
     }
@@ -493,7 +473,7 @@ qcal_status qcal_safetensors_write_f32(const char *path, int64_t n, const char *
         char tmp[64];
         if (i || n_meta > 0)
             buf_str(&h, ",");
-        json_string(&h, names[i]);
+        qcal_json_write_str(&h, names[i]);
         buf_str(&h, ":{\"dtype\":\"F32\",\"shape\":[");
         for (int32_t d = 0; d < tensors[i].ndim; d++) {
             snprintf(tmp, sizeof tmp, d ? ",%lld" : "%lld", (long long)tensors[i].shape[d]);
@@ -580,9 +560,9 @@ qcal_status qcal_safetensors_header(int64_t n, const qcal_safetensors_desc *d, i
             }
             if (k)
                 buf_str(&h, ",");
-            json_string(&h, meta[2 * k]);
+            qcal_json_write_str(&h, meta[2 * k]);
             buf_str(&h, ":");
-            json_string(&h, meta[2 * k + 1]);
+            qcal_json_write_str(&h, meta[2 * k + 1]);
         }
         buf_str(&h, "}");
     }
@@ -625,9 +605,9 @@ qcal_status qcal_safetensors_header(int64_t n, const qcal_safetensors_desc *d, i
         char tmp[64];
         if (i || n_meta > 0)
             buf_str(&h, ",");
-        json_string(&h, t->name);
+        qcal_json_write_str(&h, t->name);
         buf_str(&h, ":{\"dtype\":");
-        json_string(&h, t->dtype);
+        qcal_json_write_str(&h, t->dtype);
         buf_str(&h, ",\"shape\":[");
         for (int32_t k = 0; k < t->ndim; k++) {
             snprintf(tmp, sizeof tmp, k ? ",%lld" : "%lld", (long long)t->shape[k]);
