@@ -5,7 +5,7 @@
 
 void qcal_buf_append(qcal_buf *b, const void *src, size_t n)
 {
-    if (b->failed)
+    if (b->failed || n == 0) /* n == 0: src may be NULL (an empty buffer's data) */
         return;
     if (n > SIZE_MAX - b->len) {
         b->failed = true;

@@ -1548,7 +1548,8 @@ static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
         free(qdq);
         return OOM();
     }
-    memcpy(inits + keep, b.inits, b.n_inits * sizeof *inits);
+    if (b.n_inits)
+        memcpy(inits + keep, b.inits, b.n_inits * sizeof *inits);
     g->initializer = inits;
     g->n_initializer = keep + b.n_inits;
     free(b.inits);
