@@ -68,7 +68,7 @@ def _rule_value(v):
     return repr(v) if isinstance(v, (int, float)) else str(v)
 
 
-def _rules_text(rules=None, rules_text=None, observer=None, config=None):
+def _rules_text(rules=None, rules_text=None, observer=None, config=None, caller="Session"):
     parts = []
     if rules is not None:
         with open(rules, "r", encoding="utf-8") as f:
@@ -80,8 +80,17 @@ def _rules_text(rules=None, rules_text=None, observer=None, config=None):
                       if v is not None)
         parts.append(f"* activation {observer} {kv}".rstrip())
     elif config:
-        raise TypeError("observer options need observer=KIND")
+        raise TypeError(f"{caller}() got unexpected keyword argument"
+                        f"{'s' if len(config) > 1 else ''} {', '.join(map(repr, config))}: "
+                        "observer options (bins=, qscheme=, ...) need observer=KIND")
     return "\n".join(p.rstrip("\n") for p in parts) + "\n" if parts else None
+
+
+def _size_text(n):
+    for unit, shift in (("T", 40), ("G", 30), ("M", 20), ("K", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
 
 
 class Session(_qcal.Session):
@@ -91,7 +100,8 @@ class Session(_qcal.Session):
     ``rules`` is a rules-file path and ``rules_text`` its text ("GLOB ROLE OBSERVER
     key=value ..." per line, first match wins); ``observer`` + config set the activation
     observer after them, as ``qcal calibrate --observer KIND --key value`` does. Feed
-    batches with ``observe(name, x, role="activation", step=None)``; ``table()`` returns a
+    batches with ``observe(name, x, role="activation", step=None)`` and the weights of a
+    ``.safetensors`` file with ``observe_safetensors(path)``; ``table()`` returns a
     ``Table`` that writes every format the CLI writes (json, tensorrt, onnxruntime, ncnn).
     A tensor that saw no finite value makes ``table()`` raise ``NoDataError`` naming every
     such tensor unless ``table(allow_empty=True)`` (then one ``RuntimeWarning`` each and the
@@ -103,6 +113,25 @@ class Session(_qcal.Session):
     def __init__(self, rules=None, rules_text=None, observer=None,
                  max_memory=2 ** 31, **config):
         super().__init__(_rules_text(rules, rules_text, observer, config), max_memory)
+        desc = []
+        if rules is not None:
+            desc.append(f"rules={str(rules)!r}")
+        if rules_text is not None:
+            n = sum(1 for ln in rules_text.splitlines()
+                    if ln.strip() and not ln.lstrip().startswith("#"))
+            desc.append(f"rules_text=<{n} rule{'' if n == 1 else 's'}>")
+        if observer is not None:
+            desc.append(f"observer={observer!r}")
+            desc.extend(f"{k}={v!r}" for k, v in config.items() if v is not None)
+        if max_memory != 2 ** 31:
+            desc.append(f"max_memory={_size_text(max_memory)}")
+        self._desc = " ".join(desc)
+
+    def __repr__(self):
+        n = len(self)
+        desc = getattr(self, "_desc", "")
+        return (f"<qcal.Session: {n} tensor{'' if n == 1 else 's'}"
+                f"{'; ' + desc if desc else ''}>")
 
 
 Table = _qcal.Table
@@ -115,19 +144,41 @@ def _dump_tensors(directory):
     return _qcal._dump_scan(os.fspath(directory))
 
 
-def calibrate(directory, output=None, format="json", rules=None, rules_text=None,
-              observer=None, allow_empty=False, max_memory=2 ** 31, **config):
+def calibrate(directory=None, output=None, format="json", rules=None, rules_text=None,
+              observer=None, allow_empty=False, max_memory=2 ** 31, weights=None,
+              trt_version=None, trt_algorithm=None, skip_unrepresentable=False, **config):
     """Calibrates a dump directory as `qcal calibrate DIR` does and returns the Table
-    (written to ``output`` in ``format`` when given). A tensor that saw no finite value
-    raises ``NoDataError`` (nothing written) unless ``allow_empty=True``."""
+    (written to ``output`` in ``format`` when given: one name, "json,tensorrt" or a list,
+    with the CLI's ``trt_version``, ``trt_algorithm`` and ``skip_unrepresentable``; see
+    ``Table.write``). ``weights``: a ``.safetensors`` path or a list of them, every tensor of
+    2+ dimensions observed as a weight, as ``--weights`` (``directory`` may then be None).
+    A tensor that saw no finite value raises ``NoDataError`` (nothing written) unless
+    ``allow_empty=True``."""
+    import os
+    if isinstance(weights, (str, bytes, os.PathLike)):
+        weights = [weights]
+    weights = list(weights or [])
+    if directory is None and not weights:
+        raise TypeError("calibrate() needs a dump directory, weights=FILE.safetensors or both")
+    if trt_version is not None or trt_algorithm is not None or skip_unrepresentable:
+        if output is None:
+            raise TypeError("trt_version, trt_algorithm and skip_unrepresentable shape the "
+                            "written table: give output=PATH too (or pass them to "
+                            "Table.write)")
+    if config and observer is None:
+        _rules_text(config=config, caller="calibrate")   # raises the TypeError
     s = Session(rules=rules, rules_text=rules_text, observer=observer,
                 max_memory=max_memory, **config)
-    for fqn, role, files in _dump_tensors(directory):
-        for step, f in enumerate(files):
-            s.observe(fqn, _np.load(f, allow_pickle=False), role=role, step=step)
+    if directory is not None:
+        for fqn, role, files in _dump_tensors(directory):
+            for step, f in enumerate(files):
+                s.observe(fqn, _np.load(f, allow_pickle=False), role=role, step=step)
+    for w in weights:
+        s.observe_safetensors(w)
     t = s.table(allow_empty=allow_empty)
     if output is not None:
-        t.write(output, format)
+        t.write(output, format, skip_unrepresentable=skip_unrepresentable,
+                trt_version=trt_version, trt_algorithm=trt_algorithm)
     return t
 
 
