@@ -1328,16 +1328,16 @@ static PyObject *Table_format(TableObject *self, PyObject *args, PyObject *kw)
         export_opts_release(&o);
         return NULL;
     }
+    if (skip && warn_skipped(self->t, &f, 1) < 0) {
+        export_opts_release(&o);
+        return NULL;
+    }
     char *buf = NULL;
     size_t len = 0;
     qcal_status st = qcal_calib_table_format(self->t, f, &o.xo, &buf, &len);
     export_opts_release(&o);
     if (st < 0)
         return raise_status(st);
-    if (skip && warn_skipped(self->t, &f, 1) < 0) {
-        qcal_free(buf);
-        return NULL;
-    }
     PyObject *r = PyUnicode_DecodeUTF8(buf, (Py_ssize_t)len, "surrogateescape");
     qcal_free(buf);
     return r;
@@ -1367,6 +1367,12 @@ static PyObject *Table_write(TableObject *self, PyObject *args, PyObject *kw)
         Py_DECREF(path);
         return NULL;
     }
+    /* The warnings come first, as the CLI's: a warning turned into an error writes nothing. */
+    if (skip && warn_skipped(self->t, f, nf) < 0) {
+        export_opts_release(&o);
+        Py_DECREF(path);
+        return NULL;
+    }
     qcal_status st;
     Py_BEGIN_ALLOW_THREADS
     st = nf > 1 ? qcal_calib_table_write_dir(self->t, nf, f, &o.xo, PyBytes_AS_STRING(path))
@@ -1376,8 +1382,6 @@ static PyObject *Table_write(TableObject *self, PyObject *args, PyObject *kw)
     Py_DECREF(path);
     if (st < 0)
         return raise_status(st);
-    if (skip && warn_skipped(self->t, f, nf) < 0)
-        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -1562,14 +1566,20 @@ fail:
 
 static PyMethodDef Table_methods[] = {
     {"format", (PyCFunction)(void (*)(void))Table_format, METH_VARARGS | METH_KEYWORDS,
-     "format(format='json', *, allow_empty=False) -> str: the table in a format (json, "
-     "tensorrt, onnxruntime, ncnn); entries that saw no finite value raise NoDataError "
-     "unless allowed here or by Session.table(allow_empty=True)."},
+     "format(format='json', *, allow_empty=False, skip_unrepresentable=False, "
+     "trt_version=None, trt_algorithm=None) -> str: the table in one format (json, tensorrt, "
+     "onnxruntime: its calibration.cache, ncnn), with the options of write()."},
     {"write", (PyCFunction)(void (*)(void))Table_write, METH_VARARGS | METH_KEYWORDS,
-     "write(path, format='json', *, allow_empty=False): write the table atomically "
-     "(onnxruntime: the three files calibration.json, .flatbuffers and .cache into the "
-     "directory path, created if missing); entries that saw no finite value raise "
-     "NoDataError unless allowed here or by Session.table(allow_empty=True)."},
+     "write(path, format='json', *, allow_empty=False, skip_unrepresentable=False, "
+     "trt_version=None, trt_algorithm=None): write the table as `qcal calibrate -o path "
+     "--format F[,F...]`: one single-file format to the file path atomically; onnxruntime "
+     "(calibration.json, .flatbuffers, .cache) or several formats ('json,tensorrt' or a list) "
+     "into the directory path, all files or none. trt_version: '8.6.1', '10.3.0' or the "
+     "header's number (default 8601); trt_algorithm: EntropyCalibration2, MinMaxCalibration, "
+     "EntropyCalibration or LegacyCalibration (default: follows the observers); "
+     "skip_unrepresentable: leave names a format cannot hold out, one RuntimeWarning per "
+     "format. Entries that saw no finite value raise NoDataError unless allowed here or by "
+     "Session.table(allow_empty=True)."},
     {"read_json", (PyCFunction)Table_read_json, METH_O | METH_CLASS,
      "Table.read_json(path) -> Table: read a native JSON table."},
     {NULL, NULL, 0, NULL},

@@ -100,6 +100,11 @@ class WriteOptions(unittest.TestCase):
             self.assertIn("cannot hold 1 name: 'odd name' (white space)", str(cm.exception))
             self.assertIn("skip_unrepresentable", str(cm.exception))
             self.assertFalse(os.path.exists(out))
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")   # the warning comes first: nothing written
+                with self.assertRaises(RuntimeWarning):
+                    t.write(out, "ncnn", skip_unrepresentable=True)
+            self.assertFalse(os.path.exists(out))
             with warnings.catch_warnings(record=True) as w:
                 warnings.simplefilter("always")
                 t.write(out, "ncnn", skip_unrepresentable=True)
