@@ -429,6 +429,7 @@ typedef struct load_ctx {
     const uint8_t *map;    /* its mapping (NULL: a buffer; cut-out bytes are copied) */
     size_t map_len;
     bool map_taken;        /* the model kept the mapping (the loader must not unmap it) */
+    qcal_onnx_model *m;    /* the model being checked (external data files are mapped into it) */
     char *dir_real;        /* realpath of the model's directory */
     char *dir;             /* the model's directory as given */
 } load_ctx;
@@ -454,8 +455,40 @@ static bool parse_i64(const char *s, int64_t *v)
     return true;
 }
 
-/* Reads a tensor's external data into raw_data (confined to the model's directory). */
-static qcal_status load_external(load_ctx *lc, Onnx__TensorProto *t, uint64_t expect)
+/* Adds a mapped file to m (which then owns fd and the mapping); false: out of memory. */
+static bool add_src(qcal_onnx_model *m, int fd, const uint8_t *map, size_t len, dev_t dev, ino_t ino)
+{
+    onnx_src *n = realloc(m->src, (m->n_src + 1) * sizeof *n);
+    if (!n)
+        return false;
+    m->src = n;
+    m->src[m->n_src++] = (onnx_src){ fd, map, len, dev, ino };
+    return true;
+}
+
+/* The mapping of an external data file in lc->m (made on first use), or NULL when the file
+ * cannot be mapped (the caller reads it instead). Takes fd when it returns a new mapping. */
+static const uint8_t *ext_map(load_ctx *lc, int *fd, const struct stat *sb)
+{
+    qcal_onnx_model *m = lc->m;
+    for (size_t i = 0; i < m->n_src; i++)
+        if (m->src[i].dev == sb->st_dev && m->src[i].ino == sb->st_ino && m->src[i].len == (size_t)sb->st_size)
+            return m->src[i].map;
+    void *map = mmap(NULL, (size_t)sb->st_size, PROT_READ, MAP_PRIVATE, *fd, 0);
+    if (map == MAP_FAILED)
+        return NULL;
+    if (!add_src(m, *fd, map, (size_t)sb->st_size, sb->st_dev, sb->st_ino)) {
+        munmap(map, (size_t)sb->st_size);
+        return NULL;
+    }
+    *fd = -1;   /* kept by the model */
+    return map;
+}
+
+/* A tensor's external data (confined to the model's directory) into raw_data: for a
+ * main-graph initializer (depth 0) a pointer into the data file's mapping, which the model
+ * keeps (nothing read until a pass or a save needs the bytes); else read into memory. */
+static qcal_status load_external(load_ctx *lc, Onnx__TensorProto *t, uint64_t expect, int depth)
 {
     const char *name = str_or_empty(t->name);
     const char *loc = ext_value(t, "location");
@@ -532,13 +565,14 @@ static qcal_status load_external(load_ctx *lc, Onnx__TensorProto *t, uint64_t ex
         free(full);
         return st;
     }
-    uint8_t *buf = malloc(expect ? (size_t)expect : 1);
+    const uint8_t *map = lc->m && depth == 0 && expect > 0 ? ext_map(lc, &fd, &sb) : NULL;
+    uint8_t *buf = map ? (uint8_t *)(uintptr_t)(map + offset) : malloc(expect ? (size_t)expect : 1);
     if (!buf) {
         close(fd);
         free(full);
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory for initializer '%s'", name);
     }
-    size_t got = 0;
+    size_t got = map ? (size_t)expect : 0;
     while (got < expect) {
         ssize_t r = pread(fd, buf + got, (size_t)expect - got, (off_t)(offset + (int64_t)got));
         if (r <= 0) {
@@ -554,7 +588,8 @@ static qcal_status load_external(load_ctx *lc, Onnx__TensorProto *t, uint64_t ex
         }
         got += (size_t)r;
     }
-    close(fd);
+    if (fd >= 0)
+        close(fd);
     free(full);
     free(t->raw_data.data);
     t->raw_data.data = buf;
@@ -570,7 +605,7 @@ static qcal_status load_external(load_ctx *lc, Onnx__TensorProto *t, uint64_t ex
     return QCAL_OK;
 }
 
-static qcal_status check_initializer(load_ctx *lc, Onnx__TensorProto *t)
+static qcal_status check_initializer(load_ctx *lc, Onnx__TensorProto *t, int depth)
 {
     const char *name = str_or_empty(t->name);
     int64_t numel;
@@ -582,7 +617,7 @@ static qcal_status check_initializer(load_ctx *lc, Onnx__TensorProto *t)
         if (!known)
             return qcal_error(QCAL_ERR_UNSUPPORTED, "initializer '%s': external data of element type %d",
                               name, (int)t->data_type);
-        return load_external(lc, t, bytes);
+        return load_external(lc, t, bytes, depth);
     }
     if (!known || t->data_type == 8)
         return QCAL_OK;   /* strings and types newer than this reader: kept as they are */
@@ -640,7 +675,7 @@ static qcal_status check_graph(load_ctx *lc, scope *s, Onnx__GraphProto *g, int 
     for (size_t i = 0; i < g->n_input; i++)
         oom |= !scope_add(s, g->input[i]->name);
     for (size_t i = 0; i < g->n_initializer; i++) {
-        if ((st = check_initializer(lc, g->initializer[i])) != QCAL_OK)
+        if ((st = check_initializer(lc, g->initializer[i], depth)) != QCAL_OK)
             goto done;
         oom |= !scope_add(s, g->initializer[i]->name);
     }
@@ -701,14 +736,15 @@ qcal_status onnx_read_raw(const qcal_onnx_model *m, const Onnx__TensorProto *t, 
 {
     const uint8_t *src = t->raw_data.data;
     size_t len = t->raw_data.len, done = 0;
-    if (!onnx_in_map(m, src) || m->src_fd < 0) {
+    const onnx_src *f = onnx_src_of(m, src);
+    if (!f || f->fd < 0) {
         if (len)
             memcpy(dst, src, len);
         return QCAL_OK;
     }
-    off_t off = (off_t)(src - m->map);
+    off_t off = (off_t)(src - f->map);
     while (done < len) {
-        ssize_t r = pread(m->src_fd, (uint8_t *)dst + done, len - done, off + (off_t)done);
+        ssize_t r = pread(f->fd, (uint8_t *)dst + done, len - done, off + (off_t)done);
         if (r <= 0) {
             if (r < 0 && errno == EINTR)
                 continue;
@@ -723,15 +759,23 @@ qcal_status onnx_read_raw(const qcal_onnx_model *m, const Onnx__TensorProto *t, 
 
 static void detach_all(qcal_onnx_model *m)
 {
-    if (!m->map || !m->proto->graph)
+    if (!m->n_src || !m->proto->graph)
         return;
     for (size_t i = 0; i < m->proto->graph->n_initializer; i++)
         onnx_tensor_release(m, m->proto->graph->initializer[i]);
 }
 
+const onnx_src *onnx_src_of(const qcal_onnx_model *m, const void *ptr)
+{
+    for (size_t i = 0; m && ptr && i < m->n_src; i++)
+        if ((const uint8_t *)ptr >= m->src[i].map && (const uint8_t *)ptr < m->src[i].map + m->src[i].len)
+            return &m->src[i];
+    return NULL;
+}
+
 bool onnx_in_map(const qcal_onnx_model *m, const void *ptr)
 {
-    return m && m->map && (const uint8_t *)ptr >= m->map && (const uint8_t *)ptr < m->map + m->map_len;
+    return onnx_src_of(m, ptr) != NULL;
 }
 
 void onnx_tensor_release(const qcal_onnx_model *m, Onnx__TensorProto *t)
@@ -940,23 +984,36 @@ static qcal_status model_from_bytes(load_ctx *lc, const uint8_t *p, size_t len, 
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
     }
     m->proto = mp;
-    m->src_fd = -1;
-    if (ncuts && lc->map) {
-        m->map = lc->map;
-        m->map_len = lc->map_len;
-    }
+    lc->m = m;
     /* Give the cut tensors their bytes back. */
     if (ncuts && (!mp->graph || mp->graph->n_initializer != ninit)) {
-        m->map = NULL;   /* nothing points into it yet */
         free(cuts);
         qcal_onnx_model_destroy(&m);
         return qcal_error(QCAL_ERR_FORMAT, "'%s' is not a valid ONNX model: initializers do not match their fields",
                           what);
     }
+    if (ncuts && lc->map) {
+        /* The model keeps the mapping (and a descriptor for copy_file_range; without one a
+         * save writes the bytes from the mapping). */
+        struct stat sb = { 0 };
+        int fd = lc->fd >= 0 ? dup(lc->fd) : -1;
+        if (fd >= 0 && fstat(fd, &sb) != 0) {
+            close(fd);
+            fd = -1;
+        }
+        if (!add_src(m, fd, lc->map, lc->map_len, sb.st_dev, sb.st_ino)) {
+            if (fd >= 0)
+                close(fd);
+            free(cuts);
+            qcal_onnx_model_destroy(&m);
+            return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+        }
+        lc->map_taken = true;
+    }
     for (size_t q = 0; q < ncuts; q++) {
         Onnx__TensorProto *t = mp->graph->initializer[cuts[q].k];
         free(t->raw_data.data);   /* nothing: the shell has no raw_data there */
-        if (m->map) {
+        if (lc->map_taken) {
             t->raw_data.data = (uint8_t *)(uintptr_t)(p + cuts[q].ds);
         } else {
             t->raw_data.data = malloc(cuts[q].dl);
@@ -981,15 +1038,8 @@ static qcal_status model_from_bytes(load_ctx *lc, const uint8_t *p, size_t len, 
     onnx_map_free(&sc.defined);
     if (st != QCAL_OK) {
         st = qcal_error(st, "'%s': %s", what, qcal_last_error());
-        detach_all(m);
-        m->map = NULL;   /* the loader unmaps it */
-        qcal_onnx_model_destroy(&m);
+        qcal_onnx_model_destroy(&m);   /* detaches and unmaps what it holds */
         return st;
-    }
-    if (m->map) {
-        /* Without a descriptor (dup failing) a save writes the bytes from the mapping. */
-        m->src_fd = dup(lc->fd);
-        lc->map_taken = true;
     }
     *out = m;
     return QCAL_OK;
@@ -999,7 +1049,7 @@ qcal_status qcal_onnx_model_parse(const void *buf, size_t len, qcal_onnx_model *
 {
     if ((!buf && len) || !out)
         return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_model_parse: NULL argument");
-    load_ctx lc = { NULL, -1, NULL, 0, false, NULL, NULL };
+    load_ctx lc = { NULL, -1, NULL, 0, false, NULL, NULL, NULL };
     return model_from_bytes(&lc, buf, len, out);
 }
 
@@ -1018,7 +1068,7 @@ qcal_status qcal_onnx_model_load(const char *path, qcal_onnx_model **out)
         close(fd);
         return qcal_error(QCAL_ERR_IO, "'%s' is not a regular file", path);
     }
-    load_ctx lc = { path, fd, NULL, 0, false, NULL, NULL };
+    load_ctx lc = { path, fd, NULL, 0, false, NULL, NULL, NULL };
     const char *slash = strrchr(path, '/');
     lc.dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
     lc.dir_real = lc.dir ? realpath(lc.dir, NULL) : NULL;
@@ -1059,10 +1109,12 @@ void qcal_onnx_model_destroy(qcal_onnx_model **m)
         detach_all(*m);
         protobuf_c_message_free_unpacked(&(*m)->proto->base, NULL);
     }
-    if ((*m)->src_fd >= 0)
-        close((*m)->src_fd);
-    if ((*m)->map)
-        munmap((void *)(uintptr_t)(*m)->map, (*m)->map_len);
+    for (size_t i = 0; i < (*m)->n_src; i++) {
+        if ((*m)->src[i].fd >= 0)
+            close((*m)->src[i].fd);
+        munmap((void *)(uintptr_t)(*m)->src[i].map, (*m)->src[i].len);
+    }
+    free((*m)->src);
     free(*m);
     *m = NULL;
 }
@@ -1090,17 +1142,18 @@ typedef struct file_sink {
  * another file system on old kernels): the caller writes the bytes instead. */
 static bool copy_blob(file_sink *s, const uint8_t *data, size_t len)
 {
-    if (s->m->src_fd < 0)
+    const onnx_src *src = onnx_src_of(s->m, data);
+    if (!src || src->fd < 0)
         return false;
     if (fflush(s->fp) != 0) {
         s->failed = true;
         return true;
     }
     int fd = fileno(s->fp);
-    loff_t in = (loff_t)(data - s->m->map);
+    loff_t in = (loff_t)(data - src->map);
     size_t done = 0;
     while (done < len) {
-        ssize_t r = copy_file_range(s->m->src_fd, &in, fd, NULL, len - done, 0);
+        ssize_t r = copy_file_range(src->fd, &in, fd, NULL, len - done, 0);
         if (r <= 0) {
             if (r < 0 && errno == EINTR)
                 continue;
@@ -1663,9 +1716,7 @@ qcal_status qcal_onnx_model_new(int64_t ir_version, int64_t opset, qcal_onnx_mod
     if (!out || ir_version < 1 || opset < 1)
         return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_model_new: bad argument (ir_version %lld, opset %lld)",
                           (long long)ir_version, (long long)opset);
-    qcal_onnx_model *m = calloc(1, sizeof *m);
-    if (m)
-        m->src_fd = -1;   /* no file, no mapping */
+    qcal_onnx_model *m = calloc(1, sizeof *m);   /* no file, no mapping */
     Onnx__ModelProto *mp = malloc(sizeof *mp);
     Onnx__GraphProto *g = malloc(sizeof *g);
     Onnx__OperatorSetIdProto *os = malloc(sizeof *os);
@@ -1902,7 +1953,7 @@ qcal_status qcal_onnx_node_set_graph(qcal_onnx_model *m, int64_t node, const cha
         return qcal_error(QCAL_ERR_INVALID_ARG, "no node %lld or no body", (long long)node);
     /* Data the body reads from its file mapping is copied: the mapping dies with *body. */
     Onnx__GraphProto *bg = (*body)->proto->graph;
-    for (size_t i = 0; bg && (*body)->map && i < bg->n_initializer; i++) {
+    for (size_t i = 0; bg && (*body)->n_src && i < bg->n_initializer; i++) {
         Onnx__TensorProto *t = bg->initializer[i];
         if (!onnx_in_map(*body, t->raw_data.data))
             continue;

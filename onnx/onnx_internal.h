@@ -3,6 +3,8 @@
 #ifndef QCAL_ONNX_INTERNAL_H
 #define QCAL_ONNX_INTERNAL_H
 
+#include <sys/types.h>
+
 #include "onnx.pb-c.h"
 
 #include "core/internal.h"
@@ -11,15 +13,27 @@
 /* A model read from a file keeps the file mapped: the large raw_data of its main-graph
  * initializers point into the mapping instead of being copied (protobuf-c is given the
  * message without them), and a save copies those bytes file to file (copy_file_range).
- * Such raw_data is never freed by protobuf-c: onnx_tensor_release detaches it first. */
+ * Main-graph initializers in external data point into a mapping of their data file the
+ * same way (one mapping per file). Such raw_data is never freed by protobuf-c:
+ * onnx_tensor_release detaches it first. */
+typedef struct onnx_src {
+    int fd;                    /* the file (read only), or -1 (then saves write from the map) */
+    const uint8_t *map;        /* its mapping */
+    size_t len;
+    dev_t dev;                 /* identity of the file (an external data file mapped once) */
+    ino_t ino;
+} onnx_src;
+
 struct qcal_onnx_model {
     Onnx__ModelProto *proto;   /* every field malloc'ed (protobuf-c's default allocator) */
-    int src_fd;                /* the model file (read only), or -1 */
-    const uint8_t *map;        /* its mapping, or NULL */
-    size_t map_len;
+    onnx_src *src;             /* mapped files raw_data may point into (model, external data) */
+    size_t n_src;
 };
 
-/* True when ptr lies in the model's file mapping (not to be freed or written). */
+/* The mapped file ptr lies in, or NULL. */
+const onnx_src *onnx_src_of(const qcal_onnx_model *m, const void *ptr);
+
+/* True when ptr lies in one of the model's file mappings (not to be freed or written). */
 bool onnx_in_map(const qcal_onnx_model *m, const void *ptr);
 
 /* Detaches t's raw_data when it lies in the mapping (before t is freed or its data
@@ -27,7 +41,7 @@ bool onnx_in_map(const qcal_onnx_model *m, const void *ptr);
 void onnx_tensor_release(const qcal_onnx_model *m, Onnx__TensorProto *t);
 
 /* Copies t's raw_data (raw_data.len bytes) into dst: pread from the source file when it
- * lies in the mapping, else memcpy. */
+ * lies in a mapping, else memcpy. */
 qcal_status onnx_read_raw(const qcal_onnx_model *m, const Onnx__TensorProto *t, void *dst);
 
 /* ---- string map: name -> int64 (open addressing, keys borrowed, never removed) ---- */

@@ -485,6 +485,58 @@ static void test_large_initializers(void **state)
     qcal_calib_table_destroy(&table);
 }
 
+/* Main-graph initializers in external data point into a mapping of the data file (one per
+ * file, shared by the tensors in it): the loaded model, its save (copied file to file) and
+ * qdq in both profiles give the bytes of the same model with its data inline. */
+static void test_large_external(void **state)
+{
+    (void)state;
+    const char *names[] = { "x", "y", "z" };
+    write_table(names, 3, T("xbig_table.json"));
+    qcal_calib_table *table = NULL;
+    OK(qcal_calib_table_read_json(T("xbig_table.json"), &table));
+    qcal_onnx_model *inl = make_big(), *m = make_big();
+    float *w, *g;
+    OK(qcal_onnx_initializer_float(m, "big w", &w, NULL));
+    OK(qcal_onnx_initializer_float(m, "gemm:w", &g, NULL));
+    /* one data file: 100 bytes of padding, "big w" at 100, "gemm:w" right after it */
+    const size_t lw = 256 * 256 * 4, lg = 128 * 256 * 4;
+    uint8_t *blob = malloc(100 + lw + lg);
+    memset(blob, 0x5a, 100);
+    memcpy(blob + 100, w, lw);
+    memcpy(blob + 100 + lw, g, lg);
+    mkdir(T("xext"), 0755);
+    tu_write_bytes(T("xext/w.data"), blob, 100 + lw + lg);
+    free(blob);
+    qcal_free(w);
+    qcal_free(g);
+    OK(qcal_onnx_initializer_set_external(m, "big w", "w.data", 100, (int64_t)lw));
+    OK(qcal_onnx_initializer_set_external(m, "gemm:w", "w.data", (int64_t)(100 + lw), (int64_t)lg));
+    save(m, "xext/model.onnx");
+    qcal_onnx_model_destroy(&m);
+    OK(qcal_onnx_model_load(T("xext/model.onnx"), &m));
+    expect_same(m, inl);
+    OK(qcal_onnx_model_save(m, NULL, T("xext_saved.onnx")));
+    expect_file(T("xext_saved.onnx"), inl);
+    qcal_onnx_model_destroy(&m);
+    for (int p = 0; p < 2; p++) {
+        qcal_onnx_qdq_options opt;
+        qcal_onnx_qdq_options_default(&opt);
+        opt.profile = p ? QCAL_ONNX_PROFILE_TENSORRT : QCAL_ONNX_PROFILE_ORT;
+        qcal_onnx_model *a = NULL, *b = make_big();
+        OK(qcal_onnx_model_load(T("xext/model.onnx"), &a));
+        OK(qcal_onnx_qdq(a, table, &opt, NULL));
+        OK(qcal_onnx_qdq(b, table, &opt, NULL));
+        expect_same(a, b);
+        OK(qcal_onnx_model_save(a, NULL, T("xext_q.onnx")));
+        expect_file(T("xext_q.onnx"), b);
+        qcal_onnx_model_destroy(&a);
+        qcal_onnx_model_destroy(&b);
+    }
+    qcal_onnx_model_destroy(&inl);
+    qcal_calib_table_destroy(&table);
+}
+
 /* JSON string literal of s into dst (quotes and backslashes escaped). */
 static void json_str(char *dst, size_t cap, const char *s)
 {
@@ -584,6 +636,7 @@ int main(void)
         cmocka_unit_test(test_external_inside),
         cmocka_unit_test(test_save_external),
         cmocka_unit_test(test_large_initializers),
+        cmocka_unit_test(test_large_external),
         cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
