@@ -732,19 +732,23 @@ done:
     return st;
 }
 
-qcal_status onnx_read_raw(const qcal_onnx_model *m, const Onnx__TensorProto *t, void *dst)
+qcal_status onnx_read_raw_range(const qcal_onnx_model *m, const Onnx__TensorProto *t, size_t off,
+                                size_t len, void *dst)
 {
-    const uint8_t *src = t->raw_data.data;
-    size_t len = t->raw_data.len, done = 0;
-    const onnx_src *f = onnx_src_of(m, src);
+    if (off > t->raw_data.len || len > t->raw_data.len - off)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "bytes [%zu, +%zu) of a %zu-byte tensor", off, len,
+                          t->raw_data.len);
+    const uint8_t *src = t->raw_data.data + off;
+    size_t done = 0;
+    const onnx_src *f = onnx_src_of(m, t->raw_data.data);
     if (!f || f->fd < 0) {
         if (len)
             memcpy(dst, src, len);
         return QCAL_OK;
     }
-    off_t off = (off_t)(src - f->map);
+    off_t at = (off_t)(src - f->map);
     while (done < len) {
-        ssize_t r = pread(f->fd, (uint8_t *)dst + done, len - done, off + (off_t)done);
+        ssize_t r = pread(f->fd, (uint8_t *)dst + done, len - done, at + (off_t)done);
         if (r <= 0) {
             if (r < 0 && errno == EINTR)
                 continue;
@@ -755,6 +759,11 @@ qcal_status onnx_read_raw(const qcal_onnx_model *m, const Onnx__TensorProto *t, 
         done += (size_t)r;
     }
     return QCAL_OK;
+}
+
+qcal_status onnx_read_raw(const qcal_onnx_model *m, const Onnx__TensorProto *t, void *dst)
+{
+    return onnx_read_raw_range(m, t, 0, t->raw_data.len, dst);
 }
 
 static void detach_all(qcal_onnx_model *m)
@@ -1587,6 +1596,18 @@ Onnx__TensorProto *onnx_new_tensor(const char *name, int32_t type, int32_t ndim,
         memcpy(t->dims, dims, t->n_dims * sizeof *t->dims);
     if (nbytes && data)
         memcpy(t->raw_data.data, data, nbytes);
+    return t;
+}
+
+Onnx__TensorProto *onnx_new_tensor_take(const char *name, int32_t type, int32_t ndim, const int64_t *dims,
+                                        void *data, size_t nbytes)
+{
+    Onnx__TensorProto *t = onnx_new_tensor(name, type, ndim, dims, NULL, 0);
+    if (!t)
+        return NULL;
+    free(t->raw_data.data);
+    t->raw_data.data = data;
+    t->raw_data.len = nbytes;
     return t;
 }
 

@@ -44,6 +44,10 @@ void onnx_tensor_release(const qcal_onnx_model *m, Onnx__TensorProto *t);
  * lies in a mapping, else memcpy. */
 qcal_status onnx_read_raw(const qcal_onnx_model *m, const Onnx__TensorProto *t, void *dst);
 
+/* Copies bytes [off, off + len) of t's raw_data into dst the same way. */
+qcal_status onnx_read_raw_range(const qcal_onnx_model *m, const Onnx__TensorProto *t, size_t off,
+                                size_t len, void *dst);
+
 /* ---- string map: name -> int64 (open addressing, keys borrowed, never removed) ---- */
 typedef struct onnx_map {
     const char **keys;
@@ -76,6 +80,10 @@ int64_t onnx_model_opset(const Onnx__ModelProto *mp);
 char *onnx_strdup(const char *s);
 Onnx__TensorProto *onnx_new_tensor(const char *name, int32_t type, int32_t ndim,
                                    const int64_t *dims, const void *data, size_t nbytes);
+/* The same taking data (malloc'ed, nbytes) as the tensor's raw_data; NULL (data still the
+ * caller's) when out of memory. */
+Onnx__TensorProto *onnx_new_tensor_take(const char *name, int32_t type, int32_t ndim, const int64_t *dims,
+                                        void *data, size_t nbytes);
 Onnx__NodeProto *onnx_new_node(const char *op_type, const char *name, int64_t n_in,
                                const char *const *in, int64_t n_out, const char *const *out);
 bool onnx_node_add_int(Onnx__NodeProto *n, const char *attr, int64_t v);

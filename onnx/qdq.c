@@ -553,6 +553,11 @@ static void assign(tinfo *ti)
     ti->assigned = true;
 }
 
+/* Bytes of one chunk of a streamed weight: about the L2 of one core, and under the threading
+ * threshold (QCAL_OMP_MIN_ELEMENTS floats) so each kernel call runs on this thread with no
+ * parallel region to start or to spin after (the reads between chunks are serial). */
+#define WEIGHT_CHUNK_BYTES ((size_t)512 << 10)
+
 /* Per-channel symmetric qparams of a weight with the library's observer (qint8, or the FP8
  * dtype of an FP8 node: scale = channel amax / largest); codes (ort). */
 static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int32_t axis,
@@ -574,18 +579,35 @@ static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int
                           p->t[t].name, n->name ? n->name : "", n->op_type);
     if (init->n_dims > QCAL_MAX_DIMS || (int64_t)init->n_dims <= axis)
         return qcal_error(QCAL_ERR_UNSUPPORTED, "weight '%s' has %zu dimensions", p->t[t].name, init->n_dims);
+    /* float32 raw data with the per_channel_minmax observer is streamed: the weight, seen as
+     * (outer, C, inner) around axis, is read in chunks of whole (C, inner) rows into one
+     * small buffer (pread from the file when the bytes are in a mapping), once for the
+     * observer and once for the quantizer. Each chunk is a tensor (rows, C, inner...) with
+     * axis 1; a channel's min and max over the chunks are those over the whole tensor
+     * (exact, zeros canonical) and quantizing is elementwise, so the result is the
+     * whole-tensor path's, bit for bit. Anything else is converted whole. */
+    int64_t outer = 1;
+    for (int32_t k = 0; k < axis; k++)
+        outer *= init->dims[k];   /* cannot overflow: numel did not */
+    const int64_t row = numel / outer;
+    const bool f32raw = init->data_type == QCAL_ONNX_FLOAT && init->raw_data.len == (size_t)numel * 4;
+    const bool stream = f32raw && outer > 1 && p->opt->weight_observer == QCAL_OBSERVER_PER_CHANNEL_MINMAX;
+    int64_t rows = stream ? (int64_t)(WEIGHT_CHUNK_BYTES / ((size_t)row * 4)) : outer;
+    rows = rows < 1 ? 1 : rows > outer ? outer : rows;
     float *conv = NULL;
-    const float *data;
-    if (init->data_type == QCAL_ONNX_FLOAT && init->raw_data.len == (size_t)numel * 4) {
-        /* float32: read into one reused, aligned buffer; from the file with pread when the
-         * bytes are in the mapping (one copy out of the page cache, no page faults). */
-        if (p->scratch_cap < (size_t)numel) {
-            free(p->scratch);
-            p->scratch = malloc((size_t)numel * sizeof *p->scratch);
-            p->scratch_cap = p->scratch ? (size_t)numel : 0;
-            if (!p->scratch)
-                return OOM();
-        }
+    const float *data = NULL;
+    size_t need = f32raw ? (size_t)(rows * row) : 0;
+    if (p->scratch_cap < need) {
+        free(p->scratch);
+        p->scratch = malloc(need * sizeof *p->scratch);
+        p->scratch_cap = p->scratch ? need : 0;
+        if (!p->scratch)
+            return OOM();
+    }
+    if (stream) {
+        data = p->scratch;
+    } else if (f32raw) {
+        /* one copy out of the page cache (pread), no page faults on the mapping */
         qcal_status rs = onnx_read_raw(p->m, init, p->scratch);
         if (rs != QCAL_OK)
             return rs;
@@ -601,20 +623,34 @@ static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int
     qcal_observer_config_default(&cfg, p->opt->weight_observer);
     cfg.q.dtype = dtype;
     cfg.q.qscheme = QCAL_PER_CHANNEL_SYMMETRIC;
-    cfg.axis = axis;
+    cfg.axis = stream ? 1 : axis;
     qcal_tensor x;
     memset(&x, 0, sizeof x);
     x.data = (float *)data;
-    x.ndim = (int32_t)init->n_dims;
-    for (size_t k = 0; k < init->n_dims; k++)
-        x.shape[k] = init->dims[k];
+    if (stream) {
+        x.ndim = (int32_t)init->n_dims - axis + 1;
+        x.shape[0] = rows;
+        for (int32_t k = axis; k < (int32_t)init->n_dims; k++)
+            x.shape[k - axis + 1] = init->dims[k];
+    } else {
+        x.ndim = (int32_t)init->n_dims;
+        for (size_t k = 0; k < init->n_dims; k++)
+            x.shape[k] = init->dims[k];
+    }
     qcal_observer *obs = NULL;
     qcal_qparams qp = { 0 };
     uint8_t *codes = NULL;
     float *scales = NULL;
     qcal_status st = qcal_observer_create(&cfg, &obs);
-    if (st == QCAL_OK)
-        st = qcal_observer_update(obs, &x);
+    for (int64_t o = 0; st == QCAL_OK && o < outer; o += rows) {
+        if (stream) {
+            x.shape[0] = outer - o < rows ? outer - o : rows;
+            st = onnx_read_raw_range(p->m, init, (size_t)(o * row) * 4, (size_t)(x.shape[0] * row) * 4,
+                                     p->scratch);
+        }
+        if (st == QCAL_OK)
+            st = qcal_observer_update(obs, &x);
+    }
     if (st == QCAL_OK) {
         st = qcal_observer_qparams(obs, &qp);
         if (st == QCAL_NO_DATA)
@@ -632,8 +668,15 @@ static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int
         codes = malloc((size_t)numel);
         if (!codes)
             st = OOM();
-        else
-            st = qcal_quantize(&x, &qp, codes);
+        for (int64_t o = 0; st == QCAL_OK && o < outer; o += rows) {
+            if (stream) {
+                x.shape[0] = outer - o < rows ? outer - o : rows;
+                st = onnx_read_raw_range(p->m, init, (size_t)(o * row) * 4,
+                                         (size_t)(x.shape[0] * row) * 4, p->scratch);
+            }
+            if (st == QCAL_OK)
+                st = qcal_quantize(&x, &qp, codes + o * row);
+        }
     }
     if (st == QCAL_OK && (p->nw & (p->nw - 1)) == 0) {
         wplan *w = realloc(p->w, (size_t)(p->nw ? p->nw * 2 : 8) * sizeof *w);
@@ -1348,10 +1391,12 @@ static void b_weight(plan *p, builder *b, wplan *w)
             b->oom = true;
             goto out;
         }
-        b_init(b, onnx_new_tensor(qname, onnx_type_of(w->dtype), (int32_t)init->n_dims, init->dims,
-                                  w->codes, (size_t)w->numel));
-        free(w->codes);
-        w->codes = NULL;
+        /* the codes become the initializer's data (no copy) */
+        Onnx__TensorProto *qt = onnx_new_tensor_take(qname, onnx_type_of(w->dtype), (int32_t)init->n_dims,
+                                                     init->dims, w->codes, (size_t)w->numel);
+        if (qt)
+            w->codes = NULL;
+        b_init(b, qt);
         b_qdq(p, b, ti->name, qname, NULL, sname, zname, w->dq_out, w->axis);
         free(qname);
     } else {

@@ -412,6 +412,15 @@ void qcal_qparams_free(qcal_qparams *qp)
     memset(qp, 0, sizeof *qp);
 }
 
+/* " (channel c)" into where for a per-channel failure message; always true (used in a
+ * condition after the failing test, so nothing is formatted on success). */
+static bool name_channel(char *where, size_t cap, bool pc, int64_t c)
+{
+    if (pc)
+        snprintf(where, cap, " (channel %lld)", (long long)c);
+    return true;
+}
+
 qcal_status qcal_qparams_check(const qcal_qparams *qp, const char *what, bool int_zp,
                                bool need_float)
 {
@@ -467,31 +476,32 @@ qcal_status qcal_qparams_check(const qcal_qparams *qp, const char *what, bool in
             return qcal_error(QCAL_ERR_INVALID_ARG, "%s%sper-channel float zero-points are NULL",
                               what, sep);
     }
+    char where[48] = "";   /* the channel, named only when a check fails */
+#define WHERE(c) name_channel(where, sizeof where, pc, (c))
     for (int64_t c = 0; c < qp->channels; c++) {
-        char where[48] = "";
-        if (pc)
-            snprintf(where, sizeof where, " (channel %lld)", (long long)c);
         float s = qcal_qparams_scale_at(qp, c);
-        if (!(s > 0.0f && isfinite(s)))
+        if (!(s > 0.0f && isfinite(s)) && WHERE(c))
             return qcal_error(QCAL_ERR_INVALID_ARG, "%s%sscale %g%s must be > 0 and finite",
                               what, sep, (double)s, where);
-        if (f8 && (pc ? qp->zero_points != NULL : true) && qcal_qparams_zero_point_at(qp, c) != 0)
+        if (f8 && (pc ? qp->zero_points != NULL : true) && qcal_qparams_zero_point_at(qp, c) != 0 &&
+            WHERE(c))
             return qcal_error(QCAL_ERR_INVALID_ARG, "%s%s%s zero-point %d%s must be 0", what,
                               sep, dtype_names[qp->dtype],
                               (int)qcal_qparams_zero_point_at(qp, c), where);
         if (int_zp && !fq) {
             int32_t z = qcal_qparams_zero_point_at(qp, c);
-            if (z < qp->quant_min || z > qp->quant_max)
+            if ((z < qp->quant_min || z > qp->quant_max) && WHERE(c))
                 return qcal_error(QCAL_ERR_INVALID_ARG,
                                   "%s%szero-point %d%s is outside [quant_min %lld, quant_max %lld]",
                                   what, sep, (int)z, where, (long long)qp->quant_min,
                                   (long long)qp->quant_max);
         }
-        if (need_float && !isfinite(qcal_qparams_zero_point_float_at(qp, c)))
+        if (need_float && !isfinite(qcal_qparams_zero_point_float_at(qp, c)) && WHERE(c))
             return qcal_error(QCAL_ERR_INVALID_ARG, "%s%sfloat zero-point %g%s is not finite",
                               what, sep, (double)qcal_qparams_zero_point_float_at(qp, c),
                               where);
     }
+#undef WHERE
     return QCAL_OK;
 }
 

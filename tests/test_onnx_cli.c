@@ -537,6 +537,64 @@ static void test_large_external(void **state)
     qcal_calib_table_destroy(&table);
 }
 
+/* A float32 weight larger than one streaming chunk (512 KiB) is read and quantized chunk by
+ * chunk with per_channel_minmax: the same bytes as the whole-tensor path, which
+ * moving_average_per_channel_minmax takes (one update: the same ranges), for a MatMul weight
+ * of 2053 rows of 160 (chunks of 819, 819 and 415 rows), from the file mapping and from a
+ * buffer, in both profiles. */
+static void test_streamed_weights(void **state)
+{
+    (void)state;
+    const int64_t K = 2053, N = 160;
+    qcal_onnx_model *m = NULL;
+    OK(qcal_onnx_model_new(8, 17, &m));
+    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, K }));
+    OK(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, N }));
+    float *w = malloc((size_t)(K * N) * sizeof *w);
+    for (int64_t i = 0; i < K * N; i++)
+        w[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f * (float)(1 + i % N);
+    w[5] = -0.0f;
+    w[K * N - 1] = 3000.0f;   /* the last chunk holds a channel's maximum */
+    OK(qcal_onnx_add_initializer_float(m, "w", 2, (int64_t[]){ K, N }, w));
+    free(w);
+    OK(qcal_onnx_add_node(m, "MatMul", "mm", 2, (const char *[]){ "x", "w" }, 1, (const char *[]){ "y" }, NULL));
+    save(m, "stream.onnx");
+    qcal_onnx_model_destroy(&m);
+    const char *names[] = { "x", "y" };
+    write_table(names, 2, T("stream_table.json"));
+    qcal_calib_table *table = NULL;
+    OK(qcal_calib_table_read_json(T("stream_table.json"), &table));
+    size_t len;
+    uint8_t *bytes = tu_read_file(T("stream.onnx"), &len);
+    for (int p = 0; p < 2; p++) {
+        qcal_onnx_qdq_options opt;
+        qcal_onnx_qdq_options_default(&opt);
+        opt.profile = p ? QCAL_ONNX_PROFILE_TENSORRT : QCAL_ONNX_PROFILE_ORT;
+        qcal_onnx_model *a = NULL, *b = NULL, *c = NULL;
+        OK(qcal_onnx_model_load(T("stream.onnx"), &a));
+        OK(qcal_onnx_model_parse(bytes, len, &b));
+        OK(qcal_onnx_model_parse(bytes, len, &c));
+        OK(qcal_onnx_qdq(a, table, &opt, NULL));
+        OK(qcal_onnx_qdq(b, table, &opt, NULL));
+        opt.weight_observer = QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX;
+        OK(qcal_onnx_qdq(c, table, &opt, NULL));
+        expect_same(a, c);
+        expect_same(b, c);
+        float *s;
+        qcal_onnx_tensor_desc d;
+        OK(qcal_onnx_initializer_float(a, "w_scale", &s, &d));
+        assert_int_equal(d.ndim, 1);
+        assert_int_equal(d.dims[0], N);
+        assert_float_equal(s[N - 1], 3000.0f / 127.5f, 1e-3);
+        qcal_free(s);
+        qcal_onnx_model_destroy(&a);
+        qcal_onnx_model_destroy(&b);
+        qcal_onnx_model_destroy(&c);
+    }
+    free(bytes);
+    qcal_calib_table_destroy(&table);
+}
+
 /* JSON string literal of s into dst (quotes and backslashes escaped). */
 static void json_str(char *dst, size_t cap, const char *s)
 {
@@ -637,6 +695,7 @@ int main(void)
         cmocka_unit_test(test_save_external),
         cmocka_unit_test(test_large_initializers),
         cmocka_unit_test(test_large_external),
+        cmocka_unit_test(test_streamed_weights),
         cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
