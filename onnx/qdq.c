@@ -75,6 +75,7 @@ void qcal_onnx_qdq_options_default(qcal_onnx_qdq_options *opt)
     memset(opt, 0, sizeof *opt);
     opt->profile = QCAL_ONNX_PROFILE_ORT;
     opt->weight_observer = QCAL_OBSERVER_PER_CHANNEL_MINMAX;
+    opt->weight_qscheme = QCAL_PER_CHANNEL_SYMMETRIC;
 }
 
 /* ---- graph index ---- */
@@ -104,6 +105,8 @@ typedef struct wplan {
     qcal_dtype dtype;          /* qint8, or the FP8 dtype of an FP8 node's activation */
     int64_t channels;
     float *scales;             /* channels */
+    int8_t *zps;               /* channels: qint8 zero-points (0 for symmetric schemes and FP8) */
+    bool per_tensor;           /* scalar scale and zero-point, no axis */
     uint8_t *codes;            /* ort: quantized weight (numel bytes: int8 or FP8 codes) */
     float *f32;                /* tensorrt: float32 copy when the weight is not float32 */
     int64_t numel;
@@ -164,6 +167,7 @@ static void plan_free(plan *p)
     }
     for (int64_t i = 0; i < p->nw; i++) {
         free(p->w[i].scales);
+        free(p->w[i].zps);
         free(p->w[i].codes);
         free(p->w[i].f32);
         free(p->w[i].dq_out);
@@ -558,8 +562,9 @@ static void assign(tinfo *ti)
  * parallel region to start or to spin after (the reads between chunks are serial). */
 #define WEIGHT_CHUNK_BYTES ((size_t)512 << 10)
 
-/* Per-channel symmetric qparams of a weight with the library's observer (qint8, or the FP8
- * dtype of an FP8 node: scale = channel amax / largest); codes (ort). */
+/* qparams of a weight with the library's observer: opt->weight_qscheme (qint8; per-tensor
+ * schemes with minmax over the whole weight), or per-channel symmetric in the FP8 dtype of an
+ * FP8 node (scale = channel amax / largest); codes (ort). */
 static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int32_t axis,
                                qcal_dtype dtype, int64_t *out)
 {
@@ -619,11 +624,14 @@ static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int
             return st;
         data = conv;
     }
+    qcal_qscheme qs = qcal_dtype_is_float8(dtype) ? QCAL_PER_CHANNEL_SYMMETRIC : p->opt->weight_qscheme;
+    bool per_tensor = !qcal_qscheme_is_per_channel(qs);
     qcal_observer_config cfg;
-    qcal_observer_config_default(&cfg, p->opt->weight_observer);
+    qcal_observer_config_default(&cfg, per_tensor ? QCAL_OBSERVER_MINMAX : p->opt->weight_observer);
     cfg.q.dtype = dtype;
-    cfg.q.qscheme = QCAL_PER_CHANNEL_SYMMETRIC;
-    cfg.axis = stream ? 1 : axis;
+    cfg.q.qscheme = qs;
+    if (!per_tensor)
+        cfg.axis = stream ? 1 : axis;
     qcal_tensor x;
     memset(&x, 0, sizeof x);
     x.data = (float *)data;
@@ -641,6 +649,7 @@ static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int
     qcal_qparams qp = { 0 };
     uint8_t *codes = NULL;
     float *scales = NULL;
+    int8_t *zps = NULL;
     qcal_status st = qcal_observer_create(&cfg, &obs);
     for (int64_t o = 0; st == QCAL_OK && o < outer; o += rows) {
         if (stream) {
@@ -658,11 +667,15 @@ static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int
     }
     if (st == QCAL_OK) {
         scales = malloc((size_t)qp.channels * sizeof *scales);
-        if (!scales)
+        zps = calloc((size_t)qp.channels, sizeof *zps);
+        if (!scales || !zps)
             st = OOM();
         else
-            for (int64_t c = 0; c < qp.channels; c++)
+            for (int64_t c = 0; c < qp.channels; c++) {
                 scales[c] = qcal_qparams_scale_at(&qp, c);
+                if (!qcal_dtype_is_float8(dtype))
+                    zps[c] = (int8_t)qcal_qparams_zero_point_at(&qp, c);
+            }
     }
     if (st == QCAL_OK && p->opt->profile == QCAL_ONNX_PROFILE_ORT) {
         codes = malloc((size_t)numel);
@@ -690,6 +703,7 @@ static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int
         free(conv);
         free(codes);
         free(scales);
+        free(zps);
         qcal_qparams_free(&qp);
         qcal_observer_destroy(&obs);
         return st;
@@ -701,6 +715,8 @@ static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int
     w->dtype = dtype;
     w->channels = qp.channels;
     w->scales = scales;
+    w->zps = zps;
+    w->per_tensor = per_tensor;
     w->codes = codes;
     w->numel = numel;
     if (p->opt->profile == QCAL_ONNX_PROFILE_TENSORRT && init->data_type != QCAL_ONNX_FLOAT)
@@ -928,7 +944,7 @@ static qcal_status plan_node(plan *p, size_t i)
             if (qcal_dtype_is_float8(ta->dtype))
                 wdt = ta->dtype;
         }
-    if (np->wslot >= 0 && p->table) {
+    if (np->wslot >= 0 && p->table && !p->opt->float_weights) {
         int64_t tw = tensor_index(p, n->input[np->wslot], false);
         qcal_status st = plan_weight(p, n, tw, axis, wdt, &np->w);
         if (st == QCAL_ERR_MISMATCH)
@@ -940,7 +956,7 @@ static qcal_status plan_node(plan *p, size_t i)
     np->quant = true;
     for (int k = 0; k < np->nact; k++)
         assign(&p->t[tensor_index(p, n->input[np->act[k]], false)]);
-    if (!trt && np->bslot >= 0 && p->table && !qcal_dtype_is_float8(wdt)) {
+    if (!trt && np->bslot >= 0 && np->w >= 0 && p->table && !qcal_dtype_is_float8(wdt)) {
         int64_t tb = tensor_index(p, n->input[np->bslot], false);
         const char *why = NULL;
         if (d->kind == K_GEMM && (attr_float(n, "alpha", 1.0f) != 1.0f || attr_float(n, "beta", 1.0f) != 1.0f))
@@ -1023,6 +1039,15 @@ static qcal_status check_opts(const qcal_onnx_model *m, const qcal_onnx_qdq_opti
         return qcal_error(QCAL_ERR_INVALID_ARG,
                           "weight observer '%s' is not a per-channel kind (per_channel_minmax, moving_average_per_channel_minmax)",
                           qcal_observer_kind_name(opt->weight_observer));
+    if (opt->weight_qscheme != QCAL_PER_TENSOR_AFFINE && opt->weight_qscheme != QCAL_PER_TENSOR_SYMMETRIC &&
+        opt->weight_qscheme != QCAL_PER_CHANNEL_AFFINE && opt->weight_qscheme != QCAL_PER_CHANNEL_SYMMETRIC)
+        return qcal_error(QCAL_ERR_INVALID_ARG,
+                          "weight qscheme %d is not per_tensor_affine, per_tensor_symmetric, per_channel_affine or per_channel_symmetric",
+                          (int)opt->weight_qscheme);
+    if (opt->profile == QCAL_ONNX_PROFILE_TENSORRT && (opt->weight_qscheme == QCAL_PER_TENSOR_AFFINE ||
+                                                       opt->weight_qscheme == QCAL_PER_CHANNEL_AFFINE))
+        return qcal_error(QCAL_ERR_INVALID_ARG, "profile tensorrt takes symmetric weights only (zero-points 0), not %s",
+                          qcal_qscheme_name(opt->weight_qscheme));
     return QCAL_OK;
 }
 
@@ -1377,14 +1402,15 @@ static void b_weight(plan *p, builder *b, wplan *w)
     Onnx__TensorProto *init = ti->init;
     char *sname = fresh_name(p, ti->name, "_scale"), *zname = fresh_name(p, ti->name, "_zero_point");
     w->dq_out = fresh_name(p, ti->name, "_DequantizeLinear_Output");
-    int8_t *zeros = calloc((size_t)w->channels, 1);
     int64_t ch = w->channels;
-    if (!sname || !zname || !w->dq_out || !zeros) {
+    /* per-tensor: scalar scale and zero-point, DQ without an axis */
+    int32_t qdims = w->per_tensor ? 0 : 1, qaxis = w->per_tensor ? -1 : w->axis;
+    if (!sname || !zname || !w->dq_out) {
         b->oom = true;
         goto out;
     }
-    b_init(b, onnx_new_tensor(sname, QCAL_ONNX_FLOAT, 1, &ch, w->scales, (size_t)ch * 4));
-    b_init(b, onnx_new_tensor(zname, onnx_type_of(w->dtype), 1, &ch, zeros, (size_t)ch));
+    b_init(b, onnx_new_tensor(sname, QCAL_ONNX_FLOAT, qdims, &ch, w->scales, (size_t)ch * 4));
+    b_init(b, onnx_new_tensor(zname, onnx_type_of(w->dtype), qdims, &ch, w->zps, (size_t)ch));
     if (p->opt->profile == QCAL_ONNX_PROFILE_ORT) {
         char *qname = fresh_name(p, ti->name, "_quantized");
         if (!qname) {
@@ -1397,7 +1423,7 @@ static void b_weight(plan *p, builder *b, wplan *w)
         if (qt)
             w->codes = NULL;
         b_init(b, qt);
-        b_qdq(p, b, ti->name, qname, NULL, sname, zname, w->dq_out, w->axis);
+        b_qdq(p, b, ti->name, qname, NULL, sname, zname, w->dq_out, qaxis);
         free(qname);
     } else {
         const char *src = ti->name;
@@ -1416,7 +1442,7 @@ static void b_weight(plan *p, builder *b, wplan *w)
         }
         char *qout = fresh_name(p, ti->name, "_QuantizeLinear_Output");
         if (qout)
-            b_qdq(p, b, ti->name, src, qout, sname, zname, w->dq_out, w->axis);
+            b_qdq(p, b, ti->name, src, qout, sname, zname, w->dq_out, qaxis);
         else
             b->oom = true;
         free(qout);
@@ -1425,7 +1451,6 @@ static void b_weight(plan *p, builder *b, wplan *w)
 out:
     free(sname);
     free(zname);
-    free(zeros);
 }
 
 static void b_bias(plan *p, builder *b, bplan *bp)

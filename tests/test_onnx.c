@@ -424,6 +424,126 @@ static void test_qdq_ort(void **state)
     qcal_onnx_model_destroy(&orig);
 }
 
+/* --weight-qscheme: per-tensor affine weights are one scale and one int8 zero-point (scalars,
+ * DQ without axis) from min/max of the whole weight, codes = round(w / s) + z; per-channel
+ * affine one pair per output channel; --float-weights leaves weights and biases float
+ * initializers read by the op directly. The tensorrt profile refuses affine weights. */
+static void test_weight_qschemes(void **state)
+{
+    (void)state;
+    rng_state = 12345;
+    qcal_onnx_model *orig = make_cnn(13);
+    float *w;
+    qcal_onnx_tensor_desc d;
+    OK(qcal_onnx_initializer_float(orig, "c1.w", &w, &d));
+    int64_t nw = 1;
+    for (int k = 0; k < d.ndim; k++)
+        nw *= d.dims[k];
+    const qcal_qscheme schemes[] = { QCAL_PER_TENSOR_AFFINE, QCAL_PER_CHANNEL_AFFINE, QCAL_PER_TENSOR_SYMMETRIC };
+    for (int i = 0; i < 3; i++) {
+        rng_state = 12345;
+        qcal_onnx_model *m = make_cnn(13);
+        qcal_calib_session *s = make_session(act_names, act_lo, act_hi, 5);
+        qcal_onnx_qdq_options opt;
+        qcal_onnx_qdq_options_default(&opt);
+        assert_int_equal(opt.weight_qscheme, QCAL_PER_CHANNEL_SYMMETRIC);
+        assert_false(opt.float_weights);
+        opt.weight_qscheme = schemes[i];
+        qcal_onnx_qdq_report rep;
+        OK(qcal_onnx_qdq_session(m, s, &opt, &rep));
+        assert_int_equal(rep.weights, 2);
+        assert_int_equal(rep.biases, 2);
+        qcal_onnx_qdq_report_free(&rep);
+        float *sc;
+        int64_t *zp, *q;
+        qcal_onnx_tensor_desc ds, dz;
+        OK(qcal_onnx_initializer_float(m, "c1.w_scale", &sc, &ds));
+        OK(qcal_onnx_initializer_int64(m, "c1.w_zero_point", &zp, &dz));
+        OK(qcal_onnx_initializer_int64(m, "c1.w_quantized", &q, NULL));
+        assert_int_equal(dz.elem_type, QCAL_ONNX_INT8);
+        int64_t per = nw / d.dims[0];
+        if (schemes[i] == QCAL_PER_CHANNEL_AFFINE) {
+            assert_int_equal(ds.ndim, 1);
+            assert_int_equal(ds.dims[0], d.dims[0]);
+            for (int64_t c = 0; c < d.dims[0]; c++) {
+                float lo = 0.0f, hi = 0.0f;
+                for (int64_t j = 0; j < per; j++) {
+                    lo = fminf(lo, w[c * per + j]);
+                    hi = fmaxf(hi, w[c * per + j]);
+                }
+                assert_float_equal(sc[c], (hi - lo) / 255.0f, 1e-6 * (hi - lo));
+                for (int64_t j = 0; j < per; j++) {
+                    int64_t want = (int64_t)nearbyintf(w[c * per + j] / sc[c]) + zp[c];
+                    want = want < -128 ? -128 : want > 127 ? 127 : want;
+                    assert_int_equal(q[c * per + j], want);
+                }
+            }
+        } else {
+            assert_int_equal(ds.ndim, 0);
+            assert_int_equal(dz.ndim, 0);
+            float lo = 0.0f, hi = 0.0f;
+            for (int64_t j = 0; j < nw; j++) {
+                lo = fminf(lo, w[j]);
+                hi = fmaxf(hi, w[j]);
+            }
+            if (schemes[i] == QCAL_PER_TENSOR_AFFINE)
+                assert_float_equal(sc[0], (hi - lo) / 255.0f, 1e-6 * (hi - lo));
+            else {
+                assert_int_equal(zp[0], 0);
+                assert_float_equal(sc[0], fmaxf(-lo, hi) / 127.5f, 1e-6 * hi);
+            }
+            for (int64_t j = 0; j < nw; j++) {
+                int64_t want = (int64_t)nearbyintf(w[j] / sc[0]) + zp[0];
+                want = want < -128 ? -128 : want > 127 ? 127 : want;
+                assert_int_equal(q[j], want);
+            }
+            qcal_onnx_node_info n;
+            find_node(m, "c1.w_DequantizeLinear", &n);
+            assert_int_equal(n.n_inputs, 3);
+        }
+        if (schemes[i] == QCAL_PER_TENSOR_AFFINE)
+            assert_int_not_equal(zp[0], 0);
+        qcal_free(sc), qcal_free(zp), qcal_free(q);
+        const char *path = tu_path(tmpdir, "qdq_wq.onnx");
+        OK(qcal_onnx_model_save(m, NULL, path));
+        check_with_onnx(path);
+        qcal_calib_session_destroy(&s);
+        qcal_onnx_model_destroy(&m);
+    }
+    /* activations only */
+    rng_state = 12345;
+    qcal_onnx_model *m = make_cnn(13);
+    qcal_calib_session *s = make_session(act_names, act_lo, act_hi, 5);
+    qcal_onnx_qdq_options opt;
+    qcal_onnx_qdq_options_default(&opt);
+    opt.float_weights = true;
+    qcal_onnx_qdq_report rep;
+    OK(qcal_onnx_qdq_session(m, s, &opt, &rep));
+    assert_int_equal(rep.weights, 0);
+    assert_int_equal(rep.biases, 0);
+    assert_int_equal(rep.tensors, 5);
+    qcal_onnx_qdq_report_free(&rep);
+    qcal_onnx_node_info n;
+    find_node(m, "/c1/Conv", &n);
+    assert_string_equal(n.inputs[0], "input_DequantizeLinear_Output");
+    assert_string_equal(n.inputs[1], "c1.w");
+    assert_string_equal(n.inputs[2], "c1.b");
+    qcal_calib_session_destroy(&s);
+    qcal_onnx_model_destroy(&m);
+    /* tensorrt: zero-points must be 0 */
+    rng_state = 12345;
+    m = make_cnn(13);
+    s = make_session(act_names, act_lo, act_hi, 5);
+    qcal_onnx_qdq_options_default(&opt);
+    opt.profile = QCAL_ONNX_PROFILE_TENSORRT;
+    opt.weight_qscheme = QCAL_PER_TENSOR_AFFINE;
+    assert_int_equal(qcal_onnx_qdq_session(m, s, &opt, &rep), QCAL_ERR_INVALID_ARG);
+    qcal_calib_session_destroy(&s);
+    qcal_onnx_model_destroy(&m);
+    qcal_free(w);
+    qcal_onnx_model_destroy(&orig);
+}
+
 static void test_qdq_tensorrt(void **state)
 {
     (void)state;
@@ -690,6 +810,7 @@ int main(void)
         cmocka_unit_test(test_weight_types),
         cmocka_unit_test(test_list_and_expose),
         cmocka_unit_test(test_qdq_ort),
+        cmocka_unit_test(test_weight_qschemes),
         cmocka_unit_test(test_qdq_tensorrt),
         cmocka_unit_test(test_tensorrt_residual_add),
         cmocka_unit_test(test_opset_strict_exclude),

@@ -30,7 +30,8 @@ static const char expose_help[] =
 
 static const char qdq_help[] =
     "usage: qcal qdq MODEL.onnx --table TABLE.json -o OUT.onnx [--profile ort|tensorrt]\n"
-    "       [--weight-observer KIND] [--exclude PATTERN]... [--op-types LIST] [--strict]\n"
+    "       [--weight-observer KIND] [--weight-qscheme Q | --float-weights]\n"
+    "       [--exclude PATTERN]... [--op-types LIST] [--strict]\n"
     "\n"
     "Writes MODEL with QuantizeLinear/DequantizeLinear nodes: activations from the table\n"
     "(matched by tensor name), weights per-channel symmetric qint8 computed from the model's\n"
@@ -46,6 +47,10 @@ static const char qdq_help[] =
     "  -o, --output OUT.onnx    the quantized model (written atomically)\n"
     "  --profile P              ort (default) or tensorrt\n"
     "  --weight-observer KIND   per_channel_minmax (default) or moving_average_per_channel_minmax\n"
+    "  --weight-qscheme Q       per_channel_symmetric (default), per_channel_affine,\n"
+    "                           per_tensor_affine or per_tensor_symmetric (qint8; per-tensor:\n"
+    "                           minmax over the whole weight; tensorrt: symmetric only)\n"
+    "  --float-weights          weights and biases stay float, no Q/DQ (activations only)\n"
     "  --exclude PATTERN        glob on node and tensor names left float (repeatable)\n"
     "  --op-types LIST          comma list of op types to quantize (default: the profile's)\n"
     "  --strict                 tensors missing from the table are an error (default: they\n"
@@ -57,7 +62,7 @@ static const char qdq_help[] =
     "missing tensors under --strict, or ONNX support not built.\n";
 
 enum { OPT_HELP = 1, OPT_OUT, OPT_PROFILE, OPT_LIST, OPT_TABLE, OPT_WOBS, OPT_EXCLUDE, OPT_OPTYPES,
-       OPT_STRICT };
+       OPT_STRICT, OPT_WQSCHEME, OPT_FLOATW };
 
 static const cli_opt expose_opts[] = {
     { "help", 'h', false, OPT_HELP },
@@ -77,6 +82,8 @@ static const cli_opt qdq_opts[] = {
     { "exclude", 0, CLI_REPEATED, OPT_EXCLUDE },
     { "op-types", 0, true, OPT_OPTYPES },
     { "strict", 0, false, OPT_STRICT },
+    { "weight-qscheme", 0, true, OPT_WQSCHEME },
+    { "float-weights", 0, false, OPT_FLOATW },
     { 0 },
 };
 const cli_opt *const cmd_qdq_opts = qdq_opts;
@@ -213,10 +220,10 @@ int cmd_qdq(int argc, char **argv)
     cli_parser p;
     cli_parser_init(&p, argc, argv);
     const char *cmd = p.cmd, *val, *in = NULL, *out = NULL, *profile = NULL, *table_path = NULL,
-               *wobs = NULL, *op_types = NULL;
+               *wobs = NULL, *op_types = NULL, *wqs = NULL;
     const char **exclude = calloc((size_t)argc + 1, sizeof *exclude);
     int64_t n_exclude = 0;
-    bool strict = false;
+    bool strict = false, float_weights = false;
     int id, rc = 0;
     if (!exclude)
         return cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
@@ -242,6 +249,8 @@ int cmd_qdq(int argc, char **argv)
         case OPT_OPTYPES: rc = once(cmd, &op_types, "op-types", val); break;
         case OPT_EXCLUDE: exclude[n_exclude++] = val; break;
         case OPT_STRICT: strict = true; break;
+        case OPT_WQSCHEME: rc = once(cmd, &wqs, "weight-qscheme", val); break;
+        case OPT_FLOATW: float_weights = true; break;
         }
         if (rc)
             goto done;
@@ -272,6 +281,23 @@ int cmd_qdq(int argc, char **argv)
             goto done;
         }
     }
+    if (wqs && (qcal_qscheme_parse(wqs, &opt.weight_qscheme) != QCAL_OK ||
+                opt.weight_qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS)) {
+        rc = cli_fail(cmd, QCAL_EXIT_USAGE,
+                      "--weight-qscheme: '%s' is not per_channel_symmetric, per_channel_affine, per_tensor_affine or per_tensor_symmetric",
+                      wqs);
+        goto done;
+    }
+    if (wqs && float_weights) {
+        rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--weight-qscheme and --float-weights exclude each other");
+        goto done;
+    }
+    if (opt.profile == QCAL_ONNX_PROFILE_TENSORRT &&
+        (opt.weight_qscheme == QCAL_PER_TENSOR_AFFINE || opt.weight_qscheme == QCAL_PER_CHANNEL_AFFINE)) {
+        rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--weight-qscheme %s: profile tensorrt takes symmetric weights only", wqs);
+        goto done;
+    }
+    opt.float_weights = float_weights;
     if ((rc = check_available(cmd)))
         goto done;
     qcal_calib_table *t = NULL;

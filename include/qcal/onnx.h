@@ -233,6 +233,12 @@ typedef struct qcal_onnx_qdq_options {
                                         * else a comma list of op types to quantize */
     bool strict;                       /* default false: wanted tensors missing from the table
                                         * stay float (listed in the report); true: error */
+    qcal_qscheme weight_qscheme;       /* default QCAL_PER_CHANNEL_SYMMETRIC; also
+                                        * QCAL_PER_TENSOR_AFFINE, QCAL_PER_TENSOR_SYMMETRIC
+                                        * (minmax over the whole weight) and
+                                        * QCAL_PER_CHANNEL_AFFINE; qint8, integer weights only */
+    bool float_weights;                /* default false; true: weights and biases stay float
+                                        * initializers without Q/DQ ("activations only") */
 } qcal_onnx_qdq_options;
 
 /* Fills *opt with the defaults documented on each field. */
