@@ -87,6 +87,7 @@ typedef struct tinfo {
     int64_t cons0;             /* the first consuming node */
     Onnx__TensorProto *init;   /* initializer of that name, or NULL */
     bool graph_in, graph_out, sub_ref;
+    bool outer;                /* an initializer of an enclosing graph (If bodies) */
     /* plan */
     bool assigned;             /* activation qparams decided */
     bool missing;              /* looked up, not in the table */
@@ -130,7 +131,12 @@ typedef struct nplan {
     int64_t b;                 /* bplan index or -1 */
 } nplan;
 
+#define MAX_SCOPES 16
+
 typedef struct plan {
+    struct plan *root;         /* the main graph's plan: fresh names for every graph */
+    const Onnx__GraphProto *scope[MAX_SCOPES];   /* enclosing graphs, innermost first */
+    int nscope;
     const qcal_onnx_model *m;
     const qcal_onnx_qdq_options *opt;
     const qcal_calib_table *table;   /* NULL: listing (every lookup succeeds) */
@@ -334,8 +340,32 @@ static qcal_status index_graph(plan *p)
             return OOM();
         p->t[ti].graph_out = true;
     }
+    /* Weights an If body reads from an enclosing graph (innermost definition first). */
+    for (int64_t t = 0; t < p->nt; t++) {
+        tinfo *ti = &p->t[t];
+        if (ti->producer >= 0 || ti->init || ti->graph_in)
+            continue;
+        for (int s = 0; s < p->nscope && !ti->init; s++) {
+            const Onnx__GraphProto *o = p->scope[s];
+            bool defined = false;
+            for (size_t i = 0; i < o->n_node && !defined; i++)
+                for (size_t k = 0; k < o->node[i]->n_output && !defined; k++)
+                    defined = !strcmp(o->node[i]->output[k], ti->name);
+            for (size_t i = 0; i < o->n_input && !defined; i++)
+                defined = o->input[i]->name && !strcmp(o->input[i]->name, ti->name);
+            if (defined)
+                break;
+            for (size_t i = 0; i < o->n_initializer; i++)
+                if (o->initializer[i]->name && !strcmp(o->initializer[i]->name, ti->name)) {
+                    ti->init = o->initializer[i];
+                    ti->outer = true;
+                    break;
+                }
+        }
+    }
     p->np = calloc(g->n_node + 1, sizeof *p->np);
-    if (!p->np || !note_all_names(p, g))
+    /* Fresh names must be new in the whole model (a body sees its enclosing graphs). */
+    if (!p->np || (!p->root && !note_all_names(p, p->m->proto->graph)))
         return OOM();
     return QCAL_OK;
 }
@@ -417,7 +447,10 @@ static const op_def *op_of(const plan *p, const Onnx__NodeProto *n)
 static bool is_float_elem(const plan *p, const char *name)
 {
     qcal_onnx_tensor_desc d = { 0, -1, { 0 } };
-    if (!onnx_graph_desc(p->g, name, &d) || d.elem_type == 0)
+    bool found = onnx_graph_desc(p->g, name, &d);
+    for (int s = 0; !found && s < p->nscope; s++)
+        found = onnx_graph_desc(p->scope[s], name, &d);
+    if (!found || d.elem_type == 0)
         return true;   /* undeclared: the quantized ops' activations are float32 */
     return d.elem_type == QCAL_ONNX_FLOAT;
 }
@@ -1010,6 +1043,8 @@ static qcal_status plan_node(plan *p, size_t i)
     return QCAL_OK;
 }
 
+static qcal_status plan_graph(plan *p);
+
 static qcal_status plan_build(plan *p, const qcal_onnx_model *m, const qcal_calib_table *table,
                               const qcal_onnx_qdq_options *opt)
 {
@@ -1018,12 +1053,77 @@ static qcal_status plan_build(plan *p, const qcal_onnx_model *m, const qcal_cali
     p->opt = opt;
     p->table = table;
     p->g = m->proto->graph;
+    return plan_graph(p);
+}
+
+static qcal_status plan_graph(plan *p)
+{
     qcal_status st = select_ops(p);
     if (st == QCAL_OK)
         st = index_graph(p);
     for (size_t i = 0; st == QCAL_OK && i < p->g->n_node; i++)
         st = plan_node(p, i);
     return st;
+}
+
+/* If bodies (then_branch / else_branch, at any depth): one plan each, built like the main
+ * graph's. Their ops are quantized in their own graph; weights they read from an enclosing
+ * graph are quantized into the body's initializers. Loop and Scan bodies stay float. */
+typedef struct subplans {
+    plan **p;
+    size_t n;
+} subplans;
+
+static void subplans_free(subplans *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        plan_free(s->p[i]);
+        free(s->p[i]);
+    }
+    free(s->p);
+    memset(s, 0, sizeof *s);
+}
+
+static bool is_if(const Onnx__NodeProto *n)
+{
+    return !strcmp(n->op_type, "If") && (!n->domain || !n->domain[0] || !strcmp(n->domain, "ai.onnx"));
+}
+
+static qcal_status collect_subplans(plan *root, const Onnx__GraphProto *g, const Onnx__GraphProto *const *scope,
+                                    int nscope, subplans *out)
+{
+    if (nscope >= MAX_SCOPES)
+        return qcal_error(QCAL_ERR_UNSUPPORTED, "If bodies nested deeper than %d levels", MAX_SCOPES);
+    for (size_t i = 0; i < g->n_node; i++) {
+        const Onnx__NodeProto *n = g->node[i];
+        if (!is_if(n))
+            continue;
+        for (size_t a = 0; a < n->n_attribute; a++) {
+            Onnx__GraphProto *body = n->attribute[a]->g;
+            if (!body)
+                continue;
+            plan *sp = calloc(1, sizeof *sp);
+            if (!sp || !onnx_push((void ***)&out->p, &out->n, sp)) {
+                free(sp);
+                return OOM();
+            }
+            sp->root = root;
+            sp->m = root->m;
+            sp->opt = root->opt;
+            sp->table = root->table;
+            sp->g = body;
+            sp->scope[0] = g;
+            for (int k = 0; k < nscope; k++)
+                sp->scope[k + 1] = scope[k];
+            sp->nscope = nscope + 1;
+            qcal_status st = plan_graph(sp);
+            if (st == QCAL_OK)
+                st = collect_subplans(root, body, sp->scope, sp->nscope, out);
+            if (st != QCAL_OK)
+                return st;
+        }
+    }
+    return QCAL_OK;
 }
 
 static qcal_status check_opts(const qcal_onnx_model *m, const qcal_onnx_qdq_options *opt)
@@ -1066,22 +1166,39 @@ qcal_status qcal_onnx_list(const qcal_onnx_model *m, const qcal_onnx_qdq_options
     if (st != QCAL_OK)
         return st;
     plan p;
+    subplans sub = { 0 };
     st = plan_build(&p, m, NULL, opt);
+    if (st == QCAL_OK)
+        st = collect_subplans(&p, p.g, NULL, 0, &sub);
     char **out = NULL;
+    int64_t nout = 0, total = p.nlist;
+    for (size_t k = 0; k < sub.n; k++)
+        total += sub.p[k]->nlist;
+    onnx_map seen = { 0 };
     if (st == QCAL_OK) {
-        out = calloc((size_t)p.nlist + 1, sizeof *out);
+        out = calloc((size_t)total + 1, sizeof *out);
         if (!out)
             st = OOM();
-        for (int64_t i = 0; st == QCAL_OK && i < p.nlist; i++)
-            if (!(out[i] = onnx_strdup(p.list[i])))
-                st = OOM();
+        /* main graph first, then the If bodies in graph order; each name once */
+        for (size_t k = 0; st == QCAL_OK && k <= sub.n; k++) {
+            const plan *q = k ? sub.p[k - 1] : &p;
+            for (int64_t i = 0; st == QCAL_OK && i < q->nlist; i++) {
+                if (onnx_map_get(&seen, q->list[i]))
+                    continue;
+                if (!(out[nout] = onnx_strdup(q->list[i])) || !onnx_map_put(&seen, out[nout], 0))
+                    st = OOM();
+                nout += out[nout] != NULL;
+            }
+        }
         if (st != QCAL_OK) {
-            qcal_onnx_names_free(&out, p.nlist);
+            qcal_onnx_names_free(&out, nout);
         } else {
             *names = out;
-            *n = p.nlist;
+            *n = nout;
         }
     }
+    onnx_map_free(&seen);
+    subplans_free(&sub);
     plan_free(&p);
     return st;
 }
@@ -1185,6 +1302,189 @@ static bool infer_ranks(const Onnx__GraphProto *g, onnx_map *r)
     return ok;
 }
 
+static char *fresh_name(plan *p, const char *base, const char *suffix);
+static bool replace_str(char **slot, const char *with);
+
+/* Renames `from` to `to` in body g (node inputs and outputs, graph outputs, value_info)
+ * and in the bodies nested in it. */
+static bool rename_in(Onnx__GraphProto *g, const char *from, const char *to)
+{
+    bool ok = true;
+    for (size_t i = 0; i < g->n_output; i++)
+        if (g->output[i]->name && !strcmp(g->output[i]->name, from))
+            ok &= replace_str(&g->output[i]->name, to);
+    for (size_t i = 0; i < g->n_value_info; i++)
+        if (g->value_info[i]->name && !strcmp(g->value_info[i]->name, from))
+            ok &= replace_str(&g->value_info[i]->name, to);
+    for (size_t i = 0; i < g->n_node; i++) {
+        Onnx__NodeProto *n = g->node[i];
+        for (size_t k = 0; k < n->n_input; k++)
+            if (!strcmp(n->input[k], from))
+                ok &= replace_str(&n->input[k], to);
+        for (size_t k = 0; k < n->n_output; k++)
+            if (!strcmp(n->output[k], from))
+                ok &= replace_str(&n->output[k], to);
+        for (size_t a = 0; a < n->n_attribute; a++) {
+            if (n->attribute[a]->g)
+                ok &= rename_in(n->attribute[a]->g, from, to);
+            for (size_t k = 0; k < n->attribute[a]->n_graphs; k++)
+                ok &= rename_in(n->attribute[a]->graphs[k], from, to);
+        }
+    }
+    return ok;
+}
+
+static bool push_output(Onnx__GraphProto *g, const char *name, const qcal_onnx_tensor_desc *d)
+{
+    Onnx__ValueInfoProto *vi = onnx_new_value_info(name, d);
+    if (!vi || !onnx_push((void ***)&g->output, &g->n_output, vi)) {
+        if (vi)
+            protobuf_c_message_free_unpacked(&vi->base, NULL);
+        return false;
+    }
+    return true;
+}
+
+/* A Constant node writing an empty float32 tensor of rank `rank` (every dimension 0). */
+static bool push_empty_constant(Onnx__GraphProto *g, const char *name, const char *out, int32_t rank)
+{
+    int64_t dims[QCAL_MAX_DIMS] = { 0 };
+    Onnx__NodeProto *n = onnx_new_node("Constant", name, 0, NULL, 1, &out);
+    Onnx__TensorProto *t = onnx_new_tensor("", QCAL_ONNX_FLOAT, rank, dims, NULL, 0);
+    Onnx__AttributeProto *a = malloc(sizeof *a);
+    if (a) {
+        onnx__attribute_proto__init(a);
+        a->name = onnx_strdup("value");
+        a->has_type = 1;
+        a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR;
+    }
+    if (!n || !t || !a || !a->name || !onnx_push((void ***)&n->attribute, &n->n_attribute, a)) {
+        if (a)
+            protobuf_c_message_free_unpacked(&a->base, NULL);
+        if (t)
+            protobuf_c_message_free_unpacked(&t->base, NULL);
+        if (n)
+            protobuf_c_message_free_unpacked(&n->base, NULL);
+        return false;
+    }
+    a->t = t;
+    if (!onnx_push((void ***)&g->node, &g->n_node, n)) {
+        protobuf_c_message_free_unpacked(&n->base, NULL);
+        return false;
+    }
+    return true;
+}
+
+/* Exposes tensors written inside the bodies of the main graph's If nodes (one level): for
+ * tensor T of a branch, T is renamed inside that branch and becomes a new branch output; the
+ * If node gets an output named T (a graph output); the other branch writes an empty float
+ * tensor (every dimension 0, same rank) there, so a run that takes the other branch gives
+ * T with no elements (a dump writer skips it). Names in deeper bodies are not exposed. */
+static qcal_status expose_bodies(qcal_onnx_model *m, const char *const *names, int64_t n, int64_t *added)
+{
+    Onnx__GraphProto *g = m->proto->graph;
+    plan p;   /* only for fresh names */
+    memset(&p, 0, sizeof p);
+    p.m = m;
+    qcal_status st = note_all_names(&p, g) ? QCAL_OK : OOM();
+    onnx_map want = { 0 };
+    for (int64_t i = 0; st == QCAL_OK && i < n; i++)
+        if (!onnx_map_put(&want, names[i], 0))
+            st = OOM();
+    for (size_t i = 0; st == QCAL_OK && i < g->n_node; i++) {
+        Onnx__NodeProto *node = g->node[i];
+        if (!is_if(node))
+            continue;
+        Onnx__GraphProto *br[2] = { NULL, NULL };
+        for (size_t a = 0; a < node->n_attribute; a++) {
+            const char *an = node->attribute[a]->name;
+            if (an && !strcmp(an, "then_branch"))
+                br[0] = node->attribute[a]->g;
+            else if (an && !strcmp(an, "else_branch"))
+                br[1] = node->attribute[a]->g;
+        }
+        if (!br[0] || !br[1])
+            continue;
+        for (int b = 0; b < 2 && st == QCAL_OK; b++) {
+            Onnx__GraphProto *body = br[b], *other = br[1 - b];
+            size_t n_body_nodes = body->n_node;
+            for (size_t j = 0; j < n_body_nodes && st == QCAL_OK; j++) {
+                for (size_t k = 0; k < body->node[j]->n_output && st == QCAL_OK; k++) {
+                    char *name = onnx_strdup(body->node[j]->output[k]);
+                    if (!name) {
+                        st = OOM();
+                        break;
+                    }
+                    if (!name[0] || !onnx_map_get(&want, name)) {
+                        free(name);
+                        continue;
+                    }
+                    qcal_onnx_tensor_desc d = { 0, -1, { 0 } };
+                    onnx_graph_desc(body, name, &d);
+                    char *inner = fresh_name(&p, name, "_qcal_body");
+                    char *empty = fresh_name(&p, name, "_qcal_other_branch");
+                    char *cname = fresh_name(&p, name, "_qcal_other_branch_Constant");
+                    int32_t rank = d.ndim >= 0 && d.ndim <= QCAL_MAX_DIMS ? d.ndim : 1;
+                    qcal_onnx_tensor_desc de = { QCAL_ONNX_FLOAT, rank, { 0 } };
+                    qcal_onnx_tensor_desc dout = { d.elem_type, d.ndim >= 0 ? rank : -1, { 0 } };
+                    for (int r = 0; r < dout.ndim; r++)
+                        dout.dims[r] = -1;
+                    bool was_out = false;
+                    for (size_t o = 0; o < body->n_output; o++)
+                        was_out |= body->output[o]->name && !strcmp(body->output[o]->name, name);
+                    bool ok = inner && empty && cname && rename_in(body, name, inner);
+                    char *bout = ok && was_out ? fresh_name(&p, name, "_qcal_body_output") : NULL;
+                    if (ok && was_out) {
+                        /* already a branch output: a second one through an Identity */
+                        char *iname = bout ? fresh_name(&p, name, "_qcal_body_Identity") : NULL;
+                        Onnx__NodeProto *idn = iname ? onnx_new_node("Identity", iname, 1, (const char *const *)&inner,
+                                                                     1, (const char *const *)&bout)
+                                                     : NULL;
+                        ok = idn && onnx_push((void ***)&body->node, &body->n_node, idn);
+                        if (!ok && idn)
+                            protobuf_c_message_free_unpacked(&idn->base, NULL);
+                        free(iname);
+                    }
+                    if (ok) {
+                        d.ndim = -1;   /* the branch output: element type only */
+                        ok = push_output(body, was_out ? bout : inner, &d) &&
+                             push_empty_constant(other, cname, empty, rank) && push_output(other, empty, &de);
+                    }
+                    free(bout);
+                    if (ok) {
+                        char *o = onnx_strdup(name);
+                        ok = o && onnx_push((void ***)&node->output, &node->n_output, o);
+                        if (!ok)
+                            free(o);
+                    }
+                    if (ok) {
+                        Onnx__ValueInfoProto *vi = onnx_new_value_info(name, &dout);
+                        if (vi && dout.ndim > 0) {
+                            Onnx__TensorShapeProto *sh = vi->type->tensor_type->shape;
+                            for (size_t r = 0; r < sh->n_dim; r++) {
+                                free(sh->dim[r]->dim_param);
+                                sh->dim[r]->dim_param = NULL;
+                                sh->dim[r]->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE__NOT_SET;
+                            }
+                        }
+                        ok = vi && onnx_push((void ***)&g->output, &g->n_output, vi);
+                        if (!ok && vi)
+                            protobuf_c_message_free_unpacked(&vi->base, NULL);
+                    }
+                    if (ok)
+                        ++*added;
+                    else
+                        st = OOM();
+                    free(inner), free(empty), free(cname), free(name);
+                }
+            }
+        }
+    }
+    onnx_map_free(&want);
+    plan_free(&p);
+    return st;
+}
+
 qcal_status qcal_onnx_expose(qcal_onnx_model *m, const qcal_onnx_qdq_options *opt, int64_t *added)
 {
     char **names = NULL;
@@ -1220,9 +1520,27 @@ qcal_status qcal_onnx_expose(qcal_onnx_model *m, const qcal_onnx_qdq_options *op
     int64_t nv = 0;
     if (!vis)
         st = OOM();
+    onnx_map main_def = { 0 };
+    for (size_t i = 0; st == QCAL_OK && i < g->n_input + g->n_initializer; i++) {
+        const char *nm = i < g->n_input ? g->input[i]->name : g->initializer[i - g->n_input]->name;
+        if (nm && !onnx_map_put(&main_def, nm, 0))
+            st = OOM();
+    }
+    for (size_t i = 0; st == QCAL_OK && i < g->n_node; i++)
+        for (size_t k = 0; k < g->node[i]->n_output; k++)
+            if (!onnx_map_put(&main_def, g->node[i]->output[k], 0))
+                st = OOM();
+    char **body_names = calloc((size_t)n + 1, sizeof *body_names);
+    int64_t n_body = 0;
+    if (!body_names)
+        st = OOM();
     for (int64_t i = 0; st == QCAL_OK && i < n; i++) {
         if (onnx_map_get(&outs, names[i]))
             continue;
+        if (!onnx_map_get(&main_def, names[i])) {
+            body_names[n_body++] = names[i];   /* written in an If body: expose_bodies */
+            continue;
+        }
         /* The declared type as it is (symbolic dimension names kept), else the
          * initializer's, else float32 without a shape. */
         int64_t *vk = onnx_map_get(&decl, names[i]);
@@ -1277,6 +1595,14 @@ qcal_status qcal_onnx_expose(qcal_onnx_model *m, const qcal_onnx_qdq_options *op
             nv = 0;
         }
     }
+    if (st == QCAL_OK && n_body) {
+        int64_t nb = 0;
+        st = expose_bodies(m, (const char *const *)body_names, n_body, &nb);
+        if (st == QCAL_OK && added)
+            *added += nb;
+    }
+    free(body_names);
+    onnx_map_free(&main_def);
     for (int64_t i = 0; i < nv; i++)
         protobuf_c_message_free_unpacked(&vis[i]->base, NULL);
     free(vis);
@@ -1293,6 +1619,7 @@ qcal_status qcal_onnx_expose(qcal_onnx_model *m, const qcal_onnx_qdq_options *op
 /* A name not yet used anywhere in the model: base + suffix, then "_1", "_2", ... */
 static char *fresh_name(plan *p, const char *base, const char *suffix)
 {
+    p = p->root ? p->root : p;
     size_t len = strlen(base) + strlen(suffix) + 24;
     char *s = malloc(len);
     if (!s)
@@ -1633,6 +1960,65 @@ static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
     return QCAL_OK;
 }
 
+static bool read_anywhere(const Onnx__GraphProto *g, const char *name)
+{
+    for (size_t i = 0; i < g->n_output; i++)
+        if (g->output[i]->name && !strcmp(g->output[i]->name, name))
+            return true;
+    for (size_t i = 0; i < g->n_node; i++) {
+        const Onnx__NodeProto *n = g->node[i];
+        for (size_t k = 0; k < n->n_input; k++)
+            if (!strcmp(n->input[k], name))
+                return true;
+        for (size_t a = 0; a < n->n_attribute; a++) {
+            const Onnx__AttributeProto *at = n->attribute[a];
+            if (at->g && read_anywhere(at->g, name))
+                return true;
+            for (size_t k = 0; k < at->n_graphs; k++)
+                if (read_anywhere(at->graphs[k], name))
+                    return true;
+        }
+    }
+    return false;
+}
+
+/* The float weights and biases of enclosing graphs that If bodies now read quantized: dropped
+ * from the graph that holds them when nothing in the model reads them any more. */
+static qcal_status drop_outer_weights(subplans *sub)
+{
+    if (!sub->n)
+        return QCAL_OK;
+    const Onnx__GraphProto *main_g = sub->p[0]->root->g;
+    for (size_t k = 0; k < sub->n; k++) {
+        plan *q = sub->p[k];
+        for (int64_t i = 0; i < q->nw + q->nb; i++) {
+            const tinfo *ti = &q->t[i < q->nw ? q->w[i].t : q->b[i - q->nw].t];
+            if (!ti->outer || read_anywhere(main_g, ti->name))
+                continue;
+            for (int s = 0; s < q->nscope; s++) {
+                Onnx__GraphProto *o = (Onnx__GraphProto *)q->scope[s];
+                size_t j = 0;
+                while (j < o->n_initializer && o->initializer[j] != ti->init)
+                    j++;
+                if (j == o->n_initializer)
+                    continue;
+                bool is_input = false;
+                for (size_t x = 0; x < o->n_input && !is_input; x++)
+                    is_input = o->input[x]->name && !strcmp(o->input[x]->name, ti->name);
+                if (!is_input) {
+                    onnx_tensor_release(q->m, o->initializer[j]);
+                    protobuf_c_message_free_unpacked(&o->initializer[j]->base, NULL);
+                    memmove(o->initializer + j, o->initializer + j + 1,
+                            (o->n_initializer - j - 1) * sizeof *o->initializer);
+                    o->n_initializer--;
+                }
+                break;
+            }
+        }
+    }
+    return QCAL_OK;
+}
+
 qcal_status qcal_onnx_qdq(qcal_onnx_model *m, const qcal_calib_table *table, const qcal_onnx_qdq_options *opt,
                           qcal_onnx_qdq_report *rep)
 {
@@ -1651,22 +2037,31 @@ qcal_status qcal_onnx_qdq(qcal_onnx_model *m, const qcal_calib_table *table, con
                           "the model's default-domain opset is %lld; Q/DQ insertion needs opset >= 13 (per-channel QuantizeLinear/DequantizeLinear)",
                           (long long)opset);
     plan p;
+    subplans sub = { 0 };
     st = plan_build(&p, m, table, opt);
+    if (st == QCAL_OK)
+        st = collect_subplans(&p, p.g, NULL, 0, &sub);
     qcal_onnx_qdq_report r;
     memset(&r, 0, sizeof r);
-    if (st == QCAL_OK) {
-        for (int64_t i = 0; i < p.nlist; i++) {
-            int64_t t = tensor_index(&p, p.list[i], false);
-            if (!p.t[t].missing)
+    onnx_map seen = { 0 };
+    for (size_t k = 0; st == QCAL_OK && k <= sub.n; k++) {
+        plan *q = k ? sub.p[k - 1] : &p;
+        p.fp8 |= q->fp8;
+        for (int64_t i = 0; i < q->nlist; i++) {
+            int64_t t = tensor_index(q, q->list[i], false);
+            if (!q->t[t].missing || onnx_map_get(&seen, q->t[t].name))
                 continue;
-            char *s = onnx_strdup(p.t[t].name);
-            if (!s || !onnx_push((void ***)&r.missing, (size_t *)&r.n_missing, s)) {
-                free(s);
+            char *s = onnx_strdup(q->t[t].name);
+            if (!s || !onnx_push((void ***)&r.missing, (size_t *)&r.n_missing, s) ||
+                !onnx_map_put(&seen, s, 0)) {
+                if (s && (r.n_missing == 0 || r.missing[r.n_missing - 1] != s))
+                    free(s);
                 st = OOM();
                 break;
             }
         }
     }
+    onnx_map_free(&seen);
     if (st == QCAL_OK && p.fp8) {
         /* FP8 QuantizeLinear / DequantizeLinear: opset 19, float8 types: IR version 9. */
         if (opset < 19)
@@ -1696,16 +2091,31 @@ qcal_status qcal_onnx_qdq(qcal_onnx_model *m, const qcal_calib_table *table, con
     }
     if (st == QCAL_OK)
         st = apply(&p, &r);
+    for (size_t k = 0; st == QCAL_OK && k < sub.n; k++) {
+        qcal_onnx_qdq_report rs;
+        memset(&rs, 0, sizeof rs);
+        st = apply(sub.p[k], &rs);
+        r.ops += rs.ops;
+        r.tensors += rs.tensors;
+        r.weights += rs.weights;
+        r.biases += rs.biases;
+    }
+    if (st == QCAL_OK)
+        st = drop_outer_weights(&sub);
     if (st == QCAL_OK && p.fp8 && (!m->proto->has_ir_version || m->proto->ir_version < 9)) {
         m->proto->has_ir_version = 1;
         m->proto->ir_version = 9;
     }
-    if (st == QCAL_OK) {
-        r.skipped = p.skipped;
-        r.n_skipped = p.nskipped;
-        p.skipped = NULL;
-        p.nskipped = 0;
+    for (size_t k = 0; st == QCAL_OK && k <= sub.n; k++) {
+        plan *q = k ? sub.p[k - 1] : &p;
+        for (int64_t i = 0; st == QCAL_OK && i < q->nskipped; i++) {
+            if (!onnx_push((void ***)&r.skipped, (size_t *)&r.n_skipped, q->skipped[i]))
+                st = OOM();
+            else
+                q->skipped[i] = NULL;
+        }
     }
+    subplans_free(&sub);
     plan_free(&p);
     if (st != QCAL_OK || !rep)
         qcal_onnx_qdq_report_free(&r);

@@ -799,6 +799,113 @@ static void test_subgraph_and_axes(void **state)
     qcal_calib_session_destroy(&s);
 }
 
+/* Runs a python3-onnx check on the model at path (skipped without python3-onnx). */
+static void check_py(const char *path, const char *code)
+{
+    if (access("/usr/bin/python3", X_OK) != 0 || system("/usr/bin/python3 -c 'import onnx' 2>/dev/null") != 0) {
+        printf("skipping a python3-onnx check: not installed\n");
+        return;
+    }
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 -c 'import onnx,sys\nm = onnx.load(sys.argv[1])\n%s' '%s'", code, path);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* An If whose then_branch holds a Conv reading the input and an initializer of the main
+ * graph (as Silero VAD's op18 model): listed, exposed through the If node, quantized inside
+ * the branch with the weight and bias moved into it; the else_branch stays float. */
+static qcal_onnx_model *if_model(void)
+{
+    qcal_onnx_model *m = NULL, *then_b = NULL, *else_b = NULL;
+    OK(qcal_onnx_model_new(8, 13, &m));
+    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 3, (int64_t[]){ 1, 2, 5 }));
+    OK(qcal_onnx_add_input(m, "cond", 9, 0, NULL));
+    OK(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, 3, (int64_t[]){ 1, 3, 3 }));
+    float w[3 * 2 * 3], b[3] = { 0.5f, -0.25f, 0.125f };
+    fill(w, 18, 1.0f);
+    OK(qcal_onnx_add_initializer_float(m, "W", 3, (int64_t[]){ 3, 2, 3 }, w));
+    OK(qcal_onnx_add_initializer_float(m, "B", 1, (int64_t[]){ 3 }, b));
+    OK(qcal_onnx_model_new(8, 13, &then_b));
+    OK(qcal_onnx_add_output(then_b, "r", QCAL_ONNX_FLOAT, 3, (int64_t[]){ 1, 3, 3 }));
+    OK(qcal_onnx_add_node(then_b, "Conv", "conv", 3, (const char *[]){ "x", "W", "B" }, 1, (const char *[]){ "c" }, NULL));
+    OK(qcal_onnx_add_node(then_b, "Relu", "relu", 1, (const char *[]){ "c" }, 1, (const char *[]){ "r" }, NULL));
+    OK(qcal_onnx_model_new(8, 13, &else_b));
+    OK(qcal_onnx_add_output(else_b, "n", QCAL_ONNX_FLOAT, 3, (int64_t[]){ 1, 2, 5 }));
+    OK(qcal_onnx_add_node(else_b, "Neg", "neg", 1, (const char *[]){ "x" }, 1, (const char *[]){ "n" }, NULL));
+    int64_t k;
+    OK(qcal_onnx_add_node(m, "If", "if", 1, (const char *[]){ "cond" }, 1, (const char *[]){ "y" }, &k));
+    OK(qcal_onnx_node_set_graph(m, k, "then_branch", &then_b));
+    OK(qcal_onnx_node_set_graph(m, k, "else_branch", &else_b));
+    return m;
+}
+
+static void test_if_bodies(void **state)
+{
+    (void)state;
+    qcal_onnx_model *m = if_model();
+    char **names = NULL;
+    int64_t n = 0;
+    OK(qcal_onnx_list(m, NULL, &names, &n));
+    assert_int_equal(n, 2);
+    assert_string_equal(names[0], "x");   /* the Conv's input, read from the main graph */
+    assert_string_equal(names[1], "r");   /* its output after the fused Relu */
+    qcal_onnx_names_free(&names, n);
+    int64_t added = 0;
+    OK(qcal_onnx_expose(m, NULL, &added));
+    assert_int_equal(added, 2);
+    qcal_onnx_node_info ni;
+    find_node(m, "if", &ni);
+    assert_int_equal(ni.n_outputs, 2);
+    assert_string_equal(ni.outputs[1], "r");
+    const char *out;
+    OK(qcal_onnx_output_at(m, 2, &out));
+    assert_string_equal(out, "r");
+    const char *path = tu_path(tmpdir, "if_exposed.onnx");
+    OK(qcal_onnx_model_save(m, NULL, path));
+    qcal_onnx_model_destroy(&m);
+    OK(qcal_onnx_model_load(path, &m));   /* every body read defined */
+    qcal_onnx_model_destroy(&m);
+    check_with_onnx(path);
+    check_py(path, "g = m.graph.node[0]\n"
+                   "t, e = [a.g for a in g.attribute]\n"
+                   "assert [o.name for o in t.output] == [\"r_qcal_body\", \"r_qcal_body_output\"], t.output\n"
+                   "assert t.node[1].output[0] == \"r_qcal_body\" and t.node[2].op_type == \"Identity\"\n"
+                   "assert e.node[-1].op_type == \"Constant\" and list(e.node[-1].attribute[0].t.dims) == [0, 0, 0]\n"
+                   "assert [o.name for o in e.output] == [\"n\", \"r_qcal_other_branch\"]\n");
+
+    m = if_model();
+    const char *an[] = { "x", "r" };
+    float lo[] = { -1, 0 }, hi[] = { 1, 2 };
+    qcal_calib_session *s = make_session(an, lo, hi, 2);
+    qcal_onnx_qdq_report rep;
+    OK(qcal_onnx_qdq_session(m, s, NULL, &rep));
+    assert_int_equal(rep.ops, 1);
+    assert_int_equal(rep.weights, 1);
+    assert_int_equal(rep.biases, 1);
+    assert_int_equal(rep.n_missing, 0);
+    qcal_onnx_qdq_report_free(&rep);
+    float *f;
+    qcal_onnx_tensor_desc d;
+    /* the float weight and bias left the main graph: only the branch read them */
+    assert_int_equal(qcal_onnx_initializer_float(m, "W", &f, &d), QCAL_ERR_NOT_FOUND);
+    assert_int_equal(qcal_onnx_initializer_float(m, "B", &f, &d), QCAL_ERR_NOT_FOUND);
+    path = tu_path(tmpdir, "if_qdq.onnx");
+    OK(qcal_onnx_model_save(m, NULL, path));
+    qcal_onnx_model_destroy(&m);
+    OK(qcal_onnx_model_load(path, &m));
+    qcal_onnx_model_destroy(&m);
+    check_with_onnx(path);
+    check_py(path, "t, e = [a.g for a in m.graph.node[0].attribute]\n"
+                   "ops = [x.op_type for x in t.node]\n"
+                   "assert ops == [\"QuantizeLinear\", \"DequantizeLinear\", \"Conv\", \"Relu\", \"QuantizeLinear\", \"DequantizeLinear\"] or "
+                   "ops.count(\"QuantizeLinear\") == 2 and ops.count(\"DequantizeLinear\") == 4, ops\n"
+                   "i = {x.name: x for x in t.initializer}\n"
+                   "assert i[\"W_quantized\"].data_type == 3 and i[\"B_quantized\"].data_type == 6, list(i)\n"
+                   "assert [x.op_type for x in e.node] == [\"Neg\"]\n"
+                   "assert [x.name for x in m.graph.initializer] == []\n");
+    qcal_calib_session_destroy(&s);
+}
+
 int main(void)
 {
     if (!qcal_onnx_available()) {
@@ -815,6 +922,7 @@ int main(void)
         cmocka_unit_test(test_tensorrt_residual_add),
         cmocka_unit_test(test_opset_strict_exclude),
         cmocka_unit_test(test_subgraph_and_axes),
+        cmocka_unit_test(test_if_bodies),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

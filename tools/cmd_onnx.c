@@ -11,6 +11,7 @@
 
 static const char expose_help[] =
     "usage: qcal onnx-expose MODEL.onnx -o OUT.onnx [--profile ort|tensorrt] [--list FILE]\n"
+    "       [--op-types LIST]\n"
     "\n"
     "Makes every tensor the profile will quantize (what 'qcal qdq' looks up in the table) a\n"
     "graph output of OUT.onnx, type and shape kept. Run OUT.onnx in any engine on calibration\n"
@@ -22,6 +23,8 @@ static const char expose_help[] =
     "  -o, --output OUT.onnx    the model with the extra outputs (written atomically)\n"
     "  --profile P              ort (default: ONNX Runtime) or tensorrt (TensorRT 10)\n"
     "  --list FILE              also write the exposed names, one per line\n"
+    "  --op-types LIST          comma list of op types to quantize (default: the profile's);\n"
+    "                           give 'qcal qdq' the same list\n"
     "  -h, --help               this help\n"
     "\n"
     "Exit codes: 2 bad options; 3 a missing, malformed or hostile MODEL; 4 an output that\n"
@@ -69,6 +72,7 @@ static const cli_opt expose_opts[] = {
     { "output", 'o', true, OPT_OUT },
     { "profile", 0, true, OPT_PROFILE },
     { "list", 0, true, OPT_LIST },
+    { "op-types", 0, true, OPT_OPTYPES },
     { 0 },
 };
 const cli_opt *const cmd_onnx_expose_opts = expose_opts;
@@ -114,7 +118,8 @@ int cmd_onnx_expose(int argc, char **argv)
 {
     cli_parser p;
     cli_parser_init(&p, argc, argv);
-    const char *cmd = p.cmd, *val, *in = NULL, *out = NULL, *profile = NULL, *list = NULL;
+    const char *cmd = p.cmd, *val, *in = NULL, *out = NULL, *profile = NULL, *list = NULL,
+               *op_types = NULL;
     int id, rc;
     while ((id = cli_next(&p, expose_opts, &val)) != CLI_END) {
         if (id == CLI_ERROR)
@@ -131,6 +136,7 @@ int cmd_onnx_expose(int argc, char **argv)
         }
         rc = id == OPT_OUT ? once(cmd, &out, "output", val)
              : id == OPT_PROFILE ? once(cmd, &profile, "profile", val)
+             : id == OPT_OPTYPES ? once(cmd, &op_types, "op-types", val)
                                  : once(cmd, &list, "list", val);
         if (rc)
             return rc;
@@ -142,6 +148,7 @@ int cmd_onnx_expose(int argc, char **argv)
         return rc;
     qcal_onnx_qdq_options opt;
     qcal_onnx_qdq_options_default(&opt);
+    opt.op_types = op_types;
     if (profile && qcal_onnx_profile_parse(profile, &opt.profile) != QCAL_OK)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "--profile: '%s' is not ort or tensorrt", profile);
     if ((rc = check_available(cmd)))

