@@ -76,7 +76,7 @@ def espeak(text, voice, speed, pitch, work):
     wav, raw = os.path.join(work, "u.wav"), os.path.join(work, "u.raw")
     subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "-p", str(pitch), "-w", wav, text],
                    check=True, capture_output=True)
-    subprocess.run(["sox", wav, "-r", str(SR), "-c", "1", "-b", "16", "-e", "signed-integer", "-t", "raw", raw],
+    subprocess.run(["sox", "-R", "-D", wav, "-r", str(SR), "-c", "1", "-b", "16", "-e", "signed-integer", "-t", "raw", raw],
                    check=True, capture_output=True)
     x = np.fromfile(raw, dtype="<i2").astype(np.float32) / 32768.0
     # espeak-ng pads with silence: trim to the voiced part (a little margin kept)
