@@ -1066,7 +1066,7 @@ static qcal_status plan_graph(plan *p)
     return st;
 }
 
-/* If bodies (then_branch / else_branch, at any depth): one plan each, built like the main
+/* If bodies (then_branch / else_branch, up to MAX_SCOPES levels deep): one plan each, built like the main
  * graph's. Their ops are quantized in their own graph; weights they read from an enclosing
  * graph are quantized into the body's initializers. Loop and Scan bodies stay float. */
 typedef struct subplans {
@@ -1093,7 +1093,7 @@ static qcal_status collect_subplans(plan *root, const Onnx__GraphProto *g, const
                                     int nscope, subplans *out)
 {
     if (nscope >= MAX_SCOPES)
-        return qcal_error(QCAL_ERR_UNSUPPORTED, "If bodies nested deeper than %d levels", MAX_SCOPES);
+        return QCAL_OK;   /* bodies nested deeper than MAX_SCOPES levels stay float */
     for (size_t i = 0; i < g->n_node; i++) {
         const Onnx__NodeProto *n = g->node[i];
         if (!is_if(n))
