@@ -127,13 +127,13 @@ def main():
     calib, ev = os.path.join(data, "calib.npy"), os.path.join(data, "eval.npy")
     lab = np.load(os.path.join(data, "eval_labels.npy"))
 
+    tag_m = "" if a.model == "silero_vad_op18_ifless.onnx" else "_" + os.path.splitext(a.model)[0]
     p_float = vad(weights, ev, out=P("float%s.npy" % tag_m))
     d_float = p_float >= 0.5
     f1_float = f1(d_float, lab)
     print("float: %d frames, F1 %.2f, speech decided on %.1f%% (labels %.1f%%)" % (
         len(lab), f1_float, 100 * d_float.mean(), 100 * lab.mean()), flush=True)
 
-    tag_m = "" if a.model == "silero_vad_op18_ifless.onnx" else "_" + os.path.splitext(a.model)[0]
     exposed, names = P("exposed%s.onnx" % tag_m), P("names%s.txt" % tag_m)
     ops = [] if a.op_types == "default" else ["--op-types", a.op_types]
     run(BIN, "onnx-expose", weights, "-o", exposed, "--list", names, *ops)
