@@ -242,3 +242,53 @@ void qcal_onnx_qdq_report_free(qcal_onnx_qdq_report *rep)
     if (rep)
         memset(rep, 0, sizeof *rep);
 }
+
+qcal_status qcal_onnx_fold_bn(qcal_onnx_model *m, qcal_onnx_fold_report *rep)
+{
+    (void)m, (void)rep;
+    return NO_ONNX();
+}
+
+void qcal_onnx_fold_report_free(qcal_onnx_fold_report *rep)
+{
+    if (rep)
+        memset(rep, 0, sizeof *rep);
+}
+
+qcal_status qcal_onnx_weight_ranges(const qcal_onnx_model *m, qcal_onnx_layer_ranges **out, int64_t *n)
+{
+    (void)m, (void)out, (void)n;
+    return NO_ONNX();
+}
+
+void qcal_onnx_layer_ranges_free(qcal_onnx_layer_ranges **r, int64_t n)
+{
+    (void)n;
+    if (r)
+        *r = NULL;
+}
+
+void qcal_onnx_equalize_options_default(qcal_onnx_equalize_options *opt)
+{
+    memset(opt, 0, sizeof *opt);
+    opt->fold_bn = true;
+    opt->replace_clip = true;
+    opt->max_sweeps = 100;
+    opt->equalize = true;
+    qcal_qconfig_default(&opt->weight_qconfig);
+    opt->weight_qconfig.dtype = QCAL_QINT8;
+    opt->weight_qconfig.qscheme = QCAL_PER_CHANNEL_SYMMETRIC;
+}
+
+qcal_status qcal_onnx_equalize(qcal_onnx_model *m, const qcal_onnx_equalize_options *opt,
+                               qcal_onnx_equalize_report *rep)
+{
+    (void)m, (void)opt, (void)rep;
+    return NO_ONNX();
+}
+
+void qcal_onnx_equalize_report_free(qcal_onnx_equalize_report *rep)
+{
+    if (rep)
+        memset(rep, 0, sizeof *rep);
+}

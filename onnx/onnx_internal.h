@@ -99,4 +99,54 @@ bool onnx_graph_desc(const Onnx__GraphProto *g, const char *name, qcal_onnx_tens
 /* Type proto for a graph output of desc (elem_type 0 -> float32). */
 Onnx__ValueInfoProto *onnx_new_value_info(const char *name, const qcal_onnx_tensor_desc *desc);
 
+/* ---- weight layers for the rewrites (onnx/layer.c; used by fold_bn.c and equalize.c) ---- */
+#include "qcal/ptq.h"
+
+/* Who produces and who reads each main-graph tensor. */
+typedef struct onnx_tref {
+    const char *name;
+    int64_t producer;            /* node index, -1 for inputs / initializers */
+    int64_t n_cons;              /* consuming input slots of main-graph nodes */
+    int64_t cons0;               /* the first consuming node, -1 */
+    bool graph_out, sub_ref;     /* a graph output; read inside an If/Loop body */
+    Onnx__TensorProto *init;     /* initializer of that name or NULL */
+} onnx_tref;
+
+typedef struct onnx_gindex {
+    onnx_map names;              /* every name (tensors, initializers, nodes) -> tref index */
+    onnx_tref *t;
+    int64_t n, cap;
+    char **owned;                /* fresh names made by onnx_gindex_fresh */
+    int64_t nowned;
+} onnx_gindex;
+
+qcal_status onnx_gindex_build(const Onnx__GraphProto *g, onnx_gindex *x);
+void onnx_gindex_free(onnx_gindex *x);
+onnx_tref *onnx_gindex_get(const onnx_gindex *x, const char *name);
+/* A name used nowhere in the graph, base + suffix (+ "_k"); owned by x (NULL: no memory). */
+const char *onnx_gindex_fresh(onnx_gindex *x, const char *base, const char *suffix);
+
+/* A Conv or Gemm seen as a qcal_ptq_layer: float32 weight (and bias) initializers copied
+ * out (Gemm's weight transposed to [out, in] when transB = 0), written back by
+ * onnx_layer_store. */
+typedef struct onnx_layer {
+    int64_t node;
+    bool gemm, trans;            /* Gemm; its weight is stored [in, out] */
+    Onnx__TensorProto *wt, *bt;  /* weight and bias initializers (bt NULL: none yet) */
+    qcal_ptq_layer l;            /* l.weight, l.bias: malloc'ed; l.bias always present */
+} onnx_layer;
+
+/* Reads node n as a layer. QCAL_ERR_UNSUPPORTED with *why (static text or into why_buf of
+ * 256 bytes) when it cannot be rewritten safely: weights not float32 initializers, shared
+ * with another node, Gemm with alpha/beta != 1 or transA, unknown shapes. */
+qcal_status onnx_layer_load(const qcal_onnx_model *m, const onnx_gindex *x, int64_t n, onnx_layer *out,
+                            char *why_buf);
+/* Writes l's weight and bias back (a new bias initializer and node input when there was
+ * none; new names from x). */
+qcal_status onnx_layer_store(qcal_onnx_model *m, onnx_gindex *x, onnx_layer *l);
+void onnx_layer_free(onnx_layer *l);
+
+/* Replaces initializer t's data with numel float32 values (raw, copied). */
+qcal_status onnx_init_set_float(qcal_onnx_model *m, Onnx__TensorProto *t, const float *data, int64_t numel);
+
 #endif

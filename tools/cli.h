@@ -53,5 +53,6 @@ int cmd_fakequant(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
 int cmd_onnx_expose(int argc, char **argv);
 int cmd_qdq(int argc, char **argv);
+int cmd_equalize(int argc, char **argv);
 
 #endif

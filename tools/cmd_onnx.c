@@ -114,6 +114,39 @@ static int check_available(const char *cmd)
                     "unavailable: this qcal was built without ONNX support (protobuf-c; meson -Donnx=enabled)");
 }
 
+/* "'a', 'b', 'c'" of n names into a new string (NULL: out of memory). */
+static char *join_names(char **names, int64_t n, const char *sep, bool quote)
+{
+    size_t len = 1;
+    for (int64_t i = 0; i < n; i++)
+        len += strlen(names[i]) + strlen(sep) + 2;
+    char *s = malloc(len), *w = s;
+    if (!s)
+        return NULL;
+    *w = '\0';
+    for (int64_t i = 0; i < n; i++)
+        w += sprintf(w, "%s%s%s%s", i ? sep : "", quote ? "'" : "", names[i], quote ? "'" : "");
+    return s;
+}
+
+/* Folds the model's BatchNormalizations into their Convs (as qcal qdq and qcal equalize do,
+ * so exposed names, tables and Q/DQ placement agree) and notes it on stderr. 0 or an exit code. */
+static int fold_bn(const char *cmd, qcal_onnx_model *m)
+{
+    qcal_onnx_fold_report rep = { 0 };
+    qcal_status st = qcal_onnx_fold_bn(m, &rep);
+    if (st != QCAL_OK)
+        return cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
+    if (rep.n_folded) {
+        char *s = join_names(rep.folded, rep.n_folded, "; ", false);
+        fprintf(stderr, "qcal: %s: note: %lld BatchNormalization%s folded into the Conv before: %s\n", cmd,
+                (long long)rep.n_folded, rep.n_folded == 1 ? "" : "s", s ? s : "(out of memory)");
+        free(s);
+    }
+    qcal_onnx_fold_report_free(&rep);
+    return 0;
+}
+
 int cmd_onnx_expose(int argc, char **argv)
 {
     cli_parser p;
@@ -157,6 +190,10 @@ int cmd_onnx_expose(int argc, char **argv)
     qcal_status st = qcal_onnx_model_load(in, &m);
     if (st != QCAL_OK)
         return cli_fail_status(cmd, load_exit(st), st);
+    if ((rc = fold_bn(cmd, m))) {
+        qcal_onnx_model_destroy(&m);
+        return rc;
+    }
     char **names = NULL;
     int64_t n = 0, added = 0;
     qcal_atomic_file lf = { 0 };
@@ -205,21 +242,6 @@ out:
     qcal_onnx_names_free(&names, n);
     qcal_onnx_model_destroy(&m);
     return rc;
-}
-
-/* "'a', 'b', 'c'" of n names into a new string (NULL: out of memory). */
-static char *join_names(char **names, int64_t n, const char *sep, bool quote)
-{
-    size_t len = 1;
-    for (int64_t i = 0; i < n; i++)
-        len += strlen(names[i]) + strlen(sep) + 2;
-    char *s = malloc(len), *w = s;
-    if (!s)
-        return NULL;
-    *w = '\0';
-    for (int64_t i = 0; i < n; i++)
-        w += sprintf(w, "%s%s%s%s", i ? sep : "", quote ? "'" : "", names[i], quote ? "'" : "");
-    return s;
 }
 
 int cmd_qdq(int argc, char **argv)
@@ -320,6 +342,8 @@ int cmd_qdq(int argc, char **argv)
         rc = cli_fail_status(cmd, load_exit(st), st);
         goto free;
     }
+    if ((rc = fold_bn(cmd, m)))
+        goto free;
     st = qcal_onnx_qdq(m, t, &opt, &rep);
     if (st != QCAL_OK) {
         int code = st == QCAL_ERR_INVALID_ARG ? QCAL_EXIT_USAGE

@@ -285,6 +285,94 @@ QCAL_API qcal_status qcal_onnx_qdq_session(qcal_onnx_model *m, qcal_calib_sessio
 /* Frees the report's lists and zeroes it (NULL is fine). */
 QCAL_API void qcal_onnx_qdq_report_free(qcal_onnx_qdq_report *rep);
 
+
+/* ---- Cures before quantization (qcal/ptq.h on the model's weights; docs/onnx.md) ---- */
+
+/* What qcal_onnx_fold_bn did (free with qcal_onnx_fold_report_free). */
+typedef struct qcal_onnx_fold_report {
+    int64_t n_folded;     /* BatchNormalizations folded into the Conv before them */
+    char **folded;        /* one "CONV <- BN" line each (node names, else output names) */
+    int64_t n_kept;       /* BatchNormalizations left in place */
+    char **kept;          /* one "BN (BatchNormalization): reason" line each */
+} qcal_onnx_fold_report;
+
+/* Folds every inference-mode BatchNormalization whose input is a Conv's only reader into
+ * that Conv (weights scaled per output channel by scale / sqrt(var + eps), bias (b - mean) *
+ * that + shift; a bias initializer is added when the Conv had none); the Conv then writes
+ * the BN's output. A model without such a pair is unchanged. rep (may be NULL) is filled. */
+QCAL_API qcal_status qcal_onnx_fold_bn(qcal_onnx_model *m, qcal_onnx_fold_report *rep);
+
+/* Frees the report's lists and zeroes it (NULL is fine). */
+QCAL_API void qcal_onnx_fold_report_free(qcal_onnx_fold_report *rep);
+
+/* Per-channel weight ranges of one Conv / Gemm (ranges as qcal_ptq_channel_ranges: max |w|). */
+typedef struct qcal_onnx_layer_ranges {
+    char *node;           /* node name (its first output's name when unnamed) */
+    const char *op_type;  /* "Conv" or "Gemm" (static) */
+    int64_t channels;     /* output channels */
+    int64_t groups;       /* Conv group (depthwise: == channels) */
+    float min_range, max_range;
+    double ratio;         /* max_range / min_range (+inf when a channel is all zeros) */
+} qcal_onnx_layer_ranges;
+
+/* Every Conv / Gemm of the main graph with a float32 weight initializer, in graph order:
+ * *out (n entries; free with qcal_onnx_layer_ranges_free). */
+QCAL_API qcal_status qcal_onnx_weight_ranges(const qcal_onnx_model *m, qcal_onnx_layer_ranges **out,
+                                             int64_t *n);
+
+/* Frees n entries of qcal_onnx_weight_ranges and sets *r to NULL. */
+QCAL_API void qcal_onnx_layer_ranges_free(qcal_onnx_layer_ranges **r, int64_t n);
+
+typedef struct qcal_onnx_equalize_options {
+    bool fold_bn;                 /* default true: qcal_onnx_fold_bn first */
+    bool replace_clip;            /* default true: a Clip(0, M) (ReLU6) between two equalized
+                                   * layers becomes Relu (reported; this changes the function
+                                   * where a value exceeded M); false: such chains are refused */
+    int64_t max_sweeps;           /* default 100: passes over all chains (Nagel et al. iterate
+                                   * to convergence); stops when every scale is within 1e-6 of 1 */
+    bool equalize;                /* default true; false: only fold and correct biases */
+    const char *bias_correction_dump; /* default NULL; a dump directory of MODEL's tensors
+                                   * (qcal/calib_dump.h): empirical bias correction of every
+                                   * Conv / Gemm whose input is in it (E[x] per channel, axis 1) */
+    bool analytic_bias_correction;/* default false: bias correction from the folded BNs'
+                                   * statistics for layers after BN -> Relu (exclusive with
+                                   * bias_correction_dump) */
+    qcal_qconfig weight_qconfig;  /* default qint8 per_channel_symmetric: the weight quantizer
+                                   * whose error bias correction removes */
+} qcal_onnx_equalize_options;
+
+/* Fills *opt with the defaults documented on each field. */
+QCAL_API void qcal_onnx_equalize_options_default(qcal_onnx_equalize_options *opt);
+
+/* What qcal_onnx_equalize did (free with qcal_onnx_equalize_report_free). */
+typedef struct qcal_onnx_equalize_report {
+    qcal_onnx_fold_report fold;   /* the BN folding */
+    int64_t n_pairs;              /* chains equalized */
+    char **pairs;                 /* "A -> RELU -> B" each */
+    int64_t sweeps;               /* passes made */
+    int64_t n_replaced;           /* Clip nodes replaced by Relu */
+    char **replaced;              /* "NODE: Clip(0, 6) -> Relu" each */
+    int64_t n_refused;            /* chains left alone */
+    char **refused;               /* "NODE (OP): reason" each, naming the node at fault */
+    int64_t n_corrected;          /* layers whose bias was corrected */
+    char **corrected;             /* "NODE: max |shift| X" each */
+    int64_t n_layers;             /* weight ranges of every layer: after folding, before CLE */
+    qcal_onnx_layer_ranges *before;
+    qcal_onnx_layer_ranges *after;/* the same layers at the end (n_layers entries) */
+} qcal_onnx_equalize_report;
+
+/* Cross-layer equalization (and optional bias correction) of m in place: finds every chain
+ * Conv/Gemm -> Relu (or Clip(0, M)) -> Conv/Gemm whose middle tensors have a single reader
+ * and private float32 weights, equalizes each pair (qcal_ptq_equalize_pair, depthwise and
+ * grouped convs included), and lists every chain it refuses with the node at fault. The
+ * float function is unchanged (Clip replacement aside). On failure m may be half-changed
+ * (do not save it). rep (may be NULL) is filled on success. */
+QCAL_API qcal_status qcal_onnx_equalize(qcal_onnx_model *m, const qcal_onnx_equalize_options *opt,
+                                        qcal_onnx_equalize_report *rep);
+
+/* Frees the report's lists and zeroes it (NULL is fine). */
+QCAL_API void qcal_onnx_equalize_report_free(qcal_onnx_equalize_report *rep);
+
 #ifdef __cplusplus
 }
 #endif

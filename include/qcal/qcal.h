@@ -16,6 +16,7 @@
 #include "qcal/onnx.h"
 #include "qcal/safetensors.h"
 #include "qcal/numeric.h"
+#include "qcal/ptq.h"
 #include "qcal/calib.h"
 #include "qcal/calib_dump.h"
 #include "qcal/checkpoint_fp8.h"

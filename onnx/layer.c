@@ -1,0 +1,372 @@
+/* The graph index and the weight-layer view the rewrites share (fold_bn.c, equalize.c): who
+ * produces and reads each tensor, Conv/Gemm weights as qcal_ptq_layer, initializers
+ * written back as float32. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "onnx/onnx_internal.h"
+
+static onnx_tref *tref_add(onnx_gindex *x, const char *name)
+{
+    int64_t *v = onnx_map_get(&x->names, name);
+    if (v)
+        return &x->t[*v];
+    if (x->n == x->cap) {
+        int64_t cap = x->cap ? x->cap * 2 : 64;
+        onnx_tref *t = realloc(x->t, (size_t)cap * sizeof *t);
+        if (!t)
+            return NULL;
+        x->t = t;
+        x->cap = cap;
+    }
+    if (!onnx_map_put(&x->names, name, x->n))
+        return NULL;
+    onnx_tref *r = &x->t[x->n++];
+    memset(r, 0, sizeof *r);
+    r->name = name;
+    r->producer = -1;
+    r->cons0 = -1;
+    return r;
+}
+
+/* Marks every name a subgraph reads (outer-scope references, conservatively all). */
+static bool mark_sub(onnx_gindex *x, const Onnx__GraphProto *g)
+{
+    for (size_t i = 0; i < g->n_node; i++) {
+        const Onnx__NodeProto *n = g->node[i];
+        for (size_t k = 0; k < n->n_input; k++) {
+            if (!n->input[k] || !n->input[k][0])
+                continue;
+            onnx_tref *r = tref_add(x, n->input[k]);
+            if (!r)
+                return false;
+            r->sub_ref = true;
+        }
+        for (size_t k = 0; k < n->n_output; k++)
+            if (n->output[k] && n->output[k][0] && !tref_add(x, n->output[k]))
+                return false;
+        for (size_t a = 0; a < n->n_attribute; a++) {
+            const Onnx__AttributeProto *at = n->attribute[a];
+            if (at->g && !mark_sub(x, at->g))
+                return false;
+            for (size_t k = 0; k < at->n_graphs; k++)
+                if (!mark_sub(x, at->graphs[k]))
+                    return false;
+        }
+    }
+    return true;
+}
+
+qcal_status onnx_gindex_build(const Onnx__GraphProto *g, onnx_gindex *x)
+{
+    memset(x, 0, sizeof *x);
+    for (size_t i = 0; i < g->n_input; i++)
+        if (g->input[i]->name && !tref_add(x, g->input[i]->name))
+            goto oom;
+    for (size_t i = 0; i < g->n_initializer; i++) {
+        onnx_tref *r = g->initializer[i]->name ? tref_add(x, g->initializer[i]->name) : NULL;
+        if (g->initializer[i]->name && !r)
+            goto oom;
+        if (r)
+            r->init = g->initializer[i];
+    }
+    for (size_t i = 0; i < g->n_node; i++) {
+        const Onnx__NodeProto *n = g->node[i];
+        if (n->name && n->name[0] && !onnx_map_get(&x->names, n->name) && !tref_add(x, n->name))
+            goto oom;
+        for (size_t k = 0; k < n->n_input; k++) {
+            if (!n->input[k] || !n->input[k][0])
+                continue;
+            onnx_tref *r = tref_add(x, n->input[k]);
+            if (!r)
+                goto oom;
+            if (r->cons0 < 0)
+                r->cons0 = (int64_t)i;
+            r->n_cons++;
+        }
+        for (size_t k = 0; k < n->n_output; k++) {
+            if (!n->output[k] || !n->output[k][0])
+                continue;
+            onnx_tref *r = tref_add(x, n->output[k]);
+            if (!r)
+                goto oom;
+            r->producer = (int64_t)i;
+        }
+        for (size_t a = 0; a < n->n_attribute; a++) {
+            const Onnx__AttributeProto *at = n->attribute[a];
+            if (at->g && !mark_sub(x, at->g))
+                goto oom;
+            for (size_t k = 0; k < at->n_graphs; k++)
+                if (!mark_sub(x, at->graphs[k]))
+                    goto oom;
+        }
+    }
+    for (size_t i = 0; i < g->n_output; i++) {
+        onnx_tref *r = g->output[i]->name ? tref_add(x, g->output[i]->name) : NULL;
+        if (g->output[i]->name && !r)
+            goto oom;
+        if (r)
+            r->graph_out = true;
+    }
+    for (size_t i = 0; i < g->n_value_info; i++)
+        if (g->value_info[i]->name && !tref_add(x, g->value_info[i]->name))
+            goto oom;
+    return QCAL_OK;
+oom:
+    onnx_gindex_free(x);
+    return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+}
+
+void onnx_gindex_free(onnx_gindex *x)
+{
+    onnx_map_free(&x->names);
+    free(x->t);
+    for (int64_t i = 0; i < x->nowned; i++)
+        free(x->owned[i]);
+    free(x->owned);
+    memset(x, 0, sizeof *x);
+}
+
+onnx_tref *onnx_gindex_get(const onnx_gindex *x, const char *name)
+{
+    int64_t *v = name ? onnx_map_get(&x->names, name) : NULL;
+    return v ? &x->t[*v] : NULL;
+}
+
+const char *onnx_gindex_fresh(onnx_gindex *x, const char *base, const char *suffix)
+{
+    size_t len = strlen(base) + strlen(suffix) + 24;
+    char *s = malloc(len);
+    if (!s)
+        return NULL;
+    snprintf(s, len, "%s%s", base, suffix);
+    for (int k = 1; onnx_map_get(&x->names, s); k++)
+        snprintf(s, len, "%s%s_%d", base, suffix, k);
+    if (!onnx_push((void ***)&x->owned, (size_t *)&x->nowned, s)) {
+        free(s);
+        return NULL;
+    }
+    if (!tref_add(x, s))
+        return NULL;
+    return s;
+}
+
+qcal_status onnx_init_set_float(qcal_onnx_model *m, Onnx__TensorProto *t, const float *data, int64_t numel)
+{
+    size_t nb = (size_t)numel * sizeof(float);
+    uint8_t *buf = malloc(nb ? nb : 1);
+    if (!buf)
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    // little-endian float32 (the hosts qcal builds on are little-endian)
+    if (nb)
+        memcpy(buf, data, nb);
+    onnx_tensor_release(m, t);
+    free(t->raw_data.data);
+    t->raw_data.data = buf;
+    t->raw_data.len = nb;
+    t->has_raw_data = 1;
+    free(t->float_data);
+    t->float_data = NULL;
+    t->n_float_data = 0;
+    free(t->double_data);
+    t->double_data = NULL;
+    t->n_double_data = 0;
+    free(t->int32_data);
+    t->int32_data = NULL;
+    t->n_int32_data = 0;
+    t->data_type = QCAL_ONNX_FLOAT;
+    t->has_data_type = 1;
+    return QCAL_OK;
+}
+
+static int64_t attr_int(const Onnx__NodeProto *n, const char *name, int64_t dflt)
+{
+    const Onnx__AttributeProto *a = onnx_node_attr(n, name);
+    return a && a->has_i ? a->i : dflt;
+}
+
+static float attr_float(const Onnx__NodeProto *n, const char *name, float dflt)
+{
+    const Onnx__AttributeProto *a = onnx_node_attr(n, name);
+    return a && a->has_f ? a->f : dflt;
+}
+
+/* A float32 initializer read by node n only (every slot of n counted). */
+static const char *private_init(const onnx_gindex *x, const Onnx__NodeProto *n, const char *name,
+                                Onnx__TensorProto **out)
+{
+    onnx_tref *r = onnx_gindex_get(x, name);
+    if (!r || !r->init)
+        return "is not an initializer";
+    if (r->init->data_type != QCAL_ONNX_FLOAT)
+        return "is not float32";
+    int64_t slots = 0;
+    for (size_t k = 0; k < n->n_input; k++)
+        slots += n->input[k] && !strcmp(n->input[k], name);
+    if (r->n_cons != slots || r->sub_ref || r->graph_out)
+        return "is shared with another node";
+    *out = r->init;
+    return NULL;
+}
+
+qcal_status onnx_layer_load(const qcal_onnx_model *m, const onnx_gindex *x, int64_t ni, onnx_layer *out,
+                            char *why)
+{
+    const Onnx__GraphProto *g = m->proto->graph;
+    const Onnx__NodeProto *n = g->node[ni];
+    memset(out, 0, sizeof *out);
+    out->node = ni;
+    bool gemm = !strcmp(n->op_type, "Gemm");
+    if (!gemm && strcmp(n->op_type, "Conv"))
+        return snprintf(why, 256, "%s is not Conv or Gemm", n->op_type), QCAL_ERR_UNSUPPORTED;
+    if ((n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx")) || n->n_input < 2 || !n->input[1][0])
+        return snprintf(why, 256, "not a default-domain %s with a weight", n->op_type), QCAL_ERR_UNSUPPORTED;
+    const char *e;
+    if ((e = private_init(x, n, n->input[1], &out->wt)))
+        return snprintf(why, 256, "weight '%s' %s", n->input[1], e), QCAL_ERR_UNSUPPORTED;
+    if (n->n_input > 2 && n->input[2][0] && (e = private_init(x, n, n->input[2], &out->bt)))
+        return snprintf(why, 256, "bias '%s' %s", n->input[2], e), QCAL_ERR_UNSUPPORTED;
+    const Onnx__TensorProto *w = out->wt;
+    int64_t o, in, groups = 1, kernel = 1;
+    if (gemm) {
+        if (attr_int(n, "transA", 0) != 0 || attr_float(n, "alpha", 1.0f) != 1.0f ||
+            attr_float(n, "beta", 1.0f) != 1.0f)
+            return snprintf(why, 256, "Gemm with transA, alpha or beta other than 0, 1, 1"), QCAL_ERR_UNSUPPORTED;
+        if (w->n_dims != 2)
+            return snprintf(why, 256, "weight '%s' is not 2-D", w->name), QCAL_ERR_UNSUPPORTED;
+        out->trans = attr_int(n, "transB", 0) == 0;
+        o = out->trans ? w->dims[1] : w->dims[0];
+        in = out->trans ? w->dims[0] : w->dims[1];
+    } else {
+        if (w->n_dims < 3)
+            return snprintf(why, 256, "weight '%s' has %zu dimensions", w->name, w->n_dims), QCAL_ERR_UNSUPPORTED;
+        groups = attr_int(n, "group", 1);
+        o = w->dims[0];
+        in = w->dims[1];
+        for (size_t k = 2; k < w->n_dims; k++) {
+            if (w->dims[k] < 1 || __builtin_mul_overflow(kernel, w->dims[k], &kernel))
+                return snprintf(why, 256, "weight '%s' has an impossible shape", w->name), QCAL_ERR_UNSUPPORTED;
+        }
+        if (groups < 1 || __builtin_mul_overflow(in, groups, &in))
+            return snprintf(why, 256, "group %lld is impossible", (long long)groups), QCAL_ERR_UNSUPPORTED;
+    }
+    if (o < 1 || in < 1 || o % groups)
+        return snprintf(why, 256, "weight '%s' has an impossible shape", w->name), QCAL_ERR_UNSUPPORTED;
+    out->gemm = gemm;
+    qcal_ptq_layer *l = &out->l;
+    l->out_channels = o;
+    l->in_channels = in;
+    l->groups = groups;
+    l->kernel = kernel;
+    int64_t numel;
+    float *wd = NULL, *bd = NULL;
+    qcal_status st = onnx_tensor_to_float(w, &wd, &numel);
+    if (st != QCAL_OK)
+        return st;
+    if (numel != o * (in / groups) * kernel) {
+        free(wd);
+        return snprintf(why, 256, "weight '%s' size does not match its shape", w->name), QCAL_ERR_UNSUPPORTED;
+    }
+    if (out->trans) {   // [in, out] -> [out, in]
+        float *t = malloc((size_t)numel * sizeof *t);
+        if (!t) {
+            free(wd);
+            return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+        }
+        for (int64_t i = 0; i < in; i++)
+            for (int64_t j = 0; j < o; j++)
+                t[j * in + i] = wd[i * o + j];
+        free(wd);
+        wd = t;
+    }
+    if (out->bt) {
+        int64_t nb;
+        if ((st = onnx_tensor_to_float(out->bt, &bd, &nb)) != QCAL_OK) {
+            free(wd);
+            return st;
+        }
+        if (nb != o || out->bt->n_dims != 1) {
+            free(wd);
+            free(bd);
+            return snprintf(why, 256, "bias '%s' is not 1-D of %lld values", out->bt->name, (long long)o),
+                   QCAL_ERR_UNSUPPORTED;
+        }
+    } else if (!(bd = calloc((size_t)o, sizeof *bd))) {
+        free(wd);
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    }
+    l->weight = wd;
+    l->bias = bd;
+    return QCAL_OK;
+}
+
+void onnx_layer_free(onnx_layer *l)
+{
+    free(l->l.weight);
+    free(l->l.bias);
+    l->l.weight = l->l.bias = NULL;
+}
+
+qcal_status onnx_layer_store(qcal_onnx_model *m, onnx_gindex *x, onnx_layer *ly)
+{
+    Onnx__GraphProto *g = m->proto->graph;
+    Onnx__NodeProto *n = g->node[ly->node];
+    qcal_ptq_layer *l = &ly->l;
+    int64_t numel = l->out_channels * (l->in_channels / l->groups) * l->kernel;
+    qcal_status st;
+    if (ly->trans) {
+        int64_t o = l->out_channels, in = l->in_channels;
+        float *t = malloc((size_t)numel * sizeof *t);
+        if (!t)
+            return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+        for (int64_t i = 0; i < in; i++)
+            for (int64_t j = 0; j < o; j++)
+                t[i * o + j] = l->weight[j * in + i];
+        st = onnx_init_set_float(m, ly->wt, t, numel);
+        free(t);
+    } else {
+        st = onnx_init_set_float(m, ly->wt, l->weight, numel);
+    }
+    if (st != QCAL_OK)
+        return st;
+    if (ly->bt)
+        return onnx_init_set_float(m, ly->bt, l->bias, l->out_channels);
+    bool zero = true;
+    for (int64_t i = 0; i < l->out_channels; i++)
+        zero = zero && l->bias[i] == 0.0f;
+    if (zero)
+        return QCAL_OK;
+    const char *bname = onnx_gindex_fresh(x, n->name && n->name[0] ? n->name : ly->wt->name, "_bias");
+    if (!bname)
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    int64_t dims[1] = { l->out_channels };
+    Onnx__TensorProto *t = onnx_new_tensor(bname, QCAL_ONNX_FLOAT, 1, dims, l->bias,
+                                           (size_t)l->out_channels * sizeof(float));
+    if (!t || !onnx_push((void ***)&g->initializer, &g->n_initializer, t)) {
+        if (t)
+            protobuf_c_message_free_unpacked(&t->base, NULL);
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    }
+    if (n->n_input < 3) {
+        char **in = realloc(n->input, 3 * sizeof *in);
+        if (!in)
+            return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+        n->input = in;
+        n->input[2] = NULL;
+        n->n_input = 3;
+    }
+    char *s = onnx_strdup(bname);
+    if (!s)
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    free(n->input[2]);
+    n->input[2] = s;
+    ly->bt = t;
+    onnx_tref *r = onnx_gindex_get(x, bname);
+    if (r) {
+        r->init = t;
+        r->n_cons = 1;
+        r->cons0 = ly->node;
+    }
+    return QCAL_OK;
+}

@@ -1,0 +1,166 @@
+/* qcal equalize: BatchNormalization folding, cross-layer equalization and bias correction of
+ * an ONNX model before quantization (qcal/onnx.h qcal_onnx_equalize, qcal/ptq.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <qcal/onnx.h>
+
+#include "cli_common.h"
+#include "cli_output.h"
+
+static const char equalize_help[] =
+    "usage: qcal equalize MODEL.onnx -o OUT.onnx [--bias-correction DUMP]\n"
+    "       [--analytic-bias-correction] [--weight-qscheme S] [--keep-clip] [--no-equalize]\n"
+    "       [--max-sweeps N] [--report]\n"
+    "\n"
+    "Folds every BatchNormalization into the Conv before it, then equalizes each chain\n"
+    "Conv/Gemm -> Relu -> Conv/Gemm (Nagel et al. 2019: output channel i of the first layer\n"
+    "divided by s_i = sqrt(r1_i * r2_i) / r2_i, input channel i of the second multiplied by\n"
+    "it, depthwise and grouped convs included) so per-tensor weight quantization loses less.\n"
+    "The float function is unchanged. A Clip(0, M) (ReLU6) inside a chain becomes Relu\n"
+    "(reported: that changes values above M). Chains it cannot transform safely (a second\n"
+    "reader of the middle tensors, e.g. a residual branch; shared or non-float32 weights;\n"
+    "another activation) are left alone, one line each naming the node.\n"
+    "\n"
+    "options:\n"
+    "  -o, --output OUT.onnx        the equalized model (written atomically)\n"
+    "  --bias-correction DUMP       empirical bias correction: DUMP is a dump directory of\n"
+    "                               MODEL's tensors ('qcal onnx-expose' + an engine run);\n"
+    "                               each Conv/Gemm whose input is in it gets\n"
+    "                               bias -= (W_q - W) E[x] (E[x] per channel, axis 1)\n"
+    "  --analytic-bias-correction   bias correction with E[x] from the folded BatchNorms\n"
+    "                               (layers after BN -> Relu only)\n"
+    "  --weight-qscheme S           the weight quantizer bias correction compensates (qint8):\n"
+    "                               per_channel_symmetric (default), per_channel_affine,\n"
+    "                               per_tensor_symmetric, per_tensor_affine\n"
+    "  --keep-clip                  refuse chains through Clip(0, M) instead of replacing it\n"
+    "  --no-equalize                only fold BatchNorms (and correct biases)\n"
+    "  --max-sweeps N               passes over the chains (default 100; stops when settled)\n"
+    "  --report                     print each layer's largest / smallest per-channel weight\n"
+    "                               range, after folding and at the end\n"
+    "  -h, --help                   this help\n"
+    "\n"
+    "Exit codes: 2 bad options; 3 a missing or malformed MODEL or DUMP; 4 an output that\n"
+    "cannot be written (an existing file is left intact); 1 a failure while transforming\n"
+    "(e.g. non-finite weights), or ONNX support not built.\n";
+
+enum { OPT_HELP = 1, OPT_OUT, OPT_BC, OPT_ABC, OPT_QSCHEME, OPT_KEEP_CLIP, OPT_NO_EQ, OPT_SWEEPS, OPT_REPORT };
+
+static const cli_opt equalize_opts[] = {
+    { "help", 'h', false, OPT_HELP },
+    { "output", 'o', true, OPT_OUT },
+    { "bias-correction", 0, true, OPT_BC },
+    { "analytic-bias-correction", 0, false, OPT_ABC },
+    { "weight-qscheme", 0, true, OPT_QSCHEME },
+    { "keep-clip", 0, false, OPT_KEEP_CLIP },
+    { "no-equalize", 0, false, OPT_NO_EQ },
+    { "max-sweeps", 0, true, OPT_SWEEPS },
+    { "report", 0, false, OPT_REPORT },
+    { 0 },
+};
+const cli_opt *const cmd_equalize_opts = equalize_opts;
+
+static void print_lines(const char *cmd, const char *what, char **lines, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        fprintf(stderr, "qcal: %s: %s: %s\n", cmd, what, lines[i]);
+}
+
+int cmd_equalize(int argc, char **argv)
+{
+    cli_parser p;
+    cli_parser_init(&p, argc, argv);
+    const char *cmd = p.cmd, *val, *in = NULL, *out = NULL;
+    qcal_onnx_equalize_options opt;
+    qcal_onnx_equalize_options_default(&opt);
+    bool report = false;
+    int id, rc;
+    while ((id = cli_next(&p, equalize_opts, &val)) != CLI_END) {
+        if (id == CLI_ERROR)
+            return QCAL_EXIT_USAGE;
+        switch (id) {
+        case OPT_HELP:
+            fputs(equalize_help, stdout);
+            return 0;
+        case CLI_POSITIONAL:
+            if (in)
+                return cli_fail(cmd, QCAL_EXIT_USAGE, "one model expected, got '%s' and '%s'", in, val);
+            in = val;
+            break;
+        case OPT_OUT: out = val; break;
+        case OPT_BC: opt.bias_correction_dump = val; break;
+        case OPT_ABC: opt.analytic_bias_correction = true; break;
+        case OPT_QSCHEME: {
+            qcal_qscheme q;
+            if (qcal_qscheme_parse(val, &q) != QCAL_OK || q == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS)
+                return cli_fail(cmd, QCAL_EXIT_USAGE,
+                                "--weight-qscheme: '%s' is not per_channel_symmetric, per_channel_affine, per_tensor_symmetric or per_tensor_affine",
+                                val);
+            opt.weight_qconfig.qscheme = q;
+            break;
+        }
+        case OPT_KEEP_CLIP: opt.replace_clip = false; break;
+        case OPT_NO_EQ: opt.equalize = false; break;
+        case OPT_SWEEPS: {
+            int64_t n;
+            if ((rc = cli_parse_i64(cmd, "--max-sweeps", val, 1, 1000000, &n)))
+                return rc;
+            opt.max_sweeps = n;
+            break;
+        }
+        case OPT_REPORT: report = true; break;
+        }
+    }
+    if ((rc = cli_check_in_out(cmd, in, out)) || (rc = cli_output_check(cmd, out)))
+        return rc;
+    if (opt.bias_correction_dump && opt.analytic_bias_correction)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--bias-correction and --analytic-bias-correction exclude each other");
+    if (!qcal_onnx_available())
+        return cli_fail(cmd, QCAL_EXIT_FAILURE,
+                        "unavailable: this qcal was built without ONNX support (protobuf-c; meson -Donnx=enabled)");
+    qcal_onnx_model *m = NULL;
+    qcal_onnx_equalize_report rep = { 0 };
+    qcal_status st = qcal_onnx_model_load(in, &m);
+    if (st != QCAL_OK)
+        return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT, st);
+    st = qcal_onnx_equalize(m, &opt, &rep);
+    if (st != QCAL_OK) {
+        int code = st == QCAL_ERR_NOT_FOUND || st == QCAL_ERR_FORMAT || st == QCAL_ERR_IO || st == QCAL_ERR_MISMATCH ||
+                           st == QCAL_ERR_EMPTY || st == QCAL_ERR_UNSUPPORTED
+                       ? QCAL_EXIT_INPUT
+                       : QCAL_EXIT_FAILURE;
+        rc = cli_fail_status(cmd, code, st);
+        goto out;
+    }
+    if ((st = qcal_onnx_model_save(m, NULL, out)) != QCAL_OK) {
+        rc = cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_OUTPUT, st);
+        goto out;
+    }
+    print_lines(cmd, "note: Clip replaced by Relu", rep.replaced, rep.n_replaced);
+    print_lines(cmd, "refused", rep.refused, rep.n_refused);
+    if (report) {
+        printf("%-40s %-5s %8s %6s %14s %14s\n", "layer", "op", "channels", "groups", "ratio_folded", "ratio_final");
+        for (int64_t i = 0; i < rep.n_layers; i++)
+            printf("%-40s %-5s %8lld %6lld %14.6g %14.6g\n", rep.before[i].node, rep.before[i].op_type,
+                   (long long)rep.before[i].channels, (long long)rep.before[i].groups, rep.before[i].ratio,
+                   rep.after[i].ratio);
+        for (int64_t i = 0; i < rep.fold.n_folded; i++)
+            printf("folded: %s\n", rep.fold.folded[i]);
+        for (int64_t i = 0; i < rep.n_pairs; i++)
+            printf("equalized: %s\n", rep.pairs[i]);
+        for (int64_t i = 0; i < rep.n_corrected; i++)
+            printf("bias corrected: %s\n", rep.corrected[i]);
+    }
+    printf("qcal: equalize: wrote %s: %lld BatchNormalization%s folded, %lld chain%s equalized (%lld sweep%s), "
+           "%lld Clip replaced by Relu, %lld bias%s corrected, %lld chain%s refused\n",
+           out, (long long)rep.fold.n_folded, rep.fold.n_folded == 1 ? "" : "s", (long long)rep.n_pairs,
+           rep.n_pairs == 1 ? "" : "s", (long long)rep.sweeps, rep.sweeps == 1 ? "" : "s",
+           (long long)rep.n_replaced, (long long)rep.n_corrected, rep.n_corrected == 1 ? "" : "es",
+           (long long)rep.n_refused, rep.n_refused == 1 ? "" : "s");
+    rc = cli_flush(cmd, stdout);
+out:
+    qcal_onnx_equalize_report_free(&rep);
+    qcal_onnx_model_destroy(&m);
+    return rc;
+}
