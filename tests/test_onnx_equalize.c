@@ -1,0 +1,361 @@
+/* qcal_onnx_fold_bn and qcal_onnx_equalize on graphs written with the builder: BatchNorm
+ * folding numbers, the float function of equalized random MLPs (a small Gemm/Relu evaluator
+ * here), Clip replacement, and every refusal with its message naming the node. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "qcal/qcal.h"
+
+#define OK(x) assert_int_equal((x), QCAL_OK)
+
+static uint32_t rng = 77;
+static float frand(void)
+{
+    rng = rng * 1664525u + 1013904223u;
+    return (float)((rng >> 8) / 8388608.0 - 1.0);
+}
+
+static void add_rand(qcal_onnx_model *m, const char *name, int32_t ndim, const int64_t *dims, float scale)
+{
+    int64_t n = 1;
+    for (int32_t i = 0; i < ndim; i++)
+        n *= dims[i];
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = frand() * scale;
+    OK(qcal_onnx_add_initializer_float(m, name, ndim, dims, v));
+    free(v);
+}
+
+static void node(qcal_onnx_model *m, const char *op, const char *name, const char *in0, const char *in1,
+                 const char *in2, const char *out, int64_t *idx)
+{
+    const char *in[3] = { in0, in1, in2 };
+    int64_t n = in2 ? 3 : in1 ? 2 : 1;
+    OK(qcal_onnx_add_node(m, op, name, n, in, 1, &out, idx));
+}
+
+/* ---- a random MLP: Gemm -> Relu -> Gemm -> Relu -> Gemm, evaluated here ---- */
+
+typedef struct mlp {
+    int64_t width[4];
+    bool trans[3];
+} mlp;
+
+static qcal_onnx_model *mlp_build(const mlp *p)
+{
+    qcal_onnx_model *m = NULL;
+    OK(qcal_onnx_model_new(8, 13, &m));
+    int64_t din[2] = { -1, p->width[0] };
+    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 2, din));
+    const char *in = "x";
+    char names[3][4][16];
+    for (int l = 0; l < 3; l++) {
+        snprintf(names[l][0], 16, "W%d", l);
+        snprintf(names[l][1], 16, "B%d", l);
+        snprintf(names[l][2], 16, "g%d", l);
+        snprintf(names[l][3], 16, "r%d", l);
+        int64_t wd[2] = { p->trans[l] ? p->width[l + 1] : p->width[l], p->trans[l] ? p->width[l] : p->width[l + 1] };
+        add_rand(m, names[l][0], 2, wd, 1.0f);
+        add_rand(m, names[l][1], 1, &p->width[l + 1], 0.5f);
+        // diverging output ranges
+        float *w = NULL;
+        qcal_onnx_tensor_desc d;
+        OK(qcal_onnx_initializer_float(m, names[l][0], &w, &d));
+        (void)w;
+        qcal_free(w);
+        int64_t idx;
+        char gname[16];
+        snprintf(gname, sizeof gname, "gemm%d", l);
+        node(m, "Gemm", gname, in, names[l][0], names[l][1], l == 2 ? "y" : names[l][2], &idx);
+        if (p->trans[l])
+            OK(qcal_onnx_node_set_int(m, idx, "transB", 1));
+        if (l < 2) {
+            char rname[16];
+            snprintf(rname, sizeof rname, "relu%d", l);
+            node(m, "Relu", rname, names[l][2], NULL, NULL, names[l][3], NULL);
+            in = names[l][3];
+        }
+    }
+    int64_t dout[2] = { -1, p->width[3] };
+    OK(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, 2, dout));
+    return m;
+}
+
+static void mlp_eval(const qcal_onnx_model *m, const mlp *p, const double *x, double *y)
+{
+    double h[64], o[64];
+    for (int64_t i = 0; i < p->width[0]; i++)
+        h[i] = x[i];
+    for (int l = 0; l < 3; l++) {
+        char wn[8], bn[8];
+        snprintf(wn, sizeof wn, "W%d", l);
+        snprintf(bn, sizeof bn, "B%d", l);
+        float *w = NULL, *b = NULL;
+        qcal_onnx_tensor_desc d;
+        OK(qcal_onnx_initializer_float(m, wn, &w, &d));
+        OK(qcal_onnx_initializer_float(m, bn, &b, &d));
+        int64_t ni = p->width[l], no = p->width[l + 1];
+        for (int64_t j = 0; j < no; j++) {
+            double acc = b[j];
+            for (int64_t i = 0; i < ni; i++)
+                acc += h[i] * (p->trans[l] ? w[j * ni + i] : w[i * no + j]);
+            o[j] = l < 2 && acc < 0 ? 0 : acc;
+        }
+        memcpy(h, o, sizeof h);
+        qcal_free(w);
+        qcal_free(b);
+    }
+    memcpy(y, h, (size_t)p->width[3] * sizeof *y);
+}
+
+static void test_random_mlps(void **state)
+{
+    (void)state;
+    for (int trial = 0; trial < 12; trial++) {
+        mlp p;
+        for (int i = 0; i < 4; i++)
+            p.width[i] = 1 + (int64_t)((frand() + 1.0f) * 20.0f);
+        for (int i = 0; i < 3; i++)
+            p.trans[i] = frand() > 0;
+        qcal_onnx_model *m = mlp_build(&p);
+        double x[8][64], y0[8][64], y1[64];
+        for (int s = 0; s < 8; s++) {
+            for (int64_t i = 0; i < p.width[0]; i++)
+                x[s][i] = frand() * 3;
+            mlp_eval(m, &p, x[s], y0[s]);
+        }
+        qcal_onnx_equalize_options opt;
+        qcal_onnx_equalize_options_default(&opt);
+        qcal_onnx_equalize_report rep;
+        OK(qcal_onnx_equalize(m, &opt, &rep));
+        assert_int_equal(rep.n_pairs, 2);
+        assert_int_equal(rep.n_refused, 0);
+        assert_string_equal(rep.pairs[0], "gemm0 -> relu0 -> gemm1");
+        assert_true(rep.sweeps >= 1 && rep.sweeps <= 100);
+        assert_int_equal(rep.n_layers, 3);
+        double worst = 0, scale = 1e-30;
+        for (int s = 0; s < 8; s++) {
+            mlp_eval(m, &p, x[s], y1);
+            for (int64_t j = 0; j < p.width[3]; j++) {
+                worst = fmax(worst, fabs(y1[j] - y0[s][j]));
+                scale = fmax(scale, fabs(y0[s][j]));
+            }
+        }
+        if (worst > 1e-5 * scale)
+            fail_msg("trial %d: equalized MLP differs by %g (scale %g)", trial, worst, scale);
+        qcal_onnx_equalize_report_free(&rep);
+        qcal_onnx_model_destroy(&m);
+    }
+}
+
+/* ---- BatchNorm folding numbers ---- */
+
+static void test_fold_bn_numbers(void **state)
+{
+    (void)state;
+    qcal_onnx_model *m = NULL;
+    OK(qcal_onnx_model_new(8, 13, &m));
+    int64_t din[4] = { 1, 2, 4, 4 }, wd[4] = { 3, 2, 1, 1 }, cd[1] = { 3 };
+    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, din));
+    float w[6] = { 1, -2, 3, 0.5f, -1, 2 };
+    float sc[3] = { 2, -1, 0.5f }, sh[3] = { 0.1f, 0.2f, -0.3f }, mean[3] = { 1, -1, 0 }, var[3] = { 3, 0.25f, 1 };
+    OK(qcal_onnx_add_initializer_float(m, "W", 4, wd, w));
+    OK(qcal_onnx_add_initializer_float(m, "s", 1, cd, sc));
+    OK(qcal_onnx_add_initializer_float(m, "b", 1, cd, sh));
+    OK(qcal_onnx_add_initializer_float(m, "mu", 1, cd, mean));
+    OK(qcal_onnx_add_initializer_float(m, "var", 1, cd, var));
+    node(m, "Conv", "conv", "x", "W", NULL, "c", NULL);
+    const char *bin[5] = { "c", "s", "b", "mu", "var" }, *bout = "y";
+    int64_t bi;
+    OK(qcal_onnx_add_node(m, "BatchNormalization", "bn", 5, bin, 1, &bout, &bi));
+    OK(qcal_onnx_node_set_float(m, bi, "epsilon", 1e-3f));
+    OK(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, -1, NULL));
+    qcal_onnx_fold_report rep;
+    OK(qcal_onnx_fold_bn(m, &rep));
+    assert_int_equal(rep.n_folded, 1);
+    assert_string_equal(rep.folded[0], "conv <- bn");
+    assert_int_equal(rep.n_kept, 0);
+    qcal_onnx_fold_report_free(&rep);
+    qcal_onnx_model_info info;
+    OK(qcal_onnx_model_get_info(m, &info));
+    assert_int_equal(info.nodes, 1);
+    assert_int_equal(info.initializers, 2);   // W and the new bias; the BN's four are gone
+    qcal_onnx_node_info ni;
+    OK(qcal_onnx_node_at(m, 0, &ni));
+    assert_string_equal(ni.outputs[0], "y");
+    assert_int_equal(ni.n_inputs, 3);
+    float *fw = NULL, *fb = NULL;
+    qcal_onnx_tensor_desc d;
+    OK(qcal_onnx_initializer_float(m, "W", &fw, &d));
+    OK(qcal_onnx_initializer_float(m, ni.inputs[2], &fb, &d));
+    for (int o = 0; o < 3; o++) {
+        double a = sc[o] / sqrt((double)var[o] + (double)1e-3f);
+        for (int j = 0; j < 2; j++)
+            assert_true(fw[o * 2 + j] == (float)(w[o * 2 + j] * a));
+        assert_true(fb[o] == (float)((0.0 - mean[o]) * a + sh[o]));
+    }
+    qcal_free(fw);
+    qcal_free(fb);
+    // a second pass finds nothing; a BN after a non-Conv is kept with its reason
+    OK(qcal_onnx_fold_bn(m, &rep));
+    assert_int_equal(rep.n_folded, 0);
+    qcal_onnx_fold_report_free(&rep);
+    qcal_onnx_model_destroy(&m);
+
+    OK(qcal_onnx_model_new(8, 13, &m));
+    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, din));
+    int64_t c2[1] = { 2 };
+    float two[2] = { 1, 1 }, zero[2] = { 0, 0 };
+    OK(qcal_onnx_add_initializer_float(m, "s", 1, c2, two));
+    OK(qcal_onnx_add_initializer_float(m, "b", 1, c2, zero));
+    OK(qcal_onnx_add_initializer_float(m, "mu", 1, c2, zero));
+    OK(qcal_onnx_add_initializer_float(m, "var", 1, c2, two));
+    node(m, "Relu", "relu", "x", NULL, NULL, "r", NULL);
+    bin[0] = "r";
+    OK(qcal_onnx_add_node(m, "BatchNormalization", "bn2", 5, bin, 1, &bout, NULL));
+    OK(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, -1, NULL));
+    OK(qcal_onnx_fold_bn(m, &rep));
+    assert_int_equal(rep.n_folded, 0);
+    assert_int_equal(rep.n_kept, 1);
+    assert_string_equal(rep.kept[0], "bn2 (BatchNormalization): its input is not produced by a Conv");
+    qcal_onnx_fold_report_free(&rep);
+    qcal_onnx_model_destroy(&m);
+}
+
+/* ---- refusals ---- */
+
+/* conv1 (x -> c1) -> act (c1 -> r) -> conv2 (r -> y); `extra` adds what makes it unsafe. */
+static qcal_onnx_model *chain(const char *act, const char *extra)
+{
+    qcal_onnx_model *m = NULL;
+    OK(qcal_onnx_model_new(8, 13, &m));
+    int64_t din[4] = { 1, 4, 5, 5 }, w1[4] = { 6, 4, 1, 1 }, w2[4] = { 3, 6, 1, 1 }, c6[1] = { 6 }, c3[1] = { 3 };
+    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, din));
+    add_rand(m, "W1", 4, w1, 1);
+    add_rand(m, "B1", 1, c6, 1);
+    add_rand(m, "W2", 4, w2, 1);
+    add_rand(m, "B2", 1, c3, 1);
+    bool w1_input = !strcmp(extra, "w1_input");
+    if (w1_input)
+        OK(qcal_onnx_add_input(m, "W1x", QCAL_ONNX_FLOAT, 4, w1));
+    node(m, "Conv", "conv1", "x", w1_input ? "W1x" : "W1", "B1", "c1", NULL);
+    if (!strcmp(act, "ClipNeg") || !strcmp(act, "Clip6")) {
+        int64_t sc[1] = { 0 };
+        float lo = !strcmp(act, "ClipNeg") ? -1.0f : 0.0f, hi = 6.0f;
+        OK(qcal_onnx_add_initializer_float(m, "lo", 0, sc, &lo));
+        OK(qcal_onnx_add_initializer_float(m, "hi", 0, sc, &hi));
+        node(m, "Clip", "act", "c1", "lo", "hi", "r", NULL);
+    } else {
+        node(m, act, "act", "c1", NULL, NULL, "r", NULL);
+    }
+    node(m, "Conv", "conv2", "r", "W2", "B2", "y", NULL);
+    OK(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, -1, NULL));
+    if (!strcmp(extra, "residual")) {
+        node(m, "Add", "add", "r", "r", NULL, "z", NULL);
+        OK(qcal_onnx_add_output(m, "z", QCAL_ONNX_FLOAT, -1, NULL));
+    } else if (!strcmp(extra, "c1_out")) {
+        OK(qcal_onnx_add_output(m, "c1", QCAL_ONNX_FLOAT, -1, NULL));
+    } else if (!strcmp(extra, "shared")) {
+        node(m, "Conv", "conv3", "r", "W2", "B2", "y3", NULL);
+        OK(qcal_onnx_add_output(m, "y3", QCAL_ONNX_FLOAT, -1, NULL));
+    }
+    return m;
+}
+
+static void expect_refusal(const char *act, const char *extra, bool replace_clip, const char *msg)
+{
+    qcal_onnx_model *m = chain(act, extra);
+    qcal_onnx_equalize_options opt;
+    qcal_onnx_equalize_options_default(&opt);
+    opt.replace_clip = replace_clip;
+    qcal_onnx_equalize_report rep;
+    void *before = NULL, *after = NULL;
+    size_t nb, na;
+    OK(qcal_onnx_model_serialize(m, &before, &nb));
+    OK(qcal_onnx_equalize(m, &opt, &rep));
+    if (rep.n_refused != 1 || strcmp(rep.refused[0], msg))
+        fail_msg("%s/%s: %lld refusals, first '%s', want '%s'", act, extra, (long long)rep.n_refused,
+                 rep.n_refused ? rep.refused[0] : "", msg);
+    assert_int_equal(rep.n_pairs, 0);
+    OK(qcal_onnx_model_serialize(m, &after, &na));
+    // refused: the weights are written back unchanged (same values)
+    assert_int_equal(nb, na);
+    assert_memory_equal(before, after, nb);
+    qcal_free(before);
+    qcal_free(after);
+    qcal_onnx_equalize_report_free(&rep);
+    qcal_onnx_model_destroy(&m);
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    expect_refusal("Relu", "residual", true,
+                   "act (Relu): its output 'r' has more than one reader (a residual branch), so conv2 cannot be rescaled alone");
+    expect_refusal("Relu", "c1_out", true, "conv1 (Conv): its output 'c1' has other readers than act");
+    expect_refusal("Relu", "shared", true,
+                   "act (Relu): its output 'r' has more than one reader (a residual branch), so conv2 cannot be rescaled alone");
+    expect_refusal("Relu", "w1_input", true, "conv1 (Conv): weight 'W1x' is not an initializer");
+    expect_refusal("Sigmoid", "", true,
+                   "act (Sigmoid): between conv1 and conv2, but only Relu (or Clip from 0) commutes with per-channel scaling");
+    expect_refusal("ClipNeg", "", true,
+                   "act (Clip): min -1 is not 0, so the activation is not a ReLU (not positive-homogeneous)");
+    expect_refusal("Clip6", "", false, "act (Clip): Clip(0, 6) would have to become Relu (replacement disabled)");
+}
+
+static void test_clip_replaced_and_shared_weight(void **state)
+{
+    (void)state;
+    qcal_onnx_model *m = chain("Clip6", "");
+    qcal_onnx_equalize_options opt;
+    qcal_onnx_equalize_options_default(&opt);
+    qcal_onnx_equalize_report rep;
+    OK(qcal_onnx_equalize(m, &opt, &rep));
+    assert_int_equal(rep.n_pairs, 1);
+    assert_int_equal(rep.n_replaced, 1);
+    assert_string_equal(rep.replaced[0], "act: Clip(0, 6) -> Relu");
+    qcal_onnx_node_info ni;
+    OK(qcal_onnx_node_at(m, 1, &ni));
+    assert_string_equal(ni.op_type, "Relu");
+    assert_int_equal(ni.n_inputs, 1);
+    qcal_onnx_equalize_report_free(&rep);
+    qcal_onnx_model_destroy(&m);
+
+    // W2 read by two Convs (each reading r): one reader too many for 'r' first, so build a
+    // variant where conv2's weight is shared with a Conv on another input
+    m = chain("Relu", "");
+    node(m, "Conv", "conv4", "x2", "W2", NULL, "y4", NULL);
+    int64_t d[4] = { 1, 6, 5, 5 };
+    OK(qcal_onnx_add_input(m, "x2", QCAL_ONNX_FLOAT, 4, d));
+    OK(qcal_onnx_add_output(m, "y4", QCAL_ONNX_FLOAT, -1, NULL));
+    OK(qcal_onnx_equalize(m, &opt, &rep));
+    assert_int_equal(rep.n_pairs, 0);
+    assert_int_equal(rep.n_refused, 1);
+    assert_string_equal(rep.refused[0], "conv2 (Conv): weight 'W2' is shared with another node");
+    qcal_onnx_equalize_report_free(&rep);
+    // both bias corrections at once: invalid
+    opt.analytic_bias_correction = true;
+    opt.bias_correction_dump = "/nonexistent";
+    assert_int_equal(qcal_onnx_equalize(m, &opt, &rep), QCAL_ERR_INVALID_ARG);
+    qcal_onnx_model_destroy(&m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_random_mlps),
+        cmocka_unit_test(test_fold_bn_numbers),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_clip_replaced_and_shared_weight),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
