@@ -71,7 +71,7 @@ int cmd_equalize(int argc, char **argv)
 {
     cli_parser p;
     cli_parser_init(&p, argc, argv);
-    const char *cmd = p.cmd, *val, *in = NULL, *out = NULL;
+    const char *cmd = p.cmd, *val, *in = NULL, *out = NULL, *qscheme = NULL, *sweeps = NULL;
     qcal_onnx_equalize_options opt;
     qcal_onnx_equalize_options_default(&opt);
     bool report = false;
@@ -91,28 +91,24 @@ int cmd_equalize(int argc, char **argv)
         case OPT_OUT: out = val; break;
         case OPT_BC: opt.bias_correction_dump = val; break;
         case OPT_ABC: opt.analytic_bias_correction = true; break;
-        case OPT_QSCHEME: {
-            qcal_qscheme q;
-            if (qcal_qscheme_parse(val, &q) != QCAL_OK || q == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS)
-                return cli_fail(cmd, QCAL_EXIT_USAGE,
-                                "--weight-qscheme: '%s' is not per_channel_symmetric, per_channel_affine, per_tensor_symmetric or per_tensor_affine",
-                                val);
-            opt.weight_qconfig.qscheme = q;
-            break;
-        }
+        case OPT_QSCHEME: qscheme = val; break;
         case OPT_KEEP_CLIP: opt.replace_clip = false; break;
         case OPT_NO_EQ: opt.equalize = false; break;
-        case OPT_SWEEPS: {
-            int64_t n;
-            if ((rc = cli_parse_i64(cmd, "--max-sweeps", val, 1, 1000000, &n)))
-                return rc;
-            opt.max_sweeps = n;
-            break;
-        }
+        case OPT_SWEEPS: sweeps = val; break;
         case OPT_REPORT: report = true; break;
         }
     }
     if ((rc = cli_check_in_out(cmd, in, out)) || (rc = cli_output_check(cmd, out)))
+        return rc;
+    if (qscheme) {
+        qcal_qscheme q;
+        if (qcal_qscheme_parse(qscheme, &q) != QCAL_OK || q == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS)
+            return cli_fail(cmd, QCAL_EXIT_USAGE,
+                            "--weight-qscheme: '%s' is not per_channel_symmetric, per_channel_affine, per_tensor_symmetric or per_tensor_affine",
+                            qscheme);
+        opt.weight_qconfig.qscheme = q;
+    }
+    if (sweeps && (rc = cli_parse_i64(cmd, "--max-sweeps", sweeps, 1, 1000000, &opt.max_sweeps)))
         return rc;
     if (opt.bias_correction_dump && opt.analytic_bias_correction)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "--bias-correction and --analytic-bias-correction exclude each other");
