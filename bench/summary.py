@@ -110,9 +110,12 @@ def other_table(rows):
            "target | verdict |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         other = []
-        if num(r.get("qcal_rss_mib")) is not None:
+        if num(r.get("qcal_rss_mib")) is not None and num(r.get("torch_rss_mib")) is not None:
             other.append(f"peak RSS {r['qcal_rss_mib']:.0f} / {r['torch_rss_mib']:.0f} MiB "
                          f"({r['rss_ratio']:.0f}x less)")
+        elif num(r.get("qcal_rss_mib")) is not None and num(r.get("model_mib")) is not None:
+            other.append(f"peak RSS {r['qcal_rss_mib']:.0f} MiB "
+                         f"({r['qcal_rss_mib'] / r['model_mib']:.2f}x the model)")
         if r.get("detail"):
             other.append(str(r["detail"]))
         q = fmt_t(r["qcal_s"])
@@ -128,6 +131,7 @@ TITLES = {"kernels": "Kernels (bench/qcal_bench)",
           "int8": "int8 evaluation of the demo CNN vs PyTorch's int8 engine (bench/int8_cnn.c)",
           "e2e": "qcal calibrate of a 1 GiB dump vs a PyTorch loop (bench/e2e_calibrate.py)",
           "python": "Python: qcal and qcal.torch vs torch.ao (bench/python_observers.py)",
+          "onnx": "ONNX: qcal qdq and onnx-expose of a 1 GiB model vs cp (bench/onnx_qdq.py)",
           "mpi": "MPI: 2 ranks vs 1, session reductions (bench/mpi_scale)"}
 
 
