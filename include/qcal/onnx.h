@@ -62,8 +62,9 @@ QCAL_API qcal_status qcal_onnx_profile_parse(const char *name, qcal_onnx_profile
 
 /* Reads and checks an ONNX model file (*out owned by the caller). Initializers may be in raw
  * or typed fields; external data files are resolved relative to the model's directory and
- * must stay inside it (no absolute path, no "..", no symbolic link leading out); they are
- * read into memory. Checks: protobuf well-formed (nesting depth <= 64), every node input
+ * must stay inside it (no absolute path, no "..", no symbolic link leading out). The model
+ * file and its data files stay mapped while *out lives (large data is not copied; they must
+ * not change meanwhile). Checks: protobuf well-formed (nesting depth <= 64), every node input
  * defined before use (graph inputs, initializers, earlier outputs, outer scopes for If/Loop
  * bodies), initializer data sizes equal to their shapes. Errors: QCAL_ERR_NOT_FOUND /
  * QCAL_ERR_IO (file), QCAL_ERR_FORMAT (malformed; the message says what and where). */
