@@ -11,6 +11,9 @@
  * multiples of 8 and 16 lanes, unaligned starts), with NaN/Inf/denormal/+-0/saturation
  * fills (ca_fill). Outputs must be bit-identical to the C reference.
  * ca_family_done() fails a family whose table has an ISA version that no check covered.
+ * ISA versions above what this CPU runs (e.g. AVX-512 on an AVX2 machine) are never called:
+ * ca_count_unrun() counts them per family and the run ends with one line saying how many
+ * were skipped (they are not counted as checked).
  *
  * Adding a family F (module dir D):
  *   1. write `static void check_F(void)` below: for each isa in ca_isas(), init ref/opt,
@@ -49,6 +52,7 @@ static struct {
     int64_t bench_elements;
     const char *family;     /* current family */
     int failures, checks, kernels;
+    int unrun[QCAL_ISA_COUNT];   /* ISA versions this CPU cannot run (not called) */
     unsigned tested;        /* slots tested for the current family and ISA (bit mask) */
     const float *probe;     /* bench mode: the read probe's own buffer */
     int64_t probe_n;
@@ -128,6 +132,31 @@ static void ca_family_done(const void *ref, const void *opt, size_t size, qcal_i
     }
     ca.tested = 0;
 }
+
+/* Counts the ISA versions of a family that this CPU cannot run (ISAs above ca_isa_count(),
+ * a version inherited from a lower ISA's table not counted again): tables t[0..COUNT-1], as
+ * qcal_F_dsp_init fills them for each ISA (only function pointers: nothing is called). */
+static void ca_unrun_count(const void *t, size_t size)
+{
+    const size_t fp = sizeof(void (*)(void)), nslots = size / fp;
+    for (int isa = ca_isa_count(); isa < QCAL_ISA_COUNT; isa++)
+        for (size_t k = 0; k < nslots; k++) {
+            const char *hi = (const char *)t + (size_t)isa * size + k * fp;
+            bool inherited = false;
+            for (int j = 0; j < isa && !inherited; j++)
+                inherited = !memcmp(hi, (const char *)t + (size_t)j * size + k * fp, fp);
+            if (!inherited)
+                ca.unrun[isa]++;
+        }
+}
+
+#define ca_count_unrun(T, init)                                                            \
+    do {                                                                                   \
+        T t_[QCAL_ISA_COUNT];                                                              \
+        for (int i_ = 0; i_ < QCAL_ISA_COUNT; i_++)                                        \
+            init(&t_[i_], (qcal_isa)i_);                                                   \
+        ca_unrun_count(t_, sizeof t_[0]);                                                  \
+    } while (0)
 
 /* Canary-guarded buffer: `bytes` usable bytes starting `misalign` bytes past a 64-byte
  * boundary, with 64 canary bytes either side. ca_free() checks both canaries. */
@@ -475,6 +504,8 @@ static void check_minmax(void)
         ca_family_done(&ref, &opt, sizeof opt, isa);
     }
     free(big);
+    if (!ca.bench)
+        ca_count_unrun(qcal_minmax_dsp, qcal_minmax_dsp_init);
 }
 
 /* ---- family: half (io/half_dsp.h) ----------------------------------------------------- */
@@ -557,6 +588,8 @@ static void check_half(void)
     }
     free(src);
     free(b.dst);
+    if (!ca.bench)
+        ca_count_unrun(qcal_half_dsp, qcal_half_dsp_init);
 }
 
 /* ---- family: metrics (numeric/metrics_dsp.h) ------------------------------------------ */
@@ -715,6 +748,8 @@ static void check_metrics(void)
     }
     free(x);
     free(y);
+    if (!ca.bench)
+        ca_count_unrun(qcal_metrics_dsp, qcal_metrics_dsp_init);
 }
 
 /* ---- family: quantize (quant/quantize_dsp.h) ------------------------------------------- */
@@ -891,6 +926,8 @@ static void check_quantize(void)
     }
     free(big);
     free(q);
+    if (!ca.bench)
+        ca_count_unrun(qcal_quantize_dsp, qcal_quantize_dsp_init);
 }
 
 /* ---- family: fakequant (fakequant/fakequant_dsp.h) ------------------------------------- */
@@ -1154,6 +1191,8 @@ static void check_fakequant(void)
         free(b.gx);
         free(b.m);
     }
+    if (!ca.bench)
+        ca_count_unrun(qcal_fakequant_dsp, qcal_fakequant_dsp_init);
 }
 
 /* ---- family: float8 (quant/float8_dsp.h) ---------------------------------------------- */
@@ -1372,6 +1411,22 @@ static void check_float8(void)
         free(b.y);
         free(b.gx);
         free(b.q);
+    }
+    if (!ca.bench) {
+        ca_count_unrun(qcal_float8_dsp, qcal_float8_dsp_init);
+        /* what the library calls: the table of the best ISA this CPU runs, never above */
+        qcal_float8_dsp best;
+        qcal_float8_dsp_init(&best, qcal_cpu_isa());
+        ca.checks++;
+        if (memcmp(&best, qcal_float8_dsp_get(), sizeof best))
+            ca_fail("qcal_float8_dsp_get() is not the %s table", ISA_NAMES[qcal_cpu_isa()]);
+#if defined(__x86_64__) || defined(__i386__)
+        ca.checks++;
+        if (qcal_cpu_isa() >= QCAL_ISA_AVX512 &&
+            !(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")))
+            ca_fail("AVX-512 selected on a CPU without AVX-512 F/BW/DQ/VL");
+#endif
     }
 }
 
@@ -1684,6 +1739,8 @@ static void check_histogram(void)
         if (b.sink == 12345.0)
             printf("\n");
     }
+    if (!ca.bench)
+        ca_count_unrun(qcal_histogram_dsp, qcal_histogram_dsp_init);
 }
 
 /* ---- registry ------------------------------------------------------------------------ */
@@ -1771,5 +1828,10 @@ int main(int argc, char **argv)
     }
     printf("checkasm: %d ISA kernel versions, %d comparisons, all bit-identical to C\n",
            ca.kernels, ca.checks);
+    for (int isa = 0; isa < QCAL_ISA_COUNT; isa++)
+        if (ca.unrun[isa])
+            printf("checkasm: SKIPPED %d %s kernel versions: not run, so not checked (this CPU, "
+                   "or QCAL_ISA, runs up to %s)\n", ca.unrun[isa], ISA_NAMES[isa],
+                   ISA_NAMES[qcal_cpu_isa()]);
     return 0;
 }
