@@ -90,20 +90,9 @@ qcal_status qcal_onnx_weight_ranges(const qcal_onnx_model *m, qcal_onnx_layer_ra
         const Onnx__NodeProto *nd = g->node[i];
         if (!is_layer_op(nd) || nd->n_input < 2)
             continue;
-        onnx_tref *w = onnx_gindex_get(&x, nd->input[1]);
-        if (!w || !w->init || w->init->data_type != QCAL_ONNX_FLOAT)
-            continue;
-        // ranges only: a shared weight is fine here, so read it without the privacy check
         onnx_layer ly;
         char why[256];
-        onnx_tref saved = *w;
-        w->n_cons = 1;
-        w->sub_ref = w->graph_out = false;
-        for (size_t s = 0; s < nd->n_input; s++)
-            if (s != 1 && !strcmp(nd->input[s], nd->input[1]))
-                w->n_cons++;
-        qcal_status ls = onnx_layer_load(m, &x, (int64_t)i, &ly, why);
-        *w = saved;
+        qcal_status ls = onnx_layer_load(m, &x, (int64_t)i, true, &ly, why);
         if (ls == QCAL_ERR_UNSUPPORTED)
             continue;
         if (ls != QCAL_OK) {
@@ -188,7 +177,7 @@ static qcal_status get_layer(eq *e, int64_t ni, int64_t *slot)
     }
     char why[256] = "";
     onnx_layer ly;
-    qcal_status st = onnx_layer_load(e->m, &e->x, ni, &ly, why);
+    qcal_status st = onnx_layer_load(e->m, &e->x, ni, false, &ly, why);
     if (st == QCAL_ERR_UNSUPPORTED) {
         e->slot_of[ni] = -2;
         e->why_of[ni] = onnx_strdup(why);
@@ -485,6 +474,15 @@ static qcal_status run(eq *e, const qcal_onnx_equalize_options *opt, onnx_bn_sta
             continue;
         onnx_tref *in = onnx_gindex_get(&e->x, X->input[0]);
         if (!in || in->producer < 0 || !is_layer_op(e->g->node[in->producer]))
+            continue;
+        // a join (Add, Mul, Concat, ...) reads another tensor: no chain, nothing to refuse
+        bool join = false;
+        for (size_t k = 1; k < X->n_input && strcmp(X->op_type, "Clip"); k++) {
+            onnx_tref *o = X->input[k][0] ? onnx_gindex_get(&e->x, X->input[k]) : NULL;
+            join |= o && !onnx_gindex_const(&e->x, e->g, X->input[k], NULL) &&
+                    !(o->producer >= 0 && !strcmp(e->g->node[o->producer]->op_type, "Constant"));
+        }
+        if (join)
             continue;
         int64_t bi = -1;
         for (size_t j = xi + 1; j < nn && bi < 0; j++) {

@@ -47,14 +47,14 @@ static const char *nm(const Onnx__NodeProto *n)
 }
 
 /* Reads BN parameter slot k (float, C values) into a new array; NULL with *why. */
-static float *bn_param(const onnx_gindex *x, const Onnx__NodeProto *bn, size_t k, int64_t c, const char **why)
+static float *bn_param(const onnx_gindex *x, const Onnx__GraphProto *g, const Onnx__NodeProto *bn, size_t k, int64_t c, const char **why)
 {
     if (bn->n_input <= k || !bn->input[k][0]) {
         *why = "a parameter is missing";
         return NULL;
     }
-    onnx_tref *r = onnx_gindex_get(x, bn->input[k]);
-    if (!r || !r->init) {
+    onnx_tref *r = onnx_gindex_const(x, g, bn->input[k], NULL);
+    if (!r) {
         *why = "its parameters are not initializers";
         return NULL;
     }
@@ -112,12 +112,12 @@ qcal_status onnx_fold_bn(qcal_onnx_model *m, qcal_onnx_fold_report *rep, onnx_bn
             why = "it is in training mode (more than one output)";
         else if (in->n_cons != 1 || in->graph_out || in->sub_ref)
             why = "the Conv's output has other readers";
-        else if (onnx_layer_load(m, &x, in->producer, &ly, why_buf) != QCAL_OK)
+        else if (onnx_layer_load(m, &x, in->producer, false, &ly, why_buf) != QCAL_OK)
             why = why_buf[0] ? why_buf : qcal_last_error();
         int64_t c = ly.l.out_channels;
-        if (!why && (sc = bn_param(&x, bn, 1, c, &why)) && (b = bn_param(&x, bn, 2, c, &why)) &&
-            (mean = bn_param(&x, bn, 3, c, &why)))
-            var = bn_param(&x, bn, 4, c, &why);
+        if (!why && (sc = bn_param(&x, g, bn, 1, c, &why)) && (b = bn_param(&x, g, bn, 2, c, &why)) &&
+            (mean = bn_param(&x, g, bn, 3, c, &why)))
+            var = bn_param(&x, g, bn, 4, c, &why);
         if (why) {
             why_buf[0] = '\0';
             if (!add_line(&r.kept, &r.n_kept, "%s (%s): %s", nm(bn), bn->op_type, why)) {

@@ -192,26 +192,50 @@ static float attr_float(const Onnx__NodeProto *n, const char *name, float dflt)
     return a && a->has_f ? a->f : dflt;
 }
 
-/* A float32 initializer read by node n only (every slot of n counted). */
-static const char *private_init(const onnx_gindex *x, const Onnx__NodeProto *n, const char *name,
-                                Onnx__TensorProto **out)
+onnx_tref *onnx_gindex_const(const onnx_gindex *x, const Onnx__GraphProto *g, const char *name, int64_t *hops)
 {
     onnx_tref *r = onnx_gindex_get(x, name);
-    if (!r || !r->init)
+    int64_t h = 0;
+    // through Identity nodes (torch.onnx writes parameters so when do_constant_folding is off)
+    while (r && !r->init && r->producer >= 0 && h < 8) {
+        const Onnx__NodeProto *p = g->node[r->producer];
+        if (strcmp(p->op_type, "Identity") || (p->domain && p->domain[0]) || p->n_input != 1)
+            break;
+        if (r->n_cons != 1 || r->graph_out || r->sub_ref)
+            h = 100;   // an Identity output read twice is not private
+        r = onnx_gindex_get(x, p->input[0]);
+        h++;
+    }
+    if (hops)
+        *hops = h;
+    return r && r->init ? r : NULL;
+}
+
+/* A float32 initializer read by node n only (every slot of n counted; an Identity in
+ * between is fine when it has no other reader). */
+static const char *private_init(const onnx_gindex *x, const Onnx__GraphProto *g, const Onnx__NodeProto *n,
+                                const char *name, Onnx__TensorProto **out)
+{
+    int64_t hops;
+    onnx_tref *r = onnx_gindex_const(x, g, name, &hops);
+    if (!r)
         return "is not an initializer";
     if (r->init->data_type != QCAL_ONNX_FLOAT)
         return "is not float32";
     int64_t slots = 0;
     for (size_t k = 0; k < n->n_input; k++)
         slots += n->input[k] && !strcmp(n->input[k], name);
-    if (r->n_cons != slots || r->sub_ref || r->graph_out)
+    onnx_tref *direct = onnx_gindex_get(x, name);
+    *out = r->init;   // also when shared: a read-only caller may use it
+    if (hops >= 100 || (hops == 0 && r->n_cons != slots) || (hops > 0 && (direct->n_cons != slots || r->n_cons != 1)) ||
+        r->sub_ref || r->graph_out)
         return "is shared with another node";
     *out = r->init;
     return NULL;
 }
 
-qcal_status onnx_layer_load(const qcal_onnx_model *m, const onnx_gindex *x, int64_t ni, onnx_layer *out,
-                            char *why)
+qcal_status onnx_layer_load(const qcal_onnx_model *m, const onnx_gindex *x, int64_t ni, bool read_only,
+                            onnx_layer *out, char *why)
 {
     const Onnx__GraphProto *g = m->proto->graph;
     const Onnx__NodeProto *n = g->node[ni];
@@ -223,9 +247,10 @@ qcal_status onnx_layer_load(const qcal_onnx_model *m, const onnx_gindex *x, int6
     if ((n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx")) || n->n_input < 2 || !n->input[1][0])
         return snprintf(why, 256, "not a default-domain %s with a weight", n->op_type), QCAL_ERR_UNSUPPORTED;
     const char *e;
-    if ((e = private_init(x, n, n->input[1], &out->wt)))
+    if ((e = private_init(x, g, n, n->input[1], &out->wt)) && !(read_only && !strcmp(e, "is shared with another node")))
         return snprintf(why, 256, "weight '%s' %s", n->input[1], e), QCAL_ERR_UNSUPPORTED;
-    if (n->n_input > 2 && n->input[2][0] && (e = private_init(x, n, n->input[2], &out->bt)))
+    if (n->n_input > 2 && n->input[2][0] && (e = private_init(x, g, n, n->input[2], &out->bt)) &&
+        !(read_only && !strcmp(e, "is shared with another node")))
         return snprintf(why, 256, "bias '%s' %s", n->input[2], e), QCAL_ERR_UNSUPPORTED;
     const Onnx__TensorProto *w = out->wt;
     int64_t o, in, groups = 1, kernel = 1;

@@ -123,6 +123,9 @@ typedef struct onnx_gindex {
 qcal_status onnx_gindex_build(const Onnx__GraphProto *g, onnx_gindex *x);
 void onnx_gindex_free(onnx_gindex *x);
 onnx_tref *onnx_gindex_get(const onnx_gindex *x, const char *name);
+/* The initializer behind name, directly or through Identity nodes (*hops, may be NULL: how
+ * many; >= 100 when an Identity output in between has another reader); NULL if none. */
+onnx_tref *onnx_gindex_const(const onnx_gindex *x, const Onnx__GraphProto *g, const char *name, int64_t *hops);
 /* A name used nowhere in the graph, base + suffix (+ "_k"); owned by x (NULL: no memory). */
 const char *onnx_gindex_fresh(onnx_gindex *x, const char *base, const char *suffix);
 
@@ -138,9 +141,10 @@ typedef struct onnx_layer {
 
 /* Reads node n as a layer. QCAL_ERR_UNSUPPORTED with *why (static text or into why_buf of
  * 256 bytes) when it cannot be rewritten safely: weights not float32 initializers, shared
- * with another node, Gemm with alpha/beta != 1 or transA, unknown shapes. */
-qcal_status onnx_layer_load(const qcal_onnx_model *m, const onnx_gindex *x, int64_t n, onnx_layer *out,
-                            char *why_buf);
+ * with another node (allowed with read_only: the layer is not to be stored), Gemm with
+ * alpha/beta != 1 or transA, unknown shapes. */
+qcal_status onnx_layer_load(const qcal_onnx_model *m, const onnx_gindex *x, int64_t n, bool read_only,
+                            onnx_layer *out, char *why_buf);
 /* Writes l's weight and bias back (a new bias initializer and node input when there was
  * none; new names from x). */
 qcal_status onnx_layer_store(qcal_onnx_model *m, onnx_gindex *x, onnx_layer *l);
