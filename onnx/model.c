@@ -466,22 +466,33 @@ static bool add_src(qcal_onnx_model *m, int fd, const uint8_t *map, size_t len, 
     return true;
 }
 
+/* Data files whose descriptor a model keeps open (for copy_file_range on save); the files
+ * past these are kept as mappings only (a save writes their bytes from the mapping), so a
+ * model with one data file per tensor does not exhaust the process's descriptors. */
+#define EXT_FDS_KEPT 32
+
 /* The mapping of an external data file in lc->m (made on first use), or NULL when the file
  * cannot be mapped (the caller reads it instead). Takes fd when it returns a new mapping. */
 static const uint8_t *ext_map(load_ctx *lc, int *fd, const struct stat *sb)
 {
     qcal_onnx_model *m = lc->m;
-    for (size_t i = 0; i < m->n_src; i++)
+    size_t fds = 0;
+    for (size_t i = 0; i < m->n_src; i++) {
         if (m->src[i].dev == sb->st_dev && m->src[i].ino == sb->st_ino && m->src[i].len == (size_t)sb->st_size)
             return m->src[i].map;
+        fds += m->src[i].fd >= 0;
+    }
     void *map = mmap(NULL, (size_t)sb->st_size, PROT_READ, MAP_PRIVATE, *fd, 0);
     if (map == MAP_FAILED)
         return NULL;
-    if (!add_src(m, *fd, map, (size_t)sb->st_size, sb->st_dev, sb->st_ino)) {
+    int keep = fds < EXT_FDS_KEPT ? *fd : -1;
+    if (!add_src(m, keep, map, (size_t)sb->st_size, sb->st_dev, sb->st_ino)) {
         munmap(map, (size_t)sb->st_size);
         return NULL;
     }
-    *fd = -1;   /* kept by the model */
+    if (keep < 0)
+        close(*fd);
+    *fd = -1;   /* kept by the model, or closed */
     return map;
 }
 

@@ -534,6 +534,37 @@ static void test_large_external(void **state)
         qcal_onnx_model_destroy(&b);
     }
     qcal_onnx_model_destroy(&inl);
+    /* one data file per tensor, 40 of them (more than the 32 descriptors a model keeps): the
+     * files past those are saved from their mappings, with the same bytes */
+    qcal_onnx_model *many = NULL, *many_inl = NULL;
+    OK(qcal_onnx_model_new(8, 17, &many));
+    OK(qcal_onnx_model_new(8, 17, &many_inl));
+    float *v = malloc(lw);
+    for (int i = 0; i < 40; i++) {
+        char name[32], loc[32], path[64];
+        for (size_t k = 0; k < lw / 4; k++)
+            v[k] = (float)(i * 1000 + (int)(k % 997));
+        snprintf(name, sizeof name, "t%d", i);
+        snprintf(loc, sizeof loc, "t%d.bin", i);
+        snprintf(path, sizeof path, "xext/%s", loc);
+        tu_write_bytes(T(path), v, lw);
+        OK(qcal_onnx_add_initializer_float(many, name, 2, (int64_t[]){ 256, 256 }, v));
+        OK(qcal_onnx_add_initializer_float(many_inl, name, 2, (int64_t[]){ 256, 256 }, v));
+        OK(qcal_onnx_initializer_set_external(many, name, loc, 0, (int64_t)lw));
+    }
+    free(v);
+    OK(qcal_onnx_add_input(many, "x", QCAL_ONNX_FLOAT, 1, (int64_t[]){ 1 }));
+    OK(qcal_onnx_add_input(many_inl, "x", QCAL_ONNX_FLOAT, 1, (int64_t[]){ 1 }));
+    OK(qcal_onnx_add_output(many, "x", QCAL_ONNX_FLOAT, 1, (int64_t[]){ 1 }));
+    OK(qcal_onnx_add_output(many_inl, "x", QCAL_ONNX_FLOAT, 1, (int64_t[]){ 1 }));
+    save(many, "xext/many.onnx");
+    qcal_onnx_model_destroy(&many);
+    OK(qcal_onnx_model_load(T("xext/many.onnx"), &many));
+    expect_same(many, many_inl);
+    OK(qcal_onnx_model_save(many, NULL, T("xext_many_saved.onnx")));
+    expect_file(T("xext_many_saved.onnx"), many_inl);
+    qcal_onnx_model_destroy(&many);
+    qcal_onnx_model_destroy(&many_inl);
     qcal_calib_table_destroy(&table);
 }
 
