@@ -15,7 +15,11 @@ state bytes and merges them in rank order, so every rank ends with the same obse
 exact for every kind except the two moving-average ones (their merge is refused unless
 all but one rank is empty: use one rank's observer, or average outside qcal).
 """
+import json as _json
 import warnings as _warnings
+import weakref as _weakref
+
+import numpy as _np
 
 try:
     import torch as _torch
@@ -74,8 +78,149 @@ class _Buffers(dict):
 _RANGE_BUFFERS = ("min_val", "max_val")
 
 
+def _range_into(obs, mn, mx, per_channel):
+    """Writes obs's running range into the min_val / max_val tensors (in place when they
+    are float32 CPU buffers of the right size; +inf/-inf or empty without data)."""
+    try:
+        done = obs._data_range_into(mn, mx)    # in place: float32 CPU buffers
+    except TypeError:                          # moved to another dtype or device
+        done = False
+    if done is None and not per_channel:
+        mn.fill_(float("inf"))
+        mx.fill_(float("-inf"))
+    elif done is None:
+        mn.resize_(0)
+        mx.resize_(0)
+    elif not done:
+        lo, hi = obs.data_range()
+        lo, hi = _torch.from_numpy(lo), _torch.from_numpy(hi)
+        if not per_channel:
+            lo, hi = lo.reshape(()), hi.reshape(())
+        for b, v in ((mn, lo), (mx, hi)):
+            if b.shape != v.shape:
+                b.resize_(v.shape)
+            b.copy_(v)
+
+
+def _qparams_tensors(obs, device, symmetric):
+    """(scale, zero_point) tensors of obs as PyTorch's observers return them."""
+    if obs.batches == 0:
+        _warnings.warn("must run observer before calling calculate_qparams. "
+                       "Returning default scale and zero point ")
+        return (_torch.tensor([1.0], device=device.type),
+                _torch.tensor([0], device=device.type))
+    scale, zp = obs.qparams()
+    s = _torch.from_numpy(scale).to(device)
+    z = _torch.from_numpy(zp)
+    # PyTorch's dtypes: int32 for affine schemes (quant_min - round(min/scale)), int64
+    # for symmetric ones (a new_full of the int64 zeros), float32 for float qparams.
+    if z.dtype != _torch.float32:
+        z = z.to(_torch.int64 if symmetric else _torch.int32)
+    return s, z.to(device)
+
+
+# -- TorchScript ---------------------------------------------------------------------
+# A scripted observer keeps its data in tensors (torch.jit.save / load, and the clones
+# prepare_jit makes, copy tensors only): ``qcal_state`` holds the qcal state bytes, rewritten
+# after every update, ``min_val`` / ``max_val`` the running range. The live qcal.Observer
+# behind a state tensor is cached here, keyed by that tensor and checked against its
+# version counter: a state tensor written by anything else (a clone, a load) is re-read.
+_BOUND = {}     # id(state tensor) -> [weak reference to it, qcal.Observer, its version]
+_CONFIGS = {}   # config string -> its parsed dict
+
+
+def _config(config):
+    cfg = _CONFIGS.get(config)
+    if cfg is None:
+        cfg = _CONFIGS[config] = _json.loads(config)
+    return cfg
+
+
+def _unbind(key):
+    def drop(ref):
+        hit = _BOUND.get(key)
+        if hit is not None and hit[0] is ref:
+            del _BOUND[key]
+    return drop
+
+
+def _bind_state(state, obs):
+    """Writes obs's state bytes into the uint8 tensor ``state`` (resized in place) and
+    binds the two."""
+    blob = obs.save()
+    key = id(state)
+    hit = _BOUND.get(key)
+    if hit is None or hit[0]() is not state or hit[1] is not obs or len(hit[3]) != len(blob):
+        if state.numel() != len(blob):  # set_: the storage may not be resizable (frombuffer)
+            state.set_(_torch.empty(len(blob), dtype=_torch.uint8, device=state.device))
+        view = state.detach().numpy() if state.device.type == "cpu" else None
+        hit = _BOUND[key] = [_weakref.ref(state, _unbind(key)), obs, 0, view]
+    if hit[3] is not None:
+        # a numpy write leaves the version counter alone: the version recorded below is
+        # the one an outside write (a load, a copy_) would move
+        hit[3][:] = _np.frombuffer(blob, dtype=_np.uint8)
+    else:
+        state.copy_(_torch.frombuffer(bytearray(blob), dtype=_torch.uint8))
+    hit[2] = state._version
+
+
+def _bound_observer(state, config):
+    """The qcal.Observer a scripted observer's state tensor stands for."""
+    hit = _BOUND.get(id(state))
+    if hit is not None and hit[0]() is state and hit[2] == state._version:
+        return hit[1]
+    cfg = _config(config)
+    if state.numel() > 0:
+        obs = _qcal.Observer.load(state.cpu().numpy().tobytes())
+        if obs.kind != cfg["kind"]:
+            raise RuntimeError(f"qcal_state holds a {obs.kind} observer, the module is a "
+                               f"{cfg['kind']} one")
+    else:
+        obs = _qcal.Observer(cfg["kind"], **cfg["config"])
+    key = id(state)
+    _BOUND[key] = [_weakref.ref(state, _unbind(key)), obs, state._version, ()]
+    return obs
+
+
+def _op_observe(x, state, min_val, max_val, config):
+    obs = _bound_observer(state, config)
+    version = obs._version
+    obs._torch_forward(x)
+    if obs._version != version:
+        _bind_state(state, obs)
+        _range_into(obs, min_val, max_val, _config(config)["per_channel"])
+    return x
+
+
+def _op_reset(state, min_val, max_val, config):
+    obs = _bound_observer(state, config)
+    obs.reset()
+    _bind_state(state, obs)
+    _range_into(obs, min_val, max_val, _config(config)["per_channel"])
+
+
+def _op_calculate_qparams(state, eps, config):
+    obs = _bound_observer(state, config)
+    return _qparams_tensors(obs, eps.device, _config(config)["symmetric"])
+
+
+_LIB = _torch.library.Library("qcal", "DEF")
+_LIB.define("observe(Tensor(a) x, Tensor(b!) qcal_state, Tensor(c!) min_val, "
+            "Tensor(d!) max_val, str config) -> Tensor(a)")
+_LIB.define("reset(Tensor(a!) qcal_state, Tensor(b!) min_val, Tensor(c!) max_val, "
+            "str config) -> ()")
+_LIB.define("calculate_qparams(Tensor qcal_state, Tensor eps, str config) -> (Tensor, Tensor)")
+# CompositeImplicitAutograd: the kernel sees the caller's tensors (requires_grad ones too)
+# and returns x itself, as the eager forward does.
+_LIB.impl("observe", _op_observe, "CompositeImplicitAutograd")
+_LIB.impl("reset", _op_reset, "CompositeImplicitAutograd")
+_LIB.impl("calculate_qparams", _op_calculate_qparams, "CompositeImplicitAutograd")
+
+
 class _QcalObserver(_Base):
     """Common part: a qcal.Observer behind PyTorch's observer interface."""
+
+    __jit_unused_properties__ = ["qcal_observer"]
 
     _kind = None          # qcal kind name
     _per_channel = False
@@ -103,6 +248,11 @@ class _QcalObserver(_Base):
             cfg["quant_max"] = int(quant_max)
         d = self.__dict__
         d["_qcal_obs"] = _qcal.Observer(self._kind, **cfg)
+        # What the scripted ops need to rebuild this observer (clones, torch.jit.load).
+        self.qcal_config = _json.dumps(dict(kind=self._kind, config=cfg,
+                                            per_channel=self._per_channel,
+                                            symmetric=qscheme in _SYMMETRIC),
+                                       sort_keys=True)
         d["_qcal_synced"] = None
         bufs = _Buffers(d["_buffers"])
         bufs.owner = self
@@ -128,8 +278,24 @@ class _QcalObserver(_Base):
 
     def forward(self, x_orig):
         """Observes x (a CPU float tensor, or a numpy array) and returns it unchanged; empty
-        inputs are skipped. A contiguous float32 tensor is read in place (no copy)."""
-        return self._qcal_obs._torch_forward(x_orig)
+        inputs are skipped. A contiguous float32 tensor is read in place (no copy).
+        Scripted (TorchScript), the same update runs through the ``qcal::observe`` op."""
+        if _torch.jit.is_scripting():
+            return _torch.ops.qcal.observe(x_orig, self.qcal_state, self.min_val,
+                                           self.max_val, self.qcal_config)
+        return self._qcal_eager_forward(x_orig)
+
+    @_torch.jit.unused
+    def _qcal_eager_forward(self, x_orig):
+        return self.__dict__["_qcal_obs"]._torch_forward(x_orig)
+
+    def __prepare_scriptable__(self):
+        """torch.jit.script: writes the observer's state into the ``qcal_state`` buffer and
+        binds it to this observer, so the scripted module goes on from the same data."""
+        obs = self.__dict__["_qcal_obs"]
+        self._qcal_sync()
+        _bind_state(dict.__getitem__(self._buffers, "qcal_state"), obs)
+        return self
 
     def _qcal_sync(self):
         """Copies the qcal observer's running range into the min_val / max_val buffers if
@@ -141,50 +307,36 @@ class _QcalObserver(_Base):
         if synced is not None and synced[0] is obs and synced[1] == version:
             return
         bufs = d["_buffers"]
-        mn, mx = dict.__getitem__(bufs, "min_val"), dict.__getitem__(bufs, "max_val")
-        try:
-            done = obs._data_range_into(mn, mx)    # in place: float32 CPU buffers
-        except TypeError:                          # moved to another dtype or device
-            done = False
-        if done is None and not self._per_channel:
-            mn.fill_(float("inf"))
-            mx.fill_(float("-inf"))
-        elif done is None:
-            mn.resize_(0)
-            mx.resize_(0)
-        elif not done:
-            lo, hi = obs.data_range()
-            lo, hi = _torch.from_numpy(lo), _torch.from_numpy(hi)
-            if not self._per_channel:
-                lo, hi = lo.reshape(()), hi.reshape(())
-            for b, v in ((mn, lo), (mx, hi)):
-                if b.shape != v.shape:
-                    b.resize_(v.shape)
-                b.copy_(v)
+        _range_into(obs, dict.__getitem__(bufs, "min_val"), dict.__getitem__(bufs, "max_val"),
+                    self._per_channel)
         d["_qcal_synced"] = (obs, version)
 
-    @_torch.jit.unused
+    @_torch.jit.export
     def calculate_qparams(self):
         """(scale, zero_point) tensors as PyTorch's observer returns them (float32 / int64;
         shape [1] per tensor, [C] per channel)."""
-        obs = self.__dict__["_qcal_obs"]
-        device = dict.__getitem__(self._buffers, "eps").device
-        if obs.batches == 0:
-            _warnings.warn("must run observer before calling calculate_qparams. "
-                           "Returning default scale and zero point ")
-            return (_torch.tensor([1.0], device=device.type),
-                    _torch.tensor([0], device=device.type))
-        scale, zp = obs.qparams()
-        s = _torch.from_numpy(scale).to(device)
-        z = _torch.from_numpy(zp)
-        # PyTorch's dtypes: int32 for affine schemes (quant_min - round(min/scale)), int64
-        # for symmetric ones (a new_full of the int64 zeros), float32 for float qparams.
-        if z.dtype != _torch.float32:
-            z = z.to(_torch.int64 if self.qscheme in _SYMMETRIC else _torch.int32)
-        return s, z.to(device)
+        if _torch.jit.is_scripting():
+            return _torch.ops.qcal.calculate_qparams(self.qcal_state, self.eps,
+                                                     self.qcal_config)
+        return self._qcal_eager_qparams()
 
+    @_torch.jit.unused
+    def _qcal_eager_qparams(self):
+        return _qparams_tensors(self.__dict__["_qcal_obs"],
+                                dict.__getitem__(self._buffers, "eps").device,
+                                self.qscheme in _SYMMETRIC)
+
+    @_torch.jit.export
     def reset_min_max_vals(self):
         """Forgets all data."""
+        if _torch.jit.is_scripting():
+            _torch.ops.qcal.reset(self.qcal_state, self.min_val, self.max_val,
+                                  self.qcal_config)
+        else:
+            self._qcal_eager_reset()
+
+    @_torch.jit.unused
+    def _qcal_eager_reset(self):
         self.__dict__["_qcal_obs"].reset()
 
     def merge(self, other):
