@@ -533,3 +533,15 @@ from qcal._torch_loggers import (  # noqa: E402
     ActivationLoggers, add_activation_loggers, log_parameter_info)
 
 __all__ += ["ActivationLoggers", "add_activation_loggers", "log_parameter_info"]
+
+# Fake-quant modules, torch.ao's default objects and qconfig helpers on qcal.torch's classes
+# (python/qcal/_torch_qat.py).
+from qcal._torch_qat import (  # noqa: E402
+    DEFAULTS as _DEFAULTS, FakeQuantize, FusedMovingAvgObsFakeQuantize, get_default_qat_qconfig,
+    get_default_qat_qconfig_mapping, get_default_qconfig, get_default_qconfig_mapping,
+    qcal_qconfig)
+
+globals().update(_DEFAULTS)
+__all__ += ["FakeQuantize", "FusedMovingAvgObsFakeQuantize", "get_default_qconfig",
+            "get_default_qat_qconfig", "get_default_qconfig_mapping",
+            "get_default_qat_qconfig_mapping", "qcal_qconfig", *sorted(_DEFAULTS)]
