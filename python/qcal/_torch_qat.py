@@ -17,8 +17,10 @@ import math as _math
 import numpy as _np
 import torch as _torch
 import torch.ao.quantization as _tq
-from torch.ao.quantization import observer as _tob
 from torch.ao.quantization import fake_quantize as _tfq
+from torch.ao.quantization import observer as _tob
+from torch.ao.quantization import qconfig as _tqc
+from torch.ao.quantization import qconfig_mapping as _tqm
 
 from qcal import torch as _qt
 
@@ -213,23 +215,23 @@ def qcal_qconfig(obj):
 
 def get_default_qconfig(backend="fbgemm", version=0):
     """torch.ao.quantization.get_default_qconfig with qcal.torch's observers."""
-    return qcal_qconfig(_tq.get_default_qconfig(backend, version))
+    return qcal_qconfig(_tqc.get_default_qconfig(backend, version))
 
 
 def get_default_qat_qconfig(backend="fbgemm", version=1):
     """torch.ao.quantization.get_default_qat_qconfig with qcal.torch's fake-quants and
     observers (version 1: FusedMovingAvgObsFakeQuantize)."""
-    return qcal_qconfig(_tq.get_default_qat_qconfig(backend, version))
+    return qcal_qconfig(_tqc.get_default_qat_qconfig(backend, version))
 
 
 def get_default_qconfig_mapping(backend="fbgemm", version=0):
     """torch.ao.quantization.get_default_qconfig_mapping with qcal.torch's observers."""
-    return qcal_qconfig(_tq.get_default_qconfig_mapping(backend, version))
+    return qcal_qconfig(_tqm.get_default_qconfig_mapping(backend, version))
 
 
 def get_default_qat_qconfig_mapping(backend="fbgemm", version=1):
     """torch.ao.quantization.get_default_qat_qconfig_mapping with qcal.torch's classes."""
-    return qcal_qconfig(_tq.get_default_qat_qconfig_mapping(backend, version))
+    return qcal_qconfig(_tqm.get_default_qat_qconfig_mapping(backend, version))
 
 
 DEFAULT_NAMES = [
@@ -242,8 +244,16 @@ DEFAULT_NAMES = [
     "default_qconfig", "default_qat_qconfig", "default_per_channel_qconfig",
     "default_debug_qconfig", "default_dynamic_qconfig", "default_qat_qconfig_v2",
     "default_weight_only_qconfig", "default_activation_only_qconfig",
-    "default_embedding_qat_qconfig",
+    "default_embedding_qat_qconfig", "default_embedding_qat_qconfig_4bit",
+    "default_embedding_fake_quant_4bit", "default_float_qparams_observer_4bit",
+    "default_symmetric_qnnpack_qconfig", "default_symmetric_qnnpack_qat_qconfig",
+    "default_per_channel_symmetric_qnnpack_qconfig",
+    "default_per_channel_symmetric_qnnpack_qat_qconfig", "default_dynamic_qat_qconfig",
+    "default_reuse_input_qconfig",
 ]
-DEFAULTS = {n: qcal_qconfig(getattr(_tq, n)) for n in DEFAULT_NAMES if hasattr(_tq, n)}
+# (from torch's submodules, where they are defined, not the package's attributes)
+_SOURCES = (_tob, _tfq, _tqc)
+DEFAULTS = {n: qcal_qconfig(getattr(m, n)) for n in DEFAULT_NAMES for m in _SOURCES
+            if hasattr(m, n)}
 
 FakeQuantize.__module__ = FusedMovingAvgObsFakeQuantize.__module__ = "qcal.torch"

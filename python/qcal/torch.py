@@ -16,6 +16,7 @@ exact for every kind except the two moving-average ones (their merge is refused 
 all but one rank is empty: use one rank's observer, or average outside qcal).
 """
 import json as _json
+from typing import Dict as _Dict, List as _List
 import warnings as _warnings
 import weakref as _weakref
 
@@ -221,6 +222,41 @@ class _QcalObserver(_Base):
     """Common part: a qcal.Observer behind PyTorch's observer interface."""
 
     __jit_unused_properties__ = ["qcal_observer"]
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # TorchScript name. torch 1.13's load_observer_state_dict tells scripted observers
+        # by their qualified name: "quantization.observer" in it marks an observer, and
+        # "quantization.observer.PerChannelMinMaxObserver" makes it call the module's
+        # _load_from_state_dict_script hook, which may resize buffers (qcal's state bytes
+        # change size with the data). Each class, subclasses too, gets its own name.
+        cls._jit_override_qualname = (
+            f"__torch__.{cls.__module__}.quantization.observer.PerChannelMinMaxObserver."
+            f"{cls.__qualname__}")
+
+    @_torch.jit.export
+    def _load_from_state_dict_script(self, state_dict: _Dict[str, _torch.Tensor], prefix: str,
+                                     local_metadata: _Dict[str, _torch.Tensor], strict: bool,
+                                     missing_keys: _List[str], unexpected_keys: _List[str],
+                                     error_msgs: _List[str]):
+        """Scripted modules' state load (torch.ao's load_observer_state_dict): min_val,
+        max_val and qcal_state take the incoming shapes and values; the next scripted call
+        re-reads the observer from qcal_state."""
+        for name in ["min_val", "max_val", "qcal_state"]:
+            key = prefix + name
+            if key in state_dict:
+                val = state_dict[key]
+                if name == "min_val":
+                    self.min_val.resize_(val.shape)
+                    self.min_val.copy_(val)
+                elif name == "max_val":
+                    self.max_val.resize_(val.shape)
+                    self.max_val.copy_(val)
+                else:
+                    self.qcal_state.resize_(val.shape)
+                    self.qcal_state.copy_(val)
+            elif strict:
+                missing_keys.append(key)
 
     _kind = None          # qcal kind name
     _per_channel = False

@@ -47,17 +47,8 @@ TEST_FILES = ("test/quantization/core/test_workflow_module.py",
               "test/quantization/core/test_workflow_ops.py")
 CLASSES = ("MinMaxObserver", "MovingAverageMinMaxObserver", "PerChannelMinMaxObserver",
            "MovingAveragePerChannelMinMaxObserver", "HistogramObserver")
-# Swapped in 'defaults' mode when qcal.torch defines them.
-DEFAULTS = ("FakeQuantize", "FusedMovingAvgObsFakeQuantize", "default_observer",
-            "default_weight_observer", "default_histogram_observer",
-            "default_per_channel_weight_observer", "default_fake_quant",
-            "default_weight_fake_quant", "default_per_channel_weight_fake_quant",
-            "default_fused_act_fake_quant", "default_fused_wt_fake_quant",
-            "default_fused_per_channel_wt_fake_quant", "default_qconfig",
-            "default_qat_qconfig", "default_per_channel_qconfig", "default_debug_qconfig",
-            "get_default_qconfig", "get_default_qat_qconfig", "get_default_qconfig_mapping",
-            "get_default_qat_qconfig_mapping", "get_default_qconfig_dict",
-            "get_default_qat_qconfig_dict")
+# Swapped in 'defaults' mode: every other name qcal.torch exports that torch.ao.quantization
+# has (FakeQuantize, FusedMovingAvgObsFakeQuantize, the default_* objects, get_default_*).
 # Tests that pass with torch.ao's classes and cannot pass with qcal.torch's, by design
 # (mode -> test name -> reason; docs/python.md, "PyTorch's own tests").
 _TORCH_FUSED = ("torch's FusedMovingAvgObsFakeQuantize asserts torch.ao's moving-average "
@@ -83,12 +74,8 @@ KNOWN = {
     "TestHistogramObserver.test_observer_scriptable": _HIST,
     "TestObserver.test_per_tensor_observers": _LOAD,
     "TestObserver.test_per_channel_observers": _LOAD,
-    "TestObserver.test_save_load_state_dict_script":
-        "torch.ao.quantization.load_observer_state_dict into scripted qcal observers",
-    "TestFusedObsFakeQuantModule.test_fused_mod_per_channel":
-        "qcal.torch.FusedMovingAvgObsFakeQuantize",
-    "TestFusedObsFakeQuantModule.test_default_fused_qat_config":
-        "qcal.torch.get_default_qat_qconfig",
+    "TestFusedObsFakeQuantModule.test_embedding_bag_qat_config":
+        "torch.quint4x2 (default_embedding_qat_qconfig_4bit)",
 }
 
 
@@ -309,10 +296,17 @@ def run_mode(mode, src, out):
                                                               "FusedMovingAvgObsFakeQuantize")
                                       if hasattr(qt, n)]}:
             counting(c)
-        wanted = CLASSES + (DEFAULTS if mode == "defaults" else ())
-        names = {n: getattr(qt, n) for n in wanted if hasattr(qt, n)}
+        wanted = list(CLASSES)
+        if mode == "defaults":
+            wanted += [n for n in qt.__all__ if n not in CLASSES and hasattr(tq, n)]
+        names = {n: getattr(qt, n) for n in wanted}
         for n, v in names.items():
             setattr(tq, n, v)
+        # the tests' helper models take their qconfigs from here
+        import torch.testing._internal.common_quantization as cq
+        for n, v in names.items():
+            if n in cq.__dict__:
+                cq.__dict__[n] = v
     import importlib.util
     loader = unittest.TestLoader()
     suite = unittest.TestSuite()
