@@ -18,7 +18,8 @@ front end float: --exclude 'unsqueeze*' --exclude 'sqrt*') it asserts the best r
 with float on >= AGREE % of the frames. With --full it makes the full sets (180 s
 calibration, 600 s evaluation) and runs every observer with the whole model quantized, and
 with --exclude patterns once more with those left float (docs/models.md's table). Skips (exit 77, one line) without node, onnxruntime-node or the
-Silero VAD package in $QCAL_NPM_DIR, espeak-ng, sox, or ONNX support in qcal.
+Silero VAD package in $QCAL_NPM_DIR, espeak-ng, sox, python3-numpy, python3-onnx, or ONNX
+support in qcal.
 
     test_vad.py [--full] [--work DIR] [--observers a,b] [--calib-seconds S] [--eval-seconds S]
                 [--json OUT]
@@ -33,11 +34,15 @@ import sys
 import tempfile
 import time
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:
+    np = None
 
 KINDS = ["minmax", "moving_average_minmax", "histogram", "percentile", "entropy", "mse"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.environ.get("QCAL_BIN", "")
+REUSE = False
 AGREE = 98.0          # the short clip's bound for the best row (the full run: docs/models.md)
 
 
@@ -63,6 +68,8 @@ def run(*cmd):
 
 
 def vad(model, audio, out=None, dump=None, precision="high"):
+    if out and REUSE and os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(model):
+        return np.load(out)   # --reuse: this model's run is there already
     args = ["node", os.path.join(HERE, "vad_run.cjs"), model, audio, "--precision", precision]
     if out:
         args += ["--out", out]
@@ -70,6 +77,23 @@ def vad(model, audio, out=None, dump=None, precision="high"):
         args += ["--dump", dump]
     run(*args)
     return np.load(out) if out else None
+
+
+def quantized_tensors(path):
+    """Names of the activations the QDQ model quantizes (QuantizeLinear inputs, every graph)."""
+    import onnx
+    names = set()
+
+    def walk(g):
+        for n in g.node:
+            if n.op_type == "QuantizeLinear":
+                x = n.input[0]
+                names.add(x[:-len("_QuantizeLinear_Input")] if x.endswith("_QuantizeLinear_Input") else x)
+            for at in n.attribute:
+                if at.g.node:
+                    walk(at.g)
+    walk(onnx.load(path).graph)
+    return names
 
 
 def f1(pred, lab):
@@ -93,9 +117,20 @@ def main():
                     help="also a row per observer with these qdq --exclude patterns")
     ap.add_argument("--op-types", default="Conv,Gemm",
                     help="op types quantized (onnx-expose and qdq); 'default': the profile's")
+    ap.add_argument("--reuse", action="store_true",
+                    help="keep ONNX Runtime outputs already in --work that are newer than their model")
     a = ap.parse_args()
+    global REUSE
+    REUSE = a.reuse
     if not BIN:
         skip("QCAL_BIN not set (built without tools)")
+    try:
+        import onnx  # noqa: F401  (reads which tensors a QDQ model quantizes)
+    except ImportError:
+        np_missing = np is None
+        skip("python3-onnx%s not installed" % (" and python3-numpy" if np_missing else ""))
+    if np is None:
+        skip("python3-numpy not installed")
     if not shutil.which("node"):
         skip("node not found (./run.sh test installs nodejs)")
     pkg = os.path.join(npm_dir(), "node_modules")
@@ -172,12 +207,12 @@ def main():
         r = run(BIN, "qdq", weights, "--table", table, "-o", qdq, *ops, *excl)
         p = vad(qdq, ev, out=P("int8%s_%s%s.npy" % (tag_m, kind, tag.strip())))
         d = p >= 0.5
-        sq = (min(worst.values()) if kind == "evaluate" else worst.get(kind, (float("nan"), "")))
-        if kind == "evaluate":
-            # the recommendation's worst tensor: each tensor scored with its recommended kind
-            sq = min(((t["observers"][t["recommended"]]["sqnr_db"] or float("inf")), t["name"])
-                     for t in ev_json["tensors"])
-        row = {"observer": kind + tag, "agree": 100.0 * float(np.mean(d == d_float)),
+        # worst per-tensor SQNR over the tensors this QDQ model quantizes (qcal evaluate's
+        # figure for this observer; the evaluate row: each tensor's recommended observer)
+        qset = quantized_tensors(qdq)
+        sq = min(((t["observers"][t["recommended"] if kind == "evaluate" else kind]["sqnr_db"]
+                   or float("inf")), t["name"]) for t in ev_json["tensors"] if t["name"] in qset)
+        row = {"observer": kind + tag, "quantized_tensors": sorted(qset), "agree": 100.0 * float(np.mean(d == d_float)),
                "f1_float": f1_float, "f1_int8": f1(d, lab), "worst_sqnr_db": sq[0],
                "worst_tensor": sq[1], "max_prob_diff": float(np.abs(p - p_float).max()),
                "qdq": r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""}
