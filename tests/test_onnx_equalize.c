@@ -349,6 +349,54 @@ static void test_clip_replaced_and_shared_weight(void **state)
     qcal_onnx_model_destroy(&m);
 }
 
+static void test_identity_weights(void **state)
+{
+    (void)state;
+    // torch.onnx without constant folding: W1 -> Identity -> conv1's weight
+    qcal_onnx_model *m = NULL;
+    OK(qcal_onnx_model_new(8, 13, &m));
+    int64_t din[4] = { 1, 4, 5, 5 }, w1[4] = { 6, 4, 1, 1 }, w2[4] = { 3, 6, 1, 1 };
+    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, din));
+    add_rand(m, "W1", 4, w1, 1);
+    add_rand(m, "W2", 4, w2, 1);
+    node(m, "Identity", "id", "W1", NULL, NULL, "W1i", NULL);
+    node(m, "Conv", "conv1", "x", "W1i", NULL, "c1", NULL);
+    node(m, "Relu", "act", "c1", NULL, NULL, "r", NULL);
+    node(m, "Conv", "conv2", "r", "W2", NULL, "y", NULL);
+    OK(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, -1, NULL));
+    qcal_onnx_layer_ranges *lr = NULL;
+    int64_t n = 0;
+    OK(qcal_onnx_weight_ranges(m, &lr, &n));
+    assert_int_equal(n, 2);
+    assert_string_equal(lr[0].node, "conv1");
+    assert_int_equal(lr[0].channels, 6);
+    assert_true(lr[0].ratio >= 1.0 && lr[0].max_range > 0);
+    qcal_onnx_layer_ranges_free(&lr, n);
+    qcal_onnx_equalize_options opt;
+    qcal_onnx_equalize_options_default(&opt);
+    qcal_onnx_equalize_report rep;
+    OK(qcal_onnx_equalize(m, &opt, &rep));
+    assert_int_equal(rep.n_pairs, 1);
+    assert_int_equal(rep.n_refused, 0);
+    // balanced: conv1's output ranges equal conv2's input ranges
+    float *a = NULL, *b = NULL;
+    qcal_onnx_tensor_desc d;
+    OK(qcal_onnx_initializer_float(m, "W1", &a, &d));
+    OK(qcal_onnx_initializer_float(m, "W2", &b, &d));
+    for (int c = 0; c < 6; c++) {
+        float ra = 0, rb = 0;
+        for (int j = 0; j < 4; j++)
+            ra = fmaxf(ra, fabsf(a[c * 4 + j]));
+        for (int o = 0; o < 3; o++)
+            rb = fmaxf(rb, fabsf(b[o * 6 + c]));
+        assert_true(fabsf(ra - rb) <= 1e-5f * ra);
+    }
+    qcal_free(a);
+    qcal_free(b);
+    qcal_onnx_equalize_report_free(&rep);
+    qcal_onnx_model_destroy(&m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -356,6 +404,7 @@ int main(void)
         cmocka_unit_test(test_fold_bn_numbers),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_clip_replaced_and_shared_weight),
+        cmocka_unit_test(test_identity_weights),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
