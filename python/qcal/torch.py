@@ -6,6 +6,13 @@ with ``prepare_fx`` / ``convert_fx``. The min/max kinds give PyTorch's numbers b
 the histogram family (``HistogramObserver``, ``PercentileObserver``, ``EntropyObserver``,
 ``MSEObserver``) gives exactly what ``qcal observe`` gives on the same batches.
 
+TorchScript: every observer scripts; scripted, the update, ``calculate_qparams`` and
+``reset_min_max_vals`` run through the custom ops ``qcal::observe``,
+``qcal::calculate_qparams`` and ``qcal::reset`` (Python kernels registered with
+torch.library on import), with the data kept in the module's tensors, so prepare_jit /
+convert_jit, torch.jit.save / load and clones work. Fake-quant modules, the ``default_*``
+objects and the ``get_default_*`` qconfig helpers are in python/qcal/_torch_qat.py.
+
 State: ``min_val`` / ``max_val`` are registered buffers (PyTorch's shapes: 0-d per tensor,
 1-d per channel, +inf/-inf when empty) and ``qcal_state`` is a uint8 buffer with the
 observer's qcal state bytes, so ``state_dict`` / ``load_state_dict`` / ``.to()`` work.
