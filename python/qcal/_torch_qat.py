@@ -257,3 +257,19 @@ DEFAULTS = {n: qcal_qconfig(getattr(m, n)) for n in DEFAULT_NAMES for m in _SOUR
             if hasattr(m, n)}
 
 FakeQuantize.__module__ = FusedMovingAvgObsFakeQuantize.__module__ = "qcal.torch"
+
+
+def _script_names():
+    # torch 1.13's enable/disable_fake_quant and enable/disable_observer recognise a
+    # scripted fake-quant module by its TorchScript qualified name (with any
+    # ___torch_mangle_N removed): these two take torch's names (TorchScript mangles the
+    # second class of one name), subclasses their own.
+    def own_name(cls, **kwargs):
+        cls._jit_override_qualname = f"__torch__.{cls.__module__}.{cls.__qualname__}"
+    for cls in (FakeQuantize, FusedMovingAvgObsFakeQuantize):
+        cls._jit_override_qualname = \
+            f"__torch__.torch.ao.quantization.fake_quantize.{cls.__name__}"
+        cls.__init_subclass__ = classmethod(own_name)
+
+
+_script_names()

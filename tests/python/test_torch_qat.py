@@ -92,6 +92,29 @@ class TestFused(unittest.TestCase):
                 with self.subTest(kw=kw, per_channel=per_channel, script=script):
                     self.run_pair(kw, per_channel, script)
 
+    def test_scripted_switches(self):
+        # torch.ao's enable/disable functions find scripted qcal fake-quant modules
+        x = torch.randn(5, 7)
+        for cls, ref in ((qt.FusedMovingAvgObsFakeQuantize, tq.FusedMovingAvgObsFakeQuantize),
+                         (qt.FakeQuantize, tq.FakeQuantize)):
+            a, b = torch.jit.script(cls()), torch.jit.script(ref())
+            for m in (a, b):
+                m(x)
+                tq.disable_observer(m)
+                tq.disable_fake_quant(m)
+            self.assertEqual(int(a.observer_enabled[0]), 0, cls.__name__)
+            self.assertEqual(int(a.fake_quant_enabled[0]), 0, cls.__name__)
+            y = x * 3
+            equal(self, a(y), b(y), cls.__name__ + " both off")
+            for m in (a, b):
+                tq.enable_fake_quant(m)
+            equal(self, a(y), b(y), cls.__name__ + " fake-quant on, observer off")
+
+        class Sub(qt.FakeQuantize):
+            pass
+        self.assertNotEqual(torch.jit.script(Sub())._c.qualified_name.split(".")[-1],
+                            "FakeQuantize")
+
     def test_checks_like_torch(self):
         with self.assertRaisesRegex(AssertionError, "only works with MovingAverage"):
             qt.FusedMovingAvgObsFakeQuantize(observer=qt.MinMaxObserver)
