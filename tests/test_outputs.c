@@ -405,6 +405,7 @@ static const cli_case cases[] = {
     { "onnx_expose", "onnx-expose model.onnx -o %s", true },
     { "onnx_expose_list", "onnx-expose model.onnx -o m2.onnx --list %s", true },
     { "qdq", "qdq model.onnx --table base.json -o %s", true },
+    { "equalize", "equalize model.onnx -o %s", true },
 };
 static size_t NCASES = sizeof cases / sizeof cases[0];
 
@@ -434,7 +435,7 @@ static int cli_setup(void **state)
     assert_int_equal(run("calibrate dump -o base.json --save-state base.qcss"), 0);
     assert_int_equal(run("observe x.npy --save-state base.qcob"), 0);
     if (!qcal_onnx_available()) {
-        NCASES -= 3;
+        NCASES -= 4;
         return 0;
     }
     /* model.onnx: y = Gemm(x, W, B), x (1, 16), W (8, 16) transposed, opset 13. */
