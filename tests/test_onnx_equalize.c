@@ -12,7 +12,11 @@
 
 #include <cmocka.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "qcal/qcal.h"
+#include "testutil.h"
 
 #define OK(x) assert_int_equal((x), QCAL_OK)
 
@@ -397,6 +401,71 @@ static void test_identity_weights(void **state)
     qcal_onnx_model_destroy(&m);
 }
 
+/* ---- the CLI: output line, refusal lines, errors with their exit codes ---- */
+
+static char out_buf[1 << 16], err_buf[1 << 14];
+
+static int qcal(const char *dir, ...)
+{
+    va_list ap;
+    va_start(ap, dir);
+    const char *first = va_arg(ap, const char *);
+    int rc = tu_run_va(getenv("QCAL_BIN"), first, ap, dir, out_buf, sizeof out_buf, err_buf, sizeof err_buf);
+    va_end(ap);
+    return rc;
+}
+
+static void test_cli(void **state)
+{
+    (void)state;
+    if (!getenv("QCAL_BIN")) {
+        print_message("QCAL_BIN not set: CLI part skipped\n");
+        return;
+    }
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/qcal_equalize_XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    char *model = strdup(tu_path(dir, "m.onnx")), *res = strdup(tu_path(dir, "residual.onnx")), *out = strdup(tu_path(dir, "out.onnx"));
+    qcal_onnx_model *m = chain("Clip6", "");
+    OK(qcal_onnx_model_save(m, NULL, model));
+    qcal_onnx_model_destroy(&m);
+    m = chain("Relu", "residual");
+    OK(qcal_onnx_model_save(m, NULL, res));
+    qcal_onnx_model_destroy(&m);
+    assert_int_equal(qcal(dir, "equalize", model, "-o", out, NULL), 0);
+    assert_non_null(strstr(out_buf, ": 0 BatchNormalizations folded, 1 chain equalized ("));
+    assert_non_null(strstr(out_buf, "1 Clip replaced by Relu, 0 biases corrected, 0 chains refused\n"));
+    tu_expect_one_line(err_buf, "qcal: equalize: note: Clip replaced by Relu: ", "act: Clip(0, 6) -> Relu");
+    assert_int_equal(qcal(dir, "equalize", res, "-o", out, "--report", NULL), 0);
+    tu_expect_one_line(err_buf, "qcal: equalize: refused: ",
+                       "act (Relu): its output 'r' has more than one reader (a residual branch)");
+    assert_non_null(strstr(out_buf, "ratio_folded"));
+    assert_non_null(strstr(out_buf, "conv1 "));
+    // errors: one line each, documented exit codes, the output left alone
+    assert_int_equal(qcal(dir, "equalize", model, "-o", out, "--bias-correction", dir, "--analytic-bias-correction",
+                          NULL), 2);
+    tu_expect_one_line(err_buf, "qcal: equalize: ", "exclude each other");
+    assert_int_equal(qcal(dir, "equalize", model, "-o", out, "--weight-qscheme", "per_row", NULL), 2);
+    tu_expect_one_line(err_buf, "qcal: equalize: ", "--weight-qscheme: 'per_row'");
+    assert_int_equal(qcal(dir, "equalize", model, "-o", out, "--max-sweeps", "0", NULL), 2);
+    char *missing = strdup(tu_path(dir, "missing"));
+    assert_int_equal(qcal(dir, "equalize", model, "-o", out, "--bias-correction", missing, NULL), 3);
+    tu_expect_one_line(err_buf, "qcal: equalize: ", "missing");
+    assert_int_equal(qcal(dir, "equalize", missing, "-o", out, NULL), 3);
+    // a dump whose tensor has the wrong channel count: exit 3 naming it
+    char *dump = strdup(tu_path(dir, "dump")), *xd = strdup(tu_path(dir, "dump/x"));
+    assert_int_equal(mkdir(dump, 0755), 0);
+    assert_int_equal(mkdir(xd, 0755), 0);
+    char *b0 = strdup(tu_path(dir, "dump/x/b0.npy"));
+    float v[10] = { 0 };
+    int64_t shape[2] = { 2, 5 };
+    OK(qcal_npy_write(b0, QCAL_NPY_F32, 2, shape, v));
+    assert_int_equal(qcal(dir, "equalize", model, "-o", out, "--bias-correction", dump, NULL), 3);
+    tu_expect_one_line(err_buf, "qcal: equalize: ", "dump tensor 'x'");
+    free(model), free(res), free(out), free(missing), free(dump), free(xd), free(b0);
+    tu_rm_tree(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -405,6 +474,7 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_clip_replaced_and_shared_weight),
         cmocka_unit_test(test_identity_weights),
+        cmocka_unit_test(test_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
