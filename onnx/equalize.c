@@ -149,6 +149,8 @@ typedef struct eq {
     pair *pairs;
     int64_t npairs;
     qcal_onnx_equalize_report *rep;
+    char **grave;         /* names taken out of the graph while x borrows them */
+    size_t ngrave;
 } eq;
 
 static void eq_free(eq *e)
@@ -166,6 +168,9 @@ static void eq_free(eq *e)
     free(e->slot_of);
     free(e->pairs);
     onnx_gindex_free(&e->x);
+    for (size_t i = 0; i < e->ngrave; i++)
+        free(e->grave[i]);
+    free(e->grave);
 }
 
 /* Layer slot of node ni (loaded once); -1 with e->why_of[ni] when it cannot be rewritten. */
@@ -549,7 +554,8 @@ static qcal_status run(eq *e, const qcal_onnx_equalize_options *opt, onnx_bn_sta
             free(X->op_type);
             X->op_type = op;
             for (size_t k = 1; k < X->n_input; k++) {
-                free(X->input[k]);
+                if (!onnx_push((void ***)&e->grave, &e->ngrave, X->input[k]))
+                    return OOM();
                 X->input[k] = NULL;
             }
             X->n_input = 1;

@@ -93,6 +93,8 @@ qcal_status onnx_fold_bn(qcal_onnx_model *m, qcal_onnx_fold_report *rep, onnx_bn
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
     }
     char why_buf[256];
+    char **grave = NULL;   // names replaced while x borrows them
+    size_t ngrave = 0;
     for (size_t i = 0; i < g->n_node; i++) {
         Onnx__NodeProto *bn = g->node[i];
         if (strcmp(bn->op_type, "BatchNormalization") || (bn->domain && bn->domain[0] && strcmp(bn->domain, "ai.onnx")))
@@ -157,8 +159,13 @@ qcal_status onnx_fold_bn(qcal_onnx_model *m, qcal_onnx_fold_report *rep, onnx_bn
                 } else {
                     stats[nstats++] = s;
                     b = sc = NULL;   // owned by the stats now
-                    free(conv->output[0]);
-                    conv->output[0] = convout;
+                    // the old name is a key of x: freed after it
+                    if (!onnx_push((void ***)&grave, &ngrave, conv->output[0]))
+                        st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+                    else
+                        conv->output[0] = convout;
+                    if (st != QCAL_OK)
+                        free(convout);
                     drop[i] = true;
                     if (!add_line(&r.folded, &r.n_folded, "%s <- %s%s", nm(conv), nm(bn), ""))
                         st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
@@ -175,6 +182,8 @@ qcal_status onnx_fold_bn(qcal_onnx_model *m, qcal_onnx_fold_report *rep, onnx_bn
     }
     // The folded BNs' parameter initializers that nothing else reads go with them.
     onnx_map params = { 0 };
+    Onnx__TensorProto **dead = NULL;
+    size_t ndead = 0;
     for (size_t i = 0; i < g->n_node && st == QCAL_OK; i++)
         for (size_t j = 1; drop[i] && j < g->node[i]->n_input; j++) {
             onnx_tref *pr = onnx_gindex_get(&x, g->node[i]->input[j]);
@@ -191,8 +200,11 @@ qcal_status onnx_fold_bn(qcal_onnx_model *m, qcal_onnx_fold_report *rep, onnx_bn
             for (size_t j = 0; j < g->n_input && !in; j++)
                 in = g->input[j]->name && t->name && !strcmp(g->input[j]->name, t->name);
             if (t->name && !in && onnx_map_get(&params, t->name)) {
-                onnx_tensor_release(m, t);
-                protobuf_c_message_free_unpacked(&t->base, NULL);
+                // freed below, once params (whose keys are these names) is gone
+                if (!onnx_push((void ***)&dead, &ndead, t)) {
+                    st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+                    g->initializer[k++] = t;
+                }
             } else {
                 g->initializer[k++] = t;
             }
@@ -200,6 +212,11 @@ qcal_status onnx_fold_bn(qcal_onnx_model *m, qcal_onnx_fold_report *rep, onnx_bn
         g->n_initializer = k;
     }
     onnx_map_free(&params);
+    for (size_t i = 0; i < ndead; i++) {
+        onnx_tensor_release(m, dead[i]);
+        protobuf_c_message_free_unpacked(&dead[i]->base, NULL);
+    }
+    free(dead);
     k = 0;
     for (size_t i = 0; i < g->n_node; i++) {
         if (drop[i])
@@ -210,6 +227,9 @@ qcal_status onnx_fold_bn(qcal_onnx_model *m, qcal_onnx_fold_report *rep, onnx_bn
     g->n_node = k;
     free(drop);
     onnx_gindex_free(&x);
+    for (size_t i = 0; i < ngrave; i++)
+        free(grave[i]);
+    free(grave);
     if (st != QCAL_OK) {
         qcal_onnx_fold_report_free(&r);
         onnx_bn_stats_free(stats, nstats);

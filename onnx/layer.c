@@ -384,7 +384,7 @@ qcal_status onnx_layer_store(qcal_onnx_model *m, onnx_gindex *x, onnx_layer *ly)
     char *s = onnx_strdup(bname);
     if (!s)
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
-    free(n->input[2]);
+    free(n->input[2]);   // NULL or "" (an omitted bias): never a key of x
     n->input[2] = s;
     ly->bt = t;
     onnx_tref *r = onnx_gindex_get(x, bname);
