@@ -95,10 +95,9 @@ def _op_fused_qparams(min_val, max_val, scale, zero_point, quant_min, quant_max,
         buf.copy_(_torch.from_numpy(v).reshape(shape))
 
 
-_LIB = _qt._LIB      # torch 1.13's torch.library has one "DEF" library per namespace
-_LIB.define("fused_qparams(Tensor min_val, Tensor max_val, Tensor(a!) scale, "
-            "Tensor(b!) zero_point, int quant_min, int quant_max, bool symmetric) -> ()")
-_LIB.impl("fused_qparams", _op_fused_qparams, "CompositeImplicitAutograd")
+_qt._define_op("fused_qparams(Tensor min_val, Tensor max_val, Tensor(a!) scale, "
+               "Tensor(b!) zero_point, int quant_min, int quant_max, bool symmetric) -> ()",
+               _op_fused_qparams)
 
 
 class FakeQuantize(_tq.FakeQuantize):

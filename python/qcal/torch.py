@@ -23,6 +23,8 @@ exact for every kind except the two moving-average ones (their merge is refused 
 all but one rank is empty: use one rank's observer, or average outside qcal).
 """
 import json as _json
+import sys as _sys
+import types as _types
 from typing import Dict as _Dict, List as _List
 import warnings as _warnings
 import weakref as _weakref
@@ -212,17 +214,33 @@ def _op_calculate_qparams(state, eps, config):
     return _qparams_tensors(obs, eps.device, _config(config)["symmetric"])
 
 
-_LIB = _torch.library.Library("qcal", "DEF")
-_LIB.define("observe(Tensor(a) x, Tensor(b!) qcal_state, Tensor(c!) min_val, "
-            "Tensor(d!) max_val, str config) -> Tensor(a)")
-_LIB.define("reset(Tensor(a!) qcal_state, Tensor(b!) min_val, Tensor(c!) max_val, "
-            "str config) -> ()")
-_LIB.define("calculate_qparams(Tensor qcal_state, Tensor eps, str config) -> (Tensor, Tensor)")
-# CompositeImplicitAutograd: the kernel sees the caller's tensors (requires_grad ones too)
-# and returns x itself, as the eager forward does.
-_LIB.impl("observe", _op_observe, "CompositeImplicitAutograd")
-_LIB.impl("reset", _op_reset, "CompositeImplicitAutograd")
-_LIB.impl("calculate_qparams", _op_calculate_qparams, "CompositeImplicitAutograd")
+# torch 1.13 allows one "DEF" library per namespace and process: it is kept in a holder
+# module, so a second import of this file (importlib.reload, two copies on sys.path) keeps
+# the first one's kernels (they compute the same) instead of failing.
+_HOLDER = _sys.modules.setdefault("_qcal_torch_ops", _types.ModuleType("_qcal_torch_ops"))
+if not hasattr(_HOLDER, "library"):
+    _HOLDER.library = _torch.library.Library("qcal", "DEF")
+    _HOLDER.defined = set()
+_LIB = _HOLDER.library
+
+
+def _define_op(schema, kernel):
+    """Defines the op qcal::<name> with a Python kernel (CompositeImplicitAutograd: the
+    kernel sees the caller's tensors, requires_grad ones too), once per process."""
+    name = schema.split("(", 1)[0]
+    if name not in _HOLDER.defined:
+        _LIB.define(schema)
+        _LIB.impl(name, kernel, "CompositeImplicitAutograd")
+        _HOLDER.defined.add(name)
+
+
+# observe returns x itself, as the eager forward does.
+_define_op("observe(Tensor(a) x, Tensor(b!) qcal_state, Tensor(c!) min_val, "
+           "Tensor(d!) max_val, str config) -> Tensor(a)", _op_observe)
+_define_op("reset(Tensor(a!) qcal_state, Tensor(b!) min_val, Tensor(c!) max_val, "
+           "str config) -> ()", _op_reset)
+_define_op("calculate_qparams(Tensor qcal_state, Tensor eps, str config) -> (Tensor, Tensor)",
+           _op_calculate_qparams)
 
 
 class _QcalObserver(_Base):
