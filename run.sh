@@ -31,7 +31,8 @@ quiet() {
 # reference BLAS (torch's fc layers at about 2 GFLOP/s), so the PyTorch side of the Python
 # benches would be slower than PyTorch as users get it; the OpenMP build follows
 # torch.set_num_threads. The C library and the CLI do not use BLAS.
-PACKAGES="meson ninja-build pkg-config gcc g++ libc6-dev libdnnl-dev libcmocka-dev zlib1g-dev dataset-fashion-mnist python3-numpy python3-flatbuffers libopenmpi-dev openmpi-bin chromium python3-dev python3-torch libopenblas0-openmp libprotobuf-c-dev protobuf-c-compiler libonnx-dev python3-onnx espeak-ng sox python3-torchvision python3-mesonpy python3-pip python3-threadpoolctl"
+# python3-hypothesis: PyTorch's own observer tests (suite torchsuite) are written with it.
+PACKAGES="meson ninja-build pkg-config gcc g++ libc6-dev libdnnl-dev libcmocka-dev zlib1g-dev dataset-fashion-mnist python3-numpy python3-flatbuffers libopenmpi-dev openmpi-bin chromium python3-dev python3-torch libopenblas0-openmp libprotobuf-c-dev protobuf-c-compiler libonnx-dev python3-onnx espeak-ng sox python3-torchvision python3-mesonpy python3-pip python3-threadpoolctl python3-hypothesis"
 
 install_missing() {
     missing=""
