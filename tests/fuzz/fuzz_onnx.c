@@ -1,6 +1,7 @@
 /* libFuzzer target: the ONNX model reader (qcal_onnx_model_parse) and the passes that run on
  * what it accepts: list and expose in both profiles, Q/DQ insertion in both profiles with a
- * table that holds every listed tensor, and a serialize -> parse round trip of each result.
+ * table that holds every listed tensor, BatchNorm folding + equalization + analytic bias
+ * correction (qcal_onnx_equalize), and a serialize -> parse round trip of each result.
  * Contracts: a failure leaves *out untouched and carries a message; whatever the reader
  * accepts, the passes either succeed or fail cleanly, and what they write reads back. */
 #include "tests/fuzz/fuzz_common.h"
@@ -78,6 +79,27 @@ static void passes(const uint8_t *data, size_t size, qcal_onnx_profile profile)
         st = qcal_onnx_expose(e, &opt, &added);
         if (st == QCAL_OK) {
             FUZZ_CHECK(added >= 0 && added <= n);
+            round_trip(e);
+        } else {
+            fuzz_check_failure(st);
+        }
+        qcal_onnx_model_destroy(&e);
+    }
+    qcal_free(buf);
+    /* BatchNorm folding, equalization and analytic bias correction on another copy (profile
+     * ort only: the pass has no profile) */
+    buf = NULL;
+    if (profile == QCAL_ONNX_PROFILE_ORT && qcal_onnx_model_serialize(m, &buf, &len) == QCAL_OK &&
+        qcal_onnx_model_parse(buf, len, &e) == QCAL_OK) {
+        qcal_onnx_equalize_options eo;
+        qcal_onnx_equalize_options_default(&eo);
+        eo.analytic_bias_correction = true;
+        eo.max_sweeps = 4;
+        qcal_onnx_equalize_report er;
+        st = qcal_onnx_equalize(e, &eo, &er);
+        if (st == QCAL_OK) {
+            FUZZ_CHECK(er.n_pairs >= 0 && er.n_refused >= 0 && er.sweeps <= 4);
+            qcal_onnx_equalize_report_free(&er);
             round_trip(e);
         } else {
             fuzz_check_failure(st);
