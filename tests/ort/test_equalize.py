@@ -1,7 +1,7 @@
 """ort.equalize: qcal equalize keeps the float function, checked in ONNX Runtime 1.30.
 
 Graphs exported by torch.onnx (BatchNormalization kept, opset 13): random small nets of
-Conv/BN/ReLU, depthwise -> pointwise, a residual branch and Gemm layers over several seeds,
+Conv/BN/ReLU, depthwise -> pointwise, a residual branch and Gemm layers over two seeds (with and without the residual),
 and torchvision 0.14's mobilenet_v2 (width 0.5, ReLU6 -> ReLU as Nagel et al. do, random
 weights and BatchNorm statistics), each run in ONNX Runtime before and after `qcal equalize`:
 outputs must agree within 1e-4 relative (max |a - b| / max |a|). The residual chain must be
@@ -104,7 +104,7 @@ def compare(tmp, name, model, x, extra=()):
 def main():
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
-        for seed in range(4):
+        for seed in range(2):
             g = torch.Generator().manual_seed(seed)
             torch.manual_seed(seed)
             residual = seed % 2 == 1
