@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "observers/histogram_kernels.h"
+#include "qcal/observers/histogram.h"
 
 /* Every float operation below mirrors one PyTorch tensor op; none may be fused. */
 #ifdef __clang__
@@ -302,10 +303,74 @@ qcal_status qcal_hist_l2_search_trace(const float *hist, int32_t bins, float min
 
 /* ---- the observer kind ---------------------------------------------------------------- */
 
+/* dst_nbins = 2 ** torch.iinfo(dtype).bits, independent of quant_min/quant_max. */
+static double dst_nbins(const qcal_observer *obs)
+{
+    return obs->cfg.q.dtype == QCAL_QINT32 ? 4294967296.0 : 256.0;
+}
+
+/* grid=torch: calculate_qparams on PyTorch's own buffers. */
+static qcal_status torch_qrange(qcal_observer *obs, const qcal_torch_hist *t, float *mn,
+                                float *mx, int64_t *n)
+{
+    *n = 1;
+    if (qcal_torch_hist_empty(t)) {
+        qcal_range_set_empty(mn, mx, 1);
+        return QCAL_NO_DATA;
+    }
+    if (t->min_val == t->max_val) {   /* bin_width 0: the search returns (min, max) */
+        mn[0] = t->min_val;
+        mx[0] = t->max_val;
+        return QCAL_OK;
+    }
+    return qcal_hist_l2_search(t->hist, t->bins, t->min_val, t->max_val, dst_nbins(obs), mn,
+                               mx);
+}
+
+qcal_status qcal_observer_torch_histogram(const qcal_observer *obs, int64_t cap, float *counts,
+                                          float *min_val, float *max_val, int64_t *n)
+{
+    const qcal_torch_hist *t = obs && obs->cfg.kind == QCAL_OBSERVER_HISTOGRAM
+                                   ? qcal_histobs_torch(obs) : NULL;
+    if (!t || !min_val || !max_val || !n || (cap > 0 && !counts))
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_observer_torch_histogram needs a "
+                          "histogram observer with grid=torch and outputs");
+    if (cap < t->bins)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "torch histogram has %d bins, capacity %lld",
+                          (int)t->bins, (long long)cap);
+    memcpy(counts, t->hist, (size_t)t->bins * sizeof *counts);
+    *min_val = t->min_val;
+    *max_val = t->max_val;
+    *n = t->bins;
+    return QCAL_OK;
+}
+
+qcal_status qcal_observer_torch_histogram_set(qcal_observer *obs, const float *counts,
+                                              int64_t n, float min_val, float max_val)
+{
+    qcal_torch_hist *t = obs && obs->cfg.kind == QCAL_OBSERVER_HISTOGRAM
+                             ? qcal_histobs_torch(obs) : NULL;
+    if (!t || !counts)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_observer_torch_histogram_set needs a "
+                          "histogram observer with grid=torch and counts");
+    if (n != t->bins)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "torch histogram has %lld bins, the observer "
+                          "%d", (long long)n, (int)t->bins);
+    qcal_status st = qcal_torch_hist_set(t, min_val, max_val, counts, (int32_t)n);
+    if (st != QCAL_OK)
+        return st;
+    bool empty = qcal_torch_hist_empty(t);
+    obs->batches = empty ? 0 : (obs->batches ? obs->batches : 1);
+    return QCAL_OK;
+}
+
 static qcal_status histogram_qrange(qcal_observer *obs, int64_t cap, float *mn, float *mx,
                                     int64_t *n)
 {
     (void)cap;
+    const qcal_torch_hist *t = qcal_histobs_torch(obs);
+    if (t)
+        return torch_qrange(obs, t, mn, mx, n);
     qcal_hist view;
     qcal_status st;
     const qcal_hist *h = qcal_histobs_qrange_begin(obs, mn, mx, n, &view, &st);
@@ -326,8 +391,7 @@ static qcal_status histogram_qrange(qcal_observer *obs, int64_t cap, float *mn, 
     /* PyTorch keeps the histogram as float32; so does the search. */
     for (int32_t i = 0; i < h->bins; i++)
         fh[i] = (float)h->counts[i];
-    /* dst_nbins = 2 ** torch.iinfo(dtype).bits, independent of quant_min/quant_max. */
-    double dst = obs->cfg.q.dtype == QCAL_QINT32 ? 4294967296.0 : 256.0;
+    double dst = dst_nbins(obs);
     float a, b;
     st = qcal_hist_l2_search(fh, h->bins, h->lo, h->hi, dst, &a, &b);
     free(fh);

@@ -639,6 +639,16 @@ static bool is_lattice(const qcal_observer *obs)
     return obs->cfg.grid == QCAL_GRID_LATTICE;
 }
 
+static bool is_torch(const qcal_observer *obs)
+{
+    return obs->cfg.grid == QCAL_GRID_TORCH;
+}
+
+qcal_torch_hist *qcal_histobs_torch(const qcal_observer *obs)
+{
+    return is_torch(obs) ? &hobs(obs)->th : NULL;
+}
+
 qcal_status qcal_histobs_init(qcal_observer *obs)
 {
     qcal_histobs *h = qcal_calloc(1, sizeof *h);
@@ -646,6 +656,8 @@ qcal_status qcal_histobs_init(qcal_observer *obs)
         return QCAL_ERR_NO_MEMORY;
     obs->impl = h;
     bool absval = kind_uses_abs(&obs->cfg);
+    if (is_torch(obs))
+        return qcal_torch_hist_init(&h->th, obs->cfg.bins);
     if (is_lattice(obs)) {
         h->hist.bins = obs->cfg.bins;
         h->hist.absval = absval;
@@ -660,6 +672,7 @@ void qcal_histobs_fini(qcal_observer *obs)
     if (h) {
         qcal_hist_free(&h->hist);
         qcal_lattice_free(&h->lat);
+        qcal_torch_hist_free(&h->th);
         free(h);
         obs->impl = NULL;
     }
@@ -668,6 +681,9 @@ void qcal_histobs_fini(qcal_observer *obs)
 qcal_status qcal_histobs_update(qcal_observer *obs, const qcal_tensor *x, int64_t numel,
                                 uint64_t *nonfinite)
 {
+    if (is_torch(obs))
+        return qcal_torch_hist_update(&hobs(obs)->th, x->data, numel, obs->cfg.nonfinite,
+                                      nonfinite);
     if (is_lattice(obs))
         return qcal_lattice_update(&hobs(obs)->lat, x->data, numel, obs->cfg.nonfinite,
                                    nonfinite);
@@ -684,6 +700,12 @@ qcal_status qcal_histobs_channels(const qcal_observer *obs, int64_t *n)
 /* Data min / max (signed) and whether anything was seen. */
 static bool data_minmax(const qcal_observer *obs, float *dmin, float *dmax)
 {
+    if (is_torch(obs)) {
+        const qcal_torch_hist *t = &hobs(obs)->th;
+        *dmin = t->min_val;
+        *dmax = t->max_val;
+        return !qcal_torch_hist_empty(t);
+    }
     if (is_lattice(obs)) {
         const qcal_lattice *L = &hobs(obs)->lat;
         *dmin = L->dmin;
@@ -705,6 +727,11 @@ qcal_status qcal_histobs_data_range(const qcal_observer *obs, int64_t cap, float
     if (!data_minmax(obs, &dmin, &dmax)) {
         qcal_range_set_empty(mn, mx, 1);
         return QCAL_NO_DATA;
+    }
+    if (is_torch(obs)) {   /* PyTorch's min_val / max_val buffers */
+        mn[0] = dmin;
+        mx[0] = dmax;
+        return QCAL_OK;
     }
     if (is_lattice(obs)) {
         /* The data range (|x| kinds: [-max|x|, max|x|], or [0, max|x|] without negatives). */
@@ -732,7 +759,9 @@ qcal_status qcal_histobs_data_range(const qcal_observer *obs, int64_t cap, float
 
 void qcal_histobs_reset(qcal_observer *obs)
 {
-    if (is_lattice(obs))
+    if (is_torch(obs))
+        qcal_torch_hist_clear(&hobs(obs)->th);
+    else if (is_lattice(obs))
         qcal_lattice_clear(&hobs(obs)->lat);
     else
         qcal_hist_clear(&hobs(obs)->hist);
@@ -740,6 +769,8 @@ void qcal_histobs_reset(qcal_observer *obs)
 
 qcal_status qcal_histobs_merge(qcal_observer *dst, const qcal_observer *src)
 {
+    if (is_torch(dst))
+        return qcal_torch_hist_merge(&hobs(dst)->th, &hobs(src)->th);
     if (is_lattice(dst))
         return qcal_lattice_merge(&hobs(dst)->lat, &hobs(src)->lat);
     return qcal_hist_merge(&hobs(dst)->hist, &hobs(src)->hist);
@@ -747,7 +778,9 @@ qcal_status qcal_histobs_merge(qcal_observer *dst, const qcal_observer *src)
 
 void qcal_histobs_save(const qcal_observer *obs, qcal_buf *b)
 {
-    if (is_lattice(obs))
+    if (is_torch(obs))
+        qcal_torch_hist_save(&hobs(obs)->th, b);
+    else if (is_lattice(obs))
         qcal_lattice_save(&hobs(obs)->lat, b);
     else
         qcal_hist_save(&hobs(obs)->hist, b);
@@ -755,6 +788,8 @@ void qcal_histobs_save(const qcal_observer *obs, qcal_buf *b)
 
 qcal_status qcal_histobs_load(qcal_observer *obs, qcal_cursor *c)
 {
+    if (is_torch(obs))
+        return qcal_torch_hist_load(&hobs(obs)->th, c);
     if (is_lattice(obs))
         return qcal_lattice_load(&hobs(obs)->lat, c);
     return qcal_hist_load(&hobs(obs)->hist, c);
@@ -766,6 +801,14 @@ const qcal_hist *qcal_histobs_qrange_begin(const qcal_observer *obs, float *mn, 
     *n = 1;
     *st = QCAL_OK;
     memset(view, 0, sizeof *view);
+    if (is_torch(obs)) {
+        /* The torch grid keeps float counts; only the histogram kind reads them
+         * (histogram.c), through qcal_histobs_torch. */
+        qcal_range_set_empty(mn, mx, 1);
+        *st = qcal_error(QCAL_ERR_UNSUPPORTED, "grid=torch keeps PyTorch's float32 counts: "
+                         "read them with qcal_observer_torch_histogram");
+        return NULL;
+    }
     if (!is_lattice(obs)) {
         const qcal_hist *h = &hobs(obs)->hist;
         if (qcal_hist_empty(h)) {

@@ -16,6 +16,7 @@
 
 #include "observers/histogram_dsp.h"
 #include "observers/histogram_lattice.h"
+#include "observers/histogram_torch.h"
 #include "observers/observer_impl.h"
 
 /* ---- binning kernels ---------------------------------------------------------------- */
@@ -140,12 +141,16 @@ void qcal_histobs_reset(qcal_observer *obs);
 qcal_status qcal_histobs_merge(qcal_observer *dst, const qcal_observer *src);
 void qcal_histobs_save(const qcal_observer *obs, qcal_buf *b);
 qcal_status qcal_histobs_load(qcal_observer *obs, qcal_cursor *c);
-/* Kind state of the four kinds: the first-batch grid's histogram or the lattice
- * (obs->cfg.grid says which one is in use). */
+/* Kind state of the four kinds: the first-batch grid's histogram, the lattice or the torch
+ * grid (histogram kind only; obs->cfg.grid says which one is in use). */
 typedef struct qcal_histobs {
     qcal_hist hist;
     qcal_lattice lat;
+    qcal_torch_hist th;
 } qcal_histobs;
+
+/* The torch grid's state of a "histogram" observer with grid=torch (NULL otherwise). */
+qcal_torch_hist *qcal_histobs_torch(const qcal_observer *obs);
 
 /* The first-batch grid's histogram of an observer of one of the four kinds. */
 qcal_hist *qcal_histobs_hist(const qcal_observer *obs);

@@ -94,6 +94,7 @@ const char *qcal_observer_grid_name(qcal_observer_grid grid)
     switch (grid) {
     case QCAL_GRID_LATTICE: return "lattice";
     case QCAL_GRID_FIRST_BATCH: return "first-batch";
+    case QCAL_GRID_TORCH: return "torch";
     }
     return "unknown";
 }
@@ -110,8 +111,12 @@ qcal_status qcal_observer_grid_parse(const char *name, qcal_observer_grid *out)
         *out = QCAL_GRID_FIRST_BATCH;
         return QCAL_OK;
     }
+    if (!strcmp(name, "torch")) {
+        *out = QCAL_GRID_TORCH;
+        return QCAL_OK;
+    }
     return qcal_error(QCAL_ERR_INVALID_ARG,
-                      "unknown grid '%s' (expected lattice or first-batch)", name);
+                      "unknown grid '%s' (expected lattice, first-batch or torch)", name);
 }
 
 void qcal_observer_config_default(qcal_observer_config *cfg, qcal_observer_kind kind)
@@ -162,9 +167,13 @@ qcal_status qcal_observer_config_validate(const qcal_observer_config *cfg)
         if (cfg->bins < 1 || cfg->bins > (1 << 24))
             return qcal_error(QCAL_ERR_INVALID_ARG, "bins %d is outside [1, 16777216]",
                               (int)cfg->bins);
-        if ((unsigned)cfg->grid > QCAL_GRID_FIRST_BATCH)
+        if ((unsigned)cfg->grid > QCAL_GRID_TORCH)
             return qcal_error(QCAL_ERR_INVALID_ARG, "unknown histogram grid %d (expected "
-                              "lattice or first-batch)", (int)cfg->grid);
+                              "lattice, first-batch or torch)", (int)cfg->grid);
+        if (cfg->grid == QCAL_GRID_TORCH && cfg->kind != QCAL_OBSERVER_HISTOGRAM)
+            return qcal_error(QCAL_ERR_INVALID_ARG, "grid=torch reproduces PyTorch's "
+                              "HistogramObserver: observer histogram only, not %s",
+                              kind_names[cfg->kind]);
         if (cfg->kind == QCAL_OBSERVER_PERCENTILE &&
             !(cfg->percentile > 0.0 && cfg->percentile <= 100.0))
             return qcal_error(QCAL_ERR_INVALID_ARG, "percentile %g is outside (0, 100]",

@@ -240,7 +240,7 @@ static qcal_status set_grid(qcal_observer_config *cfg, const char *key, int choi
                             const char *value)
 {
     (void)key, (void)value;
-    cfg->grid = (qcal_observer_grid)choice;   /* lattice|first_batch */
+    cfg->grid = (qcal_observer_grid)choice;   /* lattice|first_batch|torch */
     return QCAL_OK;
 }
 
@@ -312,9 +312,10 @@ static const key_row keys[] = {
         NULL, NULL, false }, set_averaging_constant },
     { { "bins", "N", NULL, "histogram kinds: bin count, in [1, 16777216] (default 2048)",
         NULL, NULL, false }, set_bins },
-    { { "grid", "G", "lattice|first_batch",
-        "histogram kinds: lattice (default; answer depends only on the data, exact merges) "
-        "or first_batch (PyTorch's grid: torch.histc parity on one batch)",
+    { { "grid", "G", "lattice|first_batch|torch",
+        "histogram kinds: lattice (default; answer depends only on the data, exact merges), "
+        "first_batch (bins over the first batch's range, grown by doubling) or torch "
+        "(histogram only: PyTorch 1.13's HistogramObserver bit for bit, order-dependent)",
         NULL, NULL, false }, set_grid },
     { { "percentile", "P", NULL, "percentile kind: in (0, 100] (default 99.99)",
         NULL, NULL, false }, set_percentile },

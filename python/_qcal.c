@@ -475,7 +475,8 @@ static PyObject *config_to_python(const qcal_observer_config *cfg)
     if (hist) {
         bad |= dict_set_steal(d, "bins", PyLong_FromLong(cfg->bins));
         bad |= dict_set_steal(d, "grid", PyUnicode_FromString(
-            cfg->grid == QCAL_GRID_FIRST_BATCH ? "first_batch" : "lattice"));
+            cfg->grid == QCAL_GRID_FIRST_BATCH ? "first_batch"
+            : cfg->grid == QCAL_GRID_TORCH ? "torch" : "lattice"));
     }
     if (cfg->kind == QCAL_OBSERVER_PERCENTILE) {
         bad |= dict_set_steal(d, "percentile", PyFloat_FromDouble(cfg->percentile));
@@ -796,6 +797,105 @@ static PyObject *Observer_reset(ObserverObject *self, PyObject *noargs)
     Py_RETURN_NONE;
 }
 
+/* _torch_histogram() -> (counts float32[bins], min_val, max_val): grid=torch's PyTorch
+ * buffers (qcal_observer_torch_histogram). */
+static PyObject *Observer_torch_histogram(ObserverObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    if (check_obs(self) < 0)
+        return NULL;
+    int64_t n = 0;
+    obs_lock(self);
+    const qcal_observer_config cfg = *qcal_observer_get_config(self->obs);
+    obs_unlock(self);
+    int64_t bins = cfg.bins > 0 ? cfg.bins : 1;
+    float *c = PyMem_Calloc((size_t)bins, sizeof(float));
+    if (!c)
+        return PyErr_NoMemory();
+    float mn = 0.0f, mx = 0.0f;
+    obs_lock(self);
+    qcal_status st = qcal_observer_torch_histogram(self->obs, bins, c, &mn, &mx, &n);
+    obs_unlock(self);
+    PyObject *res = NULL;
+    if (st < 0) {
+        raise_status(st);
+    } else {
+        PyObject *a = f32_array(c, n);
+        if (a)
+            res = Py_BuildValue("(Odd)", a, (double)mn, (double)mx);
+        Py_XDECREF(a);
+    }
+    PyMem_Free(c);
+    return res;
+}
+
+/* _torch_histogram_set(counts, min_val, max_val): grid=torch's state from PyTorch buffers. */
+static PyObject *Observer_torch_histogram_set(ObserverObject *self, PyObject *args)
+{
+    PyObject *co;
+    double mn, mx;
+    if (!PyArg_ParseTuple(args, "Odd:_torch_histogram_set", &co, &mn, &mx))
+        return NULL;
+    if (check_obs(self) < 0)
+        return NULL;
+    f32_in in;
+    if (f32_get(co, &in) < 0)
+        return NULL;
+    obs_lock(self);
+    qcal_status st = qcal_observer_torch_histogram_set(self->obs, in.t.data, in.numel,
+                                                       (float)mn, (float)mx);
+    self->version = ++version_seq;
+    obs_unlock(self);
+    f32_release(&in);
+    if (st < 0)
+        return raise_status(st);
+    Py_RETURN_NONE;
+}
+
+/* _histogram_bins() -> (edges float64 list, counts list): qcal_observer_histogram_bins. */
+static PyObject *Observer_histogram_bins(ObserverObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    if (check_obs(self) < 0)
+        return NULL;
+    obs_lock(self);
+    const qcal_observer_config cfg = *qcal_observer_get_config(self->obs);
+    obs_unlock(self);
+    int64_t cap = cfg.bins > 0 ? cfg.bins : 1, n = 0;
+    qcal_status st;
+    double *e = PyMem_Calloc((size_t)cap + 1, sizeof(double));
+    uint64_t *c = PyMem_Calloc((size_t)cap, sizeof(uint64_t));
+    PyObject *res = NULL, *el = NULL, *cl = NULL;
+    if (!e || !c) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    obs_lock(self);
+    st = qcal_observer_histogram_bins(self->obs, cap, e, c, &n);
+    obs_unlock(self);
+    if (st < 0) {
+        raise_status(st);
+        goto out;
+    }
+    el = PyList_New(n ? n + 1 : 0);
+    cl = PyList_New(n);
+    if (!el || !cl)
+        goto out;
+    for (int64_t i = 0; i < n; i++) {
+        PyList_SET_ITEM(cl, i, PyLong_FromUnsignedLongLong(c[i]));
+        PyList_SET_ITEM(el, i, PyFloat_FromDouble(e[i]));
+    }
+    if (n)
+        PyList_SET_ITEM(el, n, PyFloat_FromDouble(e[n]));
+    res = PyTuple_Pack(2, el, cl);
+out:
+    Py_XDECREF(el);
+    Py_XDECREF(cl);
+    PyMem_Free(e);
+    PyMem_Free(c);
+    return res;
+}
+
 static PyObject *Observer_merge(ObserverObject *self, PyObject *other)
 {
     if (check_obs(self) < 0)
@@ -989,6 +1089,12 @@ static PyMethodDef Observer_methods[] = {
     {"data_range", (PyCFunction)Observer_data_range, METH_NOARGS,
      "data_range() -> (min, max) float32 arrays: the running range the observer keeps."},
     {"reset", (PyCFunction)Observer_reset, METH_NOARGS, "reset(): forget all data."},
+    {"_torch_histogram", (PyCFunction)Observer_torch_histogram, METH_NOARGS,
+     "internal: grid=torch's (counts, min_val, max_val), PyTorch's buffers."},
+    {"_torch_histogram_set", (PyCFunction)Observer_torch_histogram_set, METH_VARARGS,
+     "internal: grid=torch's state from PyTorch's (counts, min_val, max_val)."},
+    {"_histogram_bins", (PyCFunction)Observer_histogram_bins, METH_NOARGS,
+     "internal: (edges, counts) of the histogram the range search runs on."},
     {"merge", (PyCFunction)Observer_merge, METH_O,
      "merge(other): fold other's data into this observer (same kind and config)."},
     {"save", (PyCFunction)Observer_save, METH_NOARGS, "save() -> bytes: the observer state."},

@@ -57,6 +57,10 @@ typedef enum qcal_observer_grid {
     QCAL_GRID_FIRST_BATCH = 1,  /* "first-batch": bins over the first batch's [min, max],
                                  * grown by doubling: torch.histc / PyTorch parity on one
                                  * batch, but order-dependent after growth */
+    QCAL_GRID_TORCH = 2,        /* "torch" (histogram kind only): PyTorch 1.13's
+                                 * HistogramObserver bit for bit (int()-truncated histc
+                                 * bounds, upsample/resample on growth, order-dependent;
+                                 * merges only with an empty side) */
 } qcal_observer_grid;
 
 /* An observer's settings. Rules files (key=value), CLI options (--key VALUE) and Python

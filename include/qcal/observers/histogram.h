@@ -147,6 +147,22 @@ QCAL_API qcal_status qcal_observer_search_curve(qcal_observer *obs, int64_t cap,
                                                 float *hi, double *err, int64_t *n,
                                                 int64_t *chosen);
 
+/* grid=torch (histogram kind only): PyTorch's buffers. counts[0..bins) gets torch's
+ * `histogram` (float32 counts; bin i spans [min + i w, min + (i+1) w], w = (max - min) /
+ * bins, though torch.histc binned each batch over int()-truncated bounds), *min_val /
+ * *max_val its min_val / max_val (+inf / -inf when empty); *n = bins. QCAL_ERR_INVALID_ARG
+ * for another kind or grid, or cap < bins. */
+QCAL_API qcal_status qcal_observer_torch_histogram(const qcal_observer *obs, int64_t cap,
+                                                   float *counts, float *min_val,
+                                                   float *max_val, int64_t *n);
+/* grid=torch: replaces the state by PyTorch buffers (a torch.ao HistogramObserver's
+ * state_dict): n == bins, counts finite and >= 0, [min_val, max_val] finite with
+ * min <= max, or (+inf, -inf) with zero counts for an empty observer (QCAL_ERR_FORMAT
+ * otherwise, observer unchanged). */
+QCAL_API qcal_status qcal_observer_torch_histogram_set(qcal_observer *obs,
+                                                       const float *counts, int64_t n,
+                                                       float min_val, float max_val);
+
 #ifdef __cplusplus
 }
 #endif
