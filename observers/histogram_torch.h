@@ -37,7 +37,8 @@ qcal_status qcal_torch_hist_set(qcal_torch_hist *h, float min_val, float max_val
                                 const float *hist, int32_t bins);
 
 /* The last of torch.linspace(start, end, steps) in float32 as ATen 1.13's CPU kernel
- * computes it (AVX2 build: 16-element vector chunks; end itself unless steps % 16 == 0). */
+ * computes it (AVX2 build: 16-element vector chunks, a fused multiply-add; end itself
+ * unless steps % 16 == 0). */
 float qcal_torch_linspace_last(float start, float end, int64_t steps);
 
 #endif

@@ -163,6 +163,12 @@ qcal_status qcal_observer_config_validate(const qcal_observer_config *cfg)
             return qcal_error(QCAL_ERR_INVALID_ARG,
                               "averaging constant %g is outside (0, 1]", (double)c);
     }
+    if ((cfg->kind == QCAL_OBSERVER_MINMAX || cfg->kind == QCAL_OBSERVER_MOVING_AVERAGE_MINMAX) &&
+        cfg->q.reduce_range && cfg->q.dtype == QCAL_QUINT8 &&
+        cfg->q.qscheme == QCAL_PER_TENSOR_SYMMETRIC)
+        return qcal_error(QCAL_ERR_UNSUPPORTED, "reduce_range is not supported with "
+                          "per_tensor_symmetric for quint8 in %s (as PyTorch's; its "
+                          "HistogramObserver accepts it)", kind_names[cfg->kind]);
     if (kind_is_histogram(cfg->kind)) {
         if (cfg->bins < 1 || cfg->bins > (1 << 24))
             return qcal_error(QCAL_ERR_INVALID_ARG, "bins %d is outside [1, 16777216]",

@@ -202,9 +202,11 @@ qcal_status qcal_qconfig_range(const qcal_qconfig *cfg, int64_t *quant_min, int6
         qmax = INT32_MAX;
     }
     /* PyTorch's MinMaxObserver / PerChannelMinMaxObserver raise NotImplementedError for
-     * this combination (the zero-point 128 would lie outside [0, 127]). */
+     * reduce_range with a symmetric quint8 scheme (observer.c refuses those kinds), but its
+     * HistogramObserver accepts per_tensor_symmetric: [0, 127] with zero-point 128 (outside
+     * the range, as PyTorch gives it). Per-channel symmetric has no such observer. */
     if (cfg->reduce_range && cfg->dtype == QCAL_QUINT8 &&
-        (cfg->qscheme == QCAL_PER_TENSOR_SYMMETRIC || cfg->qscheme == QCAL_PER_CHANNEL_SYMMETRIC))
+        cfg->qscheme == QCAL_PER_CHANNEL_SYMMETRIC)
         return qcal_error(QCAL_ERR_UNSUPPORTED,
                           "reduce_range is not supported with %s for quint8 (as PyTorch)",
                           qscheme_names[cfg->qscheme]);

@@ -98,8 +98,25 @@ static void test_ranges(void **state)
     expect_range_fail(QCAL_QUINT8, 0, false, true, 0, 256, e, QCAL_ERR_INVALID_ARG);
     expect_range_fail(QCAL_QINT32, 0, false, true, INT32_MIN, INT32_MAX, e,
                       QCAL_ERR_INVALID_ARG);                   /* > 2^31 levels */
-    expect_range_fail(QCAL_QUINT8, QCAL_PER_TENSOR_SYMMETRIC, true, false, 0, 0, e,
-                      QCAL_ERR_UNSUPPORTED);
+    {
+        /* PyTorch's HistogramObserver(quint8, per_tensor_symmetric, reduce_range=True):
+         * [0, 127], zero-point 128, scale max|x| / 63.5 (torch 1.13: [-1, 3] -> 0.0472,
+         * 128). MinMaxObserver refuses it (observer.c, test_observer_config). */
+        qcal_qconfig c;
+        qcal_qconfig_default(&c);
+        c.dtype = QCAL_QUINT8;
+        c.qscheme = QCAL_PER_TENSOR_SYMMETRIC;
+        c.reduce_range = true;
+        int64_t lo = 99, hi = 99;
+        assert_int_equal(qcal_qconfig_range(&c, &lo, &hi), QCAL_OK);
+        assert_int_equal(lo, 0);
+        assert_int_equal(hi, 127);
+        float mn = -1.0f, mx = 3.0f, s = 0.0f;
+        int32_t z = -1;
+        assert_int_equal(qcal_qparams_compute_arrays(&c, 1, &mn, &mx, &s, &z, NULL), QCAL_OK);
+        assert_true(s == 3.0f / 63.5f);
+        assert_int_equal(z, 128);
+    }
     expect_range_fail(QCAL_QUINT8, QCAL_PER_CHANNEL_SYMMETRIC, true, false, 0, 0, e,
                       QCAL_ERR_UNSUPPORTED);
     expect_range_fail(QCAL_QUINT8, 0, false, false, 0, 0, 0.0f, QCAL_ERR_INVALID_ARG);

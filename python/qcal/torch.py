@@ -299,7 +299,9 @@ class _QcalObserver(_Base):
                          quant_min=quant_min, quant_max=quant_max,
                          factory_kwargs=factory_kwargs, eps=eps)
         if (qscheme in (_torch.per_tensor_symmetric, _torch.per_channel_symmetric)
-                and reduce_range and dtype == _torch.quint8):
+                and reduce_range and dtype == _torch.quint8
+                and not isinstance(self, _HistogramFamily)):
+            # As torch's MinMax family; its HistogramObserver accepts it ([0, 127], zp 128).
             raise NotImplementedError("Cannot reduce range for symmetric quantization "
                                       "for quint8")
         cfg = dict(dtype=_DTYPES[dtype], qscheme=_QSCHEMES[qscheme],
@@ -501,9 +503,10 @@ class MovingAveragePerChannelMinMaxObserver(_QcalObserver):
 
 class _HistogramFamily(_QcalObserver):
     """Histogram-family common part. ``grid``: "lattice" (qcal's default: cells of width
-    2^e anchored at zero, results independent of batch order and split) or "first_batch"
-    (PyTorch's grid, fixed by the first batch's range and grown by whole bins); "-" and
-    "_" are one character. Other qcal config keys (rules-file spellings) pass through
+    2^e anchored at zero, results independent of batch order and split), "first_batch"
+    (bins over the first batch's exact range, grown by doubling) or, HistogramObserver
+    only, "torch" (PyTorch 1.13's HistogramObserver bit for bit); "-" and "_" are one
+    character. Other qcal config keys (rules-file spellings) pass through
     ``**qcal_config``."""
 
     def __init__(self, bins, dtype, qscheme, reduce_range, quant_min, quant_max,
@@ -516,9 +519,11 @@ class _HistogramFamily(_QcalObserver):
 
 class HistogramObserver(_HistogramFamily):
     """HistogramObserver with qcal's order-independent histogram and L2 search: the same
-    arguments as torch's (upsample_rate is accepted and unused) plus ``grid``; results
-    depend on the data only (grid="lattice"), and equal `qcal observe --observer histogram`
-    on the same batches."""
+    arguments as torch's plus ``grid``. grid="lattice" (default): results depend on the
+    data only and equal `qcal observe --observer histogram` on the same batches
+    (upsample_rate is unused). grid="torch": PyTorch 1.13's HistogramObserver bit for bit
+    (histogram, min_val, max_val, scale and zero-point after every batch; upsample_rate
+    must be 128, PyTorch's default)."""
     _kind = "histogram"
 
     def __init__(self, bins=2048, upsample_rate=128, dtype=_torch.quint8,
@@ -526,6 +531,9 @@ class HistogramObserver(_HistogramFamily):
                  quant_max=None, factory_kwargs=None, eps=_torch.finfo(_torch.float32).eps,
                  grid="lattice", **qcal_config):
         self.upsample_rate = upsample_rate
+        if str(grid) == "torch" and upsample_rate != 128:
+            raise NotImplementedError("grid='torch' reproduces PyTorch's default "
+                                      f"upsample_rate=128, not {upsample_rate}")
         super().__init__(bins, dtype, qscheme, reduce_range, quant_min, quant_max,
                          factory_kwargs, eps, grid, **qcal_config)
 

@@ -36,8 +36,9 @@
  *   - data_range: [min, max] of the data (|x| kinds: [-max|x|, max|x|], or [0, max|x|] if
  *     no value < 0).
  *
- * GRID FIRST-BATCH (QCAL_GRID_FIRST_BATCH, "first-batch"): PyTorch's grid, for exact
- *   single-batch parity; the answer after growth depends on batch order.
+ * GRID FIRST-BATCH (QCAL_GRID_FIRST_BATCH, "first-batch"): bins over the first batch's
+ *   exact range; the answer after growth depends on batch order. Not PyTorch's numbers
+ *   (PyTorch truncates the bounds with int() and resamples on growth: grid torch below).
  *   - First batch: [lo, hi] = [min, max] of the batch (|x|: [0, max|x|]); bin index as
  *     torch.histc's CPU kernel with float bounds: (int64)((x - lo) / (hi - lo) * bins) in
  *     float32, x == hi in the last bin - verified against torch.histc next to every edge.
@@ -63,8 +64,34 @@
  *   - save/load: grid, data min/max, total, top-edge count and every count.
  *   - data_range: the grid ([lo, hi]; |x| grids: [-hi, hi], or [0, hi] if no value < 0).
  *
+ * GRID TORCH (QCAL_GRID_TORCH, "torch"; kind histogram only): PyTorch 1.13's
+ *   HistogramObserver bit for bit after any sequence of batches: its buffers histogram
+ *   (float32 counts), min_val and max_val, and calculate_qparams.
+ *   - First batch, or any batch while min_val == max_val (the old counts are dropped, as
+ *     PyTorch): min/max of the batch; torch.histc(x, bins, int(min), int(max)): bounds
+ *     truncated toward zero, values outside them not counted; equal bounds take the
+ *     batch's own min/max, still equal widened by 1; last edge as torch.linspace.
+ *   - Later batches: _adjust_min_max (float32: hist_bin_width = (max - min) / (bins * 128),
+ *     downsample_rate D = ceil(range / (bins * width)), max += D * bins * width - range,
+ *     start_idx = round-half-even((min_val - new min) / width)), torch.histc over the
+ *     truncated new bounds, then counts added if the range is unchanged, else
+ *     _combine_histograms: old counts upsampled 128 times at start_idx, cumulative sums in
+ *     double sampled every D cells, differences against the previous sum rounded to float,
+ *     / 128, to float, added.
+ *   - Non-finite values are skipped and counted (PyTorch raises); QCAL_NONFINITE_ERROR
+ *     refuses the batch. Counts per batch are exact integers made float (PyTorch's float
+ *     counter saturates at 2^24 per bin and thread). A growth PyTorch cannot do (old
+ *     histogram outside the combined cells, infinite downsample rate) is
+ *     QCAL_ERR_UNSUPPORTED, observer unchanged.
+ *   - merge: only with an empty side (the result is the other side); two non-empty sides
+ *     are QCAL_ERR_UNSUPPORTED (PyTorch has no merge; its histogram depends on order).
+ *   - save/load: the three buffers. qcal_observer_torch_histogram / _set read and replace
+ *     them (a torch.ao state_dict). data_range: [min_val, max_val].
+ *   - Introspection: qcal_observer_histogram_bins and qcal_observer_search_curve are
+ *     QCAL_ERR_UNSUPPORTED (float counts): use qcal_observer_torch_histogram.
+ *
  * RANGE CHOICE (qcal_observer_qrange; qcal_observer_qparams then applies the qscheme), on
- * the first-batch histogram or the lattice's view ([lo, hi] below):
+ * the first-batch or torch histogram or the lattice's view ([lo, hi] below):
  *   histogram: PyTorch 1.13 HistogramObserver._non_linear_param_search on the counts as
  *     float32 over [lo, hi] with dst_nbins = 2^bits of the dtype (256, or 2^32 for qint32),
  *     reproducing its float32/float64 arithmetic, torch.cumsum (double accumulation) and
