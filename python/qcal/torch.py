@@ -26,6 +26,7 @@ import json as _json
 import sys as _sys
 import types as _types
 from typing import Dict as _Dict, List as _List
+import struct as _struct
 import warnings as _warnings
 import weakref as _weakref
 
@@ -86,6 +87,9 @@ class _Buffers(dict):
 
 
 _RANGE_BUFFERS = ("min_val", "max_val")
+# Kinds whose state is the same torch buffers (torch loads one's state_dict into the other).
+_FAMILY = {"minmax": "t", "moving_average_minmax": "t", "per_channel_minmax": "c",
+           "moving_average_per_channel_minmax": "c"}
 
 
 def _range_into(obs, mn, mx, per_channel):
@@ -441,11 +445,68 @@ class _QcalObserver(_Base):
             except _qcal.Error as e:
                 error_msgs.append(f"{key}: {e}")
                 return
-            if obs.kind != self._kind:
+            if obs.kind == self._kind:
+                self._qcal_set(obs)
+                return
+            if obs.kind not in _FAMILY or _FAMILY.get(obs.kind) != _FAMILY.get(self._kind):
                 error_msgs.append(f"{key}: state of a {obs.kind} observer cannot be loaded "
                                   f"into {type(self).__name__} ({self._kind})")
                 return
-            self._qcal_set(obs)
+            # Same min/max family (MovingAverage <-> MinMax): as torch, the buffers carry over.
+        elif prefix + "min_val" not in state_dict or prefix + "max_val" not in state_dict:
+            return
+        else:
+            # torch.ao's keys: no qcal_state to miss; its histogram buffer is read below.
+            for lst, k in ((missing_keys, key), (unexpected_keys, prefix + "histogram")):
+                if k in lst:
+                    lst.remove(k)
+        # A torch.ao state_dict (or one of the other min/max kind): rebuild the qcal state
+        # from PyTorch's buffers, or refuse; never keep an empty observer silently.
+        try:
+            self._qcal_from_torch_buffers(state_dict, prefix)
+        except (_qcal.Error, ValueError) as e:
+            error_msgs.append(f"{prefix}: {e}")
+
+    def _qcal_from_torch_buffers(self, state_dict, prefix):
+        mn = state_dict[prefix + "min_val"].detach().cpu().to(_torch.float32).reshape(-1)
+        mx = state_dict[prefix + "max_val"].detach().cpu().to(_torch.float32).reshape(-1)
+        fresh = _qcal.Observer.load(self._qcal_obs.save())
+        fresh.reset()
+        if self._kind in ("minmax", "moving_average_minmax", "per_channel_minmax",
+                          "moving_average_per_channel_minmax"):
+            if mn.shape != mx.shape:
+                raise ValueError(f"min_val {tuple(mn.shape)} and max_val {tuple(mx.shape)} "
+                                 "differ in shape")
+            empty = bool(((mn == float("inf")) & (mx == float("-inf"))).all())
+            if self._per_channel:
+                pairs = _torch.stack([mn, mx], 1).numpy().astype("<f4").tobytes()
+                payload = _struct.pack("<Q", mn.numel()) + pairs
+            else:
+                if mn.numel() != 1:
+                    raise ValueError(f"per-tensor min_val has {mn.numel()} values")
+                payload = _struct.pack("<ff", float(mn[0]), float(mx[0]))
+            blob = fresh.save()
+            # docs/state.md: batches at 92, payload length at 100, payload at 108.
+            blob = (blob[:92] + _struct.pack("<QQ", 0 if empty else 1, len(payload)) +
+                    payload)
+            self._qcal_set(_qcal.Observer.load(blob))
+            return
+        hist_key = prefix + "histogram"
+        if self._kind == "histogram" and fresh.config["grid"] == "torch":
+            if hist_key not in state_dict:
+                raise ValueError("a grid='torch' HistogramObserver needs the 'histogram' "
+                                 "buffer of torch's state_dict")
+            h = state_dict[hist_key].detach().cpu().to(_torch.float32).contiguous()
+            if mn.numel() != 1 or mx.numel() != 1:
+                raise ValueError("histogram min_val / max_val must be scalars")
+            fresh._torch_histogram_set(h, float(mn[0]), float(mx[0]))
+            self._qcal_set(fresh)
+            return
+        raise ValueError(f"{type(self).__name__} (grid={getattr(self, 'grid', None)!r}) "
+                         "cannot rebuild its state from torch.ao's min_val / max_val"
+                         + (" / histogram: load it into HistogramObserver(grid='torch'), "
+                            "which reproduces PyTorch's histogram" if hist_key in state_dict
+                            else ""))
 
 
 class MinMaxObserver(_QcalObserver):
@@ -536,6 +597,31 @@ class HistogramObserver(_HistogramFamily):
                                       f"upsample_rate=128, not {upsample_rate}")
         super().__init__(bins, dtype, qscheme, reduce_range, quant_min, quant_max,
                          factory_kwargs, eps, grid, **qcal_config)
+
+    @property
+    def histogram(self):
+        """The histogram as a float32 tensor of ``bins`` counts. grid="torch": PyTorch's
+        own ``histogram`` buffer (bins equal bins over [min_val, max_val], counts
+        resampled on growth, as torch's). Other grids: the histogram the L2 search runs
+        on, ``bins`` equal bins over the data range [min, max] (on the lattice re-binned
+        from its cells; edges: ``histogram_edges()``). Zeros before any data."""
+        obs = self.__dict__["_qcal_obs"]
+        if obs.config["grid"] == "torch":
+            return _torch.from_numpy(obs._torch_histogram()[0])
+        edges, counts = obs._histogram_bins()
+        if not counts:
+            return _torch.zeros(int(self.bins))
+        return _torch.tensor(counts, dtype=_torch.float64).to(_torch.float32)
+
+    def histogram_edges(self):
+        """The ``bins + 1`` bin edges of ``histogram`` (float64; empty before any data)."""
+        obs = self.__dict__["_qcal_obs"]
+        if obs.config["grid"] == "torch":
+            _, mn, mx = obs._torch_histogram()
+            if mn > mx:
+                return _torch.zeros(0, dtype=_torch.float64)
+            return _torch.linspace(mn, mx, int(self.bins) + 1, dtype=_torch.float64)
+        return _torch.tensor(obs._histogram_bins()[0], dtype=_torch.float64)
 
 
 class PercentileObserver(_HistogramFamily):
