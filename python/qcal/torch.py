@@ -292,9 +292,10 @@ class _QcalObserver(_Base):
 
     def __init__(self, dtype, qscheme, reduce_range, quant_min, quant_max, factory_kwargs,
                  eps, **qcal_config):
-        if dtype not in _DTYPES:
+        quint4x2 = dtype == _torch.quint4x2 and not isinstance(self, _HistogramFamily)
+        if dtype not in _DTYPES and not quint4x2:
             raise NotImplementedError(f"{type(self).__name__} supports quint8, qint8 and "
-                                      f"qint32, not {dtype}")
+                                      f"qint32{'' if isinstance(self, _HistogramFamily) else ' and quint4x2'}, not {dtype}")
         if (qscheme in _PER_TENSOR) == self._per_channel:
             raise NotImplementedError(
                 f"{type(self).__name__}'s qscheme must be "
@@ -308,9 +309,18 @@ class _QcalObserver(_Base):
             # As torch's MinMax family; its HistogramObserver accepts it ([0, 127], zp 128).
             raise NotImplementedError("Cannot reduce range for symmetric quantization "
                                       "for quint8")
-        cfg = dict(dtype=_DTYPES[dtype], qscheme=_QSCHEMES[qscheme],
+        cfg = dict(dtype=_DTYPES.get(dtype, "quint8"), qscheme=_QSCHEMES[qscheme],
                    reduce_range=bool(reduce_range), eps=float(eps), **qcal_config)
-        if self.has_customized_qrange:
+        if quint4x2 and qscheme in _SYMMETRIC:
+            raise NotImplementedError(
+                "quint4x2 with a symmetric qscheme is not supported (torch gives zero-point "
+                "0 on [0, 15]; qcal would give 7): use an affine or float-qparams scheme")
+        if quint4x2:
+            # torch.quint4x2 (4-bit embeddings): torch's [quant_min, quant_max] ([0, 15])
+            # on quint8 storage; the qparams formulas are the same.
+            cfg.update(reduce_range=False, quant_min=int(self.quant_min),
+                       quant_max=int(self.quant_max))
+        elif self.has_customized_qrange:
             cfg["quant_min"] = int(quant_min)
             cfg["quant_max"] = int(quant_max)
         d = self.__dict__

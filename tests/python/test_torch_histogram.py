@@ -201,6 +201,30 @@ class StateDicts(unittest.TestCase):
         self.assertEqual(q.calculate_qparams()[0].item(), 1.0)
 
 
+class Quint4x2(unittest.TestCase):
+    def test_min_max_observers(self):
+        x = torch.randn(6, 16) * 3
+        cases = [(tob.PerChannelMinMaxObserver, qt.PerChannelMinMaxObserver,
+                  dict(qscheme=torch.per_channel_affine_float_qparams)),
+                 (tob.MovingAveragePerChannelMinMaxObserver,
+                  qt.MovingAveragePerChannelMinMaxObserver,
+                  dict(qscheme=torch.per_channel_affine_float_qparams, ch_axis=1)),
+                 (tob.PerChannelMinMaxObserver, qt.PerChannelMinMaxObserver,
+                  dict(qscheme=torch.per_channel_affine)),
+                 (tob.MinMaxObserver, qt.MinMaxObserver, dict()),
+                 (tob.MovingAverageMinMaxObserver, qt.MovingAverageMinMaxObserver, dict())]
+        for tcls, qcls, kw in cases:
+            t, q = tcls(dtype=torch.quint4x2, **kw), qcls(dtype=torch.quint4x2, **kw)
+            self.assertEqual((q.quant_min, q.quant_max), (t.quant_min, t.quant_max))
+            for b in (x, x * 2 - 1):
+                t(b)
+                q(b)
+            (s1, z1), (s2, z2) = t.calculate_qparams(), q.calculate_qparams()
+            self.assertTrue(torch.equal(s1, s2), qcls.__name__)
+            self.assertTrue(torch.equal(z1, z2), qcls.__name__)
+            self.assertEqual(z1.dtype, z2.dtype)
+
+
 class DocNumbers(unittest.TestCase):
     def test_committed_numbers_are_torch(self):
         import gen_doc_numbers

@@ -87,7 +87,9 @@ class MinMaxParity(unittest.TestCase):
         with self.assertRaises(NotImplementedError):
             qt.PerChannelMinMaxObserver(qscheme=torch.per_tensor_affine)
         with self.assertRaises(NotImplementedError):
-            qt.MinMaxObserver(dtype=torch.quint4x2)
+            qt.HistogramObserver(dtype=torch.quint4x2)
+        with self.assertRaises(NotImplementedError):
+            qt.MinMaxObserver(dtype=torch.quint4x2, qscheme=torch.per_tensor_symmetric)
         with self.assertRaises(qcal.Error):
             qt.HistogramObserver(bins=0)
         o = qt.MinMaxObserver()
