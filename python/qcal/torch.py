@@ -596,6 +596,7 @@ class HistogramObserver(_HistogramFamily):
     (histogram, min_val, max_val, scale and zero-point after every batch; upsample_rate
     must be 128, PyTorch's default)."""
     _kind = "histogram"
+    __jit_unused_properties__ = ["qcal_observer", "histogram"]
 
     def __init__(self, bins=2048, upsample_rate=128, dtype=_torch.quint8,
                  qscheme=_torch.per_tensor_affine, reduce_range=False, quant_min=None,
