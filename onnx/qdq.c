@@ -595,6 +595,85 @@ static void assign(tinfo *ti)
  * parallel region to start or to spin after (the reads between chunks are serial). */
 #define WEIGHT_CHUNK_BYTES ((size_t)512 << 10)
 
+/* A float32 weight whose channel axis has only size-1 dimensions before it (Conv, Gemm with
+ * transB=1: C channels of `inner` values each, contiguous), per-channel with
+ * per_channel_minmax: blocks of whole channels are read once each (512 KiB) and observed,
+ * their qparams computed and (ort) their codes quantized while the block is in cache. A
+ * channel's qparams depend on its own min and max only (quant/qparams.c, one_pair), so the
+ * blocks give the whole-tensor path's scales, zero-points and codes, bit for bit. */
+static qcal_status weight_by_channel(plan *p, const Onnx__TensorProto *init, int32_t axis,
+                                     qcal_dtype dtype, qcal_qscheme qs, int64_t numel,
+                                     float **scales_out, int8_t **zps_out, uint8_t **codes_out,
+                                     int64_t *channels_out)
+{
+    const int64_t C = init->dims[axis], inner = numel / C;
+    int64_t rows = (int64_t)(WEIGHT_CHUNK_BYTES / ((size_t)inner * 4));
+    rows = rows < 1 ? 1 : rows > C ? C : rows;
+    size_t need = (size_t)(rows * inner);
+    if (p->scratch_cap < need) {
+        free(p->scratch);
+        p->scratch = malloc(need * sizeof *p->scratch);
+        p->scratch_cap = p->scratch ? need : 0;
+        if (!p->scratch)
+            return OOM();
+    }
+    qcal_observer_config cfg;
+    qcal_observer_config_default(&cfg, QCAL_OBSERVER_PER_CHANNEL_MINMAX);
+    cfg.q.dtype = dtype;
+    cfg.q.qscheme = qs;
+    cfg.axis = 0;
+    qcal_tensor x;
+    memset(&x, 0, sizeof x);
+    x.data = p->scratch;
+    x.ndim = (int32_t)init->n_dims - axis;   /* (channels of the block, dims after axis...) */
+    for (int32_t k = axis + 1; k < (int32_t)init->n_dims; k++)
+        x.shape[k - axis] = init->dims[k];
+    float *scales = malloc((size_t)C * sizeof *scales);
+    int8_t *zps = calloc((size_t)C, sizeof *zps);
+    uint8_t *codes = p->opt->profile == QCAL_ONNX_PROFILE_ORT ? malloc((size_t)numel) : NULL;
+    qcal_observer *obs = NULL;
+    qcal_status st = !scales || !zps || (p->opt->profile == QCAL_ONNX_PROFILE_ORT && !codes)
+                         ? OOM() : qcal_observer_create(&cfg, &obs);
+    for (int64_t c0 = 0; st == QCAL_OK && c0 < C; c0 += rows) {
+        x.shape[0] = C - c0 < rows ? C - c0 : rows;
+        qcal_qparams qp = { 0 };
+        st = onnx_read_raw_range(p->m, init, (size_t)(c0 * inner) * 4, (size_t)(x.shape[0] * inner) * 4,
+                                 p->scratch);
+        if (st == QCAL_OK && c0 > 0)
+            st = qcal_observer_reset(obs);
+        if (st == QCAL_OK)
+            st = qcal_observer_update(obs, &x);
+        if (st == QCAL_OK) {
+            st = qcal_observer_qparams(obs, &qp);
+            if (st == QCAL_NO_DATA)
+                st = QCAL_OK;
+        }
+        if (st == QCAL_OK && qp.channels != x.shape[0])
+            st = qcal_error(QCAL_ERR_STATE, "%lld channels observed in a block of %lld",
+                            (long long)qp.channels, (long long)x.shape[0]);
+        for (int64_t c = 0; st == QCAL_OK && c < qp.channels; c++) {
+            scales[c0 + c] = qcal_qparams_scale_at(&qp, c);
+            if (!qcal_dtype_is_float8(dtype))
+                zps[c0 + c] = (int8_t)qcal_qparams_zero_point_at(&qp, c);
+        }
+        if (st == QCAL_OK && codes)
+            st = qcal_quantize(&x, &qp, codes + c0 * inner);
+        qcal_qparams_free(&qp);
+    }
+    qcal_observer_destroy(&obs);
+    if (st != QCAL_OK) {
+        free(scales);
+        free(zps);
+        free(codes);
+        return st;
+    }
+    *scales_out = scales;
+    *zps_out = zps;
+    *codes_out = codes;
+    *channels_out = C;
+    return QCAL_OK;
+}
+
 /* qparams of a weight with the library's observer: opt->weight_qscheme (qint8; per-tensor
  * schemes with minmax over the whole weight), or per-channel symmetric in the FP8 dtype of an
  * FP8 node (scale = channel amax / largest); codes (ort). */
@@ -632,6 +711,40 @@ static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int
     const bool stream = f32raw && outer > 1 && p->opt->weight_observer == QCAL_OBSERVER_PER_CHANNEL_MINMAX;
     int64_t rows = stream ? (int64_t)(WEIGHT_CHUNK_BYTES / ((size_t)row * 4)) : outer;
     rows = rows < 1 ? 1 : rows > outer ? outer : rows;
+    qcal_qscheme qs = qcal_dtype_is_float8(dtype) ? QCAL_PER_CHANNEL_SYMMETRIC : p->opt->weight_qscheme;
+    bool per_tensor = !qcal_qscheme_is_per_channel(qs);
+    if (f32raw && outer == 1 && !per_tensor && p->opt->weight_observer == QCAL_OBSERVER_PER_CHANNEL_MINMAX &&
+        (size_t)numel * 4 > WEIGHT_CHUNK_BYTES) {
+        float *bs = NULL;
+        int8_t *bz = NULL;
+        uint8_t *bc = NULL;
+        int64_t bch = 0;
+        qcal_status st = weight_by_channel(p, init, axis, dtype, qs, numel, &bs, &bz, &bc, &bch);
+        if (st == QCAL_OK && (p->nw & (p->nw - 1)) == 0) {
+            wplan *nw = realloc(p->w, (size_t)(p->nw ? p->nw * 2 : 8) * sizeof *nw);
+            if (!nw)
+                st = OOM();
+            else
+                p->w = nw;
+        }
+        if (st != QCAL_OK) {
+            free(bs), free(bz), free(bc);
+            return qcal_error(st, "weight '%s': %s", p->t[t].name, qcal_last_error());
+        }
+        wplan *w = &p->w[p->nw];
+        memset(w, 0, sizeof *w);
+        w->t = t;
+        w->axis = axis;
+        w->dtype = dtype;
+        w->channels = bch;
+        w->scales = bs;
+        w->zps = bz;
+        w->per_tensor = false;
+        w->codes = bc;
+        w->numel = numel;
+        *out = p->nw++;
+        return QCAL_OK;
+    }
     float *conv = NULL;
     const float *data = NULL;
     size_t need = f32raw ? (size_t)(rows * row) : 0;
@@ -657,8 +770,6 @@ static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int
             return st;
         data = conv;
     }
-    qcal_qscheme qs = qcal_dtype_is_float8(dtype) ? QCAL_PER_CHANNEL_SYMMETRIC : p->opt->weight_qscheme;
-    bool per_tensor = !qcal_qscheme_is_per_channel(qs);
     qcal_observer_config cfg;
     qcal_observer_config_default(&cfg, per_tensor ? QCAL_OBSERVER_MINMAX : p->opt->weight_observer);
     cfg.q.dtype = dtype;

@@ -571,8 +571,9 @@ static void test_large_external(void **state)
 /* A float32 weight larger than one streaming chunk (512 KiB) is read and quantized chunk by
  * chunk with per_channel_minmax: the same bytes as the whole-tensor path, which
  * moving_average_per_channel_minmax takes (one update: the same ranges), for a MatMul weight
- * of 2053 rows of 160 (chunks of 819, 819 and 415 rows), from the file mapping and from a
- * buffer, in both profiles. */
+ * of 2053 rows of 160 (chunks of 819, 819 and 415 rows) and a Gemm weight of 1000 channels
+ * of 160 (blocks of 819 and 181 channels), from the file mapping and from a buffer, in both
+ * profiles. */
 static void test_streamed_weights(void **state)
 {
     (void)state;
@@ -580,7 +581,7 @@ static void test_streamed_weights(void **state)
     qcal_onnx_model *m = NULL;
     OK(qcal_onnx_model_new(8, 17, &m));
     OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, K }));
-    OK(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, N }));
+    OK(qcal_onnx_add_output(m, "z", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, 1000 }));
     float *w = malloc((size_t)(K * N) * sizeof *w);
     for (int64_t i = 0; i < K * N; i++)
         w[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f * (float)(1 + i % N);
@@ -589,10 +590,20 @@ static void test_streamed_weights(void **state)
     OK(qcal_onnx_add_initializer_float(m, "w", 2, (int64_t[]){ K, N }, w));
     free(w);
     OK(qcal_onnx_add_node(m, "MatMul", "mm", 2, (const char *[]){ "x", "w" }, 1, (const char *[]){ "y" }, NULL));
+    /* Gemm transB=1, weight (1000, 160): channel axis 0, blocks of 819 and 181 channels */
+    float *g = malloc(1000 * 160 * sizeof *g);
+    for (int i = 0; i < 1000 * 160; i++)
+        g[i] = (float)((i * 4099) % 3001 - 1500) / 700.0f * (float)(1 + i / 160 % 7);
+    g[999 * 160 + 3] = -900.0f;   /* the last block holds a channel's minimum */
+    OK(qcal_onnx_add_initializer_float(m, "g", 2, (int64_t[]){ 1000, 160 }, g));
+    free(g);
+    int64_t gk;
+    OK(qcal_onnx_add_node(m, "Gemm", "fc", 2, (const char *[]){ "y", "g" }, 1, (const char *[]){ "z" }, &gk));
+    OK(qcal_onnx_node_set_int(m, gk, "transB", 1));
     save(m, "stream.onnx");
     qcal_onnx_model_destroy(&m);
-    const char *names[] = { "x", "y" };
-    write_table(names, 2, T("stream_table.json"));
+    const char *names[] = { "x", "y", "z" };
+    write_table(names, 3, T("stream_table.json"));
     qcal_calib_table *table = NULL;
     OK(qcal_calib_table_read_json(T("stream_table.json"), &table));
     size_t len;
@@ -617,6 +628,10 @@ static void test_streamed_weights(void **state)
         assert_int_equal(d.ndim, 1);
         assert_int_equal(d.dims[0], N);
         assert_float_equal(s[N - 1], 3000.0f / 127.5f, 1e-3);
+        qcal_free(s);
+        OK(qcal_onnx_initializer_float(a, "g_scale", &s, &d));
+        assert_int_equal(d.dims[0], 1000);
+        assert_float_equal(s[999], 900.0f / 127.5f, 1e-3);
         qcal_free(s);
         qcal_onnx_model_destroy(&a);
         qcal_onnx_model_destroy(&b);
