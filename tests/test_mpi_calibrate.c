@@ -50,6 +50,7 @@ static const struct {
     { "g_entropy", "entropy bins=512" },
     { "h_mse", "mse bins=256" },
     { "i_first_batch", "histogram bins=256 grid=first-batch" },   /* whole tensor per rank */
+    { "j_torch", "histogram bins=256 grid=torch" },               /* whole tensor per rank */
 };
 enum { NT = sizeof tensors / sizeof tensors[0], NB = 7, ROWS = 12, COLS = 10 };
 
