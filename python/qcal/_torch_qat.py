@@ -9,7 +9,8 @@ moving average kept by qcal's observer: observe when ``observer_enabled``; when
 
 The ``default_*`` objects and ``get_default_*`` helpers are torch.ao's, with every torch.ao
 observer or fake-quant class that qcal.torch has replaced by qcal.torch's (the same
-arguments); fixed-qparams, placeholder and no-op observers stay torch's.
+arguments; torch's HistogramObserver becomes qcal.torch's with grid="torch", PyTorch's
+numbers); fixed-qparams, placeholder and no-op observers stay torch's.
 """
 import functools as _functools
 import math as _math
@@ -181,14 +182,20 @@ _CLASSES = {
 def qcal_qconfig(obj):
     """torch.ao observer / fake-quant class, ``with_args`` factory, QConfig or
     QConfigMapping with every torch.ao class that qcal.torch has replaced by qcal.torch's
-    (same arguments). Anything else is returned as it is."""
+    (same arguments; torch's HistogramObserver becomes qcal.torch's with grid="torch",
+    which gives torch's numbers). Anything else is returned as it is."""
+    if obj is _tob.HistogramObserver:       # torch's numbers: the torch-compatible grid
+        return _qt.HistogramObserver.with_args(grid="torch")
     if isinstance(obj, type):
         return _CLASSES.get(obj, obj)
     if isinstance(obj, _tob._PartialWrapper):
         p = obj.p
-        new = _tob._PartialWrapper(_functools.partial(
-            qcal_qconfig(p.func), *p.args,
-            **{k: qcal_qconfig(v) for k, v in p.keywords.items()}))
+        keywords = {k: qcal_qconfig(v) for k, v in p.keywords.items()}
+        func = p.func
+        if func is _tob.HistogramObserver:
+            keywords.setdefault("grid", "torch")
+        new = _tob._PartialWrapper(_functools.partial(qcal_qconfig(func) if isinstance(
+            func, _tob._PartialWrapper) else _CLASSES.get(func, func), *p.args, **keywords))
         new.callable_args = {k: qcal_qconfig(v) for k, v in obj.callable_args.items()}
         return new
     if isinstance(obj, _tq.QConfig):

@@ -208,8 +208,16 @@ class TestQconfigs(unittest.TestCase):
             ref = tq.get_default_qconfig(backend)
             a, b = qc.activation(), ref.activation()
             self.assertIsInstance(a, qt.HistogramObserver)
+            self.assertEqual(a.grid, "torch")
             self.assertEqual((a.quant_min, a.quant_max, a.reduce_range, a.dtype),
                              (b.quant_min, b.quant_max, b.reduce_range, b.dtype))
+            g = torch.Generator().manual_seed(5)
+            for i in range(3):                 # torch's numbers (grid="torch")
+                x = torch.randn(300, generator=g) * (i + 1) + 0.5 * i
+                a(x)
+                b(x)
+            for u, v in zip(a.calculate_qparams(), b.calculate_qparams()):
+                equal(self, u, v, backend + " activation qparams")
             w, wr = qc.weight(), ref.weight()
             self.assertEqual(type(w).__name__, type(wr).__name__)
             self.assertEqual(type(w).__module__, "qcal.torch")
