@@ -683,6 +683,7 @@ static qcal_status check_graph(load_ctx *lc, scope *s, Onnx__GraphProto *g, int 
     if (depth > ONNX_MAX_DEPTH)
         return qcal_error(QCAL_ERR_FORMAT, "subgraphs nested deeper than %d levels", ONNX_MAX_DEPTH);
     bool oom = false;
+    onnx_map local = { 0 };   /* node outputs of this graph */
     for (size_t i = 0; i < g->n_input; i++)
         oom |= !scope_add(s, g->input[i]->name);
     for (size_t i = 0; i < g->n_initializer; i++) {
@@ -714,11 +715,20 @@ static qcal_status check_graph(load_ctx *lc, scope *s, Onnx__GraphProto *g, int 
         }
         if ((st = check_node_graphs(lc, s, n, depth)) != QCAL_OK)
             goto done;
-        for (size_t k = 0; k < n->n_output; k++)
-            if (!scope_add(s, n->output[k])) {
+        for (size_t k = 0; k < n->n_output; k++) {
+            /* SSA: a node output defined twice in this graph would make the passes rewire
+             * the wrong producer (found by fuzz_onnx) */
+            const char *o = n->output[k];
+            if (o && o[0] && onnx_map_get(&local, o)) {
+                st = qcal_error(QCAL_ERR_FORMAT, "node '%s' (%s) writes '%s', which an earlier node already writes",
+                                str_or_empty(n->name), n->op_type, o);
+                goto done;
+            }
+            if ((o && o[0] && !onnx_map_put(&local, o, 0)) || !scope_add(s, n->output[k])) {
                 st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
                 goto done;
             }
+        }
     }
     for (size_t i = 0; i < g->n_output; i++) {
         const char *o = g->output[i]->name;
@@ -729,6 +739,7 @@ static qcal_status check_graph(load_ctx *lc, scope *s, Onnx__GraphProto *g, int 
         }
     }
 done:
+    onnx_map_free(&local);
     /* Leave the scope as the caller had it (names of this graph are local to it). */
     for (size_t i = 0; i < g->n_input; i++)
         scope_drop(s, g->input[i]->name);

@@ -466,6 +466,24 @@ static void test_cli(void **state)
     tu_rm_tree(dir);
 }
 
+/* A tensor written by two nodes (not SSA) is refused by the reader: the passes would rewire
+ * the wrong producer (fuzz_onnx found qcal_onnx_qdq crashing on such a model). */
+static void test_duplicate_producer_rejected(void **state)
+{
+    (void)state;
+    qcal_onnx_model *m = chain("Relu", "");
+    node(m, "Relu", "again", "r", NULL, NULL, "c1", NULL);
+    void *buf = NULL;
+    size_t len = 0;
+    OK(qcal_onnx_model_serialize(m, &buf, &len));
+    qcal_onnx_model *r = NULL;
+    assert_int_equal(qcal_onnx_model_parse(buf, len, &r), QCAL_ERR_FORMAT);
+    assert_null(r);
+    assert_string_equal(qcal_last_error(), "'buffer': node 'again' (Relu) writes 'c1', which an earlier node already writes");
+    qcal_free(buf);
+    qcal_onnx_model_destroy(&m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -475,6 +493,7 @@ int main(void)
         cmocka_unit_test(test_clip_replaced_and_shared_weight),
         cmocka_unit_test(test_identity_weights),
         cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_duplicate_producer_rejected),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -66,7 +66,8 @@ QCAL_API qcal_status qcal_onnx_profile_parse(const char *name, qcal_onnx_profile
  * file and its data files stay mapped while *out lives (large data is not copied; they must
  * not change meanwhile). Checks: protobuf well-formed (nesting depth <= 64), every node input
  * defined before use (graph inputs, initializers, earlier outputs, outer scopes for If/Loop
- * bodies), initializer data sizes equal to their shapes. Errors: QCAL_ERR_NOT_FOUND /
+ * bodies), no tensor written by two nodes of one graph, initializer data sizes equal to
+ * their shapes. Errors: QCAL_ERR_NOT_FOUND /
  * QCAL_ERR_IO (file), QCAL_ERR_FORMAT (malformed; the message says what and where). */
 QCAL_API qcal_status qcal_onnx_model_load(const char *path, qcal_onnx_model **out);
 

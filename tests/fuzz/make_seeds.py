@@ -273,6 +273,43 @@ def onnx_seeds():
     old = onnx.load_from_string(cnn)
     old.opset_import[0].version = 11
     put("fuzz_onnx", "opset11.onnx", old.SerializeToString())
+    # BatchNorm folding and equalization (qcal_onnx_equalize): Conv -> BN -> Clip(0, 6) with
+    # Constant -> Cast bounds (as torch.onnx writes them) -> depthwise Conv -> BN -> Relu ->
+    # pointwise Conv -> Relu -> GlobalAveragePool -> Flatten -> Gemm -> Relu -> Gemm.
+    r2 = np.random.default_rng(24)
+
+    def w2(name, *shape):
+        return nh.from_array((r2.standard_normal(shape) * 0.5).astype(np.float32), name)
+
+    def bn(prefix, c):
+        return [w2(prefix + ".s", c), w2(prefix + ".b", c), w2(prefix + ".m", c),
+                nh.from_array(r2.uniform(0.5, 2.0, c).astype(np.float32), prefix + ".v")]
+
+    six = h.make_tensor("six", T.FLOAT, [], [6.0])
+    zero = h.make_tensor("zero", T.FLOAT, [], [0.0])
+    bnc = model([
+        h.make_node("Conv", ["x", "c1.w"], ["c1"], name="c1", pads=[1, 1, 1, 1]),
+        h.make_node("BatchNormalization", ["c1", "bn1.s", "bn1.b", "bn1.m", "bn1.v"], ["b1"], name="bn1"),
+        h.make_node("Constant", [], ["lo0"], name="k0", value=zero),
+        h.make_node("Constant", [], ["hi0"], name="k1", value=six),
+        h.make_node("Cast", ["lo0"], ["lo"], name="cast0", to=T.FLOAT),
+        h.make_node("Cast", ["hi0"], ["hi"], name="cast1", to=T.FLOAT),
+        h.make_node("Clip", ["b1", "lo", "hi"], ["r1"], name="relu6"),
+        h.make_node("Conv", ["r1", "dw.w"], ["c2"], name="dw", group=4, pads=[1, 1, 1, 1]),
+        h.make_node("BatchNormalization", ["c2", "bn2.s", "bn2.b", "bn2.m", "bn2.v"], ["b2"], name="bn2"),
+        h.make_node("Relu", ["b2"], ["r2"], name="relu2"),
+        h.make_node("Conv", ["r2", "pw.w", "pw.b"], ["c3"], name="pw"),
+        h.make_node("Relu", ["c3"], ["r3"], name="relu3"),
+        h.make_node("GlobalAveragePool", ["r3"], ["p"], name="gap"),
+        h.make_node("Flatten", ["p"], ["f"], name="flat"),
+        h.make_node("Gemm", ["f", "fc1.w", "fc1.b"], ["g1"], name="fc1", transB=1),
+        h.make_node("Relu", ["g1"], ["r4"], name="relu4"),
+        h.make_node("Gemm", ["r4", "fc2.w"], ["logits"], name="fc2"),
+    ], [h.make_tensor_value_info("x", T.FLOAT, ["N", 2, 5, 5])],
+        [h.make_tensor_value_info("logits", T.FLOAT, ["N", 3])],
+        [w2("c1.w", 4, 2, 3, 3), w2("dw.w", 4, 1, 3, 3), w2("pw.w", 6, 4, 1, 1), w2("pw.b", 6),
+         w2("fc1.w", 5, 6), w2("fc1.b", 5), w2("fc2.w", 5, 3)] + bn("bn1", 4) + bn("bn2", 4))
+    put("fuzz_onnx", "bn_chain.onnx", bnc)
 
 
 onnx_seeds()
