@@ -156,7 +156,9 @@ extern "C" {
 /* The histogram the range search runs on: lattice grid: `bins` equal bins over the data
  * range ([0, max|x|] for entropy, mse and abs percentile), re-binned from the lattice;
  * first-batch grid: its bins. edges[0..*n] (cap + 1 entries) and counts[0..*n) (cap
- * entries); *n = bins (QCAL_ERR_INVALID_ARG if cap < bins). */
+ * entries); *n = bins (QCAL_ERR_INVALID_ARG if cap < bins). Torch grid (float counts):
+ * QCAL_ERR_UNSUPPORTED, read qcal_observer_torch_histogram instead (also for
+ * qcal_observer_search_curve below). */
 QCAL_API qcal_status qcal_observer_histogram_bins(const qcal_observer *obs, int64_t cap,
                                                   double *edges, uint64_t *counts,
                                                   int64_t *n);
