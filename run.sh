@@ -114,8 +114,30 @@ case "$cmd" in
         build
         install_ort
         # Fashion-MNIST CNN: float model (trained once, then cached), calibration with every
-        # observer, int8 on oneDNN, QAT; see docs/demo.md for the options.
-        exec ./build/examples/qcal-demo "$@"
+        # observer, int8 on oneDNN, QAT; see docs/demo.md for the options. Then the
+        # MobileNet-style network's int8 table (docs/models.md; its weights are committed):
+        # --no-mobilenet or QCAL_DEMO_MOBILENET=0 skips it.
+        mnet="${QCAL_DEMO_MOBILENET:-1}"
+        n=$#
+        while [ "$n" -gt 0 ]; do
+            a="$1"
+            shift
+            n=$((n - 1))
+            case "$a" in
+                --no-mobilenet) mnet=0 ;;
+                -h|--help) mnet=0; set -- "$@" "$a" ;;
+                *) set -- "$@" "$a" ;;
+            esac
+        done
+        ./build/examples/qcal-demo "$@"
+        if [ "$mnet" != 0 ]; then
+            echo
+            echo "== MobileNet-style network (examples/mobilenet): int8 where the weight scheme matters =="
+            rc=0
+            PYTHONPATH=build/python OMP_NUM_THREADS=2 /usr/bin/python3 examples/mobilenet/table.py \
+                --qcal build/tools/qcal --demo || rc=$?
+            [ "$rc" = 0 ] || [ "$rc" = 77 ] || exit "$rc"
+        fi
         ;;
     test)
         build

@@ -289,18 +289,16 @@ def main():
         log("mobilenet table: skipped: Fashion-MNIST not found in %s" % train.DATA)
         return 77
     runner = os.path.join(ROOT, "tests", "ort", "ort_run.cjs")
-    use_ort = not a.no_ort
-    if use_ort and not shutil.which("node"):
-        log("mobilenet table: ONNX Runtime column skipped: node not found")
-        use_ort = False
-    if use_ort and not os.path.exists(os.path.join(npm_dir(), "node_modules", "onnxruntime-node", "package.json")):
-        log("mobilenet table: ONNX Runtime column skipped: onnxruntime-node not in %s" % npm_dir())
-        use_ort = False
+    # ONNX Runtime makes the calibration dumps: without it nothing can be measured
+    use_ort = True
+    if not shutil.which("node"):
+        log("mobilenet table: skipped: node not found (apt-get install nodejs npm; ./run.sh installs ONNX Runtime)")
+        return 77
+    if not os.path.exists(os.path.join(npm_dir(), "node_modules", "onnxruntime-node", "package.json")):
+        log("mobilenet table: skipped: onnxruntime-node not in %s (./run.sh demo|test installs it)" % npm_dir())
+        return 77
     if a.demo and a.rows == "all":
         a.rows = ",".join(DEMO_ROWS)
-    if not use_ort:
-        log("mobilenet table: skipped: the calibration dumps are made by ONNX Runtime (node, onnxruntime-node)")
-        return 77
     rows = ROWS if a.rows == "all" else [r for r in ROWS if r[0] in a.rows.split(",")]
     w = a.work or tempfile.mkdtemp(prefix="qcal-mnet-")
     os.makedirs(w, exist_ok=True)
@@ -339,7 +337,7 @@ def main():
         return P("dump_%s" % tag)
 
     dumps = {"folded": calibrate(models["folded"], "folded")}
-    if "cle" in need or "cle_bc" in need:
+    if "cle" in need:
         run(a.qcal, "equalize", a.model, "-o", models["cle"])
         ratios["cle"] = range_ratios(models["cle"])
         dumps["cle"] = calibrate(models["cle"], "cle")
