@@ -23,6 +23,7 @@ exact for every kind except the two moving-average ones (their merge is refused 
 all but one rank is empty: use one rank's observer, or average outside qcal).
 """
 import json as _json
+import re as _re
 import sys as _sys
 import types as _types
 from typing import Dict as _Dict, List as _List
@@ -206,6 +207,45 @@ def _op_observe(x, state, min_val, max_val, config):
     return x
 
 
+_HIST_SYNCED = {}  # id(histogram tensor) -> [weak reference to it, qcal.Observer, version]
+
+
+def _histogram_counts(obs, bins):
+    """HistogramObserver.histogram's value for obs: a float32 tensor of ``bins`` counts."""
+    if obs.config["grid"] == "torch":
+        return _torch.from_numpy(obs._torch_histogram()[0])
+    edges, counts = obs._histogram_bins()
+    if not counts:
+        return _torch.zeros(int(bins))
+    return _torch.tensor(counts, dtype=_torch.float64).to(_torch.float32)
+
+
+def _op_histogram(state, histogram, config):
+    """Writes the observer's histogram (the eager ``histogram`` property's value) into the
+    float32 tensor ``histogram`` if the observer changed since the last write."""
+    obs = _bound_observer(state, config)
+    key = id(histogram)
+    hit = _HIST_SYNCED.get(key)
+    if (hit is not None and hit[0]() is histogram and hit[1] is obs
+            and hit[2] == (obs._version, histogram._version)):
+        return
+    h = _histogram_counts(obs, _config(config)["config"]["bins"])
+    with _torch.no_grad():
+        if histogram.shape != h.shape or histogram.dtype != h.dtype:
+            histogram.set_(_torch.empty(h.shape, dtype=h.dtype, device=histogram.device))
+        histogram.copy_(h)
+    _HIST_SYNCED[key] = [_weakref.ref(histogram, _unsync_hist(key)), obs,
+                         (obs._version, histogram._version)]
+
+
+def _unsync_hist(key):
+    def drop(ref):
+        hit = _HIST_SYNCED.get(key)
+        if hit is not None and hit[0] is ref:
+            del _HIST_SYNCED[key]
+    return drop
+
+
 def _op_reset(state, min_val, max_val, config):
     obs = _bound_observer(state, config)
     obs.reset()
@@ -243,6 +283,8 @@ _define_op("observe(Tensor(a) x, Tensor(b!) qcal_state, Tensor(c!) min_val, "
            "Tensor(d!) max_val, str config) -> Tensor(a)", _op_observe)
 _define_op("reset(Tensor(a!) qcal_state, Tensor(b!) min_val, Tensor(c!) max_val, "
            "str config) -> ()", _op_reset)
+_define_op("histogram(Tensor qcal_state, Tensor(a!) histogram, str config) -> ()",
+           _op_histogram)
 _define_op("calculate_qparams(Tensor qcal_state, Tensor eps, str config) -> (Tensor, Tensor)",
            _op_calculate_qparams)
 
@@ -258,10 +300,12 @@ class _QcalObserver(_Base):
         # by their qualified name: "quantization.observer" in it marks an observer, and
         # "quantization.observer.PerChannelMinMaxObserver" makes it call the module's
         # _load_from_state_dict_script hook, which may resize buffers (qcal's state bytes
-        # change size with the data). Each class, subclasses too, gets its own name.
+        # change size with the data). Each class, subclasses too, gets its own name, made
+        # of identifiers (torch.jit.load cannot parse the "<locals>" of a class defined in
+        # a function).
         cls._jit_override_qualname = (
             f"__torch__.{cls.__module__}.quantization.observer.PerChannelMinMaxObserver."
-            f"{cls.__qualname__}")
+            + ".".join(_re.sub(r"\W", "_", p) for p in cls.__qualname__.split(".")))
 
     @_torch.jit.export
     def _load_from_state_dict_script(self, state_dict: _Dict[str, _torch.Tensor], prefix: str,
@@ -615,14 +659,37 @@ class HistogramObserver(_HistogramFamily):
         own ``histogram`` buffer (bins equal bins over [min_val, max_val], counts
         resampled on growth, as torch's). Other grids: the histogram the L2 search runs
         on, ``bins`` equal bins over the data range [min, max] (on the lattice re-binned
-        from its cells; edges: ``histogram_edges()``). Zeros before any data."""
-        obs = self.__dict__["_qcal_obs"]
-        if obs.config["grid"] == "torch":
-            return _torch.from_numpy(obs._torch_histogram()[0])
-        edges, counts = obs._histogram_bins()
-        if not counts:
-            return _torch.zeros(int(self.bins))
-        return _torch.tensor(counts, dtype=_torch.float64).to(_torch.float32)
+        from its cells; edges: ``histogram_edges()``). Zeros before any data. Scripted:
+        a tensor attribute the ``qcal::histogram`` op rewrites after every forward and
+        reset (saved by torch.jit.save)."""
+        return _histogram_counts(self.__dict__["_qcal_obs"], self.bins)
+
+    def __prepare_scriptable__(self):
+        """torch.jit.script: as the base class, plus the ``histogram`` tensor attribute of
+        the scripted module (an instance entry; the eager property still wins)."""
+        super().__prepare_scriptable__()
+        self.__dict__["histogram"] = self.histogram.clone()
+        return self
+
+    def forward(self, x_orig):
+        """Observes x and returns it unchanged (see the base class); scripted, the
+        ``histogram`` attribute is rewritten after the update."""
+        if _torch.jit.is_scripting():
+            x = _torch.ops.qcal.observe(x_orig, self.qcal_state, self.min_val,
+                                        self.max_val, self.qcal_config)
+            _torch.ops.qcal.histogram(self.qcal_state, self.histogram, self.qcal_config)
+            return x
+        return self._qcal_eager_forward(x_orig)
+
+    @_torch.jit.export
+    def reset_min_max_vals(self):
+        """Forgets all data."""
+        if _torch.jit.is_scripting():
+            _torch.ops.qcal.reset(self.qcal_state, self.min_val, self.max_val,
+                                  self.qcal_config)
+            _torch.ops.qcal.histogram(self.qcal_state, self.histogram, self.qcal_config)
+        else:
+            self._qcal_eager_reset()
 
     def histogram_edges(self):
         """The ``bins + 1`` bin edges of ``histogram`` (float64; empty before any data)."""

@@ -66,11 +66,7 @@ BY_DESIGN = {
 }
 # Failures not yet fixed (work in progress on issue 25, not by design): reported, and they
 # do not fail the run; any other failure does. A listed test that passes is reported too.
-KNOWN = {
-    "TestHistogramObserver.test_observer_scriptable":
-        "a scripted HistogramObserver has no histogram (a TorchScript-unused property; the "
-        "scripted update writes min_val, max_val and qcal_state only)",
-}
+KNOWN = {}
 KNOWN_MODES = {}
 
 
