@@ -17,56 +17,7 @@
 'use strict';
 const fs = require('fs');
 const path = require('path');
-const { createRequire } = require('module');
-
-function npmDir() {
-  if (process.env.QCAL_NPM_DIR) return process.env.QCAL_NPM_DIR;
-  const cache = process.env.XDG_CACHE_HOME || path.join(process.env.HOME || '/root', '.cache');
-  return path.join(cache, 'qcal', 'npm');
-}
-
-function loadOrt() {
-  const dir = npmDir();
-  try {
-    return createRequire(path.join(dir, 'node_modules', 'noop.js'))('onnxruntime-node');
-  } catch (e) {
-    console.log(`vad_run: skipped: onnxruntime-node not found in ${dir}/node_modules (${e.code || e.message})`);
-    process.exit(77);
-  }
-}
-
-function readNpy(file) {
-  const b = fs.readFileSync(file);
-  if (b.toString('latin1', 0, 6) !== '\x93NUMPY') throw new Error(`${file}: not a .npy file`);
-  const major = b[6];
-  const hlen = major === 1 ? b.readUInt16LE(8) : b.readUInt32LE(8);
-  const off = (major === 1 ? 10 : 12) + hlen;
-  const h = b.toString('latin1', major === 1 ? 10 : 12, off);
-  const descr = /'descr':\s*'([^']+)'/.exec(h)[1];
-  if (descr !== '<f4') throw new Error(`${file}: dtype ${descr}, want <f4`);
-  const shape = /'shape':\s*\(([^)]*)\)/.exec(h)[1].split(',').filter(s => s.trim()).map(Number);
-  const n = shape.reduce((a, d) => a * d, 1);
-  const data = new Float32Array(n);
-  Buffer.from(data.buffer).set(b.subarray(off, off + 4 * n));
-  return data;
-}
-
-function writeNpy(file, shape, data) {
-  let h = `{'descr': '<f4', 'fortran_order': False, 'shape': (${shape.join(', ')}${shape.length === 1 ? ',' : ''}), }`;
-  h += ' '.repeat(63 - ((10 + h.length) % 64)) + '\n';
-  const head = Buffer.alloc(10);
-  head.write('\x93NUMPY', 0, 'latin1');
-  head[6] = 1;
-  head.writeUInt16LE(h.length, 8);
-  const tmp = `${file}.tmp${process.pid}`;
-  fs.writeFileSync(tmp, Buffer.concat([head, Buffer.from(h, 'latin1'),
-    Buffer.from(data.buffer, data.byteOffset, data.byteLength)]));
-  fs.renameSync(tmp, file);
-}
-
-const percent = s => Array.from(Buffer.from(s, 'utf8'))
-  .map(c => /[A-Za-z0-9._-]/.test(String.fromCharCode(c)) ? String.fromCharCode(c)
-    : '%' + c.toString(16).toUpperCase().padStart(2, '0')).join('');
+const { loadOrt, readNpy, writeNpy, percent } = require('../ort/ort_common.cjs');
 
 async function main() {
   const argv = process.argv.slice(2);
@@ -81,13 +32,13 @@ async function main() {
                   '[--threads N] [--precision default|high] [--level all|basic|extended|disabled] [--optimized PATH]');
     process.exit(2);
   }
-  const ort = loadOrt();
+  const ort = loadOrt('vad_run');
   const so = { graphOptimizationLevel: opt.level, executionMode: 'sequential', logSeverityLevel: 3,
                intraOpNumThreads: +opt.threads, interOpNumThreads: 1 };
   if (opt.optimized) so.optimizedModelFilePath = opt.optimized;
   if (opt.precision === 'high') so.extra = { session: { x64quantprecision: '1' } };
   const sess = await ort.InferenceSession.create(pos[0], so);
-  const audio = readNpy(pos[1]);
+  const audio = readNpy(pos[1]).data;
   const W = 512, C = 64, frames = Math.floor(audio.length / W), bs = +opt.batch;
   const x = new Float32Array(C + W);
   let state = new Float32Array(2 * 128);
