@@ -145,7 +145,9 @@ def interpret(model_path, x, batch=500):
                     inits[n.output[0]] = ((q - z2.astype(np.float64)) * s2.astype(np.float32)).astype(np.float32)
                 continue
             ins = [val(i) if i else None for i in n.input]
-            ins = [torch.from_numpy(np.ascontiguousarray(v)) if isinstance(v, np.ndarray) else v for v in ins]
+            # writable C-order arrays (initializers from onnx are read-only; torch warns on those)
+            ins = [torch.from_numpy(np.require(v, requirements=["C", "W"])) if isinstance(v, np.ndarray)
+                   else v for v in ins]
             if op == "Conv":
                 pads = a.get("pads", [0, 0, 0, 0])
                 if pads[0] != pads[2] or pads[1] != pads[3]:
