@@ -12,13 +12,10 @@ qcal_status qcal_ptq_absorb_bias(qcal_ptq_layer *l1, qcal_ptq_layer *l2, const f
                                  float n_sigma, float *absorbed)
 {
     static const char fn[] = "qcal_ptq_absorb_bias";
-    qcal_status st;
-    if ((st = ptq_layer_check(fn, l1, NULL)) != QCAL_OK || (st = ptq_layer_check(fn, l2, NULL)) != QCAL_OK)
+    qcal_status st = ptq_pair_check(fn, l1, l2);
+    if (st != QCAL_OK)
         return st;
     int64_t n = l1->out_channels;
-    if (l2->in_channels != n)
-        return qcal_error(QCAL_ERR_MISMATCH, "%s: layer 1 has %lld output channels, layer 2 reads %lld", fn,
-                          (long long)n, (long long)l2->in_channels);
     if (!l1->bias || !l2->bias || !beta || !gamma)
         return qcal_error(QCAL_ERR_INVALID_ARG, "%s: both biases, beta and gamma are needed", fn);
     if (!(n_sigma >= 0.0f) || !isfinite(n_sigma))

@@ -10,13 +10,10 @@
 qcal_status qcal_ptq_equalize_pair(qcal_ptq_layer *l1, qcal_ptq_layer *l2, float *scales)
 {
     static const char fn[] = "qcal_ptq_equalize_pair";
-    qcal_status st;
-    if ((st = ptq_layer_check(fn, l1, NULL)) != QCAL_OK || (st = ptq_layer_check(fn, l2, NULL)) != QCAL_OK)
+    qcal_status st = ptq_pair_check(fn, l1, l2);
+    if (st != QCAL_OK)
         return st;
     int64_t n = l1->out_channels;
-    if (l2->in_channels != n)
-        return qcal_error(QCAL_ERR_MISMATCH, "%s: layer 1 has %lld output channels, layer 2 reads %lld", fn,
-                          (long long)n, (long long)l2->in_channels);
     float *r1 = malloc((size_t)n * sizeof *r1), *r2 = malloc((size_t)n * sizeof *r2),
           *s = malloc((size_t)n * sizeof *s);
     if (!r1 || !r2 || !s) {

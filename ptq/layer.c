@@ -22,6 +22,17 @@ qcal_status ptq_layer_check(const char *fn, const qcal_ptq_layer *l, int64_t *nu
     return QCAL_OK;
 }
 
+qcal_status ptq_pair_check(const char *fn, const qcal_ptq_layer *l1, const qcal_ptq_layer *l2)
+{
+    qcal_status st;
+    if ((st = ptq_layer_check(fn, l1, NULL)) != QCAL_OK || (st = ptq_layer_check(fn, l2, NULL)) != QCAL_OK)
+        return st;
+    if (l2->in_channels != l1->out_channels)
+        return qcal_error(QCAL_ERR_MISMATCH, "%s: layer 1 has %lld output channels, layer 2 reads %lld", fn,
+                          (long long)l1->out_channels, (long long)l2->in_channels);
+    return QCAL_OK;
+}
+
 qcal_status qcal_ptq_channel_ranges(const qcal_ptq_layer *l, float *ranges)
 {
     qcal_status st = ptq_layer_check("qcal_ptq_channel_ranges", l, NULL);

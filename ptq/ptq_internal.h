@@ -9,6 +9,10 @@
  * `fn` names the caller in the message. */
 qcal_status ptq_layer_check(const char *fn, const qcal_ptq_layer *l, int64_t *numel);
 
+/* ptq_layer_check of both layers of a pair, and l2 reads the l1->out_channels channels l1
+ * writes. */
+qcal_status ptq_pair_check(const char *fn, const qcal_ptq_layer *l1, const qcal_ptq_layer *l2);
+
 /* Weights per output channel: (in_channels / groups) * kernel. */
 static inline int64_t ptq_row(const qcal_ptq_layer *l)
 {
