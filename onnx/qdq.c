@@ -601,6 +601,21 @@ static void assign(tinfo *ti)
  * their qparams computed and (ort) their codes quantized while the block is in cache. A
  * channel's qparams depend on its own min and max only (quant/qparams.c, one_pair), so the
  * blocks give the whole-tensor path's scales, zero-points and codes, bit for bit. */
+/* Appends *w to the plan's weights (the array doubles at powers of two); *out gets its index.
+ * On failure the plan is unchanged and w's buffers are still the caller's. */
+static qcal_status wplan_push(plan *p, const wplan *w, int64_t *out)
+{
+    if ((p->nw & (p->nw - 1)) == 0) {
+        wplan *nw = realloc(p->w, (size_t)(p->nw ? p->nw * 2 : 8) * sizeof *nw);
+        if (!nw)
+            return OOM();
+        p->w = nw;
+    }
+    p->w[p->nw] = *w;
+    *out = p->nw++;
+    return QCAL_OK;
+}
+
 static qcal_status weight_by_channel(plan *p, const Onnx__TensorProto *init, int32_t axis,
                                      qcal_dtype dtype, qcal_qscheme qs, int64_t numel,
                                      float **scales_out, int8_t **zps_out, uint8_t **codes_out,
@@ -720,29 +735,14 @@ static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int
         uint8_t *bc = NULL;
         int64_t bch = 0;
         qcal_status st = weight_by_channel(p, init, axis, dtype, qs, numel, &bs, &bz, &bc, &bch);
-        if (st == QCAL_OK && (p->nw & (p->nw - 1)) == 0) {
-            wplan *nw = realloc(p->w, (size_t)(p->nw ? p->nw * 2 : 8) * sizeof *nw);
-            if (!nw)
-                st = OOM();
-            else
-                p->w = nw;
-        }
+        if (st == QCAL_OK)
+            st = wplan_push(p, &(wplan){ .t = t, .axis = axis, .dtype = dtype, .channels = bch,
+                                         .scales = bs, .zps = bz, .codes = bc, .numel = numel },
+                            out);
         if (st != QCAL_OK) {
             free(bs), free(bz), free(bc);
             return qcal_error(st, "weight '%s': %s", p->t[t].name, qcal_last_error());
         }
-        wplan *w = &p->w[p->nw];
-        memset(w, 0, sizeof *w);
-        w->t = t;
-        w->axis = axis;
-        w->dtype = dtype;
-        w->channels = bch;
-        w->scales = bs;
-        w->zps = bz;
-        w->per_tensor = false;
-        w->codes = bc;
-        w->numel = numel;
-        *out = p->nw++;
         return QCAL_OK;
     }
     float *conv = NULL;
@@ -835,13 +835,14 @@ static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int
                 st = qcal_quantize(&x, &qp, codes + o * row);
         }
     }
-    if (st == QCAL_OK && (p->nw & (p->nw - 1)) == 0) {
-        wplan *w = realloc(p->w, (size_t)(p->nw ? p->nw * 2 : 8) * sizeof *w);
-        if (!w)
-            st = OOM();
-        else
-            p->w = w;
-    }
+    /* tensorrt: the float32 weight Q reads when the initializer is not float32 */
+    float *f32 = p->opt->profile == QCAL_ONNX_PROFILE_TENSORRT && init->data_type != QCAL_ONNX_FLOAT
+                     ? conv : NULL;
+    if (st == QCAL_OK)
+        st = wplan_push(p, &(wplan){ .t = t, .axis = axis, .dtype = dtype, .channels = qp.channels,
+                                     .scales = scales, .zps = zps, .per_tensor = per_tensor,
+                                     .codes = codes, .f32 = f32, .numel = numel },
+                        out);
     if (st != QCAL_OK) {
         st = qcal_error(st, "weight '%s': %s", p->t[t].name, qcal_last_error());
         free(conv);
@@ -852,24 +853,10 @@ static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int
         qcal_observer_destroy(&obs);
         return st;
     }
-    wplan *w = &p->w[p->nw];
-    memset(w, 0, sizeof *w);
-    w->t = t;
-    w->axis = axis;
-    w->dtype = dtype;
-    w->channels = qp.channels;
-    w->scales = scales;
-    w->zps = zps;
-    w->per_tensor = per_tensor;
-    w->codes = codes;
-    w->numel = numel;
-    if (p->opt->profile == QCAL_ONNX_PROFILE_TENSORRT && init->data_type != QCAL_ONNX_FLOAT)
-        w->f32 = conv;   /* the float32 weight Q reads */
-    else
+    if (!f32)
         free(conv);
     qcal_qparams_free(&qp);
     qcal_observer_destroy(&obs);
-    *out = p->nw++;
     return QCAL_OK;
 }
 
