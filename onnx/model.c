@@ -194,18 +194,20 @@ qcal_status onnx_tensor_bytes(const Onnx__TensorProto *t, const uint8_t **data, 
     uint8_t *buf = malloc(nbytes ? nbytes : 1);
     if (!buf)
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory for tensor '%s'", str_or_empty(t->name));
+    /* An empty repeated field is a NULL pointer: memcpy(dst, NULL, 0) is undefined, so copy
+       only when there is something. */
     switch (t->data_type) {
     case 1:
         if (t->n_float_data != n) goto bad;
-        memcpy(buf, t->float_data, n * 4);
+        if (n) memcpy(buf, t->float_data, n * 4);
         break;
     case 11:
         if (t->n_double_data != n) goto bad;
-        memcpy(buf, t->double_data, n * 8);
+        if (n) memcpy(buf, t->double_data, n * 8);
         break;
     case 7:
         if (t->n_int64_data != n) goto bad;
-        memcpy(buf, t->int64_data, n * 8);
+        if (n) memcpy(buf, t->int64_data, n * 8);
         break;
     case 12: case 13:
         if (t->n_uint64_data != n) goto bad;
@@ -282,7 +284,7 @@ qcal_status onnx_tensor_to_float(const Onnx__TensorProto *t, float **out, int64_
     }
     int64_t todo = n;
     if (t->data_type == 1) {   /* float32: one copy */
-        memcpy(f, p, (size_t)n * 4);
+        if (n) memcpy(f, p, (size_t)n * 4);
         todo = 0;
     }
     for (int64_t i = 0; i < todo; i++) {
