@@ -1050,6 +1050,8 @@ static qcal_status plan_node(plan *p, size_t i)
     }
     for (int k = 0; k < np->nact; k++) {
         const char *in = n->input[np->act[k]];
+        if (!in[0] || tensor_index(p, in, false) < 0)   /* an omitted (empty) input */
+            return add_skip(p, n, "input %s has no name", np->act[k] ? "1" : "0");
         if (excluded(p, in))
             return add_skip(p, n, "input '%s' excluded by --exclude", in);
         if (!is_float_elem(p, in))
