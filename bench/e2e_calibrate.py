@@ -17,7 +17,9 @@ Targets (issue: performance): >= 10x faster and >= 10x less memory than PyTorch.
 
 usage: bench/e2e_calibrate.py --qcal BUILD/tools/qcal [--dir DIR] [--pairs N] [--json FILE]
 Run it with /usr/bin/python3 (numpy + torch). Both sides use 1 thread
-(OMP_NUM_THREADS=1, torch.set_num_threads(1)).
+(OMP_NUM_THREADS=1, torch.set_num_threads(1)). The PyTorch side runs as users get it, with
+OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE removed from its environment (REF_UNSET; see
+bench/blas_info.py).
 """
 import argparse
 import json
@@ -29,6 +31,13 @@ import tempfile
 import time
 
 TENSORS, BATCHES, BATCH = 16, 8, 2 << 20
+# removed from the reference processes' environment (bench/run, bench/blas_info.py)
+REF_UNSET = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+def ref_env(env):
+    """env as the reference (PyTorch / numpy) processes get it."""
+    return {k: v for k, v in env.items() if k not in REF_UNSET}
 
 TORCH_LOOP = r"""
 import os, sys, numpy as np, torch
@@ -136,7 +145,7 @@ def main():
             q, t, r, qr, tr = [], [], [], [], []
             for _ in range(a.pairs):
                 qw, qm = run([a.qcal, "calibrate", a.dir, "-o", table, "--observer", kind], env)
-                tw, tm = run([sys.executable, "-c", TORCH_LOOP, kind, a.dir], env)
+                tw, tm = run([sys.executable, "-c", TORCH_LOOP, kind, a.dir], ref_env(env))
                 q.append(qw), t.append(tw), r.append(tw / qw), qr.append(qm), tr.append(tm)
             row = dict(row=f"calibrate 1 GiB dump ({TENSORS} tensors x {BATCHES} batches), {kind}",
                        qcal_s=statistics.median(q), torch_s=statistics.median(t),

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """bench/summary.py: one verdict over every section bench/run ran.
 
-usage: summary.py --out bench-results.json [--doc FILE] SECTION=ROWS.json ...
+usage: summary.py --out bench-results.json [--doc FILE] [--blas FILE] SECTION=ROWS.json ...
 
 Each ROWS.json is a list of row objects written by one bench program (bench/qcal_bench,
 bench/int8_cnn.c, bench/e2e_calibrate.py, bench/python_observers.py, bench/mpi_scale). The
@@ -9,7 +9,18 @@ programs spell a few fields differently; this script reads them all into one sha
   name, label, section, threads, qcal_s, ref_s, ratio, ratio_min, ratio_max, target, pass
 and writes the list (each row keeps its original fields too) to --out. It prints every row
 with its spread and the count of passing rows; the exit status is 1 when an evaluated row
-fails. --doc FILE replaces the text between the lines "<!-- bench/run: begin -->" and
+fails.
+
+Targets set by a bound (issue 27): a row with "bound_share" (the share of its bound it
+reached, median over its pairs), "bound_need" (the share it must reach), "bound_desc" (the
+bound, measured in the same run) and optionally "bound_min_ratio" (a speed-up it must reach
+as well) is judged here: it passes when share >= need (and ratio >= bound_min_ratio) and the
+program's own verdict (which may hold other conditions, e.g. identical tables) is not a
+failure. The bound is printed beside every such verdict. A program verdict that disagrees
+with this check is reported on stderr.
+--blas FILE: JSON written by bench/blas_info.py in the reference processes' environment
+(which OpenBLAS kernel PyTorch and numpy run); recorded in every row as "reference_blas"
+and printed above the tables. --doc FILE replaces the text between the lines "<!-- bench/run: begin -->" and
 "<!-- bench/run: end -->" in FILE with the run's tables (the whole file when they are absent).
 Only the standard library: it runs with any python3.
 """
@@ -58,7 +69,39 @@ def norm(section, r):
         p = r["verdict"].lower() in ("pass", "ok")
     o["pass"] = None if p is None else bool(p)
     o["target"] = r.get("target")
+    judge_bound(o)
     return o
+
+
+def judge_bound(o):
+    """The verdict of a row whose target is a share of a bound measured in the same run."""
+    share, need = num(o.get("bound_share")), num(o.get("bound_need"))
+    if need is None:
+        return
+    ok = share is not None and share >= need
+    mr = num(o.get("bound_min_ratio"))
+    if mr is not None:
+        ok = ok and o["ratio"] is not None and o["ratio"] >= mr
+    if o["pass"] is not None and o["pass"] != ok:
+        print(f"summary.py: {o['section']}: {o['name']}: the program's verdict "
+              f"({'pass' if o['pass'] else 'fail'}) and the bound check "
+              f"({'pass' if ok else 'fail'}) differ; both must pass", file=sys.stderr)
+    o["bound_pass"] = ok
+    o["pass"] = ok if o["pass"] is None else (ok and o["pass"])
+
+
+def bound_text(r):
+    """The bound beside the verdict: '96% of <bound> (needs 95%)', or '-'."""
+    need = num(r.get("bound_need"))
+    if need is None:
+        return "-"
+    share = num(r.get("bound_share"))
+    t = (f"{'-' if share is None else f'{share * 100:.0f}%'} of {r.get('bound_desc') or 'the bound'}"
+         f" (needs {need * 100:.0f}%")
+    mr = num(r.get("bound_min_ratio"))
+    if mr is not None:
+        t += f" and >= {mr:g}x"
+    return t + ")"
 
 
 def fmt_t(s):
@@ -80,7 +123,10 @@ def fmt_ratio(r):
 
 
 def verdict(r):
-    return "-" if r["pass"] is None else ("pass" if r["pass"] else "**FAIL**")
+    v = "-" if r["pass"] is None else ("pass" if r["pass"] else "**FAIL**")
+    if num(r.get("bound_need")) is not None:
+        v += ": " + bound_text(r)
+    return v
 
 
 def kernel_table(rows):
@@ -118,6 +164,8 @@ def other_table(rows):
                          f"({r['qcal_rss_mib'] / r['model_mib']:.2f}x the model)")
         if r.get("detail"):
             other.append(str(r["detail"]))
+        if r.get("reference_blas_row"):
+            other.append(str(r["reference_blas_row"]))
         q = fmt_t(r["qcal_s"])
         if r["qcal_s"] is None and r.get("value") is not None:
             q = f"{r['value']:g} {r.get('unit') or ''}".strip()
@@ -136,15 +184,17 @@ TITLES = {"kernels": "Kernels (bench/qcal_bench)",
 
 
 def main(argv):
-    out_path, doc, parts = "bench-results.json", None, []
+    out_path, doc, blas_path, parts = "bench-results.json", None, None, []
     i = 0
     while i < len(argv):
         a = argv[i]
-        if a in ("--out", "--doc") and i + 1 < len(argv):
+        if a in ("--out", "--doc", "--blas") and i + 1 < len(argv):
             if a == "--out":
                 out_path = argv[i + 1]
-            else:
+            elif a == "--doc":
                 doc = argv[i + 1]
+            else:
+                blas_path = argv[i + 1]
             i += 2
             continue
         if "=" not in a:
@@ -153,6 +203,15 @@ def main(argv):
         parts.append(a.split("=", 1))
         i += 1
     rows, md = [], []
+    blas = None
+    if blas_path:
+        try:
+            with open(blas_path) as f:
+                blas = json.load(f)
+        except (OSError, ValueError) as e:
+            print(f"summary.py: cannot read {blas_path}: {e}", file=sys.stderr)
+    if blas:
+        md += ["", f"Reference processes (PyTorch, numpy): {blas.get('summary', '?')}"]
     for section, path in parts:
         try:
             with open(path) as f:
@@ -163,6 +222,9 @@ def main(argv):
             print(f"summary.py: {section}: cannot read {path}: {e}", file=sys.stderr)
             return 2
         sec = [norm(section, r) for r in data]
+        if blas:
+            for r in sec:
+                r["reference_blas"] = blas
         rows += sec
         md += ["", f"### {TITLES.get(section, section)}", ""]
         md += kernel_table(sec) if section == "kernels" else other_table(sec)
@@ -174,8 +236,9 @@ def main(argv):
     print()
     print(head)
     for r in failed:
+        b = bound_text(r)
         print(f"  FAIL: {r['label']} ({r.get('threads', '-')} threads): {fmt_ratio(r)}, "
-              f"target {r['target']}")
+              f"target {r['target']}" + ("" if b == "-" else f"; {b}"))
     tmp = out_path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(rows, f, indent=1)
