@@ -33,6 +33,8 @@
 
 #include "qcal/calib.h"
 #include "qcal/int8.h"
+#include "qcal/npy.h"
+#include "qcal/safetensors.h"
 #include "qcal/observer.h"
 #include "qcal/tensor.h"
 
@@ -186,11 +188,11 @@ typedef struct torch_server {
     FILE *to, *from;
 } torch_server;
 
-static int torch_start(torch_server *ts, const char *cmd, int threads)
+/* Starts `sh -c full` with pipes to its stdin and stdout; waits for its "ready" line (copied
+ * into ready[0..cap) when ready is not NULL). */
+static int server_start(torch_server *ts, const char *full, char *ready, size_t cap)
 {
     memset(ts, 0, sizeof *ts);
-    char full[4096];
-    snprintf(full, sizeof full, "%s --serve --quick --threads %d", cmd, threads);
     int in[2], out[2];
     if (pipe(in) != 0)
         return -1;
@@ -222,7 +224,16 @@ static int torch_start(torch_server *ts, const char *cmd, int threads)
     char line[512];
     if (!ts->to || !ts->from || !fgets(line, sizeof line, ts->from) || !strstr(line, "\"ready\""))
         return -1;
+    if (ready)
+        snprintf(ready, cap, "%s", line);
     return 0;
+}
+
+static int torch_start(torch_server *ts, const char *cmd, int threads)
+{
+    char full[4096];
+    snprintf(full, sizeof full, "%s --serve --quick --threads %d", cmd, threads);
+    return server_start(ts, full, NULL, 0);
 }
 
 /* One PyTorch measurement of the int8 CNN on n images (median of its repeats) into *s. */
@@ -275,12 +286,337 @@ static int write_row_json(const char *path, long long n, int threads, double q_s
     return 0;
 }
 
+/* ---- two engines, one table (--deploy DIR --table T --ort CMD; bench/engines.py) ----------- */
+
+/* The demo CNN's ONNX tensor names (examples/cnn/cnn_onnx.c, torch.onnx.export's): each
+ * layer's input, then the tensors before it whose qparams it keeps (cnn_deploy int8). */
+static const char *const DEPLOY_IN[4][3] = {
+    {"input"},
+    {"/pool1/MaxPool_output_0", "/relu1/Relu_output_0"},
+    {"/flatten/Flatten_output_0", "/pool2/MaxPool_output_0", "/relu2/Relu_output_0"},
+    {"/relu3/Relu_output_0"}};
+static const char *const DEPLOY_PARAMS[8] = {"conv1.weight", "conv1.bias", "conv2.weight",
+                                             "conv2.bias",   "fc1.weight", "fc1.bias",
+                                             "fc2.weight",   "fc2.bias"};
+
+static int argmax10(const float *v)
+{
+    int a = 0;
+    for (int o = 1; o < F2; o++)
+        a = v[o] > v[a] ? o : a;
+    return a;
+}
+
+/* One ONNX Runtime command answered with one JSON line into line[0..cap). */
+static int server_ask(torch_server *ts, const char *cmd, char *line, size_t cap)
+{
+    fprintf(ts->to, "%s\n", cmd);
+    fflush(ts->to);
+    if (!fgets(line, (int)cap, ts->from)) {
+        fprintf(stderr, "bench_int8_cnn: ONNX Runtime stopped answering\n");
+        return -1;
+    }
+    return 0;
+}
+
+static double json_field(const char *line, const char *key)
+{
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *p = strstr(line, k);
+    return p ? atof(p + strlen(k)) : NAN;
+}
+
+/* qcal's int8 net of the demo CNN (DIR/model.safetensors, the table of its ONNX model) against
+ * ONNX Runtime running the QDQ model from the same table (CMD: bench/ort_serve.cjs), on
+ * DIR/test.npy: both verified (top-1 against DIR/labels.npy, predictions against each other),
+ * then timed in interleaved pairs (qcal: median of 3 forwards of every image; ONNX Runtime:
+ * median of 3 passes). Threads: OMP_NUM_THREADS for qcal, the same count given in CMD. */
+static int deploy_row(const char *dir, const char *table_path, const char *ort_cmd, int pairs,
+                      const char *json_path)
+{
+    char path[4200];
+    qcal_safetensors *sf = NULL;
+    float *param[8] = {0};
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK(qcal_safetensors_open(path, &sf));
+    for (int i = 0; i < 8; i++) {
+        int64_t idx;
+        qcal_safetensors_tensor_info info;
+        CHECK(qcal_safetensors_find(sf, DEPLOY_PARAMS[i], &idx));
+        CHECK(qcal_safetensors_info(sf, idx, &info));
+        param[i] = malloc((size_t)info.numel * sizeof(float));
+        if (!param[i]) {
+            fprintf(stderr, "out of memory\n");
+            return 1;
+        }
+        CHECK(qcal_safetensors_read_f32(sf, idx, 0, info.numel, param[i]));
+    }
+    qcal_safetensors_close(&sf);
+    qcal_calib_table *table = NULL;
+    CHECK(qcal_calib_table_read_json(table_path, &table));
+    qcal_npy_array x = {0}, lab = {0};
+    snprintf(path, sizeof path, "%s/test.npy", dir);
+    CHECK(qcal_npy_read_f32(path, &x));
+    snprintf(path, sizeof path, "%s/labels.npy", dir);
+    CHECK(qcal_npy_read(path, &lab));
+    const int64_t n = x.shape[0];
+    if (x.ndim != 4 || x.shape[1] != 1 || x.shape[2] != 28 || x.shape[3] != 28 ||
+        lab.dtype != QCAL_NPY_U8 || lab.numel != n) {
+        fprintf(stderr, "bench_int8_cnn: %s: want [N,1,28,28] images and N uint8 labels\n", dir);
+        return 1;
+    }
+    const char *in_name[4];
+    for (int l = 0; l < 4; l++) {
+        const qcal_calib_entry *e = NULL;
+        in_name[l] = DEPLOY_IN[l][0];
+        for (int c = 0; c < 3 && DEPLOY_IN[l][c]; c++)
+            if (qcal_calib_table_find(table, DEPLOY_IN[l][c], QCAL_CALIB_ROLE_ACTIVATION, &e) ==
+                QCAL_OK) {
+                in_name[l] = DEPLOY_IN[l][c];
+                break;
+            }
+        qcal_clear_error();
+    }
+    qcal_int8_layer_desc d[9];
+    int nl = 0;
+    for (int l = 0; l < 4; l++) {
+        qcal_int8_layer_desc *y = &d[nl];
+        if (l < 2) {
+            qcal_int8_layer_desc_default(&y[0], QCAL_INT8_CONV2D);
+            y[0].conv.out_channels = l == 0 ? C1 : C2;
+            y[0].conv.kernel_h = y[0].conv.kernel_w = 3;
+            y[0].conv.pad_h = y[0].conv.pad_w = 1;
+            y[0].conv.weight = param[2 * l];
+            y[0].conv.bias = param[2 * l + 1];
+            qcal_int8_layer_desc_default(&y[1], QCAL_INT8_RELU);
+            qcal_int8_layer_desc_default(&y[2], QCAL_INT8_MAXPOOL2D);
+            nl += 3;
+        } else {
+            qcal_int8_layer_desc_default(&y[0], QCAL_INT8_LINEAR);
+            y[0].linear.out_features = l == 2 ? F1 : F2;
+            y[0].linear.weight = param[2 * l];
+            y[0].linear.bias = param[2 * l + 1];
+            nl++;
+            if (l == 2)
+                qcal_int8_layer_desc_default(&d[nl++], QCAL_INT8_RELU);
+        }
+        y[0].fqn = in_name[l];
+    }
+    /* the logits in u8 with the table's "logits" qparams when it has them, as the QDQ model */
+    const qcal_calib_entry *le = NULL;
+    const char *out_fqn =
+        qcal_calib_table_find(table, "logits", QCAL_CALIB_ROLE_ACTIVATION, &le) == QCAL_OK
+            ? "logits" : NULL;
+    qcal_clear_error();
+    qcal_int8_net *net = NULL, *net_ns = NULL;
+    const int64_t in_shape[3] = {1, 28, 28};
+    CHECK(qcal_int8_net_from_table(NULL, table, 3, in_shape, nl, d, out_fqn, &net));
+    /* the same net without the exact weight split (where the time goes when oneDNN has no
+     * VNNI: the split doubles the MACs; without it u8 x s8 pairs may saturate, as in ONNX
+     * Runtime's default kernels): timed beside the row, not its verdict */
+    qcal_int8_net_options nso;
+    qcal_int8_net_options_default(&nso);
+    nso.weight_split = QCAL_INT8_SPLIT_NEVER;
+    CHECK(qcal_int8_net_from_table(&nso, table, 3, in_shape, nl, d, out_fqn, &net_ns));
+    float *logits = malloc((size_t)n * F2 * sizeof(float));
+    if (!logits) {
+        fprintf(stderr, "out of memory\n");
+        return 1;
+    }
+    const float *xd = x.data;
+    const uint8_t *yl = lab.data;
+    const int threads = omp_threads();
+    char ready[512], line[4096];
+    torch_server ort;
+    if (server_start(&ort, ort_cmd, ready, sizeof ready) != 0) {
+        fprintf(stderr, "bench_int8_cnn: cannot start ONNX Runtime: '%s'\n", ort_cmd);
+        return 1;
+    }
+    printf("two engines on the demo CNN, %lld test images, %d thread(s); ONNX Runtime: %s",
+           (long long)n, threads, ready);
+    /* verify: both engines' predictions on every image, before any timing */
+    double tb = now();
+    CHECK(qcal_int8_net_forward(net, n, xd, logits));   /* also builds the primitives */
+    tb = now() - tb;
+    char ort_out[4300], cmd[4400];
+    snprintf(ort_out, sizeof ort_out, "%s/ort_logits_%dt.npy", dir, threads);
+    snprintf(cmd, sizeof cmd, "logits %s", ort_out);
+    if (server_ask(&ort, cmd, line, sizeof line) != 0 || !strstr(line, "\"ok\"")) {
+        fprintf(stderr, "bench_int8_cnn: ONNX Runtime: %s", line);
+        return 1;
+    }
+    qcal_npy_array z = {0};
+    CHECK(qcal_npy_read_f32(ort_out, &z));
+    if (z.numel != n * F2) {
+        fprintf(stderr, "bench_int8_cnn: ONNX Runtime's logits have %lld values, want %lld\n",
+                (long long)z.numel, (long long)(n * F2));
+        return 1;
+    }
+    int64_t top_q = 0, top_o = 0, same = 0;
+    const float *zd = z.data;
+    for (int64_t i = 0; i < n; i++) {
+        int aq = argmax10(logits + i * F2), ao = argmax10(zd + i * F2);
+        top_q += aq == yl[i];
+        top_o += ao == yl[i];
+        same += aq == ao;
+    }
+    double pq = 100.0 * (double)top_q / (double)n, po = 100.0 * (double)top_o / (double)n,
+           ps = 100.0 * (double)same / (double)n;
+    printf("verify: top-1 qcal int8 %.2f%%, ONNX Runtime int8 %.2f%%, same prediction on "
+           "%.2f%% of the images\n", pq, po, ps);
+    qcal_npy_array_free(&z);
+    /* ONNX Runtime's default x86 int8 kernels (U8S8) saturate pair sums on CPUs without VNNI
+     * (docs/onnx.md): its predictions differ from qcal's on 1-1.5% of the images here, against
+     * 0.2% with x64quantprecision=1 (the ort test's bound); the row times the default kernels,
+     * which are also the faster ones (users get them) */
+    if (ps < 98.0 || fabs(pq - po) > 0.5 || pq < 80.0) {
+        fprintf(stderr, "bench_int8_cnn: verification failed: the engines disagree (top-1 %.2f vs "
+                "%.2f%%, same prediction %.2f%%)\n", pq, po, ps);
+        return 1;
+    }
+    double ts2 = now();
+    CHECK(qcal_int8_net_forward(net, n, xd, logits));
+    ts2 = now() - ts2;
+    printf("qcal: first forward (builds primitives, reorders weights) %.4f s, second %.4f s\n", tb,
+           ts2);
+    char impls[512] = "";
+    for (int32_t i = 0; i < 6; i++) {
+        const char *impl = NULL;
+        if (qcal_int8_net_impl(net, i, &impl) == QCAL_OK && impl)
+            snprintf(impls + strlen(impls), sizeof impls - strlen(impls), "%s%s", i ? ", " : "",
+                     impl);
+    }
+    qcal_clear_error();
+    printf("qcal: oneDNN implementations by layer: %s\n", impls);
+    const bool split = strstr(impls, " split") != NULL;
+    if (split)
+        CHECK(qcal_int8_net_forward(net_ns, n, xd, logits));   /* builds its primitives */
+    enum { MAXP = 64 };
+    double tq[MAXP], to[MAXP], ratio[MAXP], cq[MAXP], tn[MAXP], rn[MAXP];
+    int got = 0;
+    for (int k = 0; k < pairs && k < MAXP; k++) {
+        double t3[3], c3[3], n3[3] = {0, 0, 0};
+        for (int r = 0; r < 3; r++) {
+            double t0 = now(), c0 = cpu_now();
+            CHECK(qcal_int8_net_forward(net, n, xd, logits));
+            t3[r] = now() - t0;
+            c3[r] = cpu_now() - c0;
+        }
+        if (split)
+            for (int r = 0; r < 3; r++) {
+                double t0 = now();
+                CHECK(qcal_int8_net_forward(net_ns, n, xd, logits));
+                n3[r] = now() - t0;
+            }
+        qsort(t3, 3, sizeof t3[0], cmp_double);
+        qsort(c3, 3, sizeof c3[0], cmp_double);
+        qsort(n3, 3, sizeof n3[0], cmp_double);
+        /* ONNX Runtime's spinning workers stop before the next qcal sample */
+        struct timespec pause = {0, 300 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+        if (server_ask(&ort, "time 3", line, sizeof line) != 0)
+            break;
+        double ot = json_field(line, "median_s");
+        if (!(ot > 0)) {
+            fprintf(stderr, "bench_int8_cnn: ONNX Runtime: %s", line);
+            break;
+        }
+        nanosleep(&pause, NULL);
+        tq[got] = t3[1];
+        cq[got] = c3[1];
+        to[got] = ot;
+        ratio[got] = ot / t3[1];
+        tn[got] = n3[1];
+        rn[got] = split ? ot / n3[1] : NAN;
+        printf("pair %d: qcal %.4f s (CPU %.4f s)  ONNX Runtime %.4f s  ratio %.2fx", k, tq[got],
+               cq[got], to[got], ratio[got]);
+        if (split)
+            printf("  (qcal without the weight split %.4f s, %.2fx)", tn[got], rn[got]);
+        printf("\n");
+        fflush(stdout);
+        got++;
+    }
+    torch_stop(&ort);
+    if (got == 0) {
+        fprintf(stderr, "bench_int8_cnn: no ONNX Runtime measurement\n");
+        return 1;
+    }
+    qsort(tq, (size_t)got, sizeof tq[0], cmp_double);
+    qsort(to, (size_t)got, sizeof to[0], cmp_double);
+    qsort(cq, (size_t)got, sizeof cq[0], cmp_double);
+    qsort(ratio, (size_t)got, sizeof ratio[0], cmp_double);
+    qsort(tn, (size_t)got, sizeof tn[0], cmp_double);
+    qsort(rn, (size_t)got, sizeof rn[0], cmp_double);
+    const double med = got % 2 ? ratio[got / 2] : 0.5 * (ratio[got / 2 - 1] + ratio[got / 2]);
+    const bool ok = med >= 1.0;
+    char detail[1024], ver[32] = "?";
+    const char *vp = strstr(ready, "\"version\":\"");
+    if (vp)
+        sscanf(vp + strlen("\"version\":\""), "%31[^\"]", ver);
+    int dl = snprintf(detail, sizeof detail,
+                      "same %lld test images and table (histogram, input minmax); top-1 qcal "
+                      "%.2f%%, ONNX Runtime %.2f%%, same prediction %.2f%%; qcal CPU %.3f s "
+                      "(%.2f threads busy); ONNX Runtime %s, graph level all, default int8 "
+                      "kernels, batch %.0f",
+                      (long long)n, pq, po, ps, cq[got / 2], cq[got / 2] / tq[got / 2], ver,
+                      json_field(ready, "batch"));
+    if (split && dl > 0 && (size_t)dl < sizeof detail)
+        dl += snprintf(detail + dl, sizeof detail - (size_t)dl,
+                       "; %sthis CPU has no VNNI, so qcal stores each int8 weight as two halves "
+                       "(exact, twice the MACs; oneDNN %s) where ONNX Runtime's default kernels "
+                       "let u8 x s8 pair sums saturate: without the split qcal takes %.3f s, "
+                       "%.2fx (%.2f-%.2f) ONNX Runtime",
+                       ok ? "" : "where the time goes: ", impls, tn[got / 2], rn[got / 2], rn[0],
+                       rn[got - 1]);
+    else if (!ok && dl > 0 && (size_t)dl < sizeof detail)
+        snprintf(detail + dl, sizeof detail - (size_t)dl,
+                 "; where the time goes: the oneDNN primitives (%s; first forward %.3f s builds "
+                 "them, then %.3f s)", impls, tb, ts2);
+    printf("two engines, %lld images, %d thread(s): qcal median %.4f s, ONNX Runtime median "
+           "%.4f s, speed-up %.2fx (median of %d paired ratios, spread %.2f-%.2f)  target >= "
+           "1.00x  %s\n", (long long)n, threads, tq[got / 2], to[got / 2], med, got, ratio[0],
+           ratio[got - 1], ok ? "OK" : "MISSED");
+    if (json_path) {
+        char tmp[4300];
+        snprintf(tmp, sizeof tmp, "%s.tmp", json_path);
+        FILE *f = fopen(tmp, "w");
+        if (!f) {
+            fprintf(stderr, "bench_int8_cnn: cannot write %s\n", tmp);
+            return 1;
+        }
+        fprintf(f, "[{\"name\": \"engines_int8_cnn_%dt\", \"label\": \"demo CNN int8, %lld images: "
+                   "qcal oneDNN int8 net vs ONNX Runtime QDQ model\", \"threads\": %d, "
+                   "\"qcal_s\": %.6g, \"ref_s\": %.6g, \"reference\": \"ONNX Runtime\", "
+                   "\"ratio\": %.6g, \"ratio_min\": %.6g, \"ratio_max\": %.6g, \"pairs\": %d, "
+                   "\"qcal_top1\": %.4f, \"ort_top1\": %.4f, \"same_prediction\": %.4f, "
+                   "\"qcal_cpu_s\": %.6g, \"detail\": \"%s\", \"target\": \">= 1.0x ONNX Runtime\", "
+                   "\"pass\": %s}]\n",
+                threads, (long long)n, threads, tq[got / 2], to[got / 2], med, ratio[0],
+                ratio[got - 1], got, pq, po, ps, cq[got / 2], detail, ok ? "true" : "false");
+        if (fclose(f) != 0 || rename(tmp, json_path) != 0) {
+            fprintf(stderr, "bench_int8_cnn: cannot write %s\n", json_path);
+            return 1;
+        }
+    }
+    qcal_int8_net_destroy(&net);
+    qcal_int8_net_destroy(&net_ns);
+    qcal_calib_table_destroy(&table);
+    qcal_npy_array_free(&x);
+    qcal_npy_array_free(&lab);
+    free(logits);
+    for (int i = 0; i < 8; i++)
+        free(param[i]);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int64_t n = 10000;
     const char *torch_cmd = NULL;
     int pairs = 7;
     const char *json_path = NULL;
+    const char *deploy_dir = NULL, *deploy_table = NULL, *ort_cmd = NULL;
     qcal_int8_net_options def;
     qcal_int8_net_options_default(&def);
     int64_t row_chunk = def.batch_chunk;   /* the row's options: qcal's defaults unless given */
@@ -296,13 +632,28 @@ int main(int argc, char **argv)
             row_chunk = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--threads-in-primitives"))
             row_par = false;
+        else if (!strcmp(argv[i], "--deploy") && i + 1 < argc)
+            deploy_dir = argv[++i];
+        else if (!strcmp(argv[i], "--table") && i + 1 < argc)
+            deploy_table = argv[++i];
+        else if (!strcmp(argv[i], "--ort") && i + 1 < argc)
+            ort_cmd = argv[++i];
         else if (argv[i][0] != '-')
             n = atoll(argv[i]);
         else {
             fprintf(stderr, "usage: bench_int8_cnn [n_images] [--torch CMD] [--pairs K] [--chunk N] "
-                    "[--threads-in-primitives] [--json FILE]\n");
+                    "[--threads-in-primitives] [--json FILE]\n"
+                    "       bench_int8_cnn --deploy DIR --table TABLE --ort CMD [--pairs K] "
+                    "[--json FILE]\n");
             return 2;
         }
+    }
+    if (deploy_dir || deploy_table || ort_cmd) {
+        if (!deploy_dir || !deploy_table || !ort_cmd) {
+            fprintf(stderr, "bench_int8_cnn: --deploy, --table and --ort go together\n");
+            return 2;
+        }
+        return deploy_row(deploy_dir, deploy_table, ort_cmd, pairs < 1 ? 1 : pairs, json_path);
     }
     pairs = pairs < 1 ? 1 : pairs;
     if (n < N_CAL)

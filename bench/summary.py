@@ -179,6 +179,10 @@ TITLES = {"kernels": "Kernels (bench/qcal_bench)",
           "int8": "int8 evaluation of the demo CNN vs PyTorch's int8 engine (bench/int8_cnn.c)",
           "e2e": "qcal calibrate of a 1 GiB dump vs a PyTorch loop (bench/e2e_calibrate.py)",
           "python": "Python: qcal and qcal.torch vs torch.ao (bench/python_observers.py)",
+          "engines": "Two engines, one table: qcal's oneDNN int8 net vs ONNX Runtime's QDQ model of "
+                     "the demo CNN (bench/engines.py)",
+          "models": "Real models: qcal calibrate of the Silero VAD and MobileNet dumps vs a numpy "
+                    "loop, qcal equalize (bench/real_models.py)",
           "onnx": "ONNX: qcal qdq and onnx-expose of a 1 GiB model vs cp (bench/onnx_qdq.py)",
           "mpi": "MPI: 2 ranks vs 1, session reductions (bench/mpi_scale)"}
 
@@ -222,6 +226,8 @@ def main(argv):
             print(f"summary.py: {section}: cannot read {path}: {e}", file=sys.stderr)
             return 2
         sec = [norm(section, r) for r in data]
+        if not sec:   # a section that skipped (its one line said why)
+            continue
         if blas:
             for r in sec:
                 r["reference_blas"] = blas
