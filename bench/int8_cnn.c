@@ -19,8 +19,16 @@
  * Threads: OMP_NUM_THREADS (oneDNN's OpenMP runtime; PyTorch gets the same count).
  * The row uses qcal's default options; --chunk N and --threads-in-primitives change them.
  * --json FILE writes the paired row as one JSON object (bench/run collects it).
+ * --deploy DIR --table T --ort CMD (bench/engines.py, "two engines, one table"): the demo CNN
+ *   with its trained weights (DIR/model.safetensors, from `cnn_deploy export DIR`) built from
+ *   the table T of its ONNX model, against ONNX Runtime running the QDQ model `qcal qdq` made
+ *   from the same table (CMD starts bench/ort_serve.cjs) on DIR/test.npy: both verified (top-1
+ *   on DIR/labels.npy, predictions against each other), then timed in K interleaved pairs
+ *   (target >= 1.0x); without VNNI the same net without the exact weight split is timed
+ *   beside it (where the time goes).
  * Usage: bench_int8_cnn [n_images (10000)] [--torch CMD] [--pairs K] [--chunk N]
- *                       [--threads-in-primitives] [--json FILE] */
+ *                       [--threads-in-primitives] [--json FILE]
+ *        bench_int8_cnn --deploy DIR --table T --ort CMD [--pairs K] [--json FILE] */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
