@@ -164,8 +164,6 @@ def other_table(rows):
                          f"({r['qcal_rss_mib'] / r['model_mib']:.2f}x the model)")
         if r.get("detail"):
             other.append(str(r["detail"]))
-        if r.get("reference_blas_row"):
-            other.append(str(r["reference_blas_row"]))
         q = fmt_t(r["qcal_s"])
         if r["qcal_s"] is None and r.get("value") is not None:
             q = f"{r['value']:g} {r.get('unit') or ''}".strip()
