@@ -1,5 +1,8 @@
 /* ONNX models: reading (mmap, protobuf-c unpack, checks, external data), writing (streamed
  * pack through an atomic file, external data past 2 GiB), inspection and the builder. */
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -756,38 +759,49 @@ done:
     return st;
 }
 
-qcal_status onnx_read_raw_range(const qcal_onnx_model *m, const Onnx__TensorProto *t, size_t off,
-                                size_t len, void *dst)
+/* Copies n bytes with 16-byte vector moves. Not memcpy: glibc copies blocks this size with
+ * `rep movsb`, which on the AMD Zen 3 this was measured on ran 3-4x slower whenever source
+ * and destination differ in their offset within a cache line (a misaligned weight). */
+static void copy_vec(uint8_t *restrict dst, const uint8_t *restrict src, size_t n)
+{
+    size_t i = 0;
+#ifdef __SSE2__
+    for (; i + 64 <= n; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(src + i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(src + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(src + i + 32));
+        __m128i d = _mm_loadu_si128((const __m128i *)(src + i + 48));
+        _mm_storeu_si128((__m128i *)(dst + i), a);
+        _mm_storeu_si128((__m128i *)(dst + i + 16), b);
+        _mm_storeu_si128((__m128i *)(dst + i + 32), c);
+        _mm_storeu_si128((__m128i *)(dst + i + 48), d);
+    }
+#endif
+    if (n > i)
+        memcpy(dst + i, src + i, n - i);
+}
+
+qcal_status onnx_raw_view(const Onnx__TensorProto *t, size_t off, size_t len, uint8_t *scratch,
+                          const float **view)
 {
     if (off > t->raw_data.len || len > t->raw_data.len - off)
         return qcal_error(QCAL_ERR_INVALID_ARG, "bytes [%zu, +%zu) of a %zu-byte tensor", off, len,
                           t->raw_data.len);
     const uint8_t *src = t->raw_data.data + off;
-    size_t done = 0;
-    const onnx_src *f = onnx_src_of(m, t->raw_data.data);
-    if (!f || f->fd < 0) {
-        if (len)
-            memcpy(dst, src, len);
+    if ((uintptr_t)src % sizeof(float) == 0) {
+        /* In place. Reading a mapped file's pages where they are cost a quarter of the CPU
+         * time of pread()ing them into a buffer (2 GiB read: 0.22 s against 0.33-1.3 s). */
+        *view = (const float *)(const void *)src;
         return QCAL_OK;
     }
-    off_t at = (off_t)(src - f->map);
-    while (done < len) {
-        ssize_t r = pread(f->fd, (uint8_t *)dst + done, len - done, at + (off_t)done);
-        if (r <= 0) {
-            if (r < 0 && errno == EINTR)
-                continue;
-            /* The file shrank or failed under us: read the mapping (what it still holds). */
-            memcpy((uint8_t *)dst + done, src + done, len - done);
-            break;
-        }
-        done += (size_t)r;
-    }
+    /* The copy starts 512-575 bytes below the source's offset in its 4 KiB page: a load never
+     * meets an earlier store with the same low 12 address bits (4 KiB aliasing stalls the
+     * load), and the copy is 64-byte aligned. */
+    uintptr_t page = ((uintptr_t)scratch + 4095) & ~(uintptr_t)4095;
+    uint8_t *dst = (uint8_t *)(page + ((((uintptr_t)src & 4095) - 512) & 4095 & ~(uintptr_t)63));
+    copy_vec(dst, src, len);
+    *view = (const float *)(const void *)dst;
     return QCAL_OK;
-}
-
-qcal_status onnx_read_raw(const qcal_onnx_model *m, const Onnx__TensorProto *t, void *dst)
-{
-    return onnx_read_raw_range(m, t, 0, t->raw_data.len, dst);
 }
 
 static void detach_all(qcal_onnx_model *m)

@@ -40,13 +40,14 @@ bool onnx_in_map(const qcal_onnx_model *m, const void *ptr);
  * replaced); owned data is left for the caller to free. */
 void onnx_tensor_release(const qcal_onnx_model *m, Onnx__TensorProto *t);
 
-/* Copies t's raw_data (raw_data.len bytes) into dst: pread from the source file when it
- * lies in a mapping, else memcpy. */
-qcal_status onnx_read_raw(const qcal_onnx_model *m, const Onnx__TensorProto *t, void *dst);
+/* Scratch bytes onnx_raw_view needs beyond the length viewed. */
+#define ONNX_VIEW_SLACK ((size_t)8192)
 
-/* Copies bytes [off, off + len) of t's raw_data into dst the same way. */
-qcal_status onnx_read_raw_range(const qcal_onnx_model *m, const Onnx__TensorProto *t, size_t off,
-                                size_t len, void *dst);
+/* Points *view at bytes [off, off + len) of t's raw_data, to be read as float32: the bytes in
+ * place (a file mapping's pages read where they are) when 4-byte aligned, else a copy into
+ * scratch (len + ONNX_VIEW_SLACK bytes). */
+qcal_status onnx_raw_view(const Onnx__TensorProto *t, size_t off, size_t len, uint8_t *scratch,
+                          const float **view);
 
 /* ---- string map: name -> int64 (open addressing, keys borrowed, never removed) ---- */
 typedef struct onnx_map {

@@ -157,8 +157,8 @@ typedef struct plan {
     bool fp8;                  /* an FP8 Q/DQ is written (opset >= 19, IR >= 9) */
     onnx_map all_names;        /* every name in the model (for fresh names) */
     char **owned_names;        /* fresh names kept alive for all_names */
-    float *scratch;            /* float32 weights read for their observer, reused */
-    size_t scratch_cap;
+    uint8_t *scratch;          /* misaligned float32 weights copied for reading, reused */
+    size_t scratch_cap;        /* bytes */
     int64_t nowned;
 } plan;
 
@@ -595,12 +595,6 @@ static void assign(tinfo *ti)
  * parallel region to start or to spin after (the reads between chunks are serial). */
 #define WEIGHT_CHUNK_BYTES ((size_t)512 << 10)
 
-/* A float32 weight whose channel axis has only size-1 dimensions before it (Conv, Gemm with
- * transB=1: C channels of `inner` values each, contiguous), per-channel with
- * per_channel_minmax: blocks of whole channels are read once each (512 KiB) and observed,
- * their qparams computed and (ort) their codes quantized while the block is in cache. A
- * channel's qparams depend on its own min and max only (quant/qparams.c, one_pair), so the
- * blocks give the whole-tensor path's scales, zero-points and codes, bit for bit. */
 /* Appends *w to the plan's weights (the array doubles at powers of two); *out gets its index.
  * On failure the plan is unchanged and w's buffers are still the caller's. */
 static qcal_status wplan_push(plan *p, const wplan *w, int64_t *out)
@@ -616,6 +610,24 @@ static qcal_status wplan_push(plan *p, const wplan *w, int64_t *out)
     return QCAL_OK;
 }
 
+/* p->scratch for views of up to `bytes` bytes (onnx_raw_view). */
+static qcal_status scratch_reserve(plan *p, size_t bytes)
+{
+    size_t need = bytes + ONNX_VIEW_SLACK;
+    if (p->scratch_cap >= need)
+        return QCAL_OK;
+    free(p->scratch);
+    p->scratch = malloc(need);
+    p->scratch_cap = p->scratch ? need : 0;
+    return p->scratch ? QCAL_OK : OOM();
+}
+
+/* A float32 weight whose channel axis has only size-1 dimensions before it (Conv, Gemm with
+ * transB=1: C channels of `inner` values each, contiguous), per-channel with
+ * per_channel_minmax: blocks of whole channels are read once each (512 KiB) and observed,
+ * their qparams computed and (ort) their codes quantized while the block is in cache. A
+ * channel's qparams depend on its own min and max only (quant/qparams.c, one_pair), so the
+ * blocks give the whole-tensor path's scales, zero-points and codes, bit for bit. */
 static qcal_status weight_by_channel(plan *p, const Onnx__TensorProto *init, int32_t axis,
                                      qcal_dtype dtype, qcal_qscheme qs, int64_t numel,
                                      float **scales_out, int8_t **zps_out, uint8_t **codes_out,
@@ -624,14 +636,9 @@ static qcal_status weight_by_channel(plan *p, const Onnx__TensorProto *init, int
     const int64_t C = init->dims[axis], inner = numel / C;
     int64_t rows = (int64_t)(WEIGHT_CHUNK_BYTES / ((size_t)inner * 4));
     rows = rows < 1 ? 1 : rows > C ? C : rows;
-    size_t need = (size_t)(rows * inner);
-    if (p->scratch_cap < need) {
-        free(p->scratch);
-        p->scratch = malloc(need * sizeof *p->scratch);
-        p->scratch_cap = p->scratch ? need : 0;
-        if (!p->scratch)
-            return OOM();
-    }
+    qcal_status rs = scratch_reserve(p, (size_t)(rows * inner) * 4);
+    if (rs != QCAL_OK)
+        return rs;
     qcal_observer_config cfg;
     qcal_observer_config_default(&cfg, QCAL_OBSERVER_PER_CHANNEL_MINMAX);
     cfg.q.dtype = dtype;
@@ -639,7 +646,6 @@ static qcal_status weight_by_channel(plan *p, const Onnx__TensorProto *init, int
     cfg.axis = 0;
     qcal_tensor x;
     memset(&x, 0, sizeof x);
-    x.data = p->scratch;
     x.ndim = (int32_t)init->n_dims - axis;   /* (channels of the block, dims after axis...) */
     for (int32_t k = axis + 1; k < (int32_t)init->n_dims; k++)
         x.shape[k - axis] = init->dims[k];
@@ -652,8 +658,10 @@ static qcal_status weight_by_channel(plan *p, const Onnx__TensorProto *init, int
     for (int64_t c0 = 0; st == QCAL_OK && c0 < C; c0 += rows) {
         x.shape[0] = C - c0 < rows ? C - c0 : rows;
         qcal_qparams qp = { 0 };
-        st = onnx_read_raw_range(p->m, init, (size_t)(c0 * inner) * 4, (size_t)(x.shape[0] * inner) * 4,
-                                 p->scratch);
+        const float *view;
+        st = onnx_raw_view(init, (size_t)(c0 * inner) * 4, (size_t)(x.shape[0] * inner) * 4,
+                           p->scratch, &view);
+        x.data = (float *)view;   /* read only */
         if (st == QCAL_OK && c0 > 0)
             st = qcal_observer_reset(obs);
         if (st == QCAL_OK)
@@ -747,22 +755,17 @@ static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int
     }
     float *conv = NULL;
     const float *data = NULL;
-    size_t need = f32raw ? (size_t)(rows * row) : 0;
-    if (p->scratch_cap < need) {
-        free(p->scratch);
-        p->scratch = malloc(need * sizeof *p->scratch);
-        p->scratch_cap = p->scratch ? need : 0;
-        if (!p->scratch)
-            return OOM();
-    }
-    if (stream) {
-        data = p->scratch;
-    } else if (f32raw) {
-        /* one copy out of the page cache (pread), no page faults on the mapping */
-        qcal_status rs = onnx_read_raw(p->m, init, p->scratch);
+    if (f32raw) {
+        qcal_status rs = scratch_reserve(p, (size_t)(rows * row) * 4);
         if (rs != QCAL_OK)
             return rs;
-        data = p->scratch;
+    }
+    if (stream) {
+        data = NULL;   /* a view per chunk */
+    } else if (f32raw) {
+        qcal_status rs = onnx_raw_view(init, 0, init->raw_data.len, p->scratch, &data);
+        if (rs != QCAL_OK)
+            return rs;
     } else {
         int64_t nn;
         qcal_status st = onnx_tensor_to_float(init, &conv, &nn);
@@ -798,8 +801,10 @@ static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int
     for (int64_t o = 0; st == QCAL_OK && o < outer; o += rows) {
         if (stream) {
             x.shape[0] = outer - o < rows ? outer - o : rows;
-            st = onnx_read_raw_range(p->m, init, (size_t)(o * row) * 4, (size_t)(x.shape[0] * row) * 4,
-                                     p->scratch);
+            const float *view;
+            st = onnx_raw_view(init, (size_t)(o * row) * 4, (size_t)(x.shape[0] * row) * 4,
+                               p->scratch, &view);
+            x.data = (float *)view;
         }
         if (st == QCAL_OK)
             st = qcal_observer_update(obs, &x);
@@ -828,8 +833,10 @@ static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int
         for (int64_t o = 0; st == QCAL_OK && o < outer; o += rows) {
             if (stream) {
                 x.shape[0] = outer - o < rows ? outer - o : rows;
-                st = onnx_read_raw_range(p->m, init, (size_t)(o * row) * 4,
-                                         (size_t)(x.shape[0] * row) * 4, p->scratch);
+                const float *view;
+                st = onnx_raw_view(init, (size_t)(o * row) * 4, (size_t)(x.shape[0] * row) * 4,
+                                   p->scratch, &view);
+                x.data = (float *)view;
             }
             if (st == QCAL_OK)
                 st = qcal_quantize(&x, &qp, codes + o * row);
