@@ -1,17 +1,17 @@
 /* FP8 kernel family, AVX2 (quant/float8_dsp.h; built with -mavx2 -mfma): the C reference's
  * operations 8 lanes at a time, the C reference for heads and tails. Encode: the float32
- * division, |v| clamped to the largest finite value, the normal codes by integer rounding
- * of the float32 bits (half to even at the format's last mantissa bit), the subnormal codes
- * by cvtps2dq of |v| * 2^9 (2^16) (round half to even under the default MXCSR), NaN lanes
- * set to 0x7F; fake-quant does the same rounding in the float domain (the value of the code
- * directly, by adding and subtracting a power of two: see f8_fq8). */
+ * division, |v| clamped to the largest finite value, then the rounding half to even on the
+ * format's grid by one float32 addition of a power of two C (subnormals alike), the code
+ * read from the sum's low bits (f8_mag8), 32 codes packed at a time with their signs and
+ * NaNs (f8_quant32); fake-quant does the same rounding and subtracts C again (the value of
+ * the code directly: see f8_fq8). */
 #include <immintrin.h>
 
 #include "quant/float8_kernels.h"
 
 typedef struct f8v {
-    __m256 max, minn, sub, subinv, bound, signm, qnan;
-    __m256i halfm1, adj, one, keep, nan7f;
+    __m256 max, subinv, bound, signm, qnan;
+    __m256i adj, nan7f;
     __m128i sh;
     /* dequantize */
     __m256i subthr, infc, nanlo, infbits, qnanbits;
@@ -25,16 +25,11 @@ static inline void f8v_init(f8v *k, int fmt)
     const bool e4 = fmt == QCAL_F8_E4M3FN;
     const int sh = e4 ? F8_E4_SHIFT : F8_E5_SHIFT;
     k->max = _mm256_set1_ps(e4 ? F8_E4_MAX : F8_E5_MAX);
-    k->minn = _mm256_set1_ps(e4 ? F8_E4_MIN_NORMAL : F8_E5_MIN_NORMAL);
-    k->sub = _mm256_set1_ps(e4 ? F8_E4_SUB : F8_E5_SUB);
     k->subinv = _mm256_set1_ps(e4 ? 0x1p-9f : 0x1p-16f);
     k->bound = _mm256_set1_ps(e4 ? F8_E4_BOUND : F8_E5_BOUND);
     k->signm = _mm256_set1_ps(-0.0f);
     k->qnan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000));
-    k->halfm1 = _mm256_set1_epi32((int)((1u << (sh - 1)) - 1u));
     k->adj = _mm256_set1_epi32((int)(e4 ? F8_E4_ADJ : F8_E5_ADJ));
-    k->one = _mm256_set1_epi32(1);
-    k->keep = _mm256_set1_epi32((int)~((1u << sh) - 1u));
     k->nan7f = _mm256_set1_epi32(0x7F);
     k->sh = _mm_cvtsi32_si128(sh);
     k->subthr = _mm256_set1_epi32(e4 ? 8 : 4);
@@ -51,25 +46,45 @@ static inline void f8v_init(f8v *k, int fmt)
 /* Software prefetch distance of the quantize loop, in floats (2 KiB). */
 #define F8_PREFETCH 512
 
-/* 8 values v = x / scale -> 8 codes in int32 lanes. */
-static inline __m256i f8_enc8(__m256 v, const f8v *k)
+/* The magnitude codes of 8 values v = x / scale, in int32 lanes, for the format whose
+ * float32 mantissa bits dropped are `sh` (20: E4M3FN, 21: E5M2). With a = min(|v|, largest),
+ * E = max(exponent bits of a, those of the smallest normal) and C = 2^(e + sh) (the float
+ * with exponent bits E + (sh << 23)), the float32 addition a + C rounds a half to even at
+ * the format's last mantissa bit, subnormals included (C's ulp is the format's step there),
+ * and leaves the rounded multiple k of that step in the sum's low bits: bits(a + C) -
+ * bits(C) = k (0..16; 16 is the next binade's first code). The code is then k plus 2^mbits
+ * per binade above the smallest normal's, ((E - Emin) >> sh). NaN lanes stay NaN through
+ * the min (min_ps returns its second operand when one is NaN) and give a negative lane
+ * (the NaN's bits minus a C that wrapped past 2^31), which f8_quant32 turns into 0x7F. */
+static inline __attribute__((always_inline)) __m256i f8_mag8(__m256 v, __m256 max, int sh)
 {
-    __m256 sgn = _mm256_and_ps(v, k->signm);
-    __m256 a = _mm256_andnot_ps(k->signm, v);
-    __m256 nan = _mm256_cmp_ps(a, a, _CMP_UNORD_Q);
-    a = _mm256_min_ps(a, k->max);                 /* NaN lanes -> max (fixed below) */
-    __m256 sub = _mm256_cmp_ps(a, k->minn, _CMP_LT_OQ);
-    __m256i cs = _mm256_cvtps_epi32(_mm256_mul_ps(a, k->sub));
-    __m256i ab = _mm256_castps_si256(a);
-    __m256i lsb = _mm256_and_si256(_mm256_srl_epi32(ab, k->sh), k->one);
-    __m256i cn = _mm256_sub_epi32(
-        _mm256_srl_epi32(_mm256_add_epi32(_mm256_add_epi32(ab, k->halfm1), lsb), k->sh),
-        k->adj);
-    __m256i c = _mm256_castps_si256(
-        _mm256_blendv_ps(_mm256_castsi256_ps(cn), _mm256_castsi256_ps(cs), sub));
-    c = _mm256_or_si256(c, _mm256_srli_epi32(_mm256_castps_si256(sgn), 24));
-    /* NaN lanes held the largest code (0x7E / 0x7B): | 0x7F makes them sign | 0x7F */
-    return _mm256_or_si256(c, _mm256_and_si256(_mm256_castps_si256(nan), k->nan7f));
+    const __m256i expm = _mm256_set1_epi32(0x7F800000);
+    const __m256i emin = _mm256_set1_epi32((sh == F8_E4_SHIFT ? 121 : 113) << 23);
+    __m256 a = _mm256_min_ps(max, _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v));
+    __m256i e = _mm256_max_epi32(_mm256_and_si256(_mm256_castps_si256(a), expm), emin);
+    __m256i c = _mm256_add_epi32(e, _mm256_set1_epi32(sh << 23));
+    __m256i k = _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(a, _mm256_castsi256_ps(c))), c);
+    return _mm256_add_epi32(k, _mm256_srli_epi32(_mm256_sub_epi32(e, emin), sh));
+}
+
+/* The codes of x[0..31] / s, in order. Magnitudes 0..0x7E (0x7B) pack without saturation;
+ * the signed packs turn NaN lanes into -128, which + (-1) makes 0x7F. The signs: the same
+ * signed packs of the bits of v put each lane's sign in its byte's top bit. */
+static inline __attribute__((always_inline)) __m256i f8_quant32(const float *x, __m256 s,
+                                                                __m256 max, int sh)
+{
+    __m256 v0 = _mm256_div_ps(_mm256_loadu_ps(x), s);
+    __m256 v1 = _mm256_div_ps(_mm256_loadu_ps(x + 8), s);
+    __m256 v2 = _mm256_div_ps(_mm256_loadu_ps(x + 16), s);
+    __m256 v3 = _mm256_div_ps(_mm256_loadu_ps(x + 24), s);
+    __m256i m = _mm256_packs_epi16(_mm256_packs_epi32(f8_mag8(v0, max, sh), f8_mag8(v1, max, sh)),
+                                   _mm256_packs_epi32(f8_mag8(v2, max, sh), f8_mag8(v3, max, sh)));
+    m = _mm256_add_epi8(m, _mm256_cmpgt_epi8(_mm256_setzero_si256(), m));
+    __m256i sg = _mm256_packs_epi16(
+        _mm256_packs_epi32(_mm256_castps_si256(v0), _mm256_castps_si256(v1)),
+        _mm256_packs_epi32(_mm256_castps_si256(v2), _mm256_castps_si256(v3)));
+    m = _mm256_or_si256(m, _mm256_and_si256(sg, _mm256_set1_epi8((char)0x80)));
+    return _mm256_permutevar8x32_epi32(m, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
 /* 8 floats x -> value(encode(x / s)) * s; *inside: the mask lanes. The rounding to the
@@ -106,13 +121,12 @@ static inline __m256 f8_dec8(__m256i c, __m256 s, const f8v *k)
     return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_or_si256(r, sign)), s);
 }
 
-void qcal_f32_quantize_f8__avx2(const float *x, int64_t n, float scale, int fmt, uint8_t *dst,
-                                bool stream)
+static inline __attribute__((always_inline)) void
+f8_quantize_run(const float *x, int64_t n, float scale, int fmt, uint8_t *dst, bool stream,
+                int sh)
 {
-    f8v k;
-    f8v_init(&k, fmt);
     const __m256 s = _mm256_set1_ps(scale);
-    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256 max = _mm256_set1_ps(sh == F8_E4_SHIFT ? F8_E4_MAX : F8_E5_MAX);
     int64_t i = 0;
     if (stream) {   /* codes to a 32-byte boundary first, then non-temporal stores */
         int64_t h = (int64_t)((32 - (uintptr_t)dst % 32) % 32);
@@ -125,13 +139,7 @@ void qcal_f32_quantize_f8__avx2(const float *x, int64_t n, float scale, int fmt,
          * alone this loop waited for memory (docs/fp8.md, Performance) */
         _mm_prefetch((const char *)(x + i + F8_PREFETCH), _MM_HINT_T0);
         _mm_prefetch((const char *)(x + i + F8_PREFETCH + 16), _MM_HINT_T0);
-        __m256i a = f8_enc8(_mm256_div_ps(_mm256_loadu_ps(x + i), s), &k);
-        __m256i b = f8_enc8(_mm256_div_ps(_mm256_loadu_ps(x + i + 8), s), &k);
-        __m256i c = f8_enc8(_mm256_div_ps(_mm256_loadu_ps(x + i + 16), s), &k);
-        __m256i d = f8_enc8(_mm256_div_ps(_mm256_loadu_ps(x + i + 24), s), &k);
-        __m256i ab = _mm256_packs_epi32(a, b);   /* codes are 0..255: no saturation */
-        __m256i cd = _mm256_packs_epi32(c, d);
-        __m256i r = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), perm);
+        __m256i r = f8_quant32(x + i, s, max, sh);
         if (stream)
             _mm256_stream_si256((__m256i *)(dst + i), r);
         else
@@ -140,6 +148,15 @@ void qcal_f32_quantize_f8__avx2(const float *x, int64_t n, float scale, int fmt,
     if (stream)
         _mm_sfence();
     qcal_f32_quantize_f8__c(x + i, n - i, scale, fmt, dst + i, false);
+}
+
+void qcal_f32_quantize_f8__avx2(const float *x, int64_t n, float scale, int fmt, uint8_t *dst,
+                                bool stream)
+{
+    if (fmt == QCAL_F8_E4M3FN)
+        f8_quantize_run(x, n, scale, fmt, dst, stream, F8_E4_SHIFT);
+    else
+        f8_quantize_run(x, n, scale, fmt, dst, stream, F8_E5_SHIFT);
 }
 
 void qcal_f8_dequantize__avx2(const uint8_t *q, int64_t n, float scale, int fmt, float *dst)
