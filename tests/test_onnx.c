@@ -906,6 +906,36 @@ static void test_if_bodies(void **state)
     qcal_calib_session_destroy(&s);
 }
 
+/* An omitted (empty) activation input of a quantizable op: the op is skipped with the reason
+ * (it indexed tensor -1 before; found by fuzz_onnx). */
+static void test_omitted_input(void **state)
+{
+    (void)state;
+    qcal_onnx_model *m = NULL;
+    OK(qcal_onnx_model_new(8, 13, &m));
+    int64_t in_dims[2] = { -1, 4 }, out_dims[2] = { -1, 3 }, wd[2] = { 3, 4 };
+    OK(qcal_onnx_add_input(m, "input", QCAL_ONNX_FLOAT, 2, in_dims));
+    OK(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, 2, out_dims));
+    float w[12];
+    fill(w, 12, 1.0f);
+    OK(qcal_onnx_add_initializer_float(m, "fc.w", 2, wd, w));
+    const char *gi[] = { "", "fc.w" }, *go[] = { "y" };
+    int64_t k;
+    OK(qcal_onnx_add_node(m, "Gemm", "/fc/Gemm", 2, gi, 1, go, &k));
+    OK(qcal_onnx_node_set_int(m, k, "transB", 1));
+    static const char *const names[] = { "input", "y" };
+    static const float lo[] = { -1.0f, -2.0f }, hi[] = { 1.0f, 2.0f };
+    qcal_calib_session *s = make_session(names, lo, hi, 2);
+    qcal_onnx_qdq_report rep;
+    OK(qcal_onnx_qdq_session(m, s, NULL, &rep));
+    assert_int_equal(rep.ops, 0);
+    assert_int_equal(rep.n_skipped, 1);
+    assert_non_null(strstr(rep.skipped[0], "input 0 has no name"));
+    qcal_onnx_qdq_report_free(&rep);
+    qcal_onnx_model_destroy(&m);
+    qcal_calib_session_destroy(&s);
+}
+
 int main(void)
 {
     if (!qcal_onnx_available()) {
@@ -923,6 +953,7 @@ int main(void)
         cmocka_unit_test(test_opset_strict_exclude),
         cmocka_unit_test(test_subgraph_and_axes),
         cmocka_unit_test(test_if_bodies),
+        cmocka_unit_test(test_omitted_input),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
