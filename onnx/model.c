@@ -804,6 +804,16 @@ qcal_status onnx_raw_view(const Onnx__TensorProto *t, size_t off, size_t len, ui
     return QCAL_OK;
 }
 
+void onnx_raw_drop(const qcal_onnx_model *m, const Onnx__TensorProto *t)
+{
+    if (!t->raw_data.len || !onnx_in_map(m, t->raw_data.data))
+        return;
+    uintptr_t lo = ((uintptr_t)t->raw_data.data + 4095) & ~(uintptr_t)4095;
+    uintptr_t hi = ((uintptr_t)t->raw_data.data + t->raw_data.len) & ~(uintptr_t)4095;
+    if (hi > lo)
+        (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);   /* read-only private mapping */
+}
+
 static void detach_all(qcal_onnx_model *m)
 {
     if (!m->n_src || !m->proto->graph)

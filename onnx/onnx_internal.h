@@ -49,6 +49,11 @@ void onnx_tensor_release(const qcal_onnx_model *m, Onnx__TensorProto *t);
 qcal_status onnx_raw_view(const Onnx__TensorProto *t, size_t off, size_t len, uint8_t *scratch,
                           const float **view);
 
+/* Done reading t's raw_data for now: when it lies in a file mapping, the mapping's pages over
+ * it are dropped (they stay in the page cache and are mapped again if read), so a pass that
+ * reads every weight once does not keep the whole file resident. */
+void onnx_raw_drop(const qcal_onnx_model *m, const Onnx__TensorProto *t);
+
 /* ---- string map: name -> int64 (open addressing, keys borrowed, never removed) ---- */
 typedef struct onnx_map {
     const char **keys;

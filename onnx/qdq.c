@@ -700,8 +700,8 @@ static qcal_status weight_by_channel(plan *p, const Onnx__TensorProto *init, int
 /* qparams of a weight with the library's observer: opt->weight_qscheme (qint8; per-tensor
  * schemes with minmax over the whole weight), or per-channel symmetric in the FP8 dtype of an
  * FP8 node (scale = channel amax / largest); codes (ort). */
-static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int32_t axis,
-                               qcal_dtype dtype, int64_t *out)
+static qcal_status plan_weight_read(plan *p, const Onnx__NodeProto *n, int64_t t, int32_t axis,
+                                    qcal_dtype dtype, int64_t *out)
 {
     for (int64_t i = 0; i < p->nw; i++)
         if (p->w[i].t == t) {
@@ -865,6 +865,15 @@ static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int
     qcal_qparams_free(&qp);
     qcal_observer_destroy(&obs);
     return QCAL_OK;
+}
+
+/* plan_weight_read, then the weight's pages of the file mapping are let go (onnx_raw_drop). */
+static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int32_t axis,
+                               qcal_dtype dtype, int64_t *out)
+{
+    qcal_status st = plan_weight_read(p, n, t, axis, dtype, out);
+    onnx_raw_drop(p->m, p->t[t].init);
+    return st;
 }
 
 /* int32 bias (ort): scale[c] = s_in * s_w[c], zero-point 0. Returns false to keep it float. */
