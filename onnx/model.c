@@ -1192,7 +1192,11 @@ typedef struct file_sink {
     uint64_t kicked;     /* bytes handed to the kernel's writeback so far */
     const qcal_onnx_model *m;
     bool no_copy_range;  /* copy_file_range refused once: write everything */
+    uint8_t *bounce;     /* SINK_BOUNCE + 8 KiB, or NULL (blobs then go through stdio) */
 } file_sink;
+
+/* Size of the buffer large in-memory blobs are written through (see write_bounced). */
+#define SINK_BOUNCE ((size_t)1 << 20)
 
 /* Copies a blob from the source file to the output in the kernel (no pass through this
  * process's memory), at the output's current offset; false when the kernel refuses (a pipe,
@@ -1228,15 +1232,53 @@ static bool copy_blob(file_sink *s, const uint8_t *data, size_t len)
 
 #define SINK_KICK (UINT64_C(32) << 20)
 
+/* Writes a large blob from this process's memory through the bounce buffer, 1 MiB at a time,
+ * each piece placed at the file offset's position in its page: the kernel's copy into the
+ * page cache then reads a buffer in cache, page-aligned with its target. On this project's VM
+ * (AMD Zen 3), qdq of the 1 GiB bench model (0.25 GiB of int8 weights written) took medians of
+ * 0.91-1.31 s of CPU writing straight from the weights' buffers and 0.80-0.88 s through a
+ * 1 MiB buffer (three series of 6-12 interleaved runs). */
+static void write_bounced(file_sink *s, const uint8_t *data, size_t len)
+{
+    if (fflush(s->fp) != 0) {
+        s->failed = true;
+        return;
+    }
+    int fd = fileno(s->fp);
+    size_t done = 0;
+    while (done < len) {
+        size_t n = len - done < SINK_BOUNCE ? len - done : SINK_BOUNCE;
+        uint8_t *page = (uint8_t *)(((uintptr_t)s->bounce + 4095) & ~(uintptr_t)4095);
+        uint8_t *b = page + ((s->written + done) & 4095);
+        copy_vec(b, data + done, n);
+        size_t put = 0;
+        while (put < n) {
+            ssize_t r = write(fd, b + put, n - put);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0) {
+                s->failed = true;
+                return;
+            }
+            put += (size_t)r;
+        }
+        done += n;
+    }
+}
+
 static void sink_append(ProtobufCBuffer *b, size_t len, const uint8_t *data)
 {
     file_sink *s = (file_sink *)b;
     if (s->failed || !len)
         return;
-    bool in_map = len >= ONNX_BLOB_MIN && !s->no_copy_range && onnx_in_map(s->m, data);
-    if (!in_map || !copy_blob(s, data, len))
-        if (fwrite(data, 1, len, s->fp) != len)
+    bool big = len >= ONNX_BLOB_MIN;
+    bool in_map = big && !s->no_copy_range && onnx_in_map(s->m, data);
+    if (!in_map || !copy_blob(s, data, len)) {
+        if (big && s->bounce)
+            write_bounced(s, data, len);
+        else if (fwrite(data, 1, len, s->fp) != len)
             s->failed = true;
+    }
     s->written += len;
     /* Start the writeback of every 32 MiB written (asynchronously), so the final fsync of
      * the atomic commit waits for the tail only, as a copy's background writeback would. */
@@ -1303,6 +1345,8 @@ qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_option
     qcal_status st = QCAL_OK;
     qcal_atomic_file data_file = { 0 };
     char *data_path = NULL;
+    file_sink dsink;
+    uint8_t *bounce = malloc(SINK_BOUNCE + 8192);   /* NULL: blobs go through stdio */
     if (size > o.external_threshold) {
         /* External data: large raw initializers go to PATH.data (offsets 64-byte aligned). */
         size_t pl = strlen(path);
@@ -1319,15 +1363,16 @@ qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_option
             goto out;
         uint64_t off = 0;
         static const uint8_t zeros[64];
+        dsink = (file_sink){ { sink_append }, data_file.fp, false, 0, 0, m, false, bounce };
         for (size_t i = 0; i < g->n_initializer; i++) {
             Onnx__TensorProto *t = g->initializer[i];
             if (!t->raw_data.len || t->raw_data.len < o.external_min_bytes)
                 continue;
             size_t pad = (size_t)((64 - off % 64) % 64);
-            if (pad && fwrite(zeros, 1, pad, data_file.fp) != pad)
-                break;
+            sink_append(&dsink.base, pad, zeros);
             off += pad;
-            if (fwrite(t->raw_data.data, 1, t->raw_data.len, data_file.fp) != t->raw_data.len)
+            sink_append(&dsink.base, t->raw_data.len, t->raw_data.data);
+            if (dsink.failed)
                 break;
             char ob[32], lb[32];
             snprintf(ob, sizeof ob, "%llu", (unsigned long long)off);
@@ -1348,7 +1393,7 @@ qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_option
                 goto out;
             }
         }
-        if (ferror(data_file.fp)) {
+        if (dsink.failed || ferror(data_file.fp)) {
             st = qcal_error(QCAL_ERR_IO, "cannot write '%s': %s", data_path, strerror(errno));
             goto out;
         }
@@ -1364,7 +1409,7 @@ qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_option
     if ((st = qcal_atomic_file_open(&f, path)) != QCAL_OK)
         goto out;
     setvbuf(f.fp, NULL, _IOFBF, 1 << 20);
-    file_sink sink = { { sink_append }, f.fp, false, 0, 0, m, false };
+    file_sink sink = { { sink_append }, f.fp, false, 0, 0, m, false, bounce };
     protobuf_c_message_pack_to_buffer(&m->proto->base, &sink.base);
     if (sink.failed || sink.written != size) {
         int e = errno;
@@ -1388,6 +1433,7 @@ out:
     restore_moved(mv, nmv);
     free(mv);
     free(data_path);
+    free(bounce);
     return st;
 }
 

@@ -365,6 +365,36 @@ static void expect_same(const qcal_onnx_model *a, const qcal_onnx_model *b)
     qcal_free(y);
 }
 
+/* External data of large initializers, from memory (written through the save's bounce
+ * buffer) and from a file mapping (copied file to file): read back, the same model. */
+static void test_save_external_big(void **state)
+{
+    (void)state;
+    qcal_onnx_model *m = make_big();
+    qcal_onnx_save_options so;
+    qcal_onnx_save_options_default(&so);
+    so.external_threshold = 1000;
+    so.external_min_bytes = 1024;
+    OK(qcal_onnx_model_save(m, &so, T("bigx.onnx")));
+    struct stat sb;
+    assert_int_equal(stat(T("bigx.onnx.data"), &sb), 0);
+    assert_true(sb.st_size >= (256 * 256 + 128 * 256) * 4);
+    qcal_onnx_model *r = NULL;
+    OK(qcal_onnx_model_load(T("bigx.onnx"), &r));
+    expect_same(m, r);
+    OK(qcal_onnx_model_save(m, NULL, T("inline.onnx")));
+    qcal_onnx_model *f = NULL;
+    OK(qcal_onnx_model_load(T("inline.onnx"), &f));   /* large initializers in the mapping */
+    OK(qcal_onnx_model_save(f, &so, T("bigy.onnx")));
+    qcal_onnx_model *r2 = NULL;
+    OK(qcal_onnx_model_load(T("bigy.onnx"), &r2));
+    expect_same(m, r2);
+    qcal_onnx_model_destroy(&r2);
+    qcal_onnx_model_destroy(&f);
+    qcal_onnx_model_destroy(&r);
+    qcal_onnx_model_destroy(&m);
+}
+
 static void expect_file(const char *path, const qcal_onnx_model *m)
 {
     void *x;
@@ -739,6 +769,7 @@ int main(void)
         cmocka_unit_test(test_hostile),
         cmocka_unit_test(test_external_inside),
         cmocka_unit_test(test_save_external),
+        cmocka_unit_test(test_save_external_big),
         cmocka_unit_test(test_large_initializers),
         cmocka_unit_test(test_large_external),
         cmocka_unit_test(test_streamed_weights),
