@@ -35,23 +35,14 @@ import shutil
 import subprocess
 import sys
 
+import bench_util
+from bench_util import npm_dir
+
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def npm_dir():
-    d = os.environ.get("QCAL_NPM_DIR")
-    if d:
-        return d
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.environ.get("HOME", "/root"), ".cache")
-    return os.path.join(cache, "qcal", "npm")
-
-
 def run(*cmd, env=None):
-    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env)
-    if r.returncode != 0:
-        raise SystemExit("bench/engines.py: FAILED (exit %d): %s\n%s%s" % (
-            r.returncode, " ".join(map(str, cmd)), r.stdout[-2000:], r.stderr[-2000:]))
-    return r
+    return bench_util.run("bench/engines.py", *cmd, env=env)
 
 
 def skip(why, json_path):

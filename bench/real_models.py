@@ -48,6 +48,9 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+import bench_util
+from bench_util import npm_dir
+
 SRC = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from e2e_calibrate import REF_UNSET, run as run_rss  # noqa: E402
@@ -79,20 +82,8 @@ fold_bn_numpy(sys.argv[2], sys.argv[3])
 """
 
 
-def npm_dir():
-    d = os.environ.get("QCAL_NPM_DIR")
-    if d:
-        return d
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.environ.get("HOME", "/root"), ".cache")
-    return os.path.join(cache, "qcal", "npm")
-
-
 def run(*cmd, env=None):
-    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env)
-    if r.returncode != 0:
-        raise SystemExit("bench/real_models.py: FAILED (exit %d): %s\n%s%s" % (
-            r.returncode, " ".join(map(str, cmd)), r.stdout[-2000:], r.stderr[-2000:]))
-    return r
+    return bench_util.run("bench/real_models.py", *cmd, env=env)
 
 
 def wall(cmd, env):
@@ -290,20 +281,16 @@ def main():
             print("bench/run: models: calibrate rows skipped: node or onnxruntime-node missing "
                   "(%s; ./run.sh test installs it), which make the dumps" % npm_dir())
         else:
-            dump, why = vad_dump(a.work, qcal)
-            if dump:
-                rows.append(calibrate_row("models_calibrate_vad", "qcal calibrate of the Silero "
-                                          "VAD dump (180 s of speech, Conv/Gemm tensors), histogram",
-                                          dump, "histogram", qcal, a.pairs, env, tmp))
-            else:
-                print("bench/run: models: Silero VAD row skipped: " + why)
-            dump, why = mobilenet_dump(a.work, qcal)
-            if dump:
-                rows.append(calibrate_row("models_calibrate_mobilenet", "qcal calibrate of the "
-                                          "MobileNet dump (1000 images, every tensor), minmax",
-                                          dump, "minmax", qcal, a.pairs, env, tmp))
-            else:
-                print("bench/run: models: MobileNet calibrate row skipped: " + why)
+            for make, name, label, kind, what in (
+                    (vad_dump, "models_calibrate_vad", "qcal calibrate of the Silero VAD dump "
+                     "(180 s of speech, Conv/Gemm tensors), histogram", "histogram", "Silero VAD"),
+                    (mobilenet_dump, "models_calibrate_mobilenet", "qcal calibrate of the "
+                     "MobileNet dump (1000 images, every tensor), minmax", "minmax", "MobileNet calibrate")):
+                dump, why = make(a.work, qcal)
+                if dump:
+                    rows.append(calibrate_row(name, label, dump, kind, qcal, a.pairs, env, tmp))
+                else:
+                    print("bench/run: models: %s row skipped: %s" % (what, why))
         rows += fold_rows(a.work, qcal, a.pairs, env, tmp)
     return done()
 
