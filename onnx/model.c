@@ -321,6 +321,7 @@ qcal_status onnx_tensor_to_float(const Onnx__TensorProto *t, float **out, int64_
 /* ---- load: wire-level depth check, unpack, checks ---- */
 
 #define ONNX_MAX_DEPTH 64
+#define ONNX_MAX_FIELD ((UINT64_C(1) << 29) - 1)
 
 static bool read_varint(const uint8_t *p, size_t len, size_t *i, uint64_t *v)
 {
@@ -356,6 +357,11 @@ static qcal_status check_depth(const uint8_t *p, size_t len, const ProtobufCMess
         uint64_t tag, v;
         size_t at = i;
         if (!read_varint(p, len, &i, &tag))
+            goto bad;
+        /* Field numbers are 1 .. 2^29 - 1. protobuf-c keeps a field 0 (written as 80 00) or
+         * one above the range as an unknown field, then packs it in a form its own reader
+         * refuses: what qcal saved would not load. */
+        if ((tag >> 3) == 0 || (tag >> 3) > ONNX_MAX_FIELD)
             goto bad;
         switch (tag & 7) {
         case 0:
@@ -966,14 +972,16 @@ static qcal_status make_shell(const uint8_t *p, size_t len, uint8_t **shell, siz
         free(c);
         return QCAL_OK;
     }
-    /* New sizes: each cut tensor shrinks by its raw_data field (and maybe a prefix byte). */
+    /* New sizes: each cut tensor loses its raw_data field and is rewritten with a one-byte
+     * tag and a minimal length; the input's tags and lengths may be longer than minimal
+     * (protobuf allows it), so what is removed counts the bytes as they stand. */
     size_t removed = 0;
     for (size_t q = 0; q < n; q++) {
-        size_t old_tl = c[q].te - c[q].ts, new_tl = old_tl - (c[q].re - c[q].rs);
-        removed += (c[q].re - c[q].rs) + varint_size(old_tl) - varint_size(new_tl);
+        size_t new_tl = (c[q].te - c[q].ts) - (c[q].re - c[q].rs);
+        removed += (c[q].re - c[q].rs) + (c[q].ts - c[q].tag_start) - 1 - varint_size(new_tl);
     }
-    size_t old_gl = ge - gs, new_gl = old_gl - removed;
-    size_t out_len = len - removed - varint_size(old_gl) + varint_size(new_gl);
+    size_t new_gl = (ge - gs) - removed;
+    size_t out_len = gtag_end + varint_size(new_gl) + (len - gs) - removed;
     uint8_t *o = malloc(out_len ? out_len : 1), *w = o;
     if (!o) {
         free(c);
@@ -986,9 +994,7 @@ static qcal_status make_shell(const uint8_t *p, size_t len, uint8_t **shell, siz
     for (size_t q = 0; q < n; q++) {
         memcpy(w, p + at, c[q].tag_start - at);   /* fields before this initializer */
         w += c[q].tag_start - at;
-        size_t tag_len = 1;                        /* tag 5|2 is one byte (0x2a) */
-        memcpy(w, p + c[q].tag_start, tag_len);
-        w += tag_len;
+        *w++ = (5 << 3) | 2;                      /* the tag, minimal: one byte (0x2a) */
         w += put_varint(w, (c[q].te - c[q].ts) - (c[q].re - c[q].rs));
         memcpy(w, p + c[q].ts, c[q].rs - c[q].ts);
         w += c[q].rs - c[q].ts;

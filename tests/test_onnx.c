@@ -936,6 +936,156 @@ static void test_omitted_input(void **state)
     qcal_calib_session_destroy(&s);
 }
 
+/* ---- the wire format as protobuf allows it, not only as protobuf-c writes it ---- */
+
+static size_t put_vint(uint8_t *d, uint64_t v, int pad)   /* pad: extra (non-minimal) bytes */
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        d[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    d[n++] = (uint8_t)v;
+    for (int k = 0; k < pad; k++) {
+        d[n - 1] |= 0x80;
+        d[n++] = 0;
+    }
+    return n;
+}
+
+static uint64_t get_vint(const uint8_t *p, size_t *i)
+{
+    uint64_t v = 0;
+    for (int s = 0;; s += 7) {
+        uint8_t b = p[(*i)++];
+        v |= (uint64_t)(b & 0x7f) << s;
+        if (!(b & 0x80))
+            return v;
+    }
+}
+
+/* Rewrites a protobuf-c-packed model with every initializer's tag and length and the
+ * graph's length one byte longer than minimal (varints with a trailing 0x80 00). */
+static size_t widen(const uint8_t *p, size_t len, uint8_t *o)
+{
+    size_t i = 0, w = 0;
+    while (i < len) {
+        size_t fs = i;
+        uint64_t tag = get_vint(p, &i);
+        if (tag != ((7 << 3) | 2)) {   /* every other top-level field here is a varint or bytes */
+            if ((tag & 7) == 0)
+                (void)get_vint(p, &i);
+            else
+                i += get_vint(p, &i);
+            memcpy(o + w, p + fs, i - fs);
+            w += i - fs;
+            continue;
+        }
+        uint64_t gl = get_vint(p, &i);
+        size_t ge = i + gl;
+        uint8_t *g = malloc(gl + 16);
+        assert_non_null(g);
+        size_t gw = 0;
+        while (i < ge) {
+            size_t f = i;
+            uint64_t t = get_vint(p, &i);
+            assert_int_equal(t & 7, 2);   /* graphs written by the builder: messages and strings */
+            uint64_t l = get_vint(p, &i);
+            if (t == ((5 << 3) | 2)) {
+                gw += put_vint(g + gw, t, 1);
+                gw += put_vint(g + gw, l, 1);
+                memcpy(g + gw, p + i, l);
+                gw += l;
+            } else {
+                memcpy(g + gw, p + f, i + l - f);
+                gw += i + l - f;
+            }
+            i += l;
+        }
+        w += put_vint(o + w, tag, 0);
+        w += put_vint(o + w, gw, 1);
+        memcpy(o + w, g, gw);
+        w += gw;
+        free(g);
+    }
+    return w;
+}
+
+/* A model whose tags and lengths are longer than minimal (valid protobuf; a large raw_data
+ * makes the reader cut it out of the message, which miscounted such bytes before) reads as
+ * the model, and writes back byte for byte as protobuf-c wrote it. Field number 0 (which
+ * protobuf-c kept, then wrote in a form it refuses: found by fuzz_onnx) and field numbers
+ * past 2^29 - 1 are refused; an unknown field in range is kept. */
+static void test_wire_format(void **state)
+{
+    (void)state;
+    qcal_onnx_model *m = NULL;
+    OK(qcal_onnx_model_new(8, 13, &m));
+    int64_t in_dims[2] = { -1, 128 }, out_dims[2] = { -1, 160 }, wd[2] = { 128, 160 }, bd[1] = { 160 };
+    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 2, in_dims));
+    OK(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, 2, out_dims));
+    float *wt = malloc(128 * 160 * sizeof *wt), b[160];
+    assert_non_null(wt);
+    fill(wt, 128 * 160, 1.0f);   /* 80 KiB: past the reader's 64 KiB cut */
+    fill(b, 160, 1.0f);
+    OK(qcal_onnx_add_initializer_float(m, "w", 2, wd, wt));
+    OK(qcal_onnx_add_initializer_float(m, "b", 1, bd, b));
+    const char *ni[] = { "x", "w" }, *no[] = { "xw" }, *ai[] = { "xw", "b" }, *ao[] = { "y" };
+    OK(qcal_onnx_add_node(m, "MatMul", "mm", 2, ni, 1, no, NULL));
+    OK(qcal_onnx_add_node(m, "Add", "add", 2, ai, 1, ao, NULL));
+    void *canon = NULL;
+    size_t clen = 0;
+    OK(qcal_onnx_model_serialize(m, &canon, &clen));
+    qcal_onnx_model_destroy(&m);
+
+    uint8_t *wide = malloc(clen + 64);
+    assert_non_null(wide);
+    size_t wlen = widen(canon, clen, wide);
+    assert_int_equal(wlen, clen + 5);   /* graph length + 2 x (tag + length) */
+    OK(qcal_onnx_model_parse(wide, wlen, &m));
+    qcal_onnx_model_info info;
+    OK(qcal_onnx_model_get_info(m, &info));
+    assert_int_equal(info.initializers, 2);
+    void *back = NULL;
+    size_t blen = 0;
+    OK(qcal_onnx_model_serialize(m, &back, &blen));
+    assert_int_equal(blen, clen);
+    assert_memory_equal(back, canon, clen);
+    qcal_free(back);
+    qcal_onnx_model_destroy(&m);
+
+    /* unknown fields appended at the top level */
+    static const uint8_t f0[] = { 0x80, 0x00, 0x2b },                    /* field 0, 2 bytes */
+        f0short[] = { 0x00, 0x2b },                                       /* field 0 */
+        fbig[] = { 0x80, 0x80, 0x80, 0x80, 0x20, 0x01 },                  /* field 2^29 */
+        fok[] = { 0xf8, 0xff, 0xff, 0xff, 0x0f, 0x07 };                   /* field 2^29 - 1 */
+    const struct { const uint8_t *b; size_t n; bool ok; } cases[] = {
+        { f0, sizeof f0, false }, { f0short, sizeof f0short, false }, { fbig, sizeof fbig, false },
+        { fok, sizeof fok, true },
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        memcpy(wide, canon, clen);
+        memcpy(wide + clen, cases[c].b, cases[c].n);
+        m = (qcal_onnx_model *)(uintptr_t)0x1;
+        qcal_status st = qcal_onnx_model_parse(wide, clen + cases[c].n, &m);
+        if (!cases[c].ok) {
+            assert_int_equal(st, QCAL_ERR_FORMAT);
+            assert_ptr_equal(m, (qcal_onnx_model *)(uintptr_t)0x1);
+            assert_non_null(strstr(qcal_last_error(), "malformed"));
+            continue;
+        }
+        OK(st);
+        OK(qcal_onnx_model_serialize(m, &back, &blen));
+        assert_int_equal(blen, clen + cases[c].n);
+        assert_memory_equal(back, wide, blen);
+        qcal_free(back);
+        qcal_onnx_model_destroy(&m);
+    }
+    free(wide);
+    free(wt);
+    qcal_free(canon);
+}
+
 int main(void)
 {
     if (!qcal_onnx_available()) {
@@ -954,6 +1104,7 @@ int main(void)
         cmocka_unit_test(test_subgraph_and_axes),
         cmocka_unit_test(test_if_bodies),
         cmocka_unit_test(test_omitted_input),
+        cmocka_unit_test(test_wire_format),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
