@@ -694,13 +694,23 @@ static qcal_status check_graph(load_ctx *lc, scope *s, Onnx__GraphProto *g, int 
     if (depth > ONNX_MAX_DEPTH)
         return qcal_error(QCAL_ERR_FORMAT, "subgraphs nested deeper than %d levels", ONNX_MAX_DEPTH);
     bool oom = false;
-    onnx_map local = { 0 };   /* node outputs of this graph */
-    for (size_t i = 0; i < g->n_input; i++)
-        oom |= !scope_add(s, g->input[i]->name);
+    /* Names this graph defines, with what defines them (an initializer may share a graph
+     * input's name: the input's default value). */
+    enum { DEF_NODE, DEF_INPUT, DEF_INIT };
+    onnx_map local = { 0 };
+    for (size_t i = 0; i < g->n_input; i++) {
+        const char *in = g->input[i]->name;
+        oom |= !scope_add(s, in);
+        if (in && in[0] && !onnx_map_get(&local, in))
+            oom |= !onnx_map_put(&local, in, DEF_INPUT);
+    }
     for (size_t i = 0; i < g->n_initializer; i++) {
         if ((st = check_initializer(lc, g->initializer[i], depth)) != QCAL_OK)
             goto done;
-        oom |= !scope_add(s, g->initializer[i]->name);
+        const char *in = g->initializer[i]->name;
+        oom |= !scope_add(s, in);
+        if (in && in[0] && !onnx_map_get(&local, in))
+            oom |= !onnx_map_put(&local, in, DEF_INIT);
     }
     for (size_t i = 0; i < g->n_sparse_initializer; i++)
         if (g->sparse_initializer[i]->values)
@@ -727,15 +737,21 @@ static qcal_status check_graph(load_ctx *lc, scope *s, Onnx__GraphProto *g, int 
         if ((st = check_node_graphs(lc, s, n, depth)) != QCAL_OK)
             goto done;
         for (size_t k = 0; k < n->n_output; k++) {
-            /* SSA: a node output defined twice in this graph would make the passes rewire
-             * the wrong producer (found by fuzz_onnx) */
+            /* SSA: a name defined twice in this graph (by two nodes, or by a node and a
+             * graph input or initializer) would make the passes rewire the wrong producer,
+             * or give a reader of the input a Q/DQ that is never made (both found by
+             * fuzz_onnx) */
             const char *o = n->output[k];
-            if (o && o[0] && onnx_map_get(&local, o)) {
-                st = qcal_error(QCAL_ERR_FORMAT, "node '%s' (%s) writes '%s', which an earlier node already writes",
-                                str_or_empty(n->name), n->op_type, o);
+            const int64_t *def = o && o[0] ? onnx_map_get(&local, o) : NULL;
+            if (def) {
+                st = qcal_error(QCAL_ERR_FORMAT, "node '%s' (%s) writes '%s', which %s",
+                                str_or_empty(n->name), n->op_type, o,
+                                *def == DEF_NODE    ? "an earlier node already writes"
+                                : *def == DEF_INPUT ? "is a graph input"
+                                                    : "is an initializer");
                 goto done;
             }
-            if ((o && o[0] && !onnx_map_put(&local, o, 0)) || !scope_add(s, n->output[k])) {
+            if ((o && o[0] && !onnx_map_put(&local, o, DEF_NODE)) || !scope_add(s, n->output[k])) {
                 st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
                 goto done;
             }

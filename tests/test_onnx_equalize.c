@@ -484,6 +484,30 @@ static void test_duplicate_producer_rejected(void **state)
     qcal_onnx_model_destroy(&m);
 }
 
+/* A node output named like a graph input or an initializer of its graph is refused too: a
+ * node before it reads the input, whose Q/DQ qcal_onnx_qdq then never made (fuzz_onnx found
+ * it dereferencing the missing name). */
+static void test_redefined_input_rejected(void **state)
+{
+    (void)state;
+    static const char *const what[2][2] = { { "x", "is a graph input" }, { "W2", "is an initializer" } };
+    for (int c = 0; c < 2; c++) {
+        qcal_onnx_model *m = chain("Relu", "");
+        node(m, "Relu", "again", "y", NULL, NULL, what[c][0], NULL);
+        void *buf = NULL;
+        size_t len = 0;
+        OK(qcal_onnx_model_serialize(m, &buf, &len));
+        qcal_onnx_model *r = NULL;
+        assert_int_equal(qcal_onnx_model_parse(buf, len, &r), QCAL_ERR_FORMAT);
+        assert_null(r);
+        char want[128];
+        snprintf(want, sizeof want, "'buffer': node 'again' (Relu) writes '%s', which %s", what[c][0], what[c][1]);
+        assert_string_equal(qcal_last_error(), want);
+        qcal_free(buf);
+        qcal_onnx_model_destroy(&m);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -494,6 +518,7 @@ int main(void)
         cmocka_unit_test(test_identity_weights),
         cmocka_unit_test(test_cli),
         cmocka_unit_test(test_duplicate_producer_rejected),
+        cmocka_unit_test(test_redefined_input_rejected),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
