@@ -622,6 +622,20 @@ static qcal_status scratch_reserve(plan *p, size_t bytes)
     return p->scratch ? QCAL_OK : OOM();
 }
 
+/* x = rows [first, first + rows) of a float32 weight seen as (total, row) (fewer at the
+ * end), viewed where they lie or copied into p->scratch (onnx_raw_view). */
+static qcal_status view_rows(plan *p, const Onnx__TensorProto *init, int64_t first, int64_t total,
+                             int64_t rows, int64_t row, qcal_tensor *x)
+{
+    x->shape[0] = total - first < rows ? total - first : rows;
+    const float *view;
+    qcal_status st = onnx_raw_view(init, (size_t)(first * row) * 4, (size_t)(x->shape[0] * row) * 4,
+                                   p->scratch, &view);
+    if (st == QCAL_OK)
+        x->data = (float *)view;   /* read only */
+    return st;
+}
+
 /* A float32 weight whose channel axis has only size-1 dimensions before it (Conv, Gemm with
  * transB=1: C channels of `inner` values each, contiguous), per-channel with
  * per_channel_minmax: blocks of whole channels are read once each (512 KiB) and observed,
@@ -656,12 +670,8 @@ static qcal_status weight_by_channel(plan *p, const Onnx__TensorProto *init, int
     qcal_status st = !scales || !zps || (p->opt->profile == QCAL_ONNX_PROFILE_ORT && !codes)
                          ? OOM() : qcal_observer_create(&cfg, &obs);
     for (int64_t c0 = 0; st == QCAL_OK && c0 < C; c0 += rows) {
-        x.shape[0] = C - c0 < rows ? C - c0 : rows;
         qcal_qparams qp = { 0 };
-        const float *view;
-        st = onnx_raw_view(init, (size_t)(c0 * inner) * 4, (size_t)(x.shape[0] * inner) * 4,
-                           p->scratch, &view);
-        x.data = (float *)view;   /* read only */
+        st = view_rows(p, init, c0, C, rows, inner, &x);
         if (st == QCAL_OK && c0 > 0)
             st = qcal_observer_reset(obs);
         if (st == QCAL_OK)
@@ -720,9 +730,9 @@ static qcal_status plan_weight_read(plan *p, const Onnx__NodeProto *n, int64_t t
     if (init->n_dims > QCAL_MAX_DIMS || (int64_t)init->n_dims <= axis)
         return qcal_error(QCAL_ERR_UNSUPPORTED, "weight '%s' has %zu dimensions", p->t[t].name, init->n_dims);
     /* float32 raw data with the per_channel_minmax observer is streamed: the weight, seen as
-     * (outer, C, inner) around axis, is read in chunks of whole (C, inner) rows into one
-     * small buffer (pread from the file when the bytes are in a mapping), once for the
-     * observer and once for the quantizer. Each chunk is a tensor (rows, C, inner...) with
+     * (outer, C, inner) around axis, is read in chunks of whole (C, inner) rows (view_rows:
+     * in place, or copied into one small buffer), once for the observer and once for the
+     * quantizer. Each chunk is a tensor (rows, C, inner...) with
      * axis 1; a channel's min and max over the chunks are those over the whole tensor
      * (exact, zeros canonical) and quantizing is elementwise, so the result is the
      * whole-tensor path's, bit for bit. Anything else is converted whole. */
@@ -799,13 +809,8 @@ static qcal_status plan_weight_read(plan *p, const Onnx__NodeProto *n, int64_t t
     int8_t *zps = NULL;
     qcal_status st = qcal_observer_create(&cfg, &obs);
     for (int64_t o = 0; st == QCAL_OK && o < outer; o += rows) {
-        if (stream) {
-            x.shape[0] = outer - o < rows ? outer - o : rows;
-            const float *view;
-            st = onnx_raw_view(init, (size_t)(o * row) * 4, (size_t)(x.shape[0] * row) * 4,
-                               p->scratch, &view);
-            x.data = (float *)view;
-        }
+        if (stream)
+            st = view_rows(p, init, o, outer, rows, row, &x);
         if (st == QCAL_OK)
             st = qcal_observer_update(obs, &x);
     }
@@ -831,13 +836,8 @@ static qcal_status plan_weight_read(plan *p, const Onnx__NodeProto *n, int64_t t
         if (!codes)
             st = OOM();
         for (int64_t o = 0; st == QCAL_OK && o < outer; o += rows) {
-            if (stream) {
-                x.shape[0] = outer - o < rows ? outer - o : rows;
-                const float *view;
-                st = onnx_raw_view(init, (size_t)(o * row) * 4, (size_t)(x.shape[0] * row) * 4,
-                                   p->scratch, &view);
-                x.data = (float *)view;
-            }
+            if (stream)
+                st = view_rows(p, init, o, outer, rows, row, &x);
             if (st == QCAL_OK)
                 st = qcal_quantize(&x, &qp, codes + o * row);
         }
