@@ -346,6 +346,26 @@ qcal_status qcal_atomic_file_open(qcal_atomic_file *f, const char *path)
     return QCAL_OK;
 }
 
+/* On ext4, blocks reserved at once save the per-page work of delayed allocation (docs/onnx.md
+ * has the measurement: `qcal qdq --profile tensorrt` writing 1 GiB). Only a lack of room
+ * is an error: an unsupporting file system (EOPNOTSUPP),
+ * a descriptor that is not a file (ESPIPE, ENODEV) or anything else leaves the writes to
+ * allocate as usual. */
+qcal_status qcal_atomic_file_reserve(qcal_atomic_file *f, uint64_t bytes)
+{
+    if (!f || !f->fp)
+        return qcal_error(QCAL_ERR_STATE, "output file is not open");
+    if (f->in_place || bytes == 0)
+        return QCAL_OK;
+    if (bytes > (uint64_t)INT64_MAX)
+        return qcal_error(QCAL_ERR_IO, "cannot write '%s': %s", f->path, strerror(EFBIG));
+    if (fallocate(fileno(f->fp), FALLOC_FL_KEEP_SIZE, 0, (off_t)bytes) != 0 &&
+        (errno == ENOSPC || errno == EDQUOT || errno == EFBIG))
+        return qcal_error(QCAL_ERR_IO, "cannot write %llu bytes to '%s': %s",
+                          (unsigned long long)bytes, f->path, strerror(errno));
+    return QCAL_OK;
+}
+
 qcal_status qcal_atomic_file_flush(qcal_atomic_file *f)
 {
     if (!f || !f->fp)

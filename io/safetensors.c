@@ -493,6 +493,14 @@ qcal_status qcal_safetensors_write_f32(const char *path, int64_t n, const char *
     }
     qcal_atomic_file f;
     s = qcal_atomic_file_open(&f, path);
+    uint64_t total = 8 + h.len;
+    for (int64_t i = 0; s == QCAL_OK && i < n; i++) {
+        int64_t numel;
+        qcal_tensor_numel(&tensors[i], &numel);
+        total += (uint64_t)numel * 4;
+    }
+    if (s == QCAL_OK && (s = qcal_atomic_file_reserve(&f, total)) != QCAL_OK)
+        qcal_atomic_file_abort(&f);
     if (s != QCAL_OK) {
         qcal_buf_free(&h);
         return s;

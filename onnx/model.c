@@ -1385,6 +1385,14 @@ qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_option
         base = base ? base + 1 : data_path;
         if ((st = qcal_atomic_file_open(&data_file, data_path)) != QCAL_OK)
             goto out;
+        uint64_t total = 0;   /* what the loop below writes */
+        for (size_t i = 0; i < g->n_initializer; i++) {
+            const Onnx__TensorProto *t = g->initializer[i];
+            if (t->raw_data.len && t->raw_data.len >= o.external_min_bytes)
+                total += (64 - total % 64) % 64 + t->raw_data.len;
+        }
+        if ((st = qcal_atomic_file_reserve(&data_file, total)) != QCAL_OK)
+            goto out;
         uint64_t off = 0;
         static const uint8_t zeros[64];
         dsink = (file_sink){ { sink_append }, data_file.fp, false, 0, 0, m, false, bounce };
@@ -1432,6 +1440,10 @@ qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_option
     qcal_atomic_file f;
     if ((st = qcal_atomic_file_open(&f, path)) != QCAL_OK)
         goto out;
+    if ((st = qcal_atomic_file_reserve(&f, size)) != QCAL_OK) {
+        qcal_atomic_file_abort(&f);
+        goto out;
+    }
     setvbuf(f.fp, NULL, _IOFBF, 1 << 20);
     file_sink sink = { { sink_append }, f.fp, false, 0, 0, m, false, bounce };
     protobuf_c_message_pack_to_buffer(&m->proto->base, &sink.base);

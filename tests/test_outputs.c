@@ -8,7 +8,7 @@
  * a character device, feeds a FIFO reader, writes through a symlink, keeps modes, refuses
  * read-only files as a non-root user, writes `-o -` to stdout (the same bytes as the file)
  * and leaves nothing when one output fails (nor when observe fails for want of a finite
- * value). */
+ * value). Blocks reserved ahead of a write leave the file its written size. */
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>
@@ -186,6 +186,38 @@ static void test_device(void **state)
     assert_int_equal(put(tmp, "x"), QCAL_ERR_IO);
     assert_non_null(strstr(qcal_last_error(), strerror(EISDIR)));
     assert_int_equal(qcal_atomic_file_check(tmp), QCAL_ERR_IO);
+}
+
+/* qcal_atomic_file_reserve: blocks reserved past what is then written leave the file its
+ * written size and bytes (FALLOC_FL_KEEP_SIZE); a size no file system holds is refused at
+ * once and the output then aborted leaves nothing; in place it does nothing. */
+static void test_reserve(void **state)
+{
+    (void)state;
+    qcal_atomic_file f;
+    assert_int_equal(qcal_atomic_file_open(&f, T("r.txt")), QCAL_OK);
+    assert_int_equal(qcal_atomic_file_reserve(&f, 1 << 20), QCAL_OK);
+    fputs("reserved\n", f.fp);
+    assert_int_equal(qcal_atomic_file_commit(&f), QCAL_OK);
+    struct stat sb;
+    assert_int_equal(stat(T("r.txt"), &sb), 0);
+    assert_int_equal(sb.st_size, 9);
+    expect_text(T("r.txt"), "reserved\n");
+
+    assert_int_equal(qcal_atomic_file_open(&f, T("r.txt")), QCAL_OK);
+    assert_int_equal(qcal_atomic_file_reserve(&f, UINT64_MAX), QCAL_ERR_IO);
+    assert_non_null(strstr(qcal_last_error(), strerror(EFBIG)));
+    assert_int_equal(qcal_atomic_file_reserve(&f, (uint64_t)1 << 62), QCAL_ERR_IO);   /* 4 EiB */
+    qcal_atomic_file_abort(&f);
+    expect_text(T("r.txt"), "reserved\n");
+    assert_int_equal(tu_count_entries(tmp, ".tmp."), 0);
+    unlink(T("r.txt"));
+
+    assert_int_equal(qcal_atomic_file_open(&f, "/dev/null"), QCAL_OK);
+    assert_int_equal(qcal_atomic_file_reserve(&f, (uint64_t)1 << 62), QCAL_OK);
+    assert_int_equal(qcal_atomic_file_commit(&f), QCAL_OK);
+    assert_chr_dev_null();
+    assert_int_equal(qcal_atomic_file_reserve(&f, 1), QCAL_ERR_STATE);   /* not open */
 }
 
 /* A FIFO with a reader: the reader gets the exact bytes, the FIFO stays a FIFO. */
@@ -694,6 +726,7 @@ int main(void)
         cmocka_unit_test(test_regular),
         cmocka_unit_test(test_symlink),
         cmocka_unit_test(test_device),
+        cmocka_unit_test(test_reserve),
         cmocka_unit_test(test_fifo),
         cmocka_unit_test(test_fd_paths),
         cmocka_unit_test(test_read_only_non_root),

@@ -50,6 +50,12 @@ QCAL_API qcal_status qcal_atomic_file_check(const char *path);
  * (QCAL_ERR_IO, ...) says why. */
 QCAL_API qcal_status qcal_atomic_file_open(qcal_atomic_file *f, const char *path);
 
+/* Reserves disk blocks for the bytes about to be written when their total is known
+ * (fallocate, FALLOC_FL_KEEP_SIZE: the file's size still grows only as it is written):
+ * QCAL_ERR_IO at once when the disk or quota has no room for them; a no-op in place and
+ * where the file system cannot reserve. */
+QCAL_API qcal_status qcal_atomic_file_reserve(qcal_atomic_file *f, uint64_t bytes);
+
 /* Flushes and fsyncs what was written (an in-place output has then received it) without
  * renaming: a caller writing several outputs learns every write error before renaming any.
  * On failure the output is aborted (as qcal_atomic_file_abort) and QCAL_ERR_IO says why. */
