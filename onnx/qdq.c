@@ -10,6 +10,11 @@
 #include <string.h>
 
 #include "onnx/onnx_internal.h"
+#include "core/cpu.h"
+#include "qcal_config.h"
+#if QCAL_HAVE_OPENMP
+#include <omp.h>
+#endif
 #include "qcal/quantize.h"
 
 /* ---- op classes ---- */
@@ -623,16 +628,80 @@ static qcal_status scratch_reserve(plan *p, size_t bytes)
 }
 
 /* x = rows [first, first + rows) of a float32 weight seen as (total, row) (fewer at the
- * end), viewed where they lie or copied into p->scratch (onnx_raw_view). */
-static qcal_status view_rows(plan *p, const Onnx__TensorProto *init, int64_t first, int64_t total,
-                             int64_t rows, int64_t row, qcal_tensor *x)
+ * end), viewed where they lie or copied into scratch (onnx_raw_view). */
+static qcal_status view_rows(uint8_t *scratch, const Onnx__TensorProto *init, int64_t first,
+                             int64_t total, int64_t rows, int64_t row, qcal_tensor *x)
 {
     x->shape[0] = total - first < rows ? total - first : rows;
     const float *view;
     qcal_status st = onnx_raw_view(init, (size_t)(first * row) * 4, (size_t)(x->shape[0] * row) * 4,
-                                   p->scratch, &view);
+                                   scratch, &view);
     if (st == QCAL_OK)
         x->data = (float *)view;   /* read only */
+    return st;
+}
+
+/* The observer pass over a streamed weight (x: the chunk tensor, shape[0] set per chunk):
+ * with more than one thread (qcal_threads_for), thread k takes chunks k, k + T, ... into its
+ * own observer and scratch, and the observers are merged into obs. Min and max merge
+ * exactly, so the qparams are the one-thread pass's, bit for bit, for any thread count. */
+static qcal_status observe_rows(plan *p, const Onnx__TensorProto *init, const qcal_observer_config *cfg,
+                                qcal_tensor x, int64_t outer, int64_t rows, int64_t row,
+                                qcal_observer *obs)
+{
+    const int64_t chunks = (outer + rows - 1) / rows;
+    int nt = qcal_threads_for(outer * row);
+    nt = nt > chunks ? (int)chunks : nt;
+#if QCAL_HAVE_OPENMP
+    enum { MAX_T = 16 };
+    if (nt > 1) {
+        nt = nt > MAX_T ? MAX_T : nt;
+        const size_t need = (size_t)(rows * row) * 4 + ONNX_VIEW_SLACK;
+        qcal_observer *tobs[MAX_T] = { NULL };
+        qcal_status tst[MAX_T];
+        char *errs = calloc((size_t)MAX_T, 512);
+        if (!errs)
+            return OOM();
+        int used = 1;
+#pragma omp parallel num_threads(nt)
+        {
+            const int k = omp_get_thread_num(), T = omp_get_num_threads();
+#pragma omp single
+            used = T;
+            qcal_tensor xk = x;
+            uint8_t *scratch = k == 0 ? p->scratch : malloc(need);
+            qcal_status st = !scratch ? qcal_error(QCAL_ERR_NO_MEMORY, "out of memory")
+                             : k == 0 ? QCAL_OK : qcal_observer_create(cfg, &tobs[k]);
+            qcal_observer *o = k == 0 ? obs : tobs[k];
+            for (int64_t c = k; st == QCAL_OK && c < chunks; c += T) {
+                st = view_rows(scratch, init, c * rows, outer, rows, row, &xk);
+                if (st == QCAL_OK)
+                    st = qcal_observer_update(o, &xk);
+            }
+            tst[k] = st;
+            if (st != QCAL_OK)   /* the message is the thread's own */
+                snprintf(errs + (size_t)k * 512, 512, "%s", qcal_last_error());
+            if (k != 0)
+                free(scratch);
+        }
+        qcal_status st = QCAL_OK;
+        for (int k = 0; k < used && st == QCAL_OK; k++)
+            if (tst[k] != QCAL_OK)
+                st = qcal_error(tst[k], "%s", errs + (size_t)k * 512);
+        for (int k = 1; k < used && st == QCAL_OK; k++)
+            st = qcal_observer_merge(obs, tobs[k]);
+        for (int k = 1; k < used; k++)
+            qcal_observer_destroy(&tobs[k]);
+        free(errs);
+        return st;
+    }
+#endif
+    qcal_status st = QCAL_OK;
+    for (int64_t o = 0; st == QCAL_OK && o < outer; o += rows) {
+        st = view_rows(p->scratch, init, o, outer, rows, row, &x);
+        if (st == QCAL_OK)
+            st = qcal_observer_update(obs, &x);
+    }
     return st;
 }
 
@@ -671,7 +740,7 @@ static qcal_status weight_by_channel(plan *p, const Onnx__TensorProto *init, int
                          ? OOM() : qcal_observer_create(&cfg, &obs);
     for (int64_t c0 = 0; st == QCAL_OK && c0 < C; c0 += rows) {
         qcal_qparams qp = { 0 };
-        st = view_rows(p, init, c0, C, rows, inner, &x);
+        st = view_rows(p->scratch, init, c0, C, rows, inner, &x);
         if (st == QCAL_OK && c0 > 0)
             st = qcal_observer_reset(obs);
         if (st == QCAL_OK)
@@ -808,12 +877,8 @@ static qcal_status plan_weight_read(plan *p, const Onnx__NodeProto *n, int64_t t
     float *scales = NULL;
     int8_t *zps = NULL;
     qcal_status st = qcal_observer_create(&cfg, &obs);
-    for (int64_t o = 0; st == QCAL_OK && o < outer; o += rows) {
-        if (stream)
-            st = view_rows(p, init, o, outer, rows, row, &x);
-        if (st == QCAL_OK)
-            st = qcal_observer_update(obs, &x);
-    }
+    if (st == QCAL_OK)
+        st = stream ? observe_rows(p, init, &cfg, x, outer, rows, row, obs) : qcal_observer_update(obs, &x);
     if (st == QCAL_OK) {
         st = qcal_observer_qparams(obs, &qp);
         if (st == QCAL_NO_DATA)
@@ -837,7 +902,7 @@ static qcal_status plan_weight_read(plan *p, const Onnx__NodeProto *n, int64_t t
             st = OOM();
         for (int64_t o = 0; st == QCAL_OK && o < outer; o += rows) {
             if (stream)
-                st = view_rows(p, init, o, outer, rows, row, &x);
+                st = view_rows(p->scratch, init, o, outer, rows, row, &x);
             if (st == QCAL_OK)
                 st = qcal_quantize(&x, &qp, codes + o * row);
         }
