@@ -7,6 +7,8 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1208,6 +1210,88 @@ void qcal_onnx_save_options_default(qcal_onnx_save_options *opt)
     opt->external_min_bytes = 1024;
 }
 
+/* Starts the writeback of a file's written bytes from a thread of its own, so that the
+ * kernel's work of submitting them (ext4_writepages: 12% of `qdq --profile tensorrt`'s CPU
+ * when called inline) runs beside the writing instead of between its writes. */
+typedef struct writeback {
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int fd;
+    uint64_t target;     /* bytes written and flushed so far (guarded by mu) */
+    bool stop;           /* guarded by mu */
+    bool running;
+} writeback;
+
+static void *writeback_main(void *arg)
+{
+    writeback *w = arg;
+    uint64_t done = 0;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (w->target == done && !w->stop)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (w->target == done)
+            break;   /* stopped, nothing left */
+        uint64_t to = w->target;
+        pthread_mutex_unlock(&w->mu);
+        (void)sync_file_range(w->fd, (off64_t)done, (off64_t)(to - done), SYNC_FILE_RANGE_WRITE);
+        done = to;
+        pthread_mutex_lock(&w->mu);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* Starts the thread for a regular file (else, or when a thread cannot be made, the sink
+ * starts the writeback itself). All signals are blocked in the thread. */
+static void writeback_start(writeback *w, int fd)
+{
+    memset(w, 0, sizeof *w);
+    w->fd = fd;
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        return;
+    if (pthread_mutex_init(&w->mu, NULL) != 0)
+        return;
+    if (pthread_cond_init(&w->cv, NULL) != 0) {
+        pthread_mutex_destroy(&w->mu);
+        return;
+    }
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    w->running = pthread_create(&w->th, NULL, writeback_main, w) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!w->running) {
+        pthread_cond_destroy(&w->cv);
+        pthread_mutex_destroy(&w->mu);
+    }
+}
+
+static void writeback_post(writeback *w, uint64_t written)
+{
+    pthread_mutex_lock(&w->mu);
+    w->target = written;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Lets the thread start what was posted last, then joins it. */
+static void writeback_stop(writeback *w)
+{
+    if (!w->running)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->th, NULL);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    w->running = false;
+}
+
 typedef struct file_sink {
     ProtobufCBuffer base;
     FILE *fp;
@@ -1217,6 +1301,7 @@ typedef struct file_sink {
     const qcal_onnx_model *m;
     bool no_copy_range;  /* copy_file_range refused once: write everything */
     uint8_t *bounce;     /* SINK_BOUNCE + 8 KiB, or NULL (blobs then go through stdio) */
+    writeback *wb;       /* the writeback thread, or NULL */
 } file_sink;
 
 /* Size of the buffer large in-memory blobs are written through (see write_bounced). */
@@ -1309,7 +1394,9 @@ static void sink_append(ProtobufCBuffer *b, size_t len, const uint8_t *data)
     if (s->written - s->kicked >= SINK_KICK && fflush(s->fp) == 0) {
         int fd = fileno(s->fp);
         struct stat st;
-        if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+        if (s->wb && s->wb->running)
+            writeback_post(s->wb, s->written);
+        else if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
             sync_file_range(fd, (off64_t)s->kicked, (off64_t)(s->written - s->kicked),
                             SYNC_FILE_RANGE_WRITE);
         s->kicked = s->written;
@@ -1395,7 +1482,7 @@ qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_option
             goto out;
         uint64_t off = 0;
         static const uint8_t zeros[64];
-        dsink = (file_sink){ { sink_append }, data_file.fp, false, 0, 0, m, false, bounce };
+        dsink = (file_sink){ { sink_append }, data_file.fp, false, 0, 0, m, false, bounce, NULL };
         for (size_t i = 0; i < g->n_initializer; i++) {
             Onnx__TensorProto *t = g->initializer[i];
             if (!t->raw_data.len || t->raw_data.len < o.external_min_bytes)
@@ -1445,8 +1532,11 @@ qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_option
         goto out;
     }
     setvbuf(f.fp, NULL, _IOFBF, 1 << 20);
-    file_sink sink = { { sink_append }, f.fp, false, 0, 0, m, false, bounce };
+    writeback wb;
+    writeback_start(&wb, fileno(f.fp));
+    file_sink sink = { { sink_append }, f.fp, false, 0, 0, m, false, bounce, &wb };
     protobuf_c_message_pack_to_buffer(&m->proto->base, &sink.base);
+    writeback_stop(&wb);
     if (sink.failed || sink.written != size) {
         int e = errno;
         qcal_atomic_file_abort(&f);
