@@ -435,7 +435,7 @@ static const cli_case cases[] = {
                         "--grad-out %s", false },
     /* last: only when qcal is built with ONNX support */
     { "onnx_expose", "onnx-expose model.onnx -o %s", true },
-    { "onnx_expose_list", "onnx-expose model.onnx -o m2.onnx --list %s", true },
+    { "onnx_expose_list", "onnx-expose model.onnx -o m2.onnx --list %s", false },
     { "qdq", "qdq model.onnx --table base.json -o %s", true },
     { "equalize", "equalize model.onnx -o %s", true },
 };
@@ -622,6 +622,32 @@ static void test_cli_symlink_mode_stdout(void **state)
     }
 }
 
+/* An ONNX model is not written to standard output: `-o -` (and the other names of stdout)
+ * is refused with exit 2 before any work, and no file named `-` appears (one was written
+ * before). */
+static void test_cli_model_not_stdout(void **state)
+{
+    (void)state;
+    if (!qcal_onnx_available())
+        skip();
+    static const char *const cmds[] = { "onnx-expose model.onnx -o %s", "qdq model.onnx --table base.json -o %s",
+                                        "equalize model.onnx -o %s" };
+    static const char *const outs[] = { "-", "/dev/stdout", "/dev/fd/1" };
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        for (size_t k = 0; k < sizeof outs / sizeof outs[0]; k++) {
+            char args[256];
+            snprintf(args, sizeof args, cmds[i], outs[k]);
+            assert_int_equal(run("%s", args), 2);
+            char err[512];
+            tu_slurp(T(".stderr"), err, sizeof err);
+            assert_non_null(strstr(err, "a model is written to a file, not to standard output"));
+            struct stat sb;
+            assert_int_equal(stat(T(".stdout"), &sb), 0);
+            assert_int_equal(sb.st_size, 0);
+            assert_int_equal(lstat(T("-"), &sb), -1);
+        }
+}
+
 /* As a non-root user (a forked child drops to 65534 and runs the CLI): a root-owned 0444
  * file in a world-writable directory is refused (exit 4, the reason on stderr) and left
  * as it was, for every subcommand. */
@@ -736,6 +762,7 @@ int main(void)
         cmocka_unit_test(test_cli_dev_null),
         cmocka_unit_test(test_cli_fifo),
         cmocka_unit_test(test_cli_symlink_mode_stdout),
+        cmocka_unit_test(test_cli_model_not_stdout),
         cmocka_unit_test(test_cli_read_only),
         cmocka_unit_test(test_cli_all_or_nothing),
     };

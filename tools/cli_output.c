@@ -30,6 +30,14 @@ int cli_output_check(const char *cmd, const char *path)
     return st == QCAL_OK ? 0 : cli_fail_status(cmd, QCAL_EXIT_OUTPUT, st);
 }
 
+int cli_model_output_check(const char *cmd, const char *path)
+{
+    if (cli_output_is_stdout(path))
+        return cli_fail(cmd, QCAL_EXIT_USAGE,
+                        "-o %s: a model is written to a file, not to standard output (give a path)", path);
+    return cli_output_check(cmd, path);
+}
+
 int cli_stage(const char *cmd, cli_staged *s, const char *path, const void *buf, size_t len)
 {
     if (s->n == CLI_STAGED_MAX) {

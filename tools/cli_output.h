@@ -30,6 +30,11 @@ const char *cli_output_path(const char *path);
  * stdout's buffer so that what the library writes through the descriptor comes after it. */
 int cli_output_check(const char *cmd, const char *path);
 
+/* cli_output_check for an ONNX model output: standard output (`-`, /dev/stdout, /dev/fd/1,
+ * /proc/self/fd/1) is refused with exit 2, since the summary line and notes share it and a
+ * model is not a stream to read as it comes. */
+int cli_model_output_check(const char *cmd, const char *path);
+
 #define CLI_STAGED_MAX 4
 
 typedef struct cli_staged {

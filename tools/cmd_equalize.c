@@ -98,7 +98,7 @@ int cmd_equalize(int argc, char **argv)
         case OPT_REPORT: report = true; break;
         }
     }
-    if ((rc = cli_check_in_out(cmd, in, out)) || (rc = cli_output_check(cmd, out)))
+    if ((rc = cli_check_in_out(cmd, in, out)) || (rc = cli_model_output_check(cmd, out)))
         return rc;
     if (qscheme) {
         qcal_qscheme q;

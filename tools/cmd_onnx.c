@@ -177,7 +177,7 @@ int cmd_onnx_expose(int argc, char **argv)
     if ((rc = cli_check_in_out(cmd, in, out)))
         return rc;
     /* Every output checked before the work (docs/cli.md "Outputs"). */
-    if ((rc = cli_output_check(cmd, out)) || (rc = cli_output_check(cmd, list)))
+    if ((rc = cli_model_output_check(cmd, out)) || (rc = cli_output_check(cmd, list)))
         return rc;
     qcal_onnx_qdq_options opt;
     qcal_onnx_qdq_options_default(&opt);
@@ -210,7 +210,7 @@ int cmd_onnx_expose(int argc, char **argv)
                               names[i]);
                 goto out;
             }
-        if ((st = qcal_atomic_file_open(&lf, list)) != QCAL_OK) {
+        if ((st = qcal_atomic_file_open(&lf, cli_output_path(list))) != QCAL_OK) {
             rc = cli_fail_status(cmd, QCAL_EXIT_OUTPUT, st);
             goto out;
         }
@@ -233,10 +233,11 @@ int cmd_onnx_expose(int argc, char **argv)
         rc = cli_fail_status(cmd, QCAL_EXIT_OUTPUT, st);
         goto out;
     }
-    printf("qcal: onnx-expose: wrote %s (profile %s): %lld tensors exposed, %lld new outputs%s%s\n", out,
-           qcal_onnx_profile_name(opt.profile), (long long)n, (long long)added, list ? "; names in " : "",
-           list ? list : "");
-    rc = cli_flush(cmd, stdout);
+    FILE *say = cli_output_is_stdout(list) ? stderr : stdout;   /* --list -: the names alone there */
+    fprintf(say, "qcal: onnx-expose: wrote %s (profile %s): %lld tensors exposed, %lld new outputs%s%s\n", out,
+            qcal_onnx_profile_name(opt.profile), (long long)n, (long long)added, list ? "; names in " : "",
+            list ? list : "");
+    rc = cli_flush(cmd, say);
 out:
     qcal_atomic_file_abort(&lf);
     qcal_onnx_names_free(&names, n);
@@ -284,7 +285,7 @@ int cmd_qdq(int argc, char **argv)
         if (rc)
             goto done;
     }
-    if ((rc = cli_check_in_out(cmd, in, out)) || (rc = cli_output_check(cmd, out)))
+    if ((rc = cli_check_in_out(cmd, in, out)) || (rc = cli_model_output_check(cmd, out)))
         goto done;
     if (!table_path) {
         rc = cli_fail(cmd, QCAL_EXIT_USAGE, "no --table given (see 'qcal qdq --help')");
