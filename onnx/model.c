@@ -360,9 +360,9 @@ static qcal_status check_depth(const uint8_t *p, size_t len, const ProtobufCMess
         size_t at = i;
         if (!read_varint(p, len, &i, &tag))
             goto bad;
-        /* Field numbers are 1 .. 2^29 - 1 (protobuf's range; Google's readers refuse the
-         * rest). protobuf-c keeps a field 0 written as 80 00 as an unknown field, then packs
-         * it as 00, which its own reader refuses: what qcal saved would not load. */
+        /* Field numbers are 1 .. 2^29 - 1 (protobuf's documented range). protobuf-c keeps
+         * a field 0 written as 80 00 as an unknown field, then packs it as 00, which its
+         * own reader refuses: what qcal saved would not load. */
         if ((tag >> 3) == 0 || (tag >> 3) > ONNX_MAX_FIELD)
             goto bad;
         switch (tag & 7) {
