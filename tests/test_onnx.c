@@ -1057,7 +1057,7 @@ static void test_wire_format(void **state)
     /* unknown fields appended at the top level */
     static const uint8_t f0[] = { 0x80, 0x00, 0x2b },                    /* field 0, 2 bytes */
         f0short[] = { 0x00, 0x2b },                                       /* field 0 */
-        fbig[] = { 0x80, 0x80, 0x80, 0x80, 0x20, 0x01 },                  /* field 2^29 */
+        fbig[] = { 0x80, 0x80, 0x80, 0x80, 0x20, 0x01 },                  /* field 2^30 */
         fok[] = { 0xf8, 0xff, 0xff, 0xff, 0x0f, 0x07 };                   /* field 2^29 - 1 */
     const struct { const uint8_t *b; size_t n; bool ok; } cases[] = {
         { f0, sizeof f0, false }, { f0short, sizeof f0short, false }, { fbig, sizeof fbig, false },
