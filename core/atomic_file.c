@@ -347,9 +347,8 @@ qcal_status qcal_atomic_file_open(qcal_atomic_file *f, const char *path)
 }
 
 /* On ext4, blocks reserved at once save the per-page work of delayed allocation (docs/onnx.md
- * has the measurement: `qcal qdq --profile tensorrt` writing 1 GiB). Only a lack of room
- * is an error: an unsupporting file system (EOPNOTSUPP),
- * a descriptor that is not a file (ESPIPE, ENODEV) or anything else leaves the writes to
+ * has the measurement: `qcal qdq --profile tensorrt` writing 1 GiB). Only a lack of room is
+ * an error; any other failure (EOPNOTSUPP, ESPIPE, ENODEV, ...) leaves the writes to
  * allocate as usual. */
 qcal_status qcal_atomic_file_reserve(qcal_atomic_file *f, uint64_t bytes)
 {

@@ -31,8 +31,8 @@ const char *cli_output_path(const char *path);
 int cli_output_check(const char *cmd, const char *path);
 
 /* cli_output_check for an ONNX model output: standard output (`-`, /dev/stdout, /dev/fd/1,
- * /proc/self/fd/1) is refused with exit 2, since the summary line and notes share it and a
- * model is not a stream to read as it comes. */
+ * /proc/self/fd/1) is refused with exit 2 (the summary line and notes printed there would
+ * follow the model's bytes). */
 int cli_model_output_check(const char *cmd, const char *path);
 
 #define CLI_STAGED_MAX 4
