@@ -1,22 +1,24 @@
 /* Min/max kernel family, AVX2 (observers/minmax_dsp.h; built with -mavx2 -mfma).
  *
- * Non-finite test: one AND + integer compare per vector classifies 8 lanes (exponent bits
- * all ones). Non-finite lanes become an all-ones NaN, and vminps(a, b) returns its second
+ * Exact step: one AND + integer compare per vector classifies 8 lanes (exponent bits all
+ * ones). Non-finite lanes become an all-ones NaN, and vminps(a, b) returns its second
  * operand b when either is NaN, with the accumulator as b, so a NaN lane never replaces
- * the accumulator. Four independent accumulators hide the min/max latency. */
+ * the accumulator. The flat kernel runs a lighter fast pass per block and redoes only a
+ * block that holds a non-finite value with the exact step (fast_block below). Four
+ * independent accumulators hide the min/max latency. */
 #include <immintrin.h>
 #include <math.h>
+#include <stdbool.h>
 
 #include "observers/minmax_dsp.h"
 
-/* Lane counters are int32: flush them to 64 bits at least every 2^28 vectors. */
-#define FLUSH_ELEMS ((int64_t)1 << 30)
+/* Floats per block of the fast pass (4 KiB: a block that has to be redone is still in L1;
+ * a per-channel row of 4096 floats is four blocks). A multiple of 32. */
+#define BLOCK 1024
 
-/* Every 1024 floats (one 4 KiB page) the flat kernel prefetches one line this far ahead, as
- * the AVX-512 kernel does (see minmax_avx512.c): the page's TLB walk and first miss are
- * then done before the loads get there. Prefetches never fault (the address past the end
- * of x is formed as an integer). */
-#define PREFETCH_BYTES (64 * 1024)
+/* No software prefetch here, unlike the AVX-512 kernel: on AMD Zen 3 (this project's CI
+ * machines, AVX2 only) one prefetch per 4 KiB page ahead made a 64 MiB pass 30% slower
+ * (5.9 against 4.5 ms, 61 interleaved runs); the hardware prefetchers do better alone. */
 
 static inline void step(__m256 a, __m256i expm, __m256 *lo, __m256 *hi, __m256i *cnt)
 {
@@ -37,29 +39,77 @@ static uint64_t hsum(__m256i c)
     return s;
 }
 
+/* The accumulators: vector k of every 32 floats folds into l[k] / h[k]. */
+typedef struct acc4 {
+    __m256 l0, l1, l2, l3, h0, h1, h2, h3;
+} acc4;
+
+/* Exact pass over x[0..n), n a multiple of 32 and at most BLOCK (the int32 lane counters
+ * cannot overflow); returns the number of non-finite values. */
+static inline uint64_t exact32(const float *x, int64_t n, acc4 *a)
+{
+    const __m256i expm = _mm256_set1_epi32((int)QCAL_F32_EXP_MASK);
+    __m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0, c3 = c0;
+    for (int64_t i = 0; i < n; i += 32) {
+        step(_mm256_loadu_ps(x + i), expm, &a->l0, &a->h0, &c0);
+        step(_mm256_loadu_ps(x + i + 8), expm, &a->l1, &a->h1, &c1);
+        step(_mm256_loadu_ps(x + i + 16), expm, &a->l2, &a->h2, &c2);
+        step(_mm256_loadu_ps(x + i + 24), expm, &a->l3, &a->h3, &c3);
+    }
+    return hsum(_mm256_add_epi32(_mm256_add_epi32(c0, c1), _mm256_add_epi32(c2, c3)));
+}
+
+/* Fast pass over one block of BLOCK floats: plain vminps/vmaxps (the value first, the
+ * accumulator second, as in step()) and one FMA per vector, f = a * 0 + f, which stays 0 for
+ * finite lanes and turns into a sticky NaN at a NaN or +-Inf lane. Folds the block into *a
+ * and returns true, or returns false with *a untouched when the block holds a non-finite
+ * value; on a block without one, step() would do the same vminps/vmaxps in the same order,
+ * so the bits do not depend on which pass ran. 4.5 -> 4.2 ms on 64 MiB (61 runs). */
+static inline bool fast_block(const float *x, acc4 *a)
+{
+    const __m256 z = _mm256_setzero_ps();
+    __m256 l0 = a->l0, l1 = a->l1, l2 = a->l2, l3 = a->l3;
+    __m256 h0 = a->h0, h1 = a->h1, h2 = a->h2, h3 = a->h3;
+    __m256 f0 = z, f1 = z, f2 = z, f3 = z;
+    for (int64_t i = 0; i < BLOCK; i += 32) {
+        __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
+        __m256 v2 = _mm256_loadu_ps(x + i + 16), v3 = _mm256_loadu_ps(x + i + 24);
+        l0 = _mm256_min_ps(v0, l0);
+        h0 = _mm256_max_ps(v0, h0);
+        f0 = _mm256_fmadd_ps(v0, z, f0);
+        l1 = _mm256_min_ps(v1, l1);
+        h1 = _mm256_max_ps(v1, h1);
+        f1 = _mm256_fmadd_ps(v1, z, f1);
+        l2 = _mm256_min_ps(v2, l2);
+        h2 = _mm256_max_ps(v2, h2);
+        f2 = _mm256_fmadd_ps(v2, z, f2);
+        l3 = _mm256_min_ps(v3, l3);
+        h3 = _mm256_max_ps(v3, h3);
+        f3 = _mm256_fmadd_ps(v3, z, f3);
+    }
+    __m256 f = _mm256_add_ps(_mm256_add_ps(f0, f1), _mm256_add_ps(f2, f3));
+    if (_mm256_movemask_ps(_mm256_cmp_ps(f, f, _CMP_UNORD_Q)))
+        return false;
+    a->l0 = l0, a->l1 = l1, a->l2 = l2, a->l3 = l3;
+    a->h0 = h0, a->h1 = h1, a->h2 = h2, a->h3 = h3;
+    return true;
+}
+
 void qcal_f32_minmax__avx2(const float *x, int64_t n, float *mn, float *mx,
                            uint64_t *nonfinite)
 {
-    const __m256i expm = _mm256_set1_epi32((int)QCAL_F32_EXP_MASK);
-    __m256 l0 = _mm256_set1_ps(INFINITY), l1 = l0, l2 = l0, l3 = l0;
-    __m256 h0 = _mm256_set1_ps(-INFINITY), h1 = h0, h2 = h0, h3 = h0;
+    const __m256 pinf = _mm256_set1_ps(INFINITY), ninf = _mm256_set1_ps(-INFINITY);
+    acc4 a = { pinf, pinf, pinf, pinf, ninf, ninf, ninf, ninf };
     uint64_t bad = 0;
     int64_t i = 0;
-    while (i + 32 <= n) {
-        int64_t end = n - i > FLUSH_ELEMS ? i + FLUSH_ELEMS : n;
-        __m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0, c3 = c0;
-        for (; i + 32 <= end; i += 32) {
-            if ((i & 1023) == 0)
-                _mm_prefetch((const char *)((uintptr_t)(x + i) + PREFETCH_BYTES), _MM_HINT_T0);
-            step(_mm256_loadu_ps(x + i), expm, &l0, &h0, &c0);
-            step(_mm256_loadu_ps(x + i + 8), expm, &l1, &h1, &c1);
-            step(_mm256_loadu_ps(x + i + 16), expm, &l2, &h2, &c2);
-            step(_mm256_loadu_ps(x + i + 24), expm, &l3, &h3, &c3);
-        }
-        bad += hsum(c0) + hsum(c1) + hsum(c2) + hsum(c3);
-    }
-    l0 = _mm256_min_ps(_mm256_min_ps(l0, l1), _mm256_min_ps(l2, l3));
-    h0 = _mm256_max_ps(_mm256_max_ps(h0, h1), _mm256_max_ps(h2, h3));
+    for (; i + BLOCK <= n; i += BLOCK)
+        if (!fast_block(x + i, &a))
+            bad += exact32(x + i, BLOCK, &a);
+    int64_t m = (n - i) & ~(int64_t)31;
+    bad += exact32(x + i, m, &a);
+    i += m;
+    __m256 l0 = _mm256_min_ps(_mm256_min_ps(a.l0, a.l1), _mm256_min_ps(a.l2, a.l3));
+    __m256 h0 = _mm256_max_ps(_mm256_max_ps(a.h0, a.h1), _mm256_max_ps(a.h2, a.h3));
     float lt[8], ht[8];
     _mm256_storeu_ps(lt, l0);
     _mm256_storeu_ps(ht, h0);
