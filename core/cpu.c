@@ -6,6 +6,9 @@
 #include "core/cpu.h"
 #include "qcal/threads.h"
 #include "qcal_config.h"
+#if QCAL_HAVE_OPENMP
+#include <omp.h>
+#endif
 
 static atomic_int cached_isa = -1;
 
@@ -54,7 +57,10 @@ void qcal_cpu_reset(void)
 int qcal_threads_for(int64_t n)
 {
 #if QCAL_HAVE_OPENMP
-    if (n < QCAL_OMP_MIN_ELEMENTS)
+    /* Inside a parallel region (the caller already split the work between threads, e.g.
+     * the ONNX weight pass) a nested team would get one thread anyway, after the cost of
+     * forming it and of per-thread partials for threads that never come. */
+    if (n < QCAL_OMP_MIN_ELEMENTS || omp_in_parallel())
         return 1;
     int t = qcal_get_num_threads();   /* qcal_set_num_threads, else OpenMP's default */
     int64_t cap = n / (QCAL_OMP_MIN_ELEMENTS / 2);
