@@ -184,6 +184,17 @@ static bool channels_cols(const float *x, int64_t outer, int64_t channels, int64
     int nt = cap_threads(qcal_threads_for(n));
     if (outer < nt)
         nt = (int)(outer < 1 ? 1 : outer);
+    if (nt == 1 && inner == 1) {
+        /* One thread, one value per channel per row: the columns are the channels, so the
+         * kernel folds straight into mn / mx (the same folds, in the same order). */
+        for (int64_t c = 0; c < channels; c++) {
+            mn[c] = INFINITY;
+            mx[c] = -INFINITY;
+        }
+        *nonfinite = 0;
+        f(x, outer, w, mn, mx, nonfinite);
+        return true;
+    }
     size_t per = (size_t)w * 2;
     float *scratch = qcal_malloc((size_t)nt * per * sizeof(float));
     if (!scratch)
