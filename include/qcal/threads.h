@@ -1,7 +1,8 @@
 /* qcal threads: how many OpenMP threads the library's parallel kernels may use. The setting
  * is process-wide; results are bit-identical for any count (docs/architecture.md, "Threads").
  * A kernel forks only for large tensors (about 256K elements and up) and then uses at most
- * this many threads. Without OpenMP the library always runs on the calling thread. */
+ * this many threads; called from inside an OpenMP parallel region it runs on the calling
+ * thread. Without OpenMP the library always runs on the calling thread. */
 #ifndef QCAL_THREADS_H
 #define QCAL_THREADS_H
 
