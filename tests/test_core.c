@@ -56,7 +56,7 @@ static void test_status(void **state)
 static void test_tensor(void **state)
 {
     (void)state;
-    float d[6];
+    float d[6] = { 0 };
     qcal_tensor t;
     const int64_t s23[2] = { 2, 3 };
     assert_int_equal(qcal_tensor_init(&t, d, 2, s23), QCAL_OK);
