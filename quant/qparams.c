@@ -203,8 +203,10 @@ qcal_status qcal_qconfig_range(const qcal_qconfig *cfg, int64_t *quant_min, int6
     }
     /* PyTorch's MinMaxObserver / PerChannelMinMaxObserver raise NotImplementedError for
      * reduce_range with a symmetric quint8 scheme (observer.c refuses those kinds), but its
-     * HistogramObserver accepts per_tensor_symmetric: [0, 127] with zero-point 128 (outside
-     * the range, as PyTorch gives it). Per-channel symmetric has no such observer. */
+     * HistogramObserver accepts per_tensor_symmetric: [0, 127], where PyTorch's zero-point
+     * is 128, outside the range (a defect: its own fake_quantize refuses such qparams);
+     * qcal gives 64, the midpoint as 128 is of [0, 255] (one_pair below).
+     * Per-channel symmetric has no such observer. */
     if (cfg->reduce_range && cfg->dtype == QCAL_QUINT8 &&
         cfg->qscheme == QCAL_PER_CHANNEL_SYMMETRIC)
         return qcal_error(QCAL_ERR_UNSUPPORTED,
@@ -269,8 +271,11 @@ static qcal_status one_pair(const qcal_qconfig *cfg, int64_t qmin, int64_t qmax,
         s = m / (float)((double)(qmax - qmin) / 2.0);
         s = fmaxf(s, eps);
         if (cfg->dtype == QCAL_QUINT8)
-            /* PyTorch: 128, or the rounded-down midpoint of a custom range. */
-            z = cfg->custom_range ? floor_half(qmin + qmax) : 128;
+            /* PyTorch: 128, or the rounded-down midpoint of a custom range. Under
+             * reduce_range ([0, 127]) PyTorch still says 128, outside the range; qcal gives
+             * 64 = (qmin + qmax + 1) / 2, the place 128 has in [0, 255] (qcal.torch's
+             * grid="torch" HistogramObserver returns PyTorch's 128). */
+            z = cfg->custom_range ? floor_half(qmin + qmax) : (qmin + qmax + 1) / 2;
         break;
     }
     case QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS:

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "minmax_ref_reader.h"
+#include "testutil.h"
 #include "qcal/qcal.h"
 #include "quant/qparams_internal.h"
 
@@ -100,8 +101,9 @@ static void test_ranges(void **state)
                       QCAL_ERR_INVALID_ARG);                   /* > 2^31 levels */
     {
         /* PyTorch's HistogramObserver(quint8, per_tensor_symmetric, reduce_range=True):
-         * [0, 127], zero-point 128, scale max|x| / 63.5 (torch 1.13: [-1, 3] -> 0.0472,
-         * 128). MinMaxObserver refuses it (observer.c, test_observer_config). */
+         * [0, 127], scale max|x| / 63.5 (torch 1.13: [-1, 3] -> 0.0472) and zero-point 128,
+         * outside the range (a PyTorch defect); qcal gives 64, the midpoint, and the
+         * qparams validate. MinMaxObserver refuses it (observer.c, test_observer_config). */
         qcal_qconfig c;
         qcal_qconfig_default(&c);
         c.dtype = QCAL_QUINT8;
@@ -115,7 +117,20 @@ static void test_ranges(void **state)
         int32_t z = -1;
         assert_int_equal(qcal_qparams_compute_arrays(&c, 1, &mn, &mx, &s, &z, NULL), QCAL_OK);
         assert_true(s == 3.0f / 63.5f);
-        assert_int_equal(z, 128);
+        assert_int_equal(z, 64);
+        qcal_qparams qp;
+        assert_int_equal(qcal_qparams_per_tensor(&qp, c.dtype, s, z), QCAL_OK);
+        qp.qscheme = c.qscheme;
+        qp.quant_min = lo;
+        qp.quant_max = hi;
+        assert_int_equal(qcal_qparams_validate(&qp), QCAL_OK);
+        /* Symmetric about the zero-point: +-2 / s = +-42.33 -> 64 +- 42; 0 -> 64. */
+        float x3[3] = { 2.0f, 0.0f, -2.0f };
+        uint8_t q3[3];
+        assert_int_equal(qcal_quantize(tu_vec(x3, 3), &qp, q3), QCAL_OK);
+        assert_int_equal(q3[0], 106);
+        assert_int_equal(q3[1], 64);
+        assert_int_equal(q3[2], 22);
     }
     expect_range_fail(QCAL_QUINT8, QCAL_PER_CHANNEL_SYMMETRIC, true, false, 0, 0, e,
                       QCAL_ERR_UNSUPPORTED);

@@ -117,8 +117,10 @@ def _range_into(obs, mn, mx, per_channel):
             b.copy_(v)
 
 
-def _qparams_tensors(obs, device, symmetric):
-    """(scale, zero_point) tensors of obs as PyTorch's observers return them."""
+def _qparams_tensors(obs, device, config):
+    """(scale, zero_point) tensors of obs as PyTorch's observers return them; ``config``:
+    the observer's parsed ``qcal_config``."""
+    symmetric = config["symmetric"]
     if obs.batches == 0:
         _warnings.warn("must run observer before calling calculate_qparams. "
                        "Returning default scale and zero point ")
@@ -131,6 +133,13 @@ def _qparams_tensors(obs, device, symmetric):
     # for symmetric ones (a new_full of the int64 zeros), float32 for float qparams.
     if z.dtype != _torch.float32:
         z = z.to(_torch.int64 if symmetric else _torch.int32)
+    c = config["config"]
+    if (c.get("grid") == "torch" and c["dtype"] == "quint8" and c["reduce_range"]
+            and c["qscheme"] == "per_tensor_symmetric" and "quant_min" not in c):
+        # PyTorch's HistogramObserver gives zero-point 128 on its range [0, 127] (outside
+        # it: a defect qcal does not copy, its own answer is 64); grid="torch" is the
+        # exact-PyTorch mode, so it returns PyTorch's number.
+        z = _torch.full_like(z, 128)
     return s, z.to(device)
 
 
@@ -255,7 +264,7 @@ def _op_reset(state, min_val, max_val, config):
 
 def _op_calculate_qparams(state, eps, config):
     obs = _bound_observer(state, config)
-    return _qparams_tensors(obs, eps.device, _config(config)["symmetric"])
+    return _qparams_tensors(obs, eps.device, _config(config))
 
 
 # torch 1.13 allows one "DEF" library per namespace and process: it is kept in a holder
@@ -445,7 +454,7 @@ class _QcalObserver(_Base):
     def _qcal_eager_qparams(self):
         return _qparams_tensors(self.__dict__["_qcal_obs"],
                                 dict.__getitem__(self._buffers, "eps").device,
-                                self.qscheme in _SYMMETRIC)
+                                _config(self.qcal_config))
 
     @_torch.jit.export
     def reset_min_max_vals(self):

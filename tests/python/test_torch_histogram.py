@@ -82,10 +82,19 @@ class TorchGrid(unittest.TestCase):
         rng = np.random.default_rng(3)
         q, t = self.run_pair([rng.standard_normal(3000).astype(np.float32)], **kw)
         self.assertEqual((q.quant_min, q.quant_max), (0, 127))
+        # grid="torch": PyTorch's numbers, zero-point 128 outside [0, 127] included.
         self.assertEqual(int(q.calculate_qparams()[1].item()), 128)
-        lat = qt.HistogramObserver(**kw)   # the lattice accepts it too
+        self.assertEqual(int(t.calculate_qparams()[1].item()), 128)
+        sq = torch.jit.script(q)
+        self.assertEqual(int(sq.calculate_qparams()[1].item()), 128)
+        lat = qt.HistogramObserver(**kw)   # the lattice accepts it too, zero-point 64
         lat(torch.tensor([-1.0, 0.5, 3.0]))
-        self.assertEqual(int(lat.calculate_qparams()[1].item()), 128)
+        z = lat.calculate_qparams()[1]
+        self.assertEqual(int(z.item()), 64)
+        o = qcal.Observer("histogram", dtype="quint8", qscheme="per_tensor_symmetric",
+                          reduce_range=True)
+        o.update(np.array([-1.0, 0.5, 3.0], np.float32))
+        self.assertEqual(int(o.qparams()[1][0]), 64)
         with self.assertRaises(NotImplementedError):
             qt.MinMaxObserver(**kw)
         with self.assertRaises(NotImplementedError):

@@ -47,10 +47,11 @@ def lines():
     sym(torch.tensor([-1.0, 0.5, 3.0]))
     s2, z2 = sym.calculate_qparams()
     out.append(("docs/observers.md",
-                f"as PyTorch), scale max|x| / 63.5 (PyTorch 1.13 on [-1, 0.5, 3]: "
-                f"{s2.item():.3g}, {int(z2.item())})."))
+                f"(PyTorch 1.13 on [-1, 0.5, 3]: {s2.item():.3g} and zero-point "
+                f"{int(z2.item())}, outside its own range"))
     out.append(("docs/observers.md",
-                f"range [{sym.quant_min}, {sym.quant_max}] with zero-point {int(z2.item())}"))
+                f"zero-point {int(z2.item())}, outside the range [{sym.quant_min}, "
+                f"{sym.quant_max}] it reports"))
     return out
 
 
