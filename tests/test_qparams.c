@@ -394,9 +394,82 @@ static void test_value(void **state)
     assert_true(qp.scale == 9.0f && !qp.owned);   /* untouched */
 }
 
+/* Every observer configuration the library accepts gives qparams that validate (or, for
+ * float qparams, that carry float zero-points): every kind x dtype x qscheme x reduce_range
+ * x custom range x grid, on data straddling zero, positive only, negative only and all
+ * zeros. The fuzzer's state contract found one that did not (quint8 + per_tensor_symmetric
+ * + reduce_range: PyTorch's zero-point 128 on [0, 127]); this test finds any such case
+ * deterministically. */
+static void test_every_observer_config_validates(void **state)
+{
+    (void)state;
+    static const float data[4][6] = {
+        { -1.0f, 0.5f, 3.0f, -0.25f, 2.0f, -4.0f },
+        { 0.5f, 1.0f, 3.0f, 0.25f, 2.0f, 4.0f },
+        { -0.5f, -1.0f, -3.0f, -0.25f, -2.0f, -4.0f },
+        { 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f },
+    };
+    static const int64_t custom[3][2] = { { 0, 0 }, { 0, 15 }, { -8, 7 } };
+    int accepted = 0, checked = 0;
+    for (int kind = 0; kind < QCAL_OBSERVER_KIND_COUNT; kind++)
+        for (int dt = QCAL_QUINT8; dt <= QCAL_FLOAT8_E5M2; dt++)
+            for (int qs = QCAL_PER_TENSOR_AFFINE; qs <= QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS; qs++)
+                for (int rr = 0; rr < 2; rr++)
+                    for (int cr = 0; cr < 3; cr++)
+                        for (int grid = QCAL_GRID_LATTICE; grid <= QCAL_GRID_TORCH; grid++) {
+                            qcal_observer_config cfg;
+                            qcal_observer_config_default(&cfg, (qcal_observer_kind)kind);
+                            cfg.q.dtype = (qcal_dtype)dt;
+                            cfg.q.qscheme = (qcal_qscheme)qs;
+                            cfg.q.reduce_range = rr;
+                            cfg.q.custom_range = cr > 0;
+                            if (cr > 0) {
+                                cfg.q.quant_min = custom[cr][0];
+                                cfg.q.quant_max = custom[cr][1];
+                            }
+                            cfg.grid = (qcal_observer_grid)grid;
+                            cfg.bins = 256;
+                            qcal_observer *o = NULL;
+                            if (qcal_observer_create(&cfg, &o) != QCAL_OK) {
+                                assert_null(o);
+                                continue;
+                            }
+                            accepted++;
+                            for (int d = 0; d < 4; d++) {
+                                qcal_tensor t;
+                                int64_t shape[2] = { 2, 3 };
+                                assert_int_equal(qcal_tensor_init(&t, data[d], 2, shape), QCAL_OK);
+                                assert_int_equal(qcal_observer_reset(o), QCAL_OK);
+                                assert_int_equal(qcal_observer_update(o, &t), QCAL_OK);
+                                qcal_qparams qp = { 0 };
+                                qcal_status st = qcal_observer_qparams(o, &qp);
+                                if (st != QCAL_OK)
+                                    print_error("kind %d dtype %d qscheme %d reduce_range %d "
+                                                "custom %d grid %d data %d: %s\n", kind, dt, qs,
+                                                rr, cr, grid, d, qcal_last_error());
+                                assert_int_equal(st, QCAL_OK);
+                                st = qcal_qparams_validate(&qp);
+                                if (st != QCAL_OK && qp.qscheme != QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS)
+                                    print_error("kind %d dtype %d qscheme %d reduce_range %d "
+                                                "custom %d grid %d data %d: %s\n", kind, dt, qs,
+                                                rr, cr, grid, d, qcal_last_error());
+                                assert_true(st == QCAL_OK ||
+                                            qp.qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS);
+                                qcal_qparams_free(&qp);
+                                checked++;
+                            }
+                            qcal_observer_destroy(&o);
+                        }
+    print_message("observer configurations: %d accepted, %d qparams validated\n", accepted,
+                  checked);
+    assert_true(accepted >= 100);
+    assert_int_equal(checked, 4 * accepted);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_observer_config_validates),
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_ranges),
         cmocka_unit_test(test_compute_edges),
