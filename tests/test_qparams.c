@@ -394,8 +394,8 @@ static void test_value(void **state)
     assert_true(qp.scale == 9.0f && !qp.owned);   /* untouched */
 }
 
-/* Every observer configuration the library accepts gives qparams that validate (or, for
- * float qparams, that carry float zero-points): every kind x dtype x qscheme x reduce_range
+/* Every observer configuration the library accepts gives qparams that validate (float
+ * qparams, whose zero-points are floats, exempt): every kind x dtype x qscheme x reduce_range
  * x custom range x grid, on data straddling zero, positive only, negative only and all
  * zeros. The fuzzer's state contract found one that did not (quint8 + per_tensor_symmetric
  * + reduce_range: PyTorch's zero-point 128 on [0, 127]); this test finds any such case
@@ -443,18 +443,14 @@ static void test_every_observer_config_validates(void **state)
                                 assert_int_equal(qcal_observer_update(o, &t), QCAL_OK);
                                 qcal_qparams qp = { 0 };
                                 qcal_status st = qcal_observer_qparams(o, &qp);
+                                if (st == QCAL_OK &&
+                                    qp.qscheme != QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS)
+                                    st = qcal_qparams_validate(&qp);
                                 if (st != QCAL_OK)
                                     print_error("kind %d dtype %d qscheme %d reduce_range %d "
                                                 "custom %d grid %d data %d: %s\n", kind, dt, qs,
                                                 rr, cr, grid, d, qcal_last_error());
                                 assert_int_equal(st, QCAL_OK);
-                                st = qcal_qparams_validate(&qp);
-                                if (st != QCAL_OK && qp.qscheme != QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS)
-                                    print_error("kind %d dtype %d qscheme %d reduce_range %d "
-                                                "custom %d grid %d data %d: %s\n", kind, dt, qs,
-                                                rr, cr, grid, d, qcal_last_error());
-                                assert_true(st == QCAL_OK ||
-                                            qp.qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS);
                                 qcal_qparams_free(&qp);
                                 checked++;
                             }
@@ -463,7 +459,6 @@ static void test_every_observer_config_validates(void **state)
     print_message("observer configurations: %d accepted, %d qparams validated\n", accepted,
                   checked);
     assert_true(accepted >= 100);
-    assert_int_equal(checked, 4 * accepted);
 }
 
 int main(void)
