@@ -1302,7 +1302,35 @@ typedef struct file_sink {
     bool no_copy_range;  /* copy_file_range refused once: write everything */
     uint8_t *bounce;     /* SINK_BOUNCE + 8 KiB, or NULL (blobs then go through stdio) */
     writeback *wb;       /* the writeback thread, or NULL */
+    qcal_status gate_st; /* m->gate's status once waited for (QCAL_OK before) */
+    bool gate_passed;    /* m->gate waited for */
 } file_sink;
+
+/* True when data starts one of the gate's tensors (binary search). */
+static bool gate_hit(const onnx_gate *g, const uint8_t *data)
+{
+    size_t lo = 0, hi = g->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if ((uintptr_t)g->data[mid] < (uintptr_t)data)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < g->n && g->data[lo] == data;
+}
+
+/* Waits for the model's gate (once): false when its pass failed (the sink has failed). */
+static bool sink_gate(file_sink *s)
+{
+    if (!s->gate_passed) {
+        s->gate_passed = true;
+        s->gate_st = s->m->gate->wait(s->m->gate);
+        if (s->gate_st != QCAL_OK)
+            s->failed = true;
+    }
+    return s->gate_st == QCAL_OK;
+}
 
 /* Size of the buffer large in-memory blobs are written through (see write_bounced). */
 #define SINK_BOUNCE ((size_t)1 << 20)
@@ -1379,6 +1407,8 @@ static void sink_append(ProtobufCBuffer *b, size_t len, const uint8_t *data)
 {
     file_sink *s = (file_sink *)b;
     if (s->failed || !len)
+        return;
+    if (s->m->gate && !s->gate_passed && gate_hit(s->m->gate, data) && !sink_gate(s))
         return;
     bool big = len >= ONNX_BLOB_MIN;
     bool in_map = big && !s->no_copy_range && onnx_in_map(s->m, data);
@@ -1482,7 +1512,7 @@ qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_option
             goto out;
         uint64_t off = 0;
         static const uint8_t zeros[64];
-        dsink = (file_sink){ { sink_append }, data_file.fp, false, 0, 0, m, false, bounce, NULL };
+        dsink = (file_sink){ { sink_append }, data_file.fp, false, 0, 0, m, false, bounce, NULL, QCAL_OK, false };
         for (size_t i = 0; i < g->n_initializer; i++) {
             Onnx__TensorProto *t = g->initializer[i];
             if (!t->raw_data.len || t->raw_data.len < o.external_min_bytes)
@@ -1512,6 +1542,10 @@ qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_option
                 goto out;
             }
         }
+        if (dsink.gate_st != QCAL_OK) {
+            st = m->gate->wait(m->gate);
+            goto out;
+        }
         if (dsink.failed || ferror(data_file.fp)) {
             st = qcal_error(QCAL_ERR_IO, "cannot write '%s': %s", data_path, strerror(errno));
             goto out;
@@ -1534,9 +1568,16 @@ qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_option
     setvbuf(f.fp, NULL, _IOFBF, 1 << 20);
     writeback wb;
     writeback_start(&wb, fileno(f.fp));
-    file_sink sink = { { sink_append }, f.fp, false, 0, 0, m, false, bounce, &wb };
+    file_sink sink = { { sink_append }, f.fp, false, 0, 0, m, false, bounce, &wb, QCAL_OK, false };
     protobuf_c_message_pack_to_buffer(&m->proto->base, &sink.base);
     writeback_stop(&wb);
+    if (m->gate && !sink.failed)
+        (void)sink_gate(&sink);   /* nothing is committed before the pass has ended */
+    if (sink.gate_st != QCAL_OK) {
+        qcal_atomic_file_abort(&f);
+        st = m->gate->wait(m->gate);
+        goto out;
+    }
     if (sink.failed || sink.written != size) {
         int e = errno;
         qcal_atomic_file_abort(&f);

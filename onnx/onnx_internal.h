@@ -24,10 +24,21 @@ typedef struct onnx_src {
     ino_t ino;
 } onnx_src;
 
+/* Tensors whose raw_data a background pass is still filling while the model is saved
+ * (qcal_onnx_qdq_save): a save waits (wait()) before it writes the first byte of any of
+ * them, and before it commits the file; wait() returns the pass's status (its message set
+ * again on the calling thread), the same on every call. */
+typedef struct onnx_gate {
+    const uint8_t **data;      /* the raw_data pointers, sorted */
+    size_t n;
+    qcal_status (*wait)(struct onnx_gate *g);
+} onnx_gate;
+
 struct qcal_onnx_model {
     Onnx__ModelProto *proto;   /* every field malloc'ed (protobuf-c's default allocator) */
     onnx_src *src;             /* mapped files raw_data may point into (model, external data) */
     size_t n_src;
+    onnx_gate *gate;           /* during qcal_onnx_qdq_save only, else NULL */
 };
 
 /* The mapped file ptr lies in, or NULL. */

@@ -5,6 +5,8 @@
 #include <float.h>
 #include <fnmatch.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +119,10 @@ typedef struct wplan {
     float *f32;                /* tensorrt: float32 copy when the weight is not float32 */
     int64_t numel;
     char *dq_out;
+    bool deferred;             /* qcal_onnx_qdq_save: scales computed while the model is saved */
+    uint8_t *scale_dst;        /* deferred: the scale initializer's raw_data (channels floats) */
+    Onnx__TensorProto snap;    /* deferred: the weight's TensorProto as planned (a save with
+                                * external data detaches the model's raw_data meanwhile) */
 } wplan;
 
 typedef struct bplan {
@@ -162,6 +168,9 @@ typedef struct plan {
     bool fp8;                  /* an FP8 Q/DQ is written (opset >= 19, IR >= 9) */
     onnx_map all_names;        /* every name in the model (for fresh names) */
     char **owned_names;        /* fresh names kept alive for all_names */
+    bool defer;                /* qcal_onnx_qdq_save, profile tensorrt: float32 weights with
+                                * zero zero-points are observed while the model is saved */
+    bool serial;               /* observe on this thread only (the save's background pass) */
     uint8_t *scratch;          /* misaligned float32 weights copied for reading, reused */
     size_t scratch_cap;        /* bytes */
     int64_t nowned;
@@ -650,7 +659,7 @@ static qcal_status observe_rows(plan *p, const Onnx__TensorProto *init, const qc
                                 qcal_observer *obs)
 {
     const int64_t chunks = (outer + rows - 1) / rows;
-    int nt = qcal_threads_for(outer * row);
+    int nt = p->serial ? 1 : qcal_threads_for(outer * row);
     nt = nt > chunks ? (int)chunks : nt;
 #if QCAL_HAVE_OPENMP
     enum { MAX_T = 16 };
@@ -776,28 +785,17 @@ static qcal_status weight_by_channel(plan *p, const Onnx__TensorProto *init, int
     return QCAL_OK;
 }
 
-/* qparams of a weight with the library's observer: opt->weight_qscheme (qint8; per-tensor
- * schemes with minmax over the whole weight), or per-channel symmetric in the FP8 dtype of an
- * FP8 node (scale = channel amax / largest); codes (ort). */
-static qcal_status plan_weight_read(plan *p, const Onnx__NodeProto *n, int64_t t, int32_t axis,
-                                    qcal_dtype dtype, int64_t *out)
+/* The observation of weight w->t (w->axis, w->dtype, w->numel set, shape checked): its
+ * qparams with the library's observer, opt->weight_qscheme (qint8; per-tensor schemes with
+ * minmax over the whole weight) or per-channel symmetric in the FP8 dtype of an FP8 node
+ * (scale = channel amax / largest), into w->channels, scales, zps, per_tensor; the codes
+ * (ort) into w->codes; tensorrt's float32 copy of a weight that is not float32 into w->f32.
+ * init: the weight's TensorProto. On failure w's buffers stay NULL. */
+static qcal_status weight_compute(plan *p, wplan *w, const Onnx__TensorProto *init)
 {
-    for (int64_t i = 0; i < p->nw; i++)
-        if (p->w[i].t == t) {
-            if (p->w[i].axis != axis || p->w[i].dtype != dtype)
-                return QCAL_ERR_MISMATCH;   /* caller records the skip */
-            *out = i;
-            return QCAL_OK;
-        }
-    Onnx__TensorProto *init = p->t[t].init;
-    int64_t numel;
-    if (!onnx_tensor_numel(init, &numel))
-        return qcal_error(QCAL_ERR_FORMAT, "weight '%s' has an invalid shape", p->t[t].name);
-    if (numel == 0)
-        return qcal_error(QCAL_ERR_FORMAT, "weight '%s' of node '%s' (%s) has no elements (a zero-sized dimension)",
-                          p->t[t].name, n->name ? n->name : "", n->op_type);
-    if (init->n_dims > QCAL_MAX_DIMS || (int64_t)init->n_dims <= axis)
-        return qcal_error(QCAL_ERR_UNSUPPORTED, "weight '%s' has %zu dimensions", p->t[t].name, init->n_dims);
+    const int64_t t = w->t, numel = w->numel;
+    const int32_t axis = w->axis;
+    const qcal_dtype dtype = w->dtype;
     /* float32 raw data with the per_channel_minmax observer is streamed: the weight, seen as
      * (outer, C, inner) around axis, is read in chunks of whole (C, inner) rows (view_rows:
      * in place, or copied into one small buffer), once for the observer and once for the
@@ -822,14 +820,12 @@ static qcal_status plan_weight_read(plan *p, const Onnx__NodeProto *n, int64_t t
         uint8_t *bc = NULL;
         int64_t bch = 0;
         qcal_status st = weight_by_channel(p, init, axis, dtype, qs, numel, &bs, &bz, &bc, &bch);
-        if (st == QCAL_OK)
-            st = wplan_push(p, &(wplan){ .t = t, .axis = axis, .dtype = dtype, .channels = bch,
-                                         .scales = bs, .zps = bz, .codes = bc, .numel = numel },
-                            out);
-        if (st != QCAL_OK) {
-            free(bs), free(bz), free(bc);
+        if (st != QCAL_OK)
             return qcal_error(st, "weight '%s': %s", p->t[t].name, qcal_last_error());
-        }
+        w->channels = bch;
+        w->scales = bs;
+        w->zps = bz;
+        w->codes = bc;
         return QCAL_OK;
     }
     float *conv = NULL;
@@ -910,11 +906,14 @@ static qcal_status plan_weight_read(plan *p, const Onnx__NodeProto *n, int64_t t
     /* tensorrt: the float32 weight Q reads when the initializer is not float32 */
     float *f32 = p->opt->profile == QCAL_ONNX_PROFILE_TENSORRT && init->data_type != QCAL_ONNX_FLOAT
                      ? conv : NULL;
-    if (st == QCAL_OK)
-        st = wplan_push(p, &(wplan){ .t = t, .axis = axis, .dtype = dtype, .channels = qp.channels,
-                                     .scales = scales, .zps = zps, .per_tensor = per_tensor,
-                                     .codes = codes, .f32 = f32, .numel = numel },
-                        out);
+    if (st == QCAL_OK) {
+        w->channels = qp.channels;
+        w->scales = scales;
+        w->zps = zps;
+        w->per_tensor = per_tensor;
+        w->codes = codes;
+        w->f32 = f32;
+    }
     if (st != QCAL_OK) {
         st = qcal_error(st, "weight '%s': %s", p->t[t].name, qcal_last_error());
         free(conv);
@@ -930,6 +929,75 @@ static qcal_status plan_weight_read(plan *p, const Onnx__NodeProto *n, int64_t t
     qcal_qparams_free(&qp);
     qcal_observer_destroy(&obs);
     return QCAL_OK;
+}
+
+/* The weight of node n at tensor t (wplan *out, shared by the nodes reading t alike): with
+ * p->defer, a float32 weight whose zero-points are zero gets its scale initializer's size
+ * (one per channel, or one) and its scales later (defer_run); any other is observed now. */
+static qcal_status plan_weight_read(plan *p, const Onnx__NodeProto *n, int64_t t, int32_t axis,
+                                    qcal_dtype dtype, int64_t *out)
+{
+    for (int64_t i = 0; i < p->nw; i++)
+        if (p->w[i].t == t) {
+            if (p->w[i].axis != axis || p->w[i].dtype != dtype)
+                return QCAL_ERR_MISMATCH;   /* caller records the skip */
+            *out = i;
+            return QCAL_OK;
+        }
+    Onnx__TensorProto *init = p->t[t].init;
+    int64_t numel;
+    if (!onnx_tensor_numel(init, &numel))
+        return qcal_error(QCAL_ERR_FORMAT, "weight '%s' has an invalid shape", p->t[t].name);
+    if (numel == 0)
+        return qcal_error(QCAL_ERR_FORMAT, "weight '%s' of node '%s' (%s) has no elements (a zero-sized dimension)",
+                          p->t[t].name, n->name ? n->name : "", n->op_type);
+    if (init->n_dims > QCAL_MAX_DIMS || (int64_t)init->n_dims <= axis)
+        return qcal_error(QCAL_ERR_UNSUPPORTED, "weight '%s' has %zu dimensions", p->t[t].name, init->n_dims);
+    wplan w = { .t = t, .axis = axis, .dtype = dtype, .numel = numel };
+    const qcal_qscheme qs = qcal_dtype_is_float8(dtype) ? QCAL_PER_CHANNEL_SYMMETRIC : p->opt->weight_qscheme;
+    qcal_status st;
+    if (p->defer && init->data_type == QCAL_ONNX_FLOAT && init->raw_data.len == (size_t)numel * 4 &&
+        (qs == QCAL_PER_CHANNEL_SYMMETRIC || qs == QCAL_PER_TENSOR_SYMMETRIC)) {
+        /* symmetric qint8 and FP8 zero-points are 0 whatever the data (checked in defer_run) */
+        w.per_tensor = qs == QCAL_PER_TENSOR_SYMMETRIC;
+        w.channels = w.per_tensor ? 1 : init->dims[axis];
+        w.scales = calloc((size_t)w.channels, sizeof *w.scales);
+        w.zps = calloc((size_t)w.channels, sizeof *w.zps);
+        w.deferred = true;
+        w.snap = *init;   /* shallow: the data, dims and name stay the model's */
+        st = !w.scales || !w.zps ? OOM() : QCAL_OK;
+    } else {
+        st = weight_compute(p, &w, init);
+    }
+    if (st == QCAL_OK)
+        st = wplan_push(p, &w, out);
+    if (st != QCAL_OK) {
+        free(w.scales), free(w.zps), free(w.codes), free(w.f32);
+        return st;
+    }
+    return QCAL_OK;
+}
+
+/* The scales of deferred weight w, observed now (weight_compute) and written into its scale
+ * initializer; the weight's pages of the file mapping are let go after. */
+static qcal_status defer_run(plan *p, wplan *w)
+{
+    wplan c = { .t = w->t, .axis = w->axis, .dtype = w->dtype, .numel = w->numel };
+    qcal_status st = weight_compute(p, &c, &w->snap);
+    if (st == QCAL_OK && (c.channels != w->channels || c.per_tensor != w->per_tensor))
+        st = qcal_error(QCAL_ERR_STATE, "weight '%s': %lld scales observed, %lld planned",
+                        p->t[w->t].name, (long long)c.channels, (long long)w->channels);
+    for (int64_t k = 0; st == QCAL_OK && k < c.channels; k++)
+        if (c.zps[k] != 0)
+            st = qcal_error(QCAL_ERR_STATE, "weight '%s': zero-point %d of a symmetric scheme",
+                            p->t[w->t].name, c.zps[k]);
+    if (st == QCAL_OK) {
+        memcpy(w->scales, c.scales, (size_t)c.channels * sizeof *c.scales);
+        memcpy(w->scale_dst, c.scales, (size_t)c.channels * sizeof *c.scales);
+    }
+    free(c.scales), free(c.zps), free(c.codes), free(c.f32);
+    onnx_raw_drop(p->m, &w->snap);
+    return st;
 }
 
 /* plan_weight_read, then the weight's pages of the file mapping are let go (onnx_raw_drop). */
@@ -1227,9 +1295,10 @@ static qcal_status plan_node(plan *p, size_t i)
 static qcal_status plan_graph(plan *p);
 
 static qcal_status plan_build(plan *p, const qcal_onnx_model *m, const qcal_calib_table *table,
-                              const qcal_onnx_qdq_options *opt)
+                              const qcal_onnx_qdq_options *opt, bool defer)
 {
     memset(p, 0, sizeof *p);
+    p->defer = defer;
     p->m = m;
     p->opt = opt;
     p->table = table;
@@ -1348,7 +1417,7 @@ qcal_status qcal_onnx_list(const qcal_onnx_model *m, const qcal_onnx_qdq_options
         return st;
     plan p;
     subplans sub = { 0 };
-    st = plan_build(&p, m, NULL, opt);
+    st = plan_build(&p, m, NULL, opt, false);
     if (st == QCAL_OK)
         st = collect_subplans(&p, p.g, NULL, 0, &sub);
     char **out = NULL;
@@ -1917,7 +1986,10 @@ static void b_weight(plan *p, builder *b, wplan *w)
         b->oom = true;
         goto out;
     }
-    b_init(b, onnx_new_tensor(sname, QCAL_ONNX_FLOAT, qdims, &ch, w->scales, (size_t)ch * 4));
+    Onnx__TensorProto *scale_t = onnx_new_tensor(sname, QCAL_ONNX_FLOAT, qdims, &ch, w->scales, (size_t)ch * 4);
+    if (scale_t && w->deferred)
+        w->scale_dst = scale_t->raw_data.data;   /* filled by defer_run */
+    b_init(b, scale_t);
     b_init(b, onnx_new_tensor(zname, onnx_type_of(w->dtype), qdims, &ch, w->zps, (size_t)ch));
     if (p->opt->profile == QCAL_ONNX_PROFILE_ORT) {
         char *qname = fresh_name(p, ti->name, "_quantized");
@@ -2200,8 +2272,10 @@ static qcal_status drop_outer_weights(subplans *sub)
     return QCAL_OK;
 }
 
-qcal_status qcal_onnx_qdq(qcal_onnx_model *m, const qcal_calib_table *table, const qcal_onnx_qdq_options *opt,
-                          qcal_onnx_qdq_report *rep)
+/* qcal_onnx_qdq; with keep (qcal_onnx_qdq_save), the main graph's plan is given to *keep on
+ * success (its deferred weights still to observe: defer_run) instead of freed. */
+static qcal_status qdq_run(qcal_onnx_model *m, const qcal_calib_table *table, const qcal_onnx_qdq_options *opt,
+                           qcal_onnx_qdq_report *rep, plan **keep)
 {
     qcal_onnx_qdq_options def;
     qcal_onnx_qdq_options_default(&def);
@@ -2217,17 +2291,21 @@ qcal_status qcal_onnx_qdq(qcal_onnx_model *m, const qcal_calib_table *table, con
         return qcal_error(QCAL_ERR_UNSUPPORTED,
                           "the model's default-domain opset is %lld; Q/DQ insertion needs opset >= 13 (per-channel QuantizeLinear/DequantizeLinear)",
                           (long long)opset);
-    plan p;
+    plan *pm = malloc(sizeof *pm);
+    if (!pm)
+        return OOM();
+    plan *const p = pm;
     subplans sub = { 0 };
-    st = plan_build(&p, m, table, opt);
+    st = plan_build(p, m, table, opt,
+                    keep && opt->profile == QCAL_ONNX_PROFILE_TENSORRT && !opt->float_weights);
     if (st == QCAL_OK)
-        st = collect_subplans(&p, p.g, NULL, 0, &sub);
+        st = collect_subplans(p, p->g, NULL, 0, &sub);
     qcal_onnx_qdq_report r;
     memset(&r, 0, sizeof r);
     onnx_map seen = { 0 };
     for (size_t k = 0; st == QCAL_OK && k <= sub.n; k++) {
-        plan *q = k ? sub.p[k - 1] : &p;
-        p.fp8 |= q->fp8;
+        plan *q = k ? sub.p[k - 1] : p;
+        p->fp8 |= q->fp8;
         for (int64_t i = 0; i < q->nlist; i++) {
             int64_t t = tensor_index(q, q->list[i], false);
             if (!q->t[t].missing || onnx_map_get(&seen, q->t[t].name))
@@ -2243,7 +2321,7 @@ qcal_status qcal_onnx_qdq(qcal_onnx_model *m, const qcal_calib_table *table, con
         }
     }
     onnx_map_free(&seen);
-    if (st == QCAL_OK && p.fp8) {
+    if (st == QCAL_OK && p->fp8) {
         /* FP8 QuantizeLinear / DequantizeLinear: opset 19, float8 types: IR version 9. */
         if (opset < 19)
             st = qcal_error(QCAL_ERR_UNSUPPORTED,
@@ -2271,7 +2349,7 @@ qcal_status qcal_onnx_qdq(qcal_onnx_model *m, const qcal_calib_table *table, con
         free(msg);
     }
     if (st == QCAL_OK)
-        st = apply(&p, &r);
+        st = apply(p, &r);
     for (size_t k = 0; st == QCAL_OK && k < sub.n; k++) {
         qcal_onnx_qdq_report rs;
         memset(&rs, 0, sizeof rs);
@@ -2283,12 +2361,12 @@ qcal_status qcal_onnx_qdq(qcal_onnx_model *m, const qcal_calib_table *table, con
     }
     if (st == QCAL_OK)
         st = drop_outer_weights(&sub);
-    if (st == QCAL_OK && p.fp8 && (!m->proto->has_ir_version || m->proto->ir_version < 9)) {
+    if (st == QCAL_OK && p->fp8 && (!m->proto->has_ir_version || m->proto->ir_version < 9)) {
         m->proto->has_ir_version = 1;
         m->proto->ir_version = 9;
     }
     for (size_t k = 0; st == QCAL_OK && k <= sub.n; k++) {
-        plan *q = k ? sub.p[k - 1] : &p;
+        plan *q = k ? sub.p[k - 1] : p;
         for (int64_t i = 0; st == QCAL_OK && i < q->nskipped; i++) {
             if (!onnx_push((void ***)&r.skipped, (size_t *)&r.n_skipped, q->skipped[i]))
                 st = OOM();
@@ -2297,7 +2375,130 @@ qcal_status qcal_onnx_qdq(qcal_onnx_model *m, const qcal_calib_table *table, con
         }
     }
     subplans_free(&sub);
-    plan_free(&p);
+    if (st == QCAL_OK && keep) {
+        *keep = p;
+    } else {
+        plan_free(p);
+        free(p);
+    }
+    if (st != QCAL_OK || !rep)
+        qcal_onnx_qdq_report_free(&r);
+    else
+        *rep = r;
+    return st;
+}
+
+qcal_status qcal_onnx_qdq(qcal_onnx_model *m, const qcal_calib_table *table, const qcal_onnx_qdq_options *opt,
+                          qcal_onnx_qdq_report *rep)
+{
+    return qdq_run(m, table, opt, rep, NULL);
+}
+
+/* The background pass of qcal_onnx_qdq_save: the deferred weights observed in plan order
+ * (the order of their first readers, which is roughly the order a save writes them). */
+typedef struct defer_pass {
+    onnx_gate gate;
+    plan *p;
+    pthread_t th;
+    bool started, joined;
+    qcal_status st;
+    char msg[1024];
+} defer_pass;
+
+static qcal_status defer_all(defer_pass *d)
+{
+    qcal_status st = QCAL_OK;
+    for (int64_t i = 0; st == QCAL_OK && i < d->p->nw; i++)
+        if (d->p->w[i].deferred)
+            st = defer_run(d->p, &d->p->w[i]);
+    if (st != QCAL_OK)
+        snprintf(d->msg, sizeof d->msg, "%s", qcal_last_error());
+    return st;
+}
+
+static void *defer_main(void *arg)
+{
+    defer_pass *d = arg;
+    d->st = defer_all(d);
+    return NULL;
+}
+
+static qcal_status defer_wait(onnx_gate *g)
+{
+    defer_pass *d = (defer_pass *)g;
+    if (d->started && !d->joined) {
+        pthread_join(d->th, NULL);
+        d->joined = true;
+    }
+    return d->st == QCAL_OK ? QCAL_OK : qcal_error(d->st, "%s", d->msg);
+}
+
+static int cmp_ptr(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t)*(const uint8_t *const *)a, y = (uintptr_t)*(const uint8_t *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+qcal_status qcal_onnx_qdq_save(qcal_onnx_model *m, const qcal_calib_table *table, const qcal_onnx_qdq_options *opt,
+                               const qcal_onnx_save_options *save, const char *path, qcal_onnx_qdq_report *rep,
+                               bool *save_failed)
+{
+    if (save_failed)
+        *save_failed = false;
+    if (!m || !path)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_qdq_save: NULL argument");
+    qcal_onnx_qdq_report r;
+    plan *p = NULL;
+    qcal_status st = qdq_run(m, table, opt, &r, &p);
+    if (st != QCAL_OK)
+        return st;
+    defer_pass d;
+    memset(&d, 0, sizeof d);
+    d.p = p;
+    d.gate.wait = defer_wait;
+    for (int64_t i = 0; i < p->nw; i++)
+        if (p->w[i].deferred)
+            d.gate.n++;
+    d.gate.data = malloc((d.gate.n ? d.gate.n : 1) * sizeof *d.gate.data);
+    if (!d.gate.data)
+        st = OOM();
+    d.gate.n = 0;
+    for (int64_t i = 0; st == QCAL_OK && i < p->nw; i++)
+        if (p->w[i].deferred)
+            d.gate.data[d.gate.n++] = p->w[i].scale_dst;
+    if (st == QCAL_OK && d.gate.n) {
+        qsort(d.gate.data, d.gate.n, sizeof *d.gate.data, cmp_ptr);
+        /* The pass runs beside the save with every signal blocked (they stay the caller's
+         * threads' business); where no thread can be made it runs here first. */
+        sigset_t all, old;
+        sigfillset(&all);
+        p->serial = true;   /* one thread: the save runs beside it */
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        d.started = pthread_create(&d.th, NULL, defer_main, &d) == 0;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (d.started) {
+            m->gate = &d.gate;
+        } else {
+            p->serial = false;
+            d.st = defer_all(&d);
+            if (d.st != QCAL_OK)
+                st = defer_wait(&d.gate);
+        }
+    }
+    bool saved = false;
+    if (st == QCAL_OK) {
+        st = qcal_onnx_model_save(m, save, path);
+        saved = true;
+    }
+    m->gate = NULL;
+    qcal_status ws = defer_wait(&d.gate);   /* joined on every path; its message is the last */
+    if (ws != QCAL_OK)
+        st = ws;   /* the save failed at the gate with this status */
+    else if (st != QCAL_OK && saved && save_failed)
+        *save_failed = true;
+    free(d.gate.data);
+    plan_free(p);
+    free(p);
     if (st != QCAL_OK || !rep)
         qcal_onnx_qdq_report_free(&r);
     else

@@ -671,6 +671,159 @@ static void test_streamed_weights(void **state)
     qcal_calib_table_destroy(&table);
 }
 
+/* The bytes of file a equal those of file b. */
+static void expect_same_file(const char *a, const char *b)
+{
+    size_t la, lb;
+    void *fa = tu_read_file(a, &la), *fb = tu_read_file(b, &lb);
+    assert_int_equal(la, lb);
+    assert_memory_equal(fa, fb, la);
+    free(fa);
+    free(fb);
+}
+
+/* qcal_onnx_qdq_save (weights observed on a second thread while the save copies the model,
+ * profile tensorrt) writes the bytes of qcal_onnx_qdq then qcal_onnx_model_save: the
+ * streamed MatMul weight, the Gemm weight read by channel blocks and a small Conv weight,
+ * loaded from the file (mapped) and from a buffer, per-channel and per-tensor symmetric,
+ * both profiles, inline and with external data (whose save detaches the weights' data
+ * while they are read), and weights holding NaN. An output in a missing directory: the
+ * save's error, told apart from the rewrite's. */
+/* MatMul (x [1, 2053] by w [2053, 160]) -> Gemm (transB, g [1000, 160]); Conv of img
+ * [1, 2, 4, 4] by a [3, 2, 3, 3] weight. */
+static qcal_onnx_model *make_qs(const float *w, const float *g)
+{
+    const int64_t K = 2053, N = 160;
+    qcal_onnx_model *m = NULL;
+    OK(qcal_onnx_model_new(8, 17, &m));
+    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, K }));
+    OK(qcal_onnx_add_output(m, "z", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, 1000 }));
+    OK(qcal_onnx_add_output(m, "c", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 3, 4, 4 }));
+    OK(qcal_onnx_add_initializer_float(m, "w", 2, (int64_t[]){ K, N }, w));
+    OK(qcal_onnx_add_node(m, "MatMul", "mm", 2, (const char *[]){ "x", "w" }, 1, (const char *[]){ "y" }, NULL));
+    OK(qcal_onnx_add_initializer_float(m, "g", 2, (int64_t[]){ 1000, 160 }, g));
+    int64_t gk;
+    OK(qcal_onnx_add_node(m, "Gemm", "fc", 2, (const char *[]){ "y", "g" }, 1, (const char *[]){ "z" }, &gk));
+    OK(qcal_onnx_node_set_int(m, gk, "transB", 1));
+    float cw[3 * 2 * 9];
+    for (int i = 0; i < 54; i++)
+        cw[i] = (float)(i % 11 - 5) * 0.125f;
+    OK(qcal_onnx_add_input(m, "img", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 2, 4, 4 }));
+    OK(qcal_onnx_add_initializer_float(m, "cw", 4, (int64_t[]){ 3, 2, 3, 3 }, cw));
+    int64_t ck;
+    OK(qcal_onnx_add_node(m, "Conv", "conv", 2, (const char *[]){ "img", "cw" }, 1, (const char *[]){ "c" }, &ck));
+    OK(qcal_onnx_node_set_ints(m, ck, "pads", 4, (int64_t[]){ 1, 1, 1, 1 }));
+    return m;
+}
+
+static void test_qdq_save(void **state)
+{
+    (void)state;
+    const int64_t K = 2053, N = 160;
+    float *w = malloc((size_t)(K * N) * sizeof *w);
+    for (int64_t i = 0; i < K * N; i++)
+        w[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f * (float)(1 + i % N);
+    w[K * N - 1] = 3000.0f;
+    float *g = malloc(1000 * 160 * sizeof *g);
+    for (int i = 0; i < 1000 * 160; i++)
+        g[i] = (float)((i * 4099) % 3001 - 1500) / 700.0f * (float)(1 + i / 160 % 7);
+    qcal_onnx_model *m = make_qs(w, g);
+    save(m, "qs.onnx");
+    const char *names[] = { "x", "y", "img" };
+    write_table(names, 3, T("qs_table.json"));
+    qcal_calib_table *table = NULL;
+    OK(qcal_calib_table_read_json(T("qs_table.json"), &table));
+    size_t len;
+    uint8_t *bytes = tu_read_file(T("qs.onnx"), &len);
+    mkdir(T("qsr"), 0755);
+    mkdir(T("qsn"), 0755);
+    for (int c = 0; c < 8; c++) {
+        qcal_onnx_qdq_options opt;
+        qcal_onnx_qdq_options_default(&opt);
+        opt.profile = c & 1 ? QCAL_ONNX_PROFILE_ORT : QCAL_ONNX_PROFILE_TENSORRT;
+        opt.weight_qscheme = c & 2 ? QCAL_PER_TENSOR_SYMMETRIC : QCAL_PER_CHANNEL_SYMMETRIC;
+        qcal_onnx_save_options so;
+        qcal_onnx_save_options_default(&so);
+        if (c & 4)
+            so.external_threshold = 1 << 16;   /* PATH.data */
+        for (int from_file = 0; from_file < 2; from_file++) {
+            qcal_onnx_model *a = NULL, *b = NULL;
+            if (from_file) {
+                OK(qcal_onnx_model_load(T("qs.onnx"), &a));
+                OK(qcal_onnx_model_load(T("qs.onnx"), &b));
+            } else {
+                OK(qcal_onnx_model_parse(bytes, len, &a));
+                OK(qcal_onnx_model_parse(bytes, len, &b));
+            }
+            qcal_onnx_qdq_report ra, rb;
+            OK(qcal_onnx_qdq(a, table, &opt, &ra));
+            OK(qcal_onnx_model_save(a, &so, T("qsr/q.onnx")));
+            bool save_failed = true;
+            qcal_status qs_st = qcal_onnx_qdq_save(b, table, &opt, &so, T("qsn/q.onnx"), &rb, &save_failed);
+            if (qs_st != QCAL_OK)
+                fail_msg("config %d from_file %d: %s", c, from_file, qcal_last_error());
+            assert_false(save_failed);
+            assert_int_equal(ra.ops, 3);
+            assert_int_equal(rb.ops, ra.ops);
+            assert_int_equal(rb.weights, 3);
+            assert_int_equal(rb.tensors, ra.tensors);
+            expect_same_file(T("qsr/q.onnx"), T("qsn/q.onnx"));
+            if (c & 4)   /* same names: the model refers to its data file by name */
+                expect_same_file(T("qsr/q.onnx.data"), T("qsn/q.onnx.data"));
+            expect_same(a, b);   /* the model in memory holds the scales too */
+            float *s;
+            qcal_onnx_tensor_desc d;
+            OK(qcal_onnx_initializer_float(b, "w_scale", &s, &d));
+            if (c & 2)
+                assert_int_equal(d.ndim, 0);
+            else
+                assert_float_equal(s[N - 1], 3000.0f / 127.5f, 1e-3);
+            qcal_free(s);
+            qcal_onnx_qdq_report_free(&ra);
+            qcal_onnx_qdq_report_free(&rb);
+            qcal_onnx_model_destroy(&a);
+            qcal_onnx_model_destroy(&b);
+        }
+    }
+    /* NaN in the weights (skipped and counted by the observers): the same bytes */
+    for (int64_t i = 0; i < K; i += 3)
+        w[i * N + 7] = NAN;   /* channel 7: a third NaN */
+    for (int64_t i = 0; i < K; i++)
+        w[i * N + 9] = NAN;   /* channel 9: all NaN (scale 1) */
+    qcal_onnx_model_destroy(&m);
+    m = make_qs(w, g);
+    save(m, "qs_nan.onnx");
+    qcal_onnx_qdq_options opt;
+    qcal_onnx_qdq_options_default(&opt);
+    opt.profile = QCAL_ONNX_PROFILE_TENSORRT;
+    qcal_onnx_model *a = NULL, *b = NULL;
+    OK(qcal_onnx_model_load(T("qs_nan.onnx"), &a));
+    OK(qcal_onnx_model_load(T("qs_nan.onnx"), &b));
+    OK(qcal_onnx_qdq(a, table, &opt, NULL));
+    OK(qcal_onnx_model_save(a, NULL, T("qsr/nan.onnx")));
+    OK(qcal_onnx_qdq_save(b, table, &opt, NULL, T("qsn/nan.onnx"), NULL, NULL));
+    expect_same_file(T("qsr/nan.onnx"), T("qsn/nan.onnx"));
+    float *s;
+    OK(qcal_onnx_initializer_float(b, "w_scale", &s, NULL));
+    assert_float_equal(s[9], 1.0f, 0);
+    qcal_free(s);
+    qcal_onnx_model_destroy(&a);
+    qcal_onnx_model_destroy(&b);
+    bool save_failed;
+    /* an output the save cannot write */
+    OK(qcal_onnx_model_load(T("qs.onnx"), &b));
+    save_failed = false;
+    assert_int_not_equal(qcal_onnx_qdq_save(b, table, &opt, NULL, T("no such dir/qs.onnx"), NULL, &save_failed),
+                         QCAL_OK);
+    assert_true(save_failed);
+    qcal_onnx_model_destroy(&b);
+    free(w);
+    free(g);
+    free(bytes);
+    qcal_onnx_model_destroy(&m);
+    qcal_calib_table_destroy(&table);
+}
+
 /* JSON string literal of s into dst (quotes and backslashes escaped). */
 static void json_str(char *dst, size_t cap, const char *s)
 {
@@ -773,6 +926,7 @@ int main(void)
         cmocka_unit_test(test_large_initializers),
         cmocka_unit_test(test_large_external),
         cmocka_unit_test(test_streamed_weights),
+        cmocka_unit_test(test_qdq_save),
         cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

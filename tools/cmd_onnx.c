@@ -345,16 +345,17 @@ int cmd_qdq(int argc, char **argv)
     }
     if ((rc = fold_bn(cmd, m)))
         goto free;
-    st = qcal_onnx_qdq(m, t, &opt, &rep);
+    bool save_failed = false;
+    st = qcal_onnx_qdq_save(m, t, &opt, NULL, out, &rep, &save_failed);
+    if (st != QCAL_OK && save_failed) {
+        rc = cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_OUTPUT, st);
+        goto free;
+    }
     if (st != QCAL_OK) {
         int code = st == QCAL_ERR_INVALID_ARG ? QCAL_EXIT_USAGE
                    : (st == QCAL_ERR_UNSUPPORTED || st == QCAL_ERR_FORMAT) ? QCAL_EXIT_INPUT
                                                                            : QCAL_EXIT_FAILURE;
         rc = cli_fail_status(cmd, code, st);
-        goto free;
-    }
-    if ((st = qcal_onnx_model_save(m, NULL, out)) != QCAL_OK) {
-        rc = cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_OUTPUT, st);
         goto free;
     }
     if (rep.n_missing) {

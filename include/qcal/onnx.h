@@ -284,6 +284,16 @@ QCAL_API qcal_status qcal_onnx_qdq_session(qcal_onnx_model *m, qcal_calib_sessio
                                            const qcal_onnx_qdq_options *opt,
                                            qcal_onnx_qdq_report *rep);
 
+/* qcal_onnx_qdq, then qcal_onnx_model_save(m, save, path): the same file, byte for byte.
+ * With profile tensorrt, float32 weights are observed on a second thread while the save
+ * copies the model. On failure nothing is written, and *save_failed (may be NULL) tells the
+ * save's failures (the output) from the rewrite's (model, table, options, weights); a weight
+ * the observer refuses leaves m rewritten without its scales: destroy m, do not save it. */
+QCAL_API qcal_status qcal_onnx_qdq_save(qcal_onnx_model *m, const qcal_calib_table *table,
+                                        const qcal_onnx_qdq_options *opt,
+                                        const qcal_onnx_save_options *save, const char *path,
+                                        qcal_onnx_qdq_report *rep, bool *save_failed);
+
 /* Frees the report's lists and zeroes it (NULL is fine). */
 QCAL_API void qcal_onnx_qdq_report_free(qcal_onnx_qdq_report *rep);
 
