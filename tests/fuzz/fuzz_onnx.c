@@ -107,6 +107,23 @@ static void passes(const uint8_t *data, size_t size, qcal_onnx_profile profile)
         qcal_onnx_model_destroy(&e);
     }
     qcal_free(buf);
+    /* qdq and save in one call (profile tensorrt: weights observed beside the save) on a
+     * copy, written to /dev/null */
+    buf = NULL;
+    qcal_calib_table *table = NULL;
+    if (s && qcal_calib_session_table(s, &table) == QCAL_OK && qcal_onnx_model_serialize(m, &buf, &len) == QCAL_OK &&
+        qcal_onnx_model_parse(buf, len, &e) == QCAL_OK) {
+        bool save_failed = false;
+        qcal_onnx_qdq_report rep;
+        st = qcal_onnx_qdq_save(e, table, &opt, NULL, "/dev/null", &rep, &save_failed);
+        if (st == QCAL_OK)
+            qcal_onnx_qdq_report_free(&rep);
+        else
+            fuzz_check_failure(st);
+        qcal_onnx_model_destroy(&e);
+    }
+    qcal_calib_table_destroy(&table);
+    qcal_free(buf);
     if (s) {
         qcal_onnx_qdq_report rep;
         st = qcal_onnx_qdq_session(m, s, &opt, &rep);
