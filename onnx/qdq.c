@@ -2447,6 +2447,10 @@ qcal_status qcal_onnx_qdq_save(qcal_onnx_model *m, const qcal_calib_table *table
         *save_failed = false;
     if (!m || !path)
         return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_qdq_save: NULL argument");
+    qcal_onnx_qdq_options def;   /* here: the kept plan points at the options until the end */
+    qcal_onnx_qdq_options_default(&def);
+    if (!opt)
+        opt = &def;
     qcal_onnx_qdq_report r;
     plan *p = NULL;
     qcal_status st = qdq_run(m, table, opt, &r, &p);

@@ -809,6 +809,15 @@ static void test_qdq_save(void **state)
     qcal_free(s);
     qcal_onnx_model_destroy(&a);
     qcal_onnx_model_destroy(&b);
+    /* default options (NULL: profile ort) */
+    OK(qcal_onnx_model_load(T("qs.onnx"), &a));
+    OK(qcal_onnx_model_load(T("qs.onnx"), &b));
+    OK(qcal_onnx_qdq(a, table, NULL, NULL));
+    OK(qcal_onnx_model_save(a, NULL, T("qsr/def.onnx")));
+    OK(qcal_onnx_qdq_save(b, table, NULL, NULL, T("qsn/def.onnx"), NULL, NULL));
+    expect_same_file(T("qsr/def.onnx"), T("qsn/def.onnx"));
+    qcal_onnx_model_destroy(&a);
+    qcal_onnx_model_destroy(&b);
     bool save_failed;
     /* an output the save cannot write */
     OK(qcal_onnx_model_load(T("qs.onnx"), &b));
