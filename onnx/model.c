@@ -1304,6 +1304,7 @@ typedef struct file_sink {
     writeback *wb;       /* the writeback thread, or NULL */
     qcal_status gate_st; /* m->gate's status once waited for (QCAL_OK before) */
     bool gate_passed;    /* m->gate waited for */
+    size_t gate_hits;    /* appends that started one of m->gate's tensors */
 } file_sink;
 
 /* True when data starts one of the gate's tensors (binary search). */
@@ -1408,8 +1409,11 @@ static void sink_append(ProtobufCBuffer *b, size_t len, const uint8_t *data)
     file_sink *s = (file_sink *)b;
     if (s->failed || !len)
         return;
-    if (s->m->gate && !s->gate_passed && gate_hit(s->m->gate, data) && !sink_gate(s))
-        return;
+    if (s->m->gate && gate_hit(s->m->gate, data)) {
+        s->gate_hits++;
+        if (!sink_gate(s))
+            return;
+    }
     bool big = len >= ONNX_BLOB_MIN;
     bool in_map = big && !s->no_copy_range && onnx_in_map(s->m, data);
     if (!in_map || !copy_blob(s, data, len)) {
@@ -1512,7 +1516,7 @@ qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_option
             goto out;
         uint64_t off = 0;
         static const uint8_t zeros[64];
-        dsink = (file_sink){ { sink_append }, data_file.fp, false, 0, 0, m, false, bounce, NULL, QCAL_OK, false };
+        dsink = (file_sink){ { sink_append }, data_file.fp, false, 0, 0, m, false, bounce, NULL, QCAL_OK, false, 0 };
         for (size_t i = 0; i < g->n_initializer; i++) {
             Onnx__TensorProto *t = g->initializer[i];
             if (!t->raw_data.len || t->raw_data.len < o.external_min_bytes)
@@ -1568,14 +1572,20 @@ qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_option
     setvbuf(f.fp, NULL, _IOFBF, 1 << 20);
     writeback wb;
     writeback_start(&wb, fileno(f.fp));
-    file_sink sink = { { sink_append }, f.fp, false, 0, 0, m, false, bounce, &wb, QCAL_OK, false };
+    file_sink sink = { { sink_append }, f.fp, false, 0, 0, m, false, bounce, &wb, QCAL_OK, false, 0 };
     protobuf_c_message_pack_to_buffer(&m->proto->base, &sink.base);
     writeback_stop(&wb);
     if (m->gate && !sink.failed)
         (void)sink_gate(&sink);   /* nothing is committed before the pass has ended */
-    if (sink.gate_st != QCAL_OK) {
+    /* Each of the gate's tensors must have reached a sink as itself (the sink waited there):
+     * bytes copied elsewhere first would have been written before they were computed. */
+    size_t hits = sink.gate_hits + (data_path ? dsink.gate_hits : 0);
+    if (sink.gate_st != QCAL_OK || (m->gate && !sink.failed && hits != m->gate->n)) {
         qcal_atomic_file_abort(&f);
-        st = m->gate->wait(m->gate);
+        st = sink.gate_st != QCAL_OK
+                 ? m->gate->wait(m->gate)
+                 : qcal_error(QCAL_ERR_STATE, "'%s': %zu of %zu tensors computed during the save were written unchecked",
+                              path, m->gate->n - hits, m->gate->n);
         goto out;
     }
     if (sink.failed || sink.written != size) {
