@@ -2272,6 +2272,16 @@ static qcal_status drop_outer_weights(subplans *sub)
     return QCAL_OK;
 }
 
+/* Hands r to *rep on success (rep not NULL), else frees it; returns st. */
+static qcal_status report_out(qcal_status st, qcal_onnx_qdq_report *r, qcal_onnx_qdq_report *rep)
+{
+    if (st != QCAL_OK || !rep)
+        qcal_onnx_qdq_report_free(r);
+    else
+        *rep = *r;
+    return st;
+}
+
 /* qcal_onnx_qdq; with keep (qcal_onnx_qdq_save), the main graph's plan is given to *keep on
  * success (its deferred weights still to observe: defer_run) instead of freed. */
 static qcal_status qdq_run(qcal_onnx_model *m, const qcal_calib_table *table, const qcal_onnx_qdq_options *opt,
@@ -2381,11 +2391,7 @@ static qcal_status qdq_run(qcal_onnx_model *m, const qcal_calib_table *table, co
         plan_free(p);
         free(p);
     }
-    if (st != QCAL_OK || !rep)
-        qcal_onnx_qdq_report_free(&r);
-    else
-        *rep = r;
-    return st;
+    return report_out(st, &r, rep);
 }
 
 qcal_status qcal_onnx_qdq(qcal_onnx_model *m, const qcal_calib_table *table, const qcal_onnx_qdq_options *opt,
@@ -2503,11 +2509,7 @@ qcal_status qcal_onnx_qdq_save(qcal_onnx_model *m, const qcal_calib_table *table
     free(d.gate.data);
     plan_free(p);
     free(p);
-    if (st != QCAL_OK || !rep)
-        qcal_onnx_qdq_report_free(&r);
-    else
-        *rep = r;
-    return st;
+    return report_out(st, &r, rep);
 }
 
 qcal_status qcal_onnx_qdq_session(qcal_onnx_model *m, qcal_calib_session *s, const qcal_onnx_qdq_options *opt,
