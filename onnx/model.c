@@ -1302,31 +1302,29 @@ typedef struct file_sink {
     bool no_copy_range;  /* copy_file_range refused once: write everything */
     uint8_t *bounce;     /* SINK_BOUNCE + 8 KiB, or NULL (blobs then go through stdio) */
     writeback *wb;       /* the writeback thread, or NULL */
-    qcal_status gate_st; /* m->gate's status once waited for (QCAL_OK before) */
-    bool gate_passed;    /* m->gate waited for */
+    qcal_status gate_st; /* the first failed wait on m->gate (QCAL_OK: none) */
     size_t gate_hits;    /* appends that started one of m->gate's tensors */
 } file_sink;
 
-/* True when data starts one of the gate's tensors (binary search). */
-static bool gate_hit(const onnx_gate *g, const uint8_t *data)
+/* The gate entry whose tensor starts at data (binary search), or NULL. */
+static const onnx_gate_entry *gate_hit(const onnx_gate *g, const uint8_t *data)
 {
     size_t lo = 0, hi = g->n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if ((uintptr_t)g->data[mid] < (uintptr_t)data)
+        if ((uintptr_t)g->e[mid].data < (uintptr_t)data)
             lo = mid + 1;
         else
             hi = mid;
     }
-    return lo < g->n && g->data[lo] == data;
+    return lo < g->n && g->e[lo].data == data ? &g->e[lo] : NULL;
 }
 
-/* Waits for the model's gate (once): false when its pass failed (the sink has failed). */
-static bool sink_gate(file_sink *s)
+/* Waits for job on the model's gate: false when the pass failed (the sink has failed). */
+static bool sink_gate(file_sink *s, size_t job)
 {
-    if (!s->gate_passed) {
-        s->gate_passed = true;
-        s->gate_st = s->m->gate->wait(s->m->gate);
+    if (s->gate_st == QCAL_OK) {
+        s->gate_st = s->m->gate->wait(s->m->gate, job);
         if (s->gate_st != QCAL_OK)
             s->failed = true;
     }
@@ -1409,9 +1407,10 @@ static void sink_append(ProtobufCBuffer *b, size_t len, const uint8_t *data)
     file_sink *s = (file_sink *)b;
     if (s->failed || !len)
         return;
-    if (s->m->gate && gate_hit(s->m->gate, data)) {
+    const onnx_gate_entry *ge = s->m->gate ? gate_hit(s->m->gate, data) : NULL;
+    if (ge) {
         s->gate_hits++;
-        if (!sink_gate(s))
+        if (!sink_gate(s, ge->job))
             return;
     }
     bool big = len >= ONNX_BLOB_MIN;
@@ -1516,7 +1515,7 @@ qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_option
             goto out;
         uint64_t off = 0;
         static const uint8_t zeros[64];
-        dsink = (file_sink){ { sink_append }, data_file.fp, false, 0, 0, m, false, bounce, NULL, QCAL_OK, false, 0 };
+        dsink = (file_sink){ { sink_append }, data_file.fp, false, 0, 0, m, false, bounce, NULL, QCAL_OK, 0 };
         for (size_t i = 0; i < g->n_initializer; i++) {
             Onnx__TensorProto *t = g->initializer[i];
             if (!t->raw_data.len || t->raw_data.len < o.external_min_bytes)
@@ -1547,7 +1546,7 @@ qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_option
             }
         }
         if (dsink.gate_st != QCAL_OK) {
-            st = m->gate->wait(m->gate);
+            st = m->gate->wait(m->gate, ONNX_GATE_ALL);
             goto out;
         }
         if (dsink.failed || ferror(data_file.fp)) {
@@ -1572,18 +1571,18 @@ qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_option
     setvbuf(f.fp, NULL, _IOFBF, 1 << 20);
     writeback wb;
     writeback_start(&wb, fileno(f.fp));
-    file_sink sink = { { sink_append }, f.fp, false, 0, 0, m, false, bounce, &wb, QCAL_OK, false, 0 };
+    file_sink sink = { { sink_append }, f.fp, false, 0, 0, m, false, bounce, &wb, QCAL_OK, 0 };
     protobuf_c_message_pack_to_buffer(&m->proto->base, &sink.base);
     writeback_stop(&wb);
     if (m->gate && !sink.failed)
-        (void)sink_gate(&sink);   /* nothing is committed before the pass has ended */
+        (void)sink_gate(&sink, ONNX_GATE_ALL);   /* nothing is committed before the pass ends */
     /* Each of the gate's tensors must have reached a sink as itself (the sink waited there):
      * bytes copied elsewhere first would have been written before they were computed. */
     size_t hits = sink.gate_hits + (data_path ? dsink.gate_hits : 0);
     if (sink.gate_st != QCAL_OK || (m->gate && !sink.failed && hits != m->gate->n)) {
         qcal_atomic_file_abort(&f);
         st = sink.gate_st != QCAL_OK
-                 ? m->gate->wait(m->gate)
+                 ? m->gate->wait(m->gate, ONNX_GATE_ALL)
                  : qcal_error(QCAL_ERR_STATE, "'%s': %zu of %zu tensors computed during the save were written unchecked",
                               path, m->gate->n - hits, m->gate->n);
         goto out;

@@ -25,13 +25,22 @@ typedef struct onnx_src {
 } onnx_src;
 
 /* Tensors whose raw_data a background pass is still filling while the model is saved
- * (qcal_onnx_qdq_save): a save waits (wait()) before it writes the first byte of any of
- * them, and before it commits the file; wait() returns the pass's status (its message set
- * again on the calling thread), the same on every call. */
+ * (qcal_onnx_qdq_save). The pass fills them job by job, in order; a save waits (wait(g,
+ * job)) before it writes the first byte of a tensor until that tensor's job is done, and
+ * for the whole pass (wait(g, ONNX_GATE_ALL)) before it commits. wait returns the pass's
+ * status (its message set again on the calling thread): a failed pass fails every wait
+ * for a job it did not finish, and the final one. */
+typedef struct onnx_gate_entry {
+    const uint8_t *data;       /* a tensor's raw_data */
+    size_t job;                /* the job that fills it */
+} onnx_gate_entry;
+
+#define ONNX_GATE_ALL SIZE_MAX
+
 typedef struct onnx_gate {
-    const uint8_t **data;      /* the raw_data pointers, sorted */
+    onnx_gate_entry *e;        /* sorted by data */
     size_t n;
-    qcal_status (*wait)(struct onnx_gate *g);
+    qcal_status (*wait)(struct onnx_gate *g, size_t job);
 } onnx_gate;
 
 struct qcal_onnx_model {

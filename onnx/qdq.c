@@ -120,7 +120,9 @@ typedef struct wplan {
     int64_t numel;
     char *dq_out;
     bool deferred;             /* qcal_onnx_qdq_save: scales computed while the model is saved */
+    size_t job;                /* deferred: its place in the background pass */
     uint8_t *scale_dst;        /* deferred: the scale initializer's raw_data (channels floats) */
+    uint8_t *codes_dst;        /* deferred, ort: the quantized initializer's raw_data (numel) */
     Onnx__TensorProto snap;    /* deferred: the weight's TensorProto as planned (a save with
                                 * external data detaches the model's raw_data meanwhile) */
 } wplan;
@@ -131,6 +133,11 @@ typedef struct bplan {
     float *scales;
     int32_t *codes;
     char *dq_out;
+    bool deferred;             /* computed after its weight by the background pass */
+    int64_t w;                 /* deferred: the wplan of its weight */
+    float s_in;                /* deferred: the input's scale */
+    float *vals;               /* deferred: the bias as float32 (n) */
+    uint8_t *codes_dst, *scales_dst;   /* deferred: its initializers' raw_data */
 } bplan;
 
 typedef struct nplan {
@@ -171,6 +178,9 @@ typedef struct plan {
     bool defer;                /* qcal_onnx_qdq_save, profile tensorrt: float32 weights with
                                 * zero zero-points are observed while the model is saved */
     bool serial;               /* observe on this thread only (the save's background pass) */
+    Onnx__TensorProto **dropped;   /* deferred weights' float initializers the rewrite took out
+                                    * of the graph: freed with the plan, after the pass */
+    size_t ndropped;
     uint8_t *scratch;          /* misaligned float32 weights copied for reading, reused */
     size_t scratch_cap;        /* bytes */
     int64_t nowned;
@@ -196,7 +206,13 @@ static void plan_free(plan *p)
         free(p->b[i].scales);
         free(p->b[i].codes);
         free(p->b[i].dq_out);
+        free(p->b[i].vals);
     }
+    for (size_t i = 0; i < p->ndropped; i++) {
+        onnx_tensor_release(p->m, p->dropped[i]);
+        protobuf_c_message_free_unpacked(&p->dropped[i]->base, NULL);
+    }
+    free(p->dropped);
     for (int64_t i = 0; i < p->nskipped; i++)
         free(p->skipped[i]);
     for (int64_t i = 0; i < p->nowned; i++)
@@ -719,11 +735,12 @@ static qcal_status observe_rows(plan *p, const Onnx__TensorProto *init, const qc
  * per_channel_minmax: blocks of whole channels are read once each (512 KiB) and observed,
  * their qparams computed and (ort) their codes quantized while the block is in cache. A
  * channel's qparams depend on its own min and max only (quant/qparams.c, one_pair), so the
- * blocks give the whole-tensor path's scales, zero-points and codes, bit for bit. */
+ * blocks give the whole-tensor path's scales, zero-points and codes, bit for bit. The codes
+ * (ort) go to codes_into when given (numel bytes), else to a new buffer. */
 static qcal_status weight_by_channel(plan *p, const Onnx__TensorProto *init, int32_t axis,
                                      qcal_dtype dtype, qcal_qscheme qs, int64_t numel,
-                                     float **scales_out, int8_t **zps_out, uint8_t **codes_out,
-                                     int64_t *channels_out)
+                                     uint8_t *codes_into, float **scales_out, int8_t **zps_out,
+                                     uint8_t **codes_out, int64_t *channels_out)
 {
     const int64_t C = init->dims[axis], inner = numel / C;
     int64_t rows = (int64_t)(WEIGHT_CHUNK_BYTES / ((size_t)inner * 4));
@@ -743,7 +760,9 @@ static qcal_status weight_by_channel(plan *p, const Onnx__TensorProto *init, int
         x.shape[k - axis] = init->dims[k];
     float *scales = malloc((size_t)C * sizeof *scales);
     int8_t *zps = calloc((size_t)C, sizeof *zps);
-    uint8_t *codes = p->opt->profile == QCAL_ONNX_PROFILE_ORT ? malloc((size_t)numel) : NULL;
+    uint8_t *codes = p->opt->profile != QCAL_ONNX_PROFILE_ORT ? NULL
+                     : codes_into                                ? codes_into
+                                                                 : malloc((size_t)numel);
     qcal_observer *obs = NULL;
     qcal_status st = !scales || !zps || (p->opt->profile == QCAL_ONNX_PROFILE_ORT && !codes)
                          ? OOM() : qcal_observer_create(&cfg, &obs);
@@ -775,7 +794,8 @@ static qcal_status weight_by_channel(plan *p, const Onnx__TensorProto *init, int
     if (st != QCAL_OK) {
         free(scales);
         free(zps);
-        free(codes);
+        if (codes != codes_into)
+            free(codes);
         return st;
     }
     *scales_out = scales;
@@ -789,9 +809,10 @@ static qcal_status weight_by_channel(plan *p, const Onnx__TensorProto *init, int
  * qparams with the library's observer, opt->weight_qscheme (qint8; per-tensor schemes with
  * minmax over the whole weight) or per-channel symmetric in the FP8 dtype of an FP8 node
  * (scale = channel amax / largest), into w->channels, scales, zps, per_tensor; the codes
- * (ort) into w->codes; tensorrt's float32 copy of a weight that is not float32 into w->f32.
- * init: the weight's TensorProto. On failure w's buffers stay NULL. */
-static qcal_status weight_compute(plan *p, wplan *w, const Onnx__TensorProto *init)
+ * (ort) into w->codes (codes_into when given, numel bytes, else a new buffer); tensorrt's
+ * float32 copy of a weight that is not float32 into w->f32. init: the weight's
+ * TensorProto. On failure w's buffers stay NULL (codes_into is the caller's). */
+static qcal_status weight_compute(plan *p, wplan *w, const Onnx__TensorProto *init, uint8_t *codes_into)
 {
     const int64_t t = w->t, numel = w->numel;
     const int32_t axis = w->axis;
@@ -819,7 +840,7 @@ static qcal_status weight_compute(plan *p, wplan *w, const Onnx__TensorProto *in
         int8_t *bz = NULL;
         uint8_t *bc = NULL;
         int64_t bch = 0;
-        qcal_status st = weight_by_channel(p, init, axis, dtype, qs, numel, &bs, &bz, &bc, &bch);
+        qcal_status st = weight_by_channel(p, init, axis, dtype, qs, numel, codes_into, &bs, &bz, &bc, &bch);
         if (st != QCAL_OK)
             return qcal_error(st, "weight '%s': %s", p->t[t].name, qcal_last_error());
         w->channels = bch;
@@ -893,7 +914,7 @@ static qcal_status weight_compute(plan *p, wplan *w, const Onnx__TensorProto *in
             }
     }
     if (st == QCAL_OK && p->opt->profile == QCAL_ONNX_PROFILE_ORT) {
-        codes = malloc((size_t)numel);
+        codes = codes_into ? codes_into : malloc((size_t)numel);
         if (!codes)
             st = OOM();
         for (int64_t o = 0; st == QCAL_OK && o < outer; o += rows) {
@@ -917,7 +938,8 @@ static qcal_status weight_compute(plan *p, wplan *w, const Onnx__TensorProto *in
     if (st != QCAL_OK) {
         st = qcal_error(st, "weight '%s': %s", p->t[t].name, qcal_last_error());
         free(conv);
-        free(codes);
+        if (codes != codes_into)
+            free(codes);
         free(scales);
         free(zps);
         qcal_qparams_free(&qp);
@@ -964,10 +986,13 @@ static qcal_status plan_weight_read(plan *p, const Onnx__NodeProto *n, int64_t t
         w.scales = calloc((size_t)w.channels, sizeof *w.scales);
         w.zps = calloc((size_t)w.channels, sizeof *w.zps);
         w.deferred = true;
-        w.snap = *init;   /* shallow: the data, dims and name stay the model's */
-        st = !w.scales || !w.zps ? OOM() : QCAL_OK;
+        w.snap = *init;   /* shallow: the data, dims and name stay alive (p->dropped) */
+        /* ort: the codes' buffer, the quantized initializer's data once the rewrite takes it */
+        if (p->opt->profile == QCAL_ONNX_PROFILE_ORT)
+            w.codes = calloc((size_t)numel, 1);
+        st = !w.scales || !w.zps || (p->opt->profile == QCAL_ONNX_PROFILE_ORT && !w.codes) ? OOM() : QCAL_OK;
     } else {
-        st = weight_compute(p, &w, init);
+        st = weight_compute(p, &w, init, NULL);
     }
     if (st == QCAL_OK)
         st = wplan_push(p, &w, out);
@@ -978,12 +1003,17 @@ static qcal_status plan_weight_read(plan *p, const Onnx__NodeProto *n, int64_t t
     return QCAL_OK;
 }
 
-/* The scales of deferred weight w, observed now (weight_compute) and written into its scale
- * initializer; the weight's pages of the file mapping are let go after. */
+/* Deferred weight w observed now (weight_compute): its scales into w->scales and, once the
+ * rewrite made it, its scale initializer; (ort) its codes into its buffer (w->codes before
+ * the rewrite takes it, then the quantized initializer's data). The weight's pages of the
+ * file mapping are let go after. */
 static qcal_status defer_run(plan *p, wplan *w)
 {
     wplan c = { .t = w->t, .axis = w->axis, .dtype = w->dtype, .numel = w->numel };
-    qcal_status st = weight_compute(p, &c, &w->snap);
+    uint8_t *into = w->codes_dst ? w->codes_dst : w->codes;
+    qcal_status st = weight_compute(p, &c, &w->snap, into);
+    if (c.codes == into)
+        c.codes = NULL;   /* written in place */
     if (st == QCAL_OK && (c.channels != w->channels || c.per_tensor != w->per_tensor))
         st = qcal_error(QCAL_ERR_STATE, "weight '%s': %lld scales observed, %lld planned",
                         p->t[w->t].name, (long long)c.channels, (long long)w->channels);
@@ -993,7 +1023,8 @@ static qcal_status defer_run(plan *p, wplan *w)
                             p->t[w->t].name, c.zps[k]);
     if (st == QCAL_OK) {
         memcpy(w->scales, c.scales, (size_t)c.channels * sizeof *c.scales);
-        memcpy(w->scale_dst, c.scales, (size_t)c.channels * sizeof *c.scales);
+        if (w->scale_dst)
+            memcpy(w->scale_dst, c.scales, (size_t)c.channels * sizeof *c.scales);
     }
     free(c.scales), free(c.zps), free(c.codes), free(c.f32);
     onnx_raw_drop(p->m, &w->snap);
@@ -1009,8 +1040,61 @@ static qcal_status plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int
     return st;
 }
 
-/* int32 bias (ort): scale[c] = s_in * s_w[c], zero-point 0. Returns false to keep it float. */
-static qcal_status plan_bias(plan *p, int64_t t, float s_in, const wplan *w, int64_t out_channels,
+/* The int32 bias of n values b (ort): scales[c] = s_in * s_w[c], zero-point 0, the codes;
+ * *ok false (nothing quantized) when a scale is not a positive finite float32. */
+static qcal_status bias_compute(float s_in, const wplan *w, const float *b, int64_t n, float *scales,
+                                int32_t *codes, bool *ok)
+{
+    *ok = true;
+    for (int64_t c = 0; c < n; c++) {
+        scales[c] = s_in * w->scales[c % w->channels];
+        *ok &= scales[c] > 0.0f && isfinite(scales[c]);
+    }
+    if (!*ok)
+        return QCAL_OK;
+    int32_t *zps = calloc((size_t)n, sizeof *zps);
+    if (!zps)
+        return OOM();
+    qcal_qparams qp;
+    qcal_tensor x;
+    memset(&x, 0, sizeof x);
+    x.data = (float *)b;   /* read only */
+    x.ndim = 1;
+    x.shape[0] = n;
+    qcal_status st = qcal_qparams_per_channel(&qp, QCAL_QINT32, 0, n, scales, zps);
+    if (st == QCAL_OK)
+        st = qcal_quantize(&x, &qp, codes);
+    free(zps);
+    return st;
+}
+
+/* Deferred bias bp quantized now that its weight's scales are known (bias_compute), into
+ * bp's buffers and, once the rewrite made them, its initializers. */
+static qcal_status bias_run(plan *p, bplan *bp)
+{
+    bool ok;
+    qcal_status st = bias_compute(bp->s_in, &p->w[bp->w], bp->vals, bp->n, bp->scales, bp->codes, &ok);
+    if (st == QCAL_OK && !ok)   /* the bounds on s_in rule it out */
+        st = qcal_error(QCAL_ERR_STATE, "bias '%s': input scale x weight scale is not a positive finite float32",
+                        p->t[bp->t].name);
+    if (st == QCAL_OK && bp->codes_dst) {
+        memcpy(bp->codes_dst, bp->codes, (size_t)bp->n * sizeof *bp->codes);
+        memcpy(bp->scales_dst, bp->scales, (size_t)bp->n * sizeof *bp->scales);
+    }
+    return st;
+}
+
+/* Deferred weights' biases are quantized by the background pass when the input scale keeps
+ * every s_in * s_w positive and finite whatever the weight: s_w lies in [FLT_EPSILON,
+ * FLT_MAX / 127.5] (symmetric qint8: amax / 127.5, at least eps). */
+#define BIAS_DEFER_MIN_S_IN 1e-30f
+#define BIAS_DEFER_MAX_S_IN 127.0f
+
+/* int32 bias (ort) of the weight p->w[wi]: scale[c] = s_in * s_w[c], zero-point 0. *out -1
+ * and *why set to keep it float. With a deferred weight the bias is planned by size and
+ * quantized after the weight (bias_run), or the weight is observed now (an input scale
+ * outside the bounds above). */
+static qcal_status plan_bias(plan *p, int64_t t, float s_in, int64_t wi, int64_t out_channels,
                              int64_t *out, const char **why)
 {
     *out = -1;
@@ -1021,39 +1105,34 @@ static qcal_status plan_bias(plan *p, int64_t t, float s_in, const wplan *w, int
         *why = "bias '%s' is not a 1-D initializer of one value per output channel";
         return QCAL_OK;
     }
+    wplan *w = &p->w[wi];
+    if (w->deferred && !(s_in >= BIAS_DEFER_MIN_S_IN && s_in <= BIAS_DEFER_MAX_S_IN)) {
+        /* the weight's scales now (this bias depends on them), and the biases of other
+         * readers of the weight deferred so far */
+        qcal_status st = defer_run(p, w);
+        for (int64_t i = 0; st == QCAL_OK && i < p->nb; i++)
+            if (p->b[i].deferred && p->b[i].w == wi) {
+                st = bias_run(p, &p->b[i]);
+                p->b[i].deferred = false;
+            }
+        if (st != QCAL_OK)
+            return st;
+        w->deferred = false;
+    }
     float *b;
     int64_t nn;
     qcal_status st = onnx_tensor_to_float(init, &b, &nn);
     if (st != QCAL_OK)
         return st;
-    float *scales = malloc((size_t)numel * sizeof *scales);
-    int32_t *zps = calloc((size_t)numel, sizeof *zps);
-    int32_t *codes = malloc((size_t)numel * sizeof *codes);
-    if (!scales || !zps || !codes) {
-        free(b), free(scales), free(zps), free(codes);
-        return OOM();
-    }
+    float *scales = calloc((size_t)numel, sizeof *scales);
+    int32_t *codes = calloc((size_t)numel, sizeof *codes);
     bool ok = true;
-    for (int64_t c = 0; c < numel; c++) {
-        scales[c] = s_in * w->scales[c % w->channels];
-        ok &= scales[c] > 0.0f && isfinite(scales[c]);
-    }
-    if (!ok) {
-        free(b), free(scales), free(zps), free(codes);
+    st = !scales || !codes ? OOM() : w->deferred ? QCAL_OK : bias_compute(s_in, w, b, numel, scales, codes, &ok);
+    if (st == QCAL_OK && !ok) {
+        free(b), free(scales), free(codes);
         *why = "bias '%s': input scale x weight scale is not a positive finite float32";
         return QCAL_OK;
     }
-    qcal_qparams qp;
-    qcal_tensor x;
-    memset(&x, 0, sizeof x);
-    x.data = b;
-    x.ndim = 1;
-    x.shape[0] = numel;
-    st = qcal_qparams_per_channel(&qp, QCAL_QINT32, 0, numel, scales, zps);
-    if (st == QCAL_OK)
-        st = qcal_quantize(&x, &qp, codes);
-    free(b);
-    free(zps);
     if (st == QCAL_OK && (p->nb & (p->nb - 1)) == 0) {
         bplan *nb = realloc(p->b, (size_t)(p->nb ? p->nb * 2 : 8) * sizeof *nb);
         if (!nb)
@@ -1062,7 +1141,7 @@ static qcal_status plan_bias(plan *p, int64_t t, float s_in, const wplan *w, int
             p->b = nb;
     }
     if (st != QCAL_OK) {
-        free(scales), free(codes);
+        free(b), free(scales), free(codes);
         return st;
     }
     bplan *bp = &p->b[p->nb];
@@ -1071,9 +1150,18 @@ static qcal_status plan_bias(plan *p, int64_t t, float s_in, const wplan *w, int
     bp->n = numel;
     bp->scales = scales;
     bp->codes = codes;
+    if (w->deferred) {
+        bp->deferred = true;
+        bp->w = wi;
+        bp->s_in = s_in;
+        bp->vals = b;
+    } else {
+        free(b);
+    }
     *out = p->nb++;
     return QCAL_OK;
 }
+
 
 /* The single Relu that consumes t (ort fuses it), or -1. */
 static int64_t fused_relu(plan *p, int64_t t)
@@ -1247,7 +1335,7 @@ static qcal_status plan_node(plan *p, size_t i)
             why = "bias '%s' stays float: not an initializer";
         else {
             int64_t tx = tensor_index(p, n->input[0], false);
-            qcal_status st = plan_bias(p, tb, p->t[tx].scale, &p->w[np->w], out_ch, &np->b, &why);
+            qcal_status st = plan_bias(p, tb, p->t[tx].scale, np->w, out_ch, &np->b, &why);
             if (st != QCAL_OK)
                 return st;
         }
@@ -2000,8 +2088,11 @@ static void b_weight(plan *p, builder *b, wplan *w)
         /* the codes become the initializer's data (no copy) */
         Onnx__TensorProto *qt = onnx_new_tensor_take(qname, onnx_type_of(w->dtype), (int32_t)init->n_dims,
                                                      init->dims, w->codes, (size_t)w->numel);
-        if (qt)
+        if (qt) {
+            if (w->deferred)
+                w->codes_dst = w->codes;   /* filled by defer_run */
             w->codes = NULL;
+        }
         b_init(b, qt);
         b_qdq(p, b, ti->name, qname, NULL, sname, zname, w->dq_out, qaxis);
         free(qname);
@@ -2042,8 +2133,14 @@ static void b_bias(plan *p, builder *b, bplan *bp)
     int32_t *zeros = calloc((size_t)bp->n, sizeof *zeros);
     if (qname && sname && zname && bp->dq_out && zeros) {
         int64_t n = bp->n;
-        b_init(b, onnx_new_tensor(qname, QCAL_ONNX_INT32, 1, &n, bp->codes, (size_t)n * 4));
-        b_init(b, onnx_new_tensor(sname, QCAL_ONNX_FLOAT, 1, &n, bp->scales, (size_t)n * 4));
+        Onnx__TensorProto *ct = onnx_new_tensor(qname, QCAL_ONNX_INT32, 1, &n, bp->codes, (size_t)n * 4);
+        Onnx__TensorProto *st = onnx_new_tensor(sname, QCAL_ONNX_FLOAT, 1, &n, bp->scales, (size_t)n * 4);
+        if (bp->deferred) {   /* filled by bias_run */
+            bp->codes_dst = ct ? ct->raw_data.data : NULL;
+            bp->scales_dst = st ? st->raw_data.data : NULL;
+        }
+        b_init(b, ct);
+        b_init(b, st);
         b_init(b, onnx_new_tensor(zname, QCAL_ONNX_INT32, 1, &n, zeros, (size_t)n * 4));
         b_qdq(p, b, ti->name, qname, NULL, sname, zname, bp->dq_out, 0);
     } else {
@@ -2170,6 +2267,7 @@ static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
         for (size_t k = 0; k < g->node[nn]->n_input; k++)
             b.oom |= !onnx_map_put(&read, g->node[nn]->input[k], 0);
     size_t keep = 0;
+    bool dropped_oom = false;
     for (size_t i = 0; i < g->n_initializer; i++) {
         Onnx__TensorProto *t = g->initializer[i];
         int64_t ti = t->name ? tensor_index(p, t->name, false) : -1;
@@ -2181,16 +2279,24 @@ static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
             for (int64_t w = 0; w < p->nb && !drop; w++)
                 drop = p->b[w].t == ti;
         }
-        if (drop) {
+        bool deferred = false;   /* the background pass still reads it: freed with the plan */
+        for (int64_t w = 0; w < p->nw && drop && !deferred; w++)
+            deferred = p->w[w].t == ti && p->w[w].deferred;
+        if (deferred) {
+            if (!onnx_push((void ***)&p->dropped, &p->ndropped, t)) {
+                dropped_oom = true;
+                g->initializer[keep++] = t;   /* kept in the graph: the model stays whole */
+            }
+        } else if (drop) {
             onnx_tensor_release(p->m, t);
             protobuf_c_message_free_unpacked(&t->base, NULL);
-        }
-        else
+        } else {
             g->initializer[keep++] = t;
+        }
     }
     onnx_map_free(&read);
     g->n_initializer = keep;
-    Onnx__TensorProto **inits = realloc(g->initializer, (keep + b.n_inits + 1) * sizeof *inits);
+    Onnx__TensorProto **inits = dropped_oom ? NULL : realloc(g->initializer, (keep + b.n_inits + 1) * sizeof *inits);
     if (!inits) {
         for (size_t i = 0; i < b.n_inits; i++)
             protobuf_c_message_free_unpacked(&b.inits[i]->base, NULL);
@@ -2306,8 +2412,7 @@ static qcal_status qdq_run(qcal_onnx_model *m, const qcal_calib_table *table, co
         return OOM();
     plan *const p = pm;
     subplans sub = { 0 };
-    st = plan_build(p, m, table, opt,
-                    keep && opt->profile == QCAL_ONNX_PROFILE_TENSORRT && !opt->float_weights);
+    st = plan_build(p, m, table, opt, keep && !opt->float_weights);
     if (st == QCAL_OK)
         st = collect_subplans(p, p->g, NULL, 0, &sub);
     qcal_onnx_qdq_report r;
@@ -2400,49 +2505,118 @@ qcal_status qcal_onnx_qdq(qcal_onnx_model *m, const qcal_calib_table *table, con
     return qdq_run(m, table, opt, rep, NULL);
 }
 
-/* The background pass of qcal_onnx_qdq_save: the deferred weights observed in plan order
- * (the order of their first readers, which is roughly the order a save writes them). */
+/* The background pass of qcal_onnx_qdq_save: job k is the k-th deferred weight in plan
+ * order (the order of their first readers, which is the order the rewrite appends their
+ * initializers) with the deferred biases that read its scales. */
 typedef struct defer_pass {
     onnx_gate gate;
     plan *p;
     pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
     bool started, joined;
-    qcal_status st;
+    size_t jobs;
+    size_t done;          /* jobs finished (under mu) */
+    bool ended;           /* no more will finish (under mu) */
+    qcal_status st;       /* the pass's status, final once ended */
     char msg[1024];
 } defer_pass;
 
-static qcal_status defer_all(defer_pass *d)
+/* Job w (a deferred weight) and its biases. */
+static qcal_status defer_job(plan *p, int64_t w)
 {
-    qcal_status st = QCAL_OK;
-    for (int64_t i = 0; st == QCAL_OK && i < d->p->nw; i++)
-        if (d->p->w[i].deferred)
-            st = defer_run(d->p, &d->p->w[i]);
-    if (st != QCAL_OK)
-        snprintf(d->msg, sizeof d->msg, "%s", qcal_last_error());
+    qcal_status st = defer_run(p, &p->w[w]);
+    for (int64_t i = 0; st == QCAL_OK && i < p->nb; i++)
+        if (p->b[i].deferred && p->b[i].w == w)
+            st = bias_run(p, &p->b[i]);
     return st;
 }
 
 static void *defer_main(void *arg)
 {
     defer_pass *d = arg;
-    d->st = defer_all(d);
+    qcal_status st = QCAL_OK;
+    for (int64_t i = 0; st == QCAL_OK && i < d->p->nw; i++) {
+        if (!d->p->w[i].deferred)
+            continue;
+        st = defer_job(d->p, i);
+        if (st != QCAL_OK)
+            snprintf(d->msg, sizeof d->msg, "%s", qcal_last_error());
+        pthread_mutex_lock(&d->mu);
+        if (st == QCAL_OK)
+            d->done++;
+        d->st = st;
+        pthread_cond_broadcast(&d->cv);
+        pthread_mutex_unlock(&d->mu);
+    }
+    pthread_mutex_lock(&d->mu);
+    d->ended = true;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
     return NULL;
 }
 
-static qcal_status defer_wait(onnx_gate *g)
+/* The gate's wait: until job is done (ONNX_GATE_ALL: the pass joined). */
+static qcal_status defer_wait(onnx_gate *g, size_t job)
 {
     defer_pass *d = (defer_pass *)g;
-    if (d->started && !d->joined) {
-        pthread_join(d->th, NULL);
-        d->joined = true;
+    if (!d->started)
+        return d->st == QCAL_OK ? QCAL_OK : qcal_error(d->st, "%s", d->msg);
+    bool ok;
+    if (job == ONNX_GATE_ALL) {
+        if (!d->joined) {
+            pthread_join(d->th, NULL);
+            d->joined = true;
+        }
+        ok = d->st == QCAL_OK;   /* joined: no other thread writes it */
+    } else {
+        pthread_mutex_lock(&d->mu);
+        while (d->done <= job && !d->ended)
+            pthread_cond_wait(&d->cv, &d->mu);
+        ok = d->done > job;
+        pthread_mutex_unlock(&d->mu);
     }
-    return d->st == QCAL_OK ? QCAL_OK : qcal_error(d->st, "%s", d->msg);
+    return ok ? QCAL_OK : qcal_error(d->st, "%s", d->msg);
 }
 
-static int cmp_ptr(const void *a, const void *b)
+static int cmp_entry(const void *a, const void *b)
 {
-    uintptr_t x = (uintptr_t)*(const uint8_t *const *)a, y = (uintptr_t)*(const uint8_t *const *)b;
+    uintptr_t x = (uintptr_t)((const onnx_gate_entry *)a)->data;
+    uintptr_t y = (uintptr_t)((const onnx_gate_entry *)b)->data;
     return x < y ? -1 : x > y;
+}
+
+/* The gate's entries: every tensor the pass fills, with its job. */
+static qcal_status gate_entries(defer_pass *d)
+{
+    plan *p = d->p;
+    size_t n = 0;
+    for (int64_t i = 0; i < p->nw; i++)
+        if (p->w[i].deferred)
+            p->w[i].job = d->jobs++, n += p->w[i].codes_dst ? 2 : 1;
+    for (int64_t i = 0; i < p->nb; i++)
+        n += p->b[i].deferred ? 2 : 0;
+    d->gate.e = malloc((n ? n : 1) * sizeof *d->gate.e);
+    if (!d->gate.e)
+        return OOM();
+    for (int64_t i = 0; i < p->nw; i++) {
+        if (!p->w[i].deferred)
+            continue;
+        d->gate.e[d->gate.n++] = (onnx_gate_entry){ p->w[i].scale_dst, p->w[i].job };
+        if (p->w[i].codes_dst)
+            d->gate.e[d->gate.n++] = (onnx_gate_entry){ p->w[i].codes_dst, p->w[i].job };
+    }
+    for (int64_t i = 0; i < p->nb; i++)
+        if (p->b[i].deferred) {
+            size_t job = p->w[p->b[i].w].job;
+            d->gate.e[d->gate.n++] = (onnx_gate_entry){ p->b[i].codes_dst, job };
+            d->gate.e[d->gate.n++] = (onnx_gate_entry){ p->b[i].scales_dst, job };
+        }
+    for (size_t k = 0; k < d->gate.n; k++)
+        if (!d->gate.e[k].data)
+            return qcal_error(QCAL_ERR_STATE, "a deferred tensor has no initializer");
+    qsort(d->gate.e, d->gate.n, sizeof *d->gate.e, cmp_entry);
+    return QCAL_OK;
 }
 
 qcal_status qcal_onnx_qdq_save(qcal_onnx_model *m, const qcal_calib_table *table, const qcal_onnx_qdq_options *opt,
@@ -2466,33 +2640,33 @@ qcal_status qcal_onnx_qdq_save(qcal_onnx_model *m, const qcal_calib_table *table
     memset(&d, 0, sizeof d);
     d.p = p;
     d.gate.wait = defer_wait;
-    for (int64_t i = 0; i < p->nw; i++)
-        if (p->w[i].deferred)
-            d.gate.n++;
-    d.gate.data = malloc((d.gate.n ? d.gate.n : 1) * sizeof *d.gate.data);
-    if (!d.gate.data)
-        st = OOM();
-    d.gate.n = 0;
-    for (int64_t i = 0; st == QCAL_OK && i < p->nw; i++)
-        if (p->w[i].deferred)
-            d.gate.data[d.gate.n++] = p->w[i].scale_dst;
-    if (st == QCAL_OK && d.gate.n) {
-        qsort(d.gate.data, d.gate.n, sizeof *d.gate.data, cmp_ptr);
+    st = gate_entries(&d);
+    if (st == QCAL_OK && d.jobs) {
         /* The pass runs beside the save with every signal blocked (they stay the caller's
          * threads' business); where no thread can be made it runs here first. */
-        sigset_t all, old;
-        sigfillset(&all);
         p->serial = true;   /* one thread: the save runs beside it */
-        pthread_sigmask(SIG_SETMASK, &all, &old);
-        d.started = pthread_create(&d.th, NULL, defer_main, &d) == 0;
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (pthread_mutex_init(&d.mu, NULL) == 0) {
+            if (pthread_cond_init(&d.cv, NULL) == 0) {
+                sigset_t all, old;
+                sigfillset(&all);
+                pthread_sigmask(SIG_SETMASK, &all, &old);
+                d.started = pthread_create(&d.th, NULL, defer_main, &d) == 0;
+                pthread_sigmask(SIG_SETMASK, &old, NULL);
+                if (!d.started)
+                    pthread_cond_destroy(&d.cv);
+            }
+            if (!d.started)
+                pthread_mutex_destroy(&d.mu);
+        }
         if (d.started) {
             m->gate = &d.gate;
         } else {
             p->serial = false;
-            d.st = defer_all(&d);
+            for (int64_t i = 0; d.st == QCAL_OK && i < p->nw; i++)
+                if (p->w[i].deferred)
+                    d.st = defer_job(p, i);
             if (d.st != QCAL_OK)
-                st = defer_wait(&d.gate);
+                st = d.st;   /* its message is the last set on this thread */
         }
     }
     bool saved = false;
@@ -2501,12 +2675,16 @@ qcal_status qcal_onnx_qdq_save(qcal_onnx_model *m, const qcal_calib_table *table
         saved = true;
     }
     m->gate = NULL;
-    qcal_status ws = defer_wait(&d.gate);   /* joined on every path; its message is the last */
-    if (ws != QCAL_OK)
-        st = ws;   /* the save failed at the gate with this status */
-    else if (st != QCAL_OK && saved && save_failed)
+    if (d.started) {
+        qcal_status ws = defer_wait(&d.gate, ONNX_GATE_ALL);   /* joined on every path */
+        pthread_cond_destroy(&d.cv);
+        pthread_mutex_destroy(&d.mu);
+        if (ws != QCAL_OK)
+            st = ws;   /* the save failed at the gate with this status (its message last) */
+    }
+    if (st != QCAL_OK && saved && save_failed && d.st == QCAL_OK)
         *save_failed = true;
-    free(d.gate.data);
+    free(d.gate.e);
     plan_free(p);
     free(p);
     return report_out(st, &r, rep);

@@ -98,8 +98,9 @@ static void save(qcal_onnx_model *m, const char *name)
     OK(qcal_onnx_model_save(m, NULL, T(name)));
 }
 
-/* A native table with the given activation ranges (minmax observer). */
-static void write_table(const char *const *names, int n, const char *path)
+/* A native table with the activation ranges [-1 - i * k, 2 + i * k] (minmax observer) of
+ * names[i], k = scale[i] (NULL: 1). */
+static void write_table_scaled(const char *const *names, const float *scale, int n, const char *path)
 {
     qcal_calib_rules *rules = NULL;
     OK(qcal_calib_rules_create(&rules));
@@ -112,7 +113,8 @@ static void write_table(const char *const *names, int n, const char *path)
     qcal_calib_session *s = NULL;
     OK(qcal_calib_session_create(&opt, &s));
     for (int i = 0; i < n; i++) {
-        float x[2] = { -1.0f - (float)i, 2.0f + (float)i };
+        float k = scale ? scale[i] : 1.0f;
+        float x[2] = { -1.0f - (float)i * k, 2.0f + (float)i * k };
         qcal_tensor t;
         OK(qcal_tensor_init(&t, x, 1, (int64_t[]){ 2 }));
         OK(qcal_calib_session_observe(s, names[i], QCAL_CALIB_ROLE_ACTIVATION, 0, &t));
@@ -123,6 +125,12 @@ static void write_table(const char *const *names, int n, const char *path)
     qcal_calib_table_destroy(&t);
     qcal_calib_session_destroy(&s);
     qcal_calib_rules_destroy(&rules);
+}
+
+/* A native table with the activation ranges [-1 - i, 2 + i] of names[i] (minmax observer). */
+static void write_table(const char *const *names, int n, const char *path)
+{
+    write_table_scaled(names, NULL, n, path);
 }
 
 /* Runs expose and qdq on model `in` with outputs pre-filled by "keep": both must fail with
@@ -689,8 +697,9 @@ static void expect_same_file(const char *a, const char *b)
  * both profiles, inline and with external data (whose save detaches the weights' data
  * while they are read), and weights holding NaN. An output in a missing directory: the
  * save's error, told apart from the rewrite's. */
-/* MatMul (x [1, 2053] by w [2053, 160]) -> Gemm (transB, g [1000, 160]); Conv of img
- * [1, 2, 4, 4] by a [3, 2, 3, 3] weight. */
+/* MatMul (x [1, 2053] by w [2053, 160]) -> Gemm (transB, g [1000, 160], bias gb); Conv of
+ * img [1, 2, 4, 4] by cw [3, 2, 3, 3] with bias cb, and of img2 by the same cw with bias
+ * cb2. */
 static qcal_onnx_model *make_qs(const float *w, const float *g)
 {
     const int64_t K = 2053, N = 160;
@@ -702,16 +711,26 @@ static qcal_onnx_model *make_qs(const float *w, const float *g)
     OK(qcal_onnx_add_initializer_float(m, "w", 2, (int64_t[]){ K, N }, w));
     OK(qcal_onnx_add_node(m, "MatMul", "mm", 2, (const char *[]){ "x", "w" }, 1, (const char *[]){ "y" }, NULL));
     OK(qcal_onnx_add_initializer_float(m, "g", 2, (int64_t[]){ 1000, 160 }, g));
+    float gb[1000];
+    for (int i = 0; i < 1000; i++)
+        gb[i] = (float)(i % 13 - 6) * 0.37f;
+    OK(qcal_onnx_add_initializer_float(m, "gb", 1, (int64_t[]){ 1000 }, gb));
     int64_t gk;
-    OK(qcal_onnx_add_node(m, "Gemm", "fc", 2, (const char *[]){ "y", "g" }, 1, (const char *[]){ "z" }, &gk));
+    OK(qcal_onnx_add_node(m, "Gemm", "fc", 3, (const char *[]){ "y", "g", "gb" }, 1, (const char *[]){ "z" }, &gk));
     OK(qcal_onnx_node_set_int(m, gk, "transB", 1));
     float cw[3 * 2 * 9];
     for (int i = 0; i < 54; i++)
         cw[i] = (float)(i % 11 - 5) * 0.125f;
     OK(qcal_onnx_add_input(m, "img", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 2, 4, 4 }));
     OK(qcal_onnx_add_initializer_float(m, "cw", 4, (int64_t[]){ 3, 2, 3, 3 }, cw));
+    OK(qcal_onnx_add_initializer_float(m, "cb", 1, (int64_t[]){ 3 }, (float[]){ 0.5f, -0.25f, 3.0f }));
+    OK(qcal_onnx_add_initializer_float(m, "cb2", 1, (int64_t[]){ 3 }, (float[]){ -7.0f, 0.125f, 1e4f }));
     int64_t ck;
-    OK(qcal_onnx_add_node(m, "Conv", "conv", 2, (const char *[]){ "img", "cw" }, 1, (const char *[]){ "c" }, &ck));
+    OK(qcal_onnx_add_node(m, "Conv", "conv", 3, (const char *[]){ "img", "cw", "cb" }, 1, (const char *[]){ "c" }, &ck));
+    OK(qcal_onnx_node_set_ints(m, ck, "pads", 4, (int64_t[]){ 1, 1, 1, 1 }));
+    OK(qcal_onnx_add_input(m, "img2", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 2, 4, 4 }));
+    OK(qcal_onnx_add_output(m, "c2", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 3, 4, 4 }));
+    OK(qcal_onnx_add_node(m, "Conv", "conv2", 3, (const char *[]){ "img2", "cw", "cb2" }, 1, (const char *[]){ "c2" }, &ck));
     OK(qcal_onnx_node_set_ints(m, ck, "pads", 4, (int64_t[]){ 1, 1, 1, 1 }));
     return m;
 }
@@ -729,15 +748,21 @@ static void test_qdq_save(void **state)
         g[i] = (float)((i * 4099) % 3001 - 1500) / 700.0f * (float)(1 + i / 160 % 7);
     qcal_onnx_model *m = make_qs(w, g);
     save(m, "qs.onnx");
-    const char *names[] = { "x", "y", "img" };
-    write_table(names, 3, T("qs_table.json"));
-    qcal_calib_table *table = NULL;
+    /* img2's range: about 9 (scale 0.035) or 60,000 (ort input scale 235 > 127: its bias
+     * cannot wait for the shared weight cw, which is then observed in the plan, with the
+     * bias of conv already deferred) */
+    const char *names[] = { "x", "y", "img", "img2" };
+    write_table(names, 4, T("qs_table.json"));
+    write_table_scaled(names, (const float[]){ 1, 1, 1, 1e4f }, 4, T("qs_wide.json"));
+    qcal_calib_table *table = NULL, *wide = NULL;
     OK(qcal_calib_table_read_json(T("qs_table.json"), &table));
+    OK(qcal_calib_table_read_json(T("qs_wide.json"), &wide));
     size_t len;
     uint8_t *bytes = tu_read_file(T("qs.onnx"), &len);
     mkdir(T("qsr"), 0755);
     mkdir(T("qsn"), 0755);
-    for (int c = 0; c < 8; c++) {
+    for (int c = 0; c < 16; c++) {
+        const qcal_calib_table *tab = c & 8 ? wide : table;
         qcal_onnx_qdq_options opt;
         qcal_onnx_qdq_options_default(&opt);
         opt.profile = c & 1 ? QCAL_ONNX_PROFILE_ORT : QCAL_ONNX_PROFILE_TENSORRT;
@@ -756,17 +781,19 @@ static void test_qdq_save(void **state)
                 OK(qcal_onnx_model_parse(bytes, len, &b));
             }
             qcal_onnx_qdq_report ra, rb;
-            OK(qcal_onnx_qdq(a, table, &opt, &ra));
+            OK(qcal_onnx_qdq(a, tab, &opt, &ra));
             OK(qcal_onnx_model_save(a, &so, T("qsr/q.onnx")));
             bool save_failed = true;
-            qcal_status qs_st = qcal_onnx_qdq_save(b, table, &opt, &so, T("qsn/q.onnx"), &rb, &save_failed);
+            qcal_status qs_st = qcal_onnx_qdq_save(b, tab, &opt, &so, T("qsn/q.onnx"), &rb, &save_failed);
             if (qs_st != QCAL_OK)
                 fail_msg("config %d from_file %d: %s", c, from_file, qcal_last_error());
             assert_false(save_failed);
-            assert_int_equal(ra.ops, 3);
+            assert_int_equal(ra.ops, 4);
             assert_int_equal(rb.ops, ra.ops);
             assert_int_equal(rb.weights, 3);
             assert_int_equal(rb.tensors, ra.tensors);
+            assert_int_equal(ra.biases, c & 1 ? 3 : 0);   /* ort: gb, cb, cb2 */
+            assert_int_equal(rb.biases, ra.biases);
             expect_same_file(T("qsr/q.onnx"), T("qsn/q.onnx"));
             if (c & 4)   /* same names: the model refers to its data file by name */
                 expect_same_file(T("qsr/q.onnx.data"), T("qsn/q.onnx.data"));
@@ -831,6 +858,7 @@ static void test_qdq_save(void **state)
     free(bytes);
     qcal_onnx_model_destroy(&m);
     qcal_calib_table_destroy(&table);
+    qcal_calib_table_destroy(&wide);
 }
 
 /* JSON string literal of s into dst (quotes and backslashes escaped). */

@@ -285,10 +285,11 @@ QCAL_API qcal_status qcal_onnx_qdq_session(qcal_onnx_model *m, qcal_calib_sessio
                                            qcal_onnx_qdq_report *rep);
 
 /* qcal_onnx_qdq, then qcal_onnx_model_save(m, save, path): the same file, byte for byte.
- * With profile tensorrt, float32 weights are observed on a second thread while the save
- * copies the model. On failure nothing is written, and *save_failed (may be NULL) tells the
- * save's failures (the output) from the rewrite's (model, table, options, weights); a weight
- * the observer refuses leaves m rewritten without its scales: destroy m, do not save it. */
+ * Float32 weights with symmetric schemes (and, profile ort, their int32 biases) are observed
+ * and quantized on a second thread while the save writes the model, each before the save
+ * reaches it. On failure nothing is written, and *save_failed (may be NULL) tells the
+ * save's failures (the output) from the rewrite's (model, table, options, weights); a
+ * weight that fails there leaves m rewritten without its values: destroy m, do not save it. */
 QCAL_API qcal_status qcal_onnx_qdq_save(qcal_onnx_model *m, const qcal_calib_table *table,
                                         const qcal_onnx_qdq_options *opt,
                                         const qcal_onnx_save_options *save, const char *path,
