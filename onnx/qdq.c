@@ -2134,13 +2134,13 @@ static void b_bias(plan *p, builder *b, bplan *bp)
     if (qname && sname && zname && bp->dq_out && zeros) {
         int64_t n = bp->n;
         Onnx__TensorProto *ct = onnx_new_tensor(qname, QCAL_ONNX_INT32, 1, &n, bp->codes, (size_t)n * 4);
-        Onnx__TensorProto *st = onnx_new_tensor(sname, QCAL_ONNX_FLOAT, 1, &n, bp->scales, (size_t)n * 4);
+        Onnx__TensorProto *sc = onnx_new_tensor(sname, QCAL_ONNX_FLOAT, 1, &n, bp->scales, (size_t)n * 4);
         if (bp->deferred) {   /* filled by bias_run */
             bp->codes_dst = ct ? ct->raw_data.data : NULL;
-            bp->scales_dst = st ? st->raw_data.data : NULL;
+            bp->scales_dst = sc ? sc->raw_data.data : NULL;
         }
         b_init(b, ct);
-        b_init(b, st);
+        b_init(b, sc);
         b_init(b, onnx_new_tensor(zname, QCAL_ONNX_INT32, 1, &n, zeros, (size_t)n * 4));
         b_qdq(p, b, ti->name, qname, NULL, sname, zname, bp->dq_out, 0);
     } else {
