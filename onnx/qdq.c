@@ -119,7 +119,8 @@ typedef struct wplan {
     float *f32;                /* tensorrt: float32 copy when the weight is not float32 */
     int64_t numel;
     char *dq_out;
-    bool deferred;             /* qcal_onnx_qdq_save: scales computed while the model is saved */
+    bool deferred;             /* qcal_onnx_qdq_save: scales (ort: codes) computed while the
+                                * model is saved */
     size_t job;                /* deferred: its place in the background pass */
     uint8_t *scale_dst;        /* deferred: the scale initializer's raw_data (channels floats) */
     uint8_t *codes_dst;        /* deferred, ort: the quantized initializer's raw_data (numel) */
@@ -175,8 +176,8 @@ typedef struct plan {
     bool fp8;                  /* an FP8 Q/DQ is written (opset >= 19, IR >= 9) */
     onnx_map all_names;        /* every name in the model (for fresh names) */
     char **owned_names;        /* fresh names kept alive for all_names */
-    bool defer;                /* qcal_onnx_qdq_save, profile tensorrt: float32 weights with
-                                * zero zero-points are observed while the model is saved */
+    bool defer;                /* qcal_onnx_qdq_save: float32 weights with zero zero-points
+                                * are observed (ort: quantized) while the model is saved */
     bool serial;               /* observe on this thread only (the save's background pass) */
     Onnx__TensorProto **dropped;   /* deferred weights' float initializers the rewrite took out
                                     * of the graph: freed with the plan, after the pass */

@@ -690,13 +690,6 @@ static void expect_same_file(const char *a, const char *b)
     free(fb);
 }
 
-/* qcal_onnx_qdq_save (weights observed on a second thread while the save copies the model,
- * profile tensorrt) writes the bytes of qcal_onnx_qdq then qcal_onnx_model_save: the
- * streamed MatMul weight, the Gemm weight read by channel blocks and a small Conv weight,
- * loaded from the file (mapped) and from a buffer, per-channel and per-tensor symmetric,
- * both profiles, inline and with external data (whose save detaches the weights' data
- * while they are read), and weights holding NaN. An output in a missing directory: the
- * save's error, told apart from the rewrite's. */
 /* MatMul (x [1, 2053] by w [2053, 160]) -> Gemm (transB, g [1000, 160], bias gb); Conv of
  * img [1, 2, 4, 4] by cw [3, 2, 3, 3] with bias cb, and of img2 by the same cw with bias
  * cb2. */
@@ -735,6 +728,14 @@ static qcal_onnx_model *make_qs(const float *w, const float *g)
     return m;
 }
 
+/* qcal_onnx_qdq_save (weights observed, and with profile ort quantized with their biases,
+ * on a second thread while the save writes the model) writes the bytes of qcal_onnx_qdq then
+ * qcal_onnx_model_save: the streamed MatMul weight, the Gemm weight read by channel blocks
+ * and a Conv weight shared by two Convs, loaded from the file (mapped) and from a buffer,
+ * per-channel and per-tensor symmetric, both profiles, inline and with external data (whose
+ * save detaches the weights' data while they are read), a wide input scale that makes the
+ * plan observe the shared weight itself, weights holding NaN, NULL options. An output in a
+ * missing directory: the save's error, told apart from the rewrite's. */
 static void test_qdq_save(void **state)
 {
     (void)state;

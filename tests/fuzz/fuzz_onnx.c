@@ -107,8 +107,8 @@ static void passes(const uint8_t *data, size_t size, qcal_onnx_profile profile)
         qcal_onnx_model_destroy(&e);
     }
     qcal_free(buf);
-    /* qdq and save in one call (profile tensorrt: weights observed beside the save) on a
-     * copy, written to /dev/null */
+    /* qdq and save in one call (the weights observed beside the save) on a copy, written
+     * to /dev/null */
     buf = NULL;
     qcal_calib_table *table = NULL;
     if (s && qcal_calib_session_table(s, &table) == QCAL_OK && qcal_onnx_model_serialize(m, &buf, &len) == QCAL_OK &&
