@@ -19,6 +19,7 @@ enum {
     QCAL_EXIT_USAGE = 2,     /* bad command line: unknown option, impossible value */
     QCAL_EXIT_INPUT = 3,     /* an input file is missing, unreadable or malformed */
     QCAL_EXIT_OUTPUT = 4,    /* an output could not be written */
+    QCAL_EXIT_ENGINE = 5,    /* ONNX Runtime (the engine) could not be loaded */
 };
 
 struct cli_opt;

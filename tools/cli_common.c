@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli_common.h"
 #include "cli_progress.h"
@@ -556,4 +557,34 @@ int cli_safetensors_each(const char *cmd, const char *path, cli_tensor_fn fn, vo
     }
     qcal_safetensors_close(&st);
     return rc;
+}
+
+int cli_make_rules(const char *cmd, const char *rules_path, const cli_observer_args *oa,
+                   bool have_obs, qcal_calib_rules **rules)
+{
+    qcal_observer_config act_cfg;
+    int rc;
+    if (have_obs && (rc = cli_observer_config(cmd, oa, QCAL_OBSERVER_HISTOGRAM, &act_cfg)))
+        return rc;
+    qcal_status st;
+    if (rules_path) {
+        st = qcal_calib_rules_load(rules_path, rules);
+        if (st != QCAL_OK)
+            return cli_fail_status(cmd, st == QCAL_ERR_FORMAT ? QCAL_EXIT_USAGE
+                                                              : QCAL_EXIT_INPUT, st);
+    } else if ((st = qcal_calib_rules_create(rules)) != QCAL_OK) {
+        return cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
+    }
+    if (have_obs &&
+        (st = qcal_calib_rules_add(*rules, "*", false, QCAL_CALIB_ROLE_ACTIVATION,
+                                   &act_cfg)) != QCAL_OK)
+        return cli_fail_status(cmd, QCAL_EXIT_USAGE, st);
+    return 0;
+}
+
+double cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

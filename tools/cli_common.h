@@ -147,6 +147,15 @@ bool cli_observer_opt(cli_observer_args *a, int id, const char *val);
 int cli_observer_config(const char *cmd, const cli_observer_args *a,
                         qcal_observer_kind default_kind, qcal_observer_config *cfg);
 
+/* The rules of a calibration: the rules file (if any), then the observer options (when
+ * have_obs) as a catch-all rule for activations (default kind histogram). 0 or an exit
+ * code (reported: a malformed rules file or bad options 2, an unreadable file 3). */
+int cli_make_rules(const char *cmd, const char *rules_path, const cli_observer_args *oa,
+                   bool have_obs, qcal_calib_rules **rules);
+
+/* Seconds on the monotonic clock (for the summaries' timings). */
+double cli_now(void);
+
 /* Exit code of a failed observer update (same in every subcommand): NaN/Inf under
  * --strict (nonfinite=error), out of memory or a size overflow is QCAL_EXIT_FAILURE (1, the
  * operation failed by policy); anything else is in the data (shape/channel mismatch, bad

@@ -12,9 +12,11 @@
 #include <qcal/calib.h>
 #include <qcal/calib_dump.h>
 #include <qcal/checkpoint_fp8.h>
+#include <qcal/onnx.h>
 
 #include "cli_common.h"
 #include "cli_dist.h"
+#include "cli_model.h"
 #include "cli_output.h"
 #include "cli_progress.h"
 #include "cli_state.h"
@@ -22,6 +24,9 @@
 
 static const char help[] =
     "usage: qcal calibrate DIR -o OUT [--format F[,F...]] [--rules RULES]\n"
+    "       qcal calibrate MODEL.onnx --data SPEC -o OUT [--profile ort|tensorrt]\n"
+    "                      [--input NAME=PATH]... [--batch N] [--carry OUT=IN]...\n"
+    "                      [--op-types LIST] [--exclude PATTERN]... [--ort-lib PATH]\n"
     "                      [--weights MODEL.safetensors ...] [--save-state FILE]\n"
     "                      [OBSERVER OPTIONS]\n"
     "       qcal calibrate DIR --weights MODEL.safetensors --dtype float8_e4m3fn -o OUTDIR\n"
@@ -39,6 +44,11 @@ static const char help[] =
     "file system. Without a manifest, names ending in '.weight' are weights (default\n"
     "observer: per_channel_minmax, qint8 per_channel_symmetric, axis 0) and every other\n"
     "name is an activation (default observer: histogram, quint8 per_tensor_affine).\n"
+    "\n"
+    "With MODEL.onnx and --data, qcal runs the model in ONNX Runtime (loaded at run time,\n"
+    "docs/engine.md) on the data and streams every tensor that 'qcal onnx-expose' would\n"
+    "expose for the profile into its observer, as each run returns (at most two runs'\n"
+    "tensors in memory): the table the dump route gives for the same runs, byte for byte.\n"
     "Entries starting with '.' and files not ending in .npy are ignored (a .safetensors\n"
     "file in DIR gets a note: pass it with --weights). Rules globs match the decoded names.\n"
     "\n"
@@ -77,6 +87,12 @@ static const char help[] =
     "                           into the table of the whole dump\n"
     "  -h, --help               this help\n"
     "\n"
+    "model options (MODEL.onnx):\n"
+    CLI_MODEL_HELP
+    "  --profile P              ort (default) or tensorrt: the tensors that profile quantizes\n"
+    "  --op-types LIST          comma list of op types to quantize (default: the profile's)\n"
+    "  --exclude PATTERN        (repeatable) glob on node and tensor names not calibrated\n"
+    "\n"
     "observer options (given: they replace the activation default, after any --rules; the\n"
     "keys of rules files, docs/cli.md):\n";
 
@@ -85,13 +101,15 @@ static const char help_tail[] =
     "Progress goes to stderr (not with --quiet): a bar on a terminal, through the phases\n"
     "reading (files), searching (each tensor's qparams) and writing; otherwise one line\n"
     "'qcal: calibrate: progress: PHASE DONE/TOTAL UNIT, S s elapsed' at most every 10 s and\n"
-    "one closing line if any was printed. On success one summary line goes to stdout. Errors are one line on stderr: a missing or empty DIR, a bad\n"
+    "one closing line if any was printed (running (samples) for a model). On success one summary line goes to stdout. Errors are one line on stderr: a missing or empty DIR, a bad\n"
     "manifest or name escape or a malformed .npy (named) exit 3, an unwritable OUT exits 4\n"
     "(before any work is done); NaN/Inf under --strict exits 1, as in 'qcal observe'; a\n"
     "name a format cannot hold exits 1 listing every such name (or is left out with a\n"
     "warning under --skip-unrepresentable); a tensor that saw no finite value (every value\n"
     "NaN/Inf) exits 1 naming every such tensor, before any output is written, unless\n"
-    "--allow-empty.\n"
+    "--allow-empty. With a model: data that does not match its inputs (named, with what the\n"
+    "model takes and what the file has), a malformed data file or a model ONNX Runtime\n"
+    "refuses exit 3; a failure during a run exits 1; no ONNX Runtime found exits 5.\n"
     "\n"
     "Under mpirun (mpirun -np N qcal calibrate DIR -o OUT ...) the ranks share the dump's\n"
     "files (order-independent observers by file; moving averages and first-batch histograms\n"
@@ -104,7 +122,8 @@ static const char help_tail[] =
     "need --oversubscribe.\n";
 
 enum { OPT_HELP = 1, OPT_RULES, OPT_WEIGHTS, OPT_SAVE_STATE, OPT_ALLOW_EMPTY, OPT_MAX_MEMORY,
-       OPT_QUIET, OPT_WEIGHT_SCALE, OPT_FUSED_INPUT_SCALE, OPT_MODEL_CONFIG };
+       OPT_QUIET, OPT_WEIGHT_SCALE, OPT_FUSED_INPUT_SCALE, OPT_MODEL_CONFIG, OPT_PROFILE,
+       OPT_OPTYPES, OPT_EXCLUDE };
 
 static const cli_opt opts[] = {
     { "help", 'h', false, OPT_HELP },
@@ -117,6 +136,10 @@ static const cli_opt opts[] = {
     { "weight-scale", 0, true, OPT_WEIGHT_SCALE },
     { "fused-input-scale", 0, true, OPT_FUSED_INPUT_SCALE },
     { "model-config", 0, true, OPT_MODEL_CONFIG },
+    { "profile", 0, true, OPT_PROFILE },
+    { "op-types", 0, true, OPT_OPTYPES },
+    { "exclude", 0, CLI_REPEATED, OPT_EXCLUDE },
+    CLI_MODEL_OPTS,
     CLI_TABLE_OUT_OPTS,
     CLI_OBSERVER_OPTS,
     { 0 },
@@ -138,6 +161,11 @@ typedef struct calib_args {
     bool ckpt;                 /* --format compressed-tensors | modelopt */
     qcal_fp8_checkpoint_options co;
     const char *weight_scale, *fused, *model_config;
+    cli_model_args ma;         /* MODEL.onnx: --data, --input, --batch, --carry, --ort-lib */
+    bool model;                /* the positional argument is a model file */
+    const char *profile, *op_types;
+    const char **exclude;
+    int nexclude;
 } calib_args;
 
 /* --format compressed-tensors / modelopt (alone): an FP8 checkpoint instead of a table.
@@ -258,6 +286,9 @@ static int parse_args(int argc, char **argv, calib_args *a, bool writer)
         case OPT_WEIGHT_SCALE: a->weight_scale = val; break;
         case OPT_FUSED_INPUT_SCALE: a->fused = val; break;
         case OPT_MODEL_CONFIG: a->model_config = val; break;
+        case OPT_PROFILE: a->profile = val; break;
+        case OPT_OPTYPES: a->op_types = val; break;
+        case OPT_EXCLUDE: a->exclude[a->nexclude++] = val; break;
         case CLI_POSITIONAL:
             if (a->dir)
                 return cli_fail(cmd, QCAL_EXIT_USAGE, "one dump directory expected, got '%s' "
@@ -265,6 +296,11 @@ static int parse_args(int argc, char **argv, calib_args *a, bool writer)
             a->dir = val;
             break;
         default:
+            if ((rc = cli_model_opt(cmd, &a->ma, id, val)) >= 0) {
+                if (rc)
+                    return rc;
+                break;
+            }
             if (id == CLI_OUT_FORMAT && (rc = ckpt_format(cmd, a, val)) != 0) {
                 if (rc < 0)
                     return -rc;
@@ -281,6 +317,20 @@ static int parse_args(int argc, char **argv, calib_args *a, bool writer)
     }
     if (!a->dir && a->nweights == 0)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "no dump directory (see 'qcal calibrate --help')");
+    /* A model file (not a directory) is run on --data; a dump directory takes neither. */
+    struct stat sb;
+    a->model = a->dir && stat(a->dir, &sb) == 0 && !S_ISDIR(sb.st_mode);
+    if (a->model && !cli_model_args_given(&a->ma))
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "'%s' is a file: a model needs --data SPEC (or "
+                        "--input NAME=PATH); a dump is a directory", a->dir);
+    if (!a->model && (cli_model_args_given(&a->ma) || a->ma.ncarry || a->ma.batch ||
+                      a->profile || a->op_types || a->nexclude))
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--data, --input, --batch, --carry, --profile, "
+                        "--op-types and --exclude go with a model file (MODEL.onnx), not with "
+                        "dump directory '%s'", a->dir ? a->dir : "");
+    if (a->model && (a->nweights || a->ckpt))
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--weights and checkpoint formats go with a dump "
+                        "directory: a model's weights are its own");
     a->out.not_writer = !writer;   /* OUT may exist only where the writer runs */
     if (a->ckpt) {
         if ((rc = ckpt_check(cmd, a)))
@@ -301,25 +351,7 @@ static int parse_args(int argc, char **argv, calib_args *a, bool writer)
  * activations. */
 static int make_rules(const char *cmd, const calib_args *a, qcal_calib_rules **rules)
 {
-    qcal_observer_config act_cfg;
-    int rc;
-    if (a->have_obs_opts &&
-        (rc = cli_observer_config(cmd, &a->oa, QCAL_OBSERVER_HISTOGRAM, &act_cfg)))
-        return rc;
-    qcal_status st;
-    if (a->rules_path) {
-        st = qcal_calib_rules_load(a->rules_path, rules);
-        if (st != QCAL_OK)
-            return cli_fail_status(cmd, st == QCAL_ERR_FORMAT ? QCAL_EXIT_USAGE
-                                                              : QCAL_EXIT_INPUT, st);
-    } else if ((st = qcal_calib_rules_create(rules)) != QCAL_OK) {
-        return cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
-    }
-    if (a->have_obs_opts &&
-        (st = qcal_calib_rules_add(*rules, "*", false, QCAL_CALIB_ROLE_ACTIVATION,
-                                   &act_cfg)) != QCAL_OK)
-        return cli_fail_status(cmd, QCAL_EXIT_USAGE, st);
-    return 0;
+    return cli_make_rules(cmd, a->rules_path, &a->oa, a->have_obs_opts, rules);
 }
 
 /* Observer options given with a rules file that matches every activation of the dump first
@@ -748,8 +780,18 @@ static int calibrate(int argc, char **argv, cli_dist *dist)
     cli_table_out_init(&a.out);
     qcal_fp8_checkpoint_options_default(&a.co);
     a.weights = calloc((size_t)argc + 1, sizeof *a.weights);
-    if (!a.weights)   /* the other ranks are waiting in the first agreement */
+    a.exclude = calloc((size_t)argc + 1, sizeof *a.exclude);
+    if (!a.weights || !a.exclude || cli_model_args_init(cmd, &a.ma, argc)) {
+        free(a.weights);   /* the other ranks are waiting in the first agreement */
+        free(a.exclude);
         return cli_dist_agree(dist, cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory"));
+    }
+    qcal_onnx_model *model = NULL;
+    qcal_engine *engine = NULL;
+    qcal_model_calib_report mrep;
+    memset(&mrep, 0, sizeof mrep);
+    qcal_onnx_qdq_options sel;
+    qcal_onnx_qdq_options_default(&sel);
     qcal_calib_rules *rules = NULL;
     qcal_calib_dump *dump = NULL;
     qcal_calib_session *session = NULL;
@@ -766,7 +808,20 @@ static int calibrate(int argc, char **argv, cli_dist *dist)
     }
     if ((rc = make_rules(cmd, &a, &rules)))
         goto done;
-    if (a.dir && (rc = scan_dump(cmd, a.dir, &dump)))
+    if (a.model) {
+        sel.op_types = a.op_types;
+        sel.exclude = a.exclude;
+        sel.n_exclude = a.nexclude;
+        if (a.profile && qcal_onnx_profile_parse(a.profile, &sel.profile) != QCAL_OK) {
+            rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--profile: '%s' is not ort or tensorrt",
+                          a.profile);
+            goto done;
+        }
+        if ((rc = cli_model_load(cmd, a.dir, a.quiet, &model)) ||
+            (rc = cli_engine_open(cmd, a.ma.ort_lib, &engine)))
+            goto done;
+    }
+    if (a.dir && !a.model && (rc = scan_dump(cmd, a.dir, &dump)))
         goto done;
     if (dump && (rc = check_memory(cmd, &a, dump, rules)))
         goto done;
@@ -799,6 +854,9 @@ static int calibrate(int argc, char **argv, cli_dist *dist)
     if (dump && (rc = feed_dump(cmd, dist, session, rules, dump, owner, mine, &files,
                                    &prog)))
         goto fed;
+    if (model && (rc = cli_model_calibrate(cmd, engine, model, &a.ma, &sel, session, dist->rank,
+                                           dist->size, &prog, &mrep)))
+        cli_dist_notify(dist);
     /* --weights: the writer reads them all. */
     for (int i = 0; i < a.nweights && writer; i++) {
         weights_ctx w = { cmd, a.weights[i], session, 0, 0 };
@@ -861,8 +919,14 @@ fed:
     /* With an output on stdout (-o -, --save-state -) the summary goes to stderr. */
     FILE *say = cli_output_is_stdout(a.out.out) || cli_output_is_stdout(a.save_state) ? stderr
                                                                                       : stdout;
-    fprintf(say, "qcal: calibrate: wrote %s (%s): %lld activations, %lld weights from %ld files",
-            a.out.out, fmts, (long long)(n - nw), (long long)nw, files);
+    if (model)
+        fprintf(say, "qcal: calibrate: wrote %s (%s): %lld activations from %s run in ONNX "
+                "Runtime %s on %lld samples (%lld runs, %lld files)", a.out.out, fmts,
+                (long long)(n - nw), a.dir, qcal_engine_version(engine),
+                (long long)mrep.samples, (long long)mrep.runs, (long long)mrep.files);
+    else
+        fprintf(say, "qcal: calibrate: wrote %s (%s): %lld activations, %lld weights from %ld files",
+                a.out.out, fmts, (long long)(n - nw), (long long)nw, files);
     if (a.nweights)
         fprintf(say, " and %ld safetensors weights (%ld tensors under 2 dimensions skipped)",
                 weights, skipped_1d);
@@ -890,6 +954,10 @@ done_agreed:
     qcal_calib_session_destroy(&session);
     qcal_calib_dump_destroy(&dump);
     qcal_calib_rules_destroy(&rules);
+    qcal_onnx_model_destroy(&model);
+    qcal_engine_close(&engine);
+    cli_model_args_free(&a.ma);
+    free(a.exclude);
     free(a.weights);
     return rc;
 }

@@ -1,13 +1,16 @@
 /* qcal onnx-expose and qcal qdq: the ONNX model a user deploys (qcal/onnx.h, docs/onnx.md). */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <qcal/atomic_file.h>
 #include <qcal/calib.h>
 #include <qcal/onnx.h>
 
 #include "cli_common.h"
+#include "cli_model.h"
 #include "cli_output.h"
+#include "cli_progress.h"
 
 static const char expose_help[] =
     "usage: qcal onnx-expose MODEL.onnx -o OUT.onnx [--profile ort|tensorrt] [--list FILE]\n"
@@ -35,10 +38,14 @@ static const char qdq_help[] =
     "usage: qcal qdq MODEL.onnx --table TABLE.json -o OUT.onnx [--profile ort|tensorrt]\n"
     "       [--weight-observer KIND] [--weight-qscheme Q | --float-weights]\n"
     "       [--exclude PATTERN]... [--op-types LIST] [--strict]\n"
+    "       qcal qdq MODEL.onnx --data SPEC -o OUT.onnx [--observer K | --rules F]\n"
+    "       [--table-out T] [--equalize] [same options as above, data options below]\n"
     "\n"
     "Writes MODEL with QuantizeLinear/DequantizeLinear nodes: activations from the table\n"
     "(matched by tensor name), weights per-channel symmetric qint8 computed from the model's\n"
-    "own initializers. Needs a default-domain opset >= 13.\n"
+    "own initializers. Needs a default-domain opset >= 13. With --data instead of --table\n"
+    "the table is made first by running MODEL in ONNX Runtime on the data ('qcal calibrate\n"
+    "MODEL.onnx --data', the same table) and the model written from it, in one command.\n"
     "  profile ort: ONNX Runtime node units (DQ -> op -> Q), activations as calibrated\n"
     "  (quint8 asymmetric), int8 weights + DequantizeLinear, int32 biases, a Relu after a\n"
     "  quantized op folded into its output Q.\n"
@@ -58,14 +65,24 @@ static const char qdq_help[] =
     "  --op-types LIST          comma list of op types to quantize (default: the profile's)\n"
     "  --strict                 tensors missing from the table are an error (default: they\n"
     "                           stay float, listed in one warning)\n"
+    "  -q, --quiet              no progress report or notes on stderr\n"
     "  -h, --help               this help\n"
     "\n"
-    "Exit codes: 2 bad options; 3 a missing or malformed MODEL or TABLE, or a model opset\n"
-    "below 13; 4 an output that cannot be written (an existing file is left intact); 1\n"
-    "missing tensors under --strict, or ONNX support not built.\n";
+    "calibrating from data (instead of --table):\n"
+    CLI_MODEL_HELP
+    "  --rules RULES            rules file for the activations' observers (docs/calibration.md)\n"
+    "  --table-out T            also write the table made from the data (native JSON)\n"
+    "  --equalize               cross-layer equalization first ('qcal equalize' defaults)\n"
+    "  observer options         --observer KIND (default histogram), --dtype, --qscheme, ...:\n"
+    "                           as 'qcal calibrate' (see 'qcal calibrate --help')\n"
+    "\n"
+    "Exit codes: 2 bad options; 3 a missing or malformed MODEL, TABLE or data, data that does\n"
+    "not match the model, or a model opset below 13; 4 an output that cannot be written (an\n"
+    "existing file is left intact); 1 missing tensors under --strict, a failure during a\n"
+    "run, or ONNX support not built; 5 ONNX Runtime could not be loaded (--data).\n";
 
 enum { OPT_HELP = 1, OPT_OUT, OPT_PROFILE, OPT_LIST, OPT_TABLE, OPT_WOBS, OPT_EXCLUDE, OPT_OPTYPES,
-       OPT_STRICT, OPT_WQSCHEME, OPT_FLOATW };
+       OPT_STRICT, OPT_WQSCHEME, OPT_FLOATW, OPT_RULES, OPT_TABLE_OUT, OPT_EQUALIZE, OPT_QUIET };
 
 static const cli_opt expose_opts[] = {
     { "help", 'h', false, OPT_HELP },
@@ -88,6 +105,12 @@ static const cli_opt qdq_opts[] = {
     { "strict", 0, false, OPT_STRICT },
     { "weight-qscheme", 0, true, OPT_WQSCHEME },
     { "float-weights", 0, false, OPT_FLOATW },
+    { "rules", 0, true, OPT_RULES },
+    { "table-out", 0, true, OPT_TABLE_OUT },
+    { "equalize", 0, false, OPT_EQUALIZE },
+    { "quiet", 'q', false, OPT_QUIET },
+    CLI_MODEL_OPTS,
+    CLI_OBSERVER_OPTS,
     { 0 },
 };
 const cli_opt *const cmd_qdq_opts = qdq_opts;
@@ -127,24 +150,6 @@ static char *join_names(char **names, int64_t n, const char *sep, bool quote)
     for (int64_t i = 0; i < n; i++)
         w += sprintf(w, "%s%s%s%s", i ? sep : "", quote ? "'" : "", names[i], quote ? "'" : "");
     return s;
-}
-
-/* Folds the model's BatchNormalizations into their Convs (as qcal qdq and qcal equalize do,
- * so exposed names, tables and Q/DQ placement agree) and notes it on stderr. 0 or an exit code. */
-static int fold_bn(const char *cmd, qcal_onnx_model *m)
-{
-    qcal_onnx_fold_report rep = { 0 };
-    qcal_status st = qcal_onnx_fold_bn(m, &rep);
-    if (st != QCAL_OK)
-        return cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
-    if (rep.n_folded) {
-        char *s = join_names(rep.folded, rep.n_folded, "; ", false);
-        fprintf(stderr, "qcal: %s: note: %lld BatchNormalization%s folded into the Conv before: %s\n", cmd,
-                (long long)rep.n_folded, rep.n_folded == 1 ? "" : "s", s ? s : "(out of memory)");
-        free(s);
-    }
-    qcal_onnx_fold_report_free(&rep);
-    return 0;
 }
 
 int cmd_onnx_expose(int argc, char **argv)
@@ -190,7 +195,7 @@ int cmd_onnx_expose(int argc, char **argv)
     qcal_status st = qcal_onnx_model_load(in, &m);
     if (st != QCAL_OK)
         return cli_fail_status(cmd, load_exit(st), st);
-    if ((rc = fold_bn(cmd, m))) {
+    if ((rc = cli_fold_bn(cmd, m, false))) {
         qcal_onnx_model_destroy(&m);
         return rc;
     }
@@ -245,18 +250,67 @@ out:
     return rc;
 }
 
+/* Calibrates m from the data (--data): the rules, a session, ONNX Runtime, the runs; *t
+ * gets the table. 0 or an exit code (reported). */
+static int qdq_calibrate(const char *cmd, qcal_onnx_model *m, const cli_model_args *ma,
+                         const qcal_onnx_qdq_options *opt, const char *rules_path,
+                         const cli_observer_args *oa, bool have_obs, bool quiet,
+                         qcal_calib_table **t, qcal_model_calib_report *mrep, char *version,
+                         size_t vcap)
+{
+    qcal_calib_rules *rules = NULL;
+    qcal_calib_session *session = NULL;
+    qcal_engine *engine = NULL;
+    cli_progress prog;
+    cli_progress_init(&prog, cmd, false, false);
+    int rc = cli_make_rules(cmd, rules_path, oa, have_obs, &rules);
+    if (rc)
+        goto out;
+    qcal_calib_session_options so;
+    qcal_calib_session_options_default(&so);
+    so.rules = rules;
+    qcal_status st = qcal_calib_session_create(&so, &session);
+    if (st != QCAL_OK) {
+        rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
+        goto out;
+    }
+    if ((rc = cli_engine_open(cmd, ma->ort_lib, &engine)))
+        goto out;
+    snprintf(version, vcap, "%s", qcal_engine_version(engine));
+    cli_progress_init(&prog, cmd, !quiet, isatty(2));
+    if ((rc = cli_model_calibrate(cmd, engine, m, ma, opt, session, 0, 1, &prog, mrep)))
+        goto out;
+    cli_progress_end(&prog);
+    if ((st = qcal_calib_session_table(session, t)) != QCAL_OK)
+        rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
+out:
+    cli_progress_end(&prog);
+    qcal_engine_close(&engine);
+    qcal_calib_session_destroy(&session);
+    qcal_calib_rules_destroy(&rules);
+    return rc;
+}
+
 int cmd_qdq(int argc, char **argv)
 {
     cli_parser p;
     cli_parser_init(&p, argc, argv);
     const char *cmd = p.cmd, *val, *in = NULL, *out = NULL, *profile = NULL, *table_path = NULL,
-               *wobs = NULL, *op_types = NULL, *wqs = NULL;
+               *wobs = NULL, *op_types = NULL, *wqs = NULL, *rules_path = NULL,
+               *table_out = NULL;
     const char **exclude = calloc((size_t)argc + 1, sizeof *exclude);
     int64_t n_exclude = 0;
-    bool strict = false, float_weights = false;
+    bool strict = false, float_weights = false, equalize = false, quiet = false, have_obs = false;
+    cli_observer_args oa;
+    memset(&oa, 0, sizeof oa);
+    cli_model_args ma;
     int id, rc = 0;
     if (!exclude)
         return cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
+    if ((rc = cli_model_args_init(cmd, &ma, argc))) {
+        free(exclude);
+        return rc;
+    }
     while ((id = cli_next(&p, qdq_opts, &val)) != CLI_END) {
         if (id == CLI_ERROR) {
             rc = QCAL_EXIT_USAGE;
@@ -281,16 +335,40 @@ int cmd_qdq(int argc, char **argv)
         case OPT_STRICT: strict = true; break;
         case OPT_WQSCHEME: rc = once(cmd, &wqs, "weight-qscheme", val); break;
         case OPT_FLOATW: float_weights = true; break;
+        case OPT_RULES: rc = once(cmd, &rules_path, "rules", val); break;
+        case OPT_TABLE_OUT: rc = once(cmd, &table_out, "table-out", val); break;
+        case OPT_EQUALIZE: equalize = true; break;
+        case OPT_QUIET: quiet = true; break;
+        default:
+            if ((rc = cli_model_opt(cmd, &ma, id, val)) >= 0)
+                break;
+            rc = 0;
+            have_obs |= cli_observer_opt(&oa, id, val);
+            break;
         }
         if (rc)
             goto done;
     }
     if ((rc = cli_check_in_out(cmd, in, out)) || (rc = cli_model_output_check(cmd, out)))
         goto done;
-    if (!table_path) {
-        rc = cli_fail(cmd, QCAL_EXIT_USAGE, "no --table given (see 'qcal qdq --help')");
+    bool from_data = cli_model_args_given(&ma);
+    if (!table_path && !from_data) {
+        rc = cli_fail(cmd, QCAL_EXIT_USAGE, "no --table or --data given (see 'qcal qdq --help')");
         goto done;
     }
+    if (table_path && from_data) {
+        rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--table and --data exclude each other: the table "
+                      "comes from a file or from running the model on data");
+        goto done;
+    }
+    if (!from_data && (rules_path || table_out || equalize || have_obs || ma.ncarry ||
+                       ma.batch || ma.ort_lib)) {
+        rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--rules, --table-out, --equalize, --batch, --carry, "
+                      "--ort-lib and observer options go with --data");
+        goto done;
+    }
+    if (table_out && (rc = cli_output_check(cmd, table_out)))
+        goto done;
     qcal_onnx_qdq_options opt;
     qcal_onnx_qdq_options_default(&opt);
     opt.exclude = exclude;
@@ -333,18 +411,48 @@ int cmd_qdq(int argc, char **argv)
     qcal_calib_table *t = NULL;
     qcal_onnx_model *m = NULL;
     qcal_onnx_qdq_report rep = { 0 };
-    qcal_status st = qcal_calib_table_read_json(table_path, &t);
-    if (st != QCAL_OK) {
+    qcal_model_calib_report mrep;
+    memset(&mrep, 0, sizeof mrep);
+    char version[64] = "";
+    char *tbuf = NULL;
+    size_t tlen = 0;
+    cli_staged staged = { 0 };
+    qcal_status st;
+    if (!from_data && (st = qcal_calib_table_read_json(table_path, &t)) != QCAL_OK) {
         rc = cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT, st);
         goto done;
     }
-    st = qcal_onnx_model_load(in, &m);
-    if (st != QCAL_OK) {
-        rc = cli_fail_status(cmd, load_exit(st), st);
+    if ((rc = cli_model_load(cmd, in, quiet, &m)))
         goto free;
+    if (equalize) {
+        qcal_onnx_equalize_options eo;
+        qcal_onnx_equalize_options_default(&eo);
+        qcal_onnx_equalize_report er = { 0 };
+        if ((st = qcal_onnx_equalize(m, &eo, &er)) != QCAL_OK) {
+            rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
+            goto free;
+        }
+        if (!quiet)
+            cli_note(cmd, "equalized %lld layer pair%s in %lld sweep%s (%lld chain%s left alone)",
+                     (long long)er.n_pairs, er.n_pairs == 1 ? "" : "s", (long long)er.sweeps,
+                     er.sweeps == 1 ? "" : "s", (long long)er.n_refused,
+                     er.n_refused == 1 ? "" : "s");
+        qcal_onnx_equalize_report_free(&er);
     }
-    if ((rc = fold_bn(cmd, m)))
-        goto free;
+    double t0 = cli_now();
+    if (from_data) {
+        if ((rc = qdq_calibrate(cmd, m, &ma, &opt, rules_path, &oa, have_obs, quiet, &t, &mrep,
+                                version, sizeof version)))
+            goto free;
+        if (table_out) {
+            if ((st = qcal_calib_table_format(t, QCAL_CALIB_FORMAT_JSON, NULL, &tbuf, &tlen)) != QCAL_OK) {
+                rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
+                goto free;
+            }
+            if ((rc = cli_stage(cmd, &staged, table_out, tbuf, tlen)))
+                goto free;
+        }
+    }
     bool save_failed = false;
     st = qcal_onnx_qdq_save(m, t, &opt, NULL, out, &rep, &save_failed);
     if (st != QCAL_OK && save_failed) {
@@ -358,6 +466,8 @@ int cmd_qdq(int argc, char **argv)
         rc = cli_fail_status(cmd, code, st);
         goto free;
     }
+    if ((rc = cli_stage_commit(cmd, &staged)))
+        goto free;
     if (rep.n_missing) {
         char *s = join_names(rep.missing, rep.n_missing, ", ", true);
         fprintf(stderr, "qcal: %s: warning: %lld tensor%s missing from the table stay%s float: %s\n", cmd,
@@ -365,21 +475,28 @@ int cmd_qdq(int argc, char **argv)
                 s ? s : "(out of memory)");
         free(s);
     }
-    if (rep.n_skipped) {
+    if (rep.n_skipped && !quiet) {
         char *s = join_names(rep.skipped, rep.n_skipped, "; ", false);
         fprintf(stderr, "qcal: %s: note: %lld op%s left float or partly float: %s\n", cmd,
                 (long long)rep.n_skipped, rep.n_skipped == 1 ? "" : "s", s ? s : "(out of memory)");
         free(s);
     }
-    printf("qcal: qdq: wrote %s (profile %s): %lld ops quantized, %lld activations, %lld weights, %lld int32 biases\n",
+    printf("qcal: qdq: wrote %s (profile %s): %lld ops quantized, %lld activations, %lld weights, %lld int32 biases",
            out, qcal_onnx_profile_name(opt.profile), (long long)rep.ops, (long long)rep.tensors,
            (long long)rep.weights, (long long)rep.biases);
+    if (from_data)
+        printf("; calibrated in ONNX Runtime %s on %lld samples (%lld runs), %.1f s",
+               version, (long long)mrep.samples, (long long)mrep.runs, cli_now() - t0);
+    printf("\n");
     rc = cli_flush(cmd, stdout);
 free:
+    cli_stage_abort(&staged);
+    qcal_free(tbuf);
     qcal_onnx_qdq_report_free(&rep);
     qcal_onnx_model_destroy(&m);
     qcal_calib_table_destroy(&t);
 done:
+    cli_model_args_free(&ma);
     free(exclude);
     return rc;
 }

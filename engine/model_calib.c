@@ -1,0 +1,765 @@
+/* Model calibration (qcal/model_calib.h): the model's quantized tensors exposed in an
+ * in-memory copy, the engine run after run, each run's outputs handed to a thread of their
+ * own that feeds the calibration session while the engine computes the next run.
+ *
+ * Why a thread per calibration and not OpenMP: the engine's Run blocks its caller for the
+ * whole run, and observing a run's outputs costs about as much memory traffic as writing
+ * them; overlapping the two is what keeps calibration near the cost of the plain runs. The
+ * hand-over holds one run's outputs at a time (the one being observed) beside the one being
+ * computed: two runs' outputs at most. */
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/internal.h"
+#include "qcal/model_calib.h"
+#include "qcal/threads.h"
+
+#define MSG_CAP 1024
+
+typedef struct carry_slot {
+    char *out, *in;          /* "OUT=IN" split */
+    int64_t out_idx;         /* index of OUT in the requested outputs */
+    int64_t in_idx;          /* index of IN among the model inputs */
+    void *buf;               /* the last run's OUT, or NULL (zeros / the file's) */
+    size_t cap, bytes;
+    int32_t ndim;
+    int64_t dims[QCAL_MAX_DIMS];
+} carry_slot;
+
+struct qcal_model_calib {
+    qcal_engine_session *sess;
+    qcal_calib_session *s;
+    qcal_model_calib_options opt;
+    char **names;            /* observed tensors = the first n_names requested outputs */
+    int64_t n_names;
+    const char **req;        /* requested outputs: names, then carried outputs not among them */
+    int64_t n_req;
+    carry_slot *carry;
+    int64_t n_carry;
+    qcal_engine_io *inputs;
+    int64_t n_inputs;
+    int64_t step;            /* next run's index */
+    qcal_model_calib_report rep;
+
+    /* The observer thread and its one-slot hand-over. */
+    pthread_t th;
+    bool th_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool sync_ok;
+    qcal_engine_outputs *job;   /* outputs waiting for / under observation */
+    int64_t job_step;
+    bool busy, quit;
+    qcal_status wst;            /* the first failure of the thread */
+    char werr[MSG_CAP];
+    int64_t empty;              /* set by the thread */
+};
+
+void qcal_model_calib_options_default(qcal_model_calib_options *opt)
+{
+    if (!opt)
+        return;
+    memset(opt, 0, sizeof *opt);
+    opt->profile = QCAL_ONNX_PROFILE_ORT;
+    opt->max_run_bytes = (uint64_t)512 << 20;
+    opt->ranks = 1;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static char *dup_str(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+/* ---- observing one run (the thread) ---- */
+
+static float half_bits_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (!man) {
+            bits = sign;
+        } else {   /* subnormal: normalize */
+            int e = -1;
+            do {
+                e++;
+                man <<= 1;
+            } while (!(man & 0x400));
+            bits = sign | (uint32_t)(127 - 15 - e) << 23 | (man & 0x3ff) << 13;
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | man << 13;
+    } else {
+        bits = sign | (exp - 15 + 127) << 23 | man << 13;
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* v's values as float32: in place for float32, else converted into *tmp (grown as needed). */
+static qcal_status as_float(const qcal_engine_value *v, int64_t numel, float **tmp, size_t *cap,
+                            const float **out)
+{
+    if (v->elem_type == QCAL_ONNX_FLOAT) {
+        *out = v->data;
+        return QCAL_OK;
+    }
+    size_t bytes;
+    if (!qcal_mul_size((size_t)numel, sizeof(float), &bytes))
+        return qcal_error(QCAL_ERR_OVERFLOW, "tensor '%s': too large", v->name);
+    if (bytes > *cap) {
+        float *n = realloc(*tmp, bytes);
+        if (!n)
+            return qcal_error(QCAL_ERR_NO_MEMORY, "tensor '%s': out of memory converting it "
+                              "to float32", v->name);
+        *tmp = n;
+        *cap = bytes;
+    }
+    float *d = *tmp;
+    if (v->elem_type == QCAL_ONNX_FLOAT16) {
+        const uint16_t *s = v->data;
+        for (int64_t i = 0; i < numel; i++)
+            d[i] = half_bits_to_float(s[i]);
+    } else if (v->elem_type == QCAL_ONNX_BFLOAT16) {
+        const uint16_t *s = v->data;
+        for (int64_t i = 0; i < numel; i++) {
+            uint32_t b = (uint32_t)s[i] << 16;
+            memcpy(&d[i], &b, sizeof b);
+        }
+    } else if (v->elem_type == QCAL_ONNX_DOUBLE) {
+        /* Rounded to nearest float32, as a float64 dump read by `qcal calibrate` is. */
+        const double *s = v->data;
+        for (int64_t i = 0; i < numel; i++)
+            d[i] = (float)s[i];
+    } else {
+        return qcal_error(QCAL_ERR_UNSUPPORTED, "tensor '%s' is %s in the engine, not a float "
+                          "tensor", v->name, qcal_engine_elem_name(v->elem_type));
+    }
+    *out = d;
+    return QCAL_OK;
+}
+
+static qcal_status observe_run(qcal_model_calib *mc, const qcal_engine_outputs *o, int64_t step,
+                               int64_t *empty)
+{
+    float *tmp = NULL;
+    size_t cap = 0;
+    qcal_status st = QCAL_OK;
+    for (int64_t i = 0; i < mc->n_names && st >= 0; i++) {
+        qcal_engine_value v;
+        if ((st = qcal_engine_outputs_at(o, i, &v)) < 0)
+            break;
+        int64_t numel = 1;
+        for (int32_t d = 0; d < v.ndim; d++)
+            numel *= v.dims[d];   /* the engine's own shapes: no overflow */
+        if (numel == 0) {
+            ++*empty;
+            continue;
+        }
+        const float *f = NULL;
+        if ((st = as_float(&v, numel, &tmp, &cap, &f)) < 0)
+            break;
+        qcal_tensor x;
+        if ((st = qcal_tensor_init(&x, f, v.ndim, v.dims)) < 0)
+            break;
+        st = qcal_calib_session_observe(mc->s, mc->names[i], QCAL_CALIB_ROLE_ACTIVATION, step, &x);
+        if (st < 0)
+            st = qcal_error(st, "tensor '%s', run %lld: %s", mc->names[i], (long long)step,
+                            qcal_last_error());
+    }
+    free(tmp);
+    return st < 0 ? st : QCAL_OK;
+}
+
+static void *observer_main(void *arg)
+{
+    qcal_model_calib *mc = arg;
+    pthread_mutex_lock(&mc->mu);
+    for (;;) {
+        while (!mc->job && !mc->quit)
+            pthread_cond_wait(&mc->cv, &mc->mu);
+        if (!mc->job)
+            break;
+        qcal_engine_outputs *o = mc->job;
+        int64_t step = mc->job_step;
+        bool failed = mc->wst < 0;
+        pthread_mutex_unlock(&mc->mu);
+        int64_t empty = 0;
+        qcal_status st = failed ? QCAL_OK : observe_run(mc, o, step, &empty);
+        char msg[MSG_CAP] = "";
+        if (st < 0)
+            snprintf(msg, sizeof msg, "%s", qcal_last_error());
+        qcal_engine_outputs_free(&o);
+        pthread_mutex_lock(&mc->mu);
+        mc->empty += empty;
+        if (st < 0 && mc->wst >= 0) {
+            mc->wst = st;
+            memcpy(mc->werr, msg, sizeof msg);
+        }
+        mc->job = NULL;
+        mc->busy = false;
+        pthread_cond_broadcast(&mc->cv);
+    }
+    pthread_mutex_unlock(&mc->mu);
+    return NULL;
+}
+
+/* Waits until the thread is idle; returns its first failure (its message set again on the
+ * calling thread). */
+static qcal_status wait_idle(qcal_model_calib *mc)
+{
+    if (!mc->th_started)
+        return QCAL_OK;
+    pthread_mutex_lock(&mc->mu);
+    while (mc->busy)
+        pthread_cond_wait(&mc->cv, &mc->mu);
+    qcal_status st = mc->wst;
+    char msg[MSG_CAP];
+    memcpy(msg, mc->werr, sizeof msg);
+    pthread_mutex_unlock(&mc->mu);
+    return st < 0 ? qcal_error(st, "%s", msg) : QCAL_OK;
+}
+
+static qcal_status start_thread(qcal_model_calib *mc)
+{
+    if (pthread_mutex_init(&mc->mu, NULL))
+        return qcal_error(QCAL_ERR_NO_MEMORY, "cannot create a mutex");
+    if (pthread_cond_init(&mc->cv, NULL)) {
+        pthread_mutex_destroy(&mc->mu);
+        return qcal_error(QCAL_ERR_NO_MEMORY, "cannot create a condition variable");
+    }
+    mc->sync_ok = true;
+    /* The thread takes no signals: the process's handlers keep running on its own threads. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int err = pthread_create(&mc->th, NULL, observer_main, mc);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err)
+        return qcal_error(QCAL_ERR_NO_MEMORY, "cannot start the observer thread: %s",
+                          strerror(err));
+    mc->th_started = true;
+    return QCAL_OK;
+}
+
+/* ---- set-up ---- */
+
+static qcal_status parse_carry(qcal_model_calib *mc, const qcal_model_calib_options *opt)
+{
+    if (opt->n_carry < 0 || (opt->n_carry && !opt->carry))
+        return qcal_error(QCAL_ERR_INVALID_ARG, "model calibration: bad carry list");
+    if (!opt->n_carry)
+        return QCAL_OK;
+    mc->carry = calloc((size_t)opt->n_carry, sizeof *mc->carry);
+    if (!mc->carry)
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    mc->n_carry = opt->n_carry;
+    for (int64_t k = 0; k < opt->n_carry; k++) {
+        const char *c = opt->carry[k], *eq = c ? strchr(c, '=') : NULL;
+        if (!eq || eq == c || !eq[1])
+            return qcal_error(QCAL_ERR_INVALID_ARG, "carry '%s': expected OUTPUT=INPUT",
+                              c ? c : "(null)");
+        carry_slot *cs = &mc->carry[k];
+        cs->out = dup_str(c);
+        cs->in = dup_str(eq + 1);
+        if (!cs->out || !cs->in)
+            return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+        cs->out[eq - c] = '\0';
+        cs->in_idx = cs->out_idx = -1;
+        cs->ndim = -1;   /* nothing carried yet */
+    }
+    return QCAL_OK;
+}
+
+/* Resolves the carried inputs and outputs against the session; builds the request list. */
+static qcal_status resolve(qcal_model_calib *mc)
+{
+    int64_t n_in = qcal_engine_session_input_count(mc->sess);
+    int64_t n_out = qcal_engine_session_output_count(mc->sess);
+    mc->inputs = calloc((size_t)n_in + 1, sizeof *mc->inputs);
+    mc->req = calloc((size_t)(mc->n_names + mc->n_carry) + 1, sizeof *mc->req);
+    if (!mc->inputs || !mc->req)
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    mc->n_inputs = n_in;
+    qcal_status st;
+    for (int64_t i = 0; i < n_in; i++)
+        if ((st = qcal_engine_session_input(mc->sess, i, &mc->inputs[i])) < 0)
+            return st;
+    for (int64_t i = 0; i < mc->n_names; i++)
+        mc->req[i] = mc->names[i];
+    mc->n_req = mc->n_names;
+    for (int64_t k = 0; k < mc->n_carry; k++) {
+        carry_slot *cs = &mc->carry[k];
+        for (int64_t i = 0; i < n_in; i++)
+            if (!strcmp(mc->inputs[i].name, cs->in))
+                cs->in_idx = i;
+        if (cs->in_idx < 0)
+            return qcal_error(QCAL_ERR_NOT_FOUND, "carry '%s=%s': the model has no input '%s'",
+                              cs->out, cs->in, cs->in);
+        for (int64_t k2 = 0; k2 < k; k2++)
+            if (mc->carry[k2].in_idx == cs->in_idx)
+                return qcal_error(QCAL_ERR_INVALID_ARG, "input '%s' is carried twice", cs->in);
+        const qcal_engine_io *in = &mc->inputs[cs->in_idx];
+        qcal_engine_io out;
+        bool found = false;
+        for (int64_t i = 0; i < n_out && !found; i++) {
+            if ((st = qcal_engine_session_output(mc->sess, i, &out)) < 0)
+                return st;
+            found = !strcmp(out.name, cs->out);
+        }
+        if (!found)
+            return qcal_error(QCAL_ERR_NOT_FOUND, "carry '%s=%s': the model has no output '%s'",
+                              cs->out, cs->in, cs->out);
+        if (out.elem_type != in->elem_type)
+            return qcal_error(QCAL_ERR_MISMATCH, "carry '%s=%s': output '%s' is %s, input '%s' "
+                              "takes %s", cs->out, cs->in, cs->out,
+                              qcal_engine_elem_name(out.elem_type), cs->in,
+                              qcal_engine_elem_name(in->elem_type));
+        for (int64_t i = 0; i < mc->n_req; i++)
+            if (!strcmp(mc->req[i], cs->out))
+                cs->out_idx = i;
+        if (cs->out_idx < 0) {
+            cs->out_idx = mc->n_req;
+            mc->req[mc->n_req++] = cs->out;
+        }
+    }
+    return QCAL_OK;
+}
+
+qcal_status qcal_model_calib_create(qcal_engine *e, const qcal_onnx_model *m, qcal_calib_session *s,
+                                    const qcal_model_calib_options *opt, qcal_model_calib **out)
+{
+    if (!e || !m || !s || !out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "model calibration: NULL argument");
+    qcal_model_calib_options def;
+    if (!opt) {
+        qcal_model_calib_options_default(&def);
+        opt = &def;
+    }
+    if (opt->batch < 0 || opt->ranks < 1 || opt->rank < 0 || opt->rank >= opt->ranks ||
+        opt->threads < 0 || !opt->max_run_bytes)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "model calibration: impossible options (batch "
+                          "%lld, rank %lld of %lld, threads %d, max_run_bytes %llu)",
+                          (long long)opt->batch, (long long)opt->rank, (long long)opt->ranks,
+                          opt->threads, (unsigned long long)opt->max_run_bytes);
+    qcal_model_calib *mc = calloc(1, sizeof *mc);
+    if (!mc)
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    mc->s = s;
+    mc->opt = *opt;
+    mc->opt.carry = NULL;
+    mc->opt.exclude = NULL;
+    mc->opt.op_types = NULL;
+    qcal_onnx_model *copy = NULL;
+    void *bytes = NULL;
+    size_t len = 0;
+    qcal_status st = parse_carry(mc, opt);
+    if (st < 0)
+        goto fail;
+
+    /* The tensors, exposed in a copy of the model. */
+    qcal_onnx_qdq_options q;
+    qcal_onnx_qdq_options_default(&q);
+    q.profile = opt->profile;
+    q.op_types = opt->op_types;
+    q.exclude = opt->exclude;
+    q.n_exclude = opt->n_exclude;
+    if ((st = qcal_onnx_list(m, &q, &mc->names, &mc->n_names)) < 0)
+        goto fail;
+    if (!mc->n_names) {
+        st = qcal_error(QCAL_ERR_EMPTY, "the model has no tensor that profile %s quantizes: "
+                        "nothing to calibrate", qcal_onnx_profile_name(opt->profile));
+        goto fail;
+    }
+    if ((st = qcal_onnx_model_serialize(m, &bytes, &len)) < 0 ||
+        (st = qcal_onnx_model_parse(bytes, len, &copy)) < 0)
+        goto fail;
+    qcal_free(bytes);
+    bytes = NULL;
+    if ((st = qcal_onnx_expose(copy, &q, NULL)) < 0 ||
+        (st = qcal_onnx_model_serialize(copy, &bytes, &len)) < 0)
+        goto fail;
+    qcal_onnx_model_destroy(&copy);
+
+    qcal_engine_session_options so;
+    qcal_engine_session_options_default(&so);
+    so.optimization = 0;   /* every tensor computed as the model says (ORT's calibrator too) */
+    so.threads = opt->threads;
+    st = qcal_engine_session_create(e, bytes, len, &so, &mc->sess);
+    qcal_free(bytes);
+    bytes = NULL;
+    if (st < 0)
+        goto fail;
+    if ((st = resolve(mc)) < 0 || (st = start_thread(mc)) < 0)
+        goto fail;
+    *out = mc;
+    return QCAL_OK;
+fail:
+    qcal_free(bytes);
+    qcal_onnx_model_destroy(&copy);
+    {
+        char msg[MSG_CAP];
+        snprintf(msg, sizeof msg, "%s", qcal_last_error());
+        qcal_model_calib_destroy(&mc);
+        qcal_error(st, "%s", msg);
+    }
+    return st;
+}
+
+int64_t qcal_model_calib_input_count(const qcal_model_calib *mc)
+{
+    return mc ? mc->n_inputs : 0;
+}
+
+qcal_status qcal_model_calib_input(const qcal_model_calib *mc, int64_t i, qcal_engine_io *out)
+{
+    if (!mc || !out || i < 0 || i >= mc->n_inputs)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "model calibration: no input %lld", (long long)i);
+    *out = mc->inputs[i];
+    return QCAL_OK;
+}
+
+int64_t qcal_model_calib_tensor_count(const qcal_model_calib *mc)
+{
+    return mc ? mc->n_names : 0;
+}
+
+const char *qcal_model_calib_tensor(const qcal_model_calib *mc, int64_t i)
+{
+    return mc && i >= 0 && i < mc->n_names ? mc->names[i] : NULL;
+}
+
+/* ---- runs ---- */
+
+qcal_status qcal_model_calib_reset(qcal_model_calib *mc)
+{
+    if (!mc)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "model calibration: NULL argument");
+    for (int64_t k = 0; k < mc->n_carry; k++) {
+        mc->carry[k].bytes = 0;
+        mc->carry[k].ndim = -1;
+    }
+    return QCAL_OK;
+}
+
+/* Zeros of the carried input's declared shape (dynamic dimensions: an error). */
+static qcal_status carry_zeros(qcal_model_calib *mc, carry_slot *cs, qcal_engine_value *v)
+{
+    const qcal_engine_io *in = &mc->inputs[cs->in_idx];
+    size_t es = qcal_engine_elem_size(in->elem_type), bytes = es;
+    if (!es || in->ndim < 0)
+        return qcal_error(QCAL_ERR_UNSUPPORTED, "carried input '%s': type or rank unknown; "
+                          "give its first value in the data", cs->in);
+    for (int32_t d = 0; d < in->ndim; d++) {
+        if (in->dims[d] < 0)
+            return qcal_error(QCAL_ERR_UNSUPPORTED, "carried input '%s' has a dynamic "
+                              "dimension: give its first value in the data", cs->in);
+        if (!qcal_mul_size(bytes, (size_t)in->dims[d], &bytes))
+            return qcal_error(QCAL_ERR_OVERFLOW, "carried input '%s': too large", cs->in);
+    }
+    if (bytes > cs->cap || !cs->buf) {
+        void *n = realloc(cs->buf, bytes ? bytes : 1);
+        if (!n)
+            return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+        cs->buf = n;
+        cs->cap = bytes;
+    }
+    memset(cs->buf, 0, bytes);
+    cs->bytes = bytes;
+    cs->ndim = in->ndim;
+    memcpy(cs->dims, in->dims, sizeof cs->dims);
+    v->data = cs->buf;
+    v->nbytes = bytes;
+    v->ndim = cs->ndim;
+    memcpy(v->dims, cs->dims, sizeof v->dims);
+    return QCAL_OK;
+}
+
+static qcal_status keep_carry(carry_slot *cs, const qcal_engine_value *v)
+{
+    if (v->nbytes > cs->cap || !cs->buf) {
+        void *n = realloc(cs->buf, v->nbytes ? v->nbytes : 1);
+        if (!n)
+            return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory keeping output '%s'", cs->out);
+        cs->buf = n;
+        cs->cap = v->nbytes;
+    }
+    if (v->nbytes)
+        memcpy(cs->buf, v->data, v->nbytes);
+    cs->bytes = v->nbytes;
+    cs->ndim = v->ndim;
+    memcpy(cs->dims, v->dims, sizeof cs->dims);
+    return QCAL_OK;
+}
+
+static qcal_status run_once(qcal_model_calib *mc, const qcal_engine_value *inputs, int64_t n_inputs,
+                            uint64_t *out_bytes)
+{
+    qcal_status st = QCAL_OK;
+    if (n_inputs < 0 || (n_inputs && !inputs))
+        return qcal_error(QCAL_ERR_INVALID_ARG, "model calibration: bad input list");
+    qcal_engine_value *v = calloc((size_t)mc->n_inputs + 1, sizeof *v);
+    if (!v)
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    /* In model order: the caller's value by name; a carried input from the last run. */
+    for (int64_t i = 0; i < mc->n_inputs && st >= 0; i++) {
+        const qcal_engine_io *in = &mc->inputs[i];
+        const qcal_engine_value *given = NULL;
+        for (int64_t j = 0; j < n_inputs; j++)
+            if (inputs[j].name && !strcmp(inputs[j].name, in->name))
+                given = &inputs[j];
+        carry_slot *cs = NULL;
+        for (int64_t k = 0; k < mc->n_carry; k++)
+            if (mc->carry[k].in_idx == i)
+                cs = &mc->carry[k];
+        v[i].name = in->name;
+        v[i].elem_type = in->elem_type;
+        if (cs && cs->ndim >= 0) {
+            v[i].data = cs->buf;
+            v[i].nbytes = cs->bytes;
+            v[i].ndim = cs->ndim;
+            memcpy(v[i].dims, cs->dims, sizeof v[i].dims);
+        } else if (given && given->data) {
+            v[i] = *given;
+        } else if (cs) {
+            st = carry_zeros(mc, cs, &v[i]);
+        } else {
+            st = qcal_error(QCAL_ERR_MISMATCH, "no value for input '%s'", in->name);
+        }
+    }
+    for (int64_t j = 0; j < n_inputs && st >= 0; j++) {
+        bool known = false;
+        for (int64_t i = 0; i < mc->n_inputs && !known; i++)
+            known = inputs[j].name && !strcmp(inputs[j].name, mc->inputs[i].name);
+        if (!known)
+            st = qcal_error(QCAL_ERR_MISMATCH, "'%s' is not an input of the model",
+                            inputs[j].name ? inputs[j].name : "(null)");
+    }
+    qcal_engine_outputs *o = NULL;
+    if (st >= 0) {
+        double t0 = now_s();
+        st = qcal_engine_run(mc->sess, v, mc->n_inputs, mc->req, mc->n_req, &o);
+        mc->rep.engine_seconds += now_s() - t0;
+    }
+    free(v);
+    if (st < 0)
+        return st;
+    /* The carried outputs copied out before the outputs go to the observers. */
+    for (int64_t k = 0; k < mc->n_carry && st >= 0; k++) {
+        qcal_engine_value cv;
+        if ((st = qcal_engine_outputs_at(o, mc->carry[k].out_idx, &cv)) >= 0)
+            st = keep_carry(&mc->carry[k], &cv);
+    }
+    uint64_t bytes = 0;
+    for (int64_t i = 0; i < mc->n_names && st >= 0; i++) {
+        qcal_engine_value ov;
+        if ((st = qcal_engine_outputs_at(o, i, &ov)) >= 0)
+            bytes += ov.nbytes;
+    }
+    if (st < 0) {
+        qcal_engine_outputs_free(&o);
+        return st;
+    }
+    if (out_bytes)
+        *out_bytes = bytes;
+    if (bytes > mc->rep.max_run_bytes)
+        mc->rep.max_run_bytes = bytes;
+    double t0 = now_s();
+    if ((st = wait_idle(mc)) < 0) {
+        qcal_engine_outputs_free(&o);
+        return st;
+    }
+    mc->rep.wait_seconds += now_s() - t0;
+    pthread_mutex_lock(&mc->mu);
+    mc->job = o;
+    mc->job_step = mc->step++;
+    mc->busy = true;
+    pthread_cond_broadcast(&mc->cv);
+    pthread_mutex_unlock(&mc->mu);
+    mc->rep.runs++;
+    return QCAL_OK;
+}
+
+qcal_status qcal_model_calib_feed(qcal_model_calib *mc, const qcal_engine_value *inputs,
+                                  int64_t n_inputs)
+{
+    if (!mc)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "model calibration: NULL argument");
+    qcal_status st = run_once(mc, inputs, n_inputs, NULL);
+    if (st >= 0) {
+        int64_t n = 1;
+        if (mc->n_inputs && inputs && n_inputs > 0 && inputs[0].ndim > 0)
+            n = inputs[0].dims[0];
+        mc->rep.samples += n;
+    }
+    return st;
+}
+
+static int64_t share_samples(qcal_dataset *ds, const qcal_model_calib_options *o)
+{
+    int64_t n = 0, files = qcal_dataset_file_count(ds);
+    for (int64_t f = o->rank; f < files; f += o->ranks) {
+        qcal_dataset_file_info fi;
+        if (qcal_dataset_file_get(ds, f, &fi) == QCAL_OK)
+            n += fi.samples;
+    }
+    return n;
+}
+
+qcal_status qcal_model_calib_feed_dataset(qcal_model_calib *mc, qcal_dataset *ds)
+{
+    if (!mc || !ds)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "model calibration: NULL argument");
+    const qcal_model_calib_options *o = &mc->opt;
+    int64_t files = qcal_dataset_file_count(ds), total = share_samples(ds, o), done = 0;
+    int64_t batch = o->batch;
+    qcal_status st = QCAL_OK;
+    for (int64_t f = o->rank; f < files && st >= 0; f += o->ranks) {
+        qcal_dataset_file_info fi;
+        if ((st = qcal_dataset_file_get(ds, f, &fi)) < 0 || (st = qcal_model_calib_reset(mc)) < 0)
+            break;
+        mc->rep.files++;
+        for (int64_t s0 = 0; s0 < fi.samples && st >= 0;) {
+            /* Automatic batch: the first run takes one sample, and its output bytes set the
+             * size of every later run. */
+            int64_t n = 1;
+            if (fi.splittable)
+                n = batch > 0 ? batch : 1;
+            if (n > fi.samples - s0)
+                n = fi.samples - s0;
+            qcal_dataset_batch *b = NULL;
+            if ((st = qcal_dataset_read(ds, f, s0, n, &b)) < 0)
+                break;
+            uint64_t bytes = 0;
+            st = run_once(mc, qcal_dataset_batch_values(b), mc->n_inputs, &bytes);
+            qcal_dataset_batch_free(&b);
+            if (st < 0) {
+                st = qcal_error(st, "%s, samples %lld-%lld: %s", fi.path, (long long)s0,
+                                (long long)(s0 + n - 1), qcal_last_error());
+                break;
+            }
+            if (fi.splittable && batch <= 0) {
+                uint64_t per = bytes / (uint64_t)n;
+                batch = per ? (int64_t)(o->max_run_bytes / per) : INT64_MAX / 2;
+                if (batch < 1)
+                    batch = 1;
+                mc->rep.batch = batch;
+            } else if (fi.splittable && !mc->rep.batch) {
+                mc->rep.batch = batch;
+            }
+            s0 += n;
+            done += n;
+            mc->rep.samples += n;
+            if (o->progress)
+                o->progress(o->progress_user, done, total, fi.path);
+        }
+    }
+    return st;
+}
+
+qcal_status qcal_model_calib_finish(qcal_model_calib *mc, qcal_model_calib_report *rep)
+{
+    if (!mc)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "model calibration: NULL argument");
+    double t0 = now_s();
+    qcal_status st = wait_idle(mc);
+    mc->rep.wait_seconds += now_s() - t0;
+    if (st < 0)
+        return st;
+    if ((st = qcal_calib_session_flush(mc->s)) < 0)
+        return st;
+    mc->rep.tensors = mc->n_names;
+    pthread_mutex_lock(&mc->mu);
+    mc->rep.empty = mc->empty;
+    pthread_mutex_unlock(&mc->mu);
+    if (rep)
+        *rep = mc->rep;
+    return QCAL_OK;
+}
+
+void qcal_model_calib_destroy(qcal_model_calib **pmc)
+{
+    if (!pmc || !*pmc)
+        return;
+    qcal_model_calib *mc = *pmc;
+    if (mc->th_started) {
+        pthread_mutex_lock(&mc->mu);
+        mc->quit = true;
+        pthread_cond_broadcast(&mc->cv);
+        pthread_mutex_unlock(&mc->mu);
+        pthread_join(mc->th, NULL);
+    }
+    if (mc->sync_ok) {
+        pthread_cond_destroy(&mc->cv);
+        pthread_mutex_destroy(&mc->mu);
+    }
+    qcal_engine_outputs_free(&mc->job);
+    qcal_engine_session_destroy(&mc->sess);
+    qcal_onnx_names_free(&mc->names, mc->n_names);
+    for (int64_t k = 0; k < mc->n_carry; k++) {
+        free(mc->carry[k].out);
+        free(mc->carry[k].in);
+        free(mc->carry[k].buf);
+    }
+    free(mc->carry);
+    free(mc->req);
+    free(mc->inputs);
+    free(mc);
+    *pmc = NULL;
+}
+
+qcal_status qcal_model_calibrate(qcal_engine *e, const qcal_onnx_model *m, const char *data,
+                                 const char *const *entries, int64_t n_entries,
+                                 qcal_calib_session *s, const qcal_model_calib_options *opt,
+                                 qcal_model_calib_report *rep)
+{
+    qcal_model_calib *mc = NULL;
+    qcal_dataset *ds = NULL;
+    qcal_status st = qcal_model_calib_create(e, m, s, opt, &mc);
+    if (st < 0)
+        return st;
+    const char **optional = calloc((size_t)mc->n_carry + 1, sizeof *optional);
+    if (!optional) {
+        st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+        goto out;
+    }
+    for (int64_t k = 0; k < mc->n_carry; k++)
+        optional[k] = mc->carry[k].in;
+    qcal_dataset_options dopt;
+    qcal_dataset_options_default(&dopt);
+    dopt.optional = optional;
+    dopt.n_optional = mc->n_carry;
+    if ((st = qcal_dataset_open(data, entries, n_entries, mc->inputs, mc->n_inputs, &dopt,
+                                &ds)) < 0)
+        goto out;
+    if ((st = qcal_model_calib_feed_dataset(mc, ds)) < 0)
+        goto out;
+    st = qcal_model_calib_finish(mc, rep);
+out:
+    free(optional);
+    qcal_dataset_close(&ds);
+    if (st < 0) {
+        char msg[MSG_CAP];
+        snprintf(msg, sizeof msg, "%s", qcal_last_error());
+        qcal_model_calib_destroy(&mc);
+        return qcal_error(st, "%s", msg);
+    }
+    qcal_model_calib_destroy(&mc);
+    return st;
+}

@@ -1,0 +1,124 @@
+/* qcal model calibration: run an ONNX model in the engine (qcal/engine.h) on calibration data
+ * and stream every tensor a deployment profile quantizes into a calibration session, run by
+ * run, in bounded memory.
+ *
+ *   qcal_model_calib_options opt;
+ *   qcal_model_calib_options_default(&opt);             // profile ort, automatic batch
+ *   qcal_model_calib_report rep;
+ *   qcal_model_calibrate(engine, model, "calib/", NULL, 0, session, &opt, &rep);
+ *   qcal_calib_session_table(session, &table);          // then qcal_onnx_qdq, or a table file
+ *
+ * The tensors are those qcal_onnx_expose would expose for the options' profile, op types and
+ * exclusions; they become outputs of an in-memory copy of the model (the caller's model is
+ * not changed), run with graph optimizations disabled. Each run's outputs are observed (role
+ * activation, step = the run's index) on a second thread while the engine computes the next
+ * run, so at most two runs' outputs are in memory. The session's table equals the one
+ * `qcal onnx-expose` -> a dump of the same runs -> `qcal calibrate DIR` gives, byte for byte;
+ * for observers whose updates commute (qcal_observer_config_commutes) the ranges do not
+ * depend on how samples are grouped into runs (only the entries' batch counts do). */
+#ifndef QCAL_MODEL_CALIB_H
+#define QCAL_MODEL_CALIB_H
+
+#include "qcal/calib.h"
+#include "qcal/common.h"
+#include "qcal/dataset.h"
+#include "qcal/engine.h"
+#include "qcal/onnx.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct qcal_model_calib qcal_model_calib;
+
+typedef struct qcal_model_calib_options {
+    qcal_onnx_profile profile;      /* default QCAL_ONNX_PROFILE_ORT: the tensors that profile
+                                     * quantizes */
+    const char *op_types;           /* default NULL: the profile's op types (as qcal_onnx_qdq) */
+    const char *const *exclude;     /* default NULL: fnmatch(3) globs as qcal_onnx_qdq's */
+    int64_t n_exclude;              /* default 0 */
+    int64_t batch;                  /* default 0: automatic (samples per run where the data
+                                     * can be split: as many as keep one run's observed
+                                     * outputs under max_run_bytes, at least 1, measured on
+                                     * the first run of one sample); > 0: that many */
+    uint64_t max_run_bytes;         /* default 512 MiB: the automatic batch's budget */
+    const char *const *carry;       /* default NULL: "OUT=IN" pairs: output OUT of one run is
+                                     * input IN of the next run of the same data file (a
+                                     * recurrent model's state); IN comes from the file, or
+                                     * zeros, at the start of each file */
+    int64_t n_carry;                /* default 0 */
+    int threads;                    /* default 0: the engine's intra-op threads are
+                                     * qcal_get_num_threads(); > 0: that many */
+    int64_t rank, ranks;            /* default 0, 1: this process runs the data files f with
+                                     * f % ranks == rank (several processes each calibrate a
+                                     * share; merge their sessions) */
+    qcal_progress_fn progress;      /* default NULL: called after each run (samples done,
+                                     * samples in this process's share, data file path) */
+    void *progress_user;            /* default NULL */
+} qcal_model_calib_options;
+
+/* Fills *opt with the defaults documented on each field. */
+QCAL_API void qcal_model_calib_options_default(qcal_model_calib_options *opt);
+
+/* What a calibration run did. */
+typedef struct qcal_model_calib_report {
+    int64_t tensors;            /* tensors observed in every run */
+    int64_t files;              /* data files run (this process's share) */
+    int64_t samples;            /* samples run */
+    int64_t runs;               /* engine runs */
+    int64_t batch;              /* samples per run chosen for splittable data (0: none) */
+    uint64_t max_run_bytes;     /* largest run's observed output bytes */
+    int64_t empty;              /* outputs with 0 elements (not observed; counted) */
+    double engine_seconds;      /* wall time in the engine's Run */
+    double wait_seconds;        /* wall time the engine waited for the observers */
+} qcal_model_calib_report;
+
+/* Prepares a calibration of m (not changed; copied, exposed and serialized for the engine:
+ * models of 2 GiB and more are QCAL_ERR_OVERFLOW) into session s (not owned; must outlive
+ * *out). Nothing to observe (no tensor listed): QCAL_ERR_EMPTY. *out owned by the caller. */
+QCAL_API qcal_status qcal_model_calib_create(qcal_engine *e, const qcal_onnx_model *m,
+                                             qcal_calib_session *s,
+                                             const qcal_model_calib_options *opt,
+                                             qcal_model_calib **out);
+
+/* Number of model inputs, and input i as the engine declares it (for qcal_dataset_open). */
+QCAL_API int64_t qcal_model_calib_input_count(const qcal_model_calib *mc);
+QCAL_API qcal_status qcal_model_calib_input(const qcal_model_calib *mc, int64_t i,
+                                            qcal_engine_io *out);
+
+/* Number of tensors observed per run, and the name of tensor i. */
+QCAL_API int64_t qcal_model_calib_tensor_count(const qcal_model_calib *mc);
+QCAL_API const char *qcal_model_calib_tensor(const qcal_model_calib *mc, int64_t i);
+
+/* Runs the model once on inputs (every model input by name; a carried input may be left out
+ * or given with data NULL: the previous run's output, or zeros after qcal_model_calib_reset)
+ * and hands the outputs to the observers. Returns when the engine is done; the observers
+ * work on until the next call or qcal_model_calib_finish, and a failure of theirs is
+ * returned by that call. */
+QCAL_API qcal_status qcal_model_calib_feed(qcal_model_calib *mc, const qcal_engine_value *inputs,
+                                           int64_t n_inputs);
+
+/* Starts a new sequence: carried inputs are zeros (or the file's) again. */
+QCAL_API qcal_status qcal_model_calib_reset(qcal_model_calib *mc);
+
+/* Runs every batch of ds (opened on this calibration's inputs; this process's share of its
+ * files as opt->rank / ranks say), split into runs as opt->batch says, reset at each file. */
+QCAL_API qcal_status qcal_model_calib_feed_dataset(qcal_model_calib *mc, qcal_dataset *ds);
+
+/* Waits for the observers and fills *rep (may be NULL). The session then holds everything. */
+QCAL_API qcal_status qcal_model_calib_finish(qcal_model_calib *mc, qcal_model_calib_report *rep);
+
+/* Destroys *mc (NULL is fine; waits for its observers) and sets *mc to NULL. */
+QCAL_API void qcal_model_calib_destroy(qcal_model_calib **mc);
+
+/* All of it in one call: create, qcal_dataset_open(data, entries), feed_dataset, finish. */
+QCAL_API qcal_status qcal_model_calibrate(qcal_engine *e, const qcal_onnx_model *m,
+                                          const char *data, const char *const *entries,
+                                          int64_t n_entries, qcal_calib_session *s,
+                                          const qcal_model_calib_options *opt,
+                                          qcal_model_calib_report *rep);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,176 @@
+"""ort.model_calib: `qcal calibrate MODEL.onnx --data` and `qcal qdq MODEL.onnx --data` (ONNX
+Runtime loaded by qcal through its C API) against the dump route run by another runner.
+
+On the committed MobileNet-style network (examples/mobilenet/mobilenet.onnx, input [N, 1, 28,
+28]) and 64 Fashion-MNIST test images (examples/data/fmnist_test_batch.npy):
+  - the chain: `qcal onnx-expose` -> onnxruntime-node (tests/ort/ort_run.cjs, graph
+    optimizations disabled, batches of 16) writes a dump -> `qcal calibrate DIR` (a manifest
+    keeps the exposed tensors only);
+  - the model route: `qcal calibrate mobilenet.onnx --data x.npy --batch 16`;
+  the two tables are asserted byte-identical, for histogram and minmax, profile ort and
+  tensorrt; --batch 1, 7 and the automatic batch give the same ranges (only the entries'
+  batch counts differ); `qcal qdq --data` writes the bytes of `qcal qdq --table` with that
+  table, and its --table-out is the table; bad input: a float64 file, a missing input, a
+  library that is not there (exit 5), an extra array; each with its exit code and message.
+Skips (exit 77, one line) without node / onnxruntime-node or numpy.
+
+Environment: QCAL_BIN (qcal); QCAL_MC_WORK keeps the work directory."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+MODEL = os.path.join(ROOT, "examples", "mobilenet", "mobilenet.onnx")
+BATCH = os.path.join(ROOT, "examples", "data", "fmnist_test_batch.npy")
+RUNNER = os.path.join(HERE, "ort_run.cjs")
+N = 64
+
+fails = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        fails.append(what)
+
+
+def run(args, **kw):
+    return subprocess.run(args, capture_output=True, text=True, **kw)
+
+
+def qcal_run(qcal, *args):
+    r = run([qcal] + list(args))
+    if r.returncode != 0:
+        print("$ qcal " + " ".join(args) + "\n" + r.stdout + r.stderr)
+    return r
+
+
+def chain_table(qcal, w, x, profile, observer, tag):
+    """onnx-expose -> ort_run.cjs dump (optimizations disabled) -> calibrate."""
+    exp = os.path.join(w, "exp_%s.onnx" % tag)
+    lst = os.path.join(w, "list_%s.txt" % tag)
+    r = qcal_run(qcal, "onnx-expose", MODEL, "-o", exp, "--profile", profile, "--list", lst)
+    assert r.returncode == 0, r.stderr
+    dump = os.path.join(w, "dump_%s" % tag)
+    r = run(["node", RUNNER, exp, x, "--dump", dump, "--batch", "16", "--level", "disabled"])
+    if r.returncode == 77:
+        print(r.stdout.strip())
+        sys.exit(77)
+    assert r.returncode == 0, r.stdout + r.stderr
+    names = [ln for ln in open(lst).read().split("\n") if ln]
+    # The dump holds every output of the exposed model; the manifest keeps the listed ones,
+    # each with its batch files in order (the runner writes DIR/<percent-name>/b<k>.npy).
+    tensors = []
+    for name in names:
+        enc = "".join(chr(b) if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "-_.")
+                      else "%%%02X" % b for b in name.encode())
+        d = os.path.join(dump, enc)
+        files = sorted(os.listdir(d), key=lambda f: int(f[1:-4]))
+        tensors.append({"name": name, "role": "activation",
+                        "files": [os.path.join(enc, f) for f in files]})
+    json.dump({"tensors": tensors}, open(os.path.join(dump, "manifest.json"), "w"))
+    out = os.path.join(w, "chain_%s.json" % tag)
+    r = qcal_run(qcal, "calibrate", dump, "-o", out, "--observer", observer, "-q")
+    assert r.returncode == 0, r.stderr
+    return out, len(names)
+
+
+def main():
+    qcal = os.environ.get("QCAL_BIN", os.path.join(ROOT, "build", "tools", "qcal"))
+    try:
+        import numpy as np
+    except ImportError as e:
+        print("ort.model_calib: skipped: %s" % e)
+        return 77
+    if not shutil.which("node"):
+        print("ort.model_calib: skipped: node not found")
+        return 77
+    w = os.environ.get("QCAL_MC_WORK") or tempfile.mkdtemp(prefix="qcal-mc-test-")
+    os.makedirs(w, exist_ok=True)
+    x = os.path.join(w, "x.npy")
+    np.save(x, np.load(BATCH)[:N].astype(np.float32))
+    # The engine itself: a library that is not there is exit 5 with the place tried.
+    r = qcal_run(qcal, "calibrate", MODEL, "--data", x, "-o", os.path.join(w, "t.json"),
+                 "--ort-lib", os.path.join(w, "nothing.so"))
+    check(r.returncode == 5 and "nothing.so" in r.stderr and r.stderr.count("\n") == 1,
+          "--ort-lib missing: exit 5, one line naming it (%d: %s)" % (r.returncode, r.stderr.strip()))
+    if r.returncode != 5:
+        return 1
+    r = qcal_run(qcal, "calibrate", MODEL, "--data", x, "-o", os.path.join(w, "t.json"), "-q")
+    if r.returncode == 5:
+        print("ort.model_calib: skipped: " + r.stderr.strip())
+        return 77
+
+    for profile, observer in (("ort", "histogram"), ("ort", "minmax"), ("tensorrt", "histogram")):
+        tag = "%s_%s" % (profile, observer)
+        chain, n = chain_table(qcal, w, x, profile, observer, tag)
+        mine = os.path.join(w, "model_%s.json" % tag)
+        r = qcal_run(qcal, "calibrate", MODEL, "--data", x, "--batch", "16", "-o", mine,
+                     "--profile", profile, "--observer", observer, "-q")
+        check(r.returncode == 0, "calibrate MODEL --data (%s): exit 0" % tag)
+        same = r.returncode == 0 and open(chain, "rb").read() == open(mine, "rb").read()
+        check(same, "%s: table byte-identical to the dump route (%d tensors)" % (tag, n))
+        check("%d activations" % n in r.stdout and "64 samples (4 runs, 1 files)" in r.stdout,
+              "%s: summary line counts (%s)" % (tag, r.stdout.strip()))
+
+    # The grouping of samples into runs changes nothing but the batch counts.
+    ref = None
+    for b in ("1", "7", None):
+        out = os.path.join(w, "batch_%s.json" % b)
+        args = ["calibrate", MODEL, "--data", x, "-o", out, "-q"] + (["--batch", b] if b else [])
+        r = qcal_run(qcal, *args)
+        t = json.load(open(out))
+        for e in t["entries"]:
+            e.pop("batches", None)
+        if ref is None:
+            ref = t
+        else:
+            check(t == ref, "--batch %s: same ranges and qparams as --batch 1" % (b or "auto"))
+
+    # qdq --data: the bytes of qdq --table with the same table; --table-out is that table.
+    q1, q2, tout = (os.path.join(w, f) for f in ("a.onnx", "b.onnx", "tout.json"))
+    r = qcal_run(qcal, "qdq", MODEL, "--data", x, "--batch", "16", "-o", q1, "--table-out", tout,
+                 "-q")
+    check(r.returncode == 0 and "calibrated in ONNX Runtime 1.30.0 on 64 samples (4 runs)" in r.stdout,
+          "qdq --data: exit 0, summary (%s)" % r.stdout.strip())
+    r2 = qcal_run(qcal, "qdq", MODEL, "--table", tout, "-o", q2, "-q")
+    check(r2.returncode == 0 and open(q1, "rb").read() == open(q2, "rb").read(),
+          "qdq --data writes the bytes of qdq --table with its table")
+    check(open(tout, "rb").read() == open(os.path.join(w, "model_ort_histogram.json"), "rb").read(),
+          "qdq --table-out is the table calibrate writes")
+
+    # Bad data: one line, exit 3, nothing written.
+    bad = os.path.join(w, "bad.npy")
+    np.save(bad, np.load(x).astype(np.float64))
+    out = os.path.join(w, "never.json")
+    r = qcal_run(qcal, "calibrate", MODEL, "--data", bad, "-o", out)
+    check(r.returncode == 3 and "float64" in r.stderr and "float32" in r.stderr and "'input'" in r.stderr
+          and r.stderr.count("\n") == 1 and not os.path.exists(out),
+          "float64 data: exit 3, one line naming the input and both types (%s)" % r.stderr.strip())
+    npz = os.path.join(w, "extra.npz")
+    np.savez(npz, input=np.load(x), other=np.zeros(3, np.float32))
+    r = qcal_run(qcal, "calibrate", MODEL, "--data", npz, "-o", out)
+    check(r.returncode == 3 and "'other'" in r.stderr and not os.path.exists(out),
+          "an array the model does not take: exit 3 (%s)" % r.stderr.strip())
+    npz2 = os.path.join(w, "ok.npz")
+    np.savez(npz2, input=np.load(x))
+    r = qcal_run(qcal, "calibrate", MODEL, "--data", npz2, "--batch", "16", "-o", out, "-q")
+    check(r.returncode == 0 and open(out, "rb").read() == open(os.path.join(w, "model_ort_histogram.json"), "rb").read(),
+          ".npz data: the same table as .npy")
+    r = qcal_run(qcal, "calibrate", MODEL, "--input", "nope=" + x, "-o", os.path.join(w, "n.json"))
+    check(r.returncode == 3 and "'nope'" in r.stderr, "--input of an unknown name: exit 3 (%s)" % r.stderr.strip())
+
+    if fails:
+        print("FAILED:\n  " + "\n  ".join(fails) + "\n(files kept in %s)" % w)
+        return 1
+    if not os.environ.get("QCAL_MC_WORK"):
+        shutil.rmtree(w)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+/* Running a model in the engine from the CLI (tools/cli_model.h). */
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli_model.h"
+
+int cli_model_args_init(const char *cmd, cli_model_args *a, int argc)
+{
+    memset(a, 0, sizeof *a);
+    a->inputs = calloc((size_t)argc + 1, sizeof *a->inputs);
+    a->carry = calloc((size_t)argc + 1, sizeof *a->carry);
+    if (!a->inputs || !a->carry) {
+        cli_model_args_free(a);
+        return cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
+    }
+    return 0;
+}
+
+void cli_model_args_free(cli_model_args *a)
+{
+    free(a->inputs);
+    free(a->carry);
+    a->inputs = a->carry = NULL;
+}
+
+bool cli_model_args_given(const cli_model_args *a)
+{
+    return a->data || a->ninputs > 0;
+}
+
+int cli_model_opt(const char *cmd, cli_model_args *a, int id, const char *val)
+{
+    switch (id) {
+    case CLI_MODEL_DATA: a->data = val; return 0;
+    case CLI_MODEL_INPUT:
+        if (!strchr(val, '=') || val[0] == '=')
+            return cli_fail(cmd, QCAL_EXIT_USAGE, "--input '%s': expected NAME=PATH", val);
+        a->inputs[a->ninputs++] = val;
+        return 0;
+    case CLI_MODEL_CARRY:
+        if (!strchr(val, '=') || val[0] == '=' || !strchr(val, '=')[1])
+            return cli_fail(cmd, QCAL_EXIT_USAGE, "--carry '%s': expected OUTPUT=INPUT", val);
+        a->carry[a->ncarry++] = val;
+        return 0;
+    case CLI_MODEL_BATCH: return cli_parse_i64(cmd, "--batch", val, 1, INT64_MAX / 2, &a->batch);
+    case CLI_MODEL_ORT_LIB: a->ort_lib = val; return 0;
+    default: return -1;
+    }
+}
+
+int cli_engine_open(const char *cmd, const char *ort_lib, qcal_engine **e)
+{
+    qcal_engine_options eo;
+    qcal_engine_options_default(&eo);
+    eo.library = ort_lib;
+    qcal_status st = qcal_engine_open(&eo, e);
+    if (st == QCAL_ERR_NO_MEMORY)
+        return cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
+    return st < 0 ? cli_fail_status(cmd, QCAL_EXIT_ENGINE, st) : 0;
+}
+
+int cli_fold_bn(const char *cmd, qcal_onnx_model *m, bool quiet)
+{
+    qcal_onnx_fold_report rep = { 0 };
+    qcal_status st = qcal_onnx_fold_bn(m, &rep);
+    if (st != QCAL_OK)
+        return cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
+    if (rep.n_folded && !quiet) {
+        size_t len = 1;
+        for (int64_t i = 0; i < rep.n_folded; i++)
+            len += strlen(rep.folded[i]) + 2;
+        char *s = malloc(len), *w = s;
+        for (int64_t i = 0; s && i < rep.n_folded; i++)
+            w += sprintf(w, "%s%s", i ? "; " : "", rep.folded[i]);
+        fprintf(stderr, "qcal: %s: note: %lld BatchNormalization%s folded into the Conv before: %s\n", cmd,
+                (long long)rep.n_folded, rep.n_folded == 1 ? "" : "s", s ? s : "(out of memory)");
+        free(s);
+    }
+    qcal_onnx_fold_report_free(&rep);
+    return 0;
+}
+
+int cli_model_load(const char *cmd, const char *path, bool quiet, qcal_onnx_model **out)
+{
+    if (!qcal_onnx_available())
+        return cli_fail(cmd, QCAL_EXIT_FAILURE, "unavailable: this qcal was built without ONNX "
+                        "support (protobuf-c; meson -Donnx=enabled)");
+    qcal_onnx_model *m = NULL;
+    qcal_status st = qcal_onnx_model_load(path, &m);
+    if (st != QCAL_OK)
+        return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT, st);
+    int rc = cli_fold_bn(cmd, m, quiet);
+    if (rc) {
+        qcal_onnx_model_destroy(&m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+/* Exit code of a data error: memory 1, else the input's (3). */
+static int data_exit(qcal_status st)
+{
+    return st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT;
+}
+
+int cli_model_calibrate(const char *cmd, qcal_engine *e, const qcal_onnx_model *m,
+                        const cli_model_args *a, const qcal_onnx_qdq_options *sel,
+                        qcal_calib_session *s, int rank, int ranks, cli_progress *prog,
+                        qcal_model_calib_report *rep)
+{
+    qcal_model_calib_options o;
+    qcal_model_calib_options_default(&o);
+    o.profile = sel->profile;
+    o.op_types = sel->op_types;
+    o.exclude = sel->exclude;
+    o.n_exclude = sel->n_exclude;
+    o.batch = a->batch;
+    o.carry = a->carry;
+    o.n_carry = a->ncarry;
+    o.rank = rank;
+    o.ranks = ranks;
+    o.progress = prog ? cli_progress_cb : NULL;
+    o.progress_user = prog;
+    qcal_model_calib *mc = NULL;
+    qcal_dataset *ds = NULL;
+    const char **optional = NULL;
+    int rc = 0;
+    qcal_status st = qcal_model_calib_create(e, m, s, &o, &mc);
+    if (st < 0) {
+        int code = st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE
+                   : st == QCAL_ERR_INVALID_ARG || (st == QCAL_ERR_NOT_FOUND && a->ncarry) ||
+                           st == QCAL_ERR_MISMATCH ? QCAL_EXIT_USAGE
+                   : st == QCAL_ERR_EMPTY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT;
+        return cli_fail_status(cmd, code, st);
+    }
+    optional = calloc((size_t)a->ncarry + 1, sizeof *optional);
+    if (!optional) {
+        rc = cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
+        goto out;
+    }
+    for (int k = 0; k < a->ncarry; k++) {
+        optional[k] = strchr(a->carry[k], '=') + 1;
+    }
+    int64_t n_in = qcal_model_calib_input_count(mc);
+    qcal_engine_io *in = calloc((size_t)n_in + 1, sizeof *in);
+    if (!in) {
+        rc = cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
+        goto out;
+    }
+    for (int64_t i = 0; i < n_in; i++)
+        qcal_model_calib_input(mc, i, &in[i]);
+    qcal_dataset_options dopt;
+    qcal_dataset_options_default(&dopt);
+    dopt.optional = optional;
+    dopt.n_optional = a->ncarry;
+    st = qcal_dataset_open(a->data, a->inputs, a->ninputs, in, n_in, &dopt, &ds);
+    free(in);
+    if (st < 0) {
+        rc = cli_fail_status(cmd, data_exit(st), st);
+        goto out;
+    }
+    if (prog) {
+        int64_t total = 0, files = qcal_dataset_file_count(ds);
+        for (int64_t f = rank; f < files; f += ranks) {
+            qcal_dataset_file_info fi;
+            if (qcal_dataset_file_get(ds, f, &fi) == QCAL_OK)
+                total += fi.samples;
+        }
+        cli_progress_phase(prog, "running", "samples", total);
+    }
+    st = qcal_model_calib_feed_dataset(mc, ds);
+    if (st >= 0)
+        st = qcal_model_calib_finish(mc, rep);
+    if (st < 0) {
+        int code = st == QCAL_ERR_MISMATCH || st == QCAL_ERR_FORMAT || st == QCAL_ERR_IO ||
+                           st == QCAL_ERR_NOT_FOUND || st == QCAL_ERR_UNSUPPORTED
+                       ? QCAL_EXIT_INPUT
+                       : cli_observe_exit_code(st) == QCAL_EXIT_INPUT ? QCAL_EXIT_INPUT
+                                                                      : QCAL_EXIT_FAILURE;
+        if (st == QCAL_ERR_BACKEND)
+            code = QCAL_EXIT_FAILURE;
+        rc = cli_fail_status(cmd, code, st);
+    }
+out:
+    free(optional);
+    qcal_dataset_close(&ds);
+    qcal_model_calib_destroy(&mc);
+    return rc;
+}

@@ -1,0 +1,87 @@
+/* Options and steps shared by the subcommands that run a model in the engine (`qcal
+ * calibrate MODEL.onnx --data`, `qcal qdq MODEL.onnx --data`): the data options, opening
+ * ONNX Runtime, and the calibration run with its exit codes. */
+#ifndef QCAL_TOOLS_CLI_MODEL_H
+#define QCAL_TOOLS_CLI_MODEL_H
+
+#include <stdbool.h>
+
+#include <qcal/engine.h>
+#include <qcal/model_calib.h>
+#include <qcal/onnx.h>
+
+#include "cli_common.h"
+#include "cli_progress.h"
+
+enum {
+    CLI_MODEL_BASE = 3000,
+    CLI_MODEL_DATA = CLI_MODEL_BASE, CLI_MODEL_INPUT, CLI_MODEL_BATCH, CLI_MODEL_CARRY,
+    CLI_MODEL_ORT_LIB,
+    CLI_MODEL_END
+};
+
+/* Rows to put in a subcommand's option table. */
+#define CLI_MODEL_OPTS                                                                        \
+    { "data", 0, true, CLI_MODEL_DATA }, { "input", 0, CLI_REPEATED, CLI_MODEL_INPUT },     \
+    { "batch", 0, true, CLI_MODEL_BATCH }, { "carry", 0, CLI_REPEATED, CLI_MODEL_CARRY },   \
+    { "ort-lib", 0, true, CLI_MODEL_ORT_LIB }
+
+/* Help lines of the rows above. */
+#define CLI_MODEL_HELP                                                                          \
+    "  --data SPEC              calibration data: a directory or a .npy, .npz or .safetensors\n" \
+    "                           file of arrays named by model input, batch on axis 0; several\n" \
+    "                           files are several batches (docs/data.md)\n"                      \
+    "  --input NAME=PATH        (repeatable) input NAME from PATH (a .npy file, or a directory\n" \
+    "                           of them: one batch each)\n"                                      \
+    "  --batch N                samples per run where the model's first dimension is dynamic\n" \
+    "                           (default: as many as keep one run's observed tensors under\n"    \
+    "                           512 MiB); the ranges do not depend on N\n"                       \
+    "  --carry OUT=IN           (repeatable) output OUT of a run is input IN of the next run\n"  \
+    "                           of the same data file (recurrent state; zeros, or the file's\n"  \
+    "                           value, at the start of each file)\n"                             \
+    "  --ort-lib PATH           ONNX Runtime's libonnxruntime.so.1 (default: $QCAL_ORT_LIB,\n"   \
+    "                           the loader's path, then the npm cache ./run.sh fills)\n"
+
+typedef struct cli_model_args {
+    const char *data;          /* --data */
+    const char **inputs;       /* --input NAME=PATH, in order (argc + 1 slots) */
+    int ninputs;
+    const char **carry;        /* --carry OUT=IN */
+    int ncarry;
+    int64_t batch;             /* --batch, 0: automatic */
+    const char *ort_lib;       /* --ort-lib */
+} cli_model_args;
+
+/* Allocates the lists for argc arguments; 0 or an exit code (reported). */
+int cli_model_args_init(const char *cmd, cli_model_args *a, int argc);
+void cli_model_args_free(cli_model_args *a);
+
+/* True when some data was asked for (--data or --input). */
+bool cli_model_args_given(const cli_model_args *a);
+
+/* Handles id when it is one of CLI_MODEL_OPTS: returns 0 (taken) or an exit code
+ * (reported); -1 when id is not one of them. */
+int cli_model_opt(const char *cmd, cli_model_args *a, int id, const char *val);
+
+/* Folds the model's BatchNormalizations into their Convs (as qdq, onnx-expose and equalize
+ * do, so exposed names, tables and Q/DQ placement agree) and notes it on stderr unless
+ * quiet. 0 or an exit code (reported). */
+int cli_fold_bn(const char *cmd, qcal_onnx_model *m, bool quiet);
+
+/* Loads the model at path and folds its BatchNormalizations (cli_fold_bn): what every
+ * subcommand that reads a model for quantization starts with. 0 or an exit code. */
+int cli_model_load(const char *cmd, const char *path, bool quiet, qcal_onnx_model **out);
+
+/* Opens ONNX Runtime; on failure one line with every place tried, exit QCAL_EXIT_ENGINE. */
+int cli_engine_open(const char *cmd, const char *ort_lib, qcal_engine **e);
+
+/* Calibrates m's tensors (selected by sel: profile, op types, exclusions) into s by running
+ * it on the data; rank / ranks share the data files. Exit codes: data that does not match
+ * the model, malformed files or a model the engine refuses 3; a failure during a run
+ * (the engine's, NaN/Inf under --strict, memory) 1; bad --carry 2. */
+int cli_model_calibrate(const char *cmd, qcal_engine *e, const qcal_onnx_model *m,
+                        const cli_model_args *a, const qcal_onnx_qdq_options *sel,
+                        qcal_calib_session *s, int rank, int ranks, cli_progress *prog,
+                        qcal_model_calib_report *rep);
+
+#endif
