@@ -164,6 +164,30 @@ def main():
     r = qcal_run(qcal, "calibrate", MODEL, "--input", "nope=" + x, "-o", os.path.join(w, "n.json"))
     check(r.returncode == 3 and "'nope'" in r.stderr, "--input of an unknown name: exit 3 (%s)" % r.stderr.strip())
 
+    # mpirun -np N: each rank runs a share of the data files; the one-process table, byte
+    # for byte (the files of a directory are the units shared out).
+    mpirun = os.environ.get("QCAL_MPIRUN")
+    if mpirun:
+        d = os.path.join(w, "parts")
+        os.makedirs(d, exist_ok=True)
+        xs = np.load(x)
+        for k in range(4):
+            np.save(os.path.join(d, "part%d.npy" % k), xs[16 * k:16 * (k + 1)])
+        one = os.path.join(w, "np1.json")
+        r = qcal_run(qcal, "calibrate", MODEL, "--data", d, "-o", one, "-q")
+        check(r.returncode == 0 and open(one, "rb").read() == open(os.path.join(w, "model_ort_histogram.json"), "rb").read(),
+              "a directory of 4 files: the table of the single file")
+        for np_ in ("2", "3"):
+            out = os.path.join(w, "np%s.json" % np_)
+            r = run([mpirun, "-np", np_, "--oversubscribe", qcal, "calibrate", MODEL, "--data", d, "-o",
+                     out, "-q"], timeout=300)
+            ok = r.returncode == 0 and open(out, "rb").read() == open(one, "rb").read()
+            if not ok:
+                print(r.stdout + r.stderr)
+            check(ok, "mpirun -np %s: the one-process table, byte for byte" % np_)
+    else:
+        print("skip mpirun checks: QCAL_MPIRUN not set (built without MPI)")
+
     if fails:
         print("FAILED:\n  " + "\n  ".join(fails) + "\n(files kept in %s)" % w)
         return 1
