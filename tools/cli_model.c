@@ -161,18 +161,24 @@ int cli_model_calibrate(const char *cmd, qcal_engine *e, const qcal_onnx_model *
         rc = cli_fail_status(cmd, data_exit(st), st);
         goto out;
     }
-    if (prog) {
-        int64_t total = 0, files = qcal_dataset_file_count(ds);
-        for (int64_t f = rank; f < files; f += ranks) {
-            qcal_dataset_file_info fi;
-            if (qcal_dataset_file_get(ds, f, &fi) == QCAL_OK)
-                total += fi.samples;
+    int64_t mine = 0, all = 0, files = qcal_dataset_file_count(ds);
+    for (int64_t f = 0; f < files; f++) {
+        qcal_dataset_file_info fi;
+        if (qcal_dataset_file_get(ds, f, &fi) == QCAL_OK) {
+            all += fi.samples;
+            mine += f % ranks == rank ? fi.samples : 0;
         }
-        cli_progress_phase(prog, "running", "samples", total);
     }
+    if (prog)
+        cli_progress_phase(prog, "running", "samples", mine);
     st = qcal_model_calib_feed_dataset(mc, ds);
     if (st >= 0)
         st = qcal_model_calib_finish(mc, rep);
+    if (st >= 0 && rep && ranks > 1) {
+        /* The summary speaks for the whole run: every rank's files and samples. */
+        rep->files = files;
+        rep->samples = all;
+    }
     if (st < 0) {
         int code = st == QCAL_ERR_MISMATCH || st == QCAL_ERR_FORMAT || st == QCAL_ERR_IO ||
                            st == QCAL_ERR_NOT_FOUND || st == QCAL_ERR_UNSUPPORTED

@@ -919,6 +919,12 @@ fed:
     /* With an output on stdout (-o -, --save-state -) the summary goes to stderr. */
     FILE *say = cli_output_is_stdout(a.out.out) || cli_output_is_stdout(a.save_state) ? stderr
                                                                                       : stdout;
+    if (model && dist->size > 1 && n > 0) {
+        /* Every rank's runs: each observed tensor got one batch per run. */
+        const qcal_calib_entry *e0;
+        qcal_calib_table_entry(table, 0, &e0);
+        mrep.runs = (int64_t)e0->batches;
+    }
     if (model)
         fprintf(say, "qcal: calibrate: wrote %s (%s): %lld activations from %s run in ONNX "
                 "Runtime %s on %lld samples (%lld runs, %lld files)", a.out.out, fmts,
