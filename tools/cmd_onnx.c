@@ -17,7 +17,8 @@ static const char expose_help[] =
     "graph output of OUT.onnx, type and shape kept. Run OUT.onnx in any engine on calibration\n"
     "data and save those outputs as a qcal dump directory (names percent-encoded, or a\n"
     "manifest.json); 'qcal calibrate' then makes a table that matches the model one to one\n"
-    "(recipes for ONNX Runtime in docs/onnx.md).\n"
+    "(recipes for ONNX Runtime in docs/onnx.md). A model of opset 9-12 is raised to opset 13\n"
+    "first, as 'qcal qdq' does (OUT.onnx is that model; an op qcal cannot adapt is an error).\n"
     "\n"
     "options:\n"
     "  -o, --output OUT.onnx    the model with the extra outputs (written atomically)\n"
@@ -27,9 +28,9 @@ static const char expose_help[] =
     "                           give 'qcal qdq' the same list\n"
     "  -h, --help               this help\n"
     "\n"
-    "Exit codes: 2 bad options; 3 a missing, malformed or hostile MODEL; 4 an output that\n"
-    "cannot be written (an existing file is left intact); 1 a name --list cannot hold (a\n"
-    "line break) or ONNX support not built.\n";
+    "Exit codes: 2 bad options; 3 a missing, malformed or hostile MODEL, or one qcal cannot\n"
+    "raise to opset 13; 4 an output that cannot be written (an existing file is left\n"
+    "intact); 1 a name --list cannot hold (a line break) or ONNX support not built.\n";
 
 static const char qdq_help[] =
     "usage: qcal qdq MODEL.onnx --table TABLE.json -o OUT.onnx [--profile ort|tensorrt]\n"
@@ -38,7 +39,8 @@ static const char qdq_help[] =
     "\n"
     "Writes MODEL with QuantizeLinear/DequantizeLinear nodes: activations from the table\n"
     "(matched by tensor name), weights per-channel symmetric qint8 computed from the model's\n"
-    "own initializers. Needs a default-domain opset >= 13.\n"
+    "own initializers. A model of default-domain opset 9-12 is raised to 13 first (the ops\n"
+    "whose meaning changed adapted, one note each; docs/onnx.md \"Older opsets\").\n"
     "  profile ort: ONNX Runtime node units (DQ -> op -> Q), activations as calibrated\n"
     "  (quint8 asymmetric), int8 weights + DequantizeLinear, int32 biases, a Relu after a\n"
     "  quantized op folded into its output Q.\n"
@@ -61,8 +63,9 @@ static const char qdq_help[] =
     "  -h, --help               this help\n"
     "\n"
     "Exit codes: 2 bad options; 3 a missing or malformed MODEL or TABLE, or a model opset\n"
-    "below 13; 4 an output that cannot be written (an existing file is left intact); 1\n"
-    "missing tensors under --strict, or ONNX support not built.\n";
+    "below 9 or an op qcal cannot raise to opset 13; 4 an output that cannot be written (an\n"
+    "existing file is left intact); 1 missing tensors under --strict, or ONNX support not\n"
+    "built.\n";
 
 enum { OPT_HELP = 1, OPT_OUT, OPT_PROFILE, OPT_LIST, OPT_TABLE, OPT_WOBS, OPT_EXCLUDE, OPT_OPTYPES,
        OPT_STRICT, OPT_WQSCHEME, OPT_FLOATW };
@@ -147,6 +150,28 @@ static int fold_bn(const char *cmd, qcal_onnx_model *m)
     return 0;
 }
 
+/* Raises a model of default-domain opset 9-12 to 13 (qcal_onnx_upgrade: what qcal qdq needs,
+ * so onnx-expose refuses what qdq would before any dump) with one note per adapted op type.
+ * 0 or an exit code (3: an opset or op qcal cannot raise). */
+static int upgrade(const char *cmd, qcal_onnx_model *m)
+{
+    qcal_onnx_model_info info;
+    qcal_status st = qcal_onnx_model_get_info(m, &info);
+    if (st != QCAL_OK)
+        return cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
+    if (info.opset < 0 || info.opset >= 13)
+        return 0;   /* qcal qdq says what is wrong with a model without a default-domain opset */
+    qcal_onnx_upgrade_report rep = { 0 };
+    if ((st = qcal_onnx_upgrade(m, 13, &rep)) != QCAL_OK)
+        return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT, st);
+    cli_note(cmd, "opset %lld raised to %lld (%lld op type%s adapted)", (long long)rep.from, (long long)rep.to,
+             (long long)rep.n_adapted, rep.n_adapted == 1 ? "" : "s");
+    for (int64_t i = 0; i < rep.n_adapted; i++)
+        cli_note(cmd, "%s", rep.adapted[i]);
+    qcal_onnx_upgrade_report_free(&rep);
+    return 0;
+}
+
 int cmd_onnx_expose(int argc, char **argv)
 {
     cli_parser p;
@@ -190,7 +215,7 @@ int cmd_onnx_expose(int argc, char **argv)
     qcal_status st = qcal_onnx_model_load(in, &m);
     if (st != QCAL_OK)
         return cli_fail_status(cmd, load_exit(st), st);
-    if ((rc = fold_bn(cmd, m))) {
+    if ((rc = upgrade(cmd, m)) || (rc = fold_bn(cmd, m))) {
         qcal_onnx_model_destroy(&m);
         return rc;
     }
@@ -343,7 +368,7 @@ int cmd_qdq(int argc, char **argv)
         rc = cli_fail_status(cmd, load_exit(st), st);
         goto free;
     }
-    if ((rc = fold_bn(cmd, m)))
+    if ((rc = upgrade(cmd, m)) || (rc = fold_bn(cmd, m)))
         goto free;
     bool save_failed = false;
     st = qcal_onnx_qdq_save(m, t, &opt, NULL, out, &rep, &save_failed);
