@@ -180,15 +180,18 @@ qcal_status onnx_fold_bn(qcal_onnx_model *m, qcal_onnx_fold_report *rep, onnx_bn
         if (st != QCAL_OK)
             break;
     }
-    // The folded BNs' parameter initializers that nothing else reads go with them.
+    // The folded BNs' parameter initializers (and Constant nodes) that nothing else reads go with them.
     onnx_map params = { 0 };
     Onnx__TensorProto **dead = NULL;
     size_t ndead = 0;
     for (size_t i = 0; i < g->n_node && st == QCAL_OK; i++)
         for (size_t j = 1; drop[i] && j < g->node[i]->n_input; j++) {
             onnx_tref *pr = onnx_gindex_get(&x, g->node[i]->input[j]);
-            if (pr && pr->init && pr->n_cons == 1 && !pr->graph_out && !pr->sub_ref &&
-                !onnx_map_put(&params, pr->name, 0))
+            if (!pr || !pr->init || pr->n_cons != 1 || pr->graph_out || pr->sub_ref)
+                continue;
+            if (pr->producer >= 0)
+                drop[pr->producer] = true;   // a Constant node holding the parameter
+            else if (!onnx_map_put(&params, pr->name, 0))
                 st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
         }
     size_t k = 0;

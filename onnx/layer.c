@@ -58,6 +58,15 @@ static bool mark_sub(onnx_gindex *x, const Onnx__GraphProto *g)
     return true;
 }
 
+Onnx__TensorProto *onnx_constant_value(const Onnx__NodeProto *n)
+{
+    if (strcmp(n->op_type, "Constant") || (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx")) ||
+        n->n_output != 1)
+        return NULL;
+    const Onnx__AttributeProto *a = onnx_node_attr(n, "value");
+    return a && a->t && n->n_attribute == 1 ? a->t : NULL;
+}
+
 qcal_status onnx_gindex_build(const Onnx__GraphProto *g, onnx_gindex *x)
 {
     memset(x, 0, sizeof *x);
@@ -92,6 +101,9 @@ qcal_status onnx_gindex_build(const Onnx__GraphProto *g, onnx_gindex *x)
             if (!r)
                 goto oom;
             r->producer = (int64_t)i;
+            // a Constant's value is a weight like an initializer (paddle2onnx writes them so)
+            if (!r->init)
+                r->init = onnx_constant_value(n);
         }
         for (size_t a = 0; a < n->n_attribute; a++) {
             const Onnx__AttributeProto *at = n->attribute[a];
@@ -259,25 +271,25 @@ qcal_status onnx_layer_load(const qcal_onnx_model *m, const onnx_gindex *x, int6
             attr_float(n, "beta", 1.0f) != 1.0f)
             return snprintf(why, 256, "Gemm with transA, alpha or beta other than 0, 1, 1"), QCAL_ERR_UNSUPPORTED;
         if (w->n_dims != 2)
-            return snprintf(why, 256, "weight '%s' is not 2-D", w->name), QCAL_ERR_UNSUPPORTED;
+            return snprintf(why, 256, "weight '%s' is not 2-D", n->input[1]), QCAL_ERR_UNSUPPORTED;
         out->trans = attr_int(n, "transB", 0) == 0;
         o = out->trans ? w->dims[1] : w->dims[0];
         in = out->trans ? w->dims[0] : w->dims[1];
     } else {
         if (w->n_dims < 3)
-            return snprintf(why, 256, "weight '%s' has %zu dimensions", w->name, w->n_dims), QCAL_ERR_UNSUPPORTED;
+            return snprintf(why, 256, "weight '%s' has %zu dimensions", n->input[1], w->n_dims), QCAL_ERR_UNSUPPORTED;
         groups = attr_int(n, "group", 1);
         o = w->dims[0];
         in = w->dims[1];
         for (size_t k = 2; k < w->n_dims; k++) {
             if (w->dims[k] < 1 || __builtin_mul_overflow(kernel, w->dims[k], &kernel))
-                return snprintf(why, 256, "weight '%s' has an impossible shape", w->name), QCAL_ERR_UNSUPPORTED;
+                return snprintf(why, 256, "weight '%s' has an impossible shape", n->input[1]), QCAL_ERR_UNSUPPORTED;
         }
         if (groups < 1 || __builtin_mul_overflow(in, groups, &in))
             return snprintf(why, 256, "group %lld is impossible", (long long)groups), QCAL_ERR_UNSUPPORTED;
     }
     if (o < 1 || in < 1 || o % groups)
-        return snprintf(why, 256, "weight '%s' has an impossible shape", w->name), QCAL_ERR_UNSUPPORTED;
+        return snprintf(why, 256, "weight '%s' has an impossible shape", n->input[1]), QCAL_ERR_UNSUPPORTED;
     out->gemm = gemm;
     qcal_ptq_layer *l = &out->l;
     l->out_channels = o;
@@ -291,7 +303,7 @@ qcal_status onnx_layer_load(const qcal_onnx_model *m, const onnx_gindex *x, int6
         return st;
     if (numel != o * (in / groups) * kernel) {
         free(wd);
-        return snprintf(why, 256, "weight '%s' size does not match its shape", w->name), QCAL_ERR_UNSUPPORTED;
+        return snprintf(why, 256, "weight '%s' size does not match its shape", n->input[1]), QCAL_ERR_UNSUPPORTED;
     }
     if (out->trans) {   // [in, out] -> [out, in]
         float *t = malloc((size_t)numel * sizeof *t);
@@ -314,7 +326,7 @@ qcal_status onnx_layer_load(const qcal_onnx_model *m, const onnx_gindex *x, int6
         if (nb != o || out->bt->n_dims != 1) {
             free(wd);
             free(bd);
-            return snprintf(why, 256, "bias '%s' is not 1-D of %lld values", out->bt->name, (long long)o),
+            return snprintf(why, 256, "bias '%s' is not 1-D of %lld values", n->input[2], (long long)o),
                    QCAL_ERR_UNSUPPORTED;
         }
     } else if (!(bd = calloc((size_t)o, sizeof *bd))) {
@@ -362,7 +374,7 @@ qcal_status onnx_layer_store(qcal_onnx_model *m, onnx_gindex *x, onnx_layer *ly)
         zero = zero && l->bias[i] == 0.0f;
     if (zero)
         return QCAL_OK;
-    const char *bname = onnx_gindex_fresh(x, n->name && n->name[0] ? n->name : ly->wt->name, "_bias");
+    const char *bname = onnx_gindex_fresh(x, n->name && n->name[0] ? n->name : n->input[1], "_bias");
     if (!bname)
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
     int64_t dims[1] = { l->out_channels };

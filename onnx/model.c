@@ -2237,6 +2237,24 @@ qcal_status qcal_onnx_node_set_string(qcal_onnx_model *m, int64_t node, const ch
     return QCAL_OK;
 }
 
+qcal_status qcal_onnx_node_set_tensor(qcal_onnx_model *m, int64_t node, const char *attr, int32_t elem_type,
+                                      int32_t ndim, const int64_t *dims, const void *data, size_t nbytes)
+{
+    Onnx__NodeProto *n = node_of(m, node);
+    if (!n || !attr || ndim < 0 || ndim > QCAL_MAX_DIMS || (ndim && !dims) || (nbytes && !data))
+        return qcal_error(QCAL_ERR_INVALID_ARG, "no node %lld or a bad tensor", (long long)node);
+    Onnx__TensorProto *t = onnx_new_tensor("", elem_type, ndim, dims, data, nbytes);
+    if (!t)
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    Onnx__AttributeProto *a = new_attr(n, attr, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR);
+    if (!a) {
+        protobuf_c_message_free_unpacked(&t->base, NULL);
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    }
+    a->t = t;
+    return QCAL_OK;
+}
+
 qcal_status qcal_onnx_node_set_graph(qcal_onnx_model *m, int64_t node, const char *attr, qcal_onnx_model **body)
 {
     Onnx__NodeProto *n = node_of(m, node);

@@ -187,6 +187,13 @@ qcal_status qcal_onnx_node_set_float(qcal_onnx_model *m, int64_t node, const cha
     return NO_ONNX();
 }
 
+qcal_status qcal_onnx_node_set_tensor(qcal_onnx_model *m, int64_t node, const char *attr, int32_t elem_type,
+                                      int32_t ndim, const int64_t *dims, const void *data, size_t nbytes)
+{
+    (void)m, (void)node, (void)attr, (void)elem_type, (void)ndim, (void)dims, (void)data, (void)nbytes;
+    return NO_ONNX();
+}
+
 qcal_status qcal_onnx_node_set_string(qcal_onnx_model *m, int64_t node, const char *attr, const char *value)
 {
     (void)m, (void)node, (void)attr, (void)value;
@@ -207,6 +214,13 @@ void qcal_onnx_qdq_options_default(qcal_onnx_qdq_options *opt)
 }
 
 qcal_status qcal_onnx_list(const qcal_onnx_model *m, const qcal_onnx_qdq_options *opt, char ***names, int64_t *n)
+{
+    (void)m, (void)opt, (void)names, (void)n;
+    return NO_ONNX();
+}
+
+qcal_status qcal_onnx_list_untyped(const qcal_onnx_model *m, const qcal_onnx_qdq_options *opt, char ***names,
+                                   int64_t *n)
 {
     (void)m, (void)opt, (void)names, (void)n;
     return NO_ONNX();

@@ -125,6 +125,25 @@ bool onnx_graph_desc(const Onnx__GraphProto *g, const char *name, qcal_onnx_tens
 /* Type proto for a graph output of desc (elem_type 0 -> float32). */
 Onnx__ValueInfoProto *onnx_new_value_info(const char *name, const qcal_onnx_tensor_desc *desc);
 
+/* ---- element types (onnx/types.c) ---- */
+
+/* The element type of every tensor of a graph whose type can be known: declared (graph
+ * inputs, outputs, value_info), initializers, Constant values, then propagated through the
+ * default-domain ops in node order (Shape/Size/NonZero int64, comparisons bool, Cast its
+ * `to`, If/Loop/Scan their bodies' outputs, other ops output 0 as input 0, ...). Names a
+ * graph does not define are looked up in `up` (the enclosing graph's; may be NULL). Keys
+ * are borrowed from g: valid while g's strings are. */
+typedef struct onnx_types {
+    onnx_map map;                /* name -> ONNX element type (known ones only) */
+    onnx_map *defined;           /* names defined in this graph */
+    const struct onnx_types *up;
+} onnx_types;
+
+qcal_status onnx_types_build(const Onnx__GraphProto *g, const struct onnx_types *up, onnx_types *ty);
+void onnx_types_free(onnx_types *ty);
+/* The element type of name, 0 when unknown. */
+int32_t onnx_type_get(const onnx_types *ty, const char *name);
+
 /* ---- weight layers for the rewrites (onnx/layer.c; used by fold_bn.c and equalize.c) ---- */
 #include "qcal/ptq.h"
 
@@ -135,7 +154,8 @@ typedef struct onnx_tref {
     int64_t n_cons;              /* consuming input slots of main-graph nodes */
     int64_t cons0;               /* the first consuming node, -1 */
     bool graph_out, sub_ref;     /* a graph output; read inside an If/Loop body */
-    Onnx__TensorProto *init;     /* initializer of that name or NULL */
+    Onnx__TensorProto *init;     /* initializer of that name, or the `value` tensor of the
+                                  * Constant node that writes it (producer >= 0), or NULL */
 } onnx_tref;
 
 typedef struct onnx_gindex {
@@ -146,10 +166,13 @@ typedef struct onnx_gindex {
     int64_t nowned;
 } onnx_gindex;
 
+/* The `value` tensor of a default-domain Constant node, else NULL. */
+Onnx__TensorProto *onnx_constant_value(const Onnx__NodeProto *n);
+
 qcal_status onnx_gindex_build(const Onnx__GraphProto *g, onnx_gindex *x);
 void onnx_gindex_free(onnx_gindex *x);
 onnx_tref *onnx_gindex_get(const onnx_gindex *x, const char *name);
-/* The initializer behind name, directly or through Identity nodes (*hops, may be NULL: how
+/* The initializer (or Constant value) behind name, directly or through Identity nodes (*hops, may be NULL: how
  * many; >= 100 when an Identity output in between has another reader); NULL if none. */
 onnx_tref *onnx_gindex_const(const onnx_gindex *x, const Onnx__GraphProto *g, const char *name, int64_t *hops);
 /* A name used nowhere in the graph, base + suffix (+ "_k"); owned by x (NULL: no memory). */

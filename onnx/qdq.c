@@ -92,8 +92,14 @@ typedef struct tinfo {
     int64_t producer;          /* main-graph node index, -1 for inputs / initializers */
     int64_t n_cons;            /* main-graph consumer slots */
     int64_t cons0;             /* the first consuming node */
-    Onnx__TensorProto *init;   /* initializer of that name, or NULL */
+    Onnx__TensorProto *init;   /* initializer of that name, or the value of the Constant node
+                                * that writes it (cnode), or NULL */
+    int64_t cnode;             /* that Constant node, -1: hoisted into an initializer of the
+                                * same name by the rewrite when it quantizes the tensor */
     bool graph_in, graph_out, sub_ref;
+    bool data;                 /* carries data: depends on a graph input through more than
+                                * shapes (not an initializer, a Constant, shape arithmetic) */
+    bool untyped;              /* read as an activation, element type unknown (noted once) */
     bool outer;                /* an initializer of an enclosing graph (If bodies) */
     /* plan */
     bool assigned;             /* activation qparams decided */
@@ -148,12 +154,20 @@ typedef struct nplan {
     int wslot, bslot;          /* weight / bias slots (-1) */
     int64_t w;                 /* wplan index or -1 */
     int64_t b;                 /* bplan index or -1 */
+    bool via;                  /* an Identity between a planned weight or bias and its reader */
+    bool gone;                 /* removed by the rewrite (a hoisted Constant, an Identity
+                                * nothing reads any more) */
 } nplan;
 
 #define MAX_SCOPES 16
 
 typedef struct plan {
     struct plan *root;         /* the main graph's plan: fresh names for every graph */
+    const struct plan *up;     /* the plan of the enclosing graph (If bodies), else NULL */
+    onnx_types ty;             /* element types (planning only: keys borrowed from g) */
+    onnx_gindex gx;            /* constants behind Identity nodes (planning only, likewise) */
+    char **untyped;            /* activation inputs of unknown element type (borrowed) */
+    int64_t nuntyped;
     const Onnx__GraphProto *scope[MAX_SCOPES];   /* enclosing graphs, innermost first */
     int nscope;
     const qcal_onnx_model *m;
@@ -222,6 +236,9 @@ static void plan_free(plan *p)
     free(p->scratch);
     free(p->skipped);
     free(p->list);
+    free(p->untyped);
+    onnx_types_free(&p->ty);
+    onnx_gindex_free(&p->gx);
     free(p->t);
     free(p->np);
     free(p->w);
@@ -263,6 +280,7 @@ static int64_t tensor_index(plan *p, const char *name, bool create)
     memset(ti, 0, sizeof *ti);
     ti->name = key;
     ti->producer = -1;
+    ti->cnode = -1;
     if (!onnx_map_put(&p->names, key, p->nt))
         return -2;
     return p->nt++;
@@ -356,6 +374,12 @@ static qcal_status index_graph(plan *p)
             if (ti < 0)
                 return OOM();
             p->t[ti].producer = (int64_t)i;
+            /* a Constant's value is a weight like an initializer (paddle2onnx writes them so) */
+            Onnx__TensorProto *cv = p->t[ti].init ? NULL : onnx_constant_value(n);
+            if (cv) {
+                p->t[ti].init = cv;
+                p->t[ti].cnode = (int64_t)i;
+            }
         }
         for (size_t a = 0; a < n->n_attribute; a++) {
             const Onnx__AttributeProto *at = n->attribute[a];
@@ -394,11 +418,76 @@ static qcal_status index_graph(plan *p)
                 }
         }
     }
+    /* Which tensors carry data: graph inputs and names of enclosing graphs, then what a
+     * node computes from them, except shapes (Shape, Size, ConstantOfShape) and Constants.
+     * A node with a body (If, Loop, Scan) may read anything: its outputs carry data. */
+    for (int64_t t = 0; t < p->nt; t++) {
+        tinfo *ti = &p->t[t];
+        ti->data = ti->graph_in || (!ti->init && ti->producer < 0);
+        for (const plan *u = p->up; ti->data && !ti->graph_in && u; u = u->up) {
+            int64_t o = tensor_index((plan *)u, ti->name, false);
+            if (o >= 0) {
+                ti->data = u->t[o].data;
+                break;
+            }
+        }
+    }
+    for (size_t i = 0; i < g->n_node; i++) {
+        const Onnx__NodeProto *n = g->node[i];
+        bool dflt = !n->domain || !n->domain[0] || !strcmp(n->domain, "ai.onnx");
+        bool d = false;
+        if (!(dflt && (!strcmp(n->op_type, "Shape") || !strcmp(n->op_type, "Size") ||
+                       !strcmp(n->op_type, "Constant") || !strcmp(n->op_type, "ConstantOfShape")))) {
+            for (size_t k = 0; k < n->n_input && !d; k++) {
+                int64_t ti = n->input[k][0] ? tensor_index(p, n->input[k], false) : -1;
+                d = ti >= 0 && p->t[ti].data;
+            }
+            for (size_t a = 0; a < n->n_attribute && !d; a++)
+                d = n->attribute[a]->g || n->attribute[a]->n_graphs;
+        }
+        for (size_t k = 0; k < n->n_output; k++) {
+            int64_t ti = n->output[k][0] ? tensor_index(p, n->output[k], false) : -1;
+            if (ti >= 0 && p->t[ti].producer == (int64_t)i)
+                p->t[ti].data = d;
+        }
+    }
+    qcal_status st = onnx_types_build(g, p->up ? &p->up->ty : NULL, &p->ty);
+    if (st == QCAL_OK)
+        st = onnx_gindex_build(g, &p->gx);
+    if (st != QCAL_OK)
+        return st;
     p->np = calloc(g->n_node + 1, sizeof *p->np);
     /* Fresh names must be new in the whole model (a body sees its enclosing graphs). */
     if (!p->np || (!p->root && !note_all_names(p, p->m->proto->graph)))
         return OOM();
     return QCAL_OK;
+}
+
+/* The tensor holding the constant behind name: an initializer or a Constant's value,
+ * directly or through Identity nodes (torch writes deduplicated parameters so); -1. */
+static int64_t const_src(const plan *p, const char *name)
+{
+    int64_t t = name && name[0] ? tensor_index((plan *)p, name, false) : -1;
+    if (t >= 0 && p->t[t].init)
+        return t;
+    const onnx_tref *r = t >= 0 ? onnx_gindex_const(&p->gx, p->g, name, NULL) : NULL;
+    return r ? tensor_index((plan *)p, r->name, false) : -1;
+}
+
+/* The Identity nodes between name and its constant: the rewrite drops those nothing reads
+ * once the quantized weight or bias replaces name in its reader. */
+static void mark_identities(plan *p, const char *name)
+{
+    for (int guard = 0; guard < 8; guard++) {
+        int64_t t = tensor_index(p, name, false);
+        if (t < 0 || p->t[t].init || p->t[t].producer < 0)
+            return;
+        const Onnx__NodeProto *n = p->g->node[p->t[t].producer];
+        if (strcmp(n->op_type, "Identity") || n->n_input != 1)
+            return;
+        p->np[p->t[t].producer].via = true;
+        name = n->input[0];
+    }
 }
 
 static bool excluded(const plan *p, const char *name)
@@ -475,15 +564,10 @@ static const op_def *op_of(const plan *p, const Onnx__NodeProto *n)
     return NULL;
 }
 
-static bool is_float_elem(const plan *p, const char *name)
+/* The element type of name (declared or inferred: onnx_types_build), 0 when unknown. */
+static int32_t elem_type_of(const plan *p, const char *name)
 {
-    qcal_onnx_tensor_desc d = { 0, -1, { 0 } };
-    bool found = onnx_graph_desc(p->g, name, &d);
-    for (int s = 0; !found && s < p->nscope; s++)
-        found = onnx_graph_desc(p->scope[s], name, &d);
-    if (!found || d.elem_type == 0)
-        return true;   /* undeclared: the quantized ops' activations are float32 */
-    return d.elem_type == QCAL_ONNX_FLOAT;
+    return onnx_type_get(&p->ty, name);
 }
 
 static int64_t attr_int(const Onnx__NodeProto *n, const char *name, int64_t def)
@@ -1237,8 +1321,7 @@ static qcal_status plan_node(plan *p, size_t i)
     case K_GEMM:
     case K_MATMUL: {
         np->act[np->nact++] = 0;
-        int64_t t1 = tensor_index(p, in1, false);
-        if (t1 >= 0 && p->t[t1].init) {
+        if (const_src(p, in1) >= 0) {
             np->wslot = 1;
             axis = d->kind == K_GEMM && attr_int(n, "transB", 0) ? 0 : 1;
         } else {
@@ -1267,8 +1350,8 @@ static qcal_status plan_node(plan *p, size_t i)
         return add_skip(p, n, "%stoo few inputs", "");
     /* Structural checks before any lookup. */
     if (np->wslot >= 0) {
-        int64_t tw = tensor_index(p, n->input[np->wslot], false);
-        if (tw < 0 || !p->t[tw].init)
+        int64_t tw = const_src(p, n->input[np->wslot]);
+        if (tw < 0)
             return add_skip(p, n, "weight '%s' is not an initializer", n->input[np->wslot]);
         if (excluded(p, n->input[np->wslot]))
             return add_skip(p, n, "weight '%s' excluded by --exclude", n->input[np->wslot]);
@@ -1292,8 +1375,20 @@ static qcal_status plan_node(plan *p, size_t i)
             return add_skip(p, n, "input %s has no name", np->act[k] ? "1" : "0");
         if (excluded(p, in))
             return add_skip(p, n, "input '%s' excluded by --exclude", in);
-        if (!is_float_elem(p, in))
+        int32_t et = elem_type_of(p, in);
+        if (et == 0) {
+            tinfo *ti = &p->t[tensor_index(p, in, false)];
+            if (!ti->untyped) {
+                ti->untyped = true;
+                if (!onnx_push((void ***)&p->untyped, (size_t *)&p->nuntyped, (void *)ti->name))
+                    return OOM();
+            }
+            return add_skip(p, n, "input '%s' has an element type neither declared nor inferred", in);
+        }
+        if (et != QCAL_ONNX_FLOAT)
             return add_skip(p, n, "input '%s' is not float32", in);
+        if (!p->t[tensor_index(p, in, false)].data)
+            return add_skip(p, n, "input '%s' is a constant or shape arithmetic, not data", in);
     }
     /* Activation inputs: all must have qparams. */
     bool all = true;
@@ -1316,29 +1411,32 @@ static qcal_status plan_node(plan *p, size_t i)
                 wdt = ta->dtype;
         }
     if (np->wslot >= 0 && p->table && !p->opt->float_weights) {
-        int64_t tw = tensor_index(p, n->input[np->wslot], false);
+        int64_t tw = const_src(p, n->input[np->wslot]);
         qcal_status st = plan_weight(p, n, tw, axis, wdt, &np->w);
         if (st == QCAL_ERR_MISMATCH)
             return add_skip(p, n, "weight '%s' is shared with an op that needs another channel axis "
                             "or dtype", n->input[np->wslot]);
         if (st != QCAL_OK)
             return st;
+        mark_identities(p, n->input[np->wslot]);
     }
     np->quant = true;
     for (int k = 0; k < np->nact; k++)
         assign(&p->t[tensor_index(p, n->input[np->act[k]], false)]);
     if (!trt && np->bslot >= 0 && np->w >= 0 && p->table && !qcal_dtype_is_float8(wdt)) {
-        int64_t tb = tensor_index(p, n->input[np->bslot], false);
+        int64_t tb = const_src(p, n->input[np->bslot]);
         const char *why = NULL;
         if (d->kind == K_GEMM && (attr_float(n, "alpha", 1.0f) != 1.0f || attr_float(n, "beta", 1.0f) != 1.0f))
             why = "bias '%s' stays float: Gemm alpha or beta is not 1";
-        else if (tb < 0 || !p->t[tb].init || excluded(p, n->input[np->bslot]))
+        else if (tb < 0 || excluded(p, n->input[np->bslot]))
             why = "bias '%s' stays float: not an initializer";
         else {
             int64_t tx = tensor_index(p, n->input[0], false);
             qcal_status st = plan_bias(p, tb, p->t[tx].scale, np->w, out_ch, &np->b, &why);
             if (st != QCAL_OK)
                 return st;
+            if (np->b >= 0)
+                mark_identities(p, n->input[np->bslot]);
         }
         if (np->b < 0 && why) {
             qcal_status st = add_skip(p, n, why, n->input[np->bslot]);
@@ -1428,8 +1526,8 @@ static bool is_if(const Onnx__NodeProto *n)
     return !strcmp(n->op_type, "If") && (!n->domain || !n->domain[0] || !strcmp(n->domain, "ai.onnx"));
 }
 
-static qcal_status collect_subplans(plan *root, const Onnx__GraphProto *g, const Onnx__GraphProto *const *scope,
-                                    int nscope, subplans *out)
+static qcal_status collect_subplans(plan *root, const plan *encl, const Onnx__GraphProto *g,
+                                    const Onnx__GraphProto *const *scope, int nscope, subplans *out)
 {
     if (nscope >= MAX_SCOPES)
         return QCAL_OK;   /* bodies nested deeper than MAX_SCOPES levels stay float */
@@ -1447,6 +1545,7 @@ static qcal_status collect_subplans(plan *root, const Onnx__GraphProto *g, const
                 return OOM();
             }
             sp->root = root;
+            sp->up = encl;
             sp->m = root->m;
             sp->opt = root->opt;
             sp->table = root->table;
@@ -1457,7 +1556,7 @@ static qcal_status collect_subplans(plan *root, const Onnx__GraphProto *g, const
             sp->nscope = nscope + 1;
             qcal_status st = plan_graph(sp);
             if (st == QCAL_OK)
-                st = collect_subplans(root, body, sp->scope, sp->nscope, out);
+                st = collect_subplans(root, sp, body, sp->scope, sp->nscope, out);
             if (st != QCAL_OK)
                 return st;
         }
@@ -1492,8 +1591,9 @@ static qcal_status check_opts(const qcal_onnx_model *m, const qcal_onnx_qdq_opti
 
 /* ---- list / expose ---- */
 
-qcal_status qcal_onnx_list(const qcal_onnx_model *m, const qcal_onnx_qdq_options *opt, char ***names,
-                           int64_t *n)
+/* The listed names (untyped: those of unknown element type instead), main graph first. */
+static qcal_status list_names(const qcal_onnx_model *m, const qcal_onnx_qdq_options *opt, bool untyped,
+                              char ***names, int64_t *n)
 {
     qcal_onnx_qdq_options def;
     qcal_onnx_qdq_options_default(&def);
@@ -1508,11 +1608,11 @@ qcal_status qcal_onnx_list(const qcal_onnx_model *m, const qcal_onnx_qdq_options
     subplans sub = { 0 };
     st = plan_build(&p, m, NULL, opt, false);
     if (st == QCAL_OK)
-        st = collect_subplans(&p, p.g, NULL, 0, &sub);
+        st = collect_subplans(&p, &p, p.g, NULL, 0, &sub);
     char **out = NULL;
-    int64_t nout = 0, total = p.nlist;
+    int64_t nout = 0, total = untyped ? p.nuntyped : p.nlist;
     for (size_t k = 0; k < sub.n; k++)
-        total += sub.p[k]->nlist;
+        total += untyped ? sub.p[k]->nuntyped : sub.p[k]->nlist;
     onnx_map seen = { 0 };
     if (st == QCAL_OK) {
         out = calloc((size_t)total + 1, sizeof *out);
@@ -1521,10 +1621,11 @@ qcal_status qcal_onnx_list(const qcal_onnx_model *m, const qcal_onnx_qdq_options
         /* main graph first, then the If bodies in graph order; each name once */
         for (size_t k = 0; st == QCAL_OK && k <= sub.n; k++) {
             const plan *q = k ? sub.p[k - 1] : &p;
-            for (int64_t i = 0; st == QCAL_OK && i < q->nlist; i++) {
-                if (onnx_map_get(&seen, q->list[i]))
+            char **l = untyped ? q->untyped : q->list;
+            for (int64_t i = 0; st == QCAL_OK && i < (untyped ? q->nuntyped : q->nlist); i++) {
+                if (onnx_map_get(&seen, l[i]))
                     continue;
-                if (!(out[nout] = onnx_strdup(q->list[i])) || !onnx_map_put(&seen, out[nout], 0))
+                if (!(out[nout] = onnx_strdup(l[i])) || !onnx_map_put(&seen, out[nout], 0))
                     st = OOM();
                 nout += out[nout] != NULL;
             }
@@ -1540,6 +1641,18 @@ qcal_status qcal_onnx_list(const qcal_onnx_model *m, const qcal_onnx_qdq_options
     subplans_free(&sub);
     plan_free(&p);
     return st;
+}
+
+qcal_status qcal_onnx_list(const qcal_onnx_model *m, const qcal_onnx_qdq_options *opt, char ***names,
+                           int64_t *n)
+{
+    return list_names(m, opt, false, names, n);
+}
+
+qcal_status qcal_onnx_list_untyped(const qcal_onnx_model *m, const qcal_onnx_qdq_options *opt, char ***names,
+                                   int64_t *n)
+{
+    return list_names(m, opt, true, names, n);
 }
 
 void qcal_onnx_names_free(char ***names, int64_t n)
@@ -1899,6 +2012,8 @@ qcal_status qcal_onnx_expose(qcal_onnx_model *m, const qcal_onnx_qdq_options *op
         } else {
             qcal_onnx_tensor_desc d = { 0, -1, { 0 } };
             onnx_graph_desc(g, names[i], &d);
+            if (d.elem_type == 0)
+                d.elem_type = QCAL_ONNX_FLOAT;   /* listed: float32, declared or inferred */
             int64_t rk = rank_of(&ranks, names[i]);
             bool unknown_dims = d.ndim < 0 && rk >= 0 && rk <= QCAL_MAX_DIMS;
             if (unknown_dims) {
@@ -2193,6 +2308,62 @@ static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
             ti->pre = fresh_name(p, ti->name, "_QuantizeLinear_Input");
         }
     }
+    /* The index and types borrow strings the rewrite replaces: done with them. */
+    onnx_types_free(&p->ty);
+    onnx_gindex_free(&p->gx);
+    /* Constant nodes whose value is a weight or bias quantized here become initializers of
+     * the same name (the node goes): the rewrite then treats them as any initializer. */
+    for (int64_t i = 0; i < p->nw + p->nb && !b.oom; i++) {
+        tinfo *ti = &p->t[i < p->nw ? p->w[i].t : p->b[i - p->nw].t];
+        if (ti->cnode < 0 || ti->outer || p->np[ti->cnode].gone)
+            continue;
+        Onnx__NodeProto *cn = g->node[ti->cnode];
+        Onnx__AttributeProto *va = (Onnx__AttributeProto *)onnx_node_attr(cn, "value");
+        Onnx__TensorProto **ni = realloc(g->initializer, (g->n_initializer + 1) * sizeof *ni);
+        char *name = onnx_strdup(ti->name);
+        /* the old name stays alive with the plan (a deferred weight's snapshot holds it) */
+        if (!ni || !name || (va->t->name && !onnx_push((void ***)&p->owned_names, (size_t *)&p->nowned, va->t->name))) {
+            if (ni)
+                g->initializer = ni;
+            free(name);
+            b.oom = true;
+            break;
+        }
+        g->initializer = ni;
+        va->t->name = name;
+        g->initializer[g->n_initializer++] = va->t;
+        va->t = NULL;
+        p->np[ti->cnode].gone = true;
+    }
+    /* Identity nodes between a quantized weight or bias and its reader that nothing reads
+     * once the reader takes the quantized tensor (last first: chains of them). */
+    onnx_map reads = { 0 };
+    for (size_t i = 0; i < g->n_node && !b.oom; i++) {
+        const nplan *np = &p->np[i];
+        for (size_t k = 0; k < g->node[i]->n_input && !np->gone; k++) {
+            const char *in = g->node[i]->input[k];
+            if (!in[0] || (np->quant && (((int)k == np->wslot && np->w >= 0) || ((int)k == np->bslot && np->b >= 0))))
+                continue;
+            int64_t *c = onnx_map_get(&reads, in);
+            if (c)
+                ++*c;
+            else
+                b.oom |= !onnx_map_put(&reads, in, 1);
+        }
+    }
+    for (size_t i = g->n_node; i-- > 0 && !b.oom;) {
+        if (!p->np[i].via || p->np[i].gone)
+            continue;
+        const Onnx__NodeProto *n = g->node[i];
+        int64_t t = tensor_index(p, n->output[0], false);
+        int64_t *c = onnx_map_get(&reads, n->output[0]);
+        if (t < 0 || (c && *c) || p->t[t].graph_out || p->t[t].sub_ref)
+            continue;
+        p->np[i].gone = true;
+        if ((c = onnx_map_get(&reads, n->input[0])))
+            --*c;
+    }
+    onnx_map_free(&reads);
     /* Front: weights, biases, Q/DQ of graph inputs. */
     for (int64_t i = 0; i < p->nw; i++)
         b_weight(p, &b, &p->w[i]);
@@ -2206,6 +2377,8 @@ static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
     for (size_t i = 0; i < g->n_node && !b.oom; i++) {
         Onnx__NodeProto *n = g->node[i];
         const nplan *np = &p->np[i];
+        if (np->gone)
+            continue;
         for (size_t k = 0; k < n->n_input && !b.oom; k++) {
             if (!n->input[k][0])
                 continue;
@@ -2258,6 +2431,9 @@ static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
         free(qdq);
         return OOM();
     }
+    for (size_t i = 0; i < g->n_node; i++)
+        if (p->np[i].gone)
+            protobuf_c_message_free_unpacked(&g->node[i]->base, NULL);
     free(g->node);
     g->node = b.nodes;
     g->n_node = b.n_nodes;
@@ -2415,7 +2591,7 @@ static qcal_status qdq_run(qcal_onnx_model *m, const qcal_calib_table *table, co
     subplans sub = { 0 };
     st = plan_build(p, m, table, opt, keep && !opt->float_weights);
     if (st == QCAL_OK)
-        st = collect_subplans(p, p->g, NULL, 0, &sub);
+        st = collect_subplans(p, p, p->g, NULL, 0, &sub);
     qcal_onnx_qdq_report r;
     memset(&r, 0, sizeof r);
     onnx_map seen = { 0 };

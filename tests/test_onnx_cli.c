@@ -950,6 +950,36 @@ static void test_names(void **state)
     assert_int_equal(qcal("onnx-expose '%s' -o '%s'", T("nl.onnx"), T("e.onnx")), 0);
 }
 
+/* onnx-expose --exclude: the same globs as qdq's (node and tensor names); an excluded tensor
+ * is neither listed nor exposed, and the op reading it stays float. */
+static void test_expose_exclude(void **state)
+{
+    (void)state;
+    qcal_onnx_model *m = make_model(plain, 2);
+    save(m, "ex.onnx");
+    qcal_onnx_model_destroy(&m);
+    assert_int_equal(qcal("onnx-expose '%s' -o '%s' --list '%s'", T("ex.onnx"), T("ex_all.onnx"), T("all.txt")), 0);
+    char list[1024];
+    tu_slurp(T("all.txt"), list, sizeof list);
+    assert_string_equal(list, "x\nr\ny\n");
+    assert_int_equal(qcal("onnx-expose '%s' -o '%s' --list '%s' --exclude 'r' --exclude 'nomatch*'", T("ex.onnx"),
+                          T("ex_r.onnx"), T("r.txt")),
+                     0);
+    tu_slurp(T("r.txt"), list, sizeof list);
+    /* r excluded: the Conv output Q goes on c (no Relu to fold), the Gemm looks up its input f */
+    assert_string_equal(list, "x\nc\nf\ny\n");
+    qcal_onnx_model *e = NULL;
+    OK(qcal_onnx_model_load(T("ex_r.onnx"), &e));
+    qcal_onnx_model_info info;
+    OK(qcal_onnx_model_get_info(e, &info));
+    for (int64_t i = 0; i < info.outputs; i++) {
+        const char *o;
+        OK(qcal_onnx_output_at(e, i, &o));
+        assert_string_not_equal(o, "r");
+    }
+    qcal_onnx_model_destroy(&e);
+}
+
 int main(void)
 {
     if (!qcal_onnx_available()) {
@@ -966,6 +996,7 @@ int main(void)
         cmocka_unit_test(test_streamed_weights),
         cmocka_unit_test(test_qdq_save),
         cmocka_unit_test(test_names),
+        cmocka_unit_test(test_expose_exclude),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -401,6 +401,88 @@ static void test_identity_weights(void **state)
     qcal_onnx_model_destroy(&m);
 }
 
+/* paddle2onnx keeps every parameter in a Constant node: a float Constant feeding a Conv's
+ * weight or bias or a BatchNormalization's parameters is folded and equalized as an
+ * initializer would be (same ranges after), the folded BN's Constants dropped. */
+static void add_param(qcal_onnx_model *m, bool constant, const char *name, int32_t ndim, const int64_t *dims,
+                      float scale)
+{
+    if (!constant) {
+        add_rand(m, name, ndim, dims, scale);
+        return;
+    }
+    int64_t n = 1;
+    for (int32_t i = 0; i < ndim; i++)
+        n *= dims[i];
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = frand() * scale;
+    int64_t k;
+    char cname[64];
+    snprintf(cname, sizeof cname, "%s_Constant", name);
+    OK(qcal_onnx_add_node(m, "Constant", cname, 0, NULL, 1, &name, &k));
+    OK(qcal_onnx_node_set_tensor(m, k, "value", QCAL_ONNX_FLOAT, ndim, dims, v, (size_t)n * sizeof *v));
+    free(v);
+}
+
+static void test_constant_weights(void **state)
+{
+    (void)state;
+    qcal_onnx_layer_ranges *after[2] = { NULL, NULL };
+    int64_t nl[2] = { 0, 0 };
+    for (int mode = 0; mode < 2; mode++) {
+        rng = 99;
+        qcal_onnx_model *m = NULL;
+        OK(qcal_onnx_model_new(8, 13, &m));
+        int64_t din[4] = { 1, 4, 5, 5 }, w1[4] = { 6, 4, 1, 1 }, c6[1] = { 6 }, w2[4] = { 3, 6, 1, 1 };
+        OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, din));
+        add_param(m, mode, "W1", 4, w1, 1);
+        add_param(m, mode, "B1", 1, c6, 0.5f);
+        add_param(m, mode, "s", 1, c6, 1);
+        add_param(m, mode, "b", 1, c6, 1);
+        add_param(m, mode, "mu", 1, c6, 1);
+        float var[6] = { 1, 2, 0.5f, 3, 0.25f, 1 };
+        if (mode) {
+            int64_t k;
+            const char *vo = "var";
+            OK(qcal_onnx_add_node(m, "Constant", "var_Constant", 0, NULL, 1, &vo, &k));
+            OK(qcal_onnx_node_set_tensor(m, k, "value", QCAL_ONNX_FLOAT, 1, c6, var, sizeof var));
+        } else {
+            OK(qcal_onnx_add_initializer_float(m, "var", 1, c6, var));
+        }
+        add_param(m, mode, "W2", 4, w2, 1);
+        node(m, "Conv", "conv1", "x", "W1", "B1", "c1", NULL);
+        const char *bin[5] = { "c1", "s", "b", "mu", "var" }, *bout = "n1";
+        OK(qcal_onnx_add_node(m, "BatchNormalization", "bn", 5, bin, 1, &bout, NULL));
+        node(m, "Relu", "act", "n1", NULL, NULL, "r", NULL);
+        node(m, "Conv", "conv2", "r", "W2", NULL, "y", NULL);
+        OK(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, -1, NULL));
+        qcal_onnx_equalize_options opt;
+        qcal_onnx_equalize_options_default(&opt);
+        qcal_onnx_equalize_report rep;
+        OK(qcal_onnx_equalize(m, &opt, &rep));
+        assert_int_equal(rep.fold.n_folded, 1);
+        assert_int_equal(rep.n_pairs, 1);
+        assert_int_equal(rep.n_refused, 0);
+        assert_int_equal(rep.n_layers, 2);
+        after[mode] = rep.after;
+        nl[mode] = rep.n_layers;
+        rep.after = NULL;
+        qcal_onnx_equalize_report_free(&rep);
+        qcal_onnx_model_info info;
+        OK(qcal_onnx_model_get_info(m, &info));
+        // the BN and its parameters are gone: Conv, Relu, Conv (+ the Constants of W1, B1, W2)
+        assert_int_equal(info.nodes, mode ? 6 : 3);
+        qcal_onnx_model_destroy(&m);
+    }
+    for (int64_t i = 0; i < nl[0]; i++) {
+        assert_true(after[0][i].min_range == after[1][i].min_range);
+        assert_true(after[0][i].max_range == after[1][i].max_range);
+    }
+    qcal_onnx_layer_ranges_free(&after[0], nl[0]);
+    qcal_onnx_layer_ranges_free(&after[1], nl[1]);
+}
+
 /* ---- the CLI: output line, refusal lines, errors with their exit codes ---- */
 
 static char out_buf[1 << 16], err_buf[1 << 14];
@@ -501,6 +583,7 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_clip_replaced_and_shared_weight),
         cmocka_unit_test(test_identity_weights),
+        cmocka_unit_test(test_constant_weights),
         cmocka_unit_test(test_cli),
         cmocka_unit_test(test_duplicate_producer_rejected),
     };

@@ -14,7 +14,7 @@
 
 static const char expose_help[] =
     "usage: qcal onnx-expose MODEL.onnx -o OUT.onnx [--profile ort|tensorrt] [--list FILE]\n"
-    "       [--op-types LIST]\n"
+    "       [--exclude PATTERN]... [--op-types LIST] [-q]\n"
     "\n"
     "Makes every tensor the profile will quantize (what 'qcal qdq' looks up in the table) a\n"
     "graph output of OUT.onnx, type and shape kept. Run OUT.onnx in any engine on calibration\n"
@@ -29,6 +29,9 @@ static const char expose_help[] =
     "  --list FILE              also write the exposed names, one per line\n"
     "  --op-types LIST          comma list of op types to quantize (default: the profile's);\n"
     "                           give 'qcal qdq' the same list\n"
+    "  --exclude PATTERN        glob on node and tensor names left float, not exposed\n"
+    "                           (repeatable); give 'qcal qdq' the same patterns\n"
+    "  -q, --quiet              no notes on stderr\n"
     "  -h, --help               this help\n"
     "\n"
     "Exit codes: 2 bad options; 3 a missing, malformed or hostile MODEL, or one qcal cannot\n"
@@ -93,6 +96,8 @@ static const cli_opt expose_opts[] = {
     { "profile", 0, true, OPT_PROFILE },
     { "list", 0, true, OPT_LIST },
     { "op-types", 0, true, OPT_OPTYPES },
+    { "exclude", 0, CLI_REPEATED, OPT_EXCLUDE },
+    { "quiet", 'q', false, OPT_QUIET },
     { 0 },
 };
 const cli_opt *const cmd_onnx_expose_opts = expose_opts;
@@ -149,12 +154,15 @@ static char *join_names(char **names, int64_t n, const char *sep, bool quote)
     return s;
 }
 
-int cmd_onnx_expose(int argc, char **argv)
+/* cmd_onnx_expose with room for the --exclude patterns (argc entries). */
+static int expose_main(int argc, char **argv, const char **exclude)
 {
     cli_parser p;
     cli_parser_init(&p, argc, argv);
     const char *cmd = p.cmd, *val, *in = NULL, *out = NULL, *profile = NULL, *list = NULL,
                *op_types = NULL;
+    int64_t n_exclude = 0;
+    bool quiet = false;
     int id, rc;
     while ((id = cli_next(&p, expose_opts, &val)) != CLI_END) {
         if (id == CLI_ERROR)
@@ -162,6 +170,14 @@ int cmd_onnx_expose(int argc, char **argv)
         if (id == OPT_HELP) {
             fputs(expose_help, stdout);
             return 0;
+        }
+        if (id == OPT_EXCLUDE) {
+            exclude[n_exclude++] = val;
+            continue;
+        }
+        if (id == OPT_QUIET) {
+            quiet = true;
+            continue;
         }
         if (id == CLI_POSITIONAL) {
             if (in)
@@ -184,21 +200,31 @@ int cmd_onnx_expose(int argc, char **argv)
     qcal_onnx_qdq_options opt;
     qcal_onnx_qdq_options_default(&opt);
     opt.op_types = op_types;
+    opt.exclude = exclude;
+    opt.n_exclude = n_exclude;
     if (profile && qcal_onnx_profile_parse(profile, &opt.profile) != QCAL_OK)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "--profile: '%s' is not ort or tensorrt", profile);
     if ((rc = check_available(cmd)))
         return rc;
     qcal_onnx_model *m = NULL;
     qcal_status st;
-    if ((rc = cli_model_load(cmd, in, false, &m)))
+    if ((rc = cli_model_load(cmd, in, quiet, &m)))
         return rc;
-    char **names = NULL;
-    int64_t n = 0, added = 0;
+    char **names = NULL, **untyped = NULL;
+    int64_t n = 0, added = 0, n_untyped = 0;
     qcal_atomic_file lf = { 0 };
     st = qcal_onnx_list(m, &opt, &names, &n);
+    if (st == QCAL_OK)
+        st = qcal_onnx_list_untyped(m, &opt, &untyped, &n_untyped);
     if (st != QCAL_OK) {
         rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
         goto out;
+    }
+    if (n_untyped && !quiet) {
+        char *u = join_names(untyped, n_untyped, ", ", true);
+        fprintf(stderr, "qcal: %s: note: %lld tensor%s of unknown element type (neither declared nor inferred) "
+                "not exposed: %s\n", cmd, (long long)n_untyped, n_untyped == 1 ? "" : "s", u ? u : "(out of memory)");
+        free(u);
     }
     if (list) {
         for (int64_t i = 0; i < n; i++)
@@ -238,8 +264,19 @@ int cmd_onnx_expose(int argc, char **argv)
     rc = cli_flush(cmd, say);
 out:
     qcal_atomic_file_abort(&lf);
+    qcal_onnx_names_free(&untyped, n_untyped);
     qcal_onnx_names_free(&names, n);
     qcal_onnx_model_destroy(&m);
+    return rc;
+}
+
+int cmd_onnx_expose(int argc, char **argv)
+{
+    const char **exclude = calloc((size_t)argc + 1, sizeof *exclude);
+    if (!exclude)
+        return cli_fail(argc > 0 ? argv[0] : "onnx-expose", QCAL_EXIT_FAILURE, "out of memory");
+    int rc = expose_main(argc, argv, exclude);
+    free(exclude);
     return rc;
 }
 

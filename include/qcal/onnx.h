@@ -216,6 +216,12 @@ QCAL_API qcal_status qcal_onnx_node_set_float(qcal_onnx_model *m, int64_t node, 
 QCAL_API qcal_status qcal_onnx_node_set_string(qcal_onnx_model *m, int64_t node, const char *attr,
                                                const char *value);
 
+/* Sets a tensor attribute of node `node` (e.g. a Constant's "value"): an unnamed tensor of
+ * elem_type and shape dims (ndim values) from nbytes of little-endian raw data (copied). */
+QCAL_API qcal_status qcal_onnx_node_set_tensor(qcal_onnx_model *m, int64_t node, const char *attr,
+                                               int32_t elem_type, int32_t ndim, const int64_t *dims,
+                                               const void *data, size_t nbytes);
+
 /* Sets a graph attribute (If's then_branch/else_branch, Loop's body) of node `node` to the
  * main graph of *body, which is consumed (destroyed, *body set to NULL) on success. */
 QCAL_API qcal_status qcal_onnx_node_set_graph(qcal_onnx_model *m, int64_t node, const char *attr,
@@ -267,15 +273,22 @@ typedef struct qcal_onnx_qdq_options {
 QCAL_API void qcal_onnx_qdq_options_default(qcal_onnx_qdq_options *opt);
 
 /* The activation tensors the profile quantizes, i.e. those whose ranges qcal_onnx_qdq looks
- * up in the table, in graph order: *names (n strings; free with qcal_onnx_names_free). */
+ * up in the table, in graph order: *names (n strings; free with qcal_onnx_names_free). Only
+ * float32 tensors that carry data (not constants, not shape arithmetic; docs/onnx.md). */
 QCAL_API qcal_status qcal_onnx_list(const qcal_onnx_model *m, const qcal_onnx_qdq_options *opt,
                                     char ***names, int64_t *n);
+
+/* The tensors the profile's ops read as activations whose element type the model neither
+ * declares nor lets qcal infer: left out of qcal_onnx_list (and of expose and qdq). */
+QCAL_API qcal_status qcal_onnx_list_untyped(const qcal_onnx_model *m, const qcal_onnx_qdq_options *opt,
+                                            char ***names, int64_t *n);
 
 /* Frees a name list of n strings from qcal_onnx_list and sets *names to NULL. */
 QCAL_API void qcal_onnx_names_free(char ***names, int64_t n);
 
 /* Makes every tensor of qcal_onnx_list a graph output (type and shape as declared, else
- * float32 without shape); *added (may be NULL) gets how many were not outputs already. */
+ * float32, as inferred, with the inferred rank); *added (may be NULL) gets how many were
+ * not outputs already. */
 QCAL_API qcal_status qcal_onnx_expose(qcal_onnx_model *m, const qcal_onnx_qdq_options *opt,
                                       int64_t *added);
 
