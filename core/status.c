@@ -21,7 +21,7 @@ const char *qcal_status_str(qcal_status status)
     case QCAL_ERR_NONFINITE: return "non-finite value";
     case QCAL_ERR_MISMATCH: return "mismatch";
     case QCAL_ERR_OVERFLOW: return "size overflow";
-    case QCAL_ERR_BACKEND: return "oneDNN failure";
+    case QCAL_ERR_BACKEND: return "backend failure";
     case QCAL_ERR_STATE: return "invalid state";
     case QCAL_ERR_NOT_FOUND: return "not found";
     case QCAL_ERR_EMPTY: return "empty tensor";

@@ -31,7 +31,7 @@ typedef enum qcal_status {
     QCAL_ERR_NONFINITE = -6,       /* NaN/Inf seen while the policy says it is an error */
     QCAL_ERR_MISMATCH = -7,        /* shapes, kinds or configs do not agree */
     QCAL_ERR_OVERFLOW = -8,        /* a size computation would overflow */
-    QCAL_ERR_BACKEND = -9,         /* oneDNN reported a failure */
+    QCAL_ERR_BACKEND = -9,         /* oneDNN or ONNX Runtime reported a failure */
     QCAL_ERR_STATE = -10,          /* the object is not in a state that allows the call */
     QCAL_ERR_NOT_FOUND = -11,      /* a named item (tensor, layer, file) does not exist */
     QCAL_ERR_EMPTY = -12,          /* a tensor has zero elements where data is required */

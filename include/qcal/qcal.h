@@ -22,5 +22,6 @@
 #include "qcal/checkpoint_fp8.h"
 #include "qcal/evaluate.h"
 #include "qcal/int8.h"
+#include "qcal/engine.h"
 
 #endif
