@@ -16,6 +16,7 @@
 #include "qcal/atomic_file.h"
 #include "core/internal.h"
 #include "qcal/npy.h"
+#include "io/npy_internal.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "qcal's .npy reader assumes a little-endian host"
@@ -36,7 +37,7 @@ static const struct {
     [QCAL_NPY_F32] = { "float32", 'f', 4 }, [QCAL_NPY_F64] = { "float64", 'f', 8 },
     [QCAL_NPY_F16] = { "float16", 'f', 2 }, [QCAL_NPY_U8] = { "uint8", 'u', 1 },
     [QCAL_NPY_I8] = { "int8", 'i', 1 },     [QCAL_NPY_I32] = { "int32", 'i', 4 },
-    [QCAL_NPY_I64] = { "int64", 'i', 8 },
+    [QCAL_NPY_I64] = { "int64", 'i', 8 },   [QCAL_NPY_BOOL] = { "bool", 'b', 1 },
 };
 
 size_t qcal_npy_dtype_size(qcal_npy_dtype dtype)
@@ -116,7 +117,7 @@ static qcal_status parse_descr(hparser *h, qcal_npy_dtype *dtype)
     if (h->p < h->end && *h->p == '[')
         return qcal_error(QCAL_ERR_UNSUPPORTED,
                           "'%s': structured dtypes are not supported (expected float32, "
-                          "float64, float16, uint8, int8, int32 or int64)", h->name);
+                          "float64, float16, uint8, int8, int32, int64 or bool)", h->name);
     char d[64];
     qcal_status st = parse_str(h, d, sizeof d);
     if (st != QCAL_OK)
@@ -143,7 +144,7 @@ static qcal_status parse_descr(hparser *h, qcal_npy_dtype *dtype)
     }
     return qcal_error(QCAL_ERR_UNSUPPORTED,
                       "'%s': dtype '%s' is not supported (expected float32, float64, float16, "
-                      "uint8, int8, int32 or int64)", h->name, d);
+                      "uint8, int8, int32, int64 or bool)", h->name, d);
 }
 
 static qcal_status parse_bool(hparser *h, bool *out)
@@ -470,6 +471,45 @@ fail:
     free(head);
     close(fd);
     return st;
+}
+
+qcal_status qcal_npy_header_size(const void *buf, size_t len, const char *name, size_t *need)
+{
+    size_t prefix = 0, hlen = 0;
+    qcal_status st = parse_prefix(buf, len, name, &prefix, &hlen);
+    if (st == QCAL_OK)
+        *need = prefix + hlen;
+    return st;
+}
+
+qcal_status qcal_npy_header_parse(const void *buf, size_t len, uint64_t total, const char *name,
+                                  qcal_npy_array *info, uint64_t *data_offset)
+{
+    npy_header hd;
+    qcal_status st = parse_header(buf, len, name, &hd);
+    if (st != QCAL_OK)
+        return st;
+    if (total < hd.data_offset)
+        return qcal_error(QCAL_ERR_FORMAT, "'%s': truncated header (%" PRIu64 " bytes)", name,
+                          total);
+    if ((st = check_data_size(&hd, total - hd.data_offset, name)) != QCAL_OK)
+        return st;
+    fill_array(info, &hd, NULL);
+    *data_offset = hd.data_offset;
+    return QCAL_OK;
+}
+
+qcal_status qcal_npy_file_header(const char *path, qcal_npy_array *info, uint64_t *data_offset)
+{
+    int fd;
+    npy_header hd;
+    qcal_status st = open_npy(path, &fd, &hd);
+    if (st != QCAL_OK)
+        return st;
+    close(fd);
+    fill_array(info, &hd, NULL);
+    *data_offset = hd.data_offset;
+    return QCAL_OK;
 }
 
 /* The message of a data read that failed (errno set) or met the end of the file early. */

@@ -137,6 +137,17 @@ static void test_read_ints(void **state)
     const int64_t want64[3] = { -5, 0, 7 };
     assert_memory_equal(a.data, want64, sizeof want64);
     qcal_npy_array_free(&a);
+
+    /* '|b1': numpy's bool, one byte per element. */
+    assert_int_equal(qcal_npy_read(data_path("bool.npy"), &a), QCAL_OK);
+    assert_int_equal(a.dtype, QCAL_NPY_BOOL);
+    assert_string_equal(qcal_npy_dtype_name(a.dtype), "bool");
+    assert_int_equal(qcal_npy_dtype_size(a.dtype), 1);
+    const uint8_t wantb[2] = { 1, 0 };
+    assert_int_equal(a.nbytes, 2);
+    assert_memory_equal(a.data, wantb, sizeof wantb);
+    assert_int_equal(qcal_npy_to_f32(&a), QCAL_ERR_MISMATCH);
+    qcal_npy_array_free(&a);
 }
 
 static void test_read_scalar_and_empty(void **state)
@@ -218,7 +229,7 @@ static void test_unsupported_files(void **state)
     static const struct { const char *file, *needle; } cases[] = {
         { "fortran_2x3.npy", "Fortran" },   { "big_endian.npy", "big-endian" },
         { "complex.npy", "'<c8'" },         { "object.npy", "'|O'" },
-        { "structured.npy", "structured" }, { "bool.npy", "'|b1'" },
+        { "structured.npy", "structured" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         qcal_npy_array a = { .ndim = 5 };
@@ -396,6 +407,8 @@ static void test_write_matches_numpy(void **state)
     check_write("i32_4.npy", QCAL_NPY_I32, 1, (int64_t[]){ 4 }, i32);
     const int64_t i64[3] = { -5, 0, 7 };
     check_write("i64_3.npy", QCAL_NPY_I64, 1, (int64_t[]){ 3 }, i64);
+    const uint8_t b2[2] = { 1, 0 };
+    check_write("bool.npy", QCAL_NPY_BOOL, 1, (int64_t[]){ 2 }, b2);
     const float three_half = 3.5f;
     check_write("scalar_f32.npy", QCAL_NPY_F32, 0, NULL, &three_half);
     check_write("empty_f32.npy", QCAL_NPY_F32, 2, (int64_t[]){ 0, 3 }, NULL);

@@ -4,8 +4,8 @@
  *   if (qcal_npy_read_f32("x.npy", &a) == QCAL_OK) { ... a.data, a.shape ...; }
  *   qcal_npy_array_free(&a);
  *
- * Read: little-endian (or byte-order-free) float32, float64, float16, uint8, int8, int32 and
- * int64, C order, up to QCAL_MAX_DIMS dimensions; 0-d arrays (shape ()) hold one element,
+ * Read: little-endian (or byte-order-free) float32, float64, float16, uint8, int8, int32,
+ * int64 and bool, C order, up to QCAL_MAX_DIMS dimensions; 0-d arrays (shape ()) hold one element,
  * 0-element arrays are returned with data == NULL. The header must be a Python dict literal
  * with exactly the keys 'descr', 'fortran_order' and 'shape' (as numpy.lib.format checks).
  * Errors name the file (or "<memory>") and the problem: bad magic or version, truncated
@@ -37,7 +37,8 @@ typedef enum qcal_npy_dtype {
     QCAL_NPY_I8 = 4,    /* '|i1' */
     QCAL_NPY_I32 = 5,   /* '<i4' */
     QCAL_NPY_I64 = 6,   /* '<i8' */
-    QCAL_NPY_DTYPE_COUNT = 7
+    QCAL_NPY_BOOL = 7,  /* '|b1' (one byte per element, 0 or 1 as numpy writes it) */
+    QCAL_NPY_DTYPE_COUNT = 8
 } qcal_npy_dtype;
 
 typedef struct qcal_npy_array {
@@ -52,7 +53,7 @@ typedef struct qcal_npy_array {
 /* Size in bytes of one element of dtype (0 for an invalid dtype). */
 QCAL_API size_t qcal_npy_dtype_size(qcal_npy_dtype dtype);
 
-/* numpy name of dtype ("float32", "uint8", ...), or "unknown". */
+/* numpy name of dtype ("float32", "uint8", "bool", ...), or "unknown". */
 QCAL_API const char *qcal_npy_dtype_name(qcal_npy_dtype dtype);
 
 /* Reads path into *out with the file's dtype (one read into an aligned buffer). *out is

@@ -19,7 +19,7 @@ Values are simple closed forms that the C test recomputes:
   f32_v2.npy       f32_3x4 data with a version 2.0 header; f32_v3.npy with 3.0
   fortran_2x3.npy  float32 Fortran-order (unsupported)      big_endian.npy  '>f4'
   complex.npy      '<c8'     object.npy '|O' (pickle)     structured.npy  [('a','<f4')]
-  bool.npy         '|b1' (unsupported)
+  bool.npy         '|b1' [True, False] (read as bool)
 """
 import os
 import numpy as np
