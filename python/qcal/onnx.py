@@ -93,7 +93,7 @@ def _array(name, v):
         if v.device.type != "cpu":
             raise TypeError(f"input '{name}': expected a CPU tensor, got one on {v.device}")
         return _np.ascontiguousarray(v.detach().resolve_conj().resolve_neg().numpy())
-    if isinstance(v, (bytes, bytearray, memoryview, str)) or v is None:
+    if isinstance(v, (bytes, bytearray, str)) or v is None:
         raise TypeError(f"input '{name}': expected an array, got {type(v).__name__}")
     return _np.ascontiguousarray(_np.asarray(v))
 
