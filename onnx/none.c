@@ -251,6 +251,17 @@ qcal_status qcal_onnx_qdq_session(qcal_onnx_model *m, qcal_calib_session *s, con
     return NO_ONNX();
 }
 
+qcal_status qcal_onnx_qdq_save(qcal_onnx_model *m, const qcal_calib_table *table,
+                               const qcal_onnx_qdq_options *opt,
+                               const qcal_onnx_save_options *save, const char *path,
+                               qcal_onnx_qdq_report *rep, bool *save_failed)
+{
+    (void)m, (void)table, (void)opt, (void)save, (void)path, (void)rep;
+    if (save_failed)
+        *save_failed = false;
+    return NO_ONNX();
+}
+
 void qcal_onnx_qdq_report_free(qcal_onnx_qdq_report *rep)
 {
     if (rep)

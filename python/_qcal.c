@@ -8,14 +8,13 @@
  * numpy.frombuffer over a bytearray, so numpy is needed at run time but not to build.
  * Library failures become qcal.Error subclasses carrying qcal_last_error(). The GIL is
  * released inside kernels; each Observer has its own lock, so two threads may share one. */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_qcal_internal.h"
+
 #include <pythread.h>
 
 #include <math.h>
 #include <string.h>
 
-#include <qcal/qcal.h>
 #include <qcal/calib_dump.h>
 
 /* ---- errors ------------------------------------------------------------------------ */
@@ -38,8 +37,7 @@ static PyObject *ErrNoData;           /* NoDataError(Error, ValueError) */
 static PyObject *coerce_f32;          /* qcal._coerce_f32, set by the package */
 static PyObject *np_frombuffer;       /* numpy.frombuffer, imported on first use */
 
-/* Raises the exception of a failing status with the library's message; returns NULL. */
-static PyObject *raise_status(qcal_status st)
+PyObject *qcal_py_error_type(qcal_status st)
 {
     PyObject *type = Error;
     switch (st) {
@@ -57,11 +55,22 @@ static PyObject *raise_status(qcal_status st)
     case QCAL_ERR_NOT_FOUND: type = ErrNotFound; break;
     default: break;
     }
+    return type;
+}
+
+/* Raises the exception of a failing status with the library's message; returns NULL. */
+static PyObject *raise_status(qcal_status st)
+{
     const char *msg = qcal_last_error();
     if (!msg || !*msg)
         msg = qcal_status_str(st);
-    PyErr_SetString(type, msg);
+    PyErr_SetString(qcal_py_error_type(st), msg);
     return NULL;
+}
+
+PyObject *qcal_py_raise_status(qcal_status st)
+{
+    return raise_status(st);
 }
 
 /* ---- inputs -------------------------------------------------------------------------- */
@@ -1132,13 +1141,10 @@ static PyTypeObject ObserverType = {
 
 /* ---- calibration sessions and tables ---------------------------------------------------- */
 
-typedef struct {
-    PyObject_HEAD
-    qcal_calib_table *t;
-    bool allow_empty;     /* entries without data were allowed (Session.table(allow_empty=True)) */
-} TableObject;
+typedef qcal_py_table TableObject;
 
 static PyTypeObject TableType;
+PyTypeObject *const qcal_py_table_type = &TableType;
 
 static void Table_dealloc(TableObject *self)
 {
@@ -1156,6 +1162,11 @@ static PyObject *table_wrap(qcal_calib_table *t, bool allow_empty)
     o->t = t;
     o->allow_empty = allow_empty;
     return (PyObject *)o;
+}
+
+PyObject *qcal_py_table_wrap(qcal_calib_table *t, bool allow_empty)
+{
+    return table_wrap(t, allow_empty);
 }
 
 /* Entries that saw no finite value (no_data). Not allowed: raises NoDataError naming every
@@ -1711,10 +1722,10 @@ static PyTypeObject TableType = {
     .tp_as_sequence = &Table_seq,
 };
 
-typedef struct {
-    PyObject_HEAD
-    qcal_calib_session *s;
-} SessionObject;
+typedef qcal_py_session SessionObject;
+
+static PyTypeObject SessionType;
+PyTypeObject *const qcal_py_session_type = &SessionType;
 
 static void Session_dealloc(SessionObject *self)
 {
@@ -2637,7 +2648,7 @@ PyMODINIT_FUNC PyInit__qcal(void)
         !(ErrState = new_error(m, "StateError", PyExc_RuntimeError,
                                "The object is not in a state that allows the call.")) ||
         !(ErrBackend = new_error(m, "BackendError", PyExc_RuntimeError,
-                                 "oneDNN reported a failure.")) ||
+                                 "A backend (oneDNN, ONNX Runtime) reported a failure.")) ||
         !(ErrNotFound = new_error(m, "NotFoundError", PyExc_LookupError,
                                   "A named item does not exist.")) ||
         !(ErrNoData = new_error(m, "NoDataError", PyExc_ValueError,
@@ -2669,6 +2680,8 @@ PyMODINIT_FUNC PyInit__qcal(void)
         Py_DECREF(&NumericLoggerType);
         goto fail;
     }
+    if (qcal_py_onnx_init(m) < 0)
+        goto fail;
     return m;
 fail:
     Py_DECREF(m);

@@ -1,0 +1,227 @@
+"""qcal.onnx: calibrate an ONNX model by running it in ONNX Runtime, and write its Q/DQ model.
+
+``calibrate(model, data)`` returns the ``qcal.Table`` that ``qcal calibrate MODEL.onnx
+--data SPEC`` writes; ``qdq(model, out, data=... | table=...)`` writes the model ``qcal qdq
+MODEL.onnx --data SPEC -o OUT`` (or ``--table``) writes, byte for byte. ONNX Runtime is loaded
+at run time through its C API (libonnxruntime.so.1: ``ort_lib``, else $QCAL_ORT_LIB, the
+loader's path, then the npm cache ./run.sh fills; docs/engine.md); neither the ``onnx`` nor
+the ``onnxruntime`` Python package is needed.
+
+``model``: a path (str / os.PathLike), the bytes of a serialized model, or an object with
+``SerializeToString()`` (``onnx.ModelProto``). BatchNormalizations are folded into the Conv
+before them first, as the CLI does, so tensor names agree between calibration and qdq.
+
+``data``: what the model runs on, one of
+  - an iterable of ``{input name: array}`` dicts, each dict one run (numpy arrays, or any
+    buffer-protocol object, or CPU torch tensors): every model input, with exactly the dtype
+    the model declares (no casts: a float64 array for a float32 input raises
+    ``MismatchError`` naming the input and both types) and a shape the model accepts; arrays
+    are read in place when C-contiguous (else copied once, dtype kept);
+  - an object with ONNX Runtime's ``CalibrationDataReader`` protocol: ``get_next()``
+    returns such a dict, or None at the end (``rewind()`` is not called);
+  - a data spec (str / os.PathLike): a directory or .npy / .npz / .safetensors file, as the
+    CLI's ``--data`` (docs/onnx.md, "Calibration data"); ``batch`` samples per run there.
+The GIL is released while the model runs and while the tensors are observed.
+"""
+import os as _os
+
+import numpy as _np
+
+from . import _qcal
+from . import Session, Table, _rules_text
+
+__all__ = ["calibrate", "observe", "qdq", "tensors", "engine_info"]
+
+
+def _model(model, fold_bn=True):
+    if isinstance(model, (str, _os.PathLike)):
+        return _qcal._OnnxModel(path=_os.fspath(model), fold_bn=fold_bn)
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return _qcal._OnnxModel(data=model, fold_bn=fold_bn)
+    if hasattr(model, "SerializeToString"):
+        return _qcal._OnnxModel(data=model.SerializeToString(), fold_bn=fold_bn)
+    raise TypeError("model must be a path, the bytes of an ONNX model or an onnx.ModelProto, "
+                    f"not {type(model).__name__}")
+
+
+def _names(v, what):
+    """None, one str or an iterable of str -> list or None."""
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return [v]
+    v = list(v)
+    for s in v:
+        if not isinstance(s, str):
+            raise TypeError(f"{what}: expected str items, got {type(s).__name__}")
+    return v
+
+
+def _op_types(v):
+    if v is None or isinstance(v, str):
+        return v
+    return ",".join(_names(v, "op_types"))
+
+
+def _carry(carry):
+    if carry is None:
+        return None
+    if isinstance(carry, dict):
+        pairs = [f"{o}={i}" for o, i in carry.items()]
+    else:
+        pairs = _names(carry, "carry")
+    for p in pairs:
+        o, eq, i = p.partition("=")
+        if not o or not eq or not i:
+            raise ValueError(f"carry '{p}': expected OUTPUT=INPUT")
+    return pairs
+
+
+def _batch(batch):
+    if batch is None:
+        return 0
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be an int >= 1 (or None: automatic), not {batch!r}")
+    return batch
+
+
+def _array(name, v):
+    """A buffer the C side reads in place: C-contiguous, the dtype kept."""
+    if isinstance(v, _np.ndarray):
+        return v if v.flags.c_contiguous else _np.ascontiguousarray(v)
+    if type(v).__module__.startswith("torch"):
+        if v.device.type != "cpu":
+            raise TypeError(f"input '{name}': expected a CPU tensor, got one on {v.device}")
+        return _np.ascontiguousarray(v.detach().resolve_conj().resolve_neg().numpy())
+    if isinstance(v, (bytes, bytearray, str)) or v is None:
+        raise TypeError(f"input '{name}': expected an array, got {type(v).__name__}")
+    return _np.ascontiguousarray(_np.asarray(v))
+
+
+def _runs(data):
+    """The runs of an iterable or a CalibrationDataReader."""
+    if hasattr(data, "get_next") and callable(data.get_next):
+        while True:
+            d = data.get_next()
+            if d is None:
+                return
+            yield d
+    else:
+        yield from data
+
+
+def _is_spec(data):
+    return isinstance(data, (str, _os.PathLike))
+
+
+def observe(model, data, session, *, profile="ort", op_types=None, exclude=None, batch=None,
+            carry=None, ort_lib=None, threads=0, _loaded=None):
+    """Runs ``model`` on ``data`` in ONNX Runtime and observes every tensor ``profile`` quantizes
+    into ``session`` (a ``qcal.Session``; role activation, step = the run's index). Returns a
+    report dict: tensors (observed per run), files, samples, runs, batch, max_run_bytes,
+    empty, engine_seconds, wait_seconds, engine_version, engine_library. ``carry`` ("OUT=IN"
+    strings or {OUT: IN}): output OUT of a run is input IN of the next (zeros at the start;
+    an iterable's runs are one sequence, a data spec's files one each)."""
+    if data is None:
+        raise TypeError("observe() needs data: an iterable of {input: array} dicts, a "
+                        "CalibrationDataReader or a data spec path")
+    if not isinstance(session, _qcal.Session):
+        raise TypeError(f"session must be a qcal.Session, not {type(session).__name__}")
+    spec = _is_spec(data)
+    if batch is not None and not spec:
+        raise ValueError("batch= splits a data spec's files into runs; each item of an "
+                         "iterable (or each get_next()) is one run as given")
+    carry = _carry(carry)
+    m = _loaded if _loaded is not None else _model(model)
+    mc = _qcal._ModelCalib(m, session, profile=profile, op_types=_op_types(op_types),
+                           exclude=_names(exclude, "exclude"), batch=_batch(batch),
+                           carry=carry, ort_lib=ort_lib, threads=threads)
+    if spec:
+        optional = [p.partition("=")[2] for p in carry] if carry else None
+        mc.feed_data(_os.fspath(data), None, optional)
+    else:
+        if isinstance(data, dict):
+            raise TypeError("data is one dict: give a list of dicts (each one run)")
+        for d in _runs(data):
+            if not isinstance(d, dict):
+                raise TypeError("each run must be a dict {input name: array}, got "
+                                f"{type(d).__name__}")
+            mc.feed({k: _array(k, v) for k, v in d.items()})
+    return mc.finish()
+
+
+def calibrate(model, data, *, observer=None, rules=None, rules_text=None, profile="ort",
+              op_types=None, exclude=None, batch=None, carry=None, ort_lib=None,
+              allow_empty=False, max_memory=2 ** 31, **config):
+    """Calibrates ``model`` on ``data`` (see the module's doc) and returns the ``qcal.Table``,
+    the table ``qcal calibrate MODEL.onnx --data SPEC`` writes for the same runs.
+    ``observer`` + config (bins=, qscheme=, ...), ``rules`` (a rules file) and
+    ``rules_text`` set the observers as ``qcal.Session`` does (default histogram);
+    ``profile`` ("ort" or "tensorrt"), ``op_types`` and ``exclude`` (globs) choose the tensors
+    as ``qdq`` will; ``batch``: samples per run of a data spec (default automatic; ranges do
+    not depend on it); ``carry``: recurrent state (see ``observe``); ``ort_lib``: the path
+    of libonnxruntime.so.1. A tensor that saw no finite value raises ``NoDataError`` unless
+    ``allow_empty``."""
+    if config and observer is None:
+        _rules_text(config=config, caller="calibrate")   # raises the TypeError
+    s = Session(rules=rules, rules_text=rules_text, observer=observer, max_memory=max_memory,
+                **config)
+    observe(model, data, s, profile=profile, op_types=op_types, exclude=exclude, batch=batch,
+            carry=carry, ort_lib=ort_lib)
+    return s.table(allow_empty=allow_empty)
+
+
+def qdq(model, out, data=None, table=None, *, profile="ort", observer=None, rules=None,
+        rules_text=None, op_types=None, exclude=None, weight_observer=None,
+        weight_qscheme=None, float_weights=False, strict=False, equalize=False, batch=None,
+        carry=None, ort_lib=None, allow_empty=False, **config):
+    """Writes ``model`` with QuantizeLinear/DequantizeLinear nodes to ``out`` (atomically), as
+    ``qcal qdq``: activations from ``table`` (a ``qcal.Table`` or a JSON table path) or from
+    calibrating on ``data`` (exactly one of them; with data the observer options of
+    ``calibrate`` apply), weights from the model's own initializers (``weight_observer``,
+    ``weight_qscheme``, or ``float_weights=True`` to leave them float). ``strict``: tensors
+    missing from the table raise ``NotFoundError`` (default: they stay float, listed in the
+    report). ``equalize``: cross-layer equalization first (``qcal qdq --equalize``).
+    Returns a report dict: profile, ops, tensors, weights, biases, missing, skipped; with
+    data also table (the ``qcal.Table`` made), samples, runs, engine_version."""
+    if (data is None) == (table is None):
+        raise TypeError("qdq() needs exactly one of data= (calibrate by running the model) "
+                        "and table= (a qcal.Table or a JSON table path)")
+    if table is not None and (observer is not None or rules is not None or rules_text is not None
+                              or config or batch is not None or carry is not None
+                              or equalize or allow_empty):
+        raise TypeError("observer, rules, rules_text, observer options, batch, carry, "
+                        "equalize and allow_empty go with data=, not table=")
+    if table is not None and not isinstance(table, Table):
+        table = Table.read_json(_os.fspath(table))
+    m = _model(model)
+    rep = {}
+    if equalize:
+        m.equalize()
+    if data is not None:
+        if config and observer is None:
+            _rules_text(config=config, caller="qdq")   # raises the TypeError
+        s = Session(rules=rules, rules_text=rules_text, observer=observer, **config)
+        crep = observe(None, data, s, profile=profile, op_types=op_types, exclude=exclude,
+                       batch=batch, carry=carry, ort_lib=ort_lib, _loaded=m)
+        table = s.table(allow_empty=allow_empty)
+        rep = {"table": table, "samples": crep["samples"], "runs": crep["runs"],
+               "engine_version": crep["engine_version"]}
+    res = m.qdq_save(table, _os.fspath(out), profile, weight_observer,
+                     _names(exclude, "exclude"), _op_types(op_types), strict=bool(strict),
+                     weight_qscheme=weight_qscheme, float_weights=bool(float_weights))
+    res.update(rep)
+    return res
+
+
+def tensors(model, *, profile="ort", op_types=None, exclude=None):
+    """The tensors ``profile`` quantizes in ``model`` (BatchNormalizations folded first), in
+    graph order: the names ``calibrate`` observes and ``qdq`` looks up in the table, as
+    ``qcal onnx-expose --list`` writes them."""
+    return _model(model).list(profile, _op_types(op_types), _names(exclude, "exclude"))
+
+
+def engine_info(ort_lib=None):
+    """(version, library path) of the ONNX Runtime qcal loads; raises (``NotFoundError``
+    naming every place tried) when there is none."""
+    return _qcal._engine_info(ort_lib)
