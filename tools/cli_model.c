@@ -66,18 +66,36 @@ int cli_fold_bn(const char *cmd, qcal_onnx_model *m, bool quiet)
     qcal_status st = qcal_onnx_fold_bn(m, &rep);
     if (st != QCAL_OK)
         return cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
-    if (rep.n_folded && !quiet) {
-        size_t len = 1;
-        for (int64_t i = 0; i < rep.n_folded; i++)
-            len += strlen(rep.folded[i]) + 2;
-        char *s = malloc(len), *w = s;
-        for (int64_t i = 0; s && i < rep.n_folded; i++)
-            w += sprintf(w, "%s%s", i ? "; " : "", rep.folded[i]);
-        fprintf(stderr, "qcal: %s: note: %lld BatchNormalization%s folded into the Conv before: %s\n", cmd,
-                (long long)rep.n_folded, rep.n_folded == 1 ? "" : "s", s ? s : "(out of memory)");
-        free(s);
-    }
+    /* A count, not the list: the pairs are in the model ('qcal equalize --report' lists
+     * layers); a note of every name ran to kilobytes on real models. */
+    if (rep.n_folded && !quiet)
+        cli_note(cmd, "%lld BatchNormalization%s folded into the Conv before %s", (long long)rep.n_folded,
+                 rep.n_folded == 1 ? "" : "s", rep.n_folded == 1 ? "it" : "them");
     qcal_onnx_fold_report_free(&rep);
+    return 0;
+}
+
+/* Raises a model of default-domain opset 9-12 to 13 (qcal_onnx_upgrade: what qcal qdq needs,
+ * so onnx-expose and calibrate refuse what qdq would before any work) with one note per
+ * adapted op type. 0 or an exit code (3: an opset or op qcal cannot raise). */
+static int upgrade(const char *cmd, qcal_onnx_model *m, bool quiet)
+{
+    qcal_onnx_model_info info;
+    qcal_status st = qcal_onnx_model_get_info(m, &info);
+    if (st != QCAL_OK)
+        return cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
+    if (info.opset < 0 || info.opset >= 13)
+        return 0;   /* qcal qdq says what is wrong with a model without a default-domain opset */
+    qcal_onnx_upgrade_report rep = { 0 };
+    if ((st = qcal_onnx_upgrade(m, 13, &rep)) != QCAL_OK)
+        return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT, st);
+    if (!quiet) {
+        cli_note(cmd, "opset %lld raised to %lld (%lld op type%s adapted)", (long long)rep.from,
+                 (long long)rep.to, (long long)rep.n_adapted, rep.n_adapted == 1 ? "" : "s");
+        for (int64_t i = 0; i < rep.n_adapted; i++)
+            cli_note(cmd, "%s", rep.adapted[i]);
+    }
+    qcal_onnx_upgrade_report_free(&rep);
     return 0;
 }
 
@@ -90,7 +108,9 @@ int cli_model_load(const char *cmd, const char *path, bool quiet, qcal_onnx_mode
     qcal_status st = qcal_onnx_model_load(path, &m);
     if (st != QCAL_OK)
         return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT, st);
-    int rc = cli_fold_bn(cmd, m, quiet);
+    int rc = upgrade(cmd, m, quiet);
+    if (!rc)
+        rc = cli_fold_bn(cmd, m, quiet);
     if (rc) {
         qcal_onnx_model_destroy(&m);
         return rc;

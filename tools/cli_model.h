@@ -68,7 +68,8 @@ int cli_model_opt(const char *cmd, cli_model_args *a, int id, const char *val);
  * quiet. 0 or an exit code (reported). */
 int cli_fold_bn(const char *cmd, qcal_onnx_model *m, bool quiet);
 
-/* Loads the model at path and folds its BatchNormalizations (cli_fold_bn): what every
+/* Loads the model at path, raises an opset 9-12 model to 13 (qcal_onnx_upgrade, a note per
+ * adapted op type unless quiet) and folds its BatchNormalizations (cli_fold_bn): what every
  * subcommand that reads a model for quantization starts with. 0 or an exit code. */
 int cli_model_load(const char *cmd, const char *path, bool quiet, qcal_onnx_model **out);
 

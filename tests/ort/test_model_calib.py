@@ -95,7 +95,7 @@ def main():
     np.save(x, np.load(BATCH)[:N].astype(np.float32))
     # The engine itself: a library that is not there is exit 5 with the place tried.
     r = qcal_run(qcal, "calibrate", MODEL, "--data", x, "-o", os.path.join(w, "t.json"),
-                 "--ort-lib", os.path.join(w, "nothing.so"))
+                 "--ort-lib", os.path.join(w, "nothing.so"), "-q")
     check(r.returncode == 5 and "nothing.so" in r.stderr and r.stderr.count("\n") == 1,
           "--ort-lib missing: exit 5, one line naming it (%d: %s)" % (r.returncode, r.stderr.strip()))
     if r.returncode != 5:
@@ -147,7 +147,7 @@ def main():
     bad = os.path.join(w, "bad.npy")
     np.save(bad, np.load(x).astype(np.float64))
     out = os.path.join(w, "never.json")
-    r = qcal_run(qcal, "calibrate", MODEL, "--data", bad, "-o", out)
+    r = qcal_run(qcal, "calibrate", MODEL, "--data", bad, "-o", out, "-q")
     check(r.returncode == 3 and "float64" in r.stderr and "float32" in r.stderr and "'input'" in r.stderr
           and r.stderr.count("\n") == 1 and not os.path.exists(out),
           "float64 data: exit 3, one line naming the input and both types (%s)" % r.stderr.strip())
