@@ -178,10 +178,8 @@ static qcal_status observe_run(qcal_model_calib *mc, const qcal_engine_outputs *
         qcal_tensor x;
         if ((st = qcal_tensor_init(&x, f, v.ndim, v.dims)) < 0)
             break;
+        /* A failure's message names the tensor and the step (= the run's index). */
         st = qcal_calib_session_observe(mc->s, mc->names[i], QCAL_CALIB_ROLE_ACTIVATION, step, &x);
-        if (st < 0)
-            st = qcal_error(st, "tensor '%s', run %lld: %s", mc->names[i], (long long)step,
-                            qcal_last_error());
     }
     free(tmp);
     return st < 0 ? st : QCAL_OK;

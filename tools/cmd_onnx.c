@@ -1,4 +1,5 @@
 /* qcal onnx-expose and qcal qdq: the ONNX model a user deploys (qcal/onnx.h, docs/onnx.md). */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -280,6 +281,69 @@ int cmd_onnx_expose(int argc, char **argv)
     return rc;
 }
 
+/* The ops left float, one note per (op type, reason) with its count and a first node: the
+ * report's "NODE (OP): reason" lines with the tensor names in the reason ('...') elided. */
+static void note_skipped(const char *cmd, const qcal_onnx_qdq_report *rep)
+{
+    int64_t n = rep->n_skipped;
+    char **key = calloc((size_t)n + 1, sizeof *key);
+    int64_t *count = calloc((size_t)n + 1, sizeof *count), *first = calloc((size_t)n + 1, sizeof *first);
+    int64_t nk = 0;
+    for (int64_t i = 0; key && count && first && i < n; i++) {
+        const char *line = rep->skipped[i], *op = strstr(line, " (");
+        const char *why = op ? strstr(op, "): ") : NULL;
+        size_t cap = strlen(line) + 1;
+        char *k = malloc(cap), *w = k;
+        if (!k)
+            break;
+        if (!why) {
+            snprintf(k, cap, "%s", line);
+        } else {
+            /* "OP): reason" with every quoted name replaced by '...' */
+            w += snprintf(w, cap, "%.*s", (int)(why - op - 2), op + 2);
+            *w++ = '\t';
+            for (const char *r = why + 3; *r;) {
+                if (*r == '\'') {
+                    const char *e = strchr(r + 1, '\'');
+                    if (e) {
+                        memcpy(w, "'...'", 5);
+                        w += 5;
+                        r = e + 1;
+                        continue;
+                    }
+                }
+                *w++ = *r++;
+            }
+            *w = '\0';
+        }
+        int64_t j = 0;
+        while (j < nk && strcmp(key[j], k))
+            j++;
+        if (j == nk) {
+            key[nk] = k;
+            first[nk++] = i;
+        } else {
+            free(k);
+        }
+        count[j]++;
+    }
+    for (int64_t j = 0; j < nk; j++) {
+        const char *tab = strchr(key[j], '\t'), *line = rep->skipped[first[j]];
+        const char *op = strstr(line, " (");
+        if (tab)
+            cli_note(cmd, "%lld %.*s op%s left float: %s (first: %.*s)", (long long)count[j],
+                     (int)(tab - key[j]), key[j], count[j] == 1 ? "" : "s", tab + 1,
+                     (int)(op ? op - line : (ptrdiff_t)strlen(line)), line);
+        else
+            cli_note(cmd, "op left float: %s", key[j]);
+    }
+    for (int64_t j = 0; j < nk; j++)
+        free(key[j]);
+    free(key);
+    free(count);
+    free(first);
+}
+
 /* Calibrates m from the data (--data): the rules, a session, ONNX Runtime, the runs; *t
  * gets the table. 0 or an exit code (reported). */
 static int qdq_calibrate(const char *cmd, qcal_onnx_model *m, const cli_model_args *ma,
@@ -499,18 +563,16 @@ int cmd_qdq(int argc, char **argv)
     if ((rc = cli_stage_commit(cmd, &staged)))
         goto free;
     if (rep.n_missing) {
-        char *s = join_names(rep.missing, rep.n_missing, ", ", true);
-        fprintf(stderr, "qcal: %s: warning: %lld tensor%s missing from the table stay%s float: %s\n", cmd,
+        /* A count and the first names: the whole list ran to kilobytes on real models. */
+        int64_t shown = rep.n_missing < 3 ? rep.n_missing : 3;
+        char *s = join_names(rep.missing, shown, ", ", true);
+        fprintf(stderr, "qcal: %s: warning: %lld tensor%s missing from the table stay%s float: %s%s\n", cmd,
                 (long long)rep.n_missing, rep.n_missing == 1 ? "" : "s", rep.n_missing == 1 ? "s" : "",
-                s ? s : "(out of memory)");
+                s ? s : "(out of memory)", rep.n_missing > shown ? ", ..." : "");
         free(s);
     }
-    if (rep.n_skipped && !quiet) {
-        char *s = join_names(rep.skipped, rep.n_skipped, "; ", false);
-        fprintf(stderr, "qcal: %s: note: %lld op%s left float or partly float: %s\n", cmd,
-                (long long)rep.n_skipped, rep.n_skipped == 1 ? "" : "s", s ? s : "(out of memory)");
-        free(s);
-    }
+    if (rep.n_skipped && !quiet)
+        note_skipped(cmd, &rep);
     printf("qcal: qdq: wrote %s (profile %s): %lld ops quantized, %lld activations, %lld weights, %lld int32 biases",
            out, qcal_onnx_profile_name(opt.profile), (long long)rep.ops, (long long)rep.tensors,
            (long long)rep.weights, (long long)rep.biases);

@@ -164,6 +164,54 @@ def main():
     r = qcal_run(qcal, "calibrate", MODEL, "--input", "nope=" + x, "-o", os.path.join(w, "n.json"))
     check(r.returncode == 3 and "'nope'" in r.stderr, "--input of an unknown name: exit 3 (%s)" % r.stderr.strip())
 
+    # NaN/Inf in the data: skipped and counted (the observers' policy), or exit 1 with
+    # --strict and nothing written.
+    nanx = os.path.join(w, "nan.npy")
+    xs = np.load(x).copy()
+    xs[3, 0, 5, 5] = np.nan
+    xs[9, 0, 1, 2] = np.inf
+    np.save(nanx, xs)
+    out = os.path.join(w, "nan.json")
+    r = qcal_run(qcal, "calibrate", MODEL, "--data", nanx, "--observer", "minmax", "-o", out, "-q")
+    skipped = int(r.stdout.split("; ")[-1].split()[0]) if r.returncode == 0 else 0
+    check(r.returncode == 0 and skipped > 0, "NaN/Inf samples: exit 0, %d non-finite values counted" % skipped)
+    os.unlink(out)
+    r = qcal_run(qcal, "calibrate", MODEL, "--data", nanx, "--observer", "minmax", "--strict", "-o", out, "-q")
+    check(r.returncode == 1 and r.stderr.count("\n") == 1 and not os.path.exists(out),
+          "NaN/Inf samples under --strict: exit 1, one line, nothing written (%s)" % r.stderr.strip())
+
+    # ONNX Runtime failing in the middle of the runs (a Reshape to [2, -1] of 3 rows): its
+    # message passed through, exit 1, nothing written.
+    try:
+        import onnx
+        from onnx import helper, TensorProto
+    except ImportError:
+        onnx = None
+        print("skip the mid-run failure: python3-onnx missing")
+    if onnx:
+        g = helper.make_graph(
+            [helper.make_node("Reshape", ["x", "shape"], ["r"]),
+             helper.make_node("MatMul", ["r", "W"], ["y"])], "midrun",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            [helper.make_tensor("shape", TensorProto.INT64, [2], [2, -1]),
+             helper.make_tensor("W", TensorProto.FLOAT, [3, 4], list(np.arange(12, dtype=np.float32)))])
+        mm = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        mm.ir_version = 8
+        mpath = os.path.join(w, "midrun.onnx")
+        onnx.save(mm, mpath)
+        d = os.path.join(w, "midrun")
+        os.makedirs(d, exist_ok=True)
+        np.save(os.path.join(d, "a.npy"), np.ones((2, 3), np.float32))
+        np.save(os.path.join(d, "b.npy"), np.ones((3, 3), np.float32))
+        out = os.path.join(w, "midrun.json")
+        r = qcal_run(qcal, "calibrate", mpath, "--data", d, "--batch", "2", "-o", out, "-q")
+        check(r.returncode == 1 and "b.npy" in r.stderr and "samples 2-2" in r.stderr
+              and "Reshape" in r.stderr and r.stderr.count("\n") == 1 and not os.path.exists(out),
+              "ONNX Runtime failing on the third run: exit 1, its message, nothing written (%s)" % r.stderr.strip())
+        r = qcal_run(qcal, "calibrate", mpath, "--data", os.path.join(d, "a.npy"), "-o", out, "-q", "--batch", "2")
+        check(r.returncode == 0, "the same model on data it can run: exit 0")
+
     # mpirun -np N: each rank runs a share of the data files; the one-process table, byte
     # for byte (the files of a directory are the units shared out).
     mpirun = os.environ.get("QCAL_MPIRUN")
