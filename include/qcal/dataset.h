@@ -15,7 +15,7 @@
  *   }
  *   qcal_dataset_close(&ds);
  *
- * What a data spec can be (docs/onnx.md, "Calibration data"):
+ * What a data spec can be (docs/data.md):
  *   - a .npz or .safetensors file: one batch, arrays keyed by input name (a model with one
  *     input also takes a file holding exactly one array, whatever its key);
  *   - a .npy file: one batch of the model's only input, or of the input named by the file's
