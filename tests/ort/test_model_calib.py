@@ -211,6 +211,21 @@ def main():
               "ONNX Runtime failing on the third run: exit 1, its message, nothing written (%s)" % r.stderr.strip())
         r = qcal_run(qcal, "calibrate", mpath, "--data", os.path.join(d, "a.npy"), "-o", out, "-q", "--batch", "2")
         check(r.returncode == 0, "the same model on data it can run: exit 0")
+        # A model ONNX Runtime refuses (an op it does not know): its message, exit 3.
+        g2 = helper.make_graph(
+            [helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("NoSuchOp", ["m"], ["y"])],
+            "refused", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            [helper.make_tensor("W", TensorProto.FLOAT, [3, 4], list(np.arange(12, dtype=np.float32)))])
+        m2 = helper.make_model(g2, opset_imports=[helper.make_opsetid("", 13)])
+        m2.ir_version = 8
+        rpath = os.path.join(w, "refused.onnx")
+        onnx.save(m2, rpath)
+        out2 = os.path.join(w, "refused.json")
+        r = qcal_run(qcal, "calibrate", rpath, "--data", os.path.join(d, "a.npy"), "-o", out2, "-q")
+        check(r.returncode == 3 and "NoSuchOp" in r.stderr and r.stderr.count("\n") == 1
+              and not os.path.exists(out2),
+              "a model ONNX Runtime refuses: exit 3, its message (%s)" % r.stderr.strip()[:200])
 
     # mpirun -np N: each rank runs a share of the data files; the one-process table, byte
     # for byte (the files of a directory are the units shared out).
