@@ -80,8 +80,7 @@ static const char qdq_help[] =
     "  --rules RULES            rules file for the activations' observers (docs/calibration.md)\n"
     "  --table-out T            also write the table made from the data (native JSON)\n"
     "  --equalize               cross-layer equalization first ('qcal equalize' defaults)\n"
-    "  observer options         --observer KIND (default histogram), --dtype, --qscheme, ...:\n"
-    "                           as 'qcal calibrate' (see 'qcal calibrate --help')\n"
+    "  observer options         below (default --observer histogram), as 'qcal calibrate'\n"
     "\n"
     "Exit codes: 2 bad options; 3 a missing or malformed MODEL, TABLE or data, data that does\n"
     "not match the model, a model opset below 9 or an op qcal cannot raise to opset 13; 4 an output that cannot be written (an\n"
@@ -412,6 +411,8 @@ int cmd_qdq(int argc, char **argv)
         }
         if (id == OPT_HELP) {
             fputs(qdq_help, stdout);
+            fputs("\nobserver options (with --data; the keys of rules files, docs/cli.md):\n", stdout);
+            cli_observer_help(stdout, QCAL_OBSERVER_HISTOGRAM);
             goto done;
         }
         switch (id) {
