@@ -10,9 +10,12 @@
 // CTC decode (argmax per time step, repeats collapsed, blanks dropped; class 0 the blank,
 // 1..K the K lines of the keys file, K + 1 a space, as PaddleOCR's CTCLabelDecode with
 // use_space_char). Prints exact-match % (decoded text == label), character accuracy %
-// (100 * (1 - sum of edit distances / sum of label lengths), in code points), lines, and
-// seconds (session creation excluded: the runs only). --errors N lists the first N
-// mismatches on stderr.
+// (100 * (1 - sum of edit distances / sum of label lengths), in code points), lines, the
+// exact-match of the Latin-only and of the Chinese-bearing lines, and seconds (session
+// creation excluded: the runs only). Spaces at either end of the decoded text are dropped
+// before comparing (the model often reads the margin or the padding as a space; the ends of
+// a line carry none); exact_match_strict keeps them. --errors N lists the first N mismatches
+// on stderr.
 // det: DATA/det/x.npy ([N, 3, H, W]); the probability map binarized at --thresh (0.3,
 // PaddleOCR's det_db_thresh). Per model: share of pixels on, connected components (4-connected,
 // >= 8 pixels) against the lines drawn (DATA/det/lines.txt). With --ref, the same for the
@@ -110,18 +113,25 @@ async function rec(ort, model, data, opt) {
     }
   });
   let exact = 0, strict = 0, dist = 0, len = 0, shown = 0;
+  const kinds = { latin: [0, 0], cjk: [0, 0] };   // [lines, exact] by script of the label
   for (let i = 0; i < n; i++) {
     const text = texts[i].replace(/^ +| +$/g, '');
     const want = Array.from(labels[i]), got = Array.from(text);
+    const k = kinds[/[^\x00-\x7f]/.test(labels[i]) ? 'cjk' : 'latin'];
+    k[0]++;
     if (texts[i] === labels[i]) strict++;
-    if (text === labels[i]) exact++;
+    if (text === labels[i]) { exact++; k[1]++; }
     else if (shown++ < +opt.errors) console.error(`${i}: want ${JSON.stringify(labels[i])} got ${JSON.stringify(texts[i])}`);
     dist += editDistance(want, got);
     len += want.length;
   }
+  const pct = (a, b) => +(100 * (b ? a / b : 0)).toFixed(2);
   return { mode: 'rec', model: path.basename(model), level: opt.level, lines: n,
-           exact_match: +(100 * exact / n).toFixed(2), exact_match_strict: +(100 * strict / n).toFixed(2),
-           char_accuracy: +(100 * (1 - dist / len)).toFixed(2), seconds: +secs.toFixed(2) };
+           exact_match: pct(exact, n), exact_match_strict: pct(strict, n),
+           char_accuracy: +(100 * (1 - dist / len)).toFixed(2),
+           latin: { lines: kinds.latin[0], exact_match: pct(kinds.latin[1], kinds.latin[0]) },
+           cjk: { lines: kinds.cjk[0], exact_match: pct(kinds.cjk[1], kinds.cjk[0]) },
+           seconds: +secs.toFixed(2) };
 }
 
 // Connected components (4-connected) of on pixels with >= minArea pixels.

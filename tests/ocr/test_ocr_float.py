@@ -25,7 +25,12 @@ upgrade comes first, then this becomes ort.ocr_qdq):
     qcal qdq rec.onnx --table table.json -o rec_int8.onnx
     node tests/ocr/ocr_eval.cjs rec_int8.onnx W --optimized-out opt.onnx [--precision high]
     tests/ocr/count_ops.py --only QLinearConv,QLinearMatMul,MatMulInteger opt.onnx
-(ort_run.cjs names its dump files by batch within one run, hence the one calib.npy.)"""
+(ort_run.cjs names its dump files by batch within one run, hence the one calib.npy.) Checked
+as far as it goes today: onnx-expose exposes 528 tensors of the opset-9 model, the dump of 8
+lines is 1.6 GB (about 200 MB a line at 48 x 320: keep the dump's calibration set small, or
+use the in-process `qcal calibrate MODEL.onnx --data DIR` when it lands), calibrate makes the
+table, and qdq stops with "the model's default-domain opset is 9; Q/DQ insertion needs opset
+>= 13"."""
 import argparse
 import json
 import os
@@ -36,8 +41,11 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EVAL_LINES = 100
-# Measured (seed 20240611, ONNX Runtime 1.30.0, Debian 12 fonts): TODO
-MIN_EXACT = 96.0
+# Measured (seed 20240611, onnxruntime-node 1.30.0, Debian 12 fonts, Intel Xeon, 2 cores): the
+# first 100 evaluation lines 100 % exact (300 lines: 99.67 %, the one miss "World tea" read
+# "world tea"; character accuracy 99.95 %); the detector's components equal the lines drawn
+# on 4 of 4 pages (20 pages: 20 of 20, 354 lines). The bounds leave 3 lines and 1 page.
+MIN_EXACT = 97.0
 DET_PAGES = 4
 MIN_DET_PAGES = 3
 
