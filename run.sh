@@ -127,8 +127,12 @@ case "$cmd" in
         # Fashion-MNIST CNN: float model (trained once, then cached), calibration with every
         # observer, int8 on oneDNN, QAT; see docs/demo.md for the options. Then the
         # MobileNet-style network's int8 table (docs/models.md; its weights are committed):
-        # --no-mobilenet or QCAL_DEMO_MOBILENET=0 skips it.
+        # --no-mobilenet or QCAL_DEMO_MOBILENET=0 skips it. Then real models through one
+        # command each (examples/models/run_models.py: the demo CNN, the MobileNet-style net,
+        # Silero VAD with --carry, PP-OCRv4 recognition): --no-models or QCAL_DEMO_MODELS=0
+        # skips them.
         mnet="${QCAL_DEMO_MOBILENET:-1}"
+        models="${QCAL_DEMO_MODELS:-1}"
         n=$#
         while [ "$n" -gt 0 ]; do
             a="$1"
@@ -136,7 +140,8 @@ case "$cmd" in
             n=$((n - 1))
             case "$a" in
                 --no-mobilenet) mnet=0 ;;
-                -h|--help) mnet=0; set -- "$@" "$a" ;;
+                --no-models) models=0 ;;
+                -h|--help) mnet=0; models=0; set -- "$@" "$a" ;;
                 *) set -- "$@" "$a" ;;
             esac
         done
@@ -146,6 +151,14 @@ case "$cmd" in
             echo "== MobileNet-style network (examples/mobilenet): int8 where the weight scheme matters =="
             rc=0
             PYTHONPATH=build/python OMP_NUM_THREADS=2 /usr/bin/python3 examples/mobilenet/table.py \
+                --qcal build/tools/qcal --demo || rc=$?
+            [ "$rc" = 0 ] || [ "$rc" = 77 ] || exit "$rc"
+        fi
+        if [ "$models" != 0 ]; then
+            echo
+            echo "== Real models through one command (examples/models): qcal qdq MODEL --data DATA, float vs int8 in ONNX Runtime =="
+            rc=0
+            PYTHONPATH=build/python OMP_NUM_THREADS=2 /usr/bin/python3 examples/models/run_models.py \
                 --qcal build/tools/qcal --demo || rc=$?
             [ "$rc" = 0 ] || [ "$rc" = 77 ] || exit "$rc"
         fi

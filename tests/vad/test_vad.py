@@ -10,6 +10,14 @@ a model nobody here trained) calibrated by qcal and run int8 on ONNX Runtime:
     + qcal evaluate on the dump (worst per-tensor SQNR of each observer; its per-tensor
       recommendation calibrated and run as its own row)
 
+The same in one command: the calibration frames as calib.npz (`input` [T, 1, 576], one
+frame per run; `sr` broadcast; `state` zeros) -> `qcal calibrate MODEL --data calib.npz
+--carry stateN=state` and `qcal qdq MODEL --data calib.npz --carry stateN=state` (qcal runs
+ONNX Runtime itself). Asserted per observer: its table is byte-identical to the table of a
+dump of the same runs (vad_run.cjs --batch 1) and equal but for the entries' "batches" to
+the 250-frames-a-file dump's (not for moving averages), and the QDQ model of `qdq --data`
+is byte-identical to the dump route's (else decides every evaluation frame the same).
+
 Conv and Gemm are quantized (--op-types Conv,Gemm: the unrolled LSTM's gates and its
 recurrent state stay float). Per row: frame decisions (probability >= 0.5) equal to the
 float model's, F1 against the labels (float and int8), worst per-tensor SQNR. As a test (no
@@ -43,6 +51,7 @@ KINDS = ["minmax", "moving_average_minmax", "histogram", "percentile", "entropy"
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.environ.get("QCAL_BIN", "")
 REUSE = False
+MOVING = {"moving_average_minmax"}   # updates that do not commute: ranges depend on the grouping
 AGREE = 98.0          # the short clip's bound for the best row (the full run: docs/models.md)
 
 
@@ -67,7 +76,7 @@ def run(*cmd):
     return r
 
 
-def vad(model, audio, out=None, dump=None, precision="high"):
+def vad(model, audio, out=None, dump=None, precision="high", batch=None):
     if out and REUSE and os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(model):
         return np.load(out)   # --reuse: this model's run is there already
     args = ["node", os.path.join(HERE, "vad_run.cjs"), model, audio, "--precision", precision]
@@ -75,6 +84,8 @@ def vad(model, audio, out=None, dump=None, precision="high"):
         args += ["--out", out]
     if dump:
         args += ["--dump", dump]
+    if batch:
+        args += ["--batch", batch]
     run(*args)
     return np.load(out) if out else None
 
@@ -94,6 +105,38 @@ def quantized_tensors(path):
                     walk(at.g)
     walk(onnx.load(path).graph)
     return names
+
+
+def frames_npz(audio_npy, out):
+    """The frames vad_run.cjs feeds, as a data file for `qcal calibrate/qdq MODEL --data`:
+    `input` [T, 1, 576] (rank + 1: one frame per run; frame f = the last 64 samples of frame
+    f - 1, zeros for f = 0, then samples [512 f, 512 f + 512); T = len // 512 as the
+    runner), `sr` a 0-d int64 (one sample: broadcast to every run) and `state` [2, 1, 128]
+    zeros (the model's state has a dynamic dimension, so its first value comes from the file;
+    --carry stateN=state feeds it from then on, as the runner does)."""
+    a = np.load(audio_npy).astype(np.float32, copy=False)
+    W, C = 512, 64
+    T = len(a) // W
+    fr = a[:T * W].reshape(T, W)
+    x = np.zeros((T, 1, C + W), np.float32)
+    x[:, 0, C:] = fr
+    x[1:, 0, :C] = fr[:-1, W - C:]
+    np.savez(out, input=x, sr=np.array(16000, np.int64), state=np.zeros((2, 1, 128), np.float32))
+    return T
+
+
+def without_batches(path):
+    """A table with every entry's "batches" left out (the only field that depends on how
+    the runs are grouped into dump files, for observers whose updates commute)."""
+    t = json.load(open(path))
+
+    def strip(o):
+        if isinstance(o, dict):
+            return {k: strip(v) for k, v in o.items() if k != "batches"}
+        if isinstance(o, list):
+            return [strip(v) for v in o]
+        return o
+    return strip(t)
 
 
 def f1(pred, lab):
@@ -224,15 +267,82 @@ def main():
                                  row["worst_sqnr_db"], row["worst_tensor"], row["max_prob_diff"]), flush=True)
         print("    " + row["qdq"], flush=True)
     print("evaluate recommends: %s" % ", ".join("%s x%d" % kv for kv in sorted(recs.items())))
+
+    # One command: the same frames as a data file, `qcal calibrate/qdq MODEL --data calib.npz
+    # --carry stateN=state` (qcal runs the model in ONNX Runtime itself, frame by frame, the
+    # state carried). (a) Its table equals byte for byte the table of a dump of the same runs
+    # (vad_run.cjs --batch 1: one frame per dump file, as one frame per engine run; the
+    # dump above, 250 frames a file, differs only in each entry's "batches", except for the
+    # moving averages, whose updates do not commute). (b) `qdq --data` writes the same QDQ
+    # model as `qdq --table` from the dump route's table (the moving averages: from the
+    # one-frame dump's table), else the same frame decisions on the evaluation set.
+    cnpz = P("calib%s.npz" % tag_m)
+    n_fr = frames_npz(calib, cnpz)
+    carry = ["--carry", "stateN=state"]
+    dump1 = dump + "_1"
+    if not os.path.isdir(dump1):
+        vad(exposed, calib, dump=dump1, batch=1)
+    fails = []
+    one = []
+    for kind in kinds + ["evaluate"]:
+        obs = ["--rules", P("rules%s.txt" % tag_m)] if kind == "evaluate" else ["--observer", kind]
+        t_one = P("one%s_%s.json" % (tag_m, kind))
+        moving = kind in MOVING or (kind == "evaluate" and "moving_average" in open(P("rules%s.txt" % tag_m)).read())
+        t0c = time.monotonic()
+        run(BIN, "calibrate", weights, "--data", cnpz, *carry, *ops, *obs, "-o", t_one, "-q")
+        sec = time.monotonic() - t0c
+        t_dump = P("table%s_%s.json" % (tag_m, kind))
+        if not moving and without_batches(t_one) != without_batches(t_dump):
+            fails.append("%s: calibrate --data table %s differs from the dump's %s beyond \"batches\""
+                         % (kind, t_one, t_dump))
+        t_dump1 = P("table1%s_%s.json" % (tag_m, kind))
+        run(BIN, "calibrate", dump1, "-o", t_dump1, "--format", "json", *obs, "-q")
+        same = open(t_one, "rb").read() == open(t_dump1, "rb").read()
+        if not same:
+            fails.append("%s: calibrate --data table %s is not byte-identical to the one-frame dump's %s"
+                         % (kind, t_one, t_dump1))
+        for tag, excl in variants:
+            q_one = P("one%s_%s%s.onnx" % (tag_m, kind, tag.strip()))
+            q_dump = P("qdq%s_%s%s.onnx" % (tag_m, kind, tag.strip()))
+            d_ref = P("int8%s_%s%s.npy" % (tag_m, kind, tag.strip()))
+            if moving:
+                q_dump = P("qdq1%s_%s%s.onnx" % (tag_m, kind, tag.strip()))
+                run(BIN, "qdq", weights, "--table", t_dump1, "-o", q_dump, *ops, *excl, "-q")
+                d_ref = q_dump[:-5] + ".npy"
+                vad(q_dump, ev, out=d_ref)
+            t0q = time.monotonic()
+            run(BIN, "qdq", weights, "--data", cnpz, *carry, *ops, *excl, *obs, "-o", q_one, "-q")
+            secq = time.monotonic() - t0q
+            ident = open(q_one, "rb").read() == open(q_dump, "rb").read()
+            if ident:
+                agree_q = 100.0
+            else:
+                d1 = vad(q_one, ev, out=P("int8one%s_%s%s.npy" % (tag_m, kind, tag.strip()))) >= 0.5
+                d0 = np.load(d_ref) >= 0.5
+                agree_q = 100.0 * float(np.mean(d1 == d0))
+                if agree_q < 100.0:
+                    fails.append("%s%s: qdq --data model %s decides %d of %d frames otherwise than the dump "
+                                 "route's %s" % (kind, tag, q_one, int(np.sum(d1 != d0)), len(d0), q_dump))
+            one.append({"observer": kind + tag, "calibrate_s": sec, "qdq_s": secq,
+                        "table_byte_identical": same, "qdq_byte_identical": ident,
+                        "decisions_equal_pct": agree_q})
+            print("  one command %-15s calibrate --data %.2f s, table %s; qdq --data %.2f s, model %s" % (
+                kind + tag, sec, "byte-identical" if same else "DIFFERS",
+                secq, "byte-identical" if ident else "decisions equal on %.2f%% of frames" % agree_q), flush=True)
     summary = {"frames": int(len(lab)), "seconds_eval": len(np.load(ev, mmap_mode="r")) / 16000.0,
                "seconds_calib": len(np.load(calib, mmap_mode="r")) / 16000.0,
                "speech_fraction": float(lab.mean()), "f1_float": f1_float, "rows": rows,
-               "total_s": time.monotonic() - t0}
+               "one_command": one, "total_s": time.monotonic() - t0}
     if a.json:
         with open(a.json, "w") as f:
             json.dump(summary, f, indent=1)
     best = max(rows, key=lambda r: r["agree"])
     print("best: %s, agreement %.2f%%; whole run %.1f s" % (best["observer"], best["agree"], summary["total_s"]))
+    for f in fails:
+        print("FAILED: " + f)
+    if fails:
+        print("(files kept in %s)" % w)
+        return 1
     if not a.full and best["agree"] < AGREE:
         print("FAILED: best agreement %.2f%% < %.1f%% (files kept in %s)" % (best["agree"], AGREE, w))
         return 1
