@@ -9,6 +9,8 @@
 struct qcal_calib_table {
     int64_t n, cap;
     char digest[65];       /* session digest (64 hex digits), "" when unknown */
+    char profile[16];      /* deployment profile calibrated for ("ort", "tensorrt"), "" when
+                            * not recorded; not covered by the digest */
     qcal_calib_entry *e;   /* each entry owns its fqn and arrays (calib_entry_free) */
 };
 

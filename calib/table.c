@@ -12,7 +12,10 @@
  * same float32, so the table round-trips bit for bit. A range bound that is not finite
  * (+inf/-inf of a channel without data) is written as the string "inf" / "-inf".
  * "digest" (the session's qcal_calib_session_digest) is optional: tables of earlier qcal
- * versions have none, and readers that do not know it ignore it. */
+ * versions have none, and readers that do not know it ignore it. "profile" (after "digest",
+ * also optional: "ort" or "tensorrt", the deployment profile the table was calibrated for,
+ * qcal_calib_table_set_profile) is table metadata outside the digest; tables without it stay
+ * readable, and an unknown name is refused. */
 #include <errno.h>
 #include <stdarg.h>
 #include <math.h>
@@ -305,6 +308,11 @@ qcal_status qcal_calib_table_json(const qcal_calib_table *t, qcal_buf *b)
     if (t->digest[0]) {
         put(b, ",\n  \"digest\": \"");
         put(b, t->digest);
+        put(b, "\"");
+    }
+    if (t->profile[0]) {
+        put(b, ",\n  \"profile\": \"");
+        put(b, t->profile);
         put(b, "\"");
     }
     put(b, ",\n  \"entries\": [");
@@ -606,6 +614,13 @@ fail:
     return st;
 }
 
+/* The profile names a table records (those of qcal_onnx_profile_name; calib/ does not
+ * depend on onnx/). */
+static bool known_profile(const char *s)
+{
+    return s && (!strcmp(s, "ort") || !strcmp(s, "tensorrt"));
+}
+
 qcal_status qcal_calib_table_parse_json(const char *text, size_t len, qcal_calib_table **out)
 {
     if ((!text && len) || !out)
@@ -649,10 +664,18 @@ qcal_status qcal_calib_table_parse_json(const char *text, size_t len, qcal_calib
             goto done;
         }
     }
+    const qcal_json *pf = qcal_json_get(doc, "profile");
+    if (pf && (pf->type != QCAL_JSON_STRING || !known_profile(pf->str))) {
+        st = qcal_error(QCAL_ERR_FORMAT, "calibration table \"profile\" is not \"ort\" or "
+                        "\"tensorrt\"");
+        goto done;
+    }
     if ((st = qcal_calib_table_new(&t)) != QCAL_OK)
         goto done;
     if (dg)
         memcpy(t->digest, dg->str, 65);
+    if (pf)
+        snprintf(t->profile, sizeof t->profile, "%s", pf->str);
     for (size_t i = 0; i < ents->n; i++) {
         qcal_calib_entry e;
         r.index = (int64_t)i;
@@ -742,4 +765,24 @@ qcal_status qcal_calib_table_digest(const qcal_calib_table *t, char hex[65])
         return qcal_error(QCAL_ERR_INVALID_ARG, "table or output is NULL");
     memcpy(hex, t->digest, 65);
     return t->digest[0] ? QCAL_OK : QCAL_NO_DATA;
+}
+
+qcal_status qcal_calib_table_set_profile(qcal_calib_table *t, const char *profile)
+{
+    if (!t)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_calib_table_set_profile: NULL table");
+    if (!profile || !*profile) {
+        t->profile[0] = '\0';
+        return QCAL_OK;
+    }
+    if (!known_profile(profile))
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_calib_table_set_profile: '%s' is not "
+                          "ort or tensorrt", profile);
+    snprintf(t->profile, sizeof t->profile, "%s", profile);
+    return QCAL_OK;
+}
+
+const char *qcal_calib_table_profile(const qcal_calib_table *t)
+{
+    return t && t->profile[0] ? t->profile : NULL;
 }

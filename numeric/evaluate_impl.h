@@ -56,6 +56,12 @@ qcal_status qcal_numeric_eval_cand_prepare(const qcal_numeric_eval *ev, eval_can
 void qcal_numeric_eval_cand_free(eval_cand *c);
 void qcal_numeric_eval_entry_free(eval_entry *e);
 
+/* A fraction in [0, 1] as the report prints it, a percentage with fixed decimals and never
+ * an exponent: "100%", "12%", "3.4%", "0.012%" (two significant digits below 10%), more
+ * decimals where a fraction below 1 would round to "100%", "<0.000001%" below that; "0%"
+ * only for 0. */
+void qcal_numeric_report_percent(char *buf, size_t cap, double frac);
+
 /* Writes len bytes to path atomically (temporary file, then rename). */
 qcal_status qcal_numeric_eval_write_file(const char *path, const void *data, size_t len);
 

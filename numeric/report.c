@@ -111,6 +111,41 @@ static void putf(qcal_buf *b, const char *fmt, ...)
     va_end(ap);
 }
 
+void qcal_numeric_report_percent(char *buf, size_t cap, double frac)
+{
+    double p = 100.0 * frac;
+    if (!(p > 0.0)) {
+        snprintf(buf, cap, "0%%");
+        return;
+    }
+    if (p < 5e-7) {
+        snprintf(buf, cap, "<0.000001%%");
+        return;
+    }
+    char tmp[48];
+    int dec = p >= 9.95 ? 0 : 1 - (int)floor(log10(p));   /* two significant digits */
+    if (dec > 6)
+        dec = 6;
+    snprintf(tmp, sizeof tmp, "%.*f", dec, p);
+    while (frac < 1.0 && dec < 6 && atof(tmp) >= 100.0)   /* 99.96% is not "100%" */
+        snprintf(tmp, sizeof tmp, "%.*f", ++dec, p);
+    if (strchr(tmp, '.')) {   /* "0.0100" -> "0.01" */
+        size_t l = strlen(tmp);
+        while (tmp[l - 1] == '0')
+            tmp[--l] = '\0';
+        if (tmp[l - 1] == '.')
+            tmp[--l] = '\0';
+    }
+    snprintf(buf, cap, "%s%%", tmp);
+}
+
+static void put_percent(qcal_buf *b, double frac)
+{
+    char tmp[48];
+    qcal_numeric_report_percent(tmp, sizeof tmp, frac);
+    put(b, tmp);
+}
+
 /* Text as HTML (element content and quoted attribute values). Bytes that are not valid
  * UTF-8 are shown as U+FFFD so the file stays valid UTF-8. */
 static void put_html(qcal_buf *b, const char *s)
@@ -868,10 +903,8 @@ static void summary_table(qcal_buf *b, const qcal_numeric_eval *ev, const bool *
                  j == e->recommended ? " class=\"best\"" : "");
             put_sqnr(b, c->sqnr_db, d.decimals);
             put(b, " dB<small>");
-            if (c->clipped == 0)
-                put(b, "0 clipped");
-            else
-                putf(b, "%.2g%% clipped", 100.0 * c->clipped);
+            put_percent(b, c->clipped);
+            put(b, " clipped");
             put(b, "</small></td>");
         }
         put(b, "</tr>");
@@ -1001,7 +1034,8 @@ qcal_status qcal_numeric_eval_write_report(const qcal_numeric_eval *ev,
             } else {
                 putf(&b, "(%lld channels) ", (long long)c->channels);
             }
-            putf(&b, "%.3g%% clipped, ", 100.0 * c->clipped);
+            put_percent(&b, c->clipped);
+            put(&b, " clipped, ");
             put_sqnr(&b, c->sqnr_db, d.decimals);
             put(&b, " dB</li>");
         }

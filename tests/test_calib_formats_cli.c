@@ -367,7 +367,7 @@ static void test_weights(void **state)
     save_batch(tu_path(d, "a.npy"), 1.0f, 0);
     assert_int_equal(run("calibrate", d, "--weights", st, "-o", tab, NULL), 0);
     assert_non_null(strstr(out, "2 weights"));
-    assert_non_null(strstr(out, "1 tensors under 2 dimensions skipped"));
+    assert_non_null(strstr(out, "1 tensor under 2 dimensions skipped"));
     qcal_calib_table *tb = NULL;
     assert_int_equal(qcal_calib_table_read_json(tab, &tb), QCAL_OK);
     const qcal_calib_entry *e;

@@ -317,6 +317,56 @@ static void test_json_reader_rejects(void **state)
     free(src);
 }
 
+/* The table's profile: unset from a session, set to "ort"/"tensorrt" (others refused,
+ * the table unchanged), written after "digest" and read back; the digest is the same with
+ * and without it; a table without it (the golden file, as earlier qcal wrote) reads with none,
+ * a malformed one is refused. */
+static void test_json_profile(void **state)
+{
+    (void)state;
+    qcal_calib_session *s = NULL;
+    assert_int_equal(qcal_calib_session_create(NULL, &s), QCAL_OK);
+    float x[4] = { -1.0f, 0.25f, 2.0f, 3.5f };
+    qcal_tensor xt;
+    assert_int_equal(qcal_tensor_init(&xt, x, 1, (int64_t[]){ 4 }), QCAL_OK);
+    assert_int_equal(qcal_calib_session_observe(s, "a", QCAL_CALIB_ROLE_ACTIVATION, 0, &xt), QCAL_OK);
+    qcal_calib_table *t = NULL, *t2 = NULL;
+    assert_int_equal(qcal_calib_session_table(s, &t), QCAL_OK);
+    qcal_calib_session_destroy(&s);
+    assert_null(qcal_calib_table_profile(t));
+    char *j0 = NULL, *j1 = NULL;
+    size_t l0, l1;
+    assert_int_equal(qcal_calib_table_format(t, QCAL_CALIB_FORMAT_JSON, NULL, &j0, &l0), QCAL_OK);
+    assert_null(strstr(j0, "profile"));
+    assert_int_equal(qcal_calib_table_set_profile(t, "tpu"), QCAL_ERR_INVALID_ARG);
+    assert_null(qcal_calib_table_profile(t));
+    assert_int_equal(qcal_calib_table_set_profile(t, "tensorrt"), QCAL_OK);
+    assert_string_equal(qcal_calib_table_profile(t), "tensorrt");
+    assert_int_equal(qcal_calib_table_format(t, QCAL_CALIB_FORMAT_JSON, NULL, &j1, &l1), QCAL_OK);
+    assert_non_null(strstr(j1, "\"version\": 1,\n  \"digest\": \""));
+    assert_non_null(strstr(j1, "\",\n  \"profile\": \"tensorrt\",\n  \"entries\""));
+    assert_int_equal(qcal_calib_table_parse_json(j1, l1, &t2), QCAL_OK);
+    assert_string_equal(qcal_calib_table_profile(t2), "tensorrt");
+    char d1[65], d2[65];
+    assert_int_equal(qcal_calib_table_digest(t, d1), QCAL_OK);
+    assert_int_equal(qcal_calib_table_digest(t2, d2), QCAL_OK);
+    assert_string_equal(d1, d2);
+    /* only the profile line differs from the table without it */
+    assert_int_equal(l1, l0 + strlen(",\n  \"profile\": \"tensorrt\""));
+    assert_int_equal(qcal_calib_table_set_profile(t, NULL), QCAL_OK);
+    assert_null(qcal_calib_table_profile(t));
+    assert_int_equal(parse_edited("\"entries\": [", "\"profile\": \"ort\", \"entries\": ["), QCAL_OK);
+    assert_int_equal(parse_edited("\"entries\": [", "\"profile\": \"tpu\", \"entries\": ["),
+                     QCAL_ERR_FORMAT);
+    assert_non_null(strstr(qcal_last_error(), "profile"));
+    assert_int_equal(parse_edited("\"entries\": [", "\"profile\": 1, \"entries\": ["),
+                     QCAL_ERR_FORMAT);
+    qcal_free(j0);
+    qcal_free(j1);
+    qcal_calib_table_destroy(&t);
+    qcal_calib_table_destroy(&t2);
+}
+
 static void test_write_atomic(void **state)
 {
     (void)state;
@@ -431,6 +481,7 @@ int main(void)
         cmocka_unit_test(test_tensorrt_hex_bits),
         cmocka_unit_test(test_json_round_trip),
         cmocka_unit_test(test_json_reader_rejects),
+        cmocka_unit_test(test_json_profile),
         cmocka_unit_test(test_write_atomic),
         cmocka_unit_test(test_write_onnxruntime_dir),
     };

@@ -627,12 +627,84 @@ static void test_compare_weights_skips_1d(void **state)
     assert_non_null(strstr(R.out, "\"skipped_under_2d\": [\"fc.bias\"]}"));
     run("compare-weights", "model.safetensors", NULL);
     expect_ok();
-    assert_non_null(strstr(R.out, "1 tensors: 1 compared, 0 with no finite value (not "
+    assert_non_null(strstr(R.out, "1 tensor: 1 compared, 0 with no finite value (not "
                                   "compared), 0 with NaN/Inf skipped; 0 NaN/Inf values in all; 1 "
-                                  "tensors under 2 dimensions skipped\n"));
+                                  "tensor under 2 dimensions skipped\n"));
     run("calibrate", "--weights", "model.safetensors", "-o", "cw.json", NULL);
     expect_ok();
-    assert_non_null(strstr(R.out, "1 safetensors weights (1 tensors under 2 dimensions skipped)"));
+    assert_non_null(strstr(R.out, "1 safetensors weight (1 tensor under 2 dimensions skipped)"));
+}
+
+/* A count of 1 takes the singular everywhere a summary prints one ("1 ops quantized", "1
+ * linears", "1 tensors" before); 0 and 2 the plural. */
+static void test_plural_forms(void **state)
+{
+    (void)state;
+    int64_t s1[1] = { 4 };
+    assert_int_equal(mkdir(TMP("one"), 0755), 0);
+    write_f32(TMP("one/a.npy"), 1, s1, -1.0f, 0.5f);
+    run("calibrate", "one", "-o", "one.json", NULL);
+    expect_ok();
+    assert_string_equal(R.out, "qcal: calibrate: wrote one.json (json): 1 activation, 0 weights "
+                               "from 1 file; 0 non-finite values skipped\n");
+    run("calibrate", "one", "-o", "one.json", "--save-state", "one.state", NULL);
+    expect_ok();
+    run("merge", "one.state", "-o", "m1.json", NULL);
+    expect_ok();
+    assert_non_null(strstr(R.out, ": 1 activation, 0 weights from 1 state; 0 non-finite values"));
+    run("report", "one", "-o", "one.html", NULL);
+    expect_ok();
+    assert_non_null(strstr(R.out, "(1 tensor)\n"));
+    run("calibrate", "dump", "-o", "two.json", NULL);
+    expect_ok();
+    assert_non_null(strstr(R.out, ": 2 activations, 1 weight from 3 files;"));
+}
+
+/* An activation whose range divided by the quantized range is below eps gets scale eps: one
+ * warning counting them, with the first names (an untrained export, activations ~1e-9). */
+static void test_eps_clamp_warning(void **state)
+{
+    (void)state;
+    int64_t s4[1] = { 4 };
+    assert_int_equal(mkdir(TMP("tiny"), 0755), 0);
+    write_f32(TMP("tiny/t1.npy"), 1, s4, -1e-9f, 1e-9f);
+    write_f32(TMP("tiny/t2.npy"), 1, s4, 0.0f, 2e-9f);
+    write_f32(TMP("tiny/zbig.npy"), 1, s4, -1.0f, 0.5f);
+    run("calibrate", "tiny", "-o", "tiny.json", "--observer", "minmax", NULL);
+    expect_ok();
+    assert_string_equal(R.err, "qcal: calibrate: warning: 2 tensors have ranges so small their "
+                               "scale was clamped to eps (1.1920929e-07): 't1', 't2'\n");
+    run("calibrate", "tiny", "-o", "tiny.json", "--observer", "minmax", "--eps", "1e-12", NULL);
+    expect_ok();
+    assert_string_equal(R.err, "");
+    run("calibrate", "dump", "-o", "d.json", NULL);
+    expect_ok();
+    assert_null(strstr(R.err, "clamped"));
+}
+
+/* An unknown option close to one of the subcommand's gets a suggestion, as an unknown
+ * subcommand does; -q is --quiet wherever --quiet exists. */
+static void test_option_did_you_mean(void **state)
+{
+    (void)state;
+    run("calibrate", "dump", "--outptu", "x.json", NULL);
+    expect_fail(2, "qcal: calibrate: ", "unknown option '--outptu' (did you mean '--output'?)");
+    run("observe", "--percentil", "50", "x.npy", NULL);
+    expect_fail(2, "qcal: observe: ", "unknown option '--percentil' (did you mean '--percentile'?)");
+    run("qdq", "m.onnx", "--tabel", "t.json", NULL);
+    expect_fail(2, "qcal: qdq: ", "unknown option '--tabel' (did you mean '--table'?)");
+    run("stats", "--frobnicate", NULL);
+    expect_fail(2, "qcal: stats: ", "unknown option '--frobnicate' (see 'qcal stats --help')");
+    run("--list-options", NULL);
+    expect_ok();
+    /* every subcommand with --quiet also takes -q */
+    for (const char *l = R.out; *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l)) {
+        const char *q = strstr(l, " --quiet");
+        const char *e = strchr(l, '\n');
+        if (q && (!e || q < e) && !(strstr(l, " -q") && strstr(l, " -q") < (e ? e : l + strlen(l))))
+            fail_msg("--quiet without -q: %.*s", (int)(e ? e - l : (ptrdiff_t)strlen(l)), l);
+    }
+    assert_non_null(strstr(R.out, "equalize --quiet -q\n"));
 }
 
 /* docs/cli.md, calibrate's exit 3: per-tensor observers take batches of any shape; a
@@ -676,6 +748,9 @@ int main(void)
         cmocka_unit_test(test_stats_labels),
         cmocka_unit_test(test_compare_weights_skips_1d),
         cmocka_unit_test(test_shape_change_policy),
+        cmocka_unit_test(test_plural_forms),
+        cmocka_unit_test(test_eps_clamp_warning),
+        cmocka_unit_test(test_option_did_you_mean),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -664,7 +664,7 @@ static void test_compare_csv_table(void **state)
     char *rest = save;
     assert_non_null(strstr(rest, "\nblocks.*.fc.weight "));
     assert_non_null(strstr(rest, "8 tensors: 7 compared, 1 with no finite value"));
-    assert_non_null(strstr(rest, "7 NaN/Inf values in all; 1 tensors under 2 dimensions "
+    assert_non_null(strstr(rest, "7 NaN/Inf values in all; 1 tensor under 2 dimensions "
                                  "skipped\n"));
     assert_non_null(strstr(rest, "keep in float (sqnr below threshold): blocks.3.fc.weight\n"));
 }

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "qcal/qcal.h"
+#include "numeric/evaluate_impl.h"
 #include "tests/testutil.h"
 
 /* Deterministic pseudo-normal values (sum of uniforms), scaled. */
@@ -465,6 +466,24 @@ static void test_report_500_tensors(void **state)
     free(x);
 }
 
+/* The report's clipped fractions: numbers with fixed decimals, never "1e+02%" (1.0 under
+ * "%.2g") nor an exponent for small fractions; a nonzero fraction never shows as 0. */
+static void test_report_percent(void **state)
+{
+    (void)state;
+    static const struct { double f; const char *s; } cases[] = {
+        { 0.0, "0%" }, { 1.0, "100%" }, { 0.5, "50%" }, { 0.123, "12%" }, { 0.034, "3.4%" },
+        { 0.01, "1%" }, { 0.00012, "0.012%" }, { 1.5e-6, "0.00015%" }, { 0.9996, "99.96%" },
+        { 0.99999, "99.999%" }, { 1e-12, "<0.000001%" }, { 0.0999, "10%" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char buf[48];
+        qcal_numeric_report_percent(buf, sizeof buf, cases[i].f);
+        if (strcmp(buf, cases[i].s))
+            fail_msg("%g: '%s', expected '%s'", cases[i].f, buf, cases[i].s);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -473,6 +492,7 @@ int main(void)
         cmocka_unit_test(test_outputs),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_report_500_tensors),
+        cmocka_unit_test(test_report_percent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

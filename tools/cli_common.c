@@ -59,6 +59,82 @@ void cli_observer_option_name(const qcal_observer_key *k, char *out, size_t cap)
     out[i] = '\0';
 }
 
+/* Levenshtein distance of a and b (insert, delete, substitute: 1 each), capped at 9. */
+int cli_edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 32 || lb > 32)
+        return 9;
+    int row[33];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j];
+            int best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb] < 9 ? row[lb] : 9;
+}
+
+/* The nearest candidate so far of an unknown option's "did you mean". */
+typedef struct nearest {
+    const char *want;
+    char best[64];
+    int d, ties;
+} nearest;
+
+static void consider(nearest *n, const char *cand)
+{
+    int d = cli_edit_distance(n->want, cand);
+    if (d < n->d) {
+        n->d = d;
+        n->ties = 0;
+        snprintf(n->best, sizeof n->best, "%s", cand);
+    } else if (d == n->d && strcmp(n->best, cand)) {
+        n->ties++;
+    }
+}
+
+/* The option of opts nearest to "--name" (len characters, '_' read as '-') when it is within
+ * 2 edits (1 for names of up to 4 letters) and nearer than any other: the "did you mean" of
+ * an unknown option; NULL otherwise. The observer options count, under their CLI spelling. */
+static const char *nearest_option(const cli_opt *opts, const char *name, size_t len, nearest *n)
+{
+    char want[40], cand[64];
+    if (len >= sizeof want)
+        return NULL;
+    for (size_t i = 0; i < len; i++)
+        want[i] = name[i] == '_' ? '-' : name[i];
+    want[len] = '\0';
+    *n = (nearest){ .want = want, .d = 99 };
+    for (const cli_opt *r = opts; r->name; r++) {
+        if (r->name[0] != '\0') {
+            consider(n, r->name);
+            continue;
+        }
+        int64_t nk = r->id == CLI_OBS_BASE ? qcal_observer_config_key_count() : 0;
+        for (int64_t k = 0; k < nk; k++) {
+            const qcal_observer_key *key = qcal_observer_config_key(k);
+            if (!key->flag_only) {
+                cli_observer_option_name(key, cand, sizeof cand);
+                consider(n, cand);
+            }
+            if (key->cli_flag)
+                consider(n, key->cli_flag);
+        }
+    }
+    return n->d > 0 && n->d <= (len <= 4 ? 1 : 2) && !n->ties ? n->best : NULL;
+}
+
 /* Finds "--name" in opts (the CLI_OBSERVER_OPTS row expands to the observer keys); *o gets
  * the matching row, *flag_value the value an observer flag sets. */
 static bool find_long(const cli_opt *opts, const char *name, size_t len, cli_opt *o,
@@ -119,8 +195,14 @@ int cli_next(cli_parser *p, const cli_opt *opts, const char **value)
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
         o = find_long(opts, name, len, &found, &flag_value) ? &found : NULL;
         if (!o) {
-            cli_fail(p->cmd, QCAL_EXIT_USAGE, "unknown option '--%.*s' (see 'qcal %s --help')",
-                     (int)len, name, p->cmd);
+            nearest nb;
+            const char *near = nearest_option(opts, name, len, &nb);
+            if (near)
+                cli_fail(p->cmd, QCAL_EXIT_USAGE, "unknown option '--%.*s' (did you mean "
+                         "'--%s'?)", (int)len, name, near);
+            else
+                cli_fail(p->cmd, QCAL_EXIT_USAGE, "unknown option '--%.*s' (see 'qcal %s --help')",
+                         (int)len, name, p->cmd);
             return CLI_ERROR;
         }
         if (eq)
@@ -587,4 +669,63 @@ double cli_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* True when channel c of e has a scale the observer raised to its eps: the scale computed
+ * from the range (quant/qparams.c, in the same float arithmetic) is below the stored one. */
+static bool clamped_to_eps(const qcal_calib_entry *e, int64_t c)
+{
+    const qcal_qparams *q = &e->qparams;
+    float scale = q->scales ? q->scales[c] : q->scale;
+    float mn = e->min_val[c], mx = e->max_val[c];
+    if (!isfinite(mn) || !isfinite(mx))
+        return false;
+    float min_neg = fminf(mn, 0.0f), max_pos = fmaxf(mx, 0.0f), raw;
+    if (qcal_dtype_is_float8(q->dtype)) {
+        raw = fmaxf(-min_neg, max_pos) / qcal_float8_max(q->dtype);
+    } else if (q->qscheme == QCAL_PER_TENSOR_SYMMETRIC || q->qscheme == QCAL_PER_CHANNEL_SYMMETRIC) {
+        raw = fmaxf(-min_neg, max_pos) / (float)((double)(q->quant_max - q->quant_min) / 2.0);
+    } else if (q->qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS) {
+        return false;   /* a range below eps gets scale 1 there, not eps */
+    } else {
+        float d = max_pos - min_neg;
+        if (!isfinite(d))
+            return false;
+        raw = d / (float)(double)(q->quant_max - q->quant_min);
+    }
+    return raw < scale;
+}
+
+void cli_warn_clamped_scales(const char *cmd, const qcal_calib_table *t)
+{
+    int64_t n = 0, k = 0;
+    qcal_calib_table_count(t, &n);
+    const char *first[3] = { 0 };
+    float eps = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        const qcal_calib_entry *e;
+        if (qcal_calib_table_entry(t, i, &e) != QCAL_OK || e->role != QCAL_CALIB_ROLE_ACTIVATION ||
+            e->no_data)
+            continue;
+        bool any = false;
+        for (int64_t c = 0; c < e->qparams.channels && !any; c++)
+            if ((any = clamped_to_eps(e, c)) && !k)
+                eps = e->qparams.scales ? e->qparams.scales[c] : e->qparams.scale;
+        if (!any)
+            continue;
+        if (k < 3)
+            first[k] = e->fqn;
+        k++;
+    }
+    if (!k)
+        return;
+    char names[1024];
+    size_t o = 0;
+    names[0] = '\0';
+    for (int64_t i = 0; i < k && i < 3 && o < sizeof names; i++)
+        o += (size_t)snprintf(names + o, sizeof names - o, "%s'%s'", i ? ", " : "", first[i]);
+    cli_warn(cmd, "%lld %s so small %s scale was clamped to eps (%.9g): %s%s",
+             (long long)k, CLI_PLURAL(k, "tensor has a range", "tensors have ranges"),
+             CLI_PLURAL(k, "its", "their"), (double)eps, names,
+             k > 3 ? ", ..." : "");
 }

@@ -82,6 +82,10 @@ void cli_parser_init(cli_parser *p, int argc, char **argv);
  * is positional; "--" ends options. */
 int cli_next(cli_parser *p, const cli_opt *opts, const char **value);
 
+/* Levenshtein distance of a and b (insert, delete, substitute: 1 each), capped at 9; the
+ * "did you mean" of unknown subcommands and options. */
+int cli_edit_distance(const char *a, const char *b);
+
 /* Reports "qcal: <cmd>: <message>" (one line; newlines in the message become spaces) and
  * returns code. A message that already starts with "<cmd>: " (a library message naming the
  * function, e.g. "quantize: scale 0 must be > 0") is printed without that second prefix. */
@@ -152,6 +156,15 @@ int cli_observer_config(const char *cmd, const cli_observer_args *a,
  * code (reported: a malformed rules file or bad options 2, an unreadable file 3). */
 int cli_make_rules(const char *cmd, const char *rules_path, const cli_observer_args *oa,
                    bool have_obs, qcal_calib_rules **rules);
+
+/* The word for a count: one when n is 1, else many ("%lld %s", n, CLI_PLURAL(n, "op", "ops")). */
+#define CLI_PLURAL(n, one, many) ((n) == 1 ? (one) : (many))
+
+/* Warns once, "K tensors have ranges so small their scale was clamped to eps (E): 'a', 'b',
+ * 'c', ...", when activation entries of t have a scale raised to the observer's eps (the
+ * range divided by the quantized range is below it: an untrained export whose activations
+ * are ~1e-9 quantizes them all to zero). The count and the first three names. */
+void cli_warn_clamped_scales(const char *cmd, const qcal_calib_table *t);
 
 /* Seconds on the monotonic clock (for the summaries' timings). */
 double cli_now(void);

@@ -89,7 +89,9 @@ static const char help[] =
     "\n"
     "model options (MODEL.onnx):\n"
     CLI_MODEL_HELP
-    "  --profile P              ort (default) or tensorrt: the tensors that profile quantizes\n"
+    "  --profile P              ort (default) or tensorrt: the tensors that profile quantizes;\n"
+    "                           recorded in the JSON table (with DIR too: the profile the\n"
+    "                           dump was exposed for), checked by 'qcal qdq'\n"
     "  --op-types LIST          comma list of op types to quantize (default: the profile's)\n"
     "  --exclude PATTERN        (repeatable) glob on node and tensor names not calibrated\n"
     "\n"
@@ -324,10 +326,17 @@ static int parse_args(int argc, char **argv, calib_args *a, bool writer)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "'%s' is a file: a model needs --data SPEC (or "
                         "--input NAME=PATH); a dump is a directory", a->dir);
     if (!a->model && (cli_model_args_given(&a->ma) || a->ma.ncarry || a->ma.batch ||
-                      a->profile || a->op_types || a->nexclude))
-        return cli_fail(cmd, QCAL_EXIT_USAGE, "--data, --input, --batch, --carry, --profile, "
+                      a->op_types || a->nexclude))
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--data, --input, --batch, --carry, "
                         "--op-types and --exclude go with a model file (MODEL.onnx), not with "
                         "dump directory '%s'", a->dir ? a->dir : "");
+    qcal_onnx_profile prof;
+    if (a->profile && qcal_onnx_profile_parse(a->profile, &prof) != QCAL_OK)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--profile: '%s' is not ort or tensorrt",
+                        a->profile);
+    if (a->profile && a->ckpt)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--profile is recorded in a table; the "
+                        "checkpoint formats (compressed-tensors, modelopt) hold none");
     if (a->model && (a->nweights || a->ckpt))
         return cli_fail(cmd, QCAL_EXIT_USAGE, "--weights and checkpoint formats go with a dump "
                         "directory: a model's weights are its own");
@@ -377,9 +386,9 @@ static void note_unused_observer_opts(const char *cmd, const calib_args *a,
             return;   /* the observer options' catch-all rule (the last) is used */
     }
     if (nact)
-        cli_note(cmd, "the observer options change nothing: a rule of '%s' matches each of "
-                 "the %lld activations first (first match wins)", a->rules_path,
-                 (long long)nact);
+        cli_note(cmd, "the observer options change nothing: a rule of '%s' matches %s %lld "
+                 "%s first (first match wins)", a->rules_path, nact == 1 ? "the" : "each of the",
+                 (long long)nact, CLI_PLURAL(nact, "activation", "activations"));
 }
 
 /* A .safetensors file inside the dump is not a dump: say so unless --weights reads it. */
@@ -458,10 +467,10 @@ static int check_memory(const char *cmd, const calib_args *a, const qcal_calib_d
     fmt_bytes(need, sizeof need, state + extra);
     fmt_bytes(lim, sizeof lim, a->max_memory);
     fmt_bytes(one, sizeof one, worst);
-    return cli_fail(cmd, QCAL_EXIT_USAGE, "the observers of %lld tensors need about %s, over "
+    return cli_fail(cmd, QCAL_EXIT_USAGE, "the observers of %lld %s need about %s, over "
                     "--max-memory %s (the largest: '%s', %s with bins %d, %s at its search; "
                     "docs/observers.md, Memory); raise --max-memory or use fewer bins",
-                    (long long)n, need, lim, wname, qcal_observer_kind_name(wcfg.kind),
+                    (long long)n, CLI_PLURAL(n, "tensor", "tensors"), need, lim, wname, qcal_observer_kind_name(wcfg.kind),
                     (int)wcfg.bins, one);
 }
 
@@ -738,8 +747,8 @@ static int check_no_data(const char *cmd, const qcal_calib_table *t, bool allow_
         return 0;
     char *list = malloc(cap);
     if (!list)
-        return cli_fail(cmd, QCAL_EXIT_FAILURE, "%lld tensors saw no finite value (out of "
-                        "memory listing them)", (long long)bad);
+        return cli_fail(cmd, QCAL_EXIT_FAILURE, "%lld %s no finite value (out of "
+                        "memory listing them)", (long long)bad, CLI_PLURAL(bad, "tensor saw", "tensors saw"));
     list[0] = '\0';
     for (int64_t i = 0; i < n; i++) {
         const qcal_calib_entry *e;
@@ -808,15 +817,12 @@ static int calibrate(int argc, char **argv, cli_dist *dist)
     }
     if ((rc = make_rules(cmd, &a, &rules)))
         goto done;
+    if (a.profile)
+        qcal_onnx_profile_parse(a.profile, &sel.profile);   /* checked by parse_args */
     if (a.model) {
         sel.op_types = a.op_types;
         sel.exclude = a.exclude;
         sel.n_exclude = a.nexclude;
-        if (a.profile && qcal_onnx_profile_parse(a.profile, &sel.profile) != QCAL_OK) {
-            rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--profile: '%s' is not ort or tensorrt",
-                          a.profile);
-            goto done;
-        }
         if ((rc = cli_model_load(cmd, a.dir, a.quiet, &model)) ||
             (rc = cli_engine_open(cmd, a.ma.ort_lib, &engine)))
             goto done;
@@ -887,6 +893,12 @@ fed:
     }
     if ((rc = check_no_data(cmd, table, a.allow_empty)))
         goto done;
+    /* The profile the table is for: a model's (default ort), or --profile of a dump. */
+    if ((model || a.profile) &&
+        (st = qcal_calib_table_set_profile(table, qcal_onnx_profile_name(sel.profile))) != QCAL_OK) {
+        rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
+        goto done;
+    }
     a.out.no_data_warned = true;
     /* The state staged, the table written, then the state renamed: all or none. */
     cli_staged staged = { 0 };
@@ -903,6 +915,7 @@ fed:
         goto done;
     cli_progress_set(&prog, 1, a.out.out);
     cli_progress_end(&prog);   /* before the summary line */
+    cli_warn_clamped_scales(cmd, table);
     int64_t n = 0, nw = 0;
     uint64_t nonfinite = 0;
     qcal_calib_table_count(table, &n);
@@ -926,27 +939,39 @@ fed:
         mrep.runs = (int64_t)e0->batches;
     }
     if (model)
-        fprintf(say, "qcal: calibrate: wrote %s (%s): %lld activations from %s run in ONNX "
-                "Runtime %s on %lld samples (%lld runs, %lld files)", a.out.out, fmts,
-                (long long)(n - nw), a.dir, qcal_engine_version(engine),
-                (long long)mrep.samples, (long long)mrep.runs, (long long)mrep.files);
+        fprintf(say, "qcal: calibrate: wrote %s (%s): %lld %s from %s run in ONNX "
+                "Runtime %s on %lld %s (%lld %s, %lld %s)", a.out.out, fmts,
+                (long long)(n - nw), CLI_PLURAL(n - nw, "activation", "activations"), a.dir,
+                qcal_engine_version(engine), (long long)mrep.samples,
+                CLI_PLURAL(mrep.samples, "sample", "samples"), (long long)mrep.runs,
+                CLI_PLURAL(mrep.runs, "run", "runs"), (long long)mrep.files,
+                CLI_PLURAL(mrep.files, "file", "files"));
     else
-        fprintf(say, "qcal: calibrate: wrote %s (%s): %lld activations, %lld weights from %ld files",
-                a.out.out, fmts, (long long)(n - nw), (long long)nw, files);
+        fprintf(say, "qcal: calibrate: wrote %s (%s): %lld %s, %lld %s from %ld %s",
+                a.out.out, fmts, (long long)(n - nw), CLI_PLURAL(n - nw, "activation", "activations"),
+                (long long)nw, CLI_PLURAL(nw, "weight", "weights"), files,
+                CLI_PLURAL(files, "file", "files"));
     if (a.nweights)
-        fprintf(say, " and %ld safetensors weights (%ld tensors under 2 dimensions skipped)",
-                weights, skipped_1d);
-    fprintf(say, "; %llu non-finite values skipped\n", (unsigned long long)nonfinite);
+        fprintf(say, " and %ld safetensors %s (%ld %s under 2 dimensions skipped)",
+                weights, CLI_PLURAL(weights, "weight", "weights"), skipped_1d,
+                CLI_PLURAL(skipped_1d, "tensor", "tensors"));
+    fprintf(say, "; %llu non-finite %s skipped\n", (unsigned long long)nonfinite,
+            CLI_PLURAL(nonfinite, "value", "values"));
     if (a.ckpt) {
-        fprintf(say, "qcal: calibrate: checkpoint: %lld linears in float8_e4m3fn, %lld "
-                "attention modules with KV-cache scales, %lld tensors copied, %lld linears "
-                "left in their dtype, %lld files\n", (long long)csum.quantized,
-                (long long)csum.kv_scales, (long long)csum.copied, (long long)csum.ignored,
-                (long long)csum.files);
+        fprintf(say, "qcal: calibrate: checkpoint: %lld %s in float8_e4m3fn, %lld "
+                "attention %s with KV-cache scales, %lld %s copied, %lld %s "
+                "left in their dtype, %lld %s\n", (long long)csum.quantized,
+                CLI_PLURAL(csum.quantized, "linear", "linears"), (long long)csum.kv_scales,
+                CLI_PLURAL(csum.kv_scales, "module", "modules"), (long long)csum.copied,
+                CLI_PLURAL(csum.copied, "tensor", "tensors"), (long long)csum.ignored,
+                CLI_PLURAL(csum.ignored, "linear", "linears"), (long long)csum.files,
+                CLI_PLURAL(csum.files, "file", "files"));
         if (csum.unmatched_inputs)
-            cli_warn(cmd, "%lld '<module>.input' activations have no 2-D '<module>.weight' in "
-                     "the model files: no scale written for them",
-                     (long long)csum.unmatched_inputs);
+            cli_warn(cmd, "%lld '<module>.input' %s no 2-D '<module>.weight' in "
+                     "the model files: no scale written for %s",
+                     (long long)csum.unmatched_inputs,
+                     CLI_PLURAL(csum.unmatched_inputs, "activation has", "activations have"),
+                     CLI_PLURAL(csum.unmatched_inputs, "it", "them"));
     }
     rc = cli_flush(cmd, say);
 done:

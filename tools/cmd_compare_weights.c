@@ -434,12 +434,14 @@ static void print_table(run *r, bool csv)
         }
         printf("\n");
     }
-    printf("\n%lld tensors: %lld compared, %lld with no finite value (not compared), "
-           "%lld with NaN/Inf skipped; %llu NaN/Inf values in all; %lld tensors under 2 "
+    printf("\n%lld %s: %lld compared, %lld with no finite value (not compared), "
+           "%lld with NaN/Inf skipped; %llu NaN/Inf %s in all; %lld %s under 2 "
            "dimensions skipped\n",
-           (long long)r->n, (long long)(r->n - r->n_uncompared), (long long)r->n_uncompared,
+           (long long)r->n, CLI_PLURAL(r->n, "tensor", "tensors"),
+           (long long)(r->n - r->n_uncompared), (long long)r->n_uncompared,
            (long long)r->n_with_nonfinite, (unsigned long long)r->nonfinite_values,
-           (long long)r->n_skipped);
+           CLI_PLURAL(r->nonfinite_values, "value", "values"), (long long)r->n_skipped,
+           CLI_PLURAL(r->n_skipped, "tensor", "tensors"));
     int64_t nk = 0;
     qcal_numeric_summary_keep_float(r->sum, 0, NULL, &nk);
     if (nk) {

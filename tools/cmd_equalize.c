@@ -12,7 +12,7 @@
 static const char equalize_help[] =
     "usage: qcal equalize MODEL.onnx -o OUT.onnx [--bias-correction DUMP]\n"
     "       [--analytic-bias-correction] [--weight-qscheme S] [--keep-clip] [--no-equalize]\n"
-    "       [--max-sweeps N] [--report]\n"
+    "       [--max-sweeps N] [--report] [-q]\n"
     "\n"
     "Folds every BatchNormalization into the Conv before it, then equalizes each chain\n"
     "Conv/Gemm -> Relu -> Conv/Gemm (Nagel et al. 2019: output channel i of the first layer\n"
@@ -39,13 +39,16 @@ static const char equalize_help[] =
     "  --max-sweeps N               passes over the chains (default 100; stops when settled)\n"
     "  --report                     print each layer's largest / smallest per-channel weight\n"
     "                               range, after folding and at the end\n"
+    "  -q, --quiet                  no line per chain left alone on stderr (the summary\n"
+    "                               counts them)\n"
     "  -h, --help                   this help\n"
     "\n"
     "Exit codes: 2 bad options; 3 a missing or malformed MODEL or DUMP; 4 an output that\n"
     "cannot be written (an existing file is left intact); 1 a failure while transforming\n"
     "(e.g. non-finite weights), or ONNX support not built.\n";
 
-enum { OPT_HELP = 1, OPT_OUT, OPT_BC, OPT_ABC, OPT_QSCHEME, OPT_KEEP_CLIP, OPT_NO_EQ, OPT_SWEEPS, OPT_REPORT };
+enum { OPT_HELP = 1, OPT_OUT, OPT_BC, OPT_ABC, OPT_QSCHEME, OPT_KEEP_CLIP, OPT_NO_EQ, OPT_SWEEPS, OPT_REPORT,
+       OPT_QUIET };
 
 static const cli_opt equalize_opts[] = {
     { "help", 'h', false, OPT_HELP },
@@ -57,6 +60,7 @@ static const cli_opt equalize_opts[] = {
     { "no-equalize", 0, false, OPT_NO_EQ },
     { "max-sweeps", 0, true, OPT_SWEEPS },
     { "report", 0, false, OPT_REPORT },
+    { "quiet", 'q', false, OPT_QUIET },
     { 0 },
 };
 const cli_opt *const cmd_equalize_opts = equalize_opts;
@@ -74,7 +78,7 @@ int cmd_equalize(int argc, char **argv)
     const char *cmd = p.cmd, *val, *in = NULL, *out = NULL, *qscheme = NULL, *sweeps = NULL;
     qcal_onnx_equalize_options opt;
     qcal_onnx_equalize_options_default(&opt);
-    bool report = false;
+    bool report = false, quiet = false;
     int id, rc;
     while ((id = cli_next(&p, equalize_opts, &val)) != CLI_END) {
         if (id == CLI_ERROR)
@@ -96,6 +100,7 @@ int cmd_equalize(int argc, char **argv)
         case OPT_NO_EQ: opt.equalize = false; break;
         case OPT_SWEEPS: sweeps = val; break;
         case OPT_REPORT: report = true; break;
+        case OPT_QUIET: quiet = true; break;
         }
     }
     if ((rc = cli_check_in_out(cmd, in, out)) || (rc = cli_model_output_check(cmd, out)))
@@ -134,7 +139,8 @@ int cmd_equalize(int argc, char **argv)
         goto out;
     }
     print_lines(cmd, "note: Clip replaced by Relu", rep.replaced, rep.n_replaced);
-    print_lines(cmd, "refused", rep.refused, rep.n_refused);
+    if (!quiet)
+        print_lines(cmd, "refused", rep.refused, rep.n_refused);
     if (report) {
         printf("%-40s %-5s %8s %6s %14s %14s\n", "layer", "op", "channels", "groups", "ratio_folded", "ratio_final");
         for (int64_t i = 0; i < rep.n_layers; i++)
@@ -149,10 +155,10 @@ int cmd_equalize(int argc, char **argv)
             printf("bias corrected: %s\n", rep.corrected[i]);
     }
     printf("qcal: equalize: wrote %s: %lld BatchNormalization%s folded, %lld chain%s equalized (%lld sweep%s), "
-           "%lld Clip replaced by Relu, %lld bias%s corrected, %lld chain%s refused\n",
+           "%lld Clip%s replaced by Relu, %lld bias%s corrected, %lld chain%s refused\n",
            out, (long long)rep.fold.n_folded, rep.fold.n_folded == 1 ? "" : "s", (long long)rep.n_pairs,
            rep.n_pairs == 1 ? "" : "s", (long long)rep.sweeps, rep.sweeps == 1 ? "" : "s",
-           (long long)rep.n_replaced, (long long)rep.n_corrected, rep.n_corrected == 1 ? "" : "es",
+           (long long)rep.n_replaced, rep.n_replaced == 1 ? "" : "s", (long long)rep.n_corrected, rep.n_corrected == 1 ? "" : "es",
            (long long)rep.n_refused, rep.n_refused == 1 ? "" : "s");
     rc = cli_flush(cmd, stdout);
 out:

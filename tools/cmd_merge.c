@@ -233,10 +233,12 @@ static int merge_sessions(const char *cmd, const char **paths, int n, void **buf
             /* With an output on stdout (-o -, --save-state -) the summary goes to stderr. */
             FILE *say = cli_output_is_stdout(to->out) || cli_output_is_stdout(save) ? stderr
                                                                                     : stdout;
-            fprintf(say, "qcal: merge: wrote %s (%s): %lld activations, %lld weights from %d "
-                    "states; %llu non-finite values skipped; digest %s\n", to->out, fmts,
-                    (long long)(cnt - nw), (long long)nw, n, (unsigned long long)nonfinite,
-                    digest);
+            fprintf(say, "qcal: merge: wrote %s (%s): %lld %s, %lld %s from %d "
+                    "%s; %llu non-finite %s skipped; digest %s\n", to->out, fmts,
+                    (long long)(cnt - nw), CLI_PLURAL(cnt - nw, "activation", "activations"),
+                    (long long)nw, CLI_PLURAL(nw, "weight", "weights"), n,
+                    CLI_PLURAL(n, "state", "states"), (unsigned long long)nonfinite,
+                    CLI_PLURAL(nonfinite, "value", "values"), digest);
             rc = cli_flush(cmd, say);
         }
     }

@@ -42,7 +42,7 @@ static const char expose_help[] =
 static const char qdq_help[] =
     "usage: qcal qdq MODEL.onnx --table TABLE.json -o OUT.onnx [--profile ort|tensorrt]\n"
     "       [--weight-observer KIND] [--weight-qscheme Q | --float-weights]\n"
-    "       [--exclude PATTERN]... [--op-types LIST] [--strict]\n"
+    "       [--exclude PATTERN]... [--op-types LIST] [--strict | --allow-partial]\n"
     "       qcal qdq MODEL.onnx --data SPEC -o OUT.onnx [--observer K | --rules F]\n"
     "       [--table-out T] [--equalize] [same options as above, data options below]\n"
     "\n"
@@ -71,7 +71,11 @@ static const char qdq_help[] =
     "  --exclude PATTERN        glob on node and tensor names left float (repeatable)\n"
     "  --op-types LIST          comma list of op types to quantize (default: the profile's)\n"
     "  --strict                 tensors missing from the table are an error (default: they\n"
-    "                           stay float, listed in one warning)\n"
+    "                           stay float, counted in one warning)\n"
+    "  --allow-partial          accept a table that holds fewer than half of the tensors the\n"
+    "                           model needs, or was calibrated for the other profile (default:\n"
+    "                           exit 3, the table of another model?); the rest stay float\n"
+    "  --verbose                list the tensors missing from the table, one per line\n"
     "  -q, --quiet              no progress report or notes on stderr\n"
     "  -h, --help               this help\n"
     "\n"
@@ -82,13 +86,15 @@ static const char qdq_help[] =
     "  --equalize               cross-layer equalization first ('qcal equalize' defaults)\n"
     "  observer options         below (default --observer histogram), as 'qcal calibrate'\n"
     "\n"
-    "Exit codes: 2 bad options; 3 a missing or malformed MODEL, TABLE or data, data that does\n"
-    "not match the model, a model opset below 9 or an op qcal cannot raise to opset 13; 4 an output that cannot be written (an\n"
+    "Exit codes: 2 bad options; 3 a missing or malformed MODEL, TABLE or data, a table that\n"
+    "matches fewer than half of the model's tensors or was calibrated for the other profile\n"
+    "(without --allow-partial), data that does not match the model, a model opset below 9 or an op qcal cannot raise to opset 13; 4 an output that cannot be written (an\n"
     "existing file is left intact); 1 missing tensors under --strict, a failure during a\n"
     "run, or ONNX support not built; 5 ONNX Runtime could not be loaded (--data).\n";
 
 enum { OPT_HELP = 1, OPT_OUT, OPT_PROFILE, OPT_LIST, OPT_TABLE, OPT_WOBS, OPT_EXCLUDE, OPT_OPTYPES,
-       OPT_STRICT, OPT_WQSCHEME, OPT_FLOATW, OPT_RULES, OPT_TABLE_OUT, OPT_EQUALIZE, OPT_QUIET };
+       OPT_STRICT, OPT_WQSCHEME, OPT_FLOATW, OPT_RULES, OPT_TABLE_OUT, OPT_EQUALIZE, OPT_QUIET,
+       OPT_ALLOW_PARTIAL, OPT_VERBOSE };
 
 static const cli_opt expose_opts[] = {
     { "help", 'h', false, OPT_HELP },
@@ -117,6 +123,8 @@ static const cli_opt qdq_opts[] = {
     { "table-out", 0, true, OPT_TABLE_OUT },
     { "equalize", 0, false, OPT_EQUALIZE },
     { "quiet", 'q', false, OPT_QUIET },
+    { "allow-partial", 0, false, OPT_ALLOW_PARTIAL },
+    { "verbose", 0, false, OPT_VERBOSE },
     CLI_MODEL_OPTS,
     CLI_OBSERVER_OPTS,
     { 0 },
@@ -258,8 +266,9 @@ static int expose_main(int argc, char **argv, const char **exclude)
         goto out;
     }
     FILE *say = cli_output_is_stdout(list) ? stderr : stdout;   /* --list -: the names alone there */
-    fprintf(say, "qcal: onnx-expose: wrote %s (profile %s): %lld tensors exposed, %lld new outputs%s%s\n", out,
-            qcal_onnx_profile_name(opt.profile), (long long)n, (long long)added, list ? "; names in " : "",
+    fprintf(say, "qcal: onnx-expose: wrote %s (profile %s): %lld %s exposed, %lld new %s%s%s\n", out,
+            qcal_onnx_profile_name(opt.profile), (long long)n, CLI_PLURAL(n, "tensor", "tensors"),
+            (long long)added, CLI_PLURAL(added, "output", "outputs"), list ? "; names in " : "",
             list ? list : "");
     rc = cli_flush(cmd, say);
 out:
@@ -343,6 +352,42 @@ static void note_skipped(const char *cmd, const qcal_onnx_qdq_report *rep)
     free(first);
 }
 
+/* A table read from a file (--table) must be the model's: fewer than half of the tensors
+ * the profile quantizes found in it, or a table recorded for the other profile, is an input
+ * error (exit 3, before anything is written) unless allow_partial (a warning then). */
+static int check_table_fits(const char *cmd, const qcal_onnx_model *m, const qcal_calib_table *t,
+                            const char *table_path, const qcal_onnx_qdq_options *opt,
+                            bool allow_partial)
+{
+    const char *want = qcal_onnx_profile_name(opt->profile), *has = qcal_calib_table_profile(t);
+    if (has && strcmp(has, want)) {
+        if (!allow_partial)
+            return cli_fail(cmd, QCAL_EXIT_INPUT, "table '%s' was calibrated for profile %s, not "
+                            "%s: give --profile %s, or calibrate for %s (--allow-partial: use "
+                            "it anyway)", table_path, has, want, has, want);
+        cli_warn(cmd, "table '%s' was calibrated for profile %s, not %s", table_path, has, want);
+    }
+    char **names = NULL;
+    int64_t n = 0, k = 0;
+    qcal_status st = qcal_onnx_list(m, opt, &names, &n);
+    if (st != QCAL_OK) {
+        qcal_clear_error();
+        return 0;   /* the rewrite reports what is wrong with the options or the model */
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const qcal_calib_entry *e;
+        k += qcal_calib_table_find(t, names[i], QCAL_CALIB_ROLE_ACTIVATION, &e) == QCAL_OK;
+    }
+    qcal_onnx_names_free(&names, n);
+    qcal_clear_error();
+    if (n > 0 && 2 * k < n && !allow_partial)
+        return cli_fail(cmd, QCAL_EXIT_INPUT, "matched %lld of %lld %s the model needs; is "
+                        "this the table of another model? ('%s'; --allow-partial: quantize the "
+                        "%lld matched)", (long long)k, (long long)n, CLI_PLURAL(n, "tensor", "tensors"),
+                        table_path, (long long)k);
+    return 0;
+}
+
 /* Calibrates m from the data (--data): the rules, a session, ONNX Runtime, the runs; *t
  * gets the table. 0 or an exit code (reported). */
 static int qdq_calibrate(const char *cmd, qcal_onnx_model *m, const cli_model_args *ma,
@@ -374,7 +419,8 @@ static int qdq_calibrate(const char *cmd, qcal_onnx_model *m, const cli_model_ar
     if ((rc = cli_model_calibrate(cmd, engine, m, ma, opt, session, 0, 1, &prog, mrep)))
         goto out;
     cli_progress_end(&prog);
-    if ((st = qcal_calib_session_table(session, t)) != QCAL_OK)
+    if ((st = qcal_calib_session_table(session, t)) != QCAL_OK ||
+        (st = qcal_calib_table_set_profile(*t, qcal_onnx_profile_name(opt->profile))) != QCAL_OK)
         rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
 out:
     cli_progress_end(&prog);
@@ -393,7 +439,8 @@ int cmd_qdq(int argc, char **argv)
                *table_out = NULL;
     const char **exclude = calloc((size_t)argc + 1, sizeof *exclude);
     int64_t n_exclude = 0;
-    bool strict = false, float_weights = false, equalize = false, quiet = false, have_obs = false;
+    bool strict = false, float_weights = false, equalize = false, quiet = false, have_obs = false,
+         allow_partial = false, verbose = false;
     cli_observer_args oa;
     memset(&oa, 0, sizeof oa);
     cli_model_args ma;
@@ -434,6 +481,8 @@ int cmd_qdq(int argc, char **argv)
         case OPT_TABLE_OUT: rc = once(cmd, &table_out, "table-out", val); break;
         case OPT_EQUALIZE: equalize = true; break;
         case OPT_QUIET: quiet = true; break;
+        case OPT_ALLOW_PARTIAL: allow_partial = true; break;
+        case OPT_VERBOSE: verbose = true; break;
         default:
             if ((rc = cli_model_opt(cmd, &ma, id, val)) >= 0)
                 break;
@@ -460,6 +509,15 @@ int cmd_qdq(int argc, char **argv)
                        ma.batch || ma.ort_lib)) {
         rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--rules, --table-out, --equalize, --batch, --carry, "
                       "--ort-lib and observer options go with --data");
+        goto done;
+    }
+    if (strict && allow_partial) {
+        rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--strict and --allow-partial exclude each other");
+        goto done;
+    }
+    if (from_data && allow_partial) {
+        rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--allow-partial goes with --table: a table made "
+                      "from --data is the model's own");
         goto done;
     }
     if (table_out && (rc = cli_output_check(cmd, table_out)))
@@ -548,6 +606,8 @@ int cmd_qdq(int argc, char **argv)
                 goto free;
         }
     }
+    if (!from_data && (rc = check_table_fits(cmd, m, t, table_path, &opt, allow_partial)))
+        goto free;
     bool save_failed = false;
     st = qcal_onnx_qdq_save(m, t, &opt, NULL, out, &rep, &save_failed);
     if (st != QCAL_OK && save_failed) {
@@ -563,23 +623,27 @@ int cmd_qdq(int argc, char **argv)
     }
     if ((rc = cli_stage_commit(cmd, &staged)))
         goto free;
+    cli_warn_clamped_scales(cmd, t);
     if (rep.n_missing) {
-        /* A count and the first names: the whole list ran to kilobytes on real models. */
-        int64_t shown = rep.n_missing < 3 ? rep.n_missing : 3;
-        char *s = join_names(rep.missing, shown, ", ", true);
-        fprintf(stderr, "qcal: %s: warning: %lld tensor%s missing from the table stay%s float: %s%s\n", cmd,
-                (long long)rep.n_missing, rep.n_missing == 1 ? "" : "s", rep.n_missing == 1 ? "s" : "",
-                s ? s : "(out of memory)", rep.n_missing > shown ? ", ..." : "");
-        free(s);
+        /* A count (the whole list ran to kilobytes on real models); --verbose: the names. */
+        cli_warn(cmd, "%lld %s missing from the table %s float%s", (long long)rep.n_missing,
+                 CLI_PLURAL(rep.n_missing, "tensor", "tensors"),
+                 CLI_PLURAL(rep.n_missing, "stays", "stay"),
+                 verbose ? "" : " (--verbose lists them)");
+        for (int64_t i = 0; verbose && i < rep.n_missing; i++)
+            cli_note(cmd, "missing from the table: '%s'", rep.missing[i]);
     }
     if (rep.n_skipped && !quiet)
         note_skipped(cmd, &rep);
-    printf("qcal: qdq: wrote %s (profile %s): %lld ops quantized, %lld activations, %lld weights, %lld int32 biases",
-           out, qcal_onnx_profile_name(opt.profile), (long long)rep.ops, (long long)rep.tensors,
-           (long long)rep.weights, (long long)rep.biases);
+    printf("qcal: qdq: wrote %s (profile %s): %lld %s quantized, %lld %s, %lld %s, %lld int32 %s",
+           out, qcal_onnx_profile_name(opt.profile), (long long)rep.ops, CLI_PLURAL(rep.ops, "op", "ops"),
+           (long long)rep.tensors, CLI_PLURAL(rep.tensors, "activation", "activations"),
+           (long long)rep.weights, CLI_PLURAL(rep.weights, "weight", "weights"),
+           (long long)rep.biases, CLI_PLURAL(rep.biases, "bias", "biases"));
     if (from_data)
-        printf("; calibrated in ONNX Runtime %s on %lld samples (%lld runs), %.1f s",
-               version, (long long)mrep.samples, (long long)mrep.runs, cli_now() - t0);
+        printf("; calibrated in ONNX Runtime %s on %lld %s (%lld %s), %.1f s",
+               version, (long long)mrep.samples, CLI_PLURAL(mrep.samples, "sample", "samples"),
+               (long long)mrep.runs, CLI_PLURAL(mrep.runs, "run", "runs"), cli_now() - t0);
     printf("\n");
     rc = cli_flush(cmd, stdout);
 free:

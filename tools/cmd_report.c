@@ -88,7 +88,8 @@ int cmd_report(int argc, char **argv)
                                                                                       : stdout;
         int64_t n = 0;
         qcal_numeric_eval_count(ev, &n);
-        fprintf(say, "qcal: report: wrote %s (%lld tensors)\n", a.out, (long long)n);
+        fprintf(say, "qcal: report: wrote %s (%lld %s)\n", a.out, (long long)n,
+                CLI_PLURAL(n, "tensor", "tensors"));
         rc = cli_flush(cmd, say);
     }
     qcal_numeric_eval_destroy(&ev);

@@ -26,32 +26,6 @@ static const qcal_cmd commands[] = {
     { "fakequant", "fake-quantize a float .npy (forward, straight-through / LSQ backward)", cmd_fakequant, &cmd_fakequant_opts },
 };
 
-/* Levenshtein distance of a and b (insert, delete, substitute: 1 each), capped at 9. */
-static int edit_distance(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 32 || lb > 32)
-        return 9;
-    int row[33];
-    for (size_t j = 0; j <= lb; j++)
-        row[j] = (int)j;
-    for (size_t i = 1; i <= la; i++) {
-        int diag = row[0];
-        row[0] = (int)i;
-        for (size_t j = 1; j <= lb; j++) {
-            int up = row[j];
-            int best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best)
-                best = up + 1;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb] < 9 ? row[lb] : 9;
-}
-
 /* "unknown subcommand 'calibrat'; did you mean 'calibrate'?" when one subcommand is within
  * 2 edits (1 for names of up to 4 letters) and nearer than any other. */
 static int unknown_subcommand(const char *name)
@@ -59,7 +33,7 @@ static int unknown_subcommand(const char *name)
     const char *best = NULL;
     int bd = 99, ties = 0;
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
-        int d = edit_distance(name, commands[i].name);
+        int d = cli_edit_distance(name, commands[i].name);
         if (d < bd) {
             bd = d;
             best = commands[i].name;

@@ -266,6 +266,17 @@ QCAL_API qcal_status qcal_calib_table_find(const qcal_calib_table *t, const char
  * QCAL_NO_DATA (hex = "") for a table read from a JSON file without one. */
 QCAL_API qcal_status qcal_calib_table_digest(const qcal_calib_table *t, char hex[65]);
 
+/* The deployment profile the table was calibrated for: "ort" (ONNX Runtime) or "tensorrt"
+ * (TensorRT 10), the names of qcal_onnx_profile_name; NULL or "" clears it (a table from a
+ * session has none until set). Written to the native JSON table as "profile" and read back;
+ * a consumer (qcal_onnx_qdq's caller, `qcal qdq`) can then refuse a table made for another
+ * profile. Metadata of the table, not of the session: the digest does not cover it. Any
+ * other name: QCAL_ERR_INVALID_ARG, the table unchanged. */
+QCAL_API qcal_status qcal_calib_table_set_profile(qcal_calib_table *t, const char *profile);
+
+/* The recorded profile ("ort", "tensorrt"), or NULL when none was recorded (t NULL too). */
+QCAL_API const char *qcal_calib_table_profile(const qcal_calib_table *t);
+
 /* amax of an entry's channel c: max(|min_val[c]|, |max_val[c]|), 0 when there is no data. */
 QCAL_API qcal_status qcal_calib_entry_amax(const qcal_calib_entry *e, int64_t c, float *amax);
 

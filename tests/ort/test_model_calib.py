@@ -8,7 +8,7 @@ On the committed MobileNet-style network (examples/mobilenet/mobilenet.onnx, inp
     keeps the exposed tensors only);
   - the model route: `qcal calibrate mobilenet.onnx --data x.npy --batch 16`;
   the two tables are asserted byte-identical, for histogram and minmax, profile ort and
-  tensorrt; --batch 1, 7 and the automatic batch give the same ranges (only the entries'
+  tensorrt (the dump route told --profile: both tables record it); --batch 1, 7 and the automatic batch give the same ranges (only the entries'
   batch counts differ); `qcal qdq --data` writes the bytes of `qcal qdq --table` with that
   table, and its --table-out is the table; bad input: a float64 file, a missing input, a
   library that is not there (exit 5), an extra array; each with its exit code and message.
@@ -74,7 +74,8 @@ def chain_table(qcal, w, x, profile, observer, tag):
                         "files": [os.path.join(enc, f) for f in files]})
     json.dump({"tensors": tensors}, open(os.path.join(dump, "manifest.json"), "w"))
     out = os.path.join(w, "chain_%s.json" % tag)
-    r = qcal_run(qcal, "calibrate", dump, "-o", out, "--observer", observer, "-q")
+    # --profile: the table records the profile it is for, as the model route's does
+    r = qcal_run(qcal, "calibrate", dump, "-o", out, "--observer", observer, "--profile", profile, "-q")
     assert r.returncode == 0, r.stderr
     return out, len(names)
 
@@ -114,7 +115,9 @@ def main():
         check(r.returncode == 0, "calibrate MODEL --data (%s): exit 0" % tag)
         same = r.returncode == 0 and open(chain, "rb").read() == open(mine, "rb").read()
         check(same, "%s: table byte-identical to the dump route (%d tensors)" % (tag, n))
-        check("%d activations" % n in r.stdout and "64 samples (4 runs, 1 files)" in r.stdout,
+        check(r.returncode == 0 and json.load(open(mine)).get("profile") == profile,
+              "%s: the table records profile %s" % (tag, profile))
+        check("%d activations" % n in r.stdout and "64 samples (4 runs, 1 file)" in r.stdout,
               "%s: summary line counts (%s)" % (tag, r.stdout.strip()))
 
     # The grouping of samples into runs changes nothing but the batch counts.
