@@ -240,13 +240,13 @@ def main():
         for k in range(4):
             np.save(os.path.join(d, "part%d.npy" % k), xs[16 * k:16 * (k + 1)])
         one = os.path.join(w, "np1.json")
-        r = qcal_run(qcal, "calibrate", MODEL, "--data", d, "-o", one, "-q")
+        r = qcal_run(qcal, "calibrate", MODEL, "--data", d, "--batch", "16", "-o", one, "-q")
         check(r.returncode == 0 and open(one, "rb").read() == open(os.path.join(w, "model_ort_histogram.json"), "rb").read(),
               "a directory of 4 files: the table of the single file")
         for np_ in ("2", "3"):
             out = os.path.join(w, "np%s.json" % np_)
-            r = run([mpirun, "-np", np_, "--oversubscribe", qcal, "calibrate", MODEL, "--data", d, "-o",
-                     out, "-q"], timeout=300)
+            r = run([mpirun, "-np", np_, "--oversubscribe", qcal, "calibrate", MODEL, "--data", d,
+                     "--batch", "16", "-o", out, "-q"], timeout=300)
             ok = r.returncode == 0 and open(out, "rb").read() == open(one, "rb").read()
             if not ok:
                 print(r.stdout + r.stderr)
