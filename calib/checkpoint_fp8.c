@@ -582,7 +582,18 @@ static qcal_status read_text(const char *path, char **text, size_t *len)
 static qcal_status build_config(const plan *p, qcal_buf *b)
 {
     if (p->o->format == QCAL_FP8_CHECKPOINT_MODELOPT) {
-        buf_str(b, "{\n  \"producer\": {\"name\": \"qcal\"},\n  \"quantization\": {\n"
+        /* vLLM takes hf_quant_config.json for ModelOpt FP8 only when producer.name is
+         * "modelopt" (vllm/config/model.py ModelConfig._parse_quant_hf_config; the file is
+         * read in vllm/transformers_utils/config.py get_config, and
+         * model_executor/model_loader/weight_utils.py get_quant_config refuses the file for
+         * quantization "modelopt" otherwise). The version is that of the ModelOpt releases
+         * that wrote this separate-file layout (0.29 and before; docs/fp8.md); nothing reads
+         * it. What wrote the file is said in "quantized_by", which no loader reads, and in the
+         * safetensors __metadata__. */
+        buf_str(b, "{\n  \"producer\": {\"name\": \"modelopt\", \"version\": \"0.29.0\"},\n"
+                   "  \"quantized_by\": {\"name\": \"qcal\", \"version\": \"");
+        buf_str(b, qcal_version());
+        buf_str(b, "\"},\n  \"quantization\": {\n"
                    "    \"quant_algo\": \"FP8\",\n    \"kv_cache_quant_algo\": ");
         buf_str(b, p->nkv ? "\"FP8\"" : "null");
         buf_str(b, ",\n    \"exclude_modules\": ");

@@ -2157,10 +2157,48 @@ static void b_scalar_qparams(plan *p, builder *b, tinfo *ti)
     b_init(b, onnx_new_tensor(ti->zp_name, onnx_type_of(ti->dtype), 0, NULL, &z, 1));
 }
 
-/* Q/DQ of activation ti, after its producer (or in front for graph inputs). */
+/* A one-input Sum (an exact copy: ONNX's Sum of one tensor is that tensor): x -> out. */
+static void b_fp8_guard(plan *p, builder *b, const char *base, const char *x, const char *out)
+{
+    char *name = fresh_name(p, base, "_fp8_guard");
+    Onnx__NodeProto *n = name ? onnx_new_node("Sum", name, 1, &x, 1, &out) : NULL;
+    free(name);
+    b_node(b, n);
+}
+
+/* Q/DQ of activation ti, after its producer (or in front for graph inputs).
+ *
+ * FP8 with profile ort: x -> Sum -> Q -> DQ -> Sum -> readers (docs/fp8.md "ONNX Runtime's
+ * optimizer"). ONNX Runtime 1.30's QDQ selectors only check the Q/DQ types against 16- and
+ * 4-bit integers, so at level extended/all they fuse a float8 node unit (DQ -> Conv -> Q,
+ * DQ -> Gemm, DQ -> Add -> Q, ...) into QLinearConv / QGemm / QLinearAdd, which have no
+ * float8 kernels (the session then refuses the model), and its QDQ propagation and drop
+ * rules move an FP8 Q/DQ pair around MaxPool / Reshape and run those on float8 codes; its
+ * basic-level WeightBiasQuantization also rewrites a float bias into an int32 DQ there. The
+ * one-input Sum on each side is a copy no ORT transformer removes or matches: no op reads a
+ * DQ directly and no Q follows an op directly, so none of those rules applies, and every
+ * level runs the unoptimized graph's float ops on the same FP8 values. */
 static void b_act(plan *p, builder *b, tinfo *ti)
 {
     b_scalar_qparams(p, b, ti);
+    if (p->opt->profile == QCAL_ONNX_PROFILE_ORT && qcal_dtype_is_float8(ti->dtype)) {
+        ti->q_out = fresh_name(p, ti->name, "_QuantizeLinear_Output");
+        ti->dq_out = ti->rename ? onnx_strdup(ti->name) : fresh_name(p, ti->name, "_DequantizeLinear_Output_fp8");
+        char *gin = fresh_name(p, ti->name, "_QuantizeLinear_Input_fp8");
+        char *raw = fresh_name(p, ti->name, "_DequantizeLinear_Output");
+        if (!ti->q_out || !ti->dq_out || !gin || !raw || (ti->rename && !ti->pre) || b->oom) {
+            free(gin);
+            free(raw);
+            b->oom = true;
+            return;
+        }
+        b_fp8_guard(p, b, ti->name, ti->rename ? ti->pre : ti->name, gin);
+        b_qdq(p, b, ti->name, gin, ti->q_out, ti->scale_name, ti->zp_name, raw, -1);
+        b_fp8_guard(p, b, raw, raw, ti->dq_out);
+        free(gin);
+        free(raw);
+        return;
+    }
     ti->q_out = fresh_name(p, ti->name, "_QuantizeLinear_Output");
     if (ti->rename) {
         ti->dq_out = onnx_strdup(ti->name);

@@ -1,7 +1,9 @@
 // Runs one ONNX model on ONNX Runtime (onnxruntime-node, CPU provider, one thread) with
 // float32 .npy inputs and writes every float32 output as .npy, bytes as ORT returned them:
-//   node ort_run.js NPM_DIR MODEL.onnx OUT_PREFIX name=file.npy ...
-// -> OUT_PREFIX<output name>.npy. Exit 77 (skip) when onnxruntime-node is not installed.
+//   node ort_run.js NPM_DIR MODEL.onnx OUT_PREFIX [--level=L] [--optimized=PATH] name=file.npy ...
+// -> OUT_PREFIX<output name>.npy. --level: graphOptimizationLevel (disabled, the default, basic,
+// extended, all); --optimized: ORT saves the graph it optimized there. Exit 77 (skip) when
+// onnxruntime-node is not installed.
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -42,12 +44,19 @@ async function main() {
     console.log('skip: onnxruntime-node not found under ' + npmDir);
     process.exit(77);
   }
-  const sess = await ort.InferenceSession.create(model, {
+  const so = {
     executionProviders: ['cpu'], intraOpNumThreads: 1, interOpNumThreads: 1,
     graphOptimizationLevel: 'disabled',
-  });
-  const feeds = {};
+  };
+  const rest = [];
   for (const a of feedArgs) {
+    if (a.startsWith('--level=')) so.graphOptimizationLevel = a.slice(8);
+    else if (a.startsWith('--optimized=')) so.optimizedModelFilePath = a.slice(12);
+    else rest.push(a);
+  }
+  const sess = await ort.InferenceSession.create(model, so);
+  const feeds = {};
+  for (const a of rest) {
     const k = a.indexOf('=');
     const arr = readNpyF32(a.slice(k + 1));
     feeds[a.slice(0, k)] = new ort.Tensor('float32', arr.data, arr.dims);

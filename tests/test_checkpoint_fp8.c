@@ -260,6 +260,9 @@ static void test_modelopt_channel_fused(void **state)
     char text[2048];
     tu_slurp(path, text, sizeof text);
     assert_non_null(strstr(text, "\"quant_algo\": \"FP8\""));
+    /* vLLM reads the file as ModelOpt's only with producer.name "modelopt" */
+    assert_non_null(strstr(text, "\"producer\": {\"name\": \"modelopt\", \"version\": \""));
+    assert_non_null(strstr(text, "\"quantized_by\": {\"name\": \"qcal\""));
     assert_non_null(strstr(text, "\"kv_cache_quant_algo\": \"FP8\""));
     assert_non_null(strstr(text, "\"exclude_modules\": [\"head\"]"));
     snprintf(path, sizeof path, "%s/config.json", f->out);

@@ -19,8 +19,11 @@
  * more. Then qcal_onnx_qdq (what `qcal qdq` runs) on a Conv + Relu model of opset 19 with an
  * FP8 table, profiles ort and tensorrt: ONNX Runtime runs the result, every output value is
  * close to the float model's, and with profile ort on the FP8 grid of the output scale (its
- * own fake-quant, bit for bit); a model of opset 13 is refused. Exit 77 (skipped) without node or
- * onnxruntime-node. */
+ * own fake-quant, bit for bit); a model of opset 13 is refused. Then (qdq_levels) a CNN of
+ * Conv+Relu, MaxPool, Add, Flatten, Gemm, MatMul with an FP8 table, profile ort, at every
+ * graph optimization level: ORT loads and runs it, its optimized graph keeps every Q/DQ and
+ * has no integer QDQ kernel, outputs within one FP8 step of the unoptimized run. Exit 77
+ * (skipped) without node or onnxruntime-node. */
 #include <errno.h>
 #include <float.h>
 #include <math.h>
@@ -121,7 +124,7 @@ static float gen_one(float s, bool e4)
 
 static int run_node(const char *model, const char *prefix, const char *feeds)
 {
-    char cmd[4096];
+    char cmd[8192];
     snprintf(cmd, sizeof cmd, "node '%s' '%s' '%s' '%s' %s", g_script, g_npm, model, prefix,
              feeds);
     int rc = system(cmd);
@@ -521,6 +524,217 @@ static int qdq_model(qcal_dtype dt, qcal_onnx_profile prof)
     return 0;
 }
 
+/* A small CNN of every kind of node unit ONNX Runtime's QDQ optimizer rewrites: Conv + Relu
+ * twice, MaxPool, Add, Flatten, Gemm, MatMul; x [4, 3, 10, 10] -> y [4, 6]. With expose, the
+ * activations between them are graph outputs too (to calibrate them). */
+static const char *const lv_acts[] = { "x", "r1", "r2", "p", "a", "f", "g", "y" };
+
+static qcal_onnx_model *levels_model(bool expose)
+{
+    uint64_t keep = g_rng;
+    g_rng = 0x5EED5EED12345ull;
+    qcal_onnx_model *m = NULL;
+    check(qcal_onnx_model_new(9, 19, &m), "model");
+    int64_t xd[4] = { 4, 3, 10, 10 }, w1d[4] = { 8, 3, 3, 3 }, w2d[4] = { 8, 8, 3, 3 }, bd[1] = { 8 },
+            wgd[2] = { 200, 10 }, bgd[1] = { 10 }, wmd[2] = { 10, 6 }, yd[2] = { 4, 6 };
+    static float w1[216], w2[576], b1[8], b2[8], wg[2000], bg[10], wm[60];
+    struct { float *v; int n; float a; } fill[] = { { w1, 216, 0.3f }, { w2, 576, 0.15f }, { b1, 8, 0.1f },
+        { b2, 8, 0.1f }, { wg, 2000, 0.08f }, { bg, 10, 0.1f }, { wm, 60, 0.3f } };
+    for (size_t k = 0; k < sizeof fill / sizeof fill[0]; k++)
+        for (int i = 0; i < fill[k].n; i++)
+            fill[k].v[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f * fill[k].a;
+    g_rng = keep;
+    check(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, xd), "input");
+    check(qcal_onnx_add_initializer_float(m, "w1", 4, w1d, w1), "w1");
+    check(qcal_onnx_add_initializer_float(m, "b1", 1, bd, b1), "b1");
+    check(qcal_onnx_add_initializer_float(m, "w2", 4, w2d, w2), "w2");
+    check(qcal_onnx_add_initializer_float(m, "b2", 1, bd, b2), "b2");
+    check(qcal_onnx_add_initializer_float(m, "wg", 2, wgd, wg), "wg");
+    check(qcal_onnx_add_initializer_float(m, "bg", 1, bgd, bg), "bg");
+    check(qcal_onnx_add_initializer_float(m, "wm", 2, wmd, wm), "wm");
+    int64_t i1, i2, ip;
+    const int64_t pads[4] = { 1, 1, 1, 1 }, k2[2] = { 2, 2 };
+    check(qcal_onnx_add_node(m, "Conv", "conv1", 3, (const char *[]){ "x", "w1", "b1" }, 1,
+                             (const char *[]){ "c1" }, &i1), "conv1");
+    check(qcal_onnx_node_set_ints(m, i1, "pads", 4, pads), "pads");
+    check(qcal_onnx_add_node(m, "Relu", "relu1", 1, (const char *[]){ "c1" }, 1,
+                             (const char *[]){ "r1" }, NULL), "relu1");
+    check(qcal_onnx_add_node(m, "Conv", "conv2", 3, (const char *[]){ "r1", "w2", "b2" }, 1,
+                             (const char *[]){ "c2" }, &i2), "conv2");
+    check(qcal_onnx_node_set_ints(m, i2, "pads", 4, pads), "pads");
+    check(qcal_onnx_add_node(m, "Relu", "relu2", 1, (const char *[]){ "c2" }, 1,
+                             (const char *[]){ "r2" }, NULL), "relu2");
+    check(qcal_onnx_add_node(m, "MaxPool", "pool", 1, (const char *[]){ "r2" }, 1,
+                             (const char *[]){ "p" }, &ip), "pool");
+    check(qcal_onnx_node_set_ints(m, ip, "kernel_shape", 2, k2), "kernel");
+    check(qcal_onnx_node_set_ints(m, ip, "strides", 2, k2), "strides");
+    check(qcal_onnx_add_node(m, "Add", "add", 2, (const char *[]){ "p", "p" }, 1,
+                             (const char *[]){ "a" }, NULL), "add");
+    check(qcal_onnx_add_node(m, "Flatten", "flatten", 1, (const char *[]){ "a" }, 1,
+                             (const char *[]){ "f" }, NULL), "flatten");
+    check(qcal_onnx_add_node(m, "Gemm", "fc", 3, (const char *[]){ "f", "wg", "bg" }, 1,
+                             (const char *[]){ "g" }, NULL), "gemm");
+    check(qcal_onnx_add_node(m, "MatMul", "fc2", 2, (const char *[]){ "g", "wm" }, 1,
+                             (const char *[]){ "y" }, NULL), "matmul");
+    check(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, 2, yd), "output");
+    if (expose) {
+        const int64_t dims[6][4] = { { 4, 8, 10, 10 }, { 4, 8, 10, 10 }, { 4, 8, 5, 5 },
+                                     { 4, 8, 5, 5 }, { 4, 200 }, { 4, 10 } };
+        const int nd[6] = { 4, 4, 4, 4, 2, 2 };
+        for (int k = 0; k < 6; k++)
+            check(qcal_onnx_add_output(m, lv_acts[k + 1], QCAL_ONNX_FLOAT, nd[k], dims[k]), "output");
+    }
+    return m;
+}
+
+/* FP8 Q/DQ models of profile ort load and run in ONNX Runtime at every optimization level:
+ * at "all" (ORT's default) the graph ORT optimized holds no integer QDQ kernel, keeps every
+ * Q and DQ, and the outputs of every level equal the unoptimized run's within one FP8 step
+ * (a float op ORT optimized, e.g. Conv + Relu fused, may sum in another order and move a
+ * value across a rounding boundary of the output's Q: the neighbouring FP8 code, nothing
+ * more). Measured: equal bit for bit. */
+static int qdq_levels(qcal_dtype dt)
+{
+    const char *fmt = qcal_dtype_name(dt);
+    char fm[512], qm[512], om[512], xp[512], pre[512], path[700], feeds[700];
+    snprintf(fm, sizeof fm, "%s/lv.onnx", g_dir);
+    snprintf(qm, sizeof qm, "%s/lv_qdq.onnx", g_dir);
+    snprintf(om, sizeof om, "%s/lv_opt.onnx", g_dir);
+    snprintf(xp, sizeof xp, "%s/lvx.npy", g_dir);
+    snprintf(pre, sizeof pre, "%s/lv_", g_dir);
+    int64_t xd[4] = { 4, 3, 10, 10 }, yn = 24;
+    static float x[1200];
+    for (int i = 0; i < 1200; i++)
+        x[i] = (float)((int)(rnd() % 20001) - 10000) * 2e-4f;
+    check(qcal_npy_write(xp, QCAL_NPY_F32, 4, xd, x), xp);
+    snprintf(feeds, sizeof feeds, "'x=%s'", xp);
+    qcal_onnx_model *m = levels_model(true);
+    check(qcal_onnx_model_save(m, NULL, fm), fm);
+    qcal_onnx_model_destroy(&m);
+    int rc = run_node(fm, pre, feeds);
+    if (rc)
+        return rc;
+    qcal_calib_rules *rules = NULL;
+    check(qcal_calib_rules_create(&rules), "rules");
+    qcal_observer_config oc;
+    qcal_observer_config_default(&oc, QCAL_OBSERVER_MINMAX);
+    oc.q.dtype = dt;
+    check(qcal_calib_rules_add(rules, "*", true, QCAL_CALIB_ROLE_ACTIVATION, &oc), "rule");
+    qcal_calib_session_options so;
+    qcal_calib_session_options_default(&so);
+    so.rules = rules;
+    qcal_calib_session *ss = NULL;
+    check(qcal_calib_session_create(&so, &ss), "session");
+    for (size_t k = 0; k < sizeof lv_acts / sizeof lv_acts[0]; k++) {
+        qcal_npy_array a;
+        if (k)
+            snprintf(path, sizeof path, "%s%s.npy", pre, lv_acts[k]);
+        else
+            snprintf(path, sizeof path, "%s", xp);
+        check(qcal_npy_read(path, &a), path);
+        qcal_tensor t;
+        qcal_tensor_init(&t, a.data, a.ndim, a.shape);
+        check(qcal_calib_session_observe(ss, lv_acts[k], QCAL_CALIB_ROLE_ACTIVATION, 0, &t), "observe");
+        qcal_free(a.data);
+        if (k)
+            unlink(path);
+    }
+    qcal_calib_table *t = NULL;
+    check(qcal_calib_session_table(ss, &t), "table");
+    const qcal_calib_entry *ey = NULL;
+    check(qcal_calib_table_find(t, "y", QCAL_CALIB_ROLE_ACTIVATION, &ey), "find");
+    qcal_qparams qy;
+    check(qcal_qparams_per_tensor(&qy, dt, ey->qparams.scale, 0), "qparams");
+    m = levels_model(false);
+    qcal_onnx_qdq_options qo;
+    qcal_onnx_qdq_options_default(&qo);
+    check(qcal_onnx_qdq(m, t, &qo, NULL), "qdq");
+    check(qcal_onnx_model_save(m, NULL, qm), qm);
+    qcal_onnx_model_destroy(&m);
+    snprintf(path, sizeof path, "%sy.npy", pre);
+    static const char *const levels[] = { "disabled", "basic", "extended", "all" };
+    float *ref = NULL;
+    uint8_t cref[24], cq[24];
+    for (int l = 0; l < 4; l++) {
+        char f2[1400];
+        snprintf(f2, sizeof f2, "--level=%s --optimized='%s' %s", levels[l], om, feeds);
+        unlink(path);
+        rc = run_node(qm, pre, f2);
+        if (rc) {
+            fprintf(stderr, "FAIL qdq %s levels: ONNX Runtime refused or failed the FP8 Q/DQ model "
+                    "at level %s (exit %d)\n", fmt, levels[l], rc);
+            g_failures++;
+            continue;
+        }
+        float *y = read_f32(path, yn);
+        qcal_tensor ty;
+        qcal_tensor_init(&ty, y, 2, (int64_t[]){ 4, 6 });
+        check(qcal_quantize(&ty, &qy, l ? cq : cref), "quantize");
+        int64_t diff = 0, far = 0;
+        for (int64_t i = 0; l && i < yn; i++) {
+            int a = cref[i] & 0x80 ? -(cref[i] & 0x7F) : cref[i];
+            int b = cq[i] & 0x80 ? -(cq[i] & 0x7F) : cq[i];
+            diff += ubits(y[i]) != ubits(ref[i]);
+            far += abs(a - b) > 1;
+        }
+        if (far) {
+            fprintf(stderr, "FAIL qdq %s level %s: %lld of %lld outputs more than one FP8 step from "
+                    "the unoptimized run\n", fmt, levels[l], (long long)far, (long long)yn);
+            g_failures++;
+        }
+        if (l)
+            printf("qdq %s level %s: ran; %lld of %lld outputs differ from level disabled (bits), "
+                   "none by more than one FP8 step\n", fmt, levels[l], (long long)diff, (long long)yn);
+        if (!l)
+            ref = y;
+        else
+            qcal_free(y);
+        /* the graph ORT optimized: no integer kernel, every Q and DQ kept */
+        qcal_onnx_model *o = NULL;
+        check(qcal_onnx_model_load(om, &o), "load the optimized model");
+        qcal_onnx_model_info info;
+        check(qcal_onnx_model_get_info(o, &info), "info");
+        int64_t nq = 0, ndq = 0, bad = 0;
+        static const char *const integer_ops[] = { "QLinearConv", "QLinearMatMul", "QGemm", "QLinearAdd",
+            "QLinearMul", "QLinearConcat", "QLinearAveragePool", "QLinearGlobalAveragePool",
+            "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "QLinearWhere", "QLinearReduceMean",
+            "MatMulIntegerToFloat", "ConvInteger", "MatMulInteger", "DynamicQuantizeLinear", "MatMulNBits" };
+        char ops[600] = "";
+        for (int64_t i = 0; i < info.nodes; i++) {
+            qcal_onnx_node_info ni;
+            check(qcal_onnx_node_at(o, i, &ni), "node");
+            nq += !strcmp(ni.op_type, "QuantizeLinear");
+            ndq += !strcmp(ni.op_type, "DequantizeLinear");
+            for (size_t k = 0; k < sizeof integer_ops / sizeof integer_ops[0]; k++)
+                bad += !strcmp(ni.op_type, integer_ops[k]);
+            if (!strstr(ops, ni.op_type) && strlen(ops) + strlen(ni.op_type) + 2 < sizeof ops) {
+                strcat(ops, " ");
+                strcat(ops, ni.op_type);
+            }
+        }
+        /* 8 activations (Q + DQ each), 4 weights (DQ of the FP8 codes) */
+        if (bad || nq != 8 || ndq != 12) {
+            fprintf(stderr, "FAIL qdq %s level %s: the optimized graph has %lld integer QDQ kernels, "
+                    "%lld Q and %lld DQ (want 0, 8, 12):%s\n", fmt, levels[l], (long long)bad,
+                    (long long)nq, (long long)ndq, ops);
+            g_failures++;
+        } else if (l == 3) {
+            printf("qdq %s level all: optimized op types:%s\n", fmt, ops);
+        }
+        qcal_onnx_model_destroy(&o);
+        unlink(om);
+    }
+    qcal_free(ref);
+    qcal_calib_table_destroy(&t);
+    qcal_calib_session_destroy(&ss);
+    qcal_calib_rules_destroy(&rules);
+    unlink(fm);
+    unlink(qm);
+    unlink(xp);
+    unlink(path);
+    return 0;
+}
+
 int main(void)
 {
     const char *npm = getenv("QCAL_NPM_DIR"), *src = getenv("QCAL_SOURCE_ROOT");
@@ -556,6 +770,10 @@ int main(void)
         rc = qdq_model(QCAL_FLOAT8_E5M2, QCAL_ONNX_PROFILE_ORT);
     if (!rc)
         rc = qdq_model(QCAL_FLOAT8_E4M3FN, QCAL_ONNX_PROFILE_TENSORRT);
+    if (!rc)
+        rc = qdq_levels(QCAL_FLOAT8_E4M3FN);
+    if (!rc)
+        rc = qdq_levels(QCAL_FLOAT8_E5M2);
     rmdir(g_dir);
     if (rc == 77) {
         printf("skip: onnxruntime-node could not be loaded\n");

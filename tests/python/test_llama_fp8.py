@@ -86,6 +86,69 @@ def read_json(path):
         return json.load(f)
 
 
+def vllm_quant_config(model_dir):
+    """How vLLM decides the quantization of a local model directory, transcribed (no vllm
+    import: it needs CUDA, transformers 5): returns (quant_method, config), config the fields
+    ModelOptFp8Config is built from, or (None, None) for an unquantized model.
+
+    - vllm/transformers_utils/config.py get_config: quantization_config from config.json;
+      when it has none and hf_quant_config.json exists, that file's dict.
+    - vllm/config/model.py ModelConfig._parse_quant_hf_config: producer.name "modelopt"
+      sets quant_method "modelopt" (quant_algo FP8) or "modelopt_fp4" (NVFP4); another
+      ModelOpt quant_algo raises. Then _verify_quantization lower-cases quant_method and
+      asks the override methods, among them ModelOptFp8Config.override_quantization_method
+      (model_executor/layers/quantization/modelopt.py: quant_method starting with
+      "modelopt" and quantization.quant_algo upper-cased "FP8" -> "modelopt").
+    - model_executor/model_loader/weight_utils.py get_quant_config passes the dict hf_config
+      carries (get_config put it there) to from_config; its fallback that reads the file
+      itself requires producer.name "modelopt" as well.
+    - modelopt.py ModelOptQuantConfigBase.from_config: quantization.quant_algo (required,
+      upper-cased, one of QUANT_ALGOS), kv_cache_quant_algo (None or a string,
+      upper-cased), exclude_modules (a list, default []); ModelOptFp8Config._from_config:
+      is_checkpoint_fp8_serialized = "FP8" in quant_algo; quant_algo "FP8" is the
+      per-tensor ModelOptFp8LinearMethod (weight_scale, input_scale per tensor)."""
+    cfg = read_json(os.path.join(model_dir, "config.json"))
+    quant_cfg = cfg.get("quantization_config")
+    hq = os.path.join(model_dir, "hf_quant_config.json")
+    if quant_cfg is None and os.path.exists(hq):
+        quant_cfg = read_json(hq)
+    if quant_cfg is None:
+        return None, None
+    if quant_cfg.get("producer", {}).get("name") == "modelopt":
+        algo = quant_cfg.get("quantization", {}).get("quant_algo")
+        if algo == "FP8":
+            quant_cfg["quant_method"] = "modelopt"
+        elif algo == "NVFP4":
+            quant_cfg["quant_method"] = "modelopt_fp4"
+        elif algo is not None:
+            raise ValueError("Unknown ModelOpt quant algo: %s" % algo)
+    method = quant_cfg.get("quant_method", "").lower().replace("compressed_tensors",
+                                                               "compressed-tensors")
+    quant_cfg["quant_method"] = method
+    if (method.startswith("modelopt") and isinstance(quant_cfg.get("quantization"), dict)
+            and str(quant_cfg["quantization"].get("quant_algo", "")).upper() == "FP8"):
+        method = "modelopt"
+    if method != "modelopt":
+        return method or None, None
+    q = quant_cfg["quantization"]
+    algo = q.get("quant_algo")
+    if not algo:
+        raise ValueError("Missing 'quant_algo' in quantization config")
+    algo = str(algo).upper()
+    kv = q.get("kv_cache_quant_algo")
+    if kv is not None and not isinstance(kv, str):
+        raise ValueError("kv_cache_quant_algo must be a string")
+    exclude = q.get("exclude_modules", [])
+    if not isinstance(exclude, list):
+        raise ValueError("exclude_modules must be a list")
+    if algo not in ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4", "W4A16_NVFP4",
+                    "MXFP8", "MIXED_PRECISION"):
+        raise ValueError("ModelOpt does not support %s in vLLM" % algo)
+    return method, {"quant_method": algo, "is_checkpoint_fp8_serialized": "FP8" in algo,
+                    "kv_cache_quant_method": kv.upper() if kv else None,
+                    "exclude_modules": exclude}
+
+
 def read_safetensors(path):
     """{name: (dtype, shape, raw bytes)} and the metadata, parsed with struct/json/numpy."""
     raw = read_bytes(path)
@@ -321,6 +384,13 @@ class LlamaFP8(unittest.TestCase):
                                               "exclude_modules": ["lm_head"]})
         self.assertEqual(read_json(os.path.join(out, "config.json")),
                          read_json(CONFIG))
+        # vLLM's loader takes it for ModelOpt FP8 (per-tensor linear method, FP8 KV cache)
+        self.assertEqual(hq["producer"]["name"], "modelopt")
+        self.assertEqual(hq["quantized_by"]["name"], "qcal")
+        method, vq = vllm_quant_config(out)
+        self.assertEqual(method, "modelopt")
+        self.assertEqual(vq, {"quant_method": "FP8", "is_checkpoint_fp8_serialized": True,
+                              "kv_cache_quant_method": "FP8", "exclude_modules": ["lm_head"]})
         for layer in range(T.CONFIG["layers"]):
             pre = "model.layers.%d." % layer
             qkv = [float(f32(tensors[pre + "self_attn.%s_proj.input_scale" % p])) for p in "qkv"]
