@@ -1,6 +1,6 @@
 /* bench/ort_plain: the baseline of the model-calibration rows (bench/model_calib.py). Runs
  * an ONNX model in ONNX Runtime through qcal's engine exactly as `qcal calibrate MODEL.onnx
- * --data` does (BatchNorm folded, the profile's tensors exposed in memory, graph
+ * --data` does (opset 9-12 raised to 13, BatchNorm folded, the profile's tensors exposed in memory, graph
  * optimizations off, the same runs of the same samples) and discards the outputs: nothing
  * is observed. Public API only.
  *
@@ -56,6 +56,14 @@ int main(int argc, char **argv)
     qcal_status st = qcal_onnx_model_load(model, &m);
     if (st < 0)
         return fail(model, st);
+    /* Opset 9-12 raised to 13 first, as `qcal calibrate` does (tools/cli_model.c's
+     * cli_model_load: upgrade, then the BatchNorm fold), so that both sides run the same
+     * upgraded model (PP-OCRv4 recognition is opset 9). */
+    qcal_onnx_model_info info;
+    if ((st = qcal_onnx_model_get_info(m, &info)) < 0)
+        return fail("info", st);
+    if (info.opset >= 0 && info.opset < 13 && (st = qcal_onnx_upgrade(m, 13, NULL)) < 0)
+        return fail("upgrade", st);
     char **names = NULL;
     int64_t n_names = 0;
     if ((st = qcal_onnx_fold_bn(m, NULL)) < 0 || (st = qcal_onnx_list(m, &q, &names, &n_names)) < 0 ||

@@ -181,6 +181,8 @@ TITLES = {"kernels": "Kernels (bench/qcal_bench)",
                      "the demo CNN (bench/engines.py)",
           "models": "Real models: qcal calibrate of the Silero VAD and MobileNet dumps vs a numpy "
                     "loop, qcal equalize (bench/real_models.py)",
+          "modelcalib": "Calibrating by running the model: qcal calibrate MODEL.onnx --data vs the "
+                        "plain ONNX Runtime runs (bench/model_calib.py)",
           "onnx": "ONNX: qcal qdq and onnx-expose of a 1 GiB model vs cp (bench/onnx_qdq.py)",
           "mpi": "MPI: 2 ranks vs 1, session reductions (bench/mpi_scale)"}
 
