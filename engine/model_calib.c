@@ -195,11 +195,11 @@ static void *observer_main(void *arg)
     qcal_model_calib *mc = arg;
 #if QCAL_HAVE_OPENMP
     /* The observers run on this thread alone: the engine's intra-op threads already take
-     * every core while it observes, so an OpenMP team here would only compete with them
-     * (and its idle workers spin-wait after every kernel: bench/model_calib.py measured
-     * calibrate 1.7-2.2x the plain runs of MobileNet with it, docs/performance.md). This
-     * sets the thread's own OpenMP default, which qcal_threads_for reads when no
-     * qcal_set_num_threads count is set; the results do not depend on the thread count. */
+     * every core while it observes, so an OpenMP team here would only compete with them,
+     * its idle workers spin-waiting after every kernel (measured: docs/performance.md,
+     * "Calibrating by running the model"). This sets this thread's own OpenMP default, which
+     * qcal_threads_for reads when no qcal_set_num_threads count is set; results do not
+     * depend on the thread count. */
     omp_set_num_threads(1);
 #endif
     pthread_mutex_lock(&mc->mu);
