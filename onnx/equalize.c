@@ -594,7 +594,12 @@ qcal_status qcal_onnx_equalize(qcal_onnx_model *m, const qcal_onnx_equalize_opti
     qcal_onnx_equalize_report r = { 0 };
     onnx_bn_stats *stats = NULL;
     int64_t nstats = 0;
-    qcal_status st = QCAL_OK;
+    // what the graph reads now: the Constants (and initializers) nothing reads after the
+    // rewrite go (each Clip(0, 6) made a Relu leaves its bounds unread)
+    onnx_reads before;
+    qcal_status st = onnx_reads_take(m->proto->graph, &before);
+    if (st != QCAL_OK)
+        return st;
     if (opt->fold_bn)
         st = onnx_fold_bn(m, &r.fold, &stats, &nstats);
     int64_t nb = 0, na = 0;
@@ -609,6 +614,9 @@ qcal_status qcal_onnx_equalize(qcal_onnx_model *m, const qcal_onnx_equalize_opti
         st = run(&e, opt, stats, nstats);
     eq_free(&e);
     onnx_bn_stats_free(stats, nstats);
+    if (st == QCAL_OK)
+        st = onnx_prune_orphans(m, &before, NULL, NULL);
+    onnx_reads_free(&before);
     r.n_layers = nb;
     if (st == QCAL_OK)
         st = qcal_onnx_weight_ranges(m, &r.after, &na);

@@ -83,13 +83,20 @@ qcal_status onnx_fold_bn(qcal_onnx_model *m, qcal_onnx_fold_report *rep, onnx_bn
     qcal_onnx_fold_report r = { 0 };
     onnx_bn_stats *stats = NULL;
     int64_t nstats = 0;
-    onnx_gindex x;
-    qcal_status st = onnx_gindex_build(g, &x);
+    onnx_reads before;
+    qcal_status st = onnx_reads_take(g, &before);
     if (st != QCAL_OK)
         return st;
+    onnx_gindex x;
+    st = onnx_gindex_build(g, &x);
+    if (st != QCAL_OK) {
+        onnx_reads_free(&before);
+        return st;
+    }
     bool *drop = calloc(g->n_node ? g->n_node : 1, sizeof *drop);
     if (!drop) {
         onnx_gindex_free(&x);
+        onnx_reads_free(&before);
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
     }
     char why_buf[256];
@@ -233,6 +240,10 @@ qcal_status onnx_fold_bn(qcal_onnx_model *m, qcal_onnx_fold_report *rep, onnx_bn
     for (size_t i = 0; i < ngrave; i++)
         free(grave[i]);
     free(grave);
+    // what else only the folded BNs read (a parameter behind an Identity or a Cast)
+    if (st == QCAL_OK && r.n_folded)
+        st = onnx_prune_orphans(m, &before, NULL, NULL);
+    onnx_reads_free(&before);
     if (st != QCAL_OK) {
         qcal_onnx_fold_report_free(&r);
         onnx_bn_stats_free(stats, nstats);

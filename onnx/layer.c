@@ -3,6 +3,7 @@
  * written back as float32. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "onnx/onnx_internal.h"
@@ -405,5 +406,139 @@ qcal_status onnx_layer_store(qcal_onnx_model *m, onnx_gindex *x, onnx_layer *ly)
         r->n_cons = 1;
         r->cons0 = ly->node;
     }
+    return QCAL_OK;
+}
+
+/* ---- what a rewrite orphans ---- */
+
+/* Adds every name g reads (node inputs, in subgraphs too: outer-scope references) and, for
+ * the main graph, its outputs to set; copies of the names go to *own when own is given. */
+static bool reads_collect(const Onnx__GraphProto *g, bool top, onnx_map *set, char ***own, size_t *nown)
+{
+    for (size_t i = 0; i < g->n_node; i++) {
+        const Onnx__NodeProto *n = g->node[i];
+        for (size_t k = 0; k < n->n_input; k++) {
+            const char *s = n->input[k];
+            if (!s || !s[0] || onnx_map_get(set, s))
+                continue;
+            if (own) {
+                char *c = onnx_strdup(s);
+                if (!c || !onnx_push((void ***)own, nown, c)) {
+                    free(c);
+                    return false;
+                }
+                s = c;
+            }
+            if (!onnx_map_put(set, s, 0))
+                return false;
+        }
+        for (size_t a = 0; a < n->n_attribute; a++) {
+            const Onnx__AttributeProto *at = n->attribute[a];
+            if (at->g && !reads_collect(at->g, false, set, own, nown))
+                return false;
+            for (size_t k = 0; k < at->n_graphs; k++)
+                if (!reads_collect(at->graphs[k], false, set, own, nown))
+                    return false;
+        }
+    }
+    for (size_t i = 0; top && i < g->n_output; i++) {
+        const char *s = g->output[i]->name;
+        if (!s || !s[0] || onnx_map_get(set, s))
+            continue;
+        if (own) {
+            char *c = onnx_strdup(s);
+            if (!c || !onnx_push((void ***)own, nown, c)) {
+                free(c);
+                return false;
+            }
+            s = c;
+        }
+        if (!onnx_map_put(set, s, 0))
+            return false;
+    }
+    return true;
+}
+
+qcal_status onnx_reads_take(const Onnx__GraphProto *g, onnx_reads *r)
+{
+    memset(r, 0, sizeof *r);
+    if (!reads_collect(g, true, &r->set, &r->names, &r->n)) {
+        onnx_reads_free(r);
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    }
+    return QCAL_OK;
+}
+
+void onnx_reads_free(onnx_reads *r)
+{
+    onnx_map_free(&r->set);
+    for (size_t i = 0; i < r->n; i++)
+        free(r->names[i]);
+    free(r->names);
+    memset(r, 0, sizeof *r);
+}
+
+/* A Constant, or an Identity / Cast (what exporters put between a constant and its reader). */
+static bool prunable_node(const Onnx__NodeProto *n)
+{
+    if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx"))
+        return false;
+    if (!strcmp(n->op_type, "Constant"))
+        return n->n_input == 0;
+    return (!strcmp(n->op_type, "Identity") || !strcmp(n->op_type, "Cast")) && n->n_input == 1;
+}
+
+qcal_status onnx_prune_orphans(qcal_onnx_model *m, const onnx_reads *before, int64_t *nodes, int64_t *inits)
+{
+    Onnx__GraphProto *g = m->proto->graph;
+    int64_t dn = 0, di = 0;
+    for (;;) {
+        onnx_map cur = { 0 };
+        if (!reads_collect(g, true, &cur, NULL, NULL)) {
+            onnx_map_free(&cur);
+            return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+        }
+        // orphaned: read before the rewrite, read by nothing (and no graph output) now
+#define ORPHAN(s) ((s) && (s)[0] && onnx_map_get(&before->set, (s)) && !onnx_map_get(&cur, (s)))
+        size_t kn = 0, ki = 0, gone = 0;
+        for (size_t i = 0; i < g->n_node; i++) {
+            Onnx__NodeProto *n = g->node[i];
+            bool dead = prunable_node(n) && n->n_output > 0;
+            for (size_t k = 0; dead && k < n->n_output; k++)
+                dead = !n->output[k][0] || ORPHAN(n->output[k]);
+            if (dead) {
+                // (a Constant's value is never in a file mapping: only initializers are)
+                protobuf_c_message_free_unpacked(&n->base, NULL);
+                gone++;
+                dn++;
+            } else {
+                g->node[kn++] = n;
+            }
+        }
+        g->n_node = kn;
+        for (size_t i = 0; i < g->n_initializer; i++) {
+            Onnx__TensorProto *t = g->initializer[i];
+            bool in = false;   // an initializer that is also a graph input: a caller may feed it
+            for (size_t j = 0; j < g->n_input && !in && t->name; j++)
+                in = g->input[j]->name && !strcmp(g->input[j]->name, t->name);
+            if (!in && ORPHAN(t->name)) {
+                onnx_tensor_release(m, t);
+                protobuf_c_message_free_unpacked(&t->base, NULL);
+                gone++;
+                di++;
+            } else {
+                g->initializer[ki++] = t;
+            }
+        }
+#undef ORPHAN
+        g->n_initializer = ki;
+        onnx_map_free(&cur);
+        if (!gone)
+            break;
+    }
+    if (nodes)
+        *nodes = dn;
+    if (inits)
+        *inits = di;
     return QCAL_OK;
 }

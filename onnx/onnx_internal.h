@@ -199,6 +199,21 @@ qcal_status onnx_layer_load(const qcal_onnx_model *m, const onnx_gindex *x, int6
 qcal_status onnx_layer_store(qcal_onnx_model *m, onnx_gindex *x, onnx_layer *l);
 void onnx_layer_free(onnx_layer *l);
 
+/* Names a graph reads (node inputs, also inside subgraphs, and graph outputs), copied: taken
+ * before a rewrite, so onnx_prune_orphans removes only what the rewrite left unread. */
+typedef struct onnx_reads {
+    char **names;
+    size_t n;
+    onnx_map set;              /* keys: names */
+} onnx_reads;
+qcal_status onnx_reads_take(const Onnx__GraphProto *g, onnx_reads *r);
+void onnx_reads_free(onnx_reads *r);
+/* Removes the main graph's Constant, Identity and Cast nodes and initializers (not graph
+ * inputs) whose outputs were read before (in `before`) and are read by nothing now, until
+ * none is left (a Constant behind a Cast goes with it); counts in *nodes, *inits (or NULL).
+ * A graph the rewrite orphaned nothing in is left as it was. */
+qcal_status onnx_prune_orphans(qcal_onnx_model *m, const onnx_reads *before, int64_t *nodes, int64_t *inits);
+
 /* Replaces initializer t's data with numel float32 values (raw, copied). */
 qcal_status onnx_init_set_float(qcal_onnx_model *m, Onnx__TensorProto *t, const float *data, int64_t numel);
 

@@ -29,6 +29,8 @@ typedef enum op_kind {
     K_BINARY,    /* Add, Mul: two activation inputs */
     K_POOL,      /* AveragePool, GlobalAveragePool: one input, own output range */
     K_MOVE,      /* MaxPool and shape ops: the output keeps the input's qparams (ort) */
+    K_ACT,       /* Clip: never quantized alone; ort fuses it into the output Q of the quantized
+                  * op it follows (fused_clip), as Relu */
 } op_kind;
 
 typedef struct op_def {
@@ -52,6 +54,7 @@ static const op_def op_defs[] = {
     { "Transpose", K_MOVE, true, false },
     { "Squeeze", K_MOVE, true, false },
     { "Unsqueeze", K_MOVE, true, false },
+    { "Clip", K_ACT, true, false },
 };
 #define N_OP_DEFS (sizeof op_defs / sizeof op_defs[0])
 
@@ -1261,6 +1264,112 @@ static int64_t fused_relu(plan *p, int64_t t)
     return ti->cons0;
 }
 
+/* Clip's bounds: constant inputs 1 and 2 (opset >= 11; an omitted one is unbounded; an
+ * initializer, a Constant, or either behind Identity / Cast nodes as torch.onnx writes them)
+ * or the min / max attributes (before 11); false when one is not a constant scalar. */
+static bool clip_bounds(plan *p, const Onnx__NodeProto *n, float *lo, float *hi)
+{
+    *lo = -INFINITY;
+    *hi = INFINITY;
+    const Onnx__AttributeProto *a;
+    if ((a = onnx_node_attr(n, "min")) && a->has_f)
+        *lo = a->f;
+    if ((a = onnx_node_attr(n, "max")) && a->has_f)
+        *hi = a->f;
+    for (size_t k = 1; k < n->n_input && k < 3; k++) {
+        const char *name = n->input[k];
+        if (!name[0])
+            continue;
+        int64_t t = const_src(p, name);
+        for (int hop = 0; t < 0 && hop < 4; hop++) {
+            int64_t ti = tensor_index(p, name, false);
+            const Onnx__NodeProto *pn = ti >= 0 && p->t[ti].producer >= 0 ? p->g->node[p->t[ti].producer] : NULL;
+            if (!pn || (strcmp(pn->op_type, "Cast") && strcmp(pn->op_type, "Identity")) || pn->n_input < 1)
+                break;
+            name = pn->input[0];
+            t = const_src(p, name);
+        }
+        float *v = NULL;
+        int64_t cnt = 0;
+        if (t < 0 || onnx_tensor_to_float(p->t[t].init, &v, &cnt) != QCAL_OK || cnt != 1 || isnan(v[0])) {
+            free(v);
+            qcal_clear_error();
+            return false;
+        }
+        if (k == 1)
+            *lo = v[0];
+        else
+            *hi = v[0];
+        free(v);
+    }
+    return *lo <= *hi;
+}
+
+/* ort: the single Clip that consumes t, when Clip is an enabled op type and its bounds are
+ * constants around 0 (a uint8 / int8 Q range always holds 0, so only then can it lie inside
+ * [min, max] and ONNX Runtime's ClipQuantFusion remove the Clip); its bounds in *lo, *hi.
+ * Else -1. */
+static int64_t fused_clip(plan *p, int64_t t, float *lo, float *hi)
+{
+    tinfo *ti = &p->t[t];
+    if (ti->graph_out || ti->sub_ref || ti->n_cons != 1)
+        return -1;
+    const Onnx__NodeProto *n = p->g->node[ti->cons0];
+    const op_def *d = op_of(p, n);
+    if (!d || d->kind != K_ACT || n->n_input < 1 || strcmp(n->input[0], ti->name) || n->n_output < 1 ||
+        !n->output[0][0] || excluded(p, n->name) || excluded(p, n->output[0]))
+        return -1;
+    if (!clip_bounds(p, n, lo, hi) || !(*lo <= 0.0f && *hi >= 0.0f))
+        return -1;
+    return ti->cons0;
+}
+
+/* The Q range of (scale, zero-point) as ONNX Runtime's ClipQuantFusion computes it, scale x
+ * (q - zero-point) in float for the type's lowest and highest q, lies inside [lo, hi]. */
+static bool q_range_inside(qcal_dtype d, float s, int32_t zp, float lo, float hi)
+{
+    int32_t qmin = d == QCAL_QUINT8 ? 0 : -128, qmax = d == QCAL_QUINT8 ? 255 : 127;
+    float a = s * (float)(qmin - zp), b = s * (float)(qmax - zp);
+    return a >= lo && b <= hi;
+}
+
+/* ort, a fused Clip(lo, hi): the Q after the Clip takes the Clip output's qparams when their
+ * Q range lies inside [lo, hi] (ONNX Runtime then removes the Clip); otherwise that range
+ * clamped to [lo, hi] gives new affine qparams of the same type (zero-point at the type's
+ * lowest value when lo = 0, as the Relu output's), the scale lowered just enough for the
+ * range's ends to stay inside the bounds in float arithmetic. FP8 entries are left alone (ONNX
+ * Runtime has no integer kernel to fuse them into). */
+static qcal_status clip_qparams(tinfo *ti, float lo, float hi)
+{
+    if (ti->dtype != QCAL_QUINT8 && ti->dtype != QCAL_QINT8)
+        return QCAL_OK;
+    if (q_range_inside(ti->dtype, ti->scale, ti->zp, lo, hi))
+        return QCAL_OK;
+    int32_t qmin = ti->dtype == QCAL_QUINT8 ? 0 : -128, qmax = ti->dtype == QCAL_QUINT8 ? 255 : 127;
+    float rlo = fmaxf(ti->scale * (float)(qmin - ti->zp), lo), rhi = fminf(ti->scale * (float)(qmax - ti->zp), hi);
+    qcal_qconfig cfg;
+    qcal_qconfig_default(&cfg);
+    cfg.dtype = ti->dtype;
+    qcal_qparams out = { 0 };
+    qcal_status st = qcal_qparams_compute(&cfg, 0, 1, &rlo, &rhi, &out);
+    if (st < 0)
+        return st;
+    float s = out.scale;
+    int32_t zp = out.zero_point;
+    qcal_qparams_free(&out);
+    if (zp > qmin && isfinite(lo))
+        s = fminf(s, lo / (float)(qmin - zp));
+    if (zp < qmax && isfinite(hi))
+        s = fminf(s, hi / (float)(qmax - zp));
+    for (int i = 0; i < 8 && s > 0.0f && !q_range_inside(ti->dtype, s, zp, lo, hi); i++)
+        s = nextafterf(s, 0.0f);
+    if (!(s >= FLT_EPSILON && isfinite(s)) || !q_range_inside(ti->dtype, s, zp, lo, hi))
+        return QCAL_OK;   /* a degenerate range: the table's qparams, the Clip stays */
+    ti->scale = s;
+    ti->zp = zp;
+    return QCAL_OK;
+}
+
 /* ort: the output of the MaxPool chain that starts at t (each MaxPool the single consumer of
  * the tensor before it), else t. The output Q of the op that writes t takes that tensor's
  * table entry: max-pool commutes with per-tensor quantization, so the error the next op sees
@@ -1300,7 +1409,7 @@ static qcal_status plan_node(plan *p, size_t i)
     np->wslot = np->bslot = -1;
     np->w = np->b = -1;
     const op_def *d = op_of(p, n);
-    if (!d)
+    if (!d || d->kind == K_ACT)   /* Clip: fused by the op before it, if any */
         return QCAL_OK;
     if (excluded(p, n->name))
         return add_skip(p, n, "%sexcluded by --exclude", "");
@@ -1345,6 +1454,8 @@ static qcal_status plan_node(plan *p, size_t i)
     case K_MOVE:
         np->act[np->nact++] = 0;
         break;
+    case K_ACT:
+        return QCAL_OK;
     }
     if (n->n_input < (size_t)np->nact || (np->wslot >= 0 && n->n_input <= (size_t)np->wslot))
         return add_skip(p, n, "%stoo few inputs", "");
@@ -1459,9 +1570,13 @@ static qcal_status plan_node(plan *p, size_t i)
         }
         return QCAL_OK;
     }
-    int64_t relu = fused_relu(p, to);
-    if (relu >= 0)
-        to = tensor_index(p, p->g->node[relu]->output[0], false);
+    float clip_lo = 0.0f, clip_hi = 0.0f;
+    int64_t act = fused_relu(p, to);
+    bool clip = false;
+    if (act < 0 && (act = fused_clip(p, to, &clip_lo, &clip_hi)) >= 0)
+        clip = true;
+    if (act >= 0)
+        to = tensor_index(p, p->g->node[act]->output[0], false);
     if (excluded(p, p->t[to].name))
         return QCAL_OK;
     int64_t from = move_chain_end(p, to);
@@ -1473,6 +1588,11 @@ static qcal_status plan_node(plan *p, size_t i)
         p->t[to].dtype = p->t[from].dtype;
         p->t[to].scale = p->t[from].scale;
         p->t[to].zp = p->t[from].zp;
+    }
+    if (found && clip && p->table && !p->t[to].assigned) {
+        st = clip_qparams(&p->t[to], clip_lo, clip_hi);
+        if (st != QCAL_OK)
+            return st;
     }
     if (found)
         assign(&p->t[to]);

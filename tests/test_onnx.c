@@ -1,6 +1,7 @@
 /* qcal/onnx.h: models written with the builder, read back, listed, exposed and quantized in
  * both profiles; every number checked against the library's own observer and quantizer, the
  * placement checked node by node, the result validated by onnx.checker (python3-onnx). */
+#include <float.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -1247,6 +1248,188 @@ static void test_constant_and_identity_weights(void **state)
     qcal_calib_session_destroy(&s);
 }
 
+
+/* input -> Conv(c1) -> Clip(lo, hi) -> Flatten -> Gemm -> logits; the bounds as scalar
+ * initializers (bounds 0) or Constant nodes (bounds 1); hi = INFINITY omits max. */
+static qcal_onnx_model *make_clip_cnn(float lo, float hi, int bounds)
+{
+    rng_state = 777;
+    qcal_onnx_model *m = NULL;
+    OK(qcal_onnx_model_new(8, 13, &m));
+    int64_t in_dims[4] = { -1, 1, 4, 4 }, out_dims[2] = { -1, 3 };
+    OK(qcal_onnx_add_input(m, "input", QCAL_ONNX_FLOAT, 4, in_dims));
+    OK(qcal_onnx_add_output(m, "logits", QCAL_ONNX_FLOAT, 2, out_dims));
+    float w1[18], b1[2], fw[96], fb[3];
+    fill(w1, 18, 1.0f);
+    fill(b1, 2, 0.2f);
+    fill(fw, 96, 0.3f);
+    fill(fb, 3, 0.1f);
+    int64_t dw1[4] = { 2, 1, 3, 3 }, db1[1] = { 2 }, dfw[2] = { 3, 32 }, dfb[1] = { 3 };
+    OK(qcal_onnx_add_initializer_float(m, "c1.w", 4, dw1, w1));
+    OK(qcal_onnx_add_initializer_float(m, "c1.b", 1, db1, b1));
+    OK(qcal_onnx_add_initializer_float(m, "fc.w", 2, dfw, fw));
+    OK(qcal_onnx_add_initializer_float(m, "fc.b", 1, dfb, fb));
+    const char *bn[2] = { "clip.min", "clip.max" };
+    float bv[2] = { lo, hi };
+    for (int k = 0; k < 2; k++) {
+        if (!isfinite(bv[k]))
+            continue;
+        int64_t ck;
+        if (bounds == 1) {
+            OK(qcal_onnx_add_node(m, "Constant", k ? "max_Constant" : "min_Constant", 0, NULL, 1, &bn[k], &ck));
+            OK(qcal_onnx_node_set_tensor(m, ck, "value", QCAL_ONNX_FLOAT, 0, NULL, &bv[k], 4));
+        } else {
+            OK(qcal_onnx_add_initializer_float(m, bn[k], 0, NULL, &bv[k]));
+        }
+    }
+    int64_t k;
+    const char *ci[] = { "input", "c1.w", "c1.b" }, *co[] = { "/c1/Conv_output_0" };
+    OK(qcal_onnx_add_node(m, "Conv", "/c1/Conv", 3, ci, 1, co, &k));
+    int64_t pads[4] = { 1, 1, 1, 1 };
+    OK(qcal_onnx_node_set_ints(m, k, "pads", 4, pads));
+    const char *ki[] = { "/c1/Conv_output_0", isfinite(lo) ? "clip.min" : "", isfinite(hi) ? "clip.max" : "" };
+    const char *ko[] = { "/a1/Clip_output_0" };
+    OK(qcal_onnx_add_node(m, "Clip", "/a1/Clip", isfinite(hi) ? 3 : 2, ki, 1, ko, NULL));
+    const char *fi[] = { "/a1/Clip_output_0" }, *fo[] = { "/f/Flatten_output_0" };
+    OK(qcal_onnx_add_node(m, "Flatten", "/f/Flatten", 1, fi, 1, fo, NULL));
+    const char *gi[] = { "/f/Flatten_output_0", "fc.w", "fc.b" }, *go[] = { "logits" };
+    OK(qcal_onnx_add_node(m, "Gemm", "/fc/Gemm", 3, gi, 1, go, &k));
+    OK(qcal_onnx_node_set_int(m, k, "transB", 1));
+    return m;
+}
+
+/* The Clip output's scale and zero-point in the QDQ model; false when it has no Q. */
+static bool clip_q(const qcal_onnx_model *m, float *s, int64_t *z)
+{
+    float *sc;
+    int64_t *zp;
+    if (qcal_onnx_initializer_float(m, "/a1/Clip_output_0_scale", &sc, NULL) != QCAL_OK) {
+        qcal_clear_error();
+        return false;
+    }
+    OK(qcal_onnx_initializer_int64(m, "/a1/Clip_output_0_zero_point", &zp, NULL));
+    *s = sc[0];
+    *z = zp[0];
+    qcal_free(sc);
+    qcal_free(zp);
+    return true;
+}
+
+/* profile ort: a Clip after a quantized op is fused like Relu: no Q/DQ on the Conv output,
+ * the Q after the Clip with the Clip output's entry, its Q range, scale x (q - zero-point) for
+ * q = 0 and 255 in float as ONNX Runtime's ClipQuantFusion computes it, inside [min, max] so
+ * ONNX Runtime removes the Clip: the table's qparams when they already are, else the
+ * table's range clamped to [min, max]. Not fused: bounds that exclude 0, --op-types
+ * without Clip, a Conv output read by another op too. */
+static void test_clip_fusion(void **state)
+{
+    (void)state;
+    static const char *const names[] = { "input", "/c1/Conv_output_0", "/a1/Clip_output_0", "logits",
+                                         "/f/Flatten_output_0" };
+    struct {
+        float lo, hi;         /* Clip bounds */
+        float tlo, thi;       /* the Clip output's calibrated range */
+        int bounds;
+        bool fused, table;    /* expected: fused; the table's qparams kept */
+    } cases[] = {
+        { 0.0f, 6.0f, 0.0f, 4.0f, 0, true, true },      /* ReLU6, a range inside: as calibrated */
+        { 0.0f, 6.0f, 0.0f, 4.0f, 1, true, true },      /* bounds as Constant nodes */
+        { 0.0f, 6.0f, 0.0f, 6.0f, 0, true, true },      /* 255 x (6 / 255) = 6 in float */
+        { 0.0f, 0.998f, 0.0f, 0.998f, 0, true, false }, /* 255 x (0.998 / 255) > 0.998: lowered */
+        { 0.0f, 6.0f, -0.5f, 7.0f, 1, true, false },    /* a range wider than the Clip: clamped */
+        { -1.0f, 1.0f, -1.0f, 1.0f, 0, true, false },   /* hardtanh: zero-point 128 cuts -1 */
+        { 0.0f, INFINITY, 0.0f, 5.0f, 0, true, true },  /* no max: a Relu */
+        { 1.0f, 6.0f, 1.0f, 6.0f, 0, false, true },     /* min > 0: a Q range holds 0, the Clip stays */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        float lo[] = { -1.0f, -3.0f, cases[c].tlo, -3.0f, 0.0f }, hi[] = { 2.0f, 8.0f, cases[c].thi, 5.0f, 6.0f };
+        qcal_calib_session *s = make_session(names, lo, hi, 5);
+        qcal_calib_table *t = NULL;
+        OK(qcal_calib_session_table(s, &t));
+        const qcal_calib_entry *e;
+        OK(qcal_calib_table_find(t, "/a1/Clip_output_0", QCAL_CALIB_ROLE_ACTIVATION, &e));
+        qcal_onnx_model *m = make_clip_cnn(cases[c].lo, cases[c].hi, cases[c].bounds);
+        qcal_onnx_qdq_report rep;
+        OK(qcal_onnx_qdq(m, t, NULL, &rep));
+        qcal_onnx_qdq_report_free(&rep);
+        qcal_onnx_node_info n;
+        int64_t ci = find_node(m, "/c1/Conv", &n);
+        OK(qcal_onnx_node_at(m, ci + 1, &n));
+        float sc = 0.0f;
+        int64_t zp = -1;
+        assert_true(clip_q(m, &sc, &zp));
+        if (cases[c].fused) {
+            assert_string_equal(n.op_type, "Clip");   /* DQ -> Conv -> Clip -> Q */
+            assert_string_equal(n.inputs[0], "/c1/Conv_output_0");
+            OK(qcal_onnx_node_at(m, ci + 2, &n));
+            assert_string_equal(n.op_type, "QuantizeLinear");
+            assert_string_equal(n.inputs[0], "/a1/Clip_output_0");
+            assert_true(sc * (float)(0 - zp) >= cases[c].lo);
+            assert_true(sc * (float)(255 - zp) <= cases[c].hi);
+            if (cases[c].lo == 0.0f)
+                assert_int_equal(zp, 0);
+        } else {
+            assert_string_equal(n.op_type, "QuantizeLinear");   /* the Conv output's own Q */
+            assert_string_equal(n.inputs[0], "/c1/Conv_output_0");
+        }
+        if (cases[c].table) {
+            assert_true(sc == e->qparams.scale);
+            assert_int_equal(zp, e->qparams.zero_point);
+        } else {
+            if (!(sc < e->qparams.scale))
+                fail_msg("case %zu: scale %.9g, table %.9g, zero-point %lld", c, (double)sc, (double)e->qparams.scale, (long long)zp);
+            /* within a few units in the last place of the clamped range's scale */
+            float want = (fminf(cases[c].thi, cases[c].hi) - fmaxf(cases[c].tlo, cases[c].lo)) / 255.0f;
+            assert_true(fabsf(sc - want) <= 8 * FLT_EPSILON * want + (cases[c].lo < 0 ? want / 128 : 0));
+        }
+        const char *path = tu_path(tmpdir, "qdq_clip.onnx");
+        OK(qcal_onnx_model_save(m, NULL, path));
+        if (c == 0)
+            check_with_onnx(path);
+        qcal_onnx_model_destroy(&m);
+        /* --op-types without Clip: today's placement (Q on the Conv output, the Clip float) */
+        m = make_clip_cnn(cases[c].lo, cases[c].hi, cases[c].bounds);
+        qcal_onnx_qdq_options opt;
+        qcal_onnx_qdq_options_default(&opt);
+        opt.op_types = "Conv,Gemm,Flatten";
+        OK(qcal_onnx_qdq(m, t, &opt, &rep));
+        qcal_onnx_qdq_report_free(&rep);
+        ci = find_node(m, "/c1/Conv", &n);
+        OK(qcal_onnx_node_at(m, ci + 1, &n));
+        assert_string_equal(n.op_type, "QuantizeLinear");
+        assert_string_equal(n.inputs[0], "/c1/Conv_output_0");
+        assert_true(clip_q(m, &sc, &zp));   /* the Flatten's input */
+        assert_true(sc == e->qparams.scale);
+        qcal_onnx_model_destroy(&m);
+        /* onnx-expose lists the Clip output, not the Conv output, when fused */
+        m = make_clip_cnn(cases[c].lo, cases[c].hi, cases[c].bounds);
+        char **list;
+        int64_t nl;
+        OK(qcal_onnx_list(m, NULL, &list, &nl));
+        bool conv_listed = false;
+        for (int64_t i = 0; i < nl; i++)
+            conv_listed |= !strcmp(list[i], "/c1/Conv_output_0");
+        assert_int_equal(conv_listed, !cases[c].fused);
+        qcal_onnx_names_free(&list, nl);
+        qcal_onnx_model_destroy(&m);
+        qcal_calib_table_destroy(&t);
+        qcal_calib_session_destroy(&s);
+    }
+    /* the Conv output read by the Clip and by another op: not fused */
+    qcal_onnx_model *m = make_clip_cnn(0.0f, 6.0f, 0);
+    int64_t od[2] = { -1, 2 };
+    OK(qcal_onnx_add_output(m, "/c1/Conv_output_0", QCAL_ONNX_FLOAT, 2, od));
+    char **list;
+    int64_t nl;
+    OK(qcal_onnx_list(m, NULL, &list, &nl));
+    bool conv_listed = false;
+    for (int64_t i = 0; i < nl; i++)
+        conv_listed |= !strcmp(list[i], "/c1/Conv_output_0");
+    assert_true(conv_listed);
+    qcal_onnx_names_free(&list, nl);
+    qcal_onnx_model_destroy(&m);
+}
+
 /* torch 1.13's x.view(x.size(0), -1) at opset 13 with a dynamic batch: Shape -> Gather ->
  * Unsqueeze -> Concat -> Reshape beside Conv/Relu/Gemm, no value_info. The int64 tensors of
  * the shape arithmetic are not listed (exposed as float32 they made ONNX Runtime refuse the
@@ -1349,6 +1532,7 @@ int main(void)
         cmocka_unit_test(test_wire_format),
         cmocka_unit_test(test_constant_and_identity_weights),
         cmocka_unit_test(test_shape_arithmetic_types),
+        cmocka_unit_test(test_clip_fusion),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

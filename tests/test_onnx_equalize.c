@@ -483,6 +483,105 @@ static void test_constant_weights(void **state)
     qcal_onnx_layer_ranges_free(&after[1], nl[1]);
 }
 
+/* What equalize and BN folding orphan goes: the Constants of a Clip(0, 6) made a Relu (one
+ * behind a Cast, as torch.onnx writes clamp bounds), a folded BN's parameter behind an
+ * Identity and its initializer; a Constant and an initializer nothing read before stay. */
+static void test_orphans_removed(void **state)
+{
+    (void)state;
+    rng = 5;
+    qcal_onnx_model *m = NULL;
+    OK(qcal_onnx_model_new(8, 13, &m));
+    int64_t din[4] = { 1, 4, 5, 5 }, w1[4] = { 6, 4, 1, 1 }, c6[1] = { 6 }, w2[4] = { 3, 6, 1, 1 };
+    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, din));
+    add_param(m, true, "W1", 4, w1, 1);
+    add_param(m, true, "B1", 1, c6, 0.5f);
+    add_param(m, true, "W2", 4, w2, 1);
+    add_param(m, false, "s", 1, c6, 1);
+    add_param(m, false, "b", 1, c6, 1);
+    add_param(m, false, "mu", 1, c6, 1);
+    float var[6] = { 1, 2, 0.5f, 3, 0.25f, 1 }, lo = 0.0f, hi = 6.0f, one = 1.0f;
+    OK(qcal_onnx_add_initializer_float(m, "var0", 1, c6, var));
+    OK(qcal_onnx_add_initializer_float(m, "spare", 1, c6, var));   // read by nothing from the start
+    node(m, "Identity", "var_Identity", "var0", NULL, NULL, "var", NULL);
+    int64_t k;
+    const char *o = "lo";
+    OK(qcal_onnx_add_node(m, "Constant", "lo_Constant", 0, NULL, 1, &o, &k));
+    OK(qcal_onnx_node_set_tensor(m, k, "value", QCAL_ONNX_FLOAT, 0, NULL, &lo, 4));
+    o = "hi0";
+    OK(qcal_onnx_add_node(m, "Constant", "hi_Constant", 0, NULL, 1, &o, &k));
+    OK(qcal_onnx_node_set_tensor(m, k, "value", QCAL_ONNX_FLOAT, 0, NULL, &hi, 4));
+    node(m, "Cast", "hi_Cast", "hi0", NULL, NULL, "hi", &k);
+    OK(qcal_onnx_node_set_int(m, k, "to", QCAL_ONNX_FLOAT));
+    o = "unused";
+    OK(qcal_onnx_add_node(m, "Constant", "unused_Constant", 0, NULL, 1, &o, &k));
+    OK(qcal_onnx_node_set_tensor(m, k, "value", QCAL_ONNX_FLOAT, 0, NULL, &one, 4));
+    node(m, "Conv", "conv1", "x", "W1", "B1", "c1", NULL);
+    const char *bin[5] = { "c1", "s", "b", "mu", "var" }, *bout = "n1";
+    OK(qcal_onnx_add_node(m, "BatchNormalization", "bn", 5, bin, 1, &bout, NULL));
+    node(m, "Clip", "act", "n1", "lo", "hi", "r", NULL);
+    node(m, "Conv", "conv2", "r", "W2", NULL, "y", NULL);
+    OK(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, -1, NULL));
+    qcal_onnx_model_info info;
+    OK(qcal_onnx_model_get_info(m, &info));
+    assert_int_equal(info.nodes, 12);
+    assert_int_equal(info.initializers, 5);
+    void *buf;
+    size_t len;
+    OK(qcal_onnx_model_serialize(m, &buf, &len));
+    // BN folding alone: the BN, its initializers s, b, mu and, behind the Identity, var0
+    qcal_onnx_model *f = NULL;
+    OK(qcal_onnx_model_parse(buf, len, &f));
+    qcal_onnx_fold_report fr;
+    OK(qcal_onnx_fold_bn(f, &fr));
+    assert_int_equal(fr.n_folded, 1);
+    qcal_onnx_fold_report_free(&fr);
+    OK(qcal_onnx_model_get_info(f, &info));
+    assert_int_equal(info.nodes, 10);          // - BN, - Identity
+    assert_int_equal(info.initializers, 1);    // spare
+    qcal_onnx_model_destroy(&f);
+    // equalize: also the Clip's bounds (two Constants and the Cast)
+    qcal_onnx_equalize_options opt;
+    qcal_onnx_equalize_options_default(&opt);
+    qcal_onnx_equalize_report rep;
+    OK(qcal_onnx_equalize(m, &opt, &rep));
+    assert_int_equal(rep.fold.n_folded, 1);
+    assert_int_equal(rep.n_pairs, 1);
+    assert_int_equal(rep.n_replaced, 1);
+    qcal_onnx_equalize_report_free(&rep);
+    OK(qcal_onnx_model_get_info(m, &info));
+    assert_int_equal(info.nodes, 7);           // Constants W1, B1, W2, unused; conv1, Relu, conv2
+    assert_int_equal(info.initializers, 1);
+    const char *left[] = { "W1_Constant", "B1_Constant", "W2_Constant", "unused_Constant", "conv1", "act", "conv2" };
+    for (int64_t i = 0; i < info.nodes; i++) {
+        qcal_onnx_node_info ni;
+        OK(qcal_onnx_node_at(m, i, &ni));
+        bool known = false;
+        for (size_t j = 0; j < sizeof left / sizeof left[0]; j++)
+            known |= !strcmp(ni.name, left[j]);
+        if (!known)
+            fail_msg("node '%s' (%s) left", ni.name, ni.op_type);
+    }
+    float *v;
+    OK(qcal_onnx_initializer_float(m, "spare", &v, NULL));
+    qcal_free(v);
+    qcal_onnx_model_destroy(&m);
+    // nothing to fold or equalize: the model byte for byte
+    OK(qcal_onnx_model_parse(buf, len, &m));
+    opt.fold_bn = false;
+    opt.equalize = false;
+    OK(qcal_onnx_equalize(m, &opt, &rep));
+    qcal_onnx_equalize_report_free(&rep);
+    void *after;
+    size_t alen;
+    OK(qcal_onnx_model_serialize(m, &after, &alen));
+    assert_int_equal(alen, len);
+    assert_memory_equal(after, buf, len);
+    qcal_free(after);
+    qcal_free(buf);
+    qcal_onnx_model_destroy(&m);
+}
+
 /* ---- the CLI: output line, refusal lines, errors with their exit codes ---- */
 
 static char out_buf[1 << 16], err_buf[1 << 14];
@@ -584,6 +683,7 @@ int main(void)
         cmocka_unit_test(test_clip_replaced_and_shared_weight),
         cmocka_unit_test(test_identity_weights),
         cmocka_unit_test(test_constant_weights),
+        cmocka_unit_test(test_orphans_removed),
         cmocka_unit_test(test_cli),
         cmocka_unit_test(test_duplicate_producer_rejected),
     };

@@ -258,7 +258,9 @@ typedef struct qcal_onnx_qdq_options {
                                         * a matching tensor gets no Q/DQ */
     int64_t n_exclude;                 /* default 0 */
     const char *op_types;              /* default NULL: the profile's list (docs/onnx.md);
-                                        * else a comma list of op types to quantize */
+                                        * else a comma list of op types to quantize ("Clip":
+                                        * profile ort fuses a Clip after a quantized op into
+                                        * its output Q, as Relu) */
     bool strict;                       /* default false: wanted tensors missing from the table
                                         * stay float (listed in the report); true: error */
     qcal_qscheme weight_qscheme;       /* default QCAL_PER_CHANNEL_SYMMETRIC; also

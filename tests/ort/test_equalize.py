@@ -101,6 +101,20 @@ def compare(tmp, name, model, x, extra=()):
     return r
 
 
+def dead_constants(path):
+    """Outputs of Constant nodes (and of the Cast / Identity torch.onnx puts between a Constant
+    and a Clip) and initializers no node and no graph output reads (python3-onnx)."""
+    try:
+        import onnx
+    except ImportError:
+        print("ort.equalize: unread-constant check skipped: no onnx")
+        return []
+    g = onnx.load(path).graph
+    read = {i for n in g.node for i in n.input} | {o.name for o in g.output}
+    return [n.output[0] for n in g.node if n.op_type in ("Constant", "Cast", "Identity") and n.output[0] not in read] + \
+           [t.name for t in g.initializer if t.name not in read]
+
+
 def main():
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
@@ -132,6 +146,8 @@ def main():
         r = run(QCAL, "equalize", path, "-o", os.path.join(tmp, "relu6_eq.onnx"))
         assert "note: Clip replaced by Relu: /Clip: Clip(0, 6) -> Relu" in r.stderr, r.stderr
         assert "3 Clips replaced by Relu" in r.stdout, r.stdout
+        unread = dead_constants(os.path.join(tmp, "relu6_eq.onnx"))
+        assert not unread, "equalize left %d Constants / initializers unread: %s" % (len(unread), unread[:4])
         # a real architecture: torchvision's mobilenet_v2 with ReLU instead of ReLU6
         try:
             import torchvision
