@@ -10,7 +10,11 @@ optimization level 'disabled' (tests/ort/ort_pairs.cjs), and every output must b
 byte for byte; the raised model must import opset 13. Then opset 13 -> 19 (cases19: every
 Reduce* whose axes became an input at 18, Split-18 num_outputs, RoiAlign-16's mode, and ops
 kept as compatible: Resize, Pad, BatchNormalization, Cast, Reshape, Shape, ScatterElements)
-and 9 -> 19 in one call, the raised model importing opset 19 (IR 9). Skips (exit 77, one line) without
+and 9 -> 19 in one call, the raised model importing opset 19 (IR 9). Last (with $QCAL_BIN):
+`qcal calibrate --dtype float8_e4m3fn` then `qcal qdq` of the opset-13 examples/mobilenet
+model, which qdq raises to 19 itself: the FP8 Q/DQ model imports opset 19, its
+QuantizeLinear zero-points are float8e4m3fn, and it loads and runs in ONNX Runtime at level
+'all' (tests/ort_run.js) with the float model's top-1 on most samples. Skips (exit 77, one line) without
 numpy, onnx, node or onnxruntime-node."""
 import json
 import os
@@ -159,6 +163,50 @@ def cases19():
     return c
 
 
+def fp8_qdq(tmp):
+    """qcal qdq with an FP8 table on an opset-13 model: raised to 19, runs at level 'all'."""
+    qcal = os.environ.get("QCAL_BIN")
+    root = os.environ.get("QCAL_SOURCE_ROOT") or os.path.dirname(os.path.dirname(HERE))
+    src = os.path.join(root, "examples", "mobilenet", "mobilenet.onnx")
+    data = os.path.join(root, "examples", "data", "fmnist_test_batch.npy")
+    if not qcal or not os.path.exists(src) or not os.path.exists(data):
+        print("ort.upgrade: FP8 qdq part skipped (QCAL_BIN or examples/mobilenet missing)")
+        return
+    assert [o.version for o in onnx.load(src).opset_import if o.domain in ("", "ai.onnx")] == [13]
+    table, out = os.path.join(tmp, "fp8.json"), os.path.join(tmp, "mobilenet.fp8.onnx")
+    r = subprocess.run([qcal, "calibrate", src, "--data", data, "--dtype", "float8_e4m3fn", "-o", table,
+                        "--format", "json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([qcal, "qdq", src, "--table", table, "-o", out], capture_output=True, text=True)
+    assert r.returncode == 0, "qcal qdq: " + r.stderr
+    assert "opset 13 raised to 19" in r.stderr, r.stderr
+    q = onnx.load(out)
+    assert [o.version for o in q.opset_import if o.domain in ("", "ai.onnx")] == [19]
+    assert q.ir_version >= 9, q.ir_version
+    consts = {t.name: t for t in q.graph.initializer}
+    zps = [consts[n.input[2]].data_type for n in q.graph.node if n.op_type == "QuantizeLinear" and len(n.input) > 2]
+    assert zps and set(zps) == {TensorProto.FLOAT8E4M3FN if hasattr(TensorProto, "FLOAT8E4M3FN") else 17}, zps
+    x = np.load(data)[:32]
+    xp = os.path.join(tmp, "fp8_x.npy")
+    np.save(xp, x)
+    name = onnx.load(src).graph.input[0].name
+    outs = {}
+    for tag, mod, level in (("ref", src, "disabled"), ("fp8", out, "all")):
+        pre = os.path.join(tmp, tag + ".")
+        r = subprocess.run(["node", os.path.join(root, "tests", "ort_run.js"), NPM, mod, pre, "--level=" + level,
+                            "%s=%s" % (name, xp)], capture_output=True, text=True)
+        if r.returncode == 77:
+            skip(r.stdout.strip())
+        assert r.returncode == 0, "ort_run.js %s: %s%s" % (tag, r.stdout, r.stderr)
+        files = sorted(f for f in os.listdir(tmp) if f.startswith(tag + ".") and f.endswith(".npy"))
+        outs[tag] = np.load(os.path.join(tmp, files[0]))
+    a, b = outs["ref"], outs["fp8"]
+    assert a.shape == b.shape and np.all(np.isfinite(b)), (a.shape, b.shape)
+    agree = float(np.mean(a.argmax(1) == b.argmax(1)))
+    print("fp8 qdq (opset 13 -> 19, level 'all'): top-1 agreement with the float model %.3f" % agree)
+    assert agree >= 0.8, agree
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="qcal_upgrade_")
     try:
@@ -229,6 +277,7 @@ def main():
         if bad:
             raise SystemExit("FAILED: %d outputs differ" % bad)
         print("ort.upgrade: %d models, every output bit-identical after the upgrade" % len(checks))
+        fp8_qdq(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
