@@ -2776,8 +2776,8 @@ static qcal_status qdq_run(qcal_onnx_model *m, const qcal_calib_table *table, co
         if (opset < 19)
             st = qcal_error(QCAL_ERR_UNSUPPORTED,
                             "the table has FP8 entries: FP8 QuantizeLinear/DequantizeLinear need "
-                            "opset >= 19, the model's default-domain opset is %lld (convert the "
-                            "model, e.g. onnx.version_converter.convert_version(model, 19))",
+                            "opset >= 19, the model's default-domain opset is %lld (raise it first: "
+                            "qcal_onnx_upgrade(m, 19, ...); 'qcal qdq' does it itself)",
                             (long long)opset);
     }
     if (st == QCAL_OK && opt->strict && r.n_missing) {

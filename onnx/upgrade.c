@@ -1,14 +1,17 @@
-/* qcal_onnx_upgrade: a model at default-domain opset 9-12 rewritten to mean the same at
- * opset 13 (docs/onnx.md "Older opsets").
+/* qcal_onnx_upgrade: a model at default-domain opset 9-18 rewritten to mean the same at
+ * opset 13..19 (docs/onnx.md "Older opsets"), in two steps: below 13 to 13, then 13 (or the
+ * model's opset) to the target.
  *
  * Which schema version of an op a model runs comes from onnx/opset_table.h (generated from
- * onnx.defs by tests/ref/gen_opset_table.py). An op whose version at the model's opset is
- * the one of opset 13 is unchanged. Otherwise the op is either in `compatible` below (every
- * version change between 9 and 13 only added types, attributes whose default is the old
- * behaviour, or relaxed inputs such as negative axes: ONNX Changelog), or adapted by a
- * rewrite of its own (`classify`), or refused. Every node is classified (main graph and
- * If/Loop/Scan bodies) before the model changes; a refusal names every op at fault in one
- * message. Nodes of other domains are left alone (the default opset does not bind them). */
+ * onnx.defs by tests/ref/gen_opset_table.py, opsets 18 and 19 hand-written from the ONNX
+ * Changelog). An op whose version at the model's opset is the one of the target is
+ * unchanged. Otherwise the op is either in `compatible` (step 1) or `compatible19` (step 2)
+ * below (every version change in between only added types, attributes whose default is the
+ * old behaviour, or relaxed inputs such as negative axes: ONNX Changelog), or adapted by a
+ * rewrite of its own (`classify13`, `classify19`), or refused. Every node is classified for
+ * both steps (main graph and If/Loop/Scan bodies) before the model changes; a refusal names
+ * every op at fault in one message. Nodes of other domains are left alone (the default
+ * opset does not bind them). */
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
@@ -20,7 +23,8 @@
 #include "opset_table.h"
 
 #define OOM() qcal_error(QCAL_ERR_NO_MEMORY, "out of memory")
-#define TARGET 13
+#define STEP1 13      /* the first step's target (and the oldest target) */
+#define NEWEST 19     /* the newest target: opset_table.h knows versions up to 19 */
 
 /* Ops whose every schema version from `from` (the version a model at opset 9-12 can run) to
  * opset 13's has the same meaning; the Changelog's change of each step in the comment. */
@@ -111,6 +115,56 @@ static const struct {
     { "Transpose", 1 },                /* 13: bfloat16 */
 };
 
+/* Step 2 (opset 13..18 to 14..19): ops whose every schema version from `from` (the version
+ * opset 13 or the model's opset runs) to opset 19's has the same meaning; the change of each
+ * step in the comment (ONNX Changelog: versions 14-17 as onnx 1.12's schemas give them,
+ * 18 and 19 from docs/Changelog.md). Types added are compatible: a model typed for the older
+ * version stays valid. Ops that a version in between changed otherwise are adapted or
+ * refused in classify19. */
+static const struct {
+    const char *op;
+    int from;
+} compatible19[] = {
+    { "Add", 13 },                     /* 14: int8/int16/uint8/uint16 */
+    { "AveragePool", 11 },             /* 19: dilations (default 1: the old behaviour) */
+    { "BatchNormalization", 14 },      /* 15: scale/B and mean/var types of their own (9 -> 14: classify19) */
+    { "Cast", 13 },                    /* 19: float8 types; saturate acts on float8 targets only */
+    { "CastLike", 15 },                /* 19: as Cast */
+    { "Constant", 13 },                /* 19: float8 types */
+    { "CumSum", 11 },                  /* 14: float16, bfloat16 */
+    { "DequantizeLinear", 13 },        /* 19: float8 types, float16/bfloat16 scales */
+    { "Div", 13 },                     /* 14: int8/int16/uint8/uint16 */
+    { "Equal", 13 },                   /* 19: string */
+    { "GRU", 7 },                      /* 14: layout (default 0: the old layout) */
+    { "GreaterOrEqual", 12 },          /* 16: bfloat16 */
+    { "Identity", 13 },                /* 14: sequences; 16: optionals; 19: float8 */
+    { "If", 13 },                      /* 16: optionals; 19: float8 */
+    { "LSTM", 7 },                     /* 14: layout (default 0) */
+    { "LeakyRelu", 6 },                /* 16: bfloat16 */
+    { "LessOrEqual", 12 },             /* 16: bfloat16 */
+    { "Loop", 13 },                    /* 16: optionals; 19: float8 */
+    { "LpPool", 11 },                  /* 18: ceil_mode (default 0), dilations (default 1) */
+    { "Mul", 13 },                     /* 14: int8/int16/uint8/uint16 */
+    { "OptionalGetElement", 15 },      /* 18: tensor and sequence inputs as well */
+    { "OptionalHasElement", 15 },      /* 18: tensor and sequence inputs, input optional */
+    { "PRelu", 9 },                    /* 16: bfloat16 */
+    { "Pad", 13 },                     /* 18: axes input (optional: all axes); 19: wrap mode */
+    { "Pow", 13 },                     /* 15: bfloat16 exponent */
+    { "QuantizeLinear", 13 },          /* 19: float8 types (saturate: float8 only), float16/bfloat16 */
+    { "RNN", 7 },                      /* 14: layout (default 0) */
+    { "Relu", 13 },                    /* 14: signed integer types */
+    { "Reshape", 13 },                 /* 14: allowzero (default 0: the old behaviour); 19: float8 */
+    { "Resize", 13 },                  /* 18: antialias (0), axes (all), keep_aspect_ratio_policy (stretch),
+                                        * tf_half_pixel_for_nn gone (classify19); 19: half_pixel_symmetric */
+    { "Scan", 11 },                    /* 16: bfloat16; 19: float8 */
+    { "ScatterElements", 13 },         /* 16: reduction (default none: the old behaviour); 18: max/min */
+    { "ScatterND", 13 },               /* as ScatterElements */
+    { "Shape", 13 },                   /* 15: start/end (defaults: the whole shape); 19: float8 */
+    { "Size", 13 },                    /* 19: float8 */
+    { "Sub", 13 },                     /* 14: int8/int16/uint8/uint16 */
+    { "Where", 9 },                    /* 16: bfloat16 */
+};
+
 /* What happens to a node. */
 enum {
     A_KEEP = 0,
@@ -126,6 +180,8 @@ enum {
     A_DROPOUT_IDENTITY,  /* Dropout-7/10 with its mask unread -> Identity */
     A_TOPK_INPUT,        /* TopK-1: k attribute -> input */
     A_SCATTER,           /* Scatter -> ScatterElements */
+    A_SPLIT_NUM_OUTPUTS, /* Split < 18 without split sizes: num_outputs = its number of outputs */
+    A_ROIALIGN_MODE,     /* RoiAlign-10 -> 16: coordinate_transformation_mode output_half_pixel */
     A_N
 };
 
@@ -142,6 +198,8 @@ static const char *const action_text[A_N] = {
     [A_DROPOUT_IDENTITY] = "-> Identity (inference; mask output unread)",
     [A_TOPK_INPUT] = "k attribute -> int64 input",
     [A_SCATTER] = "-> ScatterElements (same semantics)",
+    [A_SPLIT_NUM_OUTPUTS] = "equal split: num_outputs set to the number of outputs",
+    [A_ROIALIGN_MODE] = "coordinate_transformation_mode output_half_pixel (RoiAlign-10's) set explicitly",
 };
 
 typedef struct tally {
@@ -153,7 +211,10 @@ typedef struct tally {
 
 typedef struct up_ctx {
     qcal_onnx_model *m;
-    int64_t from;
+    int64_t orig;        /* the model's opset */
+    int64_t to;          /* the target opset (13..19) */
+    int step;            /* 1: orig -> 13; 2: max(orig, 13) -> to */
+    bool step1_done;     /* step 2 classifies the graph step 1 rewrote (else: maps its ops) */
     onnx_map names;      /* every name of the model (tensors, nodes): fresh names avoid them */
     onnx_map read;       /* tensors some node reads or a graph outputs */
     char **owned;        /* strings the maps point at that we made */
@@ -285,9 +346,9 @@ static const char *resize_nearest_mode(const Onnx__GraphProto *g, const Onnx__No
     return up && down ? NULL : down ? "ceil" : "floor";
 }
 
-/* The action for node n of graph g (version vf at the model's opset); *why a static reason
- * when refused (return -1). */
-static int classify(up_ctx *c, const Onnx__GraphProto *g, const Onnx__NodeProto *n, const char **why)
+/* Step 1: the action for node n of graph g (model's opset below 13 -> 13); *why a static
+ * reason when refused (return -1). */
+static int classify13(up_ctx *c, const Onnx__GraphProto *g, const Onnx__NodeProto *n, const char **why)
 {
     const char *op = n->op_type ? n->op_type : "";
     const struct onnx_op_versions *e = op_entry(op);
@@ -296,7 +357,7 @@ static int classify(up_ctx *c, const Onnx__GraphProto *g, const Onnx__NodeProto 
         *why = "not an ONNX op qcal knows";
         return -1;
     }
-    int vf = since_at(e, c->from), vt = since_at(e, TARGET);
+    int vf = since_at(e, c->orig), vt = since_at(e, STEP1);
     if (vf < 0) {
         *why = "not an op of the model's opset";
         return -1;
@@ -375,6 +436,97 @@ static int classify(up_ctx *c, const Onnx__GraphProto *g, const Onnx__NodeProto 
     if (!strcmp(op, "OneHot"))
         *why = "negative indices count from the end since OneHot-11";
     return -1;
+}
+
+static bool is_reduce18(const char *op)
+{
+    static const char *const ops[] = { "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax",
+                                       "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSumSquare" };
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (!strcmp(op, ops[i]))
+            return true;
+    return false;
+}
+
+/* Step 2: the action for node n (op type op: n's, or what step 1 makes of it) going from
+ * opset max(model's, 13) to c->to. */
+static int classify19(up_ctx *c, const Onnx__NodeProto *n, const char *op, const char **why)
+{
+    const struct onnx_op_versions *e = op_entry(op);
+    *why = NULL;
+    if (!e) {
+        *why = "not an ONNX op qcal knows";
+        return -1;
+    }
+    int64_t from = c->orig > STEP1 ? c->orig : STEP1;
+    int vf = since_at(e, from), vt = since_at(e, c->to);
+    if (vf < 0) {
+        *why = "not an op of the model's opset";
+        return -1;
+    }
+    if (vf == vt && !e->deprecated)
+        return A_KEEP;
+    if (e->deprecated && e->deprecated <= c->to) {
+        *why = "deprecated: no meaning at the target opset";
+        return -1;
+    }
+    /* Reduce*-18: the axes attribute became input 1 (absent: every axis, as before) */
+    if (is_reduce18(op) && vf < 18 && vt >= 18)
+        return onnx_node_attr(n, "axes") ? A_AXES_INPUT : A_KEEP;
+    /* Split-18: no split sizes means num_outputs (which 18 expects when split is absent) */
+    if (!strcmp(op, "Split") && vf < 18 && vt >= 18) {
+        bool sizes = onnx_node_attr(n, "split") || (n->n_input > 1 && n->input[1] && n->input[1][0]);
+        return sizes ? A_KEEP : A_SPLIT_NUM_OUTPUTS;
+    }
+    /* RoiAlign-16: coordinate_transformation_mode, default half_pixel; RoiAlign-10 computed
+     * output_half_pixel (no half-pixel offset) */
+    if (!strcmp(op, "RoiAlign") && vf < 16 && vt >= 16)
+        return onnx_node_attr(n, "coordinate_transformation_mode") ? A_KEEP : A_ROIALIGN_MODE;
+    /* BatchNormalization-14: training_mode (default 0); the optional outputs of 9 (mean, var,
+     * saved_mean, saved_var: training) became running_mean/running_var of training mode */
+    if (!strcmp(op, "BatchNormalization") && vf < 14 && vt >= 14) {
+        for (size_t k = 1; k < n->n_output; k++)
+            if (is_output(n, k)) {
+                *why = "its training outputs (mean, var, saved_mean, saved_var) changed meaning in BatchNormalization-14";
+                return -1;
+            }
+        return A_KEEP;
+    }
+    /* Resize-18 dropped coordinate_transformation_mode tf_half_pixel_for_nn */
+    if (!strcmp(op, "Resize") && vt >= 18 && attr_is(n, "coordinate_transformation_mode", "tf_half_pixel_for_nn", false)) {
+        *why = "coordinate_transformation_mode tf_half_pixel_for_nn is not in Resize-18";
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof compatible19 / sizeof compatible19[0]; i++)
+        if (!strcmp(op, compatible19[i].op) && vf >= compatible19[i].from)
+            return A_KEEP;
+    *why = "a newer version whose meaning qcal has not verified";
+    return -1;
+}
+
+/* The action of the current step for node n of graph g; *why a static reason when refused
+ * (return -1). Step 2 before step 1 ran classifies n as step 1 will leave it (an op step 1
+ * refuses is counted there only). */
+static int classify(up_ctx *c, const Onnx__GraphProto *g, const Onnx__NodeProto *n, const char **why)
+{
+    if (c->step == 1)
+        return classify13(c, g, n, why);
+    const char *op = n->op_type ? n->op_type : "";
+    if (c->orig < STEP1 && !c->step1_done) {
+        const char *w1;
+        int a1 = classify13(c, g, n, &w1);
+        if (a1 < 0) {
+            *why = NULL;
+            return A_KEEP;
+        }
+        if (a1 == A_RESIZE || a1 == A_RESIZE_CEIL)
+            op = "Resize";
+        else if (a1 == A_SCATTER)
+            op = "ScatterElements";
+        else if (a1 == A_DROPOUT_IDENTITY)
+            op = "Identity";
+    }
+    return classify19(c, n, op, why);
 }
 
 /* ---- names ---- */
@@ -714,6 +866,12 @@ static bool apply(up_ctx *c, Onnx__GraphProto *g, Onnx__NodeProto *n, int act, O
         n->op_type = op;
         break;
     }
+    case A_SPLIT_NUM_OUTPUTS:
+        ok = set_int_attr(n, "num_outputs", (int64_t)n->n_output);
+        break;
+    case A_ROIALIGN_MODE:
+        ok = set_string_attr(n, "coordinate_transformation_mode", "output_half_pixel");
+        break;
     default:
         break;
     }
@@ -829,8 +987,8 @@ static qcal_status refusal(up_ctx *c)
     }
     buf[len] = '\0';
     return qcal_error(QCAL_ERR_UNSUPPORTED,
-                      "cannot raise opset %lld to %d: %s changed meaning and qcal does not adapt them",
-                      (long long)c->from, TARGET, buf);
+                      "cannot raise opset %lld to %lld: %s changed meaning and qcal does not adapt them",
+                      (long long)c->orig, (long long)c->to, buf);
 }
 
 static qcal_status fill_report(up_ctx *c, qcal_onnx_upgrade_report *rep)
@@ -865,18 +1023,27 @@ static qcal_status fill_report(up_ctx *c, qcal_onnx_upgrade_report *rep)
     return QCAL_OK;
 }
 
+/* The IR version an opset needs (onnx/helper.py VERSION_TABLE: opset 13-14 IR 7, 15-18 IR 8,
+ * 19 IR 9). */
+static int64_t ir_for(int64_t opset)
+{
+    return opset >= 19 ? 9 : opset >= 15 ? 8 : 7;
+}
+
 qcal_status qcal_onnx_upgrade(qcal_onnx_model *m, int64_t opset, qcal_onnx_upgrade_report *rep)
 {
     if (!m || !m->proto || !m->proto->graph)
         return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_upgrade: NULL model");
-    if (opset != TARGET)
-        return qcal_error(QCAL_ERR_UNSUPPORTED, "qcal_onnx_upgrade: opset %lld requested; qcal raises models to opset 13 only",
+    if (opset < STEP1 || opset > NEWEST)
+        return qcal_error(QCAL_ERR_UNSUPPORTED,
+                          "qcal_onnx_upgrade: opset %lld requested; qcal raises models to opsets 13 to 19 only",
                           (long long)opset);
     Onnx__ModelProto *mp = m->proto;
     int64_t from = onnx_model_opset(mp);
     if (from < 0)
-        return qcal_error(QCAL_ERR_UNSUPPORTED, "cannot raise the opset to 13: the model imports no default-domain opset");
-    if (from >= TARGET) {
+        return qcal_error(QCAL_ERR_UNSUPPORTED, "cannot raise the opset to %lld: the model imports no default-domain opset",
+                          (long long)opset);
+    if (from >= opset) {
         if (rep) {
             memset(rep, 0, sizeof *rep);
             rep->from = rep->to = from;
@@ -885,12 +1052,20 @@ qcal_status qcal_onnx_upgrade(qcal_onnx_model *m, int64_t opset, qcal_onnx_upgra
     }
     if (from < 9)
         return qcal_error(QCAL_ERR_UNSUPPORTED,
-                          "cannot raise opset %lld to 13: qcal adapts models of opset 9 to 12 only (convert the model to opset 9 or newer first)",
-                          (long long)from);
-    up_ctx c = { .m = m, .from = from, .st = QCAL_OK };
+                          "cannot raise opset %lld to %lld: qcal adapts models of opset 9 or newer only (convert the model to opset 9 or newer first)",
+                          (long long)from, (long long)opset);
+    up_ctx c = { .m = m, .orig = from, .to = opset, .st = QCAL_OK };
+    bool step1 = from < STEP1, step2 = opset > STEP1;
+    /* Both steps are classified on the model as it is, before anything changes. */
     collect_graph(&c, mp->graph);
-    if (c.st == QCAL_OK)
+    if (c.st == QCAL_OK && step1) {
+        c.step = 1;
         walk(&c, mp->graph, false);
+    }
+    if (c.st == QCAL_OK && step2) {
+        c.step = 2;
+        walk(&c, mp->graph, false);
+    }
     if (c.st != QCAL_OK) {
         ctx_free(&c);
         return OOM();
@@ -901,10 +1076,17 @@ qcal_status qcal_onnx_upgrade(qcal_onnx_model *m, int64_t opset, qcal_onnx_upgra
             ctx_free(&c);
             return st;
         }
-    qcal_onnx_upgrade_report r = { .from = from, .to = TARGET };
+    qcal_onnx_upgrade_report r = { .from = from, .to = opset };
     /* The report first: after the rewrite nothing may fail but memory. */
     qcal_status st = rep ? fill_report(&c, &r) : QCAL_OK;
-    if (st == QCAL_OK) {
+    if (st == QCAL_OK && step1) {
+        c.step = 1;
+        walk(&c, mp->graph, true);
+        st = c.st;
+    }
+    if (st == QCAL_OK && step2) {
+        c.step = 2;
+        c.step1_done = true;
         walk(&c, mp->graph, true);
         st = c.st;
     }
@@ -912,13 +1094,13 @@ qcal_status qcal_onnx_upgrade(qcal_onnx_model *m, int64_t opset, qcal_onnx_upgra
         for (size_t i = 0; i < mp->n_opset_import; i++) {
             Onnx__OperatorSetIdProto *o = mp->opset_import[i];
             if (!o->domain || !o->domain[0] || !strcmp(o->domain, "ai.onnx")) {
-                o->version = TARGET;
+                o->version = opset;
                 o->has_version = 1;
                 break;
             }
         }
-        if (!mp->has_ir_version || mp->ir_version < 7) {
-            mp->ir_version = 7;
+        if (!mp->has_ir_version || mp->ir_version < ir_for(opset)) {
+            mp->ir_version = ir_for(opset);
             mp->has_ir_version = 1;
         }
     }

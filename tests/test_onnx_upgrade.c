@@ -1,6 +1,7 @@
-/* qcal_onnx_upgrade (opset 9-12 -> 13): the structure of every adapter, the one refusal
- * message naming each op at fault (bodies included) with the model unchanged, opsets below 9
- * and at 13. ONNX Runtime equality of the rewrites: tests/ort/test_upgrade.py. */
+/* qcal_onnx_upgrade (opset 9-12 -> 13, and 9-18 -> 19): the structure of every adapter, the
+ * one refusal message naming each op at fault (bodies included) with the model unchanged,
+ * opsets below 9 and at the target. ONNX Runtime equality of the rewrites:
+ * tests/ort/test_upgrade.py. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -261,8 +262,10 @@ static void test_refusal(void **state)
     assert_int_equal(alen, blen);
     assert_memory_equal(after, before, blen);
     qcal_free(after);
-    /* other opsets than 13, and no rep */
-    assert_int_equal(qcal_onnx_upgrade(m, 14, NULL), QCAL_ERR_UNSUPPORTED);
+    /* targets outside 13..19, and no rep */
+    assert_int_equal(qcal_onnx_upgrade(m, 20, NULL), QCAL_ERR_UNSUPPORTED);
+    assert_non_null(strstr(qcal_last_error(), "opsets 13 to 19"));
+    assert_int_equal(qcal_onnx_upgrade(m, 12, NULL), QCAL_ERR_UNSUPPORTED);
     bytes_of(m, &after, &alen);
     assert_memory_equal(after, before, blen);
     qcal_free(after);
@@ -343,6 +346,183 @@ static void test_bodies_and_names(void **state)
     qcal_onnx_model_destroy(&m);
 }
 
+/* Serialized m holds the bytes of s (a string attribute's value). */
+static bool has_bytes(const qcal_onnx_model *m, const char *s)
+{
+    void *buf;
+    size_t len;
+    OK(qcal_onnx_model_serialize(m, &buf, &len));
+    bool found = memmem(buf, len, s, strlen(s)) != NULL;
+    qcal_free(buf);
+    return found;
+}
+
+/* Opset 13 -> 19: Reduce*-18 axes attribute -> input, Split-18 num_outputs, RoiAlign-16's
+ * mode; compatible ops kept as they are. */
+static void test_to19_adapters(void **state)
+{
+    (void)state;
+    qcal_onnx_model *m = NULL;
+    OK(qcal_onnx_model_new(7, 13, &m));
+    int64_t d4[4] = { 2, 4, 4, 6 }, i, v;
+    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, d4));
+    node(m, "ReduceMean", "rm", "x", NULL, "rm_y", NULL, &i);
+    OK(qcal_onnx_node_set_ints(m, i, "axes", 2, (int64_t[]){ 2, -1 }));
+    OK(qcal_onnx_node_set_int(m, i, "keepdims", 0));
+    node(m, "ReduceMax", "rmax", "x", NULL, "rmax_y", NULL, &i);
+    OK(qcal_onnx_node_set_ints(m, i, "axes", 1, (int64_t[]){ 1 }));
+    node(m, "ReduceL2", "rl2_all", "x", NULL, "rl2_y", NULL, NULL);   /* no axes: every axis, kept */
+    node(m, "Split", "sp_eq", "x", NULL, "sp_a", "sp_b", &i);
+    OK(qcal_onnx_node_set_int(m, i, "axis", 1));
+    int64_t two = 2, sizes[2] = { 1, 3 };
+    OK(qcal_onnx_add_initializer_int64(m, "sizes", 1, &two, sizes));
+    node(m, "Split", "sp_sz", "x", "sizes", "sp_c", "sp_d", &i);
+    OK(qcal_onnx_node_set_int(m, i, "axis", 1));
+    node(m, "RoiAlign", "roi", "x", NULL, "roi_y", NULL, NULL);   /* inputs not checked here */
+    node(m, "Relu", "r", "x", NULL, "r_y", NULL, NULL);
+    node(m, "Reshape", "rs", "x", "sizes", "rs_y", NULL, NULL);
+    node(m, "BatchNormalization", "bn", "x", NULL, "bn_y", NULL, NULL);
+    node(m, "Pad", "pad", "x", "sizes", "pad_y", NULL, NULL);
+    OK(qcal_onnx_add_output(m, "rm_y", QCAL_ONNX_FLOAT, -1, NULL));
+
+    qcal_onnx_upgrade_report rep;
+    OK(qcal_onnx_upgrade(m, 19, &rep));
+    assert_int_equal(rep.from, 13);
+    assert_int_equal(rep.to, 19);
+    /* ReduceMean, ReduceMax, Split, RoiAlign */
+    assert_int_equal(rep.n_adapted, 4);
+    assert_string_equal(rep.adapted[0], "ReduceMean: axes attribute -> int64 input (1 node)");
+    assert_string_equal(rep.adapted[2], "Split: equal split: num_outputs set to the number of outputs (1 node)");
+    assert_non_null(strstr(rep.adapted[3], "RoiAlign: coordinate_transformation_mode output_half_pixel"));
+    qcal_onnx_upgrade_report_free(&rep);
+    qcal_onnx_model_info info;
+    OK(qcal_onnx_model_get_info(m, &info));
+    assert_int_equal(info.opset, 19);
+    assert_int_equal(info.ir_version, 9);
+
+    qcal_onnx_node_info ni;
+    i = find(m, "rm", &ni);
+    assert_int_equal(ni.n_inputs, 2);
+    expect_ints(m, ni.inputs[1], 2, (int64_t[]){ 2, -1 });
+    assert_int_equal(qcal_onnx_node_attr_int(m, i, "axes", &v), QCAL_ERR_NOT_FOUND);
+    OK(qcal_onnx_node_attr_int(m, i, "keepdims", &v));
+    assert_int_equal(v, 0);
+    find(m, "rmax", &ni);
+    expect_ints(m, ni.inputs[1], 1, (int64_t[]){ 1 });
+    find(m, "rl2_all", &ni);
+    assert_int_equal(ni.n_inputs, 1);
+    i = find(m, "sp_eq", &ni);
+    assert_int_equal(ni.n_inputs, 1);
+    OK(qcal_onnx_node_attr_int(m, i, "num_outputs", &v));
+    assert_int_equal(v, 2);
+    i = find(m, "sp_sz", &ni);
+    assert_int_equal(qcal_onnx_node_attr_int(m, i, "num_outputs", &v), QCAL_ERR_NOT_FOUND);
+    assert_true(has_bytes(m, "output_half_pixel"));
+    find(m, "r", &ni);
+    assert_string_equal(ni.op_type, "Relu");
+    qcal_onnx_model_destroy(&m);
+}
+
+/* Opset 9 -> 19 in one call: step 1's adapters (Upsample -> Resize, Squeeze axes) then step
+ * 2's (ReduceMean axes), one report line per op type. */
+static void test_to19_from9(void **state)
+{
+    (void)state;
+    qcal_onnx_model *m = NULL;
+    OK(qcal_onnx_model_new(4, 9, &m));
+    int64_t d4[4] = { 1, 2, 1, 3 }, four = 4, i;
+    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, d4));
+    OK(qcal_onnx_add_initializer_float(m, "scales", 1, &four, (const float[]){ 1, 1, 2, 2 }));
+    node(m, "Upsample", "up", "x", "scales", "up_y", NULL, NULL);
+    node(m, "ReduceMean", "rm", "up_y", NULL, "rm_y", NULL, &i);
+    OK(qcal_onnx_node_set_ints(m, i, "axes", 1, (int64_t[]){ 1 }));
+    node(m, "Squeeze", "sq", "rm_y", NULL, "sq_y", NULL, &i);
+    OK(qcal_onnx_node_set_ints(m, i, "axes", 1, (int64_t[]){ 1 }));
+    node(m, "Dropout", "drop", "sq_y", NULL, "y", NULL, NULL);
+    OK(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, -1, NULL));
+    qcal_onnx_upgrade_report rep;
+    OK(qcal_onnx_upgrade(m, 19, &rep));
+    assert_int_equal(rep.from, 9);
+    assert_int_equal(rep.to, 19);
+    assert_int_equal(rep.n_adapted, 4);   /* Upsample, ReduceMean, Squeeze, Dropout */
+    assert_string_equal(rep.adapted[3], "ReduceMean: axes attribute -> int64 input (1 node)");   /* step 2 last */
+    qcal_onnx_upgrade_report_free(&rep);
+    qcal_onnx_node_info ni;
+    find(m, "up", &ni);
+    assert_string_equal(ni.op_type, "Resize");
+    find(m, "rm", &ni);
+    expect_ints(m, ni.inputs[1], 1, (int64_t[]){ 1 });
+    find(m, "sq", &ni);
+    expect_ints(m, ni.inputs[1], 1, (int64_t[]){ 1 });
+    find(m, "drop", &ni);
+    assert_string_equal(ni.op_type, "Identity");
+    qcal_onnx_model_info info;
+    OK(qcal_onnx_model_get_info(m, &info));
+    assert_int_equal(info.opset, 19);
+    assert_int_equal(info.ir_version, 9);
+    qcal_onnx_model_destroy(&m);
+}
+
+/* What 13 -> 19 cannot adapt, named in one message with step 1's refusals, before any
+ * change; 18 -> 19 and 13 -> 17 (no Reduce change before 18). */
+static void test_to19_refusal(void **state)
+{
+    (void)state;
+    qcal_onnx_model *m = NULL;
+    OK(qcal_onnx_model_new(6, 11, &m));
+    int64_t d4[4] = { 1, 2, 3, 4 }, i;
+    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, d4));
+    node(m, "ReduceMean", "rm", "x", NULL, "a", NULL, &i);   /* adaptable, must stay as is */
+    OK(qcal_onnx_node_set_ints(m, i, "axes", 1, (int64_t[]){ 1 }));
+    node(m, "Dropout", "drop", "x", NULL, "b", "mask", NULL); /* step 1: the mask is read */
+    node(m, "Relu", "r", "mask", NULL, "b2", NULL, NULL);
+    node(m, "Resize", "rz", "x", NULL, "c", NULL, &i);         /* step 2: gone in Resize-18 */
+    OK(qcal_onnx_node_set_string(m, i, "coordinate_transformation_mode", "tf_half_pixel_for_nn"));
+    node(m, "BatchNormalization", "bn", "x", NULL, "d", "bn_mean", NULL);   /* training output */
+    node(m, "FancyOp", "f", "x", NULL, "e", NULL, NULL);      /* both steps: counted once */
+    OK(qcal_onnx_add_output(m, "a", QCAL_ONNX_FLOAT, -1, NULL));
+    void *before, *after;
+    size_t blen, alen;
+    bytes_of(m, &before, &blen);
+    qcal_onnx_upgrade_report rep = { .from = 77 };
+    assert_int_equal(qcal_onnx_upgrade(m, 19, &rep), QCAL_ERR_UNSUPPORTED);
+    assert_int_equal(rep.from, 77);
+    const char *msg = qcal_last_error();
+    assert_non_null(strstr(msg, "cannot raise opset 11 to 19: "));
+    assert_non_null(strstr(msg, "Dropout (1 node: its mask output is read)"));
+    assert_non_null(strstr(msg, "Resize (1 node: coordinate_transformation_mode tf_half_pixel_for_nn is not in Resize-18)"));
+    assert_non_null(strstr(msg, "BatchNormalization (1 node: its training outputs"));
+    assert_non_null(strstr(msg, "FancyOp (1 node: not an ONNX op qcal knows)"));
+    assert_null(strstr(msg, "ReduceMean"));
+    bytes_of(m, &after, &alen);
+    assert_int_equal(alen, blen);
+    assert_memory_equal(after, before, blen);
+    qcal_free(after);
+    qcal_free(before);
+    /* to 13 the same model fails on Dropout and FancyOp only */
+    assert_int_equal(qcal_onnx_upgrade(m, 13, NULL), QCAL_ERR_UNSUPPORTED);
+    assert_null(strstr(qcal_last_error(), "Resize"));
+    qcal_onnx_model_destroy(&m);
+
+    /* 13 -> 17: ReduceMean keeps its attribute (axes became an input at 18) */
+    OK(qcal_onnx_model_new(7, 13, &m));
+    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, d4));
+    node(m, "ReduceMean", "rm", "x", NULL, "a", NULL, &i);
+    OK(qcal_onnx_node_set_ints(m, i, "axes", 1, (int64_t[]){ 1 }));
+    OK(qcal_onnx_upgrade(m, 17, &rep));
+    assert_int_equal(rep.to, 17);
+    assert_int_equal(rep.n_adapted, 0);
+    qcal_onnx_upgrade_report_free(&rep);
+    qcal_onnx_model_info info;
+    OK(qcal_onnx_model_get_info(m, &info));
+    assert_int_equal(info.opset, 17);
+    assert_int_equal(info.ir_version, 8);
+    qcal_onnx_node_info ni;
+    find(m, "rm", &ni);
+    assert_int_equal(ni.n_inputs, 1);
+    qcal_onnx_model_destroy(&m);
+}
+
 int main(void)
 {
     if (!qcal_onnx_available()) {
@@ -353,6 +533,9 @@ int main(void)
         cmocka_unit_test(test_adapters),
         cmocka_unit_test(test_refusal),
         cmocka_unit_test(test_bodies_and_names),
+        cmocka_unit_test(test_to19_adapters),
+        cmocka_unit_test(test_to19_from9),
+        cmocka_unit_test(test_to19_refusal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -75,19 +75,18 @@ int cli_fold_bn(const char *cmd, qcal_onnx_model *m, bool quiet)
     return 0;
 }
 
-/* Raises a model of default-domain opset 9-12 to 13 (qcal_onnx_upgrade: what qcal qdq needs,
- * so onnx-expose and calibrate refuse what qdq would before any work) with one note per
- * adapted op type. 0 or an exit code (3: an opset or op qcal cannot raise). */
-static int upgrade(const char *cmd, qcal_onnx_model *m, bool quiet)
+/* Raises m to default-domain opset `opset` (qcal_onnx_upgrade) when it is below, with one
+ * note per adapted op type. 0 or an exit code (3: an opset or op qcal cannot raise). */
+int cli_model_raise(const char *cmd, qcal_onnx_model *m, int64_t opset, bool quiet)
 {
     qcal_onnx_model_info info;
     qcal_status st = qcal_onnx_model_get_info(m, &info);
     if (st != QCAL_OK)
         return cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
-    if (info.opset < 0 || info.opset >= 13)
+    if (info.opset < 0 || info.opset >= opset)
         return 0;   /* qcal qdq says what is wrong with a model without a default-domain opset */
     qcal_onnx_upgrade_report rep = { 0 };
-    if ((st = qcal_onnx_upgrade(m, 13, &rep)) != QCAL_OK)
+    if ((st = qcal_onnx_upgrade(m, opset, &rep)) != QCAL_OK)
         return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT, st);
     if (!quiet) {
         cli_note(cmd, "opset %lld raised to %lld (%lld op type%s adapted)", (long long)rep.from,
@@ -108,7 +107,9 @@ int cli_model_load(const char *cmd, const char *path, bool quiet, qcal_onnx_mode
     qcal_status st = qcal_onnx_model_load(path, &m);
     if (st != QCAL_OK)
         return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT, st);
-    int rc = upgrade(cmd, m, quiet);
+    /* 9-12 -> 13: what qcal qdq needs, so onnx-expose and calibrate refuse what qdq would
+     * before any work */
+    int rc = cli_model_raise(cmd, m, 13, quiet);
     if (!rc)
         rc = cli_fold_bn(cmd, m, quiet);
     if (rc) {

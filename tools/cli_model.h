@@ -68,6 +68,11 @@ int cli_model_opt(const char *cmd, cli_model_args *a, int id, const char *val);
  * quiet. 0 or an exit code (reported). */
 int cli_fold_bn(const char *cmd, qcal_onnx_model *m, bool quiet);
 
+/* Raises m to default-domain opset `opset` (13..19; qcal_onnx_upgrade) when it is below, a
+ * note per adapted op type unless quiet; a model without a default-domain opset is left
+ * alone. 0 or an exit code (3: an opset or op qcal cannot raise; reported). */
+int cli_model_raise(const char *cmd, qcal_onnx_model *m, int64_t opset, bool quiet);
+
 /* Loads the model at path, raises an opset 9-12 model to 13 (qcal_onnx_upgrade, a note per
  * adapted op type unless quiet) and folds its BatchNormalizations (cli_fold_bn): what every
  * subcommand that reads a model for quantization starts with. 0 or an exit code. */

@@ -355,6 +355,20 @@ static void note_skipped(const char *cmd, const qcal_onnx_qdq_report *rep)
 /* A table read from a file (--table) must be the model's: fewer than half of the tensors
  * the profile quantizes found in it, or a table recorded for the other profile, is an input
  * error (exit 3, before anything is written) unless allow_partial (a warning then). */
+/* True when an entry of t has an FP8 dtype (its Q/DQ needs opset 19). */
+static bool table_has_fp8(const qcal_calib_table *t)
+{
+    int64_t n = 0;
+    if (qcal_calib_table_count(t, &n) != QCAL_OK)
+        return false;
+    for (int64_t i = 0; i < n; i++) {
+        const qcal_calib_entry *e;
+        if (qcal_calib_table_entry(t, i, &e) == QCAL_OK && qcal_dtype_is_float8(e->qparams.dtype))
+            return true;
+    }
+    return false;
+}
+
 static int check_table_fits(const char *cmd, const qcal_onnx_model *m, const qcal_calib_table *t,
                             const char *table_path, const qcal_onnx_qdq_options *opt,
                             bool allow_partial)
@@ -607,6 +621,12 @@ int cmd_qdq(int argc, char **argv)
         }
     }
     if (!from_data && (rc = check_table_fits(cmd, m, t, table_path, &opt, allow_partial)))
+        goto free;
+    /* FP8 Q/DQ needs opset 19 (QuantizeLinear/DequantizeLinear-19): raised here, after every
+     * check of the command line and the table and before qcal_onnx_qdq_save, whose contract
+     * is that its checks run before the model changes (it refuses FP8 below 19). The model
+     * is this process's copy: a later failure writes nothing. */
+    if (table_has_fp8(t) && (rc = cli_model_raise(cmd, m, 19, quiet)))
         goto free;
     bool save_failed = false;
     st = qcal_onnx_qdq_save(m, t, &opt, NULL, out, &rep, &save_failed);

@@ -236,12 +236,14 @@ typedef struct qcal_onnx_upgrade_report {
     char **adapted;       /* one "OP: what changed (N nodes)" line per op type */
 } qcal_onnx_upgrade_report;
 
-/* Rewrites a model of default-domain opset 9-12 to mean the same at `opset` (13 only, for
- * now): the ops whose meaning changed are adapted (docs/onnx.md), the opset import raised to
- * 13 and the IR version to at least 7, main graph and If/Loop/Scan bodies alike; other
- * domains are left alone. Opset >= 13: unchanged (rep->from == rep->to). An op qcal cannot
- * adapt, or an opset below 9: QCAL_ERR_UNSUPPORTED naming every op at fault, checked before
- * m changes (on failure m is unchanged except after QCAL_ERR_NO_MEMORY). rep may be NULL. */
+/* Rewrites a model of default-domain opset 9 or newer to mean the same at `opset` (13 to
+ * 19; below 13 through 13): the ops whose meaning changed are adapted (docs/onnx.md), the
+ * opset import raised to `opset` and the IR version to at least what it needs (7; 8 from
+ * opset 15; 9 at 19), main graph and If/Loop/Scan bodies alike; other domains are left
+ * alone. A model already at `opset` or newer: unchanged (rep->from == rep->to). An op qcal
+ * cannot adapt, or an opset below 9: QCAL_ERR_UNSUPPORTED naming every op at fault, checked
+ * before m changes (on failure m is unchanged except after QCAL_ERR_NO_MEMORY). rep may be
+ * NULL. */
 QCAL_API qcal_status qcal_onnx_upgrade(qcal_onnx_model *m, int64_t opset, qcal_onnx_upgrade_report *rep);
 
 /* Frees the report's lines and zeroes it (NULL is fine). */
@@ -308,7 +310,9 @@ typedef struct qcal_onnx_qdq_report {
 
 /* Inserts Q/DQ into m from table (activation entries matched by tensor name; weights from
  * the model's initializers) as opt->profile says (docs/onnx.md). Needs a default-domain
- * opset >= 13 (else QCAL_ERR_UNSUPPORTED; qcal_onnx_upgrade raises opsets 9-12). Missing
+ * opset >= 13 (else QCAL_ERR_UNSUPPORTED; qcal_onnx_upgrade raises opsets 9-12), >= 19 when
+ * the table's entries it uses are FP8 (qcal_onnx_upgrade(m, 19, ...) first; `qcal qdq` does
+ * that itself). Missing
  * tensors with opt->strict: QCAL_ERR_NOT_FOUND listing them. Every check runs before the model changes: on failure m
  * is unchanged except after QCAL_ERR_NO_MEMORY. rep (may be NULL) is filled on success. */
 QCAL_API qcal_status qcal_onnx_qdq(qcal_onnx_model *m, const qcal_calib_table *table,
