@@ -79,6 +79,7 @@ int main(int argc, char **argv)
         return fail("engine", st);
     qcal_engine_session_options so;
     qcal_engine_session_options_default(&so);
+    so.cpu_arena = false;   /* as qcal calibrate's session (engine/model_calib.c) */
     if ((st = qcal_engine_session_create(e, buf, len, &so, &s)) < 0)
         return fail("session", st);
     qcal_free(buf);

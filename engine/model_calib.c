@@ -160,7 +160,7 @@ static qcal_status as_float(const qcal_engine_value *v, int64_t numel, float **t
     return QCAL_OK;
 }
 
-static qcal_status observe_run(qcal_model_calib *mc, const qcal_engine_outputs *o, int64_t step,
+static qcal_status observe_run(qcal_model_calib *mc, qcal_engine_outputs *o, int64_t step,
                                int64_t *empty)
 {
     float *tmp = NULL;
@@ -185,6 +185,9 @@ static qcal_status observe_run(qcal_model_calib *mc, const qcal_engine_outputs *
             break;
         /* A failure's message names the tensor and the step (= the run's index). */
         st = qcal_calib_session_observe(mc->s, mc->names[i], QCAL_CALIB_ROLE_ACTIVATION, step, &x);
+        /* Observed: its memory goes back while the engine computes the next run. A carried
+         * output was copied before the hand-over. */
+        qcal_engine_outputs_release(o, i);
     }
     free(tmp);
     return st < 0 ? st : QCAL_OK;
@@ -412,6 +415,10 @@ qcal_status qcal_model_calib_create(qcal_engine *e, const qcal_onnx_model *m, qc
     qcal_engine_session_options so;
     qcal_engine_session_options_default(&so);
     so.optimization = 0;   /* every tensor computed as the model says (ORT's calibrator too) */
+    /* No arena: the observer thread releases each output as soon as it is observed, and that
+     * memory must go back at once, or the run it overlaps with would grow the arena by the
+     * outputs still held (peak: two runs' outputs instead of about one). */
+    so.cpu_arena = false;
     so.threads = opt->threads;
     st = qcal_engine_session_create(e, bytes, len, &so, &mc->sess);
     qcal_free(bytes);

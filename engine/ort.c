@@ -61,6 +61,7 @@ enum {
     SLOT_Run = 9,
     SLOT_CreateSessionOptions = 10,
     SLOT_SetOptimizedModelFilePath = 11,
+    SLOT_DisableCpuMemArena = 19,
     SLOT_SetSessionGraphOptimizationLevel = 23,
     SLOT_SetIntraOpNumThreads = 24,
     SLOT_SessionGetInputCount = 30,
@@ -106,6 +107,7 @@ typedef struct ort_api {
                       const char *const *output_names, size_t n_out, OrtValue **outputs);
     OrtStatus *(*CreateSessionOptions)(OrtSessionOptions **);
     OrtStatus *(*SetOptimizedModelFilePath)(OrtSessionOptions *, const char *path);
+    OrtStatus *(*DisableCpuMemArena)(OrtSessionOptions *);
     OrtStatus *(*SetSessionGraphOptimizationLevel)(OrtSessionOptions *, int level);
     OrtStatus *(*SetIntraOpNumThreads)(OrtSessionOptions *, int n);
     OrtStatus *(*SessionGetInputCount)(const OrtSession *, size_t *);
@@ -150,7 +152,7 @@ static const struct {
 } ort_slots[] = {
 #define S(n) { SLOT_##n, offsetof(ort_api, n), #n }
     S(GetErrorMessage), S(CreateEnvWithCustomLogger), S(CreateSession),
-    S(CreateSessionFromArray), S(Run), S(CreateSessionOptions), S(SetOptimizedModelFilePath),
+    S(CreateSessionFromArray), S(Run), S(CreateSessionOptions), S(SetOptimizedModelFilePath), S(DisableCpuMemArena),
     S(SetSessionGraphOptimizationLevel), S(SetIntraOpNumThreads), S(SessionGetInputCount),
     S(SessionGetOutputCount), S(SessionGetInputTypeInfo), S(SessionGetOutputTypeInfo),
     S(SessionGetInputName), S(SessionGetOutputName), S(CreateTensorWithDataAsOrtValue),
@@ -457,8 +459,10 @@ const char *qcal_engine_library(const qcal_engine *e)
 
 void qcal_engine_session_options_default(qcal_engine_session_options *opt)
 {
-    if (opt)
-        memset(opt, 0, sizeof *opt);
+    if (!opt)
+        return;
+    memset(opt, 0, sizeof *opt);
+    opt->cpu_arena = true;
 }
 
 static void io_free(engine_io *io, int64_t n)
@@ -583,6 +587,8 @@ static qcal_status session_make(qcal_engine *e, const void *model, size_t len, c
     ORT_TRY(e, e->ort.SetSessionGraphOptimizationLevel(so, o.optimization),
             "ONNX Runtime: optimization level");
     ORT_TRY(e, e->ort.SetIntraOpNumThreads(so, threads), "ONNX Runtime: thread count");
+    if (!o.cpu_arena)
+        ORT_TRY(e, e->ort.DisableCpuMemArena(so), "ONNX Runtime: memory arena");
     if (o.optimized_model_path && o.optimized_model_path[0])
         ORT_TRY(e, e->ort.SetOptimizedModelFilePath(so, o.optimized_model_path),
                 "ONNX Runtime: optimized model path");
@@ -1026,6 +1032,24 @@ qcal_status qcal_engine_outputs_at(const qcal_engine_outputs *o, int64_t i, qcal
         return qcal_error(QCAL_ERR_INVALID_ARG, "output %lld is outside [0, %lld)", (long long)i,
                           (long long)o->n);
     *out = o->v[i].v;
+    return QCAL_OK;
+}
+
+qcal_status qcal_engine_outputs_release(qcal_engine_outputs *o, int64_t i)
+{
+    if (!o)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_engine_outputs_release: result is NULL");
+    if (i < 0 || i >= o->n)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "output %lld is outside [0, %lld)", (long long)i,
+                          (long long)o->n);
+    engine_out *v = &o->v[i];
+    if (v->ort)
+        o->s->e->ort.ReleaseValue(v->ort);
+    free(v->copy);
+    v->ort = NULL;
+    v->copy = NULL;
+    v->v.data = NULL;
+    v->v.nbytes = 0;
     return QCAL_OK;
 }
 

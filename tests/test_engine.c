@@ -204,6 +204,46 @@ static void test_library_search(void **state)
     qcal_engine_close(&d);
 }
 
+/* A session without the CPU arena gives the same values; an output released early reads
+ * back empty while the others stay. */
+static void test_release_and_arena(void **state)
+{
+    (void)state;
+    qcal_engine *e = open_engine();
+    size_t len;
+    void *model = mlp_model(&len);
+    qcal_engine_session_options so;
+    qcal_engine_session_options_default(&so);
+    assert_true(so.cpu_arena);
+    so.cpu_arena = false;
+    qcal_engine_session *s = NULL;
+    OK(qcal_engine_session_create(e, model, len, &so, &s));
+    qcal_free(model);
+    float x[12] = { 1, 2, 3, -1, 0, 4, 2, 2, -5, 0, 0, 0 }, want[8];
+    mlp_ref(x, 4, want);
+    int64_t xd[2] = { 4, 3 };
+    qcal_engine_value in = value("X", QCAL_ONNX_FLOAT, 2, xd, x, sizeof x);
+    qcal_engine_outputs *out = NULL;
+    OK(qcal_engine_run(s, &in, 1, NULL, 0, &out));
+    qcal_engine_value y, sh;
+    OK(qcal_engine_outputs_at(out, 0, &y));
+    assert_memory_equal(y.data, want, sizeof want);
+    OK(qcal_engine_outputs_release(out, 0));
+    OK(qcal_engine_outputs_release(out, 0));   /* twice: nothing more to free */
+    OK(qcal_engine_outputs_at(out, 0, &y));
+    assert_null(y.data);
+    assert_int_equal(y.nbytes, 0);
+    assert_string_equal(y.name, "Y");
+    OK(qcal_engine_outputs_at(out, 1, &sh));
+    assert_int_equal(((const int64_t *)sh.data)[0], 4);
+    assert_int_equal(((const int64_t *)sh.data)[1], 2);
+    expect_error(qcal_engine_outputs_release(out, 2), QCAL_ERR_INVALID_ARG, "output 2");
+    expect_error(qcal_engine_outputs_release(NULL, 0), QCAL_ERR_INVALID_ARG, "NULL");
+    qcal_engine_outputs_free(&out);
+    qcal_engine_session_destroy(&s);
+    qcal_engine_close(&e);
+}
+
 static void test_io_and_run(void **state)
 {
     (void)state;
@@ -693,6 +733,7 @@ int main(void)
         cmocka_unit_test(test_elem_types),
         cmocka_unit_test(test_library_search),
         cmocka_unit_test(test_io_and_run),
+        cmocka_unit_test(test_release_and_arena),
         cmocka_unit_test(test_backend_errors),
         cmocka_unit_test(test_alias_and_bool),
         cmocka_unit_test(test_shapes),

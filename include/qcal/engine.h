@@ -66,6 +66,9 @@ typedef struct qcal_engine_session_options {
     int threads;           /* default 0: qcal_get_num_threads() intra-op threads; > 0: that many */
     const char *optimized_model_path; /* default NULL; a path: ONNX Runtime saves the optimized
                             * graph there (to check which kernels it chose) */
+    bool cpu_arena;        /* default true: ONNX Runtime's CPU memory arena (memory freed is
+                            * kept for later runs); false: each tensor allocated and freed on
+                            * its own, so a result released early returns its memory at once */
 } qcal_engine_session_options;
 
 /* Fills *opt with the defaults documented on each field. */
@@ -131,6 +134,10 @@ QCAL_API int64_t qcal_engine_outputs_count(const qcal_engine_outputs *o);
 /* Value i of a run's result (pointers valid until qcal_engine_outputs_free). */
 QCAL_API qcal_status qcal_engine_outputs_at(const qcal_engine_outputs *o, int64_t i,
                                             qcal_engine_value *out);
+
+/* Frees value i of a run's result before the rest (its data is then NULL, nbytes 0): a
+ * caller done with one tensor gives its memory back while it works on the others. */
+QCAL_API qcal_status qcal_engine_outputs_release(qcal_engine_outputs *o, int64_t i);
 
 /* Frees a run's result (NULL is fine) and sets *o to NULL. */
 QCAL_API void qcal_engine_outputs_free(qcal_engine_outputs **o);
