@@ -12,9 +12,10 @@
 // use_space_char). Prints exact-match % (decoded text == label), character accuracy %
 // (100 * (1 - sum of edit distances / sum of label lengths), in code points), lines, the
 // exact-match of the Latin-only and of the Chinese-bearing lines, and seconds (session
-// creation excluded: the runs only). Spaces at either end of the decoded text are dropped
-// before comparing (the model often reads the margin or the padding as a space; the ends of
-// a line carry none); exact_match_strict keeps them. --errors N lists the first N mismatches
+// creation excluded: the runs only). White space at either end of the decoded text is dropped
+// before comparing: the ASCII space and the ideographic space U+3000, both classes of the
+// keys (the model often reads the margin or the padding as one; the ends of a line carry
+// none; PaddleOCR's own RecMetric ignores spaces everywhere); exact_match_strict keeps them. --errors N lists the first N mismatches
 // on stderr.
 // det: DATA/det/x.npy ([N, 3, H, W]); the probability map binarized at --thresh (0.3,
 // PaddleOCR's det_db_thresh). Per model: share of pixels on, connected components (4-connected,
@@ -115,7 +116,7 @@ async function rec(ort, model, data, opt) {
   let exact = 0, strict = 0, dist = 0, len = 0, shown = 0;
   const kinds = { latin: [0, 0], cjk: [0, 0] };   // [lines, exact] by script of the label
   for (let i = 0; i < n; i++) {
-    const text = texts[i].replace(/^ +| +$/g, '');
+    const text = texts[i].replace(/^[ \u3000]+|[ \u3000]+$/g, '');
     const want = Array.from(labels[i]), got = Array.from(text);
     const k = kinds[/[^\x00-\x7f]/.test(labels[i]) ? 'cjk' : 'latin'];
     k[0]++;
