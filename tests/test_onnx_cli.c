@@ -1057,6 +1057,50 @@ static void test_expose_exclude(void **state)
     qcal_onnx_model_destroy(&e);
 }
 
+/* --profile ort,tensorrt: one model holding both profiles' tensors (the union of the two
+ * lists, in profile then graph order); the list of each alone is a part of it. */
+static void test_expose_both_profiles(void **state)
+{
+    (void)state;
+    qcal_onnx_model *m = make_model(plain, 2);
+    save(m, "bp.onnx");
+    qcal_onnx_model_destroy(&m);
+    char ort[1024], trt[1024], both[2048];
+    assert_int_equal(qcal("onnx-expose '%s' -o '%s' --list '%s' -q", T("bp.onnx"), T("bp_o.onnx"), T("o.txt")), 0);
+    assert_int_equal(qcal("onnx-expose '%s' -o '%s' --list '%s' --profile tensorrt -q", T("bp.onnx"),
+                          T("bp_t.onnx"), T("t.txt")),
+                     0);
+    assert_int_equal(qcal("onnx-expose '%s' -o '%s' --list '%s' --profile ort,tensorrt", T("bp.onnx"),
+                          T("bp_b.onnx"), T("b.txt")),
+                     0);
+    tu_slurp(T("o.txt"), ort, sizeof ort);
+    tu_slurp(T("t.txt"), trt, sizeof trt);
+    tu_slurp(T("b.txt"), both, sizeof both);
+    /* ort: x r y (the Relu folded into the Conv's output Q); tensorrt: the op inputs x f */
+    assert_string_equal(ort, "x\nr\ny\n");
+    assert_string_equal(trt, "x\nf\n");
+    assert_string_equal(both, "x\nr\ny\nf\n");
+    assert_non_null(strstr(out, "(profile ort,tensorrt): 4 tensors exposed"));
+    /* every name of the list is an output of the model written */
+    qcal_onnx_model *e = NULL;
+    OK(qcal_onnx_model_load(T("bp_b.onnx"), &e));
+    qcal_onnx_model_info info;
+    OK(qcal_onnx_model_get_info(e, &info));
+    const char *want[] = { "x", "r", "y", "f" };
+    for (int k = 0; k < 4; k++) {
+        bool found = false;
+        for (int64_t i = 0; i < info.outputs && !found; i++) {
+            const char *o;
+            OK(qcal_onnx_output_at(e, i, &o));
+            found = !strcmp(o, want[k]);
+        }
+        assert_true(found);
+    }
+    qcal_onnx_model_destroy(&e);
+    assert_int_equal(qcal("onnx-expose '%s' -o '%s' --profile ort,ort", T("bp.onnx"), T("bp_x.onnx")), 2);
+    assert_int_equal(qcal("onnx-expose '%s' -o '%s' --profile ort,tensorrt,ort", T("bp.onnx"), T("bp_x.onnx")), 2);
+}
+
 int main(void)
 {
     if (!qcal_onnx_available()) {
@@ -1075,6 +1119,7 @@ int main(void)
         cmocka_unit_test(test_qdq_save),
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_expose_exclude),
+        cmocka_unit_test(test_expose_both_profiles),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

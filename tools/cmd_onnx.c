@@ -14,7 +14,8 @@
 #include "cli_progress.h"
 
 static const char expose_help[] =
-    "usage: qcal onnx-expose MODEL.onnx -o OUT.onnx [--profile ort|tensorrt] [--list FILE]\n"
+    "usage: qcal onnx-expose MODEL.onnx -o OUT.onnx [--profile ort|tensorrt|ort,tensorrt]\n"
+    "       [--list FILE]\n"
     "       [--exclude PATTERN]... [--op-types LIST] [-q]\n"
     "\n"
     "Makes every tensor the profile will quantize (what 'qcal qdq' looks up in the table) a\n"
@@ -26,7 +27,9 @@ static const char expose_help[] =
     "\n"
     "options:\n"
     "  -o, --output OUT.onnx    the model with the extra outputs (written atomically)\n"
-    "  --profile P              ort (default: ONNX Runtime) or tensorrt (TensorRT 10)\n"
+    "  --profile P              ort (default: ONNX Runtime) or tensorrt (TensorRT 10), or\n"
+    "                           ort,tensorrt: the tensors of both in one model (--list: the\n"
+    "                           union, ort's first)\n"
     "  --list FILE              also write the exposed names, one per line\n"
     "  --op-types LIST          comma list of op types to quantize (default: the profile's);\n"
     "                           give 'qcal qdq' the same list\n"
@@ -162,6 +165,28 @@ static char *join_names(char **names, int64_t n, const char *sep, bool quote)
     return s;
 }
 
+/* Appends the names of add[0..nadd) not yet in *names (n of them): the union of two
+ * profiles' lists, first-seen order. */
+static qcal_status names_union(char ***names, int64_t *n, char **add, int64_t nadd)
+{
+    char **grown = realloc(*names, (size_t)(*n + nadd + 1) * sizeof *grown);
+    if (!grown)
+        return qcal_set_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    *names = grown;
+    for (int64_t i = 0; i < nadd; i++) {
+        bool seen = false;
+        for (int64_t j = 0; j < *n && !seen; j++)
+            seen = !strcmp(grown[j], add[i]);
+        if (seen)
+            continue;
+        size_t len = strlen(add[i]) + 1;
+        if (!(grown[*n] = malloc(len)))
+            return qcal_set_error(QCAL_ERR_NO_MEMORY, "out of memory");
+        memcpy(grown[(*n)++], add[i], len);
+    }
+    return QCAL_OK;
+}
+
 /* cmd_onnx_expose with room for the --exclude patterns (argc entries). */
 static int expose_main(int argc, char **argv, const char **exclude)
 {
@@ -210,8 +235,27 @@ static int expose_main(int argc, char **argv, const char **exclude)
     opt.op_types = op_types;
     opt.exclude = exclude;
     opt.n_exclude = n_exclude;
-    if (profile && qcal_onnx_profile_parse(profile, &opt.profile) != QCAL_OK)
-        return cli_fail(cmd, QCAL_EXIT_USAGE, "--profile: '%s' is not ort or tensorrt", profile);
+    /* --profile P, or a comma list of both: the tensors of each, in one model. */
+    qcal_onnx_profile profiles[2] = { QCAL_ONNX_PROFILE_ORT, QCAL_ONNX_PROFILE_ORT };
+    int nprof = 1;
+    if (profile) {
+        char buf[64];
+        const char *comma = strchr(profile, ',');
+        bool ok = strlen(profile) < sizeof buf && (!comma || !strchr(comma + 1, ','));
+        if (ok) {
+            snprintf(buf, sizeof buf, "%s", profile);
+            if (comma)
+                buf[comma - profile] = '\0';
+            ok = qcal_onnx_profile_parse(buf, &profiles[0]) == QCAL_OK &&
+                 (!comma || qcal_onnx_profile_parse(comma + 1, &profiles[1]) == QCAL_OK);
+            nprof = comma ? 2 : 1;
+            ok = ok && (nprof == 1 || profiles[0] != profiles[1]);
+        }
+        if (!ok)
+            return cli_fail(cmd, QCAL_EXIT_USAGE, "--profile: '%s' is not ort, tensorrt or "
+                            "ort,tensorrt", profile);
+    }
+    opt.profile = profiles[0];
     if ((rc = check_available(cmd)))
         return rc;
     qcal_onnx_model *m = NULL;
@@ -221,12 +265,23 @@ static int expose_main(int argc, char **argv, const char **exclude)
     char **names = NULL, **untyped = NULL;
     int64_t n = 0, added = 0, n_untyped = 0;
     qcal_atomic_file lf = { 0 };
-    st = qcal_onnx_list(m, &opt, &names, &n);
-    if (st == QCAL_OK)
-        st = qcal_onnx_list_untyped(m, &opt, &untyped, &n_untyped);
-    if (st != QCAL_OK) {
-        rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
-        goto out;
+    /* Every profile's list on the model as loaded; the union, in profile then graph order. */
+    for (int k = 0; k < nprof; k++) {
+        qcal_onnx_qdq_options po = opt;
+        po.profile = profiles[k];
+        char **more = NULL, **umore = NULL;
+        int64_t nm = 0, num = 0;
+        st = qcal_onnx_list(m, &po, &more, &nm);
+        if (st == QCAL_OK)
+            st = qcal_onnx_list_untyped(m, &po, &umore, &num);
+        if (st == QCAL_OK && (st = names_union(&names, &n, more, nm)) == QCAL_OK)
+            st = names_union(&untyped, &n_untyped, umore, num);
+        qcal_onnx_names_free(&more, nm);
+        qcal_onnx_names_free(&umore, num);
+        if (st != QCAL_OK) {
+            rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
+            goto out;
+        }
     }
     if (n_untyped && !quiet) {
         char *u = join_names(untyped, n_untyped, ", ", true);
@@ -249,9 +304,15 @@ static int expose_main(int argc, char **argv, const char **exclude)
         for (int64_t i = 0; i < n; i++)
             fprintf(lf.fp, "%s\n", names[i]);
     }
-    if ((st = qcal_onnx_expose(m, &opt, &added)) != QCAL_OK) {
-        rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
-        goto out;
+    for (int k = 0; k < nprof; k++) {
+        qcal_onnx_qdq_options po = opt;
+        po.profile = profiles[k];
+        int64_t more = 0;
+        if ((st = qcal_onnx_expose(m, &po, &more)) != QCAL_OK) {
+            rc = cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
+            goto out;
+        }
+        added += more;
     }
     if (list && (st = qcal_atomic_file_flush(&lf)) != QCAL_OK) {
         rc = cli_fail_status(cmd, QCAL_EXIT_OUTPUT, st);
@@ -266,8 +327,9 @@ static int expose_main(int argc, char **argv, const char **exclude)
         goto out;
     }
     FILE *say = cli_output_is_stdout(list) ? stderr : stdout;   /* --list -: the names alone there */
-    fprintf(say, "qcal: onnx-expose: wrote %s (profile %s): %lld %s exposed, %lld new %s%s%s\n", out,
-            qcal_onnx_profile_name(opt.profile), (long long)n, CLI_PLURAL(n, "tensor", "tensors"),
+    fprintf(say, "qcal: onnx-expose: wrote %s (profile %s%s%s): %lld %s exposed, %lld new %s%s%s\n", out,
+            qcal_onnx_profile_name(profiles[0]), nprof > 1 ? "," : "",
+            nprof > 1 ? qcal_onnx_profile_name(profiles[1]) : "", (long long)n, CLI_PLURAL(n, "tensor", "tensors"),
             (long long)added, CLI_PLURAL(added, "output", "outputs"), list ? "; names in " : "",
             list ? list : "");
     rc = cli_flush(cmd, say);
