@@ -1884,13 +1884,15 @@ out:
     return res;
 }
 
-/* Session.table(allow_empty=False) -> Table: NoDataError naming every tensor that saw no
- * finite value, unless allow_empty (then one RuntimeWarning per such tensor). */
+/* Session.table(allow_empty=False, profile=None) -> Table: NoDataError naming every tensor
+ * that saw no finite value, unless allow_empty (then one RuntimeWarning per such tensor);
+ * profile ("ort", "tensorrt") recorded in the table, as `qcal calibrate --profile`. */
 static PyObject *Session_table(SessionObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"allow_empty", NULL};
+    static char *kwlist[] = {"allow_empty", "profile", NULL};
     int allow = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$p:table", kwlist, &allow))
+    const char *profile = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$pz:table", kwlist, &allow, &profile))
         return NULL;
     if (check_session(self) < 0)
         return NULL;
@@ -1901,6 +1903,10 @@ static PyObject *Session_table(SessionObject *self, PyObject *args, PyObject *kw
     Py_END_ALLOW_THREADS
     if (st < 0)
         return raise_status(st);
+    if (profile && (st = qcal_calib_table_set_profile(t, profile)) < 0) {
+        qcal_calib_table_destroy(&t);
+        return raise_status(st);
+    }
     if (check_no_data(t, allow, true) < 0) {
         qcal_calib_table_destroy(&t);
         return NULL;

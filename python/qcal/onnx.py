@@ -168,7 +168,7 @@ def calibrate(model, data, *, observer=None, rules=None, rules_text=None, profil
                 **config)
     observe(model, data, s, profile=profile, op_types=op_types, exclude=exclude, batch=batch,
             carry=carry, ort_lib=ort_lib)
-    return s.table(allow_empty=allow_empty)
+    return s.table(allow_empty=allow_empty, profile=profile)
 
 
 def qdq(model, out, data=None, table=None, *, profile="ort", observer=None, rules=None,
@@ -204,7 +204,7 @@ def qdq(model, out, data=None, table=None, *, profile="ort", observer=None, rule
         s = Session(rules=rules, rules_text=rules_text, observer=observer, **config)
         crep = observe(None, data, s, profile=profile, op_types=op_types, exclude=exclude,
                        batch=batch, carry=carry, ort_lib=ort_lib, _loaded=m)
-        table = s.table(allow_empty=allow_empty)
+        table = s.table(allow_empty=allow_empty, profile=profile)
         rep = {"table": table, "samples": crep["samples"], "runs": crep["runs"],
                "engine_version": crep["engine_version"]}
     res = m.qdq_save(table, _os.fspath(out), profile, weight_observer,
