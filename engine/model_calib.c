@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "core/internal.h"
+#include "io/half_dsp.h"
 #include "qcal/model_calib.h"
 #include "qcal/threads.h"
 #include "qcal_config.h"
@@ -94,30 +95,6 @@ static char *dup_str(const char *s)
 
 /* ---- observing one run (the thread) ---- */
 
-static float half_bits_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0) {
-        if (!man) {
-            bits = sign;
-        } else {   /* subnormal: normalize */
-            int e = -1;
-            do {
-                e++;
-                man <<= 1;
-            } while (!(man & 0x400));
-            bits = sign | (uint32_t)(127 - 15 - e) << 23 | (man & 0x3ff) << 13;
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | man << 13;
-    } else {
-        bits = sign | (exp - 15 + 127) << 23 | man << 13;
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
 /* v's values as float32: in place for float32, else converted into *tmp (grown as needed). */
 static qcal_status as_float(const qcal_engine_value *v, int64_t numel, float **tmp, size_t *cap,
                             const float **out)
@@ -139,15 +116,9 @@ static qcal_status as_float(const qcal_engine_value *v, int64_t numel, float **t
     }
     float *d = *tmp;
     if (v->elem_type == QCAL_ONNX_FLOAT16) {
-        const uint16_t *s = v->data;
-        for (int64_t i = 0; i < numel; i++)
-            d[i] = half_bits_to_float(s[i]);
+        qcal_half_dsp_get()->f16_to_f32(v->data, (size_t)numel, d);   /* exact */
     } else if (v->elem_type == QCAL_ONNX_BFLOAT16) {
-        const uint16_t *s = v->data;
-        for (int64_t i = 0; i < numel; i++) {
-            uint32_t b = (uint32_t)s[i] << 16;
-            memcpy(&d[i], &b, sizeof b);
-        }
+        qcal_half_dsp_get()->bf16_to_f32(v->data, (size_t)numel, d);  /* exact */
     } else if (v->elem_type == QCAL_ONNX_DOUBLE) {
         /* Rounded to nearest float32, as a float64 dump read by `qcal calibrate` is. */
         const double *s = v->data;

@@ -112,35 +112,6 @@ static bool ends_with(const char *s, const char *suffix)
     return a > b && !strcmp(s + a - b, suffix);
 }
 
-static const char *elem_name(int32_t t)
-{
-    switch (t) {
-    case 1: return "float32";
-    case 2: return "uint8";
-    case 3: return "int8";
-    case 4: return "uint16";
-    case 5: return "int16";
-    case 6: return "int32";
-    case 7: return "int64";
-    case 9: return "bool";
-    case 10: return "float16";
-    case 11: return "float64";
-    case 16: return "bfloat16";
-    default: return "unknown";
-    }
-}
-
-static size_t elem_size(int32_t t)
-{
-    switch (t) {
-    case 2: case 3: case 9: return 1;
-    case 4: case 5: case 10: case 16: return 2;
-    case 1: case 6: return 4;
-    case 7: case 11: return 8;
-    default: return 0;
-    }
-}
-
 static int32_t safetensors_elem(const char *d)
 {
     static const struct { const char *name; int32_t t; } map[] = {
@@ -156,7 +127,7 @@ static int32_t safetensors_elem(const char *d)
 /* "float32 [?, 3, 48, ?]" (dynamic dims as '?'; ndim -1: "float32 of any shape"). */
 static void fmt_type(char *buf, size_t cap, int32_t t, int32_t ndim, const int64_t *dims)
 {
-    size_t n = (size_t)snprintf(buf, cap, "%s ", elem_name(t));
+    size_t n = (size_t)snprintf(buf, cap, "%s ", qcal_engine_elem_name(t));
     if (ndim < 0) {
         snprintf(buf + n, cap - n, "of any shape");
         return;
@@ -283,7 +254,7 @@ static qcal_status list_dir(const char *dir, char ***out, int64_t *n_out)
 static qcal_status check_array(const qcal_dataset *ds, const char *where, int64_t j, ds_array *a)
 {
     const qcal_dataset_input *in = &ds->inputs[j];
-    bool ok = a->elem_type == in->elem_type && elem_size(a->elem_type) > 0;
+    bool ok = a->elem_type == in->elem_type && qcal_engine_elem_size(a->elem_type) > 0;
     int mode = MODE_ONE;
     if (ok && in->ndim >= 0) {
         int32_t r = in->ndim, lead = 0;
@@ -317,7 +288,7 @@ static qcal_status check_array(const qcal_dataset *ds, const char *where, int64_
         return qcal_error(QCAL_ERR_EMPTY, "%s: input '%s': the array is empty (%s): no sample to "
                           "calibrate with", where, in->name, have);
     }
-    if (!qcal_mul_i64(numel, (int64_t)elem_size(a->elem_type), &bytes))
+    if (!qcal_mul_i64(numel, (int64_t)qcal_engine_elem_size(a->elem_type), &bytes))
         return qcal_error(QCAL_ERR_OVERFLOW, "%s: input '%s': the array's size overflows", where,
                           in->name);
     a->mode = mode;
