@@ -9,11 +9,15 @@ Constant nodes) quantized by one qcal command each and run int8 on ONNX Runtime:
     tests/ocr/ocr_eval.cjs: float and int8 at graph optimization 'all' (ONNX Runtime's fused
         int8 kernels; the optimized graph saved and its QLinear ops counted)
 
-Asserts the bounds below, each a measured figure less a margin (the comments give the
-figures), and prints the issue's targets with OK or MISSED (int8 exact-match within 1 point
-of float; the detector's binarized map agreeing with float on >= 99 % of pixels): both were
-missed when measured (recognizer 97.67 % against float 99.67 %; detector 98.81 %), so they
-are reported, not asserted. Skips (exit 77, one line) as ort.ocr_float does.
+Twice: with the profile's default op types, and with the same list without Mul (the
+recognizer's hard-swish x * HardSigmoid(x) and attention-scale Muls, whose two activation
+inputs ONNX Runtime would run as QLinearMul, left float). Asserts the bounds below, each a
+measured figure less a margin (the comments give the figures), and prints the issue's
+targets with OK or MISSED (int8 exact-match within 1 point of float; the detector's
+binarized map agreeing with float on >= 99 % of pixels). When measured: the recognizer met
+its target without Mul (99.00 % against float 99.67 %) and missed it with the default op
+types (97.67 %); the detector reached 98.97 % without Mul, 98.81 % with it (missed both
+times, by 0.03 and 0.19 points); so the targets are reported, and the bounds asserted.
 
     test_ocr_qdq.py [--work DIR] [--observer K]
 
@@ -36,15 +40,19 @@ DET_PAGES = 20
 DET_CALIB = 16
 # Measured 2026-11-29 (Intel Xeon with AVX-512 VNNI, 2 cores; onnxruntime-node 1.30.0; seeds as
 # make_lines.py's defaults and 7 for the detector's calibration pages), histogram observer:
-#   recognizer: float 99.67 % exact, 99.95 % characters; int8 97.67 % exact, 99.60 %
-#   characters; 38 QLinearConv (com.microsoft), 13 QLinearMatMul in the optimized int8 graph
+#   recognizer float 99.67 % exact, 99.95 % characters;
+#     default op types: int8 97.67 % exact, 99.60 % characters, 38 QLinearConv, 13 QLinearMatMul
+#     without Mul:      int8 99.00 % exact, 99.85 % characters, the same 38 + 13
 #   detector: 98.81 % of pixels agree with float, components equal on 19 of 20 pages
+#     (without Mul: 98.97 %, 20 of 20)
 MIN_FLOAT_EXACT = 99.0
-MAX_EXACT_DROP = 2.5          # points (measured 2.0)
-MIN_INT8_CHARS = 99.3         # % (measured 99.60)
-MIN_PIXEL_AGREE = 98.5        # % (measured 98.81)
-MIN_SAME_PAGES = 18           # of DET_PAGES (measured 19)
+MAX_EXACT_DROP = {"default": 2.5, "no_mul": 1.0}     # points (measured 2.0 and 0.67)
+MIN_INT8_CHARS = {"default": 99.3, "no_mul": 99.6}   # % (measured 99.60 and 99.85)
+MIN_PIXEL_AGREE = {"default": 98.5, "no_mul": 98.7}  # % (measured 98.81 and 98.97)
+MIN_SAME_PAGES = 18           # of DET_PAGES (measured 19 and 20)
 WANT_OPS = {"com.microsoft:QLinearConv": 38, "QLinearMatMul": 13}
+NO_MUL = ("Conv,ConvTranspose,Gemm,MatMul,Add,AveragePool,GlobalAveragePool,MaxPool,Flatten,"
+          "Reshape,Transpose,Squeeze,Unsqueeze,Clip")
 
 
 def count_ops(path):
@@ -74,46 +82,50 @@ def main():
             "--det", DET_PAGES, "--det-size", "640x640")
         run(sys.executable, mk, cdet, "--calib", 0, "--eval", 0, "--det", DET_CALIB,
             "--det-size", "640x640", "--seed", 7)
-        rec8, det8 = os.path.join(work, "rec8.onnx"), os.path.join(work, "det8.onnx")
-        r = run(qcal, "qdq", rec, "--data", os.path.join(work, "calib"), "-o", rec8,
-                "--observer", a.observer, "-q")
-        print(r.stdout.strip())
-        r = run(qcal, "qdq", det, "--data", os.path.join(cdet, "det", "x.npy"), "--batch", 2,
-                "-o", det8, "--observer", a.observer, "-q")
-        print(r.stdout.strip())
         ev = os.path.join(HERE, "ocr_eval.cjs")
-        opt = os.path.join(work, "rec8.opt.onnx")
         f = json.loads(run("node", ev, rec, work).stdout)
-        q = json.loads(run("node", ev, rec8, work, "--optimized-out", opt, "--errors", 10).stdout)
-        d = json.loads(run("node", ev, "--mode", "det", det8, work, "--ref", det).stdout)
-        ops = count_ops(opt)
-        print("recognizer, %d lines: float %.2f %% exact (%.2f %% characters), int8 %.2f %% exact "
-              "(%.2f %% characters); int8 ops %s" % (q["lines"], f["exact_match"], f["char_accuracy"],
-                                                    q["exact_match"], q["char_accuracy"],
-                                                    {k: ops.get(k, 0) for k in WANT_OPS}))
-        print("detector, %d pages: %.3f %% of pixels agree with float, components equal on %d pages"
-              % (d["pages"], d["pixel_agreement"], d["pages_same_components"]))
-        drop = f["exact_match"] - q["exact_match"]
-        for what, ok in (("target: int8 exact-match within 1 point of float (%.2f points)" % drop,
-                          drop <= 1.0),
-                         ("target: detector map agrees on >= 99 %% of pixels (%.3f %%)" % d["pixel_agreement"],
-                          d["pixel_agreement"] >= 99.0)):
-            print("%s %s" % (what, "OK" if ok else "MISSED"))
         fails = []
         if f["exact_match"] < MIN_FLOAT_EXACT:
             fails.append("float exact-match %.2f < %.1f" % (f["exact_match"], MIN_FLOAT_EXACT))
-        if drop > MAX_EXACT_DROP:
-            fails.append("int8 exact-match %.2f points below float (> %.1f)" % (drop, MAX_EXACT_DROP))
-        if q["char_accuracy"] < MIN_INT8_CHARS:
-            fails.append("int8 character accuracy %.2f < %.1f" % (q["char_accuracy"], MIN_INT8_CHARS))
-        for k, n in WANT_OPS.items():
-            if ops.get(k, 0) != n:
-                fails.append("%s: %d in the optimized int8 graph, want %d" % (k, ops.get(k, 0), n))
-        if d["pixel_agreement"] < MIN_PIXEL_AGREE:
-            fails.append("detector pixel agreement %.3f < %.1f" % (d["pixel_agreement"], MIN_PIXEL_AGREE))
-        if d["pages_same_components"] < MIN_SAME_PAGES:
-            fails.append("detector components equal on %d pages < %d" % (d["pages_same_components"],
-                                                                         MIN_SAME_PAGES))
+        for cfg, ops_arg in (("default", []), ("no_mul", ["--op-types", NO_MUL])):
+            rec8, det8 = (os.path.join(work, "%s_%s.onnx" % (n, cfg)) for n in ("rec8", "det8"))
+            r = run(qcal, "qdq", rec, "--data", os.path.join(work, "calib"), "-o", rec8,
+                    "--observer", a.observer, "-q", *ops_arg)
+            print(r.stdout.strip())
+            r = run(qcal, "qdq", det, "--data", os.path.join(cdet, "det", "x.npy"), "--batch", 2,
+                    "-o", det8, "--observer", a.observer, "-q", *ops_arg)
+            print(r.stdout.strip())
+            opt = os.path.join(work, "rec8_%s.opt.onnx" % cfg)
+            q = json.loads(run("node", ev, rec8, work, "--optimized-out", opt, "--errors", 10).stdout)
+            d = json.loads(run("node", ev, "--mode", "det", det8, work, "--ref", det).stdout)
+            ops = count_ops(opt)
+            print("%s op types: recognizer, %d lines: float %.2f %% exact (%.2f %% characters), int8 "
+                  "%.2f %% exact (%.2f %% characters); int8 ops %s" % (
+                      cfg, q["lines"], f["exact_match"], f["char_accuracy"], q["exact_match"],
+                      q["char_accuracy"], ops))
+            print("%s op types: detector, %d pages: %.3f %% of pixels agree with float, components "
+                  "equal on %d pages" % (cfg, d["pages"], d["pixel_agreement"], d["pages_same_components"]))
+            drop = f["exact_match"] - q["exact_match"]
+            for what, ok in (("target (%s op types): int8 exact-match within 1 point of float (%.2f "
+                              "points)" % (cfg, drop), drop <= 1.0),
+                             ("target (%s op types): detector map agrees on >= 99 %% of pixels "
+                              "(%.3f %%)" % (cfg, d["pixel_agreement"]), d["pixel_agreement"] >= 99.0)):
+                print("%s %s" % (what, "OK" if ok else "MISSED"))
+            if drop > MAX_EXACT_DROP[cfg]:
+                fails.append("%s: int8 exact-match %.2f points below float (> %.1f)"
+                             % (cfg, drop, MAX_EXACT_DROP[cfg]))
+            if q["char_accuracy"] < MIN_INT8_CHARS[cfg]:
+                fails.append("%s: int8 character accuracy %.2f < %.1f"
+                             % (cfg, q["char_accuracy"], MIN_INT8_CHARS[cfg]))
+            for k, n in WANT_OPS.items():
+                if ops.get(k, 0) != n:
+                    fails.append("%s: %s: %d in the optimized int8 graph, want %d" % (cfg, k, ops.get(k, 0), n))
+            if d["pixel_agreement"] < MIN_PIXEL_AGREE[cfg]:
+                fails.append("%s: detector pixel agreement %.3f < %.1f"
+                             % (cfg, d["pixel_agreement"], MIN_PIXEL_AGREE[cfg]))
+            if d["pages_same_components"] < MIN_SAME_PAGES:
+                fails.append("%s: detector components equal on %d pages < %d"
+                             % (cfg, d["pages_same_components"], MIN_SAME_PAGES))
         if fails:
             print("FAILED:\n  " + "\n  ".join(fails))
             sys.exit(1)
