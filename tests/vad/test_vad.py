@@ -244,9 +244,11 @@ def main():
         if os.path.exists(table) and tag:
             pass   # the table of the row before
         elif kind == "evaluate":
-            run(BIN, "calibrate", dump, "-o", table, "--format", "json", "--rules", P("rules%s.txt" % tag_m))
+            run(BIN, "calibrate", dump, "-o", table, "--format", "json", "--profile", "ort",
+                "--rules", P("rules%s.txt" % tag_m))
         else:
-            run(BIN, "calibrate", dump, "-o", table, "--format", "json", "--observer", kind)
+            run(BIN, "calibrate", dump, "-o", table, "--format", "json", "--profile", "ort",
+                "--observer", kind)
         r = run(BIN, "qdq", weights, "--table", table, "-o", qdq, *ops, *excl)
         p = vad(qdq, ev, out=P("int8%s_%s%s.npy" % (tag_m, kind, tag.strip())))
         d = p >= 0.5
@@ -296,7 +298,7 @@ def main():
             fails.append("%s: calibrate --data table %s differs from the dump's %s beyond \"batches\""
                          % (kind, t_one, t_dump))
         t_dump1 = P("table1%s_%s.json" % (tag_m, kind))
-        run(BIN, "calibrate", dump1, "-o", t_dump1, "--format", "json", *obs, "-q")
+        run(BIN, "calibrate", dump1, "-o", t_dump1, "--format", "json", "--profile", "ort", *obs, "-q")
         same = open(t_one, "rb").read() == open(t_dump1, "rb").read()
         if not same:
             fails.append("%s: calibrate --data table %s is not byte-identical to the one-frame dump's %s"
