@@ -7,7 +7,6 @@
  * them; overlapping the two is what keeps calibration near the cost of the plain runs. The
  * hand-over holds one run's outputs at a time (the one being observed) beside the one being
  * computed: two runs' outputs at most. */
-#include <malloc.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -193,14 +192,6 @@ static void *observer_main(void *arg)
         if (st < 0)
             snprintf(msg, sizeof msg, "%s", qcal_last_error());
         qcal_engine_outputs_free(&o);
-#if defined(__GLIBC__)
-        /* The run's outputs are free: hand their pages back now. Without the arena each
-         * output is its own allocation, but glibc raises its mmap threshold after the first
-         * large free, so later outputs come from the heap and stay resident after free(); the
-         * run being computed would then add to them (measured: docs/performance.md). This
-         * returns free pages only; no allocator setting changes. */
-        malloc_trim(0);
-#endif
         pthread_mutex_lock(&mc->mu);
         mc->empty += empty;
         if (st < 0 && mc->wst >= 0) {
