@@ -493,13 +493,13 @@ qcal_status onnx_prune_orphans(qcal_onnx_model *m, const onnx_reads *before, int
     Onnx__GraphProto *g = m->proto->graph;
     int64_t dn = 0, di = 0;
     for (;;) {
-        onnx_map cur = { 0 };
-        if (!reads_collect(g, true, &cur, NULL, NULL)) {
-            onnx_map_free(&cur);
+        /* cur's keys are copies: the nodes whose inputs they name may be freed below, before
+         * the initializers are looked up in it. */
+        onnx_reads cur = { 0 };
+        if (onnx_reads_take(g, &cur) != QCAL_OK)
             return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
-        }
         // orphaned: read before the rewrite, read by nothing (and no graph output) now
-#define ORPHAN(s) ((s) && (s)[0] && onnx_map_get(&before->set, (s)) && !onnx_map_get(&cur, (s)))
+#define ORPHAN(s) ((s) && (s)[0] && onnx_map_get(&before->set, (s)) && !onnx_map_get(&cur.set, (s)))
         size_t kn = 0, ki = 0, gone = 0;
         for (size_t i = 0; i < g->n_node; i++) {
             Onnx__NodeProto *n = g->node[i];
@@ -532,7 +532,7 @@ qcal_status onnx_prune_orphans(qcal_onnx_model *m, const onnx_reads *before, int
         }
 #undef ORPHAN
         g->n_initializer = ki;
-        onnx_map_free(&cur);
+        onnx_reads_free(&cur);
         if (!gone)
             break;
     }
