@@ -44,10 +44,6 @@ qcal_status qcal_calib_table_push(qcal_calib_table *t, qcal_calib_entry *e);
 /* Sorts by (fqn bytes, role) and rejects duplicates (QCAL_ERR_FORMAT). */
 qcal_status qcal_calib_table_sort(qcal_calib_table *t);
 
-/* Shortest "%.*g" that reads back as exactly v (finite float32) through strtof and through
- * strtod followed by a float conversion. */
-void qcal_calib_fmt_f32(char *dst, size_t cap, float v);
-
 /* amax of an exported entry: max over channels of max(|min|, |max|), 0 -> 1. */
 float qcal_calib_export_amax(const qcal_calib_entry *e);
 

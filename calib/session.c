@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "calib/calib_internal.h"
-#include "quant/qparams_internal.h"
+#include "qcal/qparams.h"
 
 /* A batch that arrived before its turn (data == NULL: an order-free observer already
  * applied it; the record only keeps the step bookkeeping). */

@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "calib/calib_internal.h"
-#include "quant/qparams_internal.h"
+#include "qcal/qparams.h"
 #include "io/json.h"
 
 #define TABLE_FORMAT_NAME "qcal-calibration-table"
@@ -211,18 +211,6 @@ qcal_status qcal_calib_entry_amax(const qcal_calib_entry *e, int64_t c, float *a
     return QCAL_OK;
 }
 
-void qcal_calib_fmt_f32(char *dst, size_t cap, float v)
-{
-    /* Readers may parse with strtof or through a double (strtod, as the JSON DOM does):
-     * demand both round trips. 17 digits always satisfy both, since a float32 is exactly
-     * a double and 17 digits round-trip any double. */
-    for (int p = 1; p <= 17; p++) {
-        snprintf(dst, cap, "%.*g", p, (double)v);
-        if (strtof(dst, NULL) == v && (float)strtod(dst, NULL) == v)
-            return;
-    }
-}
-
 qcal_status qcal_calib_wrap_error(qcal_status st, const char *fmt, ...)
 {
     char prefix[512], detail[1024];
@@ -269,7 +257,7 @@ static void put_f32(qcal_buf *b, float v)
     else if (isinf(v))
         put(b, v > 0 ? "\"inf\"" : "\"-inf\"");
     else {
-        qcal_calib_fmt_f32(tmp, sizeof tmp, v);
+        qcal_json_fmt_f32(tmp, sizeof tmp, v);
         put(b, tmp);
     }
 }
@@ -422,7 +410,7 @@ static bool json_f32(const qcal_json *v, float *out)
         if (!isfinite(v->number) || fabs(v->number) > 3.4028234663852886e38)
             return false;
         *out = v->is_int ? (float)v->i64 : (float)v->number;
-        /* The writer (qcal_calib_fmt_f32) checked that its decimal survives this
+        /* The writer (qcal_json_fmt_f32) checked that its decimal survives this
          * strtod-then-float path exactly. */
         return true;
     }

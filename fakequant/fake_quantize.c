@@ -20,7 +20,7 @@
 
 #include "qcal/atomic_file.h"
 #include "fakequant/fakequant_impl.h"
-#include "quant/qparams_internal.h"
+#include "qcal/qparams.h"
 
 struct qcal_fakequant_module {
     qcal_fakequant_module_config cfg;

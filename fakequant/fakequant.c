@@ -38,7 +38,7 @@
 
 #include "fakequant/fakequant_impl.h"
 #include "quant/float8_dsp.h"
-#include "quant/qparams_internal.h"
+#include "qcal/qparams.h"
 #include "qcal_config.h"
 
 

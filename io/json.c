@@ -530,3 +530,15 @@ void qcal_json_write_str(qcal_buf *b, const char *s)
     }
     qcal_buf_append(b, "\"", 1);
 }
+
+void qcal_json_fmt_f32(char *dst, size_t cap, float v)
+{
+    /* Readers may parse with strtof or through a double (strtod, as the JSON DOM does):
+     * demand both round trips. 17 digits always satisfy both, since a float32 is exactly
+     * a double and 17 digits round-trip any double. */
+    for (int p = 1; p <= 17; p++) {
+        snprintf(dst, cap, "%.*g", p, (double)v);
+        if (strtof(dst, NULL) == v && (float)strtod(dst, NULL) == v)
+            return;
+    }
+}

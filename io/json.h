@@ -83,4 +83,8 @@ struct qcal_buf;
  * as \u00XX, every other byte as is (s is UTF-8). */
 void qcal_json_write_str(struct qcal_buf *b, const char *s);
 
+/* The shortest "%.*g" of a finite float32 v that reads back as exactly v through strtof and
+ * through strtod followed by a float conversion (the tables' and reports' numbers). */
+void qcal_json_fmt_f32(char *dst, size_t cap, float v);
+
 #endif

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "calib/calib_internal.h"
+#include "io/json.h"
 #include "qcal/atomic_file.h"
 #include "core/internal.h"
 #include "numeric/evaluate_impl.h"
@@ -643,7 +643,7 @@ static void put_f32(qcal_buf *b, float v)
         return;
     }
     char tmp[40];
-    qcal_calib_fmt_f32(tmp, sizeof tmp, v);
+    qcal_json_fmt_f32(tmp, sizeof tmp, v);
     put(b, tmp);
 }
 

@@ -14,7 +14,7 @@
 
 #include "core/internal.h"
 #include "qcal/qparams.h"
-#include "quant/qparams_internal.h"
+#include "qcal/qparams.h"
 
 static const char *const dtype_names[] = { "quint8", "qint8", "qint32", "float8_e4m3fn",
                                             "float8_e5m2" };

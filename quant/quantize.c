@@ -21,7 +21,7 @@
 #include "qcal/quantize.h"
 #include "fakequant/fakequant_impl.h"
 #include "quant/float8_dsp.h"
-#include "quant/qparams_internal.h"
+#include "qcal/qparams.h"
 #include "quant/quantize_dsp.h"
 #include "qcal_config.h"
 

@@ -16,7 +16,7 @@
 #include "observers/histogram_kernels.h"
 #include "observers/minmax_kernels.h"
 #include "qcal/qcal.h"
-#include "quant/qparams_internal.h"
+#include "qcal/qparams.h"
 #include "qcal_config.h"
 #include "testutil.h"
 #if QCAL_HAVE_OPENMP

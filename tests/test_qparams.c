@@ -10,7 +10,7 @@
 #include "minmax_ref_reader.h"
 #include "testutil.h"
 #include "qcal/qcal.h"
-#include "quant/qparams_internal.h"
+#include "qcal/qparams.h"
 
 static void test_names(void **state)
 {

@@ -134,6 +134,30 @@ QCAL_API qcal_status qcal_qparams_per_channel(qcal_qparams *qp, qcal_dtype dtype
  * field (and channel). */
 QCAL_API qcal_status qcal_qparams_validate(const qcal_qparams *qp);
 
+/* qcal_qparams_compute's arithmetic into caller arrays for n (min, max) pairs: scale[n];
+ * zero_point[n] the integer zero-points (may be NULL for the float-qparams scheme);
+ * zero_point_float[n] the float ones (may be NULL for every other scheme). Same statuses
+ * as qcal_qparams_compute; outputs untouched on failure. */
+QCAL_API qcal_status qcal_qparams_compute_arrays(const qcal_qconfig *cfg, int64_t n,
+                                                 const float *min_val, const float *max_val,
+                                                 float *scale, int32_t *zero_point,
+                                                 float *zero_point_float);
+
+/* Fills *qp for `channels` channels (per-channel schemes: library-owned arrays of scales 1,
+ * zero-points 0, float zero-points 0, free with qcal_qparams_free; per-tensor: no
+ * allocation) and points *scales, *zero_points, *zero_points_float (each may be NULL) at
+ * the values to write. *qp is not freed first. */
+QCAL_API qcal_status qcal_qparams_alloc(qcal_qparams *qp, qcal_dtype dtype, qcal_qscheme qscheme,
+                                        int32_t axis, int64_t quant_min, int64_t quant_max,
+                                        int64_t channels, float **scales, int32_t **zero_points,
+                                        float **zero_points_float);
+
+/* qcal_qparams_validate with `what` prefixed to the message ("quantize: ..."); int_zp: the
+ * integer zero-points are used (must lie in [quant_min, quant_max]); need_float: the float
+ * zero-points are used (learnable fake-quant). */
+QCAL_API qcal_status qcal_qparams_check(const qcal_qparams *qp, const char *what, bool int_zp,
+                                        bool need_float);
+
 /* Deep copy of src into *dst (library-owned arrays; free with qcal_qparams_free). *dst is
  * not freed first; src and dst must differ. */
 QCAL_API qcal_status qcal_qparams_copy(qcal_qparams *dst, const qcal_qparams *src);
