@@ -593,9 +593,20 @@ qcal_status qcal_model_calib_feed(qcal_model_calib *mc, const qcal_engine_value 
         return qcal_error(QCAL_ERR_INVALID_ARG, "model calibration: NULL argument");
     qcal_status st = run_once(mc, inputs, n_inputs, NULL);
     if (st >= 0) {
+        /* Samples: the first dimension of a given input the model takes with a dynamic
+         * batch dimension (a scalar or fixed-shape input, as Silero VAD's sr, counts none);
+         * 1 when there is none. */
         int64_t n = 1;
-        if (mc->n_inputs && inputs && n_inputs > 0 && inputs[0].ndim > 0)
-            n = inputs[0].dims[0];
+        for (int64_t j = 0; j < n_inputs; j++) {
+            const qcal_engine_io *in = NULL;
+            for (int64_t i = 0; i < mc->n_inputs && !in; i++)
+                if (inputs[j].name && !strcmp(inputs[j].name, mc->inputs[i].name))
+                    in = &mc->inputs[i];
+            if (in && in->ndim > 0 && in->dims[0] < 0 && inputs[j].data && inputs[j].ndim > 0) {
+                n = inputs[j].dims[0];
+                break;
+            }
+        }
         mc->rep.samples += n;
     }
     return st;
