@@ -109,8 +109,7 @@ static int run_pass(const char *cmd, qcal_numeric_eval *ev, const qcal_calib_dum
             qcal_npy_array a;
             qcal_status st = qcal_npy_read_f32(t.files[j], &a);
             if (st != QCAL_OK) {
-                rc = cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE
-                                                                   : QCAL_EXIT_INPUT, st);
+                rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_READ), st);
                 break;
             }
             qcal_tensor x;
@@ -124,7 +123,7 @@ static int run_pass(const char *cmd, qcal_numeric_eval *ev, const qcal_calib_dum
             if (!rc && st < 0) {
                 char msg[1200];
                 snprintf(msg, sizeof msg, "%s", qcal_last_error());
-                rc = cli_fail(cmd, cli_observe_exit_code(st), "'%s': %s", t.files[j],
+                rc = cli_fail(cmd, cli_exit_code(st, CLI_AT_OBSERVE), "'%s': %s", t.files[j],
                               *msg ? msg : qcal_status_str(st));
             }
             qcal_npy_array_free(&a);
@@ -142,8 +141,7 @@ static int eval_dump(const char *cmd, const char *dir, const qcal_numeric_eval_o
     qcal_numeric_eval *ev = NULL;
     qcal_status st = qcal_calib_dump_scan(dir, &dump);
     if (st != QCAL_OK)
-        return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE
-                                                             : QCAL_EXIT_INPUT, st);
+        return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_READ), st);
     int rc = 0;
     if ((st = qcal_numeric_eval_create(opt, &ev)) != QCAL_OK)
         rc = cli_fail_status(cmd, QCAL_EXIT_USAGE, st);
@@ -190,7 +188,7 @@ static int eval_state(const char *cmd, const cli_eval_args *a, qcal_numeric_eval
     qcal_numeric_eval *ev = NULL;
     qcal_status st = qcal_numeric_eval_load_file(path, &ev);
     if (st != QCAL_OK)
-        return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT,
+        return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_READ),
                                st);
     if (a->dtype_set) {
         qcal_numeric_eval_destroy(&ev);

@@ -20,7 +20,7 @@ enum {
 };
 
 /* The --quiet row of both tables and its help line. */
-#define CLI_EVAL_QUIET_OPT { "quiet", 'q', false, CLI_EVAL_QUIET }
+#define CLI_EVAL_QUIET_OPT CLI_FLAG("quiet", 'q', CLI_EVAL_QUIET, NULL)
 #define CLI_EVAL_QUIET_HELP                                                                  \
     "  -q, --quiet              no progress report on stderr (otherwise a bar on a terminal,\n" \
     "                           else one line at most every 10 s: reading, searching,\n"      \

@@ -9,9 +9,20 @@
 
 #include "cli_common.h"
 
-/* The --help text of a subcommand (malloc'ed, NUL-terminated), captured from its stdout. */
+/* The --help text of a subcommand (malloc'ed, NUL-terminated): generated from its table, or
+ * captured from its stdout. */
 static char *help_text(const qcal_cmd *c)
 {
+    if (c->spec) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *mem = open_memstream(&buf, &len);
+        if (!mem)
+            return NULL;
+        cli_help(mem, c->spec);
+        fclose(mem);
+        return buf;
+    }
     FILE *tmp = tmpfile();
     if (!tmp)
         return NULL;
@@ -39,7 +50,6 @@ static char *help_text(const qcal_cmd *c)
     return buf;
 }
 
-/* Calls fn for every option of a table (the observer row expanded into its keys). */
 /* Flushes f; a failed write is reported with the OS reason (exit 4). */
 static int flushed(FILE *f)
 {
@@ -53,9 +63,12 @@ static int flushed(FILE *f)
 typedef void (*opt_fn)(void *ctx, const char *name, char short_name, bool has_value,
                        const qcal_observer_key *key);
 
+/* Calls fn for every option of a table (the observer row expanded into its keys). */
 static void each_option(const cli_opt *opts, opt_fn fn, void *ctx)
 {
     for (const cli_opt *o = opts; o->name; o++) {
+        if (o->store == CLI_STORE_TEXT)
+            continue;
         if (o->name[0] == '\0' && o->id == CLI_OBS_BASE) {
             for (int64_t k = 0; k < qcal_observer_config_key_count(); k++) {
                 const qcal_observer_key *key = qcal_observer_config_key(k);

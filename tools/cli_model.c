@@ -87,7 +87,7 @@ int cli_model_raise(const char *cmd, qcal_onnx_model *m, int64_t opset, bool qui
         return 0;   /* qcal qdq says what is wrong with a model without a default-domain opset */
     qcal_onnx_upgrade_report rep = { 0 };
     if ((st = qcal_onnx_upgrade(m, opset, &rep)) != QCAL_OK)
-        return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT, st);
+        return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_READ), st);
     if (!quiet) {
         cli_note(cmd, "opset %lld raised to %lld (%lld op type%s adapted)", (long long)rep.from,
                  (long long)rep.to, (long long)rep.n_adapted, rep.n_adapted == 1 ? "" : "s");
@@ -106,7 +106,7 @@ int cli_model_load(const char *cmd, const char *path, bool quiet, qcal_onnx_mode
     qcal_onnx_model *m = NULL;
     qcal_status st = qcal_onnx_model_load(path, &m);
     if (st != QCAL_OK)
-        return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT, st);
+        return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_READ), st);
     /* 9-12 -> 13: what qcal qdq needs, so onnx-expose and calibrate refuse what qdq would
      * before any work */
     int rc = cli_model_raise(cmd, m, 13, quiet);
@@ -123,7 +123,7 @@ int cli_model_load(const char *cmd, const char *path, bool quiet, qcal_onnx_mode
 /* Exit code of a data error: memory 1, else the input's (3). */
 static int data_exit(qcal_status st)
 {
-    return st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT;
+    return cli_exit_code(st, CLI_AT_READ);
 }
 
 int cli_model_calibrate(const char *cmd, qcal_engine *e, const qcal_onnx_model *m,
@@ -150,10 +150,8 @@ int cli_model_calibrate(const char *cmd, qcal_engine *e, const qcal_onnx_model *
     int rc = 0;
     qcal_status st = qcal_model_calib_create(e, m, s, &o, &mc);
     if (st < 0) {
-        int code = st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE
-                   : st == QCAL_ERR_INVALID_ARG || (st == QCAL_ERR_NOT_FOUND && a->ncarry) ||
-                           st == QCAL_ERR_MISMATCH ? QCAL_EXIT_USAGE
-                   : st == QCAL_ERR_EMPTY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT;
+        int code = st == QCAL_ERR_NOT_FOUND && a->ncarry ? QCAL_EXIT_USAGE   /* a --carry name */
+                                                         : cli_exit_code(st, CLI_AT_MODEL_SETUP);
         return cli_fail_status(cmd, code, st);
     }
     optional = calloc((size_t)a->ncarry + 1, sizeof *optional);
@@ -201,14 +199,7 @@ int cli_model_calibrate(const char *cmd, qcal_engine *e, const qcal_onnx_model *
         rep->samples = all;
     }
     if (st < 0) {
-        int code = st == QCAL_ERR_MISMATCH || st == QCAL_ERR_FORMAT || st == QCAL_ERR_IO ||
-                           st == QCAL_ERR_NOT_FOUND || st == QCAL_ERR_UNSUPPORTED
-                       ? QCAL_EXIT_INPUT
-                       : cli_observe_exit_code(st) == QCAL_EXIT_INPUT ? QCAL_EXIT_INPUT
-                                                                      : QCAL_EXIT_FAILURE;
-        if (st == QCAL_ERR_BACKEND)
-            code = QCAL_EXIT_FAILURE;
-        rc = cli_fail_status(cmd, code, st);
+        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_MODEL_RUN), st);
     }
 out:
     free(optional);

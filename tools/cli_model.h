@@ -22,9 +22,9 @@ enum {
 
 /* Rows to put in a subcommand's option table. */
 #define CLI_MODEL_OPTS                                                                        \
-    { "data", 0, true, CLI_MODEL_DATA }, { "input", 0, CLI_REPEATED, CLI_MODEL_INPUT },     \
-    { "batch", 0, true, CLI_MODEL_BATCH }, { "carry", 0, CLI_REPEATED, CLI_MODEL_CARRY },   \
-    { "ort-lib", 0, true, CLI_MODEL_ORT_LIB }
+    CLI_OPT("data", 0, CLI_MODEL_DATA, NULL, NULL), CLI_OPT_REPEATED("input", 0, CLI_MODEL_INPUT, NULL, NULL),     \
+    CLI_OPT("batch", 0, CLI_MODEL_BATCH, NULL, NULL), CLI_OPT_REPEATED("carry", 0, CLI_MODEL_CARRY, NULL, NULL),   \
+    CLI_OPT("ort-lib", 0, CLI_MODEL_ORT_LIB, NULL, NULL)
 
 /* Help lines of the rows above. */
 #define CLI_MODEL_HELP                                                                          \

@@ -26,10 +26,10 @@ enum {
 
 /* Rows to put in a subcommand's option table. */
 #define CLI_TABLE_OUT_OPTS                                                                  \
-    { "output", 'o', true, CLI_OUT_OUTPUT }, { "format", 0, true, CLI_OUT_FORMAT },         \
-    { "trt-version", 0, true, CLI_OUT_TRT_VERSION },                                        \
-    { "trt-algorithm", 0, true, CLI_OUT_TRT_ALGO },                                         \
-    { "skip-unrepresentable", 0, false, CLI_OUT_SKIP_NAMES }
+    CLI_OPT("output", 'o', CLI_OUT_OUTPUT, NULL, NULL), CLI_OPT("format", 0, CLI_OUT_FORMAT, NULL, NULL),         \
+    CLI_OPT("trt-version", 0, CLI_OUT_TRT_VERSION, NULL, NULL),                                        \
+    CLI_OPT("trt-algorithm", 0, CLI_OUT_TRT_ALGO, NULL, NULL),                                         \
+    CLI_FLAG("skip-unrepresentable", 0, CLI_OUT_SKIP_NAMES, NULL)
 
 /* Help lines of the rows above. */
 #define CLI_TABLE_OUT_HELP                                                                    \

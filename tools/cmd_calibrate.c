@@ -128,19 +128,19 @@ enum { OPT_HELP = 1, OPT_RULES, OPT_WEIGHTS, OPT_SAVE_STATE, OPT_ALLOW_EMPTY, OP
        OPT_OPTYPES, OPT_EXCLUDE };
 
 static const cli_opt opts[] = {
-    { "help", 'h', false, OPT_HELP },
-    { "rules", 0, true, OPT_RULES },
-    { "weights", 0, CLI_REPEATED, OPT_WEIGHTS },
-    { "save-state", 0, true, OPT_SAVE_STATE },
-    { "allow-empty", 0, false, OPT_ALLOW_EMPTY },
-    { "max-memory", 0, true, OPT_MAX_MEMORY },
-    { "quiet", 'q', false, OPT_QUIET },
-    { "weight-scale", 0, true, OPT_WEIGHT_SCALE },
-    { "fused-input-scale", 0, true, OPT_FUSED_INPUT_SCALE },
-    { "model-config", 0, true, OPT_MODEL_CONFIG },
-    { "profile", 0, true, OPT_PROFILE },
-    { "op-types", 0, true, OPT_OPTYPES },
-    { "exclude", 0, CLI_REPEATED, OPT_EXCLUDE },
+    CLI_FLAG("help", 'h', OPT_HELP, NULL),
+    CLI_OPT("rules", 0, OPT_RULES, NULL, NULL),
+    CLI_OPT_REPEATED("weights", 0, OPT_WEIGHTS, NULL, NULL),
+    CLI_OPT("save-state", 0, OPT_SAVE_STATE, NULL, NULL),
+    CLI_FLAG("allow-empty", 0, OPT_ALLOW_EMPTY, NULL),
+    CLI_OPT("max-memory", 0, OPT_MAX_MEMORY, NULL, NULL),
+    CLI_FLAG("quiet", 'q', OPT_QUIET, NULL),
+    CLI_OPT("weight-scale", 0, OPT_WEIGHT_SCALE, NULL, NULL),
+    CLI_OPT("fused-input-scale", 0, OPT_FUSED_INPUT_SCALE, NULL, NULL),
+    CLI_OPT("model-config", 0, OPT_MODEL_CONFIG, NULL, NULL),
+    CLI_OPT("profile", 0, OPT_PROFILE, NULL, NULL),
+    CLI_OPT("op-types", 0, OPT_OPTYPES, NULL, NULL),
+    CLI_OPT_REPEATED("exclude", 0, OPT_EXCLUDE, NULL, NULL),
     CLI_MODEL_OPTS,
     CLI_TABLE_OUT_OPTS,
     CLI_OBSERVER_OPTS,
@@ -253,10 +253,7 @@ static int write_checkpoint(const char *cmd, calib_args *a, const qcal_calib_tab
                                                &a->co, sum);
     if (st == QCAL_OK)
         return 0;
-    int code = st == QCAL_ERR_IO ? QCAL_EXIT_OUTPUT
-             : st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE
-             : st == QCAL_ERR_EMPTY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT;
-    return cli_fail_status(cmd, code, st);
+    return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_CHECKPOINT), st);
 }
 
 /* Parses the command line; returns 0, an exit code (reported), or -1 after --help. */
@@ -419,8 +416,7 @@ static int scan_dump(const char *cmd, const char *dir, qcal_calib_dump **dump)
 {
     qcal_status st = qcal_calib_dump_scan(dir, dump);
     if (st != QCAL_OK)
-        return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE
-                                                             : QCAL_EXIT_INPUT, st);
+        return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_READ), st);
     return 0;
 }
 
@@ -479,13 +475,13 @@ static int observe_failed(const char *cmd, const char *path, qcal_status st)
 {
     char msg[1200];
     snprintf(msg, sizeof msg, "%s", qcal_last_error());
-    return cli_fail(cmd, cli_observe_exit_code(st), "'%s': %s", path,
+    return cli_fail(cmd, cli_exit_code(st, CLI_AT_OBSERVE), "'%s': %s", path,
                     *msg ? msg : qcal_status_str(st));
 }
 
 static int read_failed(const char *cmd, qcal_status st)
 {
-    return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT,
+    return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_READ),
                            st);
 }
 
@@ -712,7 +708,7 @@ static int feed_weight(void *ctx, qcal_safetensors *st, int64_t i,
         if (s < 0) {
             char msg[1200];
             snprintf(msg, sizeof msg, "%s", qcal_last_error());
-            rc = cli_fail(w->cmd, cli_observe_exit_code(s), "'%s': weight '%s': %s", w->path,
+            rc = cli_fail(w->cmd, cli_exit_code(s, CLI_AT_OBSERVE), "'%s': weight '%s': %s", w->path,
                           info->name, *msg ? msg : qcal_status_str(s));
         } else {
             w->observed++;

@@ -40,12 +40,12 @@ static const char help[] =
 
 enum { OPT_HELP = 1, OPT_OBSERVER, OPT_DTYPE, OPT_QSCHEME, OPT_FORMAT, OPT_MIN_SQNR };
 static const cli_opt opts[] = {
-    { "help", 'h', false, OPT_HELP },
-    { "observer", 0, true, OPT_OBSERVER },
-    { "dtype", 0, true, OPT_DTYPE },
-    { "qscheme", 0, true, OPT_QSCHEME },
-    { "format", 0, true, OPT_FORMAT },
-    { "min-sqnr", 0, true, OPT_MIN_SQNR },
+    CLI_FLAG("help", 'h', OPT_HELP, NULL),
+    CLI_OPT("observer", 0, OPT_OBSERVER, NULL, NULL),
+    CLI_OPT("dtype", 0, OPT_DTYPE, NULL, NULL),
+    CLI_OPT("qscheme", 0, OPT_QSCHEME, NULL, NULL),
+    CLI_OPT("format", 0, OPT_FORMAT, NULL, NULL),
+    CLI_OPT("min-sqnr", 0, OPT_MIN_SQNR, NULL, NULL),
     { 0 },
 };
 const cli_opt *const cmd_compare_weights_opts = opts;

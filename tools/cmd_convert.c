@@ -27,7 +27,7 @@ static const char help[] =
 enum { OPT_HELP = 1 };
 
 static const cli_opt opts[] = {
-    { "help", 'h', false, OPT_HELP },
+    CLI_FLAG("help", 'h', OPT_HELP, NULL),
     CLI_TABLE_OUT_OPTS,
     { 0 },
 };
@@ -68,8 +68,7 @@ int cmd_convert(int argc, char **argv)
     qcal_calib_table *t = NULL;
     qcal_status st = qcal_calib_table_read_json(in, &t);
     if (st != QCAL_OK)
-        return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE
-                                                             : QCAL_EXIT_INPUT, st);
+        return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_READ), st);
     rc = cli_table_out_write(cmd, &out, t);
     if (!rc) {
         /* what each format holds: "tensorrt: 3 entries, ncnn: 5 entries" */

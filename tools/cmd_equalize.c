@@ -51,16 +51,16 @@ enum { OPT_HELP = 1, OPT_OUT, OPT_BC, OPT_ABC, OPT_QSCHEME, OPT_KEEP_CLIP, OPT_N
        OPT_QUIET };
 
 static const cli_opt equalize_opts[] = {
-    { "help", 'h', false, OPT_HELP },
-    { "output", 'o', true, OPT_OUT },
-    { "bias-correction", 0, true, OPT_BC },
-    { "analytic-bias-correction", 0, false, OPT_ABC },
-    { "weight-qscheme", 0, true, OPT_QSCHEME },
-    { "keep-clip", 0, false, OPT_KEEP_CLIP },
-    { "no-equalize", 0, false, OPT_NO_EQ },
-    { "max-sweeps", 0, true, OPT_SWEEPS },
-    { "report", 0, false, OPT_REPORT },
-    { "quiet", 'q', false, OPT_QUIET },
+    CLI_FLAG("help", 'h', OPT_HELP, NULL),
+    CLI_OPT("output", 'o', OPT_OUT, NULL, NULL),
+    CLI_OPT("bias-correction", 0, OPT_BC, NULL, NULL),
+    CLI_FLAG("analytic-bias-correction", 0, OPT_ABC, NULL),
+    CLI_OPT("weight-qscheme", 0, OPT_QSCHEME, NULL, NULL),
+    CLI_FLAG("keep-clip", 0, OPT_KEEP_CLIP, NULL),
+    CLI_FLAG("no-equalize", 0, OPT_NO_EQ, NULL),
+    CLI_OPT("max-sweeps", 0, OPT_SWEEPS, NULL, NULL),
+    CLI_FLAG("report", 0, OPT_REPORT, NULL),
+    CLI_FLAG("quiet", 'q', OPT_QUIET, NULL),
     { 0 },
 };
 const cli_opt *const cmd_equalize_opts = equalize_opts;
@@ -124,18 +124,14 @@ int cmd_equalize(int argc, char **argv)
     qcal_onnx_equalize_report rep = { 0 };
     qcal_status st = qcal_onnx_model_load(in, &m);
     if (st != QCAL_OK)
-        return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT, st);
+        return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_READ), st);
     st = qcal_onnx_equalize(m, &opt, &rep);
     if (st != QCAL_OK) {
-        int code = st == QCAL_ERR_NOT_FOUND || st == QCAL_ERR_FORMAT || st == QCAL_ERR_IO || st == QCAL_ERR_MISMATCH ||
-                           st == QCAL_ERR_EMPTY || st == QCAL_ERR_UNSUPPORTED
-                       ? QCAL_EXIT_INPUT
-                       : QCAL_EXIT_FAILURE;
-        rc = cli_fail_status(cmd, code, st);
+        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_TRANSFORM), st);
         goto out;
     }
     if ((st = qcal_onnx_model_save(m, NULL, out)) != QCAL_OK) {
-        rc = cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_OUTPUT, st);
+        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_WRITE), st);
         goto out;
     }
     print_lines(cmd, "note: Clip replaced by Relu", rep.replaced, rep.n_replaced);

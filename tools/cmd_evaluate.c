@@ -56,14 +56,14 @@ static const char help[] =
     "checked before the work, and all are written or none), a bad option exits 2.\n";
 
 static const cli_opt opts[] = {
-    { "help", 'h', false, CLI_EVAL_HELP },
-    { "observers", 0, true, CLI_EVAL_OBSERVERS },
-    { "dtype", 0, true, CLI_EVAL_DTYPE },
-    { "min-sqnr", 0, true, CLI_EVAL_MIN_SQNR },
-    { "format", 0, true, CLI_EVAL_FORMAT },
-    { "rules-out", 0, true, CLI_EVAL_RULES_OUT },
-    { "save-state", 0, true, CLI_EVAL_SAVE_STATE },
-    { "output", 'o', true, CLI_EVAL_OUT },
+    CLI_FLAG("help", 'h', CLI_EVAL_HELP, NULL),
+    CLI_OPT("observers", 0, CLI_EVAL_OBSERVERS, NULL, NULL),
+    CLI_OPT("dtype", 0, CLI_EVAL_DTYPE, NULL, NULL),
+    CLI_OPT("min-sqnr", 0, CLI_EVAL_MIN_SQNR, NULL, NULL),
+    CLI_OPT("format", 0, CLI_EVAL_FORMAT, NULL, NULL),
+    CLI_OPT("rules-out", 0, CLI_EVAL_RULES_OUT, NULL, NULL),
+    CLI_OPT("save-state", 0, CLI_EVAL_SAVE_STATE, NULL, NULL),
+    CLI_OPT("output", 'o', CLI_EVAL_OUT, NULL, NULL),
     CLI_EVAL_QUIET_OPT,
     { 0 },
 };
@@ -95,7 +95,7 @@ int cmd_evaluate(int argc, char **argv)
         rc = cli_stage(cmd, &staged, a.out, buf, len);
     if (!rc && a.rules_out &&
         (st = qcal_numeric_eval_write_rules(ev, cli_output_path(a.rules_out))) != QCAL_OK) {
-        rc = cli_fail_status(cmd, st == QCAL_ERR_IO ? QCAL_EXIT_OUTPUT : QCAL_EXIT_FAILURE, st);
+        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_SAVE), st);
         cli_stage_abort(&staged);
     }
     if (!rc)

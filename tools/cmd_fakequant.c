@@ -49,20 +49,20 @@ enum { OPT_HELP = 1, OPT_SCALE, OPT_ZERO_POINT, OPT_QMIN, OPT_QMAX, OPT_AXIS, OP
        OPT_DTYPE };
 
 static const cli_opt opts[] = {
-    { "help", 'h', false, OPT_HELP },
-    { "scale", 0, true, OPT_SCALE },
-    { "zero-point", 0, true, OPT_ZERO_POINT },
-    { "quant-min", 0, true, OPT_QMIN },
-    { "quant-max", 0, true, OPT_QMAX },
-    { "dtype", 0, true, OPT_DTYPE },
-    { "axis", 0, true, OPT_AXIS },
-    { "scales", 0, true, OPT_SCALES },
-    { "zero-points", 0, true, OPT_ZERO_POINTS },
-    { "grad", 0, true, OPT_GRAD },
-    { "grad-out", 0, true, OPT_GRAD_OUT },
-    { "learnable", 0, false, OPT_LEARNABLE },
-    { "grad-factor", 0, true, OPT_GRAD_FACTOR },
-    { "output", 'o', true, OPT_OUTPUT },
+    CLI_FLAG("help", 'h', OPT_HELP, NULL),
+    CLI_OPT("scale", 0, OPT_SCALE, NULL, NULL),
+    CLI_OPT("zero-point", 0, OPT_ZERO_POINT, NULL, NULL),
+    CLI_OPT("quant-min", 0, OPT_QMIN, NULL, NULL),
+    CLI_OPT("quant-max", 0, OPT_QMAX, NULL, NULL),
+    CLI_OPT("dtype", 0, OPT_DTYPE, NULL, NULL),
+    CLI_OPT("axis", 0, OPT_AXIS, NULL, NULL),
+    CLI_OPT("scales", 0, OPT_SCALES, NULL, NULL),
+    CLI_OPT("zero-points", 0, OPT_ZERO_POINTS, NULL, NULL),
+    CLI_OPT("grad", 0, OPT_GRAD, NULL, NULL),
+    CLI_OPT("grad-out", 0, OPT_GRAD_OUT, NULL, NULL),
+    CLI_FLAG("learnable", 0, OPT_LEARNABLE, NULL),
+    CLI_OPT("grad-factor", 0, OPT_GRAD_FACTOR, NULL, NULL),
+    CLI_OPT("output", 'o', OPT_OUTPUT, NULL, NULL),
     { 0 },
 };
 const cli_opt *const cmd_fakequant_opts = opts;
@@ -357,7 +357,7 @@ int cmd_fakequant(int argc, char **argv)
         st = qcal_fakequant_forward(&t, &qp, &yt, NULL);
     }
     if (st != QCAL_OK) {
-        rc = cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_USAGE,
+        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_FAKEQUANT),
                              st);
         goto done;
     }

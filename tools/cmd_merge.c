@@ -48,9 +48,9 @@ static const char help[] =
 enum { OPT_HELP = 1, OPT_SAVE_STATE, OPT_QUIET };
 
 static const cli_opt opts[] = {
-    { "help", 'h', false, OPT_HELP },
-    { "save-state", 0, true, OPT_SAVE_STATE },
-    { "quiet", 'q', false, OPT_QUIET },
+    CLI_FLAG("help", 'h', OPT_HELP, NULL),
+    CLI_OPT("save-state", 0, OPT_SAVE_STATE, NULL, NULL),
+    CLI_FLAG("quiet", 'q', OPT_QUIET, NULL),
     CLI_TABLE_OUT_OPTS,
     { 0 },
 };
@@ -67,7 +67,7 @@ static int merge_failed(const char *cmd, qcal_status st, const char *path, const
 {
     char msg[1200];
     snprintf(msg, sizeof msg, "%s", qcal_last_error());
-    return cli_fail(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT,
+    return cli_fail(cmd, cli_exit_code(st, CLI_AT_READ),
                     "'%s' does not merge with '%s': %s", path, first,
                     *msg ? msg : qcal_status_str(st));
 }
@@ -137,7 +137,7 @@ static int merge_observers(const char *cmd, const char **paths, int n, void **bu
         qcal_observer *o = NULL;
         qcal_status st = qcal_observer_load(bufs[i], lens[i], &o);
         if (st != QCAL_OK) {
-            rc = cli_fail(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT,
+            rc = cli_fail(cmd, cli_exit_code(st, CLI_AT_READ),
                           "'%s': %s", paths[i], qcal_last_error());
             break;
         }
@@ -186,7 +186,7 @@ static int merge_sessions(const char *cmd, const char **paths, int n, void **buf
     so.progress_user = prog;
     qcal_status st = qcal_calib_session_load(bufs[0], lens[0], &so, &s);
     if (st != QCAL_OK)
-        return cli_fail(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT,
+        return cli_fail(cmd, cli_exit_code(st, CLI_AT_READ),
                         "'%s': %s", paths[0], qcal_last_error());
     for (int i = 1; i < n && !rc; i++) {
         st = qcal_calib_session_merge_state(s, bufs[i], lens[i]);

@@ -50,10 +50,10 @@ static const char help_tail[] =
 enum { OPT_HELP = 1, OPT_LOAD_STATE, OPT_SAVE_STATE, OPT_QUIET };
 
 static const cli_opt opts[] = {
-    { "help", 'h', false, OPT_HELP },
-    { "load-state", 0, true, OPT_LOAD_STATE },
-    { "save-state", 0, true, OPT_SAVE_STATE },
-    { "quiet", 'q', false, OPT_QUIET },
+    CLI_FLAG("help", 'h', OPT_HELP, NULL),
+    CLI_OPT("load-state", 0, OPT_LOAD_STATE, NULL, NULL),
+    CLI_OPT("save-state", 0, OPT_SAVE_STATE, NULL, NULL),
+    CLI_FLAG("quiet", 'q', OPT_QUIET, NULL),
     CLI_OBSERVER_OPTS,
     { 0 },
 };
@@ -90,7 +90,7 @@ static int feed(const char *cmd, qcal_observer *obs, const char *path)
         st = qcal_observer_update(obs, &t);
     if (st < 0) {
         const char *msg = qcal_last_error();
-        rc = cli_fail(cmd, cli_observe_exit_code(st),
+        rc = cli_fail(cmd, cli_exit_code(st, CLI_AT_OBSERVE),
                       "'%s': %s", path, *msg ? msg : qcal_status_str(st));
     }
 done:
@@ -123,8 +123,7 @@ static int make_observer(const char *cmd, const cli_observer_args *oa, bool have
         return rc;
     qcal_status st = qcal_observer_create(&cfg, obs);
     if (st != QCAL_OK)
-        return cli_fail_status(cmd, st == QCAL_ERR_INVALID_ARG ? QCAL_EXIT_USAGE
-                                                              : QCAL_EXIT_FAILURE, st);
+        return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_PARAMS), st);
     return 0;
 }
 

@@ -100,34 +100,34 @@ enum { OPT_HELP = 1, OPT_OUT, OPT_PROFILE, OPT_LIST, OPT_TABLE, OPT_WOBS, OPT_EX
        OPT_ALLOW_PARTIAL, OPT_VERBOSE };
 
 static const cli_opt expose_opts[] = {
-    { "help", 'h', false, OPT_HELP },
-    { "output", 'o', true, OPT_OUT },
-    { "profile", 0, true, OPT_PROFILE },
-    { "list", 0, true, OPT_LIST },
-    { "op-types", 0, true, OPT_OPTYPES },
-    { "exclude", 0, CLI_REPEATED, OPT_EXCLUDE },
-    { "quiet", 'q', false, OPT_QUIET },
+    CLI_FLAG("help", 'h', OPT_HELP, NULL),
+    CLI_OPT("output", 'o', OPT_OUT, NULL, NULL),
+    CLI_OPT("profile", 0, OPT_PROFILE, NULL, NULL),
+    CLI_OPT("list", 0, OPT_LIST, NULL, NULL),
+    CLI_OPT("op-types", 0, OPT_OPTYPES, NULL, NULL),
+    CLI_OPT_REPEATED("exclude", 0, OPT_EXCLUDE, NULL, NULL),
+    CLI_FLAG("quiet", 'q', OPT_QUIET, NULL),
     { 0 },
 };
 const cli_opt *const cmd_onnx_expose_opts = expose_opts;
 
 static const cli_opt qdq_opts[] = {
-    { "help", 'h', false, OPT_HELP },
-    { "table", 0, true, OPT_TABLE },
-    { "output", 'o', true, OPT_OUT },
-    { "profile", 0, true, OPT_PROFILE },
-    { "weight-observer", 0, true, OPT_WOBS },
-    { "exclude", 0, CLI_REPEATED, OPT_EXCLUDE },
-    { "op-types", 0, true, OPT_OPTYPES },
-    { "strict", 0, false, OPT_STRICT },
-    { "weight-qscheme", 0, true, OPT_WQSCHEME },
-    { "float-weights", 0, false, OPT_FLOATW },
-    { "rules", 0, true, OPT_RULES },
-    { "table-out", 0, true, OPT_TABLE_OUT },
-    { "equalize", 0, false, OPT_EQUALIZE },
-    { "quiet", 'q', false, OPT_QUIET },
-    { "allow-partial", 0, false, OPT_ALLOW_PARTIAL },
-    { "verbose", 0, false, OPT_VERBOSE },
+    CLI_FLAG("help", 'h', OPT_HELP, NULL),
+    CLI_OPT("table", 0, OPT_TABLE, NULL, NULL),
+    CLI_OPT("output", 'o', OPT_OUT, NULL, NULL),
+    CLI_OPT("profile", 0, OPT_PROFILE, NULL, NULL),
+    CLI_OPT("weight-observer", 0, OPT_WOBS, NULL, NULL),
+    CLI_OPT_REPEATED("exclude", 0, OPT_EXCLUDE, NULL, NULL),
+    CLI_OPT("op-types", 0, OPT_OPTYPES, NULL, NULL),
+    CLI_FLAG("strict", 0, OPT_STRICT, NULL),
+    CLI_OPT("weight-qscheme", 0, OPT_WQSCHEME, NULL, NULL),
+    CLI_FLAG("float-weights", 0, OPT_FLOATW, NULL),
+    CLI_OPT("rules", 0, OPT_RULES, NULL, NULL),
+    CLI_OPT("table-out", 0, OPT_TABLE_OUT, NULL, NULL),
+    CLI_FLAG("equalize", 0, OPT_EQUALIZE, NULL),
+    CLI_FLAG("quiet", 'q', OPT_QUIET, NULL),
+    CLI_FLAG("allow-partial", 0, OPT_ALLOW_PARTIAL, NULL),
+    CLI_FLAG("verbose", 0, OPT_VERBOSE, NULL),
     CLI_MODEL_OPTS,
     CLI_OBSERVER_OPTS,
     { 0 },
@@ -319,7 +319,7 @@ static int expose_main(int argc, char **argv, const char **exclude)
         goto out;
     }
     if ((st = qcal_onnx_model_save(m, NULL, out)) != QCAL_OK) {
-        rc = cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_OUTPUT, st);
+        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_WRITE), st);
         goto out;
     }
     if (list && (st = qcal_atomic_file_commit(&lf)) != QCAL_OK) {
@@ -648,7 +648,7 @@ int cmd_qdq(int argc, char **argv)
     cli_staged staged = { 0 };
     qcal_status st;
     if (!from_data && (st = qcal_calib_table_read_json(table_path, &t)) != QCAL_OK) {
-        rc = cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT, st);
+        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_READ), st);
         goto done;
     }
     if ((rc = cli_model_load(cmd, in, quiet, &m)))
@@ -693,14 +693,11 @@ int cmd_qdq(int argc, char **argv)
     bool save_failed = false;
     st = qcal_onnx_qdq_save(m, t, &opt, NULL, out, &rep, &save_failed);
     if (st != QCAL_OK && save_failed) {
-        rc = cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_OUTPUT, st);
+        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_WRITE), st);
         goto free;
     }
     if (st != QCAL_OK) {
-        int code = st == QCAL_ERR_INVALID_ARG ? QCAL_EXIT_USAGE
-                   : (st == QCAL_ERR_UNSUPPORTED || st == QCAL_ERR_FORMAT) ? QCAL_EXIT_INPUT
-                                                                           : QCAL_EXIT_FAILURE;
-        rc = cli_fail_status(cmd, code, st);
+        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_QDQ), st);
         goto free;
     }
     if ((rc = cli_stage_commit(cmd, &staged)))

@@ -59,14 +59,14 @@ enum { OPT_HELP = 1, OPT_SCALE, OPT_ZERO_POINT, OPT_DTYPE, OPT_AXIS, OPT_SCALES,
        OPT_ZERO_POINTS, OPT_OUTPUT };
 
 static const cli_opt opts[] = {
-    { "help", 'h', false, OPT_HELP },
-    { "scale", 0, true, OPT_SCALE },
-    { "zero-point", 0, true, OPT_ZERO_POINT },
-    { "dtype", 0, true, OPT_DTYPE },
-    { "axis", 0, true, OPT_AXIS },
-    { "scales", 0, true, OPT_SCALES },
-    { "zero-points", 0, true, OPT_ZERO_POINTS },
-    { "output", 'o', true, OPT_OUTPUT },
+    CLI_FLAG("help", 'h', OPT_HELP, NULL),
+    CLI_OPT("scale", 0, OPT_SCALE, NULL, NULL),
+    CLI_OPT("zero-point", 0, OPT_ZERO_POINT, NULL, NULL),
+    CLI_OPT("dtype", 0, OPT_DTYPE, NULL, NULL),
+    CLI_OPT("axis", 0, OPT_AXIS, NULL, NULL),
+    CLI_OPT("scales", 0, OPT_SCALES, NULL, NULL),
+    CLI_OPT("zero-points", 0, OPT_ZERO_POINTS, NULL, NULL),
+    CLI_OPT("output", 'o', OPT_OUTPUT, NULL, NULL),
     { 0 },
 };
 const cli_opt *const cmd_quantize_opts = opts;
@@ -279,8 +279,7 @@ int cmd_quantize(int argc, char **argv)
     if (st == QCAL_OK)
         st = qcal_quantize(&t, qparams_of(&a, &cp, a.dtype, &qp), dst);
     if (st != QCAL_OK) {
-        rc = cli_fail_status(cmd, st == QCAL_ERR_INVALID_ARG ? QCAL_EXIT_USAGE
-                                                             : QCAL_EXIT_FAILURE, st);
+        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_PARAMS), st);
         goto out;
     }
     rc = cli_write_npy(cmd, cli_output_path(a.out), npy_of(a.dtype), in.ndim, in.shape, dst);
@@ -342,8 +341,7 @@ int cmd_dequantize(int argc, char **argv)
     if (st == QCAL_OK)
         st = qcal_dequantize(src, qparams_of(&a, &cp, file_dtype, &qp), &t);
     if (st != QCAL_OK) {
-        rc = cli_fail_status(cmd, st == QCAL_ERR_INVALID_ARG ? QCAL_EXIT_USAGE
-                                                             : QCAL_EXIT_FAILURE, st);
+        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_PARAMS), st);
         goto out;
     }
     rc = cli_write_npy(cmd, cli_output_path(a.out), QCAL_NPY_F32, in.ndim, in.shape, dst);

@@ -40,12 +40,12 @@ static const char help[] =
     "the work, and both are written or neither), a bad option exits 2.\n";
 
 static const cli_opt opts[] = {
-    { "help", 'h', false, CLI_EVAL_HELP },
-    { "output", 'o', true, CLI_EVAL_OUT },
-    { "observers", 0, true, CLI_EVAL_OBSERVERS },
-    { "min-sqnr", 0, true, CLI_EVAL_MIN_SQNR },
-    { "title", 0, true, CLI_EVAL_TITLE },
-    { "save-state", 0, true, CLI_EVAL_SAVE_STATE },
+    CLI_FLAG("help", 'h', CLI_EVAL_HELP, NULL),
+    CLI_OPT("output", 'o', CLI_EVAL_OUT, NULL, NULL),
+    CLI_OPT("observers", 0, CLI_EVAL_OBSERVERS, NULL, NULL),
+    CLI_OPT("min-sqnr", 0, CLI_EVAL_MIN_SQNR, NULL, NULL),
+    CLI_OPT("title", 0, CLI_EVAL_TITLE, NULL, NULL),
+    CLI_OPT("save-state", 0, CLI_EVAL_SAVE_STATE, NULL, NULL),
     CLI_EVAL_QUIET_OPT,
     { 0 },
 };
@@ -75,7 +75,7 @@ int cmd_report(int argc, char **argv)
     rc = cli_eval_stage_state(cmd, &a, ev, &staged);
     qcal_status st = QCAL_OK;
     if (!rc && (st = qcal_numeric_eval_write_report(ev, &ro, cli_output_path(a.out))) != QCAL_OK) {
-        rc = cli_fail_status(cmd, st == QCAL_ERR_IO ? QCAL_EXIT_OUTPUT : QCAL_EXIT_FAILURE, st);
+        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_SAVE), st);
         cli_stage_abort(&staged);
     }
     if (!rc)

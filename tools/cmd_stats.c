@@ -36,9 +36,9 @@ static const char help[] =
 
 enum { OPT_HELP = 1, OPT_CSV, OPT_SUMMARY };
 static const cli_opt opts[] = {
-    { "help", 'h', false, OPT_HELP },
-    { "csv", 0, true, OPT_CSV },
-    { "summary", 0, false, OPT_SUMMARY },
+    CLI_FLAG("help", 'h', OPT_HELP, NULL),
+    CLI_OPT("csv", 0, OPT_CSV, NULL, NULL),
+    CLI_FLAG("summary", 0, OPT_SUMMARY, NULL),
     { 0 },
 };
 const cli_opt *const cmd_stats_opts = opts;
@@ -233,8 +233,7 @@ static int do_dump(const char *dir, int file, const name_index *ix, qcal_numeric
     qcal_calib_dump *d = NULL;
     qcal_status s = qcal_calib_dump_scan(dir, &d);
     if (s != QCAL_OK)
-        return cli_fail_status("stats", s == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE
-                                                                : QCAL_EXIT_INPUT, s);
+        return cli_fail_status("stats", cli_exit_code(s, CLI_AT_READ), s);
     int64_t n = 0;
     int rc = 0;
     qcal_calib_dump_count(d, &n);
