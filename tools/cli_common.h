@@ -25,8 +25,8 @@
 
 /* Each subcommand's option table (tools/cmd_<name>.c), for the command table of
  * tools/qcal.c, the generated man page and completion, and the docs test. */
-extern const cli_opt *const cmd_observe_opts, *const cmd_quantize_opts,
-    *const cmd_dequantize_opts, *const cmd_calibrate_opts, *const cmd_convert_opts,
+extern const cli_spec cmd_quantize_spec, cmd_dequantize_spec;
+extern const cli_opt *const cmd_observe_opts, *const cmd_calibrate_opts, *const cmd_convert_opts,
     *const cmd_stats_opts, *const cmd_compare_weights_opts, *const cmd_fakequant_opts, *const cmd_evaluate_opts, *const cmd_report_opts,
     *const cmd_merge_opts, *const cmd_onnx_expose_opts, *const cmd_qdq_opts,
     *const cmd_equalize_opts;

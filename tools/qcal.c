@@ -11,8 +11,8 @@
 
 static const qcal_cmd commands[] = {
     { "observe", "feed .npy batches to an observer, print its range and qparams (JSON)", cmd_observe, &cmd_observe_opts, NULL },
-    { "quantize", "quantize a float .npy with given scale/zero-point (per tensor or channel)", cmd_quantize, &cmd_quantize_opts, NULL },
-    { "dequantize", "dequantize a uint8/int8/int32 .npy back to float32", cmd_dequantize, &cmd_dequantize_opts, NULL },
+    { "quantize", "quantize a float .npy with given scale/zero-point (per tensor or channel)", cmd_quantize, &cmd_quantize_spec.opts, &cmd_quantize_spec },
+    { "dequantize", "dequantize a uint8/int8/int32 .npy back to float32", cmd_dequantize, &cmd_dequantize_spec.opts, &cmd_dequantize_spec },
     { "calibrate", "calibrate a dump directory, or an ONNX model run on data in ONNX Runtime, into tables (JSON, TensorRT, ONNX Runtime, ncnn)", cmd_calibrate, &cmd_calibrate_opts, NULL },
     { "convert", "convert a JSON calibration table to TensorRT, ONNX Runtime and ncnn formats", cmd_convert, &cmd_convert_opts, NULL },
     { "merge", "merge saved observer or session states (exactly: JSON, table or state)", cmd_merge, &cmd_merge_opts, NULL },
