@@ -369,14 +369,6 @@ int cli_qparam_check(const char *cmd, const cli_qparam_args *q)
     return 0;
 }
 
-int cli_check_qparam_mode(const char *cmd, bool have_scale, bool have_zp, bool have_axis,
-                          const char *scales_path, const char *zps_path)
-{
-    cli_qparam_args q = { .have_scale = have_scale, .have_zp = have_zp, .have_axis = have_axis,
-                          .scales_path = scales_path, .zps_path = zps_path };
-    return cli_qparam_check(cmd, &q);
-}
-
 int cli_check_in_out(const char *cmd, const char *in, const char *out)
 {
     if (!in)

@@ -25,9 +25,9 @@
 
 /* Each subcommand's option table (tools/cmd_<name>.c), for the command table of
  * tools/qcal.c, the generated man page and completion, and the docs test. */
-extern const cli_spec cmd_quantize_spec, cmd_dequantize_spec;
+extern const cli_spec cmd_quantize_spec, cmd_dequantize_spec, cmd_fakequant_spec;
 extern const cli_opt *const cmd_observe_opts, *const cmd_calibrate_opts, *const cmd_convert_opts,
-    *const cmd_stats_opts, *const cmd_compare_weights_opts, *const cmd_fakequant_opts, *const cmd_evaluate_opts, *const cmd_report_opts,
+    *const cmd_stats_opts, *const cmd_compare_weights_opts, *const cmd_evaluate_opts, *const cmd_report_opts,
     *const cmd_merge_opts, *const cmd_onnx_expose_opts, *const cmd_qdq_opts,
     *const cmd_equalize_opts;
 
@@ -162,8 +162,6 @@ bool cli_qparam_per_channel(const cli_qparam_args *q);
 /* Per tensor or per channel: reports and returns QCAL_EXIT_USAGE when they are mixed, per
  * channel is incomplete or no --scale is given; else 0. */
 int cli_qparam_check(const char *cmd, const cli_qparam_args *q);
-int cli_check_qparam_mode(const char *cmd, bool have_scale, bool have_zp, bool have_axis,
-                          const char *scales_path, const char *zps_path);
 
 /* Reports and returns QCAL_EXIT_USAGE when the input or the -o output is missing; else 0. */
 int cli_check_in_out(const char *cmd, const char *in, const char *out);

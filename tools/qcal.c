@@ -23,7 +23,7 @@ static const qcal_cmd commands[] = {
     { "onnx-expose", "make every tensor a profile quantizes an output of an ONNX model (for calibration dumps)", cmd_onnx_expose, &cmd_onnx_expose_opts, NULL },
     { "qdq", "insert QuantizeLinear/DequantizeLinear into an ONNX model from a table or calibration data (ONNX Runtime, TensorRT 10)", cmd_qdq, &cmd_qdq_opts, NULL },
     { "equalize", "fold BatchNorms, equalize Conv/Gemm -> Relu -> Conv/Gemm chains, correct biases (ONNX, before qdq)", cmd_equalize, &cmd_equalize_opts, NULL },
-    { "fakequant", "fake-quantize a float .npy (forward, straight-through / LSQ backward)", cmd_fakequant, &cmd_fakequant_opts, NULL },
+    { "fakequant", "fake-quantize a float .npy (forward, straight-through / LSQ backward)", cmd_fakequant, &cmd_fakequant_spec.opts, &cmd_fakequant_spec },
 };
 
 /* "unknown subcommand 'calibrat'; did you mean 'calibrate'?" when one subcommand is within
