@@ -9,10 +9,17 @@
 
 #include "cli_common.h"
 
+/* The reason of the first failed write of standard output (0: none yet): glibc drops a
+ * buffer it could not write, so the final flush may see no error of its own. */
+static int stdout_errno;
+
 /* The --help text of a subcommand (malloc'ed, NUL-terminated): generated from its table, or
- * captured from its stdout. */
+ * captured from its stdout. What was printed before is flushed first. */
 static char *help_text(const qcal_cmd *c)
 {
+    errno = 0;
+    if (fflush(stdout) != 0 && !stdout_errno)
+        stdout_errno = errno;
     if (c->spec) {
         char *buf = NULL;
         size_t len = 0;
@@ -56,7 +63,8 @@ static int flushed(FILE *f)
     errno = 0;
     if (fflush(f) == 0 && !ferror(f))
         return QCAL_EXIT_OK;
-    fprintf(stderr, "qcal: cannot write to standard output: %s\n", strerror(errno ? errno : EIO));
+    int e = errno ? errno : stdout_errno ? stdout_errno : EIO;
+    fprintf(stderr, "qcal: cannot write to standard output: %s\n", strerror(e));
     return QCAL_EXIT_OUTPUT;
 }
 
