@@ -25,11 +25,10 @@
 
 /* Each subcommand's option table (tools/cmd_<name>.c), for the command table of
  * tools/qcal.c, the generated man page and completion, and the docs test. */
-extern const cli_spec cmd_quantize_spec, cmd_dequantize_spec, cmd_fakequant_spec;
-extern const cli_opt *const cmd_observe_opts, *const cmd_calibrate_opts, *const cmd_convert_opts,
-    *const cmd_stats_opts, *const cmd_compare_weights_opts, *const cmd_evaluate_opts, *const cmd_report_opts,
-    *const cmd_merge_opts, *const cmd_onnx_expose_opts, *const cmd_qdq_opts,
-    *const cmd_equalize_opts;
+extern const cli_spec cmd_compare_weights_spec, cmd_observe_spec, cmd_quantize_spec, cmd_dequantize_spec,
+    cmd_calibrate_spec, cmd_convert_spec, cmd_merge_spec, cmd_evaluate_spec, cmd_report_spec,
+    cmd_stats_spec, cmd_compare_weights_spec, cmd_onnx_expose_spec, cmd_qdq_spec,
+    cmd_equalize_spec, cmd_fakequant_spec;
 
 /* Reports "qcal: <cmd>: <message>" (one line; newlines in the message become spaces) and
  * returns code. A message that already starts with "<cmd>: " (a library message naming the

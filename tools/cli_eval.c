@@ -10,8 +10,7 @@
 #include "cli_common.h"
 #include "cli_eval.h"
 
-int cli_eval_parse(const char *cmd, int argc, char **argv, const cli_opt *opts, const char *help,
-                   cli_eval_args *a)
+int cli_eval_parse(const char *cmd, int argc, char **argv, const cli_spec *spec, cli_eval_args *a)
 {
     memset(a, 0, sizeof *a);
     cli_progress_init(&a->progress, cmd, false, false);
@@ -21,10 +20,10 @@ int cli_eval_parse(const char *cmd, int argc, char **argv, const cli_opt *opts, 
     cli_parser_init(&p, argc, argv);
     const char *val;
     int id, rc;
-    while ((id = cli_next(&p, opts, &val)) != CLI_END) {
+    while ((id = cli_next(&p, spec->opts, &val)) != CLI_END) {
         switch (id) {
         case CLI_ERROR: return QCAL_EXIT_USAGE;
-        case CLI_EVAL_HELP: fputs(help, stdout); return QCAL_EXIT_OK;
+        case CLI_HELP: cli_help(stdout, spec); return QCAL_EXIT_OK;
         case CLI_EVAL_DTYPE:
             if (qcal_dtype_parse(val, &a->dtype) != QCAL_OK || !qcal_dtype_is_float8(a->dtype))
                 return cli_fail(cmd, QCAL_EXIT_USAGE, "--dtype: '%s' is not float8_e4m3fn or "

@@ -20,27 +20,26 @@ enum {
     CLI_MODEL_END
 };
 
-/* Rows to put in a subcommand's option table. */
-#define CLI_MODEL_OPTS                                                                        \
-    CLI_OPT("data", 0, CLI_MODEL_DATA, NULL, NULL), CLI_OPT_REPEATED("input", 0, CLI_MODEL_INPUT, NULL, NULL),     \
-    CLI_OPT("batch", 0, CLI_MODEL_BATCH, NULL, NULL), CLI_OPT_REPEATED("carry", 0, CLI_MODEL_CARRY, NULL, NULL),   \
-    CLI_OPT("ort-lib", 0, CLI_MODEL_ORT_LIB, NULL, NULL)
-
-/* Help lines of the rows above. */
-#define CLI_MODEL_HELP                                                                          \
-    "  --data SPEC              calibration data: a directory or a .npy, .npz or .safetensors\n" \
-    "                           file of arrays named by model input, batch on axis 0; several\n" \
-    "                           files are several batches (docs/data.md)\n"                      \
-    "  --input NAME=PATH        (repeatable) input NAME from PATH (a .npy file, or a directory\n" \
-    "                           of them: one batch each)\n"                                      \
-    "  --batch N                samples per run where the model's first dimension is dynamic\n" \
-    "                           (default: as many as keep one run's observed tensors under\n"    \
-    "                           512 MiB); the ranges do not depend on N\n"                       \
-    "  --carry OUT=IN           (repeatable) output OUT of a run is input IN of the next run\n"  \
-    "                           of the same data file (recurrent state; zeros, or the file's\n"  \
-    "                           value, at the start of each file)\n"                             \
-    "  --ort-lib PATH           ONNX Runtime's libonnxruntime.so.1 (default: $QCAL_ORT_LIB,\n"   \
-    "                           the loader's path, then the npm cache ./run.sh fills)\n"
+/* Rows to put in a subcommand's option table (help texts at column 27). */
+#define CLI_MODEL_OPTS                                                                          \
+    CLI_OPT("data", 0, CLI_MODEL_DATA, "SPEC",                                                  \
+        "calibration data: a directory or a .npy, .npz or .safetensors\n"                       \
+        "file of arrays named by model input, batch on axis 0; several\n"                       \
+        "files are several batches (docs/data.md)"),                                            \
+    CLI_OPT_REPEATED("input", 0, CLI_MODEL_INPUT, "NAME=PATH",                                  \
+        "(repeatable) input NAME from PATH (a .npy file, or a directory\n"                      \
+        "of them: one batch each)"),                                                            \
+    CLI_OPT("batch", 0, CLI_MODEL_BATCH, "N",                                                   \
+        "samples per run where the model's first dimension is dynamic\n"                        \
+        "(default: as many as keep one run's observed tensors under\n"                          \
+        "512 MiB); the ranges do not depend on N"),                                             \
+    CLI_OPT_REPEATED("carry", 0, CLI_MODEL_CARRY, "OUT=IN",                                     \
+        "(repeatable) output OUT of a run is input IN of the next run\n"                        \
+        "of the same data file (recurrent state; zeros, or the file's\n"                        \
+        "value, at the start of each file)"),                                                   \
+    CLI_OPT("ort-lib", 0, CLI_MODEL_ORT_LIB, "PATH",                                            \
+        "ONNX Runtime's libonnxruntime.so.1 (default: $QCAL_ORT_LIB,\n"                         \
+        "the loader's path, then the npm cache ./run.sh fills)")
 
 typedef struct cli_model_args {
     const char *data;          /* --data */

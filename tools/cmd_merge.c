@@ -12,49 +12,48 @@
 #include "cli_state.h"
 #include "cli_table_out.h"
 
-static const char help[] =
-    "usage: qcal merge STATE [STATE ...] [--save-state OUT]\n"
-    "       qcal merge SESSION_STATE [SESSION_STATE ...] -o OUT [--format F[,F...]]\n"
-    "                  [--save-state OUT]\n"
-    "\n"
-    "Merges state files saved by 'qcal observe --save-state' (observer states) or 'qcal\n"
-    "calibrate --save-state' (session states); all STATEs must be of one of the two.\n"
-    "For the order-independent observers (minmax, per_channel_minmax, histogram, percentile,\n"
-    "entropy, mse) the result does not depend on how the data was split or in which order\n"
-    "the states are given: it equals one run over all the data, bit for bit.\n"
-    "\n"
-    "  observer states  print the JSON 'qcal observe' prints (its fields in 'qcal observe\n"
-    "                   --help'; batches is the sum, digest identifies the merged state)\n"
-    "  session states   -o TABLE writes the table 'qcal calibrate' would have written on\n"
-    "                   all the data (same bytes for the same --format and --trt-* options)\n"
-    "\n"
-    "options:\n"
-    "  --save-state OUT         also save the merged state to OUT (atomically)\n"
-    "session states, the table output of 'qcal calibrate':\n"
-    CLI_TABLE_OUT_HELP
-    "  -q, --quiet              no progress report on stderr (a bar on a terminal, else a\n"
-    "                           line at most every 10 s: reading, searching; docs/cli.md)\n"
-    "  -h, --help               this help\n"
-    "\n"
-    "The same file given twice is refused (exit 2); two files with the same digest (a copy:\n"
-    "the same data counted twice) are merged with a warning.\n"
-    "\n"
-    "Exit codes: 3 when a STATE cannot be read, is malformed, truncated or of another\n"
-    "version, or when the states do not merge (observer and session states mixed, different\n"
-    "observers or options for the same tensor, two moving averages that both saw data: their\n"
-    "result depends on batch order); the message names both files. 4 when an output cannot\n"
-    "be written; 1 when no finite value was seen (observer states, as 'qcal observe').\n";
-
-enum { OPT_HELP = 1, OPT_SAVE_STATE, OPT_QUIET };
+enum { OPT_SAVE_STATE = 1, OPT_QUIET };
 
 static const cli_opt opts[] = {
-    CLI_FLAG("help", 'h', OPT_HELP, NULL),
-    CLI_OPT("save-state", 0, OPT_SAVE_STATE, NULL, NULL),
-    CLI_FLAG("quiet", 'q', OPT_QUIET, NULL),
+    CLI_TEXT(
+        "usage: qcal merge STATE [STATE ...] [--save-state OUT]\n"
+        "       qcal merge SESSION_STATE [SESSION_STATE ...] -o OUT [--format F[,F...]]\n"
+        "                  [--save-state OUT]\n"
+        "\n"
+        "Merges state files saved by 'qcal observe --save-state' (observer states) or 'qcal\n"
+        "calibrate --save-state' (session states); all STATEs must be of one of the two.\n"
+        "For the order-independent observers (minmax, per_channel_minmax, histogram, percentile,\n"
+        "entropy, mse) the result does not depend on how the data was split or in which order\n"
+        "the states are given: it equals one run over all the data, bit for bit.\n"
+        "\n"
+        "  observer states  print the JSON 'qcal observe' prints (its fields in 'qcal observe\n"
+        "                   --help'; batches is the sum, digest identifies the merged state)\n"
+        "  session states   -o TABLE writes the table 'qcal calibrate' would have written on\n"
+        "                   all the data (same bytes for the same --format and --trt-* options)\n"
+        "\n"
+        "options:\n"),
+    CLI_OPT("save-state", 0, OPT_SAVE_STATE, "OUT",
+        "also save the merged state to OUT (atomically)"),
+    CLI_TEXT(
+        "session states, the table output of 'qcal calibrate':\n"),
     CLI_TABLE_OUT_OPTS,
+    CLI_FLAG("quiet", 'q', OPT_QUIET,
+        "no progress report on stderr (a bar on a terminal, else a\n"
+        "line at most every 10 s: reading, searching; docs/cli.md)"),
+    CLI_HELP_OPT,
+    CLI_TEXT(
+        "\n"
+        "The same file given twice is refused (exit 2); two files with the same digest (a copy:\n"
+        "the same data counted twice) are merged with a warning.\n"
+        "\n"
+        "Exit codes: 3 when a STATE cannot be read, is malformed, truncated or of another\n"
+        "version, or when the states do not merge (observer and session states mixed, different\n"
+        "observers or options for the same tensor, two moving averages that both saw data: their\n"
+        "result depends on batch order); the message names both files. 4 when an output cannot\n"
+        "be written; 1 when no finite value was seen (observer states, as 'qcal observe').\n"),
     { 0 },
 };
-const cli_opt *const cmd_merge_opts = opts;
+const cli_spec cmd_merge_spec = { opts, 27 };
 
 static const char *state_kind_name(cli_state_kind k)
 {
@@ -273,7 +272,7 @@ int cmd_merge(int argc, char **argv)
     while ((id = cli_next(&p, opts, &val)) != CLI_END) {
         switch (id) {
         case CLI_ERROR: rc = QCAL_EXIT_USAGE; goto done;
-        case OPT_HELP: fputs(help, stdout); goto done;
+        case CLI_HELP: cli_help(stdout, &cmd_merge_spec); goto done;
         case OPT_SAVE_STATE: save = val; break;
         case OPT_QUIET: quiet = true; break;
         case CLI_POSITIONAL: paths[n++] = val; break;
