@@ -23,16 +23,13 @@ enum {
     QCAL_EXIT_ENGINE = 5,    /* ONNX Runtime (the engine) could not be loaded */
 };
 
-struct cli_opt;
 struct cli_spec;
 
 typedef struct qcal_cmd {
     const char *name;
     const char *summary;
     int (*run)(int argc, char **argv);   /* argv[0] is the subcommand name */
-    const struct cli_opt *const *opts;   /* its option table (cmd_<name>_opts) */
-    const struct cli_spec *spec;         /* its declaration (cmd_<name>_spec); NULL: the
-                                          * --help text is its own */
+    const struct cli_spec *spec;         /* its option table (cmd_<name>_spec) */
 } qcal_cmd;
 
 /* Generated documentation (tools/cli_gendoc.c), from the command table, each command's

@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli_common.h"
 
@@ -13,47 +12,20 @@
  * buffer it could not write, so the final flush may see no error of its own. */
 static int stdout_errno;
 
-/* The --help text of a subcommand (malloc'ed, NUL-terminated): generated from its table, or
- * captured from its stdout. What was printed before is flushed first. */
+/* The --help text of a subcommand (malloc'ed, NUL-terminated), generated from its table.
+ * What was printed before is flushed first. */
 static char *help_text(const qcal_cmd *c)
 {
     errno = 0;
     if (fflush(stdout) != 0 && !stdout_errno)
         stdout_errno = errno;
-    if (c->spec) {
-        char *buf = NULL;
-        size_t len = 0;
-        FILE *mem = open_memstream(&buf, &len);
-        if (!mem)
-            return NULL;
-        cli_help(mem, c->spec);
-        fclose(mem);
-        return buf;
-    }
-    FILE *tmp = tmpfile();
-    if (!tmp)
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&buf, &len);
+    if (!mem)
         return NULL;
-    fflush(stdout);
-    int saved = dup(1);
-    if (saved < 0 || dup2(fileno(tmp), 1) < 0) {
-        fclose(tmp);
-        return NULL;
-    }
-    char name[64], flag[] = "--help";
-    snprintf(name, sizeof name, "%s", c->name);
-    char *argv[] = { name, flag, NULL };
-    c->run(2, argv);
-    fflush(stdout);
-    dup2(saved, 1);
-    close(saved);
-    long n = ftell(tmp);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (buf) {
-        rewind(tmp);
-        size_t got = fread(buf, 1, (size_t)n, tmp);
-        buf[got] = '\0';
-    }
-    fclose(tmp);
+    cli_help(mem, c->spec);
+    fclose(mem);
     return buf;
 }
 
@@ -116,7 +88,7 @@ int cli_gen_option_list(FILE *f, const qcal_cmd *cmds, int n)
 {
     for (int i = 0; i < n; i++) {
         list_ctx c = { f, cmds[i].name };
-        each_option(*cmds[i].opts, list_one, &c);
+        each_option(cmds[i].spec->opts, list_one, &c);
     }
     return flushed(f);
 }
@@ -318,9 +290,9 @@ int cli_gen_bash_completion(FILE *f, const qcal_cmd *cmds, int n)
         char *h = help_text(&cmds[i]);
         comp_ctx c = { f, cmds[i].name, h ? h : "" };
         fprintf(f, "    %s)\n        opts=\"", cmds[i].name);
-        each_option(*cmds[i].opts, comp_word, &c);
+        each_option(cmds[i].spec->opts, comp_word, &c);
         fputs("\"\n        case $prev in\n", f);
-        each_option(*cmds[i].opts, comp_value, &c);
+        each_option(cmds[i].spec->opts, comp_value, &c);
         fputs("        esac\n        ;;\n", f);
         free(h);
     }
