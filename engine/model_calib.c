@@ -51,6 +51,10 @@ struct qcal_model_calib {
     int64_t n_inputs;
     int64_t step;            /* next run's index */
     qcal_model_calib_report rep;
+    qcal_numeric_eval *eval; /* qcal_model_calib_set_eval: the runs go there, not to s */
+    bool scoring;            /* eval is finished: pass 2 scores */
+    int64_t progress_base;   /* samples of the passes before this one (observer_auto) */
+    int64_t progress_passes; /* passes the progress total counts (1, or 2) */
 
     /* The observer thread and its one-slot hand-over. */
     pthread_t th;
@@ -155,7 +159,19 @@ static qcal_status observe_run(qcal_model_calib *mc, qcal_engine_outputs *o, int
         if ((st = qcal_tensor_init(&x, f, v.ndim, v.dims)) < 0)
             break;
         /* A failure's message names the tensor and the step (= the run's index). */
-        st = qcal_calib_session_observe(mc->s, mc->names[i], QCAL_CALIB_ROLE_ACTIVATION, step, &x);
+        if (!mc->eval) {
+            st = qcal_calib_session_observe(mc->s, mc->names[i], QCAL_CALIB_ROLE_ACTIVATION,
+                                            step, &x);
+        } else {
+            st = mc->scoring ? qcal_numeric_eval_score(mc->eval, mc->names[i],
+                                                       QCAL_CALIB_ROLE_ACTIVATION, &x)
+                             : qcal_numeric_eval_observe(mc->eval, mc->names[i],
+                                                         QCAL_CALIB_ROLE_ACTIVATION, &x);
+            if (st < 0)
+                st = qcal_error(st, "activation '%s' run %lld (%s): %s", mc->names[i],
+                                (long long)step, mc->scoring ? "scoring" : "observing",
+                                qcal_last_error());
+        }
         /* Observed: its memory goes back while the engine computes the next run. A carried
          * output was copied before the hand-over. */
         qcal_engine_outputs_release(o, i);
@@ -241,6 +257,19 @@ static qcal_status start_thread(qcal_model_calib *mc)
         return qcal_error(QCAL_ERR_NO_MEMORY, "cannot start the observer thread: %s",
                           strerror(err));
     mc->th_started = true;
+    return QCAL_OK;
+}
+
+qcal_status qcal_model_calib_set_eval(qcal_model_calib *mc, qcal_numeric_eval *ev, bool score)
+{
+    if (!mc)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "model calibration: NULL argument");
+    /* The observer thread reads eval and scoring only while it has a job: wait for it. */
+    qcal_status st = wait_idle(mc);
+    if (st < 0)
+        return st;
+    mc->eval = ev;
+    mc->scoring = ev && score;
     return QCAL_OK;
 }
 
@@ -344,11 +373,16 @@ qcal_status qcal_model_calib_create(qcal_engine *e, const qcal_onnx_model *m, qc
                           "%lld, rank %lld of %lld, threads %d, max_run_bytes %llu)",
                           (long long)opt->batch, (long long)opt->rank, (long long)opt->ranks,
                           opt->threads, (unsigned long long)opt->max_run_bytes);
+    if (opt->observer_auto && opt->ranks > 1)
+        return qcal_error(QCAL_ERR_UNSUPPORTED, "observer choice (observer_auto) runs in one "
+                          "process: its evaluation is not merged across %lld ranks",
+                          (long long)opt->ranks);
     qcal_model_calib *mc = calloc(1, sizeof *mc);
     if (!mc)
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
     mc->s = s;
     mc->opt = *opt;
+    mc->progress_passes = 1;
     mc->opt.carry = NULL;
     mc->opt.exclude = NULL;
     mc->opt.op_types = NULL;
@@ -623,10 +657,9 @@ static int64_t share_samples(qcal_dataset *ds, const qcal_model_calib_options *o
     return n;
 }
 
-qcal_status qcal_model_calib_feed_dataset(qcal_model_calib *mc, qcal_dataset *ds)
+/* One pass over this process's share of ds. */
+static qcal_status feed_pass(qcal_model_calib *mc, qcal_dataset *ds)
 {
-    if (!mc || !ds)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "model calibration: NULL argument");
     const qcal_model_calib_options *o = &mc->opt;
     int64_t files = qcal_dataset_file_count(ds), total = share_samples(ds, o), done = 0;
     int64_t batch = o->batch;
@@ -668,7 +701,8 @@ qcal_status qcal_model_calib_feed_dataset(qcal_model_calib *mc, qcal_dataset *ds
             done += n;
             mc->rep.samples += n;
             if (o->progress)
-                o->progress(o->progress_user, done, total, fi.path);
+                o->progress(o->progress_user, mc->progress_base + done,
+                            total * mc->progress_passes, fi.path);
         }
     }
     return st;
@@ -686,6 +720,8 @@ qcal_status qcal_model_calib_finish(qcal_model_calib *mc, qcal_model_calib_repor
     if ((st = qcal_calib_session_flush(mc->s)) < 0)
         return st;
     mc->rep.tensors = mc->n_names;
+    if (!mc->rep.passes)
+        mc->rep.passes = 1;
     pthread_mutex_lock(&mc->mu);
     mc->rep.empty = mc->empty;
     pthread_mutex_unlock(&mc->mu);
@@ -723,6 +759,73 @@ void qcal_model_calib_destroy(qcal_model_calib **pmc)
     free(mc->inputs);
     free(mc);
     *pmc = NULL;
+}
+
+/* Observer choice: pass 1 into a fresh evaluation, pass 2 scores, then every tensor's
+ * recommended observer goes into the session. */
+static qcal_status calibrate_auto(qcal_model_calib *mc, qcal_dataset *ds)
+{
+    qcal_numeric_eval_options eo;
+    qcal_numeric_eval_options_default(&eo);
+    eo.kinds = QCAL_MODEL_CALIB_AUTO_KINDS;
+    /* The candidates' qconfig is the session's default activation qconfig, so an entry
+     * differs from the default observer's only in its kind and range. */
+    qcal_observer_config def;
+    qcal_status st = qcal_calib_role_default_config(QCAL_CALIB_ROLE_ACTIVATION, &def);
+    if (st < 0)
+        return st;
+    eo.activation_q = def.q;
+    eo.bins = def.bins;
+    qcal_numeric_eval *ev = NULL;
+    if ((st = qcal_numeric_eval_create(&eo, &ev)) < 0)
+        return st;
+    mc->progress_passes = 2;
+    int64_t samples = 0, files = 0;
+    if ((st = qcal_model_calib_set_eval(mc, ev, false)) < 0 ||
+        (st = feed_pass(mc, ds)) < 0 || (st = wait_idle(mc)) < 0 ||
+        (st = qcal_numeric_eval_finish(ev)) < 0)
+        goto out;
+    samples = mc->rep.samples;
+    files = mc->rep.files;
+    mc->progress_base = samples;
+    if ((st = qcal_model_calib_set_eval(mc, ev, true)) < 0 || (st = feed_pass(mc, ds)) < 0 ||
+        (st = qcal_model_calib_set_eval(mc, NULL, false)) < 0)
+        goto out;
+    mc->rep.samples = samples;   /* the data's, not the passes' */
+    mc->rep.files = files;
+    int64_t n = 0;
+    if ((st = qcal_numeric_eval_count(ev, &n)) < 0)
+        goto out;
+    for (int64_t i = 0; i < n && st >= 0; i++) {
+        qcal_numeric_eval_tensor t;
+        const qcal_observer *obs = NULL;
+        if ((st = qcal_numeric_eval_result(ev, i, &t)) < 0)
+            break;
+        qcal_observer_kind k = t.candidates[t.recommended].kind;
+        if ((st = qcal_numeric_eval_observer(ev, i, k, &obs)) < 0)
+            break;
+        /* The session counts every element of the batches applied, non-finite included. */
+        st = qcal_calib_session_merge_observer(mc->s, t.name, t.role, obs, t.count + t.nonfinite);
+        mc->rep.chosen[k]++;
+    }
+out:
+    if (st < 0) {
+        char msg[MSG_CAP];
+        snprintf(msg, sizeof msg, "%s", qcal_last_error());
+        qcal_model_calib_set_eval(mc, NULL, false);
+        qcal_numeric_eval_destroy(&ev);
+        return qcal_error(st, "%s", msg);
+    }
+    qcal_numeric_eval_destroy(&ev);
+    mc->rep.passes = 2;
+    return QCAL_OK;
+}
+
+qcal_status qcal_model_calib_feed_dataset(qcal_model_calib *mc, qcal_dataset *ds)
+{
+    if (!mc || !ds)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "model calibration: NULL argument");
+    return mc->opt.observer_auto ? calibrate_auto(mc, ds) : feed_pass(mc, ds);
 }
 
 qcal_status qcal_model_calibrate(qcal_engine *e, const qcal_onnx_model *m, const char *data,

@@ -87,7 +87,11 @@ static const char qdq_help[] =
     "  --rules RULES            rules file for the activations' observers (docs/calibration.md)\n"
     "  --table-out T            also write the table made from the data (native JSON)\n"
     "  --equalize               cross-layer equalization first ('qcal equalize' defaults)\n"
-    "  observer options         below (default --observer histogram), as 'qcal calibrate'\n"
+    CLI_MODEL_AUTO_HELP
+    "                           (the default without --rules or observer options; weights\n"
+    "                           keep --weight-observer)\n"
+    "  observer options         below, as 'qcal calibrate' (--observer histogram: the\n"
+    "                           default before auto)\n"
     "\n"
     "Exit codes: 2 bad options; 3 a missing or malformed MODEL, TABLE or data, a table that\n"
     "matches fewer than half of the model's tensors or was calibrated for the other profile\n"
@@ -587,6 +591,8 @@ int cmd_qdq(int argc, char **argv)
                       "--ort-lib and observer options go with --data");
         goto done;
     }
+    if (from_data && (rc = cli_model_observer_auto(cmd, &ma, &oa, &have_obs, rules_path, true)))
+        goto done;
     if (strict && allow_partial) {
         rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--strict and --allow-partial exclude each other");
         goto done;
@@ -726,6 +732,11 @@ int cmd_qdq(int argc, char **argv)
         printf("; calibrated in ONNX Runtime %s on %lld %s (%lld %s), %.1f s",
                version, (long long)mrep.samples, CLI_PLURAL(mrep.samples, "sample", "samples"),
                (long long)mrep.runs, CLI_PLURAL(mrep.runs, "run", "runs"), cli_now() - t0);
+    if (from_data && ma.observer_auto) {
+        char chosen[256];
+        cli_model_chosen(&mrep, chosen, sizeof chosen);
+        printf("; observer auto (the model run twice): %s", chosen);
+    }
     printf("\n");
     rc = cli_flush(cmd, stdout);
 free:
