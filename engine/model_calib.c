@@ -51,8 +51,11 @@ struct qcal_model_calib {
     int64_t n_inputs;
     int64_t step;            /* next run's index */
     qcal_model_calib_report rep;
-    qcal_numeric_eval *eval; /* qcal_model_calib_set_eval: the runs go there, not to s */
-    bool scoring;            /* eval is finished: pass 2 scores */
+    /* observer_auto: the runs go to eval (owned), not to s, until finish chooses. */
+    qcal_numeric_eval *eval;
+    bool scoring;            /* pass 2: eval is finished, the runs are scored */
+    bool chosen;             /* finish wrote the choices into s */
+    int64_t pass1_samples, pass1_files;
     int64_t progress_base;   /* samples of the passes before this one (observer_auto) */
     int64_t progress_passes; /* passes the progress total counts (1, or 2) */
 
@@ -260,19 +263,6 @@ static qcal_status start_thread(qcal_model_calib *mc)
     return QCAL_OK;
 }
 
-qcal_status qcal_model_calib_set_eval(qcal_model_calib *mc, qcal_numeric_eval *ev, bool score)
-{
-    if (!mc)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "model calibration: NULL argument");
-    /* The observer thread reads eval and scoring only while it has a job: wait for it. */
-    qcal_status st = wait_idle(mc);
-    if (st < 0)
-        return st;
-    mc->eval = ev;
-    mc->scoring = ev && score;
-    return QCAL_OK;
-}
-
 /* ---- set-up ---- */
 
 static qcal_status parse_carry(qcal_model_calib *mc, const qcal_model_calib_options *opt)
@@ -357,6 +347,23 @@ static qcal_status resolve(qcal_model_calib *mc)
     return QCAL_OK;
 }
 
+/* The evaluation of observer_auto: the commuting candidates with the session's default
+ * activation qconfig and bins, so an entry differs from the default observer's only in its
+ * kind and range. */
+static qcal_status auto_eval_create(qcal_numeric_eval **out)
+{
+    qcal_numeric_eval_options eo;
+    qcal_numeric_eval_options_default(&eo);
+    eo.kinds = QCAL_MODEL_CALIB_AUTO_KINDS;
+    qcal_observer_config def;
+    qcal_status st = qcal_calib_role_default_config(QCAL_CALIB_ROLE_ACTIVATION, &def);
+    if (st < 0)
+        return st;
+    eo.activation_q = def.q;
+    eo.bins = def.bins;
+    return qcal_numeric_eval_create(&eo, out);
+}
+
 qcal_status qcal_model_calib_create(qcal_engine *e, const qcal_onnx_model *m, qcal_calib_session *s,
                                     const qcal_model_calib_options *opt, qcal_model_calib **out)
 {
@@ -382,7 +389,7 @@ qcal_status qcal_model_calib_create(qcal_engine *e, const qcal_onnx_model *m, qc
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
     mc->s = s;
     mc->opt = *opt;
-    mc->progress_passes = 1;
+    mc->progress_passes = opt->observer_auto ? 2 : 1;
     mc->opt.carry = NULL;
     mc->opt.exclude = NULL;
     mc->opt.op_types = NULL;
@@ -431,6 +438,8 @@ qcal_status qcal_model_calib_create(qcal_engine *e, const qcal_onnx_model *m, qc
     if (st < 0)
         goto fail;
     if ((st = resolve(mc)) < 0 || (st = start_thread(mc)) < 0)
+        goto fail;
+    if (opt->observer_auto && (st = auto_eval_create(&mc->eval)) < 0)
         goto fail;
     *out = mc;
     return QCAL_OK;
@@ -708,6 +717,56 @@ static qcal_status feed_pass(qcal_model_calib *mc, qcal_dataset *ds)
     return st;
 }
 
+qcal_status qcal_model_calib_next_pass(qcal_model_calib *mc)
+{
+    if (!mc)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "model calibration: NULL argument");
+    if (!mc->eval || mc->scoring)
+        return qcal_error(QCAL_ERR_STATE, mc->eval ? "observer_auto: already in the second pass"
+                                                   : "a second pass needs observer_auto");
+    /* The observer thread reads `scoring` only while it has a job: wait for it. */
+    qcal_status st = wait_idle(mc);
+    if (st < 0 || (st = qcal_numeric_eval_finish(mc->eval)) < 0)
+        return st;
+    mc->scoring = true;
+    mc->pass1_samples = mc->rep.samples;
+    mc->pass1_files = mc->rep.files;
+    mc->progress_base = mc->rep.samples;
+    return QCAL_OK;
+}
+
+/* observer_auto, after pass 2: each tensor's recommended observer into the session. */
+static qcal_status choose(qcal_model_calib *mc)
+{
+    int64_t n = 0;
+    qcal_status st = qcal_numeric_eval_count(mc->eval, &n);
+    for (int64_t i = 0; i < n && st >= 0; i++) {
+        qcal_numeric_eval_tensor t;
+        const qcal_observer *obs = NULL;
+        if ((st = qcal_numeric_eval_result(mc->eval, i, &t)) < 0)
+            break;
+        qcal_observer_kind k = t.candidates[t.recommended].kind;
+        if ((st = qcal_numeric_eval_observer(mc->eval, i, k, &obs)) < 0)
+            break;
+        /* The session counts every element of the batches applied, non-finite included. */
+        st = qcal_calib_session_merge_observer(mc->s, t.name, t.role, obs, t.count + t.nonfinite);
+        mc->rep.chosen[k]++;
+    }
+    return st;
+}
+
+qcal_status qcal_model_calib_feed_dataset(qcal_model_calib *mc, qcal_dataset *ds)
+{
+    if (!mc || !ds)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "model calibration: NULL argument");
+    if (!mc->eval || mc->scoring)
+        return feed_pass(mc, ds);
+    qcal_status st = feed_pass(mc, ds);
+    if (st >= 0 && (st = qcal_model_calib_next_pass(mc)) >= 0)
+        st = feed_pass(mc, ds);
+    return st;
+}
+
 qcal_status qcal_model_calib_finish(qcal_model_calib *mc, qcal_model_calib_report *rep)
 {
     if (!mc)
@@ -717,11 +776,20 @@ qcal_status qcal_model_calib_finish(qcal_model_calib *mc, qcal_model_calib_repor
     mc->rep.wait_seconds += now_s() - t0;
     if (st < 0)
         return st;
+    if (mc->eval && !mc->chosen) {
+        if (!mc->scoring)
+            return qcal_error(QCAL_ERR_STATE, "observer_auto: finish before the second pass "
+                              "(qcal_model_calib_next_pass, then the same runs again)");
+        if ((st = choose(mc)) < 0)
+            return st;
+        mc->chosen = true;
+        mc->rep.samples = mc->pass1_samples;   /* the data's, not the passes' */
+        mc->rep.files = mc->pass1_files;
+    }
     if ((st = qcal_calib_session_flush(mc->s)) < 0)
         return st;
     mc->rep.tensors = mc->n_names;
-    if (!mc->rep.passes)
-        mc->rep.passes = 1;
+    mc->rep.passes = mc->eval ? 2 : 1;
     pthread_mutex_lock(&mc->mu);
     mc->rep.empty = mc->empty;
     pthread_mutex_unlock(&mc->mu);
@@ -747,6 +815,7 @@ void qcal_model_calib_destroy(qcal_model_calib **pmc)
         pthread_mutex_destroy(&mc->mu);
     }
     qcal_engine_outputs_free(&mc->job);
+    qcal_numeric_eval_destroy(&mc->eval);
     qcal_engine_session_destroy(&mc->sess);
     qcal_onnx_names_free(&mc->names, mc->n_names);
     for (int64_t k = 0; k < mc->n_carry; k++) {
@@ -759,73 +828,6 @@ void qcal_model_calib_destroy(qcal_model_calib **pmc)
     free(mc->inputs);
     free(mc);
     *pmc = NULL;
-}
-
-/* Observer choice: pass 1 into a fresh evaluation, pass 2 scores, then every tensor's
- * recommended observer goes into the session. */
-static qcal_status calibrate_auto(qcal_model_calib *mc, qcal_dataset *ds)
-{
-    qcal_numeric_eval_options eo;
-    qcal_numeric_eval_options_default(&eo);
-    eo.kinds = QCAL_MODEL_CALIB_AUTO_KINDS;
-    /* The candidates' qconfig is the session's default activation qconfig, so an entry
-     * differs from the default observer's only in its kind and range. */
-    qcal_observer_config def;
-    qcal_status st = qcal_calib_role_default_config(QCAL_CALIB_ROLE_ACTIVATION, &def);
-    if (st < 0)
-        return st;
-    eo.activation_q = def.q;
-    eo.bins = def.bins;
-    qcal_numeric_eval *ev = NULL;
-    if ((st = qcal_numeric_eval_create(&eo, &ev)) < 0)
-        return st;
-    mc->progress_passes = 2;
-    int64_t samples = 0, files = 0;
-    if ((st = qcal_model_calib_set_eval(mc, ev, false)) < 0 ||
-        (st = feed_pass(mc, ds)) < 0 || (st = wait_idle(mc)) < 0 ||
-        (st = qcal_numeric_eval_finish(ev)) < 0)
-        goto out;
-    samples = mc->rep.samples;
-    files = mc->rep.files;
-    mc->progress_base = samples;
-    if ((st = qcal_model_calib_set_eval(mc, ev, true)) < 0 || (st = feed_pass(mc, ds)) < 0 ||
-        (st = qcal_model_calib_set_eval(mc, NULL, false)) < 0)
-        goto out;
-    mc->rep.samples = samples;   /* the data's, not the passes' */
-    mc->rep.files = files;
-    int64_t n = 0;
-    if ((st = qcal_numeric_eval_count(ev, &n)) < 0)
-        goto out;
-    for (int64_t i = 0; i < n && st >= 0; i++) {
-        qcal_numeric_eval_tensor t;
-        const qcal_observer *obs = NULL;
-        if ((st = qcal_numeric_eval_result(ev, i, &t)) < 0)
-            break;
-        qcal_observer_kind k = t.candidates[t.recommended].kind;
-        if ((st = qcal_numeric_eval_observer(ev, i, k, &obs)) < 0)
-            break;
-        /* The session counts every element of the batches applied, non-finite included. */
-        st = qcal_calib_session_merge_observer(mc->s, t.name, t.role, obs, t.count + t.nonfinite);
-        mc->rep.chosen[k]++;
-    }
-out:
-    if (st < 0) {
-        char msg[MSG_CAP];
-        snprintf(msg, sizeof msg, "%s", qcal_last_error());
-        qcal_model_calib_set_eval(mc, NULL, false);
-        qcal_numeric_eval_destroy(&ev);
-        return qcal_error(st, "%s", msg);
-    }
-    qcal_numeric_eval_destroy(&ev);
-    mc->rep.passes = 2;
-    return QCAL_OK;
-}
-
-qcal_status qcal_model_calib_feed_dataset(qcal_model_calib *mc, qcal_dataset *ds)
-{
-    if (!mc || !ds)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "model calibration: NULL argument");
-    return mc->opt.observer_auto ? calibrate_auto(mc, ds) : feed_pass(mc, ds);
 }
 
 qcal_status qcal_model_calibrate(qcal_engine *e, const qcal_onnx_model *m, const char *data,

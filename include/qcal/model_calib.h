@@ -80,11 +80,11 @@ typedef struct qcal_model_calib_options {
                                      * the share) */
     void *progress_user;            /* default NULL */
     bool observer_auto;             /* default false: each tensor's observer from the
-                                     * session's rules. true: qcal_model_calibrate chooses
-                                     * each tensor's observer from two passes over the data
-                                     * (above; qcal_model_calib_feed_dataset, so
-                                     * qcal_model_calibrate too; one process only: ranks > 1
-                                     * is QCAL_ERR_UNSUPPORTED) */
+                                     * session's rules. true: each tensor's observer chosen
+                                     * from two passes over the same runs (above; the runs
+                                     * go to an evaluation, not the session, until
+                                     * qcal_model_calib_finish); one process only: ranks > 1
+                                     * is QCAL_ERR_UNSUPPORTED */
 } qcal_model_calib_options;
 
 /* Fills *opt with the defaults documented on each field. */
@@ -132,23 +132,23 @@ QCAL_API const char *qcal_model_calib_tensor(const qcal_model_calib *mc, int64_t
 QCAL_API qcal_status qcal_model_calib_feed(qcal_model_calib *mc, const qcal_engine_value *inputs,
                                            int64_t n_inputs);
 
-/* Sends every later run's outputs to ev instead of the session (once the observers of
- * earlier runs are done): to qcal_numeric_eval_observe (pass 1), or with score true to
- * qcal_numeric_eval_score (pass 2, after qcal_numeric_eval_finish); NULL: the session
- * again. ev is not owned and must outlive the runs. qcal_model_calibrate's observer_auto is
- * built on it. */
-QCAL_API qcal_status qcal_model_calib_set_eval(qcal_model_calib *mc, qcal_numeric_eval *ev,
-                                               bool score);
+/* observer_auto: ends the first pass (every candidate's qparams computed); the caller then
+ * feeds the same runs again, in any grouping, for the scores, and qcal_model_calib_finish
+ * chooses. qcal_model_calib_feed_dataset calls it itself between its two passes. Without
+ * observer_auto, or a second time: QCAL_ERR_STATE. */
+QCAL_API qcal_status qcal_model_calib_next_pass(qcal_model_calib *mc);
 
 /* Starts a new sequence: carried inputs are zeros (or the file's) again. */
 QCAL_API qcal_status qcal_model_calib_reset(qcal_model_calib *mc);
 
 /* Runs every batch of ds (opened on this calibration's inputs; this process's share of its
  * files as opt->rank / ranks say), split into runs as opt->batch says, reset at each file;
- * with opt->observer_auto both passes and the choice (above). */
+ * with opt->observer_auto in the first pass: both passes (qcal_model_calib_next_pass
+ * between them). */
 QCAL_API qcal_status qcal_model_calib_feed_dataset(qcal_model_calib *mc, qcal_dataset *ds);
 
-/* Waits for the observers and fills *rep (may be NULL). The session then holds everything. */
+/* Waits for the observers and fills *rep (may be NULL). The session then holds everything
+ * (observer_auto: each tensor's chosen observer, written here after the second pass). */
 QCAL_API qcal_status qcal_model_calib_finish(qcal_model_calib *mc, qcal_model_calib_report *rep);
 
 /* Destroys *mc (NULL is fine; waits for its observers) and sets *mc to NULL. */
