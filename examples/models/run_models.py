@@ -112,6 +112,8 @@ def ops_text(c):
 
 def qdq(a, model, data, out, extra=()):
     """The one command; returns (seconds, its last stderr line)."""
+    if "--observer" not in extra and "--rules" not in extra:
+        extra = ["--observer", "histogram", *extra]   # the observer docs/models.md's figures name
     t0 = time.monotonic()
     r = run(a.qcal, "qdq", model, "--data", data, "-o", out, *extra)
     sec = time.monotonic() - t0
