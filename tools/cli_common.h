@@ -176,7 +176,8 @@ double cli_now(void);
 int cli_observe_exit_code(qcal_status st);
 
 /* Prints the help lines of the observer options (two-space indent), from the key table;
- * default_kind is the subcommand's default observer. */
+ * default_kind is the subcommand's default observer (QCAL_OBSERVER_KIND_COUNT: "default auto,
+ * above", qdq --data's). */
 void cli_observer_help(FILE *f, qcal_observer_kind default_kind);
 
 /* The CLI spelling of key k: its name with '-' for '_' ("percentile-mode"). */

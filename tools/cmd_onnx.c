@@ -539,7 +539,7 @@ int cmd_qdq(int argc, char **argv)
         if (id == OPT_HELP) {
             fputs(qdq_help, stdout);
             fputs("\nobserver options (with --data; the keys of rules files, docs/cli.md):\n", stdout);
-            cli_observer_help(stdout, QCAL_OBSERVER_HISTOGRAM);
+            cli_observer_help(stdout, QCAL_OBSERVER_KIND_COUNT);   /* "default auto" */
             goto done;
         }
         switch (id) {
