@@ -93,7 +93,7 @@ qcal_status qcal_calib_session_adopt(qcal_calib_session *s, const char *fqn, qca
  * dry_run: only checks that the merge would succeed (configs, moving averages, channel
  * counts) and changes nothing. */
 qcal_status qcal_calib_session_merge_entry(qcal_calib_session *s, const char *fqn,
-                                           qcal_calib_role role, qcal_observer *src,
+                                           qcal_calib_role role, const qcal_observer *src,
                                            uint64_t elements, bool dry_run);
 
 #endif

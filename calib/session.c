@@ -798,7 +798,7 @@ qcal_status qcal_calib_session_adopt(qcal_calib_session *s, const char *fqn, qca
 }
 
 qcal_status qcal_calib_session_merge_entry(qcal_calib_session *s, const char *fqn,
-                                           qcal_calib_role role, qcal_observer *src,
+                                           qcal_calib_role role, const qcal_observer *src,
                                            uint64_t elements, bool dry_run)
 {
     uint64_t h = hash_name(fqn, role);
@@ -838,4 +838,16 @@ qcal_status qcal_calib_session_merge_entry(qcal_calib_session *s, const char *fq
         }
         return st;
     }
+}
+
+qcal_status qcal_calib_session_merge_observer(qcal_calib_session *s, const char *fqn,
+                                              qcal_calib_role role, const qcal_observer *obs,
+                                              uint64_t elements)
+{
+    if (!s || !fqn || !obs)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "session, fqn or observer is NULL");
+    if ((unsigned)role >= QCAL_CALIB_ROLE_COUNT)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "unknown role %d", (int)role);
+    qcal_status st = qcal_calib_session_merge_entry(s, fqn, role, obs, elements, false);
+    return st < 0 ? qcal_calib_wrap_error(st, "%s '%s'", qcal_calib_role_name(role), fqn) : st;
 }

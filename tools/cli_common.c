@@ -261,7 +261,10 @@ void cli_observer_help(FILE *f, qcal_observer_kind default_kind)
             n = col;
         }
         size_t o = 0;
-        if (!strcmp(k->name, "observer"))
+        if (!strcmp(k->name, "observer") && default_kind == QCAL_OBSERVER_KIND_COUNT)
+            o += (size_t)snprintf(text + o, sizeof text - o, "observer kind (default auto, "
+                                  "above);");
+        else if (!strcmp(k->name, "observer"))
             o += (size_t)snprintf(text + o, sizeof text - o, "observer kind (default %s);",
                                   qcal_observer_kind_name(default_kind));
         else

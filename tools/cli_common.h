@@ -116,7 +116,8 @@ void cli_warn_clamped_scales(const char *cmd, const qcal_calib_table *t);
 double cli_now(void);
 
 /* Prints the help lines of the observer options (two-space indent), from the key table;
- * default_kind is the subcommand's default observer. */
+ * default_kind is the subcommand's default observer (QCAL_OBSERVER_KIND_COUNT: "default auto,
+ * above", qdq --data's). */
 void cli_observer_help(FILE *f, qcal_observer_kind default_kind);
 
 /* The CLI spelling of key k: its name with '-' for '_' ("percentile-mode"). */

@@ -257,6 +257,13 @@ static void comp_value(void *ctx, const char *name, char short_name, bool has_va
     char meta[64];
     help_metavar(c->help, name, meta, sizeof meta);
     const char *words = key ? key->choices : key_choices(name);
+    char with_auto[512];
+    if (words && !strcmp(name, "observer") &&
+        (!strcmp(c->cmd, "calibrate") || !strcmp(c->cmd, "qdq"))) {
+        /* --observer auto: the per-tensor choice of the subcommands that run a model */
+        snprintf(with_auto, sizeof with_auto, "%s|auto", words);
+        words = with_auto;
+    }
     if (words) {
         comp_words(c->f, words);
     } else if (!strcmp(name, "format")) {

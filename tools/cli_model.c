@@ -49,6 +49,52 @@ int cli_model_opt(const char *cmd, cli_model_args *a, int id, const char *val)
     }
 }
 
+int cli_model_observer_auto(const char *cmd, cli_model_args *a, cli_observer_args *oa,
+                            bool *have_obs, const char *rules_path, bool default_auto)
+{
+    int at = -1;
+    for (int i = 0; i < oa->n; i++)
+        if (!strcmp(oa->key[i], "observer") && !strcmp(oa->value[i], "auto"))
+            at = i;
+    if (at < 0) {
+        a->observer_auto = default_auto && !*have_obs && !rules_path;
+        return 0;
+    }
+    if (rules_path)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--observer auto and --rules exclude each other: "
+                        "auto chooses every tensor's observer");
+    if (oa->n > 1)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--observer auto takes no other observer option "
+                        "(--%s): its candidates use the default qconfig and bins",
+                        oa->key[at == 0 ? 1 : 0]);
+    oa->n = 0;
+    *have_obs = false;
+    a->observer_auto = true;
+    return 0;
+}
+
+void cli_model_chosen(const qcal_model_calib_report *rep, char *buf, size_t cap)
+{
+    bool used[QCAL_OBSERVER_KIND_COUNT] = { false };
+    size_t len = 0;
+    buf[0] = '\0';
+    for (;;) {
+        int best = -1;
+        for (int k = 0; k < QCAL_OBSERVER_KIND_COUNT; k++)
+            if (!used[k] && rep->chosen[k] > 0 && (best < 0 || rep->chosen[k] > rep->chosen[best]))
+                best = k;
+        if (best < 0)
+            break;
+        used[best] = true;
+        int w = snprintf(buf + len, cap - len, "%s%s %lld", len ? ", " : "",
+                         qcal_observer_kind_name((qcal_observer_kind)best),
+                         (long long)rep->chosen[best]);
+        if (w < 0 || (size_t)w >= cap - len)
+            break;
+        len += (size_t)w;
+    }
+}
+
 int cli_engine_open(const char *cmd, const char *ort_lib, qcal_engine **e)
 {
     qcal_engine_options eo;
@@ -142,6 +188,7 @@ int cli_model_calibrate(const char *cmd, qcal_engine *e, const qcal_onnx_model *
     o.n_carry = a->ncarry;
     o.rank = rank;
     o.ranks = ranks;
+    o.observer_auto = a->observer_auto;
     o.progress = prog ? cli_progress_cb : NULL;
     o.progress_user = prog;
     qcal_model_calib *mc = NULL;

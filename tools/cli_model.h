@@ -49,6 +49,7 @@ typedef struct cli_model_args {
     int ncarry;
     int64_t batch;             /* --batch, 0: automatic */
     const char *ort_lib;       /* --ort-lib */
+    bool observer_auto;        /* --observer auto (cli_model_observer_auto) */
 } cli_model_args;
 
 /* Allocates the lists for argc arguments; 0 or an exit code (reported). */
@@ -61,6 +62,24 @@ bool cli_model_args_given(const cli_model_args *a);
 /* Handles id when it is one of CLI_MODEL_OPTS: returns 0 (taken) or an exit code
  * (reported); -1 when id is not one of them. */
 int cli_model_opt(const char *cmd, cli_model_args *a, int id, const char *val);
+
+/* Takes `--observer auto` out of the observer options oa (have_obs cleared with it) and sets
+ * a->observer_auto: given, or by default (default_auto) when neither an observer option nor
+ * a rules file was. auto with --rules or with another observer option is a usage error
+ * (reported; its candidates take the default qconfig and bins). 0 or an exit code. */
+int cli_model_observer_auto(const char *cmd, cli_model_args *a, cli_observer_args *oa,
+                            bool *have_obs, const char *rules_path, bool default_auto);
+
+/* "histogram 40, mse 12, minmax 3" (the kinds rep->chosen counts, most first, ties in kind
+ * order) into buf. */
+void cli_model_chosen(const qcal_model_calib_report *rep, char *buf, size_t cap);
+
+/* Help line of --observer auto for the subcommands that run a model. */
+#define CLI_MODEL_AUTO_HELP                                                                     \
+    "  --observer auto          choose each tensor's observer: every commuting kind (minmax,\n"   \
+    "                           percentile, histogram, mse, entropy) on every tensor, the\n"      \
+    "                           model run twice (observe, then the exact SQNR of each\n"          \
+    "                           candidate's fake-quant), the highest SQNR wins (docs/evaluate.md)\n"
 
 /* Folds the model's BatchNormalizations into their Convs (as qdq, onnx-expose and equalize
  * do, so exposed names, tables and Q/DQ placement agree) and notes it on stderr unless

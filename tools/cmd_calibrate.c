@@ -112,6 +112,10 @@ static const cli_opt opts[] = {
     CLI_OPT_REPEATED("exclude", 0, OPT_EXCLUDE, "PATTERN",
         "(repeatable) glob on node and tensor names not calibrated"),
     CLI_TEXT(
+        CLI_MODEL_AUTO_HELP
+        "                           (default with a model: --observer histogram, as with DIR;\n"
+        "                           'qcal qdq --data' defaults to auto)\n"),
+    CLI_TEXT(
         "\n"
         "observer options (given: they replace the activation default, after any --rules; the\n"
         "keys of rules files, docs/cli.md):\n"),
@@ -323,6 +327,15 @@ static int parse_args(int argc, char **argv, calib_args *a, bool writer)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "--data, --input, --batch, --carry, "
                         "--op-types and --exclude go with a model file (MODEL.onnx), not with "
                         "dump directory '%s'", a->dir ? a->dir : "");
+    bool was_auto = false;
+    for (int i = 0; i < a->oa.n; i++)
+        was_auto |= !strcmp(a->oa.key[i], "observer") && !strcmp(a->oa.value[i], "auto");
+    if (was_auto && !a->model)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--observer auto runs a model (MODEL.onnx "
+                        "--data); for a dump: 'qcal evaluate DIR --rules-out R', then --rules R");
+    if (a->model && (rc = cli_model_observer_auto(cmd, &a->ma, &a->oa, &a->have_obs_opts,
+                                                  a->rules_path, false)))
+        return rc;
     qcal_onnx_profile prof;
     if (a->profile && qcal_onnx_profile_parse(a->profile, &prof) != QCAL_OK)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "--profile: '%s' is not ort or tensorrt",
@@ -811,6 +824,11 @@ static int calibrate(int argc, char **argv, cli_dist *dist)
         goto done;
     if (a.profile)
         qcal_onnx_profile_parse(a.profile, &sel.profile);   /* checked by parse_args */
+    if (a.model && a.ma.observer_auto && dist->size > 1) {
+        rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--observer auto runs in one process (its "
+                      "evaluation is not merged across ranks): run it without mpirun");
+        goto done;
+    }
     if (a.model) {
         sel.op_types = a.op_types;
         sel.exclude = a.exclude;
@@ -943,6 +961,11 @@ fed:
                 a.out.out, fmts, (long long)(n - nw), CLI_PLURAL(n - nw, "activation", "activations"),
                 (long long)nw, CLI_PLURAL(nw, "weight", "weights"), files,
                 CLI_PLURAL(files, "file", "files"));
+    if (model && a.ma.observer_auto) {
+        char chosen[256];
+        cli_model_chosen(&mrep, chosen, sizeof chosen);
+        fprintf(say, "; observer auto (the model run twice): %s", chosen);
+    }
     if (a.nweights)
         fprintf(say, " and %ld safetensors %s (%ld %s under 2 dimensions skipped)",
                 weights, CLI_PLURAL(weights, "weight", "weights"), skipped_1d,

@@ -114,7 +114,11 @@ static const cli_opt qdq_opts[] = {
     CLI_FLAG("equalize", 0, OPT_EQUALIZE,
         "cross-layer equalization first ('qcal equalize' defaults)"),
     CLI_TEXT(
-        "  observer options         below (default --observer histogram), as 'qcal calibrate'\n"
+        CLI_MODEL_AUTO_HELP
+        "                           (the default without --rules or observer options; weights\n"
+        "                           keep --weight-observer)\n"
+        "  observer options         below, as 'qcal calibrate' (--observer histogram: the\n"
+        "                           default before auto)\n"
         "\n"
         "Exit codes: 2 bad options; 3 a missing or malformed MODEL, TABLE or data, a table that\n"
         "matches fewer than half of the model's tensors or was calibrated for the other profile\n"
@@ -123,7 +127,7 @@ static const cli_opt qdq_opts[] = {
         "run, or ONNX support not built; 5 ONNX Runtime could not be loaded (--data).\n"
         "\n"
         "observer options (with --data; the keys of rules files, docs/cli.md):\n"),
-    CLI_OBSERVER_GROUP(QCAL_OBSERVER_HISTOGRAM),
+    CLI_OBSERVER_GROUP(QCAL_OBSERVER_KIND_COUNT),   /* "default auto" */
     { 0 },
 };
 const cli_spec cmd_qdq_spec = { qdq_opts, 27 };
@@ -579,6 +583,8 @@ int cmd_qdq(int argc, char **argv)
                       "--ort-lib and observer options go with --data");
         goto done;
     }
+    if (from_data && (rc = cli_model_observer_auto(cmd, &ma, &oa, &have_obs, rules_path, true)))
+        goto done;
     if (strict && allow_partial) {
         rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--strict and --allow-partial exclude each other");
         goto done;
@@ -715,6 +721,11 @@ int cmd_qdq(int argc, char **argv)
         printf("; calibrated in ONNX Runtime %s on %lld %s (%lld %s), %.1f s",
                version, (long long)mrep.samples, CLI_PLURAL(mrep.samples, "sample", "samples"),
                (long long)mrep.runs, CLI_PLURAL(mrep.runs, "run", "runs"), cli_now() - t0);
+    if (from_data && ma.observer_auto) {
+        char chosen[256];
+        cli_model_chosen(&mrep, chosen, sizeof chosen);
+        printf("; observer auto (the model run twice): %s", chosen);
+    }
     printf("\n");
     rc = cli_flush(cmd, stdout);
 free:
