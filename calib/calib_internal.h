@@ -63,12 +63,6 @@ qcal_status qcal_calib_format_onnxruntime(const qcal_calib_entry *const *e, int6
  * in the buffer being rewritten. */
 qcal_status qcal_calib_wrap_error(qcal_status st, const char *fmt, ...) QCAL_PRINTF(2, 3);
 
-/* Reads the whole file at path into *buf (malloc'ed, free() it; not NUL-terminated) and
- * *len, growing from first_cap bytes; refuses files over max bytes (QCAL_ERR_FORMAT).
- * Messages name the file as "<what> '<path>'" (what: "rules file", ...). */
-qcal_status qcal_calib_read_file(const char *path, const char *what, size_t max,
-                                 size_t first_cap, char **buf, size_t *len);
-
 /* Deep copy of a rule list (sessions keep their own). */
 qcal_status qcal_calib_rules_clone(const qcal_calib_rules *src, qcal_calib_rules **dst);
 

@@ -337,7 +337,7 @@ qcal_status qcal_calib_session_load_file(const char *path, const qcal_calib_sess
         return qcal_error(QCAL_ERR_INVALID_ARG, "path or output is NULL");
     void *buf = NULL;
     size_t len = 0;
-    qcal_status st = qcal_blob_read_file(path, "session state", &buf, &len);
+    qcal_status st = qcal_blob_read_file(path, "session state", SIZE_MAX, &buf, &len);
     if (st != QCAL_OK)
         return st;
     st = qcal_calib_session_load(buf, len, opt, out);

@@ -16,7 +16,6 @@
  * also optional: "ort" or "tensorrt", the deployment profile the table was calibrated for,
  * qcal_calib_table_set_profile) is table metadata outside the digest; tables without it stay
  * readable, and an unknown name is refused. */
-#include <errno.h>
 #include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
@@ -24,6 +23,7 @@
 #include <string.h>
 
 #include "calib/calib_internal.h"
+#include "core/blob_file.h"
 #include "qcal/qparams.h"
 #include "io/json.h"
 
@@ -684,49 +684,6 @@ done:
     return QCAL_OK;
 }
 
-qcal_status qcal_calib_read_file(const char *path, const char *what, size_t max,
-                                 size_t first_cap, char **out, size_t *out_len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return qcal_error(errno == ENOENT ? QCAL_ERR_NOT_FOUND : QCAL_ERR_IO,
-                          "cannot open %s '%s': %s", what, path, strerror(errno));
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    qcal_status st = QCAL_OK;
-    for (;;) {
-        if (len == cap) {
-            if (cap >= max) {
-                st = qcal_error(QCAL_ERR_FORMAT, "%s '%s' is larger than %zu bytes", what,
-                                path, max);
-                break;
-            }
-            cap = cap ? cap * 2 : first_cap;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                st = qcal_error(QCAL_ERR_NO_MEMORY, "cannot read %s '%s'", what, path);
-                break;
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) {
-            if (ferror(f))
-                st = qcal_error(QCAL_ERR_IO, "cannot read %s '%s'", what, path);
-            break;
-        }
-    }
-    fclose(f);
-    if (st != QCAL_OK) {
-        free(buf);
-        return st;
-    }
-    *out = buf;
-    *out_len = len;
-    return QCAL_OK;
-}
-
 /* Tables are text of a few MB at most; refuse anything past the JSON parser's bound. */
 #define MAX_TABLE_FILE ((size_t)100 << 20)
 
@@ -734,10 +691,9 @@ qcal_status qcal_calib_table_read_json(const char *path, qcal_calib_table **out)
 {
     if (!path || !out)
         return qcal_error(QCAL_ERR_INVALID_ARG, "table path or output is NULL");
-    char *buf = NULL;
+    void *buf = NULL;
     size_t len = 0;
-    qcal_status st = qcal_calib_read_file(path, "calibration table", MAX_TABLE_FILE, 65536,
-                                          &buf, &len);
+    qcal_status st = qcal_blob_read_file(path, "calibration table", MAX_TABLE_FILE, &buf, &len);
     if (st == QCAL_OK) {
         st = qcal_calib_table_parse_json(buf, len, out);
         if (st < 0)
