@@ -47,13 +47,6 @@ qcal_status qcal_calib_table_sort(qcal_calib_table *t);
 /* amax of an exported entry: max over channels of max(|min|, |max|), 0 -> 1. */
 float qcal_calib_export_amax(const qcal_calib_entry *e);
 
-/* Python's repr()/str() of a float (shortest round trip; exponent below 1e-4 and from
- * 1e16 on: "1e-05", "0.0001", "127.0", "1e+16"). */
-void qcal_calib_fmt_pyfloat(char *dst, size_t cap, double v);
-
-/* Strict UTF-8 (no overlong forms, surrogates or code points past U+10FFFF). */
-bool qcal_calib_utf8_valid(const char *s);
-
 /* File `part` (0 calibration.json, 1 calibration.flatbuffers, 2 calibration.cache) of ONNX
  * Runtime's write_calibration_table over the n entries e (sorted, with data), into b. */
 qcal_status qcal_calib_format_onnxruntime(const qcal_calib_entry *const *e, int64_t n,

@@ -26,6 +26,7 @@
 #include "core/blob_file.h"
 #include "qcal/qparams.h"
 #include "io/json.h"
+#include "io/text.h"
 
 #define TABLE_FORMAT_NAME "qcal-calibration-table"
 #define TABLE_VERSION 1
@@ -229,26 +230,6 @@ static void put(qcal_buf *b, const char *s)
     qcal_buf_append(b, s, strlen(s));
 }
 
-static void put_str(qcal_buf *b, const char *s)
-{
-    put(b, "\"");
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        char esc[8];
-        if (*p == '"' || *p == '\\') {
-            esc[0] = '\\';
-            esc[1] = (char)*p;
-            esc[2] = '\0';
-            put(b, esc);
-        } else if (*p < 0x20) {
-            snprintf(esc, sizeof esc, "\\u%04x", *p);
-            put(b, esc);
-        } else {
-            qcal_buf_append(b, p, 1);
-        }
-    }
-    put(b, "\"");
-}
-
 static void put_f32(qcal_buf *b, float v)
 {
     char tmp[40];
@@ -257,7 +238,7 @@ static void put_f32(qcal_buf *b, float v)
     else if (isinf(v))
         put(b, v > 0 ? "\"inf\"" : "\"-inf\"");
     else {
-        qcal_json_fmt_f32(tmp, sizeof tmp, v);
+        qcal_fmt_f32(tmp, sizeof tmp, v);
         put(b, tmp);
     }
 }
@@ -308,18 +289,18 @@ qcal_status qcal_calib_table_json(const qcal_calib_table *t, qcal_buf *b)
         const qcal_calib_entry *e = &t->e[i];
         put(b, i ? ",\n    {" : "\n    {");
         put(b, "\"fqn\": ");
-        put_str(b, e->fqn);
+        qcal_json_write_str(b, e->fqn);
         put(b, ", \"role\": ");
-        put_str(b, qcal_calib_role_name(e->role));
+        qcal_json_write_str(b, qcal_calib_role_name(e->role));
         put(b, ", \"observer\": ");
-        put_str(b, qcal_observer_kind_name(e->observer));
+        qcal_json_write_str(b, qcal_observer_kind_name(e->observer));
         const qcal_qparams *q = &e->qparams;
         qcal_calib_entry_arrays a;
         qcal_calib_entry_arrays_get(e, &a);
         put(b, ", \"dtype\": ");
-        put_str(b, qcal_dtype_name(q->dtype));
+        qcal_json_write_str(b, qcal_dtype_name(q->dtype));
         put(b, ", \"qscheme\": ");
-        put_str(b, qcal_qscheme_name(q->qscheme));
+        qcal_json_write_str(b, qcal_qscheme_name(q->qscheme));
         put(b, ",\n     \"axis\": ");
         put_i64(b, q->axis);
         put(b, ", \"quant_min\": ");
@@ -410,7 +391,7 @@ static bool json_f32(const qcal_json *v, float *out)
         if (!isfinite(v->number) || fabs(v->number) > 3.4028234663852886e38)
             return false;
         *out = v->is_int ? (float)v->i64 : (float)v->number;
-        /* The writer (qcal_json_fmt_f32) checked that its decimal survives this
+        /* The writer (qcal_fmt_f32) checked that its decimal survives this
          * strtod-then-float path exactly. */
         return true;
     }

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "calib/calib_internal.h"
+#include "io/text.h"
 #include "qcal/atomic_file.h"
 
 qcal_status qcal_calib_table_json(const qcal_calib_table *t, qcal_buf *b);
@@ -118,7 +119,7 @@ bool qcal_calib_format_holds_name(qcal_calib_format format, const char *name, co
             return false;
         }
     }
-    if (format == QCAL_CALIB_FORMAT_ONNXRUNTIME && !qcal_calib_utf8_valid(name)) {
+    if (format == QCAL_CALIB_FORMAT_ONNXRUNTIME && !qcal_utf8_valid(name)) {
         *why = "invalid UTF-8";
         return false;
     }
