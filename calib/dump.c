@@ -282,7 +282,7 @@ static qcal_status scan_entry(qcal_calib_dump *d, const char *dir, const char *e
     st = qcal_calib_name_decode(enc, e.name, len + 1);
     free(enc);
     if (st != QCAL_OK) {
-        st = qcal_calib_wrap_error(st, "dump '%s'", dir);
+        st = qcal_error_wrap(st, "dump '%s'", dir);
         goto done;
     }
     e.role = role_of_name(e.name);
@@ -512,7 +512,7 @@ qcal_status qcal_calib_dump_scan(const char *dir, qcal_calib_dump **out)
         if (st == QCAL_OK) {
             st = qcal_calib_manifest_parse(buf, len, &d);
             if (st < 0)
-                st = qcal_calib_wrap_error(st, "%s", mpath);
+                st = qcal_error_wrap(st, "%s", mpath);
         }
         free(buf);
         if (st == QCAL_OK)

@@ -8,10 +8,10 @@
  * in sorted key order. lo/hi are the entry's range (min over channels of min_val, max over
  * channels of max_val) as Python floats (the float32 values widened to double, as ONNX
  * Runtime's calibrators hold them); the value follows qcal's amax rule (0 -> 1, see
- * calib/table.c). Python's str()/repr() of a float (qcal_fmt_pyfloat, io/text.h) and
- * json.dumps' escaping (ensure_ascii: qcal_json_write_str_ascii, io/json.h) are io/'s; the
- * flatbuffer is laid out as flatbuffers' Python
- * Builder (2.x) lays it out: back to front, with its alignment and vtable sharing. */
+ * calib/table_formats.c). Python's str()/repr() of a float (qcal_fmt_pyfloat, io/text.h)
+ * and json.dumps' escaping (ensure_ascii: qcal_json_write_str_ascii, io/json.h) come from
+ * io/; the flatbuffer is laid out as flatbuffers' Python Builder (2.x) lays it out: back to
+ * front, with its alignment and vtable sharing. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -16,7 +16,6 @@
  * also optional: "ort" or "tensorrt", the deployment profile the table was calibrated for,
  * qcal_calib_table_set_profile) is table metadata outside the digest; tables without it stay
  * readable, and an unknown name is refused. */
-#include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -212,15 +211,15 @@ qcal_status qcal_calib_entry_amax(const qcal_calib_entry *e, int64_t c, float *a
     return QCAL_OK;
 }
 
-qcal_status qcal_calib_wrap_error(qcal_status st, const char *fmt, ...)
+float qcal_calib_export_amax(const qcal_calib_entry *e)
 {
-    char prefix[512], detail[1024];
-    snprintf(detail, sizeof detail, "%s", qcal_last_error());
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
-    va_end(ap);
-    return qcal_error(st, "%s: %s", prefix, detail);
+    float m = 0.0f;
+    for (int64_t c = 0; c < e->qparams.channels; c++) {
+        float a = 0.0f;
+        qcal_calib_entry_amax(e, c, &a);
+        m = fmaxf(m, a);
+    }
+    return m > 0.0f ? m : 1.0f;
 }
 
 /* ---- JSON writer ---- */
@@ -678,7 +677,7 @@ qcal_status qcal_calib_table_read_json(const char *path, qcal_calib_table **out)
     if (st == QCAL_OK) {
         st = qcal_calib_table_parse_json(buf, len, out);
         if (st < 0)
-            st = qcal_calib_wrap_error(st, "%s", path);
+            st = qcal_error_wrap(st, "%s", path);
     }
     free(buf);
     return st;

@@ -147,17 +147,6 @@ static void put(qcal_buf *b, const char *s)
     qcal_buf_append(b, s, strlen(s));
 }
 
-float qcal_calib_export_amax(const qcal_calib_entry *e)
-{
-    float m = 0.0f;
-    for (int64_t c = 0; c < e->qparams.channels; c++) {
-        float a = 0.0f;
-        qcal_calib_entry_amax(e, c, &a);
-        m = fmaxf(m, a);
-    }
-    return m > 0.0f ? m : 1.0f;
-}
-
 typedef struct skipped {
     int64_t n;
     const char *first;
