@@ -340,7 +340,7 @@ static qcal_status check_data_size(const npy_header *hd, uint64_t have, const ch
 
 /* 64-byte aligned buffer for nbytes (NULL when nbytes == 0; *ok false on failure).
  * Large buffers are 2 MiB aligned and advised as transparent huge pages (as numpy does):
- * faulting in fresh 4 KiB pages dominated a 256 MiB read (~200 ms vs ~60 ms measured). */
+ * faulting in fresh 4 KiB pages dominated a large read (docs/performance.md). */
 #define NPY_HUGE_MIN (4u << 20)
 #define NPY_HUGE_ALIGN (2u << 20)
 static void *alloc_data(size_t nbytes, bool *ok)
