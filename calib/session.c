@@ -844,5 +844,5 @@ qcal_status qcal_calib_session_merge_observer(qcal_calib_session *s, const char 
     if ((unsigned)role >= QCAL_CALIB_ROLE_COUNT)
         return qcal_error(QCAL_ERR_INVALID_ARG, "unknown role %d", (int)role);
     qcal_status st = qcal_calib_session_merge_entry(s, fqn, role, obs, elements, false);
-    return st < 0 ? qcal_calib_wrap_error(st, "%s '%s'", qcal_calib_role_name(role), fqn) : st;
+    return st < 0 ? qcal_error_wrap(st, "%s '%s'", qcal_calib_role_name(role), fqn) : st;
 }
