@@ -332,66 +332,29 @@ static PyObject *field_value(const char *base, const qcal_py_field *f)
 {
     const char *at = base + f->offset;
     switch (f->type) {
-    case QCAL_PY_BOOL: {
-        bool v;
-        memcpy(&v, at, sizeof v);
-        return PyBool_FromLong(v);
+/* A field held in one C value v of type ctype (memcpy: the offset needs no alignment). */
+#define ONE_VALUE(tag, ctype, expr) \
+    case tag: {                     \
+        ctype v;                    \
+        memcpy(&v, at, sizeof v);   \
+        return expr;                \
     }
-    case QCAL_PY_I32: {
-        int32_t v;
-        memcpy(&v, at, sizeof v);
-        return PyLong_FromLong(v);
-    }
-    case QCAL_PY_I64: {
-        int64_t v;
-        memcpy(&v, at, sizeof v);
-        return PyLong_FromLongLong(v);
-    }
-    case QCAL_PY_U64: {
-        uint64_t v;
-        memcpy(&v, at, sizeof v);
-        return PyLong_FromUnsignedLongLong(v);
-    }
-    case QCAL_PY_F32: {
-        float v;
-        memcpy(&v, at, sizeof v);
-        return PyFloat_FromDouble(v);
-    }
-    case QCAL_PY_F64: {
-        double v;
-        memcpy(&v, at, sizeof v);
-        return PyFloat_FromDouble(v);
-    }
-    case QCAL_PY_STR: {
-        const char *v;
-        memcpy(&v, at, sizeof v);
-        return PyUnicode_DecodeUTF8(v, (Py_ssize_t)strlen(v), "surrogateescape");
-    }
-    case QCAL_PY_DTYPE: {
-        qcal_dtype v;
-        memcpy(&v, at, sizeof v);
-        return PyUnicode_FromString(qcal_dtype_name(v));
-    }
-    case QCAL_PY_QSCHEME: {
-        qcal_qscheme v;
-        memcpy(&v, at, sizeof v);
-        return PyUnicode_FromString(qcal_qscheme_name(v));
-    }
-    case QCAL_PY_ROLE: {
-        qcal_calib_role v;
-        memcpy(&v, at, sizeof v);
-        return PyUnicode_FromString(qcal_calib_role_name(v));
-    }
-    case QCAL_PY_KIND: {
-        qcal_observer_kind v;
-        memcpy(&v, at, sizeof v);
-        return PyUnicode_FromString(qcal_observer_kind_name(v));
-    }
-    case QCAL_PY_CHOICE: {
-        int v;   /* the enums of choice fields are int-sized (their files check it) */
-        memcpy(&v, at, sizeof v);
-        return PyUnicode_FromString(f->names[v]);
-    }
+    ONE_VALUE(QCAL_PY_BOOL, bool, PyBool_FromLong(v))
+    ONE_VALUE(QCAL_PY_I32, int32_t, PyLong_FromLong(v))
+    ONE_VALUE(QCAL_PY_I64, int64_t, PyLong_FromLongLong(v))
+    ONE_VALUE(QCAL_PY_U64, uint64_t, PyLong_FromUnsignedLongLong(v))
+    ONE_VALUE(QCAL_PY_F32, float, PyFloat_FromDouble(v))
+    ONE_VALUE(QCAL_PY_F64, double, PyFloat_FromDouble(v))
+    ONE_VALUE(QCAL_PY_STR, const char *,
+              PyUnicode_DecodeUTF8(v, (Py_ssize_t)strlen(v), "surrogateescape"))
+    ONE_VALUE(QCAL_PY_DTYPE, qcal_dtype, PyUnicode_FromString(qcal_dtype_name(v)))
+    ONE_VALUE(QCAL_PY_QSCHEME, qcal_qscheme, PyUnicode_FromString(qcal_qscheme_name(v)))
+    ONE_VALUE(QCAL_PY_ROLE, qcal_calib_role, PyUnicode_FromString(qcal_calib_role_name(v)))
+    ONE_VALUE(QCAL_PY_KIND, qcal_observer_kind,
+              PyUnicode_FromString(qcal_observer_kind_name(v)))
+    /* the enums of choice fields are int-sized (the files that use them check it) */
+    ONE_VALUE(QCAL_PY_CHOICE, int, PyUnicode_FromString(f->names[v]))
+#undef ONE_VALUE
     case QCAL_PY_QMIN:
     case QCAL_PY_QMAX: {
         qcal_qconfig q;
