@@ -353,7 +353,8 @@ static PyObject *field_value(const char *base, const qcal_py_field *f)
     ONE_VALUE(QCAL_PY_KIND, qcal_observer_kind,
               PyUnicode_FromString(qcal_observer_kind_name(v)))
     /* the enums of choice fields are int-sized (the files that use them check it) */
-    ONE_VALUE(QCAL_PY_CHOICE, int, PyUnicode_FromString(f->names[v]))
+    ONE_VALUE(QCAL_PY_CHOICE, int,
+              PyUnicode_FromString(f->names[v >= 0 && (size_t)v < f->aux ? v : 0]))
 #undef ONE_VALUE
     case QCAL_PY_QMIN:
     case QCAL_PY_QMAX: {

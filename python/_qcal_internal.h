@@ -109,7 +109,7 @@ typedef enum qcal_py_field_type {
     QCAL_PY_QSCHEME,      /* qcal_qscheme -> its name */
     QCAL_PY_ROLE,         /* qcal_calib_role -> its name */
     QCAL_PY_KIND,         /* qcal_observer_kind -> its name */
-    QCAL_PY_CHOICE,       /* an int-sized enum -> names[value] */
+    QCAL_PY_CHOICE,       /* an int-sized enum -> names[value] (names[0] out of range) */
     QCAL_PY_QMIN,         /* qcal_qconfig -> quant_min of qcal_qconfig_range */
     QCAL_PY_QMAX,         /* qcal_qconfig -> quant_max of qcal_qconfig_range */
     QCAL_PY_NAMES,        /* char ** with an int64_t count at aux -> list of str ("" for NULL) */
@@ -119,7 +119,7 @@ typedef struct qcal_py_field {
     const char *key;
     qcal_py_field_type type;
     size_t offset;             /* of the value in the struct */
-    size_t aux;                /* QCAL_PY_NAMES: offset of the count */
+    size_t aux;                /* QCAL_PY_NAMES: offset of the count; _CHOICE: names' count */
     const char *const *names;  /* QCAL_PY_CHOICE: the name of each value */
     uint32_t when;             /* 0: always; else only when when & select (qcal_py_dict_fields) */
 } qcal_py_field;
@@ -129,7 +129,8 @@ typedef struct qcal_py_field {
 #define QCAL_PY_FIELD_WHEN(key, type, T, member, when) \
     { key, type, offsetof(T, member), 0, NULL, when }
 #define QCAL_PY_FIELD_CHOICE(key, T, member, names, when) \
-    { key, QCAL_PY_CHOICE, offsetof(T, member), 0, names, when }
+    { key, QCAL_PY_CHOICE, offsetof(T, member), sizeof(names) / sizeof((names)[0]), names, \
+      when }
 #define QCAL_PY_FIELD_NAMES(key, T, member, count) \
     { key, QCAL_PY_NAMES, offsetof(T, member), offsetof(T, count), NULL, 0 }
 #define QCAL_PY_NFIELDS(table) (sizeof(table) / sizeof((table)[0]))

@@ -72,7 +72,6 @@ static int config_from_python(const char *kind, PyObject *kwargs, qcal_observer_
     return 0;
 }
 
-
 /* Observer.config: the rules-file keys of every kind, then those of the kinds that have
  * them (`when`: a bit per kind). */
 #define KIND_BIT(k) (1u << (k))
