@@ -84,15 +84,6 @@ static PyObject *names_list(char **names, int64_t n)
     return l;
 }
 
-static int set_item(PyObject *d, const char *key, PyObject *v)
-{
-    if (!v)
-        return -1;
-    int rc = PyDict_SetItemString(d, key, v);
-    Py_DECREF(v);
-    return rc;
-}
-
 static PyObject *engine_io_tuple(const qcal_engine_io *io)
 {
     PyObject *dims;
@@ -272,6 +263,22 @@ static PyObject *OnnxModel_list(OnnxModelObject *self, PyObject *args, PyObject 
     return l;
 }
 
+/* The report dicts of equalize() and qdq_save() (after its "profile"). */
+static const qcal_py_field equalize_fields[] = {
+    QCAL_PY_FIELD_NAMES("pairs", qcal_onnx_equalize_report, pairs, n_pairs),
+    QCAL_PY_FIELD("sweeps", QCAL_PY_I64, qcal_onnx_equalize_report, sweeps),
+    QCAL_PY_FIELD_NAMES("replaced", qcal_onnx_equalize_report, replaced, n_replaced),
+    QCAL_PY_FIELD_NAMES("refused", qcal_onnx_equalize_report, refused, n_refused),
+};
+static const qcal_py_field qdq_fields[] = {
+    QCAL_PY_FIELD("ops", QCAL_PY_I64, qcal_onnx_qdq_report, ops),
+    QCAL_PY_FIELD("tensors", QCAL_PY_I64, qcal_onnx_qdq_report, tensors),
+    QCAL_PY_FIELD("weights", QCAL_PY_I64, qcal_onnx_qdq_report, weights),
+    QCAL_PY_FIELD("biases", QCAL_PY_I64, qcal_onnx_qdq_report, biases),
+    QCAL_PY_FIELD_NAMES("missing", qcal_onnx_qdq_report, missing, n_missing),
+    QCAL_PY_FIELD_NAMES("skipped", qcal_onnx_qdq_report, skipped, n_skipped),
+};
+
 /* equalize() -> dict: cross-layer equalization with `qcal equalize`'s defaults. */
 static PyObject *OnnxModel_equalize(OnnxModelObject *self, PyObject *noargs)
 {
@@ -292,10 +299,8 @@ static PyObject *OnnxModel_equalize(OnnxModelObject *self, PyObject *noargs)
         return qcal_py_raise_status(st);
     }
     PyObject *d = PyDict_New();
-    if (d && (set_item(d, "pairs", names_list(er.pairs, er.n_pairs)) < 0 ||
-              set_item(d, "sweeps", PyLong_FromLongLong(er.sweeps)) < 0 ||
-              set_item(d, "replaced", names_list(er.replaced, er.n_replaced)) < 0 ||
-              set_item(d, "refused", names_list(er.refused, er.n_refused)) < 0))
+    if (d && qcal_py_dict_fields(d, &er, equalize_fields, QCAL_PY_NFIELDS(equalize_fields),
+                                 0) < 0)
         Py_CLEAR(d);
     qcal_onnx_equalize_report_free(&er);
     return d;
@@ -381,13 +386,9 @@ static PyObject *OnnxModel_qdq_save(OnnxModelObject *self, PyObject *args, PyObj
     if (st < 0)
         return qcal_py_raise_status(st);
     PyObject *d = PyDict_New();
-    if (d && (set_item(d, "profile", PyUnicode_FromString(qcal_onnx_profile_name(opt.profile))) < 0 ||
-              set_item(d, "ops", PyLong_FromLongLong(rep.ops)) < 0 ||
-              set_item(d, "tensors", PyLong_FromLongLong(rep.tensors)) < 0 ||
-              set_item(d, "weights", PyLong_FromLongLong(rep.weights)) < 0 ||
-              set_item(d, "biases", PyLong_FromLongLong(rep.biases)) < 0 ||
-              set_item(d, "missing", names_list(rep.missing, rep.n_missing)) < 0 ||
-              set_item(d, "skipped", names_list(rep.skipped, rep.n_skipped)) < 0))
+    if (d && (qcal_py_dict_set_steal(d, "profile", PyUnicode_FromString(
+                  qcal_onnx_profile_name(opt.profile))) < 0 ||
+              qcal_py_dict_fields(d, &rep, qdq_fields, QCAL_PY_NFIELDS(qdq_fields), 0) < 0))
         Py_CLEAR(d);
     qcal_onnx_qdq_report_free(&rep);
     return d;
