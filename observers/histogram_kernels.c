@@ -606,13 +606,24 @@ qcal_status qcal_hist_load(qcal_hist *h, qcal_cursor *c)
 
 /* ---- shared observer ops ------------------------------------------------------------- */
 
+bool qcal_histobs_config_asymmetric(const qcal_observer_config *cfg)
+{
+    qcal_qscheme s = cfg->q.qscheme;
+    bool affine = s == QCAL_PER_TENSOR_AFFINE || s == QCAL_PER_CHANNEL_AFFINE ||
+                  s == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS;
+    return affine && !qcal_dtype_is_float8(cfg->q.dtype);
+}
+
+/* Histogram of |x| (symmetric targets: TensorRT's and NVIDIA's searches) or of x. */
 static bool kind_uses_abs(const qcal_observer_config *cfg)
 {
     switch (cfg->kind) {
     case QCAL_OBSERVER_ENTROPY:
     case QCAL_OBSERVER_MSE:
-        return true;
+        return !qcal_histobs_config_asymmetric(cfg);
     case QCAL_OBSERVER_PERCENTILE:
+        if (cfg->percentile_mode == QCAL_PERCENTILE_AUTO)
+            return !qcal_histobs_config_asymmetric(cfg);
         return cfg->percentile_mode == QCAL_PERCENTILE_ABS;
     default:
         return false;
@@ -854,6 +865,31 @@ void qcal_histobs_qrange_end(qcal_hist *view)
 bool qcal_histobs_is_lattice(const qcal_observer *obs)
 {
     return is_lattice(obs);
+}
+
+int32_t qcal_hist_zero_bin(const qcal_hist *h)
+{
+    if (!(h->lo <= 0.0f && 0.0f <= h->hi))
+        return -1;
+    if (h->lo == h->hi)
+        return 0;
+    return qcal_hist_bin_of(0.0f, h->lo, h->hi, h->bins);
+}
+
+void qcal_histobs_window_range(const qcal_observer *obs, const qcal_hist *h, int32_t a,
+                               int32_t b, double f, float *mn, float *mx)
+{
+    double lo = h->lo, hi = h->hi, w = (hi - lo) / h->bins;
+    float fa = a <= 0 && f == 0.0 ? h->lo : (float)(lo + ((double)a + f) * w);
+    float fb = b >= h->bins && f == 0.0 ? h->hi : (float)(lo + ((double)b + f) * w);
+    if (is_lattice(obs)) {
+        float dmin, dmax;
+        data_minmax(obs, &dmin, &dmax);
+        fa = fminf(fmaxf(fa, dmin), dmax);
+        fb = fminf(fmaxf(fb, dmin), dmax);
+    }
+    *mn = fa;
+    *mx = fb;
 }
 
 void qcal_histobs_clip_range(const qcal_observer *obs, double t, float *mn, float *mx)

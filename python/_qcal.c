@@ -490,7 +490,9 @@ static PyObject *config_to_python(const qcal_observer_config *cfg)
     if (cfg->kind == QCAL_OBSERVER_PERCENTILE) {
         bad |= dict_set_steal(d, "percentile", PyFloat_FromDouble(cfg->percentile));
         bad |= dict_set_steal(d, "percentile_mode", PyUnicode_FromString(
-            cfg->percentile_mode == QCAL_PERCENTILE_TWO_TAILS ? "two_tails" : "abs"));
+            cfg->percentile_mode == QCAL_PERCENTILE_TWO_TAILS ? "two_tails"
+            : cfg->percentile_mode == QCAL_PERCENTILE_AUTO    ? "auto"
+                                                              : "abs"));
     }
     if (cfg->kind == QCAL_OBSERVER_ENTROPY)
         bad |= dict_set_steal(d, "entropy_levels", PyLong_FromLong(cfg->entropy_levels));
