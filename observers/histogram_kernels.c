@@ -820,6 +820,12 @@ const qcal_hist *qcal_histobs_qrange_begin(const qcal_observer *obs, float *mn, 
                          "read them with qcal_observer_torch_histogram");
         return NULL;
     }
+    /* Two-ended entropy / mse searches model an affine grid, which always holds zero: their
+     * histogram spans zero too (data away from zero leave bins empty between zero and the
+     * data, as the |x| searches' [0, max|x|] does). */
+    const bool with_zero = (obs->cfg.kind == QCAL_OBSERVER_ENTROPY ||
+                            obs->cfg.kind == QCAL_OBSERVER_MSE) &&
+                           !kind_uses_abs(&obs->cfg);
     if (!is_lattice(obs)) {
         const qcal_hist *h = &hobs(obs)->hist;
         if (qcal_hist_empty(h)) {
@@ -827,7 +833,22 @@ const qcal_hist *qcal_histobs_qrange_begin(const qcal_observer *obs, float *mn, 
             *st = QCAL_NO_DATA;
             return NULL;
         }
-        return h;
+        if (!with_zero || (h->lo <= 0.0f && 0.0f <= h->hi) || h->lo == h->hi)
+            return h;
+        /* First-batch grid away from zero: re-binned onto a grid from zero (linear spread
+         * inside each bin, total exact). */
+        *view = *h;
+        view->lo = fminf(h->lo, 0.0f);
+        view->hi = fmaxf(h->hi, 0.0f);
+        view->top = 0;
+        view->counts = qcal_calloc((size_t)h->bins, sizeof *view->counts);
+        if (!view->counts) {
+            *st = QCAL_ERR_NO_MEMORY;
+            return NULL;
+        }
+        qcal_hist_rebin(h->counts, h->bins, h->lo, h->hi, view->counts, h->bins, view->lo,
+                        view->hi);
+        return view;
     }
     const qcal_lattice *L = &hobs(obs)->lat;
     if (L->total == 0) {
@@ -840,6 +861,10 @@ const qcal_hist *qcal_histobs_qrange_begin(const qcal_observer *obs, float *mn, 
     view->absval = L->absval;
     view->lo = qcal_lattice_vmin(L);
     view->hi = qcal_lattice_vmax(L);
+    if (with_zero && view->lo != view->hi) {
+        view->lo = fminf(view->lo, 0.0f);
+        view->hi = fmaxf(view->hi, 0.0f);
+    }
     view->dmin = L->dmin;
     view->dmax = L->dmax;
     view->total = L->total;

@@ -10,6 +10,11 @@
  *   exact uint64 (PyTorch keeps float32); AVX2/AVX-512 kernels with a C reference, OpenMP
  *   above qcal_threads_for: results never depend on ISA or thread count.
  *   - histogram, percentile two-tails: values x; entropy, mse, percentile abs: |x|.
+ *   - ASYMMETRIC TARGETS (an affine qscheme with an integer dtype, the default quint8
+ *     per_tensor_affine): entropy, mse and percentile (mode auto, its default) keep x and
+ *     search both ends (below); symmetric targets (qint8 per_tensor_symmetric, float8) keep
+ *     |x| and TensorRT's / NVIDIA's searches as before. Observer state version 3; version 2
+ *     states of affine entropy / mse held |x| and are refused.
  *
  * GRID LATTICE (default, QCAL_GRID_LATTICE, "lattice"): everything the observer reports
  *   (qrange, qparams, data_range, saved state except the batch counter) is a function of
@@ -136,7 +141,31 @@
  *     non-negative data with per_tensor_affine, else (quant_max - quant_min) / 2 (127);
  *     first minimal mean error wins; t = (i + 0.5) * bin width. The errors are compared
  *     exactly (integer sums; a float64 sum, as numpy's, agrees to ~1e-15 relative).
- *   Clip ranges from t (percentile abs, entropy, mse): [0, t] if no negative value was seen,
+ *   Two-ended searches (asymmetric targets), on a signed histogram of x: entropy and mse
+ *     on `bins` bins over [min(0, min), max(0, max)] (an affine grid always holds zero, so
+ *     data away from zero leave the bins between zero and the data empty, as |x| does;
+ *     the lattice view, or the first-batch grid re-binned linearly), percentile two-tails
+ *     on [min, max]. A window [a, b) of bins is chosen by coordinate descent (the best b
+ *     for the current a, the smallest on ties, then the best a for that b, the largest on
+ *     ties, from [0, bins), until a round no longer lowers the objective); windows contain
+ *     the bin of zero.
+ *     entropy: P = counts[a..b) with the mass below a added to P[a] and above to P[b-1];
+ *       Q = the unclipped counts merged into entropy_levels levels, spread over each level's
+ *       non-zero bins; b - a >= levels; the zero bin clamped to its fuller neighbour (bin 0
+ *       of non-negative data: the |x| clamp). Range [lo + a w, lo + b w].
+ *     mse: grid of quant_max - quant_min steps over the window's edges (the zero point's
+ *       rounding left out), bin centres quantized round-half-up and clamped, exact integer
+ *       errors; b - a >= min(128, bins - 1). Range: the window's edges.
+ *     percentile: the two-tails mode.
+ *   No degenerate minimum (entropy, both searches): a candidate that clips mass while
+ *   holding data only in the bins receiving it is not a candidate (P = Q whatever is
+ *   clipped: U[0.5, 1] gave [0, 0.5005]). Two-ended search only: nor is one whose clipped
+ *   mass beyond an edge exceeds the count of the edge bin it is added to (the lump may at
+ *   most double P's edge bin; without this rule the KL took the narrowest window, levels
+ *   bins, on every long-tailed tensor of PP-OCRv4: see observers/entropy.c). Ranges are
+ *   kept inside [min, max] of the data.
+ *   Clip ranges from t (percentile abs, entropy, mse, symmetric targets): [0, t] if no
+ *   negative value was seen,
  *   else [-t, t]. qcal_qparams_compute then applies the qscheme (symmetric: max(|min|,max)).
  *   No data: QCAL_NO_DATA, qparams (1, 0). All-zero data: (0, 0), finite scale.
  */
