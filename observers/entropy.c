@@ -1,5 +1,7 @@
 /* The "entropy" observer: TensorRT-style KL-divergence threshold search over a histogram
- * of |x|. Variant (documented in include/qcal/observers/histogram.h):
+ * of |x| for symmetric targets; for affine ones the two-ended window search on a histogram
+ * of x further down (qcal_hist_entropy_window). |x| variant (documented in
+ * include/qcal/observers/histogram.h):
  *   B = the histogram with B[0] = min(B[0], B[1]) (the first bin's spike clamped to its
  *       neighbour; NVIDIA pytorch-quantization sets B[0] = B[1]; see below);
  *   for each candidate i in [levels, bins]:
@@ -8,7 +10,8 @@
  *         integer division) and spread evenly back over each level's non-zero bins;
  *     p = P / total, q = Q / (total - outliers)   (totals of B);
  *     KL_i = sum_{j: P_j > 0} p_j * (log p_j - log q_j), +inf if some q_j = 0 < p_j;
- *   threshold = i * bin width for the first i with the smallest KL_i.
+ *   threshold = i * bin width for the first i with the smallest KL_i; a candidate with
+ *   clipped mass and no data but in bin i-1 is none (P = Q: the degenerate minimum).
  * Building Q from the unclipped bins is what penalises clipping (TensorRT, MXNet); a Q
  * built from P would make KL = 0 at i = levels.
  *

@@ -110,8 +110,8 @@
  *     median for both). Inside the bin where the cumulative count reaches q * total the
  *     value is interpolated linearly (uniform density in the bin). NVIDIA returns the
  *     lower edge of that bin; ONNX Runtime the upper edge.
- *   entropy (entropy_levels default 128, needs bins > levels): TensorRT's KL search on the
- *     |x| histogram with its first bin clamped to the second: B[0] = min(B[0], B[1]). For
+ *   entropy (entropy_levels default 128, needs bins > levels), symmetric targets (affine:
+ *     the two-ended search below): TensorRT's KL search on the |x| histogram with its first bin clamped to the second: B[0] = min(B[0], B[1]). For
  *     each candidate i in [levels, bins]: P = B[0..i-1] with the mass beyond added to
  *     P[i-1]; Q = the unclipped B[0..i-1] merged into `levels` levels (bin j -> level
  *     j*levels/i, integer division) and spread evenly over each level's non-zero bins;
@@ -135,8 +135,8 @@
  *     Each KL is the sum of its terms evaluated almost exactly (per-level prefix sums in
  *     double-double; ~1e-13 relative to a float64 term-by-term sum, exactly 0 when every
  *     term is 0). Search timings: docs/observers.md.
- *   mse: NVIDIA HistogramCalibrator style on the |x| histogram: candidates amax = centre of
- *     bin i, i in [min(128, bins-1), bins); error = sum_j count_j (deq(c_j) - c_j)^2 over
+ *   mse, symmetric targets (affine: the two-ended search below): NVIDIA HistogramCalibrator
+ *     style on the |x| histogram: candidates amax = centre of bin i, i in [min(128, bins-1), bins); error = sum_j count_j (deq(c_j) - c_j)^2 over
  *     bin centres c_j with deq(c) = min(nearbyint(c/s), L) * s, s = amax / L, L = 255 for
  *     non-negative data with per_tensor_affine, else (quant_max - quant_min) / 2 (127);
  *     first minimal mean error wins; t = (i + 0.5) * bin width. The errors are compared
@@ -165,8 +165,7 @@
  *   bins, on every long-tailed tensor of PP-OCRv4: see observers/entropy.c). Ranges are
  *   kept inside [min, max] of the data.
  *   Clip ranges from t (percentile abs, entropy, mse, symmetric targets): [0, t] if no
- *   negative value was seen,
- *   else [-t, t]. qcal_qparams_compute then applies the qscheme (symmetric: max(|min|,max)).
+ *   negative value was seen, else [-t, t]. qcal_qparams_compute then applies the qscheme (symmetric: max(|min|,max)).
  *   No data: QCAL_NO_DATA, qparams (1, 0). All-zero data: (0, 0), finite scale.
  */
 #ifndef QCAL_OBSERVERS_HISTOGRAM_H
