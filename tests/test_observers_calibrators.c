@@ -609,6 +609,18 @@ static void test_entropy_one_sided(void **state)
     if (!(a >= 0.5f && a < 0.51f && b > 0.99f))
         fail_msg("entropy two-ended on U[0.5, 1]: [%.9g, %.9g]", (double)a, (double)b);
     qcal_observer_destroy(&o);
+    /* First-batch grid [0.5, 1]: re-binned onto [0, 1] for the search (zero on the grid). */
+    for (int k = 0; k < 2; k++) {
+        qcal_observer_config_default(&cfg, k ? QCAL_OBSERVER_MSE : QCAL_OBSERVER_ENTROPY);
+        cfg.grid = QCAL_GRID_FIRST_BATCH;
+        assert_int_equal(qcal_observer_create(&cfg, &o), QCAL_OK);
+        feed(o, x, NA);
+        assert_int_equal(qcal_observer_qrange(o, 1, &a, &b, &n), QCAL_OK);
+        if (!(a >= 0.0f && a < 0.51f && b > 0.99f && b <= 1.0f))
+            fail_msg("%s first-batch on U[0.5, 1]: [%.9g, %.9g]", k ? "mse" : "entropy",
+                     (double)a, (double)b);
+        qcal_observer_destroy(&o);
+    }
     free(x);
 }
 
