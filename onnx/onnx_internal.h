@@ -1,5 +1,5 @@
 /* Internal to onnx/: the handle around protobuf-c's ModelProto and the helpers the passes
- * share (names, tensors, graph index). The generated onnx.pb-c.h is seen by onnx/ only. */
+ * share (names, tensors; the graph index: onnx/graph.h). The generated onnx.pb-c.h is seen by onnx/ only. */
 #ifndef QCAL_ONNX_INTERNAL_H
 #define QCAL_ONNX_INTERNAL_H
 
@@ -8,6 +8,7 @@
 #include "onnx.pb-c.h"
 
 #include "core/internal.h"
+#include "onnx/graph.h"
 #include "qcal/onnx.h"
 
 /* A model read from a file keeps the file mapped: the large raw_data of its main-graph
@@ -74,17 +75,6 @@ qcal_status onnx_raw_view(const Onnx__TensorProto *t, size_t off, size_t len, ui
  * reads every weight once does not keep the whole file resident. */
 void onnx_raw_drop(const qcal_onnx_model *m, const Onnx__TensorProto *t);
 
-/* ---- string map: name -> int64 (open addressing, keys borrowed, never removed) ---- */
-typedef struct onnx_map {
-    const char **keys;
-    int64_t *vals;
-    size_t cap, len;
-} onnx_map;
-
-bool onnx_map_put(onnx_map *m, const char *key, int64_t val);   /* false: out of memory */
-int64_t *onnx_map_get(const onnx_map *m, const char *key);      /* NULL when absent */
-void onnx_map_free(onnx_map *m);
-
 /* Bytes per element of an ONNX element type; 0 when unknown or sub-byte. */
 size_t onnx_elem_size(int32_t type);
 
@@ -146,37 +136,6 @@ int32_t onnx_type_get(const onnx_types *ty, const char *name);
 
 /* ---- weight layers for the rewrites (onnx/layer.c; used by fold_bn.c and equalize.c) ---- */
 #include "qcal/ptq.h"
-
-/* Who produces and who reads each main-graph tensor. */
-typedef struct onnx_tref {
-    const char *name;
-    int64_t producer;            /* node index, -1 for inputs / initializers */
-    int64_t n_cons;              /* consuming input slots of main-graph nodes */
-    int64_t cons0;               /* the first consuming node, -1 */
-    bool graph_out, sub_ref;     /* a graph output; read inside an If/Loop body */
-    Onnx__TensorProto *init;     /* initializer of that name, or the `value` tensor of the
-                                  * Constant node that writes it (producer >= 0), or NULL */
-} onnx_tref;
-
-typedef struct onnx_gindex {
-    onnx_map names;              /* every name (tensors, initializers, nodes) -> tref index */
-    onnx_tref *t;
-    int64_t n, cap;
-    char **owned;                /* fresh names made by onnx_gindex_fresh */
-    int64_t nowned;
-} onnx_gindex;
-
-/* The `value` tensor of a default-domain Constant node, else NULL. */
-Onnx__TensorProto *onnx_constant_value(const Onnx__NodeProto *n);
-
-qcal_status onnx_gindex_build(const Onnx__GraphProto *g, onnx_gindex *x);
-void onnx_gindex_free(onnx_gindex *x);
-onnx_tref *onnx_gindex_get(const onnx_gindex *x, const char *name);
-/* The initializer (or Constant value) behind name, directly or through Identity nodes (*hops, may be NULL: how
- * many; >= 100 when an Identity output in between has another reader); NULL if none. */
-onnx_tref *onnx_gindex_const(const onnx_gindex *x, const Onnx__GraphProto *g, const char *name, int64_t *hops);
-/* A name used nowhere in the graph, base + suffix (+ "_k"); owned by x (NULL: no memory). */
-const char *onnx_gindex_fresh(onnx_gindex *x, const char *base, const char *suffix);
 
 /* A Conv or Gemm seen as a qcal_ptq_layer: float32 weight (and bias) initializers copied
  * out (Gemm's weight transposed to [out, in] when transB = 0), written back by

@@ -88,18 +88,14 @@ void qcal_onnx_qdq_options_default(qcal_onnx_qdq_options *opt)
     opt->weight_qscheme = QCAL_PER_CHANNEL_SYMMETRIC;
 }
 
-/* ---- graph index ---- */
+/* ---- the plan of each tensor ---- */
 
+/* What the plan knows of tensor i of the graph index (p->x.t[i]: producer, readers,
+ * initializer or Constant; onnx/graph.h) beyond it. */
 typedef struct tinfo {
-    const char *name;
-    int64_t producer;          /* main-graph node index, -1 for inputs / initializers */
-    int64_t n_cons;            /* main-graph consumer slots */
-    int64_t cons0;             /* the first consuming node */
-    Onnx__TensorProto *init;   /* initializer of that name, or the value of the Constant node
-                                * that writes it (cnode), or NULL */
-    int64_t cnode;             /* that Constant node, -1: hoisted into an initializer of the
-                                * same name by the rewrite when it quantizes the tensor */
-    bool graph_in, graph_out, sub_ref;
+    const char *name;          /* the index's (p->x.t[i].name) */
+    Onnx__TensorProto *init;   /* the index's constant, or an initializer of an enclosing
+                                * graph (outer) */
     bool data;                 /* carries data: depends on a graph input through more than
                                 * shapes (not an initializer, a Constant, shape arithmetic) */
     bool untyped;              /* read as an activation, element type unknown (noted once) */
@@ -168,7 +164,8 @@ typedef struct plan {
     struct plan *root;         /* the main graph's plan: fresh names for every graph */
     const struct plan *up;     /* the plan of the enclosing graph (If bodies), else NULL */
     onnx_types ty;             /* element types (planning only: keys borrowed from g) */
-    onnx_gindex gx;            /* constants behind Identity nodes (planning only, likewise) */
+    onnx_gindex x;             /* the graph index (its names owned: valid through the rewrite);
+                                * the root's makes the fresh names of every graph */
     char **untyped;            /* activation inputs of unknown element type (borrowed) */
     int64_t nuntyped;
     const Onnx__GraphProto *scope[MAX_SCOPES];   /* enclosing graphs, innermost first */
@@ -177,9 +174,8 @@ typedef struct plan {
     const qcal_onnx_qdq_options *opt;
     const qcal_calib_table *table;   /* NULL: listing (every lookup succeeds) */
     Onnx__GraphProto *g;
-    onnx_map names;            /* main-graph tensor name -> tinfo index */
-    tinfo *t;
-    int64_t nt;
+    tinfo *t;                  /* t[i]: the plan of x.t[i] */
+    int64_t nt;                /* x.n */
     nplan *np;
     wplan *w;
     int64_t nw;
@@ -191,8 +187,7 @@ typedef struct plan {
     char **skipped;
     int64_t nskipped;
     bool fp8;                  /* an FP8 Q/DQ is written (opset >= 19, IR >= 9) */
-    onnx_map all_names;        /* every name in the model (for fresh names) */
-    char **owned_names;        /* fresh names kept alive for all_names */
+    char **owned_names;        /* names of hoisted Constant values, kept for the deferred weights */
     bool defer;                /* qcal_onnx_qdq_save: float32 weights with zero zero-points
                                 * are observed (ort: quantized) while the model is saved */
     bool serial;               /* observe on this thread only (the save's background pass) */
@@ -241,167 +236,48 @@ static void plan_free(plan *p)
     free(p->list);
     free(p->untyped);
     onnx_types_free(&p->ty);
-    onnx_gindex_free(&p->gx);
+    onnx_gindex_free(&p->x);
     free(p->t);
     free(p->np);
     free(p->w);
     free(p->b);
-    onnx_map_free(&p->names);
-    onnx_map_free(&p->all_names);
 }
 
 #define OOM() qcal_error(QCAL_ERR_NO_MEMORY, "out of memory")
 
-static char *intern(plan *p, const char *name)
+/* The index of name in p's graph, -1. */
+static int64_t tensor_index(const plan *p, const char *name)
 {
-    char *s = onnx_strdup(name);
-    if (!s || !onnx_push((void ***)&p->owned_names, (size_t *)&p->nowned, s)) {
-        free(s);
-        return NULL;
-    }
-    return s;
+    return onnx_gindex_find(&p->x, name);
 }
 
-static int64_t tensor_index(plan *p, const char *name, bool create)
+/* The Constant node whose value is tensor t's constant, -1 (an initializer, or none). */
+static int64_t const_node(const plan *p, int64_t t)
 {
-    int64_t *v = onnx_map_get(&p->names, name);
-    if (v)
-        return *v;
-    if (!create)
-        return -1;
-    if ((p->nt & (p->nt - 1)) == 0) {
-        tinfo *t = realloc(p->t, (size_t)(p->nt ? p->nt * 2 : 16) * sizeof *t);
-        if (!t)
-            return -2;
-        p->t = t;
-    }
-    /* Names are interned: the rewrite frees the proto strings they came from. */
-    char *key = intern(p, name);
-    if (!key)
-        return -2;
-    tinfo *ti = &p->t[p->nt];
-    memset(ti, 0, sizeof *ti);
-    ti->name = key;
-    ti->producer = -1;
-    ti->cnode = -1;
-    if (!onnx_map_put(&p->names, key, p->nt))
-        return -2;
-    return p->nt++;
-}
-
-static bool put_name(plan *p, const char *name)
-{
-    if (!name || onnx_map_get(&p->all_names, name))
-        return true;
-    char *s = intern(p, name);
-    return s && onnx_map_put(&p->all_names, s, 0);
-}
-
-static bool note_all_names(plan *p, const Onnx__GraphProto *g)
-{
-    bool ok = true;
-    for (size_t i = 0; i < g->n_input; i++)
-        ok &= put_name(p, g->input[i]->name);
-    for (size_t i = 0; i < g->n_output; i++)
-        ok &= put_name(p, g->output[i]->name);
-    for (size_t i = 0; i < g->n_initializer; i++)
-        ok &= put_name(p, g->initializer[i]->name);
-    for (size_t i = 0; i < g->n_node; i++) {
-        const Onnx__NodeProto *n = g->node[i];
-        ok &= put_name(p, n->name);
-        for (size_t k = 0; k < n->n_input; k++)
-            ok &= put_name(p, n->input[k]);
-        for (size_t k = 0; k < n->n_output; k++)
-            ok &= put_name(p, n->output[k]);
-        for (size_t a = 0; a < n->n_attribute; a++) {
-            const Onnx__AttributeProto *at = n->attribute[a];
-            if (at->g)
-                ok &= note_all_names(p, at->g);
-            for (size_t k = 0; k < at->n_graphs; k++)
-                ok &= note_all_names(p, at->graphs[k]);
-        }
-    }
-    return ok;
-}
-
-/* Marks main-graph names that subgraphs read (outer-scope references). */
-static void mark_sub_refs(plan *p, const Onnx__GraphProto *g)
-{
-    for (size_t i = 0; i < g->n_node; i++) {
-        const Onnx__NodeProto *n = g->node[i];
-        for (size_t k = 0; k < n->n_input; k++) {
-            int64_t ti = tensor_index(p, n->input[k], false);
-            if (ti >= 0)
-                p->t[ti].sub_ref = true;
-        }
-        for (size_t a = 0; a < n->n_attribute; a++) {
-            const Onnx__AttributeProto *at = n->attribute[a];
-            if (at->g)
-                mark_sub_refs(p, at->g);
-            for (size_t k = 0; k < at->n_graphs; k++)
-                mark_sub_refs(p, at->graphs[k]);
-        }
-    }
+    const onnx_tref *r = &p->x.t[t];
+    return r->producer >= 0 && r->init && r->init == p->t[t].init ? r->producer : -1;
 }
 
 static qcal_status index_graph(plan *p)
 {
     Onnx__GraphProto *g = p->g;
-    for (size_t i = 0; i < g->n_input; i++) {
-        int64_t ti = tensor_index(p, g->input[i]->name ? g->input[i]->name : "", true);
-        if (ti < 0)
-            return OOM();
-        p->t[ti].graph_in = true;
-    }
-    for (size_t i = 0; i < g->n_initializer; i++) {
-        int64_t ti = tensor_index(p, g->initializer[i]->name ? g->initializer[i]->name : "", true);
-        if (ti < 0)
-            return OOM();
-        p->t[ti].init = g->initializer[i];
-    }
-    for (size_t i = 0; i < g->n_node; i++) {
-        const Onnx__NodeProto *n = g->node[i];
-        for (size_t k = 0; k < n->n_input; k++) {
-            if (!n->input[k][0])
-                continue;
-            int64_t ti = tensor_index(p, n->input[k], true);
-            if (ti < 0)
-                return OOM();
-            if (p->t[ti].n_cons++ == 0)
-                p->t[ti].cons0 = (int64_t)i;
-        }
-        for (size_t k = 0; k < n->n_output; k++) {
-            if (!n->output[k][0])
-                continue;
-            int64_t ti = tensor_index(p, n->output[k], true);
-            if (ti < 0)
-                return OOM();
-            p->t[ti].producer = (int64_t)i;
-            /* a Constant's value is a weight like an initializer (paddle2onnx writes them so) */
-            Onnx__TensorProto *cv = p->t[ti].init ? NULL : onnx_constant_value(n);
-            if (cv) {
-                p->t[ti].init = cv;
-                p->t[ti].cnode = (int64_t)i;
-            }
-        }
-        for (size_t a = 0; a < n->n_attribute; a++) {
-            const Onnx__AttributeProto *at = n->attribute[a];
-            if (at->g)
-                mark_sub_refs(p, at->g);
-            for (size_t k = 0; k < at->n_graphs; k++)
-                mark_sub_refs(p, at->graphs[k]);
-        }
-    }
-    for (size_t i = 0; i < g->n_output; i++) {
-        int64_t ti = tensor_index(p, g->output[i]->name ? g->output[i]->name : "", true);
-        if (ti < 0)
-            return OOM();
-        p->t[ti].graph_out = true;
+    /* Fresh names must be new in the whole model (a body sees its enclosing graphs): the
+     * root's index holds every name. */
+    qcal_status st = onnx_gindex_build(g, p->root ? NULL : p->m->proto->graph, &p->x);
+    if (st != QCAL_OK)
+        return st;
+    p->nt = p->x.n;
+    p->t = calloc((size_t)p->nt + 1, sizeof *p->t);
+    if (!p->t)
+        return OOM();
+    for (int64_t t = 0; t < p->nt; t++) {
+        p->t[t].name = p->x.t[t].name;
+        p->t[t].init = p->x.t[t].init;
     }
     /* Weights an If body reads from an enclosing graph (innermost definition first). */
     for (int64_t t = 0; t < p->nt; t++) {
         tinfo *ti = &p->t[t];
-        if (ti->producer >= 0 || ti->init || ti->graph_in)
+        if (p->x.t[t].producer >= 0 || ti->init || p->x.t[t].graph_in)
             continue;
         for (int s = 0; s < p->nscope && !ti->init; s++) {
             const Onnx__GraphProto *o = p->scope[s];
@@ -426,9 +302,10 @@ static qcal_status index_graph(plan *p)
      * A node with a body (If, Loop, Scan) may read anything: its outputs carry data. */
     for (int64_t t = 0; t < p->nt; t++) {
         tinfo *ti = &p->t[t];
-        ti->data = ti->graph_in || (!ti->init && ti->producer < 0);
-        for (const plan *u = p->up; ti->data && !ti->graph_in && u; u = u->up) {
-            int64_t o = tensor_index((plan *)u, ti->name, false);
+        const onnx_tref *r = &p->x.t[t];
+        ti->data = r->graph_in || (!ti->init && r->producer < 0);
+        for (const plan *u = p->up; ti->data && !r->graph_in && u; u = u->up) {
+            int64_t o = tensor_index(u, ti->name);
             if (o >= 0) {
                 ti->data = u->t[o].data;
                 break;
@@ -442,39 +319,34 @@ static qcal_status index_graph(plan *p)
         if (!(dflt && (!strcmp(n->op_type, "Shape") || !strcmp(n->op_type, "Size") ||
                        !strcmp(n->op_type, "Constant") || !strcmp(n->op_type, "ConstantOfShape")))) {
             for (size_t k = 0; k < n->n_input && !d; k++) {
-                int64_t ti = n->input[k][0] ? tensor_index(p, n->input[k], false) : -1;
+                int64_t ti = n->input[k][0] ? tensor_index(p, n->input[k]) : -1;
                 d = ti >= 0 && p->t[ti].data;
             }
             for (size_t a = 0; a < n->n_attribute && !d; a++)
                 d = n->attribute[a]->g || n->attribute[a]->n_graphs;
         }
         for (size_t k = 0; k < n->n_output; k++) {
-            int64_t ti = n->output[k][0] ? tensor_index(p, n->output[k], false) : -1;
-            if (ti >= 0 && p->t[ti].producer == (int64_t)i)
+            int64_t ti = n->output[k][0] ? tensor_index(p, n->output[k]) : -1;
+            if (ti >= 0 && p->x.t[ti].producer == (int64_t)i)
                 p->t[ti].data = d;
         }
     }
-    qcal_status st = onnx_types_build(g, p->up ? &p->up->ty : NULL, &p->ty);
-    if (st == QCAL_OK)
-        st = onnx_gindex_build(g, &p->gx);
+    st = onnx_types_build(g, p->up ? &p->up->ty : NULL, &p->ty);
     if (st != QCAL_OK)
         return st;
     p->np = calloc(g->n_node + 1, sizeof *p->np);
-    /* Fresh names must be new in the whole model (a body sees its enclosing graphs). */
-    if (!p->np || (!p->root && !note_all_names(p, p->m->proto->graph)))
-        return OOM();
-    return QCAL_OK;
+    return p->np ? QCAL_OK : OOM();
 }
 
 /* The tensor holding the constant behind name: an initializer or a Constant's value,
  * directly or through Identity nodes (torch writes deduplicated parameters so); -1. */
 static int64_t const_src(const plan *p, const char *name)
 {
-    int64_t t = name && name[0] ? tensor_index((plan *)p, name, false) : -1;
+    int64_t t = name && name[0] ? tensor_index(p, name) : -1;
     if (t >= 0 && p->t[t].init)
         return t;
-    const onnx_tref *r = t >= 0 ? onnx_gindex_const(&p->gx, p->g, name, NULL) : NULL;
-    return r ? tensor_index((plan *)p, r->name, false) : -1;
+    const onnx_tref *r = t >= 0 ? onnx_gindex_const(&p->x, p->g, name, NULL) : NULL;
+    return r ? tensor_index(p, r->name) : -1;
 }
 
 /* The Identity nodes between name and its constant: the rewrite drops those nothing reads
@@ -482,13 +354,13 @@ static int64_t const_src(const plan *p, const char *name)
 static void mark_identities(plan *p, const char *name)
 {
     for (int guard = 0; guard < 8; guard++) {
-        int64_t t = tensor_index(p, name, false);
-        if (t < 0 || p->t[t].init || p->t[t].producer < 0)
+        int64_t t = tensor_index(p, name);
+        if (t < 0 || p->t[t].init || p->x.t[t].producer < 0)
             return;
-        const Onnx__NodeProto *n = p->g->node[p->t[t].producer];
+        const Onnx__NodeProto *n = p->g->node[p->x.t[t].producer];
         if (strcmp(n->op_type, "Identity") || n->n_input != 1)
             return;
-        p->np[p->t[t].producer].via = true;
+        p->np[p->x.t[t].producer].via = true;
         name = n->input[0];
     }
 }
@@ -1254,7 +1126,7 @@ static qcal_status plan_bias(plan *p, int64_t t, float s_in, int64_t wi, int64_t
 /* The single Relu that consumes t (ort fuses it), or -1. */
 static int64_t fused_relu(plan *p, int64_t t)
 {
-    tinfo *ti = &p->t[t];
+    const onnx_tref *ti = &p->x.t[t];
     if (ti->graph_out || ti->sub_ref || ti->n_cons != 1)
         return -1;
     const Onnx__NodeProto *n = p->g->node[ti->cons0];
@@ -1282,8 +1154,8 @@ static bool clip_bounds(plan *p, const Onnx__NodeProto *n, float *lo, float *hi)
             continue;
         int64_t t = const_src(p, name);
         for (int hop = 0; t < 0 && hop < 4; hop++) {
-            int64_t ti = tensor_index(p, name, false);
-            const Onnx__NodeProto *pn = ti >= 0 && p->t[ti].producer >= 0 ? p->g->node[p->t[ti].producer] : NULL;
+            int64_t ti = tensor_index(p, name);
+            const Onnx__NodeProto *pn = ti >= 0 && p->x.t[ti].producer >= 0 ? p->g->node[p->x.t[ti].producer] : NULL;
             if (!pn || (strcmp(pn->op_type, "Cast") && strcmp(pn->op_type, "Identity")) || pn->n_input < 1)
                 break;
             name = pn->input[0];
@@ -1311,7 +1183,7 @@ static bool clip_bounds(plan *p, const Onnx__NodeProto *n, float *lo, float *hi)
  * Else -1. */
 static int64_t fused_clip(plan *p, int64_t t, float *lo, float *hi)
 {
-    tinfo *ti = &p->t[t];
+    const onnx_tref *ti = &p->x.t[t];
     if (ti->graph_out || ti->sub_ref || ti->n_cons != 1)
         return -1;
     const Onnx__NodeProto *n = p->g->node[ti->cons0];
@@ -1380,7 +1252,7 @@ static qcal_status clip_qparams(tinfo *ti, float lo, float hi)
 static int64_t move_chain_end(plan *p, int64_t t)
 {
     for (int guard = 0; guard < 64; guard++) {
-        const tinfo *ti = &p->t[t];
+        const onnx_tref *ti = &p->x.t[t];
         if (ti->graph_out || ti->sub_ref || ti->n_cons != 1)
             return t;
         const Onnx__NodeProto *c = NULL;
@@ -1394,7 +1266,7 @@ static int64_t move_chain_end(plan *p, int64_t t)
         if (!d || strcmp(d->op, "MaxPool") || strcmp(c->input[0], ti->name) || excluded(p, c->name) || c->n_output < 1 ||
             !c->output[0][0] || excluded(p, c->output[0]))
             return t;
-        int64_t o = tensor_index(p, c->output[0], false);
+        int64_t o = tensor_index(p, c->output[0]);
         if (o < 0)
             return t;
         t = o;
@@ -1443,7 +1315,7 @@ static qcal_status plan_node(plan *p, size_t i)
     case K_BINARY: {
         for (int k = 0; k < 2; k++) {
             const char *in = k ? in1 : in0;
-            int64_t tk = tensor_index(p, in, false);
+            int64_t tk = tensor_index(p, in);
             if (!in[0] || tk < 0 || p->t[tk].init)
                 return add_skip(p, n, "input '%s' is a constant (only activation pairs are quantized)", in);
             np->act[np->nact++] = k;
@@ -1482,13 +1354,13 @@ static qcal_status plan_node(plan *p, size_t i)
     }
     for (int k = 0; k < np->nact; k++) {
         const char *in = n->input[np->act[k]];
-        if (!in[0] || tensor_index(p, in, false) < 0)   /* an omitted (empty) input */
+        if (!in[0] || tensor_index(p, in) < 0)   /* an omitted (empty) input */
             return add_skip(p, n, "input %s has no name", np->act[k] ? "1" : "0");
         if (excluded(p, in))
             return add_skip(p, n, "input '%s' excluded by --exclude", in);
         int32_t et = elem_type_of(p, in);
         if (et == 0) {
-            tinfo *ti = &p->t[tensor_index(p, in, false)];
+            tinfo *ti = &p->t[tensor_index(p, in)];
             if (!ti->untyped) {
                 ti->untyped = true;
                 if (!onnx_push((void ***)&p->untyped, (size_t *)&p->nuntyped, (void *)ti->name))
@@ -1498,13 +1370,13 @@ static qcal_status plan_node(plan *p, size_t i)
         }
         if (et != QCAL_ONNX_FLOAT)
             return add_skip(p, n, "input '%s' is not float32", in);
-        if (!p->t[tensor_index(p, in, false)].data)
+        if (!p->t[tensor_index(p, in)].data)
             return add_skip(p, n, "input '%s' is a constant or shape arithmetic, not data", in);
     }
     /* Activation inputs: all must have qparams. */
     bool all = true;
     for (int k = 0; k < np->nact; k++) {
-        int64_t t = tensor_index(p, n->input[np->act[k]], false);
+        int64_t t = tensor_index(p, n->input[np->act[k]]);
         bool found;
         qcal_status st = lookup(p, t, &found);
         if (st != QCAL_OK)
@@ -1517,7 +1389,7 @@ static qcal_status plan_node(plan *p, size_t i)
     qcal_dtype wdt = QCAL_QINT8;
     if (p->table)
         for (int k = 0; k < np->nact; k++) {
-            const tinfo *ta = &p->t[tensor_index(p, n->input[np->act[k]], false)];
+            const tinfo *ta = &p->t[tensor_index(p, n->input[np->act[k]])];
             if (qcal_dtype_is_float8(ta->dtype))
                 wdt = ta->dtype;
         }
@@ -1533,7 +1405,7 @@ static qcal_status plan_node(plan *p, size_t i)
     }
     np->quant = true;
     for (int k = 0; k < np->nact; k++)
-        assign(&p->t[tensor_index(p, n->input[np->act[k]], false)]);
+        assign(&p->t[tensor_index(p, n->input[np->act[k]])]);
     if (!trt && np->bslot >= 0 && np->w >= 0 && p->table && !qcal_dtype_is_float8(wdt)) {
         int64_t tb = const_src(p, n->input[np->bslot]);
         const char *why = NULL;
@@ -1542,7 +1414,7 @@ static qcal_status plan_node(plan *p, size_t i)
         else if (tb < 0 || excluded(p, n->input[np->bslot]))
             why = "bias '%s' stays float: not an initializer";
         else {
-            int64_t tx = tensor_index(p, n->input[0], false);
+            int64_t tx = tensor_index(p, n->input[0]);
             qcal_status st = plan_bias(p, tb, p->t[tx].scale, np->w, out_ch, &np->b, &why);
             if (st != QCAL_OK)
                 return st;
@@ -1558,9 +1430,9 @@ static qcal_status plan_node(plan *p, size_t i)
     if (trt || n->n_output < 1 || !n->output[0][0])
         return QCAL_OK;
     /* ort: the output Q (node unit DQ -> op -> Q). */
-    int64_t to = tensor_index(p, n->output[0], false);
+    int64_t to = tensor_index(p, n->output[0]);
     if (d->kind == K_MOVE) {
-        tinfo *src = &p->t[tensor_index(p, n->input[0], false)];
+        tinfo *src = &p->t[tensor_index(p, n->input[0])];
         tinfo *dst = &p->t[to];
         if (!excluded(p, dst->name) && !dst->assigned) {
             dst->dtype = src->dtype;
@@ -1576,7 +1448,7 @@ static qcal_status plan_node(plan *p, size_t i)
     if (act < 0 && (act = fused_clip(p, to, &clip_lo, &clip_hi)) >= 0)
         clip = true;
     if (act >= 0)
-        to = tensor_index(p, p->g->node[act]->output[0], false);
+        to = tensor_index(p, p->g->node[act]->output[0]);
     if (excluded(p, p->t[to].name))
         return QCAL_OK;
     int64_t from = move_chain_end(p, to);
@@ -1874,7 +1746,6 @@ static bool infer_ranks(const Onnx__GraphProto *g, onnx_map *r)
     return ok;
 }
 
-static char *fresh_name(plan *p, const char *base, const char *suffix);
 static bool replace_str(char **slot, const char *with);
 
 /* Renames `from` to `to` in body g (node inputs and outputs, graph outputs, value_info)
@@ -1955,10 +1826,8 @@ static bool push_empty_constant(Onnx__GraphProto *g, const char *name, const cha
 static qcal_status expose_bodies(qcal_onnx_model *m, const char *const *names, int64_t n, int64_t *added)
 {
     Onnx__GraphProto *g = m->proto->graph;
-    plan p;   /* only for fresh names */
-    memset(&p, 0, sizeof p);
-    p.m = m;
-    qcal_status st = note_all_names(&p, g) ? QCAL_OK : OOM();
+    onnx_gindex x;   /* for fresh names */
+    qcal_status st = onnx_gindex_build(g, g, &x);
     onnx_map want = { 0 };
     for (int64_t i = 0; st == QCAL_OK && i < n; i++)
         if (!onnx_map_put(&want, names[i], 0))
@@ -1993,9 +1862,9 @@ static qcal_status expose_bodies(qcal_onnx_model *m, const char *const *names, i
                     }
                     qcal_onnx_tensor_desc d = { 0, -1, { 0 } };
                     onnx_graph_desc(body, name, &d);
-                    char *inner = fresh_name(&p, name, "_qcal_body");
-                    char *empty = fresh_name(&p, name, "_qcal_other_branch");
-                    char *cname = fresh_name(&p, name, "_qcal_other_branch_Constant");
+                    const char *inner = onnx_gindex_fresh(&x, name, "_qcal_body");
+                    const char *empty = onnx_gindex_fresh(&x, name, "_qcal_other_branch");
+                    const char *cname = onnx_gindex_fresh(&x, name, "_qcal_other_branch_Constant");
                     int32_t rank = d.ndim >= 0 && d.ndim <= QCAL_MAX_DIMS ? d.ndim : 1;
                     qcal_onnx_tensor_desc de = { QCAL_ONNX_FLOAT, rank, { 0 } };
                     qcal_onnx_tensor_desc dout = { d.elem_type, d.ndim >= 0 ? rank : -1, { 0 } };
@@ -2005,24 +1874,22 @@ static qcal_status expose_bodies(qcal_onnx_model *m, const char *const *names, i
                     for (size_t o = 0; o < body->n_output; o++)
                         was_out |= body->output[o]->name && !strcmp(body->output[o]->name, name);
                     bool ok = inner && empty && cname && rename_in(body, name, inner);
-                    char *bout = ok && was_out ? fresh_name(&p, name, "_qcal_body_output") : NULL;
+                    const char *bout = ok && was_out ? onnx_gindex_fresh(&x, name, "_qcal_body_output") : NULL;
                     if (ok && was_out) {
                         /* already a branch output: a second one through an Identity */
-                        char *iname = bout ? fresh_name(&p, name, "_qcal_body_Identity") : NULL;
+                        const char *iname = bout ? onnx_gindex_fresh(&x, name, "_qcal_body_Identity") : NULL;
                         Onnx__NodeProto *idn = iname ? onnx_new_node("Identity", iname, 1, (const char *const *)&inner,
                                                                      1, (const char *const *)&bout)
                                                      : NULL;
                         ok = idn && onnx_push((void ***)&body->node, &body->n_node, idn);
                         if (!ok && idn)
                             protobuf_c_message_free_unpacked(&idn->base, NULL);
-                        free(iname);
                     }
                     if (ok) {
                         d.ndim = -1;   /* the branch output: element type only */
                         ok = push_output(body, was_out ? bout : inner, &d) &&
                              push_empty_constant(other, cname, empty, rank) && push_output(other, empty, &de);
                     }
-                    free(bout);
                     if (ok) {
                         char *o = onnx_strdup(name);
                         ok = o && onnx_push((void ***)&node->output, &node->n_output, o);
@@ -2047,13 +1914,13 @@ static qcal_status expose_bodies(qcal_onnx_model *m, const char *const *names, i
                         ++*added;
                     else
                         st = OOM();
-                    free(inner), free(empty), free(cname), free(name);
+                    free(name);
                 }
             }
         }
     }
     onnx_map_free(&want);
-    plan_free(&p);
+    onnx_gindex_free(&x);
     return st;
 }
 
@@ -2190,23 +2057,12 @@ qcal_status qcal_onnx_expose(qcal_onnx_model *m, const qcal_onnx_qdq_options *op
 
 /* ---- the rewrite ---- */
 
-/* A name not yet used anywhere in the model: base + suffix, then "_1", "_2", ... */
+/* A name not yet used anywhere in the model (onnx_gindex_fresh of the root's index), as a
+ * copy the caller owns. */
 static char *fresh_name(plan *p, const char *base, const char *suffix)
 {
-    p = p->root ? p->root : p;
-    size_t len = strlen(base) + strlen(suffix) + 24;
-    char *s = malloc(len);
-    if (!s)
-        return NULL;
-    snprintf(s, len, "%s%s", base, suffix);
-    for (int k = 1; onnx_map_get(&p->all_names, s); k++)
-        snprintf(s, len, "%s%s_%d", base, suffix, k);
-    char *keep = intern(p, s);
-    if (!keep || !onnx_map_put(&p->all_names, keep, 0)) {
-        free(s);
-        return NULL;
-    }
-    return s;
+    const char *s = onnx_gindex_fresh(&(p->root ? p->root : p)->x, base, suffix);
+    return s ? onnx_strdup(s) : NULL;
 }
 
 typedef struct builder {
@@ -2450,32 +2306,33 @@ static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
             continue;
         n_ops++;
         for (int k = 0; k < np->nact; k++)
-            qdq[tensor_index(p, g->node[i]->input[np->act[k]], false)] = true;
+            qdq[tensor_index(p, g->node[i]->input[np->act[k]])] = true;
     }
     if (ort)
         for (int64_t t = 0; t < p->nt; t++)
-            if (p->t[t].assigned && p->t[t].producer >= 0)
+            if (p->t[t].assigned && p->x.t[t].producer >= 0)
                 qdq[t] = true;
     for (int64_t t = 0; t < p->nt; t++) {
         if (!qdq[t])
             continue;
         n_act++;
         tinfo *ti = &p->t[t];
-        if (ort && ti->graph_out && !ti->graph_in && ti->producer >= 0) {
+        if (ort && p->x.t[t].graph_out && !p->x.t[t].graph_in && p->x.t[t].producer >= 0) {
             ti->rename = true;
             ti->pre = fresh_name(p, ti->name, "_QuantizeLinear_Input");
         }
     }
-    /* The index and types borrow strings the rewrite replaces: done with them. */
+    /* The types borrow strings the rewrite replaces: done with them (the index owns its
+     * names: it serves the rewrite). */
     onnx_types_free(&p->ty);
-    onnx_gindex_free(&p->gx);
     /* Constant nodes whose value is a weight or bias quantized here become initializers of
      * the same name (the node goes): the rewrite then treats them as any initializer. */
     for (int64_t i = 0; i < p->nw + p->nb && !b.oom; i++) {
-        tinfo *ti = &p->t[i < p->nw ? p->w[i].t : p->b[i - p->nw].t];
-        if (ti->cnode < 0 || ti->outer || p->np[ti->cnode].gone)
+        const int64_t t = i < p->nw ? p->w[i].t : p->b[i - p->nw].t, cnode = const_node(p, t);
+        const tinfo *ti = &p->t[t];
+        if (cnode < 0 || ti->outer || p->np[cnode].gone)
             continue;
-        Onnx__NodeProto *cn = g->node[ti->cnode];
+        Onnx__NodeProto *cn = g->node[cnode];
         Onnx__AttributeProto *va = (Onnx__AttributeProto *)onnx_node_attr(cn, "value");
         Onnx__TensorProto **ni = realloc(g->initializer, (g->n_initializer + 1) * sizeof *ni);
         char *name = onnx_strdup(ti->name);
@@ -2491,7 +2348,7 @@ static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
         va->t->name = name;
         g->initializer[g->n_initializer++] = va->t;
         va->t = NULL;
-        p->np[ti->cnode].gone = true;
+        p->np[cnode].gone = true;
     }
     /* Identity nodes between a quantized weight or bias and its reader that nothing reads
      * once the reader takes the quantized tensor (last first: chains of them). */
@@ -2513,9 +2370,9 @@ static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
         if (!p->np[i].via || p->np[i].gone)
             continue;
         const Onnx__NodeProto *n = g->node[i];
-        int64_t t = tensor_index(p, n->output[0], false);
+        int64_t t = tensor_index(p, n->output[0]);
         int64_t *c = onnx_map_get(&reads, n->output[0]);
-        if (t < 0 || (c && *c) || p->t[t].graph_out || p->t[t].sub_ref)
+        if (t < 0 || (c && *c) || p->x.t[t].graph_out || p->x.t[t].sub_ref)
             continue;
         p->np[i].gone = true;
         if ((c = onnx_map_get(&reads, n->input[0])))
@@ -2528,7 +2385,7 @@ static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
     for (int64_t i = 0; i < p->nb; i++)
         b_bias(p, &b, &p->b[i]);
     for (int64_t t = 0; t < p->nt; t++)
-        if (qdq[t] && p->t[t].producer < 0)
+        if (qdq[t] && p->x.t[t].producer < 0)
             b_act(p, &b, &p->t[t]);
     /* Nodes in order, each followed by the Q/DQ of what it produces. The originals' inputs
      * are rewired in place (only new strings allocated; the node objects move over). */
@@ -2548,7 +2405,7 @@ static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
                 b.oom |= !replace_str(&n->input[k], p->b[np->b].dq_out);
                 continue;
             }
-            int64_t t = tensor_index(p, n->input[k], false);
+            int64_t t = tensor_index(p, n->input[k]);
             if (t < 0 || !qdq[t] || p->t[t].rename)
                 continue;
             bool act_slot = false;
@@ -2560,7 +2417,7 @@ static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
         int64_t out_t[8];
         size_t n_out_t = n->n_output < 8 ? n->n_output : 8;
         for (size_t k = 0; k < n_out_t; k++)
-            out_t[k] = n->output[k][0] ? tensor_index(p, n->output[k], false) : -1;
+            out_t[k] = n->output[k][0] ? tensor_index(p, n->output[k]) : -1;
         for (size_t k = 0; k < n_out_t && !b.oom; k++) {
             int64_t t = out_t[k];
             if (t >= 0 && qdq[t] && p->t[t].rename)
@@ -2569,7 +2426,7 @@ static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
         if (!b.oom && !onnx_push((void ***)&b.nodes, &b.n_nodes, n))
             b.oom = true;
         for (size_t k = 0; k < n_out_t && !b.oom; k++)
-            if (out_t[k] >= 0 && qdq[out_t[k]] && p->t[out_t[k]].producer == (int64_t)i)
+            if (out_t[k] >= 0 && qdq[out_t[k]] && p->x.t[out_t[k]].producer == (int64_t)i)
                 b_act(p, &b, &p->t[out_t[k]]);
     }
     if (b.oom) {
@@ -2605,9 +2462,9 @@ static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
     bool dropped_oom = false;
     for (size_t i = 0; i < g->n_initializer; i++) {
         Onnx__TensorProto *t = g->initializer[i];
-        int64_t ti = t->name ? tensor_index(p, t->name, false) : -1;
+        int64_t ti = t->name ? tensor_index(p, t->name) : -1;
         bool drop = false;
-        if (!b.oom && ti >= 0 && !p->t[ti].graph_in && !p->t[ti].graph_out && !p->t[ti].sub_ref &&
+        if (!b.oom && ti >= 0 && !p->x.t[ti].graph_in && !p->x.t[ti].graph_out && !p->x.t[ti].sub_ref &&
             !onnx_map_get(&read, t->name)) {
             for (int64_t w = 0; w < p->nw && !drop; w++)
                 drop = p->w[w].t == ti;
@@ -2757,7 +2614,7 @@ static qcal_status qdq_run(qcal_onnx_model *m, const qcal_calib_table *table, co
         plan *q = k ? sub.p[k - 1] : p;
         p->fp8 |= q->fp8;
         for (int64_t i = 0; i < q->nlist; i++) {
-            int64_t t = tensor_index(q, q->list[i], false);
+            int64_t t = tensor_index(q, q->list[i]);
             if (!q->t[t].missing || onnx_map_get(&seen, q->t[t].name))
                 continue;
             char *s = onnx_strdup(q->t[t].name);
