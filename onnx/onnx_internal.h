@@ -25,31 +25,31 @@ typedef struct onnx_src {
     ino_t ino;
 } onnx_src;
 
-/* Tensors whose raw_data a background pass is still filling while the model is saved
- * (qcal_onnx_qdq_save). The pass fills them job by job, in order; a save waits (wait(g,
- * job)) before it writes the first byte of a tensor until that tensor's job is done, and
- * for the whole pass (wait(g, ONNX_GATE_ALL)) before it commits. wait returns the pass's
- * status (its message set again on the calling thread): a failed pass fails every wait
- * for a job it did not finish, and the final one. */
-typedef struct onnx_gate_entry {
-    const uint8_t *data;       /* a tensor's raw_data */
-    size_t job;                /* the job that fills it */
-} onnx_gate_entry;
-
-#define ONNX_GATE_ALL SIZE_MAX
-
-typedef struct onnx_gate {
-    onnx_gate_entry *e;        /* sorted by data */
-    size_t n;
-    qcal_status (*wait)(struct onnx_gate *g, size_t job);
-} onnx_gate;
-
 struct qcal_onnx_model {
     Onnx__ModelProto *proto;   /* every field malloc'ed (protobuf-c's default allocator) */
     onnx_src *src;             /* mapped files raw_data may point into (model, external data) */
     size_t n_src;
-    onnx_gate *gate;           /* during qcal_onnx_qdq_save only, else NULL */
 };
+
+/* ---- lazy initializers: the seam between a rewrite and the writer ---- */
+
+/* A main-graph initializer whose bytes are not final when the save starts: t's raw_data has
+ * its final (non-zero) size, and fill(ctx, t) makes its bytes final. The writer calls fill
+ * when it reaches those bytes, before it writes them, once per save; so a rewrite can
+ * compute them (on a thread of its own) while the writer writes what comes before. fill
+ * returns QCAL_OK, or a status with its message set on the calling thread; it changes no
+ * field of t, only the bytes t->raw_data.data points at, and those only before it returns. */
+typedef struct onnx_lazy {
+    const Onnx__TensorProto *t;
+    qcal_status (*fill)(void *ctx, const Onnx__TensorProto *t);
+    void *ctx;
+} onnx_lazy;
+
+/* qcal_onnx_model_save with n lazy initializers. Nothing is committed unless every one was
+ * filled and then written as itself; a fill that fails fails the save with its status and
+ * message (nothing written). The lazy list is read during the call only. */
+qcal_status onnx_model_save_lazy(qcal_onnx_model *m, const qcal_onnx_save_options *opt, const char *path,
+                                 const onnx_lazy *lazy, size_t n);
 
 /* The mapped file ptr lies in, or NULL. */
 const onnx_src *onnx_src_of(const qcal_onnx_model *m, const void *ptr);

@@ -124,13 +124,8 @@ typedef struct wplan {
     float *f32;                /* tensorrt: float32 copy when the weight is not float32 */
     int64_t numel;
     char *dq_out;
-    bool deferred;             /* qcal_onnx_qdq_save: scales (ort: codes) computed while the
-                                * model is saved */
-    size_t job;                /* deferred: its place in the background pass */
-    uint8_t *scale_dst;        /* deferred: the scale initializer's raw_data (channels floats) */
-    uint8_t *codes_dst;        /* deferred, ort: the quantized initializer's raw_data (numel) */
-    Onnx__TensorProto snap;    /* deferred: the weight's TensorProto as planned (a save with
-                                * external data detaches the model's raw_data meanwhile) */
+    int64_t lazy;              /* its lazy_w (qcal_onnx_qdq_save: scales and, ort, codes
+                                * computed as the save reaches them), -1: computed here */
 } wplan;
 
 typedef struct bplan {
@@ -139,11 +134,7 @@ typedef struct bplan {
     float *scales;
     int32_t *codes;
     char *dq_out;
-    bool deferred;             /* computed after its weight by the background pass */
-    int64_t w;                 /* deferred: the wplan of its weight */
-    float s_in;                /* deferred: the input's scale */
-    float *vals;               /* deferred: the bias as float32 (n) */
-    uint8_t *codes_dst, *scales_dst;   /* deferred: its initializers' raw_data */
+    int64_t lazy;              /* its lazy_b (computed after its weight), -1: computed here */
 } bplan;
 
 typedef struct nplan {
@@ -157,6 +148,29 @@ typedef struct nplan {
     bool gone;                 /* removed by the rewrite (a hoisted Constant, an Identity
                                 * nothing reads any more) */
 } nplan;
+
+/* The lazy initializers of qcal_onnx_qdq_save (onnx_lazy): a float32 weight whose zero-points
+ * are zero whatever its data is planned by size; its scales (and, ort, codes) and those of
+ * the int32 biases that read them are computed by the save's pass, weight by weight in plan
+ * order, and handed to the writer as it reaches each initializer (lazy_fill). */
+typedef struct lazy_w {
+    int64_t w;                 /* its wplan; -1: computed during planning after all */
+    Onnx__TensorProto src;     /* the weight's TensorProto as planned (shallow: its data, dims
+                                * and name stay alive with the plan, p->dropped; a save with
+                                * external data detaches the model's raw_data meanwhile) */
+    Onnx__TensorProto *scale_t, *codes_t;   /* the initializers it fills (codes_t: ort) */
+    uint8_t *scale_dst, *codes_dst;         /* their bytes (channels floats; numel codes) */
+    struct lazy_pass *pass;    /* the save's pass (set before it starts) */
+} lazy_w;
+
+typedef struct lazy_b {
+    int64_t b;                 /* its bplan; -1: computed during planning after all */
+    int64_t lw;                /* the lazy_w whose scales it reads */
+    float s_in;                /* the input's scale */
+    float *vals;               /* the bias as float32 (n) */
+    Onnx__TensorProto *codes_t, *scales_t;
+    uint8_t *codes_dst, *scales_dst;
+} lazy_b;
 
 #define MAX_SCOPES 16
 
@@ -187,12 +201,15 @@ typedef struct plan {
     char **skipped;
     int64_t nskipped;
     bool fp8;                  /* an FP8 Q/DQ is written (opset >= 19, IR >= 9) */
-    char **owned_names;        /* names of hoisted Constant values, kept for the deferred weights */
-    bool defer;                /* qcal_onnx_qdq_save: float32 weights with zero zero-points
-                                * are observed (ort: quantized) while the model is saved */
-    bool serial;               /* observe on this thread only (the save's background pass) */
-    Onnx__TensorProto **dropped;   /* deferred weights' float initializers the rewrite took out
-                                    * of the graph: freed with the plan, after the pass */
+    char **owned_names;        /* names of hoisted Constant values, kept for the lazy weights */
+    bool lazy;                 /* qcal_onnx_qdq_save: weights may be lazy (lazy_w) */
+    lazy_w *lw;
+    int64_t nlw;
+    lazy_b *lb;
+    int64_t nlb;
+    bool serial;               /* observe on this thread only (the save's pass) */
+    Onnx__TensorProto **dropped;   /* lazy weights' float initializers the rewrite took out of
+                                    * the graph: freed with the plan, after the pass */
     size_t ndropped;
     uint8_t *scratch;          /* misaligned float32 weights copied for reading, reused */
     size_t scratch_cap;        /* bytes */
@@ -219,8 +236,11 @@ static void plan_free(plan *p)
         free(p->b[i].scales);
         free(p->b[i].codes);
         free(p->b[i].dq_out);
-        free(p->b[i].vals);
     }
+    for (int64_t i = 0; i < p->nlb; i++)
+        free(p->lb[i].vals);
+    free(p->lw);
+    free(p->lb);
     for (size_t i = 0; i < p->ndropped; i++) {
         onnx_tensor_release(p->m, p->dropped[i]);
         protobuf_c_message_free_unpacked(&p->dropped[i]->base, NULL);
@@ -913,9 +933,24 @@ static qcal_status weight_compute(plan *p, wplan *w, const Onnx__TensorProto *in
     return QCAL_OK;
 }
 
+/* Appends *x (size bytes) to *arr of *n elements (doubling at powers of two). */
+static bool push_rec(void **arr, int64_t *n, const void *x, size_t size)
+{
+    if ((*n & (*n - 1)) == 0) {
+        void *a = realloc(*arr, (size_t)(*n ? *n * 2 : 8) * size);
+        if (!a)
+            return false;
+        *arr = a;
+    }
+    memcpy((char *)*arr + (size_t)*n * size, x, size);
+    ++*n;
+    return true;
+}
+
 /* The weight of node n at tensor t (wplan *out, shared by the nodes reading t alike): with
- * p->defer, a float32 weight whose zero-points are zero gets its scale initializer's size
- * (one per channel, or one) and its scales later (defer_run); any other is observed now. */
+ * p->lazy, a float32 weight whose zero-points are zero gets its scale initializer's size
+ * (one per channel, or one) and is lazy (lazy_w: its values when the save reaches them);
+ * any other is observed now. */
 static qcal_status plan_weight_read(plan *p, const Onnx__NodeProto *n, int64_t t, int32_t axis,
                                     qcal_dtype dtype, int64_t *out)
 {
@@ -935,43 +970,49 @@ static qcal_status plan_weight_read(plan *p, const Onnx__NodeProto *n, int64_t t
                           p->t[t].name, n->name ? n->name : "", n->op_type);
     if (init->n_dims > QCAL_MAX_DIMS || (int64_t)init->n_dims <= axis)
         return qcal_error(QCAL_ERR_UNSUPPORTED, "weight '%s' has %zu dimensions", p->t[t].name, init->n_dims);
-    wplan w = { .t = t, .axis = axis, .dtype = dtype, .numel = numel };
+    wplan w = { .t = t, .axis = axis, .dtype = dtype, .numel = numel, .lazy = -1 };
     const qcal_qscheme qs = qcal_dtype_is_float8(dtype) ? QCAL_PER_CHANNEL_SYMMETRIC : p->opt->weight_qscheme;
     qcal_status st;
-    if (p->defer && init->data_type == QCAL_ONNX_FLOAT && init->raw_data.len == (size_t)numel * 4 &&
+    if (p->lazy && init->data_type == QCAL_ONNX_FLOAT && init->raw_data.len == (size_t)numel * 4 &&
         (qs == QCAL_PER_CHANNEL_SYMMETRIC || qs == QCAL_PER_TENSOR_SYMMETRIC)) {
-        /* symmetric qint8 and FP8 zero-points are 0 whatever the data (checked in defer_run) */
+        /* symmetric qint8 and FP8 zero-points are 0 whatever the data (checked in lazy_run) */
         w.per_tensor = qs == QCAL_PER_TENSOR_SYMMETRIC;
         w.channels = w.per_tensor ? 1 : init->dims[axis];
         w.scales = calloc((size_t)w.channels, sizeof *w.scales);
         w.zps = calloc((size_t)w.channels, sizeof *w.zps);
-        w.deferred = true;
-        w.snap = *init;   /* shallow: the data, dims and name stay alive (p->dropped) */
         /* ort: the codes' buffer, the quantized initializer's data once the rewrite takes it */
         if (p->opt->profile == QCAL_ONNX_PROFILE_ORT)
             w.codes = calloc((size_t)numel, 1);
-        st = !w.scales || !w.zps || (p->opt->profile == QCAL_ONNX_PROFILE_ORT && !w.codes) ? OOM() : QCAL_OK;
+        /* src is shallow: the data, dims and name stay alive (p->dropped) */
+        lazy_w l = { .w = p->nw, .src = *init };
+        w.lazy = p->nlw;
+        st = !w.scales || !w.zps || (p->opt->profile == QCAL_ONNX_PROFILE_ORT && !w.codes) ||
+                     !push_rec((void **)&p->lw, &p->nlw, &l, sizeof l)
+                 ? OOM() : QCAL_OK;
     } else {
         st = weight_compute(p, &w, init, NULL);
     }
     if (st == QCAL_OK)
         st = wplan_push(p, &w, out);
     if (st != QCAL_OK) {
+        if (w.lazy >= 0 && w.lazy < p->nlw)
+            p->nlw--;
         free(w.scales), free(w.zps), free(w.codes), free(w.f32);
         return st;
     }
     return QCAL_OK;
 }
 
-/* Deferred weight w observed now (weight_compute): its scales into w->scales and, once the
- * rewrite made it, its scale initializer; (ort) its codes into its buffer (w->codes before
- * the rewrite takes it, then the quantized initializer's data). The weight's pages of the
- * file mapping are let go after. */
-static qcal_status defer_run(plan *p, wplan *w)
+/* Lazy weight l observed now (weight_compute): its scales into its wplan's and, once the
+ * rewrite made it, its scale initializer; (ort) its codes into its buffer (the wplan's
+ * before the rewrite takes it, then the quantized initializer's data). The weight's pages
+ * of the file mapping are let go after. */
+static qcal_status lazy_run(plan *p, lazy_w *l)
 {
-    wplan c = { .t = w->t, .axis = w->axis, .dtype = w->dtype, .numel = w->numel };
-    uint8_t *into = w->codes_dst ? w->codes_dst : w->codes;
-    qcal_status st = weight_compute(p, &c, &w->snap, into);
+    wplan *w = &p->w[l->w];
+    wplan c = { .t = w->t, .axis = w->axis, .dtype = w->dtype, .numel = w->numel, .lazy = -1 };
+    uint8_t *into = l->codes_dst ? l->codes_dst : w->codes;
+    qcal_status st = weight_compute(p, &c, &l->src, into);
     if (c.codes == into)
         c.codes = NULL;   /* written in place */
     if (st == QCAL_OK && (c.channels != w->channels || c.per_tensor != w->per_tensor))
@@ -983,11 +1024,11 @@ static qcal_status defer_run(plan *p, wplan *w)
                             p->t[w->t].name, c.zps[k]);
     if (st == QCAL_OK) {
         memcpy(w->scales, c.scales, (size_t)c.channels * sizeof *c.scales);
-        if (w->scale_dst)
-            memcpy(w->scale_dst, c.scales, (size_t)c.channels * sizeof *c.scales);
+        if (l->scale_dst)
+            memcpy(l->scale_dst, c.scales, (size_t)c.channels * sizeof *c.scales);
     }
     free(c.scales), free(c.zps), free(c.codes), free(c.f32);
-    onnx_raw_drop(p->m, &w->snap);
+    onnx_raw_drop(p->m, &l->src);
     return st;
 }
 
@@ -1028,32 +1069,43 @@ static qcal_status bias_compute(float s_in, const wplan *w, const float *b, int6
     return st;
 }
 
-/* Deferred bias bp quantized now that its weight's scales are known (bias_compute), into
- * bp's buffers and, once the rewrite made them, its initializers. */
-static qcal_status bias_run(plan *p, bplan *bp)
+/* Lazy bias l quantized now that its weight's scales are known (bias_compute), into its
+ * bplan's buffers and, once the rewrite made them, its initializers. */
+static qcal_status bias_run(plan *p, lazy_b *l)
 {
+    bplan *bp = &p->b[l->b];
     bool ok;
-    qcal_status st = bias_compute(bp->s_in, &p->w[bp->w], bp->vals, bp->n, bp->scales, bp->codes, &ok);
+    qcal_status st = bias_compute(l->s_in, &p->w[p->lw[l->lw].w], l->vals, bp->n, bp->scales, bp->codes, &ok);
     if (st == QCAL_OK && !ok)   /* the bounds on s_in rule it out */
         st = qcal_error(QCAL_ERR_STATE, "bias '%s': input scale x weight scale is not a positive finite float32",
                         p->t[bp->t].name);
-    if (st == QCAL_OK && bp->codes_dst) {
-        memcpy(bp->codes_dst, bp->codes, (size_t)bp->n * sizeof *bp->codes);
-        memcpy(bp->scales_dst, bp->scales, (size_t)bp->n * sizeof *bp->scales);
+    if (st == QCAL_OK && l->codes_dst) {
+        memcpy(l->codes_dst, bp->codes, (size_t)bp->n * sizeof *bp->codes);
+        memcpy(l->scales_dst, bp->scales, (size_t)bp->n * sizeof *bp->scales);
     }
     return st;
 }
 
-/* Deferred weights' biases are quantized by the background pass when the input scale keeps
+/* Lazy weight k and the lazy biases that read its scales. */
+static qcal_status lazy_job(plan *p, int64_t k)
+{
+    qcal_status st = lazy_run(p, &p->lw[k]);
+    for (int64_t i = 0; st == QCAL_OK && i < p->nlb; i++)
+        if (p->lb[i].b >= 0 && p->lb[i].lw == k)
+            st = bias_run(p, &p->lb[i]);
+    return st;
+}
+
+/* Lazy weights' biases are quantized by the save's pass when the input scale keeps
  * every s_in * s_w positive and finite whatever the weight: s_w lies in [FLT_EPSILON,
  * FLT_MAX / 127.5] (symmetric qint8: amax / 127.5, at least eps). */
-#define BIAS_DEFER_MIN_S_IN 1e-30f
-#define BIAS_DEFER_MAX_S_IN 127.0f
+#define BIAS_LAZY_MIN_S_IN 1e-30f
+#define BIAS_LAZY_MAX_S_IN 127.0f
 
 /* int32 bias (ort) of the weight p->w[wi]: scale[c] = s_in * s_w[c], zero-point 0. *out -1
- * and *why set to keep it float. With a deferred weight the bias is planned by size and
- * quantized after the weight (bias_run), or the weight is observed now (an input scale
- * outside the bounds above). */
+ * and *why set to keep it float. With a lazy weight the bias is planned by size and is lazy
+ * too (lazy_b: quantized after the weight, bias_run), or the weight is observed now (an
+ * input scale outside the bounds above). */
 static qcal_status plan_bias(plan *p, int64_t t, float s_in, int64_t wi, int64_t out_channels,
                              int64_t *out, const char **why)
 {
@@ -1066,18 +1118,19 @@ static qcal_status plan_bias(plan *p, int64_t t, float s_in, int64_t wi, int64_t
         return QCAL_OK;
     }
     wplan *w = &p->w[wi];
-    if (w->deferred && !(s_in >= BIAS_DEFER_MIN_S_IN && s_in <= BIAS_DEFER_MAX_S_IN)) {
-        /* the weight's scales now (this bias depends on them), and the biases of other
-         * readers of the weight deferred so far */
-        qcal_status st = defer_run(p, w);
-        for (int64_t i = 0; st == QCAL_OK && i < p->nb; i++)
-            if (p->b[i].deferred && p->b[i].w == wi) {
-                st = bias_run(p, &p->b[i]);
-                p->b[i].deferred = false;
+    if (w->lazy >= 0 && !(s_in >= BIAS_LAZY_MIN_S_IN && s_in <= BIAS_LAZY_MAX_S_IN)) {
+        /* the weight's scales now (this bias depends on them), and the lazy biases of
+         * other readers of the weight so far */
+        qcal_status st = lazy_job(p, w->lazy);
+        for (int64_t i = 0; st == QCAL_OK && i < p->nlb; i++)
+            if (p->lb[i].b >= 0 && p->lb[i].lw == w->lazy) {
+                p->b[p->lb[i].b].lazy = -1;
+                p->lb[i].b = -1;
             }
         if (st != QCAL_OK)
             return st;
-        w->deferred = false;
+        p->lw[w->lazy].w = -1;
+        w->lazy = -1;
     }
     float *b;
     int64_t nn;
@@ -1087,7 +1140,7 @@ static qcal_status plan_bias(plan *p, int64_t t, float s_in, int64_t wi, int64_t
     float *scales = calloc((size_t)numel, sizeof *scales);
     int32_t *codes = calloc((size_t)numel, sizeof *codes);
     bool ok = true;
-    st = !scales || !codes ? OOM() : w->deferred ? QCAL_OK : bias_compute(s_in, w, b, numel, scales, codes, &ok);
+    st = !scales || !codes ? OOM() : w->lazy >= 0 ? QCAL_OK : bias_compute(s_in, w, b, numel, scales, codes, &ok);
     if (st == QCAL_OK && !ok) {
         free(b), free(scales), free(codes);
         *why = "bias '%s': input scale x weight scale is not a positive finite float32";
@@ -1100,6 +1153,9 @@ static qcal_status plan_bias(plan *p, int64_t t, float s_in, int64_t wi, int64_t
         else
             p->b = nb;
     }
+    lazy_b l = { .b = p->nb, .lw = w->lazy, .s_in = s_in, .vals = b };
+    if (st == QCAL_OK && w->lazy >= 0 && !push_rec((void **)&p->lb, &p->nlb, &l, sizeof l))
+        st = OOM();
     if (st != QCAL_OK) {
         free(b), free(scales), free(codes);
         return st;
@@ -1110,14 +1166,9 @@ static qcal_status plan_bias(plan *p, int64_t t, float s_in, int64_t wi, int64_t
     bp->n = numel;
     bp->scales = scales;
     bp->codes = codes;
-    if (w->deferred) {
-        bp->deferred = true;
-        bp->w = wi;
-        bp->s_in = s_in;
-        bp->vals = b;
-    } else {
-        free(b);
-    }
+    bp->lazy = w->lazy >= 0 ? p->nlb - 1 : -1;
+    if (w->lazy < 0)
+        free(b);   /* else the lazy bias holds it */
     *out = p->nb++;
     return QCAL_OK;
 }
@@ -1474,10 +1525,10 @@ static qcal_status plan_node(plan *p, size_t i)
 static qcal_status plan_graph(plan *p);
 
 static qcal_status plan_build(plan *p, const qcal_onnx_model *m, const qcal_calib_table *table,
-                              const qcal_onnx_qdq_options *opt, bool defer)
+                              const qcal_onnx_qdq_options *opt, bool lazy)
 {
     memset(p, 0, sizeof *p);
-    p->defer = defer;
+    p->lazy = lazy;
     p->m = m;
     p->opt = opt;
     p->table = table;
@@ -2205,8 +2256,10 @@ static void b_weight(plan *p, builder *b, wplan *w)
         goto out;
     }
     Onnx__TensorProto *scale_t = onnx_new_tensor(sname, QCAL_ONNX_FLOAT, qdims, &ch, w->scales, (size_t)ch * 4);
-    if (scale_t && w->deferred)
-        w->scale_dst = scale_t->raw_data.data;   /* filled by defer_run */
+    if (scale_t && w->lazy >= 0) {   /* filled by lazy_run */
+        p->lw[w->lazy].scale_t = scale_t;
+        p->lw[w->lazy].scale_dst = scale_t->raw_data.data;
+    }
     b_init(b, scale_t);
     b_init(b, onnx_new_tensor(zname, onnx_type_of(w->dtype), qdims, &ch, w->zps, (size_t)ch));
     if (p->opt->profile == QCAL_ONNX_PROFILE_ORT) {
@@ -2219,8 +2272,10 @@ static void b_weight(plan *p, builder *b, wplan *w)
         Onnx__TensorProto *qt = onnx_new_tensor_take(qname, onnx_type_of(w->dtype), (int32_t)init->n_dims,
                                                      init->dims, w->codes, (size_t)w->numel);
         if (qt) {
-            if (w->deferred)
-                w->codes_dst = w->codes;   /* filled by defer_run */
+            if (w->lazy >= 0) {   /* filled by lazy_run */
+                p->lw[w->lazy].codes_t = qt;
+                p->lw[w->lazy].codes_dst = w->codes;
+            }
             w->codes = NULL;
         }
         b_init(b, qt);
@@ -2265,9 +2320,12 @@ static void b_bias(plan *p, builder *b, bplan *bp)
         int64_t n = bp->n;
         Onnx__TensorProto *ct = onnx_new_tensor(qname, QCAL_ONNX_INT32, 1, &n, bp->codes, (size_t)n * 4);
         Onnx__TensorProto *sc = onnx_new_tensor(sname, QCAL_ONNX_FLOAT, 1, &n, bp->scales, (size_t)n * 4);
-        if (bp->deferred) {   /* filled by bias_run */
-            bp->codes_dst = ct ? ct->raw_data.data : NULL;
-            bp->scales_dst = sc ? sc->raw_data.data : NULL;
+        if (bp->lazy >= 0) {   /* filled by bias_run */
+            lazy_b *l = &p->lb[bp->lazy];
+            l->codes_t = ct;
+            l->scales_t = sc;
+            l->codes_dst = ct ? ct->raw_data.data : NULL;
+            l->scales_dst = sc ? sc->raw_data.data : NULL;
         }
         b_init(b, ct);
         b_init(b, sc);
@@ -2336,7 +2394,7 @@ static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
         Onnx__AttributeProto *va = (Onnx__AttributeProto *)onnx_node_attr(cn, "value");
         Onnx__TensorProto **ni = realloc(g->initializer, (g->n_initializer + 1) * sizeof *ni);
         char *name = onnx_strdup(ti->name);
-        /* the old name stays alive with the plan (a deferred weight's snapshot holds it) */
+        /* the old name stays alive with the plan (a lazy weight's src holds it) */
         if (!ni || !name || (va->t->name && !onnx_push((void ***)&p->owned_names, (size_t *)&p->nowned, va->t->name))) {
             if (ni)
                 g->initializer = ni;
@@ -2471,10 +2529,10 @@ static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
             for (int64_t w = 0; w < p->nb && !drop; w++)
                 drop = p->b[w].t == ti;
         }
-        bool deferred = false;   /* the background pass still reads it: freed with the plan */
-        for (int64_t w = 0; w < p->nw && drop && !deferred; w++)
-            deferred = p->w[w].t == ti && p->w[w].deferred;
-        if (deferred) {
+        bool lazy = false;   /* the save's pass still reads it: freed with the plan */
+        for (int64_t w = 0; w < p->nw && drop && !lazy; w++)
+            lazy = p->w[w].t == ti && p->w[w].lazy >= 0;
+        if (lazy) {
             if (!onnx_push((void ***)&p->dropped, &p->ndropped, t)) {
                 dropped_oom = true;
                 g->initializer[keep++] = t;   /* kept in the graph: the model stays whole */
@@ -2581,7 +2639,7 @@ static qcal_status report_out(qcal_status st, qcal_onnx_qdq_report *r, qcal_onnx
 }
 
 /* qcal_onnx_qdq; with keep (qcal_onnx_qdq_save), the main graph's plan is given to *keep on
- * success (its deferred weights still to observe: defer_run) instead of freed. */
+ * success (its lazy weights still to compute: lazy_job) instead of freed. */
 static qcal_status qdq_run(qcal_onnx_model *m, const qcal_calib_table *table, const qcal_onnx_qdq_options *opt,
                            qcal_onnx_qdq_report *rep, plan **keep)
 {
@@ -2697,126 +2755,117 @@ qcal_status qcal_onnx_qdq(qcal_onnx_model *m, const qcal_calib_table *table, con
     return qdq_run(m, table, opt, rep, NULL);
 }
 
-/* The background pass of qcal_onnx_qdq_save: job k is the k-th deferred weight in plan
- * order (the order of their first readers, which is the order the rewrite appends their
- * initializers) with the deferred biases that read its scales. */
-typedef struct defer_pass {
-    onnx_gate gate;
+/* The pass of qcal_onnx_qdq_save: the lazy weights computed in plan order (the order of
+ * their first readers, which is the order the rewrite appends their initializers), each
+ * with its lazy biases, on a thread beside the save; the writer's fill of a lazy
+ * initializer waits for its weight. */
+typedef struct lazy_pass {
     plan *p;
     pthread_t th;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    bool started, joined;
-    size_t jobs;
-    size_t done;          /* jobs finished (under mu) */
+    bool started;
+    int64_t done;         /* lazy weights finished, in order (under mu) */
     bool ended;           /* no more will finish (under mu) */
     qcal_status st;       /* the pass's status, final once ended */
-    char msg[1024];
-} defer_pass;
+    char msg[1024];       /* its message */
+} lazy_pass;
 
-/* Job w (a deferred weight) and its biases. */
-static qcal_status defer_job(plan *p, int64_t w)
+/* Runs lazy weights (and their biases) k = 0, 1, ... until one fails. */
+static void lazy_pass_run(lazy_pass *d, bool locked)
 {
-    qcal_status st = defer_run(p, &p->w[w]);
-    for (int64_t i = 0; st == QCAL_OK && i < p->nb; i++)
-        if (p->b[i].deferred && p->b[i].w == w)
-            st = bias_run(p, &p->b[i]);
-    return st;
-}
-
-static void *defer_main(void *arg)
-{
-    defer_pass *d = arg;
-    qcal_status st = QCAL_OK;
-    for (int64_t i = 0; st == QCAL_OK && i < d->p->nw; i++) {
-        if (!d->p->w[i].deferred)
-            continue;
-        st = defer_job(d->p, i);
+    plan *p = d->p;
+    for (int64_t k = 0; k < p->nlw; k++) {
+        qcal_status st = p->lw[k].w >= 0 ? lazy_job(p, k) : QCAL_OK;
         if (st != QCAL_OK)
             snprintf(d->msg, sizeof d->msg, "%s", qcal_last_error());
-        pthread_mutex_lock(&d->mu);
-        if (st == QCAL_OK)
-            d->done++;
+        if (locked)
+            pthread_mutex_lock(&d->mu);
         d->st = st;
+        if (st == QCAL_OK)
+            d->done = k + 1;
+        if (locked) {
+            pthread_cond_broadcast(&d->cv);
+            pthread_mutex_unlock(&d->mu);
+        }
+        if (st != QCAL_OK)
+            break;
+    }
+    if (locked)
+        pthread_mutex_lock(&d->mu);
+    d->ended = true;
+    if (locked) {
         pthread_cond_broadcast(&d->cv);
         pthread_mutex_unlock(&d->mu);
     }
-    pthread_mutex_lock(&d->mu);
-    d->ended = true;
-    pthread_cond_broadcast(&d->cv);
-    pthread_mutex_unlock(&d->mu);
+}
+
+static void *lazy_main(void *arg)
+{
+    lazy_pass_run(arg, true);
     return NULL;
 }
 
-/* The gate's wait: until job is done (ONNX_GATE_ALL: the pass joined). */
-static qcal_status defer_wait(onnx_gate *g, size_t job)
+/* onnx_lazy's fill for every initializer of lazy weight ctx (its scales, codes and biases):
+ * waits until the pass has computed it. */
+static qcal_status lazy_fill(void *ctx, const Onnx__TensorProto *t)
 {
-    defer_pass *d = (defer_pass *)g;
-    if (!d->started)
-        return d->st == QCAL_OK ? QCAL_OK : qcal_error(d->st, "%s", d->msg);
+    (void)t;
+    const lazy_w *l = ctx;
+    lazy_pass *d = l->pass;
+    const int64_t k = l - d->p->lw;
     bool ok;
-    if (job == ONNX_GATE_ALL) {
-        if (!d->joined) {
-            pthread_join(d->th, NULL);
-            d->joined = true;
-        }
-        ok = d->st == QCAL_OK;   /* joined: no other thread writes it */
-    } else {
+    if (d->started) {
         pthread_mutex_lock(&d->mu);
-        while (d->done <= job && !d->ended)
+        while (d->done <= k && !d->ended)
             pthread_cond_wait(&d->cv, &d->mu);
-        ok = d->done > job;
+        ok = d->done > k;
         pthread_mutex_unlock(&d->mu);
+    } else {
+        ok = d->done > k;   /* the pass ran on this thread before the save */
     }
     return ok ? QCAL_OK : qcal_error(d->st, "%s", d->msg);
 }
 
-static int cmp_entry(const void *a, const void *b)
+/* The lazy initializers of plan p for the writer (*out, *n), each filled by lazy_fill. */
+static qcal_status lazy_list(plan *p, lazy_pass *d, onnx_lazy **out, size_t *n)
 {
-    uintptr_t x = (uintptr_t)((const onnx_gate_entry *)a)->data;
-    uintptr_t y = (uintptr_t)((const onnx_gate_entry *)b)->data;
-    return x < y ? -1 : x > y;
-}
-
-/* The gate's entries: every tensor the pass fills, with its job. */
-static qcal_status gate_entries(defer_pass *d)
-{
-    plan *p = d->p;
-    size_t n = 0;
-    for (int64_t i = 0; i < p->nw; i++)
-        if (p->w[i].deferred)
-            p->w[i].job = d->jobs++, n += p->w[i].codes_dst ? 2 : 1;
-    for (int64_t i = 0; i < p->nb; i++)
-        n += p->b[i].deferred ? 2 : 0;
-    d->gate.e = malloc((n ? n : 1) * sizeof *d->gate.e);
-    if (!d->gate.e)
+    onnx_lazy *z = malloc((size_t)(2 * p->nlw + 2 * p->nlb + 1) * sizeof *z);
+    if (!z)
         return OOM();
-    for (int64_t i = 0; i < p->nw; i++) {
-        if (!p->w[i].deferred)
+    size_t k = 0;
+    for (int64_t i = 0; i < p->nlw; i++) {
+        lazy_w *l = &p->lw[i];
+        l->pass = d;
+        if (l->w < 0)
             continue;
-        d->gate.e[d->gate.n++] = (onnx_gate_entry){ p->w[i].scale_dst, p->w[i].job };
-        if (p->w[i].codes_dst)
-            d->gate.e[d->gate.n++] = (onnx_gate_entry){ p->w[i].codes_dst, p->w[i].job };
-    }
-    for (int64_t i = 0; i < p->nb; i++)
-        if (p->b[i].deferred) {
-            size_t job = p->w[p->b[i].w].job;
-            d->gate.e[d->gate.n++] = (onnx_gate_entry){ p->b[i].codes_dst, job };
-            d->gate.e[d->gate.n++] = (onnx_gate_entry){ p->b[i].scales_dst, job };
+        if (!l->scale_t || (p->opt->profile == QCAL_ONNX_PROFILE_ORT && !l->codes_t)) {
+            free(z);
+            return qcal_error(QCAL_ERR_STATE, "lazy weight '%s' has no initializer", p->t[p->w[l->w].t].name);
         }
-    for (size_t k = 0; k < d->gate.n; k++)
-        if (!d->gate.e[k].data)
-            return qcal_error(QCAL_ERR_STATE, "a deferred tensor has no initializer");
-    qsort(d->gate.e, d->gate.n, sizeof *d->gate.e, cmp_entry);
+        z[k++] = (onnx_lazy){ l->scale_t, lazy_fill, l };
+        if (l->codes_t)
+            z[k++] = (onnx_lazy){ l->codes_t, lazy_fill, l };
+    }
+    for (int64_t i = 0; i < p->nlb; i++) {
+        lazy_b *l = &p->lb[i];
+        if (l->b < 0)
+            continue;
+        if (!l->codes_t || !l->scales_t) {
+            free(z);
+            return qcal_error(QCAL_ERR_STATE, "lazy bias '%s' has no initializer", p->t[p->b[l->b].t].name);
+        }
+        z[k++] = (onnx_lazy){ l->codes_t, lazy_fill, &p->lw[l->lw] };
+        z[k++] = (onnx_lazy){ l->scales_t, lazy_fill, &p->lw[l->lw] };
+    }
+    *out = z;
+    *n = k;
     return QCAL_OK;
 }
 
 qcal_status qcal_onnx_qdq_save(qcal_onnx_model *m, const qcal_calib_table *table, const qcal_onnx_qdq_options *opt,
-                               const qcal_onnx_save_options *save, const char *path, qcal_onnx_qdq_report *rep,
-                               bool *save_failed)
+                               const qcal_onnx_save_options *save, const char *path, qcal_onnx_qdq_report *rep)
 {
-    if (save_failed)
-        *save_failed = false;
     if (!m || !path)
         return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_qdq_save: NULL argument");
     qcal_onnx_qdq_options def;   /* here: the kept plan points at the options until the end */
@@ -2828,12 +2877,13 @@ qcal_status qcal_onnx_qdq_save(qcal_onnx_model *m, const qcal_calib_table *table
     qcal_status st = qdq_run(m, table, opt, &r, &p);
     if (st != QCAL_OK)
         return st;
-    defer_pass d;
+    lazy_pass d;
     memset(&d, 0, sizeof d);
     d.p = p;
-    d.gate.wait = defer_wait;
-    st = gate_entries(&d);
-    if (st == QCAL_OK && d.jobs) {
+    onnx_lazy *lazy = NULL;
+    size_t n_lazy = 0;
+    st = lazy_list(p, &d, &lazy, &n_lazy);
+    if (st == QCAL_OK && n_lazy) {
         /* The pass runs beside the save with every signal blocked (they stay the caller's
          * threads' business); where no thread can be made it runs here first. */
         p->serial = true;   /* one thread: the save runs beside it */
@@ -2842,7 +2892,7 @@ qcal_status qcal_onnx_qdq_save(qcal_onnx_model *m, const qcal_calib_table *table
                 sigset_t all, old;
                 sigfillset(&all);
                 pthread_sigmask(SIG_SETMASK, &all, &old);
-                d.started = pthread_create(&d.th, NULL, defer_main, &d) == 0;
+                d.started = pthread_create(&d.th, NULL, lazy_main, &d) == 0;
                 pthread_sigmask(SIG_SETMASK, &old, NULL);
                 if (!d.started)
                     pthread_cond_destroy(&d.cv);
@@ -2850,33 +2900,25 @@ qcal_status qcal_onnx_qdq_save(qcal_onnx_model *m, const qcal_calib_table *table
             if (!d.started)
                 pthread_mutex_destroy(&d.mu);
         }
-        if (d.started) {
-            m->gate = &d.gate;
-        } else {
+        if (!d.started) {
             p->serial = false;
-            for (int64_t i = 0; d.st == QCAL_OK && i < p->nw; i++)
-                if (p->w[i].deferred)
-                    d.st = defer_job(p, i);
+            lazy_pass_run(&d, false);
             if (d.st != QCAL_OK)
-                st = d.st;   /* its message is the last set on this thread */
+                st = qcal_error(d.st, "%s", d.msg);
         }
     }
-    bool saved = false;
-    if (st == QCAL_OK) {
-        st = qcal_onnx_model_save(m, save, path);
-        saved = true;
-    }
-    m->gate = NULL;
+    if (st == QCAL_OK)
+        st = onnx_model_save_lazy(m, save, path, lazy, n_lazy);
     if (d.started) {
-        qcal_status ws = defer_wait(&d.gate, ONNX_GATE_ALL);   /* joined on every path */
+        pthread_join(d.th, NULL);   /* on every path: the pass ends whatever the save did */
         pthread_cond_destroy(&d.cv);
         pthread_mutex_destroy(&d.mu);
-        if (ws != QCAL_OK)
-            st = ws;   /* the save failed at the gate with this status (its message last) */
     }
-    if (st != QCAL_OK && saved && save_failed && d.st == QCAL_OK)
-        *save_failed = true;
-    free(d.gate.e);
+    /* A weight that failed is the failure, whatever the save said (an output error means a
+     * whole model: every weight computed). */
+    if (d.st != QCAL_OK)
+        st = qcal_error(d.st, "%s", d.msg);
+    free(lazy);
     plan_free(p);
     free(p);
     return report_out(st, &r, rep);
