@@ -200,6 +200,8 @@ typedef struct plan {
     Onnx__TensorProto **dropped;   /* deferred weights' float initializers the rewrite took out
                                     * of the graph: freed with the plan, after the pass */
     size_t ndropped;
+    uint8_t *scratch;          /* misaligned float32 weights copied for reading, reused */
+    size_t scratch_cap;        /* bytes */
     int64_t nowned;
 } plan;
 
@@ -235,6 +237,7 @@ static void plan_free(plan *p)
     for (int64_t i = 0; i < p->nowned; i++)
         free(p->owned_names[i]);
     free(p->owned_names);
+    free(p->scratch);
     free(p->skipped);
     free(p->list);
     free(p->untyped);
@@ -757,7 +760,20 @@ static qcal_status weight_compute(plan *p, wplan *w, const Onnx__TensorProto *in
     x.ndim = (int32_t)init->n_dims;
     for (size_t k = 0; k < init->n_dims; k++)
         x.shape[k] = init->dims[k];
-    if (!f32raw) {
+    if (f32raw) {
+        /* one buffer for every weight's reads (the quantizer touches a block's worth of it,
+         * or the whole weight for an observer that needs it whole): its pages fault in once */
+        const size_t need = qcal_weights_scratch_bytes(&wo, &x);
+        if (p->scratch_cap < need) {
+            free(p->scratch);
+            p->scratch = malloc(need);
+            p->scratch_cap = p->scratch ? need : 0;
+            if (!p->scratch)
+                return OOM();
+        }
+        wo.scratch = p->scratch;
+        wo.scratch_bytes = p->scratch_cap;
+    } else {
         int64_t nn;
         qcal_status st = onnx_tensor_to_float(init, &conv, &nn);
         if (st != QCAL_OK)

@@ -30,6 +30,8 @@ void qcal_weights_options_default(qcal_weights_options *opt)
     opt->scales = NULL;
     opt->block_bytes = (size_t)512 << 10;
     opt->serial = false;
+    opt->scratch = NULL;
+    opt->scratch_bytes = 0;
 }
 
 static bool per_channel_kind(qcal_observer_kind k)
@@ -50,6 +52,14 @@ qcal_status qcal_weights_channels(const qcal_weights_options *opt, const qcal_te
                           (int)opt->axis, (int)w->ndim);
     *channels = w->shape[opt->axis];
     return QCAL_OK;
+}
+
+size_t qcal_weights_scratch_bytes(const qcal_weights_options *opt, const qcal_tensor *w)
+{
+    int64_t n;
+    if (!opt || !w || qcal_tensor_numel(w, &n) != QCAL_OK || (uint64_t)n > (SIZE_MAX - QCAL_WEIGHTS_SCRATCH_SLACK) / 4)
+        return 0;
+    return (size_t)n * 4 + QCAL_WEIGHTS_SCRATCH_SLACK;
 }
 
 /* How the weight is walked. */
@@ -77,6 +87,7 @@ typedef struct wq {
 
 typedef struct wthread {
     void *scratch;
+    bool lent;                  /* scratch is opt->scratch (the caller's) */
     qcal_observer *obs;
     bool no_data;
 } wthread;
@@ -210,17 +221,25 @@ static qcal_status chan_block(wq *q, wthread *t, int64_t b)
     return st;
 }
 
-static qcal_status thread_init(const wq *q, wthread *t, bool obs)
+/* A thread's scratch and observer; the calling thread's (lend) reads into opt->scratch when it
+ * is large enough: a caller quantizing many weights faults its pages in once. */
+static qcal_status thread_init(const wq *q, wthread *t, bool obs, bool lend)
 {
     memset(t, 0, sizeof *t);
-    if (q->rd && !(t->scratch = malloc((size_t)(q->rows * q->unit) * 4 + QCAL_WEIGHTS_SCRATCH_SLACK)))
+    const size_t need = (size_t)(q->rows * q->unit) * 4 + QCAL_WEIGHTS_SCRATCH_SLACK;
+    if (q->rd && lend && q->opt->scratch && q->opt->scratch_bytes >= need) {
+        t->scratch = q->opt->scratch;
+        t->lent = true;
+    } else if (q->rd && !(t->scratch = malloc(need))) {
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory for a weight block");
+    }
     return obs ? qcal_observer_create(&q->cfg, &t->obs) : QCAL_OK;
 }
 
 static void thread_free(wthread *t)
 {
-    free(t->scratch);
+    if (!t->lent)
+        free(t->scratch);
     qcal_observer_destroy(&t->obs);
 }
 
@@ -229,9 +248,13 @@ static void thread_free(wthread *t)
  * first failing thread's status and message are returned. */
 static qcal_status run_blocks(wq *q, block_fn fn, bool obs, wthread *t0)
 {
-    int nt = q->opt->serial ? 1 : qcal_threads_for(q->numel);
+    /* Only the observer pass over rows or flat blocks is shared among threads. A block is
+     * under the threading threshold (512 KiB < QCAL_OMP_MIN_ELEMENTS floats) and quantizing
+     * it (or a channel block's whole pass) on the calling thread costs less CPU than a
+     * team's start and spin for each weight (docs/performance.md). */
+    int nt = q->opt->serial || fn != observe_block ? 1 : qcal_threads_for(q->numel);
     nt = nt > q->blocks ? (int)q->blocks : nt;
-    qcal_status st = thread_init(q, t0, obs);
+    qcal_status st = thread_init(q, t0, obs, true);
 #if QCAL_HAVE_OPENMP
     enum { MAX_T = 16 };
     if (st == QCAL_OK && nt > 1) {
@@ -248,7 +271,7 @@ static qcal_status run_blocks(wq *q, block_fn fn, bool obs, wthread *t0)
 #pragma omp single
             used = T;
             wthread *t = k == 0 ? t0 : &ts[k];
-            qcal_status s = k == 0 ? QCAL_OK : thread_init(q, t, obs);
+            qcal_status s = k == 0 ? QCAL_OK : thread_init(q, t, obs, false);
             for (int64_t b = k; s == QCAL_OK && b < q->blocks; b += T)
                 s = fn(q, t, b);
             tst[k] = s;
@@ -327,7 +350,7 @@ static qcal_status whole(wq *q)
     qcal_tensor x = *q->w;
     qcal_qparams qp = { 0 };
     q->rows = 1, q->unit = q->numel;
-    qcal_status st = thread_init(q, &t, true);
+    qcal_status st = thread_init(q, &t, true, true);
     if (st == QCAL_OK && q->rd)
         st = read_elems(q, 0, q->numel, t.scratch, &x.data);
     if (st == QCAL_OK)

@@ -316,6 +316,13 @@ static void test_threads(void **state)
             result one = run(&o, &t, true, NULL);
             result mem = run(&o, &t, false, NULL);
             assert_same(&one, &mem, n, 1);
+            /* the calling thread reading into the caller's buffer */
+            assert_int_equal(qcal_weights_scratch_bytes(&o, &t), (size_t)n * 4 + QCAL_WEIGHTS_SCRATCH_SLACK);
+            o.scratch_bytes = qcal_weights_scratch_bytes(&o, &t);
+            o.scratch = malloc(o.scratch_bytes);
+            result lent = run(&o, &t, true, NULL);
+            assert_same(&one, &lent, n, 1);
+            result_free(&lent);
             for (int nt = 2; nt <= 4; nt++) {
                 assert_int_equal(qcal_set_num_threads(nt), QCAL_OK);
                 result r = run(&o, &t, true, NULL);
@@ -323,6 +330,7 @@ static void test_threads(void **state)
                 result_free(&r);
             }
             result_free(&one), result_free(&mem);
+            free(o.scratch);
         }
     assert_int_equal(qcal_set_num_threads(0), QCAL_OK);
     free(w);

@@ -51,6 +51,10 @@ typedef struct qcal_weights_options {
                                      * values, > 0 and finite, zero-points 0): quantize only */
     size_t block_bytes;             /* default 512 KiB: a reader's block, about one core's L2 */
     bool serial;                    /* default false; true: this thread only (no OpenMP team) */
+    void *scratch;                  /* default NULL; else the calling thread's reads go here when
+                                     * scratch_bytes covers them (qcal_weights_scratch_bytes), so
+                                     * a caller of many weights reuses one buffer (caller-owned) */
+    size_t scratch_bytes;           /* default 0 */
 } qcal_weights_options;
 
 /* Fills *opt with the defaults documented on each field. */
@@ -60,6 +64,11 @@ QCAL_API void qcal_weights_options_default(qcal_weights_options *opt);
  * 1 otherwise; QCAL_ERR_INVALID_ARG for an axis outside [0, w->ndim). */
 QCAL_API qcal_status qcal_weights_channels(const qcal_weights_options *opt, const qcal_tensor *w,
                                            int64_t *channels);
+
+/* Bytes of scratch that cover every read of the calling thread for weight w under opt (its
+ * numel * 4 + QCAL_WEIGHTS_SCRATCH_SLACK: an observer kind that needs the whole weight reads it
+ * whole), or 0 for an invalid shape. Only the pages a read touches are used. */
+QCAL_API size_t qcal_weights_scratch_bytes(const qcal_weights_options *opt, const qcal_tensor *w);
 
 /* Observes weight w (w->data, or read through reader when reader is non-NULL: then w->data is
  * not read) and writes its qparams into scales[channels] and zero_points[channels] (NULL:
