@@ -50,7 +50,8 @@ typedef struct qcal_weights_options {
     const float *scales;            /* default NULL: observe; else the given scales (channels
                                      * values, > 0 and finite, zero-points 0): quantize only */
     size_t block_bytes;             /* default 512 KiB: a reader's block, about one core's L2 */
-    bool serial;                    /* default false; true: this thread only (no OpenMP team) */
+    bool serial;                    /* default false: a streamed weight's observer pass is shared
+                                     * among threads; true: on the calling thread */
     void *scratch;                  /* default NULL; else the calling thread's reads go here when
                                      * scratch_bytes covers them (qcal_weights_scratch_bytes), so
                                      * a caller of many weights reuses one buffer (caller-owned) */
