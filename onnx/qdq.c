@@ -18,6 +18,7 @@
 #include <omp.h>
 #endif
 #include "qcal/quantize.h"
+#include "qcal/weights.h"
 
 /* ---- op classes ---- */
 
@@ -600,11 +601,6 @@ static void assign(tinfo *ti)
     ti->assigned = true;
 }
 
-/* Bytes of one chunk of a streamed weight: about the L2 of one core, and under the threading
- * threshold (QCAL_OMP_MIN_ELEMENTS floats) so each kernel call runs on this thread with no
- * parallel region to start or to spin after (the reads between chunks are serial). */
-#define WEIGHT_CHUNK_BYTES ((size_t)512 << 10)
-
 /* Appends *w to the plan's weights (the array doubles at powers of two); *out gets its index.
  * On failure the plan is unchanged and w's buffers are still the caller's. */
 static qcal_status wplan_push(plan *p, const wplan *w, int64_t *out)
@@ -620,316 +616,97 @@ static qcal_status wplan_push(plan *p, const wplan *w, int64_t *out)
     return QCAL_OK;
 }
 
-/* p->scratch for views of up to `bytes` bytes (onnx_raw_view). */
-static qcal_status scratch_reserve(plan *p, size_t bytes)
+/* Elements [first, first + count) of a float32 initializer's raw data (ctx): in place, or
+ * a copy in scratch (onnx_raw_view). */
+static qcal_status raw_read(void *ctx, int64_t first, int64_t count, void *scratch, const float **out)
 {
-    size_t need = bytes + ONNX_VIEW_SLACK;
-    if (p->scratch_cap >= need)
-        return QCAL_OK;
-    free(p->scratch);
-    p->scratch = malloc(need);
-    p->scratch_cap = p->scratch ? need : 0;
-    return p->scratch ? QCAL_OK : OOM();
+    _Static_assert(ONNX_VIEW_SLACK <= QCAL_WEIGHTS_SCRATCH_SLACK, "a reader's scratch holds a view");
+    return onnx_raw_view(ctx, (size_t)first * 4, (size_t)count * 4, scratch, out);
 }
 
-/* x = rows [first, first + rows) of a float32 weight seen as (total, row) (fewer at the
- * end), viewed where they lie or copied into scratch (onnx_raw_view). */
-static qcal_status view_rows(uint8_t *scratch, const Onnx__TensorProto *init, int64_t first,
-                             int64_t total, int64_t rows, int64_t row, qcal_tensor *x)
-{
-    x->shape[0] = total - first < rows ? total - first : rows;
-    const float *view;
-    qcal_status st = onnx_raw_view(init, (size_t)(first * row) * 4, (size_t)(x->shape[0] * row) * 4,
-                                   scratch, &view);
-    if (st == QCAL_OK)
-        x->data = (float *)view;   /* read only */
-    return st;
-}
-
-/* The observer pass over a streamed weight (x: the chunk tensor, shape[0] set per chunk):
- * with more than one thread (qcal_threads_for), thread k takes chunks k, k + T, ... into its
- * own observer and scratch, and the observers are merged into obs. Min and max merge
- * exactly, so the qparams are the one-thread pass's, bit for bit, for any thread count. */
-static qcal_status observe_rows(plan *p, const Onnx__TensorProto *init, const qcal_observer_config *cfg,
-                                qcal_tensor x, int64_t outer, int64_t rows, int64_t row,
-                                qcal_observer *obs)
-{
-    const int64_t chunks = (outer + rows - 1) / rows;
-    int nt = p->serial ? 1 : qcal_threads_for(outer * row);
-    nt = nt > chunks ? (int)chunks : nt;
-#if QCAL_HAVE_OPENMP
-    enum { MAX_T = 16 };
-    if (nt > 1) {
-        nt = nt > MAX_T ? MAX_T : nt;
-        const size_t need = (size_t)(rows * row) * 4 + ONNX_VIEW_SLACK;
-        qcal_observer *tobs[MAX_T] = { NULL };
-        qcal_status tst[MAX_T];
-        char *errs = calloc((size_t)MAX_T, 512);
-        if (!errs)
-            return OOM();
-        int used = 1;
-#pragma omp parallel num_threads(nt)
-        {
-            const int k = omp_get_thread_num(), T = omp_get_num_threads();
-#pragma omp single
-            used = T;
-            qcal_tensor xk = x;
-            uint8_t *scratch = k == 0 ? p->scratch : malloc(need);
-            qcal_status st = !scratch ? qcal_error(QCAL_ERR_NO_MEMORY, "out of memory")
-                             : k == 0 ? QCAL_OK : qcal_observer_create(cfg, &tobs[k]);
-            qcal_observer *o = k == 0 ? obs : tobs[k];
-            for (int64_t c = k; st == QCAL_OK && c < chunks; c += T) {
-                st = view_rows(scratch, init, c * rows, outer, rows, row, &xk);
-                if (st == QCAL_OK)
-                    st = qcal_observer_update(o, &xk);
-            }
-            tst[k] = st;
-            if (st != QCAL_OK)   /* the message is the thread's own */
-                snprintf(errs + (size_t)k * 512, 512, "%s", qcal_last_error());
-            if (k != 0)
-                free(scratch);
-        }
-        qcal_status st = QCAL_OK;
-        for (int k = 0; k < used && st == QCAL_OK; k++)
-            if (tst[k] != QCAL_OK)
-                st = qcal_error(tst[k], "%s", errs + (size_t)k * 512);
-        for (int k = 1; k < used && st == QCAL_OK; k++)
-            st = qcal_observer_merge(obs, tobs[k]);
-        for (int k = 1; k < used; k++)
-            qcal_observer_destroy(&tobs[k]);
-        free(errs);
-        return st;
-    }
-#endif
-    qcal_status st = QCAL_OK;
-    for (int64_t o = 0; st == QCAL_OK && o < outer; o += rows) {
-        st = view_rows(p->scratch, init, o, outer, rows, row, &x);
-        if (st == QCAL_OK)
-            st = qcal_observer_update(obs, &x);
-    }
-    return st;
-}
-
-/* A float32 weight whose channel axis has only size-1 dimensions before it (Conv, Gemm with
- * transB=1: C channels of `inner` values each, contiguous), per-channel with
- * per_channel_minmax: blocks of whole channels are read once each (512 KiB) and observed,
- * their qparams computed and (ort) their codes quantized while the block is in cache. A
- * channel's qparams depend on its own min and max only (quant/qparams.c, one_pair), so the
- * blocks give the whole-tensor path's scales, zero-points and codes, bit for bit. The codes
- * (ort) go to codes_into when given (numel bytes), else to a new buffer. */
-static qcal_status weight_by_channel(plan *p, const Onnx__TensorProto *init, int32_t axis,
-                                     qcal_dtype dtype, qcal_qscheme qs, int64_t numel,
-                                     uint8_t *codes_into, float **scales_out, int8_t **zps_out,
-                                     uint8_t **codes_out, int64_t *channels_out)
-{
-    const int64_t C = init->dims[axis], inner = numel / C;
-    int64_t rows = (int64_t)(WEIGHT_CHUNK_BYTES / ((size_t)inner * 4));
-    rows = rows < 1 ? 1 : rows > C ? C : rows;
-    qcal_status rs = scratch_reserve(p, (size_t)(rows * inner) * 4);
-    if (rs != QCAL_OK)
-        return rs;
-    qcal_observer_config cfg;
-    qcal_observer_config_default(&cfg, QCAL_OBSERVER_PER_CHANNEL_MINMAX);
-    cfg.q.dtype = dtype;
-    cfg.q.qscheme = qs;
-    cfg.axis = 0;
-    qcal_tensor x;
-    memset(&x, 0, sizeof x);
-    x.ndim = (int32_t)init->n_dims - axis;   /* (channels of the block, dims after axis...) */
-    for (int32_t k = axis + 1; k < (int32_t)init->n_dims; k++)
-        x.shape[k - axis] = init->dims[k];
-    float *scales = malloc((size_t)C * sizeof *scales);
-    int8_t *zps = calloc((size_t)C, sizeof *zps);
-    uint8_t *codes = p->opt->profile != QCAL_ONNX_PROFILE_ORT ? NULL
-                     : codes_into                                ? codes_into
-                                                                 : malloc((size_t)numel);
-    qcal_observer *obs = NULL;
-    qcal_status st = !scales || !zps || (p->opt->profile == QCAL_ONNX_PROFILE_ORT && !codes)
-                         ? OOM() : qcal_observer_create(&cfg, &obs);
-    for (int64_t c0 = 0; st == QCAL_OK && c0 < C; c0 += rows) {
-        qcal_qparams qp = { 0 };
-        st = view_rows(p->scratch, init, c0, C, rows, inner, &x);
-        if (st == QCAL_OK && c0 > 0)
-            st = qcal_observer_reset(obs);
-        if (st == QCAL_OK)
-            st = qcal_observer_update(obs, &x);
-        if (st == QCAL_OK) {
-            st = qcal_observer_qparams(obs, &qp);
-            if (st == QCAL_NO_DATA)
-                st = QCAL_OK;
-        }
-        if (st == QCAL_OK && qp.channels != x.shape[0])
-            st = qcal_error(QCAL_ERR_STATE, "%lld channels observed in a block of %lld",
-                            (long long)qp.channels, (long long)x.shape[0]);
-        for (int64_t c = 0; st == QCAL_OK && c < qp.channels; c++) {
-            scales[c0 + c] = qcal_qparams_scale_at(&qp, c);
-            if (!qcal_dtype_is_float8(dtype))
-                zps[c0 + c] = (int8_t)qcal_qparams_zero_point_at(&qp, c);
-        }
-        if (st == QCAL_OK && codes)
-            st = qcal_quantize(&x, &qp, codes + c0 * inner);
-        qcal_qparams_free(&qp);
-    }
-    qcal_observer_destroy(&obs);
-    if (st != QCAL_OK) {
-        free(scales);
-        free(zps);
-        if (codes != codes_into)
-            free(codes);
-        return st;
-    }
-    *scales_out = scales;
-    *zps_out = zps;
-    *codes_out = codes;
-    *channels_out = C;
-    return QCAL_OK;
-}
-
-/* The observation of weight w->t (w->axis, w->dtype, w->numel set, shape checked): its
- * qparams with the library's observer, opt->weight_qscheme (qint8; per-tensor schemes with
- * minmax over the whole weight) or per-channel symmetric in the FP8 dtype of an FP8 node
- * (scale = channel amax / largest), into w->channels, scales, zps, per_tensor; the codes
- * (ort) into w->codes (codes_into when given, numel bytes, else a new buffer); tensorrt's
- * float32 copy of a weight that is not float32 into w->f32. init: the weight's
- * TensorProto. On failure w's buffers stay NULL (codes_into is the caller's). */
+/* The observation of weight w->t (w->axis, w->dtype, w->numel set, shape checked) by the
+ * weight quantizer (qcal/weights.h): opt->weight_observer and opt->weight_qscheme (qint8;
+ * per-tensor schemes with minmax over the whole weight) or per-channel symmetric in the FP8
+ * dtype of an FP8 node (scale = channel amax / largest), into w->channels, scales, zps,
+ * per_tensor; the codes (ort) into w->codes (codes_into when given, numel bytes, else a new
+ * buffer); tensorrt's float32 copy of a weight that is not float32 into w->f32. A float32
+ * raw initializer is read in blocks where it lies (a file mapping's pages), anything else
+ * converted whole. init: the weight's TensorProto. On failure w's buffers stay NULL
+ * (codes_into is the caller's). */
 static qcal_status weight_compute(plan *p, wplan *w, const Onnx__TensorProto *init, uint8_t *codes_into)
 {
-    const int64_t t = w->t, numel = w->numel;
-    const int32_t axis = w->axis;
+    const int64_t numel = w->numel;
     const qcal_dtype dtype = w->dtype;
-    /* float32 raw data with the per_channel_minmax observer is streamed: the weight, seen as
-     * (outer, C, inner) around axis, is read in chunks of whole (C, inner) rows (view_rows:
-     * in place, or copied into one small buffer), once for the observer and once for the
-     * quantizer. Each chunk is a tensor (rows, C, inner...) with
-     * axis 1; a channel's min and max over the chunks are those over the whole tensor
-     * (exact, zeros canonical) and quantizing is elementwise, so the result is the
-     * whole-tensor path's, bit for bit. Anything else is converted whole. */
-    int64_t outer = 1;
-    for (int32_t k = 0; k < axis; k++)
-        outer *= init->dims[k];   /* cannot overflow: numel did not */
-    const int64_t row = numel / outer;
     const bool f32raw = init->data_type == QCAL_ONNX_FLOAT && init->raw_data.len == (size_t)numel * 4;
-    const bool stream = f32raw && outer > 1 && p->opt->weight_observer == QCAL_OBSERVER_PER_CHANNEL_MINMAX;
-    int64_t rows = stream ? (int64_t)(WEIGHT_CHUNK_BYTES / ((size_t)row * 4)) : outer;
-    rows = rows < 1 ? 1 : rows > outer ? outer : rows;
-    qcal_qscheme qs = qcal_dtype_is_float8(dtype) ? QCAL_PER_CHANNEL_SYMMETRIC : p->opt->weight_qscheme;
-    bool per_tensor = !qcal_qscheme_is_per_channel(qs);
-    if (f32raw && outer == 1 && !per_tensor && p->opt->weight_observer == QCAL_OBSERVER_PER_CHANNEL_MINMAX &&
-        (size_t)numel * 4 > WEIGHT_CHUNK_BYTES) {
-        float *bs = NULL;
-        int8_t *bz = NULL;
-        uint8_t *bc = NULL;
-        int64_t bch = 0;
-        qcal_status st = weight_by_channel(p, init, axis, dtype, qs, numel, codes_into, &bs, &bz, &bc, &bch);
-        if (st != QCAL_OK)
-            return qcal_error(st, "weight '%s': %s", p->t[t].name, qcal_last_error());
-        w->channels = bch;
-        w->scales = bs;
-        w->zps = bz;
-        w->codes = bc;
-        return QCAL_OK;
-    }
+    qcal_weights_options wo;
+    qcal_weights_options_default(&wo);
+    wo.observer = p->opt->weight_observer;
+    wo.q.dtype = dtype;
+    wo.q.qscheme = qcal_dtype_is_float8(dtype) ? QCAL_PER_CHANNEL_SYMMETRIC : p->opt->weight_qscheme;
+    wo.axis = w->axis;
+    wo.serial = p->serial;
+    const bool per_tensor = !qcal_qscheme_is_per_channel(wo.q.qscheme);
     float *conv = NULL;
-    const float *data = NULL;
+    qcal_tensor x;
+    memset(&x, 0, sizeof x);
+    x.ndim = (int32_t)init->n_dims;
+    for (size_t k = 0; k < init->n_dims; k++)
+        x.shape[k] = init->dims[k];
     if (f32raw) {
-        qcal_status rs = scratch_reserve(p, (size_t)(rows * row) * 4);
-        if (rs != QCAL_OK)
-            return rs;
-    }
-    if (stream) {
-        data = NULL;   /* a view per chunk */
-    } else if (f32raw) {
-        qcal_status rs = onnx_raw_view(init, 0, init->raw_data.len, p->scratch, &data);
-        if (rs != QCAL_OK)
-            return rs;
+        /* one buffer for every weight's reads (the quantizer touches a block's worth of it,
+         * or the whole weight for an observer that needs it whole): its pages fault in once */
+        const size_t need = qcal_weights_scratch_bytes(&wo, &x);
+        if (p->scratch_cap < need) {
+            free(p->scratch);
+            p->scratch = malloc(need);
+            p->scratch_cap = p->scratch ? need : 0;
+            if (!p->scratch)
+                return OOM();
+        }
+        wo.scratch = p->scratch;
+        wo.scratch_bytes = p->scratch_cap;
     } else {
         int64_t nn;
         qcal_status st = onnx_tensor_to_float(init, &conv, &nn);
         if (st != QCAL_OK)
             return st;
-        data = conv;
+        x.data = conv;
     }
-    qcal_observer_config cfg;
-    qcal_observer_config_default(&cfg, per_tensor ? QCAL_OBSERVER_MINMAX : p->opt->weight_observer);
-    cfg.q.dtype = dtype;
-    cfg.q.qscheme = qs;
-    if (!per_tensor)
-        cfg.axis = stream ? 1 : axis;
-    qcal_tensor x;
-    memset(&x, 0, sizeof x);
-    x.data = (float *)data;
-    if (stream) {
-        x.ndim = (int32_t)init->n_dims - axis + 1;
-        x.shape[0] = rows;
-        for (int32_t k = axis; k < (int32_t)init->n_dims; k++)
-            x.shape[k - axis + 1] = init->dims[k];
-    } else {
-        x.ndim = (int32_t)init->n_dims;
-        for (size_t k = 0; k < init->n_dims; k++)
-            x.shape[k] = init->dims[k];
-    }
-    qcal_observer *obs = NULL;
-    qcal_qparams qp = { 0 };
-    uint8_t *codes = NULL;
-    float *scales = NULL;
-    int8_t *zps = NULL;
-    qcal_status st = qcal_observer_create(&cfg, &obs);
-    if (st == QCAL_OK)
-        st = stream ? observe_rows(p, init, &cfg, x, outer, rows, row, obs) : qcal_observer_update(obs, &x);
-    if (st == QCAL_OK) {
-        st = qcal_observer_qparams(obs, &qp);
-        if (st == QCAL_NO_DATA)
-            st = QCAL_OK;
-    }
-    if (st == QCAL_OK) {
-        scales = malloc((size_t)qp.channels * sizeof *scales);
-        zps = calloc((size_t)qp.channels, sizeof *zps);
-        if (!scales || !zps)
-            st = OOM();
-        else
-            for (int64_t c = 0; c < qp.channels; c++) {
-                scales[c] = qcal_qparams_scale_at(&qp, c);
-                if (!qcal_dtype_is_float8(dtype))
-                    zps[c] = (int8_t)qcal_qparams_zero_point_at(&qp, c);
-            }
-    }
-    if (st == QCAL_OK && p->opt->profile == QCAL_ONNX_PROFILE_ORT) {
-        codes = codes_into ? codes_into : malloc((size_t)numel);
-        if (!codes)
-            st = OOM();
-        for (int64_t o = 0; st == QCAL_OK && o < outer; o += rows) {
-            if (stream)
-                st = view_rows(p->scratch, init, o, outer, rows, row, &x);
-            if (st == QCAL_OK)
-                st = qcal_quantize(&x, &qp, codes + o * row);
-        }
-    }
+    const int64_t channels = per_tensor ? 1 : init->dims[w->axis];
+    float *scales = malloc((size_t)channels * sizeof *scales);
+    int32_t *zp32 = malloc((size_t)channels * sizeof *zp32);
+    int8_t *zps = calloc((size_t)channels, sizeof *zps);
+    uint8_t *codes = p->opt->profile != QCAL_ONNX_PROFILE_ORT ? NULL
+                     : codes_into                                ? codes_into
+                                                                 : malloc((size_t)numel);
+    const qcal_weights_reader rd = { raw_read, (void *)init };
+    qcal_status st = !scales || !zp32 || !zps || (p->opt->profile == QCAL_ONNX_PROFILE_ORT && !codes)
+                         ? OOM() : qcal_weights_quantize(&wo, &x, f32raw ? &rd : NULL, scales, zp32, codes);
+    if (st == QCAL_NO_DATA)
+        st = QCAL_OK;
+    for (int64_t c = 0; st == QCAL_OK && c < channels; c++)
+        zps[c] = (int8_t)zp32[c];   /* qint8 (FP8: 0) */
+    free(zp32);
     /* tensorrt: the float32 weight Q reads when the initializer is not float32 */
     float *f32 = p->opt->profile == QCAL_ONNX_PROFILE_TENSORRT && init->data_type != QCAL_ONNX_FLOAT
                      ? conv : NULL;
-    if (st == QCAL_OK) {
-        w->channels = qp.channels;
-        w->scales = scales;
-        w->zps = zps;
-        w->per_tensor = per_tensor;
-        w->codes = codes;
-        w->f32 = f32;
-    }
     if (st != QCAL_OK) {
-        st = qcal_error(st, "weight '%s': %s", p->t[t].name, qcal_last_error());
+        st = qcal_error(st, "weight '%s': %s", p->t[w->t].name, qcal_last_error());
         free(conv);
         if (codes != codes_into)
             free(codes);
         free(scales);
         free(zps);
-        qcal_qparams_free(&qp);
-        qcal_observer_destroy(&obs);
         return st;
     }
+    w->channels = channels;
+    w->scales = scales;
+    w->zps = zps;
+    w->per_tensor = per_tensor;
+    w->codes = codes;
+    w->f32 = f32;
     if (!f32)
         free(conv);
-    qcal_qparams_free(&qp);
-    qcal_observer_destroy(&obs);
     return QCAL_OK;
 }
 
