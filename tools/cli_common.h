@@ -54,7 +54,7 @@ typedef struct cli_opt {
 extern const cli_opt *const cmd_observe_opts, *const cmd_quantize_opts,
     *const cmd_dequantize_opts, *const cmd_calibrate_opts, *const cmd_convert_opts,
     *const cmd_stats_opts, *const cmd_compare_weights_opts, *const cmd_fakequant_opts, *const cmd_evaluate_opts, *const cmd_report_opts,
-    *const cmd_merge_opts, *const cmd_onnx_expose_opts, *const cmd_qdq_opts,
+    *const cmd_merge_opts, *const cmd_onnx_expose_opts, *const cmd_qdq_opts, *const cmd_compare_opts,
     *const cmd_equalize_opts;
 
 /* cli_next results besides option ids. */

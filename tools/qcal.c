@@ -22,6 +22,7 @@ static const qcal_cmd commands[] = {
     { "compare-weights", "quantize-dequantize weights, report SQNR/L2/cosine per tensor and group", cmd_compare_weights, &cmd_compare_weights_opts },
     { "onnx-expose", "make every tensor a profile quantizes an output of an ONNX model (for calibration dumps)", cmd_onnx_expose, &cmd_onnx_expose_opts },
     { "qdq", "insert QuantizeLinear/DequantizeLinear into an ONNX model from a table or calibration data (ONNX Runtime, TensorRT 10)", cmd_qdq, &cmd_qdq_opts },
+    { "compare", "run a float ONNX model and its QDQ version in ONNX Runtime: SQNR, agreement, accuracy at the outputs, per-op sensitivity", cmd_compare, &cmd_compare_opts },
     { "equalize", "fold BatchNorms, equalize Conv/Gemm -> Relu -> Conv/Gemm chains, correct biases (ONNX, before qdq)", cmd_equalize, &cmd_equalize_opts },
     { "fakequant", "fake-quantize a float .npy (forward, straight-through / LSQ backward)", cmd_fakequant, &cmd_fakequant_opts },
 };
