@@ -104,10 +104,20 @@ typedef struct runner {
     int64_t runs;
     int64_t label_rows;     /* labels: rows and positions per row */
     int64_t label_pos;
+    /* The float model's outputs of each run, kept across passes that run the same batches
+     * (the keep-float search) while they fit in cache_budget bytes. */
+    bool cache_on;
+    qcal_engine_outputs **cache;
+    int64_t n_cache, cap_cache;
+    uint64_t cache_bytes, cache_budget;
+    bool cache_full;
 } runner;
 
 static void runner_free(runner *r)
 {
+    for (int64_t i = 0; i < r->n_cache; i++)
+        qcal_engine_outputs_free(&r->cache[i]);
+    free(r->cache);
     qcal_dataset_close(&r->ds);
     if (r->inputs)
         for (int64_t i = 0; i < r->n_inputs; i++)
@@ -316,6 +326,34 @@ static qcal_status fold(runner *r, int64_t o, const qcal_engine_value *f, const 
     return QCAL_OK;
 }
 
+/* Keeps a run's float outputs for later passes; false (not kept) past the budget. */
+static bool cache_put(runner *r, qcal_engine_outputs *o)
+{
+    uint64_t bytes = 0;
+    for (int64_t i = 0; i < qcal_engine_outputs_count(o); i++) {
+        qcal_engine_value v;
+        if (qcal_engine_outputs_at(o, i, &v) == QCAL_OK)
+            bytes += v.nbytes;
+    }
+    if (r->cache_bytes + bytes > r->cache_budget) {
+        r->cache_full = true;
+        return false;
+    }
+    if (r->n_cache == r->cap_cache) {
+        int64_t cap = r->cap_cache ? r->cap_cache * 2 : 64;
+        qcal_engine_outputs **c = realloc(r->cache, (size_t)cap * sizeof *c);
+        if (!c) {
+            r->cache_full = true;
+            return false;
+        }
+        r->cache = c;
+        r->cap_cache = cap;
+    }
+    r->cache[r->n_cache++] = o;
+    r->cache_bytes += bytes;
+    return true;
+}
+
 /* One pass over the first max_samples samples (0: all): ref then every candidate on each
  * run. sums: n_c * n_out; ref_lab: n_c * n_out too (the reference's label counts, the same
  * for every candidate: kept per candidate so each candidate's sums are self-contained). */
@@ -343,7 +381,7 @@ static qcal_status pass(runner *r, const cand *ref, const cand *c, int64_t n_c, 
         planned_runs += (take + per - 1) / per * (n_c + 1);
         left -= take;
     }
-    int64_t runs0 = r->runs;
+    int64_t runs0 = r->runs, nrun = 0;
     qcal_status st = QCAL_OK;
     for (int64_t f = 0; f < files && done < limit && st == QCAL_OK; f++) {
         qcal_dataset_file_info fi;
@@ -360,7 +398,16 @@ static qcal_status pass(runner *r, const cand *ref, const cand *c, int64_t n_c, 
                 break;
             const qcal_engine_value *vals = qcal_dataset_batch_values(b);
             qcal_engine_outputs *ro = NULL;
-            st = run_cand(r, ref, vals, &ro);
+            bool cached = false;
+            int64_t run_idx = nrun++;
+            if (r->cache_on && !ref->gates && run_idx < r->n_cache) {
+                ro = r->cache[run_idx];
+                cached = true;
+            } else {
+                st = run_cand(r, ref, vals, &ro);
+                if (st == QCAL_OK && r->cache_on && !ref->gates && !r->cache_full && run_idx == r->n_cache)
+                    cached = cache_put(r, ro);
+            }
             for (int64_t k = 0; k < n_c && st == QCAL_OK; k++) {
                 qcal_engine_outputs *co = NULL;
                 if ((st = run_cand(r, &c[k], vals, &co)) != QCAL_OK)
@@ -375,7 +422,8 @@ static qcal_status pass(runner *r, const cand *ref, const cand *c, int64_t n_c, 
                 if (o->progress)
                     o->progress(o->progress_user, r->runs - runs0, planned_runs, what);
             }
-            qcal_engine_outputs_free(&ro);
+            if (!cached)
+                qcal_engine_outputs_free(&ro);
             qcal_dataset_batch_free(&b);
             if (st != QCAL_OK)
                 st = qcal_error(st, "%s, samples %lld-%lld: %s", fi.path, (long long)s0, (long long)(s0 + n - 1),
@@ -736,118 +784,104 @@ qcal_status qcal_model_keep_float(qcal_engine *e, const qcal_onnx_model *m, cons
     rank_item *rk = NULL;
     char **order = NULL;
     int64_t n_named = 0;
-    uint8_t *g = NULL;
-    cand *cs = NULL;
     acc_sums *sums = NULL;
     qcal_status st;
 
     if ((st = session(e, m, opt, &fs)) != QCAL_OK || (st = runner_open(&r, e, fs, data, entries, n_entries, opt)) != QCAL_OK)
         goto fail;
-    if ((st = build_qdq(m, table, qopt, NULL, 0, &q)) != QCAL_OK || (st = qcal_onnx_gate(q, m, &gm, &gops, &n_gops)) != QCAL_OK)
-        goto fail;
-    qcal_onnx_model_destroy(&q);
-    if ((st = session(e, gm, opt, &gs)) != QCAL_OK || (st = check_outputs(&r, gs, "the gated model")) != QCAL_OK)
-        goto fail;
-    qcal_onnx_model_destroy(&gm);
-    r.n_gates = n_gops;
-    R.n_ops = n_gops;
-
-    /* Rank the named ops, most sensitive first. */
-    only = calloc((size_t)n_gops, sizeof *only);
-    rk = calloc((size_t)n_gops, sizeof *rk);
-    order = calloc((size_t)n_gops, sizeof *order);
-    /* gate rows: 0 = all off (reference), then up to 8 candidates of a search pass */
-    g = calloc((size_t)n_gops * 10, 1);
-    cs = calloc(9, sizeof *cs);
-    sums = calloc((size_t)(9 * r.n_out) * 2 + 1, sizeof *sums);
-    if (!only || !rk || !order || !g || !cs || !sums) {
+    if (!(sums = calloc((size_t)r.n_out * 2 + 1, sizeof *sums))) {
         st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
         goto fail;
     }
-    double all_on;
-    if ((st = per_op(&r, gs, n_gops, opt->sensitivity_samples > 0 ? opt->sensitivity_samples : 8, false, only, NULL,
-                     &all_on)) != QCAL_OK)
-        goto fail;
-    for (int64_t k = 0; k < n_gops; k++)
-        rk[k] = (rank_item){only[k], k};
-    qsort(rk, (size_t)n_gops, sizeof *rk, rank_cmp);
-    for (int64_t j = 0; j < n_gops; j++)
-        if (gops[rk[j].i].name[0])
-            order[n_named++] = gops[rk[j].i].name;
+    /* The float model's outputs are kept between the steps while they fit in 512 MiB. */
+    r.cache_on = true;
+    r.cache_budget = (uint64_t)512 << 20;
 
-    /* Search k = how many of order stay float: passes over the data, each measuring up to 8
-     * values of k against the all-off reference; the smallest k that holds, refined between
-     * the largest failing value below it and it. */
-    cand ref = {gs, g};
-    int64_t lo = -1, hi = -1; /* lo fails (or -1), hi holds (or -1: none seen) */
-    int64_t ks[8];
-    int nk = 0;
-    for (int64_t k = 0; nk < 7 && k < n_named; k = k ? k * 4 : 1)
-        ks[nk++] = k;
-    ks[nk++] = n_named;
-    while (nk > 0) {
-        for (int j = 0; j < nk; j++) {
-            uint8_t *row = g + (size_t)(j + 1) * (size_t)n_gops;
-            memset(row, 1, (size_t)n_gops);
-            for (int64_t i = 0; i < ks[j]; i++)
-                for (int64_t t = 0; t < n_gops; t++)
-                    if (gops[t].name == order[i])
-                        row[t] = 0;
-            cs[j] = (cand){gs, row};
-        }
-        if ((st = pass(&r, &ref, cs, nk, opt->max_samples, sums, "keep-float search")) != QCAL_OK)
-            goto fail;
-        for (int j = 0; j < nk; j++) {
-            double accf, accq;
-            label_metric(&r, sums, nk, j, &accf, &accq);
-            bool ok = target_holds(target, total_sqnr(&r, sums, j), accf, accq);
-            if (ok && (hi < 0 || ks[j] < hi))
-                hi = ks[j];
-        }
-        for (int j = 0; j < nk; j++) {
-            double accf, accq;
-            label_metric(&r, sums, nk, j, &accf, &accq);
-            if (!target_holds(target, total_sqnr(&r, sums, j), accf, accq) && ks[j] > lo && (hi < 0 || ks[j] < hi))
-                lo = ks[j];
-        }
-        if (hi < 0 || hi - lo <= 1)
-            break;
-        /* up to 8 evenly spaced values strictly between lo and hi */
-        int64_t gap = hi - lo - 1;
-        nk = 0;
-        for (int j = 1; j <= 8 && nk < 8; j++) {
-            int64_t k = lo + (gap * j + 8) / 9;
-            if (k > lo && k < hi && (nk == 0 || ks[nk - 1] != k))
-                ks[nk++] = k;
-        }
-    }
-    int64_t k = hi < 0 ? n_named : hi;
-
-    /* Check on the real QDQ model; keep more ops float while the target does not hold. */
-    for (int64_t step = 1;; step *= 2) {
+    /* Each step measures the real QDQ model with the k most sensitive ops excluded (graph
+     * optimization as opt says: ONNX Runtime's int8 kernels) against the float model on the
+     * data. k = 0 first; only when it fails are the ops ranked (one at a time on the gated
+     * model, the first sensitivity_samples) and k searched: binary search between the largest
+     * k that failed and the smallest that held (every op float holds by definition and is
+     * measured only when it is the answer). The target is taken to get easier as k grows,
+     * ops kept float bringing the model closer to float; every k is measured, and the answer
+     * is one that held. */
+    int64_t lo = -1, hi = -1, k = 0;
+    bool hi_measured = false;
+    double hi_sqnr = INFINITY, hi_accf = NAN, hi_accq = NAN;
+    for (;;) {
         qcal_engine_session *qs = NULL;
-        if ((st = build_qdq(m, table, qopt, order, k, &q)) != QCAL_OK) {
-            if (st == QCAL_ERR_EMPTY && k == n_named) /* nothing left to quantize */
-                break;
+        if ((st = build_qdq(m, table, qopt, order, k, &q)) != QCAL_OK)
             goto fail;
+        if (k == 0) {
+            /* the ops of the QDQ model: counted (and gated, for the ranking) from this one */
+            if ((st = qcal_onnx_gate(q, m, &gm, &gops, &n_gops)) != QCAL_OK)
+                goto fail;
+            R.n_ops = n_gops;
+            for (int64_t i = 0; i < n_gops; i++)
+                n_named += gops[i].name[0] != 0;
+            hi = n_named;
         }
         st = session(e, q, opt, &qs);
         qcal_onnx_model_destroy(&q);
         if (st != QCAL_OK)
             goto fail;
         cand fc = {fs, NULL}, qc = {qs, NULL};
-        st = pass(&r, &fc, &qc, 1, opt->max_samples, sums, "keep-float check");
+        st = pass(&r, &fc, &qc, 1, opt->max_samples, sums, "keep-float search");
         qcal_engine_session_destroy(&qs);
         if (st != QCAL_OK)
             goto fail;
         R.checks++;
-        R.sqnr_db = total_sqnr(&r, sums, 0);
-        label_metric(&r, sums, 1, 0, &R.acc_float, &R.acc_quant);
-        R.met = target_holds(target, R.sqnr_db, R.acc_float, R.acc_quant);
-        if (R.met || k >= n_named)
-            break;
-        k = k + step < n_named ? k + step : n_named;
+        double sq = total_sqnr(&r, sums, 0), accf, accq;
+        label_metric(&r, sums, 1, 0, &accf, &accq);
+        if (target_holds(target, sq, accf, accq)) {
+            hi = k;
+            hi_measured = true;
+            hi_sqnr = sq, hi_accf = accf, hi_accq = accq;
+        } else {
+            lo = k;
+        }
+        if (!order && hi > lo + 1) {
+            /* rank the named ops, most sensitive first */
+            only = calloc((size_t)n_gops, sizeof *only);
+            rk = calloc((size_t)n_gops, sizeof *rk);
+            order = calloc((size_t)n_gops, sizeof *order);
+            if (!only || !rk || !order) {
+                st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+                goto fail;
+            }
+            double all_on;
+            if ((st = session(e, gm, opt, &gs)) != QCAL_OK || (st = check_outputs(&r, gs, "the gated model")) != QCAL_OK)
+                goto fail;
+            qcal_onnx_model_destroy(&gm);
+            r.n_gates = n_gops;
+            if ((st = per_op(&r, gs, n_gops, opt->sensitivity_samples > 0 ? opt->sensitivity_samples : 8, false, only,
+                             NULL, &all_on)) != QCAL_OK)
+                goto fail;
+            qcal_engine_session_destroy(&gs);
+            for (int64_t i = 0; i < n_gops; i++)
+                rk[i] = (rank_item){only[i], i};
+            qsort(rk, (size_t)n_gops, sizeof *rk, rank_cmp);
+            int64_t j = 0;
+            for (int64_t i = 0; i < n_gops; i++)
+                if (gops[rk[i].i].name[0])
+                    order[j++] = gops[rk[i].i].name;
+        }
+        if (hi - lo <= 1) {
+            if (hi_measured || lo >= n_named) {
+                if (!hi_measured) /* even every named op float fails: its figures */
+                    hi_sqnr = sq, hi_accf = accf, hi_accq = accq;
+                break;
+            }
+            k = hi; /* every op float: measured for its figures */
+            continue;
+        }
+        k = lo + (hi - lo) / 2;
     }
+    k = hi_measured ? hi : n_named;
+    R.met = hi_measured;
+    R.sqnr_db = hi_sqnr;
+    R.acc_float = hi_accf;
+    R.acc_quant = hi_accq;
     R.float_ops = calloc((size_t)(k ? k : 1), sizeof *R.float_ops);
     if (!R.float_ops) {
         st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
@@ -866,7 +900,7 @@ qcal_status qcal_model_keep_float(qcal_engine *e, const qcal_onnx_model *m, cons
     memset(&R, 0, sizeof R);
 fail:
     qcal_keep_float_result_free(&R);
-    free(only), free(rk), free(order), free(g), free(cs), free(sums);
+    free(only), free(rk), free(order), free(sums);
     qcal_onnx_gate_ops_free(&gops, n_gops);
     qcal_onnx_model_destroy(&gm);
     qcal_onnx_model_destroy(&q);
