@@ -44,41 +44,29 @@ qcal_status qcal_calib_table_push(qcal_calib_table *t, qcal_calib_entry *e);
 /* Sorts by (fqn bytes, role) and rejects duplicates (QCAL_ERR_FORMAT). */
 qcal_status qcal_calib_table_sort(qcal_calib_table *t);
 
-/* amax of an exported entry: max over channels of max(|min|, |max|), 0 -> 1. */
+/* amax of an exported entry: max over channels of max(|min|, |max|), 0 -> 1 (the rule of
+ * every export format, calib/table_formats.c and calib/format_onnxruntime.c). */
 float qcal_calib_export_amax(const qcal_calib_entry *e);
-
-/* Python's repr()/str() of a float (shortest round trip; exponent below 1e-4 and from
- * 1e16 on: "1e-05", "0.0001", "127.0", "1e+16"). */
-void qcal_calib_fmt_pyfloat(char *dst, size_t cap, double v);
-
-/* Strict UTF-8 (no overlong forms, surrogates or code points past U+10FFFF). */
-bool qcal_calib_utf8_valid(const char *s);
 
 /* File `part` (0 calibration.json, 1 calibration.flatbuffers, 2 calibration.cache) of ONNX
  * Runtime's write_calibration_table over the n entries e (sorted, with data), into b. */
 qcal_status qcal_calib_format_onnxruntime(const qcal_calib_entry *const *e, int64_t n,
                                           int part, qcal_buf *b);
 
-/* qcal_error(st, "<fmt>: <previous last error>"), safe although the previous message lives
- * in the buffer being rewritten. */
-qcal_status qcal_calib_wrap_error(qcal_status st, const char *fmt, ...) QCAL_PRINTF(2, 3);
-
-/* Reads the whole file at path into *buf (malloc'ed, free() it; not NUL-terminated) and
- * *len, growing from first_cap bytes; refuses files over max bytes (QCAL_ERR_FORMAT).
- * Messages name the file as "<what> '<path>'" (what: "rules file", ...). */
-qcal_status qcal_calib_read_file(const char *path, const char *what, size_t max,
-                                 size_t first_cap, char **buf, size_t *len);
-
 /* Deep copy of a rule list (sessions keep their own). */
 qcal_status qcal_calib_rules_clone(const qcal_calib_rules *src, qcal_calib_rules **dst);
 
-/* ---- Session internals for the state code (calib/session.c -> calib/session_state.c) ---- */
+/* ---- Session internals that calib/session_state.c uses (it depends on session.c, never back) */
 
 /* Called for each entry with its mutex held: the observer, its element count and the number
  * of batches still queued (waiting for earlier steps). Non-QCAL_OK stops the walk. */
 typedef qcal_status (*qcal_calib_entry_fn)(void *ctx, const char *fqn, qcal_calib_role role,
                                            const qcal_observer *obs, uint64_t elements,
                                            uint64_t queued);
+
+/* The session's table without its digest (qcal_calib_session_table adds it): every entry
+ * flushed and snapshotted (range, qparams, counts), sorted; progress reported per entry. */
+qcal_status qcal_calib_session_snapshot(qcal_calib_session *s, qcal_calib_table **out);
 
 /* Visits every entry in (fqn bytes, role) order; returns fn's first failure. */
 qcal_status qcal_calib_session_each(const qcal_calib_session *s, qcal_calib_entry_fn fn,
@@ -93,7 +81,7 @@ qcal_status qcal_calib_session_adopt(qcal_calib_session *s, const char *fqn, qca
  * dry_run: only checks that the merge would succeed (configs, moving averages, channel
  * counts) and changes nothing. */
 qcal_status qcal_calib_session_merge_entry(qcal_calib_session *s, const char *fqn,
-                                           qcal_calib_role role, qcal_observer *src,
+                                           qcal_calib_role role, const qcal_observer *src,
                                            uint64_t elements, bool dry_run);
 
 #endif

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "calib/calib_internal.h"
+#include "core/blob_file.h"
 #include "io/json.h"
 #include "qcal/calib_dump.h"
 
@@ -281,7 +282,7 @@ static qcal_status scan_entry(qcal_calib_dump *d, const char *dir, const char *e
     st = qcal_calib_name_decode(enc, e.name, len + 1);
     free(enc);
     if (st != QCAL_OK) {
-        st = qcal_calib_wrap_error(st, "dump '%s'", dir);
+        st = qcal_error_wrap(st, "dump '%s'", dir);
         goto done;
     }
     e.role = role_of_name(e.name);
@@ -505,13 +506,13 @@ qcal_status qcal_calib_dump_scan(const char *dir, qcal_calib_dump **out)
     qcal_calib_dump *d = NULL;
     qcal_status st;
     if (stat(mpath, &sb) == 0) {
-        char *buf = NULL;
+        void *buf = NULL;
         size_t len = 0;
-        st = qcal_calib_read_file(mpath, "manifest", MAX_MANIFEST, 4096, &buf, &len);
+        st = qcal_blob_read_file(mpath, "manifest", MAX_MANIFEST, &buf, &len);
         if (st == QCAL_OK) {
             st = qcal_calib_manifest_parse(buf, len, &d);
             if (st < 0)
-                st = qcal_calib_wrap_error(st, "%s", mpath);
+                st = qcal_error_wrap(st, "%s", mpath);
         }
         free(buf);
         if (st == QCAL_OK)

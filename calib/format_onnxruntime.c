@@ -8,182 +8,22 @@
  * in sorted key order. lo/hi are the entry's range (min over channels of min_val, max over
  * channels of max_val) as Python floats (the float32 values widened to double, as ONNX
  * Runtime's calibrators hold them); the value follows qcal's amax rule (0 -> 1, see
- * calib/table_formats.c). Python's str()/repr() of a float and json.dumps' escaping
- * (ensure_ascii) are reproduced below; the flatbuffer is laid out as flatbuffers' Python
- * Builder (2.x) lays it out: back to front, with its alignment and vtable sharing. */
+ * calib/table_formats.c). Python's str()/repr() of a float (qcal_fmt_pyfloat, io/text.h)
+ * and json.dumps' escaping (ensure_ascii: qcal_json_write_str_ascii, io/json.h) come from
+ * io/; the flatbuffer is laid out as flatbuffers' Python Builder (2.x) lays it out: back to
+ * front, with its alignment and vtable sharing. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "calib/calib_internal.h"
-
-/* ---- Python float repr ---- */
-
-void qcal_calib_fmt_pyfloat(char *dst, size_t cap, double v)
-{
-    if (isnan(v)) {
-        snprintf(dst, cap, "nan");
-        return;
-    }
-    if (isinf(v)) {
-        snprintf(dst, cap, v > 0 ? "inf" : "-inf");
-        return;
-    }
-    if (v == 0.0) {
-        snprintf(dst, cap, signbit(v) ? "-0.0" : "0.0");
-        return;
-    }
-    /* Shortest digit string that reads back as v (repr's mode 0): the correctly rounded
-     * p-digit decimal for the smallest p that round-trips. */
-    char e[40];
-    int p = 1;
-    for (; p <= 17; p++) {
-        snprintf(e, sizeof e, "%.*e", p - 1, fabs(v));
-        if (strtod(e, NULL) == fabs(v))
-            break;
-    }
-    char digits[24];
-    int nd = 0;
-    const char *c = e;
-    for (; *c && *c != 'e'; c++)
-        if (*c >= '0' && *c <= '9')
-            digits[nd++] = *c;
-    while (nd > 1 && digits[nd - 1] == '0')
-        nd--;
-    digits[nd] = '\0';
-    int exp10 = atoi(c + 1);
-    int decpt = exp10 + 1;   /* value = 0.DIGITS * 10^decpt */
-    char out[64];
-    size_t o = 0;
-    if (v < 0)
-        out[o++] = '-';
-    if (decpt <= -4 || decpt > 16) {
-        /* d[.ddd]e[+-]XX, at least two exponent digits */
-        out[o++] = digits[0];
-        if (nd > 1) {
-            out[o++] = '.';
-            memcpy(out + o, digits + 1, (size_t)nd - 1);
-            o += (size_t)nd - 1;
-        }
-        o += (size_t)snprintf(out + o, sizeof out - o, "e%c%02d", exp10 < 0 ? '-' : '+',
-                              abs(exp10));
-    } else if (decpt <= 0) {
-        out[o++] = '0';
-        out[o++] = '.';
-        for (int i = 0; i < -decpt; i++)
-            out[o++] = '0';
-        memcpy(out + o, digits, (size_t)nd);
-        o += (size_t)nd;
-    } else if (decpt >= nd) {
-        memcpy(out + o, digits, (size_t)nd);
-        o += (size_t)nd;
-        for (int i = nd; i < decpt; i++)
-            out[o++] = '0';
-        out[o++] = '.';
-        out[o++] = '0';
-    } else {
-        memcpy(out + o, digits, (size_t)decpt);
-        o += (size_t)decpt;
-        out[o++] = '.';
-        memcpy(out + o, digits + decpt, (size_t)(nd - decpt));
-        o += (size_t)(nd - decpt);
-    }
-    out[o] = '\0';
-    snprintf(dst, cap, "%s", out);
-}
-
-/* ---- UTF-8 ---- */
-
-/* Decodes one UTF-8 sequence at s (strict: no overlongs, surrogates or > U+10FFFF);
- * returns its length, 0 if invalid. */
-static int utf8_next(const unsigned char *s, uint32_t *cp)
-{
-    if (s[0] < 0x80) {
-        *cp = s[0];
-        return 1;
-    }
-    int n;
-    uint32_t c, min;
-    if ((s[0] & 0xE0) == 0xC0) {
-        n = 2;
-        c = s[0] & 0x1F;
-        min = 0x80;
-    } else if ((s[0] & 0xF0) == 0xE0) {
-        n = 3;
-        c = s[0] & 0x0F;
-        min = 0x800;
-    } else if ((s[0] & 0xF8) == 0xF0) {
-        n = 4;
-        c = s[0] & 0x07;
-        min = 0x10000;
-    } else {
-        return 0;
-    }
-    for (int i = 1; i < n; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        c = (c << 6) | (s[i] & 0x3F);
-    }
-    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
-        return 0;
-    *cp = c;
-    return n;
-}
-
-bool qcal_calib_utf8_valid(const char *s)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    uint32_t cp;
-    while (*p) {
-        int n = utf8_next(p, &cp);
-        if (!n)
-            return false;
-        p += n;
-    }
-    return true;
-}
+#include "io/json.h"
+#include "io/text.h"
 
 static void put(qcal_buf *b, const char *s)
 {
     qcal_buf_append(b, s, strlen(s));
-}
-
-/* json.dumps(s) with ensure_ascii=True (s valid UTF-8). */
-static void put_pyjson_str(qcal_buf *b, const char *s)
-{
-    put(b, "\"");
-    const unsigned char *p = (const unsigned char *)s;
-    char tmp[16];
-    while (*p) {
-        uint32_t cp = 0;
-        int n = utf8_next(p, &cp);
-        if (!n)
-            n = 1, cp = 0xFFFD;   /* not reached: names are checked first */
-        p += n;
-        switch (cp) {
-        case '"': put(b, "\\\""); continue;
-        case '\\': put(b, "\\\\"); continue;
-        case '\n': put(b, "\\n"); continue;
-        case '\r': put(b, "\\r"); continue;
-        case '\t': put(b, "\\t"); continue;
-        case '\b': put(b, "\\b"); continue;
-        case '\f': put(b, "\\f"); continue;
-        default: break;
-        }
-        if (cp >= 0x20 && cp <= 0x7E) {
-            tmp[0] = (char)cp;
-            tmp[1] = '\0';
-        } else if (cp < 0x10000) {
-            snprintf(tmp, sizeof tmp, "\\u%04x", (unsigned)cp);
-        } else {
-            uint32_t v = cp - 0x10000;
-            snprintf(tmp, sizeof tmp, "\\u%04x\\u%04x", (unsigned)(0xD800 + (v >> 10)),
-                     (unsigned)(0xDC00 + (v & 0x3FF)));
-        }
-        put(b, tmp);
-    }
-    put(b, "\"");
 }
 
 /* ---- flatbuffers' Python Builder, the calls write_calibration_table makes ---- */
@@ -404,11 +244,11 @@ qcal_status qcal_calib_format_onnxruntime(const qcal_calib_entry *const *e, int6
         for (int64_t i = 0; i < n; i++) {
             double lo, hi;
             entry_range(e[i], &lo, &hi);
-            qcal_calib_fmt_pyfloat(lo_s, sizeof lo_s, lo);
-            qcal_calib_fmt_pyfloat(hi_s, sizeof hi_s, hi);
+            qcal_fmt_pyfloat(lo_s, sizeof lo_s, lo);
+            qcal_fmt_pyfloat(hi_s, sizeof hi_s, hi);
             if (i)
                 put(b, ", ");
-            put_pyjson_str(b, e[i]->fqn);
+            qcal_json_write_str_ascii(b, e[i]->fqn);
             put(b, ": [");
             put(b, lo_s);
             put(b, ", ");
@@ -420,7 +260,7 @@ qcal_status qcal_calib_format_onnxruntime(const qcal_calib_entry *const *e, int6
     }
     if (part == 2) {
         for (int64_t i = 0; i < n; i++) {
-            qcal_calib_fmt_pyfloat(v, sizeof v, (double)qcal_calib_export_amax(e[i]));
+            qcal_fmt_pyfloat(v, sizeof v, (double)qcal_calib_export_amax(e[i]));
             put(b, e[i]->fqn);
             put(b, " ");
             put(b, v);
@@ -440,7 +280,7 @@ qcal_status qcal_calib_format_onnxruntime(const qcal_calib_entry *const *e, int6
         return qcal_error(QCAL_ERR_NO_MEMORY, "cannot allocate the flatbuffer");
     }
     for (int64_t i = 0; i < n; i++) {
-        qcal_calib_fmt_pyfloat(v, sizeof v, (double)qcal_calib_export_amax(e[i]));
+        qcal_fmt_pyfloat(v, sizeof v, (double)qcal_calib_export_amax(e[i]));
         uint32_t k = fb_create_string(&f, e[i]->fqn);
         uint32_t s = fb_create_string(&f, v);
         fb_start_object(&f, 2);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "calib/calib_internal.h"
+#include "core/blob_file.h"
 
 typedef struct rule {
     char *glob;
@@ -315,9 +316,9 @@ qcal_status qcal_calib_rules_load(const char *path, qcal_calib_rules **out)
 {
     if (!path || !out)
         return qcal_error(QCAL_ERR_INVALID_ARG, "rules path or output is NULL");
-    char *buf = NULL;
+    void *buf = NULL;
     size_t len = 0;
-    qcal_status st = qcal_calib_read_file(path, "rules file", MAX_RULES_FILE, 4096, &buf, &len);
+    qcal_status st = qcal_blob_read_file(path, "rules file", MAX_RULES_FILE, &buf, &len);
     if (st == QCAL_OK)
         st = parse_named(path, buf, len, out);
     free(buf);

@@ -269,7 +269,7 @@ static qcal_status new_entry(qcal_calib_session *s, const char *fqn, qcal_calib_
     qcal_observer *obs = NULL;
     st = qcal_observer_create(&cfg, &obs);
     if (st != QCAL_OK)
-        return qcal_calib_wrap_error(st, "%s '%s'", qcal_calib_role_name(role), fqn);
+        return qcal_error_wrap(st, "%s '%s'", qcal_calib_role_name(role), fqn);
     st = alloc_entry(s, fqn, role, h, obs, out);
     if (st == QCAL_OK) {
         s->state_bytes += state;
@@ -283,8 +283,8 @@ static qcal_status apply(entry *e, int64_t step, const qcal_tensor *x)
 {
     qcal_status st = qcal_observer_update(e->obs, x);
     if (st < 0)
-        return qcal_calib_wrap_error(st, "%s '%s' step %lld", qcal_calib_role_name(e->role), e->fqn,
-                                     (long long)step);
+        return qcal_error_wrap(st, "%s '%s' step %lld", qcal_calib_role_name(e->role), e->fqn,
+                               (long long)step);
     int64_t n = 0;
     qcal_tensor_numel(x, &n);
     e->elements += (uint64_t)n;
@@ -510,8 +510,8 @@ qcal_status qcal_calib_session_observe_part(qcal_calib_session *s, const char *f
          * step; the step's bookkeeping happens with its last part, as for a whole batch. */
         st = qcal_observer_update_part(e->obs, x, last);
         if (st < 0) {
-            st = qcal_calib_wrap_error(st, "%s '%s' step %lld", qcal_calib_role_name(e->role),
-                                       e->fqn, (long long)step);
+            st = qcal_error_wrap(st, "%s '%s' step %lld", qcal_calib_role_name(e->role),
+                                 e->fqn, (long long)step);
         } else {
             e->elements += (uint64_t)numel;
             qcal_status st2 = QCAL_OK;
@@ -635,7 +635,7 @@ static qcal_status snapshot(entry *e, qcal_calib_entry *out)
         st = qcal_calib_entry_alloc(out, e->fqn, got);
     if (st != QCAL_OK) {
         free(mn);
-        return qcal_calib_wrap_error(st, "%s '%s'", qcal_calib_role_name(e->role), e->fqn);
+        return qcal_error_wrap(st, "%s '%s'", qcal_calib_role_name(e->role), e->fqn);
     }
     qcal_calib_entry_arrays a;
     qcal_calib_entry_arrays_get(out, &a);
@@ -664,7 +664,7 @@ static qcal_status snapshot(entry *e, qcal_calib_entry *out)
         }
     }
     if (st != QCAL_OK) {
-        st = qcal_calib_wrap_error(st, "%s '%s'", qcal_calib_role_name(e->role), e->fqn);
+        st = qcal_error_wrap(st, "%s '%s'", qcal_calib_role_name(e->role), e->fqn);
         qcal_calib_entry_free(out);
         return st;
     }
@@ -688,10 +688,8 @@ static qcal_status snapshot(entry *e, qcal_calib_entry *out)
     return QCAL_OK;
 }
 
-qcal_status qcal_calib_session_table(qcal_calib_session *s, qcal_calib_table **out)
+qcal_status qcal_calib_session_snapshot(qcal_calib_session *s, qcal_calib_table **out)
 {
-    if (!s || !out)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "session or table output is NULL");
     qcal_calib_table *t = NULL;
     qcal_status st = qcal_calib_table_new(&t);
     if (st != QCAL_OK)
@@ -713,9 +711,6 @@ qcal_status qcal_calib_session_table(qcal_calib_session *s, qcal_calib_table **o
     pthread_rwlock_unlock(&s->lock);
     if (st == QCAL_OK)
         st = qcal_calib_table_sort(t);
-    /* The digest; left out ("") if another thread queued a batch meanwhile. */
-    if (st == QCAL_OK && qcal_calib_session_digest(s, t->digest) != QCAL_OK)
-        t->digest[0] = '\0';
     if (st != QCAL_OK) {
         qcal_calib_table_destroy(&t);
         return st;
@@ -798,7 +793,7 @@ qcal_status qcal_calib_session_adopt(qcal_calib_session *s, const char *fqn, qca
 }
 
 qcal_status qcal_calib_session_merge_entry(qcal_calib_session *s, const char *fqn,
-                                           qcal_calib_role role, qcal_observer *src,
+                                           qcal_calib_role role, const qcal_observer *src,
                                            uint64_t elements, bool dry_run)
 {
     uint64_t h = hash_name(fqn, role);
@@ -838,4 +833,16 @@ qcal_status qcal_calib_session_merge_entry(qcal_calib_session *s, const char *fq
         }
         return st;
     }
+}
+
+qcal_status qcal_calib_session_merge_observer(qcal_calib_session *s, const char *fqn,
+                                              qcal_calib_role role, const qcal_observer *obs,
+                                              uint64_t elements)
+{
+    if (!s || !fqn || !obs)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "session, fqn or observer is NULL");
+    if ((unsigned)role >= QCAL_CALIB_ROLE_COUNT)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "unknown role %d", (int)role);
+    qcal_status st = qcal_calib_session_merge_entry(s, fqn, role, obs, elements, false);
+    return st < 0 ? qcal_error_wrap(st, "%s '%s'", qcal_calib_role_name(role), fqn) : st;
 }

@@ -1,5 +1,5 @@
 /* Session state files ("QCSS", docs/state.md): save, load, merge and digest of a whole
- * calibration session. Each entry's observer is stored in the observer state format
+ * calibration session, and the session's table stamped with that digest. Each entry's observer is stored in the observer state format
  * ("QCOB"), entries in (fqn bytes, role) order, so equal sessions give equal bytes. */
 #include <stdio.h>
 #include <string.h>
@@ -93,6 +93,23 @@ qcal_status qcal_calib_session_digest(const qcal_calib_session *s, char hex[65])
         qcal_sha256_hex(b.data, b.len, hex);
     qcal_buf_free(&b);
     return st;
+}
+
+/* The table carries the digest of the state it was taken from, so it is made here, on the
+ * session's snapshot (calib/session.c): session_state.c -> session.c, never back. */
+qcal_status qcal_calib_session_table(qcal_calib_session *s, qcal_calib_table **out)
+{
+    if (!s || !out)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "session or table output is NULL");
+    qcal_calib_table *t = NULL;
+    qcal_status st = qcal_calib_session_snapshot(s, &t);
+    if (st != QCAL_OK)
+        return st;
+    /* The digest; left out ("") if another thread queued a batch meanwhile. */
+    if (qcal_calib_session_digest(s, t->digest) != QCAL_OK)
+        t->digest[0] = '\0';
+    *out = t;
+    return QCAL_OK;
 }
 
 /* ---- reading ----
@@ -210,8 +227,8 @@ static qcal_status reader_next(reader *r, entry_rec *e, bool *done)
         st = qcal_error(QCAL_ERR_FORMAT, "%zu trailing bytes after the observer state", oc.left);
     if (st != QCAL_OK) {
         if (st != QCAL_ERR_NO_MEMORY)
-            st = qcal_calib_wrap_error(st, "session state %s '%s'",
-                                       qcal_calib_role_name(e->role), e->fqn);
+            st = qcal_error_wrap(st, "session state %s '%s'",
+                                 qcal_calib_role_name(e->role), e->fqn);
         goto fail;
     }
     cur->p += slen;
@@ -280,7 +297,7 @@ static qcal_status merge_buffer(qcal_calib_session *dst, const void *buf, size_t
             st = qcal_calib_session_merge_entry(dst, e.fqn, e.role, e.obs, e.elements,
                                                 pass == 0);
             if (st != QCAL_OK && st != QCAL_ERR_NO_MEMORY)
-                st = qcal_calib_wrap_error(st, "%s '%s'", qcal_calib_role_name(e.role), e.fqn);
+                st = qcal_error_wrap(st, "%s '%s'", qcal_calib_role_name(e.role), e.fqn);
             rec_free(&e);
         }
         reader_free(&r);
@@ -337,12 +354,12 @@ qcal_status qcal_calib_session_load_file(const char *path, const qcal_calib_sess
         return qcal_error(QCAL_ERR_INVALID_ARG, "path or output is NULL");
     void *buf = NULL;
     size_t len = 0;
-    qcal_status st = qcal_blob_read_file(path, "session state", &buf, &len);
+    qcal_status st = qcal_blob_read_file(path, "session state", SIZE_MAX, &buf, &len);
     if (st != QCAL_OK)
         return st;
     st = qcal_calib_session_load(buf, len, opt, out);
     free(buf);
     if (st < 0 && st != QCAL_ERR_NO_MEMORY)
-        st = qcal_calib_wrap_error(st, "'%s'", path);
+        st = qcal_error_wrap(st, "'%s'", path);
     return st;
 }

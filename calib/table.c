@@ -16,16 +16,16 @@
  * also optional: "ort" or "tensorrt", the deployment profile the table was calibrated for,
  * qcal_calib_table_set_profile) is table metadata outside the digest; tables without it stay
  * readable, and an unknown name is refused. */
-#include <errno.h>
-#include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "calib/calib_internal.h"
+#include "core/blob_file.h"
 #include "qcal/qparams.h"
 #include "io/json.h"
+#include "io/text.h"
 
 #define TABLE_FORMAT_NAME "qcal-calibration-table"
 #define TABLE_VERSION 1
@@ -211,15 +211,15 @@ qcal_status qcal_calib_entry_amax(const qcal_calib_entry *e, int64_t c, float *a
     return QCAL_OK;
 }
 
-qcal_status qcal_calib_wrap_error(qcal_status st, const char *fmt, ...)
+float qcal_calib_export_amax(const qcal_calib_entry *e)
 {
-    char prefix[512], detail[1024];
-    snprintf(detail, sizeof detail, "%s", qcal_last_error());
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
-    va_end(ap);
-    return qcal_error(st, "%s: %s", prefix, detail);
+    float m = 0.0f;
+    for (int64_t c = 0; c < e->qparams.channels; c++) {
+        float a = 0.0f;
+        qcal_calib_entry_amax(e, c, &a);
+        m = fmaxf(m, a);
+    }
+    return m > 0.0f ? m : 1.0f;
 }
 
 /* ---- JSON writer ---- */
@@ -227,26 +227,6 @@ qcal_status qcal_calib_wrap_error(qcal_status st, const char *fmt, ...)
 static void put(qcal_buf *b, const char *s)
 {
     qcal_buf_append(b, s, strlen(s));
-}
-
-static void put_str(qcal_buf *b, const char *s)
-{
-    put(b, "\"");
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        char esc[8];
-        if (*p == '"' || *p == '\\') {
-            esc[0] = '\\';
-            esc[1] = (char)*p;
-            esc[2] = '\0';
-            put(b, esc);
-        } else if (*p < 0x20) {
-            snprintf(esc, sizeof esc, "\\u%04x", *p);
-            put(b, esc);
-        } else {
-            qcal_buf_append(b, p, 1);
-        }
-    }
-    put(b, "\"");
 }
 
 static void put_f32(qcal_buf *b, float v)
@@ -257,7 +237,7 @@ static void put_f32(qcal_buf *b, float v)
     else if (isinf(v))
         put(b, v > 0 ? "\"inf\"" : "\"-inf\"");
     else {
-        qcal_json_fmt_f32(tmp, sizeof tmp, v);
+        qcal_fmt_f32(tmp, sizeof tmp, v);
         put(b, tmp);
     }
 }
@@ -308,18 +288,18 @@ qcal_status qcal_calib_table_json(const qcal_calib_table *t, qcal_buf *b)
         const qcal_calib_entry *e = &t->e[i];
         put(b, i ? ",\n    {" : "\n    {");
         put(b, "\"fqn\": ");
-        put_str(b, e->fqn);
+        qcal_json_write_str(b, e->fqn);
         put(b, ", \"role\": ");
-        put_str(b, qcal_calib_role_name(e->role));
+        qcal_json_write_str(b, qcal_calib_role_name(e->role));
         put(b, ", \"observer\": ");
-        put_str(b, qcal_observer_kind_name(e->observer));
+        qcal_json_write_str(b, qcal_observer_kind_name(e->observer));
         const qcal_qparams *q = &e->qparams;
         qcal_calib_entry_arrays a;
         qcal_calib_entry_arrays_get(e, &a);
         put(b, ", \"dtype\": ");
-        put_str(b, qcal_dtype_name(q->dtype));
+        qcal_json_write_str(b, qcal_dtype_name(q->dtype));
         put(b, ", \"qscheme\": ");
-        put_str(b, qcal_qscheme_name(q->qscheme));
+        qcal_json_write_str(b, qcal_qscheme_name(q->qscheme));
         put(b, ",\n     \"axis\": ");
         put_i64(b, q->axis);
         put(b, ", \"quant_min\": ");
@@ -410,7 +390,7 @@ static bool json_f32(const qcal_json *v, float *out)
         if (!isfinite(v->number) || fabs(v->number) > 3.4028234663852886e38)
             return false;
         *out = v->is_int ? (float)v->i64 : (float)v->number;
-        /* The writer (qcal_json_fmt_f32) checked that its decimal survives this
+        /* The writer (qcal_fmt_f32) checked that its decimal survives this
          * strtod-then-float path exactly. */
         return true;
     }
@@ -684,49 +664,6 @@ done:
     return QCAL_OK;
 }
 
-qcal_status qcal_calib_read_file(const char *path, const char *what, size_t max,
-                                 size_t first_cap, char **out, size_t *out_len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return qcal_error(errno == ENOENT ? QCAL_ERR_NOT_FOUND : QCAL_ERR_IO,
-                          "cannot open %s '%s': %s", what, path, strerror(errno));
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    qcal_status st = QCAL_OK;
-    for (;;) {
-        if (len == cap) {
-            if (cap >= max) {
-                st = qcal_error(QCAL_ERR_FORMAT, "%s '%s' is larger than %zu bytes", what,
-                                path, max);
-                break;
-            }
-            cap = cap ? cap * 2 : first_cap;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                st = qcal_error(QCAL_ERR_NO_MEMORY, "cannot read %s '%s'", what, path);
-                break;
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) {
-            if (ferror(f))
-                st = qcal_error(QCAL_ERR_IO, "cannot read %s '%s'", what, path);
-            break;
-        }
-    }
-    fclose(f);
-    if (st != QCAL_OK) {
-        free(buf);
-        return st;
-    }
-    *out = buf;
-    *out_len = len;
-    return QCAL_OK;
-}
-
 /* Tables are text of a few MB at most; refuse anything past the JSON parser's bound. */
 #define MAX_TABLE_FILE ((size_t)100 << 20)
 
@@ -734,14 +671,13 @@ qcal_status qcal_calib_table_read_json(const char *path, qcal_calib_table **out)
 {
     if (!path || !out)
         return qcal_error(QCAL_ERR_INVALID_ARG, "table path or output is NULL");
-    char *buf = NULL;
+    void *buf = NULL;
     size_t len = 0;
-    qcal_status st = qcal_calib_read_file(path, "calibration table", MAX_TABLE_FILE, 65536,
-                                          &buf, &len);
+    qcal_status st = qcal_blob_read_file(path, "calibration table", MAX_TABLE_FILE, &buf, &len);
     if (st == QCAL_OK) {
         st = qcal_calib_table_parse_json(buf, len, out);
         if (st < 0)
-            st = qcal_calib_wrap_error(st, "%s", path);
+            st = qcal_error_wrap(st, "%s", path);
     }
     free(buf);
     return st;

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "calib/calib_internal.h"
+#include "io/text.h"
 #include "qcal/atomic_file.h"
 
 qcal_status qcal_calib_table_json(const qcal_calib_table *t, qcal_buf *b);
@@ -118,7 +119,7 @@ bool qcal_calib_format_holds_name(qcal_calib_format format, const char *name, co
             return false;
         }
     }
-    if (format == QCAL_CALIB_FORMAT_ONNXRUNTIME && !qcal_calib_utf8_valid(name)) {
+    if (format == QCAL_CALIB_FORMAT_ONNXRUNTIME && !qcal_utf8_valid(name)) {
         *why = "invalid UTF-8";
         return false;
     }
@@ -144,17 +145,6 @@ const char *qcal_calib_trt_algorithm(const qcal_calib_table *t)
 static void put(qcal_buf *b, const char *s)
 {
     qcal_buf_append(b, s, strlen(s));
-}
-
-float qcal_calib_export_amax(const qcal_calib_entry *e)
-{
-    float m = 0.0f;
-    for (int64_t c = 0; c < e->qparams.channels; c++) {
-        float a = 0.0f;
-        qcal_calib_entry_amax(e, c, &a);
-        m = fmaxf(m, a);
-    }
-    return m > 0.0f ? m : 1.0f;
 }
 
 typedef struct skipped {

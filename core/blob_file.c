@@ -1,4 +1,4 @@
-/* Whole-file binary reads and atomic writes for the state files. */
+/* Whole-file reads (state files, tables, rules, manifests) and atomic writes. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +9,8 @@
 #include "core/blob_file.h"
 #include "core/internal.h"
 
-qcal_status qcal_blob_read_file(const char *path, const char *what, void **out, size_t *out_len)
+qcal_status qcal_blob_read_file(const char *path, const char *what, size_t max, void **out,
+                                size_t *out_len)
 {
     if (!path || !out || !out_len)
         return qcal_error(QCAL_ERR_INVALID_ARG, "path or outputs are NULL");
@@ -17,22 +18,33 @@ qcal_status qcal_blob_read_file(const char *path, const char *what, void **out, 
     if (!f)
         return qcal_error(errno == ENOENT ? QCAL_ERR_NOT_FOUND : QCAL_ERR_IO,
                           "cannot open %s '%s': %s", what, path, strerror(errno));
+    /* A pipe (a rules file from a process substitution) is read like a file; a directory
+     * or a device (/dev/zero would never end) is refused. */
     struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fstat(fileno(f), &sb) != 0 || !(S_ISREG(sb.st_mode) || S_ISFIFO(sb.st_mode))) {
         fclose(f);
         return qcal_error(QCAL_ERR_IO, "%s '%s' is not a regular file", what, path);
     }
-    /* The size from fstat is a hint; read until EOF whatever it says. */
+    /* The size from fstat is a hint (0 for a pipe); read until EOF whatever it says, one
+     * byte past max at the most so that a larger file is refused without holding it. */
     size_t cap = sb.st_size > 0 && (uint64_t)sb.st_size < SIZE_MAX / 2 ? (size_t)sb.st_size + 1
                                                                        : 4096;
+    size_t limit = max < SIZE_MAX ? max + 1 : SIZE_MAX;
+    if (cap > limit)
+        cap = limit;
     size_t len = 0;
     uint8_t *buf = malloc(cap);
     qcal_status st = QCAL_OK;
     if (!buf)
         st = qcal_error(QCAL_ERR_NO_MEMORY, "cannot hold %s '%s' (%zu bytes)", what, path, cap);
     while (st == QCAL_OK) {
+        if (len > max) {
+            st = qcal_error(QCAL_ERR_FORMAT, "%s '%s' is larger than %zu bytes", what, path,
+                            max);
+            break;
+        }
         if (len == cap) {
-            size_t ncap = cap > SIZE_MAX / 2 ? SIZE_MAX : cap * 2;
+            size_t ncap = cap > limit / 2 ? limit : cap * 2;
             uint8_t *nb = ncap > cap ? realloc(buf, ncap) : NULL;
             if (!nb) {
                 st = qcal_error(QCAL_ERR_NO_MEMORY, "cannot hold %s '%s'", what, path);

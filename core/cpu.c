@@ -1,5 +1,6 @@
 /* CPU feature detection (cpuid through the compiler builtins) with a QCAL_ISA cap. */
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,4 +72,38 @@ int qcal_threads_for(int64_t n)
     (void)n;
     return 1;
 #endif
+}
+
+/* Last-level cache of one core's cluster in bytes: Linux's sysfs entry for cpu0's L3
+ * (e.g. "32768K"), 32 MiB when unknown. Not sysconf(_SC_LEVEL3_CACHE_SIZE): glibc reports
+ * the whole socket there on AMD EPYC (320 MiB on this project's machine, where one core
+ * sees 32 MiB). Read once; a racing first call just reads it twice. */
+static int64_t l3_bytes(void)
+{
+    static _Atomic int64_t cached = 0;
+    int64_t v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v > 0)
+        return v;
+    v = 32ll << 20;
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+    if (f) {
+        long long k = 0;
+        char unit = 0;
+        if (fscanf(f, "%lld%c", &k, &unit) >= 1 && k > 0 && k < (1ll << 40)) {
+            if (unit == 'K')
+                v = k << 10;
+            else if (unit == 'M')
+                v = k << 20;
+            else
+                v = k;
+        }
+        fclose(f);
+    }
+    atomic_store_explicit(&cached, v, memory_order_relaxed);
+    return v;
+}
+
+bool qcal_cpu_stream_stores(int64_t bytes)
+{
+    return bytes > l3_bytes() / 2;
 }

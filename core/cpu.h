@@ -6,6 +6,7 @@
 #ifndef QCAL_CORE_CPU_H
 #define QCAL_CORE_CPU_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef enum qcal_isa {
@@ -29,5 +30,11 @@ void qcal_cpu_reset(void);
  * qcal_get_num_threads() capped by n / (QCAL_OMP_MIN_ELEMENTS / 2). Every kernel's OpenMP
  * region takes its num_threads from here, so qcal_set_num_threads bounds them all. */
 int qcal_threads_for(int64_t n);
+
+/* True when a pass touching `bytes` bytes in total (inputs + outputs) should write with
+ * non-temporal stores: more than half the L3 of one core's cluster (Linux sysfs, read once;
+ * 32 MiB if unknown), so its outputs would not stay cached anyway and plain stores would
+ * only add the read-for-ownership traffic. The fake-quant and FP8 kernels take it. */
+bool qcal_cpu_stream_stores(int64_t bytes);
 
 #endif

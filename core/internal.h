@@ -23,6 +23,10 @@
  * part of the public API. */
 QCAL_API qcal_status qcal_error(qcal_status status, const char *fmt, ...) QCAL_PRINTF(2, 3);
 
+/* qcal_error(st, "<fmt>: <previous last error>"): wraps the cause a callee reported with
+ * the caller's context (prefix cut at 511 bytes, cause at 1023). */
+qcal_status qcal_error_wrap(qcal_status st, const char *fmt, ...) QCAL_PRINTF(2, 3);
+
 /* Overflow-checked arithmetic on non-negative sizes: true on success. */
 static inline bool qcal_mul_i64(int64_t a, int64_t b, int64_t *out)
 {

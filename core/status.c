@@ -68,6 +68,17 @@ qcal_status qcal_error(qcal_status status, const char *fmt, ...)
     return status;
 }
 
+qcal_status qcal_error_wrap(qcal_status st, const char *fmt, ...)
+{
+    char prefix[512], detail[1024];
+    snprintf(detail, sizeof detail, "%s", qcal_last_error());
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    return qcal_error(st, "%s: %s", prefix, detail);
+}
+
 qcal_status qcal_set_error(qcal_status status, const char *fmt, ...)
 {
     va_list ap;

@@ -51,6 +51,13 @@ struct qcal_model_calib {
     int64_t n_inputs;
     int64_t step;            /* next run's index */
     qcal_model_calib_report rep;
+    /* observer_auto: the runs go to eval (owned), not to s, until finish chooses. */
+    qcal_numeric_eval *eval;
+    bool scoring;            /* pass 2: eval is finished, the runs are scored */
+    bool chosen;             /* finish wrote the choices into s */
+    int64_t pass1_samples, pass1_files;
+    int64_t progress_base;   /* samples of the passes before this one (observer_auto) */
+    int64_t progress_passes; /* passes the progress total counts (1, or 2) */
 
     /* The observer thread and its one-slot hand-over. */
     pthread_t th;
@@ -155,7 +162,19 @@ static qcal_status observe_run(qcal_model_calib *mc, qcal_engine_outputs *o, int
         if ((st = qcal_tensor_init(&x, f, v.ndim, v.dims)) < 0)
             break;
         /* A failure's message names the tensor and the step (= the run's index). */
-        st = qcal_calib_session_observe(mc->s, mc->names[i], QCAL_CALIB_ROLE_ACTIVATION, step, &x);
+        if (!mc->eval) {
+            st = qcal_calib_session_observe(mc->s, mc->names[i], QCAL_CALIB_ROLE_ACTIVATION,
+                                            step, &x);
+        } else {
+            st = mc->scoring ? qcal_numeric_eval_score(mc->eval, mc->names[i],
+                                                       QCAL_CALIB_ROLE_ACTIVATION, &x)
+                             : qcal_numeric_eval_observe(mc->eval, mc->names[i],
+                                                         QCAL_CALIB_ROLE_ACTIVATION, &x);
+            if (st < 0)
+                st = qcal_error(st, "activation '%s' run %lld (%s): %s", mc->names[i],
+                                (long long)step, mc->scoring ? "scoring" : "observing",
+                                qcal_last_error());
+        }
         /* Observed: its memory goes back while the engine computes the next run. A carried
          * output was copied before the hand-over. */
         qcal_engine_outputs_release(o, i);
@@ -328,6 +347,23 @@ static qcal_status resolve(qcal_model_calib *mc)
     return QCAL_OK;
 }
 
+/* The evaluation of observer_auto: the commuting candidates with the session's default
+ * activation qconfig and bins, so an entry differs from the default observer's only in its
+ * kind and range. */
+static qcal_status auto_eval_create(qcal_numeric_eval **out)
+{
+    qcal_numeric_eval_options eo;
+    qcal_numeric_eval_options_default(&eo);
+    eo.kinds = QCAL_MODEL_CALIB_AUTO_KINDS;
+    qcal_observer_config def;
+    qcal_status st = qcal_calib_role_default_config(QCAL_CALIB_ROLE_ACTIVATION, &def);
+    if (st < 0)
+        return st;
+    eo.activation_q = def.q;
+    eo.bins = def.bins;
+    return qcal_numeric_eval_create(&eo, out);
+}
+
 qcal_status qcal_model_calib_create(qcal_engine *e, const qcal_onnx_model *m, qcal_calib_session *s,
                                     const qcal_model_calib_options *opt, qcal_model_calib **out)
 {
@@ -344,11 +380,16 @@ qcal_status qcal_model_calib_create(qcal_engine *e, const qcal_onnx_model *m, qc
                           "%lld, rank %lld of %lld, threads %d, max_run_bytes %llu)",
                           (long long)opt->batch, (long long)opt->rank, (long long)opt->ranks,
                           opt->threads, (unsigned long long)opt->max_run_bytes);
+    if (opt->observer_auto && opt->ranks > 1)
+        return qcal_error(QCAL_ERR_UNSUPPORTED, "observer choice (observer_auto) runs in one "
+                          "process: its evaluation is not merged across %lld ranks",
+                          (long long)opt->ranks);
     qcal_model_calib *mc = calloc(1, sizeof *mc);
     if (!mc)
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
     mc->s = s;
     mc->opt = *opt;
+    mc->progress_passes = opt->observer_auto ? 2 : 1;
     mc->opt.carry = NULL;
     mc->opt.exclude = NULL;
     mc->opt.op_types = NULL;
@@ -397,6 +438,8 @@ qcal_status qcal_model_calib_create(qcal_engine *e, const qcal_onnx_model *m, qc
     if (st < 0)
         goto fail;
     if ((st = resolve(mc)) < 0 || (st = start_thread(mc)) < 0)
+        goto fail;
+    if (opt->observer_auto && (st = auto_eval_create(&mc->eval)) < 0)
         goto fail;
     *out = mc;
     return QCAL_OK;
@@ -623,10 +666,9 @@ static int64_t share_samples(qcal_dataset *ds, const qcal_model_calib_options *o
     return n;
 }
 
-qcal_status qcal_model_calib_feed_dataset(qcal_model_calib *mc, qcal_dataset *ds)
+/* One pass over this process's share of ds. */
+static qcal_status feed_pass(qcal_model_calib *mc, qcal_dataset *ds)
 {
-    if (!mc || !ds)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "model calibration: NULL argument");
     const qcal_model_calib_options *o = &mc->opt;
     int64_t files = qcal_dataset_file_count(ds), total = share_samples(ds, o), done = 0;
     int64_t batch = o->batch;
@@ -668,9 +710,60 @@ qcal_status qcal_model_calib_feed_dataset(qcal_model_calib *mc, qcal_dataset *ds
             done += n;
             mc->rep.samples += n;
             if (o->progress)
-                o->progress(o->progress_user, done, total, fi.path);
+                o->progress(o->progress_user, mc->progress_base + done,
+                            total * mc->progress_passes, fi.path);
         }
     }
+    return st;
+}
+
+qcal_status qcal_model_calib_next_pass(qcal_model_calib *mc)
+{
+    if (!mc)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "model calibration: NULL argument");
+    if (!mc->eval || mc->scoring)
+        return qcal_error(QCAL_ERR_STATE, mc->eval ? "observer_auto: already in the second pass"
+                                                   : "a second pass needs observer_auto");
+    /* The observer thread reads `scoring` only while it has a job: wait for it. */
+    qcal_status st = wait_idle(mc);
+    if (st < 0 || (st = qcal_numeric_eval_finish(mc->eval)) < 0)
+        return st;
+    mc->scoring = true;
+    mc->pass1_samples = mc->rep.samples;
+    mc->pass1_files = mc->rep.files;
+    mc->progress_base = mc->rep.samples;
+    return QCAL_OK;
+}
+
+/* observer_auto, after pass 2: each tensor's recommended observer into the session. */
+static qcal_status choose(qcal_model_calib *mc)
+{
+    int64_t n = 0;
+    qcal_status st = qcal_numeric_eval_count(mc->eval, &n);
+    for (int64_t i = 0; i < n && st >= 0; i++) {
+        qcal_numeric_eval_tensor t;
+        const qcal_observer *obs = NULL;
+        if ((st = qcal_numeric_eval_result(mc->eval, i, &t)) < 0)
+            break;
+        qcal_observer_kind k = t.candidates[t.recommended].kind;
+        if ((st = qcal_numeric_eval_observer(mc->eval, i, k, &obs)) < 0)
+            break;
+        /* The session counts every element of the batches applied, non-finite included. */
+        st = qcal_calib_session_merge_observer(mc->s, t.name, t.role, obs, t.count + t.nonfinite);
+        mc->rep.chosen[k]++;
+    }
+    return st;
+}
+
+qcal_status qcal_model_calib_feed_dataset(qcal_model_calib *mc, qcal_dataset *ds)
+{
+    if (!mc || !ds)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "model calibration: NULL argument");
+    if (!mc->eval || mc->scoring)
+        return feed_pass(mc, ds);
+    qcal_status st = feed_pass(mc, ds);
+    if (st >= 0 && (st = qcal_model_calib_next_pass(mc)) >= 0)
+        st = feed_pass(mc, ds);
     return st;
 }
 
@@ -683,9 +776,20 @@ qcal_status qcal_model_calib_finish(qcal_model_calib *mc, qcal_model_calib_repor
     mc->rep.wait_seconds += now_s() - t0;
     if (st < 0)
         return st;
+    if (mc->eval && !mc->chosen) {
+        if (!mc->scoring)
+            return qcal_error(QCAL_ERR_STATE, "observer_auto: finish before the second pass "
+                              "(qcal_model_calib_next_pass, then the same runs again)");
+        if ((st = choose(mc)) < 0)
+            return st;
+        mc->chosen = true;
+        mc->rep.samples = mc->pass1_samples;   /* the data's, not the passes' */
+        mc->rep.files = mc->pass1_files;
+    }
     if ((st = qcal_calib_session_flush(mc->s)) < 0)
         return st;
     mc->rep.tensors = mc->n_names;
+    mc->rep.passes = mc->eval ? 2 : 1;
     pthread_mutex_lock(&mc->mu);
     mc->rep.empty = mc->empty;
     pthread_mutex_unlock(&mc->mu);
@@ -711,6 +815,7 @@ void qcal_model_calib_destroy(qcal_model_calib **pmc)
         pthread_mutex_destroy(&mc->mu);
     }
     qcal_engine_outputs_free(&mc->job);
+    qcal_numeric_eval_destroy(&mc->eval);
     qcal_engine_session_destroy(&mc->sess);
     qcal_onnx_names_free(&mc->names, mc->n_names);
     for (int64_t k = 0; k < mc->n_carry; k++) {

@@ -945,6 +945,9 @@ static void print_lowbit(const lowbit_result *lb, double float_top1, int64_t n_t
                lb->single[k].top1 - float_top1, lb->single[k].agree);
     printf("%-31s | %9.2f%% | %+8.2f | %8.2f%%\n", "per-layer best (qcal evaluate)", lb->per_layer.top1,
            lb->per_layer.top1 - float_top1, lb->per_layer.agree);
+    if (lb->autorow.top1 >= 0)
+        printf("%-31s | %9.2f%% | %+8.2f | %8.2f%%\n", "auto (qdq --data's default)", lb->autorow.top1,
+               lb->autorow.top1 - float_top1, lb->autorow.agree);
     const lowbit_row *b = &lb->single[lb->best], *w = &lb->single[lb->worst];
     printf("spread between observers (best - worst top-1): %.2f points (%s %.2f%%, %s %.2f%%); per-layer best vs "
            "the best single observer: %+.2f points\n", b->top1 - w->top1, qcal_observer_kind_name(lb->kinds[lb->best]),
@@ -953,9 +956,13 @@ static void print_lowbit(const lowbit_result *lb, double float_top1, int64_t n_t
     for (int i = 0; i < LOWBIT_NTENSORS; i++)
         printf("%s %s %s %.2f dB", i ? "," : "", lb->tensor[i], qcal_observer_kind_name(lb->choice[i]),
                lb->choice_sqnr_db[i]);
+    if (lb->autorow.top1 >= 0)
+        printf("\nauto (its candidates: every kind but the moving averages) chose the per-layer best's observer "
+               "on %d of %d tensors; auto vs per-layer best: %+.2f points", lb->auto_same, LOWBIT_NTENSORS,
+               lb->autorow.top1 - lb->per_layer.top1);
     printf("\n(every observer on every tensor in one qcal_numeric_eval pass, then the rules file %s/rules_%dbit.txt "
            "calibrated as 'qcal calibrate --rules' does: %.2f s; %d fake-quant evaluations %.2f s)\n\n", out_dir,
-           lb->bits, lb->calib_s, lb->n_kinds + 1, lb->eval_s);
+           lb->bits, lb->calib_s, lb->n_kinds + 1 + (lb->autorow.top1 >= 0), lb->eval_s);
 }
 
 /* report.html: every candidate observer on every tensor with the int8 qconfigs of the demo
@@ -1406,7 +1413,12 @@ int main(int argc, char **argv)
             fprintf(f.fp, ", \"choice\": {");
             for (int i = 0; i < LOWBIT_NTENSORS; i++)
                 fprintf(f.fp, "%s\"%s\": \"%s\"", i ? ", " : "", lb.tensor[i], qcal_observer_kind_name(lb.choice[i]));
-            fprintf(f.fp, "}},\n    \"best_observer\": \"%s\", \"worst_observer\": \"%s\", \"spread\": ",
+            fprintf(f.fp, "}},\n    \"auto\": {\"top1\": ");
+            json_num(f.fp, lb.autorow.top1 >= 0 ? lb.autorow.top1 : NAN, 2);
+            fprintf(f.fp, ", \"agree\": ");
+            json_num(f.fp, lb.autorow.top1 >= 0 ? lb.autorow.agree : NAN, 2);
+            fprintf(f.fp, ", \"same_choice\": %d", lb.autorow.top1 >= 0 ? lb.auto_same : -1);
+            fprintf(f.fp, "}, \"best_observer\": \"%s\", \"worst_observer\": \"%s\", \"spread\": ",
                     qcal_observer_kind_name(lb.kinds[lb.best]), qcal_observer_kind_name(lb.kinds[lb.worst]));
             json_num(f.fp, lb.single[lb.best].top1 - lb.single[lb.worst].top1, 2);
             fprintf(f.fp, ", \"per_layer_vs_best\": ");

@@ -30,11 +30,11 @@
  * plain stores since their lines are already cached), then sfence. A plain store first
  * reads the line (read-for-ownership): fused forward+backward moves 24 instead of 16 bytes
  * per element that way. Streaming changes no value. Smaller tensors keep plain stores so
- * their outputs stay in cache for the next layer. */
+ * their outputs stay in cache for the next layer (the threshold: qcal_cpu_stream_stores,
+ * core/cpu.h). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <stdatomic.h>
 
 #include "fakequant/fakequant_impl.h"
 #include "quant/float8_dsp.h"
@@ -48,40 +48,6 @@
 
 /* The element kernels live in the kernel layer: fakequant/fakequant_dsp.h (C reference in
  * fakequant_c.c, AVX2 / AVX-512 in fakequant_avx2.c / fakequant_avx512.c). */
-
-/* Last-level cache of one core's cluster in bytes: Linux's sysfs entry for cpu0's L3
- * (e.g. "32768K"), 32 MiB when unknown. Not sysconf(_SC_LEVEL3_CACHE_SIZE): glibc reports
- * the whole socket there on AMD EPYC (320 MiB on this project's machine, where one core
- * sees 32 MiB). Read once; a racing first call just reads it twice. */
-static int64_t fq_l3_bytes(void)
-{
-    static _Atomic int64_t cached = 0;
-    int64_t v = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (v > 0)
-        return v;
-    v = 32ll << 20;
-    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
-    if (f) {
-        long long k = 0;
-        char unit = 0;
-        if (fscanf(f, "%lld%c", &k, &unit) >= 1 && k > 0 && k < (1ll << 40)) {
-            if (unit == 'K')
-                v = k << 10;
-            else if (unit == 'M')
-                v = k << 20;
-            else
-                v = k;
-        }
-        fclose(f);
-    }
-    atomic_store_explicit(&cached, v, memory_order_relaxed);
-    return v;
-}
-
-bool qcal_fq_stream(int64_t bytes)
-{
-    return bytes > fq_l3_bytes() / 2;
-}
 
 /* One element-wise pass over rows x inner elements (row r uses runs[r % nruns]), one
  * OpenMP work item per block of at most FQ_BLOCK elements of a row. Elements are
@@ -112,7 +78,7 @@ static void fq_blocks(const fq_job *j, int64_t rows, int64_t inner)
     int nt = qcal_threads_for(n);
     /* Bytes the pass moves (inputs + outputs; n * 17 cannot overflow: n floats exist). */
     int64_t per = j->pass == FQ_FWD ? 8 + (j->mask ? 1 : 0) : j->pass == FQ_FUSED ? 16 : 9;
-    const bool stream = qcal_fq_stream(n * per);
+    const bool stream = qcal_cpu_stream_stores(n * per);
     /* Work items taken per grab: ~FQ_BLOCK elements, so short rows (per channel) still
      * give each thread long runs of memory to stream through. */
     int chunk = (int)(FQ_BLOCK / (inner < FQ_BLOCK ? inner : FQ_BLOCK));

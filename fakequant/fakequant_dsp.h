@@ -20,7 +20,7 @@ typedef struct qcal_fq_run {
 /* Element kernels. `stream`: the ISA versions write the outputs with non-temporal stores
  * (after peeling to the vector alignment; an output that is also an input, i.e. in place,
  * keeps plain stores) and end with an sfence. Values are identical either way; the C
- * reference ignores the flag. Callers set it from qcal_fq_stream() for large tensors. */
+ * reference ignores the flag. Callers set it from qcal_cpu_stream_stores() for large tensors. */
 typedef void (*qcal_f32_fakequant_fn)(const float *src, int64_t n, const qcal_fq_run *p,
                                       float *dst, uint8_t *mask, bool stream);
 typedef void (*qcal_f32_fakequant_fused_fn)(const float *src, const float *gy, int64_t n,

@@ -11,12 +11,6 @@
 #include "fakequant/fakequant_dsp.h"
 #include "qcal/fakequant.h"
 
-/* True when a pass touching `bytes` bytes in total should use non-temporal stores: more
- * than half the L3 (Linux sysfs, read once; 32 MiB if unknown), so
- * its outputs would not stay cached anyway and plain stores would only add the
- * read-for-ownership traffic. */
-bool qcal_fq_stream(int64_t bytes);
-
 /* Checks quant_min/quant_max (ordered, within +-QCAL_FAKEQUANT_QRANGE_LIMIT). */
 qcal_status qcal_fq_check_range(int64_t quant_min, int64_t quant_max);
 /* Checks one scale (> 0, finite) and integer zero-point (in range); `what` names the

@@ -35,8 +35,8 @@
  * ISAs. Per tensor: spans are fixed blocks of LRN_BLOCK elements whose lane sums are
  * combined in block order; per channel: each channel's rows are spans (each starting at
  * lane 0) accumulated in row order by one thread. Either way the result does not depend
- * on the thread count. (Before the SIMD kernels, one sequential double sum per block:
- * 1.6 GB/s; the vector kernels run at the memory bandwidth.) */
+ * on the thread count. (Before the SIMD kernels, one sequential double sum per block was
+ * far below the memory bandwidth the vector kernels reach: docs/performance.md.) */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -136,7 +136,7 @@ static qcal_status lrn_per_tensor_backward(
     lsq_run_init(&p, scale, zero_point, quant_min, quant_max, grad_factor);
     const qcal_f32_lsq_backward_fn k = qcal_fakequant_dsp_get()->lsq_backward;
     /* Reads x, grad_y, writes grad_x: stream grad_x when that overflows the cache. */
-    const bool stream = grad_x && grad_x != grad_y && qcal_fq_stream(n * 12);
+    const bool stream = grad_x && grad_x != grad_y && qcal_cpu_stream_stores(n * 12);
     int nt = qcal_threads_for(n);
 #if QCAL_HAVE_OPENMP
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
@@ -205,7 +205,7 @@ static qcal_status lrn_per_channel_backward(
     const float *x = src->data;
     const qcal_f32_lsq_backward_fn k = qcal_fakequant_dsp_get()->lsq_backward;
     const int64_t n = outer * ch * inner;
-    const bool stream = grad_x && grad_x != grad_y && qcal_fq_stream(n * 12);
+    const bool stream = grad_x && grad_x != grad_y && qcal_cpu_stream_stores(n * 12);
     int nt = qcal_threads_for(n);
 #if QCAL_HAVE_OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)

@@ -28,7 +28,7 @@ const qcal_half_dsp *qcal_half_dsp_get(void);
 void qcal_f16_to_f32_n__c(const void *src, size_t n, float *dst);
 void qcal_f16_to_f32_n__avx512(const void *src, size_t n, float *dst);
 /* BF16 has only the C reference: a shift and a NaN check that the compiler vectorises;
- * AVX2 / AVX-512 versions measured no faster (memory bound, ~20 GB/s each). */
+ * AVX2 / AVX-512 versions were no faster (memory bound; docs/performance.md). */
 void qcal_bf16_to_f32_n__c(const void *src, size_t n, float *dst);
 
 #endif

@@ -7,6 +7,7 @@
 
 #include "core/internal.h"
 #include "io/json.h"
+#include "io/text.h"
 
 typedef struct parser {
     const unsigned char *s;
@@ -123,64 +124,6 @@ static bool read_hex4(parser *p, uint32_t *out)
     return true;
 }
 
-/* Length of the valid UTF-8 sequence starting at s[0] (at most left bytes), or 0. */
-static size_t utf8_seq(const unsigned char *s, size_t left)
-{
-    unsigned char c = s[0];
-    size_t n;
-    uint32_t cp;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF) {
-        n = 2;
-        cp = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        n = 3;
-        cp = c & 0x0F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        n = 4;
-        cp = c & 0x07;
-    } else {
-        return 0;
-    }
-    if (left < n)
-        return 0;
-    for (size_t i = 1; i < n; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
-        return 0;   /* overlong or beyond Unicode */
-    if (cp >= 0xD800 && cp <= 0xDFFF)
-        return 0;   /* encoded surrogate */
-    return n;
-}
-
-static size_t put_utf8(char *d, uint32_t cp)
-{
-    if (cp < 0x80) {
-        d[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        d[0] = (char)(0xC0 | (cp >> 6));
-        d[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        d[0] = (char)(0xE0 | (cp >> 12));
-        d[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        d[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    d[0] = (char)(0xF0 | (cp >> 18));
-    d[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    d[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    d[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 /* Parses a string at p->pos (which is '"') into a new NUL-terminated buffer. The decoded
  * form is never longer than the source (an escape of k bytes decodes to <= k bytes). */
 static bool parse_string(parser *p, char **out, size_t *out_len)
@@ -249,7 +192,7 @@ static bool parse_string(parser *p, char **out, size_t *out_len)
                     free(d);
                     return fail(p, "\\u0000 is not allowed in strings");
                 }
-                k += put_utf8(d + k, cp);
+                k += qcal_utf8_encode(d + k, cp);
                 break;
             }
             default:
@@ -259,7 +202,7 @@ static bool parse_string(parser *p, char **out, size_t *out_len)
             }
             continue;
         }
-        size_t n = utf8_seq(p->s + p->pos, end - p->pos);
+        size_t n = qcal_utf8_decode(p->s + p->pos, end - p->pos, NULL);
         if (n == 0) {
             free(d);
             return fail(p, "invalid UTF-8 in string");
@@ -511,34 +454,55 @@ const qcal_json *qcal_json_get(const qcal_json *obj, const char *key)
     return NULL;
 }
 
-void qcal_json_write_str(qcal_buf *b, const char *s)
+/* The one JSON string writer, in two dialects. qcal's (tables, reports, checkpoints):
+ * only '"', '\\' and control characters escaped, every other byte as is. Python's
+ * json.dumps with ensure_ascii (ONNX Runtime's calibration.json): code points decoded,
+ * the short escapes \n \r \t \b \f, printable ASCII as is, everything else \uXXXX
+ * (a surrogate pair past U+FFFF). */
+static void write_str(qcal_buf *b, const char *s, bool ascii)
 {
     qcal_buf_append(b, "\"", 1);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        char esc[8];
-        if (c == '"' || c == '\\') {
-            esc[0] = '\\';
-            esc[1] = (char)c;
-            qcal_buf_append(b, esc, 2);
-        } else if (c < 0x20) {
-            snprintf(esc, sizeof esc, "\\u%04x", c);
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        uint32_t cp = *p;
+        size_t n = 1;
+        if (ascii && cp >= 0x80 && !(n = qcal_utf8_decode(p, SIZE_MAX, &cp))) {
+            n = 1;
+            cp = 0xFFFD;   /* json.dumps of a decode error; the callers check names first */
+        }
+        const char *e = NULL;
+        if (cp == '"')
+            e = "\\\"";
+        else if (cp == '\\')
+            e = "\\\\";
+        else if (ascii && cp < 0x20)
+            e = cp == '\n' ? "\\n" : cp == '\r' ? "\\r" : cp == '\t' ? "\\t"
+              : cp == '\b' ? "\\b" : cp == '\f' ? "\\f" : NULL;
+        char esc[16];
+        if (e) {
+            qcal_buf_append(b, e, 2);
+        } else if (cp >= 0x20 && (cp < 0x7F || !ascii)) {
+            qcal_buf_append(b, p, n);
+        } else if (cp < 0x10000) {
+            snprintf(esc, sizeof esc, "\\u%04x", (unsigned)cp);
             qcal_buf_append(b, esc, 6);
         } else {
-            qcal_buf_append(b, s, 1);
+            uint32_t v = cp - 0x10000;
+            snprintf(esc, sizeof esc, "\\u%04x\\u%04x", (unsigned)(0xD800 + (v >> 10)),
+                     (unsigned)(0xDC00 + (v & 0x3FF)));
+            qcal_buf_append(b, esc, 12);
         }
+        p += n;
     }
     qcal_buf_append(b, "\"", 1);
 }
 
-void qcal_json_fmt_f32(char *dst, size_t cap, float v)
+void qcal_json_write_str(qcal_buf *b, const char *s)
 {
-    /* Readers may parse with strtof or through a double (strtod, as the JSON DOM does):
-     * demand both round trips. 17 digits always satisfy both, since a float32 is exactly
-     * a double and 17 digits round-trip any double. */
-    for (int p = 1; p <= 17; p++) {
-        snprintf(dst, cap, "%.*g", p, (double)v);
-        if (strtof(dst, NULL) == v && (float)strtod(dst, NULL) == v)
-            return;
-    }
+    write_str(b, s, false);
+}
+
+void qcal_json_write_str_ascii(qcal_buf *b, const char *s)
+{
+    write_str(b, s, true);
 }

@@ -83,8 +83,9 @@ struct qcal_buf;
  * as \u00XX, every other byte as is (s is UTF-8). */
 void qcal_json_write_str(struct qcal_buf *b, const char *s);
 
-/* The shortest "%.*g" of a finite float32 v that reads back as exactly v through strtof and
- * through strtod followed by a float conversion (the tables' and reports' numbers). */
-void qcal_json_fmt_f32(char *dst, size_t cap, float v);
+/* The same as Python's json.dumps(s) (ensure_ascii=True) writes it: \n \r \t \b \f, every
+ * other character outside printable ASCII as \uXXXX (a surrogate pair past U+FFFF); s is
+ * valid UTF-8 (an invalid byte is written as \ufffd). */
+void qcal_json_write_str_ascii(struct qcal_buf *b, const char *s);
 
 #endif

@@ -16,6 +16,7 @@
 #include "qcal/atomic_file.h"
 #include "core/internal.h"
 #include "qcal/npy.h"
+#include "io/half_dsp.h"
 #include "io/npy_internal.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -339,7 +340,7 @@ static qcal_status check_data_size(const npy_header *hd, uint64_t have, const ch
 
 /* 64-byte aligned buffer for nbytes (NULL when nbytes == 0; *ok false on failure).
  * Large buffers are 2 MiB aligned and advised as transparent huge pages (as numpy does):
- * faulting in fresh 4 KiB pages dominated a 256 MiB read (~200 ms vs ~60 ms measured). */
+ * faulting in fresh 4 KiB pages dominated a large read (docs/performance.md). */
 #define NPY_HUGE_MIN (4u << 20)
 #define NPY_HUGE_ALIGN (2u << 20)
 static void *alloc_data(size_t nbytes, bool *ok)
@@ -547,32 +548,6 @@ qcal_status qcal_npy_read(const char *path, qcal_npy_array *out)
     return QCAL_OK;
 }
 
-/* IEEE half -> float, exact (subnormals, inf and NaN included). */
-static float half_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t man = h & 0x3ffu;
-    uint32_t bits;
-    if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else {
-            /* Subnormal: value = man * 2^-24, exactly representable as a float. */
-            float f = (float)man * 0x1p-24f;
-            memcpy(&bits, &f, sizeof bits);
-            bits |= sign;
-        }
-    } else {
-        bits = sign | ((exp + 112u) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
 qcal_status qcal_npy_to_f32(qcal_npy_array *arr)
 {
     if (!arr)
@@ -596,9 +571,7 @@ qcal_status qcal_npy_to_f32(qcal_npy_array *arr)
         for (int64_t i = 0; i < arr->numel; i++)
             dst[i] = (float)src[i];
     } else {
-        const uint16_t *src = arr->data;
-        for (int64_t i = 0; i < arr->numel; i++)
-            dst[i] = half_to_float(src[i]);
+        qcal_half_dsp_get()->f16_to_f32(arr->data, (size_t)arr->numel, dst);
     }
     free(arr->data);
     arr->data = dst;
@@ -705,9 +678,7 @@ qcal_status qcal_npy_reader_read_f32(qcal_npy_reader *r, float *dst, int64_t cap
                 for (int64_t i = 0; i < m; i++)
                     dst[k + i] = (float)src[i];
             } else {
-                const uint16_t *src = r->scratch;
-                for (int64_t i = 0; i < m; i++)
-                    dst[k + i] = half_to_float(src[i]);
+                qcal_half_dsp_get()->f16_to_f32(r->scratch, (size_t)m, dst + k);
             }
         }
     }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "io/json.h"
+#include "io/text.h"
 #include "qcal/atomic_file.h"
 #include "core/internal.h"
 #include "numeric/evaluate_impl.h"
@@ -619,23 +620,6 @@ static void putf(qcal_buf *b, const char *fmt, ...)
         qcal_buf_append(b, tmp, (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1);
 }
 
-/* A JSON string literal (control characters and quotes escaped; bytes >= 0x80 as they are). */
-static void put_json_str(qcal_buf *b, const char *s)
-{
-    put(b, "\"");
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') {
-            char t[2] = { '\\', (char)*p };
-            qcal_buf_append(b, t, 2);
-        } else if (*p < 0x20) {
-            putf(b, "\\u%04x", *p);
-        } else {
-            qcal_buf_append(b, p, 1);
-        }
-    }
-    put(b, "\"");
-}
-
 static void put_f32(qcal_buf *b, float v)
 {
     if (!isfinite(v)) {
@@ -643,7 +627,7 @@ static void put_f32(qcal_buf *b, float v)
         return;
     }
     char tmp[40];
-    qcal_json_fmt_f32(tmp, sizeof tmp, v);
+    qcal_fmt_f32(tmp, sizeof tmp, v);
     put(b, tmp);
 }
 
@@ -675,7 +659,7 @@ static void format_json(const qcal_numeric_eval *ev, qcal_buf *b)
         const eval_entry *e = &ev->e[i];
         put(b, i ? ",\n  {" : "\n  {");
         put(b, "\"name\": ");
-        put_json_str(b, e->name);
+        qcal_json_write_str(b, e->name);
         putf(b, ", \"role\": \"%s\", \"recommended\": \"%s\", \"observers\": {",
              qcal_calib_role_name(e->role), qcal_observer_kind_name(e->c[e->recommended].kind));
         for (int j = 0; j < e->nc; j++) {

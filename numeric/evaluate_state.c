@@ -356,7 +356,7 @@ qcal_status qcal_numeric_eval_load_file(const char *path, qcal_numeric_eval **ou
         return qcal_error(QCAL_ERR_INVALID_ARG, "path or output is NULL");
     void *buf = NULL;
     size_t len = 0;
-    qcal_status st = qcal_blob_read_file(path, "evaluation state", &buf, &len);
+    qcal_status st = qcal_blob_read_file(path, "evaluation state", SIZE_MAX, &buf, &len);
     if (st < 0)
         return st;
     st = qcal_numeric_eval_load(buf, len, out);

@@ -17,6 +17,7 @@
 
 #include "core/cpu.h"
 #include "core/internal.h"
+#include "io/text.h"
 #include "numeric/evaluate_impl.h"
 #include "qcal/observer.h"
 #include "qcal/observers/histogram.h"
@@ -160,12 +161,9 @@ static void put_html(qcal_buf *b, const char *s)
         if (c == '\'') { put(b, "&#39;"); p++; continue; }
         if (c < 0x20 || c == 0x7f) { putf(b, "&#x%x;", c == 0 ? 0xfffd : (c == '\t' ? c : 0xfffd)); p++; continue; }
         if (c < 0x80) { qcal_buf_append(b, p, 1); p++; continue; }
-        int len = c >= 0xf0 && c < 0xf5 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
-        bool ok = len > 0;
-        for (int i = 1; ok && i < len; i++)
-            ok = (p[i] & 0xc0) == 0x80;
-        if (ok) {
-            qcal_buf_append(b, p, (size_t)len);
+        size_t len = qcal_utf8_decode(p, SIZE_MAX, NULL);
+        if (len) {
+            qcal_buf_append(b, p, len);
             p += len;
         } else {
             put(b, "&#xfffd;");

@@ -11,22 +11,14 @@
  * other chunk, rare, is decided value by value as in the C reference).
  *
  * The bound is the increments: one 16-bit store per value to a random line of the copies,
- * and this machine kind retires one such store per cycle (0.23 ns a value: a loop of
- * increments alone from precomputed slots, 1M N(0, 1) values, 4 x 4096 cells). Every other
- * store competes with them, so the loop keeps them few: 32 slots a 64-byte store
- * (vpackusdw, the lanes interleaved: the order of a chunk's slots does not change its
- * counts), no call inside a segment of QCAL_HIST_FLUSH_ELEMS values (a call clobbers every
- * zmm, and GCC then kept the min / max vectors on the stack), and a vector flush. Lattice
- * until, 1M N(0, 1) values a call, 4096 cells, one thread, 41 calls alternating with the
- * previous kernel in one process (2026-11-27, AMD EPYC Zen 5, quiet): 0.267-0.278 ->
- * 0.259-0.266 ms (packed stores, no call), then -> 0.244-0.251 ms with the vector flush.
- *
- * Earlier measurements (16M N(0, 1) floats, one thread, CPU
- * time, loaded 2-core box, paired with the same kernel without it): the NTA prefetch of the
- * input takes lattice binning (4096 cells: 32 KB of counters, all of L1) from 6.4 to 9.3
- * GB/s; reading four uint16 slots per 64-bit load was slower (9.6 vs 11.9 GB/s, 1M floats);
- * one more line prefetched per 4 KB page, 64 KB ahead, 7.9 -> 10.3 and 6.9 -> 8.4 GB/s in two
- * runs (median of 15, alternating in one process, load average 9). */
+ * and this machine kind retires one such store per cycle. Every other store competes with
+ * them, so the loop keeps them few: 32 slots a 64-byte store (vpackusdw, the lanes
+ * interleaved: the order of a chunk's slots does not change its counts), no call inside a
+ * segment of QCAL_HIST_FLUSH_ELEMS values (a call clobbers every zmm, and GCC then kept the
+ * min / max vectors on the stack), and a vector flush. The input is prefetched NTA (4096
+ * cells are 32 KB of counters, all of L1), plus one more line per 4 KB page, 64 KB ahead;
+ * slots are read one uint16 at a time (four per 64-bit load was slower). The timings behind
+ * each choice: docs/performance.md, "Figures behind the kernels' code". */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>

@@ -629,11 +629,6 @@ qcal_hist *qcal_histobs_hist(const qcal_observer *obs)
     return &hobs(obs)->hist;
 }
 
-qcal_lattice *qcal_histobs_lattice(const qcal_observer *obs)
-{
-    return &hobs(obs)->lat;
-}
-
 static bool is_lattice(const qcal_observer *obs)
 {
     return obs->cfg.grid == QCAL_GRID_LATTICE;

@@ -154,8 +154,6 @@ qcal_torch_hist *qcal_histobs_torch(const qcal_observer *obs);
 
 /* The first-batch grid's histogram of an observer of one of the four kinds. */
 qcal_hist *qcal_histobs_hist(const qcal_observer *obs);
-/* The lattice of an observer of one of the four kinds. */
-qcal_lattice *qcal_histobs_lattice(const qcal_observer *obs);
 bool qcal_histobs_is_lattice(const qcal_observer *obs);
 /* The common start of the four kinds' qrange: sets *n = 1 and returns the histogram the
  * range choice runs on, or NULL with *st = QCAL_NO_DATA after writing the empty range when

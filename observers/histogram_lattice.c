@@ -361,9 +361,8 @@ done:
 
 /* Batches from this size on take the single pass. Below it, re-reading the batch (from
  * cache, at that size) costs less than the single pass's fixed work per batch (a window per
- * part, the carry-over at each growth, the final adds): measured with 8 growing batches,
- * the single pass was 0.64x the two-pass speed at 2K values per batch, 0.88x at 64K, 1.03x
- * at 128K and 1.17x at 256K-1M. */
+ * part, the carry-over at each growth, the final adds); 128K is where the single pass
+ * overtook the two passes (docs/performance.md, "Figures behind the kernels' code"). */
 #define SINGLE_PASS_MIN ((int64_t)1 << 17)
 
 qcal_status qcal_lattice_update(qcal_lattice *L, const float *x, int64_t n,

@@ -16,10 +16,9 @@
  * a per-channel row of 4096 floats is four blocks). A multiple of 32. */
 #define BLOCK 1024
 
-/* No software prefetch here, unlike the AVX-512 kernel: on AMD Zen 3 (this project's CI
- * machines, AVX2 only) one prefetch per 4 KiB page ahead made a 64 MiB pass 1.3x slower
- * (5.6-6.2 against 4.3-4.7 ms, four series of 25 interleaved runs); the hardware
- * prefetchers do better alone. */
+/* No software prefetch here, unlike the AVX-512 kernel: on the AVX2-only machines this
+ * kernel runs on, one prefetch per 4 KiB page ahead made a 64 MiB pass slower; the hardware
+ * prefetchers do better alone (docs/performance.md, "Min/max at the memory limit"). */
 
 static inline void step(__m256 a, __m256i expm, __m256 *lo, __m256 *hi, __m256i *cnt)
 {
@@ -65,7 +64,8 @@ static inline uint64_t exact32(const float *x, int64_t n, acc4 *a)
  * finite lanes and turns into a sticky NaN at a NaN or +-Inf lane. Folds the block into *a
  * and returns true, or returns false with *a untouched when the block holds a non-finite
  * value; on a block without one, step() would do the same vminps/vmaxps in the same order,
- * so the bits do not depend on which pass ran. 4.65 -> 4.24 ms on 64 MiB (61 runs). */
+ * so the bits do not depend on which pass ran (the gain over the exact step alone:
+ * docs/performance.md, "Min/max at the memory limit"). */
 static inline bool fast_block(const float *x, acc4 *a)
 {
     const __m256 z = _mm256_setzero_ps();

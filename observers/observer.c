@@ -743,7 +743,7 @@ qcal_status qcal_observer_load_file(const char *path, qcal_observer **out)
         return qcal_error(QCAL_ERR_INVALID_ARG, "path or output is NULL");
     void *buf = NULL;
     size_t len = 0;
-    qcal_status st = qcal_blob_read_file(path, "observer state", &buf, &len);
+    qcal_status st = qcal_blob_read_file(path, "observer state", SIZE_MAX, &buf, &len);
     if (st != QCAL_OK)
         return st;
     st = qcal_observer_load(buf, len, out);

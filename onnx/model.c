@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/half_dsp.h"
 #include "onnx/onnx_internal.h"
 #include "qcal/atomic_file.h"
 
@@ -246,26 +247,6 @@ bad:
                       str_or_empty(t->name));
 }
 
-static float half_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31, man = h & 1023, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else {   /* subnormal: value man * 2^-24 */
-            float f = ldexpf((float)man, -24);
-            return sign ? -f : f;
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 112) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 qcal_status onnx_tensor_to_float(const Onnx__TensorProto *t, float **out, int64_t *numel)
 {
     const uint8_t *p;
@@ -291,14 +272,19 @@ qcal_status onnx_tensor_to_float(const Onnx__TensorProto *t, float **out, int64_
     if (t->data_type == 1) {   /* float32: one copy */
         if (n) memcpy(f, p, (size_t)n * 4);
         todo = 0;
+    } else if (t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ||
+               t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16) {
+        /* io's half kernels (exact; a NaN keeps its payload and comes out quiet) */
+        const qcal_half_dsp *k = qcal_half_dsp_get();
+        (t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16 ? k->f16_to_f32
+                                                                  : k->bf16_to_f32)(p, (size_t)n, f);
+        todo = 0;
     }
     for (int64_t i = 0; i < todo; i++) {
         const uint8_t *q = p + (size_t)i * es;
         switch (t->data_type) {
         case 1: memcpy(&f[i], q, 4); break;
         case 11: { double d; memcpy(&d, q, 8); f[i] = (float)d; break; }
-        case 10: { uint16_t h; memcpy(&h, q, 2); f[i] = half_to_float(h); break; }
-        case 16: { uint16_t h; memcpy(&h, q, 2); uint32_t b = (uint32_t)h << 16; memcpy(&f[i], &b, 4); break; }
         case 2: case 9: f[i] = (float)q[0]; break;
         case 3: f[i] = (float)(int8_t)q[0]; break;
         case 4: { uint16_t v; memcpy(&v, q, 2); f[i] = (float)v; break; }

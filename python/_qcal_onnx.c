@@ -84,15 +84,6 @@ static PyObject *names_list(char **names, int64_t n)
     return l;
 }
 
-static int set_item(PyObject *d, const char *key, PyObject *v)
-{
-    if (!v)
-        return -1;
-    int rc = PyDict_SetItemString(d, key, v);
-    Py_DECREF(v);
-    return rc;
-}
-
 static PyObject *engine_io_tuple(const qcal_engine_io *io)
 {
     PyObject *dims;
@@ -272,6 +263,22 @@ static PyObject *OnnxModel_list(OnnxModelObject *self, PyObject *args, PyObject 
     return l;
 }
 
+/* The report dicts of equalize() and qdq_save() (after its "profile"). */
+static const qcal_py_field equalize_fields[] = {
+    QCAL_PY_FIELD_NAMES("pairs", qcal_onnx_equalize_report, pairs, n_pairs),
+    QCAL_PY_FIELD("sweeps", QCAL_PY_I64, qcal_onnx_equalize_report, sweeps),
+    QCAL_PY_FIELD_NAMES("replaced", qcal_onnx_equalize_report, replaced, n_replaced),
+    QCAL_PY_FIELD_NAMES("refused", qcal_onnx_equalize_report, refused, n_refused),
+};
+static const qcal_py_field qdq_fields[] = {
+    QCAL_PY_FIELD("ops", QCAL_PY_I64, qcal_onnx_qdq_report, ops),
+    QCAL_PY_FIELD("tensors", QCAL_PY_I64, qcal_onnx_qdq_report, tensors),
+    QCAL_PY_FIELD("weights", QCAL_PY_I64, qcal_onnx_qdq_report, weights),
+    QCAL_PY_FIELD("biases", QCAL_PY_I64, qcal_onnx_qdq_report, biases),
+    QCAL_PY_FIELD_NAMES("missing", qcal_onnx_qdq_report, missing, n_missing),
+    QCAL_PY_FIELD_NAMES("skipped", qcal_onnx_qdq_report, skipped, n_skipped),
+};
+
 /* equalize() -> dict: cross-layer equalization with `qcal equalize`'s defaults. */
 static PyObject *OnnxModel_equalize(OnnxModelObject *self, PyObject *noargs)
 {
@@ -292,10 +299,8 @@ static PyObject *OnnxModel_equalize(OnnxModelObject *self, PyObject *noargs)
         return qcal_py_raise_status(st);
     }
     PyObject *d = PyDict_New();
-    if (d && (set_item(d, "pairs", names_list(er.pairs, er.n_pairs)) < 0 ||
-              set_item(d, "sweeps", PyLong_FromLongLong(er.sweeps)) < 0 ||
-              set_item(d, "replaced", names_list(er.replaced, er.n_replaced)) < 0 ||
-              set_item(d, "refused", names_list(er.refused, er.n_refused)) < 0))
+    if (d && qcal_py_dict_fields(d, &er, equalize_fields, QCAL_PY_NFIELDS(equalize_fields),
+                                 0) < 0)
         Py_CLEAR(d);
     qcal_onnx_equalize_report_free(&er);
     return d;
@@ -381,13 +386,9 @@ static PyObject *OnnxModel_qdq_save(OnnxModelObject *self, PyObject *args, PyObj
     if (st < 0)
         return qcal_py_raise_status(st);
     PyObject *d = PyDict_New();
-    if (d && (set_item(d, "profile", PyUnicode_FromString(qcal_onnx_profile_name(opt.profile))) < 0 ||
-              set_item(d, "ops", PyLong_FromLongLong(rep.ops)) < 0 ||
-              set_item(d, "tensors", PyLong_FromLongLong(rep.tensors)) < 0 ||
-              set_item(d, "weights", PyLong_FromLongLong(rep.weights)) < 0 ||
-              set_item(d, "biases", PyLong_FromLongLong(rep.biases)) < 0 ||
-              set_item(d, "missing", names_list(rep.missing, rep.n_missing)) < 0 ||
-              set_item(d, "skipped", names_list(rep.skipped, rep.n_skipped)) < 0))
+    if (d && (qcal_py_dict_set_steal(d, "profile", PyUnicode_FromString(
+                  qcal_onnx_profile_name(opt.profile))) < 0 ||
+              qcal_py_dict_fields(d, &rep, qdq_fields, QCAL_PY_NFIELDS(qdq_fields), 0) < 0))
         Py_CLEAR(d);
     qcal_onnx_qdq_report_free(&rep);
     return d;
@@ -457,21 +458,21 @@ static void ModelCalib_dealloc(ModelCalibObject *self)
 }
 
 /* _ModelCalib(model, session, *, profile=None, op_types=None, exclude=None, batch=0,
- *             carry=None, ort_lib=None, threads=0) */
+ *             carry=None, ort_lib=None, threads=0, observer_auto=False) */
 static int ModelCalib_init(ModelCalibObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"model", "session", "profile", "op_types", "exclude", "batch",
-                             "carry", "ort_lib", "threads", NULL};
+                             "carry", "ort_lib", "threads", "observer_auto", NULL};
     PyObject *model_o = NULL, *session_o = NULL, *exclude_o = Py_None, *carry_o = Py_None;
     PyObject *keep_ex = NULL, *keep_carry = NULL, *lib = NULL;
     const char *profile = NULL, *op_types = NULL;
     long long batch = 0;
-    int threads = 0;
+    int threads = 0, observer_auto = 0;
     PyObject *lib_o = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!|$zzOLOOi:_ModelCalib", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!|$zzOLOOip:_ModelCalib", kwlist,
                                      &OnnxModelType, &model_o, qcal_py_session_type,
                                      &session_o, &profile, &op_types, &exclude_o, &batch,
-                                     &carry_o, &lib_o, &threads))
+                                     &carry_o, &lib_o, &threads, &observer_auto))
         return -1;
     if (self->mc) {
         PyErr_SetString(qcal_py_error_type(QCAL_ERR_STATE), "already initialised");
@@ -494,6 +495,7 @@ static int ModelCalib_init(ModelCalibObject *self, PyObject *args, PyObject *kw)
     o.batch = batch;
     o.op_types = op_types;
     o.threads = threads;
+    o.observer_auto = observer_auto != 0;
     const char **exclude = NULL, **carry = NULL;
     int64_t n_carry = 0;
     if (str_list(exclude_o, "exclude", &keep_ex, &exclude, &o.n_exclude) < 0)
@@ -756,6 +758,22 @@ out:
     return res;
 }
 
+/* next_pass() -> None: observer_auto: the first pass ends; feed the same runs again. */
+static PyObject *ModelCalib_next_pass(ModelCalibObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    if (calib_take(self) < 0)
+        return NULL;
+    qcal_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = qcal_model_calib_next_pass(self->mc);
+    Py_END_ALLOW_THREADS
+    self->busy = false;
+    if (st < 0)
+        return qcal_py_raise_status(st);
+    Py_RETURN_NONE;
+}
+
 /* finish() -> dict: waits for the observers; the session then holds everything. */
 static PyObject *ModelCalib_finish(ModelCalibObject *self, PyObject *noargs)
 {
@@ -772,14 +790,27 @@ static PyObject *ModelCalib_finish(ModelCalibObject *self, PyObject *noargs)
     if (st < 0)
         return qcal_py_raise_status(st);
     self->finished = true;
-    return Py_BuildValue("{sLsLsLsLsLsKsLsdsdssss}", "tensors", (long long)rep.tensors,
+    PyObject *chosen = PyDict_New();
+    for (int k = 0; chosen && k < QCAL_OBSERVER_KIND_COUNT; k++) {
+        if (!rep.chosen[k])
+            continue;
+        PyObject *n = PyLong_FromLongLong(rep.chosen[k]);
+        if (!n || PyDict_SetItemString(chosen, qcal_observer_kind_name((qcal_observer_kind)k),
+                                       n) < 0)
+            Py_CLEAR(chosen);
+        Py_XDECREF(n);
+    }
+    if (!chosen)
+        return NULL;
+    return Py_BuildValue("{sLsLsLsLsLsKsLsdsdsssssLsN}", "tensors", (long long)rep.tensors,
                          "files", (long long)rep.files, "samples", (long long)rep.samples,
                          "runs", (long long)rep.runs, "batch", (long long)rep.batch,
                          "max_run_bytes", (unsigned long long)rep.max_run_bytes,
                          "empty", (long long)rep.empty, "engine_seconds", rep.engine_seconds,
                          "wait_seconds", rep.wait_seconds,
                          "engine_version", qcal_engine_version(self->e),
-                         "engine_library", qcal_engine_library(self->e));
+                         "engine_library", qcal_engine_library(self->e),
+                         "passes", (long long)rep.passes, "chosen", chosen);
 }
 
 /* inputs() -> [(name, dtype name, dims)]: the model's inputs as the engine declares them
@@ -836,6 +867,8 @@ static PyMethodDef ModelCalib_methods[] = {
     {"feed_data", (PyCFunction)(void (*)(void))ModelCalib_feed_data,
      METH_VARARGS | METH_KEYWORDS,
      "feed_data(spec=None, entries=None, optional=None) -> None: every batch of a data spec."},
+    {"next_pass", (PyCFunction)ModelCalib_next_pass, METH_NOARGS,
+     "next_pass() -> None: observer_auto: the first pass ends; feed the same runs again."},
     {"finish", (PyCFunction)ModelCalib_finish, METH_NOARGS,
      "finish() -> dict: waits for the observers; the report."},
     {"inputs", (PyCFunction)ModelCalib_inputs, METH_NOARGS,

@@ -155,8 +155,8 @@ f8_quantize_run(const float *x, int64_t n, float scale, int fmt, uint8_t *dst, b
         i = h;
     }
     /* Two read streams: the range's halves, F8_QBLOCK floats of one then of the other. One
-     * thread reads memory faster from two places at once than from one (one stream read
-     * 13-20 GB/s on the bench machine, two or four 22-28 GB/s; docs/fp8.md, Performance).
+     * thread reads memory faster from two places at once than from one (docs/fp8.md,
+     * Performance).
      * Each element still gets its own code: only the order of the work changes. */
     int64_t half = (n - i) / (2 * F8_QBLOCK) * F8_QBLOCK;
     if (half >= 4 * F8_QBLOCK) {

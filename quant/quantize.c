@@ -19,7 +19,6 @@
 #include "core/cpu.h"
 #include "core/internal.h"
 #include "qcal/quantize.h"
-#include "fakequant/fakequant_impl.h"
 #include "quant/float8_dsp.h"
 #include "qcal/qparams.h"
 #include "quant/quantize_dsp.h"
@@ -208,7 +207,7 @@ static void float8_run(const float *x, const uint8_t *qin, int64_t outer, int64_
     (void)nt;
     /* codes of a tensor larger than half the L3 with non-temporal stores (no
      * read-for-ownership of lines that will not stay cached; values identical) */
-    const bool stream = qcal_fq_stream(outer * channels * inner * 5);
+    const bool stream = qcal_cpu_stream_stores(outer * channels * inner * 5);
 #if QCAL_HAVE_OPENMP
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
 #endif

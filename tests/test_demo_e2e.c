@@ -322,7 +322,15 @@ static void test_short_run(void **state)
     assert_true(fabs(spread - (lb_best - lb_worst)) < 0.011);
     assert_true(spread >= SPREAD_MIN);
     assert_true(lb_layer >= lb_best);
+    /* --observer auto's candidates (no moving average) choose what the per-layer best chose
+     * on every tensor, so its row is the per-layer best's. */
+    double lb_auto = json_get3(js, "low_bits", "auto", "top1");
+    double same = json_get3(js, "low_bits", "auto", "same_choice");
+    print_message("3-bit auto %.2f, the per-layer best's choice on %.0f of 8 tensors\n", lb_auto, same);
+    assert_true(same == 8);
+    assert_true(lb_auto == lb_layer);
     assert_non_null(strstr(out, "per-layer best (qcal evaluate)"));
+    assert_non_null(strstr(out, "auto (qdq --data's default)"));
     assert_non_null(strstr(out, "spread between observers (best - worst top-1)"));
     char rp[700];
     snprintf(rp, sizeof rp, "%s/report.html", out_dir);

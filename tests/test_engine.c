@@ -20,6 +20,8 @@
 #include <cmocka.h>
 
 #include "qcal/qcal.h"
+#include "qcal/evaluate.h"
+#include "qcal/model_calib.h"
 #include "testutil.h"
 
 #define OK(x) assert_int_equal((x), QCAL_OK)
@@ -715,6 +717,97 @@ static void read_npm_version(void)
     fclose(f);
 }
 
+/* observer_auto (qcal/model_calib.h): two passes into an evaluation, each tensor's
+ * recommended candidate in the session; the model input's entry is what an evaluation of the
+ * same batches recommends; the pass protocol's errors. */
+static void test_observer_auto(void **state)
+{
+    (void)state;
+    qcal_engine *e = open_engine();
+    size_t len;
+    void *bytes = mlp_model(&len);
+    qcal_onnx_model *m = NULL;
+    OK(qcal_onnx_model_parse(bytes, len, &m));
+    qcal_free(bytes);
+    qcal_calib_session *s = NULL;
+    OK(qcal_calib_session_create(NULL, &s));
+    qcal_model_calib_options o;
+    qcal_model_calib_options_default(&o);
+    o.observer_auto = true;
+    o.ranks = 2;
+    qcal_model_calib *mc = NULL;
+    expect_error(qcal_model_calib_create(e, m, s, &o, &mc), QCAL_ERR_UNSUPPORTED, "2 ranks");
+    o.ranks = 1;
+    OK(qcal_model_calib_create(e, m, s, &o, &mc));
+    /* Two runs of X [4, 3]: a long positive tail and one outlier, where the kinds differ. */
+    float x[2][12];
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < 12; i++)
+            x[r][i] = (float)((i * 7 + r * 5) % 11) * 0.25f - 0.5f + (r == 1 && i == 4 ? 40.0f : 0.0f);
+    int64_t xd[2] = { 4, 3 };
+    for (int r = 0; r < 2; r++) {
+        qcal_engine_value in = value("X", QCAL_ONNX_FLOAT, 2, xd, x[r], sizeof x[r]);
+        OK(qcal_model_calib_feed(mc, &in, 1));
+    }
+    qcal_model_calib_report rep;
+    expect_error(qcal_model_calib_finish(mc, &rep), QCAL_ERR_STATE, "second pass");
+    OK(qcal_model_calib_next_pass(mc));
+    expect_error(qcal_model_calib_next_pass(mc), QCAL_ERR_STATE, "already");
+    for (int r = 1; r >= 0; r--) {   /* the second pass in another order: the same scores */
+        qcal_engine_value in = value("X", QCAL_ONNX_FLOAT, 2, xd, x[r], sizeof x[r]);
+        OK(qcal_model_calib_feed(mc, &in, 1));
+    }
+    OK(qcal_model_calib_finish(mc, &rep));
+    assert_int_equal(rep.passes, 2);
+    assert_int_equal(rep.samples, 8);
+    assert_int_equal(rep.runs, 4);
+    int64_t nt = qcal_model_calib_tensor_count(mc), chosen = 0, n = 0;
+    for (int k = 0; k < QCAL_OBSERVER_KIND_COUNT; k++)
+        chosen += rep.chosen[k];
+    assert_int_equal(chosen, nt);
+    OK(qcal_calib_session_count(s, &n));
+    assert_int_equal(n, nt);
+    /* The model input's entry against an evaluation of the same batches. */
+    qcal_numeric_eval_options eo;
+    qcal_numeric_eval_options_default(&eo);
+    eo.kinds = QCAL_MODEL_CALIB_AUTO_KINDS;
+    qcal_numeric_eval *ev = NULL;
+    OK(qcal_numeric_eval_create(&eo, &ev));
+    qcal_tensor t;
+    for (int p = 0; p < 2; p++) {
+        for (int r = 0; r < 2; r++) {
+            OK(qcal_tensor_init(&t, x[r], 2, xd));
+            OK(p ? qcal_numeric_eval_score(ev, "X", QCAL_CALIB_ROLE_ACTIVATION, &t)
+                 : qcal_numeric_eval_observe(ev, "X", QCAL_CALIB_ROLE_ACTIVATION, &t));
+        }
+        if (!p)
+            OK(qcal_numeric_eval_finish(ev));
+    }
+    qcal_numeric_eval_tensor res;
+    OK(qcal_numeric_eval_result(ev, 0, &res));
+    const qcal_numeric_eval_candidate *want = &res.candidates[res.recommended];
+    qcal_calib_table *tab = NULL;
+    OK(qcal_calib_session_table(s, &tab));
+    const qcal_calib_entry *ent = NULL;
+    OK(qcal_calib_table_find(tab, "X", QCAL_CALIB_ROLE_ACTIVATION, &ent));
+    assert_int_equal(ent->observer, want->kind);
+    assert_true(ent->min_val[0] == want->min_val[0] && ent->max_val[0] == want->max_val[0]);
+    assert_true(ent->qparams.scale == want->scale[0]);
+    assert_int_equal(ent->elements, 24);
+    assert_int_equal(ent->batches, 2);
+    qcal_calib_table_destroy(&tab);
+    qcal_numeric_eval_destroy(&ev);
+    qcal_model_calib_destroy(&mc);
+    /* Without observer_auto there is no second pass. */
+    o.observer_auto = false;
+    OK(qcal_model_calib_create(e, m, s, &o, &mc));
+    expect_error(qcal_model_calib_next_pass(mc), QCAL_ERR_STATE, "needs observer_auto");
+    qcal_model_calib_destroy(&mc);
+    qcal_calib_session_destroy(&s);
+    qcal_onnx_model_destroy(&m);
+    qcal_engine_close(&e);
+}
+
 int main(void)
 {
     if (!qcal_onnx_available()) {
@@ -740,6 +833,7 @@ int main(void)
         cmocka_unit_test(test_file_and_options),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_silent),
+        cmocka_unit_test(test_observer_auto),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

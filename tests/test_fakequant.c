@@ -515,7 +515,7 @@ static void test_large_streaming(void **state)
     (void)state;
     int64_t shape[3] = { 8, 64, 6151 };
     const int64_t n = 8 * 64 * 6151;
-    if (!qcal_fq_stream(n * 12))
+    if (!qcal_cpu_stream_stores(n * 12))
         print_message("note: this machine's cache is large: %lld elements do not stream\n",
                       (long long)n);
     float *xb = malloc((size_t)(n + 1) * 4), *gyb = malloc((size_t)(n + 1) * 4);

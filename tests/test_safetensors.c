@@ -13,7 +13,9 @@
 #include <unistd.h>
 
 #include "io/half_dsp.h"
+#include "core/internal.h"
 #include "io/json.h"
+#include "io/text.h"
 #include "qcal/safetensors.h"
 
 static char *data_path(const char *name)
@@ -290,6 +292,64 @@ static void test_json(void **state)
     assert_non_null(strstr(qcal_last_error(), "limit of 2"));
 }
 
+/* io's writers: both JSON string dialects, the UTF-8 decoder, the float formats. */
+static void expect_str(void (*w)(qcal_buf *, const char *), const char *in, const char *want)
+{
+    qcal_buf b = { 0 };
+    w(&b, in);
+    assert_false(b.failed);
+    if (b.len != strlen(want) || memcmp(b.data, want, b.len)) {
+        fprintf(stderr, "wrote %.*s, want %s\n", (int)b.len, (const char *)b.data, want);
+        fail();
+    }
+    qcal_buf_free(&b);
+}
+
+static void test_text(void **state)
+{
+    (void)state;
+    const char *in = "a\"b\\c\n\t\x01\x7f\xc3\xa9\xf0\x9f\x98\x80";
+    expect_str(qcal_json_write_str, in,
+               "\"a\\\"b\\\\c\\u000a\\u0009\\u0001\x7f\xc3\xa9\xf0\x9f\x98\x80\"");
+    /* json.dumps(s): '"a\\"b\\\\c\\n\\t\\u0001\\u007f\\u00e9\\ud83d\\ude00"' */
+    expect_str(qcal_json_write_str_ascii, in,
+               "\"a\\\"b\\\\c\\n\\t\\u0001\\u007f\\u00e9\\ud83d\\ude00\"");
+    expect_str(qcal_json_write_str_ascii, "\xff", "\"\\ufffd\"");
+
+    uint32_t cp = 0;
+    assert_int_equal(qcal_utf8_decode((const unsigned char *)"\xc3\xa9", 2, &cp), 2);
+    assert_int_equal(cp, 0xE9);
+    assert_int_equal(qcal_utf8_decode((const unsigned char *)"\xf0\x9f\x98\x80", 4, &cp), 4);
+    assert_int_equal(cp, 0x1F600);
+    assert_int_equal(qcal_utf8_decode((const unsigned char *)"\xf0\x9f\x98\x80", 3, &cp), 0);
+    assert_int_equal(qcal_utf8_decode((const unsigned char *)"\xc0\x80", 2, NULL), 0);
+    assert_int_equal(qcal_utf8_decode((const unsigned char *)"\xe0\x9f\xbf", 3, NULL), 0);
+    assert_int_equal(qcal_utf8_decode((const unsigned char *)"\xed\xa0\x80", 3, NULL), 0);
+    assert_int_equal(qcal_utf8_decode((const unsigned char *)"\xf4\x90\x80\x80", 4, NULL), 0);
+    assert_true(qcal_utf8_valid("x\xc3\xa9\xe2\x82\xac"));
+    assert_false(qcal_utf8_valid("x\xc3"));
+    char e[8];
+    assert_int_equal(qcal_utf8_encode(e, 0x20AC), 3);
+    assert_memory_equal(e, "\xe2\x82\xac", 3);
+
+    char f[64];
+    const struct { double v; const char *want; } py[] = {
+        { 1e-5, "1e-05" }, { 1e-4, "0.0001" }, { 127.0, "127.0" }, { 1e16, "1e+16" },
+        { 123456789012345.0, "123456789012345.0" }, { -0.0, "-0.0" }, { NAN, "nan" },
+        { -INFINITY, "-inf" }, { (double)0.1f, "0.10000000149011612" }, { 2.5e-300, "2.5e-300" },
+    };
+    for (size_t i = 0; i < sizeof py / sizeof py[0]; i++) {
+        qcal_fmt_pyfloat(f, sizeof f, py[i].v);
+        assert_string_equal(f, py[i].want);
+    }
+    qcal_fmt_f32(f, sizeof f, 0.1f);
+    assert_string_equal(f, "0.1");
+    qcal_fmt_f32(f, sizeof f, 16777217.0f);   /* rounds to 16777216 */
+    assert_string_equal(f, "16777216");
+    qcal_fmt_f32(f, sizeof f, 1.17549435e-38f);
+    assert_string_equal(f, "1.1754944e-38");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -298,6 +358,7 @@ int main(void)
         cmocka_unit_test(test_writer_roundtrip),
         cmocka_unit_test(test_f16_kernels),
         cmocka_unit_test(test_json),
+        cmocka_unit_test(test_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

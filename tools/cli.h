@@ -1,10 +1,11 @@
 /* Shared declarations of the qcal CLI: exit codes and the subcommand entry points.
  *
  * Adding a subcommand: write tools/cmd_<name>.c with `int cmd_<name>(int argc, char **argv)`
- * (argv[0] is the subcommand name; handle --help), declare it below (one line), export its
- * option table (`const cli_opt *const cmd_<name>_opts = opts;`, declared in cli_common.h)
- * and add one line to the command table in tools/qcal.c. Use the helpers of tools/cli_common.h for
- * option parsing, numbers, .npy input/output and the one-line error report. */
+ * (argv[0] is the subcommand name), declare it below (one line), declare its options in one
+ * table and export it as `const cli_spec cmd_<name>_spec` (tools/cli_dispatch.h: the table
+ * drives parsing, --help, the man page and the completion; declared in cli_common.h), and
+ * add one line to the command table in tools/qcal.c. Use the helpers of tools/cli_common.h
+ * for numbers, .npy input/output and the one-line error report. */
 #ifndef QCAL_TOOLS_CLI_H
 #define QCAL_TOOLS_CLI_H
 
@@ -22,13 +23,13 @@ enum {
     QCAL_EXIT_ENGINE = 5,    /* ONNX Runtime (the engine) could not be loaded */
 };
 
-struct cli_opt;
+struct cli_spec;
 
 typedef struct qcal_cmd {
     const char *name;
     const char *summary;
     int (*run)(int argc, char **argv);   /* argv[0] is the subcommand name */
-    const struct cli_opt *const *opts;   /* its option table (cmd_<name>_opts) */
+    const struct cli_spec *spec;         /* its option table (cmd_<name>_spec) */
 } qcal_cmd;
 
 /* Generated documentation (tools/cli_gendoc.c), from the command table, each command's

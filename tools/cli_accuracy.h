@@ -10,6 +10,7 @@
 #include <qcal/npy.h>
 
 #include "cli_common.h"
+#include "cli_dispatch.h"
 
 enum {
     CLI_ACC_BASE = 3100,
@@ -18,28 +19,26 @@ enum {
 };
 
 /* Rows for a subcommand's option table: what `qcal compare` and `qcal qdq` share. */
-#define CLI_ACCURACY_OPTS                                                                   \
-    { "labels", 0, true, CLI_ACC_LABELS }, { "metric", 0, true, CLI_ACC_METRIC },         \
-    { "sensitivity-samples", 0, true, CLI_ACC_SENS }
+#define CLI_ACCURACY_OPTS                                                                       \
+    CLI_OPT("labels", 0, CLI_ACC_LABELS, "L.npy",                                               \
+        "integer labels (int64/int32), one row per sample in data order,\n"                     \
+        "for the first output: accuracy of float and quantized"),                               \
+    CLI_OPT("metric", 0, CLI_ACC_METRIC, "M",                                                   \
+        "top1 (default: argmax over the last axis, per position) or\n"                          \
+        "exact (a sample counts when all its positions are right)"),                            \
+    CLI_OPT("sensitivity-samples", 0, CLI_ACC_SENS, "N",                                        \
+        "samples of the per-op runs (default 8; the first ones)")
 
 /* Rows of the keep-float search (`qcal qdq`). */
-#define CLI_KEEP_FLOAT_OPTS                                                                 \
-    { "min-output-sqnr", 0, true, CLI_ACC_MIN_SQNR }, { "max-drop", 0, true, CLI_ACC_MAX_DROP }, \
-    { "eval-data", 0, true, CLI_ACC_EVAL_DATA }
-
-#define CLI_ACCURACY_HELP                                                                       \
-    "  --labels L.npy           integer labels (int64/int32), one row per sample in data order,\n" \
-    "                           for the first output: accuracy of float and quantized\n"         \
-    "  --metric M               top1 (default: argmax over the last axis, per position) or\n"    \
-    "                           exact (a sample counts when all its positions are right)\n"      \
-    "  --sensitivity-samples N  samples of the per-op runs (default 8; the first ones)\n"
-
-#define CLI_KEEP_FLOAT_HELP                                                                     \
-    "  --min-output-sqnr DB     keep the most sensitive ops float, fewest first, until the\n"    \
-    "                           SQNR over the model's float outputs reaches DB\n"                \
-    "  --max-drop POINTS        ... until float's metric (--labels, --metric) minus the\n"       \
-    "                           quantized model's is at most POINTS\n"                          \
-    "  --eval-data SPEC         data the target is judged on (default: --data)\n"
+#define CLI_KEEP_FLOAT_OPTS                                                                     \
+    CLI_OPT("min-output-sqnr", 0, CLI_ACC_MIN_SQNR, "DB",                                       \
+        "keep the most sensitive ops float, fewest first, until the\n"                          \
+        "SQNR over the model's float outputs reaches DB"),                                      \
+    CLI_OPT("max-drop", 0, CLI_ACC_MAX_DROP, "POINTS",                                          \
+        "... until float's metric (--labels, --metric) minus the\n"                             \
+        "quantized model's is at most POINTS"),                                                 \
+    CLI_OPT("eval-data", 0, CLI_ACC_EVAL_DATA, "SPEC",                                          \
+        "data the target is judged on (default: --data)")
 
 typedef struct cli_accuracy_args {
     const char *labels, *metric, *eval_data;

@@ -11,236 +11,12 @@
 #include "cli_common.h"
 #include "cli_progress.h"
 
-void cli_parser_init(cli_parser *p, int argc, char **argv)
-{
-    p->cmd = argc > 0 ? argv[0] : "qcal";
-    p->argc = argc;
-    p->argv = argv;
-    p->i = 1;
-    p->positional_only = false;
-    p->nseen = 0;
-}
-
-/* A second value for a single-valued option: reported, true. Observer options are left to
- * qcal_observer_config_apply ("observer given twice"), which also sees the rules' keys. */
-static bool repeated(cli_parser *p, const cli_opt *o)
-{
-    if (!o->has_value || o->has_value == CLI_REPEATED ||
-        (o->id >= CLI_OBS_BASE && o->id < CLI_OBS_BASE + 2 * CLI_OBS_MAX))
-        return false;
-    for (int k = 0; k < p->nseen; k++)
-        if (p->seen[k] == o->id) {
-            cli_fail(p->cmd, QCAL_EXIT_USAGE, "--%s given twice (it takes one value)",
-                     o->name);
-            return true;
-        }
-    if (p->nseen < CLI_SEEN_MAX)
-        p->seen[p->nseen++] = o->id;
-    return false;
-}
-
-/* '-' and '_' are the same character in option names (as in observer keys). */
-static bool name_eq(const char *opt, const char *name, size_t len)
-{
-    size_t i = 0;
-    for (; i < len && opt[i]; i++) {
-        char a = opt[i] == '-' ? '_' : opt[i], b = name[i] == '-' ? '_' : name[i];
-        if (a != b)
-            return false;
-    }
-    return i == len && opt[i] == '\0';
-}
-
 void cli_observer_option_name(const qcal_observer_key *k, char *out, size_t cap)
 {
     size_t i = 0;
     for (; k->name[i] && i + 1 < cap; i++)
         out[i] = k->name[i] == '_' ? '-' : k->name[i];
     out[i] = '\0';
-}
-
-/* Levenshtein distance of a and b (insert, delete, substitute: 1 each), capped at 9. */
-int cli_edit_distance(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 32 || lb > 32)
-        return 9;
-    int row[33];
-    for (size_t j = 0; j <= lb; j++)
-        row[j] = (int)j;
-    for (size_t i = 1; i <= la; i++) {
-        int diag = row[0];
-        row[0] = (int)i;
-        for (size_t j = 1; j <= lb; j++) {
-            int up = row[j];
-            int best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best)
-                best = up + 1;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb] < 9 ? row[lb] : 9;
-}
-
-/* The nearest candidate so far of an unknown option's "did you mean". */
-typedef struct nearest {
-    const char *want;
-    char best[64];
-    int d, ties;
-} nearest;
-
-static void consider(nearest *n, const char *cand)
-{
-    int d = cli_edit_distance(n->want, cand);
-    if (d < n->d) {
-        n->d = d;
-        n->ties = 0;
-        snprintf(n->best, sizeof n->best, "%s", cand);
-    } else if (d == n->d && strcmp(n->best, cand)) {
-        n->ties++;
-    }
-}
-
-/* The option of opts nearest to "--name" (len characters, '_' read as '-') when it is within
- * 2 edits (1 for names of up to 4 letters) and nearer than any other: the "did you mean" of
- * an unknown option; NULL otherwise. The observer options count, under their CLI spelling. */
-static const char *nearest_option(const cli_opt *opts, const char *name, size_t len, nearest *n)
-{
-    char want[40], cand[64];
-    if (len >= sizeof want)
-        return NULL;
-    for (size_t i = 0; i < len; i++)
-        want[i] = name[i] == '_' ? '-' : name[i];
-    want[len] = '\0';
-    *n = (nearest){ .want = want, .d = 99 };
-    for (const cli_opt *r = opts; r->name; r++) {
-        if (r->name[0] != '\0') {
-            consider(n, r->name);
-            continue;
-        }
-        int64_t nk = r->id == CLI_OBS_BASE ? qcal_observer_config_key_count() : 0;
-        for (int64_t k = 0; k < nk; k++) {
-            const qcal_observer_key *key = qcal_observer_config_key(k);
-            if (!key->flag_only) {
-                cli_observer_option_name(key, cand, sizeof cand);
-                consider(n, cand);
-            }
-            if (key->cli_flag)
-                consider(n, key->cli_flag);
-        }
-    }
-    return n->d > 0 && n->d <= (len <= 4 ? 1 : 2) && !n->ties ? n->best : NULL;
-}
-
-/* Finds "--name" in opts (the CLI_OBSERVER_OPTS row expands to the observer keys); *o gets
- * the matching row, *flag_value the value an observer flag sets. */
-static bool find_long(const cli_opt *opts, const char *name, size_t len, cli_opt *o,
-                      const char **flag_value)
-{
-    *flag_value = NULL;
-    for (const cli_opt *r = opts; r->name; r++) {
-        if (r->name[0] == '\0' && r->id == CLI_OBS_BASE) {
-            int64_t nk = qcal_observer_config_key_count();
-            for (int64_t k = 0; k < nk; k++) {
-                const qcal_observer_key *key = qcal_observer_config_key(k);
-                if (!key->flag_only && name_eq(key->name, name, len)) {
-                    *o = (cli_opt){ key->name, 0, true, CLI_OBS_BASE + 2 * (int)k };
-                    return true;
-                }
-                if (key->cli_flag && name_eq(key->cli_flag, name, len)) {
-                    *o = (cli_opt){ key->cli_flag, 0, false, CLI_OBS_BASE + 2 * (int)k + 1 };
-                    *flag_value = key->flag_value;
-                    return true;
-                }
-            }
-        } else if (name_eq(r->name, name, len)) {
-            *o = *r;
-            return true;
-        }
-    }
-    return false;
-}
-
-static const cli_opt *find_short(const cli_opt *opts, char c)
-{
-    for (const cli_opt *o = opts; o->name; o++)
-        if (o->short_name && o->short_name == c)
-            return o;
-    return NULL;
-}
-
-int cli_next(cli_parser *p, const cli_opt *opts, const char **value)
-{
-    *value = NULL;
-    if (p->i >= p->argc)
-        return CLI_END;
-    const char *arg = p->argv[p->i++];
-    if (p->positional_only || arg[0] != '-' || arg[1] == '\0') {
-        *value = arg;
-        return CLI_POSITIONAL;
-    }
-    if (!strcmp(arg, "--")) {
-        p->positional_only = true;
-        return cli_next(p, opts, value);
-    }
-    const cli_opt *o;
-    cli_opt found;
-    const char *inline_val = NULL, *flag_value = NULL;
-    if (arg[1] == '-') {
-        const char *name = arg + 2;
-        const char *eq = strchr(name, '=');
-        size_t len = eq ? (size_t)(eq - name) : strlen(name);
-        o = find_long(opts, name, len, &found, &flag_value) ? &found : NULL;
-        if (!o) {
-            nearest nb;
-            const char *near = nearest_option(opts, name, len, &nb);
-            if (near)
-                cli_fail(p->cmd, QCAL_EXIT_USAGE, "unknown option '--%.*s' (did you mean "
-                         "'--%s'?)", (int)len, name, near);
-            else
-                cli_fail(p->cmd, QCAL_EXIT_USAGE, "unknown option '--%.*s' (see 'qcal %s --help')",
-                         (int)len, name, p->cmd);
-            return CLI_ERROR;
-        }
-        if (eq)
-            inline_val = eq + 1;
-    } else {
-        /* A lone short option "-o"; "-oFILE" is accepted as "-o FILE". Negative numbers
-         * are values, never options, because they only appear after an option. */
-        o = find_short(opts, arg[1]);
-        if (!o) {
-            cli_fail(p->cmd, QCAL_EXIT_USAGE, "unknown option '%s' (see 'qcal %s --help')", arg,
-                     p->cmd);
-            return CLI_ERROR;
-        }
-        if (arg[2] != '\0') {
-            if (!o->has_value) {
-                cli_fail(p->cmd, QCAL_EXIT_USAGE, "unknown option '%s'", arg);
-                return CLI_ERROR;
-            }
-            inline_val = arg + 2;
-        }
-    }
-    if (!o->has_value) {
-        if (inline_val) {
-            cli_fail(p->cmd, QCAL_EXIT_USAGE, "option '--%s' takes no value", o->name);
-            return CLI_ERROR;
-        }
-        *value = flag_value ? flag_value : "";
-        return o->id;
-    }
-    if (inline_val) {
-        *value = inline_val;
-    } else if (p->i >= p->argc) {
-        cli_fail(p->cmd, QCAL_EXIT_USAGE, "option '--%s' needs a value", o->name);
-        return CLI_ERROR;
-    } else {
-        *value = p->argv[p->i++];
-    }
-    return repeated(p, o) ? CLI_ERROR : o->id;
 }
 
 static cli_error_sink error_sink;
@@ -437,12 +213,6 @@ int cli_observer_config(const char *cmd, const cli_observer_args *a,
     return 0;
 }
 
-int cli_observe_exit_code(qcal_status st)
-{
-    return st == QCAL_ERR_NONFINITE || st == QCAL_ERR_NO_MEMORY || st == QCAL_ERR_OVERFLOW
-               ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT;
-}
-
 /* Word-wraps text at column 79 with continuation lines indented to col. */
 static void wrap(FILE *f, const char *text, int col, int start)
 {
@@ -491,7 +261,10 @@ void cli_observer_help(FILE *f, qcal_observer_kind default_kind)
             n = col;
         }
         size_t o = 0;
-        if (!strcmp(k->name, "observer"))
+        if (!strcmp(k->name, "observer") && default_kind == QCAL_OBSERVER_KIND_COUNT)
+            o += (size_t)snprintf(text + o, sizeof text - o, "observer kind (default auto, "
+                                  "above);");
+        else if (!strcmp(k->name, "observer"))
             o += (size_t)snprintf(text + o, sizeof text - o, "observer kind (default %s);",
                                   qcal_observer_kind_name(default_kind));
         else
@@ -546,10 +319,48 @@ int cli_read_zero_points_npy(const char *cmd, const char *path, int64_t ch,
     return rc;
 }
 
-int cli_check_qparam_mode(const char *cmd, bool have_scale, bool have_zp, bool have_axis,
-                          const char *scales_path, const char *zps_path)
+int cli_qparam_opt(const char *cmd, cli_qparam_args *q, int id, const char *val)
 {
-    bool per_channel = have_axis || scales_path || zps_path;
+    int rc;
+    int64_t v;
+    switch (id) {
+    case CLI_QP_SCALE:
+        if ((rc = cli_parse_f32(cmd, "--scale", val, &q->scale)))
+            return rc;
+        q->have_scale = true;
+        return 0;
+    case CLI_QP_ZERO_POINT:
+        if (q->integer_zero_point) {
+            if ((rc = cli_parse_i64(cmd, "--zero-point", val, INT32_MIN, INT32_MAX, &v)))
+                return rc;
+            q->zero_point = (double)v;
+        } else if ((rc = cli_parse_f64(cmd, "--zero-point", val, &q->zero_point))) {
+            return rc;
+        }
+        q->have_zp = true;
+        return 0;
+    case CLI_QP_AXIS:
+        if ((rc = cli_parse_i64(cmd, "--axis", val, -QCAL_MAX_DIMS, QCAL_MAX_DIMS - 1, &v)))
+            return rc;
+        q->axis = (int32_t)v;
+        q->have_axis = true;
+        return 0;
+    case CLI_QP_SCALES: q->scales_path = val; return 0;
+    case CLI_QP_ZERO_POINTS: q->zps_path = val; return 0;
+    default: return -1;
+    }
+}
+
+bool cli_qparam_per_channel(const cli_qparam_args *q)
+{
+    return q->have_axis || q->scales_path || q->zps_path;
+}
+
+int cli_qparam_check(const char *cmd, const cli_qparam_args *q)
+{
+    bool per_channel = cli_qparam_per_channel(q);
+    bool have_scale = q->have_scale, have_zp = q->have_zp, have_axis = q->have_axis;
+    const char *scales_path = q->scales_path, *zps_path = q->zps_path;
     if (per_channel && (have_scale || have_zp))
         return cli_fail(cmd, QCAL_EXIT_USAGE, "--scale/--zero-point (per tensor) and "
                         "--axis/--scales/--zero-points (per channel) exclude each other");
@@ -652,8 +463,7 @@ int cli_make_rules(const char *cmd, const char *rules_path, const cli_observer_a
     if (rules_path) {
         st = qcal_calib_rules_load(rules_path, rules);
         if (st != QCAL_OK)
-            return cli_fail_status(cmd, st == QCAL_ERR_FORMAT ? QCAL_EXIT_USAGE
-                                                              : QCAL_EXIT_INPUT, st);
+            return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_RULES), st);
     } else if ((st = qcal_calib_rules_create(rules)) != QCAL_OK) {
         return cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
     }

@@ -1,21 +1,6 @@
-/* Helpers shared by every qcal subcommand: option parsing, strict numbers, the observer
- * options, .npy input/output with the documented exit codes, the one-line error report
- * and small JSON printers.
- *
- * A subcommand's loop:
- *
- *   enum { OPT_HELP = 1, OPT_OUT };
- *   static const cli_opt opts[] = {
- *       { "help", 'h', false, OPT_HELP }, { "output", 'o', true, OPT_OUT },
- *       CLI_OBSERVER_OPTS, { 0 } };
- *   cli_parser p; cli_parser_init(&p, argc, argv);
- *   const char *val; int id;
- *   while ((id = cli_next(&p, opts, &val)) != CLI_END) {
- *       if (id == CLI_ERROR) return QCAL_EXIT_USAGE;        // already reported
- *       if (id == CLI_POSITIONAL) { add val; continue; }
- *       if (cli_observer_opt(&obs_args, id, val)) continue;
- *       ...
- *   }
+/* Helpers shared by every qcal subcommand: strict numbers, the observer and qparams option
+ * groups, .npy input/output with the documented exit codes, the one-line error report and
+ * small JSON printers. Options are declared and parsed through tools/cli_dispatch.h.
  *
  * Errors are reported as exactly one line on stderr: "qcal: <subcommand>: <message>". */
 #ifndef QCAL_TOOLS_CLI_COMMON_H
@@ -30,6 +15,7 @@
 #include <qcal/safetensors.h>
 
 #include "cli.h"
+#include "cli_dispatch.h"
 
 #if defined(__GNUC__)
 #define CLI_PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -37,54 +23,12 @@
 #define CLI_PRINTF(a, b)
 #endif
 
-/* One long option "--name" (also "--name=value"), optional short alias "-c". An option
- * with a value may be given once: a second "--name V" (or its short alias) is a usage
- * error, as a repeated observer option is, unless the row opts in with CLI_REPEATED. */
-enum { CLI_REPEATED = 2 };
-typedef struct cli_opt {
-    const char *name;    /* without the dashes; NULL ends a table */
-    char short_name;     /* 0: none */
-    int has_value;       /* false: a flag; true: takes one value ("--name V" or "--name=V");
-                          * CLI_REPEATED: one value each time, and may be given again */
-    int id;              /* > 0, returned by cli_next; ids >= CLI_OBS_BASE are reserved */
-} cli_opt;
-
 /* Each subcommand's option table (tools/cmd_<name>.c), for the command table of
  * tools/qcal.c, the generated man page and completion, and the docs test. */
-extern const cli_opt *const cmd_observe_opts, *const cmd_quantize_opts,
-    *const cmd_dequantize_opts, *const cmd_calibrate_opts, *const cmd_convert_opts,
-    *const cmd_stats_opts, *const cmd_compare_weights_opts, *const cmd_fakequant_opts, *const cmd_evaluate_opts, *const cmd_report_opts,
-    *const cmd_merge_opts, *const cmd_onnx_expose_opts, *const cmd_qdq_opts, *const cmd_compare_opts,
-    *const cmd_equalize_opts;
-
-/* cli_next results besides option ids. */
-enum { CLI_END = 0, CLI_POSITIONAL = -1, CLI_ERROR = -2 };
-
-enum { CLI_SEEN_MAX = 64 };
-
-typedef struct cli_parser {
-    const char *cmd;     /* subcommand name, for messages */
-    int argc;
-    char **argv;
-    int i;               /* next argv index */
-    bool positional_only;/* seen "--" */
-    int seen[CLI_SEEN_MAX]; /* ids of the single-valued options given so far */
-    int nseen;
-} cli_parser;
-
-/* Starts parsing argv[1..] of a subcommand (argv[0] is its name). */
-void cli_parser_init(cli_parser *p, int argc, char **argv);
-
-/* Next option id (value in *value, NULL for flags), CLI_POSITIONAL (argument in *value),
- * CLI_END, or CLI_ERROR after reporting an unknown option, a missing value, a value given
- * to a flag or a second value for an option that takes one (unless CLI_REPEATED; the
- * observer options are checked by the library's key table, with the same rule). "-" alone
- * is positional; "--" ends options. */
-int cli_next(cli_parser *p, const cli_opt *opts, const char **value);
-
-/* Levenshtein distance of a and b (insert, delete, substitute: 1 each), capped at 9; the
- * "did you mean" of unknown subcommands and options. */
-int cli_edit_distance(const char *a, const char *b);
+extern const cli_spec cmd_compare_weights_spec, cmd_observe_spec, cmd_quantize_spec, cmd_dequantize_spec,
+    cmd_calibrate_spec, cmd_convert_spec, cmd_merge_spec, cmd_evaluate_spec, cmd_report_spec,
+    cmd_stats_spec, cmd_compare_weights_spec, cmd_onnx_expose_spec, cmd_qdq_spec, cmd_compare_spec,
+    cmd_equalize_spec, cmd_fakequant_spec;
 
 /* Reports "qcal: <cmd>: <message>" (one line; newlines in the message become spaces) and
  * returns code. A message that already starts with "<cmd>: " (a library message naming the
@@ -130,8 +74,10 @@ int cli_parse_f32(const char *cmd, const char *opt, const char *s, float *out);
 enum { CLI_OBS_BASE = 1000, CLI_OBS_MAX = 64 };
 
 /* The row to put in a subcommand's option table: it stands for every observer option
- * (ids CLI_OBS_BASE + 2*key for --key VALUE, + 1 for the key's flag). */
-#define CLI_OBSERVER_OPTS { "", 0, false, CLI_OBS_BASE }
+ * (ids CLI_OBS_BASE + 2*key for --key VALUE, + 1 for the key's flag); --help lists them
+ * from the key table, naming kind as the default observer. */
+#define CLI_OBSERVER_OPTS { .name = "", .id = CLI_OBS_BASE }
+#define CLI_OBSERVER_GROUP(kind) { .name = "", .id = CLI_OBS_BASE, .off = (size_t)(kind) }
 
 /* Raw observer options, collected in command-line order; parsed by cli_observer_config
  * once the command line is complete. Zero-initialise. */
@@ -169,26 +115,53 @@ void cli_warn_clamped_scales(const char *cmd, const qcal_calib_table *t);
 /* Seconds on the monotonic clock (for the summaries' timings). */
 double cli_now(void);
 
-/* Exit code of a failed observer update (same in every subcommand): NaN/Inf under
- * --strict (nonfinite=error), out of memory or a size overflow is QCAL_EXIT_FAILURE (1, the
- * operation failed by policy); anything else is in the data (shape/channel mismatch, bad
- * values): QCAL_EXIT_INPUT (3). */
-int cli_observe_exit_code(qcal_status st);
-
 /* Prints the help lines of the observer options (two-space indent), from the key table;
- * default_kind is the subcommand's default observer. */
+ * default_kind is the subcommand's default observer (QCAL_OBSERVER_KIND_COUNT: "default auto,
+ * above", qdq --data's). */
 void cli_observer_help(FILE *f, qcal_observer_kind default_kind);
 
 /* The CLI spelling of key k: its name with '-' for '_' ("percentile-mode"). */
 void cli_observer_option_name(const qcal_observer_key *k, char *out, size_t cap);
 
-/* ---- qparams options (quantize, dequantize, fakequant) ---- */
+/* ---- qparams options (quantize, dequantize, fakequant) ----
+ * Per tensor (--scale, --zero-point) or per channel (--axis, --scales, --zero-points); the
+ * rows go where the subcommand's --help lists them (the zero-point rows with its text). */
 
-/* Per tensor (--scale/--zero-point) or per channel (--axis/--scales/--zero-points): reports
- * and returns QCAL_EXIT_USAGE when they are mixed, per channel is incomplete or no --scale
- * is given; else 0. */
-int cli_check_qparam_mode(const char *cmd, bool have_scale, bool have_zp, bool have_axis,
-                          const char *scales_path, const char *zps_path);
+enum {
+    CLI_QP_BASE = 4000,
+    CLI_QP_SCALE = CLI_QP_BASE, CLI_QP_ZERO_POINT, CLI_QP_AXIS, CLI_QP_SCALES,
+    CLI_QP_ZERO_POINTS,
+    CLI_QP_END
+};
+
+#define CLI_QPARAM_SCALE_OPT CLI_OPT("scale", 0, CLI_QP_SCALE, "S", "per-tensor scale (finite, > 0)")
+#define CLI_QPARAM_ZERO_POINT_OPT(help) CLI_OPT("zero-point", 0, CLI_QP_ZERO_POINT, "Z", help)
+#define CLI_QPARAM_AXIS_OPT                                                                   \
+    CLI_OPT("axis", 0, CLI_QP_AXIS, "N", "per-channel: channel axis (<0 counts from the end)")
+#define CLI_QPARAM_SCALES_OPT                                                                 \
+    CLI_OPT("scales", 0, CLI_QP_SCALES, "S.npy", "per-channel: 1-D float array, one scale per channel")
+#define CLI_QPARAM_ZERO_POINTS_OPT(help) CLI_OPT("zero-points", 0, CLI_QP_ZERO_POINTS, "Z.npy", help)
+
+typedef struct cli_qparam_args {
+    bool integer_zero_point;   /* set before parsing: --zero-point is an int32 (quantize,
+                                * dequantize), else any finite number (fakequant) */
+    bool have_scale, have_zp, have_axis;
+    float scale;
+    double zero_point;
+    int32_t axis;
+    const char *scales_path, *zps_path;
+} cli_qparam_args;
+
+/* Handles id when it is one of the CLI_QP_* rows: returns 0 (taken) or an exit code
+ * (reported); -1 when id is not one of them. */
+int cli_qparam_opt(const char *cmd, cli_qparam_args *q, int id, const char *val);
+
+/* True when the options ask for per-channel qparams. */
+bool cli_qparam_per_channel(const cli_qparam_args *q);
+
+/* Per tensor or per channel: reports and returns QCAL_EXIT_USAGE when they are mixed, per
+ * channel is incomplete or no --scale is given; else 0. */
+int cli_qparam_check(const char *cmd, const cli_qparam_args *q);
 
 /* Reports and returns QCAL_EXIT_USAGE when the input or the -o output is missing; else 0. */
 int cli_check_in_out(const char *cmd, const char *in, const char *out);

@@ -176,5 +176,5 @@ int cli_dist_reduce_session(cli_dist *d, qcal_calib_session *s)
     /* Every rank has the same status and message; the writer prints it once. */
     if (d->rank == 0)
         fprintf(stderr, "qcal: %s: %s\n", d->cmd, qcal_last_error());
-    return st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT;
+    return cli_exit_code(st, CLI_AT_READ);
 }

@@ -10,8 +10,7 @@
 #include "cli_common.h"
 #include "cli_eval.h"
 
-int cli_eval_parse(const char *cmd, int argc, char **argv, const cli_opt *opts, const char *help,
-                   cli_eval_args *a)
+int cli_eval_parse(const char *cmd, int argc, char **argv, const cli_spec *spec, cli_eval_args *a)
 {
     memset(a, 0, sizeof *a);
     cli_progress_init(&a->progress, cmd, false, false);
@@ -21,10 +20,10 @@ int cli_eval_parse(const char *cmd, int argc, char **argv, const cli_opt *opts, 
     cli_parser_init(&p, argc, argv);
     const char *val;
     int id, rc;
-    while ((id = cli_next(&p, opts, &val)) != CLI_END) {
+    while ((id = cli_next(&p, spec->opts, &val)) != CLI_END) {
         switch (id) {
         case CLI_ERROR: return QCAL_EXIT_USAGE;
-        case CLI_EVAL_HELP: fputs(help, stdout); return QCAL_EXIT_OK;
+        case CLI_HELP: cli_help(stdout, spec); return QCAL_EXIT_OK;
         case CLI_EVAL_DTYPE:
             if (qcal_dtype_parse(val, &a->dtype) != QCAL_OK || !qcal_dtype_is_float8(a->dtype))
                 return cli_fail(cmd, QCAL_EXIT_USAGE, "--dtype: '%s' is not float8_e4m3fn or "
@@ -109,8 +108,7 @@ static int run_pass(const char *cmd, qcal_numeric_eval *ev, const qcal_calib_dum
             qcal_npy_array a;
             qcal_status st = qcal_npy_read_f32(t.files[j], &a);
             if (st != QCAL_OK) {
-                rc = cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE
-                                                                   : QCAL_EXIT_INPUT, st);
+                rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_READ), st);
                 break;
             }
             qcal_tensor x;
@@ -124,7 +122,7 @@ static int run_pass(const char *cmd, qcal_numeric_eval *ev, const qcal_calib_dum
             if (!rc && st < 0) {
                 char msg[1200];
                 snprintf(msg, sizeof msg, "%s", qcal_last_error());
-                rc = cli_fail(cmd, cli_observe_exit_code(st), "'%s': %s", t.files[j],
+                rc = cli_fail(cmd, cli_exit_code(st, CLI_AT_OBSERVE), "'%s': %s", t.files[j],
                               *msg ? msg : qcal_status_str(st));
             }
             qcal_npy_array_free(&a);
@@ -142,8 +140,7 @@ static int eval_dump(const char *cmd, const char *dir, const qcal_numeric_eval_o
     qcal_numeric_eval *ev = NULL;
     qcal_status st = qcal_calib_dump_scan(dir, &dump);
     if (st != QCAL_OK)
-        return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE
-                                                             : QCAL_EXIT_INPUT, st);
+        return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_READ), st);
     int rc = 0;
     if ((st = qcal_numeric_eval_create(opt, &ev)) != QCAL_OK)
         rc = cli_fail_status(cmd, QCAL_EXIT_USAGE, st);
@@ -190,7 +187,7 @@ static int eval_state(const char *cmd, const cli_eval_args *a, qcal_numeric_eval
     qcal_numeric_eval *ev = NULL;
     qcal_status st = qcal_numeric_eval_load_file(path, &ev);
     if (st != QCAL_OK)
-        return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT,
+        return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_READ),
                                st);
     if (a->dtype_set) {
         qcal_numeric_eval_destroy(&ev);

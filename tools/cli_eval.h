@@ -15,16 +15,16 @@
 
 /* Option ids of both commands (each command's cli_opt table uses a subset). */
 enum {
-    CLI_EVAL_HELP = 1, CLI_EVAL_OBSERVERS, CLI_EVAL_MIN_SQNR, CLI_EVAL_FORMAT, CLI_EVAL_RULES_OUT,
+    CLI_EVAL_OBSERVERS = 1, CLI_EVAL_MIN_SQNR, CLI_EVAL_FORMAT, CLI_EVAL_RULES_OUT,
     CLI_EVAL_OUT, CLI_EVAL_TITLE, CLI_EVAL_SAVE_STATE, CLI_EVAL_QUIET, CLI_EVAL_DTYPE,
 };
 
-/* The --quiet row of both tables and its help line. */
-#define CLI_EVAL_QUIET_OPT { "quiet", 'q', false, CLI_EVAL_QUIET }
-#define CLI_EVAL_QUIET_HELP                                                                  \
-    "  -q, --quiet              no progress report on stderr (otherwise a bar on a terminal,\n" \
-    "                           else one line at most every 10 s: reading, searching,\n"      \
-    "                           scoring, writing; docs/cli.md)\n"
+/* The --quiet row of both tables (help text at column 27). */
+#define CLI_EVAL_QUIET_OPT                                                                   \
+    CLI_FLAG("quiet", 'q', CLI_EVAL_QUIET,                                                   \
+        "no progress report on stderr (otherwise a bar on a terminal,\n"                      \
+        "else one line at most every 10 s: reading, searching,\n"                             \
+        "scoring, writing; docs/cli.md)")
 
 typedef struct cli_eval_args {
     const char *input;                 /* DIR or STATE (positional) */
@@ -43,10 +43,9 @@ typedef struct cli_eval_args {
                                         * writing phase and ends it */
 } cli_eval_args;
 
-/* Parses argv with the command's table into *a. Returns -1 to go on, or an exit code to
+/* Parses argv with the command's table (spec) into *a. Returns -1 to go on, or an exit code to
  * return at once (0 after printing help, 2 after reporting a usage error). */
-int cli_eval_parse(const char *cmd, int argc, char **argv, const cli_opt *opts, const char *help,
-                   cli_eval_args *a);
+int cli_eval_parse(const char *cmd, int argc, char **argv, const cli_spec *spec, cli_eval_args *a);
 
 /* Parses "--observers a,b,..." into a kind mask; returns 0 or an exit code (reported). */
 int cli_eval_parse_kinds(const char *cmd, const char *list, uint32_t *mask);

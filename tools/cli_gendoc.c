@@ -5,57 +5,50 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli_common.h"
 
-/* The --help text of a subcommand (malloc'ed, NUL-terminated), captured from its stdout. */
+/* The reason of the first failed write of standard output (0: none yet): glibc drops a
+ * buffer it could not write, so the final flush may see no error of its own. */
+static int stdout_errno;
+
+/* The --help text of a subcommand (malloc'ed, NUL-terminated), generated from its table.
+ * What was printed before is flushed first. */
 static char *help_text(const qcal_cmd *c)
 {
-    FILE *tmp = tmpfile();
-    if (!tmp)
+    errno = 0;
+    if (fflush(stdout) != 0 && !stdout_errno)
+        stdout_errno = errno;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&buf, &len);
+    if (!mem)
         return NULL;
-    fflush(stdout);
-    int saved = dup(1);
-    if (saved < 0 || dup2(fileno(tmp), 1) < 0) {
-        fclose(tmp);
-        return NULL;
-    }
-    char name[64], flag[] = "--help";
-    snprintf(name, sizeof name, "%s", c->name);
-    char *argv[] = { name, flag, NULL };
-    c->run(2, argv);
-    fflush(stdout);
-    dup2(saved, 1);
-    close(saved);
-    long n = ftell(tmp);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (buf) {
-        rewind(tmp);
-        size_t got = fread(buf, 1, (size_t)n, tmp);
-        buf[got] = '\0';
-    }
-    fclose(tmp);
+    cli_help(mem, c->spec);
+    fclose(mem);
     return buf;
 }
 
-/* Calls fn for every option of a table (the observer row expanded into its keys). */
 /* Flushes f; a failed write is reported with the OS reason (exit 4). */
 static int flushed(FILE *f)
 {
     errno = 0;
     if (fflush(f) == 0 && !ferror(f))
         return QCAL_EXIT_OK;
-    fprintf(stderr, "qcal: cannot write to standard output: %s\n", strerror(errno ? errno : EIO));
+    int e = errno ? errno : stdout_errno ? stdout_errno : EIO;
+    fprintf(stderr, "qcal: cannot write to standard output: %s\n", strerror(e));
     return QCAL_EXIT_OUTPUT;
 }
 
 typedef void (*opt_fn)(void *ctx, const char *name, char short_name, bool has_value,
                        const qcal_observer_key *key);
 
+/* Calls fn for every option of a table (the observer row expanded into its keys). */
 static void each_option(const cli_opt *opts, opt_fn fn, void *ctx)
 {
     for (const cli_opt *o = opts; o->name; o++) {
+        if (o->store == CLI_STORE_TEXT)
+            continue;
         if (o->name[0] == '\0' && o->id == CLI_OBS_BASE) {
             for (int64_t k = 0; k < qcal_observer_config_key_count(); k++) {
                 const qcal_observer_key *key = qcal_observer_config_key(k);
@@ -95,7 +88,7 @@ int cli_gen_option_list(FILE *f, const qcal_cmd *cmds, int n)
 {
     for (int i = 0; i < n; i++) {
         list_ctx c = { f, cmds[i].name };
-        each_option(*cmds[i].opts, list_one, &c);
+        each_option(cmds[i].spec->opts, list_one, &c);
     }
     return flushed(f);
 }
@@ -264,6 +257,13 @@ static void comp_value(void *ctx, const char *name, char short_name, bool has_va
     char meta[64];
     help_metavar(c->help, name, meta, sizeof meta);
     const char *words = key ? key->choices : key_choices(name);
+    char with_auto[512];
+    if (words && !strcmp(name, "observer") &&
+        (!strcmp(c->cmd, "calibrate") || !strcmp(c->cmd, "qdq"))) {
+        /* --observer auto: the per-tensor choice of the subcommands that run a model */
+        snprintf(with_auto, sizeof with_auto, "%s|auto", words);
+        words = with_auto;
+    }
     if (words) {
         comp_words(c->f, words);
     } else if (!strcmp(name, "format")) {
@@ -297,9 +297,9 @@ int cli_gen_bash_completion(FILE *f, const qcal_cmd *cmds, int n)
         char *h = help_text(&cmds[i]);
         comp_ctx c = { f, cmds[i].name, h ? h : "" };
         fprintf(f, "    %s)\n        opts=\"", cmds[i].name);
-        each_option(*cmds[i].opts, comp_word, &c);
+        each_option(cmds[i].spec->opts, comp_word, &c);
         fputs("\"\n        case $prev in\n", f);
-        each_option(*cmds[i].opts, comp_value, &c);
+        each_option(cmds[i].spec->opts, comp_value, &c);
         fputs("        esac\n        ;;\n", f);
         free(h);
     }

@@ -49,6 +49,52 @@ int cli_model_opt(const char *cmd, cli_model_args *a, int id, const char *val)
     }
 }
 
+int cli_model_observer_auto(const char *cmd, cli_model_args *a, cli_observer_args *oa,
+                            bool *have_obs, const char *rules_path, bool default_auto)
+{
+    int at = -1;
+    for (int i = 0; i < oa->n; i++)
+        if (!strcmp(oa->key[i], "observer") && !strcmp(oa->value[i], "auto"))
+            at = i;
+    if (at < 0) {
+        a->observer_auto = default_auto && !*have_obs && !rules_path;
+        return 0;
+    }
+    if (rules_path)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--observer auto and --rules exclude each other: "
+                        "auto chooses every tensor's observer");
+    if (oa->n > 1)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--observer auto takes no other observer option "
+                        "(--%s): its candidates use the default qconfig and bins",
+                        oa->key[at == 0 ? 1 : 0]);
+    oa->n = 0;
+    *have_obs = false;
+    a->observer_auto = true;
+    return 0;
+}
+
+void cli_model_chosen(const qcal_model_calib_report *rep, char *buf, size_t cap)
+{
+    bool used[QCAL_OBSERVER_KIND_COUNT] = { false };
+    size_t len = 0;
+    buf[0] = '\0';
+    for (;;) {
+        int best = -1;
+        for (int k = 0; k < QCAL_OBSERVER_KIND_COUNT; k++)
+            if (!used[k] && rep->chosen[k] > 0 && (best < 0 || rep->chosen[k] > rep->chosen[best]))
+                best = k;
+        if (best < 0)
+            break;
+        used[best] = true;
+        int w = snprintf(buf + len, cap - len, "%s%s %lld", len ? ", " : "",
+                         qcal_observer_kind_name((qcal_observer_kind)best),
+                         (long long)rep->chosen[best]);
+        if (w < 0 || (size_t)w >= cap - len)
+            break;
+        len += (size_t)w;
+    }
+}
+
 int cli_engine_open(const char *cmd, const char *ort_lib, qcal_engine **e)
 {
     qcal_engine_options eo;
@@ -87,7 +133,7 @@ int cli_model_raise(const char *cmd, qcal_onnx_model *m, int64_t opset, bool qui
         return 0;   /* qcal qdq says what is wrong with a model without a default-domain opset */
     qcal_onnx_upgrade_report rep = { 0 };
     if ((st = qcal_onnx_upgrade(m, opset, &rep)) != QCAL_OK)
-        return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT, st);
+        return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_READ), st);
     if (!quiet) {
         cli_note(cmd, "opset %lld raised to %lld (%lld op type%s adapted)", (long long)rep.from,
                  (long long)rep.to, (long long)rep.n_adapted, rep.n_adapted == 1 ? "" : "s");
@@ -106,7 +152,7 @@ int cli_model_load(const char *cmd, const char *path, bool quiet, qcal_onnx_mode
     qcal_onnx_model *m = NULL;
     qcal_status st = qcal_onnx_model_load(path, &m);
     if (st != QCAL_OK)
-        return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT, st);
+        return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_READ), st);
     /* 9-12 -> 13: what qcal qdq needs, so onnx-expose and calibrate refuse what qdq would
      * before any work */
     int rc = cli_model_raise(cmd, m, 13, quiet);
@@ -123,7 +169,7 @@ int cli_model_load(const char *cmd, const char *path, bool quiet, qcal_onnx_mode
 /* Exit code of a data error: memory 1, else the input's (3). */
 static int data_exit(qcal_status st)
 {
-    return st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT;
+    return cli_exit_code(st, CLI_AT_READ);
 }
 
 int cli_model_calibrate(const char *cmd, qcal_engine *e, const qcal_onnx_model *m,
@@ -142,6 +188,7 @@ int cli_model_calibrate(const char *cmd, qcal_engine *e, const qcal_onnx_model *
     o.n_carry = a->ncarry;
     o.rank = rank;
     o.ranks = ranks;
+    o.observer_auto = a->observer_auto;
     o.progress = prog ? cli_progress_cb : NULL;
     o.progress_user = prog;
     qcal_model_calib *mc = NULL;
@@ -150,10 +197,8 @@ int cli_model_calibrate(const char *cmd, qcal_engine *e, const qcal_onnx_model *
     int rc = 0;
     qcal_status st = qcal_model_calib_create(e, m, s, &o, &mc);
     if (st < 0) {
-        int code = st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE
-                   : st == QCAL_ERR_INVALID_ARG || (st == QCAL_ERR_NOT_FOUND && a->ncarry) ||
-                           st == QCAL_ERR_MISMATCH ? QCAL_EXIT_USAGE
-                   : st == QCAL_ERR_EMPTY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT;
+        int code = st == QCAL_ERR_NOT_FOUND && a->ncarry ? QCAL_EXIT_USAGE   /* a --carry name */
+                                                         : cli_exit_code(st, CLI_AT_MODEL_SETUP);
         return cli_fail_status(cmd, code, st);
     }
     optional = calloc((size_t)a->ncarry + 1, sizeof *optional);
@@ -201,14 +246,7 @@ int cli_model_calibrate(const char *cmd, qcal_engine *e, const qcal_onnx_model *
         rep->samples = all;
     }
     if (st < 0) {
-        int code = st == QCAL_ERR_MISMATCH || st == QCAL_ERR_FORMAT || st == QCAL_ERR_IO ||
-                           st == QCAL_ERR_NOT_FOUND || st == QCAL_ERR_UNSUPPORTED
-                       ? QCAL_EXIT_INPUT
-                       : cli_observe_exit_code(st) == QCAL_EXIT_INPUT ? QCAL_EXIT_INPUT
-                                                                      : QCAL_EXIT_FAILURE;
-        if (st == QCAL_ERR_BACKEND)
-            code = QCAL_EXIT_FAILURE;
-        rc = cli_fail_status(cmd, code, st);
+        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_MODEL_RUN), st);
     }
 out:
     free(optional);

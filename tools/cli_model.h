@@ -20,27 +20,26 @@ enum {
     CLI_MODEL_END
 };
 
-/* Rows to put in a subcommand's option table. */
-#define CLI_MODEL_OPTS                                                                        \
-    { "data", 0, true, CLI_MODEL_DATA }, { "input", 0, CLI_REPEATED, CLI_MODEL_INPUT },     \
-    { "batch", 0, true, CLI_MODEL_BATCH }, { "carry", 0, CLI_REPEATED, CLI_MODEL_CARRY },   \
-    { "ort-lib", 0, true, CLI_MODEL_ORT_LIB }
-
-/* Help lines of the rows above. */
-#define CLI_MODEL_HELP                                                                          \
-    "  --data SPEC              calibration data: a directory or a .npy, .npz or .safetensors\n" \
-    "                           file of arrays named by model input, batch on axis 0; several\n" \
-    "                           files are several batches (docs/data.md)\n"                      \
-    "  --input NAME=PATH        (repeatable) input NAME from PATH (a .npy file, or a directory\n" \
-    "                           of them: one batch each)\n"                                      \
-    "  --batch N                samples per run where the model's first dimension is dynamic\n" \
-    "                           (default: as many as keep one run's observed tensors under\n"    \
-    "                           512 MiB); the ranges do not depend on N\n"                       \
-    "  --carry OUT=IN           (repeatable) output OUT of a run is input IN of the next run\n"  \
-    "                           of the same data file (recurrent state; zeros, or the file's\n"  \
-    "                           value, at the start of each file)\n"                             \
-    "  --ort-lib PATH           ONNX Runtime's libonnxruntime.so.1 (default: $QCAL_ORT_LIB,\n"   \
-    "                           the loader's path, then the npm cache ./run.sh fills)\n"
+/* Rows to put in a subcommand's option table (help texts at column 27). */
+#define CLI_MODEL_OPTS                                                                          \
+    CLI_OPT("data", 0, CLI_MODEL_DATA, "SPEC",                                                  \
+        "calibration data: a directory or a .npy, .npz or .safetensors\n"                       \
+        "file of arrays named by model input, batch on axis 0; several\n"                       \
+        "files are several batches (docs/data.md)"),                                            \
+    CLI_OPT_REPEATED("input", 0, CLI_MODEL_INPUT, "NAME=PATH",                                  \
+        "(repeatable) input NAME from PATH (a .npy file, or a directory\n"                      \
+        "of them: one batch each)"),                                                            \
+    CLI_OPT("batch", 0, CLI_MODEL_BATCH, "N",                                                   \
+        "samples per run where the model's first dimension is dynamic\n"                        \
+        "(default: as many as keep one run's observed tensors under\n"                          \
+        "512 MiB); the ranges do not depend on N"),                                             \
+    CLI_OPT_REPEATED("carry", 0, CLI_MODEL_CARRY, "OUT=IN",                                     \
+        "(repeatable) output OUT of a run is input IN of the next run\n"                        \
+        "of the same data file (recurrent state; zeros, or the file's\n"                        \
+        "value, at the start of each file)"),                                                   \
+    CLI_OPT("ort-lib", 0, CLI_MODEL_ORT_LIB, "PATH",                                            \
+        "ONNX Runtime's libonnxruntime.so.1 (default: $QCAL_ORT_LIB,\n"                         \
+        "the loader's path, then the npm cache ./run.sh fills)")
 
 typedef struct cli_model_args {
     const char *data;          /* --data */
@@ -50,6 +49,7 @@ typedef struct cli_model_args {
     int ncarry;
     int64_t batch;             /* --batch, 0: automatic */
     const char *ort_lib;       /* --ort-lib */
+    bool observer_auto;        /* --observer auto (cli_model_observer_auto) */
 } cli_model_args;
 
 /* Allocates the lists for argc arguments; 0 or an exit code (reported). */
@@ -62,6 +62,24 @@ bool cli_model_args_given(const cli_model_args *a);
 /* Handles id when it is one of CLI_MODEL_OPTS: returns 0 (taken) or an exit code
  * (reported); -1 when id is not one of them. */
 int cli_model_opt(const char *cmd, cli_model_args *a, int id, const char *val);
+
+/* Takes `--observer auto` out of the observer options oa (have_obs cleared with it) and sets
+ * a->observer_auto: given, or by default (default_auto) when neither an observer option nor
+ * a rules file was. auto with --rules or with another observer option is a usage error
+ * (reported; its candidates take the default qconfig and bins). 0 or an exit code. */
+int cli_model_observer_auto(const char *cmd, cli_model_args *a, cli_observer_args *oa,
+                            bool *have_obs, const char *rules_path, bool default_auto);
+
+/* "histogram 40, mse 12, minmax 3" (the kinds rep->chosen counts, most first, ties in kind
+ * order) into buf. */
+void cli_model_chosen(const qcal_model_calib_report *rep, char *buf, size_t cap);
+
+/* Help line of --observer auto for the subcommands that run a model. */
+#define CLI_MODEL_AUTO_HELP                                                                     \
+    "  --observer auto          choose each tensor's observer: every commuting kind (minmax,\n"   \
+    "                           percentile, histogram, mse, entropy) on every tensor, the\n"      \
+    "                           model run twice (observe, then the exact SQNR of each\n"          \
+    "                           candidate's fake-quant), the highest SQNR wins (docs/evaluate.md)\n"
 
 /* Folds the model's BatchNormalizations into their Convs (as qdq, onnx-expose and equalize
  * do, so exposed names, tables and Q/DQ placement agree) and notes it on stderr unless

@@ -56,26 +56,8 @@ int cli_observer_state_load(const char *cmd, const char *path, qcal_observer **o
 {
     qcal_status st = qcal_observer_load_file(path, out);
     if (st != QCAL_OK)
-        return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT,
+        return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_READ),
                                st);
-    return 0;
-}
-
-int cli_observer_state_save(const char *cmd, const qcal_observer *obs, const char *path)
-{
-    qcal_status st = qcal_observer_save_file(obs, path);
-    if (st != QCAL_OK)
-        return cli_fail(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_OUTPUT,
-                        "cannot save state '%s': %s", path, qcal_last_error());
-    return 0;
-}
-
-int cli_session_state_save(const char *cmd, const qcal_calib_session *s, const char *path)
-{
-    qcal_status st = qcal_calib_session_save_file(s, path);
-    if (st != QCAL_OK)
-        return cli_fail(cmd, st == QCAL_ERR_IO ? QCAL_EXIT_OUTPUT : QCAL_EXIT_FAILURE,
-                        "cannot save state '%s': %s", path, qcal_last_error());
     return 0;
 }
 

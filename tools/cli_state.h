@@ -26,12 +26,6 @@ int cli_state_read(const char *cmd, const char *path, void **buf, size_t *len,
 /* Loads an observer state file; reports and returns QCAL_EXIT_INPUT on failure. */
 int cli_observer_state_load(const char *cmd, const char *path, qcal_observer **out);
 
-/* Saves an observer state atomically; reports and returns QCAL_EXIT_OUTPUT on failure. */
-int cli_observer_state_save(const char *cmd, const qcal_observer *obs, const char *path);
-
-/* Saves a session state atomically; reports and returns QCAL_EXIT_OUTPUT on failure. */
-int cli_session_state_save(const char *cmd, const qcal_calib_session *s, const char *path);
-
 /* Stage an observer or session state (tools/cli_output.h: written and flushed, renamed by
  * cli_stage_commit); report and return QCAL_EXIT_OUTPUT (or 1: out of memory) on failure,
  * everything staged then aborted. */

@@ -234,9 +234,7 @@ int cli_table_out_write(const char *cmd, cli_table_out *o, const qcal_calib_tabl
     else
         st = qcal_calib_table_write(t, o->formats[0], &o->xo, cli_output_path(o->out));
     if (st < 0)
-        return cli_fail_status(cmd, st == QCAL_ERR_IO ? QCAL_EXIT_OUTPUT
-                                    : st == QCAL_ERR_INVALID_ARG ? QCAL_EXIT_USAGE
-                                                                 : QCAL_EXIT_FAILURE, st);
+        return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_TABLE_OUT), st);
     if (st == QCAL_NO_DATA && !o->no_data_warned)
         cli_warn(cmd, "%s", qcal_last_error());
     return 0;

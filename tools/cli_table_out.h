@@ -24,32 +24,30 @@ enum {
     CLI_OUT_END
 };
 
-/* Rows to put in a subcommand's option table. */
-#define CLI_TABLE_OUT_OPTS                                                                  \
-    { "output", 'o', true, CLI_OUT_OUTPUT }, { "format", 0, true, CLI_OUT_FORMAT },         \
-    { "trt-version", 0, true, CLI_OUT_TRT_VERSION },                                        \
-    { "trt-algorithm", 0, true, CLI_OUT_TRT_ALGO },                                         \
-    { "skip-unrepresentable", 0, false, CLI_OUT_SKIP_NAMES }
-
-/* Help lines of the rows above. */
-#define CLI_TABLE_OUT_HELP                                                                    \
-    "  -o, --output OUT         output: a file for one single-file format (- is stdout), else\n" \
-    "                           a directory (created if missing) holding each format's files\n" \
-    "                           (required; docs/cli.md \"Outputs\")\n"                          \
-    "  --format F[,F...]        json (default; native qcal table), tensorrt, onnxruntime,\n"   \
-    "                           ncnn; several formats need -o DIR. File names in DIR:\n"       \
-    "                           qcal_table.json, tensorrt.cache, calibration.json +\n"         \
-    "                           calibration.flatbuffers + calibration.cache (ONNX Runtime's\n" \
-    "                           three files; onnxruntime always writes to a directory),\n"     \
-    "                           ncnn.table. All files are written or none.\n"                  \
-    "  --trt-version V          the TensorRT that reads the cache: 8.6.1, 10.3.0, ... or\n"   \
-    "                           the header's number (8601, 100300); default 8601 (8.6.1)\n"   \
-    "  --trt-algorithm A        TensorRT header algorithm: EntropyCalibration2,\n"            \
-    "                           MinMaxCalibration, EntropyCalibration or LegacyCalibration\n" \
-    "                           (default: MinMaxCalibration when every activation has a\n"    \
-    "                           min/max observer, else EntropyCalibration2)\n"                \
-    "  --skip-unrepresentable   leave out (with a warning) names a format cannot hold\n"       \
-    "                           instead of failing with exit 1 (docs/calibration.md)\n"
+/* Rows to put in a subcommand's option table (help texts at column 27). */
+#define CLI_TABLE_OUT_OPTS                                                                    \
+    CLI_OPT("output", 'o', CLI_OUT_OUTPUT, "OUT",                                             \
+        "output: a file for one single-file format (- is stdout), else\n"                     \
+        "a directory (created if missing) holding each format's files\n"                      \
+        "(required; docs/cli.md \"Outputs\")"),                                                \
+    CLI_OPT("format", 0, CLI_OUT_FORMAT, "F[,F...]",                                          \
+        "json (default; native qcal table), tensorrt, onnxruntime,\n"                         \
+        "ncnn; several formats need -o DIR. File names in DIR:\n"                             \
+        "qcal_table.json, tensorrt.cache, calibration.json +\n"                               \
+        "calibration.flatbuffers + calibration.cache (ONNX Runtime's\n"                       \
+        "three files; onnxruntime always writes to a directory),\n"                           \
+        "ncnn.table. All files are written or none."),                                         \
+    CLI_OPT("trt-version", 0, CLI_OUT_TRT_VERSION, "V",                                       \
+        "the TensorRT that reads the cache: 8.6.1, 10.3.0, ... or\n"                          \
+        "the header's number (8601, 100300); default 8601 (8.6.1)"),                          \
+    CLI_OPT("trt-algorithm", 0, CLI_OUT_TRT_ALGO, "A",                                        \
+        "TensorRT header algorithm: EntropyCalibration2,\n"                                   \
+        "MinMaxCalibration, EntropyCalibration or LegacyCalibration\n"                        \
+        "(default: MinMaxCalibration when every activation has a\n"                           \
+        "min/max observer, else EntropyCalibration2)"),                                       \
+    CLI_FLAG("skip-unrepresentable", 0, CLI_OUT_SKIP_NAMES,                                   \
+        "leave out (with a warning) names a format cannot hold\n"                             \
+        "instead of failing with exit 1 (docs/calibration.md)")
 
 #define CLI_TABLE_OUT_MAX 8
 

@@ -22,131 +22,133 @@
 #include "cli_state.h"
 #include "cli_table_out.h"
 
-static const char help[] =
-    "usage: qcal calibrate DIR -o OUT [--format F[,F...]] [--rules RULES]\n"
-    "       qcal calibrate MODEL.onnx --data SPEC -o OUT [--profile ort|tensorrt]\n"
-    "                      [--input NAME=PATH]... [--batch N] [--carry OUT=IN]...\n"
-    "                      [--op-types LIST] [--exclude PATTERN]... [--ort-lib PATH]\n"
-    "                      [--weights MODEL.safetensors ...] [--save-state FILE]\n"
-    "                      [OBSERVER OPTIONS]\n"
-    "       qcal calibrate DIR --weights MODEL.safetensors --dtype float8_e4m3fn -o OUTDIR\n"
-    "                      --format compressed-tensors|modelopt [--weight-scale tensor|channel]\n"
-    "                      [--fused-input-scale own|max] [--model-config config.json]\n"
-    "\n"
-    "Calibrates every tensor dumped under DIR and writes a calibration table to OUT.\n"
-    "DIR/manifest.json, if present, lists the tensors: {\"tensors\": [{\"name\": N, \"role\":\n"
-    "\"activation\"|\"weight\", \"files\": [\"rel/path.npy\", ...]}]} (files fed in the listed\n"
-    "order, paths relative to DIR and inside it). Otherwise DIR holds, for each tensor, a\n"
-    "directory DIR/<name>/ of .npy files (one batch each, fed in byte order of their names)\n"
-    "or a single file DIR/<name>.npy; names are percent-decoded (%2F is '/', %3A is ':',\n"
-    "%25 is '%'), so '%2Flayer1%2Fconv%2FConv_output_0' is '/layer1/conv/Conv_output_0'.\n"
-    "Tensors are visited in byte order of their names, so the result never depends on the\n"
-    "file system. Without a manifest, names ending in '.weight' are weights (default\n"
-    "observer: per_channel_minmax, qint8 per_channel_symmetric, axis 0) and every other\n"
-    "name is an activation (default observer: histogram, quint8 per_tensor_affine).\n"
-    "\n"
-    "With MODEL.onnx and --data, qcal runs the model in ONNX Runtime (loaded at run time,\n"
-    "docs/engine.md) on the data and streams every tensor that 'qcal onnx-expose' would\n"
-    "expose for the profile into its observer, as each run returns (at most two runs'\n"
-    "tensors in memory): the table the dump route gives for the same runs, byte for byte.\n"
-    "Entries starting with '.' and files not ending in .npy are ignored (a .safetensors\n"
-    "file in DIR gets a note: pass it with --weights). Rules globs match the decoded names.\n"
-    "\n"
-    "options:\n"
-    CLI_TABLE_OUT_HELP
-    "  --rules RULES            rules file: 'GLOB ROLE OBSERVER [key=value ...]' per line,\n"
-    "                           first match wins (docs/calibration.md)\n"
-    "  --weights FILE           (repeatable) observe every weight tensor of a .safetensors\n"
-    "                           file with the weight rules (default per output channel,\n"
-    "                           axis 0); tensors with fewer than 2 dimensions (biases,\n"
-    "                           norms) are skipped and counted, non-float dtypes noted\n"
-    "  --max-memory SIZE        refuse (exit 2, before any work) observers whose estimated\n"
-    "                           memory exceeds SIZE (bytes, or with K, M, G, T: binary\n"
-    "                           units; default 2G; 0: no limit); docs/observers.md, Memory\n"
-    "  -q, --quiet              no progress report on stderr\n"
-    "  --format compressed-tensors | modelopt\n"
-    "                           an FP8 serving checkpoint in the directory OUTDIR instead of a\n"
-    "                           table (docs/fp8.md): each --weights file with every linear\n"
-    "                           whose input DIR holds as '<module>.input' in float8_e4m3fn,\n"
-    "                           <module>.weight_scale and <module>.input_scale (float32), KV\n"
-    "                           scales <attn>.k_scale/v_scale from '<attn>.k_proj.output' and\n"
-    "                           '<attn>.v_proj.output', other tensors copied; config.json\n"
-    "                           (compressed-tensors) or hf_quant_config.json (modelopt). All\n"
-    "                           files are written or none\n"
-    "  --weight-scale S         checkpoints: tensor (default; one weight_scale per weight) or\n"
-    "                           channel (shape (out, 1), from the per-channel weight observer;\n"
-    "                           compressed-tensors only)\n"
-    "  --fused-input-scale F    checkpoints: own (default; q/k/v_proj and gate/up_proj keep\n"
-    "                           their own input_scale, vLLM loads their max) or max (each\n"
-    "                           gets the max of its group)\n"
-    "  --model-config FILE      checkpoints: the model's config.json that compressed-tensors\n"
-    "                           extends with quantization_config (modelopt copies it)\n"
-    "                           (default: config.json beside the first --weights file, if any)\n"
-    "  --save-state FILE        also save the calibration session (docs/state.md), atomically;\n"
-    "                           'qcal merge' combines sessions calibrated on parts of a dump\n"
-    "                           into the table of the whole dump\n"
-    "  -h, --help               this help\n"
-    "\n"
-    "model options (MODEL.onnx):\n"
-    CLI_MODEL_HELP
-    "  --profile P              ort (default) or tensorrt: the tensors that profile quantizes;\n"
-    "                           recorded in the JSON table (with DIR too: the profile the\n"
-    "                           dump was exposed for), checked by 'qcal qdq'\n"
-    "  --op-types LIST          comma list of op types to quantize (default: the profile's)\n"
-    "  --exclude PATTERN        (repeatable) glob on node and tensor names not calibrated\n"
-    "\n"
-    "observer options (given: they replace the activation default, after any --rules; the\n"
-    "keys of rules files, docs/cli.md):\n";
-
-static const char help_tail[] =
-    "\n"
-    "Progress goes to stderr (not with --quiet): a bar on a terminal, through the phases\n"
-    "reading (files), searching (each tensor's qparams) and writing; otherwise one line\n"
-    "'qcal: calibrate: progress: PHASE DONE/TOTAL UNIT, S s elapsed' at most every 10 s and\n"
-    "one closing line if any was printed (running (samples) for a model). On success one summary line goes to stdout. Errors are one line on stderr: a missing or empty DIR, a bad\n"
-    "manifest or name escape or a malformed .npy (named) exit 3, an unwritable OUT exits 4\n"
-    "(before any work is done); NaN/Inf under --strict exits 1, as in 'qcal observe'; a\n"
-    "name a format cannot hold exits 1 listing every such name (or is left out with a\n"
-    "warning under --skip-unrepresentable); a tensor that saw no finite value (every value\n"
-    "NaN/Inf) exits 1 naming every such tensor, before any output is written, unless\n"
-    "--allow-empty. With a model: data that does not match its inputs (named, with what the\n"
-    "model takes and what the file has), a malformed data file or a model ONNX Runtime\n"
-    "refuses exit 3; a failure during a run exits 1; no ONNX Runtime found exits 5.\n"
-    "\n"
-    "Under mpirun (mpirun -np N qcal calibrate DIR -o OUT ...) the ranks share the dump's\n"
-    "files (order-independent observers by file; moving averages and first-batch histograms\n"
-    "by whole tensor; --weights on rank 0), their sessions are merged in rank order and rank\n"
-    "0 writes OUT (and --save-state): the same bytes as one process, with one summary line\n"
-    "and one progress bar (rank 0's files, when mpirun's output is a terminal). A failure on\n"
-    "any rank ends every rank with its exit code and one line naming the rank and the file\n"
-    "(docs/distributed.md). As root, Open MPI needs mpirun --allow-run-as-root (or\n"
-    "OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1); more ranks than cores\n"
-    "need --oversubscribe.\n";
-
-enum { OPT_HELP = 1, OPT_RULES, OPT_WEIGHTS, OPT_SAVE_STATE, OPT_ALLOW_EMPTY, OPT_MAX_MEMORY,
+enum { OPT_RULES = 1, OPT_WEIGHTS, OPT_SAVE_STATE, OPT_ALLOW_EMPTY, OPT_MAX_MEMORY,
        OPT_QUIET, OPT_WEIGHT_SCALE, OPT_FUSED_INPUT_SCALE, OPT_MODEL_CONFIG, OPT_PROFILE,
        OPT_OPTYPES, OPT_EXCLUDE };
 
 static const cli_opt opts[] = {
-    { "help", 'h', false, OPT_HELP },
-    { "rules", 0, true, OPT_RULES },
-    { "weights", 0, CLI_REPEATED, OPT_WEIGHTS },
-    { "save-state", 0, true, OPT_SAVE_STATE },
-    { "allow-empty", 0, false, OPT_ALLOW_EMPTY },
-    { "max-memory", 0, true, OPT_MAX_MEMORY },
-    { "quiet", 'q', false, OPT_QUIET },
-    { "weight-scale", 0, true, OPT_WEIGHT_SCALE },
-    { "fused-input-scale", 0, true, OPT_FUSED_INPUT_SCALE },
-    { "model-config", 0, true, OPT_MODEL_CONFIG },
-    { "profile", 0, true, OPT_PROFILE },
-    { "op-types", 0, true, OPT_OPTYPES },
-    { "exclude", 0, CLI_REPEATED, OPT_EXCLUDE },
-    CLI_MODEL_OPTS,
+    CLI_TEXT(
+        "usage: qcal calibrate DIR -o OUT [--format F[,F...]] [--rules RULES]\n"
+        "       qcal calibrate MODEL.onnx --data SPEC -o OUT [--profile ort|tensorrt]\n"
+        "                      [--input NAME=PATH]... [--batch N] [--carry OUT=IN]...\n"
+        "                      [--op-types LIST] [--exclude PATTERN]... [--ort-lib PATH]\n"
+        "                      [--weights MODEL.safetensors ...] [--save-state FILE]\n"
+        "                      [OBSERVER OPTIONS]\n"
+        "       qcal calibrate DIR --weights MODEL.safetensors --dtype float8_e4m3fn -o OUTDIR\n"
+        "                      --format compressed-tensors|modelopt [--weight-scale tensor|channel]\n"
+        "                      [--fused-input-scale own|max] [--model-config config.json]\n"
+        "\n"
+        "Calibrates every tensor dumped under DIR and writes a calibration table to OUT.\n"
+        "DIR/manifest.json, if present, lists the tensors: {\"tensors\": [{\"name\": N, \"role\":\n"
+        "\"activation\"|\"weight\", \"files\": [\"rel/path.npy\", ...]}]} (files fed in the listed\n"
+        "order, paths relative to DIR and inside it). Otherwise DIR holds, for each tensor, a\n"
+        "directory DIR/<name>/ of .npy files (one batch each, fed in byte order of their names)\n"
+        "or a single file DIR/<name>.npy; names are percent-decoded (%2F is '/', %3A is ':',\n"
+        "%25 is '%'), so '%2Flayer1%2Fconv%2FConv_output_0' is '/layer1/conv/Conv_output_0'.\n"
+        "Tensors are visited in byte order of their names, so the result never depends on the\n"
+        "file system. Without a manifest, names ending in '.weight' are weights (default\n"
+        "observer: per_channel_minmax, qint8 per_channel_symmetric, axis 0) and every other\n"
+        "name is an activation (default observer: histogram, quint8 per_tensor_affine).\n"
+        "\n"
+        "With MODEL.onnx and --data, qcal runs the model in ONNX Runtime (loaded at run time,\n"
+        "docs/engine.md) on the data and streams every tensor that 'qcal onnx-expose' would\n"
+        "expose for the profile into its observer, as each run returns (at most two runs'\n"
+        "tensors in memory): the table the dump route gives for the same runs, byte for byte.\n"
+        "Entries starting with '.' and files not ending in .npy are ignored (a .safetensors\n"
+        "file in DIR gets a note: pass it with --weights). Rules globs match the decoded names.\n"
+        "\n"
+        "options:\n"),
     CLI_TABLE_OUT_OPTS,
-    CLI_OBSERVER_OPTS,
+    CLI_OPT("rules", 0, OPT_RULES, "RULES",
+        "rules file: 'GLOB ROLE OBSERVER [key=value ...]' per line,\n"
+        "first match wins (docs/calibration.md)"),
+    CLI_OPT_REPEATED("weights", 0, OPT_WEIGHTS, "FILE",
+        "(repeatable) observe every weight tensor of a .safetensors\n"
+        "file with the weight rules (default per output channel,\n"
+        "axis 0); tensors with fewer than 2 dimensions (biases,\n"
+        "norms) are skipped and counted, non-float dtypes noted"),
+    CLI_OPT("max-memory", 0, OPT_MAX_MEMORY, "SIZE",
+        "refuse (exit 2, before any work) observers whose estimated\n"
+        "memory exceeds SIZE (bytes, or with K, M, G, T: binary\n"
+        "units; default 2G; 0: no limit); docs/observers.md, Memory"),
+    CLI_FLAG("quiet", 'q', OPT_QUIET, "no progress report on stderr"),
+    CLI_TEXT(
+        "  --format compressed-tensors | modelopt\n"
+        "                           an FP8 serving checkpoint in the directory OUTDIR instead of a\n"
+        "                           table (docs/fp8.md): each --weights file with every linear\n"
+        "                           whose input DIR holds as '<module>.input' in float8_e4m3fn,\n"
+        "                           <module>.weight_scale and <module>.input_scale (float32), KV\n"
+        "                           scales <attn>.k_scale/v_scale from '<attn>.k_proj.output' and\n"
+        "                           '<attn>.v_proj.output', other tensors copied; config.json\n"
+        "                           (compressed-tensors) or hf_quant_config.json (modelopt). All\n"
+        "                           files are written or none\n"),
+    CLI_OPT("weight-scale", 0, OPT_WEIGHT_SCALE, "S",
+        "checkpoints: tensor (default; one weight_scale per weight) or\n"
+        "channel (shape (out, 1), from the per-channel weight observer;\n"
+        "compressed-tensors only)"),
+    CLI_OPT("fused-input-scale", 0, OPT_FUSED_INPUT_SCALE, "F",
+        "checkpoints: own (default; q/k/v_proj and gate/up_proj keep\n"
+        "their own input_scale, vLLM loads their max) or max (each\n"
+        "gets the max of its group)"),
+    CLI_OPT("model-config", 0, OPT_MODEL_CONFIG, "FILE",
+        "checkpoints: the model's config.json that compressed-tensors\n"
+        "extends with quantization_config (modelopt copies it)\n"
+        "(default: config.json beside the first --weights file, if any)"),
+    CLI_OPT("save-state", 0, OPT_SAVE_STATE, "FILE",
+        "also save the calibration session (docs/state.md), atomically;\n"
+        "'qcal merge' combines sessions calibrated on parts of a dump\n"
+        "into the table of the whole dump"),
+    CLI_HELP_OPT,
+    CLI_TEXT(
+        "\n"
+        "model options (MODEL.onnx):\n"),
+    CLI_MODEL_OPTS,
+    CLI_OPT("profile", 0, OPT_PROFILE, "P",
+        "ort (default) or tensorrt: the tensors that profile quantizes;\n"
+        "recorded in the JSON table (with DIR too: the profile the\n"
+        "dump was exposed for), checked by 'qcal qdq'"),
+    CLI_OPT("op-types", 0, OPT_OPTYPES, "LIST",
+        "comma list of op types to quantize (default: the profile's)"),
+    CLI_OPT_REPEATED("exclude", 0, OPT_EXCLUDE, "PATTERN",
+        "(repeatable) glob on node and tensor names not calibrated"),
+    CLI_TEXT(
+        CLI_MODEL_AUTO_HELP
+        "                           (default with a model: --observer histogram, as with DIR;\n"
+        "                           'qcal qdq --data' defaults to auto)\n"),
+    CLI_TEXT(
+        "\n"
+        "observer options (given: they replace the activation default, after any --rules; the\n"
+        "keys of rules files, docs/cli.md):\n"),
+    CLI_OBSERVER_GROUP(QCAL_OBSERVER_HISTOGRAM),
+    CLI_TEXT(
+        "\n"
+        "Progress goes to stderr (not with --quiet): a bar on a terminal, through the phases\n"
+        "reading (files), searching (each tensor's qparams) and writing; otherwise one line\n"
+        "'qcal: calibrate: progress: PHASE DONE/TOTAL UNIT, S s elapsed' at most every 10 s and\n"
+        "one closing line if any was printed (running (samples) for a model). On success one summary line goes to stdout. Errors are one line on stderr: a missing or empty DIR, a bad\n"
+        "manifest or name escape or a malformed .npy (named) exit 3, an unwritable OUT exits 4\n"
+        "(before any work is done); NaN/Inf under --strict exits 1, as in 'qcal observe'; a\n"
+        "name a format cannot hold exits 1 listing every such name (or is left out with a\n"
+        "warning under --skip-unrepresentable); a tensor that saw no finite value (every value\n"
+        "NaN/Inf) exits 1 naming every such tensor, before any output is written, unless\n"
+        "--allow-empty. With a model: data that does not match its inputs (named, with what the\n"
+        "model takes and what the file has), a malformed data file or a model ONNX Runtime\n"
+        "refuses exit 3; a failure during a run exits 1; no ONNX Runtime found exits 5.\n"
+        "\n"
+        "Under mpirun (mpirun -np N qcal calibrate DIR -o OUT ...) the ranks share the dump's\n"
+        "files (order-independent observers by file; moving averages and first-batch histograms\n"
+        "by whole tensor; --weights on rank 0), their sessions are merged in rank order and rank\n"
+        "0 writes OUT (and --save-state): the same bytes as one process, with one summary line\n"
+        "and one progress bar (rank 0's files, when mpirun's output is a terminal). A failure on\n"
+        "any rank ends every rank with its exit code and one line naming the rank and the file\n"
+        "(docs/distributed.md). As root, Open MPI needs mpirun --allow-run-as-root (or\n"
+        "OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1); more ranks than cores\n"
+        "need --oversubscribe.\n"),
+    /* described in the closing text */
+    CLI_FLAG("allow-empty", 0, OPT_ALLOW_EMPTY, NULL),
     { 0 },
 };
-const cli_opt *const cmd_calibrate_opts = opts;
+const cli_spec cmd_calibrate_spec = { opts, 27 };
 
 typedef struct calib_args {
     const char *dir;
@@ -253,10 +255,7 @@ static int write_checkpoint(const char *cmd, calib_args *a, const qcal_calib_tab
                                                &a->co, sum);
     if (st == QCAL_OK)
         return 0;
-    int code = st == QCAL_ERR_IO ? QCAL_EXIT_OUTPUT
-             : st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE
-             : st == QCAL_ERR_EMPTY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT;
-    return cli_fail_status(cmd, code, st);
+    return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_CHECKPOINT), st);
 }
 
 /* Parses the command line; returns 0, an exit code (reported), or -1 after --help. */
@@ -269,11 +268,9 @@ static int parse_args(int argc, char **argv, calib_args *a, bool writer)
     while ((id = cli_next(&p, opts, &val)) != CLI_END) {
         switch (id) {
         case CLI_ERROR: return QCAL_EXIT_USAGE;
-        case OPT_HELP:
+        case CLI_HELP:
             if (writer) {
-                fputs(help, stdout);
-                cli_observer_help(stdout, QCAL_OBSERVER_HISTOGRAM);
-                fputs(help_tail, stdout);
+                cli_help(stdout, &cmd_calibrate_spec);
             }
             return -1;
         case OPT_RULES: a->rules_path = val; break;
@@ -330,6 +327,15 @@ static int parse_args(int argc, char **argv, calib_args *a, bool writer)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "--data, --input, --batch, --carry, "
                         "--op-types and --exclude go with a model file (MODEL.onnx), not with "
                         "dump directory '%s'", a->dir ? a->dir : "");
+    bool was_auto = false;
+    for (int i = 0; i < a->oa.n; i++)
+        was_auto |= !strcmp(a->oa.key[i], "observer") && !strcmp(a->oa.value[i], "auto");
+    if (was_auto && !a->model)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--observer auto runs a model (MODEL.onnx "
+                        "--data); for a dump: 'qcal evaluate DIR --rules-out R', then --rules R");
+    if (a->model && (rc = cli_model_observer_auto(cmd, &a->ma, &a->oa, &a->have_obs_opts,
+                                                  a->rules_path, false)))
+        return rc;
     qcal_onnx_profile prof;
     if (a->profile && qcal_onnx_profile_parse(a->profile, &prof) != QCAL_OK)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "--profile: '%s' is not ort or tensorrt",
@@ -419,8 +425,7 @@ static int scan_dump(const char *cmd, const char *dir, qcal_calib_dump **dump)
 {
     qcal_status st = qcal_calib_dump_scan(dir, dump);
     if (st != QCAL_OK)
-        return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE
-                                                             : QCAL_EXIT_INPUT, st);
+        return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_READ), st);
     return 0;
 }
 
@@ -479,13 +484,13 @@ static int observe_failed(const char *cmd, const char *path, qcal_status st)
 {
     char msg[1200];
     snprintf(msg, sizeof msg, "%s", qcal_last_error());
-    return cli_fail(cmd, cli_observe_exit_code(st), "'%s': %s", path,
+    return cli_fail(cmd, cli_exit_code(st, CLI_AT_OBSERVE), "'%s': %s", path,
                     *msg ? msg : qcal_status_str(st));
 }
 
 static int read_failed(const char *cmd, qcal_status st)
 {
-    return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT,
+    return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_READ),
                            st);
 }
 
@@ -712,7 +717,7 @@ static int feed_weight(void *ctx, qcal_safetensors *st, int64_t i,
         if (s < 0) {
             char msg[1200];
             snprintf(msg, sizeof msg, "%s", qcal_last_error());
-            rc = cli_fail(w->cmd, cli_observe_exit_code(s), "'%s': weight '%s': %s", w->path,
+            rc = cli_fail(w->cmd, cli_exit_code(s, CLI_AT_OBSERVE), "'%s': weight '%s': %s", w->path,
                           info->name, *msg ? msg : qcal_status_str(s));
         } else {
             w->observed++;
@@ -819,6 +824,11 @@ static int calibrate(int argc, char **argv, cli_dist *dist)
         goto done;
     if (a.profile)
         qcal_onnx_profile_parse(a.profile, &sel.profile);   /* checked by parse_args */
+    if (a.model && a.ma.observer_auto && dist->size > 1) {
+        rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--observer auto runs in one process (its "
+                      "evaluation is not merged across ranks): run it without mpirun");
+        goto done;
+    }
     if (a.model) {
         sel.op_types = a.op_types;
         sel.exclude = a.exclude;
@@ -951,6 +961,11 @@ fed:
                 a.out.out, fmts, (long long)(n - nw), CLI_PLURAL(n - nw, "activation", "activations"),
                 (long long)nw, CLI_PLURAL(nw, "weight", "weights"), files,
                 CLI_PLURAL(files, "file", "files"));
+    if (model && a.ma.observer_auto) {
+        char chosen[256];
+        cli_model_chosen(&mrep, chosen, sizeof chosen);
+        fprintf(say, "; observer auto (the model run twice): %s", chosen);
+    }
     if (a.nweights)
         fprintf(say, " and %ld safetensors %s (%ld %s under 2 dimensions skipped)",
                 weights, CLI_PLURAL(weights, "weight", "weights"), skipped_1d,

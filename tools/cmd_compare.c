@@ -10,50 +10,46 @@
 
 #include "cli_accuracy.h"
 #include "cli_common.h"
+#include "cli_dispatch.h"
 #include "cli_model.h"
 #include "cli_output.h"
 #include "cli_progress.h"
 
-static const char help[] =
-    "usage: qcal compare FLOAT.onnx QDQ.onnx --data SPEC [--labels L.npy] [--metric top1|exact]\n"
-    "                    [--sensitivity-samples N] [--format table|csv|json] [-o OUT]\n"
-    "\n"
-    "Runs FLOAT.onnx and QDQ.onnx (graph optimization 'all': ONNX Runtime's int8 kernels) on\n"
-    "the same data and compares them at every model output: SQNR in dB over all finite\n"
-    "values, cosine, top-1 agreement (argmax over the last axis, per position, and whole\n"
-    "samples), and with --labels each model's accuracy. Then, on the first N samples, the\n"
-    "sensitivity of each quantized op (a node that reads through DequantizeLinear): the SQNR at\n"
-    "the outputs with only that op quantized, and with every op but it quantized, measured on\n"
-    "one gated model (float kernels, Q/DQ simulated; one ONNX Runtime session for every\n"
-    "choice). Ops are listed most sensitive first. FLOAT.onnx is read as 'qcal qdq' reads it\n"
-    "(opset raised to 13, BatchNormalization folded) to find the float weights of the QDQ\n"
-    "model's quantized ones; the run of the float model is the file as given.\n"
-    "\n"
-    "options:\n"
-    CLI_MODEL_HELP
-    CLI_ACCURACY_HELP
-    "  --format F               table (default), csv (kind,name,...: one row per output and\n"
-    "                           per op) or json ({\"outputs\": [...], \"ops\": [...]})\n"
-    "  -o, --output OUT         write there (default: standard output)\n"
-    "  -q, --quiet              no progress report on stderr\n"
-    "  -h, --help               this help\n"
-    "\n"
-    "Exit codes: 2 bad options; 3 a missing or malformed model, data or labels, data that do\n"
-    "not match the model, models whose outputs differ; 4 an output that cannot be written;\n"
-    "1 a failure during a run; 5 ONNX Runtime could not be loaded.\n";
-
-enum { OPT_HELP = 1, OPT_OUT, OPT_FORMAT, OPT_QUIET };
+enum { OPT_OUT = 1, OPT_FORMAT, OPT_QUIET };
 
 static const cli_opt opts[] = {
-    { "help", 'h', false, OPT_HELP },
-    { "output", 'o', true, OPT_OUT },
-    { "format", 0, true, OPT_FORMAT },
-    { "quiet", 'q', false, OPT_QUIET },
+    CLI_TEXT(
+        "usage: qcal compare FLOAT.onnx QDQ.onnx --data SPEC [--labels L.npy] [--metric top1|exact]\n"
+        "                    [--sensitivity-samples N] [--format table|csv|json] [-o OUT]\n"
+        "\n"
+        "Runs FLOAT.onnx and QDQ.onnx (graph optimization 'all': ONNX Runtime's int8 kernels) on\n"
+        "the same data and compares them at every model output: SQNR in dB over all finite\n"
+        "values, cosine, top-1 agreement (argmax over the last axis, per position, and whole\n"
+        "samples), and with --labels each model's accuracy. Then, on the first N samples, the\n"
+        "sensitivity of each quantized op (a node that reads through DequantizeLinear): the SQNR at\n"
+        "the outputs with only that op quantized, and with every op but it quantized, measured on\n"
+        "one gated model (float kernels, Q/DQ simulated, one sample a run; one ONNX Runtime\n"
+        "session for every choice). Ops are listed most sensitive first. FLOAT.onnx is also read\n"
+        "as 'qcal qdq' reads it (opset raised to 13, BatchNormalization folded) to find the float\n"
+        "weights of the QDQ model's quantized ones; the float model run is the file as given.\n"
+        "\n"
+        "options:\n"),
     CLI_MODEL_OPTS,
     CLI_ACCURACY_OPTS,
+    CLI_OPT("format", 0, OPT_FORMAT, "F",
+        "table (default), csv (kind,name,...: one row per output and\n"
+        "per op) or json ({\"outputs\": [...], \"ops\": [...]})"),
+    CLI_OPT("output", 'o', OPT_OUT, "OUT", "write there (default: standard output)"),
+    CLI_FLAG("quiet", 'q', OPT_QUIET, "no progress report on stderr"),
+    CLI_HELP_OPT,
+    CLI_TEXT(
+        "\n"
+        "Exit codes: 2 bad options; 3 a missing or malformed model, data or labels, data that do\n"
+        "not match the model, models whose outputs differ; 4 an output that cannot be written;\n"
+        "1 a failure during a run; 5 ONNX Runtime could not be loaded.\n"),
     { 0 },
 };
-const cli_opt *const cmd_compare_opts = opts;
+const cli_spec cmd_compare_spec = { opts, 27 };
 
 /* A figure for a table cell: fixed decimals, "inf", or "-" when it does not apply. */
 static void cell(FILE *f, double v, const char *fmt, int width, double scale)
@@ -263,7 +259,7 @@ int cmd_compare(int argc, char **argv)
             goto done;
         }
         switch (id) {
-        case OPT_HELP: fputs(help, stdout); goto done;
+        case CLI_HELP: cli_help(stdout, &cmd_compare_spec); goto done;
         case CLI_POSITIONAL:
             if (npaths == 2) {
                 rc = cli_fail(cmd, QCAL_EXIT_USAGE, "two models expected (FLOAT.onnx QDQ.onnx), got a third: '%s'", val);

@@ -11,44 +11,43 @@
 
 #include "cli_common.h"
 
-static const char help[] =
-    "usage: qcal compare-weights [options] FILE.safetensors|FILE.npy ...\n"
-    "\n"
-    "For each float tensor: observer -> qparams -> quantize -> dequantize, then compare with\n"
-    "the float tensor. Default: per-channel symmetric qint8 on axis 0 (PyTorch's default\n"
-    "weight qconfig). Tensors with fewer than 2 dimensions (biases, norms) are skipped and\n"
-    "counted, as 'qcal calibrate --weights' does: they are not quantized to int8 by the\n"
-    "engines (a bias is int32 with the input and weight scales).\n"
-    "  --observer KIND   minmax, per_channel_minmax (default), histogram, percentile, ...\n"
-    "                    (a per-tensor KIND quantizes every tensor per tensor)\n"
-    "  --dtype D         qint8 (default), quint8, float8_e4m3fn or float8_e5m2 (FP8:\n"
-    "                    symmetric, scale = amax / 448 or / 57344; docs/fp8.md)\n"
-    "  --qscheme S       per_channel_symmetric (default), per_channel_affine,\n"
-    "                    per_tensor_symmetric, per_tensor_affine\n"
-    "  --format F        table (default), csv or json\n"
-    "  --min-sqnr DB     list tensors with SQNR below DB dB as 'keep in float'\n"
-    "  -h, --help        this help\n"
-    "Columns: sqnr = 20 log10(|x| / |x - q|) in dB (torch.ao.ns.fx.utils.compute_sqnr; inf\n"
-    "when lossless), l2 = |x - q| / |x| (normalized L2 error), cosine similarity, max_abs_err,\n"
-    "scale_min/scale_max over channels. NaN/Inf are skipped and counted (flags column); a\n"
-    "tensor with no finite value is reported, flagged and not compared; the run goes on.\n"
-    "JSON: {\"tensors\": [...] (name, shape, compared, dtype, qscheme, sqnr, ...), \"groups\":\n"
-    "[...], \"keep_float\": [...],\n"
-    "\"not_compared\": [...], \"nonfinite_values\": N, \"skipped_under_2d\": [...]}; sqnr +inf\n"
-    "is the string \"inf\". The table's last line and a note on stderr (csv) count the\n"
-    "skipped tensors.\n";
+enum { OPT_OBSERVER = 1, OPT_DTYPE, OPT_QSCHEME, OPT_FORMAT, OPT_MIN_SQNR };
 
-enum { OPT_HELP = 1, OPT_OBSERVER, OPT_DTYPE, OPT_QSCHEME, OPT_FORMAT, OPT_MIN_SQNR };
 static const cli_opt opts[] = {
-    { "help", 'h', false, OPT_HELP },
-    { "observer", 0, true, OPT_OBSERVER },
-    { "dtype", 0, true, OPT_DTYPE },
-    { "qscheme", 0, true, OPT_QSCHEME },
-    { "format", 0, true, OPT_FORMAT },
-    { "min-sqnr", 0, true, OPT_MIN_SQNR },
+    CLI_TEXT(
+        "usage: qcal compare-weights [options] FILE.safetensors|FILE.npy ...\n"
+        "\n"
+        "For each float tensor: observer -> qparams -> quantize -> dequantize, then compare with\n"
+        "the float tensor. Default: per-channel symmetric qint8 on axis 0 (PyTorch's default\n"
+        "weight qconfig). Tensors with fewer than 2 dimensions (biases, norms) are skipped and\n"
+        "counted, as 'qcal calibrate --weights' does: they are not quantized to int8 by the\n"
+        "engines (a bias is int32 with the input and weight scales).\n"),
+    CLI_OPT("observer", 0, OPT_OBSERVER, "KIND",
+        "minmax, per_channel_minmax (default), histogram, percentile, ...\n"
+        "(a per-tensor KIND quantizes every tensor per tensor)"),
+    CLI_OPT("dtype", 0, OPT_DTYPE, "D",
+        "qint8 (default), quint8, float8_e4m3fn or float8_e5m2 (FP8:\n"
+        "symmetric, scale = amax / 448 or / 57344; docs/fp8.md)"),
+    CLI_OPT("qscheme", 0, OPT_QSCHEME, "S",
+        "per_channel_symmetric (default), per_channel_affine,\n"
+        "per_tensor_symmetric, per_tensor_affine"),
+    CLI_OPT("format", 0, OPT_FORMAT, "F", "table (default), csv or json"),
+    CLI_OPT("min-sqnr", 0, OPT_MIN_SQNR, "DB",
+        "list tensors with SQNR below DB dB as 'keep in float'"),
+    CLI_HELP_OPT,
+    CLI_TEXT(
+        "Columns: sqnr = 20 log10(|x| / |x - q|) in dB (torch.ao.ns.fx.utils.compute_sqnr; inf\n"
+        "when lossless), l2 = |x - q| / |x| (normalized L2 error), cosine similarity, max_abs_err,\n"
+        "scale_min/scale_max over channels. NaN/Inf are skipped and counted (flags column); a\n"
+        "tensor with no finite value is reported, flagged and not compared; the run goes on.\n"
+        "JSON: {\"tensors\": [...] (name, shape, compared, dtype, qscheme, sqnr, ...), \"groups\":\n"
+        "[...], \"keep_float\": [...],\n"
+        "\"not_compared\": [...], \"nonfinite_values\": N, \"skipped_under_2d\": [...]}; sqnr +inf\n"
+        "is the string \"inf\". The table's last line and a note on stderr (csv) count the\n"
+        "skipped tensors.\n"),
     { 0 },
 };
-const cli_opt *const cmd_compare_weights_opts = opts;
+const cli_spec cmd_compare_weights_spec = { opts, 20 };
 
 enum { FMT_TABLE, FMT_CSV, FMT_JSON };
 
@@ -480,8 +479,8 @@ int cmd_compare_weights(int argc, char **argv)
         }
         if (id == CLI_POSITIONAL) {
             files[nf++] = val;
-        } else if (id == OPT_HELP) {
-            fputs(help, stdout);
+        } else if (id == CLI_HELP) {
+            cli_help(stdout, &cmd_compare_weights_spec);
             free(files);
             return QCAL_EXIT_OK;
         } else if (id == OPT_OBSERVER || id == OPT_DTYPE || id == OPT_QSCHEME) {

@@ -8,56 +8,54 @@
 #include "cli_output.h"
 #include "cli_table_out.h"
 
-static const char help[] =
-    "usage: qcal convert TABLE.json --format F[,F...] -o OUT\n"
-    "\n"
-    "Reads a native qcal table (written by 'qcal calibrate --format json') and writes it in\n"
-    "the listed formats, byte for byte what 'qcal calibrate' writes when asked for those\n"
-    "formats directly, so one calibration serves every engine. --format is required. The\n"
-    "summary line counts the entries each format holds (TensorRT and ONNX Runtime: the\n"
-    "activations with data; ncnn: weights and activations with data; json: all).\n"
-    "\n"
-    "options:\n"
-    CLI_TABLE_OUT_HELP
-    "  -h, --help               this help\n"
-    "\n"
-    "Exit codes as everywhere: a missing or malformed TABLE exits 3, an unwritable OUT 4,\n"
-    "a name a format cannot hold 1 (unless --skip-unrepresentable).\n";
-
-enum { OPT_HELP = 1 };
+typedef struct convert_args {
+    const char *in;
+    cli_table_out out;
+} convert_args;
 
 static const cli_opt opts[] = {
-    { "help", 'h', false, OPT_HELP },
+    CLI_TEXT(
+        "usage: qcal convert TABLE.json --format F[,F...] -o OUT\n"
+        "\n"
+        "Reads a native qcal table (written by 'qcal calibrate --format json') and writes it in\n"
+        "the listed formats, byte for byte what 'qcal calibrate' writes when asked for those\n"
+        "formats directly, so one calibration serves every engine. --format is required. The\n"
+        "summary line counts the entries each format holds (TensorRT and ONNX Runtime: the\n"
+        "activations with data; ncnn: weights and activations with data; json: all).\n"
+        "\n"
+        "options:\n"),
     CLI_TABLE_OUT_OPTS,
+    CLI_HELP_OPT,
+    CLI_TEXT(
+        "\n"
+        "Exit codes as everywhere: a missing or malformed TABLE exits 3, an unwritable OUT 4,\n"
+        "a name a format cannot hold 1 (unless --skip-unrepresentable).\n"),
     { 0 },
 };
-const cli_opt *const cmd_convert_opts = opts;
+const cli_spec cmd_convert_spec = { opts, 27 };
+
+static int take_opt(void *args, const char *cmd, int id, const char *val)
+{
+    convert_args *a = args;
+    if (id != CLI_POSITIONAL)
+        return cli_table_out_opt(cmd, &a->out, id, val);
+    if (a->in)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "one table expected, got '%s' and '%s'", a->in,
+                        val);
+    a->in = val;
+    return 0;
+}
 
 int cmd_convert(int argc, char **argv)
 {
-    cli_parser p;
-    cli_parser_init(&p, argc, argv);
-    const char *cmd = p.cmd, *val, *in = NULL;
-    cli_table_out out;
-    cli_table_out_init(&out);
-    int id, rc = 0;
-    while ((id = cli_next(&p, opts, &val)) != CLI_END) {
-        if (id == CLI_ERROR)
-            return QCAL_EXIT_USAGE;
-        if (id == OPT_HELP) {
-            fputs(help, stdout);
-            return 0;
-        }
-        if (id == CLI_POSITIONAL) {
-            if (in)
-                return cli_fail(cmd, QCAL_EXIT_USAGE, "one table expected, got '%s' and '%s'",
-                                in, val);
-            in = val;
-            continue;
-        }
-        if ((rc = cli_table_out_opt(cmd, &out, id, val)) > 0)
-            return rc;
-    }
+    const char *cmd = argv[0];
+    convert_args a = { 0 };
+    cli_table_out_init(&a.out);
+    int rc = cli_parse(&cmd_convert_spec, argc, argv, &a, take_opt);
+    if (rc)
+        return rc == CLI_HELP_SHOWN ? QCAL_EXIT_OK : rc;
+    const char *in = a.in;
+    cli_table_out out = a.out;
     if (!in)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "no input table (see 'qcal convert --help')");
     if (out.nformats == 0)
@@ -68,8 +66,7 @@ int cmd_convert(int argc, char **argv)
     qcal_calib_table *t = NULL;
     qcal_status st = qcal_calib_table_read_json(in, &t);
     if (st != QCAL_OK)
-        return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE
-                                                             : QCAL_EXIT_INPUT, st);
+        return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_READ), st);
     rc = cli_table_out_write(cmd, &out, t);
     if (!rc) {
         /* what each format holds: "tensorrt: 3 entries, ncnn: 5 entries" */

@@ -9,61 +9,58 @@
 #include "cli_common.h"
 #include "cli_output.h"
 
-static const char equalize_help[] =
-    "usage: qcal equalize MODEL.onnx -o OUT.onnx [--bias-correction DUMP]\n"
-    "       [--analytic-bias-correction] [--weight-qscheme S] [--keep-clip] [--no-equalize]\n"
-    "       [--max-sweeps N] [--report] [-q]\n"
-    "\n"
-    "Folds every BatchNormalization into the Conv before it, then equalizes each chain\n"
-    "Conv/Gemm -> Relu -> Conv/Gemm (Nagel et al. 2019: output channel i of the first layer\n"
-    "divided by s_i = sqrt(r1_i * r2_i) / r2_i, input channel i of the second multiplied by\n"
-    "it, depthwise and grouped convs included) so per-tensor weight quantization loses less.\n"
-    "The float function is unchanged. A Clip(0, M) (ReLU6) inside a chain becomes Relu\n"
-    "(reported: that changes values above M). Chains it cannot transform safely (a second\n"
-    "reader of the middle tensors, e.g. a residual branch; shared or non-float32 weights;\n"
-    "another activation) are left alone, one line each naming the node.\n"
-    "\n"
-    "options:\n"
-    "  -o, --output OUT.onnx        the equalized model (written atomically)\n"
-    "  --bias-correction DUMP       empirical bias correction: DUMP is a dump directory of\n"
-    "                               MODEL's tensors ('qcal onnx-expose' + an engine run);\n"
-    "                               each Conv/Gemm whose input is in it gets\n"
-    "                               bias -= (W_q - W) E[x] (E[x] per channel, axis 1)\n"
-    "  --analytic-bias-correction   bias correction with E[x] from the folded BatchNorms\n"
-    "                               (layers after BN -> Relu only)\n"
-    "  --weight-qscheme S           the weight quantizer bias correction compensates (qint8):\n"
-    "                               per_channel_symmetric (default), per_channel_affine,\n"
-    "                               per_tensor_symmetric, per_tensor_affine\n"
-    "  --keep-clip                  refuse chains through Clip(0, M) instead of replacing it\n"
-    "  --no-equalize                only fold BatchNorms (and correct biases)\n"
-    "  --max-sweeps N               passes over the chains (default 100; stops when settled)\n"
-    "  --report                     print each layer's largest / smallest per-channel weight\n"
-    "                               range, after folding and at the end\n"
-    "  -q, --quiet                  no line per chain left alone on stderr (the summary\n"
-    "                               counts them)\n"
-    "  -h, --help                   this help\n"
-    "\n"
-    "Exit codes: 2 bad options; 3 a missing or malformed MODEL or DUMP; 4 an output that\n"
-    "cannot be written (an existing file is left intact); 1 a failure while transforming\n"
-    "(e.g. non-finite weights), or ONNX support not built.\n";
-
-enum { OPT_HELP = 1, OPT_OUT, OPT_BC, OPT_ABC, OPT_QSCHEME, OPT_KEEP_CLIP, OPT_NO_EQ, OPT_SWEEPS, OPT_REPORT,
+enum { OPT_OUT = 1, OPT_BC, OPT_ABC, OPT_QSCHEME, OPT_KEEP_CLIP, OPT_NO_EQ, OPT_SWEEPS, OPT_REPORT,
        OPT_QUIET };
 
 static const cli_opt equalize_opts[] = {
-    { "help", 'h', false, OPT_HELP },
-    { "output", 'o', true, OPT_OUT },
-    { "bias-correction", 0, true, OPT_BC },
-    { "analytic-bias-correction", 0, false, OPT_ABC },
-    { "weight-qscheme", 0, true, OPT_QSCHEME },
-    { "keep-clip", 0, false, OPT_KEEP_CLIP },
-    { "no-equalize", 0, false, OPT_NO_EQ },
-    { "max-sweeps", 0, true, OPT_SWEEPS },
-    { "report", 0, false, OPT_REPORT },
-    { "quiet", 'q', false, OPT_QUIET },
+    CLI_TEXT(
+        "usage: qcal equalize MODEL.onnx -o OUT.onnx [--bias-correction DUMP]\n"
+        "       [--analytic-bias-correction] [--weight-qscheme S] [--keep-clip] [--no-equalize]\n"
+        "       [--max-sweeps N] [--report] [-q]\n"
+        "\n"
+        "Folds every BatchNormalization into the Conv before it, then equalizes each chain\n"
+        "Conv/Gemm -> Relu -> Conv/Gemm (Nagel et al. 2019: output channel i of the first layer\n"
+        "divided by s_i = sqrt(r1_i * r2_i) / r2_i, input channel i of the second multiplied by\n"
+        "it, depthwise and grouped convs included) so per-tensor weight quantization loses less.\n"
+        "The float function is unchanged. A Clip(0, M) (ReLU6) inside a chain becomes Relu\n"
+        "(reported: that changes values above M). Chains it cannot transform safely (a second\n"
+        "reader of the middle tensors, e.g. a residual branch; shared or non-float32 weights;\n"
+        "another activation) are left alone, one line each naming the node.\n"
+        "\n"
+        "options:\n"),
+    CLI_OPT("output", 'o', OPT_OUT, "OUT.onnx", "the equalized model (written atomically)"),
+    CLI_OPT("bias-correction", 0, OPT_BC, "DUMP",
+        "empirical bias correction: DUMP is a dump directory of\n"
+        "MODEL's tensors ('qcal onnx-expose' + an engine run);\n"
+        "each Conv/Gemm whose input is in it gets\n"
+        "bias -= (W_q - W) E[x] (E[x] per channel, axis 1)"),
+    CLI_FLAG("analytic-bias-correction", 0, OPT_ABC,
+        "bias correction with E[x] from the folded BatchNorms\n"
+        "(layers after BN -> Relu only)"),
+    CLI_OPT("weight-qscheme", 0, OPT_QSCHEME, "S",
+        "the weight quantizer bias correction compensates (qint8):\n"
+        "per_channel_symmetric (default), per_channel_affine,\n"
+        "per_tensor_symmetric, per_tensor_affine"),
+    CLI_FLAG("keep-clip", 0, OPT_KEEP_CLIP,
+        "refuse chains through Clip(0, M) instead of replacing it"),
+    CLI_FLAG("no-equalize", 0, OPT_NO_EQ, "only fold BatchNorms (and correct biases)"),
+    CLI_OPT("max-sweeps", 0, OPT_SWEEPS, "N",
+        "passes over the chains (default 100; stops when settled)"),
+    CLI_FLAG("report", 0, OPT_REPORT,
+        "print each layer's largest / smallest per-channel weight\n"
+        "range, after folding and at the end"),
+    CLI_FLAG("quiet", 'q', OPT_QUIET,
+        "no line per chain left alone on stderr (the summary\n"
+        "counts them)"),
+    CLI_HELP_OPT,
+    CLI_TEXT(
+        "\n"
+        "Exit codes: 2 bad options; 3 a missing or malformed MODEL or DUMP; 4 an output that\n"
+        "cannot be written (an existing file is left intact); 1 a failure while transforming\n"
+        "(e.g. non-finite weights), or ONNX support not built.\n"),
     { 0 },
 };
-const cli_opt *const cmd_equalize_opts = equalize_opts;
+const cli_spec cmd_equalize_spec = { equalize_opts, 31 };
 
 static void print_lines(const char *cmd, const char *what, char **lines, int64_t n)
 {
@@ -84,8 +81,8 @@ int cmd_equalize(int argc, char **argv)
         if (id == CLI_ERROR)
             return QCAL_EXIT_USAGE;
         switch (id) {
-        case OPT_HELP:
-            fputs(equalize_help, stdout);
+        case CLI_HELP:
+            cli_help(stdout, &cmd_equalize_spec);
             return 0;
         case CLI_POSITIONAL:
             if (in)
@@ -124,18 +121,14 @@ int cmd_equalize(int argc, char **argv)
     qcal_onnx_equalize_report rep = { 0 };
     qcal_status st = qcal_onnx_model_load(in, &m);
     if (st != QCAL_OK)
-        return cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT, st);
+        return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_READ), st);
     st = qcal_onnx_equalize(m, &opt, &rep);
     if (st != QCAL_OK) {
-        int code = st == QCAL_ERR_NOT_FOUND || st == QCAL_ERR_FORMAT || st == QCAL_ERR_IO || st == QCAL_ERR_MISMATCH ||
-                           st == QCAL_ERR_EMPTY || st == QCAL_ERR_UNSUPPORTED
-                       ? QCAL_EXIT_INPUT
-                       : QCAL_EXIT_FAILURE;
-        rc = cli_fail_status(cmd, code, st);
+        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_TRANSFORM), st);
         goto out;
     }
     if ((st = qcal_onnx_model_save(m, NULL, out)) != QCAL_OK) {
-        rc = cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_OUTPUT, st);
+        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_WRITE), st);
         goto out;
     }
     print_lines(cmd, "note: Clip replaced by Relu", rep.replaced, rep.n_replaced);

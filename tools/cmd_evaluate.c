@@ -10,70 +10,69 @@
 #include "cli_eval.h"
 #include "cli_output.h"
 
-static const char help[] =
-    "usage: qcal evaluate (DIR | STATE) [--observers a,b,...] [--min-sqnr DB] [--dtype D]\n"
-    "                     [--format table|csv|json] [--rules-out RULES] [--save-state S] [-o OUT]\n"
-    "\n"
-    "Evaluates every candidate observer on every tensor of the dump directory DIR (read as\n"
-    "'qcal calibrate DIR' reads it). Pass 1 reads each file once and feeds it to every\n"
-    "candidate of its tensor; pass 2 reads the files again and fake-quantizes them with each\n"
-    "candidate's final qparams. For each tensor and observer it reports the qparams, the\n"
-    "clipping range, the fraction of values clipped and the SQNR in dB,\n"
-    "20 log10(||x|| / ||x - fq(x)||) over all of the tensor's finite values (exact).\n"
-    "Candidates: activations get every per-tensor kind (quint8 per_tensor_affine); weights\n"
-    "also get the per-channel kinds (qint8, symmetric, axis 0). With --dtype float8_e4m3fn\n"
-    "or float8_e5m2 every candidate is FP8 instead (symmetric, scale = amax / 448 or / 57344,\n"
-    "scored with FP8 fake-quant; clipped = saturated; docs/fp8.md).\n"
-    "recommended: the highest SQNR, ties to the simpler observer; with --min-sqnr, the\n"
-    "simplest observer that reaches DB. Simplest first: minmax, per_channel_minmax,\n"
-    "moving_average_minmax, moving_average_per_channel_minmax, percentile, histogram, mse,\n"
-    "entropy.\n"
-    "Instead of DIR, an evaluation state saved by --save-state (QCEV, docs/state.md) gives the\n"
-    "same results without the data; --observers then keeps a subset of its candidates and\n"
-    "--min-sqnr recommends again.\n"
-    "\n"
-    "options:\n"
-    "  --observers LIST         comma-separated candidate kinds (default: every kind)\n"
-    "  --dtype D                float8_e4m3fn or float8_e5m2: FP8 candidates (DIR only)\n"
-    "  --min-sqnr DB            recommend the simplest observer with SQNR >= DB\n"
-    "  --format F               table (default), csv (a row per tensor and observer) or json\n"
-    "                           ({\"tensors\": [{\"name\", \"role\", \"recommended\",\n"
-    "                           \"observers\": {KIND: {\"sqnr_db\", \"scale\", \"zero_point\",\n"
-    "                           \"min\", \"max\", \"quant_min\", \"quant_max\", \"clipped\"}}}]};\n"
-    "                           sqnr_db is null when the quantization is exact)\n"
-    "  --rules-out RULES        also write a rules file giving every tensor its recommended\n"
-    "                           observer ('qcal calibrate DIR --rules RULES' uses it)\n"
-    "  --save-state S           also save the evaluation state (every candidate's observer\n"
-    "                           state, exact SQNR and clipped count per tensor) to S, for\n"
-    "                           'qcal report S' and 'qcal evaluate S'\n"
-    "  -o, --output OUT         write the results to OUT instead of stdout (- is stdout;\n"
-    "                           docs/cli.md \"Outputs\")\n"
-    CLI_EVAL_QUIET_HELP
-    "  -h, --help               this help\n"
-    "\n"
-    "Errors are one line on stderr: a missing DIR, a malformed .npy or state, or a session or\n"
-    "observer state (no data to score) exits 3, an unwritable output exits 4 (every output is\n"
-    "checked before the work, and all are written or none), a bad option exits 2.\n";
 
 static const cli_opt opts[] = {
-    { "help", 'h', false, CLI_EVAL_HELP },
-    { "observers", 0, true, CLI_EVAL_OBSERVERS },
-    { "dtype", 0, true, CLI_EVAL_DTYPE },
-    { "min-sqnr", 0, true, CLI_EVAL_MIN_SQNR },
-    { "format", 0, true, CLI_EVAL_FORMAT },
-    { "rules-out", 0, true, CLI_EVAL_RULES_OUT },
-    { "save-state", 0, true, CLI_EVAL_SAVE_STATE },
-    { "output", 'o', true, CLI_EVAL_OUT },
+    CLI_TEXT(
+        "usage: qcal evaluate (DIR | STATE) [--observers a,b,...] [--min-sqnr DB] [--dtype D]\n"
+        "                     [--format table|csv|json] [--rules-out RULES] [--save-state S] [-o OUT]\n"
+        "\n"
+        "Evaluates every candidate observer on every tensor of the dump directory DIR (read as\n"
+        "'qcal calibrate DIR' reads it). Pass 1 reads each file once and feeds it to every\n"
+        "candidate of its tensor; pass 2 reads the files again and fake-quantizes them with each\n"
+        "candidate's final qparams. For each tensor and observer it reports the qparams, the\n"
+        "clipping range, the fraction of values clipped and the SQNR in dB,\n"
+        "20 log10(||x|| / ||x - fq(x)||) over all of the tensor's finite values (exact).\n"
+        "Candidates: activations get every per-tensor kind (quint8 per_tensor_affine); weights\n"
+        "also get the per-channel kinds (qint8, symmetric, axis 0). With --dtype float8_e4m3fn\n"
+        "or float8_e5m2 every candidate is FP8 instead (symmetric, scale = amax / 448 or / 57344,\n"
+        "scored with FP8 fake-quant; clipped = saturated; docs/fp8.md).\n"
+        "recommended: the highest SQNR, ties to the simpler observer; with --min-sqnr, the\n"
+        "simplest observer that reaches DB. Simplest first: minmax, per_channel_minmax,\n"
+        "moving_average_minmax, moving_average_per_channel_minmax, percentile, histogram, mse,\n"
+        "entropy.\n"
+        "Instead of DIR, an evaluation state saved by --save-state (QCEV, docs/state.md) gives the\n"
+        "same results without the data; --observers then keeps a subset of its candidates and\n"
+        "--min-sqnr recommends again.\n"
+        "\n"
+        "options:\n"),
+    CLI_OPT("observers", 0, CLI_EVAL_OBSERVERS, "LIST",
+        "comma-separated candidate kinds (default: every kind)"),
+    CLI_OPT("dtype", 0, CLI_EVAL_DTYPE, "D",
+        "float8_e4m3fn or float8_e5m2: FP8 candidates (DIR only)"),
+    CLI_OPT("min-sqnr", 0, CLI_EVAL_MIN_SQNR, "DB",
+        "recommend the simplest observer with SQNR >= DB"),
+    CLI_OPT("format", 0, CLI_EVAL_FORMAT, "F",
+        "table (default), csv (a row per tensor and observer) or json\n"
+        "({\"tensors\": [{\"name\", \"role\", \"recommended\",\n"
+        "\"observers\": {KIND: {\"sqnr_db\", \"scale\", \"zero_point\",\n"
+        "\"min\", \"max\", \"quant_min\", \"quant_max\", \"clipped\"}}}]};\n"
+        "sqnr_db is null when the quantization is exact)"),
+    CLI_OPT("rules-out", 0, CLI_EVAL_RULES_OUT, "RULES",
+        "also write a rules file giving every tensor its recommended\n"
+        "observer ('qcal calibrate DIR --rules RULES' uses it)"),
+    CLI_OPT("save-state", 0, CLI_EVAL_SAVE_STATE, "S",
+        "also save the evaluation state (every candidate's observer\n"
+        "state, exact SQNR and clipped count per tensor) to S, for\n"
+        "'qcal report S' and 'qcal evaluate S'"),
+    CLI_OPT("output", 'o', CLI_EVAL_OUT, "OUT",
+        "write the results to OUT instead of stdout (- is stdout;\n"
+        "docs/cli.md \"Outputs\")"),
     CLI_EVAL_QUIET_OPT,
+    CLI_HELP_OPT,
+    CLI_TEXT(
+        "\n"
+        "Errors are one line on stderr: a missing DIR, a malformed .npy or state, or a session or\n"
+        "observer state (no data to score) exits 3, an unwritable output exits 4 (every output is\n"
+        "checked before the work, and all are written or none), a bad option exits 2.\n"),
     { 0 },
 };
-const cli_opt *const cmd_evaluate_opts = opts;
+const cli_spec cmd_evaluate_spec = { opts, 27 };
 
 int cmd_evaluate(int argc, char **argv)
 {
     const char *cmd = argc > 0 ? argv[0] : "evaluate";
     cli_eval_args a;
-    int rc = cli_eval_parse(cmd, argc, argv, opts, help, &a);
+    int rc = cli_eval_parse(cmd, argc, argv, &cmd_evaluate_spec, &a);
     if (rc >= 0)
         return rc;
     /* Every output checked before the work; written after it, all or none. */
@@ -95,7 +94,7 @@ int cmd_evaluate(int argc, char **argv)
         rc = cli_stage(cmd, &staged, a.out, buf, len);
     if (!rc && a.rules_out &&
         (st = qcal_numeric_eval_write_rules(ev, cli_output_path(a.rules_out))) != QCAL_OK) {
-        rc = cli_fail_status(cmd, st == QCAL_ERR_IO ? QCAL_EXIT_OUTPUT : QCAL_EXIT_FAILURE, st);
+        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_SAVE), st);
         cli_stage_abort(&staged);
     }
     if (!rc)

@@ -10,150 +10,101 @@
 #include "cli_common.h"
 #include "cli_output.h"
 
-static const char help[] =
-    "usage: qcal fakequant --scale S --zero-point Z [--quant-min A --quant-max B] IN.npy\n"
-    "                      -o OUT.npy [--grad G.npy --grad-out GX.npy] [--learnable]\n"
-    "       qcal fakequant --axis N --scales S.npy --zero-points Z.npy ... (per channel)\n"
-    "\n"
-    "Fake-quantizes IN (float32/float64/float16, converted to float32) exactly as PyTorch\n"
-    "1.13's fake_quantize_per_tensor_affine / fake_quantize_per_channel_affine:\n"
-    "y = (clamp(zp + round_half_even(x * (1/scale)), A, B) - zp) * scale. With --grad, also\n"
-    "writes the straight-through gradient (G where the unclamped value was inside [A, B],\n"
-    "else 0). With --learnable the zero-points may be fractional (rounded half to even, as\n"
-    "_fake_quantize_learnable_*), the backward is LSQ's and a JSON object with grad_scale\n"
-    "and grad_zero_point (arrays, one value per channel) is printed on stdout.\n"
-    "With --dtype float8_e4m3fn or float8_e5m2 (zero-point 0, no --quant-min/--quant-max,\n"
-    "no --learnable): y = value(FP8 code of x / scale) * scale, as ONNX Runtime's\n"
-    "QuantizeLinear + DequantizeLinear; the gradient passes where |x / scale| did not\n"
-    "saturate (<= 464, < 61440; docs/fp8.md).\n"
-    "\n"
-    "options:\n"
-    "  --scale S            per-tensor scale (finite, > 0)\n"
-    "  --zero-point Z       per-tensor zero-point in [A, B] (default 0)\n"
-    "  --quant-min A        smallest quantized value (default 0)\n"
-    "  --quant-max B        largest quantized value (default 255)\n"
-    "  --dtype D            float8_e4m3fn or float8_e5m2: FP8 fake-quant (default: the\n"
-    "                       integer range [A, B])\n"
-    "  --axis N             per-channel: channel axis (<0 counts from the end)\n"
-    "  --scales S.npy       per-channel: 1-D float array, one scale per channel\n"
-    "  --zero-points Z.npy  per-channel: 1-D integer (or, --learnable, float) array\n"
-    "  --grad G.npy         upstream gradient, same shape as IN\n"
-    "  --grad-out GX.npy    gradient with respect to IN (needs --grad)\n"
-    "  --learnable          LSQ backward; prints grad_scale / grad_zero_point (needs --grad)\n"
-    "  --grad-factor F      LSQ gradient factor (default 1; e.g. 1/sqrt(numel * B))\n"
-    "  -o, --output OUT     fake-quantized output .npy (written atomically)\n"
-    "  -h, --help           this help\n";
-
-enum { OPT_HELP = 1, OPT_SCALE, OPT_ZERO_POINT, OPT_QMIN, OPT_QMAX, OPT_AXIS, OPT_SCALES,
-       OPT_ZERO_POINTS, OPT_GRAD, OPT_GRAD_OUT, OPT_LEARNABLE, OPT_GRAD_FACTOR, OPT_OUTPUT,
-       OPT_DTYPE };
-
-static const cli_opt opts[] = {
-    { "help", 'h', false, OPT_HELP },
-    { "scale", 0, true, OPT_SCALE },
-    { "zero-point", 0, true, OPT_ZERO_POINT },
-    { "quant-min", 0, true, OPT_QMIN },
-    { "quant-max", 0, true, OPT_QMAX },
-    { "dtype", 0, true, OPT_DTYPE },
-    { "axis", 0, true, OPT_AXIS },
-    { "scales", 0, true, OPT_SCALES },
-    { "zero-points", 0, true, OPT_ZERO_POINTS },
-    { "grad", 0, true, OPT_GRAD },
-    { "grad-out", 0, true, OPT_GRAD_OUT },
-    { "learnable", 0, false, OPT_LEARNABLE },
-    { "grad-factor", 0, true, OPT_GRAD_FACTOR },
-    { "output", 'o', true, OPT_OUTPUT },
-    { 0 },
-};
-const cli_opt *const cmd_fakequant_opts = opts;
+enum { OPT_QMIN = 1, OPT_QMAX, OPT_GRAD_FACTOR, OPT_DTYPE };
 
 typedef struct fargs {
-    const char *in, *out, *scales_path, *zps_path, *grad, *grad_out;
-    bool have_scale, have_axis, learnable, have_range, fp8;
-    qcal_dtype dtype;   /* fp8: the FP8 dtype */
-    float scale, grad_factor;
-    double zero_point;
+    const char *in, *out, *grad, *grad_out;
+    cli_qparam_args qp;   /* --scale, --zero-point, --axis, --scales, --zero-points */
+    bool learnable, have_range, fp8;
+    qcal_dtype dtype;     /* fp8: the FP8 dtype */
+    float grad_factor;
     int64_t qmin, qmax;
-    int32_t axis;
 } fargs;
+
+static const cli_opt opts[] = {
+    CLI_TEXT(
+        "usage: qcal fakequant --scale S --zero-point Z [--quant-min A --quant-max B] IN.npy\n"
+        "                      -o OUT.npy [--grad G.npy --grad-out GX.npy] [--learnable]\n"
+        "       qcal fakequant --axis N --scales S.npy --zero-points Z.npy ... (per channel)\n"
+        "\n"
+        "Fake-quantizes IN (float32/float64/float16, converted to float32) exactly as PyTorch\n"
+        "1.13's fake_quantize_per_tensor_affine / fake_quantize_per_channel_affine:\n"
+        "y = (clamp(zp + round_half_even(x * (1/scale)), A, B) - zp) * scale. With --grad, also\n"
+        "writes the straight-through gradient (G where the unclamped value was inside [A, B],\n"
+        "else 0). With --learnable the zero-points may be fractional (rounded half to even, as\n"
+        "_fake_quantize_learnable_*), the backward is LSQ's and a JSON object with grad_scale\n"
+        "and grad_zero_point (arrays, one value per channel) is printed on stdout.\n"
+        "With --dtype float8_e4m3fn or float8_e5m2 (zero-point 0, no --quant-min/--quant-max,\n"
+        "no --learnable): y = value(FP8 code of x / scale) * scale, as ONNX Runtime's\n"
+        "QuantizeLinear + DequantizeLinear; the gradient passes where |x / scale| did not\n"
+        "saturate (<= 464, < 61440; docs/fp8.md).\n"
+        "\n"
+        "options:\n"),
+    CLI_QPARAM_SCALE_OPT,
+    CLI_QPARAM_ZERO_POINT_OPT("per-tensor zero-point in [A, B] (default 0)"),
+    CLI_OPT("quant-min", 0, OPT_QMIN, "A", "smallest quantized value (default 0)"),
+    CLI_OPT("quant-max", 0, OPT_QMAX, "B", "largest quantized value (default 255)"),
+    CLI_OPT("dtype", 0, OPT_DTYPE, "D",
+        "float8_e4m3fn or float8_e5m2: FP8 fake-quant (default: the\n"
+        "integer range [A, B])"),
+    CLI_QPARAM_AXIS_OPT,
+    CLI_QPARAM_SCALES_OPT,
+    CLI_QPARAM_ZERO_POINTS_OPT("per-channel: 1-D integer (or, --learnable, float) array"),
+    CLI_STR("grad", 0, fargs, grad, "G.npy", "upstream gradient, same shape as IN"),
+    CLI_STR("grad-out", 0, fargs, grad_out, "GX.npy", "gradient with respect to IN (needs --grad)"),
+    CLI_BOOL("learnable", 0, fargs, learnable,
+        "LSQ backward; prints grad_scale / grad_zero_point (needs --grad)"),
+    CLI_OPT("grad-factor", 0, OPT_GRAD_FACTOR, "F",
+        "LSQ gradient factor (default 1; e.g. 1/sqrt(numel * B))"),
+    CLI_STR("output", 'o', fargs, out, "OUT", "fake-quantized output .npy (written atomically)"),
+    CLI_HELP_OPT,
+
+    { 0 },
+};
+const cli_spec cmd_fakequant_spec = { opts, 23 };
+
+static int take_opt(void *args, const char *cmd, int id, const char *val)
+{
+    fargs *a = args;
+    int rc = cli_qparam_opt(cmd, &a->qp, id, val);
+    if (rc >= 0)
+        return rc;
+    switch (id) {
+    case CLI_POSITIONAL:
+        if (a->in)
+            return cli_fail(cmd, QCAL_EXIT_USAGE, "more than one input file ('%s', '%s')",
+                            a->in, val);
+        a->in = val;
+        return 0;
+    case OPT_QMIN:
+    case OPT_QMAX:
+        a->have_range = true;
+        return cli_parse_i64(cmd, id == OPT_QMIN ? "--quant-min" : "--quant-max", val,
+                             -QCAL_FAKEQUANT_QRANGE_LIMIT, QCAL_FAKEQUANT_QRANGE_LIMIT,
+                             id == OPT_QMIN ? &a->qmin : &a->qmax);
+    case OPT_DTYPE:
+        if (qcal_dtype_parse(val, &a->dtype) != QCAL_OK || !qcal_dtype_is_float8(a->dtype))
+            return cli_fail(cmd, QCAL_EXIT_USAGE, "--dtype: '%s' is not float8_e4m3fn or "
+                            "float8_e5m2 (integer fake-quant takes --quant-min/--quant-max)",
+                            val);
+        a->fp8 = true;
+        return 0;
+    default:   /* OPT_GRAD_FACTOR */
+        return cli_parse_f32(cmd, "--grad-factor", val, &a->grad_factor);
+    }
+}
 
 static int parse(int argc, char **argv, fargs *a)
 {
-    cli_parser p;
-    cli_parser_init(&p, argc, argv);
-    const char *cmd = p.cmd, *val;
-    int id, rc;
-    int64_t v;
+    const char *cmd = argv[0];
     memset(a, 0, sizeof *a);
     a->qmin = 0;
     a->qmax = 255;
     a->grad_factor = 1.0f;
-    bool have_zp = false;
-    while ((id = cli_next(&p, opts, &val)) != CLI_END) {
-        switch (id) {
-        case CLI_ERROR:
-            return QCAL_EXIT_USAGE;
-        case OPT_HELP:
-            fputs(help, stdout);
-            return -1;
-        case CLI_POSITIONAL:
-            if (a->in)
-                return cli_fail(cmd, QCAL_EXIT_USAGE, "more than one input file ('%s', '%s')",
-                                a->in, val);
-            a->in = val;
-            break;
-        case OPT_SCALE:
-            if ((rc = cli_parse_f32(cmd, "--scale", val, &a->scale)))
-                return rc;
-            a->have_scale = true;
-            break;
-        case OPT_ZERO_POINT:
-            if ((rc = cli_parse_f64(cmd, "--zero-point", val, &a->zero_point)))
-                return rc;
-            have_zp = true;
-            break;
-        case OPT_QMIN:
-            if ((rc = cli_parse_i64(cmd, "--quant-min", val, -QCAL_FAKEQUANT_QRANGE_LIMIT,
-                                    QCAL_FAKEQUANT_QRANGE_LIMIT, &a->qmin)))
-                return rc;
-            a->have_range = true;
-            break;
-        case OPT_QMAX:
-            if ((rc = cli_parse_i64(cmd, "--quant-max", val, -QCAL_FAKEQUANT_QRANGE_LIMIT,
-                                    QCAL_FAKEQUANT_QRANGE_LIMIT, &a->qmax)))
-                return rc;
-            a->have_range = true;
-            break;
-        case OPT_DTYPE:
-            if (qcal_dtype_parse(val, &a->dtype) != QCAL_OK || !qcal_dtype_is_float8(a->dtype))
-                return cli_fail(cmd, QCAL_EXIT_USAGE, "--dtype: '%s' is not float8_e4m3fn or "
-                                "float8_e5m2 (integer fake-quant takes --quant-min/--quant-max)",
-                                val);
-            a->fp8 = true;
-            break;
-        case OPT_AXIS:
-            if ((rc = cli_parse_i64(cmd, "--axis", val, -QCAL_MAX_DIMS, QCAL_MAX_DIMS - 1, &v)))
-                return rc;
-            a->axis = (int32_t)v;
-            a->have_axis = true;
-            break;
-        case OPT_SCALES: a->scales_path = val; break;
-        case OPT_ZERO_POINTS: a->zps_path = val; break;
-        case OPT_GRAD: a->grad = val; break;
-        case OPT_GRAD_OUT: a->grad_out = val; break;
-        case OPT_LEARNABLE: a->learnable = true; break;
-        case OPT_GRAD_FACTOR:
-            if ((rc = cli_parse_f32(cmd, "--grad-factor", val, &a->grad_factor)))
-                return rc;
-            break;
-        case OPT_OUTPUT: a->out = val; break;
-        default: break;
-        }
-    }
-    if ((rc = cli_check_qparam_mode(cmd, a->have_scale, have_zp, a->have_axis, a->scales_path,
-                                    a->zps_path)))
+    int rc = cli_parse(&cmd_fakequant_spec, argc, argv, a, take_opt);
+    if (rc || (rc = cli_qparam_check(cmd, &a->qp)))
         return rc;
-    bool per_channel = a->have_axis || a->scales_path || a->zps_path;
+    bool per_channel = cli_qparam_per_channel(&a->qp);
     if (a->fp8 && (a->have_range || a->learnable))
         return cli_fail(cmd, QCAL_EXIT_USAGE, "--dtype %s takes no %s", qcal_dtype_name(a->dtype),
                         a->learnable ? "--learnable (no LSQ for FP8)" : "--quant-min/--quant-max");
@@ -165,10 +116,10 @@ static int parse(int argc, char **argv, fargs *a)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "--quant-min %lld is greater than --quant-max %lld",
                         (long long)a->qmin, (long long)a->qmax);
     if (!per_channel && !a->learnable &&
-        (a->zero_point != floor(a->zero_point) || a->zero_point < (double)a->qmin ||
-         a->zero_point > (double)a->qmax))
+        (a->qp.zero_point != floor(a->qp.zero_point) || a->qp.zero_point < (double)a->qmin ||
+         a->qp.zero_point > (double)a->qmax))
         return cli_fail(cmd, QCAL_EXIT_USAGE, "--zero-point %g must be an integer in [%lld, %lld]",
-                        a->zero_point, (long long)a->qmin, (long long)a->qmax);
+                        a->qp.zero_point, (long long)a->qmin, (long long)a->qmax);
     if (a->grad_out && !a->grad)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "--grad-out needs --grad G.npy");
     if (a->learnable && !a->grad)
@@ -185,7 +136,7 @@ static int parse(int argc, char **argv, fargs *a)
 static int read_zero_points(const char *cmd, const fargs *a, int64_t ch, float *zp)
 {
     qcal_npy_array za;
-    int rc = cli_read_zero_points_npy(cmd, a->zps_path, ch, &za);
+    int rc = cli_read_zero_points_npy(cmd, a->qp.zps_path, ch, &za);
     if (rc)
         return rc;
     for (int64_t i = 0; i < ch && !rc; i++) {
@@ -199,7 +150,7 @@ static int read_zero_points(const char *cmd, const fargs *a, int64_t ch, float *
         case QCAL_NPY_F32: z = ((const float *)za.data)[i]; break;
         default:
             rc = cli_fail(cmd, QCAL_EXIT_INPUT, "'%s': zero-points of dtype %s are not "
-                          "supported", a->zps_path, qcal_npy_dtype_name(za.dtype));
+                          "supported", a->qp.zps_path, qcal_npy_dtype_name(za.dtype));
             z = 0.0;
             break;
         }
@@ -208,7 +159,7 @@ static int read_zero_points(const char *cmd, const fargs *a, int64_t ch, float *
         if (!isfinite(z) || (!a->learnable && (z != floor(z) || z < (double)a->qmin ||
                                                z > (double)a->qmax)))
             rc = cli_fail(cmd, QCAL_EXIT_INPUT, "'%s': zero-point %g of channel %lld must be "
-                          "%s in [%lld, %lld]", a->zps_path, z, (long long)i,
+                          "%s in [%lld, %lld]", a->qp.zps_path, z, (long long)i,
                           a->learnable ? "finite" : "an integer", (long long)a->qmin,
                           (long long)a->qmax);
         zp[i] = (float)z;
@@ -249,7 +200,7 @@ int cmd_fakequant(int argc, char **argv)
     fargs a;
     int rc = parse(argc, argv, &a);
     if (rc)
-        return rc < 0 ? QCAL_EXIT_OK : rc;
+        return rc == CLI_HELP_SHOWN ? QCAL_EXIT_OK : rc;
     qcal_npy_array x = { 0 }, g = { 0 }, sa = { 0 };
     float *y = NULL, *gx = NULL, *zp = NULL, *gs = NULL, *gz = NULL;
     int32_t *zpi = NULL;
@@ -278,20 +229,20 @@ int cmd_fakequant(int argc, char **argv)
             goto done;
         }
     }
-    bool per_channel = a.have_axis;
+    bool per_channel = a.qp.have_axis;
     int64_t ch = 1;
     if (per_channel) {
-        if (a.axis >= x.ndim || a.axis < -x.ndim) {
+        if (a.qp.axis >= x.ndim || a.qp.axis < -x.ndim) {
             rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--axis %d is out of range for '%s' with %d "
-                          "dimensions", (int)a.axis, a.in, (int)x.ndim);
+                          "dimensions", (int)a.qp.axis, a.in, (int)x.ndim);
             goto done;
         }
-        ch = x.shape[a.axis < 0 ? a.axis + x.ndim : a.axis];
-        if ((rc = cli_read_f32(cmd, a.scales_path, &sa)))
+        ch = x.shape[a.qp.axis < 0 ? a.qp.axis + x.ndim : a.qp.axis];
+        if ((rc = cli_read_f32(cmd, a.qp.scales_path, &sa)))
             goto done;
         if (sa.ndim != 1 || sa.numel != ch) {
             rc = cli_fail(cmd, QCAL_EXIT_INPUT, "'%s': expected a 1-D array of %lld scales, got "
-                          "%d dimensions and %lld elements", a.scales_path, (long long)ch,
+                          "%d dimensions and %lld elements", a.qp.scales_path, (long long)ch,
                           (int)sa.ndim, (long long)sa.numel);
             goto done;
         }
@@ -308,12 +259,12 @@ int cmd_fakequant(int argc, char **argv)
                       (long long)x.numel);
         goto done;
     }
-    const float *scales = per_channel ? (const float *)sa.data : &a.scale;
+    const float *scales = per_channel ? (const float *)sa.data : &a.qp.scale;
     if (per_channel) {
         if ((rc = read_zero_points(cmd, &a, ch, zp)))
             goto done;
     } else {
-        zp[0] = (float)a.zero_point;
+        zp[0] = (float)a.qp.zero_point;
     }
     for (int64_t c = 0; c < ch; c++)
         zpi[c] = (int32_t)zp[c];
@@ -328,7 +279,7 @@ int cmd_fakequant(int argc, char **argv)
     qp.quant_max = a.qmax;
     if (per_channel) {
         qp.qscheme = QCAL_PER_CHANNEL_AFFINE;
-        qp.axis = a.axis;
+        qp.axis = a.qp.axis;
         qp.channels = ch;
         qp.scales = scales;
         qp.zero_points = zpi;
@@ -336,7 +287,7 @@ int cmd_fakequant(int argc, char **argv)
     } else {
         qp.qscheme = QCAL_PER_TENSOR_AFFINE;
         qp.channels = 1;
-        qp.scale = a.scale;
+        qp.scale = a.qp.scale;
         qp.zero_point = zpi[0];
         qp.zero_point_float = zp[0];
     }
@@ -357,7 +308,7 @@ int cmd_fakequant(int argc, char **argv)
         st = qcal_fakequant_forward(&t, &qp, &yt, NULL);
     }
     if (st != QCAL_OK) {
-        rc = cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_USAGE,
+        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_FAKEQUANT),
                              st);
         goto done;
     }

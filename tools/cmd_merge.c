@@ -12,49 +12,48 @@
 #include "cli_state.h"
 #include "cli_table_out.h"
 
-static const char help[] =
-    "usage: qcal merge STATE [STATE ...] [--save-state OUT]\n"
-    "       qcal merge SESSION_STATE [SESSION_STATE ...] -o OUT [--format F[,F...]]\n"
-    "                  [--save-state OUT]\n"
-    "\n"
-    "Merges state files saved by 'qcal observe --save-state' (observer states) or 'qcal\n"
-    "calibrate --save-state' (session states); all STATEs must be of one of the two.\n"
-    "For the order-independent observers (minmax, per_channel_minmax, histogram, percentile,\n"
-    "entropy, mse) the result does not depend on how the data was split or in which order\n"
-    "the states are given: it equals one run over all the data, bit for bit.\n"
-    "\n"
-    "  observer states  print the JSON 'qcal observe' prints (its fields in 'qcal observe\n"
-    "                   --help'; batches is the sum, digest identifies the merged state)\n"
-    "  session states   -o TABLE writes the table 'qcal calibrate' would have written on\n"
-    "                   all the data (same bytes for the same --format and --trt-* options)\n"
-    "\n"
-    "options:\n"
-    "  --save-state OUT         also save the merged state to OUT (atomically)\n"
-    "session states, the table output of 'qcal calibrate':\n"
-    CLI_TABLE_OUT_HELP
-    "  -q, --quiet              no progress report on stderr (a bar on a terminal, else a\n"
-    "                           line at most every 10 s: reading, searching; docs/cli.md)\n"
-    "  -h, --help               this help\n"
-    "\n"
-    "The same file given twice is refused (exit 2); two files with the same digest (a copy:\n"
-    "the same data counted twice) are merged with a warning.\n"
-    "\n"
-    "Exit codes: 3 when a STATE cannot be read, is malformed, truncated or of another\n"
-    "version, or when the states do not merge (observer and session states mixed, different\n"
-    "observers or options for the same tensor, two moving averages that both saw data: their\n"
-    "result depends on batch order); the message names both files. 4 when an output cannot\n"
-    "be written; 1 when no finite value was seen (observer states, as 'qcal observe').\n";
-
-enum { OPT_HELP = 1, OPT_SAVE_STATE, OPT_QUIET };
+enum { OPT_SAVE_STATE = 1, OPT_QUIET };
 
 static const cli_opt opts[] = {
-    { "help", 'h', false, OPT_HELP },
-    { "save-state", 0, true, OPT_SAVE_STATE },
-    { "quiet", 'q', false, OPT_QUIET },
+    CLI_TEXT(
+        "usage: qcal merge STATE [STATE ...] [--save-state OUT]\n"
+        "       qcal merge SESSION_STATE [SESSION_STATE ...] -o OUT [--format F[,F...]]\n"
+        "                  [--save-state OUT]\n"
+        "\n"
+        "Merges state files saved by 'qcal observe --save-state' (observer states) or 'qcal\n"
+        "calibrate --save-state' (session states); all STATEs must be of one of the two.\n"
+        "For the order-independent observers (minmax, per_channel_minmax, histogram, percentile,\n"
+        "entropy, mse) the result does not depend on how the data was split or in which order\n"
+        "the states are given: it equals one run over all the data, bit for bit.\n"
+        "\n"
+        "  observer states  print the JSON 'qcal observe' prints (its fields in 'qcal observe\n"
+        "                   --help'; batches is the sum, digest identifies the merged state)\n"
+        "  session states   -o TABLE writes the table 'qcal calibrate' would have written on\n"
+        "                   all the data (same bytes for the same --format and --trt-* options)\n"
+        "\n"
+        "options:\n"),
+    CLI_OPT("save-state", 0, OPT_SAVE_STATE, "OUT",
+        "also save the merged state to OUT (atomically)"),
+    CLI_TEXT(
+        "session states, the table output of 'qcal calibrate':\n"),
     CLI_TABLE_OUT_OPTS,
+    CLI_FLAG("quiet", 'q', OPT_QUIET,
+        "no progress report on stderr (a bar on a terminal, else a\n"
+        "line at most every 10 s: reading, searching; docs/cli.md)"),
+    CLI_HELP_OPT,
+    CLI_TEXT(
+        "\n"
+        "The same file given twice is refused (exit 2); two files with the same digest (a copy:\n"
+        "the same data counted twice) are merged with a warning.\n"
+        "\n"
+        "Exit codes: 3 when a STATE cannot be read, is malformed, truncated or of another\n"
+        "version, or when the states do not merge (observer and session states mixed, different\n"
+        "observers or options for the same tensor, two moving averages that both saw data: their\n"
+        "result depends on batch order); the message names both files. 4 when an output cannot\n"
+        "be written; 1 when no finite value was seen (observer states, as 'qcal observe').\n"),
     { 0 },
 };
-const cli_opt *const cmd_merge_opts = opts;
+const cli_spec cmd_merge_spec = { opts, 27 };
 
 static const char *state_kind_name(cli_state_kind k)
 {
@@ -67,7 +66,7 @@ static int merge_failed(const char *cmd, qcal_status st, const char *path, const
 {
     char msg[1200];
     snprintf(msg, sizeof msg, "%s", qcal_last_error());
-    return cli_fail(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT,
+    return cli_fail(cmd, cli_exit_code(st, CLI_AT_READ),
                     "'%s' does not merge with '%s': %s", path, first,
                     *msg ? msg : qcal_status_str(st));
 }
@@ -137,7 +136,7 @@ static int merge_observers(const char *cmd, const char **paths, int n, void **bu
         qcal_observer *o = NULL;
         qcal_status st = qcal_observer_load(bufs[i], lens[i], &o);
         if (st != QCAL_OK) {
-            rc = cli_fail(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT,
+            rc = cli_fail(cmd, cli_exit_code(st, CLI_AT_READ),
                           "'%s': %s", paths[i], qcal_last_error());
             break;
         }
@@ -186,7 +185,7 @@ static int merge_sessions(const char *cmd, const char **paths, int n, void **buf
     so.progress_user = prog;
     qcal_status st = qcal_calib_session_load(bufs[0], lens[0], &so, &s);
     if (st != QCAL_OK)
-        return cli_fail(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT,
+        return cli_fail(cmd, cli_exit_code(st, CLI_AT_READ),
                         "'%s': %s", paths[0], qcal_last_error());
     for (int i = 1; i < n && !rc; i++) {
         st = qcal_calib_session_merge_state(s, bufs[i], lens[i]);
@@ -273,7 +272,7 @@ int cmd_merge(int argc, char **argv)
     while ((id = cli_next(&p, opts, &val)) != CLI_END) {
         switch (id) {
         case CLI_ERROR: rc = QCAL_EXIT_USAGE; goto done;
-        case OPT_HELP: fputs(help, stdout); goto done;
+        case CLI_HELP: cli_help(stdout, &cmd_merge_spec); goto done;
         case OPT_SAVE_STATE: save = val; break;
         case OPT_QUIET: quiet = true; break;
         case CLI_POSITIONAL: paths[n++] = val; break;

@@ -9,55 +9,54 @@
 #include "cli_progress.h"
 #include "cli_state.h"
 
-static const char help[] =
-    "usage: qcal observe [--observer KIND] [OBSERVER OPTIONS] [--load-state FILE]\n"
-    "                    [--save-state FILE] [FILE.npy ...]\n"
-    "\n"
-    "Feeds each file (float32, float64 or float16 .npy) to one observer as one batch, in\n"
-    "the order given, and prints one JSON object on stdout:\n"
-    "  observer, dtype, qscheme, quant_min, quant_max, axis (per-channel kinds only),\n"
-    "  min, max      the range the qparams come from (clipped range for histogram kinds),\n"
-    "  scale         float32 printed with %.9g (round-trips exactly),\n"
-    "  zero_point    integers (floats for per_channel_affine_float_qparams),\n"
-    "  nonfinite     NaN/Inf values skipped, batches: files observed,\n"
-    "  digest        SHA-256 of the canonical observer state (docs/state.md): equal for\n"
-    "                runs that saw the same values, however batched, split or merged.\n"
-    "min, max, scale and zero_point are arrays: one element per channel, one per tensor.\n"
-    "\n"
-    "state files (docs/state.md):\n"
-    "  --load-state FILE        start from a saved observer state (its observer and options;\n"
-    "                           observer options given too must agree with it); FILE.npy\n"
-    "                           arguments are then optional\n"
-    "  --save-state FILE        after the batches, save the observer state to FILE\n"
-    "                           (atomically); 'qcal merge' combines such states\n"
-    "\n"
-    "options:\n"
-    "  -q, --quiet              no progress report on stderr (a bar on a terminal, else a\n"
-    "                           line at most every 10 s: reading, searching; docs/cli.md)\n"
-    "  -h, --help               this help\n"
-    "\n"
-    "observer options (the keys of rules files; docs/cli.md):\n";
-
-static const char help_tail[] =
-    "\n"
-    "If no file held a finite value, the JSON is still printed (min and max null, scale 1,\n"
-    "zero_point 0, as PyTorch's default qparams) and qcal exits with 1 and one line on\n"
-    "stderr, so scripts cannot mistake default qparams for calibrated ones.\n"
-    "An empty array (0 elements) is an input error (exit 3). A per-channel axis outside\n"
-    "the file's dimensions is a usage error (exit 2). With --strict a NaN/Inf value fails\n"
-    "the run with exit 1, as in 'qcal calibrate'.\n";
-
-enum { OPT_HELP = 1, OPT_LOAD_STATE, OPT_SAVE_STATE, OPT_QUIET };
+enum { OPT_LOAD_STATE = 1, OPT_SAVE_STATE, OPT_QUIET };
 
 static const cli_opt opts[] = {
-    { "help", 'h', false, OPT_HELP },
-    { "load-state", 0, true, OPT_LOAD_STATE },
-    { "save-state", 0, true, OPT_SAVE_STATE },
-    { "quiet", 'q', false, OPT_QUIET },
-    CLI_OBSERVER_OPTS,
+    CLI_TEXT(
+        "usage: qcal observe [--observer KIND] [OBSERVER OPTIONS] [--load-state FILE]\n"
+        "                    [--save-state FILE] [FILE.npy ...]\n"
+        "\n"
+        "Feeds each file (float32, float64 or float16 .npy) to one observer as one batch, in\n"
+        "the order given, and prints one JSON object on stdout:\n"
+        "  observer, dtype, qscheme, quant_min, quant_max, axis (per-channel kinds only),\n"
+        "  min, max      the range the qparams come from (clipped range for histogram kinds),\n"
+        "  scale         float32 printed with %.9g (round-trips exactly),\n"
+        "  zero_point    integers (floats for per_channel_affine_float_qparams),\n"
+        "  nonfinite     NaN/Inf values skipped, batches: files observed,\n"
+        "  digest        SHA-256 of the canonical observer state (docs/state.md): equal for\n"
+        "                runs that saw the same values, however batched, split or merged.\n"
+        "min, max, scale and zero_point are arrays: one element per channel, one per tensor.\n"
+        "\n"
+        "state files (docs/state.md):\n"),
+    CLI_OPT("load-state", 0, OPT_LOAD_STATE, "FILE",
+        "start from a saved observer state (its observer and options;\n"
+        "observer options given too must agree with it); FILE.npy\n"
+        "arguments are then optional"),
+    CLI_OPT("save-state", 0, OPT_SAVE_STATE, "FILE",
+        "after the batches, save the observer state to FILE\n"
+        "(atomically); 'qcal merge' combines such states"),
+    CLI_TEXT(
+        "\n"
+        "options:\n"),
+    CLI_FLAG("quiet", 'q', OPT_QUIET,
+        "no progress report on stderr (a bar on a terminal, else a\n"
+        "line at most every 10 s: reading, searching; docs/cli.md)"),
+    CLI_HELP_OPT,
+    CLI_TEXT(
+        "\n"
+        "observer options (the keys of rules files; docs/cli.md):\n"),
+    CLI_OBSERVER_GROUP(QCAL_OBSERVER_MINMAX),
+    CLI_TEXT(
+        "\n"
+        "If no file held a finite value, the JSON is still printed (min and max null, scale 1,\n"
+        "zero_point 0, as PyTorch's default qparams) and qcal exits with 1 and one line on\n"
+        "stderr, so scripts cannot mistake default qparams for calibrated ones.\n"
+        "An empty array (0 elements) is an input error (exit 3). A per-channel axis outside\n"
+        "the file's dimensions is a usage error (exit 2). With --strict a NaN/Inf value fails\n"
+        "the run with exit 1, as in 'qcal calibrate'.\n"),
     { 0 },
 };
-const cli_opt *const cmd_observe_opts = opts;
+const cli_spec cmd_observe_spec = { opts, 27 };
 
 static bool per_channel_kind(qcal_observer_kind k)
 {
@@ -90,7 +89,7 @@ static int feed(const char *cmd, qcal_observer *obs, const char *path)
         st = qcal_observer_update(obs, &t);
     if (st < 0) {
         const char *msg = qcal_last_error();
-        rc = cli_fail(cmd, cli_observe_exit_code(st),
+        rc = cli_fail(cmd, cli_exit_code(st, CLI_AT_OBSERVE),
                       "'%s': %s", path, *msg ? msg : qcal_status_str(st));
     }
 done:
@@ -123,8 +122,7 @@ static int make_observer(const char *cmd, const cli_observer_args *oa, bool have
         return rc;
     qcal_status st = qcal_observer_create(&cfg, obs);
     if (st != QCAL_OK)
-        return cli_fail_status(cmd, st == QCAL_ERR_INVALID_ARG ? QCAL_EXIT_USAGE
-                                                              : QCAL_EXIT_FAILURE, st);
+        return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_PARAMS), st);
     return 0;
 }
 
@@ -149,10 +147,8 @@ int cmd_observe(int argc, char **argv)
             rc = QCAL_EXIT_USAGE;
             goto out;
         }
-        if (id == OPT_HELP) {
-            fputs(help, stdout);
-            cli_observer_help(stdout, QCAL_OBSERVER_MINMAX);
-            fputs(help_tail, stdout);
+        if (id == CLI_HELP) {
+            cli_help(stdout, &cmd_observe_spec);
             goto out;
         }
         if (id == OPT_LOAD_STATE)

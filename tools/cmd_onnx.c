@@ -15,136 +15,134 @@
 #include "cli_output.h"
 #include "cli_progress.h"
 
-static const char expose_help[] =
-    "usage: qcal onnx-expose MODEL.onnx -o OUT.onnx [--profile ort|tensorrt|ort,tensorrt]\n"
-    "       [--list FILE]\n"
-    "       [--exclude PATTERN]... [--op-types LIST] [-q]\n"
-    "\n"
-    "Makes every tensor the profile will quantize (what 'qcal qdq' looks up in the table) a\n"
-    "graph output of OUT.onnx, type and shape kept. Run OUT.onnx in any engine on calibration\n"
-    "data and save those outputs as a qcal dump directory (names percent-encoded, or a\n"
-    "manifest.json); 'qcal calibrate' then makes a table that matches the model one to one\n"
-    "(recipes for ONNX Runtime in docs/onnx.md). A model of opset 9-12 is raised to opset 13\n"
-    "first, as 'qcal qdq' does (OUT.onnx is that model; an op qcal cannot adapt is an error).\n"
-    "\n"
-    "options:\n"
-    "  -o, --output OUT.onnx    the model with the extra outputs (written atomically)\n"
-    "  --profile P              ort (default: ONNX Runtime) or tensorrt (TensorRT 10), or\n"
-    "                           ort,tensorrt: the tensors of both in one model (--list: the\n"
-    "                           union, ort's first)\n"
-    "  --list FILE              also write the exposed names, one per line\n"
-    "  --op-types LIST          comma list of op types to quantize (default: the profile's);\n"
-    "                           give 'qcal qdq' the same list\n"
-    "  --exclude PATTERN        glob on node and tensor names left float, not exposed\n"
-    "                           (repeatable); give 'qcal qdq' the same patterns\n"
-    "  -q, --quiet              no notes on stderr\n"
-    "  -h, --help               this help\n"
-    "\n"
-    "Exit codes: 2 bad options; 3 a missing, malformed or hostile MODEL, or one qcal cannot\n"
-    "raise to opset 13; 4 an output that cannot be written (an existing file is left\n"
-    "intact); 1 a name --list cannot hold (a line break) or ONNX support not built.\n";
-
-static const char qdq_help[] =
-    "usage: qcal qdq MODEL.onnx --table TABLE.json -o OUT.onnx [--profile ort|tensorrt]\n"
-    "       [--weight-observer KIND] [--weight-qscheme Q | --float-weights]\n"
-    "       [--exclude PATTERN]... [--op-types LIST] [--strict | --allow-partial]\n"
-    "       qcal qdq MODEL.onnx --data SPEC -o OUT.onnx [--observer K | --rules F]\n"
-    "       [--table-out T] [--equalize] [same options as above, data options below]\n"
-    "       [--min-output-sqnr DB | --max-drop POINTS --labels L.npy [--metric M]]\n"
-    "       [--eval-data SPEC] [--sensitivity-samples N]\n"
-    "\n"
-    "Writes MODEL with QuantizeLinear/DequantizeLinear nodes: activations from the table\n"
-    "(matched by tensor name), weights per-channel symmetric qint8 computed from the model's\n"
-    "own initializers. A model of default-domain opset 9-12 is raised to 13 first (the ops\n"
-    "whose meaning changed adapted, one note each; docs/onnx.md \"Older opsets\"). With\n"
-    "--data instead of --table\n"
-    "the table is made first by running MODEL in ONNX Runtime on the data ('qcal calibrate\n"
-    "MODEL.onnx --data', the same table) and the model written from it, in one command.\n"
-    "  profile ort: ONNX Runtime node units (DQ -> op -> Q), activations as calibrated\n"
-    "  (quint8 asymmetric), int8 weights + DequantizeLinear, int32 biases, a Relu after a\n"
-    "  quantized op folded into its output Q.\n"
-    "  profile tensorrt: TensorRT 10 explicit quantization, Q/DQ on op inputs only,\n"
-    "  activations symmetric int8 (scale = amax / 127), float weights + Q + DQ, float biases.\n"
-    "\n"
-    "options:\n"
-    "  --table TABLE.json       native qcal table ('qcal calibrate --format json')\n"
-    "  -o, --output OUT.onnx    the quantized model (written atomically)\n"
-    "  --profile P              ort (default) or tensorrt\n"
-    "  --weight-observer KIND   per_channel_minmax (default) or moving_average_per_channel_minmax\n"
-    "  --weight-qscheme Q       per_channel_symmetric (default), per_channel_affine,\n"
-    "                           per_tensor_affine or per_tensor_symmetric (qint8; per-tensor:\n"
-    "                           minmax over the whole weight; tensorrt: symmetric only)\n"
-    "  --float-weights          weights and biases stay float, no Q/DQ (activations only)\n"
-    "  --exclude PATTERN        glob on node and tensor names left float (repeatable)\n"
-    "  --op-types LIST          comma list of op types to quantize (default: the profile's)\n"
-    "  --strict                 tensors missing from the table are an error (default: they\n"
-    "                           stay float, counted in one warning)\n"
-    "  --allow-partial          accept a table that holds fewer than half of the tensors the\n"
-    "                           model needs, or was calibrated for the other profile (default:\n"
-    "                           exit 3, the table of another model?); the rest stay float\n"
-    "  --verbose                list the tensors missing from the table, one per line\n"
-    "  -q, --quiet              no progress report or notes on stderr\n"
-    "  -h, --help               this help\n"
-    "\n"
-    "calibrating from data (instead of --table):\n"
-    CLI_MODEL_HELP
-    "  --rules RULES            rules file for the activations' observers (docs/calibration.md)\n"
-    "  --table-out T            also write the table made from the data (native JSON)\n"
-    "  --equalize               cross-layer equalization first ('qcal equalize' defaults)\n"
-    "  observer options         below (default --observer histogram), as 'qcal calibrate'\n"
-    "\n"
-    "keeping the most sensitive ops float until an accuracy target holds (docs/accuracy.md;\n"
-    "with --data or --eval-data; the ops ranked one at a time on a gated model, the answer\n"
-    "checked on the real QDQ model in ONNX Runtime):\n"
-    CLI_KEEP_FLOAT_HELP
-    CLI_ACCURACY_HELP
-    "\n"
-    "Exit codes: 2 bad options; 3 a missing or malformed MODEL, TABLE or data, a table that\n"
-    "matches fewer than half of the model's tensors or was calibrated for the other profile\n"
-    "(without --allow-partial), data that does not match the model, a model opset below 9 or an op qcal cannot raise to opset 13; 4 an output that cannot be written (an\n"
-    "existing file is left intact); 1 missing tensors under --strict, a failure during a\n"
-    "run, or ONNX support not built; 5 ONNX Runtime could not be loaded (--data).\n";
-
-enum { OPT_HELP = 1, OPT_OUT, OPT_PROFILE, OPT_LIST, OPT_TABLE, OPT_WOBS, OPT_EXCLUDE, OPT_OPTYPES,
+enum { OPT_OUT = 1, OPT_PROFILE, OPT_LIST, OPT_TABLE, OPT_WOBS, OPT_EXCLUDE, OPT_OPTYPES,
        OPT_STRICT, OPT_WQSCHEME, OPT_FLOATW, OPT_RULES, OPT_TABLE_OUT, OPT_EQUALIZE, OPT_QUIET,
        OPT_ALLOW_PARTIAL, OPT_VERBOSE };
 
 static const cli_opt expose_opts[] = {
-    { "help", 'h', false, OPT_HELP },
-    { "output", 'o', true, OPT_OUT },
-    { "profile", 0, true, OPT_PROFILE },
-    { "list", 0, true, OPT_LIST },
-    { "op-types", 0, true, OPT_OPTYPES },
-    { "exclude", 0, CLI_REPEATED, OPT_EXCLUDE },
-    { "quiet", 'q', false, OPT_QUIET },
+    CLI_TEXT(
+        "usage: qcal onnx-expose MODEL.onnx -o OUT.onnx [--profile ort|tensorrt|ort,tensorrt]\n"
+        "       [--list FILE]\n"
+        "       [--exclude PATTERN]... [--op-types LIST] [-q]\n"
+        "\n"
+        "Makes every tensor the profile will quantize (what 'qcal qdq' looks up in the table) a\n"
+        "graph output of OUT.onnx, type and shape kept. Run OUT.onnx in any engine on calibration\n"
+        "data and save those outputs as a qcal dump directory (names percent-encoded, or a\n"
+        "manifest.json); 'qcal calibrate' then makes a table that matches the model one to one\n"
+        "(recipes for ONNX Runtime in docs/onnx.md). A model of opset 9-12 is raised to opset 13\n"
+        "first, as 'qcal qdq' does (OUT.onnx is that model; an op qcal cannot adapt is an error).\n"
+        "\n"
+        "options:\n"),
+    CLI_OPT("output", 'o', OPT_OUT, "OUT.onnx",
+        "the model with the extra outputs (written atomically)"),
+    CLI_OPT("profile", 0, OPT_PROFILE, "P",
+        "ort (default: ONNX Runtime) or tensorrt (TensorRT 10), or\n"
+        "ort,tensorrt: the tensors of both in one model (--list: the\n"
+        "union, ort's first)"),
+    CLI_OPT("list", 0, OPT_LIST, "FILE", "also write the exposed names, one per line"),
+    CLI_OPT("op-types", 0, OPT_OPTYPES, "LIST",
+        "comma list of op types to quantize (default: the profile's);\n"
+        "give 'qcal qdq' the same list"),
+    CLI_OPT_REPEATED("exclude", 0, OPT_EXCLUDE, "PATTERN",
+        "glob on node and tensor names left float, not exposed\n"
+        "(repeatable); give 'qcal qdq' the same patterns"),
+    CLI_FLAG("quiet", 'q', OPT_QUIET, "no notes on stderr"),
+    CLI_HELP_OPT,
+    CLI_TEXT(
+        "\n"
+        "Exit codes: 2 bad options; 3 a missing, malformed or hostile MODEL, or one qcal cannot\n"
+        "raise to opset 13; 4 an output that cannot be written (an existing file is left\n"
+        "intact); 1 a name --list cannot hold (a line break) or ONNX support not built.\n"),
     { 0 },
 };
-const cli_opt *const cmd_onnx_expose_opts = expose_opts;
+const cli_spec cmd_onnx_expose_spec = { expose_opts, 27 };
 
 static const cli_opt qdq_opts[] = {
-    { "help", 'h', false, OPT_HELP },
-    { "table", 0, true, OPT_TABLE },
-    { "output", 'o', true, OPT_OUT },
-    { "profile", 0, true, OPT_PROFILE },
-    { "weight-observer", 0, true, OPT_WOBS },
-    { "exclude", 0, CLI_REPEATED, OPT_EXCLUDE },
-    { "op-types", 0, true, OPT_OPTYPES },
-    { "strict", 0, false, OPT_STRICT },
-    { "weight-qscheme", 0, true, OPT_WQSCHEME },
-    { "float-weights", 0, false, OPT_FLOATW },
-    { "rules", 0, true, OPT_RULES },
-    { "table-out", 0, true, OPT_TABLE_OUT },
-    { "equalize", 0, false, OPT_EQUALIZE },
-    { "quiet", 'q', false, OPT_QUIET },
-    { "allow-partial", 0, false, OPT_ALLOW_PARTIAL },
-    { "verbose", 0, false, OPT_VERBOSE },
+    CLI_TEXT(
+        "usage: qcal qdq MODEL.onnx --table TABLE.json -o OUT.onnx [--profile ort|tensorrt]\n"
+        "       [--weight-observer KIND] [--weight-qscheme Q | --float-weights]\n"
+        "       [--exclude PATTERN]... [--op-types LIST] [--strict | --allow-partial]\n"
+        "       qcal qdq MODEL.onnx --data SPEC -o OUT.onnx [--observer K | --rules F]\n"
+        "       [--table-out T] [--equalize] [same options as above, data options below]\n"
+        "       [--min-output-sqnr DB | --max-drop POINTS --labels L.npy [--metric M]]\n"
+        "       [--eval-data SPEC] [--sensitivity-samples N]\n"
+        "\n"
+        "Writes MODEL with QuantizeLinear/DequantizeLinear nodes: activations from the table\n"
+        "(matched by tensor name), weights per-channel symmetric qint8 computed from the model's\n"
+        "own initializers. A model of default-domain opset 9-12 is raised to 13 first (the ops\n"
+        "whose meaning changed adapted, one note each; docs/onnx.md \"Older opsets\"). With\n"
+        "--data instead of --table\n"
+        "the table is made first by running MODEL in ONNX Runtime on the data ('qcal calibrate\n"
+        "MODEL.onnx --data', the same table) and the model written from it, in one command.\n"
+        "  profile ort: ONNX Runtime node units (DQ -> op -> Q), activations as calibrated\n"
+        "  (quint8 asymmetric), int8 weights + DequantizeLinear, int32 biases, a Relu after a\n"
+        "  quantized op folded into its output Q.\n"
+        "  profile tensorrt: TensorRT 10 explicit quantization, Q/DQ on op inputs only,\n"
+        "  activations symmetric int8 (scale = amax / 127), float weights + Q + DQ, float biases.\n"
+        "\n"
+        "options:\n"),
+    CLI_OPT("table", 0, OPT_TABLE, "TABLE.json",
+        "native qcal table ('qcal calibrate --format json')"),
+    CLI_OPT("output", 'o', OPT_OUT, "OUT.onnx", "the quantized model (written atomically)"),
+    CLI_OPT("profile", 0, OPT_PROFILE, "P", "ort (default) or tensorrt"),
+    CLI_OPT("weight-observer", 0, OPT_WOBS, "KIND",
+        "per_channel_minmax (default) or moving_average_per_channel_minmax"),
+    CLI_OPT("weight-qscheme", 0, OPT_WQSCHEME, "Q",
+        "per_channel_symmetric (default), per_channel_affine,\n"
+        "per_tensor_affine or per_tensor_symmetric (qint8; per-tensor:\n"
+        "minmax over the whole weight; tensorrt: symmetric only)"),
+    CLI_FLAG("float-weights", 0, OPT_FLOATW,
+        "weights and biases stay float, no Q/DQ (activations only)"),
+    CLI_OPT_REPEATED("exclude", 0, OPT_EXCLUDE, "PATTERN",
+        "glob on node and tensor names left float (repeatable)"),
+    CLI_OPT("op-types", 0, OPT_OPTYPES, "LIST",
+        "comma list of op types to quantize (default: the profile's)"),
+    CLI_FLAG("strict", 0, OPT_STRICT,
+        "tensors missing from the table are an error (default: they\n"
+        "stay float, counted in one warning)"),
+    CLI_FLAG("allow-partial", 0, OPT_ALLOW_PARTIAL,
+        "accept a table that holds fewer than half of the tensors the\n"
+        "model needs, or was calibrated for the other profile (default:\n"
+        "exit 3, the table of another model?); the rest stay float"),
+    CLI_FLAG("verbose", 0, OPT_VERBOSE, "list the tensors missing from the table, one per line"),
+    CLI_FLAG("quiet", 'q', OPT_QUIET, "no progress report or notes on stderr"),
+    CLI_HELP_OPT,
+    CLI_TEXT(
+        "\n"
+        "calibrating from data (instead of --table):\n"),
     CLI_MODEL_OPTS,
-    CLI_OBSERVER_OPTS,
-    CLI_ACCURACY_OPTS,
+    CLI_OPT("rules", 0, OPT_RULES, "RULES",
+        "rules file for the activations' observers (docs/calibration.md)"),
+    CLI_OPT("table-out", 0, OPT_TABLE_OUT, "T",
+        "also write the table made from the data (native JSON)"),
+    CLI_FLAG("equalize", 0, OPT_EQUALIZE,
+        "cross-layer equalization first ('qcal equalize' defaults)"),
+    CLI_TEXT(
+        CLI_MODEL_AUTO_HELP
+        "                           (the default without --rules or observer options; weights\n"
+        "                           keep --weight-observer)\n"
+        "  observer options         below, as 'qcal calibrate' (--observer histogram: the\n"
+        "                           default before auto)\n"
+        "\n"
+        "Exit codes: 2 bad options; 3 a missing or malformed MODEL, TABLE or data, a table that\n"
+        "matches fewer than half of the model's tensors or was calibrated for the other profile\n"
+        "(without --allow-partial), data that does not match the model, a model opset below 9 or an op qcal cannot raise to opset 13; 4 an output that cannot be written (an\n"
+        "existing file is left intact); 1 missing tensors under --strict, a failure during a\n"
+        "run, or ONNX support not built; 5 ONNX Runtime could not be loaded (--data).\n"
+        "\n"
+        "observer options (with --data; the keys of rules files, docs/cli.md):\n"),
+    CLI_OBSERVER_GROUP(QCAL_OBSERVER_KIND_COUNT),   /* "default auto" */
+    CLI_TEXT(
+        "\n"
+        "keeping the most sensitive ops float until an accuracy target holds (docs/accuracy.md;\n"
+        "with --data or --eval-data; the QDQ model with the k most sensitive ops float measured\n"
+        "in ONNX Runtime against the float model, k = 0 first, the ops ranked one at a time on a\n"
+        "gated model only when it fails, then a binary search on k):\n"),
     CLI_KEEP_FLOAT_OPTS,
+    CLI_ACCURACY_OPTS,
     { 0 },
 };
-const cli_opt *const cmd_qdq_opts = qdq_opts;
+const cli_spec cmd_qdq_spec = { qdq_opts, 27 };
 
 static int once(const char *cmd, const char **slot, const char *opt, const char *val)
 {
@@ -212,8 +210,8 @@ static int expose_main(int argc, char **argv, const char **exclude)
     while ((id = cli_next(&p, expose_opts, &val)) != CLI_END) {
         if (id == CLI_ERROR)
             return QCAL_EXIT_USAGE;
-        if (id == OPT_HELP) {
-            fputs(expose_help, stdout);
+        if (id == CLI_HELP) {
+            cli_help(stdout, &cmd_onnx_expose_spec);
             return 0;
         }
         if (id == OPT_EXCLUDE) {
@@ -331,7 +329,7 @@ static int expose_main(int argc, char **argv, const char **exclude)
         goto out;
     }
     if ((st = qcal_onnx_model_save(m, NULL, out)) != QCAL_OK) {
-        rc = cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_OUTPUT, st);
+        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_WRITE), st);
         goto out;
     }
     if (list && (st = qcal_atomic_file_commit(&lf)) != QCAL_OK) {
@@ -605,10 +603,8 @@ int cmd_qdq(int argc, char **argv)
             rc = QCAL_EXIT_USAGE;
             goto done;
         }
-        if (id == OPT_HELP) {
-            fputs(qdq_help, stdout);
-            fputs("\nobserver options (with --data; the keys of rules files, docs/cli.md):\n", stdout);
-            cli_observer_help(stdout, QCAL_OBSERVER_HISTOGRAM);
+        if (id == CLI_HELP) {
+            cli_help(stdout, &cmd_qdq_spec);
             goto done;
         }
         switch (id) {
@@ -676,6 +672,8 @@ int cmd_qdq(int argc, char **argv)
                       "(their runs stand alone)");
         goto done;
     }
+    if (from_data && (rc = cli_model_observer_auto(cmd, &ma, &oa, &have_obs, rules_path, true)))
+        goto done;
     if (strict && allow_partial) {
         rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--strict and --allow-partial exclude each other");
         goto done;
@@ -737,7 +735,7 @@ int cmd_qdq(int argc, char **argv)
     cli_staged staged = { 0 };
     qcal_status st;
     if (!from_data && (st = qcal_calib_table_read_json(table_path, &t)) != QCAL_OK) {
-        rc = cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT, st);
+        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_READ), st);
         goto done;
     }
     if ((rc = cli_model_load(cmd, in, quiet, &m)))
@@ -800,14 +798,11 @@ int cmd_qdq(int argc, char **argv)
     bool save_failed = false;
     st = qcal_onnx_qdq_save(m, t, &opt, NULL, out, &rep, &save_failed);
     if (st != QCAL_OK && save_failed) {
-        rc = cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_OUTPUT, st);
+        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_WRITE), st);
         goto free;
     }
     if (st != QCAL_OK) {
-        int code = st == QCAL_ERR_INVALID_ARG ? QCAL_EXIT_USAGE
-                   : (st == QCAL_ERR_UNSUPPORTED || st == QCAL_ERR_FORMAT) ? QCAL_EXIT_INPUT
-                                                                           : QCAL_EXIT_FAILURE;
-        rc = cli_fail_status(cmd, code, st);
+        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_QDQ), st);
         goto free;
     }
     if ((rc = cli_stage_commit(cmd, &staged)))
@@ -833,6 +828,11 @@ int cmd_qdq(int argc, char **argv)
         printf("; calibrated in ONNX Runtime %s on %lld %s (%lld %s), %.1f s",
                version, (long long)mrep.samples, CLI_PLURAL(mrep.samples, "sample", "samples"),
                (long long)mrep.runs, CLI_PLURAL(mrep.runs, "run", "runs"), cli_now() - t0);
+    if (from_data && ma.observer_auto) {
+        char chosen[256];
+        cli_model_chosen(&mrep, chosen, sizeof chosen);
+        printf("; observer auto (the model run twice): %s", chosen);
+    }
     printf("\n");
     if (keep_float)
         print_keep_float(&kf, &aa);

@@ -9,133 +9,104 @@
 #include "cli_common.h"
 #include "cli_output.h"
 
-static const char quantize_help[] =
-    "usage: qcal quantize --scale S [--zero-point Z] [--dtype D] IN.npy -o OUT.npy\n"
-    "       qcal quantize --axis N --scales S.npy --zero-points Z.npy [--dtype D] IN.npy\n"
-    "                     -o OUT.npy\n"
-    "\n"
-    "Quantizes a float .npy (float32, float64 or float16; converted to float32) exactly as\n"
-    "torch.quantize_per_tensor / torch.quantize_per_channel (...).int_repr(): round half to\n"
-    "even of x * (1/scale), plus zero-point, clamped to the dtype range. NaN gives the\n"
-    "zero-point, +-Inf the range ends. The output holds the integers: uint8 for quint8,\n"
-    "int8 for qint8, int32 for qint32.\n"
-    "FP8 (--dtype float8_e4m3fn or float8_e5m2; zero-point 0): the 8-bit float codes of\n"
-    "x / scale as a uint8 .npy, bit-identical to ONNX Runtime's QuantizeLinear (round to\n"
-    "nearest even, saturating to +-448 / +-57344, NaN -> 0x7F|sign; docs/fp8.md).\n"
-    "\n"
-    "options:\n"
-    "  --scale S            per-tensor scale (finite, > 0)\n"
-    "  --zero-point Z       per-tensor zero-point in the dtype range (default 0)\n"
-    "  --dtype D            quint8 (default), qint8, qint32, float8_e4m3fn, float8_e5m2\n"
-    "  --axis N             per-channel: channel axis (<0 counts from the end)\n"
-    "  --scales S.npy       per-channel: 1-D float array, one scale per channel\n"
-    "  --zero-points Z.npy  per-channel: 1-D integer array (uint8/int8/int32/int64)\n"
-    "  -o, --output OUT     output .npy (written atomically: a failed run leaves an\n"
-    "                       existing OUT untouched)\n"
-    "  -h, --help           this help\n";
-
-static const char dequantize_help[] =
-    "usage: qcal dequantize --scale S [--zero-point Z] [--dtype D] IN.npy -o OUT.npy\n"
-    "       qcal dequantize --axis N --scales S.npy --zero-points Z.npy IN.npy -o OUT.npy\n"
-    "\n"
-    "Dequantizes an integer .npy to float32 as PyTorch's Tensor.dequantize():\n"
-    "x = (q - zero_point) * scale in float32. The dtype comes from the file (uint8 ->\n"
-    "quint8, int8 -> qint8, int32 -> qint32); --dtype, if given, must agree with it\n"
-    "(exit 3 otherwise). A uint8 file with --dtype float8_e4m3fn or float8_e5m2 holds FP8\n"
-    "codes: x = value(code) * scale (zero-point 0; docs/fp8.md).\n"
-    "\n"
-    "options:\n"
-    "  --scale S            per-tensor scale (finite, > 0)\n"
-    "  --zero-point Z       per-tensor zero-point in the dtype range (default 0)\n"
-    "  --dtype D            expected dtype: quint8, qint8, qint32; float8_e4m3fn,\n"
-    "                       float8_e5m2 (uint8 files of FP8 codes)\n"
-    "  --axis N             per-channel: channel axis (<0 counts from the end)\n"
-    "  --scales S.npy       per-channel: 1-D float array, one scale per channel\n"
-    "  --zero-points Z.npy  per-channel: 1-D integer array (uint8/int8/int32/int64)\n"
-    "  -o, --output OUT     output float32 .npy (written atomically)\n"
-    "  -h, --help           this help\n";
-
-enum { OPT_HELP = 1, OPT_SCALE, OPT_ZERO_POINT, OPT_DTYPE, OPT_AXIS, OPT_SCALES,
-       OPT_ZERO_POINTS, OPT_OUTPUT };
-
-static const cli_opt opts[] = {
-    { "help", 'h', false, OPT_HELP },
-    { "scale", 0, true, OPT_SCALE },
-    { "zero-point", 0, true, OPT_ZERO_POINT },
-    { "dtype", 0, true, OPT_DTYPE },
-    { "axis", 0, true, OPT_AXIS },
-    { "scales", 0, true, OPT_SCALES },
-    { "zero-points", 0, true, OPT_ZERO_POINTS },
-    { "output", 'o', true, OPT_OUTPUT },
-    { 0 },
-};
-const cli_opt *const cmd_quantize_opts = opts;
-const cli_opt *const cmd_dequantize_opts = opts;
+enum { OPT_DTYPE = 1 };
 
 typedef struct qargs {
-    const char *in, *out, *scales_path, *zps_path;
-    bool have_scale, have_zp, have_dtype, have_axis;
-    float scale;
-    int32_t zero_point;
+    const char *in, *out;
+    cli_qparam_args qp;   /* --scale, --zero-point, --axis, --scales, --zero-points */
+    bool have_dtype;
     qcal_dtype dtype;
-    int32_t axis;
 } qargs;
 
-/* Parses the shared command line; returns 0, or an exit code (reported), or -1 for --help
- * (printed). */
-static int parse_args(int argc, char **argv, const char *help, qargs *a)
+static const cli_opt quantize_opts[] = {
+    CLI_TEXT(
+        "usage: qcal quantize --scale S [--zero-point Z] [--dtype D] IN.npy -o OUT.npy\n"
+        "       qcal quantize --axis N --scales S.npy --zero-points Z.npy [--dtype D] IN.npy\n"
+        "                     -o OUT.npy\n"
+        "\n"
+        "Quantizes a float .npy (float32, float64 or float16; converted to float32) exactly as\n"
+        "torch.quantize_per_tensor / torch.quantize_per_channel (...).int_repr(): round half to\n"
+        "even of x * (1/scale), plus zero-point, clamped to the dtype range. NaN gives the\n"
+        "zero-point, +-Inf the range ends. The output holds the integers: uint8 for quint8,\n"
+        "int8 for qint8, int32 for qint32.\n"
+        "FP8 (--dtype float8_e4m3fn or float8_e5m2; zero-point 0): the 8-bit float codes of\n"
+        "x / scale as a uint8 .npy, bit-identical to ONNX Runtime's QuantizeLinear (round to\n"
+        "nearest even, saturating to +-448 / +-57344, NaN -> 0x7F|sign; docs/fp8.md).\n"
+        "\n"
+        "options:\n"),
+    CLI_QPARAM_SCALE_OPT,
+    CLI_QPARAM_ZERO_POINT_OPT("per-tensor zero-point in the dtype range (default 0)"),
+    CLI_OPT("dtype", 0, OPT_DTYPE, "D",
+        "quint8 (default), qint8, qint32, float8_e4m3fn, float8_e5m2"),
+    CLI_QPARAM_AXIS_OPT,
+    CLI_QPARAM_SCALES_OPT,
+    CLI_QPARAM_ZERO_POINTS_OPT("per-channel: 1-D integer array (uint8/int8/int32/int64)"),
+    CLI_STR("output", 'o', qargs, out, "OUT",
+        "output .npy (written atomically: a failed run leaves an\n"
+        "existing OUT untouched)"),
+    CLI_HELP_OPT,
+
+    { 0 },
+};
+const cli_spec cmd_quantize_spec = { quantize_opts, 23 };
+
+static const cli_opt dequantize_opts[] = {
+    CLI_TEXT(
+        "usage: qcal dequantize --scale S [--zero-point Z] [--dtype D] IN.npy -o OUT.npy\n"
+        "       qcal dequantize --axis N --scales S.npy --zero-points Z.npy IN.npy -o OUT.npy\n"
+        "\n"
+        "Dequantizes an integer .npy to float32 as PyTorch's Tensor.dequantize():\n"
+        "x = (q - zero_point) * scale in float32. The dtype comes from the file (uint8 ->\n"
+        "quint8, int8 -> qint8, int32 -> qint32); --dtype, if given, must agree with it\n"
+        "(exit 3 otherwise). A uint8 file with --dtype float8_e4m3fn or float8_e5m2 holds FP8\n"
+        "codes: x = value(code) * scale (zero-point 0; docs/fp8.md).\n"
+        "\n"
+        "options:\n"),
+    CLI_QPARAM_SCALE_OPT,
+    CLI_QPARAM_ZERO_POINT_OPT("per-tensor zero-point in the dtype range (default 0)"),
+    CLI_OPT("dtype", 0, OPT_DTYPE, "D",
+        "expected dtype: quint8, qint8, qint32; float8_e4m3fn,\n"
+        "float8_e5m2 (uint8 files of FP8 codes)"),
+    CLI_QPARAM_AXIS_OPT,
+    CLI_QPARAM_SCALES_OPT,
+    CLI_QPARAM_ZERO_POINTS_OPT("per-channel: 1-D integer array (uint8/int8/int32/int64)"),
+    CLI_STR("output", 'o', qargs, out, "OUT", "output float32 .npy (written atomically)"),
+    CLI_HELP_OPT,
+
+    { 0 },
+};
+const cli_spec cmd_dequantize_spec = { dequantize_opts, 23 };
+
+static int take_opt(void *args, const char *cmd, int id, const char *val)
 {
-    cli_parser p;
-    cli_parser_init(&p, argc, argv);
-    const char *cmd = p.cmd, *val;
-    int id, rc;
-    int64_t v;
+    qargs *a = args;
+    int rc = cli_qparam_opt(cmd, &a->qp, id, val);
+    if (rc >= 0)
+        return rc;
+    if (id == CLI_POSITIONAL) {
+        if (a->in)
+            return cli_fail(cmd, QCAL_EXIT_USAGE, "more than one input file ('%s', '%s')",
+                            a->in, val);
+        a->in = val;
+        return 0;
+    }
+    /* OPT_DTYPE */
+    if (qcal_dtype_parse(val, &a->dtype) != QCAL_OK)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "--dtype: unknown dtype '%s' (expected "
+                        "quint8, qint8, qint32, float8_e4m3fn or float8_e5m2)", val);
+    a->have_dtype = true;
+    return 0;
+}
+
+/* Parses the shared command line; returns 0, or an exit code (reported), or CLI_HELP_SHOWN. */
+static int parse_args(int argc, char **argv, const cli_spec *spec, qargs *a)
+{
+    const char *cmd = argv[0];
     memset(a, 0, sizeof *a);
     a->dtype = QCAL_QUINT8;
-    while ((id = cli_next(&p, opts, &val)) != CLI_END) {
-        switch (id) {
-        case CLI_ERROR:
-            return QCAL_EXIT_USAGE;
-        case OPT_HELP:
-            fputs(help, stdout);
-            return -1;
-        case CLI_POSITIONAL:
-            if (a->in)
-                return cli_fail(cmd, QCAL_EXIT_USAGE, "more than one input file ('%s', '%s')",
-                                a->in, val);
-            a->in = val;
-            break;
-        case OPT_SCALE:
-            if ((rc = cli_parse_f32(cmd, "--scale", val, &a->scale)))
-                return rc;
-            a->have_scale = true;
-            break;
-        case OPT_ZERO_POINT:
-            if ((rc = cli_parse_i64(cmd, "--zero-point", val, INT32_MIN, INT32_MAX, &v)))
-                return rc;
-            a->zero_point = (int32_t)v;
-            a->have_zp = true;
-            break;
-        case OPT_DTYPE:
-            if (qcal_dtype_parse(val, &a->dtype) != QCAL_OK)
-                return cli_fail(cmd, QCAL_EXIT_USAGE, "--dtype: unknown dtype '%s' (expected "
-                                "quint8, qint8, qint32, float8_e4m3fn or float8_e5m2)", val);
-            a->have_dtype = true;
-            break;
-        case OPT_AXIS:
-            if ((rc = cli_parse_i64(cmd, "--axis", val, -QCAL_MAX_DIMS, QCAL_MAX_DIMS - 1, &v)))
-                return rc;
-            a->axis = (int32_t)v;
-            a->have_axis = true;
-            break;
-        case OPT_SCALES: a->scales_path = val; break;
-        case OPT_ZERO_POINTS: a->zps_path = val; break;
-        case OPT_OUTPUT: a->out = val; break;
-        default: break;
-        }
-    }
-    if ((rc = cli_check_qparam_mode(cmd, a->have_scale, a->have_zp, a->have_axis,
-                                    a->scales_path, a->zps_path)))
+    a->qp.integer_zero_point = true;
+    int rc = cli_parse(spec, argc, argv, a, take_opt);
+    if (rc || (rc = cli_qparam_check(cmd, &a->qp)))
         return rc;
     rc = cli_check_in_out(cmd, a->in, a->out);
     return rc ? rc : cli_output_check(cmd, a->out);   /* before the work */
@@ -160,22 +131,22 @@ static int load_chan_params(const char *cmd, const qargs *a, int32_t ndim, const
                             chan_params *c)
 {
     memset(c, 0, sizeof *c);
-    if (a->axis >= ndim || a->axis < -ndim)
+    if (a->qp.axis >= ndim || a->qp.axis < -ndim)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "--axis %d is out of range for '%s' with %d "
-                        "dimensions", (int)a->axis, a->in, (int)ndim);
-    int32_t axis = a->axis < 0 ? a->axis + ndim : a->axis;
+                        "dimensions", (int)a->qp.axis, a->in, (int)ndim);
+    int32_t axis = a->qp.axis < 0 ? a->qp.axis + ndim : a->qp.axis;
     int64_t ch = shape[axis];
-    int rc = cli_read_f32(cmd, a->scales_path, &c->sa);
+    int rc = cli_read_f32(cmd, a->qp.scales_path, &c->sa);
     if (rc)
         return rc;
     if (c->sa.ndim != 1 || c->sa.numel != ch) {
         rc = cli_fail(cmd, QCAL_EXIT_INPUT, "'%s': expected a 1-D array of %lld scales (axis %d "
-                      "of '%s'), got %d dimensions and %lld elements", a->scales_path,
+                      "of '%s'), got %d dimensions and %lld elements", a->qp.scales_path,
                       (long long)ch, (int)axis, a->in, (int)c->sa.ndim, (long long)c->sa.numel);
         goto fail;
     }
     qcal_npy_array za;
-    if ((rc = cli_read_zero_points_npy(cmd, a->zps_path, ch, &za)))
+    if ((rc = cli_read_zero_points_npy(cmd, a->qp.zps_path, ch, &za)))
         goto fail;
     c->zero_points = malloc((size_t)(ch > 0 ? ch : 1) * sizeof *c->zero_points);
     if (!c->zero_points) {
@@ -192,14 +163,14 @@ static int load_chan_params(const char *cmd, const qargs *a, int32_t ndim, const
         case QCAL_NPY_I64: z = ((const int64_t *)za.data)[i]; break;
         default:
             rc = cli_fail(cmd, QCAL_EXIT_INPUT, "'%s' holds %s data, expected integer "
-                          "zero-points (uint8, int8, int32 or int64)", a->zps_path,
+                          "zero-points (uint8, int8, int32 or int64)", a->qp.zps_path,
                           qcal_npy_dtype_name(za.dtype));
             qcal_npy_array_free(&za);
             goto fail;
         }
         if (z < INT32_MIN || z > INT32_MAX) {
             rc = cli_fail(cmd, QCAL_EXIT_INPUT, "'%s': zero-point %lld (channel %lld) does not "
-                          "fit in int32", a->zps_path, (long long)z, (long long)i);
+                          "fit in int32", a->qp.zps_path, (long long)z, (long long)i);
             qcal_npy_array_free(&za);
             goto fail;
         }
@@ -233,7 +204,7 @@ static const qcal_qparams *qparams_of(const qargs *a, const chan_params *cp, qca
     if (cp->scales) {
         qp->qscheme = qcal_dtype_is_float8(dtype) ? QCAL_PER_CHANNEL_SYMMETRIC
                                                   : QCAL_PER_CHANNEL_AFFINE;
-        qp->axis = a->axis;
+        qp->axis = a->qp.axis;
         qp->channels = cp->channels;
         qp->scales = cp->scales;
         qp->zero_points = cp->zero_points;
@@ -241,8 +212,8 @@ static const qcal_qparams *qparams_of(const qargs *a, const chan_params *cp, qca
         qp->qscheme = qcal_dtype_is_float8(dtype) ? QCAL_PER_TENSOR_SYMMETRIC
                                                   : QCAL_PER_TENSOR_AFFINE;
         qp->channels = 1;
-        qp->scale = a->scale;
-        qp->zero_point = a->zero_point;
+        qp->scale = a->qp.scale;
+        qp->zero_point = (int32_t)a->qp.zero_point;
     }
     return qp;
 }
@@ -251,15 +222,15 @@ int cmd_quantize(int argc, char **argv)
 {
     const char *cmd = argv[0];
     qargs a;
-    int rc = parse_args(argc, argv, quantize_help, &a);
+    int rc = parse_args(argc, argv, &cmd_quantize_spec, &a);
     if (rc)
-        return rc < 0 ? QCAL_EXIT_OK : rc;
+        return rc == CLI_HELP_SHOWN ? QCAL_EXIT_OK : rc;
     qcal_npy_array in = { 0 };
     chan_params cp = { 0 };
     void *dst = NULL;
     if ((rc = cli_read_f32(cmd, a.in, &in)))
         return rc;
-    if (a.scales_path && (rc = load_chan_params(cmd, &a, in.ndim, in.shape, &cp)))
+    if (a.qp.scales_path && (rc = load_chan_params(cmd, &a, in.ndim, in.shape, &cp)))
         goto out;
     size_t esize = qcal_dtype_size(a.dtype), nbytes;
     if (!esize || __builtin_mul_overflow((size_t)in.numel, esize, &nbytes)) {
@@ -279,8 +250,7 @@ int cmd_quantize(int argc, char **argv)
     if (st == QCAL_OK)
         st = qcal_quantize(&t, qparams_of(&a, &cp, a.dtype, &qp), dst);
     if (st != QCAL_OK) {
-        rc = cli_fail_status(cmd, st == QCAL_ERR_INVALID_ARG ? QCAL_EXIT_USAGE
-                                                             : QCAL_EXIT_FAILURE, st);
+        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_PARAMS), st);
         goto out;
     }
     rc = cli_write_npy(cmd, cli_output_path(a.out), npy_of(a.dtype), in.ndim, in.shape, dst);
@@ -295,9 +265,9 @@ int cmd_dequantize(int argc, char **argv)
 {
     const char *cmd = argv[0];
     qargs a;
-    int rc = parse_args(argc, argv, dequantize_help, &a);
+    int rc = parse_args(argc, argv, &cmd_dequantize_spec, &a);
     if (rc)
-        return rc < 0 ? QCAL_EXIT_OK : rc;
+        return rc == CLI_HELP_SHOWN ? QCAL_EXIT_OK : rc;
     qcal_npy_array in = { 0 };
     chan_params cp = { 0 };
     float *dst = NULL;
@@ -322,7 +292,7 @@ int cmd_dequantize(int argc, char **argv)
                       qcal_dtype_name(a.dtype));
         goto out;
     }
-    if (a.scales_path && (rc = load_chan_params(cmd, &a, in.ndim, in.shape, &cp)))
+    if (a.qp.scales_path && (rc = load_chan_params(cmd, &a, in.ndim, in.shape, &cp)))
         goto out;
     size_t nbytes;
     if (__builtin_mul_overflow((size_t)in.numel, sizeof *dst, &nbytes)) {
@@ -342,8 +312,7 @@ int cmd_dequantize(int argc, char **argv)
     if (st == QCAL_OK)
         st = qcal_dequantize(src, qparams_of(&a, &cp, file_dtype, &qp), &t);
     if (st != QCAL_OK) {
-        rc = cli_fail_status(cmd, st == QCAL_ERR_INVALID_ARG ? QCAL_EXIT_USAGE
-                                                             : QCAL_EXIT_FAILURE, st);
+        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_PARAMS), st);
         goto out;
     }
     rc = cli_write_npy(cmd, cli_output_path(a.out), QCAL_NPY_F32, in.ndim, in.shape, dst);

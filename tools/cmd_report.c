@@ -7,55 +7,53 @@
 #include "cli_eval.h"
 #include "cli_output.h"
 
-static const char help[] =
-    "usage: qcal report (DIR | STATE) -o REPORT.html [--observers a,b,...] [--min-sqnr DB]\n"
-    "                   [--title TEXT] [--save-state S]\n"
-    "\n"
-    "Evaluates every candidate observer on every tensor of the dump directory DIR (as 'qcal\n"
-    "evaluate' does) and writes one self-contained HTML file: inline SVG and CSS, a few\n"
-    "lines of JavaScript to sort the summary table, nothing fetched. It holds a sortable\n"
-    "summary (tensors x observers: SQNR, clipped fraction, the recommendation) and, per\n"
-    "tensor, the data's histogram on a log scale with every observer's clipping range and\n"
-    "the mass each one clips, the objective curves of the searching observers (L2 for\n"
-    "histogram, KL for entropy, MSE for mse) against the threshold with the chosen point,\n"
-    "and per-channel ranges for weights.\n"
-    "STATE: an evaluation state saved by 'qcal evaluate DIR --save-state STATE' (or by this\n"
-    "command's --save-state): the same report without the data, byte for byte; --observers\n"
-    "keeps a subset of its candidates, --min-sqnr recommends again. Session and observer\n"
-    "states (QCSS, QCOB) hold no data, so SQNR and clipping cannot be measured from them:\n"
-    "they are refused.\n"
-    "\n"
-    "options:\n"
-    "  -o, --output REPORT      the HTML file (required; - is stdout, the summary line then\n"
-    "                           goes to stderr; docs/cli.md \"Outputs\")\n"
-    "  --observers LIST         comma-separated candidate kinds (default: every kind)\n"
-    "  --min-sqnr DB            recommend the simplest observer with SQNR >= DB\n"
-    "  --title TEXT             the report's title (default \"qcal calibration report\")\n"
-    "  --save-state S           also save the evaluation state to S\n"
-    CLI_EVAL_QUIET_HELP
-    "  -h, --help               this help\n"
-    "\n"
-    "Errors are one line on stderr: a missing DIR, a malformed .npy or state, or a session or\n"
-    "observer state exits 3, an unwritable REPORT or state exits 4 (both are checked before\n"
-    "the work, and both are written or neither), a bad option exits 2.\n";
 
 static const cli_opt opts[] = {
-    { "help", 'h', false, CLI_EVAL_HELP },
-    { "output", 'o', true, CLI_EVAL_OUT },
-    { "observers", 0, true, CLI_EVAL_OBSERVERS },
-    { "min-sqnr", 0, true, CLI_EVAL_MIN_SQNR },
-    { "title", 0, true, CLI_EVAL_TITLE },
-    { "save-state", 0, true, CLI_EVAL_SAVE_STATE },
+    CLI_TEXT(
+        "usage: qcal report (DIR | STATE) -o REPORT.html [--observers a,b,...] [--min-sqnr DB]\n"
+        "                   [--title TEXT] [--save-state S]\n"
+        "\n"
+        "Evaluates every candidate observer on every tensor of the dump directory DIR (as 'qcal\n"
+        "evaluate' does) and writes one self-contained HTML file: inline SVG and CSS, a few\n"
+        "lines of JavaScript to sort the summary table, nothing fetched. It holds a sortable\n"
+        "summary (tensors x observers: SQNR, clipped fraction, the recommendation) and, per\n"
+        "tensor, the data's histogram on a log scale with every observer's clipping range and\n"
+        "the mass each one clips, the objective curves of the searching observers (L2 for\n"
+        "histogram, KL for entropy, MSE for mse) against the threshold with the chosen point,\n"
+        "and per-channel ranges for weights.\n"
+        "STATE: an evaluation state saved by 'qcal evaluate DIR --save-state STATE' (or by this\n"
+        "command's --save-state): the same report without the data, byte for byte; --observers\n"
+        "keeps a subset of its candidates, --min-sqnr recommends again. Session and observer\n"
+        "states (QCSS, QCOB) hold no data, so SQNR and clipping cannot be measured from them:\n"
+        "they are refused.\n"
+        "\n"
+        "options:\n"),
+    CLI_OPT("output", 'o', CLI_EVAL_OUT, "REPORT",
+        "the HTML file (required; - is stdout, the summary line then\n"
+        "goes to stderr; docs/cli.md \"Outputs\")"),
+    CLI_OPT("observers", 0, CLI_EVAL_OBSERVERS, "LIST",
+        "comma-separated candidate kinds (default: every kind)"),
+    CLI_OPT("min-sqnr", 0, CLI_EVAL_MIN_SQNR, "DB",
+        "recommend the simplest observer with SQNR >= DB"),
+    CLI_OPT("title", 0, CLI_EVAL_TITLE, "TEXT",
+        "the report's title (default \"qcal calibration report\")"),
+    CLI_OPT("save-state", 0, CLI_EVAL_SAVE_STATE, "S", "also save the evaluation state to S"),
     CLI_EVAL_QUIET_OPT,
+    CLI_HELP_OPT,
+    CLI_TEXT(
+        "\n"
+        "Errors are one line on stderr: a missing DIR, a malformed .npy or state, or a session or\n"
+        "observer state exits 3, an unwritable REPORT or state exits 4 (both are checked before\n"
+        "the work, and both are written or neither), a bad option exits 2.\n"),
     { 0 },
 };
-const cli_opt *const cmd_report_opts = opts;
+const cli_spec cmd_report_spec = { opts, 27 };
 
 int cmd_report(int argc, char **argv)
 {
     const char *cmd = argc > 0 ? argv[0] : "report";
     cli_eval_args a;
-    int rc = cli_eval_parse(cmd, argc, argv, opts, help, &a);
+    int rc = cli_eval_parse(cmd, argc, argv, &cmd_report_spec, &a);
     if (rc >= 0)
         return rc;
     if (!a.out)
@@ -75,7 +73,7 @@ int cmd_report(int argc, char **argv)
     rc = cli_eval_stage_state(cmd, &a, ev, &staged);
     qcal_status st = QCAL_OK;
     if (!rc && (st = qcal_numeric_eval_write_report(ev, &ro, cli_output_path(a.out))) != QCAL_OK) {
-        rc = cli_fail_status(cmd, st == QCAL_ERR_IO ? QCAL_EXIT_OUTPUT : QCAL_EXIT_FAILURE, st);
+        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_SAVE), st);
         cli_stage_abort(&staged);
     }
     if (!rc)

@@ -14,34 +14,33 @@
 #include "cli_common.h"
 #include "cli_output.h"
 
-static const char help[] =
-    "usage: qcal stats [--csv PATH] [--summary] FILE.safetensors|FILE.npy|DUMPDIR ...\n"
-    "\n"
-    "Prints one line per tensor (t=param for tensors of .safetensors and .npy files and\n"
-    "weights of a dump, t=act for a dump's activations; c=<counter>, fqn, op, extra=<shape>,\n"
-    "min, max, absmax, avg, std; nonfinite=N when NaN/Inf were skipped; a tensor without\n"
-    "finite values prints n=0 and empty statistics). When several inputs hold a tensor of\n"
-    "the same name, its lines name the input: fqn='INPUT:NAME'. Safetensors files are\n"
-    "memory-mapped and streamed in chunks of 1 Mi elements, so files larger than memory\n"
-    "work; F32, F16, BF16 and F64 tensors are read, other dtypes are skipped with a note\n"
-    "on stderr. A .npy file is one tensor named after the file. A dump directory (as\n"
-    "'qcal calibrate' reads it: manifest.json or <name>/*.npy and <name>.npy, names\n"
-    "percent-decoded) gives one line per tensor named from its layout, with statistics\n"
-    "over all its batches (extra = the shape of the first batch).\n"
-    "  --csv PATH   also write the records as CSV (- is stdout: the records and the summary\n"
-    "               then go to stderr; docs/cli.md \"Outputs\")\n"
-    "  --summary    after the records, one line per group (numeric path components\n"
-    "               collapse: blocks.0.w, blocks.1.w -> blocks.*.w) with outliers\n"
-    "  -h, --help   this help\n";
+enum { OPT_CSV = 1, OPT_SUMMARY };
 
-enum { OPT_HELP = 1, OPT_CSV, OPT_SUMMARY };
 static const cli_opt opts[] = {
-    { "help", 'h', false, OPT_HELP },
-    { "csv", 0, true, OPT_CSV },
-    { "summary", 0, false, OPT_SUMMARY },
+    CLI_TEXT(
+        "usage: qcal stats [--csv PATH] [--summary] FILE.safetensors|FILE.npy|DUMPDIR ...\n"
+        "\n"
+        "Prints one line per tensor (t=param for tensors of .safetensors and .npy files and\n"
+        "weights of a dump, t=act for a dump's activations; c=<counter>, fqn, op, extra=<shape>,\n"
+        "min, max, absmax, avg, std; nonfinite=N when NaN/Inf were skipped; a tensor without\n"
+        "finite values prints n=0 and empty statistics). When several inputs hold a tensor of\n"
+        "the same name, its lines name the input: fqn='INPUT:NAME'. Safetensors files are\n"
+        "memory-mapped and streamed in chunks of 1 Mi elements, so files larger than memory\n"
+        "work; F32, F16, BF16 and F64 tensors are read, other dtypes are skipped with a note\n"
+        "on stderr. A .npy file is one tensor named after the file. A dump directory (as\n"
+        "'qcal calibrate' reads it: manifest.json or <name>/*.npy and <name>.npy, names\n"
+        "percent-decoded) gives one line per tensor named from its layout, with statistics\n"
+        "over all its batches (extra = the shape of the first batch).\n"),
+    CLI_OPT("csv", 0, OPT_CSV, "PATH",
+        "also write the records as CSV (- is stdout: the records and the summary\n"
+        "then go to stderr; docs/cli.md \"Outputs\")"),
+    CLI_FLAG("summary", 0, OPT_SUMMARY,
+        "after the records, one line per group (numeric path components\n"
+        "collapse: blocks.0.w, blocks.1.w -> blocks.*.w) with outliers"),
+    CLI_HELP_OPT,
     { 0 },
 };
-const cli_opt *const cmd_stats_opts = opts;
+const cli_spec cmd_stats_spec = { opts, 15 };
 
 #define STATS_CHUNK (1 << 20)
 
@@ -233,8 +232,7 @@ static int do_dump(const char *dir, int file, const name_index *ix, qcal_numeric
     qcal_calib_dump *d = NULL;
     qcal_status s = qcal_calib_dump_scan(dir, &d);
     if (s != QCAL_OK)
-        return cli_fail_status("stats", s == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE
-                                                                : QCAL_EXIT_INPUT, s);
+        return cli_fail_status("stats", cli_exit_code(s, CLI_AT_READ), s);
     int64_t n = 0;
     int rc = 0;
     qcal_calib_dump_count(d, &n);
@@ -365,8 +363,8 @@ int cmd_stats(int argc, char **argv)
         }
         if (id == CLI_POSITIONAL)
             files[nf++] = val;
-        else if (id == OPT_HELP) {
-            fputs(help, stdout);
+        else if (id == CLI_HELP) {
+            cli_help(stdout, &cmd_stats_spec);
             free(files);
             return QCAL_EXIT_OK;
         } else if (id == OPT_CSV)

@@ -10,21 +10,21 @@
 #include "cli_common.h"
 
 static const qcal_cmd commands[] = {
-    { "observe", "feed .npy batches to an observer, print its range and qparams (JSON)", cmd_observe, &cmd_observe_opts },
-    { "quantize", "quantize a float .npy with given scale/zero-point (per tensor or channel)", cmd_quantize, &cmd_quantize_opts },
-    { "dequantize", "dequantize a uint8/int8/int32 .npy back to float32", cmd_dequantize, &cmd_dequantize_opts },
-    { "calibrate", "calibrate a dump directory, or an ONNX model run on data in ONNX Runtime, into tables (JSON, TensorRT, ONNX Runtime, ncnn)", cmd_calibrate, &cmd_calibrate_opts },
-    { "convert", "convert a JSON calibration table to TensorRT, ONNX Runtime and ncnn formats", cmd_convert, &cmd_convert_opts },
-    { "merge", "merge saved observer or session states (exactly: JSON, table or state)", cmd_merge, &cmd_merge_opts },
-    { "evaluate", "every observer on every tensor of a dump: exact SQNR, clipping, a recommendation per tensor", cmd_evaluate, &cmd_evaluate_opts },
-    { "report", "the visual HTML report of an evaluation (histograms, clipping ranges, objective curves)", cmd_report, &cmd_report_opts },
-    { "stats", "one statistics line per tensor of .safetensors/.npy files or dump directories (CSV, summary)", cmd_stats, &cmd_stats_opts },
-    { "compare-weights", "quantize-dequantize weights, report SQNR/L2/cosine per tensor and group", cmd_compare_weights, &cmd_compare_weights_opts },
-    { "onnx-expose", "make every tensor a profile quantizes an output of an ONNX model (for calibration dumps)", cmd_onnx_expose, &cmd_onnx_expose_opts },
-    { "qdq", "insert QuantizeLinear/DequantizeLinear into an ONNX model from a table or calibration data (ONNX Runtime, TensorRT 10)", cmd_qdq, &cmd_qdq_opts },
-    { "compare", "run a float ONNX model and its QDQ version in ONNX Runtime: SQNR, agreement, accuracy at the outputs, per-op sensitivity", cmd_compare, &cmd_compare_opts },
-    { "equalize", "fold BatchNorms, equalize Conv/Gemm -> Relu -> Conv/Gemm chains, correct biases (ONNX, before qdq)", cmd_equalize, &cmd_equalize_opts },
-    { "fakequant", "fake-quantize a float .npy (forward, straight-through / LSQ backward)", cmd_fakequant, &cmd_fakequant_opts },
+    { "observe", "feed .npy batches to an observer, print its range and qparams (JSON)", cmd_observe, &cmd_observe_spec },
+    { "quantize", "quantize a float .npy with given scale/zero-point (per tensor or channel)", cmd_quantize, &cmd_quantize_spec },
+    { "dequantize", "dequantize a uint8/int8/int32 .npy back to float32", cmd_dequantize, &cmd_dequantize_spec },
+    { "calibrate", "calibrate a dump directory, or an ONNX model run on data in ONNX Runtime, into tables (JSON, TensorRT, ONNX Runtime, ncnn)", cmd_calibrate, &cmd_calibrate_spec },
+    { "convert", "convert a JSON calibration table to TensorRT, ONNX Runtime and ncnn formats", cmd_convert, &cmd_convert_spec },
+    { "merge", "merge saved observer or session states (exactly: JSON, table or state)", cmd_merge, &cmd_merge_spec },
+    { "evaluate", "every observer on every tensor of a dump: exact SQNR, clipping, a recommendation per tensor", cmd_evaluate, &cmd_evaluate_spec },
+    { "report", "the visual HTML report of an evaluation (histograms, clipping ranges, objective curves)", cmd_report, &cmd_report_spec },
+    { "stats", "one statistics line per tensor of .safetensors/.npy files or dump directories (CSV, summary)", cmd_stats, &cmd_stats_spec },
+    { "compare-weights", "quantize-dequantize weights, report SQNR/L2/cosine per tensor and group", cmd_compare_weights, &cmd_compare_weights_spec },
+    { "onnx-expose", "make every tensor a profile quantizes an output of an ONNX model (for calibration dumps)", cmd_onnx_expose, &cmd_onnx_expose_spec },
+    { "qdq", "insert QuantizeLinear/DequantizeLinear into an ONNX model from a table or calibration data (ONNX Runtime, TensorRT 10)", cmd_qdq, &cmd_qdq_spec },
+    { "compare", "run a float ONNX model and its QDQ version in ONNX Runtime: SQNR, agreement, accuracy at the outputs, per-op sensitivity", cmd_compare, &cmd_compare_spec },
+    { "equalize", "fold BatchNorms, equalize Conv/Gemm -> Relu -> Conv/Gemm chains, correct biases (ONNX, before qdq)", cmd_equalize, &cmd_equalize_spec },
+    { "fakequant", "fake-quantize a float .npy (forward, straight-through / LSQ backward)", cmd_fakequant, &cmd_fakequant_spec },
 };
 
 /* "unknown subcommand 'calibrat'; did you mean 'calibrate'?" when one subcommand is within
@@ -75,7 +75,7 @@ static void usage(FILE *f)
             "  2  usage error: unknown option, missing value, impossible value\n"
             "  3  an input file is missing, unreadable or malformed\n"
             "  4  an output file could not be written (an existing file is left intact)\n"
-            "  5  ONNX Runtime could not be loaded (calibrate MODEL.onnx --data, qdq --data)\n"
+            "  5  ONNX Runtime could not be loaded (calibrate MODEL.onnx --data, qdq --data, compare)\n"
             "Errors are reported as one line on stderr: 'qcal: SUBCOMMAND: MESSAGE'; warnings\n"
             "('qcal: SUBCOMMAND: warning: ...'), notes and the summary line of a run that\n"
             "writes files have the same form.\n"

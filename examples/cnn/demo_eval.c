@@ -5,6 +5,7 @@
 
 #include <qcal/calib.h>
 #include <qcal/fakequant.h>
+#include <qcal/model_calib.h>
 
 #include "demo_eval.h"
 #include "ex_util.h"
@@ -338,6 +339,26 @@ qcal_status lowbit_run(cnn_ctx *ctx, const cnn_model *fm, const cnn_data *train,
     }
     if (st >= 0)
         st = eval_fq(ctx, fm, test, fpred, &from_rules, "low-bit per-layer best", &out->per_layer);
+    /* --observer auto: the same evaluation restricted to its candidates (they commute, so the
+     * choice is a function of the data alone); measured as its own row. */
+    uint32_t auto_kinds = QCAL_MODEL_CALIB_AUTO_KINDS & opt.kinds;
+    out->autorow.top1 = -1;
+    if (st >= 0 && auto_kinds) {
+        fq_model aut;
+        memset(&aut, 0, sizeof aut);
+        st = qcal_numeric_eval_restrict(ev, auto_kinds);
+        for (int64_t i = 0; i < nt && st >= 0; i++) {
+            qcal_numeric_eval_tensor t;
+            if ((st = qcal_numeric_eval_result(ev, i, &t)) < 0)
+                break;
+            int slot = tensor_slot(t.name, t.role);
+            out->auto_choice[slot] = t.candidates[t.recommended].kind;
+            out->auto_same += out->auto_choice[slot] == out->choice[slot];
+            st = cand_qparams(&t.candidates[t.recommended], model_slot(&aut, slot));
+        }
+        if (st >= 0)
+            st = eval_fq(ctx, fm, test, fpred, &aut, "low-bit auto", &out->autorow);
+    }
     out->eval_s = cnn_now() - t0;
     for (int k = 1; k < n_kinds; k++) {
         if (out->single[k].top1 > out->single[out->best].top1)

@@ -38,6 +38,12 @@ typedef struct lowbit_result {
     const char *tensor[LOWBIT_NTENSORS];
     qcal_observer_kind choice[LOWBIT_NTENSORS];
     double choice_sqnr_db[LOWBIT_NTENSORS];
+    /* `qcal qdq --data`'s --observer auto on this setting: the same evaluation restricted to
+     * its candidates (QCAL_MODEL_CALIB_AUTO_KINDS: no moving average), every tensor's choice,
+     * and the row of that choice (auto.top1 < 0: none of its kinds among kinds[]). */
+    lowbit_row autorow;
+    qcal_observer_kind auto_choice[LOWBIT_NTENSORS];
+    int auto_same;                                    /* tensors where it equals choice[] */
     int best, worst;                                  /* indices into single[] by top-1 (first on ties) */
     double calib_s, eval_s;                           /* evaluation + rules calibration; the fake-quant rows */
 } lowbit_result;

@@ -202,6 +202,15 @@ QCAL_API qcal_status qcal_calib_session_load(const void *buf, size_t len,
 QCAL_API qcal_status qcal_calib_session_merge(qcal_calib_session *dst,
                                               const qcal_calib_session *src);
 
+/* Folds a copy of obs's state (obs stays the caller's; e.g. the observer qcal_numeric_eval
+ * recommends for a tensor) into entry (fqn, role), adding `elements` to its count: a new
+ * entry holding the copy, or merged into the existing one (qcal_observer_merge's checks).
+ * The entry then equals one that observed obs's batches itself. Thread-safe. */
+QCAL_API qcal_status qcal_calib_session_merge_observer(qcal_calib_session *s, const char *fqn,
+                                                       qcal_calib_role role,
+                                                       const qcal_observer *obs,
+                                                       uint64_t elements);
+
 /* qcal_calib_session_merge with src given as a session state buffer (no session built). */
 QCAL_API qcal_status qcal_calib_session_merge_state(qcal_calib_session *dst, const void *buf,
                                                     size_t len);

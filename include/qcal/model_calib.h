@@ -15,7 +15,19 @@
  * run, so at most two runs' outputs are in memory. The session's table equals the one
  * `qcal onnx-expose` -> a dump of the same runs -> `qcal calibrate DIR` gives, byte for byte;
  * for observers whose updates commute (qcal_observer_config_commutes) the ranges do not
- * depend on how samples are grouped into runs (only the entries' batch counts do). */
+ * depend on how samples are grouped into runs (only the entries' batch counts do).
+ *
+ * Observer choice ("auto", opt.observer_auto): qcal_model_calibrate runs the model twice. The
+ * first pass feeds every run's outputs to an evaluation (qcal/evaluate.h) holding every
+ * candidate observer of QCAL_MODEL_CALIB_AUTO_KINDS on every tensor (quint8
+ * per_tensor_affine, the session's default activation qconfig, 2048 bins); the second pass
+ * fake-quantizes the same outputs with each candidate's final qparams and measures the exact
+ * SQNR over the whole data; then each tensor's entry in the session is the observer with the
+ * highest SQNR (ties to the simpler, qcal_numeric_eval_simplicity). The session's rules are
+ * not consulted for the observed tensors. The table equals, byte for byte, the one
+ * `qcal evaluate DUMP --observers minmax,percentile,histogram,mse,entropy --rules-out R` and
+ * then `qcal calibrate DUMP --rules R` give on a dump of the same runs. Every candidate
+ * commutes, so the choice and the ranges do not depend on how samples are grouped into runs. */
 #ifndef QCAL_MODEL_CALIB_H
 #define QCAL_MODEL_CALIB_H
 
@@ -23,6 +35,7 @@
 #include "qcal/common.h"
 #include "qcal/dataset.h"
 #include "qcal/engine.h"
+#include "qcal/evaluate.h"
 #include "qcal/onnx.h"
 
 #ifdef __cplusplus
@@ -30,6 +43,15 @@ extern "C" {
 #endif
 
 typedef struct qcal_model_calib qcal_model_calib;
+
+/* The candidate kinds of observer choice (opt.observer_auto): bit (1u << kind) of every
+ * per-tensor kind whose updates commute (qcal_observer_kind_commutes): minmax, histogram,
+ * percentile, entropy, mse. The moving averages depend on how samples are grouped into runs
+ * and are left out. */
+#define QCAL_MODEL_CALIB_AUTO_KINDS                                                          \
+    ((1u << QCAL_OBSERVER_MINMAX) | (1u << QCAL_OBSERVER_HISTOGRAM) |                        \
+     (1u << QCAL_OBSERVER_PERCENTILE) | (1u << QCAL_OBSERVER_ENTROPY) |                      \
+     (1u << QCAL_OBSERVER_MSE))
 
 typedef struct qcal_model_calib_options {
     qcal_onnx_profile profile;      /* default QCAL_ONNX_PROFILE_ORT: the tensors that profile
@@ -53,8 +75,16 @@ typedef struct qcal_model_calib_options {
                                      * f % ranks == rank (several processes each calibrate a
                                      * share; merge their sessions) */
     qcal_progress_fn progress;      /* default NULL: called after each run (samples done,
-                                     * samples in this process's share, data file path) */
+                                     * samples in this process's share, data file path;
+                                     * with observer_auto both passes: done counts to twice
+                                     * the share) */
     void *progress_user;            /* default NULL */
+    bool observer_auto;             /* default false: each tensor's observer from the
+                                     * session's rules. true: each tensor's observer chosen
+                                     * from two passes over the same runs (above; the runs
+                                     * go to an evaluation, not the session, until
+                                     * qcal_model_calib_finish); one process only: ranks > 1
+                                     * is QCAL_ERR_UNSUPPORTED */
 } qcal_model_calib_options;
 
 /* Fills *opt with the defaults documented on each field. */
@@ -71,6 +101,10 @@ typedef struct qcal_model_calib_report {
     int64_t empty;              /* outputs with 0 elements (not observed; counted) */
     double engine_seconds;      /* wall time in the engine's Run */
     double wait_seconds;        /* wall time the engine waited for the observers */
+    int64_t passes;             /* passes over the data: 1, or 2 with observer_auto (runs,
+                                 * engine and wait seconds count both; samples one) */
+    int64_t chosen[QCAL_OBSERVER_KIND_COUNT];   /* observer_auto: tensors whose entry each
+                                                 * kind won; else zeros */
 } qcal_model_calib_report;
 
 /* Prepares a calibration of m (not changed; copied, exposed and serialized for the engine:
@@ -98,14 +132,23 @@ QCAL_API const char *qcal_model_calib_tensor(const qcal_model_calib *mc, int64_t
 QCAL_API qcal_status qcal_model_calib_feed(qcal_model_calib *mc, const qcal_engine_value *inputs,
                                            int64_t n_inputs);
 
+/* observer_auto: ends the first pass (every candidate's qparams computed); the caller then
+ * feeds the same runs again, in any grouping, for the scores, and qcal_model_calib_finish
+ * chooses. qcal_model_calib_feed_dataset calls it itself between its two passes. Without
+ * observer_auto, or a second time: QCAL_ERR_STATE. */
+QCAL_API qcal_status qcal_model_calib_next_pass(qcal_model_calib *mc);
+
 /* Starts a new sequence: carried inputs are zeros (or the file's) again. */
 QCAL_API qcal_status qcal_model_calib_reset(qcal_model_calib *mc);
 
 /* Runs every batch of ds (opened on this calibration's inputs; this process's share of its
- * files as opt->rank / ranks say), split into runs as opt->batch says, reset at each file. */
+ * files as opt->rank / ranks say), split into runs as opt->batch says, reset at each file;
+ * with opt->observer_auto in the first pass: both passes (qcal_model_calib_next_pass
+ * between them). */
 QCAL_API qcal_status qcal_model_calib_feed_dataset(qcal_model_calib *mc, qcal_dataset *ds);
 
-/* Waits for the observers and fills *rep (may be NULL). The session then holds everything. */
+/* Waits for the observers and fills *rep (may be NULL). The session then holds everything
+ * (observer_auto: each tensor's chosen observer, written here after the second pass). */
 QCAL_API qcal_status qcal_model_calib_finish(qcal_model_calib *mc, qcal_model_calib_report *rep);
 
 /* Destroys *mc (NULL is fine; waits for its observers) and sets *mc to NULL. */

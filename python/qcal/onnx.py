@@ -115,13 +115,17 @@ def _is_spec(data):
 
 
 def observe(model, data, session, *, profile="ort", op_types=None, exclude=None, batch=None,
-            carry=None, ort_lib=None, threads=0, _loaded=None):
+            carry=None, ort_lib=None, threads=0, observer_auto=False, _loaded=None):
     """Runs ``model`` on ``data`` in ONNX Runtime and observes every tensor ``profile`` quantizes
     into ``session`` (a ``qcal.Session``; role activation, step = the run's index). Returns a
     report dict: tensors (observed per run), files, samples, runs, batch, max_run_bytes,
-    empty, engine_seconds, wait_seconds, engine_version, engine_library. ``carry`` ("OUT=IN"
-    strings or {OUT: IN}): output OUT of a run is input IN of the next (zeros at the start;
-    an iterable's runs are one sequence, a data spec's files one each)."""
+    empty, engine_seconds, wait_seconds, engine_version, engine_library, passes, chosen.
+    ``carry`` ("OUT=IN" strings or {OUT: IN}): output OUT of a run is input IN of the next
+    (zeros at the start; an iterable's runs are one sequence, a data spec's files one each).
+    ``observer_auto``: each tensor's observer chosen by the exact SQNR of every commuting
+    candidate (``qcal calibrate --observer auto``): the data is run twice, so it must be a
+    data spec, a sequence (list, tuple) or a reader with ``rewind()``; ``chosen`` counts the
+    tensors each observer kind won."""
     if data is None:
         raise TypeError("observe() needs data: an iterable of {input: array} dicts, a "
                         "CalibrationDataReader or a data spec path")
@@ -131,23 +135,48 @@ def observe(model, data, session, *, profile="ort", op_types=None, exclude=None,
     if batch is not None and not spec:
         raise ValueError("batch= splits a data spec's files into runs; each item of an "
                          "iterable (or each get_next()) is one run as given")
+    if isinstance(data, dict):
+        raise TypeError("data is one dict: give a list of dicts (each one run)")
+    reader = hasattr(data, "get_next") and callable(data.get_next)
+    if observer_auto and not spec and not (
+            isinstance(data, (list, tuple)) or (reader and callable(getattr(data, "rewind", None)))):
+        raise TypeError("observer='auto' runs the data twice: give a data spec path, a list or "
+                        "tuple of runs, or a CalibrationDataReader with rewind()")
     carry = _carry(carry)
     m = _loaded if _loaded is not None else _model(model)
     mc = _qcal._ModelCalib(m, session, profile=profile, op_types=_op_types(op_types),
                            exclude=_names(exclude, "exclude"), batch=_batch(batch),
-                           carry=carry, ort_lib=ort_lib, threads=threads)
+                           carry=carry, ort_lib=ort_lib, threads=threads,
+                           observer_auto=bool(observer_auto))
     if spec:
         optional = [p.partition("=")[2] for p in carry] if carry else None
-        mc.feed_data(_os.fspath(data), None, optional)
+        mc.feed_data(_os.fspath(data), None, optional)   # both passes with observer_auto
     else:
-        if isinstance(data, dict):
-            raise TypeError("data is one dict: give a list of dicts (each one run)")
-        for d in _runs(data):
-            if not isinstance(d, dict):
-                raise TypeError("each run must be a dict {input name: array}, got "
-                                f"{type(d).__name__}")
-            mc.feed({k: _array(k, v) for k, v in d.items()})
+        for p in range(2 if observer_auto else 1):
+            if p:
+                mc.next_pass()
+                mc.reset()
+                if reader:
+                    data.rewind()
+            for d in _runs(data):
+                if not isinstance(d, dict):
+                    raise TypeError("each run must be a dict {input name: array}, got "
+                                    f"{type(d).__name__}")
+                mc.feed({k: _array(k, v) for k, v in d.items()})
     return mc.finish()
+
+
+def _auto(observer, rules, rules_text, config):
+    """Whether the observers are chosen (observer="auto"; qdq's default with data); refuses
+    auto with rules or observer options, as ``qcal qdq --observer auto`` does."""
+    if observer != "auto":
+        return False
+    if rules is not None or rules_text is not None or config:
+        given = sorted(config) + [k for k, v in (("rules", rules), ("rules_text", rules_text))
+                                  if v is not None]
+        raise TypeError("observer='auto' chooses every tensor's observer: it takes no "
+                        "rules or observer options (%s)" % ", ".join(given))
+    return True
 
 
 def calibrate(model, data, *, observer=None, rules=None, rules_text=None, profile="ort",
@@ -157,17 +186,19 @@ def calibrate(model, data, *, observer=None, rules=None, rules_text=None, profil
     the table ``qcal calibrate MODEL.onnx --data SPEC`` writes for the same runs.
     ``observer`` + config (bins=, qscheme=, ...), ``rules`` (a rules file) and
     ``rules_text`` set the observers as ``qcal.Session`` does (default histogram);
+    ``observer="auto"`` chooses each tensor's observer (see ``observe``; the data run twice);
     ``profile`` ("ort" or "tensorrt"), ``op_types`` and ``exclude`` (globs) choose the tensors
     as ``qdq`` will; ``batch``: samples per run of a data spec (default automatic; ranges do
     not depend on it); ``carry``: recurrent state (see ``observe``); ``ort_lib``: the path
     of libonnxruntime.so.1. A tensor that saw no finite value raises ``NoDataError`` unless
     ``allow_empty``."""
+    auto = _auto(observer, rules, rules_text, config)
     if config and observer is None:
         _rules_text(config=config, caller="calibrate")   # raises the TypeError
-    s = Session(rules=rules, rules_text=rules_text, observer=observer, max_memory=max_memory,
-                **config)
+    s = Session(rules=rules, rules_text=rules_text, observer=None if auto else observer,
+                max_memory=max_memory, **config)
     observe(model, data, s, profile=profile, op_types=op_types, exclude=exclude, batch=batch,
-            carry=carry, ort_lib=ort_lib)
+            carry=carry, ort_lib=ort_lib, observer_auto=auto)
     return s.table(allow_empty=allow_empty, profile=profile)
 
 
@@ -178,12 +209,14 @@ def qdq(model, out, data=None, table=None, *, profile="ort", observer=None, rule
     """Writes ``model`` with QuantizeLinear/DequantizeLinear nodes to ``out`` (atomically), as
     ``qcal qdq``: activations from ``table`` (a ``qcal.Table`` or a JSON table path) or from
     calibrating on ``data`` (exactly one of them; with data the observer options of
-    ``calibrate`` apply), weights from the model's own initializers (``weight_observer``,
+    ``calibrate`` apply; default ``observer="auto"`` unless rules, rules_text or observer
+    options are given, as ``qcal qdq --data``), weights from the model's own initializers
+    (``weight_observer``,
     ``weight_qscheme``, or ``float_weights=True`` to leave them float). ``strict``: tensors
     missing from the table raise ``NotFoundError`` (default: they stay float, listed in the
     report). ``equalize``: cross-layer equalization first (``qcal qdq --equalize``).
     Returns a report dict: profile, ops, tensors, weights, biases, missing, skipped; with
-    data also table (the ``qcal.Table`` made), samples, runs, engine_version."""
+    data also table (the ``qcal.Table`` made), samples, runs, engine_version, passes, chosen."""
     if (data is None) == (table is None):
         raise TypeError("qdq() needs exactly one of data= (calibrate by running the model) "
                         "and table= (a qcal.Table or a JSON table path)")
@@ -199,14 +232,19 @@ def qdq(model, out, data=None, table=None, *, profile="ort", observer=None, rule
     if equalize:
         m.equalize()
     if data is not None:
+        if observer is None and rules is None and rules_text is None and not config:
+            observer = "auto"
+        auto = _auto(observer, rules, rules_text, config)
         if config and observer is None:
             _rules_text(config=config, caller="qdq")   # raises the TypeError
-        s = Session(rules=rules, rules_text=rules_text, observer=observer, **config)
+        s = Session(rules=rules, rules_text=rules_text, observer=None if auto else observer,
+                    **config)
         crep = observe(None, data, s, profile=profile, op_types=op_types, exclude=exclude,
-                       batch=batch, carry=carry, ort_lib=ort_lib, _loaded=m)
+                       batch=batch, carry=carry, ort_lib=ort_lib, observer_auto=auto, _loaded=m)
         table = s.table(allow_empty=allow_empty, profile=profile)
         rep = {"table": table, "samples": crep["samples"], "runs": crep["runs"],
-               "engine_version": crep["engine_version"]}
+               "engine_version": crep["engine_version"], "passes": crep["passes"],
+               "chosen": crep["chosen"]}
     res = m.qdq_save(table, _os.fspath(out), profile, weight_observer,
                      _names(exclude, "exclude"), _op_types(op_types), strict=bool(strict),
                      weight_qscheme=weight_qscheme, float_weights=bool(float_weights))

@@ -138,9 +138,9 @@ static void run_option_layer(int argc, char **argv)
 {
     enum { OPT_HELP = 1, OPT_OUT, OPT_FORMAT, OPT_SCALE, OPT_ZP, OPT_FLAG };
     static const cli_opt opts[] = {
-        { "help", 'h', false, OPT_HELP }, { "output", 'o', true, OPT_OUT },
-        { "format", 'f', true, OPT_FORMAT }, { "scale", 0, true, OPT_SCALE },
-        { "zero-point", 0, true, OPT_ZP }, { "flag", 'x', false, OPT_FLAG },
+        CLI_FLAG("help", 'h', OPT_HELP, NULL), CLI_OPT("output", 'o', OPT_OUT, NULL, NULL),
+        CLI_OPT("format", 'f', OPT_FORMAT, NULL, NULL), CLI_OPT("scale", 0, OPT_SCALE, NULL, NULL),
+        CLI_OPT("zero-point", 0, OPT_ZP, NULL, NULL), CLI_FLAG("flag", 'x', OPT_FLAG, NULL),
         CLI_OBSERVER_OPTS, { 0 } };
     cli_parser p;
     cli_parser_init(&p, argc, argv);

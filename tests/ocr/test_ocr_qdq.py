@@ -4,7 +4,7 @@ Constant nodes) quantized by one qcal command each and run int8 on ONNX Runtime:
 
     tests/ocr/make_lines.py (seeded, Debian fonts): CALIB_LINES calibration lines, EVAL_LINES
         evaluation lines and DET_PAGES evaluation pages; DET_CALIB pages of another seed
-    qcal qdq rec.onnx --data W/calib -o rec8.onnx            (histogram, the default observer)
+    qcal qdq rec.onnx --data W/calib -o rec8.onnx --observer histogram   (--observer K)
     qcal qdq det.onnx --data C/det/x.npy --batch 2 -o det8.onnx
     tests/ocr/ocr_eval.cjs: float and int8 at graph optimization 'all' (ONNX Runtime's fused
         int8 kernels; the optimized graph saved and its QLinear ops counted)

@@ -7,8 +7,8 @@ float32 [N, 1, 28, 28]) and the first 64 Fashion-MNIST test images
     (get_next()), on a data-spec path (str and pathlib.Path, batch=16) and on the model's
     bytes: each table's JSON equals, byte for byte, what `qcal calibrate mobilenet.onnx
     --data x64.npy --batch 16 -o t.json` writes;
-  - qdq(model, out, data=...) writes the bytes of `qcal qdq mobilenet.onnx --data x64.npy
-    --batch 16 -o o.onnx`, and qdq(model, out, table=...) those of `qcal qdq --table`;
+  - qdq(model, out, data=..., observer="histogram") writes the bytes of `qcal qdq
+    mobilenet.onnx --data x64.npy --batch 16 --observer histogram -o o.onnx`, and qdq(model, out, table=...) those of `qcal qdq --table`;
   - errors: a float64 array (MismatchError naming the input and both dtypes), a missing
     input, an unknown input, a missing ONNX Runtime (NotFoundError naming where it looked),
     batch= with an iterable, table= and data= together;
@@ -84,7 +84,8 @@ class OnnxCalibrate(unittest.TestCase):
         cls.cli_json = os.path.join(d, "t.json")
         cls.cli_onnx = os.path.join(d, "o.onnx")
         for args in (["calibrate", MODEL, "--data", cls.npy, "--batch", "16", "-o", cls.cli_json],
-                     ["qdq", MODEL, "--data", cls.npy, "--batch", "16", "-o", cls.cli_onnx]):
+                     ["qdq", MODEL, "--data", cls.npy, "--batch", "16", "-o", cls.cli_onnx,
+                      "--observer", "histogram"]):
             r = subprocess.run([BIN] + args + ["-q"], capture_output=True, text=True)
             assert r.returncode == 0, r.stdout + r.stderr
         cls.want = open(cls.cli_json, "rb").read()
@@ -129,7 +130,8 @@ class OnnxCalibrate(unittest.TestCase):
 
     def test_qdq_data(self):
         out = os.path.join(self.d, "py.onnx")
-        rep = qcal.onnx.qdq(MODEL, out, data=runs(self.x))
+        # histogram named: qdq's default with data is observer="auto" (tests/ort/test_model_auto.py)
+        rep = qcal.onnx.qdq(MODEL, out, data=runs(self.x), observer="histogram")
         self.assertEqual(open(out, "rb").read(), open(self.cli_onnx, "rb").read())
         self.assertEqual((rep["samples"], rep["runs"]), (64, 4))
         self.assertEqual(rep["missing"], [])
