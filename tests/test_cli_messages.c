@@ -407,6 +407,8 @@ static void test_repeated_options(void **state)
             v = "per_tensor_affine";
         else if (!strcmp(opt, "--trt-version"))
             v = "8601";
+        else if (!strcmp(opt, "--metric"))
+            v = "top1";
         else if (!strcmp(opt, "--trt-algorithm"))
             v = "MinMaxCalibration";
         run(sub, opt, v, opt, v, NULL);

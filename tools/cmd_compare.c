@@ -34,7 +34,18 @@ static const cli_opt opts[] = {
         "weights of the QDQ model's quantized ones; the float model run is the file as given.\n"
         "\n"
         "options:\n"),
-    CLI_MODEL_OPTS,
+    CLI_OPT("data", 0, CLI_MODEL_DATA, "SPEC",
+        "the data: a directory or a .npy, .npz or .safetensors file of\n"
+        "arrays named by model input, batch on axis 0 (docs/data.md)"),
+    CLI_OPT_REPEATED("input", 0, CLI_MODEL_INPUT, "NAME=PATH",
+        "(repeatable) input NAME from PATH (a .npy file, or a directory\n"
+        "of them: one batch each)"),
+    CLI_OPT("batch", 0, CLI_MODEL_BATCH, "N",
+        "samples per run of the two models where the first dimension is\n"
+        "dynamic (default 8; the per-op runs take one sample each)"),
+    CLI_OPT("ort-lib", 0, CLI_MODEL_ORT_LIB, "PATH",
+        "ONNX Runtime's libonnxruntime.so.1 (default: $QCAL_ORT_LIB,\n"
+        "the loader's path, then the npm cache ./run.sh fills)"),
     CLI_ACCURACY_OPTS,
     CLI_OPT("format", 0, OPT_FORMAT, "F",
         "table (default), csv (kind,name,...: one row per output and\n"
@@ -286,10 +297,6 @@ int cmd_compare(int argc, char **argv)
     }
     if (!cli_model_args_given(&ma)) {
         rc = cli_fail(cmd, QCAL_EXIT_USAGE, "no --data or --input given: the models run on data");
-        goto done;
-    }
-    if (ma.ncarry) {
-        rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--carry is not supported by compare (each run stands alone)");
         goto done;
     }
     if (format && strcmp(format, "table") && strcmp(format, "csv") && strcmp(format, "json")) {
