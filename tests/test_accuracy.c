@@ -195,6 +195,82 @@ static void test_gate_bits(void **state)
     qcal_onnx_model_destroy(&q);
 }
 
+/* The gated model with every gate on is the QDQ model bit for bit, gates off float to
+ * rounding, for the tensorrt profile (float weights before Q/DQ) and FP8 (opset 19, a Sum on
+ * each side of Q/DQ) as for ort int8. */
+static void gate_case(qcal_onnx_profile profile, bool fp8)
+{
+    size_t len;
+    void *b = ser(fm, &len);
+    qcal_onnx_model *f = NULL, *q = NULL, *gm = NULL;
+    OK(qcal_onnx_model_parse(b, len, &f));
+    qcal_free(b);
+    qcal_calib_table *t = table;
+    if (fp8) {
+        OK(qcal_onnx_upgrade(f, 19, NULL));
+        const char *rt = "* activation minmax dtype=float8_e4m3fn\n";
+        qcal_calib_rules *rules = NULL;
+        OK(qcal_calib_rules_parse(rt, strlen(rt), &rules));
+        qcal_calib_session_options so;
+        qcal_calib_session_options_default(&so);
+        so.rules = rules;
+        qcal_calib_session *s = NULL;
+        OK(qcal_calib_session_create(&so, &s));
+        qcal_model_calib_options mo;
+        qcal_model_calib_options_default(&mo);
+        OK(qcal_model_calibrate(eng, f, data_path, NULL, 0, s, &mo, NULL));
+        OK(qcal_calib_session_table(s, &t));
+        qcal_calib_session_destroy(&s);
+        qcal_calib_rules_destroy(&rules);
+    }
+    b = ser(f, &len);
+    OK(qcal_onnx_model_parse(b, len, &q));
+    qcal_free(b);
+    qcal_onnx_qdq_options o;
+    qcal_onnx_qdq_options_default(&o);
+    o.profile = profile;
+    OK(qcal_onnx_qdq(q, t, &o, NULL));
+    qcal_onnx_gate_op *ops = NULL;
+    int64_t n = 0;
+    OK(qcal_onnx_gate(q, f, &gm, &ops, &n));
+    int64_t fixed = 0;
+    for (int64_t i = 0; i < n; i++)
+        fixed += ops[i].fixed;
+    assert_int_equal(fixed, 0);
+    /* tensorrt: the ops that read a quantized input (Q/DQ on op inputs only: no graph output
+     * through Q/DQ, and two ops fewer for the pool and flatten the ort table left) */
+    assert_int_equal(n, profile == QCAL_ONNX_PROFILE_TENSORRT ? 33 : 35);
+    qcal_engine_session *gs = sess(gm, 0), *qs = sess(q, 0), *fs = sess(f, 0);
+    uint8_t *on = malloc((size_t)n), *off = calloc((size_t)n, 1);
+    memset(on, 1, (size_t)n);
+    float *a = logits(gs, 8, on, n), *c = logits(qs, 8, NULL, 0);
+    assert_memory_equal(a, c, 8 * 10 * sizeof(float));
+    float *d = logits(gs, 8, off, n), *e = logits(fs, 8, NULL, 0);
+    double s2 = 0, e2 = 0;
+    for (int i = 0; i < 80; i++)
+        s2 += (double)e[i] * e[i], e2 += ((double)d[i] - e[i]) * ((double)d[i] - e[i]);
+    assert_true(e2 == 0 || 10 * log10(s2 / e2) > 100.0);
+    printf("gate %s%s: %lld ops, gates off against float %.1f dB\n", qcal_onnx_profile_name(profile),
+           fp8 ? " fp8" : "", (long long)n, e2 == 0 ? INFINITY : 10 * log10(s2 / e2));
+    free(a), free(c), free(d), free(e), free(on), free(off);
+    qcal_engine_session_destroy(&gs);
+    qcal_engine_session_destroy(&qs);
+    qcal_engine_session_destroy(&fs);
+    qcal_onnx_gate_ops_free(&ops, n);
+    qcal_onnx_model_destroy(&gm);
+    qcal_onnx_model_destroy(&q);
+    qcal_onnx_model_destroy(&f);
+    if (t != table)
+        qcal_calib_table_destroy(&t);
+}
+
+static void test_gate_profiles(void **state)
+{
+    (void)state;
+    gate_case(QCAL_ONNX_PROFILE_TENSORRT, false);
+    gate_case(QCAL_ONNX_PROFILE_ORT, true);
+}
+
 static void test_compare(void **state)
 {
     (void)state;
@@ -350,6 +426,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gate_bits),
+        cmocka_unit_test(test_gate_profiles),
         cmocka_unit_test(test_compare),
         cmocka_unit_test(test_keep_float),
     };
