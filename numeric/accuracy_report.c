@@ -46,11 +46,12 @@ static void cell(qcal_buf *b, double v, double scale, const char *fmt, const cha
         qcal_html_put(b, "<td data-v=\"-1e300\" class=\"na\">&#8211;</td>");
         return;
     }
-    qcal_html_putf(b, "<td data-v=\"%.17g\">", isfinite(v) ? v * scale : (v > 0 ? 1e300 : -1e300));
-    if (isinf(v))
-        qcal_html_put(b, v > 0 ? "&#8734;" : "-&#8734;");
-    else
+    if (isinf(v)) {   /* sorts past every figure */
+        qcal_html_put(b, v > 0 ? "<td data-v=\"1e300\">&#8734;" : "<td data-v=\"-1e300\">-&#8734;");
+    } else {
+        qcal_html_putf(b, "<td data-v=\"%.17g\">", v * scale);
         qcal_html_putf(b, fmt, v * scale);
+    }
     qcal_html_put(b, unit);
     qcal_html_put(b, "</td>");
 }
