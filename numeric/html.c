@@ -136,8 +136,8 @@ const char *const qcal_html_css =
     "vector-effect:non-scaling-stroke}";
 
 const char *const qcal_html_sort_script =
-    "document.querySelectorAll('table.sortable th').forEach(function(th,i){"
-    "th.addEventListener('click',function(){var t=th.closest('table'),b=t.tBodies[0],"
+    "document.querySelectorAll('table.sortable th').forEach(function(th){"
+    "th.addEventListener('click',function(){var i=th.cellIndex,t=th.closest('table'),b=t.tBodies[0],"
     "r=Array.from(b.rows),d=th.dataset.dir==='a'?-1:1;th.dataset.dir=d>0?'a':'d';"
     "r.sort(function(x,y){var u=x.cells[i].dataset.v,v=y.cells[i].dataset.v;"
     "if(u!==undefined&&v!==undefined)return d*(parseFloat(u)-parseFloat(v));"
