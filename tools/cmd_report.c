@@ -47,15 +47,16 @@ static const cli_opt opts[] = {
     CLI_OPT("min-sqnr", 0, CLI_EVAL_MIN_SQNR, "DB",
         "recommend the simplest observer with SQNR >= DB"),
     CLI_OPT("title", 0, CLI_EVAL_TITLE, "TEXT",
-        "the report's title (default \"qcal calibration report\")"),
+        "the report's title (default \"qcal calibration report\", for\n"
+        "a compare report \"qcal accuracy report\")"),
     CLI_OPT("save-state", 0, CLI_EVAL_SAVE_STATE, "S", "also save the evaluation state to S"),
     CLI_EVAL_QUIET_OPT,
     CLI_HELP_OPT,
     CLI_TEXT(
         "\n"
         "Errors are one line on stderr: a missing DIR, a malformed .npy, state or compare report,\n"
-        "or a session or observer state exits 3, an unwritable REPORT or state exits 4 (both are checked before\n"
-        "the work, and both are written or neither), a bad option exits 2.\n"),
+        "or a session or observer state exits 3, an unwritable REPORT or state exits 4 (both are\n"
+        "checked before the work, and both are written or neither), a bad option exits 2.\n"),
     { 0 },
 };
 const cli_spec cmd_report_spec = { opts, 27 };
