@@ -107,6 +107,45 @@ QCAL_API qcal_status qcal_model_compare(qcal_engine *e, const qcal_onnx_model *f
 /* Frees the report's arrays and zeroes it (NULL is fine). */
 QCAL_API void qcal_accuracy_report_free(qcal_accuracy_report *rep);
 
+/* What the JSON of `qcal compare --format json` records besides the figures. */
+typedef struct qcal_accuracy_source {
+    char *float_model;      /* the float model's path as given ("" when not recorded) */
+    char *quantized_model;  /* the QDQ model's path */
+    char *engine;           /* the engine's version */
+    char *metric;           /* "top1" / "exact" when labels were given, else NULL */
+} qcal_accuracy_source;
+
+/* Parses the JSON `qcal compare --format json` writes (docs/accuracy.md) from text[0..len)
+ * into *rep and, if src is not NULL, *src (free with qcal_accuracy_report_free and
+ * qcal_accuracy_source_free). Figures are numbers, "inf" / "-inf", or null (NaN); ops stay
+ * in the file's order. QCAL_ERR_FORMAT naming the field when the text is not such a
+ * report; on failure *rep and *src are untouched. */
+QCAL_API qcal_status qcal_accuracy_report_parse_json(const char *text, size_t len,
+                                                     qcal_accuracy_report *rep,
+                                                     qcal_accuracy_source *src);
+
+/* qcal_accuracy_report_parse_json on a file (messages name the file). */
+QCAL_API qcal_status qcal_accuracy_report_read_json(const char *path, qcal_accuracy_report *rep,
+                                                    qcal_accuracy_source *src);
+
+/* Frees the source's strings and zeroes it (NULL is fine). */
+QCAL_API void qcal_accuracy_source_free(qcal_accuracy_source *src);
+
+typedef struct qcal_accuracy_html_options {
+    const char *title;                   /* default "qcal accuracy report" */
+    const qcal_accuracy_source *source;  /* default NULL: the header names no models */
+} qcal_accuracy_html_options;
+
+/* Fills *opt with the defaults documented on each field. */
+QCAL_API void qcal_accuracy_html_options_default(qcal_accuracy_html_options *opt);
+
+/* Writes the report as one self-contained HTML page (inline SVG and CSS, a little inline
+ * JavaScript to sort the tables; nothing fetched) atomically: the per-output table and a
+ * bar chart of the per-op SQNRs in the report's order. opt NULL = defaults. */
+QCAL_API qcal_status qcal_accuracy_report_write_html(const qcal_accuracy_report *rep,
+                                                     const qcal_accuracy_html_options *opt,
+                                                     const char *path);
+
 typedef struct qcal_keep_float_target {
     double min_output_sqnr_db;   /* NaN: unused; else the SQNR over every float output must
                                   * reach it */
