@@ -18,6 +18,7 @@
 #include "qcal/checkpoint_fp8.h"
 #include "qcal/quantize.h"
 #include "qcal/safetensors.h"
+#include "qcal/weights.h"
 
 void qcal_fp8_checkpoint_options_default(qcal_fp8_checkpoint_options *o)
 {
@@ -171,6 +172,49 @@ static qcal_status entry_amax(const qcal_calib_entry *e, float *amax)
     return QCAL_OK;
 }
 
+/* Reads elements [first, first + count) of tensor ctx->i of a shard as float32. */
+typedef struct st_src {
+    const qcal_safetensors *st;
+    int64_t i;
+} st_src;
+
+static qcal_status st_read(void *ctx, int64_t first, int64_t count, void *scratch, const float **out)
+{
+    const st_src *c = ctx;
+    qcal_status s = qcal_safetensors_read_f32(c->st, c->i, first, count, scratch);
+    *out = scratch;
+    return s;
+}
+
+/* The weight quantizer (qcal/weights.h) over tensor i of sh, (out, in), read in blocks:
+ * codes NULL: l's scales from the weight (symmetric amax / largest, at least FLT_EPSILON);
+ * else the codes with l's scales. */
+static qcal_status weight_quantize(const plan *p, const shard *sh, int64_t i,
+                                   const qcal_safetensors_tensor_info *info, const lin *l,
+                                   uint8_t *codes)
+{
+    if (info->shape[0] == 0 || info->shape[1] == 0) {   /* nothing to observe: amax 0 */
+        for (int64_t c = 0; !codes && c < l->nws; c++)
+            l->wscales[c] = fp8_scale(0.0f, p->o->dtype);
+        return QCAL_OK;
+    }
+    qcal_weights_options wo;
+    qcal_weights_options_default(&wo);
+    wo.q.dtype = p->o->dtype;
+    wo.q.qscheme = l->nws == 1 ? QCAL_PER_TENSOR_SYMMETRIC : QCAL_PER_CHANNEL_SYMMETRIC;
+    wo.empty_as_zero = true;
+    wo.scales = codes ? l->wscales : NULL;
+    qcal_tensor x;
+    memset(&x, 0, sizeof x);
+    x.ndim = 2;
+    x.shape[0] = info->shape[0];
+    x.shape[1] = info->shape[1];
+    st_src src = { sh->st, i };
+    const qcal_weights_reader rd = { st_read, &src };
+    qcal_status s = qcal_weights_quantize(&wo, &x, &rd, l->wscales, NULL, codes);
+    return s == QCAL_OK ? QCAL_OK : qcal_error(s, "weight '%s': %s", info->name, qcal_last_error());
+}
+
 /* The weight scales of the linear whose weight is tensor i of sh (shape (out, in)). */
 static qcal_status weight_scales(plan *p, shard *sh, int64_t i,
                                  const qcal_safetensors_tensor_info *info, lin *l)
@@ -209,29 +253,9 @@ static qcal_status weight_scales(plan *p, shard *sh, int64_t i,
         }
         return QCAL_OK;
     }
-    /* No weight entry: the weight's own max |w| (per row when per channel), NaN skipped. */
-    int64_t in = info->shape[1];
-    float *row = malloc((size_t)(in > 0 ? in : 1) * sizeof *row);
-    if (!row)
-        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory reading '%s'", info->name);
-    float all = 0.0f;
-    qcal_status s = QCAL_OK;
-    for (int64_t r = 0; r < out && s == QCAL_OK; r++) {
-        s = qcal_safetensors_read_f32(sh->st, i, r * in, in, row);
-        float m = 0.0f;
-        for (int64_t k = 0; k < in && s == QCAL_OK; k++) {
-            float a = fabsf(row[k]);
-            if (isfinite(a) && a > m)
-                m = a;
-        }
-        if (o->weight_per_channel)
-            l->wscales[r] = fp8_scale(m, o->dtype);
-        all = m > all ? m : all;
-    }
-    free(row);
-    if (s == QCAL_OK && !o->weight_per_channel)
-        l->wscales[0] = fp8_scale(all, o->dtype);
-    return s;
+    /* No weight entry: the weight's own max |w| (per row when per channel), NaN and Inf
+     * skipped, a row without a finite value taken as 0 (scale eps). */
+    return weight_quantize(p, sh, i, info, l, NULL);
 }
 
 static qcal_status add_ignore(plan *p, const char *module, size_t len)
@@ -700,7 +724,6 @@ static qcal_status write_shard(const plan *p, const shard *sh, qcal_atomic_file 
     if (fwrite(header, 1, hlen, f->fp) != hlen)
         s = write_failed(f->path);
     free(header);
-    float *buf = NULL;
     uint8_t *codes = NULL;
     for (int64_t j = 0; j < sh->n && s == QCAL_OK; j++) {
         const out_tensor *t = &sh->t[j];
@@ -719,32 +742,22 @@ static qcal_status write_shard(const plan *p, const shard *sh, qcal_atomic_file 
                 s = write_failed(f->path);
         } else {
             int64_t numel = t->d.shape[0] * t->d.shape[1];
-            free(buf);
             free(codes);
-            buf = malloc((size_t)numel * sizeof *buf);
-            codes = malloc((size_t)numel);
-            if (!buf || !codes) {
+            codes = malloc((size_t)(numel > 0 ? numel : 1));
+            if (!codes) {
                 s = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory quantizing '%s'", t->name);
                 break;
             }
-            if ((s = qcal_safetensors_read_f32(sh->st, t->src, 0, numel, buf)) != QCAL_OK)
-                break;
+            qcal_safetensors_tensor_info info;
+            if ((s = qcal_safetensors_info(sh->st, t->src, &info)) == QCAL_OK)
+                s = weight_quantize(p, sh, t->src, &info, t->l, codes);
             qcal_safetensors_release(sh->st, t->src);
-            qcal_tensor x;
-            qcal_qparams qp;
-            if ((s = qcal_tensor_init(&x, buf, 2, t->d.shape)) != QCAL_OK)
+            if (s != QCAL_OK)
                 break;
-            s = t->l->nws == 1
-                    ? qcal_qparams_per_tensor(&qp, p->o->dtype, t->l->wscales[0], 0)
-                    : qcal_qparams_per_channel(&qp, p->o->dtype, 0, t->l->nws, t->l->wscales,
-                                               NULL);
-            if (s == QCAL_OK)
-                s = qcal_quantize(&x, &qp, codes);
             if (s == QCAL_OK && fwrite(codes, 1, (size_t)numel, f->fp) != (size_t)numel)
                 s = write_failed(f->path);
         }
     }
-    free(buf);
     free(codes);
     return s;
 }

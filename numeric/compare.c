@@ -7,6 +7,7 @@
 #include "core/internal.h"
 #include "qcal/numeric.h"
 #include "qcal/quantize.h"
+#include "qcal/weights.h"
 
 #define CHUNK 65536   /* elements quantize-dequantized at a time */
 
@@ -98,9 +99,8 @@ qcal_status qcal_numeric_weights_compare(const qcal_numeric_weights_options *opt
                           "weight comparison does not support per_channel_affine_float_qparams");
     cfg.q.reduce_range = opt->reduce_range;
     cfg.axis = 0;
-    qcal_observer *obs = NULL;
-    float *dq = NULL;
-    qcal_qparams qp = {0};
+    float *dq = NULL, *scales = NULL;
+    int32_t *zps = NULL;
     void *qbuf = NULL;
     int64_t channels = per_channel ? w->shape[0] : 1;
     qcal_numeric_weight_result r;
@@ -115,31 +115,28 @@ qcal_status qcal_numeric_weights_compare(const qcal_numeric_weights_options *opt
                         name, (unsigned long long)r.stats.nonfinite);
         goto done;
     }
-    st = qcal_observer_create(&cfg, &obs);
-    if (st != QCAL_OK)
-        goto done;
-    st = qcal_observer_update(obs, w);
-    if (st != QCAL_OK)
-        goto done;
     dq = qcal_malloc(CHUNK * sizeof *dq);
     qbuf = qcal_malloc(CHUNK * 4);
-    if (!dq || !qbuf) {
+    scales = qcal_malloc((size_t)channels * sizeof *scales);
+    zps = qcal_malloc((size_t)channels * sizeof *zps);
+    if (!dq || !qbuf || !scales || !zps) {
         st = QCAL_ERR_NO_MEMORY;
         goto done;
     }
-    st = qcal_observer_qparams(obs, &qp);
-    int64_t got = qp.channels;
+    /* the qparams only (the weight quantizer, qcal/weights.h); the codes are made chunk by
+     * chunk below with the metrics */
+    qcal_weights_options wo;
+    qcal_weights_options_default(&wo);
+    wo.observer = cfg.kind;
+    wo.q = cfg.q;
+    wo.axis = cfg.axis;
+    st = qcal_weights_quantize(&wo, w, NULL, scales, zps, NULL);
     /* QCAL_NO_DATA here: some channel had no finite value (the tensor has some, checked
      * above); that channel got scale 1, zero-point 0 and contributes no compared pair */
     if (st == QCAL_NO_DATA)
         st = QCAL_OK;
     if (st != QCAL_OK)
         goto done;
-    if (got != channels) {
-        st = qcal_error(QCAL_ERR_MISMATCH, "observer gave %lld qparams for %lld channels",
-                        (long long)got, (long long)channels);
-        goto done;
-    }
     /* axis 0 of a C-contiguous tensor: channel c is the contiguous slab [c*inner, (c+1)*inner),
      * so per-tensor quantize of each slab equals torch.quantize_per_channel(axis=0). */
     int64_t inner = numel / channels;
@@ -149,8 +146,8 @@ qcal_status qcal_numeric_weights_compare(const qcal_numeric_weights_options *opt
     r.scale_max = -INFINITY;
     for (int64_t c = 0; c < channels; c++) {
         int64_t before = acc.count;
-        float sc = qcal_qparams_scale_at(&qp, c);
-        st = qdq_accumulate(w->data + c * inner, inner, sc, qcal_qparams_zero_point_at(&qp, c),
+        float sc = scales[c];
+        st = qdq_accumulate(w->data + c * inner, inner, sc, zps[c],
                             opt->dtype, qbuf, dq, &acc);
         if (st != QCAL_OK)
             goto done;
@@ -167,11 +164,14 @@ qcal_status qcal_numeric_weights_compare(const qcal_numeric_weights_options *opt
     r.ndim = w->ndim;
     memcpy(r.shape, w->shape, sizeof r.shape);
     r.channels = channels;
-    r.qscheme = qcal_dtype_is_float8(opt->dtype) ? qp.qscheme : cfg.q.qscheme;   /* FP8: symmetric */
+    /* FP8: stored symmetric whatever was asked (qcal/qparams.h) */
+    r.qscheme = !qcal_dtype_is_float8(opt->dtype) ? cfg.q.qscheme
+                : per_channel                     ? QCAL_PER_CHANNEL_SYMMETRIC
+                                                  : QCAL_PER_TENSOR_SYMMETRIC;
     *out = r;
 done:
-    qcal_observer_destroy(&obs);
-    qcal_qparams_free(&qp);
+    free(scales);
+    free(zps);
     free(dq);
     free(qbuf);
     return st;

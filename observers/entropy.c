@@ -1,5 +1,7 @@
 /* The "entropy" observer: TensorRT-style KL-divergence threshold search over a histogram
- * of |x|. Variant (documented in include/qcal/observers/histogram.h):
+ * of |x| for symmetric targets; for affine ones the two-ended window search on a histogram
+ * of x further down (qcal_hist_entropy_window). |x| variant (documented in
+ * include/qcal/observers/histogram.h):
  *   B = the histogram with B[0] = min(B[0], B[1]) (the first bin's spike clamped to its
  *       neighbour; NVIDIA pytorch-quantization sets B[0] = B[1]; see below);
  *   for each candidate i in [levels, bins]:
@@ -8,7 +10,8 @@
  *         integer division) and spread evenly back over each level's non-zero bins;
  *     p = P / total, q = Q / (total - outliers)   (totals of B);
  *     KL_i = sum_{j: P_j > 0} p_j * (log p_j - log q_j), +inf if some q_j = 0 < p_j;
- *   threshold = i * bin width for the first i with the smallest KL_i.
+ *   threshold = i * bin width for the first i with the smallest KL_i; a candidate with
+ *   clipped mass and no data but in bin i-1 is none (P = Q: the degenerate minimum).
  * Building Q from the unclipped bins is what penalises clipping (TensorRT, MXNet); a Q
  * built from P would make KL = 0 at i = levels.
  *
@@ -186,7 +189,10 @@ static int32_t entropy_search_raw(const uint64_t *counts, int32_t bins, int32_t 
     for (int32_t c = 0; c < ncand; c++) {
         const int32_t i = levels + c;
         const uint64_t sq = C[i], outl = total - sq;
-        if (sq == 0 || (counts[i - 1] == 0 && outl > 0)) {
+        /* Not a candidate: clipped mass with an empty last bin (KL undefined), or clipped
+         * mass with no data but the last bin's, whose shape alone P and Q then both are
+         * (P = Q, KL 0: the degenerate minimum of one-sided data away from zero). */
+        if (sq == 0 || (outl > 0 && (counts[i - 1] == 0 || NZ[i - 1] == 0))) {
             kls[c] = INFINITY;
             continue;
         }
@@ -281,6 +287,239 @@ int32_t qcal_hist_entropy_search_curve(const uint64_t *counts, int32_t bins, int
     return i;
 }
 
+/* ---- two-ended search on a signed histogram (asymmetric targets) ----
+ * Window [a, b) of bins, n = b - a >= levels: P = counts[a..b) with the mass below a added to
+ * P[a] and the mass from b on added to P[b-1]; Q = the unclipped counts[a..b) merged into
+ * levels (bin a + k -> level k * levels / n) and spread evenly over each level's non-zero
+ * bins; p = P / total, q = Q / (mass inside). Each KL is evaluated as the |x| search's: run
+ * sums from double-double prefix sums, equal-count runs term by term. */
+typedef struct kl_ctx {
+    const uint64_t *counts;
+    int32_t bins, levels;
+    uint64_t total;
+    uint64_t *C, *NZ;   /* prefix counts, prefix non-zero bins [bins + 1] */
+    dd *PP, *PL;        /* prefix p_j and p_j log p_j [bins + 1] */
+    run_info *R;        /* [bins + 1] */
+    double *RP, *RL;    /* p and log p of R[j].value [bins + 1] */
+} kl_ctx;
+
+static void kl_ctx_free(kl_ctx *k)
+{
+    free(k->C);
+    free(k->PP);
+    free(k->R);
+    free(k->RP);
+}
+
+static bool kl_ctx_init(kl_ctx *k, const uint64_t *counts, int32_t bins, int32_t levels)
+{
+    memset(k, 0, sizeof *k);
+    k->counts = counts;
+    k->bins = bins;
+    k->levels = levels;
+    size_t nb = (size_t)bins + 1;
+    k->C = qcal_malloc(2 * nb * sizeof *k->C);
+    k->PP = qcal_malloc(2 * nb * sizeof *k->PP);
+    k->R = qcal_malloc(nb * sizeof *k->R);
+    k->RP = qcal_malloc(2 * nb * sizeof *k->RP);
+    if (!k->C || !k->PP || !k->R || !k->RP) {
+        kl_ctx_free(k);
+        return false;
+    }
+    k->NZ = k->C + nb;
+    k->PL = k->PP + nb;
+    k->RL = k->RP + nb;
+    for (int32_t j = 0; j < bins; j++)
+        k->total += counts[j];
+    const double S = (double)k->total;
+    k->C[0] = k->NZ[0] = 0;
+    k->PP[0] = k->PL[0] = (dd){ 0.0, 0.0 };
+    for (int32_t j = 0; j < bins; j++) {
+        k->C[j + 1] = k->C[j] + counts[j];
+        k->NZ[j + 1] = k->NZ[j] + (counts[j] > 0);
+        dd p = { 0.0, 0.0 }, pl = { 0.0, 0.0 };
+        if (counts[j]) {
+            double pj = (double)counts[j] / S;
+            p.hi = pj;
+            pl = two_prod(pj, log(pj));
+        }
+        k->PP[j + 1] = dd_add(k->PP[j], p);
+        k->PL[j + 1] = dd_add(k->PL[j], pl);
+    }
+    k->R[bins] = (run_info){ 0, bins };
+    int64_t next_nz = bins;
+    for (int32_t j = bins - 1; j >= 0; j--) {
+        if (counts[j] == 0) {
+            k->R[j] = k->R[j + 1];
+            continue;
+        }
+        bool same = next_nz == bins || counts[next_nz] == counts[j];
+        k->R[j] = (run_info){ counts[j], same ? k->R[j + 1].differs : next_nz };
+        next_nz = j;
+    }
+    for (int32_t j = 0; j <= bins; j++) {
+        k->RP[j] = (double)k->R[j].value / S;
+        k->RL[j] = k->R[j].value ? log(k->RP[j]) : 0.0;
+    }
+    return true;
+}
+
+/* Sum of p_j (log p_j - lq) over bins [s, e) (no clipped mass in them). */
+static double kl_run(const kl_ctx *k, int64_t s, int64_t e, double lq)
+{
+    if (e <= s || k->NZ[e] == k->NZ[s])
+        return 0.0;
+    if (k->R[s].differs >= e) {
+        double t = k->RP[s] * (k->RL[s] - lq);
+        dd m = two_prod(t, (double)(k->NZ[e] - k->NZ[s]));
+        return m.hi + m.lo;
+    }
+    dd run = dd_diff(k->PL, e, s), mass = dd_diff(k->PP, e, s);
+    dd m = two_prod(lq, mass.hi);
+    return (run.hi - m.hi) + ((run.lo - m.lo) - lq * mass.lo);
+}
+
+/* KL of window [a, b); +inf if it is not a candidate: nothing inside, clipped mass landing
+ * on an empty edge bin (KL undefined), clipped mass with no data inside but the edge bins
+ * that receive it (P = Q whatever is clipped: the degenerate minimum), or clipped mass
+ * beyond an edge heavier than the edge bin it is added to. */
+static double kl_window(const kl_ctx *k, int32_t a, int32_t b)
+{
+    const uint64_t *counts = k->counts;
+    const uint64_t below = k->C[a], above = k->total - k->C[b], sq = k->C[b] - k->C[a];
+    if (sq == 0 || (below > 0 && counts[a] == 0) || (above > 0 && counts[b - 1] == 0))
+        return INFINITY;
+    if (below + above > 0) {
+        uint64_t nz = k->NZ[b] - k->NZ[a];
+        uint64_t edges = (below > 0) + (above > 0 && (b - 1 != a || below == 0));
+        if (nz <= edges)
+            return INFINITY;
+    }
+    const int64_t n = (int64_t)b - a, levels = k->levels;
+    /* Clipped mass beyond an edge at most the count of the edge bin it is added to (P's
+     * edge bin at most doubles). TRT's lump stands for outliers piling onto the edge; a
+     * heavier tail makes P's edge the clipped data's, whose shape P does not see, and the
+     * KL then prices a tail of any length by its mass alone: measured on PP-OCRv4's
+     * hard-swish outputs (most mass near 0, 0.5-9% in tails to 20-290), the search without
+     * this rule took the narrowest window allowed (levels bins, where each level is one
+     * bin and P = Q inside) on every one, and int8 exact-match fell to 0 (docs/models.md).
+     * The last-bin case (the kept data all in the edge bin) is this rule's extreme. */
+    if (below > counts[a] || above > counts[b - 1])
+        return INFINITY;
+    const double S = (double)k->total, SQ = (double)sq;
+    double kl = 0.0, lq_first = 0.0, lq_last = 0.0;
+    int64_t s = 0;
+    for (int64_t l = 0; l < levels; l++) {
+        int64_t e = ((l + 1) * n + levels - 1) / levels;   /* ceil((l+1) n / levels) */
+        if (e > s) {
+            int64_t ga = a + s, gb = a + e;
+            uint64_t nz = k->NZ[gb] - k->NZ[ga];
+            double lq = 0.0;
+            if (nz > 0)
+                lq = log(((double)(k->C[gb] - k->C[ga]) / (double)nz) / SQ);
+            if (s == 0)
+                lq_first = lq;
+            if (e == n)
+                lq_last = lq;
+            /* Interior bins; bins a and b - 1 (clipped mass added) on their own below. */
+            int64_t rs = ga > a ? ga : a + 1, re = gb < b ? gb : b - 1;
+            if (nz > 0)
+                kl += kl_run(k, rs, re, lq);
+        }
+        s = e;
+    }
+    if (b - 1 == a) {
+        double p = (double)(counts[a] + below + above) / S;
+        kl += p * (log(p) - lq_first);
+    } else {
+        uint64_t pa = counts[a] + below, pb = counts[b - 1] + above;
+        if (pa > 0) {
+            double p = (double)pa / S;
+            kl += p * (log(p) - lq_first);
+        }
+        if (pb > 0) {
+            double p = (double)pb / S;
+            kl += p * (log(p) - lq_last);
+        }
+    }
+    return kl;
+}
+
+bool qcal_hist_entropy_window(const uint64_t *counts, int32_t bins, int32_t levels, int32_t z,
+                              int32_t *lo, int32_t *hi, double *best_kl, double *curve)
+{
+    *lo = 0;
+    *hi = bins;
+    if (best_kl)
+        *best_kl = 0.0;
+    if (levels < 1 || levels > bins)
+        return true;
+    uint64_t *b = qcal_malloc((size_t)bins * sizeof *b);
+    if (!b)
+        return false;
+    memcpy(b, counts, (size_t)bins * sizeof *b);
+    /* The zero bin's spike clamped to its fuller neighbour (bin 0 for non-negative data:
+     * min(B[0], B[1]), the |x| search's clamp). */
+    if (z >= 0 && z < bins && bins >= 2) {
+        uint64_t nb = 0;
+        if (z > 0)
+            nb = b[z - 1];
+        if (z + 1 < bins && b[z + 1] > nb)
+            nb = b[z + 1];
+        if (b[z] > nb)
+            b[z] = nb;
+    }
+    kl_ctx k;
+    if (!kl_ctx_init(&k, b, bins, levels)) {
+        free(b);
+        return false;
+    }
+    if (k.total == 0) {
+        kl_ctx_free(&k);
+        free(b);
+        return true;
+    }
+    /* Windows contain the zero bin when the data reach zero: an affine grid always holds
+     * zero, so a window without it is not the grid the quantizer would use. */
+    const int32_t amax_z = z >= 0 ? z : bins, bmin_z = z >= 0 ? z + 1 : 0;
+    int32_t a = 0, e = bins;
+    double cur = kl_window(&k, a, e);
+    /* Coordinate descent: the best b for the current a (smallest b of the minimum: the
+     * tighter end on ties), then the best a for that b (largest a), until a round no longer
+     * lowers the KL. Each step never raises it. */
+    for (int round = 0; round < 64; round++) {
+        double before = cur;
+        int32_t bstart = a + levels > bmin_z ? a + levels : bmin_z;
+        for (int32_t c = bstart; c <= bins; c++) {
+            double v = kl_window(&k, a, c);
+            if (v < cur || (v == cur && c < e)) {
+                cur = v;
+                e = c;
+            }
+        }
+        int32_t astop = e - levels < amax_z ? e - levels : amax_z;
+        for (int32_t c = astop; c >= 0; c--) {
+            double v = kl_window(&k, c, e);
+            if (v < cur || (v == cur && c > a)) {
+                cur = v;
+                a = c;
+            }
+        }
+        if (!(cur < before))
+            break;
+    }
+    if (curve)
+        for (int32_t c = levels; c <= bins; c++)
+            curve[c - levels] = c - levels >= a && c >= bmin_z ? kl_window(&k, a, c) : INFINITY;
+    kl_ctx_free(&k);
+    free(b);
+    *lo = a;
+    *hi = e;
+    if (best_kl)
+        *best_kl = cur;
+    return true;
+}
+
 static qcal_status entropy_qrange(qcal_observer *obs, int64_t cap, float *mn, float *mx,
                                   int64_t *n)
 {
@@ -290,6 +529,19 @@ static qcal_status entropy_qrange(qcal_observer *obs, int64_t cap, float *mn, fl
     const qcal_hist *h = qcal_histobs_qrange_begin(obs, mn, mx, n, &view, &st);
     if (!h)
         return st;
+    if (!h->absval) {
+        /* Asymmetric target: both ends searched on the signed histogram. */
+        int32_t a = 0, b = h->bins;
+        if (h->lo != h->hi &&
+            !qcal_hist_entropy_window(h->counts, h->bins, obs->cfg.entropy_levels,
+                                      qcal_hist_zero_bin(h), &a, &b, NULL, NULL)) {
+            qcal_histobs_qrange_end(&view);
+            return QCAL_ERR_NO_MEMORY;
+        }
+        qcal_histobs_window_range(obs, h, a, b, 0.0, mn, mx);
+        qcal_histobs_qrange_end(&view);
+        return QCAL_OK;
+    }
     double t = h->hi;
     if (h->lo != h->hi) {
         int32_t i = qcal_hist_entropy_search(h->counts, h->bins, obs->cfg.entropy_levels, NULL);

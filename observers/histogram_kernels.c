@@ -606,13 +606,24 @@ qcal_status qcal_hist_load(qcal_hist *h, qcal_cursor *c)
 
 /* ---- shared observer ops ------------------------------------------------------------- */
 
+bool qcal_histobs_config_asymmetric(const qcal_observer_config *cfg)
+{
+    qcal_qscheme s = cfg->q.qscheme;
+    bool affine = s == QCAL_PER_TENSOR_AFFINE || s == QCAL_PER_CHANNEL_AFFINE ||
+                  s == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS;
+    return affine && !qcal_dtype_is_float8(cfg->q.dtype);
+}
+
+/* Histogram of |x| (symmetric targets: TensorRT's and NVIDIA's searches) or of x. */
 static bool kind_uses_abs(const qcal_observer_config *cfg)
 {
     switch (cfg->kind) {
     case QCAL_OBSERVER_ENTROPY:
     case QCAL_OBSERVER_MSE:
-        return true;
+        return !qcal_histobs_config_asymmetric(cfg);
     case QCAL_OBSERVER_PERCENTILE:
+        if (cfg->percentile_mode == QCAL_PERCENTILE_AUTO)
+            return !qcal_histobs_config_asymmetric(cfg);
         return cfg->percentile_mode == QCAL_PERCENTILE_ABS;
     default:
         return false;
@@ -804,6 +815,12 @@ const qcal_hist *qcal_histobs_qrange_begin(const qcal_observer *obs, float *mn, 
                          "read them with qcal_observer_torch_histogram");
         return NULL;
     }
+    /* Two-ended entropy / mse searches model an affine grid, which always holds zero: their
+     * histogram spans zero too (data away from zero leave bins empty between zero and the
+     * data, as the |x| searches' [0, max|x|] does). */
+    const bool with_zero = (obs->cfg.kind == QCAL_OBSERVER_ENTROPY ||
+                            obs->cfg.kind == QCAL_OBSERVER_MSE) &&
+                           !kind_uses_abs(&obs->cfg);
     if (!is_lattice(obs)) {
         const qcal_hist *h = &hobs(obs)->hist;
         if (qcal_hist_empty(h)) {
@@ -811,7 +828,22 @@ const qcal_hist *qcal_histobs_qrange_begin(const qcal_observer *obs, float *mn, 
             *st = QCAL_NO_DATA;
             return NULL;
         }
-        return h;
+        if (!with_zero || (h->lo <= 0.0f && 0.0f <= h->hi) || h->lo == h->hi)
+            return h;
+        /* First-batch grid away from zero: re-binned onto a grid from zero (linear spread
+         * inside each bin, total exact). */
+        *view = *h;
+        view->lo = fminf(h->lo, 0.0f);
+        view->hi = fmaxf(h->hi, 0.0f);
+        view->top = 0;
+        view->counts = qcal_calloc((size_t)h->bins, sizeof *view->counts);
+        if (!view->counts) {
+            *st = QCAL_ERR_NO_MEMORY;
+            return NULL;
+        }
+        qcal_hist_rebin(h->counts, h->bins, h->lo, h->hi, view->counts, h->bins, view->lo,
+                        view->hi);
+        return view;
     }
     const qcal_lattice *L = &hobs(obs)->lat;
     if (L->total == 0) {
@@ -824,6 +856,10 @@ const qcal_hist *qcal_histobs_qrange_begin(const qcal_observer *obs, float *mn, 
     view->absval = L->absval;
     view->lo = qcal_lattice_vmin(L);
     view->hi = qcal_lattice_vmax(L);
+    if (with_zero && view->lo != view->hi) {
+        view->lo = fminf(view->lo, 0.0f);
+        view->hi = fmaxf(view->hi, 0.0f);
+    }
     view->dmin = L->dmin;
     view->dmax = L->dmax;
     view->total = L->total;
@@ -846,9 +882,39 @@ void qcal_histobs_qrange_end(qcal_hist *view)
     view->counts = NULL;
 }
 
+qcal_lattice *qcal_histobs_lattice(const qcal_observer *obs)
+{
+    return &hobs(obs)->lat;
+}
+
 bool qcal_histobs_is_lattice(const qcal_observer *obs)
 {
     return is_lattice(obs);
+}
+
+int32_t qcal_hist_zero_bin(const qcal_hist *h)
+{
+    if (!(h->lo <= 0.0f && 0.0f <= h->hi))
+        return -1;
+    if (h->lo == h->hi)
+        return 0;
+    return qcal_hist_bin_of(0.0f, h->lo, h->hi, h->bins);
+}
+
+void qcal_histobs_window_range(const qcal_observer *obs, const qcal_hist *h, int32_t a,
+                               int32_t b, double f, float *mn, float *mx)
+{
+    double lo = h->lo, hi = h->hi, w = (hi - lo) / h->bins;
+    float fa = a <= 0 && f == 0.0 ? h->lo : (float)(lo + ((double)a + f) * w);
+    float fb = b >= h->bins && f == 0.0 ? h->hi : (float)(lo + ((double)b + f) * w);
+    if (is_lattice(obs)) {
+        float dmin, dmax;
+        data_minmax(obs, &dmin, &dmax);
+        fa = fminf(fmaxf(fa, dmin), dmax);
+        fb = fminf(fmaxf(fb, dmin), dmax);
+    }
+    *mn = fa;
+    *mx = fb;
 }
 
 void qcal_histobs_clip_range(const qcal_observer *obs, double t, float *mn, float *mx)

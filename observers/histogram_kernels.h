@@ -120,6 +120,15 @@ int32_t qcal_hist_entropy_search(const uint64_t *counts, int32_t bins, int32_t l
  * (bins - levels + 1 entries; +inf where undefined). */
 int32_t qcal_hist_entropy_search_curve(const uint64_t *counts, int32_t bins, int32_t levels,
                                        double *best_kl, double *kl);
+/* Two-ended KL search (entropy.c) on a signed histogram, for asymmetric targets: the window
+ * [*lo, *hi) of bins (*hi - *lo >= levels) of smallest KL by coordinate descent (best hi
+ * end for the current lo end, then best lo end for it, until a round no longer lowers the
+ * KL); z = the bin holding zero (windows must contain it) or -1 when the data do not
+ * reach zero; the zero bin is clamped to its fuller neighbour first. curve (NULL: none):
+ * KL of every hi end i in [levels, bins] with the chosen lo end (+inf where not a
+ * candidate). false only when scratch cannot be allocated. */
+bool qcal_hist_entropy_window(const uint64_t *counts, int32_t bins, int32_t levels, int32_t z,
+                              int32_t *lo, int32_t *hi, double *best_kl, double *curve);
 /* MSE search (mse.c): best candidate bin i in [min(128, bins-1), bins); amax = centre of bin
  * i = (i + 0.5) * w, nlev = positive quantized levels (127 signed, 255 unsigned 8-bit). */
 int32_t qcal_hist_mse_search(const uint64_t *counts, int32_t bins, double hi, int64_t nlev,
@@ -128,6 +137,15 @@ int32_t qcal_hist_mse_search(const uint64_t *counts, int32_t bins, double hi, in
  * mse[i - min(128, bins-1)]. */
 int32_t qcal_hist_mse_search_curve(const uint64_t *counts, int32_t bins, double hi,
                                    int64_t nlev, double *best_mse, double *mse);
+
+/* Two-ended MSE search (mse.c) on a signed histogram, for asymmetric targets: candidate
+ * = the edges of the bins window [*lo, *hi) (*hi - *lo >= min(128, bins - 1)) quantized to
+ * nlev steps (quant_max - quant_min), chosen by coordinate descent as the entropy window
+ * search, errors compared exactly; z as there. best_err: mean error in units of
+ * (w / 2 nlev)^2; curve (NULL: none): that error for every hi end i in [min(128, bins-1),
+ * bins] with the chosen lo end (+inf where not a candidate). false only without memory. */
+bool qcal_hist_mse_window(const uint64_t *counts, int32_t bins, int64_t nlev, int32_t z,
+                          int32_t *lo, int32_t *hi, double *best_err, double *curve);
 
 /* Shared observer ops of the four kinds (only qrange differs). */
 qcal_status qcal_histobs_init(qcal_observer *obs);
@@ -154,6 +172,8 @@ qcal_torch_hist *qcal_histobs_torch(const qcal_observer *obs);
 
 /* The first-batch grid's histogram of an observer of one of the four kinds. */
 qcal_hist *qcal_histobs_hist(const qcal_observer *obs);
+/* The lattice of an observer of one of the four kinds (tests read its absval). */
+qcal_lattice *qcal_histobs_lattice(const qcal_observer *obs);
 bool qcal_histobs_is_lattice(const qcal_observer *obs);
 /* The common start of the four kinds' qrange: sets *n = 1 and returns the histogram the
  * range choice runs on, or NULL with *st = QCAL_NO_DATA after writing the empty range when
@@ -168,6 +188,15 @@ void qcal_histobs_qrange_end(qcal_hist *view);
 /* Positive quantized levels the mse search uses for h (see mse.c). */
 qcal_status qcal_histobs_mse_levels(const qcal_observer *obs, const qcal_hist *h,
                                     int64_t *nlev);
+
+/* Bin of a signed histogram holding zero (the last bin if zero is its top edge), or -1
+ * when zero lies outside [lo, hi]. */
+int32_t qcal_hist_zero_bin(const qcal_hist *h);
+/* Clip range [lo + (a + f) w, lo + (b + f) w] of a signed histogram h (f = 0: bin edges,
+ * exact lo / hi at a = 0 / b = bins; f = 0.5: bin centres), kept inside the data on the
+ * lattice grid. */
+void qcal_histobs_window_range(const qcal_observer *obs, const qcal_hist *h, int32_t a,
+                               int32_t b, double f, float *mn, float *mx);
 
 /* Clip range from a threshold t >= 0 on |x|: [0, t] if no negative value was seen, else
  * [-t, t] (t capped at FLT_MAX; lattice grid: at max|x|). qcal_qparams_compute then applies

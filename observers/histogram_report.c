@@ -53,6 +53,18 @@ static void put_abs(const qcal_observer *obs, int64_t cap, float *lo, float *hi,
     err[k] = e;
 }
 
+/* Writes candidate k (if below cap): the bins window [a, b] of a signed histogram (f: 0
+ * edges, 0.5 centres, as qcal_histobs_window_range). */
+static void put_window(const qcal_observer *obs, const qcal_hist *h, int64_t cap, float *lo,
+                       float *hi, double *err, int64_t k, int32_t a, int32_t b, double f,
+                       double e)
+{
+    if (k >= cap)
+        return;
+    qcal_histobs_window_range(obs, h, a, b, f, &lo[k], &hi[k]);
+    err[k] = e;
+}
+
 qcal_status qcal_observer_search_curve(qcal_observer *obs, int64_t cap, float *lo, float *hi,
                                        double *err, int64_t *n, int64_t *chosen)
 {
@@ -91,7 +103,33 @@ qcal_status qcal_observer_search_curve(qcal_observer *obs, int64_t cap, float *l
     }
     const int32_t B = h->bins;
     const double w = ((double)h->hi - (double)h->lo) / B;
-    if (obs->cfg.kind == QCAL_OBSERVER_ENTROPY) {
+    if (!h->absval && obs->cfg.kind != QCAL_OBSERVER_HISTOGRAM) {
+        /* Two-ended searches: the slice through the chosen window, its low end fixed. */
+        bool ent = obs->cfg.kind == QCAL_OBSERVER_ENTROPY;
+        int32_t first = ent ? obs->cfg.entropy_levels : (B - 1 < 128 ? B - 1 : 128);
+        int32_t nc = B - first + 1, a = 0, b = B;
+        int64_t qmin = 0, qmax = 0;
+        if (!ent)
+            st = qcal_qconfig_range(&obs->cfg.q, &qmin, &qmax);
+        double *e = st == QCAL_OK ? qcal_malloc((size_t)nc * sizeof *e) : NULL;
+        if (st == QCAL_OK && !e)
+            st = QCAL_ERR_NO_MEMORY;
+        if (e) {
+            bool ok = ent ? qcal_hist_entropy_window(h->counts, B, first, qcal_hist_zero_bin(h),
+                                                     &a, &b, NULL, e)
+                          : qcal_hist_mse_window(h->counts, B, qmax - qmin,
+                                                 qcal_hist_zero_bin(h), &a, &b, NULL, e);
+            if (!ok) {
+                st = QCAL_ERR_NO_MEMORY;
+            } else {
+                for (int32_t c = 0; c < nc; c++)
+                    put_window(obs, h, cap, lo, hi, err, c, a, first + c, 0.0, e[c]);
+                *n = nc;
+                *chosen = b - first;
+            }
+            free(e);
+        }
+    } else if (obs->cfg.kind == QCAL_OBSERVER_ENTROPY) {
         int32_t levels = obs->cfg.entropy_levels;
         int32_t nc = B - levels + 1;
         double *kl = qcal_malloc((size_t)nc * sizeof *kl);

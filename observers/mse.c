@@ -166,6 +166,179 @@ int32_t qcal_hist_mse_search_curve(const uint64_t *counts, int32_t bins, double 
     return start + best;
 }
 
+/* ---- two-ended search on a signed histogram (asymmetric targets) ----
+ * Candidate [lo, hi] = the edges of the bins window [a, b), m = b - a bins (the whole
+ * histogram, [0, bins), clips nothing; bin-centre ends, as the |x| search's, would clip half
+ * of an edge bin that the centre model counts as unclipped - 70% of an image whose
+ * background is its minimum). The grid lo + k s, s = (hi - lo) / L, k = 0..L (an affine grid;
+ * the zero point's rounding, under half a step, is left out as NVIDIA leaves it out). Bin j's
+ * centre sits t = (2 (j - a) + 1) L / 2m steps above lo and quantizes to q_j = clamp(round(t),
+ * 0, L) (ties up); its error is (w / 2L) e_j with the integer e_j = 2 q_j m - (2 (j - a) + 1) L
+ * = A_q - 2 j L, A_q = 2 q m + 2 a L - L. Runs of equal q add A^2 S0 - 4 A L S1 over prefix
+ * sums of count_j and count_j j (128-bit, modulo 2^128: A may be negative, the true total is
+ * below 2^126), plus 4 L^2 sum count_j j^2 once: E = sum count_j e_j^2 exactly,
+ * O(min(L, bins)) per candidate. Bounds as the |x| search (32 L^2 (bins+1)^2 total < 2^126,
+ * L <= bins), else each candidate is summed bin by bin in double. */
+typedef struct mse_ctx {
+    const uint64_t *counts;
+    int32_t bins;
+    int64_t L;
+    bool exact;
+    u128 *P0, *P1, *P2;   /* [bins + 1] */
+} mse_ctx;
+
+static u128 window_error(const mse_ctx *x, int32_t a, int32_t b)
+{
+    const int64_t m = (int64_t)b - a, L = x->L, M = 2 * L;
+    const u128 *P0 = x->P0, *P1 = x->P1;
+    /* Level q >= 1 starts at bin a + ceil(((2q - 1) m - L) / 2L): n = c M - r, 0 <= r < M. */
+    int64_t n = m - L;   /* q = 1 */
+    int64_t c = n >= 0 ? (n + M - 1) / M : -(-n / M), r = c * M - n;
+    const int64_t k = (2 * m) / M, s = (2 * m) % M;
+    u128 E = 0;
+    int64_t start = 0;
+    for (int64_t q = 0; q <= L && start < x->bins; q++) {
+        int64_t end = x->bins;
+        if (q < L) {
+            end = a + c;
+            c += k;
+            r -= s;
+            if (r < 0) {
+                r += M;
+                c++;
+            }
+            if (end > x->bins)
+                end = x->bins;
+        }
+        if (end <= start)
+            continue;
+        uint64_t s0 = (uint64_t)(P0[end] - P0[start]);
+        u128 s1 = P1[end] - P1[start];
+        start = end;
+        if (s0 == 0)
+            continue;
+        int64_t Ai = 2 * q * m + 2 * (int64_t)a * L - L;
+        u128 A = (u128)(__int128)Ai;
+        E += A * A * s0 - A * (u128)(4 * (uint64_t)L) * s1;
+    }
+    return E + (u128)(4 * (uint64_t)L * (uint64_t)L) * x->P2[x->bins];
+}
+
+/* The same error in double, bin by bin (counts or levels beyond the exact path's bounds). */
+static double window_error_direct(const mse_ctx *x, int32_t a, int32_t b)
+{
+    const double m2 = 2.0 * ((double)b - a), L = (double)x->L;
+    double err = 0.0;
+    for (int32_t j = 0; j < x->bins; j++) {
+        if (!x->counts[j])
+            continue;
+        double kk = (2.0 * ((double)j - a) + 1.0) * L;
+        double q = floor(kk / m2 + 0.5);
+        q = q < 0.0 ? 0.0 : q > L ? L : q;
+        double e = q * m2 - kk;
+        err += e * e * (double)x->counts[j];
+    }
+    return err;
+}
+
+/* Candidate error as a double in units of (w / 2L)^2 (exact path: E rounded once). */
+static double window_value(const mse_ctx *x, int32_t a, int32_t b, u128 *exact)
+{
+    if (x->exact) {
+        *exact = window_error(x, a, b);
+        return (double)*exact;
+    }
+    *exact = 0;
+    return window_error_direct(x, a, b);
+}
+
+/* a/b better than the current best (exact integers on the exact path). */
+static bool window_less(const mse_ctx *x, u128 ea, double va, u128 eb, double vb)
+{
+    return x->exact ? ea < eb : va < vb;
+}
+
+bool qcal_hist_mse_window(const uint64_t *counts, int32_t bins, int64_t nlev, int32_t z,
+                          int32_t *lo, int32_t *hi, double *best_err, double *curve)
+{
+    int64_t L = nlev < 1 ? 1 : nlev;
+    *lo = 0;
+    *hi = bins;
+    if (best_err)
+        *best_err = 0.0;
+    if (bins < 2)
+        return true;
+    uint64_t total = 0;
+    for (int32_t j = 0; j < bins; j++)
+        total += counts[j];
+    double bound = 32.0 * (double)L * (double)L * ((double)bins + 1.0) * ((double)bins + 1.0) *
+                   (double)total;
+    mse_ctx x = { .counts = counts, .bins = bins, .L = L,
+                  .exact = bound < 0x1p126 && L <= bins &&
+                           8.0 * (double)L * (double)L * (2.0 * bins + 1.0) < 0x1p62 };
+    if (x.exact) {
+        x.P0 = qcal_malloc(3 * ((size_t)bins + 1) * sizeof *x.P0);
+        if (!x.P0)
+            return false;
+        x.P1 = x.P0 + bins + 1;
+        x.P2 = x.P1 + bins + 1;
+        x.P0[0] = x.P1[0] = x.P2[0] = 0;
+        for (int32_t j = 0; j < bins; j++) {
+            x.P0[j + 1] = x.P0[j] + counts[j];
+            x.P1[j + 1] = x.P1[j] + (u128)counts[j] * (uint64_t)j;
+            x.P2[j + 1] = x.P2[j] + (u128)counts[j] * ((uint64_t)j * (uint64_t)j);
+        }
+    }
+    const int32_t minw = bins - 1 < 128 ? bins - 1 : 128;
+    const int32_t amax_z = z >= 0 ? z : bins - 1, bmin_z = z >= 0 ? z + 1 : 1;
+    int32_t a = 0, b = bins;
+    u128 ecur;
+    double vcur = window_value(&x, a, b, &ecur);
+    /* Coordinate descent as the entropy window search: best b for the current a (smallest
+     * on ties), then best a for that b (largest on ties), until a round gains nothing. */
+    for (int round = 0; round < 64; round++) {
+        u128 ebefore = ecur;
+        double vbefore = vcur;
+        int32_t bstart = a + minw > bmin_z ? a + minw : bmin_z;
+        for (int32_t c = bstart; c <= bins; c++) {
+            u128 e;
+            double v = window_value(&x, a, c, &e);
+            if (window_less(&x, e, v, ecur, vcur) ||
+                (!window_less(&x, ecur, vcur, e, v) && c < b)) {
+                ecur = e;
+                vcur = v;
+                b = c;
+            }
+        }
+        int32_t astop = b - minw < amax_z ? b - minw : amax_z;
+        for (int32_t c = astop; c >= 0; c--) {
+            u128 e;
+            double v = window_value(&x, c, b, &e);
+            if (window_less(&x, e, v, ecur, vcur) ||
+                (!window_less(&x, ecur, vcur, e, v) && c > a)) {
+                ecur = e;
+                vcur = v;
+                a = c;
+            }
+        }
+        if (!window_less(&x, ecur, vcur, ebefore, vbefore))
+            break;
+    }
+    if (curve)
+        for (int32_t c = minw; c <= bins; c++) {
+            u128 e;
+            curve[c - minw] = c - a >= minw && c >= bmin_z
+                                  ? window_value(&x, a, c, &e) / bins
+                                  : INFINITY;
+        }
+    free(x.P0);
+    *lo = a;
+    *hi = b;
+    if (best_err)
+        *best_err = vcur / bins;
+    return true;
+}
+
 qcal_status qcal_histobs_mse_levels(const qcal_observer *obs, const qcal_hist *h,
                                     int64_t *nlev)
 {
@@ -191,6 +364,26 @@ static qcal_status mse_qrange(qcal_observer *obs, int64_t cap, float *mn, float 
     const qcal_hist *h = qcal_histobs_qrange_begin(obs, mn, mx, n, &view, &st0);
     if (!h)
         return st0;
+    if (!h->absval) {
+        /* Asymmetric target: both ends searched on the signed histogram, over every level
+         * of the dtype (quant_max - quant_min). */
+        int32_t a = 0, b = h->bins;
+        if (h->lo != h->hi) {
+            int64_t qmin, qmax;
+            qcal_status st = qcal_qconfig_range(&obs->cfg.q, &qmin, &qmax);
+            if (st == QCAL_OK &&
+                !qcal_hist_mse_window(h->counts, h->bins, qmax - qmin, qcal_hist_zero_bin(h),
+                                      &a, &b, NULL, NULL))
+                st = QCAL_ERR_NO_MEMORY;
+            if (st != QCAL_OK) {
+                qcal_histobs_qrange_end(&view);
+                return st;
+            }
+        }
+        qcal_histobs_window_range(obs, h, a, b, 0.0, mn, mx);
+        qcal_histobs_qrange_end(&view);
+        return QCAL_OK;
+    }
     double t = h->hi;
     if (h->lo != h->hi) {
         int64_t nlev;

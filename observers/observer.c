@@ -131,7 +131,9 @@ void qcal_observer_config_default(qcal_observer_config *cfg, qcal_observer_kind 
     cfg->bins = 2048;
     cfg->grid = QCAL_GRID_LATTICE;
     cfg->percentile = 99.99;
-    cfg->percentile_mode = QCAL_PERCENTILE_ABS;
+    /* auto only where it means something: other kinds' states keep their version 2 bytes */
+    cfg->percentile_mode =
+        kind == QCAL_OBSERVER_PERCENTILE ? QCAL_PERCENTILE_AUTO : QCAL_PERCENTILE_ABS;
     cfg->entropy_levels = 128;
     cfg->nonfinite = QCAL_NONFINITE_SKIP;
 }
@@ -185,7 +187,7 @@ qcal_status qcal_observer_config_validate(const qcal_observer_config *cfg)
             return qcal_error(QCAL_ERR_INVALID_ARG, "percentile %g is outside (0, 100]",
                               cfg->percentile);
         if (cfg->kind == QCAL_OBSERVER_PERCENTILE &&
-            (unsigned)cfg->percentile_mode > QCAL_PERCENTILE_TWO_TAILS)
+            (unsigned)cfg->percentile_mode > QCAL_PERCENTILE_AUTO)
             return qcal_error(QCAL_ERR_INVALID_ARG, "unknown percentile mode %d",
                               (int)cfg->percentile_mode);
         if (cfg->kind == QCAL_OBSERVER_ENTROPY &&
@@ -562,7 +564,19 @@ qcal_status qcal_observer_batches(const qcal_observer *obs, uint64_t *count)
 /* ---- State files (format: docs/state.md) -------------------------------------------- */
 
 #define OBS_MAGIC 0x424f4351u /* "QCOB" little-endian */
-#define OBS_VERSION 2u
+#define OBS_VERSION 3u
+
+/* Version 3 changed what two kinds keep: entropy and mse with an asymmetric target (affine
+ * qscheme, integer dtype) hold a histogram of x, no longer of |x|, and percentile gained the
+ * mode auto. Every other state is byte for byte what version 2 wrote, so it is still written
+ * as version 2 (digests and files of unchanged states stay the same) and version 2 is read;
+ * a version 2 state of a changed config holds |x| and is refused (collect it again). */
+static bool state_is_v3(const qcal_observer_config *c)
+{
+    if (c->kind == QCAL_OBSERVER_ENTROPY || c->kind == QCAL_OBSERVER_MSE)
+        return qcal_histobs_config_asymmetric(c);
+    return c->kind == QCAL_OBSERVER_PERCENTILE && c->percentile_mode == QCAL_PERCENTILE_AUTO;
+}
 #define OBS_HEADER_BYTES 108u
 
 /* Config fields in file order. A new config field goes at the end of this list, with a
@@ -624,7 +638,7 @@ qcal_status qcal_observer_state_append(const qcal_observer *obs, qcal_buf *b, bo
 {
     size_t start = b->len;
     qcal_buf_u32(b, OBS_MAGIC);
-    qcal_buf_u32(b, OBS_VERSION);
+    qcal_buf_u32(b, state_is_v3(&obs->cfg) ? OBS_VERSION : 2u);
     save_config(b, &obs->cfg);
     qcal_buf_u64(b, obs->nonfinite);
     qcal_buf_u64(b, canonical ? 0 : obs->batches);
@@ -649,7 +663,7 @@ qcal_status qcal_observer_state_parse(qcal_cursor *cur, qcal_observer **out)
         return qcal_error(QCAL_ERR_FORMAT, "not a qcal observer state (bad magic)");
     if (!qcal_cur_u32(cur, &version))
         return qcal_error(QCAL_ERR_FORMAT, "observer state is truncated in its header");
-    if (version != OBS_VERSION)
+    if (version != OBS_VERSION && version != 2u)
         return qcal_error(QCAL_ERR_UNSUPPORTED,
                           "observer state version %u is not supported (this qcal reads "
                           "version %u)", (unsigned)version, OBS_VERSION);
@@ -658,6 +672,12 @@ qcal_status qcal_observer_state_parse(qcal_cursor *cur, qcal_observer **out)
     if (!load_config(cur, &cfg))
         return qcal_error(QCAL_ERR_FORMAT, "observer state is truncated in its config or has a "
                           "flag other than 0 or 1");
+    if (version == 2u && state_is_v3(&cfg))
+        return qcal_error(QCAL_ERR_UNSUPPORTED,
+                          "observer state version 2 of a %s observer with an affine target "
+                          "holds a histogram of |x|; since version 3 it searches both ends "
+                          "on a histogram of x: collect the data again",
+                          kind_names[cfg.kind]);
     uint64_t nonfinite, batches, payload;
     if (!qcal_cur_u64(cur, &nonfinite) || !qcal_cur_u64(cur, &batches) ||
         !qcal_cur_u64(cur, &payload))

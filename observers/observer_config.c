@@ -319,8 +319,9 @@ static const key_row keys[] = {
         NULL, NULL, false }, set_grid },
     { { "percentile", "P", NULL, "percentile kind: in (0, 100] (default 99.99)",
         NULL, NULL, false }, set_percentile },
-    { { "percentile_mode", "M", "abs|two_tails",
-        "percentile kind: clip |x| symmetrically (abs, default) or each tail (two_tails)",
+    { { "percentile_mode", "M", "abs|two_tails|auto",
+        "percentile kind: clip |x| symmetrically (abs) or each tail (two_tails); auto "
+        "(default): two_tails for an affine integer target, abs for a symmetric one",
         NULL, NULL, false }, set_percentile_mode },
     { { "entropy_levels", "N", NULL,
         "entropy kind: quantized levels of the KL search, in [2, bins) (default 128)",

@@ -60,6 +60,11 @@ extern const qcal_observer_ops qcal_observer_percentile_ops;
 extern const qcal_observer_ops qcal_observer_entropy_ops;
 extern const qcal_observer_ops qcal_observer_mse_ops;
 
+/* True when the config's target is asymmetric (an affine qscheme with an integer dtype):
+ * entropy, mse and percentile (mode auto) then keep a histogram of x and search both ends
+ * (observers/histogram_kernels.c); otherwise |x| and the symmetric searches. */
+bool qcal_histobs_config_asymmetric(const qcal_observer_config *cfg);
+
 /* Fills mn/mx[0..n) with the "no data" range (+inf, -inf). */
 void qcal_range_set_empty(float *mn, float *mx, int64_t n);
 

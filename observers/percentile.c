@@ -45,7 +45,7 @@ static qcal_status percentile_qrange(qcal_observer *obs, int64_t cap, float *mn,
     if (!h)
         return st;
     double p = obs->cfg.percentile / 100.0;
-    if (obs->cfg.percentile_mode == QCAL_PERCENTILE_ABS) {
+    if (h->absval) {   /* abs mode, or auto on a symmetric target */
         double t = h->lo == h->hi ? h->hi
                                   : qcal_hist_quantile(h->counts, h->bins, 0.0, h->hi, p);
         qcal_histobs_clip_range(obs, t, mn, mx);

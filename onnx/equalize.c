@@ -81,7 +81,7 @@ qcal_status qcal_onnx_weight_ranges(const qcal_onnx_model *m, qcal_onnx_layer_ra
         return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_weight_ranges: NULL argument");
     const Onnx__GraphProto *g = m->proto->graph;
     onnx_gindex x;
-    qcal_status st = onnx_gindex_build(g, &x);
+    qcal_status st = onnx_gindex_build(g, NULL, &x);
     if (st != QCAL_OK)
         return st;
     qcal_onnx_layer_ranges *r = NULL;
@@ -149,8 +149,6 @@ typedef struct eq {
     pair *pairs;
     int64_t npairs;
     qcal_onnx_equalize_report *rep;
-    char **grave;         /* names taken out of the graph while x borrows them */
-    size_t ngrave;
 } eq;
 
 static void eq_free(eq *e)
@@ -168,9 +166,6 @@ static void eq_free(eq *e)
     free(e->slot_of);
     free(e->pairs);
     onnx_gindex_free(&e->x);
-    for (size_t i = 0; i < e->ngrave; i++)
-        free(e->grave[i]);
-    free(e->grave);
 }
 
 /* Layer slot of node ni (loaded once); -1 with e->why_of[ni] when it cannot be rewritten. */
@@ -470,7 +465,7 @@ static qcal_status run(eq *e, const qcal_onnx_equalize_options *opt, onnx_bn_sta
         return OOM();
     for (size_t i = 0; i < nn; i++)
         e->slot_of[i] = -1;
-    if ((st = onnx_gindex_build(e->g, &e->x)) != QCAL_OK)
+    if ((st = onnx_gindex_build(e->g, e->g, &e->x)) != QCAL_OK)
         return st;
     // Find: every node X whose data input a layer writes and whose output a layer reads.
     for (size_t xi = 0; xi < nn && opt->equalize; xi++) {
@@ -554,8 +549,7 @@ static qcal_status run(eq *e, const qcal_onnx_equalize_options *opt, onnx_bn_sta
             free(X->op_type);
             X->op_type = op;
             for (size_t k = 1; k < X->n_input; k++) {
-                if (!onnx_push((void ***)&e->grave, &e->ngrave, X->input[k]))
-                    return OOM();
+                free(X->input[k]);   /* x keeps its own copy of the name */
                 X->input[k] = NULL;
             }
             X->n_input = 1;

@@ -88,7 +88,7 @@ qcal_status onnx_fold_bn(qcal_onnx_model *m, qcal_onnx_fold_report *rep, onnx_bn
     if (st != QCAL_OK)
         return st;
     onnx_gindex x;
-    st = onnx_gindex_build(g, &x);
+    st = onnx_gindex_build(g, g, &x);
     if (st != QCAL_OK) {
         onnx_reads_free(&before);
         return st;
@@ -100,8 +100,6 @@ qcal_status onnx_fold_bn(qcal_onnx_model *m, qcal_onnx_fold_report *rep, onnx_bn
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
     }
     char why_buf[256];
-    char **grave = NULL;   // names replaced while x borrows them
-    size_t ngrave = 0;
     for (size_t i = 0; i < g->n_node; i++) {
         Onnx__NodeProto *bn = g->node[i];
         if (strcmp(bn->op_type, "BatchNormalization") || (bn->domain && bn->domain[0] && strcmp(bn->domain, "ai.onnx")))
@@ -166,13 +164,8 @@ qcal_status onnx_fold_bn(qcal_onnx_model *m, qcal_onnx_fold_report *rep, onnx_bn
                 } else {
                     stats[nstats++] = s;
                     b = sc = NULL;   // owned by the stats now
-                    // the old name is a key of x: freed after it
-                    if (!onnx_push((void ***)&grave, &ngrave, conv->output[0]))
-                        st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
-                    else
-                        conv->output[0] = convout;
-                    if (st != QCAL_OK)
-                        free(convout);
+                    free(conv->output[0]);   // x keeps its own copy of the name
+                    conv->output[0] = convout;
                     drop[i] = true;
                     if (!add_line(&r.folded, &r.n_folded, "%s <- %s%s", nm(conv), nm(bn), ""))
                         st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
@@ -237,9 +230,6 @@ qcal_status onnx_fold_bn(qcal_onnx_model *m, qcal_onnx_fold_report *rep, onnx_bn
     g->n_node = k;
     free(drop);
     onnx_gindex_free(&x);
-    for (size_t i = 0; i < ngrave; i++)
-        free(grave[i]);
-    free(grave);
     // what else only the folded BNs read (a parameter behind an Identity or a Cast)
     if (st == QCAL_OK && r.n_folded)
         st = onnx_prune_orphans(m, &before, NULL, NULL);

@@ -150,17 +150,16 @@ qcal_status qcal_onnx_gate(const qcal_onnx_model *q, const qcal_onnx_model *ref,
     size_t n_outs = 0;
     const char **gnames = NULL;
     int64_t n_node_ops = 0;
-    /* Strings the rewrite replaces: the index's keys may point at them, so they are freed
-     * after the index. */
+    /* Strings the rewrite replaces, freed when it is done. */
     char **dead = NULL;
     size_t n_dead = 0;
-    if ((st = onnx_gindex_build(g, &x)) != QCAL_OK) {
+    if ((st = onnx_gindex_build(g, g, &x)) != QCAL_OK) {
         qcal_onnx_model_destroy(&m);
         return st;
     }
     if (ref) {
         ri.g = ref->proto->graph;
-        if ((st = onnx_gindex_build(ri.g, &ri.gx)) != QCAL_OK)
+        if ((st = onnx_gindex_build(ri.g, NULL, &ri.gx)) != QCAL_OK)
             goto done;
         for (size_t i = 0; i < ri.g->n_node; i++) {
             const char *nm = ri.g->node[i]->name;
@@ -194,11 +193,8 @@ qcal_status qcal_onnx_gate(const qcal_onnx_model *q, const qcal_onnx_model *ref,
             slot s = {.node = (int64_t)i, .gate = n_ops, .k = k};
             int64_t qn = producer_skip(&x, g, dq->input[0], NULL);
             if (qn >= 0 && is_op(g->node[qn], "QuantizeLinear")) {
-                const char *src = skip_back(&x, g, g->node[qn]->input[0]);
-                onnx_tref *r = onnx_gindex_get(&x, src);
-                /* A float weight quantized in the graph (profile tensorrt) is read as is. */
-                s.fl = src;
-                (void)r;
+                /* an activation, or a float weight quantized in the graph (profile tensorrt) */
+                s.fl = skip_back(&x, g, g->node[qn]->input[0]);
             } else {
                 s.w = ref_weight(rip, n->name, k);
             }

@@ -1288,33 +1288,90 @@ typedef struct file_sink {
     bool no_copy_range;  /* copy_file_range refused once: write everything */
     uint8_t *bounce;     /* SINK_BOUNCE + 8 KiB, or NULL (blobs then go through stdio) */
     writeback *wb;       /* the writeback thread, or NULL */
-    qcal_status gate_st; /* the first failed wait on m->gate (QCAL_OK: none) */
-    size_t gate_hits;    /* appends that started one of m->gate's tensors */
+    struct lazy_set *lz; /* the save's lazy initializers */
 } file_sink;
 
-/* The gate entry whose tensor starts at data (binary search), or NULL. */
-static const onnx_gate_entry *gate_hit(const onnx_gate *g, const uint8_t *data)
+/* The lazy initializers of a save, found by the address of their bytes: protobuf-c appends a
+ * bytes field's data as it lies, so the append that starts with raw_data.data is the
+ * writer reaching that tensor. */
+typedef struct lazy_slot {
+    const uint8_t *data;       /* the tensor's raw_data when the save started */
+    size_t i;                  /* its onnx_lazy */
+} lazy_slot;
+
+typedef struct lazy_set {
+    const onnx_lazy *lazy;
+    lazy_slot *slot;           /* n, sorted by data */
+    bool *filled;              /* n, by onnx_lazy */
+    size_t n, n_filled;
+    qcal_status st;            /* the first failed fill (QCAL_OK: none) */
+    char msg[1024];            /* its message */
+} lazy_set;
+
+static int cmp_slot(const void *a, const void *b)
 {
-    size_t lo = 0, hi = g->n;
+    uintptr_t x = (uintptr_t)((const lazy_slot *)a)->data, y = (uintptr_t)((const lazy_slot *)b)->data;
+    return x < y ? -1 : x > y;
+}
+
+static qcal_status lazy_set_init(lazy_set *z, const onnx_lazy *lazy, size_t n)
+{
+    memset(z, 0, sizeof *z);
+    z->lazy = lazy;
+    z->n = n;
+    if (!n)
+        return QCAL_OK;
+    z->slot = malloc(n * sizeof *z->slot);
+    z->filled = calloc(n, sizeof *z->filled);
+    if (!z->slot || !z->filled)
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const Onnx__TensorProto *t = lazy[i].t;
+        if (!t || !lazy[i].fill || !t->raw_data.data || !t->raw_data.len)
+            return qcal_error(QCAL_ERR_INVALID_ARG, "lazy initializer %zu has no bytes to fill", i);
+        z->slot[i] = (lazy_slot){ t->raw_data.data, i };
+    }
+    qsort(z->slot, n, sizeof *z->slot, cmp_slot);
+    for (size_t i = 1; i < n; i++)
+        if (z->slot[i].data == z->slot[i - 1].data)
+            return qcal_error(QCAL_ERR_INVALID_ARG, "two lazy initializers share their bytes");
+    return QCAL_OK;
+}
+
+static void lazy_set_free(lazy_set *z)
+{
+    free(z->slot);
+    free(z->filled);
+}
+
+/* Before an append of data: when data starts a lazy initializer not filled yet, its fill;
+ * false when that failed (the sink has failed, z->st and z->msg say why). */
+static bool lazy_reach(file_sink *s, const uint8_t *data)
+{
+    lazy_set *z = s->lz;
+    size_t lo = 0, hi = z->n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if ((uintptr_t)g->e[mid].data < (uintptr_t)data)
+        if ((uintptr_t)z->slot[mid].data < (uintptr_t)data)
             lo = mid + 1;
         else
             hi = mid;
     }
-    return lo < g->n && g->e[lo].data == data ? &g->e[lo] : NULL;
-}
-
-/* Waits for job on the model's gate: false when the pass failed (the sink has failed). */
-static bool sink_gate(file_sink *s, size_t job)
-{
-    if (s->gate_st == QCAL_OK) {
-        s->gate_st = s->m->gate->wait(s->m->gate, job);
-        if (s->gate_st != QCAL_OK)
-            s->failed = true;
+    if (lo == z->n || z->slot[lo].data != data || z->filled[z->slot[lo].i])
+        return true;
+    const onnx_lazy *l = &z->lazy[z->slot[lo].i];
+    qcal_status st = l->fill(l->ctx, l->t);
+    if (st != QCAL_OK) {
+        if (z->st == QCAL_OK) {
+            z->st = st;
+            snprintf(z->msg, sizeof z->msg, "%s", qcal_last_error());
+        }
+        s->failed = true;
+        return false;
     }
-    return s->gate_st == QCAL_OK;
+    z->filled[z->slot[lo].i] = true;
+    z->n_filled++;
+    return true;
 }
 
 /* Size of the buffer large in-memory blobs are written through (see write_bounced). */
@@ -1393,12 +1450,8 @@ static void sink_append(ProtobufCBuffer *b, size_t len, const uint8_t *data)
     file_sink *s = (file_sink *)b;
     if (s->failed || !len)
         return;
-    const onnx_gate_entry *ge = s->m->gate ? gate_hit(s->m->gate, data) : NULL;
-    if (ge) {
-        s->gate_hits++;
-        if (!sink_gate(s, ge->job))
-            return;
-    }
+    if (s->lz->n && !lazy_reach(s, data))
+        return;
     bool big = len >= ONNX_BLOB_MIN;
     bool in_map = big && !s->no_copy_range && onnx_in_map(s->m, data);
     if (!in_map || !copy_blob(s, data, len)) {
@@ -1462,7 +1515,13 @@ static bool add_entry(Onnx__TensorProto *t, const char *key, const char *value)
 
 qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_options *opt, const char *path)
 {
-    if (!m || !path)
+    return onnx_model_save_lazy(m, opt, path, NULL, 0);
+}
+
+qcal_status onnx_model_save_lazy(qcal_onnx_model *m, const qcal_onnx_save_options *opt, const char *path,
+                                 const onnx_lazy *lazy, size_t n_lazy)
+{
+    if (!m || !path || (n_lazy && !lazy))
         return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_model_save: NULL argument");
     qcal_onnx_save_options o;
     qcal_onnx_save_options_default(&o);
@@ -1477,6 +1536,9 @@ qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_option
     char *data_path = NULL;
     file_sink dsink;
     uint8_t *bounce = malloc(SINK_BOUNCE + 8192);   /* NULL: blobs go through stdio */
+    lazy_set lz;
+    if ((st = lazy_set_init(&lz, lazy, n_lazy)) != QCAL_OK)
+        goto out;
     if (size > o.external_threshold) {
         /* External data: large raw initializers go to PATH.data (offsets 64-byte aligned). */
         size_t pl = strlen(path);
@@ -1501,7 +1563,7 @@ qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_option
             goto out;
         uint64_t off = 0;
         static const uint8_t zeros[64];
-        dsink = (file_sink){ { sink_append }, data_file.fp, false, 0, 0, m, false, bounce, NULL, QCAL_OK, 0 };
+        dsink = (file_sink){ { sink_append }, data_file.fp, false, 0, 0, m, false, bounce, NULL, &lz };
         for (size_t i = 0; i < g->n_initializer; i++) {
             Onnx__TensorProto *t = g->initializer[i];
             if (!t->raw_data.len || t->raw_data.len < o.external_min_bytes)
@@ -1531,8 +1593,8 @@ qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_option
                 goto out;
             }
         }
-        if (dsink.gate_st != QCAL_OK) {
-            st = m->gate->wait(m->gate, ONNX_GATE_ALL);
+        if (lz.st != QCAL_OK) {
+            st = qcal_error(lz.st, "%s", lz.msg);
             goto out;
         }
         if (dsink.failed || ferror(data_file.fp)) {
@@ -1557,20 +1619,16 @@ qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_option
     setvbuf(f.fp, NULL, _IOFBF, 1 << 20);
     writeback wb;
     writeback_start(&wb, fileno(f.fp));
-    file_sink sink = { { sink_append }, f.fp, false, 0, 0, m, false, bounce, &wb, QCAL_OK, 0 };
+    file_sink sink = { { sink_append }, f.fp, false, 0, 0, m, false, bounce, &wb, &lz };
     protobuf_c_message_pack_to_buffer(&m->proto->base, &sink.base);
     writeback_stop(&wb);
-    if (m->gate && !sink.failed)
-        (void)sink_gate(&sink, ONNX_GATE_ALL);   /* nothing is committed before the pass ends */
-    /* Each of the gate's tensors must have reached a sink as itself (the sink waited there):
-     * bytes copied elsewhere first would have been written before they were computed. */
-    size_t hits = sink.gate_hits + (data_path ? dsink.gate_hits : 0);
-    if (sink.gate_st != QCAL_OK || (m->gate && !sink.failed && hits != m->gate->n)) {
+    /* Each lazy initializer must have reached a sink as itself (filled there): bytes copied
+     * elsewhere first would have been written before they were final. */
+    if (lz.st != QCAL_OK || (!sink.failed && lz.n_filled != lz.n)) {
         qcal_atomic_file_abort(&f);
-        st = sink.gate_st != QCAL_OK
-                 ? m->gate->wait(m->gate, ONNX_GATE_ALL)
-                 : qcal_error(QCAL_ERR_STATE, "'%s': %zu of %zu tensors computed during the save were written unchecked",
-                              path, m->gate->n - hits, m->gate->n);
+        st = lz.st != QCAL_OK ? qcal_error(lz.st, "%s", lz.msg)
+                              : qcal_error(QCAL_ERR_STATE, "'%s': %zu of %zu lazy initializers were written unfilled",
+                                           path, lz.n - lz.n_filled, lz.n);
         goto out;
     }
     if (sink.failed || sink.written != size) {
@@ -1596,6 +1654,7 @@ out:
     free(mv);
     free(data_path);
     free(bounce);
+    lazy_set_free(&lz);
     return st;
 }
 

@@ -254,11 +254,9 @@ qcal_status qcal_onnx_qdq_session(qcal_onnx_model *m, qcal_calib_session *s, con
 qcal_status qcal_onnx_qdq_save(qcal_onnx_model *m, const qcal_calib_table *table,
                                const qcal_onnx_qdq_options *opt,
                                const qcal_onnx_save_options *save, const char *path,
-                               qcal_onnx_qdq_report *rep, bool *save_failed)
+                               qcal_onnx_qdq_report *rep)
 {
     (void)m, (void)table, (void)opt, (void)save, (void)path, (void)rep;
-    if (save_failed)
-        *save_failed = false;
     return NO_ONNX();
 }
 

@@ -1,5 +1,5 @@
 /* Internal to onnx/: the handle around protobuf-c's ModelProto and the helpers the passes
- * share (names, tensors, graph index). The generated onnx.pb-c.h is seen by onnx/ only. */
+ * share (names, tensors; the graph index: onnx/graph.h). The generated onnx.pb-c.h is seen by onnx/ only. */
 #ifndef QCAL_ONNX_INTERNAL_H
 #define QCAL_ONNX_INTERNAL_H
 
@@ -8,6 +8,7 @@
 #include "onnx.pb-c.h"
 
 #include "core/internal.h"
+#include "onnx/graph.h"
 #include "qcal/onnx.h"
 
 /* A model read from a file keeps the file mapped: the large raw_data of its main-graph
@@ -24,31 +25,31 @@ typedef struct onnx_src {
     ino_t ino;
 } onnx_src;
 
-/* Tensors whose raw_data a background pass is still filling while the model is saved
- * (qcal_onnx_qdq_save). The pass fills them job by job, in order; a save waits (wait(g,
- * job)) before it writes the first byte of a tensor until that tensor's job is done, and
- * for the whole pass (wait(g, ONNX_GATE_ALL)) before it commits. wait returns the pass's
- * status (its message set again on the calling thread): a failed pass fails every wait
- * for a job it did not finish, and the final one. */
-typedef struct onnx_gate_entry {
-    const uint8_t *data;       /* a tensor's raw_data */
-    size_t job;                /* the job that fills it */
-} onnx_gate_entry;
-
-#define ONNX_GATE_ALL SIZE_MAX
-
-typedef struct onnx_gate {
-    onnx_gate_entry *e;        /* sorted by data */
-    size_t n;
-    qcal_status (*wait)(struct onnx_gate *g, size_t job);
-} onnx_gate;
-
 struct qcal_onnx_model {
     Onnx__ModelProto *proto;   /* every field malloc'ed (protobuf-c's default allocator) */
     onnx_src *src;             /* mapped files raw_data may point into (model, external data) */
     size_t n_src;
-    onnx_gate *gate;           /* during qcal_onnx_qdq_save only, else NULL */
 };
+
+/* ---- lazy initializers: the seam between a rewrite and the writer ---- */
+
+/* A main-graph initializer whose bytes are not final when the save starts: t's raw_data has
+ * its final (non-zero) size, and fill(ctx, t) makes its bytes final. The writer calls fill
+ * when it reaches those bytes, before it writes them, once per save; so a rewrite can
+ * compute them (on a thread of its own) while the writer writes what comes before. fill
+ * returns QCAL_OK, or a status with its message set on the calling thread; it changes no
+ * field of t, only the bytes t->raw_data.data points at, and those only before it returns. */
+typedef struct onnx_lazy {
+    const Onnx__TensorProto *t;
+    qcal_status (*fill)(void *ctx, const Onnx__TensorProto *t);
+    void *ctx;
+} onnx_lazy;
+
+/* qcal_onnx_model_save with n lazy initializers. Nothing is committed unless every one was
+ * filled and then written as itself; a fill that fails fails the save with its status and
+ * message (nothing written). The lazy list is read during the call only. */
+qcal_status onnx_model_save_lazy(qcal_onnx_model *m, const qcal_onnx_save_options *opt, const char *path,
+                                 const onnx_lazy *lazy, size_t n);
 
 /* The mapped file ptr lies in, or NULL. */
 const onnx_src *onnx_src_of(const qcal_onnx_model *m, const void *ptr);
@@ -73,17 +74,6 @@ qcal_status onnx_raw_view(const Onnx__TensorProto *t, size_t off, size_t len, ui
  * it are dropped (they stay in the page cache and are mapped again if read), so a pass that
  * reads every weight once does not keep the whole file resident. */
 void onnx_raw_drop(const qcal_onnx_model *m, const Onnx__TensorProto *t);
-
-/* ---- string map: name -> int64 (open addressing, keys borrowed, never removed) ---- */
-typedef struct onnx_map {
-    const char **keys;
-    int64_t *vals;
-    size_t cap, len;
-} onnx_map;
-
-bool onnx_map_put(onnx_map *m, const char *key, int64_t val);   /* false: out of memory */
-int64_t *onnx_map_get(const onnx_map *m, const char *key);      /* NULL when absent */
-void onnx_map_free(onnx_map *m);
 
 /* Bytes per element of an ONNX element type; 0 when unknown or sub-byte. */
 size_t onnx_elem_size(int32_t type);
@@ -146,37 +136,6 @@ int32_t onnx_type_get(const onnx_types *ty, const char *name);
 
 /* ---- weight layers for the rewrites (onnx/layer.c; used by fold_bn.c and equalize.c) ---- */
 #include "qcal/ptq.h"
-
-/* Who produces and who reads each main-graph tensor. */
-typedef struct onnx_tref {
-    const char *name;
-    int64_t producer;            /* node index, -1 for inputs / initializers */
-    int64_t n_cons;              /* consuming input slots of main-graph nodes */
-    int64_t cons0;               /* the first consuming node, -1 */
-    bool graph_out, sub_ref;     /* a graph output; read inside an If/Loop body */
-    Onnx__TensorProto *init;     /* initializer of that name, or the `value` tensor of the
-                                  * Constant node that writes it (producer >= 0), or NULL */
-} onnx_tref;
-
-typedef struct onnx_gindex {
-    onnx_map names;              /* every name (tensors, initializers, nodes) -> tref index */
-    onnx_tref *t;
-    int64_t n, cap;
-    char **owned;                /* fresh names made by onnx_gindex_fresh */
-    int64_t nowned;
-} onnx_gindex;
-
-/* The `value` tensor of a default-domain Constant node, else NULL. */
-Onnx__TensorProto *onnx_constant_value(const Onnx__NodeProto *n);
-
-qcal_status onnx_gindex_build(const Onnx__GraphProto *g, onnx_gindex *x);
-void onnx_gindex_free(onnx_gindex *x);
-onnx_tref *onnx_gindex_get(const onnx_gindex *x, const char *name);
-/* The initializer (or Constant value) behind name, directly or through Identity nodes (*hops, may be NULL: how
- * many; >= 100 when an Identity output in between has another reader); NULL if none. */
-onnx_tref *onnx_gindex_const(const onnx_gindex *x, const Onnx__GraphProto *g, const char *name, int64_t *hops);
-/* A name used nowhere in the graph, base + suffix (+ "_k"); owned by x (NULL: no memory). */
-const char *onnx_gindex_fresh(onnx_gindex *x, const char *base, const char *suffix);
 
 /* A Conv or Gemm seen as a qcal_ptq_layer: float32 weight (and bias) initializers copied
  * out (Gemm's weight transposed to [out, in] when transB = 0), written back by

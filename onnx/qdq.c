@@ -18,6 +18,7 @@
 #include <omp.h>
 #endif
 #include "qcal/quantize.h"
+#include "qcal/weights.h"
 
 /* ---- op classes ---- */
 
@@ -88,18 +89,14 @@ void qcal_onnx_qdq_options_default(qcal_onnx_qdq_options *opt)
     opt->weight_qscheme = QCAL_PER_CHANNEL_SYMMETRIC;
 }
 
-/* ---- graph index ---- */
+/* ---- the plan of each tensor ---- */
 
+/* What the plan knows of tensor i of the graph index (p->x.t[i]: producer, readers,
+ * initializer or Constant; onnx/graph.h) beyond it. */
 typedef struct tinfo {
-    const char *name;
-    int64_t producer;          /* main-graph node index, -1 for inputs / initializers */
-    int64_t n_cons;            /* main-graph consumer slots */
-    int64_t cons0;             /* the first consuming node */
-    Onnx__TensorProto *init;   /* initializer of that name, or the value of the Constant node
-                                * that writes it (cnode), or NULL */
-    int64_t cnode;             /* that Constant node, -1: hoisted into an initializer of the
-                                * same name by the rewrite when it quantizes the tensor */
-    bool graph_in, graph_out, sub_ref;
+    const char *name;          /* the index's (p->x.t[i].name) */
+    Onnx__TensorProto *init;   /* the index's constant, or an initializer of an enclosing
+                                * graph (outer) */
     bool data;                 /* carries data: depends on a graph input through more than
                                 * shapes (not an initializer, a Constant, shape arithmetic) */
     bool untyped;              /* read as an activation, element type unknown (noted once) */
@@ -128,13 +125,8 @@ typedef struct wplan {
     float *f32;                /* tensorrt: float32 copy when the weight is not float32 */
     int64_t numel;
     char *dq_out;
-    bool deferred;             /* qcal_onnx_qdq_save: scales (ort: codes) computed while the
-                                * model is saved */
-    size_t job;                /* deferred: its place in the background pass */
-    uint8_t *scale_dst;        /* deferred: the scale initializer's raw_data (channels floats) */
-    uint8_t *codes_dst;        /* deferred, ort: the quantized initializer's raw_data (numel) */
-    Onnx__TensorProto snap;    /* deferred: the weight's TensorProto as planned (a save with
-                                * external data detaches the model's raw_data meanwhile) */
+    int64_t lazy;              /* its lazy_w (qcal_onnx_qdq_save: scales and, ort, codes
+                                * computed as the save reaches them), -1: computed here */
 } wplan;
 
 typedef struct bplan {
@@ -143,11 +135,7 @@ typedef struct bplan {
     float *scales;
     int32_t *codes;
     char *dq_out;
-    bool deferred;             /* computed after its weight by the background pass */
-    int64_t w;                 /* deferred: the wplan of its weight */
-    float s_in;                /* deferred: the input's scale */
-    float *vals;               /* deferred: the bias as float32 (n) */
-    uint8_t *codes_dst, *scales_dst;   /* deferred: its initializers' raw_data */
+    int64_t lazy;              /* its lazy_b (computed after its weight), -1: computed here */
 } bplan;
 
 typedef struct nplan {
@@ -162,13 +150,37 @@ typedef struct nplan {
                                 * nothing reads any more) */
 } nplan;
 
+/* The lazy initializers of qcal_onnx_qdq_save (onnx_lazy): a float32 weight whose zero-points
+ * are zero whatever its data is planned by size; its scales (and, ort, codes) and those of
+ * the int32 biases that read them are computed by the save's pass, weight by weight in plan
+ * order, and handed to the writer as it reaches each initializer (lazy_fill). */
+typedef struct lazy_w {
+    int64_t w;                 /* its wplan; -1: computed during planning after all */
+    Onnx__TensorProto src;     /* the weight's TensorProto as planned (shallow: its data, dims
+                                * and name stay alive with the plan, p->dropped; a save with
+                                * external data detaches the model's raw_data meanwhile) */
+    Onnx__TensorProto *scale_t, *codes_t;   /* the initializers it fills (codes_t: ort) */
+    uint8_t *scale_dst, *codes_dst;         /* their bytes (channels floats; numel codes) */
+    struct lazy_pass *pass;    /* the save's pass (set before it starts) */
+} lazy_w;
+
+typedef struct lazy_b {
+    int64_t b;                 /* its bplan; -1: computed during planning after all */
+    int64_t lw;                /* the lazy_w whose scales it reads */
+    float s_in;                /* the input's scale */
+    float *vals;               /* the bias as float32 (n) */
+    Onnx__TensorProto *codes_t, *scales_t;
+    uint8_t *codes_dst, *scales_dst;
+} lazy_b;
+
 #define MAX_SCOPES 16
 
 typedef struct plan {
     struct plan *root;         /* the main graph's plan: fresh names for every graph */
     const struct plan *up;     /* the plan of the enclosing graph (If bodies), else NULL */
     onnx_types ty;             /* element types (planning only: keys borrowed from g) */
-    onnx_gindex gx;            /* constants behind Identity nodes (planning only, likewise) */
+    onnx_gindex x;             /* the graph index (its names owned: valid through the rewrite);
+                                * the root's makes the fresh names of every graph */
     char **untyped;            /* activation inputs of unknown element type (borrowed) */
     int64_t nuntyped;
     const Onnx__GraphProto *scope[MAX_SCOPES];   /* enclosing graphs, innermost first */
@@ -177,9 +189,8 @@ typedef struct plan {
     const qcal_onnx_qdq_options *opt;
     const qcal_calib_table *table;   /* NULL: listing (every lookup succeeds) */
     Onnx__GraphProto *g;
-    onnx_map names;            /* main-graph tensor name -> tinfo index */
-    tinfo *t;
-    int64_t nt;
+    tinfo *t;                  /* t[i]: the plan of x.t[i] */
+    int64_t nt;                /* x.n */
     nplan *np;
     wplan *w;
     int64_t nw;
@@ -191,13 +202,15 @@ typedef struct plan {
     char **skipped;
     int64_t nskipped;
     bool fp8;                  /* an FP8 Q/DQ is written (opset >= 19, IR >= 9) */
-    onnx_map all_names;        /* every name in the model (for fresh names) */
-    char **owned_names;        /* fresh names kept alive for all_names */
-    bool defer;                /* qcal_onnx_qdq_save: float32 weights with zero zero-points
-                                * are observed (ort: quantized) while the model is saved */
-    bool serial;               /* observe on this thread only (the save's background pass) */
-    Onnx__TensorProto **dropped;   /* deferred weights' float initializers the rewrite took out
-                                    * of the graph: freed with the plan, after the pass */
+    char **owned_names;        /* names of hoisted Constant values, kept for the lazy weights */
+    bool lazy;                 /* qcal_onnx_qdq_save: weights may be lazy (lazy_w) */
+    lazy_w *lw;
+    int64_t nlw;
+    lazy_b *lb;
+    int64_t nlb;
+    bool serial;               /* observe on this thread only (the save's pass) */
+    Onnx__TensorProto **dropped;   /* lazy weights' float initializers the rewrite took out of
+                                    * the graph: freed with the plan, after the pass */
     size_t ndropped;
     uint8_t *scratch;          /* misaligned float32 weights copied for reading, reused */
     size_t scratch_cap;        /* bytes */
@@ -224,8 +237,11 @@ static void plan_free(plan *p)
         free(p->b[i].scales);
         free(p->b[i].codes);
         free(p->b[i].dq_out);
-        free(p->b[i].vals);
     }
+    for (int64_t i = 0; i < p->nlb; i++)
+        free(p->lb[i].vals);
+    free(p->lw);
+    free(p->lb);
     for (size_t i = 0; i < p->ndropped; i++) {
         onnx_tensor_release(p->m, p->dropped[i]);
         protobuf_c_message_free_unpacked(&p->dropped[i]->base, NULL);
@@ -241,167 +257,48 @@ static void plan_free(plan *p)
     free(p->list);
     free(p->untyped);
     onnx_types_free(&p->ty);
-    onnx_gindex_free(&p->gx);
+    onnx_gindex_free(&p->x);
     free(p->t);
     free(p->np);
     free(p->w);
     free(p->b);
-    onnx_map_free(&p->names);
-    onnx_map_free(&p->all_names);
 }
 
 #define OOM() qcal_error(QCAL_ERR_NO_MEMORY, "out of memory")
 
-static char *intern(plan *p, const char *name)
+/* The index of name in p's graph, -1. */
+static int64_t tensor_index(const plan *p, const char *name)
 {
-    char *s = onnx_strdup(name);
-    if (!s || !onnx_push((void ***)&p->owned_names, (size_t *)&p->nowned, s)) {
-        free(s);
-        return NULL;
-    }
-    return s;
+    return onnx_gindex_find(&p->x, name);
 }
 
-static int64_t tensor_index(plan *p, const char *name, bool create)
+/* The Constant node whose value is tensor t's constant, -1 (an initializer, or none). */
+static int64_t const_node(const plan *p, int64_t t)
 {
-    int64_t *v = onnx_map_get(&p->names, name);
-    if (v)
-        return *v;
-    if (!create)
-        return -1;
-    if ((p->nt & (p->nt - 1)) == 0) {
-        tinfo *t = realloc(p->t, (size_t)(p->nt ? p->nt * 2 : 16) * sizeof *t);
-        if (!t)
-            return -2;
-        p->t = t;
-    }
-    /* Names are interned: the rewrite frees the proto strings they came from. */
-    char *key = intern(p, name);
-    if (!key)
-        return -2;
-    tinfo *ti = &p->t[p->nt];
-    memset(ti, 0, sizeof *ti);
-    ti->name = key;
-    ti->producer = -1;
-    ti->cnode = -1;
-    if (!onnx_map_put(&p->names, key, p->nt))
-        return -2;
-    return p->nt++;
-}
-
-static bool put_name(plan *p, const char *name)
-{
-    if (!name || onnx_map_get(&p->all_names, name))
-        return true;
-    char *s = intern(p, name);
-    return s && onnx_map_put(&p->all_names, s, 0);
-}
-
-static bool note_all_names(plan *p, const Onnx__GraphProto *g)
-{
-    bool ok = true;
-    for (size_t i = 0; i < g->n_input; i++)
-        ok &= put_name(p, g->input[i]->name);
-    for (size_t i = 0; i < g->n_output; i++)
-        ok &= put_name(p, g->output[i]->name);
-    for (size_t i = 0; i < g->n_initializer; i++)
-        ok &= put_name(p, g->initializer[i]->name);
-    for (size_t i = 0; i < g->n_node; i++) {
-        const Onnx__NodeProto *n = g->node[i];
-        ok &= put_name(p, n->name);
-        for (size_t k = 0; k < n->n_input; k++)
-            ok &= put_name(p, n->input[k]);
-        for (size_t k = 0; k < n->n_output; k++)
-            ok &= put_name(p, n->output[k]);
-        for (size_t a = 0; a < n->n_attribute; a++) {
-            const Onnx__AttributeProto *at = n->attribute[a];
-            if (at->g)
-                ok &= note_all_names(p, at->g);
-            for (size_t k = 0; k < at->n_graphs; k++)
-                ok &= note_all_names(p, at->graphs[k]);
-        }
-    }
-    return ok;
-}
-
-/* Marks main-graph names that subgraphs read (outer-scope references). */
-static void mark_sub_refs(plan *p, const Onnx__GraphProto *g)
-{
-    for (size_t i = 0; i < g->n_node; i++) {
-        const Onnx__NodeProto *n = g->node[i];
-        for (size_t k = 0; k < n->n_input; k++) {
-            int64_t ti = tensor_index(p, n->input[k], false);
-            if (ti >= 0)
-                p->t[ti].sub_ref = true;
-        }
-        for (size_t a = 0; a < n->n_attribute; a++) {
-            const Onnx__AttributeProto *at = n->attribute[a];
-            if (at->g)
-                mark_sub_refs(p, at->g);
-            for (size_t k = 0; k < at->n_graphs; k++)
-                mark_sub_refs(p, at->graphs[k]);
-        }
-    }
+    const onnx_tref *r = &p->x.t[t];
+    return r->producer >= 0 && r->init && r->init == p->t[t].init ? r->producer : -1;
 }
 
 static qcal_status index_graph(plan *p)
 {
     Onnx__GraphProto *g = p->g;
-    for (size_t i = 0; i < g->n_input; i++) {
-        int64_t ti = tensor_index(p, g->input[i]->name ? g->input[i]->name : "", true);
-        if (ti < 0)
-            return OOM();
-        p->t[ti].graph_in = true;
-    }
-    for (size_t i = 0; i < g->n_initializer; i++) {
-        int64_t ti = tensor_index(p, g->initializer[i]->name ? g->initializer[i]->name : "", true);
-        if (ti < 0)
-            return OOM();
-        p->t[ti].init = g->initializer[i];
-    }
-    for (size_t i = 0; i < g->n_node; i++) {
-        const Onnx__NodeProto *n = g->node[i];
-        for (size_t k = 0; k < n->n_input; k++) {
-            if (!n->input[k][0])
-                continue;
-            int64_t ti = tensor_index(p, n->input[k], true);
-            if (ti < 0)
-                return OOM();
-            if (p->t[ti].n_cons++ == 0)
-                p->t[ti].cons0 = (int64_t)i;
-        }
-        for (size_t k = 0; k < n->n_output; k++) {
-            if (!n->output[k][0])
-                continue;
-            int64_t ti = tensor_index(p, n->output[k], true);
-            if (ti < 0)
-                return OOM();
-            p->t[ti].producer = (int64_t)i;
-            /* a Constant's value is a weight like an initializer (paddle2onnx writes them so) */
-            Onnx__TensorProto *cv = p->t[ti].init ? NULL : onnx_constant_value(n);
-            if (cv) {
-                p->t[ti].init = cv;
-                p->t[ti].cnode = (int64_t)i;
-            }
-        }
-        for (size_t a = 0; a < n->n_attribute; a++) {
-            const Onnx__AttributeProto *at = n->attribute[a];
-            if (at->g)
-                mark_sub_refs(p, at->g);
-            for (size_t k = 0; k < at->n_graphs; k++)
-                mark_sub_refs(p, at->graphs[k]);
-        }
-    }
-    for (size_t i = 0; i < g->n_output; i++) {
-        int64_t ti = tensor_index(p, g->output[i]->name ? g->output[i]->name : "", true);
-        if (ti < 0)
-            return OOM();
-        p->t[ti].graph_out = true;
+    /* Fresh names must be new in the whole model (a body sees its enclosing graphs): the
+     * root's index holds every name. */
+    qcal_status st = onnx_gindex_build(g, p->root ? NULL : p->m->proto->graph, &p->x);
+    if (st != QCAL_OK)
+        return st;
+    p->nt = p->x.n;
+    p->t = calloc((size_t)p->nt + 1, sizeof *p->t);
+    if (!p->t)
+        return OOM();
+    for (int64_t t = 0; t < p->nt; t++) {
+        p->t[t].name = p->x.t[t].name;
+        p->t[t].init = p->x.t[t].init;
     }
     /* Weights an If body reads from an enclosing graph (innermost definition first). */
     for (int64_t t = 0; t < p->nt; t++) {
         tinfo *ti = &p->t[t];
-        if (ti->producer >= 0 || ti->init || ti->graph_in)
+        if (p->x.t[t].producer >= 0 || ti->init || p->x.t[t].graph_in)
             continue;
         for (int s = 0; s < p->nscope && !ti->init; s++) {
             const Onnx__GraphProto *o = p->scope[s];
@@ -426,9 +323,10 @@ static qcal_status index_graph(plan *p)
      * A node with a body (If, Loop, Scan) may read anything: its outputs carry data. */
     for (int64_t t = 0; t < p->nt; t++) {
         tinfo *ti = &p->t[t];
-        ti->data = ti->graph_in || (!ti->init && ti->producer < 0);
-        for (const plan *u = p->up; ti->data && !ti->graph_in && u; u = u->up) {
-            int64_t o = tensor_index((plan *)u, ti->name, false);
+        const onnx_tref *r = &p->x.t[t];
+        ti->data = r->graph_in || (!ti->init && r->producer < 0);
+        for (const plan *u = p->up; ti->data && !r->graph_in && u; u = u->up) {
+            int64_t o = tensor_index(u, ti->name);
             if (o >= 0) {
                 ti->data = u->t[o].data;
                 break;
@@ -442,39 +340,34 @@ static qcal_status index_graph(plan *p)
         if (!(dflt && (!strcmp(n->op_type, "Shape") || !strcmp(n->op_type, "Size") ||
                        !strcmp(n->op_type, "Constant") || !strcmp(n->op_type, "ConstantOfShape")))) {
             for (size_t k = 0; k < n->n_input && !d; k++) {
-                int64_t ti = n->input[k][0] ? tensor_index(p, n->input[k], false) : -1;
+                int64_t ti = n->input[k][0] ? tensor_index(p, n->input[k]) : -1;
                 d = ti >= 0 && p->t[ti].data;
             }
             for (size_t a = 0; a < n->n_attribute && !d; a++)
                 d = n->attribute[a]->g || n->attribute[a]->n_graphs;
         }
         for (size_t k = 0; k < n->n_output; k++) {
-            int64_t ti = n->output[k][0] ? tensor_index(p, n->output[k], false) : -1;
-            if (ti >= 0 && p->t[ti].producer == (int64_t)i)
+            int64_t ti = n->output[k][0] ? tensor_index(p, n->output[k]) : -1;
+            if (ti >= 0 && p->x.t[ti].producer == (int64_t)i)
                 p->t[ti].data = d;
         }
     }
-    qcal_status st = onnx_types_build(g, p->up ? &p->up->ty : NULL, &p->ty);
-    if (st == QCAL_OK)
-        st = onnx_gindex_build(g, &p->gx);
+    st = onnx_types_build(g, p->up ? &p->up->ty : NULL, &p->ty);
     if (st != QCAL_OK)
         return st;
     p->np = calloc(g->n_node + 1, sizeof *p->np);
-    /* Fresh names must be new in the whole model (a body sees its enclosing graphs). */
-    if (!p->np || (!p->root && !note_all_names(p, p->m->proto->graph)))
-        return OOM();
-    return QCAL_OK;
+    return p->np ? QCAL_OK : OOM();
 }
 
 /* The tensor holding the constant behind name: an initializer or a Constant's value,
  * directly or through Identity nodes (torch writes deduplicated parameters so); -1. */
 static int64_t const_src(const plan *p, const char *name)
 {
-    int64_t t = name && name[0] ? tensor_index((plan *)p, name, false) : -1;
+    int64_t t = name && name[0] ? tensor_index(p, name) : -1;
     if (t >= 0 && p->t[t].init)
         return t;
-    const onnx_tref *r = t >= 0 ? onnx_gindex_const(&p->gx, p->g, name, NULL) : NULL;
-    return r ? tensor_index((plan *)p, r->name, false) : -1;
+    const onnx_tref *r = t >= 0 ? onnx_gindex_const(&p->x, p->g, name, NULL) : NULL;
+    return r ? tensor_index(p, r->name) : -1;
 }
 
 /* The Identity nodes between name and its constant: the rewrite drops those nothing reads
@@ -482,13 +375,13 @@ static int64_t const_src(const plan *p, const char *name)
 static void mark_identities(plan *p, const char *name)
 {
     for (int guard = 0; guard < 8; guard++) {
-        int64_t t = tensor_index(p, name, false);
-        if (t < 0 || p->t[t].init || p->t[t].producer < 0)
+        int64_t t = tensor_index(p, name);
+        if (t < 0 || p->t[t].init || p->x.t[t].producer < 0)
             return;
-        const Onnx__NodeProto *n = p->g->node[p->t[t].producer];
+        const Onnx__NodeProto *n = p->g->node[p->x.t[t].producer];
         if (strcmp(n->op_type, "Identity") || n->n_input != 1)
             return;
-        p->np[p->t[t].producer].via = true;
+        p->np[p->x.t[t].producer].via = true;
         name = n->input[0];
     }
 }
@@ -708,11 +601,6 @@ static void assign(tinfo *ti)
     ti->assigned = true;
 }
 
-/* Bytes of one chunk of a streamed weight: about the L2 of one core, and under the threading
- * threshold (QCAL_OMP_MIN_ELEMENTS floats) so each kernel call runs on this thread with no
- * parallel region to start or to spin after (the reads between chunks are serial). */
-#define WEIGHT_CHUNK_BYTES ((size_t)512 << 10)
-
 /* Appends *w to the plan's weights (the array doubles at powers of two); *out gets its index.
  * On failure the plan is unchanged and w's buffers are still the caller's. */
 static qcal_status wplan_push(plan *p, const wplan *w, int64_t *out)
@@ -728,322 +616,118 @@ static qcal_status wplan_push(plan *p, const wplan *w, int64_t *out)
     return QCAL_OK;
 }
 
-/* p->scratch for views of up to `bytes` bytes (onnx_raw_view). */
-static qcal_status scratch_reserve(plan *p, size_t bytes)
+/* Elements [first, first + count) of a float32 initializer's raw data (ctx): in place, or
+ * a copy in scratch (onnx_raw_view). */
+static qcal_status raw_read(void *ctx, int64_t first, int64_t count, void *scratch, const float **out)
 {
-    size_t need = bytes + ONNX_VIEW_SLACK;
-    if (p->scratch_cap >= need)
-        return QCAL_OK;
-    free(p->scratch);
-    p->scratch = malloc(need);
-    p->scratch_cap = p->scratch ? need : 0;
-    return p->scratch ? QCAL_OK : OOM();
+    _Static_assert(ONNX_VIEW_SLACK <= QCAL_WEIGHTS_SCRATCH_SLACK, "a reader's scratch holds a view");
+    return onnx_raw_view(ctx, (size_t)first * 4, (size_t)count * 4, scratch, out);
 }
 
-/* x = rows [first, first + rows) of a float32 weight seen as (total, row) (fewer at the
- * end), viewed where they lie or copied into scratch (onnx_raw_view). */
-static qcal_status view_rows(uint8_t *scratch, const Onnx__TensorProto *init, int64_t first,
-                             int64_t total, int64_t rows, int64_t row, qcal_tensor *x)
-{
-    x->shape[0] = total - first < rows ? total - first : rows;
-    const float *view;
-    qcal_status st = onnx_raw_view(init, (size_t)(first * row) * 4, (size_t)(x->shape[0] * row) * 4,
-                                   scratch, &view);
-    if (st == QCAL_OK)
-        x->data = (float *)view;   /* read only */
-    return st;
-}
-
-/* The observer pass over a streamed weight (x: the chunk tensor, shape[0] set per chunk):
- * with more than one thread (qcal_threads_for), thread k takes chunks k, k + T, ... into its
- * own observer and scratch, and the observers are merged into obs. Min and max merge
- * exactly, so the qparams are the one-thread pass's, bit for bit, for any thread count. */
-static qcal_status observe_rows(plan *p, const Onnx__TensorProto *init, const qcal_observer_config *cfg,
-                                qcal_tensor x, int64_t outer, int64_t rows, int64_t row,
-                                qcal_observer *obs)
-{
-    const int64_t chunks = (outer + rows - 1) / rows;
-    int nt = p->serial ? 1 : qcal_threads_for(outer * row);
-    nt = nt > chunks ? (int)chunks : nt;
-#if QCAL_HAVE_OPENMP
-    enum { MAX_T = 16 };
-    if (nt > 1) {
-        nt = nt > MAX_T ? MAX_T : nt;
-        const size_t need = (size_t)(rows * row) * 4 + ONNX_VIEW_SLACK;
-        qcal_observer *tobs[MAX_T] = { NULL };
-        qcal_status tst[MAX_T];
-        char *errs = calloc((size_t)MAX_T, 512);
-        if (!errs)
-            return OOM();
-        int used = 1;
-#pragma omp parallel num_threads(nt)
-        {
-            const int k = omp_get_thread_num(), T = omp_get_num_threads();
-#pragma omp single
-            used = T;
-            qcal_tensor xk = x;
-            uint8_t *scratch = k == 0 ? p->scratch : malloc(need);
-            qcal_status st = !scratch ? qcal_error(QCAL_ERR_NO_MEMORY, "out of memory")
-                             : k == 0 ? QCAL_OK : qcal_observer_create(cfg, &tobs[k]);
-            qcal_observer *o = k == 0 ? obs : tobs[k];
-            for (int64_t c = k; st == QCAL_OK && c < chunks; c += T) {
-                st = view_rows(scratch, init, c * rows, outer, rows, row, &xk);
-                if (st == QCAL_OK)
-                    st = qcal_observer_update(o, &xk);
-            }
-            tst[k] = st;
-            if (st != QCAL_OK)   /* the message is the thread's own */
-                snprintf(errs + (size_t)k * 512, 512, "%s", qcal_last_error());
-            if (k != 0)
-                free(scratch);
-        }
-        qcal_status st = QCAL_OK;
-        for (int k = 0; k < used && st == QCAL_OK; k++)
-            if (tst[k] != QCAL_OK)
-                st = qcal_error(tst[k], "%s", errs + (size_t)k * 512);
-        for (int k = 1; k < used && st == QCAL_OK; k++)
-            st = qcal_observer_merge(obs, tobs[k]);
-        for (int k = 1; k < used; k++)
-            qcal_observer_destroy(&tobs[k]);
-        free(errs);
-        return st;
-    }
-#endif
-    qcal_status st = QCAL_OK;
-    for (int64_t o = 0; st == QCAL_OK && o < outer; o += rows) {
-        st = view_rows(p->scratch, init, o, outer, rows, row, &x);
-        if (st == QCAL_OK)
-            st = qcal_observer_update(obs, &x);
-    }
-    return st;
-}
-
-/* A float32 weight whose channel axis has only size-1 dimensions before it (Conv, Gemm with
- * transB=1: C channels of `inner` values each, contiguous), per-channel with
- * per_channel_minmax: blocks of whole channels are read once each (512 KiB) and observed,
- * their qparams computed and (ort) their codes quantized while the block is in cache. A
- * channel's qparams depend on its own min and max only (quant/qparams.c, one_pair), so the
- * blocks give the whole-tensor path's scales, zero-points and codes, bit for bit. The codes
- * (ort) go to codes_into when given (numel bytes), else to a new buffer. */
-static qcal_status weight_by_channel(plan *p, const Onnx__TensorProto *init, int32_t axis,
-                                     qcal_dtype dtype, qcal_qscheme qs, int64_t numel,
-                                     uint8_t *codes_into, float **scales_out, int8_t **zps_out,
-                                     uint8_t **codes_out, int64_t *channels_out)
-{
-    const int64_t C = init->dims[axis], inner = numel / C;
-    int64_t rows = (int64_t)(WEIGHT_CHUNK_BYTES / ((size_t)inner * 4));
-    rows = rows < 1 ? 1 : rows > C ? C : rows;
-    qcal_status rs = scratch_reserve(p, (size_t)(rows * inner) * 4);
-    if (rs != QCAL_OK)
-        return rs;
-    qcal_observer_config cfg;
-    qcal_observer_config_default(&cfg, QCAL_OBSERVER_PER_CHANNEL_MINMAX);
-    cfg.q.dtype = dtype;
-    cfg.q.qscheme = qs;
-    cfg.axis = 0;
-    qcal_tensor x;
-    memset(&x, 0, sizeof x);
-    x.ndim = (int32_t)init->n_dims - axis;   /* (channels of the block, dims after axis...) */
-    for (int32_t k = axis + 1; k < (int32_t)init->n_dims; k++)
-        x.shape[k - axis] = init->dims[k];
-    float *scales = malloc((size_t)C * sizeof *scales);
-    int8_t *zps = calloc((size_t)C, sizeof *zps);
-    uint8_t *codes = p->opt->profile != QCAL_ONNX_PROFILE_ORT ? NULL
-                     : codes_into                                ? codes_into
-                                                                 : malloc((size_t)numel);
-    qcal_observer *obs = NULL;
-    qcal_status st = !scales || !zps || (p->opt->profile == QCAL_ONNX_PROFILE_ORT && !codes)
-                         ? OOM() : qcal_observer_create(&cfg, &obs);
-    for (int64_t c0 = 0; st == QCAL_OK && c0 < C; c0 += rows) {
-        qcal_qparams qp = { 0 };
-        st = view_rows(p->scratch, init, c0, C, rows, inner, &x);
-        if (st == QCAL_OK && c0 > 0)
-            st = qcal_observer_reset(obs);
-        if (st == QCAL_OK)
-            st = qcal_observer_update(obs, &x);
-        if (st == QCAL_OK) {
-            st = qcal_observer_qparams(obs, &qp);
-            if (st == QCAL_NO_DATA)
-                st = QCAL_OK;
-        }
-        if (st == QCAL_OK && qp.channels != x.shape[0])
-            st = qcal_error(QCAL_ERR_STATE, "%lld channels observed in a block of %lld",
-                            (long long)qp.channels, (long long)x.shape[0]);
-        for (int64_t c = 0; st == QCAL_OK && c < qp.channels; c++) {
-            scales[c0 + c] = qcal_qparams_scale_at(&qp, c);
-            if (!qcal_dtype_is_float8(dtype))
-                zps[c0 + c] = (int8_t)qcal_qparams_zero_point_at(&qp, c);
-        }
-        if (st == QCAL_OK && codes)
-            st = qcal_quantize(&x, &qp, codes + c0 * inner);
-        qcal_qparams_free(&qp);
-    }
-    qcal_observer_destroy(&obs);
-    if (st != QCAL_OK) {
-        free(scales);
-        free(zps);
-        if (codes != codes_into)
-            free(codes);
-        return st;
-    }
-    *scales_out = scales;
-    *zps_out = zps;
-    *codes_out = codes;
-    *channels_out = C;
-    return QCAL_OK;
-}
-
-/* The observation of weight w->t (w->axis, w->dtype, w->numel set, shape checked): its
- * qparams with the library's observer, opt->weight_qscheme (qint8; per-tensor schemes with
- * minmax over the whole weight) or per-channel symmetric in the FP8 dtype of an FP8 node
- * (scale = channel amax / largest), into w->channels, scales, zps, per_tensor; the codes
- * (ort) into w->codes (codes_into when given, numel bytes, else a new buffer); tensorrt's
- * float32 copy of a weight that is not float32 into w->f32. init: the weight's
- * TensorProto. On failure w's buffers stay NULL (codes_into is the caller's). */
+/* The observation of weight w->t (w->axis, w->dtype, w->numel set, shape checked) by the
+ * weight quantizer (qcal/weights.h): opt->weight_observer and opt->weight_qscheme (qint8;
+ * per-tensor schemes with minmax over the whole weight) or per-channel symmetric in the FP8
+ * dtype of an FP8 node (scale = channel amax / largest), into w->channels, scales, zps,
+ * per_tensor; the codes (ort) into w->codes (codes_into when given, numel bytes, else a new
+ * buffer); tensorrt's float32 copy of a weight that is not float32 into w->f32. A float32
+ * raw initializer is read in blocks where it lies (a file mapping's pages), anything else
+ * converted whole. init: the weight's TensorProto. On failure w's buffers stay NULL
+ * (codes_into is the caller's). */
 static qcal_status weight_compute(plan *p, wplan *w, const Onnx__TensorProto *init, uint8_t *codes_into)
 {
-    const int64_t t = w->t, numel = w->numel;
-    const int32_t axis = w->axis;
+    const int64_t numel = w->numel;
     const qcal_dtype dtype = w->dtype;
-    /* float32 raw data with the per_channel_minmax observer is streamed: the weight, seen as
-     * (outer, C, inner) around axis, is read in chunks of whole (C, inner) rows (view_rows:
-     * in place, or copied into one small buffer), once for the observer and once for the
-     * quantizer. Each chunk is a tensor (rows, C, inner...) with
-     * axis 1; a channel's min and max over the chunks are those over the whole tensor
-     * (exact, zeros canonical) and quantizing is elementwise, so the result is the
-     * whole-tensor path's, bit for bit. Anything else is converted whole. */
-    int64_t outer = 1;
-    for (int32_t k = 0; k < axis; k++)
-        outer *= init->dims[k];   /* cannot overflow: numel did not */
-    const int64_t row = numel / outer;
     const bool f32raw = init->data_type == QCAL_ONNX_FLOAT && init->raw_data.len == (size_t)numel * 4;
-    const bool stream = f32raw && outer > 1 && p->opt->weight_observer == QCAL_OBSERVER_PER_CHANNEL_MINMAX;
-    int64_t rows = stream ? (int64_t)(WEIGHT_CHUNK_BYTES / ((size_t)row * 4)) : outer;
-    rows = rows < 1 ? 1 : rows > outer ? outer : rows;
-    qcal_qscheme qs = qcal_dtype_is_float8(dtype) ? QCAL_PER_CHANNEL_SYMMETRIC : p->opt->weight_qscheme;
-    bool per_tensor = !qcal_qscheme_is_per_channel(qs);
-    if (f32raw && outer == 1 && !per_tensor && p->opt->weight_observer == QCAL_OBSERVER_PER_CHANNEL_MINMAX &&
-        (size_t)numel * 4 > WEIGHT_CHUNK_BYTES) {
-        float *bs = NULL;
-        int8_t *bz = NULL;
-        uint8_t *bc = NULL;
-        int64_t bch = 0;
-        qcal_status st = weight_by_channel(p, init, axis, dtype, qs, numel, codes_into, &bs, &bz, &bc, &bch);
-        if (st != QCAL_OK)
-            return qcal_error(st, "weight '%s': %s", p->t[t].name, qcal_last_error());
-        w->channels = bch;
-        w->scales = bs;
-        w->zps = bz;
-        w->codes = bc;
-        return QCAL_OK;
-    }
+    qcal_weights_options wo;
+    qcal_weights_options_default(&wo);
+    wo.observer = p->opt->weight_observer;
+    wo.q.dtype = dtype;
+    wo.q.qscheme = qcal_dtype_is_float8(dtype) ? QCAL_PER_CHANNEL_SYMMETRIC : p->opt->weight_qscheme;
+    wo.axis = w->axis;
+    wo.serial = p->serial;
+    const bool per_tensor = !qcal_qscheme_is_per_channel(wo.q.qscheme);
     float *conv = NULL;
-    const float *data = NULL;
+    qcal_tensor x;
+    memset(&x, 0, sizeof x);
+    x.ndim = (int32_t)init->n_dims;
+    for (size_t k = 0; k < init->n_dims; k++)
+        x.shape[k] = init->dims[k];
     if (f32raw) {
-        qcal_status rs = scratch_reserve(p, (size_t)(rows * row) * 4);
-        if (rs != QCAL_OK)
-            return rs;
-    }
-    if (stream) {
-        data = NULL;   /* a view per chunk */
-    } else if (f32raw) {
-        qcal_status rs = onnx_raw_view(init, 0, init->raw_data.len, p->scratch, &data);
-        if (rs != QCAL_OK)
-            return rs;
+        /* one buffer for every weight's reads (the quantizer touches a block's worth of it,
+         * or the whole weight for an observer that needs it whole): its pages fault in once */
+        const size_t need = qcal_weights_scratch_bytes(&wo, &x);
+        if (p->scratch_cap < need) {
+            free(p->scratch);
+            p->scratch = malloc(need);
+            p->scratch_cap = p->scratch ? need : 0;
+            if (!p->scratch)
+                return OOM();
+        }
+        wo.scratch = p->scratch;
+        wo.scratch_bytes = p->scratch_cap;
     } else {
         int64_t nn;
         qcal_status st = onnx_tensor_to_float(init, &conv, &nn);
         if (st != QCAL_OK)
             return st;
-        data = conv;
+        x.data = conv;
     }
-    qcal_observer_config cfg;
-    qcal_observer_config_default(&cfg, per_tensor ? QCAL_OBSERVER_MINMAX : p->opt->weight_observer);
-    cfg.q.dtype = dtype;
-    cfg.q.qscheme = qs;
-    if (!per_tensor)
-        cfg.axis = stream ? 1 : axis;
-    qcal_tensor x;
-    memset(&x, 0, sizeof x);
-    x.data = (float *)data;
-    if (stream) {
-        x.ndim = (int32_t)init->n_dims - axis + 1;
-        x.shape[0] = rows;
-        for (int32_t k = axis; k < (int32_t)init->n_dims; k++)
-            x.shape[k - axis + 1] = init->dims[k];
-    } else {
-        x.ndim = (int32_t)init->n_dims;
-        for (size_t k = 0; k < init->n_dims; k++)
-            x.shape[k] = init->dims[k];
-    }
-    qcal_observer *obs = NULL;
-    qcal_qparams qp = { 0 };
-    uint8_t *codes = NULL;
-    float *scales = NULL;
-    int8_t *zps = NULL;
-    qcal_status st = qcal_observer_create(&cfg, &obs);
-    if (st == QCAL_OK)
-        st = stream ? observe_rows(p, init, &cfg, x, outer, rows, row, obs) : qcal_observer_update(obs, &x);
-    if (st == QCAL_OK) {
-        st = qcal_observer_qparams(obs, &qp);
-        if (st == QCAL_NO_DATA)
-            st = QCAL_OK;
-    }
-    if (st == QCAL_OK) {
-        scales = malloc((size_t)qp.channels * sizeof *scales);
-        zps = calloc((size_t)qp.channels, sizeof *zps);
-        if (!scales || !zps)
-            st = OOM();
-        else
-            for (int64_t c = 0; c < qp.channels; c++) {
-                scales[c] = qcal_qparams_scale_at(&qp, c);
-                if (!qcal_dtype_is_float8(dtype))
-                    zps[c] = (int8_t)qcal_qparams_zero_point_at(&qp, c);
-            }
-    }
-    if (st == QCAL_OK && p->opt->profile == QCAL_ONNX_PROFILE_ORT) {
-        codes = codes_into ? codes_into : malloc((size_t)numel);
-        if (!codes)
-            st = OOM();
-        for (int64_t o = 0; st == QCAL_OK && o < outer; o += rows) {
-            if (stream)
-                st = view_rows(p->scratch, init, o, outer, rows, row, &x);
-            if (st == QCAL_OK)
-                st = qcal_quantize(&x, &qp, codes + o * row);
-        }
-    }
+    const int64_t channels = per_tensor ? 1 : init->dims[w->axis];
+    float *scales = malloc((size_t)channels * sizeof *scales);
+    int32_t *zp32 = malloc((size_t)channels * sizeof *zp32);
+    int8_t *zps = calloc((size_t)channels, sizeof *zps);
+    uint8_t *codes = p->opt->profile != QCAL_ONNX_PROFILE_ORT ? NULL
+                     : codes_into                                ? codes_into
+                                                                 : malloc((size_t)numel);
+    const qcal_weights_reader rd = { raw_read, (void *)init };
+    qcal_status st = !scales || !zp32 || !zps || (p->opt->profile == QCAL_ONNX_PROFILE_ORT && !codes)
+                         ? OOM() : qcal_weights_quantize(&wo, &x, f32raw ? &rd : NULL, scales, zp32, codes);
+    if (st == QCAL_NO_DATA)
+        st = QCAL_OK;
+    for (int64_t c = 0; st == QCAL_OK && c < channels; c++)
+        zps[c] = (int8_t)zp32[c];   /* qint8 (FP8: 0) */
+    free(zp32);
     /* tensorrt: the float32 weight Q reads when the initializer is not float32 */
     float *f32 = p->opt->profile == QCAL_ONNX_PROFILE_TENSORRT && init->data_type != QCAL_ONNX_FLOAT
                      ? conv : NULL;
-    if (st == QCAL_OK) {
-        w->channels = qp.channels;
-        w->scales = scales;
-        w->zps = zps;
-        w->per_tensor = per_tensor;
-        w->codes = codes;
-        w->f32 = f32;
-    }
     if (st != QCAL_OK) {
-        st = qcal_error(st, "weight '%s': %s", p->t[t].name, qcal_last_error());
+        st = qcal_error(st, "weight '%s': %s", p->t[w->t].name, qcal_last_error());
         free(conv);
         if (codes != codes_into)
             free(codes);
         free(scales);
         free(zps);
-        qcal_qparams_free(&qp);
-        qcal_observer_destroy(&obs);
         return st;
     }
+    w->channels = channels;
+    w->scales = scales;
+    w->zps = zps;
+    w->per_tensor = per_tensor;
+    w->codes = codes;
+    w->f32 = f32;
     if (!f32)
         free(conv);
-    qcal_qparams_free(&qp);
-    qcal_observer_destroy(&obs);
     return QCAL_OK;
 }
 
+/* Appends *x (size bytes) to *arr of *n elements (doubling at powers of two). */
+static bool push_rec(void **arr, int64_t *n, const void *x, size_t size)
+{
+    if ((*n & (*n - 1)) == 0) {
+        void *a = realloc(*arr, (size_t)(*n ? *n * 2 : 8) * size);
+        if (!a)
+            return false;
+        *arr = a;
+    }
+    memcpy((char *)*arr + (size_t)*n * size, x, size);
+    ++*n;
+    return true;
+}
+
 /* The weight of node n at tensor t (wplan *out, shared by the nodes reading t alike): with
- * p->defer, a float32 weight whose zero-points are zero gets its scale initializer's size
- * (one per channel, or one) and its scales later (defer_run); any other is observed now. */
+ * p->lazy, a float32 weight whose zero-points are zero gets its scale initializer's size
+ * (one per channel, or one) and is lazy (lazy_w: its values when the save reaches them);
+ * any other is observed now. */
 static qcal_status plan_weight_read(plan *p, const Onnx__NodeProto *n, int64_t t, int32_t axis,
                                     qcal_dtype dtype, int64_t *out)
 {
@@ -1063,43 +747,49 @@ static qcal_status plan_weight_read(plan *p, const Onnx__NodeProto *n, int64_t t
                           p->t[t].name, n->name ? n->name : "", n->op_type);
     if (init->n_dims > QCAL_MAX_DIMS || (int64_t)init->n_dims <= axis)
         return qcal_error(QCAL_ERR_UNSUPPORTED, "weight '%s' has %zu dimensions", p->t[t].name, init->n_dims);
-    wplan w = { .t = t, .axis = axis, .dtype = dtype, .numel = numel };
+    wplan w = { .t = t, .axis = axis, .dtype = dtype, .numel = numel, .lazy = -1 };
     const qcal_qscheme qs = qcal_dtype_is_float8(dtype) ? QCAL_PER_CHANNEL_SYMMETRIC : p->opt->weight_qscheme;
     qcal_status st;
-    if (p->defer && init->data_type == QCAL_ONNX_FLOAT && init->raw_data.len == (size_t)numel * 4 &&
+    if (p->lazy && init->data_type == QCAL_ONNX_FLOAT && init->raw_data.len == (size_t)numel * 4 &&
         (qs == QCAL_PER_CHANNEL_SYMMETRIC || qs == QCAL_PER_TENSOR_SYMMETRIC)) {
-        /* symmetric qint8 and FP8 zero-points are 0 whatever the data (checked in defer_run) */
+        /* symmetric qint8 and FP8 zero-points are 0 whatever the data (checked in lazy_run) */
         w.per_tensor = qs == QCAL_PER_TENSOR_SYMMETRIC;
         w.channels = w.per_tensor ? 1 : init->dims[axis];
         w.scales = calloc((size_t)w.channels, sizeof *w.scales);
         w.zps = calloc((size_t)w.channels, sizeof *w.zps);
-        w.deferred = true;
-        w.snap = *init;   /* shallow: the data, dims and name stay alive (p->dropped) */
         /* ort: the codes' buffer, the quantized initializer's data once the rewrite takes it */
         if (p->opt->profile == QCAL_ONNX_PROFILE_ORT)
             w.codes = calloc((size_t)numel, 1);
-        st = !w.scales || !w.zps || (p->opt->profile == QCAL_ONNX_PROFILE_ORT && !w.codes) ? OOM() : QCAL_OK;
+        /* src is shallow: the data, dims and name stay alive (p->dropped) */
+        lazy_w l = { .w = p->nw, .src = *init };
+        w.lazy = p->nlw;
+        st = !w.scales || !w.zps || (p->opt->profile == QCAL_ONNX_PROFILE_ORT && !w.codes) ||
+                     !push_rec((void **)&p->lw, &p->nlw, &l, sizeof l)
+                 ? OOM() : QCAL_OK;
     } else {
         st = weight_compute(p, &w, init, NULL);
     }
     if (st == QCAL_OK)
         st = wplan_push(p, &w, out);
     if (st != QCAL_OK) {
+        if (w.lazy >= 0 && w.lazy < p->nlw)
+            p->nlw--;
         free(w.scales), free(w.zps), free(w.codes), free(w.f32);
         return st;
     }
     return QCAL_OK;
 }
 
-/* Deferred weight w observed now (weight_compute): its scales into w->scales and, once the
- * rewrite made it, its scale initializer; (ort) its codes into its buffer (w->codes before
- * the rewrite takes it, then the quantized initializer's data). The weight's pages of the
- * file mapping are let go after. */
-static qcal_status defer_run(plan *p, wplan *w)
+/* Lazy weight l observed now (weight_compute): its scales into its wplan's and, once the
+ * rewrite made it, its scale initializer; (ort) its codes into its buffer (the wplan's
+ * before the rewrite takes it, then the quantized initializer's data). The weight's pages
+ * of the file mapping are let go after. */
+static qcal_status lazy_run(plan *p, lazy_w *l)
 {
-    wplan c = { .t = w->t, .axis = w->axis, .dtype = w->dtype, .numel = w->numel };
-    uint8_t *into = w->codes_dst ? w->codes_dst : w->codes;
-    qcal_status st = weight_compute(p, &c, &w->snap, into);
+    wplan *w = &p->w[l->w];
+    wplan c = { .t = w->t, .axis = w->axis, .dtype = w->dtype, .numel = w->numel, .lazy = -1 };
+    uint8_t *into = l->codes_dst ? l->codes_dst : w->codes;
+    qcal_status st = weight_compute(p, &c, &l->src, into);
     if (c.codes == into)
         c.codes = NULL;   /* written in place */
     if (st == QCAL_OK && (c.channels != w->channels || c.per_tensor != w->per_tensor))
@@ -1111,11 +801,11 @@ static qcal_status defer_run(plan *p, wplan *w)
                             p->t[w->t].name, c.zps[k]);
     if (st == QCAL_OK) {
         memcpy(w->scales, c.scales, (size_t)c.channels * sizeof *c.scales);
-        if (w->scale_dst)
-            memcpy(w->scale_dst, c.scales, (size_t)c.channels * sizeof *c.scales);
+        if (l->scale_dst)
+            memcpy(l->scale_dst, c.scales, (size_t)c.channels * sizeof *c.scales);
     }
     free(c.scales), free(c.zps), free(c.codes), free(c.f32);
-    onnx_raw_drop(p->m, &w->snap);
+    onnx_raw_drop(p->m, &l->src);
     return st;
 }
 
@@ -1156,32 +846,43 @@ static qcal_status bias_compute(float s_in, const wplan *w, const float *b, int6
     return st;
 }
 
-/* Deferred bias bp quantized now that its weight's scales are known (bias_compute), into
- * bp's buffers and, once the rewrite made them, its initializers. */
-static qcal_status bias_run(plan *p, bplan *bp)
+/* Lazy bias l quantized now that its weight's scales are known (bias_compute), into its
+ * bplan's buffers and, once the rewrite made them, its initializers. */
+static qcal_status bias_run(plan *p, lazy_b *l)
 {
+    bplan *bp = &p->b[l->b];
     bool ok;
-    qcal_status st = bias_compute(bp->s_in, &p->w[bp->w], bp->vals, bp->n, bp->scales, bp->codes, &ok);
+    qcal_status st = bias_compute(l->s_in, &p->w[p->lw[l->lw].w], l->vals, bp->n, bp->scales, bp->codes, &ok);
     if (st == QCAL_OK && !ok)   /* the bounds on s_in rule it out */
         st = qcal_error(QCAL_ERR_STATE, "bias '%s': input scale x weight scale is not a positive finite float32",
                         p->t[bp->t].name);
-    if (st == QCAL_OK && bp->codes_dst) {
-        memcpy(bp->codes_dst, bp->codes, (size_t)bp->n * sizeof *bp->codes);
-        memcpy(bp->scales_dst, bp->scales, (size_t)bp->n * sizeof *bp->scales);
+    if (st == QCAL_OK && l->codes_dst) {
+        memcpy(l->codes_dst, bp->codes, (size_t)bp->n * sizeof *bp->codes);
+        memcpy(l->scales_dst, bp->scales, (size_t)bp->n * sizeof *bp->scales);
     }
     return st;
 }
 
-/* Deferred weights' biases are quantized by the background pass when the input scale keeps
+/* Lazy weight k and the lazy biases that read its scales. */
+static qcal_status lazy_job(plan *p, int64_t k)
+{
+    qcal_status st = lazy_run(p, &p->lw[k]);
+    for (int64_t i = 0; st == QCAL_OK && i < p->nlb; i++)
+        if (p->lb[i].b >= 0 && p->lb[i].lw == k)
+            st = bias_run(p, &p->lb[i]);
+    return st;
+}
+
+/* Lazy weights' biases are quantized by the save's pass when the input scale keeps
  * every s_in * s_w positive and finite whatever the weight: s_w lies in [FLT_EPSILON,
  * FLT_MAX / 127.5] (symmetric qint8: amax / 127.5, at least eps). */
-#define BIAS_DEFER_MIN_S_IN 1e-30f
-#define BIAS_DEFER_MAX_S_IN 127.0f
+#define BIAS_LAZY_MIN_S_IN 1e-30f
+#define BIAS_LAZY_MAX_S_IN 127.0f
 
 /* int32 bias (ort) of the weight p->w[wi]: scale[c] = s_in * s_w[c], zero-point 0. *out -1
- * and *why set to keep it float. With a deferred weight the bias is planned by size and
- * quantized after the weight (bias_run), or the weight is observed now (an input scale
- * outside the bounds above). */
+ * and *why set to keep it float. With a lazy weight the bias is planned by size and is lazy
+ * too (lazy_b: quantized after the weight, bias_run), or the weight is observed now (an
+ * input scale outside the bounds above). */
 static qcal_status plan_bias(plan *p, int64_t t, float s_in, int64_t wi, int64_t out_channels,
                              int64_t *out, const char **why)
 {
@@ -1194,18 +895,19 @@ static qcal_status plan_bias(plan *p, int64_t t, float s_in, int64_t wi, int64_t
         return QCAL_OK;
     }
     wplan *w = &p->w[wi];
-    if (w->deferred && !(s_in >= BIAS_DEFER_MIN_S_IN && s_in <= BIAS_DEFER_MAX_S_IN)) {
-        /* the weight's scales now (this bias depends on them), and the biases of other
-         * readers of the weight deferred so far */
-        qcal_status st = defer_run(p, w);
-        for (int64_t i = 0; st == QCAL_OK && i < p->nb; i++)
-            if (p->b[i].deferred && p->b[i].w == wi) {
-                st = bias_run(p, &p->b[i]);
-                p->b[i].deferred = false;
+    if (w->lazy >= 0 && !(s_in >= BIAS_LAZY_MIN_S_IN && s_in <= BIAS_LAZY_MAX_S_IN)) {
+        /* the weight's scales now (this bias depends on them), and the lazy biases of
+         * other readers of the weight so far */
+        qcal_status st = lazy_job(p, w->lazy);
+        for (int64_t i = 0; st == QCAL_OK && i < p->nlb; i++)
+            if (p->lb[i].b >= 0 && p->lb[i].lw == w->lazy) {
+                p->b[p->lb[i].b].lazy = -1;
+                p->lb[i].b = -1;
             }
         if (st != QCAL_OK)
             return st;
-        w->deferred = false;
+        p->lw[w->lazy].w = -1;
+        w->lazy = -1;
     }
     float *b;
     int64_t nn;
@@ -1215,7 +917,7 @@ static qcal_status plan_bias(plan *p, int64_t t, float s_in, int64_t wi, int64_t
     float *scales = calloc((size_t)numel, sizeof *scales);
     int32_t *codes = calloc((size_t)numel, sizeof *codes);
     bool ok = true;
-    st = !scales || !codes ? OOM() : w->deferred ? QCAL_OK : bias_compute(s_in, w, b, numel, scales, codes, &ok);
+    st = !scales || !codes ? OOM() : w->lazy >= 0 ? QCAL_OK : bias_compute(s_in, w, b, numel, scales, codes, &ok);
     if (st == QCAL_OK && !ok) {
         free(b), free(scales), free(codes);
         *why = "bias '%s': input scale x weight scale is not a positive finite float32";
@@ -1228,6 +930,9 @@ static qcal_status plan_bias(plan *p, int64_t t, float s_in, int64_t wi, int64_t
         else
             p->b = nb;
     }
+    lazy_b l = { .b = p->nb, .lw = w->lazy, .s_in = s_in, .vals = b };
+    if (st == QCAL_OK && w->lazy >= 0 && !push_rec((void **)&p->lb, &p->nlb, &l, sizeof l))
+        st = OOM();
     if (st != QCAL_OK) {
         free(b), free(scales), free(codes);
         return st;
@@ -1238,14 +943,9 @@ static qcal_status plan_bias(plan *p, int64_t t, float s_in, int64_t wi, int64_t
     bp->n = numel;
     bp->scales = scales;
     bp->codes = codes;
-    if (w->deferred) {
-        bp->deferred = true;
-        bp->w = wi;
-        bp->s_in = s_in;
-        bp->vals = b;
-    } else {
-        free(b);
-    }
+    bp->lazy = w->lazy >= 0 ? p->nlb - 1 : -1;
+    if (w->lazy < 0)
+        free(b);   /* else the lazy bias holds it */
     *out = p->nb++;
     return QCAL_OK;
 }
@@ -1254,7 +954,7 @@ static qcal_status plan_bias(plan *p, int64_t t, float s_in, int64_t wi, int64_t
 /* The single Relu that consumes t (ort fuses it), or -1. */
 static int64_t fused_relu(plan *p, int64_t t)
 {
-    tinfo *ti = &p->t[t];
+    const onnx_tref *ti = &p->x.t[t];
     if (ti->graph_out || ti->sub_ref || ti->n_cons != 1)
         return -1;
     const Onnx__NodeProto *n = p->g->node[ti->cons0];
@@ -1282,8 +982,8 @@ static bool clip_bounds(plan *p, const Onnx__NodeProto *n, float *lo, float *hi)
             continue;
         int64_t t = const_src(p, name);
         for (int hop = 0; t < 0 && hop < 4; hop++) {
-            int64_t ti = tensor_index(p, name, false);
-            const Onnx__NodeProto *pn = ti >= 0 && p->t[ti].producer >= 0 ? p->g->node[p->t[ti].producer] : NULL;
+            int64_t ti = tensor_index(p, name);
+            const Onnx__NodeProto *pn = ti >= 0 && p->x.t[ti].producer >= 0 ? p->g->node[p->x.t[ti].producer] : NULL;
             if (!pn || (strcmp(pn->op_type, "Cast") && strcmp(pn->op_type, "Identity")) || pn->n_input < 1)
                 break;
             name = pn->input[0];
@@ -1311,7 +1011,7 @@ static bool clip_bounds(plan *p, const Onnx__NodeProto *n, float *lo, float *hi)
  * Else -1. */
 static int64_t fused_clip(plan *p, int64_t t, float *lo, float *hi)
 {
-    tinfo *ti = &p->t[t];
+    const onnx_tref *ti = &p->x.t[t];
     if (ti->graph_out || ti->sub_ref || ti->n_cons != 1)
         return -1;
     const Onnx__NodeProto *n = p->g->node[ti->cons0];
@@ -1380,7 +1080,7 @@ static qcal_status clip_qparams(tinfo *ti, float lo, float hi)
 static int64_t move_chain_end(plan *p, int64_t t)
 {
     for (int guard = 0; guard < 64; guard++) {
-        const tinfo *ti = &p->t[t];
+        const onnx_tref *ti = &p->x.t[t];
         if (ti->graph_out || ti->sub_ref || ti->n_cons != 1)
             return t;
         const Onnx__NodeProto *c = NULL;
@@ -1394,7 +1094,7 @@ static int64_t move_chain_end(plan *p, int64_t t)
         if (!d || strcmp(d->op, "MaxPool") || strcmp(c->input[0], ti->name) || excluded(p, c->name) || c->n_output < 1 ||
             !c->output[0][0] || excluded(p, c->output[0]))
             return t;
-        int64_t o = tensor_index(p, c->output[0], false);
+        int64_t o = tensor_index(p, c->output[0]);
         if (o < 0)
             return t;
         t = o;
@@ -1443,7 +1143,7 @@ static qcal_status plan_node(plan *p, size_t i)
     case K_BINARY: {
         for (int k = 0; k < 2; k++) {
             const char *in = k ? in1 : in0;
-            int64_t tk = tensor_index(p, in, false);
+            int64_t tk = tensor_index(p, in);
             if (!in[0] || tk < 0 || p->t[tk].init)
                 return add_skip(p, n, "input '%s' is a constant (only activation pairs are quantized)", in);
             np->act[np->nact++] = k;
@@ -1482,13 +1182,13 @@ static qcal_status plan_node(plan *p, size_t i)
     }
     for (int k = 0; k < np->nact; k++) {
         const char *in = n->input[np->act[k]];
-        if (!in[0] || tensor_index(p, in, false) < 0)   /* an omitted (empty) input */
+        if (!in[0] || tensor_index(p, in) < 0)   /* an omitted (empty) input */
             return add_skip(p, n, "input %s has no name", np->act[k] ? "1" : "0");
         if (excluded(p, in))
             return add_skip(p, n, "input '%s' excluded by --exclude", in);
         int32_t et = elem_type_of(p, in);
         if (et == 0) {
-            tinfo *ti = &p->t[tensor_index(p, in, false)];
+            tinfo *ti = &p->t[tensor_index(p, in)];
             if (!ti->untyped) {
                 ti->untyped = true;
                 if (!onnx_push((void ***)&p->untyped, (size_t *)&p->nuntyped, (void *)ti->name))
@@ -1498,13 +1198,13 @@ static qcal_status plan_node(plan *p, size_t i)
         }
         if (et != QCAL_ONNX_FLOAT)
             return add_skip(p, n, "input '%s' is not float32", in);
-        if (!p->t[tensor_index(p, in, false)].data)
+        if (!p->t[tensor_index(p, in)].data)
             return add_skip(p, n, "input '%s' is a constant or shape arithmetic, not data", in);
     }
     /* Activation inputs: all must have qparams. */
     bool all = true;
     for (int k = 0; k < np->nact; k++) {
-        int64_t t = tensor_index(p, n->input[np->act[k]], false);
+        int64_t t = tensor_index(p, n->input[np->act[k]]);
         bool found;
         qcal_status st = lookup(p, t, &found);
         if (st != QCAL_OK)
@@ -1517,7 +1217,7 @@ static qcal_status plan_node(plan *p, size_t i)
     qcal_dtype wdt = QCAL_QINT8;
     if (p->table)
         for (int k = 0; k < np->nact; k++) {
-            const tinfo *ta = &p->t[tensor_index(p, n->input[np->act[k]], false)];
+            const tinfo *ta = &p->t[tensor_index(p, n->input[np->act[k]])];
             if (qcal_dtype_is_float8(ta->dtype))
                 wdt = ta->dtype;
         }
@@ -1533,7 +1233,7 @@ static qcal_status plan_node(plan *p, size_t i)
     }
     np->quant = true;
     for (int k = 0; k < np->nact; k++)
-        assign(&p->t[tensor_index(p, n->input[np->act[k]], false)]);
+        assign(&p->t[tensor_index(p, n->input[np->act[k]])]);
     if (!trt && np->bslot >= 0 && np->w >= 0 && p->table && !qcal_dtype_is_float8(wdt)) {
         int64_t tb = const_src(p, n->input[np->bslot]);
         const char *why = NULL;
@@ -1542,7 +1242,7 @@ static qcal_status plan_node(plan *p, size_t i)
         else if (tb < 0 || excluded(p, n->input[np->bslot]))
             why = "bias '%s' stays float: not an initializer";
         else {
-            int64_t tx = tensor_index(p, n->input[0], false);
+            int64_t tx = tensor_index(p, n->input[0]);
             qcal_status st = plan_bias(p, tb, p->t[tx].scale, np->w, out_ch, &np->b, &why);
             if (st != QCAL_OK)
                 return st;
@@ -1558,9 +1258,9 @@ static qcal_status plan_node(plan *p, size_t i)
     if (trt || n->n_output < 1 || !n->output[0][0])
         return QCAL_OK;
     /* ort: the output Q (node unit DQ -> op -> Q). */
-    int64_t to = tensor_index(p, n->output[0], false);
+    int64_t to = tensor_index(p, n->output[0]);
     if (d->kind == K_MOVE) {
-        tinfo *src = &p->t[tensor_index(p, n->input[0], false)];
+        tinfo *src = &p->t[tensor_index(p, n->input[0])];
         tinfo *dst = &p->t[to];
         if (!excluded(p, dst->name) && !dst->assigned) {
             dst->dtype = src->dtype;
@@ -1576,7 +1276,7 @@ static qcal_status plan_node(plan *p, size_t i)
     if (act < 0 && (act = fused_clip(p, to, &clip_lo, &clip_hi)) >= 0)
         clip = true;
     if (act >= 0)
-        to = tensor_index(p, p->g->node[act]->output[0], false);
+        to = tensor_index(p, p->g->node[act]->output[0]);
     if (excluded(p, p->t[to].name))
         return QCAL_OK;
     int64_t from = move_chain_end(p, to);
@@ -1602,10 +1302,10 @@ static qcal_status plan_node(plan *p, size_t i)
 static qcal_status plan_graph(plan *p);
 
 static qcal_status plan_build(plan *p, const qcal_onnx_model *m, const qcal_calib_table *table,
-                              const qcal_onnx_qdq_options *opt, bool defer)
+                              const qcal_onnx_qdq_options *opt, bool lazy)
 {
     memset(p, 0, sizeof *p);
-    p->defer = defer;
+    p->lazy = lazy;
     p->m = m;
     p->opt = opt;
     p->table = table;
@@ -1874,7 +1574,6 @@ static bool infer_ranks(const Onnx__GraphProto *g, onnx_map *r)
     return ok;
 }
 
-static char *fresh_name(plan *p, const char *base, const char *suffix);
 static bool replace_str(char **slot, const char *with);
 
 /* Renames `from` to `to` in body g (node inputs and outputs, graph outputs, value_info)
@@ -1955,10 +1654,8 @@ static bool push_empty_constant(Onnx__GraphProto *g, const char *name, const cha
 static qcal_status expose_bodies(qcal_onnx_model *m, const char *const *names, int64_t n, int64_t *added)
 {
     Onnx__GraphProto *g = m->proto->graph;
-    plan p;   /* only for fresh names */
-    memset(&p, 0, sizeof p);
-    p.m = m;
-    qcal_status st = note_all_names(&p, g) ? QCAL_OK : OOM();
+    onnx_gindex x;   /* for fresh names */
+    qcal_status st = onnx_gindex_build(g, g, &x);
     onnx_map want = { 0 };
     for (int64_t i = 0; st == QCAL_OK && i < n; i++)
         if (!onnx_map_put(&want, names[i], 0))
@@ -1993,9 +1690,9 @@ static qcal_status expose_bodies(qcal_onnx_model *m, const char *const *names, i
                     }
                     qcal_onnx_tensor_desc d = { 0, -1, { 0 } };
                     onnx_graph_desc(body, name, &d);
-                    char *inner = fresh_name(&p, name, "_qcal_body");
-                    char *empty = fresh_name(&p, name, "_qcal_other_branch");
-                    char *cname = fresh_name(&p, name, "_qcal_other_branch_Constant");
+                    const char *inner = onnx_gindex_fresh(&x, name, "_qcal_body");
+                    const char *empty = onnx_gindex_fresh(&x, name, "_qcal_other_branch");
+                    const char *cname = onnx_gindex_fresh(&x, name, "_qcal_other_branch_Constant");
                     int32_t rank = d.ndim >= 0 && d.ndim <= QCAL_MAX_DIMS ? d.ndim : 1;
                     qcal_onnx_tensor_desc de = { QCAL_ONNX_FLOAT, rank, { 0 } };
                     qcal_onnx_tensor_desc dout = { d.elem_type, d.ndim >= 0 ? rank : -1, { 0 } };
@@ -2005,24 +1702,22 @@ static qcal_status expose_bodies(qcal_onnx_model *m, const char *const *names, i
                     for (size_t o = 0; o < body->n_output; o++)
                         was_out |= body->output[o]->name && !strcmp(body->output[o]->name, name);
                     bool ok = inner && empty && cname && rename_in(body, name, inner);
-                    char *bout = ok && was_out ? fresh_name(&p, name, "_qcal_body_output") : NULL;
+                    const char *bout = ok && was_out ? onnx_gindex_fresh(&x, name, "_qcal_body_output") : NULL;
                     if (ok && was_out) {
                         /* already a branch output: a second one through an Identity */
-                        char *iname = bout ? fresh_name(&p, name, "_qcal_body_Identity") : NULL;
+                        const char *iname = bout ? onnx_gindex_fresh(&x, name, "_qcal_body_Identity") : NULL;
                         Onnx__NodeProto *idn = iname ? onnx_new_node("Identity", iname, 1, (const char *const *)&inner,
                                                                      1, (const char *const *)&bout)
                                                      : NULL;
                         ok = idn && onnx_push((void ***)&body->node, &body->n_node, idn);
                         if (!ok && idn)
                             protobuf_c_message_free_unpacked(&idn->base, NULL);
-                        free(iname);
                     }
                     if (ok) {
                         d.ndim = -1;   /* the branch output: element type only */
                         ok = push_output(body, was_out ? bout : inner, &d) &&
                              push_empty_constant(other, cname, empty, rank) && push_output(other, empty, &de);
                     }
-                    free(bout);
                     if (ok) {
                         char *o = onnx_strdup(name);
                         ok = o && onnx_push((void ***)&node->output, &node->n_output, o);
@@ -2047,13 +1742,13 @@ static qcal_status expose_bodies(qcal_onnx_model *m, const char *const *names, i
                         ++*added;
                     else
                         st = OOM();
-                    free(inner), free(empty), free(cname), free(name);
+                    free(name);
                 }
             }
         }
     }
     onnx_map_free(&want);
-    plan_free(&p);
+    onnx_gindex_free(&x);
     return st;
 }
 
@@ -2190,23 +1885,12 @@ qcal_status qcal_onnx_expose(qcal_onnx_model *m, const qcal_onnx_qdq_options *op
 
 /* ---- the rewrite ---- */
 
-/* A name not yet used anywhere in the model: base + suffix, then "_1", "_2", ... */
+/* A name not yet used anywhere in the model (onnx_gindex_fresh of the root's index), as a
+ * copy the caller owns. */
 static char *fresh_name(plan *p, const char *base, const char *suffix)
 {
-    p = p->root ? p->root : p;
-    size_t len = strlen(base) + strlen(suffix) + 24;
-    char *s = malloc(len);
-    if (!s)
-        return NULL;
-    snprintf(s, len, "%s%s", base, suffix);
-    for (int k = 1; onnx_map_get(&p->all_names, s); k++)
-        snprintf(s, len, "%s%s_%d", base, suffix, k);
-    char *keep = intern(p, s);
-    if (!keep || !onnx_map_put(&p->all_names, keep, 0)) {
-        free(s);
-        return NULL;
-    }
-    return s;
+    const char *s = onnx_gindex_fresh(&(p->root ? p->root : p)->x, base, suffix);
+    return s ? onnx_strdup(s) : NULL;
 }
 
 typedef struct builder {
@@ -2349,8 +2033,10 @@ static void b_weight(plan *p, builder *b, wplan *w)
         goto out;
     }
     Onnx__TensorProto *scale_t = onnx_new_tensor(sname, QCAL_ONNX_FLOAT, qdims, &ch, w->scales, (size_t)ch * 4);
-    if (scale_t && w->deferred)
-        w->scale_dst = scale_t->raw_data.data;   /* filled by defer_run */
+    if (scale_t && w->lazy >= 0) {   /* filled by lazy_run */
+        p->lw[w->lazy].scale_t = scale_t;
+        p->lw[w->lazy].scale_dst = scale_t->raw_data.data;
+    }
     b_init(b, scale_t);
     b_init(b, onnx_new_tensor(zname, onnx_type_of(w->dtype), qdims, &ch, w->zps, (size_t)ch));
     if (p->opt->profile == QCAL_ONNX_PROFILE_ORT) {
@@ -2363,8 +2049,10 @@ static void b_weight(plan *p, builder *b, wplan *w)
         Onnx__TensorProto *qt = onnx_new_tensor_take(qname, onnx_type_of(w->dtype), (int32_t)init->n_dims,
                                                      init->dims, w->codes, (size_t)w->numel);
         if (qt) {
-            if (w->deferred)
-                w->codes_dst = w->codes;   /* filled by defer_run */
+            if (w->lazy >= 0) {   /* filled by lazy_run */
+                p->lw[w->lazy].codes_t = qt;
+                p->lw[w->lazy].codes_dst = w->codes;
+            }
             w->codes = NULL;
         }
         b_init(b, qt);
@@ -2409,9 +2097,12 @@ static void b_bias(plan *p, builder *b, bplan *bp)
         int64_t n = bp->n;
         Onnx__TensorProto *ct = onnx_new_tensor(qname, QCAL_ONNX_INT32, 1, &n, bp->codes, (size_t)n * 4);
         Onnx__TensorProto *sc = onnx_new_tensor(sname, QCAL_ONNX_FLOAT, 1, &n, bp->scales, (size_t)n * 4);
-        if (bp->deferred) {   /* filled by bias_run */
-            bp->codes_dst = ct ? ct->raw_data.data : NULL;
-            bp->scales_dst = sc ? sc->raw_data.data : NULL;
+        if (bp->lazy >= 0) {   /* filled by bias_run */
+            lazy_b *l = &p->lb[bp->lazy];
+            l->codes_t = ct;
+            l->scales_t = sc;
+            l->codes_dst = ct ? ct->raw_data.data : NULL;
+            l->scales_dst = sc ? sc->raw_data.data : NULL;
         }
         b_init(b, ct);
         b_init(b, sc);
@@ -2450,36 +2141,37 @@ static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
             continue;
         n_ops++;
         for (int k = 0; k < np->nact; k++)
-            qdq[tensor_index(p, g->node[i]->input[np->act[k]], false)] = true;
+            qdq[tensor_index(p, g->node[i]->input[np->act[k]])] = true;
     }
     if (ort)
         for (int64_t t = 0; t < p->nt; t++)
-            if (p->t[t].assigned && p->t[t].producer >= 0)
+            if (p->t[t].assigned && p->x.t[t].producer >= 0)
                 qdq[t] = true;
     for (int64_t t = 0; t < p->nt; t++) {
         if (!qdq[t])
             continue;
         n_act++;
         tinfo *ti = &p->t[t];
-        if (ort && ti->graph_out && !ti->graph_in && ti->producer >= 0) {
+        if (ort && p->x.t[t].graph_out && !p->x.t[t].graph_in && p->x.t[t].producer >= 0) {
             ti->rename = true;
             ti->pre = fresh_name(p, ti->name, "_QuantizeLinear_Input");
         }
     }
-    /* The index and types borrow strings the rewrite replaces: done with them. */
+    /* The types borrow strings the rewrite replaces: done with them (the index owns its
+     * names: it serves the rewrite). */
     onnx_types_free(&p->ty);
-    onnx_gindex_free(&p->gx);
     /* Constant nodes whose value is a weight or bias quantized here become initializers of
      * the same name (the node goes): the rewrite then treats them as any initializer. */
     for (int64_t i = 0; i < p->nw + p->nb && !b.oom; i++) {
-        tinfo *ti = &p->t[i < p->nw ? p->w[i].t : p->b[i - p->nw].t];
-        if (ti->cnode < 0 || ti->outer || p->np[ti->cnode].gone)
+        const int64_t t = i < p->nw ? p->w[i].t : p->b[i - p->nw].t, cnode = const_node(p, t);
+        const tinfo *ti = &p->t[t];
+        if (cnode < 0 || ti->outer || p->np[cnode].gone)
             continue;
-        Onnx__NodeProto *cn = g->node[ti->cnode];
+        Onnx__NodeProto *cn = g->node[cnode];
         Onnx__AttributeProto *va = (Onnx__AttributeProto *)onnx_node_attr(cn, "value");
         Onnx__TensorProto **ni = realloc(g->initializer, (g->n_initializer + 1) * sizeof *ni);
         char *name = onnx_strdup(ti->name);
-        /* the old name stays alive with the plan (a deferred weight's snapshot holds it) */
+        /* the old name stays alive with the plan (a lazy weight's src holds it) */
         if (!ni || !name || (va->t->name && !onnx_push((void ***)&p->owned_names, (size_t *)&p->nowned, va->t->name))) {
             if (ni)
                 g->initializer = ni;
@@ -2491,7 +2183,7 @@ static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
         va->t->name = name;
         g->initializer[g->n_initializer++] = va->t;
         va->t = NULL;
-        p->np[ti->cnode].gone = true;
+        p->np[cnode].gone = true;
     }
     /* Identity nodes between a quantized weight or bias and its reader that nothing reads
      * once the reader takes the quantized tensor (last first: chains of them). */
@@ -2513,9 +2205,9 @@ static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
         if (!p->np[i].via || p->np[i].gone)
             continue;
         const Onnx__NodeProto *n = g->node[i];
-        int64_t t = tensor_index(p, n->output[0], false);
+        int64_t t = tensor_index(p, n->output[0]);
         int64_t *c = onnx_map_get(&reads, n->output[0]);
-        if (t < 0 || (c && *c) || p->t[t].graph_out || p->t[t].sub_ref)
+        if (t < 0 || (c && *c) || p->x.t[t].graph_out || p->x.t[t].sub_ref)
             continue;
         p->np[i].gone = true;
         if ((c = onnx_map_get(&reads, n->input[0])))
@@ -2528,7 +2220,7 @@ static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
     for (int64_t i = 0; i < p->nb; i++)
         b_bias(p, &b, &p->b[i]);
     for (int64_t t = 0; t < p->nt; t++)
-        if (qdq[t] && p->t[t].producer < 0)
+        if (qdq[t] && p->x.t[t].producer < 0)
             b_act(p, &b, &p->t[t]);
     /* Nodes in order, each followed by the Q/DQ of what it produces. The originals' inputs
      * are rewired in place (only new strings allocated; the node objects move over). */
@@ -2548,7 +2240,7 @@ static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
                 b.oom |= !replace_str(&n->input[k], p->b[np->b].dq_out);
                 continue;
             }
-            int64_t t = tensor_index(p, n->input[k], false);
+            int64_t t = tensor_index(p, n->input[k]);
             if (t < 0 || !qdq[t] || p->t[t].rename)
                 continue;
             bool act_slot = false;
@@ -2560,7 +2252,7 @@ static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
         int64_t out_t[8];
         size_t n_out_t = n->n_output < 8 ? n->n_output : 8;
         for (size_t k = 0; k < n_out_t; k++)
-            out_t[k] = n->output[k][0] ? tensor_index(p, n->output[k], false) : -1;
+            out_t[k] = n->output[k][0] ? tensor_index(p, n->output[k]) : -1;
         for (size_t k = 0; k < n_out_t && !b.oom; k++) {
             int64_t t = out_t[k];
             if (t >= 0 && qdq[t] && p->t[t].rename)
@@ -2569,7 +2261,7 @@ static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
         if (!b.oom && !onnx_push((void ***)&b.nodes, &b.n_nodes, n))
             b.oom = true;
         for (size_t k = 0; k < n_out_t && !b.oom; k++)
-            if (out_t[k] >= 0 && qdq[out_t[k]] && p->t[out_t[k]].producer == (int64_t)i)
+            if (out_t[k] >= 0 && qdq[out_t[k]] && p->x.t[out_t[k]].producer == (int64_t)i)
                 b_act(p, &b, &p->t[out_t[k]]);
     }
     if (b.oom) {
@@ -2605,19 +2297,19 @@ static qcal_status apply(plan *p, qcal_onnx_qdq_report *rep)
     bool dropped_oom = false;
     for (size_t i = 0; i < g->n_initializer; i++) {
         Onnx__TensorProto *t = g->initializer[i];
-        int64_t ti = t->name ? tensor_index(p, t->name, false) : -1;
+        int64_t ti = t->name ? tensor_index(p, t->name) : -1;
         bool drop = false;
-        if (!b.oom && ti >= 0 && !p->t[ti].graph_in && !p->t[ti].graph_out && !p->t[ti].sub_ref &&
+        if (!b.oom && ti >= 0 && !p->x.t[ti].graph_in && !p->x.t[ti].graph_out && !p->x.t[ti].sub_ref &&
             !onnx_map_get(&read, t->name)) {
             for (int64_t w = 0; w < p->nw && !drop; w++)
                 drop = p->w[w].t == ti;
             for (int64_t w = 0; w < p->nb && !drop; w++)
                 drop = p->b[w].t == ti;
         }
-        bool deferred = false;   /* the background pass still reads it: freed with the plan */
-        for (int64_t w = 0; w < p->nw && drop && !deferred; w++)
-            deferred = p->w[w].t == ti && p->w[w].deferred;
-        if (deferred) {
+        bool lazy = false;   /* the save's pass still reads it: freed with the plan */
+        for (int64_t w = 0; w < p->nw && drop && !lazy; w++)
+            lazy = p->w[w].t == ti && p->w[w].lazy >= 0;
+        if (lazy) {
             if (!onnx_push((void ***)&p->dropped, &p->ndropped, t)) {
                 dropped_oom = true;
                 g->initializer[keep++] = t;   /* kept in the graph: the model stays whole */
@@ -2724,7 +2416,7 @@ static qcal_status report_out(qcal_status st, qcal_onnx_qdq_report *r, qcal_onnx
 }
 
 /* qcal_onnx_qdq; with keep (qcal_onnx_qdq_save), the main graph's plan is given to *keep on
- * success (its deferred weights still to observe: defer_run) instead of freed. */
+ * success (its lazy weights still to compute: lazy_job) instead of freed. */
 static qcal_status qdq_run(qcal_onnx_model *m, const qcal_calib_table *table, const qcal_onnx_qdq_options *opt,
                            qcal_onnx_qdq_report *rep, plan **keep)
 {
@@ -2757,7 +2449,7 @@ static qcal_status qdq_run(qcal_onnx_model *m, const qcal_calib_table *table, co
         plan *q = k ? sub.p[k - 1] : p;
         p->fp8 |= q->fp8;
         for (int64_t i = 0; i < q->nlist; i++) {
-            int64_t t = tensor_index(q, q->list[i], false);
+            int64_t t = tensor_index(q, q->list[i]);
             if (!q->t[t].missing || onnx_map_get(&seen, q->t[t].name))
                 continue;
             char *s = onnx_strdup(q->t[t].name);
@@ -2840,126 +2532,117 @@ qcal_status qcal_onnx_qdq(qcal_onnx_model *m, const qcal_calib_table *table, con
     return qdq_run(m, table, opt, rep, NULL);
 }
 
-/* The background pass of qcal_onnx_qdq_save: job k is the k-th deferred weight in plan
- * order (the order of their first readers, which is the order the rewrite appends their
- * initializers) with the deferred biases that read its scales. */
-typedef struct defer_pass {
-    onnx_gate gate;
+/* The pass of qcal_onnx_qdq_save: the lazy weights computed in plan order (the order of
+ * their first readers, which is the order the rewrite appends their initializers), each
+ * with its lazy biases, on a thread beside the save; the writer's fill of a lazy
+ * initializer waits for its weight. */
+typedef struct lazy_pass {
     plan *p;
     pthread_t th;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    bool started, joined;
-    size_t jobs;
-    size_t done;          /* jobs finished (under mu) */
+    bool started;
+    int64_t done;         /* lazy weights finished, in order (under mu) */
     bool ended;           /* no more will finish (under mu) */
     qcal_status st;       /* the pass's status, final once ended */
-    char msg[1024];
-} defer_pass;
+    char msg[1024];       /* its message */
+} lazy_pass;
 
-/* Job w (a deferred weight) and its biases. */
-static qcal_status defer_job(plan *p, int64_t w)
+/* Runs lazy weights (and their biases) k = 0, 1, ... until one fails. */
+static void lazy_pass_run(lazy_pass *d, bool locked)
 {
-    qcal_status st = defer_run(p, &p->w[w]);
-    for (int64_t i = 0; st == QCAL_OK && i < p->nb; i++)
-        if (p->b[i].deferred && p->b[i].w == w)
-            st = bias_run(p, &p->b[i]);
-    return st;
-}
-
-static void *defer_main(void *arg)
-{
-    defer_pass *d = arg;
-    qcal_status st = QCAL_OK;
-    for (int64_t i = 0; st == QCAL_OK && i < d->p->nw; i++) {
-        if (!d->p->w[i].deferred)
-            continue;
-        st = defer_job(d->p, i);
+    plan *p = d->p;
+    for (int64_t k = 0; k < p->nlw; k++) {
+        qcal_status st = p->lw[k].w >= 0 ? lazy_job(p, k) : QCAL_OK;
         if (st != QCAL_OK)
             snprintf(d->msg, sizeof d->msg, "%s", qcal_last_error());
-        pthread_mutex_lock(&d->mu);
-        if (st == QCAL_OK)
-            d->done++;
+        if (locked)
+            pthread_mutex_lock(&d->mu);
         d->st = st;
+        if (st == QCAL_OK)
+            d->done = k + 1;
+        if (locked) {
+            pthread_cond_broadcast(&d->cv);
+            pthread_mutex_unlock(&d->mu);
+        }
+        if (st != QCAL_OK)
+            break;
+    }
+    if (locked)
+        pthread_mutex_lock(&d->mu);
+    d->ended = true;
+    if (locked) {
         pthread_cond_broadcast(&d->cv);
         pthread_mutex_unlock(&d->mu);
     }
-    pthread_mutex_lock(&d->mu);
-    d->ended = true;
-    pthread_cond_broadcast(&d->cv);
-    pthread_mutex_unlock(&d->mu);
+}
+
+static void *lazy_main(void *arg)
+{
+    lazy_pass_run(arg, true);
     return NULL;
 }
 
-/* The gate's wait: until job is done (ONNX_GATE_ALL: the pass joined). */
-static qcal_status defer_wait(onnx_gate *g, size_t job)
+/* onnx_lazy's fill for every initializer of lazy weight ctx (its scales, codes and biases):
+ * waits until the pass has computed it. */
+static qcal_status lazy_fill(void *ctx, const Onnx__TensorProto *t)
 {
-    defer_pass *d = (defer_pass *)g;
-    if (!d->started)
-        return d->st == QCAL_OK ? QCAL_OK : qcal_error(d->st, "%s", d->msg);
+    (void)t;
+    const lazy_w *l = ctx;
+    lazy_pass *d = l->pass;
+    const int64_t k = l - d->p->lw;
     bool ok;
-    if (job == ONNX_GATE_ALL) {
-        if (!d->joined) {
-            pthread_join(d->th, NULL);
-            d->joined = true;
-        }
-        ok = d->st == QCAL_OK;   /* joined: no other thread writes it */
-    } else {
+    if (d->started) {
         pthread_mutex_lock(&d->mu);
-        while (d->done <= job && !d->ended)
+        while (d->done <= k && !d->ended)
             pthread_cond_wait(&d->cv, &d->mu);
-        ok = d->done > job;
+        ok = d->done > k;
         pthread_mutex_unlock(&d->mu);
+    } else {
+        ok = d->done > k;   /* the pass ran on this thread before the save */
     }
     return ok ? QCAL_OK : qcal_error(d->st, "%s", d->msg);
 }
 
-static int cmp_entry(const void *a, const void *b)
+/* The lazy initializers of plan p for the writer (*out, *n), each filled by lazy_fill. */
+static qcal_status lazy_list(plan *p, lazy_pass *d, onnx_lazy **out, size_t *n)
 {
-    uintptr_t x = (uintptr_t)((const onnx_gate_entry *)a)->data;
-    uintptr_t y = (uintptr_t)((const onnx_gate_entry *)b)->data;
-    return x < y ? -1 : x > y;
-}
-
-/* The gate's entries: every tensor the pass fills, with its job. */
-static qcal_status gate_entries(defer_pass *d)
-{
-    plan *p = d->p;
-    size_t n = 0;
-    for (int64_t i = 0; i < p->nw; i++)
-        if (p->w[i].deferred)
-            p->w[i].job = d->jobs++, n += p->w[i].codes_dst ? 2 : 1;
-    for (int64_t i = 0; i < p->nb; i++)
-        n += p->b[i].deferred ? 2 : 0;
-    d->gate.e = malloc((n ? n : 1) * sizeof *d->gate.e);
-    if (!d->gate.e)
+    onnx_lazy *z = malloc((size_t)(2 * p->nlw + 2 * p->nlb + 1) * sizeof *z);
+    if (!z)
         return OOM();
-    for (int64_t i = 0; i < p->nw; i++) {
-        if (!p->w[i].deferred)
+    size_t k = 0;
+    for (int64_t i = 0; i < p->nlw; i++) {
+        lazy_w *l = &p->lw[i];
+        l->pass = d;
+        if (l->w < 0)
             continue;
-        d->gate.e[d->gate.n++] = (onnx_gate_entry){ p->w[i].scale_dst, p->w[i].job };
-        if (p->w[i].codes_dst)
-            d->gate.e[d->gate.n++] = (onnx_gate_entry){ p->w[i].codes_dst, p->w[i].job };
-    }
-    for (int64_t i = 0; i < p->nb; i++)
-        if (p->b[i].deferred) {
-            size_t job = p->w[p->b[i].w].job;
-            d->gate.e[d->gate.n++] = (onnx_gate_entry){ p->b[i].codes_dst, job };
-            d->gate.e[d->gate.n++] = (onnx_gate_entry){ p->b[i].scales_dst, job };
+        if (!l->scale_t || (p->opt->profile == QCAL_ONNX_PROFILE_ORT && !l->codes_t)) {
+            free(z);
+            return qcal_error(QCAL_ERR_STATE, "lazy weight '%s' has no initializer", p->t[p->w[l->w].t].name);
         }
-    for (size_t k = 0; k < d->gate.n; k++)
-        if (!d->gate.e[k].data)
-            return qcal_error(QCAL_ERR_STATE, "a deferred tensor has no initializer");
-    qsort(d->gate.e, d->gate.n, sizeof *d->gate.e, cmp_entry);
+        z[k++] = (onnx_lazy){ l->scale_t, lazy_fill, l };
+        if (l->codes_t)
+            z[k++] = (onnx_lazy){ l->codes_t, lazy_fill, l };
+    }
+    for (int64_t i = 0; i < p->nlb; i++) {
+        lazy_b *l = &p->lb[i];
+        if (l->b < 0)
+            continue;
+        if (!l->codes_t || !l->scales_t) {
+            free(z);
+            return qcal_error(QCAL_ERR_STATE, "lazy bias '%s' has no initializer", p->t[p->b[l->b].t].name);
+        }
+        z[k++] = (onnx_lazy){ l->codes_t, lazy_fill, &p->lw[l->lw] };
+        z[k++] = (onnx_lazy){ l->scales_t, lazy_fill, &p->lw[l->lw] };
+    }
+    *out = z;
+    *n = k;
     return QCAL_OK;
 }
 
 qcal_status qcal_onnx_qdq_save(qcal_onnx_model *m, const qcal_calib_table *table, const qcal_onnx_qdq_options *opt,
-                               const qcal_onnx_save_options *save, const char *path, qcal_onnx_qdq_report *rep,
-                               bool *save_failed)
+                               const qcal_onnx_save_options *save, const char *path, qcal_onnx_qdq_report *rep)
 {
-    if (save_failed)
-        *save_failed = false;
     if (!m || !path)
         return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_qdq_save: NULL argument");
     qcal_onnx_qdq_options def;   /* here: the kept plan points at the options until the end */
@@ -2971,12 +2654,13 @@ qcal_status qcal_onnx_qdq_save(qcal_onnx_model *m, const qcal_calib_table *table
     qcal_status st = qdq_run(m, table, opt, &r, &p);
     if (st != QCAL_OK)
         return st;
-    defer_pass d;
+    lazy_pass d;
     memset(&d, 0, sizeof d);
     d.p = p;
-    d.gate.wait = defer_wait;
-    st = gate_entries(&d);
-    if (st == QCAL_OK && d.jobs) {
+    onnx_lazy *lazy = NULL;
+    size_t n_lazy = 0;
+    st = lazy_list(p, &d, &lazy, &n_lazy);
+    if (st == QCAL_OK && n_lazy) {
         /* The pass runs beside the save with every signal blocked (they stay the caller's
          * threads' business); where no thread can be made it runs here first. */
         p->serial = true;   /* one thread: the save runs beside it */
@@ -2985,7 +2669,7 @@ qcal_status qcal_onnx_qdq_save(qcal_onnx_model *m, const qcal_calib_table *table
                 sigset_t all, old;
                 sigfillset(&all);
                 pthread_sigmask(SIG_SETMASK, &all, &old);
-                d.started = pthread_create(&d.th, NULL, defer_main, &d) == 0;
+                d.started = pthread_create(&d.th, NULL, lazy_main, &d) == 0;
                 pthread_sigmask(SIG_SETMASK, &old, NULL);
                 if (!d.started)
                     pthread_cond_destroy(&d.cv);
@@ -2993,33 +2677,25 @@ qcal_status qcal_onnx_qdq_save(qcal_onnx_model *m, const qcal_calib_table *table
             if (!d.started)
                 pthread_mutex_destroy(&d.mu);
         }
-        if (d.started) {
-            m->gate = &d.gate;
-        } else {
+        if (!d.started) {
             p->serial = false;
-            for (int64_t i = 0; d.st == QCAL_OK && i < p->nw; i++)
-                if (p->w[i].deferred)
-                    d.st = defer_job(p, i);
+            lazy_pass_run(&d, false);
             if (d.st != QCAL_OK)
-                st = d.st;   /* its message is the last set on this thread */
+                st = qcal_error(d.st, "%s", d.msg);
         }
     }
-    bool saved = false;
-    if (st == QCAL_OK) {
-        st = qcal_onnx_model_save(m, save, path);
-        saved = true;
-    }
-    m->gate = NULL;
+    if (st == QCAL_OK)
+        st = onnx_model_save_lazy(m, save, path, lazy, n_lazy);
     if (d.started) {
-        qcal_status ws = defer_wait(&d.gate, ONNX_GATE_ALL);   /* joined on every path */
+        pthread_join(d.th, NULL);   /* on every path: the pass ends whatever the save did */
         pthread_cond_destroy(&d.cv);
         pthread_mutex_destroy(&d.mu);
-        if (ws != QCAL_OK)
-            st = ws;   /* the save failed at the gate with this status (its message last) */
     }
-    if (st != QCAL_OK && saved && save_failed && d.st == QCAL_OK)
-        *save_failed = true;
-    free(d.gate.e);
+    /* A weight that failed is the failure, whatever the save said (an output error means a
+     * whole model: every weight computed). */
+    if (d.st != QCAL_OK)
+        st = qcal_error(d.st, "%s", d.msg);
+    free(lazy);
     plan_free(p);
     free(p);
     return report_out(st, &r, rep);

@@ -8,6 +8,7 @@
 
 #include "ptq/ptq_internal.h"
 #include "qcal/quantize.h"
+#include "qcal/weights.h"
 
 qcal_status qcal_ptq_weight_fake_quant(const qcal_ptq_layer *l, const qcal_qconfig *cfg, float *dst)
 {
@@ -19,58 +20,47 @@ qcal_status qcal_ptq_weight_fake_quant(const qcal_ptq_layer *l, const qcal_qconf
     if (!cfg || !dst)
         return qcal_error(QCAL_ERR_INVALID_ARG, "%s: NULL config or dst", fn);
     bool per_channel = qcal_qscheme_is_per_channel(cfg->qscheme);
-    int64_t nch = per_channel ? l->out_channels : 1, row = per_channel ? ptq_row(l) : numel;
-    float *lo = malloc((size_t)nch * sizeof *lo), *hi = malloc((size_t)nch * sizeof *hi);
+    int64_t nch = per_channel ? l->out_channels : 1;
     size_t esz = qcal_dtype_size(cfg->dtype);
-    void *codes = esz ? malloc((size_t)numel * esz) : NULL;
-    qcal_qparams qp = { 0 };
-    if (!esz) {
-        st = qcal_error(QCAL_ERR_INVALID_ARG, "%s: unknown dtype %d", fn, (int)cfg->dtype);
-        goto out;
-    }
-    if (!lo || !hi || !codes) {
+    if (!esz)
+        return qcal_error(QCAL_ERR_INVALID_ARG, "%s: unknown dtype %d", fn, (int)cfg->dtype);
+    float *scales = malloc((size_t)nch * sizeof *scales);
+    int32_t *zps = malloc((size_t)nch * sizeof *zps);
+    void *codes = malloc((size_t)numel * esz);
+    if (!scales || !zps || !codes) {
         st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
         goto out;
     }
-    for (int64_t c = 0; c < nch; c++) {
-        // min/max as PyTorch's MinMaxObserver: the range always includes 0 in qparams
-        float a = INFINITY, b = -INFINITY;
-        const float *w = l->weight + c * row;
-        for (int64_t j = 0; j < row; j++) {
-            if (!isfinite(w[j])) {
-                st = qcal_error(QCAL_ERR_NONFINITE, "%s: weight %lld is %g", fn, (long long)(c * row + j),
-                                (double)w[j]);
-                goto out;
-            }
-            a = fminf(a, w[j]);
-            b = fmaxf(b, w[j]);
-        }
-        lo[c] = a;
-        hi[c] = b;
-    }
-    st = qcal_qparams_compute(cfg, 0, nch, lo, hi, &qp);
-    if (st != QCAL_OK)
-        goto out;
+    /* min/max as PyTorch's MinMaxObserver (per output channel, the range always includes 0),
+     * w seen as (out_channels, row) */
     qcal_tensor src;
     memset(&src, 0, sizeof src);
     src.data = l->weight;
     src.ndim = 2;
-    src.shape[0] = per_channel ? l->out_channels : 1;
-    src.shape[1] = row;
+    src.shape[0] = l->out_channels;
+    src.shape[1] = ptq_row(l);
+    qcal_weights_options wo;
+    qcal_weights_options_default(&wo);
+    wo.q = *cfg;
+    wo.nonfinite = QCAL_NONFINITE_ERROR;
+    if ((st = qcal_weights_quantize(&wo, &src, NULL, scales, zps, codes)) != QCAL_OK) {
+        st = qcal_error(st, "%s: %s", fn, qcal_last_error());
+        goto out;
+    }
+    qcal_qparams qp;
+    st = per_channel ? qcal_qparams_per_channel(&qp, cfg->dtype, 0, nch, scales, zps)
+                     : qcal_qparams_per_tensor(&qp, cfg->dtype, scales[0], zps[0]);
     qcal_tensor_mut d;
     memset(&d, 0, sizeof d);
     d.data = dst;
     d.ndim = 2;
     d.shape[0] = src.shape[0];
-    d.shape[1] = row;
-    if (per_channel)
-        qp.axis = 0;
-    if ((st = qcal_quantize(&src, &qp, codes)) == QCAL_OK)
+    d.shape[1] = src.shape[1];
+    if (st == QCAL_OK)
         st = qcal_dequantize(codes, &qp, &d);
 out:
-    qcal_qparams_free(&qp);
-    free(lo);
-    free(hi);
+    free(scales);
+    free(zps);
     free(codes);
     return st;
 }

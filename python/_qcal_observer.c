@@ -91,7 +91,8 @@ static const char *const grid_names[] = {
     [QCAL_GRID_LATTICE] = "lattice", [QCAL_GRID_FIRST_BATCH] = "first_batch",
     [QCAL_GRID_TORCH] = "torch" };
 static const char *const percentile_mode_names[] = {
-    [QCAL_PERCENTILE_ABS] = "abs", [QCAL_PERCENTILE_TWO_TAILS] = "two_tails" };
+    [QCAL_PERCENTILE_ABS] = "abs", [QCAL_PERCENTILE_TWO_TAILS] = "two_tails",
+    [QCAL_PERCENTILE_AUTO] = "auto" };
 static const char *const nonfinite_names[] = {
     [QCAL_NONFINITE_SKIP] = "skip", [QCAL_NONFINITE_ERROR] = "error" };
 

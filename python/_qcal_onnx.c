@@ -370,11 +370,9 @@ static PyObject *OnnxModel_qdq_save(OnnxModelObject *self, PyObject *args, PyObj
     const qcal_calib_table *t = ((qcal_py_table *)table_o)->t;
     qcal_onnx_qdq_report rep;
     memset(&rep, 0, sizeof rep);
-    bool save_failed = false;
     qcal_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = qcal_onnx_qdq_save(self->m, t, &opt, NULL, PyBytes_AS_STRING(path), &rep,
-                            &save_failed);
+    st = qcal_onnx_qdq_save(self->m, t, &opt, NULL, PyBytes_AS_STRING(path), &rep);
     Py_END_ALLOW_THREADS
     self->busy = false;
     /* Any call that got past the checks changed m (docs: destroy it); a failed check left

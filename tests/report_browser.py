@@ -7,8 +7,9 @@ a real browser that the DOM holds the charts (one histogram per tensor, objectiv
 channel ranges, the sortable table), that sorting works, that nothing is fetched, and that
 a screenshot is not blank (enough non-white pixels and distinct colours). The drawing says
 what it claims (docs/evaluate.md): every objective curve has one point per candidate with
-a value (data-defined) and one gap per undefined run, entropy evaluates 1921 thresholds
-and mse 1920, every curve has its chosen marker; at 1400x900 the summary table of 8
+a value (data-defined) and one gap per undefined run, entropy and mse (quint8 affine: the
+two-ended searches' slice through the chosen window) 1921 high ends each (mse of the
+symmetric weight: 1920 bin centres), every curve has its chosen marker; at 1400x900 the summary table of 8
 observers fits (no sideways scroll of the table or the page); every recommendation shows
 its margin, equal to the difference of the two SQNRs, printed with digits that tell them
 apart. The page of `qcal report COMPARE.json` (the JSON of `qcal compare`) renders without a
@@ -280,8 +281,10 @@ def main():
             for n, defined in runs:
                 if kind == "entropy":   # thresholds i * width, i in [128, 2048]
                     assert n == 2048 - 128 + 1, n
-                elif kind == "mse":     # bin centres from bin 128 up
-                    assert n == 2048 - 128 and defined == n, (n, defined)
+                elif kind == "mse":     # affine: high edges i * width, i in [128, 2048], low
+                    # end fixed; symmetric (the weight): bin centres from bin 128 up
+                    assert ((n == 2048 - 128 + 1 and 1 <= defined <= n) or
+                            (n == 2048 - 128 and defined == n)), (n, defined)
                 else:                   # the greedy L2 path: no undefined point
                     assert 1 <= n <= 2049 and defined == n, (n, defined)
         # the small tensors' KL has gaps and is still drawn

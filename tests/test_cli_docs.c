@@ -210,7 +210,7 @@ static void test_completion_in_bash(void **state)
     assert_string_equal(got, "[convert]\n"
                              "[--format]\n"
                              "[json tensorrt onnxruntime ncnn]\n"
-                             "[abs two_tails]\n"
+                             "[abs two_tails auto]\n"
                              "[per_channel_minmax]\n"
                              "[]\n"
                              "[--skip-unrepresentable]\n"

@@ -305,7 +305,10 @@ static void test_short_run(void **state)
     }
     /* The 3-bit setting. Measured on this short run: single observers 76.55% (percentile) ..
      * 80.75% (mse), per-layer best 81.00%; on the full demo 82.75% (minmax) .. 86.97% (mse),
-     * per-layer best 89.12%. */
+     * per-layer best 89.12%. Since mse, percentile and entropy search both ends of x for
+     * the affine target (issue 36): 77.25% (moving_average_minmax) .. 81.40% (mse), per-layer
+     * best 80.95% on this short run: the per-layer choice (by SQNR) is no longer above every
+     * single observer here, so it is held within a point of the best one. */
     double lb_best = -1, lb_worst = 101;
     for (size_t k = 0; k < sizeof g_kinds / sizeof g_kinds[0]; k++) {
         double t = json_get3(js, "low_bits", g_kinds[k], "top1");
@@ -321,7 +324,9 @@ static void test_short_run(void **state)
     print_message("3-bit per-layer best %.2f, best single %.2f, spread %.2f\n", lb_layer, lb_best, spread);
     assert_true(fabs(spread - (lb_best - lb_worst)) < 0.011);
     assert_true(spread >= SPREAD_MIN);
-    assert_true(lb_layer >= lb_best);
+    /* the two-ended mse (observers/mse.c) can beat the per-layer SQNR choice on this short
+     * run: the per-layer best within a point of the best single observer */
+    assert_true(lb_layer >= lb_best - 1.0);
     /* --observer auto's candidates (no moving average) choose what the per-layer best chose
      * on every tensor, so its row is the per-layer best's. */
     double lb_auto = json_get3(js, "low_bits", "auto", "top1");

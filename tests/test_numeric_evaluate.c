@@ -315,8 +315,10 @@ static void test_outputs(void **state)
     assert_int_equal(count(html, "<svg"), 2 + 2 * 3 + 1);
     assert_int_equal(count(html, "<path class=\"obj\""), 2 * 3);
     assert_int_equal(count(html, "class=\"chosen\""), 2 * 3);
-    assert_int_equal(count(html, "data-candidates=\"1921\""), 2);   /* entropy: 2048 - 128 + 1 */
-    assert_int_equal(count(html, "data-candidates=\"1920\""), 2);   /* mse: 2048 - 128 */
+    /* entropy: 2048 - 128 + 1; mse of the quint8 affine activation (two-ended): high edges
+     * 128 .. 2048 too; mse of the qint8 symmetric weight: bin centres 128 .. 2047 */
+    assert_int_equal(count(html, "data-candidates=\"1921\""), 3);
+    assert_int_equal(count(html, "data-candidates=\"1920\""), 1);
     /* each path is what the search evaluated: its candidates and those with a value */
     for (int64_t i = 0; i < 2; i++)
         for (int k = 0; k < 3; k++) {

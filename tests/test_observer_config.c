@@ -106,7 +106,7 @@ static void test_library_set_apply(void **state)
     assert_int_equal(qcal_observer_config_set(&c, "percentile_mode", "both"),
                      QCAL_ERR_INVALID_ARG);
     assert_string_equal(qcal_last_error(),
-                        "unknown percentile_mode 'both' (expected abs or two_tails)");
+                        "unknown percentile_mode 'both' (expected abs, two_tails or auto)");
     assert_int_equal(qcal_observer_config_set(&c, "colour", "red"), QCAL_ERR_INVALID_ARG);
     assert_non_null(strstr(qcal_last_error(), "unknown key 'colour'"));
     assert_int_equal(qcal_observer_config_set(&c, "eps", "nan"), QCAL_ERR_INVALID_ARG);

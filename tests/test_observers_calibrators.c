@@ -271,6 +271,11 @@ static qcal_observer *obs_of(qcal_observer_kind kind, qcal_percentile_mode mode,
     qcal_observer_config cfg;
     qcal_observer_config_default(&cfg, kind);
     cfg.grid = QCAL_GRID_FIRST_BATCH;   /* these tests check the first-batch grid */
+    if (kind == QCAL_OBSERVER_ENTROPY || kind == QCAL_OBSERVER_MSE) {
+        /* ... and the symmetric (|x|) searches; the two-ended ones: test_asymmetric_*. */
+        cfg.q.dtype = QCAL_QINT8;
+        cfg.q.qscheme = QCAL_PER_TENSOR_SYMMETRIC;
+    }
     cfg.percentile_mode = mode;
     cfg.percentile = p;
     qcal_observer *o = NULL;
@@ -434,7 +439,8 @@ static void test_entropy_zero_spike(void **state)
 }
 
 /* Non-negative data (quint8 [0, t]) searches entropy_levels levels like signed data (128 by
- * default, TensorRT's); entropy_levels = 256 is NVIDIA's unsigned search. */
+ * default, TensorRT's); entropy_levels = 256 is NVIDIA's unsigned search. With the affine
+ * target the window search runs, its low end pinned at zero (the data reach it). */
 static void test_entropy_levels_nonnegative(void **state)
 {
     (void)state;
@@ -454,7 +460,10 @@ static void test_entropy_levels_nonnegative(void **state)
         assert_int_equal(qcal_observer_create(&cfg, &o), QCAL_OK);
         feed(o, x, N);
         const qcal_hist *h = qcal_histobs_hist(o);
-        int32_t i = qcal_hist_entropy_search(h->counts, h->bins, levels[k], NULL);
+        int32_t i, a0;
+        assert_true(qcal_hist_entropy_window(h->counts, h->bins, levels[k], 0, &a0, &i, NULL,
+                                             NULL));
+        assert_int_equal(a0, 0);
         assert_true(i >= levels[k] && i <= h->bins);
         float a, b, s;
         int32_t z;
@@ -471,9 +480,272 @@ static void test_entropy_levels_nonnegative(void **state)
         t[k] = b;
         qcal_observer_destroy(&o);
     }
-    /* The two are different searches (here 256 levels clip less; on the demo, more). */
-    if (!(t[1] != t[0]))
+    /* The window search here clips only the outliers its edge bin can absorb, at either
+     * level count (the same t); TensorRT's |x| search on the same counts differs by levels
+     * (here 256 levels clip less; on the demo, more). */
+    if (!(t[1] == t[0] && t[0] > 4.5f))
         fail_msg("levels: 128 -> t %.9g, 256 -> t %.9g", t[0], t[1]);
+    {
+        qcal_observer *o = obs_of(QCAL_OBSERVER_ENTROPY, QCAL_PERCENTILE_ABS, 99.99);
+        feed(o, x, N);
+        const qcal_hist *h = qcal_histobs_hist(o);
+        int32_t i128 = qcal_hist_entropy_search(h->counts, h->bins, 128, NULL);
+        int32_t i256 = qcal_hist_entropy_search(h->counts, h->bins, 256, NULL);
+        if (!(i256 > i128 && i128 >= 128))
+            fail_msg("|x| search: 128 levels -> bin %d, 256 -> bin %d", (int)i128, (int)i256);
+        qcal_observer_destroy(&o);
+    }
+    free(x);
+}
+
+/* ---- asymmetric targets (affine quint8, the default config): two-ended searches ---- */
+static double rnd_unit(void)
+{
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return ((rs >> 11) + 0.5) / 9007199254740992.0;
+}
+
+/* The three data sets of issue 36: U[0.5, 1]; a hard-swish output (most mass near 0, a
+ * 1% exponential tail, then clipped to [-2.25, 34.8] with both ends present); a normalized
+ * image whose background -0.81 is 70% of the values, the rest U[-0.81, 2.02]. */
+enum { NA = 200000 };
+static void asym_data(int set, float *x)
+{
+    for (int i = 0; i < NA; i++) {
+        float v;
+        if (set == 0) {
+            v = (float)(0.5 + 0.5 * rnd_unit());
+        } else if (set == 1) {
+            double t = i % 100 == 0 ? 3.0 - 9.0 * log(rnd_unit()) : rnd_normal() * 1.2 - 0.5;
+            double c = t + 3.0 < 0.0 ? 0.0 : t + 3.0 > 6.0 ? 6.0 : t + 3.0;
+            v = (float)fmin(fmax(t * c / 6.0, -2.25), 34.8);
+        } else {
+            v = i % 10 < 7 ? -0.81f : (float)(-0.81 + 2.83 * rnd_unit());
+        }
+        x[i] = v;
+    }
+    if (set == 1) {
+        x[0] = -2.25f;
+        x[1] = 34.8f;
+    }
+    if (set == 2)
+        x[1] = 2.02f;
+}
+
+static double frac_outside(const float *x, float lo, float hi, double *below)
+{
+    int64_t b = 0, a = 0;
+    for (int i = 0; i < NA; i++) {
+        b += x[i] < lo;
+        a += x[i] > hi;
+    }
+    *below = (double)b / NA;
+    return (double)a / NA;
+}
+
+/* Direct per-term KL of window [a, b) (the definition in entropy.c, O(n levels)). */
+static double kl_direct(const uint64_t *c, int32_t bins, int32_t levels, int32_t a, int32_t b)
+{
+    uint64_t tot = 0, below = 0, above = 0, sq = 0;
+    for (int32_t j = 0; j < bins; j++) {
+        tot += c[j];
+        below += j < a ? c[j] : 0;
+        above += j >= b ? c[j] : 0;
+    }
+    sq = tot - below - above;
+    int32_t n = b - a;
+    /* not candidates: clipped mass heavier than the edge bin it is added to, or with no
+     * data inside but the edge bins receiving it */
+    uint64_t nz = 0;
+    for (int32_t k = 0; k < n; k++)
+        nz += c[a + k] > 0 && !(k == 0 && below) && !(k == n - 1 && above);
+    if (sq == 0 || below > c[a] || above > c[b - 1] || ((below || above) && nz == 0))
+        return INFINITY;
+    double kl = 0.0;
+    for (int32_t l = 0; l < levels; l++) {
+        uint64_t m = 0, nz = 0;
+        for (int32_t k = 0; k < n; k++)
+            if ((int64_t)k * levels / n == l && c[a + k]) {
+                m += c[a + k];
+                nz++;
+            }
+        for (int32_t k = 0; k < n; k++) {
+            if ((int64_t)k * levels / n != l)
+                continue;
+            uint64_t P = c[a + k] + (k == 0 ? below : 0) + (k == n - 1 ? above : 0);
+            if (!P)
+                continue;
+            if (!c[a + k])
+                return INFINITY;
+            double p = (double)P / (double)tot, q = ((double)m / (double)nz) / (double)sq;
+            kl += p * (log(p) - log(q));
+        }
+    }
+    return kl;
+}
+
+/* No degenerate minimum: U[0.5, 1] kept whole by the |x| search (it gave t = 0.5005, where
+ * only the last unclipped bin held data and P = Q) and by the two-ended search. */
+static void test_entropy_one_sided(void **state)
+{
+    (void)state;
+    float *x = malloc(NA * sizeof *x);
+    asym_data(0, x);
+    qcal_observer *o = obs_of(QCAL_OBSERVER_ENTROPY, QCAL_PERCENTILE_ABS, 99.99);  /* |x| */
+    feed(o, x, NA);
+    float a, b;
+    int64_t n;
+    assert_int_equal(qcal_observer_qrange(o, 1, &a, &b, &n), QCAL_OK);
+    if (!(a == 0.0f && b > 0.99f))
+        fail_msg("entropy |x| on U[0.5, 1]: [%.9g, %.9g]", (double)a, (double)b);
+    qcal_observer_destroy(&o);
+    qcal_observer_config cfg;
+    qcal_observer_config_default(&cfg, QCAL_OBSERVER_ENTROPY);   /* quint8 affine */
+    assert_int_equal(qcal_observer_create(&cfg, &o), QCAL_OK);
+    feed(o, x, NA);
+    assert_int_equal(qcal_observer_qrange(o, 1, &a, &b, &n), QCAL_OK);
+    if (!(a >= 0.5f && a < 0.51f && b > 0.99f))
+        fail_msg("entropy two-ended on U[0.5, 1]: [%.9g, %.9g]", (double)a, (double)b);
+    qcal_observer_destroy(&o);
+    /* First-batch grid [0.5, 1]: re-binned onto [0, 1] for the search (zero on the grid). */
+    for (int k = 0; k < 2; k++) {
+        qcal_observer_config_default(&cfg, k ? QCAL_OBSERVER_MSE : QCAL_OBSERVER_ENTROPY);
+        cfg.grid = QCAL_GRID_FIRST_BATCH;
+        assert_int_equal(qcal_observer_create(&cfg, &o), QCAL_OK);
+        feed(o, x, NA);
+        assert_int_equal(qcal_observer_qrange(o, 1, &a, &b, &n), QCAL_OK);
+        if (!(a >= 0.0f && a < 0.51f && b > 0.99f && b <= 1.0f))
+            fail_msg("%s first-batch on U[0.5, 1]: [%.9g, %.9g]", k ? "mse" : "entropy",
+                     (double)a, (double)b);
+        qcal_observer_destroy(&o);
+    }
+    free(x);
+}
+
+/* Every histogram kind on the three sets, default (affine) config: ranges asserted, and what
+ * each objective says checked: percentile clips its tails' share (p = 99.99 -> 1e-4 each
+ * side, within the crossing bin); entropy's and mse's windows are coordinate-wise minima of
+ * their objectives evaluated directly (per-term KL; bin-by-bin squared error), no worse than
+ * keeping the whole range. */
+static void test_asymmetric_observers(void **state)
+{
+    (void)state;
+    float *x = malloc(NA * sizeof *x);
+    const char *names[3] = { "U[0.5,1]", "hard-swish", "image" };
+    for (int set = 0; set < 3; set++) {
+        asym_data(set, x);
+        float dmin = x[0], dmax = x[0];
+        for (int i = 0; i < NA; i++) {
+            dmin = fminf(dmin, x[i]);
+            dmax = fmaxf(dmax, x[i]);
+        }
+        qcal_observer_kind kinds[5] = { QCAL_OBSERVER_PERCENTILE, QCAL_OBSERVER_ENTROPY,
+                                        QCAL_OBSERVER_MSE, QCAL_OBSERVER_HISTOGRAM,
+                                        QCAL_OBSERVER_MINMAX };
+        for (int k = 0; k < 5; k++) {
+            qcal_observer_config cfg;
+            qcal_observer_config_default(&cfg, kinds[k]);
+            qcal_observer *o = NULL;
+            assert_int_equal(qcal_observer_create(&cfg, &o), QCAL_OK);
+            feed(o, x, NA);
+            float lo, hi;
+            int64_t n;
+            assert_int_equal(qcal_observer_qrange(o, 1, &lo, &hi, &n), QCAL_OK);
+            double below, above = frac_outside(x, lo, hi, &below);
+            const char *kn = qcal_observer_kind_name(kinds[k]);
+            printf("%s/%s: [%.6g, %.6g] clips %.3g%% below, %.3g%% above\n", names[set], kn,
+                   (double)lo, (double)hi, 100 * below, 100 * above);
+            if (!(lo >= dmin && hi <= dmax && lo < hi))
+                fail_msg("%s/%s: [%.9g, %.9g] outside data [%.9g, %.9g]", names[set], kn,
+                         (double)lo, (double)hi, (double)dmin, (double)dmax);
+            double w = ((double)dmax - dmin) / 2048;
+            if (kinds[k] == QCAL_OBSERVER_MINMAX)
+                assert_true(lo == dmin && hi == dmax);
+            if (kinds[k] == QCAL_OBSERVER_PERCENTILE) {
+                /* the tail beyond each end holds at most 1e-4 of the values plus the
+                 * crossing bin's share; the background spike is never clipped */
+                /* counted with a margin of 1e-6 of the range: the interpolated lower
+                 * quantile sits inside the first bin, 2.8e-8 above the image's background
+                 * spike at its minimum (a clip of 70% of the values by that much) */
+                float m = 1e-6f * (dmax - dmin);
+                above = frac_outside(x, lo - m, hi + m, &below);
+                if (!(below <= 1e-4 + 0.005 && above <= 1e-4 + 0.005 &&
+                      fabs((double)hi - dmax) < 0.01 * ((double)dmax - dmin) + w))
+                    fail_msg("percentile %s: clips %g below, %g above", names[set], below,
+                             above);
+                if (set == 2)
+                    assert_true(below == 0.0);
+            }
+            if (kinds[k] == QCAL_OBSERVER_ENTROPY || kinds[k] == QCAL_OBSERVER_MSE) {
+                const qcal_lattice *L = qcal_histobs_lattice(o);
+                assert_false(L->absval);   /* affine target: a histogram of x */
+                double e[2049], ee[2049];
+                uint64_t c[2048];
+                assert_int_equal(qcal_observer_histogram_bins(o, 2048, e, c, &n), QCAL_OK);
+                int32_t z = e[0] <= 0.0 && 0.0 <= e[2048] ? 0 : -1;
+                if (z == 0)
+                    while (z < 2047 && e[z + 1] <= 0.0)
+                        z++;
+                int32_t a, b;
+                if (kinds[k] == QCAL_OBSERVER_ENTROPY) {
+                    uint64_t cc[2048];
+                    memcpy(cc, c, sizeof c);
+                    if (z >= 0) {   /* the zero bin's clamp */
+                        uint64_t nb = z > 0 ? cc[z - 1] : 0;
+                        if (z < 2047 && cc[z + 1] > nb)
+                            nb = cc[z + 1];
+                        if (cc[z] > nb)
+                            cc[z] = nb;
+                    }
+                    double best;
+                    assert_true(qcal_hist_entropy_window(c, 2048, 128, z, &a, &b, &best, NULL));
+                    double d = kl_direct(cc, 2048, 128, a, b);
+                    if (!(fabs(d - best) <= 1e-12 * fmax(d, 1e-300) + 1e-300))
+                        fail_msg("%s: KL %.17g, direct %.17g", names[set], best, d);
+                    assert_true(d <= kl_direct(cc, 2048, 128, 0, 2048));
+                    for (int32_t t = a + 128; t <= 2048; t += 7)   /* coordinate-wise min */
+                        if (t > z && kl_direct(cc, 2048, 128, a, t) < d * (1 - 1e-12))
+                            fail_msg("%s: KL at hi %d below the chosen %d", names[set], t, b);
+                    double want = fmax(e[a], (double)dmin);   /* kept inside the data */
+                    if (!(fabs(lo - want) <= 1e-6 * fabs(want) + 1e-30))
+                        fail_msg("%s: entropy lo %.9g, window edge %.9g", names[set],
+                                 (double)lo, want);
+                    (void)ee;
+                } else {
+                    double best;
+                    assert_true(qcal_hist_mse_window(c, 2048, 255, z, &a, &b, &best, NULL));
+                    /* direct error of candidates in units of (w / 510)^2 */
+                    double full = 0.0, got = 0.0;
+                    for (int pass = 0; pass < 2; pass++) {
+                        int32_t A = pass ? a : 0, B = pass ? b : 2048;
+                        double m = 2.0 * (B - A), err = 0.0;
+                        for (int32_t j = 0; j < 2048; j++) {
+                            double kk = (2.0 * ((double)j - A) + 1) * 255.0;
+                            double q = floor(kk / m + 0.5);
+                            q = q < 0 ? 0 : q > 255 ? 255 : q;
+                            err += (q * m - kk) * (q * m - kk) * (double)c[j];
+                        }
+                        *(pass ? &got : &full) = err / 2048;
+                    }
+                    if (!(fabs(got - best) <= 1e-12 * got))
+                        fail_msg("%s: mse %.17g, direct %.17g", names[set], best, got);
+                    assert_true(got <= full);
+                }
+                (void)ee;
+            }
+            /* set-specific ranges (issue 36's failures: [-2.26, 2.26] for the hard-swish,
+             * [-0.81, 0.81] for the image, [0, 0.5005] for U[0.5, 1]) */
+            if (set == 0 && kinds[k] != QCAL_OBSERVER_ENTROPY)
+                assert_true(lo < 0.51f && hi > 0.99f);
+            if (set == 0 && kinds[k] == QCAL_OBSERVER_ENTROPY)
+                assert_true(lo < 0.51f && hi > 0.99f);
+            if (set == 2 && kinds[k] != QCAL_OBSERVER_HISTOGRAM)
+                assert_true(lo <= -0.80f && hi > 1.9f);
+            qcal_observer_destroy(&o);
+        }
+    }
     free(x);
 }
 
@@ -488,6 +760,8 @@ int main(void)
         cmocka_unit_test(test_observer_matches_search),
         cmocka_unit_test(test_entropy_zero_spike),
         cmocka_unit_test(test_entropy_levels_nonnegative),
+        cmocka_unit_test(test_entropy_one_sided),
+        cmocka_unit_test(test_asymmetric_observers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

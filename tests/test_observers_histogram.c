@@ -396,6 +396,17 @@ static void test_growth_invariants(void **state)
 
     /* |x| grids only double: bit-exact against a direct histogram of everything. */
     obs = make_obs(QCAL_OBSERVER_ENTROPY);
+    assert_true(qcal_histobs_hist(obs)->absval == false);   /* affine target: x */
+    qcal_observer_destroy(&obs);
+    {
+        qcal_observer_config cfg;   /* symmetric target: |x| (TensorRT's search) */
+        qcal_observer_config_default(&cfg, QCAL_OBSERVER_ENTROPY);
+        cfg.grid = QCAL_GRID_FIRST_BATCH;
+        cfg.q.dtype = QCAL_QINT8;
+        cfg.q.qscheme = QCAL_PER_TENSOR_SYMMETRIC;
+        assert_int_equal(qcal_observer_create(&cfg, &obs), QCAL_OK);
+    }
+    assert_true(qcal_histobs_hist(obs)->absval);
     for (int b = 0; b < nb; b++)
         feed(obs, x + b * per, per);
     h = qcal_histobs_hist(obs);

@@ -189,16 +189,20 @@ typedef struct kind_case {
     qcal_observer_kind kind;
     qcal_percentile_mode mode;
     const char *name;
+    bool sym;   /* qint8 per_tensor_symmetric target (|x| searches) instead of the default */
 } kind_case;
 
 static const kind_case kinds[] = {
-    { QCAL_OBSERVER_MINMAX, 0, "minmax" },
-    { QCAL_OBSERVER_PER_CHANNEL_MINMAX, 0, "per_channel_minmax" },
-    { QCAL_OBSERVER_HISTOGRAM, 0, "histogram" },
-    { QCAL_OBSERVER_PERCENTILE, QCAL_PERCENTILE_ABS, "percentile" },
-    { QCAL_OBSERVER_PERCENTILE, QCAL_PERCENTILE_TWO_TAILS, "percentile two-tails" },
-    { QCAL_OBSERVER_ENTROPY, 0, "entropy" },
-    { QCAL_OBSERVER_MSE, 0, "mse" },
+    { QCAL_OBSERVER_MINMAX, 0, "minmax", false },
+    { QCAL_OBSERVER_PER_CHANNEL_MINMAX, 0, "per_channel_minmax", false },
+    { QCAL_OBSERVER_HISTOGRAM, 0, "histogram", false },
+    { QCAL_OBSERVER_PERCENTILE, QCAL_PERCENTILE_ABS, "percentile", false },
+    { QCAL_OBSERVER_PERCENTILE, QCAL_PERCENTILE_TWO_TAILS, "percentile two-tails", false },
+    { QCAL_OBSERVER_PERCENTILE, QCAL_PERCENTILE_AUTO, "percentile auto", false },
+    { QCAL_OBSERVER_ENTROPY, 0, "entropy", false },
+    { QCAL_OBSERVER_MSE, 0, "mse", false },
+    { QCAL_OBSERVER_ENTROPY, 0, "entropy symmetric", true },
+    { QCAL_OBSERVER_MSE, 0, "mse symmetric", true },
 };
 
 enum { ROWS = 512, CH = 8, NVAL = ROWS * CH, TRIALS = 1000, FULL_EVERY = 25 };
@@ -256,6 +260,10 @@ static void test_order_split_invariance(void **state)
         qcal_observer_config cfg;
         qcal_observer_config_default(&cfg, K->kind);
         cfg.percentile_mode = K->mode;
+        if (K->sym) {
+            cfg.q.dtype = QCAL_QINT8;
+            cfg.q.qscheme = QCAL_PER_TENSOR_SYMMETRIC;
+        }
         if (pc)
             cfg.axis = -1;
         for (int s = 0; s < NSETS; s++) {
@@ -353,6 +361,10 @@ static void test_ranges_inside_data(void **state)
             qcal_observer_config cfg;
             qcal_observer_config_default(&cfg, K->kind);
             cfg.percentile_mode = K->mode;
+            if (K->sym) {
+                cfg.q.dtype = QCAL_QINT8;
+                cfg.q.qscheme = QCAL_PER_TENSOR_SYMMETRIC;
+            }
             qcal_observer *o = make(&cfg);
             /* Six batches, the outliers in a late one (issue 11's failing case). */
             for (int b = 0; b < 6; b++) {
@@ -362,8 +374,7 @@ static void test_ranges_inside_data(void **state)
             float mn, mx;
             int64_t n;
             assert_int_equal(qcal_observer_qrange(o, 1, &mn, &mx, &n), QCAL_OK);
-            bool signed_kind = K->kind == QCAL_OBSERVER_HISTOGRAM ||
-                               K->mode == QCAL_PERCENTILE_TWO_TAILS;
+            bool signed_kind = !qcal_histobs_lattice(o)->absval;
             if (signed_kind) {
                 if (!(mn >= dmin && mx <= dmax && mn <= mx))
                     fail_msg("%s/%s: qrange [%.9g, %.9g] outside data [%.9g, %.9g]", K->name,
@@ -548,8 +559,8 @@ static void test_big_batches(void **state)
     (void)state;
     enum { N = 700001 };
     static const kind_case big_kinds[] = {
-        { QCAL_OBSERVER_HISTOGRAM, 0, "histogram" },
-        { QCAL_OBSERVER_ENTROPY, 0, "entropy" },
+        { QCAL_OBSERVER_HISTOGRAM, 0, "histogram", false },
+        { QCAL_OBSERVER_ENTROPY, 0, "entropy", false },
     };
     float *x = malloc(N * sizeof *x);
     assert_non_null(x);
@@ -717,6 +728,10 @@ static void test_introspection(void **state)
             qcal_observer_config cfg;
             qcal_observer_config_default(&cfg, K->kind);
             cfg.percentile_mode = K->mode;
+            if (K->sym) {
+                cfg.q.dtype = QCAL_QINT8;
+                cfg.q.qscheme = QCAL_PER_TENSOR_SYMMETRIC;
+            }
             cfg.grid = g ? QCAL_GRID_FIRST_BATCH : QCAL_GRID_LATTICE;
             qcal_observer *o = make(&cfg);
             int64_t n, chosen;
@@ -741,10 +756,13 @@ static void test_introspection(void **state)
             assert_int_equal(qcal_observer_qrange(o, 1, &qmn, &qmx, &one), QCAL_OK);
             assert_int_equal(qcal_observer_data_range(o, 1, &dmn, &dmx, &one), QCAL_OK);
             if (!g) {   /* lattice: the bins cover exactly the data range */
-                bool abs_kind = K->kind != QCAL_OBSERVER_HISTOGRAM &&
-                                K->mode != QCAL_PERCENTILE_TWO_TAILS;
-                assert_true(edges[0] == (abs_kind ? 0.0 : (double)dmn));
-                assert_true(edges[2048] == (double)dmx);
+                bool abs_kind = qcal_histobs_lattice(o)->absval;
+                bool zero_kind = !abs_kind && (K->kind == QCAL_OBSERVER_ENTROPY ||
+                                                K->kind == QCAL_OBSERVER_MSE);
+                assert_true(edges[0] == (abs_kind    ? 0.0
+                                         : zero_kind ? fmin(0.0, (double)dmn)
+                                                     : (double)dmn));
+                assert_true(edges[2048] == (zero_kind ? fmax(0.0, (double)dmx) : (double)dmx));
             }
             qcal_status st = qcal_observer_search_curve(o, 2049, lo, hi, err, &n, &chosen);
             if (K->kind == QCAL_OBSERVER_PERCENTILE) {

@@ -1211,7 +1211,7 @@ static void test_constant_and_identity_weights(void **state)
         m = make_cnn_held(mode);
         char path[64];
         snprintf(path, sizeof path, "held%d.onnx", mode);
-        OK(qcal_onnx_qdq_save(m, t, &opt, NULL, tu_path(tmpdir, path), NULL, NULL));
+        OK(qcal_onnx_qdq_save(m, t, &opt, NULL, tu_path(tmpdir, path), NULL));
         qcal_onnx_model_destroy(&m);
         FILE *fp = fopen(tu_path(tmpdir, path), "rb");
         assert_non_null(fp);

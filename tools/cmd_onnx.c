@@ -795,9 +795,8 @@ int cmd_qdq(int argc, char **argv)
         opt.exclude = exclude;
         opt.n_exclude = n_exclude;
     }
-    bool save_failed = false;
-    st = qcal_onnx_qdq_save(m, t, &opt, NULL, out, &rep, &save_failed);
-    if (st != QCAL_OK && save_failed) {
+    st = qcal_onnx_qdq_save(m, t, &opt, NULL, out, &rep);
+    if (st == QCAL_ERR_IO || st == QCAL_ERR_OVERFLOW) {   /* the output (qcal/onnx.h) */
         rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_WRITE), st);
         goto free;
     }

@@ -45,8 +45,10 @@ typedef enum qcal_nonfinite_policy {
 } qcal_nonfinite_policy;
 
 typedef enum qcal_percentile_mode {
-    QCAL_PERCENTILE_ABS = 0,        /* clip symmetric at the percentile of |x| (default) */
+    QCAL_PERCENTILE_ABS = 0,        /* clip symmetric at the percentile of |x| */
     QCAL_PERCENTILE_TWO_TAILS = 1,  /* clip min at (100-p) and max at p percentiles of x */
+    QCAL_PERCENTILE_AUTO = 2,       /* default: two tails for an asymmetric target (affine
+                                     * qscheme, integer dtype), abs for a symmetric one */
 } qcal_percentile_mode;
 
 /* Histogram family: where bins lie (docs/observers.md, "The lattice grid"). */
@@ -92,7 +94,7 @@ typedef struct qcal_observer_config {
                                      * (entropy needs bins > entropy_levels) */
     qcal_observer_grid grid;        /* histogram family: default QCAL_GRID_LATTICE */
     double percentile;              /* percentile: default 99.99, in (0, 100] */
-    qcal_percentile_mode percentile_mode; /* percentile: default QCAL_PERCENTILE_ABS */
+    qcal_percentile_mode percentile_mode; /* percentile: default QCAL_PERCENTILE_AUTO */
     int32_t entropy_levels;         /* entropy: quantized levels the KL search merges into, default 128 */
     qcal_nonfinite_policy nonfinite;/* default QCAL_NONFINITE_SKIP */
 } qcal_observer_config;

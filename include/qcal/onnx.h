@@ -325,14 +325,16 @@ QCAL_API qcal_status qcal_onnx_qdq_session(qcal_onnx_model *m, qcal_calib_sessio
 
 /* qcal_onnx_qdq, then qcal_onnx_model_save(m, save, path): the same file, byte for byte.
  * Float32 weights with symmetric schemes (and, profile ort, their int32 biases) are observed
- * and quantized on a second thread while the save writes the model, each before the save
- * reaches it. On failure nothing is written, and *save_failed (may be NULL) tells the
- * save's failures (the output) from the rewrite's (model, table, options, weights); a
- * weight that fails there leaves m rewritten without its values: destroy m, do not save it. */
+ * and quantized on a second thread while the save writes the model, each before the writer
+ * reaches it. On failure nothing is written and the status says what failed: QCAL_ERR_IO
+ * or QCAL_ERR_OVERFLOW, the output (m is the quantized model, whole: it may be saved
+ * elsewhere); any other, the rewrite: m is unchanged when a check refused (as
+ * qcal_onnx_qdq), or, when a weight failed during the save (named in the message), m is
+ * quantized without that weight's values: destroy it, do not save it. */
 QCAL_API qcal_status qcal_onnx_qdq_save(qcal_onnx_model *m, const qcal_calib_table *table,
                                         const qcal_onnx_qdq_options *opt,
                                         const qcal_onnx_save_options *save, const char *path,
-                                        qcal_onnx_qdq_report *rep, bool *save_failed);
+                                        qcal_onnx_qdq_report *rep);
 
 /* Frees the report's lists and zeroes it (NULL is fine). */
 QCAL_API void qcal_onnx_qdq_report_free(qcal_onnx_qdq_report *rep);

@@ -11,6 +11,7 @@
 #include "qcal/observer.h"
 #include "qcal/observers/histogram.h"
 #include "qcal/quantize.h"
+#include "qcal/weights.h"
 #include "qcal/fakequant.h"
 #include "qcal/npy.h"
 #include "qcal/onnx.h"

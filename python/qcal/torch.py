@@ -712,10 +712,11 @@ class HistogramObserver(_HistogramFamily):
 
 
 class PercentileObserver(_HistogramFamily):
-    """Clips at a percentile of |x| (percentile_mode="abs") or of each tail ("two_tails")."""
+    """Clips at a percentile of |x| (percentile_mode="abs") or of each tail ("two_tails");
+    "auto" (default): two tails for an affine integer target, abs for a symmetric one."""
     _kind = "percentile"
 
-    def __init__(self, percentile=99.99, percentile_mode="abs", bins=2048,
+    def __init__(self, percentile=99.99, percentile_mode="auto", bins=2048,
                  dtype=_torch.quint8, qscheme=_torch.per_tensor_affine, reduce_range=False,
                  quant_min=None, quant_max=None, factory_kwargs=None,
                  eps=_torch.finfo(_torch.float32).eps, grid="lattice", **qcal_config):

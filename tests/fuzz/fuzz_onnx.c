@@ -113,9 +113,8 @@ static void passes(const uint8_t *data, size_t size, qcal_onnx_profile profile)
     qcal_calib_table *table = NULL;
     if (s && qcal_calib_session_table(s, &table) == QCAL_OK && qcal_onnx_model_serialize(m, &buf, &len) == QCAL_OK &&
         qcal_onnx_model_parse(buf, len, &e) == QCAL_OK) {
-        bool save_failed = false;
         qcal_onnx_qdq_report rep;
-        st = qcal_onnx_qdq_save(e, table, &opt, NULL, "/dev/null", &rep, &save_failed);
+        st = qcal_onnx_qdq_save(e, table, &opt, NULL, "/dev/null", &rep);
         if (st == QCAL_OK)
             qcal_onnx_qdq_report_free(&rep);
         else

@@ -151,12 +151,12 @@ KINDS = {"minmax": 0, "moving_average_minmax": 1, "per_channel_minmax": 2,
 
 
 def qcob(kind, payload, dtype, qscheme, nonfinite=0, batches=1, bins=2048, grid=0,
-         levels=128, axis=0):
+         levels=128, axis=0, version=2, pmode=0):
     cfg = struct.pack("<IIIII", KINDS[kind], dtype, qscheme, 0, 0)
     cfg += struct.pack("<qq", 0, 0) + struct.pack("<f", FLT_EPSILON)
     cfg += struct.pack("<ifiI", axis, 0.01, bins, grid)
-    cfg += struct.pack("<dIII", 99.99, 0, levels, 0)
-    return (b"QCOB" + struct.pack("<I", 2) + cfg +
+    cfg += struct.pack("<dIII", 99.99, pmode, levels, 0)
+    return (b"QCOB" + struct.pack("<I", version) + cfg +
             struct.pack("<QQQ", nonfinite, batches, len(payload)) + payload)
 
 
@@ -170,7 +170,7 @@ def qcss(entries):
 
 # dtype / qscheme numbers as the library writes them (tests/test_state.c checks the layout).
 QUINT8, QINT8 = 0, 1
-PER_TENSOR_AFFINE, PER_CHANNEL_AFFINE, PER_CHANNEL_SYMMETRIC = 0, 2, 3
+PER_TENSOR_AFFINE, PER_TENSOR_SYMMETRIC, PER_CHANNEL_AFFINE, PER_CHANNEL_SYMMETRIC = 0, 1, 2, 3
 mm = qcob("minmax", struct.pack("<ff", -2.25, 3.0), QUINT8, PER_TENSOR_AFFINE, nonfinite=2,
           batches=2)
 mm_empty = qcob("minmax", struct.pack("<ff", float("inf"), float("-inf")), QUINT8,
@@ -193,11 +193,16 @@ put("fuzz_state", "session_empty.state", qcss([]))
 lat = struct.pack("<iqIffQ", 0, -2, 6, -1.5, 3.0, 4) + struct.pack("<6Q", 1, 0, 2, 0, 0, 1)
 put("fuzz_state", "histogram_lattice.state",
     qcob("histogram", lat, QUINT8, PER_TENSOR_AFFINE, bins=4))
-# entropy (|x| cells from 0), same data: max|x| 3.0 -> e -1 (width 0.5), 7 cells; 1.5 in
-# cell 3, 3.0 in cell 6.
+# entropy with a symmetric target (|x| cells from 0), same data: max|x| 3.0 -> e -1 (width
+# 0.5), 7 cells; 1.5 in cell 3, 3.0 in cell 6. Version 2 (the state did not change).
 lat_abs = struct.pack("<iqIffQ", -1, 0, 7, -1.5, 3.0, 2) + struct.pack("<7Q", 0, 0, 0, 1, 0, 0, 1)
 put("fuzz_state", "entropy_lattice.state",
-    qcob("entropy", lat_abs, QUINT8, PER_TENSOR_AFFINE, bins=4, levels=2))
+    qcob("entropy", lat_abs, QINT8, PER_TENSOR_SYMMETRIC, bins=4, levels=2))
+# entropy with an affine target keeps x, as histogram (version 3), and percentile mode auto.
+put("fuzz_state", "entropy_signed_lattice.state",
+    qcob("entropy", lat, QUINT8, PER_TENSOR_AFFINE, bins=4, levels=2, version=3))
+put("fuzz_state", "percentile_auto_lattice.state",
+    qcob("percentile", lat, QUINT8, PER_TENSOR_AFFINE, bins=4, version=3, pmode=2))
 
 
 # ---- ONNX models (fuzz_onnx): built with python3-onnx when it is there ----

@@ -10,6 +10,11 @@
  *   exact uint64 (PyTorch keeps float32); AVX2/AVX-512 kernels with a C reference, OpenMP
  *   above qcal_threads_for: results never depend on ISA or thread count.
  *   - histogram, percentile two-tails: values x; entropy, mse, percentile abs: |x|.
+ *   - ASYMMETRIC TARGETS (an affine qscheme with an integer dtype, the default quint8
+ *     per_tensor_affine): entropy, mse and percentile (mode auto, its default) keep x and
+ *     search both ends (below); symmetric targets (qint8 per_tensor_symmetric, float8) keep
+ *     |x| and TensorRT's / NVIDIA's searches as before. Observer state version 3; version 2
+ *     states of affine entropy / mse held |x| and are refused.
  *
  * GRID LATTICE (default, QCAL_GRID_LATTICE, "lattice"): everything the observer reports
  *   (qrange, qparams, data_range, saved state except the batch counter) is a function of
@@ -105,8 +110,8 @@
  *     median for both). Inside the bin where the cumulative count reaches q * total the
  *     value is interpolated linearly (uniform density in the bin). NVIDIA returns the
  *     lower edge of that bin; ONNX Runtime the upper edge.
- *   entropy (entropy_levels default 128, needs bins > levels): TensorRT's KL search on the
- *     |x| histogram with its first bin clamped to the second: B[0] = min(B[0], B[1]). For
+ *   entropy (entropy_levels default 128, needs bins > levels), symmetric targets (affine:
+ *     the two-ended search below): TensorRT's KL search on the |x| histogram with its first bin clamped to the second: B[0] = min(B[0], B[1]). For
  *     each candidate i in [levels, bins]: P = B[0..i-1] with the mass beyond added to
  *     P[i-1]; Q = the unclipped B[0..i-1] merged into `levels` levels (bin j -> level
  *     j*levels/i, integer division) and spread evenly over each level's non-zero bins;
@@ -130,14 +135,37 @@
  *     Each KL is the sum of its terms evaluated almost exactly (per-level prefix sums in
  *     double-double; ~1e-13 relative to a float64 term-by-term sum, exactly 0 when every
  *     term is 0). Search timings: docs/observers.md.
- *   mse: NVIDIA HistogramCalibrator style on the |x| histogram: candidates amax = centre of
- *     bin i, i in [min(128, bins-1), bins); error = sum_j count_j (deq(c_j) - c_j)^2 over
+ *   mse, symmetric targets (affine: the two-ended search below): NVIDIA HistogramCalibrator
+ *     style on the |x| histogram: candidates amax = centre of bin i, i in [min(128, bins-1), bins); error = sum_j count_j (deq(c_j) - c_j)^2 over
  *     bin centres c_j with deq(c) = min(nearbyint(c/s), L) * s, s = amax / L, L = 255 for
  *     non-negative data with per_tensor_affine, else (quant_max - quant_min) / 2 (127);
  *     first minimal mean error wins; t = (i + 0.5) * bin width. The errors are compared
  *     exactly (integer sums; a float64 sum, as numpy's, agrees to ~1e-15 relative).
- *   Clip ranges from t (percentile abs, entropy, mse): [0, t] if no negative value was seen,
- *   else [-t, t]. qcal_qparams_compute then applies the qscheme (symmetric: max(|min|,max)).
+ *   Two-ended searches (asymmetric targets), on a signed histogram of x: entropy and mse
+ *     on `bins` bins over [min(0, min), max(0, max)] (an affine grid always holds zero, so
+ *     data away from zero leave the bins between zero and the data empty, as |x| does;
+ *     the lattice view, or the first-batch grid re-binned linearly), percentile two-tails
+ *     on [min, max]. A window [a, b) of bins is chosen by coordinate descent (the best b
+ *     for the current a, the smallest on ties, then the best a for that b, the largest on
+ *     ties, from [0, bins), until a round no longer lowers the objective); windows contain
+ *     the bin of zero.
+ *     entropy: P = counts[a..b) with the mass below a added to P[a] and above to P[b-1];
+ *       Q = the unclipped counts merged into entropy_levels levels, spread over each level's
+ *       non-zero bins; b - a >= levels; the zero bin clamped to its fuller neighbour (bin 0
+ *       of non-negative data: the |x| clamp). Range [lo + a w, lo + b w].
+ *     mse: grid of quant_max - quant_min steps over the window's edges (the zero point's
+ *       rounding left out), bin centres quantized round-half-up and clamped, exact integer
+ *       errors; b - a >= min(128, bins - 1). Range: the window's edges.
+ *     percentile: the two-tails mode.
+ *   No degenerate minimum (entropy, both searches): a candidate that clips mass while
+ *   holding data only in the bins receiving it is not a candidate (P = Q whatever is
+ *   clipped: U[0.5, 1] gave [0, 0.5005]). Two-ended search only: nor is one whose clipped
+ *   mass beyond an edge exceeds the count of the edge bin it is added to (the lump may at
+ *   most double P's edge bin; without this rule the KL took the narrowest window, levels
+ *   bins, on every long-tailed tensor of PP-OCRv4: see observers/entropy.c). Ranges are
+ *   kept inside [min, max] of the data.
+ *   Clip ranges from t (percentile abs, entropy, mse, symmetric targets): [0, t] if no
+ *   negative value was seen, else [-t, t]. qcal_qparams_compute then applies the qscheme (symmetric: max(|min|,max)).
  *   No data: QCAL_NO_DATA, qparams (1, 0). All-zero data: (0, 0), finite scale.
  */
 #ifndef QCAL_OBSERVERS_HISTOGRAM_H
