@@ -22,6 +22,10 @@
 #define ONNX_INT64 7
 #define ONNX_BOOL 9
 
+#ifndef GATED_LEVEL
+#define GATED_LEVEL 0
+#endif
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -473,8 +477,26 @@ static void label_metric(const runner *r, const acc_sums *sums, int64_t n_c, int
     }
 }
 
+static qcal_status session_at(qcal_engine *e, const qcal_onnx_model *m, const qcal_accuracy_options *opt,
+                              int level, qcal_engine_session **out);
+
 static qcal_status session(qcal_engine *e, const qcal_onnx_model *m, const qcal_accuracy_options *opt,
                            qcal_engine_session **out)
+{
+    return session_at(e, m, opt, opt->optimization, out);
+}
+
+/* The gated model's session: graph optimization 'basic' at most (constant folding, no layout
+ * change): at 'all' ONNX Runtime moves its Convs to the NCHWc layout and reorders every
+ * tensor around the Where and Q/DQ nodes between them. */
+static qcal_status gated_session(qcal_engine *e, const qcal_onnx_model *m, const qcal_accuracy_options *opt,
+                                 qcal_engine_session **out)
+{
+    return session_at(e, m, opt, opt->optimization < GATED_LEVEL ? opt->optimization : GATED_LEVEL, out);
+}
+
+static qcal_status session_at(qcal_engine *e, const qcal_onnx_model *m, const qcal_accuracy_options *opt,
+                              int level, qcal_engine_session **out)
 {
     void *buf = NULL;
     size_t len = 0;
@@ -483,7 +505,7 @@ static qcal_status session(qcal_engine *e, const qcal_onnx_model *m, const qcal_
         return st;
     qcal_engine_session_options so;
     qcal_engine_session_options_default(&so);
-    so.optimization = opt->optimization;
+    so.optimization = level;
     so.threads = opt->threads;
     st = qcal_engine_session_create(e, buf, len, &so, out);
     qcal_free(buf);
@@ -617,7 +639,7 @@ qcal_status qcal_model_compare(qcal_engine *e, const qcal_onnx_model *float_m, c
 
     if (opt->sensitivity_samples > 0) {
         if ((st = qcal_onnx_gate(qdq_m, ref ? ref : float_m, &gm, &gops, &n_gops)) != QCAL_OK ||
-            (st = session(e, gm, opt, &gs)) != QCAL_OK || (st = check_outputs(&r, gs, "the gated model")) != QCAL_OK)
+            (st = gated_session(e, gm, opt, &gs)) != QCAL_OK || (st = check_outputs(&r, gs, "the gated model")) != QCAL_OK)
             goto fail;
         qcal_onnx_model_destroy(&gm);
         r.n_gates = n_gops;
@@ -850,7 +872,7 @@ qcal_status qcal_model_keep_float(qcal_engine *e, const qcal_onnx_model *m, cons
                 goto fail;
             }
             double all_on;
-            if ((st = session(e, gm, opt, &gs)) != QCAL_OK || (st = check_outputs(&r, gs, "the gated model")) != QCAL_OK)
+            if ((st = gated_session(e, gm, opt, &gs)) != QCAL_OK || (st = check_outputs(&r, gs, "the gated model")) != QCAL_OK)
                 goto fail;
             qcal_onnx_model_destroy(&gm);
             r.n_gates = n_gops;
