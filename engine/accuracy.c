@@ -20,10 +20,9 @@
 #define ONNX_FLOAT 1
 #define ONNX_INT32 6
 #define ONNX_INT64 7
-#define ONNX_BOOL 9
 
 #ifndef GATED_LEVEL
-#define GATED_LEVEL 0
+#define GATED_LEVEL 99
 #endif
 
 static double now_s(void)
@@ -231,17 +230,27 @@ static qcal_status run_cand(runner *r, const cand *c, const qcal_engine_value *v
     if (n > 64 && !(iv = malloc((size_t)n * sizeof *iv)))
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
     memcpy(iv, vals, (size_t)r->n_inputs * sizeof *iv);
+    float *gf = NULL;
     if (c->gates) {
+        /* the gated model's input: float 0 or 1 per op (qcal_onnx_gate) */
+        if (!(gf = malloc((size_t)r->n_gates * sizeof *gf + 1))) {
+            if (iv != in)
+                free(iv);
+            return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+        }
+        for (int64_t k = 0; k < r->n_gates; k++)
+            gf[k] = c->gates[k] ? 1.0f : 0.0f;
         qcal_engine_value *g = &iv[r->n_inputs];
         memset(g, 0, sizeof *g);
         g->name = QCAL_ONNX_GATES_INPUT;
-        g->elem_type = ONNX_BOOL;
+        g->elem_type = ONNX_FLOAT;
         g->ndim = 1;
         g->dims[0] = r->n_gates;
-        g->data = c->gates;
-        g->nbytes = (size_t)r->n_gates;
+        g->data = gf;
+        g->nbytes = (size_t)r->n_gates * sizeof *gf;
     }
     qcal_status st = qcal_engine_run(c->s, iv, n, (const char *const *)r->out_names, r->n_out, out);
+    free(gf);
     if (iv != in)
         free(iv);
     r->runs++;
@@ -547,26 +556,35 @@ static int rank_cmp(const void *a, const void *b)
 /* The one-at-a-time runs (and, with others, all-but-one) on the gated model: sqnr_only[n],
  * sqnr_others[n] (may be NULL), *all_on. */
 static qcal_status per_op(runner *r, qcal_engine_session *gs, int64_t n, int64_t samples, bool others,
-                          double *only, double *oth, double *all_on)
+                          const uint8_t *want, double *only, double *oth, double *all_on)
 {
-    int64_t n_c = 1 + n + (others ? n : 0);
+    /* candidates: 0 every gate on; then op k alone and (others) all but op k, for each op
+     * wanted (want NULL: every op) */
+    int64_t m = 0;
+    for (int64_t k = 0; k < n; k++)
+        m += !want || want[k];
+    int64_t n_c = 1 + m + (others ? m : 0);
     uint8_t *g = calloc((size_t)(n_c + 1) * (size_t)n + 1, 1);
     cand *c = calloc((size_t)n_c, sizeof *c);
+    int64_t *idx = calloc((size_t)m + 1, sizeof *idx);
     acc_sums *sums = calloc((size_t)(n_c * r->n_out) * 2 + 1, sizeof *sums);
-    if (!g || !c || !sums) {
-        free(g), free(c), free(sums);
+    if (!g || !c || !idx || !sums) {
+        free(g), free(c), free(idx), free(sums);
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
     }
+    for (int64_t k = 0, j = 0; k < n; k++)
+        if (!want || want[k])
+            idx[j++] = k;
     cand ref = {gs, g}; /* row 0: every gate off */
     for (int64_t k = 0; k < n_c; k++) {
         uint8_t *row = g + (size_t)(k + 1) * (size_t)n;
         if (k == 0)
             memset(row, 1, (size_t)n);
-        else if (k <= n)
-            row[k - 1] = 1;
+        else if (k <= m)
+            row[idx[k - 1]] = 1;
         else {
             memset(row, 1, (size_t)n);
-            row[k - 1 - n] = 0;
+            row[idx[k - 1 - m]] = 0;
         }
         c[k].s = gs;
         c[k].gates = row;
@@ -575,12 +593,17 @@ static qcal_status per_op(runner *r, qcal_engine_session *gs, int64_t n, int64_t
     if (st == QCAL_OK) {
         *all_on = total_sqnr(r, sums, 0);
         for (int64_t k = 0; k < n; k++) {
-            only[k] = total_sqnr(r, sums, 1 + k);
+            only[k] = NAN;
             if (oth)
-                oth[k] = others ? total_sqnr(r, sums, 1 + n + k) : NAN;
+                oth[k] = NAN;
+        }
+        for (int64_t j = 0; j < m; j++) {
+            only[idx[j]] = total_sqnr(r, sums, 1 + j);
+            if (oth && others)
+                oth[idx[j]] = total_sqnr(r, sums, 1 + m + j);
         }
     }
-    free(g), free(c), free(sums);
+    free(g), free(c), free(idx), free(sums);
     return st;
 }
 
@@ -652,7 +675,7 @@ qcal_status qcal_model_compare(qcal_engine *e, const qcal_onnx_model *float_m, c
             st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
             goto fail;
         }
-        st = per_op(&r, gs, n_gops, opt->sensitivity_samples, opt->others, only, oth, &R.gated_sqnr_db);
+        st = per_op(&r, gs, n_gops, opt->sensitivity_samples, opt->others, NULL, only, oth, &R.gated_sqnr_db);
         if (st != QCAL_OK) {
             free(rk);
             goto fail;
@@ -731,9 +754,45 @@ static bool target_holds(const qcal_keep_float_target *t, double sqnr, double ac
     return true;
 }
 
+/* A set of names (sorted on first lookup). */
+typedef struct name_set {
+    const char **v;
+    int64_t n, cap;
+    bool sorted;
+} name_set;
+
+static bool onnx_name_put(name_set *s, const char *name)
+{
+    if (s->n == s->cap) {
+        int64_t cap = s->cap ? s->cap * 2 : 64;
+        const char **v = realloc(s->v, (size_t)cap * sizeof *v);
+        if (!v)
+            return false;
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->n++] = name;
+    s->sorted = false;
+    return true;
+}
+
+static int str_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static bool name_in(name_set *s, const char *name)
+{
+    if (!s->sorted) {
+        qsort(s->v, (size_t)s->n, sizeof *s->v, str_cmp);
+        s->sorted = true;
+    }
+    return s->n && bsearch(&name, s->v, (size_t)s->n, sizeof *s->v, str_cmp) != NULL;
+}
+
 /* m quantized with qopt plus the first k names of order excluded (escaped), as a new model. */
 static qcal_status build_qdq(const qcal_onnx_model *m, const qcal_calib_table *table, const qcal_onnx_qdq_options *qopt,
-                             char **const names, int64_t k, qcal_onnx_model **out)
+                             char **const names, int64_t k, qcal_onnx_model **out, qcal_onnx_qdq_report *rep)
 {
     void *buf = NULL;
     size_t len = 0;
@@ -759,7 +818,7 @@ static qcal_status build_qdq(const qcal_onnx_model *m, const qcal_calib_table *t
     o.exclude = (const char *const *)ex;
     o.n_exclude = n_ex;
     if (st == QCAL_OK)
-        st = qcal_onnx_qdq(c, table, &o, NULL);
+        st = qcal_onnx_qdq(c, table, &o, rep);
     for (int64_t i = 0; i < k; i++)
         free(ex[qopt->n_exclude + i]);
     free(ex);
@@ -807,6 +866,10 @@ qcal_status qcal_model_keep_float(qcal_engine *e, const qcal_onnx_model *m, cons
     char **order = NULL;
     int64_t n_named = 0;
     acc_sums *sums = NULL;
+    qcal_onnx_qdq_report qrep;
+    memset(&qrep, 0, sizeof qrep);
+    name_set qset;
+    memset(&qset, 0, sizeof qset);
     qcal_status st;
 
     if ((st = session(e, m, opt, &fs)) != QCAL_OK || (st = runner_open(&r, e, fs, data, entries, n_entries, opt)) != QCAL_OK)
@@ -832,15 +895,22 @@ qcal_status qcal_model_keep_float(qcal_engine *e, const qcal_onnx_model *m, cons
     double hi_sqnr = INFINITY, hi_accf = NAN, hi_accq = NAN;
     for (;;) {
         qcal_engine_session *qs = NULL;
-        if ((st = build_qdq(m, table, qopt, order, k, &q)) != QCAL_OK)
+        if ((st = build_qdq(m, table, qopt, order, k, &q, k == 0 ? &qrep : NULL)) != QCAL_OK)
             goto fail;
         if (k == 0) {
             /* the ops of the QDQ model: counted (and gated, for the ranking) from this one */
             if ((st = qcal_onnx_gate(q, m, &gm, &gops, &n_gops)) != QCAL_OK)
                 goto fail;
-            R.n_ops = n_gops;
+            /* the candidates: the ops qdq quantized (an op that only reads a quantized tensor,
+             * not quantized itself, has nothing --exclude could take back) */
+            for (int64_t i = 0; i < qrep.n_quantized; i++)
+                if (!onnx_name_put(&qset, qrep.quantized[i])) {
+                    st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+                    goto fail;
+                }
             for (int64_t i = 0; i < n_gops; i++)
-                n_named += gops[i].name[0] != 0;
+                n_named += gops[i].name[0] && name_in(&qset, gops[i].name);
+            R.n_ops = n_named;
             hi = n_named;
         }
         st = session(e, q, opt, &qs);
@@ -876,8 +946,17 @@ qcal_status qcal_model_keep_float(qcal_engine *e, const qcal_onnx_model *m, cons
                 goto fail;
             qcal_onnx_model_destroy(&gm);
             r.n_gates = n_gops;
-            if ((st = per_op(&r, gs, n_gops, opt->sensitivity_samples > 0 ? opt->sensitivity_samples : 8, false, only,
-                             NULL, &all_on)) != QCAL_OK)
+            uint8_t *want = calloc((size_t)n_gops + 1, 1);
+            if (!want) {
+                st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+                goto fail;
+            }
+            for (int64_t i = 0; i < n_gops; i++)
+                want[i] = gops[i].name[0] && name_in(&qset, gops[i].name);
+            st = per_op(&r, gs, n_gops, opt->sensitivity_samples > 0 ? opt->sensitivity_samples : 8, false, want,
+                        only, NULL, &all_on);
+            free(want);
+            if (st != QCAL_OK)
                 goto fail;
             qcal_engine_session_destroy(&gs);
             for (int64_t i = 0; i < n_gops; i++)
@@ -885,7 +964,7 @@ qcal_status qcal_model_keep_float(qcal_engine *e, const qcal_onnx_model *m, cons
             qsort(rk, (size_t)n_gops, sizeof *rk, rank_cmp);
             int64_t j = 0;
             for (int64_t i = 0; i < n_gops; i++)
-                if (gops[rk[i].i].name[0])
+                if (gops[rk[i].i].name[0] && name_in(&qset, gops[rk[i].i].name))
                     order[j++] = gops[rk[i].i].name;
         }
         if (hi - lo <= 1) {
@@ -923,6 +1002,8 @@ qcal_status qcal_model_keep_float(qcal_engine *e, const qcal_onnx_model *m, cons
 fail:
     qcal_keep_float_result_free(&R);
     free(only), free(rk), free(order), free(sums);
+    qcal_onnx_qdq_report_free(&qrep);
+    free(qset.v);
     qcal_onnx_gate_ops_free(&gops, n_gops);
     qcal_onnx_model_destroy(&gm);
     qcal_onnx_model_destroy(&q);

@@ -127,12 +127,15 @@ static float *logits(qcal_engine_session *s, int64_t n, const uint8_t *g, int64_
     qcal_engine_io io;
     OK(qcal_engine_session_input(s, 0, &io));
     in[0].name = io.name;
+    float *gf = calloc((size_t)n_gates + 1, sizeof *gf);
+    for (int64_t k = 0; g && k < n_gates; k++)
+        gf[k] = g[k] ? 1.0f : 0.0f;
     in[1].name = QCAL_ONNX_GATES_INPUT;
-    in[1].elem_type = 9;
+    in[1].elem_type = 1;
     in[1].ndim = 1;
     in[1].dims[0] = n_gates;
-    in[1].data = g;
-    in[1].nbytes = (size_t)n_gates;
+    in[1].data = gf;
+    in[1].nbytes = (size_t)n_gates * sizeof *gf;
     qcal_engine_outputs *o = NULL;
     OK(qcal_engine_run(s, in, g ? 2 : 1, NULL, 0, &o));
     qcal_engine_value v;
@@ -143,6 +146,7 @@ static float *logits(qcal_engine_session *s, int64_t n, const uint8_t *g, int64_
     assert_int_equal(v.nbytes, (size_t)n * 10 * sizeof(float));
     qcal_engine_outputs_free(&o);
     qcal_free(a.data);
+    free(gf);
     return out;
 }
 

@@ -306,6 +306,8 @@ typedef struct qcal_onnx_qdq_report {
     char **missing;       /* their names */
     int64_t n_skipped;    /* ops of a quantized type left float */
     char **skipped;       /* one "NODE (OP): reason" line each */
+    int64_t n_quantized;  /* the main graph's quantized ops that have a name */
+    char **quantized;     /* their node names, in graph order */
 } qcal_onnx_qdq_report;
 
 /* Inserts Q/DQ into m from table (activation entries matched by tensor name; weights from
