@@ -4,9 +4,9 @@
  * A quantized op is a node that reads at least one input through a DequantizeLinear
  * (directly, or through single-input Sum / Identity nodes: the FP8 layout of profile ort
  * puts a Sum on each side of Q/DQ). Each such input slot becomes
- *     Where(Gather(qcal_gates, k), <what the op read>, <the float value>)
- * with k the op's index: true selects the quantized value exactly (Where copies, no
- * arithmetic), false the float one. The float value of an activation is the tensor the
+ *     q * g_k + f * (1 - g_k),   g_k = Gather(qcal_gates, k) in {0, 1}
+ * with q what the op read and f the float value: 1 gives q exactly (q * 1 + f * 0), 0 gives f
+ * (only a zero's sign, or a NaN/Inf in the value not taken, could differ). The float value of an activation is the tensor the
  * QuantizeLinear read (again through single-input Sum / Identity); of a weight or bias
  * stored quantized (an initializer or Constant before the DequantizeLinear), the float
  * tensor the reference model's node of the same name reads at the same slot, copied in. A
@@ -85,8 +85,8 @@ static Onnx__TensorProto *ref_weight(const ref_index *ri, const char *node, size
 
 /* Emits out = q * g + f * h (g = the op's gate, h = 1 - g, both 0 or 1): q exactly when the
  * gate is on, f when off (the other product is a zero: only a zero's sign or a NaN/Inf in
- * the unused value could differ; Mul/Add run on the engine's vector kernels, where Where's
- * broadcast of a scalar condition was measured 6x slower on PP-OCRv4). */
+ * the unused value could differ). Measured on PP-OCRv4 recognition, 536 one-sample runs:
+ * 47 s this way at graph optimization 'all', 64 s with Where(gate, q, f) instead. */
 static qcal_status blend(onnx_gindex *x, Onnx__NodeProto **nodes, size_t *nn, const char *g, const char *h,
                          const char *q, const char *f, const char *out)
 {
