@@ -339,7 +339,7 @@ qcal_status qcal_onnx_gate(const qcal_onnx_model *q, const qcal_onnx_model *ref,
         goto done;
     }
 
-    /* Rewrite: the gates input, one Gather per op, one Where per slot, each new node placed
+    /* Rewrite: the gates input, a Gather and a Sub per op, a blend per slot, each new node placed
      * right before the op it feeds (the node array rebuilt in order). */
     {
         int64_t gdim = n_ops;
@@ -419,7 +419,7 @@ qcal_status qcal_onnx_gate(const qcal_onnx_model *q, const qcal_onnx_model *ref,
             nodes[nn++] = g->node[i];
         }
         /* Gated graph outputs: the writer's output renamed (its readers follow), then
-         * Where(gate, renamed, float) under the output's name, at the end. */
+         * the blend of renamed and float under the output's name, at the end. */
         for (size_t j = 0; j < n_outs && st == QCAL_OK; j++) {
             out_slot *o = &outs[j];
             const char *oname = g->output[o->out]->name;
