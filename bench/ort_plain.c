@@ -5,6 +5,11 @@
  * is observed. Public API only.
  *
  *   ort_plain MODEL.onnx DATA [--batch N] [--profile ort|tensorrt] [--carry OUT=IN]...
+ *             [--plain [--level L]]
+ *
+ * --plain: the model as given (nothing exposed, no upgrade or fold), graph optimization L
+ * (default 99, 'all'), the model's own outputs: one float pass over the data, the baseline
+ * of the accuracy rows (bench/accuracy.py).
  *
  * Prints one line: runs, samples, output bytes of the largest run, seconds in Run. */
 #include <stdio.h>
@@ -34,6 +39,7 @@ int main(int argc, char **argv)
 {
     const char *model = NULL, *data = NULL, *carry[16];
     int64_t batch = 0, ncarry = 0;
+    int plain = 0, level = 99;
     qcal_onnx_qdq_options q;
     qcal_onnx_qdq_options_default(&q);
     for (int i = 1; i < argc; i++) {
@@ -41,6 +47,10 @@ int main(int argc, char **argv)
             batch = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--profile") && i + 1 < argc)
             qcal_onnx_profile_parse(argv[++i], &q.profile);
+        else if (!strcmp(argv[i], "--plain"))
+            plain = 1;
+        else if (!strcmp(argv[i], "--level") && i + 1 < argc)
+            level = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--carry") && i + 1 < argc && ncarry < 16)
             carry[ncarry++] = argv[++i];
         else if (!model)
@@ -62,12 +72,12 @@ int main(int argc, char **argv)
     qcal_onnx_model_info info;
     if ((st = qcal_onnx_model_get_info(m, &info)) < 0)
         return fail("info", st);
-    if (info.opset >= 0 && info.opset < 13 && (st = qcal_onnx_upgrade(m, 13, NULL)) < 0)
+    if (!plain && info.opset >= 0 && info.opset < 13 && (st = qcal_onnx_upgrade(m, 13, NULL)) < 0)
         return fail("upgrade", st);
     char **names = NULL;
     int64_t n_names = 0;
-    if ((st = qcal_onnx_fold_bn(m, NULL)) < 0 || (st = qcal_onnx_list(m, &q, &names, &n_names)) < 0 ||
-        (st = qcal_onnx_expose(m, &q, NULL)) < 0)
+    if (!plain && ((st = qcal_onnx_fold_bn(m, NULL)) < 0 || (st = qcal_onnx_list(m, &q, &names, &n_names)) < 0 ||
+                   (st = qcal_onnx_expose(m, &q, NULL)) < 0))
         return fail("expose", st);
     void *buf = NULL;
     size_t len = 0;
@@ -80,6 +90,10 @@ int main(int argc, char **argv)
     qcal_engine_session_options so;
     qcal_engine_session_options_default(&so);
     so.cpu_arena = false;   /* as qcal calibrate's session (engine/model_calib.c) */
+    if (plain) {            /* as qcal compare's sessions (engine/accuracy.c) */
+        so.cpu_arena = true;
+        so.optimization = level;
+    }
     if ((st = qcal_engine_session_create(e, buf, len, &so, &s)) < 0)
         return fail("session", st);
     qcal_free(buf);
@@ -155,7 +169,7 @@ int main(int argc, char **argv)
                     }
             qcal_engine_outputs *o = NULL;
             double t0 = now_s();
-            st = qcal_engine_run(s, v, n_in, req, n_req, &o);
+            st = qcal_engine_run(s, v, n_in, n_req ? req : NULL, n_req, &o);
             t_run += now_s() - t0;
             free(v);
             if (st < 0)

@@ -327,3 +327,17 @@ void qcal_onnx_upgrade_report_free(qcal_onnx_upgrade_report *rep)
     if (rep)
         memset(rep, 0, sizeof *rep);
 }
+
+qcal_status qcal_onnx_gate(const qcal_onnx_model *q, const qcal_onnx_model *ref,
+                           qcal_onnx_model **out, qcal_onnx_gate_op **ops, int64_t *n_ops)
+{
+    (void)q, (void)ref, (void)out, (void)ops, (void)n_ops;
+    return NO_ONNX();
+}
+
+void qcal_onnx_gate_ops_free(qcal_onnx_gate_op **ops, int64_t n)
+{
+    (void)n;
+    if (ops)
+        *ops = NULL;
+}

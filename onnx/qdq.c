@@ -2490,6 +2490,18 @@ static qcal_status qdq_run(qcal_onnx_model *m, const qcal_calib_table *table, co
                         r.n_missing == 1 ? "is" : "are", msg ? msg : "(out of memory)");
         free(msg);
     }
+    /* the names of the main graph's ops about to be quantized (before the rewrite moves
+     * nodes); nameless ops are not listed */
+    for (size_t i = 0; st == QCAL_OK && i < p->g->n_node; i++) {
+        const char *nm = p->g->node[i]->name;
+        if (!p->np[i].quant || !nm || !nm[0])
+            continue;
+        char *d = onnx_strdup(nm);
+        if (!d || !onnx_push((void ***)&r.quantized, (size_t *)&r.n_quantized, d)) {
+            free(d);
+            st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+        }
+    }
     if (st == QCAL_OK)
         st = apply(p, &r);
     for (size_t k = 0; st == QCAL_OK && k < sub.n; k++) {
@@ -2722,7 +2734,10 @@ void qcal_onnx_qdq_report_free(qcal_onnx_qdq_report *rep)
         free(rep->missing[i]);
     for (int64_t i = 0; i < rep->n_skipped; i++)
         free(rep->skipped[i]);
+    for (int64_t i = 0; i < rep->n_quantized; i++)
+        free(rep->quantized[i]);
     free(rep->missing);
     free(rep->skipped);
+    free(rep->quantized);
     memset(rep, 0, sizeof *rep);
 }

@@ -12,7 +12,9 @@ two-ended searches' slice through the chosen window) 1921 high ends each (mse of
 symmetric weight: 1920 bin centres), every curve has its chosen marker; at 1400x900 the summary table of 8
 observers fits (no sideways scroll of the table or the page); every recommendation shows
 its margin, equal to the difference of the two SQNRs, printed with digits that tell them
-apart. Exit 77 (skipped) without chromium.
+apart. The page of `qcal report COMPARE.json` (the JSON of `qcal compare`) renders without a
+script error, its op table sorts on a click, and its bars' drawn widths are proportional to
+their dB on the chart's axis. Exit 77 (skipped) without chromium.
 """
 import json
 import os
@@ -53,6 +55,70 @@ window.addEventListener('load', function () {
   document.body.appendChild(pre);
 });
 </script>"""
+
+
+# For the compare page: script errors caught from the start (injected first in <head>), then
+# after load a click on the op table's "all but" header and the bars as laid out.
+COMPARE_ERRORS = """<script>window.qcalErrors = [];
+window.addEventListener('error', function (e) { window.qcalErrors.push(String(e.message)); });
+</script>"""
+COMPARE_MEASURE = """<script>
+window.addEventListener('load', function () {
+  var t = document.getElementById('ops');
+  t.tHead.rows[0].cells[4].click();
+  var svg = document.querySelector('svg.bars'), bars = [];
+  svg.querySelectorAll('rect').forEach(function (r) {
+    bars.push({cls: r.getAttribute('class'), db: r.dataset.db, w: r.getBBox().width});
+  });
+  var pre = document.createElement('pre');
+  pre.id = 'qcal-measure';
+  pre.textContent = JSON.stringify({errors: window.qcalErrors, bars: bars,
+    x0: +svg.dataset.x0, x1: +svg.dataset.x1, pw: +svg.dataset.plotWidth,
+    order: Array.from(t.tBodies[0].rows).map(function (r) { return r.cells[1].textContent; })});
+  document.body.appendChild(pre);
+});
+</script>"""
+
+COMPARE_JSON = {
+    "float": "f.onnx", "quantized": "q.onnx", "engine": "1.30.0", "samples": 8, "metric": None,
+    "sqnr_db": 30.5, "sensitivity_samples": 8, "gated_sqnr_db": 29.0, "runs": 17, "seconds": 1.0,
+    "outputs": [{"name": "logits", "samples": 8, "positions": 8, "nonfinite": 0, "sqnr_db": 30.5,
+                 "cosine": 0.9995, "top1_agreement": 1, "exact_agreement": 1,
+                 "accuracy_float": None, "accuracy_quantized": None}],
+    "ops": [{"name": "/a/Mul", "op_type": "Mul", "sqnr_alone_db": 11.0, "sqnr_all_but_db": 41.5},
+            {"name": "/b/Conv", "op_type": "Conv", "sqnr_alone_db": 33.25, "sqnr_all_but_db": 30.0},
+            {"name": "/c/Gemm", "op_type": "Gemm", "sqnr_alone_db": "inf", "sqnr_all_but_db": None}]}
+
+
+def check_compare_page(d):
+    """qcal report on a compare JSON, in the browser: no script error, the op table sorted by
+    the clicked column (null first), bar widths (dB - x0) / (x1 - x0) of the plot."""
+    src, html = os.path.join(d, "cmp.json"), os.path.join(d, "cmp.html")
+    with open(src, "w") as f:
+        json.dump(COMPARE_JSON, f)
+    r = subprocess.run([QCAL, "report", src, "-o", html], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    text = open(html, encoding="utf-8").read()
+    assert "<script src" not in text and "<link" not in text and "@import" not in text
+    page = os.path.join(d, "cmp_measure.html")
+    with open(page, "w", encoding="utf-8") as f:
+        f.write(text.replace("<head>", "<head>" + COMPARE_ERRORS, 1)
+                .replace("</body>", COMPARE_MEASURE + "</body>"))
+    dom = chromium("--dump-dom", "--window-size=1400,900", "--virtual-time-budget=2000",
+                   "file://" + page).stdout
+    mm = re.search(r'<pre id="qcal-measure">(.*?)</pre>', dom, re.S)
+    assert mm, "the measuring script did not run"
+    m = json.loads(mm.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    assert m["errors"] == [], m["errors"]
+    assert m["order"] == ["/c/Gemm", "/b/Conv", "/a/Mul"], m["order"]
+    assert (m["x0"], m["x1"]) == (0, 50), (m["x0"], m["x1"])
+    want = [("alone", 11.0), ("allbut", 41.5), ("alone", 33.25), ("allbut", 30.0),
+            ("alone", float("inf"))]
+    assert [(b["cls"], float(b["db"])) for b in m["bars"]] == want, m["bars"]
+    for b in m["bars"]:
+        db = min(float(b["db"]), m["x1"])
+        assert abs(b["w"] - (db - m["x0"]) / (m["x1"] - m["x0"]) * m["pw"]) < 0.06, b
+    return m
 
 
 def chromium(*args, timeout=120):
@@ -262,6 +328,7 @@ def main():
         assert (w, h) == (1400, 900), (w, h)
         assert frac > 0.05, f"screenshot nearly blank ({frac:.3f} non-white)"
         assert len(colours) > 50, f"only {len(colours)} colours"
+        print(json.dumps({"compare_page": check_compare_page(d)}))
         keep = os.environ.get("QCAL_REPORT_SCREENSHOT")
         if keep:
             shutil.copy(png, keep)

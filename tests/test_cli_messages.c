@@ -407,6 +407,8 @@ static void test_repeated_options(void **state)
             v = "per_tensor_affine";
         else if (!strcmp(opt, "--trt-version"))
             v = "8601";
+        else if (!strcmp(opt, "--metric"))
+            v = "top1";
         else if (!strcmp(opt, "--trt-algorithm"))
             v = "MinMaxCalibration";
         run(sub, opt, v, opt, v, NULL);
@@ -731,6 +733,45 @@ static void test_shape_change_policy(void **state)
     assert_non_null(strstr(doc, "(16, 33) after (16, 32)"));
 }
 
+/* qcal report on the JSON 'qcal compare --format json' writes (told by content): the page
+ * with the ops in order; a malformed one exits 3 naming the file; the dump-only options are
+ * usage errors; an unwritable page exits 4. */
+static void test_report_compare(void **state)
+{
+    (void)state;
+    const char *js = "{\"float\": \"f.onnx\", \"quantized\": \"q.onnx\", \"engine\": \"1.30.0\", "
+                     "\"samples\": 4, \"metric\": null, \"sqnr_db\": \"inf\", \"outputs\": [{\"name\": "
+                     "\"y\", \"sqnr_db\": \"inf\", \"cosine\": 1, \"top1_agreement\": 1, "
+                     "\"exact_agreement\": 1, \"accuracy_float\": null, \"accuracy_quantized\": null}], "
+                     "\"sensitivity_samples\": 4, \"gated_sqnr_db\": 20.5, \"ops\": [{\"name\": \"B\", "
+                     "\"op_type\": \"Mul\", \"sqnr_alone_db\": 9.5, \"sqnr_all_but_db\": 40}, {\"name\": "
+                     "\"A\", \"op_type\": \"Conv\", \"sqnr_alone_db\": 31, \"sqnr_all_but_db\": null}], "
+                     "\"runs\": 9, \"seconds\": 0.5}\n";
+    tu_write_bytes(TMP("cmp.json"), js, strlen(js));
+    run("report", "cmp.json", "-o", "cmp.html", "--title", "T", NULL);
+    expect_ok();
+    assert_string_equal(R.out, "qcal: report: wrote cmp.html (1 output, 2 ops)\n");
+    assert_string_equal(R.err, "");
+    char *h = tu_read_file(TMP("cmp.html"), NULL);
+    const char *b = strstr(h, "<title>B (Mul)"), *a = strstr(h, "<title>A (Conv)");
+    assert_true(b && a && b < a);
+    assert_non_null(strstr(h, "<title>T</title>"));
+    free(h);
+    tu_write_bytes(TMP("cmp_bad.json"), js, 120);
+    run("report", "cmp_bad.json", "-o", "x.html", NULL);
+    expect_fail(3, "qcal: report: ", "cmp_bad.json: compare report: JSON");
+    tu_write_bytes(TMP("cmp_other.json"), "{\"entries\": []}", 15);
+    run("report", "cmp_other.json", "-o", "x.html", NULL);
+    expect_fail(3, "qcal: report: ", "cmp_other.json: not a qcal compare report");
+    assert_int_equal(tu_count_entries(tmp_dir, "x.html"), 0);
+    run("report", "cmp.json", "-o", "x.html", "--observers", "minmax", NULL);
+    expect_fail(2, "qcal: report: ", "--observers applies to a dump directory");
+    run("report", "cmp.json", "-o", "x.html", "--save-state", "s.qcev", NULL);
+    expect_fail(2, "qcal: report: ", "--save-state applies to a dump directory");
+    run("report", "cmp.json", "-o", "nodir/x.html", NULL);
+    expect_fail(4, "qcal: report: ", "nodir/x.html");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -751,6 +792,7 @@ int main(void)
         cmocka_unit_test(test_plural_forms),
         cmocka_unit_test(test_eps_clamp_warning),
         cmocka_unit_test(test_option_did_you_mean),
+        cmocka_unit_test(test_report_compare),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

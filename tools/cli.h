@@ -55,6 +55,7 @@ int cmd_fakequant(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
 int cmd_onnx_expose(int argc, char **argv);
 int cmd_qdq(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
 int cmd_equalize(int argc, char **argv);
 
 #endif

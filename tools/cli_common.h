@@ -27,7 +27,7 @@
  * tools/qcal.c, the generated man page and completion, and the docs test. */
 extern const cli_spec cmd_compare_weights_spec, cmd_observe_spec, cmd_quantize_spec, cmd_dequantize_spec,
     cmd_calibrate_spec, cmd_convert_spec, cmd_merge_spec, cmd_evaluate_spec, cmd_report_spec,
-    cmd_stats_spec, cmd_compare_weights_spec, cmd_onnx_expose_spec, cmd_qdq_spec,
+    cmd_stats_spec, cmd_compare_weights_spec, cmd_onnx_expose_spec, cmd_qdq_spec, cmd_compare_spec,
     cmd_equalize_spec, cmd_fakequant_spec;
 
 /* Reports "qcal: <cmd>: <message>" (one line; newlines in the message become spaces) and

@@ -45,30 +45,30 @@ static bool name_eq(const char *opt, const char *name, size_t len)
     return i == len && opt[i] == '\0';
 }
 
-/* Levenshtein distance of a and b (insert, delete, substitute: 1 each), capped at 9. */
+/* Edit distance of a and b (insert, delete, substitute, swap two neighbours: 1 each; the
+ * optimal string alignment distance, so "--tabel" is one edit from "--table"), capped at 9. */
 int cli_edit_distance(const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b);
     if (la > 32 || lb > 32)
         return 9;
-    int row[33];
+    int d[33][33];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = (int)i;
     for (size_t j = 0; j <= lb; j++)
-        row[j] = (int)j;
-    for (size_t i = 1; i <= la; i++) {
-        int diag = row[0];
-        row[0] = (int)i;
+        d[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++)
         for (size_t j = 1; j <= lb; j++) {
-            int up = row[j];
-            int best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best)
-                best = up + 1;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
+            int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best)
+                best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
         }
-    }
-    return row[lb] < 9 ? row[lb] : 9;
+    return d[la][lb] < 9 ? d[la][lb] : 9;
 }
 
 /* The nearest candidate so far of an unknown option's "did you mean". */

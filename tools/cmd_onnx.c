@@ -1,4 +1,5 @@
 /* qcal onnx-expose and qcal qdq: the ONNX model a user deploys (qcal/onnx.h, docs/onnx.md). */
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include <qcal/onnx.h>
 
 #include "cli_common.h"
+#include "cli_accuracy.h"
 #include "cli_model.h"
 #include "cli_output.h"
 #include "cli_progress.h"
@@ -62,6 +64,8 @@ static const cli_opt qdq_opts[] = {
         "       [--exclude PATTERN]... [--op-types LIST] [--strict | --allow-partial]\n"
         "       qcal qdq MODEL.onnx --data SPEC -o OUT.onnx [--observer K | --rules F]\n"
         "       [--table-out T] [--equalize] [same options as above, data options below]\n"
+        "       [--min-output-sqnr DB | --max-drop POINTS --labels L.npy [--metric M]]\n"
+        "       [--eval-data SPEC] [--sensitivity-samples N]\n"
         "\n"
         "Writes MODEL with QuantizeLinear/DequantizeLinear nodes: activations from the table\n"
         "(matched by tensor name), weights per-channel symmetric qint8 computed from the model's\n"
@@ -128,6 +132,14 @@ static const cli_opt qdq_opts[] = {
         "\n"
         "observer options (with --data; the keys of rules files, docs/cli.md):\n"),
     CLI_OBSERVER_GROUP(QCAL_OBSERVER_KIND_COUNT),   /* "default auto" */
+    CLI_TEXT(
+        "\n"
+        "keeping the most sensitive ops float until an accuracy target holds (docs/accuracy.md;\n"
+        "with --data or --eval-data; the QDQ model with the k most sensitive ops float measured\n"
+        "in ONNX Runtime against the float model, k = 0 first, the ops ranked one at a time on a\n"
+        "gated model only when it fails, then a binary search on k):\n"),
+    CLI_KEEP_FLOAT_OPTS,
+    CLI_ACCURACY_OPTS,
     { 0 },
 };
 const cli_spec cmd_qdq_spec = { qdq_opts, 27 };
@@ -504,6 +516,62 @@ out:
     return rc;
 }
 
+/* The keep-float search on m (qcal_model_keep_float): 0 or an exit code (reported); the
+ * target not holding even with every op float is exit 1 (nothing written). */
+static int qdq_keep_float(const char *cmd, const qcal_onnx_model *m, const qcal_calib_table *t,
+                          const qcal_onnx_qdq_options *opt, const cli_model_args *ma, cli_accuracy_args *aa,
+                          bool quiet, qcal_keep_float_result *kf)
+{
+    qcal_accuracy_options ao;
+    int rc = cli_accuracy_options(cmd, aa, ma->batch, &ao);
+    if (rc)
+        return rc;
+    qcal_engine *engine = NULL;
+    if ((rc = cli_engine_open(cmd, ma->ort_lib, &engine)))
+        return rc;
+    cli_progress prog;
+    cli_progress_init(&prog, cmd, !quiet, isatty(2));
+    cli_progress_phase(&prog, "searching", "runs", 0);
+    ao.progress = cli_progress_cb;
+    ao.progress_user = &prog;
+    qcal_keep_float_target tg = {aa->min_sqnr, aa->max_drop};
+    const char *data = aa->eval_data ? aa->eval_data : ma->data;
+    const char *const *entries = aa->eval_data ? NULL : ma->inputs;
+    int64_t n_entries = aa->eval_data ? 0 : ma->ninputs;
+    qcal_status st = qcal_model_keep_float(engine, m, t, opt, data, entries, n_entries, &ao, &tg, kf);
+    cli_progress_end(&prog);
+    qcal_engine_close(&engine);
+    if (st != QCAL_OK) {
+        int code = st == QCAL_ERR_NO_MEMORY || st == QCAL_ERR_BACKEND ? QCAL_EXIT_FAILURE
+                   : st == QCAL_ERR_INVALID_ARG                       ? QCAL_EXIT_USAGE
+                                                                      : QCAL_EXIT_INPUT;
+        return cli_fail_status(cmd, code, st);
+    }
+    if (!kf->met)
+        return cli_fail(cmd, QCAL_EXIT_FAILURE,
+                        "the target does not hold even with every op float (output SQNR %.2f dB): nothing written",
+                        kf->sqnr_db);
+    return 0;
+}
+
+static void print_keep_float(const qcal_keep_float_result *kf, const cli_accuracy_args *aa)
+{
+    printf("qcal: qdq: kept %lld of %lld %s float", (long long)kf->n_float, (long long)kf->n_ops,
+           CLI_PLURAL(kf->n_ops, "op", "ops"));
+    for (int64_t i = 0; i < kf->n_float; i++)
+        printf("%s%s", i ? ", " : " (most sensitive first): ", kf->float_ops[i]);
+    printf("; output SQNR %.2f dB", kf->sqnr_db);
+    if (!isnan(aa->min_sqnr))
+        printf(" (target %.2f)", aa->min_sqnr);
+    if (!isnan(kf->acc_float))
+        printf("; %s float %.2f%%, quantized %.2f%%, drop %.2f points", aa->metric ? aa->metric : "top1",
+               100.0 * kf->acc_float, 100.0 * kf->acc_quant, 100.0 * (kf->acc_float - kf->acc_quant));
+    if (!isnan(aa->max_drop))
+        printf(" (target %.2f)", aa->max_drop);
+    printf("; %lld %s, %lld %s, %.1f s\n", (long long)kf->runs, CLI_PLURAL(kf->runs, "run", "runs"),
+           (long long)kf->checks, CLI_PLURAL(kf->checks, "model checked", "models checked"), kf->seconds);
+}
+
 int cmd_qdq(int argc, char **argv)
 {
     cli_parser p;
@@ -518,6 +586,11 @@ int cmd_qdq(int argc, char **argv)
     cli_observer_args oa;
     memset(&oa, 0, sizeof oa);
     cli_model_args ma;
+    cli_accuracy_args aa;
+    cli_accuracy_args_init(&aa);
+    qcal_keep_float_result kf;
+    memset(&kf, 0, sizeof kf);
+    char **kf_ex = NULL;
     int id, rc = 0;
     if (!exclude)
         return cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
@@ -556,7 +629,7 @@ int cmd_qdq(int argc, char **argv)
         case OPT_ALLOW_PARTIAL: allow_partial = true; break;
         case OPT_VERBOSE: verbose = true; break;
         default:
-            if ((rc = cli_model_opt(cmd, &ma, id, val)) >= 0)
+            if ((rc = cli_model_opt(cmd, &ma, id, val)) >= 0 || (rc = cli_accuracy_opt(cmd, &aa, id, val)) >= 0)
                 break;
             rc = 0;
             have_obs |= cli_observer_opt(&oa, id, val);
@@ -578,9 +651,25 @@ int cmd_qdq(int argc, char **argv)
         goto done;
     }
     if (!from_data && (rules_path || table_out || equalize || have_obs || ma.ncarry ||
-                       ma.batch || ma.ort_lib)) {
+                       (!cli_keep_float_given(&aa) && (ma.batch || ma.ort_lib)))) {
         rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--rules, --table-out, --equalize, --batch, --carry, "
                       "--ort-lib and observer options go with --data");
+        goto done;
+    }
+    bool keep_float = cli_keep_float_given(&aa);
+    if (!keep_float && (aa.labels || aa.metric || aa.eval_data || aa.sensitivity_samples >= 0)) {
+        rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--labels, --metric, --eval-data and --sensitivity-samples go with "
+                      "--min-output-sqnr or --max-drop");
+        goto done;
+    }
+    if (keep_float && !from_data && !aa.eval_data) {
+        rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--min-output-sqnr and --max-drop judge the model on data: "
+                      "give --data or --eval-data");
+        goto done;
+    }
+    if (keep_float && ma.ncarry) {
+        rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--carry does not go with --min-output-sqnr / --max-drop "
+                      "(their runs stand alone)");
         goto done;
     }
     if (from_data && (rc = cli_model_observer_auto(cmd, &ma, &oa, &have_obs, rules_path, true)))
@@ -688,6 +777,24 @@ int cmd_qdq(int argc, char **argv)
      * is this process's copy: a later failure writes nothing. */
     if (table_has_fp8(t) && (rc = cli_model_raise(cmd, m, 19, quiet)))
         goto free;
+    if (keep_float && (rc = qdq_keep_float(cmd, m, t, &opt, &ma, &aa, quiet, &kf)))
+        goto free;
+    if (kf.n_float) {
+        /* the search's ops join the exclusions (escaped: each matches its node only) */
+        const char **ex = realloc(exclude, (size_t)(n_exclude + kf.n_float + 1) * sizeof *ex);
+        kf_ex = calloc((size_t)kf.n_float, sizeof *kf_ex);
+        if (ex)
+            exclude = ex;
+        for (int64_t i = 0; ex && kf_ex && i < kf.n_float; i++)
+            if ((kf_ex[i] = qcal_keep_float_exclude(kf.float_ops[i])))
+                exclude[n_exclude++] = kf_ex[i];
+        if (!ex || !kf_ex || n_exclude != opt.n_exclude + kf.n_float) {
+            rc = cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
+            goto free;
+        }
+        opt.exclude = exclude;
+        opt.n_exclude = n_exclude;
+    }
     st = qcal_onnx_qdq_save(m, t, &opt, NULL, out, &rep);
     if (st == QCAL_ERR_IO || st == QCAL_ERR_OVERFLOW) {   /* the output (qcal/onnx.h) */
         rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_WRITE), st);
@@ -726,14 +833,21 @@ int cmd_qdq(int argc, char **argv)
         printf("; observer auto (the model run twice): %s", chosen);
     }
     printf("\n");
+    if (keep_float)
+        print_keep_float(&kf, &aa);
     rc = cli_flush(cmd, stdout);
 free:
+    for (int64_t i = 0; kf_ex && i < kf.n_float; i++)
+        qcal_free(kf_ex[i]);
+    free(kf_ex);
+    qcal_keep_float_result_free(&kf);
     cli_stage_abort(&staged);
     qcal_free(tbuf);
     qcal_onnx_qdq_report_free(&rep);
     qcal_onnx_model_destroy(&m);
     qcal_calib_table_destroy(&t);
 done:
+    cli_accuracy_args_free(&aa);
     cli_model_args_free(&ma);
     free(exclude);
     return rc;

@@ -22,6 +22,7 @@ static const qcal_cmd commands[] = {
     { "compare-weights", "quantize-dequantize weights, report SQNR/L2/cosine per tensor and group", cmd_compare_weights, &cmd_compare_weights_spec },
     { "onnx-expose", "make every tensor a profile quantizes an output of an ONNX model (for calibration dumps)", cmd_onnx_expose, &cmd_onnx_expose_spec },
     { "qdq", "insert QuantizeLinear/DequantizeLinear into an ONNX model from a table or calibration data (ONNX Runtime, TensorRT 10)", cmd_qdq, &cmd_qdq_spec },
+    { "compare", "run a float ONNX model and its QDQ version in ONNX Runtime: SQNR, agreement, accuracy at the outputs, per-op sensitivity", cmd_compare, &cmd_compare_spec },
     { "equalize", "fold BatchNorms, equalize Conv/Gemm -> Relu -> Conv/Gemm chains, correct biases (ONNX, before qdq)", cmd_equalize, &cmd_equalize_spec },
     { "fakequant", "fake-quantize a float .npy (forward, straight-through / LSQ backward)", cmd_fakequant, &cmd_fakequant_spec },
 };
@@ -74,7 +75,7 @@ static void usage(FILE *f)
             "  2  usage error: unknown option, missing value, impossible value\n"
             "  3  an input file is missing, unreadable or malformed\n"
             "  4  an output file could not be written (an existing file is left intact)\n"
-            "  5  ONNX Runtime could not be loaded (calibrate MODEL.onnx --data, qdq --data)\n"
+            "  5  ONNX Runtime could not be loaded (calibrate MODEL.onnx --data, qdq --data, compare)\n"
             "Errors are reported as one line on stderr: 'qcal: SUBCOMMAND: MESSAGE'; warnings\n"
             "('qcal: SUBCOMMAND: warning: ...'), notes and the summary line of a run that\n"
             "writes files have the same form.\n"

@@ -306,6 +306,8 @@ typedef struct qcal_onnx_qdq_report {
     char **missing;       /* their names */
     int64_t n_skipped;    /* ops of a quantized type left float */
     char **skipped;       /* one "NODE (OP): reason" line each */
+    int64_t n_quantized;  /* the main graph's quantized ops that have a name */
+    char **quantized;     /* their node names, in graph order */
 } qcal_onnx_qdq_report;
 
 /* Inserts Q/DQ into m from table (activation entries matched by tensor name; weights from
@@ -338,6 +340,33 @@ QCAL_API qcal_status qcal_onnx_qdq_save(qcal_onnx_model *m, const qcal_calib_tab
 
 /* Frees the report's lists and zeroes it (NULL is fine). */
 QCAL_API void qcal_onnx_qdq_report_free(qcal_onnx_qdq_report *rep);
+
+/* ---- Per-op gates (accuracy analysis: docs/accuracy.md) ---- */
+
+/* The bool input [n_ops] of a gated model: gate k true = op k reads its quantized inputs. */
+#define QCAL_ONNX_GATES_INPUT "qcal_gates"
+
+/* A quantized op of a gated model. */
+typedef struct qcal_onnx_gate_op {
+    char *name;        /* the node's name ("" when it has none) */
+    char *op_type;
+    int64_t node;      /* its index among the QDQ model's nodes */
+    int64_t inputs;    /* inputs it reads through DequantizeLinear */
+    int64_t fixed;     /* of those, inputs whose float value was not found: always quantized */
+} qcal_onnx_gate_op;
+
+/* From the QDQ model q, a new model (*out) in which every op that reads through
+ * DequantizeLinear (its `ops`, in node order) switches at run time between the quantized
+ * values it reads (gate true, bit for bit) and the float ones (false): the tensor before
+ * QuantizeLinear, or for weights and biases stored quantized the float tensor that ref's
+ * node of the same name reads at that slot (ref may be NULL). Needs opset >= 13; a model
+ * with no such op is QCAL_ERR_EMPTY. */
+QCAL_API qcal_status qcal_onnx_gate(const qcal_onnx_model *q, const qcal_onnx_model *ref,
+                                    qcal_onnx_model **out, qcal_onnx_gate_op **ops,
+                                    int64_t *n_ops);
+
+/* Frees the n ops of qcal_onnx_gate and sets *ops to NULL (NULL is fine). */
+QCAL_API void qcal_onnx_gate_ops_free(qcal_onnx_gate_op **ops, int64_t n);
 
 
 /* ---- Cures before quantization (qcal/ptq.h on the model's weights; docs/onnx.md) ---- */

@@ -24,5 +24,8 @@
 #include "qcal/evaluate.h"
 #include "qcal/int8.h"
 #include "qcal/engine.h"
+#include "qcal/dataset.h"
+#include "qcal/model_calib.h"
+#include "qcal/accuracy.h"
 
 #endif
