@@ -73,18 +73,11 @@ static qcal_onnx_model *qdq_of(const qcal_onnx_model *m, const char *const *excl
     return c;
 }
 
-static int setup(void **state)
+/* The table of m calibrated on the images with the rules text (batches of 16). */
+static qcal_calib_table *calibrate(const qcal_onnx_model *m, const char *rules_text)
 {
-    (void)state;
-    const char *root = getenv("QCAL_SOURCE_ROOT");
-    snprintf(model_path, sizeof model_path, "%s/examples/mobilenet/mobilenet.onnx", root ? root : ".");
-    snprintf(data_path, sizeof data_path, "%s/examples/data/fmnist_test_batch.npy", root ? root : ".");
-    OK(qcal_onnx_model_load(model_path, &fm));
-    OK(qcal_onnx_fold_bn(fm, NULL));
-    /* the table: minmax over the 64 images, through model calibration */
     qcal_calib_rules *rules = NULL;
-    const char *rt = "* activation minmax\n";
-    OK(qcal_calib_rules_parse(rt, strlen(rt), &rules));
+    OK(qcal_calib_rules_parse(rules_text, strlen(rules_text), &rules));
     qcal_calib_session_options so;
     qcal_calib_session_options_default(&so);
     so.rules = rules;
@@ -93,10 +86,24 @@ static int setup(void **state)
     qcal_model_calib_options mo;
     qcal_model_calib_options_default(&mo);
     mo.batch = 16;
-    OK(qcal_model_calibrate(eng, fm, data_path, NULL, 0, s, &mo, NULL));
-    OK(qcal_calib_session_table(s, &table));
+    OK(qcal_model_calibrate(eng, m, data_path, NULL, 0, s, &mo, NULL));
+    qcal_calib_table *t = NULL;
+    OK(qcal_calib_session_table(s, &t));
     qcal_calib_session_destroy(&s);
     qcal_calib_rules_destroy(&rules);
+    return t;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    const char *root = getenv("QCAL_SOURCE_ROOT");
+    snprintf(model_path, sizeof model_path, "%s/examples/mobilenet/mobilenet.onnx", root ? root : ".");
+    snprintf(data_path, sizeof data_path, "%s/examples/data/fmnist_test_batch.npy", root ? root : ".");
+    OK(qcal_onnx_model_load(model_path, &fm));
+    OK(qcal_onnx_fold_bn(fm, NULL));
+    /* the table: minmax over the images, through model calibration */
+    table = calibrate(fm, "* activation minmax\n");
     return 0;
 }
 
@@ -212,20 +219,7 @@ static void gate_case(qcal_onnx_profile profile, bool fp8)
     qcal_calib_table *t = table;
     if (fp8) {
         OK(qcal_onnx_upgrade(f, 19, NULL));
-        const char *rt = "* activation minmax dtype=float8_e4m3fn\n";
-        qcal_calib_rules *rules = NULL;
-        OK(qcal_calib_rules_parse(rt, strlen(rt), &rules));
-        qcal_calib_session_options so;
-        qcal_calib_session_options_default(&so);
-        so.rules = rules;
-        qcal_calib_session *s = NULL;
-        OK(qcal_calib_session_create(&so, &s));
-        qcal_model_calib_options mo;
-        qcal_model_calib_options_default(&mo);
-        OK(qcal_model_calibrate(eng, f, data_path, NULL, 0, s, &mo, NULL));
-        OK(qcal_calib_session_table(s, &t));
-        qcal_calib_session_destroy(&s);
-        qcal_calib_rules_destroy(&rules);
+        t = calibrate(f, "* activation minmax dtype=float8_e4m3fn\n");
     }
     b = ser(f, &len);
     OK(qcal_onnx_model_parse(b, len, &q));
