@@ -148,6 +148,14 @@ static qcal_lattice_grid grid_of(const qcal_lattice *L)
 
 /* ---- growth, update, merge ------------------------------------------------------------- */
 
+/* floor(v / 2^k) for k >= 0: an arithmetic shift, defined for any k (a window that grew by 64
+ * or more doublings at once, e.g. from values near 1e-30 to 1e+30, maps every old cell to
+ * 0 or -1; a shift by 64 or more would be undefined). */
+static inline int64_t floor_shift(int64_t v, int k)
+{
+    return k >= 63 ? (v < 0 ? -1 : 0) : v >> k;
+}
+
 /* A new window of counts for exponent e and data cells [jmin, jmax], holding L's counts
  * (shifted down by e - L->e doublings) and, if src, src's likewise. */
 static qcal_status regrid(const qcal_lattice *L, const qcal_lattice *src, int32_t e,
@@ -166,7 +174,7 @@ static qcal_status regrid(const qcal_lattice *L, const qcal_lattice *src, int32_
         for (int32_t i = 0; i < s->cells; i++) {
             if (!s->counts[i])
                 continue;
-            int64_t j = (s->jlo + i) >> k;   /* floor division by 2^k */
+            int64_t j = floor_shift(s->jlo + i, k);
             nc[j - jlo] += s->counts[i];
         }
     }
@@ -224,7 +232,7 @@ static void add_cells(uint64_t *dst, int32_t de, int64_t dlo, const uint64_t *sr
     }
     for (int32_t i = 0; i < cells; i++)
         if (src[i])
-            dst[((slo + i) >> k) - dlo] += src[i];   /* floor division by 2^k */
+            dst[floor_shift(slo + i, k) - dlo] += src[i];
 }
 
 static void part_run(const qcal_lattice *L, const float *x, int64_t n, lattice_part *P,
