@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "core/internal.h"
+#include "engine/engine_internal.h"
 #include "qcal/accuracy.h"
 #include "qcal/dataset.h"
 
@@ -24,13 +25,6 @@
 #ifndef GATED_LEVEL
 #define GATED_LEVEL 99
 #endif
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 qcal_status qcal_accuracy_metric_parse(const char *name, qcal_accuracy_metric *out)
 {
@@ -133,15 +127,6 @@ static void runner_free(runner *r)
     memset(r, 0, sizeof *r);
 }
 
-static char *dup_str(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
-}
-
 /* Inputs and outputs from the float session; the data opened against its inputs. */
 static qcal_status runner_open(runner *r, qcal_engine *e, qcal_engine_session *fs, const char *data,
                                const char *const *entries, int64_t n_entries,
@@ -162,14 +147,14 @@ static qcal_status runner_open(runner *r, qcal_engine *e, qcal_engine_session *f
         if ((st = qcal_engine_session_input(fs, i, &io)) != QCAL_OK)
             return st;
         r->inputs[i] = io;
-        if (!(r->inputs[i].name = dup_str(io.name)))
+        if (!(r->inputs[i].name = engine_strdup(io.name)))
             return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
     }
     for (int64_t i = 0; i < r->n_out; i++) {
         qcal_engine_io io;
         if ((st = qcal_engine_session_output(fs, i, &io)) != QCAL_OK)
             return st;
-        if (!(r->out_names[i] = dup_str(io.name)))
+        if (!(r->out_names[i] = engine_strdup(io.name)))
             return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
     }
     if ((st = qcal_dataset_open(data, entries, n_entries, r->inputs, r->n_inputs, NULL, &r->ds)) != QCAL_OK)
@@ -618,7 +603,7 @@ qcal_status qcal_model_compare(qcal_engine *e, const qcal_onnx_model *float_m, c
         qcal_accuracy_options_default(&dflt);
         opt = &dflt;
     }
-    double t0 = now_s();
+    double t0 = engine_now_s();
     qcal_accuracy_report R;
     memset(&R, 0, sizeof R);
     R.sqnr_db = R.gated_sqnr_db = NAN;
@@ -650,7 +635,7 @@ qcal_status qcal_model_compare(qcal_engine *e, const qcal_onnx_model *float_m, c
         goto fail;
     R.n_outputs = r.n_out;
     for (int64_t i = 0; i < r.n_out; i++) {
-        if (!(R.outputs[i].name = dup_str(r.out_names[i]))) {
+        if (!(R.outputs[i].name = engine_strdup(r.out_names[i]))) {
             st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
             goto fail;
         }
@@ -686,8 +671,8 @@ qcal_status qcal_model_compare(qcal_engine *e, const qcal_onnx_model *float_m, c
         for (int64_t j = 0; j < n_gops; j++) {
             int64_t k = rk[j].i;
             qcal_accuracy_op *op = &R.ops[R.n_ops++];
-            op->name = dup_str(gops[k].name);
-            op->op_type = dup_str(gops[k].op_type);
+            op->name = engine_strdup(gops[k].name);
+            op->op_type = engine_strdup(gops[k].op_type);
             op->sqnr_only_db = only[k];
             op->sqnr_others_db = oth[k];
             if (!op->name || !op->op_type) {
@@ -701,7 +686,7 @@ qcal_status qcal_model_compare(qcal_engine *e, const qcal_onnx_model *float_m, c
         R.sensitivity_samples = lim;
     }
     R.runs = r.runs;
-    R.seconds = now_s() - t0;
+    R.seconds = engine_now_s() - t0;
     *rep = R;
     memset(&R, 0, sizeof R);
 fail:
@@ -851,7 +836,7 @@ qcal_status qcal_model_keep_float(qcal_engine *e, const qcal_onnx_model *m, cons
         return qcal_error(QCAL_ERR_INVALID_ARG, "keep-float search: no target (a minimum output SQNR or a maximum drop)");
     if (!isnan(target->max_drop) && !opt->labels)
         return qcal_error(QCAL_ERR_INVALID_ARG, "keep-float search: a maximum drop needs labels");
-    double t0 = now_s();
+    double t0 = engine_now_s();
     qcal_keep_float_result R;
     memset(&R, 0, sizeof R);
     R.sqnr_db = R.acc_float = R.acc_quant = NAN;
@@ -989,14 +974,14 @@ qcal_status qcal_model_keep_float(qcal_engine *e, const qcal_onnx_model *m, cons
         goto fail;
     }
     for (int64_t i = 0; i < k; i++) {
-        if (!(R.float_ops[i] = dup_str(order[i]))) {
+        if (!(R.float_ops[i] = engine_strdup(order[i]))) {
             st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
             goto fail;
         }
         R.n_float = i + 1;
     }
     R.runs = r.runs;
-    R.seconds = now_s() - t0;
+    R.seconds = engine_now_s() - t0;
     *res = R;
     memset(&R, 0, sizeof R);
 fail:

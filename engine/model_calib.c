@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "core/internal.h"
+#include "engine/engine_internal.h"
 #include "io/half_dsp.h"
 #include "qcal/model_calib.h"
 #include "qcal/threads.h"
@@ -81,22 +82,6 @@ void qcal_model_calib_options_default(qcal_model_calib_options *opt)
     opt->profile = QCAL_ONNX_PROFILE_ORT;
     opt->max_run_bytes = (uint64_t)512 << 20;
     opt->ranks = 1;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static char *dup_str(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
 }
 
 /* ---- observing one run (the thread) ---- */
@@ -281,8 +266,8 @@ static qcal_status parse_carry(qcal_model_calib *mc, const qcal_model_calib_opti
             return qcal_error(QCAL_ERR_INVALID_ARG, "carry '%s': expected OUTPUT=INPUT",
                               c ? c : "(null)");
         carry_slot *cs = &mc->carry[k];
-        cs->out = dup_str(c);
-        cs->in = dup_str(eq + 1);
+        cs->out = engine_strdup(c);
+        cs->in = engine_strdup(eq + 1);
         if (!cs->out || !cs->in)
             return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
         cs->out[eq - c] = '\0';
@@ -586,9 +571,9 @@ static qcal_status run_once(qcal_model_calib *mc, const qcal_engine_value *input
     }
     qcal_engine_outputs *o = NULL;
     if (st >= 0) {
-        double t0 = now_s();
+        double t0 = engine_now_s();
         st = qcal_engine_run(mc->sess, v, mc->n_inputs, mc->req, mc->n_req, &o);
-        mc->rep.engine_seconds += now_s() - t0;
+        mc->rep.engine_seconds += engine_now_s() - t0;
     }
     free(v);
     if (st < 0)
@@ -613,12 +598,12 @@ static qcal_status run_once(qcal_model_calib *mc, const qcal_engine_value *input
         *out_bytes = bytes;
     if (bytes > mc->rep.max_run_bytes)
         mc->rep.max_run_bytes = bytes;
-    double t0 = now_s();
+    double t0 = engine_now_s();
     if ((st = wait_idle(mc)) < 0) {
         qcal_engine_outputs_free(&o);
         return st;
     }
-    mc->rep.wait_seconds += now_s() - t0;
+    mc->rep.wait_seconds += engine_now_s() - t0;
     pthread_mutex_lock(&mc->mu);
     mc->job = o;
     mc->job_step = mc->step++;
@@ -771,9 +756,9 @@ qcal_status qcal_model_calib_finish(qcal_model_calib *mc, qcal_model_calib_repor
 {
     if (!mc)
         return qcal_error(QCAL_ERR_INVALID_ARG, "model calibration: NULL argument");
-    double t0 = now_s();
+    double t0 = engine_now_s();
     qcal_status st = wait_idle(mc);
-    mc->rep.wait_seconds += now_s() - t0;
+    mc->rep.wait_seconds += engine_now_s() - t0;
     if (st < 0)
         return st;
     if (mc->eval && !mc->chosen) {

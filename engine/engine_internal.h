@@ -1,0 +1,27 @@
+/* Internal to engine/: the small helpers model_calib.c and accuracy.c share. */
+#ifndef QCAL_ENGINE_INTERNAL_H
+#define QCAL_ENGINE_INTERNAL_H
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Seconds on the monotonic clock (reports' durations). */
+static inline double engine_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A malloc'ed copy of s (free), or NULL. */
+static inline char *engine_strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+#endif
