@@ -288,8 +288,8 @@ def qdq(model, out, data=None, table=None, *, profile="ort", observer=None, rule
     holds on ``eval_data`` (default: ``data``; needed with ``table=``), measured on the
     real QDQ model against float; their node names join ``exclude``. The report then has
     keep_float: float_ops (most sensitive first), ops (quantized before), met, sqnr_db,
-    metric (with labels), accuracy_float, accuracy_quantized (None without labels), runs,
-    checks, seconds. When the target does not hold even with every op float, nothing is
+    metric (with labels), accuracy_float, accuracy_quantized (fractions; None without
+    labels), runs, checks, seconds. When the target does not hold even with every op float, nothing is
     written: ``qcal.Error`` (its ``keep_float`` attribute holds that dict)."""
     if (data is None) == (table is None):
         raise TypeError("qdq() needs exactly one of data= (calibrate by running the model) "
