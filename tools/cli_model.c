@@ -101,9 +101,7 @@ int cli_engine_open(const char *cmd, const char *ort_lib, qcal_engine **e)
     qcal_engine_options_default(&eo);
     eo.library = ort_lib;
     qcal_status st = qcal_engine_open(&eo, e);
-    if (st == QCAL_ERR_NO_MEMORY)
-        return cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
-    return st < 0 ? cli_fail_status(cmd, QCAL_EXIT_ENGINE, st) : 0;
+    return st < 0 ? cli_fail_status(cmd, cli_exit_code(st, CLI_AT_ENGINE), st) : 0;
 }
 
 int cli_fold_bn(const char *cmd, qcal_onnx_model *m, bool quiet)
