@@ -319,6 +319,7 @@ static const signed char exit_map[CLI_AT_COUNT][NSTATUS] = {
     [CLI_AT_TABLE_OUT]   = { 2,   1,   4,   1,    1,    1,    1,    1,     1,      1,     1,      1 },
     [CLI_AT_CHECKPOINT]  = { 3,   1,   4,   3,    3,    3,    3,    3,     3,      3,     3,      1 },
     [CLI_AT_MODEL_SETUP] = { 2,   1,   3,   3,    3,    3,    2,    3,     3,      3,     3,      1 },
+    [CLI_AT_MODEL_CARRY] = { 2,   1,   3,   3,    3,    3,    2,    3,     3,      3,     2,      1 },
     [CLI_AT_MODEL_RUN]   = { 3,   1,   3,   3,    3,    1,    3,    1,     1,      3,     3,      3 },
     [CLI_AT_TRANSFORM]   = { 1,   1,   3,   3,    3,    1,    3,    1,     1,      1,     3,      3 },
     [CLI_AT_QDQ]         = { 2,   1,   4,   3,    3,    1,    1,    4,     1,      1,     1,      1 },

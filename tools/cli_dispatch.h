@@ -166,6 +166,7 @@ typedef enum cli_at {
                          * or nothing to write, else 3 (the inputs) */
     CLI_AT_MODEL_SETUP, /* preparing a model's calibration: 2 for options that do not fit
                          * the model, 1 for memory or nothing to calibrate, else 3 */
+    CLI_AT_MODEL_CARRY, /* the same with --carry given: a name it cannot find is 2 */
     CLI_AT_MODEL_RUN,   /* running a model on data: 1 for the engine, policy, memory,
                          * else 3 (the data or model) */
     CLI_AT_TRANSFORM,   /* rewriting a model: 3 for what is in the model, else 1 */

@@ -195,9 +195,8 @@ int cli_model_calibrate(const char *cmd, qcal_engine *e, const qcal_onnx_model *
     int rc = 0;
     qcal_status st = qcal_model_calib_create(e, m, s, &o, &mc);
     if (st < 0) {
-        int code = st == QCAL_ERR_NOT_FOUND && a->ncarry ? QCAL_EXIT_USAGE   /* a --carry name */
-                                                         : cli_exit_code(st, CLI_AT_MODEL_SETUP);
-        return cli_fail_status(cmd, code, st);
+        return cli_fail_status(cmd, cli_exit_code(st, a->ncarry ? CLI_AT_MODEL_CARRY
+                                                                 : CLI_AT_MODEL_SETUP), st);
     }
     optional = calloc((size_t)a->ncarry + 1, sizeof *optional);
     if (!optional) {
