@@ -240,7 +240,6 @@ static qcal_status names_union(char ***names, int64_t *n, char **add, int64_t na
     return QCAL_OK;
 }
 
-/* cmd_onnx_expose with room for the --exclude patterns (argc entries). */
 /* cmd_onnx_expose on its parsed command line. */
 static int expose_main(const char *cmd, const onnx_args *a)
 {
