@@ -13,8 +13,8 @@
  * max / non-finite always cover all of x. lattice_bin_until bins, with the same min / max /
  * non-finite, the chunks before the first one that holds a value outside the window and
  * says where it stopped, so that the caller can grow the lattice and go on from there
- * without reading the binned values again. Threaded drivers: histogram_kernels.c
- * (qcal_f32_histc*) and histogram_lattice.c. */
+ * without reading the binned values again. Threaded driver: histogram_bin.h;
+ * the lattice's single-pass update drives the kernels itself (histogram_lattice.c). */
 #ifndef QCAL_OBSERVERS_HISTOGRAM_DSP_H
 #define QCAL_OBSERVERS_HISTOGRAM_DSP_H
 
@@ -323,30 +323,5 @@ enum { QCAL_HIST_LINEAR, QCAL_HIST_LATTICE };
         dsp->lattice_bin = qcal_f32_lattice_bin__##isa;                                    \
         dsp->lattice_bin_until = qcal_f32_lattice_bin_until__##isa;                        \
     }
-
-/* ---- threaded driver (histogram_kernels.c) ------------------------------------------ */
-
-/* Runs the family's kernel for one grid (hg: first-batch, else lg: lattice; fused: the
- * `_inside` version) over x with OpenMP above qcal_threads_for(n): thread t bins
- * x[t*n/threads, (t+1)*n/threads) into its own partial counts and sub-histograms, and the
- * integer partials are added in thread order, so counts never depend on the thread count.
- * First-batch: counts[0..bins), top-edge values folded into the last bin and added to *top;
- * lattice: counts[0..accept). Fused: *mn / *mx / *nonfinite of all of x, and the counts are
- * added only if everything was inside (and, with reject_nonfinite, nothing non-finite):
- * *binned. QCAL_ERR_NO_MEMORY / QCAL_ERR_OVERFLOW for scratch (counts untouched). */
-/* Batches of at most this many values are binned by plain loops, without scratch. */
-#define QCAL_HIST_SMALL_BATCH 1024
-
-/* Grids of at least this many slots are binned by the same plain loop, one thread, straight
- * into the counts: their sub-histograms and per-thread partials would not fit any cache
- * (and the SIMD kernels' uint16 slots stop at 2^16), and each batch would pay for zeroing
- * and sweeping them (16777216 bins: 1.5 GB and ~7 s a 1 MiB part; docs/observers.md,
- * "Cost of large bin counts"). */
-#define QCAL_HIST_DIRECT_SLOTS 65536
-
-qcal_status qcal_hist_bin_threaded(const float *x, int64_t n, const qcal_histc_grid *hg,
-                           const qcal_lattice_grid *lg, bool fused, bool reject_nonfinite,
-                           uint64_t *counts, uint64_t *top, float *mn, float *mx,
-                           uint64_t *nonfinite, bool *binned);
 
 #endif
