@@ -68,6 +68,7 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
     const __m256i bias = _mm256_set1_epi32(INT32_MIN);
     const __m256i vaccb = _mm256_xor_si256(vacc, bias);
     const bool until = fused && !linear;
+    const bool l1 = qcal_hist_prefetch_l1();
     __m256 vmn = pinf, vmx = ninf;
     float smn = INFINITY, smx = -INFINITY;   /* until: chunks taken by the scalar path */
     __m256i out = _mm256_setzero_si256();
@@ -82,17 +83,27 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
             uint16_t *kb = k + (c & 3) * CH;
             __m256i cin = _mm256_set1_epi32(-1);   /* until: lanes inside the window */
             __m256 cmn = vmn, cmx = vmx;
-            /* The input streams through once: fetch it non-temporally, PF values ahead, so
-             * that it does not evict the sub-histograms from L1 (prefetches never fault; the
-             * addresses past the end of x are formed as integers). */
-            for (int l = 0; l < CH; l += 16)
-                _mm_prefetch((const char *)((uintptr_t)(p + l) + PF * sizeof(float)),
-                             _MM_HINT_NTA);
+            /* The input streams through once: fetch it PF values ahead, non-temporally
+             * unless l1 (qcal_hist_prefetch_l1), so that it does not evict the
+             * sub-histograms from L1 (prefetches never fault; the addresses past the end of
+             * x are formed as integers). */
+            for (int l = 0; l < CH; l += 16) {
+                const char *a = (const char *)((uintptr_t)(p + l) + PF * sizeof(float));
+                if (l1)
+                    _mm_prefetch(a, _MM_HINT_T0);
+                else
+                    _mm_prefetch(a, _MM_HINT_NTA);
+            }
             /* And one line per 4 KB page QCAL_HIST_PF_PAGE bytes ahead: the hardware
              * prefetchers stop at page boundaries; the page's TLB walk and first miss are
              * then done early. */
-            if ((c & (4096 / (CH * 4) - 1)) == 0)
-                _mm_prefetch((const char *)((uintptr_t)p + QCAL_HIST_PF_PAGE), _MM_HINT_NTA);
+            if ((c & (4096 / (CH * 4) - 1)) == 0) {
+                const char *a = (const char *)((uintptr_t)p + QCAL_HIST_PF_PAGE);
+                if (l1)
+                    _mm_prefetch(a, _MM_HINT_T0);
+                else
+                    _mm_prefetch(a, _MM_HINT_NTA);
+            }
             for (int j = 0; j < CH; j += 16) {
                 __m256i sl[2], inm[2];
                 __m256 raws[2];

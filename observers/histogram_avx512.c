@@ -16,7 +16,8 @@
  * interleaved: the order of a chunk's slots does not change its counts), no call inside a
  * segment of QCAL_HIST_FLUSH_ELEMS values (a call clobbers every zmm, and GCC then kept the
  * min / max vectors on the stack), and a vector flush. The input is prefetched NTA (4096
- * cells are 32 KB of counters, all of L1), plus one more line per 4 KB page, 64 KB ahead;
+ * cells are 32 KB of counters, all of L1; T0 on Intel cores, qcal_hist_prefetch_l1), plus
+ * one more line per 4 KB page, 64 KB ahead;
  * slots are read one uint16 at a time (four per 64-bit load was slower). The timings behind
  * each choice: docs/performance.md, "Figures behind the kernels' code". */
 #include <immintrin.h>
@@ -75,6 +76,7 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
     const __m512i vjlo = _mm512_set1_epi32(linear ? 0 : lg->jlo);
     const __m512i vacc = _mm512_set1_epi32(linear ? 0 : lg->accept);
     const bool until = fused && !linear;
+    const bool l1 = qcal_hist_prefetch_l1();
     float fmn = INFINITY, fmx = -INFINITY;   /* vector min / max of the segments before */
     float smn = INFINITY, smx = -INFINITY;   /* until: chunks taken by the scalar path */
     __mmask16 out = 0;
@@ -97,18 +99,27 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                 uint16_t *kb = k + (c & 3) * CH;
                 __mmask16 cin = 0xffff;   /* until: lanes of the chunk inside the window */
                 __m512 cmn = vmn, cmx = vmx;
-                /* The input streams through once: fetch it non-temporally, PF values ahead,
-                 * so that it does not evict the sub-histograms from L1 (prefetches never
-                 * fault; the addresses past the end of x are formed as integers). */
-                for (int l = 0; l < CH; l += 16)
-                    _mm_prefetch((const char *)((uintptr_t)(p + l) + PF * sizeof(float)),
-                                 _MM_HINT_NTA);
+                /* The input streams through once: fetch it PF values ahead, non-temporally
+                 * unless l1 (qcal_hist_prefetch_l1), so that it does not evict the
+                 * sub-histograms from L1 (prefetches never fault; the addresses past the
+                 * end of x are formed as integers). */
+                for (int l = 0; l < CH; l += 16) {
+                    const char *a = (const char *)((uintptr_t)(p + l) + PF * sizeof(float));
+                    if (l1)
+                        _mm_prefetch(a, _MM_HINT_T0);
+                    else
+                        _mm_prefetch(a, _MM_HINT_NTA);
+                }
                 /* And one line per 4 KB page QCAL_HIST_PF_PAGE bytes ahead: the hardware
                  * prefetchers stop at page boundaries; the page's TLB walk and first miss
                  * are then done early. */
-                if ((c & (4096 / (CH * 4) - 1)) == 0)
-                    _mm_prefetch((const char *)((uintptr_t)p + QCAL_HIST_PF_PAGE),
-                                 _MM_HINT_NTA);
+                if ((c & (4096 / (CH * 4) - 1)) == 0) {
+                    const char *a = (const char *)((uintptr_t)p + QCAL_HIST_PF_PAGE);
+                    if (l1)
+                        _mm_prefetch(a, _MM_HINT_T0);
+                    else
+                        _mm_prefetch(a, _MM_HINT_NTA);
+                }
                 for (int j = 0; j < CH; j += 32) {
                     __m512i sl[2];
                     for (int h = 0; h < 2; h++) {

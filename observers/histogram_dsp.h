@@ -204,6 +204,18 @@ int64_t qcal_hist_until_tail(const float *x, int64_t n, int64_t at, const qcal_l
 #define QCAL_HIST_PF 1024    /* input prefetch distance, in values */
 #define QCAL_HIST_PF_PAGE (64 * 1024)   /* page-ahead prefetch distance, in bytes */
 
+/* Whether the SIMD kernels prefetch their input into L1 (T0) rather than non-temporally
+ * (NTA). NTA keeps the stream from evicting the sub-histograms (32 KB for a 2048-bin
+ * lattice) and was the faster one on AMD EPYC; on Intel Xeon cores a line prefetched NTA
+ * goes to L1 alone, and one evicted before its use is read again from memory: an 8M-value
+ * pass binned at 71-98% of the increment loop's rate from run to run with NTA, 94-100% with
+ * T0 (docs/performance.md, "Figures behind the kernels' code"). Prefetches do not change
+ * any count. */
+static inline bool qcal_hist_prefetch_l1(void)
+{
+    return __builtin_cpu_is("intel");
+}
+
 /* lattice_bin_until's decision for a chunk of n values that the vector test did not pass
  * (NaN / Inf, or a value outside): the C reference's test, value by value. Returns whether
  * the chunk holds a finite value outside the window (the chunk is then left to the next
