@@ -17,7 +17,8 @@
  * segment of QCAL_HIST_FLUSH_ELEMS values (a call clobbers every zmm, and GCC then kept the
  * min / max vectors on the stack), and a vector flush. The input is prefetched NTA (4096
  * cells are 32 KB of counters, all of L1; T0 on Intel cores, qcal_hist_prefetch_l1), plus
- * one more line per 4 KB page, 64 KB ahead;
+ * with NTA one more line per 4 KB page, 64 KB ahead; the slots carry their copy's offset
+ * (qcal_hist_ring_offsets), so the scatter addresses one base;
  * slots are read one uint16 at a time (four per 64-bit load was slower). The timings behind
  * each choice: docs/performance.md, "Figures behind the kernels' code". */
 #include <immintrin.h>
@@ -81,8 +82,14 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
     float smn = INFINITY, smx = -INFINITY;   /* until: chunks taken by the scalar path */
     __mmask16 out = 0;
     uint64_t nbad = 0;
-    qcal_hist_sub *s0 = sub, *s1 = sub + stride, *s2 = sub + 2 * (size_t)stride,
-                  *s3 = sub + 3 * (size_t)stride;
+    /* Slots carry their copy's offset (lane & 3) when the grid allows it. */
+    const bool pre = qcal_hist_ring_offsets(stride);
+    const __m512i voff = pre ? _mm512_mullo_epi32(
+                                   _mm512_and_si512(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9,
+                                                                     8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                    _mm512_set1_epi32(3)),
+                                   _mm512_set1_epi32(stride))
+                             : _mm512_setzero_si512();
     uint16_t k[4 * CH] __attribute__((aligned(64)));
     int64_t c = 0, done = nch;
     bool stop = false;
@@ -110,10 +117,10 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                     else
                         _mm_prefetch(a, _MM_HINT_NTA);
                 }
-                /* And one line per 4 KB page QCAL_HIST_PF_PAGE bytes ahead: the hardware
-                 * prefetchers stop at page boundaries; the page's TLB walk and first miss
-                 * are then done early. */
-                if ((c & (4096 / (CH * 4) - 1)) == 0) {
+                /* And, with NTA, one line per 4 KB page QCAL_HIST_PF_PAGE bytes ahead: the
+                 * hardware prefetchers stop at page boundaries; the page's TLB walk and
+                 * first miss are then done early (with T0 it cost 3-4%). */
+                if (!l1 && (c & (4096 / (CH * 4) - 1)) == 0) {
                     const char *a = (const char *)((uintptr_t)p + QCAL_HIST_PF_PAGE);
                     if (l1)
                         _mm_prefetch(a, _MM_HINT_T0);
@@ -162,7 +169,7 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                             cmn = _mm512_min_ps(cmn, raw);
                             cmx = _mm512_max_ps(cmx, raw);
                         }
-                        sl[h] = slot;
+                        sl[h] = _mm512_add_epi32(slot, voff);
                     }
                     /* 32 slots (< 2^16, so the unsigned saturation is exact) in one store,
                      * lane-interleaved: the order of the slots of a chunk does not change
@@ -175,7 +182,7 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                         vmx = cmx;
                     } else if (qcal_hist_until_scan(p, CH, lg, &smn, &smx, &nbad)) {
                         /* A value outside: chunk c is left to the next call. */
-                        qcal_hist_drain_ring(k, c, s0, s1, s2, s3);
+                        qcal_hist_drain_ring(k, c, sub, stride, pre);
                         done = c;
                         stop = true;
                         break;
@@ -183,7 +190,7 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                 }
             }
             if (c >= 2)
-                qcal_hist_scatter_chunk(k + ((c - 2) & 3) * CH, s0, s1, s2, s3);
+                qcal_hist_scatter_chunk(k + ((c - 2) & 3) * CH, sub, stride, pre);
             if (fused && linear && out && c < nch && (c % CHECK == CHECK - 1 || c == nch - 1)) {
                 done = c + 1;
                 stop = true;

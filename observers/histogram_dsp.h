@@ -241,12 +241,36 @@ static inline bool qcal_hist_until_scan(const float *p, int n, const qcal_lattic
     return false;
 }
 
-/* The scalar half of the pipelined SIMD loop: one chunk of uint16 slots (< 2^16: bins + 2 or
- * accept + 1 slots; the SIMD versions take the C path beyond) into the four copies. */
-static inline void qcal_hist_scatter_chunk(const uint16_t *k, qcal_hist_sub *s0,
-                                           qcal_hist_sub *s1, qcal_hist_sub *s2,
-                                           qcal_hist_sub *s3)
+/* Whether a SIMD kernel's ring holds each slot with its copy's offset added: the slot of
+ * lane l of a vector goes to copy l & 3 and is stored as slot + (l & 3) * stride, which must
+ * stay below 2^16 (stride <= 16384). The scatter then increments sub[k] from one base: one
+ * address computation fewer per value than four copy bases (8M values from memory, 1
+ * thread: 3-5% faster; docs/performance.md, "Figures behind the kernels' code"). Each copy
+ * still takes a quarter of every chunk, so the flush interval stays the same. Larger grids
+ * keep plain slots and the four bases. */
+static inline bool qcal_hist_ring_offsets(int32_t stride)
 {
+    return stride <= 65536 / QCAL_HIST_SUB_COPIES;
+}
+
+/* The scalar half of the pipelined SIMD loop: one chunk of uint16 slots (< 2^16: bins + 2 or
+ * accept + 1 slots; the SIMD versions take the C path beyond) into the four copies of
+ * `stride` counters at sub; pre: the slots carry their copy's offset
+ * (qcal_hist_ring_offsets). */
+static inline void qcal_hist_scatter_chunk(const uint16_t *k, qcal_hist_sub *sub,
+                                           int32_t stride, bool pre)
+{
+    if (pre) {
+        for (int j = 0; j < QCAL_HIST_CH; j += 4) {
+            sub[k[j]]++;
+            sub[k[j + 1]]++;
+            sub[k[j + 2]]++;
+            sub[k[j + 3]]++;
+        }
+        return;
+    }
+    qcal_hist_sub *s0 = sub, *s1 = sub + stride, *s2 = sub + 2 * (size_t)stride,
+                  *s3 = sub + 3 * (size_t)stride;
     for (int j = 0; j < QCAL_HIST_CH; j += 4) {
         s0[k[j]]++;
         s1[k[j + 1]]++;
@@ -256,14 +280,13 @@ static inline void qcal_hist_scatter_chunk(const uint16_t *k, qcal_hist_sub *s0,
 }
 /* The end of lattice_bin_until at chunk c: bins the chunks c - 2 and c - 1 still in the
  * ring of 4 chunks of slots k (those that exist). */
-static inline void qcal_hist_drain_ring(const uint16_t *k, int64_t c, qcal_hist_sub *s0,
-                                        qcal_hist_sub *s1, qcal_hist_sub *s2,
-                                        qcal_hist_sub *s3)
+static inline void qcal_hist_drain_ring(const uint16_t *k, int64_t c, qcal_hist_sub *sub,
+                                        int32_t stride, bool pre)
 {
     if (c >= 2)
-        qcal_hist_scatter_chunk(k + ((c - 2) & 3) * QCAL_HIST_CH, s0, s1, s2, s3);
+        qcal_hist_scatter_chunk(k + ((c - 2) & 3) * QCAL_HIST_CH, sub, stride, pre);
     if (c >= 1)
-        qcal_hist_scatter_chunk(k + ((c - 1) & 3) * QCAL_HIST_CH, s0, s1, s2, s3);
+        qcal_hist_scatter_chunk(k + ((c - 1) & 3) * QCAL_HIST_CH, sub, stride, pre);
 }
 enum { QCAL_HIST_LINEAR, QCAL_HIST_LATTICE };
 #define QCAL_HIST_DEFINE_ISA(isa, mm)                                                      \
