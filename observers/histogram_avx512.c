@@ -77,6 +77,10 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
     const __m512i vjlo = _mm512_set1_epi32(linear ? 0 : lg->jlo);
     const __m512i vacc = _mm512_set1_epi32(linear ? 0 : lg->accept);
     const bool until = fused && !linear;
+    /* v * scale underflows to -0 for some negative v only when scale < 1 (otherwise
+     * |v * scale| >= |v|, exact): only then does the cell of such a v need fixing to -1. */
+    const bool underflow = !linear && lg->scale < 1.0f;
+    const __m512i zero_i = _mm512_setzero_si512();
     const bool l1 = qcal_hist_prefetch_l1();
     float fmn = INFINITY, fmx = -INFINITY;   /* vector min / max of the segments before */
     float smn = INFINITY, smx = -INFINITY;   /* until: chunks taken by the scalar path */
@@ -104,7 +108,7 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
             if (c < nch) {
                 const float *p = x + c * CH;
                 uint16_t *kb = k + (c & 3) * CH;
-                __mmask16 cin = 0xffff;   /* until: lanes of the chunk inside the window */
+                __m512i cmaxs = zero_i;   /* until: unsigned max of the chunk's raw slots */
                 __m512 cmn = vmn, cmx = vmx;
                 /* The input streams through once: fetch it PF values ahead, non-temporally
                  * unless l1 (qcal_hist_prefetch_l1), so that it does not evict the
@@ -149,12 +153,20 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                              * give INT32_MIN, as the truncation of the floor did). */
                             __m512i ji = _mm512_cvt_roundps_epi32(
                                 m, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-                            __mmask16 uf = _mm512_mask_cmp_ps_mask(
-                                _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), m, zero, _CMP_EQ_OQ);
-                            ji = _mm512_mask_sub_epi32(ji, uf, ji, one);
-                            slot = _mm512_sub_epi32(ji, vjlo);
-                            in = _mm512_cmplt_epu32_mask(slot, vacc);
-                            slot = _mm512_mask_blend_epi32(in, vacc, slot);
+                            if (underflow) {
+                                __mmask16 uf = _mm512_mask_cmp_ps_mask(
+                                    _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), m, zero,
+                                    _CMP_EQ_OQ);
+                                ji = _mm512_mask_sub_epi32(ji, uf, ji, one);
+                            }
+                            /* Outside the window (NaN's INT32_MIN too) is >= accept as an
+                             * unsigned: the unsigned min makes it the dropped slot, and the
+                             * chunk's unsigned max says whether any lane was outside. */
+                            __m512i raw_slot = _mm512_sub_epi32(ji, vjlo);
+                            slot = _mm512_min_epu32(raw_slot, vacc);
+                            if (until)
+                                cmaxs = _mm512_max_epu32(cmaxs, raw_slot);
+                            in = 0;
                         }
                         if (fused && linear) {
                             /* fpclass 0x99: QNaN, +Inf, -Inf, SNaN. */
@@ -165,7 +177,6 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                             out |= (__mmask16)(fin & ~in);
                         }
                         if (until) {
-                            cin &= in;
                             cmn = _mm512_min_ps(cmn, raw);
                             cmx = _mm512_max_ps(cmx, raw);
                         }
@@ -177,7 +188,7 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                     _mm512_store_si512((__m512i *)(kb + j), _mm512_packus_epi32(sl[0], sl[1]));
                 }
                 if (until) {
-                    if (cin == 0xffff) {
+                    if (_mm512_cmplt_epu32_mask(cmaxs, vacc) == 0xffff) {
                         vmn = cmn;
                         vmx = cmx;
                     } else if (qcal_hist_until_scan(p, CH, lg, &smn, &smx, &nbad)) {
