@@ -65,8 +65,10 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
     const __m256 vs = _mm256_set1_ps(linear ? 0.0f : lg->scale);
     const __m256i vjlo = _mm256_set1_epi32(linear ? 0 : lg->jlo);
     const __m256i vacc = _mm256_set1_epi32(linear ? 0 : lg->accept);
-    const __m256i bias = _mm256_set1_epi32(INT32_MIN);
-    const __m256i vaccb = _mm256_xor_si256(vacc, bias);
+    const __m256i vaccm1 = _mm256_set1_epi32(linear ? 0 : lg->accept - 1);
+    /* v * scale underflows to -0 for some negative v only when scale < 1 (otherwise
+     * |v * scale| >= |v|, exact): only then does the cell of such a v need fixing to -1. */
+    const bool underflow = !linear && lg->scale < 1.0f;
     const bool until = fused && !linear;
     const bool l1 = qcal_hist_prefetch_l1();
     __m256 vmn = pinf, vmx = ninf;
@@ -84,7 +86,7 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
         if (c < nch) {
             const float *p = x + c * CH;
             uint16_t *kb = k + (c & 3) * CH;
-            __m256i cin = _mm256_set1_epi32(-1);   /* until: lanes inside the window */
+            __m256i cin = _mm256_setzero_si256();   /* until: unsigned max of raw slots */
             __m256 cmn = vmn, cmx = vmx;
             /* The input streams through once: fetch it PF values ahead, non-temporally
              * unless l1 (qcal_hist_prefetch_l1), so that it does not evict the
@@ -122,13 +124,17 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                     } else {
                         __m256 m = _mm256_mul_ps(v, vs);
                         __m256i ji = _mm256_cvttps_epi32(_mm256_floor_ps(m));
-                        __m256 uf = _mm256_and_ps(_mm256_cmp_ps(v, zero, _CMP_LT_OQ),
-                                                  _mm256_cmp_ps(m, zero, _CMP_EQ_OQ));
-                        ji = _mm256_add_epi32(ji, _mm256_castps_si256(uf));   /* -1 where uf */
-                        slot = _mm256_sub_epi32(ji, vjlo);
-                        /* unsigned slot < accept via a signed compare of biased values */
-                        in = _mm256_cmpgt_epi32(vaccb, _mm256_xor_si256(slot, bias));
-                        slot = _mm256_blendv_epi8(vacc, slot, in);
+                        if (underflow) {
+                            __m256 uf = _mm256_and_ps(_mm256_cmp_ps(v, zero, _CMP_LT_OQ),
+                                                      _mm256_cmp_ps(m, zero, _CMP_EQ_OQ));
+                            ji = _mm256_add_epi32(ji, _mm256_castps_si256(uf));   /* -1 */
+                        }
+                        /* Outside the window (NaN's INT32_MIN too) is >= accept as an
+                         * unsigned: the unsigned min makes it the dropped slot; `in` keeps
+                         * the raw slot, whose unsigned max over the chunk says whether any
+                         * lane was outside. */
+                        in = _mm256_sub_epi32(ji, vjlo);
+                        slot = _mm256_min_epu32(in, vacc);
                     }
                     sl[h] = _mm256_add_epi32(slot, voff);
                     inm[h] = in;
@@ -139,7 +145,7 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                      * finite and its plain min / max are the ones wanted; any other chunk
                      * goes to the scalar path below, which decides. */
                     for (int h = 0; h < 2; h++) {
-                        cin = _mm256_and_si256(cin, inm[h]);
+                        cin = _mm256_max_epu32(cin, inm[h]);
                         cmn = _mm256_min_ps(cmn, raws[h]);
                         cmx = _mm256_max_ps(cmx, raws[h]);
                     }
@@ -161,7 +167,10 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                 _mm256_store_si256((__m256i *)(kb + j), _mm256_packus_epi32(sl[0], sl[1]));
             }
             if (until) {
-                if (_mm256_movemask_ps(_mm256_castsi256_ps(cin)) == 0xff) {
+                /* every lane inside: max <= accept - 1 (none with an empty window) */
+                if (lg->accept > 0 &&
+                    _mm256_movemask_epi8(_mm256_cmpeq_epi32(_mm256_max_epu32(cin, vaccm1),
+                                                            vaccm1)) == -1) {
                     vmn = cmn;
                     vmx = cmx;
                 } else if (qcal_hist_until_scan(p, CH, lg, &smn, &smx, &nbad)) {
