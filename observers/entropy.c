@@ -68,7 +68,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "observers/histogram_kernels.h"
+#include "observers/histogram_kinds.h"
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF

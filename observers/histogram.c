@@ -1,10 +1,11 @@
 /* The "histogram" observer: PyTorch 1.13 HistogramObserver's L2-norm range search on a
- * histogram grown exactly (histogram_kernels.c). See include/qcal/observers/histogram.h. */
+ * histogram grown exactly (histogram_lattice.c, histogram_first_batch.c). See
+ * include/qcal/observers/histogram.h. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
 
-#include "observers/histogram_kernels.h"
+#include "observers/histogram_kinds.h"
 #include "qcal/observers/histogram.h"
 
 /* Every float operation below mirrors one PyTorch tensor op; none may be fused. */

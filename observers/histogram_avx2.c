@@ -65,34 +65,50 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
     const __m256 vs = _mm256_set1_ps(linear ? 0.0f : lg->scale);
     const __m256i vjlo = _mm256_set1_epi32(linear ? 0 : lg->jlo);
     const __m256i vacc = _mm256_set1_epi32(linear ? 0 : lg->accept);
-    const __m256i bias = _mm256_set1_epi32(INT32_MIN);
-    const __m256i vaccb = _mm256_xor_si256(vacc, bias);
+    const __m256i vaccm1 = _mm256_set1_epi32(linear ? 0 : lg->accept - 1);
+    /* v * scale underflows to -0 for some negative v only when scale < 1 (otherwise
+     * |v * scale| >= |v|, exact): only then does the cell of such a v need fixing to -1. */
+    const bool underflow = !linear && lg->scale < 1.0f;
     const bool until = fused && !linear;
+    const bool l1 = qcal_hist_prefetch_l1();
     __m256 vmn = pinf, vmx = ninf;
     float smn = INFINITY, smx = -INFINITY;   /* until: chunks taken by the scalar path */
     __m256i out = _mm256_setzero_si256();
     uint64_t nbad = 0;
-    qcal_hist_sub *s0 = sub, *s1 = sub + stride, *s2 = sub + 2 * (size_t)stride,
-                  *s3 = sub + 3 * (size_t)stride;
+    /* Slots carry their copy's offset (lane & 3) when the grid allows it. */
+    const bool pre = qcal_hist_ring_offsets(stride);
+    const __m256i voff = pre ? _mm256_mullo_epi32(_mm256_set_epi32(3, 2, 1, 0, 3, 2, 1, 0),
+                                                  _mm256_set1_epi32(stride))
+                             : _mm256_setzero_si256();
     uint16_t k[4 * CH] __attribute__((aligned(32)));
     int64_t since = 0, c = 0, done = nch;
     for (c = 0; c < nch + 2; c++) {
         if (c < nch) {
             const float *p = x + c * CH;
             uint16_t *kb = k + (c & 3) * CH;
-            __m256i cin = _mm256_set1_epi32(-1);   /* until: lanes inside the window */
+            __m256i cin = _mm256_setzero_si256();   /* until: unsigned max of raw slots */
             __m256 cmn = vmn, cmx = vmx;
-            /* The input streams through once: fetch it non-temporally, PF values ahead, so
-             * that it does not evict the sub-histograms from L1 (prefetches never fault; the
-             * addresses past the end of x are formed as integers). */
-            for (int l = 0; l < CH; l += 16)
-                _mm_prefetch((const char *)((uintptr_t)(p + l) + PF * sizeof(float)),
-                             _MM_HINT_NTA);
-            /* And one line per 4 KB page QCAL_HIST_PF_PAGE bytes ahead: the hardware
-             * prefetchers stop at page boundaries; the page's TLB walk and first miss are
-             * then done early. */
-            if ((c & (4096 / (CH * 4) - 1)) == 0)
-                _mm_prefetch((const char *)((uintptr_t)p + QCAL_HIST_PF_PAGE), _MM_HINT_NTA);
+            /* The input streams through once: fetch it PF values ahead, non-temporally
+             * unless l1 (qcal_hist_prefetch_l1), so that it does not evict the
+             * sub-histograms from L1 (prefetches never fault; the addresses past the end of
+             * x are formed as integers). */
+            for (int l = 0; l < CH; l += 16) {
+                const char *a = (const char *)((uintptr_t)(p + l) + PF * sizeof(float));
+                if (l1)
+                    _mm_prefetch(a, _MM_HINT_T0);
+                else
+                    _mm_prefetch(a, _MM_HINT_NTA);
+            }
+            /* And, with NTA, one line per 4 KB page QCAL_HIST_PF_PAGE bytes ahead: the
+             * hardware prefetchers stop at page boundaries; the page's TLB walk and first
+             * miss are then done early (with T0 it cost 3-4%). */
+            if (!l1 && (c & (4096 / (CH * 4) - 1)) == 0) {
+                const char *a = (const char *)((uintptr_t)p + QCAL_HIST_PF_PAGE);
+                if (l1)
+                    _mm_prefetch(a, _MM_HINT_T0);
+                else
+                    _mm_prefetch(a, _MM_HINT_NTA);
+            }
             for (int j = 0; j < CH; j += 16) {
                 __m256i sl[2], inm[2];
                 __m256 raws[2];
@@ -108,15 +124,19 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                     } else {
                         __m256 m = _mm256_mul_ps(v, vs);
                         __m256i ji = _mm256_cvttps_epi32(_mm256_floor_ps(m));
-                        __m256 uf = _mm256_and_ps(_mm256_cmp_ps(v, zero, _CMP_LT_OQ),
-                                                  _mm256_cmp_ps(m, zero, _CMP_EQ_OQ));
-                        ji = _mm256_add_epi32(ji, _mm256_castps_si256(uf));   /* -1 where uf */
-                        slot = _mm256_sub_epi32(ji, vjlo);
-                        /* unsigned slot < accept via a signed compare of biased values */
-                        in = _mm256_cmpgt_epi32(vaccb, _mm256_xor_si256(slot, bias));
-                        slot = _mm256_blendv_epi8(vacc, slot, in);
+                        if (underflow) {
+                            __m256 uf = _mm256_and_ps(_mm256_cmp_ps(v, zero, _CMP_LT_OQ),
+                                                      _mm256_cmp_ps(m, zero, _CMP_EQ_OQ));
+                            ji = _mm256_add_epi32(ji, _mm256_castps_si256(uf));   /* -1 */
+                        }
+                        /* Outside the window (NaN's INT32_MIN too) is >= accept as an
+                         * unsigned: the unsigned min makes it the dropped slot; `in` keeps
+                         * the raw slot, whose unsigned max over the chunk says whether any
+                         * lane was outside. */
+                        in = _mm256_sub_epi32(ji, vjlo);
+                        slot = _mm256_min_epu32(in, vacc);
                     }
-                    sl[h] = slot;
+                    sl[h] = _mm256_add_epi32(slot, voff);
                     inm[h] = in;
                     raws[h] = raw;
                 }
@@ -125,7 +145,7 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                      * finite and its plain min / max are the ones wanted; any other chunk
                      * goes to the scalar path below, which decides. */
                     for (int h = 0; h < 2; h++) {
-                        cin = _mm256_and_si256(cin, inm[h]);
+                        cin = _mm256_max_epu32(cin, inm[h]);
                         cmn = _mm256_min_ps(cmn, raws[h]);
                         cmx = _mm256_max_ps(cmx, raws[h]);
                     }
@@ -147,19 +167,22 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                 _mm256_store_si256((__m256i *)(kb + j), _mm256_packus_epi32(sl[0], sl[1]));
             }
             if (until) {
-                if (_mm256_movemask_ps(_mm256_castsi256_ps(cin)) == 0xff) {
+                /* every lane inside: max <= accept - 1 (none with an empty window) */
+                if (lg->accept > 0 &&
+                    _mm256_movemask_epi8(_mm256_cmpeq_epi32(_mm256_max_epu32(cin, vaccm1),
+                                                            vaccm1)) == -1) {
                     vmn = cmn;
                     vmx = cmx;
                 } else if (qcal_hist_until_scan(p, CH, lg, &smn, &smx, &nbad)) {
                     /* A value outside: chunk c is left to the next call. */
-                    qcal_hist_drain_ring(k, c, s0, s1, s2, s3);
+                    qcal_hist_drain_ring(k, c, sub, stride, pre);
                     done = c;
                     break;
                 }
             }
         }
         if (c >= 2)
-            qcal_hist_scatter_chunk(k + ((c - 2) & 3) * CH, s0, s1, s2, s3);
+            qcal_hist_scatter_chunk(k + ((c - 2) & 3) * CH, sub, stride, pre);
         since += CH;
         if (since >= QCAL_HIST_FLUSH_ELEMS) {
             flush(sub, stride, ncount, counts);

@@ -16,7 +16,9 @@
  * interleaved: the order of a chunk's slots does not change its counts), no call inside a
  * segment of QCAL_HIST_FLUSH_ELEMS values (a call clobbers every zmm, and GCC then kept the
  * min / max vectors on the stack), and a vector flush. The input is prefetched NTA (4096
- * cells are 32 KB of counters, all of L1), plus one more line per 4 KB page, 64 KB ahead;
+ * cells are 32 KB of counters, all of L1; T0 on Intel cores, qcal_hist_prefetch_l1), plus
+ * with NTA one more line per 4 KB page, 64 KB ahead; the slots carry their copy's offset
+ * (qcal_hist_ring_offsets), so the scatter addresses one base;
  * slots are read one uint16 at a time (four per 64-bit load was slower). The timings behind
  * each choice: docs/performance.md, "Figures behind the kernels' code". */
 #include <immintrin.h>
@@ -75,12 +77,23 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
     const __m512i vjlo = _mm512_set1_epi32(linear ? 0 : lg->jlo);
     const __m512i vacc = _mm512_set1_epi32(linear ? 0 : lg->accept);
     const bool until = fused && !linear;
+    /* v * scale underflows to -0 for some negative v only when scale < 1 (otherwise
+     * |v * scale| >= |v|, exact): only then does the cell of such a v need fixing to -1. */
+    const bool underflow = !linear && lg->scale < 1.0f;
+    const __m512i zero_i = _mm512_setzero_si512();
+    const bool l1 = qcal_hist_prefetch_l1();
     float fmn = INFINITY, fmx = -INFINITY;   /* vector min / max of the segments before */
     float smn = INFINITY, smx = -INFINITY;   /* until: chunks taken by the scalar path */
     __mmask16 out = 0;
     uint64_t nbad = 0;
-    qcal_hist_sub *s0 = sub, *s1 = sub + stride, *s2 = sub + 2 * (size_t)stride,
-                  *s3 = sub + 3 * (size_t)stride;
+    /* Slots carry their copy's offset (lane & 3) when the grid allows it. */
+    const bool pre = qcal_hist_ring_offsets(stride);
+    const __m512i voff = pre ? _mm512_mullo_epi32(
+                                   _mm512_and_si512(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9,
+                                                                     8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                    _mm512_set1_epi32(3)),
+                                   _mm512_set1_epi32(stride))
+                             : _mm512_setzero_si512();
     uint16_t k[4 * CH] __attribute__((aligned(64)));
     int64_t c = 0, done = nch;
     bool stop = false;
@@ -95,20 +108,29 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
             if (c < nch) {
                 const float *p = x + c * CH;
                 uint16_t *kb = k + (c & 3) * CH;
-                __mmask16 cin = 0xffff;   /* until: lanes of the chunk inside the window */
+                __m512i cmaxs = zero_i;   /* until: unsigned max of the chunk's raw slots */
                 __m512 cmn = vmn, cmx = vmx;
-                /* The input streams through once: fetch it non-temporally, PF values ahead,
-                 * so that it does not evict the sub-histograms from L1 (prefetches never
-                 * fault; the addresses past the end of x are formed as integers). */
-                for (int l = 0; l < CH; l += 16)
-                    _mm_prefetch((const char *)((uintptr_t)(p + l) + PF * sizeof(float)),
-                                 _MM_HINT_NTA);
-                /* And one line per 4 KB page QCAL_HIST_PF_PAGE bytes ahead: the hardware
-                 * prefetchers stop at page boundaries; the page's TLB walk and first miss
-                 * are then done early. */
-                if ((c & (4096 / (CH * 4) - 1)) == 0)
-                    _mm_prefetch((const char *)((uintptr_t)p + QCAL_HIST_PF_PAGE),
-                                 _MM_HINT_NTA);
+                /* The input streams through once: fetch it PF values ahead, non-temporally
+                 * unless l1 (qcal_hist_prefetch_l1), so that it does not evict the
+                 * sub-histograms from L1 (prefetches never fault; the addresses past the
+                 * end of x are formed as integers). */
+                for (int l = 0; l < CH; l += 16) {
+                    const char *a = (const char *)((uintptr_t)(p + l) + PF * sizeof(float));
+                    if (l1)
+                        _mm_prefetch(a, _MM_HINT_T0);
+                    else
+                        _mm_prefetch(a, _MM_HINT_NTA);
+                }
+                /* And, with NTA, one line per 4 KB page QCAL_HIST_PF_PAGE bytes ahead: the
+                 * hardware prefetchers stop at page boundaries; the page's TLB walk and
+                 * first miss are then done early (with T0 it cost 3-4%). */
+                if (!l1 && (c & (4096 / (CH * 4) - 1)) == 0) {
+                    const char *a = (const char *)((uintptr_t)p + QCAL_HIST_PF_PAGE);
+                    if (l1)
+                        _mm_prefetch(a, _MM_HINT_T0);
+                    else
+                        _mm_prefetch(a, _MM_HINT_NTA);
+                }
                 for (int j = 0; j < CH; j += 32) {
                     __m512i sl[2];
                     for (int h = 0; h < 2; h++) {
@@ -131,12 +153,20 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                              * give INT32_MIN, as the truncation of the floor did). */
                             __m512i ji = _mm512_cvt_roundps_epi32(
                                 m, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-                            __mmask16 uf = _mm512_mask_cmp_ps_mask(
-                                _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), m, zero, _CMP_EQ_OQ);
-                            ji = _mm512_mask_sub_epi32(ji, uf, ji, one);
-                            slot = _mm512_sub_epi32(ji, vjlo);
-                            in = _mm512_cmplt_epu32_mask(slot, vacc);
-                            slot = _mm512_mask_blend_epi32(in, vacc, slot);
+                            if (underflow) {
+                                __mmask16 uf = _mm512_mask_cmp_ps_mask(
+                                    _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), m, zero,
+                                    _CMP_EQ_OQ);
+                                ji = _mm512_mask_sub_epi32(ji, uf, ji, one);
+                            }
+                            /* Outside the window (NaN's INT32_MIN too) is >= accept as an
+                             * unsigned: the unsigned min makes it the dropped slot, and the
+                             * chunk's unsigned max says whether any lane was outside. */
+                            __m512i raw_slot = _mm512_sub_epi32(ji, vjlo);
+                            slot = _mm512_min_epu32(raw_slot, vacc);
+                            if (until)
+                                cmaxs = _mm512_max_epu32(cmaxs, raw_slot);
+                            in = 0;
                         }
                         if (fused && linear) {
                             /* fpclass 0x99: QNaN, +Inf, -Inf, SNaN. */
@@ -147,11 +177,10 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                             out |= (__mmask16)(fin & ~in);
                         }
                         if (until) {
-                            cin &= in;
                             cmn = _mm512_min_ps(cmn, raw);
                             cmx = _mm512_max_ps(cmx, raw);
                         }
-                        sl[h] = slot;
+                        sl[h] = _mm512_add_epi32(slot, voff);
                     }
                     /* 32 slots (< 2^16, so the unsigned saturation is exact) in one store,
                      * lane-interleaved: the order of the slots of a chunk does not change
@@ -159,12 +188,12 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                     _mm512_store_si512((__m512i *)(kb + j), _mm512_packus_epi32(sl[0], sl[1]));
                 }
                 if (until) {
-                    if (cin == 0xffff) {
+                    if (_mm512_cmplt_epu32_mask(cmaxs, vacc) == 0xffff) {
                         vmn = cmn;
                         vmx = cmx;
                     } else if (qcal_hist_until_scan(p, CH, lg, &smn, &smx, &nbad)) {
                         /* A value outside: chunk c is left to the next call. */
-                        qcal_hist_drain_ring(k, c, s0, s1, s2, s3);
+                        qcal_hist_drain_ring(k, c, sub, stride, pre);
                         done = c;
                         stop = true;
                         break;
@@ -172,7 +201,7 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                 }
             }
             if (c >= 2)
-                qcal_hist_scatter_chunk(k + ((c - 2) & 3) * CH, s0, s1, s2, s3);
+                qcal_hist_scatter_chunk(k + ((c - 2) & 3) * CH, sub, stride, pre);
             if (fused && linear && out && c < nch && (c % CHECK == CHECK - 1 || c == nch - 1)) {
                 done = c + 1;
                 stop = true;

@@ -13,8 +13,8 @@
  * max / non-finite always cover all of x. lattice_bin_until bins, with the same min / max /
  * non-finite, the chunks before the first one that holds a value outside the window and
  * says where it stopped, so that the caller can grow the lattice and go on from there
- * without reading the binned values again. Threaded drivers: histogram_kernels.c
- * (qcal_f32_histc*) and histogram_lattice.c. */
+ * without reading the binned values again. Threaded driver: histogram_bin.h;
+ * the lattice's single-pass update drives the kernels itself (histogram_lattice.c). */
 #ifndef QCAL_OBSERVERS_HISTOGRAM_DSP_H
 #define QCAL_OBSERVERS_HISTOGRAM_DSP_H
 
@@ -204,6 +204,18 @@ int64_t qcal_hist_until_tail(const float *x, int64_t n, int64_t at, const qcal_l
 #define QCAL_HIST_PF 1024    /* input prefetch distance, in values */
 #define QCAL_HIST_PF_PAGE (64 * 1024)   /* page-ahead prefetch distance, in bytes */
 
+/* Whether the SIMD kernels prefetch their input into L1 (T0) rather than non-temporally
+ * (NTA). NTA keeps the stream from evicting the sub-histograms (32 KB for a 2048-bin
+ * lattice) and was the faster one on AMD EPYC; on Intel Xeon cores a line prefetched NTA
+ * goes to L1 alone, and one evicted before its use is read again from memory: an 8M-value
+ * pass binned at 71-98% of the increment loop's rate from run to run with NTA, 94-100% with
+ * T0 (docs/performance.md, "Figures behind the kernels' code"). Prefetches do not change
+ * any count. */
+static inline bool qcal_hist_prefetch_l1(void)
+{
+    return __builtin_cpu_is("intel");
+}
+
 /* lattice_bin_until's decision for a chunk of n values that the vector test did not pass
  * (NaN / Inf, or a value outside): the C reference's test, value by value. Returns whether
  * the chunk holds a finite value outside the window (the chunk is then left to the next
@@ -229,12 +241,36 @@ static inline bool qcal_hist_until_scan(const float *p, int n, const qcal_lattic
     return false;
 }
 
-/* The scalar half of the pipelined SIMD loop: one chunk of uint16 slots (< 2^16: bins + 2 or
- * accept + 1 slots; the SIMD versions take the C path beyond) into the four copies. */
-static inline void qcal_hist_scatter_chunk(const uint16_t *k, qcal_hist_sub *s0,
-                                           qcal_hist_sub *s1, qcal_hist_sub *s2,
-                                           qcal_hist_sub *s3)
+/* Whether a SIMD kernel's ring holds each slot with its copy's offset added: the slot of
+ * lane l of a vector goes to copy l & 3 and is stored as slot + (l & 3) * stride, which must
+ * stay below 2^16 (stride <= 16384). The scatter then increments sub[k] from one base: one
+ * address computation fewer per value than four copy bases (8M values from memory, 1
+ * thread: 3-5% faster; docs/performance.md, "Figures behind the kernels' code"). Each copy
+ * still takes a quarter of every chunk, so the flush interval stays the same. Larger grids
+ * keep plain slots and the four bases. */
+static inline bool qcal_hist_ring_offsets(int32_t stride)
 {
+    return stride <= 65536 / QCAL_HIST_SUB_COPIES;
+}
+
+/* The scalar half of the pipelined SIMD loop: one chunk of uint16 slots (< 2^16: bins + 2 or
+ * accept + 1 slots; the SIMD versions take the C path beyond) into the four copies of
+ * `stride` counters at sub; pre: the slots carry their copy's offset
+ * (qcal_hist_ring_offsets). */
+static inline void qcal_hist_scatter_chunk(const uint16_t *k, qcal_hist_sub *sub,
+                                           int32_t stride, bool pre)
+{
+    if (pre) {
+        for (int j = 0; j < QCAL_HIST_CH; j += 4) {
+            sub[k[j]]++;
+            sub[k[j + 1]]++;
+            sub[k[j + 2]]++;
+            sub[k[j + 3]]++;
+        }
+        return;
+    }
+    qcal_hist_sub *s0 = sub, *s1 = sub + stride, *s2 = sub + 2 * (size_t)stride,
+                  *s3 = sub + 3 * (size_t)stride;
     for (int j = 0; j < QCAL_HIST_CH; j += 4) {
         s0[k[j]]++;
         s1[k[j + 1]]++;
@@ -244,14 +280,13 @@ static inline void qcal_hist_scatter_chunk(const uint16_t *k, qcal_hist_sub *s0,
 }
 /* The end of lattice_bin_until at chunk c: bins the chunks c - 2 and c - 1 still in the
  * ring of 4 chunks of slots k (those that exist). */
-static inline void qcal_hist_drain_ring(const uint16_t *k, int64_t c, qcal_hist_sub *s0,
-                                        qcal_hist_sub *s1, qcal_hist_sub *s2,
-                                        qcal_hist_sub *s3)
+static inline void qcal_hist_drain_ring(const uint16_t *k, int64_t c, qcal_hist_sub *sub,
+                                        int32_t stride, bool pre)
 {
     if (c >= 2)
-        qcal_hist_scatter_chunk(k + ((c - 2) & 3) * QCAL_HIST_CH, s0, s1, s2, s3);
+        qcal_hist_scatter_chunk(k + ((c - 2) & 3) * QCAL_HIST_CH, sub, stride, pre);
     if (c >= 1)
-        qcal_hist_scatter_chunk(k + ((c - 1) & 3) * QCAL_HIST_CH, s0, s1, s2, s3);
+        qcal_hist_scatter_chunk(k + ((c - 1) & 3) * QCAL_HIST_CH, sub, stride, pre);
 }
 enum { QCAL_HIST_LINEAR, QCAL_HIST_LATTICE };
 #define QCAL_HIST_DEFINE_ISA(isa, mm)                                                      \
@@ -323,30 +358,5 @@ enum { QCAL_HIST_LINEAR, QCAL_HIST_LATTICE };
         dsp->lattice_bin = qcal_f32_lattice_bin__##isa;                                    \
         dsp->lattice_bin_until = qcal_f32_lattice_bin_until__##isa;                        \
     }
-
-/* ---- threaded driver (histogram_kernels.c) ------------------------------------------ */
-
-/* Runs the family's kernel for one grid (hg: first-batch, else lg: lattice; fused: the
- * `_inside` version) over x with OpenMP above qcal_threads_for(n): thread t bins
- * x[t*n/threads, (t+1)*n/threads) into its own partial counts and sub-histograms, and the
- * integer partials are added in thread order, so counts never depend on the thread count.
- * First-batch: counts[0..bins), top-edge values folded into the last bin and added to *top;
- * lattice: counts[0..accept). Fused: *mn / *mx / *nonfinite of all of x, and the counts are
- * added only if everything was inside (and, with reject_nonfinite, nothing non-finite):
- * *binned. QCAL_ERR_NO_MEMORY / QCAL_ERR_OVERFLOW for scratch (counts untouched). */
-/* Batches of at most this many values are binned by plain loops, without scratch. */
-#define QCAL_HIST_SMALL_BATCH 1024
-
-/* Grids of at least this many slots are binned by the same plain loop, one thread, straight
- * into the counts: their sub-histograms and per-thread partials would not fit any cache
- * (and the SIMD kernels' uint16 slots stop at 2^16), and each batch would pay for zeroing
- * and sweeping them (16777216 bins: 1.5 GB and ~7 s a 1 MiB part; docs/observers.md,
- * "Cost of large bin counts"). */
-#define QCAL_HIST_DIRECT_SLOTS 65536
-
-qcal_status qcal_hist_bin_threaded(const float *x, int64_t n, const qcal_histc_grid *hg,
-                           const qcal_lattice_grid *lg, bool fused, bool reject_nonfinite,
-                           uint64_t *counts, uint64_t *top, float *mn, float *mx,
-                           uint64_t *nonfinite, bool *binned);
 
 #endif

@@ -1,12 +1,14 @@
 /* The lattice histogram (see histogram_lattice.h): cells of width 2^e anchored at zero, e a
  * function of the data range, exact growth and merges, a canonical saved payload, and the
  * re-binned view the range searches run on. The binning kernels are the histogram kernel
- * family (histogram_dsp.h); this file runs them threaded. */
+ * family (histogram_dsp.h); its single-pass update runs them threaded itself, smaller
+ * batches go through the driver (histogram_bin.h). */
 #include <float.h>
 #include <math.h>
 #include <string.h>
 
 #include "core/cpu.h"
+#include "observers/histogram_bin.h"
 #include "observers/histogram_lattice.h"
 #include "observers/minmax_dsp.h"
 #include "observers/minmax_kernels.h"

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "observers/histogram_kernels.h"
+#include "observers/histogram_kinds.h"
 #include "qcal/observers/histogram.h"
 
 static bool is_hist_kind(const qcal_observer *obs)

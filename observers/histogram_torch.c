@@ -8,7 +8,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "observers/histogram_kernels.h"
+#include "observers/histogram_bin.h"
 #include "observers/histogram_torch.h"
 #include "observers/minmax_kernels.h"
 

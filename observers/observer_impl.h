@@ -62,7 +62,7 @@ extern const qcal_observer_ops qcal_observer_mse_ops;
 
 /* True when the config's target is asymmetric (an affine qscheme with an integer dtype):
  * entropy, mse and percentile (mode auto) then keep a histogram of x and search both ends
- * (observers/histogram_kernels.c); otherwise |x| and the symmetric searches. */
+ * (observers/histogram_kinds.c); otherwise |x| and the symmetric searches. */
 bool qcal_histobs_config_asymmetric(const qcal_observer_config *cfg);
 
 /* Fills mn/mx[0..n) with the "no data" range (+inf, -inf). */

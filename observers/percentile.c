@@ -3,7 +3,7 @@
  * off the growable histogram. See include/qcal/observers/histogram.h. */
 #include <math.h>
 
-#include "observers/histogram_kernels.h"
+#include "observers/histogram_kinds.h"
 
 double qcal_hist_quantile(const uint64_t *counts, int32_t bins, double lo, double hi,
                           double q)

@@ -1498,8 +1498,9 @@ static void hist_run(const qcal_histogram_dsp *dsp, int which, const hist_case *
 }
 
 /* Grids: first-batch (signed, |x|, 1 and 7 bins, 2048 bins, a range overflowing float that
- * takes the double formula, a denormal range) and lattice (cell widths 2^-20..2^20 and 2^140
- * where products underflow, windows of 1, 64 and 4096 cells, signed and |x|). */
+ * takes the double formula, a denormal range, 16382 and 16383 bins) and lattice (cell widths
+ * 2^-20..2^20 and 2^140 where products underflow, windows of 1, 64, 4096, 16383 and 16384
+ * cells, signed and |x|). */
 static void hist_case_make(hist_case *c, bool lattice, int k)
 {
     memset(c, 0, sizeof *c);
@@ -1510,6 +1511,9 @@ static void hist_case_make(hist_case *c, bool lattice, int k)
             { -3.0f, 2.5f, 7, false },          { 0.0f, 2.5f, 1, true },
             { -1.0f, 900.0f, 256, false },      { -FLT_MAX, FLT_MAX, 256, false },
             { 0.0f, 1e-38f, 100, true },        { -1e-38f, 2e-39f, 33, false },
+            /* the largest grid whose ring slots carry their copy's offset (stride 16384:
+             * offset slots up to 65535), and the smallest that keeps plain slots */
+            { -1.0f, 1.0f, 16382, false },      { 0.0f, 3.0f, 16383, true },
         };
         int g = k % (int)(sizeof G / sizeof G[0]);
         c->hg.lo = G[g].lo;
@@ -1517,11 +1521,11 @@ static void hist_case_make(hist_case *c, bool lattice, int k)
         c->hg.bins = G[g].bins;
         c->hg.absval = G[g].absval;
     } else {
-        static const int32_t accepts[3] = { 1, 64, 4096 };
+        static const int32_t accepts[5] = { 1, 64, 4096, 16383, 16384 };
         int32_t e = k % 7 == 0 ? 140 : (int32_t)(ca_rand() % 41) - 20;
         c->lg.scale = ldexpf(1.0f, -e);
         c->lg.absval = (k & 1) != 0;
-        c->lg.accept = accepts[k % 3];
+        c->lg.accept = accepts[k % 5];
         c->lg.jlo = c->lg.absval ? 0 : -(int32_t)(ca_rand() % (uint32_t)(c->lg.accept + 1));
     }
 }

@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "observers/histogram_kernels.h"
+#include "observers/histogram_kinds.h"
 #include "qcal/qcal.h"
 #include "testutil.h"
 

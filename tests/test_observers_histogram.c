@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "core/cpu.h"
-#include "observers/histogram_kernels.h"
+#include "observers/histogram_kinds.h"
 #include "observers/minmax_kernels.h"
 #include "qcal/qcal.h"
 #include "qcal/qparams.h"

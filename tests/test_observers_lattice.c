@@ -26,7 +26,7 @@
 #include <cmocka.h>
 
 #include "core/cpu.h"
-#include "observers/histogram_kernels.h"
+#include "observers/histogram_kinds.h"
 #include "observers/histogram_lattice.h"
 #include "observers/minmax_dsp.h"
 #include "qcal/observers/histogram.h"

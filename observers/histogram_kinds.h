@@ -1,88 +1,19 @@
 /* Internal to the histogram observer family (histogram, percentile, entropy, mse): the
- * threaded binning entry points, the growable histogram every kind keeps, and the range
- * choosers the kinds and their tests call directly. Not installed.
- *
- * Grid: `bins` equal bins over [lo, hi]; a value v in [lo, hi] goes to bin
- *   i = (int64)((v - lo) / (hi - lo) * (float)bins)   (float32, truncation), i == bins -> bins-1
- * which is ATen's histc CPU kernel (LINEAR_INTERPOLATION, no local search) with float edges.
- * When hi - lo overflows float (a range wider than FLT_MAX) the same formula runs in double.
- * The single-thread kernels (C reference, AVX2, AVX-512) are the histogram kernel family,
- * observers/histogram_dsp.h. */
-#ifndef QCAL_OBSERVERS_HISTOGRAM_KERNELS_H
-#define QCAL_OBSERVERS_HISTOGRAM_KERNELS_H
+ * state each kind keeps (first-batch histogram, lattice or torch grid), the observer ops they
+ * share (observers/histogram_kinds.c) and the range choosers the kinds, the report and their
+ * tests call directly (each in its kind's file). Binning: histogram_bin.h over the kernel
+ * family observers/histogram_dsp.h. Not installed. */
+#ifndef QCAL_OBSERVERS_HISTOGRAM_KINDS_H
+#define QCAL_OBSERVERS_HISTOGRAM_KINDS_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "observers/histogram_dsp.h"
+#include "observers/histogram_bin.h"
+#include "observers/histogram_first_batch.h"
 #include "observers/histogram_lattice.h"
 #include "observers/histogram_torch.h"
 #include "observers/observer_impl.h"
-
-/* ---- binning kernels ---------------------------------------------------------------- */
-
-/* Adds the histogram of x[0..n) (of |x| if absval) over [lo, hi] (lo < hi, both finite) into
- * counts[0..bins); *top += how many of them sit on the top edge (index == bins before the
- * last-bin rule; they are also in counts[bins-1]). Values outside [lo, hi] and NaN are not
- * counted. Uses OpenMP above
- * qcal_threads_for(n); integer counts, so the result never depends on the thread count.
- * QCAL_ERR_NO_MEMORY if scratch cannot be allocated (counts then untouched). */
-qcal_status qcal_f32_histc(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                           bool absval, uint64_t *counts, uint64_t *top);
-/* One pass over x[0..n) for a batch that probably fits the grid: min / max of its finite
- * values into *mn / *mx ((+inf, -inf) if none) and their count of non-finite ones into
- * *nonfinite (as qcal_f32_minmax), and, if every finite value (|x| if absval) lies in
- * [lo, hi] (and, with reject_nonfinite, none is NaN/Inf), its histogram added into counts
- * and *top as qcal_f32_histc would, with *binned = true. Otherwise *binned = false and
- * counts / top are untouched (binning stops early; the min/max still cover all of x).
- * lo < hi; a grid whose width overflows float takes the C path. OpenMP above
- * qcal_threads_for(n); results independent of ISA and thread count. */
-qcal_status qcal_f32_histc_inside(const float *x, int64_t n, float lo, float hi, int32_t bins,
-                                  bool absval, bool reject_nonfinite, uint64_t *counts,
-                                  uint64_t *top, float *mn, float *mx, uint64_t *nonfinite,
-                                  bool *binned);
-/* Bin of one value v in [lo, hi] with the arithmetic above (lo <= hi; lo == hi -> 0). */
-int32_t qcal_hist_bin_of(float v, float lo, float hi, int32_t bins);
-
-/* ---- growable histogram --------------------------------------------------------------
- * No data: lo = +inf, hi = -inf, total 0. Degenerate: lo == hi (every value seen so far was
- * that one value; all counts in bin 0). Otherwise lo < hi with the grid above.
- * Growth (a batch outside [lo, hi]): the new grid keeps lo as an edge and multiplies the bin
- * width by the smallest power of two 2^k that, with the lower edge moved down by a whole
- * number of new bins, covers the batch: old bin i becomes new bin m + (i >> k), exactly.
- * For |x| grids lo stays 0, so hi only doubles. If the new edges cannot be represented
- * finitely in float32 (ranges near FLT_MAX) the grid becomes [min, max] of everything seen
- * and old counts are spread linearly (qcal_hist_rebin). */
-typedef struct qcal_hist {
-    int32_t bins;
-    bool absval;        /* grid over |x| with lo fixed at 0 */
-    float lo, hi;       /* grid edges */
-    float dmin, dmax;   /* min / max of the finite values seen (signed, also for absval) */
-    uint64_t total;     /* sum of counts */
-    uint64_t top;       /* values exactly on the top edge hi (part of counts[bins-1]); on
-                         * growth they move to hi's bin of the new grid, keeping it exact */
-    uint64_t *counts;   /* [bins] */
-} qcal_hist;
-
-qcal_status qcal_hist_init(qcal_hist *h, int32_t bins, bool absval);
-void qcal_hist_free(qcal_hist *h);
-void qcal_hist_clear(qcal_hist *h);
-bool qcal_hist_empty(const qcal_hist *h);
-/* Adds a batch (see observer_impl.h update contract: counts non-finite values into
- * *nonfinite; strict policy -> QCAL_ERR_NONFINITE with h unchanged). */
-qcal_status qcal_hist_update(qcal_hist *h, const float *x, int64_t n,
-                             qcal_nonfinite_policy policy, uint64_t *nonfinite);
-/* dst += src (same bins and absval). Exact when src's grid lies on dst's grown lattice
- * (same origin, power-of-two width ratio) or src is degenerate; otherwise src's counts
- * are spread linearly over the merged bins, preserving the total. */
-qcal_status qcal_hist_merge(qcal_hist *dst, const qcal_hist *src);
-/* Re-bins counts on [lo, hi] into dst_counts on [dlo, dhi] (the latter covering the former)
- * assuming uniform density inside each source bin; rounded cumulative counts, so the
- * total is preserved exactly. */
-void qcal_hist_rebin(const uint64_t *counts, int32_t bins, double lo, double hi,
-                     uint64_t *dst_counts, int32_t dst_bins, double dlo, double dhi);
-void qcal_hist_save(const qcal_hist *h, qcal_buf *b);
-qcal_status qcal_hist_load(qcal_hist *h, qcal_cursor *c);
 
 /* ---- range choosers (each in its kind's file) ----------------------------------------- */
 
