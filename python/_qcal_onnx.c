@@ -16,6 +16,7 @@
  * the input, what the model wants and what was given). */
 #include "_qcal_internal.h"
 
+#include <math.h>
 #include <string.h>
 
 #include <qcal/engine.h>
@@ -800,7 +801,25 @@ static PyObject *ModelCalib_finish(ModelCalibObject *self, PyObject *noargs)
     }
     if (!chosen)
         return NULL;
-    return Py_BuildValue("{sLsLsLsLsLsKsLsdsdsssssLsN}", "tensors", (long long)rep.tensors,
+    /* observer auto at the outputs: each candidate's output SQNR ("per-tensor", kinds) */
+    PyObject *cand = PyDict_New();
+    for (int k = 0; cand && k <= QCAL_OBSERVER_KIND_COUNT; k++) {
+        if (isnan(rep.auto_sqnr_db[k]))
+            continue;
+        PyObject *v = PyFloat_FromDouble(rep.auto_sqnr_db[k]);
+        if (!v || PyDict_SetItemString(cand, k ? qcal_observer_kind_name((qcal_observer_kind)(k - 1))
+                                                : "per-tensor", v) < 0)
+            Py_CLEAR(cand);
+        Py_XDECREF(v);
+    }
+    if (!cand) {
+        Py_DECREF(chosen);
+        return NULL;
+    }
+    const char *choice = !rep.auto_samples ? NULL
+                         : rep.auto_choice < 0 ? "per-tensor"
+                                               : qcal_observer_kind_name((qcal_observer_kind)rep.auto_choice);
+    return Py_BuildValue("{sLsLsLsLsLsKsLsdsdsssssLsNsLszsN}", "tensors", (long long)rep.tensors,
                          "files", (long long)rep.files, "samples", (long long)rep.samples,
                          "runs", (long long)rep.runs, "batch", (long long)rep.batch,
                          "max_run_bytes", (unsigned long long)rep.max_run_bytes,
@@ -808,7 +827,9 @@ static PyObject *ModelCalib_finish(ModelCalibObject *self, PyObject *noargs)
                          "wait_seconds", rep.wait_seconds,
                          "engine_version", qcal_engine_version(self->e),
                          "engine_library", qcal_engine_library(self->e),
-                         "passes", (long long)rep.passes, "chosen", chosen);
+                         "passes", (long long)rep.passes, "chosen", chosen,
+                         "auto_samples", (long long)rep.auto_samples, "auto_choice", choice,
+                         "auto_sqnr_db", cand);
 }
 
 /* inputs() -> [(name, dtype name, dims)]: the model's inputs as the engine declares them

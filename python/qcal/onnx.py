@@ -119,7 +119,10 @@ def observe(model, data, session, *, profile="ort", op_types=None, exclude=None,
     """Runs ``model`` on ``data`` in ONNX Runtime and observes every tensor ``profile`` quantizes
     into ``session`` (a ``qcal.Session``; role activation, step = the run's index). Returns a
     report dict: tensors (observed per run), files, samples, runs, batch, max_run_bytes,
-    empty, engine_seconds, wait_seconds, engine_version, engine_library, passes, chosen.
+    empty, engine_seconds, wait_seconds, engine_version, engine_library, passes, chosen,
+    auto_samples, auto_choice, auto_sqnr_db (observer_auto at the outputs: the samples the
+    whole-model candidates ran on, the one chosen, "per-tensor" or a kind, and each one's output
+    SQNR; docs/accuracy.md).
     ``carry`` ("OUT=IN" strings or {OUT: IN}): output OUT of a run is input IN of the next
     (zeros at the start; an iterable's runs are one sequence, a data spec's files one each).
     ``observer_auto``: each tensor's observer chosen by the exact SQNR of every commuting
@@ -216,7 +219,9 @@ def qdq(model, out, data=None, table=None, *, profile="ort", observer=None, rule
     missing from the table raise ``NotFoundError`` (default: they stay float, listed in the
     report). ``equalize``: cross-layer equalization first (``qcal qdq --equalize``).
     Returns a report dict: profile, ops, tensors, weights, biases, missing, skipped; with
-    data also table (the ``qcal.Table`` made), samples, runs, engine_version, passes, chosen."""
+    data also table (the ``qcal.Table`` made), samples, runs, engine_version, passes, chosen,
+    auto_samples, auto_choice, auto_sqnr_db (as ``observe``'s; the candidates are quantized with
+    the default weight options)."""
     if (data is None) == (table is None):
         raise TypeError("qdq() needs exactly one of data= (calibrate by running the model) "
                         "and table= (a qcal.Table or a JSON table path)")
@@ -244,7 +249,8 @@ def qdq(model, out, data=None, table=None, *, profile="ort", observer=None, rule
         table = s.table(allow_empty=allow_empty, profile=profile)
         rep = {"table": table, "samples": crep["samples"], "runs": crep["runs"],
                "engine_version": crep["engine_version"], "passes": crep["passes"],
-               "chosen": crep["chosen"]}
+               "chosen": crep["chosen"], "auto_samples": crep["auto_samples"],
+               "auto_choice": crep["auto_choice"], "auto_sqnr_db": crep["auto_sqnr_db"]}
     res = m.qdq_save(table, _os.fspath(out), profile, weight_observer,
                      _names(exclude, "exclude"), _op_types(op_types), strict=bool(strict),
                      weight_qscheme=weight_qscheme, float_weights=bool(float_weights))
