@@ -196,6 +196,13 @@ def main():
         t.write(py)
         check(open(py, "rb").read() == open(mine, "rb").read(),
               "qcal.onnx.calibrate(observer='auto') on a list: the CLI's table")
+        rep = qo.qdq(MODEL, os.path.join(w, "py.onnx"),
+                     data=[{"input": allx[i:i + 16]} for i in range(0, N, 16)])
+        check(rep["auto_samples"] == 64 and rep["auto_choice"] == "minmax"
+              and "%.2f" % rep["auto_sqnr_db"]["minmax"] == "33.65"
+              and "%.2f" % rep["auto_sqnr_db"]["per-tensor"] == "30.39",
+              "qcal.onnx.qdq(data=...): the choice at the outputs in the report (%s, %s, %s)"
+              % (rep["auto_samples"], rep["auto_choice"], rep["auto_sqnr_db"]))
         try:
             qo.calibrate(MODEL, iter([{"input": allx[:16]}]), observer="auto")
             check(False, "auto on a one-shot iterator: TypeError")
