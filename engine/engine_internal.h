@@ -45,10 +45,12 @@ void engine_auto_run_free(engine_auto_run *r);
 /* observer_auto at the outputs (engine/model_auto.c): the serialized float model
  * model[0..len) quantized with qopt and each candidate table of ev (after its pass 2), run on
  * runs[0..n_runs) against float; *choice = -1 (each tensor's per-tensor choice) or the kind
- * used everywhere, sqnr[1 + choice] each candidate's output SQNR (NaN: not a candidate). */
+ * used everywhere; per candidate (index 0 the per-tensor choice, 1 + kind a kind) sqnr[] its
+ * output SQNR (NaN: not a candidate) and agree[] its runs whose argmax agrees with float's
+ * at every position (-1: not a candidate, or no output has positions). */
 qcal_status engine_auto_choose(qcal_engine *e, const void *model, size_t len,
                                const qcal_onnx_qdq_options *qopt, int threads,
                                const qcal_numeric_eval *ev, const engine_auto_run *runs,
-                               int64_t n_runs, int32_t *choice, double *sqnr);
+                               int64_t n_runs, int32_t *choice, double *sqnr, int64_t *agree);
 
 #endif

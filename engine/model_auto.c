@@ -1,6 +1,7 @@
 /* Observer choice at the model's outputs (qcal/model_calib.h, observer_auto): the whole-model
  * candidates built from one evaluation's observers, each quantized into a real QDQ model and
- * run in the engine against the float model on a few samples; the highest output SQNR wins.
+ * run in the engine against the float model on a few samples; the candidate whose argmax agrees
+ * with float's on the most samples wins, then the one of highest output SQNR.
  *
  * Why whole-model candidates and not only the per-tensor choice: a tensor's own SQNR is a
  * mean-squared-error criterion, and clipping that lowers one tensor's error can cost more at
@@ -9,6 +10,7 @@
  * observed on every tensor in the first pass, so each candidate's table costs no run over the
  * data, only its QDQ model's runs on the samples kept. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,11 +99,25 @@ static qcal_status session_of(qcal_engine *e, const qcal_onnx_model *m, int thre
     return st;
 }
 
-/* Sum of f^2 and (f - q)^2 over the finite pairs of every float output (the SQNR `qcal
- * compare` prints over all outputs together: engine/accuracy.c). */
-static qcal_status fold(const qcal_engine_outputs *fo, const qcal_engine_outputs *qo, double *ss_f,
-                        double *ss_e)
+static int64_t argmax_f32(const float *v, int64_t n)
 {
+    int64_t best = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (!isnan(v[i]) && (best < 0 || v[i] > v[best]))
+            best = i;
+    return best;
+}
+
+/* One sample's outputs against float's: sum of f^2 and (f - q)^2 over the finite pairs of
+ * every float output (the SQNR `qcal compare` prints over all outputs together), the
+ * positions (every axis but the last, of outputs whose last axis is longer than 1) and
+ * whether the argmax over the last axis agrees at every one of them (compare's exact
+ * agreement: a line read whole, an image classified alike). */
+static qcal_status fold(const qcal_engine_outputs *fo, const qcal_engine_outputs *qo, double *ss_f,
+                        double *ss_e, int64_t *positions, bool *all_agree)
+{
+    *positions = 0;
+    *all_agree = true;
     int64_t n = qcal_engine_outputs_count(fo);
     if (qcal_engine_outputs_count(qo) != n)
         return qcal_error(QCAL_ERR_MISMATCH, "observer_auto: the QDQ model has %lld outputs, the "
@@ -117,6 +133,12 @@ static qcal_status fold(const qcal_engine_outputs *fo, const qcal_engine_outputs
             return qcal_error(QCAL_ERR_MISMATCH, "observer_auto: output '%s' of the QDQ model "
                               "differs in shape from float's", f.name);
         const float *a = f.data, *b = q.data;
+        int64_t numel = (int64_t)(f.nbytes / sizeof(float));
+        int64_t last = f.ndim >= 1 ? f.dims[f.ndim - 1] : 1;
+        for (int64_t p = 0; last > 1 && p < numel / last; p++) {
+            *all_agree = *all_agree && argmax_f32(a + p * last, last) == argmax_f32(b + p * last, last);
+            (*positions)++;
+        }
         for (size_t j = 0; j < f.nbytes / sizeof(float); j++) {
             double x = a[j], y = b[j];
             if (!isfinite(x) || !isfinite(y))
@@ -138,7 +160,7 @@ static double sqnr_db(double ss_f, double ss_e)
 qcal_status engine_auto_choose(qcal_engine *e, const void *model, size_t len,
                                const qcal_onnx_qdq_options *qopt, int threads,
                                const qcal_numeric_eval *ev, const engine_auto_run *runs,
-                               int64_t n_runs, int32_t *choice, double *sqnr)
+                               int64_t n_runs, int32_t *choice, double *sqnr, int64_t *agree)
 {
     /* Candidates in a fixed order, ties to the earlier: the per-tensor choice, then each kind
      * everywhere, simplest first (qcal_numeric_eval_simplicity). */
@@ -150,8 +172,10 @@ qcal_status engine_auto_choose(qcal_engine *e, const void *model, size_t len,
             if ((QCAL_MODEL_CALIB_AUTO_KINDS >> k & 1u) &&
                 qcal_numeric_eval_simplicity((qcal_observer_kind)k) == rank)
                 order[n_c++] = k;
-    for (int k = 0; k <= QCAL_OBSERVER_KIND_COUNT; k++)
+    for (int k = 0; k <= QCAL_OBSERVER_KIND_COUNT; k++) {
         sqnr[k] = NAN;
+        agree[k] = -1;
+    }
     qcal_onnx_model *m = NULL;
     qcal_engine_session *fs = NULL;
     qcal_engine_outputs **ref = calloc((size_t)n_runs + 1, sizeof *ref);
@@ -165,7 +189,9 @@ qcal_status engine_auto_choose(qcal_engine *e, const void *model, size_t len,
         st = qcal_engine_run(fs, runs[r].v, runs[r].n, NULL, 0, &ref[r]);
     qcal_engine_session_destroy(&fs);
     double best = -INFINITY;
+    int64_t best_agree = -1;
     int32_t best_c = -1;
+    bool any_positions = false;
     for (int c = 0; c < n_c && st >= 0; c++) {
         qcal_calib_table *t = NULL;
         qcal_engine_session *qs = NULL;
@@ -179,25 +205,38 @@ qcal_status engine_auto_choose(qcal_engine *e, const void *model, size_t len,
         qcal_onnx_model_destroy(&m);
         qcal_calib_table_destroy(&t);
         double ss_f = 0.0, ss_e = 0.0;
+        int64_t n_agree = 0;
         /* One sample per run, in data order: the sums, and so the choice, are a function of
          * the samples alone. */
         for (int64_t r = 0; r < n_runs && st >= 0; r++) {
             qcal_engine_outputs *qo = NULL;
+            int64_t pos = 0;
+            bool all = true;
             if ((st = qcal_engine_run(qs, runs[r].v, runs[r].n, NULL, 0, &qo)) >= 0)
-                st = fold(ref[r], qo, &ss_f, &ss_e);
+                st = fold(ref[r], qo, &ss_f, &ss_e, &pos, &all);
             qcal_engine_outputs_free(&qo);
+            n_agree += pos && all;
+            any_positions = any_positions || pos;
         }
         qcal_engine_session_destroy(&qs);
         if (st < 0)
             break;
         double v = sqnr_db(ss_f, ss_e);
         sqnr[order[c] + 1] = v;
+        agree[order[c] + 1] = n_agree;
+        /* The samples whose argmax agrees with float's everywhere first (none has positions:
+         * 0 for all), then the SQNR: on the demo CNN's 3-bit setting the logits' SQNR ranks
+         * the candidates nearly opposite to their accuracy (docs/accuracy.md). */
         double key = isnan(v) ? -INFINITY : v;
-        if (c == 0 || key > best) {
+        if (c == 0 || n_agree > best_agree || (n_agree == best_agree && key > best)) {
             best = key;
+            best_agree = n_agree;
             best_c = order[c];
         }
     }
+    if (!any_positions)
+        for (int k = 0; k <= QCAL_OBSERVER_KIND_COUNT; k++)
+            agree[k] = -1;
     for (int64_t r = 0; ref && r < n_runs; r++)
         qcal_engine_outputs_free(&ref[r]);
     free(ref);

@@ -411,8 +411,10 @@ qcal_status qcal_model_calib_create(qcal_engine *e, const qcal_onnx_model *m, qc
     mc->opt = *opt;
     mc->progress_passes = opt->observer_auto ? 2 : 1;
     mc->rep.auto_choice = -1;
-    for (int k = 0; k <= QCAL_OBSERVER_KIND_COUNT; k++)
+    for (int k = 0; k <= QCAL_OBSERVER_KIND_COUNT; k++) {
         mc->rep.auto_sqnr_db[k] = NAN;
+        mc->rep.auto_agree[k] = -1;
+    }
     mc->opt.carry = NULL;
     mc->opt.exclude = NULL;
     mc->opt.op_types = NULL;
@@ -888,7 +890,8 @@ qcal_status qcal_model_calib_finish(qcal_model_calib *mc, qcal_model_calib_repor
         if (mc->model && mc->n_kept) {
             double t1 = engine_now_s();
             st = engine_auto_choose(mc->e, mc->model, mc->model_len, &mc->qopt, mc->opt.threads,
-                                    mc->eval, mc->kept, mc->n_kept, &kind, mc->rep.auto_sqnr_db);
+                                    mc->eval, mc->kept, mc->n_kept, &kind, mc->rep.auto_sqnr_db,
+                                    mc->rep.auto_agree);
             mc->rep.engine_seconds += engine_now_s() - t1;
             if (st < 0)
                 return st;

@@ -957,11 +957,13 @@ static void print_lowbit(const lowbit_result *lb, double float_top1, int64_t n_t
         printf("%s %s %s %.2f dB", i ? "," : "", lb->tensor[i], qcal_observer_kind_name(lb->choice[i]),
                lb->choice_sqnr_db[i]);
     if (lb->autorow.top1 >= 0) {
-        printf("\nauto (its candidates: every kind but the moving averages; then at the logits, SQNR against "
-               "float on the first calibration images: per-tensor %.2f dB", lb->auto_sqnr_db[0]);
+        printf("\nauto (its candidates: every kind but the moving averages; then at the logits on the first %lld "
+               "calibration images, top-1 agreement with float, then SQNR: per-tensor %lld %.2f dB",
+               (long long)lb->auto_n, (long long)lb->auto_agree[0], lb->auto_sqnr_db[0]);
         for (int k = 0; k < lb->n_kinds; k++)
             if (!isnan(lb->auto_sqnr_db[k + 1]))
-                printf(", %s %.2f dB", qcal_observer_kind_name(lb->kinds[k]), lb->auto_sqnr_db[k + 1]);
+                printf(", %s %lld %.2f dB", qcal_observer_kind_name(lb->kinds[k]), (long long)lb->auto_agree[k + 1],
+                       lb->auto_sqnr_db[k + 1]);
         printf("; chose %s) chose the per-layer best's observer on %d of %d tensors; auto vs per-layer best: "
                "%+.2f points", lb->auto_at_outputs < 0 ? "per-tensor" : qcal_observer_kind_name(lb->kinds[lb->auto_at_outputs]),
                lb->auto_same, LOWBIT_NTENSORS, lb->autorow.top1 - lb->per_layer.top1);

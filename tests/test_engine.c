@@ -769,20 +769,27 @@ static void test_observer_auto_outputs(void **state)
     qcal_calib_table *t4 = NULL, *t1 = NULL, *t3 = NULL;
     auto_outputs_run(e, m, (const int[]){ 4, 4 }, 2, 64, &r4, &t4);   /* all 8 kept */
     assert_int_equal(r4.auto_samples, 8);
-    /* the per-tensor choice and the five kinds, each a finite SQNR; the rest NaN */
+    /* the per-tensor choice and the five kinds, each a finite SQNR and an agreement count
+     * (Y's argmax over its 2 columns) of 0..8; the rest NaN and -1. The winner: the most
+     * agreements, then the highest SQNR, then the earlier (per-tensor, then simpler). */
     double best = r4.auto_sqnr_db[0];
+    int64_t best_agree = r4.auto_agree[0];
     int32_t want = -1;
+    assert_true(isfinite(best) && best_agree >= 0 && best_agree <= 8);
     for (int k = 0; k < QCAL_OBSERVER_KIND_COUNT; k++) {
         double v = r4.auto_sqnr_db[k + 1];
-        assert_true(QCAL_MODEL_CALIB_AUTO_KINDS >> k & 1u ? isfinite(v) : isnan(v));
-        if (isfinite(v) && (v > best || (v == best && want >= 0 &&
-                                         qcal_numeric_eval_simplicity((qcal_observer_kind)k) <
-                                             qcal_numeric_eval_simplicity((qcal_observer_kind)want)))) {
+        int64_t a = r4.auto_agree[k + 1];
+        bool cand = QCAL_MODEL_CALIB_AUTO_KINDS >> k & 1u;
+        assert_true(cand ? isfinite(v) && a >= 0 && a <= 8 : isnan(v) && a == -1);
+        if (cand && (a > best_agree || (a == best_agree && v > best) ||
+                     (a == best_agree && v == best && want >= 0 &&
+                      qcal_numeric_eval_simplicity((qcal_observer_kind)k) <
+                          qcal_numeric_eval_simplicity((qcal_observer_kind)want)))) {
             best = v;
+            best_agree = a;
             want = k;
         }
     }
-    assert_true(isfinite(r4.auto_sqnr_db[0]));
     assert_int_equal(r4.auto_choice, want);
     /* a kind everywhere: every entry names it */
     int64_t ne = 0;
@@ -797,6 +804,7 @@ static void test_observer_auto_outputs(void **state)
     auto_outputs_run(e, m, (const int[]){ 1, 1, 1, 1, 1, 1, 1, 1 }, 8, 64, &r1, &t1);
     assert_int_equal(r1.auto_samples, 8);
     assert_memory_equal(r1.auto_sqnr_db, r4.auto_sqnr_db, sizeof r4.auto_sqnr_db);
+    assert_memory_equal(r1.auto_agree, r4.auto_agree, sizeof r4.auto_agree);
     assert_int_equal(r1.auto_choice, r4.auto_choice);
     /* fewer samples than the data: the first 3 */
     auto_outputs_run(e, m, (const int[]){ 8 }, 1, 3, &r3, &t3);

@@ -105,13 +105,22 @@ void cli_model_auto_line(const char *cmd, const qcal_model_calib_report *rep, FI
 {
     if (!rep->auto_samples)
         return;
-    fprintf(f, "qcal: %s: observer auto at the outputs (SQNR over %lld %s, one per run): "
-            "per-tensor %.2f dB", cmd, (long long)rep->auto_samples,
-            CLI_PLURAL(rep->auto_samples, "sample", "samples"), rep->auto_sqnr_db[0]);
-    for (int k = 0; k < QCAL_OBSERVER_KIND_COUNT; k++)
-        if (!isnan(rep->auto_sqnr_db[k + 1]))
-            fprintf(f, ", %s %.2f dB", qcal_observer_kind_name((qcal_observer_kind)k),
-                    rep->auto_sqnr_db[k + 1]);
+    /* "per-tensor 27/64 agree 10.67 dB": the samples whose argmax agrees with float's
+     * everywhere (when an output has positions), then the output SQNR */
+    bool agree = rep->auto_agree[0] >= 0;
+    fprintf(f, "qcal: %s: observer auto at the outputs (%lld %s, one per run; %s): ", cmd,
+            (long long)rep->auto_samples, CLI_PLURAL(rep->auto_samples, "sample", "samples"),
+            agree ? "samples whose argmax agrees with float's everywhere, then output SQNR"
+                  : "output SQNR");
+    for (int k = 0; k <= QCAL_OBSERVER_KIND_COUNT; k++) {
+        if (isnan(rep->auto_sqnr_db[k]))
+            continue;
+        fprintf(f, "%s%s ", k ? ", " : "", k ? qcal_observer_kind_name((qcal_observer_kind)(k - 1))
+                                             : "per-tensor");
+        if (agree)
+            fprintf(f, "%lld/%lld ", (long long)rep->auto_agree[k], (long long)rep->auto_samples);
+        fprintf(f, "%.2f dB", rep->auto_sqnr_db[k]);
+    }
     fprintf(f, "; chose %s\n", rep->auto_choice < 0 ? "per-tensor"
                          : qcal_observer_kind_name((qcal_observer_kind)rep->auto_choice));
 }

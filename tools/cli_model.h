@@ -91,8 +91,8 @@ void cli_model_auto_line(const char *cmd, const qcal_model_calib_report *rep, FI
     "                           model run twice (observe, then the exact SQNR of each\n"          \
     "                           candidate's fake-quant), the highest SQNR wins; then that\n"      \
     "                           choice and each kind on every tensor quantize the model and run\n" \
-    "                           against float (--auto-samples), the highest output SQNR wins\n"   \
-    "                           (docs/accuracy.md)\n"
+    "                           against float (--auto-samples): the most samples whose argmax\n"  \
+    "                           agrees with float's, then the highest output SQNR (docs/accuracy.md)\n"
 
 /* Folds the model's BatchNormalizations into their Convs (as qdq, onnx-expose and equalize
  * do, so exposed names, tables and Q/DQ placement agree) and notes it on stderr unless

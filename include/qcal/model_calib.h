@@ -32,8 +32,10 @@
  * first pass: no further pass over the data). Each candidate's table quantizes the model
  * (qcal_onnx_qdq with opt.auto_qdq), the QDQ model and the float model run in the engine
  * (graph optimization 'all', as `qcal compare`) on the first auto_samples samples, one sample
- * per run, and the candidate with the highest SQNR over every float output together wins
- * (ties to the earlier: the per-tensor choice, then the kinds simplest first). Without it
+ * per run, and the candidate wins whose argmax over each float output's last axis agrees
+ * with float's at every position on the most samples (`qcal compare`'s exact agreement),
+ * then with the highest SQNR over every float output together (ties to the earlier: the
+ * per-tensor choice, then the kinds simplest first). Without it
  * (auto_samples 0, or a model with carried state, whose samples do not stand alone) the table
  * equals, byte for byte, the one `qcal evaluate DUMP --observers
  * minmax,percentile,histogram,mse,entropy --rules-out R` and then `qcal calibrate DUMP --rules
@@ -132,6 +134,10 @@ typedef struct qcal_model_calib_report {
     double auto_sqnr_db[QCAL_OBSERVER_KIND_COUNT + 1]; /* output SQNR of each candidate:
                                  * [0] the per-tensor choice, [1 + kind] that kind on every
                                  * tensor; NaN where none was run */
+    int64_t auto_agree[QCAL_OBSERVER_KIND_COUNT + 1]; /* the same candidates' samples whose
+                                 * argmax over the last axis agrees with float's at every
+                                 * position; -1 where none was run or no output has a last
+                                 * axis longer than 1 */
 } qcal_model_calib_report;
 
 /* Prepares a calibration of m (not changed; copied, exposed and serialized for the engine:

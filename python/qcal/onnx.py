@@ -121,8 +121,8 @@ def observe(model, data, session, *, profile="ort", op_types=None, exclude=None,
     report dict: tensors (observed per run), files, samples, runs, batch, max_run_bytes,
     empty, engine_seconds, wait_seconds, engine_version, engine_library, passes, chosen,
     auto_samples, auto_choice, auto_sqnr_db (observer_auto at the outputs: the samples the
-    whole-model candidates ran on, the one chosen, "per-tensor" or a kind, and each one's output
-    SQNR; docs/accuracy.md).
+    whole-model candidates ran on, the one chosen, "per-tensor" or a kind, each one's output
+    SQNR and its samples whose argmax agrees with float's everywhere; docs/accuracy.md).
     ``carry`` ("OUT=IN" strings or {OUT: IN}): output OUT of a run is input IN of the next
     (zeros at the start; an iterable's runs are one sequence, a data spec's files one each).
     ``observer_auto``: each tensor's observer chosen by the exact SQNR of every commuting
@@ -220,7 +220,7 @@ def qdq(model, out, data=None, table=None, *, profile="ort", observer=None, rule
     report). ``equalize``: cross-layer equalization first (``qcal qdq --equalize``).
     Returns a report dict: profile, ops, tensors, weights, biases, missing, skipped; with
     data also table (the ``qcal.Table`` made), samples, runs, engine_version, passes, chosen,
-    auto_samples, auto_choice, auto_sqnr_db (as ``observe``'s; the candidates are quantized with
+    auto_samples, auto_choice, auto_sqnr_db, auto_agree (as ``observe``'s; the candidates are quantized with
     the default weight options)."""
     if (data is None) == (table is None):
         raise TypeError("qdq() needs exactly one of data= (calibrate by running the model) "
@@ -250,7 +250,8 @@ def qdq(model, out, data=None, table=None, *, profile="ort", observer=None, rule
         rep = {"table": table, "samples": crep["samples"], "runs": crep["runs"],
                "engine_version": crep["engine_version"], "passes": crep["passes"],
                "chosen": crep["chosen"], "auto_samples": crep["auto_samples"],
-               "auto_choice": crep["auto_choice"], "auto_sqnr_db": crep["auto_sqnr_db"]}
+               "auto_choice": crep["auto_choice"], "auto_sqnr_db": crep["auto_sqnr_db"],
+               "auto_agree": crep["auto_agree"]}
     res = m.qdq_save(table, _os.fspath(out), profile, weight_observer,
                      _names(exclude, "exclude"), _op_types(op_types), strict=bool(strict),
                      weight_qscheme=weight_qscheme, float_weights=bool(float_weights))
