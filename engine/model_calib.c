@@ -59,6 +59,16 @@ struct qcal_model_calib {
     int64_t pass1_samples, pass1_files;
     int64_t progress_base;   /* samples of the passes before this one (observer_auto) */
     int64_t progress_passes; /* passes the progress total counts (1, or 2) */
+    /* observer_auto at the outputs (auto_samples > 0, no carried state): the float model,
+     * the QDQ options (strings owned) and the samples the candidates run on. */
+    qcal_engine *e;
+    void *model;
+    size_t model_len;
+    qcal_onnx_qdq_options qopt;
+    char *qopt_op_types;
+    char **qopt_exclude;
+    engine_auto_run *kept;
+    int64_t n_kept, kept_samples;
 
     /* The observer thread and its one-slot hand-over. */
     pthread_t th;
@@ -82,6 +92,7 @@ void qcal_model_calib_options_default(qcal_model_calib_options *opt)
     opt->profile = QCAL_ONNX_PROFILE_ORT;
     opt->max_run_bytes = (uint64_t)512 << 20;
     opt->ranks = 1;
+    opt->auto_samples = 64;
 }
 
 /* ---- observing one run (the thread) ---- */
@@ -332,6 +343,28 @@ static qcal_status resolve(qcal_model_calib *mc)
     return QCAL_OK;
 }
 
+/* A copy of the QDQ options the candidates at the outputs are made with (its strings too). */
+static qcal_status keep_qdq_options(qcal_model_calib *mc, const qcal_onnx_qdq_options *q)
+{
+    mc->qopt = *q;
+    mc->qopt.op_types = NULL;
+    mc->qopt.exclude = NULL;
+    if (q->op_types) {
+        if (!(mc->qopt_op_types = engine_strdup(q->op_types)))
+            return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+        mc->qopt.op_types = mc->qopt_op_types;
+    }
+    if (q->n_exclude > 0) {
+        if (!(mc->qopt_exclude = calloc((size_t)q->n_exclude, sizeof *mc->qopt_exclude)))
+            return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+        for (int64_t i = 0; i < q->n_exclude; i++)
+            if (!(mc->qopt_exclude[i] = engine_strdup(q->exclude[i])))
+                return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+        mc->qopt.exclude = (const char *const *)mc->qopt_exclude;
+    }
+    return QCAL_OK;
+}
+
 /* The evaluation of observer_auto: the commuting candidates with the session's default
  * activation qconfig and bins, so an entry differs from the default observer's only in its
  * kind and range. */
@@ -360,11 +393,13 @@ qcal_status qcal_model_calib_create(qcal_engine *e, const qcal_onnx_model *m, qc
         opt = &def;
     }
     if (opt->batch < 0 || opt->ranks < 1 || opt->rank < 0 || opt->rank >= opt->ranks ||
-        opt->threads < 0 || !opt->max_run_bytes)
+        opt->threads < 0 || !opt->max_run_bytes || opt->auto_samples < 0)
         return qcal_error(QCAL_ERR_INVALID_ARG, "model calibration: impossible options (batch "
-                          "%lld, rank %lld of %lld, threads %d, max_run_bytes %llu)",
+                          "%lld, rank %lld of %lld, threads %d, max_run_bytes %llu, "
+                          "auto_samples %lld)",
                           (long long)opt->batch, (long long)opt->rank, (long long)opt->ranks,
-                          opt->threads, (unsigned long long)opt->max_run_bytes);
+                          opt->threads, (unsigned long long)opt->max_run_bytes,
+                          (long long)opt->auto_samples);
     if (opt->observer_auto && opt->ranks > 1)
         return qcal_error(QCAL_ERR_UNSUPPORTED, "observer choice (observer_auto) runs in one "
                           "process: its evaluation is not merged across %lld ranks",
@@ -375,6 +410,11 @@ qcal_status qcal_model_calib_create(qcal_engine *e, const qcal_onnx_model *m, qc
     mc->s = s;
     mc->opt = *opt;
     mc->progress_passes = opt->observer_auto ? 2 : 1;
+    mc->rep.auto_choice = -1;
+    for (int k = 0; k <= QCAL_OBSERVER_KIND_COUNT; k++) {
+        mc->rep.auto_sqnr_db[k] = NAN;
+        mc->rep.auto_agree[k] = -1;
+    }
     mc->opt.carry = NULL;
     mc->opt.exclude = NULL;
     mc->opt.op_types = NULL;
@@ -402,7 +442,16 @@ qcal_status qcal_model_calib_create(qcal_engine *e, const qcal_onnx_model *m, qc
     if ((st = qcal_onnx_model_serialize(m, &bytes, &len)) < 0 ||
         (st = qcal_onnx_model_parse(bytes, len, &copy)) < 0)
         goto fail;
-    qcal_free(bytes);
+    if (opt->observer_auto && opt->auto_samples > 0 && !mc->n_carry) {
+        /* the float model, kept for the candidates' QDQ models */
+        mc->model = bytes;
+        mc->model_len = len;
+        mc->e = e;
+        if ((st = keep_qdq_options(mc, opt->auto_qdq ? opt->auto_qdq : &q)) < 0)
+            goto fail;
+    } else {
+        qcal_free(bytes);
+    }
     bytes = NULL;
     if ((st = qcal_onnx_expose(copy, &q, NULL)) < 0 ||
         (st = qcal_onnx_model_serialize(copy, &bytes, &len)) < 0)
@@ -614,6 +663,17 @@ static qcal_status run_once(qcal_model_calib *mc, const qcal_engine_value *input
     return QCAL_OK;
 }
 
+static qcal_status keep_run(qcal_model_calib *mc, const qcal_engine_value *v, int64_t n);
+
+/* A given input the model takes with a dynamic first (batch) dimension. */
+static bool batched(const qcal_model_calib *mc, const qcal_engine_value *v)
+{
+    for (int64_t i = 0; i < mc->n_inputs; i++)
+        if (v->name && !strcmp(v->name, mc->inputs[i].name))
+            return mc->inputs[i].ndim > 0 && mc->inputs[i].dims[0] < 0 && v->data && v->ndim > 0;
+    return false;
+}
+
 qcal_status qcal_model_calib_feed(qcal_model_calib *mc, const qcal_engine_value *inputs,
                                   int64_t n_inputs)
 {
@@ -625,17 +685,73 @@ qcal_status qcal_model_calib_feed(qcal_model_calib *mc, const qcal_engine_value 
          * batch dimension (a scalar or fixed-shape input, as Silero VAD's sr, counts none);
          * 1 when there is none. */
         int64_t n = 1;
-        for (int64_t j = 0; j < n_inputs; j++) {
-            const qcal_engine_io *in = NULL;
-            for (int64_t i = 0; i < mc->n_inputs && !in; i++)
-                if (inputs[j].name && !strcmp(inputs[j].name, mc->inputs[i].name))
-                    in = &mc->inputs[i];
-            if (in && in->ndim > 0 && in->dims[0] < 0 && inputs[j].data && inputs[j].ndim > 0) {
+        bool keep = mc->model && !mc->scoring && mc->kept_samples < mc->opt.auto_samples;
+        for (int64_t j = 0; j < n_inputs; j++)
+            if (batched(mc, &inputs[j])) {
                 n = inputs[j].dims[0];
                 break;
             }
-        }
         mc->rep.samples += n;
+        /* observer_auto at the outputs: the first samples of the first pass, one per run
+         * (each input the model takes with a dynamic first dimension sliced on it), as
+         * qcal_model_calib_feed_dataset keeps them: the figures do not depend on the runs */
+        for (int64_t k = 0; keep && k < n && st >= 0 && mc->kept_samples < mc->opt.auto_samples;
+             k++) {
+            qcal_engine_value *sv = malloc((size_t)(n_inputs ? n_inputs : 1) * sizeof *sv);
+            if (!sv)
+                return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+            for (int64_t j = 0; j < n_inputs; j++) {
+                sv[j] = inputs[j];
+                if (n > 1 && batched(mc, &inputs[j]) && inputs[j].dims[0] == n) {
+                    size_t per = inputs[j].nbytes / (size_t)n;
+                    sv[j].data = (const char *)inputs[j].data + per * (size_t)k;
+                    sv[j].nbytes = per;
+                    sv[j].dims[0] = 1;
+                }
+            }
+            st = keep_run(mc, sv, n_inputs);
+            free(sv);
+            mc->kept_samples++;
+        }
+    }
+    return st;
+}
+
+static qcal_status keep_run(qcal_model_calib *mc, const qcal_engine_value *v, int64_t n)
+{
+    engine_auto_run *k = realloc(mc->kept, (size_t)(mc->n_kept + 1) * sizeof *k);
+    if (!k)
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    mc->kept = k;
+    qcal_status st = engine_auto_keep(v, n, &mc->kept[mc->n_kept]);
+    if (st >= 0)
+        mc->n_kept++;
+    return st;
+}
+
+/* observer_auto at the outputs: the first auto_samples samples of this process's share of
+ * ds, one per run, in data order (any batch of the passes: the same samples). */
+static qcal_status keep_samples(qcal_model_calib *mc, qcal_dataset *ds)
+{
+    const qcal_model_calib_options *o = &mc->opt;
+    int64_t files = qcal_dataset_file_count(ds);
+    qcal_status st = QCAL_OK;
+    for (int64_t f = o->rank; f < files && st >= 0 && mc->kept_samples < o->auto_samples;
+         f += o->ranks) {
+        qcal_dataset_file_info fi;
+        if ((st = qcal_dataset_file_get(ds, f, &fi)) < 0)
+            break;
+        for (int64_t s0 = 0; s0 < fi.samples && st >= 0 && mc->kept_samples < o->auto_samples;) {
+            /* a file that cannot be split is one sample */
+            int64_t n = fi.splittable ? 1 : fi.samples;
+            qcal_dataset_batch *b = NULL;
+            if ((st = qcal_dataset_read(ds, f, s0, n, &b)) < 0)
+                break;
+            st = keep_run(mc, qcal_dataset_batch_values(b), mc->n_inputs);
+            qcal_dataset_batch_free(&b);
+            mc->kept_samples++;
+            s0 += n;
+        }
     }
     return st;
 }
@@ -720,8 +836,9 @@ qcal_status qcal_model_calib_next_pass(qcal_model_calib *mc)
     return QCAL_OK;
 }
 
-/* observer_auto, after pass 2: each tensor's recommended observer into the session. */
-static qcal_status choose(qcal_model_calib *mc)
+/* observer_auto, after pass 2: each tensor's observer into the session: the one its SQNR
+ * recommends (kind < 0) or kind. */
+static qcal_status choose(qcal_model_calib *mc, int32_t kind)
 {
     int64_t n = 0;
     qcal_status st = qcal_numeric_eval_count(mc->eval, &n);
@@ -730,7 +847,7 @@ static qcal_status choose(qcal_model_calib *mc)
         const qcal_observer *obs = NULL;
         if ((st = qcal_numeric_eval_result(mc->eval, i, &t)) < 0)
             break;
-        qcal_observer_kind k = t.candidates[t.recommended].kind;
+        qcal_observer_kind k = kind < 0 ? t.candidates[t.recommended].kind : (qcal_observer_kind)kind;
         if ((st = qcal_numeric_eval_observer(mc->eval, i, k, &obs)) < 0)
             break;
         /* The session counts every element of the batches applied, non-finite included. */
@@ -746,7 +863,11 @@ qcal_status qcal_model_calib_feed_dataset(qcal_model_calib *mc, qcal_dataset *ds
         return qcal_error(QCAL_ERR_INVALID_ARG, "model calibration: NULL argument");
     if (!mc->eval || mc->scoring)
         return feed_pass(mc, ds);
-    qcal_status st = feed_pass(mc, ds);
+    qcal_status st = QCAL_OK;
+    if (mc->model && !mc->n_kept)
+        st = keep_samples(mc, ds);
+    if (st >= 0)
+        st = feed_pass(mc, ds);
     if (st >= 0 && (st = qcal_model_calib_next_pass(mc)) >= 0)
         st = feed_pass(mc, ds);
     return st;
@@ -765,7 +886,19 @@ qcal_status qcal_model_calib_finish(qcal_model_calib *mc, qcal_model_calib_repor
         if (!mc->scoring)
             return qcal_error(QCAL_ERR_STATE, "observer_auto: finish before the second pass "
                               "(qcal_model_calib_next_pass, then the same runs again)");
-        if ((st = choose(mc)) < 0)
+        int32_t kind = -1;
+        if (mc->model && mc->n_kept) {
+            double t1 = engine_now_s();
+            st = engine_auto_choose(mc->e, mc->model, mc->model_len, &mc->qopt, mc->opt.threads,
+                                    mc->eval, mc->kept, mc->n_kept, &kind, mc->rep.auto_sqnr_db,
+                                    mc->rep.auto_agree);
+            mc->rep.engine_seconds += engine_now_s() - t1;
+            if (st < 0)
+                return st;
+            mc->rep.auto_samples = mc->kept_samples;
+        }
+        mc->rep.auto_choice = kind;
+        if ((st = choose(mc, kind)) < 0)
             return st;
         mc->chosen = true;
         mc->rep.samples = mc->pass1_samples;   /* the data's, not the passes' */
@@ -801,6 +934,14 @@ void qcal_model_calib_destroy(qcal_model_calib **pmc)
     }
     qcal_engine_outputs_free(&mc->job);
     qcal_numeric_eval_destroy(&mc->eval);
+    for (int64_t i = 0; i < mc->n_kept; i++)
+        engine_auto_run_free(&mc->kept[i]);
+    free(mc->kept);
+    qcal_free(mc->model);
+    free(mc->qopt_op_types);
+    for (int64_t i = 0; mc->qopt_exclude && i < mc->qopt.n_exclude; i++)
+        free(mc->qopt_exclude[i]);
+    free(mc->qopt_exclude);
     qcal_engine_session_destroy(&mc->sess);
     qcal_onnx_names_free(&mc->names, mc->n_names);
     for (int64_t k = 0; k < mc->n_carry; k++) {

@@ -956,10 +956,18 @@ static void print_lowbit(const lowbit_result *lb, double float_top1, int64_t n_t
     for (int i = 0; i < LOWBIT_NTENSORS; i++)
         printf("%s %s %s %.2f dB", i ? "," : "", lb->tensor[i], qcal_observer_kind_name(lb->choice[i]),
                lb->choice_sqnr_db[i]);
-    if (lb->autorow.top1 >= 0)
-        printf("\nauto (its candidates: every kind but the moving averages) chose the per-layer best's observer "
-               "on %d of %d tensors; auto vs per-layer best: %+.2f points", lb->auto_same, LOWBIT_NTENSORS,
-               lb->autorow.top1 - lb->per_layer.top1);
+    if (lb->autorow.top1 >= 0) {
+        printf("\nauto (its candidates: every kind but the moving averages; then at the logits on the first %lld "
+               "calibration images, top-1 agreement with float, then SQNR: per-tensor %lld %.2f dB",
+               (long long)lb->auto_n, (long long)lb->auto_agree[0], lb->auto_sqnr_db[0]);
+        for (int k = 0; k < lb->n_kinds; k++)
+            if (!isnan(lb->auto_sqnr_db[k + 1]))
+                printf(", %s %lld %.2f dB", qcal_observer_kind_name(lb->kinds[k]), (long long)lb->auto_agree[k + 1],
+                       lb->auto_sqnr_db[k + 1]);
+        printf("; chose %s) chose the per-layer best's observer on %d of %d tensors; auto vs per-layer best: "
+               "%+.2f points", lb->auto_at_outputs < 0 ? "per-tensor" : qcal_observer_kind_name(lb->kinds[lb->auto_at_outputs]),
+               lb->auto_same, LOWBIT_NTENSORS, lb->autorow.top1 - lb->per_layer.top1);
+    }
     printf("\n(every observer on every tensor in one qcal_numeric_eval pass, then the rules file %s/rules_%dbit.txt "
            "calibrated as 'qcal calibrate --rules' does: %.2f s; %d fake-quant evaluations %.2f s)\n\n", out_dir,
            lb->bits, lb->calib_s, lb->n_kinds + 1 + (lb->autorow.top1 >= 0), lb->eval_s);
@@ -1418,6 +1426,8 @@ int main(int argc, char **argv)
             fprintf(f.fp, ", \"agree\": ");
             json_num(f.fp, lb.autorow.top1 >= 0 ? lb.autorow.agree : NAN, 2);
             fprintf(f.fp, ", \"same_choice\": %d", lb.autorow.top1 >= 0 ? lb.auto_same : -1);
+            fprintf(f.fp, ", \"chose\": \"%s\"", lb.autorow.top1 < 0 ? ""
+                    : lb.auto_at_outputs < 0 ? "per-tensor" : qcal_observer_kind_name(lb.kinds[lb.auto_at_outputs]));
             fprintf(f.fp, "}, \"best_observer\": \"%s\", \"worst_observer\": \"%s\", \"spread\": ",
                     qcal_observer_kind_name(lb.kinds[lb.best]), qcal_observer_kind_name(lb.kinds[lb.worst]));
             json_num(f.fp, lb.single[lb.best].top1 - lb.single[lb.worst].top1, 2);

@@ -1049,7 +1049,31 @@ static PyObject *ModelCalib_finish(ModelCalibObject *self, PyObject *noargs)
     }
     if (!chosen)
         return NULL;
-    return Py_BuildValue("{sLsLsLsLsLsKsLsdsdsssssLsN}", "tensors", (long long)rep.tensors,
+    /* observer auto at the outputs: each candidate's output SQNR ("per-tensor", kinds) */
+    PyObject *cand = PyDict_New(), *agree = PyDict_New();
+    for (int k = 0; cand && agree && k <= QCAL_OBSERVER_KIND_COUNT; k++) {
+        if (isnan(rep.auto_sqnr_db[k]))
+            continue;
+        const char *key = k ? qcal_observer_kind_name((qcal_observer_kind)(k - 1)) : "per-tensor";
+        PyObject *v = PyFloat_FromDouble(rep.auto_sqnr_db[k]);
+        if (!v || PyDict_SetItemString(cand, key, v) < 0)
+            Py_CLEAR(cand);
+        Py_XDECREF(v);
+        PyObject *a = rep.auto_agree[k] >= 0 ? PyLong_FromLongLong(rep.auto_agree[k]) : NULL;
+        if (rep.auto_agree[k] >= 0 && (!a || PyDict_SetItemString(agree, key, a) < 0))
+            Py_CLEAR(agree);
+        Py_XDECREF(a);
+    }
+    if (!cand || !agree) {
+        Py_XDECREF(cand);
+        Py_XDECREF(agree);
+        Py_DECREF(chosen);
+        return NULL;
+    }
+    const char *choice = !rep.auto_samples ? NULL
+                         : rep.auto_choice < 0 ? "per-tensor"
+                                               : qcal_observer_kind_name((qcal_observer_kind)rep.auto_choice);
+    return Py_BuildValue("{sLsLsLsLsLsKsLsdsdsssssLsNsLszsNsN}", "tensors", (long long)rep.tensors,
                          "files", (long long)rep.files, "samples", (long long)rep.samples,
                          "runs", (long long)rep.runs, "batch", (long long)rep.batch,
                          "max_run_bytes", (unsigned long long)rep.max_run_bytes,
@@ -1057,7 +1081,9 @@ static PyObject *ModelCalib_finish(ModelCalibObject *self, PyObject *noargs)
                          "wait_seconds", rep.wait_seconds,
                          "engine_version", qcal_engine_version(self->e),
                          "engine_library", qcal_engine_library(self->e),
-                         "passes", (long long)rep.passes, "chosen", chosen);
+                         "passes", (long long)rep.passes, "chosen", chosen,
+                         "auto_samples", (long long)rep.auto_samples, "auto_choice", choice,
+                         "auto_sqnr_db", cand, "auto_agree", agree);
 }
 
 /* inputs() -> [(name, dtype name, dims)]: the model's inputs as the engine declares them

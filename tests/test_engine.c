@@ -6,6 +6,7 @@
  * floats), declared types and shapes with the model's, every refusal with its status and
  * message; a session runs on two threads at once; ONNX Runtime prints nothing to stderr. */
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -720,6 +721,112 @@ static void read_npm_version(void)
 /* observer_auto (qcal/model_calib.h): two passes into an evaluation, each tensor's
  * recommended candidate in the session; the model input's entry is what an evaluation of the
  * same batches recommends; the pass protocol's errors. */
+/* observer_auto at the outputs: 8 samples fed as runs of runs[0], runs[1], ... samples (the
+ * X of test_observer_auto's data); the report. */
+static void auto_outputs_run(qcal_engine *e, const qcal_onnx_model *m, const int *runs, int n_runs,
+                             int64_t auto_samples, qcal_model_calib_report *rep,
+                             qcal_calib_table **tab)
+{
+    static float x[8][3];
+    for (int i = 0; i < 24; i++)
+        x[i / 3][i % 3] = (float)((i * 7) % 11) * 0.25f - 0.5f + (i == 16 ? 40.0f : 0.0f);
+    qcal_calib_session *s = NULL;
+    OK(qcal_calib_session_create(NULL, &s));
+    qcal_model_calib_options o;
+    qcal_model_calib_options_default(&o);
+    o.observer_auto = true;
+    o.auto_samples = auto_samples;
+    qcal_model_calib *mc = NULL;
+    OK(qcal_model_calib_create(e, m, s, &o, &mc));
+    for (int p = 0; p < 2; p++) {
+        for (int r = 0, s0 = 0; r < n_runs; s0 += runs[r++]) {
+            int64_t xd[2] = { runs[r], 3 };
+            qcal_engine_value in = value("X", QCAL_ONNX_FLOAT, 2, xd, x[s0],
+                                         (size_t)runs[r] * sizeof x[0]);
+            OK(qcal_model_calib_feed(mc, &in, 1));
+        }
+        if (!p)
+            OK(qcal_model_calib_next_pass(mc));
+    }
+    OK(qcal_model_calib_finish(mc, rep));
+    OK(qcal_calib_session_table(s, tab));
+    qcal_model_calib_destroy(&mc);
+    qcal_calib_session_destroy(&s);
+}
+
+/* observer_auto at the outputs (qcal/model_calib.h): every candidate scored, the highest
+ * chosen and written into the session; the kept samples one per run whatever the runs fed. */
+static void test_observer_auto_outputs(void **state)
+{
+    (void)state;
+    qcal_engine *e = open_engine();
+    size_t len;
+    void *bytes = mlp_model(&len);
+    qcal_onnx_model *m = NULL;
+    OK(qcal_onnx_model_parse(bytes, len, &m));
+    qcal_free(bytes);
+    qcal_model_calib_report r4, r1, r3;
+    qcal_calib_table *t4 = NULL, *t1 = NULL, *t3 = NULL;
+    auto_outputs_run(e, m, (const int[]){ 4, 4 }, 2, 64, &r4, &t4);   /* all 8 kept */
+    assert_int_equal(r4.auto_samples, 8);
+    /* the per-tensor choice and the five kinds, each a finite SQNR and an agreement count
+     * (Y's argmax over its 2 columns) of 0..8; the rest NaN and -1. The winner: the most
+     * agreements, then the highest SQNR, then the earlier (per-tensor, then simpler). */
+    double best = r4.auto_sqnr_db[0];
+    int64_t best_agree = r4.auto_agree[0];
+    int32_t want = -1;
+    assert_true(isfinite(best) && best_agree >= 0 && best_agree <= 8);
+    for (int k = 0; k < QCAL_OBSERVER_KIND_COUNT; k++) {
+        double v = r4.auto_sqnr_db[k + 1];
+        int64_t a = r4.auto_agree[k + 1];
+        bool cand = QCAL_MODEL_CALIB_AUTO_KINDS >> k & 1u;
+        assert_true(cand ? isfinite(v) && a >= 0 && a <= 8 : isnan(v) && a == -1);
+        if (cand && (a > best_agree || (a == best_agree && v > best) ||
+                     (a == best_agree && v == best && want >= 0 &&
+                      qcal_numeric_eval_simplicity((qcal_observer_kind)k) <
+                          qcal_numeric_eval_simplicity((qcal_observer_kind)want)))) {
+            best = v;
+            best_agree = a;
+            want = k;
+        }
+    }
+    assert_int_equal(r4.auto_choice, want);
+    /* a kind everywhere: every entry names it */
+    int64_t ne = 0;
+    OK(qcal_calib_table_count(t4, &ne));
+    assert_true(ne > 0);
+    for (int64_t i = 0; want >= 0 && i < ne; i++) {
+        const qcal_calib_entry *ent = NULL;
+        OK(qcal_calib_table_entry(t4, i, &ent));
+        assert_int_equal(ent->observer, want);
+    }
+    /* runs of 1 and of 8: the same samples one per run, the same figures to the bit */
+    auto_outputs_run(e, m, (const int[]){ 1, 1, 1, 1, 1, 1, 1, 1 }, 8, 64, &r1, &t1);
+    assert_int_equal(r1.auto_samples, 8);
+    assert_memory_equal(r1.auto_sqnr_db, r4.auto_sqnr_db, sizeof r4.auto_sqnr_db);
+    assert_memory_equal(r1.auto_agree, r4.auto_agree, sizeof r4.auto_agree);
+    assert_int_equal(r1.auto_choice, r4.auto_choice);
+    /* fewer samples than the data: the first 3 */
+    auto_outputs_run(e, m, (const int[]){ 8 }, 1, 3, &r3, &t3);
+    assert_int_equal(r3.auto_samples, 3);
+    assert_true(isfinite(r3.auto_sqnr_db[0]));
+    qcal_calib_table_destroy(&t4);
+    qcal_calib_table_destroy(&t1);
+    qcal_calib_table_destroy(&t3);
+    /* a negative count is refused */
+    qcal_calib_session *s = NULL;
+    OK(qcal_calib_session_create(NULL, &s));
+    qcal_model_calib_options o;
+    qcal_model_calib_options_default(&o);
+    o.observer_auto = true;
+    o.auto_samples = -1;
+    qcal_model_calib *mc = NULL;
+    expect_error(qcal_model_calib_create(e, m, s, &o, &mc), QCAL_ERR_INVALID_ARG, "auto_samples -1");
+    qcal_calib_session_destroy(&s);
+    qcal_onnx_model_destroy(&m);
+    qcal_engine_close(&e);
+}
+
 static void test_observer_auto(void **state)
 {
     (void)state;
@@ -733,7 +840,9 @@ static void test_observer_auto(void **state)
     OK(qcal_calib_session_create(NULL, &s));
     qcal_model_calib_options o;
     qcal_model_calib_options_default(&o);
+    assert_int_equal(o.auto_samples, 64);
     o.observer_auto = true;
+    o.auto_samples = 0;   /* the per-tensor choice alone (test_observer_auto_outputs: the rest) */
     o.ranks = 2;
     qcal_model_calib *mc = NULL;
     expect_error(qcal_model_calib_create(e, m, s, &o, &mc), QCAL_ERR_UNSUPPORTED, "2 ranks");
@@ -761,6 +870,9 @@ static void test_observer_auto(void **state)
     assert_int_equal(rep.passes, 2);
     assert_int_equal(rep.samples, 8);
     assert_int_equal(rep.runs, 4);
+    assert_int_equal(rep.auto_samples, 0);
+    assert_int_equal(rep.auto_choice, -1);
+    assert_true(isnan(rep.auto_sqnr_db[0]));
     int64_t nt = qcal_model_calib_tensor_count(mc), chosen = 0, n = 0;
     for (int k = 0; k < QCAL_OBSERVER_KIND_COUNT; k++)
         chosen += rep.chosen[k];
@@ -834,6 +946,7 @@ int main(void)
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_silent),
         cmocka_unit_test(test_observer_auto),
+        cmocka_unit_test(test_observer_auto_outputs),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,6 +1,7 @@
 /* Running a model in the engine from the CLI (tools/cli_model.h). */
-#include <stdlib.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli_model.h"
@@ -8,6 +9,7 @@
 int cli_model_args_init(const char *cmd, cli_model_args *a, int argc)
 {
     memset(a, 0, sizeof *a);
+    a->auto_samples = -1;
     a->inputs = calloc((size_t)argc + 1, sizeof *a->inputs);
     a->carry = calloc((size_t)argc + 1, sizeof *a->carry);
     if (!a->inputs || !a->carry) {
@@ -45,6 +47,8 @@ int cli_model_opt(const char *cmd, cli_model_args *a, int id, const char *val)
         return 0;
     case CLI_MODEL_BATCH: return cli_parse_i64(cmd, "--batch", val, 1, INT64_MAX / 2, &a->batch);
     case CLI_MODEL_ORT_LIB: a->ort_lib = val; return 0;
+    case CLI_MODEL_AUTO_SAMPLES:
+        return cli_parse_i64(cmd, "--auto-samples", val, 0, INT64_MAX / 2, &a->auto_samples);
     default: return -1;
     }
 }
@@ -58,6 +62,8 @@ int cli_model_observer_auto(const char *cmd, cli_model_args *a, cli_observer_arg
             at = i;
     if (at < 0) {
         a->observer_auto = default_auto && !*have_obs && !rules_path;
+        if (a->auto_samples >= 0 && !a->observer_auto)
+            return cli_fail(cmd, QCAL_EXIT_USAGE, "--auto-samples goes with --observer auto");
         return 0;
     }
     if (rules_path)
@@ -93,6 +99,30 @@ void cli_model_chosen(const qcal_model_calib_report *rep, char *buf, size_t cap)
             break;
         len += (size_t)w;
     }
+}
+
+void cli_model_auto_line(const char *cmd, const qcal_model_calib_report *rep, FILE *f)
+{
+    if (!rep->auto_samples)
+        return;
+    /* "per-tensor 27/64 agree 10.67 dB": the samples whose argmax agrees with float's
+     * everywhere (when an output has positions), then the output SQNR */
+    bool agree = rep->auto_agree[0] >= 0;
+    fprintf(f, "qcal: %s: observer auto at the outputs (%lld %s, one per run; %s): ", cmd,
+            (long long)rep->auto_samples, CLI_PLURAL(rep->auto_samples, "sample", "samples"),
+            agree ? "samples whose argmax agrees with float's everywhere, then output SQNR"
+                  : "output SQNR");
+    for (int k = 0; k <= QCAL_OBSERVER_KIND_COUNT; k++) {
+        if (isnan(rep->auto_sqnr_db[k]))
+            continue;
+        fprintf(f, "%s%s ", k ? ", " : "", k ? qcal_observer_kind_name((qcal_observer_kind)(k - 1))
+                                             : "per-tensor");
+        if (agree)
+            fprintf(f, "%lld/%lld ", (long long)rep->auto_agree[k], (long long)rep->auto_samples);
+        fprintf(f, "%.2f dB", rep->auto_sqnr_db[k]);
+    }
+    fprintf(f, "; chose %s\n", rep->auto_choice < 0 ? "per-tensor"
+                         : qcal_observer_kind_name((qcal_observer_kind)rep->auto_choice));
 }
 
 int cli_engine_open(const char *cmd, const char *ort_lib, qcal_engine **e)
@@ -187,6 +217,9 @@ int cli_model_calibrate(const char *cmd, qcal_engine *e, const qcal_onnx_model *
     o.rank = rank;
     o.ranks = ranks;
     o.observer_auto = a->observer_auto;
+    if (a->auto_samples >= 0)
+        o.auto_samples = a->auto_samples;
+    o.auto_qdq = sel;   /* the candidates at the outputs: the QDQ model this command makes */
     o.progress = prog ? cli_progress_cb : NULL;
     o.progress_user = prog;
     qcal_model_calib *mc = NULL;

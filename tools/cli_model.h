@@ -5,6 +5,7 @@
 #define QCAL_TOOLS_CLI_MODEL_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 #include <qcal/engine.h>
 #include <qcal/model_calib.h>
@@ -16,7 +17,7 @@
 enum {
     CLI_MODEL_BASE = 3000,
     CLI_MODEL_DATA = CLI_MODEL_BASE, CLI_MODEL_INPUT, CLI_MODEL_BATCH, CLI_MODEL_CARRY,
-    CLI_MODEL_ORT_LIB,
+    CLI_MODEL_ORT_LIB, CLI_MODEL_AUTO_SAMPLES,
     CLI_MODEL_END
 };
 
@@ -39,7 +40,11 @@ enum {
         "value, at the start of each file)"),                                                   \
     CLI_OPT("ort-lib", 0, CLI_MODEL_ORT_LIB, "PATH",                                            \
         "ONNX Runtime's libonnxruntime.so.1 (default: $QCAL_ORT_LIB,\n"                         \
-        "the loader's path, then the npm cache ./run.sh fills)")
+        "the loader's path, then the npm cache ./run.sh fills)"),                               \
+    CLI_OPT("auto-samples", 0, CLI_MODEL_AUTO_SAMPLES, "N",                                     \
+        "--observer auto: run the whole-model candidates against float\n"                       \
+        "on the first N samples of the data, one per run (default 64;\n"                        \
+        "0: the per-tensor choice only)")
 
 typedef struct cli_model_args {
     const char *data;          /* --data */
@@ -50,6 +55,7 @@ typedef struct cli_model_args {
     int64_t batch;             /* --batch, 0: automatic */
     const char *ort_lib;       /* --ort-lib */
     bool observer_auto;        /* --observer auto (cli_model_observer_auto) */
+    int64_t auto_samples;      /* --auto-samples, -1: not given (the library's default) */
 } cli_model_args;
 
 /* Allocates the lists for argc arguments; 0 or an exit code (reported). */
@@ -74,12 +80,19 @@ int cli_model_observer_auto(const char *cmd, cli_model_args *a, cli_observer_arg
  * order) into buf. */
 void cli_model_chosen(const qcal_model_calib_report *rep, char *buf, size_t cap);
 
+/* The line naming observer auto's whole-model candidates, their output SQNR and the one
+ * chosen ("qcal: CMD: observer auto at the outputs ..."), on f; nothing when none ran. */
+void cli_model_auto_line(const char *cmd, const qcal_model_calib_report *rep, FILE *f);
+
 /* Help line of --observer auto for the subcommands that run a model. */
 #define CLI_MODEL_AUTO_HELP                                                                     \
     "  --observer auto          choose each tensor's observer: every commuting kind (minmax,\n"   \
     "                           percentile, histogram, mse, entropy) on every tensor, the\n"      \
     "                           model run twice (observe, then the exact SQNR of each\n"          \
-    "                           candidate's fake-quant), the highest SQNR wins (docs/evaluate.md)\n"
+    "                           candidate's fake-quant), the highest SQNR wins; then that\n"      \
+    "                           choice and each kind on every tensor quantize the model and run\n" \
+    "                           against float (--auto-samples): the most samples whose argmax\n"  \
+    "                           agrees with float's, then the highest output SQNR (docs/accuracy.md)\n"
 
 /* Folds the model's BatchNormalizations into their Convs (as qdq, onnx-expose and equalize
  * do, so exposed names, tables and Q/DQ placement agree) and notes it on stderr unless

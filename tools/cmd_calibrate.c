@@ -948,6 +948,8 @@ fed:
                 CLI_PLURAL(skipped_1d, "tensor", "tensors"));
     fprintf(say, "; %llu non-finite %s skipped\n", (unsigned long long)nonfinite,
             CLI_PLURAL(nonfinite, "value", "values"));
+    if (model && a.ma.observer_auto)
+        cli_model_auto_line(cmd, &mrep, say);
     if (a.ckpt) {
         fprintf(say, "qcal: calibrate: checkpoint: %lld %s in float8_e4m3fn, %lld "
                 "attention %s with KV-cache scales, %lld %s copied, %lld %s "

@@ -11,6 +11,7 @@
 #include "ex_util.h"
 
 #define EVAL_BATCH 250
+#define AUTO_SAMPLES 64   /* qcal_model_calib_options.auto_samples' default */
 
 void lowbit_act_qconfig(qcal_qconfig *q, int bits)
 {
@@ -136,6 +137,44 @@ static qcal_status eval_fq(cnn_ctx *ctx, const cnn_model *fm, const cnn_data *te
     }
     r->top1 = 100.0 * (double)right / (double)test->n;
     r->agree = 100.0 * (double)same / (double)test->n;
+    return QCAL_OK;
+}
+
+/* The fake-quant model against float on the first n images of data, as observer auto judges
+ * its whole-model candidates at the outputs (qcal/model_calib.h): the images whose top-1 is
+ * float's, and the logits' SQNR. */
+static qcal_status out_score(cnn_ctx *ctx, const cnn_model *fm, const cnn_data *data, int64_t n,
+                             const fq_model *q, int64_t *agree, double *db)
+{
+    cnn_hooks hooks = {.act = fq_act_hook, .weight = fq_weight_hook, .user = (void *)q};
+    float ref[EVAL_BATCH * CNN_CLASSES];
+    double ss_f = 0.0, ss_e = 0.0;
+    *agree = 0;
+    if (n > data->n)
+        n = data->n;
+    for (int64_t i0 = 0; i0 < n; i0 += EVAL_BATCH) {
+        int bn = (int)(n - i0 < EVAL_BATCH ? n - i0 : EVAL_BATCH);
+        const float *z;
+        qcal_status st = cnn_forward(ctx, fm, data->images + i0 * CNN_IMAGE_PIXELS, bn, NULL, &z);
+        if (st < 0)
+            return st;
+        memcpy(ref, z, (size_t)bn * CNN_CLASSES * sizeof *ref);
+        if ((st = cnn_forward(ctx, fm, data->images + i0 * CNN_IMAGE_PIXELS, bn, &hooks, &z)) < 0)
+            return st;
+        for (int i = 0; i < bn * CNN_CLASSES; i++) {
+            ss_f += (double)ref[i] * ref[i];
+            ss_e += ((double)ref[i] - z[i]) * ((double)ref[i] - z[i]);
+        }
+        for (int i = 0; i < bn; i++) {
+            int pf = 0, pq = 0;
+            for (int k = 1; k < CNN_CLASSES; k++) {
+                pf = ref[i * CNN_CLASSES + k] > ref[i * CNN_CLASSES + pf] ? k : pf;
+                pq = z[i * CNN_CLASSES + k] > z[i * CNN_CLASSES + pq] ? k : pq;
+            }
+            *agree += pf == pq;
+        }
+    }
+    *db = ss_e > 0.0 ? 10.0 * log10(ss_f / ss_e) : INFINITY;
     return QCAL_OK;
 }
 
@@ -356,8 +395,44 @@ qcal_status lowbit_run(cnn_ctx *ctx, const cnn_model *fm, const cnn_data *train,
             out->auto_same += out->auto_choice[slot] == out->choice[slot];
             st = cand_qparams(&t.candidates[t.recommended], model_slot(&aut, slot));
         }
+        /* Then at the outputs, as qcal_model_calib does: that choice and each of its kinds
+         * on every tensor; on the first AUTO_SAMPLES calibration images the most top-1
+         * agreements with float win, then the highest logits SQNR (ties to the earlier: the
+         * per-tensor choice, then kinds[] order). */
+        double best = -INFINITY;
+        int64_t best_agree = 0, n_auto = n_calib < AUTO_SAMPLES ? n_calib : AUTO_SAMPLES;
+        out->auto_at_outputs = -1;
         if (st >= 0)
+            st = out_score(ctx, fm, train, n_auto, &aut, &best_agree, &best);
+        out->auto_sqnr_db[0] = best;
+        out->auto_agree[0] = best_agree;
+        out->auto_n = n_auto;
+        for (int k = 0; k < n_kinds && st >= 0; k++) {
+            out->auto_sqnr_db[k + 1] = NAN;
+            out->auto_agree[k + 1] = -1;
+            if (!(auto_kinds >> kinds[k] & 1u))
+                continue;
+            double db;
+            int64_t ag;
+            st = out_score(ctx, fm, train, n_auto, &single[k], &ag, &db);
+            out->auto_sqnr_db[k + 1] = db;
+            out->auto_agree[k + 1] = ag;
+            if (st >= 0 && (ag > best_agree || (ag == best_agree && db > best))) {
+                best = db;
+                best_agree = ag;
+                out->auto_at_outputs = k;
+            }
+        }
+        if (st >= 0 && out->auto_at_outputs >= 0) {
+            out->autorow = out->single[out->auto_at_outputs];
+            out->auto_same = 0;
+            for (int slot = 0; slot < LOWBIT_NTENSORS; slot++) {
+                out->auto_choice[slot] = kinds[out->auto_at_outputs];
+                out->auto_same += out->auto_choice[slot] == out->choice[slot];
+            }
+        } else if (st >= 0) {
             st = eval_fq(ctx, fm, test, fpred, &aut, "low-bit auto", &out->autorow);
+        }
     }
     out->eval_s = cnn_now() - t0;
     for (int k = 1; k < n_kinds; k++) {

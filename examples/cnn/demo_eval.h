@@ -39,11 +39,21 @@ typedef struct lowbit_result {
     qcal_observer_kind choice[LOWBIT_NTENSORS];
     double choice_sqnr_db[LOWBIT_NTENSORS];
     /* `qcal qdq --data`'s --observer auto on this setting: the same evaluation restricted to
-     * its candidates (QCAL_MODEL_CALIB_AUTO_KINDS: no moving average), every tensor's choice,
-     * and the row of that choice (auto.top1 < 0: none of its kinds among kinds[]). */
+     * its candidates (QCAL_MODEL_CALIB_AUTO_KINDS: no moving average), then that per-tensor
+     * choice and each of its kinds on every tensor judged against float on the first
+     * AUTO_SAMPLES calibration images (top-1 agreement, then the logits' SQNR); every
+     * tensor's final choice, and the row
+     * of that choice (auto.top1 < 0: none of its kinds among kinds[]). */
     lowbit_row autorow;
     qcal_observer_kind auto_choice[LOWBIT_NTENSORS];
     int auto_same;                                    /* tensors where it equals choice[] */
+    int auto_at_outputs;                              /* -1: the per-tensor choice won; else the
+                                                       * index into kinds[] used everywhere */
+    double auto_sqnr_db[QCAL_OBSERVER_KIND_COUNT + 1];/* [0] per-tensor, [1 + k] kinds[k]
+                                                       * (NaN: not a candidate) */
+    int64_t auto_agree[QCAL_OBSERVER_KIND_COUNT + 1]; /* the same, images whose top-1 is
+                                                       * float's (-1: not a candidate) */
+    int64_t auto_n;                                   /* images they were judged on */
     int best, worst;                                  /* indices into single[] by top-1 (first on ties) */
     double calib_s, eval_s;                           /* evaluation + rules calibration; the fake-quant rows */
 } lowbit_result;

@@ -24,10 +24,22 @@
  * fake-quantizes the same outputs with each candidate's final qparams and measures the exact
  * SQNR over the whole data; then each tensor's entry in the session is the observer with the
  * highest SQNR (ties to the simpler, qcal_numeric_eval_simplicity). The session's rules are
- * not consulted for the observed tensors. The table equals, byte for byte, the one
- * `qcal evaluate DUMP --observers minmax,percentile,histogram,mse,entropy --rules-out R` and
- * then `qcal calibrate DUMP --rules R` give on a dump of the same runs. Every candidate
- * commutes, so the choice and the ranges do not depend on how samples are grouped into runs. */
+ * not consulted for the observed tensors. Every candidate commutes, so the choice and the
+ * ranges do not depend on how samples are grouped into runs.
+ *
+ * Then, at the model's outputs (opt.auto_samples > 0, the default): the per-tensor choice is
+ * one whole-model candidate, and each kind on every tensor another (all were observed in the
+ * first pass: no further pass over the data). Each candidate's table quantizes the model
+ * (qcal_onnx_qdq with opt.auto_qdq), the QDQ model and the float model run in the engine
+ * (graph optimization 'all', as `qcal compare`) on the first auto_samples samples, one sample
+ * per run, and the candidate wins whose argmax over each float output's last axis agrees
+ * with float's at every position on the most samples (`qcal compare`'s exact agreement),
+ * then with the highest SQNR over every float output together (ties to the earlier: the
+ * per-tensor choice, then the kinds simplest first). Without it
+ * (auto_samples 0, or a model with carried state, whose samples do not stand alone) the table
+ * equals, byte for byte, the one `qcal evaluate DUMP --observers
+ * minmax,percentile,histogram,mse,entropy --rules-out R` and then `qcal calibrate DUMP --rules
+ * R` give on a dump of the same runs. */
 #ifndef QCAL_MODEL_CALIB_H
 #define QCAL_MODEL_CALIB_H
 
@@ -85,6 +97,16 @@ typedef struct qcal_model_calib_options {
                                      * go to an evaluation, not the session, until
                                      * qcal_model_calib_finish); one process only: ranks > 1
                                      * is QCAL_ERR_UNSUPPORTED */
+    int64_t auto_samples;           /* default 64: observer_auto judges whole-model candidates
+                                     * at the outputs (above) on this many samples, one per
+                                     * run: the first of this process's share of the data in
+                                     * data order (qcal_model_calib_feed_dataset), or of the
+                                     * first pass's runs (qcal_model_calib_feed; each input
+                                     * with a dynamic first dimension sliced on it); 0: the
+                                     * per-tensor choice only */
+    const qcal_onnx_qdq_options *auto_qdq; /* default NULL: the candidates' QDQ models made
+                                     * with qcal_onnx_qdq_options_default and this profile,
+                                     * op_types and exclude; else these (copied at create) */
 } qcal_model_calib_options;
 
 /* Fills *opt with the defaults documented on each field. */
@@ -105,6 +127,17 @@ typedef struct qcal_model_calib_report {
                                  * engine and wait seconds count both; samples one) */
     int64_t chosen[QCAL_OBSERVER_KIND_COUNT];   /* observer_auto: tensors whose entry each
                                                  * kind won; else zeros */
+    int64_t auto_samples;       /* observer_auto: samples the whole-model candidates ran on
+                                 * (0: not run; the per-tensor choice stands) */
+    int32_t auto_choice;        /* the candidate chosen: -1 each tensor's per-tensor choice,
+                                 * else the observer kind every tensor got */
+    double auto_sqnr_db[QCAL_OBSERVER_KIND_COUNT + 1]; /* output SQNR of each candidate:
+                                 * [0] the per-tensor choice, [1 + kind] that kind on every
+                                 * tensor; NaN where none was run */
+    int64_t auto_agree[QCAL_OBSERVER_KIND_COUNT + 1]; /* the same candidates' samples whose
+                                 * argmax over the last axis agrees with float's at every
+                                 * position; -1 where none was run or no output has a last
+                                 * axis longer than 1 */
 } qcal_model_calib_report;
 
 /* Prepares a calibration of m (not changed; copied, exposed and serialized for the engine:

@@ -180,7 +180,10 @@ def observe(model, data, session, *, profile="ort", op_types=None, exclude=None,
     """Runs ``model`` on ``data`` in ONNX Runtime and observes every tensor ``profile`` quantizes
     into ``session`` (a ``qcal.Session``; role activation, step = the run's index). Returns a
     report dict: tensors (observed per run), files, samples, runs, batch, max_run_bytes,
-    empty, engine_seconds, wait_seconds, engine_version, engine_library, passes, chosen.
+    empty, engine_seconds, wait_seconds, engine_version, engine_library, passes, chosen,
+    auto_samples, auto_choice, auto_sqnr_db (observer_auto at the outputs: the samples the
+    whole-model candidates ran on, the one chosen, "per-tensor" or a kind, each one's output
+    SQNR and its samples whose argmax agrees with float's everywhere; docs/accuracy.md).
     ``carry`` ("OUT=IN" strings or {OUT: IN}): output OUT of a run is input IN of the next
     (zeros at the start; an iterable's runs are one sequence, a data spec's files one each).
     ``observer_auto``: each tensor's observer chosen by the exact SQNR of every commuting
@@ -278,7 +281,9 @@ def qdq(model, out, data=None, table=None, *, profile="ort", observer=None, rule
     missing from the table raise ``NotFoundError`` (default: they stay float, listed in the
     report). ``equalize``: cross-layer equalization first (``qcal qdq --equalize``).
     Returns a report dict: profile, ops, tensors, weights, biases, missing, skipped; with
-    data also table (the ``qcal.Table`` made), samples, runs, engine_version, passes, chosen.
+    data also table (the ``qcal.Table`` made), samples, runs, engine_version, passes, chosen,
+    auto_samples, auto_choice, auto_sqnr_db, auto_agree (as ``observe``'s; the candidates are quantized with
+    the default weight options).
 
     The keep-float search (``qcal qdq --min-output-sqnr DB`` / ``--max-drop POINTS``,
     docs/accuracy.md): with ``min_output_sqnr`` (dB over every float output) and/or
@@ -331,7 +336,9 @@ def qdq(model, out, data=None, table=None, *, profile="ort", observer=None, rule
         table = s.table(allow_empty=allow_empty, profile=profile)
         rep = {"table": table, "samples": crep["samples"], "runs": crep["runs"],
                "engine_version": crep["engine_version"], "passes": crep["passes"],
-               "chosen": crep["chosen"]}
+               "chosen": crep["chosen"], "auto_samples": crep["auto_samples"],
+               "auto_choice": crep["auto_choice"], "auto_sqnr_db": crep["auto_sqnr_db"],
+               "auto_agree": crep["auto_agree"]}
     exclude = _names(exclude, "exclude")
     if keep_float:
         kf = _keep_float(m, table, data if eval_data is None else eval_data, profile=profile,
