@@ -788,7 +788,7 @@ int cmd_qdq(int argc, char **argv)
         printf("; observer auto (the model run twice): %s", chosen);
     }
     printf("\n");
-    if (from_data && ma.observer_auto)
+    if (from_data && a.ma.observer_auto)
         cli_model_auto_line(cmd, &mrep, stdout);
     if (keep_float)
         print_keep_float(&kf, &a.aa);
