@@ -293,10 +293,14 @@ int32_t qcal_hist_entropy_search_curve(const uint64_t *counts, int32_t bins, int
  * levels (bin a + k -> level k * levels / n) and spread evenly over each level's non-zero
  * bins; p = P / total, q = Q / (mass inside). Each KL is evaluated as the |x| search's: run
  * sums from double-double prefix sums, equal-count runs term by term. */
+__extension__ typedef unsigned __int128 u128;
+
 typedef struct kl_ctx {
     const uint64_t *counts;
     int32_t bins, levels;
+    int64_t steps;      /* quant_max - quant_min of the target grid */
     uint64_t total;
+    u128 *P1, *P2;      /* prefix sums of c_j (2j + 1) and c_j (2j + 1)^2 [bins + 1] */
     uint64_t *C, *NZ;   /* prefix counts, prefix non-zero bins [bins + 1] */
     dd *PP, *PL;        /* prefix p_j and p_j log p_j [bins + 1] */
     run_info *R;        /* [bins + 1] */
@@ -309,28 +313,38 @@ static void kl_ctx_free(kl_ctx *k)
     free(k->PP);
     free(k->R);
     free(k->RP);
+    free(k->P1);
 }
 
-static bool kl_ctx_init(kl_ctx *k, const uint64_t *counts, int32_t bins, int32_t levels)
+static bool kl_ctx_init(kl_ctx *k, const uint64_t *counts, int32_t bins, int32_t levels,
+                        int64_t steps)
 {
     memset(k, 0, sizeof *k);
     k->counts = counts;
     k->bins = bins;
     k->levels = levels;
+    k->steps = steps;
     size_t nb = (size_t)bins + 1;
     k->C = qcal_malloc(2 * nb * sizeof *k->C);
     k->PP = qcal_malloc(2 * nb * sizeof *k->PP);
     k->R = qcal_malloc(nb * sizeof *k->R);
     k->RP = qcal_malloc(2 * nb * sizeof *k->RP);
-    if (!k->C || !k->PP || !k->R || !k->RP) {
+    k->P1 = qcal_malloc(2 * nb * sizeof *k->P1);
+    if (!k->C || !k->PP || !k->R || !k->RP || !k->P1) {
         kl_ctx_free(k);
         return false;
     }
     k->NZ = k->C + nb;
     k->PL = k->PP + nb;
     k->RL = k->RP + nb;
-    for (int32_t j = 0; j < bins; j++)
+    k->P2 = k->P1 + nb;
+    k->P1[0] = k->P2[0] = 0;
+    for (int32_t j = 0; j < bins; j++) {
         k->total += counts[j];
+        u128 o = (u128)(2 * (uint64_t)j + 1);
+        k->P1[j + 1] = k->P1[j] + o * counts[j];
+        k->P2[j + 1] = k->P2[j] + o * o * counts[j];
+    }
     const double S = (double)k->total;
     k->C[0] = k->NZ[0] = 0;
     k->PP[0] = k->PL[0] = (dd){ 0.0, 0.0 };
@@ -379,6 +393,25 @@ static double kl_run(const kl_ctx *k, int64_t s, int64_t e, double lq)
     return (run.hi - m.hi) + ((run.lo - m.lo) - lq * mass.lo);
 }
 
+/* Whether clipping to window [a, b) moves the data more than rounding does: the squared
+ * distance of every value outside to the edge it is clamped to (values at their bin's
+ * centre), against the rounding error of the values kept, s^2 / 12 each (s = the window over
+ * quant_max - quant_min steps). Both in (bin width / 2)^2: clip4 = sum_{j<a} c_j (2a - 2j -
+ * 1)^2 + sum_{j>=b} c_j (2j + 1 - 2b)^2, exact from the prefix sums; rounding: kept n^2 /
+ * (3 steps^2). */
+static bool clip_exceeds_rounding(const kl_ctx *k, int32_t a, int32_t b)
+{
+    const u128 *P1 = k->P1, *P2 = k->P2;
+    const uint64_t *C = k->C;
+    const int32_t N = k->bins;
+    const u128 A = 2 * (u128)(uint64_t)a, B = 2 * (u128)(uint64_t)b;
+    /* Each sum is >= 0 and every term < 2^107 for bins <= 2^20 and any uint64 total. */
+    const u128 below = (A * A * C[a] + P2[a]) - 2 * A * P1[a];
+    const u128 above = ((P2[N] - P2[b]) + B * B * (C[N] - C[b])) - 2 * B * (P1[N] - P1[b]);
+    const double n = (double)b - a, steps = (double)k->steps;
+    return (double)(below + above) * 3.0 * steps * steps > (double)(C[b] - C[a]) * n * n;
+}
+
 /* KL of window [a, b); +inf if it is not a candidate: nothing inside, clipped mass landing
  * on an empty edge bin (KL undefined), clipped mass with no data inside but the edge bins
  * that receive it (P = Q whatever is clipped: the degenerate minimum), or clipped mass
@@ -396,15 +429,7 @@ static double kl_window(const kl_ctx *k, int32_t a, int32_t b)
             return INFINITY;
     }
     const int64_t n = (int64_t)b - a, levels = k->levels;
-    /* Clipped mass beyond an edge at most the count of the edge bin it is added to (P's
-     * edge bin at most doubles). TRT's lump stands for outliers piling onto the edge; a
-     * heavier tail makes P's edge the clipped data's, whose shape P does not see, and the
-     * KL then prices a tail of any length by its mass alone: measured on PP-OCRv4's
-     * hard-swish outputs (most mass near 0, 0.5-9% in tails to 20-290), the search without
-     * this rule took the narrowest window allowed (levels bins, where each level is one
-     * bin and P = Q inside) on every one, and int8 exact-match fell to 0 (docs/models.md).
-     * The last-bin case (the kept data all in the edge bin) is this rule's extreme. */
-    if (below > counts[a] || above > counts[b - 1])
+    if (below + above > 0 && clip_exceeds_rounding(k, a, b))
         return INFINITY;
     const double S = (double)k->total, SQ = (double)sq;
     double kl = 0.0, lq_first = 0.0, lq_last = 0.0;
@@ -445,8 +470,9 @@ static double kl_window(const kl_ctx *k, int32_t a, int32_t b)
     return kl;
 }
 
-bool qcal_hist_entropy_window(const uint64_t *counts, int32_t bins, int32_t levels, int32_t z,
-                              int32_t *lo, int32_t *hi, double *best_kl, double *curve)
+bool qcal_hist_entropy_window(const uint64_t *counts, int32_t bins, int32_t levels,
+                              int64_t steps, int32_t z, int32_t *lo, int32_t *hi,
+                              double *best_kl, double *curve)
 {
     *lo = 0;
     *hi = bins;
@@ -470,7 +496,7 @@ bool qcal_hist_entropy_window(const uint64_t *counts, int32_t bins, int32_t leve
             b[z] = nb;
     }
     kl_ctx k;
-    if (!kl_ctx_init(&k, b, bins, levels)) {
+    if (!kl_ctx_init(&k, b, bins, levels, steps)) {
         free(b);
         return false;
     }
@@ -532,11 +558,18 @@ static qcal_status entropy_qrange(qcal_observer *obs, int64_t cap, float *mn, fl
     if (!h->absval) {
         /* Asymmetric target: both ends searched on the signed histogram. */
         int32_t a = 0, b = h->bins;
-        if (h->lo != h->hi &&
-            !qcal_hist_entropy_window(h->counts, h->bins, obs->cfg.entropy_levels,
-                                      qcal_hist_zero_bin(h), &a, &b, NULL, NULL)) {
-            qcal_histobs_qrange_end(&view);
-            return QCAL_ERR_NO_MEMORY;
+        if (h->lo != h->hi) {
+            int64_t qmin, qmax;
+            qcal_status st2 = qcal_qconfig_range(&obs->cfg.q, &qmin, &qmax);
+            if (st2 == QCAL_OK &&
+                !qcal_hist_entropy_window(h->counts, h->bins, obs->cfg.entropy_levels,
+                                          qmax - qmin, qcal_hist_zero_bin(h), &a, &b, NULL,
+                                          NULL))
+                st2 = QCAL_ERR_NO_MEMORY;
+            if (st2 != QCAL_OK) {
+                qcal_histobs_qrange_end(&view);
+                return st2;
+            }
         }
         qcal_histobs_window_range(obs, h, a, b, 0.0, mn, mx);
         qcal_histobs_qrange_end(&view);

@@ -127,8 +127,9 @@ int32_t qcal_hist_entropy_search_curve(const uint64_t *counts, int32_t bins, int
  * reach zero; the zero bin is clamped to its fuller neighbour first. curve (NULL: none):
  * KL of every hi end i in [levels, bins] with the chosen lo end (+inf where not a
  * candidate). false only when scratch cannot be allocated. */
-bool qcal_hist_entropy_window(const uint64_t *counts, int32_t bins, int32_t levels, int32_t z,
-                              int32_t *lo, int32_t *hi, double *best_kl, double *curve);
+bool qcal_hist_entropy_window(const uint64_t *counts, int32_t bins, int32_t levels,
+                              int64_t steps, int32_t z, int32_t *lo, int32_t *hi,
+                              double *best_kl, double *curve);
 /* MSE search (mse.c): best candidate bin i in [min(128, bins-1), bins); amax = centre of bin
  * i = (i + 0.5) * w, nlev = positive quantized levels (127 signed, 255 unsigned 8-bit). */
 int32_t qcal_hist_mse_search(const uint64_t *counts, int32_t bins, double hi, int64_t nlev,
