@@ -393,29 +393,61 @@ static double kl_run(const kl_ctx *k, int64_t s, int64_t e, double lq)
     return (run.hi - m.hi) + ((run.lo - m.lo) - lq * mass.lo);
 }
 
-/* Whether clipping to window [a, b) moves the data more than rounding does: the squared
- * distance of every value outside to the edge it is clamped to (values at their bin's
- * centre), against the rounding error of the values kept, s^2 / 12 each (s = the window over
- * quant_max - quant_min steps). Both in (bin width / 2)^2: clip4 = sum_{j<a} c_j (2a - 2j -
- * 1)^2 + sum_{j>=b} c_j (2j + 1 - 2b)^2, exact from the prefix sums; rounding: kept n^2 /
- * (3 steps^2). */
-static bool clip_exceeds_rounding(const kl_ctx *k, int32_t a, int32_t b)
+/* Squared error of quantizing to window [a, b), up to a constant factor: every value at its
+ * bin's centre; a value outside is moved to the edge it is clamped to, a value inside is
+ * given the rounding error of a grid of `steps` steps over the window, s^2 / 12 (s = (b - a)
+ * / steps bins). In units of (bin width / 2)^2 / (3 steps^2): 3 steps^2 clip4 + kept (b - a)^2
+ * with clip4 = sum_{j<a} c_j (2a - 2j - 1)^2 + sum_{j>=b} c_j (2j + 1 - 2b)^2, exact in
+ * 128-bit integers from the prefix sums (every term < 2^107 for bins <= 2^20, any uint64
+ * total), then rounded once to double. */
+static double window_sq_error(const kl_ctx *k, int32_t a, int32_t b)
 {
     const u128 *P1 = k->P1, *P2 = k->P2;
     const uint64_t *C = k->C;
     const int32_t N = k->bins;
     const u128 A = 2 * (u128)(uint64_t)a, B = 2 * (u128)(uint64_t)b;
-    /* Each sum is >= 0 and every term < 2^107 for bins <= 2^20 and any uint64 total. */
     const u128 below = (A * A * C[a] + P2[a]) - 2 * A * P1[a];
     const u128 above = ((P2[N] - P2[b]) + B * B * (C[N] - C[b])) - 2 * B * (P1[N] - P1[b]);
     const double n = (double)b - a, steps = (double)k->steps;
-    return (double)(below + above) * 3.0 * steps * steps > (double)(C[b] - C[a]) * n * n;
+    return (double)(below + above) * 3.0 * steps * steps + (double)(C[b] - C[a]) * n * n;
+}
+
+/* How far the high end may move in for low end a: from `bins` down, one bin at a time,
+ * while the squared error does not rise; never below `floor`. */
+static int32_t hi_limit(const kl_ctx *k, int32_t a, int32_t floor)
+{
+    int32_t c = k->bins;
+    double ec = window_sq_error(k, a, c);
+    while (c - 1 >= floor) {
+        double en = window_sq_error(k, a, c - 1);
+        if (en > ec)
+            break;
+        ec = en;
+        c--;
+    }
+    return c;
+}
+
+/* The same for the low end with high end b: from 0 up while the error does not rise, never
+ * above `ceil`. */
+static int32_t lo_limit(const kl_ctx *k, int32_t b, int32_t ceil)
+{
+    int32_t c = 0;
+    double ec = window_sq_error(k, c, b);
+    while (c + 1 <= ceil) {
+        double en = window_sq_error(k, c + 1, b);
+        if (en > ec)
+            break;
+        ec = en;
+        c++;
+    }
+    return c;
 }
 
 /* KL of window [a, b); +inf if it is not a candidate: nothing inside, clipped mass landing
- * on an empty edge bin (KL undefined), clipped mass with no data inside but the edge bins
- * that receive it (P = Q whatever is clipped: the degenerate minimum), or clipped mass
- * beyond an edge heavier than the edge bin it is added to. */
+ * on an empty edge bin (KL undefined), or clipped mass with no data inside but the edge bins
+ * that receive it (P = Q whatever is clipped: the degenerate minimum). Which windows the
+ * search may clip to at all is hi_limit / lo_limit's. */
 static double kl_window(const kl_ctx *k, int32_t a, int32_t b)
 {
     const uint64_t *counts = k->counts;
@@ -429,8 +461,6 @@ static double kl_window(const kl_ctx *k, int32_t a, int32_t b)
             return INFINITY;
     }
     const int64_t n = (int64_t)b - a, levels = k->levels;
-    if (below + above > 0 && clip_exceeds_rounding(k, a, b))
-        return INFINITY;
     const double S = (double)k->total, SQ = (double)sq;
     double kl = 0.0, lq_first = 0.0, lq_last = 0.0;
     int64_t s = 0;
@@ -516,6 +546,7 @@ bool qcal_hist_entropy_window(const uint64_t *counts, int32_t bins, int32_t leve
     for (int round = 0; round < 64; round++) {
         double before = cur;
         int32_t bstart = a + levels > bmin_z ? a + levels : bmin_z;
+        bstart = hi_limit(&k, a, bstart);
         for (int32_t c = bstart; c <= bins; c++) {
             double v = kl_window(&k, a, c);
             if (v < cur || (v == cur && c < e)) {
@@ -524,6 +555,8 @@ bool qcal_hist_entropy_window(const uint64_t *counts, int32_t bins, int32_t leve
             }
         }
         int32_t astop = e - levels < amax_z ? e - levels : amax_z;
+        if (astop >= 0)
+            astop = lo_limit(&k, e, astop);
         for (int32_t c = astop; c >= 0; c--) {
             double v = kl_window(&k, c, e);
             if (v < cur || (v == cur && c > a)) {
@@ -534,9 +567,11 @@ bool qcal_hist_entropy_window(const uint64_t *counts, int32_t bins, int32_t leve
         if (!(cur < before))
             break;
     }
-    if (curve)
+    if (curve) {
+        int32_t lim = hi_limit(&k, a, a + levels > bmin_z ? a + levels : bmin_z);
         for (int32_t c = levels; c <= bins; c++)
-            curve[c - levels] = c - levels >= a && c >= bmin_z ? kl_window(&k, a, c) : INFINITY;
+            curve[c - levels] = c >= lim ? kl_window(&k, a, c) : INFINITY;
+    }
     kl_ctx_free(&k);
     free(b);
     *lo = a;
