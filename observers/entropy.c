@@ -292,7 +292,29 @@ int32_t qcal_hist_entropy_search_curve(const uint64_t *counts, int32_t bins, int
  * P[a] and the mass from b on added to P[b-1]; Q = the unclipped counts[a..b) merged into
  * levels (bin a + k -> level k * levels / n) and spread evenly over each level's non-zero
  * bins; p = P / total, q = Q / (mass inside). Each KL is evaluated as the |x| search's: run
- * sums from double-double prefix sums, equal-count runs term by term. */
+ * sums from double-double prefix sums, equal-count runs term by term.
+ *
+ * Which windows may clip (issue 36). TensorRT's KL prices a clipped tail by its mass, never
+ * by its reach: lumped into P's edge bin, a tail reaching 290 costs what one reaching 21
+ * does, and at the narrowest window (levels bins, one bin per level) P = Q inside. On
+ * PP-OCRv4 recognition's hard-swish outputs and final Softmax the unbounded search took that
+ * window everywhere (int8 exact-match 0%). A KL over the full support cannot see the reach
+ * either: moving the clipped mass to Q's edge bin while P keeps it where it was leaves the
+ * tail's bins with q = 0, and any smoothing prices each by p log(p / eps), its mass again
+ * (measured: with ONNX Runtime's smoothing, eps = 1e-4, that objective kept the whole range,
+ * to within one value, on the three PP-OCRv4 tensors tried). Earlier rules bounded the clipped mass by the edge
+ * bin's count (66.67%: the outliers alone, ranges 1.2-1.6x histogram's) or the edge level's
+ * (19%: a background spike let it clip 14.6%). So the reach is priced by squared error,
+ * which is what clipping does to the values: each end moves in from the data's extreme,
+ * one bin at a time, only while the window's squared error does not rise (clipped values
+ * moved to the edge, kept ones s^2 / 12, s the grid step), i.e. while clipping still pays
+ * for itself in resolution; the KL chooses among the ends reached (on peaked data it takes
+ * the innermost one, on flat data it may keep more). The limit is recomputed for the
+ * current other end in every round of the coordinate descent. Measured on PP-OCRv4
+ * recognition (64 calibration lines, 300 held-out, ort profile): 99.00% exact-match
+ * (histogram 97.67%, float 99.67%); ranges within 0.92-1.35x of histogram's (median 1.005).
+ * A fixed bound, clipping error <= k x rounding error, gave 93.33% (k = 1), 98.67% (1/4)
+ * and 96.67% (1/16): not monotone in k, and k has no reason to be any value. */
 __extension__ typedef unsigned __int128 u128;
 
 typedef struct kl_ctx {
