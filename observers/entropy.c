@@ -301,10 +301,10 @@ int32_t qcal_hist_entropy_search_curve(const uint64_t *counts, int32_t bins, int
  * window everywhere (int8 exact-match 0%). A KL over the full support cannot see the reach
  * either: moving the clipped mass to Q's edge bin while P keeps it where it was leaves the
  * tail's bins with q = 0, and any smoothing prices each by p log(p / eps), its mass again
- * (measured: with ONNX Runtime's smoothing, eps = 1e-4, that objective kept the whole range,
- * to within one value, on the three PP-OCRv4 tensors tried). Earlier rules bounded the clipped mass by the edge
- * bin's count (66.67%: the outliers alone, ranges 1.2-1.6x histogram's) or the edge level's
- * (19%: a background spike let it clip 14.6%). So the reach is priced by squared error,
+ * (measured: with ONNX Runtime's smoothing, eps = 1e-4, that objective kept the whole
+ * range, to within one value, on the three PP-OCRv4 tensors tried). Earlier rules bounded
+ * the clipped mass by the edge bin's count (66.67%: the outliers alone, ranges 1.2-1.6x
+ * histogram's) or the edge level's (19%: a background spike let it clip 14.6%). So the reach is priced by squared error,
  * which is what clipping does to the values: each end moves in from the data's extreme,
  * one bin at a time, only while the window's squared error does not rise (clipped values
  * moved to the edge, kept ones s^2 / 12, s the grid step), i.e. while clipping still pays
@@ -420,8 +420,8 @@ static double kl_run(const kl_ctx *k, int64_t s, int64_t e, double lq)
  * given the rounding error of a grid of `steps` steps over the window, s^2 / 12 (s = (b - a)
  * / steps bins). In units of (bin width / 2)^2 / (3 steps^2): 3 steps^2 clip4 + kept (b - a)^2
  * with clip4 = sum_{j<a} c_j (2a - 2j - 1)^2 + sum_{j>=b} c_j (2j + 1 - 2b)^2, exact in
- * 128-bit integers from the prefix sums (every term < 2^107 for bins <= 2^20, any uint64
- * total), then rounded once to double. */
+ * 128-bit integers from the prefix sums (every term < 2^115 for bins <= 2^24, the config's
+ * limit, and any uint64 total), then rounded once to double. */
 static double window_sq_error(const kl_ctx *k, int32_t a, int32_t b)
 {
     const u128 *P1 = k->P1, *P2 = k->P2;
