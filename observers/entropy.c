@@ -304,13 +304,14 @@ int32_t qcal_hist_entropy_search_curve(const uint64_t *counts, int32_t bins, int
  * (measured: with ONNX Runtime's smoothing, eps = 1e-4, that objective kept the whole
  * range, to within one value, on the three PP-OCRv4 tensors tried). Earlier rules bounded
  * the clipped mass by the edge bin's count (66.67%: the outliers alone, ranges 1.2-1.6x
- * histogram's) or the edge level's (19%: a background spike let it clip 14.6%). So the reach is priced by squared error,
- * which is what clipping does to the values: each end moves in from the data's extreme,
- * one bin at a time, only while the window's squared error does not rise (clipped values
- * moved to the edge, kept ones s^2 / 12, s the grid step), i.e. while clipping still pays
- * for itself in resolution; the KL chooses among the ends reached (on peaked data it takes
- * the innermost one, on flat data it may keep more). The limit is recomputed for the
- * current other end in every round of the coordinate descent. Measured on PP-OCRv4
+ * histogram's) or the edge level's (19%: a background spike let it clip 14.6%). So the
+ * reach is priced by squared error, which is what clipping does to the values: each end
+ * moves in from the data's extreme, one bin at a time, only while the window's squared
+ * error does not rise (clipped values moved to the edge, kept ones s^2 / 12, s the grid
+ * step), i.e. while clipping still pays for itself in resolution; the KL chooses among the
+ * ends reached (on peaked data it takes the innermost one, on flat data it may keep more).
+ * The limit is recomputed for the current other end in every round of the coordinate
+ * descent. Measured on PP-OCRv4
  * recognition (64 calibration lines, 300 held-out, ort profile): 99.00% exact-match
  * (histogram 97.67%, float 99.67%); ranges within 0.92-1.35x of histogram's (median 1.005).
  * A fixed bound, clipping error <= k x rounding error, gave 93.33% (k = 1), 98.67% (1/4)

@@ -461,8 +461,8 @@ static void test_entropy_levels_nonnegative(void **state)
         feed(o, x, N);
         const qcal_hist *h = qcal_histobs_hist(o);
         int32_t i, a0;
-        assert_true(qcal_hist_entropy_window(h->counts, h->bins, levels[k], 255, 0, &a0, &i, NULL,
-                                             NULL));
+        assert_true(qcal_hist_entropy_window(h->counts, h->bins, levels[k], 255, 0, &a0, &i,
+                                             NULL, NULL));
         assert_int_equal(a0, 0);
         assert_true(i >= levels[k] && i <= h->bins);
         float a, b, s;
@@ -845,12 +845,14 @@ static void test_asymmetric_observers(void **state)
                             cc[z] = nb;
                     }
                     double best;
-                    assert_true(qcal_hist_entropy_window(c, 2048, 128, 255, z, &a, &b, &best, NULL));
+                    assert_true(
+                        qcal_hist_entropy_window(c, 2048, 128, 255, z, &a, &b, &best, NULL));
                     double d = kl_direct(cc, 2048, 128, a, b);
                     if (!(fabs(d - best) <= 1e-12 * fmax(d, 1e-300) + 1e-300))
                         fail_msg("%s: KL %.17g, direct %.17g", names[set], best, d);
                     assert_true(d <= kl_direct(cc, 2048, 128, 0, 2048));
-                    int32_t lim = hi_limit_direct(cc, 2048, a, z + 1 > a + 128 ? z + 1 : a + 128);
+                    int32_t lim =
+                        hi_limit_direct(cc, 2048, a, z + 1 > a + 128 ? z + 1 : a + 128);
                     for (int32_t t = lim; t <= 2048; t += 7)   /* coordinate-wise min */
                         if (kl_direct(cc, 2048, 128, a, t) < d * (1 - 1e-12))
                             fail_msg("%s: KL at hi %d below the chosen %d", names[set], t, b);
