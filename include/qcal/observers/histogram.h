@@ -106,8 +106,9 @@
  *     Zero-width grid: (lo, lo), as PyTorch.
  *   percentile (percentile default 99.99 as NVIDIA pytorch-quantization; ONNX Runtime uses
  *     99.999): abs mode (default) clips at the p-th percentile t of |x|; two-tails mode
- *     (signed histogram) at the (100-p)-th and p-th percentiles of x (p < 50 uses the
- *     median for both). Inside the bin where the cumulative count reaches q * total the
+ *     (signed histogram) at the (100-p)/2-th and (100+p)/2-th percentiles of x: 100 - p
+ *     percent clipped in both modes, split evenly over the two tails as ONNX Runtime's
+ *     non-symmetric calibrator does. Inside the bin where the cumulative count reaches q * total the
  *     value is interpolated linearly (uniform density in the bin). NVIDIA returns the
  *     lower edge of that bin; ONNX Runtime the upper edge.
  *   entropy (entropy_levels default 128, needs bins > levels), symmetric targets (affine:
