@@ -54,12 +54,15 @@ int32_t qcal_hist_entropy_search_curve(const uint64_t *counts, int32_t bins, int
 /* Two-ended KL search (entropy.c) on a signed histogram, for asymmetric targets: the window
  * [*lo, *hi) of bins (*hi - *lo >= levels) of smallest KL by coordinate descent (best hi
  * end for the current lo end, then best lo end for it, until a round no longer lowers the
- * KL); z = the bin holding zero (windows must contain it) or -1 when the data do not
- * reach zero; the zero bin is clamped to its fuller neighbour first. curve (NULL: none):
- * KL of every hi end i in [levels, bins] with the chosen lo end (+inf where not a
- * candidate). false only when scratch cannot be allocated. */
-bool qcal_hist_entropy_window(const uint64_t *counts, int32_t bins, int32_t levels, int32_t z,
-                              int32_t *lo, int32_t *hi, double *best_kl, double *curve);
+ * KL), each end only as far in as the squared error on a grid of `steps` steps (quant_max
+ * - quant_min) keeps falling from the data's extreme; z = the bin holding zero (windows
+ * must contain it) or -1 when the data do not reach zero; the zero bin is clamped to its
+ * fuller neighbour first. curve (NULL: none): KL of every hi end i in [levels, bins] with
+ * the chosen lo end (+inf where not a candidate). false only when scratch cannot be
+ * allocated. */
+bool qcal_hist_entropy_window(const uint64_t *counts, int32_t bins, int32_t levels,
+                              int64_t steps, int32_t z, int32_t *lo, int32_t *hi,
+                              double *best_kl, double *curve);
 /* MSE search (mse.c): best candidate bin i in [min(128, bins-1), bins); amax = centre of bin
  * i = (i + 0.5) * w, nlev = positive quantized levels (127 signed, 255 unsigned 8-bit). */
 int32_t qcal_hist_mse_search(const uint64_t *counts, int32_t bins, double hi, int64_t nlev,

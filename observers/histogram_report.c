@@ -109,14 +109,13 @@ qcal_status qcal_observer_search_curve(qcal_observer *obs, int64_t cap, float *l
         int32_t first = ent ? obs->cfg.entropy_levels : (B - 1 < 128 ? B - 1 : 128);
         int32_t nc = B - first + 1, a = 0, b = B;
         int64_t qmin = 0, qmax = 0;
-        if (!ent)
-            st = qcal_qconfig_range(&obs->cfg.q, &qmin, &qmax);
+        st = qcal_qconfig_range(&obs->cfg.q, &qmin, &qmax);
         double *e = st == QCAL_OK ? qcal_malloc((size_t)nc * sizeof *e) : NULL;
         if (st == QCAL_OK && !e)
             st = QCAL_ERR_NO_MEMORY;
         if (e) {
-            bool ok = ent ? qcal_hist_entropy_window(h->counts, B, first, qcal_hist_zero_bin(h),
-                                                     &a, &b, NULL, e)
+            bool ok = ent ? qcal_hist_entropy_window(h->counts, B, first, qmax - qmin,
+                                                     qcal_hist_zero_bin(h), &a, &b, NULL, e)
                           : qcal_hist_mse_window(h->counts, B, qmax - qmin,
                                                  qcal_hist_zero_bin(h), &a, &b, NULL, e);
             if (!ok) {

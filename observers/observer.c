@@ -273,13 +273,15 @@ qcal_status qcal_observer_config_memory(const qcal_observer_config *cfg, int64_t
          * new cells (32); the search adds the view (bins uint64) and its own scratch:
          * histogram float copy + float cumsum and norms (8 + 12), percentile none (8),
          * entropy clamped copy, prefix counts, double-double prefixes, runs, logs and the
-         * candidates' KL (8 + 8 + 16 + 32 + 16 + 16 + 8), mse 128-bit prefixes and errors
+         * candidates' KL (8 + 8 + 16 + 32 + 16 + 16 + 8) for |x|, and for the two-ended
+         * search the same without the KL but with the squared error's 128-bit prefixes
+         * (8 + 8 + 16 + 32 + 16 + 16 + 32, the larger), mse 128-bit prefixes and errors
          * (8 + 48 + 16). */
         uint64_t bins = cfg->bins < 1 ? 1 : (uint64_t)cfg->bins, search;
         switch (cfg->kind) {
         case QCAL_OBSERVER_HISTOGRAM: search = 20; break;
         case QCAL_OBSERVER_PERCENTILE: search = 8; break;
-        case QCAL_OBSERVER_ENTROPY: search = 104; break;
+        case QCAL_OBSERVER_ENTROPY: search = 128; break;
         default: search = 72; break;   /* mse */
         }
         state = 16 * bins;

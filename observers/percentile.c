@@ -1,5 +1,7 @@
 /* The "percentile" observer: clips at the p-th percentile of |x| (symmetric, as NVIDIA's
- * pytorch-quantization) or at the (100-p)-th and p-th percentiles of x (two tails), read
+ * pytorch-quantization) or, two tails, at the (100-p)/2-th and (100+p)/2-th percentiles of x:
+ * 100 - p percent of the values clipped in either mode, split evenly between the tails as
+ * ONNX Runtime's non-symmetric percentile calibrator does ((100 - p) / 200 per side). Read
  * off the growable histogram. See include/qcal/observers/histogram.h. */
 #include <math.h>
 
@@ -53,14 +55,12 @@ static qcal_status percentile_qrange(qcal_observer *obs, int64_t cap, float *mn,
         mn[0] = h->lo;
         mx[0] = h->hi;
     } else {
-        double a = qcal_hist_quantile(h->counts, h->bins, h->lo, h->hi, 1.0 - p);
-        double b = qcal_hist_quantile(h->counts, h->bins, h->lo, h->hi, p);
+        /* 100 - p percent clipped in all, half off each tail (p = 0: both at the median) */
+        double tail = (1.0 - p) / 2.0;
+        double a = qcal_hist_quantile(h->counts, h->bins, h->lo, h->hi, tail);
+        double b = qcal_hist_quantile(h->counts, h->bins, h->lo, h->hi, 1.0 - tail);
         mn[0] = (float)a;
         mx[0] = (float)b;
-        if (mn[0] > mx[0]) {   /* p < 50: the two quantiles cross; use the median for both */
-            float m = (float)qcal_hist_quantile(h->counts, h->bins, h->lo, h->hi, 0.5);
-            mn[0] = mx[0] = m;
-        }
         if (qcal_histobs_is_lattice(obs)) {
             mn[0] = fminf(fmaxf(mn[0], h->lo), h->hi);
             mx[0] = fminf(fmaxf(mx[0], h->lo), h->hi);

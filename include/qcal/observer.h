@@ -46,7 +46,7 @@ typedef enum qcal_nonfinite_policy {
 
 typedef enum qcal_percentile_mode {
     QCAL_PERCENTILE_ABS = 0,        /* clip symmetric at the percentile of |x| */
-    QCAL_PERCENTILE_TWO_TAILS = 1,  /* clip min at (100-p) and max at p percentiles of x */
+    QCAL_PERCENTILE_TWO_TAILS = 1,  /* clip (100-p)/2 percent off each tail of x */
     QCAL_PERCENTILE_AUTO = 2,       /* default: two tails for an asymmetric target (affine
                                      * qscheme, integer dtype), abs for a symmetric one */
 } qcal_percentile_mode;

@@ -106,8 +106,9 @@
  *     Zero-width grid: (lo, lo), as PyTorch.
  *   percentile (percentile default 99.99 as NVIDIA pytorch-quantization; ONNX Runtime uses
  *     99.999): abs mode (default) clips at the p-th percentile t of |x|; two-tails mode
- *     (signed histogram) at the (100-p)-th and p-th percentiles of x (p < 50 uses the
- *     median for both). Inside the bin where the cumulative count reaches q * total the
+ *     (signed histogram) at the (100-p)/2-th and (100+p)/2-th percentiles of x: 100 - p
+ *     percent clipped in both modes, split evenly over the two tails as ONNX Runtime's
+ *     non-symmetric calibrator does. Inside the bin where the cumulative count reaches q * total the
  *     value is interpolated linearly (uniform density in the bin). NVIDIA returns the
  *     lower edge of that bin; ONNX Runtime the upper edge.
  *   entropy (entropy_levels default 128, needs bins > levels), symmetric targets (affine:
@@ -159,10 +160,13 @@
  *     percentile: the two-tails mode.
  *   No degenerate minimum (entropy, both searches): a candidate that clips mass while
  *   holding data only in the bins receiving it is not a candidate (P = Q whatever is
- *   clipped: U[0.5, 1] gave [0, 0.5005]). Two-ended search only: nor is one whose clipped
- *   mass beyond an edge exceeds the count of the edge bin it is added to (the lump may at
- *   most double P's edge bin; without this rule the KL took the narrowest window, levels
- *   bins, on every long-tailed tensor of PP-OCRv4: see observers/entropy.c). Ranges are
+ *   clipped: U[0.5, 1] gave [0, 0.5005]). Two-ended entropy search only: each end moves in
+ *   from the data's extreme only while the window's squared error (values at bin centres,
+ *   clipped ones moved to the edge, kept ones s^2 / 12 with s = window / (quant_max -
+ *   quant_min)) does not rise, for the current other end; the KL chooses among those ends.
+ *   TensorRT's KL prices a clipped tail by its mass alone, never by how far it reaches:
+ *   unbounded, it took the narrowest window (levels bins) on every long-tailed tensor of
+ *   PP-OCRv4 (see observers/entropy.c). Ranges are
  *   kept inside [min, max] of the data.
  *   Clip ranges from t (percentile abs, entropy, mse, symmetric targets): [0, t] if no
  *   negative value was seen, else [-t, t]. qcal_qparams_compute then applies the qscheme (symmetric: max(|min|,max)).
