@@ -21,6 +21,7 @@
 #define ONNX_FLOAT 1
 #define ONNX_INT32 6
 #define ONNX_INT64 7
+#define ONNX_BOOL 9
 
 #ifndef GATED_LEVEL
 #define GATED_LEVEL 99
@@ -215,27 +216,18 @@ static qcal_status run_cand(runner *r, const cand *c, const qcal_engine_value *v
     if (n > 64 && !(iv = malloc((size_t)n * sizeof *iv)))
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
     memcpy(iv, vals, (size_t)r->n_inputs * sizeof *iv);
-    float *gf = NULL;
     if (c->gates) {
-        /* the gated model's input: float 0 or 1 per op (qcal_onnx_gate) */
-        if (!(gf = malloc((size_t)r->n_gates * sizeof *gf + 1))) {
-            if (iv != in)
-                free(iv);
-            return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
-        }
-        for (int64_t k = 0; k < r->n_gates; k++)
-            gf[k] = c->gates[k] ? 1.0f : 0.0f;
+        /* the gated model's input: a bool per op, 1 byte each (qcal_onnx_gate) */
         qcal_engine_value *g = &iv[r->n_inputs];
         memset(g, 0, sizeof *g);
         g->name = QCAL_ONNX_GATES_INPUT;
-        g->elem_type = ONNX_FLOAT;
+        g->elem_type = ONNX_BOOL;
         g->ndim = 1;
         g->dims[0] = r->n_gates;
-        g->data = gf;
-        g->nbytes = (size_t)r->n_gates * sizeof *gf;
+        g->data = c->gates;
+        g->nbytes = (size_t)r->n_gates;
     }
     qcal_status st = qcal_engine_run(c->s, iv, n, (const char *const *)r->out_names, r->n_out, out);
-    free(gf);
     if (iv != in)
         free(iv);
     r->runs++;
