@@ -385,21 +385,29 @@ static qcal_status prune(const Onnx__GraphProto *g, Onnx__NodeProto **nodes, siz
             onnx_map_free(&set);
             return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
         }
-        size_t w = 0;
+        /* the dropped nodes are freed once the set (whose keys are their strings too) is gone */
+        Onnx__NodeProto **drop = malloc((*nn + 1) * sizeof *drop);
+        if (!drop) {
+            onnx_map_free(&set);
+            return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+        }
+        size_t w = 0, nd = 0;
         for (size_t i = 0; i < *nn; i++) {
             Onnx__NodeProto *n = nodes[i];
             bool read = false;
             for (size_t k = 0; k < n->n_output && !read; k++)
                 read = n->output[k] && n->output[k][0] && onnx_map_get(&set, n->output[k]);
-            if (!read && (is_op(n, "QuantizeLinear") || is_op(n, "DequantizeLinear") || is_passthrough(n))) {
-                onnx__node_proto__free_unpacked(n, NULL);
-                changed = true;
-                continue;
-            }
-            nodes[w++] = n;
+            if (!read && (is_op(n, "QuantizeLinear") || is_op(n, "DequantizeLinear") || is_passthrough(n)))
+                drop[nd++] = n;
+            else
+                nodes[w++] = n;
         }
         *nn = w;
         onnx_map_free(&set);
+        for (size_t i = 0; i < nd; i++)
+            onnx__node_proto__free_unpacked(drop[i], NULL);
+        free(drop);
+        changed = nd > 0;
     }
     return QCAL_OK;
 }
@@ -472,6 +480,7 @@ qcal_status qcal_onnx_gate(const qcal_onnx_model *q, const qcal_onnx_model *ref,
     const char **conds = NULL;  /* per op: its gate, a bool scalar */
     onnx_types ty;
     bool has_ty = false;
+    int32_t *out_elem = NULL;   /* per gated graph output: its element type (0: unknown) */
     int64_t n_node_ops = 0;
     if ((st = onnx_gindex_build(g, g, &x)) != QCAL_OK) {
         qcal_onnx_model_destroy(&m);
@@ -617,6 +626,15 @@ qcal_status qcal_onnx_gate(const qcal_onnx_model *q, const qcal_onnx_model *ref,
         if ((st = onnx_types_build(g, NULL, &ty)) != QCAL_OK)
             goto done;
         has_ty = true;
+        /* the graph outputs' types now: ty borrows g's strings, which the outputs' rewrite
+         * replaces */
+        out_elem = calloc(n_outs + 1, sizeof *out_elem);
+        if (!out_elem) {
+            st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+            goto done;
+        }
+        for (size_t j = 0; j < n_outs; j++)
+            out_elem[j] = onnx_type_get(&ty, g->output[outs[j].out]->name);
         size_t cap = g->n_node + (size_t)n_ops * 2 + n_outs * 2 + 1;
         Onnx__NodeProto **nodes = calloc(cap, sizeof *nodes);
         Onnx__NodeProto **retired = calloc(g->n_node + 1, sizeof *retired);
@@ -723,12 +741,14 @@ qcal_status qcal_onnx_gate(const qcal_onnx_model *q, const qcal_onnx_model *ref,
             else
                 nodes[nn++] = n;
         }
+        onnx_types_free(&ty);
+        has_ty = false;
         /* Gated graph outputs: the writer's output renamed (its readers follow), then
          * If(gate) under the output's name, at the end. */
         for (size_t j = 0; j < n_outs && st == QCAL_OK; j++) {
             out_slot *o = &outs[j];
             const char *oname = g->output[o->out]->name;
-            int32_t elem = onnx_type_get(&ty, oname);
+            int32_t elem = out_elem[j];
             if (!conds[o->gate] && (st = gate_cond(&x, g, nodes, &nn, o->gate, &conds[o->gate])) != QCAL_OK)
                 break;
             const char *qname = onnx_gindex_fresh(&x, oname, "_quantized");
@@ -798,8 +818,6 @@ qcal_status qcal_onnx_gate(const qcal_onnx_model *q, const qcal_onnx_model *ref,
         }
         free(rn.from);
         free(rn.to);
-        onnx_types_free(&ty);
-        has_ty = false;
         if (st == QCAL_OK) {
             /* nodes now holds every live node (prune frees the ones it drops): committed
              * whatever prune returns */
@@ -834,6 +852,7 @@ done:
     free(slots);
     free(outs);
     free(conds);
+    free(out_elem);
     if (rip) {
         onnx_gindex_free(&ri.gx);
         onnx_map_free(&ri.nodes);
