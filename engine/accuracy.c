@@ -475,7 +475,7 @@ static qcal_status session(qcal_engine *e, const qcal_onnx_model *m, const qcal_
 
 /* The gated model's session: at the level asked, at most GATED_LEVEL (99, 'all'; measured on
  * PP-OCRv4 recognition, one-sample gated runs against a float run of the same process took
- * 4-40% longer at level 1 than at 'all': the bodies of its Ifs are optimized as subgraphs). */
+ * 4-43% longer at level 1 than at 'all': the bodies of its Ifs are optimized as subgraphs). */
 static qcal_status gated_session(qcal_engine *e, const qcal_onnx_model *m, const qcal_accuracy_options *opt,
                                  qcal_engine_session **out)
 {
