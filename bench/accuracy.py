@@ -17,6 +17,8 @@ on 64 calibration lines):
 Interleaved: each pair runs float, compare and compare with sensitivity (the order rotated
 pair by pair); ratios are medians of the per-pair ratios, with their spread.
 Threads: OMP_NUM_THREADS=--threads (default 2), ONNX Runtime's intra-op threads.
+Load: the 1-minute load average before each run is logged and its range printed (the
+machine may be shared: ratios of runs interleaved under the same load are what compare).
 
 usage: bench/accuracy.py --build BUILD [--work DIR] [--pairs N] [--samples S] [--threads N]
                          [--json FILE]
@@ -100,13 +102,15 @@ def main():
     order = list(sides)
     times = {k: [] for k in sides}
     ops = None
+    loads = []
     for p in range(a.pairs):
         for k in order[p % 3:] + order[:p % 3]:
+            loads.append(os.getloadavg()[0])
             t, out = wall(sides[k], env)
             times[k].append(t)
             if k == "sensitivity":
                 ops = len(json.loads(out)["ops"])
-            log("pair %d %s %.2f s" % (p + 1, k, t))
+            log("pair %d %s %.2f s (load %.1f before)" % (p + 1, k, t, loads[-1]))
     per_op = [s - c for s, c in zip(times["sensitivity"], times["compare"])]
     ratio = [x / f for x, f in zip(per_op, times["float"])]
     ratio_c = [x / f for x, f in zip(times["compare"], times["float"])]
@@ -120,13 +124,16 @@ def main():
              spread=[min(ratio), max(ratio)], target=TARGET, passed=med <= TARGET,
              note="%d ops alone and all but one, %d samples, one a run" % (ops or 0, a.samples)),
     ]
+    load = "load %.1f-%.1f" % (min(loads), max(loads))
+    for r in rows:
+        r["load"] = [min(loads), max(loads)]
     for r in rows:
         extra = ""
         if "ratio" in r:
             extra = "  %.2fx float (%.2f-%.2f)" % (r["ratio"], r["spread"][0], r["spread"][1])
         if "target" in r:
             extra += "  target <= %.0fx: %s" % (r["target"], "pass" if r["passed"] else "MISS")
-        print("%-26s %8.2f s%s  (%s)" % (r["row"], r["seconds"], extra, r["note"]))
+        print("%-26s %8.2f s%s  (%s; %s)" % (r["row"], r["seconds"], extra, r["note"], load))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)

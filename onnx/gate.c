@@ -3,17 +3,25 @@
  *
  * A quantized op is a node that reads at least one input through a DequantizeLinear
  * (directly, or through single-input Sum / Identity nodes: the FP8 layout of profile ort
- * puts a Sum on each side of Q/DQ). Each such input slot becomes
- *     q * g_k + f * (1 - g_k),   g_k = Gather(qcal_gates, k) in {0, 1}
- * with q what the op read and f the float value: 1 gives q exactly (q * 1 + f * 0), 0 gives f
- * (only a zero's sign, or a NaN/Inf in the value not taken, could differ). The float value of an activation is the tensor the
- * QuantizeLinear read (again through single-input Sum / Identity); of a weight or bias
- * stored quantized (an initializer or Constant before the DequantizeLinear), the float
- * tensor the reference model's node of the same name reads at the same slot, copied in. A
- * slot whose float value cannot be found stays quantized (counted in the op's `fixed`).
+ * puts a Sum on each side of Q/DQ). Each such op becomes
+ *     If(Gather(qcal_gates, k)) then: the op on copies of its Q/DQ chains
+ *                               else: the op on the float values
+ * so the Q/DQ of an op is computed only when its gate is on. The then-branch holds copies of
+ * the very QuantizeLinear / DequantizeLinear (and pass-through) nodes the QDQ model runs
+ * there, reading the same outer tensors (the float activation, scales, zero points, stored
+ * weights): gate on computes the QDQ model's values bit for bit. The float value of an
+ * activation is the tensor the QuantizeLinear read (again through single-input Sum /
+ * Identity); of a weight or bias stored quantized (an initializer or Constant before the
+ * DequantizeLinear), the float tensor the reference model's node of the same name reads at
+ * the same slot, copied in as an initializer of the else-branch (a constant there, which
+ * ONNX Runtime prepacks as it does the float model's). A slot whose float value cannot be
+ * found stays quantized in both branches (counted in the op's `fixed`); so do the slots of
+ * an op with bodies of its own (two copies would define its inner names twice).
  *
  * One model, one engine session, any subset of ops quantized: the sensitivity analysis and
- * the keep-float search (engine/accuracy.c) run every configuration through it. */
+ * the keep-float search (engine/accuracy.c) run every configuration through it. Measured on
+ * PP-OCRv4 recognition (docs/performance.md): the earlier form, q * g + f * (1 - g) per slot,
+ * computed every Q/DQ and both products on every run. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,46 +91,194 @@ static Onnx__TensorProto *ref_weight(const ref_index *ri, const char *node, size
     return r ? r->init : NULL;
 }
 
-/* Emits out = q * g + f * h (g = the op's gate, h = 1 - g, both 0 or 1): q exactly when the
- * gate is on, f when off (the other product is a zero: only a zero's sign or a NaN/Inf in
- * the unused value could differ). Measured on PP-OCRv4 recognition, 536 one-sample runs:
- * 47 s this way at graph optimization 'all', 64 s with Where(gate, q, f) instead. */
-static qcal_status blend(onnx_gindex *x, Onnx__NodeProto **nodes, size_t *nn, const char *g, const char *h,
-                         const char *q, const char *f, const char *out)
+/* A deep copy of a node (its attributes and bodies too); NULL when out of memory. */
+static Onnx__NodeProto *node_copy(const Onnx__NodeProto *n)
 {
-    const char *a = onnx_gindex_fresh(x, out, "_q");
-    const char *b = onnx_gindex_fresh(x, out, "_f");
-    if (!a || !b)
-        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
-    const char *in1[2] = {q, g}, *in2[2] = {f, h}, *in3[2] = {a, b};
-    Onnx__NodeProto *m1 = onnx_new_node("Mul", NULL, 2, in1, 1, &a);
-    Onnx__NodeProto *m2 = onnx_new_node("Mul", NULL, 2, in2, 1, &b);
-    Onnx__NodeProto *ad = onnx_new_node("Add", NULL, 2, in3, 1, &out);
-    if (!m1 || !m2 || !ad) {
-        if (m1)
-            onnx__node_proto__free_unpacked(m1, NULL);
-        if (m2)
-            onnx__node_proto__free_unpacked(m2, NULL);
-        if (ad)
-            onnx__node_proto__free_unpacked(ad, NULL);
-        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    size_t len = onnx__node_proto__get_packed_size(n);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf)
+        return NULL;
+    onnx__node_proto__pack(n, buf);
+    Onnx__NodeProto *c = onnx__node_proto__unpack(NULL, len, buf);
+    free(buf);
+    return c;
+}
+
+/* *slot = a copy of v (the old string freed); false when out of memory. */
+static bool set_str(char **slot, const char *v)
+{
+    char *d = onnx_strdup(v);
+    if (!d)
+        return false;
+    free(*slot);
+    *slot = d;
+    return true;
+}
+
+static bool has_body(const Onnx__NodeProto *n)
+{
+    for (size_t a = 0; a < n->n_attribute; a++)
+        if (n->attribute[a]->g || n->attribute[a]->n_graphs)
+            return true;
+    return false;
+}
+
+static Onnx__GraphProto *new_graph(const char *name)
+{
+    Onnx__GraphProto *g = malloc(sizeof *g);
+    if (!g)
+        return NULL;
+    onnx__graph_proto__init(g);
+    if (!(g->name = onnx_strdup(name))) {
+        free(g);
+        return NULL;
     }
-    nodes[(*nn)++] = m1;
-    nodes[(*nn)++] = m2;
-    nodes[(*nn)++] = ad;
+    return g;
+}
+
+/* Appends output `name` of element type elem (0: unknown, left to ONNX Runtime) to graph g. */
+static bool graph_output(Onnx__GraphProto *g, const char *name, int32_t elem)
+{
+    Onnx__ValueInfoProto *vi = NULL;
+    if (elem) {
+        qcal_onnx_tensor_desc d;
+        memset(&d, 0, sizeof d);
+        d.elem_type = elem;
+        d.ndim = -1;
+        vi = onnx_new_value_info(name, &d);
+    } else if ((vi = malloc(sizeof *vi)) != NULL) {
+        onnx__value_info_proto__init(vi);
+        if (!(vi->name = onnx_strdup(name))) {
+            free(vi);
+            vi = NULL;
+        }
+    }
+    if (!vi || !onnx_push((void ***)&g->output, &g->n_output, vi)) {
+        if (vi)
+            onnx__value_info_proto__free_unpacked(vi, NULL);
+        return false;
+    }
+    return true;
+}
+
+/* Attribute `name` = graph body (taken: the node owns it); false when out of memory (body
+ * still the caller's). */
+static bool add_body(Onnx__NodeProto *n, const char *name, Onnx__GraphProto *body)
+{
+    Onnx__AttributeProto *a = malloc(sizeof *a);
+    if (!a)
+        return false;
+    onnx__attribute_proto__init(a);
+    a->name = onnx_strdup(name);
+    a->has_type = 1;
+    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH;
+    if (!a->name || !onnx_push((void ***)&n->attribute, &n->n_attribute, a)) {
+        free(a->name);
+        free(a);
+        return false;
+    }
+    a->g = body;
+    return true;
+}
+
+/* Names copied into one If body: the model's tensor -> its copy's. */
+typedef struct name_map {
+    const char **from, **to;
+    size_t n, cap;
+} name_map;
+
+static const char *renamed(const name_map *rn, const char *name)
+{
+    for (size_t i = 0; i < rn->n; i++)
+        if (!strcmp(rn->from[i], name))
+            return rn->to[i];
+    return NULL;
+}
+
+static bool rename_put(name_map *rn, const char *from, const char *to)
+{
+    if (rn->n == rn->cap) {
+        size_t c = rn->cap ? rn->cap * 2 : 16;
+        const char **f = realloc(rn->from, c * sizeof *f);
+        if (!f)
+            return false;
+        rn->from = f;
+        const char **t = realloc(rn->to, c * sizeof *t);
+        if (!t)
+            return false;
+        rn->to = t;
+        rn->cap = c;
+    }
+    rn->from[rn->n] = from;
+    rn->to[rn->n++] = to;
+    return true;
+}
+
+/* Copies into body the chain the op reads at `name` (pass-through nodes, the DequantizeLinear,
+ * and for an activation its QuantizeLinear and the pass-through nodes back to fl), the
+ * copies' outputs renamed (rn), so the body computes what the QDQ model computes there from
+ * the same outer values (fl, scales, zero points, stored weights); *out: the copy of name. */
+static qcal_status copy_chain(onnx_gindex *x, const Onnx__GraphProto *g, Onnx__GraphProto *body, name_map *rn,
+                              const char *name, const char *fl, const char **out)
+{
+    int64_t chain[32];
+    int nc = 0;
+    bool dq = false, q = false;
+    for (const char *cur = name; nc < 32;) {
+        if (q && fl && !strcmp(cur, fl))
+            break;
+        onnx_tref *r = onnx_gindex_get(x, cur);
+        if (!r || r->producer < 0)
+            break;
+        const Onnx__NodeProto *p = g->node[r->producer];
+        if (is_op(p, "DequantizeLinear") && !dq)
+            dq = true;
+        else if (is_op(p, "QuantizeLinear") && dq && fl && !q)
+            q = true;
+        else if (!is_passthrough(p))
+            break;
+        chain[nc++] = r->producer;
+        cur = p->input[0];
+        if (dq && !fl)
+            break; /* a weight stored quantized: the DequantizeLinear reads it from outside */
+    }
+    for (int c = nc - 1; c >= 0; c--) {
+        const Onnx__NodeProto *p = g->node[chain[c]];
+        if (renamed(rn, p->output[0]))
+            continue; /* another slot of the op reads the same chain */
+        Onnx__NodeProto *cp = node_copy(p);
+        if (!cp || !onnx_push((void ***)&body->node, &body->n_node, cp)) {
+            if (cp)
+                onnx__node_proto__free_unpacked(cp, NULL);
+            return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+        }
+        for (size_t k = 0; k < cp->n_input; k++) {
+            const char *to = cp->input[k] && cp->input[k][0] ? renamed(rn, cp->input[k]) : NULL;
+            if (to && !set_str(&cp->input[k], to))
+                return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+        }
+        for (size_t k = 0; k < cp->n_output; k++) {
+            if (!p->output[k] || !p->output[k][0])
+                continue;
+            const char *to = onnx_gindex_fresh(x, p->output[k], "_then");
+            if (!to || !set_str(&cp->output[k], to) || !rename_put(rn, p->output[k], to))
+                return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+        }
+    }
+    const char *to = renamed(rn, name);
+    *out = to ? to : name;
     return QCAL_OK;
 }
 
-/* The gate of op k: Gather(qcal_gates, k) -> g, Sub(1, g) -> h. */
-static qcal_status gate_nodes(onnx_gindex *x, Onnx__GraphProto *gr, Onnx__NodeProto **nodes, size_t *nn,
-                              int64_t k, const char *one, const char **g_out, const char **h_out)
+/* The gate of op k as If wants it: Gather(qcal_gates, k), a bool scalar. */
+static qcal_status gate_cond(onnx_gindex *x, Onnx__GraphProto *gr, Onnx__NodeProto **nodes, size_t *nn, int64_t k,
+                             const char **cond)
 {
     char idx_name[64];
     snprintf(idx_name, sizeof idx_name, "%lld", (long long)k);
     const char *iname = onnx_gindex_fresh(x, "qcal_gate_index_", idx_name);
     const char *gout = onnx_gindex_fresh(x, "qcal_gate_", idx_name);
-    const char *hout = onnx_gindex_fresh(x, "qcal_gate_off_", idx_name);
-    if (!iname || !gout || !hout)
+    if (!iname || !gout)
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
     int64_t v = k;
     Onnx__TensorProto *it = onnx_new_tensor(iname, 7 /* INT64 */, 0, NULL, &v, sizeof v);
@@ -131,20 +287,128 @@ static qcal_status gate_nodes(onnx_gindex *x, Onnx__GraphProto *gr, Onnx__NodePr
             onnx__tensor_proto__free_unpacked(it, NULL);
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
     }
-    const char *gin[2] = {QCAL_ONNX_GATES_INPUT, iname}, *hin[2] = {one, gout};
+    const char *gin[2] = {QCAL_ONNX_GATES_INPUT, iname};
     Onnx__NodeProto *ga = onnx_new_node("Gather", gout, 2, gin, 1, &gout);
-    Onnx__NodeProto *su = onnx_new_node("Sub", hout, 2, hin, 1, &hout);
-    if (!ga || !su) {
-        if (ga)
-            onnx__node_proto__free_unpacked(ga, NULL);
-        if (su)
-            onnx__node_proto__free_unpacked(su, NULL);
+    if (!ga)
+        return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    nodes[(*nn)++] = ga;
+    *cond = gout;
+    return QCAL_OK;
+}
+
+/* If(cond, then_branch = t, else_branch = e) writing outs; both bodies taken (freed on
+ * failure). */
+static qcal_status emit_if(onnx_gindex *x, Onnx__NodeProto **nodes, size_t *nn, const char *base, const char *cond,
+                           size_t n_out, const char *const *outs, Onnx__GraphProto *t, Onnx__GraphProto *e)
+{
+    const char *name = onnx_gindex_fresh(x, base, "_gate");
+    Onnx__NodeProto *n = name ? onnx_new_node("If", name, 1, &cond, (int64_t)n_out, outs) : NULL;
+    bool ok = n && add_body(n, "then_branch", t);
+    if (ok)
+        t = NULL;
+    ok = ok && add_body(n, "else_branch", e);
+    if (ok)
+        e = NULL;
+    if (t)
+        onnx__graph_proto__free_unpacked(t, NULL);
+    if (e)
+        onnx__graph_proto__free_unpacked(e, NULL);
+    if (!ok) {
+        if (n)
+            onnx__node_proto__free_unpacked(n, NULL);
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
     }
-    nodes[(*nn)++] = ga;
-    nodes[(*nn)++] = su;
-    *g_out = gout;
-    *h_out = hout;
+    nodes[(*nn)++] = n;
+    return QCAL_OK;
+}
+
+/* Every name read inside the bodies of node n (at any depth) into set. */
+static bool body_reads(const Onnx__NodeProto *n, onnx_map *set)
+{
+    for (size_t a = 0; a < n->n_attribute; a++) {
+        const Onnx__AttributeProto *at = n->attribute[a];
+        for (size_t j = 0; j < at->n_graphs + (at->g ? 1 : 0); j++) {
+            const Onnx__GraphProto *b = j < at->n_graphs ? at->graphs[j] : at->g;
+            for (size_t i = 0; i < b->n_node; i++) {
+                for (size_t k = 0; k < b->node[i]->n_input; k++)
+                    if (b->node[i]->input[k] && !onnx_map_put(set, b->node[i]->input[k], 1))
+                        return false;
+                if (!body_reads(b->node[i], set))
+                    return false;
+            }
+            for (size_t k = 0; k < b->n_output; k++)
+                if (b->output[k]->name && !onnx_map_put(set, b->output[k]->name, 1))
+                    return false;
+        }
+    }
+    return true;
+}
+
+/* Renames every read of from to `to` inside the bodies of node n (at any depth); false when
+ * out of memory. */
+static bool rename_in_bodies(Onnx__NodeProto *n, const char *from, const char *to)
+{
+    for (size_t a = 0; a < n->n_attribute; a++) {
+        Onnx__AttributeProto *at = n->attribute[a];
+        for (size_t j = 0; j < at->n_graphs + (at->g ? 1 : 0); j++) {
+            Onnx__GraphProto *b = j < at->n_graphs ? at->graphs[j] : at->g;
+            for (size_t i = 0; i < b->n_node; i++) {
+                for (size_t k = 0; k < b->node[i]->n_input; k++)
+                    if (b->node[i]->input[k] && !strcmp(b->node[i]->input[k], from) &&
+                        !set_str(&b->node[i]->input[k], to))
+                        return false;
+                if (!rename_in_bodies(b->node[i], from, to))
+                    return false;
+            }
+        }
+    }
+    return true;
+}
+
+/* Removes (frees) the Q/DQ and pass-through nodes of nodes[0..nn) whose outputs nothing
+ * reads any more: the chains every gated op now computes inside its If. */
+static qcal_status prune(const Onnx__GraphProto *g, Onnx__NodeProto **nodes, size_t *nn)
+{
+    for (bool changed = true; changed;) {
+        changed = false;
+        onnx_map set;
+        memset(&set, 0, sizeof set);
+        bool ok = true;
+        for (size_t j = 0; ok && j < g->n_output; j++)
+            ok = !g->output[j]->name || onnx_map_put(&set, g->output[j]->name, 1);
+        for (size_t i = 0; ok && i < *nn; i++) {
+            for (size_t k = 0; ok && k < nodes[i]->n_input; k++)
+                ok = !nodes[i]->input[k] || onnx_map_put(&set, nodes[i]->input[k], 1);
+            ok = ok && body_reads(nodes[i], &set);
+        }
+        if (!ok) {
+            onnx_map_free(&set);
+            return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+        }
+        /* the dropped nodes are freed once the set (whose keys are their strings too) is gone */
+        Onnx__NodeProto **drop = malloc((*nn + 1) * sizeof *drop);
+        if (!drop) {
+            onnx_map_free(&set);
+            return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+        }
+        size_t w = 0, nd = 0;
+        for (size_t i = 0; i < *nn; i++) {
+            Onnx__NodeProto *n = nodes[i];
+            bool read = false;
+            for (size_t k = 0; k < n->n_output && !read; k++)
+                read = n->output[k] && n->output[k][0] && onnx_map_get(&set, n->output[k]);
+            if (!read && (is_op(n, "QuantizeLinear") || is_op(n, "DequantizeLinear") || is_passthrough(n)))
+                drop[nd++] = n;
+            else
+                nodes[w++] = n;
+        }
+        *nn = w;
+        onnx_map_free(&set);
+        for (size_t i = 0; i < nd; i++)
+            onnx__node_proto__free_unpacked(drop[i], NULL);
+        free(drop);
+        changed = nd > 0;
+    }
     return QCAL_OK;
 }
 
@@ -213,11 +477,11 @@ qcal_status qcal_onnx_gate(const qcal_onnx_model *q, const qcal_onnx_model *ref,
     int64_t n_ops = 0;
     out_slot *outs = NULL;
     size_t n_outs = 0;
-    const char **gnames = NULL, **hnames = NULL;
+    const char **conds = NULL;  /* per op: its gate, a bool scalar */
+    onnx_types ty;
+    bool has_ty = false;
+    int32_t *out_elem = NULL;   /* per gated graph output: its element type (0: unknown) */
     int64_t n_node_ops = 0;
-    /* Strings the rewrite replaces, freed when it is done. */
-    char **dead = NULL;
-    size_t n_dead = 0;
     if ((st = onnx_gindex_build(g, g, &x)) != QCAL_OK) {
         qcal_onnx_model_destroy(&m);
         return st;
@@ -264,7 +528,9 @@ qcal_status qcal_onnx_gate(const qcal_onnx_model *q, const qcal_onnx_model *ref,
                 s.w = ref_weight(rip, n->name, k);
             }
             edges++;
-            if (!s.fl && !s.w) {
+            if ((!s.fl && !s.w) || has_body(n)) {
+                /* no float value; or an op with bodies, whose two copies would define
+                 * the same names twice */
                 fixed++;
                 continue;
             }
@@ -339,126 +605,232 @@ qcal_status qcal_onnx_gate(const qcal_onnx_model *q, const qcal_onnx_model *ref,
         goto done;
     }
 
-    /* Rewrite: the gates input, a Gather and a Sub per op, a blend per slot, each new node placed
-     * right before the op it feeds (the node array rebuilt in order). */
+    /* Rewrite: the gates input (bool [n_ops]); per op with a gated slot, a Gather of its gate
+     * and an If in its place whose then-branch is the op reading copies of its Q/DQ chains
+     * (the QDQ model's computation) and whose else-branch is the op reading the float values
+     * (weights as the body's own initializers, constants ONNX Runtime can prepack): Q/DQ is
+     * computed only when the gate is on. The Q/DQ nodes left unread then go. */
     {
-        int64_t gdim = n_ops;
         qcal_onnx_tensor_desc gd;
         memset(&gd, 0, sizeof gd);
-        gd.elem_type = 1; /* FLOAT: 0 or 1 */
+        gd.elem_type = 9; /* BOOL */
         gd.ndim = 1;
-        gd.dims[0] = gdim;
+        gd.dims[0] = n_ops;
         Onnx__ValueInfoProto *vi = onnx_new_value_info(QCAL_ONNX_GATES_INPUT, &gd);
         if (!vi || !onnx_push((void ***)&g->input, &g->n_input, vi)) {
+            if (vi)
+                onnx__value_info_proto__free_unpacked(vi, NULL);
             st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
             goto done;
         }
-        size_t cap = g->n_node + (size_t)n_ops * 2 + n_slots * 3 + n_outs * 5 + 1;
+        if ((st = onnx_types_build(g, NULL, &ty)) != QCAL_OK)
+            goto done;
+        has_ty = true;
+        /* the graph outputs' types now: ty borrows g's strings, which the outputs' rewrite
+         * replaces */
+        out_elem = calloc(n_outs + 1, sizeof *out_elem);
+        if (!out_elem) {
+            st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+            goto done;
+        }
+        for (size_t j = 0; j < n_outs; j++)
+            out_elem[j] = onnx_type_get(&ty, g->output[outs[j].out]->name);
+        size_t cap = g->n_node + (size_t)n_ops * 2 + n_outs * 2 + 1;
         Onnx__NodeProto **nodes = calloc(cap, sizeof *nodes);
-        gnames = calloc((size_t)n_ops, sizeof *gnames);
-        hnames = calloc((size_t)n_ops, sizeof *hnames);
-        const char *one = onnx_gindex_fresh(&x, "qcal_one", "");
-        float onef = 1.0f;
-        Onnx__TensorProto *onet = one ? onnx_new_tensor(one, 1 /* FLOAT */, 0, NULL, &onef, sizeof onef) : NULL;
-        if (onet && !onnx_push((void ***)&g->initializer, &g->n_initializer, onet)) {
-            onnx__tensor_proto__free_unpacked(onet, NULL);
-            onet = NULL;
-        }
-        if (!nodes || !gnames || !hnames || !onet) {
+        Onnx__NodeProto **retired = calloc(g->n_node + 1, sizeof *retired);
+        size_t n_retired = 0;
+        conds = calloc((size_t)n_ops, sizeof *conds);
+        if (!nodes || !retired || !conds) {
             free(nodes);
+            free(retired);
             st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
             goto done;
         }
+        name_map rn;
+        memset(&rn, 0, sizeof rn);
         size_t nn = 0, si = 0;
         int64_t oi = 0;
         for (size_t i = 0; i < g->n_node && st == QCAL_OK; i++) {
-            while (oi < n_ops && ops[oi].node == (int64_t)i && ops[oi].node >= 0 && oi < n_node_ops &&
-                   st == QCAL_OK) {
-                if ((st = gate_nodes(&x, g, nodes, &nn, oi, one, &gnames[oi], &hnames[oi])) != QCAL_OK)
-                    break;
-                for (; si < n_slots && slots[si].node == (int64_t)i; si++) {
-                    slot *s = &slots[si];
-                    Onnx__NodeProto *n = g->node[i];
-                    const char *fl = s->fl;
-                    if (!fl) {
-                        const uint8_t *data;
-                        size_t nb;
-                        void *owned = NULL;
-                        if ((st = onnx_tensor_bytes(s->w, &data, &nb, &owned)) != QCAL_OK)
-                            break;
-                        const char *wn = onnx_gindex_fresh(&x, s->w->name ? s->w->name : "w", "_float");
-                        Onnx__TensorProto *wt = wn ? onnx_new_tensor(wn, s->w->data_type, (int32_t)s->w->n_dims,
-                                                                     s->w->dims, data, nb)
-                                                   : NULL;
-                        free(owned);
-                        if (!wt || !onnx_push((void ***)&g->initializer, &g->n_initializer, wt)) {
-                            st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
-                            break;
-                        }
-                        fl = wn;
-                    }
-                    const char *wout = onnx_gindex_fresh(&x, n->input[s->k], "_gated");
-                    char *dup = wout ? onnx_strdup(wout) : NULL;
-                    if (!dup) {
-                        st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
-                        break;
-                    }
-                    if ((st = blend(&x, nodes, &nn, gnames[oi], hnames[oi], n->input[s->k], fl, wout)) != QCAL_OK) {
-                        free(dup);
-                        break;
-                    }
-                    if (!onnx_push((void ***)&dead, &n_dead, n->input[s->k])) {
-                        free(dup);
-                        st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
-                        break;
-                    }
-                    n->input[s->k] = dup;
-                }
+            Onnx__NodeProto *n = g->node[i];
+            while (oi < n_node_ops && ops[oi].node < (int64_t)i)
                 oi++;
+            size_t s0 = si;
+            while (si < n_slots && slots[si].node == (int64_t)i)
+                si++;
+            if (oi >= n_node_ops || ops[oi].node != (int64_t)i || si == s0) {
+                nodes[nn++] = n;
+                continue;
             }
-            nodes[nn++] = g->node[i];
+            /* op oi, gated slots [s0, si) */
+            char base[64];
+            snprintf(base, sizeof base, "qcal_gate_%lld", (long long)oi);
+            Onnx__GraphProto *tg = new_graph(base), *eg = NULL;
+            Onnx__NodeProto *top = NULL, *eop = NULL;
+            const char **outs = calloc(n->n_output + 1, sizeof *outs);
+            size_t n_outs_op = 0;
+            rn.n = 0;
+            if (!tg || !(eg = new_graph(base)) || !(top = node_copy(n)) || !(eop = node_copy(n)) || !outs)
+                st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+            for (size_t j = s0; j < si && st == QCAL_OK; j++) {
+                slot *s = &slots[j];
+                const char *tin = NULL, *fl = s->fl;
+                if ((st = copy_chain(&x, g, tg, &rn, n->input[s->k], s->fl, &tin)) != QCAL_OK)
+                    break;
+                /* the float weight: the body's own initializer (a constant to ONNX Runtime) */
+                onnx_tref *fr = fl ? onnx_gindex_get(&x, fl) : NULL;
+                Onnx__TensorProto *w = s->w ? s->w : fr && fr->producer < 0 && fr->init ? fr->init : NULL;
+                if (w) {
+                    const uint8_t *data;
+                    size_t nb;
+                    void *owned = NULL;
+                    if ((st = onnx_tensor_bytes(w, &data, &nb, &owned)) != QCAL_OK)
+                        break;
+                    const char *wn = onnx_gindex_fresh(&x, w->name ? w->name : "w", "_float");
+                    Onnx__TensorProto *wt =
+                        wn ? onnx_new_tensor(wn, w->data_type, (int32_t)w->n_dims, w->dims, data, nb) : NULL;
+                    free(owned);
+                    if (!wt || !onnx_push((void ***)&eg->initializer, &eg->n_initializer, wt)) {
+                        if (wt)
+                            onnx__tensor_proto__free_unpacked(wt, NULL);
+                        st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+                        break;
+                    }
+                    fl = wn;
+                }
+                if (!set_str(&top->input[s->k], tin) || !set_str(&eop->input[s->k], fl))
+                    st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+            }
+            for (size_t k = 0; k < n->n_output && st == QCAL_OK; k++) {
+                if (!n->output[k] || !n->output[k][0])
+                    continue;
+                int32_t elem = onnx_type_get(&ty, n->output[k]);
+                const char *tn = onnx_gindex_fresh(&x, n->output[k], "_then");
+                if (!tn || !set_str(&top->output[k], tn) || !graph_output(tg, tn, elem)) {
+                    st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+                    break;
+                }
+                const char *en = onnx_gindex_fresh(&x, n->output[k], "_else");
+                if (!en || !set_str(&eop->output[k], en) || !graph_output(eg, en, elem)) {
+                    st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+                    break;
+                }
+                outs[n_outs_op++] = n->output[k];
+            }
+            if (st == QCAL_OK && onnx_push((void ***)&tg->node, &tg->n_node, top))
+                top = NULL;
+            if (st == QCAL_OK && onnx_push((void ***)&eg->node, &eg->n_node, eop))
+                eop = NULL;
+            if (st == QCAL_OK && (top || eop))
+                st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+            if (st == QCAL_OK && (st = gate_cond(&x, g, nodes, &nn, oi, &conds[oi])) == QCAL_OK) {
+                st = emit_if(&x, nodes, &nn, n->name && n->name[0] ? n->name : n->op_type, conds[oi], n_outs_op,
+                             outs, tg, eg);
+                tg = eg = NULL;
+            }
+            if (top)
+                onnx__node_proto__free_unpacked(top, NULL);
+            if (eop)
+                onnx__node_proto__free_unpacked(eop, NULL);
+            if (tg)
+                onnx__graph_proto__free_unpacked(tg, NULL);
+            if (eg)
+                onnx__graph_proto__free_unpacked(eg, NULL);
+            free(outs);
+            if (st == QCAL_OK)
+                retired[n_retired++] = n; /* its output names live on in the If: freed at the end */
+            else
+                nodes[nn++] = n;
         }
+        onnx_types_free(&ty);
+        has_ty = false;
         /* Gated graph outputs: the writer's output renamed (its readers follow), then
-         * the blend of renamed and float under the output's name, at the end. */
+         * If(gate) under the output's name, at the end. */
         for (size_t j = 0; j < n_outs && st == QCAL_OK; j++) {
             out_slot *o = &outs[j];
             const char *oname = g->output[o->out]->name;
-            if (!gnames[o->gate] &&
-                (st = gate_nodes(&x, g, nodes, &nn, o->gate, one, &gnames[o->gate], &hnames[o->gate])) != QCAL_OK)
+            int32_t elem = out_elem[j];
+            if (!conds[o->gate] && (st = gate_cond(&x, g, nodes, &nn, o->gate, &conds[o->gate])) != QCAL_OK)
                 break;
             const char *qname = onnx_gindex_fresh(&x, oname, "_quantized");
-            char *q1 = qname ? onnx_strdup(qname) : NULL;
-            if (!q1) {
+            const char *en = onnx_gindex_fresh(&x, oname, "_else");
+            if (!qname || !en) {
                 st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
                 break;
             }
+            /* then: copies of the output's Q/DQ chain (from the float value, as the QDQ
+             * model computes it), else: the float value */
+            Onnx__GraphProto *tg = new_graph("qcal_gate_output"), *eg = new_graph("qcal_gate_output");
+            const char *tin = NULL;
+            rn.n = 0;
+            if (tg && eg && (st = copy_chain(&x, g, tg, &rn, oname, o->fl, &tin)) != QCAL_OK) {
+                onnx__graph_proto__free_unpacked(tg, NULL);
+                onnx__graph_proto__free_unpacked(eg, NULL);
+                break;
+            }
             Onnx__NodeProto *wr = g->node[o->writer];
-            char *old_name = wr->output[0];
-            for (size_t k = 0; k < nn; k++)
+            char *old_name = onnx_strdup(wr->output[0]);
+            if (!old_name) {
+                if (tg)
+                    onnx__graph_proto__free_unpacked(tg, NULL);
+                if (eg)
+                    onnx__graph_proto__free_unpacked(eg, NULL);
+                st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+                break;
+            }
+            for (size_t k = 0; k < nn && st == QCAL_OK; k++) {
                 for (size_t a = 0; a < nodes[k]->n_input; a++)
-                    if (nodes[k]->input[a] && !strcmp(nodes[k]->input[a], old_name)) {
-                        char *d2 = onnx_strdup(qname);
-                        if (!d2) {
-                            st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
-                            break;
-                        }
-                        if (!onnx_push((void ***)&dead, &n_dead, nodes[k]->input[a])) {
-                            free(d2);
-                            st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
-                            break;
-                        }
-                        nodes[k]->input[a] = d2;
+                    if (nodes[k]->input[a] && !strcmp(nodes[k]->input[a], old_name) &&
+                        !set_str(&nodes[k]->input[a], qname)) {
+                        st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+                        break;
                     }
-            if (st != QCAL_OK || !onnx_push((void ***)&dead, &n_dead, old_name)) {
-                free(q1);
+                if (st == QCAL_OK && !rename_in_bodies(nodes[k], old_name, qname))
+                    st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+            }
+            if (st != QCAL_OK || !set_str(&wr->output[0], qname)) {
+                if (tg)
+                    onnx__graph_proto__free_unpacked(tg, NULL);
+                if (eg)
+                    onnx__graph_proto__free_unpacked(eg, NULL);
+                free(old_name);
                 st = st != QCAL_OK ? st : qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
                 break;
             }
-            wr->output[0] = q1;
-            if ((st = blend(&x, nodes, &nn, gnames[o->gate], hnames[o->gate], qname, o->fl, old_name)) != QCAL_OK)
+            Onnx__NodeProto *ei = eg ? onnx_new_node("Identity", NULL, 1, &o->fl, 1, &en) : NULL;
+            bool ok = tg && eg && ei && onnx_push((void ***)&eg->node, &eg->n_node, ei);
+            if (ok)
+                ei = NULL;
+            ok = ok && graph_output(tg, tin, elem) && graph_output(eg, en, elem);
+            if (ei)
+                onnx__node_proto__free_unpacked(ei, NULL);
+            if (!ok) {
+                if (tg)
+                    onnx__graph_proto__free_unpacked(tg, NULL);
+                if (eg)
+                    onnx__graph_proto__free_unpacked(eg, NULL);
+                free(old_name);
+                st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
                 break;
+            }
+            const char *on = old_name;
+            st = emit_if(&x, nodes, &nn, oname, conds[o->gate], 1, &on, tg, eg);
+            free(old_name);
         }
-        if (st != QCAL_OK) {
+        free(rn.from);
+        free(rn.to);
+        if (st == QCAL_OK) {
+            /* nodes now holds every live node (prune frees the ones it drops): committed
+             * whatever prune returns */
+            st = prune(g, nodes, &nn);
+            for (size_t k = 0; k < n_retired; k++)
+                onnx__node_proto__free_unpacked(retired[k], NULL);
+            free(retired);
+            free(g->node);
+            g->node = nodes;
+            g->n_node = nn;
+            if (st != QCAL_OK)
+                goto done;
+        } else {
             /* the new nodes are not in g yet: free them; g's own are still g's */
             for (size_t k = 0; k < nn; k++) {
                 bool own = false;
@@ -468,22 +840,19 @@ qcal_status qcal_onnx_gate(const qcal_onnx_model *q, const qcal_onnx_model *ref,
                     onnx__node_proto__free_unpacked(nodes[k], NULL);
             }
             free(nodes);
+            free(retired);
             goto done;
         }
-        free(g->node);
-        g->node = nodes;
-        g->n_node = nn;
     }
 
 done:
     onnx_gindex_free(&x);
-    for (size_t i = 0; i < n_dead; i++)
-        free(dead[i]);
-    free(dead);
+    if (has_ty)
+        onnx_types_free(&ty);
     free(slots);
     free(outs);
-    free(gnames);
-    free(hnames);
+    free(conds);
+    free(out_elem);
     if (rip) {
         onnx_gindex_free(&ri.gx);
         onnx_map_free(&ri.nodes);

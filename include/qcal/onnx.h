@@ -343,8 +343,8 @@ QCAL_API void qcal_onnx_qdq_report_free(qcal_onnx_qdq_report *rep);
 
 /* ---- Per-op gates (accuracy analysis: docs/accuracy.md) ---- */
 
-/* The float input [n_ops] of a gated model: gate k = 1 makes op k read its quantized inputs,
- * 0 its float ones. */
+/* The bool input [n_ops] of a gated model: gate k true makes op k read its quantized inputs,
+ * false its float ones. */
 #define QCAL_ONNX_GATES_INPUT "qcal_gates"
 
 /* A quantized op of a gated model. */
@@ -358,11 +358,11 @@ typedef struct qcal_onnx_gate_op {
 
 /* From the QDQ model q, a new model (*out) in which every op that reads through
  * DequantizeLinear (its `ops`, in node order, then ops whose graph output is written through
- * Q/DQ) switches at run time between the quantized values it reads (gate 1, bit for bit)
- * and the float ones (0; q * g + f * (1 - g), docs/accuracy.md): the tensor before
- * QuantizeLinear, or for weights and biases stored quantized the float tensor that ref's
- * node of the same name reads at that slot (ref may be NULL). Needs opset >= 13; a model
- * with no such op is QCAL_ERR_EMPTY. */
+ * Q/DQ) switches at run time between the quantized values it reads (gate on: an If whose
+ * then-branch is the op after copies of its Q/DQ nodes, bit for bit) and the float ones (off:
+ * the op on the tensor before QuantizeLinear, or for weights and biases stored quantized the
+ * float tensor that ref's node of the same name reads at that slot; ref may be NULL;
+ * docs/accuracy.md). Needs opset >= 13; a model with no such op is QCAL_ERR_EMPTY. */
 QCAL_API qcal_status qcal_onnx_gate(const qcal_onnx_model *q, const qcal_onnx_model *ref,
                                     qcal_onnx_model **out, qcal_onnx_gate_op **ops,
                                     int64_t *n_ops);
