@@ -6,6 +6,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/internal.h"
+
 /* Seconds on the monotonic clock (reports' durations). */
 static inline double engine_now_s(void)
 {
@@ -14,14 +16,10 @@ static inline double engine_now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* A malloc'ed copy of s (free), or NULL. */
+/* The engine's former name of qcal_strdup (core/internal.h), still called by accuracy.c. */
 static inline char *engine_strdup(const char *s)
 {
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
+    return qcal_strdup(s);
 }
 
 #endif

@@ -266,8 +266,8 @@ static qcal_status parse_carry(qcal_model_calib *mc, const qcal_model_calib_opti
             return qcal_error(QCAL_ERR_INVALID_ARG, "carry '%s': expected OUTPUT=INPUT",
                               c ? c : "(null)");
         carry_slot *cs = &mc->carry[k];
-        cs->out = engine_strdup(c);
-        cs->in = engine_strdup(eq + 1);
+        cs->out = qcal_strdup(c);
+        cs->in = qcal_strdup(eq + 1);
         if (!cs->out || !cs->in)
             return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
         cs->out[eq - c] = '\0';

@@ -6,15 +6,6 @@
 
 #include "onnx/onnx_internal.h"
 
-char *onnx_strdup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
-}
-
 bool onnx_push(void ***array, size_t *n, void *item)
 {
     void **a = realloc(*array, (*n + 1) * sizeof *a);
@@ -32,8 +23,8 @@ bool onnx_tensor_add_entry(Onnx__TensorProto *t, const char *key, const char *va
     if (!e)
         return false;
     onnx__string_string_entry_proto__init(e);
-    e->key = onnx_strdup(key);
-    e->value = onnx_strdup(value);
+    e->key = qcal_strdup(key);
+    e->value = qcal_strdup(value);
     if (!e->key || !e->value || !onnx_push((void ***)&t->external_data, &t->n_external_data, e)) {
         protobuf_c_message_free_unpacked(&e->base, NULL);
         return false;
@@ -50,7 +41,7 @@ Onnx__TensorProto *onnx_new_tensor(const char *name, int32_t type, int32_t ndim,
     if (!t)
         return NULL;
     onnx__tensor_proto__init(t);
-    t->name = onnx_strdup(name);
+    t->name = qcal_strdup(name);
     t->has_data_type = 1;
     t->data_type = type;
     t->n_dims = (size_t)(ndim > 0 ? ndim : 0);
@@ -88,18 +79,18 @@ Onnx__NodeProto *onnx_new_node(const char *op_type, const char *name, int64_t n_
     if (!n)
         return NULL;
     onnx__node_proto__init(n);
-    n->op_type = onnx_strdup(op_type);
-    n->name = name ? onnx_strdup(name) : NULL;
+    n->op_type = qcal_strdup(op_type);
+    n->name = name ? qcal_strdup(name) : NULL;
     n->input = calloc((size_t)n_in + 1, sizeof *n->input);
     n->output = calloc((size_t)n_out + 1, sizeof *n->output);
     bool ok = n->op_type && (!name || n->name) && n->input && n->output;
     for (int64_t i = 0; ok && i < n_in; i++) {
-        n->input[i] = onnx_strdup(in[i] ? in[i] : "");
+        n->input[i] = qcal_strdup(in[i] ? in[i] : "");
         ok = n->input[i] != NULL;
         n->n_input = (size_t)i + (ok ? 1 : 0);
     }
     for (int64_t i = 0; ok && i < n_out; i++) {
-        n->output[i] = onnx_strdup(out[i]);
+        n->output[i] = qcal_strdup(out[i]);
         ok = n->output[i] != NULL;
         n->n_output = (size_t)i + (ok ? 1 : 0);
     }
@@ -117,7 +108,7 @@ static Onnx__AttributeProto *new_attr(Onnx__NodeProto *n, const char *name,
     if (!a)
         return NULL;
     onnx__attribute_proto__init(a);
-    a->name = onnx_strdup(name);
+    a->name = qcal_strdup(name);
     a->has_type = 1;
     a->type = type;
     if (!a->name || !onnx_push((void ***)&n->attribute, &n->n_attribute, a)) {
@@ -174,7 +165,7 @@ static Onnx__TypeProto *new_tensor_type(const qcal_onnx_tensor_desc *d)
             } else {
                 char p[24];
                 snprintf(p, sizeof p, "d%d", (int)k);
-                dm->dim_param = onnx_strdup(p);
+                dm->dim_param = qcal_strdup(p);
                 if (!dm->dim_param)
                     goto fail;
                 dm->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
@@ -193,7 +184,7 @@ Onnx__ValueInfoProto *onnx_new_value_info(const char *name, const qcal_onnx_tens
     if (!vi)
         return NULL;
     onnx__value_info_proto__init(vi);
-    vi->name = onnx_strdup(name);
+    vi->name = qcal_strdup(name);
     vi->type = new_tensor_type(desc);
     if (!vi->name || !vi->type) {
         protobuf_c_message_free_unpacked(&vi->base, NULL);
@@ -225,12 +216,12 @@ qcal_status qcal_onnx_model_new(int64_t ir_version, int64_t opset, qcal_onnx_mod
     m->proto = mp;
     mp->has_ir_version = 1;
     mp->ir_version = ir_version;
-    os->domain = onnx_strdup("");
+    os->domain = qcal_strdup("");
     os->has_version = 1;
     os->version = opset;
-    mp->producer_name = onnx_strdup("qcal");
-    mp->producer_version = onnx_strdup(qcal_version());
-    g->name = onnx_strdup("qcal");
+    mp->producer_name = qcal_strdup("qcal");
+    mp->producer_version = qcal_strdup(qcal_version());
+    g->name = qcal_strdup("qcal");
     if (!os->domain || !mp->producer_name || !mp->producer_version || !g->name ||
         !onnx_push((void ***)&mp->opset_import, &mp->n_opset_import, os)) {
         if (mp->n_opset_import == 0)
@@ -427,12 +418,10 @@ qcal_status qcal_onnx_node_set_string(qcal_onnx_model *m, int64_t node, const ch
     Onnx__AttributeProto *a = new_attr(n, attr, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
     if (!a)
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
-    size_t len = strlen(value);
-    a->s.data = malloc(len + 1);
+    a->s.data = (uint8_t *)qcal_strdup(value);
     if (!a->s.data)
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
-    memcpy(a->s.data, value, len);
-    a->s.len = len;
+    a->s.len = strlen(value);
     a->has_s = 1;
     return QCAL_OK;
 }

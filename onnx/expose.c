@@ -41,7 +41,7 @@ static qcal_status list_names(const qcal_onnx_model *m, const qcal_onnx_qdq_opti
             for (int64_t i = 0; st == QCAL_OK && i < (untyped ? q->nuntyped : q->nlist); i++) {
                 if (onnx_map_get(&seen, l[i]))
                     continue;
-                if (!(out[nout] = onnx_strdup(l[i])) || !onnx_map_put(&seen, out[nout], 0))
+                if (!(out[nout] = qcal_strdup(l[i])) || !onnx_map_put(&seen, out[nout], 0))
                     st = OOM();
                 nout += out[nout] != NULL;
             }
@@ -219,7 +219,7 @@ static bool push_empty_constant(Onnx__GraphProto *g, const char *name, const cha
     Onnx__AttributeProto *a = malloc(sizeof *a);
     if (a) {
         onnx__attribute_proto__init(a);
-        a->name = onnx_strdup("value");
+        a->name = qcal_strdup("value");
         a->has_type = 1;
         a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR;
     }
@@ -273,7 +273,7 @@ static qcal_status expose_bodies(qcal_onnx_model *m, const char *const *names, i
             size_t n_body_nodes = body->n_node;
             for (size_t j = 0; j < n_body_nodes && st == QCAL_OK; j++) {
                 for (size_t k = 0; k < body->node[j]->n_output && st == QCAL_OK; k++) {
-                    char *name = onnx_strdup(body->node[j]->output[k]);
+                    char *name = qcal_strdup(body->node[j]->output[k]);
                     if (!name) {
                         st = OOM();
                         break;
@@ -313,7 +313,7 @@ static qcal_status expose_bodies(qcal_onnx_model *m, const char *const *names, i
                              push_empty_constant(other, cname, empty, rank) && push_output(other, empty, &de);
                     }
                     if (ok) {
-                        char *o = onnx_strdup(name);
+                        char *o = qcal_strdup(name);
                         ok = o && onnx_push((void ***)&node->output, &node->n_output, o);
                         if (!ok)
                             free(o);

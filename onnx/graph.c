@@ -81,7 +81,7 @@ void onnx_map_free(onnx_map *m)
 
 static char *own(onnx_gindex *x, const char *s)
 {
-    char *c = onnx_strdup(s);
+    char *c = qcal_strdup(s);
     if (!c || !onnx_push((void ***)&x->owned, (size_t *)&x->nowned, c)) {
         free(c);
         return NULL;

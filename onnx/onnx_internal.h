@@ -95,7 +95,11 @@ qcal_status onnx_tensor_to_float(const Onnx__TensorProto *t, float **out, int64_
 int64_t onnx_model_opset(const Onnx__ModelProto *mp);
 
 /* Builders (malloc'ed, owned by the model they are put into). */
-char *onnx_strdup(const char *s);
+/* onnx/'s former name of qcal_strdup (core/internal.h), still called by gate.c. */
+static inline char *onnx_strdup(const char *s)
+{
+    return qcal_strdup(s);
+}
 Onnx__TensorProto *onnx_new_tensor(const char *name, int32_t type, int32_t ndim,
                                    const int64_t *dims, const void *data, size_t nbytes);
 /* The same taking data (malloc'ed, nbytes) as the tensor's raw_data; NULL (data still the

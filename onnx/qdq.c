@@ -57,7 +57,7 @@ static qcal_status qdq_run(qcal_onnx_model *m, const qcal_calib_table *table, co
             int64_t t = qdq_tensor_index(q, q->list[i]);
             if (!q->t[t].missing || onnx_map_get(&seen, q->t[t].name))
                 continue;
-            char *s = onnx_strdup(q->t[t].name);
+            char *s = qcal_strdup(q->t[t].name);
             if (!s || !onnx_push((void ***)&r.missing, (size_t *)&r.n_missing, s) ||
                 !onnx_map_put(&seen, s, 0)) {
                 if (s && (r.n_missing == 0 || r.missing[r.n_missing - 1] != s))
@@ -101,7 +101,7 @@ static qcal_status qdq_run(qcal_onnx_model *m, const qcal_calib_table *table, co
         const char *nm = p->g->node[i]->name;
         if (!p->np[i].quant || !nm || !nm[0])
             continue;
-        char *d = onnx_strdup(nm);
+        char *d = qcal_strdup(nm);
         if (!d || !onnx_push((void ***)&r.quantized, (size_t *)&r.n_quantized, d)) {
             free(d);
             st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");

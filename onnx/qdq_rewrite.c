@@ -21,7 +21,7 @@ static int32_t onnx_type_of(qcal_dtype d)
 static char *fresh_name(plan *p, const char *base, const char *suffix)
 {
     const char *s = onnx_gindex_fresh(&(p->root ? p->root : p)->x, base, suffix);
-    return s ? onnx_strdup(s) : NULL;
+    return s ? qcal_strdup(s) : NULL;
 }
 
 typedef struct builder {
@@ -118,7 +118,7 @@ static void b_act(plan *p, builder *b, tinfo *ti)
     b_scalar_qparams(p, b, ti);
     if (p->opt->profile == QCAL_ONNX_PROFILE_ORT && qcal_dtype_is_float8(ti->dtype)) {
         ti->q_out = fresh_name(p, ti->name, "_QuantizeLinear_Output");
-        ti->dq_out = ti->rename ? onnx_strdup(ti->name) : fresh_name(p, ti->name, "_DequantizeLinear_Output_fp8");
+        ti->dq_out = ti->rename ? qcal_strdup(ti->name) : fresh_name(p, ti->name, "_DequantizeLinear_Output_fp8");
         char *gin = fresh_name(p, ti->name, "_QuantizeLinear_Input_fp8");
         char *raw = fresh_name(p, ti->name, "_DequantizeLinear_Output");
         if (!ti->q_out || !ti->dq_out || !gin || !raw || (ti->rename && !ti->pre) || b->oom) {
@@ -136,7 +136,7 @@ static void b_act(plan *p, builder *b, tinfo *ti)
     }
     ti->q_out = fresh_name(p, ti->name, "_QuantizeLinear_Output");
     if (ti->rename) {
-        ti->dq_out = onnx_strdup(ti->name);
+        ti->dq_out = qcal_strdup(ti->name);
         if (!ti->pre)
             b->oom = true;
     } else {
@@ -247,7 +247,7 @@ static void b_bias(plan *p, builder *b, bplan *bp)
 
 bool qdq_replace_str(char **slot, const char *with)
 {
-    char *s = onnx_strdup(with);
+    char *s = qcal_strdup(with);
     if (!s)
         return false;
     free(*slot);
@@ -301,7 +301,7 @@ qcal_status qdq_apply(plan *p, qcal_onnx_qdq_report *rep)
         Onnx__NodeProto *cn = g->node[cnode];
         Onnx__AttributeProto *va = (Onnx__AttributeProto *)onnx_node_attr(cn, "value");
         Onnx__TensorProto **ni = realloc(g->initializer, (g->n_initializer + 1) * sizeof *ni);
-        char *name = onnx_strdup(ti->name);
+        char *name = qcal_strdup(ti->name);
         /* the old name stays alive with the plan (a lazy weight's src holds it) */
         if (!ni || !name || (va->t->name && !onnx_push((void ***)&p->owned_names, (size_t *)&p->nowned, va->t->name))) {
             if (ni)
