@@ -17,7 +17,7 @@ bool qcal_onnx_available(void)
     return true;
 }
 
-/* ---- load: wire-level depth check, unpack, checks ---- */
+/* ---- the wire format: varints, nesting depth ---- */
 
 #define ONNX_MAX_FIELD ((UINT64_C(1) << 29) - 1)
 

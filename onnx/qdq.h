@@ -161,9 +161,8 @@ typedef struct plan {
     int64_t nowned;
 } plan;
 
-
-/* If bodies (then_branch / else_branch, up to MAX_SCOPES levels deep): one plan each, built like the main
- * graph's. Their ops are quantized in their own graph; weights they read from an enclosing
+/* If bodies (then_branch / else_branch, up to MAX_SCOPES levels deep): one plan each, built
+ * like the main graph's. Their ops are quantized in their own graph; weights they read from an enclosing
  * graph are quantized into the body's initializers. Loop and Scan bodies stay float. */
 typedef struct subplans {
     plan **p;
@@ -172,7 +171,21 @@ typedef struct subplans {
 
 /* ---- qdq_plan.c ---- */
 
+/* The plan of the main graph of m: ops selected (opt->op_types or the profile's), the graph
+ * indexed, every node planned (table NULL: listing, every lookup succeeds); lazy: weights may
+ * be lazy (qcal_onnx_qdq_save). On failure p is still to be freed (qdq_plan_free). */
+qcal_status qdq_plan_build(plan *p, const qcal_onnx_model *m, const qcal_calib_table *table,
+                           const qcal_onnx_qdq_options *opt, bool lazy);
 void qdq_plan_free(plan *p);
+
+/* The plans of the If bodies of g (nested ones too, up to MAX_SCOPES levels) appended to
+ * *out, each built like the main graph's; encl: g's plan, scope: g's enclosing graphs. */
+qcal_status qdq_collect_subplans(plan *root, const plan *encl, const Onnx__GraphProto *g,
+                                 const Onnx__GraphProto *const *scope, int nscope, subplans *out);
+void qdq_subplans_free(subplans *s);
+
+/* The options checked (profile, exclude list, weight observer and qscheme). */
+qcal_status qdq_check_opts(const qcal_onnx_model *m, const qcal_onnx_qdq_options *opt);
 
 /* The index of name in p's graph, -1. */
 int64_t qdq_tensor_index(const plan *p, const char *name);
@@ -184,22 +197,14 @@ int64_t qdq_const_node(const plan *p, int64_t t);
  * directly or through Identity nodes (torch writes deduplicated parameters so); -1. */
 int64_t qdq_const_src(const plan *p, const char *name);
 
+/* name matches one of the --exclude patterns (fnmatch). */
 bool qdq_excluded(const plan *p, const char *name);
 
+/* The enabled op class of node n (default domain), or NULL. */
 const op_def *qdq_op_of(const plan *p, const Onnx__NodeProto *n);
 
-qcal_status qdq_plan_build(plan *p, const qcal_onnx_model *m, const qcal_calib_table *table,
-    const qcal_onnx_qdq_options *opt, bool lazy);
-
-void qdq_subplans_free(subplans *s);
-
+/* A default-domain If node. */
 bool qdq_is_if(const Onnx__NodeProto *n);
-
-qcal_status qdq_collect_subplans(plan *root, const plan *encl, const Onnx__GraphProto *g,
-    const Onnx__GraphProto *const *scope, int nscope, subplans *out);
-
-qcal_status qdq_check_opts(const qcal_onnx_model *m, const qcal_onnx_qdq_options *opt);
-
 
 /* ---- qdq_act.c ---- */
 
@@ -232,7 +237,6 @@ qcal_status qdq_clip_qparams(tinfo *ti, float lo, float hi);
  * Reshape, ...) move values without changing their distribution and are not followed. */
 int64_t qdq_move_chain_end(plan *p, int64_t t);
 
-
 /* ---- qdq_weight.c ---- */
 
 /* Appends *x (size bytes) to *arr of *n elements (doubling at powers of two). */
@@ -244,10 +248,12 @@ bool qdq_push_rec(void **arr, int64_t *n, const void *x, size_t size);
  * of the file mapping are let go after. */
 qcal_status qdq_lazy_run(plan *p, lazy_w *l);
 
-/* plan_weight_read, then the weight's pages of the file mapping are let go (onnx_raw_drop). */
+/* The weight of node n at tensor t (wplan *out, shared by the nodes reading t alike; lazy
+ * with p->lazy when its zero-points are 0 whatever its data, else observed now), then the
+ * weight's pages of the file mapping are let go (onnx_raw_drop). QCAL_ERR_MISMATCH (no
+ * message): t is already planned with another axis or dtype. */
 qcal_status qdq_plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int32_t axis,
-    qcal_dtype dtype, int64_t *out);
-
+                            qcal_dtype dtype, int64_t *out);
 
 /* ---- qdq_bias.c ---- */
 
@@ -261,15 +267,16 @@ qcal_status qdq_lazy_job(plan *p, int64_t k);
 /* int32 bias (ort) of the weight p->w[wi]: scale[c] = s_in * s_w[c], zero-point 0. *out -1
  * and *why set to keep it float. With a lazy weight the bias is planned by size and is lazy
  * too (lazy_b: quantized after the weight, qdq_bias_run), or the weight is observed now (an
- * input scale outside the bounds above). */
+ * input scale outside BIAS_LAZY_MIN_S_IN .. BIAS_LAZY_MAX_S_IN). */
 qcal_status qdq_plan_bias(plan *p, int64_t t, float s_in, int64_t wi, int64_t out_channels,
-    int64_t *out, const char **why);
-
+                          int64_t *out, const char **why);
 
 /* ---- qdq_rewrite.c ---- */
 
+/* *slot replaced by a copy of with (the old string freed); false: out of memory, *slot kept. */
 bool qdq_replace_str(char **slot, const char *with);
 
+/* The plan applied to its graph: Q/DQ nodes and their initializers inserted, counts into rep. */
 qcal_status qdq_apply(plan *p, qcal_onnx_qdq_report *rep);
 
 /* The float weights and biases of enclosing graphs that If bodies now read quantized: dropped

@@ -74,7 +74,7 @@ qcal_status qdq_lazy_job(plan *p, int64_t k)
  * too (lazy_b: quantized after the weight, qdq_bias_run), or the weight is observed now (an
  * input scale outside the bounds above). */
 qcal_status qdq_plan_bias(plan *p, int64_t t, float s_in, int64_t wi, int64_t out_channels,
-                             int64_t *out, const char **why)
+                          int64_t *out, const char **why)
 {
     *out = -1;
     Onnx__TensorProto *init = p->t[t].init;

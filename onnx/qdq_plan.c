@@ -525,7 +525,7 @@ static qcal_status plan_node(plan *p, size_t i)
 static qcal_status plan_graph(plan *p);
 
 qcal_status qdq_plan_build(plan *p, const qcal_onnx_model *m, const qcal_calib_table *table,
-                              const qcal_onnx_qdq_options *opt, bool lazy)
+                           const qcal_onnx_qdq_options *opt, bool lazy)
 {
     memset(p, 0, sizeof *p);
     p->lazy = lazy;
@@ -562,7 +562,7 @@ bool qdq_is_if(const Onnx__NodeProto *n)
 }
 
 qcal_status qdq_collect_subplans(plan *root, const plan *encl, const Onnx__GraphProto *g,
-                                    const Onnx__GraphProto *const *scope, int nscope, subplans *out)
+                                 const Onnx__GraphProto *const *scope, int nscope, subplans *out)
 {
     if (nscope >= MAX_SCOPES)
         return QCAL_OK;   /* bodies nested deeper than MAX_SCOPES levels stay float */

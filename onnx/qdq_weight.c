@@ -218,7 +218,7 @@ qcal_status qdq_lazy_run(plan *p, lazy_w *l)
 
 /* plan_weight_read, then the weight's pages of the file mapping are let go (onnx_raw_drop). */
 qcal_status qdq_plan_weight(plan *p, const Onnx__NodeProto *n, int64_t t, int32_t axis,
-                               qcal_dtype dtype, int64_t *out)
+                            qcal_dtype dtype, int64_t *out)
 {
     qcal_status st = plan_weight_read(p, n, t, axis, dtype, out);
     onnx_raw_drop(p->m, p->t[t].init);
