@@ -16,7 +16,7 @@ static const op_def op_defs[] = {
     { "Gemm", K_GEMM, true, true },
     { "MatMul", K_MATMUL, true, true },
     { "Add", K_BINARY, true, true },
-    { "Mul", K_BINARY, true, false },
+    { "Mul", K_BINARY, false, false }, /* two activations: float unless asked (docs/onnx.md) */
     { "AveragePool", K_POOL, true, true },
     { "GlobalAveragePool", K_POOL, true, true },
     { "MaxPool", K_MOVE, true, true },

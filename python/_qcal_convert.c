@@ -7,6 +7,7 @@
  * Observer.config, Table.entries and the ONNX reports are written. */
 #include "_qcal_internal.h"
 
+#include <math.h>
 #include <string.h>
 
 static PyObject *coerce_f32;          /* qcal._coerce_f32, set by the package */
@@ -356,6 +357,13 @@ static PyObject *field_value(const char *base, const qcal_py_field *f)
     ONE_VALUE(QCAL_PY_CHOICE, int,
               PyUnicode_FromString(f->names[v >= 0 && (size_t)v < f->aux ? v : 0]))
 #undef ONE_VALUE
+    case QCAL_PY_FIGURE: {
+        double v;
+        memcpy(&v, at, sizeof v);
+        if (isnan(v))
+            Py_RETURN_NONE;
+        return PyFloat_FromDouble(v);
+    }
     case QCAL_PY_QMIN:
     case QCAL_PY_QMAX: {
         qcal_qconfig q;

@@ -104,6 +104,8 @@ typedef enum qcal_py_field_type {
     QCAL_PY_U64,          /* uint64_t -> int */
     QCAL_PY_F32,          /* float -> float */
     QCAL_PY_F64,          /* double -> float */
+    QCAL_PY_FIGURE,       /* double -> float, NaN -> None (a figure that does not apply: the
+                           * null of the CLI's JSON) */
     QCAL_PY_STR,          /* const char * (UTF-8, undecodable bytes kept as surrogates) */
     QCAL_PY_DTYPE,        /* qcal_dtype -> its name */
     QCAL_PY_QSCHEME,      /* qcal_qscheme -> its name */
@@ -176,7 +178,8 @@ int qcal_py_table_init(PyObject *module);      /* Table */
 int qcal_py_fakequant_init(PyObject *module);  /* _quantize, _dequantize, _fake_quant* */
 int qcal_py_numeric_init(PyObject *module);    /* sqnr, l2, cosine, NumericLogger */
 int qcal_py_onnx_init(PyObject *module);       /* _OnnxModel, _ModelCalib, _onnx_available,
-                                                * _engine_info */
+                                                * _engine_info, _model_compare,
+                                                * _keep_float_exclude */
 
 /* Adds a ready type to the module under name; 0 or -1 with an exception. */
 int qcal_py_add_type(PyObject *module, const char *name, PyTypeObject *type);

@@ -3,12 +3,20 @@
  * streamed into a qcal.Session (qcal/model_calib.h), and Q/DQ models written from a table.
  * The package's qcal.onnx (python/qcal/onnx.py) drives the two types here:
  *
- *   _OnnxModel(path=None, data=None, fold_bn=True): a model, BatchNormalizations folded as
- *       the CLI folds them before listing, calibrating and qdq (so names agree);
+ *   _OnnxModel(path=None, data=None, fold_bn=True, opset=0): a model, BatchNormalizations
+ *       folded as the CLI folds them before listing, calibrating and qdq (so names agree),
+ *       after raising its opset to `opset` when below (the CLI's loading: 13);
  *   _ModelCalib(model, session, ...): ONNX Runtime opened, a qcal_model_calib on the model;
  *       feed({name: array}) runs once (the GIL released while the model runs and while the
  *       observers of the previous run finish), feed_data(spec, entries) runs a data spec as
- *       `qcal calibrate --data` does, finish() -> report dict.
+ *       `qcal calibrate --data` does, finish() -> report dict;
+ *   _OnnxModel.keep_float(table, data, ...): the keep-float search of `qcal qdq
+ *       --min-output-sqnr / --max-drop` (qcal/accuracy.h) on the model, which it leaves as is;
+ *   _model_compare(float, qdq, ref, data, ...): `qcal compare`, its JSON as a dict.
+ *
+ * The accuracy calls read their data as a data spec (qcal_model_compare and
+ * qcal_model_keep_float open it themselves; qcal.onnx writes runs given as arrays to a
+ * temporary directory first); labels are read in place.
  *
  * Arrays are read in place through the buffer protocol: C-contiguous, little-endian, one of
  * the element types the engine exchanges (the package makes contiguous copies of other
@@ -16,8 +24,10 @@
  * the input, what the model wants and what was given). */
 #include "_qcal_internal.h"
 
+#include <math.h>
 #include <string.h>
 
+#include <qcal/accuracy.h>
 #include <qcal/engine.h>
 #include <qcal/model_calib.h>
 
@@ -127,11 +137,12 @@ static void OnnxModel_dealloc(OnnxModelObject *self)
 
 static int OnnxModel_init(OnnxModelObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"path", "data", "fold_bn", NULL};
+    static char *kwlist[] = {"path", "data", "fold_bn", "opset", NULL};
     PyObject *path_o = Py_None, *data_o = Py_None;
     int fold = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO$p:_OnnxModel", kwlist, &path_o, &data_o,
-                                     &fold))
+    long long opset = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO$pL:_OnnxModel", kwlist, &path_o, &data_o,
+                                     &fold, &opset))
         return -1;
     if ((path_o == Py_None) == (data_o == Py_None)) {
         PyErr_SetString(PyExc_TypeError, "_OnnxModel: give path or data");
@@ -169,6 +180,21 @@ static int OnnxModel_init(OnnxModelObject *self, PyObject *args, PyObject *kw)
     if (st < 0) {
         qcal_py_raise_status(st);
         return -1;
+    }
+    if (opset > 0) {
+        /* the CLI's loading (cli_model_load): a default-domain opset below `opset` raised
+         * first; a model without one is left for qdq to name what is wrong */
+        qcal_onnx_model_info info;
+        Py_BEGIN_ALLOW_THREADS
+        st = qcal_onnx_model_get_info(m, &info);
+        if (st >= 0 && info.opset >= 0 && info.opset < opset)
+            st = qcal_onnx_upgrade(m, opset, NULL);
+        Py_END_ALLOW_THREADS
+        if (st < 0) {
+            qcal_onnx_model_destroy(&m);
+            qcal_py_raise_status(st);
+            return -1;
+        }
     }
     PyObject *folded = NULL;
     if (fold) {
@@ -306,6 +332,53 @@ static PyObject *OnnxModel_equalize(OnnxModelObject *self, PyObject *noargs)
     return d;
 }
 
+/* The Q/DQ options of qdq_save and keep_float, checked as `qcal qdq` checks them; the
+ * exclude strings point into *keep (str_list_free). 0 or -1 with an exception. */
+static int qdq_options_get(const char *profile, const char *wobs, PyObject *exclude_o,
+                           const char *op_types, int strict, const char *wqs, int float_weights,
+                           qcal_onnx_qdq_options *opt, PyObject **keep, const char ***exclude)
+{
+    *keep = NULL;
+    *exclude = NULL;
+    qcal_onnx_qdq_options_default(opt);
+    if (profile_arg(profile, &opt->profile) < 0)
+        return -1;
+    PyObject *inv = qcal_py_error_type(QCAL_ERR_INVALID_ARG);
+    if (wobs && (qcal_observer_kind_parse(wobs, &opt->weight_observer) < 0 ||
+                 (opt->weight_observer != QCAL_OBSERVER_PER_CHANNEL_MINMAX &&
+                  opt->weight_observer != QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX))) {
+        PyErr_Format(inv, "weight_observer '%s' is not a per-channel observer "
+                     "(per_channel_minmax, moving_average_per_channel_minmax)", wobs);
+        return -1;
+    }
+    if (wqs && (qcal_qscheme_parse(wqs, &opt->weight_qscheme) < 0 ||
+                opt->weight_qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS)) {
+        PyErr_Format(inv, "weight_qscheme '%s' is not per_channel_symmetric, "
+                     "per_channel_affine, per_tensor_affine or per_tensor_symmetric", wqs);
+        return -1;
+    }
+    if (wqs && float_weights) {
+        PyErr_SetString(inv, "weight_qscheme and float_weights exclude each other");
+        return -1;
+    }
+    if (opt->profile == QCAL_ONNX_PROFILE_TENSORRT &&
+        (opt->weight_qscheme == QCAL_PER_TENSOR_AFFINE ||
+         opt->weight_qscheme == QCAL_PER_CHANNEL_AFFINE)) {
+        PyErr_Format(inv, "weight_qscheme %s: profile tensorrt takes symmetric weights only",
+                     wqs);
+        return -1;
+    }
+    opt->strict = strict;
+    opt->float_weights = float_weights;
+    opt->op_types = op_types;
+    int64_t n_exclude = 0;
+    if (str_list(exclude_o, "exclude", keep, exclude, &n_exclude) < 0)
+        return -1;
+    opt->exclude = *exclude;
+    opt->n_exclude = n_exclude;
+    return 0;
+}
+
 /* qdq_save(table, out, profile=None, weight_observer=None, exclude=None, op_types=None,
  *          strict=False, weight_qscheme=None, float_weights=False) -> dict */
 static PyObject *OnnxModel_qdq_save(OnnxModelObject *self, PyObject *args, PyObject *kw)
@@ -320,43 +393,10 @@ static PyObject *OnnxModel_qdq_save(OnnxModelObject *self, PyObject *args, PyObj
                                      &exclude_o, &op_types, &strict, &wqs, &float_weights))
         return NULL;
     qcal_onnx_qdq_options opt;
-    qcal_onnx_qdq_options_default(&opt);
-    if (profile_arg(profile, &opt.profile) < 0)
-        return NULL;
-    PyObject *inv = qcal_py_error_type(QCAL_ERR_INVALID_ARG);
-    if (wobs && (qcal_observer_kind_parse(wobs, &opt.weight_observer) < 0 ||
-                 (opt.weight_observer != QCAL_OBSERVER_PER_CHANNEL_MINMAX &&
-                  opt.weight_observer != QCAL_OBSERVER_MOVING_AVERAGE_PER_CHANNEL_MINMAX))) {
-        PyErr_Format(inv, "weight_observer '%s' is not a per-channel observer "
-                     "(per_channel_minmax, moving_average_per_channel_minmax)", wobs);
-        return NULL;
-    }
-    if (wqs && (qcal_qscheme_parse(wqs, &opt.weight_qscheme) < 0 ||
-                opt.weight_qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS)) {
-        PyErr_Format(inv, "weight_qscheme '%s' is not per_channel_symmetric, "
-                     "per_channel_affine, per_tensor_affine or per_tensor_symmetric", wqs);
-        return NULL;
-    }
-    if (wqs && float_weights) {
-        PyErr_SetString(inv, "weight_qscheme and float_weights exclude each other");
-        return NULL;
-    }
-    if (opt.profile == QCAL_ONNX_PROFILE_TENSORRT &&
-        (opt.weight_qscheme == QCAL_PER_TENSOR_AFFINE ||
-         opt.weight_qscheme == QCAL_PER_CHANNEL_AFFINE)) {
-        PyErr_Format(inv, "weight_qscheme %s: profile tensorrt takes symmetric weights only",
-                     wqs);
-        return NULL;
-    }
-    opt.strict = strict;
-    opt.float_weights = float_weights;
-    opt.op_types = op_types;
     const char **exclude = NULL;
-    int64_t n_exclude = 0;
-    if (str_list(exclude_o, "exclude", &keep, &exclude, &n_exclude) < 0)
+    if (qdq_options_get(profile, wobs, exclude_o, op_types, strict, wqs, float_weights, &opt,
+                        &keep, &exclude) < 0)
         return NULL;
-    opt.exclude = exclude;
-    opt.n_exclude = n_exclude;
     if (!PyUnicode_FSConverter(out_o, &path)) {
         str_list_free(&keep, &exclude);
         return NULL;
@@ -392,6 +432,211 @@ static PyObject *OnnxModel_qdq_save(OnnxModelObject *self, PyObject *args, PyObj
     return d;
 }
 
+/* ---- accuracy at the outputs (qcal/accuracy.h) ------------------------------------------ */
+
+static int32_t elem_of_format(const char *f, Py_ssize_t itemsize);
+
+/* The accuracy options of _model_compare and keep_float, with the labels' buffer they point
+ * into (read in place: a C-contiguous int64 / int32 array, one row per sample). */
+typedef struct acc_args {
+    qcal_accuracy_options o;
+    Py_buffer lab;
+    bool have_lab;
+    qcal_engine_value labv;
+} acc_args;
+
+static void acc_args_release(acc_args *a)
+{
+    if (a->have_lab)
+        PyBuffer_Release(&a->lab);
+    a->have_lab = false;
+}
+
+/* Fills a from the keywords as `qcal compare` fills its options from the command line
+ * (sensitivity_samples < 0 and batch 0: the defaults; metric goes with labels). 0 or -1
+ * with an exception. */
+static int acc_args_get(acc_args *a, PyObject *labels_o, long long label_output,
+                        const char *metric, long long sens, long long batch, int threads,
+                        long long max_samples, int others)
+{
+    memset(a, 0, sizeof *a);
+    qcal_accuracy_options_default(&a->o);
+    PyObject *inv = qcal_py_error_type(QCAL_ERR_INVALID_ARG);
+    if (batch < 0 || max_samples < 0 || label_output < 0) {
+        PyErr_SetString(inv, "batch, max_samples and label_output must be >= 0");
+        return -1;
+    }
+    if (batch > 0)
+        a->o.batch = batch;
+    if (sens >= 0)
+        a->o.sensitivity_samples = sens;
+    a->o.threads = threads;
+    a->o.max_samples = max_samples;
+    a->o.others = others != 0;
+    a->o.label_output = label_output;
+    if (metric && qcal_accuracy_metric_parse(metric, &a->o.metric) < 0) {
+        qcal_py_raise_status(QCAL_ERR_INVALID_ARG);   /* the library's message names both */
+        return -1;
+    }
+    if (metric && labels_o == Py_None) {
+        PyErr_SetString(inv, "metric goes with labels (the metric's right answers)");
+        return -1;
+    }
+    if (labels_o == Py_None)
+        return 0;
+    if (PyObject_GetBuffer(labels_o, &a->lab, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return -1;
+    a->have_lab = true;
+    int32_t et = elem_of_format(a->lab.format, a->lab.itemsize);
+    if (et != QCAL_ONNX_INT64 && et != QCAL_ONNX_INT32) {
+        PyErr_Format(inv, "labels must be int64 or int32, not '%s' (itemsize %zd)",
+                     a->lab.format ? a->lab.format : "B", a->lab.itemsize);
+        goto fail;
+    }
+    if (a->lab.ndim < 1 || a->lab.ndim > QCAL_MAX_DIMS) {
+        PyErr_Format(inv, "labels need one row per sample (a %d-d array)", a->lab.ndim);
+        goto fail;
+    }
+    a->labv.name = "labels";
+    a->labv.elem_type = et;
+    a->labv.ndim = a->lab.ndim;
+    for (int d = 0; d < a->lab.ndim; d++)
+        a->labv.dims[d] = (int64_t)a->lab.shape[d];
+    a->labv.data = a->lab.buf;
+    a->labv.nbytes = (size_t)a->lab.len;
+    a->o.labels = &a->labv;
+    return 0;
+fail:
+    acc_args_release(a);
+    return -1;
+}
+
+/* The figures of the report, keyed as `qcal compare --format json` keys them. */
+static const qcal_py_field compare_output_fields[] = {
+    QCAL_PY_FIELD("name", QCAL_PY_STR, qcal_accuracy_output, name),
+    QCAL_PY_FIELD("samples", QCAL_PY_I64, qcal_accuracy_output, samples),
+    QCAL_PY_FIELD("positions", QCAL_PY_I64, qcal_accuracy_output, positions),
+    QCAL_PY_FIELD("nonfinite", QCAL_PY_I64, qcal_accuracy_output, nonfinite),
+    QCAL_PY_FIELD("sqnr_db", QCAL_PY_FIGURE, qcal_accuracy_output, sqnr_db),
+    QCAL_PY_FIELD("cosine", QCAL_PY_FIGURE, qcal_accuracy_output, cosine),
+    QCAL_PY_FIELD("top1_agreement", QCAL_PY_FIGURE, qcal_accuracy_output, agree),
+    QCAL_PY_FIELD("exact_agreement", QCAL_PY_FIGURE, qcal_accuracy_output, exact_agree),
+    QCAL_PY_FIELD("accuracy_float", QCAL_PY_FIGURE, qcal_accuracy_output, acc_float),
+    QCAL_PY_FIELD("accuracy_quantized", QCAL_PY_FIGURE, qcal_accuracy_output, acc_quant),
+};
+static const qcal_py_field compare_op_fields[] = {
+    QCAL_PY_FIELD("name", QCAL_PY_STR, qcal_accuracy_op, name),
+    QCAL_PY_FIELD("op_type", QCAL_PY_STR, qcal_accuracy_op, op_type),
+    QCAL_PY_FIELD("sqnr_alone_db", QCAL_PY_FIGURE, qcal_accuracy_op, sqnr_only_db),
+    QCAL_PY_FIELD("sqnr_all_but_db", QCAL_PY_FIGURE, qcal_accuracy_op, sqnr_others_db),
+};
+static const qcal_py_field keep_float_fields[] = {
+    QCAL_PY_FIELD_NAMES("float_ops", qcal_keep_float_result, float_ops, n_float),
+    QCAL_PY_FIELD("ops", QCAL_PY_I64, qcal_keep_float_result, n_ops),
+    QCAL_PY_FIELD("met", QCAL_PY_BOOL, qcal_keep_float_result, met),
+    QCAL_PY_FIELD("sqnr_db", QCAL_PY_FIGURE, qcal_keep_float_result, sqnr_db),
+    QCAL_PY_FIELD("accuracy_float", QCAL_PY_FIGURE, qcal_keep_float_result, acc_float),
+    QCAL_PY_FIELD("accuracy_quantized", QCAL_PY_FIGURE, qcal_keep_float_result, acc_quant),
+    QCAL_PY_FIELD("runs", QCAL_PY_I64, qcal_keep_float_result, runs),
+    QCAL_PY_FIELD("checks", QCAL_PY_I64, qcal_keep_float_result, checks),
+    QCAL_PY_FIELD("seconds", QCAL_PY_F64, qcal_keep_float_result, seconds),
+};
+
+/* A list of dicts, one per element of a C array, from a field table. */
+static PyObject *dict_list(const void *base, size_t size, int64_t n, const qcal_py_field *f,
+                           size_t nf)
+{
+    PyObject *l = PyList_New((Py_ssize_t)n);
+    for (int64_t i = 0; l && i < n; i++) {
+        PyObject *d = PyDict_New();
+        if (!d || qcal_py_dict_fields(d, (const char *)base + (size_t)i * size, f, nf, 0) < 0) {
+            Py_XDECREF(d);
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SET_ITEM(l, (Py_ssize_t)i, d);
+    }
+    return l;
+}
+
+/* keep_float(table, data=None, entries=None, *, profile=None, weight_observer=None,
+ *            exclude=None, op_types=None, strict=False, weight_qscheme=None,
+ *            float_weights=False, min_output_sqnr=nan, max_drop=nan, labels=None,
+ *            label_output=0, metric=None, sensitivity_samples=-1, batch=0, threads=0,
+ *            ort_lib=None) -> dict: qcal_model_keep_float on this model (not changed) with
+ * the Q/DQ options qdq_save takes, ONNX Runtime opened for the call, the GIL released while
+ * it runs. The dict: float_ops, ops, met, sqnr_db, accuracy_float, accuracy_quantized (None
+ * without labels), runs, checks, seconds. */
+static PyObject *OnnxModel_keep_float(OnnxModelObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"table", "data", "entries", "profile", "weight_observer",
+                             "exclude", "op_types", "strict", "weight_qscheme",
+                             "float_weights", "min_output_sqnr", "max_drop", "labels",
+                             "label_output", "metric", "sensitivity_samples", "batch",
+                             "threads", "ort_lib", NULL};
+    PyObject *table_o = NULL, *data_o = Py_None, *entries_o = Py_None, *exclude_o = Py_None;
+    PyObject *labels_o = Py_None, *lib_o = Py_None;
+    const char *profile = NULL, *wobs = NULL, *op_types = NULL, *wqs = NULL, *metric = NULL;
+    int strict = 0, float_weights = 0, threads = 0;
+    double min_sqnr = NAN, max_drop = NAN;
+    long long label_output = 0, sens = -1, batch = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|OO$zzOzpzpddOLzLLiO:keep_float", kwlist,
+                                     qcal_py_table_type, &table_o, &data_o, &entries_o,
+                                     &profile, &wobs, &exclude_o, &op_types, &strict, &wqs,
+                                     &float_weights, &min_sqnr, &max_drop, &labels_o,
+                                     &label_output, &metric, &sens, &batch, &threads, &lib_o))
+        return NULL;
+    qcal_onnx_qdq_options opt;
+    const char **exclude = NULL, **entries = NULL;
+    PyObject *keep_ex = NULL, *keep_en = NULL, *data = NULL, *lib = NULL, *res = NULL;
+    int64_t n_entries = 0;
+    acc_args aa;
+    if (acc_args_get(&aa, labels_o, label_output, metric, sens, batch, threads, 0, 1) < 0)
+        return NULL;
+    if (qdq_options_get(profile, wobs, exclude_o, op_types, strict, wqs, float_weights, &opt,
+                        &keep_ex, &exclude) < 0 ||
+        str_list(entries_o, "entries", &keep_en, &entries, &n_entries) < 0 ||
+        (data_o != Py_None && !PyUnicode_FSConverter(data_o, &data)) ||
+        (lib_o != Py_None && !PyUnicode_FSConverter(lib_o, &lib)) || model_take(self) < 0)
+        goto out;
+    Py_INCREF(table_o);   /* read with the GIL released */
+    const qcal_calib_table *t = ((qcal_py_table *)table_o)->t;
+    qcal_keep_float_target tg = {min_sqnr, max_drop};
+    qcal_keep_float_result kf;
+    memset(&kf, 0, sizeof kf);
+    qcal_engine_options eo;
+    qcal_engine_options_default(&eo);
+    eo.library = lib ? PyBytes_AS_STRING(lib) : NULL;
+    const char *data_s = data ? PyBytes_AS_STRING(data) : NULL;
+    qcal_engine *e = NULL;
+    qcal_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = qcal_engine_open(&eo, &e);
+    if (st >= 0)
+        st = qcal_model_keep_float(e, self->m, t, &opt, data_s, entries, n_entries, &aa.o, &tg,
+                                   &kf);
+    qcal_engine_close(&e);
+    Py_END_ALLOW_THREADS
+    self->busy = false;
+    Py_DECREF(table_o);
+    if (st < 0) {
+        qcal_py_raise_status(st);
+        goto out;
+    }
+    res = PyDict_New();
+    if (res && qcal_py_dict_fields(res, &kf, keep_float_fields,
+                                   QCAL_PY_NFIELDS(keep_float_fields), 0) < 0)
+        Py_CLEAR(res);
+    qcal_keep_float_result_free(&kf);
+out:
+    acc_args_release(&aa);
+    str_list_free(&keep_ex, &exclude);
+    str_list_free(&keep_en, &entries);
+    Py_XDECREF(data);
+    Py_XDECREF(lib);
+    return res;
+}
+
 static PyObject *OnnxModel_get_folded(OnnxModelObject *self, void *closure)
 {
     (void)closure;
@@ -402,6 +647,10 @@ static PyMethodDef OnnxModel_methods[] = {
     {"list", (PyCFunction)(void (*)(void))OnnxModel_list, METH_VARARGS | METH_KEYWORDS,
      "list(profile='ort', op_types=None, exclude=None) -> [str]: the tensors the profile "
      "quantizes, in graph order."},
+    {"keep_float", (PyCFunction)(void (*)(void))OnnxModel_keep_float,
+     METH_VARARGS | METH_KEYWORDS,
+     "keep_float(table, data, entries, ...) -> dict: the ops to keep float until the target "
+     "holds (qcal_model_keep_float; the model is not changed)."},
     {"equalize", (PyCFunction)OnnxModel_equalize, METH_NOARGS,
      "equalize() -> dict: cross-layer equalization (qcal equalize's defaults)."},
     {"qdq_save", (PyCFunction)(void (*)(void))OnnxModel_qdq_save, METH_VARARGS | METH_KEYWORDS,
@@ -421,7 +670,7 @@ static PyTypeObject OnnxModelType = {
     .tp_name = "qcal._qcal._OnnxModel",
     .tp_basicsize = sizeof(OnnxModelObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "_OnnxModel(path=None, data=None, *, fold_bn=True): an ONNX model loaded by "
+    .tp_doc = "_OnnxModel(path=None, data=None, *, fold_bn=True, opset=0): an ONNX model loaded by "
               "libqcal (internal: see qcal.onnx).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)OnnxModel_init,
@@ -922,11 +1171,136 @@ static PyObject *py_engine_info(PyObject *mod, PyObject *args)
     return r;
 }
 
+/* _model_compare(float_model, qdq_model, ref, data=None, entries=None, *, labels=None,
+ *                label_output=0, metric=None, sensitivity_samples=-1, batch=0, threads=0,
+ *                max_samples=0, others=True, ort_lib=None, float_name="",
+ *                quantized_name="") -> dict: qcal_model_compare (ref: the float model as qdq
+ * read it, whose weights the QDQ model quantized), the GIL released while it runs. The dict
+ * holds what `qcal compare --format json` writes, under the same keys and in its order
+ * (figures that do not apply None, +inf float('inf')); float_name / quantized_name are
+ * recorded as "float" / "quantized". */
+static PyObject *py_model_compare(PyObject *mod, PyObject *args, PyObject *kw)
+{
+    (void)mod;
+    static char *kwlist[] = {"float_model", "qdq_model", "ref", "data", "entries", "labels",
+                             "label_output", "metric", "sensitivity_samples", "batch",
+                             "threads", "max_samples", "others", "ort_lib", "float_name",
+                             "quantized_name", NULL};
+    PyObject *fm_o, *qm_o, *ref_o, *data_o = Py_None, *entries_o = Py_None;
+    PyObject *labels_o = Py_None, *lib_o = Py_None;
+    const char *metric = NULL, *fname = "", *qname = "";
+    long long label_output = 0, sens = -1, batch = 0, max_samples = 0;
+    int threads = 0, others = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!O!|OO$OLzLLiLpOss:_model_compare", kwlist,
+                                     &OnnxModelType, &fm_o, &OnnxModelType, &qm_o,
+                                     &OnnxModelType, &ref_o, &data_o, &entries_o, &labels_o,
+                                     &label_output, &metric, &sens, &batch, &threads,
+                                     &max_samples, &others, &lib_o, &fname, &qname))
+        return NULL;
+    OnnxModelObject *mo[3] = {(OnnxModelObject *)fm_o, (OnnxModelObject *)qm_o,
+                              (OnnxModelObject *)ref_o};
+    if (fm_o == qm_o || fm_o == ref_o || qm_o == ref_o) {
+        PyErr_SetString(PyExc_TypeError, "_model_compare: three distinct model objects");
+        return NULL;
+    }
+    const char **entries = NULL;
+    PyObject *keep_en = NULL, *data = NULL, *lib = NULL, *res = NULL;
+    int64_t n_entries = 0;
+    int taken = 0;
+    acc_args aa;
+    if (acc_args_get(&aa, labels_o, label_output, metric, sens, batch, threads, max_samples,
+                     others) < 0)
+        return NULL;
+    if (str_list(entries_o, "entries", &keep_en, &entries, &n_entries) < 0 ||
+        (data_o != Py_None && !PyUnicode_FSConverter(data_o, &data)) ||
+        (lib_o != Py_None && !PyUnicode_FSConverter(lib_o, &lib)))
+        goto out;
+    for (; taken < 3; taken++)
+        if (model_take(mo[taken]) < 0)
+            goto out;
+    qcal_accuracy_report rep;
+    memset(&rep, 0, sizeof rep);
+    qcal_engine_options eo;
+    qcal_engine_options_default(&eo);
+    eo.library = lib ? PyBytes_AS_STRING(lib) : NULL;
+    const char *data_s = data ? PyBytes_AS_STRING(data) : NULL;
+    char version[64] = "";
+    qcal_engine *e = NULL;
+    qcal_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = qcal_engine_open(&eo, &e);
+    if (st >= 0) {
+        snprintf(version, sizeof version, "%s", qcal_engine_version(e));
+        st = qcal_model_compare(e, mo[0]->m, mo[1]->m, mo[2]->m, data_s, entries, n_entries,
+                                &aa.o, &rep);
+    }
+    qcal_engine_close(&e);
+    Py_END_ALLOW_THREADS
+    if (st < 0) {
+        qcal_py_raise_status(st);
+        goto out;
+    }
+    PyObject *outputs = dict_list(rep.outputs, sizeof *rep.outputs, rep.n_outputs,
+                                  compare_output_fields, QCAL_PY_NFIELDS(compare_output_fields));
+    PyObject *ops = outputs ? dict_list(rep.ops, sizeof *rep.ops, rep.n_ops, compare_op_fields,
+                                        QCAL_PY_NFIELDS(compare_op_fields))
+                            : NULL;
+    if (ops) {
+        PyObject *m = aa.o.labels ? PyUnicode_FromString(qcal_accuracy_metric_name(aa.o.metric))
+                                  : Py_NewRef(Py_None);
+        /* NaN -> None and inf as it is: the JSON's null and "inf" */
+        PyObject *sq = isnan(rep.sqnr_db) ? Py_NewRef(Py_None) : PyFloat_FromDouble(rep.sqnr_db);
+        PyObject *gs = isnan(rep.gated_sqnr_db) ? Py_NewRef(Py_None)
+                                                : PyFloat_FromDouble(rep.gated_sqnr_db);
+        if (m && sq && gs)
+            res = Py_BuildValue("{sssssssLsOsOsOsLsOsOsLsd}", "float", fname, "quantized", qname,
+                                "engine", version, "samples", (long long)rep.samples,
+                                "metric", m, "sqnr_db", sq, "outputs", outputs,
+                                "sensitivity_samples", (long long)rep.sensitivity_samples,
+                                "gated_sqnr_db", gs, "ops", ops, "runs", (long long)rep.runs,
+                                "seconds", rep.seconds);
+        Py_XDECREF(m);
+        Py_XDECREF(sq);
+        Py_XDECREF(gs);
+    }
+    Py_XDECREF(outputs);
+    Py_XDECREF(ops);
+    qcal_accuracy_report_free(&rep);
+out:
+    while (taken > 0)
+        mo[--taken]->busy = false;
+    acc_args_release(&aa);
+    str_list_free(&keep_en, &entries);
+    Py_XDECREF(data);
+    Py_XDECREF(lib);
+    return res;
+}
+
+/* _keep_float_exclude(name) -> str: the node name as an exclude pattern matching it alone. */
+static PyObject *py_keep_float_exclude(PyObject *mod, PyObject *arg)
+{
+    (void)mod;
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (!name)
+        return NULL;
+    char *p = qcal_keep_float_exclude(name);
+    if (!p)
+        return PyErr_NoMemory();
+    PyObject *r = PyUnicode_FromString(p);
+    qcal_free(p);
+    return r;
+}
+
 static PyMethodDef onnx_methods[] = {
     {"_onnx_available", py_onnx_available, METH_NOARGS,
      "internal: True when libqcal was built with ONNX support."},
     {"_engine_info", py_engine_info, METH_VARARGS,
      "internal: (version, library path) of the ONNX Runtime qcal loads."},
+    {"_model_compare", (PyCFunction)(void (*)(void))py_model_compare,
+     METH_VARARGS | METH_KEYWORDS,
+     "internal: qcal_model_compare -> the dict of `qcal compare --format json`."},
+    {"_keep_float_exclude", py_keep_float_exclude, METH_O,
+     "internal: a node name as an exclude pattern matching that name only."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -232,8 +232,13 @@ int cli_next(cli_parser *p, const cli_opt *opts, const char **value)
     return repeated(p, o) ? CLI_ERROR : o->id ? o->id : CLI_STORED;
 }
 
-
 int cli_parse(const cli_spec *spec, int argc, char **argv, void *args, cli_handler fn)
+{
+    return cli_parse_to(spec, argc, argv, args, fn, stdout);
+}
+
+int cli_parse_to(const cli_spec *spec, int argc, char **argv, void *args, cli_handler fn,
+                 FILE *help_out)
 {
     cli_parser p;
     cli_parser_init(&p, argc, argv);
@@ -243,7 +248,8 @@ int cli_parse(const cli_spec *spec, int argc, char **argv, void *args, cli_handl
         if (id == CLI_ERROR)
             return QCAL_EXIT_USAGE;
         if (id == CLI_HELP) {
-            cli_help(stdout, spec);
+            if (help_out)
+                cli_help(help_out, spec);
             return CLI_HELP_SHOWN;
         }
         if (id == CLI_STORED) {
@@ -299,7 +305,7 @@ void cli_help(FILE *f, const cli_spec *spec)
 
 /* The exit code of each failure status (columns: QCAL_ERR_INVALID_ARG = -1 first, down to
  * QCAL_ERR_EMPTY = -12) at each stage: the one place a library status becomes an exit code
- * (0 success, 1 failure, 2 usage, 3 input, 4 output; tools/cli.h). */
+ * (0 success, 1 failure, 2 usage, 3 input, 4 output, 5 engine; tools/cli.h). */
 enum { NSTATUS = 12 };
 static const signed char exit_map[CLI_AT_COUNT][NSTATUS] = {
     /*                     INVAL NOMEM IO FORMAT UNSUP NONFIN MISM OVERFL BACKEND STATE NOTFOUND EMPTY */
@@ -313,9 +319,12 @@ static const signed char exit_map[CLI_AT_COUNT][NSTATUS] = {
     [CLI_AT_TABLE_OUT]   = { 2,   1,   4,   1,    1,    1,    1,    1,     1,      1,     1,      1 },
     [CLI_AT_CHECKPOINT]  = { 3,   1,   4,   3,    3,    3,    3,    3,     3,      3,     3,      1 },
     [CLI_AT_MODEL_SETUP] = { 2,   1,   3,   3,    3,    3,    2,    3,     3,      3,     3,      1 },
+    [CLI_AT_MODEL_CARRY] = { 2,   1,   3,   3,    3,    3,    2,    3,     3,      3,     2,      1 },
     [CLI_AT_MODEL_RUN]   = { 3,   1,   3,   3,    3,    1,    3,    1,     1,      3,     3,      3 },
     [CLI_AT_TRANSFORM]   = { 1,   1,   3,   3,    3,    1,    3,    1,     1,      1,     3,      3 },
-    [CLI_AT_QDQ]         = { 2,   1,   1,   3,    3,    1,    1,    1,     1,      1,     1,      1 },
+    [CLI_AT_QDQ]         = { 2,   1,   4,   3,    3,    1,    1,    4,     1,      1,     1,      1 },
+    [CLI_AT_JUDGE]       = { 2,   1,   3,   3,    3,    3,    3,    3,     1,      3,     3,      3 },
+    [CLI_AT_ENGINE]      = { 5,   1,   5,   5,    5,    5,    5,    5,     5,      5,     5,      5 },
 };
 
 int cli_exit_code(qcal_status st, cli_at stage)

@@ -137,6 +137,11 @@ enum { CLI_HELP_SHOWN = -1 };
  * reported here, others by fn) or CLI_HELP_SHOWN after printing --help on stdout. */
 int cli_parse(const cli_spec *spec, int argc, char **argv, void *args, cli_handler fn);
 
+/* cli_parse with --help printed on help_out; NULL prints nothing (the ranks of a
+ * distributed run other than the one that writes). */
+int cli_parse_to(const cli_spec *spec, int argc, char **argv, void *args, cli_handler fn,
+                 FILE *help_out);
+
 /* Prints the subcommand's --help: its table's rows in order (text verbatim, options with
  * their metavar and help at spec->col, the observer group from the key table). */
 void cli_help(FILE *f, const cli_spec *spec);
@@ -161,10 +166,15 @@ typedef enum cli_at {
                          * or nothing to write, else 3 (the inputs) */
     CLI_AT_MODEL_SETUP, /* preparing a model's calibration: 2 for options that do not fit
                          * the model, 1 for memory or nothing to calibrate, else 3 */
+    CLI_AT_MODEL_CARRY, /* the same with --carry given: a name it cannot find is 2 */
     CLI_AT_MODEL_RUN,   /* running a model on data: 1 for the engine, policy, memory,
                          * else 3 (the data or model) */
     CLI_AT_TRANSFORM,   /* rewriting a model: 3 for what is in the model, else 1 */
-    CLI_AT_QDQ,         /* quantizing a model: 2 for an option, 3 for the model, else 1 */
+    CLI_AT_QDQ,         /* quantizing a model and writing it: 2 for an option, 3 for the
+                         * model, 4 for the output (I/O, a model too large to write), else 1 */
+    CLI_AT_JUDGE,       /* comparing models on data (qcal_model_compare, keep-float): 2 for
+                         * an option, 1 for the engine or memory, else 3 (models, data) */
+    CLI_AT_ENGINE,      /* opening ONNX Runtime: 5 (out of memory 1) */
     CLI_AT_COUNT
 } cli_at;
 

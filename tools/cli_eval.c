@@ -10,60 +10,54 @@
 #include "cli_common.h"
 #include "cli_eval.h"
 
+/* The options of evaluate and report that are more than a stored string (cli_handler). */
+static int eval_opt(void *args, const char *cmd, int id, const char *val)
+{
+    cli_eval_args *a = args;
+    int rc;
+    switch (id) {
+    case CLI_EVAL_DTYPE:
+        if (qcal_dtype_parse(val, &a->dtype) != QCAL_OK || !qcal_dtype_is_float8(a->dtype))
+            return cli_fail(cmd, QCAL_EXIT_USAGE, "--dtype: '%s' is not float8_e4m3fn or "
+                            "float8_e5m2 (the integer candidates are the default)", val);
+        a->dtype_set = true;
+        return 0;
+    case CLI_EVAL_OBSERVERS:
+        return cli_eval_parse_kinds(cmd, val, &a->kinds);
+    case CLI_EVAL_MIN_SQNR:
+        if ((rc = cli_parse_f64(cmd, "--min-sqnr", val, &a->min_sqnr_db)))
+            return rc;
+        a->min_sqnr_set = true;
+        return 0;
+    case CLI_EVAL_FORMAT:
+        if (!strcmp(val, "table"))
+            a->format = QCAL_NUMERIC_EVAL_TABLE;
+        else if (!strcmp(val, "csv"))
+            a->format = QCAL_NUMERIC_EVAL_CSV;
+        else if (!strcmp(val, "json"))
+            a->format = QCAL_NUMERIC_EVAL_JSON;
+        else
+            return cli_fail(cmd, QCAL_EXIT_USAGE, "--format: unknown format '%s' (expected "
+                            "table, csv or json)", val);
+        return 0;
+    default:   /* CLI_POSITIONAL */
+        if (a->input)
+            return cli_fail(cmd, QCAL_EXIT_USAGE, "one dump directory or evaluation state "
+                            "expected, got '%s' and '%s'", a->input, val);
+        a->input = val;
+        return 0;
+    }
+}
+
 int cli_eval_parse(const char *cmd, int argc, char **argv, const cli_spec *spec, cli_eval_args *a)
 {
     memset(a, 0, sizeof *a);
     cli_progress_init(&a->progress, cmd, false, false);
     a->format = QCAL_NUMERIC_EVAL_TABLE;
     a->min_sqnr_db = NAN;
-    cli_parser p;
-    cli_parser_init(&p, argc, argv);
-    const char *val;
-    int id, rc;
-    while ((id = cli_next(&p, spec->opts, &val)) != CLI_END) {
-        switch (id) {
-        case CLI_ERROR: return QCAL_EXIT_USAGE;
-        case CLI_HELP: cli_help(stdout, spec); return QCAL_EXIT_OK;
-        case CLI_EVAL_DTYPE:
-            if (qcal_dtype_parse(val, &a->dtype) != QCAL_OK || !qcal_dtype_is_float8(a->dtype))
-                return cli_fail(cmd, QCAL_EXIT_USAGE, "--dtype: '%s' is not float8_e4m3fn or "
-                                "float8_e5m2 (the integer candidates are the default)", val);
-            a->dtype_set = true;
-            break;
-        case CLI_EVAL_OBSERVERS:
-            if ((rc = cli_eval_parse_kinds(cmd, val, &a->kinds)))
-                return rc;
-            break;
-        case CLI_EVAL_MIN_SQNR:
-            if ((rc = cli_parse_f64(cmd, "--min-sqnr", val, &a->min_sqnr_db)))
-                return rc;
-            a->min_sqnr_set = true;
-            break;
-        case CLI_EVAL_FORMAT:
-            if (!strcmp(val, "table"))
-                a->format = QCAL_NUMERIC_EVAL_TABLE;
-            else if (!strcmp(val, "csv"))
-                a->format = QCAL_NUMERIC_EVAL_CSV;
-            else if (!strcmp(val, "json"))
-                a->format = QCAL_NUMERIC_EVAL_JSON;
-            else
-                return cli_fail(cmd, QCAL_EXIT_USAGE, "--format: unknown format '%s' (expected "
-                                "table, csv or json)", val);
-            break;
-        case CLI_EVAL_RULES_OUT: a->rules_out = val; break;
-        case CLI_EVAL_OUT: a->out = val; break;
-        case CLI_EVAL_TITLE: a->title = val; break;
-        case CLI_EVAL_SAVE_STATE: a->save_state = val; break;
-        case CLI_EVAL_QUIET: a->quiet = true; break;
-        case CLI_POSITIONAL:
-            if (a->input)
-                return cli_fail(cmd, QCAL_EXIT_USAGE, "one dump directory or evaluation state "
-                                "expected, got '%s' and '%s'", a->input, val);
-            a->input = val;
-            break;
-        default: return cli_fail(cmd, QCAL_EXIT_USAGE, "unexpected option");
-        }
-    }
+    int rc = cli_parse(spec, argc, argv, a, eval_opt);
+    if (rc)
+        return rc == CLI_HELP_SHOWN ? QCAL_EXIT_OK : rc;
     if (!a->input)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "no dump directory or evaluation state (see 'qcal "
                         "%s --help')", cmd);

@@ -13,15 +13,13 @@
 #include "cli_output.h"
 #include "cli_progress.h"
 
-/* Option ids of both commands (each command's cli_opt table uses a subset). */
-enum {
-    CLI_EVAL_OBSERVERS = 1, CLI_EVAL_MIN_SQNR, CLI_EVAL_FORMAT, CLI_EVAL_RULES_OUT,
-    CLI_EVAL_OUT, CLI_EVAL_TITLE, CLI_EVAL_SAVE_STATE, CLI_EVAL_QUIET, CLI_EVAL_DTYPE,
-};
+/* Option ids of both commands (each command's cli_opt table uses a subset); the options
+ * that only store a string are CLI_STR rows into cli_eval_args. */
+enum { CLI_EVAL_OBSERVERS = 1, CLI_EVAL_MIN_SQNR, CLI_EVAL_FORMAT, CLI_EVAL_DTYPE };
 
 /* The --quiet row of both tables (help text at column 27). */
 #define CLI_EVAL_QUIET_OPT                                                                   \
-    CLI_FLAG("quiet", 'q', CLI_EVAL_QUIET,                                                   \
+    CLI_BOOL("quiet", 'q', cli_eval_args, quiet,                                             \
         "no progress report on stderr (otherwise a bar on a terminal,\n"                      \
         "else one line at most every 10 s: reading, searching,\n"                             \
         "scoring, writing; docs/cli.md)")
@@ -43,7 +41,7 @@ typedef struct cli_eval_args {
                                         * writing phase and ends it */
 } cli_eval_args;
 
-/* Parses argv with the command's table (spec) into *a. Returns -1 to go on, or an exit code to
+/* Parses argv with the command's table (spec) into *a (cli_parse). Returns -1 to go on, or an exit code to
  * return at once (0 after printing help, 2 after reporting a usage error). */
 int cli_eval_parse(const char *cmd, int argc, char **argv, const cli_spec *spec, cli_eval_args *a);
 

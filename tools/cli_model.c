@@ -101,9 +101,7 @@ int cli_engine_open(const char *cmd, const char *ort_lib, qcal_engine **e)
     qcal_engine_options_default(&eo);
     eo.library = ort_lib;
     qcal_status st = qcal_engine_open(&eo, e);
-    if (st == QCAL_ERR_NO_MEMORY)
-        return cli_fail_status(cmd, QCAL_EXIT_FAILURE, st);
-    return st < 0 ? cli_fail_status(cmd, QCAL_EXIT_ENGINE, st) : 0;
+    return st < 0 ? cli_fail_status(cmd, cli_exit_code(st, CLI_AT_ENGINE), st) : 0;
 }
 
 int cli_fold_bn(const char *cmd, qcal_onnx_model *m, bool quiet)
@@ -197,9 +195,8 @@ int cli_model_calibrate(const char *cmd, qcal_engine *e, const qcal_onnx_model *
     int rc = 0;
     qcal_status st = qcal_model_calib_create(e, m, s, &o, &mc);
     if (st < 0) {
-        int code = st == QCAL_ERR_NOT_FOUND && a->ncarry ? QCAL_EXIT_USAGE   /* a --carry name */
-                                                         : cli_exit_code(st, CLI_AT_MODEL_SETUP);
-        return cli_fail_status(cmd, code, st);
+        return cli_fail_status(cmd, cli_exit_code(st, a->ncarry ? CLI_AT_MODEL_CARRY
+                                                                 : CLI_AT_MODEL_SETUP), st);
     }
     optional = calloc((size_t)a->ncarry + 1, sizeof *optional);
     if (!optional) {

@@ -22,9 +22,29 @@
 #include "cli_state.h"
 #include "cli_table_out.h"
 
-enum { OPT_RULES = 1, OPT_WEIGHTS, OPT_SAVE_STATE, OPT_ALLOW_EMPTY, OPT_MAX_MEMORY,
-       OPT_QUIET, OPT_WEIGHT_SCALE, OPT_FUSED_INPUT_SCALE, OPT_MODEL_CONFIG, OPT_PROFILE,
-       OPT_OPTYPES, OPT_EXCLUDE };
+typedef struct calib_args {
+    const char *dir;
+    const char *rules_path;
+    const char *save_state;    /* --save-state FILE, or NULL */
+    const char **weights;      /* --weights files, in order */
+    int nweights;
+    cli_observer_args oa;
+    bool have_obs_opts;
+    bool allow_empty;          /* --allow-empty */
+    bool quiet;                /* -q, --quiet */
+    uint64_t max_memory;       /* --max-memory, 0: no limit */
+    cli_table_out out;
+    bool ckpt;                 /* --format compressed-tensors | modelopt */
+    qcal_fp8_checkpoint_options co;
+    const char *weight_scale, *fused, *model_config;
+    cli_model_args ma;         /* MODEL.onnx: --data, --input, --batch, --carry, --ort-lib */
+    bool model;                /* the positional argument is a model file */
+    const char *profile, *op_types;
+    const char **exclude;
+    int nexclude;
+} calib_args;
+
+enum { OPT_WEIGHTS = 1, OPT_MAX_MEMORY, OPT_EXCLUDE };
 
 static const cli_opt opts[] = {
     CLI_TEXT(
@@ -59,7 +79,7 @@ static const cli_opt opts[] = {
         "\n"
         "options:\n"),
     CLI_TABLE_OUT_OPTS,
-    CLI_OPT("rules", 0, OPT_RULES, "RULES",
+    CLI_STR("rules", 0, calib_args, rules_path, "RULES",
         "rules file: 'GLOB ROLE OBSERVER [key=value ...]' per line,\n"
         "first match wins (docs/calibration.md)"),
     CLI_OPT_REPEATED("weights", 0, OPT_WEIGHTS, "FILE",
@@ -71,7 +91,7 @@ static const cli_opt opts[] = {
         "refuse (exit 2, before any work) observers whose estimated\n"
         "memory exceeds SIZE (bytes, or with K, M, G, T: binary\n"
         "units; default 2G; 0: no limit); docs/observers.md, Memory"),
-    CLI_FLAG("quiet", 'q', OPT_QUIET, "no progress report on stderr"),
+    CLI_BOOL("quiet", 'q', calib_args, quiet, "no progress report on stderr"),
     CLI_TEXT(
         "  --format compressed-tensors | modelopt\n"
         "                           an FP8 serving checkpoint in the directory OUTDIR instead of a\n"
@@ -82,19 +102,19 @@ static const cli_opt opts[] = {
         "                           '<attn>.v_proj.output', other tensors copied; config.json\n"
         "                           (compressed-tensors) or hf_quant_config.json (modelopt). All\n"
         "                           files are written or none\n"),
-    CLI_OPT("weight-scale", 0, OPT_WEIGHT_SCALE, "S",
+    CLI_STR("weight-scale", 0, calib_args, weight_scale, "S",
         "checkpoints: tensor (default; one weight_scale per weight) or\n"
         "channel (shape (out, 1), from the per-channel weight observer;\n"
         "compressed-tensors only)"),
-    CLI_OPT("fused-input-scale", 0, OPT_FUSED_INPUT_SCALE, "F",
+    CLI_STR("fused-input-scale", 0, calib_args, fused, "F",
         "checkpoints: own (default; q/k/v_proj and gate/up_proj keep\n"
         "their own input_scale, vLLM loads their max) or max (each\n"
         "gets the max of its group)"),
-    CLI_OPT("model-config", 0, OPT_MODEL_CONFIG, "FILE",
+    CLI_STR("model-config", 0, calib_args, model_config, "FILE",
         "checkpoints: the model's config.json that compressed-tensors\n"
         "extends with quantization_config (modelopt copies it)\n"
         "(default: config.json beside the first --weights file, if any)"),
-    CLI_OPT("save-state", 0, OPT_SAVE_STATE, "FILE",
+    CLI_STR("save-state", 0, calib_args, save_state, "FILE",
         "also save the calibration session (docs/state.md), atomically;\n"
         "'qcal merge' combines sessions calibrated on parts of a dump\n"
         "into the table of the whole dump"),
@@ -103,11 +123,11 @@ static const cli_opt opts[] = {
         "\n"
         "model options (MODEL.onnx):\n"),
     CLI_MODEL_OPTS,
-    CLI_OPT("profile", 0, OPT_PROFILE, "P",
+    CLI_STR("profile", 0, calib_args, profile, "P",
         "ort (default) or tensorrt: the tensors that profile quantizes;\n"
         "recorded in the JSON table (with DIR too: the profile the\n"
         "dump was exposed for), checked by 'qcal qdq'"),
-    CLI_OPT("op-types", 0, OPT_OPTYPES, "LIST",
+    CLI_STR("op-types", 0, calib_args, op_types, "LIST",
         "comma list of op types to quantize (default: the profile's)"),
     CLI_OPT_REPEATED("exclude", 0, OPT_EXCLUDE, "PATTERN",
         "(repeatable) glob on node and tensor names not calibrated"),
@@ -145,32 +165,10 @@ static const cli_opt opts[] = {
         "OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1); more ranks than cores\n"
         "need --oversubscribe.\n"),
     /* described in the closing text */
-    CLI_FLAG("allow-empty", 0, OPT_ALLOW_EMPTY, NULL),
+    CLI_BOOL("allow-empty", 0, calib_args, allow_empty, NULL),
     { 0 },
 };
 const cli_spec cmd_calibrate_spec = { opts, 27 };
-
-typedef struct calib_args {
-    const char *dir;
-    const char *rules_path;
-    const char *save_state;    /* --save-state FILE, or NULL */
-    const char **weights;      /* --weights files, in order */
-    int nweights;
-    cli_observer_args oa;
-    bool have_obs_opts;
-    bool allow_empty;          /* --allow-empty */
-    bool quiet;                /* -q, --quiet */
-    uint64_t max_memory;       /* --max-memory, 0: no limit */
-    cli_table_out out;
-    bool ckpt;                 /* --format compressed-tensors | modelopt */
-    qcal_fp8_checkpoint_options co;
-    const char *weight_scale, *fused, *model_config;
-    cli_model_args ma;         /* MODEL.onnx: --data, --input, --batch, --carry, --ort-lib */
-    bool model;                /* the positional argument is a model file */
-    const char *profile, *op_types;
-    const char **exclude;
-    int nexclude;
-} calib_args;
 
 /* --format compressed-tensors / modelopt (alone): an FP8 checkpoint instead of a table.
  * Returns 1 when val is one of them (a->ckpt set), 0 for table formats, or an exit code
@@ -258,62 +256,40 @@ static int write_checkpoint(const char *cmd, calib_args *a, const qcal_calib_tab
     return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_CHECKPOINT), st);
 }
 
-/* Parses the command line; returns 0, an exit code (reported), or -1 after --help. */
+/* The dump or model, the lists, and the shared groups (cli_handler). */
+static int take_opt(void *args, const char *cmd, int id, const char *val)
+{
+    calib_args *a = args;
+    int rc;
+    switch (id) {
+    case OPT_WEIGHTS: a->weights[a->nweights++] = val; return 0;
+    case OPT_EXCLUDE: a->exclude[a->nexclude++] = val; return 0;
+    case OPT_MAX_MEMORY: return cli_parse_size(cmd, "--max-memory", val, &a->max_memory);
+    case CLI_POSITIONAL:
+        if (a->dir)
+            return cli_fail(cmd, QCAL_EXIT_USAGE, "one dump directory expected, got '%s' "
+                            "and '%s'", a->dir, val);
+        a->dir = val;
+        return 0;
+    }
+    if ((rc = cli_model_opt(cmd, &a->ma, id, val)) >= 0)
+        return rc;
+    if (id == CLI_OUT_FORMAT && (rc = ckpt_format(cmd, a, val)) != 0)
+        return rc < 0 ? -rc : 0;
+    if ((rc = cli_table_out_opt(cmd, &a->out, id, val)) >= 0)
+        return rc;
+    a->have_obs_opts |= cli_observer_opt(&a->oa, id, val);
+    return 0;
+}
+
+/* Parses the command line; returns 0, an exit code (reported), or -1 after --help (printed
+ * by the writer only). */
 static int parse_args(int argc, char **argv, calib_args *a, bool writer)
 {
-    cli_parser p;
-    cli_parser_init(&p, argc, argv);
-    const char *cmd = p.cmd, *val;
-    int id, rc;
-    while ((id = cli_next(&p, opts, &val)) != CLI_END) {
-        switch (id) {
-        case CLI_ERROR: return QCAL_EXIT_USAGE;
-        case CLI_HELP:
-            if (writer) {
-                cli_help(stdout, &cmd_calibrate_spec);
-            }
-            return -1;
-        case OPT_RULES: a->rules_path = val; break;
-        case OPT_WEIGHTS: a->weights[a->nweights++] = val; break;
-        case OPT_SAVE_STATE: a->save_state = val; break;
-        case OPT_ALLOW_EMPTY: a->allow_empty = true; break;
-        case OPT_QUIET: a->quiet = true; break;
-        case OPT_MAX_MEMORY:
-            if ((rc = cli_parse_size(cmd, "--max-memory", val, &a->max_memory)))
-                return rc;
-            break;
-        case OPT_WEIGHT_SCALE: a->weight_scale = val; break;
-        case OPT_FUSED_INPUT_SCALE: a->fused = val; break;
-        case OPT_MODEL_CONFIG: a->model_config = val; break;
-        case OPT_PROFILE: a->profile = val; break;
-        case OPT_OPTYPES: a->op_types = val; break;
-        case OPT_EXCLUDE: a->exclude[a->nexclude++] = val; break;
-        case CLI_POSITIONAL:
-            if (a->dir)
-                return cli_fail(cmd, QCAL_EXIT_USAGE, "one dump directory expected, got '%s' "
-                                "and '%s'", a->dir, val);
-            a->dir = val;
-            break;
-        default:
-            if ((rc = cli_model_opt(cmd, &a->ma, id, val)) >= 0) {
-                if (rc)
-                    return rc;
-                break;
-            }
-            if (id == CLI_OUT_FORMAT && (rc = ckpt_format(cmd, a, val)) != 0) {
-                if (rc < 0)
-                    return -rc;
-                break;
-            }
-            if ((rc = cli_table_out_opt(cmd, &a->out, id, val)) >= 0) {
-                if (rc)
-                    return rc;
-                break;
-            }
-            a->have_obs_opts |= cli_observer_opt(&a->oa, id, val);
-            break;
-        }
-    }
+    const char *cmd = argv[0];
+    int rc = cli_parse_to(&cmd_calibrate_spec, argc, argv, a, take_opt, writer ? stdout : NULL);
+    if (rc)
+        return rc;
     if (!a->dir && a->nweights == 0)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "no dump directory (see 'qcal calibrate --help')");
     /* A model file (not a directory) is run on --data; a dump directory takes neither. */

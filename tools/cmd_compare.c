@@ -15,7 +15,13 @@
 #include "cli_output.h"
 #include "cli_progress.h"
 
-enum { OPT_OUT = 1, OPT_FORMAT, OPT_QUIET };
+typedef struct compare_args {
+    const char *paths[2], *out, *format;
+    int npaths;
+    bool quiet;
+    cli_model_args ma;
+    cli_accuracy_args aa;
+} compare_args;
 
 static const cli_opt opts[] = {
     CLI_TEXT(
@@ -47,11 +53,11 @@ static const cli_opt opts[] = {
         "ONNX Runtime's libonnxruntime.so.1 (default: $QCAL_ORT_LIB,\n"
         "the loader's path, then the npm cache ./run.sh fills)"),
     CLI_ACCURACY_OPTS,
-    CLI_OPT("format", 0, OPT_FORMAT, "F",
+    CLI_STR("format", 0, compare_args, format, "F",
         "table (default), csv (kind,name,...: one row per output and\n"
         "per op) or json ({\"outputs\": [...], \"ops\": [...]})"),
-    CLI_OPT("output", 'o', OPT_OUT, "OUT", "write there (default: standard output)"),
-    CLI_FLAG("quiet", 'q', OPT_QUIET, "no progress report on stderr"),
+    CLI_STR("output", 'o', compare_args, out, "OUT", "write there (default: standard output)"),
+    CLI_BOOL("quiet", 'q', compare_args, quiet, "no progress report on stderr"),
     CLI_HELP_OPT,
     CLI_TEXT(
         "\n"
@@ -244,17 +250,31 @@ static void write_json(FILE *f, const qcal_accuracy_report *r, const char *fl, c
     fprintf(f, "],\n \"runs\": %lld, \"seconds\": %.3f}\n", (long long)r->runs, r->seconds);
 }
 
+/* The two models and the data and accuracy options (cli_handler). */
+static int take_opt(void *args, const char *cmd, int id, const char *val)
+{
+    compare_args *a = args;
+    int rc;
+    if (id == CLI_POSITIONAL) {
+        if (a->npaths == 2)
+            return cli_fail(cmd, QCAL_EXIT_USAGE, "two models expected (FLOAT.onnx QDQ.onnx), got a third: '%s'", val);
+        a->paths[a->npaths++] = val;
+        return 0;
+    }
+    if ((rc = cli_model_opt(cmd, &a->ma, id, val)) >= 0 || (rc = cli_accuracy_opt(cmd, &a->aa, id, val)) >= 0)
+        return rc;
+    return 0;
+}
+
 int cmd_compare(int argc, char **argv)
 {
-    cli_parser p;
-    cli_parser_init(&p, argc, argv);
-    const char *cmd = p.cmd, *val, *paths[2] = {NULL, NULL}, *out = NULL, *format = NULL;
-    bool quiet = false;
-    cli_model_args ma;
-    cli_accuracy_args aa;
-    cli_accuracy_args_init(&aa);
-    int id, rc = 0, npaths = 0;
-    if ((rc = cli_model_args_init(cmd, &ma, argc)))
+    const char *cmd = argv[0];
+    compare_args a = { 0 };
+    cli_model_args *ma = &a.ma;
+    cli_accuracy_args *aa = &a.aa;
+    cli_accuracy_args_init(aa);
+    int rc = 0;
+    if ((rc = cli_model_args_init(cmd, ma, argc)))
         return rc;
     qcal_onnx_model *fm = NULL, *qm = NULL, *ref = NULL;
     qcal_engine *engine = NULL;
@@ -264,38 +284,18 @@ int cmd_compare(int argc, char **argv)
     size_t tlen = 0;
     cli_progress prog;
     cli_progress_init(&prog, cmd, false, false);
-    while ((id = cli_next(&p, opts, &val)) != CLI_END) {
-        if (id == CLI_ERROR) {
-            rc = QCAL_EXIT_USAGE;
-            goto done;
-        }
-        switch (id) {
-        case CLI_HELP: cli_help(stdout, &cmd_compare_spec); goto done;
-        case CLI_POSITIONAL:
-            if (npaths == 2) {
-                rc = cli_fail(cmd, QCAL_EXIT_USAGE, "two models expected (FLOAT.onnx QDQ.onnx), got a third: '%s'", val);
-                goto done;
-            }
-            paths[npaths++] = val;
-            break;
-        case OPT_OUT: out = val; break;
-        case OPT_FORMAT: format = val; break;
-        case OPT_QUIET: quiet = true; break;
-        default:
-            if ((rc = cli_model_opt(cmd, &ma, id, val)) >= 0 || (rc = cli_accuracy_opt(cmd, &aa, id, val)) >= 0) {
-                if (rc)
-                    goto done;
-                break;
-            }
-            rc = 0;
-            break;
-        }
+    if ((rc = cli_parse(&cmd_compare_spec, argc, argv, &a, take_opt))) {
+        rc = rc == CLI_HELP_SHOWN ? QCAL_EXIT_OK : rc;
+        goto done;
     }
+    const char **paths = a.paths, *out = a.out, *format = a.format;
+    int npaths = a.npaths;
+    bool quiet = a.quiet;
     if (npaths != 2) {
         rc = cli_fail(cmd, QCAL_EXIT_USAGE, "two models expected: FLOAT.onnx QDQ.onnx (see 'qcal compare --help')");
         goto done;
     }
-    if (!cli_model_args_given(&ma)) {
+    if (!cli_model_args_given(ma)) {
         rc = cli_fail(cmd, QCAL_EXIT_USAGE, "no --data or --input given: the models run on data");
         goto done;
     }
@@ -306,28 +306,25 @@ int cmd_compare(int argc, char **argv)
     if (out && (rc = cli_output_check(cmd, out)))
         goto done;
     qcal_accuracy_options ao;
-    if ((rc = cli_accuracy_options(cmd, &aa, ma.batch, &ao)))
+    if ((rc = cli_accuracy_options(cmd, aa, ma->batch, &ao)))
         goto done;
     qcal_status st;
     if ((st = qcal_onnx_model_load(paths[0], &fm)) != QCAL_OK || (st = qcal_onnx_model_load(paths[1], &qm)) != QCAL_OK) {
-        rc = cli_fail_status(cmd, st == QCAL_ERR_NO_MEMORY ? QCAL_EXIT_FAILURE : QCAL_EXIT_INPUT, st);
+        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_READ), st);
         goto done;
     }
     if ((rc = cli_model_load(cmd, paths[0], true, &ref)))
         goto done;
-    if ((rc = cli_engine_open(cmd, ma.ort_lib, &engine)))
+    if ((rc = cli_engine_open(cmd, ma->ort_lib, &engine)))
         goto done;
     cli_progress_init(&prog, cmd, !quiet, isatty(2));
     cli_progress_phase(&prog, "running", "runs", 0);
     ao.progress = cli_progress_cb;
     ao.progress_user = &prog;
-    st = qcal_model_compare(engine, fm, qm, ref, ma.data, ma.inputs, ma.ninputs, &ao, &rep);
+    st = qcal_model_compare(engine, fm, qm, ref, ma->data, ma->inputs, ma->ninputs, &ao, &rep);
     cli_progress_end(&prog);
     if (st != QCAL_OK) {
-        int code = st == QCAL_ERR_NO_MEMORY || st == QCAL_ERR_BACKEND ? QCAL_EXIT_FAILURE
-                   : st == QCAL_ERR_INVALID_ARG                       ? QCAL_EXIT_USAGE
-                                                                      : QCAL_EXIT_INPUT;
-        rc = cli_fail_status(cmd, code, st);
+        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_JUDGE), st);
         goto done;
     }
     FILE *f = open_memstream(&text, &tlen);
@@ -366,7 +363,7 @@ done:
     qcal_onnx_model_destroy(&fm);
     qcal_onnx_model_destroy(&qm);
     qcal_onnx_model_destroy(&ref);
-    cli_accuracy_args_free(&aa);
-    cli_model_args_free(&ma);
+    cli_accuracy_args_free(aa);
+    cli_model_args_free(ma);
     return rc;
 }

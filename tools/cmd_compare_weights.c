@@ -456,69 +456,73 @@ static void print_table(run *r, bool csv)
     }
 }
 
+/* compare-weights' command line (cli_handler): the input files and the options. */
+typedef struct cw_args {
+    run *r;
+    qcal_numeric_summary_options *so;
+    const char **files;   /* argc slots */
+    int nf, fmt;
+    bool qscheme_given;
+} cw_args;
+
+static int take_opt(void *args, const char *cmd, int id, const char *val)
+{
+    cw_args *a = args;
+    if (id == CLI_POSITIONAL) {
+        a->files[a->nf++] = val;
+    } else if (id == OPT_OBSERVER || id == OPT_DTYPE || id == OPT_QSCHEME) {
+        /* The words and messages of the observer options of observe and calibrate
+         * (qcal_observer_config_set), then what this command supports. */
+        qcal_observer_config c;
+        qcal_observer_config_default(&c, QCAL_OBSERVER_MINMAX);
+        const char *key = id == OPT_OBSERVER ? "observer" : id == OPT_DTYPE ? "dtype" : "qscheme";
+        if (qcal_observer_config_set(&c, key, val) != QCAL_OK)
+            return cli_fail_status(cmd, QCAL_EXIT_USAGE, QCAL_ERR_INVALID_ARG);
+        if (id == OPT_OBSERVER)
+            a->r->wo.observer = c.kind;
+        else if (id == OPT_DTYPE && (a->r->wo.dtype = c.q.dtype) == QCAL_QINT32)
+            return cli_fail(cmd, QCAL_EXIT_USAGE, "--dtype '%s' must be qint8, quint8, "
+                            "float8_e4m3fn or float8_e5m2", val);
+        else if (id == OPT_QSCHEME) {
+            a->qscheme_given = true;
+            if ((a->r->wo.qscheme = c.q.qscheme) == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS)
+                return cli_fail(cmd, QCAL_EXIT_USAGE, "unsupported --qscheme '%s'", val);
+        }
+    } else if (id == OPT_FORMAT) {
+        if (!strcmp(val, "table"))
+            a->fmt = FMT_TABLE;
+        else if (!strcmp(val, "csv"))
+            a->fmt = FMT_CSV;
+        else if (!strcmp(val, "json"))
+            a->fmt = FMT_JSON;
+        else
+            return cli_fail(cmd, QCAL_EXIT_USAGE, "--format '%s' must be table, csv or json", val);
+    } else if (id == OPT_MIN_SQNR) {
+        return cli_parse_f64(cmd, "--min-sqnr", val, &a->so->min_sqnr);
+    }
+    return 0;
+}
+
 int cmd_compare_weights(int argc, char **argv)
 {
     const char *cmd = "compare-weights";
-    cli_parser p;
-    cli_parser_init(&p, argc, argv);
     run r;
     memset(&r, 0, sizeof r);
     qcal_numeric_weights_options_default(&r.wo);
     qcal_numeric_summary_options so;
     qcal_numeric_summary_options_default(&so);
-    bool qscheme_given = false;
-    int fmt = FMT_TABLE, id, nf = 0, rc = 0;
-    const char *val;
-    const char **files = calloc((size_t)argc + 1, sizeof *files);
-    if (!files)
+    cw_args a = { .r = &r, .so = &so, .fmt = FMT_TABLE,
+                  .files = calloc((size_t)argc + 1, sizeof *a.files) };
+    if (!a.files)
         return cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
-    while ((id = cli_next(&p, opts, &val)) != CLI_END) {
-        if (id == CLI_ERROR) {
-            free(files);
-            return QCAL_EXIT_USAGE;
-        }
-        if (id == CLI_POSITIONAL) {
-            files[nf++] = val;
-        } else if (id == CLI_HELP) {
-            cli_help(stdout, &cmd_compare_weights_spec);
-            free(files);
-            return QCAL_EXIT_OK;
-        } else if (id == OPT_OBSERVER || id == OPT_DTYPE || id == OPT_QSCHEME) {
-            /* The words and messages of the observer options of observe and calibrate
-             * (qcal_observer_config_set), then what this command supports. */
-            qcal_observer_config c;
-            qcal_observer_config_default(&c, QCAL_OBSERVER_MINMAX);
-            const char *key = id == OPT_OBSERVER ? "observer" : id == OPT_DTYPE ? "dtype"
-                                                                              : "qscheme";
-            if (qcal_observer_config_set(&c, key, val) != QCAL_OK)
-                rc = cli_fail_status(cmd, QCAL_EXIT_USAGE, QCAL_ERR_INVALID_ARG);
-            else if (id == OPT_OBSERVER)
-                r.wo.observer = c.kind;
-            else if (id == OPT_DTYPE && (r.wo.dtype = c.q.dtype) == QCAL_QINT32)
-                rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--dtype '%s' must be qint8, quint8, "
-                              "float8_e4m3fn or float8_e5m2", val);
-            else if (id == OPT_QSCHEME) {
-                qscheme_given = true;
-                if ((r.wo.qscheme = c.q.qscheme) == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS)
-                    rc = cli_fail(cmd, QCAL_EXIT_USAGE, "unsupported --qscheme '%s'", val);
-            }
-        } else if (id == OPT_FORMAT) {
-            if (!strcmp(val, "table"))
-                fmt = FMT_TABLE;
-            else if (!strcmp(val, "csv"))
-                fmt = FMT_CSV;
-            else if (!strcmp(val, "json"))
-                fmt = FMT_JSON;
-            else
-                rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--format '%s' must be table, csv or json", val);
-        } else if (id == OPT_MIN_SQNR) {
-            rc = cli_parse_f64(cmd, "--min-sqnr", val, &so.min_sqnr);
-        }
-        if (rc) {
-            free(files);
-            return rc;
-        }
+    int rc = cli_parse(&cmd_compare_weights_spec, argc, argv, &a, take_opt);
+    if (rc) {
+        free(a.files);
+        return rc == CLI_HELP_SHOWN ? QCAL_EXIT_OK : rc;
     }
+    const char **files = a.files;
+    int fmt = a.fmt, nf = a.nf;
+    bool qscheme_given = a.qscheme_given;
     if (nf == 0) {
         free(files);
         return cli_fail(cmd, QCAL_EXIT_USAGE, "no input file (see qcal compare-weights --help)");

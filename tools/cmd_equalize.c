@@ -9,8 +9,10 @@
 #include "cli_common.h"
 #include "cli_output.h"
 
-enum { OPT_OUT = 1, OPT_BC, OPT_ABC, OPT_QSCHEME, OPT_KEEP_CLIP, OPT_NO_EQ, OPT_SWEEPS, OPT_REPORT,
-       OPT_QUIET };
+typedef struct equalize_args {
+    const char *in, *out, *qscheme, *sweeps, *bias_correction;
+    bool analytic_bias_correction, keep_clip, no_equalize, report, quiet;
+} equalize_args;
 
 static const cli_opt equalize_opts[] = {
     CLI_TEXT(
@@ -28,28 +30,28 @@ static const cli_opt equalize_opts[] = {
         "another activation) are left alone, one line each naming the node.\n"
         "\n"
         "options:\n"),
-    CLI_OPT("output", 'o', OPT_OUT, "OUT.onnx", "the equalized model (written atomically)"),
-    CLI_OPT("bias-correction", 0, OPT_BC, "DUMP",
+    CLI_STR("output", 'o', equalize_args, out, "OUT.onnx", "the equalized model (written atomically)"),
+    CLI_STR("bias-correction", 0, equalize_args, bias_correction, "DUMP",
         "empirical bias correction: DUMP is a dump directory of\n"
         "MODEL's tensors ('qcal onnx-expose' + an engine run);\n"
         "each Conv/Gemm whose input is in it gets\n"
         "bias -= (W_q - W) E[x] (E[x] per channel, axis 1)"),
-    CLI_FLAG("analytic-bias-correction", 0, OPT_ABC,
+    CLI_BOOL("analytic-bias-correction", 0, equalize_args, analytic_bias_correction,
         "bias correction with E[x] from the folded BatchNorms\n"
         "(layers after BN -> Relu only)"),
-    CLI_OPT("weight-qscheme", 0, OPT_QSCHEME, "S",
+    CLI_STR("weight-qscheme", 0, equalize_args, qscheme, "S",
         "the weight quantizer bias correction compensates (qint8):\n"
         "per_channel_symmetric (default), per_channel_affine,\n"
         "per_tensor_symmetric, per_tensor_affine"),
-    CLI_FLAG("keep-clip", 0, OPT_KEEP_CLIP,
+    CLI_BOOL("keep-clip", 0, equalize_args, keep_clip,
         "refuse chains through Clip(0, M) instead of replacing it"),
-    CLI_FLAG("no-equalize", 0, OPT_NO_EQ, "only fold BatchNorms (and correct biases)"),
-    CLI_OPT("max-sweeps", 0, OPT_SWEEPS, "N",
+    CLI_BOOL("no-equalize", 0, equalize_args, no_equalize, "only fold BatchNorms (and correct biases)"),
+    CLI_STR("max-sweeps", 0, equalize_args, sweeps, "N",
         "passes over the chains (default 100; stops when settled)"),
-    CLI_FLAG("report", 0, OPT_REPORT,
+    CLI_BOOL("report", 0, equalize_args, report,
         "print each layer's largest / smallest per-channel weight\n"
         "range, after folding and at the end"),
-    CLI_FLAG("quiet", 'q', OPT_QUIET,
+    CLI_BOOL("quiet", 'q', equalize_args, quiet,
         "no line per chain left alone on stderr (the summary\n"
         "counts them)"),
     CLI_HELP_OPT,
@@ -68,38 +70,32 @@ static void print_lines(const char *cmd, const char *what, char **lines, int64_t
         fprintf(stderr, "qcal: %s: %s: %s\n", cmd, what, lines[i]);
 }
 
+/* The model, the one positional argument (cli_handler; every option is a stored row). */
+static int take_model(void *args, const char *cmd, int id, const char *val)
+{
+    equalize_args *a = args;
+    (void)id;
+    if (a->in)
+        return cli_fail(cmd, QCAL_EXIT_USAGE, "one model expected, got '%s' and '%s'", a->in, val);
+    a->in = val;
+    return 0;
+}
+
 int cmd_equalize(int argc, char **argv)
 {
-    cli_parser p;
-    cli_parser_init(&p, argc, argv);
-    const char *cmd = p.cmd, *val, *in = NULL, *out = NULL, *qscheme = NULL, *sweeps = NULL;
+    const char *cmd = argv[0];
+    equalize_args a = { 0 };
+    int rc = cli_parse(&cmd_equalize_spec, argc, argv, &a, take_model);
+    if (rc)
+        return rc == CLI_HELP_SHOWN ? QCAL_EXIT_OK : rc;
+    const char *in = a.in, *out = a.out, *qscheme = a.qscheme, *sweeps = a.sweeps;
+    bool report = a.report, quiet = a.quiet;
     qcal_onnx_equalize_options opt;
     qcal_onnx_equalize_options_default(&opt);
-    bool report = false, quiet = false;
-    int id, rc;
-    while ((id = cli_next(&p, equalize_opts, &val)) != CLI_END) {
-        if (id == CLI_ERROR)
-            return QCAL_EXIT_USAGE;
-        switch (id) {
-        case CLI_HELP:
-            cli_help(stdout, &cmd_equalize_spec);
-            return 0;
-        case CLI_POSITIONAL:
-            if (in)
-                return cli_fail(cmd, QCAL_EXIT_USAGE, "one model expected, got '%s' and '%s'", in, val);
-            in = val;
-            break;
-        case OPT_OUT: out = val; break;
-        case OPT_BC: opt.bias_correction_dump = val; break;
-        case OPT_ABC: opt.analytic_bias_correction = true; break;
-        case OPT_QSCHEME: qscheme = val; break;
-        case OPT_KEEP_CLIP: opt.replace_clip = false; break;
-        case OPT_NO_EQ: opt.equalize = false; break;
-        case OPT_SWEEPS: sweeps = val; break;
-        case OPT_REPORT: report = true; break;
-        case OPT_QUIET: quiet = true; break;
-        }
-    }
+    opt.bias_correction_dump = a.bias_correction;
+    opt.analytic_bias_correction = a.analytic_bias_correction;
+    opt.replace_clip = opt.replace_clip && !a.keep_clip;
+    opt.equalize = opt.equalize && !a.no_equalize;
     if ((rc = cli_check_in_out(cmd, in, out)) || (rc = cli_model_output_check(cmd, out)))
         return rc;
     if (qscheme) {

@@ -47,14 +47,14 @@ static const cli_opt opts[] = {
         "\"observers\": {KIND: {\"sqnr_db\", \"scale\", \"zero_point\",\n"
         "\"min\", \"max\", \"quant_min\", \"quant_max\", \"clipped\"}}}]};\n"
         "sqnr_db is null when the quantization is exact)"),
-    CLI_OPT("rules-out", 0, CLI_EVAL_RULES_OUT, "RULES",
+    CLI_STR("rules-out", 0, cli_eval_args, rules_out, "RULES",
         "also write a rules file giving every tensor its recommended\n"
         "observer ('qcal calibrate DIR --rules RULES' uses it)"),
-    CLI_OPT("save-state", 0, CLI_EVAL_SAVE_STATE, "S",
+    CLI_STR("save-state", 0, cli_eval_args, save_state, "S",
         "also save the evaluation state (every candidate's observer\n"
         "state, exact SQNR and clipped count per tensor) to S, for\n"
         "'qcal report S' and 'qcal evaluate S'"),
-    CLI_OPT("output", 'o', CLI_EVAL_OUT, "OUT",
+    CLI_STR("output", 'o', cli_eval_args, out, "OUT",
         "write the results to OUT instead of stdout (- is stdout;\n"
         "docs/cli.md \"Outputs\")"),
     CLI_EVAL_QUIET_OPT,

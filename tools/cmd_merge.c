@@ -12,7 +12,14 @@
 #include "cli_state.h"
 #include "cli_table_out.h"
 
-enum { OPT_SAVE_STATE = 1, OPT_QUIET };
+typedef struct merge_args {
+    const char **paths;    /* the STATE arguments, argc slots */
+    int n;
+    const char *save;      /* --save-state */
+    bool quiet;
+    bool have_out_opts;    /* a table option besides -o */
+    cli_table_out to;
+} merge_args;
 
 static const cli_opt opts[] = {
     CLI_TEXT(
@@ -32,12 +39,12 @@ static const cli_opt opts[] = {
         "                   all the data (same bytes for the same --format and --trt-* options)\n"
         "\n"
         "options:\n"),
-    CLI_OPT("save-state", 0, OPT_SAVE_STATE, "OUT",
+    CLI_STR("save-state", 0, merge_args, save, "OUT",
         "also save the merged state to OUT (atomically)"),
     CLI_TEXT(
         "session states, the table output of 'qcal calibrate':\n"),
     CLI_TABLE_OUT_OPTS,
-    CLI_FLAG("quiet", 'q', OPT_QUIET,
+    CLI_BOOL("quiet", 'q', merge_args, quiet,
         "no progress report on stderr (a bar on a terminal, else a\n"
         "line at most every 10 s: reading, searching; docs/cli.md)"),
     CLI_HELP_OPT,
@@ -250,56 +257,56 @@ static int merge_sessions(const char *cmd, const char **paths, int n, void **buf
     return rc;
 }
 
+/* The states and the table options (cli_handler). */
+static int take_opt(void *args, const char *cmd, int id, const char *val)
+{
+    merge_args *a = args;
+    if (id == CLI_POSITIONAL) {
+        a->paths[a->n++] = val;
+        return 0;
+    }
+    int r = cli_table_out_opt(cmd, &a->to, id, val);
+    if (r > 0)
+        return r;
+    a->have_out_opts |= r == 0 && id != CLI_OUT_OUTPUT;
+    return 0;
+}
+
 int cmd_merge(int argc, char **argv)
 {
-    cli_parser p;
-    cli_parser_init(&p, argc, argv);
-    const char *cmd = p.cmd;
-    const char **paths = calloc((size_t)argc + 1, sizeof *paths);
+    const char *cmd = argv[0];
+    merge_args a = { .paths = calloc((size_t)argc + 1, sizeof *a.paths) };
+    cli_table_out_init(&a.to);
     void **bufs = calloc((size_t)argc + 1, sizeof *bufs);
     size_t *lens = calloc((size_t)argc + 1, sizeof *lens);
-    const char *save = NULL, *val;
-    cli_table_out to;
-    cli_table_out_init(&to);
-    bool have_out_opts = false, quiet = false;
-    int n = 0, rc = 0, id;
+    const char **paths = a.paths, *save = NULL;
+    cli_table_out *to = &a.to;
+    int n = 0, rc = 0;
     cli_progress prog;
     cli_progress_init(&prog, cmd, false, false);
     if (!paths || !bufs || !lens) {
         rc = cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
         goto done;
     }
-    while ((id = cli_next(&p, opts, &val)) != CLI_END) {
-        switch (id) {
-        case CLI_ERROR: rc = QCAL_EXIT_USAGE; goto done;
-        case CLI_HELP: cli_help(stdout, &cmd_merge_spec); goto done;
-        case OPT_SAVE_STATE: save = val; break;
-        case OPT_QUIET: quiet = true; break;
-        case CLI_POSITIONAL: paths[n++] = val; break;
-        default: {
-            int r = cli_table_out_opt(cmd, &to, id, val);
-            if (r > 0) {
-                rc = r;
-                goto done;
-            }
-            have_out_opts |= r == 0 && id != CLI_OUT_OUTPUT;
-            break;
-        }
-        }
+    if ((rc = cli_parse(&cmd_merge_spec, argc, argv, &a, take_opt))) {
+        rc = rc == CLI_HELP_SHOWN ? QCAL_EXIT_OK : rc;
+        goto done;
     }
-    if (n == 0) {
+    n = a.n;
+    save = a.save;
+    if (n <= 0) {
         rc = cli_fail(cmd, QCAL_EXIT_USAGE, "no state file (see 'qcal merge --help')");
         goto done;
     }
     /* Every output checked before the work (the table's below, once the kind is known). */
-    if (cli_output_is_stdout(save) && cli_output_is_stdout(to.out)) {
+    if (cli_output_is_stdout(save) && cli_output_is_stdout(to->out)) {
         rc = cli_fail(cmd, QCAL_EXIT_USAGE, "only one output can be '-' (standard output)");
         goto done;
     }
     if ((rc = cli_output_check(cmd, save)))
         goto done;
     cli_state_kind kind = CLI_STATE_OBSERVER, k0 = CLI_STATE_OBSERVER;
-    cli_progress_init(&prog, cmd, !quiet, isatty(2));
+    cli_progress_init(&prog, cmd, !a.quiet, isatty(2));
     cli_progress_phase(&prog, "reading", "states", n);
     for (int i = 0; i < n; i++) {
         cli_progress_set(&prog, i, paths[i]);
@@ -318,25 +325,25 @@ int cmd_merge(int argc, char **argv)
         goto done;
     if (k0 == CLI_STATE_OBSERVER) {
         cli_progress_end(&prog);   /* the JSON follows on stdout */
-        if (to.out || have_out_opts) {
+        if (to->out || a.have_out_opts) {
             rc = cli_fail(cmd, QCAL_EXIT_USAGE, "-o, --format and --trt-* are for session states; "
                           "observer states print their JSON on stdout");
             goto done;
         }
         rc = merge_observers(cmd, paths, n, bufs, lens, save);
     } else {
-        if (!to.out && !save) {
+        if (!to->out && !save) {
             rc = cli_fail(cmd, QCAL_EXIT_USAGE, "session states need -o TABLE and/or "
                           "--save-state OUT");
             goto done;
         }
-        if (!to.out && have_out_opts) {
+        if (!to->out && a.have_out_opts) {
             rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--format and --trt-* need -o TABLE");
             goto done;
         }
-        if (to.out && (rc = cli_table_out_check(cmd, &to)))
+        if (to->out && (rc = cli_table_out_check(cmd, to)))
             goto done;
-        rc = merge_sessions(cmd, paths, n, bufs, lens, &to, save, &prog);
+        rc = merge_sessions(cmd, paths, n, bufs, lens, to, save, &prog);
     }
 done:
     cli_progress_end(&prog);

@@ -9,7 +9,13 @@
 #include "cli_progress.h"
 #include "cli_state.h"
 
-enum { OPT_LOAD_STATE = 1, OPT_SAVE_STATE, OPT_QUIET };
+typedef struct observe_args {
+    const char **files;    /* the FILE.npy arguments, argc slots */
+    int nfiles;
+    const char *load, *save;
+    bool quiet, have_obs_opts;
+    cli_observer_args oa;
+} observe_args;
 
 static const cli_opt opts[] = {
     CLI_TEXT(
@@ -28,17 +34,17 @@ static const cli_opt opts[] = {
         "min, max, scale and zero_point are arrays: one element per channel, one per tensor.\n"
         "\n"
         "state files (docs/state.md):\n"),
-    CLI_OPT("load-state", 0, OPT_LOAD_STATE, "FILE",
+    CLI_STR("load-state", 0, observe_args, load, "FILE",
         "start from a saved observer state (its observer and options;\n"
         "observer options given too must agree with it); FILE.npy\n"
         "arguments are then optional"),
-    CLI_OPT("save-state", 0, OPT_SAVE_STATE, "FILE",
+    CLI_STR("save-state", 0, observe_args, save, "FILE",
         "after the batches, save the observer state to FILE\n"
         "(atomically); 'qcal merge' combines such states"),
     CLI_TEXT(
         "\n"
         "options:\n"),
-    CLI_FLAG("quiet", 'q', OPT_QUIET,
+    CLI_BOOL("quiet", 'q', observe_args, quiet,
         "no progress report on stderr (a bar on a terminal, else a\n"
         "line at most every 10 s: reading, searching; docs/cli.md)"),
     CLI_HELP_OPT,
@@ -126,55 +132,50 @@ static int make_observer(const char *cmd, const cli_observer_args *oa, bool have
     return 0;
 }
 
+/* The files and the observer options (cli_handler). */
+static int take_opt(void *args, const char *cmd, int id, const char *val)
+{
+    observe_args *a = args;
+    (void)cmd;
+    if (id == CLI_POSITIONAL)
+        a->files[a->nfiles++] = val;
+    else
+        a->have_obs_opts |= cli_observer_opt(&a->oa, id, val);
+    return 0;
+}
+
 int cmd_observe(int argc, char **argv)
 {
-    cli_parser p;
-    cli_parser_init(&p, argc, argv);
-    const char *cmd = p.cmd;
-    cli_observer_args oa = { 0 };
-    const char **files = calloc((size_t)argc + 1, sizeof *files);
+    const char *cmd = argv[0];
+    observe_args a = { .files = calloc((size_t)argc + 1, sizeof *a.files) };
+    const char **files = a.files;
     if (!files)
         return cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
-    int nfiles = 0, rc = 0, id;
-    const char *val, *load = NULL, *save = NULL;
-    bool have_obs_opts = false, quiet = false;
+    cli_observer_args *oa = &a.oa;
     qcal_observer *obs = NULL;
     cli_staged staged = { 0 };
     cli_progress prog;
     cli_progress_init(&prog, cmd, false, false);
-    while ((id = cli_next(&p, opts, &val)) != CLI_END) {
-        if (id == CLI_ERROR) {
-            rc = QCAL_EXIT_USAGE;
-            goto out;
-        }
-        if (id == CLI_HELP) {
-            cli_help(stdout, &cmd_observe_spec);
-            goto out;
-        }
-        if (id == OPT_LOAD_STATE)
-            load = val;
-        else if (id == OPT_SAVE_STATE)
-            save = val;
-        else if (id == OPT_QUIET)
-            quiet = true;
-        else if (id == CLI_POSITIONAL)
-            files[nfiles++] = val;
-        else
-            have_obs_opts |= cli_observer_opt(&oa, id, val);
+    int rc = cli_parse(&cmd_observe_spec, argc, argv, &a, take_opt);
+    if (rc) {
+        rc = rc == CLI_HELP_SHOWN ? QCAL_EXIT_OK : rc;
+        goto out;
     }
+    const char *load = a.load, *save = a.save;
+    int nfiles = a.nfiles;
     if (nfiles == 0 && !load) {
         /* Options are still checked first, as before. */
         qcal_observer_config cfg;
-        if ((rc = cli_observer_config(cmd, &oa, QCAL_OBSERVER_MINMAX, &cfg)))
+        if ((rc = cli_observer_config(cmd, oa, QCAL_OBSERVER_MINMAX, &cfg)))
             goto out;
         rc = cli_fail(cmd, QCAL_EXIT_USAGE, "no input file (see 'qcal observe --help')");
         goto out;
     }
     if ((rc = cli_output_check(cmd, save)))   /* before the work */
         goto out;
-    if ((rc = make_observer(cmd, &oa, have_obs_opts, load, &obs)))
+    if ((rc = make_observer(cmd, oa, a.have_obs_opts, load, &obs)))
         goto out;
-    cli_progress_init(&prog, cmd, !quiet, isatty(2));
+    cli_progress_init(&prog, cmd, !a.quiet, isatty(2));
     cli_progress_phase(&prog, "reading", "files", nfiles);
     for (int i = 0; i < nfiles; i++) {
         cli_progress_set(&prog, i, files[i]);

@@ -15,9 +15,18 @@
 #include "cli_output.h"
 #include "cli_progress.h"
 
-enum { OPT_OUT = 1, OPT_PROFILE, OPT_LIST, OPT_TABLE, OPT_WOBS, OPT_EXCLUDE, OPT_OPTYPES,
-       OPT_STRICT, OPT_WQSCHEME, OPT_FLOATW, OPT_RULES, OPT_TABLE_OUT, OPT_EQUALIZE, OPT_QUIET,
-       OPT_ALLOW_PARTIAL, OPT_VERBOSE };
+/* The command lines of onnx-expose and qdq (each table uses a subset). */
+typedef struct onnx_args {
+    const char *in, *out, *profile, *list, *op_types, *table, *wobs, *wqs, *rules, *table_out;
+    const char **exclude;      /* --exclude, argc slots */
+    int64_t n_exclude;
+    bool strict, float_weights, equalize, quiet, allow_partial, verbose, have_obs;
+    cli_observer_args oa;
+    cli_model_args ma;
+    cli_accuracy_args aa;
+} onnx_args;
+
+enum { OPT_EXCLUDE = 1 };
 
 static const cli_opt expose_opts[] = {
     CLI_TEXT(
@@ -33,20 +42,20 @@ static const cli_opt expose_opts[] = {
         "first, as 'qcal qdq' does (OUT.onnx is that model; an op qcal cannot adapt is an error).\n"
         "\n"
         "options:\n"),
-    CLI_OPT("output", 'o', OPT_OUT, "OUT.onnx",
+    CLI_STR("output", 'o', onnx_args, out, "OUT.onnx",
         "the model with the extra outputs (written atomically)"),
-    CLI_OPT("profile", 0, OPT_PROFILE, "P",
+    CLI_STR("profile", 0, onnx_args, profile, "P",
         "ort (default: ONNX Runtime) or tensorrt (TensorRT 10), or\n"
         "ort,tensorrt: the tensors of both in one model (--list: the\n"
         "union, ort's first)"),
-    CLI_OPT("list", 0, OPT_LIST, "FILE", "also write the exposed names, one per line"),
-    CLI_OPT("op-types", 0, OPT_OPTYPES, "LIST",
+    CLI_STR("list", 0, onnx_args, list, "FILE", "also write the exposed names, one per line"),
+    CLI_STR("op-types", 0, onnx_args, op_types, "LIST",
         "comma list of op types to quantize (default: the profile's);\n"
         "give 'qcal qdq' the same list"),
     CLI_OPT_REPEATED("exclude", 0, OPT_EXCLUDE, "PATTERN",
         "glob on node and tensor names left float, not exposed\n"
         "(repeatable); give 'qcal qdq' the same patterns"),
-    CLI_FLAG("quiet", 'q', OPT_QUIET, "no notes on stderr"),
+    CLI_BOOL("quiet", 'q', onnx_args, quiet, "no notes on stderr"),
     CLI_HELP_OPT,
     CLI_TEXT(
         "\n"
@@ -81,41 +90,41 @@ static const cli_opt qdq_opts[] = {
         "  activations symmetric int8 (scale = amax / 127), float weights + Q + DQ, float biases.\n"
         "\n"
         "options:\n"),
-    CLI_OPT("table", 0, OPT_TABLE, "TABLE.json",
+    CLI_STR("table", 0, onnx_args, table, "TABLE.json",
         "native qcal table ('qcal calibrate --format json')"),
-    CLI_OPT("output", 'o', OPT_OUT, "OUT.onnx", "the quantized model (written atomically)"),
-    CLI_OPT("profile", 0, OPT_PROFILE, "P", "ort (default) or tensorrt"),
-    CLI_OPT("weight-observer", 0, OPT_WOBS, "KIND",
+    CLI_STR("output", 'o', onnx_args, out, "OUT.onnx", "the quantized model (written atomically)"),
+    CLI_STR("profile", 0, onnx_args, profile, "P", "ort (default) or tensorrt"),
+    CLI_STR("weight-observer", 0, onnx_args, wobs, "KIND",
         "per_channel_minmax (default) or moving_average_per_channel_minmax"),
-    CLI_OPT("weight-qscheme", 0, OPT_WQSCHEME, "Q",
+    CLI_STR("weight-qscheme", 0, onnx_args, wqs, "Q",
         "per_channel_symmetric (default), per_channel_affine,\n"
         "per_tensor_affine or per_tensor_symmetric (qint8; per-tensor:\n"
         "minmax over the whole weight; tensorrt: symmetric only)"),
-    CLI_FLAG("float-weights", 0, OPT_FLOATW,
+    CLI_BOOL("float-weights", 0, onnx_args, float_weights,
         "weights and biases stay float, no Q/DQ (activations only)"),
     CLI_OPT_REPEATED("exclude", 0, OPT_EXCLUDE, "PATTERN",
         "glob on node and tensor names left float (repeatable)"),
-    CLI_OPT("op-types", 0, OPT_OPTYPES, "LIST",
+    CLI_STR("op-types", 0, onnx_args, op_types, "LIST",
         "comma list of op types to quantize (default: the profile's)"),
-    CLI_FLAG("strict", 0, OPT_STRICT,
+    CLI_BOOL("strict", 0, onnx_args, strict,
         "tensors missing from the table are an error (default: they\n"
         "stay float, counted in one warning)"),
-    CLI_FLAG("allow-partial", 0, OPT_ALLOW_PARTIAL,
+    CLI_BOOL("allow-partial", 0, onnx_args, allow_partial,
         "accept a table that holds fewer than half of the tensors the\n"
         "model needs, or was calibrated for the other profile (default:\n"
         "exit 3, the table of another model?); the rest stay float"),
-    CLI_FLAG("verbose", 0, OPT_VERBOSE, "list the tensors missing from the table, one per line"),
-    CLI_FLAG("quiet", 'q', OPT_QUIET, "no progress report or notes on stderr"),
+    CLI_BOOL("verbose", 0, onnx_args, verbose, "list the tensors missing from the table, one per line"),
+    CLI_BOOL("quiet", 'q', onnx_args, quiet, "no progress report or notes on stderr"),
     CLI_HELP_OPT,
     CLI_TEXT(
         "\n"
         "calibrating from data (instead of --table):\n"),
     CLI_MODEL_OPTS,
-    CLI_OPT("rules", 0, OPT_RULES, "RULES",
+    CLI_STR("rules", 0, onnx_args, rules, "RULES",
         "rules file for the activations' observers (docs/calibration.md)"),
-    CLI_OPT("table-out", 0, OPT_TABLE_OUT, "T",
+    CLI_STR("table-out", 0, onnx_args, table_out, "T",
         "also write the table made from the data (native JSON)"),
-    CLI_FLAG("equalize", 0, OPT_EQUALIZE,
+    CLI_BOOL("equalize", 0, onnx_args, equalize,
         "cross-layer equalization first ('qcal equalize' defaults)"),
     CLI_TEXT(
         CLI_MODEL_AUTO_HELP
@@ -144,12 +153,46 @@ static const cli_opt qdq_opts[] = {
 };
 const cli_spec cmd_qdq_spec = { qdq_opts, 27 };
 
-static int once(const char *cmd, const char **slot, const char *opt, const char *val)
+/* The model, --exclude and the shared groups of both commands (cli_handler). */
+static int take_opt(void *args, const char *cmd, int id, const char *val)
 {
-    if (*slot)
-        return cli_fail(cmd, QCAL_EXIT_USAGE, "--%s given twice ('%s' and '%s')", opt, *slot, val);
-    *slot = val;
+    onnx_args *a = args;
+    int rc;
+    if (id == CLI_POSITIONAL) {
+        if (a->in)
+            return cli_fail(cmd, QCAL_EXIT_USAGE, "one model expected, got '%s' and '%s'", a->in, val);
+        a->in = val;
+        return 0;
+    }
+    if (id == OPT_EXCLUDE) {
+        a->exclude[a->n_exclude++] = val;
+        return 0;
+    }
+    if ((rc = cli_model_opt(cmd, &a->ma, id, val)) >= 0 || (rc = cli_accuracy_opt(cmd, &a->aa, id, val)) >= 0)
+        return rc;
+    a->have_obs |= cli_observer_opt(&a->oa, id, val);
     return 0;
+}
+
+/* Allocates a's lists for argc arguments and parses argv by spec: 0, an exit code
+ * (reported) or CLI_HELP_SHOWN. */
+static int parse_onnx_args(const cli_spec *spec, int argc, char **argv, onnx_args *a)
+{
+    memset(a, 0, sizeof *a);
+    cli_accuracy_args_init(&a->aa);
+    int rc = cli_model_args_init(argv[0], &a->ma, argc);
+    if (rc)
+        return rc;
+    if (!(a->exclude = calloc((size_t)argc + 1, sizeof *a->exclude)))
+        return cli_fail(argv[0], QCAL_EXIT_FAILURE, "out of memory");
+    return cli_parse(spec, argc, argv, a, take_opt);
+}
+
+static void onnx_args_free(onnx_args *a)
+{
+    free(a->exclude);
+    cli_model_args_free(&a->ma);
+    cli_accuracy_args_free(&a->aa);
 }
 
 static int check_available(const char *cmd)
@@ -197,44 +240,12 @@ static qcal_status names_union(char ***names, int64_t *n, char **add, int64_t na
     return QCAL_OK;
 }
 
-/* cmd_onnx_expose with room for the --exclude patterns (argc entries). */
-static int expose_main(int argc, char **argv, const char **exclude)
+/* cmd_onnx_expose on its parsed command line. */
+static int expose_main(const char *cmd, const onnx_args *a)
 {
-    cli_parser p;
-    cli_parser_init(&p, argc, argv);
-    const char *cmd = p.cmd, *val, *in = NULL, *out = NULL, *profile = NULL, *list = NULL,
-               *op_types = NULL;
-    int64_t n_exclude = 0;
-    bool quiet = false;
-    int id, rc;
-    while ((id = cli_next(&p, expose_opts, &val)) != CLI_END) {
-        if (id == CLI_ERROR)
-            return QCAL_EXIT_USAGE;
-        if (id == CLI_HELP) {
-            cli_help(stdout, &cmd_onnx_expose_spec);
-            return 0;
-        }
-        if (id == OPT_EXCLUDE) {
-            exclude[n_exclude++] = val;
-            continue;
-        }
-        if (id == OPT_QUIET) {
-            quiet = true;
-            continue;
-        }
-        if (id == CLI_POSITIONAL) {
-            if (in)
-                return cli_fail(cmd, QCAL_EXIT_USAGE, "one model expected, got '%s' and '%s'", in, val);
-            in = val;
-            continue;
-        }
-        rc = id == OPT_OUT ? once(cmd, &out, "output", val)
-             : id == OPT_PROFILE ? once(cmd, &profile, "profile", val)
-             : id == OPT_OPTYPES ? once(cmd, &op_types, "op-types", val)
-                                 : once(cmd, &list, "list", val);
-        if (rc)
-            return rc;
-    }
+    const char *in = a->in, *out = a->out, *profile = a->profile, *list = a->list;
+    bool quiet = a->quiet;
+    int rc;
     if ((rc = cli_check_in_out(cmd, in, out)))
         return rc;
     /* Every output checked before the work (docs/cli.md "Outputs"). */
@@ -242,9 +253,9 @@ static int expose_main(int argc, char **argv, const char **exclude)
         return rc;
     qcal_onnx_qdq_options opt;
     qcal_onnx_qdq_options_default(&opt);
-    opt.op_types = op_types;
-    opt.exclude = exclude;
-    opt.n_exclude = n_exclude;
+    opt.op_types = a->op_types;
+    opt.exclude = a->exclude;
+    opt.n_exclude = a->n_exclude;
     /* --profile P, or a comma list of both: the tensors of each, in one model. */
     qcal_onnx_profile profiles[2] = { QCAL_ONNX_PROFILE_ORT, QCAL_ONNX_PROFILE_ORT };
     int nprof = 1;
@@ -353,12 +364,12 @@ out:
 
 int cmd_onnx_expose(int argc, char **argv)
 {
-    const char **exclude = calloc((size_t)argc + 1, sizeof *exclude);
-    if (!exclude)
-        return cli_fail(argc > 0 ? argv[0] : "onnx-expose", QCAL_EXIT_FAILURE, "out of memory");
-    int rc = expose_main(argc, argv, exclude);
-    free(exclude);
-    return rc;
+    onnx_args a;
+    int rc = parse_onnx_args(&cmd_onnx_expose_spec, argc, argv, &a);
+    if (!rc)
+        rc = expose_main(argv[0], &a);
+    onnx_args_free(&a);
+    return rc == CLI_HELP_SHOWN ? QCAL_EXIT_OK : rc;
 }
 
 /* The ops left float, one note per (op type, reason) with its count and a first node: the
@@ -542,10 +553,7 @@ static int qdq_keep_float(const char *cmd, const qcal_onnx_model *m, const qcal_
     cli_progress_end(&prog);
     qcal_engine_close(&engine);
     if (st != QCAL_OK) {
-        int code = st == QCAL_ERR_NO_MEMORY || st == QCAL_ERR_BACKEND ? QCAL_EXIT_FAILURE
-                   : st == QCAL_ERR_INVALID_ARG                       ? QCAL_EXIT_USAGE
-                                                                      : QCAL_EXIT_INPUT;
-        return cli_fail_status(cmd, code, st);
+        return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_JUDGE), st);
     }
     if (!kf->met)
         return cli_fail(cmd, QCAL_EXIT_FAILURE,
@@ -574,73 +582,24 @@ static void print_keep_float(const qcal_keep_float_result *kf, const cli_accurac
 
 int cmd_qdq(int argc, char **argv)
 {
-    cli_parser p;
-    cli_parser_init(&p, argc, argv);
-    const char *cmd = p.cmd, *val, *in = NULL, *out = NULL, *profile = NULL, *table_path = NULL,
-               *wobs = NULL, *op_types = NULL, *wqs = NULL, *rules_path = NULL,
-               *table_out = NULL;
-    const char **exclude = calloc((size_t)argc + 1, sizeof *exclude);
-    int64_t n_exclude = 0;
-    bool strict = false, float_weights = false, equalize = false, quiet = false, have_obs = false,
-         allow_partial = false, verbose = false;
-    cli_observer_args oa;
-    memset(&oa, 0, sizeof oa);
-    cli_model_args ma;
-    cli_accuracy_args aa;
-    cli_accuracy_args_init(&aa);
+    const char *cmd = argv[0];
+    onnx_args a;
     qcal_keep_float_result kf;
     memset(&kf, 0, sizeof kf);
     char **kf_ex = NULL;
-    int id, rc = 0;
-    if (!exclude)
-        return cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
-    if ((rc = cli_model_args_init(cmd, &ma, argc))) {
-        free(exclude);
-        return rc;
+    int rc = parse_onnx_args(&cmd_qdq_spec, argc, argv, &a);
+    if (rc) {
+        rc = rc == CLI_HELP_SHOWN ? QCAL_EXIT_OK : rc;
+        goto done;
     }
-    while ((id = cli_next(&p, qdq_opts, &val)) != CLI_END) {
-        if (id == CLI_ERROR) {
-            rc = QCAL_EXIT_USAGE;
-            goto done;
-        }
-        if (id == CLI_HELP) {
-            cli_help(stdout, &cmd_qdq_spec);
-            goto done;
-        }
-        switch (id) {
-        case CLI_POSITIONAL:
-            if (in)
-                rc = cli_fail(cmd, QCAL_EXIT_USAGE, "one model expected, got '%s' and '%s'", in, val);
-            in = val;
-            break;
-        case OPT_OUT: rc = once(cmd, &out, "output", val); break;
-        case OPT_PROFILE: rc = once(cmd, &profile, "profile", val); break;
-        case OPT_TABLE: rc = once(cmd, &table_path, "table", val); break;
-        case OPT_WOBS: rc = once(cmd, &wobs, "weight-observer", val); break;
-        case OPT_OPTYPES: rc = once(cmd, &op_types, "op-types", val); break;
-        case OPT_EXCLUDE: exclude[n_exclude++] = val; break;
-        case OPT_STRICT: strict = true; break;
-        case OPT_WQSCHEME: rc = once(cmd, &wqs, "weight-qscheme", val); break;
-        case OPT_FLOATW: float_weights = true; break;
-        case OPT_RULES: rc = once(cmd, &rules_path, "rules", val); break;
-        case OPT_TABLE_OUT: rc = once(cmd, &table_out, "table-out", val); break;
-        case OPT_EQUALIZE: equalize = true; break;
-        case OPT_QUIET: quiet = true; break;
-        case OPT_ALLOW_PARTIAL: allow_partial = true; break;
-        case OPT_VERBOSE: verbose = true; break;
-        default:
-            if ((rc = cli_model_opt(cmd, &ma, id, val)) >= 0 || (rc = cli_accuracy_opt(cmd, &aa, id, val)) >= 0)
-                break;
-            rc = 0;
-            have_obs |= cli_observer_opt(&oa, id, val);
-            break;
-        }
-        if (rc)
-            goto done;
-    }
+    const char *in = a.in, *out = a.out, *profile = a.profile, *table_path = a.table,
+               *wobs = a.wobs, *op_types = a.op_types, *wqs = a.wqs, *rules_path = a.rules,
+               *table_out = a.table_out;
+    bool strict = a.strict, float_weights = a.float_weights, equalize = a.equalize,
+         quiet = a.quiet, allow_partial = a.allow_partial, verbose = a.verbose;
     if ((rc = cli_check_in_out(cmd, in, out)) || (rc = cli_model_output_check(cmd, out)))
         goto done;
-    bool from_data = cli_model_args_given(&ma);
+    bool from_data = cli_model_args_given(&a.ma);
     if (!table_path && !from_data) {
         rc = cli_fail(cmd, QCAL_EXIT_USAGE, "no --table or --data given (see 'qcal qdq --help')");
         goto done;
@@ -650,29 +609,29 @@ int cmd_qdq(int argc, char **argv)
                       "comes from a file or from running the model on data");
         goto done;
     }
-    if (!from_data && (rules_path || table_out || equalize || have_obs || ma.ncarry ||
-                       (!cli_keep_float_given(&aa) && (ma.batch || ma.ort_lib)))) {
+    if (!from_data && (rules_path || table_out || equalize || a.have_obs || a.ma.ncarry ||
+                       (!cli_keep_float_given(&a.aa) && (a.ma.batch || a.ma.ort_lib)))) {
         rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--rules, --table-out, --equalize, --batch, --carry, "
                       "--ort-lib and observer options go with --data");
         goto done;
     }
-    bool keep_float = cli_keep_float_given(&aa);
-    if (!keep_float && (aa.labels || aa.metric || aa.eval_data || aa.sensitivity_samples >= 0)) {
+    bool keep_float = cli_keep_float_given(&a.aa);
+    if (!keep_float && (a.aa.labels || a.aa.metric || a.aa.eval_data || a.aa.sensitivity_samples >= 0)) {
         rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--labels, --metric, --eval-data and --sensitivity-samples go with "
                       "--min-output-sqnr or --max-drop");
         goto done;
     }
-    if (keep_float && !from_data && !aa.eval_data) {
+    if (keep_float && !from_data && !a.aa.eval_data) {
         rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--min-output-sqnr and --max-drop judge the model on data: "
                       "give --data or --eval-data");
         goto done;
     }
-    if (keep_float && ma.ncarry) {
+    if (keep_float && a.ma.ncarry) {
         rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--carry does not go with --min-output-sqnr / --max-drop "
                       "(their runs stand alone)");
         goto done;
     }
-    if (from_data && (rc = cli_model_observer_auto(cmd, &ma, &oa, &have_obs, rules_path, true)))
+    if (from_data && (rc = cli_model_observer_auto(cmd, &a.ma, &a.oa, &a.have_obs, rules_path, true)))
         goto done;
     if (strict && allow_partial) {
         rc = cli_fail(cmd, QCAL_EXIT_USAGE, "--strict and --allow-partial exclude each other");
@@ -687,8 +646,8 @@ int cmd_qdq(int argc, char **argv)
         goto done;
     qcal_onnx_qdq_options opt;
     qcal_onnx_qdq_options_default(&opt);
-    opt.exclude = exclude;
-    opt.n_exclude = n_exclude;
+    opt.exclude = a.exclude;
+    opt.n_exclude = a.n_exclude;
     opt.op_types = op_types;
     opt.strict = strict;
     if (profile && qcal_onnx_profile_parse(profile, &opt.profile) != QCAL_OK) {
@@ -757,7 +716,7 @@ int cmd_qdq(int argc, char **argv)
     }
     double t0 = cli_now();
     if (from_data) {
-        if ((rc = qdq_calibrate(cmd, m, &ma, &opt, rules_path, &oa, have_obs, quiet, &t, &mrep,
+        if ((rc = qdq_calibrate(cmd, m, &a.ma, &opt, rules_path, &a.oa, a.have_obs, quiet, &t, &mrep,
                                 version, sizeof version)))
             goto free;
         if (table_out) {
@@ -777,30 +736,26 @@ int cmd_qdq(int argc, char **argv)
      * is this process's copy: a later failure writes nothing. */
     if (table_has_fp8(t) && (rc = cli_model_raise(cmd, m, 19, quiet)))
         goto free;
-    if (keep_float && (rc = qdq_keep_float(cmd, m, t, &opt, &ma, &aa, quiet, &kf)))
+    if (keep_float && (rc = qdq_keep_float(cmd, m, t, &opt, &a.ma, &a.aa, quiet, &kf)))
         goto free;
     if (kf.n_float) {
         /* the search's ops join the exclusions (escaped: each matches its node only) */
-        const char **ex = realloc(exclude, (size_t)(n_exclude + kf.n_float + 1) * sizeof *ex);
+        const char **ex = realloc(a.exclude, (size_t)(a.n_exclude + kf.n_float + 1) * sizeof *ex);
         kf_ex = calloc((size_t)kf.n_float, sizeof *kf_ex);
         if (ex)
-            exclude = ex;
+            a.exclude = ex;
         for (int64_t i = 0; ex && kf_ex && i < kf.n_float; i++)
             if ((kf_ex[i] = qcal_keep_float_exclude(kf.float_ops[i])))
-                exclude[n_exclude++] = kf_ex[i];
-        if (!ex || !kf_ex || n_exclude != opt.n_exclude + kf.n_float) {
+                a.exclude[a.n_exclude++] = kf_ex[i];
+        if (!ex || !kf_ex || a.n_exclude != opt.n_exclude + kf.n_float) {
             rc = cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
             goto free;
         }
-        opt.exclude = exclude;
-        opt.n_exclude = n_exclude;
+        opt.exclude = a.exclude;
+        opt.n_exclude = a.n_exclude;
     }
     st = qcal_onnx_qdq_save(m, t, &opt, NULL, out, &rep);
-    if (st == QCAL_ERR_IO || st == QCAL_ERR_OVERFLOW) {   /* the output (qcal/onnx.h) */
-        rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_WRITE), st);
-        goto free;
-    }
-    if (st != QCAL_OK) {
+    if (st != QCAL_OK) {   /* I/O and overflow are the output's (qcal/onnx.h) */
         rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_QDQ), st);
         goto free;
     }
@@ -827,14 +782,14 @@ int cmd_qdq(int argc, char **argv)
         printf("; calibrated in ONNX Runtime %s on %lld %s (%lld %s), %.1f s",
                version, (long long)mrep.samples, CLI_PLURAL(mrep.samples, "sample", "samples"),
                (long long)mrep.runs, CLI_PLURAL(mrep.runs, "run", "runs"), cli_now() - t0);
-    if (from_data && ma.observer_auto) {
+    if (from_data && a.ma.observer_auto) {
         char chosen[256];
         cli_model_chosen(&mrep, chosen, sizeof chosen);
         printf("; observer auto (the model run twice): %s", chosen);
     }
     printf("\n");
     if (keep_float)
-        print_keep_float(&kf, &aa);
+        print_keep_float(&kf, &a.aa);
     rc = cli_flush(cmd, stdout);
 free:
     for (int64_t i = 0; kf_ex && i < kf.n_float; i++)
@@ -847,8 +802,6 @@ free:
     qcal_onnx_model_destroy(&m);
     qcal_calib_table_destroy(&t);
 done:
-    cli_accuracy_args_free(&aa);
-    cli_model_args_free(&ma);
-    free(exclude);
+    onnx_args_free(&a);
     return rc;
 }

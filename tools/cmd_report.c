@@ -39,17 +39,17 @@ static const cli_opt opts[] = {
         "dashed line (docs/accuracy.md). Only -o, --title and -q apply.\n"
         "\n"
         "options:\n"),
-    CLI_OPT("output", 'o', CLI_EVAL_OUT, "REPORT",
+    CLI_STR("output", 'o', cli_eval_args, out, "REPORT",
         "the HTML file (required; - is stdout, the summary line then\n"
         "goes to stderr; docs/cli.md \"Outputs\")"),
     CLI_OPT("observers", 0, CLI_EVAL_OBSERVERS, "LIST",
         "comma-separated candidate kinds (default: every kind)"),
     CLI_OPT("min-sqnr", 0, CLI_EVAL_MIN_SQNR, "DB",
         "recommend the simplest observer with SQNR >= DB"),
-    CLI_OPT("title", 0, CLI_EVAL_TITLE, "TEXT",
+    CLI_STR("title", 0, cli_eval_args, title, "TEXT",
         "the report's title (default \"qcal calibration report\", for\n"
         "a compare report \"qcal accuracy report\")"),
-    CLI_OPT("save-state", 0, CLI_EVAL_SAVE_STATE, "S", "also save the evaluation state to S"),
+    CLI_STR("save-state", 0, cli_eval_args, save_state, "S", "also save the evaluation state to S"),
     CLI_EVAL_QUIET_OPT,
     CLI_HELP_OPT,
     CLI_TEXT(

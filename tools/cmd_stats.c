@@ -14,7 +14,12 @@
 #include "cli_common.h"
 #include "cli_output.h"
 
-enum { OPT_CSV = 1, OPT_SUMMARY };
+typedef struct stats_args {
+    const char **files;   /* the positional arguments, argc slots */
+    int nf;
+    const char *csv;
+    bool summary;
+} stats_args;
 
 static const cli_opt opts[] = {
     CLI_TEXT(
@@ -31,10 +36,10 @@ static const cli_opt opts[] = {
         "'qcal calibrate' reads it: manifest.json or <name>/*.npy and <name>.npy, names\n"
         "percent-decoded) gives one line per tensor named from its layout, with statistics\n"
         "over all its batches (extra = the shape of the first batch).\n"),
-    CLI_OPT("csv", 0, OPT_CSV, "PATH",
+    CLI_STR("csv", 0, stats_args, csv, "PATH",
         "also write the records as CSV (- is stdout: the records and the summary\n"
         "then go to stderr; docs/cli.md \"Outputs\")"),
-    CLI_FLAG("summary", 0, OPT_SUMMARY,
+    CLI_BOOL("summary", 0, stats_args, summary,
         "after the records, one line per group (numeric path components\n"
         "collapse: blocks.0.w, blocks.1.w -> blocks.*.w) with outliers"),
     CLI_HELP_OPT,
@@ -346,32 +351,28 @@ static void print_summary(qcal_numeric_summary *sum, FILE *f)
     }
 }
 
+/* An input file, the positional arguments (cli_handler; the options are stored rows). */
+static int take_file(void *args, const char *cmd, int id, const char *val)
+{
+    stats_args *a = args;
+    (void)cmd, (void)id;
+    a->files[a->nf++] = val;
+    return 0;
+}
+
 int cmd_stats(int argc, char **argv)
 {
-    cli_parser p;
-    cli_parser_init(&p, argc, argv);
-    const char *val, *csv = NULL;
-    bool summary = false;
-    const char **files = calloc((size_t)argc + 1, sizeof *files);
-    int nf = 0, id;
-    if (!files)
+    stats_args a = { .files = calloc((size_t)argc + 1, sizeof *a.files) };
+    if (!a.files)
         return cli_fail("stats", QCAL_EXIT_FAILURE, "out of memory");
-    while ((id = cli_next(&p, opts, &val)) != CLI_END) {
-        if (id == CLI_ERROR) {
-            free(files);
-            return QCAL_EXIT_USAGE;
-        }
-        if (id == CLI_POSITIONAL)
-            files[nf++] = val;
-        else if (id == CLI_HELP) {
-            cli_help(stdout, &cmd_stats_spec);
-            free(files);
-            return QCAL_EXIT_OK;
-        } else if (id == OPT_CSV)
-            csv = val;
-        else if (id == OPT_SUMMARY)
-            summary = true;
+    int rc = cli_parse(&cmd_stats_spec, argc, argv, &a, take_file);
+    if (rc) {
+        free(a.files);
+        return rc == CLI_HELP_SHOWN ? QCAL_EXIT_OK : rc;
     }
+    const char **files = a.files, *csv = a.csv;
+    bool summary = a.summary;
+    int nf = a.nf;
     if (nf == 0) {
         free(files);
         return cli_fail("stats", QCAL_EXIT_USAGE, "no input file (see qcal stats --help)");
@@ -390,7 +391,6 @@ int cmd_stats(int argc, char **argv)
     qcal_numeric_logger *lg = NULL;
     qcal_numeric_summary *sum = NULL;
     float *buf = malloc(STATS_CHUNK * sizeof(float));
-    int rc = 0;
     qcal_status s = qcal_numeric_logger_create(&lo, &lg);
     if (s != QCAL_OK)
         rc = cli_fail_status("stats", QCAL_EXIT_OUTPUT, s);

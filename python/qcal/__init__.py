@@ -3,7 +3,8 @@
 The numpy API (``qcal.Observer``, ``qcal.quantize``, ``qcal.fake_quant``, ``qcal.sqnr``,
 ``qcal.Session``, ...) needs numpy only; ``qcal.torch`` holds drop-in ``torch.ao``
 observers and needs PyTorch; ``qcal.onnx`` calibrates an ONNX model by running it in ONNX
-Runtime (loaded at run time) and writes its Q/DQ model. Every library failure raises a ``qcal.Error`` subclass with
+Runtime (loaded at run time), writes its Q/DQ model (keeping the most sensitive ops float
+until an accuracy target holds) and compares a Q/DQ model with float. Every library failure raises a ``qcal.Error`` subclass with
 the library's message; wrong Python types raise ``TypeError``. See docs/python.md.
 
 Inputs: numpy arrays and CPU torch tensors. A C-contiguous float32 array is read in place
