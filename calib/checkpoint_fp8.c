@@ -268,11 +268,9 @@ static qcal_status add_ignore(plan *p, const char *module, size_t len)
         p->ignore = v;
         p->capignore = cap;
     }
-    char *m = malloc(len + 1);
+    char *m = qcal_strndup(module, len);
     if (!m)
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory planning the checkpoint");
-    memcpy(m, module, len);
-    m[len] = '\0';
     p->ignore[p->nignore++] = m;
     return QCAL_OK;
 }

@@ -49,15 +49,6 @@ void qcal_calib_dump_destroy(qcal_calib_dump **d)
     *d = NULL;
 }
 
-static char *dup_str(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *c = qcal_malloc(n);
-    if (c)
-        memcpy(c, s, n);
-    return c;
-}
-
 static char *join(const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b), n = la + lb + 2;
@@ -189,7 +180,7 @@ static qcal_status list_dir(const char *dir, char ***names, int64_t *n)
             }
             v = nv;
         }
-        if (!(v[cnt] = dup_str(de->d_name))) {
+        if (!(v[cnt] = qcal_strdup(de->d_name))) {
             st = qcal_error(QCAL_ERR_NO_MEMORY, "cannot list '%s'", dir);
             break;
         }
@@ -385,14 +376,14 @@ static qcal_status manifest_tensor(qcal_calib_dump *d, const qcal_json *t, size_
             return qcal_error(QCAL_ERR_FORMAT, "tensors[%zu].files[%zu] '%s' %s", i, j,
                               files->items[j].str, why);
     }
-    e.name = dup_str(name->str);
+    e.name = qcal_strdup(name->str);
     e.files = qcal_calloc(files->n, sizeof *e.files);
     if (!e.name || !e.files) {
         entry_free(&e);
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
     }
     for (size_t j = 0; j < files->n; j++) {
-        if (!(e.files[j] = dup_str(files->items[j].str))) {
+        if (!(e.files[j] = qcal_strdup(files->items[j].str))) {
             e.nfiles = (int64_t)j;
             entry_free(&e);
             return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");

@@ -213,13 +213,11 @@ static qcal_status alloc_entry(const qcal_calib_session *s, const char *fqn, qca
         return QCAL_ERR_NO_MEMORY;
     }
     e->obs = obs;
-    size_t len = strlen(fqn);
-    e->fqn = qcal_malloc(len + 1);
+    e->fqn = qcal_strdup(fqn);
     if (!e->fqn) {
         st = QCAL_ERR_NO_MEMORY;
         goto fail;
     }
-    memcpy(e->fqn, fqn, len + 1);
     e->role = role;
     e->hash = h;
     if (pthread_mutex_init(&e->mu, NULL) != 0) {

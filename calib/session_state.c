@@ -233,12 +233,11 @@ static qcal_status reader_next(reader *r, entry_rec *e, bool *done)
     }
     cur->p += slen;
     cur->left -= (size_t)slen;
-    char *keep = qcal_malloc((size_t)n + 1);
+    char *keep = qcal_strndup(e->fqn, n);
     if (!keep) {
         st = QCAL_ERR_NO_MEMORY;
         goto fail;
     }
-    memcpy(keep, e->fqn, (size_t)n + 1);
     free(r->prev_fqn);
     r->prev_fqn = keep;
     r->prev_role = e->role;

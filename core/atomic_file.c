@@ -66,12 +66,7 @@ static char *dir_of(const char *path)
 {
     const char *slash = strrchr(path, '/');
     size_t n = !slash ? 1 : slash == path ? 1 : (size_t)(slash - path);
-    char *d = qcal_malloc(n + 1);
-    if (!d)
-        return NULL;
-    memcpy(d, !slash ? "." : path, n);
-    d[n] = '\0';
-    return d;
+    return qcal_strndup(!slash ? "." : path, n);
 }
 
 /* True when the symlink at path lives on procfs (/proc/PID/fd/N of another process, ...):
@@ -102,11 +97,9 @@ static qcal_status cannot(const char *path, const char *target, int e)
 static qcal_status resolve(const char *path, resolved *r)
 {
     memset(r, 0, sizeof *r);
-    size_t n = strlen(path);
-    char *cur = qcal_malloc(n + 1);
+    char *cur = qcal_strdup(path);
     if (!cur)
         return QCAL_ERR_NO_MEMORY;
-    memcpy(cur, path, n + 1);
     qcal_status st = QCAL_OK;
     for (int hop = 0;; hop++) {
         if (hop > MAX_LINKS) {
@@ -221,15 +214,6 @@ qcal_status qcal_atomic_file_check(const char *path)
     return st;
 }
 
-static char *dup_str(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = qcal_malloc(n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
-}
-
 /* A fresh name for a temporary: target.tmp. and six characters (retried on EEXIST). */
 static void tmp_name(char *dst, size_t cap, const char *target, unsigned attempt)
 {
@@ -303,7 +287,7 @@ qcal_status qcal_atomic_file_open(qcal_atomic_file *f, const char *path)
         qcal_free(r.target);
         return st;
     }
-    f->path = dup_str(path);
+    f->path = qcal_strdup(path);
     f->target = r.target;
     if (!f->path || (r.kind != OUT_FD && !f->target)) {
         qcal_atomic_file_abort(f);

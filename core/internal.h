@@ -11,10 +11,8 @@
 
 #if defined(__GNUC__)
 #define QCAL_PRINTF(a, b) __attribute__((format(printf, a, b)))
-#define QCAL_UNUSED __attribute__((unused))
 #else
 #define QCAL_PRINTF(a, b)
-#define QCAL_UNUSED
 #endif
 
 /* Records a formatted message for the calling thread and returns status, so callers can
@@ -44,6 +42,12 @@ static inline bool qcal_mul_size(size_t a, size_t b, size_t *out)
 /* malloc/calloc wrappers that report QCAL_ERR_NO_MEMORY with the size in the message. */
 void *qcal_malloc(size_t bytes);
 void *qcal_calloc(size_t count, size_t size);
+
+/* A malloc'ed copy of the string s (free with free()), through qcal_malloc: NULL with
+ * QCAL_ERR_NO_MEMORY recorded when out of memory. */
+char *qcal_strdup(const char *s);
+/* The same for the n bytes at s (not necessarily NUL-terminated), NUL added. */
+char *qcal_strndup(const char *s, size_t n);
 
 /* Byte buffer used by the serialisers (observer state, tables). */
 typedef struct qcal_buf {

@@ -103,3 +103,18 @@ void *qcal_calloc(size_t count, size_t size)
         qcal_error(QCAL_ERR_NO_MEMORY, "cannot allocate %zu x %zu bytes", count, size);
     return p;
 }
+
+char *qcal_strndup(const char *s, size_t n)
+{
+    char *d = qcal_malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+char *qcal_strdup(const char *s)
+{
+    return qcal_strndup(s, strlen(s));
+}

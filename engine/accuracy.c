@@ -148,14 +148,14 @@ static qcal_status runner_open(runner *r, qcal_engine *e, qcal_engine_session *f
         if ((st = qcal_engine_session_input(fs, i, &io)) != QCAL_OK)
             return st;
         r->inputs[i] = io;
-        if (!(r->inputs[i].name = engine_strdup(io.name)))
+        if (!(r->inputs[i].name = qcal_strdup(io.name)))
             return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
     }
     for (int64_t i = 0; i < r->n_out; i++) {
         qcal_engine_io io;
         if ((st = qcal_engine_session_output(fs, i, &io)) != QCAL_OK)
             return st;
-        if (!(r->out_names[i] = engine_strdup(io.name)))
+        if (!(r->out_names[i] = qcal_strdup(io.name)))
             return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
     }
     if ((st = qcal_dataset_open(data, entries, n_entries, r->inputs, r->n_inputs, NULL, &r->ds)) != QCAL_OK)
@@ -628,7 +628,7 @@ qcal_status qcal_model_compare(qcal_engine *e, const qcal_onnx_model *float_m, c
         goto fail;
     R.n_outputs = r.n_out;
     for (int64_t i = 0; i < r.n_out; i++) {
-        if (!(R.outputs[i].name = engine_strdup(r.out_names[i]))) {
+        if (!(R.outputs[i].name = qcal_strdup(r.out_names[i]))) {
             st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
             goto fail;
         }
@@ -664,8 +664,8 @@ qcal_status qcal_model_compare(qcal_engine *e, const qcal_onnx_model *float_m, c
         for (int64_t j = 0; j < n_gops; j++) {
             int64_t k = rk[j].i;
             qcal_accuracy_op *op = &R.ops[R.n_ops++];
-            op->name = engine_strdup(gops[k].name);
-            op->op_type = engine_strdup(gops[k].op_type);
+            op->name = qcal_strdup(gops[k].name);
+            op->op_type = qcal_strdup(gops[k].op_type);
             op->sqnr_only_db = only[k];
             op->sqnr_others_db = oth[k];
             if (!op->name || !op->op_type) {
@@ -967,7 +967,7 @@ qcal_status qcal_model_keep_float(qcal_engine *e, const qcal_onnx_model *m, cons
         goto fail;
     }
     for (int64_t i = 0; i < k; i++) {
-        if (!(R.float_ops[i] = engine_strdup(order[i]))) {
+        if (!(R.float_ops[i] = qcal_strdup(order[i]))) {
             st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
             goto fail;
         }

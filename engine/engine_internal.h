@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/internal.h"
 #include "qcal/engine.h"
 #include "qcal/evaluate.h"
 #include "qcal/model_calib.h"
@@ -18,16 +19,6 @@ static inline double engine_now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* A malloc'ed copy of s (free), or NULL. */
-static inline char *engine_strdup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
 }
 
 /* One run's inputs kept for observer_auto's runs at the outputs (names and data owned). */

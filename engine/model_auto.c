@@ -30,7 +30,7 @@ qcal_status engine_auto_keep(const qcal_engine_value *v, int64_t n, engine_auto_
         out->v[i] = v[i];
         out->v[i].name = NULL;
         out->v[i].data = NULL;
-        char *name = v[i].name ? engine_strdup(v[i].name) : NULL;
+        char *name = v[i].name ? qcal_strdup(v[i].name) : NULL;
         void *data = malloc(v[i].nbytes ? v[i].nbytes : 1);
         out->v[i].name = name;
         out->v[i].data = data;

@@ -277,8 +277,8 @@ static qcal_status parse_carry(qcal_model_calib *mc, const qcal_model_calib_opti
             return qcal_error(QCAL_ERR_INVALID_ARG, "carry '%s': expected OUTPUT=INPUT",
                               c ? c : "(null)");
         carry_slot *cs = &mc->carry[k];
-        cs->out = engine_strdup(c);
-        cs->in = engine_strdup(eq + 1);
+        cs->out = qcal_strdup(c);
+        cs->in = qcal_strdup(eq + 1);
         if (!cs->out || !cs->in)
             return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
         cs->out[eq - c] = '\0';
@@ -350,7 +350,7 @@ static qcal_status keep_qdq_options(qcal_model_calib *mc, const qcal_onnx_qdq_op
     mc->qopt.op_types = NULL;
     mc->qopt.exclude = NULL;
     if (q->op_types) {
-        if (!(mc->qopt_op_types = engine_strdup(q->op_types)))
+        if (!(mc->qopt_op_types = qcal_strdup(q->op_types)))
             return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
         mc->qopt.op_types = mc->qopt_op_types;
     }
@@ -358,7 +358,7 @@ static qcal_status keep_qdq_options(qcal_model_calib *mc, const qcal_onnx_qdq_op
         if (!(mc->qopt_exclude = calloc((size_t)q->n_exclude, sizeof *mc->qopt_exclude)))
             return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
         for (int64_t i = 0; i < q->n_exclude; i++)
-            if (!(mc->qopt_exclude[i] = engine_strdup(q->exclude[i])))
+            if (!(mc->qopt_exclude[i] = qcal_strdup(q->exclude[i])))
                 return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
         mc->qopt.exclude = (const char *const *)mc->qopt_exclude;
     }

@@ -224,15 +224,6 @@ static qcal_status ort_fail(const qcal_engine *e, OrtStatus *st, const char *wha
         }                                                        \
     } while (0)
 
-static char *dup_str(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = qcal_malloc(n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
-}
-
 size_t qcal_engine_elem_size(int32_t t)
 {
     switch (t) {
@@ -332,8 +323,8 @@ static char *loaded_path(void *h, const char *asked)
 {
     struct link_map *lm = NULL;
     if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name && lm->l_name[0])
-        return dup_str(lm->l_name);
-    return dup_str(asked);
+        return qcal_strdup(lm->l_name);
+    return qcal_strdup(asked);
 }
 
 static void engine_release(qcal_engine *e)
@@ -503,7 +494,7 @@ static qcal_status read_io(qcal_engine_session *s, bool is_out, size_t i, engine
     ORT_TRY(e, (is_out ? e->ort.SessionGetOutputName : e->ort.SessionGetInputName)(s->sess, i,
                                                                                   alloc, &name),
             "ONNX Runtime: session name");
-    io->name = dup_str(name);
+    io->name = qcal_strdup(name);
     if (!io->name) {
         rc = QCAL_ERR_NO_MEMORY;
         goto done;
@@ -541,7 +532,7 @@ static qcal_status read_io(qcal_engine_session *s, bool is_out, size_t i, engine
     for (size_t k = 0; k < nd; k++) {
         if (io->io.dims[k] < 0) {
             io->io.dims[k] = -1;
-            io->sym[k] = dup_str(sym[k] ? sym[k] : "");
+            io->sym[k] = qcal_strdup(sym[k] ? sym[k] : "");
             if (!io->sym[k]) {
                 rc = QCAL_ERR_NO_MEMORY;
                 goto done;

@@ -87,15 +87,6 @@ struct qcal_dataset_batch {
 
 /* ---- small helpers ---- */
 
-static char *dup_str(const char *s)
-{
-    size_t n = strlen(s);
-    char *d = qcal_malloc(n + 1);
-    if (d)
-        memcpy(d, s, n + 1);
-    return d;
-}
-
 static char *join_path(const char *dir, const char *name)
 {
     size_t a = strlen(dir), b = strlen(name);
@@ -229,7 +220,7 @@ static qcal_status list_dir(const char *dir, char ***out, int64_t *n_out)
             }
             v = p;
         }
-        if (!(v[n] = dup_str(e->d_name))) {
+        if (!(v[n] = qcal_strdup(e->d_name))) {
             st = QCAL_ERR_NO_MEMORY;
             break;
         }
@@ -303,8 +294,8 @@ static ds_array *array_new(qcal_dataset *ds, int src, const char *path, const ch
     if (!a)
         return NULL;
     a->src = src;
-    a->path = dup_str(path);
-    a->key = key ? dup_str(key) : NULL;
+    a->path = qcal_strdup(path);
+    a->key = key ? qcal_strdup(key) : NULL;
     if (!a->path || (key && !a->key)) {
         array_free(a);
         return NULL;
@@ -370,7 +361,7 @@ static qcal_status found_add(found_list *f, ds_array *a, const char *name)
             return qcal_error(QCAL_ERR_NO_MEMORY, "cannot grow an array list");
         f->cap = cap;
     }
-    if (!(f->names[f->n] = dup_str(name)))
+    if (!(f->names[f->n] = qcal_strdup(name)))
         return QCAL_ERR_NO_MEMORY;
     f->a[f->n++] = a;
     return QCAL_OK;
@@ -519,7 +510,7 @@ static qcal_status file_add(qcal_dataset *ds, const char *path, ds_file **out)
     }
     ds_file *f = &ds->files[ds->n_files];
     memset(f, 0, sizeof *f);
-    f->path = dup_str(path);
+    f->path = qcal_strdup(path);
     f->arr = qcal_calloc((size_t)ds->n_inputs, sizeof *f->arr);
     if (!f->path || !f->arr) {
         free(f->path);
@@ -665,7 +656,7 @@ static qcal_status load_entry(qcal_dataset *ds, int64_t j, const char *entry, co
                               path);
         }
     } else {
-        if (!(names = qcal_malloc(sizeof *names)) || !(names[0] = dup_str(path))) {
+        if (!(names = qcal_malloc(sizeof *names)) || !(names[0] = qcal_strdup(path))) {
             free(names);
             return QCAL_ERR_NO_MEMORY;
         }
@@ -807,7 +798,7 @@ qcal_status qcal_dataset_open(const char *spec, const char *const *entries, int6
     }
     for (int64_t j = 0; j < n_inputs; j++) {
         ds->inputs[j] = inputs[j];
-        if (!(ds->names[j] = dup_str(inputs[j].name))) {
+        if (!(ds->names[j] = qcal_strdup(inputs[j].name))) {
             st = QCAL_ERR_NO_MEMORY;
             goto done;
         }

@@ -620,13 +620,11 @@ qcal_status qcal_npy_reader_open(const char *path, qcal_npy_reader **out)
     if (!r)
         return QCAL_ERR_NO_MEMORY;
     r->fd = -1;
-    size_t len = strlen(path);
-    r->path = qcal_malloc(len + 1);
+    r->path = qcal_strdup(path);
     if (!r->path) {
         qcal_npy_reader_close(&r);
         return QCAL_ERR_NO_MEMORY;
     }
-    memcpy(r->path, path, len + 1);
     qcal_status st = open_npy(path, &r->fd, &r->hd);
     if (st != QCAL_OK) {
         qcal_npy_reader_close(&r);

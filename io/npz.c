@@ -58,16 +58,6 @@ static uint32_t le32(const uint8_t *p)
 }
 static uint64_t le64(const uint8_t *p) { return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32; }
 
-static char *dup_str(const char *s, size_t n)
-{
-    char *d = qcal_malloc(n + 1);
-    if (d) {
-        memcpy(d, s, n);
-        d[n] = '\0';
-    }
-    return d;
-}
-
 int32_t qcal_npy_dtype_onnx(qcal_npy_dtype dtype)
 {
     switch (dtype) {
@@ -512,7 +502,7 @@ static qcal_status read_directory(qcal_npz *z)
                             "name", z->name, n);
             goto done;
         }
-        if (!(mm->name = dup_str((const char *)name, nlen))) {
+        if (!(mm->name = qcal_strndup((const char *)name, nlen))) {
             st = QCAL_ERR_NO_MEMORY;
             goto done;
         }
@@ -645,7 +635,7 @@ static qcal_status npz_new(const char *name, qcal_npz **out)
     if (!z)
         return QCAL_ERR_NO_MEMORY;
     z->fd = -1;
-    if (!(z->name = dup_str(name, strlen(name)))) {
+    if (!(z->name = qcal_strdup(name))) {
         free(z);
         return QCAL_ERR_NO_MEMORY;
     }
@@ -726,7 +716,7 @@ static qcal_status to_entries(const qcal_npz *z, bool with_data, qcal_npz_entry 
     for (int64_t i = 0; i < z->n; i++) {
         const qcal_npz_member *m = &z->m[i];
         qcal_status st = QCAL_OK;
-        if (!(e[i].name = dup_str(m->name, strlen(m->name))))
+        if (!(e[i].name = qcal_strdup(m->name)))
             st = QCAL_ERR_NO_MEMORY;
         else if (with_data)
             st = member_data(z, m, &e[i].data);

@@ -67,7 +67,7 @@ QCAL_PRINTF(3, 4) static bool addf(char ***arr, int64_t *n, const char *fmt, ...
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    char *s = onnx_strdup(buf);
+    char *s = qcal_strdup(buf);
     if (!s || !onnx_push((void ***)arr, (size_t *)n, s)) {
         free(s);
         return false;
@@ -108,7 +108,7 @@ qcal_status qcal_onnx_weight_ranges(const qcal_onnx_model *m, qcal_onnx_layer_ra
         if (st != QCAL_OK)
             break;
         qcal_onnx_layer_ranges *nr = realloc(r, (size_t)(k + 1) * sizeof *nr);
-        e.node = onnx_strdup(nm(nd));
+        e.node = qcal_strdup(nm(nd));
         if (!nr || !e.node) {
             if (nr)
                 r = nr;
@@ -180,7 +180,7 @@ static qcal_status get_layer(eq *e, int64_t ni, int64_t *slot)
     qcal_status st = onnx_layer_load(e->m, &e->x, ni, false, &ly, why);
     if (st == QCAL_ERR_UNSUPPORTED) {
         e->slot_of[ni] = -2;
-        e->why_of[ni] = onnx_strdup(why);
+        e->why_of[ni] = qcal_strdup(why);
         *slot = -1;
         return e->why_of[ni] ? QCAL_OK : OOM();
     }
@@ -543,7 +543,7 @@ static qcal_status run(eq *e, const qcal_onnx_equalize_options *opt, onnx_bn_sta
             // Clip(0, M) -> Relu: the scaled channels would need per-channel bounds M / s
             if (!addf(&e->rep->replaced, &e->rep->n_replaced, "%s: Clip(0, %g) -> Relu", nm(X), (double)p->clip_max))
                 return OOM();
-            char *op = onnx_strdup("Relu");
+            char *op = qcal_strdup("Relu");
             if (!op)
                 return OOM();
             free(X->op_type);

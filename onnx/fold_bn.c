@@ -33,7 +33,7 @@ static bool add_line(char ***arr, int64_t *n, const char *fmt, const char *a, co
 {
     char buf[1024];
     snprintf(buf, sizeof buf, fmt, a, b, c);
-    char *s = onnx_strdup(buf);
+    char *s = qcal_strdup(buf);
     if (!s || !onnx_push((void ***)arr, (size_t *)n, s)) {
         free(s);
         return false;
@@ -148,12 +148,12 @@ qcal_status onnx_fold_bn(qcal_onnx_model *m, qcal_onnx_fold_report *rep, onnx_bn
                     ly.l.bias[o] = (float)(((double)ly.l.bias[o] - mean[o]) * a + b[o]);
                 }
                 // the Conv now writes the BN's output; BN output names stay graph-unique
-                char *newout = onnx_strdup(bn->output[0]);
+                char *newout = qcal_strdup(bn->output[0]);
                 onnx_bn_stats s = { newout, c, b, sc };
                 onnx_bn_stats *ns = newout ? realloc(stats, (size_t)(nstats + 1) * sizeof *ns) : NULL;
                 if (ns)
                     stats = ns;
-                char *convout = onnx_strdup(bn->output[0]);
+                char *convout = qcal_strdup(bn->output[0]);
                 if (!ns || !convout) {
                     free(newout);
                     free(convout);

@@ -107,7 +107,7 @@ static Onnx__NodeProto *node_copy(const Onnx__NodeProto *n)
 /* *slot = a copy of v (the old string freed); false when out of memory. */
 static bool set_str(char **slot, const char *v)
 {
-    char *d = onnx_strdup(v);
+    char *d = qcal_strdup(v);
     if (!d)
         return false;
     free(*slot);
@@ -129,7 +129,7 @@ static Onnx__GraphProto *new_graph(const char *name)
     if (!g)
         return NULL;
     onnx__graph_proto__init(g);
-    if (!(g->name = onnx_strdup(name))) {
+    if (!(g->name = qcal_strdup(name))) {
         free(g);
         return NULL;
     }
@@ -148,7 +148,7 @@ static bool graph_output(Onnx__GraphProto *g, const char *name, int32_t elem)
         vi = onnx_new_value_info(name, &d);
     } else if ((vi = malloc(sizeof *vi)) != NULL) {
         onnx__value_info_proto__init(vi);
-        if (!(vi->name = onnx_strdup(name))) {
+        if (!(vi->name = qcal_strdup(name))) {
             free(vi);
             vi = NULL;
         }
@@ -169,7 +169,7 @@ static bool add_body(Onnx__NodeProto *n, const char *name, Onnx__GraphProto *bod
     if (!a)
         return false;
     onnx__attribute_proto__init(a);
-    a->name = onnx_strdup(name);
+    a->name = qcal_strdup(name);
     a->has_type = 1;
     a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH;
     if (!a->name || !onnx_push((void ***)&n->attribute, &n->n_attribute, a)) {
@@ -549,8 +549,8 @@ qcal_status qcal_onnx_gate(const qcal_onnx_model *q, const qcal_onnx_model *ref,
         if (!edges)
             continue;
         qcal_onnx_gate_op *op = &ops[n_ops];
-        op->name = onnx_strdup(n->name ? n->name : "");
-        op->op_type = onnx_strdup(n->op_type);
+        op->name = qcal_strdup(n->name ? n->name : "");
+        op->op_type = qcal_strdup(n->op_type);
         op->node = (int64_t)i;
         op->inputs = edges;
         op->fixed = fixed;
@@ -588,8 +588,8 @@ qcal_status qcal_onnx_gate(const qcal_onnx_model *q, const qcal_onnx_model *ref,
         if (gate < 0) {
             qcal_onnx_gate_op *op = &ops[n_ops];
             const Onnx__NodeProto *pnode = pn >= 0 ? g->node[pn] : NULL;
-            op->name = onnx_strdup(pnode && pnode->name ? pnode->name : "");
-            op->op_type = onnx_strdup(pnode ? pnode->op_type : "Input");
+            op->name = qcal_strdup(pnode && pnode->name ? pnode->name : "");
+            op->op_type = qcal_strdup(pnode ? pnode->op_type : "Input");
             op->node = pn;
             gate = n_ops++;
             if (!op->name || !op->op_type) {
@@ -768,7 +768,7 @@ qcal_status qcal_onnx_gate(const qcal_onnx_model *q, const qcal_onnx_model *ref,
                 break;
             }
             Onnx__NodeProto *wr = g->node[o->writer];
-            char *old_name = onnx_strdup(wr->output[0]);
+            char *old_name = qcal_strdup(wr->output[0]);
             if (!old_name) {
                 if (tg)
                     onnx__graph_proto__free_unpacked(tg, NULL);

@@ -7,9 +7,81 @@
 
 #include "onnx/onnx_internal.h"
 
+/* ---- string map ---- */
+
+static uint64_t hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;   /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+bool onnx_map_put(onnx_map *m, const char *key, int64_t val)
+{
+    if ((m->len + 1) * 2 > m->cap) {
+        size_t cap = m->cap ? m->cap * 2 : 64;
+        const char **keys = calloc(cap, sizeof *keys);
+        int64_t *vals = calloc(cap, sizeof *vals);
+        if (!keys || !vals) {
+            free(keys);
+            free(vals);
+            return false;
+        }
+        for (size_t i = 0; i < m->cap; i++) {
+            if (!m->keys[i])
+                continue;
+            size_t j = hash_str(m->keys[i]) & (cap - 1);
+            while (keys[j])
+                j = (j + 1) & (cap - 1);
+            keys[j] = m->keys[i];
+            vals[j] = m->vals[i];
+        }
+        free(m->keys);
+        free(m->vals);
+        m->keys = keys;
+        m->vals = vals;
+        m->cap = cap;
+    }
+    size_t j = hash_str(key) & (m->cap - 1);
+    while (m->keys[j]) {
+        if (!strcmp(m->keys[j], key)) {
+            m->vals[j] = val;
+            return true;
+        }
+        j = (j + 1) & (m->cap - 1);
+    }
+    m->keys[j] = key;
+    m->vals[j] = val;
+    m->len++;
+    return true;
+}
+
+int64_t *onnx_map_get(const onnx_map *m, const char *key)
+{
+    if (!m->cap)
+        return NULL;
+    size_t j = hash_str(key) & (m->cap - 1);
+    while (m->keys[j]) {
+        if (!strcmp(m->keys[j], key))
+            return &m->vals[j];
+        j = (j + 1) & (m->cap - 1);
+    }
+    return NULL;
+}
+
+void onnx_map_free(onnx_map *m)
+{
+    free(m->keys);
+    free(m->vals);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---- the index ---- */
+
 static char *own(onnx_gindex *x, const char *s)
 {
-    char *c = onnx_strdup(s);
+    char *c = qcal_strdup(s);
     if (!c || !onnx_push((void ***)&x->owned, (size_t *)&x->nowned, c)) {
         free(c);
         return NULL;

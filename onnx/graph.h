@@ -11,7 +11,7 @@
 
 #include "core/internal.h"
 
-/* ---- string map: name -> int64 (open addressing, keys borrowed, never removed; model.c) ---- */
+/* ---- string map: name -> int64 (open addressing, keys borrowed, never removed; graph.c) ---- */
 typedef struct onnx_map {
     const char **keys;
     int64_t *vals;

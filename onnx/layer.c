@@ -217,7 +217,7 @@ qcal_status onnx_layer_store(qcal_onnx_model *m, onnx_gindex *x, onnx_layer *ly)
         n->input[2] = NULL;
         n->n_input = 3;
     }
-    char *s = onnx_strdup(bname);
+    char *s = qcal_strdup(bname);
     if (!s)
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
     free(n->input[2]);   // NULL or "" (an omitted bias): never a key of x
@@ -245,7 +245,7 @@ static bool reads_collect(const Onnx__GraphProto *g, bool top, onnx_map *set, ch
             if (!s || !s[0] || onnx_map_get(set, s))
                 continue;
             if (own) {
-                char *c = onnx_strdup(s);
+                char *c = qcal_strdup(s);
                 if (!c || !onnx_push((void ***)own, nown, c)) {
                     free(c);
                     return false;
@@ -269,7 +269,7 @@ static bool reads_collect(const Onnx__GraphProto *g, bool top, onnx_map *set, ch
         if (!s || !s[0] || onnx_map_get(set, s))
             continue;
         if (own) {
-            char *c = onnx_strdup(s);
+            char *c = qcal_strdup(s);
             if (!c || !onnx_push((void ***)own, nown, c)) {
                 free(c);
                 return false;

@@ -1,5 +1,7 @@
 /* Internal to onnx/: the handle around protobuf-c's ModelProto and the helpers the passes
- * share (names, tensors; the graph index: onnx/graph.h). The generated onnx.pb-c.h is seen by onnx/ only. */
+ * share (tensor data: tensor.c; lookups: inspect.c; builders: build.c; the graph index:
+ * onnx/graph.h). The reader's own declarations are in onnx/load.h, the writer's lazy
+ * initializers in onnx/save.h. The generated onnx.pb-c.h is seen by onnx/ only. */
 #ifndef QCAL_ONNX_INTERNAL_H
 #define QCAL_ONNX_INTERNAL_H
 
@@ -31,25 +33,12 @@ struct qcal_onnx_model {
     size_t n_src;
 };
 
-/* ---- lazy initializers: the seam between a rewrite and the writer ---- */
-
-/* A main-graph initializer whose bytes are not final when the save starts: t's raw_data has
- * its final (non-zero) size, and fill(ctx, t) makes its bytes final. The writer calls fill
- * when it reaches those bytes, before it writes them, once per save; so a rewrite can
- * compute them (on a thread of its own) while the writer writes what comes before. fill
- * returns QCAL_OK, or a status with its message set on the calling thread; it changes no
- * field of t, only the bytes t->raw_data.data points at, and those only before it returns. */
-typedef struct onnx_lazy {
-    const Onnx__TensorProto *t;
-    qcal_status (*fill)(void *ctx, const Onnx__TensorProto *t);
-    void *ctx;
-} onnx_lazy;
-
-/* qcal_onnx_model_save with n lazy initializers. Nothing is committed unless every one was
- * filled and then written as itself; a fill that fails fails the save with its status and
- * message (nothing written). The lazy list is read during the call only. */
-qcal_status onnx_model_save_lazy(qcal_onnx_model *m, const qcal_onnx_save_options *opt, const char *path,
-                                 const onnx_lazy *lazy, size_t n);
+/* Raw data from this size on is cut out of the shell the reader unpacks (load.c) and
+ * copied file to file by the writer (save.c). The fuzz build lowers it
+ * (-DONNX_BLOB_MIN=16) so that inputs of a few KiB exercise the cut. */
+#ifndef ONNX_BLOB_MIN
+#define ONNX_BLOB_MIN ((size_t)1 << 16)
+#endif
 
 /* The mapped file ptr lies in, or NULL. */
 const onnx_src *onnx_src_of(const qcal_onnx_model *m, const void *ptr);
@@ -75,8 +64,21 @@ qcal_status onnx_raw_view(const Onnx__TensorProto *t, size_t off, size_t len, ui
  * reads every weight once does not keep the whole file resident. */
 void onnx_raw_drop(const qcal_onnx_model *m, const Onnx__TensorProto *t);
 
+/* s, or "" for NULL (names in messages). */
+static inline const char *onnx_str_or_empty(const char *s)
+{
+    return s ? s : "";
+}
+
 /* Bytes per element of an ONNX element type; 0 when unknown or sub-byte. */
 size_t onnx_elem_size(int32_t type);
+
+/* Expected byte size of the tensor's data (numel elements of its type, 4-bit types two per
+ * byte); false when the type's size is unknown here (strings, newer types) or too large. */
+bool onnx_tensor_expected_bytes(const Onnx__TensorProto *t, int64_t numel, uint64_t *bytes);
+
+/* memcpy with 16-byte vector moves, for bytes read from a file mapping (tensor.c). */
+void onnx_copy_vec(uint8_t *restrict dst, const uint8_t *restrict src, size_t n);
 
 /* numel of a TensorProto's dims; false on a negative dim or overflow. */
 bool onnx_tensor_numel(const Onnx__TensorProto *t, int64_t *numel);
@@ -93,7 +95,6 @@ qcal_status onnx_tensor_to_float(const Onnx__TensorProto *t, float **out, int64_
 int64_t onnx_model_opset(const Onnx__ModelProto *mp);
 
 /* Builders (malloc'ed, owned by the model they are put into). */
-char *onnx_strdup(const char *s);
 Onnx__TensorProto *onnx_new_tensor(const char *name, int32_t type, int32_t ndim,
                                    const int64_t *dims, const void *data, size_t nbytes);
 /* The same taking data (malloc'ed, nbytes) as the tensor's raw_data; NULL (data still the
@@ -104,6 +105,12 @@ Onnx__NodeProto *onnx_new_node(const char *op_type, const char *name, int64_t n_
                                const char *const *in, int64_t n_out, const char *const *out);
 bool onnx_node_add_int(Onnx__NodeProto *n, const char *attr, int64_t v);
 bool onnx_push(void ***array, size_t *n, void *item);   /* appends; false: out of memory */
+
+/* Appends the external_data entry key = value to t; false: out of memory. */
+bool onnx_tensor_add_entry(Onnx__TensorProto *t, const char *key, const char *value);
+
+/* The initializer of that name in g (not its subgraphs), or NULL. */
+const Onnx__TensorProto *onnx_graph_init(const Onnx__GraphProto *g, const char *name);
 
 /* Attribute `name` of a node or NULL. */
 const Onnx__AttributeProto *onnx_node_attr(const Onnx__NodeProto *n, const char *name);

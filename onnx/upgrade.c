@@ -265,7 +265,7 @@ static tally *tally_of(up_ctx *c, const char *op)
     c->t = t;
     t = &c->t[c->nt];
     memset(t, 0, sizeof *t);
-    if (!(t->op = onnx_strdup(op)))
+    if (!(t->op = qcal_strdup(op)))
         return NULL;
     c->nt++;
     return t;
@@ -629,12 +629,12 @@ static bool set_input(Onnx__NodeProto *n, size_t k, const char *name)
             return false;
         n->input = in;
         while (n->n_input <= k) {
-            if (!(in[n->n_input] = onnx_strdup("")))
+            if (!(in[n->n_input] = qcal_strdup("")))
                 return false;
             n->n_input++;
         }
     }
-    char *s = onnx_strdup(name);
+    char *s = qcal_strdup(name);
     if (!s)
         return false;
     free(n->input[k]);
@@ -693,14 +693,11 @@ static bool set_string_attr(Onnx__NodeProto *n, const char *name, const char *va
     if (!a)
         return false;
     onnx__attribute_proto__init(a);
-    a->name = onnx_strdup(name);
+    a->name = qcal_strdup(name);
     a->has_type = 1;
     a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
-    size_t len = strlen(value);
-    a->s.data = malloc(len + 1);
-    if (a->s.data)
-        memcpy(a->s.data, value, len);
-    a->s.len = len;
+    a->s.data = (uint8_t *)qcal_strdup(value);
+    a->s.len = strlen(value);
     a->has_s = 1;
     if (!a->name || !a->s.data || !onnx_push((void ***)&n->attribute, &n->n_attribute, a)) {
         attr_free(a);
@@ -765,7 +762,7 @@ static bool apply(up_ctx *c, Onnx__GraphProto *g, Onnx__NodeProto *n, int act, O
         if (!rs)
             return false;
         ok = set_input(n, 0, flat) && set_int_attr(n, "axis", -1);
-        char *o = onnx_strdup(soft);
+        char *o = qcal_strdup(soft);
         if (ok && o) {
             free(n->output[0]);
             n->output[0] = o;
@@ -804,13 +801,13 @@ static bool apply(up_ctx *c, Onnx__GraphProto *g, Onnx__NodeProto *n, int act, O
     case A_RESIZE_CEIL: {
         bool nearest = attr_is(n, "mode", "nearest", true);
         const char *nm = !nearest ? NULL : act == A_RESIZE_CEIL ? "ceil" : "floor";
-        char *op = onnx_strdup("Resize");
+        char *op = qcal_strdup("Resize");
         if (!op)
             return false;
         free(n->op_type);
         n->op_type = op;
         const char *scales = n->input[1];
-        char *keep = onnx_strdup(scales);
+        char *keep = qcal_strdup(scales);
         ok = keep && set_input(n, 2, keep) && set_input(n, 1, "") &&
              set_string_attr(n, "coordinate_transformation_mode", "asymmetric") &&
              (!nm || set_string_attr(n, "nearest_mode", nm));
@@ -837,7 +834,7 @@ static bool apply(up_ctx *c, Onnx__GraphProto *g, Onnx__NodeProto *n, int act, O
         break;
     }
     case A_DROPOUT_IDENTITY: {
-        char *op = onnx_strdup("Identity");
+        char *op = qcal_strdup("Identity");
         if (!op)
             return false;
         free(n->op_type);
@@ -859,7 +856,7 @@ static bool apply(up_ctx *c, Onnx__GraphProto *g, Onnx__NodeProto *n, int act, O
         break;
     }
     case A_SCATTER: {
-        char *op = onnx_strdup("ScatterElements");
+        char *op = qcal_strdup("ScatterElements");
         if (!op)
             return false;
         free(n->op_type);
@@ -1011,7 +1008,7 @@ static qcal_status fill_report(up_ctx *c, qcal_onnx_upgrade_report *rep)
                                         action_text[a], (long long)t->count[a], nodes_word(t->count[a]));
                 first = false;
             }
-        if (!(lines[k++] = onnx_strdup(buf))) {
+        if (!(lines[k++] = qcal_strdup(buf))) {
             for (int64_t j = 0; j < k; j++)
                 free(lines[j]);
             free(lines);
