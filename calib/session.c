@@ -561,22 +561,28 @@ qcal_status qcal_calib_session_flush(qcal_calib_session *s)
     return first;
 }
 
-qcal_status qcal_calib_session_count(qcal_calib_session *s, int64_t *n)
+qcal_status qcal_calib_session_count(const qcal_calib_session *cs, int64_t *n)
 {
-    if (!s || !n)
+    if (!cs || !n)
         return qcal_error(QCAL_ERR_INVALID_ARG, "session or output is NULL");
+    /* The lock is bookkeeping, not data: taking it on a const session is how readers
+     * serialise with writers (as qcal_calib_session_each). */
+    qcal_calib_session *s = (qcal_calib_session *)cs;
     pthread_rwlock_rdlock(&s->lock);
     *n = (int64_t)s->n;
     pthread_rwlock_unlock(&s->lock);
     return QCAL_OK;
 }
 
-qcal_status qcal_calib_session_stats(qcal_calib_session *s, const char *fqn, qcal_calib_role role,
-                               uint64_t *batches, uint64_t *elements, uint64_t *nonfinite,
-                               uint64_t *pending_out)
+qcal_status qcal_calib_session_stats(const qcal_calib_session *cs, const char *fqn,
+                                     qcal_calib_role role, uint64_t *batches,
+                                     uint64_t *elements, uint64_t *nonfinite,
+                                     uint64_t *pending_out)
 {
-    if (!s || !fqn)
+    if (!cs || !fqn)
         return qcal_error(QCAL_ERR_INVALID_ARG, "session or fqn is NULL");
+    /* Locks taken on a const session, as qcal_calib_session_count. */
+    qcal_calib_session *s = (qcal_calib_session *)cs;
     if ((unsigned)role >= QCAL_CALIB_ROLE_COUNT)
         return qcal_error(QCAL_ERR_INVALID_ARG, "unknown role %d", (int)role);
     pthread_rwlock_rdlock(&s->lock);

@@ -23,7 +23,7 @@
 #include "core/internal.h"
 #include "io/npy_internal.h"
 #include "io/npz_internal.h"
-#include "qcal/dataset.h"
+#include "qcal/npz.h"
 
 #if QCAL_HAVE_ZLIB
 #include <zlib.h>

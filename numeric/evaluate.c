@@ -496,7 +496,9 @@ static int entry_cmp(const void *a, const void *b)
     return c ? c : (int)x->role - (int)y->role;
 }
 
-/* Sorts the entries and computes the public results (once). */
+/* Sorts the entries and computes the public results (once). Called by the const readers:
+ * a cache filled behind a const handle (pass 2 has no end call to do it in). Not
+ * synchronised: the header asks that the first read not race another call. */
 static qcal_status finalize(const qcal_numeric_eval *cev)
 {
     qcal_numeric_eval *ev = (qcal_numeric_eval *)cev;

@@ -26,7 +26,6 @@ struct qcal_numeric_summary {
     int64_t n, cap;
     group *g;
     int64_t ng, gcap;
-    int64_t *outl;     /* scratch: outliers of the last described group */
 };
 
 void qcal_numeric_summary_options_default(qcal_numeric_summary_options *opt)
@@ -52,7 +51,6 @@ void qcal_numeric_summary_destroy(qcal_numeric_summary **sp)
         free(s->g[i].idx);
     }
     free(s->g);
-    free(s->outl);
     free(s);
     *sp = NULL;
 }
@@ -195,12 +193,10 @@ qcal_status qcal_numeric_summary_add(qcal_numeric_summary *s, const qcal_numeric
     s->m[s->n].it = *item;
     s->m[s->n].it.name = name;
     s->n++;
-    free(s->outl);
-    s->outl = NULL;
     return QCAL_OK;
 }
 
-qcal_status qcal_numeric_summary_group_count(qcal_numeric_summary *s, int64_t *n)
+qcal_status qcal_numeric_summary_group_count(const qcal_numeric_summary *s, int64_t *n)
 {
     if (!s || !n)
         return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_summary_group_count: NULL argument");
@@ -220,10 +216,12 @@ static bool has_stats(const qcal_numeric_summary_item *it)
     return isfinite(it->max);
 }
 
-/* Median absmax of group g, and its outliers into s->outl (count returned). */
-static qcal_status analyse(qcal_numeric_summary *s, int64_t g, double *median, int64_t *n_out)
+/* Median absmax of group g and its outliers' member indices: *outl (the caller frees it;
+ * NULL: not wanted), *n_out of them. Nothing is kept in s, so readers never race. */
+static qcal_status analyse(const qcal_numeric_summary *s, int64_t g, double *median,
+                           int64_t *n_out, int64_t **outl)
 {
-    group *gr = &s->g[g];
+    const group *gr = &s->g[g];
     double *v = qcal_malloc((size_t)gr->n * sizeof *v);
     int64_t *o = qcal_malloc((size_t)gr->n * sizeof *o);
     if (!v || !o) {
@@ -247,19 +245,24 @@ static qcal_status analyse(qcal_numeric_summary *s, int64_t g, double *median, i
         }
     }
     free(v);
-    free(s->outl);
-    s->outl = o;
+    if (outl)
+        *outl = o;
+    else
+        free(o);
     *median = med;
     *n_out = k;
     return QCAL_OK;
 }
 
-qcal_status qcal_numeric_summary_get_group(qcal_numeric_summary *s, int64_t g, qcal_numeric_summary_group *out)
+/* qcal_numeric_summary_get_group, with the outliers' member indices (*outl, NULL: not
+ * wanted) for qcal_numeric_summary_outlier. */
+static qcal_status describe(const qcal_numeric_summary *s, int64_t g,
+                            qcal_numeric_summary_group *out, int64_t **outl)
 {
     if (!s || !out || g < 0 || g >= s->ng)
         return qcal_error(QCAL_ERR_INVALID_ARG, "group %lld out of range [0, %lld)", (long long)g,
                           s ? (long long)s->ng : 0LL);
-    group *gr = &s->g[g];
+    const group *gr = &s->g[g];
     qcal_numeric_summary_group r;
     memset(&r, 0, sizeof r);
     r.pattern = gr->pattern;
@@ -302,27 +305,39 @@ qcal_status qcal_numeric_summary_get_group(qcal_numeric_summary *s, int64_t g, q
         r.ndim = it->ndim;
         memcpy(r.shape, it->shape, sizeof r.shape);
     }
-    qcal_status st = analyse(s, g, &r.median_absmax, &r.n_outliers);
+    qcal_status st = analyse(s, g, &r.median_absmax, &r.n_outliers, outl);
     if (st != QCAL_OK)
         return st;
     *out = r;
     return QCAL_OK;
 }
 
-qcal_status qcal_numeric_summary_outlier(qcal_numeric_summary *s, int64_t g, int64_t k, const char **name)
+qcal_status qcal_numeric_summary_get_group(const qcal_numeric_summary *s, int64_t g,
+                                           qcal_numeric_summary_group *out)
+{
+    return describe(s, g, out, NULL);
+}
+
+qcal_status qcal_numeric_summary_outlier(const qcal_numeric_summary *s, int64_t g, int64_t k,
+                                         const char **name)
 {
     qcal_numeric_summary_group r;
-    qcal_status st = qcal_numeric_summary_get_group(s, g, &r);
+    int64_t *outl = NULL;
+    qcal_status st = describe(s, g, &r, &outl);
     if (st != QCAL_OK)
         return st;
-    if (!name || k < 0 || k >= r.n_outliers)
+    if (!name || k < 0 || k >= r.n_outliers) {
+        free(outl);
         return qcal_error(QCAL_ERR_INVALID_ARG, "outlier %lld out of range [0, %lld)", (long long)k,
                           (long long)r.n_outliers);
-    *name = s->m[s->outl[k]].name;
+    }
+    *name = s->m[outl[k]].name;
+    free(outl);
     return QCAL_OK;
 }
 
-qcal_status qcal_numeric_summary_keep_float(qcal_numeric_summary *s, int64_t cap, const char **names, int64_t *n)
+qcal_status qcal_numeric_summary_keep_float(const qcal_numeric_summary *s, int64_t cap,
+                                            const char **names, int64_t *n)
 {
     if (!s || !n || cap < 0 || (cap > 0 && !names))
         return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_numeric_summary_keep_float: bad arguments");

@@ -604,7 +604,7 @@ bool qcal_hist_entropy_window(const uint64_t *counts, int32_t bins, int32_t leve
     return true;
 }
 
-static qcal_status entropy_qrange(qcal_observer *obs, int64_t cap, float *mn, float *mx,
+static qcal_status entropy_qrange(const qcal_observer *obs, int64_t cap, float *mn, float *mx,
                                   int64_t *n)
 {
     (void)cap;

@@ -311,7 +311,7 @@ static double dst_nbins(const qcal_observer *obs)
 }
 
 /* grid=torch: calculate_qparams on PyTorch's own buffers. */
-static qcal_status torch_qrange(qcal_observer *obs, const qcal_torch_hist *t, float *mn,
+static qcal_status torch_qrange(const qcal_observer *obs, const qcal_torch_hist *t, float *mn,
                                 float *mx, int64_t *n)
 {
     *n = 1;
@@ -365,7 +365,7 @@ qcal_status qcal_observer_torch_histogram_set(qcal_observer *obs, const float *c
     return QCAL_OK;
 }
 
-static qcal_status histogram_qrange(qcal_observer *obs, int64_t cap, float *mn, float *mx,
+static qcal_status histogram_qrange(const qcal_observer *obs, int64_t cap, float *mn, float *mx,
                                     int64_t *n)
 {
     (void)cap;

@@ -85,7 +85,7 @@ qcal_status qcal_pt_state_range(const qcal_observer *obs, int64_t cap, float *mn
     return s->mn == INFINITY ? QCAL_NO_DATA : QCAL_OK;
 }
 
-qcal_status qcal_pt_state_qrange(qcal_observer *obs, int64_t cap, float *mn, float *mx,
+qcal_status qcal_pt_state_qrange(const qcal_observer *obs, int64_t cap, float *mn, float *mx,
                                  int64_t *n)
 {
     return qcal_pt_state_range(obs, cap, mn, mx, n);

@@ -71,7 +71,7 @@ void qcal_pc_state_reset(qcal_observer *obs);
 qcal_status qcal_pc_state_channels(const qcal_observer *obs, int64_t *n);
 qcal_status qcal_pc_state_range(const qcal_observer *obs, int64_t cap, float *mn, float *mx,
                                 int64_t *n);
-qcal_status qcal_pc_state_qrange(qcal_observer *obs, int64_t cap, float *mn, float *mx,
+qcal_status qcal_pc_state_qrange(const qcal_observer *obs, int64_t cap, float *mn, float *mx,
                                  int64_t *n);
 void qcal_pc_state_save(const qcal_observer *obs, qcal_buf *b);
 qcal_status qcal_pc_state_load(qcal_observer *obs, qcal_cursor *c);

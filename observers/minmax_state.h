@@ -29,7 +29,7 @@ void qcal_pt_state_merge(qcal_observer *dst, const qcal_observer *src, qcal_pt_f
 qcal_status qcal_pt_state_channels(const qcal_observer *obs, int64_t *n);
 qcal_status qcal_pt_state_range(const qcal_observer *obs, int64_t cap, float *mn, float *mx,
                                 int64_t *n);
-qcal_status qcal_pt_state_qrange(qcal_observer *obs, int64_t cap, float *mn, float *mx,
+qcal_status qcal_pt_state_qrange(const qcal_observer *obs, int64_t cap, float *mn, float *mx,
                                  int64_t *n);
 void qcal_pt_state_reset(qcal_observer *obs);
 void qcal_pt_state_save(const qcal_observer *obs, qcal_buf *b);

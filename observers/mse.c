@@ -355,7 +355,7 @@ qcal_status qcal_histobs_mse_levels(const qcal_observer *obs, const qcal_hist *h
     return QCAL_OK;
 }
 
-static qcal_status mse_qrange(qcal_observer *obs, int64_t cap, float *mn, float *mx,
+static qcal_status mse_qrange(const qcal_observer *obs, int64_t cap, float *mn, float *mx,
                               int64_t *n)
 {
     (void)cap;

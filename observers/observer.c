@@ -360,7 +360,7 @@ qcal_status qcal_observer_data_range(const qcal_observer *obs, int64_t cap, floa
     return obs->ops->data_range(obs, cap, min_val, max_val, n);
 }
 
-qcal_status qcal_observer_qrange(qcal_observer *obs, int64_t cap, float *min_val,
+qcal_status qcal_observer_qrange(const qcal_observer *obs, int64_t cap, float *min_val,
                                  float *max_val, int64_t *n)
 {
     if (!obs || !min_val || !max_val || !n || cap < 1)
@@ -368,7 +368,7 @@ qcal_status qcal_observer_qrange(qcal_observer *obs, int64_t cap, float *min_val
     return obs->ops->qrange(obs, cap, min_val, max_val, n);
 }
 
-qcal_status qcal_observer_qparams(qcal_observer *obs, qcal_qparams *out)
+qcal_status qcal_observer_qparams(const qcal_observer *obs, qcal_qparams *out)
 {
     if (!obs || !out)
         return qcal_error(QCAL_ERR_INVALID_ARG, "observer or qparams output is NULL");

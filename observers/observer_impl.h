@@ -24,7 +24,7 @@ typedef struct qcal_observer_ops {
      * but the kind checks cap against its channel count. */
     qcal_status (*data_range)(const qcal_observer *obs, int64_t cap, float *mn, float *mx,
                               int64_t *n);
-    qcal_status (*qrange)(qcal_observer *obs, int64_t cap, float *mn, float *mx, int64_t *n);
+    qcal_status (*qrange)(const qcal_observer *obs, int64_t cap, float *mn, float *mx, int64_t *n);
     /* Back to the "no data" state. */
     void (*reset)(qcal_observer *obs);
     /* dst and src have the same kind and an equal config (checked by the caller). */

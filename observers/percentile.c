@@ -37,7 +37,7 @@ double qcal_hist_quantile(const uint64_t *counts, int32_t bins, double lo, doubl
     return last < 0 ? lo : lo + (double)(last + 1) * w;
 }
 
-static qcal_status percentile_qrange(qcal_observer *obs, int64_t cap, float *mn, float *mx,
+static qcal_status percentile_qrange(const qcal_observer *obs, int64_t cap, float *mn, float *mx,
                                      int64_t *n)
 {
     (void)cap;

@@ -293,13 +293,8 @@ static PyObject *Observer_qparams(ObserverObject *self, PyObject *noargs)
     return res;
 }
 
-typedef qcal_status (*range_fn)(qcal_observer *, int64_t, float *, float *, int64_t *);
-
-static qcal_status data_range_adapter(qcal_observer *obs, int64_t cap, float *mn, float *mx,
-                                      int64_t *n)
-{
-    return qcal_observer_data_range(obs, cap, mn, mx, n);
-}
+/* qcal_observer_qrange or qcal_observer_data_range (both read a const observer). */
+typedef qcal_status (*range_fn)(const qcal_observer *, int64_t, float *, float *, int64_t *);
 
 static PyObject *range_common(ObserverObject *self, range_fn fn)
 {
@@ -357,7 +352,7 @@ static PyObject *Observer_range(ObserverObject *self, PyObject *noargs)
 static PyObject *Observer_data_range(ObserverObject *self, PyObject *noargs)
 {
     (void)noargs;
-    return range_common(self, data_range_adapter);
+    return range_common(self, qcal_observer_data_range);
 }
 
 /* _data_range_into(min_out, max_out) -> True when the running range was written into the

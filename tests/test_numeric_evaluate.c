@@ -330,7 +330,7 @@ static void test_outputs(void **state)
             float lo[2049], hi[2049];
             double err[2049];
             int64_t n = 0, chosen = -1, defined = 0;
-            assert_int_equal(qcal_observer_search_curve((qcal_observer *)o, 2049, lo, hi, err,
+            assert_int_equal(qcal_observer_search_curve(o, 2049, lo, hi, err,
                                                         &n, &chosen), QCAL_OK);
             for (int64_t c = 0; c < n; c++)
                 defined += isfinite(err[c]) != 0;

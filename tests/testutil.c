@@ -219,7 +219,7 @@ const tu_ref_arr *tu_ref_get(const tu_ref_file *r, const char *fmt, ...)
     return NULL;
 }
 
-qcal_status tu_observer_qparams(qcal_observer *obs, int64_t cap, float *scale,
+qcal_status tu_observer_qparams(const qcal_observer *obs, int64_t cap, float *scale,
                                 int32_t *zero_point, float *zero_point_float, int64_t *n)
 {
     qcal_qparams qp = {0};

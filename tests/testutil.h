@@ -78,7 +78,7 @@ const tu_ref_arr *tu_ref_get(const tu_ref_file *r, const char *fmt, ...);
 /* qcal_observer_qparams copied into caller arrays (cap entries; zero_point and
  * zero_point_float may be NULL): *n gets the channel count; the status is the observer's.
  * Fails the test if the value does not fit. */
-qcal_status tu_observer_qparams(qcal_observer *obs, int64_t cap, float *scale,
+qcal_status tu_observer_qparams(const qcal_observer *obs, int64_t cap, float *scale,
                                 int32_t *zero_point, float *zero_point_float, int64_t *n);
 
 /* qcal_fakequant_module_qparams copied into caller arrays (scales, integer zero-points),

@@ -190,4 +190,8 @@ QCAL_API void qcal_keep_float_result_free(qcal_keep_float_result *res);
 }
 #endif
 
+/* The names this header's calls had before 0.2.0, kept for one release (qcal/deprecated.h;
+ * defined here, once every declaration above is in place). */
+#define QCAL_ACCURACY_DECLARED
+#include "qcal/deprecated.h"
 #endif

@@ -165,15 +165,17 @@ QCAL_API qcal_status qcal_calib_session_observe_part(qcal_calib_session *s, cons
  * first failure is returned (with the fqn and step in the message). Thread-safe. */
 QCAL_API qcal_status qcal_calib_session_flush(qcal_calib_session *s);
 
-/* Number of (fqn, role) entries. */
-QCAL_API qcal_status qcal_calib_session_count(qcal_calib_session *s, int64_t *n);
+/* Number of (fqn, role) entries. A read (it takes the session's lock internally, so it
+ * may run while other threads observe). */
+QCAL_API qcal_status qcal_calib_session_count(const qcal_calib_session *s, int64_t *n);
 
 /* Counts of one entry: batches applied, elements applied, non-finite values skipped,
  * batches still queued. QCAL_ERR_NOT_FOUND if the session never saw (fqn, role).
- * Any output may be NULL. */
-QCAL_API qcal_status qcal_calib_session_stats(qcal_calib_session *s, const char *fqn, qcal_calib_role role,
-                                        uint64_t *batches, uint64_t *elements,
-                                        uint64_t *nonfinite, uint64_t *pending);
+ * Any output may be NULL. A read, locked like qcal_calib_session_count. */
+QCAL_API qcal_status qcal_calib_session_stats(const qcal_calib_session *s, const char *fqn,
+                                              qcal_calib_role role, uint64_t *batches,
+                                              uint64_t *elements, uint64_t *nonfinite,
+                                              uint64_t *pending);
 
 /* ---- Session states (format: docs/state.md) ----
  * A session state ("QCSS") holds every entry (fqn, role, element count, observer state);
@@ -254,7 +256,7 @@ typedef struct qcal_calib_table qcal_calib_table;
 
 /* Flushes the session and snapshots every entry into a new table sorted by (fqn, role),
  * with the session's digest (qcal_calib_session_digest); the session stays usable. *out
- * owned by the caller. */
+ * owned by the caller. s is not const: the flush applies queued batches to the observers. */
 QCAL_API qcal_status qcal_calib_session_table(qcal_calib_session *s, qcal_calib_table **out);
 
 /* Destroys *t (NULL is fine) and sets *t to NULL. */
@@ -390,4 +392,9 @@ QCAL_API qcal_status qcal_calib_table_read_json(const char *path, qcal_calib_tab
 #ifdef __cplusplus
 }
 #endif
+
+/* The names this header's calls had before 0.2.0, kept for one release (qcal/deprecated.h;
+ * defined here, once every declaration above is in place). */
+#define QCAL_CALIB_DECLARED
+#include "qcal/deprecated.h"
 #endif

@@ -71,4 +71,9 @@ QCAL_API void qcal_calib_dump_destroy(qcal_calib_dump **d);
 #ifdef __cplusplus
 }
 #endif
+
+/* The names this header's calls had before 0.2.0, kept for one release (qcal/deprecated.h;
+ * defined here, once every declaration above is in place). */
+#define QCAL_CALIB_DUMP_DECLARED
+#include "qcal/deprecated.h"
 #endif

@@ -12,6 +12,14 @@
 #define QCAL_API
 #endif
 
+/* Marks a public name kept for one release after a rename (qcal/deprecated.h,
+ * docs/architecture.md "Naming"): using it warns with the new name. */
+#if defined(__GNUC__) || defined(__clang__)
+#define QCAL_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#else
+#define QCAL_DEPRECATED(msg)
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif

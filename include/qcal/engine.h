@@ -124,9 +124,10 @@ typedef struct qcal_engine_value {
  * order). *out (owned by the caller) holds them in that order; an output that ONNX Runtime
  * returns aliasing an input is copied. Thread-safe for distinct sessions; one session may
  * run on several threads at once (ONNX Runtime allows it). */
-QCAL_API qcal_status qcal_engine_run(qcal_engine_session *s, const qcal_engine_value *inputs,
-                                     int64_t n_inputs, const char *const *outputs,
-                                     int64_t n_outputs, qcal_engine_outputs **out);
+QCAL_API qcal_status qcal_engine_run(qcal_engine_session *s,
+                                     const qcal_engine_value *inputs, int64_t n_inputs,
+                                     const char *const *outputs, int64_t n_outputs,
+                                     qcal_engine_outputs **out);
 
 /* Number of values in a run's result. */
 QCAL_API int64_t qcal_engine_outputs_count(const qcal_engine_outputs *o);
@@ -152,4 +153,9 @@ QCAL_API const char *qcal_engine_elem_name(int32_t elem_type);
 #ifdef __cplusplus
 }
 #endif
+
+/* The names this header's calls had before 0.2.0, kept for one release (qcal/deprecated.h;
+ * defined here, once every declaration above is in place). */
+#define QCAL_ENGINE_DECLARED
+#include "qcal/deprecated.h"
 #endif

@@ -197,4 +197,9 @@ QCAL_API qcal_status qcal_model_calibrate(qcal_engine *e, const qcal_onnx_model 
 #ifdef __cplusplus
 }
 #endif
+
+/* The names this header's calls had before 0.2.0, kept for one release (qcal/deprecated.h;
+ * defined here, once every declaration above is in place). */
+#define QCAL_MODEL_CALIB_DECLARED
+#include "qcal/deprecated.h"
 #endif

@@ -237,19 +237,20 @@ QCAL_API qcal_status qcal_numeric_summary_add(qcal_numeric_summary *s, const qca
 QCAL_API qcal_status qcal_numeric_summary_default_pattern(const char *name, char *buf, size_t cap);
 
 /* Number of groups (in order of first appearance). */
-QCAL_API qcal_status qcal_numeric_summary_group_count(qcal_numeric_summary *s, int64_t *n);
+QCAL_API qcal_status qcal_numeric_summary_group_count(const qcal_numeric_summary *s, int64_t *n);
 
 /* Describes group g (strings valid until the next add or destroy). */
-QCAL_API qcal_status qcal_numeric_summary_get_group(qcal_numeric_summary *s, int64_t g, qcal_numeric_summary_group *out);
+QCAL_API qcal_status qcal_numeric_summary_get_group(const qcal_numeric_summary *s, int64_t g,
+                                                    qcal_numeric_summary_group *out);
 
 /* Name of the k-th outlier of group g (k < n_outliers), in insertion order. */
-QCAL_API qcal_status qcal_numeric_summary_outlier(qcal_numeric_summary *s, int64_t g, int64_t k,
-                                          const char **name);
+QCAL_API qcal_status qcal_numeric_summary_outlier(const qcal_numeric_summary *s, int64_t g,
+                                                  int64_t k, const char **name);
 
 /* Members with sqnr_db < min_sqnr (insertion order): *n gets the count; names[0..cap) the
  * first cap names (may be NULL with cap 0). min_sqnr off: *n = 0. */
-QCAL_API qcal_status qcal_numeric_summary_keep_float(qcal_numeric_summary *s, int64_t cap, const char **names,
-                                             int64_t *n);
+QCAL_API qcal_status qcal_numeric_summary_keep_float(const qcal_numeric_summary *s, int64_t cap,
+                                                     const char **names, int64_t *n);
 
 /* ---- weight comparison ------------------------------------------------------------------ */
 

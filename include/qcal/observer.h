@@ -209,8 +209,9 @@ QCAL_API qcal_status qcal_observer_data_range(const qcal_observer *obs, int64_t 
                                               float *min_val, float *max_val, int64_t *n);
 
 /* The range qparams are computed from: data_range for min/max kinds, the searched clipping
- * range for histogram/percentile/entropy/mse. Same conventions as data_range. */
-QCAL_API qcal_status qcal_observer_qrange(qcal_observer *obs, int64_t cap,
+ * range for histogram/percentile/entropy/mse. Same conventions as data_range. A read: the
+ * search runs on a copy, nothing is cached in obs (concurrent readers are safe). */
+QCAL_API qcal_status qcal_observer_qrange(const qcal_observer *obs, int64_t cap,
                                           float *min_val, float *max_val, int64_t *n);
 
 /* qcal_observer_qrange followed by qcal_qparams_compute with the observer's qconfig and
@@ -218,7 +219,7 @@ QCAL_API qcal_status qcal_observer_qrange(qcal_observer *obs, int64_t cap,
  * qcal_qparams_free; *out is not freed first). No data: one channel of scale 1,
  * zero-point 0 (as PyTorch) and QCAL_NO_DATA; a per-channel observer with some empty
  * channels: those get scale 1, zero-point 0 and the call returns QCAL_NO_DATA too. */
-QCAL_API qcal_status qcal_observer_qparams(qcal_observer *obs, qcal_qparams *out);
+QCAL_API qcal_status qcal_observer_qparams(const qcal_observer *obs, qcal_qparams *out);
 
 /* Forgets all data (and the non-finite count); the config stays. */
 QCAL_API qcal_status qcal_observer_reset(qcal_observer *obs);

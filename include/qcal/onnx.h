@@ -71,8 +71,9 @@ QCAL_API qcal_status qcal_onnx_profile_parse(const char *name, qcal_onnx_profile
  * QCAL_ERR_IO (file), QCAL_ERR_FORMAT (malformed; the message says what and where). */
 QCAL_API qcal_status qcal_onnx_model_load(const char *path, qcal_onnx_model **out);
 
-/* qcal_onnx_model_load from a buffer of len bytes (copied as needed; the caller keeps buf).
- * A model that refers to external data is QCAL_ERR_UNSUPPORTED here (no directory). */
+/* A model from a buffer of len bytes (copied as needed; the caller keeps buf), with the
+ * checks of qcal_onnx_model_load. A model that refers to external data is
+ * QCAL_ERR_UNSUPPORTED here (no directory). */
 QCAL_API qcal_status qcal_onnx_model_parse(const void *buf, size_t len, qcal_onnx_model **out);
 
 /* Destroys *m (NULL is fine) and sets *m to NULL. */
@@ -91,9 +92,11 @@ QCAL_API void qcal_onnx_save_options_default(qcal_onnx_save_options *opt);
 
 /* Writes m to path atomically (temporary file, then rename; an existing file is untouched
  * on failure), streaming the serialization without a second copy of the model. opt NULL =
- * defaults. With external data, PATH.data is written (atomically) before PATH. */
-QCAL_API qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_options *opt,
-                                          const char *path);
+ * defaults. With external data, PATH.data is written (atomically) before PATH. m is not
+ * const: its large initializers are detached while the call runs and restored before it
+ * returns (no other thread may use m meanwhile). */
+QCAL_API qcal_status qcal_onnx_model_save(qcal_onnx_model *m,
+                                          const qcal_onnx_save_options *opt, const char *path);
 
 /* Serializes m into a new buffer (*buf, *len; free with qcal_free). Models of 2 GiB and
  * more are QCAL_ERR_OVERFLOW here (use qcal_onnx_model_save). */
@@ -163,14 +166,17 @@ QCAL_API qcal_status qcal_onnx_initializer_int64(const qcal_onnx_model *m, const
 
 /* A new empty model: IR version ir_version (e.g. 8), default-domain opset `opset`, graph
  * "qcal", producer "qcal". *out owned by the caller. */
-QCAL_API qcal_status qcal_onnx_model_new(int64_t ir_version, int64_t opset, qcal_onnx_model **out);
+QCAL_API qcal_status qcal_onnx_model_new(int64_t ir_version, int64_t opset,
+                                         qcal_onnx_model **out);
 
 /* Adds a graph input / graph output / value_info entry of element type elem_type. ndim -1:
  * no shape; dims[k] < 0: a symbolic dimension "d<k>" (e.g. the batch). Names are copied. */
-QCAL_API qcal_status qcal_onnx_add_input(qcal_onnx_model *m, const char *name, int32_t elem_type,
-                                         int32_t ndim, const int64_t *dims);
-QCAL_API qcal_status qcal_onnx_add_output(qcal_onnx_model *m, const char *name, int32_t elem_type,
-                                          int32_t ndim, const int64_t *dims);
+QCAL_API qcal_status qcal_onnx_add_input(qcal_onnx_model *m, const char *name,
+                                         int32_t elem_type, int32_t ndim,
+                                         const int64_t *dims);
+QCAL_API qcal_status qcal_onnx_add_output(qcal_onnx_model *m, const char *name,
+                                          int32_t elem_type, int32_t ndim,
+                                          const int64_t *dims);
 QCAL_API qcal_status qcal_onnx_add_value_info(qcal_onnx_model *m, const char *name,
                                               int32_t elem_type, int32_t ndim,
                                               const int64_t *dims);
@@ -201,8 +207,9 @@ QCAL_API qcal_status qcal_onnx_initializer_set_external(qcal_onnx_model *m, cons
 
 /* Appends a node to the main graph (default domain; names copied; "" for an omitted
  * optional input); *index (may be NULL) gets its index for the attribute setters. */
-QCAL_API qcal_status qcal_onnx_add_node(qcal_onnx_model *m, const char *op_type, const char *name,
-                                        int64_t n_inputs, const char *const *inputs,
+QCAL_API qcal_status qcal_onnx_add_node(qcal_onnx_model *m, const char *op_type,
+                                        const char *name, int64_t n_inputs,
+                                        const char *const *inputs,
                                         int64_t n_outputs, const char *const *outputs,
                                         int64_t *index);
 
@@ -461,4 +468,9 @@ QCAL_API void qcal_onnx_equalize_report_free(qcal_onnx_equalize_report *rep);
 #ifdef __cplusplus
 }
 #endif
+
+/* The names this header's calls had before 0.2.0, kept for one release (qcal/deprecated.h;
+ * defined here, once every declaration above is in place). */
+#define QCAL_ONNX_DECLARED
+#include "qcal/deprecated.h"
 #endif

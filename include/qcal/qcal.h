@@ -24,8 +24,10 @@
 #include "qcal/evaluate.h"
 #include "qcal/int8.h"
 #include "qcal/engine.h"
+#include "qcal/npz.h"
 #include "qcal/dataset.h"
 #include "qcal/model_calib.h"
 #include "qcal/accuracy.h"
+#include "qcal/deprecated.h"   /* the pre-0.2.0 names, for one release */
 
 #endif

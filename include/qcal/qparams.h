@@ -116,6 +116,10 @@ QCAL_API qcal_status qcal_qscheme_parse(const char *name, qcal_qscheme *out);
  * [-448, 448] or [-57344, 57344] (the finite values' range). */
 QCAL_API qcal_status qcal_dtype_range(qcal_dtype dtype, int64_t *lo, int64_t *hi);
 
+/* Bytes per quantized element: 1 for quint8/qint8 and the FP8 dtypes, 4 for qint32, 0 for
+ * an unknown dtype (declared in qcal/quantize.h before 0.2.0). */
+QCAL_API size_t qcal_dtype_size(qcal_dtype dtype);
+
 /* Per-tensor affine value: dtype's full range, the given scale / zero-point (float
  * zero-point = zero_point). Validated (qcal_qparams_validate); *qp is not freed first. */
 QCAL_API qcal_status qcal_qparams_per_tensor(qcal_qparams *qp, qcal_dtype dtype, float scale,
@@ -194,4 +198,9 @@ static inline float qcal_qparams_zero_point_float_at(const qcal_qparams *qp, int
 #ifdef __cplusplus
 }
 #endif
+
+/* The names this header's calls had before 0.2.0, kept for one release (qcal/deprecated.h;
+ * defined here, once every declaration above is in place). */
+#define QCAL_QPARAMS_DECLARED
+#include "qcal/deprecated.h"
 #endif

@@ -35,12 +35,9 @@
 extern "C" {
 #endif
 
-/* Bytes per quantized element: 1 for quint8/qint8 and the FP8 dtypes, 4 for qint32, 0 for
- * an unknown dtype. */
-QCAL_API size_t qcal_dtype_size(qcal_dtype dtype);
-
-/* Quantizes src into dst (caller-owned, numel * qcal_dtype_size(qp->dtype) bytes: uint8_t
- * for quint8 and the FP8 codes, int8_t for qint8, int32_t for qint32) with qp, per-tensor or per-channel
+/* Quantizes src into dst (caller-owned, numel * qcal_dtype_size(qp->dtype) bytes, see
+ * qcal/qparams.h: uint8_t for quint8 and the FP8 codes, int8_t for qint8, int32_t for
+ * qint32) with qp, per-tensor or per-channel
  * (channel axis qp->axis of src, qp->channels == src->shape[axis]) as qp->qscheme says:
  * torch.quantize_per_tensor / torch.quantize_per_channel(...).int_repr(). The clamp is to
  * the dtype's full range (qp->quant_min/quant_max only bound the zero-points). qp must

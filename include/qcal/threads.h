@@ -26,4 +26,9 @@ QCAL_API int qcal_get_num_threads(void);
 #ifdef __cplusplus
 }
 #endif
+
+/* The names this header's calls had before 0.2.0, kept for one release (qcal/deprecated.h;
+ * defined here, once every declaration above is in place). */
+#define QCAL_THREADS_DECLARED
+#include "qcal/deprecated.h"
 #endif

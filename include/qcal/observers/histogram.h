@@ -204,9 +204,9 @@ QCAL_API qcal_status qcal_observer_histogram_bins(const qcal_observer *obs, int6
  * error). percentile has no objective: QCAL_ERR_UNSUPPORTED. cap: capacity of lo, hi and
  * err; bins + 1 always suffices (with less, the first cap are written, *n counts all).
  * *chosen is -1 if the L2 search kept the full range without evaluating a candidate. */
-QCAL_API qcal_status qcal_observer_search_curve(qcal_observer *obs, int64_t cap, float *lo,
-                                                float *hi, double *err, int64_t *n,
-                                                int64_t *chosen);
+QCAL_API qcal_status qcal_observer_search_curve(const qcal_observer *obs, int64_t cap,
+                                                float *lo, float *hi, double *err,
+                                                int64_t *n, int64_t *chosen);
 
 /* grid=torch (histogram kind only): PyTorch's buffers. counts[0..bins) gets torch's
  * `histogram` (float32 counts; bin i spans [min + i w, min + (i+1) w], w = (max - min) /
@@ -227,4 +227,9 @@ QCAL_API qcal_status qcal_observer_torch_histogram_set(qcal_observer *obs,
 #ifdef __cplusplus
 }
 #endif
+
+/* The names this header's calls had before 0.2.0, kept for one release (qcal/deprecated.h;
+ * defined here, once every declaration above is in place). */
+#define QCAL_OBSERVERS_HISTOGRAM_DECLARED
+#include "qcal/deprecated.h"
 #endif
