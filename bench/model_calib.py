@@ -35,7 +35,7 @@ training images (the seeded choice of examples/mobilenet/table.py); PP-OCRv4 rec
 tests/ocr/make_lines.py (float32 [100, 3, 48, 320]); without it (or without PIL / fonts)
 100 seeded uniform images in [-1, 1], said in the row's note. Made once in --work.
 Threads: OMP_NUM_THREADS=--threads (default 2) for every side: ONNX Runtime's intra-op
-threads in qcal's engine (qcal_get_num_threads) and ort_run.cjs --threads.
+threads in qcal's engine (qcal_threads_count) and ort_run.cjs --threads.
 
 usage: bench/model_calib.py --build BUILD [--work DIR] [--pairs N] [--auto-pairs N]
                             [--threads N] [--models cnn,mobilenet,ocr] [--no-dump]

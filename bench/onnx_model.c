@@ -46,9 +46,9 @@ int main(int argc, char **argv)
     if (layers < 1)
         layers = 1;
     qcal_onnx_model *m = NULL;
-    CHECK(qcal_onnx_model_new(8, 17, &m));
-    CHECK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, K }));
-    CHECK(qcal_onnx_add_input(m, "y", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, C, 8, 8 }));
+    CHECK(qcal_onnx_model_create(8, 17, &m));
+    CHECK(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, K }));
+    CHECK(qcal_onnx_model_add_input(m, "y", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, C, 8, 8 }));
     float *w = malloc((size_t)(K * K) * sizeof *w);
     if (!w)
         return 1;
@@ -56,38 +56,38 @@ int main(int argc, char **argv)
     for (long l = 0; l < layers; l++) {
         snprintf(wn, sizeof wn, "mm%ld.weight", l);
         fill(w, (size_t)(K * K), 0.05f);
-        CHECK(qcal_onnx_add_initializer_float(m, wn, 2, (int64_t[]){ K, K }, w));
+        CHECK(qcal_onnx_model_add_initializer_float(m, wn, 2, (int64_t[]){ K, K }, w));
         snprintf(name, sizeof name, "/mm%ld/MatMul", l);
         snprintf(out, sizeof out, "/mm%ld/MatMul_output_0", l);
-        CHECK(qcal_onnx_add_node(m, "MatMul", name, 2, (const char *[]){ prev, wn }, 1,
-                                 (const char *[]){ out }, NULL));
+        CHECK(qcal_onnx_model_add_node(m, "MatMul", name, 2, (const char *[]){ prev, wn }, 1,
+                                       (const char *[]){ out }, NULL));
         snprintf(name, sizeof name, "/relu%ld/Relu", l);
         snprintf(prev, sizeof prev, "/relu%ld/Relu_output_0", l);
-        CHECK(qcal_onnx_add_node(m, "Relu", name, 1, (const char *[]){ out }, 1,
-                                 (const char *[]){ prev }, NULL));
+        CHECK(qcal_onnx_model_add_node(m, "Relu", name, 1, (const char *[]){ out }, 1,
+                                       (const char *[]){ prev }, NULL));
     }
-    CHECK(qcal_onnx_add_output(m, prev, QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, K }));
+    CHECK(qcal_onnx_model_add_output(m, prev, QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, K }));
     snprintf(prev, sizeof prev, "y");
     for (int64_t l = 0; l < NCONV; l++) {
         char bn[64];
         snprintf(wn, sizeof wn, "conv%lld.weight", (long long)l);
         snprintf(bn, sizeof bn, "conv%lld.bias", (long long)l);
         fill(w, (size_t)(C * C * 9), 0.05f);
-        CHECK(qcal_onnx_add_initializer_float(m, wn, 4, (int64_t[]){ C, C, 3, 3 }, w));
+        CHECK(qcal_onnx_model_add_initializer_float(m, wn, 4, (int64_t[]){ C, C, 3, 3 }, w));
         fill(w, (size_t)C, 0.1f);
-        CHECK(qcal_onnx_add_initializer_float(m, bn, 1, (int64_t[]){ C }, w));
+        CHECK(qcal_onnx_model_add_initializer_float(m, bn, 1, (int64_t[]){ C }, w));
         snprintf(name, sizeof name, "/conv%lld/Conv", (long long)l);
         snprintf(out, sizeof out, "/conv%lld/Conv_output_0", (long long)l);
         int64_t k;
-        CHECK(qcal_onnx_add_node(m, "Conv", name, 3, (const char *[]){ prev, wn, bn }, 1,
-                                 (const char *[]){ out }, &k));
+        CHECK(qcal_onnx_model_add_node(m, "Conv", name, 3, (const char *[]){ prev, wn, bn }, 1,
+                                       (const char *[]){ out }, &k));
         CHECK(qcal_onnx_node_set_ints(m, k, "pads", 4, (int64_t[]){ 1, 1, 1, 1 }));
         snprintf(name, sizeof name, "/crelu%lld/Relu", (long long)l);
         snprintf(prev, sizeof prev, "/crelu%lld/Relu_output_0", (long long)l);
-        CHECK(qcal_onnx_add_node(m, "Relu", name, 1, (const char *[]){ out }, 1,
-                                 (const char *[]){ prev }, NULL));
+        CHECK(qcal_onnx_model_add_node(m, "Relu", name, 1, (const char *[]){ out }, 1,
+                                       (const char *[]){ prev }, NULL));
     }
-    CHECK(qcal_onnx_add_output(m, prev, QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, C, 8, 8 }));
+    CHECK(qcal_onnx_model_add_output(m, prev, QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, C, 8, 8 }));
     free(w);
     /* The table: every name either profile looks up, range [-1, 4]. */
     qcal_calib_session *s = NULL;
@@ -119,7 +119,7 @@ int main(int argc, char **argv)
     qcal_onnx_save_options_default(&so);
     if (argc > 4 && !strcmp(argv[4], "external"))
         so.external_threshold = 0;
-    CHECK(qcal_onnx_model_save(m, &so, argv[1]));
+    CHECK(qcal_onnx_model_save_file(m, &so, argv[1]));
     qcal_onnx_model_destroy(&m);
     printf("onnx_model: wrote %s (%ld MatMul layers, %lld Conv layers) and %s\n", argv[1], layers,
            (long long)NCONV, argv[2]);

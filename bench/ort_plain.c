@@ -63,7 +63,7 @@ int main(int argc, char **argv)
         return 2;
     }
     qcal_onnx_model *m = NULL;
-    qcal_status st = qcal_onnx_model_load(model, &m);
+    qcal_status st = qcal_onnx_model_load_file(model, &m);
     if (st < 0)
         return fail(model, st);
     /* Opset 9-12 raised to 13 first, as `qcal calibrate` does (tools/cli_model.c's
@@ -169,7 +169,7 @@ int main(int argc, char **argv)
                     }
             qcal_engine_outputs *o = NULL;
             double t0 = now_s();
-            st = qcal_engine_run(s, v, n_in, n_req ? req : NULL, n_req, &o);
+            st = qcal_engine_session_run(s, v, n_in, n_req ? req : NULL, n_req, &o);
             t_run += now_s() - t0;
             free(v);
             if (st < 0)

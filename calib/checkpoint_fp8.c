@@ -1,5 +1,5 @@
 /* FP8 serving checkpoints (compressed-tensors, ModelOpt) from a calibration table and the
- * model's safetensors files. Contract: include/qcal/checkpoint_fp8.h, docs/fp8.md.
+ * model's safetensors files. Contract: include/qcal/fp8_checkpoint.h, docs/fp8.md.
  * Steps: plan (which tensor becomes what, every scale) -> fused-shard max (if asked) ->
  * write every file to a temporary -> rename them all. */
 #include <errno.h>
@@ -15,7 +15,7 @@
 #include "core/internal.h"
 #include "io/json.h"
 #include "qcal/atomic_file.h"
-#include "qcal/checkpoint_fp8.h"
+#include "qcal/fp8_checkpoint.h"
 #include "qcal/quantize.h"
 #include "qcal/safetensors.h"
 #include "qcal/weights.h"
@@ -151,7 +151,7 @@ static qcal_status push(shard *sh, char *name, const char *dtype, int32_t ndim,
 /* max(amax / largest, FLT_EPSILON) in float32: the FP8 scale rule of qcal_qparams. */
 static float fp8_scale(float amax, qcal_dtype dtype)
 {
-    float s = amax / qcal_float8_max(dtype);
+    float s = amax / qcal_dtype_float8_max(dtype);
     return s >= FLT_EPSILON ? s : FLT_EPSILON;
 }
 

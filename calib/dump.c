@@ -113,7 +113,7 @@ static int hex_val(char c)
     return -1;
 }
 
-qcal_status qcal_calib_name_decode(const char *src, char *dst, size_t cap)
+qcal_status qcal_calib_dump_name_decode(const char *src, char *dst, size_t cap)
 {
     if (!src || !dst || cap == 0)
         return qcal_error(QCAL_ERR_INVALID_ARG, "name, output or capacity is NULL/0");
@@ -270,7 +270,7 @@ static qcal_status scan_entry(qcal_calib_dump *d, const char *dir, const char *e
     }
     memcpy(enc, ent, len);
     enc[len] = '\0';
-    st = qcal_calib_name_decode(enc, e.name, len + 1);
+    st = qcal_calib_dump_name_decode(enc, e.name, len + 1);
     free(enc);
     if (st != QCAL_OK) {
         st = qcal_error_wrap(st, "dump '%s'", dir);
@@ -393,7 +393,7 @@ static qcal_status manifest_tensor(qcal_calib_dump *d, const qcal_json *t, size_
     return push(d, &e);
 }
 
-qcal_status qcal_calib_manifest_parse(const char *text, size_t len, qcal_calib_dump **out)
+qcal_status qcal_calib_dump_parse(const char *text, size_t len, qcal_calib_dump **out)
 {
     if ((!text && len) || !out)
         return qcal_error(QCAL_ERR_INVALID_ARG, "manifest text or output is NULL");
@@ -501,7 +501,7 @@ qcal_status qcal_calib_dump_scan(const char *dir, qcal_calib_dump **out)
         size_t len = 0;
         st = qcal_blob_read_file(mpath, "manifest", MAX_MANIFEST, &buf, &len);
         if (st == QCAL_OK) {
-            st = qcal_calib_manifest_parse(buf, len, &d);
+            st = qcal_calib_dump_parse(buf, len, &d);
             if (st < 0)
                 st = qcal_error_wrap(st, "%s", mpath);
         }

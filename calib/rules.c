@@ -312,7 +312,7 @@ qcal_status qcal_calib_rules_parse(const char *text, size_t len, qcal_calib_rule
 /* Rules files are small; anything past this is refused rather than read into memory. */
 #define MAX_RULES_FILE (16u << 20)
 
-qcal_status qcal_calib_rules_load(const char *path, qcal_calib_rules **out)
+qcal_status qcal_calib_rules_load_file(const char *path, qcal_calib_rules **out)
 {
     if (!path || !out)
         return qcal_error(QCAL_ERR_INVALID_ARG, "rules path or output is NULL");

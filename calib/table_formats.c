@@ -126,7 +126,7 @@ bool qcal_calib_format_holds_name(qcal_calib_format format, const char *name, co
     return true;
 }
 
-const char *qcal_calib_trt_algorithm(const qcal_calib_table *t)
+const char *qcal_calib_table_trt_algorithm(const qcal_calib_table *t)
 {
     bool all_minmax = true, any = false;
     for (int64_t i = 0; t && i < t->n; i++) {
@@ -232,7 +232,7 @@ static qcal_status check_float8(const qcal_calib_table *t, qcal_calib_format for
 static qcal_status fmt_tensorrt(const qcal_calib_table *t, const qcal_calib_export_options *o,
                                 qcal_buf *b, skipped *sk)
 {
-    const char *algo = o->trt_algorithm ? o->trt_algorithm : qcal_calib_trt_algorithm(t);
+    const char *algo = o->trt_algorithm ? o->trt_algorithm : qcal_calib_table_trt_algorithm(t);
     for (const char *p = o->trt_version; *p; p++)
         if (*p < '0' || *p > '9')
             return qcal_error(QCAL_ERR_INVALID_ARG, "TensorRT version '%s' is not all digits",

@@ -63,7 +63,7 @@ int qcal_threads_for(int64_t n)
      * forming it and of per-thread partials for threads that never come. */
     if (n < QCAL_OMP_MIN_ELEMENTS || omp_in_parallel())
         return 1;
-    int t = qcal_get_num_threads();   /* qcal_set_num_threads, else OpenMP's default */
+    int t = qcal_threads_count();   /* qcal_threads_set_count, else OpenMP's default */
     int64_t cap = n / (QCAL_OMP_MIN_ELEMENTS / 2);
     if (cap < t)
         t = (int)cap;

@@ -27,8 +27,8 @@ void qcal_cpu_reset(void);
 #define QCAL_OMP_MIN_ELEMENTS (1 << 18)
 
 /* Number of threads a kernel should use for n elements: 1 below the threshold, else
- * qcal_get_num_threads() capped by n / (QCAL_OMP_MIN_ELEMENTS / 2). Every kernel's OpenMP
- * region takes its num_threads from here, so qcal_set_num_threads bounds them all. */
+ * qcal_threads_count() capped by n / (QCAL_OMP_MIN_ELEMENTS / 2). Every kernel's OpenMP
+ * region takes its num_threads from here, so qcal_threads_set_count bounds them all. */
 int qcal_threads_for(int64_t n);
 
 /* True when a pass touching `bytes` bytes in total (inputs + outputs) should write with

@@ -12,7 +12,7 @@
 
 static atomic_int num_threads;   /* 0: OpenMP's default */
 
-qcal_status qcal_set_num_threads(int n)
+qcal_status qcal_threads_set_count(int n)
 {
     if (n < 0 || n > QCAL_MAX_THREADS)
         return qcal_error(QCAL_ERR_INVALID_ARG,
@@ -22,7 +22,7 @@ qcal_status qcal_set_num_threads(int n)
     return QCAL_OK;
 }
 
-int qcal_get_num_threads(void)
+int qcal_threads_count(void)
 {
 #if QCAL_HAVE_OPENMP
     int n = atomic_load_explicit(&num_threads, memory_order_relaxed);

@@ -227,7 +227,7 @@ static qcal_status run_cand(runner *r, const cand *c, const qcal_engine_value *v
         g->data = c->gates;
         g->nbytes = (size_t)r->n_gates;
     }
-    qcal_status st = qcal_engine_run(c->s, iv, n, (const char *const *)r->out_names, r->n_out, out);
+    qcal_status st = qcal_engine_session_run(c->s, iv, n, (const char *const *)r->out_names, r->n_out, out);
     if (iv != in)
         free(iv);
     r->runs++;
@@ -585,9 +585,9 @@ static qcal_status per_op(runner *r, qcal_engine_session *gs, int64_t n, int64_t
     return st;
 }
 
-qcal_status qcal_model_compare(qcal_engine *e, const qcal_onnx_model *float_m, const qcal_onnx_model *qdq_m,
-                               const qcal_onnx_model *ref, const char *data, const char *const *entries,
-                               int64_t n_entries, const qcal_accuracy_options *opt, qcal_accuracy_report *rep)
+qcal_status qcal_accuracy_compare(qcal_engine *e, const qcal_onnx_model *float_m, const qcal_onnx_model *qdq_m,
+                                  const qcal_onnx_model *ref, const char *data, const char *const *entries,
+                                  int64_t n_entries, const qcal_accuracy_options *opt, qcal_accuracy_report *rep)
 {
     if (!e || !float_m || !qdq_m || !rep)
         return qcal_error(QCAL_ERR_INVALID_ARG, "compare: NULL argument");
@@ -696,7 +696,7 @@ fail:
 
 /* ---- keep-float search ---- */
 
-char *qcal_keep_float_exclude(const char *name)
+char *qcal_accuracy_keep_float_exclude(const char *name)
 {
     if (!name)
         return NULL;
@@ -713,7 +713,7 @@ char *qcal_keep_float_exclude(const char *name)
     return s;
 }
 
-void qcal_keep_float_result_free(qcal_keep_float_result *res)
+void qcal_accuracy_keep_float_result_free(qcal_accuracy_keep_float_result *res)
 {
     if (!res)
         return;
@@ -723,7 +723,7 @@ void qcal_keep_float_result_free(qcal_keep_float_result *res)
     memset(res, 0, sizeof *res);
 }
 
-static bool target_holds(const qcal_keep_float_target *t, double sqnr, double accf, double accq)
+static bool target_holds(const qcal_accuracy_keep_float_target *t, double sqnr, double accf, double accq)
 {
     if (!isnan(t->min_output_sqnr_db) && !(sqnr >= t->min_output_sqnr_db))
         return false;
@@ -791,7 +791,7 @@ static qcal_status build_qdq(const qcal_onnx_model *m, const qcal_calib_table *t
     for (int64_t i = 0; i < qopt->n_exclude; i++)
         ex[i] = (char *)qopt->exclude[i];
     for (int64_t i = 0; i < k && st == QCAL_OK; i++)
-        if (!(ex[qopt->n_exclude + i] = qcal_keep_float_exclude(names[i])))
+        if (!(ex[qopt->n_exclude + i] = qcal_accuracy_keep_float_exclude(names[i])))
             st = qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
     o.exclude = (const char *const *)ex;
     o.n_exclude = n_ex;
@@ -808,10 +808,10 @@ static qcal_status build_qdq(const qcal_onnx_model *m, const qcal_calib_table *t
     return QCAL_OK;
 }
 
-qcal_status qcal_model_keep_float(qcal_engine *e, const qcal_onnx_model *m, const qcal_calib_table *table,
-                                  const qcal_onnx_qdq_options *qopt, const char *data, const char *const *entries,
-                                  int64_t n_entries, const qcal_accuracy_options *opt,
-                                  const qcal_keep_float_target *target, qcal_keep_float_result *res)
+qcal_status qcal_accuracy_keep_float(qcal_engine *e, const qcal_onnx_model *m, const qcal_calib_table *table,
+                                     const qcal_onnx_qdq_options *qopt, const char *data, const char *const *entries,
+                                     int64_t n_entries, const qcal_accuracy_options *opt,
+                                     const qcal_accuracy_keep_float_target *target, qcal_accuracy_keep_float_result *res)
 {
     if (!e || !m || !table || !target || !res)
         return qcal_error(QCAL_ERR_INVALID_ARG, "keep-float search: NULL argument");
@@ -830,7 +830,7 @@ qcal_status qcal_model_keep_float(qcal_engine *e, const qcal_onnx_model *m, cons
     if (!isnan(target->max_drop) && !opt->labels)
         return qcal_error(QCAL_ERR_INVALID_ARG, "keep-float search: a maximum drop needs labels");
     double t0 = engine_now_s();
-    qcal_keep_float_result R;
+    qcal_accuracy_keep_float_result R;
     memset(&R, 0, sizeof R);
     R.sqnr_db = R.acc_float = R.acc_quant = NAN;
     runner r;
@@ -978,7 +978,7 @@ qcal_status qcal_model_keep_float(qcal_engine *e, const qcal_onnx_model *m, cons
     *res = R;
     memset(&R, 0, sizeof R);
 fail:
-    qcal_keep_float_result_free(&R);
+    qcal_accuracy_keep_float_result_free(&R);
     free(only), free(rk), free(order), free(sums);
     qcal_onnx_qdq_report_free(&qrep);
     free(qset.v);

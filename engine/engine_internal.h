@@ -9,7 +9,7 @@
 
 #include "core/internal.h"
 #include "qcal/engine.h"
-#include "qcal/evaluate.h"
+#include "qcal/numeric_eval.h"
 #include "qcal/model_calib.h"
 #include "qcal/onnx.h"
 

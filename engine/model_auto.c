@@ -186,7 +186,7 @@ qcal_status engine_auto_choose(qcal_engine *e, const void *model, size_t len,
     qcal_onnx_model_destroy(&m);
     /* The float model's outputs once, kept for every candidate (a few samples). */
     for (int64_t r = 0; r < n_runs && st >= 0; r++)
-        st = qcal_engine_run(fs, runs[r].v, runs[r].n, NULL, 0, &ref[r]);
+        st = qcal_engine_session_run(fs, runs[r].v, runs[r].n, NULL, 0, &ref[r]);
     qcal_engine_session_destroy(&fs);
     double best = -INFINITY;
     int64_t best_agree = -1;
@@ -212,7 +212,7 @@ qcal_status engine_auto_choose(qcal_engine *e, const void *model, size_t len,
             qcal_engine_outputs *qo = NULL;
             int64_t pos = 0;
             bool all = true;
-            if ((st = qcal_engine_run(qs, runs[r].v, runs[r].n, NULL, 0, &qo)) >= 0)
+            if ((st = qcal_engine_session_run(qs, runs[r].v, runs[r].n, NULL, 0, &qo)) >= 0)
                 st = fold(ref[r], qo, &ss_f, &ss_e, &pos, &all);
             qcal_engine_outputs_free(&qo);
             n_agree += pos && all;

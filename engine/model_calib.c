@@ -187,7 +187,7 @@ static void *observer_main(void *arg)
      * every core while it observes, so an OpenMP team here would only compete with them,
      * its idle workers spin-waiting after every kernel (measured: docs/performance.md,
      * "Calibrating by running the model"). This sets this thread's own OpenMP default, which
-     * qcal_threads_for reads when no qcal_set_num_threads count is set; results do not
+     * qcal_threads_for reads when no qcal_threads_set_count count is set; results do not
      * depend on the thread count. */
     omp_set_num_threads(1);
 #endif
@@ -621,7 +621,7 @@ static qcal_status run_once(qcal_model_calib *mc, const qcal_engine_value *input
     qcal_engine_outputs *o = NULL;
     if (st >= 0) {
         double t0 = engine_now_s();
-        st = qcal_engine_run(mc->sess, v, mc->n_inputs, mc->req, mc->n_req, &o);
+        st = qcal_engine_session_run(mc->sess, v, mc->n_inputs, mc->req, mc->n_req, &o);
         mc->rep.engine_seconds += engine_now_s() - t0;
     }
     free(v);
@@ -956,7 +956,7 @@ void qcal_model_calib_destroy(qcal_model_calib **pmc)
     *pmc = NULL;
 }
 
-qcal_status qcal_model_calibrate(qcal_engine *e, const qcal_onnx_model *m, const char *data,
+qcal_status qcal_model_calib_run(qcal_engine *e, const qcal_onnx_model *m, const char *data,
                                  const char *const *entries, int64_t n_entries,
                                  qcal_calib_session *s, const qcal_model_calib_options *opt,
                                  qcal_model_calib_report *rep)

@@ -562,7 +562,7 @@ static qcal_status session_make(qcal_engine *e, const void *model, size_t len, c
                           "optimization level %d is not one of 0, 1, 2, 99", o.optimization);
     if (o.threads < 0)
         return qcal_error(QCAL_ERR_INVALID_ARG, "thread count %d is negative", o.threads);
-    int threads = o.threads > 0 ? o.threads : qcal_get_num_threads();
+    int threads = o.threads > 0 ? o.threads : qcal_threads_count();
     if (threads < 1)
         threads = 1;
 
@@ -877,17 +877,17 @@ done:
     return rc;
 }
 
-qcal_status qcal_engine_run(qcal_engine_session *s, const qcal_engine_value *inputs,
-                            int64_t n_inputs, const char *const *outputs, int64_t n_outputs,
-                            qcal_engine_outputs **out)
+qcal_status qcal_engine_session_run(qcal_engine_session *s, const qcal_engine_value *inputs,
+                                    int64_t n_inputs, const char *const *outputs, int64_t n_outputs,
+                                    qcal_engine_outputs **out)
 {
     if (!s || !out)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_engine_run: session or out is NULL");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_engine_session_run: session or out is NULL");
     if (n_inputs < 0 || (n_inputs > 0 && !inputs))
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_engine_run: bad inputs (%lld)",
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_engine_session_run: bad inputs (%lld)",
                           (long long)n_inputs);
     if (n_outputs < 0 || (n_outputs > 0 && !outputs))
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_engine_run: bad output names (%lld)",
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_engine_session_run: bad output names (%lld)",
                           (long long)n_outputs);
     qcal_engine *e = s->e;
     char list[1024];

@@ -105,7 +105,7 @@ static int cmd_export(const char *dir, int64_t n_calib, int64_t n_test, const ch
     if ((st = cnn_model_save(m, path)) != QCAL_OK || (st = cnn_onnx_build(m, &cnn_onnx_names_torch, &om)) != QCAL_OK)
         goto done;
     snprintf(path, sizeof path, "%s/model.onnx", dir);
-    if ((st = qcal_onnx_model_save(om, NULL, path)) != QCAL_OK ||
+    if ((st = qcal_onnx_model_save_file(om, NULL, path)) != QCAL_OK ||
         (st = write_images(dir, "calib.npy", train.images, n_calib)) != QCAL_OK ||
         (st = write_images(dir, "test.npy", test.images, test.n)) != QCAL_OK)
         goto done;

@@ -30,7 +30,7 @@
 
 #include <qcal/atomic_file.h>
 #include <qcal/calib.h>
-#include <qcal/evaluate.h>
+#include <qcal/numeric_eval.h>
 #include <qcal/fakequant.h>
 #include <qcal/int8.h>
 #include <qcal/numeric.h>
@@ -1000,8 +1000,8 @@ static qcal_status write_report(cnn_ctx *ctx, const cnn_model *fm, const cnn_dat
     snprintf(source, sizeof source, "qcal-demo: Fashion-MNIST CNN, %lld calibration images; int8 layer = "
              "numeric-suite SQNR of the int8 layer reading the tensor (%s tables, shadow mode, %lld test images)",
              (long long)n_calib, qcal_observer_kind_name(best->kind), (long long)sqnr_images);
-    qcal_numeric_report_options ro;
-    qcal_numeric_report_options_default(&ro);
+    qcal_numeric_eval_report_options ro;
+    qcal_numeric_eval_report_options_default(&ro);
     ro.title = "qcal-demo calibration report";
     ro.source = source;
     if (st >= 0)
@@ -1042,7 +1042,7 @@ static qcal_status run_ort(const cnn_model *fm, observer_result *res, int n_kind
         st = qcal_npy_write(xpath, QCAL_NPY_F32, 4, shape, x);
     if (st == QCAL_OK && (st = cnn_onnx_build(fm, names, &om)) == QCAL_OK) {
         snprintf(path, sizeof path, "%s/model.onnx", out_dir);
-        st = qcal_onnx_model_save(om, NULL, path);
+        st = qcal_onnx_model_save_file(om, NULL, path);
         qcal_onnx_model_destroy(&om);
     }
     for (int k = 0; k < n_kinds && st == QCAL_OK; k++) {
@@ -1064,10 +1064,10 @@ static qcal_status run_ort(const cnn_model *fm, observer_result *res, int n_kind
         snprintf(path, sizeof path, "%s/%s/model_qdq.onnx", out_dir, kind);
         snprintf(opath, sizeof opath, "%s/%s/ort_logits.npy", out_dir, kind);
         snprintf(lpath, sizeof lpath, "%s/%s/ort.log", out_dir, kind);
-        if ((st = qcal_onnx_model_save(om, NULL, path)) != QCAL_OK)
+        if ((st = qcal_onnx_model_save_file(om, NULL, path)) != QCAL_OK)
             break;
         qcal_onnx_model_destroy(&om);
-        if ((st = ort_node_run(path, xpath, opath, lpath, qcal_get_num_threads(), &r->ort_s)) != QCAL_OK ||
+        if ((st = ort_node_run(path, xpath, opath, lpath, qcal_threads_count(), &r->ort_s)) != QCAL_OK ||
             (st = qcal_npy_read_f32(opath, &a)) != QCAL_OK)
             break;
         if (a.ndim != 2 || a.shape[0] != n || a.shape[1] != CNN_CLASSES) {

@@ -431,7 +431,7 @@ qcal_status qcal_int8_net_create(const qcal_int8_net_options *opt, int32_t ndim,
     net->last_plan = -1;
     net->max_slots = 1;
 #if QCAL_HAVE_OPENMP
-    net->max_slots = qcal_get_num_threads();
+    net->max_slots = qcal_threads_count();
 #endif
     net->max_slots = net->max_slots < 1 ? 1 : net->max_slots;
     net->max_slots = net->max_slots > QCAL_INT8_MAX_SLOTS ? QCAL_INT8_MAX_SLOTS : net->max_slots;
@@ -1386,7 +1386,7 @@ static qcal_status forward(qcal_int8_net *net, int64_t n, const float *src, void
     int32_t slots = 1;
 #if QCAL_HAVE_OPENMP
     if (net->opt.chunk_parallel && nfull >= 2) {
-        slots = qcal_get_num_threads();
+        slots = qcal_threads_count();
         slots = slots > net->max_slots ? net->max_slots : slots;
         slots = (int64_t)slots > nfull ? (int32_t)nfull : slots;
         slots = slots < 1 ? 1 : slots;
@@ -1472,14 +1472,14 @@ static qcal_status forward(qcal_int8_net *net, int64_t n, const float *src, void
     return QCAL_OK;
 }
 
-/* forward() with the calling thread's OpenMP thread count set to qcal_get_num_threads()
+/* forward() with the calling thread's OpenMP thread count set to qcal_threads_count()
  * for the call, so oneDNN's own parallel regions (its OpenMP runtime reads that count)
- * honour qcal_set_num_threads like the library's kernels do. */
+ * honour qcal_threads_set_count like the library's kernels do. */
 static qcal_status forward_bounded(qcal_int8_net *net, int64_t n, const float *src, void *dst,
                                    bool u8, const char *fn)
 {
 #if QCAL_HAVE_OPENMP
-    int saved = omp_get_max_threads(), want = qcal_get_num_threads();
+    int saved = omp_get_max_threads(), want = qcal_threads_count();
     if (want != saved)
         omp_set_num_threads(want);
     qcal_status st = forward(net, n, src, dst, u8, fn);

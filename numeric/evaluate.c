@@ -1,6 +1,6 @@
 /* Observer evaluation: every candidate observer on every tensor, the exact SQNR and
  * clipped fraction of each one's fake-quantization, and a recommendation per tensor
- * (include/qcal/evaluate.h). The HTML report is in numeric/report.c. */
+ * (include/qcal/numeric_eval.h). The HTML report is in numeric/report.c. */
 #include <errno.h>
 #include <fnmatch.h>
 #include <stdarg.h>
@@ -59,7 +59,7 @@ void qcal_numeric_eval_options_default(qcal_numeric_eval_options *opt)
     opt->report_bins = 160;
 }
 
-void qcal_numeric_report_options_default(qcal_numeric_report_options *opt)
+void qcal_numeric_eval_report_options_default(qcal_numeric_eval_report_options *opt)
 {
     if (!opt)
         return;

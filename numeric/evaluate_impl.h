@@ -2,7 +2,7 @@
 #ifndef QCAL_NUMERIC_EVALUATE_IMPL_H
 #define QCAL_NUMERIC_EVALUATE_IMPL_H
 
-#include "qcal/evaluate.h"
+#include "qcal/numeric_eval.h"
 #include "qcal/numeric.h"
 
 typedef struct eval_cand {

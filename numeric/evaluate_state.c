@@ -1,5 +1,5 @@
 /* Evaluation states ("QCEV", docs/state.md): save and load a scored observer evaluation
- * (include/qcal/evaluate.h) with every candidate's observer state ("QCOB") and the exact
+ * (include/qcal/numeric_eval.h) with every candidate's observer state ("QCOB") and the exact
  * figures of pass 2, so that its results and report can be produced again without the data. */
 #include <math.h>
 #include <stdlib.h>

@@ -291,7 +291,7 @@ static void channel_chart(qcal_buf *b, const eval_entry *e)
 }
 
 /* One searching candidate's objective: every candidate range its search evaluated
- * (qcal_observer_search_curve), sorted by the range's width (max - min; ties in visit
+ * (qcal_observer_histogram_search_curve), sorted by the range's width (max - min; ties in visit
  * order). The width is what the candidates of every search have in common (the L2 search
  * shrinks either end, entropy and mse grow a threshold), and the L2 path becomes a curve
  * over it. v is +inf or NaN where the objective is undefined (KL of a threshold that
@@ -348,7 +348,7 @@ static qcal_status objective_curve(qcal_observer *obs, curve *out)
     double *e = qcal_malloc((size_t)full * sizeof(double));
     width_key *key = qcal_malloc((size_t)full * sizeof *key);
     qcal_status st = lo && hi && e && key
-                         ? qcal_observer_search_curve(obs, full, lo, hi, e, &m, &ch)
+                         ? qcal_observer_histogram_search_curve(obs, full, lo, hi, e, &m, &ch)
                          : QCAL_ERR_NO_MEMORY;
     if (st == QCAL_OK && m > full)   /* never: bins + 1 holds every search's candidates */
         m = full;
@@ -787,7 +787,7 @@ static void summary_table(qcal_buf *b, const qcal_numeric_eval *ev, const bool *
 }
 
 qcal_status qcal_numeric_eval_write_report(const qcal_numeric_eval *ev,
-                                           const qcal_numeric_report_options *opt,
+                                           const qcal_numeric_eval_report_options *opt,
                                            const char *path)
 {
     if (!ev || !path)
@@ -800,8 +800,8 @@ qcal_status qcal_numeric_eval_write_report(const qcal_numeric_eval *ev,
     }
     if (st < 0)
         return st;
-    qcal_numeric_report_options o;
-    qcal_numeric_report_options_default(&o);
+    qcal_numeric_eval_report_options o;
+    qcal_numeric_eval_report_options_default(&o);
     if (opt) {
         if (opt->title)
             o.title = opt->title;

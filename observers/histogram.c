@@ -328,13 +328,13 @@ static qcal_status torch_qrange(const qcal_observer *obs, const qcal_torch_hist 
                                mx);
 }
 
-qcal_status qcal_observer_torch_histogram(const qcal_observer *obs, int64_t cap, float *counts,
-                                          float *min_val, float *max_val, int64_t *n)
+qcal_status qcal_observer_histogram_torch_get(const qcal_observer *obs, int64_t cap, float *counts,
+                                              float *min_val, float *max_val, int64_t *n)
 {
     const qcal_torch_hist *t = obs && obs->cfg.kind == QCAL_OBSERVER_HISTOGRAM
                                    ? qcal_histobs_torch(obs) : NULL;
     if (!t || !min_val || !max_val || !n || (cap > 0 && !counts))
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_observer_torch_histogram needs a "
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_observer_histogram_torch_get needs a "
                           "histogram observer with grid=torch and outputs");
     if (cap < t->bins)
         return qcal_error(QCAL_ERR_INVALID_ARG, "torch histogram has %d bins, capacity %lld",
@@ -346,13 +346,13 @@ qcal_status qcal_observer_torch_histogram(const qcal_observer *obs, int64_t cap,
     return QCAL_OK;
 }
 
-qcal_status qcal_observer_torch_histogram_set(qcal_observer *obs, const float *counts,
+qcal_status qcal_observer_histogram_torch_set(qcal_observer *obs, const float *counts,
                                               int64_t n, float min_val, float max_val)
 {
     qcal_torch_hist *t = obs && obs->cfg.kind == QCAL_OBSERVER_HISTOGRAM
                              ? qcal_histobs_torch(obs) : NULL;
     if (!t || !counts)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_observer_torch_histogram_set needs a "
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_observer_histogram_torch_set needs a "
                           "histogram observer with grid=torch and counts");
     if (n != t->bins)
         return qcal_error(QCAL_ERR_INVALID_ARG, "torch histogram has %lld bins, the observer "

@@ -216,7 +216,7 @@ const qcal_hist *qcal_histobs_qrange_begin(const qcal_observer *obs, float *mn, 
          * (histogram.c), through qcal_histobs_torch. */
         qcal_range_set_empty(mn, mx, 1);
         *st = qcal_error(QCAL_ERR_UNSUPPORTED, "grid=torch keeps PyTorch's float32 counts: "
-                         "read them with qcal_observer_torch_histogram");
+                         "read them with qcal_observer_histogram_torch_get");
         return NULL;
     }
     /* Two-ended entropy / mse searches model an affine grid, which always holds zero: their

@@ -65,8 +65,8 @@ static void put_window(const qcal_observer *obs, const qcal_hist *h, int64_t cap
     err[k] = e;
 }
 
-qcal_status qcal_observer_search_curve(const qcal_observer *obs, int64_t cap, float *lo, float *hi,
-                                       double *err, int64_t *n, int64_t *chosen)
+qcal_status qcal_observer_histogram_search_curve(const qcal_observer *obs, int64_t cap, float *lo, float *hi,
+                                                 double *err, int64_t *n, int64_t *chosen)
 {
     if (!obs || !lo || !hi || !err || !n || !chosen || cap < 0)
         return qcal_error(QCAL_ERR_INVALID_ARG, "observer or outputs are NULL");

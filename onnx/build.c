@@ -193,10 +193,10 @@ Onnx__ValueInfoProto *onnx_new_value_info(const char *name, const qcal_onnx_tens
     return vi;
 }
 
-qcal_status qcal_onnx_model_new(int64_t ir_version, int64_t opset, qcal_onnx_model **out)
+qcal_status qcal_onnx_model_create(int64_t ir_version, int64_t opset, qcal_onnx_model **out)
 {
     if (!out || ir_version < 1 || opset < 1)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_model_new: bad argument (ir_version %lld, opset %lld)",
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_model_create: bad argument (ir_version %lld, opset %lld)",
                           (long long)ir_version, (long long)opset);
     qcal_onnx_model *m = calloc(1, sizeof *m);   /* no file, no mapping */
     Onnx__ModelProto *mp = malloc(sizeof *mp);
@@ -250,24 +250,24 @@ static qcal_status add_vi(qcal_onnx_model *m, Onnx__ValueInfoProto ***arr, size_
     return QCAL_OK;
 }
 
-qcal_status qcal_onnx_add_input(qcal_onnx_model *m, const char *name, int32_t elem_type, int32_t ndim,
-                                const int64_t *dims)
+qcal_status qcal_onnx_model_add_input(qcal_onnx_model *m, const char *name, int32_t elem_type, int32_t ndim,
+                                      const int64_t *dims)
 {
     if (!m)
         return qcal_error(QCAL_ERR_INVALID_ARG, "NULL model");
     return add_vi(m, &m->proto->graph->input, &m->proto->graph->n_input, name, elem_type, ndim, dims);
 }
 
-qcal_status qcal_onnx_add_output(qcal_onnx_model *m, const char *name, int32_t elem_type, int32_t ndim,
-                                 const int64_t *dims)
+qcal_status qcal_onnx_model_add_output(qcal_onnx_model *m, const char *name, int32_t elem_type, int32_t ndim,
+                                       const int64_t *dims)
 {
     if (!m)
         return qcal_error(QCAL_ERR_INVALID_ARG, "NULL model");
     return add_vi(m, &m->proto->graph->output, &m->proto->graph->n_output, name, elem_type, ndim, dims);
 }
 
-qcal_status qcal_onnx_add_value_info(qcal_onnx_model *m, const char *name, int32_t elem_type,
-                                     int32_t ndim, const int64_t *dims)
+qcal_status qcal_onnx_model_add_value_info(qcal_onnx_model *m, const char *name, int32_t elem_type,
+                                           int32_t ndim, const int64_t *dims)
 {
     if (!m)
         return qcal_error(QCAL_ERR_INVALID_ARG, "NULL model");
@@ -275,11 +275,11 @@ qcal_status qcal_onnx_add_value_info(qcal_onnx_model *m, const char *name, int32
                   ndim, dims);
 }
 
-qcal_status qcal_onnx_add_initializer(qcal_onnx_model *m, const char *name, int32_t elem_type,
-                                      int32_t ndim, const int64_t *dims, const void *data, size_t nbytes)
+qcal_status qcal_onnx_model_add_initializer(qcal_onnx_model *m, const char *name, int32_t elem_type,
+                                            int32_t ndim, const int64_t *dims, const void *data, size_t nbytes)
 {
     if (!m || !name || ndim < 0 || (ndim > 0 && !dims) || (nbytes && !data))
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_add_initializer: bad argument");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_model_add_initializer: bad argument");
     Onnx__TensorProto *t = onnx_new_tensor(name, elem_type, ndim, dims, data, nbytes);
     Onnx__GraphProto *g = m->proto->graph;
     if (!t || !onnx_push((void ***)&g->initializer, &g->n_initializer, t)) {
@@ -300,22 +300,22 @@ static qcal_status numel_of(int32_t ndim, const int64_t *dims, int64_t *n)
     return QCAL_OK;
 }
 
-qcal_status qcal_onnx_add_initializer_float(qcal_onnx_model *m, const char *name, int32_t ndim,
-                                            const int64_t *dims, const float *data)
+qcal_status qcal_onnx_model_add_initializer_float(qcal_onnx_model *m, const char *name, int32_t ndim,
+                                                  const int64_t *dims, const float *data)
 {
     int64_t n = 0;
     if (ndim < 0 || (ndim > 0 && !dims) || numel_of(ndim, dims, &n) != QCAL_OK)
         return qcal_error(QCAL_ERR_INVALID_ARG, "initializer '%s': bad shape", name ? name : "");
-    return qcal_onnx_add_initializer(m, name, QCAL_ONNX_FLOAT, ndim, dims, data, (size_t)n * 4);
+    return qcal_onnx_model_add_initializer(m, name, QCAL_ONNX_FLOAT, ndim, dims, data, (size_t)n * 4);
 }
 
-qcal_status qcal_onnx_add_initializer_int64(qcal_onnx_model *m, const char *name, int32_t ndim,
-                                            const int64_t *dims, const int64_t *data)
+qcal_status qcal_onnx_model_add_initializer_int64(qcal_onnx_model *m, const char *name, int32_t ndim,
+                                                  const int64_t *dims, const int64_t *data)
 {
     int64_t n = 0;
     if (ndim < 0 || (ndim > 0 && !dims) || numel_of(ndim, dims, &n) != QCAL_OK)
         return qcal_error(QCAL_ERR_INVALID_ARG, "initializer '%s': bad shape", name ? name : "");
-    return qcal_onnx_add_initializer(m, name, QCAL_ONNX_INT64, ndim, dims, data, (size_t)n * 8);
+    return qcal_onnx_model_add_initializer(m, name, QCAL_ONNX_INT64, ndim, dims, data, (size_t)n * 8);
 }
 
 qcal_status qcal_onnx_initializer_set_external(qcal_onnx_model *m, const char *name, const char *location,
@@ -343,15 +343,15 @@ qcal_status qcal_onnx_initializer_set_external(qcal_onnx_model *m, const char *n
     return QCAL_OK;
 }
 
-qcal_status qcal_onnx_add_node(qcal_onnx_model *m, const char *op_type, const char *name, int64_t n_inputs,
-                               const char *const *inputs, int64_t n_outputs, const char *const *outputs,
-                               int64_t *index)
+qcal_status qcal_onnx_model_add_node(qcal_onnx_model *m, const char *op_type, const char *name, int64_t n_inputs,
+                                     const char *const *inputs, int64_t n_outputs, const char *const *outputs,
+                                     int64_t *index)
 {
     if (!m || !op_type || n_inputs < 0 || n_outputs < 0 || (n_inputs && !inputs) || (n_outputs && !outputs))
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_add_node: bad argument");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_model_add_node: bad argument");
     for (int64_t i = 0; i < n_outputs; i++)
         if (!outputs[i])
-            return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_add_node: NULL output name");
+            return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_model_add_node: NULL output name");
     Onnx__NodeProto *n = onnx_new_node(op_type, name, n_inputs, inputs, n_outputs, outputs);
     Onnx__GraphProto *g = m->proto->graph;
     if (!n || !onnx_push((void ***)&g->node, &g->n_node, n)) {

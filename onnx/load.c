@@ -365,10 +365,10 @@ qcal_status qcal_onnx_model_parse(const void *buf, size_t len, qcal_onnx_model *
     return model_from_bytes(&lc, buf, len, out);
 }
 
-qcal_status qcal_onnx_model_load(const char *path, qcal_onnx_model **out)
+qcal_status qcal_onnx_model_load_file(const char *path, qcal_onnx_model **out)
 {
     if (!path || !out)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_model_load: NULL argument");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_model_load_file: NULL argument");
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;

@@ -31,7 +31,7 @@ qcal_status qcal_onnx_profile_parse(const char *name, qcal_onnx_profile *out)
     return QCAL_OK;
 }
 
-qcal_status qcal_onnx_model_load(const char *path, qcal_onnx_model **out)
+qcal_status qcal_onnx_model_load_file(const char *path, qcal_onnx_model **out)
 {
     (void)path, (void)out;
     return NO_ONNX();
@@ -55,7 +55,7 @@ void qcal_onnx_save_options_default(qcal_onnx_save_options *opt)
     opt->external_min_bytes = 1024;
 }
 
-qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_options *opt, const char *path)
+qcal_status qcal_onnx_model_save_file(qcal_onnx_model *m, const qcal_onnx_save_options *opt, const char *path)
 {
     (void)m, (void)opt, (void)path;
     return NO_ONNX();
@@ -115,43 +115,43 @@ qcal_status qcal_onnx_initializer_int64(const qcal_onnx_model *m, const char *na
     return NO_ONNX();
 }
 
-qcal_status qcal_onnx_model_new(int64_t ir_version, int64_t opset, qcal_onnx_model **out)
+qcal_status qcal_onnx_model_create(int64_t ir_version, int64_t opset, qcal_onnx_model **out)
 {
     (void)ir_version, (void)opset, (void)out;
     return NO_ONNX();
 }
 
-qcal_status qcal_onnx_add_input(qcal_onnx_model *m, const char *name, int32_t elem_type, int32_t ndim, const int64_t *dims)
+qcal_status qcal_onnx_model_add_input(qcal_onnx_model *m, const char *name, int32_t elem_type, int32_t ndim, const int64_t *dims)
 {
     (void)m, (void)name, (void)elem_type, (void)ndim, (void)dims;
     return NO_ONNX();
 }
 
-qcal_status qcal_onnx_add_output(qcal_onnx_model *m, const char *name, int32_t elem_type, int32_t ndim, const int64_t *dims)
+qcal_status qcal_onnx_model_add_output(qcal_onnx_model *m, const char *name, int32_t elem_type, int32_t ndim, const int64_t *dims)
 {
     (void)m, (void)name, (void)elem_type, (void)ndim, (void)dims;
     return NO_ONNX();
 }
 
-qcal_status qcal_onnx_add_value_info(qcal_onnx_model *m, const char *name, int32_t elem_type, int32_t ndim, const int64_t *dims)
+qcal_status qcal_onnx_model_add_value_info(qcal_onnx_model *m, const char *name, int32_t elem_type, int32_t ndim, const int64_t *dims)
 {
     (void)m, (void)name, (void)elem_type, (void)ndim, (void)dims;
     return NO_ONNX();
 }
 
-qcal_status qcal_onnx_add_initializer(qcal_onnx_model *m, const char *name, int32_t elem_type, int32_t ndim, const int64_t *dims, const void *data, size_t nbytes)
+qcal_status qcal_onnx_model_add_initializer(qcal_onnx_model *m, const char *name, int32_t elem_type, int32_t ndim, const int64_t *dims, const void *data, size_t nbytes)
 {
     (void)m, (void)name, (void)elem_type, (void)ndim, (void)dims, (void)data, (void)nbytes;
     return NO_ONNX();
 }
 
-qcal_status qcal_onnx_add_initializer_float(qcal_onnx_model *m, const char *name, int32_t ndim, const int64_t *dims, const float *data)
+qcal_status qcal_onnx_model_add_initializer_float(qcal_onnx_model *m, const char *name, int32_t ndim, const int64_t *dims, const float *data)
 {
     (void)m, (void)name, (void)ndim, (void)dims, (void)data;
     return NO_ONNX();
 }
 
-qcal_status qcal_onnx_add_initializer_int64(qcal_onnx_model *m, const char *name, int32_t ndim, const int64_t *dims, const int64_t *data)
+qcal_status qcal_onnx_model_add_initializer_int64(qcal_onnx_model *m, const char *name, int32_t ndim, const int64_t *dims, const int64_t *data)
 {
     (void)m, (void)name, (void)ndim, (void)dims, (void)data;
     return NO_ONNX();
@@ -163,7 +163,7 @@ qcal_status qcal_onnx_initializer_set_external(qcal_onnx_model *m, const char *n
     return NO_ONNX();
 }
 
-qcal_status qcal_onnx_add_node(qcal_onnx_model *m, const char *op_type, const char *name, int64_t n_inputs, const char *const *inputs, int64_t n_outputs, const char *const *outputs, int64_t *index)
+qcal_status qcal_onnx_model_add_node(qcal_onnx_model *m, const char *op_type, const char *name, int64_t n_inputs, const char *const *inputs, int64_t n_outputs, const char *const *outputs, int64_t *index)
 {
     (void)m, (void)op_type, (void)name, (void)n_inputs, (void)inputs, (void)n_outputs, (void)outputs, (void)index;
     return NO_ONNX();
@@ -251,10 +251,10 @@ qcal_status qcal_onnx_qdq_session(qcal_onnx_model *m, qcal_calib_session *s, con
     return NO_ONNX();
 }
 
-qcal_status qcal_onnx_qdq_save(qcal_onnx_model *m, const qcal_calib_table *table,
-                               const qcal_onnx_qdq_options *opt,
-                               const qcal_onnx_save_options *save, const char *path,
-                               qcal_onnx_qdq_report *rep)
+qcal_status qcal_onnx_qdq_save_file(qcal_onnx_model *m, const qcal_calib_table *table,
+                                    const qcal_onnx_qdq_options *opt,
+                                    const qcal_onnx_save_options *save, const char *path,
+                                    qcal_onnx_qdq_report *rep)
 {
     (void)m, (void)table, (void)opt, (void)save, (void)path, (void)rep;
     return NO_ONNX();

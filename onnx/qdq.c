@@ -1,5 +1,5 @@
 /* The Q/DQ pass's entry points (qcal/onnx.h): plan, report, rewrite (qcal_onnx_qdq), and
- * qcal_onnx_qdq_save, whose lazy weights are computed by a pass on a thread of its own beside
+ * qcal_onnx_qdq_save_file, whose lazy weights are computed by a pass on a thread of its own beside
  * the save (onnx/save.h). The plan and the rewrite: onnx/qdq.h. */
 #include <pthread.h>
 #include <signal.h>
@@ -20,7 +20,7 @@ static qcal_status report_out(qcal_status st, qcal_onnx_qdq_report *r, qcal_onnx
     return st;
 }
 
-/* qcal_onnx_qdq; with keep (qcal_onnx_qdq_save), the main graph's plan is given to *keep on
+/* qcal_onnx_qdq; with keep (qcal_onnx_qdq_save_file), the main graph's plan is given to *keep on
  * success (its lazy weights still to compute: qdq_lazy_job) instead of freed. */
 static qcal_status qdq_run(qcal_onnx_model *m, const qcal_calib_table *table, const qcal_onnx_qdq_options *opt,
                            qcal_onnx_qdq_report *rep, plan **keep)
@@ -149,7 +149,7 @@ qcal_status qcal_onnx_qdq(qcal_onnx_model *m, const qcal_calib_table *table, con
     return qdq_run(m, table, opt, rep, NULL);
 }
 
-/* The pass of qcal_onnx_qdq_save: the lazy weights computed in plan order (the order of
+/* The pass of qcal_onnx_qdq_save_file: the lazy weights computed in plan order (the order of
  * their first readers, which is the order the rewrite appends their initializers), each
  * with its lazy biases, on a thread beside the save; the writer's fill of a lazy
  * initializer waits for its weight. */
@@ -257,11 +257,11 @@ static qcal_status lazy_list(plan *p, lazy_pass *d, onnx_lazy **out, size_t *n)
     return QCAL_OK;
 }
 
-qcal_status qcal_onnx_qdq_save(qcal_onnx_model *m, const qcal_calib_table *table, const qcal_onnx_qdq_options *opt,
-                               const qcal_onnx_save_options *save, const char *path, qcal_onnx_qdq_report *rep)
+qcal_status qcal_onnx_qdq_save_file(qcal_onnx_model *m, const qcal_calib_table *table, const qcal_onnx_qdq_options *opt,
+                                    const qcal_onnx_save_options *save, const char *path, qcal_onnx_qdq_report *rep)
 {
     if (!m || !path)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_qdq_save: NULL argument");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_qdq_save_file: NULL argument");
     qcal_onnx_qdq_options def;   /* here: the kept plan points at the options until the end */
     qcal_onnx_qdq_options_default(&def);
     if (!opt)

@@ -69,7 +69,7 @@ typedef struct wplan {
     float *f32;                /* tensorrt: float32 copy when the weight is not float32 */
     int64_t numel;
     char *dq_out;
-    int64_t lazy;              /* its lazy_w (qcal_onnx_qdq_save: scales and, ort, codes
+    int64_t lazy;              /* its lazy_w (qcal_onnx_qdq_save_file: scales and, ort, codes
                                 * computed as the save reaches them), -1: computed here */
 } wplan;
 
@@ -94,7 +94,7 @@ typedef struct nplan {
                                 * nothing reads any more) */
 } nplan;
 
-/* The lazy initializers of qcal_onnx_qdq_save (onnx_lazy): a float32 weight whose zero-points
+/* The lazy initializers of qcal_onnx_qdq_save_file (onnx_lazy): a float32 weight whose zero-points
  * are zero whatever its data is planned by size; its scales (and, ort, codes) and those of
  * the int32 biases that read them are computed by the save's pass, weight by weight in plan
  * order, and handed to the writer as it reaches each initializer (lazy_fill). */
@@ -147,7 +147,7 @@ typedef struct plan {
     int64_t nskipped;
     bool fp8;                  /* an FP8 Q/DQ is written (opset >= 19, IR >= 9) */
     char **owned_names;        /* names of hoisted Constant values, kept for the lazy weights */
-    bool lazy;                 /* qcal_onnx_qdq_save: weights may be lazy (lazy_w) */
+    bool lazy;                 /* qcal_onnx_qdq_save_file: weights may be lazy (lazy_w) */
     lazy_w *lw;
     int64_t nlw;
     lazy_b *lb;
@@ -173,7 +173,7 @@ typedef struct subplans {
 
 /* The plan of the main graph of m: ops selected (opt->op_types or the profile's), the graph
  * indexed, every node planned (table NULL: listing, every lookup succeeds); lazy: weights may
- * be lazy (qcal_onnx_qdq_save). On failure p is still to be freed (qdq_plan_free). */
+ * be lazy (qcal_onnx_qdq_save_file). On failure p is still to be freed (qdq_plan_free). */
 qcal_status qdq_plan_build(plan *p, const qcal_onnx_model *m, const qcal_calib_table *table,
                            const qcal_onnx_qdq_options *opt, bool lazy);
 void qdq_plan_free(plan *p);

@@ -27,7 +27,7 @@ static qcal_status act_qparams(plan *p, tinfo *ti, const qcal_calib_entry *e)
                 qcal_calib_entry_amax(e, c, &a);
                 amax = fmaxf(amax, a);
             }
-            s = fmaxf(amax / qcal_float8_max(d), FLT_EPSILON);
+            s = fmaxf(amax / qcal_dtype_float8_max(d), FLT_EPSILON);
         }
         if (e->no_data)
             s = 1.0f;

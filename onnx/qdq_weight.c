@@ -1,6 +1,6 @@
 /* The weights of the Q/DQ plan (onnx/qdq.h): each observed and quantized by the weight
  * quantizer (qcal/weights.h), read where it lies in the model's file mapping; with a lazy
- * plan (qcal_onnx_qdq_save) a float32 weight of a symmetric scheme is planned by size and
+ * plan (qcal_onnx_qdq_save_file) a float32 weight of a symmetric scheme is planned by size and
  * computed when the save's pass reaches it. */
 #include <stdlib.h>
 #include <string.h>

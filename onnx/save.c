@@ -325,7 +325,7 @@ static void restore_moved(moved *mv, size_t n)
     }
 }
 
-qcal_status qcal_onnx_model_save(qcal_onnx_model *m, const qcal_onnx_save_options *opt, const char *path)
+qcal_status qcal_onnx_model_save_file(qcal_onnx_model *m, const qcal_onnx_save_options *opt, const char *path)
 {
     return onnx_model_save_lazy(m, opt, path, NULL, 0);
 }
@@ -334,7 +334,7 @@ qcal_status onnx_model_save_lazy(qcal_onnx_model *m, const qcal_onnx_save_option
                                  const onnx_lazy *lazy, size_t n_lazy)
 {
     if (!m || !path || (n_lazy && !lazy))
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_model_save: NULL argument");
+        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_model_save_file: NULL argument");
     qcal_onnx_save_options o;
     qcal_onnx_save_options_default(&o);
     if (opt)

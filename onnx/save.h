@@ -17,7 +17,7 @@ typedef struct onnx_lazy {
     void *ctx;
 } onnx_lazy;
 
-/* qcal_onnx_model_save with n lazy initializers. Nothing is committed unless every one was
+/* qcal_onnx_model_save_file with n lazy initializers. Nothing is committed unless every one was
  * filled and then written as itself; a fill that fails fails the save with its status and
  * message (nothing written). The lazy list is read during the call only. */
 qcal_status onnx_model_save_lazy(qcal_onnx_model *m, const qcal_onnx_save_options *opt, const char *path,

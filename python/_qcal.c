@@ -76,7 +76,7 @@ static PyObject *py_set_num_threads(PyObject *mod, PyObject *arg)
         PyErr_Format(qcal_py_err_invalid, "thread count %ld is out of range", n);
         return NULL;
     }
-    qcal_status st = qcal_set_num_threads((int)n);
+    qcal_status st = qcal_threads_set_count((int)n);
     if (st < 0)
         return qcal_py_raise_status(st);
     Py_RETURN_NONE;
@@ -86,7 +86,7 @@ static PyObject *py_get_num_threads(PyObject *mod, PyObject *noargs)
 {
     (void)mod;
     (void)noargs;
-    return PyLong_FromLong(qcal_get_num_threads());
+    return PyLong_FromLong(qcal_threads_count());
 }
 
 static PyObject *py_version(PyObject *mod, PyObject *noargs)

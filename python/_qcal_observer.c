@@ -426,7 +426,7 @@ static PyObject *Observer_reset(ObserverObject *self, PyObject *noargs)
 }
 
 /* _torch_histogram() -> (counts float32[bins], min_val, max_val): grid=torch's PyTorch
- * buffers (qcal_observer_torch_histogram). */
+ * buffers (qcal_observer_histogram_torch_get). */
 static PyObject *Observer_torch_histogram(ObserverObject *self, PyObject *noargs)
 {
     (void)noargs;
@@ -442,7 +442,7 @@ static PyObject *Observer_torch_histogram(ObserverObject *self, PyObject *noargs
         return PyErr_NoMemory();
     float mn = 0.0f, mx = 0.0f;
     obs_lock(self);
-    qcal_status st = qcal_observer_torch_histogram(self->obs, bins, c, &mn, &mx, &n);
+    qcal_status st = qcal_observer_histogram_torch_get(self->obs, bins, c, &mn, &mx, &n);
     obs_unlock(self);
     PyObject *res = NULL;
     if (st < 0) {
@@ -470,7 +470,7 @@ static PyObject *Observer_torch_histogram_set(ObserverObject *self, PyObject *ar
     if (qcal_py_f32_get(co, &in) < 0)
         return NULL;
     obs_lock(self);
-    qcal_status st = qcal_observer_torch_histogram_set(self->obs, in.t.data, in.numel,
+    qcal_status st = qcal_observer_histogram_torch_set(self->obs, in.t.data, in.numel,
                                                        (float)mn, (float)mx);
     self->version = ++version_seq;
     obs_unlock(self);

@@ -14,8 +14,8 @@
  *       --min-output-sqnr / --max-drop` (qcal/accuracy.h) on the model, which it leaves as is;
  *   _model_compare(float, qdq, ref, data, ...): `qcal compare`, its JSON as a dict.
  *
- * The accuracy calls read their data as a data spec (qcal_model_compare and
- * qcal_model_keep_float open it themselves; qcal.onnx writes runs given as arrays to a
+ * The accuracy calls read their data as a data spec (qcal_accuracy_compare and
+ * qcal_accuracy_keep_float open it themselves; qcal.onnx writes runs given as arrays to a
  * temporary directory first); labels are read in place.
  *
  * Arrays are read in place through the buffer protocol: C-contiguous, little-endian, one of
@@ -165,7 +165,7 @@ static int OnnxModel_init(OnnxModelObject *self, PyObject *args, PyObject *kw)
         if (!PyUnicode_FSConverter(path_o, &p))
             return -1;
         Py_BEGIN_ALLOW_THREADS
-        st = qcal_onnx_model_load(PyBytes_AS_STRING(p), &m);
+        st = qcal_onnx_model_load_file(PyBytes_AS_STRING(p), &m);
         Py_END_ALLOW_THREADS
         Py_DECREF(p);
     } else {
@@ -412,7 +412,7 @@ static PyObject *OnnxModel_qdq_save(OnnxModelObject *self, PyObject *args, PyObj
     memset(&rep, 0, sizeof rep);
     qcal_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = qcal_onnx_qdq_save(self->m, t, &opt, NULL, PyBytes_AS_STRING(path), &rep);
+    st = qcal_onnx_qdq_save_file(self->m, t, &opt, NULL, PyBytes_AS_STRING(path), &rep);
     Py_END_ALLOW_THREADS
     self->busy = false;
     /* Any call that got past the checks changed m (docs: destroy it); a failed check left
@@ -531,15 +531,15 @@ static const qcal_py_field compare_op_fields[] = {
     QCAL_PY_FIELD("sqnr_all_but_db", QCAL_PY_FIGURE, qcal_accuracy_op, sqnr_others_db),
 };
 static const qcal_py_field keep_float_fields[] = {
-    QCAL_PY_FIELD_NAMES("float_ops", qcal_keep_float_result, float_ops, n_float),
-    QCAL_PY_FIELD("ops", QCAL_PY_I64, qcal_keep_float_result, n_ops),
-    QCAL_PY_FIELD("met", QCAL_PY_BOOL, qcal_keep_float_result, met),
-    QCAL_PY_FIELD("sqnr_db", QCAL_PY_FIGURE, qcal_keep_float_result, sqnr_db),
-    QCAL_PY_FIELD("accuracy_float", QCAL_PY_FIGURE, qcal_keep_float_result, acc_float),
-    QCAL_PY_FIELD("accuracy_quantized", QCAL_PY_FIGURE, qcal_keep_float_result, acc_quant),
-    QCAL_PY_FIELD("runs", QCAL_PY_I64, qcal_keep_float_result, runs),
-    QCAL_PY_FIELD("checks", QCAL_PY_I64, qcal_keep_float_result, checks),
-    QCAL_PY_FIELD("seconds", QCAL_PY_F64, qcal_keep_float_result, seconds),
+    QCAL_PY_FIELD_NAMES("float_ops", qcal_accuracy_keep_float_result, float_ops, n_float),
+    QCAL_PY_FIELD("ops", QCAL_PY_I64, qcal_accuracy_keep_float_result, n_ops),
+    QCAL_PY_FIELD("met", QCAL_PY_BOOL, qcal_accuracy_keep_float_result, met),
+    QCAL_PY_FIELD("sqnr_db", QCAL_PY_FIGURE, qcal_accuracy_keep_float_result, sqnr_db),
+    QCAL_PY_FIELD("accuracy_float", QCAL_PY_FIGURE, qcal_accuracy_keep_float_result, acc_float),
+    QCAL_PY_FIELD("accuracy_quantized", QCAL_PY_FIGURE, qcal_accuracy_keep_float_result, acc_quant),
+    QCAL_PY_FIELD("runs", QCAL_PY_I64, qcal_accuracy_keep_float_result, runs),
+    QCAL_PY_FIELD("checks", QCAL_PY_I64, qcal_accuracy_keep_float_result, checks),
+    QCAL_PY_FIELD("seconds", QCAL_PY_F64, qcal_accuracy_keep_float_result, seconds),
 };
 
 /* A list of dicts, one per element of a C array, from a field table. */
@@ -563,7 +563,7 @@ static PyObject *dict_list(const void *base, size_t size, int64_t n, const qcal_
  *            exclude=None, op_types=None, strict=False, weight_qscheme=None,
  *            float_weights=False, min_output_sqnr=nan, max_drop=nan, labels=None,
  *            label_output=0, metric=None, sensitivity_samples=-1, batch=0, threads=0,
- *            ort_lib=None) -> dict: qcal_model_keep_float on this model (not changed) with
+ *            ort_lib=None) -> dict: qcal_accuracy_keep_float on this model (not changed) with
  * the Q/DQ options qdq_save takes, ONNX Runtime opened for the call, the GIL released while
  * it runs. The dict: float_ops, ops, met, sqnr_db, accuracy_float, accuracy_quantized (None
  * without labels), runs, checks, seconds. */
@@ -601,8 +601,8 @@ static PyObject *OnnxModel_keep_float(OnnxModelObject *self, PyObject *args, PyO
         goto out;
     Py_INCREF(table_o);   /* read with the GIL released */
     const qcal_calib_table *t = ((qcal_py_table *)table_o)->t;
-    qcal_keep_float_target tg = {min_sqnr, max_drop};
-    qcal_keep_float_result kf;
+    qcal_accuracy_keep_float_target tg = {min_sqnr, max_drop};
+    qcal_accuracy_keep_float_result kf;
     memset(&kf, 0, sizeof kf);
     qcal_engine_options eo;
     qcal_engine_options_default(&eo);
@@ -613,8 +613,8 @@ static PyObject *OnnxModel_keep_float(OnnxModelObject *self, PyObject *args, PyO
     Py_BEGIN_ALLOW_THREADS
     st = qcal_engine_open(&eo, &e);
     if (st >= 0)
-        st = qcal_model_keep_float(e, self->m, t, &opt, data_s, entries, n_entries, &aa.o, &tg,
-                                   &kf);
+        st = qcal_accuracy_keep_float(e, self->m, t, &opt, data_s, entries, n_entries, &aa.o, &tg,
+                                      &kf);
     qcal_engine_close(&e);
     Py_END_ALLOW_THREADS
     self->busy = false;
@@ -627,7 +627,7 @@ static PyObject *OnnxModel_keep_float(OnnxModelObject *self, PyObject *args, PyO
     if (res && qcal_py_dict_fields(res, &kf, keep_float_fields,
                                    QCAL_PY_NFIELDS(keep_float_fields), 0) < 0)
         Py_CLEAR(res);
-    qcal_keep_float_result_free(&kf);
+    qcal_accuracy_keep_float_result_free(&kf);
 out:
     acc_args_release(&aa);
     str_list_free(&keep_ex, &exclude);
@@ -650,7 +650,7 @@ static PyMethodDef OnnxModel_methods[] = {
     {"keep_float", (PyCFunction)(void (*)(void))OnnxModel_keep_float,
      METH_VARARGS | METH_KEYWORDS,
      "keep_float(table, data, entries, ...) -> dict: the ops to keep float until the target "
-     "holds (qcal_model_keep_float; the model is not changed)."},
+     "holds (qcal_accuracy_keep_float; the model is not changed)."},
     {"equalize", (PyCFunction)OnnxModel_equalize, METH_NOARGS,
      "equalize() -> dict: cross-layer equalization (qcal equalize's defaults)."},
     {"qdq_save", (PyCFunction)(void (*)(void))OnnxModel_qdq_save, METH_VARARGS | METH_KEYWORDS,
@@ -1200,7 +1200,7 @@ static PyObject *py_engine_info(PyObject *mod, PyObject *args)
 /* _model_compare(float_model, qdq_model, ref, data=None, entries=None, *, labels=None,
  *                label_output=0, metric=None, sensitivity_samples=-1, batch=0, threads=0,
  *                max_samples=0, others=True, ort_lib=None, float_name="",
- *                quantized_name="") -> dict: qcal_model_compare (ref: the float model as qdq
+ *                quantized_name="") -> dict: qcal_accuracy_compare (ref: the float model as qdq
  * read it, whose weights the QDQ model quantized), the GIL released while it runs. The dict
  * holds what `qcal compare --format json` writes, under the same keys and in its order
  * (figures that do not apply None, +inf float('inf')); float_name / quantized_name are
@@ -1257,8 +1257,8 @@ static PyObject *py_model_compare(PyObject *mod, PyObject *args, PyObject *kw)
     st = qcal_engine_open(&eo, &e);
     if (st >= 0) {
         snprintf(version, sizeof version, "%s", qcal_engine_version(e));
-        st = qcal_model_compare(e, mo[0]->m, mo[1]->m, mo[2]->m, data_s, entries, n_entries,
-                                &aa.o, &rep);
+        st = qcal_accuracy_compare(e, mo[0]->m, mo[1]->m, mo[2]->m, data_s, entries, n_entries,
+                                   &aa.o, &rep);
     }
     qcal_engine_close(&e);
     Py_END_ALLOW_THREADS
@@ -1309,7 +1309,7 @@ static PyObject *py_keep_float_exclude(PyObject *mod, PyObject *arg)
     const char *name = PyUnicode_AsUTF8(arg);
     if (!name)
         return NULL;
-    char *p = qcal_keep_float_exclude(name);
+    char *p = qcal_accuracy_keep_float_exclude(name);
     if (!p)
         return PyErr_NoMemory();
     PyObject *r = PyUnicode_FromString(p);
@@ -1324,7 +1324,7 @@ static PyMethodDef onnx_methods[] = {
      "internal: (version, library path) of the ONNX Runtime qcal loads."},
     {"_model_compare", (PyCFunction)(void (*)(void))py_model_compare,
      METH_VARARGS | METH_KEYWORDS,
-     "internal: qcal_model_compare -> the dict of `qcal compare --format json`."},
+     "internal: qcal_accuracy_compare -> the dict of `qcal compare --format json`."},
     {"_keep_float_exclude", py_keep_float_exclude, METH_O,
      "internal: a node name as an exclude pattern matching that name only."},
     {NULL, NULL, 0, NULL},

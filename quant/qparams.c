@@ -48,7 +48,7 @@ bool qcal_dtype_is_float8(qcal_dtype dtype)
     return dtype == QCAL_FLOAT8_E4M3FN || dtype == QCAL_FLOAT8_E5M2;
 }
 
-float qcal_float8_max(qcal_dtype dtype)
+float qcal_dtype_float8_max(qcal_dtype dtype)
 {
     return dtype == QCAL_FLOAT8_E4M3FN ? QCAL_FLOAT8_E4M3FN_MAX
            : dtype == QCAL_FLOAT8_E5M2 ? QCAL_FLOAT8_E5M2_MAX
@@ -257,7 +257,7 @@ static qcal_status one_pair(const qcal_qconfig *cfg, int64_t qmin, int64_t qmax,
         /* FP8 (every qscheme): scale = amax / largest finite value in float32 (the
          * TensorRT / ModelOpt / vLLM convention), at least eps; zero-point 0. */
         float amax = fmaxf(-fminf(mn, 0.0f), fmaxf(mx, 0.0f));
-        s = fmaxf(amax / qcal_float8_max(cfg->dtype), eps);
+        s = fmaxf(amax / qcal_dtype_float8_max(cfg->dtype), eps);
         *scale = s;
         *zp = 0;
         *zpf = 0.0f;

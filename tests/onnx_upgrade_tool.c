@@ -15,12 +15,12 @@ int main(int argc, char **argv)
     long long opset = argc == 4 ? atoll(argv[3]) : 13;
     qcal_onnx_model *m = NULL;
     qcal_onnx_upgrade_report rep = { 0 };
-    qcal_status st = qcal_onnx_model_load(argv[1], &m);
+    qcal_status st = qcal_onnx_model_load_file(argv[1], &m);
     if (st == QCAL_OK && (st = qcal_onnx_upgrade(m, opset, &rep)) == QCAL_OK) {
         printf("opset %lld -> %lld\n", (long long)rep.from, (long long)rep.to);
         for (int64_t i = 0; i < rep.n_adapted; i++)
             printf("%s\n", rep.adapted[i]);
-        st = qcal_onnx_model_save(m, NULL, argv[2]);
+        st = qcal_onnx_model_save_file(m, NULL, argv[2]);
     }
     if (st != QCAL_OK)
         fprintf(stderr, "onnx_upgrade_tool: %s\n", qcal_last_error());

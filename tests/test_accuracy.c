@@ -5,10 +5,10 @@
  *   - the gated model with every gate on computes the QDQ model's outputs bit for bit, with
  *     every gate off the float model's, with one gate on neither (graph optimizations off,
  *     the same kernels either way);
- *   - qcal_model_compare: the SQNR, cosine and agreement of the QDQ model against float equal
+ *   - qcal_accuracy_compare: the SQNR, cosine and agreement of the QDQ model against float equal
  *     the same figures computed here from the two models' outputs; the per-op sums do not
  *     depend on the batch (1, 5, 64: every figure bit-identical); labels count right;
- *   - qcal_model_keep_float: with a target between the all-quantized SQNR and float, the
+ *   - qcal_accuracy_keep_float: with a target between the all-quantized SQNR and float, the
  *     answer holds on the real model, and keeping one op fewer float does not hold on the
  *     gated model (the fewest); a target already met keeps nothing float; bad targets.
  * One line and exit 77 when ONNX Runtime cannot be found. */
@@ -86,7 +86,7 @@ static qcal_calib_table *calibrate(const qcal_onnx_model *m, const char *rules_t
     qcal_model_calib_options mo;
     qcal_model_calib_options_default(&mo);
     mo.batch = 16;
-    OK(qcal_model_calibrate(eng, m, data_path, NULL, 0, s, &mo, NULL));
+    OK(qcal_model_calib_run(eng, m, data_path, NULL, 0, s, &mo, NULL));
     qcal_calib_table *t = NULL;
     OK(qcal_calib_session_table(s, &t));
     qcal_calib_session_destroy(&s);
@@ -100,7 +100,7 @@ static int setup(void **state)
     const char *root = getenv("QCAL_SOURCE_ROOT");
     snprintf(model_path, sizeof model_path, "%s/examples/mobilenet/mobilenet.onnx", root ? root : ".");
     snprintf(data_path, sizeof data_path, "%s/examples/data/fmnist_test_batch.npy", root ? root : ".");
-    OK(qcal_onnx_model_load(model_path, &fm));
+    OK(qcal_onnx_model_load_file(model_path, &fm));
     OK(qcal_onnx_fold_bn(fm, NULL));
     /* the table: minmax over the images, through model calibration */
     table = calibrate(fm, "* activation minmax\n");
@@ -141,7 +141,7 @@ static float *logits(qcal_engine_session *s, int64_t n, const uint8_t *g, int64_
     in[1].data = g;
     in[1].nbytes = (size_t)n_gates;
     qcal_engine_outputs *o = NULL;
-    OK(qcal_engine_run(s, in, g ? 2 : 1, NULL, 0, &o));
+    OK(qcal_engine_session_run(s, in, g ? 2 : 1, NULL, 0, &o));
     qcal_engine_value v;
     OK(qcal_engine_outputs_at(o, 0, &v));
     float *out = malloc(v.nbytes);
@@ -310,7 +310,7 @@ static void test_compare(void **state)
     for (int b = 0; b < 3; b++) {
         o.batch = batches[b];
         o.threads = b == 1 ? 2 : 1;
-        OK(qcal_model_compare(eng, fm, q, NULL, data_path, NULL, 0, &o, &r[b]));
+        OK(qcal_accuracy_compare(eng, fm, q, NULL, data_path, NULL, 0, &o, &r[b]));
     }
     assert_int_equal(r[0].n_outputs, 1);
     assert_int_equal(r[0].samples, 64);
@@ -348,7 +348,7 @@ static void test_compare(void **state)
     /* labels that do not fit */
     lv.dims[0] = 10;
     qcal_accuracy_report bad;
-    assert_int_equal(qcal_model_compare(eng, fm, q, NULL, data_path, NULL, 0, &o, &bad), QCAL_ERR_MISMATCH);
+    assert_int_equal(qcal_accuracy_compare(eng, fm, q, NULL, data_path, NULL, 0, &o, &bad), QCAL_ERR_MISMATCH);
     assert_non_null(strstr(qcal_last_error(), "labels: 10 rows for 64 samples"));
     free(f), free(y);
     qcal_onnx_model_destroy(&q);
@@ -365,14 +365,14 @@ static void test_keep_float(void **state)
     o.others = false;
     qcal_onnx_model *q = qdq_of(fm, NULL, 0);
     qcal_accuracy_report r;
-    OK(qcal_model_compare(eng, fm, q, NULL, data_path, NULL, 0, &o, &r));
+    OK(qcal_accuracy_compare(eng, fm, q, NULL, data_path, NULL, 0, &o, &r));
     double base = r.outputs[0].sqnr_db;
     qcal_accuracy_report_free(&r);
     qcal_onnx_model_destroy(&q);
 
-    qcal_keep_float_target t = {base + 6.0, NAN};
-    qcal_keep_float_result k;
-    OK(qcal_model_keep_float(eng, fm, table, NULL, data_path, NULL, 0, &o, &t, &k));
+    qcal_accuracy_keep_float_target t = {base + 6.0, NAN};
+    qcal_accuracy_keep_float_result k;
+    OK(qcal_accuracy_keep_float(eng, fm, table, NULL, data_path, NULL, 0, &o, &t, &k));
     assert_true(k.met);
     assert_true(k.n_float >= 1 && k.n_float < k.n_ops);
     assert_int_equal(k.n_ops, 35);
@@ -380,16 +380,16 @@ static void test_keep_float(void **state)
     /* the written model reaches it: the QDQ model with those ops excluded, measured again */
     char **ex = calloc((size_t)k.n_float, sizeof *ex);
     for (int64_t i = 0; i < k.n_float; i++)
-        ex[i] = qcal_keep_float_exclude(k.float_ops[i]);
+        ex[i] = qcal_accuracy_keep_float_exclude(k.float_ops[i]);
     q = qdq_of(fm, (const char *const *)ex, k.n_float);
     o.sensitivity_samples = 0;
-    OK(qcal_model_compare(eng, fm, q, NULL, data_path, NULL, 0, &o, &r));
+    OK(qcal_accuracy_compare(eng, fm, q, NULL, data_path, NULL, 0, &o, &r));
     assert_memory_equal(&r.sqnr_db, &k.sqnr_db, sizeof(double));
     qcal_accuracy_report_free(&r);
     qcal_onnx_model_destroy(&q);
     /* one op fewer float misses the target (the search measured it) */
     q = qdq_of(fm, (const char *const *)ex, k.n_float - 1);
-    OK(qcal_model_compare(eng, fm, q, NULL, data_path, NULL, 0, &o, &r));
+    OK(qcal_accuracy_compare(eng, fm, q, NULL, data_path, NULL, 0, &o, &r));
     assert_true(r.sqnr_db < t.min_output_sqnr_db);
     qcal_accuracy_report_free(&r);
     qcal_onnx_model_destroy(&q);
@@ -398,21 +398,21 @@ static void test_keep_float(void **state)
     free(ex);
     printf("keep-float: target %.2f dB (all quantized %.2f): %lld ops float, %.2f dB; %lld runs, %lld checks\n",
            t.min_output_sqnr_db, base, (long long)k.n_float, k.sqnr_db, (long long)k.runs, (long long)k.checks);
-    qcal_keep_float_result_free(&k);
+    qcal_accuracy_keep_float_result_free(&k);
 
     /* a target the quantized model meets already: nothing float */
     t.min_output_sqnr_db = base - 3.0;
     o.sensitivity_samples = 16;
-    OK(qcal_model_keep_float(eng, fm, table, NULL, data_path, NULL, 0, &o, &t, &k));
+    OK(qcal_accuracy_keep_float(eng, fm, table, NULL, data_path, NULL, 0, &o, &t, &k));
     assert_true(k.met);
     assert_int_equal(k.n_float, 0);
-    qcal_keep_float_result_free(&k);
+    qcal_accuracy_keep_float_result_free(&k);
     /* no target; a drop without labels */
-    qcal_keep_float_target none = {NAN, NAN}, drop = {NAN, 1.0};
-    assert_int_equal(qcal_model_keep_float(eng, fm, table, NULL, data_path, NULL, 0, &o, &none, &k), QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_model_keep_float(eng, fm, table, NULL, data_path, NULL, 0, &o, &drop, &k), QCAL_ERR_INVALID_ARG);
+    qcal_accuracy_keep_float_target none = {NAN, NAN}, drop = {NAN, 1.0};
+    assert_int_equal(qcal_accuracy_keep_float(eng, fm, table, NULL, data_path, NULL, 0, &o, &none, &k), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_accuracy_keep_float(eng, fm, table, NULL, data_path, NULL, 0, &o, &drop, &k), QCAL_ERR_INVALID_ARG);
     assert_non_null(strstr(qcal_last_error(), "needs labels"));
-    char *esc = qcal_keep_float_exclude("a[1]*?\\b");
+    char *esc = qcal_accuracy_keep_float_exclude("a[1]*?\\b");
     assert_string_equal(esc, "a\\[1\\]\\*\\?\\\\b");
     qcal_free(esc);
 }

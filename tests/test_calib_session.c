@@ -47,7 +47,7 @@ static void test_rules_file(void **state)
     const char *dir = getenv("QCAL_TEST_DATA");
     snprintf(path, sizeof path, "%s/calib/rules_sample.txt", dir ? dir : "tests/data");
     qcal_calib_rules *r = NULL;
-    assert_int_equal(qcal_calib_rules_load(path, &r), QCAL_OK);
+    assert_int_equal(qcal_calib_rules_load_file(path, &r), QCAL_OK);
     int64_t n, idx;
     assert_int_equal(qcal_calib_rules_count(r, &n), QCAL_OK);
     assert_int_equal(n, 4);
@@ -83,7 +83,7 @@ static void test_rules_file(void **state)
     qcal_calib_rules_destroy(&r);
     assert_null(r);
     qcal_calib_rules_destroy(&r);
-    assert_int_equal(qcal_calib_rules_load("/nonexistent/rules.txt", &r), QCAL_ERR_NOT_FOUND);
+    assert_int_equal(qcal_calib_rules_load_file("/nonexistent/rules.txt", &r), QCAL_ERR_NOT_FOUND);
     assert_null(r);
 }
 

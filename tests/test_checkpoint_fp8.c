@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "qcal/calib.h"
-#include "qcal/checkpoint_fp8.h"
+#include "qcal/fp8_checkpoint.h"
 #include "qcal/quantize.h"
 #include "qcal/safetensors.h"
 #include "testutil.h"

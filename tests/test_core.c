@@ -266,30 +266,30 @@ static void test_threads(void **state)
     const int64_t big = INT64_C(1) << 30;
 #if QCAL_HAVE_OPENMP
     omp_set_num_threads(3);
-    assert_int_equal(qcal_get_num_threads(), 3);           /* default: OpenMP's */
+    assert_int_equal(qcal_threads_count(), 3);           /* default: OpenMP's */
     assert_int_equal(qcal_threads_for(big), 3);
-    assert_int_equal(qcal_set_num_threads(5), QCAL_OK);
-    assert_int_equal(qcal_get_num_threads(), 5);
+    assert_int_equal(qcal_threads_set_count(5), QCAL_OK);
+    assert_int_equal(qcal_threads_count(), 5);
     assert_int_equal(qcal_threads_for(big), 5);
     assert_int_equal(qcal_threads_for(QCAL_OMP_MIN_ELEMENTS), 2);   /* capped by the size */
-    assert_int_equal(qcal_set_num_threads(1), QCAL_OK);
+    assert_int_equal(qcal_threads_set_count(1), QCAL_OK);
     assert_int_equal(qcal_threads_for(big), 1);
-    assert_int_equal(qcal_set_num_threads(0), QCAL_OK);    /* back to OpenMP's */
-    assert_int_equal(qcal_get_num_threads(), 3);
+    assert_int_equal(qcal_threads_set_count(0), QCAL_OK);    /* back to OpenMP's */
+    assert_int_equal(qcal_threads_count(), 3);
     assert_int_equal(qcal_threads_for(big), 3);
     omp_set_num_threads(2);
     assert_int_equal(qcal_threads_for(big), 2);
 #else
-    assert_int_equal(qcal_set_num_threads(4), QCAL_OK);
-    assert_int_equal(qcal_get_num_threads(), 1);
+    assert_int_equal(qcal_threads_set_count(4), QCAL_OK);
+    assert_int_equal(qcal_threads_count(), 1);
     assert_int_equal(qcal_threads_for(big), 1);
-    assert_int_equal(qcal_set_num_threads(0), QCAL_OK);
+    assert_int_equal(qcal_threads_set_count(0), QCAL_OK);
 #endif
-    int before = qcal_get_num_threads();
-    assert_int_equal(qcal_set_num_threads(-1), QCAL_ERR_INVALID_ARG);
+    int before = qcal_threads_count();
+    assert_int_equal(qcal_threads_set_count(-1), QCAL_ERR_INVALID_ARG);
     assert_non_null(strstr(qcal_last_error(), "thread count -1"));
-    assert_int_equal(qcal_set_num_threads(QCAL_MAX_THREADS + 1), QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_get_num_threads(), before);      /* unchanged */
+    assert_int_equal(qcal_threads_set_count(QCAL_MAX_THREADS + 1), QCAL_ERR_INVALID_ARG);
+    assert_int_equal(qcal_threads_count(), before);      /* unchanged */
 }
 
 int main(void)

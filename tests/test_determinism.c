@@ -2,7 +2,7 @@
  *
  *  - every observer kind, the statistics, the comparison metrics, quantize and calibration
  *    tables are computed with 1, 2 and 8 OpenMP threads (observers, statistics, metrics and
- *    quantize also with 1, 2, 8 set by qcal_set_num_threads) on tensors large enough for the
+ *    quantize also with 1, 2, 8 set by qcal_threads_set_count) on tensors large enough for the
  *    kernels to fork (> 8 x QCAL_OMP_MIN_ELEMENTS / 2 elements), and compared bit for bit
  *    (observer state blobs hold the histograms; tables are compared as formatted bytes);
  *  - the qcal CLI's calibrate runs with OMP_NUM_THREADS=1, 2, 8 on a dump of large tensors
@@ -41,16 +41,16 @@
 #endif
 
 /* Thread counts are set through OpenMP (omp_set_num_threads), or, when by_option is set,
- * through the library's own option (qcal_set_num_threads) with OpenMP left at 2. */
+ * through the library's own option (qcal_threads_set_count) with OpenMP left at 2. */
 static bool by_option;
 
 static void set_threads(int n)
 {
     if (by_option) {
-        assert_int_equal(qcal_set_num_threads(n), QCAL_OK);
+        assert_int_equal(qcal_threads_set_count(n), QCAL_OK);
         n = 2;
     } else {
-        assert_int_equal(qcal_set_num_threads(0), QCAL_OK);
+        assert_int_equal(qcal_threads_set_count(0), QCAL_OK);
     }
 #if QCAL_HAVE_OPENMP
     omp_set_num_threads(n);
@@ -210,7 +210,7 @@ static void test_observers_thread_count(void **state)
     }
 }
 
-/* The same with the thread count set by qcal_set_num_threads (1, 2, 8 over OpenMP's 2). */
+/* The same with the thread count set by qcal_threads_set_count (1, 2, 8 over OpenMP's 2). */
 static void test_observers_thread_option(void **state)
 {
     by_option = true;

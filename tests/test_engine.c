@@ -21,7 +21,7 @@
 #include <cmocka.h>
 
 #include "qcal/qcal.h"
-#include "qcal/evaluate.h"
+#include "qcal/numeric_eval.h"
 #include "qcal/model_calib.h"
 #include "testutil.h"
 
@@ -61,23 +61,23 @@ static const float B[2] = { 0.5f, -1 };
 static void *mlp_model(size_t *len)
 {
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(8, 13, &m));
+    OK(qcal_onnx_model_create(8, 13, &m));
     int64_t xd[2] = { -1, 3 }, yd[2] = { -1, 2 }, wd[2] = { 3, 2 }, bd[1] = { 2 }, sd[1] = { 2 };
-    OK(qcal_onnx_add_input(m, "X", QCAL_ONNX_FLOAT, 2, xd));
-    OK(qcal_onnx_add_output(m, "Y", QCAL_ONNX_FLOAT, 2, yd));
-    OK(qcal_onnx_add_output(m, "S", QCAL_ONNX_INT64, 1, sd));
-    OK(qcal_onnx_add_initializer_float(m, "W", 2, wd, W));
-    OK(qcal_onnx_add_initializer_float(m, "B", 1, bd, B));
+    OK(qcal_onnx_model_add_input(m, "X", QCAL_ONNX_FLOAT, 2, xd));
+    OK(qcal_onnx_model_add_output(m, "Y", QCAL_ONNX_FLOAT, 2, yd));
+    OK(qcal_onnx_model_add_output(m, "S", QCAL_ONNX_INT64, 1, sd));
+    OK(qcal_onnx_model_add_initializer_float(m, "W", 2, wd, W));
+    OK(qcal_onnx_model_add_initializer_float(m, "B", 1, bd, B));
     float unused[2] = { 7, 7 };
-    OK(qcal_onnx_add_initializer_float(m, "unused", 1, bd, unused));
+    OK(qcal_onnx_model_add_initializer_float(m, "unused", 1, bd, unused));
     const char *mm_in[2] = { "X", "W" }, *mm_out[1] = { "XW" };
     const char *add_in[2] = { "XW", "B" }, *add_out[1] = { "Z" };
     const char *relu_in[1] = { "Z" }, *relu_out[1] = { "Y" };
     const char *shape_in[1] = { "Y" }, *shape_out[1] = { "S" };
-    OK(qcal_onnx_add_node(m, "MatMul", "mm", 2, mm_in, 1, mm_out, NULL));
-    OK(qcal_onnx_add_node(m, "Add", "add", 2, add_in, 1, add_out, NULL));
-    OK(qcal_onnx_add_node(m, "Relu", "relu", 1, relu_in, 1, relu_out, NULL));
-    OK(qcal_onnx_add_node(m, "Shape", "shape", 1, shape_in, 1, shape_out, NULL));
+    OK(qcal_onnx_model_add_node(m, "MatMul", "mm", 2, mm_in, 1, mm_out, NULL));
+    OK(qcal_onnx_model_add_node(m, "Add", "add", 2, add_in, 1, add_out, NULL));
+    OK(qcal_onnx_model_add_node(m, "Relu", "relu", 1, relu_in, 1, relu_out, NULL));
+    OK(qcal_onnx_model_add_node(m, "Shape", "shape", 1, shape_in, 1, shape_out, NULL));
     return serialize(&m, len);
 }
 
@@ -227,7 +227,7 @@ static void test_release_and_arena(void **state)
     int64_t xd[2] = { 4, 3 };
     qcal_engine_value in = value("X", QCAL_ONNX_FLOAT, 2, xd, x, sizeof x);
     qcal_engine_outputs *out = NULL;
-    OK(qcal_engine_run(s, &in, 1, NULL, 0, &out));
+    OK(qcal_engine_session_run(s, &in, 1, NULL, 0, &out));
     qcal_engine_value y, sh;
     OK(qcal_engine_outputs_at(out, 0, &y));
     assert_memory_equal(y.data, want, sizeof want);
@@ -286,7 +286,7 @@ static void test_io_and_run(void **state)
     int64_t xd[2] = { 4, 3 };
     qcal_engine_value in = value("X", QCAL_ONNX_FLOAT, 2, xd, x, sizeof x);
     qcal_engine_outputs *out = NULL;
-    OK(qcal_engine_run(s, &in, 1, NULL, 0, &out));
+    OK(qcal_engine_session_run(s, &in, 1, NULL, 0, &out));
     assert_int_equal(qcal_engine_outputs_count(out), 2);
     qcal_engine_value y, sh;
     OK(qcal_engine_outputs_at(out, 0, &y));
@@ -314,7 +314,7 @@ static void test_io_and_run(void **state)
     const char *only_s[1] = { "S" };
     xd[0] = 0;
     in = value("X", QCAL_ONNX_FLOAT, 2, xd, NULL, 0);
-    OK(qcal_engine_run(s, &in, 1, only_s, 1, &out));
+    OK(qcal_engine_session_run(s, &in, 1, only_s, 1, &out));
     assert_int_equal(qcal_engine_outputs_count(out), 1);
     OK(qcal_engine_outputs_at(out, 0, &sh));
     assert_string_equal(sh.name, "S");
@@ -327,31 +327,31 @@ static void test_io_and_run(void **state)
     int64_t xi[12] = { 0 };
     xd[0] = 4;
     in = value("X", QCAL_ONNX_INT64, 2, xd, xi, sizeof xi);
-    expect_error(qcal_engine_run(s, &in, 1, NULL, 0, &out), QCAL_ERR_MISMATCH,
+    expect_error(qcal_engine_session_run(s, &in, 1, NULL, 0, &out), QCAL_ERR_MISMATCH,
                  "input 'X': the model takes float32 [d0, 3] (d0 dynamic), given int64 [4, 3]");
     assert_null(out);
     int64_t xd3[3] = { 1, 4, 3 };
     in = value("X", QCAL_ONNX_FLOAT, 3, xd3, x, sizeof x);
-    expect_error(qcal_engine_run(s, &in, 1, NULL, 0, &out), QCAL_ERR_MISMATCH,
+    expect_error(qcal_engine_session_run(s, &in, 1, NULL, 0, &out), QCAL_ERR_MISMATCH,
                  "input 'X': the model takes float32 [d0, 3] (d0 dynamic), given float32 [1, 4, 3]");
     int64_t xd4[2] = { 3, 4 };
     in = value("X", QCAL_ONNX_FLOAT, 2, xd4, x, sizeof x);
-    expect_error(qcal_engine_run(s, &in, 1, NULL, 0, &out), QCAL_ERR_MISMATCH,
+    expect_error(qcal_engine_session_run(s, &in, 1, NULL, 0, &out), QCAL_ERR_MISMATCH,
                  "given float32 [3, 4]");
     in = value("X", QCAL_ONNX_FLOAT, 2, xd, x, sizeof x - 4);
-    expect_error(qcal_engine_run(s, &in, 1, NULL, 0, &out), QCAL_ERR_MISMATCH,
+    expect_error(qcal_engine_session_run(s, &in, 1, NULL, 0, &out), QCAL_ERR_MISMATCH,
                  "input 'X': float32 [4, 3] is 48 bytes, given 44");
-    expect_error(qcal_engine_run(s, NULL, 0, NULL, 0, &out), QCAL_ERR_MISMATCH,
+    expect_error(qcal_engine_session_run(s, NULL, 0, NULL, 0, &out), QCAL_ERR_MISMATCH,
                  "input 'X' (float32 [d0, 3] (d0 dynamic)) is not given");
     qcal_engine_value two[2] = { value("X", QCAL_ONNX_FLOAT, 2, xd, x, sizeof x),
                                  value("Q", QCAL_ONNX_FLOAT, 2, xd, x, sizeof x) };
-    expect_error(qcal_engine_run(s, two, 2, NULL, 0, &out), QCAL_ERR_NOT_FOUND,
+    expect_error(qcal_engine_session_run(s, two, 2, NULL, 0, &out), QCAL_ERR_NOT_FOUND,
                  "input 'Q': the model has no such input (its inputs: 'X')");
     two[1].name = "X";
-    expect_error(qcal_engine_run(s, two, 2, NULL, 0, &out), QCAL_ERR_INVALID_ARG,
+    expect_error(qcal_engine_session_run(s, two, 2, NULL, 0, &out), QCAL_ERR_INVALID_ARG,
                  "input 'X' is given twice");
     const char *bad_out[2] = { "Y", "nope" };
-    expect_error(qcal_engine_run(s, two, 1, bad_out, 2, &out), QCAL_ERR_NOT_FOUND,
+    expect_error(qcal_engine_session_run(s, two, 1, bad_out, 2, &out), QCAL_ERR_NOT_FOUND,
                  "output 'nope': the model has no such output (its outputs: 'Y', 'S')");
     assert_null(out);
 
@@ -375,13 +375,13 @@ static void test_backend_errors(void **state)
     assert_null(s);
 
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(8, 13, &m));
+    OK(qcal_onnx_model_create(8, 13, &m));
     int64_t xd[2] = { -1, -1 }, wd[2] = { 3, 2 };
-    OK(qcal_onnx_add_input(m, "X", QCAL_ONNX_FLOAT, 2, xd));
-    OK(qcal_onnx_add_output(m, "Y", QCAL_ONNX_FLOAT, 2, xd));
-    OK(qcal_onnx_add_initializer_float(m, "W", 2, wd, W));
+    OK(qcal_onnx_model_add_input(m, "X", QCAL_ONNX_FLOAT, 2, xd));
+    OK(qcal_onnx_model_add_output(m, "Y", QCAL_ONNX_FLOAT, 2, xd));
+    OK(qcal_onnx_model_add_initializer_float(m, "W", 2, wd, W));
     const char *mm_in[2] = { "X", "W" }, *mm_out[1] = { "Y" };
-    OK(qcal_onnx_add_node(m, "MatMul", "mm", 2, mm_in, 1, mm_out, NULL));
+    OK(qcal_onnx_model_add_node(m, "MatMul", "mm", 2, mm_in, 1, mm_out, NULL));
     size_t len;
     void *buf = serialize(&m, &len);
     OK(qcal_engine_session_create(e, buf, len, NULL, &s));
@@ -390,7 +390,7 @@ static void test_backend_errors(void **state)
     int64_t d[2] = { 1, 4 };
     qcal_engine_value in = value("X", QCAL_ONNX_FLOAT, 2, d, x, sizeof x);
     qcal_engine_outputs *out = NULL;
-    expect_error(qcal_engine_run(s, &in, 1, NULL, 0, &out), QCAL_ERR_BACKEND,
+    expect_error(qcal_engine_session_run(s, &in, 1, NULL, 0, &out), QCAL_ERR_BACKEND,
                  "ONNX Runtime: run: ");
     assert_non_null(strstr(qcal_last_error(), "MatMul"));
     assert_null(out);
@@ -413,16 +413,16 @@ static void test_alias_and_bool(void **state)
 {
     (void)state;
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(8, 13, &m));
+    OK(qcal_onnx_model_create(8, 13, &m));
     int64_t d[2] = { 2, 3 };
-    OK(qcal_onnx_add_input(m, "X", QCAL_ONNX_FLOAT, 2, d));
-    OK(qcal_onnx_add_output(m, "X", QCAL_ONNX_FLOAT, 2, d));
-    OK(qcal_onnx_add_output(m, "R", QCAL_ONNX_FLOAT, 2, d));
-    OK(qcal_onnx_add_output(m, "Bq", 9, 2, d));
+    OK(qcal_onnx_model_add_input(m, "X", QCAL_ONNX_FLOAT, 2, d));
+    OK(qcal_onnx_model_add_output(m, "X", QCAL_ONNX_FLOAT, 2, d));
+    OK(qcal_onnx_model_add_output(m, "R", QCAL_ONNX_FLOAT, 2, d));
+    OK(qcal_onnx_model_add_output(m, "Bq", 9, 2, d));
     const char *x_in[1] = { "X" }, *r_out[1] = { "R" }, *b_out[1] = { "Bq" };
     int64_t cast;
-    OK(qcal_onnx_add_node(m, "Relu", "relu", 1, x_in, 1, r_out, NULL));
-    OK(qcal_onnx_add_node(m, "Cast", "cast", 1, x_in, 1, b_out, &cast));
+    OK(qcal_onnx_model_add_node(m, "Relu", "relu", 1, x_in, 1, r_out, NULL));
+    OK(qcal_onnx_model_add_node(m, "Cast", "cast", 1, x_in, 1, b_out, &cast));
     OK(qcal_onnx_node_set_int(m, cast, "to", 9));
     size_t len;
     void *buf = serialize(&m, &len);
@@ -437,7 +437,7 @@ static void test_alias_and_bool(void **state)
     memcpy(x, x0, sizeof x0);
     qcal_engine_value in = value("X", QCAL_ONNX_FLOAT, 2, d, x, sizeof x0);
     qcal_engine_outputs *out = NULL;
-    OK(qcal_engine_run(s, &in, 1, NULL, 0, &out));
+    OK(qcal_engine_session_run(s, &in, 1, NULL, 0, &out));
     memset(x, 0x7f, sizeof x0);   /* the caller's buffer changes and goes away */
     free(x);
     qcal_engine_value vx, vr, vb;
@@ -473,13 +473,13 @@ static void test_shapes(void **state)
     (void)state;
     qcal_engine *e = open_engine();
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(8, 13, &m));
+    OK(qcal_onnx_model_create(8, 13, &m));
     int64_t none[1] = { 0 };
-    OK(qcal_onnx_add_input(m, "X", QCAL_ONNX_FLOAT, -1, NULL));
-    OK(qcal_onnx_add_input(m, "k", QCAL_ONNX_FLOAT, 0, none));
-    OK(qcal_onnx_add_output(m, "Y", QCAL_ONNX_FLOAT, -1, NULL));
+    OK(qcal_onnx_model_add_input(m, "X", QCAL_ONNX_FLOAT, -1, NULL));
+    OK(qcal_onnx_model_add_input(m, "k", QCAL_ONNX_FLOAT, 0, none));
+    OK(qcal_onnx_model_add_output(m, "Y", QCAL_ONNX_FLOAT, -1, NULL));
     const char *mul_in[2] = { "X", "k" }, *mul_out[1] = { "Y" };
-    OK(qcal_onnx_add_node(m, "Mul", "mul", 2, mul_in, 1, mul_out, NULL));
+    OK(qcal_onnx_model_add_node(m, "Mul", "mul", 2, mul_in, 1, mul_out, NULL));
     size_t len;
     void *buf = serialize(&m, &len);
     qcal_engine_session *s = NULL;
@@ -494,7 +494,7 @@ static void test_shapes(void **state)
     qcal_engine_value in[2] = { value("X", QCAL_ONNX_FLOAT, 3, d, x, sizeof x),
                                 value("k", QCAL_ONNX_FLOAT, 0, d, &k, sizeof k) };
     qcal_engine_outputs *out = NULL;
-    OK(qcal_engine_run(s, in, 2, NULL, 0, &out));
+    OK(qcal_engine_session_run(s, in, 2, NULL, 0, &out));
     qcal_engine_value y;
     OK(qcal_engine_outputs_at(out, 0, &y));
     assert_int_equal(y.ndim, 3);
@@ -505,25 +505,25 @@ static void test_shapes(void **state)
     qcal_engine_outputs_free(&out);
     float kk[2] = { 2, 2 };
     in[1] = value("k", QCAL_ONNX_FLOAT, 1, d + 2 - 1, kk, sizeof kk);   /* [2] */
-    expect_error(qcal_engine_run(s, in, 2, NULL, 0, &out), QCAL_ERR_BACKEND, "ONNX Runtime: run: ");
+    expect_error(qcal_engine_session_run(s, in, 2, NULL, 0, &out), QCAL_ERR_BACKEND, "ONNX Runtime: run: ");
     assert_null(out);
     qcal_engine_session_destroy(&s);
 
     /* Reshape to 9 dimensions: refused when ONNX Runtime's inferred output shape shows them
      * (session creation), else when the run returns them. */
-    OK(qcal_onnx_model_new(8, 13, &m));
+    OK(qcal_onnx_model_create(8, 13, &m));
     int64_t d18[1] = { 18 }, d1[1] = { 9 }, d9[9] = { 1, 1, 1, 1, 1, 1, 1, 9, 2 };
-    OK(qcal_onnx_add_input(m, "X", QCAL_ONNX_FLOAT, 1, d18));
-    OK(qcal_onnx_add_output(m, "Y", QCAL_ONNX_FLOAT, -1, NULL));
-    OK(qcal_onnx_add_initializer_int64(m, "shape", 1, d1, d9));
+    OK(qcal_onnx_model_add_input(m, "X", QCAL_ONNX_FLOAT, 1, d18));
+    OK(qcal_onnx_model_add_output(m, "Y", QCAL_ONNX_FLOAT, -1, NULL));
+    OK(qcal_onnx_model_add_initializer_int64(m, "shape", 1, d1, d9));
     const char *r_in[2] = { "X", "shape" }, *r_out[1] = { "Y" };
-    OK(qcal_onnx_add_node(m, "Reshape", "reshape", 2, r_in, 1, r_out, NULL));
+    OK(qcal_onnx_model_add_node(m, "Reshape", "reshape", 2, r_in, 1, r_out, NULL));
     buf = serialize(&m, &len);
     qcal_status st = qcal_engine_session_create(e, buf, len, NULL, &s);
     if (st == QCAL_OK) {
         float x18[18] = { 0 };
         in[0] = value("X", QCAL_ONNX_FLOAT, 1, d18, x18, sizeof x18);
-        st = qcal_engine_run(s, in, 1, NULL, 0, &out);
+        st = qcal_engine_session_run(s, in, 1, NULL, 0, &out);
         assert_null(out);
         qcal_engine_session_destroy(&s);
     }
@@ -561,7 +561,7 @@ static void test_file_and_options(void **state)
     qcal_engine_value in = value("X", QCAL_ONNX_FLOAT, 2, d, x, sizeof x);
     qcal_engine_outputs *out = NULL;
     const char *y_only[1] = { "Y" };
-    OK(qcal_engine_run(s, &in, 1, y_only, 1, &out));
+    OK(qcal_engine_session_run(s, &in, 1, y_only, 1, &out));
     qcal_engine_value y;
     OK(qcal_engine_outputs_at(out, 0, &y));
     assert_memory_equal(y.data, want, sizeof want);
@@ -586,7 +586,7 @@ static void *run_thread(void *arg)
     qcal_engine_value in = value("X", QCAL_ONNX_FLOAT, 2, d, j->x, (size_t)j->rows * 12);
     for (int it = 0; it < 200; it++) {
         qcal_engine_outputs *out = NULL;
-        if (qcal_engine_run(j->s, &in, 1, NULL, 0, &out) != QCAL_OK) {
+        if (qcal_engine_session_run(j->s, &in, 1, NULL, 0, &out) != QCAL_OK) {
             j->bad++;
             continue;
         }
@@ -652,7 +652,7 @@ static void test_silent(void **state)
         int64_t d[2] = { 1, 3 };
         qcal_engine_value in = value("X", QCAL_ONNX_FLOAT, 2, d, x, sizeof x);
         qcal_engine_outputs *out = NULL;
-        fails += qcal_engine_run(s, &in, 1, NULL, 0, &out) != QCAL_OK;
+        fails += qcal_engine_session_run(s, &in, 1, NULL, 0, &out) != QCAL_OK;
         qcal_engine_outputs_free(&out);
         qcal_engine_session_destroy(&s);
     }

@@ -19,7 +19,7 @@
 
 #include <cmocka.h>
 
-#include "qcal/evaluate.h"
+#include "qcal/numeric_eval.h"
 #include "qcal/npy.h"
 
 #include "testutil.h"

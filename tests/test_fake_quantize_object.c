@@ -332,7 +332,7 @@ static void test_learnable_scale_guard(void **state)
 
 static void run_steps(qcal_fakequant_module *fq, int first, int count, float *y_out)
 {
-    float w[6 * 4 * 3], g[6 * 4 * 3], gx[6 * 4 * 3];
+    float w[6 * 4 * 3] = { 0 }, g[6 * 4 * 3], gx[6 * 4 * 3];
     int64_t shape[3] = { 6, 4, 3 };
     qcal_tensor t;
     assert_int_equal(qcal_tensor_init(&t, w, 3, shape), QCAL_OK);

@@ -175,34 +175,34 @@ static void build_qdq(const char *path, int32_t et, int32_t ndim, const int64_t 
                       int64_t channels, int axis)
 {
     qcal_onnx_model *m = NULL;
-    check(qcal_onnx_model_new(9, 19, &m), "model");
+    check(qcal_onnx_model_create(9, 19, &m), "model");
     int64_t cdim[1] = { channels > 0 ? channels : 1 };
     int32_t sdim = channels > 0 ? 1 : 0;
-    check(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, ndim, dims), "input");
-    check(qcal_onnx_add_input(m, "s", QCAL_ONNX_FLOAT, sdim, cdim), "input");
+    check(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, ndim, dims), "input");
+    check(qcal_onnx_model_add_input(m, "s", QCAL_ONNX_FLOAT, sdim, cdim), "input");
     uint8_t zeros[4096] = { 0 };
     float ones[4096];
     for (int i = 0; i < 4096; i++)
         ones[i] = 1.0f;
-    check(qcal_onnx_add_initializer(m, "zp", et, sdim, cdim, zeros, (size_t)cdim[0]), "zp");
-    check(qcal_onnx_add_initializer_float(m, "one", sdim, cdim, ones), "one");
+    check(qcal_onnx_model_add_initializer(m, "zp", et, sdim, cdim, zeros, (size_t)cdim[0]), "zp");
+    check(qcal_onnx_model_add_initializer_float(m, "one", sdim, cdim, ones), "one");
     int64_t k;
-    check(qcal_onnx_add_node(m, "QuantizeLinear", "q", 3, (const char *[]){ "x", "s", "zp" }, 1,
-                             (const char *[]){ "q" }, &k), "node");
+    check(qcal_onnx_model_add_node(m, "QuantizeLinear", "q", 3, (const char *[]){ "x", "s", "zp" }, 1,
+                                   (const char *[]){ "q" }, &k), "node");
     if (channels > 0)
         check(qcal_onnx_node_set_int(m, k, "axis", axis), "axis");
-    check(qcal_onnx_add_node(m, "DequantizeLinear", "dq", 3, (const char *[]){ "q", "s", "zp" },
-                             1, (const char *[]){ "y" }, &k), "node");
+    check(qcal_onnx_model_add_node(m, "DequantizeLinear", "dq", 3, (const char *[]){ "q", "s", "zp" },
+                                   1, (const char *[]){ "y" }, &k), "node");
     if (channels > 0)
         check(qcal_onnx_node_set_int(m, k, "axis", axis), "axis");
-    check(qcal_onnx_add_node(m, "DequantizeLinear", "dq1", 3,
-                             (const char *[]){ "q", "one", "zp" }, 1, (const char *[]){ "c" }, &k),
+    check(qcal_onnx_model_add_node(m, "DequantizeLinear", "dq1", 3,
+                                   (const char *[]){ "q", "one", "zp" }, 1, (const char *[]){ "c" }, &k),
           "node");
     if (channels > 0)
         check(qcal_onnx_node_set_int(m, k, "axis", axis), "axis");
-    check(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, ndim, dims), "output");
-    check(qcal_onnx_add_output(m, "c", QCAL_ONNX_FLOAT, ndim, dims), "output");
-    check(qcal_onnx_model_save(m, NULL, path), path);
+    check(qcal_onnx_model_add_output(m, "y", QCAL_ONNX_FLOAT, ndim, dims), "output");
+    check(qcal_onnx_model_add_output(m, "c", QCAL_ONNX_FLOAT, ndim, dims), "output");
+    check(qcal_onnx_model_save_file(m, NULL, path), path);
     qcal_onnx_model_destroy(&m);
 }
 
@@ -285,19 +285,19 @@ static int all_codes(int32_t et, qcal_dtype dt, const char *fmt)
     char model[512], sp[512], pre[512], dp[600], feeds[700];
     snprintf(model, sizeof model, "%s/dq_%s.onnx", g_dir, fmt);
     qcal_onnx_model *m = NULL;
-    check(qcal_onnx_model_new(9, 19, &m), "model");
+    check(qcal_onnx_model_create(9, 19, &m), "model");
     uint8_t codes[256], zero = 0;
     for (int i = 0; i < 256; i++)
         codes[i] = (uint8_t)i;
     int64_t d256[1] = { 256 };
-    check(qcal_onnx_add_input(m, "s", QCAL_ONNX_FLOAT, 0, NULL), "input");
-    check(qcal_onnx_add_initializer(m, "codes", et, 1, d256, codes, 256), "codes");
-    check(qcal_onnx_add_initializer(m, "zp", et, 0, NULL, &zero, 1), "zp");
-    check(qcal_onnx_add_node(m, "DequantizeLinear", "dq", 3,
-                             (const char *[]){ "codes", "s", "zp" }, 1, (const char *[]){ "d" },
-                             NULL), "node");
-    check(qcal_onnx_add_output(m, "d", QCAL_ONNX_FLOAT, 1, d256), "output");
-    check(qcal_onnx_model_save(m, NULL, model), model);
+    check(qcal_onnx_model_add_input(m, "s", QCAL_ONNX_FLOAT, 0, NULL), "input");
+    check(qcal_onnx_model_add_initializer(m, "codes", et, 1, d256, codes, 256), "codes");
+    check(qcal_onnx_model_add_initializer(m, "zp", et, 0, NULL, &zero, 1), "zp");
+    check(qcal_onnx_model_add_node(m, "DequantizeLinear", "dq", 3,
+                                   (const char *[]){ "codes", "s", "zp" }, 1, (const char *[]){ "d" },
+                                   NULL), "node");
+    check(qcal_onnx_model_add_output(m, "d", QCAL_ONNX_FLOAT, 1, d256), "output");
+    check(qcal_onnx_model_save_file(m, NULL, model), model);
     qcal_onnx_model_destroy(&m);
     static const float scales[] = { 1.0f, 0x1p-20f, 0.0123f, 3.0f / 448.0f, 1e30f, 1e-38f };
     for (size_t k = 0; k < sizeof scales / sizeof scales[0]; k++) {
@@ -381,21 +381,21 @@ static int run_format(int32_t et, qcal_dtype dt, const char *fmt)
 static qcal_onnx_model *conv_model(int64_t opset)
 {
     qcal_onnx_model *m = NULL;
-    check(qcal_onnx_model_new(opset >= 19 ? 9 : 8, opset, &m), "model");
+    check(qcal_onnx_model_create(opset >= 19 ? 9 : 8, opset, &m), "model");
     int64_t xd[4] = { 2, 3, 8, 8 }, wd[4] = { 4, 3, 3, 3 }, bd[1] = { 4 }, yd[4] = { 2, 4, 6, 6 };
     float w[108], b[4];
     for (int i = 0; i < 108; i++)
         w[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f * (1.0f + (float)(i / 27));
     for (int i = 0; i < 4; i++)
         b[i] = (float)i * 0.1f - 0.15f;
-    check(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, xd), "input");
-    check(qcal_onnx_add_initializer_float(m, "w", 4, wd, w), "w");
-    check(qcal_onnx_add_initializer_float(m, "b", 1, bd, b), "b");
-    check(qcal_onnx_add_node(m, "Conv", "conv", 3, (const char *[]){ "x", "w", "b" }, 1,
-                             (const char *[]){ "c" }, NULL), "conv");
-    check(qcal_onnx_add_node(m, "Relu", "relu", 1, (const char *[]){ "c" }, 1,
-                             (const char *[]){ "r" }, NULL), "relu");
-    check(qcal_onnx_add_output(m, "r", QCAL_ONNX_FLOAT, 4, yd), "output");
+    check(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 4, xd), "input");
+    check(qcal_onnx_model_add_initializer_float(m, "w", 4, wd, w), "w");
+    check(qcal_onnx_model_add_initializer_float(m, "b", 1, bd, b), "b");
+    check(qcal_onnx_model_add_node(m, "Conv", "conv", 3, (const char *[]){ "x", "w", "b" }, 1,
+                                   (const char *[]){ "c" }, NULL), "conv");
+    check(qcal_onnx_model_add_node(m, "Relu", "relu", 1, (const char *[]){ "c" }, 1,
+                                   (const char *[]){ "r" }, NULL), "relu");
+    check(qcal_onnx_model_add_output(m, "r", QCAL_ONNX_FLOAT, 4, yd), "output");
     return m;
 }
 
@@ -410,7 +410,7 @@ static int qdq_model(qcal_dtype dt, qcal_onnx_profile prof)
     snprintf(pre, sizeof pre, "%s/out_", g_dir);
     snprintf(rp, sizeof rp, "%sr.npy", pre);
     qcal_onnx_model *m = conv_model(19);
-    check(qcal_onnx_model_save(m, NULL, fm), fm);
+    check(qcal_onnx_model_save_file(m, NULL, fm), fm);
     int64_t xd[4] = { 2, 3, 8, 8 }, n = 384, yn = 288;
     float x[384];
     for (int i = 0; i < 384; i++)
@@ -448,7 +448,7 @@ static int qdq_model(qcal_dtype dt, qcal_onnx_profile prof)
     qcal_onnx_qdq_options_default(&qo);
     qo.profile = prof;
     check(qcal_onnx_qdq(m, t, &qo, NULL), "qdq");
-    check(qcal_onnx_model_save(m, NULL, qm), qm);
+    check(qcal_onnx_model_save_file(m, NULL, qm), qm);
     qcal_onnx_model_destroy(&m);
     /* the same table on an opset-13 model: refused */
     qcal_onnx_model *m13 = conv_model(13);
@@ -461,7 +461,7 @@ static int qdq_model(qcal_dtype dt, qcal_onnx_profile prof)
     qcal_onnx_model_destroy(&m13);
     /* the written model holds FP8 Q/DQ and reads back */
     qcal_onnx_model *back = NULL;
-    check(qcal_onnx_model_load(qm, &back), "load the Q/DQ model");
+    check(qcal_onnx_model_load_file(qm, &back), "load the Q/DQ model");
     qcal_onnx_model_info info;
     check(qcal_onnx_model_get_info(back, &info), "info");
     int64_t nq = 0, ndq = 0;
@@ -534,7 +534,7 @@ static qcal_onnx_model *levels_model(bool expose)
     uint64_t keep = g_rng;
     g_rng = 0x5EED5EED12345ull;
     qcal_onnx_model *m = NULL;
-    check(qcal_onnx_model_new(9, 19, &m), "model");
+    check(qcal_onnx_model_create(9, 19, &m), "model");
     int64_t xd[4] = { 4, 3, 10, 10 }, w1d[4] = { 8, 3, 3, 3 }, w2d[4] = { 8, 8, 3, 3 }, bd[1] = { 8 },
             wgd[2] = { 200, 10 }, bgd[1] = { 10 }, wmd[2] = { 10, 6 }, yd[2] = { 4, 6 };
     static float w1[216], w2[576], b1[8], b2[8], wg[2000], bg[10], wm[60];
@@ -544,45 +544,45 @@ static qcal_onnx_model *levels_model(bool expose)
         for (int i = 0; i < fill[k].n; i++)
             fill[k].v[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f * fill[k].a;
     g_rng = keep;
-    check(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, xd), "input");
-    check(qcal_onnx_add_initializer_float(m, "w1", 4, w1d, w1), "w1");
-    check(qcal_onnx_add_initializer_float(m, "b1", 1, bd, b1), "b1");
-    check(qcal_onnx_add_initializer_float(m, "w2", 4, w2d, w2), "w2");
-    check(qcal_onnx_add_initializer_float(m, "b2", 1, bd, b2), "b2");
-    check(qcal_onnx_add_initializer_float(m, "wg", 2, wgd, wg), "wg");
-    check(qcal_onnx_add_initializer_float(m, "bg", 1, bgd, bg), "bg");
-    check(qcal_onnx_add_initializer_float(m, "wm", 2, wmd, wm), "wm");
+    check(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 4, xd), "input");
+    check(qcal_onnx_model_add_initializer_float(m, "w1", 4, w1d, w1), "w1");
+    check(qcal_onnx_model_add_initializer_float(m, "b1", 1, bd, b1), "b1");
+    check(qcal_onnx_model_add_initializer_float(m, "w2", 4, w2d, w2), "w2");
+    check(qcal_onnx_model_add_initializer_float(m, "b2", 1, bd, b2), "b2");
+    check(qcal_onnx_model_add_initializer_float(m, "wg", 2, wgd, wg), "wg");
+    check(qcal_onnx_model_add_initializer_float(m, "bg", 1, bgd, bg), "bg");
+    check(qcal_onnx_model_add_initializer_float(m, "wm", 2, wmd, wm), "wm");
     int64_t i1, i2, ip;
     const int64_t pads[4] = { 1, 1, 1, 1 }, k2[2] = { 2, 2 };
-    check(qcal_onnx_add_node(m, "Conv", "conv1", 3, (const char *[]){ "x", "w1", "b1" }, 1,
-                             (const char *[]){ "c1" }, &i1), "conv1");
+    check(qcal_onnx_model_add_node(m, "Conv", "conv1", 3, (const char *[]){ "x", "w1", "b1" }, 1,
+                                   (const char *[]){ "c1" }, &i1), "conv1");
     check(qcal_onnx_node_set_ints(m, i1, "pads", 4, pads), "pads");
-    check(qcal_onnx_add_node(m, "Relu", "relu1", 1, (const char *[]){ "c1" }, 1,
-                             (const char *[]){ "r1" }, NULL), "relu1");
-    check(qcal_onnx_add_node(m, "Conv", "conv2", 3, (const char *[]){ "r1", "w2", "b2" }, 1,
-                             (const char *[]){ "c2" }, &i2), "conv2");
+    check(qcal_onnx_model_add_node(m, "Relu", "relu1", 1, (const char *[]){ "c1" }, 1,
+                                   (const char *[]){ "r1" }, NULL), "relu1");
+    check(qcal_onnx_model_add_node(m, "Conv", "conv2", 3, (const char *[]){ "r1", "w2", "b2" }, 1,
+                                   (const char *[]){ "c2" }, &i2), "conv2");
     check(qcal_onnx_node_set_ints(m, i2, "pads", 4, pads), "pads");
-    check(qcal_onnx_add_node(m, "Relu", "relu2", 1, (const char *[]){ "c2" }, 1,
-                             (const char *[]){ "r2" }, NULL), "relu2");
-    check(qcal_onnx_add_node(m, "MaxPool", "pool", 1, (const char *[]){ "r2" }, 1,
-                             (const char *[]){ "p" }, &ip), "pool");
+    check(qcal_onnx_model_add_node(m, "Relu", "relu2", 1, (const char *[]){ "c2" }, 1,
+                                   (const char *[]){ "r2" }, NULL), "relu2");
+    check(qcal_onnx_model_add_node(m, "MaxPool", "pool", 1, (const char *[]){ "r2" }, 1,
+                                   (const char *[]){ "p" }, &ip), "pool");
     check(qcal_onnx_node_set_ints(m, ip, "kernel_shape", 2, k2), "kernel");
     check(qcal_onnx_node_set_ints(m, ip, "strides", 2, k2), "strides");
-    check(qcal_onnx_add_node(m, "Add", "add", 2, (const char *[]){ "p", "p" }, 1,
-                             (const char *[]){ "a" }, NULL), "add");
-    check(qcal_onnx_add_node(m, "Flatten", "flatten", 1, (const char *[]){ "a" }, 1,
-                             (const char *[]){ "f" }, NULL), "flatten");
-    check(qcal_onnx_add_node(m, "Gemm", "fc", 3, (const char *[]){ "f", "wg", "bg" }, 1,
-                             (const char *[]){ "g" }, NULL), "gemm");
-    check(qcal_onnx_add_node(m, "MatMul", "fc2", 2, (const char *[]){ "g", "wm" }, 1,
-                             (const char *[]){ "y" }, NULL), "matmul");
-    check(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, 2, yd), "output");
+    check(qcal_onnx_model_add_node(m, "Add", "add", 2, (const char *[]){ "p", "p" }, 1,
+                                   (const char *[]){ "a" }, NULL), "add");
+    check(qcal_onnx_model_add_node(m, "Flatten", "flatten", 1, (const char *[]){ "a" }, 1,
+                                   (const char *[]){ "f" }, NULL), "flatten");
+    check(qcal_onnx_model_add_node(m, "Gemm", "fc", 3, (const char *[]){ "f", "wg", "bg" }, 1,
+                                   (const char *[]){ "g" }, NULL), "gemm");
+    check(qcal_onnx_model_add_node(m, "MatMul", "fc2", 2, (const char *[]){ "g", "wm" }, 1,
+                                   (const char *[]){ "y" }, NULL), "matmul");
+    check(qcal_onnx_model_add_output(m, "y", QCAL_ONNX_FLOAT, 2, yd), "output");
     if (expose) {
         const int64_t dims[6][4] = { { 4, 8, 10, 10 }, { 4, 8, 10, 10 }, { 4, 8, 5, 5 },
                                      { 4, 8, 5, 5 }, { 4, 200 }, { 4, 10 } };
         const int nd[6] = { 4, 4, 4, 4, 2, 2 };
         for (int k = 0; k < 6; k++)
-            check(qcal_onnx_add_output(m, lv_acts[k + 1], QCAL_ONNX_FLOAT, nd[k], dims[k]), "output");
+            check(qcal_onnx_model_add_output(m, lv_acts[k + 1], QCAL_ONNX_FLOAT, nd[k], dims[k]), "output");
     }
     return m;
 }
@@ -609,7 +609,7 @@ static int qdq_levels(qcal_dtype dt)
     check(qcal_npy_write(xp, QCAL_NPY_F32, 4, xd, x), xp);
     snprintf(feeds, sizeof feeds, "'x=%s'", xp);
     qcal_onnx_model *m = levels_model(true);
-    check(qcal_onnx_model_save(m, NULL, fm), fm);
+    check(qcal_onnx_model_save_file(m, NULL, fm), fm);
     qcal_onnx_model_destroy(&m);
     int rc = run_node(fm, pre, feeds);
     if (rc)
@@ -649,7 +649,7 @@ static int qdq_levels(qcal_dtype dt)
     qcal_onnx_qdq_options qo;
     qcal_onnx_qdq_options_default(&qo);
     check(qcal_onnx_qdq(m, t, &qo, NULL), "qdq");
-    check(qcal_onnx_model_save(m, NULL, qm), qm);
+    check(qcal_onnx_model_save_file(m, NULL, qm), qm);
     qcal_onnx_model_destroy(&m);
     snprintf(path, sizeof path, "%sy.npy", pre);
     static const char *const levels[] = { "disabled", "basic", "extended", "all" };
@@ -691,7 +691,7 @@ static int qdq_levels(qcal_dtype dt)
             qcal_free(y);
         /* the graph ORT optimized: no integer kernel, every Q and DQ kept */
         qcal_onnx_model *o = NULL;
-        check(qcal_onnx_model_load(om, &o), "load the optimized model");
+        check(qcal_onnx_model_load_file(om, &o), "load the optimized model");
         qcal_onnx_model_info info;
         check(qcal_onnx_model_get_info(o, &info), "info");
         int64_t nq = 0, ndq = 0, bad = 0;

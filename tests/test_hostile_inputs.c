@@ -654,7 +654,7 @@ static void test_table_and_rules_readers(void **state)
         free(longline);
     }
     qcal_calib_rules *r = NULL;
-    lib_case(R, "path that does not exist", qcal_calib_rules_load(tmp_path("missing.rules"), &r),
+    lib_case(R, "path that does not exist", qcal_calib_rules_load_file(tmp_path("missing.rules"), &r),
              QCAL_ERR_NOT_FOUND);
     end_of_group();
 }

@@ -282,7 +282,7 @@ static void test_outputs(void **state)
     snprintf(path, sizeof path, "%s/rules.txt", dir);
     assert_int_equal(qcal_numeric_eval_write_rules(ev, path), QCAL_OK);
     qcal_calib_rules *rules = NULL;
-    assert_int_equal(qcal_calib_rules_load(path, &rules), QCAL_OK);
+    assert_int_equal(qcal_calib_rules_load_file(path, &rules), QCAL_OK);
     for (int64_t i = 0; i < 2; i++) {
         qcal_numeric_eval_tensor t;
         assert_int_equal(qcal_numeric_eval_result(ev, i, &t), QCAL_OK);
@@ -330,8 +330,8 @@ static void test_outputs(void **state)
             float lo[2049], hi[2049];
             double err[2049];
             int64_t n = 0, chosen = -1, defined = 0;
-            assert_int_equal(qcal_observer_search_curve(o, 2049, lo, hi, err,
-                                                        &n, &chosen), QCAL_OK);
+            assert_int_equal(qcal_observer_histogram_search_curve(o, 2049, lo, hi, err,
+                                                                  &n, &chosen), QCAL_OK);
             for (int64_t c = 0; c < n; c++)
                 defined += isfinite(err[c]) != 0;
             char want[160];

@@ -90,7 +90,7 @@ static void check_step(const tu_ref_file *r, int k, int j, int qcfg, qcal_observ
     float *c = malloc((size_t)bins * sizeof *c);
     assert_non_null(c);
     float mn, mx;
-    assert_int_equal(qcal_observer_torch_histogram(obs, bins, c, &mn, &mx, &n), QCAL_OK);
+    assert_int_equal(qcal_observer_histogram_torch_get(obs, bins, c, &mn, &mx, &n), QCAL_OK);
     assert_int_equal(n, bins);
     const float *want = h->data;
     int64_t worst = -1;
@@ -175,13 +175,13 @@ static void test_merge_and_buffers(void **state)
     assert_int_equal(qcal_observer_merge(e, a), QCAL_OK);
     float ca[64], ce[64], mna, mxa, mne, mxe;
     int64_t n;
-    assert_int_equal(qcal_observer_torch_histogram(a, 64, ca, &mna, &mxa, &n), QCAL_OK);
-    assert_int_equal(qcal_observer_torch_histogram(e, 64, ce, &mne, &mxe, &n), QCAL_OK);
+    assert_int_equal(qcal_observer_histogram_torch_get(a, 64, ca, &mna, &mxa, &n), QCAL_OK);
+    assert_int_equal(qcal_observer_histogram_torch_get(e, 64, ce, &mne, &mxe, &n), QCAL_OK);
     assert_memory_equal(ca, ce, sizeof ca);
     assert_true(mna == mne && mxa == mxe);
     /* Buffers in: a copy of a's buffers gives a's qparams. */
     qcal_observer *c = make_obs(64, 0);
-    assert_int_equal(qcal_observer_torch_histogram_set(c, ca, 64, mna, mxa), QCAL_OK);
+    assert_int_equal(qcal_observer_histogram_torch_set(c, ca, 64, mna, mxa), QCAL_OK);
     float s1, s2;
     int32_t z1, z2;
     int64_t ch;
@@ -190,12 +190,12 @@ static void test_merge_and_buffers(void **state)
     assert_true(s1 == s2 && z1 == z2);
     /* Bad buffers are refused, observer unchanged. */
     ca[3] = -1.0f;
-    assert_int_equal(qcal_observer_torch_histogram_set(c, ca, 64, mna, mxa), QCAL_ERR_FORMAT);
+    assert_int_equal(qcal_observer_histogram_torch_set(c, ca, 64, mna, mxa), QCAL_ERR_FORMAT);
     ca[3] = 0.0f;
-    assert_int_equal(qcal_observer_torch_histogram_set(c, ca, 63, mna, mxa),
+    assert_int_equal(qcal_observer_histogram_torch_set(c, ca, 63, mna, mxa),
                      QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_observer_torch_histogram_set(c, ca, 64, mxa, mna), QCAL_ERR_FORMAT);
-    assert_int_equal(qcal_observer_torch_histogram_set(c, ca, 64, NAN, mxa), QCAL_ERR_FORMAT);
+    assert_int_equal(qcal_observer_histogram_torch_set(c, ca, 64, mxa, mna), QCAL_ERR_FORMAT);
+    assert_int_equal(qcal_observer_histogram_torch_set(c, ca, 64, NAN, mxa), QCAL_ERR_FORMAT);
     assert_int_equal(tu_observer_qparams(c, 1, &s2, &z2, NULL, &ch), QCAL_OK);
     assert_true(s1 == s2 && z1 == z2);
     /* Lattice observers have no torch buffers. */
@@ -203,7 +203,7 @@ static void test_merge_and_buffers(void **state)
     qcal_observer_config_default(&cfg, QCAL_OBSERVER_HISTOGRAM);
     qcal_observer *l = NULL;
     assert_int_equal(qcal_observer_create(&cfg, &l), QCAL_OK);
-    assert_int_equal(qcal_observer_torch_histogram(l, 64, ca, &mna, &mxa, &n),
+    assert_int_equal(qcal_observer_histogram_torch_get(l, 64, ca, &mna, &mxa, &n),
                      QCAL_ERR_INVALID_ARG);
     qcal_observer_destroy(&l);
     free(x);

@@ -564,7 +564,7 @@ static void test_big_batches(void **state)
     };
     float *x = malloc(N * sizeof *x);
     assert_non_null(x);
-    int saved_threads = qcal_get_num_threads();
+    int saved_threads = qcal_threads_count();
     for (size_t kc = 0; kc < sizeof big_kinds / sizeof big_kinds[0]; kc++) {
         qcal_observer_config cfg;
         qcal_observer_config_default(&cfg, big_kinds[kc].kind);
@@ -585,7 +585,7 @@ static void test_big_batches(void **state)
             snapshot want;
             snap(ref, true, &want);
             for (int threads = 1; threads <= 4; threads++) {
-                assert_int_equal(qcal_set_num_threads(threads), QCAL_OK);
+                assert_int_equal(qcal_threads_set_count(threads), QCAL_OK);
                 /* one batch; two single-pass batches; a two-pass batch (50,017 values)
                  * then a single-pass one; two-pass batches of 100,000 */
                 for (int split = 0; split < 4; split++) {
@@ -639,7 +639,7 @@ static void test_big_batches(void **state)
             qcal_observer_destroy(&ref);
         }
     }
-    assert_int_equal(qcal_set_num_threads(saved_threads), QCAL_OK);
+    assert_int_equal(qcal_threads_set_count(saved_threads), QCAL_OK);
     free(x);
 }
 
@@ -764,7 +764,7 @@ static void test_introspection(void **state)
                                                      : (double)dmn));
                 assert_true(edges[2048] == (zero_kind ? fmax(0.0, (double)dmx) : (double)dmx));
             }
-            qcal_status st = qcal_observer_search_curve(o, 2049, lo, hi, err, &n, &chosen);
+            qcal_status st = qcal_observer_histogram_search_curve(o, 2049, lo, hi, err, &n, &chosen);
             if (K->kind == QCAL_OBSERVER_PERCENTILE) {
                 assert_int_equal(st, QCAL_ERR_UNSUPPORTED);
                 qcal_observer_destroy(&o);
@@ -795,7 +795,7 @@ static void test_introspection(void **state)
     int64_t n, chosen;
     assert_int_equal(qcal_observer_histogram_bins(m, 2048, edges, counts, &n),
                      QCAL_ERR_INVALID_ARG);
-    assert_int_equal(qcal_observer_search_curve(m, 2049, lo, hi, err, &n, &chosen),
+    assert_int_equal(qcal_observer_histogram_search_curve(m, 2049, lo, hi, err, &n, &chosen),
                      QCAL_ERR_INVALID_ARG);
     qcal_observer_destroy(&m);
     free(x);

@@ -680,9 +680,9 @@ static void test_cnn_stack(void **state)
     memset(q2, 0, (size_t)(n * F1));
     assert_int_equal(qcal_int8_net_forward_u8(net2, n, x, q2), QCAL_OK);
     assert_memory_equal(q, q2, (size_t)(n * F1));
-    /* nor does the library's thread count (qcal_set_num_threads), both ways of threading */
+    /* nor does the library's thread count (qcal_threads_set_count), both ways of threading */
     for (int nt = 1; nt <= 3; nt += 2) {
-        assert_int_equal(qcal_set_num_threads(nt), QCAL_OK);
+        assert_int_equal(qcal_threads_set_count(nt), QCAL_OK);
         for (int cp = 0; cp < 2; cp++) {
             qcal_int8_net *net3 = cnn_build(&r, false, 7, cp == 1);
             memset(q2, 0, (size_t)(n * F1));
@@ -691,7 +691,7 @@ static void test_cnn_stack(void **state)
             qcal_int8_net_destroy(&net3);
         }
     }
-    assert_int_equal(qcal_set_num_threads(0), QCAL_OK);
+    assert_int_equal(qcal_threads_set_count(0), QCAL_OK);
     qcal_int8_net_destroy(&net);
     qcal_int8_net_destroy(&net2);
 

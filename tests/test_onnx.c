@@ -54,36 +54,36 @@ static void fill(float *x, int64_t n, float scale)
 static qcal_onnx_model *make_cnn(int64_t opset)
 {
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(8, opset, &m));
+    OK(qcal_onnx_model_create(8, opset, &m));
     int64_t in_dims[4] = { -1, 1, 8, 8 }, out_dims[2] = { -1, 3 };
-    OK(qcal_onnx_add_input(m, "input", QCAL_ONNX_FLOAT, 4, in_dims));
-    OK(qcal_onnx_add_output(m, "logits", QCAL_ONNX_FLOAT, 2, out_dims));
+    OK(qcal_onnx_model_add_input(m, "input", QCAL_ONNX_FLOAT, 4, in_dims));
+    OK(qcal_onnx_model_add_output(m, "logits", QCAL_ONNX_FLOAT, 2, out_dims));
     float w1[36], b1[4], fw[192], fb[3];
     fill(w1, 36, 1.0f);
     fill(b1, 4, 0.2f);
     fill(fw, 192, 0.3f);
     fill(fb, 3, 0.1f);
     int64_t dw1[4] = { 4, 1, 3, 3 }, db1[1] = { 4 }, dfw[2] = { 3, 64 }, dfb[1] = { 3 };
-    OK(qcal_onnx_add_initializer_float(m, "c1.w", 4, dw1, w1));
-    OK(qcal_onnx_add_initializer_float(m, "c1.b", 1, db1, b1));
-    OK(qcal_onnx_add_initializer_float(m, "fc.w", 2, dfw, fw));
-    OK(qcal_onnx_add_initializer_float(m, "fc.b", 1, dfb, fb));
+    OK(qcal_onnx_model_add_initializer_float(m, "c1.w", 4, dw1, w1));
+    OK(qcal_onnx_model_add_initializer_float(m, "c1.b", 1, db1, b1));
+    OK(qcal_onnx_model_add_initializer_float(m, "fc.w", 2, dfw, fw));
+    OK(qcal_onnx_model_add_initializer_float(m, "fc.b", 1, dfb, fb));
     int64_t k;
     const char *ci[] = { "input", "c1.w", "c1.b" }, *co[] = { "/c1/Conv_output_0" };
-    OK(qcal_onnx_add_node(m, "Conv", "/c1/Conv", 3, ci, 1, co, &k));
+    OK(qcal_onnx_model_add_node(m, "Conv", "/c1/Conv", 3, ci, 1, co, &k));
     int64_t pads[4] = { 1, 1, 1, 1 };
     OK(qcal_onnx_node_set_ints(m, k, "pads", 4, pads));
     const char *ri[] = { "/c1/Conv_output_0" }, *ro[] = { "/r1/Relu_output_0" };
-    OK(qcal_onnx_add_node(m, "Relu", "/r1/Relu", 1, ri, 1, ro, NULL));
+    OK(qcal_onnx_model_add_node(m, "Relu", "/r1/Relu", 1, ri, 1, ro, NULL));
     const char *pi[] = { "/r1/Relu_output_0" }, *po[] = { "/p1/MaxPool_output_0" };
-    OK(qcal_onnx_add_node(m, "MaxPool", "/p1/MaxPool", 1, pi, 1, po, &k));
+    OK(qcal_onnx_model_add_node(m, "MaxPool", "/p1/MaxPool", 1, pi, 1, po, &k));
     int64_t ks[2] = { 2, 2 };
     OK(qcal_onnx_node_set_ints(m, k, "kernel_shape", 2, ks));
     OK(qcal_onnx_node_set_ints(m, k, "strides", 2, ks));
     const char *fi[] = { "/p1/MaxPool_output_0" }, *fo[] = { "/f/Flatten_output_0" };
-    OK(qcal_onnx_add_node(m, "Flatten", "/f/Flatten", 1, fi, 1, fo, NULL));
+    OK(qcal_onnx_model_add_node(m, "Flatten", "/f/Flatten", 1, fi, 1, fo, NULL));
     const char *gi[] = { "/f/Flatten_output_0", "fc.w", "fc.b" }, *go[] = { "logits" };
-    OK(qcal_onnx_add_node(m, "Gemm", "/fc/Gemm", 3, gi, 1, go, &k));
+    OK(qcal_onnx_model_add_node(m, "Gemm", "/fc/Gemm", 3, gi, 1, go, &k));
     OK(qcal_onnx_node_set_int(m, k, "transB", 1));
     return m;
 }
@@ -145,7 +145,7 @@ static void test_build_save_load(void **state)
     (void)state;
     qcal_onnx_model *m = make_cnn(13);
     const char *path = tu_path(tmpdir, "cnn.onnx");
-    OK(qcal_onnx_model_save(m, NULL, path));
+    OK(qcal_onnx_model_save_file(m, NULL, path));
     void *buf;
     size_t len;
     OK(qcal_onnx_model_serialize(m, &buf, &len));
@@ -194,14 +194,14 @@ static void test_weight_types(void **state)
 {
     (void)state;
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(8, 17, &m));
+    OK(qcal_onnx_model_create(8, 17, &m));
     int64_t dims[1] = { 3 };
     uint16_t h[3] = { 0x3c00, 0xc000, 0x0001 };      /* 1, -2, 2^-24 */
     uint16_t bf[3] = { 0x3f80, 0x4040, 0xbf00 };     /* 1, 3, -0.5 */
     double dv[3] = { 0.25, -1.5, 1e10 };
-    OK(qcal_onnx_add_initializer(m, "h", QCAL_ONNX_FLOAT16, 1, dims, h, sizeof h));
-    OK(qcal_onnx_add_initializer(m, "bf", QCAL_ONNX_BFLOAT16, 1, dims, bf, sizeof bf));
-    OK(qcal_onnx_add_initializer(m, "d", QCAL_ONNX_DOUBLE, 1, dims, dv, sizeof dv));
+    OK(qcal_onnx_model_add_initializer(m, "h", QCAL_ONNX_FLOAT16, 1, dims, h, sizeof h));
+    OK(qcal_onnx_model_add_initializer(m, "bf", QCAL_ONNX_BFLOAT16, 1, dims, bf, sizeof bf));
+    OK(qcal_onnx_model_add_initializer(m, "d", QCAL_ONNX_DOUBLE, 1, dims, dv, sizeof dv));
     float *f;
     OK(qcal_onnx_initializer_float(m, "h", &f, NULL));
     assert_true(f[0] == 1.0f && f[1] == -2.0f && f[2] == ldexpf(1.0f, -24));
@@ -242,8 +242,8 @@ static void test_list_and_expose(void **state)
         assert_string_equal(names[i], want_trt[i]);
     qcal_onnx_names_free(&names, n);
     int64_t added = -1;
-    OK(qcal_onnx_add_value_info(m, "/r1/Relu_output_0", QCAL_ONNX_FLOAT, 4,
-                                (int64_t[]){ -1, 4, 8, 8 }));
+    OK(qcal_onnx_model_add_value_info(m, "/r1/Relu_output_0", QCAL_ONNX_FLOAT, 4,
+                                      (int64_t[]){ -1, 4, 8, 8 }));
     OK(qcal_onnx_expose(m, &opt, &added));
     assert_int_equal(added, 3);   /* "input" too: a dump needs the graph input's range */
     qcal_onnx_model_info info;
@@ -263,7 +263,7 @@ static void test_list_and_expose(void **state)
     assert_int_equal(d.dims[0], -1);
     assert_int_equal(d.dims[1], -1);
     const char *path = tu_path(tmpdir, "exposed.onnx");
-    OK(qcal_onnx_model_save(m, NULL, path));
+    OK(qcal_onnx_model_save_file(m, NULL, path));
     qcal_onnx_model_destroy(&m);
     check_with_onnx(path);
 }
@@ -414,9 +414,9 @@ static void test_qdq_ort(void **state)
     find_node(m, "logits_DequantizeLinear", &n);
     assert_string_equal(n.outputs[0], "logits");
     const char *path = tu_path(tmpdir, "qdq_ort.onnx");
-    OK(qcal_onnx_model_save(m, NULL, path));
+    OK(qcal_onnx_model_save_file(m, NULL, path));
     qcal_onnx_model *r = NULL;
-    OK(qcal_onnx_model_load(path, &r));
+    OK(qcal_onnx_model_load_file(path, &r));
     qcal_onnx_model_destroy(&r);
     check_with_onnx(path);
     qcal_calib_table_destroy(&t);
@@ -506,7 +506,7 @@ static void test_weight_qschemes(void **state)
             assert_int_not_equal(zp[0], 0);
         qcal_free(sc), qcal_free(zp), qcal_free(q);
         const char *path = tu_path(tmpdir, "qdq_wq.onnx");
-        OK(qcal_onnx_model_save(m, NULL, path));
+        OK(qcal_onnx_model_save_file(m, NULL, path));
         check_with_onnx(path);
         qcal_calib_session_destroy(&s);
         qcal_onnx_model_destroy(&m);
@@ -588,7 +588,7 @@ static void test_qdq_tensorrt(void **state)
     assert_string_equal(n.outputs[0], "logits");
     assert_string_equal(n.inputs[0], "/f/Flatten_output_0_DequantizeLinear_Output");
     const char *path = tu_path(tmpdir, "qdq_trt.onnx");
-    OK(qcal_onnx_model_save(m, NULL, path));
+    OK(qcal_onnx_model_save_file(m, NULL, path));
     check_with_onnx(path);
     qcal_calib_session_destroy(&s);
     qcal_onnx_model_destroy(&m);
@@ -600,17 +600,17 @@ static void test_tensorrt_residual_add(void **state)
 {
     (void)state;
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(8, 17, &m));
+    OK(qcal_onnx_model_create(8, 17, &m));
     int64_t dims[2] = { 2, 4 }, wd[2] = { 4, 4 };
-    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 2, dims));
-    OK(qcal_onnx_add_output(m, "z", QCAL_ONNX_FLOAT, 2, dims));
+    OK(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 2, dims));
+    OK(qcal_onnx_model_add_output(m, "z", QCAL_ONNX_FLOAT, 2, dims));
     float w[16], c[4] = { 1, 2, 3, 4 };
     fill(w, 16, 1.0f);
-    OK(qcal_onnx_add_initializer_float(m, "w", 2, wd, w));
-    OK(qcal_onnx_add_initializer_float(m, "c", 1, (int64_t[]){ 4 }, c));
-    OK(qcal_onnx_add_node(m, "MatMul", "mm", 2, (const char *[]){ "x", "w" }, 1, (const char *[]){ "y" }, NULL));
-    OK(qcal_onnx_add_node(m, "Add", "res", 2, (const char *[]){ "y", "x" }, 1, (const char *[]){ "s" }, NULL));
-    OK(qcal_onnx_add_node(m, "Add", "bias", 2, (const char *[]){ "s", "c" }, 1, (const char *[]){ "z" }, NULL));
+    OK(qcal_onnx_model_add_initializer_float(m, "w", 2, wd, w));
+    OK(qcal_onnx_model_add_initializer_float(m, "c", 1, (int64_t[]){ 4 }, c));
+    OK(qcal_onnx_model_add_node(m, "MatMul", "mm", 2, (const char *[]){ "x", "w" }, 1, (const char *[]){ "y" }, NULL));
+    OK(qcal_onnx_model_add_node(m, "Add", "res", 2, (const char *[]){ "y", "x" }, 1, (const char *[]){ "s" }, NULL));
+    OK(qcal_onnx_model_add_node(m, "Add", "bias", 2, (const char *[]){ "s", "c" }, 1, (const char *[]){ "z" }, NULL));
     qcal_onnx_qdq_options opt;
     qcal_onnx_qdq_options_default(&opt);
     opt.profile = QCAL_ONNX_PROFILE_TENSORRT;
@@ -642,7 +642,7 @@ static void test_tensorrt_residual_add(void **state)
     OK(qcal_onnx_node_attr_int(m, qi, "axis", &axis));
     assert_int_equal(axis, 1);   /* MatMul weight [K, N]: per column */
     const char *path = tu_path(tmpdir, "residual.onnx");
-    OK(qcal_onnx_model_save(m, NULL, path));
+    OK(qcal_onnx_model_save_file(m, NULL, path));
     check_with_onnx(path);
     qcal_calib_session_destroy(&s);
     qcal_onnx_model_destroy(&m);
@@ -713,32 +713,32 @@ static void test_subgraph_and_axes(void **state)
 {
     (void)state;
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(8, 13, &m));
-    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 4, 5, 5 }));
-    OK(qcal_onnx_add_input(m, "cond", 9, 0, NULL));
-    OK(qcal_onnx_add_output(m, "out", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 4, 3, 3 }));
-    OK(qcal_onnx_add_output(m, "t", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 3, 4, 4 }));
+    OK(qcal_onnx_model_create(8, 13, &m));
+    OK(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 4, 5, 5 }));
+    OK(qcal_onnx_model_add_input(m, "cond", 9, 0, NULL));
+    OK(qcal_onnx_model_add_output(m, "out", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 4, 3, 3 }));
+    OK(qcal_onnx_model_add_output(m, "t", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 3, 4, 4 }));
     float dw[4 * 9], tw[4 * 3 * 4], b4[4] = { 0.1f, 0.2f, 0.3f, 0.4f };
     fill(dw, 36, 1.0f);
     fill(tw, 48, 1.0f);
-    OK(qcal_onnx_add_initializer_float(m, "dw.w", 4, (int64_t[]){ 4, 1, 3, 3 }, dw));
-    OK(qcal_onnx_add_initializer_float(m, "dw.b", 1, (int64_t[]){ 4 }, b4));
-    OK(qcal_onnx_add_initializer_float(m, "tr.w", 4, (int64_t[]){ 4, 3, 2, 2 }, tw));
+    OK(qcal_onnx_model_add_initializer_float(m, "dw.w", 4, (int64_t[]){ 4, 1, 3, 3 }, dw));
+    OK(qcal_onnx_model_add_initializer_float(m, "dw.b", 1, (int64_t[]){ 4 }, b4));
+    OK(qcal_onnx_model_add_initializer_float(m, "tr.w", 4, (int64_t[]){ 4, 3, 2, 2 }, tw));
     int64_t k;
-    OK(qcal_onnx_add_node(m, "Conv", "dw", 3, (const char *[]){ "x", "dw.w", "dw.b" }, 1,
-                          (const char *[]){ "a" }, &k));
+    OK(qcal_onnx_model_add_node(m, "Conv", "dw", 3, (const char *[]){ "x", "dw.w", "dw.b" }, 1,
+                                (const char *[]){ "a" }, &k));
     OK(qcal_onnx_node_set_int(m, k, "group", 4));
-    OK(qcal_onnx_add_node(m, "ConvTranspose", "tr", 2, (const char *[]){ "a", "tr.w" }, 1,
-                          (const char *[]){ "t" }, NULL));
+    OK(qcal_onnx_model_add_node(m, "ConvTranspose", "tr", 2, (const char *[]){ "a", "tr.w" }, 1,
+                                (const char *[]){ "t" }, NULL));
     /* If: both branches read "a" from the outer scope */
     qcal_onnx_model *then_b = NULL, *else_b = NULL;
-    OK(qcal_onnx_model_new(8, 13, &then_b));
-    OK(qcal_onnx_add_output(then_b, "ta", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 4, 3, 3 }));
-    OK(qcal_onnx_add_node(then_b, "Relu", "r", 1, (const char *[]){ "a" }, 1, (const char *[]){ "ta" }, NULL));
-    OK(qcal_onnx_model_new(8, 13, &else_b));
-    OK(qcal_onnx_add_output(else_b, "ea", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 4, 3, 3 }));
-    OK(qcal_onnx_add_node(else_b, "Neg", "n", 1, (const char *[]){ "a" }, 1, (const char *[]){ "ea" }, NULL));
-    OK(qcal_onnx_add_node(m, "If", "if", 1, (const char *[]){ "cond" }, 1, (const char *[]){ "out" }, &k));
+    OK(qcal_onnx_model_create(8, 13, &then_b));
+    OK(qcal_onnx_model_add_output(then_b, "ta", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 4, 3, 3 }));
+    OK(qcal_onnx_model_add_node(then_b, "Relu", "r", 1, (const char *[]){ "a" }, 1, (const char *[]){ "ta" }, NULL));
+    OK(qcal_onnx_model_create(8, 13, &else_b));
+    OK(qcal_onnx_model_add_output(else_b, "ea", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 4, 3, 3 }));
+    OK(qcal_onnx_model_add_node(else_b, "Neg", "n", 1, (const char *[]){ "a" }, 1, (const char *[]){ "ea" }, NULL));
+    OK(qcal_onnx_model_add_node(m, "If", "if", 1, (const char *[]){ "cond" }, 1, (const char *[]){ "out" }, &k));
     OK(qcal_onnx_node_set_graph(m, k, "then_branch", &then_b));
     OK(qcal_onnx_node_set_graph(m, k, "else_branch", &else_b));
     assert_null(then_b);
@@ -778,19 +778,19 @@ static void test_subgraph_and_axes(void **state)
     find_node(m, "tr", &ni);
     assert_string_equal(ni.inputs[0], "a_DequantizeLinear_Output");
     const char *path = tu_path(tmpdir, "subgraph.onnx");
-    OK(qcal_onnx_model_save(m, NULL, path));
+    OK(qcal_onnx_model_save_file(m, NULL, path));
     qcal_onnx_model_destroy(&m);
-    OK(qcal_onnx_model_load(path, &m));
+    OK(qcal_onnx_model_load_file(path, &m));
     qcal_onnx_model_destroy(&m);
     check_with_onnx(path);
     /* A body reading a name nobody defines is refused at load. */
-    OK(qcal_onnx_model_new(8, 13, &m));
-    OK(qcal_onnx_add_input(m, "cond", 9, 0, NULL));
-    OK(qcal_onnx_add_output(m, "out", QCAL_ONNX_FLOAT, -1, NULL));
-    OK(qcal_onnx_model_new(8, 13, &then_b));
-    OK(qcal_onnx_add_output(then_b, "ta", QCAL_ONNX_FLOAT, -1, NULL));
-    OK(qcal_onnx_add_node(then_b, "Relu", "r", 1, (const char *[]){ "ghost" }, 1, (const char *[]){ "ta" }, NULL));
-    OK(qcal_onnx_add_node(m, "If", "if", 1, (const char *[]){ "cond" }, 1, (const char *[]){ "out" }, &k));
+    OK(qcal_onnx_model_create(8, 13, &m));
+    OK(qcal_onnx_model_add_input(m, "cond", 9, 0, NULL));
+    OK(qcal_onnx_model_add_output(m, "out", QCAL_ONNX_FLOAT, -1, NULL));
+    OK(qcal_onnx_model_create(8, 13, &then_b));
+    OK(qcal_onnx_model_add_output(then_b, "ta", QCAL_ONNX_FLOAT, -1, NULL));
+    OK(qcal_onnx_model_add_node(then_b, "Relu", "r", 1, (const char *[]){ "ghost" }, 1, (const char *[]){ "ta" }, NULL));
+    OK(qcal_onnx_model_add_node(m, "If", "if", 1, (const char *[]){ "cond" }, 1, (const char *[]){ "out" }, &k));
     OK(qcal_onnx_node_set_graph(m, k, "then_branch", &then_b));
     OK(qcal_onnx_model_serialize(m, &buf, &len));
     assert_int_equal(qcal_onnx_model_parse(buf, len, &r), QCAL_ERR_FORMAT);
@@ -818,23 +818,23 @@ static void check_py(const char *path, const char *code)
 static qcal_onnx_model *if_model(void)
 {
     qcal_onnx_model *m = NULL, *then_b = NULL, *else_b = NULL;
-    OK(qcal_onnx_model_new(8, 13, &m));
-    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 3, (int64_t[]){ 1, 2, 5 }));
-    OK(qcal_onnx_add_input(m, "cond", 9, 0, NULL));
-    OK(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, 3, (int64_t[]){ 1, 3, 3 }));
+    OK(qcal_onnx_model_create(8, 13, &m));
+    OK(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 3, (int64_t[]){ 1, 2, 5 }));
+    OK(qcal_onnx_model_add_input(m, "cond", 9, 0, NULL));
+    OK(qcal_onnx_model_add_output(m, "y", QCAL_ONNX_FLOAT, 3, (int64_t[]){ 1, 3, 3 }));
     float w[3 * 2 * 3], b[3] = { 0.5f, -0.25f, 0.125f };
     fill(w, 18, 1.0f);
-    OK(qcal_onnx_add_initializer_float(m, "W", 3, (int64_t[]){ 3, 2, 3 }, w));
-    OK(qcal_onnx_add_initializer_float(m, "B", 1, (int64_t[]){ 3 }, b));
-    OK(qcal_onnx_model_new(8, 13, &then_b));
-    OK(qcal_onnx_add_output(then_b, "r", QCAL_ONNX_FLOAT, 3, (int64_t[]){ 1, 3, 3 }));
-    OK(qcal_onnx_add_node(then_b, "Conv", "conv", 3, (const char *[]){ "x", "W", "B" }, 1, (const char *[]){ "c" }, NULL));
-    OK(qcal_onnx_add_node(then_b, "Relu", "relu", 1, (const char *[]){ "c" }, 1, (const char *[]){ "r" }, NULL));
-    OK(qcal_onnx_model_new(8, 13, &else_b));
-    OK(qcal_onnx_add_output(else_b, "n", QCAL_ONNX_FLOAT, 3, (int64_t[]){ 1, 2, 5 }));
-    OK(qcal_onnx_add_node(else_b, "Neg", "neg", 1, (const char *[]){ "x" }, 1, (const char *[]){ "n" }, NULL));
+    OK(qcal_onnx_model_add_initializer_float(m, "W", 3, (int64_t[]){ 3, 2, 3 }, w));
+    OK(qcal_onnx_model_add_initializer_float(m, "B", 1, (int64_t[]){ 3 }, b));
+    OK(qcal_onnx_model_create(8, 13, &then_b));
+    OK(qcal_onnx_model_add_output(then_b, "r", QCAL_ONNX_FLOAT, 3, (int64_t[]){ 1, 3, 3 }));
+    OK(qcal_onnx_model_add_node(then_b, "Conv", "conv", 3, (const char *[]){ "x", "W", "B" }, 1, (const char *[]){ "c" }, NULL));
+    OK(qcal_onnx_model_add_node(then_b, "Relu", "relu", 1, (const char *[]){ "c" }, 1, (const char *[]){ "r" }, NULL));
+    OK(qcal_onnx_model_create(8, 13, &else_b));
+    OK(qcal_onnx_model_add_output(else_b, "n", QCAL_ONNX_FLOAT, 3, (int64_t[]){ 1, 2, 5 }));
+    OK(qcal_onnx_model_add_node(else_b, "Neg", "neg", 1, (const char *[]){ "x" }, 1, (const char *[]){ "n" }, NULL));
     int64_t k;
-    OK(qcal_onnx_add_node(m, "If", "if", 1, (const char *[]){ "cond" }, 1, (const char *[]){ "y" }, &k));
+    OK(qcal_onnx_model_add_node(m, "If", "if", 1, (const char *[]){ "cond" }, 1, (const char *[]){ "y" }, &k));
     OK(qcal_onnx_node_set_graph(m, k, "then_branch", &then_b));
     OK(qcal_onnx_node_set_graph(m, k, "else_branch", &else_b));
     return m;
@@ -862,9 +862,9 @@ static void test_if_bodies(void **state)
     OK(qcal_onnx_output_at(m, 2, &out));
     assert_string_equal(out, "r");
     const char *path = tu_path(tmpdir, "if_exposed.onnx");
-    OK(qcal_onnx_model_save(m, NULL, path));
+    OK(qcal_onnx_model_save_file(m, NULL, path));
     qcal_onnx_model_destroy(&m);
-    OK(qcal_onnx_model_load(path, &m));   /* every body read defined */
+    OK(qcal_onnx_model_load_file(path, &m));   /* every body read defined */
     qcal_onnx_model_destroy(&m);
     check_with_onnx(path);
     check_py(path, "g = m.graph.node[0]\n"
@@ -891,9 +891,9 @@ static void test_if_bodies(void **state)
     assert_int_equal(qcal_onnx_initializer_float(m, "W", &f, &d), QCAL_ERR_NOT_FOUND);
     assert_int_equal(qcal_onnx_initializer_float(m, "B", &f, &d), QCAL_ERR_NOT_FOUND);
     path = tu_path(tmpdir, "if_qdq.onnx");
-    OK(qcal_onnx_model_save(m, NULL, path));
+    OK(qcal_onnx_model_save_file(m, NULL, path));
     qcal_onnx_model_destroy(&m);
-    OK(qcal_onnx_model_load(path, &m));
+    OK(qcal_onnx_model_load_file(path, &m));
     qcal_onnx_model_destroy(&m);
     check_with_onnx(path);
     check_py(path, "t, e = [a.g for a in m.graph.node[0].attribute]\n"
@@ -913,16 +913,16 @@ static void test_omitted_input(void **state)
 {
     (void)state;
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(8, 13, &m));
+    OK(qcal_onnx_model_create(8, 13, &m));
     int64_t in_dims[2] = { -1, 4 }, out_dims[2] = { -1, 3 }, wd[2] = { 3, 4 };
-    OK(qcal_onnx_add_input(m, "input", QCAL_ONNX_FLOAT, 2, in_dims));
-    OK(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, 2, out_dims));
+    OK(qcal_onnx_model_add_input(m, "input", QCAL_ONNX_FLOAT, 2, in_dims));
+    OK(qcal_onnx_model_add_output(m, "y", QCAL_ONNX_FLOAT, 2, out_dims));
     float w[12];
     fill(w, 12, 1.0f);
-    OK(qcal_onnx_add_initializer_float(m, "fc.w", 2, wd, w));
+    OK(qcal_onnx_model_add_initializer_float(m, "fc.w", 2, wd, w));
     const char *gi[] = { "", "fc.w" }, *go[] = { "y" };
     int64_t k;
-    OK(qcal_onnx_add_node(m, "Gemm", "/fc/Gemm", 2, gi, 1, go, &k));
+    OK(qcal_onnx_model_add_node(m, "Gemm", "/fc/Gemm", 2, gi, 1, go, &k));
     OK(qcal_onnx_node_set_int(m, k, "transB", 1));
     static const char *const names[] = { "input", "y" };
     static const float lo[] = { -1.0f, -2.0f }, hi[] = { 1.0f, 2.0f };
@@ -1021,19 +1021,19 @@ static void test_wire_format(void **state)
 {
     (void)state;
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(8, 13, &m));
+    OK(qcal_onnx_model_create(8, 13, &m));
     int64_t in_dims[2] = { -1, 128 }, out_dims[2] = { -1, 160 }, wd[2] = { 128, 160 }, bd[1] = { 160 };
-    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 2, in_dims));
-    OK(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, 2, out_dims));
+    OK(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 2, in_dims));
+    OK(qcal_onnx_model_add_output(m, "y", QCAL_ONNX_FLOAT, 2, out_dims));
     float *wt = malloc(128 * 160 * sizeof *wt), b[160];
     assert_non_null(wt);
     fill(wt, 128 * 160, 1.0f);   /* 80 KiB: past the reader's 64 KiB cut */
     fill(b, 160, 1.0f);
-    OK(qcal_onnx_add_initializer_float(m, "w", 2, wd, wt));
-    OK(qcal_onnx_add_initializer_float(m, "b", 1, bd, b));
+    OK(qcal_onnx_model_add_initializer_float(m, "w", 2, wd, wt));
+    OK(qcal_onnx_model_add_initializer_float(m, "b", 1, bd, b));
     const char *ni[] = { "x", "w" }, *no[] = { "xw" }, *ai[] = { "xw", "b" }, *ao[] = { "y" };
-    OK(qcal_onnx_add_node(m, "MatMul", "mm", 2, ni, 1, no, NULL));
-    OK(qcal_onnx_add_node(m, "Add", "add", 2, ai, 1, ao, NULL));
+    OK(qcal_onnx_model_add_node(m, "MatMul", "mm", 2, ni, 1, no, NULL));
+    OK(qcal_onnx_model_add_node(m, "Add", "add", 2, ai, 1, ao, NULL));
     void *canon = NULL;
     size_t clen = 0;
     OK(qcal_onnx_model_serialize(m, &canon, &clen));
@@ -1097,11 +1097,11 @@ static const char *held_param(qcal_onnx_model *m, int mode, const char *name, in
         int64_t k;
         char cn[64];
         snprintf(cn, 64, "%s_Constant", name);
-        OK(qcal_onnx_add_node(m, "Constant", cn, 0, NULL, 1, &name, &k));
+        OK(qcal_onnx_model_add_node(m, "Constant", cn, 0, NULL, 1, &name, &k));
         OK(qcal_onnx_node_set_tensor(m, k, "value", QCAL_ONNX_FLOAT, ndim, dims, v, (size_t)n * 4));
         return name;
     }
-    OK(qcal_onnx_add_initializer_float(m, name, ndim, dims, v));
+    OK(qcal_onnx_model_add_initializer_float(m, name, ndim, dims, v));
     if (mode == 0)
         return name;
     const char *src = name;
@@ -1111,7 +1111,7 @@ static const char *held_param(qcal_onnx_model *m, int mode, const char *name, in
         char idn[64];
         snprintf(idn, 64, "Identity_%s_%d", name, h);
         const char *o = slot;
-        OK(qcal_onnx_add_node(m, "Identity", idn, 1, &src, 1, &o, NULL));
+        OK(qcal_onnx_model_add_node(m, "Identity", idn, 1, &src, 1, &o, NULL));
         snprintf(prev, 64, "%s", slot);
         src = prev;
     }
@@ -1122,10 +1122,10 @@ static qcal_onnx_model *make_cnn_held(int mode)
 {
     rng_state = 12345;
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(8, 13, &m));
+    OK(qcal_onnx_model_create(8, 13, &m));
     int64_t in_dims[4] = { -1, 1, 8, 8 }, out_dims[2] = { -1, 3 };
-    OK(qcal_onnx_add_input(m, "input", QCAL_ONNX_FLOAT, 4, in_dims));
-    OK(qcal_onnx_add_output(m, "logits", QCAL_ONNX_FLOAT, 2, out_dims));
+    OK(qcal_onnx_model_add_input(m, "input", QCAL_ONNX_FLOAT, 4, in_dims));
+    OK(qcal_onnx_model_add_output(m, "logits", QCAL_ONNX_FLOAT, 2, out_dims));
     float w1[36], b1[4], fw[192], fb[3];
     fill(w1, 36, 1.0f);
     fill(b1, 4, 0.2f);
@@ -1139,20 +1139,20 @@ static qcal_onnx_model *make_cnn_held(int mode)
     const char *gb = held_param(m, mode, "fc.b", 1, dfb, fb, 3, 1, s4);
     int64_t k;
     const char *ci[] = { "input", cw, cb }, *co[] = { "/c1/Conv_output_0" };
-    OK(qcal_onnx_add_node(m, "Conv", "/c1/Conv", 3, ci, 1, co, &k));
+    OK(qcal_onnx_model_add_node(m, "Conv", "/c1/Conv", 3, ci, 1, co, &k));
     int64_t pads[4] = { 1, 1, 1, 1 };
     OK(qcal_onnx_node_set_ints(m, k, "pads", 4, pads));
     const char *ri[] = { "/c1/Conv_output_0" }, *ro[] = { "/r1/Relu_output_0" };
-    OK(qcal_onnx_add_node(m, "Relu", "/r1/Relu", 1, ri, 1, ro, NULL));
+    OK(qcal_onnx_model_add_node(m, "Relu", "/r1/Relu", 1, ri, 1, ro, NULL));
     const char *pi[] = { "/r1/Relu_output_0" }, *po[] = { "/p1/MaxPool_output_0" };
-    OK(qcal_onnx_add_node(m, "MaxPool", "/p1/MaxPool", 1, pi, 1, po, &k));
+    OK(qcal_onnx_model_add_node(m, "MaxPool", "/p1/MaxPool", 1, pi, 1, po, &k));
     int64_t ks[2] = { 2, 2 };
     OK(qcal_onnx_node_set_ints(m, k, "kernel_shape", 2, ks));
     OK(qcal_onnx_node_set_ints(m, k, "strides", 2, ks));
     const char *fi[] = { "/p1/MaxPool_output_0" }, *fo[] = { "/f/Flatten_output_0" };
-    OK(qcal_onnx_add_node(m, "Flatten", "/f/Flatten", 1, fi, 1, fo, NULL));
+    OK(qcal_onnx_model_add_node(m, "Flatten", "/f/Flatten", 1, fi, 1, fo, NULL));
     const char *gi[] = { "/f/Flatten_output_0", gw, gb }, *go[] = { "logits" };
-    OK(qcal_onnx_add_node(m, "Gemm", "/fc/Gemm", 3, gi, 1, go, &k));
+    OK(qcal_onnx_model_add_node(m, "Gemm", "/fc/Gemm", 3, gi, 1, go, &k));
     OK(qcal_onnx_node_set_int(m, k, "transB", 1));
     return m;
 }
@@ -1173,7 +1173,7 @@ static void expect_same_list(qcal_onnx_model *a, qcal_onnx_model *b, const qcal_
 /* Weights as Constant nodes, and weights and biases behind Identity nodes, are weights: the
  * same list, and the same QDQ model byte for byte as with initializers (profile ort: every
  * float parameter is replaced, so only the storage differed), in qcal_onnx_qdq and in
- * qcal_onnx_qdq_save (weights observed while saving); tensorrt: the same scales. */
+ * qcal_onnx_qdq_save_file (weights observed while saving); tensorrt: the same scales. */
 static void test_constant_and_identity_weights(void **state)
 {
     (void)state;
@@ -1211,7 +1211,7 @@ static void test_constant_and_identity_weights(void **state)
         m = make_cnn_held(mode);
         char path[64];
         snprintf(path, sizeof path, "held%d.onnx", mode);
-        OK(qcal_onnx_qdq_save(m, t, &opt, NULL, tu_path(tmpdir, path), NULL));
+        OK(qcal_onnx_qdq_save_file(m, t, &opt, NULL, tu_path(tmpdir, path), NULL));
         qcal_onnx_model_destroy(&m);
         FILE *fp = fopen(tu_path(tmpdir, path), "rb");
         assert_non_null(fp);
@@ -1238,7 +1238,7 @@ static void test_constant_and_identity_weights(void **state)
             qcal_free(sa), qcal_free(sm);
         }
         snprintf(path, sizeof path, "held%d_trt.onnx", mode);
-        OK(qcal_onnx_model_save(m, NULL, tu_path(tmpdir, path)));
+        OK(qcal_onnx_model_save_file(m, NULL, tu_path(tmpdir, path)));
         check_with_onnx(tu_path(tmpdir, path));
         qcal_onnx_model_destroy(&m);
         qcal_onnx_model_destroy(&a);
@@ -1255,20 +1255,20 @@ static qcal_onnx_model *make_clip_cnn(float lo, float hi, int bounds)
 {
     rng_state = 777;
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(8, 13, &m));
+    OK(qcal_onnx_model_create(8, 13, &m));
     int64_t in_dims[4] = { -1, 1, 4, 4 }, out_dims[2] = { -1, 3 };
-    OK(qcal_onnx_add_input(m, "input", QCAL_ONNX_FLOAT, 4, in_dims));
-    OK(qcal_onnx_add_output(m, "logits", QCAL_ONNX_FLOAT, 2, out_dims));
+    OK(qcal_onnx_model_add_input(m, "input", QCAL_ONNX_FLOAT, 4, in_dims));
+    OK(qcal_onnx_model_add_output(m, "logits", QCAL_ONNX_FLOAT, 2, out_dims));
     float w1[18], b1[2], fw[96], fb[3];
     fill(w1, 18, 1.0f);
     fill(b1, 2, 0.2f);
     fill(fw, 96, 0.3f);
     fill(fb, 3, 0.1f);
     int64_t dw1[4] = { 2, 1, 3, 3 }, db1[1] = { 2 }, dfw[2] = { 3, 32 }, dfb[1] = { 3 };
-    OK(qcal_onnx_add_initializer_float(m, "c1.w", 4, dw1, w1));
-    OK(qcal_onnx_add_initializer_float(m, "c1.b", 1, db1, b1));
-    OK(qcal_onnx_add_initializer_float(m, "fc.w", 2, dfw, fw));
-    OK(qcal_onnx_add_initializer_float(m, "fc.b", 1, dfb, fb));
+    OK(qcal_onnx_model_add_initializer_float(m, "c1.w", 4, dw1, w1));
+    OK(qcal_onnx_model_add_initializer_float(m, "c1.b", 1, db1, b1));
+    OK(qcal_onnx_model_add_initializer_float(m, "fc.w", 2, dfw, fw));
+    OK(qcal_onnx_model_add_initializer_float(m, "fc.b", 1, dfb, fb));
     const char *bn[2] = { "clip.min", "clip.max" };
     float bv[2] = { lo, hi };
     for (int k = 0; k < 2; k++) {
@@ -1276,24 +1276,24 @@ static qcal_onnx_model *make_clip_cnn(float lo, float hi, int bounds)
             continue;
         int64_t ck;
         if (bounds == 1) {
-            OK(qcal_onnx_add_node(m, "Constant", k ? "max_Constant" : "min_Constant", 0, NULL, 1, &bn[k], &ck));
+            OK(qcal_onnx_model_add_node(m, "Constant", k ? "max_Constant" : "min_Constant", 0, NULL, 1, &bn[k], &ck));
             OK(qcal_onnx_node_set_tensor(m, ck, "value", QCAL_ONNX_FLOAT, 0, NULL, &bv[k], 4));
         } else {
-            OK(qcal_onnx_add_initializer_float(m, bn[k], 0, NULL, &bv[k]));
+            OK(qcal_onnx_model_add_initializer_float(m, bn[k], 0, NULL, &bv[k]));
         }
     }
     int64_t k;
     const char *ci[] = { "input", "c1.w", "c1.b" }, *co[] = { "/c1/Conv_output_0" };
-    OK(qcal_onnx_add_node(m, "Conv", "/c1/Conv", 3, ci, 1, co, &k));
+    OK(qcal_onnx_model_add_node(m, "Conv", "/c1/Conv", 3, ci, 1, co, &k));
     int64_t pads[4] = { 1, 1, 1, 1 };
     OK(qcal_onnx_node_set_ints(m, k, "pads", 4, pads));
     const char *ki[] = { "/c1/Conv_output_0", isfinite(lo) ? "clip.min" : "", isfinite(hi) ? "clip.max" : "" };
     const char *ko[] = { "/a1/Clip_output_0" };
-    OK(qcal_onnx_add_node(m, "Clip", "/a1/Clip", isfinite(hi) ? 3 : 2, ki, 1, ko, NULL));
+    OK(qcal_onnx_model_add_node(m, "Clip", "/a1/Clip", isfinite(hi) ? 3 : 2, ki, 1, ko, NULL));
     const char *fi[] = { "/a1/Clip_output_0" }, *fo[] = { "/f/Flatten_output_0" };
-    OK(qcal_onnx_add_node(m, "Flatten", "/f/Flatten", 1, fi, 1, fo, NULL));
+    OK(qcal_onnx_model_add_node(m, "Flatten", "/f/Flatten", 1, fi, 1, fo, NULL));
     const char *gi[] = { "/f/Flatten_output_0", "fc.w", "fc.b" }, *go[] = { "logits" };
-    OK(qcal_onnx_add_node(m, "Gemm", "/fc/Gemm", 3, gi, 1, go, &k));
+    OK(qcal_onnx_model_add_node(m, "Gemm", "/fc/Gemm", 3, gi, 1, go, &k));
     OK(qcal_onnx_node_set_int(m, k, "transB", 1));
     return m;
 }
@@ -1383,7 +1383,7 @@ static void test_clip_fusion(void **state)
             assert_true(fabsf(sc - want) <= 8 * FLT_EPSILON * want + (cases[c].lo < 0 ? want / 128 : 0));
         }
         const char *path = tu_path(tmpdir, "qdq_clip.onnx");
-        OK(qcal_onnx_model_save(m, NULL, path));
+        OK(qcal_onnx_model_save_file(m, NULL, path));
         if (c == 0)
             check_with_onnx(path);
         qcal_onnx_model_destroy(&m);
@@ -1418,7 +1418,7 @@ static void test_clip_fusion(void **state)
     /* the Conv output read by the Clip and by another op: not fused */
     qcal_onnx_model *m = make_clip_cnn(0.0f, 6.0f, 0);
     int64_t od[2] = { -1, 2 };
-    OK(qcal_onnx_add_output(m, "/c1/Conv_output_0", QCAL_ONNX_FLOAT, 2, od));
+    OK(qcal_onnx_model_add_output(m, "/c1/Conv_output_0", QCAL_ONNX_FLOAT, 2, od));
     char **list;
     int64_t nl;
     OK(qcal_onnx_list(m, NULL, &list, &nl));
@@ -1439,52 +1439,52 @@ static void test_shape_arithmetic_types(void **state)
 {
     (void)state;
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(8, 13, &m));
+    OK(qcal_onnx_model_create(8, 13, &m));
     int64_t in_dims[4] = { -1, 1, 4, 4 };
-    OK(qcal_onnx_add_input(m, "input", QCAL_ONNX_FLOAT, 4, in_dims));
-    OK(qcal_onnx_add_output(m, "logits", QCAL_ONNX_FLOAT, -1, NULL));
+    OK(qcal_onnx_model_add_input(m, "input", QCAL_ONNX_FLOAT, 4, in_dims));
+    OK(qcal_onnx_model_add_output(m, "logits", QCAL_ONNX_FLOAT, -1, NULL));
     float w[18], b[2], fw[64], fb[2];
     fill(w, 18, 1), fill(b, 2, 0.1f), fill(fw, 64, 0.3f), fill(fb, 2, 0.1f);
-    OK(qcal_onnx_add_initializer_float(m, "c.w", 4, (int64_t[]){ 2, 1, 3, 3 }, w));
-    OK(qcal_onnx_add_initializer_float(m, "c.b", 1, (int64_t[]){ 2 }, b));
-    OK(qcal_onnx_add_initializer_float(m, "fc.w", 2, (int64_t[]){ 2, 32 }, fw));
-    OK(qcal_onnx_add_initializer_float(m, "fc.b", 1, (int64_t[]){ 2 }, fb));
+    OK(qcal_onnx_model_add_initializer_float(m, "c.w", 4, (int64_t[]){ 2, 1, 3, 3 }, w));
+    OK(qcal_onnx_model_add_initializer_float(m, "c.b", 1, (int64_t[]){ 2 }, b));
+    OK(qcal_onnx_model_add_initializer_float(m, "fc.w", 2, (int64_t[]){ 2, 32 }, fw));
+    OK(qcal_onnx_model_add_initializer_float(m, "fc.b", 1, (int64_t[]){ 2 }, fb));
     int64_t k;
-#define N1(op, nm, a, o) OK(qcal_onnx_add_node(m, op, nm, 1, (const char *[]){ a }, 1, (const char *[]){ o }, &k))
+#define N1(op, nm, a, o) OK(qcal_onnx_model_add_node(m, op, nm, 1, (const char *[]){ a }, 1, (const char *[]){ o }, &k))
 #define N2(op, nm, a, b2, o) \
-    OK(qcal_onnx_add_node(m, op, nm, 2, (const char *[]){ a, b2 }, 1, (const char *[]){ o }, &k))
-    OK(qcal_onnx_add_node(m, "Conv", "/conv/Conv", 3, (const char *[]){ "input", "c.w", "c.b" }, 1,
-                          (const char *[]){ "/conv/Conv_output_0" }, &k));
+    OK(qcal_onnx_model_add_node(m, op, nm, 2, (const char *[]){ a, b2 }, 1, (const char *[]){ o }, &k))
+    OK(qcal_onnx_model_add_node(m, "Conv", "/conv/Conv", 3, (const char *[]){ "input", "c.w", "c.b" }, 1,
+                                (const char *[]){ "/conv/Conv_output_0" }, &k));
     OK(qcal_onnx_node_set_ints(m, k, "pads", 4, (int64_t[]){ 1, 1, 1, 1 }));
     N1("Relu", "/relu/Relu", "/conv/Conv_output_0", "/relu/Relu_output_0");
     N1("Shape", "/Shape", "/relu/Relu_output_0", "/Shape_output_0");
     int64_t zero = 0, axes0 = 0, minus1 = -1;
-    OK(qcal_onnx_add_node(m, "Constant", "/Constant", 0, NULL, 1, (const char *[]){ "/Constant_output_0" }, &k));
+    OK(qcal_onnx_model_add_node(m, "Constant", "/Constant", 0, NULL, 1, (const char *[]){ "/Constant_output_0" }, &k));
     OK(qcal_onnx_node_set_tensor(m, k, "value", QCAL_ONNX_INT64, 0, NULL, &zero, 8));
     N2("Gather", "/Gather", "/Shape_output_0", "/Constant_output_0", "/Gather_output_0");
     OK(qcal_onnx_node_set_int(m, k, "axis", 0));
-    OK(qcal_onnx_add_node(m, "Constant", "/Constant_1", 0, NULL, 1, (const char *[]){ "/Constant_1_output_0" }, &k));
+    OK(qcal_onnx_model_add_node(m, "Constant", "/Constant_1", 0, NULL, 1, (const char *[]){ "/Constant_1_output_0" }, &k));
     OK(qcal_onnx_node_set_tensor(m, k, "value", QCAL_ONNX_INT64, 1, (int64_t[]){ 1 }, &axes0, 8));
     N2("Unsqueeze", "/Unsqueeze", "/Gather_output_0", "/Constant_1_output_0", "/Unsqueeze_output_0");
-    OK(qcal_onnx_add_node(m, "Constant", "/Constant_2", 0, NULL, 1, (const char *[]){ "/Constant_2_output_0" }, &k));
+    OK(qcal_onnx_model_add_node(m, "Constant", "/Constant_2", 0, NULL, 1, (const char *[]){ "/Constant_2_output_0" }, &k));
     OK(qcal_onnx_node_set_tensor(m, k, "value", QCAL_ONNX_INT64, 1, (int64_t[]){ 1 }, &minus1, 8));
     N2("Concat", "/Concat", "/Unsqueeze_output_0", "/Constant_2_output_0", "/Concat_output_0");
     OK(qcal_onnx_node_set_int(m, k, "axis", 0));
     N2("Reshape", "/Reshape", "/relu/Relu_output_0", "/Concat_output_0", "/Reshape_output_0");
-    OK(qcal_onnx_add_node(m, "Gemm", "/fc/Gemm", 3, (const char *[]){ "/Reshape_output_0", "fc.w", "fc.b" }, 1,
-                          (const char *[]){ "logits" }, &k));
+    OK(qcal_onnx_model_add_node(m, "Gemm", "/fc/Gemm", 3, (const char *[]){ "/Reshape_output_0", "fc.w", "fc.b" }, 1,
+                                (const char *[]){ "logits" }, &k));
     OK(qcal_onnx_node_set_int(m, k, "transB", 1));
     /* a float Constant through a Flatten (an op the profile quantizes): not an activation */
     float cv[4] = { 1, 2, 3, 4 };
-    OK(qcal_onnx_add_node(m, "Constant", "/Constant_3", 0, NULL, 1, (const char *[]){ "cst" }, &k));
+    OK(qcal_onnx_model_add_node(m, "Constant", "/Constant_3", 0, NULL, 1, (const char *[]){ "cst" }, &k));
     OK(qcal_onnx_node_set_tensor(m, k, "value", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 2, 2 }, cv, sizeof cv));
     N1("Flatten", "/Flatten", "cst", "cst_flat");
-    OK(qcal_onnx_add_output(m, "cst_flat", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, 4 }));
+    OK(qcal_onnx_model_add_output(m, "cst_flat", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, 4 }));
     /* a tensor out of a sequence: its element type is not known */
     N1("SplitToSequence", "/split", "input", "seq");
     N2("SequenceAt", "/at", "seq", "/Constant_output_0", "cu");
     N1("Flatten", "/Flatten_cu", "cu", "cu_flat");
-    OK(qcal_onnx_add_output(m, "cu_flat", QCAL_ONNX_FLOAT, -1, NULL));
+    OK(qcal_onnx_model_add_output(m, "cu_flat", QCAL_ONNX_FLOAT, -1, NULL));
 #undef N1
 #undef N2
     char **names = NULL;

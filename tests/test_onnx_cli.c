@@ -66,27 +66,27 @@ static bool have_checker(void)
 static qcal_onnx_model *make_model(const char *const *nm, int64_t conv_out_channels)
 {
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(8, 13, &m));
+    OK(qcal_onnx_model_create(8, 13, &m));
     int64_t in_dims[4] = { -1, 1, 4, 4 };
-    OK(qcal_onnx_add_input(m, nm[0], QCAL_ONNX_FLOAT, 4, in_dims));
-    OK(qcal_onnx_add_output(m, nm[4], QCAL_ONNX_FLOAT, 2, (int64_t[]){ -1, 2 }));
+    OK(qcal_onnx_model_add_input(m, nm[0], QCAL_ONNX_FLOAT, 4, in_dims));
+    OK(qcal_onnx_model_add_output(m, nm[4], QCAL_ONNX_FLOAT, 2, (int64_t[]){ -1, 2 }));
     int64_t c = conv_out_channels;
     float w[2 * 9] = { 0.5f, -0.25f, 0.125f, 1.0f, -1.0f, 0.75f, 0.1f, 0.2f, 0.3f,
                        -0.5f, 0.25f, 0.6f, 0.7f, -0.8f, 0.9f, 0.05f, -0.15f, 0.35f };
     float b[2] = { 0.1f, -0.2f }, fw[2 * 32], fb[2] = { 0.01f, 0.02f };
     for (int i = 0; i < 64; i++)
         fw[i] = (float)((i * 37) % 17 - 8) / 16.0f;
-    OK(qcal_onnx_add_initializer_float(m, nm[5], 4, (int64_t[]){ c, 1, 3, 3 }, w));
-    OK(qcal_onnx_add_initializer_float(m, nm[6], 1, (int64_t[]){ c }, b));
-    OK(qcal_onnx_add_initializer_float(m, nm[7], 2, (int64_t[]){ 2, 16 * c }, fw));
-    OK(qcal_onnx_add_initializer_float(m, "fc bias", 1, (int64_t[]){ 2 }, fb));
+    OK(qcal_onnx_model_add_initializer_float(m, nm[5], 4, (int64_t[]){ c, 1, 3, 3 }, w));
+    OK(qcal_onnx_model_add_initializer_float(m, nm[6], 1, (int64_t[]){ c }, b));
+    OK(qcal_onnx_model_add_initializer_float(m, nm[7], 2, (int64_t[]){ 2, 16 * c }, fw));
+    OK(qcal_onnx_model_add_initializer_float(m, "fc bias", 1, (int64_t[]){ 2 }, fb));
     int64_t k;
-    OK(qcal_onnx_add_node(m, "Conv", "conv 1", 3, (const char *[]){ nm[0], nm[5], nm[6] }, 1,
-                          (const char *[]){ nm[1] }, &k));
+    OK(qcal_onnx_model_add_node(m, "Conv", "conv 1", 3, (const char *[]){ nm[0], nm[5], nm[6] }, 1,
+                                (const char *[]){ nm[1] }, &k));
     OK(qcal_onnx_node_set_ints(m, k, "pads", 4, (int64_t[]){ 1, 1, 1, 1 }));
-    OK(qcal_onnx_add_node(m, "Relu", "relu", 1, &nm[1], 1, &nm[2], NULL));
-    OK(qcal_onnx_add_node(m, "Flatten", "flat", 1, &nm[2], 1, &nm[3], NULL));
-    OK(qcal_onnx_add_node(m, "Gemm", "fc", 3, (const char *[]){ nm[3], nm[7], "fc bias" }, 1, &nm[4], &k));
+    OK(qcal_onnx_model_add_node(m, "Relu", "relu", 1, &nm[1], 1, &nm[2], NULL));
+    OK(qcal_onnx_model_add_node(m, "Flatten", "flat", 1, &nm[2], 1, &nm[3], NULL));
+    OK(qcal_onnx_model_add_node(m, "Gemm", "fc", 3, (const char *[]){ nm[3], nm[7], "fc bias" }, 1, &nm[4], &k));
     OK(qcal_onnx_node_set_int(m, k, "transB", 1));
     return m;
 }
@@ -95,7 +95,7 @@ static const char *const plain[] = { "x", "c", "r", "f", "y", "w", "b", "fw" };
 
 static void save(qcal_onnx_model *m, const char *name)
 {
-    OK(qcal_onnx_model_save(m, NULL, T(name)));
+    OK(qcal_onnx_model_save_file(m, NULL, T(name)));
 }
 
 /* A native table with the activation ranges [-1 - i * k, 2 + i * k] (minmax observer) of
@@ -204,15 +204,15 @@ static void test_hostile(void **state)
     qcal_free(buf);
     /* a node reading a tensor nothing defines */
     m = make_model(plain, 2);
-    OK(qcal_onnx_add_node(m, "Relu", "ghost", 1, (const char *[]){ "nowhere" }, 1,
-                          (const char *[]){ "g" }, NULL));
+    OK(qcal_onnx_model_add_node(m, "Relu", "ghost", 1, (const char *[]){ "nowhere" }, 1,
+                                (const char *[]){ "g" }, NULL));
     save(m, "missing_input.onnx");
     qcal_onnx_model_destroy(&m);
     expect_refused("missing_input.onnx", 3, "reads 'nowhere', which no graph input");
     /* initializer data shorter than its shape */
     m = make_model(plain, 2);
     float few[3] = { 1, 2, 3 };
-    OK(qcal_onnx_add_initializer(m, "short", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 2, 2 }, few, sizeof few));
+    OK(qcal_onnx_model_add_initializer(m, "short", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 2, 2 }, few, sizeof few));
     save(m, "short.onnx");
     qcal_onnx_model_destroy(&m);
     expect_refused("short.onnx", 3, "initializer 'short' holds 12 bytes of data, its shape needs 16");
@@ -239,9 +239,9 @@ static void test_hostile(void **state)
     }
     /* zero-sized weight: qdq refuses (exit 3); expose has nothing against it */
     m = make_model(plain, 2);
-    OK(qcal_onnx_add_initializer_float(m, "w0", 4, (int64_t[]){ 0, 1, 3, 3 }, NULL));
-    OK(qcal_onnx_add_node(m, "Conv", "conv0", 2, (const char *[]){ "x", "w0" }, 1,
-                          (const char *[]){ "z0" }, NULL));
+    OK(qcal_onnx_model_add_initializer_float(m, "w0", 4, (int64_t[]){ 0, 1, 3, 3 }, NULL));
+    OK(qcal_onnx_model_add_node(m, "Conv", "conv0", 2, (const char *[]){ "x", "w0" }, 1,
+                                (const char *[]){ "z0" }, NULL));
     save(m, "zero.onnx");
     qcal_onnx_model_destroy(&m);
     tu_write_bytes(T("out.onnx"), "keep", 4);
@@ -272,7 +272,7 @@ static void test_hostile(void **state)
     assert_int_equal(qcal("onnx-expose '%s' -o '%s'", T("nowhere.onnx"), T("out.onnx")), 3);
     /* opset 12 */
     qcal_onnx_model *o = NULL;
-    OK(qcal_onnx_model_load(T("good.onnx"), &o));
+    OK(qcal_onnx_model_load_file(T("good.onnx"), &o));
     qcal_onnx_model_destroy(&o);
 }
 
@@ -373,7 +373,7 @@ static void test_external_inside(void **state)
     save(m, "ext/model.onnx");
     qcal_onnx_model_destroy(&m);
     qcal_onnx_model *r = NULL;
-    OK(qcal_onnx_model_load(T("ext/model.onnx"), &r));
+    OK(qcal_onnx_model_load_file(T("ext/model.onnx"), &r));
     float *back;
     OK(qcal_onnx_initializer_float(r, "fw", &back, NULL));
     assert_memory_equal(back, fw, 256);
@@ -396,12 +396,12 @@ static void test_save_external(void **state)
     qcal_onnx_save_options_default(&so);
     so.external_threshold = 100;   /* force it on a small model */
     so.external_min_bytes = 64;
-    OK(qcal_onnx_model_save(m, &so, T("big.onnx")));
+    OK(qcal_onnx_model_save_file(m, &so, T("big.onnx")));
     struct stat sb;
     assert_int_equal(stat(T("big.onnx.data"), &sb), 0);
     assert_true(sb.st_size >= 256);
     qcal_onnx_model *r = NULL;
-    OK(qcal_onnx_model_load(T("big.onnx"), &r));
+    OK(qcal_onnx_model_load_file(T("big.onnx"), &r));
     void *a, *b;
     size_t la, lb;
     OK(qcal_onnx_model_serialize(m, &a, &la));
@@ -420,20 +420,20 @@ static void test_save_external(void **state)
 static qcal_onnx_model *make_big(void)
 {
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(8, 17, &m));
-    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, 256 }));
-    OK(qcal_onnx_add_output(m, "z", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, 128 }));
+    OK(qcal_onnx_model_create(8, 17, &m));
+    OK(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, 256 }));
+    OK(qcal_onnx_model_add_output(m, "z", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, 128 }));
     float *w = malloc(256 * 256 * sizeof *w);
     for (int i = 0; i < 256 * 256; i++)
         w[i] = (float)((i * 7919) % 1001 - 500) / 1000.0f;
-    OK(qcal_onnx_add_initializer_float(m, "big w", 2, (int64_t[]){ 256, 256 }, w));
-    OK(qcal_onnx_add_initializer_float(m, "small", 1, (int64_t[]){ 128 }, w + 5));
-    OK(qcal_onnx_add_initializer_float(m, "gemm:w", 2, (int64_t[]){ 128, 256 }, w + 1000));
+    OK(qcal_onnx_model_add_initializer_float(m, "big w", 2, (int64_t[]){ 256, 256 }, w));
+    OK(qcal_onnx_model_add_initializer_float(m, "small", 1, (int64_t[]){ 128 }, w + 5));
+    OK(qcal_onnx_model_add_initializer_float(m, "gemm:w", 2, (int64_t[]){ 128, 256 }, w + 1000));
     free(w);
-    OK(qcal_onnx_add_node(m, "MatMul", "mm", 2, (const char *[]){ "x", "big w" }, 1, (const char *[]){ "y" }, NULL));
+    OK(qcal_onnx_model_add_node(m, "MatMul", "mm", 2, (const char *[]){ "x", "big w" }, 1, (const char *[]){ "y" }, NULL));
     int64_t k;
-    OK(qcal_onnx_add_node(m, "Gemm", "fc", 3, (const char *[]){ "y", "gemm:w", "small" }, 1,
-                          (const char *[]){ "z" }, &k));
+    OK(qcal_onnx_model_add_node(m, "Gemm", "fc", 3, (const char *[]){ "y", "gemm:w", "small" }, 1,
+                                (const char *[]){ "z" }, &k));
     OK(qcal_onnx_node_set_int(m, k, "transB", 1));
     return m;
 }
@@ -460,19 +460,19 @@ static void test_save_external_big(void **state)
     qcal_onnx_save_options_default(&so);
     so.external_threshold = 1000;
     so.external_min_bytes = 1024;
-    OK(qcal_onnx_model_save(m, &so, T("bigx.onnx")));
+    OK(qcal_onnx_model_save_file(m, &so, T("bigx.onnx")));
     struct stat sb;
     assert_int_equal(stat(T("bigx.onnx.data"), &sb), 0);
     assert_true(sb.st_size >= (256 * 256 + 128 * 256) * 4);
     qcal_onnx_model *r = NULL;
-    OK(qcal_onnx_model_load(T("bigx.onnx"), &r));
+    OK(qcal_onnx_model_load_file(T("bigx.onnx"), &r));
     expect_same(m, r);
-    OK(qcal_onnx_model_save(m, NULL, T("inline.onnx")));
+    OK(qcal_onnx_model_save_file(m, NULL, T("inline.onnx")));
     qcal_onnx_model *f = NULL;
-    OK(qcal_onnx_model_load(T("inline.onnx"), &f));   /* large initializers in the mapping */
-    OK(qcal_onnx_model_save(f, &so, T("bigy.onnx")));
+    OK(qcal_onnx_model_load_file(T("inline.onnx"), &f));   /* large initializers in the mapping */
+    OK(qcal_onnx_model_save_file(f, &so, T("bigy.onnx")));
     qcal_onnx_model *r2 = NULL;
-    OK(qcal_onnx_model_load(T("bigy.onnx"), &r2));
+    OK(qcal_onnx_model_load_file(T("bigy.onnx"), &r2));
     expect_same(m, r2);
     qcal_onnx_model_destroy(&r2);
     qcal_onnx_model_destroy(&f);
@@ -500,23 +500,23 @@ static void test_large_initializers(void **state)
     qcal_calib_table *table = NULL;
     OK(qcal_calib_table_read_json(T("big_table.json"), &table));
     qcal_onnx_model *m = make_big();
-    OK(qcal_onnx_model_save(m, NULL, T("big.onnx")));
+    OK(qcal_onnx_model_save_file(m, NULL, T("big.onnx")));
     size_t len;
     uint8_t *bytes = tu_read_file(T("big.onnx"), &len);
     assert_true(len > 256 * 1024);
     qcal_onnx_model *mapped = NULL, *copied = NULL;
-    OK(qcal_onnx_model_load(T("big.onnx"), &mapped));
+    OK(qcal_onnx_model_load_file(T("big.onnx"), &mapped));
     OK(qcal_onnx_model_parse(bytes, len, &copied));
     expect_file(T("big.onnx"), mapped);
     expect_same(mapped, copied);
-    OK(qcal_onnx_model_save(mapped, NULL, T("big2.onnx")));   /* copy_file_range path */
+    OK(qcal_onnx_model_save_file(mapped, NULL, T("big2.onnx")));   /* copy_file_range path */
     expect_file(T("big2.onnx"), m);
     for (int p = 0; p < 2; p++) {
         qcal_onnx_qdq_options opt;
         qcal_onnx_qdq_options_default(&opt);
         opt.profile = p ? QCAL_ONNX_PROFILE_TENSORRT : QCAL_ONNX_PROFILE_ORT;
         qcal_onnx_model *a = NULL, *b = NULL;
-        OK(qcal_onnx_model_load(T("big.onnx"), &a));
+        OK(qcal_onnx_model_load_file(T("big.onnx"), &a));
         OK(qcal_onnx_model_parse(bytes, len, &b));
         OK(qcal_onnx_qdq(a, table, &opt, NULL));
         OK(qcal_onnx_qdq(b, table, &opt, NULL));
@@ -525,11 +525,11 @@ static void test_large_initializers(void **state)
         float *fresh = malloc(256 * 256 * sizeof *fresh);
         for (int i = 0; i < 256 * 256; i++)
             fresh[i] = (float)i;
-        OK(qcal_onnx_add_initializer_float(a, "fresh", 2, (int64_t[]){ 256, 256 }, fresh));
-        OK(qcal_onnx_model_save(a, NULL, T("big_q.onnx")));
+        OK(qcal_onnx_model_add_initializer_float(a, "fresh", 2, (int64_t[]){ 256, 256 }, fresh));
+        OK(qcal_onnx_model_save_file(a, NULL, T("big_q.onnx")));
         expect_file(T("big_q.onnx"), a);
         qcal_onnx_model *r = NULL;
-        OK(qcal_onnx_model_load(T("big_q.onnx"), &r));
+        OK(qcal_onnx_model_load_file(T("big_q.onnx"), &r));
         float *back;
         OK(qcal_onnx_initializer_float(r, "fresh", &back, NULL));
         assert_memory_equal(back, fresh, 256 * 256 * sizeof *fresh);
@@ -586,7 +586,7 @@ static void test_large_initializers(void **state)
         if (i % 29 == 0) {   /* the mapped reader on a sample of them */
             tu_write_bytes(T("flip.onnx"), flip, len);
             qcal_onnx_model *f = NULL;
-            qcal_status sf = qcal_onnx_model_load(T("flip.onnx"), &f);
+            qcal_status sf = qcal_onnx_model_load_file(T("flip.onnx"), &f);
             assert_int_equal(sf == QCAL_OK, st == QCAL_OK);
             qcal_onnx_model_destroy(&f);
         }
@@ -629,9 +629,9 @@ static void test_large_external(void **state)
     OK(qcal_onnx_initializer_set_external(m, "gemm:w", "w.data", (int64_t)(100 + lw), (int64_t)lg));
     save(m, "xext/model.onnx");
     qcal_onnx_model_destroy(&m);
-    OK(qcal_onnx_model_load(T("xext/model.onnx"), &m));
+    OK(qcal_onnx_model_load_file(T("xext/model.onnx"), &m));
     expect_same(m, inl);
-    OK(qcal_onnx_model_save(m, NULL, T("xext_saved.onnx")));
+    OK(qcal_onnx_model_save_file(m, NULL, T("xext_saved.onnx")));
     expect_file(T("xext_saved.onnx"), inl);
     qcal_onnx_model_destroy(&m);
     for (int p = 0; p < 2; p++) {
@@ -639,11 +639,11 @@ static void test_large_external(void **state)
         qcal_onnx_qdq_options_default(&opt);
         opt.profile = p ? QCAL_ONNX_PROFILE_TENSORRT : QCAL_ONNX_PROFILE_ORT;
         qcal_onnx_model *a = NULL, *b = make_big();
-        OK(qcal_onnx_model_load(T("xext/model.onnx"), &a));
+        OK(qcal_onnx_model_load_file(T("xext/model.onnx"), &a));
         OK(qcal_onnx_qdq(a, table, &opt, NULL));
         OK(qcal_onnx_qdq(b, table, &opt, NULL));
         expect_same(a, b);
-        OK(qcal_onnx_model_save(a, NULL, T("xext_q.onnx")));
+        OK(qcal_onnx_model_save_file(a, NULL, T("xext_q.onnx")));
         expect_file(T("xext_q.onnx"), b);
         qcal_onnx_model_destroy(&a);
         qcal_onnx_model_destroy(&b);
@@ -652,8 +652,8 @@ static void test_large_external(void **state)
     /* one data file per tensor, 40 of them (more than the 32 descriptors a model keeps): the
      * files past those are saved from their mappings, with the same bytes */
     qcal_onnx_model *many = NULL, *many_inl = NULL;
-    OK(qcal_onnx_model_new(8, 17, &many));
-    OK(qcal_onnx_model_new(8, 17, &many_inl));
+    OK(qcal_onnx_model_create(8, 17, &many));
+    OK(qcal_onnx_model_create(8, 17, &many_inl));
     float *v = malloc(lw);
     for (int i = 0; i < 40; i++) {
         char name[32], loc[32], path[64];
@@ -663,20 +663,20 @@ static void test_large_external(void **state)
         snprintf(loc, sizeof loc, "t%d.bin", i);
         snprintf(path, sizeof path, "xext/%s", loc);
         tu_write_bytes(T(path), v, lw);
-        OK(qcal_onnx_add_initializer_float(many, name, 2, (int64_t[]){ 256, 256 }, v));
-        OK(qcal_onnx_add_initializer_float(many_inl, name, 2, (int64_t[]){ 256, 256 }, v));
+        OK(qcal_onnx_model_add_initializer_float(many, name, 2, (int64_t[]){ 256, 256 }, v));
+        OK(qcal_onnx_model_add_initializer_float(many_inl, name, 2, (int64_t[]){ 256, 256 }, v));
         OK(qcal_onnx_initializer_set_external(many, name, loc, 0, (int64_t)lw));
     }
     free(v);
-    OK(qcal_onnx_add_input(many, "x", QCAL_ONNX_FLOAT, 1, (int64_t[]){ 1 }));
-    OK(qcal_onnx_add_input(many_inl, "x", QCAL_ONNX_FLOAT, 1, (int64_t[]){ 1 }));
-    OK(qcal_onnx_add_output(many, "x", QCAL_ONNX_FLOAT, 1, (int64_t[]){ 1 }));
-    OK(qcal_onnx_add_output(many_inl, "x", QCAL_ONNX_FLOAT, 1, (int64_t[]){ 1 }));
+    OK(qcal_onnx_model_add_input(many, "x", QCAL_ONNX_FLOAT, 1, (int64_t[]){ 1 }));
+    OK(qcal_onnx_model_add_input(many_inl, "x", QCAL_ONNX_FLOAT, 1, (int64_t[]){ 1 }));
+    OK(qcal_onnx_model_add_output(many, "x", QCAL_ONNX_FLOAT, 1, (int64_t[]){ 1 }));
+    OK(qcal_onnx_model_add_output(many_inl, "x", QCAL_ONNX_FLOAT, 1, (int64_t[]){ 1 }));
     save(many, "xext/many.onnx");
     qcal_onnx_model_destroy(&many);
-    OK(qcal_onnx_model_load(T("xext/many.onnx"), &many));
+    OK(qcal_onnx_model_load_file(T("xext/many.onnx"), &many));
     expect_same(many, many_inl);
-    OK(qcal_onnx_model_save(many, NULL, T("xext_many_saved.onnx")));
+    OK(qcal_onnx_model_save_file(many, NULL, T("xext_many_saved.onnx")));
     expect_file(T("xext_many_saved.onnx"), many_inl);
     qcal_onnx_model_destroy(&many);
     qcal_onnx_model_destroy(&many_inl);
@@ -694,26 +694,26 @@ static void test_streamed_weights(void **state)
     (void)state;
     const int64_t K = 2053, N = 160;
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(8, 17, &m));
-    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, K }));
-    OK(qcal_onnx_add_output(m, "z", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, 1000 }));
+    OK(qcal_onnx_model_create(8, 17, &m));
+    OK(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, K }));
+    OK(qcal_onnx_model_add_output(m, "z", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, 1000 }));
     float *w = malloc((size_t)(K * N) * sizeof *w);
     for (int64_t i = 0; i < K * N; i++)
         w[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f * (float)(1 + i % N);
     w[5] = -0.0f;
     w[K * N - 1] = 3000.0f;   /* the last chunk holds a channel's maximum */
-    OK(qcal_onnx_add_initializer_float(m, "w", 2, (int64_t[]){ K, N }, w));
+    OK(qcal_onnx_model_add_initializer_float(m, "w", 2, (int64_t[]){ K, N }, w));
     free(w);
-    OK(qcal_onnx_add_node(m, "MatMul", "mm", 2, (const char *[]){ "x", "w" }, 1, (const char *[]){ "y" }, NULL));
+    OK(qcal_onnx_model_add_node(m, "MatMul", "mm", 2, (const char *[]){ "x", "w" }, 1, (const char *[]){ "y" }, NULL));
     /* Gemm transB=1, weight (1000, 160): channel axis 0, blocks of 819 and 181 channels */
     float *g = malloc(1000 * 160 * sizeof *g);
     for (int i = 0; i < 1000 * 160; i++)
         g[i] = (float)((i * 4099) % 3001 - 1500) / 700.0f * (float)(1 + i / 160 % 7);
     g[999 * 160 + 3] = -900.0f;   /* the last block holds a channel's minimum */
-    OK(qcal_onnx_add_initializer_float(m, "g", 2, (int64_t[]){ 1000, 160 }, g));
+    OK(qcal_onnx_model_add_initializer_float(m, "g", 2, (int64_t[]){ 1000, 160 }, g));
     free(g);
     int64_t gk;
-    OK(qcal_onnx_add_node(m, "Gemm", "fc", 2, (const char *[]){ "y", "g" }, 1, (const char *[]){ "z" }, &gk));
+    OK(qcal_onnx_model_add_node(m, "Gemm", "fc", 2, (const char *[]){ "y", "g" }, 1, (const char *[]){ "z" }, &gk));
     OK(qcal_onnx_node_set_int(m, gk, "transB", 1));
     save(m, "stream.onnx");
     qcal_onnx_model_destroy(&m);
@@ -728,7 +728,7 @@ static void test_streamed_weights(void **state)
         qcal_onnx_qdq_options_default(&opt);
         opt.profile = p ? QCAL_ONNX_PROFILE_TENSORRT : QCAL_ONNX_PROFILE_ORT;
         qcal_onnx_model *a = NULL, *b = NULL, *c = NULL;
-        OK(qcal_onnx_model_load(T("stream.onnx"), &a));
+        OK(qcal_onnx_model_load_file(T("stream.onnx"), &a));
         OK(qcal_onnx_model_parse(bytes, len, &b));
         OK(qcal_onnx_model_parse(bytes, len, &c));
         OK(qcal_onnx_qdq(a, table, &opt, NULL));
@@ -774,40 +774,40 @@ static qcal_onnx_model *make_qs(const float *w, const float *g)
 {
     const int64_t K = 2053, N = 160;
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(8, 17, &m));
-    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, K }));
-    OK(qcal_onnx_add_output(m, "z", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, 1000 }));
-    OK(qcal_onnx_add_output(m, "c", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 3, 4, 4 }));
-    OK(qcal_onnx_add_initializer_float(m, "w", 2, (int64_t[]){ K, N }, w));
-    OK(qcal_onnx_add_node(m, "MatMul", "mm", 2, (const char *[]){ "x", "w" }, 1, (const char *[]){ "y" }, NULL));
-    OK(qcal_onnx_add_initializer_float(m, "g", 2, (int64_t[]){ 1000, 160 }, g));
+    OK(qcal_onnx_model_create(8, 17, &m));
+    OK(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, K }));
+    OK(qcal_onnx_model_add_output(m, "z", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, 1000 }));
+    OK(qcal_onnx_model_add_output(m, "c", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 3, 4, 4 }));
+    OK(qcal_onnx_model_add_initializer_float(m, "w", 2, (int64_t[]){ K, N }, w));
+    OK(qcal_onnx_model_add_node(m, "MatMul", "mm", 2, (const char *[]){ "x", "w" }, 1, (const char *[]){ "y" }, NULL));
+    OK(qcal_onnx_model_add_initializer_float(m, "g", 2, (int64_t[]){ 1000, 160 }, g));
     float gb[1000];
     for (int i = 0; i < 1000; i++)
         gb[i] = (float)(i % 13 - 6) * 0.37f;
-    OK(qcal_onnx_add_initializer_float(m, "gb", 1, (int64_t[]){ 1000 }, gb));
+    OK(qcal_onnx_model_add_initializer_float(m, "gb", 1, (int64_t[]){ 1000 }, gb));
     int64_t gk;
-    OK(qcal_onnx_add_node(m, "Gemm", "fc", 3, (const char *[]){ "y", "g", "gb" }, 1, (const char *[]){ "z" }, &gk));
+    OK(qcal_onnx_model_add_node(m, "Gemm", "fc", 3, (const char *[]){ "y", "g", "gb" }, 1, (const char *[]){ "z" }, &gk));
     OK(qcal_onnx_node_set_int(m, gk, "transB", 1));
     float cw[3 * 2 * 9];
     for (int i = 0; i < 54; i++)
         cw[i] = (float)(i % 11 - 5) * 0.125f;
-    OK(qcal_onnx_add_input(m, "img", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 2, 4, 4 }));
-    OK(qcal_onnx_add_initializer_float(m, "cw", 4, (int64_t[]){ 3, 2, 3, 3 }, cw));
-    OK(qcal_onnx_add_initializer_float(m, "cb", 1, (int64_t[]){ 3 }, (float[]){ 0.5f, -0.25f, 3.0f }));
-    OK(qcal_onnx_add_initializer_float(m, "cb2", 1, (int64_t[]){ 3 }, (float[]){ -7.0f, 0.125f, 1e4f }));
+    OK(qcal_onnx_model_add_input(m, "img", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 2, 4, 4 }));
+    OK(qcal_onnx_model_add_initializer_float(m, "cw", 4, (int64_t[]){ 3, 2, 3, 3 }, cw));
+    OK(qcal_onnx_model_add_initializer_float(m, "cb", 1, (int64_t[]){ 3 }, (float[]){ 0.5f, -0.25f, 3.0f }));
+    OK(qcal_onnx_model_add_initializer_float(m, "cb2", 1, (int64_t[]){ 3 }, (float[]){ -7.0f, 0.125f, 1e4f }));
     int64_t ck;
-    OK(qcal_onnx_add_node(m, "Conv", "conv", 3, (const char *[]){ "img", "cw", "cb" }, 1, (const char *[]){ "c" }, &ck));
+    OK(qcal_onnx_model_add_node(m, "Conv", "conv", 3, (const char *[]){ "img", "cw", "cb" }, 1, (const char *[]){ "c" }, &ck));
     OK(qcal_onnx_node_set_ints(m, ck, "pads", 4, (int64_t[]){ 1, 1, 1, 1 }));
-    OK(qcal_onnx_add_input(m, "img2", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 2, 4, 4 }));
-    OK(qcal_onnx_add_output(m, "c2", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 3, 4, 4 }));
-    OK(qcal_onnx_add_node(m, "Conv", "conv2", 3, (const char *[]){ "img2", "cw", "cb2" }, 1, (const char *[]){ "c2" }, &ck));
+    OK(qcal_onnx_model_add_input(m, "img2", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 2, 4, 4 }));
+    OK(qcal_onnx_model_add_output(m, "c2", QCAL_ONNX_FLOAT, 4, (int64_t[]){ 1, 3, 4, 4 }));
+    OK(qcal_onnx_model_add_node(m, "Conv", "conv2", 3, (const char *[]){ "img2", "cw", "cb2" }, 1, (const char *[]){ "c2" }, &ck));
     OK(qcal_onnx_node_set_ints(m, ck, "pads", 4, (int64_t[]){ 1, 1, 1, 1 }));
     return m;
 }
 
-/* qcal_onnx_qdq_save (weights observed, and with profile ort quantized with their biases,
+/* qcal_onnx_qdq_save_file (weights observed, and with profile ort quantized with their biases,
  * on a second thread while the save writes the model) writes the bytes of qcal_onnx_qdq then
- * qcal_onnx_model_save: the streamed MatMul weight, the Gemm weight read by channel blocks
+ * qcal_onnx_model_save_file: the streamed MatMul weight, the Gemm weight read by channel blocks
  * and a Conv weight shared by two Convs, loaded from the file (mapped) and from a buffer,
  * per-channel and per-tensor symmetric, both profiles, inline and with external data (whose
  * save detaches the weights' data while they are read), a wide input scale that makes the
@@ -852,16 +852,16 @@ static void test_qdq_save(void **state)
         for (int from_file = 0; from_file < 2; from_file++) {
             qcal_onnx_model *a = NULL, *b = NULL;
             if (from_file) {
-                OK(qcal_onnx_model_load(T("qs.onnx"), &a));
-                OK(qcal_onnx_model_load(T("qs.onnx"), &b));
+                OK(qcal_onnx_model_load_file(T("qs.onnx"), &a));
+                OK(qcal_onnx_model_load_file(T("qs.onnx"), &b));
             } else {
                 OK(qcal_onnx_model_parse(bytes, len, &a));
                 OK(qcal_onnx_model_parse(bytes, len, &b));
             }
             qcal_onnx_qdq_report ra, rb;
             OK(qcal_onnx_qdq(a, tab, &opt, &ra));
-            OK(qcal_onnx_model_save(a, &so, T("qsr/q.onnx")));
-            qcal_status qs_st = qcal_onnx_qdq_save(b, tab, &opt, &so, T("qsn/q.onnx"), &rb);
+            OK(qcal_onnx_model_save_file(a, &so, T("qsr/q.onnx")));
+            qcal_status qs_st = qcal_onnx_qdq_save_file(b, tab, &opt, &so, T("qsn/q.onnx"), &rb);
             if (qs_st != QCAL_OK)
                 fail_msg("config %d from_file %d: %s", c, from_file, qcal_last_error());
             assert_int_equal(ra.ops, 4);
@@ -900,11 +900,11 @@ static void test_qdq_save(void **state)
     qcal_onnx_qdq_options_default(&opt);
     opt.profile = QCAL_ONNX_PROFILE_TENSORRT;
     qcal_onnx_model *a = NULL, *b = NULL;
-    OK(qcal_onnx_model_load(T("qs_nan.onnx"), &a));
-    OK(qcal_onnx_model_load(T("qs_nan.onnx"), &b));
+    OK(qcal_onnx_model_load_file(T("qs_nan.onnx"), &a));
+    OK(qcal_onnx_model_load_file(T("qs_nan.onnx"), &b));
     OK(qcal_onnx_qdq(a, table, &opt, NULL));
-    OK(qcal_onnx_model_save(a, NULL, T("qsr/nan.onnx")));
-    OK(qcal_onnx_qdq_save(b, table, &opt, NULL, T("qsn/nan.onnx"), NULL));
+    OK(qcal_onnx_model_save_file(a, NULL, T("qsr/nan.onnx")));
+    OK(qcal_onnx_qdq_save_file(b, table, &opt, NULL, T("qsn/nan.onnx"), NULL));
     expect_same_file(T("qsr/nan.onnx"), T("qsn/nan.onnx"));
     float *s;
     OK(qcal_onnx_initializer_float(b, "w_scale", &s, NULL));
@@ -913,22 +913,22 @@ static void test_qdq_save(void **state)
     qcal_onnx_model_destroy(&a);
     qcal_onnx_model_destroy(&b);
     /* default options (NULL: profile ort) */
-    OK(qcal_onnx_model_load(T("qs.onnx"), &a));
-    OK(qcal_onnx_model_load(T("qs.onnx"), &b));
+    OK(qcal_onnx_model_load_file(T("qs.onnx"), &a));
+    OK(qcal_onnx_model_load_file(T("qs.onnx"), &b));
     OK(qcal_onnx_qdq(a, table, NULL, NULL));
-    OK(qcal_onnx_model_save(a, NULL, T("qsr/def.onnx")));
-    OK(qcal_onnx_qdq_save(b, table, NULL, NULL, T("qsn/def.onnx"), NULL));
+    OK(qcal_onnx_model_save_file(a, NULL, T("qsr/def.onnx")));
+    OK(qcal_onnx_qdq_save_file(b, table, NULL, NULL, T("qsn/def.onnx"), NULL));
     expect_same_file(T("qsr/def.onnx"), T("qsn/def.onnx"));
     qcal_onnx_model_destroy(&a);
     qcal_onnx_model_destroy(&b);
     /* an output the save cannot write: QCAL_ERR_IO, and the model is the quantized one, whole
      * (every weight computed: saved elsewhere it is qcal_onnx_qdq's, byte for byte) */
-    OK(qcal_onnx_model_load(T("qs.onnx"), &a));
-    OK(qcal_onnx_model_load(T("qs.onnx"), &b));
+    OK(qcal_onnx_model_load_file(T("qs.onnx"), &a));
+    OK(qcal_onnx_model_load_file(T("qs.onnx"), &b));
     OK(qcal_onnx_qdq(a, table, &opt, NULL));
-    OK(qcal_onnx_model_save(a, NULL, T("qsr/io.onnx")));
-    assert_int_equal(qcal_onnx_qdq_save(b, table, &opt, NULL, T("no such dir/qs.onnx"), NULL), QCAL_ERR_IO);
-    OK(qcal_onnx_model_save(b, NULL, T("qsn/io.onnx")));
+    OK(qcal_onnx_model_save_file(a, NULL, T("qsr/io.onnx")));
+    assert_int_equal(qcal_onnx_qdq_save_file(b, table, &opt, NULL, T("no such dir/qs.onnx"), NULL), QCAL_ERR_IO);
+    OK(qcal_onnx_model_save_file(b, NULL, T("qsn/io.onnx")));
     expect_same_file(T("qsr/io.onnx"), T("qsn/io.onnx"));
     qcal_onnx_model_destroy(&a);
     qcal_onnx_model_destroy(&b);
@@ -998,7 +998,7 @@ static void test_names(void **state)
             tu_expect_one_line(err, "qcal: qdq: ", "'fl\xc3\xa4tten/\xe2\x9c\x93'");
     }
     qcal_onnx_model *q = NULL;
-    OK(qcal_onnx_model_load(T("q.onnx"), &q));
+    OK(qcal_onnx_model_load_file(T("q.onnx"), &q));
     char sc[256];
     snprintf(sc, sizeof sc, "%s_scale", odd[2]);
     float *s;
@@ -1047,7 +1047,7 @@ static void test_expose_exclude(void **state)
     /* r excluded: the Conv output Q goes on c (no Relu to fold), the Gemm looks up its input f */
     assert_string_equal(list, "x\nc\nf\ny\n");
     qcal_onnx_model *e = NULL;
-    OK(qcal_onnx_model_load(T("ex_r.onnx"), &e));
+    OK(qcal_onnx_model_load_file(T("ex_r.onnx"), &e));
     qcal_onnx_model_info info;
     OK(qcal_onnx_model_get_info(e, &info));
     for (int64_t i = 0; i < info.outputs; i++) {
@@ -1084,7 +1084,7 @@ static void test_expose_both_profiles(void **state)
     assert_non_null(strstr(out, "(profile ort,tensorrt): 4 tensors exposed"));
     /* every name of the list is an output of the model written */
     qcal_onnx_model *e = NULL;
-    OK(qcal_onnx_model_load(T("bp_b.onnx"), &e));
+    OK(qcal_onnx_model_load_file(T("bp_b.onnx"), &e));
     qcal_onnx_model_info info;
     OK(qcal_onnx_model_get_info(e, &info));
     const char *want[] = { "x", "r", "y", "f" };

@@ -35,7 +35,7 @@ static void add_rand(qcal_onnx_model *m, const char *name, int32_t ndim, const i
     float *v = malloc((size_t)n * sizeof *v);
     for (int64_t i = 0; i < n; i++)
         v[i] = frand() * scale;
-    OK(qcal_onnx_add_initializer_float(m, name, ndim, dims, v));
+    OK(qcal_onnx_model_add_initializer_float(m, name, ndim, dims, v));
     free(v);
 }
 
@@ -44,7 +44,7 @@ static void node(qcal_onnx_model *m, const char *op, const char *name, const cha
 {
     const char *in[3] = { in0, in1, in2 };
     int64_t n = in2 ? 3 : in1 ? 2 : 1;
-    OK(qcal_onnx_add_node(m, op, name, n, in, 1, &out, idx));
+    OK(qcal_onnx_model_add_node(m, op, name, n, in, 1, &out, idx));
 }
 
 /* ---- a random MLP: Gemm -> Relu -> Gemm -> Relu -> Gemm, evaluated here ---- */
@@ -57,9 +57,9 @@ typedef struct mlp {
 static qcal_onnx_model *mlp_build(const mlp *p)
 {
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(8, 13, &m));
+    OK(qcal_onnx_model_create(8, 13, &m));
     int64_t din[2] = { -1, p->width[0] };
-    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 2, din));
+    OK(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 2, din));
     const char *in = "x";
     char names[3][4][16];
     for (int l = 0; l < 3; l++) {
@@ -90,7 +90,7 @@ static qcal_onnx_model *mlp_build(const mlp *p)
         }
     }
     int64_t dout[2] = { -1, p->width[3] };
-    OK(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, 2, dout));
+    OK(qcal_onnx_model_add_output(m, "y", QCAL_ONNX_FLOAT, 2, dout));
     return m;
 }
 
@@ -167,22 +167,22 @@ static void test_fold_bn_numbers(void **state)
 {
     (void)state;
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(8, 13, &m));
+    OK(qcal_onnx_model_create(8, 13, &m));
     int64_t din[4] = { 1, 2, 4, 4 }, wd[4] = { 3, 2, 1, 1 }, cd[1] = { 3 };
-    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, din));
+    OK(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 4, din));
     float w[6] = { 1, -2, 3, 0.5f, -1, 2 };
     float sc[3] = { 2, -1, 0.5f }, sh[3] = { 0.1f, 0.2f, -0.3f }, mean[3] = { 1, -1, 0 }, var[3] = { 3, 0.25f, 1 };
-    OK(qcal_onnx_add_initializer_float(m, "W", 4, wd, w));
-    OK(qcal_onnx_add_initializer_float(m, "s", 1, cd, sc));
-    OK(qcal_onnx_add_initializer_float(m, "b", 1, cd, sh));
-    OK(qcal_onnx_add_initializer_float(m, "mu", 1, cd, mean));
-    OK(qcal_onnx_add_initializer_float(m, "var", 1, cd, var));
+    OK(qcal_onnx_model_add_initializer_float(m, "W", 4, wd, w));
+    OK(qcal_onnx_model_add_initializer_float(m, "s", 1, cd, sc));
+    OK(qcal_onnx_model_add_initializer_float(m, "b", 1, cd, sh));
+    OK(qcal_onnx_model_add_initializer_float(m, "mu", 1, cd, mean));
+    OK(qcal_onnx_model_add_initializer_float(m, "var", 1, cd, var));
     node(m, "Conv", "conv", "x", "W", NULL, "c", NULL);
     const char *bin[5] = { "c", "s", "b", "mu", "var" }, *bout = "y";
     int64_t bi;
-    OK(qcal_onnx_add_node(m, "BatchNormalization", "bn", 5, bin, 1, &bout, &bi));
+    OK(qcal_onnx_model_add_node(m, "BatchNormalization", "bn", 5, bin, 1, &bout, &bi));
     OK(qcal_onnx_node_set_float(m, bi, "epsilon", 1e-3f));
-    OK(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, -1, NULL));
+    OK(qcal_onnx_model_add_output(m, "y", QCAL_ONNX_FLOAT, -1, NULL));
     qcal_onnx_fold_report rep;
     OK(qcal_onnx_fold_bn(m, &rep));
     assert_int_equal(rep.n_folded, 1);
@@ -215,18 +215,18 @@ static void test_fold_bn_numbers(void **state)
     qcal_onnx_fold_report_free(&rep);
     qcal_onnx_model_destroy(&m);
 
-    OK(qcal_onnx_model_new(8, 13, &m));
-    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, din));
+    OK(qcal_onnx_model_create(8, 13, &m));
+    OK(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 4, din));
     int64_t c2[1] = { 2 };
     float two[2] = { 1, 1 }, zero[2] = { 0, 0 };
-    OK(qcal_onnx_add_initializer_float(m, "s", 1, c2, two));
-    OK(qcal_onnx_add_initializer_float(m, "b", 1, c2, zero));
-    OK(qcal_onnx_add_initializer_float(m, "mu", 1, c2, zero));
-    OK(qcal_onnx_add_initializer_float(m, "var", 1, c2, two));
+    OK(qcal_onnx_model_add_initializer_float(m, "s", 1, c2, two));
+    OK(qcal_onnx_model_add_initializer_float(m, "b", 1, c2, zero));
+    OK(qcal_onnx_model_add_initializer_float(m, "mu", 1, c2, zero));
+    OK(qcal_onnx_model_add_initializer_float(m, "var", 1, c2, two));
     node(m, "Relu", "relu", "x", NULL, NULL, "r", NULL);
     bin[0] = "r";
-    OK(qcal_onnx_add_node(m, "BatchNormalization", "bn2", 5, bin, 1, &bout, NULL));
-    OK(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, -1, NULL));
+    OK(qcal_onnx_model_add_node(m, "BatchNormalization", "bn2", 5, bin, 1, &bout, NULL));
+    OK(qcal_onnx_model_add_output(m, "y", QCAL_ONNX_FLOAT, -1, NULL));
     OK(qcal_onnx_fold_bn(m, &rep));
     assert_int_equal(rep.n_folded, 0);
     assert_int_equal(rep.n_kept, 1);
@@ -241,36 +241,36 @@ static void test_fold_bn_numbers(void **state)
 static qcal_onnx_model *chain(const char *act, const char *extra)
 {
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(8, 13, &m));
+    OK(qcal_onnx_model_create(8, 13, &m));
     int64_t din[4] = { 1, 4, 5, 5 }, w1[4] = { 6, 4, 1, 1 }, w2[4] = { 3, 6, 1, 1 }, c6[1] = { 6 }, c3[1] = { 3 };
-    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, din));
+    OK(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 4, din));
     add_rand(m, "W1", 4, w1, 1);
     add_rand(m, "B1", 1, c6, 1);
     add_rand(m, "W2", 4, w2, 1);
     add_rand(m, "B2", 1, c3, 1);
     bool w1_input = !strcmp(extra, "w1_input");
     if (w1_input)
-        OK(qcal_onnx_add_input(m, "W1x", QCAL_ONNX_FLOAT, 4, w1));
+        OK(qcal_onnx_model_add_input(m, "W1x", QCAL_ONNX_FLOAT, 4, w1));
     node(m, "Conv", "conv1", "x", w1_input ? "W1x" : "W1", "B1", "c1", NULL);
     if (!strcmp(act, "ClipNeg") || !strcmp(act, "Clip6")) {
         int64_t sc[1] = { 0 };
         float lo = !strcmp(act, "ClipNeg") ? -1.0f : 0.0f, hi = 6.0f;
-        OK(qcal_onnx_add_initializer_float(m, "lo", 0, sc, &lo));
-        OK(qcal_onnx_add_initializer_float(m, "hi", 0, sc, &hi));
+        OK(qcal_onnx_model_add_initializer_float(m, "lo", 0, sc, &lo));
+        OK(qcal_onnx_model_add_initializer_float(m, "hi", 0, sc, &hi));
         node(m, "Clip", "act", "c1", "lo", "hi", "r", NULL);
     } else {
         node(m, act, "act", "c1", NULL, NULL, "r", NULL);
     }
     node(m, "Conv", "conv2", "r", "W2", "B2", "y", NULL);
-    OK(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, -1, NULL));
+    OK(qcal_onnx_model_add_output(m, "y", QCAL_ONNX_FLOAT, -1, NULL));
     if (!strcmp(extra, "residual")) {
         node(m, "Add", "add", "r", "r", NULL, "z", NULL);
-        OK(qcal_onnx_add_output(m, "z", QCAL_ONNX_FLOAT, -1, NULL));
+        OK(qcal_onnx_model_add_output(m, "z", QCAL_ONNX_FLOAT, -1, NULL));
     } else if (!strcmp(extra, "c1_out")) {
-        OK(qcal_onnx_add_output(m, "c1", QCAL_ONNX_FLOAT, -1, NULL));
+        OK(qcal_onnx_model_add_output(m, "c1", QCAL_ONNX_FLOAT, -1, NULL));
     } else if (!strcmp(extra, "shared")) {
         node(m, "Conv", "conv3", "r", "W2", "B2", "y3", NULL);
-        OK(qcal_onnx_add_output(m, "y3", QCAL_ONNX_FLOAT, -1, NULL));
+        OK(qcal_onnx_model_add_output(m, "y3", QCAL_ONNX_FLOAT, -1, NULL));
     }
     return m;
 }
@@ -339,8 +339,8 @@ static void test_clip_replaced_and_shared_weight(void **state)
     m = chain("Relu", "");
     node(m, "Conv", "conv4", "x2", "W2", NULL, "y4", NULL);
     int64_t d[4] = { 1, 6, 5, 5 };
-    OK(qcal_onnx_add_input(m, "x2", QCAL_ONNX_FLOAT, 4, d));
-    OK(qcal_onnx_add_output(m, "y4", QCAL_ONNX_FLOAT, -1, NULL));
+    OK(qcal_onnx_model_add_input(m, "x2", QCAL_ONNX_FLOAT, 4, d));
+    OK(qcal_onnx_model_add_output(m, "y4", QCAL_ONNX_FLOAT, -1, NULL));
     OK(qcal_onnx_equalize(m, &opt, &rep));
     assert_int_equal(rep.n_pairs, 0);
     assert_int_equal(rep.n_refused, 1);
@@ -358,16 +358,16 @@ static void test_identity_weights(void **state)
     (void)state;
     // torch.onnx without constant folding: W1 -> Identity -> conv1's weight
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(8, 13, &m));
+    OK(qcal_onnx_model_create(8, 13, &m));
     int64_t din[4] = { 1, 4, 5, 5 }, w1[4] = { 6, 4, 1, 1 }, w2[4] = { 3, 6, 1, 1 };
-    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, din));
+    OK(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 4, din));
     add_rand(m, "W1", 4, w1, 1);
     add_rand(m, "W2", 4, w2, 1);
     node(m, "Identity", "id", "W1", NULL, NULL, "W1i", NULL);
     node(m, "Conv", "conv1", "x", "W1i", NULL, "c1", NULL);
     node(m, "Relu", "act", "c1", NULL, NULL, "r", NULL);
     node(m, "Conv", "conv2", "r", "W2", NULL, "y", NULL);
-    OK(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, -1, NULL));
+    OK(qcal_onnx_model_add_output(m, "y", QCAL_ONNX_FLOAT, -1, NULL));
     qcal_onnx_layer_ranges *lr = NULL;
     int64_t n = 0;
     OK(qcal_onnx_weight_ranges(m, &lr, &n));
@@ -420,7 +420,7 @@ static void add_param(qcal_onnx_model *m, bool constant, const char *name, int32
     int64_t k;
     char cname[64];
     snprintf(cname, sizeof cname, "%s_Constant", name);
-    OK(qcal_onnx_add_node(m, "Constant", cname, 0, NULL, 1, &name, &k));
+    OK(qcal_onnx_model_add_node(m, "Constant", cname, 0, NULL, 1, &name, &k));
     OK(qcal_onnx_node_set_tensor(m, k, "value", QCAL_ONNX_FLOAT, ndim, dims, v, (size_t)n * sizeof *v));
     free(v);
 }
@@ -433,9 +433,9 @@ static void test_constant_weights(void **state)
     for (int mode = 0; mode < 2; mode++) {
         rng = 99;
         qcal_onnx_model *m = NULL;
-        OK(qcal_onnx_model_new(8, 13, &m));
+        OK(qcal_onnx_model_create(8, 13, &m));
         int64_t din[4] = { 1, 4, 5, 5 }, w1[4] = { 6, 4, 1, 1 }, c6[1] = { 6 }, w2[4] = { 3, 6, 1, 1 };
-        OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, din));
+        OK(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 4, din));
         add_param(m, mode, "W1", 4, w1, 1);
         add_param(m, mode, "B1", 1, c6, 0.5f);
         add_param(m, mode, "s", 1, c6, 1);
@@ -445,18 +445,18 @@ static void test_constant_weights(void **state)
         if (mode) {
             int64_t k;
             const char *vo = "var";
-            OK(qcal_onnx_add_node(m, "Constant", "var_Constant", 0, NULL, 1, &vo, &k));
+            OK(qcal_onnx_model_add_node(m, "Constant", "var_Constant", 0, NULL, 1, &vo, &k));
             OK(qcal_onnx_node_set_tensor(m, k, "value", QCAL_ONNX_FLOAT, 1, c6, var, sizeof var));
         } else {
-            OK(qcal_onnx_add_initializer_float(m, "var", 1, c6, var));
+            OK(qcal_onnx_model_add_initializer_float(m, "var", 1, c6, var));
         }
         add_param(m, mode, "W2", 4, w2, 1);
         node(m, "Conv", "conv1", "x", "W1", "B1", "c1", NULL);
         const char *bin[5] = { "c1", "s", "b", "mu", "var" }, *bout = "n1";
-        OK(qcal_onnx_add_node(m, "BatchNormalization", "bn", 5, bin, 1, &bout, NULL));
+        OK(qcal_onnx_model_add_node(m, "BatchNormalization", "bn", 5, bin, 1, &bout, NULL));
         node(m, "Relu", "act", "n1", NULL, NULL, "r", NULL);
         node(m, "Conv", "conv2", "r", "W2", NULL, "y", NULL);
-        OK(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, -1, NULL));
+        OK(qcal_onnx_model_add_output(m, "y", QCAL_ONNX_FLOAT, -1, NULL));
         qcal_onnx_equalize_options opt;
         qcal_onnx_equalize_options_default(&opt);
         qcal_onnx_equalize_report rep;
@@ -491,9 +491,9 @@ static void test_orphans_removed(void **state)
     (void)state;
     rng = 5;
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(8, 13, &m));
+    OK(qcal_onnx_model_create(8, 13, &m));
     int64_t din[4] = { 1, 4, 5, 5 }, w1[4] = { 6, 4, 1, 1 }, c6[1] = { 6 }, w2[4] = { 3, 6, 1, 1 };
-    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, din));
+    OK(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 4, din));
     add_param(m, true, "W1", 4, w1, 1);
     add_param(m, true, "B1", 1, c6, 0.5f);
     add_param(m, true, "W2", 4, w2, 1);
@@ -501,27 +501,27 @@ static void test_orphans_removed(void **state)
     add_param(m, false, "b", 1, c6, 1);
     add_param(m, false, "mu", 1, c6, 1);
     float var[6] = { 1, 2, 0.5f, 3, 0.25f, 1 }, lo = 0.0f, hi = 6.0f, one = 1.0f;
-    OK(qcal_onnx_add_initializer_float(m, "var0", 1, c6, var));
-    OK(qcal_onnx_add_initializer_float(m, "spare", 1, c6, var));   // read by nothing from the start
+    OK(qcal_onnx_model_add_initializer_float(m, "var0", 1, c6, var));
+    OK(qcal_onnx_model_add_initializer_float(m, "spare", 1, c6, var));   // read by nothing from the start
     node(m, "Identity", "var_Identity", "var0", NULL, NULL, "var", NULL);
     int64_t k;
     const char *o = "lo";
-    OK(qcal_onnx_add_node(m, "Constant", "lo_Constant", 0, NULL, 1, &o, &k));
+    OK(qcal_onnx_model_add_node(m, "Constant", "lo_Constant", 0, NULL, 1, &o, &k));
     OK(qcal_onnx_node_set_tensor(m, k, "value", QCAL_ONNX_FLOAT, 0, NULL, &lo, 4));
     o = "hi0";
-    OK(qcal_onnx_add_node(m, "Constant", "hi_Constant", 0, NULL, 1, &o, &k));
+    OK(qcal_onnx_model_add_node(m, "Constant", "hi_Constant", 0, NULL, 1, &o, &k));
     OK(qcal_onnx_node_set_tensor(m, k, "value", QCAL_ONNX_FLOAT, 0, NULL, &hi, 4));
     node(m, "Cast", "hi_Cast", "hi0", NULL, NULL, "hi", &k);
     OK(qcal_onnx_node_set_int(m, k, "to", QCAL_ONNX_FLOAT));
     o = "unused";
-    OK(qcal_onnx_add_node(m, "Constant", "unused_Constant", 0, NULL, 1, &o, &k));
+    OK(qcal_onnx_model_add_node(m, "Constant", "unused_Constant", 0, NULL, 1, &o, &k));
     OK(qcal_onnx_node_set_tensor(m, k, "value", QCAL_ONNX_FLOAT, 0, NULL, &one, 4));
     node(m, "Conv", "conv1", "x", "W1", "B1", "c1", NULL);
     const char *bin[5] = { "c1", "s", "b", "mu", "var" }, *bout = "n1";
-    OK(qcal_onnx_add_node(m, "BatchNormalization", "bn", 5, bin, 1, &bout, NULL));
+    OK(qcal_onnx_model_add_node(m, "BatchNormalization", "bn", 5, bin, 1, &bout, NULL));
     node(m, "Clip", "act", "n1", "lo", "hi", "r", NULL);
     node(m, "Conv", "conv2", "r", "W2", NULL, "y", NULL);
-    OK(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, -1, NULL));
+    OK(qcal_onnx_model_add_output(m, "y", QCAL_ONNX_FLOAT, -1, NULL));
     qcal_onnx_model_info info;
     OK(qcal_onnx_model_get_info(m, &info));
     assert_int_equal(info.nodes, 12);
@@ -608,10 +608,10 @@ static void test_cli(void **state)
     assert_non_null(mkdtemp(dir));
     char *model = strdup(tu_path(dir, "m.onnx")), *res = strdup(tu_path(dir, "residual.onnx")), *out = strdup(tu_path(dir, "out.onnx"));
     qcal_onnx_model *m = chain("Clip6", "");
-    OK(qcal_onnx_model_save(m, NULL, model));
+    OK(qcal_onnx_model_save_file(m, NULL, model));
     qcal_onnx_model_destroy(&m);
     m = chain("Relu", "residual");
-    OK(qcal_onnx_model_save(m, NULL, res));
+    OK(qcal_onnx_model_save_file(m, NULL, res));
     qcal_onnx_model_destroy(&m);
     assert_int_equal(qcal(dir, "equalize", model, "-o", out, NULL), 0);
     assert_non_null(strstr(out_buf, ": 0 BatchNormalizations folded, 1 chain equalized ("));

@@ -20,7 +20,7 @@ static void node(qcal_onnx_model *m, const char *op, const char *name, const cha
                  const char *out, const char *out2, int64_t *idx)
 {
     const char *ins[2] = { in, in2 }, *outs[2] = { out, out2 };
-    OK(qcal_onnx_add_node(m, op, name, in2 ? 2 : 1, ins, out2 ? 2 : 1, outs, idx));
+    OK(qcal_onnx_model_add_node(m, op, name, in2 ? 2 : 1, ins, out2 ? 2 : 1, outs, idx));
 }
 
 /* Index of the main-graph node named name (-1: none). */
@@ -64,12 +64,12 @@ static void test_adapters(void **state)
 {
     (void)state;
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(4, 9, &m));
+    OK(qcal_onnx_model_create(4, 9, &m));
     int64_t d4[4] = { 2, 3, 4, 5 }, i;
-    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, d4));
+    OK(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 4, d4));
     const float sc[4] = { 1, 1, 2, 2 };
     int64_t four = 4;
-    OK(qcal_onnx_add_initializer_float(m, "scales", 1, &four, sc));
+    OK(qcal_onnx_model_add_initializer_float(m, "scales", 1, &four, sc));
     node(m, "Softmax", "sm_flat", "x", NULL, "sm_flat_y", NULL, &i);   /* axis 1 of rank 4 */
     node(m, "Softmax", "sm_last", "x", NULL, "sm_last_y", NULL, &i);
     OK(qcal_onnx_node_set_int(m, i, "axis", 3));
@@ -105,7 +105,7 @@ static void test_adapters(void **state)
     node(m, "Scatter", "scat", "x", NULL, "scat_y", NULL, NULL);   /* inputs not checked here */
     const char *outs[] = { "sm_flat_y", "sm_last_y", "sq_y", "unsq_y", "rs_y", "clip_y", "up_y" };
     for (size_t k = 0; k < sizeof outs / sizeof outs[0]; k++)
-        OK(qcal_onnx_add_output(m, outs[k], QCAL_ONNX_FLOAT, -1, NULL));
+        OK(qcal_onnx_model_add_output(m, outs[k], QCAL_ONNX_FLOAT, -1, NULL));
 
     qcal_onnx_upgrade_report rep;
     OK(qcal_onnx_upgrade(m, 13, &rep));
@@ -223,10 +223,10 @@ static void test_refusal(void **state)
 {
     (void)state;
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(8, 9, &m));
+    OK(qcal_onnx_model_create(8, 9, &m));
     int64_t d2[2] = { 2, 3 }, i;
-    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 2, d2));
-    OK(qcal_onnx_add_input(m, "c", 9 /* bool */, 0, NULL));
+    OK(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 2, d2));
+    OK(qcal_onnx_model_add_input(m, "c", 9 /* bool */, 0, NULL));
     node(m, "Softmax", "sm", "x", NULL, "a", NULL, NULL);   /* adaptable, must stay as is */
     node(m, "OneHot", "oh1", "x", NULL, "b", NULL, NULL);
     node(m, "FancyOp", "f", "x", NULL, "e", NULL, NULL);
@@ -234,17 +234,17 @@ static void test_refusal(void **state)
     node(m, "Relu", "r", "mask", NULL, "h", NULL, NULL);     /* the mask is read */
     /* an If whose then-branch holds the second OneHot */
     qcal_onnx_model *body = NULL;
-    OK(qcal_onnx_model_new(8, 9, &body));
+    OK(qcal_onnx_model_create(8, 9, &body));
     node(body, "OneHot", "oh2", "x", NULL, "t", NULL, NULL);
-    OK(qcal_onnx_add_output(body, "t", QCAL_ONNX_FLOAT, -1, NULL));
+    OK(qcal_onnx_model_add_output(body, "t", QCAL_ONNX_FLOAT, -1, NULL));
     qcal_onnx_model *other = NULL;
-    OK(qcal_onnx_model_new(8, 9, &other));
+    OK(qcal_onnx_model_create(8, 9, &other));
     node(other, "Identity", "id", "x", NULL, "u", NULL, NULL);
-    OK(qcal_onnx_add_output(other, "u", QCAL_ONNX_FLOAT, -1, NULL));
+    OK(qcal_onnx_model_add_output(other, "u", QCAL_ONNX_FLOAT, -1, NULL));
     node(m, "If", "if", "c", NULL, "y", NULL, &i);
     OK(qcal_onnx_node_set_graph(m, i, "then_branch", &body));
     OK(qcal_onnx_node_set_graph(m, i, "else_branch", &other));
-    OK(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, -1, NULL));
+    OK(qcal_onnx_model_add_output(m, "y", QCAL_ONNX_FLOAT, -1, NULL));
     void *before, *after;
     size_t blen, alen;
     bytes_of(m, &before, &blen);
@@ -273,16 +273,16 @@ static void test_refusal(void **state)
     qcal_onnx_model_destroy(&m);
 
     /* below 9: named */
-    OK(qcal_onnx_model_new(8, 8, &m));
-    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 2, d2));
+    OK(qcal_onnx_model_create(8, 8, &m));
+    OK(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 2, d2));
     node(m, "Relu", "r", "x", NULL, "y", NULL, NULL);
     assert_int_equal(qcal_onnx_upgrade(m, 13, NULL), QCAL_ERR_UNSUPPORTED);
     assert_non_null(strstr(qcal_last_error(), "cannot raise opset 8 to 13"));
     qcal_onnx_model_destroy(&m);
 
     /* at 13 and above: nothing to do, from == to */
-    OK(qcal_onnx_model_new(8, 17, &m));
-    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 2, d2));
+    OK(qcal_onnx_model_create(8, 17, &m));
+    OK(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 2, d2));
     node(m, "Softmax", "s", "x", NULL, "y", NULL, NULL);
     bytes_of(m, &before, &blen);
     OK(qcal_onnx_upgrade(m, 13, &rep));
@@ -304,25 +304,25 @@ static void test_bodies_and_names(void **state)
 {
     (void)state;
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(8, 11, &m));
+    OK(qcal_onnx_model_create(8, 11, &m));
     int64_t d2[2] = { 2, 1 }, i, one = 1, zero = 0;
-    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 2, d2));
-    OK(qcal_onnx_add_input(m, "c", 9, 0, NULL));
-    OK(qcal_onnx_add_initializer_int64(m, "sq_axes", 1, &one, &zero));   /* the name the adapter wants */
+    OK(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 2, d2));
+    OK(qcal_onnx_model_add_input(m, "c", 9, 0, NULL));
+    OK(qcal_onnx_model_add_initializer_int64(m, "sq_axes", 1, &one, &zero));   /* the name the adapter wants */
     node(m, "Squeeze", "sq", "x", NULL, "s", NULL, &i);
     OK(qcal_onnx_node_set_ints(m, i, "axes", 1, (int64_t[]){ 1 }));
     qcal_onnx_model *body = NULL, *other = NULL;
-    OK(qcal_onnx_model_new(8, 11, &body));
+    OK(qcal_onnx_model_create(8, 11, &body));
     node(body, "Unsqueeze", "unsq", "s", NULL, "t", NULL, &i);
     OK(qcal_onnx_node_set_ints(body, i, "axes", 1, (int64_t[]){ 0 }));
-    OK(qcal_onnx_add_output(body, "t", QCAL_ONNX_FLOAT, -1, NULL));
-    OK(qcal_onnx_model_new(8, 11, &other));
+    OK(qcal_onnx_model_add_output(body, "t", QCAL_ONNX_FLOAT, -1, NULL));
+    OK(qcal_onnx_model_create(8, 11, &other));
     node(other, "Identity", "id", "x", NULL, "u", NULL, NULL);
-    OK(qcal_onnx_add_output(other, "u", QCAL_ONNX_FLOAT, -1, NULL));
+    OK(qcal_onnx_model_add_output(other, "u", QCAL_ONNX_FLOAT, -1, NULL));
     node(m, "If", "if", "c", NULL, "y", NULL, &i);
     OK(qcal_onnx_node_set_graph(m, i, "then_branch", &body));
     OK(qcal_onnx_node_set_graph(m, i, "else_branch", &other));
-    OK(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, -1, NULL));
+    OK(qcal_onnx_model_add_output(m, "y", QCAL_ONNX_FLOAT, -1, NULL));
     qcal_onnx_upgrade_report rep;
     OK(qcal_onnx_upgrade(m, 13, &rep));
     assert_int_equal(rep.n_adapted, 2);   /* Squeeze (main), Unsqueeze (body) */
@@ -363,9 +363,9 @@ static void test_to19_adapters(void **state)
 {
     (void)state;
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(7, 13, &m));
+    OK(qcal_onnx_model_create(7, 13, &m));
     int64_t d4[4] = { 2, 4, 4, 6 }, i, v;
-    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, d4));
+    OK(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 4, d4));
     node(m, "ReduceMean", "rm", "x", NULL, "rm_y", NULL, &i);
     OK(qcal_onnx_node_set_ints(m, i, "axes", 2, (int64_t[]){ 2, -1 }));
     OK(qcal_onnx_node_set_int(m, i, "keepdims", 0));
@@ -375,7 +375,7 @@ static void test_to19_adapters(void **state)
     node(m, "Split", "sp_eq", "x", NULL, "sp_a", "sp_b", &i);
     OK(qcal_onnx_node_set_int(m, i, "axis", 1));
     int64_t two = 2, sizes[2] = { 1, 3 };
-    OK(qcal_onnx_add_initializer_int64(m, "sizes", 1, &two, sizes));
+    OK(qcal_onnx_model_add_initializer_int64(m, "sizes", 1, &two, sizes));
     node(m, "Split", "sp_sz", "x", "sizes", "sp_c", "sp_d", &i);
     OK(qcal_onnx_node_set_int(m, i, "axis", 1));
     node(m, "RoiAlign", "roi", "x", NULL, "roi_y", NULL, NULL);   /* inputs not checked here */
@@ -383,7 +383,7 @@ static void test_to19_adapters(void **state)
     node(m, "Reshape", "rs", "x", "sizes", "rs_y", NULL, NULL);
     node(m, "BatchNormalization", "bn", "x", NULL, "bn_y", NULL, NULL);
     node(m, "Pad", "pad", "x", "sizes", "pad_y", NULL, NULL);
-    OK(qcal_onnx_add_output(m, "rm_y", QCAL_ONNX_FLOAT, -1, NULL));
+    OK(qcal_onnx_model_add_output(m, "rm_y", QCAL_ONNX_FLOAT, -1, NULL));
 
     qcal_onnx_upgrade_report rep;
     OK(qcal_onnx_upgrade(m, 19, &rep));
@@ -429,17 +429,17 @@ static void test_to19_from9(void **state)
 {
     (void)state;
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(4, 9, &m));
+    OK(qcal_onnx_model_create(4, 9, &m));
     int64_t d4[4] = { 1, 2, 1, 3 }, four = 4, i;
-    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, d4));
-    OK(qcal_onnx_add_initializer_float(m, "scales", 1, &four, (const float[]){ 1, 1, 2, 2 }));
+    OK(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 4, d4));
+    OK(qcal_onnx_model_add_initializer_float(m, "scales", 1, &four, (const float[]){ 1, 1, 2, 2 }));
     node(m, "Upsample", "up", "x", "scales", "up_y", NULL, NULL);
     node(m, "ReduceMean", "rm", "up_y", NULL, "rm_y", NULL, &i);
     OK(qcal_onnx_node_set_ints(m, i, "axes", 1, (int64_t[]){ 1 }));
     node(m, "Squeeze", "sq", "rm_y", NULL, "sq_y", NULL, &i);
     OK(qcal_onnx_node_set_ints(m, i, "axes", 1, (int64_t[]){ 1 }));
     node(m, "Dropout", "drop", "sq_y", NULL, "y", NULL, NULL);
-    OK(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, -1, NULL));
+    OK(qcal_onnx_model_add_output(m, "y", QCAL_ONNX_FLOAT, -1, NULL));
     qcal_onnx_upgrade_report rep;
     OK(qcal_onnx_upgrade(m, 19, &rep));
     assert_int_equal(rep.from, 9);
@@ -469,9 +469,9 @@ static void test_to19_refusal(void **state)
 {
     (void)state;
     qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_new(6, 11, &m));
+    OK(qcal_onnx_model_create(6, 11, &m));
     int64_t d4[4] = { 1, 2, 3, 4 }, i;
-    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, d4));
+    OK(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 4, d4));
     node(m, "ReduceMean", "rm", "x", NULL, "a", NULL, &i);   /* adaptable, must stay as is */
     OK(qcal_onnx_node_set_ints(m, i, "axes", 1, (int64_t[]){ 1 }));
     node(m, "Dropout", "drop", "x", NULL, "b", "mask", NULL); /* step 1: the mask is read */
@@ -480,7 +480,7 @@ static void test_to19_refusal(void **state)
     OK(qcal_onnx_node_set_string(m, i, "coordinate_transformation_mode", "tf_half_pixel_for_nn"));
     node(m, "BatchNormalization", "bn", "x", NULL, "d", "bn_mean", NULL);   /* training output */
     node(m, "FancyOp", "f", "x", NULL, "e", NULL, NULL);      /* both steps: counted once */
-    OK(qcal_onnx_add_output(m, "a", QCAL_ONNX_FLOAT, -1, NULL));
+    OK(qcal_onnx_model_add_output(m, "a", QCAL_ONNX_FLOAT, -1, NULL));
     void *before, *after;
     size_t blen, alen;
     bytes_of(m, &before, &blen);
@@ -505,8 +505,8 @@ static void test_to19_refusal(void **state)
     qcal_onnx_model_destroy(&m);
 
     /* 13 -> 17: ReduceMean keeps its attribute (axes became an input at 18) */
-    OK(qcal_onnx_model_new(7, 13, &m));
-    OK(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 4, d4));
+    OK(qcal_onnx_model_create(7, 13, &m));
+    OK(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 4, d4));
     node(m, "ReduceMean", "rm", "x", NULL, "a", NULL, &i);
     OK(qcal_onnx_node_set_ints(m, i, "axes", 1, (int64_t[]){ 1 }));
     OK(qcal_onnx_upgrade(m, 17, &rep));

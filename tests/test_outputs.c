@@ -472,18 +472,18 @@ static int cli_setup(void **state)
     }
     /* model.onnx: y = Gemm(x, W, B), x (1, 16), W (8, 16) transposed, opset 13. */
     qcal_onnx_model *m = NULL;
-    assert_int_equal(qcal_onnx_model_new(8, 13, &m), QCAL_OK);
-    assert_int_equal(qcal_onnx_add_input(m, "x", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, 16 }),
+    assert_int_equal(qcal_onnx_model_create(8, 13, &m), QCAL_OK);
+    assert_int_equal(qcal_onnx_model_add_input(m, "x", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, 16 }),
                      QCAL_OK);
-    assert_int_equal(qcal_onnx_add_output(m, "y", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, 8 }),
+    assert_int_equal(qcal_onnx_model_add_output(m, "y", QCAL_ONNX_FLOAT, 2, (int64_t[]){ 1, 8 }),
                      QCAL_OK);
-    assert_int_equal(qcal_onnx_add_initializer_float(m, "W", 2, ws, x), QCAL_OK);
-    assert_int_equal(qcal_onnx_add_initializer_float(m, "B", 1, (int64_t[]){ 8 }, x), QCAL_OK);
+    assert_int_equal(qcal_onnx_model_add_initializer_float(m, "W", 2, ws, x), QCAL_OK);
+    assert_int_equal(qcal_onnx_model_add_initializer_float(m, "B", 1, (int64_t[]){ 8 }, x), QCAL_OK);
     int64_t node = -1;
-    assert_int_equal(qcal_onnx_add_node(m, "Gemm", "fc", 3, (const char *[]){ "x", "W", "B" },
-                                        1, (const char *[]){ "y" }, &node), QCAL_OK);
+    assert_int_equal(qcal_onnx_model_add_node(m, "Gemm", "fc", 3, (const char *[]){ "x", "W", "B" },
+                                              1, (const char *[]){ "y" }, &node), QCAL_OK);
     assert_int_equal(qcal_onnx_node_set_int(m, node, "transB", 1), QCAL_OK);
-    assert_int_equal(qcal_onnx_model_save(m, NULL, T("model.onnx")), QCAL_OK);
+    assert_int_equal(qcal_onnx_model_save_file(m, NULL, T("model.onnx")), QCAL_OK);
     qcal_onnx_model_destroy(&m);
     return 0;
 }

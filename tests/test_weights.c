@@ -312,7 +312,7 @@ static void test_threads(void **state)
             o.q.qscheme = qs[k];
             o.axis = axis;
             o.block_bytes = 64 << 10;
-            assert_int_equal(qcal_set_num_threads(1), QCAL_OK);
+            assert_int_equal(qcal_threads_set_count(1), QCAL_OK);
             result one = run(&o, &t, true, NULL);
             result mem = run(&o, &t, false, NULL);
             assert_same(&one, &mem, n, 1);
@@ -324,7 +324,7 @@ static void test_threads(void **state)
             assert_same(&one, &lent, n, 1);
             result_free(&lent);
             for (int nt = 2; nt <= 4; nt++) {
-                assert_int_equal(qcal_set_num_threads(nt), QCAL_OK);
+                assert_int_equal(qcal_threads_set_count(nt), QCAL_OK);
                 result r = run(&o, &t, true, NULL);
                 assert_same(&one, &r, n, 1);
                 result_free(&r);
@@ -332,7 +332,7 @@ static void test_threads(void **state)
             result_free(&one), result_free(&mem);
             free(o.scratch);
         }
-    assert_int_equal(qcal_set_num_threads(0), QCAL_OK);
+    assert_int_equal(qcal_threads_set_count(0), QCAL_OK);
     free(w);
 }
 

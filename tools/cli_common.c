@@ -461,7 +461,7 @@ int cli_make_rules(const char *cmd, const char *rules_path, const cli_observer_a
         return rc;
     qcal_status st;
     if (rules_path) {
-        st = qcal_calib_rules_load(rules_path, rules);
+        st = qcal_calib_rules_load_file(rules_path, rules);
         if (st != QCAL_OK)
             return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_RULES), st);
     } else if ((st = qcal_calib_rules_create(rules)) != QCAL_OK) {
@@ -492,7 +492,7 @@ static bool clamped_to_eps(const qcal_calib_entry *e, int64_t c)
         return false;
     float min_neg = fminf(mn, 0.0f), max_pos = fmaxf(mx, 0.0f), raw;
     if (qcal_dtype_is_float8(q->dtype)) {
-        raw = fmaxf(-min_neg, max_pos) / qcal_float8_max(q->dtype);
+        raw = fmaxf(-min_neg, max_pos) / qcal_dtype_float8_max(q->dtype);
     } else if (q->qscheme == QCAL_PER_TENSOR_SYMMETRIC || q->qscheme == QCAL_PER_CHANNEL_SYMMETRIC) {
         raw = fmaxf(-min_neg, max_pos) / (float)((double)(q->quant_max - q->quant_min) / 2.0);
     } else if (q->qscheme == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS) {

@@ -172,7 +172,7 @@ typedef enum cli_at {
     CLI_AT_TRANSFORM,   /* rewriting a model: 3 for what is in the model, else 1 */
     CLI_AT_QDQ,         /* quantizing a model and writing it: 2 for an option, 3 for the
                          * model, 4 for the output (I/O, a model too large to write), else 1 */
-    CLI_AT_JUDGE,       /* comparing models on data (qcal_model_compare, keep-float): 2 for
+    CLI_AT_JUDGE,       /* comparing models on data (qcal_accuracy_compare, keep-float): 2 for
                          * an option, 1 for the engine or memory, else 3 (models, data) */
     CLI_AT_ENGINE,      /* opening ONNX Runtime: 5 (out of memory 1) */
     CLI_AT_COUNT

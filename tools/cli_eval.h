@@ -7,7 +7,7 @@
 #include <stdbool.h>
 
 #include <qcal/calib_dump.h>
-#include <qcal/evaluate.h>
+#include <qcal/numeric_eval.h>
 
 #include "cli_common.h"
 #include "cli_output.h"

@@ -178,7 +178,7 @@ int cli_model_load(const char *cmd, const char *path, bool quiet, qcal_onnx_mode
         return cli_fail(cmd, QCAL_EXIT_FAILURE, "unavailable: this qcal was built without ONNX "
                         "support (protobuf-c; meson -Donnx=enabled)");
     qcal_onnx_model *m = NULL;
-    qcal_status st = qcal_onnx_model_load(path, &m);
+    qcal_status st = qcal_onnx_model_load_file(path, &m);
     if (st != QCAL_OK)
         return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_READ), st);
     /* 9-12 -> 13: what qcal qdq needs, so onnx-expose and calibrate refuse what qdq would

@@ -11,7 +11,7 @@
 
 #include <qcal/calib.h>
 #include <qcal/calib_dump.h>
-#include <qcal/checkpoint_fp8.h>
+#include <qcal/fp8_checkpoint.h>
 #include <qcal/onnx.h>
 
 #include "cli_common.h"

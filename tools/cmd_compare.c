@@ -309,7 +309,7 @@ int cmd_compare(int argc, char **argv)
     if ((rc = cli_accuracy_options(cmd, aa, ma->batch, &ao)))
         goto done;
     qcal_status st;
-    if ((st = qcal_onnx_model_load(paths[0], &fm)) != QCAL_OK || (st = qcal_onnx_model_load(paths[1], &qm)) != QCAL_OK) {
+    if ((st = qcal_onnx_model_load_file(paths[0], &fm)) != QCAL_OK || (st = qcal_onnx_model_load_file(paths[1], &qm)) != QCAL_OK) {
         rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_READ), st);
         goto done;
     }
@@ -321,7 +321,7 @@ int cmd_compare(int argc, char **argv)
     cli_progress_phase(&prog, "running", "runs", 0);
     ao.progress = cli_progress_cb;
     ao.progress_user = &prog;
-    st = qcal_model_compare(engine, fm, qm, ref, ma->data, ma->inputs, ma->ninputs, &ao, &rep);
+    st = qcal_accuracy_compare(engine, fm, qm, ref, ma->data, ma->inputs, ma->ninputs, &ao, &rep);
     cli_progress_end(&prog);
     if (st != QCAL_OK) {
         rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_JUDGE), st);

@@ -115,7 +115,7 @@ int cmd_equalize(int argc, char **argv)
                         "unavailable: this qcal was built without ONNX support (protobuf-c; meson -Donnx=enabled)");
     qcal_onnx_model *m = NULL;
     qcal_onnx_equalize_report rep = { 0 };
-    qcal_status st = qcal_onnx_model_load(in, &m);
+    qcal_status st = qcal_onnx_model_load_file(in, &m);
     if (st != QCAL_OK)
         return cli_fail_status(cmd, cli_exit_code(st, CLI_AT_READ), st);
     st = qcal_onnx_equalize(m, &opt, &rep);
@@ -123,7 +123,7 @@ int cmd_equalize(int argc, char **argv)
         rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_TRANSFORM), st);
         goto out;
     }
-    if ((st = qcal_onnx_model_save(m, NULL, out)) != QCAL_OK) {
+    if ((st = qcal_onnx_model_save_file(m, NULL, out)) != QCAL_OK) {
         rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_WRITE), st);
         goto out;
     }

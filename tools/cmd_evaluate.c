@@ -1,5 +1,5 @@
 /* qcal evaluate: every candidate observer on every tensor of a dump directory, the exact
- * SQNR of each one's quantization, and a per-tensor recommendation (include/qcal/evaluate.h). */
+ * SQNR of each one's quantization, and a per-tensor recommendation (include/qcal/numeric_eval.h). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>

@@ -109,8 +109,8 @@ static int parse(int argc, char **argv, fargs *a)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "--dtype %s takes no %s", qcal_dtype_name(a->dtype),
                         a->learnable ? "--learnable (no LSQ for FP8)" : "--quant-min/--quant-max");
     if (a->fp8) {   /* the FP8 range; zero-points must be 0 (checked with the qparams) */
-        a->qmin = (int64_t)-qcal_float8_max(a->dtype);
-        a->qmax = (int64_t)qcal_float8_max(a->dtype);
+        a->qmin = (int64_t)-qcal_dtype_float8_max(a->dtype);
+        a->qmax = (int64_t)qcal_dtype_float8_max(a->dtype);
     }
     if (a->qmin > a->qmax)
         return cli_fail(cmd, QCAL_EXIT_USAGE, "--quant-min %lld is greater than --quant-max %lld",

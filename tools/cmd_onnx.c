@@ -339,7 +339,7 @@ static int expose_main(const char *cmd, const onnx_args *a)
         rc = cli_fail_status(cmd, QCAL_EXIT_OUTPUT, st);
         goto out;
     }
-    if ((st = qcal_onnx_model_save(m, NULL, out)) != QCAL_OK) {
+    if ((st = qcal_onnx_model_save_file(m, NULL, out)) != QCAL_OK) {
         rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_WRITE), st);
         goto out;
     }
@@ -527,11 +527,11 @@ out:
     return rc;
 }
 
-/* The keep-float search on m (qcal_model_keep_float): 0 or an exit code (reported); the
+/* The keep-float search on m (qcal_accuracy_keep_float): 0 or an exit code (reported); the
  * target not holding even with every op float is exit 1 (nothing written). */
 static int qdq_keep_float(const char *cmd, const qcal_onnx_model *m, const qcal_calib_table *t,
                           const qcal_onnx_qdq_options *opt, const cli_model_args *ma, cli_accuracy_args *aa,
-                          bool quiet, qcal_keep_float_result *kf)
+                          bool quiet, qcal_accuracy_keep_float_result *kf)
 {
     qcal_accuracy_options ao;
     int rc = cli_accuracy_options(cmd, aa, ma->batch, &ao);
@@ -545,11 +545,11 @@ static int qdq_keep_float(const char *cmd, const qcal_onnx_model *m, const qcal_
     cli_progress_phase(&prog, "searching", "runs", 0);
     ao.progress = cli_progress_cb;
     ao.progress_user = &prog;
-    qcal_keep_float_target tg = {aa->min_sqnr, aa->max_drop};
+    qcal_accuracy_keep_float_target tg = {aa->min_sqnr, aa->max_drop};
     const char *data = aa->eval_data ? aa->eval_data : ma->data;
     const char *const *entries = aa->eval_data ? NULL : ma->inputs;
     int64_t n_entries = aa->eval_data ? 0 : ma->ninputs;
-    qcal_status st = qcal_model_keep_float(engine, m, t, opt, data, entries, n_entries, &ao, &tg, kf);
+    qcal_status st = qcal_accuracy_keep_float(engine, m, t, opt, data, entries, n_entries, &ao, &tg, kf);
     cli_progress_end(&prog);
     qcal_engine_close(&engine);
     if (st != QCAL_OK) {
@@ -562,7 +562,7 @@ static int qdq_keep_float(const char *cmd, const qcal_onnx_model *m, const qcal_
     return 0;
 }
 
-static void print_keep_float(const qcal_keep_float_result *kf, const cli_accuracy_args *aa)
+static void print_keep_float(const qcal_accuracy_keep_float_result *kf, const cli_accuracy_args *aa)
 {
     printf("qcal: qdq: kept %lld of %lld %s float", (long long)kf->n_float, (long long)kf->n_ops,
            CLI_PLURAL(kf->n_ops, "op", "ops"));
@@ -584,7 +584,7 @@ int cmd_qdq(int argc, char **argv)
 {
     const char *cmd = argv[0];
     onnx_args a;
-    qcal_keep_float_result kf;
+    qcal_accuracy_keep_float_result kf;
     memset(&kf, 0, sizeof kf);
     char **kf_ex = NULL;
     int rc = parse_onnx_args(&cmd_qdq_spec, argc, argv, &a);
@@ -731,7 +731,7 @@ int cmd_qdq(int argc, char **argv)
     if (!from_data && (rc = check_table_fits(cmd, m, t, table_path, &opt, allow_partial)))
         goto free;
     /* FP8 Q/DQ needs opset 19 (QuantizeLinear/DequantizeLinear-19): raised here, after every
-     * check of the command line and the table and before qcal_onnx_qdq_save, whose contract
+     * check of the command line and the table and before qcal_onnx_qdq_save_file, whose contract
      * is that its checks run before the model changes (it refuses FP8 below 19). The model
      * is this process's copy: a later failure writes nothing. */
     if (table_has_fp8(t) && (rc = cli_model_raise(cmd, m, 19, quiet)))
@@ -745,7 +745,7 @@ int cmd_qdq(int argc, char **argv)
         if (ex)
             a.exclude = ex;
         for (int64_t i = 0; ex && kf_ex && i < kf.n_float; i++)
-            if ((kf_ex[i] = qcal_keep_float_exclude(kf.float_ops[i])))
+            if ((kf_ex[i] = qcal_accuracy_keep_float_exclude(kf.float_ops[i])))
                 a.exclude[a.n_exclude++] = kf_ex[i];
         if (!ex || !kf_ex || a.n_exclude != opt.n_exclude + kf.n_float) {
             rc = cli_fail(cmd, QCAL_EXIT_FAILURE, "out of memory");
@@ -754,7 +754,7 @@ int cmd_qdq(int argc, char **argv)
         opt.exclude = a.exclude;
         opt.n_exclude = a.n_exclude;
     }
-    st = qcal_onnx_qdq_save(m, t, &opt, NULL, out, &rep);
+    st = qcal_onnx_qdq_save_file(m, t, &opt, NULL, out, &rep);
     if (st != QCAL_OK) {   /* I/O and overflow are the output's (qcal/onnx.h) */
         rc = cli_fail_status(cmd, cli_exit_code(st, CLI_AT_QDQ), st);
         goto free;
@@ -797,7 +797,7 @@ free:
     for (int64_t i = 0; kf_ex && i < kf.n_float; i++)
         qcal_free(kf_ex[i]);
     free(kf_ex);
-    qcal_keep_float_result_free(&kf);
+    qcal_accuracy_keep_float_result_free(&kf);
     cli_stage_abort(&staged);
     qcal_free(tbuf);
     qcal_onnx_qdq_report_free(&rep);

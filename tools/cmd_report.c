@@ -128,8 +128,8 @@ int cmd_report(int argc, char **argv)
     qcal_numeric_eval *ev = NULL;
     if ((rc = cli_eval_load(cmd, &a, &ev)))
         return rc;
-    qcal_numeric_report_options ro;
-    qcal_numeric_report_options_default(&ro);
+    qcal_numeric_eval_report_options ro;
+    qcal_numeric_eval_report_options_default(&ro);
     if (a.title)
         ro.title = a.title;
     /* The state staged, the report written, then the state renamed: all or none. */

@@ -78,7 +78,7 @@ static qcal_status add_params(qcal_onnx_model *o, const cnn_model *m)
     for (int i = 0; i < CNN_NPARAMS; i++) {
         int64_t shape[4];
         int nd = cnn_param_shape(i, shape);
-        qcal_status st = qcal_onnx_add_initializer_float(o, cnn_param_name(i), nd, shape, m->param[i]);
+        qcal_status st = qcal_onnx_model_add_initializer_float(o, cnn_param_name(i), nd, shape, m->param[i]);
         if (st != QCAL_OK)
             return st;
     }
@@ -89,7 +89,7 @@ static qcal_status add_params(qcal_onnx_model *o, const cnn_model *m)
 static qcal_status node(qcal_onnx_model *o, const char *op, const char *name, int nin, const char *const *in,
                         const char *out, int64_t *idx)
 {
-    return qcal_onnx_add_node(o, op, name, nin, in, 1, &out, idx);
+    return qcal_onnx_model_add_node(o, op, name, nin, in, 1, &out, idx);
 }
 
 qcal_status cnn_onnx_build(const cnn_model *m, const cnn_onnx_names *n, qcal_onnx_model **out)
@@ -100,8 +100,8 @@ qcal_status cnn_onnx_build(const cnn_model *m, const cnn_onnx_names *n, qcal_onn
     static const int64_t k3[2] = {3, 3}, pad1[4] = {1, 1, 1, 1}, k2[2] = {2, 2};
     const int64_t in_dims[4] = {-1, 1, 28, 28}, out_dims[2] = {-1, CNN_CLASSES};
 
-    TRY(qcal_onnx_model_new(8, 13, &o));
-    TRY(qcal_onnx_add_input(o, n->input, QCAL_ONNX_FLOAT, 4, in_dims));
+    TRY(qcal_onnx_model_create(8, 13, &o));
+    TRY(qcal_onnx_model_add_input(o, n->input, QCAL_ONNX_FLOAT, 4, in_dims));
     TRY(add_params(o, m));
     /* conv1 / conv2 blocks: Conv -> Relu -> MaxPool */
     for (int b = 0; b < 2; b++) {
@@ -127,7 +127,7 @@ qcal_status cnn_onnx_build(const cnn_model *m, const cnn_onnx_names *n, qcal_onn
     const char *fc2_in[3] = {n->relu3, cnn_param_name(CNN_FC2_W), cnn_param_name(CNN_FC2_B)};
     TRY(node(o, "Gemm", "/fc2/Gemm", 3, fc2_in, n->logits, &k));
     TRY(qcal_onnx_node_set_int(o, k, "transB", 1));
-    TRY(qcal_onnx_add_output(o, n->logits, QCAL_ONNX_FLOAT, 2, out_dims));
+    TRY(qcal_onnx_model_add_output(o, n->logits, QCAL_ONNX_FLOAT, 2, out_dims));
     *out = o;
     return QCAL_OK;
 fail:

@@ -240,7 +240,7 @@ static qcal_status calibrate_rules(cnn_ctx *ctx, const cnn_model *fm, const cnn_
 {
     qcal_calib_rules *rules = NULL;
     session_ctx sc = {0};
-    qcal_status st = qcal_calib_rules_load(rules_path, &rules);
+    qcal_status st = qcal_calib_rules_load_file(rules_path, &rules);
     qcal_calib_session_options so;
     qcal_calib_session_options_default(&so);
     so.rules = rules;
@@ -356,8 +356,8 @@ qcal_status lowbit_run(cnn_ctx *ctx, const cnn_model *fm, const cnn_data *train,
     if (st >= 0)
         st = qcal_numeric_eval_write_results(ev, QCAL_NUMERIC_EVAL_TABLE, path);
     snprintf(path, sizeof path, "%s/report_%dbit.html", out_dir, bits);
-    qcal_numeric_report_options ro;
-    qcal_numeric_report_options_default(&ro);
+    qcal_numeric_eval_report_options ro;
+    qcal_numeric_eval_report_options_default(&ro);
     char title[128];
     snprintf(title, sizeof title, "qcal-demo: %d-bit activations and per-tensor weights", bits);
     ro.title = title;

@@ -1,4 +1,4 @@
-/* Observer evaluation on the demo CNN (include/qcal/evaluate.h): feeding its calibration data
+/* Observer evaluation on the demo CNN (include/qcal/numeric_eval.h): feeding its calibration data
  * to a qcal_numeric_eval, and the demo's low-bit setting, where the choice of observer
  * matters (docs/demo.md, "The low-bit setting").
  *
@@ -16,7 +16,7 @@
 #ifndef QCAL_EXAMPLES_DEMO_EVAL_H
 #define QCAL_EXAMPLES_DEMO_EVAL_H
 
-#include <qcal/evaluate.h>
+#include <qcal/numeric_eval.h>
 #include <qcal/observer.h>
 
 #include "cnn.h"

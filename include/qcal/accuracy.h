@@ -6,7 +6,7 @@
  *   qcal_accuracy_options opt;
  *   qcal_accuracy_options_default(&opt);
  *   qcal_accuracy_report rep;
- *   qcal_model_compare(engine, float_model, qdq_model, ref_model, "eval/", NULL, 0, &opt, &rep);
+ *   qcal_accuracy_compare(engine, float_model, qdq_model, ref_model, "eval/", NULL, 0, &opt, &rep);
  *
  * Per-op runs use one gated model (qcal_onnx_gate): one engine session for every subset of
  * ops quantized, each op's gate chosen per run. Sums are accumulated sample by sample in
@@ -39,14 +39,14 @@ QCAL_API const char *qcal_accuracy_metric_name(qcal_accuracy_metric metric);
 
 typedef struct qcal_accuracy_options {
     int64_t batch;               /* default 8: samples per run where the data can be split */
-    int threads;                 /* default 0: qcal_get_num_threads() engine threads */
+    int threads;                 /* default 0: qcal_threads_count() engine threads */
     int optimization;            /* default 99: ONNX Runtime's graph optimization level for every
                                   * session ('all': a QDQ model runs on the int8 kernels) */
     int64_t max_samples;         /* default 0: every sample of the data; > 0: the first ones */
     int64_t sensitivity_samples; /* default 8: the first samples the per-op runs use; 0: no
                                   * per-op runs */
     bool others;                 /* default true: also the runs with every op but one quantized
-                                  * (qcal_model_compare) */
+                                  * (qcal_accuracy_compare) */
     const qcal_engine_value *labels; /* default NULL: integer labels (int64 or int32), one row
                                   * per sample in data order, for output label_output */
     int64_t label_output;        /* default 0 */
@@ -98,11 +98,11 @@ typedef struct qcal_accuracy_report {
  * on the first sensitivity_samples, each op of qcal_onnx_gate(qdq_m, ref) alone and all but
  * it. ref: the float model whose weights the QDQ model quantized (qdq's input after BatchNorm
  * folding; NULL: float_m). */
-QCAL_API qcal_status qcal_model_compare(qcal_engine *e, const qcal_onnx_model *float_m,
-                                        const qcal_onnx_model *qdq_m, const qcal_onnx_model *ref,
-                                        const char *data, const char *const *entries,
-                                        int64_t n_entries, const qcal_accuracy_options *opt,
-                                        qcal_accuracy_report *rep);
+QCAL_API qcal_status qcal_accuracy_compare(qcal_engine *e, const qcal_onnx_model *float_m,
+                                           const qcal_onnx_model *qdq_m, const qcal_onnx_model *ref,
+                                           const char *data, const char *const *entries,
+                                           int64_t n_entries, const qcal_accuracy_options *opt,
+                                           qcal_accuracy_report *rep);
 
 /* Frees the report's arrays and zeroes it (NULL is fine). */
 QCAL_API void qcal_accuracy_report_free(qcal_accuracy_report *rep);
@@ -146,14 +146,14 @@ QCAL_API qcal_status qcal_accuracy_report_write_html(const qcal_accuracy_report 
                                                      const qcal_accuracy_html_options *opt,
                                                      const char *path);
 
-typedef struct qcal_keep_float_target {
+typedef struct qcal_accuracy_keep_float_target {
     double min_output_sqnr_db;   /* NaN: unused; else the SQNR over every float output must
                                   * reach it */
     double max_drop;             /* NaN: unused; else (needs labels) float's metric minus the
                                   * quantized model's, in points, at most this */
-} qcal_keep_float_target;
+} qcal_accuracy_keep_float_target;
 
-typedef struct qcal_keep_float_result {
+typedef struct qcal_accuracy_keep_float_result {
     int64_t n_float;
     char **float_ops;            /* node names kept float, most sensitive first */
     int64_t n_ops;               /* quantized ops the QDQ model had before */
@@ -163,28 +163,28 @@ typedef struct qcal_keep_float_result {
     int64_t runs;                /* engine runs in all (per-op ranking, search, checks) */
     int64_t checks;              /* real QDQ models built and measured */
     double seconds;
-} qcal_keep_float_result;
+} qcal_accuracy_keep_float_result;
 
 /* The keep-float search: quantizes m (not changed) with table and qopt, ranks its ops by
  * sensitivity (one at a time, on the first sensitivity_samples of the data), then finds the
  * fewest most-sensitive ops whose staying float makes target hold on the data (gated runs),
  * and checks it on the real QDQ model (more ops kept float while it does not hold, until it
  * does or every op is float: met false). res->float_ops are node names for
- * qcal_onnx_qdq_options.exclude (qcal_keep_float_exclude escapes them). Ops without a name
+ * qcal_onnx_qdq_options.exclude (qcal_accuracy_keep_float_exclude escapes them). Ops without a name
  * are never kept float. */
-QCAL_API qcal_status qcal_model_keep_float(qcal_engine *e, const qcal_onnx_model *m,
-                                           const qcal_calib_table *table,
-                                           const qcal_onnx_qdq_options *qopt,
-                                           const char *data, const char *const *entries,
-                                           int64_t n_entries, const qcal_accuracy_options *opt,
-                                           const qcal_keep_float_target *target,
-                                           qcal_keep_float_result *res);
+QCAL_API qcal_status qcal_accuracy_keep_float(qcal_engine *e, const qcal_onnx_model *m,
+                                              const qcal_calib_table *table,
+                                              const qcal_onnx_qdq_options *qopt,
+                                              const char *data, const char *const *entries,
+                                              int64_t n_entries, const qcal_accuracy_options *opt,
+                                              const qcal_accuracy_keep_float_target *target,
+                                              qcal_accuracy_keep_float_result *res);
 
 /* A node name as an fnmatch(3) pattern matching that name only (new string; qcal_free). */
-QCAL_API char *qcal_keep_float_exclude(const char *node_name);
+QCAL_API char *qcal_accuracy_keep_float_exclude(const char *node_name);
 
 /* Frees the result's names and zeroes it (NULL is fine). */
-QCAL_API void qcal_keep_float_result_free(qcal_keep_float_result *res);
+QCAL_API void qcal_accuracy_keep_float_result_free(qcal_accuracy_keep_float_result *res);
 
 #ifdef __cplusplus
 }

@@ -6,7 +6,7 @@
  * session's rules (first matching rule wins; otherwise the role's default config).
  *
  *   qcal_calib_rules *rules = NULL;
- *   qcal_calib_rules_load("rules.txt", &rules);           // optional
+ *   qcal_calib_rules_load_file("rules.txt", &rules);           // optional
  *   qcal_calib_session_options opt;
  *   qcal_calib_session_options_default(&opt);
  *   opt.rules = rules;
@@ -104,7 +104,7 @@ QCAL_API qcal_status qcal_calib_rules_parse(const char *text, size_t len,
                                             qcal_calib_rules **out);
 
 /* Reads and parses a rules file (errors name the file and the line). */
-QCAL_API qcal_status qcal_calib_rules_load(const char *path, qcal_calib_rules **out);
+QCAL_API qcal_status qcal_calib_rules_load_file(const char *path, qcal_calib_rules **out);
 
 /* ---- Sessions ---- */
 
@@ -324,13 +324,13 @@ QCAL_API bool qcal_calib_format_holds_name(qcal_calib_format format, const char 
  * moving_average_minmax and their per-channel forms), else "EntropyCalibration2" (entropy,
  * and histogram/percentile/mse, which TensorRT has no name for: the calibrator users load
  * caches with). Never NULL. */
-QCAL_API const char *qcal_calib_trt_algorithm(const qcal_calib_table *t);
+QCAL_API const char *qcal_calib_table_trt_algorithm(const qcal_calib_table *t);
 
 typedef struct qcal_calib_export_options {
     const char *trt_version;      /* default "8601" (TensorRT 8.6.1): header TRT-<version>-<algorithm>;
                                    * TensorRT 8.x: major*1000 + minor*100 + patch ("8601"),
                                    * 10.x: major*10000 + minor*100 + patch ("100300" for 10.3.0) */
-    const char *trt_algorithm;    /* default NULL: qcal_calib_trt_algorithm(table) */
+    const char *trt_algorithm;    /* default NULL: qcal_calib_table_trt_algorithm(table) */
     bool skip_unrepresentable;    /* default false: a name the format cannot hold
                                    * (qcal_calib_format_holds_name) fails the export with one
                                    * QCAL_ERR_UNSUPPORTED listing them; true: left out */

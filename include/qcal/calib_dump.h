@@ -41,7 +41,7 @@ typedef struct qcal_calib_dump qcal_calib_dump;
 /* Decodes percent escapes of src into dst (cap bytes, NUL-terminated; the result is never
  * longer than src). QCAL_ERR_FORMAT for a bad or NUL escape, QCAL_ERR_INVALID_ARG when dst
  * is too small. */
-QCAL_API qcal_status qcal_calib_name_decode(const char *src, char *dst, size_t cap);
+QCAL_API qcal_status qcal_calib_dump_name_decode(const char *src, char *dst, size_t cap);
 
 /* Reads the dump directory dir (see above); *out owned by the caller. Missing or unreadable
  * directories and files are QCAL_ERR_NOT_FOUND / QCAL_ERR_IO; a malformed manifest, bad
@@ -52,8 +52,8 @@ QCAL_API qcal_status qcal_calib_dump_scan(const char *dir, qcal_calib_dump **out
  * relative and are checked lexically only (no absolute path, no ".." component, no empty
  * component). What qcal_calib_dump_scan does with DIR/manifest.json before resolving the
  * paths; exposed for tests and fuzzing. */
-QCAL_API qcal_status qcal_calib_manifest_parse(const char *text, size_t len,
-                                               qcal_calib_dump **out);
+QCAL_API qcal_status qcal_calib_dump_parse(const char *text, size_t len,
+                                           qcal_calib_dump **out);
 
 /* Number of tensors. */
 QCAL_API qcal_status qcal_calib_dump_count(const qcal_calib_dump *d, int64_t *n);

@@ -9,7 +9,7 @@
  *   qcal_engine_session_create(e, model_bytes, len, NULL, &s);
  *   qcal_engine_value in = {"x", QCAL_ONNX_FLOAT, 4, {1, 3, 48, 320}, data, nbytes};
  *   qcal_engine_outputs *out = NULL;
- *   qcal_engine_run(s, &in, 1, NULL, 0, &out);       // every model output
+ *   qcal_engine_session_run(s, &in, 1, NULL, 0, &out);       // every model output
  *   ... qcal_engine_outputs_at(out, i, &v) ...
  *   qcal_engine_outputs_free(&out);
  *   qcal_engine_session_destroy(&s);
@@ -63,7 +63,7 @@ typedef struct qcal_engine_session_options {
     int optimization;      /* default 0: graph optimizations disabled (what a calibration run
                             * wants: every tensor computed as the model says); 1 basic,
                             * 2 extended, 99 all (ONNX Runtime's levels) */
-    int threads;           /* default 0: qcal_get_num_threads() intra-op threads; > 0: that many */
+    int threads;           /* default 0: qcal_threads_count() intra-op threads; > 0: that many */
     const char *optimized_model_path; /* default NULL; a path: ONNX Runtime saves the optimized
                             * graph there (to check which kernels it chose) */
     bool cpu_arena;        /* default true: ONNX Runtime's CPU memory arena (memory freed is
@@ -124,10 +124,10 @@ typedef struct qcal_engine_value {
  * order). *out (owned by the caller) holds them in that order; an output that ONNX Runtime
  * returns aliasing an input is copied. Thread-safe for distinct sessions; one session may
  * run on several threads at once (ONNX Runtime allows it). */
-QCAL_API qcal_status qcal_engine_run(qcal_engine_session *s,
-                                     const qcal_engine_value *inputs, int64_t n_inputs,
-                                     const char *const *outputs, int64_t n_outputs,
-                                     qcal_engine_outputs **out);
+QCAL_API qcal_status qcal_engine_session_run(qcal_engine_session *s,
+                                             const qcal_engine_value *inputs, int64_t n_inputs,
+                                             const char *const *outputs, int64_t n_outputs,
+                                             qcal_engine_outputs **out);
 
 /* Number of values in a run's result. */
 QCAL_API int64_t qcal_engine_outputs_count(const qcal_engine_outputs *o);

@@ -38,7 +38,7 @@
  * or [N, F]; a linear layer after a convolution flattens in NCHW order as torch.flatten.
  * Inside, activations are u8 NHWC and weights are reordered once into oneDNN's blocked
  * (VNNI) layout. A net is not thread-safe (forward keeps cached primitives and buffers).
- * Threads: qcal_get_num_threads() (qcal_set_num_threads, default OMP_NUM_THREADS; the
+ * Threads: qcal_threads_count() (qcal_threads_set_count, default OMP_NUM_THREADS; the
  * count at create bounds the chunk slots), over whole chunks or inside oneDNN's primitives
  * (its OpenMP runtime, given that count for the call), see chunk_parallel.
  * Without oneDNN (built with -Donednn=disabled) every function returns

@@ -5,7 +5,7 @@
  *   qcal_model_calib_options opt;
  *   qcal_model_calib_options_default(&opt);             // profile ort, automatic batch
  *   qcal_model_calib_report rep;
- *   qcal_model_calibrate(engine, model, "calib/", NULL, 0, session, &opt, &rep);
+ *   qcal_model_calib_run(engine, model, "calib/", NULL, 0, session, &opt, &rep);
  *   qcal_calib_session_table(session, &table);          // then qcal_onnx_qdq, or a table file
  *
  * The tensors are those qcal_onnx_expose would expose for the options' profile, op types and
@@ -17,8 +17,8 @@
  * for observers whose updates commute (qcal_observer_config_commutes) the ranges do not
  * depend on how samples are grouped into runs (only the entries' batch counts do).
  *
- * Observer choice ("auto", opt.observer_auto): qcal_model_calibrate runs the model twice. The
- * first pass feeds every run's outputs to an evaluation (qcal/evaluate.h) holding every
+ * Observer choice ("auto", opt.observer_auto): qcal_model_calib_run runs the model twice. The
+ * first pass feeds every run's outputs to an evaluation (qcal/numeric_eval.h) holding every
  * candidate observer of QCAL_MODEL_CALIB_AUTO_KINDS on every tensor (quint8
  * per_tensor_affine, the session's default activation qconfig, 2048 bins); the second pass
  * fake-quantizes the same outputs with each candidate's final qparams and measures the exact
@@ -47,7 +47,7 @@
 #include "qcal/common.h"
 #include "qcal/dataset.h"
 #include "qcal/engine.h"
-#include "qcal/evaluate.h"
+#include "qcal/numeric_eval.h"
 #include "qcal/onnx.h"
 
 #ifdef __cplusplus
@@ -82,7 +82,7 @@ typedef struct qcal_model_calib_options {
                                      * zeros, at the start of each file */
     int64_t n_carry;                /* default 0 */
     int threads;                    /* default 0: the engine's intra-op threads are
-                                     * qcal_get_num_threads(); > 0: that many */
+                                     * qcal_threads_count(); > 0: that many */
     int64_t rank, ranks;            /* default 0, 1: this process runs the data files f with
                                      * f % ranks == rank (several processes each calibrate a
                                      * share; merge their sessions) */
@@ -188,7 +188,7 @@ QCAL_API qcal_status qcal_model_calib_finish(qcal_model_calib *mc, qcal_model_ca
 QCAL_API void qcal_model_calib_destroy(qcal_model_calib **mc);
 
 /* All of it in one call: create, qcal_dataset_open(data, entries), feed_dataset, finish. */
-QCAL_API qcal_status qcal_model_calibrate(qcal_engine *e, const qcal_onnx_model *m,
+QCAL_API qcal_status qcal_model_calib_run(qcal_engine *e, const qcal_onnx_model *m,
                                           const char *data, const char *const *entries,
                                           int64_t n_entries, qcal_calib_session *s,
                                           const qcal_model_calib_options *opt,

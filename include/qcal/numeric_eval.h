@@ -195,19 +195,19 @@ QCAL_API qcal_status qcal_numeric_eval_save_file(const qcal_numeric_eval *ev, co
 /* qcal_numeric_eval_load from a file (messages name the file). */
 QCAL_API qcal_status qcal_numeric_eval_load_file(const char *path, qcal_numeric_eval **out);
 
-typedef struct qcal_numeric_report_options {
+typedef struct qcal_numeric_eval_report_options {
     const char *title;           /* default "qcal calibration report" */
     const char *source;          /* shown under the title (e.g. the dump directory); default
                                   * NULL: the evaluation's source label */
-} qcal_numeric_report_options;
+} qcal_numeric_eval_report_options;
 
 /* Fills *opt with the defaults documented on each field. */
-QCAL_API void qcal_numeric_report_options_default(qcal_numeric_report_options *opt);
+QCAL_API void qcal_numeric_eval_report_options_default(qcal_numeric_eval_report_options *opt);
 
 /* Writes the self-contained HTML report (inline SVG and CSS, a little inline JavaScript to
  * sort the summary table; nothing fetched) atomically. opt NULL = defaults. */
 QCAL_API qcal_status qcal_numeric_eval_write_report(const qcal_numeric_eval *ev,
-                                                    const qcal_numeric_report_options *opt,
+                                                    const qcal_numeric_eval_report_options *opt,
                                                     const char *path);
 
 #ifdef __cplusplus

@@ -3,12 +3,12 @@
  * QuantizeLinear/DequantizeLinear nodes from a calibration table, write the result.
  *
  *   qcal_onnx_model *m = NULL;
- *   qcal_onnx_model_load("model.onnx", &m);
+ *   qcal_onnx_model_load_file("model.onnx", &m);
  *   qcal_onnx_qdq_options opt;
  *   qcal_onnx_qdq_options_default(&opt);                // profile ort
  *   qcal_onnx_qdq_report rep;
  *   qcal_onnx_qdq(m, table, &opt, &rep);               // table: qcal/calib.h
- *   qcal_onnx_model_save(m, NULL, "model.qdq.onnx");
+ *   qcal_onnx_model_save_file(m, NULL, "model.qdq.onnx");
  *   qcal_onnx_qdq_report_free(&rep);
  *   qcal_onnx_model_destroy(&m);
  *
@@ -69,10 +69,10 @@ QCAL_API qcal_status qcal_onnx_profile_parse(const char *name, qcal_onnx_profile
  * bodies), no tensor written by two nodes of one graph, initializer data sizes equal to
  * their shapes. Errors: QCAL_ERR_NOT_FOUND /
  * QCAL_ERR_IO (file), QCAL_ERR_FORMAT (malformed; the message says what and where). */
-QCAL_API qcal_status qcal_onnx_model_load(const char *path, qcal_onnx_model **out);
+QCAL_API qcal_status qcal_onnx_model_load_file(const char *path, qcal_onnx_model **out);
 
 /* A model from a buffer of len bytes (copied as needed; the caller keeps buf), with the
- * checks of qcal_onnx_model_load. A model that refers to external data is
+ * checks of qcal_onnx_model_load_file. A model that refers to external data is
  * QCAL_ERR_UNSUPPORTED here (no directory). */
 QCAL_API qcal_status qcal_onnx_model_parse(const void *buf, size_t len, qcal_onnx_model **out);
 
@@ -95,11 +95,11 @@ QCAL_API void qcal_onnx_save_options_default(qcal_onnx_save_options *opt);
  * defaults. With external data, PATH.data is written (atomically) before PATH. m is not
  * const: its large initializers are detached while the call runs and restored before it
  * returns (no other thread may use m meanwhile). */
-QCAL_API qcal_status qcal_onnx_model_save(qcal_onnx_model *m,
-                                          const qcal_onnx_save_options *opt, const char *path);
+QCAL_API qcal_status qcal_onnx_model_save_file(qcal_onnx_model *m,
+                                               const qcal_onnx_save_options *opt, const char *path);
 
 /* Serializes m into a new buffer (*buf, *len; free with qcal_free). Models of 2 GiB and
- * more are QCAL_ERR_OVERFLOW here (use qcal_onnx_model_save). */
+ * more are QCAL_ERR_OVERFLOW here (use qcal_onnx_model_save_file). */
 QCAL_API qcal_status qcal_onnx_model_serialize(const qcal_onnx_model *m, void **buf, size_t *len);
 
 /* ---- Inspection ---- */
@@ -166,37 +166,37 @@ QCAL_API qcal_status qcal_onnx_initializer_int64(const qcal_onnx_model *m, const
 
 /* A new empty model: IR version ir_version (e.g. 8), default-domain opset `opset`, graph
  * "qcal", producer "qcal". *out owned by the caller. */
-QCAL_API qcal_status qcal_onnx_model_new(int64_t ir_version, int64_t opset,
-                                         qcal_onnx_model **out);
+QCAL_API qcal_status qcal_onnx_model_create(int64_t ir_version, int64_t opset,
+                                            qcal_onnx_model **out);
 
 /* Adds a graph input / graph output / value_info entry of element type elem_type. ndim -1:
  * no shape; dims[k] < 0: a symbolic dimension "d<k>" (e.g. the batch). Names are copied. */
-QCAL_API qcal_status qcal_onnx_add_input(qcal_onnx_model *m, const char *name,
-                                         int32_t elem_type, int32_t ndim,
-                                         const int64_t *dims);
-QCAL_API qcal_status qcal_onnx_add_output(qcal_onnx_model *m, const char *name,
-                                          int32_t elem_type, int32_t ndim,
-                                          const int64_t *dims);
-QCAL_API qcal_status qcal_onnx_add_value_info(qcal_onnx_model *m, const char *name,
-                                              int32_t elem_type, int32_t ndim,
-                                              const int64_t *dims);
+QCAL_API qcal_status qcal_onnx_model_add_input(qcal_onnx_model *m, const char *name,
+                                               int32_t elem_type, int32_t ndim,
+                                               const int64_t *dims);
+QCAL_API qcal_status qcal_onnx_model_add_output(qcal_onnx_model *m, const char *name,
+                                                int32_t elem_type, int32_t ndim,
+                                                const int64_t *dims);
+QCAL_API qcal_status qcal_onnx_model_add_value_info(qcal_onnx_model *m, const char *name,
+                                                    int32_t elem_type, int32_t ndim,
+                                                    const int64_t *dims);
 
 /* Adds an initializer from nbytes of little-endian raw data (copied; NOT checked against the
- * shape, so tests can build malformed models; qcal_onnx_model_load checks). */
-QCAL_API qcal_status qcal_onnx_add_initializer(qcal_onnx_model *m, const char *name,
-                                               int32_t elem_type, int32_t ndim,
-                                               const int64_t *dims, const void *data,
-                                               size_t nbytes);
+ * shape, so tests can build malformed models; qcal_onnx_model_load_file checks). */
+QCAL_API qcal_status qcal_onnx_model_add_initializer(qcal_onnx_model *m, const char *name,
+                                                     int32_t elem_type, int32_t ndim,
+                                                     const int64_t *dims, const void *data,
+                                                     size_t nbytes);
 
 /* Adds a float32 initializer of the given shape from data (numel floats, copied). */
-QCAL_API qcal_status qcal_onnx_add_initializer_float(qcal_onnx_model *m, const char *name,
-                                                     int32_t ndim, const int64_t *dims,
-                                                     const float *data);
+QCAL_API qcal_status qcal_onnx_model_add_initializer_float(qcal_onnx_model *m, const char *name,
+                                                           int32_t ndim, const int64_t *dims,
+                                                           const float *data);
 
 /* Adds an int64 initializer (e.g. a Reshape shape) from numel values (copied). */
-QCAL_API qcal_status qcal_onnx_add_initializer_int64(qcal_onnx_model *m, const char *name,
-                                                     int32_t ndim, const int64_t *dims,
-                                                     const int64_t *data);
+QCAL_API qcal_status qcal_onnx_model_add_initializer_int64(qcal_onnx_model *m, const char *name,
+                                                           int32_t ndim, const int64_t *dims,
+                                                           const int64_t *data);
 
 /* Moves initializer name's data to an external file: its raw data is dropped and the
  * tensor points at `location` (relative to the model file), offset, length. The caller
@@ -207,11 +207,11 @@ QCAL_API qcal_status qcal_onnx_initializer_set_external(qcal_onnx_model *m, cons
 
 /* Appends a node to the main graph (default domain; names copied; "" for an omitted
  * optional input); *index (may be NULL) gets its index for the attribute setters. */
-QCAL_API qcal_status qcal_onnx_add_node(qcal_onnx_model *m, const char *op_type,
-                                        const char *name, int64_t n_inputs,
-                                        const char *const *inputs,
-                                        int64_t n_outputs, const char *const *outputs,
-                                        int64_t *index);
+QCAL_API qcal_status qcal_onnx_model_add_node(qcal_onnx_model *m, const char *op_type,
+                                              const char *name, int64_t n_inputs,
+                                              const char *const *inputs,
+                                              int64_t n_outputs, const char *const *outputs,
+                                              int64_t *index);
 
 /* Sets an attribute of node `node` (int, ints, float, string). */
 QCAL_API qcal_status qcal_onnx_node_set_int(qcal_onnx_model *m, int64_t node, const char *attr,
@@ -332,7 +332,7 @@ QCAL_API qcal_status qcal_onnx_qdq_session(qcal_onnx_model *m, qcal_calib_sessio
                                            const qcal_onnx_qdq_options *opt,
                                            qcal_onnx_qdq_report *rep);
 
-/* qcal_onnx_qdq, then qcal_onnx_model_save(m, save, path): the same file, byte for byte.
+/* qcal_onnx_qdq, then qcal_onnx_model_save_file(m, save, path): the same file, byte for byte.
  * Float32 weights with symmetric schemes (and, profile ort, their int32 biases) are observed
  * and quantized on a second thread while the save writes the model, each before the writer
  * reaches it. On failure nothing is written and the status says what failed: QCAL_ERR_IO
@@ -340,10 +340,10 @@ QCAL_API qcal_status qcal_onnx_qdq_session(qcal_onnx_model *m, qcal_calib_sessio
  * elsewhere); any other, the rewrite: m is unchanged when a check refused (as
  * qcal_onnx_qdq), or, when a weight failed during the save (named in the message), m is
  * quantized without that weight's values: destroy it, do not save it. */
-QCAL_API qcal_status qcal_onnx_qdq_save(qcal_onnx_model *m, const qcal_calib_table *table,
-                                        const qcal_onnx_qdq_options *opt,
-                                        const qcal_onnx_save_options *save, const char *path,
-                                        qcal_onnx_qdq_report *rep);
+QCAL_API qcal_status qcal_onnx_qdq_save_file(qcal_onnx_model *m, const qcal_calib_table *table,
+                                             const qcal_onnx_qdq_options *opt,
+                                             const qcal_onnx_save_options *save, const char *path,
+                                             qcal_onnx_qdq_report *rep);
 
 /* Frees the report's lists and zeroes it (NULL is fine). */
 QCAL_API void qcal_onnx_qdq_report_free(qcal_onnx_qdq_report *rep);

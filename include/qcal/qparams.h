@@ -101,7 +101,7 @@ QCAL_API qcal_status qcal_qconfig_range(const qcal_qconfig *cfg, int64_t *quant_
 QCAL_API bool qcal_dtype_is_float8(qcal_dtype dtype);
 
 /* The FP8 dtype's largest finite value (448 or 57344); 0 for the integer dtypes. */
-QCAL_API float qcal_float8_max(qcal_dtype dtype);
+QCAL_API float qcal_dtype_float8_max(qcal_dtype dtype);
 
 /* True for the three per-channel qschemes. */
 QCAL_API bool qcal_qscheme_is_per_channel(qcal_qscheme qscheme);

@@ -17,11 +17,11 @@ extern "C" {
 /* Caps the library's kernels at n threads (1..QCAL_MAX_THREADS); 0 restores the default,
  * OpenMP's (omp_get_max_threads() of the calling thread: OMP_NUM_THREADS or the core count).
  * Thread-safe; applies to calls that start after it returns. Other n: QCAL_ERR_INVALID_ARG. */
-QCAL_API qcal_status qcal_set_num_threads(int n);
+QCAL_API qcal_status qcal_threads_set_count(int n);
 
 /* The thread count the library's kernels use now: the value set, else OpenMP's default
  * (1 when built without OpenMP). */
-QCAL_API int qcal_get_num_threads(void);
+QCAL_API int qcal_threads_count(void);
 
 #ifdef __cplusplus
 }

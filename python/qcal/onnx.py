@@ -366,7 +366,7 @@ def _target(v, what, lo):
 
 def _keep_float(m, table, data, *, min_output_sqnr, max_drop, labels, metric,
                 sensitivity_samples, batch, **qdq_options):
-    """qcal_model_keep_float on the loaded model m (left as it is) -> the keep_float dict;
+    """qcal_accuracy_keep_float on the loaded model m (left as it is) -> the keep_float dict;
     raises qcal.Error, as ``qcal qdq`` exits 1, when the target does not hold with every op
     float."""
     sqnr = float("nan") if min_output_sqnr is None else _target(min_output_sqnr,

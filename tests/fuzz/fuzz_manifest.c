@@ -1,4 +1,4 @@
-/* libFuzzer target: the dump manifest reader (qcal_calib_manifest_parse, what
+/* libFuzzer target: the dump manifest reader (qcal_calib_dump_parse, what
  * qcal_calib_dump_scan does with DIR/manifest.json before resolving paths). An accepted
  * manifest must list tensors sorted by (name, role) without duplicates, each with a
  * non-empty name and only relative, confined paths (no absolute path, no '.' or '..'
@@ -25,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     qcal_calib_dump *d = (qcal_calib_dump *)(uintptr_t)0x1;   /* sentinel */
     qcal_clear_error();
-    qcal_status st = qcal_calib_manifest_parse((const char *)data, size, &d);
+    qcal_status st = qcal_calib_dump_parse((const char *)data, size, &d);
     if (st != QCAL_OK) {
         fuzz_check_failure(st);
         FUZZ_CHECK(d == (qcal_calib_dump *)(uintptr_t)0x1);

@@ -114,7 +114,7 @@ static void passes(const uint8_t *data, size_t size, qcal_onnx_profile profile)
     if (s && qcal_calib_session_table(s, &table) == QCAL_OK && qcal_onnx_model_serialize(m, &buf, &len) == QCAL_OK &&
         qcal_onnx_model_parse(buf, len, &e) == QCAL_OK) {
         qcal_onnx_qdq_report rep;
-        st = qcal_onnx_qdq_save(e, table, &opt, NULL, "/dev/null", &rep);
+        st = qcal_onnx_qdq_save_file(e, table, &opt, NULL, "/dev/null", &rep);
         if (st == QCAL_OK)
             qcal_onnx_qdq_report_free(&rep);
         else

@@ -9,7 +9,7 @@
 #include "tests/fuzz/fuzz_common.h"
 
 #include "qcal/calib.h"
-#include "qcal/evaluate.h"
+#include "qcal/numeric_eval.h"
 #include "qcal/observer.h"
 
 static void check_observer(const uint8_t *data, size_t size)

@@ -90,10 +90,10 @@
  *     QCAL_ERR_UNSUPPORTED, observer unchanged.
  *   - merge: only with an empty side (the result is the other side); two non-empty sides
  *     are QCAL_ERR_UNSUPPORTED (PyTorch has no merge; its histogram depends on order).
- *   - save/load: the three buffers. qcal_observer_torch_histogram / _set read and replace
+ *   - save/load: the three buffers. qcal_observer_histogram_torch_get / _set read and replace
  *     them (a torch.ao state_dict). data_range: [min_val, max_val].
- *   - Introspection: qcal_observer_histogram_bins and qcal_observer_search_curve are
- *     QCAL_ERR_UNSUPPORTED (float counts): use qcal_observer_torch_histogram.
+ *   - Introspection: qcal_observer_histogram_bins and qcal_observer_histogram_search_curve are
+ *     QCAL_ERR_UNSUPPORTED (float counts): use qcal_observer_histogram_torch_get.
  *
  * RANGE CHOICE (qcal_observer_qrange; qcal_observer_qparams then applies the qscheme), on
  * the first-batch or torch histogram or the lattice's view ([lo, hi] below):
@@ -189,8 +189,8 @@ extern "C" {
  * range ([0, max|x|] for entropy, mse and abs percentile), re-binned from the lattice;
  * first-batch grid: its bins. edges[0..*n] (cap + 1 entries) and counts[0..*n) (cap
  * entries); *n = bins (QCAL_ERR_INVALID_ARG if cap < bins). Torch grid (float counts):
- * QCAL_ERR_UNSUPPORTED, read qcal_observer_torch_histogram instead (also for
- * qcal_observer_search_curve below). */
+ * QCAL_ERR_UNSUPPORTED, read qcal_observer_histogram_torch_get instead (also for
+ * qcal_observer_histogram_search_curve below). */
 QCAL_API qcal_status qcal_observer_histogram_bins(const qcal_observer *obs, int64_t cap,
                                                   double *edges, uint64_t *counts,
                                                   int64_t *n);
@@ -204,23 +204,23 @@ QCAL_API qcal_status qcal_observer_histogram_bins(const qcal_observer *obs, int6
  * error). percentile has no objective: QCAL_ERR_UNSUPPORTED. cap: capacity of lo, hi and
  * err; bins + 1 always suffices (with less, the first cap are written, *n counts all).
  * *chosen is -1 if the L2 search kept the full range without evaluating a candidate. */
-QCAL_API qcal_status qcal_observer_search_curve(const qcal_observer *obs, int64_t cap,
-                                                float *lo, float *hi, double *err,
-                                                int64_t *n, int64_t *chosen);
+QCAL_API qcal_status qcal_observer_histogram_search_curve(const qcal_observer *obs, int64_t cap,
+                                                          float *lo, float *hi, double *err,
+                                                          int64_t *n, int64_t *chosen);
 
 /* grid=torch (histogram kind only): PyTorch's buffers. counts[0..bins) gets torch's
  * `histogram` (float32 counts; bin i spans [min + i w, min + (i+1) w], w = (max - min) /
  * bins, though torch.histc binned each batch over int()-truncated bounds), *min_val /
  * *max_val its min_val / max_val (+inf / -inf when empty); *n = bins. QCAL_ERR_INVALID_ARG
  * for another kind or grid, or cap < bins. */
-QCAL_API qcal_status qcal_observer_torch_histogram(const qcal_observer *obs, int64_t cap,
-                                                   float *counts, float *min_val,
-                                                   float *max_val, int64_t *n);
+QCAL_API qcal_status qcal_observer_histogram_torch_get(const qcal_observer *obs, int64_t cap,
+                                                       float *counts, float *min_val,
+                                                       float *max_val, int64_t *n);
 /* grid=torch: replaces the state by PyTorch buffers (a torch.ao HistogramObserver's
  * state_dict): n == bins, counts finite and >= 0, [min_val, max_val] finite with
  * min <= max, or (+inf, -inf) with zero counts for an empty observer (QCAL_ERR_FORMAT
  * otherwise, observer unchanged). */
-QCAL_API qcal_status qcal_observer_torch_histogram_set(qcal_observer *obs,
+QCAL_API qcal_status qcal_observer_histogram_torch_set(qcal_observer *obs,
                                                        const float *counts, int64_t n,
                                                        float min_val, float max_val);
 
