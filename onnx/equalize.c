@@ -13,18 +13,6 @@
 
 #define OOM() qcal_error(QCAL_ERR_NO_MEMORY, "out of memory")
 
-void qcal_onnx_equalize_options_default(qcal_onnx_equalize_options *opt)
-{
-    memset(opt, 0, sizeof *opt);
-    opt->fold_bn = true;
-    opt->replace_clip = true;
-    opt->max_sweeps = 100;
-    opt->equalize = true;
-    qcal_qconfig_default(&opt->weight_qconfig);
-    opt->weight_qconfig.dtype = QCAL_QINT8;
-    opt->weight_qconfig.qscheme = QCAL_PER_CHANNEL_SYMMETRIC;
-}
-
 void qcal_onnx_layer_ranges_free(qcal_onnx_layer_ranges **r, int64_t n)
 {
     if (!r || !*r)

@@ -1,6 +1,7 @@
 /* qcal built without ONNX support (meson -Donnx=disabled, or protobuf-c missing): every
  * call of qcal/onnx.h that needs it fails with QCAL_ERR_UNSUPPORTED and says why; the
- * plain helpers (profile names, option defaults, frees) still work. */
+ * frees still work, and profile names and option defaults come from options.c, compiled in
+ * both builds. */
 #include <string.h>
 
 #include "core/internal.h"
@@ -11,24 +12,6 @@
 bool qcal_onnx_available(void)
 {
     return false;
-}
-
-const char *qcal_onnx_profile_name(qcal_onnx_profile profile)
-{
-    return profile == QCAL_ONNX_PROFILE_ORT ? "ort" : profile == QCAL_ONNX_PROFILE_TENSORRT ? "tensorrt" : "unknown";
-}
-
-qcal_status qcal_onnx_profile_parse(const char *name, qcal_onnx_profile *out)
-{
-    if (!name || !out)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_profile_parse: NULL argument");
-    if (!strcmp(name, "ort"))
-        *out = QCAL_ONNX_PROFILE_ORT;
-    else if (!strcmp(name, "tensorrt"))
-        *out = QCAL_ONNX_PROFILE_TENSORRT;
-    else
-        return qcal_error(QCAL_ERR_INVALID_ARG, "unknown profile '%s' (expected ort or tensorrt)", name);
-    return QCAL_OK;
 }
 
 qcal_status qcal_onnx_model_load_file(const char *path, qcal_onnx_model **out)
@@ -47,12 +30,6 @@ void qcal_onnx_model_destroy(qcal_onnx_model **m)
 {
     if (m)
         *m = NULL;
-}
-
-void qcal_onnx_save_options_default(qcal_onnx_save_options *opt)
-{
-    opt->external_threshold = (UINT64_C(1) << 31) - (UINT64_C(1) << 20);
-    opt->external_min_bytes = 1024;
 }
 
 qcal_status qcal_onnx_model_save_file(qcal_onnx_model *m, const qcal_onnx_save_options *opt, const char *path)
@@ -206,13 +183,6 @@ qcal_status qcal_onnx_node_set_graph(qcal_onnx_model *m, int64_t node, const cha
     return NO_ONNX();
 }
 
-void qcal_onnx_qdq_options_default(qcal_onnx_qdq_options *opt)
-{
-    memset(opt, 0, sizeof *opt);
-    opt->profile = QCAL_ONNX_PROFILE_ORT;
-    opt->weight_observer = QCAL_OBSERVER_PER_CHANNEL_MINMAX;
-}
-
 qcal_status qcal_onnx_list(const qcal_onnx_model *m, const qcal_onnx_qdq_options *opt, char ***names, int64_t *n)
 {
     (void)m, (void)opt, (void)names, (void)n;
@@ -289,18 +259,6 @@ void qcal_onnx_layer_ranges_free(qcal_onnx_layer_ranges **r, int64_t n)
     (void)n;
     if (r)
         *r = NULL;
-}
-
-void qcal_onnx_equalize_options_default(qcal_onnx_equalize_options *opt)
-{
-    memset(opt, 0, sizeof *opt);
-    opt->fold_bn = true;
-    opt->replace_clip = true;
-    opt->max_sweeps = 100;
-    opt->equalize = true;
-    qcal_qconfig_default(&opt->weight_qconfig);
-    opt->weight_qconfig.dtype = QCAL_QINT8;
-    opt->weight_qconfig.qscheme = QCAL_PER_CHANNEL_SYMMETRIC;
 }
 
 qcal_status qcal_onnx_equalize(qcal_onnx_model *m, const qcal_onnx_equalize_options *opt,

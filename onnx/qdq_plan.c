@@ -29,36 +29,6 @@ static const op_def op_defs[] = {
 };
 _Static_assert(sizeof op_defs / sizeof op_defs[0] == N_OP_DEFS, "N_OP_DEFS counts op_defs");
 
-const char *qcal_onnx_profile_name(qcal_onnx_profile profile)
-{
-    switch (profile) {
-    case QCAL_ONNX_PROFILE_ORT: return "ort";
-    case QCAL_ONNX_PROFILE_TENSORRT: return "tensorrt";
-    }
-    return "unknown";
-}
-
-qcal_status qcal_onnx_profile_parse(const char *name, qcal_onnx_profile *out)
-{
-    if (!name || !out)
-        return qcal_error(QCAL_ERR_INVALID_ARG, "qcal_onnx_profile_parse: NULL argument");
-    if (!strcmp(name, "ort"))
-        *out = QCAL_ONNX_PROFILE_ORT;
-    else if (!strcmp(name, "tensorrt"))
-        *out = QCAL_ONNX_PROFILE_TENSORRT;
-    else
-        return qcal_error(QCAL_ERR_INVALID_ARG, "unknown profile '%s' (expected ort or tensorrt)", name);
-    return QCAL_OK;
-}
-
-void qcal_onnx_qdq_options_default(qcal_onnx_qdq_options *opt)
-{
-    memset(opt, 0, sizeof *opt);
-    opt->profile = QCAL_ONNX_PROFILE_ORT;
-    opt->weight_observer = QCAL_OBSERVER_PER_CHANNEL_MINMAX;
-    opt->weight_qscheme = QCAL_PER_CHANNEL_SYMMETRIC;
-}
-
 void qdq_plan_free(plan *p)
 {
     for (int64_t i = 0; i < p->nt; i++) {

@@ -17,12 +17,6 @@
 
 /* ---- save ---- */
 
-void qcal_onnx_save_options_default(qcal_onnx_save_options *opt)
-{
-    opt->external_threshold = (UINT64_C(1) << 31) - (UINT64_C(1) << 20);
-    opt->external_min_bytes = 1024;
-}
-
 /* Starts the writeback of a file's written bytes from a thread of its own, so that the
  * kernel's work of submitting them (ext4_writepages: 12% of `qdq --profile tensorrt`'s CPU
  * when called inline) runs beside the writing instead of between its writes. */
