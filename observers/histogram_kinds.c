@@ -10,14 +10,6 @@
 
 /* ---- shared observer ops ------------------------------------------------------------- */
 
-bool qcal_histobs_config_asymmetric(const qcal_observer_config *cfg)
-{
-    qcal_qscheme s = cfg->q.qscheme;
-    bool affine = s == QCAL_PER_TENSOR_AFFINE || s == QCAL_PER_CHANNEL_AFFINE ||
-                  s == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS;
-    return affine && !qcal_dtype_is_float8(cfg->q.dtype);
-}
-
 /* Histogram of |x| (symmetric targets: TensorRT's and NVIDIA's searches) or of x. */
 static bool kind_uses_abs(const qcal_observer_config *cfg)
 {

@@ -58,6 +58,14 @@ bool qcal_observer_config_commutes(const qcal_observer_config *cfg)
     return !kind_is_histogram(cfg->kind) || cfg->grid == QCAL_GRID_LATTICE;
 }
 
+bool qcal_histobs_config_asymmetric(const qcal_observer_config *cfg)
+{
+    qcal_qscheme s = cfg->q.qscheme;
+    bool affine = s == QCAL_PER_TENSOR_AFFINE || s == QCAL_PER_CHANNEL_AFFINE ||
+                  s == QCAL_PER_CHANNEL_AFFINE_FLOAT_QPARAMS;
+    return affine && !qcal_dtype_is_float8(cfg->q.dtype);
+}
+
 void qcal_range_set_empty(float *mn, float *mx, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {

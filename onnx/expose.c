@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "onnx/qdq.h"
+#include "onnx/qdq_shared.h"
 
 /* The listed names (untyped: those of unknown element type instead), main graph first. */
 static qcal_status list_names(const qcal_onnx_model *m, const qcal_onnx_qdq_options *opt, bool untyped,

@@ -1,13 +1,13 @@
 /* The Q/DQ pass's entry points (qcal/onnx.h): plan, report, rewrite (qcal_onnx_qdq), and
  * qcal_onnx_qdq_save_file, whose lazy weights are computed by a pass on a thread of its own beside
- * the save (onnx/save.h). The plan and the rewrite: onnx/qdq.h. */
+ * the save (onnx/save.h). The plan and the rewrite: onnx/qdq_shared.h. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "onnx/qdq.h"
+#include "onnx/qdq_shared.h"
 #include "onnx/save.h"
 
 /* Hands r to *rep on success (rep not NULL), else frees it; returns st. */

@@ -1,11 +1,11 @@
-/* Activation qparams of the Q/DQ plan (onnx/qdq.h): the table's entry as the profile wants it
+/* Activation qparams of the Q/DQ plan (onnx/qdq_shared.h): the table's entry as the profile wants it
  * (quint8 asymmetric for ort, symmetric int8 for tensorrt, FP8), and the ort fusions that
  * move an op's output Q: a Relu or Clip after it, a MaxPool chain. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
 
-#include "onnx/qdq.h"
+#include "onnx/qdq_shared.h"
 #include "qcal/quantize.h"
 
 /* The qparams of an activation from the table entry, as the profile wants them. */

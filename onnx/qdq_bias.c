@@ -1,11 +1,11 @@
-/* The int32 biases of the Q/DQ plan (ort, onnx/qdq.h): scale = input scale x weight scale per
+/* The int32 biases of the Q/DQ plan (ort, onnx/qdq_shared.h): scale = input scale x weight scale per
  * channel, zero-point 0; a lazy weight's biases are computed after it, by the save's pass. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "onnx/qdq.h"
+#include "onnx/qdq_shared.h"
 #include "qcal/quantize.h"
 
 /* The int32 bias of n values b (ort): scales[c] = s_in * s_w[c], zero-point 0, the codes;

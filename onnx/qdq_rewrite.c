@@ -1,11 +1,11 @@
-/* The Q/DQ rewrite (onnx/qdq.h): the plan applied to its graph, QuantizeLinear /
+/* The Q/DQ rewrite (onnx/qdq_shared.h): the plan applied to its graph, QuantizeLinear /
  * DequantizeLinear nodes and their initializers inserted before the nodes that read them;
  * only the main graph and If bodies are rewritten, Loop and Scan bodies stay float. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "onnx/qdq.h"
+#include "onnx/qdq_shared.h"
 
 /* ONNX element type of a Q/DQ zero-point (and quantized tensor) of dtype. */
 static int32_t onnx_type_of(qcal_dtype d)

@@ -1,11 +1,11 @@
-/* The weights of the Q/DQ plan (onnx/qdq.h): each observed and quantized by the weight
+/* The weights of the Q/DQ plan (onnx/qdq_shared.h): each observed and quantized by the weight
  * quantizer (qcal/weights.h), read where it lies in the model's file mapping; with a lazy
  * plan (qcal_onnx_qdq_save_file) a float32 weight of a symmetric scheme is planned by size and
  * computed when the save's pass reaches it. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "onnx/qdq.h"
+#include "onnx/qdq_shared.h"
 #include "qcal/weights.h"
 
 /* Appends *w to the plan's weights (the array doubles at powers of two); *out gets its index.

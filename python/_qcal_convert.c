@@ -1,11 +1,11 @@
-/* qcal._qcal, conversions: Python values <-> the library's (_qcal_internal.h declares them).
+/* qcal._qcal, conversions: Python values <-> the library's (_qcal_shared.h declares them).
  *
  * Inputs: float32 tensors from buffers (in place when C-contiguous float32, else through the
  * package's qcal._coerce_f32) and from torch tensors read at data_ptr(). Outputs: numpy
  * arrays over bytearrays (numpy.frombuffer: numpy needed at run time, not to build), the
  * qparams arrays, and dicts built from field tables (qcal_py_dict_fields), which is how
  * Observer.config, Table.entries and the ONNX reports are written. */
-#include "_qcal_internal.h"
+#include "_qcal_shared.h"
 
 #include <math.h>
 #include <string.h>

@@ -3,7 +3,7 @@
  * functions behind qcal.quantize, qcal.fake_quant and qcal.torch's fake-quant modules.
  * Scales and zero points come as buffers (one value per tensor, or per channel along an
  * axis); outputs are written into the caller's buffers with the GIL released. */
-#include "_qcal_internal.h"
+#include "_qcal_shared.h"
 
 #include <string.h>
 

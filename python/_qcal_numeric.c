@@ -1,7 +1,7 @@
 /* qcal._qcal, numeric: the error metrics sqnr / l2 / cosine (qcal_numeric_compare_f32) and
  * qcal.NumericLogger, the statistics records of `qcal stats` that qcal.torch's activation
  * loggers write (qcal/numeric.h). */
-#include "_qcal_internal.h"
+#include "_qcal_shared.h"
 
 #include <string.h>
 

@@ -4,7 +4,7 @@
  * (the library's one config parser reads them) and goes out as a dict built from a field
  * table. Each Observer has its own lock, taken with the GIL released, so two threads may
  * share one; kernels run with the GIL released. */
-#include "_qcal_internal.h"
+#include "_qcal_shared.h"
 
 #include <pythread.h>
 

@@ -22,7 +22,7 @@
  * the element types the engine exchanges (the package makes contiguous copies of other
  * arrays; dtypes are never converted: the engine refuses one the model does not take, naming
  * the input, what the model wants and what was given). */
-#include "_qcal_internal.h"
+#include "_qcal_shared.h"
 
 #include <math.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * package's Session: named tensors observed batch by batch (thread-safe, the GIL released),
  * safetensors weights, the table snapshot; and the dump directories `qcal calibrate DIR`
  * reads (_dump_scan). */
-#include "_qcal_internal.h"
+#include "_qcal_shared.h"
 
 #include <string.h>
 

@@ -2,7 +2,7 @@
  * export options of `qcal calibrate` / `qcal convert`, write (one file or a directory, all
  * or nothing), entries as dicts (from field tables), repr, read_json. Session.table() makes
  * them (_qcal_session.c). */
-#include "_qcal_internal.h"
+#include "_qcal_shared.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,11 +1,12 @@
 /* Internal to onnx/'s Q/DQ pass: the plan shared by its files. qdq_plan.c decides which ops
- * and tensors are quantized and why others stay float, qdq_act.c the activations' qparams
+ * and tensors are quantized and why others stay float (asking qdq_lookup.c for the op table,
+ * tensor indexes, constants and exclusions), qdq_act.c the activations' qparams
  * (table, fused Relu / Clip, MaxPool chains), qdq_weight.c and qdq_bias.c the weights and
  * int32 biases (lazy ones computed during the save), qdq_rewrite.c inserts the Q/DQ nodes,
  * expose.c lists and exposes the tensors a profile quantizes, qdq.c holds the entry points
  * and the weight pass that runs beside the save. */
-#ifndef QCAL_ONNX_QDQ_H
-#define QCAL_ONNX_QDQ_H
+#ifndef QCAL_ONNX_QDQ_SHARED_H
+#define QCAL_ONNX_QDQ_SHARED_H
 
 #include "onnx/onnx_internal.h"
 
@@ -186,6 +187,12 @@ void qdq_subplans_free(subplans *s);
 
 /* The options checked (profile, exclude list, weight observer and qscheme). */
 qcal_status qdq_check_opts(const qcal_onnx_model *m, const qcal_onnx_qdq_options *opt);
+
+/* ---- qdq_lookup.c: the op table, the graph and the options as the plan reads them ---- */
+
+/* p->enabled from the options' op types (or the profile's defaults); an unknown type is an
+ * error naming the known ones. */
+qcal_status qdq_select_ops(plan *p);
 
 /* The index of name in p's graph, -1. */
 int64_t qdq_tensor_index(const plan *p, const char *name);

@@ -171,6 +171,7 @@ int qcal_py_table_check_no_data(const qcal_calib_table *t, bool allow_empty, boo
 
 /* ---- what each file adds to the module: 0, or -1 with an exception ---------------------- */
 
+int qcal_py_errors_init(PyObject *module);     /* Error and its subclasses (_qcal_errors.c) */
 int qcal_py_convert_init(PyObject *module);    /* _set_coercer; torch's attribute names */
 int qcal_py_observer_init(PyObject *module);   /* Observer */
 int qcal_py_session_init(PyObject *module);    /* Session, _dump_scan */
