@@ -3,8 +3,6 @@
  * class, tensor indexes, the constant behind a name, the exclusion globs. Below the plan,
  * the activation, weight and bias passes and the rewrite, which all call it. */
 #include <fnmatch.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "onnx/qdq_shared.h"
