@@ -6,13 +6,16 @@ Rows, per model (the demo CNN, the MobileNet-style net, PP-OCRv4 recognition):
   model_calib_<m>_histogram   the same with --observer histogram
       against bench/ort_plain (the baseline: the same model raised to opset 13 and
       BatchNorm-folded as the CLI does, the same exposed tensors, graph optimizations off,
-      the same runs of the same samples through qcal's engine, outputs discarded, nothing
-      observed). Interleaved: each pair runs plain, minmax and histogram (the order rotated
-      pair by pair), under GNU time (peak RSS, %M); the ratio is the median of the per-pair
-      wall-time ratios, with their spread.
+      ONNX Runtime's arena on, as calibrate's session, the same runs of the same samples
+      through qcal's engine, outputs discarded, nothing observed). Interleaved: each pair
+      runs plain, minmax, histogram and overlap (the order rotated pair by pair), under GNU
+      time (peak RSS, %M); the ratio is the median of the per-pair wall-time ratios, with
+      their spread.
       targets (the issue): time <= 1.15x plain (minmax), <= 1.3x plain (histogram); peak RSS
       <= plain's peak RSS x 1.1 + the observers' state.
-  model_calib_<m>_auto        the same three at the automatic batch (no --batch: 512 MiB of
+  model_calib_<m>_overlap     the histogram side with --overlap (observed while the next run
+                              computes); its time and peak RSS, reported, no target.
+  model_calib_<m>_auto        the same four at the automatic batch (no --batch: 512 MiB of
                               exposed outputs a run), fewer pairs; reported, no target.
   model_calib_<m>_dump        the dump route once: `qcal onnx-expose` + tests/ort/ort_run.cjs
                               --dump (onnxruntime-node, --level disabled, the same batch and
@@ -65,7 +68,7 @@ OCR_REC = os.path.join(npm_dir(), "node_modules", "@gutenye", "ocr-models", "ass
                        "ch_PP-OCRv4_rec_infer.onnx")
 BINS = 2048   # the histogram observer's default bins (include/qcal/observer.h)
 TARGET = {"minmax": 1.15, "histogram": 1.3}
-SIDES = ("plain", "minmax", "histogram")
+SIDES = ("plain", "minmax", "histogram", "overlap")
 
 
 def log(msg):
@@ -218,7 +221,9 @@ def bench_model(key, m, a, qcal, plain, env, tmp):
                 "minmax": [qcal, "calibrate", m["model"], "--data", m["data"], "-o", table,
                            "--observer", "minmax", "-q"] + bargs,
                 "histogram": [qcal, "calibrate", m["model"], "--data", m["data"], "-o", table,
-                              "--observer", "histogram", "-q"] + bargs}
+                              "--observer", "histogram", "-q"] + bargs,
+                "overlap": [qcal, "calibrate", m["model"], "--data", m["data"], "-o", table,
+                            "--observer", "histogram", "-q", "--overlap"] + bargs}
 
     def measure(batch, pairs):
         c = cmds(batch)
@@ -234,7 +239,7 @@ def bench_model(key, m, a, qcal, plain, env, tmp):
         tensors = table_entries(table)
         res = {s: dict(wall=[], rss=[], cpu=[]) for s in SIDES}
         for p in range(pairs):
-            order = SIDES[p % 3:] + SIDES[:p % 3]
+            order = SIDES[p % len(SIDES):] + SIDES[:p % len(SIDES)]
             for s in order:
                 wl, rss, cpu, _ = timed(c[s], env)
                 res[s]["wall"].append(wl)
@@ -274,6 +279,22 @@ def bench_model(key, m, a, qcal, plain, env, tmp):
                                   info["runs"], m["batch"], info["run_bytes"] / 1e6, m["note"],
                                   load),
             **{"pass": ok_t and ok_m}))
+
+    # --overlap (histogram): observed while the next run computes; reported, no target.
+    r = res["overlap"]
+    ratios = [x / y for x, y in zip(r["wall"], pw)]
+    rows.append(dict(
+        name="model_calib_%s_overlap" % key, threads=a.threads,
+        label="qcal calibrate %s --observer histogram --batch %d --overlap vs plain ORT runs"
+              % (label, m["batch"]),
+        qcal_s=statistics.median(r["wall"]), ref_s=statistics.median(pw),
+        ratio=statistics.median(ratios), ratio_min=min(ratios), ratio_max=max(ratios),
+        pairs=a.pairs, qcal_rss_mib=max(r["rss"]), plain_rss_mib=prss, target=None,
+        detail="peak RSS %.0f MiB vs plain %.0f MiB (histogram without --overlap: %.0f MiB, "
+               "%.2fx); load %.1f" % (max(r["rss"]), prss, max(res["histogram"]["rss"]),
+                                      statistics.median([x / y for x, y in
+                                                         zip(res["histogram"]["wall"], pw)]),
+                                      load), **{"pass": None}))
 
     if a.auto_pairs > 0:
         ares, ainfo = measure(0, a.auto_pairs)

@@ -89,7 +89,7 @@ int main(int argc, char **argv)
         return fail("engine", st);
     qcal_engine_session_options so;
     qcal_engine_session_options_default(&so);
-    so.cpu_arena = false;   /* as qcal calibrate's session (engine/model_calib.c) */
+    so.cpu_arena = true;   /* as qcal calibrate's session (engine/model_calib.c) */
     if (plain) {            /* as qcal compare's sessions (engine/accuracy.c) */
         so.cpu_arena = true;
         so.optimization = level;

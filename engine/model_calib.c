@@ -183,9 +183,11 @@ static void *observer_main(void *arg)
 {
     qcal_model_calib *mc = arg;
 #if QCAL_HAVE_OPENMP
-    /* The observers run on this thread alone: the engine's intra-op threads already take
-     * every core while it observes, so an OpenMP team here would only compete with them,
-     * its idle workers spin-waiting after every kernel (measured: docs/performance.md,
+    /* The observers run on this thread alone. With --overlap the engine's intra-op threads
+     * take every core while it observes, and an OpenMP team here would only compete with
+     * them, its idle workers spin-waiting after every kernel; without it (observed between
+     * runs) a team's workers still spin into the next run: the demo CNN took 1.6-1.7x the
+     * plain runs with two threads here against 1.05-1.2x with one (docs/performance.md,
      * "Calibrating by running the model"). This sets this thread's own OpenMP default, which
      * qcal_threads_for reads when no qcal_threads_set_count count is set; results do not
      * depend on the thread count. */
@@ -461,10 +463,12 @@ qcal_status qcal_model_calib_create(qcal_engine *e, const qcal_onnx_model *m, qc
     qcal_engine_session_options so;
     qcal_engine_session_options_default(&so);
     so.optimization = 0;   /* every tensor computed as the model says (ORT's calibrator too) */
-    /* No arena: the observer thread releases each output as soon as it is observed, and that
-     * memory must go back at once, or the run it overlaps with would grow the arena by the
-     * outputs still held (peak: two runs' outputs instead of about one). */
-    so.cpu_arena = false;
+    /* ONNX Runtime's arena: the runs repeat the same requests, so it serves every run from
+     * the memory of the first. Without it each run goes to malloc, whose heap layout (and so
+     * the peak RSS) then depends on address-space randomization: the same serial calibration
+     * of the demo CNN peaked at 61 to 96 MiB from one process to the next, 64-65 MiB with the
+     * arena (docs/performance.md, "Calibrating by running the model"). */
+    so.cpu_arena = true;
     so.threads = opt->threads;
     st = qcal_engine_session_create(e, bytes, len, &so, &mc->sess);
     qcal_free(bytes);
@@ -660,6 +664,15 @@ static qcal_status run_once(qcal_model_calib *mc, const qcal_engine_value *input
     pthread_cond_broadcast(&mc->cv);
     pthread_mutex_unlock(&mc->mu);
     mc->rep.runs++;
+    /* Not overlapped (the default): the next run starts once these outputs are observed and
+     * released, so the engine reuses their memory and the peak is one run's. */
+    if (!mc->opt.overlap) {
+        t0 = engine_now_s();
+        st = wait_idle(mc);
+        mc->rep.wait_seconds += engine_now_s() - t0;
+        if (st < 0)
+            return st;
+    }
     return QCAL_OK;
 }
 

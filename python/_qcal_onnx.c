@@ -705,21 +705,21 @@ static void ModelCalib_dealloc(ModelCalibObject *self)
 }
 
 /* _ModelCalib(model, session, *, profile=None, op_types=None, exclude=None, batch=0,
- *             carry=None, ort_lib=None, threads=0, observer_auto=False) */
+ *             carry=None, ort_lib=None, threads=0, observer_auto=False, overlap=False) */
 static int ModelCalib_init(ModelCalibObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"model", "session", "profile", "op_types", "exclude", "batch",
-                             "carry", "ort_lib", "threads", "observer_auto", NULL};
+                             "carry", "ort_lib", "threads", "observer_auto", "overlap", NULL};
     PyObject *model_o = NULL, *session_o = NULL, *exclude_o = Py_None, *carry_o = Py_None;
     PyObject *keep_ex = NULL, *keep_carry = NULL, *lib = NULL;
     const char *profile = NULL, *op_types = NULL;
     long long batch = 0;
-    int threads = 0, observer_auto = 0;
+    int threads = 0, observer_auto = 0, overlap = 0;
     PyObject *lib_o = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!|$zzOLOOip:_ModelCalib", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!|$zzOLOOipp:_ModelCalib", kwlist,
                                      &OnnxModelType, &model_o, qcal_py_session_type,
                                      &session_o, &profile, &op_types, &exclude_o, &batch,
-                                     &carry_o, &lib_o, &threads, &observer_auto))
+                                     &carry_o, &lib_o, &threads, &observer_auto, &overlap))
         return -1;
     if (self->mc) {
         PyErr_SetString(qcal_py_error_type(QCAL_ERR_STATE), "already initialised");
@@ -743,6 +743,7 @@ static int ModelCalib_init(ModelCalibObject *self, PyObject *args, PyObject *kw)
     o.op_types = op_types;
     o.threads = threads;
     o.observer_auto = observer_auto != 0;
+    o.overlap = overlap != 0;
     const char **exclude = NULL, **carry = NULL;
     int64_t n_carry = 0;
     if (str_list(exclude_o, "exclude", &keep_ex, &exclude, &o.n_exclude) < 0)

@@ -49,6 +49,7 @@ int cli_model_opt(const char *cmd, cli_model_args *a, int id, const char *val)
     case CLI_MODEL_ORT_LIB: a->ort_lib = val; return 0;
     case CLI_MODEL_AUTO_SAMPLES:
         return cli_parse_i64(cmd, "--auto-samples", val, 0, INT64_MAX / 2, &a->auto_samples);
+    case CLI_MODEL_OVERLAP: a->overlap = true; return 0;
     default: return -1;
     }
 }
@@ -217,6 +218,7 @@ int cli_model_calibrate(const char *cmd, qcal_engine *e, const qcal_onnx_model *
     o.rank = rank;
     o.ranks = ranks;
     o.observer_auto = a->observer_auto;
+    o.overlap = a->overlap;
     if (a->auto_samples >= 0)
         o.auto_samples = a->auto_samples;
     o.auto_qdq = sel;   /* the candidates at the outputs: the QDQ model this command makes */

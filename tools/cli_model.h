@@ -17,7 +17,7 @@
 enum {
     CLI_MODEL_BASE = 3000,
     CLI_MODEL_DATA = CLI_MODEL_BASE, CLI_MODEL_INPUT, CLI_MODEL_BATCH, CLI_MODEL_CARRY,
-    CLI_MODEL_ORT_LIB, CLI_MODEL_AUTO_SAMPLES,
+    CLI_MODEL_ORT_LIB, CLI_MODEL_AUTO_SAMPLES, CLI_MODEL_OVERLAP,
     CLI_MODEL_END
 };
 
@@ -44,7 +44,11 @@ enum {
     CLI_OPT("auto-samples", 0, CLI_MODEL_AUTO_SAMPLES, "N",                                     \
         "--observer auto: run the whole-model candidates against float\n"                       \
         "on the first N samples of the data, one per run (default 64;\n"                        \
-        "0: the per-tensor choice only)")
+        "0: the per-tensor choice only)"),                                                     \
+    CLI_FLAG("overlap", 0, CLI_MODEL_OVERLAP,                                                   \
+        "observe each run's tensors while the engine computes the next\n"                       \
+        "(default: observed before it; up to two runs' tensors in memory;\n"                    \
+        "the same table)")
 
 typedef struct cli_model_args {
     const char *data;          /* --data */
@@ -56,6 +60,7 @@ typedef struct cli_model_args {
     const char *ort_lib;       /* --ort-lib */
     bool observer_auto;        /* --observer auto (cli_model_observer_auto) */
     int64_t auto_samples;      /* --auto-samples, -1: not given (the library's default) */
+    bool overlap;              /* --overlap */
 } cli_model_args;
 
 /* Allocates the lists for argc arguments; 0 or an exit code (reported). */

@@ -11,8 +11,9 @@
  * The tensors are those qcal_onnx_expose would expose for the options' profile, op types and
  * exclusions; they become outputs of an in-memory copy of the model (the caller's model is
  * not changed), run with graph optimizations disabled. Each run's outputs are observed (role
- * activation, step = the run's index) on a second thread while the engine computes the next
- * run, so at most two runs' outputs are in memory. The session's table equals the one
+ * activation, step = the run's index) on a second thread and released before the next run
+ * (opt.overlap: while the engine computes the next run, at most two runs' outputs in
+ * memory); the table is the same either way. The session's table equals the one
  * `qcal onnx-expose` -> a dump of the same runs -> `qcal calibrate DIR` gives, byte for byte;
  * for observers whose updates commute (qcal_observer_config_commutes) the ranges do not
  * depend on how samples are grouped into runs (only the entries' batch counts do).
@@ -104,6 +105,11 @@ typedef struct qcal_model_calib_options {
                                      * first pass's runs (qcal_model_calib_feed; each input
                                      * with a dynamic first dimension sliced on it); 0: the
                                      * per-tensor choice only */
+    bool overlap;                   /* default false: each run's outputs observed and
+                                     * released before the next run starts (peak memory:
+                                     * one run's). true: observed while the engine computes
+                                     * the next run (faster where the engine leaves a core
+                                     * idle; up to two runs' outputs in memory) */
     const qcal_onnx_qdq_options *auto_qdq; /* default NULL: the candidates' QDQ models made
                                      * with qcal_onnx_qdq_options_default and this profile,
                                      * op_types and exclude; else these (copied at create) */

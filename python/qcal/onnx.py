@@ -176,7 +176,8 @@ def _path_name(model):
 
 
 def observe(model, data, session, *, profile="ort", op_types=None, exclude=None, batch=None,
-            carry=None, ort_lib=None, threads=0, observer_auto=False, _loaded=None):
+            carry=None, ort_lib=None, threads=0, observer_auto=False, overlap=False,
+            _loaded=None):
     """Runs ``model`` on ``data`` in ONNX Runtime and observes every tensor ``profile`` quantizes
     into ``session`` (a ``qcal.Session``; role activation, step = the run's index). Returns a
     report dict: tensors (observed per run), files, samples, runs, batch, max_run_bytes,
@@ -189,7 +190,9 @@ def observe(model, data, session, *, profile="ort", op_types=None, exclude=None,
     ``observer_auto``: each tensor's observer chosen by the exact SQNR of every commuting
     candidate (``qcal calibrate --observer auto``): the data is run twice, so it must be a
     data spec, a sequence (list, tuple) or a reader with ``rewind()``; ``chosen`` counts the
-    tensors each observer kind won."""
+    tensors each observer kind won. ``overlap``: each run's tensors are observed while the
+    engine computes the next run (``qcal calibrate --overlap``: up to two runs' outputs in
+    memory; default: observed and released before it); the same table either way."""
     if data is None:
         raise TypeError("observe() needs data: an iterable of {input: array} dicts, a "
                         "CalibrationDataReader or a data spec path")
@@ -211,7 +214,7 @@ def observe(model, data, session, *, profile="ort", op_types=None, exclude=None,
     mc = _qcal._ModelCalib(m, session, profile=profile, op_types=_op_types(op_types),
                            exclude=_names(exclude, "exclude"), batch=_batch(batch),
                            carry=carry, ort_lib=ort_lib, threads=threads,
-                           observer_auto=bool(observer_auto))
+                           observer_auto=bool(observer_auto), overlap=bool(overlap))
     if spec:
         optional = [p.partition("=")[2] for p in carry] if carry else None
         mc.feed_data(_os.fspath(data), None, optional)   # both passes with observer_auto
@@ -245,7 +248,7 @@ def _auto(observer, rules, rules_text, config):
 
 def calibrate(model, data, *, observer=None, rules=None, rules_text=None, profile="ort",
               op_types=None, exclude=None, batch=None, carry=None, ort_lib=None,
-              allow_empty=False, max_memory=2 ** 31, **config):
+              overlap=False, allow_empty=False, max_memory=2 ** 31, **config):
     """Calibrates ``model`` on ``data`` (see the module's doc) and returns the ``qcal.Table``,
     the table ``qcal calibrate MODEL.onnx --data SPEC`` writes for the same runs.
     ``observer`` + config (bins=, qscheme=, ...), ``rules`` (a rules file) and
@@ -253,8 +256,8 @@ def calibrate(model, data, *, observer=None, rules=None, rules_text=None, profil
     ``observer="auto"`` chooses each tensor's observer (see ``observe``; the data run twice);
     ``profile`` ("ort" or "tensorrt"), ``op_types`` and ``exclude`` (globs) choose the tensors
     as ``qdq`` will; ``batch``: samples per run of a data spec (default automatic; ranges do
-    not depend on it); ``carry``: recurrent state (see ``observe``); ``ort_lib``: the path
-    of libonnxruntime.so.1. A tensor that saw no finite value raises ``NoDataError`` unless
+    not depend on it); ``carry``: recurrent state and ``overlap`` (see ``observe``);
+    ``ort_lib``: the path of libonnxruntime.so.1. A tensor that saw no finite value raises ``NoDataError`` unless
     ``allow_empty``."""
     auto = _auto(observer, rules, rules_text, config)
     if config and observer is None:
@@ -262,20 +265,22 @@ def calibrate(model, data, *, observer=None, rules=None, rules_text=None, profil
     s = Session(rules=rules, rules_text=rules_text, observer=None if auto else observer,
                 max_memory=max_memory, **config)
     observe(model, data, s, profile=profile, op_types=op_types, exclude=exclude, batch=batch,
-            carry=carry, ort_lib=ort_lib, observer_auto=auto)
+            carry=carry, ort_lib=ort_lib, observer_auto=auto, overlap=overlap)
     return s.table(allow_empty=allow_empty, profile=profile)
 
 
 def qdq(model, out, data=None, table=None, *, profile="ort", observer=None, rules=None,
         rules_text=None, op_types=None, exclude=None, weight_observer=None,
         weight_qscheme=None, float_weights=False, strict=False, equalize=False, batch=None,
-        carry=None, ort_lib=None, allow_empty=False, min_output_sqnr=None, max_drop=None,
-        labels=None, metric=None, eval_data=None, sensitivity_samples=None, **config):
+        carry=None, ort_lib=None, overlap=False, allow_empty=False, min_output_sqnr=None,
+        max_drop=None, labels=None, metric=None, eval_data=None, sensitivity_samples=None,
+        **config):
     """Writes ``model`` with QuantizeLinear/DequantizeLinear nodes to ``out`` (atomically), as
     ``qcal qdq``: activations from ``table`` (a ``qcal.Table`` or a JSON table path) or from
     calibrating on ``data`` (exactly one of them; with data the observer options of
-    ``calibrate`` apply; default ``observer="auto"`` unless rules, rules_text or observer
-    options are given, as ``qcal qdq --data``), weights from the model's own initializers
+    ``calibrate`` apply, ``batch``, ``carry`` and ``overlap`` too; default
+    ``observer="auto"`` unless rules, rules_text or observer options are given, as
+    ``qcal qdq --data``), weights from the model's own initializers
     (``weight_observer``,
     ``weight_qscheme``, or ``float_weights=True`` to leave them float). ``strict``: tensors
     missing from the table raise ``NotFoundError`` (default: they stay float, listed in the
@@ -332,7 +337,8 @@ def qdq(model, out, data=None, table=None, *, profile="ort", observer=None, rule
         s = Session(rules=rules, rules_text=rules_text, observer=None if auto else observer,
                     **config)
         crep = observe(None, data, s, profile=profile, op_types=op_types, exclude=exclude,
-                       batch=batch, carry=carry, ort_lib=ort_lib, observer_auto=auto, _loaded=m)
+                       batch=batch, carry=carry, ort_lib=ort_lib, observer_auto=auto,
+                       overlap=overlap, _loaded=m)
         table = s.table(allow_empty=allow_empty, profile=profile)
         rep = {"table": table, "samples": crep["samples"], "runs": crep["runs"],
                "engine_version": crep["engine_version"], "passes": crep["passes"],

@@ -6,8 +6,9 @@ On the committed MobileNet-style network (examples/mobilenet/mobilenet.onnx, inp
   - the chain: `qcal onnx-expose` -> onnxruntime-node (tests/ort/ort_run.cjs, graph
     optimizations disabled, batches of 16) writes a dump -> `qcal calibrate DIR` (a manifest
     keeps the exposed tensors only);
-  - the model route: `qcal calibrate mobilenet.onnx --data x.npy --batch 16`;
-  the two tables are asserted byte-identical, for histogram and minmax, profile ort and
+  - the model route: `qcal calibrate mobilenet.onnx --data x.npy --batch 16`, and the same
+  with --overlap (observed while the next run computes);
+  the tables are asserted byte-identical, for histogram and minmax, profile ort and
   tensorrt (the dump route told --profile: both tables record it); --batch 1, 7 and the automatic batch give the same ranges (only the entries'
   batch counts differ); `qcal qdq --data` writes the bytes of `qcal qdq --table` with that
   table, and its --table-out is the table; bad input: a float64 file, a missing input, a
@@ -119,6 +120,12 @@ def main():
               "%s: the table records profile %s" % (tag, profile))
         check("%d activations" % n in r.stdout and "64 samples (4 runs, 1 file)" in r.stdout,
               "%s: summary line counts (%s)" % (tag, r.stdout.strip()))
+        # --overlap: observed while the next run computes; the same bytes.
+        ovl = os.path.join(w, "model_%s_overlap.json" % tag)
+        r = qcal_run(qcal, "calibrate", MODEL, "--data", x, "--batch", "16", "-o", ovl,
+                     "--profile", profile, "--observer", observer, "-q", "--overlap")
+        check(r.returncode == 0 and open(chain, "rb").read() == open(ovl, "rb").read(),
+              "%s --overlap: table byte-identical to the dump route" % tag)
 
     # The grouping of samples into runs changes nothing but the batch counts.
     ref = None

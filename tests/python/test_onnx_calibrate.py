@@ -106,6 +106,13 @@ class OnnxCalibrate(unittest.TestCase):
         t = qcal.onnx.calibrate(MODEL, gen)
         self.assertEqual(table_json(t, self.d, "gen.json"), self.want)
 
+    def test_overlap(self):
+        # Observed while the next run computes: the same table as the default.
+        t = qcal.onnx.calibrate(MODEL, runs(self.x), overlap=True)
+        self.assertEqual(table_json(t, self.d, "overlap.json"), self.want)
+        t = qcal.onnx.calibrate(MODEL, self.npy, batch=16, overlap=True)
+        self.assertEqual(table_json(t, self.d, "overlap_spec.json"), self.want)
+
     def test_reader_protocol(self):
         t = qcal.onnx.calibrate(MODEL, Reader(self.x))
         self.assertEqual(table_json(t, self.d, "reader.json"), self.want)
