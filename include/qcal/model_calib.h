@@ -105,14 +105,14 @@ typedef struct qcal_model_calib_options {
                                      * first pass's runs (qcal_model_calib_feed; each input
                                      * with a dynamic first dimension sliced on it); 0: the
                                      * per-tensor choice only */
+    const qcal_onnx_qdq_options *auto_qdq; /* default NULL: the candidates' QDQ models made
+                                     * with qcal_onnx_qdq_options_default and this profile,
+                                     * op_types and exclude; else these (copied at create) */
     bool overlap;                   /* default false: each run's outputs observed and
                                      * released before the next run starts (peak memory:
                                      * one run's). true: observed while the engine computes
                                      * the next run (faster where the engine leaves a core
                                      * idle; up to two runs' outputs in memory) */
-    const qcal_onnx_qdq_options *auto_qdq; /* default NULL: the candidates' QDQ models made
-                                     * with qcal_onnx_qdq_options_default and this profile,
-                                     * op_types and exclude; else these (copied at create) */
 } qcal_model_calib_options;
 
 /* Fills *opt with the defaults documented on each field. */
