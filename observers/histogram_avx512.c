@@ -88,6 +88,7 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
     uint64_t nbad = 0;
     /* Slots carry their copy's offset (lane & 3) when the grid allows it. */
     const bool pre = qcal_hist_ring_offsets(stride);
+    const bool split = pre && qcal_hist_split_increments();
     const __m512i voff = pre ? _mm512_mullo_epi32(
                                    _mm512_and_si512(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9,
                                                                      8, 7, 6, 5, 4, 3, 2, 1, 0),
@@ -200,8 +201,13 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                     }
                 }
             }
-            if (c >= 2)
-                qcal_hist_scatter_chunk(k + ((c - 2) & 3) * CH, sub, stride, pre);
+            if (c >= 2) {
+                const uint16_t *kc = k + ((c - 2) & 3) * CH;
+                if (split)
+                    qcal_hist_scatter_chunk_split(kc, sub);
+                else
+                    qcal_hist_scatter_chunk(kc, sub, stride, pre);
+            }
             if (fused && linear && out && c < nch && (c % CHECK == CHECK - 1 || c == nch - 1)) {
                 done = c + 1;
                 stop = true;
