@@ -102,7 +102,7 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
             }
             /* And, with NTA, one line per 4 KB page QCAL_HIST_PF_PAGE bytes ahead: the
              * hardware prefetchers stop at page boundaries; the page's TLB walk and first
-             * miss are then done early (with T0 it cost 3-4%). */
+             * miss are then done early (with T0 it did not pay). */
             if (!l1 && (c & (4096 / (CH * 4) - 1)) == 0) {
                 const char *a = (const char *)((uintptr_t)p + QCAL_HIST_PF_PAGE);
                 if (l1)

@@ -11,8 +11,12 @@
  * other chunk, rare, is decided value by value as in the C reference).
  *
  * The bound is the increments: one 16-bit store per value to a random line of the copies,
- * and this machine kind retires one such store per cycle. Every other store competes with
- * them, so the loop keeps them few: 32 slots a 64-byte store (vpackusdw, the lanes
+ * and the cores measured retire one such store per cycle. Every other store competes with
+ * them, and on Intel cores every other instruction too (the increments nearly fill the
+ * issue width: qcal_hist_split_increments), so the loop keeps both few: absval and the
+ * underflow fix are compile-time constants of each loop (chunks() below), lattice_bin_until
+ * does not clamp slots (a chunk with one outside is not binned from them), 32 slots a
+ * 64-byte store (vpackusdw, the lanes
  * interleaved: the order of a chunk's slots does not change its counts), no call inside a
  * segment of QCAL_HIST_FLUSH_ELEMS values (a call clobbers every zmm, and GCC then kept the
  * min / max vectors on the stack), and a vector flush. The input is prefetched NTA (4096
@@ -141,7 +145,7 @@ chunks_of(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                 }
                 /* And, with NTA, one line per 4 KB page QCAL_HIST_PF_PAGE bytes ahead: the
                  * hardware prefetchers stop at page boundaries; the page's TLB walk and
-                 * first miss are then done early (with T0 it cost 3-4%). */
+                 * first miss are then done early (with T0 it did not pay). */
                 if (!l1 && (c & (4096 / (CH * 4) - 1)) == 0) {
                     const char *a = (const char *)((uintptr_t)p + QCAL_HIST_PF_PAGE);
                     if (l1)

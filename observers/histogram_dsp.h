@@ -207,10 +207,9 @@ int64_t qcal_hist_until_tail(const float *x, int64_t n, int64_t at, const qcal_l
 /* Whether the SIMD kernels prefetch their input into L1 (T0) rather than non-temporally
  * (NTA). NTA keeps the stream from evicting the sub-histograms (32 KB for a 2048-bin
  * lattice) and was the faster one on AMD EPYC; on Intel Xeon cores a line prefetched NTA
- * goes to L1 alone, and one evicted before its use is read again from memory: an 8M-value
- * pass binned at 71-98% of the increment loop's rate from run to run with NTA, 94-100% with
- * T0 (docs/performance.md, "Figures behind the kernels' code"). Prefetches do not change
- * any count. */
+ * goes to L1 alone, and one evicted before its use is read again from memory, so T0 was
+ * the faster one there (docs/performance.md, "Figures behind the kernels' code").
+ * Prefetches do not change any count. */
 static inline bool qcal_hist_prefetch_l1(void)
 {
     return __builtin_cpu_is("intel");
@@ -244,8 +243,8 @@ static inline bool qcal_hist_until_scan(const float *p, int n, const qcal_lattic
 /* Whether a SIMD kernel's ring holds each slot with its copy's offset added: the slot of
  * lane l of a vector goes to copy l & 3 and is stored as slot + (l & 3) * stride, which must
  * stay below 2^16 (stride <= 16384). The scatter then increments sub[k] from one base: one
- * address computation fewer per value than four copy bases (8M values from memory, 1
- * thread: 3-5% faster; docs/performance.md, "Figures behind the kernels' code"). Each copy
+ * address computation fewer per value than four copy bases (faster: docs/performance.md,
+ * "Figures behind the kernels' code"). Each copy
  * still takes a quarter of every chunk, so the flush interval stays the same. Larger grids
  * keep plain slots and the four bases. */
 static inline bool qcal_hist_ring_offsets(int32_t stride)
@@ -279,10 +278,11 @@ static inline void qcal_hist_scatter_chunk(const uint16_t *k, qcal_hist_sub *sub
     }
 }
 /* Whether the SIMD kernels' scatter increments with a load, an add and a store of its own
- * (qcal_hist_scatter_chunk_split) rather than one add to memory: on Intel Xeon cores the add
- * to memory left the vector work beside it no room (the same loop of increments with 80 nops
- * per 64 values lost 18% with it, nothing split), and binning ran 4-17% faster split
- * (docs/performance.md, "Histogram binning on an Intel Xeon"). Counts are the same. */
+ * (qcal_hist_scatter_chunk_split) rather than one add to memory: on Intel Xeon cores a loop
+ * of adds to memory leaves no room for other instructions beside it (each one added costs
+ * its issue slot), the split loop some, and the vector work of the next chunks runs there
+ * (docs/performance.md, "Figures behind the kernels' code"). AMD cores keep the add to
+ * memory, with which the kernels were tuned there. Counts are the same. */
 static inline bool qcal_hist_split_increments(void)
 {
     return __builtin_cpu_is("intel");
