@@ -12,19 +12,19 @@
  *
  * The bound is the increments: one 16-bit store per value to a random line of the copies,
  * and the cores measured retire one such store per cycle. Every other store competes with
- * them, and on Intel cores every other instruction too (the increments nearly fill the
- * issue width: qcal_hist_split_increments), so the loop keeps both few: absval and the
- * underflow fix are compile-time constants of each loop (chunks() below), lattice_bin_until
- * does not clamp slots (a chunk with one outside is not binned from them), 32 slots a
- * 64-byte store (vpackusdw, the lanes
+ * them (on Intel cores so do the input's lines coming into L1, and with the increments as
+ * adds to memory every other instruction: qcal_hist_split_increments), so the loop keeps
+ * stores and instructions few: absval and the underflow fix are compile-time constants of
+ * each loop (chunks() below), lattice_bin_until does not clamp slots (a chunk with one
+ * outside is not binned from them), 32 slots a 64-byte store (vpackusdw, the lanes
  * interleaved: the order of a chunk's slots does not change its counts), no call inside a
  * segment of QCAL_HIST_FLUSH_ELEMS values (a call clobbers every zmm, and GCC then kept the
  * min / max vectors on the stack), and a vector flush. The input is prefetched NTA (4096
  * cells are 32 KB of counters, all of L1; T0 on Intel cores, qcal_hist_prefetch_l1), plus
  * with NTA one more line per 4 KB page, 64 KB ahead; the slots carry their copy's offset
- * (qcal_hist_ring_offsets), so the scatter addresses one base;
- * slots are read one uint16 at a time (four per 64-bit load was slower). The timings behind
- * each choice: docs/performance.md, "Figures behind the kernels' code". */
+ * (qcal_hist_ring_offsets), so the scatter addresses one base; slots are read one uint16 at
+ * a time (four per 64-bit load was slower). The timings behind each choice:
+ * docs/performance.md, "Figures behind the kernels' code". */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
