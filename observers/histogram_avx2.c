@@ -77,6 +77,7 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
     uint64_t nbad = 0;
     /* Slots carry their copy's offset (lane & 3) when the grid allows it. */
     const bool pre = qcal_hist_ring_offsets(stride);
+    const bool split = pre && qcal_hist_split_increments();
     const __m256i voff = pre ? _mm256_mullo_epi32(_mm256_set_epi32(3, 2, 1, 0, 3, 2, 1, 0),
                                                   _mm256_set1_epi32(stride))
                              : _mm256_setzero_si256();
@@ -101,7 +102,7 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
             }
             /* And, with NTA, one line per 4 KB page QCAL_HIST_PF_PAGE bytes ahead: the
              * hardware prefetchers stop at page boundaries; the page's TLB walk and first
-             * miss are then done early (with T0 it cost 3-4%). */
+             * miss are then done early (with T0 it did not pay). */
             if (!l1 && (c & (4096 / (CH * 4) - 1)) == 0) {
                 const char *a = (const char *)((uintptr_t)p + QCAL_HIST_PF_PAGE);
                 if (l1)
@@ -181,8 +182,13 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                 }
             }
         }
-        if (c >= 2)
-            qcal_hist_scatter_chunk(k + ((c - 2) & 3) * CH, sub, stride, pre);
+        if (c >= 2) {
+            const uint16_t *kc = k + ((c - 2) & 3) * CH;
+            if (split)
+                qcal_hist_scatter_chunk_split(kc, sub);
+            else
+                qcal_hist_scatter_chunk(kc, sub, stride, pre);
+        }
         since += CH;
         if (since >= QCAL_HIST_FLUSH_ELEMS) {
             flush(sub, stride, ncount, counts);

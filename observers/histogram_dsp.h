@@ -207,10 +207,9 @@ int64_t qcal_hist_until_tail(const float *x, int64_t n, int64_t at, const qcal_l
 /* Whether the SIMD kernels prefetch their input into L1 (T0) rather than non-temporally
  * (NTA). NTA keeps the stream from evicting the sub-histograms (32 KB for a 2048-bin
  * lattice) and was the faster one on AMD EPYC; on Intel Xeon cores a line prefetched NTA
- * goes to L1 alone, and one evicted before its use is read again from memory: an 8M-value
- * pass binned at 71-98% of the increment loop's rate from run to run with NTA, 94-100% with
- * T0 (docs/performance.md, "Figures behind the kernels' code"). Prefetches do not change
- * any count. */
+ * goes to L1 alone, and one evicted before its use is read again from memory, so T0 was
+ * the faster one there (docs/performance.md, "Figures behind the kernels' code").
+ * Prefetches do not change any count. */
 static inline bool qcal_hist_prefetch_l1(void)
 {
     return __builtin_cpu_is("intel");
@@ -244,8 +243,8 @@ static inline bool qcal_hist_until_scan(const float *p, int n, const qcal_lattic
 /* Whether a SIMD kernel's ring holds each slot with its copy's offset added: the slot of
  * lane l of a vector goes to copy l & 3 and is stored as slot + (l & 3) * stride, which must
  * stay below 2^16 (stride <= 16384). The scatter then increments sub[k] from one base: one
- * address computation fewer per value than four copy bases (8M values from memory, 1
- * thread: 3-5% faster; docs/performance.md, "Figures behind the kernels' code"). Each copy
+ * address computation fewer per value than four copy bases (faster: docs/performance.md,
+ * "Figures behind the kernels' code"). Each copy
  * still takes a quarter of every chunk, so the flush interval stays the same. Larger grids
  * keep plain slots and the four bases. */
 static inline bool qcal_hist_ring_offsets(int32_t stride)
@@ -278,6 +277,36 @@ static inline void qcal_hist_scatter_chunk(const uint16_t *k, qcal_hist_sub *sub
         s3[k[j + 3]]++;
     }
 }
+/* Whether the SIMD kernels' scatter increments with a load, an add and a store of its own
+ * (qcal_hist_scatter_chunk_split) rather than one add to memory: on Intel Xeon cores a loop
+ * of adds to memory leaves no room for other instructions beside it (each one added costs
+ * its issue slot), the split loop some, and the vector work of the next chunks runs there
+ * (docs/performance.md, "Figures behind the kernels' code"). AMD cores keep the add to
+ * memory, with which the kernels were tuned there. Counts are the same. */
+static inline bool qcal_hist_split_increments(void)
+{
+    return __builtin_cpu_is("intel");
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+/* qcal_hist_scatter_chunk for slots carrying their copy's offset, each increment written
+ * as three instructions (movzwl, inc, movw with the same indexed address): compilers fuse
+ * a C increment into one add to memory, or split it around an lea, which was slower. */
+static inline void qcal_hist_scatter_chunk_split(const uint16_t *k, qcal_hist_sub *sub)
+{
+#pragma GCC unroll 64
+    for (int j = 0; j < QCAL_HIST_CH; j++) {
+        uint32_t t;
+        __asm__ volatile("movzwl (%1,%q2,2), %0\n\t"
+                         "incl %0\n\t"
+                         "movw %w0, (%1,%q2,2)"
+                         : "=&r"(t)
+                         : "r"(sub), "r"((uint64_t)k[j])
+                         : "memory");
+    }
+}
+#endif
+
 /* The end of lattice_bin_until at chunk c: bins the chunks c - 2 and c - 1 still in the
  * ring of 4 chunks of slots k (those that exist). */
 static inline void qcal_hist_drain_ring(const uint16_t *k, int64_t c, qcal_hist_sub *sub,
