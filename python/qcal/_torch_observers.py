@@ -1,26 +1,12 @@
-"""qcal.torch: drop-in ``torch.ao.quantization`` observers computed by libqcal.
+"""qcal.torch's observer classes, their TorchScript ops and all_reduce_observer.
 
-Each class takes PyTorch 1.13's constructor arguments and works wherever torch's observers
-do: ``QConfig(activation=qcal.torch.HistogramObserver.with_args(reduce_range=True), ...)``
-with ``prepare_fx`` / ``convert_fx``. The min/max kinds give PyTorch's numbers bit for bit;
-the histogram family (``HistogramObserver``, ``PercentileObserver``, ``EntropyObserver``,
-``MSEObserver``) gives exactly what ``qcal observe`` gives on the same batches.
-
-TorchScript: every observer scripts; scripted, the update, ``calculate_qparams`` and
-``reset_min_max_vals`` run through the custom ops ``qcal::observe``,
-``qcal::calculate_qparams`` and ``qcal::reset`` (Python kernels registered with
-torch.library on import), with the data kept in the module's tensors, so prepare_jit /
-convert_jit, torch.jit.save / load and clones work. Fake-quant modules, the ``default_*``
-objects and the ``get_default_*`` qconfig helpers are in python/qcal/_torch_qat.py.
-
-State: ``min_val`` / ``max_val`` are registered buffers (PyTorch's shapes: 0-d per tensor,
-1-d per channel, +inf/-inf when empty) and ``qcal_state`` is a uint8 buffer with the
-observer's qcal state bytes, so ``state_dict`` / ``load_state_dict`` / ``.to()`` work.
-
-Across ``torch.distributed`` ranks, ``all_reduce_observer(obs)`` all-gathers every rank's
-state bytes and merges them in rank order, so every rank ends with the same observer;
-exact for every kind except the two moving-average ones (their merge is refused unless
-all but one rank is empty: use one rank's observer, or average outside qcal).
+python/qcal/torch.py is the public module (its docstring describes these classes,
+docs/python.md the rest): it re-exports everything here users reach as ``qcal.torch.X``,
+with the loggers of python/qcal/_torch_loggers.py and the fake-quant modules and qconfig
+helpers of python/qcal/_torch_qat.py, which are built on these observers. This file imports
+neither of the two, so the package has no import circle. The classes and
+all_reduce_observer name ``qcal.torch`` as their ``__module__``: pickles and TorchScript
+names are the same as when they were defined in torch.py.
 """
 import json as _json
 import re as _re
@@ -33,21 +19,14 @@ import weakref as _weakref
 
 import numpy as _np
 
-try:
-    import torch as _torch
-    from torch.ao.quantization.observer import UniformQuantizationObserverBase as _Base
-except ImportError as _e:  # pragma: no cover - exercised only without torch
-    raise ImportError(
-        "qcal.torch needs PyTorch (Debian: apt-get install python3-torch); the numpy API "
-        "in `qcal` works without it") from _e
+import torch as _torch
+from torch.ao.quantization.observer import UniformQuantizationObserverBase as _Base
 
 import qcal as _qcal
 
-__all__ = [
-    "MinMaxObserver", "MovingAverageMinMaxObserver", "PerChannelMinMaxObserver",
-    "MovingAveragePerChannelMinMaxObserver", "HistogramObserver", "PercentileObserver",
-    "EntropyObserver", "MSEObserver", "all_reduce_observer",
-]
+# The public module the classes and all_reduce_observer below name as theirs (pickles,
+# reprs, TorchScript names): they are reached as qcal.torch.X.
+_PUBLIC_MODULE = "qcal.torch"
 
 _DTYPES = {_torch.quint8: "quint8", _torch.qint8: "qint8", _torch.qint32: "qint32"}
 _QSCHEMES = {
@@ -301,10 +280,16 @@ _define_op("calculate_qparams(Tensor qcal_state, Tensor eps, str config) -> (Ten
 class _QcalObserver(_Base):
     """Common part: a qcal.Observer behind PyTorch's observer interface."""
 
+    __module__ = _PUBLIC_MODULE
     __jit_unused_properties__ = ["qcal_observer"]
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        if cls.__module__ == __name__:
+            # Defined in this file: named qcal.torch.X, where users reach it (pickles
+            # made when the classes lived in torch.py load, the TorchScript name below
+            # is unchanged). A subclass defined elsewhere keeps its own module.
+            cls.__module__ = _PUBLIC_MODULE
         # TorchScript name. torch 1.13's load_observer_state_dict tells scripted observers
         # by their qualified name: "quantization.observer" in it marks an observer, and
         # "quantization.observer.PerChannelMinMaxObserver" makes it call the module's
@@ -771,20 +756,4 @@ def all_reduce_observer(observer, group=None):
     return merged
 
 
-# Activation and parameter loggers (torchao's quant_logger shape; python/qcal/_torch_loggers.py).
-from qcal._torch_loggers import (  # noqa: E402
-    ActivationLoggers, add_activation_loggers, log_parameter_info)
-
-__all__ += ["ActivationLoggers", "add_activation_loggers", "log_parameter_info"]
-
-# Fake-quant modules, torch.ao's default objects and qconfig helpers on qcal.torch's classes
-# (python/qcal/_torch_qat.py).
-from qcal._torch_qat import (  # noqa: E402
-    DEFAULTS as _DEFAULTS, FakeQuantize, FusedMovingAvgObsFakeQuantize, get_default_qat_qconfig,
-    get_default_qat_qconfig_mapping, get_default_qconfig, get_default_qconfig_mapping,
-    qcal_qconfig)
-
-globals().update(_DEFAULTS)
-__all__ += ["FakeQuantize", "FusedMovingAvgObsFakeQuantize", "get_default_qconfig",
-            "get_default_qat_qconfig", "get_default_qconfig_mapping",
-            "get_default_qat_qconfig_mapping", "qcal_qconfig", *sorted(_DEFAULTS)]
+all_reduce_observer.__module__ = _PUBLIC_MODULE
