@@ -44,7 +44,9 @@ class _Buffers(dict):
     """The observer module's buffer dict. Reading ``min_val`` / ``max_val`` by any path
     (attribute, ``state_dict``, ``named_buffers``, ``.to()``) first copies the qcal
     observer's running range into them if it changed since the last copy, so forward
-    does no per-call buffer work."""
+    does no per-call buffer work. Pickled with the module (torch.save): named
+    qcal.torch._Buffers, as the observer classes."""
+    __module__ = _PUBLIC_MODULE
     __slots__ = ("owner",)
 
     def __getitem__(self, key):
