@@ -11,6 +11,9 @@ The ``default_*`` objects and ``get_default_*`` helpers are torch.ao's, with eve
 observer or fake-quant class that qcal.torch has replaced by qcal.torch's (the same
 arguments; torch's HistogramObserver becomes qcal.torch's with grid="torch", PyTorch's
 numbers); fixed-qparams, placeholder and no-op observers stay torch's.
+
+The observers and ``_define_op`` come from python/qcal/_torch_observers.py, not from
+qcal.torch, which re-exports this module's names.
 """
 import functools as _functools
 import math as _math
