@@ -11,6 +11,9 @@ The ``default_*`` objects and ``get_default_*`` helpers are torch.ao's, with eve
 observer or fake-quant class that qcal.torch has replaced by qcal.torch's (the same
 arguments; torch's HistogramObserver becomes qcal.torch's with grid="torch", PyTorch's
 numbers); fixed-qparams, placeholder and no-op observers stay torch's.
+
+The observers and ``_define_op`` come from python/qcal/_torch_observers.py, not from
+qcal.torch, which re-exports this module's names.
 """
 import functools as _functools
 import math as _math
@@ -23,7 +26,7 @@ from torch.ao.quantization import observer as _tob
 from torch.ao.quantization import qconfig as _tqc
 from torch.ao.quantization import qconfig_mapping as _tqm
 
-from qcal import torch as _qt
+from qcal import _torch_observers as _obs
 
 _SMALL_SCALE = _np.float32(6.1e-5)     # ATen's SMALL_SCALE_THRESHOLD (a float)
 
@@ -96,7 +99,7 @@ def _op_fused_qparams(min_val, max_val, scale, zero_point, quant_min, quant_max,
         buf.copy_(_torch.from_numpy(v).reshape(shape))
 
 
-_qt._define_op("fused_qparams(Tensor min_val, Tensor max_val, Tensor(a!) scale, "
+_obs._define_op("fused_qparams(Tensor min_val, Tensor max_val, Tensor(a!) scale, "
                "Tensor(b!) zero_point, int quant_min, int quant_max, bool symmetric) -> ()",
                _op_fused_qparams)
 
@@ -105,7 +108,7 @@ class FakeQuantize(_tq.FakeQuantize):
     """torch.ao.quantization.FakeQuantize with qcal.torch's MovingAverageMinMaxObserver as
     the default observer (any observer class may be passed, as in torch)."""
 
-    def __init__(self, observer=_qt.MovingAverageMinMaxObserver, quant_min=None,
+    def __init__(self, observer=_obs.MovingAverageMinMaxObserver, quant_min=None,
                  quant_max=None, **observer_kwargs):
         super().__init__(observer, quant_min, quant_max, **observer_kwargs)
 
@@ -117,12 +120,12 @@ class FusedMovingAvgObsFakeQuantize(_tq.FakeQuantize):
     its ChooseQuantizationParams rule, fake-quant); scriptable. As torch's kernel, qparams
     are recomputed only while fake-quant is enabled, and per-channel works on axis 0."""
 
-    def __init__(self, observer=_qt.MovingAverageMinMaxObserver, quant_min=0, quant_max=255,
+    def __init__(self, observer=_obs.MovingAverageMinMaxObserver, quant_min=0, quant_max=255,
                  **observer_kwargs):
         super().__init__(observer, quant_min, quant_max, **observer_kwargs)
         assert isinstance(self.activation_post_process,
-                          (_qt.MovingAverageMinMaxObserver,
-                           _qt.MovingAveragePerChannelMinMaxObserver)), \
+                          (_obs.MovingAverageMinMaxObserver,
+                           _obs.MovingAveragePerChannelMinMaxObserver)), \
             "Fused observer+fake_quant module only works with MovingAverageMinMaxObserver"
         self.register_buffer("fake_quant_enabled", _torch.tensor([1], dtype=_torch.long))
         self.register_buffer("observer_enabled", _torch.tensor([1], dtype=_torch.long))
@@ -169,11 +172,11 @@ class FusedMovingAvgObsFakeQuantize(_tq.FakeQuantize):
 
 # -- torch.ao's defaults with qcal.torch's classes --------------------------------------
 _CLASSES = {
-    _tob.MinMaxObserver: _qt.MinMaxObserver,
-    _tob.MovingAverageMinMaxObserver: _qt.MovingAverageMinMaxObserver,
-    _tob.PerChannelMinMaxObserver: _qt.PerChannelMinMaxObserver,
-    _tob.MovingAveragePerChannelMinMaxObserver: _qt.MovingAveragePerChannelMinMaxObserver,
-    _tob.HistogramObserver: _qt.HistogramObserver,
+    _tob.MinMaxObserver: _obs.MinMaxObserver,
+    _tob.MovingAverageMinMaxObserver: _obs.MovingAverageMinMaxObserver,
+    _tob.PerChannelMinMaxObserver: _obs.PerChannelMinMaxObserver,
+    _tob.MovingAveragePerChannelMinMaxObserver: _obs.MovingAveragePerChannelMinMaxObserver,
+    _tob.HistogramObserver: _obs.HistogramObserver,
     _tfq.FakeQuantize: FakeQuantize,
     _tfq.FusedMovingAvgObsFakeQuantize: FusedMovingAvgObsFakeQuantize,
 }
@@ -185,7 +188,7 @@ def qcal_qconfig(obj):
     (same arguments; torch's HistogramObserver becomes qcal.torch's with grid="torch",
     which gives torch's numbers). Anything else is returned as it is."""
     if obj is _tob.HistogramObserver:       # torch's numbers: the torch-compatible grid
-        return _qt.HistogramObserver.with_args(grid="torch")
+        return _obs.HistogramObserver.with_args(grid="torch")
     if isinstance(obj, type):
         return _CLASSES.get(obj, obj)
     if isinstance(obj, _tob._PartialWrapper):

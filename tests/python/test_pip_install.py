@@ -33,10 +33,22 @@ s_ = qcal.Session(observer="minmax")
 s_.observe("x", np.linspace(-1, 3, 9, dtype=np.float32))
 t = s_.table()
 js = json.loads(t.format())["entries"][0]["scale"][0]
+try:                     # qcal.torch and its private modules, installed beside it
+    import torch
+except ImportError:
+    torch_ok = None
+else:
+    import qcal.torch as qt
+    ob = qt.FakeQuantize(observer=qt.MinMaxObserver)
+    ob(torch.tensor([-1.0, 0.5, 3.0]))
+    torch_ok = bool(all(os.path.dirname(m.__file__) == where for m in (
+        qt, sys.modules["qcal._torch_observers"], sys.modules["qcal._torch_qat"],
+        sys.modules["qcal._torch_loggers"])) and ob.scale.item() == s[0])
 print(json.dumps({"file": where, "version": qcal.__version__,
                   "scale_ok": bool(s[0] == np.float32(4.0) / np.float32(255.0)),
                   "zp": int(z[0]), "fqn": t.entries[0]["fqn"],
-                  "json_ok": bool(np.float32(js) == s[0] == t.entries[0]["scale"][0])}))
+                  "json_ok": bool(np.float32(js) == s[0] == t.entries[0]["scale"][0]),
+                  "torch_ok": torch_ok}))
 """
 
 
@@ -60,10 +72,11 @@ def run(cmd, cwd, env, what):
 def check_import(python, cwd, env, expect_under, what):
     got = json.loads(run([python, "-c", CHECK], cwd, env, what).strip().splitlines()[-1])
     ok = (got["file"].startswith(expect_under) and got["fqn"] == "x" and got["zp"] == 64
-          and got["scale_ok"] and got["json_ok"])
+          and got["scale_ok"] and got["json_ok"] and got["torch_ok"] is not False)
     if not ok:
         print(f"FAIL: {what}: {got} (expected the package under {expect_under}, scale "
-              f"float32(4) / float32(255) in qparams, entries and JSON, zero point 64)")
+              f"float32(4) / float32(255) in qparams, entries and JSON, zero point 64, and "
+              f"qcal.torch's modules beside it with that scale, where PyTorch is installed)")
         sys.exit(1)
     return got
 
@@ -113,7 +126,8 @@ def main():
         with zipfile.ZipFile(os.path.join(wheels, whl[0])) as z:
             names = sorted(n for n in z.namelist() if ".dist-info/" not in n)
         print(f"{whl[0]}: {names}")
-        want = {"qcal/__init__.py", "qcal/torch.py"}
+        want = {"qcal/__init__.py", "qcal/onnx.py", "qcal/torch.py", "qcal/_torch_observers.py",
+                "qcal/_torch_loggers.py", "qcal/_torch_qat.py"}
         exts = [n for n in names if n.startswith("qcal/_qcal.") and n.endswith(".so")]
         other_so = [n for n in names if ".so" in n and n not in exts]
         if not want <= set(names) or len(exts) != 1 or other_so:

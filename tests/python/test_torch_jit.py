@@ -169,6 +169,37 @@ class TestScriptedObservers(unittest.TestCase):
         self.assertTrue(torch.equal(loaded.histogram, eager.histogram))
         qparams_equal(self, loaded.calculate_qparams(), eager.calculate_qparams(), "local")
 
+    def test_ops_defined_once_across_reloads(self):
+        """The qcal:: ops are defined once per process: importlib.reload of qcal.torch
+        rebinds the same classes; a reload of _torch_observers (and _torch_qat) keeps the
+        first library's kernels, and old and new classes script and give torch.ao's
+        numbers. In a child process: the reloads would replace this process's classes."""
+        import subprocess
+        code = """
+import importlib, sys, torch
+from torch.ao.quantization import observer as tob
+import qcal.torch as qt, qcal._torch_observers as ob, qcal._torch_qat as qat
+holder = sys.modules["_qcal_torch_ops"]
+lib, old = holder.library, qt.MinMaxObserver
+importlib.reload(qt)
+assert qt.MinMaxObserver is old
+importlib.reload(ob); importlib.reload(qat); importlib.reload(qt)
+assert holder.library is lib and qt.MinMaxObserver is ob.MinMaxObserver is not old
+assert type(qt.FakeQuantize().activation_post_process) is ob.MovingAverageMinMaxObserver
+x = torch.linspace(-1, 3, 101)
+ref = tob.MinMaxObserver(); ref(x); ref = ref.calculate_qparams()
+for cls in (old, qt.MinMaxObserver):
+    s = torch.jit.script(cls()); s(x); q = s.calculate_qparams()
+    assert torch.equal(q[0], ref[0]) and torch.equal(q[1], ref[1]), (q, ref)
+f = torch.jit.script(qt.FusedMovingAvgObsFakeQuantize()); f(x)
+print(sorted(holder.defined), ref[0].item(), ref[1].item())
+"""
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.split(), [
+            "['calculate_qparams',", "'fused_qparams',", "'histogram',", "'observe',",
+            "'reset']", "0.01568627543747425", "64"])
+
     def test_clones_are_independent(self):
         s = torch.jit.script(qt.MinMaxObserver())
         c = copy.deepcopy(s)         # prepare_jit clones one per insertion point

@@ -330,6 +330,68 @@ class TensorInputs(unittest.TestCase):
                 self.assertTrue(torch.equal(o2.max_val, amax(x * 10)))
                 self.assertTrue(torch.equal(o3.max_val, amax(x * 100)))
 
+    def test_classes_are_named_qcal_torch(self):
+        """The classes live in python/qcal/_torch_observers.py and name qcal.torch as their
+        module: type names, reprs, TorchScript names and torch.save pickles say
+        qcal.torch.X (as when torch.py defined them), and X is qcal.torch's attribute."""
+        import pickletools
+        import zipfile
+        public = [getattr(qt, n) for n in qt.__all__ if isinstance(getattr(qt, n), type)
+                  and n != "ActivationLoggers"]     # (its module: qcal._torch_loggers)
+        self.assertEqual(len(public), 10)      # the 8 observers and the 2 fake-quants
+        for cls in public + [qt._Buffers, qt._QcalObserver, qt._HistogramFamily,
+                             qt.all_reduce_observer]:
+            self.assertEqual(cls.__module__, "qcal.torch", cls)
+            self.assertIs(getattr(qt, cls.__qualname__), cls)
+        self.assertEqual(repr(qt.MSEObserver), "<class 'qcal.torch.MSEObserver'>")
+        self.assertEqual(qt.MinMaxObserver._jit_override_qualname,
+                         "__torch__.qcal.torch.quantization.observer."
+                         "PerChannelMinMaxObserver.MinMaxObserver")
+
+        class Mine(qt.MinMaxObserver):           # a user's subclass keeps its own module
+            pass
+        self.assertEqual(Mine.__module__, __name__)
+        self.assertTrue(Mine._jit_override_qualname.startswith(f"__torch__.{__name__}."))
+        x = torch.randn(3, 4, generator=torch.Generator().manual_seed(3))
+        for n in ("MinMaxObserver", "MovingAveragePerChannelMinMaxObserver",
+                  "HistogramObserver", "FusedMovingAvgObsFakeQuantize"):
+            with self.subTest(cls=n):
+                o = getattr(qt, n)()
+                o(x)
+                buf = io.BytesIO()
+                torch.save(o, buf)
+                with zipfile.ZipFile(io.BytesIO(buf.getvalue())) as z:
+                    pkl = z.read(next(m for m in z.namelist() if m.endswith("/data.pkl")))
+                names = {a.replace(" ", ".") for op, a, _ in
+                         pickletools.genops(pkl) if op.name == "GLOBAL" and "qcal" in a}
+                want = {"qcal.Observer", f"qcal.torch.{n}", "qcal.torch._Buffers"}
+                if n == "FusedMovingAvgObsFakeQuantize":
+                    want.add("qcal.torch.MovingAverageMinMaxObserver")
+                self.assertEqual(names, want)
+                o2 = torch.load(io.BytesIO(buf.getvalue()))
+                self.assertIs(type(o2), type(o))
+                self.assertEqual(list(o2.state_dict()), list(o.state_dict()))
+                for a, b in zip(o2.calculate_qparams(), o.calculate_qparams()):
+                    self.assertTrue(torch.equal(a, b))
+
+    def test_no_import_circle(self):
+        """_torch_observers imports neither qcal.torch nor _torch_qat; _torch_qat imports
+        _torch_observers, not qcal.torch (issue 33: qcal.torch is the facade over them)."""
+        for mod, absent in (("qcal._torch_observers", ["qcal.torch", "qcal._torch_qat",
+                                                        "qcal._torch_loggers"]),
+                            ("qcal._torch_qat", ["qcal.torch", "qcal._torch_loggers"]),
+                            ("qcal._torch_loggers", ["qcal.torch", "qcal._torch_qat",
+                                                     "qcal._torch_observers"])):
+            with self.subTest(mod=mod):
+                out = subprocess.run(
+                    [sys.executable, "-c", f"import sys, {mod}; print(sorted(m for m in "
+                     "sys.modules if m.startswith('qcal')))"],
+                    capture_output=True, text=True, check=True).stdout
+                loaded = eval(out)
+                self.assertIn(mod, loaded)
+                for m in absent:
+                    self.assertNotIn(m, loaded)
+
     def test_grid(self):
         xs = batches(4)
         for Q in (qt.HistogramObserver, qt.PercentileObserver, qt.EntropyObserver,
