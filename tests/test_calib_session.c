@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "qcal/calib.h"
+#include "qcal/threads.h"
 
 /* ---- Rules ---- */
 
@@ -230,7 +231,7 @@ static qcal_status feed(qcal_calib_session *s, int k, int64_t step)
     return qcal_calib_session_observe(s, name, role, step, &x);
 }
 
-static char *table_json(qcal_calib_session *s)
+__attribute__((noinline)) static char *table_json(qcal_calib_session *s)
 {
     qcal_calib_table *t = NULL;
     qcal_status st = qcal_calib_session_table(s, &t);
@@ -666,6 +667,44 @@ static void test_threads_histogram(void **state)
     qcal_calib_session_destroy(&s);
 }
 
+/* The table's qparams are searched on several threads when several entries search (the
+ * default activation observer is a histogram): 1, 2 and 3 threads give the same text, and
+ * the same as each entry's table made alone. */
+static void test_table_threads(void **state)
+{
+    (void)state;
+    const int nt = 6;
+    const int64_t ns = 3;
+    char *want[4] = { 0 };
+    for (int threads = 1; threads <= 3; threads++) {
+        qcal_threads_set_count(threads);
+        want[threads] = serial_table(NULL, nt, ns);
+        if (threads > 1)
+            assert_same_table(want[threads], want[1]);
+    }
+    qcal_threads_set_count(0);
+    /* Entry k alone (session of one tensor) gives entry k's lines. */
+    for (int k = 0; k < nt; k++) {
+        qcal_calib_session *s = new_session(NULL, 0);
+        for (int64_t step = 0; step < ns; step++)
+            assert_int_equal(feed(s, k, step), QCAL_OK);
+        char *one = table_json(s);
+        char name[64];
+        qcal_calib_role role;
+        name_of(k, name, sizeof name, &role);
+        char *a = strstr(one, name), *b = strstr(want[1], name);
+        if (!a || !b)
+            fail_msg("entry '%s' missing from a table", name);
+        size_t la = strcspn(a, "}"), lb = strcspn(b, "}");
+        if (la != lb || memcmp(a, b, la))
+            fail_msg("entry '%s' alone differs: %.*s | %.*s", name, (int)la, a, (int)lb, b);
+        qcal_free(one);
+        qcal_calib_session_destroy(&s);
+    }
+    for (int i = 1; i <= 3; i++)
+        qcal_free(want[i]);
+}
+
 /* Batches fed in parts (qcal_calib_session_observe_part) give the table, digest and
  * counts of whole batches, bit for bit, for every kind whose config splits; the parts of a
  * step arrive cut at random points and interleaved with other steps' parts. */
@@ -801,6 +840,7 @@ int main(void)
         cmocka_unit_test(test_threads_equal_serial),
         cmocka_unit_test(test_threads_stress),
         cmocka_unit_test(test_threads_histogram),
+        cmocka_unit_test(test_table_threads),
         cmocka_unit_test(test_observe_parts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
