@@ -209,59 +209,31 @@ static void increments(uint16_t *sub, const uint16_t *slot, int64_t nslot, int p
         }
 }
 
-int bench_increment_measure(int threads, int reps, double *gincr)
+/* This thread's number in the enclosing OpenMP team (0 without OpenMP). */
+static int thread_id(void)
 {
-    /* 4096 slots (8 KB) read 1024 times: with the 32 KB of counters they stay in L1, as
-     * the kernels' ring of slots does (a 128 KB slot array gave 3.2-4.1 G/s from run to
-     * run, one L1-resident 4.0-4.1). */
-    enum { NSLOT = 4096, PASSES = 1024 };
-    if (reps < 1)
-        reps = 1;
-    if (reps > 64)
-        reps = 64;
-    if (threads < 1)
-        threads = 1;
-    if (threads > 64)
-        threads = 64;
-    uint16_t *slot = malloc(NSLOT * sizeof *slot);
-    uint16_t *sub = aligned_alloc(64, (size_t)threads * 4 * 4096 * sizeof *sub);
-    if (!slot || !sub) {
-        free(slot);
-        free(sub);
-        return -1;
-    }
+#if QCAL_HAVE_OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+/* reps into [1, 64], threads into [1, 64]: the bounds of the probes' arrays. */
+static void clamp_runs(int *reps, int *threads)
+{
+    *reps = *reps < 1 ? 1 : *reps > 64 ? 64 : *reps;
+    *threads = *threads < 1 ? 1 : *threads > 64 ? 64 : *threads;
+}
+
+/* n pseudo-random counter slots in [0, 4096) (a fixed LCG: every run the same). */
+static void fill_slots(uint16_t *slot, int n)
+{
     uint32_t r = 12345;
-    for (int i = 0; i < NSLOT; i++) {
+    for (int i = 0; i < n; i++) {
         r = r * 1664525u + 1013904223u;
         slot[i] = (uint16_t)(r >> 20);   /* 0 .. 4095 */
     }
-    memset(sub, 0, (size_t)threads * 4 * 4096 * sizeof *sub);
-    double times[64];
-    for (int k = -1; k < reps; k++) {
-        double t0 = now_s();
-#if QCAL_HAVE_OPENMP
-#pragma omp parallel num_threads(threads)
-#endif
-        {
-#if QCAL_HAVE_OPENMP
-            int id = omp_get_thread_num();
-#else
-            int id = 0;
-#endif
-            increments(sub + (size_t)id * 4 * 4096, slot, NSLOT, PASSES);
-        }
-        double el = now_s() - t0;
-        if (k >= 0)
-            times[k] = el;
-    }
-    qsort(times, (size_t)reps, sizeof(double), cmp_d);
-    /* The counters wrap (16 bits); reading them keeps the stores. */
-    volatile uint16_t keep = sub[slot[0]];
-    (void)keep;
-    *gincr = (double)threads * NSLOT * PASSES / times[reps / 2] * 1e-9;
-    free(slot);
-    free(sub);
-    return 0;
 }
 
 /* increments() with an input stream read beside them: for every 64 increments, 64 floats
@@ -299,17 +271,73 @@ static uint32_t increments_stream(uint16_t *sub, const uint16_t *slot, const uin
     return (uint32_t)_mm_cvtsi128_si32(a0);
 }
 
+/* Median over `reps` timed runs (after one warm-up) of every thread of a team of `threads`
+ * incrementing its own 4 x 4096 counters of sub: `passes` passes over the slots (x NULL),
+ * or its share of the n values of x read beside the increments. */
+static double probe_time(int threads, int reps, uint16_t *sub, const uint16_t *slot,
+                         int nslot, int passes, const uint32_t *x, int64_t n)
+{
+    double times[64];
+    volatile uint32_t sink = 0;
+    for (int k = -1; k < reps; k++) {
+        double t0 = now_s();
+#if QCAL_HAVE_OPENMP
+#pragma omp parallel num_threads(threads)
+#endif
+        {
+            int id = thread_id();
+            uint16_t *own = sub + (size_t)id * 4 * 4096;
+            if (!x) {
+                increments(own, slot, nslot, passes);
+            } else {
+                int64_t per = n / threads / 64 * 64, a = (int64_t)id * per;
+                int64_t b = id == threads - 1 ? n : a + per;
+                uint32_t v = increments_stream(own, slot, x + a, b - a);
+#if QCAL_HAVE_OPENMP
+#pragma omp atomic
+#endif
+                sink |= v;
+            }
+        }
+        double el = now_s() - t0;
+        if (k >= 0)
+            times[k] = el;
+    }
+    qsort(times, (size_t)reps, sizeof(double), cmp_d);
+    /* The counters wrap (16 bits); reading them keeps the stores. */
+    volatile uint16_t keep = sub[slot[0]];
+    (void)keep;
+    (void)sink;
+    return times[reps / 2];
+}
+
+int bench_increment_measure(int threads, int reps, double *gincr)
+{
+    /* 4096 slots (8 KB) read 1024 times: with the 32 KB of counters they stay in L1, as
+     * the kernels' ring of slots does (a 128 KB slot array gave 3.2-4.1 G/s from run to
+     * run, one L1-resident 4.0-4.1). */
+    enum { NSLOT = 4096, PASSES = 1024 };
+    clamp_runs(&reps, &threads);
+    uint16_t *slot = malloc(NSLOT * sizeof *slot);
+    uint16_t *sub = aligned_alloc(64, (size_t)threads * 4 * 4096 * sizeof *sub);
+    if (!slot || !sub) {
+        free(slot);
+        free(sub);
+        return -1;
+    }
+    fill_slots(slot, NSLOT);
+    memset(sub, 0, (size_t)threads * 4 * 4096 * sizeof *sub);
+    double t = probe_time(threads, reps, sub, slot, NSLOT, PASSES, NULL, 0);
+    *gincr = (double)threads * NSLOT * PASSES / t * 1e-9;
+    free(slot);
+    free(sub);
+    return 0;
+}
+
 int bench_increment_stream_measure(int threads, int reps, int64_t n, double *gincr)
 {
     enum { NSLOT = 4096 };
-    if (reps < 1)
-        reps = 1;
-    if (reps > 64)
-        reps = 64;
-    if (threads < 1)
-        threads = 1;
-    if (threads > 64)
-        threads = 64;
+    clamp_runs(&reps, &threads);
     n = n / 64 * 64;
     if (n < 64 * threads)
         return -1;
@@ -322,44 +350,11 @@ int bench_increment_stream_measure(int threads, int reps, int64_t n, double *gin
         free(x);
         return -1;
     }
-    uint32_t r = 12345;
-    for (int i = 0; i < NSLOT; i++) {
-        r = r * 1664525u + 1013904223u;
-        slot[i] = (uint16_t)(r >> 20);   /* 0 .. 4095 */
-    }
+    fill_slots(slot, NSLOT);
     for (int64_t i = 0; i < n; i++)
         x[i] = (uint32_t)i * 2654435761u;
     memset(sub, 0, (size_t)threads * 4 * 4096 * sizeof *sub);
-    double times[64];
-    volatile uint32_t sink = 0;
-    for (int k = -1; k < reps; k++) {
-        double t0 = now_s();
-#if QCAL_HAVE_OPENMP
-#pragma omp parallel num_threads(threads)
-#endif
-        {
-#if QCAL_HAVE_OPENMP
-            int id = omp_get_thread_num();
-#else
-            int id = 0;
-#endif
-            int64_t per = n / threads / 64 * 64, a = (int64_t)id * per;
-            int64_t b = id == threads - 1 ? n : a + per;
-            uint32_t v = increments_stream(sub + (size_t)id * 4 * 4096, slot, x + a, b - a);
-#if QCAL_HAVE_OPENMP
-#pragma omp atomic
-#endif
-            sink |= v;
-        }
-        double el = now_s() - t0;
-        if (k >= 0)
-            times[k] = el;
-    }
-    qsort(times, (size_t)reps, sizeof(double), cmp_d);
-    volatile uint16_t keep = sub[slot[0]];
-    (void)keep;
-    (void)sink;
-    *gincr = (double)n / times[reps / 2] * 1e-9;
+    *gincr = (double)n / probe_time(threads, reps, sub, slot, NSLOT, 0, x, n) * 1e-9;
     free(slot);
     free(sub);
     free(x);

@@ -182,13 +182,8 @@ chunks(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                 }
             }
         }
-        if (c >= 2) {
-            const uint16_t *kc = k + ((c - 2) & 3) * CH;
-            if (split)
-                qcal_hist_scatter_chunk_split(kc, sub);
-            else
-                qcal_hist_scatter_chunk(kc, sub, stride, pre);
-        }
+        if (c >= 2)
+            qcal_hist_scatter_ring(k, c, sub, stride, pre, split);
         since += CH;
         if (since >= QCAL_HIST_FLUSH_ELEMS) {
             flush(sub, stride, ncount, counts);

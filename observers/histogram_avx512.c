@@ -229,13 +229,8 @@ chunks_of(const float *x, int64_t nch, int kind, const qcal_histc_grid *hg,
                     }
                 }
             }
-            if (c >= 2) {
-                const uint16_t *kc = k + ((c - 2) & 3) * CH;
-                if (split)
-                    qcal_hist_scatter_chunk_split(kc, sub);
-                else
-                    qcal_hist_scatter_chunk(kc, sub, stride, pre);
-            }
+            if (c >= 2)
+                qcal_hist_scatter_ring(k, c, sub, stride, pre, split);
             if (fused && linear && out && c < nch && (c % CHECK == CHECK - 1 || c == nch - 1)) {
                 done = c + 1;
                 stop = true;

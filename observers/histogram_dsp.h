@@ -305,6 +305,18 @@ static inline void qcal_hist_scatter_chunk_split(const uint16_t *k, qcal_hist_su
                          : "memory");
     }
 }
+
+/* The SIMD kernels' ring step at chunk c: the slots of chunk c - 2 (a ring of 4 chunks of
+ * k) into sub, split (qcal_hist_split_increments) or as one add to memory each. */
+static inline void qcal_hist_scatter_ring(const uint16_t *k, int64_t c, qcal_hist_sub *sub,
+                                          int32_t stride, bool pre, bool split)
+{
+    const uint16_t *kc = k + ((c - 2) & 3) * QCAL_HIST_CH;
+    if (split)
+        qcal_hist_scatter_chunk_split(kc, sub);
+    else
+        qcal_hist_scatter_chunk(kc, sub, stride, pre);
+}
 #endif
 
 /* The end of lattice_bin_until at chunk c: bins the chunks c - 2 and c - 1 still in the

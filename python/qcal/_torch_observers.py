@@ -141,12 +141,17 @@ def _config(config):
     return cfg
 
 
-def _unbind(key):
+def _dropper(table, key):
+    """A weakref callback that removes table[key] if it still holds that reference."""
     def drop(ref):
-        hit = _BOUND.get(key)
+        hit = table.get(key)
         if hit is not None and hit[0] is ref:
-            del _BOUND[key]
+            del table[key]
     return drop
+
+
+def _unbind(key):
+    return _dropper(_BOUND, key)
 
 
 def _bind_state(state, obs):
@@ -229,11 +234,7 @@ def _op_histogram(state, histogram, config):
 
 
 def _unsync_hist(key):
-    def drop(ref):
-        hit = _HIST_SYNCED.get(key)
-        if hit is not None and hit[0] is ref:
-            del _HIST_SYNCED[key]
-    return drop
+    return _dropper(_HIST_SYNCED, key)
 
 
 def _op_reset(state, min_val, max_val, config):
