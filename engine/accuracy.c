@@ -73,15 +73,6 @@ static double sqnr_db(double ss_f, double ss_e)
     return 10.0 * log10(ss_f / ss_e);
 }
 
-static int64_t argmax_f32(const float *v, int64_t n)
-{
-    int64_t best = -1;
-    for (int64_t i = 0; i < n; i++)
-        if (!isnan(v[i]) && (best < 0 || v[i] > v[best]))
-            best = i;
-    return best;
-}
-
 /* ---- the runner: data, sessions, passes ---- */
 
 typedef struct cand {
@@ -289,7 +280,8 @@ static qcal_status fold(runner *r, int64_t o, const qcal_engine_value *f, const 
             continue;
         bool all = true, all_f = true, all_q = true;
         for (int64_t p = 0; p < pos; p++) {
-            int64_t af = argmax_f32(a + p * last, last), aq = argmax_f32(b + p * last, last);
+            int64_t af = engine_argmax_f32(a + p * last, last);
+            int64_t aq = engine_argmax_f32(b + p * last, last);
             bool eq = af == aq;
             c->agree += eq;
             all = all && eq;

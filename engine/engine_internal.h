@@ -1,8 +1,9 @@
-/* Internal to engine/: the small helpers model_calib.c and accuracy.c share, and the choice
- * at the outputs model_calib.c asks of model_auto.c. */
+/* Internal to engine/: the small helpers model_calib.c, accuracy.c and model_auto.c share,
+ * and the choice at the outputs model_calib.c asks of model_auto.c. */
 #ifndef QCAL_ENGINE_INTERNAL_H
 #define QCAL_ENGINE_INTERNAL_H
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -19,6 +20,17 @@ static inline double engine_now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Index of the largest non-NaN value of v[0..n) (the first of equals), -1 when none: the
+ * class `qcal compare`'s agreement and observer_auto's choice compare. */
+static inline int64_t engine_argmax_f32(const float *v, int64_t n)
+{
+    int64_t best = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (!isnan(v[i]) && (best < 0 || v[i] > v[best]))
+            best = i;
+    return best;
 }
 
 /* One run's inputs kept for observer_auto's runs at the outputs (names and data owned). */

@@ -99,15 +99,6 @@ static qcal_status session_of(qcal_engine *e, const qcal_onnx_model *m, int thre
     return st;
 }
 
-static int64_t argmax_f32(const float *v, int64_t n)
-{
-    int64_t best = -1;
-    for (int64_t i = 0; i < n; i++)
-        if (!isnan(v[i]) && (best < 0 || v[i] > v[best]))
-            best = i;
-    return best;
-}
-
 /* One sample's outputs against float's: sum of f^2 and (f - q)^2 over the finite pairs of
  * every float output (the SQNR `qcal compare` prints over all outputs together), the
  * positions (every axis but the last, of outputs whose last axis is longer than 1) and
@@ -136,7 +127,8 @@ static qcal_status fold(const qcal_engine_outputs *fo, const qcal_engine_outputs
         int64_t numel = (int64_t)(f.nbytes / sizeof(float));
         int64_t last = f.ndim >= 1 ? f.dims[f.ndim - 1] : 1;
         for (int64_t p = 0; last > 1 && p < numel / last; p++) {
-            *all_agree = *all_agree && argmax_f32(a + p * last, last) == argmax_f32(b + p * last, last);
+            *all_agree = *all_agree &&
+                         engine_argmax_f32(a + p * last, last) == engine_argmax_f32(b + p * last, last);
             (*positions)++;
         }
         for (size_t j = 0; j < f.nbytes / sizeof(float); j++) {

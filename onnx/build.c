@@ -101,8 +101,8 @@ Onnx__NodeProto *onnx_new_node(const char *op_type, const char *name, int64_t n_
     return n;
 }
 
-static Onnx__AttributeProto *new_attr(Onnx__NodeProto *n, const char *name,
-                                      Onnx__AttributeProto__AttributeType type)
+Onnx__AttributeProto *onnx_node_add_attr(Onnx__NodeProto *n, const char *name,
+                                         Onnx__AttributeProto__AttributeType type)
 {
     Onnx__AttributeProto *a = malloc(sizeof *a);
     if (!a)
@@ -120,7 +120,7 @@ static Onnx__AttributeProto *new_attr(Onnx__NodeProto *n, const char *name,
 
 bool onnx_node_add_int(Onnx__NodeProto *n, const char *attr, int64_t v)
 {
-    Onnx__AttributeProto *a = new_attr(n, attr, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
+    Onnx__AttributeProto *a = onnx_node_add_attr(n, attr, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
     if (!a)
         return false;
     a->has_i = 1;
@@ -385,7 +385,7 @@ qcal_status qcal_onnx_node_set_ints(qcal_onnx_model *m, int64_t node, const char
     Onnx__NodeProto *nd = node_of(m, node);
     if (!nd || !attr || n < 0 || (n && !values))
         return qcal_error(QCAL_ERR_INVALID_ARG, "no node %lld", (long long)node);
-    Onnx__AttributeProto *a = new_attr(nd, attr, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
+    Onnx__AttributeProto *a = onnx_node_add_attr(nd, attr, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
     if (!a)
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
     a->ints = malloc((size_t)n * sizeof *a->ints + 1);
@@ -402,7 +402,7 @@ qcal_status qcal_onnx_node_set_float(qcal_onnx_model *m, int64_t node, const cha
     Onnx__NodeProto *n = node_of(m, node);
     if (!n || !attr)
         return qcal_error(QCAL_ERR_INVALID_ARG, "no node %lld", (long long)node);
-    Onnx__AttributeProto *a = new_attr(n, attr, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
+    Onnx__AttributeProto *a = onnx_node_add_attr(n, attr, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
     if (!a)
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
     a->has_f = 1;
@@ -415,7 +415,7 @@ qcal_status qcal_onnx_node_set_string(qcal_onnx_model *m, int64_t node, const ch
     Onnx__NodeProto *n = node_of(m, node);
     if (!n || !attr || !value)
         return qcal_error(QCAL_ERR_INVALID_ARG, "no node %lld", (long long)node);
-    Onnx__AttributeProto *a = new_attr(n, attr, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+    Onnx__AttributeProto *a = onnx_node_add_attr(n, attr, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
     if (!a)
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
     a->s.data = (uint8_t *)qcal_strdup(value);
@@ -435,7 +435,7 @@ qcal_status qcal_onnx_node_set_tensor(qcal_onnx_model *m, int64_t node, const ch
     Onnx__TensorProto *t = onnx_new_tensor("", elem_type, ndim, dims, data, nbytes);
     if (!t)
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
-    Onnx__AttributeProto *a = new_attr(n, attr, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR);
+    Onnx__AttributeProto *a = onnx_node_add_attr(n, attr, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR);
     if (!a) {
         protobuf_c_message_free_unpacked(&t->base, NULL);
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
@@ -461,7 +461,7 @@ qcal_status qcal_onnx_node_set_graph(qcal_onnx_model *m, int64_t node, const cha
         memcpy(copy, t->raw_data.data, t->raw_data.len);
         t->raw_data.data = copy;
     }
-    Onnx__AttributeProto *a = new_attr(n, attr, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH);
+    Onnx__AttributeProto *a = onnx_node_add_attr(n, attr, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH);
     if (!a)
         return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
     a->g = (*body)->proto->graph;

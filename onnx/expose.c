@@ -216,16 +216,10 @@ static bool push_empty_constant(Onnx__GraphProto *g, const char *name, const cha
     int64_t dims[QCAL_MAX_DIMS] = { 0 };
     Onnx__NodeProto *n = onnx_new_node("Constant", name, 0, NULL, 1, &out);
     Onnx__TensorProto *t = onnx_new_tensor("", QCAL_ONNX_FLOAT, rank, dims, NULL, 0);
-    Onnx__AttributeProto *a = malloc(sizeof *a);
-    if (a) {
-        onnx__attribute_proto__init(a);
-        a->name = qcal_strdup("value");
-        a->has_type = 1;
-        a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR;
-    }
-    if (!n || !t || !a || !a->name || !onnx_push((void ***)&n->attribute, &n->n_attribute, a)) {
-        if (a)
-            protobuf_c_message_free_unpacked(&a->base, NULL);
+    Onnx__AttributeProto *a =
+        n && t ? onnx_node_add_attr(n, "value", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR)
+               : NULL;
+    if (!a) {
         if (t)
             protobuf_c_message_free_unpacked(&t->base, NULL);
         if (n)

@@ -165,18 +165,9 @@ static bool graph_output(Onnx__GraphProto *g, const char *name, int32_t elem)
  * still the caller's). */
 static bool add_body(Onnx__NodeProto *n, const char *name, Onnx__GraphProto *body)
 {
-    Onnx__AttributeProto *a = malloc(sizeof *a);
+    Onnx__AttributeProto *a = onnx_node_add_attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH);
     if (!a)
         return false;
-    onnx__attribute_proto__init(a);
-    a->name = qcal_strdup(name);
-    a->has_type = 1;
-    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH;
-    if (!a->name || !onnx_push((void ***)&n->attribute, &n->n_attribute, a)) {
-        free(a->name);
-        free(a);
-        return false;
-    }
     a->g = body;
     return true;
 }

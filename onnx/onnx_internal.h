@@ -103,6 +103,10 @@ Onnx__TensorProto *onnx_new_tensor_take(const char *name, int32_t type, int32_t 
                                         void *data, size_t nbytes);
 Onnx__NodeProto *onnx_new_node(const char *op_type, const char *name, int64_t n_in,
                                const char *const *in, int64_t n_out, const char *const *out);
+/* Appends attribute `name` of that type, no value set yet, to n; NULL (nothing appended)
+ * when out of memory. */
+Onnx__AttributeProto *onnx_node_add_attr(Onnx__NodeProto *n, const char *name,
+                                         Onnx__AttributeProto__AttributeType type);
 bool onnx_node_add_int(Onnx__NodeProto *n, const char *attr, int64_t v);
 bool onnx_push(void ***array, size_t *n, void *item);   /* appends; false: out of memory */
 

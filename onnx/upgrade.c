@@ -689,20 +689,16 @@ static bool scalar_to_input(up_ctx *c, Onnx__GraphProto *g, Onnx__NodeProto *n, 
 static bool set_string_attr(Onnx__NodeProto *n, const char *name, const char *value)
 {
     attr_free(attr_take(n, name));
-    Onnx__AttributeProto *a = malloc(sizeof *a);
-    if (!a)
-        return false;
-    onnx__attribute_proto__init(a);
-    a->name = qcal_strdup(name);
-    a->has_type = 1;
-    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
-    a->s.data = (uint8_t *)qcal_strdup(value);
-    a->s.len = strlen(value);
-    a->has_s = 1;
-    if (!a->name || !a->s.data || !onnx_push((void ***)&n->attribute, &n->n_attribute, a)) {
-        attr_free(a);
+    char *v = qcal_strdup(value);
+    Onnx__AttributeProto *a =
+        v ? onnx_node_add_attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING) : NULL;
+    if (!a) {
+        free(v);
         return false;
     }
+    a->s.data = (uint8_t *)v;
+    a->s.len = strlen(value);
+    a->has_s = 1;
     return true;
 }
 
