@@ -13,7 +13,8 @@ calibrated with minmax, ONNX Runtime loaded by libqcal through its C API:
     --min-output-sqnr T` and keeps float the ops its summary line names, in its order, with
     the data as a spec and as a list of runs; max_drop with labels as `--max-drop --labels`;
   - the GIL is released while compare() runs: a counting main thread keeps >= 0.25 of its
-    solo rate (measured 1.05; 0.014 with the GIL held through the call);
+    solo rate (measured 1.65 with the counting loop of onnx_testutil.py; 1.05 with the loop
+    before it, 0.014 with the GIL held through the call);
   - errors: metric without labels, float labels, keep-float options without a target, a
     target that does not hold even with every op float (one Conv unnamed with the onnx
     package, if installed: qcal.Error, nothing written).
@@ -25,8 +26,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 import unittest
 
 import numpy as np
@@ -34,23 +33,7 @@ import numpy as np
 import qcal
 import qcal.onnx
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-MODEL = os.path.join(ROOT, "examples", "mobilenet", "mobilenet.onnx")
-BATCH = os.path.join(ROOT, "examples", "data", "fmnist_test_batch.npy")
-BIN = os.environ.get("QCAL_BIN")
-
-
-def skip_reason():
-    if not qcal._qcal._onnx_available():
-        return "libqcal built without ONNX support"
-    if not BIN:
-        return "QCAL_BIN not set"
-    try:
-        qcal.onnx.engine_info()
-    except qcal.Error as e:
-        return f"ONNX Runtime not found: {e}"
-    return None
+from onnx_testutil import BATCH, BIN, MODEL, count_beside, skip_reason
 
 
 def cli(*args):
@@ -204,39 +187,11 @@ class OnnxAccuracy(unittest.TestCase):
         # compare() on another thread (ONNX Runtime on one thread): the main thread keeps
         # counting at a good share of its solo rate while the models run (GIL held through
         # the call: about 0; asserted >= 0.25, as python.onnx_calibrate).
-        old = sys.getswitchinterval()
-        sys.setswitchinterval(0.0005)
-
-        def solo(sec=0.2):
-            n, t0 = 0, time.perf_counter()
-            while time.perf_counter() - t0 < sec:
-                n += 1
-            return n / (time.perf_counter() - t0)
-
-        try:
-            rate = solo()
-            done, errors, n = threading.Event(), [], 0
-
-            def work():
-                try:
-                    qcal.onnx.compare(MODEL, self.q, self.npy, sensitivity_samples=2, threads=1)
-                except BaseException as e:   # noqa: B902  (reported by the main thread)
-                    errors.append(e)
-                done.set()
-
-            th = threading.Thread(target=work)
-            t0 = time.perf_counter()
-            th.start()
-            while not done.is_set():
-                n += 1
-            dt = time.perf_counter() - t0
-            th.join()
-            rate = (rate + solo()) / 2
-        finally:
-            sys.setswitchinterval(old)
-        if errors:
-            raise errors[0]
-        ratio = n / (rate * dt)
+        counter = [0]
+        rate, dt = count_beside(
+            lambda: qcal.onnx.compare(MODEL, self.q, self.npy, sensitivity_samples=2, threads=1),
+            counter)
+        ratio = counter[0] / (rate * dt)
         print(f"main-thread rate during compare / solo rate: {ratio:.3f} ({dt:.2f} s)",
               file=sys.stderr)
         self.assertGreaterEqual(ratio, 0.25)

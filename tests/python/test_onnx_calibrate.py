@@ -14,9 +14,10 @@ float32 [N, 1, 28, 28]) and the first 64 Fashion-MNIST test images
     batch= with an iterable, table= and data= together;
   - the GIL is released while the model runs: the windows between the data iterator handing
     out a run and being asked for the next one (that run's feed) leave the main thread
-    counting at a good share of its solo rate (measured 0.5-0.6 released, 0.09-0.15 with
-    the GIL held through the feed, on the shared 2-core machine; asserted >= 0.25, best of
-    three attempts).
+    counting at a good share of its solo rate (measured 1.52 with the counting loop of
+    onnx_testutil.py; with the loop before it 0.5-0.6 released, 0.09-0.15 with the GIL held
+    through the feed, on the shared 2-core machine; asserted >= 0.25, best of three
+    attempts).
 Skips (exit 77, one line) when ONNX Runtime cannot be loaded, ONNX support is not built or
 QCAL_BIN is not set."""
 import os
@@ -24,7 +25,6 @@ import pathlib
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
 
@@ -33,23 +33,7 @@ import numpy as np
 import qcal
 import qcal.onnx
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-MODEL = os.path.join(ROOT, "examples", "mobilenet", "mobilenet.onnx")
-BATCH = os.path.join(ROOT, "examples", "data", "fmnist_test_batch.npy")
-BIN = os.environ.get("QCAL_BIN")
-
-
-def skip_reason():
-    if not qcal._qcal._onnx_available():
-        return "libqcal built without ONNX support"
-    if not BIN:
-        return "QCAL_BIN not set"
-    try:
-        qcal.onnx.engine_info()
-    except qcal.Error as e:
-        return f"ONNX Runtime not found: {e}"
-    return None
+from onnx_testutil import BATCH, BIN, MODEL, count_beside, skip_reason
 
 
 def runs(x, step=16):
@@ -205,8 +189,6 @@ class OnnxCalibrate(unittest.TestCase):
         x = np.load(BATCH)
         counter = [0]
         windows = []
-        old = sys.getswitchinterval()
-        sys.setswitchinterval(0.0005)
 
         def gen():
             for i in range(0, 256, 64):
@@ -214,34 +196,7 @@ class OnnxCalibrate(unittest.TestCase):
                 yield {"input": x[i:i + 64]}   # the feed of this run happens until resumed
                 windows.append((counter[0] - c0, time.perf_counter() - t0))
 
-        def solo(sec=0.2):
-            n, t0 = 0, time.perf_counter()
-            while time.perf_counter() - t0 < sec:
-                n += 1
-            return n / (time.perf_counter() - t0)
-
-        try:
-            rate = solo()
-            done = threading.Event()
-            errors = []
-
-            def work():
-                try:
-                    qcal.onnx.calibrate(MODEL, gen())
-                except BaseException as e:   # noqa: B902  (reported by the main thread)
-                    errors.append(e)
-                done.set()
-
-            th = threading.Thread(target=work)
-            th.start()
-            while not done.is_set():
-                counter[0] += 1
-            th.join()
-            rate = (rate + solo()) / 2
-        finally:
-            sys.setswitchinterval(old)
-        if errors:
-            raise errors[0]
+        rate, _ = count_beside(lambda: qcal.onnx.calibrate(MODEL, gen()), counter)
         n = sum(w[0] for w in windows)
         dt = sum(w[1] for w in windows)
         return round(n / (rate * dt), 3)
