@@ -186,7 +186,7 @@ static void *observer_main(void *arg)
     /* The observers run on this thread alone. With --overlap the engine's intra-op threads
      * take every core while it observes, and an OpenMP team here would only compete with
      * them, its idle workers spin-waiting after every kernel; without it (observed between
-     * runs) a team's workers still spin into the next run: the demo CNN took 1.6-1.7x the
+     * runs) a team's workers still spin into the next run: the demo CNN took 1.5-1.7x the
      * plain runs with two threads here against 1.05-1.2x with one (docs/performance.md,
      * "Calibrating by running the model"). This sets this thread's own OpenMP default, which
      * qcal_threads_for reads when no qcal_threads_set_count count is set; results do not
