@@ -5,13 +5,16 @@
  * is observed. Public API only.
  *
  *   ort_plain MODEL.onnx DATA [--batch N] [--profile ort|tensorrt] [--carry OUT=IN]...
- *             [--plain [--level L]]
+ *             [--plain [--level L]] [--stop-spinning]
  *
  * --plain: the model as given (nothing exposed, no upgrade or fold), graph optimization L
  * (default 99, 'all'), the model's own outputs: one float pass over the data, the baseline
- * of the accuracy rows (bench/accuracy.py).
+ * of the accuracy rows (bench/accuracy.py). --stop-spinning: ONNX Runtime's threads stop
+ * spin-waiting when Run returns (qcal_engine_session_options.stop_spinning, as calibrate's
+ * session); without it, ONNX Runtime's default.
  *
  * Prints one line: runs, samples, output bytes of the largest run, seconds in Run. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +43,7 @@ int main(int argc, char **argv)
     const char *model = NULL, *data = NULL, *carry[16];
     int64_t batch = 0, ncarry = 0;
     int plain = 0, level = 99;
+    bool stop_spinning = false;
     qcal_onnx_qdq_options q;
     qcal_onnx_qdq_options_default(&q);
     for (int i = 1; i < argc; i++) {
@@ -47,6 +51,8 @@ int main(int argc, char **argv)
             batch = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--profile") && i + 1 < argc)
             qcal_onnx_profile_parse(argv[++i], &q.profile);
+        else if (!strcmp(argv[i], "--stop-spinning"))
+            stop_spinning = true;
         else if (!strcmp(argv[i], "--plain"))
             plain = 1;
         else if (!strcmp(argv[i], "--level") && i + 1 < argc)
@@ -90,6 +96,7 @@ int main(int argc, char **argv)
     qcal_engine_session_options so;
     qcal_engine_session_options_default(&so);
     so.cpu_arena = true;   /* as qcal calibrate's session (engine/model_calib.c) */
+    so.stop_spinning = stop_spinning;
     if (plain) {            /* as qcal compare's sessions (engine/accuracy.c) */
         so.cpu_arena = true;
         so.optimization = level;

@@ -55,6 +55,15 @@ void qcal_cpu_reset(void)
     atomic_store(&cached_isa, -1);
 }
 
+static _Thread_local int local_cap;   /* 0: none */
+
+int qcal_threads_local_cap(int n)
+{
+    int old = local_cap;
+    local_cap = n > 0 ? n : 0;
+    return old;
+}
+
 int qcal_threads_for(int64_t n)
 {
 #if QCAL_HAVE_OPENMP
@@ -67,6 +76,8 @@ int qcal_threads_for(int64_t n)
     int64_t cap = n / (QCAL_OMP_MIN_ELEMENTS / 2);
     if (cap < t)
         t = (int)cap;
+    if (local_cap > 0 && t > local_cap)
+        t = local_cap;
     return t < 1 ? 1 : t;
 #else
     (void)n;

@@ -31,6 +31,11 @@ void qcal_cpu_reset(void);
  * region takes its num_threads from here, so qcal_threads_set_count bounds them all. */
 int qcal_threads_for(int64_t n);
 
+/* Caps qcal_threads_for on the calling thread at n (0: no cap) and returns the previous
+ * cap: a library thread that shares work with others of its own (engine/model_calib.c)
+ * keeps each of them on one core without touching the user's OpenMP settings. */
+int qcal_threads_local_cap(int n);
+
 /* True when a pass touching `bytes` bytes in total (inputs + outputs) should write with
  * non-temporal stores: more than half the L3 of one core's cluster (Linux sysfs, read once;
  * 32 MiB if unknown), so its outputs would not stay cached anyway and plain stores would

@@ -1,20 +1,25 @@
 /* Model calibration (qcal/model_calib.h): the model's quantized tensors exposed in an
- * in-memory copy, the engine run after run, each run's outputs handed to a thread of their
- * own that feeds the calibration session while the engine computes the next run.
+ * in-memory copy, the engine run after run, each run's outputs handed to an observer thread
+ * of the calibration's own that feeds the calibration session.
  *
  * Why a thread per calibration and not OpenMP: the engine's Run blocks its caller for the
- * whole run, and observing a run's outputs costs about as much memory traffic as writing
- * them; overlapping the two is what keeps calibration near the cost of the plain runs. The
- * hand-over holds one run's outputs at a time (the one being observed) beside the one being
- * computed: two runs' outputs at most. */
+ * whole run. By default the caller waits for each run's outputs to be observed before the
+ * next run (one run's outputs in memory) and observes them itself beside the thread, the
+ * two taking tensors from a shared counter, while the engine's own threads sleep (its
+ * session stops their spin-waiting when Run returns); an OpenMP team there would leave its
+ * workers spinning into the next run. With `overlap` the thread observes alone while the
+ * engine computes the next run: two runs' outputs at most. Each tensor's observer sees its
+ * runs in order, whichever thread takes it, so the results do not depend on the split. */
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "core/cpu.h"
 #include "core/internal.h"
 #include "engine/engine_internal.h"
 #include "io/half_dsp.h"
@@ -22,11 +27,13 @@
 #include "qcal/threads.h"
 #include "qcal_config.h"
 
-#if QCAL_HAVE_OPENMP
-#include <omp.h>
-#endif
 
 #define MSG_CAP 1024
+
+/* An output of a run and its number of values: the order observers take them in. */
+struct job_item {
+    int64_t numel, index;
+};
 
 typedef struct carry_slot {
     char *out, *in;          /* "OUT=IN" split */
@@ -78,10 +85,21 @@ struct qcal_model_calib {
     bool sync_ok;
     qcal_engine_outputs *job;   /* outputs waiting for / under observation */
     int64_t job_step;
+    bool job_failed;            /* a run before this one failed: this one is not observed */
+    bool job_posted;            /* the job waits for the thread to take it */
+    int job_parts;              /* observers of the job still working (the thread, the caller) */
+    _Atomic int64_t job_next;   /* next position in job_order to take */
+    struct job_item *job_order; /* the n_names outputs, largest first */
+    int64_t job_fail_at;        /* the lowest index that failed in this job (n_names: none) */
+    qcal_status job_fst;
+    char job_err[MSG_CAP];
+    char job_label[MSG_CAP];    /* "FILE, samples A-B" of the job's run (from feed_pass), or "" */
+    char feed_label[MSG_CAP];   /* the same for the run about to be posted */
+    bool werr_labeled;          /* werr starts with its run's label */
     bool busy, quit;
-    qcal_status wst;            /* the first failure of the thread */
+    qcal_status wst;            /* the first failure of the observers */
     char werr[MSG_CAP];
-    int64_t empty;              /* set by the thread */
+    int64_t empty;              /* empty tensors met (under mu) */
 };
 
 void qcal_model_calib_options_default(qcal_model_calib_options *opt)
@@ -134,90 +152,122 @@ static qcal_status as_float(const qcal_engine_value *v, int64_t numel, float **t
     return QCAL_OK;
 }
 
-static qcal_status observe_run(qcal_model_calib *mc, qcal_engine_outputs *o, int64_t step,
-                               int64_t *empty)
+/* Observes output i of run `step` and releases it. Sets *empty when it has no values. */
+static qcal_status observe_one(qcal_model_calib *mc, qcal_engine_outputs *o, int64_t i,
+                               int64_t step, float **tmp, size_t *cap, bool *empty)
 {
-    float *tmp = NULL;
-    size_t cap = 0;
-    qcal_status st = QCAL_OK;
-    for (int64_t i = 0; i < mc->n_names && st >= 0; i++) {
-        qcal_engine_value v;
-        if ((st = qcal_engine_outputs_at(o, i, &v)) < 0)
-            break;
-        int64_t numel = 1;
-        for (int32_t d = 0; d < v.ndim; d++)
-            numel *= v.dims[d];   /* the engine's own shapes: no overflow */
-        if (numel == 0) {
-            ++*empty;
-            continue;
-        }
-        const float *f = NULL;
-        if ((st = as_float(&v, numel, &tmp, &cap, &f)) < 0)
-            break;
-        qcal_tensor x;
-        if ((st = qcal_tensor_init(&x, f, v.ndim, v.dims)) < 0)
-            break;
-        /* A failure's message names the tensor and the step (= the run's index). */
-        if (!mc->eval) {
-            st = qcal_calib_session_observe(mc->s, mc->names[i], QCAL_CALIB_ROLE_ACTIVATION,
-                                            step, &x);
-        } else {
-            st = mc->scoring ? qcal_numeric_eval_score(mc->eval, mc->names[i],
-                                                       QCAL_CALIB_ROLE_ACTIVATION, &x)
-                             : qcal_numeric_eval_observe(mc->eval, mc->names[i],
-                                                         QCAL_CALIB_ROLE_ACTIVATION, &x);
-            if (st < 0)
-                st = qcal_error(st, "activation '%s' run %lld (%s): %s", mc->names[i],
-                                (long long)step, mc->scoring ? "scoring" : "observing",
-                                qcal_last_error());
-        }
-        /* Observed: its memory goes back while the engine computes the next run. A carried
-         * output was copied before the hand-over. */
-        qcal_engine_outputs_release(o, i);
+    qcal_engine_value v;
+    qcal_status st = qcal_engine_outputs_at(o, i, &v);
+    if (st < 0)
+        return st;
+    int64_t numel = 1;
+    for (int32_t d = 0; d < v.ndim; d++)
+        numel *= v.dims[d];   /* the engine's own shapes: no overflow */
+    if (numel == 0) {
+        *empty = true;
+        return QCAL_OK;
     }
-    free(tmp);
-    return st < 0 ? st : QCAL_OK;
+    const float *f = NULL;
+    if ((st = as_float(&v, numel, tmp, cap, &f)) < 0)
+        return st;
+    qcal_tensor x;
+    if ((st = qcal_tensor_init(&x, f, v.ndim, v.dims)) < 0)
+        return st;
+    /* A failure's message names the tensor and the step (= the run's index). */
+    if (!mc->eval) {
+        st = qcal_calib_session_observe(mc->s, mc->names[i], QCAL_CALIB_ROLE_ACTIVATION, step,
+                                        &x);
+    } else {
+        st = mc->scoring ? qcal_numeric_eval_score(mc->eval, mc->names[i],
+                                                   QCAL_CALIB_ROLE_ACTIVATION, &x)
+                         : qcal_numeric_eval_observe(mc->eval, mc->names[i],
+                                                     QCAL_CALIB_ROLE_ACTIVATION, &x);
+        if (st < 0)
+            st = qcal_error(st, "activation '%s' run %lld (%s): %s", mc->names[i],
+                            (long long)step, mc->scoring ? "scoring" : "observing",
+                            qcal_last_error());
+    }
+    if (st < 0)
+        return st;
+    /* Observed: its memory goes back while the engine computes the next run. A carried
+     * output was copied before the hand-over. */
+    qcal_engine_outputs_release(o, i);
+    return QCAL_OK;
+}
+
+/* One observer's share of the posted job: tensors taken from the shared counter, largest
+ * first, each on this thread alone (qcal_threads_local_cap). Every tensor is tried even
+ * after a failure, so the failure kept (the lowest index, with its message) does not depend
+ * on the split. Then, the last one out frees the outputs and marks the observers idle. */
+static void observe_share(qcal_model_calib *mc)
+{
+    qcal_engine_outputs *o = mc->job;
+    int64_t step = mc->job_step;
+    int64_t empty = 0, fail_at = mc->n_names;
+    qcal_status fst = QCAL_OK;
+    char msg[MSG_CAP] = "";
+    if (!mc->job_failed) {
+        int cap_before = qcal_threads_local_cap(1);
+        float *tmp = NULL;
+        size_t cap = 0;
+        for (;;) {
+            int64_t k = atomic_fetch_add(&mc->job_next, 1);
+            if (k >= mc->n_names)
+                break;
+            int64_t i = mc->job_order[k].index;
+            bool e = false;
+            qcal_status st = observe_one(mc, o, i, step, &tmp, &cap, &e);
+            empty += e;
+            if (st < 0 && i < fail_at) {
+                fail_at = i;
+                fst = st;
+                snprintf(msg, sizeof msg, "%s", qcal_last_error());
+            }
+        }
+        free(tmp);
+        qcal_threads_local_cap(cap_before);
+    }
+    pthread_mutex_lock(&mc->mu);
+    mc->empty += empty;
+    if (fail_at < mc->job_fail_at) {
+        mc->job_fail_at = fail_at;
+        mc->job_fst = fst;
+        memcpy(mc->job_err, msg, sizeof msg);
+    }
+    if (--mc->job_parts == 0) {
+        if (mc->job_fst < 0 && mc->wst >= 0) {
+            mc->wst = mc->job_fst;
+            /* Labelled with its own run: with overlap it is met while a later run computes. */
+            if (mc->job_label[0]) {
+                /* a message longer than werr is cut short */
+                if (snprintf(mc->werr, sizeof mc->werr, "%s: %s", mc->job_label,
+                             mc->job_err) < 0)
+                    memcpy(mc->werr, mc->job_err, sizeof mc->werr);
+            } else {
+                memcpy(mc->werr, mc->job_err, sizeof mc->werr);
+            }
+            mc->werr_labeled = mc->job_label[0] != 0;
+        }
+        qcal_engine_outputs_free(&mc->job);
+        mc->busy = false;
+        pthread_cond_broadcast(&mc->cv);
+    }
+    pthread_mutex_unlock(&mc->mu);
 }
 
 static void *observer_main(void *arg)
 {
     qcal_model_calib *mc = arg;
-#if QCAL_HAVE_OPENMP
-    /* The observers run on this thread alone. With --overlap the engine's intra-op threads
-     * take every core while it observes, and an OpenMP team here would only compete with
-     * them, its idle workers spin-waiting after every kernel; without it (observed between
-     * runs) a team's workers still spin into the next run: the demo CNN took 1.5-1.7x the
-     * plain runs with two threads here against 1.05-1.2x with one (docs/performance.md,
-     * "Calibrating by running the model"). This sets this thread's own OpenMP default, which
-     * qcal_threads_for reads when no qcal_threads_set_count count is set; results do not
-     * depend on the thread count. */
-    omp_set_num_threads(1);
-#endif
     pthread_mutex_lock(&mc->mu);
     for (;;) {
-        while (!mc->job && !mc->quit)
+        while (!mc->job_posted && !mc->quit)
             pthread_cond_wait(&mc->cv, &mc->mu);
-        if (!mc->job)
+        if (!mc->job_posted)
             break;
-        qcal_engine_outputs *o = mc->job;
-        int64_t step = mc->job_step;
-        bool failed = mc->wst < 0;
+        mc->job_posted = false;
         pthread_mutex_unlock(&mc->mu);
-        int64_t empty = 0;
-        qcal_status st = failed ? QCAL_OK : observe_run(mc, o, step, &empty);
-        char msg[MSG_CAP] = "";
-        if (st < 0)
-            snprintf(msg, sizeof msg, "%s", qcal_last_error());
-        qcal_engine_outputs_free(&o);
+        observe_share(mc);
         pthread_mutex_lock(&mc->mu);
-        mc->empty += empty;
-        if (st < 0 && mc->wst >= 0) {
-            mc->wst = st;
-            memcpy(mc->werr, msg, sizeof msg);
-        }
-        mc->job = NULL;
-        mc->busy = false;
-        pthread_cond_broadcast(&mc->cv);
     }
     pthread_mutex_unlock(&mc->mu);
     return NULL;
@@ -469,6 +519,9 @@ qcal_status qcal_model_calib_create(qcal_engine *e, const qcal_onnx_model *m, qc
      * of the demo CNN peaked at 61 to 96 MiB from one process to the next, 64-65 MiB with the
      * arena (docs/performance.md, "Calibrating by running the model"). */
     so.cpu_arena = true;
+    /* Between runs the cores are the observers': the engine's threads sleep when Run
+     * returns instead of spin-waiting beside them. */
+    so.stop_spinning = true;
     so.threads = opt->threads;
     st = qcal_engine_session_create(e, bytes, len, &so, &mc->sess);
     qcal_free(bytes);
@@ -579,6 +632,38 @@ static qcal_status keep_carry(carry_slot *cs, const qcal_engine_value *v)
     return QCAL_OK;
 }
 
+static int job_item_cmp(const void *a, const void *b)
+{
+    const struct job_item *x = a, *y = b;
+    if (x->numel != y->numel)
+        return x->numel > y->numel ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+/* The order the observers take a run's outputs in: largest first, so that the two sharing
+ * a run end close together (the order changes no result). */
+static qcal_status order_job(qcal_model_calib *mc, qcal_engine_outputs *o)
+{
+    if (!mc->job_order && mc->n_names) {
+        mc->job_order = calloc((size_t)mc->n_names, sizeof *mc->job_order);
+        if (!mc->job_order)
+            return qcal_error(QCAL_ERR_NO_MEMORY, "out of memory");
+    }
+    for (int64_t i = 0; i < mc->n_names; i++) {
+        qcal_engine_value v;
+        qcal_status st = qcal_engine_outputs_at(o, i, &v);
+        if (st < 0)
+            return st;
+        int64_t numel = 1;
+        for (int32_t d = 0; d < v.ndim; d++)
+            numel *= v.dims[d];
+        mc->job_order[i] = (struct job_item){numel, i};
+    }
+    if (mc->n_names > 1)
+        qsort(mc->job_order, (size_t)mc->n_names, sizeof *mc->job_order, job_item_cmp);
+    return QCAL_OK;
+}
+
 static qcal_status run_once(qcal_model_calib *mc, const qcal_engine_value *inputs, int64_t n_inputs,
                             uint64_t *out_bytes)
 {
@@ -657,17 +742,34 @@ static qcal_status run_once(qcal_model_calib *mc, const qcal_engine_value *input
         return st;
     }
     mc->rep.wait_seconds += engine_now_s() - t0;
+    if ((st = order_job(mc, o)) < 0) {
+        qcal_engine_outputs_free(&o);
+        return st;
+    }
+    /* Not overlapped (the default): this thread observes beside the observer thread, and
+     * the next run starts once these outputs are observed and released, so the engine
+     * reuses their memory and the peak is one run's. The evaluation of observer_auto takes
+     * one tensor at a time: the thread observes alone there. */
+    bool share = !mc->opt.overlap && !mc->eval;
     pthread_mutex_lock(&mc->mu);
     mc->job = o;
     mc->job_step = mc->step++;
+    mc->job_failed = mc->wst < 0;
+    mc->job_posted = true;
+    mc->job_parts = share ? 2 : 1;
+    atomic_store(&mc->job_next, 0);
+    mc->job_fail_at = mc->n_names;
+    mc->job_fst = QCAL_OK;
+    mc->job_err[0] = 0;
+    memcpy(mc->job_label, mc->feed_label, sizeof mc->job_label);
     mc->busy = true;
     pthread_cond_broadcast(&mc->cv);
     pthread_mutex_unlock(&mc->mu);
     mc->rep.runs++;
-    /* Not overlapped (the default): the next run starts once these outputs are observed and
-     * released, so the engine reuses their memory and the peak is one run's. */
     if (!mc->opt.overlap) {
         t0 = engine_now_s();
+        if (share)
+            observe_share(mc);
         st = wait_idle(mc);
         mc->rep.wait_seconds += engine_now_s() - t0;
         if (st < 0)
@@ -804,11 +906,15 @@ static qcal_status feed_pass(qcal_model_calib *mc, qcal_dataset *ds)
             if ((st = qcal_dataset_read(ds, f, s0, n, &b)) < 0)
                 break;
             uint64_t bytes = 0;
+            snprintf(mc->feed_label, sizeof mc->feed_label, "%s, samples %lld-%lld", fi.path,
+                     (long long)s0, (long long)(s0 + n - 1));
             st = run_once(mc, qcal_dataset_batch_values(b), mc->n_inputs, &bytes);
             qcal_dataset_batch_free(&b);
             if (st < 0) {
-                st = qcal_error(st, "%s, samples %lld-%lld: %s", fi.path, (long long)s0,
-                                (long long)(s0 + n - 1), qcal_last_error());
+                /* An observer's failure names its own run (werr_labeled); any other is this
+                 * run's. */
+                if (!mc->werr_labeled)
+                    st = qcal_error(st, "%s: %s", mc->feed_label, qcal_last_error());
                 break;
             }
             if (fi.splittable && batch <= 0) {
@@ -828,6 +934,7 @@ static qcal_status feed_pass(qcal_model_calib *mc, qcal_dataset *ds)
                             total * mc->progress_passes, fi.path);
         }
     }
+    mc->feed_label[0] = 0;
     return st;
 }
 
@@ -946,6 +1053,7 @@ void qcal_model_calib_destroy(qcal_model_calib **pmc)
         pthread_mutex_destroy(&mc->mu);
     }
     qcal_engine_outputs_free(&mc->job);
+    free(mc->job_order);
     qcal_numeric_eval_destroy(&mc->eval);
     for (int64_t i = 0; i < mc->n_kept; i++)
         engine_auto_run_free(&mc->kept[i]);

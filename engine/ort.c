@@ -7,7 +7,10 @@
  * slot used here is in the version-1 block (0..101). Slot numbers counted from the top of
  * `struct OrtApi` in include/onnxruntime/core/session/onnxruntime_c_api.h (microsoft/
  * onnxruntime), CreateStatus being slot 0. A wrong slot crashes: each one is listed in
- * ort_slots below with its name and copied into a typed member of ort_api.
+ * ort_slots below with its name and copied into a typed member of ort_api. One optional
+ * slot lies beyond that block: AddSessionConfigEntry (130, the version-5 block, ONNX
+ * Runtime 1.5; ORT's onnxruntime_c_api.cc asserts SetGlobalSpinControl at 149 after it),
+ * taken only from a library whose version string says 1.5 or later.
  *
  * Lifetimes: every object holds a reference on its parent. An engine lives while it is open
  * or any session of it lives; a session while it is not destroyed or any run result of it
@@ -92,6 +95,7 @@ enum {
     SLOT_ReleaseTensorTypeAndShapeInfo = 99,
     SLOT_ReleaseSessionOptions = 100,
     SLOT_COUNT_V1 = 102,
+    SLOT_AddSessionConfigEntry = 130,   /* version 5 (ORT 1.5): optional, see above */
 };
 
 typedef struct ort_api {
@@ -140,6 +144,8 @@ typedef struct ort_api {
     void (*ReleaseTypeInfo)(OrtTypeInfo *);
     void (*ReleaseTensorTypeAndShapeInfo)(OrtTensorTypeAndShapeInfo *);
     void (*ReleaseSessionOptions)(OrtSessionOptions *);
+    /* NULL before ONNX Runtime 1.5 */
+    OrtStatus *(*AddSessionConfigEntry)(OrtSessionOptions *, const char *key, const char *value);
 } ort_api;
 
 typedef void (*ort_any_fn)(void);
@@ -319,6 +325,20 @@ static void *try_open(const char *label, const char *place, char *tried, size_t 
 }
 
 /* The path the loader actually used for h (falls back to what was asked for). */
+/* Whether a "MAJOR.MINOR[.PATCH...]" version string is at least major.minor. */
+static bool version_at_least(const char *v, long major, long minor)
+{
+    char *end;
+    long ma = strtol(v, &end, 10);
+    if (end == v || *end != '.')
+        return false;
+    const char *m = end + 1;
+    long mi = strtol(m, &end, 10);
+    if (end == m)
+        return false;
+    return ma > major || (ma == major && mi >= minor);
+}
+
 static char *loaded_path(void *h, const char *asked)
 {
     struct link_map *lm = NULL;
@@ -415,6 +435,9 @@ qcal_status qcal_engine_open(const qcal_engine_options *opt, qcal_engine **out)
     e->version = base->GetVersionString ? base->GetVersionString() : NULL;
     if (!e->version)
         e->version = "unknown";
+    if (version_at_least(e->version, 1, 5))
+        memcpy(&e->ort.AddSessionConfigEntry, &tbl[SLOT_AddSessionConfigEntry],
+               sizeof e->ort.AddSessionConfigEntry);
     ORT_TRY(e, e->ort.CreateEnvWithCustomLogger(ort_log_discard, NULL, ORT_LOGGING_LEVEL_FATAL,
                                                 "qcal", &e->env),
             "ONNX Runtime: CreateEnv");
@@ -580,6 +603,9 @@ static qcal_status session_make(qcal_engine *e, const void *model, size_t len, c
     ORT_TRY(e, e->ort.SetIntraOpNumThreads(so, threads), "ONNX Runtime: thread count");
     if (!o.cpu_arena)
         ORT_TRY(e, e->ort.DisableCpuMemArena(so), "ONNX Runtime: memory arena");
+    if (o.stop_spinning && e->ort.AddSessionConfigEntry)
+        ORT_TRY(e, e->ort.AddSessionConfigEntry(so, "session.force_spinning_stop", "1"),
+                "ONNX Runtime: session.force_spinning_stop");
     if (o.optimized_model_path && o.optimized_model_path[0])
         ORT_TRY(e, e->ort.SetOptimizedModelFilePath(so, o.optimized_model_path),
                 "ONNX Runtime: optimized model path");

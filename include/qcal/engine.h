@@ -69,6 +69,12 @@ typedef struct qcal_engine_session_options {
     bool cpu_arena;        /* default true: ONNX Runtime's CPU memory arena (memory freed is
                             * kept for later runs); false: each tensor allocated and freed on
                             * its own, so a result released early returns its memory at once */
+    bool stop_spinning;    /* default false: ONNX Runtime's intra-op threads spin-wait for
+                            * work for a while after Run returns, as ONNX Runtime does by
+                            * default; true: they stop when Run returns and sleep until the
+                            * next Run (its "session.force_spinning_stop"), leaving the cores
+                            * to the caller's own work between runs. ONNX Runtime before
+                            * 1.5 has no such setting: ignored there */
 } qcal_engine_session_options;
 
 /* Fills *opt with the defaults documented on each field. */

@@ -191,6 +191,17 @@ def main():
     r = qcal_run(qcal, "calibrate", MODEL, "--data", nanx, "--observer", "minmax", "--strict", "-o", out, "-q")
     check(r.returncode == 1 and r.stderr.count("\n") == 1 and not os.path.exists(out),
           "NaN/Inf samples under --strict: exit 1, one line, nothing written (%s)" % r.stderr.strip())
+    # The failure named is the run's and the first tensor's in the model's order, whichever
+    # of the two observers (this thread and the observer thread) met it first, and with
+    # --overlap (met while the next run computes) the same line.
+    errs = [qcal_run(qcal, "calibrate", MODEL, "--data", nanx, "--observer", "histogram",
+                     "--strict", "--batch", "4", "-o", out, "-q", *extra)
+            for extra in ([], [], [], ["--overlap"])]
+    check(all(e.returncode == 1 for e in errs) and len({e.stderr for e in errs}) == 1
+          and "samples 0-3: activation 'input' step 0:" in errs[0].stderr
+          and not os.path.exists(out),
+          "NaN in sample 3 under --strict, --batch 4: the same line 4 times, with and without "
+          "--overlap, naming samples 0-3 and the first tensor (%s)" % errs[3].stderr.strip())
 
     # ONNX Runtime failing in the middle of the runs (a Reshape to [2, -1] of 3 rows): its
     # message passed through, exit 1, nothing written.
