@@ -25,8 +25,6 @@
 #include "io/half_dsp.h"
 #include "qcal/model_calib.h"
 #include "qcal/threads.h"
-#include "qcal_config.h"
-
 
 #define MSG_CAP 1024
 
@@ -96,6 +94,7 @@ struct qcal_model_calib {
     char job_label[MSG_CAP];    /* "FILE, samples A-B" of the job's run (from feed_pass), or "" */
     char feed_label[MSG_CAP];   /* the same for the run about to be posted */
     bool werr_labeled;          /* werr starts with its run's label */
+    int threads;                /* the calibration's threads (opt.threads or qcal's count) */
     bool busy, quit;
     qcal_status wst;            /* the first failure of the observers */
     char werr[MSG_CAP];
@@ -523,6 +522,7 @@ qcal_status qcal_model_calib_create(qcal_engine *e, const qcal_onnx_model *m, qc
      * returns instead of spin-waiting beside them. */
     so.stop_spinning = true;
     so.threads = opt->threads;
+    mc->threads = opt->threads > 0 ? opt->threads : qcal_threads_count();
     st = qcal_engine_session_create(e, bytes, len, &so, &mc->sess);
     qcal_free(bytes);
     bytes = NULL;
@@ -749,8 +749,8 @@ static qcal_status run_once(qcal_model_calib *mc, const qcal_engine_value *input
     /* Not overlapped (the default): this thread observes beside the observer thread, and
      * the next run starts once these outputs are observed and released, so the engine
      * reuses their memory and the peak is one run's. The evaluation of observer_auto takes
-     * one tensor at a time: the thread observes alone there. */
-    bool share = !mc->opt.overlap && !mc->eval;
+     * one tensor at a time, and one thread is one core: the thread observes alone there. */
+    bool share = !mc->opt.overlap && !mc->eval && mc->threads >= 2;
     pthread_mutex_lock(&mc->mu);
     mc->job = o;
     mc->job_step = mc->step++;
