@@ -151,17 +151,28 @@ static qcal_status as_float(const qcal_engine_value *v, int64_t numel, float **t
     return QCAL_OK;
 }
 
+/* Output i of a run and its number of values. */
+static qcal_status output_at(qcal_engine_outputs *o, int64_t i, qcal_engine_value *v,
+                             int64_t *numel)
+{
+    qcal_status st = qcal_engine_outputs_at(o, i, v);
+    if (st < 0)
+        return st;
+    *numel = 1;
+    for (int32_t d = 0; d < v->ndim; d++)
+        *numel *= v->dims[d];   /* the engine's own shapes: no overflow */
+    return QCAL_OK;
+}
+
 /* Observes output i of run `step` and releases it. Sets *empty when it has no values. */
 static qcal_status observe_one(qcal_model_calib *mc, qcal_engine_outputs *o, int64_t i,
                                int64_t step, float **tmp, size_t *cap, bool *empty)
 {
     qcal_engine_value v;
-    qcal_status st = qcal_engine_outputs_at(o, i, &v);
+    int64_t numel;
+    qcal_status st = output_at(o, i, &v, &numel);
     if (st < 0)
         return st;
-    int64_t numel = 1;
-    for (int32_t d = 0; d < v.ndim; d++)
-        numel *= v.dims[d];   /* the engine's own shapes: no overflow */
     if (numel == 0) {
         *empty = true;
         return QCAL_OK;
@@ -651,12 +662,10 @@ static qcal_status order_job(qcal_model_calib *mc, qcal_engine_outputs *o)
     }
     for (int64_t i = 0; i < mc->n_names; i++) {
         qcal_engine_value v;
-        qcal_status st = qcal_engine_outputs_at(o, i, &v);
+        int64_t numel;
+        qcal_status st = output_at(o, i, &v, &numel);
         if (st < 0)
             return st;
-        int64_t numel = 1;
-        for (int32_t d = 0; d < v.ndim; d++)
-            numel *= v.dims[d];
         mc->job_order[i] = (struct job_item){numel, i};
     }
     if (mc->n_names > 1)
