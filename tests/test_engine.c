@@ -757,6 +757,77 @@ static int teardown(void **state)
     return 0;
 }
 
+/* The MLP's profile tensors calibrated with a histogram observer over 12 runs of 2048 rows
+ * (calibration threads and overlap as given): the table's digest; the report. */
+static void shared_run(qcal_engine *e, const qcal_onnx_model *m, int threads, bool overlap,
+                       char digest[65], qcal_model_calib_report *rep)
+{
+    enum { RUNS = 12, ROWS = 2048 };
+    static float x[ROWS * 3];
+    const char *rt = "* any histogram\n";
+    qcal_calib_rules *rules = NULL;
+    OK(qcal_calib_rules_parse(rt, strlen(rt), &rules));
+    qcal_calib_session_options so;
+    qcal_calib_session_options_default(&so);
+    so.rules = rules;
+    qcal_calib_session *s = NULL;
+    OK(qcal_calib_session_create(&so, &s));
+    qcal_model_calib_options o;
+    qcal_model_calib_options_default(&o);
+    o.threads = threads;
+    o.overlap = overlap;
+    qcal_model_calib *mc = NULL;
+    OK(qcal_model_calib_create(e, m, s, &o, &mc));
+    uint32_t r = 7;
+    for (int k = 0; k < RUNS; k++) {
+        /* each run wider than the last: the histograms' ranges grow run after run */
+        for (int i = 0; i < ROWS * 3; i++) {
+            r = r * 1664525u + 1013904223u;
+            x[i] = ((float)(r >> 8) * 0x1p-24f - 0.5f) * (float)(k + 1);
+        }
+        int64_t xd[2] = { ROWS, 3 };
+        qcal_engine_value in = value("X", QCAL_ONNX_FLOAT, 2, xd, x, sizeof x);
+        OK(qcal_model_calib_feed(mc, &in, 1));
+    }
+    OK(qcal_model_calib_finish(mc, rep));
+    qcal_calib_table *t = NULL;
+    OK(qcal_calib_session_table(s, &t));
+    OK(qcal_calib_table_digest(t, digest));
+    qcal_calib_table_destroy(&t);
+    qcal_model_calib_destroy(&mc);
+    qcal_calib_session_destroy(&s);
+    qcal_calib_rules_destroy(&rules);
+}
+
+/* Two threads observing each run (the caller and the observer thread, with two threads or
+ * more), one (a single thread), or the observer thread while the next run computes
+ * (overlap): the same table. */
+static void test_shared_observers(void **state)
+{
+    (void)state;
+    qcal_engine *e = open_engine();
+    size_t len;
+    void *bytes = mlp_model(&len);
+    qcal_onnx_model *m = NULL;
+    OK(qcal_onnx_model_parse(bytes, len, &m));
+    qcal_free(bytes);
+    char d1[65], d2[65], d3[65], dov[65];
+    qcal_model_calib_report r1, r2, r3, rov;
+    shared_run(e, m, 1, false, d1, &r1);
+    shared_run(e, m, 2, false, d2, &r2);
+    shared_run(e, m, 3, false, d3, &r3);
+    shared_run(e, m, 2, true, dov, &rov);
+    assert_string_equal(d1, d2);
+    assert_string_equal(d1, d3);
+    assert_string_equal(d1, dov);
+    assert_int_equal(r1.runs, 12);
+    assert_int_equal(r2.runs, 12);
+    assert_int_equal(r1.tensors, r2.tensors);
+    assert_true(r1.tensors >= 2);
+    qcal_onnx_model_destroy(&m);
+    qcal_engine_close(&e);
+}
+
 /* onnxruntime-node's version from its package.json in the npm cache ("" when absent). */
 static void read_npm_version(void)
 {
@@ -1014,6 +1085,7 @@ int main(void)
         cmocka_unit_test(test_file_and_options),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_stop_spinning),
+        cmocka_unit_test(test_shared_observers),
         cmocka_unit_test(test_silent),
         cmocka_unit_test(test_observer_auto),
         cmocka_unit_test(test_observer_auto_outputs),
