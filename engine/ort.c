@@ -324,7 +324,6 @@ static void *try_open(const char *label, const char *place, char *tried, size_t 
     return h;
 }
 
-/* The path the loader actually used for h (falls back to what was asked for). */
 /* Whether a "MAJOR.MINOR[.PATCH...]" version string is at least major.minor. */
 static bool version_at_least(const char *v, long major, long minor)
 {
@@ -339,6 +338,7 @@ static bool version_at_least(const char *v, long major, long minor)
     return ma > major || (ma == major && mi >= minor);
 }
 
+/* The path the loader actually used for h (falls back to what was asked for). */
 static char *loaded_path(void *h, const char *asked)
 {
     struct link_map *lm = NULL;
