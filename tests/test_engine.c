@@ -83,6 +83,17 @@ static void *mlp_model(size_t *len)
     return serialize(&m, len);
 }
 
+/* mlp_model as a model handle (destroy it). */
+static qcal_onnx_model *mlp_parsed(void)
+{
+    size_t len;
+    void *bytes = mlp_model(&len);
+    qcal_onnx_model *m = NULL;
+    OK(qcal_onnx_model_parse(bytes, len, &m));
+    qcal_free(bytes);
+    return m;
+}
+
 static void mlp_ref(const float *x, int64_t n, float *y)
 {
     for (int64_t i = 0; i < n; i++)
@@ -806,11 +817,7 @@ static void test_shared_observers(void **state)
 {
     (void)state;
     qcal_engine *e = open_engine();
-    size_t len;
-    void *bytes = mlp_model(&len);
-    qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_parse(bytes, len, &m));
-    qcal_free(bytes);
+    qcal_onnx_model *m = mlp_parsed();
     char d1[65], d2[65], d3[65], dov[65];
     qcal_model_calib_report r1, r2, r3, rov;
     shared_run(e, m, 1, false, d1, &r1);
@@ -900,11 +907,7 @@ static void test_observer_auto_outputs(void **state)
 {
     (void)state;
     qcal_engine *e = open_engine();
-    size_t len;
-    void *bytes = mlp_model(&len);
-    qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_parse(bytes, len, &m));
-    qcal_free(bytes);
+    qcal_onnx_model *m = mlp_parsed();
     qcal_model_calib_report r4, r1, r3;
     qcal_calib_table *t4 = NULL, *t1 = NULL, *t3 = NULL;
     auto_outputs_run(e, m, (const int[]){ 4, 4 }, 2, 64, &r4, &t4);   /* all 8 kept */
@@ -971,11 +974,7 @@ static void test_observer_auto(void **state)
 {
     (void)state;
     qcal_engine *e = open_engine();
-    size_t len;
-    void *bytes = mlp_model(&len);
-    qcal_onnx_model *m = NULL;
-    OK(qcal_onnx_model_parse(bytes, len, &m));
-    qcal_free(bytes);
+    qcal_onnx_model *m = mlp_parsed();
     qcal_calib_session *s = NULL;
     OK(qcal_calib_session_create(NULL, &s));
     qcal_model_calib_options o;
