@@ -83,7 +83,6 @@ struct qcal_model_calib {
     bool sync_ok;
     qcal_engine_outputs *job;   /* outputs waiting for / under observation */
     int64_t job_step;
-    bool job_failed;            /* a run before this one failed: this one is not observed */
     bool job_posted;            /* the job waits for the thread to take it */
     int job_parts;              /* observers of the job still working (the thread, the caller) */
     _Atomic int64_t job_next;   /* next position in job_order to take */
@@ -216,27 +215,25 @@ static void observe_share(qcal_model_calib *mc)
     int64_t empty = 0, fail_at = mc->n_names;
     qcal_status fst = QCAL_OK;
     char msg[MSG_CAP] = "";
-    if (!mc->job_failed) {
-        int cap_before = qcal_threads_local_cap(1);
-        float *tmp = NULL;
-        size_t cap = 0;
-        for (;;) {
-            int64_t k = atomic_fetch_add(&mc->job_next, 1);
-            if (k >= mc->n_names)
-                break;
-            int64_t i = mc->job_order[k].index;
-            bool e = false;
-            qcal_status st = observe_one(mc, o, i, step, &tmp, &cap, &e);
-            empty += e;
-            if (st < 0 && i < fail_at) {
-                fail_at = i;
-                fst = st;
-                snprintf(msg, sizeof msg, "%s", qcal_last_error());
-            }
+    int cap_before = qcal_threads_local_cap(1);
+    float *tmp = NULL;
+    size_t cap = 0;
+    for (;;) {
+        int64_t k = atomic_fetch_add(&mc->job_next, 1);
+        if (k >= mc->n_names)
+            break;
+        int64_t i = mc->job_order[k].index;
+        bool e = false;
+        qcal_status st = observe_one(mc, o, i, step, &tmp, &cap, &e);
+        empty += e;
+        if (st < 0 && i < fail_at) {
+            fail_at = i;
+            fst = st;
+            snprintf(msg, sizeof msg, "%s", qcal_last_error());
         }
-        free(tmp);
-        qcal_threads_local_cap(cap_before);
     }
+    free(tmp);
+    qcal_threads_local_cap(cap_before);
     pthread_mutex_lock(&mc->mu);
     mc->empty += empty;
     if (fail_at < mc->job_fail_at) {
@@ -652,8 +649,8 @@ static int job_item_cmp(const void *a, const void *b)
 }
 
 /* The order the observers take a run's outputs in: largest first, so that the two sharing
- * a run end close together (the order changes no result). */
-static qcal_status order_job(qcal_model_calib *mc, qcal_engine_outputs *o)
+ * a run end close together (the order changes no result); *bytes: the outputs' bytes. */
+static qcal_status order_job(qcal_model_calib *mc, qcal_engine_outputs *o, uint64_t *bytes)
 {
     if (!mc->job_order && mc->n_names) {
         mc->job_order = calloc((size_t)mc->n_names, sizeof *mc->job_order);
@@ -667,6 +664,7 @@ static qcal_status order_job(qcal_model_calib *mc, qcal_engine_outputs *o)
         if (st < 0)
             return st;
         mc->job_order[i] = (struct job_item){numel, i};
+        *bytes += v.nbytes;
     }
     if (mc->n_names > 1)
         qsort(mc->job_order, (size_t)mc->n_names, sizeof *mc->job_order, job_item_cmp);
@@ -731,12 +729,14 @@ static qcal_status run_once(qcal_model_calib *mc, const qcal_engine_value *input
         if ((st = qcal_engine_outputs_at(o, mc->carry[k].out_idx, &cv)) >= 0)
             st = keep_carry(&mc->carry[k], &cv);
     }
+    double t0 = engine_now_s();
+    if (st >= 0)
+        st = wait_idle(mc);   /* an observer's failure before this run is posted */
+    mc->rep.wait_seconds += engine_now_s() - t0;
+    /* job_order serves the previous run until its observers are done (with overlap). */
     uint64_t bytes = 0;
-    for (int64_t i = 0; i < mc->n_names && st >= 0; i++) {
-        qcal_engine_value ov;
-        if ((st = qcal_engine_outputs_at(o, i, &ov)) >= 0)
-            bytes += ov.nbytes;
-    }
+    if (st >= 0)
+        st = order_job(mc, o, &bytes);
     if (st < 0) {
         qcal_engine_outputs_free(&o);
         return st;
@@ -745,16 +745,6 @@ static qcal_status run_once(qcal_model_calib *mc, const qcal_engine_value *input
         *out_bytes = bytes;
     if (bytes > mc->rep.max_run_bytes)
         mc->rep.max_run_bytes = bytes;
-    double t0 = engine_now_s();
-    if ((st = wait_idle(mc)) < 0) {
-        qcal_engine_outputs_free(&o);
-        return st;
-    }
-    mc->rep.wait_seconds += engine_now_s() - t0;
-    if ((st = order_job(mc, o)) < 0) {
-        qcal_engine_outputs_free(&o);
-        return st;
-    }
     /* Not overlapped (the default): this thread observes beside the observer thread, and
      * the next run starts once these outputs are observed and released, so the engine
      * reuses their memory and the peak is one run's. The evaluation of observer_auto takes
@@ -763,7 +753,6 @@ static qcal_status run_once(qcal_model_calib *mc, const qcal_engine_value *input
     pthread_mutex_lock(&mc->mu);
     mc->job = o;
     mc->job_step = mc->step++;
-    mc->job_failed = mc->wst < 0;
     mc->job_posted = true;
     mc->job_parts = share ? 2 : 1;
     atomic_store(&mc->job_next, 0);
